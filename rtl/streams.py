@@ -1,0 +1,136 @@
+"""Interfaces shared by every neonic unit: the memory port and stream helpers.
+
+The memory port
+===============
+
+Every unit that reads or writes memory (the gather/pool unit reading embedding rows, the cache
+controller on both of its sides, the depacketizer writing received payload) speaks the same
+port, so that units stack: the gather/pool unit sits on the cache's front port unchanged, and
+the cache's back port talks to whatever backing tier a test or a system provides.
+
+The port is three ``amaranth.lib.stream`` streams, seen from the *initiator* (the unit that
+issues requests):
+
+``req`` (out)
+    :class:`MemRequest`: ``addr`` (a *beat* address: byte address / ``data_bytes``),
+    ``beats`` (how many consecutive beats, >= 1) and ``write``.
+``wdata`` (out)
+    :class:`MemWriteBeat`: for a write request, exactly ``beats`` beats of ``data`` with a byte
+    ``mask``, ``last`` set on the final one. Write requests are posted: no response.
+``resp`` (in)
+    :class:`MemResponseBeat`: for a read request, exactly ``beats`` beats of ``data``, ``last``
+    set on the final beat of each request.
+
+Ordering and timing rules (the contract both sides keep):
+
+* Read responses return **in request order**, and the beats of one request are contiguous.
+  Latency is variable and unbounded; an initiator keeps as many requests outstanding as it
+  needs to hide it (its own parameter).
+* A write's data beats may be sent before, with, or after its request is accepted, but in the
+  order of the write requests.
+* A read issued after a write to the same beat returns the written data (a responder must not
+  reorder a read ahead of an earlier write to the same address).
+* All streams follow ``lib.stream`` rules: a transfer happens on a cycle where ``valid`` and
+  ``ready`` are both high; ``valid`` never depends combinationally on ``ready``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = [
+    "MemRequest",
+    "MemWriteBeat",
+    "MemResponseBeat",
+    "MemPortSignature",
+    "check_int",
+]
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None,
+              maximum: int | None = None, power_of_two: bool = False) -> int:
+    """Validate an integer constructor parameter; raise ``ValueError`` naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}: expected an integer <= {maximum}, got {value}")
+    if power_of_two and (value <= 0 or value & (value - 1)):
+        raise ValueError(f"{name}: expected a power of two, got {value}")
+    return value
+
+
+class MemRequest(data.StructLayout):
+    """One memory request: ``beats`` consecutive beats from beat address ``addr``."""
+
+    def __init__(self, addr_width: int = 32, beats_width: int = 8):
+        check_int("addr_width", addr_width, minimum=1, maximum=64)
+        check_int("beats_width", beats_width, minimum=1, maximum=16)
+        self.addr_width = addr_width
+        self.beats_width = beats_width
+        super().__init__({
+            "addr": unsigned(addr_width),
+            "beats": unsigned(beats_width),
+            "write": unsigned(1),
+        })
+
+
+class MemWriteBeat(data.StructLayout):
+    """One beat of write data with a byte mask (bit i enables byte i, byte 0 = bits 0..7)."""
+
+    def __init__(self, data_bytes: int = 64):
+        check_int("data_bytes", data_bytes, minimum=1, maximum=256, power_of_two=True)
+        self.data_bytes = data_bytes
+        super().__init__({
+            "data": unsigned(8 * data_bytes),
+            "mask": unsigned(data_bytes),
+            "last": unsigned(1),
+        })
+
+
+class MemResponseBeat(data.StructLayout):
+    """One beat of read data; ``last`` closes the response to one request."""
+
+    def __init__(self, data_bytes: int = 64):
+        check_int("data_bytes", data_bytes, minimum=1, maximum=256, power_of_two=True)
+        self.data_bytes = data_bytes
+        super().__init__({
+            "data": unsigned(8 * data_bytes),
+            "last": unsigned(1),
+        })
+
+
+class MemPortSignature(wiring.Signature):
+    """The memory port as seen from the initiator (flip it for a responder).
+
+    Parameters
+    ----------
+    addr_width : beat-address width in bits.
+    beats_width : width of the beat count of one request.
+    data_bytes : bytes per beat (a power of two; default 64 = 512 bits).
+    """
+
+    def __init__(self, *, addr_width: int = 32, beats_width: int = 8, data_bytes: int = 64):
+        self.addr_width = check_int("addr_width", addr_width, minimum=1, maximum=64)
+        self.beats_width = check_int("beats_width", beats_width, minimum=1, maximum=16)
+        self.data_bytes = check_int("data_bytes", data_bytes, minimum=1, maximum=256,
+                                    power_of_two=True)
+        super().__init__({
+            "req": Out(stream.Signature(MemRequest(addr_width, beats_width))),
+            "wdata": Out(stream.Signature(MemWriteBeat(data_bytes))),
+            "resp": In(stream.Signature(MemResponseBeat(data_bytes))),
+        })
+
+    def __eq__(self, other):
+        return (type(other) is type(self) and other.addr_width == self.addr_width
+                and other.beats_width == self.beats_width and other.data_bytes == self.data_bytes)
+
+    def __hash__(self):
+        return hash((type(self), self.addr_width, self.beats_width, self.data_bytes))
+
+    def __repr__(self):
+        return (f"MemPortSignature(addr_width={self.addr_width}, beats_width={self.beats_width}, "
+                f"data_bytes={self.data_bytes})")
