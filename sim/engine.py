@@ -1,0 +1,229 @@
+"""The shared discrete-event engine of neonic's system simulation.
+
+Every system-level model (the network, GPUs, NICs, the pipeline schedule) advances one shared
+:class:`Engine`, so that their events interleave in a single, reproducible order.
+
+Time
+    An integer number of picoseconds (``int``), never a float, so that runs are exact and
+    deterministic. Use :func:`ps_from_s`, :func:`ps_from_ns`, :func:`transfer_ps` and
+    :func:`cycles_to_ps` to convert, each with a stated rounding rule.
+
+Ordering
+    Events run in order of (time, insertion sequence): two events at the same picosecond run in
+    the order they were scheduled. An event scheduled *during* a callback for the current time
+    runs after every event already queued for that time.
+
+API (stable; other models code against it)
+    ``eng = Engine()``; ``eng.now`` (ps); ``eng.schedule(time_ps, fn, *args) -> EventHandle``;
+    ``eng.after(delay_ps, fn, *args) -> EventHandle``; ``handle.cancel()``;
+    ``eng.run(until_ps=None) -> int`` (the time at which it stopped);
+    ``eng.step() -> bool``; ``eng.peek() -> int | None``; ``eng.pending``;
+    ``eng.events_processed``.
+
+Callbacks receive exactly the ``*args`` given to ``schedule``; they read ``engine.now`` for the
+time. A callback raising an exception stops :meth:`Engine.run` and propagates unchanged; the
+engine stays consistent (the event that raised counts as processed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any, Callable
+
+__all__ = [
+    "PS_PER_S",
+    "PS_PER_NS",
+    "Engine",
+    "EventHandle",
+    "ps_from_s",
+    "ps_from_ns",
+    "s_from_ps",
+    "transfer_ps",
+    "cycles_to_ps",
+]
+
+PS_PER_S = 10**12
+PS_PER_NS = 10**3
+
+
+def ps_from_s(seconds: float) -> int:
+    """Seconds to integer picoseconds, rounded to the nearest picosecond (half away from 0)."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"seconds: expected a finite number, got {seconds!r}")
+    scaled = seconds * PS_PER_S
+    return int(math.floor(scaled + 0.5)) if scaled >= 0 else -int(math.floor(-scaled + 0.5))
+
+
+def ps_from_ns(nanoseconds: float) -> int:
+    """Nanoseconds to integer picoseconds, rounded to the nearest picosecond."""
+    return ps_from_s(nanoseconds * 1e-9)
+
+
+def s_from_ps(ps: int) -> float:
+    """Picoseconds to seconds (a float, for reporting)."""
+    return ps / PS_PER_S
+
+
+def transfer_ps(nbytes: int | float, gbps: float) -> int:
+    """Serialization time of ``nbytes`` at ``gbps`` (10^9 bit/s), rounded UP to a picosecond.
+
+    Rounding up means a transfer never finishes before its last bit could have arrived.
+    """
+    if gbps <= 0 or not math.isfinite(gbps):
+        raise ValueError(f"gbps: expected a finite number > 0, got {gbps!r}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes: expected >= 0, got {nbytes!r}")
+    # bits / (gbps * 1e9) seconds = bits * 1000 / gbps picoseconds
+    return int(math.ceil(nbytes * 8 * 1000 / gbps - 1e-9))
+
+
+def cycles_to_ps(cycles: int, freq_hz: float) -> int:
+    """Duration of ``cycles`` clock cycles at ``freq_hz``, rounded UP to a picosecond."""
+    if freq_hz <= 0 or not math.isfinite(freq_hz):
+        raise ValueError(f"freq_hz: expected a finite number > 0, got {freq_hz!r}")
+    if cycles < 0:
+        raise ValueError(f"cycles: expected >= 0, got {cycles!r}")
+    return int(math.ceil(cycles * PS_PER_S / freq_hz - 1e-9))
+
+
+class EventHandle:
+    """A scheduled event; :meth:`cancel` it before it runs to drop it (idempotent)."""
+
+    __slots__ = ("time", "_entry", "_engine")
+
+    def __init__(self, time: int, entry: list, engine: "Engine") -> None:
+        self.time = time
+        self._entry = entry
+        self._engine = engine
+
+    @property
+    def cancelled(self) -> bool:
+        return self._entry[2] is None and not self._entry[4]
+
+    @property
+    def done(self) -> bool:
+        """True once the event has run."""
+        return bool(self._entry[4])
+
+    def cancel(self) -> bool:
+        """Drop the event. Returns True if it was pending, False if it already ran/was dropped."""
+        entry = self._entry
+        if entry[2] is None:
+            return False
+        entry[2] = None
+        entry[3] = ()
+        self._engine._live -= 1
+        return True
+
+
+class Engine:
+    """A discrete-event engine with integer-picosecond time and deterministic tie-breaking."""
+
+    __slots__ = ("now", "events_processed", "_heap", "_seq", "_live", "_running")
+
+    def __init__(self, start_ps: int = 0) -> None:
+        if not isinstance(start_ps, int) or start_ps < 0:
+            raise ValueError(f"start_ps: expected an integer >= 0, got {start_ps!r}")
+        self.now: int = start_ps
+        self.events_processed: int = 0
+        # heap entries: [time, seq, callback | None, args, ran]
+        self._heap: list[list] = []
+        self._seq = 0
+        self._live = 0
+        self._running = False
+
+    # ----------------------------------------------------------------------------- scheduling
+    def schedule(self, time_ps: int, callback: Callable[..., Any], *args: Any) -> EventHandle:
+        """Run ``callback(*args)`` at absolute time ``time_ps`` (an int >= ``now``)."""
+        if type(time_ps) is not int:
+            if isinstance(time_ps, int):  # bool, numpy ints: normalise
+                time_ps = int(time_ps)
+            else:
+                raise ValueError(f"time_ps: expected an integer number of picoseconds, got {time_ps!r}")
+        if time_ps < self.now:
+            raise ValueError(f"time_ps: expected >= now ({self.now}), got {time_ps}")
+        if not callable(callback):
+            raise ValueError(f"callback: expected a callable, got {callback!r}")
+        entry = [time_ps, self._seq, callback, args, False]
+        self._seq += 1
+        self._live += 1
+        heapq.heappush(self._heap, entry)
+        return EventHandle(time_ps, entry, self)
+
+    def after(self, delay_ps: int, callback: Callable[..., Any], *args: Any) -> EventHandle:
+        """Run ``callback(*args)`` ``delay_ps`` picoseconds from now (an int >= 0)."""
+        if not isinstance(delay_ps, int) or delay_ps < 0:
+            raise ValueError(f"delay_ps: expected an integer >= 0, got {delay_ps!r}")
+        return self.schedule(self.now + int(delay_ps), callback, *args)
+
+    # ------------------------------------------------------------------------------ running
+    @property
+    def pending(self) -> int:
+        """Number of scheduled, not cancelled, events."""
+        return self._live
+
+    def peek(self) -> int | None:
+        """Time of the next live event, or None when nothing is pending."""
+        heap = self._heap
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def step(self) -> bool:
+        """Run the next live event. Returns False when nothing was pending."""
+        heap = self._heap
+        while heap:
+            entry = heapq.heappop(heap)
+            callback = entry[2]
+            if callback is None:
+                continue
+            self.now = entry[0]
+            args = entry[3]
+            entry[2] = None
+            entry[3] = ()
+            entry[4] = True
+            self._live -= 1
+            self.events_processed += 1
+            callback(*args)
+            return True
+        return False
+
+    def run(self, until_ps: int | None = None) -> int:
+        """Run events in order until none is left or the next is later than ``until_ps``.
+
+        With ``until_ps`` given, ``now`` ends at ``until_ps`` (events *at* ``until_ps`` run).
+        Returns the final ``now``. Not reentrant: a callback must not call ``run``.
+        """
+        if until_ps is not None:
+            if not isinstance(until_ps, int) or until_ps < self.now:
+                raise ValueError(f"until_ps: expected an integer >= now ({self.now}), got {until_ps!r}")
+            until_ps = int(until_ps)
+        if self._running:
+            raise RuntimeError("Engine.run: not reentrant (called from inside a callback)")
+        self._running = True
+        heap = self._heap
+        pop = heapq.heappop
+        try:
+            while heap:
+                entry = heap[0]
+                callback = entry[2]
+                if callback is None:
+                    pop(heap)
+                    continue
+                if until_ps is not None and entry[0] > until_ps:
+                    break
+                pop(heap)
+                self.now = entry[0]
+                args = entry[3]
+                entry[2] = None
+                entry[3] = ()
+                entry[4] = True
+                self._live -= 1
+                self.events_processed += 1
+                callback(*args)
+        finally:
+            self._running = False
+        if until_ps is not None and until_ps > self.now:
+            self.now = until_ps
+        return self.now

@@ -1,0 +1,176 @@
+"""The discrete-event engine: ordering, cancellation, time conversions, errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sim.engine import (
+    Engine,
+    cycles_to_ps,
+    ps_from_ns,
+    ps_from_s,
+    s_from_ps,
+    transfer_ps,
+)
+
+
+def test_events_run_in_time_order_then_insertion_order():
+    eng = Engine()
+    log: list[tuple[int, str]] = []
+    eng.schedule(30, lambda: log.append((eng.now, "c")))
+    eng.schedule(10, lambda: log.append((eng.now, "a1")))
+    eng.schedule(10, lambda: log.append((eng.now, "a2")))
+    eng.schedule(20, lambda: log.append((eng.now, "b")))
+    end = eng.run()
+    assert log == [(10, "a1"), (10, "a2"), (20, "b"), (30, "c")]
+    assert end == 30 and eng.events_processed == 4 and eng.pending == 0
+
+
+def test_event_scheduled_now_from_a_callback_runs_after_queued_events_at_that_time():
+    eng = Engine()
+    log: list[str] = []
+
+    def first():
+        log.append("first")
+        eng.after(0, lambda: log.append("spawned"))
+
+    eng.schedule(5, first)
+    eng.schedule(5, lambda: log.append("second"))
+    eng.run()
+    assert log == ["first", "second", "spawned"]
+
+
+def test_args_are_passed_and_after_is_relative():
+    eng = Engine(start_ps=100)
+    seen = []
+    eng.after(50, lambda a, b: seen.append((eng.now, a, b)), 1, "x")
+    eng.run()
+    assert seen == [(150, 1, "x")]
+
+
+def test_cancel_drops_the_event_and_is_idempotent():
+    eng = Engine()
+    log = []
+    h = eng.schedule(10, log.append, "dropped")
+    eng.schedule(20, log.append, "kept")
+    assert eng.pending == 2
+    assert h.cancel() is True
+    assert h.cancel() is False
+    assert h.cancelled and not h.done
+    assert eng.pending == 1
+    assert eng.peek() == 20
+    eng.run()
+    assert log == ["kept"]
+    assert eng.events_processed == 1
+
+
+def test_cancel_after_run_returns_false():
+    eng = Engine()
+    h = eng.schedule(1, lambda: None)
+    eng.run()
+    assert h.done and h.cancel() is False
+
+
+def test_run_until_stops_and_advances_now_and_resumes():
+    eng = Engine()
+    log = []
+    for t in (10, 20, 30):
+        eng.schedule(t, log.append, t)
+    assert eng.run(until_ps=20) == 20
+    assert log == [10, 20]
+    assert eng.run(until_ps=25) == 25 and eng.now == 25
+    assert eng.run() == 30 and log == [10, 20, 30]
+
+
+def test_step_runs_one_event():
+    eng = Engine()
+    log = []
+    eng.schedule(3, log.append, 1)
+    eng.schedule(4, log.append, 2)
+    assert eng.step() and log == [1] and eng.now == 3
+    assert eng.step() and eng.step() is False
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda e: e.schedule(-1, print), "time_ps"),
+        (lambda e: e.schedule(1.5, print), "time_ps"),
+        (lambda e: e.after(-3, print), "delay_ps"),
+        (lambda e: e.schedule(5, "not callable"), "callback"),
+        (lambda e: e.run(until_ps=-1), "until_ps"),
+    ],
+)
+def test_bad_arguments_name_the_parameter(call, field):
+    eng = Engine()
+    with pytest.raises(ValueError, match=field):
+        call(eng)
+
+
+def test_scheduling_in_the_past_is_refused():
+    eng = Engine()
+    eng.schedule(100, lambda: None)
+    eng.run()
+    with pytest.raises(ValueError, match="time_ps"):
+        eng.schedule(99, print)
+
+
+def test_run_is_not_reentrant():
+    eng = Engine()
+    eng.schedule(1, lambda: eng.run())
+    with pytest.raises(RuntimeError):
+        eng.run()
+
+
+def test_conversions_and_their_rounding():
+    assert ps_from_s(1.0) == 10**12
+    assert ps_from_s(1.4e-12) == 1 and ps_from_s(1.5e-12) == 2
+    assert ps_from_ns(2.5) == 2500
+    assert s_from_ps(10**12) == 1.0
+    # 4096 B at 200 Gbps: 32768 bits / 200e9 = 163.84 ns
+    assert transfer_ps(4096, 200) == 163_840
+    # 1 B at 3 Gbps = 2666.67 ps, rounded up
+    assert transfer_ps(1, 3) == 2667
+    assert cycles_to_ps(1, 250e6) == 4000
+    assert cycles_to_ps(1, 322.265625e6) == 3104  # 3103.03 ps, rounded up
+    with pytest.raises(ValueError, match="gbps"):
+        transfer_ps(1, 0)
+    with pytest.raises(ValueError, match="seconds"):
+        ps_from_s(float("nan"))
+
+
+def test_same_program_gives_the_same_trace():
+    def program():
+        eng = Engine()
+        trace = []
+
+        def tick(i):
+            trace.append((eng.now, i))
+            if i < 200:
+                eng.after((i * 7919) % 13, tick, i + 1)
+                eng.after((i * 104729) % 11, lambda: trace.append((eng.now, -i)))
+
+        eng.schedule(0, tick, 0)
+        eng.run()
+        return trace
+
+    assert program() == program()
+
+
+def test_throughput_is_at_least_1e5_events_per_second():
+    eng = Engine()
+    n = 100_000
+    count = [0]
+
+    def cb():
+        count[0] += 1
+
+    for i in range(n):
+        eng.schedule(i % 997, cb)
+    t0 = time.perf_counter()
+    eng.run()
+    elapsed = time.perf_counter() - t0
+    assert count[0] == n
+    assert elapsed < 1.0, f"{n} events took {elapsed:.2f} s"
