@@ -1,0 +1,1 @@
+"""``neonic`` subcommands, one module each (see :mod:`host.cli`)."""
