@@ -1,0 +1,444 @@
+"""GPU device model: hardware presets and kernel cost functions.
+
+A GPU is described by a :class:`GPUSpec` (peak throughput per datatype, HBM bandwidth and
+capacity, SM count, copy engines, links) plus the *efficiency parameters* that turn peak figures
+into achieved ones. Every efficiency parameter states where its value comes from; the ones that
+are fitted say so (they are calibrated against Neo's Model-A result, 1.2M samples/s on 128 A100
+GPUs, through ``neonic bench cluster``; every other figure the cluster runtime reports is a
+prediction).
+
+Kernel costs are returned as a :class:`KernelCost`: the work a kernel does (FLOPs, HBM bytes)
+and its *isolated* duration split into a compute part (at the whole GPU's SMs) and a memory part
+(at the whole HBM bandwidth). The shared-resource model (``sim/resources.py``) uses the split to
+slow kernels down when they overlap; a kernel alone on the GPU takes ``cost.time_s``.
+
+API (stable; the planner and the schedule code against it)
+    ``GPU_PRESETS`` (``"a100-40gb"``, ``"h100-sxm-80gb"``, ``"v100-32gb"``); ``gpu_preset(name)``.
+    ``GPUSpec.peak_flops(dtype)``, ``.hbm_bytes``, ``.hbm_bytes_per_s``, ``.num_sms``.
+    ``gemm_cost(spec, m, n, k, dtype="fp16")`` -> KernelCost (one GEMM, C[m,n] = A[m,k] B[k,n]).
+    ``mlp_cost(spec, batch, widths, dtype, backward=False)`` -> KernelCost (a stack of layers).
+    ``interaction_cost(spec, batch, num_features, dim, dtype)`` -> KernelCost (pairwise dots).
+    ``embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)``.
+    ``embedding_backward_cost(spec, lookups, unique_rows, row_bytes, grad_row_bytes,
+    optimizer_state_bytes_per_row)`` (sort + fused row-wise AdaGrad).
+    ``fits_in_hbm(spec, nbytes)`` / ``hbm_capacity_bytes(spec)`` (usable capacity).
+    ``KernelCost.time_s`` (isolated duration), ``.compute_s``, ``.memory_s``, ``.overhead_s``,
+    ``.flops``, ``.hbm_bytes``; ``KernelCost.__add__`` for kernels run back to back.
+
+All sizes are in bytes, times in seconds (floats; the engine converts to picoseconds).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+__all__ = [
+    "DTYPE_BYTES",
+    "GPUEfficiency",
+    "GPUSpec",
+    "GPU_PRESETS",
+    "KernelCost",
+    "gpu_preset",
+    "gemm_cost",
+    "mlp_cost",
+    "interaction_cost",
+    "embedding_forward_cost",
+    "embedding_backward_cost",
+    "hbm_capacity_bytes",
+    "fits_in_hbm",
+]
+
+#: Bytes per element of each datatype the model knows.
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+def _positive(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _fraction(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (0 < value <= 1):
+        raise ValueError(f"{name}: expected a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value: int, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class GPUEfficiency:
+    """Achieved fractions of peak, and fixed overheads, for the kernel cost functions.
+
+    Each field's docstring gives its source. ``gemm``, ``embedding_random`` and
+    ``embedding_backward`` are the three fitted parameters: their defaults are calibrated so
+    that the simulated Model-A training rate on 16 ZionEX nodes matches Neo's 1.2M samples/s
+    (see ``neonic bench cluster``).
+    """
+
+    gemm: float = 0.60
+    """Fraction of dense tensor-core peak reached by the MLP GEMMs. cuBLAS reaches ~70-80% on
+    large square FP16 GEMMs; DLRM layers are thin (batch 512 per GPU), so lower. Fitted."""
+
+    hbm_stream: float = 0.90
+    """Fraction of HBM bandwidth reached by streaming (sequential) kernels. Typical STREAM-like
+    results on A100/H100 reach ~90% of the data-sheet figure. Assumption."""
+
+    embedding_random: float = 0.55
+    """Fraction of HBM bandwidth reached by the fused embedding gather (random row reads).
+    FBGEMM's table-batched kernels are bandwidth bound with short, scattered bursts. Fitted."""
+
+    embedding_backward: float = 0.45
+    """Fraction of HBM bandwidth reached by the fused backward (read-modify-write of rows and
+    optimizer state after the sort). Fitted."""
+
+    sector_bytes: int = 32
+    """HBM access granularity: NVIDIA GPUs fetch DRAM in 32-byte sectors, so a row read costs
+    its size rounded up to a sector. Architecture fact."""
+
+    launch_overhead_s: float = 4e-6
+    """Fixed per-kernel cost (launch + tail). A few microseconds is the usual measured CUDA
+    launch latency. Assumption."""
+
+    sort_bytes_per_key: float = 16.0
+    """HBM bytes moved per gradient key by the backward's sort (radix sort of (row, position)
+    pairs, ~2 passes of 8-byte key-value reads and writes). Assumption."""
+
+    def __post_init__(self) -> None:
+        _fraction("efficiency.gemm", self.gemm)
+        _fraction("efficiency.hbm_stream", self.hbm_stream)
+        _fraction("efficiency.embedding_random", self.embedding_random)
+        _fraction("efficiency.embedding_backward", self.embedding_backward)
+        _count("efficiency.sector_bytes", self.sector_bytes, 1)
+        if not isinstance(self.launch_overhead_s, (int, float)) or self.launch_overhead_s < 0:
+            raise ValueError(f"efficiency.launch_overhead_s: expected a number >= 0, got {self.launch_overhead_s!r}")
+        _positive("efficiency.sort_bytes_per_key", self.sort_bytes_per_key)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU model: data-sheet figures (sources in :data:`GPU_PRESETS`) plus efficiencies.
+
+    ``peak_tflops`` maps a datatype to dense tensor (or FP32 core) peak in TFLOP/s;
+    ``hbm_gbytes_per_s`` and ``hbm_gib`` describe HBM; ``num_sms`` the streaming
+    multiprocessors; ``copy_engines`` the DMA engines usable for asynchronous copies and
+    DMA-driven collectives; ``nvlink_gbytes_per_s`` is per direction; ``pcie_gbytes_per_s`` per
+    direction; ``hbm_reserved_fraction`` the share of HBM kept for activations, workspace and
+    the framework (not available to embedding tables).
+    """
+
+    name: str
+    peak_tflops: Mapping[str, float]
+    hbm_gbytes_per_s: float
+    hbm_gib: float
+    num_sms: int
+    copy_engines: int = 2
+    nvlink_gbytes_per_s: float = 300.0
+    pcie_gbytes_per_s: float = 32.0
+    hbm_reserved_fraction: float = 0.15
+    efficiency: GPUEfficiency = field(default_factory=GPUEfficiency)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"gpu.name: expected a non-empty string, got {self.name!r}")
+        if not self.peak_tflops:
+            raise ValueError("gpu.peak_tflops: expected at least one datatype")
+        for dtype, value in self.peak_tflops.items():
+            if dtype not in DTYPE_BYTES:
+                raise ValueError(f"gpu.peak_tflops.{dtype}: unknown datatype; expected one of {', '.join(DTYPE_BYTES)}")
+            _positive(f"gpu.peak_tflops.{dtype}", value)
+        object.__setattr__(self, "peak_tflops", dict(self.peak_tflops))
+        _positive("gpu.hbm_gbytes_per_s", self.hbm_gbytes_per_s)
+        _positive("gpu.hbm_gib", self.hbm_gib)
+        _count("gpu.num_sms", self.num_sms, 1)
+        _count("gpu.copy_engines", self.copy_engines, 0)
+        _positive("gpu.nvlink_gbytes_per_s", self.nvlink_gbytes_per_s)
+        _positive("gpu.pcie_gbytes_per_s", self.pcie_gbytes_per_s)
+        if not isinstance(self.hbm_reserved_fraction, (int, float)) or not 0 <= self.hbm_reserved_fraction < 1:
+            raise ValueError(f"gpu.hbm_reserved_fraction: expected a number in [0, 1), got {self.hbm_reserved_fraction!r}")
+        if not isinstance(self.efficiency, GPUEfficiency):
+            raise ValueError(f"gpu.efficiency: expected a GPUEfficiency, got {type(self.efficiency).__name__}")
+
+    # ----------------------------------------------------------------------------- figures
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak in FLOP/s for ``dtype`` (bf16 falls back to fp16 and vice versa)."""
+        table = self.peak_tflops
+        if dtype in table:
+            return table[dtype] * 1e12
+        alias = {"bf16": "fp16", "fp16": "bf16"}.get(dtype)
+        if alias in table:
+            return table[alias] * 1e12
+        raise ValueError(f"dtype: {self.name} has no peak for {dtype!r}; expected one of {', '.join(sorted(table))}")
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_gbytes_per_s * 1e9
+
+    @property
+    def hbm_bytes(self) -> int:
+        return int(self.hbm_gib * 2**30)
+
+    def with_efficiency(self, **changes: float) -> "GPUSpec":
+        """A copy with some efficiency parameters changed (used by calibration and configs)."""
+        return replace(self, efficiency=replace(self.efficiency, **changes))
+
+
+#: Data-sheet presets. A100 and H100 figures: shared/REFERENCES.md (NVIDIA data sheets);
+#: H100 TF32/FP32 and the V100 figures: NVIDIA data sheets. SM counts: NVIDIA architecture
+#: white papers (A100 108, H100 SXM 132, V100 80). Copy engines: 2 usable concurrent DMA
+#: directions is an assumption (the hardware has more engines, exposed through 2 queues here).
+GPU_PRESETS: dict[str, GPUSpec] = {
+    "a100-40gb": GPUSpec(
+        name="a100-40gb",
+        peak_tflops={"fp16": 312.0, "bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
+        hbm_gbytes_per_s=1555.0,
+        hbm_gib=40.0,
+        num_sms=108,
+        nvlink_gbytes_per_s=300.0,
+        pcie_gbytes_per_s=32.0,
+    ),
+    "h100-sxm-80gb": GPUSpec(
+        name="h100-sxm-80gb",
+        peak_tflops={"fp16": 990.0, "bf16": 990.0, "tf32": 495.0, "fp32": 67.0, "fp8": 1979.0},
+        hbm_gbytes_per_s=3350.0,
+        hbm_gib=80.0,
+        num_sms=132,
+        nvlink_gbytes_per_s=450.0,
+        pcie_gbytes_per_s=64.0,
+    ),
+    "v100-32gb": GPUSpec(
+        name="v100-32gb",
+        peak_tflops={"fp16": 125.0, "fp32": 15.7},
+        hbm_gbytes_per_s=900.0,
+        hbm_gib=32.0,
+        num_sms=80,
+        nvlink_gbytes_per_s=150.0,
+        pcie_gbytes_per_s=16.0,
+    ),
+}
+
+
+def gpu_preset(name: str) -> GPUSpec:
+    """The preset called ``name`` (see :data:`GPU_PRESETS`)."""
+    if name not in GPU_PRESETS:
+        raise ValueError(f"gpu: unknown preset {name!r}; expected one of {', '.join(GPU_PRESETS)}")
+    return GPU_PRESETS[name]
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """Work and isolated duration of one kernel (or kernels run back to back).
+
+    ``compute_s`` is the time the FLOPs take on all SMs at achieved efficiency; ``memory_s`` the
+    time the HBM bytes take at achieved bandwidth; a kernel alone on the GPU is limited by the
+    larger (roofline), plus ``overhead_s``. For a sum of kernels the parts add per kernel, so
+    ``time_s`` is the sum of the kernels' times.
+    """
+
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    overhead_s: float = 0.0
+    _time_s: float | None = None
+
+    @property
+    def time_s(self) -> float:
+        """Isolated duration in seconds."""
+        if self._time_s is not None:
+            return self._time_s
+        return max(self.compute_s, self.memory_s) + self.overhead_s
+
+    @property
+    def compute_fraction(self) -> float:
+        """Share of the roofline time that is compute-bound work (0..1), used for interference."""
+        busy = self.compute_s + self.memory_s
+        return self.compute_s / busy if busy > 0 else 0.0
+
+    def __add__(self, other: "KernelCost") -> "KernelCost":
+        if not isinstance(other, KernelCost):
+            return NotImplemented
+        return KernelCost(
+            flops=self.flops + other.flops,
+            hbm_bytes=self.hbm_bytes + other.hbm_bytes,
+            compute_s=self.compute_s + other.compute_s,
+            memory_s=self.memory_s + other.memory_s,
+            overhead_s=self.overhead_s + other.overhead_s,
+            _time_s=self.time_s + other.time_s,
+        )
+
+    def scaled(self, factor: float) -> "KernelCost":
+        """The same kernel doing ``factor`` times the work (overhead unchanged)."""
+        if factor < 0:
+            raise ValueError(f"factor: expected >= 0, got {factor!r}")
+        return KernelCost(
+            flops=self.flops * factor,
+            hbm_bytes=self.hbm_bytes * factor,
+            compute_s=self.compute_s * factor,
+            memory_s=self.memory_s * factor,
+            overhead_s=self.overhead_s,
+            _time_s=None if self._time_s is None else (self._time_s - self.overhead_s) * factor + self.overhead_s,
+        )
+
+
+ZERO_COST = KernelCost()
+
+
+def _dtype_bytes(dtype: str) -> int:
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype: expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    return DTYPE_BYTES[dtype]
+
+
+def gemm_cost(spec: GPUSpec, m: int, n: int, k: int, dtype: str = "fp16") -> KernelCost:
+    """One GEMM ``C[m,n] = A[m,k] @ B[k,n]``: 2mnk FLOPs against peak x ``efficiency.gemm``;
+    reading A, B and writing C once against HBM at ``efficiency.hbm_stream``."""
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        _count(name, value, 0)
+    if m == 0 or n == 0 or k == 0:
+        return ZERO_COST
+    eff = spec.efficiency
+    flops = 2.0 * m * n * k
+    nbytes = float(_dtype_bytes(dtype) * (m * k + k * n + m * n))
+    return KernelCost(
+        flops=flops,
+        hbm_bytes=nbytes,
+        compute_s=flops / (spec.peak_flops(dtype) * eff.gemm),
+        memory_s=nbytes / (spec.hbm_bytes_per_s * eff.hbm_stream),
+        overhead_s=eff.launch_overhead_s,
+    )
+
+
+def mlp_cost(spec: GPUSpec, batch: int, widths: Sequence[int], dtype: str = "fp16", backward: bool = False) -> KernelCost:
+    """A stack of fully connected layers ``widths[0] -> widths[1] -> ... -> widths[-1]`` on
+    ``batch`` samples. Forward: one GEMM per layer. Backward: two per layer (data gradient and
+    weight gradient; the first layer's data gradient is skipped, as nothing consumes it)."""
+    _count("batch", batch, 0)
+    widths = [int(w) for w in widths]
+    if len(widths) < 2:
+        return ZERO_COST
+    for i, w in enumerate(widths):
+        _count(f"widths[{i}]", w, 1)
+    total = ZERO_COST
+    for layer, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+        if not backward:
+            total = total + gemm_cost(spec, batch, fan_out, fan_in, dtype)
+        else:
+            total = total + gemm_cost(spec, fan_in, fan_out, batch, dtype)  # weight gradient
+            if layer > 0:
+                total = total + gemm_cost(spec, batch, fan_in, fan_out, dtype)  # data gradient
+    return total
+
+
+def interaction_cost(spec: GPUSpec, batch: int, num_features: int, dim: int, dtype: str = "fp16", backward: bool = False) -> KernelCost:
+    """DLRM's dot interaction: per sample, all pairwise dots of ``num_features`` vectors of
+    ``dim`` (a batched F x D x F GEMM); the backward costs twice the forward."""
+    _count("batch", batch, 0)
+    _count("num_features", num_features, 0)
+    _count("dim", dim, 0)
+    if batch == 0 or num_features == 0 or dim == 0:
+        return ZERO_COST
+    eff = spec.efficiency
+    flops = 2.0 * batch * num_features * num_features * dim
+    nbytes = float(_dtype_bytes(dtype) * batch * (num_features * dim + num_features * num_features))
+    cost = KernelCost(
+        flops=flops,
+        hbm_bytes=nbytes,
+        compute_s=flops / (spec.peak_flops(dtype) * eff.gemm),
+        memory_s=nbytes / (spec.hbm_bytes_per_s * eff.hbm_stream),
+        overhead_s=eff.launch_overhead_s,
+    )
+    if backward:
+        return KernelCost(flops=2 * flops, hbm_bytes=2 * nbytes, compute_s=2 * cost.compute_s, memory_s=2 * cost.memory_s, overhead_s=cost.overhead_s)
+    return cost
+
+
+def _sectors(spec: GPUSpec, row_bytes: float) -> float:
+    sector = spec.efficiency.sector_bytes
+    return math.ceil(row_bytes / sector) * sector
+
+
+def embedding_forward_cost(spec: GPUSpec, lookups: int, row_bytes: float, pooled_rows: int, out_row_bytes: float) -> KernelCost:
+    """The fused table-batched embedding forward on one GPU.
+
+    ``lookups`` rows of ``row_bytes`` are gathered (each rounded up to whole HBM sectors) at the
+    random-access efficiency ``efficiency.embedding_random``; indices (4 B each) are read and
+    ``pooled_rows`` pooled vectors of ``out_row_bytes`` are written at streaming efficiency.
+    Pooling is a sum in registers: its FLOPs (one add per element looked up) never bound.
+    All lookups on a GPU are one kernel (Neo), so one launch overhead.
+    """
+    _count("lookups", lookups, 0)
+    _count("pooled_rows", pooled_rows, 0)
+    if row_bytes < 0 or out_row_bytes < 0:
+        raise ValueError(f"row_bytes/out_row_bytes: expected >= 0, got {row_bytes!r}/{out_row_bytes!r}")
+    if lookups == 0 and pooled_rows == 0:
+        return ZERO_COST
+    eff = spec.efficiency
+    gather_bytes = lookups * _sectors(spec, row_bytes)
+    stream_bytes = 4.0 * lookups + pooled_rows * out_row_bytes
+    flops = lookups * row_bytes / 2.0  # one add per (16-bit) element
+    return KernelCost(
+        flops=flops,
+        hbm_bytes=gather_bytes + stream_bytes,
+        compute_s=flops / (spec.peak_flops("fp32") * eff.gemm),
+        memory_s=gather_bytes / (spec.hbm_bytes_per_s * eff.embedding_random)
+        + stream_bytes / (spec.hbm_bytes_per_s * eff.hbm_stream),
+        overhead_s=eff.launch_overhead_s,
+    )
+
+
+def embedding_backward_cost(
+    spec: GPUSpec,
+    lookups: int,
+    unique_rows: int,
+    row_bytes: float,
+    grad_row_bytes: float,
+    optimizer_state_bytes_per_row: float = 4.0,
+) -> KernelCost:
+    """The embedding backward fused with a row-wise sparse optimizer (Neo / FBGEMM).
+
+    Gradients are sorted by row (``efficiency.sort_bytes_per_key`` HBM bytes per lookup), the
+    per-lookup gradients (``grad_row_bytes``, one per lookup, read once) are aggregated on chip,
+    and each of the ``unique_rows`` touched rows is updated exactly once: its weights are read
+    and written (``row_bytes`` each way) and its optimizer state read and written (row-wise
+    AdaGrad: one FP32 per row, ``optimizer_state_bytes_per_row``). Row traffic runs at
+    ``efficiency.embedding_backward``; the sort and gradient reads at streaming efficiency.
+    """
+    _count("lookups", lookups, 0)
+    _count("unique_rows", unique_rows, 0)
+    if unique_rows > lookups:
+        raise ValueError(f"unique_rows: expected <= lookups ({lookups}), got {unique_rows}")
+    if row_bytes < 0 or grad_row_bytes < 0 or optimizer_state_bytes_per_row < 0:
+        raise ValueError("row_bytes, grad_row_bytes, optimizer_state_bytes_per_row: expected >= 0")
+    if lookups == 0:
+        return ZERO_COST
+    eff = spec.efficiency
+    stream_bytes = lookups * (eff.sort_bytes_per_key + grad_row_bytes)
+    row_traffic = unique_rows * 2.0 * (_sectors(spec, row_bytes) + _sectors(spec, optimizer_state_bytes_per_row))
+    flops = 4.0 * unique_rows * row_bytes / 2.0 + lookups * grad_row_bytes / 2.0
+    return KernelCost(
+        flops=flops,
+        hbm_bytes=stream_bytes + row_traffic,
+        compute_s=flops / (spec.peak_flops("fp32") * eff.gemm),
+        memory_s=stream_bytes / (spec.hbm_bytes_per_s * eff.hbm_stream)
+        + row_traffic / (spec.hbm_bytes_per_s * eff.embedding_backward),
+        overhead_s=2 * eff.launch_overhead_s,  # sort + fused update
+    )
+
+
+def hbm_capacity_bytes(spec: GPUSpec) -> int:
+    """HBM available to embedding tables and their optimizer state (the rest is reserved)."""
+    return int(spec.hbm_bytes * (1.0 - spec.hbm_reserved_fraction))
+
+
+def fits_in_hbm(spec: GPUSpec, nbytes: float) -> bool:
+    """Whether ``nbytes`` of tables + optimizer state fit in the usable HBM of one GPU."""
+    if nbytes < 0:
+        raise ValueError(f"nbytes: expected >= 0, got {nbytes!r}")
+    return nbytes <= hbm_capacity_bytes(spec)

@@ -1,0 +1,128 @@
+"""The GPU device model: presets match the data sheets, costs follow the roofline."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.gpu import (
+    GPU_PRESETS,
+    GPUEfficiency,
+    GPUSpec,
+    KernelCost,
+    embedding_backward_cost,
+    embedding_forward_cost,
+    fits_in_hbm,
+    gemm_cost,
+    gpu_preset,
+    hbm_capacity_bytes,
+    interaction_cost,
+    mlp_cost,
+)
+
+
+def test_presets_match_reference_figures():
+    a100 = gpu_preset("a100-40gb")
+    assert a100.peak_flops("fp16") == 312e12
+    assert a100.peak_flops("tf32") == 156e12
+    assert a100.peak_flops("fp32") == 19.5e12
+    assert a100.hbm_bytes_per_s == 1555e9
+    assert a100.hbm_bytes == 40 * 2**30
+    h100 = gpu_preset("h100-sxm-80gb")
+    assert h100.peak_flops("bf16") == 990e12
+    assert h100.hbm_bytes_per_s == 3350e9
+    assert h100.hbm_bytes == 80 * 2**30
+
+
+def test_unknown_preset_and_dtype_are_named():
+    with pytest.raises(ValueError, match="gpu: unknown preset 'b200'"):
+        gpu_preset("b200")
+    with pytest.raises(ValueError, match="dtype"):
+        gemm_cost(gpu_preset("a100-40gb"), 8, 8, 8, "fp64")
+    with pytest.raises(ValueError, match="fp8"):
+        gpu_preset("a100-40gb").peak_flops("fp8")
+
+
+def test_bad_spec_fields_are_named():
+    with pytest.raises(ValueError, match="gpu.hbm_gbytes_per_s"):
+        GPUSpec(name="x", peak_tflops={"fp16": 1.0}, hbm_gbytes_per_s=0, hbm_gib=1, num_sms=1)
+    with pytest.raises(ValueError, match="gpu.peak_tflops.fp64"):
+        GPUSpec(name="x", peak_tflops={"fp64": 1.0}, hbm_gbytes_per_s=1, hbm_gib=1, num_sms=1)
+    with pytest.raises(ValueError, match="efficiency.gemm"):
+        GPUEfficiency(gemm=1.5)
+
+
+def test_large_gemm_is_compute_bound_at_efficiency_times_peak():
+    gpu = gpu_preset("a100-40gb")
+    c = gemm_cost(gpu, 8192, 8192, 8192, "fp16")
+    assert c.flops == 2 * 8192**3
+    assert c.compute_s > c.memory_s
+    expected = c.flops / (312e12 * gpu.efficiency.gemm) + gpu.efficiency.launch_overhead_s
+    assert c.time_s == pytest.approx(expected)
+
+
+def test_skinny_gemm_is_memory_bound():
+    gpu = gpu_preset("a100-40gb")
+    c = gemm_cost(gpu, 1, 8192, 8192, "fp16")  # a matrix-vector product
+    assert c.memory_s > c.compute_s
+    assert c.hbm_bytes == 2 * (8192 + 8192 * 8192 + 8192)
+
+
+def test_h100_is_faster_than_a100_for_the_same_mlp():
+    widths = [512, 2048, 2048, 2048, 1]
+    a = mlp_cost(gpu_preset("a100-40gb"), 2048, widths).time_s
+    h = mlp_cost(gpu_preset("h100-sxm-80gb"), 2048, widths).time_s
+    assert h < a
+
+
+def test_mlp_backward_costs_about_twice_forward():
+    gpu = gpu_preset("a100-40gb")
+    widths = [1024, 4096, 4096, 4096, 4096]
+    fwd = mlp_cost(gpu, 4096, widths)
+    bwd = mlp_cost(gpu, 4096, widths, backward=True)
+    assert 1.6 < bwd.flops / fwd.flops < 2.0  # the first layer's data gradient is skipped
+    assert bwd.time_s > fwd.time_s
+
+
+def test_embedding_forward_scales_with_lookups_and_rounds_rows_to_sectors():
+    gpu = gpu_preset("a100-40gb")
+    small = embedding_forward_cost(gpu, 1000, 8, 100, 8)
+    sector = embedding_forward_cost(gpu, 1000, 32, 100, 8)
+    assert small.hbm_bytes - 4000 - 800 == sector.hbm_bytes - 4000 - 800 == 1000 * 32
+    big = embedding_forward_cost(gpu, 1_000_000, 256, 10_000, 256)
+    bigger = embedding_forward_cost(gpu, 2_000_000, 256, 10_000, 256)
+    assert bigger.time_s > 1.9 * (big.time_s - big.overhead_s)
+    assert big.memory_s > big.compute_s  # gathers are bandwidth bound
+
+
+def test_embedding_backward_touches_each_unique_row_once():
+    gpu = gpu_preset("a100-40gb")
+    few = embedding_backward_cost(gpu, 100_000, 1_000, 256, 256)
+    many = embedding_backward_cost(gpu, 100_000, 100_000, 256, 256)
+    assert many.hbm_bytes - few.hbm_bytes == pytest.approx(99_000 * 2 * (256 + 32))
+    assert many.time_s > few.time_s
+    with pytest.raises(ValueError, match="unique_rows"):
+        embedding_backward_cost(gpu, 10, 11, 256, 256)
+
+
+def test_interaction_backward_doubles_forward():
+    gpu = gpu_preset("a100-40gb")
+    f = interaction_cost(gpu, 512, 27, 128)
+    b = interaction_cost(gpu, 512, 27, 128, backward=True)
+    assert b.flops == 2 * f.flops
+
+
+def test_kernel_costs_add_back_to_back():
+    gpu = gpu_preset("a100-40gb")
+    a = gemm_cost(gpu, 4096, 4096, 4096)
+    b = gemm_cost(gpu, 1, 4096, 4096)
+    assert (a + b).time_s == pytest.approx(a.time_s + b.time_s)
+    assert (a + b).scaled(1.0).time_s == pytest.approx(a.time_s + b.time_s)
+    assert KernelCost().time_s == 0
+
+
+def test_capacity_reserves_a_share_of_hbm():
+    gpu = gpu_preset("a100-40gb")
+    assert hbm_capacity_bytes(gpu) < gpu.hbm_bytes
+    assert fits_in_hbm(gpu, 30 * 2**30)
+    assert not fits_in_hbm(gpu, 40 * 2**30)
+    assert set(GPU_PRESETS) >= {"a100-40gb", "h100-sxm-80gb"}
