@@ -1,0 +1,2 @@
+"""The one simulation harness of neonic (see the module docstrings for details)."""
+from .amaranth_sim import SimulationTimeout, run_amaranth, stream_recv, stream_send
