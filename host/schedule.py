@@ -1,0 +1,433 @@
+"""Per-iteration op graphs of DLRM training and inference, Neo's pipeline, and their execution.
+
+The graph says *what* runs, on which rank and stream, after what; it does not know what an op
+costs. Each op carries an opaque ``payload`` (a ``KernelCost``, a collective's size matrix, a
+CPU or NIC job...) that the cluster's backend turns into work on the engine's resources
+(``host/cluster.py``). This keeps the dependencies testable with simple fixed-duration backends.
+
+Training, per iteration ``i`` and rank (phases, in program order)::
+
+    h2d            input    the batch's dense features and sparse indices to the GPU
+    input_a2a      input    AlltoAll of sparse indices to the embedding owners      (collective)
+    emb_fwd        emb*     fused embedding lookup + pooling (GPU, or CPU socket / NIC)
+    pooled_a2a     comm     AlltoAll of pooled embeddings back to the data-parallel ranks
+    pooled_h2d     copy     (Zion) pooled embeddings from host memory to the GPU
+    bot_fwd        compute  bottom MLP forward
+    inter_fwd      compute  feature interaction forward          (needs bot_fwd and pooled_a2a)
+    top_fwd        compute  top MLP forward
+    top_bwd        compute  top MLP backward
+    inter_bwd      compute  interaction backward
+    grad_d2h       copy     (Zion) pooled-embedding gradients to host memory
+    grad_a2a       comm     AlltoAll of pooled-embedding gradients to the owners    (collective)
+    bot_bwd        compute  bottom MLP backward
+    allreduce      comm     AllReduce of the dense gradients                        (collective)
+    emb_bwd        emb*     embedding backward fused with the row-wise sparse optimizer
+    dense_opt      compute  dense optimizer step (needs the AllReduce)
+
+Neo's pipeline (``pipelined=True``): batch i+1's input AlltoAll runs on its own stream as soon
+as batch i's embedding forward has consumed its inputs, so it overlaps batch i's MLPs; the
+pooled AlltoAll (comm stream) overlaps the bottom MLP; the gradient AlltoAll overlaps the
+bottom MLP backward and the AllReduce overlaps the embedding backward. The baseline
+(``pipelined=False``) runs every op of a rank in program order on one stream, so nothing
+overlaps. Inference is the forward part (h2d .. top_fwd); pipelined, batch i+1's input
+AlltoAll and embedding lookup overlap batch i's MLPs.
+
+Streams marked * are ``compute`` when the embedding runs on the GPU; the system decides
+(``emb_stream``): ``cpu`` on Zion, ``nic`` on the SmartNIC system.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from sim.engine import Engine
+
+__all__ = [
+    "TRAINING_PHASES",
+    "INFERENCE_PHASES",
+    "COLLECTIVE_PHASES",
+    "COMPUTE_STREAMS",
+    "Op",
+    "OpGraph",
+    "build_graph",
+    "ScheduleRunner",
+    "PhaseBreakdown",
+    "phase_breakdown",
+]
+
+TRAINING_PHASES: tuple[str, ...] = (
+    "h2d", "input_a2a", "emb_fwd", "pooled_a2a", "pooled_h2d", "bot_fwd", "inter_fwd", "top_fwd",
+    "top_bwd", "inter_bwd", "grad_d2h", "grad_a2a", "bot_bwd", "allreduce", "emb_bwd", "dense_opt",
+)
+INFERENCE_PHASES: tuple[str, ...] = ("h2d", "input_a2a", "emb_fwd", "pooled_a2a", "pooled_h2d", "bot_fwd", "inter_fwd", "top_fwd")
+COLLECTIVE_PHASES = frozenset({"input_a2a", "pooled_a2a", "grad_a2a", "allreduce"})
+#: Streams whose ops count as computation when attributing exposed time.
+COMPUTE_STREAMS = frozenset({"compute", "emb", "cpu", "nic", "main"})
+_COPY_PHASES = frozenset({"h2d", "pooled_h2d", "grad_d2h"})
+_EMB_PHASES = frozenset({"emb_fwd", "emb_bwd"})
+
+
+@dataclass(eq=False)
+class Op:
+    """One op of the graph. A collective op spans ``ranks``; every other op has one rank."""
+
+    id: int
+    phase: str
+    iteration: int
+    ranks: tuple[int, ...]
+    stream: str
+    payload: Any = None
+    deps: list["Op"] = field(default_factory=list)
+    dependents: list["Op"] = field(default_factory=list)
+    start: int | None = None
+    end: int | None = None
+    _waiting: int = 0
+
+    @property
+    def collective(self) -> bool:
+        return self.phase in COLLECTIVE_PHASES
+
+    @property
+    def rank(self) -> int:
+        return self.ranks[0]
+
+    def depends_on(self, other: "Op") -> None:
+        if other is self:
+            raise ValueError(f"op {self.phase}[{self.iteration}]: cannot depend on itself")
+        if other not in self.deps:
+            self.deps.append(other)
+            other.dependents.append(self)
+
+    def __repr__(self) -> str:
+        where = "all" if len(self.ranks) > 1 else str(self.rank)
+        return f"Op({self.phase}[{self.iteration}]@{where}/{self.stream})"
+
+
+@dataclass
+class OpGraph:
+    """All ops of a run, by (phase, iteration, rank) and in creation order."""
+
+    ops: list[Op] = field(default_factory=list)
+    num_ranks: int = 0
+    iterations: int = 0
+    mode: str = "training"
+    pipelined: bool = True
+    _index: dict[tuple[str, int, int], Op] = field(default_factory=dict)
+
+    def add(self, phase: str, iteration: int, ranks: Sequence[int], stream: str, payload: Any) -> Op:
+        op = Op(len(self.ops), phase, iteration, tuple(ranks), stream, payload)
+        self.ops.append(op)
+        for r in op.ranks:
+            self._index[(phase, iteration, r)] = op
+        return op
+
+    def get(self, phase: str, iteration: int, rank: int) -> Op | None:
+        return self._index.get((phase, iteration, rank))
+
+    def of_rank(self, rank: int) -> list[Op]:
+        """The ops ``rank`` takes part in, in creation order."""
+        return [op for op in self.ops if rank in op.ranks]
+
+
+PayloadFn = Callable[[str, int, int], Any]
+
+
+def build_graph(
+    num_ranks: int,
+    iterations: int,
+    payloads: Mapping[str, Any] | PayloadFn,
+    mode: str = "training",
+    pipelined: bool = True,
+    emb_stream: str = "compute",
+    phases: Iterable[str] | None = None,
+) -> OpGraph:
+    """Build the op graph of ``iterations`` batches on ``num_ranks`` ranks.
+
+    ``payloads`` gives each op's payload: a mapping ``phase -> payload`` (collectives: one
+    payload; other phases: a payload or a per-rank sequence), or a function
+    ``(phase, iteration, rank) -> payload`` (rank -1 for collectives). A phase is present when
+    it is listed in ``phases`` (default: every phase of the mode that has a payload; a payload of
+    ``None`` leaves the phase out). ``emb_stream`` is where embedding ops run: ``compute``
+    (GPU), ``cpu`` (CPU sockets), ``nic`` (the SmartNIC).
+    """
+    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
+        raise ValueError(f"num_ranks: expected an integer >= 1, got {num_ranks!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f"iterations: expected an integer >= 1, got {iterations!r}")
+    if mode not in ("training", "inference"):
+        raise ValueError(f"mode: expected 'training' or 'inference', got {mode!r}")
+    if emb_stream not in ("compute", "cpu", "nic"):
+        raise ValueError(f"emb_stream: expected 'compute', 'cpu' or 'nic', got {emb_stream!r}")
+    order = TRAINING_PHASES if mode == "training" else INFERENCE_PHASES
+
+    if callable(payloads):
+        get_payload: PayloadFn = payloads
+        present = set(phases) if phases is not None else set(order)
+    else:
+        table = dict(payloads)
+        for phase in table:
+            if phase not in order:
+                raise ValueError(f"payloads.{phase}: not a {mode} phase; expected one of {', '.join(order)}")
+
+        def get_payload(phase: str, iteration: int, rank: int) -> Any:
+            value = table.get(phase)
+            if rank >= 0 and isinstance(value, (list, tuple)):
+                if len(value) != num_ranks:
+                    raise ValueError(f"payloads.{phase}: expected {num_ranks} per-rank payloads, got {len(value)}")
+                return value[rank]
+            return value
+
+        present = set(phases) if phases is not None else {p for p in order if table.get(p) is not None}
+    for phase in present:
+        if phase not in order:
+            raise ValueError(f"phases: {phase!r} is not a {mode} phase")
+    active = [p for p in order if p in present]
+
+    def stream_of(phase: str) -> str:
+        if not pipelined:
+            return "main"
+        if phase in ("input_a2a", "h2d"):
+            return "input"
+        if phase in COLLECTIVE_PHASES:
+            return "comm"
+        if phase in _COPY_PHASES:
+            return "copy"
+        if phase in _EMB_PHASES:
+            if emb_stream != "compute":
+                return emb_stream
+            return "emb" if mode == "inference" else "compute"
+        return "compute"
+
+    graph = OpGraph(num_ranks=num_ranks, iterations=iterations, mode=mode, pipelined=pipelined)
+    all_ranks = tuple(range(num_ranks))
+    last_on_stream: dict[tuple[int, str], Op] = {}
+
+    for it in range(iterations):
+        for phase in active:
+            stream = stream_of(phase)
+            if phase in COLLECTIVE_PHASES:
+                created = [graph.add(phase, it, all_ranks, stream, get_payload(phase, it, -1))]
+            else:
+                created = [graph.add(phase, it, (r,), stream, get_payload(phase, it, r)) for r in all_ranks]
+            for op in created:
+                for r in op.ranks:
+                    prev = last_on_stream.get((r, stream))
+                    if prev is not None:
+                        op.depends_on(prev)
+                    last_on_stream[(r, stream)] = op
+        # data dependencies, per rank
+        for r in all_ranks:
+            _wire_rank(graph, it, r, mode, pipelined)
+    return graph
+
+
+def _first(graph: OpGraph, it: int, r: int, *phases: str) -> Op | None:
+    for p in phases:
+        op = graph.get(p, it, r)
+        if op is not None:
+            return op
+    return None
+
+
+def _wire_rank(graph: OpGraph, it: int, r: int, mode: str, pipelined: bool) -> None:
+    g = lambda phase, i=it: graph.get(phase, i, r)  # noqa: E731
+
+    def need(op_phase: str, *inputs: str, i: int = it) -> None:
+        op = g(op_phase)
+        if op is None:
+            return
+        for name in inputs:
+            dep = g(name, i)
+            if dep is not None and dep is not op:
+                op.depends_on(dep)
+
+    need("input_a2a", "h2d")
+    need("emb_fwd", "input_a2a")
+    need("pooled_a2a", "emb_fwd")
+    need("pooled_h2d", "pooled_a2a")
+    need("bot_fwd", "h2d")
+    need("inter_fwd", "bot_fwd", "pooled_a2a", "pooled_h2d")
+    need("top_fwd", "inter_fwd")
+    need("top_bwd", "top_fwd")
+    need("inter_bwd", "top_bwd")
+    need("grad_d2h", "inter_bwd")
+    need("grad_a2a", "inter_bwd", "grad_d2h")
+    need("bot_bwd", "inter_bwd")
+    need("allreduce", "bot_bwd", "top_bwd")
+    need("emb_bwd", "grad_a2a", "emb_fwd")
+    need("dense_opt", "allreduce")
+    if it == 0:
+        return
+    # across iterations
+    prev = it - 1
+    input_a2a = g("input_a2a")
+    if input_a2a is not None and pipelined:
+        # prefetch depth one: batch i's indices land once batch i-1's lookup consumed its own
+        consumed = g("emb_fwd", prev)
+        if consumed is not None:
+            input_a2a.depends_on(consumed)
+    if mode == "training":
+        # synchronous training: batch i reads the tables and weights batch i-1 updated
+        emb_fwd = g("emb_fwd")
+        updated = g("emb_bwd", prev)
+        if emb_fwd is not None and updated is not None:
+            emb_fwd.depends_on(updated)
+        bot = g("bot_fwd")
+        step = _first(graph, prev, r, "dense_opt", "allreduce", "bot_bwd")
+        if bot is not None and step is not None:
+            bot.depends_on(step)
+    h2d = g("h2d")
+    if h2d is not None and pipelined:
+        # one batch of staging buffers ahead
+        ahead = _first(graph, prev, r, "input_a2a", "emb_fwd")
+        if ahead is not None:
+            h2d.depends_on(ahead)
+
+
+def _is_compute(op: Op) -> bool:
+    return op.stream in COMPUTE_STREAMS and not op.collective and op.phase not in _COPY_PHASES
+
+
+Backend = Callable[[Op, Callable[[int, int], None]], None]
+
+
+class ScheduleRunner:
+    """Executes an :class:`OpGraph` on an engine: an op starts when all its deps have ended.
+
+    ``backend(op, done)`` starts the op's work on the engine's resources and must eventually
+    call ``done(start_ps, end_ps)``. A collective starts once it is ready on every rank.
+    """
+
+    def __init__(self, engine: Engine, graph: OpGraph, backend: Backend, on_op_done: Callable[[Op], None] | None = None) -> None:
+        self.engine = engine
+        self.graph = graph
+        self.backend = backend
+        self.on_op_done = on_op_done
+        self.done_count = 0
+
+    def start(self) -> None:
+        """Release every op without dependencies (at ``engine.now``)."""
+        for op in self.graph.ops:
+            op._waiting = len(op.deps)
+            op.start = op.end = None
+        for op in self.graph.ops:
+            if op._waiting == 0:
+                self.engine.after(0, self._launch, op)
+
+    def run(self, until_ps: int | None = None) -> int:
+        self.start()
+        end = self.engine.run(until_ps)
+        self.check_complete()
+        return end
+
+    def check_complete(self) -> None:
+        left = [op for op in self.graph.ops if op.end is None]
+        if left:
+            raise RuntimeError(f"schedule stalled: {len(left)} ops never ran, first {left[0]!r} waiting on "
+                               f"{[d for d in left[0].deps if d.end is None]!r}")
+
+    def _launch(self, op: Op) -> None:
+        op.start = self.engine.now
+        self.backend(op, lambda start, end, op=op: self._finish(op, end))
+
+    def _finish(self, op: Op, end: int) -> None:
+        op.end = self.engine.now if end is None else end
+        self.done_count += 1
+        if self.on_op_done is not None:
+            self.on_op_done(op)
+        for child in op.dependents:
+            child._waiting -= 1
+            if child._waiting == 0:
+                self._launch(child)
+
+
+@dataclass
+class PhaseBreakdown:
+    """Per-phase time, averaged over the ranks and iterations measured (seconds).
+
+    ``serialized``: the ops' own durations (start to end), what the phase would add if nothing
+    overlapped. ``exposed``: the share of wall time attributed to the phase: at each instant the
+    time goes to the active computation ops (split evenly), or, if none runs, to the active
+    communication/copy ops, or to ``idle``. Exposed times (plus idle) sum to the iteration time.
+    """
+
+    serialized: dict[str, float]
+    exposed: dict[str, float]
+    idle: float
+    window_s: float
+
+
+def phase_breakdown(graph: OpGraph, ranks: Sequence[int], iterations: Sequence[int], ps_per_unit: float = 1e12) -> PhaseBreakdown:
+    """Serialized vs exposed time per phase on ``ranks`` over ``iterations`` (a contiguous
+    range of completed iterations; the window runs from the end of the iteration before the
+    first to the end of the last)."""
+    if not ranks or not iterations:
+        raise ValueError("ranks, iterations: expected non-empty sequences")
+    its = set(iterations)
+    serialized: dict[str, float] = {}
+    exposed: dict[str, float] = {}
+    idle_total = 0.0
+    window_total = 0.0
+    rank_set = set(ranks)
+    per_rank: dict[int, list[Op]] = {r: [] for r in ranks}
+    for op in graph.ops:
+        if op.end is None or op.start is None:
+            raise ValueError(f"phase_breakdown: {op!r} has not run")
+        if len(op.ranks) == 1:
+            if op.ranks[0] in rank_set:
+                per_rank[op.ranks[0]].append(op)
+        else:
+            for r in ranks:
+                per_rank[r].append(op)
+    first, last = min(its), max(its)
+    for r in ranks:
+        ops = per_rank[r]
+        end_of = {}
+        for op in ops:
+            end_of[op.iteration] = max(end_of.get(op.iteration, 0), op.end)
+        lo = end_of.get(first - 1, min(op.start for op in ops if op.iteration == first))
+        hi = end_of[last]
+        window_total += hi - lo
+        for op in ops:
+            if op.iteration in its:
+                serialized[op.phase] = serialized.get(op.phase, 0.0) + (op.end - op.start)
+        # sweep over the window
+        points: list[tuple[int, int, Op]] = []
+        for op in ops:
+            s, e = max(op.start, lo), min(op.end, hi)
+            if e > s:
+                points.append((s, 1, op))
+                points.append((e, -1, op))
+        points.sort(key=lambda p: (p[0], p[1]))
+        active_c: list[Op] = []
+        active_o: list[Op] = []
+        t = lo
+        for time, kind, op in points:
+            if time > t:
+                dt = time - t
+                if active_c:
+                    share = dt / len(active_c)
+                    for a in active_c:
+                        exposed[a.phase] = exposed.get(a.phase, 0.0) + share
+                elif active_o:
+                    share = dt / len(active_o)
+                    for a in active_o:
+                        exposed[a.phase] = exposed.get(a.phase, 0.0) + share
+                else:
+                    idle_total += dt
+                t = time
+            target = active_c if _is_compute(op) else active_o
+            if kind == 1:
+                target.append(op)
+            else:
+                target.remove(op)
+        if hi > t:
+            idle_total += hi - t
+    scale = 1.0 / (len(ranks) * len(its) * ps_per_unit)
+    return PhaseBreakdown(
+        serialized={k: v * scale for k, v in serialized.items()},
+        exposed={k: v * scale for k, v in exposed.items()},
+        idle=idle_total * scale,
+        window_s=window_total * scale,
+    )
