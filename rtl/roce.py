@@ -1,0 +1,112 @@
+"""RoCEv2 (RC RDMA WRITE) framing constants and the layouts shared by the packetizer and the
+depacketizer.
+
+A frame as both units see it (byte offsets from the start of the Ethernet header, no FCS):
+
+====== ====== ==============================================================================
+offset bytes  field
+====== ====== ==============================================================================
+0      14     Ethernet: destination MAC, source MAC, Ethertype 0x0800
+14     20     IPv4: version 4, IHL 5, DSCP/ECN, total length, id, flags (DF), TTL, protocol
+              17, header checksum, source, destination
+34     8      UDP: source port, destination port 4791, length, checksum (0: not used)
+42     12     BTH: opcode, SE/M/pad count/version, P_Key, FECN/BECN/resv, dest QP, AckReq, PSN
+54     16     RETH (WRITE FIRST and ONLY): virtual address, R_Key, DMA length
+..     4      immediate data (WRITE LAST/ONLY WITH IMMEDIATE)
+..     P+pad  payload, padded with zeros to a multiple of 4 (pad count in the BTH)
+..     4      ICRC: CRC-32 (Ethernet) over 8 bytes of ones followed by the frame from the IP
+              header on with the variant fields masked to ones, least significant byte first
+====== ====== ==============================================================================
+
+Frames travel on a byte stream of ``data_bytes`` bytes per beat (:class:`FrameBeat`): byte ``i``
+of a beat is bits ``8i..8i+7`` of ``data``; ``count`` says how many bytes of the beat are valid
+(``data_bytes`` on every beat but the last).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data
+
+from .streams import check_int
+
+__all__ = [
+    "ROCE_UDP_PORT", "ETHERTYPE_IPV4", "OP_WRITE_FIRST", "OP_WRITE_MIDDLE", "OP_WRITE_LAST",
+    "OP_WRITE_LAST_IMM", "OP_WRITE_ONLY", "OP_WRITE_ONLY_IMM", "ETH_LEN", "IP_LEN", "UDP_LEN",
+    "BTH_LEN", "RETH_LEN", "IMM_LEN", "ICRC_LEN", "BASE_HEADER_LEN", "MAX_HEADER_LEN",
+    "IP_TTL", "IP_FLAGS_DF", "BTH_PKEY", "DROP_REASONS", "header_len", "check_data_bytes",
+    "check_pmtu", "FrameBeat",
+]
+
+ROCE_UDP_PORT = 4791
+ETHERTYPE_IPV4 = 0x0800
+
+OP_WRITE_FIRST = 0x06
+OP_WRITE_MIDDLE = 0x07
+OP_WRITE_LAST = 0x08
+OP_WRITE_LAST_IMM = 0x09
+OP_WRITE_ONLY = 0x0A
+OP_WRITE_ONLY_IMM = 0x0B
+
+ETH_LEN, IP_LEN, UDP_LEN, BTH_LEN, RETH_LEN, IMM_LEN, ICRC_LEN = 14, 20, 8, 12, 16, 4, 4
+BASE_HEADER_LEN = ETH_LEN + IP_LEN + UDP_LEN + BTH_LEN          # 54: MIDDLE and LAST
+MAX_HEADER_LEN = BASE_HEADER_LEN + RETH_LEN + IMM_LEN           # 74: ONLY WITH IMMEDIATE
+
+# Constant header fields the packetizer sends (and the reference model reproduces).
+IP_TTL = 64
+IP_FLAGS_DF = 0x4000
+BTH_PKEY = 0xFFFF
+
+#: Why the depacketizer drops a frame, in the priority order it checks them (a frame is
+#: counted under the first reason that applies).
+DROP_REASONS = (
+    "truncated",     # shorter than an IPv4 header, or than the IP total length says
+    "ethertype",     # not 0x0800
+    "ip_version",    # IPv4 version 4 and IHL 5 expected
+    "ip_length",     # frame longer than the IP total length, or a length too small for UDP+BTH
+    "ip_checksum",   # IPv4 header checksum wrong
+    "udp_port",      # not UDP (protocol 17) to port 4791
+    "icrc",          # invariant CRC wrong
+    "qp",            # destination QP not served by this receiver
+    "opcode",        # not an RC WRITE opcode, or out of FIRST/MIDDLE/LAST sequence for the QP
+    "psn",           # PSN is not the next one expected for the QP
+    "length",        # payload length disagrees with the RETH DMA length / path MTU
+)
+
+
+def header_len(opcode: int) -> int:
+    """Bytes before the payload for an RC WRITE opcode."""
+    if opcode in (OP_WRITE_FIRST, OP_WRITE_ONLY):
+        return BASE_HEADER_LEN + RETH_LEN
+    if opcode == OP_WRITE_ONLY_IMM:
+        return BASE_HEADER_LEN + RETH_LEN + IMM_LEN
+    if opcode == OP_WRITE_LAST_IMM:
+        return BASE_HEADER_LEN + IMM_LEN
+    if opcode in (OP_WRITE_MIDDLE, OP_WRITE_LAST):
+        return BASE_HEADER_LEN
+    raise ValueError(f"opcode: expected an RC RDMA WRITE opcode 0x06..0x0b, got {opcode:#x}")
+
+
+def check_data_bytes(data_bytes: object) -> int:
+    """Validate a frame-stream width: 8, 16, 32 or 64 bytes per beat."""
+    check_int("data_bytes", data_bytes, minimum=8, maximum=64, power_of_two=True)
+    return data_bytes  # type: ignore[return-value]
+
+
+def check_pmtu(pmtu: object) -> int:
+    """Validate a path MTU: 256, 512, 1024, 2048 or 4096 bytes."""
+    check_int("pmtu", pmtu, minimum=256, maximum=4096, power_of_two=True)
+    return pmtu  # type: ignore[return-value]
+
+
+class FrameBeat(data.StructLayout):
+    """One beat of a frame stream: ``data_bytes`` bytes, valid byte ``count``, ``last``."""
+
+    def __init__(self, data_bytes: int = 64):
+        check_data_bytes(data_bytes)
+        self.data_bytes = data_bytes
+        super().__init__({
+            "data": unsigned(8 * data_bytes),
+            "count": unsigned((data_bytes).bit_length()),
+            "last": unsigned(1),
+        })
