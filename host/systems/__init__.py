@@ -1,0 +1,303 @@
+"""System presets: the machine a cluster run simulates (ZionEX, Zion, SmartNIC).
+
+A system says where embeddings live (GPU HBM, CPU sockets or GPU + SmartNIC), which network
+topology joins the GPUs (a ``sim.network`` preset), which GPU model (a ``sim.gpu`` preset, with
+optional efficiency overrides), how the communication streams share the GPU (the C3 levers:
+stream priority, SM partitioning, collectives on the copy engines) and, for the SmartNIC
+system, the NIC's caches and datapath.
+
+API
+    ``PRESET_NAMES``; ``preset(name) -> SystemSpec``; ``preset_text(name)`` (the TOML, with its
+    documented assumptions); ``system_from_dict(data, path="system")``;
+    ``resolve_system(value, path="system")``: a preset name, or a table with ``preset = NAME``
+    whose other fields override the preset's (sub-tables merge field by field).
+
+Schema (TOML; every field checked, errors name the dotted field)::
+
+    name = "zionex"; description = "..."
+    embeddings = "gpu"            # gpu | cpu | nic
+    network = "zionex"            # sim.network topology preset
+    gpu = "a100-40gb"             # sim.gpu preset
+    comm_dtype = "fp32"           # fp32 | fp16 (quantized communication)
+    [gpu_efficiency]              # optional overrides of sim.gpu.GPUEfficiency fields
+    [streams]                     # comm_priority = "high"|"normal", collectives_on_dma = bool,
+                                  # comm_sm_fraction, comm_hbm_fraction, sm_partition_comm,
+                                  # interference (fractions)
+    [host]                        # pcie_gbytes_per_s, cpu (sim.resources preset), sockets_per_node
+    [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, local_cache_mib,
+                                  # remote_cache_mib, cache_ways, memory_gbytes_per_s,
+                                  # pool_on_nic, reorder, trace_samples
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from typing import Any, Mapping
+
+from sim.gpu import GPU_PRESETS, GPUEfficiency, GPUSpec, gpu_preset
+from sim.resources import CPU_PRESETS
+
+__all__ = [
+    "PRESET_NAMES",
+    "StreamsSpec",
+    "HostSpec",
+    "NICSpec",
+    "SystemSpec",
+    "preset",
+    "preset_text",
+    "system_from_dict",
+    "resolve_system",
+    "merge_tables",
+]
+
+PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic")
+EMBEDDING_PLACES = ("gpu", "cpu", "nic")
+
+
+# ------------------------------------------------------------------------------------ checks
+def _table(path: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{path}: expected a table, got {type(value).__name__}")
+    return value
+
+
+def _no_unknown(path: str, data: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in known:
+            raise ValueError(f"{path}.{key}: unknown field; expected one of {', '.join(known)}")
+
+
+def _num(path: str, value: Any, lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and lo is not None:
+        ok = value > lo if lo_open else value >= lo
+    if ok and hi is not None:
+        ok = value < hi if hi_open else value <= hi
+    if not ok:
+        lo_s = "" if lo is None else f"{'>' if lo_open else '>='} {lo}"
+        hi_s = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"
+        rng = " and ".join(s for s in (lo_s, hi_s) if s)
+        raise ValueError(f"{path}: expected a number {rng}, got {value!r}")
+    return float(value)
+
+
+def _int(path: str, value: Any, lo: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _bool(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{path}: expected true or false, got {value!r}")
+    return value
+
+
+def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def merge_tables(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``override``; sub-tables merge key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_tables(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------- specs
+@dataclass(frozen=True)
+class StreamsSpec:
+    """How communication shares a GPU with computation (the levers C3 studies)."""
+
+    comm_priority: str = "high"
+    collectives_on_dma: bool = False
+    comm_sm_fraction: float = 0.08
+    comm_hbm_fraction: float = 0.05
+    sm_partition_comm: float = 0.0
+    interference: float = 0.10
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """Host side of a node: PCIe per GPU, CPU sockets (Zion's embeddings live there)."""
+
+    pcie_gbytes_per_s: float = 25.0
+    cpu: str = "xeon-ddr4-6ch"
+    sockets_per_node: int = 4
+
+
+@dataclass(frozen=True)
+class NICSpec:
+    """The SmartNIC: datapath, caches and the features of the SmartNIC system."""
+
+    clock_mhz: float = 250.0
+    datapath_bytes: int = 64
+    local_cache_mib: float = 64.0
+    remote_cache_mib: float = 64.0
+    cache_ways: int = 32
+    memory_gbytes_per_s: float = 38.4
+    pool_on_nic: bool = True
+    reorder: bool = True
+    trace_samples: int = 4096
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """One system (see module doc). ``gpu_spec`` is the resolved GPU model with overrides."""
+
+    name: str
+    embeddings: str
+    network: str
+    gpu: str
+    gpu_spec: GPUSpec
+    comm_dtype: str = "fp32"
+    description: str = ""
+    streams: StreamsSpec = field(default_factory=StreamsSpec)
+    host: HostSpec = field(default_factory=HostSpec)
+    nic: NICSpec | None = None
+    gpu_efficiency: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved system as a TOML-ready table (for the results folder)."""
+        out: dict[str, Any] = {
+            "name": self.name, "description": self.description, "embeddings": self.embeddings,
+            "network": self.network, "gpu": self.gpu, "comm_dtype": self.comm_dtype,
+            "gpu_efficiency": {f.name: getattr(self.gpu_spec.efficiency, f.name) for f in fields(GPUEfficiency)},
+            "streams": {f.name: getattr(self.streams, f.name) for f in fields(StreamsSpec)},
+            "host": {f.name: getattr(self.host, f.name) for f in fields(HostSpec)},
+        }
+        if self.nic is not None:
+            out["nic"] = {f.name: getattr(self.nic, f.name) for f in fields(NICSpec)}
+        return out
+
+
+_TOP = ("name", "description", "embeddings", "network", "gpu", "comm_dtype", "gpu_efficiency", "streams", "host", "nic", "preset")
+
+
+def _streams(path: str, data: Mapping[str, Any]) -> StreamsSpec:
+    _no_unknown(path, data, tuple(f.name for f in fields(StreamsSpec)))
+    d = StreamsSpec()
+    spec = StreamsSpec(
+        comm_priority=_choice(f"{path}.comm_priority", data.get("comm_priority", d.comm_priority), ("high", "normal")),
+        collectives_on_dma=_bool(f"{path}.collectives_on_dma", data.get("collectives_on_dma", d.collectives_on_dma)),
+        comm_sm_fraction=_num(f"{path}.comm_sm_fraction", data.get("comm_sm_fraction", d.comm_sm_fraction), 0, 1, hi_open=True),
+        comm_hbm_fraction=_num(f"{path}.comm_hbm_fraction", data.get("comm_hbm_fraction", d.comm_hbm_fraction), 0, 1, hi_open=True),
+        sm_partition_comm=_num(f"{path}.sm_partition_comm", data.get("sm_partition_comm", d.sm_partition_comm), 0, 0.9),
+        interference=_num(f"{path}.interference", data.get("interference", d.interference), 0, 1, hi_open=True),
+    )
+    return spec
+
+
+def _host(path: str, data: Mapping[str, Any]) -> HostSpec:
+    _no_unknown(path, data, tuple(f.name for f in fields(HostSpec)))
+    d = HostSpec()
+    return HostSpec(
+        pcie_gbytes_per_s=_num(f"{path}.pcie_gbytes_per_s", data.get("pcie_gbytes_per_s", d.pcie_gbytes_per_s), 0, lo_open=True),
+        cpu=_choice(f"{path}.cpu", data.get("cpu", d.cpu), tuple(CPU_PRESETS)),
+        sockets_per_node=_int(f"{path}.sockets_per_node", data.get("sockets_per_node", d.sockets_per_node), 1),
+    )
+
+
+def _nic(path: str, data: Mapping[str, Any]) -> NICSpec:
+    _no_unknown(path, data, tuple(f.name for f in fields(NICSpec)))
+    d = NICSpec()
+    ways = _int(f"{path}.cache_ways", data.get("cache_ways", d.cache_ways), 1)
+    return NICSpec(
+        clock_mhz=_num(f"{path}.clock_mhz", data.get("clock_mhz", d.clock_mhz), 0, lo_open=True),
+        datapath_bytes=_int(f"{path}.datapath_bytes", data.get("datapath_bytes", d.datapath_bytes), 1),
+        local_cache_mib=_num(f"{path}.local_cache_mib", data.get("local_cache_mib", d.local_cache_mib), 0),
+        remote_cache_mib=_num(f"{path}.remote_cache_mib", data.get("remote_cache_mib", d.remote_cache_mib), 0),
+        cache_ways=ways,
+        memory_gbytes_per_s=_num(f"{path}.memory_gbytes_per_s", data.get("memory_gbytes_per_s", d.memory_gbytes_per_s), 0, lo_open=True),
+        pool_on_nic=_bool(f"{path}.pool_on_nic", data.get("pool_on_nic", d.pool_on_nic)),
+        reorder=_bool(f"{path}.reorder", data.get("reorder", d.reorder)),
+        trace_samples=_int(f"{path}.trace_samples", data.get("trace_samples", d.trace_samples), 16),
+    )
+
+
+def system_from_dict(data: Mapping[str, Any], path: str = "system") -> SystemSpec:
+    """Validate a system table field by field (errors name the dotted field)."""
+    data = _table(path, data)
+    _no_unknown(path, data, _TOP)
+    for key in ("name", "embeddings", "network", "gpu"):
+        if key not in data:
+            raise ValueError(f"{path}.{key}: required field missing")
+    name = data["name"]
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{path}.name: expected a non-empty string, got {name!r}")
+    embeddings = _choice(f"{path}.embeddings", data["embeddings"], EMBEDDING_PLACES)
+    network = data["network"]
+    if not isinstance(network, str) or not network:
+        raise ValueError(f"{path}.network: expected a sim.network preset name, got {network!r}")
+    gpu_name = _choice(f"{path}.gpu", data["gpu"], tuple(GPU_PRESETS))
+    eff_data = dict(_table(f"{path}.gpu_efficiency", data.get("gpu_efficiency", {})))
+    known_eff = tuple(f.name for f in fields(GPUEfficiency))
+    _no_unknown(f"{path}.gpu_efficiency", eff_data, known_eff)
+    for key, value in eff_data.items():
+        _num(f"{path}.gpu_efficiency.{key}", value, 0)
+    gpu = gpu_preset(gpu_name)
+    if eff_data:
+        try:
+            gpu = gpu.with_efficiency(**eff_data)
+        except ValueError as error:
+            raise ValueError(f"{path}.gpu_efficiency: {error}") from None
+    nic = None
+    if "nic" in data:
+        nic = _nic(f"{path}.nic", _table(f"{path}.nic", data["nic"]))
+    elif embeddings == "nic":
+        nic = NICSpec()
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise ValueError(f"{path}.description: expected a string, got {description!r}")
+    return SystemSpec(
+        name=name,
+        description=description,
+        embeddings=embeddings,
+        network=network,
+        gpu=gpu_name,
+        gpu_spec=gpu,
+        comm_dtype=_choice(f"{path}.comm_dtype", data.get("comm_dtype", "fp32"), ("fp32", "fp16")),
+        streams=_streams(f"{path}.streams", _table(f"{path}.streams", data.get("streams", {}))),
+        host=_host(f"{path}.host", _table(f"{path}.host", data.get("host", {}))),
+        nic=nic,
+        gpu_efficiency=eff_data,
+    )
+
+
+def preset_text(name: str) -> str:
+    if name not in PRESET_NAMES:
+        raise ValueError(f"system: unknown preset {name!r}; expected one of {', '.join(PRESET_NAMES)}")
+    return resources.files(__name__).joinpath("presets", f"{name}.toml").read_text(encoding="utf-8")
+
+
+def preset_dict(name: str) -> dict[str, Any]:
+    return tomllib.loads(preset_text(name))
+
+
+def preset(name: str) -> SystemSpec:
+    """The system preset ``name`` (see :data:`PRESET_NAMES`)."""
+    return system_from_dict(preset_dict(name), "system")
+
+
+def resolve_system(value: Any, path: str = "system") -> SystemSpec:
+    """A preset name, or a table (``preset = NAME`` plus overrides, or a full system)."""
+    if isinstance(value, str):
+        if value not in PRESET_NAMES:
+            raise ValueError(f"{path}: unknown system preset {value!r}; expected one of {', '.join(PRESET_NAMES)}")
+        return preset(value)
+    data = dict(_table(path, value))
+    if "preset" in data:
+        name = data.pop("preset")
+        if name not in PRESET_NAMES:
+            raise ValueError(f"{path}.preset: unknown system preset {name!r}; expected one of {', '.join(PRESET_NAMES)}")
+        data = merge_tables(preset_dict(name), data)
+    return system_from_dict(data, path)
