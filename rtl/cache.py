@@ -1,0 +1,703 @@
+"""Set-associative, write-back, non-blocking cache of embedding rows.
+
+The cache sits between a memory-port initiator (the embedding gather/pool unit) and a backing
+tier (host DRAM, SSD, a remote node). Both of its sides speak :class:`rtl.streams.MemPortSignature`:
+``front`` is the flipped port (the cache answers requests), ``back`` the ordinary port (the cache
+issues them), so units stack unchanged.
+
+Organisation
+============
+
+One *line* holds one embedding *row*. A row occupies ``line_beats`` beat addresses of the
+address space (row ``r`` starts at beat address ``r * line_beats``), of which the first
+``row_beats`` (``<= line_beats``) are data and are cached; the cache reads and writes back
+exactly ``row_beats`` beats per line. The cache has ``sets`` sets of ``ways`` ways.
+
+Set index of row ``r`` (``s = log2(sets)``):
+
+* ``index="modulo"``: the low ``s`` bits of ``r``.
+* ``index="hash"``: the XOR of all ``s``-bit chunks of ``r`` (bits ``0..s-1`` xor bits
+  ``s..2s-1`` xor ...). One layer of XOR gates; it spreads strided row sets over all sets,
+  which the modulo index maps onto one set. The tag is ``r >> s`` in both cases, from which
+  the row is rebuilt for write-backs (``low bits = set xor fold(tag)``).
+
+Replacement, chosen at elaboration (``policy``); a miss fills the lowest-numbered *invalid*
+way first, and only a full set evicts:
+
+* ``"lru"``: exact least-recently-used per set. Each way keeps a rank (0 = most recent); an
+  access moves its way to rank 0 and ages the ways that were more recent. The victim is the
+  way of rank ``ways - 1``.
+* ``"lfu"``: a saturating use count of ``lfu_bits`` bits per way. A hit adds one; when the
+  hit way's count is already at its maximum, every count of the set is first halved (aging).
+  A fill sets the new way's count to 1. The victim is the way with the smallest count, the
+  lowest-numbered one on a tie.
+
+Departures from FBGEMM's software cache (see ``shared/REFERENCES.md``): recency is exact and
+per access, not a per-batch timestamp (the port has no notion of a batch); no way is locked
+for "the current batch" and no miss bypasses the cache; LFU counts only resident rows (FBGEMM
+counts every row of the table, which hardware cannot hold) and so admits every missed row
+instead of comparing its count with the victim's; counts saturate and age by halving; the
+set hash is the XOR fold above, and ``sets`` must be a power of two.
+
+Requests
+========
+
+A front request must lie inside one row: with ``off = addr % line_beats``, it needs
+``beats >= 1`` and ``off + beats <= row_beats``. Any other request is an *error*: it changes
+no state, counts in ``stats.errors``, and still completes by the port's rules (a read returns
+``beats`` beats of zeros, a write's data beats are consumed and dropped; a zero-beat request
+is dropped), so nothing hangs. ``error`` stays high from the first error on.
+
+Writes are write-back and write-allocate: a write miss fetches the row, then merges the
+written bytes (per the byte mask); a written line is dirty and is written back to ``back``
+when evicted or flushed.
+
+Timing
+======
+
+* The lookup pipeline accepts one request per cycle. Cycle 0: the request is accepted and
+  the tag/state word of its set is read. Cycle 1: tags compared, victim chosen, state word
+  written back (the next request's read of the same set sees it), the operation queued.
+* Data are delivered in request order (the port's contract) by one executor that performs
+  the queued operations one beat per cycle. A read that is not behind an unfinished
+  operation has its first data beat valid in cycle 2: hit latency 2 cycles.
+* Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
+  its row has arrived. Later requests keep being looked up: hits under misses, and requests
+  for a row already in flight are *merged* into it (no second fetch). Their data wait in
+  the in-order queue (``queue_depth`` operations) behind the miss.
+* A miss writes a dirty victim back (write request + ``row_beats`` beats), then requests the
+  new row; back-port requests leave in lookup order.
+* The lookup stalls (``front.req.ready`` low) when the queue is full, when a miss finds no
+  free MSHR, or when the chosen victim still has queued operations (it is in use by an
+  earlier request). Stalls delay lookups but never change their outcome: hit, miss or merge
+  and the replacement state depend only on the order of requests (see
+  ``sim/reference/cache.py`` for the exact statement).
+
+Commands
+========
+
+``cmd`` (a stream of :class:`CacheOp`) takes one command at a time; the cache stops taking
+front requests while ``cmd.valid`` is high, finishes every accepted request, runs the
+command, and accepts the command (``cmd.ready``) only when it has completed:
+
+* ``FLUSH``: every dirty line is written back and marked clean (complete when the last
+  write-back's request and data have been handed to ``back``; writes are posted).
+* ``INVALIDATE``: every line is dropped (dirty data are discarded: flush first to keep
+  them) and the replacement state returns to its initial value.
+
+Reset clears the pipeline, not the tag store: issue ``INVALIDATE`` after a reset that
+interrupted traffic.
+
+Observation
+===========
+
+``lookup_valid``/``lookup_kind`` pulse once per looked-up request (in request order) with
+its :class:`LookupKind`; ``stats`` holds counters (hits, misses, merged misses, evictions of
+valid lines, write-backs, errors); ``idle`` is high when nothing is in flight.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from .streams import MemPortSignature, check_int
+
+__all__ = ["CacheOp", "LookupKind", "CacheStats", "CacheController"]
+
+
+class CacheOp(enum.Enum, shape=1):
+    """A maintenance command on the ``cmd`` stream."""
+
+    FLUSH = 0
+    INVALIDATE = 1
+
+
+class LookupKind(enum.Enum, shape=2):
+    """The outcome of one looked-up request."""
+
+    HIT = 0
+    MISS = 1
+    MERGED = 2
+    ERROR = 3
+
+
+class CacheStats(data.StructLayout):
+    """Statistics counters (each ``width`` bits, wrapping)."""
+
+    FIELDS = ("hits", "misses", "merged", "evictions", "writebacks", "errors")
+
+    def __init__(self, width: int = 32):
+        super().__init__({name: unsigned(width) for name in self.FIELDS})
+
+
+def _xor_fold(value, width: int, chunk: int):
+    """XOR of the ``chunk``-bit pieces of a ``width``-bit value (zero-extended)."""
+    if chunk == 0:
+        return Const(0, 0)
+    out = value[:chunk] if width >= chunk else value
+    for lo in range(chunk, width, chunk):
+        out = out ^ value[lo:min(lo + chunk, width)]
+    return out[:chunk] if width >= chunk else out
+
+
+class CacheController(wiring.Component):
+    """Set-associative write-back cache of embedding rows (see the module docstring).
+
+    Parameters
+    ----------
+    data_bytes, addr_width, beats_width : the memory port (both sides).
+    line_beats : beat addresses per row (power of two; row ``r`` starts at ``r*line_beats``).
+    row_beats : beats of data per row, cached and transferred (``1..line_beats``; default
+        ``line_beats``).
+    sets : number of sets (power of two, >= 1).
+    ways : ways per set (1..64).
+    index : ``"modulo"`` or ``"hash"`` set index.
+    policy : ``"lru"`` or ``"lfu"``.
+    mshrs : miss-status holding registers (rows in flight), 1..64.
+    queue_depth : operations that may wait for in-order delivery (default ``2 * mshrs``).
+    lfu_bits : width of an LFU use count (2..16).
+    counter_width : width of the statistics counters.
+
+    Ports
+    -----
+    front : In(MemPortSignature) -- requests from the user of the cache.
+    back : Out(MemPortSignature) -- requests to the backing tier.
+    cmd : In(stream.Signature(CacheOp)) -- maintenance commands; ready on completion.
+    lookup_valid, lookup_kind : Out -- one pulse per looked-up request.
+    stats : Out(CacheStats) -- counters.
+    error : Out(1) -- sticky: a malformed front request or write-data ``last`` was seen.
+    idle : Out(1) -- no request, miss or write-back in flight.
+    """
+
+    def __init__(self, *, data_bytes: int = 64, addr_width: int = 32, beats_width: int = 8,
+                 line_beats: int = 4, row_beats: int | None = None, sets: int = 64,
+                 ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
+                 queue_depth: int | None = None, lfu_bits: int = 8, counter_width: int = 32):
+        port = MemPortSignature(addr_width=addr_width, beats_width=beats_width,
+                                data_bytes=data_bytes)
+        self.data_bytes = data_bytes
+        self.addr_width = addr_width
+        self.beats_width = beats_width
+        self.line_beats = check_int("line_beats", line_beats, minimum=1, power_of_two=True)
+        if row_beats is None:
+            row_beats = line_beats
+        self.row_beats = check_int("row_beats", row_beats, minimum=1)
+        if row_beats > line_beats:
+            raise ValueError(f"row_beats: a row must fit in its line: expected <= line_beats="
+                             f"{line_beats}, got {row_beats}")
+        if row_beats >= 2 ** beats_width:
+            raise ValueError(f"row_beats: expected < 2**beats_width={2 ** beats_width}, "
+                             f"got {row_beats}")
+        self.sets = check_int("sets", sets, minimum=1, power_of_two=True)
+        self.ways = check_int("ways", ways, minimum=1, maximum=64)
+        if index not in ("modulo", "hash"):
+            raise ValueError(f"index: expected 'modulo' or 'hash', got {index!r}")
+        self.index = index
+        if policy not in ("lru", "lfu"):
+            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        self.policy = policy
+        self.mshrs = check_int("mshrs", mshrs, minimum=1, maximum=64)
+        if queue_depth is None:
+            queue_depth = max(2 * mshrs, 4)
+        self.queue_depth = check_int("queue_depth", queue_depth, minimum=2, maximum=256)
+        self.lfu_bits = check_int("lfu_bits", lfu_bits, minimum=2, maximum=16)
+        self.counter_width = check_int("counter_width", counter_width, minimum=1, maximum=64)
+        self.set_bits = exact_log2(sets)
+        self.row_bits = addr_width - exact_log2(line_beats)
+        self.tag_bits = self.row_bits - self.set_bits
+        if self.tag_bits < 1:
+            raise ValueError(f"addr_width: expected more than log2(line_beats) + log2(sets) = "
+                             f"{exact_log2(line_beats) + self.set_bits} bits, got {addr_width}")
+        self.way_bits = max(1, ceil_log2(ways))
+        repl_bits = self.way_bits if policy == "lru" else lfu_bits
+        self.way_layout = data.StructLayout({
+            "valid": 1, "dirty": 1, "tag": unsigned(self.tag_bits), "repl": unsigned(repl_bits),
+        })
+        self.set_layout = data.ArrayLayout(self.way_layout, ways)
+        super().__init__({
+            "front": In(port),
+            "back": Out(port),
+            "cmd": In(stream.Signature(CacheOp)),
+            "lookup_valid": Out(1),
+            "lookup_kind": Out(LookupKind),
+            "stats": Out(CacheStats(counter_width)),
+            "error": Out(1),
+            "idle": Out(1),
+        })
+
+    # Initial (and post-INVALIDATE) state of one set: all invalid, LRU ranks = way numbers.
+    def _init_set(self) -> list[dict]:
+        return [{"valid": 0, "dirty": 0, "tag": 0, "repl": w if self.policy == "lru" else 0}
+                for w in range(self.ways)]
+
+    def elaborate(self, platform):
+        m = Module()
+        W, S, RB, TB = self.ways, self.set_bits, self.row_bits, self.tag_bits
+        WB, Q, M, RBEATS = self.way_bits, self.queue_depth, self.mshrs, self.row_beats
+        LB = exact_log2(self.line_beats)
+        seq_bits = ceil_log2(Q + 2 * M) + 1
+        set_w = max(1, S)
+        mshr_bits = max(1, ceil_log2(M))
+        off_bits = max(1, LB)
+        front, back = self.front, self.back
+
+        def set_of(row):
+            if S == 0:
+                return Const(0, 1)
+            if self.index == "modulo":
+                return row[:S]
+            return _xor_fold(row, RB, S)
+
+        def row_of(tag, set_idx):
+            if S == 0:
+                return tag
+            low = set_idx[:S]
+            if self.index == "hash":
+                low = low ^ _xor_fold(tag, TB, S)
+            return Cat(low, tag)
+
+        def line_base(set_idx, way):
+            return (set_idx * W + way) * RBEATS
+
+        # ---- storage -------------------------------------------------------------------
+        init_word = self.set_layout.const(self._init_set())
+        m.submodules.tags = tags = Memory(shape=self.set_layout, depth=self.sets,
+                                          init=[self._init_set()] * self.sets)
+        tag_wr = tags.write_port()
+        tag_rd = tags.read_port(transparent_for=(tag_wr,))
+        depth = self.sets * W * RBEATS
+        m.submodules.lines = lines = Memory(shape=unsigned(8 * self.data_bytes), depth=depth,
+                                            init=[])
+        fill_wr = lines.write_port(granularity=8)
+        exec_wr = lines.write_port(granularity=8)
+        exec_rd = lines.read_port()
+        wb_rd = lines.read_port()
+
+        # ---- statistics ----------------------------------------------------------------
+        inc = {name: Signal(range(W + 2), name=f"inc_{name}") for name in CacheStats.FIELDS}
+        for name in CacheStats.FIELDS:
+            field = getattr(self.stats, name)
+            m.d.sync += field.eq(field + inc[name])
+        error_now = Signal()
+        with m.If(error_now):
+            m.d.sync += self.error.eq(1)
+
+        # ---- MSHRs -------------------------------------------------------------------------
+        mshr_valid = Signal(M)
+        mshr_set = Array(Signal(set_w, name=f"mshr{i}_set") for i in range(M))
+        mshr_way = Array(Signal(WB, name=f"mshr{i}_way") for i in range(M))
+        mshr_seq = Array(Signal(seq_bits, name=f"mshr{i}_seq") for i in range(M))
+        miss_seq = Signal(seq_bits)   # sequence number of the next primary miss
+        fills_done = Signal(seq_bits)  # fills completed (fills complete in miss order)
+
+        # ---- the operation queue (in-order delivery), registers so it can be searched ------
+        op_layout = data.StructLayout({
+            "write": 1, "err": 1, "dep": 1, "seq": unsigned(seq_bits), "set": unsigned(set_w),
+            "way": unsigned(WB), "off": unsigned(off_bits), "beats": unsigned(self.beats_width),
+        })
+        q_raw = [Signal(op_layout.size, name=f"q{i}") for i in range(Q)]
+        q_ops = [op_layout(s) for s in q_raw]
+        q_valid = Signal(Q)
+        q_head = Signal(range(Q))
+        q_tail = Signal(range(Q))
+        q_count = Signal(range(Q + 1))
+        push = Signal()
+        push_op = Signal(op_layout)
+        pop = Signal()
+
+        # ---- back-port jobs (one per miss or flushed line) and fills in flight -----------------
+        job_layout = data.StructLayout({
+            "wb": 1, "rd": 1, "wb_row": unsigned(RB), "rd_row": unsigned(RB),
+            "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits),
+        })
+        m.submodules.jobs = jobs = SyncFIFO(width=job_layout.size, depth=M)
+        job_in = Signal(job_layout)
+        m.d.comb += jobs.w_data.eq(job_in)
+        job = job_layout(jobs.r_data)
+        fill_layout = data.StructLayout({
+            "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits)})
+        m.submodules.fills = fills = SyncFIFO(width=fill_layout.size, depth=M)
+        fill_head = fill_layout(fills.r_data)
+        seq_idle = Signal()
+
+        # ---- command state ---------------------------------------------------------------
+        cmd_active = Signal()   # the walker owns the tag store
+        walk_set = Signal(range(self.sets + 1))
+        walk_word = Signal(self.set_layout)
+        walk_wb = Signal()      # a write-back job pushed by the walker this cycle
+
+        # ==== stage 0 / stage 1: lookup ====================================================
+        s1_valid = Signal()
+        s1_row = Signal(RB)
+        s1_set = Signal(set_w)
+        s1_tag = Signal(TB)
+        s1_off = Signal(off_bits)
+        s1_beats = Signal(self.beats_width)
+        s1_write = Signal()
+        s1_err = Signal()
+        s1_fire = Signal()
+
+        req = front.req.payload
+        req_row = req.addr[LB:]
+        req_off = req.addr[:LB] if LB else Const(0, 1)
+        accept = Signal()
+        m.d.comb += [
+            front.req.ready.eq((~s1_valid | s1_fire) & ~self.cmd.valid & ~cmd_active),
+            accept.eq(front.req.valid & front.req.ready),
+        ]
+        with m.If(accept):
+            m.d.sync += [
+                s1_valid.eq(1),
+                s1_row.eq(req_row),
+                s1_set.eq(set_of(req_row)),
+                s1_tag.eq(req_row[S:]),
+                s1_off.eq(req_off),
+                s1_beats.eq(req.beats),
+                s1_write.eq(req.write),
+                s1_err.eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
+            ]
+        with m.Elif(s1_fire):
+            m.d.sync += s1_valid.eq(0)
+
+        word = tag_rd.data
+        with m.If(~cmd_active):
+            m.d.comb += [tag_rd.addr.eq(set_of(req_row)), tag_rd.en.eq(front.req.ready)]
+
+        hit_vec = Cat(word[w].valid & (word[w].tag == s1_tag) for w in range(W))
+        hit = hit_vec.any()
+        hit_way = Signal(WB)
+        for w in reversed(range(W)):
+            with m.If(hit_vec[w]):
+                m.d.comb += hit_way.eq(w)
+        inv_vec = Cat(~word[w].valid for w in range(W))
+        inv_way = Signal(WB)
+        for w in reversed(range(W)):
+            with m.If(inv_vec[w]):
+                m.d.comb += inv_way.eq(w)
+        policy_way = Signal(WB)
+        if self.policy == "lru":
+            for w in range(W):
+                with m.If(word[w].repl == W - 1):
+                    m.d.comb += policy_way.eq(w)
+        else:
+            def argmin(items):
+                if len(items) == 1:
+                    return items[0]
+                half = len(items) // 2
+                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
+                take_b = vb < va
+                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
+            _, best = argmin([(word[w].repl, Const(w, WB)) for w in range(W)])
+            m.d.comb += policy_way.eq(best)
+        victim = Signal(WB)
+        m.d.comb += victim.eq(Mux(inv_vec.any(), inv_way, policy_way))
+        victim_state = self.way_layout(Array(word[w].as_value() for w in range(W))[victim])
+
+        mshr_match = Cat(mshr_valid[i] & (mshr_set[i] == s1_set) & (mshr_way[i] == hit_way)
+                         for i in range(M))
+        merged = hit & mshr_match.any()
+        merge_seq = Signal(seq_bits)
+        for i in reversed(range(M)):
+            with m.If(mshr_match[i]):
+                m.d.comb += merge_seq.eq(mshr_seq[i])
+        pinned = Cat(q_valid[i] & ~q_ops[i].err & (q_ops[i].set == s1_set)
+                     & (q_ops[i].way == victim) for i in range(Q)).any()
+        free_vec = ~mshr_valid
+        free_mshr = Signal(mshr_bits)
+        for i in reversed(range(M)):
+            with m.If(free_vec[i]):
+                m.d.comb += free_mshr.eq(i)
+        q_room = q_count < Q
+
+        is_miss = ~s1_err & ~hit
+        with m.If(s1_valid):
+            with m.If(s1_err):
+                m.d.comb += s1_fire.eq(q_room | (s1_beats == 0))
+            with m.Elif(hit):
+                m.d.comb += s1_fire.eq(q_room)
+            with m.Else():
+                m.d.comb += s1_fire.eq(q_room & free_vec.any() & ~pinned & jobs.w_rdy)
+
+        m.d.comb += [
+            push_op.write.eq(s1_write),
+            push_op.err.eq(s1_err),
+            push_op.dep.eq(~s1_err & (merged | ~hit)),
+            push_op.seq.eq(Mux(hit, merge_seq, miss_seq)),
+            push_op.set.eq(s1_set),
+            push_op.way.eq(Mux(hit, hit_way, victim)),
+            push_op.off.eq(s1_off),
+            push_op.beats.eq(s1_beats),
+            push.eq(s1_fire & (s1_beats != 0)),
+        ]
+
+        # New state word of the set.
+        new_word = Signal(self.set_layout)
+        sel = Signal(WB)
+        m.d.comb += sel.eq(Mux(hit, hit_way, victim))
+        sel_repl = Array(word[w].repl for w in range(W))[sel]
+        repl_max = (1 << self.lfu_bits) - 1
+        for w in range(W):
+            old, new = word[w], new_word[w]
+            m.d.comb += new.eq(old)
+            if self.policy == "lru":
+                with m.If(w == sel):
+                    m.d.comb += new.repl.eq(0)
+                with m.Elif(old.repl < sel_repl):
+                    m.d.comb += new.repl.eq(old.repl + 1)
+            else:
+                with m.If(hit):
+                    aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
+                    m.d.comb += new.repl.eq(Mux(w == sel, aged + 1, aged))
+                with m.Elif(w == sel):
+                    m.d.comb += new.repl.eq(1)
+            with m.If(w == sel):
+                with m.If(hit):
+                    m.d.comb += new.dirty.eq(old.dirty | s1_write)
+                with m.Else():
+                    m.d.comb += [new.valid.eq(1), new.dirty.eq(s1_write), new.tag.eq(s1_tag)]
+
+        with m.If(~cmd_active):
+            m.d.comb += [
+                tag_wr.addr.eq(s1_set),
+                tag_wr.data.eq(new_word),
+                tag_wr.en.eq(s1_fire & ~s1_err),
+            ]
+
+        dirty_victim = victim_state.valid & victim_state.dirty
+        with m.If(s1_fire & is_miss):
+            m.d.sync += [
+                mshr_valid.bit_select(free_mshr, 1).eq(1),
+                mshr_set[free_mshr].eq(s1_set),
+                mshr_way[free_mshr].eq(victim),
+                mshr_seq[free_mshr].eq(miss_seq),
+                miss_seq.eq(miss_seq + 1),
+            ]
+            m.d.comb += [
+                job_in.wb.eq(dirty_victim),
+                job_in.rd.eq(1),
+                job_in.wb_row.eq(row_of(victim_state.tag, s1_set)),
+                job_in.rd_row.eq(s1_row),
+                job_in.set.eq(s1_set),
+                job_in.way.eq(victim),
+                job_in.mshr.eq(free_mshr),
+                jobs.w_en.eq(1),
+            ]
+
+        kind = Signal(LookupKind)
+        with m.If(s1_err):
+            m.d.comb += kind.eq(LookupKind.ERROR)
+        with m.Elif(merged):
+            m.d.comb += kind.eq(LookupKind.MERGED)
+        with m.Elif(hit):
+            m.d.comb += kind.eq(LookupKind.HIT)
+        with m.Else():
+            m.d.comb += kind.eq(LookupKind.MISS)
+        m.d.comb += [self.lookup_valid.eq(s1_fire), self.lookup_kind.eq(kind)]
+        with m.If(s1_fire):
+            m.d.comb += [
+                inc["hits"].eq(~s1_err & hit & ~merged),
+                inc["misses"].eq(is_miss),
+                inc["merged"].eq(~s1_err & merged),
+                inc["evictions"].eq(is_miss & victim_state.valid),
+                inc["writebacks"].eq((is_miss & dirty_victim) | walk_wb),
+            ]
+        with m.Else():
+            m.d.comb += inc["writebacks"].eq(walk_wb)
+
+        # ==== operation queue bookkeeping =================================================
+        head_stored = q_count != 0
+        head = op_layout(Mux(head_stored, Array(q_raw)[q_head], push_op.as_value()))
+        head_valid = head_stored | push
+        store = push & ~(~head_stored & pop)
+        with m.If(store):
+            m.d.sync += [Array(q_raw)[q_tail].eq(push_op),
+                         q_valid.bit_select(q_tail, 1).eq(1),
+                         q_tail.eq(Mux(q_tail == Q - 1, 0, q_tail + 1))]
+        with m.If(pop & head_stored):
+            m.d.sync += [q_valid.bit_select(q_head, 1).eq(0),
+                         q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
+        m.d.sync += q_count.eq(q_count + store - (pop & head_stored))
+
+        # ==== executor: performs the head operation, one beat per cycle ===================
+        ex_beat = Signal(self.beats_width)
+        dep_wait = Signal(seq_bits)
+        m.d.comb += dep_wait.eq(head.seq - fills_done)
+        dep_ok = ~head.dep | (dep_wait >= M)
+        last_beat = ex_beat == head.beats - 1
+        out_valid = Signal()
+        out_last = Signal()
+        out_zero = Signal()
+        can_issue = ~out_valid | front.resp.ready
+        m.d.comb += [
+            front.resp.valid.eq(out_valid),
+            front.resp.payload.data.eq(Mux(out_zero, 0, exec_rd.data)),
+            front.resp.payload.last.eq(out_last),
+            exec_rd.en.eq(can_issue),
+            exec_rd.addr.eq(line_base(head.set, head.way) + head.off + ex_beat),
+        ]
+        with m.If(can_issue):
+            m.d.sync += out_valid.eq(0)
+
+        m.submodules.wbuf = wbuf = SyncFIFO(width=front.wdata.payload.shape().size,
+                                            depth=RBEATS)
+        m.d.comb += [wbuf.w_data.eq(front.wdata.payload), wbuf.w_en.eq(front.wdata.valid),
+                     front.wdata.ready.eq(wbuf.w_rdy)]
+        wbeat = front.wdata.payload.shape()(wbuf.r_data)
+        advance = Signal()
+        wlast_err = Signal()
+        with m.If(head_valid & dep_ok):
+            with m.If(head.write):
+                with m.If(wbuf.r_rdy):
+                    m.d.comb += [advance.eq(1), wbuf.r_en.eq(1)]
+                    with m.If(~head.err):
+                        m.d.comb += [exec_wr.addr.eq(line_base(head.set, head.way)
+                                                     + head.off + ex_beat),
+                                     exec_wr.data.eq(wbeat.data),
+                                     exec_wr.en.eq(wbeat.mask)]
+                    with m.If(wbeat.last != last_beat):
+                        m.d.comb += wlast_err.eq(1)
+            with m.Elif(can_issue):
+                m.d.comb += advance.eq(1)
+                m.d.sync += [out_valid.eq(1), out_last.eq(last_beat), out_zero.eq(head.err)]
+        with m.If(advance):
+            with m.If(last_beat):
+                m.d.comb += pop.eq(1)
+                m.d.sync += ex_beat.eq(0)
+            with m.Else():
+                m.d.sync += ex_beat.eq(ex_beat + 1)
+        m.d.comb += [
+            inc["errors"].eq((s1_fire & s1_err) + wlast_err),
+            error_now.eq((s1_fire & s1_err) | wlast_err),
+        ]
+
+        # ==== fills: back responses, in back-request order ===================================
+        fill_beat = Signal(range(RBEATS))
+        fill_last = fill_beat == RBEATS - 1
+        m.d.comb += [
+            back.resp.ready.eq(fills.r_rdy),
+            fill_wr.addr.eq(line_base(fill_head.set, fill_head.way) + fill_beat),
+            fill_wr.data.eq(back.resp.payload.data),
+        ]
+        with m.If(back.resp.valid & back.resp.ready):
+            m.d.comb += fill_wr.en.eq(-1)
+            with m.If(fill_last):
+                m.d.comb += fills.r_en.eq(1)
+                m.d.sync += [fill_beat.eq(0), fills_done.eq(fills_done + 1),
+                             mshr_valid.bit_select(fill_head.mshr, 1).eq(0)]
+            with m.Else():
+                m.d.sync += fill_beat.eq(fill_beat + 1)
+
+        # ==== back-port sequencer: write-back of the victim, then the fill request ============
+        wb_issue = Signal(range(RBEATS + 1))
+        wb_valid = Signal()
+        wb_last = Signal()
+        wb_can = ~wb_valid | back.wdata.ready
+        m.d.comb += [
+            back.wdata.valid.eq(wb_valid),
+            back.wdata.payload.data.eq(wb_rd.data),
+            back.wdata.payload.mask.eq(-1),
+            back.wdata.payload.last.eq(wb_last),
+            wb_rd.en.eq(wb_can),
+            wb_rd.addr.eq(line_base(job.set, job.way) + wb_issue),
+            back.req.payload.beats.eq(RBEATS),
+            fills.w_data.eq(Cat(job.set, job.way, job.mshr)),
+        ]
+        with m.FSM(name="back"):
+            with m.State("IDLE"):
+                m.d.comb += seq_idle.eq(~jobs.r_rdy)
+                with m.If(jobs.r_rdy):
+                    with m.If(job.wb):
+                        m.next = "WB_REQ"
+                    with m.Else():
+                        m.d.comb += [back.req.valid.eq(fills.w_rdy),
+                                     back.req.payload.addr.eq(job.rd_row << LB)]
+                        with m.If(back.req.ready & fills.w_rdy):
+                            m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
+            with m.State("WB_REQ"):
+                m.d.comb += [back.req.valid.eq(1), back.req.payload.write.eq(1),
+                             back.req.payload.addr.eq(job.wb_row << LB)]
+                with m.If(back.req.ready):
+                    m.d.sync += wb_issue.eq(0)
+                    m.next = "WB_DATA"
+            with m.State("WB_DATA"):
+                with m.If(wb_can):
+                    m.d.sync += wb_valid.eq(0)
+                    with m.If(wb_issue != RBEATS):
+                        m.d.sync += [wb_valid.eq(1), wb_last.eq(wb_issue == RBEATS - 1),
+                                     wb_issue.eq(wb_issue + 1)]
+                with m.If(wb_valid & back.wdata.ready & wb_last):
+                    with m.If(job.rd):
+                        m.next = "FILL_REQ"
+                    with m.Else():
+                        m.d.comb += jobs.r_en.eq(1)
+                        m.next = "IDLE"
+            with m.State("FILL_REQ"):
+                m.d.comb += [back.req.valid.eq(fills.w_rdy),
+                             back.req.payload.addr.eq(job.rd_row << LB)]
+                with m.If(back.req.ready & fills.w_rdy):
+                    m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
+                    m.next = "IDLE"
+
+        # ==== commands: drain, then walk the sets ==============================================
+        drained = ~s1_valid & (q_count == 0) & ~mshr_valid.any() & seq_idle & ~fills.r_rdy
+        m.d.comb += self.idle.eq(drained & ~cmd_active)
+        with m.FSM(name="command"):
+            with m.State("IDLE"):
+                with m.If(self.cmd.valid & drained):
+                    m.d.sync += [cmd_active.eq(1), walk_set.eq(0)]
+                    with m.If(self.cmd.payload == CacheOp.FLUSH):
+                        m.next = "READ_SET"
+                    with m.Else():
+                        m.next = "CLEAR"
+            with m.State("CLEAR"):
+                m.d.comb += [tag_wr.addr.eq(walk_set), tag_wr.data.eq(init_word),
+                             tag_wr.en.eq(1)]
+                m.d.sync += walk_set.eq(walk_set + 1)
+                with m.If(walk_set == self.sets - 1):
+                    m.next = "DONE"
+            with m.State("READ_SET"):
+                m.d.comb += [tag_rd.addr.eq(walk_set), tag_rd.en.eq(1)]
+                m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.sync += walk_word.eq(tag_rd.data)
+                m.next = "SCAN"
+            with m.State("SCAN"):
+                dirty_vec = Cat(walk_word[w].valid & walk_word[w].dirty for w in range(W))
+                dirty_way = Signal(WB)
+                for w in reversed(range(W)):
+                    with m.If(dirty_vec[w]):
+                        m.d.comb += dirty_way.eq(w)
+                dirty_state = self.way_layout(
+                    Array(walk_word[w].as_value() for w in range(W))[dirty_way])
+                with m.If(dirty_vec.any()):
+                    with m.If(jobs.w_rdy):
+                        m.d.comb += [
+                            job_in.wb.eq(1), job_in.rd.eq(0),
+                            job_in.wb_row.eq(row_of(dirty_state.tag, walk_set[:set_w])),
+                            job_in.set.eq(walk_set), job_in.way.eq(dirty_way),
+                            jobs.w_en.eq(1), walk_wb.eq(1),
+                        ]
+                        for w in range(W):
+                            with m.If(dirty_way == w):
+                                m.d.sync += walk_word[w].dirty.eq(0)
+                with m.Else():
+                    m.d.comb += [tag_wr.addr.eq(walk_set), tag_wr.data.eq(walk_word),
+                                 tag_wr.en.eq(1)]
+                    m.d.sync += walk_set.eq(walk_set + 1)
+                    with m.If(walk_set == self.sets - 1):
+                        m.next = "WAIT_WB"
+                    with m.Else():
+                        m.next = "READ_SET"
+            with m.State("WAIT_WB"):
+                with m.If(seq_idle):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                m.d.sync += cmd_active.eq(0)
+                m.next = "IDLE"
+        return m
