@@ -1,0 +1,623 @@
+"""A cluster run: one scenario (workload x system x cluster size x schedule) on the engine.
+
+:func:`load_scenario` / :func:`scenario_from_dict` validate a scenario TOML field by field;
+:class:`ClusterRun` plans the embedding sharding (``host.planner``), derives one iteration's
+per-rank work and AlltoAllv matrices from the plan (``host.planner.work.derive_iteration``; the
+runtime never re-derives communication sizes), turns them into an op graph
+(``host.schedule``) and executes it on one :class:`~sim.engine.Engine` whose resources are the
+GPUs (``sim.resources.GPUDevice``: SMs + HBM, with the C3 levers), the PCIe host links, the CPU
+sockets (Zion), the SmartNICs' units (``sim.nic``) and the network's links (``sim.network``).
+
+Scenario schema (TOML; errors name the dotted field)::
+
+    [scenario]
+    name = "default"                 # results folder prefix
+    mode = "training"                # training | inference
+    pipelined = true                 # Neo's pipeline, or the serialized baseline
+    iterations = 2                   # measured iterations (batches)
+    warmup = 1                       # iterations simulated first and not measured
+    seed = 1
+    [cluster]
+    nodes = 2                        # nodes of the system's topology
+    gpus_per_node = 8                # optional; the topology preset's value by default
+    [workload]                       # host.workloads: preset = "model-a" | a file | inline tables
+    [system]                         # host.systems: preset = "zionex" plus overrides, or inline
+    [planner]
+    name = "neo"                     # which host.planner strategy places the tables
+    allreduce = "hierarchical"       # ring | double_binary_tree | hierarchical
+    alltoall = "direct"              # direct | hierarchical
+    [dense]
+    dtype = "fp16"                   # GEMM datatype (mixed precision) of the MLPs
+
+Modelling choices (each an ASSUMPTION a user can see in code and docs):
+    * the row-wise reduce-scatter (``rs``) and its backward all-gather (``ag``) matrices travel
+      with the pooled and gradient AlltoAlls (same bytes, one collective each);
+    * the dense AllReduce carries the MLPs' parameters (computed from the workload's widths) plus
+      the data-parallel tables' bytes from the plan, in the system's ``comm_dtype``;
+    * the dot interaction over F features gives F(F-1)/2 + d outputs, capped at
+      :data:`MAX_INTERACTION_WIDTH` (production models with 1000s of features compress them);
+    * a collective holds its GPU-side share (SMs unless on the copy engines, HBM) for its
+      whole duration and ends when both the network and every rank's GPU-side work are done.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from host.schedule import COLLECTIVE_PHASES, Op, OpGraph, ScheduleRunner, build_graph, phase_breakdown
+from host.systems import SystemSpec, merge_tables, resolve_system
+from host.workloads import WorkloadSpec, resolve_workload
+from sim.engine import Engine, ps_from_s, s_from_ps
+from sim.gpu import KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
+from sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool, cpu_embedding_backward_s, cpu_embedding_forward_s
+
+__all__ = [
+    "MAX_INTERACTION_WIDTH",
+    "Scenario",
+    "ClusterRun",
+    "RunResult",
+    "SCENARIO_PRESETS",
+    "scenario_preset",
+    "scenario_from_dict",
+    "load_scenario",
+    "default_scenario",
+    "dense_costs",
+]
+
+MAX_INTERACTION_WIDTH = 8192
+SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small")
+
+_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
+
+
+# ------------------------------------------------------------------------------ the scenario
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario (see the module doc for the schema)."""
+
+    name: str
+    mode: str
+    pipelined: bool
+    iterations: int
+    warmup: int
+    seed: int
+    nodes: int
+    gpus_per_node: int | None
+    workload: WorkloadSpec
+    system: SystemSpec
+    planner: str = "neo"
+    allreduce: str = "hierarchical"
+    alltoall: str = "direct"
+    dense_dtype: str = "fp16"
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def resolved(self) -> dict[str, Any]:
+        """The scenario with every default filled in (written to the results folder)."""
+        return {
+            "scenario": {"name": self.name, "mode": self.mode, "pipelined": self.pipelined,
+                         "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed},
+            "cluster": {"nodes": self.nodes, **({"gpus_per_node": self.gpus_per_node} if self.gpus_per_node else {})},
+            "workload": self.source.get("workload", {"preset": self.workload.name}),
+            "system": self.system.to_dict(),
+            "planner": {"name": self.planner, "allreduce": self.allreduce, "alltoall": self.alltoall},
+            "dense": {"dtype": self.dense_dtype},
+        }
+
+
+def _table(path: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{path}: expected a table, got {type(value).__name__}")
+    return value
+
+
+def _known(path: str, data: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in known:
+            where = f"{path}.{key}" if path else key
+            raise ValueError(f"{where}: unknown field; expected one of {', '.join(known)}")
+
+
+def _int(path: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
+    return value
+
+
+def _bool(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{path}: expected true or false, got {value!r}")
+    return value
+
+
+def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Scenario:
+    """Validate a parsed scenario TOML (errors name the dotted field)."""
+    data = _table("scenario file", data)
+    _known("", data, _SECTIONS)
+    sc = _table("scenario", data.get("scenario", {}))
+    _known("scenario", sc, ("name", "mode", "pipelined", "iterations", "warmup", "seed"))
+    name = sc.get("name", "scenario")
+    if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
+        raise ValueError(f"scenario.name: expected a non-empty name without spaces or slashes, got {name!r}")
+    mode = _choice("scenario.mode", sc.get("mode", "training"), ("training", "inference"))
+    cl = _table("cluster", data.get("cluster", {}))
+    _known("cluster", cl, ("nodes", "gpus_per_node"))
+    if "workload" not in data:
+        raise ValueError("workload: required section missing (e.g. workload = \"model-a\" or [workload] preset = ...)")
+    workload = resolve_workload(data["workload"], "workload", base)
+    system = resolve_system(data.get("system", "zionex"), "system")
+    pl = _table("planner", data.get("planner", {}))
+    _known("planner", pl, ("name", "allreduce", "alltoall"))
+    planner = pl.get("name", "neo")
+    if not isinstance(planner, str) or not planner:
+        raise ValueError(f"planner.name: expected a planner name, got {planner!r}")
+    dense = _table("dense", data.get("dense", {}))
+    _known("dense", dense, ("dtype",))
+    gpn = cl.get("gpus_per_node")
+    return Scenario(
+        name=name,
+        mode=mode,
+        pipelined=_bool("scenario.pipelined", sc.get("pipelined", True)),
+        iterations=_int("scenario.iterations", sc.get("iterations", 2), 1),
+        warmup=_int("scenario.warmup", sc.get("warmup", 1), 0),
+        seed=_int("scenario.seed", sc.get("seed", 1), 0),
+        nodes=_int("cluster.nodes", cl.get("nodes", 2), 1),
+        gpus_per_node=None if gpn is None else _int("cluster.gpus_per_node", gpn, 1),
+        workload=workload,
+        system=system,
+        planner=planner,
+        allreduce=_choice("planner.allreduce", pl.get("allreduce", "hierarchical"), ("ring", "double_binary_tree", "hierarchical")),
+        alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
+        dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
+        source={k: v for k, v in data.items()},
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load and validate a scenario TOML file."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"CONFIG: file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: not valid TOML: {error}") from None
+    return scenario_from_dict(data, base=path.parent)
+
+
+def scenario_preset_text(name: str) -> str:
+    if name not in SCENARIO_PRESETS:
+        raise ValueError(f"--preset: unknown scenario {name!r}; expected one of {', '.join(SCENARIO_PRESETS)}")
+    return resources.files("host.systems").joinpath("scenarios", f"{name}.toml").read_text(encoding="utf-8")
+
+
+def scenario_preset(name: str, **overrides: Any) -> Scenario:
+    """A packaged scenario (``host/systems/scenarios/NAME.toml``), optionally with overrides
+    merged section by section (e.g. ``cluster={"nodes": 4}``)."""
+    data = tomllib.loads(scenario_preset_text(name))
+    if overrides:
+        data = merge_tables(data, overrides)
+    return scenario_from_dict(data)
+
+
+def default_scenario() -> Scenario:
+    """The scenario ``neonic run`` runs with no argument (small: seconds on 2 cores)."""
+    return scenario_preset("default")
+
+
+# ------------------------------------------------------------------------------- dense costs
+@dataclass(frozen=True)
+class DenseCosts:
+    """Per-rank costs of the dense (data-parallel) part of one iteration."""
+
+    bot_fwd: KernelCost
+    inter_fwd: KernelCost
+    top_fwd: KernelCost
+    top_bwd: KernelCost
+    inter_bwd: KernelCost
+    bot_bwd: KernelCost
+    dense_opt: KernelCost
+    params: int
+    interaction_width: int
+
+
+def dense_costs(system: SystemSpec, workload: WorkloadSpec, dtype: str = "fp16") -> DenseCosts:
+    """MLP, interaction and optimizer-step costs on one GPU for one local batch."""
+    gpu = system.gpu_spec
+    b = workload.batch_per_gpu
+    d = workload.dense
+    bottom = list(d.bottom_mlp)
+    d_out = bottom[-1]
+    features = len(workload.tables) + 1
+    dims = sum(t.dim for t in workload.tables)
+    params = sum(i * o + o for i, o in zip(bottom[:-1], bottom[1:]))
+    if d.interaction == "dot":
+        width = min(features * (features - 1) // 2 + d_out, MAX_INTERACTION_WIDTH)
+        inter_f = interaction_cost(gpu, b, features, d_out, dtype)
+        inter_b = interaction_cost(gpu, b, features, d_out, dtype, backward=True)
+    else:
+        width = min(dims + d_out, MAX_INTERACTION_WIDTH * 4)
+        inter_f = KernelCost()
+        inter_b = KernelCost()
+        for _ in range(d.dcn_layers):
+            inter_f = inter_f + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype)
+            inter_b = inter_b + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype, backward=True)
+            params += 2 * width * d.dcn_low_rank + width
+    top = [width, *d.top_mlp]
+    params += sum(i * o + o for i, o in zip(top[:-1], top[1:]))
+    # the optimizer step streams weights, gradients and two moments (fp32) once
+    step_bytes = params * 4 * 4
+    step = KernelCost(hbm_bytes=step_bytes, memory_s=step_bytes / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream),
+                      overhead_s=gpu.efficiency.launch_overhead_s)
+    return DenseCosts(
+        bot_fwd=mlp_cost(gpu, b, bottom, dtype),
+        inter_fwd=inter_f,
+        top_fwd=mlp_cost(gpu, b, top, dtype),
+        top_bwd=mlp_cost(gpu, b, top, dtype, backward=True),
+        inter_bwd=inter_b,
+        bot_bwd=mlp_cost(gpu, b, bottom, dtype, backward=True),
+        dense_opt=step,
+        params=params,
+        interaction_width=width,
+    )
+
+
+# ---------------------------------------------------------------------------------- payloads
+@dataclass(frozen=True)
+class Collective:
+    """A collective op's payload: kind, size matrix (AlltoAllv) or bytes (AllReduce)."""
+
+    kind: str  # "alltoallv" | "allreduce"
+    matrix: np.ndarray | None = None
+    nbytes: float = 0.0
+    estimate_s: float = 0.0  # the planner's alpha-beta estimate (GPU-side hold time)
+
+
+@dataclass(frozen=True)
+class CPUJob:
+    node: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Copy:
+    nbytes: float
+
+
+@dataclass(frozen=True)
+class NICJob:
+    """Work on a SmartNIC: a duration per unit, and the GPU kernel that remains."""
+
+    units: tuple[tuple[str, int], ...]
+    gpu: KernelCost
+
+
+# --------------------------------------------------------------------------------- the run
+@dataclass
+class RunResult:
+    """Everything a report needs from one run."""
+
+    scenario: Scenario
+    graph: OpGraph
+    metrics: dict[str, Any]
+    breakdown: Any
+    tracks: dict[str, list[tuple[int, int, str]]]
+    utilization: dict[str, float]
+    link_class_bytes: dict[str, float]
+    wall_s: float
+
+
+Progress = Callable[[str, float], None]
+
+
+class ClusterRun:
+    """Plan, build and execute one scenario. ``progress(message, fraction)`` reports along."""
+
+    def __init__(self, scenario: Scenario, progress: Progress | None = None) -> None:
+        self.scenario = scenario
+        self.progress = progress or (lambda message, fraction: None)
+
+    # -------------------------------------------------------------------------- preparation
+    def _topology(self):
+        import sim.network as network
+
+        sc = self.scenario
+        topo = network.Topology.from_preset(sc.system.network, nodes=sc.nodes, **(
+            {"gpus_per_node": sc.gpus_per_node} if sc.gpus_per_node else {}))
+        return topo
+
+    def _plan(self, topo):
+        from host import planner as planner_pkg
+        from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
+
+        sc = self.scenario
+        comm = AlphaBetaComm.from_topology(topo)
+        memory = MemoryTiers()
+        if sc.system.embeddings == "cpu":
+            cpu = CPU_PRESETS[sc.system.host.cpu]
+            memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
+        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
+        make = getattr(planner_pkg, "make_plan", None)
+        if make is None:
+            raise RuntimeError("host.planner.make_plan(workload, system, name) has not landed yet")
+        plan = make(sc.workload, psys, sc.planner)
+        return plan, psys
+
+    def run(self) -> RunResult:
+        from host.planner.work import derive_iteration
+
+        t0 = time.perf_counter()
+        sc = self.scenario
+        self.progress("topology", 0.02)
+        topo = self._topology()
+        self.progress("planning the sharding", 0.05)
+        plan, psys = self._plan(topo)
+        self.progress("deriving one iteration's work", 0.2)
+        work = derive_iteration(plan, sc.workload, psys)
+        world = work.world_size
+        self.plan, self.work, self.topology = plan, work, topo
+        dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
+        payloads = self._payloads(work, dense, psys, topo)
+        total_its = sc.warmup + sc.iterations
+        emb_stream = {"gpu": "compute", "cpu": "cpu", "nic": "nic"}[sc.system.embeddings]
+        if sc.system.embeddings == "nic":
+            emb_stream = "compute"  # the NIC works inside the op; the remaining kernel is the GPU's
+        self.progress("building the op graph", 0.3)
+        graph = build_graph(world, total_its, payloads, mode=sc.mode, pipelined=sc.pipelined, emb_stream=emb_stream)
+        self.progress(f"simulating {total_its} iterations on {world} GPUs", 0.35)
+        engine, backend, resources_ = self._build_resources(topo, world)
+        done_ops = [0]
+        n_ops = len(graph.ops)
+
+        def on_op_done(op: Op) -> None:
+            done_ops[0] += 1
+            if done_ops[0] % max(1, n_ops // 20) == 0:
+                self.progress(f"simulated {done_ops[0]}/{n_ops} ops", 0.35 + 0.55 * done_ops[0] / n_ops)
+
+        runner = ScheduleRunner(engine, graph, backend, on_op_done)
+        end_ps = runner.run()
+        self.progress("collecting metrics", 0.92)
+        result = self._collect(graph, engine, end_ps, resources_, dense, work, time.perf_counter() - t0)
+        self.progress("done", 1.0)
+        return result
+
+    def _payloads(self, work, dense: DenseCosts, psys, topo) -> dict[str, Any]:
+        sc = self.scenario
+        sys_ = sc.system
+        gpu = sys_.gpu_spec
+        world = work.world_size
+        gpn = work.gpus_per_node
+        wl = sc.workload
+        b = wl.batch_per_gpu
+        comm = psys.comm
+        m = work.matrices
+        pooled = m["pooled"] + m["rs"]
+        grad = m["grad"] + m["ag"]
+
+        def coll_a2a(matrix: np.ndarray) -> Collective:
+            return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix))
+
+        comm_bytes = 4 if sys_.comm_dtype == "fp32" else 2
+        ar_bytes = dense.params * comm_bytes + work.dp_allreduce_bytes
+        payloads: dict[str, Any] = {
+            "input_a2a": coll_a2a(m["input"]),
+            "pooled_a2a": coll_a2a(pooled),
+            "bot_fwd": dense.bot_fwd,
+            "inter_fwd": dense.inter_fwd,
+            "top_fwd": dense.top_fwd,
+        }
+        dense_in_bytes = wl.dense.bottom_mlp[0] * 4
+        lookups_per_sample = sum(t.pooling for t in wl.tables)
+        payloads["h2d"] = Copy(b * (dense_in_bytes + lookups_per_sample * psys.index_bytes + len(wl.tables) * psys.length_bytes))
+        if sc.mode == "training":
+            payloads.update({
+                "top_bwd": dense.top_bwd,
+                "inter_bwd": dense.inter_bwd,
+                "grad_a2a": coll_a2a(grad),
+                "bot_bwd": dense.bot_bwd,
+                "allreduce": Collective("allreduce", nbytes=ar_bytes, estimate_s=comm.allreduce_time_s(ar_bytes, world)),
+                "dense_opt": dense.dense_opt,
+            })
+        # embedding work per rank
+        fwd: list[Any] = []
+        bwd: list[Any] = []
+        pcie = sys_.host.pcie_gbytes_per_s * 1e9
+        cpu = CPU_PRESETS[sys_.host.cpu]
+        self.nic_stats: dict[str, float] = {}
+        for r in range(world):
+            ks = work.kernels[r]
+            if sys_.embeddings == "cpu":
+                f_s = sum(cpu_embedding_forward_s(cpu, k.lookups, k.row_bytes) for k in ks)
+                b_s = sum(cpu_embedding_backward_s(cpu, k.lookups, k.unique_rows, k.row_bytes) for k in ks)
+                fwd.append(CPUJob(r // gpn, f_s))
+                bwd.append(CPUJob(r // gpn, b_s))
+                continue
+            f = KernelCost()
+            g = KernelCost()
+            miss_s = 0.0
+            for k in ks:
+                f = f + embedding_forward_cost(gpu, k.lookups, k.row_bytes, k.pooled_rows, k.out_row_bytes)
+                g = g + embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.row_bytes, k.state_bytes_per_row)
+                miss_s += k.miss_bytes / pcie
+            launch = gpu.efficiency.launch_overhead_s
+            f = _fused(f, launch, miss_s / 2)
+            g = _fused(g, 2 * launch, miss_s / 2)
+            fwd.append(f)
+            bwd.append(g)
+        if sys_.embeddings == "nic":
+            fwd, bwd, pooled_scale = self._nic_payloads(work, fwd, bwd)
+        if sys_.embeddings == "cpu":
+            # pooled embeddings reach the GPU over PCIe, gradients leave it the same way
+            recv = pooled.sum(axis=0)
+            payloads["pooled_h2d"] = [Copy(float(recv[r])) for r in range(world)]
+            if sc.mode == "training":
+                payloads["grad_d2h"] = [Copy(float(recv[r])) for r in range(world)]
+        payloads["emb_fwd"] = fwd
+        if sc.mode == "training":
+            payloads["emb_bwd"] = bwd
+        return payloads
+
+    def _nic_payloads(self, work, fwd, bwd):
+        raise RuntimeError("the SmartNIC system needs sim/nic.py, which needs sim/timing/{embedding,cache,packetizer}.py")
+
+    def _build_resources(self, topo, world: int):
+        import sim.network as network
+        from sim.network import collectives as coll
+
+        sc = self.scenario
+        sys_ = sc.system
+        st = sys_.streams
+        engine = Engine()
+        net = network.Network(engine, topo)
+        partitions = {"comm": st.sm_partition_comm} if st.sm_partition_comm > 0 else None
+        gpus = [GPUDevice(engine, sys_.gpu_spec, name=f"gpu{r}", sm_partitions=partitions, interference=st.interference,
+                          comm_sm_fraction=st.comm_sm_fraction) for r in range(world)]
+        links = [BandwidthLink(engine, sys_.host.pcie_gbytes_per_s, name=f"pcie{r}") for r in range(world)]
+        nodes = (world + topo.gpus_per_node - 1) // topo.gpus_per_node
+        sockets = [ServerPool(engine, sys_.host.sockets_per_node, name=f"cpu{n}") for n in range(nodes)]
+        comm_priority = 1 if st.comm_priority == "high" else 0
+        comm_partition = "comm" if partitions else None
+        ranks = list(range(world))
+
+        def backend(op: Op, done: Callable[[int, int], None]) -> None:
+            payload = op.payload
+            start = engine.now
+            if isinstance(payload, KernelCost):
+                gpus[op.rank].launch(payload, done)
+            elif isinstance(payload, Copy):
+                links[op.rank].transfer(payload.nbytes, done)
+            elif isinstance(payload, CPUJob):
+                sockets[payload.node].submit(ps_from_s(payload.seconds), done)
+            elif isinstance(payload, Collective):
+                pending = [1 + len(op.ranks)]
+
+                def part_done(*_args: Any) -> None:
+                    pending[0] -= 1
+                    if pending[0] == 0:
+                        done(start, engine.now)
+
+                hold = ps_from_s(payload.estimate_s)
+                demand_sm = 0.0 if st.collectives_on_dma else st.comm_sm_fraction
+                for r in op.ranks:
+                    g = gpus[r]
+                    key = g._sm_key(comm_partition)
+                    demand = {"hbm": st.comm_hbm_fraction}
+                    if demand_sm > 0:
+                        demand[key] = min(demand_sm, g.pool.capacities[key])
+                    g.pool.submit(hold, demand, part_done, priority=comm_priority)
+                if payload.kind == "alltoallv":
+                    coll.alltoallv(net, ranks, payload.matrix, algorithm=sc.alltoall, on_done=part_done)
+                else:
+                    coll.allreduce(net, ranks, payload.nbytes, algorithm=sc.allreduce, on_done=part_done)
+            elif isinstance(payload, NICJob):
+                raise RuntimeError("NIC jobs need sim/nic.py")
+            else:
+                raise TypeError(f"op {op!r}: no backend for payload {type(payload).__name__}")
+
+        self.net = net
+        return engine, backend, {"gpus": gpus, "links": links, "sockets": sockets, "net": net}
+
+    # ------------------------------------------------------------------------------ metrics
+    def _collect(self, graph: OpGraph, engine: Engine, end_ps: int, res: dict, dense: DenseCosts, work, wall_s: float) -> RunResult:
+        sc = self.scenario
+        world = graph.num_ranks
+        its = list(range(sc.warmup, sc.warmup + sc.iterations))
+        # iteration boundaries: the end of each iteration's last op on any rank
+        it_end = [0] * graph.iterations
+        it_start = [None] * graph.iterations
+        for op in graph.ops:
+            it_end[op.iteration] = max(it_end[op.iteration], op.end)
+            s = it_start[op.iteration]
+            it_start[op.iteration] = op.start if s is None else min(s, op.start)
+        lo = it_end[sc.warmup - 1] if sc.warmup > 0 else 0
+        hi = it_end[its[-1]]
+        iter_s = s_from_ps(hi - lo) / len(its)
+        global_batch = sc.workload.batch_per_gpu * world
+        sample = sorted({0, world // 2, world - 1}) if world > 64 else list(range(world))
+        bd = phase_breakdown(graph, sample, its)
+        metrics: dict[str, Any] = {
+            "scenario": sc.name,
+            "mode": sc.mode,
+            "pipelined": sc.pipelined,
+            "system": sc.system.name,
+            "workload": sc.workload.name,
+            "gpus": world,
+            "nodes": (world + self.topology.gpus_per_node - 1) // self.topology.gpus_per_node,
+            "global_batch": global_batch,
+            "iteration_time_s": iter_s,
+            "samples_per_s": global_batch / iter_s if iter_s > 0 else 0.0,
+            "simulated_time_s": s_from_ps(end_ps),
+            "measured_iterations": len(its),
+            "warmup_iterations": sc.warmup,
+            "events": engine.events_processed,
+            "wall_s": wall_s,
+            "phase_serialized_s": bd.serialized,
+            "phase_exposed_s": bd.exposed,
+            "idle_s": bd.idle,
+            "dense_params": dense.params,
+            "plan": getattr(self.plan, "sharding_counts", lambda: {})(),
+        }
+        if sc.mode == "inference":
+            lat = []
+            for it in its:
+                for r in sample:
+                    first = graph.get("h2d", it, r) or graph.get("input_a2a", it, r)
+                    last = graph.get("top_fwd", it, r)
+                    lat.append(last.end - first.start)
+            metrics["latency_s"] = {"mean": s_from_ps(int(np.mean(lat))), "max": s_from_ps(int(max(lat)))}
+        gpus: list[GPUDevice] = res["gpus"]
+        elapsed = end_ps
+        util = {"gpu_sm": float(np.mean([g.utilization(elapsed)["sm"] for g in gpus])),
+                "gpu_hbm": float(np.mean([g.utilization(elapsed)["hbm"] for g in gpus])),
+                "pcie": float(np.mean([l.utilization(elapsed) for l in res["links"]]))}
+        if sc.system.embeddings == "cpu":
+            util["cpu_sockets"] = float(np.mean([s.utilization(elapsed) for s in res["sockets"]]))
+        net = res["net"]
+        link_class = {k: float(v) for k, v in net.link_class_bytes().items()}
+        util.update(self._network_utilization(net, elapsed))
+        metrics["utilization"] = util
+        metrics["link_class_bytes"] = link_class
+        metrics["cache_hit_rates"] = dict(getattr(self, "nic_stats", {}))
+        tracks = _tracks(graph, sample)
+        return RunResult(sc, graph, metrics, bd, tracks, util, link_class, wall_s)
+
+    def _network_utilization(self, net, elapsed_ps: int) -> dict[str, float]:
+        fn = getattr(net, "link_class_utilization", None)
+        if fn is None or elapsed_ps <= 0:
+            return {}
+        return {f"net_{k}": float(v) for k, v in fn(elapsed_ps).items()}
+
+
+def _fused(cost: KernelCost, launch_s: float, extra_s: float) -> KernelCost:
+    """Shards' kernels fused into one launch (one overhead), plus host-transfer time."""
+    return KernelCost(flops=cost.flops, hbm_bytes=cost.hbm_bytes, compute_s=cost.compute_s, memory_s=cost.memory_s,
+                      overhead_s=launch_s + extra_s)
+
+
+def _tracks(graph: OpGraph, ranks: list[int]) -> dict[str, list[tuple[int, int, str]]]:
+    """Timeline tracks for the trace: one per (rank, stream) of the sampled ranks, one per
+    collective class (the network)."""
+    tracks: dict[str, list[tuple[int, int, str]]] = {}
+    keep = set(ranks)
+    for op in graph.ops:
+        label = f"{op.phase}[{op.iteration}]"
+        if op.collective:
+            tracks.setdefault(f"network/{op.phase}", []).append((op.start, op.end, label))
+            for r in ranks:
+                tracks.setdefault(f"gpu{r}/{op.stream}", []).append((op.start, op.end, label))
+        elif op.rank in keep:
+            tracks.setdefault(f"gpu{op.rank}/{op.stream}", []).append((op.start, op.end, label))
+    return tracks
