@@ -24,6 +24,7 @@ Scenario schema (TOML; errors name the dotted field)::
     [system]                         # host.systems: preset = "zionex" plus overrides, or inline
     [planner]
     name = "neo"                     # which host.planner strategy places the tables
+    time_budget_s = 2.0              # the planner's search budget
     allreduce = "hierarchical"       # ring | double_binary_tree | hierarchical
     alltoall = "direct"              # direct | hierarchical
     [dense]
@@ -75,6 +76,7 @@ __all__ = [
 MAX_INTERACTION_WIDTH = 8192
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small")
 
+PLANNERS = ("neo",)
 _SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
 
 
@@ -94,6 +96,7 @@ class Scenario:
     workload: WorkloadSpec
     system: SystemSpec
     planner: str = "neo"
+    planner_budget_s: float = 2.0
     allreduce: str = "hierarchical"
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
@@ -107,7 +110,7 @@ class Scenario:
             "cluster": {"nodes": self.nodes, **({"gpus_per_node": self.gpus_per_node} if self.gpus_per_node else {})},
             "workload": self.source.get("workload", {"preset": self.workload.name}),
             "system": self.system.to_dict(),
-            "planner": {"name": self.planner, "allreduce": self.allreduce, "alltoall": self.alltoall},
+            "planner": {"name": self.planner, "time_budget_s": self.planner_budget_s, "allreduce": self.allreduce, "alltoall": self.alltoall},
             "dense": {"dtype": self.dense_dtype},
         }
 
@@ -160,10 +163,11 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     workload = resolve_workload(data["workload"], "workload", base)
     system = resolve_system(data.get("system", "zionex"), "system")
     pl = _table("planner", data.get("planner", {}))
-    _known("planner", pl, ("name", "allreduce", "alltoall"))
-    planner = pl.get("name", "neo")
-    if not isinstance(planner, str) or not planner:
-        raise ValueError(f"planner.name: expected a planner name, got {planner!r}")
+    _known("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s"))
+    planner = _choice("planner.name", pl.get("name", "neo"), PLANNERS)
+    budget = pl.get("time_budget_s", 2.0)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600:
+        raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
     dense = _table("dense", data.get("dense", {}))
     _known("dense", dense, ("dtype",))
     gpn = cl.get("gpus_per_node")
@@ -179,6 +183,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         workload=workload,
         system=system,
         planner=planner,
+        planner_budget_s=float(budget),
         allreduce=_choice("planner.allreduce", pl.get("allreduce", "hierarchical"), ("ring", "double_binary_tree", "hierarchical")),
         alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
@@ -340,7 +345,6 @@ class ClusterRun:
         return topo
 
     def _plan(self, topo):
-        from host import planner as planner_pkg
         from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
 
         sc = self.scenario
@@ -350,10 +354,9 @@ class ClusterRun:
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
         psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
-        make = getattr(planner_pkg, "make_plan", None)
-        if make is None:
-            raise RuntimeError("host.planner.make_plan(workload, system, name) has not landed yet")
-        plan = make(sc.workload, psys, sc.planner)
+        from host.planner.search import plan_neo
+
+        plan = plan_neo(sc.workload, psys, time_budget_s=sc.planner_budget_s)
         return plan, psys
 
     def run(self) -> RunResult:
