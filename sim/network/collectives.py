@@ -1,0 +1,460 @@
+"""Collectives as DAGs of bulk-synchronous phases of messages, run on a :class:`Network`.
+
+A *phase* is a set of messages started together; it completes when its last message arrives.
+A phase starts when all the phases it depends on have completed (at that engine time), so
+independent phases (pipelined chunks, the two trees of a double binary tree) overlap and share
+links with each other and with any other traffic on the network. Reductions are assumed to be
+computed faster than the links deliver (no compute time). Data a rank keeps for itself is not
+sent. Sizes are in bytes; a buffer of ``n`` bytes split into ``k`` parts gives parts of
+``floor`` / ``ceil`` (n / k) bytes that sum to ``n`` exactly.
+
+Algorithms
+    alltoallv ``direct``: every rank sends each peer its block at once (one phase).
+    alltoallv ``hierarchical``: (1) inside each node, every GPU sends each local peer the data
+      that peer will forward across nodes, plus the peer's own intra-node block; (2) for each
+      pair of nodes (n, m) one message carries all of n's data for m, sent by local rank
+      ``(i_n + i_m) mod k`` of node n to the same local rank of node m (this spreads senders
+      and receivers evenly over the NICs); (3) inside each node, that GPU scatters the data to
+      its final owners. It needs the same number of participating ranks on every node.
+    allreduce ``ring``: reduce-scatter then all-gather around the ring of ``ranks`` (2(p-1)
+      steps of n/p bytes per rank). ``double_binary_tree``: two complementary binary trees
+      (NCCL-style: a rank that is interior in one is a leaf in the other) each reduce then
+      broadcast half of the buffer. ``hierarchical``: ring reduce-scatter inside each node,
+      ring all-reduce of each 1/k slice among the same local ranks of all nodes, ring
+      all-gather inside each node.
+    reduce_scatter / all_gather: ring (p-1 steps of n/p bytes). ``nbytes`` is the full buffer.
+    ``chunks=c`` splits the data into c pipelined chunks: phase (chunk j, step s) waits for
+      (j, s-1) and (j-1, s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .network import FlowGroup, Network
+from .topology import Topology
+
+__all__ = [
+    "Phase",
+    "CollectiveHandle",
+    "alltoallv",
+    "alltoall",
+    "allreduce",
+    "reduce_scatter",
+    "all_gather",
+    "build_phases",
+    "double_binary_trees",
+    "split_bytes",
+]
+
+
+@dataclass
+class Phase:
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    deps: list[int] = field(default_factory=list)
+    label: str = ""
+
+
+class CollectiveHandle:
+    """A running (or finished) collective: ``end_ps``, ``time_ps``, ``link_bytes``."""
+
+    def __init__(self, net: Network, name: str, algorithm: str, ranks: np.ndarray, phases: list[Phase],
+                 on_done: Callable[["CollectiveHandle"], Any] | None) -> None:
+        self.net = net
+        self.name = name
+        self.algorithm = algorithm
+        self.ranks = ranks
+        self.phases = phases
+        self.on_done = on_done
+        self.start_ps = net.engine.now
+        self.end_ps: int | None = None
+        topo = net.topology
+        self.link_bytes = np.zeros(topo.num_links)  # payload bytes over each link
+        self.link_wire_bytes = np.zeros(topo.num_links)
+        self.phase_end_ps = np.full(len(phases), -1, dtype=np.int64)
+        self.groups: list[FlowGroup | None] = [None] * len(phases)
+        self._waiting = np.array([len(p.deps) for p in phases], dtype=np.int64)
+        self._children: list[list[int]] = [[] for _ in phases]
+        for i, p in enumerate(phases):
+            for d in p.deps:
+                self._children[d].append(i)
+        self._left = len(phases)
+
+    @property
+    def done(self) -> bool:
+        return self.end_ps is not None
+
+    @property
+    def time_ps(self) -> int | None:
+        return None if self.end_ps is None else self.end_ps - self.start_ps
+
+    @property
+    def time_s(self) -> float | None:
+        return None if self.end_ps is None else (self.end_ps - self.start_ps) * 1e-12
+
+    def link_class_bytes(self, *, wire: bool = False) -> dict[str, float]:
+        return self.net.topology.class_totals(self.link_wire_bytes if wire else self.link_bytes)
+
+    def __repr__(self) -> str:
+        return f"CollectiveHandle({self.name}/{self.algorithm}, ranks={self.ranks.size}, time_ps={self.time_ps})"
+
+    # ------------------------------------------------------------------------------ running
+    def _start(self) -> None:
+        if not self.phases:
+            self.net.engine.after(0, self._finish)
+            return
+        for i, p in enumerate(self.phases):
+            if not p.deps:
+                self._start_phase(i)
+
+    def _start_phase(self, i: int) -> None:
+        p = self.phases[i]
+        topo = self.net.topology
+        L = topo.num_links
+        if p.src.size:
+            route = topo.route(p.src, p.dst, p.nbytes)
+            self.link_bytes += topo.payload_loads(route, p.nbytes)[:L]
+            self.link_wire_bytes += topo.link_loads(route, p.nbytes)[:L]
+        self.groups[i] = self.net.start_flows(p.src, p.dst, p.nbytes, self._phase_done, tag=(self, i))
+
+    def _phase_done(self, g: FlowGroup) -> None:
+        i = g.tag[1]
+        self.phase_end_ps[i] = g.end_ps
+        self._left -= 1
+        for c in self._children[i]:
+            self._waiting[c] -= 1
+            if self._waiting[c] == 0:
+                self._start_phase(c)
+        if self._left == 0:
+            self._finish()
+
+    def _finish(self) -> None:
+        self.end_ps = self.net.engine.now
+        if self.on_done is not None:
+            self.on_done(self)
+
+
+# ------------------------------------------------------------------------------- helpers
+def split_bytes(n: int, k: int) -> np.ndarray:
+    """``n`` bytes in ``k`` parts (the first ``n % k`` one byte larger); sums to ``n``."""
+    base, extra = divmod(int(n), int(k))
+    out = np.full(k, base, dtype=np.int64)
+    out[:extra] += 1
+    return out
+
+
+def _ranks(topology: Topology, ranks: Sequence[int] | np.ndarray | None) -> np.ndarray:
+    if ranks is None:
+        return np.arange(topology.num_gpus, dtype=np.int64)
+    r = np.asarray(ranks, dtype=np.int64).ravel()
+    if r.size == 0:
+        raise ValueError("ranks: expected at least one rank")
+    if r.min() < 0 or r.max() >= topology.num_gpus:
+        raise ValueError(f"ranks: expected GPU ranks in 0..{topology.num_gpus - 1}")
+    if np.unique(r).size != r.size:
+        raise ValueError("ranks: expected distinct ranks")
+    return r
+
+
+def _chunks(chunks: int) -> int:
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
+        raise ValueError(f"chunks: expected an integer >= 1, got {chunks!r}")
+    return int(chunks)
+
+
+def _nbytes(nbytes) -> int:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        raise ValueError(f"nbytes: expected an integer >= 0, got {nbytes!r}")
+    return int(nbytes)
+
+
+def _node_groups(topology: Topology, ranks: np.ndarray, what: str) -> np.ndarray:
+    """(nodes, k) matrix of positions in ``ranks``, grouped by node, in rank order."""
+    node = ranks // topology.gpus_per_node
+    uniq, counts = np.unique(node, return_counts=True)
+    if np.any(counts != counts[0]):
+        raise ValueError(f"ranks: {what} needs the same number of ranks on every node, got {sorted(set(counts.tolist()))}")
+    order = np.lexsort((ranks, node))
+    return order.reshape(uniq.size, counts[0])
+
+
+# ---------------------------------------------------------------------------- ring phases
+def _ring_phases(ring_sets: list[np.ndarray], nbytes: int, steps_kind: str, chunks: int,
+                 base: int = 0, entry_deps: list[int] | None = None) -> list[Phase]:
+    """Ring reduce-scatter / all-gather / all-reduce run concurrently on several rings.
+
+    ``ring_sets``: rings (arrays of global ranks); each ring handles ``nbytes`` per rank.
+    Phases are shared by all rings (bulk-synchronous across rings). Phase indices start at
+    ``base``; the first step of each chunk also depends on ``entry_deps``.
+    """
+    p = ring_sets[0].size
+    if p < 2 or nbytes == 0:
+        return []
+    n_steps = {"rs": p - 1, "ag": p - 1, "ar": 2 * (p - 1)}[steps_kind]
+    seg = split_bytes(nbytes, p)  # bytes of each of the p segments
+    chunk_parts = np.stack([split_bytes(int(s), chunks) for s in seg])  # (p, chunks)
+    phases: list[Phase] = []
+    idx = {}
+    for j in range(chunks):
+        for s in range(n_steps):
+            srcs, dsts, sizes = [], [], []
+            for ring in ring_sets:
+                i = np.arange(p)
+                # rank i sends segment (i - s) mod p in a reduce-scatter / all-gather step; in the
+                # all-gather half of an all-reduce it forwards the segment it completed last
+                if steps_kind == "ar" and s >= p - 1:
+                    seg_idx = (i + 1 - (s - (p - 1))) % p
+                else:
+                    seg_idx = (i - s) % p
+                sz = chunk_parts[seg_idx, j]
+                srcs.append(ring)
+                dsts.append(np.roll(ring, -1))
+                sizes.append(sz)
+            deps = []
+            if s > 0:
+                deps.append(idx[(j, s - 1)])
+            elif entry_deps:
+                deps.extend(entry_deps)
+            if j > 0:
+                deps.append(idx[(j - 1, s)])
+            idx[(j, s)] = base + len(phases)
+            src = np.concatenate(srcs)
+            dst = np.concatenate(dsts)
+            nb = np.concatenate(sizes)
+            keep = nb > 0
+            phases.append(Phase(src[keep], dst[keep], nb[keep], deps, f"{steps_kind} chunk {j} step {s}"))
+    return phases
+
+
+def _terminal(phases: list[Phase], base: int) -> list[int]:
+    """Indices of phases nobody depends on."""
+    used = {d for p in phases for d in p.deps}
+    return [base + i for i in range(len(phases)) if base + i not in used]
+
+
+# --------------------------------------------------------------------------- tree phases
+def _binary_tree(p: int) -> np.ndarray:
+    """Parent of each position 0..p-1 (-1 at the root) of an in-order balanced binary tree."""
+    parent = np.full(p, -1, dtype=np.int64)
+
+    def build(lo: int, hi: int, par: int) -> None:  # positions [lo, hi)
+        if lo >= hi:
+            return
+        mid = (lo + hi) // 2
+        parent[mid] = par
+        build(lo, mid, mid)
+        build(mid + 1, hi, mid)
+
+    build(0, p, -1)
+    return parent
+
+
+def double_binary_trees(p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parents (position -> position, -1 at root) of two complementary binary trees over p ranks.
+
+    Tree B is tree A on the positions mirrored (p even) or shifted by one (p odd), so that most
+    ranks that are interior in one tree are leaves in the other.
+    """
+    a = _binary_tree(p)
+    perm = (p - 1 - np.arange(p)) if p % 2 == 0 else (np.arange(p) + 1) % p
+    b = np.full(p, -1, dtype=np.int64)
+    # node perm[x] in tree B plays the role of x in tree A
+    has = a >= 0
+    b[perm[has]] = perm[a[has]]
+    return a, b
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    d = np.zeros(parent.size, dtype=np.int64)
+    for i in range(parent.size):
+        x, k = i, 0
+        while parent[x] >= 0:
+            x = parent[x]
+            k += 1
+        d[i] = k
+    return d
+
+
+def _tree_phases(ranks: np.ndarray, nbytes: int, chunks: int) -> list[Phase]:
+    p = ranks.size
+    if p < 2 or nbytes == 0:
+        return []
+    trees = double_binary_trees(p)
+    halves = split_bytes(nbytes, 2)
+    phases: list[Phase] = []
+    for t, parent in enumerate(trees):
+        depth = _depths(parent)
+        D = int(depth.max())
+        parts = split_bytes(int(halves[t]), chunks)
+        # steps: reduce depth D..1 (child -> parent), then broadcast depth 1..D (parent -> child)
+        steps = [("reduce", d) for d in range(D, 0, -1)] + [("bcast", d) for d in range(1, D + 1)]
+        idx = {}
+        for j in range(chunks):
+            for s, (kind, d) in enumerate(steps):
+                kids = np.flatnonzero(depth == d)
+                par = parent[kids]
+                if kind == "reduce":
+                    src, dst = ranks[kids], ranks[par]
+                else:
+                    src, dst = ranks[par], ranks[kids]
+                deps = []
+                if s > 0:
+                    deps.append(idx[(j, s - 1)])
+                if j > 0:
+                    deps.append(idx[(j - 1, s)])
+                idx[(j, s)] = len(phases)
+                phases.append(Phase(src, dst, np.full(src.size, parts[j], dtype=np.int64), deps,
+                                    f"tree {t} chunk {j} {kind} depth {d}"))
+    return phases
+
+
+# ------------------------------------------------------------------------ phase builders
+def _alltoallv_phases(topology: Topology, ranks: np.ndarray, sizes: np.ndarray, algorithm: str) -> list[Phase]:
+    p = ranks.size
+    if algorithm == "direct":
+        i, j = np.nonzero(sizes)
+        keep = i != j
+        i, j = i[keep], j[keep]
+        return [Phase(ranks[i], ranks[j], sizes[i, j].astype(np.int64), [], "direct")]
+    if algorithm != "hierarchical":
+        raise ValueError(f"algorithm: expected 'direct' or 'hierarchical', got {algorithm!r}")
+    groups = _node_groups(topology, ranks, "hierarchical alltoallv")  # (M nodes, k) positions
+    M, k = groups.shape
+    # reorder the matrix by (node, local): S[n, a, m, c]
+    flat = groups.ravel()
+    S = sizes[np.ix_(flat, flat)].reshape(M, k, M, k).astype(np.int64)
+    gr = ranks[groups]  # (M, k) global ranks
+    n_idx = np.arange(M)
+    relay = (n_idx[:, None] + n_idx[None, :]) % k  # relay local rank for node pair (n, m)
+    offnode = n_idx[:, None] != n_idx[None, :]
+    node_pair = S.sum(axis=(1, 3))  # (M, M) bytes from node n to node m
+    # phase 1: (n, a) -> (n, b): S[n,a,n,b] + sum_{m != n, relay(n,m) = b} sum_c S[n,a,m,c]
+    out_by_m = S.sum(axis=3)  # (M, k, M): from (n, a) to node m
+    p1 = np.zeros((M, k, k), dtype=np.int64)
+    for b in range(k):
+        sel = offnode & (relay == b)  # (M, M)
+        p1[:, :, b] = (out_by_m * sel[:, None, :]).sum(axis=2)
+    p1 += np.einsum("nanb->nab", S)
+    # phase 3: (m, r) -> (m, c): sum_{n != m, relay(n,m) = r} sum_a S[n,a,m,c]
+    in_by_n = S.sum(axis=1)  # (M(n), M(m), k(c))
+    p3 = np.zeros((M, k, k), dtype=np.int64)  # [m, r, c]
+    for r in range(k):
+        sel = offnode & (relay == r)  # (n, m)
+        p3[:, r, :] = (in_by_n * sel[:, :, None]).sum(axis=0)
+    phases: list[Phase] = []
+
+    def intra(mat: np.ndarray, label: str, deps: list[int]) -> None:
+        n, a, b = np.nonzero(mat)
+        keep = a != b
+        n, a, b = n[keep], a[keep], b[keep]
+        phases.append(Phase(gr[n, a], gr[n, b], mat[n, a, b], deps, label))
+
+    intra(p1, "hierarchical: intra-node gather", [])
+    n, m = np.nonzero(offnode & (node_pair > 0))
+    r = relay[n, m]
+    phases.append(Phase(gr[n, r], gr[m, r], node_pair[n, m], [0], "hierarchical: inter-node"))
+    intra(p3, "hierarchical: intra-node scatter", [1])
+    return phases
+
+
+def _allreduce_phases(topology: Topology, ranks: np.ndarray, nbytes: int, algorithm: str, chunks: int) -> list[Phase]:
+    if algorithm == "ring":
+        return _ring_phases([ranks], nbytes, "ar", chunks)
+    if algorithm == "double_binary_tree":
+        return _tree_phases(ranks, nbytes, chunks)
+    if algorithm != "hierarchical":
+        raise ValueError(f"algorithm: expected 'ring', 'double_binary_tree' or 'hierarchical', got {algorithm!r}")
+    groups = _node_groups(topology, ranks, "hierarchical allreduce")
+    M, k = groups.shape
+    gr = ranks[groups]
+    phases = _ring_phases([gr[n] for n in range(M)], nbytes, "rs", chunks)
+    ends = _terminal(phases, 0)
+    # after the reduce-scatter, local rank i owns segment (i + 1) mod k of the node's buffer
+    seg = split_bytes(nbytes, k)
+    if M > 1:
+        inter_rings = []
+        sizes = []
+        for i in range(k):
+            inter_rings.append(gr[:, i])
+            sizes.append(int(seg[(i + 1) % k]))
+        # rings of different sizes run as separate phase chains, started together
+        base = len(phases)
+        for i in range(k):
+            sub = _ring_phases([inter_rings[i]], sizes[i], "ar", chunks, base=base, entry_deps=ends)
+            phases.extend(sub)
+            base = len(phases)
+        ends = _terminal(phases, 0)
+    ag = _ring_phases([gr[n] for n in range(M)], nbytes, "ag", chunks, base=len(phases), entry_deps=ends)
+    phases.extend(ag)
+    return phases
+
+
+def build_phases(topology: Topology, kind: str, ranks=None, *, sizes=None, nbytes=None,
+                 algorithm: str = "ring", chunks: int = 1) -> tuple[np.ndarray, list[Phase]]:
+    """The phases of a collective (used by the runners here and by the estimates)."""
+    r = _ranks(topology, ranks)
+    chunks = _chunks(chunks)
+    if kind == "alltoallv":
+        sz = np.asarray(sizes)
+        if sz.shape != (r.size, r.size):
+            raise ValueError(f"sizes: expected a ({r.size}, {r.size}) matrix of bytes, got shape {sz.shape}")
+        if not np.issubdtype(sz.dtype, np.integer) and not np.all(np.mod(sz, 1) == 0):
+            raise ValueError("sizes: expected whole numbers of bytes")
+        if sz.size and sz.min() < 0:
+            raise ValueError("sizes: expected sizes >= 0")
+        return r, _alltoallv_phases(topology, r, sz.astype(np.int64), algorithm)
+    n = _nbytes(nbytes)
+    if kind == "allreduce":
+        return r, _allreduce_phases(topology, r, n, algorithm, chunks)
+    if kind in ("reduce_scatter", "all_gather"):
+        if algorithm != "ring":
+            raise ValueError(f"algorithm: expected 'ring', got {algorithm!r}")
+        return r, _ring_phases([r], n, "rs" if kind == "reduce_scatter" else "ag", chunks)
+    raise ValueError(f"kind: unknown collective {kind!r}")
+
+
+def _run(net: Network, kind: str, ranks, on_done, algorithm: str, **kw) -> CollectiveHandle:
+    if not isinstance(net, Network):
+        raise ValueError(f"net: expected a Network, got {type(net).__name__}")
+    r, phases = build_phases(net.topology, kind, ranks, algorithm=algorithm, **kw)
+    h = CollectiveHandle(net, kind, algorithm, r, phases, on_done)
+    h._start()
+    return h
+
+
+# --------------------------------------------------------------------------------- API
+def alltoallv(net: Network, ranks, sizes, *, algorithm: str = "direct",
+              on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
+    """AlltoAllv: ``sizes[i, j]`` bytes from ``ranks[i]`` to ``ranks[j]``; starts now."""
+    return _run(net, "alltoallv", ranks, on_done, algorithm, sizes=sizes)
+
+
+def alltoall(net: Network, ranks, nbytes_per_pair: int, *, algorithm: str = "direct",
+             on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
+    """AlltoAll with the same block size between every pair."""
+    r = _ranks(net.topology, ranks)
+    sizes = np.full((r.size, r.size), _nbytes(nbytes_per_pair), dtype=np.int64)
+    return alltoallv(net, r, sizes, algorithm=algorithm, on_done=on_done)
+
+
+def allreduce(net: Network, ranks, nbytes: int, *, algorithm: str = "ring", chunks: int = 1,
+              on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
+    """AllReduce of an ``nbytes`` buffer on every rank."""
+    return _run(net, "allreduce", ranks, on_done, algorithm, nbytes=nbytes, chunks=chunks)
+
+
+def reduce_scatter(net: Network, ranks, nbytes: int, *, algorithm: str = "ring", chunks: int = 1,
+                   on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
+    """ReduceScatter of an ``nbytes`` buffer (each rank ends with its n/p slice)."""
+    return _run(net, "reduce_scatter", ranks, on_done, algorithm, nbytes=nbytes, chunks=chunks)
+
+
+def all_gather(net: Network, ranks, nbytes: int, *, algorithm: str = "ring", chunks: int = 1,
+               on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
+    """AllGather into an ``nbytes`` buffer (each rank contributes its n/p slice)."""
+    return _run(net, "all_gather", ranks, on_done, algorithm, nbytes=nbytes, chunks=chunks)

@@ -1,0 +1,288 @@
+"""Cluster topology: directed links with capacity and latency, and vectorised routing.
+
+Links are directional (a full-duplex cable is two links). Link classes:
+
+``nvlink``    intra-node: GPU -> NVSwitch and NVSwitch -> GPU (``fabric = "switch"``), or one link
+              per ordered GPU pair (``fabric = "p2p"``, capacity = per-GPU bandwidth / (G - 1)).
+``pcie``      GPU -> host memory and host memory -> GPU, one pair per GPU.
+``host_mem``  TCP's extra copy through host memory: one link per node, shared by sends and
+              receives of that node (capacity ``transport.host_copy_gbps``).
+``nic``       NIC -> first switch and switch -> NIC, one pair per NIC.
+``spine``     leaf/spine only: per leaf, the bundle of up-links (leaf -> spine layer) and of
+              down-links (spine layer -> leaf); each bundle's capacity is the leaf's NIC capacity
+              divided by the oversubscription ratio. ECMP is modelled as a perfect even split of
+              every flow over the spines, so a bundle behaves as one link (no hash collisions).
+
+Routes (GPU ``s`` to GPU ``d``): same node: ``nvlink`` (s -> switch -> d, or s -> d). Other node:
+with NICs on GPUs and RDMA (GPUDirect through a PCIe switch, which is assumed never to be the
+bottleneck and is not a separate link): nic_tx(s), [up(leaf s), down(leaf d)], nic_rx(d). With
+NICs on hosts, or with TCP: pcie_up(s), [host_mem(node s) if TCP], nic_tx, [spine], nic_rx,
+[host_mem(node d) if TCP], pcie_down(d). A GPU uses NIC ``local // (G / per_node)`` of its node.
+Host endpoints (``topo.host_endpoint(node)``) reach the GPUs of their own node over ``pcie``.
+
+Latency of a route = sum of its links' latencies + switch latencies (NVSwitch once; one switch,
+or leaf / leaf-spine-leaf) + TCP's per-message overhead; it is added once per message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .config import NetworkConfig, load_config, load_preset
+from .transport import framing_factor
+
+__all__ = ["Topology", "LINK_CLASSES", "gbps_to_bytes_per_ps", "Route"]
+
+LINK_CLASSES = ("nvlink", "pcie", "host_mem", "nic", "spine")
+WIRE_CLASSES = ("nic", "spine")
+
+
+def gbps_to_bytes_per_ps(gbps: float) -> float:
+    """10^9 bit/s -> bytes per picosecond."""
+    return gbps / 8000.0
+
+
+@dataclass(frozen=True)
+class Route:
+    """Routes of a batch of messages: ``links`` (H, F) padded with ``topology.pad_link``."""
+
+    links: np.ndarray
+    latency_ps: np.ndarray
+    factor: np.ndarray
+
+
+class Topology:
+    """Links and routes of a cluster described by a :class:`NetworkConfig`."""
+
+    def __init__(self, config: NetworkConfig) -> None:
+        self.config = config
+        c = config
+        self.nodes = c.cluster.nodes
+        self.gpus_per_node = c.cluster.gpus_per_node
+        self.num_gpus = self.nodes * self.gpus_per_node
+        self.protocol = c.transport.protocol
+        self.mtu = c.transport.mtu_bytes
+        self.tcp = self.protocol == "tcp"
+        G, N, R = self.gpus_per_node, self.nodes, self.num_gpus
+
+        names: list[str] = []
+        cap: list[np.ndarray] = []
+        lat: list[np.ndarray] = []
+        cls: list[np.ndarray] = []
+        self._base: dict[str, int] = {}
+
+        def block(key: str, count: int, klass: str, gbps: float, latency_ns: float, label) -> None:
+            self._base[key] = sum(len(x) for x in cap)
+            cap.append(np.full(count, gbps_to_bytes_per_ps(gbps)))
+            lat.append(np.full(count, int(round(latency_ns * 1000)), dtype=np.int64))
+            cls.append(np.full(count, LINK_CLASSES.index(klass), dtype=np.int8))
+            names.extend(label(i) for i in range(count))
+
+        intra = c.intra_node
+        if intra.fabric == "switch":
+            block("gpu_tx", R, "nvlink", intra.bandwidth_gbps, intra.link_latency_ns, lambda i: f"nvlink.tx[{i}]")
+            block("gpu_rx", R, "nvlink", intra.bandwidth_gbps, intra.link_latency_ns, lambda i: f"nvlink.rx[{i}]")
+        elif G > 1:
+            per = intra.bandwidth_gbps / (G - 1)
+            block(
+                "p2p", R * G, "nvlink", per, intra.link_latency_ns,
+                lambda i: f"nvlink.p2p[{i // G}->{(i // G) // G * G + i % G}]",
+            )
+        hl = c.host_link
+        block("pcie_up", R, "pcie", hl.bandwidth_gbps, hl.latency_ns, lambda i: f"pcie.up[{i}]")
+        block("pcie_down", R, "pcie", hl.bandwidth_gbps, hl.latency_ns, lambda i: f"pcie.down[{i}]")
+        if self.tcp:
+            copy = c.transport.host_copy_gbps
+            block("host_mem", N, "host_mem", copy, 0.0, lambda i: f"host_mem[{i}]")
+        nic = c.nic
+        n_nics = N * nic.per_node
+        block("nic_tx", n_nics, "nic", nic.bandwidth_gbps, nic.latency_ns, lambda i: f"nic.tx[{i}]")
+        block("nic_rx", n_nics, "nic", nic.bandwidth_gbps, nic.latency_ns, lambda i: f"nic.rx[{i}]")
+        inter = c.inter_node
+        self.leaf_spine = inter.topology == "leaf_spine"
+        if self.leaf_spine:
+            leaves = N // inter.nodes_per_leaf
+            bundle = inter.nodes_per_leaf * nic.per_node * nic.bandwidth_gbps / inter.oversubscription
+            block("leaf_up", leaves, "spine", bundle, 0.0, lambda i: f"spine.up[{i}]")
+            block("leaf_down", leaves, "spine", bundle, 0.0, lambda i: f"spine.down[{i}]")
+        self.num_links = sum(len(x) for x in cap)
+        self.pad_link = self.num_links
+        # arrays include the pad link (infinite capacity, never counted)
+        self.capacity = np.concatenate(cap + [np.array([np.inf])])  # bytes / ps
+        self.link_latency_ps = np.concatenate(lat + [np.zeros(1, dtype=np.int64)])
+        self.link_class = np.concatenate(cls + [np.array([-1], dtype=np.int8)])
+        self.wire = np.isin(self.link_class, [LINK_CLASSES.index(k) for k in WIRE_CLASSES])
+        self.link_names = names
+        self.nic_per_node = nic.per_node
+        self.gpus_per_nic = G // nic.per_node
+        self.nic_attach = nic.attach
+        self.intra_switch_ps = int(round(intra.switch_latency_ns * 1000)) if intra.fabric == "switch" else 0
+        self.inter_switch_ps = int(round(inter.switch_latency_ns * 1000))
+        self.message_overhead_ps = int(round(c.transport.message_overhead_ns * 1000)) if self.tcp else 0
+        self.nodes_per_leaf = inter.nodes_per_leaf if self.leaf_spine else N
+        self.via_host = nic.attach == "host" or self.tcp
+        self.max_hops = self._max_hops()
+
+    # ------------------------------------------------------------------------- construction
+    @classmethod
+    def from_preset(cls, name: str, *, nodes: int | None = None) -> "Topology":
+        cfg = load_preset(name)
+        return cls(cfg if nodes is None else cfg.with_nodes(nodes))
+
+    @classmethod
+    def from_config(cls, source: str | Path | Mapping[str, Any] | NetworkConfig) -> "Topology":
+        return cls(source if isinstance(source, NetworkConfig) else load_config(source))
+
+    def __repr__(self) -> str:
+        return f"Topology({self.config.name}: {self.nodes} nodes x {self.gpus_per_node} GPUs, {self.num_links} links)"
+
+    def _max_hops(self) -> int:
+        intra = 2 if self.config.intra_node.fabric == "switch" else 1
+        inter = 2 + (2 if self.leaf_spine else 0)
+        if self.via_host:
+            inter += 2 + (2 if self.tcp else 0)
+        return max(intra, inter, 1)
+
+    # ---------------------------------------------------------------------------- endpoints
+    @property
+    def num_endpoints(self) -> int:
+        return self.num_gpus + self.nodes
+
+    def host_endpoint(self, node: int) -> int:
+        """Endpoint id of node ``node``'s host memory."""
+        if not 0 <= node < self.nodes:
+            raise ValueError(f"node: expected 0..{self.nodes - 1}, got {node}")
+        return self.num_gpus + node
+
+    def node_of(self, endpoint: np.ndarray | int) -> np.ndarray:
+        e = np.asarray(endpoint)
+        return np.where(e < self.num_gpus, e // self.gpus_per_node, e - self.num_gpus)
+
+    def link_class_names(self) -> list[str]:
+        return [LINK_CLASSES[k] for k in self.link_class[: self.num_links]]
+
+    def class_totals(self, per_link: np.ndarray) -> dict[str, float]:
+        """Sum a per-link array by link class (classes absent from the topology are left out)."""
+        per_link = np.asarray(per_link)[: self.num_links]
+        sums = np.bincount(self.link_class[: self.num_links], per_link, minlength=len(LINK_CLASSES))
+        present = np.bincount(self.link_class[: self.num_links], minlength=len(LINK_CLASSES)) > 0
+        return {k: float(sums[i]) for i, k in enumerate(LINK_CLASSES) if present[i]}
+
+    # ------------------------------------------------------------------------------ routing
+    def route(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray | None = None) -> Route:
+        """Routes of messages ``src[i] -> dst[i]`` (endpoint ids), vectorised.
+
+        ``nbytes`` (payload per message) sets each message's framing factor on wire links;
+        without it the factor is that of an infinitely long message (MTU-sized packets).
+        """
+        src = np.asarray(src, dtype=np.int64).ravel()
+        dst = np.asarray(dst, dtype=np.int64).ravel()
+        if src.shape != dst.shape:
+            raise ValueError(f"dst: expected the shape of src {src.shape}, got {dst.shape}")
+        F = src.size
+        R, G = self.num_gpus, self.gpus_per_node
+        ne = self.num_endpoints
+        if F and (src.min() < 0 or src.max() >= ne):
+            raise ValueError(f"src: endpoint ids must be in 0..{ne - 1}")
+        if F and (dst.min() < 0 or dst.max() >= ne):
+            raise ValueError(f"dst: endpoint ids must be in 0..{ne - 1}")
+        H = self.max_hops
+        links = np.full((H, F), self.pad_link, dtype=np.int32)
+        latency = np.zeros(F, dtype=np.int64)
+        sg, dg = src < R, dst < R
+        sn, dn = self.node_of(src), self.node_of(dst)
+        b = self._base
+        ll = self.link_latency_ps
+
+        def put(mask: np.ndarray, hop: int, link: np.ndarray) -> None:
+            links[hop, mask] = link
+            latency[mask] += ll[link]
+
+        # host <-> GPU (same node only), host <-> host refused
+        hs = ~sg
+        hd = ~dg
+        if hs.any() or hd.any():
+            bad = (hs | hd) & ((sn != dn) | (hs & hd))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"dst: host endpoints only exchange data with GPUs of their own node "
+                    f"(message {i}: {int(src[i])} -> {int(dst[i])})"
+                )
+            m = hs & dg
+            put(m, 0, b["pcie_down"] + dst[m])
+            m = sg & hd
+            put(m, 0, b["pcie_up"] + src[m])
+        gg = sg & dg & (src != dst)
+        intra = gg & (sn == dn)
+        if intra.any():
+            if self.config.intra_node.fabric == "switch":
+                put(intra, 0, b["gpu_tx"] + src[intra])
+                put(intra, 1, b["gpu_rx"] + dst[intra])
+                latency[intra] += self.intra_switch_ps
+            else:
+                put(intra, 0, b["p2p"] + src[intra] * G + dst[intra] % G)
+        inter = gg & (sn != dn)
+        if inter.any():
+            s, d = src[inter], dst[inter]
+            snic = sn[inter] * self.nic_per_node + (s % G) // self.gpus_per_nic
+            dnic = dn[inter] * self.nic_per_node + (d % G) // self.gpus_per_nic
+            hop_links: list[np.ndarray] = []
+            if self.via_host:
+                hop_links.append(b["pcie_up"] + s)
+                if self.tcp:
+                    hop_links.append(b["host_mem"] + sn[inter])
+            hop_links.append(b["nic_tx"] + snic)
+            switches = np.ones(s.size, dtype=np.int64)
+            cross = None
+            if self.leaf_spine:
+                sl = sn[inter] // self.nodes_per_leaf
+                dl = dn[inter] // self.nodes_per_leaf
+                cross = sl != dl
+                hop_links.append(np.where(cross, b["leaf_up"] + sl, self.pad_link))
+                hop_links.append(np.where(cross, b["leaf_down"] + dl, self.pad_link))
+                switches = np.where(cross, 3, 1)
+            hop_links.append(b["nic_rx"] + dnic)
+            if self.via_host:
+                if self.tcp:
+                    hop_links.append(b["host_mem"] + dn[inter])
+                hop_links.append(b["pcie_down"] + d)
+            for h, lk in enumerate(hop_links):
+                links[h, inter] = lk
+            lat_sum = sum(ll[lk] for lk in hop_links)
+            latency[inter] += lat_sum + switches * self.inter_switch_ps
+        # TCP per-message host overhead applies to every message that goes through sockets
+        if self.message_overhead_ps:
+            latency[gg & (sn != dn)] += self.message_overhead_ps
+        if nbytes is None:
+            factor = np.full(F, self._asymptotic_factor())
+        else:
+            nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (F,))
+            factor = framing_factor(nb, self.protocol, self.mtu)
+        return Route(links=links, latency_ps=latency, factor=factor)
+
+    def _asymptotic_factor(self) -> float:
+        big = np.array([self.mtu * 10**6 if self.protocol == "rdma" else (self.mtu - 40) * 10**6], dtype=np.float64)
+        return float(framing_factor(big, self.protocol, self.mtu)[0])
+
+    def link_loads(self, route: Route, nbytes: np.ndarray) -> np.ndarray:
+        """Bytes each link carries for the routed messages (wire bytes on wire links), length L+1."""
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
+        out = np.zeros(self.num_links + 1)
+        for h in range(route.links.shape[0]):
+            lk = route.links[h]
+            w = np.where(self.wire[lk], route.factor, 1.0) * nb
+            out += np.bincount(lk, w, minlength=self.num_links + 1)
+        return out
+
+    def payload_loads(self, route: Route, nbytes: np.ndarray) -> np.ndarray:
+        """Payload bytes each link carries for the routed messages, length L+1."""
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
+        out = np.zeros(self.num_links + 1)
+        for h in range(route.links.shape[0]):
+            out += np.bincount(route.links[h], nb, minlength=self.num_links + 1)
+        return out

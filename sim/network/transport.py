@@ -1,0 +1,65 @@
+"""Bytes on the wire for a message under RDMA (RoCEv2) or TCP framing.
+
+RoCEv2 (RC RDMA WRITE), per packet: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4 +
+preamble 8 + inter-frame gap 12 = 82 B beside the payload; the first packet of a message also
+carries RETH (16 B); the payload is padded to a multiple of 4 B (BTH pad count). A full 4096 B
+packet therefore costs 4096 + 82 B (about 98% goodput), as REFERENCES.md states.
+
+TCP/IPv4 over Ethernet, per segment: Ethernet 14 + IPv4 20 + TCP 20 + FCS 4 + preamble 8 +
+inter-frame gap 12 = 78 B beside the payload; MSS = MTU - 40 (IP and TCP headers, no options).
+ACKs on the reverse path are not modelled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "ROCE_PACKET_OVERHEAD",
+    "ROCE_RETH",
+    "TCP_SEGMENT_OVERHEAD",
+    "ROCE_MTUS",
+    "rdma_wire_bytes",
+    "tcp_wire_bytes",
+    "wire_bytes",
+]
+
+ROCE_PACKET_OVERHEAD = 14 + 20 + 8 + 12 + 4 + 4 + 8 + 12  # = 82
+ROCE_RETH = 16
+TCP_SEGMENT_OVERHEAD = 14 + 20 + 20 + 4 + 8 + 12  # = 78
+TCP_IP_HEADERS = 40
+ROCE_MTUS = (256, 512, 1024, 2048, 4096)
+
+
+def rdma_wire_bytes(nbytes: np.ndarray | int, mtu: int) -> np.ndarray:
+    """Wire bytes of RDMA WRITE messages of ``nbytes`` payload each (0 for an empty message)."""
+    n = np.asarray(nbytes, dtype=np.float64)
+    packets = np.ceil(n / mtu)
+    pad = np.mod(-n, 4)
+    out = n + pad + packets * ROCE_PACKET_OVERHEAD + ROCE_RETH
+    return np.where(n > 0, out, 0.0)
+
+
+def tcp_wire_bytes(nbytes: np.ndarray | int, mtu: int) -> np.ndarray:
+    """Wire bytes of TCP messages of ``nbytes`` payload each (0 for an empty message)."""
+    n = np.asarray(nbytes, dtype=np.float64)
+    mss = mtu - TCP_IP_HEADERS
+    segments = np.ceil(n / mss)
+    return n + segments * TCP_SEGMENT_OVERHEAD
+
+
+def wire_bytes(nbytes: np.ndarray | int, protocol: str, mtu: int) -> np.ndarray:
+    if protocol == "rdma":
+        return rdma_wire_bytes(nbytes, mtu)
+    if protocol == "tcp":
+        return tcp_wire_bytes(nbytes, mtu)
+    raise ValueError(f"protocol: expected 'rdma' or 'tcp', got {protocol!r}")
+
+
+def framing_factor(nbytes: np.ndarray, protocol: str, mtu: int) -> np.ndarray:
+    """Wire bytes per payload byte (>= 1); 1 for empty messages."""
+    n = np.asarray(nbytes, dtype=np.float64)
+    wb = wire_bytes(n, protocol, mtu)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = wb / n
+    return np.where(n > 0, f, 1.0)
