@@ -340,8 +340,13 @@ class ClusterRun:
         import sim.network as network
 
         sc = self.scenario
-        topo = network.Topology.from_preset(sc.system.network, nodes=sc.nodes, **(
-            {"gpus_per_node": sc.gpus_per_node} if sc.gpus_per_node else {}))
+        try:
+            topo = network.Topology.from_preset(sc.system.network, nodes=sc.nodes)
+        except ValueError as error:
+            raise ValueError(f"system.network: {error}") from None
+        if sc.gpus_per_node is not None and sc.gpus_per_node != topo.gpus_per_node:
+            raise ValueError(f"cluster.gpus_per_node: the {sc.system.network!r} topology has {topo.gpus_per_node} "
+                             f"GPUs per node, got {sc.gpus_per_node}")
         return topo
 
     def _plan(self, topo):
