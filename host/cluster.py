@@ -37,8 +37,9 @@ Modelling choices (each an ASSUMPTION a user can see in code and docs):
       the data-parallel tables' bytes from the plan, in the system's ``comm_dtype``;
     * the dot interaction over F features gives F(F-1)/2 + d outputs, capped at
       :data:`MAX_INTERACTION_WIDTH` (production models with 1000s of features compress them);
-    * a collective holds its GPU-side share (SMs unless on the copy engines, HBM) for its
-      whole duration and ends when both the network and every rank's GPU-side work are done.
+    * a collective holds its GPU-side share (SMs unless on the copy engines, HBM) on every rank
+      for its whole network duration; compute kernels share what is left. Collectives are not
+      slowed by the GPU (so ``streams.comm_priority`` only orders kernels between streams).
 """
 
 from __future__ import annotations
@@ -337,11 +338,11 @@ class ClusterRun:
 
     # -------------------------------------------------------------------------- preparation
     def _topology(self):
-        import sim.network as network
+        from sim.network.topology import Topology
 
         sc = self.scenario
         try:
-            topo = network.Topology.from_preset(sc.system.network, nodes=sc.nodes)
+            topo = Topology.from_preset(sc.system.network, nodes=sc.nodes)
         except ValueError as error:
             raise ValueError(f"system.network: {error}") from None
         if sc.gpus_per_node is not None and sc.gpus_per_node != topo.gpus_per_node:
@@ -353,7 +354,7 @@ class ClusterRun:
         from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
 
         sc = self.scenario
-        comm = AlphaBetaComm.from_topology(topo)
+        comm = _planner_comm(topo)
         memory = MemoryTiers()
         if sc.system.embeddings == "cpu":
             cpu = CPU_PRESETS[sc.system.host.cpu]
@@ -416,10 +417,11 @@ class ClusterRun:
         grad = m["grad"] + m["ag"]
 
         def coll_a2a(matrix: np.ndarray) -> Collective:
+            matrix = np.ceil(matrix)  # whole bytes; a fraction of a byte still needs one
             return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix))
 
         comm_bytes = 4 if sys_.comm_dtype == "fp32" else 2
-        ar_bytes = dense.params * comm_bytes + work.dp_allreduce_bytes
+        ar_bytes = int(math.ceil(dense.params * comm_bytes + work.dp_allreduce_bytes))
         payloads: dict[str, Any] = {
             "input_a2a": coll_a2a(m["input"]),
             "pooled_a2a": coll_a2a(pooled),
@@ -482,21 +484,20 @@ class ClusterRun:
         raise RuntimeError("the SmartNIC system needs sim/nic.py, which needs sim/timing/{embedding,cache,packetizer}.py")
 
     def _build_resources(self, topo, world: int):
-        import sim.network as network
         from sim.network import collectives as coll
+        from sim.network.network import Network
 
         sc = self.scenario
         sys_ = sc.system
         st = sys_.streams
         engine = Engine()
-        net = network.Network(engine, topo)
+        net = Network(engine, topo)
         partitions = {"comm": st.sm_partition_comm} if st.sm_partition_comm > 0 else None
         gpus = [GPUDevice(engine, sys_.gpu_spec, name=f"gpu{r}", sm_partitions=partitions, interference=st.interference,
                           comm_sm_fraction=st.comm_sm_fraction) for r in range(world)]
         links = [BandwidthLink(engine, sys_.host.pcie_gbytes_per_s, name=f"pcie{r}") for r in range(world)]
         nodes = (world + topo.gpus_per_node - 1) // topo.gpus_per_node
         sockets = [ServerPool(engine, sys_.host.sockets_per_node, name=f"cpu{n}") for n in range(nodes)]
-        comm_priority = 1 if st.comm_priority == "high" else 0
         comm_partition = "comm" if partitions else None
         ranks = list(range(world))
 
@@ -510,26 +511,27 @@ class ClusterRun:
             elif isinstance(payload, CPUJob):
                 sockets[payload.node].submit(ps_from_s(payload.seconds), done)
             elif isinstance(payload, Collective):
-                pending = [1 + len(op.ranks)]
-
-                def part_done(*_args: Any) -> None:
-                    pending[0] -= 1
-                    if pending[0] == 0:
-                        done(start, engine.now)
-
-                hold = ps_from_s(payload.estimate_s)
+                # the GPU-side share (SMs unless on the copy engines, HBM) is held on every rank
+                # from the start of the collective until the network delivers its last byte
+                held = []
                 demand_sm = 0.0 if st.collectives_on_dma else st.comm_sm_fraction
                 for r in op.ranks:
                     g = gpus[r]
                     key = g._sm_key(comm_partition)
                     demand = {"hbm": st.comm_hbm_fraction}
                     if demand_sm > 0:
-                        demand[key] = min(demand_sm, g.pool.capacities[key])
-                    g.pool.submit(hold, demand, part_done, priority=comm_priority)
+                        demand[key] = min(demand_sm, 0.5 * g.pool.capacities[key])
+                    held.append((g, g.pool.reserve(demand)))
+
+                def net_done(_handle: Any) -> None:
+                    for g, reservation in held:
+                        g.pool.release(reservation)
+                    done(start, engine.now)
+
                 if payload.kind == "alltoallv":
-                    coll.alltoallv(net, ranks, payload.matrix, algorithm=sc.alltoall, on_done=part_done)
+                    coll.alltoallv(net, ranks, payload.matrix, algorithm=sc.alltoall, on_done=net_done)
                 else:
-                    coll.allreduce(net, ranks, payload.nbytes, algorithm=sc.allreduce, on_done=part_done)
+                    coll.allreduce(net, ranks, payload.nbytes, algorithm=sc.allreduce, on_done=net_done)
             elif isinstance(payload, NICJob):
                 raise RuntimeError("NIC jobs need sim/nic.py")
             else:
@@ -607,6 +609,25 @@ class ClusterRun:
         if fn is None or elapsed_ps <= 0:
             return {}
         return {f"net_{k}": float(v) for k, v in fn(elapsed_ps).items()}
+
+
+def _planner_comm(topo):
+    """The planner's alpha-beta view of the topology: from the network model's closed-form
+    estimates when it offers them, otherwise from the topology's configured figures (per-GPU
+    intra-node bandwidth and latency; per-GPU share of the NIC line rate and its latency)."""
+    import sim.network as network
+    from host.planner.system import AlphaBetaComm
+
+    if hasattr(network, "estimate_alltoallv_time_s"):
+        return AlphaBetaComm.from_topology(topo)
+    c = topo.config
+    intra_bw = c.intra_node.bandwidth_gbps * 1e9 / 8
+    inter_bw = c.nic.bandwidth_gbps * 1e9 / 8 * c.nic.per_node / c.cluster.gpus_per_node
+    alpha_intra = (2 * c.intra_node.link_latency_ns + c.intra_node.switch_latency_ns) * 1e-9
+    alpha_inter = (2 * c.nic.latency_ns + c.inter_node.switch_latency_ns + c.transport.message_overhead_ns) * 1e-9
+    return AlphaBetaComm(nodes=topo.nodes, gpus_per_node=topo.gpus_per_node, alpha_intra_s=alpha_intra,
+                         bw_intra_bytes_per_s=intra_bw, alpha_inter_s=alpha_inter, bw_inter_bytes_per_s=inter_bw,
+                         source=f"config:{c.name}")
 
 
 def _fused(cost: KernelCost, launch_s: float, extra_s: float) -> KernelCost:
