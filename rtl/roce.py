@@ -25,8 +25,10 @@ of a beat is bits ``8i..8i+7`` of ``data``; ``count`` says how many bytes of the
 
 from __future__ import annotations
 
-from amaranth.hdl import unsigned
-from amaranth.lib import data
+from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.crc import Algorithm
+from amaranth.lib.wiring import In, Out
 
 from .streams import check_int
 
@@ -35,7 +37,7 @@ __all__ = [
     "OP_WRITE_LAST_IMM", "OP_WRITE_ONLY", "OP_WRITE_ONLY_IMM", "ETH_LEN", "IP_LEN", "UDP_LEN",
     "BTH_LEN", "RETH_LEN", "IMM_LEN", "ICRC_LEN", "BASE_HEADER_LEN", "MAX_HEADER_LEN",
     "IP_TTL", "IP_FLAGS_DF", "BTH_PKEY", "DROP_REASONS", "header_len", "check_data_bytes",
-    "check_pmtu", "FrameBeat",
+    "check_pmtu", "FrameBeat", "ICRC_ALGORITHM", "ICRCEngine", "icrc_step_matrix",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -110,3 +112,77 @@ class FrameBeat(data.StructLayout):
             "count": unsigned((data_bytes).bit_length()),
             "last": unsigned(1),
         })
+
+
+#: CRC-32 (Ethernet) started from a zero register. Equal to the standard CRC-32 of a stream
+#: that begins with four 0xFF bytes (those bytes clear the standard all-ones register), and
+#: unchanged by zero bytes in front: the trick that lets both units align the covered bytes
+#: freely inside a beat.
+ICRC_ALGORITHM = Algorithm(crc_width=32, polynomial=0x04C11DB7, initial_crc=0,
+                           reflect_input=True, reflect_output=True, xor_output=0xFFFFFFFF)
+
+
+def icrc_step_matrix(data_bytes: int) -> tuple[list[int], list[int]]:
+    """The linear map of one ``data_bytes``-byte step of the reflected CRC-32 register.
+
+    Returns ``(from_state, from_data)``: bit masks such that new register bit ``k`` is the
+    parity of ``state & from_state[k]`` xor ``data & from_data[k]`` (data byte 0 in bits 0..7,
+    each byte least significant bit first, as on the wire).
+    """
+    poly = 0xEDB88320  # 0x04C11DB7 reflected
+
+    def step(state: int, word: int) -> int:
+        for i in range(data_bytes):
+            state ^= (word >> (8 * i)) & 0xFF
+            for _ in range(8):
+                state = (state >> 1) ^ (poly if state & 1 else 0)
+        return state
+
+    from_state = [0] * 32
+    from_data = [0] * 32
+    for i in range(32):
+        out = step(1 << i, 0)
+        for k in range(32):
+            if out >> k & 1:
+                from_state[k] |= 1 << i
+    for j in range(8 * data_bytes):
+        out = step(0, 1 << j)
+        for k in range(32):
+            if out >> k & 1:
+                from_data[k] |= 1 << j
+    return from_state, from_data
+
+
+class ICRCEngine(wiring.Component):
+    """:data:`ICRC_ALGORITHM` over ``data_bytes`` bytes per cycle (the ports of
+    ``amaranth.lib.crc.Processor``: ``start``, ``data``, ``valid``, registered ``crc``).
+
+    ``amaranth.lib.crc.Processor`` computes the same function, but builds each register bit as
+    a chain of hundreds of nested XORs at 512 bits per word, which overflows Python's recursion
+    limit in the simulator; here each bit is one parity reduction. The tests hold this engine to
+    ``ICRC_ALGORITHM``'s own software model (``Parameters.compute``).
+    """
+
+    def __init__(self, data_bytes: int):
+        self.data_bytes = data_bytes
+        super().__init__({
+            "start": In(1), "valid": In(1), "data": In(8 * data_bytes), "crc": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        from_state, from_data = icrc_step_matrix(self.data_bytes)
+        state = Signal(32)
+        source = Signal(32)
+        m.d.comb += source.eq(state & ~self.start.replicate(32))
+        nxt = Signal(32)
+        for k in range(32):
+            terms = [source[i] for i in range(32) if from_state[k] >> i & 1]
+            terms += [self.data[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
+            m.d.comb += nxt[k].eq(Cat(*terms).xor())
+        with m.If(self.valid):
+            m.d.sync += state.eq(nxt)
+        with m.Elif(self.start):
+            m.d.sync += state.eq(0)
+        m.d.comb += self.crc.eq(~state)
+        return m

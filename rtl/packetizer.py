@@ -1,0 +1,402 @@
+"""The AlltoAll packetizer: RDMA WRITE messages out as RoCEv2 frames.
+
+Interface
+=========
+
+``table`` (in stream, :class:`DestEntry`)
+    The host writes one row of the per-destination table: MAC, IPv4 address, destination QP,
+    UDP source port, and the next PSN of that QP. Accepted only between messages.
+``local_mac``, ``local_ip`` (in)
+    This NIC's addresses (Ethernet source, IPv4 source).
+``desc`` (in stream, :class:`SendDescriptor`)
+    One RDMA WRITE: destination row ``dest``, remote virtual address ``va``, remote key
+    ``rkey``, ``length`` in bytes of the FP32 payload as it arrives on ``payload``, and an
+    immediate ``imm`` sent when ``has_imm`` is set (batch and chunk ids, say).
+``payload`` (in stream, ``8 * data_bytes`` bits)
+    The message's payload bytes, byte ``i`` of a beat in bits ``8i..8i+7``; exactly
+    ``ceil(length / data_bytes)`` beats per descriptor, in descriptor order (bytes past
+    ``length`` in the last beat are ignored).
+``frame`` (out stream, :class:`rtl.roce.FrameBeat`)
+    Ethernet/IPv4/UDP/BTH(/RETH)(/ImmDt)/payload/ICRC frames (no FCS), ``count`` valid bytes
+    on the last beat of each frame.
+
+Behaviour
+=========
+
+A message is cut at the path MTU ``pmtu`` into WRITE ONLY, or FIRST, MIDDLE..., LAST (WITH
+IMMEDIATE when ``has_imm``); the RETH (address, key, whole DMA length) rides on FIRST/ONLY,
+the immediate on LAST/ONLY. PSNs count per destination, modulo 2**24, continuing from the
+table's value; AckReq is set on the last packet of each message. The payload is padded to a
+multiple of 4 bytes (BTH pad count). Constant fields are those of :mod:`rtl.roce`.
+
+With ``quant="fp16"`` or ``"bf16"`` each FP32 element is rounded to nearest even by
+:mod:`rtl.fp` converters on the fly; the wire carries ``length / 2`` bytes (``length`` must then
+be a multiple of 4).
+
+Timing
+======
+
+The frame is assembled as it is sent: the header (computed while the previous frame is still
+going out) is overlaid on the payload beats, shifted by the header length; the ICRC is
+computed (:class:`rtl.roce.ICRCEngine`, the CRC of ``amaranth.lib.crc``'s
+Algorithm) on a copy of each beat rotated so that the covered bytes end
+on a beat boundary (leading zeros are free because the CRC register starts at zero after the
+first four 0xFF bytes of the pseudo-header). One register stage before ``frame`` holds a beat
+until its ICRC is known. Frames leave back to back, one beat per cycle, while ``payload``
+keeps up and ``frame`` is ready: a packet of ``F`` frame bytes takes ``ceil(F / data_bytes)``
+cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per beat). A new message's first packet
+follows the previous one without a gap when its descriptor arrived in time; latency from a
+descriptor to the first beat is 2 cycles.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .roce import (BASE_HEADER_LEN, BTH_PKEY, ETHERTYPE_IPV4, FrameBeat, IP_FLAGS_DF, IP_TTL,
+                   MAX_HEADER_LEN, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
+                   OP_WRITE_MIDDLE, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, ROCE_UDP_PORT,
+                   check_data_bytes, check_pmtu, ICRCEngine)
+from .streams import check_int
+
+__all__ = ["SendDescriptor", "DestEntry", "Packetizer", "QUANT_FORMATS"]
+
+QUANT_FORMATS = ("none", "fp16", "bf16")
+
+class SendDescriptor(data.StructLayout):
+    """One RDMA WRITE to send (see :class:`Packetizer`)."""
+
+    def __init__(self, dest_bits: int):
+        super().__init__({
+            "dest": unsigned(dest_bits), "va": unsigned(64), "rkey": unsigned(32),
+            "length": unsigned(32), "imm": unsigned(32), "has_imm": unsigned(1),
+        })
+
+
+class DestEntry(data.StructLayout):
+    """A write of row ``index`` of the destination table."""
+
+    def __init__(self, dest_bits: int):
+        super().__init__({
+            "index": unsigned(dest_bits), "mac": unsigned(48), "ip": unsigned(32),
+            "qpn": unsigned(24), "udp_sport": unsigned(16), "psn": unsigned(24),
+        })
+
+
+def _be(value, nbytes: int) -> list:
+    """Bytes of ``value`` most significant first (network order)."""
+    return [value[8 * (nbytes - 1 - k): 8 * (nbytes - k)] for k in range(nbytes)]
+
+
+def _c(value: int, nbytes: int) -> list:
+    return [Const((value >> (8 * (nbytes - 1 - k))) & 0xFF, 8) for k in range(nbytes)]
+
+
+class _FP32Narrow(wiring.Component):
+    """FP32 beats in, half-width (FP16/BF16) beats out: two input beats make one output beat."""
+
+    def __init__(self, data_bytes: int, quant: str):
+        self._w = data_bytes
+        self._quant = quant
+        super().__init__({
+            "i": In(stream.Signature(unsigned(8 * data_bytes))),
+            "o": Out(stream.Signature(unsigned(8 * data_bytes))),
+        })
+
+    def elaborate(self, platform):
+        from .fp import FP32ToBF16, FP32ToFP16
+        m = Module()
+        w = self._w
+        lanes = w // 4
+        conv = FP32ToFP16 if self._quant == "fp16" else FP32ToBF16
+        half = Signal(8 * w // 2)   # the converted current input beat (combinational)
+        for k in range(lanes):
+            m.submodules[f"conv{k}"] = c = conv(latency=0)
+            m.d.comb += [c.a.eq(self.i.payload[32 * k: 32 * k + 32]), c.en.eq(1)]
+            m.d.comb += half[16 * k: 16 * k + 16].eq(c.o)
+        low = Signal(8 * w // 2)
+        have_low = Signal()
+        out_valid = Signal()
+        out_data = Signal(8 * w)
+        m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out_data)]
+        m.d.comb += self.i.ready.eq(~out_valid | self.o.ready)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += out_valid.eq(0)
+        with m.If(self.i.valid & self.i.ready):
+            with m.If(have_low):
+                m.d.sync += [out_data.eq(Cat(low, half)), out_valid.eq(1), have_low.eq(0)]
+            with m.Else():
+                m.d.sync += [low.eq(half), have_low.eq(1)]
+        return m
+
+
+class Packetizer(wiring.Component):
+    """RDMA WRITE messages to RoCEv2 frames (see the module docstring).
+
+    Parameters
+    ----------
+    data_bytes : bytes per beat of ``payload`` and ``frame``: 8, 16, 32 or 64.
+    pmtu : path MTU (payload bytes per packet): 256..4096, a power of two.
+    num_dest : rows of the destination table (1..256).
+    quant : ``"none"``, ``"fp16"`` or ``"bf16"``: the wire format of the FP32 payload.
+    """
+
+    def __init__(self, *, data_bytes: int = 64, pmtu: int = 4096, num_dest: int = 16,
+                 quant: str = "none"):
+        self.data_bytes = check_data_bytes(data_bytes)
+        self.pmtu = check_pmtu(pmtu)
+        self.num_dest = check_int("num_dest", num_dest, minimum=1, maximum=256)
+        if quant not in QUANT_FORMATS:
+            raise ValueError(f"quant: expected one of {', '.join(QUANT_FORMATS)}, got {quant!r}")
+        self.quant = quant
+        self.dest_bits = max(1, (num_dest - 1).bit_length())
+        super().__init__({
+            "table": In(stream.Signature(DestEntry(self.dest_bits))),
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "desc": In(stream.Signature(SendDescriptor(self.dest_bits))),
+            "payload": In(stream.Signature(unsigned(8 * data_bytes))),
+            "frame": Out(stream.Signature(FrameBeat(data_bytes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.data_bytes
+        pmtu = self.pmtu
+        HW = -(-MAX_HEADER_LEN // W)          # beats the longest header can touch
+
+        # ---- payload source (optionally narrowed FP32 -> FP16/BF16) -------------------------
+        if self.quant == "none":
+            pl = self.payload
+        else:
+            m.submodules.narrow = narrow = _FP32Narrow(W, self.quant)
+            wiring.connect(m, wiring.flipped(self.payload), narrow.i)
+            pl = narrow.o
+
+        # ---- destination table ---------------------------------------------------------------
+        def table(name, width):
+            return Array(Signal(width, name=f"{name}{i}") for i in range(self.num_dest))
+        t_mac, t_ip, t_qpn = table("t_mac", 48), table("t_ip", 32), table("t_qpn", 24)
+        t_sport, t_psn = table("t_sport", 16), table("t_psn", 24)
+
+        # ---- message state --------------------------------------------------------------------
+        m_active = Signal()
+        m_dest = Signal(self.dest_bits)
+        m_va, m_rkey, m_len = Signal(64), Signal(32), Signal(32)
+        m_imm, m_has_imm = Signal(32), Signal()
+        m_mac, m_ip, m_qpn, m_sport = Signal(48), Signal(32), Signal(24), Signal(16)
+        m_rem = Signal(32)          # wire bytes not yet given to a packet
+        m_first = Signal()
+        m_psn = Signal(24)
+
+        m.d.comb += [
+            self.table.ready.eq(~m_active),
+            self.desc.ready.eq(~m_active & ~self.table.valid),
+        ]
+        with m.If(self.table.valid & self.table.ready):
+            e = self.table.payload
+            m.d.sync += [t_mac[e.index].eq(e.mac), t_ip[e.index].eq(e.ip),
+                         t_qpn[e.index].eq(e.qpn), t_sport[e.index].eq(e.udp_sport),
+                         t_psn[e.index].eq(e.psn)]
+        with m.If(self.desc.valid & self.desc.ready):
+            d = self.desc.payload
+            wire_len = d.length if self.quant == "none" else d.length >> 1
+            m.d.sync += [
+                m_active.eq(1), m_dest.eq(d.dest), m_va.eq(d.va), m_rkey.eq(d.rkey),
+                m_len.eq(wire_len), m_rem.eq(wire_len), m_imm.eq(d.imm),
+                m_has_imm.eq(d.has_imm), m_first.eq(1), m_psn.eq(t_psn[d.dest]),
+                m_mac.eq(t_mac[d.dest]), m_ip.eq(t_ip[d.dest]), m_qpn.eq(t_qpn[d.dest]),
+                m_sport.eq(t_sport[d.dest]),
+            ]
+
+        # ---- plan of the next packet (combinational from the message state) ------------------
+        last_pkt = Signal()
+        plen = Signal(13)
+        pad = Signal(2)
+        reth = Signal()
+        immf = Signal()
+        opcode = Signal(8)
+        hlen = Signal(7)
+        e_len = Signal(14)            # bytes covered by the ICRC: header + payload + pad
+        ip_len = Signal(16)
+        m.d.comb += [
+            last_pkt.eq(m_rem <= pmtu),
+            plen.eq(Mux(last_pkt, m_rem, pmtu)),
+            pad.eq(-plen),
+            reth.eq(m_first),
+            immf.eq(m_has_imm & last_pkt),
+            hlen.eq(BASE_HEADER_LEN + Mux(reth, 16, 0) + Mux(immf, 4, 0)),
+            e_len.eq(hlen + plen + pad),
+            ip_len.eq(e_len + 4 - 14),
+        ]
+        with m.If(m_first & last_pkt):
+            m.d.comb += opcode.eq(Mux(immf, OP_WRITE_ONLY_IMM, OP_WRITE_ONLY))
+        with m.Elif(m_first):
+            m.d.comb += opcode.eq(OP_WRITE_FIRST)
+        with m.Elif(last_pkt):
+            m.d.comb += opcode.eq(Mux(immf, OP_WRITE_LAST_IMM, OP_WRITE_LAST))
+        with m.Else():
+            m.d.comb += opcode.eq(OP_WRITE_MIDDLE)
+
+        csum_sum = Signal(20)
+        csum_fold = Signal(17)
+        csum = Signal(16)
+        m.d.comb += [
+            csum_sum.eq(0x4500 + ip_len + IP_FLAGS_DF + ((IP_TTL << 8) | 17)
+                        + self.local_ip[16:] + self.local_ip[:16] + m_ip[16:] + m_ip[:16]),
+            csum_fold.eq(csum_sum[:16] + csum_sum[16:]),
+            csum.eq(~(csum_fold[:16] + csum_fold[16])),
+        ]
+        udp_len = ip_len - 20
+        head = (_be(m_mac, 6) + _be(self.local_mac, 6) + _c(ETHERTYPE_IPV4, 2)
+                + _c(0x45, 1) + _c(0, 1) + _be(ip_len, 2) + _c(0, 2) + _c(IP_FLAGS_DF, 2)
+                + _c(IP_TTL, 1) + _c(17, 1) + _be(csum, 2) + _be(self.local_ip, 4) + _be(m_ip, 4)
+                + _be(m_sport, 2) + _c(ROCE_UDP_PORT, 2) + _be(udp_len[:16], 2) + _c(0, 2)
+                + [opcode, Cat(Const(0, 4), pad, Const(0, 2))] + _c(BTH_PKEY, 2) + _c(0, 1)
+                + _be(m_qpn, 3) + [Cat(Const(0, 7), last_pkt)] + _be(m_psn, 3))
+        assert len(head) == BASE_HEADER_LEN
+        ext_reth = Cat(*(_be(m_va, 8) + _be(m_rkey, 4) + _be(m_len, 4) + _be(m_imm, 4)))
+        ext_imm = Cat(*(_be(m_imm, 4) + _c(0, 16)))
+        hdr_next = Cat(*head, Mux(reth, ext_reth, ext_imm), Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
+        crc_head = list(head)
+        for i in range(10):
+            crc_head[i] = Const(0, 8)
+        for i in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46):
+            crc_head[i] = Const(0xFF, 8)
+        crc_hdr_next = Cat(*crc_head, Mux(reth, ext_reth, ext_imm),
+                           Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
+
+        # ---- packet registers (loaded when a packet starts) ----------------------------------
+        p_active = Signal()
+        p_hdr = Signal(8 * HW * W)
+        p_crc_hdr = Signal(8 * HW * W)
+        p_htype = Signal(2)            # {reth, immf}: selects the header length
+        p_hlen = Signal(7)
+        p_pay_end = Signal(14)         # header + payload bytes
+        p_beats = Signal(10)           # frame beats
+        p_feed = Signal(10)            # beats of CRC feed
+        p_rot = Signal(range(W))       # d = (-E) mod W: CRC feed rotation
+        p_in_first = Signal(10)        # frame beat that takes payload beat 0 (H // W)
+        p_in_end = Signal(10)          # p_in_first + payload beats
+        p_last_count = Signal(range(W + 1))
+        b = Signal(10)                 # current frame beat
+
+        f_len = e_len + 4
+        nbeats = (f_len + W - 1) >> (W.bit_length() - 1)
+        nfeed = (e_len + W - 1) >> (W.bit_length() - 1)
+        npay = (plen + W - 1) >> (W.bit_length() - 1)
+        in_first = hlen >> (W.bit_length() - 1)
+
+        # ---- the generator ---------------------------------------------------------------------
+        r_valid = Signal()
+        r_data = Signal(8 * W)
+        r_count = Signal(range(W + 1))
+        r_last = Signal()
+        r_mode = Signal(2)             # 0: no ICRC byte here, 1: ICRC from lane W-d, 2: spill
+        r_rot = Signal(range(W))
+        r_ready = ~r_valid | self.frame.ready
+
+        prev = Signal(8 * W)           # previous payload beat
+        prev_crc = Signal(8 * W)       # previous CRC-variant frame beat
+        need_in = p_active & (b >= p_in_first) & (b < p_in_end)
+        gen_valid = p_active & (~need_in | pl.valid)
+        advance = gen_valid & r_ready
+        m.d.comb += pl.ready.eq(p_active & need_in & r_ready)
+
+        shifted = Signal(8 * W)
+        both = Cat(prev, pl.payload)
+        with m.Switch(p_htype):
+            for htype in range(4):
+                h = BASE_HEADER_LEN + 16 * (htype >> 1) + 4 * (htype & 1)
+                s = h % W
+                with m.Case(htype):
+                    m.d.comb += shifted.eq(both.bit_select(8 * (W - s), 8 * W))
+
+        pos0 = b * W
+        lo = Signal(range(-1 << 14, 1 << 14))
+        hi = Signal(range(-1 << 14, 1 << 14))
+        m.d.comb += [lo.eq(p_hlen - pos0), hi.eq(p_pay_end - pos0)]
+        hword = Signal(8 * W)
+        crc_hword = Signal(8 * W)
+        with m.Switch(b):
+            for k in range(HW):
+                with m.Case(k):
+                    m.d.comb += [hword.eq(p_hdr.word_select(k, 8 * W)),
+                                 crc_hword.eq(p_crc_hdr.word_select(k, 8 * W))]
+        beat = Signal(8 * W)
+        crc_beat = Signal(8 * W)
+        for i in range(W):
+            sl = slice(8 * i, 8 * i + 8)
+            is_hdr = lo > i
+            is_pay = hi > i
+            m.d.comb += [
+                beat[sl].eq(Mux(is_hdr, hword[sl], Mux(is_pay, shifted[sl], 0))),
+                crc_beat[sl].eq(Mux(is_hdr, crc_hword[sl], Mux(is_pay, shifted[sl], 0))),
+            ]
+
+        # ICRC: feed beat j = frame bytes [jW - d, jW - d + W), ending exactly at E.
+        m.submodules.icrc = icrc = ICRCEngine(W)
+        feed = Signal(8 * W)
+        prev_feed = Mux(b == 0, 0, prev_crc)
+        both_crc = Cat(prev_feed, crc_beat)
+        with m.Switch(p_rot):
+            for rot in range(2, W, 4):
+                with m.Case(rot):
+                    m.d.comb += feed.eq(both_crc.bit_select(8 * (W - rot), 8 * W))
+        m.d.comb += [
+            icrc.data.eq(feed),
+            icrc.valid.eq(advance & (b < p_feed)),
+            icrc.start.eq(advance & (b == 0)),
+        ]
+
+        last_beat = b == p_beats - 1
+        with m.If(self.frame.valid & self.frame.ready):
+            m.d.sync += r_valid.eq(0)
+        with m.If(advance):
+            m.d.sync += [
+                r_valid.eq(1), r_data.eq(beat), r_last.eq(last_beat),
+                r_count.eq(Mux(last_beat, p_last_count, W)), r_rot.eq(p_rot),
+                r_mode.eq(Mux(b == p_feed - 1, 1, Mux(b == p_feed, 2, 0))),
+                prev_crc.eq(crc_beat), b.eq(b + 1),
+            ]
+            with m.If(need_in):
+                m.d.sync += prev.eq(pl.payload)
+
+        # Start the next packet when the generator is idle or finishing a frame.
+        load = m_active & (~p_active | (advance & last_beat))
+        with m.If(advance & last_beat):
+            m.d.sync += p_active.eq(0)
+        with m.If(load):
+            m.d.sync += [
+                p_active.eq(1), b.eq(0), p_hdr.eq(hdr_next), p_crc_hdr.eq(crc_hdr_next),
+                p_htype.eq(Cat(immf, reth)), p_hlen.eq(hlen), p_pay_end.eq(hlen + plen),
+                p_beats.eq(nbeats), p_feed.eq(nfeed), p_rot.eq(-e_len),
+                p_in_first.eq(in_first), p_in_end.eq(in_first + npay),
+                p_last_count.eq(f_len - ((nbeats - 1) * W)),
+                m_rem.eq(m_rem - plen), m_first.eq(0), m_psn.eq(m_psn + 1),
+            ]
+            with m.If(last_pkt):
+                m.d.sync += [m_active.eq(0), t_psn[m_dest].eq(m_psn + 1)]
+
+        # ---- output stage: overlay the ICRC ----------------------------------------------------
+        out = Signal(8 * W)
+        crc_val = icrc.crc
+        with m.Switch(Cat(r_rot, r_mode)):
+            for rot in range(2, W, 4):
+                with m.Case(rot | (1 << len(r_rot))):
+                    lane = W - rot
+                    n = min(4, rot)
+                    m.d.comb += out.eq(r_data | (crc_val[:8 * n] << (8 * lane)))
+            with m.Case(2 | (2 << len(r_rot))):
+                m.d.comb += out.eq(r_data | crc_val[16:32])
+            with m.Default():
+                m.d.comb += out.eq(r_data)
+        m.d.comb += [
+            self.frame.valid.eq(r_valid),
+            self.frame.payload.data.eq(out),
+            self.frame.payload.count.eq(r_count),
+            self.frame.payload.last.eq(r_last),
+        ]
+        return m
