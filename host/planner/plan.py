@@ -1,0 +1,97 @@
+"""What a sharding plan is: per table, a sharding type and its shards (rank, rows, columns, tier)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterator, Mapping
+
+__all__ = ["ShardingType", "Shard", "TablePlan", "Plan", "TIERS"]
+
+#: Memory tiers a shard's weights and optimizer state may live in. ``dram`` and ``ssd`` shards
+#: are served through a software cache of their rows in HBM.
+TIERS = ("hbm", "dram", "ssd")
+
+
+class ShardingType(str, Enum):
+    """How one table is split over ranks (Neo's "4D" sharding and its hierarchical forms)."""
+
+    TABLE_WISE = "table_wise"              # the whole table on one rank
+    ROW_WISE = "row_wise"                  # row ranges over ranks anywhere in the cluster
+    COLUMN_WISE = "column_wise"            # column ranges over ranks anywhere
+    DATA_PARALLEL = "data_parallel"        # a replica on every rank; gradients AllReduced
+    TABLE_ROW_WISE = "table_row_wise"      # table-wise to one node, then row-wise inside it
+    TABLE_COLUMN_WISE = "table_column_wise"  # table-wise to one node, then column-wise inside it
+
+    @property
+    def short(self) -> str:
+        return {"table_wise": "TW", "row_wise": "RW", "column_wise": "CW", "data_parallel": "DP",
+                "table_row_wise": "TWRW", "table_column_wise": "TWCW"}[self.value]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One piece of a table: rows ``[row_start, row_end)`` and columns ``[col_start, col_end)`` on
+    ``rank``, its weights and optimizer state stored in ``tier``."""
+
+    rank: int
+    row_start: int
+    row_end: int
+    col_start: int
+    col_end: int
+    tier: str = "hbm"
+
+    def __post_init__(self) -> None:
+        if self.rank < 0 or not (0 <= self.row_start < self.row_end) or not (0 <= self.col_start < self.col_end):
+            raise ValueError(f"shard: invalid rank/row/column ranges {self}")
+        if self.tier not in TIERS:
+            raise ValueError(f"shard.tier: expected one of {', '.join(TIERS)}, got {self.tier!r}")
+
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+    @property
+    def cols(self) -> int:
+        return self.col_end - self.col_start
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The placement of one table: its type and shards (for DP, one full replica per rank)."""
+
+    table: str
+    sharding: ShardingType
+    shards: tuple[Shard, ...]
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(s.rank for s in self.shards)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete sharding plan for ``world_size`` ranks, ``gpus_per_node`` per node.
+
+    ``tables`` maps every table name to its :class:`TablePlan`, in the workload's order.
+    ``planner`` names who made it (``neo``, ``size-greedy``, ...).
+    """
+
+    world_size: int
+    gpus_per_node: int
+    tables: Mapping[str, TablePlan]
+    planner: str = "neo"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __iter__(self) -> Iterator[TablePlan]:
+        return iter(self.tables.values())
+
+    def __getitem__(self, name: str) -> TablePlan:
+        return self.tables[name]
+
+    def sharding_counts(self) -> dict[str, int]:
+        """How many tables use each sharding type."""
+        counts: dict[str, int] = {}
+        for tp in self.tables.values():
+            counts[tp.sharding.value] = counts.get(tp.sharding.value, 0) + 1
+        return counts

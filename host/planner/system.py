@@ -1,0 +1,195 @@
+"""The machine a plan is made for: ranks, memory tiers, the GPU model and the network's figures.
+
+Communication enters the planner through :class:`AlphaBetaComm`, a per-rank alpha-beta view of
+a direct (pairwise, all transfers concurrent) AlltoAllv: rank ``r`` is busy for
+
+    max( alpha_intra + max(sent_intra, received_intra) / bw_intra,
+         alpha_inter + max(sent_inter, received_inter) / bw_inter )
+
+(a term only when that class of traffic is non-zero): inside a node a GPU's NVSwitch port and
+between nodes its own NIC are separate full-duplex links, so the two classes overlap. The
+figures come from the network model (:mod:`sim.network`) for the chosen topology:
+:meth:`AlphaBetaComm.from_topology` probes ``estimate_alltoallv_time_s`` with one intra-node and
+one inter-node transfer of two sizes and solves for alpha and bandwidth, and AllReduce times are
+``estimate_allreduce_time_s`` itself. The collective's time is the slowest rank's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sim.gpu import GPUSpec, hbm_capacity_bytes
+
+__all__ = ["AlphaBetaComm", "MemoryTiers", "PlannerSystem"]
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class AlphaBetaComm:
+    """Per-rank AlltoAllv times and AllReduce times for one topology (see module doc).
+
+    ``allreduce`` (optional) is ``f(nbytes, ranks) -> seconds`` from the network model; without
+    it a ring form ``2 (n-1) (alpha + nbytes / (n bw))`` over the slower class is used.
+    """
+
+    nodes: int
+    gpus_per_node: int
+    alpha_intra_s: float
+    bw_intra_bytes_per_s: float
+    alpha_inter_s: float
+    bw_inter_bytes_per_s: float
+    allreduce: Any = None
+    source: str = "explicit"
+
+    def __post_init__(self) -> None:
+        for name in ("bw_intra_bytes_per_s", "bw_inter_bytes_per_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"network.{name}: expected > 0, got {value!r}")
+        for name in ("alpha_intra_s", "alpha_inter_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"network.{name}: expected >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @classmethod
+    def from_topology(cls, topology: Any, nodes: int | None = None) -> "AlphaBetaComm":
+        """Calibrate from ``sim.network``'s closed-form estimates for ``topology``."""
+        import sim.network as network
+
+        g = int(topology.gpus_per_node)
+        n_nodes = int(topology.nodes)
+        world = n_nodes * g
+
+        def probe(dst: int, nbytes: float) -> float:
+            m = np.zeros((world, world))
+            m[0, dst] = nbytes
+            return float(network.estimate_alltoallv_time_s(topology, m))
+
+        def fit(dst: int) -> tuple[float, float]:
+            small, large = 1 << 20, 1 << 26
+            t1, t2 = probe(dst, small), probe(dst, large)
+            bw = (large - small) / (t2 - t1)
+            return max(t1 - small / bw, 0.0), bw
+
+        a_intra, bw_intra = fit(1) if g > 1 else (0.0, 1e15)
+        a_inter, bw_inter = fit(g) if n_nodes > 1 else (a_intra, bw_intra)
+
+        def allreduce(nbytes: float, ranks: int) -> float:
+            return float(network.estimate_allreduce_time_s(topology, nbytes, list(range(ranks))))
+
+        return cls(nodes=nodes or n_nodes, gpus_per_node=g, alpha_intra_s=a_intra, bw_intra_bytes_per_s=bw_intra,
+                   alpha_inter_s=a_inter, bw_inter_bytes_per_s=bw_inter, allreduce=allreduce,
+                   source=f"sim.network:{getattr(topology, 'name', 'topology')}")
+
+    def rank_times_s(self, agg: np.ndarray) -> np.ndarray:
+        """Per-rank AlltoAllv busy time from ``agg[..., 4, N]`` = (sent_intra, sent_inter,
+        received_intra, received_inter) bytes; leading axes are kept (one per collective)."""
+        intra = np.maximum(agg[..., 0, :], agg[..., 2, :])
+        inter = np.maximum(agg[..., 1, :], agg[..., 3, :])
+        t_intra = np.where(intra > 0, self.alpha_intra_s + intra / self.bw_intra_bytes_per_s, 0.0)
+        t_inter = np.where(inter > 0, self.alpha_inter_s + inter / self.bw_inter_bytes_per_s, 0.0)
+        return np.maximum(t_intra, t_inter)
+
+    def alltoallv_time_s(self, sizes: np.ndarray) -> float:
+        """The whole collective's time for a full size matrix (bytes, ``sizes[src, dst]``)."""
+        from host.planner.work import matrix_aggregates
+
+        return float(self.rank_times_s(matrix_aggregates(sizes, self.gpus_per_node)).max(initial=0.0))
+
+    def allreduce_time_s(self, nbytes: float, ranks: int) -> float:
+        """AllReduce of ``nbytes`` over the first ``ranks`` ranks."""
+        if nbytes <= 0 or ranks <= 1:
+            return 0.0
+        if self.allreduce is not None:
+            return self.allreduce(nbytes, ranks)
+        bw = self.bw_inter_bytes_per_s if ranks > self.gpus_per_node else self.bw_intra_bytes_per_s
+        alpha = self.alpha_inter_s if ranks > self.gpus_per_node else self.alpha_intra_s
+        return 2 * (ranks - 1) * (alpha + nbytes / (ranks * bw))
+
+
+@dataclass(frozen=True)
+class MemoryTiers:
+    """Capacity per tier. HBM per GPU comes from the GPU model (minus its reserve);
+    ``dram_gib_per_node`` and ``ssd_gib_per_node`` are what the hosts give to embeddings (shared
+    by the node's GPUs). Shards in DRAM/SSD are served through an HBM cache holding
+    ``cache_load_factor`` of their rows (FBGEMM's default 0.2), with ``cache_hit_rate`` of
+    lookups hitting it (an assumption unless measured from traces); misses move rows over the
+    GPU's PCIe link (DRAM) or at ``ssd_gbytes_per_s`` (SSD)."""
+
+    dram_gib_per_node: float = 0.0
+    ssd_gib_per_node: float = 0.0
+    cache_load_factor: float = 0.2
+    cache_hit_rate: float = 0.9
+    ssd_gbytes_per_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        for name in ("dram_gib_per_node", "ssd_gib_per_node"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"memory.{name}: expected >= 0, got {getattr(self, name)!r}")
+        if not 0 < self.cache_load_factor <= 1:
+            raise ValueError(f"memory.cache_load_factor: expected in (0, 1], got {self.cache_load_factor!r}")
+        if not 0 <= self.cache_hit_rate <= 1:
+            raise ValueError(f"memory.cache_hit_rate: expected in [0, 1], got {self.cache_hit_rate!r}")
+        if not self.ssd_gbytes_per_s > 0:
+            raise ValueError(f"memory.ssd_gbytes_per_s: expected > 0, got {self.ssd_gbytes_per_s!r}")
+
+
+@dataclass(frozen=True)
+class PlannerSystem:
+    """Ranks, GPU model, network figures and memory tiers, plus wire formats of the AlltoAlls:
+    ``index_bytes`` per lookup index and ``length_bytes`` per bag length in the input AlltoAll,
+    ``comm_dtype`` of pooled embeddings and their gradients (``fp16`` = quantized comms)."""
+
+    gpu: GPUSpec
+    comm: AlphaBetaComm
+    memory: MemoryTiers = field(default_factory=MemoryTiers)
+    index_bytes: int = 8
+    length_bytes: int = 4
+    comm_dtype: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.comm_dtype not in ("fp32", "fp16"):
+            raise ValueError(f"comm_dtype: expected fp32 or fp16, got {self.comm_dtype!r}")
+        for name in ("index_bytes", "length_bytes"):
+            if getattr(self, name) not in (4, 8):
+                raise ValueError(f"{name}: expected 4 or 8, got {getattr(self, name)!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.comm.world_size
+
+    @property
+    def nodes(self) -> int:
+        return self.comm.nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.comm.gpus_per_node
+
+    @property
+    def comm_bytes(self) -> int:
+        return 4 if self.comm_dtype == "fp32" else 2
+
+    @property
+    def hbm_capacity(self) -> float:
+        """Bytes of HBM per GPU usable for embeddings (the GPU model's reserve removed)."""
+        return float(hbm_capacity_bytes(self.gpu))
+
+    @property
+    def dram_capacity(self) -> float:
+        return self.memory.dram_gib_per_node * GIB / self.gpus_per_node
+
+    @property
+    def ssd_capacity(self) -> float:
+        return self.memory.ssd_gib_per_node * GIB / self.gpus_per_node
+
+    def node_of(self) -> np.ndarray:
+        return np.arange(self.world_size) // self.gpus_per_node

@@ -1,0 +1,303 @@
+"""One iteration's per-rank work and communication, derived from a plan (the one home of it).
+
+:func:`derive_iteration` turns a :class:`~host.planner.plan.Plan` into an
+:class:`IterationWork`: per shard, the fused embedding kernels' work (lookups, bags pooled, row
+and output sizes, rows updated by the backward, bytes fetched from DRAM/SSD through the cache),
+and per collective an AlltoAllv size matrix (bytes, ``[src, dst]``):
+
+``input``   forward input AlltoAll: indices (``index_bytes`` each) and bag lengths
+            (``length_bytes`` per bag) from each sample's owner to the ranks holding the rows;
+``pooled``  forward pooled-embedding AlltoAll: pooled vectors back to the samples' owners;
+``grad``    backward gradient AlltoAll (the transpose of ``pooled``);
+``rs``      forward reduce-scatter of row-wise partial pools (RW: every shard to every owner;
+            TWRW: inside the node, to the rank that forwards the owner's samples);
+``ag``      backward all-gather of those gradients (the transpose of ``rs``);
+
+plus ``dp_allreduce_bytes``: the dense gradients of data-parallel tables, AllReduced over all
+ranks. The cost model (:mod:`host.planner.cost`) and the cluster runtime both consume exactly
+this; the search uses the same per-table pieces (:func:`table_work`) incrementally.
+
+Assumptions: every rank owns ``batch_per_gpu`` samples; lookups of a row-wise table fall on its
+row shards in proportion to their rows (hashed ids); the backward updates
+``rows (1 - exp(-lookups / rows))`` distinct rows (uniform access); TWRW forwards owner ``j``'s
+samples through shard ``j mod m`` of the node; pooled vectors travel in ``comm_dtype``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from host.planner.plan import Plan, ShardingType, TablePlan
+from host.planner.system import PlannerSystem
+from host.workloads.spec import TableSpec, WorkloadSpec
+
+__all__ = [
+    "COLLECTIVES",
+    "ShardKernel",
+    "Outer",
+    "Pairs",
+    "TableWork",
+    "IterationWork",
+    "table_work",
+    "derive_iteration",
+    "matrix_aggregates",
+]
+
+COLLECTIVES = ("input", "pooled", "grad", "rs", "ag")
+
+
+@dataclass(frozen=True)
+class ShardKernel:
+    """The embedding kernels' work for one shard on ``rank`` in one iteration."""
+
+    rank: int
+    lookups: int              # rows gathered in the forward (and gradients scattered back)
+    pooled_rows: int          # bags pooled (outputs written)
+    row_bytes: int            # bytes per gathered row of this shard
+    out_row_bytes: int        # bytes per pooled output row
+    unique_rows: int          # rows updated by the fused backward + optimizer
+    state_bytes_per_row: int  # optimizer state per row
+    tier: str                 # where the rows live
+    miss_bytes: float         # bytes moved to/from DRAM/SSD through the cache (fwd fetch + bwd write-back)
+    hbm_bytes: float          # HBM the shard occupies (weights + state, or its cache)
+    host_bytes: float         # DRAM/SSD the shard occupies
+
+
+@dataclass(frozen=True)
+class Outer:
+    """Traffic ``bytes[i, j] = src[i] * dst[j]`` for ``i != j`` (a rank sends nothing to itself)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Explicit transfers ``src[k] -> dst[k]`` of ``nbytes[k]`` (entries with src == dst ignored)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+
+
+Term = Outer | Pairs
+
+
+@dataclass(frozen=True)
+class TableWork:
+    """One table's share of an iteration: its shards' kernels and its traffic per collective."""
+
+    table: str
+    kernels: tuple[ShardKernel, ...]
+    traffic: dict[str, tuple[Term, ...]]
+    dp_allreduce_bytes: float = 0.0
+
+    def matrices(self, world: int) -> dict[str, np.ndarray]:
+        out = {name: np.zeros((world, world)) for name in COLLECTIVES}
+        for name, terms in self.traffic.items():
+            for term in terms:
+                _add_term(out[name], term)
+        return out
+
+    def aggregates(self, node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
+        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes."""
+        world = len(node_of)
+        agg = np.zeros((len(COLLECTIVES), 4, world))
+        for c, name in enumerate(COLLECTIVES):
+            for term in self.traffic.get(name, ()):
+                _term_aggregates(agg[c], term, node_of, gpus_per_node)
+        return agg
+
+
+def _add_term(m: np.ndarray, term: Term) -> None:
+    if isinstance(term, Outer):
+        block = np.outer(term.src, term.dst)
+        np.fill_diagonal(block, 0.0)
+        m += block
+    else:
+        keep = term.src != term.dst
+        np.add.at(m, (term.src[keep], term.dst[keep]), term.nbytes[keep])
+
+
+def _term_aggregates(out: np.ndarray, term: Term, node_of: np.ndarray, g: int) -> None:
+    if isinstance(term, Outer):
+        a, b = term.src, term.dst
+        node_b = b.reshape(-1, g).sum(axis=1)[node_of]
+        node_a = a.reshape(-1, g).sum(axis=1)[node_of]
+        send_intra = a * (node_b - b)
+        recv_intra = b * (node_a - a)
+        out[0] += send_intra
+        out[1] += a * (b.sum() - b) - send_intra
+        out[2] += recv_intra
+        out[3] += b * (a.sum() - a) - recv_intra
+    else:
+        keep = term.src != term.dst
+        src, dst, nb = term.src[keep], term.dst[keep], term.nbytes[keep]
+        intra = node_of[src] == node_of[dst]
+        np.add.at(out[0], src[intra], nb[intra])
+        np.add.at(out[1], src[~intra], nb[~intra])
+        np.add.at(out[2], dst[intra], nb[intra])
+        np.add.at(out[3], dst[~intra], nb[~intra])
+
+
+def matrix_aggregates(sizes: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """(4, N) sent/received intra/inter-node bytes per rank of a full size matrix."""
+    sizes = np.asarray(sizes, dtype=float).copy()
+    np.fill_diagonal(sizes, 0.0)
+    world = sizes.shape[0]
+    node_of = np.arange(world) // gpus_per_node
+    same = node_of[:, None] == node_of[None, :]
+    return np.stack([
+        (sizes * same).sum(axis=1), (sizes * ~same).sum(axis=1),
+        (sizes * same).sum(axis=0), (sizes * ~same).sum(axis=0),
+    ])
+
+
+def _unique_rows(rows: int, lookups: float) -> int:
+    if lookups <= 0:
+        return 0
+    return int(min(lookups, max(1.0, rows * -math.expm1(-lookups / rows))))
+
+
+def _onehot(world: int, ranks, values) -> np.ndarray:
+    v = np.zeros(world)
+    np.add.at(v, np.asarray(ranks, dtype=np.int64), values)
+    return v
+
+
+def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: PlannerSystem) -> TableWork:
+    """The kernels and traffic of one placed table (see the module doc for the model)."""
+    world, g = system.world_size, system.gpus_per_node
+    b = workload.batch_per_gpu
+    pool = table.pooling
+    eb, ob = table.elem_bytes, system.comm_bytes
+    state = workload.optimizer.state_bytes_per_row(table.dim)
+    ones = np.ones(world)
+    idx_per_owner = b * pool * system.index_bytes  # indices one owner sends for the whole table
+    len_per_owner = b * system.length_bytes
+    mem = system.memory
+
+    def kernel(shard, lookups: float, bags: int) -> ShardKernel:
+        weights = shard.rows * shard.cols * eb + shard.rows * _state_for(shard.cols)
+        row_bytes = shard.cols * eb
+        lookups_i = int(round(lookups))
+        if shard.tier == "hbm":
+            hbm, host, miss = float(weights), 0.0, 0.0
+        else:
+            hbm = float(math.ceil(shard.rows * mem.cache_load_factor) * row_bytes)
+            host = float(weights)
+            miss = 2.0 * lookups * (1.0 - mem.cache_hit_rate) * row_bytes
+        return ShardKernel(
+            rank=shard.rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
+            out_row_bytes=shard.cols * 4, unique_rows=_unique_rows(shard.rows, lookups_i),
+            state_bytes_per_row=_state_for(shard.cols), tier=shard.tier, miss_bytes=miss,
+            hbm_bytes=hbm, host_bytes=host,
+        )
+
+    def _state_for(cols: int) -> int:
+        # row-wise state is per row of every shard; element-wise state follows the columns
+        return state if workload.optimizer.kind != "adagrad" else 4 * cols
+
+    kind = tp.sharding
+    shards = tp.shards
+    ranks = np.array([s.rank for s in shards], dtype=np.int64)
+    traffic: dict[str, tuple[Term, ...]] = {}
+    global_bags = b * world
+
+    if kind == ShardingType.DATA_PARALLEL:
+        kernels = tuple(kernel(s, b * pool, b) for s in shards)
+        return TableWork(table.name, kernels, {}, dp_allreduce_bytes=float(table.rows * table.dim * eb))
+
+    if kind in (ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE):
+        kernels = tuple(kernel(s, global_bags * pool, global_bags) for s in shards)
+        # indices (and lengths) go to every column shard; each shard returns its columns
+        traffic["input"] = (Outer(ones * (idx_per_owner + len_per_owner), _onehot(world, ranks, 1.0)),)
+        pooled = Outer(_onehot(world, ranks, [s.cols * b * ob for s in shards]), ones)
+        traffic["pooled"] = (pooled,)
+        traffic["grad"] = (Outer(pooled.dst, pooled.src),)
+        return TableWork(table.name, kernels, traffic)
+
+    # row-wise families: lookups spread over row shards in proportion to their rows
+    frac = np.array([s.rows / table.rows for s in shards])
+    kernels = tuple(kernel(s, global_bags * pool * f, global_bags) for s, f in zip(shards, frac))
+    traffic["input"] = (Outer(ones, _onehot(world, ranks, idx_per_owner * frac + len_per_owner)),)
+    partial = table.dim * b * ob  # one owner's partial pools from one shard
+    if kind == ShardingType.ROW_WISE:
+        rs = Outer(_onehot(world, ranks, 1.0), ones * partial)
+        traffic["rs"] = (rs,)
+        traffic["ag"] = (Outer(rs.dst, rs.src),)
+        return TableWork(table.name, kernels, traffic)
+    if kind != ShardingType.TABLE_ROW_WISE:
+        raise ValueError(f"sharding: unknown type {kind!r}")
+    owners = np.arange(world)
+    forward_rank = ranks[owners % len(ranks)]  # the shard that finishes owner j's pools
+    counts = _onehot(world, forward_rank, 1.0)
+    rs = Outer(_onehot(world, ranks, 1.0), counts * partial)
+    traffic["rs"] = (rs,)
+    traffic["ag"] = (Outer(rs.dst, rs.src),)
+    nbytes = np.full(world, float(partial))
+    traffic["pooled"] = (Pairs(forward_rank, owners, nbytes),)
+    traffic["grad"] = (Pairs(owners, forward_rank, nbytes),)
+    return TableWork(table.name, kernels, traffic)
+
+
+@dataclass
+class IterationWork:
+    """Per-rank work and communication of one training iteration under a plan.
+
+    ``kernels[r]``: the :class:`ShardKernel` list of rank ``r`` (its fused forward/backward
+    work); ``matrices[name]``: (N, N) AlltoAllv bytes for each of :data:`COLLECTIVES`;
+    ``dp_allreduce_bytes``: bytes AllReduced over all ranks; ``hbm_bytes`` / ``dram_bytes`` /
+    ``ssd_bytes``: memory each rank holds in each tier (host tiers: the rank's share of its node's).
+    """
+
+    world_size: int
+    gpus_per_node: int
+    kernels: list[list[ShardKernel]]
+    matrices: dict[str, np.ndarray]
+    dp_allreduce_bytes: float
+    hbm_bytes: np.ndarray
+    dram_bytes: np.ndarray
+    ssd_bytes: np.ndarray
+    tables: dict[str, TableWork] = field(default_factory=dict)
+
+    @property
+    def lookups(self) -> np.ndarray:
+        return np.array([sum(k.lookups for k in ks) for ks in self.kernels], dtype=np.int64)
+
+    @property
+    def lookup_bytes(self) -> np.ndarray:
+        return np.array([sum(k.lookups * k.row_bytes for k in ks) for ks in self.kernels], dtype=float)
+
+
+def derive_iteration(plan: Plan, workload: WorkloadSpec, system: PlannerSystem) -> IterationWork:
+    """The per-rank work and AlltoAllv matrices of one iteration (see the module doc)."""
+    world = system.world_size
+    if plan.world_size != world or plan.gpus_per_node != system.gpus_per_node:
+        raise ValueError(f"plan: made for {plan.world_size} ranks x {plan.gpus_per_node}/node, "
+                         f"system has {world} x {system.gpus_per_node}")
+    missing = [t.name for t in workload.tables if t.name not in plan.tables]
+    if missing:
+        raise ValueError(f"plan: no placement for table {missing[0]!r}")
+    kernels: list[list[ShardKernel]] = [[] for _ in range(world)]
+    matrices = {name: np.zeros((world, world)) for name in COLLECTIVES}
+    hbm = np.zeros(world)
+    host = np.zeros((2, world))
+    dp = 0.0
+    works: dict[str, TableWork] = {}
+    for table in workload.tables:
+        tw = table_work(table, plan.tables[table.name], workload, system)
+        works[table.name] = tw
+        for k in tw.kernels:
+            kernels[k.rank].append(k)
+            hbm[k.rank] += k.hbm_bytes
+            if k.tier != "hbm":
+                host[0 if k.tier == "dram" else 1, k.rank] += k.host_bytes
+        for name, terms in tw.traffic.items():
+            for term in terms:
+                _add_term(matrices[name], term)
+        dp += tw.dp_allreduce_bytes
+    return IterationWork(world, system.gpus_per_node, kernels, matrices, dp, hbm, host[0], host[1], works)
