@@ -67,6 +67,8 @@ class AlphaBetaComm:
         g = int(topology.gpus_per_node)
         n_nodes = int(topology.nodes)
         world = n_nodes * g
+        if not hasattr(network, "estimate_alltoallv_time_s"):
+            return cls._from_config(topology)
 
         def probe(dst: int, nbytes: float) -> float:
             m = np.zeros((world, world))
@@ -88,6 +90,19 @@ class AlphaBetaComm:
         return cls(nodes=nodes or n_nodes, gpus_per_node=g, alpha_intra_s=a_intra, bw_intra_bytes_per_s=bw_intra,
                    alpha_inter_s=a_inter, bw_inter_bytes_per_s=bw_inter, allreduce=allreduce,
                    source=f"sim.network:{getattr(topology, 'name', 'topology')}")
+
+    @classmethod
+    def _from_config(cls, topology: Any) -> "AlphaBetaComm":
+        """Fallback while the network model offers no closed forms: the topology's configured
+        per-GPU figures (intra-node bandwidth and latency; the GPU's share of NIC line rate)."""
+        c = topology.config
+        intra_bw = c.intra_node.bandwidth_gbps * 1e9 / 8
+        inter_bw = c.nic.bandwidth_gbps * 1e9 / 8 * c.nic.per_node / c.cluster.gpus_per_node
+        alpha_intra = (2 * c.intra_node.link_latency_ns + c.intra_node.switch_latency_ns) * 1e-9
+        alpha_inter = (2 * c.nic.latency_ns + c.inter_node.switch_latency_ns + c.transport.message_overhead_ns) * 1e-9
+        return cls(nodes=topology.nodes, gpus_per_node=topology.gpus_per_node, alpha_intra_s=alpha_intra,
+                   bw_intra_bytes_per_s=intra_bw, alpha_inter_s=alpha_inter, bw_inter_bytes_per_s=inter_bw,
+                   source=f"config:{c.name}")
 
     def rank_times_s(self, agg: np.ndarray) -> np.ndarray:
         """Per-rank AlltoAllv busy time from ``agg[..., 4, N]`` = (sent_intra, sent_inter,

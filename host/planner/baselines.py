@@ -1,0 +1,139 @@
+"""The simple planners people use, costed in the same model as Neo's search.
+
+``size-greedy``         tables by size (bytes), largest first, table-wise onto the rank holding
+                        the fewest bytes;
+``lookup-greedy``       by lookups per sample (pooling), onto the rank with the fewest lookups;
+``size-lookup-greedy``  by dim x pooling x log10(rows), onto the rank with the least of it;
+``torchrec-greedy``     like TorchRec's planner: each table takes the sharding type with the
+                        lowest estimate *of its own* (the slowest rank of that table alone),
+                        then shards are bin-packed, largest estimate first, onto the rank with
+                        the least accumulated estimate, under the memory caps.
+
+A table too large for one GPU is placed first and split row-wise over as many of the lightest ranks (by the
+planner's own measure) as it needs, in all four; tiers are chosen to fit (HBM, then DRAM/SSD
+behind the cache), so every plan respects every capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from host.planner.cost import CostModel
+from host.planner.plan import Plan, ShardingType
+from host.planner.search import Placer
+from host.planner.system import PlannerSystem
+from host.workloads.spec import TableSpec, WorkloadSpec
+
+__all__ = ["BASELINES", "plan_baseline"]
+
+ST = ShardingType
+
+
+def _weight_greedy(name: str, weight: Callable[[TableSpec, WorkloadSpec], float]):
+    def run(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None) -> Plan:
+        p = Placer(workload, system, cost)
+        load = np.zeros(p.world)
+        too_big = lambda t: p.shard_bytes(t, t.rows, t.dim) > p.caps[0]  # noqa: E731  split these first
+        for table in sorted(workload.tables, key=lambda t: (not too_big(t), -weight(t, workload))):
+            w = weight(table, workload)
+            size = p.shard_bytes(table, table.rows, table.dim)
+            order = [int(r) for r in np.argsort(load, kind="stable")]
+            tp = None
+            if size <= p.caps[0]:
+                for r in order:
+                    tp = p.make(table, ST.TABLE_WISE, [r])
+                    if tp is not None and tp.shards[0].tier == "hbm":
+                        break
+                    tp = None
+            m = max(2, math.ceil(size / p.caps[0]))
+            while tp is None and m < p.world:
+                tp = p.make(table, ST.ROW_WISE, sorted(order[:m]))
+                m *= 2
+            if tp is None:
+                tp = p.make(table, ST.ROW_WISE, list(range(p.world)))
+            if tp is None:  # no HBM anywhere: any rank through the cache
+                tp = next((x for x in (p.make(table, ST.TABLE_WISE, [r]) for r in order) if x is not None), None)
+            if tp is None:
+                raise p.fits_nowhere(table)
+            p.place(tp)
+            for s in tp.shards:
+                load[s.rank] += w * (s.rows * s.cols) / (table.rows * table.dim)
+        return p.plan(name)
+
+    return run
+
+
+def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None) -> Plan:
+    p = Placer(workload, system, cost)
+    g, world = p.g, p.world
+    load = np.zeros(world)
+    choices = []
+    for table in workload.tables:
+        best = None
+        size = p.shard_bytes(table, table.rows, table.dim)
+        options = [(ST.TABLE_WISE, [0]), (ST.ROW_WISE, list(range(world))), (ST.TABLE_ROW_WISE, list(range(g)))]
+        for m in (2, 4, 8):
+            if m <= min(world, table.dim // 4):
+                options.append((ST.COLUMN_WISE, list(range(m))))
+        if size < 0.05 * p.caps[0]:
+            options.append((ST.DATA_PARALLEL, []))
+        for kind, ranks in options:
+            tp = p.make(table, kind, ranks)
+            if tp is None:
+                continue
+            est = float(p.cost.totals(_alone(p, tp)).max())
+            if best is None or est < best[0]:
+                best = (est, kind, len(tp.shards))
+        if best is None:
+            raise p.fits_nowhere(table)
+        choices.append((best[0], table, best[1], best[2]))
+    for est, table, kind, m in sorted(choices, key=lambda c: -c[0]):
+        order = [int(r) for r in np.argsort(load, kind="stable")]
+        tp = None
+        if kind in (ST.ROW_WISE, ST.DATA_PARALLEL):
+            tp = p.make(table, kind, list(range(world)))
+        elif kind == ST.TABLE_ROW_WISE:
+            node_load = load.reshape(-1, g).sum(axis=1)
+            for node in np.argsort(node_load, kind="stable"):
+                tp = p.make(table, kind, list(range(int(node) * g, (int(node) + 1) * g)))
+                if tp is not None:
+                    break
+        elif kind == ST.COLUMN_WISE:
+            tp = p.make(table, kind, sorted(order[:m]))
+        else:
+            tp = next((x for x in (p.make(table, kind, [r]) for r in order) if x is not None), None)
+        if tp is None:
+            tp = p.make(table, ST.ROW_WISE, list(range(world)))
+        if tp is None:
+            raise p.fits_nowhere(table)
+        p.place(tp)
+        per_shard = est / len(tp.shards) if kind != ST.DATA_PARALLEL else est
+        for s in tp.shards:
+            load[s.rank] += per_shard
+    return p.plan("torchrec-greedy")
+
+
+def _alone(p: Placer, tp):
+    from host.planner.cost import State
+
+    st = State.empty(p.world)
+    st.add(p.contribution(tp))
+    return st
+
+
+BASELINES: dict[str, Callable[..., Plan]] = {
+    "size-greedy": _weight_greedy("size-greedy", lambda t, w: float(w.table_memory_bytes(t))),
+    "lookup-greedy": _weight_greedy("lookup-greedy", lambda t, w: t.pooling),
+    "size-lookup-greedy": _weight_greedy("size-lookup-greedy", lambda t, w: t.dim * t.pooling * math.log10(max(t.rows, 2))),
+    "torchrec-greedy": _torchrec,
+}
+
+
+def plan_baseline(name: str, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None) -> Plan:
+    """The plan of baseline ``name`` (one of :data:`BASELINES`)."""
+    if name not in BASELINES:
+        raise ValueError(f"baseline: unknown {name!r}; expected one of {', '.join(BASELINES)}")
+    return BASELINES[name](workload, system, cost)
