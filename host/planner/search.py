@@ -427,10 +427,30 @@ class NeoPlanner(Placer):
                 self.place(*contribs[t.name, r])
         return True
 
+    def _best_start(self) -> None:
+        """Start the refinement from the best of our greedy and the cheap proxy greedies."""
+        from host.planner.baselines import plan_baseline
+
+        best = self.score(self.state)
+        for name in ("lookup-greedy", "size-lookup-greedy"):
+            try:
+                other = plan_baseline(name, self.workload, self.system, self.cost)
+            except ValueError:
+                continue
+            st = State.empty(self.world)
+            contribs = {tp.table: self.contribution(tp) for tp in other}
+            for c in contribs.values():
+                st.add(c)
+            if self.score(st) < best and self.fits(st):
+                best = self.score(st)
+                self.state = st
+                self.placed = {n: _Placed(other.tables[n], c) for n, c in contribs.items()}
+
     def run(self) -> Plan:
         t0 = time.perf_counter()
         self.greedy()
         greedy_cost = float(self.totals().max())
+        self._best_start()
         steps = self.refine(t0 + self.time_budget_s)
         exact = self.exact()
         self.stats = {"greedy_cost_s": greedy_cost, "refine_steps": steps, "exact": float(exact),
