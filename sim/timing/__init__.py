@@ -1,0 +1,1 @@
+"""Cycle-approximate timing models of the hardware units (one module per unit)."""
