@@ -63,8 +63,8 @@ def scapy_message(msg: Message, dest: Destination, psn: int, pmtu: int, *,
 
 
 def broken_frames(rng: np.random.Generator, dest: Destination, local_mac=LOCAL_MAC,
-                  local_ip=LOCAL_IP, va: int = 0x4000) -> list[tuple[str, bytes]]:
-    """``(reason, frame)`` pairs: each frame is a WRITE ONLY for ``dest`` (QP expecting PSN 0,
+                  local_ip=LOCAL_IP, va: int = 0x4000, psn: int = 0) -> list[tuple[str, bytes]]:
+    """``(reason, frame)`` pairs: each frame is a WRITE ONLY for ``dest`` (QP expecting ``psn``,
     no message in progress) broken in exactly one way."""
     payload = rng.integers(0, 256, 40, dtype=np.uint8).tobytes()
 
@@ -72,7 +72,7 @@ def broken_frames(rng: np.random.Generator, dest: Destination, local_mac=LOCAL_M
         args = dict(va=va, rkey=1, dma_len=len(payload), ackreq=1, local_mac=local_mac,
                     local_ip=local_ip)
         args.update(kw)
-        return scapy_frame(dest, OP_WRITE_ONLY, 0, payload, **args)
+        return scapy_frame(dest, OP_WRITE_ONLY, psn, payload, **args)
 
     good = only()
     bad_icrc = bytearray(good)
@@ -86,8 +86,8 @@ def broken_frames(rng: np.random.Generator, dest: Destination, local_mac=LOCAL_M
         ("udp_port", only(udp={"dport": 4792})),
         ("icrc", bytes(bad_icrc)),
         ("qp", only(bth={"dqpn": 0x800000})),
-        ("opcode", scapy_frame(dest, OP_WRITE_MIDDLE, 0, payload + bytes(216),
+        ("opcode", scapy_frame(dest, OP_WRITE_MIDDLE, psn, payload + bytes(216),
                                local_mac=local_mac, local_ip=local_ip)),
-        ("psn", only(bth={"psn": 3})),
+        ("psn", only(bth={"psn": (psn + 3) % (1 << 24)})),
         ("length", only(dma_len=len(payload) + 1)),
     ]
