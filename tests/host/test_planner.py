@@ -1,0 +1,274 @@
+"""The sharding planner: work derivation, cost model, search, baselines, limits and the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from host.planner import (
+    BASELINES,
+    AlphaBetaComm,
+    CostModel,
+    MemoryTiers,
+    NeoPlanner,
+    Plan,
+    PlannerSystem,
+    Shard,
+    ShardingType,
+    TablePlan,
+    derive_iteration,
+    plan_baseline,
+    plan_config_from_dict,
+)
+from host.planner.search import Placer
+from host.planner.system import GIB
+from host.workloads import TableSpec, workload_from_dict
+from sim.gpu import gpu_preset
+
+ST = ShardingType
+
+
+def _system(nodes=2, g=4, dram=0.0, **kw) -> PlannerSystem:
+    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
+                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
+    return PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm, memory=MemoryTiers(dram_gib_per_node=dram), **kw)
+
+
+def _workload(tables, batch=256):
+    return workload_from_dict({
+        "name": "w", "batch_per_gpu": batch, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [dict(name=f"t{i}", **t) for i, t in enumerate(tables)],
+    })
+
+
+def _skewed(n=24, seed=0):
+    rng = np.random.default_rng(seed)
+    return _workload([{"rows": int(r), "dim": int(d), "pooling": float(p)} for r, d, p in zip(
+        rng.integers(10_000, 2_000_000, n), rng.choice([16, 32, 64, 128], n), rng.lognormal(2.5, 1.0, n).round(1) + 1)])
+
+
+def _one(kind, shards, name="t0"):
+    return TablePlan(name, kind, tuple(shards))
+
+
+def _plan(system, tps):
+    return Plan(system.world_size, system.gpus_per_node, {tp.table: tp for tp in tps})
+
+
+# ------------------------------------------------------------------ work derivation
+def test_table_wise_traffic_is_indices_in_and_pooled_vectors_out():
+    s = _system()
+    w = _workload([{"rows": 1000, "dim": 16, "pooling": 5}], batch=100)
+    work = derive_iteration(_plan(s, [_one(ST.TABLE_WISE, [Shard(3, 0, 1000, 0, 16)])]), w, s)
+    n = s.world_size
+    inp, pooled = work.matrices["input"], work.matrices["pooled"]
+    per_owner = 100 * 5 * 8 + 100 * 4  # int64 indices + int32 lengths
+    assert np.all(inp[np.arange(n) != 3, 3] == per_owner) and inp.sum() == (n - 1) * per_owner
+    assert np.all(pooled[3, np.arange(n) != 3] == 100 * 16 * 4) and pooled.sum() == (n - 1) * 100 * 16 * 4
+    np.testing.assert_array_equal(work.matrices["grad"], pooled.T)
+    assert work.matrices["rs"].sum() == 0 and work.dp_allreduce_bytes == 0
+    (k,) = work.kernels[3]
+    assert k.lookups == n * 100 * 5 and k.pooled_rows == n * 100
+    assert work.hbm_bytes[3] == 1000 * (16 * 4 + 4) and work.hbm_bytes.sum() == work.hbm_bytes[3]
+
+
+def test_row_wise_splits_lookups_and_reduce_scatters_partial_pools():
+    s = _system()
+    w = _workload([{"rows": 1000, "dim": 8, "pooling": 4}], batch=10)
+    shards = [Shard(0, 0, 250, 0, 8), Shard(5, 250, 1000, 0, 8)]
+    work = derive_iteration(_plan(s, [_one(ST.ROW_WISE, shards)]), w, s)
+    n = s.world_size
+    assert [k.lookups for k in work.kernels[0] + work.kernels[5]] == [n * 40 // 4, n * 40 * 3 // 4]
+    rs = work.matrices["rs"]
+    assert rs[0, 1] == rs[5, 1] == 10 * 8 * 4 and rs[0, 5] == 10 * 8 * 4 and rs[1].sum() == 0
+    np.testing.assert_array_equal(work.matrices["ag"], rs.T)
+    assert work.matrices["pooled"].sum() == 0
+
+
+def test_table_row_wise_reduces_inside_the_node_then_sends_to_owners():
+    s = _system()
+    w = _workload([{"rows": 800, "dim": 8, "pooling": 2}], batch=10)
+    shards = [Shard(4 + i, 200 * i, 200 * (i + 1), 0, 8) for i in range(4)]
+    work = derive_iteration(_plan(s, [_one(ST.TABLE_ROW_WISE, shards)]), w, s)
+    rs = work.matrices["rs"]
+    node_of = np.arange(8) // 4
+    src, dst = np.nonzero(rs)
+    assert np.all(node_of[src] == 1) and np.all(node_of[dst] == 1)  # the reduction stays in node 1
+    pooled = work.matrices["pooled"]
+    assert np.all(pooled.sum(axis=0)[node_of == 0] == 10 * 8 * 4)  # every remote owner gets its pools once
+
+
+def test_column_wise_duplicates_indices_and_data_parallel_allreduces_the_table():
+    s = _system()
+    w = _workload([{"rows": 100, "dim": 16, "pooling": 3}, {"rows": 50, "dim": 8, "pooling": 1}], batch=10)
+    cw = _one(ST.COLUMN_WISE, [Shard(1, 0, 100, 0, 8), Shard(2, 0, 100, 8, 16)])
+    dp = _one(ST.DATA_PARALLEL, [Shard(r, 0, 50, 0, 8) for r in range(8)], name="t1")
+    work = derive_iteration(_plan(s, [cw, dp]), w, s)
+    inp = work.matrices["input"]
+    assert inp[0, 1] == inp[0, 2] == 10 * 3 * 8 + 10 * 4
+    assert work.matrices["pooled"][1, 0] == 10 * 8 * 4
+    assert work.dp_allreduce_bytes == 50 * 8 * 4
+    assert all(any(k.lookups == 10 for k in ks) for ks in work.kernels)  # each replica serves its own batch
+
+
+def test_a_plan_missing_a_table_is_refused():
+    s = _system()
+    w = _workload([{"rows": 100, "dim": 16}, {"rows": 100, "dim": 16}])
+    with pytest.raises(ValueError, match="'t1'"):
+        derive_iteration(_plan(s, [_one(ST.TABLE_WISE, [Shard(0, 0, 100, 0, 16)])]), w, s)
+
+
+# ------------------------------------------------------------------ cost model
+def test_alpha_beta_rank_times_by_hand():
+    comm = _system().comm
+    m = np.zeros((8, 8))
+    m[0, 1] = 3e6   # intra-node
+    m[0, 4] = 1e6   # inter-node
+    m[5, 0] = 2e6   # inter-node, into rank 0
+    t = comm.rank_times_s(np.stack([__import__("host.planner.work", fromlist=["x"]).matrix_aggregates(m, 4)]))[0]
+    assert t[0] == pytest.approx(max(1e-6 + 3e6 / 300e9, 5e-6 + 2e6 / 25e9))
+    assert t[2] == 0.0
+    assert comm.alltoallv_time_s(m) == pytest.approx(t.max())
+
+
+def test_incremental_state_agrees_with_the_derived_iteration():
+    s = _system()
+    w = _skewed(12)
+    p = NeoPlanner(w, s, time_budget_s=0.5)
+    plan = p.run()
+    full = CostModel(w, s).evaluate(plan)
+    np.testing.assert_allclose(p.totals(), full.total_s, rtol=1e-9)
+    assert full.max_s == pytest.approx(max(full.total_s)) and full.imbalance >= 1.0
+
+
+def test_the_gpu_model_prices_the_kernels():
+    s = _system()
+    w = _workload([{"rows": 100_000, "dim": 64, "pooling": 10}])
+    cm = CostModel(w, s)
+    light = cm.evaluate(_plan(s, [_one(ST.TABLE_WISE, [Shard(0, 0, 100_000, 0, 64)])]))
+    w2 = _workload([{"rows": 100_000, "dim": 64, "pooling": 40}])
+    heavy = CostModel(w2, s).evaluate(_plan(s, [_one(ST.TABLE_WISE, [Shard(0, 0, 100_000, 0, 64)])]))
+    launch = s.gpu.efficiency.launch_overhead_s
+    assert heavy.columns["fwd_compute"][0] - launch > 3.5 * (light.columns["fwd_compute"][0] - launch)
+    assert light.columns["fwd_compute"][1] == 0.0
+
+
+# ------------------------------------------------------------------ search and baselines
+def _check_plan(plan, w, s):
+    cost = CostModel(w, s).evaluate(plan)
+    assert (cost.hbm_bytes <= s.hbm_capacity + 1).all() and (cost.dram_bytes <= s.dram_capacity + 1).all()
+    for t in w.tables:
+        tp = plan[t.name]
+        if tp.sharding == ST.DATA_PARALLEL:
+            assert sorted(tp.ranks) == list(range(s.world_size))
+            continue
+        cells = sum(sh.rows * sh.cols for sh in tp.shards)
+        assert cells == t.rows * t.dim, t.name  # shards tile the table exactly
+        if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            assert len({r // s.gpus_per_node for r in tp.ranks}) == 1
+    return cost
+
+
+def test_neo_beats_or_matches_every_baseline_and_respects_capacity():
+    s = _system()
+    w = _skewed(40, seed=3)
+    cm = CostModel(w, s)
+    ours = _check_plan(NeoPlanner(w, s, cm, time_budget_s=1.0).run(), w, s)
+    for name in BASELINES:
+        theirs = _check_plan(plan_baseline(name, w, s, cm), w, s)
+        assert ours.max_s <= theirs.max_s * (1 + 1e-9), name
+    assert ours.imbalance < 1.1
+
+
+def test_refinement_splits_a_dominant_table_placed_table_wise():
+    import time
+
+    s = _system()
+    w = _workload([{"rows": 100_000, "dim": 128, "pooling": 200}] + [{"rows": 1000, "dim": 16, "pooling": 2}] * 7)
+    p = NeoPlanner(w, s)
+    for i, t in enumerate(w.tables):  # a table-wise start: one table per rank
+        p.place(p.make(t, ST.TABLE_WISE, [i]))
+    start = float(p.totals().max())
+    steps = p.refine(time.perf_counter() + 2.0)
+    assert steps >= 1 and float(p.totals().max()) < 0.5 * start
+    assert len(p.placed["t0"].tp.shards) > 1
+
+
+def test_exact_search_on_a_small_problem_finds_the_optimum():
+    s = _system(nodes=1, g=2)
+    w = _workload([{"rows": 1000, "dim": 16, "pooling": p} for p in (9, 7, 6, 5, 4, 2)])
+    p = NeoPlanner(w, s, time_budget_s=0.2)
+    plan = p.run()
+    assert p.stats["exact"] == 1.0
+    cost = CostModel(w, s)
+    best = min(
+        cost.evaluate(_plan(s, [_one(ST.TABLE_WISE, [Shard((mask >> i) & 1, 0, 1000, 0, 16)], f"t{i}")
+                                for i in range(6)])).max_s
+        for mask in range(64)
+    )
+    assert cost.evaluate(plan).max_s <= best * (1 + 1e-9)
+
+
+def test_tables_beyond_hbm_go_to_dram_behind_the_cache():
+    s = _system(nodes=1, g=2, dram=200)
+    big = int(40 * GIB / (64 * 4 + 4))  # ~40 GiB per table: more than one GPU's usable HBM
+    w = _workload([{"rows": big, "dim": 64, "pooling": 2}] * 2 + [{"rows": 1000, "dim": 64, "pooling": 5}])
+    plan = NeoPlanner(w, s, time_budget_s=0.5).run()
+    cost = _check_plan(plan, w, s)
+    assert any(sh.tier == "dram" for tp in plan for sh in tp.shards)
+    assert cost.columns["host_transfer"].max() > 0
+
+
+# ------------------------------------------------------------------ bad input
+def test_a_table_that_fits_nowhere_is_named_with_its_size_and_the_capacity():
+    s = _system(nodes=1, g=2)
+    rows = int(100 * GIB / 68)
+    w = _workload([{"rows": 10, "dim": 16}, {"rows": rows, "dim": 16}])
+    with pytest.raises(ValueError, match=r"table 't1' \(100\.0 GiB with optimizer state\) fits nowhere: the largest capacity is 68\.0 GiB"):
+        NeoPlanner(w, s)
+    for name in BASELINES:
+        with pytest.raises(ValueError, match="'t1'"):
+            plan_baseline(name, w, s)
+
+
+def test_world_size_the_topology_cannot_hold_is_refused():
+    with pytest.raises(ValueError, match="world_size: the topology holds 2 nodes x 8 GPUs = 16 ranks; 24 is refused"):
+        plan_config_from_dict({"workload": "dlrm-kaggle", "network": "zionex", "nodes": 2, "world_size": 24})
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"workload": "no-such-model"}, "workload"),
+    ({"workload": "dlrm-kaggle", "gpu": "tpu"}, "gpu"),
+    ({"workload": "dlrm-kaggle", "memory": {"cache_hit_rate": 2}}, "memory.cache_hit_rate"),
+    ({"workload": "dlrm-kaggle", "comm": {"dtype": "int4"}}, "comm.dtype"),
+    ({"workload": "dlrm-kaggle", "planner": {"time_budget_s": 0}}, "planner.time_budget_s"),
+    ({"workload": "dlrm-kaggle", "colour": 1}, "colour"),
+    ({"workload": {"preset": "dlrm-kaggle", "batch_per_gpu": -1}}, "workload.batch_per_gpu"),
+])
+def test_plan_config_errors_name_the_field(data, field):
+    with pytest.raises(ValueError, match=f"^{field}"):
+        plan_config_from_dict(data)
+
+
+# ------------------------------------------------------------------ the command
+def test_neonic_plan_prints_plan_ranks_and_baselines(tmp_path, capsys):
+    from host.cli import main
+
+    cfg = tmp_path / "plan.toml"
+    cfg.write_text('workload = "dlrm-kaggle"\nnetwork = "zionex"\nnodes = 1\n[planner]\ntime_budget_s = 0.5\n')
+    out_csv = tmp_path / "plan.csv"
+    assert main(["plan", str(cfg), "--csv", str(out_csv)]) == 0
+    text = capsys.readouterr().out
+    for needle in ("c3", "per-rank", "imbalance", "size-greedy", "torchrec-greedy", "neo"):
+        assert needle in text
+    rows = out_csv.read_text().splitlines()
+    assert rows[0].startswith("table,sharding,rank") and len(rows) >= 27
+
+
+def test_neonic_plan_reports_bad_config_as_an_error(tmp_path, capsys):
+    from host.cli import main
+
+    cfg = tmp_path / "plan.toml"
+    cfg.write_text('workload = "dlrm-kaggle"\nnodes = 0\n')
+    assert main(["plan", str(cfg)]) == 2
+    assert "nodes" in capsys.readouterr().err
