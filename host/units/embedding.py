@@ -60,6 +60,18 @@ def build(params: dict[str, str]) -> EmbeddingBagUnit:
 # -- workloads ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Beat:
+    """One pooled beat as the scoreboard sees it."""
+
+    tag: int
+    first: int
+    last: int
+    error: int
+    dropped: int
+    data: tuple[int, ...]          # lanes of FP32 bit patterns
+
+
 @dataclass
 class Workload:
     """Tables, bags and the memory behaviour a run uses."""
@@ -71,6 +83,11 @@ class Workload:
     resp_stall: float = 0.0
     idle: float = 0.0
     backpressure: float = 0.0
+    # Raw stimulus for protocol tests: replaces the generated descriptor writes / input items /
+    # expected beats when given.
+    descs: Callable[[ref.Placement], list[dict]] | list[dict] | None = None
+    items: list[dict] | None = None
+    expected: list[Beat] | None = None
 
     def placement(self, data_bytes: int) -> ref.Placement:
         return ref.place_tables(self.tables, data_bytes, base=1)
@@ -138,18 +155,6 @@ def benchmark_workload(rng: np.random.Generator, *, num_bags: int, tables: int =
 
 
 # -- expected output and the scoreboard -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Beat:
-    """One pooled beat as the scoreboard sees it."""
-
-    tag: int
-    first: int
-    last: int
-    error: int
-    dropped: int
-    data: tuple[int, ...]          # lanes of FP32 bit patterns
 
 
 def expected_beats(unit: EmbeddingBagUnit, tables: list[ref.Table],
@@ -277,7 +282,8 @@ def run_amaranth_episodes(unit: EmbeddingBagUnit, workloads: list[Workload], *,
     mem = AmaranthMemory(unit.mem, contents, data_bytes=unit.data_bytes, rng=rng,
                          latency=first.latency, max_outstanding=first.mem_outstanding,
                          resp_stall=first.resp_stall)
-    expected = [expected_beats(unit, wl.tables, wl.bags) for wl in workloads]
+    expected = [wl.expected if wl.expected is not None
+                else expected_beats(unit, wl.tables, wl.bags) for wl in workloads]
     state = {"cycle": 0, "started": -1, "done": 0, "t0": [], "t1": [], "counters": [],
              "got": [[] for _ in workloads]}
 
@@ -292,11 +298,18 @@ def run_amaranth_episodes(unit: EmbeddingBagUnit, workloads: list[Workload], *,
             mem.core.latency = wl.latency
             mem.core.max_outstanding = wl.mem_outstanding
             mem.core.resp_stall = wl.resp_stall
-            await stream_send(ctx, unit.desc, ref.descriptor_payloads(wl.tables, placements[k]))
+            if callable(wl.descs):
+                descs = wl.descs(placements[k])
+            elif wl.descs is not None:
+                descs = wl.descs
+            else:
+                descs = ref.descriptor_payloads(wl.tables, placements[k])
+            await stream_send(ctx, unit.desc, descs)
             state["t0"].append(state["cycle"])
             state["started"] = k
-            await stream_send(ctx, unit.bags, ref.bag_items(wl.bags, unit.index_width),
-                              rng=rng, idle=wl.idle)
+            items = wl.items if wl.items is not None \
+                else ref.bag_items(wl.bags, unit.index_width)
+            await stream_send(ctx, unit.bags, items, rng=rng, idle=wl.idle)
 
     async def recv(ctx):
         for k, wl in enumerate(workloads):
