@@ -1,0 +1,265 @@
+"""The AlltoAll packetizer as the command line sees it (``neonic rtl export|sim packetizer``).
+
+Also holds what the benchmark shares: building from ``--param`` strings, a default message
+set, and runs of the packetizer (and of the depacketizer on its frames) in Amaranth's
+simulator that record the cycle of every frame beat.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from host.units import SimRequest, UnitEntry
+from rtl.depacketizer import Depacketizer
+from rtl.packetizer import QUANT_FORMATS, Packetizer
+from rtl.roce import DROP_REASONS
+from sim.harness import run_amaranth, stream_recv, stream_send
+from sim.reference.roce import Destination, Message, Receiver, build_frames, quantize, wire_length
+from sim.timing.packetizer import estimate_tx
+
+__all__ = ["UNIT", "build", "parse_params", "TxRun", "RxRun", "run_tx", "run_rx",
+           "default_messages", "simulate", "LOCAL_MAC", "LOCAL_IP", "DESTINATIONS"]
+
+LOCAL_MAC, LOCAL_IP = 0x02_4E_45_4F_00_01, 0x0A_00_00_01
+DESTINATIONS = [Destination(mac=0x02_4E_45_4F_01_00 + i, ip=0x0A_00_01_00 + i, qpn=i + 1,
+                            udp_sport=0xC000 + i) for i in range(8)]
+DEFAULTS: dict[str, Any] = {"data_bytes": 64, "pmtu": 4096, "num_dest": 8, "quant": "none"}
+
+
+def parse_params(params: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if key in ("data_bytes", "pmtu", "num_dest"):
+            try:
+                out[key] = int(value, 0)
+            except ValueError:
+                raise ValueError(f"{key}: expected an integer, got {value!r}") from None
+        elif key == "quant":
+            if value not in QUANT_FORMATS:
+                raise ValueError(f"quant: expected one of {', '.join(QUANT_FORMATS)}, got {value!r}")
+            out[key] = value
+        else:
+            raise ValueError(f"--param {key}: unknown parameter; expected one of "
+                             f"{', '.join(sorted(DEFAULTS))}")
+    return out
+
+
+def build(params: dict[str, str]) -> Packetizer:
+    """A :class:`Packetizer` from ``--param`` strings (defaults for the rest)."""
+    return Packetizer(**{**DEFAULTS, **parse_params(params)})
+
+
+@dataclass
+class TxRun:
+    frames: list[bytes]
+    beat_cycles: list[int]          # cycle of each frame beat's transfer
+    last_beat_cycles: list[int]     # cycle of each frame's last beat
+    cycles: int                     # first descriptor offered .. last beat
+
+    @property
+    def beats(self) -> int:
+        return len(self.beat_cycles)
+
+
+@dataclass
+class RxRun:
+    counters: dict[str, int]
+    beat_cycles: list[int]
+    done_cycle: int                 # last memory write beat
+    memory: dict[int, int] = field(default_factory=dict)
+
+
+def default_messages(rng: np.random.Generator, num_dest: int, quant: str) -> list[tuple[Message, np.ndarray]]:
+    """A small AlltoAll: each destination gets a block of pooled FP32 embeddings."""
+    out = []
+    for i, rows in enumerate([4, 33, 2, 70, 16, 8][:max(1, num_dest)]):
+        values = rng.standard_normal((rows, 32)).astype(np.float32)
+        out.append((Message(dest=i % num_dest, va=0x10_0000 * (i + 1), rkey=0x1000 + i,
+                            payload=values.tobytes(), imm=(i << 16) | rows), values))
+    return out
+
+
+def run_tx(dut: Packetizer, messages: list[Message], *, psns: dict[int, int] | None = None,
+           rng: np.random.Generator | None = None, idle: float = 0.0, backpressure: float = 0.0,
+           vcd: Path | None = None) -> TxRun:
+    """Send ``messages`` (payload = FP32 input bytes) through ``dut`` in Amaranth's simulator."""
+    W = dut.data_bytes
+    psns = psns or {}
+    expected_frames = sum(len(build_frames(
+        Message(m.dest, m.va, m.rkey, bytes(wire_length(len(m.payload), dut.quant)), m.imm),
+        DESTINATIONS[m.dest], local_mac=0, local_ip=0, psn=0, pmtu=dut.pmtu)) for m in messages)
+    frames: list[bytes] = []
+    beat_cycles: list[int] = []
+    last_cycles: list[int] = []
+    clock = {"n": 0, "start": None}
+
+    async def host(ctx):
+        ctx.set(dut.local_mac, LOCAL_MAC)
+        ctx.set(dut.local_ip, LOCAL_IP)
+        await stream_send(ctx, dut.table, [
+            {"index": i, "mac": d.mac, "ip": d.ip, "qpn": d.qpn, "udp_sport": d.udp_sport,
+             "psn": psns.get(i, 0)} for i, d in enumerate(DESTINATIONS[:dut.num_dest])])
+        clock["start"] = clock["n"]
+        await stream_send(ctx, dut.desc, [
+            {"dest": m.dest, "va": m.va, "rkey": m.rkey, "length": len(m.payload),
+             "imm": m.imm or 0, "has_imm": int(m.imm is not None)} for m in messages],
+            rng=rng, idle=idle)
+
+    async def payload(ctx):
+        beats = []
+        for m in messages:
+            raw = m.payload + bytes(-len(m.payload) % W)
+            beats += [int.from_bytes(raw[i:i + W], "little") for i in range(0, len(raw), W)]
+        await stream_send(ctx, dut.payload, beats, rng=rng, idle=idle)
+
+    async def counter(ctx):
+        while True:
+            await ctx.tick()
+            clock["n"] += 1
+
+    async def sink(ctx):
+        current = b""
+        while len(frames) < expected_frames:
+            (beat,) = await stream_recv(ctx, dut.frame, 1, rng=rng, backpressure=backpressure)
+            beat_cycles.append(clock["n"])
+            data = int(beat.data).to_bytes(W, "little")
+            if beat.last:
+                frames.append(current + data[:int(beat.count)])
+                last_cycles.append(clock["n"])
+                current = b""
+            else:
+                current += data
+
+    total = sum(len(m.payload) for m in messages)
+    run_amaranth(dut, [host, payload, sink], background=[counter], vcd=vcd,
+                 max_cycles=5000 + 8 * (total // W + 20 * expected_frames))
+    return TxRun(frames, beat_cycles, last_cycles, last_cycles[-1] - (clock["start"] or 0))
+
+
+def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int]) -> RxRun:
+    """Feed ``frames`` back to back (memory always ready) and time the depacketizer."""
+    W = dut.data_bytes
+    beats = []
+    for f in frames:
+        for off in range(0, len(f), W):
+            chunk = f[off:off + W]
+            beats.append({"data": int.from_bytes(chunk, "little"), "count": len(chunk),
+                          "last": int(off + W >= len(f))})
+    clock = {"n": 0}
+    beat_cycles: list[int] = []
+    writes = {"last": 0}
+    memory: dict[int, int] = {}
+    counters: dict[str, int] = {}
+
+    async def counter(ctx):
+        while True:
+            await ctx.tick()
+            clock["n"] += 1
+
+    async def memory_sink(ctx):
+        ctx.set(dut.mem.req.ready, 1)
+        ctx.set(dut.mem.wdata.ready, 1)
+        reqs: list[list[int]] = []
+        pending: list[tuple[int, int]] = []
+        while True:
+            _, _, rv, rp, wv, wp = await ctx.tick().sample(dut.mem.req.valid, dut.mem.req.payload,
+                                                           dut.mem.wdata.valid, dut.mem.wdata.payload)
+            if rv:
+                reqs.append([int(rp.addr), int(rp.beats), 0])
+            if wv:
+                pending.append((int(wp.data), int(wp.mask)))
+                writes["last"] = clock["n"] + 1
+            while reqs and pending:
+                value, mask = pending.pop(0)
+                base = (reqs[0][0] + reqs[0][2]) * W
+                data = value.to_bytes(W, "little")
+                for i in range(W):
+                    if mask >> i & 1:
+                        memory[base + i] = data[i]
+                reqs[0][2] += 1
+                if reqs[0][2] == reqs[0][1]:
+                    reqs.pop(0)
+
+    async def source(ctx):
+        await stream_send(ctx, dut.qp_init, [{"qp": q, "psn": p} for q, p in psns.items()])
+        for beat in beats:
+            ctx.set(dut.frame.payload, beat)
+            ctx.set(dut.frame.valid, 1)
+            while True:
+                _, _, ready = await ctx.tick().sample(dut.frame.ready)
+                if ready:
+                    beat_cycles.append(clock["n"])
+                    break
+        ctx.set(dut.frame.valid, 0)
+        for _ in range(2 * dut.pmtu // W + 40):
+            await ctx.tick()
+        for name in ("accepted",) + DROP_REASONS:
+            counters[name] = ctx.get(getattr(dut.counters, name))
+
+    async def completions(ctx):
+        ctx.set(dut.completion.ready, 1)
+
+    run_amaranth(dut, [source, completions], background=[counter], processes=[memory_sink],
+                 max_cycles=10000 + 4 * len(beats))
+    return RxRun(counters, beat_cycles, writes["last"], memory)
+
+
+def simulate(req: SimRequest) -> dict:
+    """Send the default message set; write figures.json (and the frames as a pcap when
+    ``--pcap FILE`` is given, a VCD when asked)."""
+    if req.sim != "amaranth":
+        raise ValueError(f"--sim: the packetizer runs on 'amaranth' here; the cocotb benches "
+                         f"(tests/cocotb/tb_packetizer.py) cover icarus/verilator, got {req.sim!r}")
+    dut = build(req.params)
+    rng = np.random.default_rng(req.seed)
+    msgs = default_messages(rng, dut.num_dest, dut.quant)
+    run = run_tx(dut, [m for m, _ in msgs], vcd=req.vcd)
+    # Check every frame against the reference model of the same (quantized) messages.
+    golden: list[bytes] = []
+    psn: dict[int, int] = {}
+    for m, values in msgs:
+        wire = Message(m.dest, m.va, m.rkey, quantize(values, dut.quant), m.imm)
+        fr = build_frames(wire, DESTINATIONS[m.dest], local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+                          psn=psn.get(m.dest, 0), pmtu=dut.pmtu)
+        psn[m.dest] = psn.get(m.dest, 0) + len(fr)
+        golden += [f.data for f in fr]
+    rx = Receiver(num_qps=len(DESTINATIONS) + 1, pmtu=dut.pmtu)
+    for f in run.frames:
+        rx.receive(f)
+    est = estimate_tx([len(m.payload) for m, _ in msgs], data_bytes=dut.data_bytes,
+                      pmtu=dut.pmtu, with_imm=[True] * len(msgs), quant=dut.quant)
+    figures = {
+        "unit": "packetizer", "sim": req.sim, "params": {"data_bytes": dut.data_bytes,
+                                                         "pmtu": dut.pmtu, "quant": dut.quant},
+        "messages": len(msgs), "frames": len(run.frames), "beats": run.beats,
+        "cycles": run.cycles, "bus_occupancy": run.beats / run.cycles,
+        "frames_match_reference": run.frames == golden,
+        "reference_receiver_accepted": rx.accepted,
+        "timing_model_cycles": est.cycles,
+    }
+    req.out.mkdir(parents=True, exist_ok=True)
+    pcap = req.extra.get("pcap")
+    if pcap:
+        from scapy.layers.l2 import Ether
+        from scapy.utils import wrpcap
+        import scapy.contrib.roce  # noqa: F401  (binds UDP 4791 to BTH for readers)
+        wrpcap(str(pcap), [Ether(f) for f in run.frames])
+        figures["pcap"] = str(pcap)
+    (req.out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
+    if not figures["frames_match_reference"]:
+        raise AssertionError("packetizer frames differ from the reference model")
+    return figures
+
+
+UNIT = UnitEntry(
+    name="packetizer",
+    summary="AlltoAll RoCEv2 RDMA WRITE packetizer (segmentation, PSN, ICRC, FP16/BF16)",
+    build=build,
+    simulate=simulate,
+    options=(("pcap", "write the frames to this pcap file (Wireshark/scapy)"),),
+)
