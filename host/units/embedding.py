@@ -141,14 +141,14 @@ def benchmark_workload(rng: np.random.Generator, *, num_bags: int, tables: int =
                        pooling: str = "sum") -> Workload:
     """FBGEMM's TBE benchmark shape (D=128, L=20, Zipf 1.15), scaled down: fixed-length
     bags spread over ``tables`` tables, optionally an empty bag after every
-    ``empty_every`` bags, no stalls on the streams."""
+    ``empty_every`` bags (never after the last one), no stalls on the streams."""
     tbls = [ref.random_table(rng, rows, dim, elem_type, pooling) for _ in range(tables)]
     bags, tag = [], 0
     for b in range(num_bags):
         t = b % tables
         bags.append(ref.Bag(t, ref.zipf_indices(rng, alpha, rows, length), tag=tag & 0xFFFF))
         tag += 1
-        if empty_every and (b + 1) % empty_every == 0:
+        if empty_every and (b + 1) % empty_every == 0 and b + 1 < num_bags:
             bags.append(ref.Bag(t, np.zeros(0, dtype=np.int64), tag=tag & 0xFFFF))
             tag += 1
     return Workload(tbls, bags, latency=latency, mem_outstanding=256)

@@ -1,0 +1,197 @@
+"""The embedding unit's models: the numpy reference (semantics, documented order, error bound)
+and the timing model (held within 5% of the RTL's cycle counts on random workloads, and the
+throughput goals: memory-beat utilisation and the cost of an empty bag)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+from host.units.embedding import benchmark_workload, random_workload, run_amaranth_episodes
+from rtl.embedding import EmbeddingBagUnit
+from sim.reference import embedding as ref
+from sim.timing import embedding as timing
+
+
+# -- reference model ------------------------------------------------------------------------------
+
+
+def _bag(t, idx, w=None, tag=0):
+    return ref.Bag(t, np.array(idx, dtype=np.int64),
+                   None if w is None else np.array(w, dtype=np.float32), tag)
+
+
+def test_sum_follows_the_documented_order_and_stays_within_the_bound():
+    rows = np.array([[1e8], [1.0], [-1e8]], dtype=np.float32)
+    tables = [ref.Table(rows)]
+    bags = [_bag(0, [0, 1, 2]), _bag(0, [1, 0, 2])]
+    got = ref.pool(tables, bags)
+    exact = ref.pool_f64(tables, bags)
+    bound = ref.error_bound(tables, bags)
+    assert got[0][0] == 0.0                     # (1e8 + 1) rounds back to 1e8
+    assert got[1][0] == 0.0
+    assert exact[0][0] == 1.0
+    assert abs(got[0][0] - exact[0][0]) <= bound[0][0]
+
+
+def test_empty_padding_out_of_range_and_mean_count():
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    tables = [ref.Table(rows, "fp32", mode, padding_idx=1) for mode in ref.POOLING]
+    for t in range(3):
+        empty, pad_only = ref.pool(tables, [_bag(t, []), _bag(t, [1, 1])])
+        assert not empty.any() and not pad_only.any()
+    mean = ref.pool(tables, [_bag(1, [0, 1, 3, 9, -2])])[0]
+    np.testing.assert_array_equal(mean, (rows[0] + rows[3]) * np.float32(0.5))
+    weighted = ref.pool(tables, [_bag(0, [0, 3], [2.0, -1.0])])[0]
+    np.testing.assert_array_equal(weighted, 2 * rows[0] - rows[3])
+
+
+def test_max_keeps_the_first_of_equal_values_and_ignores_weights():
+    rows = np.array([[-0.0, 1.0], [0.0, 1.0]], dtype=np.float32)
+    tables = [ref.Table(rows, "fp32", "max")]
+    a, b, w = ref.pool(tables, [_bag(0, [0, 1]), _bag(0, [1, 0]), _bag(0, [0, 1], [5, 5])])
+    assert a.view(np.uint32)[0] == 0x80000000 and b.view(np.uint32)[0] == 0
+    np.testing.assert_array_equal(w, a)
+
+
+def test_half_precision_tables_widen_exactly():
+    vals = np.array([[6e-8, -65504, 0.1, 3e-5]], dtype=np.float16)
+    np.testing.assert_array_equal(ref.widen_rows(ref.Table(vals, "fp16")),
+                                  vals.astype(np.float32))
+    bf = np.array([[0x3F80, 0xC000, 0x0001]], dtype=np.uint16)   # 1, -2, a subnormal
+    wide = ref.widen_rows(ref.Table(bf, "bf16"))
+    np.testing.assert_array_equal(wide.view(np.uint32), bf.astype(np.uint32) << 16)
+
+
+@pytest.mark.parametrize("elem_type", ref.ELEM_TYPES)
+@pytest.mark.parametrize("pooling", ref.POOLING)
+def test_fp32_result_stays_within_the_documented_bound_of_float64(elem_type, pooling, rng):
+    table = ref.random_table(rng, 50, 33, elem_type, pooling, scale=100.0)
+    bags = [_bag(0, rng.integers(0, 50, size=n),
+                 rng.standard_normal(n) if rng.random() < 0.5 else None)
+            for n in rng.integers(0, 300, size=20)]
+    for got, exact, bound in zip(ref.pool([table], bags), ref.pool_f64([table], bags),
+                                 ref.error_bound([table], bags)):
+        assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
+        if pooling == "max":
+            np.testing.assert_array_equal(got, exact)
+
+
+def test_tables_are_placed_on_beat_boundaries_with_padded_rows():
+    t0 = ref.Table(np.ones((3, 5), dtype=np.float32))        # 20 B -> 2 beats of 16
+    t1 = ref.Table(np.ones((2, 8), dtype=np.float16), "fp16")  # 16 B -> 1 beat
+    p = ref.place_tables([t0, t1], 16, base=1)
+    assert p.bases == (1, 7)
+    row1 = p.contents[3 * 16:5 * 16].view(np.float32)
+    np.testing.assert_array_equal(row1[:5], 1.0)
+    assert not row1[5:].any()
+    assert ref.row_stride_beats(5, "fp32", 16) == 2 and ref.row_stride_beats(8, "fp16", 16) == 1
+
+
+def test_bad_tables_and_bags_are_refused():
+    with pytest.raises(ValueError, match="^elem_type:"):
+        ref.Table(np.zeros((2, 2), dtype=np.float32), "fp8")
+    with pytest.raises(ValueError, match="^rows:"):
+        ref.Table(np.zeros((2, 2), dtype=np.float64))
+    with pytest.raises(ValueError, match="^weights:"):
+        ref.Bag(0, np.array([1, 2]), np.array([1.0]))
+    with pytest.raises(ValueError, match="^bag.table:"):
+        ref.pool([], [_bag(0, [1])])
+
+
+# -- timing model against the RTL --------------------------------------------------------------
+
+UNIT = dict(data_bytes=16, lanes=4, max_dim=40, tables=4, outstanding=6, max_bag_length=31,
+            elem_types=("fp32", "fp16"))
+
+
+def _episodes(rng):
+    unit = EmbeddingBagUnit(**UNIT)
+    eps = {}
+    for k in range(4):
+        wl = random_workload(rng, unit, num_bags=12, max_len=10, stress=False)
+        lat = int(rng.integers(1, 40))
+        eps[f"random{k}"] = dataclasses.replace(wl, latency=(lat, lat))
+    # FBGEMM's shape scaled to the lanes: 8 words per row, L=20, Zipf 1.15.
+    fb = benchmark_workload(rng, num_bags=8, tables=2, rows=200, dim=32, length=20,
+                            latency=(10, 20))
+    eps["fbgemm"] = fb
+    empties = benchmark_workload(np.random.default_rng(1), num_bags=8, tables=2, rows=200,
+                                 dim=32, length=20, latency=(10, 20), empty_every=1)
+    eps["fbgemm_plus_empty"] = empties
+    # One word per row: the adder's read-after-write hazard sets the row rate.
+    eps["hazard"] = benchmark_workload(rng, num_bags=6, tables=1, rows=50, dim=4, length=12,
+                                       latency=(4, 4))
+    # Latency not covered by the outstanding reads.
+    eps["latency_bound"] = benchmark_workload(rng, num_bags=4, tables=1, rows=50, dim=8,
+                                              length=12, latency=(60, 60))
+    return unit, eps
+
+
+@pytest.fixture(scope="module")
+def rtl_runs():
+    rng = np.random.default_rng(2024)
+    unit, eps = _episodes(rng)
+    # The FBGEMM pair must hold the same non-empty bags.
+    base = benchmark_workload(np.random.default_rng(1), num_bags=8, tables=2, rows=200,
+                              dim=32, length=20, latency=(10, 20))
+    eps["fbgemm_same_bags"] = base
+    names = list(eps)
+    results = run_amaranth_episodes(unit, [eps[n] for n in names], rng=rng)
+    return unit, eps, dict(zip(names, results))
+
+
+def _predict(unit, wl):
+    lat = (wl.latency[0] + wl.latency[1]) / 2
+    return timing.predict(unit.timing, timing.shapes_from_bags(wl.tables, wl.bags), latency=lat)
+
+
+def test_timing_model_is_within_5_percent_of_the_rtl(rtl_runs):
+    unit, eps, res = rtl_runs
+    errors = {}
+    for name, wl in eps.items():
+        pred = _predict(unit, wl)
+        assert pred.beats == res[name].counters["beats_read"], name
+        errors[name] = abs(pred.cycles - res[name].cycles) / res[name].cycles
+    assert max(errors.values()) <= 0.05, errors
+
+
+def test_memory_beats_flow_every_cycle_when_latency_is_covered(rtl_runs):
+    _, _, res = rtl_runs
+    c = res["fbgemm"].counters
+    assert c["beats_read"] / c["busy_cycles"] >= 0.95
+    assert c["stall_hazard"] == 0
+
+
+def test_an_empty_bag_costs_at_most_one_cycle(rtl_runs):
+    _, eps, res = rtl_runs
+    extra = len(eps["fbgemm_plus_empty"].bags) - len(eps["fbgemm_same_bags"].bags)
+    assert extra == 7
+    cost = (res["fbgemm_plus_empty"].cycles - res["fbgemm_same_bags"].cycles) / extra
+    assert cost <= 1.0
+
+
+def test_short_rows_wait_for_the_adder(rtl_runs):
+    unit, eps, res = rtl_runs
+    c = res["hazard"].counters
+    assert c["stall_hazard"] > 0
+    # 11 of each bag's 12 rows follow a row of the same bag: add_latency + 1 cycles each.
+    per_row = timing.steady_state_row_cycles(unit.timing, 4)
+    assert per_row == unit.add_latency + 1
+    assert res["hazard"].cycles >= 6 * 11 * per_row
+
+
+def test_timing_model_is_much_faster_than_the_rtl(rtl_runs):
+    unit, eps, res = rtl_runs
+    wl = eps["fbgemm"]
+    shapes = timing.shapes_from_bags(wl.tables, wl.bags)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        timing.predict(unit.timing, shapes, latency=15)
+    model_s = (time.perf_counter() - t0) / 20
+    run = res["fbgemm"]
+    rtl_s = run.wall_s * run.cycles / run.sim_cycles
+    assert rtl_s / model_s > 100
