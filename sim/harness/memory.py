@@ -159,6 +159,7 @@ class MemoryCore:
         self._writes_completed = 0
         self._cycle = 0
         self._out = (0, 0, 0, 0, 0)
+        self._offered = False  # a response beat is offered and not yet taken
         self._mask_bits = np.arange(self.data_bytes)
 
     # -- the per-cycle interface ---------------------------------------------------------
@@ -175,17 +176,17 @@ class MemoryCore:
                         and not (stall and self.rng.random() < stall))
         wdata_ready = int(not (stall and self.rng.random() < stall))
         resp_valid, resp_data, resp_last = 0, 0, 0
-        prev_valid = self._out[2]
         head = self._reads[0] if self._reads else None
         if head is not None and head.data is not None and self._cycle >= head.ready_cycle:
             # A beat already offered stays offered; a new one may be held back.
-            if prev_valid or not (self.resp_stall and self.rng.random() < self.resp_stall):
+            if self._offered or not (self.resp_stall and self.rng.random() < self.resp_stall):
                 resp_valid = 1
                 resp_data = head.data[head.sent]
                 resp_last = int(head.sent == head.beats - 1)
             else:
                 self.stats.resp_stall_cycles += 1
         self._out = (req_ready, wdata_ready, resp_valid, resp_data, resp_last)
+        self._offered = bool(resp_valid)
         return self._out
 
     def edge(self, req_valid: int, req: _ReqIn | None, wdata_valid: int,
@@ -200,6 +201,7 @@ class MemoryCore:
         if resp_valid and resp_ready:
             busy = True
             head = self._reads[0]
+            self._offered = False
             head.sent += 1
             self.stats.beats_read += 1
             if head.sent == head.beats:

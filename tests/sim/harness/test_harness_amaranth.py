@@ -6,14 +6,7 @@ import pytest
 from amaranth.hdl import unsigned
 
 from sim.harness import SimulationTimeout, run_amaranth, stream_recv, stream_send
-from tests.sim.harness.designs import PAYLOAD, StreamPassthrough
-
-
-def random_payloads(rng, n):
-    return [{"tag": int(rng.integers(32)),
-             "pair": [int(x) for x in rng.integers(8, size=2)],
-             "value": {"lo": int(rng.integers(128)), "neg": int(rng.integers(-8, 8))},
-             "last": int(i == n - 1)} for i in range(n)]
+from tests.sim.harness.designs import PAYLOAD, StreamPassthrough, random_payloads
 
 
 @pytest.mark.parametrize("idle,backpressure", [(0.0, 0.0), (0.5, 0.0), (0.0, 0.5), (0.3, 0.6)])

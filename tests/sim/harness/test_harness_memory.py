@@ -8,36 +8,9 @@ import pytest
 from sim.harness import (AmaranthMemory, MemoryCore, MemoryModelError, run_amaranth,
                          stream_recv, stream_send)
 from rtl.streams import MemPortSignature
-from tests.sim.harness.designs import MemInitiator
+from tests.sim.harness.designs import MemInitiator, random_mem_ops
 
 DATA_BYTES = 8
-
-
-def random_ops(rng, n, beats_total, max_beats=4):
-    """Random reads and masked writes; returns (commands, write beats, expected read beats,
-    final memory) from a plain in-order model of the memory."""
-    model = rng.integers(0, 256, size=beats_total * DATA_BYTES, dtype=np.uint8)
-    initial = model.copy()
-    cmds, wbeats, reads = [], [], []
-    for _ in range(n):
-        beats = int(rng.integers(1, max_beats + 1))
-        addr = int(rng.integers(0, beats_total - beats + 1))
-        write = bool(rng.random() < 0.5)
-        cmds.append({"addr": addr, "beats": beats, "write": int(write)})
-        for i in range(beats):
-            lo = (addr + i) * DATA_BYTES
-            if write:
-                data = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(2))
-                mask = int(rng.integers(0, 2**DATA_BYTES))
-                wbeats.append({"data": data, "mask": mask, "last": int(i == beats - 1)})
-                new = np.frombuffer(data.to_bytes(DATA_BYTES, "little"), np.uint8)
-                enable = [(mask >> b) & 1 == 1 for b in range(DATA_BYTES)]
-                model[lo:lo + DATA_BYTES][enable] = new[enable]
-            else:
-                reads.append({"data": int.from_bytes(model[lo:lo + DATA_BYTES].tobytes(),
-                                                     "little"),
-                              "last": int(i == beats - 1)})
-    return initial, cmds, wbeats, reads, model
 
 
 @pytest.mark.parametrize("latency,max_outstanding,resp_stall,accept_stall,idle,backpressure", [
@@ -49,7 +22,7 @@ def random_ops(rng, n, beats_total, max_beats=4):
 def test_reads_and_writes_through_a_unit_match_an_in_order_model(
         rng, latency, max_outstanding, resp_stall, accept_stall, idle, backpressure):
     dut = MemInitiator(data_bytes=DATA_BYTES)
-    initial, cmds, wbeats, reads, final = random_ops(rng, 120, beats_total=32)
+    initial, cmds, wbeats, reads, final = random_mem_ops(rng, 120, beats_total=32, data_bytes=DATA_BYTES)
     mem = AmaranthMemory(dut.mem, initial.copy(), data_bytes=DATA_BYTES, rng=rng,
                          latency=latency, max_outstanding=max_outstanding,
                          resp_stall=resp_stall, accept_stall=accept_stall)

@@ -1,0 +1,81 @@
+"""Verilog export of components, cached by content.
+
+Every exported design lands in ``<build>/verilog/<name>-<hash>/<name>.v``, where ``hash`` is
+taken over the Verilog text. One design with one parameter set therefore always maps to the
+same directory, a different parameter set to another one, and a file is only (re)written when
+it is missing or differs, so downstream builds (Icarus, Verilator) can rely on file times to
+skip work. Writes are atomic (temporary file + rename): several pytest-xdist workers may
+export the same design at the same time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from amaranth.back import verilog
+
+__all__ = ["repo_root", "resolve_build_root", "export_verilog", "write_if_changed"]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def repo_root() -> Path:
+    """The checkout's root directory (the one holding ``rtl/``, ``sim/``, ``tests/``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def resolve_build_root(override: Path | str | None = None) -> Path:
+    """Where generated files go: ``override``, else ``$NEONIC_BUILD_DIR``, else
+    ``<repo>/build``."""
+    if override is not None:
+        return Path(override)
+    env = os.environ.get("NEONIC_BUILD_DIR")
+    return Path(env) if env else repo_root() / "build"
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Atomically write ``text`` to ``path`` unless it already holds exactly that text.
+    Returns whether the file was written."""
+    try:
+        if path.read_text() == text:
+            return False
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def export_verilog(component, name: str, *, build_root: Path | str | None = None,
+                   emit_src: bool = False) -> Path:
+    """Convert ``component`` to Verilog (top module ``name``, ports from its signature) and
+    return the path of ``<build>/verilog/<name>-<hash>/<name>.v``.
+
+    Port names join the signature path with ``__`` (``mem__req__payload``); ``clk`` and
+    ``rst`` (synchronous, active high) are added for the ``sync`` domain. ``build_root``
+    overrides the build directory (see :func:`resolve_build_root`). ``emit_src=True`` keeps
+    Amaranth's ``src`` attributes (Python file:line of each signal); they are off by default
+    because they change the text, hence the hash and the simulator builds, whenever unrelated
+    lines of the source files move.
+    """
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ValueError(f"name: expected a Verilog identifier ([A-Za-z_][A-Za-z0-9_]*), "
+                         f"got {name!r}")
+    text = verilog.convert(component, name=name, emit_src=emit_src)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    out = resolve_build_root(build_root) / "verilog" / f"{name}-{digest}" / f"{name}.v"
+    write_if_changed(out, text)
+    return out
