@@ -160,7 +160,7 @@ class MemoryCore:
         self._cycle = 0
         self._out = (0, 0, 0, 0, 0)
         self._offered = False  # a response beat is offered and not yet taken
-        self._mask_bits = np.arange(self.data_bytes)
+        self._mask_bytes = (self.data_bytes + 7) // 8
 
     # -- the per-cycle interface ---------------------------------------------------------
 
@@ -272,7 +272,9 @@ class MemoryCore:
             lo = (wr.addr + wr.done) * self.data_bytes
             if mask:
                 new = np.frombuffer(data.to_bytes(self.data_bytes, "little"), dtype=np.uint8)
-                enable = ((mask >> self._mask_bits) & 1).astype(bool)
+                enable = np.unpackbits(
+                    np.frombuffer(mask.to_bytes(self._mask_bytes, "little"), dtype=np.uint8),
+                    bitorder="little")[:self.data_bytes].astype(bool)
                 view = self.contents[lo:lo + self.data_bytes]
                 view[enable] = new[enable]
             wr.done += 1

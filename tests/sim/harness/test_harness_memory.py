@@ -150,6 +150,21 @@ def test_write_mask_enables_single_bytes(rng):
     np.testing.assert_array_equal(core.contents[8:16], expect)
 
 
+@pytest.mark.parametrize("data_bytes", [1, 2, 64, 256])
+def test_write_mask_works_at_every_beat_width(rng, data_bytes):
+    contents = np.zeros(4 * data_bytes, np.uint8)
+    core = MemoryCore(contents, data_bytes, rng)
+    data = int.from_bytes(rng.integers(1, 256, size=data_bytes, dtype=np.uint8).tobytes(),
+                          "little")
+    mask = int(rng.integers(0, 2**min(data_bytes, 62))) | (1 << (data_bytes - 1))  # top byte
+    step(core, req=(2, 1, 1), wdata=(data, mask, 1))
+    new = np.frombuffer(data.to_bytes(data_bytes, "little"), np.uint8)
+    enable = np.array([(mask >> i) & 1 for i in range(data_bytes)], bool)
+    np.testing.assert_array_equal(contents[2 * data_bytes:3 * data_bytes],
+                                  np.where(enable, new, 0))
+    assert contents[:2 * data_bytes].sum() == contents[3 * data_bytes:].sum() == 0
+
+
 def test_write_data_may_arrive_before_its_request(rng):
     core = make_core(rng)
     step(core, wdata=(7, 0xFF, 0))
