@@ -1,0 +1,119 @@
+"""SmartNIC offload vs a plain RDMA NIC: inference latency and training throughput, and what
+each mechanism contributes.
+
+Variants: ``rdma`` (the zionex system: a plain RDMA NIC per GPU), ``smartnic:none`` (the
+SmartNIC with every mechanism off), ``smartnic:+M`` for each mechanism M alone, and
+``smartnic:all``. Mechanisms map to the smartnic system's ``[nic]`` fields: ``local_cache``
+(``local_cache_mib``), ``remote_cache`` (``remote_cache_mib``), ``pool_on_nic`` and ``reorder``.
+The SmartNIC runs need the NIC model (``sim/nic.py``); until the cluster runtime accepts the
+smartnic system the experiment raises :class:`ExperimentUnavailable` with the runtime's reason.
+Every figure is a prediction (REFERENCES.md publishes no SmartNIC figure).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from host.experiments._common import (
+    Checker,
+    ExperimentResult,
+    Timer,
+    item_choice,
+    run_scenario,
+    scaled_workload,
+    scenario_data,
+    scenario_figures,
+)
+
+TITLE = "SmartNIC offload vs plain RDMA NIC: latency, throughput, each mechanism alone"
+MECHANISMS = ("local_cache", "remote_cache", "pool_on_nic", "reorder")
+_KNOWN = ("model", "nodes", "reference_nodes", "table_fraction", "mechanisms", "modes", "local_cache_mib",
+          "remote_cache_mib", "iterations", "warmup", "planner_time_budget_s")
+
+
+def check_config(data: dict[str, Any]) -> dict[str, Any]:
+    c = Checker(data, "smartnic", _KNOWN)
+    return {
+        "model": c.choice("model", ("model-a", "model-f", "model-i"), "model-a"),
+        "nodes": c.int("nodes", 2, 1),
+        "reference_nodes": c.int("reference_nodes", 16, 1),
+        "table_fraction": c.num("table_fraction", 1.0, 0, 1.0),
+        "mechanisms": c.list("mechanisms", item_choice(MECHANISMS), list(MECHANISMS), nonempty=False),
+        "modes": c.list("modes", item_choice(("inference", "training")), ["inference", "training"]),
+        "local_cache_mib": c.num("local_cache_mib", 64.0, 0),
+        "remote_cache_mib": c.num("remote_cache_mib", 64.0, 0),
+        "iterations": c.int("iterations", 2, 1),
+        "warmup": c.int("warmup", 1, 0),
+        "planner_time_budget_s": c.num("planner_time_budget_s", 0.5, 0, 600),
+    }
+
+
+def nic_fields(config: dict[str, Any], on: set[str]) -> dict[str, Any]:
+    """The smartnic system's ``[nic]`` overrides with exactly the mechanisms ``on`` enabled."""
+    return {
+        "local_cache_mib": config["local_cache_mib"] if "local_cache" in on else 0.0,
+        "remote_cache_mib": config["remote_cache_mib"] if "remote_cache" in on else 0.0,
+        "pool_on_nic": "pool_on_nic" in on,
+        "reorder": "reorder" in on,
+    }
+
+
+def variants(config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(label, system) for every variant, the plain RDMA NIC first."""
+    out: list[tuple[str, Any]] = [("rdma", "zionex"), ("smartnic:none", {"preset": "smartnic", "nic": nic_fields(config, set())})]
+    for mech in config["mechanisms"]:
+        out.append((f"smartnic:+{mech}", {"preset": "smartnic", "nic": nic_fields(config, {mech})}))
+    out.append(("smartnic:all", {"preset": "smartnic", "nic": nic_fields(config, set(MECHANISMS))}))
+    return out
+
+
+def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:
+    timer = Timer()
+    workload = scaled_workload(config["model"], config["nodes"] / config["reference_nodes"], config["table_fraction"])
+    rows: list[dict[str, Any]] = []
+    # the SmartNIC first: if the runtime refuses it, say so before spending time on the rest
+    order = variants(config)
+    order = order[1:] + order[:1]
+    for label, system in order:
+        for mode in config["modes"]:
+            progress(f"smartnic: {label}, {mode}")
+            result = run_scenario(scenario_data(f"smartnic-{mode}", workload, system, config["nodes"], mode=mode,
+                                                iterations=config["iterations"], warmup=config["warmup"],
+                                                planner_budget_s=config["planner_time_budget_s"]))
+            fig = scenario_figures(result)
+            row = {"variant": label, "mode": mode, "samples_per_s": fig["samples_per_s"], "iteration_ms": fig["iteration_ms"],
+                   "latency_mean_ms": fig.get("latency_mean_ms"), "latency_max_ms": fig.get("latency_max_ms"),
+                   "exposed_comm_ms": fig["exposed_comm_ms"]}
+            for name, rate in result.metrics.get("cache_hit_rates", {}).items():
+                row[f"hit_rate_{name}"] = rate
+            rows.append(row)
+    rows.sort(key=lambda r: ([v for v, _ in variants(config)].index(r["variant"]), r["mode"]))
+    base = {r["mode"]: r for r in rows if r["variant"] == "rdma"}
+    for r in rows:
+        b = base.get(r["mode"])
+        if b:
+            r["throughput_vs_rdma"] = r["samples_per_s"] / b["samples_per_s"]
+            if r.get("latency_mean_ms") and b.get("latency_mean_ms"):
+                r["latency_vs_rdma"] = r["latency_mean_ms"] / b["latency_mean_ms"]
+    metrics = {f"{r['variant']}/{r['mode']}": {k: r[k] for k in ("samples_per_s", "latency_mean_ms", "throughput_vs_rdma")
+                                               if r.get(k) is not None} for r in rows}
+    notes = ["Every figure is a prediction; REFERENCES.md publishes no SmartNIC figure.",
+             "Each smartnic:+M row switches on mechanism M alone; smartnic:none has every mechanism off."]
+    res = ExperimentResult("smartnic", TITLE, config, rows, metrics, notes, wall_s=timer.elapsed)
+    res.plots = {"smartnic.png": lambda f: _plot(f, rows)}
+    return res
+
+
+def _plot(fig, rows) -> None:
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    for i, mode in enumerate(modes):
+        ax = fig.add_subplot(1, len(modes), i + 1)
+        mine = [r for r in rows if r["mode"] == mode]
+        if mode == "inference":
+            ax.barh([r["variant"] for r in mine], [r.get("latency_mean_ms") or 0.0 for r in mine])
+            ax.set_xlabel("latency per query batch (ms)")
+        else:
+            ax.barh([r["variant"] for r in mine], [r["samples_per_s"] for r in mine])
+            ax.set_xlabel("training samples/s")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_title(mode)
