@@ -1,28 +1,70 @@
-"""Flow-level network model and collectives (work in progress; the API below is the contract).
+"""Flow-level network model and the collectives of DLRM training.
 
 Public API::
 
     from sim.engine import Engine
-    from sim.network import Topology, Network, load_config, preset_names
-    topo = Topology.from_preset("zionex")            # or Topology.from_config(dict / TOML path)
-    topo.num_gpus, topo.nodes, topo.gpus_per_node, topo.host_endpoint(node)
-    eng = Engine(); net = Network(eng, topo)
-    f = net.start_flow(src, dst, nbytes, on_done=cb, tag="x")   # cb(flow) at arrival; f.finish_ps
+    from sim.network import Topology, Network, collectives as coll
+    topo = Topology.from_preset("zionex")             # presets: zionex, zion, dgx-h100
+    topo = Topology.from_config("my.toml")            # or a dict; validated field by field
+    topo.num_gpus, topo.nodes, topo.gpus_per_node, topo.host_endpoint(node), topo.link_names
+    eng = Engine(); net = Network(eng, topo)          # coalesce_rel=0.01 (see network.py)
+    g = net.start_flow(src, dst, nbytes, on_done=cb, tag="x")   # cb(group) at arrival
     g = net.start_flows(srcs, dsts, nbytes_array, on_done=cb)   # one group, vectorised
-    net.link_bytes (np.ndarray per link), net.link_class_bytes() -> {"nvlink": .., "nic": ..}
+    g.end_ps, g.finish_ps                             # int ps
+    net.link_bytes, net.link_wire_bytes               # per link (numpy), delivered so far
+    net.link_class_bytes()                            # {"nvlink": .., "pcie": .., "nic": .., ...}
 
-    from sim.network import collectives as coll
-    h = coll.alltoallv(net, ranks, sizes_matrix, algorithm="direct" | "hierarchical", on_done=cb)
+    h = coll.alltoallv(net, ranks, sizes, algorithm="direct" | "hierarchical", on_done=cb)
+    h = coll.alltoall(net, ranks, nbytes_per_pair, ...)
     h = coll.allreduce(net, ranks, nbytes, algorithm="ring" | "double_binary_tree" | "hierarchical",
                        chunks=1, on_done=cb)
-    h = coll.reduce_scatter(net, ranks, nbytes, ...); h = coll.all_gather(net, ranks, nbytes, ...)
-    eng.run(); h.end_ps, h.time_ps, h.link_bytes, h.link_class_bytes()
+    h = coll.reduce_scatter(net, ranks, nbytes, chunks=1); h = coll.all_gather(net, ranks, nbytes)
+    eng.run(); h.end_ps, h.time_ps, h.time_s, h.link_bytes, h.link_class_bytes()
+    # ranks=None means all GPUs; collectives start at the engine's current time and share links
+    # with everything else in flight.
 
-    # closed-form (alpha-beta) estimates without running the engine, for planners:
-    sim.network.estimate_alltoallv_time_s(topology, sizes_matrix, algorithm="direct")
-    sim.network.estimate_allreduce_time_s(topology, nbytes, ranks, algorithm="ring")
-    sim.network.estimate_reduce_scatter_time_s / estimate_all_gather_time_s (same arguments)
+    # closed-form (alpha-beta) estimates, no engine, for planners' cost models:
+    estimate_alltoallv_time_s(topo, sizes, ranks=None, algorithm="direct")
+    estimate_allreduce_time_s(topo, nbytes, ranks=None, algorithm="ring", chunks=1)
+    estimate_reduce_scatter_time_s / estimate_all_gather_time_s (same arguments)
 
-Endpoints are global GPU ranks ``node * gpus_per_node + local``; host (CPU memory) endpoints are
-``topo.host_endpoint(node)``. Times are integer picoseconds on the shared engine.
+Model assumptions (details in each module's docstring):
+- Flows are fluids on fixed routes; no packets, queues, losses, congestion-control dynamics or
+  slow start. Concurrent flows share links max-min fairly (exact progressive filling), rates
+  recomputed when flows start or finish (finishes coalesced within 1% of flow age by default).
+- Latency (links + switches + TCP per-message overhead) is added once per message.
+- Links are directional, each with bandwidth and latency; RoCEv2 / TCP framing inflates the
+  bytes on NIC and spine links; ECMP over spines is a perfect even split (one bundle per leaf).
+- GPUDirect RDMA with NICs on GPUs bypasses the host PCIe link; NICs on hosts or TCP cross
+  PCIe (and, for TCP, one host-memory copy link per node at each end).
+- Collectives are bulk-synchronous phases; reductions cost no time.
 """
+
+from .collectives import CollectiveHandle
+from .config import NetworkConfig, load_config, load_preset, preset_names
+from .estimate import (
+    estimate_all_gather_time_s,
+    estimate_allreduce_time_s,
+    estimate_alltoallv_time_s,
+    estimate_reduce_scatter_time_s,
+)
+from .network import FlowGroup, Network
+from .topology import LINK_CLASSES, Topology
+from . import collectives
+
+__all__ = [
+    "CollectiveHandle",
+    "FlowGroup",
+    "LINK_CLASSES",
+    "Network",
+    "NetworkConfig",
+    "Topology",
+    "collectives",
+    "estimate_all_gather_time_s",
+    "estimate_allreduce_time_s",
+    "estimate_alltoallv_time_s",
+    "estimate_reduce_scatter_time_s",
+    "load_config",
+    "load_preset",
+    "preset_names",
+]

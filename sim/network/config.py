@@ -125,6 +125,14 @@ class NetworkConfig:
         for key, value in asdict(self).items():
             if isinstance(value, dict):
                 out[key] = {k: v for k, v in value.items() if not (isinstance(v, float) and math.isinf(v))}
+        if self.inter_node.topology != "leaf_spine":
+            for k in ("nodes_per_leaf", "oversubscription"):
+                out["inter_node"].pop(k)
+        if self.transport.protocol != "tcp":
+            for k in ("message_overhead_ns", "host_copy_gbps"):
+                out["transport"].pop(k, None)
+        if self.intra_node.fabric == "p2p":
+            out["intra_node"].pop("switch_latency_ns")
         return out
 
     def with_nodes(self, nodes: int) -> "NetworkConfig":

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FlowLinkIndex", "maxmin_rates"]
+__all__ = ["FlowLinkIndex", "maxmin_rates", "maxmin_rates_fast", "HAVE_NUMBA"]
 
 _REL_TOL = 1e-12
 
@@ -126,3 +126,95 @@ def maxmin_rates(
     if left.any():
         rates[left] = np.inf
     return rates
+
+
+# ------------------------------------------------------------------- compiled (optional)
+try:  # numba is optional: the same algorithm compiled, ~100x fewer interpreter round trips
+    from numba import njit as _njit
+except ImportError:  # pragma: no cover - exercised only without numba
+    _njit = None
+
+HAVE_NUMBA = _njit is not None
+
+if HAVE_NUMBA:
+
+    @_njit(cache=True, nogil=True)
+    def _maxmin_compiled(links, factor, wire, capacity, frozen, starts, order, rates):  # pragma: no cover
+        H, F = links.shape
+        L = capacity.shape[0]
+        load = np.zeros(L)
+        count = np.zeros(L, dtype=np.int64)
+        for f in range(F):
+            if frozen[f]:
+                continue
+            fac = factor[f]
+            for h in range(H):
+                k = links[h, f]
+                load[k] += fac if wire[k] else 1.0
+                count[k] += 1
+        cap = capacity.copy()
+        share = np.full(L, np.inf)
+        for k in range(L):
+            if count[k] > 0 and np.isfinite(cap[k]):
+                share[k] = cap[k] / load[k]
+        while True:
+            s_min = np.inf
+            for k in range(L):
+                if share[k] < s_min:
+                    s_min = share[k]
+            if not np.isfinite(s_min):
+                break
+            thr = s_min * (1.0 + 1e-12)
+            for l in range(L):
+                if share[l] > thr:
+                    continue
+                share[l] = np.inf
+                for e in range(starts[l], starts[l + 1]):
+                    f = order[e]
+                    if frozen[f]:
+                        continue
+                    frozen[f] = True
+                    rates[f] = s_min
+                    fac = factor[f]
+                    for h in range(H):
+                        k = links[h, f]
+                        w = fac if wire[k] else 1.0
+                        load[k] -= w
+                        cap[k] -= w * s_min
+                        count[k] -= 1
+                        if k != l and np.isfinite(share[k]):
+                            if count[k] <= 0:
+                                share[k] = np.inf
+                            else:
+                                c = cap[k] if cap[k] > 0.0 else 0.0
+                                share[k] = c / (load[k] if load[k] > 1e-300 else 1e-300)
+        for f in range(F):
+            if not frozen[f]:
+                rates[f] = np.inf
+        return rates
+
+
+def maxmin_rates_fast(
+    links: np.ndarray,
+    factor: np.ndarray,
+    wire: np.ndarray,
+    capacity: np.ndarray,
+    *,
+    alive: np.ndarray | None = None,
+    index: FlowLinkIndex | None = None,
+) -> np.ndarray:
+    """:func:`maxmin_rates` compiled with numba when it is installed (same results)."""
+    if not HAVE_NUMBA:
+        return maxmin_rates(links, factor, wire, capacity, alive=alive, index=index)
+    n_flows = links.shape[1]
+    rates = np.zeros(n_flows, dtype=np.float64)
+    if n_flows == 0:
+        return rates
+    if index is None:
+        index = FlowLinkIndex(links, capacity.shape[0])
+    frozen = np.zeros(n_flows, dtype=bool) if alive is None else ~alive
+    if alive is not None:
+        rates_alive = _maxmin_compiled(links, factor, wire, capacity, frozen, index.starts, index.order, rates)
+        rates_alive[~alive] = 0.0
+        return rates_alive
+    return _maxmin_compiled(links, factor, wire, capacity, frozen, index.starts, index.order, rates)

@@ -25,7 +25,7 @@ import numpy as np
 
 from sim.engine import Engine, EventHandle
 
-from .maxmin import FlowLinkIndex, maxmin_rates
+from .maxmin import FlowLinkIndex, maxmin_rates_fast as maxmin_rates
 from .topology import Topology
 
 __all__ = ["Network", "FlowGroup"]
