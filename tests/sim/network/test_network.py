@@ -1,0 +1,196 @@
+"""Flow-level network: closed forms of single flows, incast, oversubscribed spine, accounting.
+
+alpha-beta of one message of n payload bytes: T = alpha + wire(n) / B, with alpha the route
+latency (links + switches) and B the bottleneck link bandwidth; wire(n) = n on NVLink/PCIe and
+the RoCEv2 framed size on NIC/spine links.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.engine import Engine
+from sim.network import Network
+from sim.network.transport import rdma_wire_bytes, tcp_wire_bytes
+
+from .conftest import small_topology
+
+NIC_BPS = 200e9 / 8  # bytes/s
+NVL_BPS = 2400e9 / 8
+ALPHA_INTER_S = (1000 + 500 + 1000) * 1e-9  # nic tx + switch + nic rx
+ALPHA_INTRA_S = (200 + 100 + 200) * 1e-9
+
+
+def run(topo, flows, *, coalesce_rel=0.0):
+    eng = Engine()
+    net = Network(eng, topo, coalesce_rel=coalesce_rel)
+    g = net.start_flows(*zip(*flows)) if flows else None
+    eng.run()
+    return net, g
+
+
+def test_single_inter_node_flow_matches_alpha_beta():
+    topo = small_topology()
+    n = 1_000_000
+    _, g = run(topo, [(0, 4, n)])
+    expected = ALPHA_INTER_S + rdma_wire_bytes(n, 4096) / NIC_BPS
+    assert g.end_ps * 1e-12 == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_single_intra_node_flow_uses_nvlink():
+    topo = small_topology()
+    net, g = run(topo, [(0, 1, 3_000_000)])
+    assert g.end_ps * 1e-12 == pytest.approx(ALPHA_INTRA_S + 3e6 / NVL_BPS, rel=1e-9)
+    assert net.link_class_bytes() == {"nvlink": 6e6, "pcie": 0.0, "nic": 0.0}
+
+
+def test_incast_shares_the_receiver_equally_then_progressively():
+    """k senders into one NIC share it max-min: equal payload rates r with sum(f_i) * r = B
+    (f_i = wire/payload of message i); when the short messages end the others speed up.
+
+    Sizes 1, 1, 2, 4 MiB into rx(0): phase 1 all four at B / sum(f); the 1 MiB ones end at
+    t1 = 1 MiB / r1; phase 2 the other two at B / (f3 + f4) until the 2 MiB one ends; phase 3
+    the 4 MiB one alone at B / f4. Each arrival is alpha later.
+    """
+    topo = small_topology()
+    mb = 1 << 20
+    sizes = np.array([mb, mb, 2 * mb, 4 * mb], dtype=float)
+    _, g = run(topo, [(s, 0, int(n)) for s, n in zip([4, 8, 12, 5], sizes)])
+    f = rdma_wire_bytes(sizes, 4096) / sizes
+    r1 = NIC_BPS / f.sum()
+    t1 = mb / r1
+    r2 = NIC_BPS / (f[2] + f[3])
+    t2 = t1 + (2 * mb - mb) / r2
+    r3 = NIC_BPS / f[3]
+    t3 = t2 + (4 * mb - mb - (t2 - t1) * r2) / r3
+    np.testing.assert_allclose(g.finish_ps * 1e-12, ALPHA_INTER_S + np.array([t1, t1, t2, t3]), rtol=1e-9)
+
+
+def test_oversubscribed_spine_limits_cross_leaf_flows_to_the_bundle_share():
+    """Leaf bundle = nodes_per_leaf * G * B / oversubscription; k cross-leaf flows each get 1/k.
+
+    2 nodes per leaf, 2 GPUs per node, 4:1 -> bundle = 4 * 200 / 4 = 200 Gbps. Four flows from
+    leaf 0 to four distinct GPUs of leaf 1 share it: 50 Gbps each; an intra-leaf flow is not
+    affected and runs at 200 Gbps.
+    """
+    topo = small_topology(
+        nodes=4, gpus=2, **{"inter_node.topology": "leaf_spine", "inter_node.nodes_per_leaf": 2,
+                            "inter_node.oversubscription": 4.0}
+    )
+    n = 1 << 22
+    flows = [(0, 4, n), (1, 5, n), (2, 6, n), (3, 7, n), (0 + 0, 2, n)]
+    # GPU 0 sends two flows (to 4 and to 2) over its NIC: max-min gives the cross-leaf one 50,
+    # so the intra-leaf one gets the remaining 150 Gbps of nic.tx[0].
+    _, g = run(topo, flows)
+    w = rdma_wire_bytes(n, 4096)
+    alpha_cross = (1000 + 3 * 500 + 1000) * 1e-9
+    alpha_leaf = (1000 + 500 + 1000) * 1e-9
+    np.testing.assert_allclose(g.finish_ps[:4] * 1e-12, alpha_cross + w / (50e9 / 8), rtol=1e-9)
+    assert g.finish_ps[4] * 1e-12 == pytest.approx(alpha_leaf + w / (150e9 / 8), rel=1e-9)
+
+
+def test_flows_started_later_compete_with_running_ones():
+    topo = small_topology()
+    eng = Engine()
+    net = Network(eng, topo, coalesce_rel=0.0)
+    n = 1 << 22
+    first = net.start_flow(4, 0, n)
+    second = []
+    t_half_ps = 100_000_000  # 100 us
+    eng.schedule(t_half_ps, lambda: second.append(net.start_flow(8, 0, n)))
+    eng.run()
+    w = rdma_wire_bytes(n, 4096)
+    # first runs alone 100 us, then shares rx(0) with the second until it is done
+    alone = t_half_ps * 1e-12 * NIC_BPS
+    t_first = 100e-6 + 2 * (w - alone) / NIC_BPS
+    assert first.end_ps * 1e-12 == pytest.approx(t_first + ALPHA_INTER_S, rel=1e-9)
+    t_second = t_first + (w - (w - alone)) / NIC_BPS
+    assert second[0].end_ps * 1e-12 == pytest.approx(t_second + ALPHA_INTER_S, rel=1e-9)
+
+
+def test_per_link_bytes_and_wire_bytes():
+    topo = small_topology()
+    n = 10_000
+    net, _ = run(topo, [(0, 4, n), (0, 1, n)])
+    names = topo.link_names
+    by_name = dict(zip(names, net.link_bytes))
+    assert by_name["nic.tx[0]"] == n and by_name["nic.rx[4]"] == n
+    assert by_name["nvlink.tx[0]"] == n and by_name["nvlink.rx[1]"] == n
+    assert net.link_bytes.sum() == 4 * n
+    wire = dict(zip(names, net.link_wire_bytes))
+    assert wire["nic.tx[0]"] == rdma_wire_bytes(n, 4096) and wire["nvlink.tx[0]"] == n
+
+
+def test_host_endpoints_use_pcie_and_tcp_crosses_host_memory():
+    topo = small_topology(**{"transport.protocol": "tcp", "transport.mtu_bytes": 1500,
+                             "transport.host_copy_gbps": 100, "transport.message_overhead_ns": 5000})
+    n = 1_000_000
+    net, g = run(topo, [(topo.host_endpoint(0), 1, n), (0, 4, n)])
+    classes = net.link_class_bytes()
+    assert classes["pcie"] == 3 * n and classes["host_mem"] == 2 * n and classes["nic"] == 2 * n
+    # TCP flow: bottleneck is the 100 Gbps host copy; alpha adds PCIe twice and 5 us per message
+    alpha = (500 + 1000 + 500 + 1000 + 500) * 1e-9 + 5e-6
+    assert g.finish_ps[1] * 1e-12 == pytest.approx(alpha + n / (100e9 / 8), rel=1e-9)
+    assert tcp_wire_bytes(n, 1500) / (200e9 / 8) < n / (100e9 / 8)
+    with pytest.raises(ValueError, match="host endpoints"):
+        Network(Engine(), topo).start_flow(topo.host_endpoint(0), 4, 10)
+
+
+def test_empty_and_self_messages_cost_only_latency():
+    topo = small_topology()
+    net, g = run(topo, [(0, 4, 0), (3, 3, 100)])
+    assert g.finish_ps[0] == round(ALPHA_INTER_S * 1e12) and g.finish_ps[1] == 0
+    assert net.link_bytes.sum() == 0
+
+
+def test_coalescing_error_is_small_and_exact_mode_is_exact():
+    topo = small_topology(nodes=4, gpus=4)
+    rng = np.random.default_rng(3)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    sizes = rng.integers(1, 1 << 20, src.size)
+    ends = {}
+    for c in (0.0, 0.01):
+        eng = Engine()
+        net = Network(eng, topo, coalesce_rel=c)
+        g = net.start_flows(src, dst, sizes)
+        eng.run()
+        ends[c] = g.end_ps
+    assert ends[0.01] >= ends[0.0]
+    assert ends[0.01] <= ends[0.0] * 1.02
+
+
+def test_same_inputs_same_picoseconds():
+    topo = small_topology()
+    rng = np.random.default_rng(11)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    sizes = rng.integers(0, 1 << 18, src.size)
+    runs = []
+    for _ in range(2):
+        eng = Engine()
+        net = Network(eng, topo)
+        g = net.start_flows(src, dst, sizes)
+        eng.run()
+        runs.append((g.finish_ps.copy(), net.link_bytes.copy(), eng.events_processed))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2]
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [(([0], [1, 2], [1]), "nbytes"), (([0], [1], [-1]), "nbytes"), (([0], [99], [1]), "dst"), (([-1], [1], [1]), "src")],
+)
+def test_bad_flows_name_the_parameter(args, field):
+    net = Network(Engine(), small_topology())
+    with pytest.raises(ValueError, match=field):
+        net.start_flows(*args)
+
+
+def test_bad_network_arguments():
+    with pytest.raises(ValueError, match="coalesce_rel"):
+        Network(Engine(), small_topology(), coalesce_rel=2)
+    with pytest.raises(ValueError, match="engine"):
+        Network(None, small_topology())
