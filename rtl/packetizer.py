@@ -30,8 +30,9 @@ table's value; AckReq is set on the last packet of each message. The payload is 
 multiple of 4 bytes (BTH pad count). Constant fields are those of :mod:`rtl.roce`.
 
 With ``quant="fp16"`` or ``"bf16"`` each FP32 element is rounded to nearest even by
-:mod:`rtl.fp` converters on the fly; the wire carries ``length / 2`` bytes (``length`` must then
-be a multiple of 4).
+:mod:`rtl.fp` converters on the fly; the wire carries ``length / 2`` bytes. ``length`` must then
+be a multiple of ``2 * data_bytes`` (two FP32 beats make one wire beat; a lone half beat at the
+end of a message is not flushed).
 
 Timing
 ======
