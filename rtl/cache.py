@@ -368,13 +368,16 @@ class CacheController(wiring.Component):
         with m.If(~cmd_active):
             m.d.comb += [tag_rd.addr.eq(set_of(req_row)), tag_rd.en.eq(front.req.ready)]
 
-        hit_vec = Cat(word[w].valid & (word[w].tag == s1_tag) for w in range(W))
-        hit = hit_vec.any()
+        hit_vec = Signal(W)
+        hit = Signal()
+        m.d.comb += [hit_vec.eq(Cat(word[w].valid & (word[w].tag == s1_tag) for w in range(W))),
+                     hit.eq(hit_vec.any())]
         hit_way = Signal(WB)
         for w in reversed(range(W)):
             with m.If(hit_vec[w]):
                 m.d.comb += hit_way.eq(w)
-        inv_vec = Cat(~word[w].valid for w in range(W))
+        inv_vec = Signal(W)
+        m.d.comb += inv_vec.eq(Cat(~word[w].valid for w in range(W)))
         inv_way = Signal(WB)
         for w in reversed(range(W)):
             with m.If(inv_vec[w]):
@@ -396,25 +399,33 @@ class CacheController(wiring.Component):
             m.d.comb += policy_way.eq(best)
         victim = Signal(WB)
         m.d.comb += victim.eq(Mux(inv_vec.any(), inv_way, policy_way))
-        victim_state = self.way_layout(Array(word[w].as_value() for w in range(W))[victim])
+        victim_state = Signal(self.way_layout)
+        m.d.comb += victim_state.eq(Array(word[w].as_value() for w in range(W))[victim])
 
-        mshr_match = Cat(mshr_valid[i] & (mshr_set[i] == s1_set) & (mshr_way[i] == hit_way)
-                         for i in range(M))
-        merged = hit & mshr_match.any()
+        mshr_match = Signal(M)
+        merged = Signal()
+        m.d.comb += [
+            mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s1_set) & (mshr_way[i] == hit_way)
+                              for i in range(M))),
+            merged.eq(hit & mshr_match.any()),
+        ]
         merge_seq = Signal(seq_bits)
         for i in reversed(range(M)):
             with m.If(mshr_match[i]):
                 m.d.comb += merge_seq.eq(mshr_seq[i])
-        pinned = Cat(q_valid[i] & ~q_ops[i].err & (q_ops[i].set == s1_set)
-                     & (q_ops[i].way == victim) for i in range(Q)).any()
+        pinned = Signal()
+        m.d.comb += pinned.eq(Cat(q_valid[i] & ~q_ops[i].err & (q_ops[i].set == s1_set)
+                                  & (q_ops[i].way == victim) for i in range(Q)).any())
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         for i in reversed(range(M)):
             with m.If(free_vec[i]):
                 m.d.comb += free_mshr.eq(i)
-        q_room = q_count < Q
+        q_room = Signal()
+        m.d.comb += q_room.eq(q_count < Q)
 
-        is_miss = ~s1_err & ~hit
+        is_miss = Signal()
+        m.d.comb += is_miss.eq(~s1_err & ~hit)
         with m.If(s1_valid):
             with m.If(s1_err):
                 m.d.comb += s1_fire.eq(q_room | (s1_beats == 0))
@@ -439,7 +450,8 @@ class CacheController(wiring.Component):
         new_word = Signal(self.set_layout)
         sel = Signal(WB)
         m.d.comb += sel.eq(Mux(hit, hit_way, victim))
-        sel_repl = Array(word[w].repl for w in range(W))[sel]
+        sel_repl = Signal.like(word[0].repl)
+        m.d.comb += sel_repl.eq(Array(word[w].repl for w in range(W))[sel])
         repl_max = (1 << self.lfu_bits) - 1
         for w in range(W):
             old, new = word[w], new_word[w]
@@ -468,7 +480,8 @@ class CacheController(wiring.Component):
                 tag_wr.en.eq(s1_fire & ~s1_err),
             ]
 
-        dirty_victim = victim_state.valid & victim_state.dirty
+        dirty_victim = Signal()
+        m.d.comb += dirty_victim.eq(victim_state.valid & victim_state.dirty)
         with m.If(s1_fire & is_miss):
             m.d.sync += [
                 mshr_valid.bit_select(free_mshr, 1).eq(1),
@@ -511,7 +524,8 @@ class CacheController(wiring.Component):
 
         # ==== operation queue bookkeeping =================================================
         head_stored = q_count != 0
-        head = op_layout(Mux(head_stored, Array(q_raw)[q_head], push_op.as_value()))
+        head = Signal(op_layout)
+        m.d.comb += head.eq(Mux(head_stored, Array(q_raw)[q_head], push_op.as_value()))
         head_valid = head_stored | push
         store = push & ~(~head_stored & pop)
         with m.If(store):
@@ -527,12 +541,14 @@ class CacheController(wiring.Component):
         ex_beat = Signal(self.beats_width)
         dep_wait = Signal(seq_bits)
         m.d.comb += dep_wait.eq(head.seq - fills_done)
-        dep_ok = ~head.dep | (dep_wait >= M)
-        last_beat = ex_beat == head.beats - 1
+        dep_ok = Signal()
+        last_beat = Signal()
+        m.d.comb += [dep_ok.eq(~head.dep | (dep_wait >= M)), last_beat.eq(ex_beat == head.beats - 1)]
         out_valid = Signal()
         out_last = Signal()
         out_zero = Signal()
-        can_issue = ~out_valid | front.resp.ready
+        can_issue = Signal()
+        m.d.comb += can_issue.eq(~out_valid | front.resp.ready)
         m.d.comb += [
             front.resp.valid.eq(out_valid),
             front.resp.payload.data.eq(Mux(out_zero, 0, exec_rd.data)),
@@ -667,12 +683,15 @@ class CacheController(wiring.Component):
                 m.d.sync += walk_word.eq(tag_rd.data)
                 m.next = "SCAN"
             with m.State("SCAN"):
-                dirty_vec = Cat(walk_word[w].valid & walk_word[w].dirty for w in range(W))
+                dirty_vec = Signal(W)
+                m.d.comb += dirty_vec.eq(
+                    Cat(walk_word[w].valid & walk_word[w].dirty for w in range(W)))
                 dirty_way = Signal(WB)
                 for w in reversed(range(W)):
                     with m.If(dirty_vec[w]):
                         m.d.comb += dirty_way.eq(w)
-                dirty_state = self.way_layout(
+                dirty_state = Signal(self.way_layout)
+                m.d.comb += dirty_state.eq(
                     Array(walk_word[w].as_value() for w in range(W))[dirty_way])
                 with m.If(dirty_vec.any()):
                     with m.If(jobs.w_rdy):
