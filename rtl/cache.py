@@ -178,6 +178,15 @@ class CacheController(wiring.Component):
                  line_beats: int = 4, row_beats: int | None = None, sets: int = 64,
                  ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
                  queue_depth: int | None = None, lfu_bits: int = 8, counter_width: int = 32):
+        try:
+            self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
+                            ways, index, policy, mshrs, queue_depth, lfu_bits, counter_width)
+        except ValueError:
+            self._MustUse__silence = True  # a refused design is not an unused one
+            raise
+
+    def _configure(self, data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
+                   ways, index, policy, mshrs, queue_depth, lfu_bits, counter_width):
         port = MemPortSignature(addr_width=addr_width, beats_width=beats_width,
                                 data_bytes=data_bytes)
         self.data_bytes = data_bytes
