@@ -239,18 +239,20 @@ def _terminal(phases: list[Phase], base: int) -> list[int]:
 
 # --------------------------------------------------------------------------- tree phases
 def _binary_tree(p: int) -> np.ndarray:
-    """Parent of each position 0..p-1 (-1 at the root) of an in-order balanced binary tree."""
+    """Parent of each position 0..p-1 (-1 at the root) of a balanced binary tree in which the
+    positions x = i + 1 with lowest set bit b have children x - b/2 and x + b/2 (the right one
+    descending while beyond p): odd x are leaves, as in NCCL's double binary tree."""
     parent = np.full(p, -1, dtype=np.int64)
-
-    def build(lo: int, hi: int, par: int) -> None:  # positions [lo, hi)
-        if lo >= hi:
-            return
-        mid = (lo + hi) // 2
-        parent[mid] = par
-        build(lo, mid, mid)
-        build(mid + 1, hi, mid)
-
-    build(0, p, -1)
+    for x in range(1, p + 1):
+        b = x & -x
+        if b == 1:
+            continue
+        parent[x - b // 2 - 1] = x - 1
+        half = b // 2
+        while half >= 1 and x + half > p:
+            half //= 2
+        if half >= 1:
+            parent[x + half - 1] = x - 1
     return parent
 
 

@@ -1,0 +1,214 @@
+"""Collectives against their alpha-beta closed forms on contention-free cases, and accounting.
+
+Cluster: N = 4 nodes x G = 4 GPUs (p = 16), NVSwitch B_nvl = 2400 Gbps per GPU each way with
+alpha_intra = 200 + 100 + 200 ns; one 200 Gbps RoCE NIC per GPU (B_nic) behind one switch with
+alpha_inter = 1000 + 500 + 1000 ns. W(m) is the RoCEv2 wire size of an m-byte message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.engine import Engine
+from sim.network import (
+    Network,
+    Topology,
+    collectives as coll,
+    estimate_all_gather_time_s,
+    estimate_allreduce_time_s,
+    estimate_alltoallv_time_s,
+    estimate_reduce_scatter_time_s,
+)
+from sim.network.collectives import double_binary_trees
+from sim.network.transport import rdma_wire_bytes
+
+from .conftest import small_topology
+
+N, G = 4, 4
+P = N * G
+B_NIC = 200e9 / 8
+B_NVL = 2400e9 / 8
+A_INTER = 2.5e-6
+A_INTRA = 0.5e-6
+
+
+def W(m: float) -> float:
+    return float(rdma_wire_bytes(int(m), 4096))
+
+
+@pytest.fixture(scope="module")
+def topo() -> Topology:
+    return small_topology(N, G)
+
+
+def run(topo, fn, *args, **kw):
+    eng = Engine()
+    net = Network(eng, topo)
+    h = fn(net, *args, **kw)
+    eng.run()
+    assert h.done
+    return h, net
+
+
+def test_direct_alltoall_closed_form(topo):
+    """T = max(alpha_inter + (p - G) W(s) / B_nic, alpha_intra + (G - 1) s / B_nvl)."""
+    s = 1 << 20
+    h, _ = run(topo, coll.alltoall, None, s)
+    expected = max(A_INTER + (P - G) * W(s) / B_NIC, A_INTRA + (G - 1) * s / B_NVL)
+    assert h.time_s == pytest.approx(expected, rel=1e-6)
+    assert estimate_alltoallv_time_s(topo, np.full((P, P), s)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_hierarchical_alltoall_closed_form(topo):
+    """N = G = 4, uniform s. Node pair (n, m) is relayed by local rank (n + m) mod 4.
+
+    Phase 1 (gather, with the intra-node blocks): the busiest NVLinks carry 3 messages of
+    s + G s = 5 s (15 s); phase 2: one message of G^2 s = 16 s per relay NIC; phase 3 (scatter):
+    each relay sends 3 messages of G s (12 s):
+    T = (alpha_intra + 15 s / B_nvl) + (alpha_inter + W(16 s) / B_nic) + (alpha_intra + 12 s / B_nvl).
+    """
+    s = 1 << 16
+    h, _ = run(topo, coll.alltoall, None, s, algorithm="hierarchical")
+    expected = (A_INTRA + 15 * s / B_NVL) + (A_INTER + W(16 * s) / B_NIC) + (A_INTRA + 12 * s / B_NVL)
+    assert h.time_s == pytest.approx(expected, rel=1e-6)
+    est = estimate_alltoallv_time_s(topo, np.full((P, P), s), algorithm="hierarchical")
+    assert est == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind, steps", [("allreduce", 2 * (P - 1)), ("reduce_scatter", P - 1), ("all_gather", P - 1)])
+def test_ring_closed_forms(topo, kind, steps):
+    """Ring over ranks 0..p-1: every step a node-boundary edge moves n/p bytes over a NIC.
+
+    allreduce: T = 2 (p - 1) (alpha_inter + W(n/p) / B_nic); reduce_scatter and all_gather:
+    T = (p - 1) (alpha_inter + W(n/p) / B_nic).
+    """
+    n = P * (1 << 16)
+    h, _ = run(topo, getattr(coll, kind), None, n)
+    expected = steps * (A_INTER + W(n / P) / B_NIC)
+    assert h.time_s == pytest.approx(expected, rel=1e-6)
+    est = {"allreduce": estimate_allreduce_time_s, "reduce_scatter": estimate_reduce_scatter_time_s,
+           "all_gather": estimate_all_gather_time_s}[kind](topo, n)
+    assert est == pytest.approx(expected, rel=1e-6)
+
+
+def test_hierarchical_allreduce_closed_form(topo):
+    """T = 2 (G-1)(alpha_intra + (n/G) / B_nvl) + 2 (N-1)(alpha_inter + W(n/(G N)) / B_nic)."""
+    n = P * (1 << 16)
+    h, _ = run(topo, coll.allreduce, None, n, algorithm="hierarchical")
+    expected = 2 * (G - 1) * (A_INTRA + n / G / B_NVL) + 2 * (N - 1) * (A_INTER + W(n / (G * N)) / B_NIC)
+    assert h.time_s == pytest.approx(expected, rel=1e-6)
+    assert estimate_allreduce_time_s(topo, n, algorithm="hierarchical") == pytest.approx(expected, rel=1e-6)
+
+
+def test_double_binary_tree_matches_its_phase_closed_form(topo):
+    """Per level: alpha + (largest bytes any link carries in that level) / B, summed along the
+    longest dependency chain (both trees run concurrently; each reduces and broadcasts n/2)."""
+    n = 1 << 22
+    h, _ = run(topo, coll.allreduce, None, n, algorithm="double_binary_tree")
+    est = estimate_allreduce_time_s(topo, n, algorithm="double_binary_tree")
+    assert h.time_s == pytest.approx(est, rel=0.01)
+
+
+@pytest.mark.parametrize("p", [2, 5, 8, 16, 33])
+def test_double_binary_trees_are_complementary_spanning_trees(p):
+    for parent in double_binary_trees(p):
+        assert (parent < 0).sum() == 1
+        for i in range(p):  # every rank reaches the root
+            x, hops = i, 0
+            while parent[x] >= 0:
+                x, hops = parent[x], hops + 1
+                assert hops <= p
+        assert np.bincount(parent[parent >= 0], minlength=p).max() <= 2
+    a, b = double_binary_trees(p)
+    interior_a = np.bincount(a[a >= 0], minlength=p) > 0
+    interior_b = np.bincount(b[b >= 0], minlength=p) > 0
+    if p % 2 == 0:
+        assert not np.any(interior_a & interior_b)
+
+
+def test_per_link_bytes_add_up_to_what_the_collective_moves(topo):
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(0, 1 << 16, (P, P))
+    node = np.arange(P) // G
+    same = node[:, None] == node[None, :]
+    off = ~np.eye(P, dtype=bool)
+    inter_total = sizes[~same].sum()
+    intra_total = sizes[same & off].sum()
+    h, net = run(topo, coll.alltoallv, None, sizes)
+    cls = h.link_class_bytes()
+    # each message crosses one transmit and one receive link of its class
+    assert cls["nic"] == 2 * inter_total and cls["nvlink"] == 2 * intra_total
+    np.testing.assert_array_equal(net.link_bytes, h.link_bytes)
+    h2, _ = run(topo, coll.alltoallv, None, sizes, algorithm="hierarchical")
+    assert h2.link_class_bytes()["nic"] == 2 * inter_total
+    assert h2.link_class_bytes()["nvlink"] >= 2 * intra_total
+    # ring allreduce: 2 (p - 1) steps of p messages of n / p bytes
+    n = P * 1000
+    h3, _ = run(topo, coll.allreduce, None, n)
+    assert h3.link_bytes.sum() == 2 * (2 * (P - 1) * n)
+
+
+def test_chunked_pipelines_move_the_same_bytes(topo):
+    n = P * (1 << 14)
+    base, _ = run(topo, coll.allreduce, None, n, algorithm="double_binary_tree")
+    piped, _ = run(topo, coll.allreduce, None, n, algorithm="double_binary_tree", chunks=4)
+    np.testing.assert_allclose(piped.link_bytes, base.link_bytes)
+    assert piped.time_s < base.time_s  # pipelining the tree levels overlaps them
+
+
+def test_collectives_compete_with_other_traffic(topo):
+    """Two identical alltoalls at once take the bandwidth term twice (the NICs are shared)."""
+    s = 1 << 18
+    eng = Engine()
+    net = Network(eng, topo)
+    a = coll.alltoall(net, None, s)
+    b = coll.alltoall(net, None, s)
+    eng.run()
+    alone = (P - G) * W(s) / B_NIC
+    assert a.time_s == pytest.approx(A_INTER + 2 * alone, rel=1e-6)
+    assert b.end_ps == a.end_ps
+
+
+def test_collective_started_later_and_on_a_subset(topo):
+    eng = Engine()
+    net = Network(eng, topo)
+    hs = []
+    eng.schedule(5_000_000, lambda: hs.append(coll.allreduce(net, [0, 4, 8, 12], 4 << 16)))
+    eng.run()
+    h = hs[0]
+    assert h.start_ps == 5_000_000
+    assert h.time_s == pytest.approx(2 * 3 * (A_INTER + W(1 << 16) / B_NIC), rel=1e-6)
+
+
+def test_same_inputs_same_picoseconds(topo):
+    rng = np.random.default_rng(9)
+    sizes = rng.integers(0, 1 << 18, (P, P))
+    t = [run(topo, coll.alltoallv, None, sizes)[0].end_ps for _ in range(2)]
+    t += [run(topo, coll.allreduce, None, 1 << 20, algorithm="double_binary_tree", chunks=3)[0].end_ps for _ in range(2)]
+    assert t[0] == t[1] and t[2] == t[3]
+
+
+def test_zion_tcp_through_host_nics_runs_and_uses_host_links():
+    topo = Topology.from_preset("zion", nodes=2)
+    h, _ = run(topo, coll.alltoall, None, 1 << 16)
+    cls = h.link_class_bytes()
+    assert cls["pcie"] > 0 and cls["host_mem"] > 0 and cls["nic"] > 0
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda net: coll.alltoallv(net, None, np.ones((3, 3), dtype=int)), "sizes"),
+        (lambda net: coll.alltoall(net, None, 10, algorithm="ring"), "algorithm"),
+        (lambda net: coll.allreduce(net, None, 10, algorithm="butterfly"), "algorithm"),
+        (lambda net: coll.allreduce(net, None, 10, chunks=0), "chunks"),
+        (lambda net: coll.allreduce(net, None, -1), "nbytes"),
+        (lambda net: coll.allreduce(net, [0, 0], 10), "ranks"),
+        (lambda net: coll.allreduce(net, [0, 1, 4], 10, algorithm="hierarchical"), "ranks"),
+        (lambda net: coll.reduce_scatter(net, None, 10, algorithm="tree"), "algorithm"),
+    ],
+)
+def test_bad_arguments_name_the_parameter(topo, call, field):
+    with pytest.raises(ValueError, match=field):
+        call(Network(Engine(), topo))
