@@ -13,7 +13,8 @@ from amaranth.lib.wiring import In, Out
 
 from rtl.streams import MemPortSignature, MemRequest, MemResponseBeat, MemWriteBeat
 
-__all__ = ["PAYLOAD", "StreamPassthrough", "MemInitiator", "HarnessTop", "random_payloads", "random_mem_ops"]
+__all__ = ["PAYLOAD", "StreamPassthrough", "MemInitiator", "HarnessTop", "random_payloads",
+           "random_mem_ops"]
 
 # A nested payload: struct with an array and a signed field, to prove packing round-trips.
 PAYLOAD = data.StructLayout({

@@ -22,7 +22,8 @@ DATA_BYTES = 8
 def test_reads_and_writes_through_a_unit_match_an_in_order_model(
         rng, latency, max_outstanding, resp_stall, accept_stall, idle, backpressure):
     dut = MemInitiator(data_bytes=DATA_BYTES)
-    initial, cmds, wbeats, reads, final = random_mem_ops(rng, 120, beats_total=32, data_bytes=DATA_BYTES)
+    initial, cmds, wbeats, reads, final = random_mem_ops(rng, 120, beats_total=32,
+                                                         data_bytes=DATA_BYTES)
     mem = AmaranthMemory(dut.mem, initial.copy(), data_bytes=DATA_BYTES, rng=rng,
                          latency=latency, max_outstanding=max_outstanding,
                          resp_stall=resp_stall, accept_stall=accept_stall)
