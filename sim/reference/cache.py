@@ -272,39 +272,46 @@ def simulate_trace(rows, config: CacheConfig, writes=None) -> TraceResult:
     srows, swrites = rows[order], writes[order]
     nslots = int(np.count_nonzero(slot_counts))
     ways = config.ways
-    tags = np.full((nslots, ways), -1, np.int64)
-    repl = np.zeros((nslots, ways), np.int64)
-    dirty = np.zeros((nslots, ways), bool)
+    tags = np.full(nslots * ways, -1, np.int64)       # flat [slot, way]; -1: invalid
+    # Replacement state; invalid ways hold -(ways - w), below every valid value, so that
+    # argmin picks the lowest invalid way first (halving keeps them negative and ordered).
+    repl = np.tile(-(ways - np.arange(ways, dtype=np.int64)), nslots)
+    dirty = np.zeros(nslots * ways, bool)
+    any_writes = bool(writes.any())
     hit_sorted = np.zeros(n, bool)
     lfu_max = (1 << config.lfu_bits) - 1
+    lru = config.policy == "lru"
     evictions = writebacks = 0
+    # Sets with more than k lookups (slot_counts is non-increasing).
     active_by_step = np.searchsorted(-slot_counts[:nslots], -np.arange(slot_counts[0]),
-                                     side="right")
+                                     side="left")
+    base = np.arange(nslots, dtype=np.int64) * ways
     for k in range(int(slot_counts[0])):
         a = int(active_by_step[k])
         pos = slot_starts[:a] + k
-        r, wr = srows[pos], swrites[pos]
-        t, rp, d = tags[:a], repl[:a], dirty[:a]
-        match = t == r[:, None]
+        r = srows[pos]
+        t2 = tags[:a * ways].reshape(a, ways)
+        rp2 = repl[:a * ways].reshape(a, ways)
+        match = t2 == r[:, None]
         hit = match.any(axis=1)
-        inv = t < 0
-        anyinv = inv.any(axis=1)
-        victim = np.where(anyinv, inv.argmax(axis=1), rp.argmin(axis=1))
-        sel = np.where(hit, match.argmax(axis=1), victim)
-        ar = np.arange(a)
-        miss = ~hit
-        evict = miss & ~anyinv
-        evictions += int(evict.sum())
-        writebacks += int((evict & d[ar, victim]).sum())
-        t[ar[miss], victim[miss]] = r[miss]
-        d[ar, sel] = np.where(hit, d[ar, sel] | wr, wr)
-        if config.policy == "lru":
-            rp[ar, sel] = k
+        sel = np.where(hit, match.argmax(axis=1), rp2.argmin(axis=1))
+        flat = base[:a] + sel
+        old = repl[flat]
+        evict = ~hit & (old >= 0)
+        evictions += int(np.count_nonzero(evict))
+        tags[flat] = r
+        if any_writes:
+            wr = swrites[pos]
+            writebacks += int(np.count_nonzero(evict & dirty[flat]))
+            dirty[flat] = (dirty[flat] & hit) | wr
+        if lru:
+            repl[flat] = k
         else:
-            sat = hit & (rp[ar, sel] == lfu_max)
+            sat = hit & (old == lfu_max)
             if sat.any():
-                rp[sat] >>= 1
-            rp[ar, sel] = np.where(hit, rp[ar, sel] + 1, 1)
+                rp2[sat] >>= 1
+                old = repl[flat]
+            repl[flat] = np.where(hit, old + 1, 1)
         hit_sorted[pos] = hit
     hits = np.empty(n, bool)
     hits[order] = hit_sorted
