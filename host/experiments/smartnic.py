@@ -95,7 +95,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
             r["throughput_vs_rdma"] = r["samples_per_s"] / b["samples_per_s"]
             if r.get("latency_mean_ms") and b.get("latency_mean_ms"):
                 r["latency_vs_rdma"] = r["latency_mean_ms"] / b["latency_mean_ms"]
-    metrics = {f"{r['variant']}/{r['mode']}": {k: r[k] for k in ("samples_per_s", "latency_mean_ms", "throughput_vs_rdma")
+    metrics = {f"{r['variant']}/{r['mode']}": {k: r[k] for k in ("samples_per_s", "latency_mean_ms", "throughput_vs_rdma", "latency_vs_rdma")
                                                if r.get(k) is not None} for r in rows}
     notes = ["Every figure is a prediction; REFERENCES.md publishes no SmartNIC figure.",
              "Each smartnic:+M row switches on mechanism M alone; smartnic:none has every mechanism off."]

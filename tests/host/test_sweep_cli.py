@@ -1,0 +1,38 @@
+"""neonic sweep on the command line: results folder, exit status, field-named errors."""
+
+from __future__ import annotations
+
+import csv
+
+from host.cli import main
+
+SWEEP = """
+[sweep]
+name = "cli"
+scenario = "default"
+[set]
+"scenario.iterations" = 1
+"planner.time_budget_s" = 5.0
+"workload.synthesize.count" = 6
+"workload.synthesize.total_params" = 1e8
+[grid]
+"cluster.nodes" = [1, 0]
+"""
+
+
+def test_sweep_command_writes_results_and_reports_the_failing_point(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP)
+    status = main(["sweep", str(path), "--workers", "1", "--threads", "--quiet", "--out", str(tmp_path / "out")])
+    assert status == 1  # one point failed
+    with (tmp_path / "out" / "results.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    assert "cluster.nodes" in capsys.readouterr().out
+
+
+def test_sweep_command_names_the_bad_field(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text('[sweep]\nname = "x"\n[grid]\n"clustr.nodes" = [1]\n')
+    assert main(["sweep", str(path)]) == 2
+    assert "grid.clustr.nodes" in capsys.readouterr().err
