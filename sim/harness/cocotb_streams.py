@@ -18,7 +18,10 @@ Timing (one scheme for every helper, safe in cocotb 2 on Icarus and Verilator)
     which are then settled and stay so until the rising edge (the design is synchronous to the
     rising edge). A transfer is counted when ``valid`` and ``ready`` sampled that way are both
     high: exactly the transfers the design performs at the next rising edge. Nothing is written
-    during ``ReadOnly``.
+    during ``ReadOnly``. Coroutines waiting on a helper (``send``, ``recv``, ``wait_for``) are
+    woken right after that rising edge, where they may write signals. All helpers of one clock
+    are stepped by a single task, so adding helpers costs Python calls, not simulator
+    triggers. Create helpers inside each cocotb test (the task is per test).
 
 Construct drivers, monitors and memories before (or right after) ``start_clock_and_reset``:
 each drives its outputs to idle at construction, so no input of the design is ever left
