@@ -1,0 +1,173 @@
+"""The SmartNIC model: cache figures on traces, batch reordering, unit times, engine units."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.engine import Engine
+from sim.nic import (
+    NIC,
+    NIC_UNITS,
+    NICConfig,
+    Segment,
+    adjacent_reuse,
+    cache_for,
+    cache_lookup_time_s,
+    gather_time_s,
+    lru_hits,
+    packetizer_time_s,
+    reorder_bags,
+    trace_stats,
+)
+from sim.reference.cache import CacheConfig, CacheModel
+from sim.timing.packetizer import estimate_tx
+
+
+def zipf(rng: np.random.Generator, n: int, rows: int, alpha: float = 1.15) -> np.ndarray:
+    ranks = np.arange(1, rows + 1)
+    p = ranks ** -alpha
+    return rng.permutation(rows)[rng.choice(rows, n, p=p / p.sum())]
+
+
+def bags(rng: np.random.Generator, count: int, rows: int, pool: float = 8, alpha: float = 1.15, key: str = "t") -> Segment:
+    lengths = rng.poisson(pool, count)
+    return Segment(key, lengths, zipf(rng, int(lengths.sum()), rows, alpha), rows, 256)
+
+
+# ------------------------------------------------------------------------------------ caches
+@pytest.mark.parametrize("seed", range(12))
+def test_lru_hits_match_the_request_by_request_model(seed):
+    rng = np.random.default_rng(seed)
+    rows = zipf(rng, int(rng.integers(1, 600)), int(rng.integers(2, 120)))
+    cfg = CacheConfig(sets=int(rng.integers(1, 9)), ways=int(rng.integers(1, 6)))
+    model = CacheModel(cfg)
+    expected = np.array([model.access(int(r)).kind == "hit" for r in rows])
+    assert np.array_equal(lru_hits(rows, cfg), expected)
+
+
+def test_cache_geometry_from_capacity():
+    cfg = cache_for(64 * 2**20, 512, 32)
+    assert cfg.ways == 32 and cfg.sets * cfg.ways == 64 * 2**20 // 512
+    assert cache_for(100, 512, 32) is None
+    assert cache_for(3 * 512, 512, 32).ways == 3
+
+
+def test_hit_rate_grows_with_capacity_and_a_warm_cache_beats_a_cold_one():
+    rng = np.random.default_rng(1)
+    segs = [bags(rng, 800, 5000, key=f"t{i}") for i in range(3)]
+    rates = [trace_stats(segs, cap, 8).hit_rate for cap in (0, 16 * 256, 256 * 256, 4096 * 256)]
+    assert rates[0] == 0.0
+    assert rates[0] < rates[1] < rates[2] < rates[3]
+    # with room for every row, a cold cache still misses each row once
+    warm = trace_stats(segs, 4096 * 256, 8, warm=True).hit_rate
+    cold = trace_stats(segs, 4096 * 256, 8, warm=False).hit_rate
+    assert warm > cold > 0
+
+
+def test_bag_figures_are_consistent_per_segment():
+    rng = np.random.default_rng(2)
+    segs = [bags(rng, 400, 2000, key="a"), bags(rng, 400, 50, key="b")]
+    st = trace_stats(segs, 512 * 256, 8)
+    a, b = st.segments["a"], st.segments["b"]
+    for s in (a, b):
+        assert 0 <= s.bags_all_hit <= s.bags_with_hit <= 1
+        assert 0 <= s.hit_rate <= 1
+    assert b.hit_rate > a.hit_rate  # 50 rows fit the cache; 2000 do not
+    assert st.lookups == a.lookups + b.lookups
+
+
+def test_segment_rejects_inconsistent_traces():
+    with pytest.raises(ValueError, match="lengths sum"):
+        Segment("x", np.array([2, 2]), np.arange(3), 10, 4)
+    with pytest.raises(ValueError, match="rows must lie"):
+        Segment("x", np.array([1]), np.array([10]), 10, 4)
+
+
+# ------------------------------------------------------------------------------- reordering
+def test_reorder_groups_bags_by_their_hottest_row():
+    lengths = np.array([2, 0, 1, 3, 2])
+    rows = np.array([5, 1, 9, 5, 2, 3, 1, 9])
+    perm = reorder_bags(lengths, rows)
+    assert sorted(perm.tolist()) == list(range(5))
+    # rows 1, 5, 9 have degree 2; bags 0 and 4 share row 1; the empty bag goes last
+    assert perm.tolist() == [0, 4, 3, 2, 1]
+
+
+def test_reorder_exposes_reuse_and_raises_a_small_caches_hit_rate():
+    rng = np.random.default_rng(3)
+    # 64 groups of bags, each group sharing a hot row, interleaved in the batch
+    count = 2048
+    group = rng.integers(0, 64, count)
+    lengths = np.full(count, 4)
+    rows = np.stack([group, *(64 + rng.integers(0, 100000, (3, count)))], axis=1).ravel()
+    base = adjacent_reuse(lengths, rows, window=8)
+    after = adjacent_reuse(lengths, rows, window=8, reorder=True)
+    assert after > base + 0.1
+    seg = Segment("t", lengths, rows, 100064, 256)
+    small = 8 * 256
+    off = trace_stats([seg], small, 2, warm=False).hit_rate
+    on = trace_stats([seg], small, 2, warm=False, reorder=True).hit_rate
+    assert on > off + 0.1
+
+
+# -------------------------------------------------------------------------------- unit times
+def test_gather_time_scales_with_bags_and_is_memory_bound_on_slow_memory():
+    cfg = NICConfig()
+    one = gather_time_s(cfg, [(128, 4, 1000, 10)])
+    two = gather_time_s(cfg, [(128, 4, 2000, 10)])
+    assert two == pytest.approx(2 * one, rel=0.02)
+    slow = NICConfig(memory_bytes_per_s=1e9)
+    assert gather_time_s(slow, [(128, 4, 1000, 10)]) == pytest.approx(1000 * 10 * 512 / 1e9)
+    assert gather_time_s(cfg, []) == 0.0
+    # a row of 128 FP32 takes at least 128 / lanes cycles in the reducer
+    assert one >= 1000 * 10 * (128 / cfg.lanes) / cfg.clock_hz
+
+
+def test_packetizer_time_agrees_with_the_timing_model():
+    cfg = NICConfig()
+    for n in (64, 4096, 40000, 1 << 20):
+        direct = estimate_tx([n], data_bytes=cfg.datapath_bytes, pmtu=cfg.pmtu).cycles / cfg.clock_hz
+        assert packetizer_time_s(cfg, [n]) == pytest.approx(direct, rel=1e-9)
+    # a long message runs near the datapath's rate (64 B x 250 MHz) less the headers
+    t = packetizer_time_s(cfg, [1 << 24])
+    assert 0.95 < (1 << 24) / t / (64 * 250e6) < 1.0
+    assert packetizer_time_s(cfg, [0]) == 0.0
+
+
+def test_cache_lookup_pipeline_takes_one_lookup_per_cycle():
+    cfg = NICConfig(clock_hz=100e6)
+    assert cache_lookup_time_s(cfg, 1000) == pytest.approx(1002 / 100e6)
+    assert cache_lookup_time_s(cfg, 0) == 0.0
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="nic.clock_hz"):
+        NICConfig(clock_hz=0)
+    with pytest.raises(ValueError, match="nic.local_cache_bytes"):
+        NICConfig(local_cache_bytes=-1)
+
+
+# ---------------------------------------------------------------------------- engine units
+def test_nic_units_are_resources_that_run_side_by_side_and_queue():
+    engine = Engine()
+    nic = NIC(engine, NICConfig(), name="nic0")
+    ends = []
+    nic.run({"cache": 100, "gather": 300}, lambda s, e: ends.append((s, e)), label="a")
+    nic.run({"gather": 50}, lambda s, e: ends.append((s, e)), label="b")
+    engine.run()
+    assert ends == [(0, 300), (0, 350)]  # the gather unit is one server: b waits for a
+    assert set(nic.intervals) == set(NIC_UNITS)
+    assert nic.intervals["gather"] == [(0, 300, "a"), (300, 350, "b")]
+    assert nic.utilization(350)["gather"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="durations_ps.dma"):
+        nic.run({"dma": 1}, lambda s, e: None)
+
+
+def test_a_job_with_nothing_to_do_completes_at_once():
+    engine = Engine()
+    nic = NIC(engine, NICConfig())
+    ends = []
+    engine.after(10, lambda: nic.run({}, lambda s, e: ends.append((s, e))))
+    engine.run()
+    assert ends == [(10, 10)]
