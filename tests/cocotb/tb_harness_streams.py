@@ -11,6 +11,7 @@ import time
 
 import cocotb
 import numpy as np
+from cocotb.simtime import get_sim_time
 from cocotb.triggers import ClockCycles, with_timeout
 
 from sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
@@ -42,14 +43,16 @@ async def test_passthrough(dut):
     mon = StreamMonitor(dut, "o", PAYLOAD, dut.clk, rng=tb_rng(1),
                         backpressure=p["backpressure"])
     await start_clock_and_reset(dut)
-    start = time.perf_counter()
+    start, t0 = time.perf_counter(), get_sim_time("ns")
     cocotb.start_soon(drv.send_all(sent))
     got = await with_timeout(mon.wait_for(len(sent)), 40 * len(sent) + 1000, "ns")
-    wall = time.perf_counter() - start
+    wall, cycles = time.perf_counter() - start, round((get_sim_time("ns") - t0) / 10)
     await ClockCycles(dut.clk, 10)
     assert got == sent, "scoreboard: payloads lost, duplicated, reordered or corrupted"
     assert drv.sent == len(sent)
-    tb_record(passthrough_items=len(sent), passthrough_wall_s=wall)
+    if p["idle"] == p["backpressure"] == 0:
+        assert cycles <= len(sent) + 8, f"helpers throttle the stream: {cycles} cycles"
+    tb_record(passthrough_items=len(sent), passthrough_cycles=cycles, passthrough_wall_s=wall)
 
 
 @cocotb.test()

@@ -38,6 +38,13 @@ def test_stream_driver_and_monitor_keep_every_payload_in_order(sim, seed):
     assert set(figures["tests"]) == {"test_passthrough", "test_recv_one_by_one"}
 
 
+@needs_icarus
+def test_helpers_sustain_one_beat_per_cycle_without_idle_or_backpressure(seed):
+    results = run_cocotb(top(), TOP, "tb_harness_streams", testcase="test_passthrough",
+                         params={"n": 300, "idle": 0.0, "backpressure": 0.0}, seed=seed)
+    assert read_tb_figures(results)["passthrough_cycles"] <= 300 + 8
+
+
 @pytest.mark.skipif(not SIMS, reason="no HDL simulator installed")
 def test_cocotb_memory_matches_the_model_identically_on_every_simulator(seed):
     """Scoreboard and stats in the bench; across simulators, the same seed must give the
