@@ -1,0 +1,116 @@
+"""``neonic bench network``: speed of the flow-level network model and its closed-form agreement.
+
+Figures (all measured when the command runs):
+- ``alltoallv_128_wall_s`` / ``alltoallv_1024_wall_s``: wall seconds to simulate one direct
+  AlltoAllv with skewed per-pair sizes among 128 GPUs (the ``zionex`` preset) and among 1024
+  GPUs (zionex scaled to 128 nodes on a leaf/spine fabric, 16 nodes per leaf, non-blocking).
+  Sizes: 64 KiB x a per-source lognormal(0, 0.5) load factor x a per-pair uniform(0.25, 1.75).
+- ``allreduce_1024_wall_s``: wall seconds to simulate one ring AllReduce of 64 MiB on 1024 GPUs.
+- ``closed_form_max_rel_error``: the largest |simulated / alpha-beta - 1| over contention-free
+  collectives on 128 GPUs (uniform AlltoAll direct and hierarchical, ring AllReduce,
+  ReduceScatter, AllGather, hierarchical AllReduce, double binary tree).
+With ``--quick`` the 1024-GPU figures are skipped (reported as null).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from host.bench import BenchContext
+from sim.engine import Engine
+from sim.network import (
+    Network,
+    Topology,
+    collectives as coll,
+    estimate_all_gather_time_s,
+    estimate_allreduce_time_s,
+    estimate_alltoallv_time_s,
+    estimate_reduce_scatter_time_s,
+    load_preset,
+)
+from sim.network.maxmin import HAVE_NUMBA
+
+SUMMARY = "flow-level network: AlltoAllv/AllReduce simulation wall time at 128 and 1024 GPUs, closed-form error"
+
+
+def zionex_family(nodes: int) -> Topology:
+    """The zionex preset at ``nodes`` nodes; beyond 16 nodes a leaf/spine fabric, 16 per leaf."""
+    d = load_preset("zionex").to_dict()
+    d["cluster"]["nodes"] = nodes
+    d["name"] = f"zionex-{nodes}n"
+    if nodes > 16:
+        d["inter_node"] = {"topology": "leaf_spine", "switch_latency_ns": d["inter_node"]["switch_latency_ns"],
+                           "nodes_per_leaf": 16, "oversubscription": 1.0}
+    return Topology.from_config(d)
+
+
+def skewed_sizes(p: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    load = rng.lognormal(0.0, 0.5, (p, 1))
+    return (65536 * load * rng.uniform(0.25, 1.75, (p, p))).astype(np.int64)
+
+
+def _timed(topo: Topology, start) -> tuple[float, float, Network]:
+    t0 = time.perf_counter()
+    eng = Engine()
+    net = Network(eng, topo)
+    h = start(net)
+    eng.run()
+    return time.perf_counter() - t0, h.time_s, net
+
+
+def run(ctx: BenchContext) -> dict:
+    out: dict = {"numba": HAVE_NUMBA}
+    t0 = time.perf_counter()
+    small = zionex_family(2)
+    _timed(small, lambda net: coll.alltoallv(net, None, skewed_sizes(small.num_gpus, ctx.seed)))
+    out["warmup_s"] = time.perf_counter() - t0
+    ctx.progress(f"warm-up (solver load/compile) {out['warmup_s']:.2f} s, numba={HAVE_NUMBA}")
+
+    topo = zionex_family(16)
+    sizes = skewed_sizes(topo.num_gpus, ctx.seed)
+    wall, sim, net = _timed(topo, lambda net: coll.alltoallv(net, None, sizes))
+    out.update(alltoallv_128_wall_s=wall, alltoallv_128_sim_s=sim, alltoallv_128_solves=net.solves)
+    ctx.progress(f"alltoallv 128 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall ({net.solves} solves)")
+
+    # contention-free collectives against the closed forms
+    p = topo.num_gpus
+    cases = {
+        "alltoall_direct": (lambda net: coll.alltoall(net, None, 1 << 18),
+                            lambda: estimate_alltoallv_time_s(topo, np.full((p, p), 1 << 18))),
+        "alltoall_hierarchical": (lambda net: coll.alltoall(net, None, 1 << 18, algorithm="hierarchical"),
+                                  lambda: estimate_alltoallv_time_s(topo, np.full((p, p), 1 << 18), algorithm="hierarchical")),
+        "allreduce_ring": (lambda net: coll.allreduce(net, None, 1 << 26),
+                           lambda: estimate_allreduce_time_s(topo, 1 << 26)),
+        "allreduce_hierarchical": (lambda net: coll.allreduce(net, None, 1 << 26, algorithm="hierarchical"),
+                                   lambda: estimate_allreduce_time_s(topo, 1 << 26, algorithm="hierarchical")),
+        "allreduce_double_binary_tree": (lambda net: coll.allreduce(net, None, 1 << 26, algorithm="double_binary_tree"),
+                                         lambda: estimate_allreduce_time_s(topo, 1 << 26, algorithm="double_binary_tree")),
+        "reduce_scatter_ring": (lambda net: coll.reduce_scatter(net, None, 1 << 26),
+                                lambda: estimate_reduce_scatter_time_s(topo, 1 << 26)),
+        "all_gather_ring": (lambda net: coll.all_gather(net, None, 1 << 26),
+                            lambda: estimate_all_gather_time_s(topo, 1 << 26)),
+    }
+    errors = {}
+    for name, (start, closed) in cases.items():
+        _, sim, _ = _timed(topo, start)
+        errors[name] = abs(sim / closed() - 1.0)
+        ctx.progress(f"closed form {name}: simulated {sim * 1e3:.4f} ms, rel. error {errors[name]:.2e}")
+    out["closed_form_max_rel_error"] = max(errors.values())
+    out["closed_form_rel_errors"] = errors
+
+    if ctx.quick:
+        out.update(alltoallv_1024_wall_s=None, allreduce_1024_wall_s=None)
+        return out
+    big = zionex_family(128)
+    sizes = skewed_sizes(big.num_gpus, ctx.seed)
+    ctx.progress("alltoallv 1024 GPUs (1,047,552 flows) ...")
+    wall, sim, net = _timed(big, lambda net: coll.alltoallv(net, None, sizes))
+    out.update(alltoallv_1024_wall_s=wall, alltoallv_1024_sim_s=sim, alltoallv_1024_solves=net.solves)
+    ctx.progress(f"alltoallv 1024 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall ({net.solves} solves)")
+    wall, sim, net = _timed(big, lambda net: coll.allreduce(net, None, 1 << 26))
+    out.update(allreduce_1024_wall_s=wall, allreduce_1024_sim_s=sim)
+    ctx.progress(f"allreduce ring 1024 GPUs, 64 MiB: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall")
+    return out
