@@ -1,0 +1,47 @@
+"""The cache timing model against the RTL (Amaranth simulator): within 5% of its cycles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rtl.cache import CacheController
+from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from sim.reference.cache import CacheConfig, random_requests
+from sim.timing.cache import CacheTiming
+
+
+def rtl_cycles(dut, requests, rng, rows, latency):
+    memory = rng.integers(0, 256, rows * dut.line_beats * dut.data_bytes, dtype=np.uint8)
+    mem = AmaranthMemory(dut.back, memory, data_bytes=dut.data_bytes, rng=rng,
+                         latency=(latency, latency), max_outstanding=64)
+    n_read = sum(r.beats for r in requests if not r.write)
+
+    async def requester(ctx):
+        await stream_send(ctx, dut.front.req, [{"addr": r.addr, "beats": r.beats,
+                                                "write": int(r.write)} for r in requests])
+
+    async def writer(ctx):
+        await stream_send(ctx, dut.front.wdata,
+                          [{"data": d, "mask": m, "last": int(i == len(r.wdata) - 1)}
+                           for r in requests if r.write for i, (d, m) in enumerate(r.wdata)])
+
+    async def reader(ctx):
+        await stream_recv(ctx, dut.front.resp, n_read)
+
+    return run_amaranth(dut, [requester, writer, reader], [mem.process], max_cycles=400_000)
+
+
+@pytest.mark.parametrize("latency,zipf,write_fraction,mshrs", [
+    (4, 1.2, 0.0, 16), (40, 1.1, 0.2, 16), (200, 1.3, 0.1, 16), (30, 0.8, 0.3, 4),
+])
+def test_timing_model_within_5_percent_of_rtl(rng, latency, zipf, write_fraction, mshrs):
+    kw = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=4, sets=8, ways=4,
+              mshrs=mshrs)
+    dut = CacheController(**kw)
+    reqs = random_requests(rng, 400, rows=200, line_beats=4, row_beats=4, data_bytes=4,
+                           write_fraction=write_fraction, zipf=zipf, partial_fraction=0.5)
+    measured = rtl_cycles(dut, reqs, rng, 200, latency)
+    model = CacheTiming(row_beats=4, mshrs=mshrs, queue_depth=dut.queue_depth,
+                        latency=latency).run(reqs, CacheConfig(8, 4), line_beats=4)
+    assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)
