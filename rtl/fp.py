@@ -1,0 +1,826 @@
+"""IEEE-754 arithmetic and format conversions as pipelined Amaranth components.
+
+Every datapath that touches embedding values (the gather/pool unit's SUM/MEAN/MAX pooling, the
+packetizer's on-the-fly quantization, the depacketizer's dequantization) computes with these
+components, so that one set of carefully tested rounding logic serves the whole NIC.
+
+Conventions shared by every pipelined component here
+====================================================
+
+Ports
+    Operands are ``a`` (and ``b``), the result is ``o``; all are raw IEEE bit patterns
+    (``binary32`` unless the name says otherwise). ``en`` (input, reset value 1) advances the
+    pipeline: every pipeline register loads only on a cycle where ``en`` is high, so a consumer
+    stalls the whole pipeline, result included, by holding ``en`` low. Leaving ``en``
+    unconnected gives a free-running pipeline that accepts one operation per cycle.
+Latency
+    ``latency`` (a constructor argument and an attribute) is the number of pipeline registers
+    between the operands and ``o``: operands present on a cycle with ``en`` high appear on ``o``
+    after ``latency`` more cycles with ``en`` high. ``latency=0`` makes the component purely
+    combinational. The last register always sits at the output, so ``o`` is driven straight
+    from a flip-flop whenever ``latency >= 1``; further registers are spread evenly over the
+    internal steps.
+Rounding
+    Round to nearest, ties to even (RNE), the IEEE default, everywhere. Subnormal operands are
+    honoured and subnormal results are produced (no flush to zero); results that round beyond
+    the largest finite number become infinity of the right sign.
+NaN
+    Arithmetic with a NaN operand, and invalid operations (``inf - inf``, ``0 * inf``,
+    ``0 / 0``, ``inf / inf``), return the canonical quiet NaN ``0x7FC00000`` (binary16:
+    ``0x7E00``, bfloat16: ``0x7FC0``). The payload and sign of an incoming NaN are not
+    propagated. Widening conversions are exact and keep the NaN's sign and payload bits.
+    Selection (:class:`FPMax32`, :class:`FPMin32`) passes a NaN operand through unchanged.
+    No exception flags are produced.
+
+Components
+==========
+
+=====================  ================================================  ================
+component              computes                                          default latency
+=====================  ================================================  ================
+:class:`FPAdd32`       ``a + b`` (``negate_b=True``: ``a - b``)          4
+:class:`FPSub32`       ``a - b``                                         4
+:class:`FPMul32`       ``a * b``                                         4
+:class:`FPDiv32`       ``a / b``, iterative, stream handshake            ``FPDiv32.LATENCY``
+:class:`FPMax32`       ``max(a, b)``, ties and ``±0`` go to ``a``        0
+:class:`FPMin32`       ``min(a, b)``, ties and ``±0`` go to ``a``        0
+:class:`FP16ToFP32`    binary16 -> binary32, exact                       1
+:class:`BF16ToFP32`    bfloat16 -> binary32, exact                       1
+:class:`FP32ToFP16`    binary32 -> binary16, RNE                         1
+:class:`FP32ToBF16`    binary32 -> bfloat16, RNE                         1
+:class:`FP32ToInt`     binary32 -> integer, RNE, saturating              2
+:class:`IntToFP32`     integer -> binary32, RNE (exact below 2**24)      2
+=====================  ================================================  ================
+
+INT8 row-wise quantization
+==========================
+
+:func:`int8_rowwise_formula` documents (and :mod:`sim.reference.fp` implements in numpy) the exact
+sequence of binary32 operations a quantizing datapath builds from these components, so that a
+numpy model and the RTL agree bit for bit.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = [
+    "FP32_QNAN", "FP16_QNAN", "BF16_QNAN",
+    "FPAdd32", "FPSub32", "FPMul32", "FPDiv32", "FPMax32", "FPMin32",
+    "FP16ToFP32", "BF16ToFP32", "FP32ToFP16", "FP32ToBF16", "FP32ToInt", "IntToFP32",
+    "fp32_greater", "fp32_less", "count_leading_zeros", "int8_rowwise_formula",
+]
+
+#: Canonical quiet NaN produced by binary32 arithmetic.
+FP32_QNAN = 0x7FC00000
+#: Canonical quiet NaN produced by conversion to binary16.
+FP16_QNAN = 0x7E00
+#: Canonical quiet NaN produced by conversion to bfloat16.
+BF16_QNAN = 0x7FC0
+
+_EXP_MAX = 0xFF
+_FP32_INF = 0x7F800000
+
+
+def _check_latency(latency: object, steps: int) -> int:
+    if isinstance(latency, bool) or not isinstance(latency, int) or not 0 <= latency <= steps:
+        raise ValueError(f"latency: expected an integer in 0..{steps}, got {latency!r}")
+    return latency
+
+
+class _Pipeline:
+    """Pipeline registers at some of the boundaries after ``steps`` combinational steps.
+
+    Boundary ``k`` (1..steps) follows step ``k``; boundary ``steps`` is the output. With
+    latency ``L``, registers sit at boundaries ``round(i * steps / L)`` for ``i = 1..L``: evenly
+    spread, always including the output. Every register loads only when ``en`` is high.
+    """
+
+    def __init__(self, m: Module, en: Value, steps: int, latency: int):
+        self._m = m
+        self._en = en
+        self.cuts = {(i * steps + latency // 2) // latency for i in range(1, latency + 1)} \
+            if latency else set()
+        assert len(self.cuts) == latency
+
+    def boundary(self, k: int, **values: Value) -> _Stage:
+        regs = {}
+        for name, v in values.items():
+            v = Value.cast(v)
+            if k in self.cuts:
+                reg = Signal(v.shape(), name=f"p{k}_{name}")
+                with self._m.If(self._en):
+                    self._m.d.sync += reg.eq(v)
+            else:
+                reg = _wire(self._m, v, f"w{k}_{name}")
+            regs[name] = reg
+        return _Stage(regs)
+
+
+class _Stage:
+    def __init__(self, values: dict[str, Value]):
+        self.__dict__.update(values)
+
+
+def _wire(m: Module, value: Value, name: str) -> Signal:
+    """A named combinational signal carrying ``value`` (keeps shared expressions shared)."""
+    value = Value.cast(value)
+    sig = Signal(value.shape(), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+
+def count_leading_zeros(m: Module, v: Value, name: str = "lzc") -> Signal:
+    """Leading zeros of ``v`` (``len(v)`` when ``v`` is zero): a log-depth tree of
+    combinational logic added to ``m``, returned as a signal."""
+    v = Value.cast(v)
+    width = len(v)
+    size = 1
+    while size < max(width, 2):
+        size *= 2
+    padded = Cat(Const(0, size - width), v)
+
+    def tree(x: Value) -> tuple[Value, Value]:
+        # (count of leading zeros, all zero) for a power-of-two width >= 2.
+        if len(x) == 2:
+            return ~x[1], ~(x[0] | x[1])
+        half = len(x) // 2
+        c_hi, z_hi = tree(x[half:])
+        c_lo, z_lo = tree(x[:half])
+        z_hi = _wire(m, z_hi, f"{name}_z{len(x)}")
+        count = _wire(m, Mux(z_hi, Cat(c_lo, Const(1, 1)), Cat(c_hi, Const(0, 1))),
+                      f"{name}_c{len(x)}")
+        return count, z_hi & z_lo
+
+    count, _ = tree(padded)
+    return _wire(m, Mux(v == 0, width, count), name)
+
+
+def _fp32_fields(x: Value):
+    """(sign, biased exponent, fraction, significand with hidden bit, effective exponent)."""
+    sign, exp, frac = x[31], x[23:31], x[0:23]
+    mant = Cat(frac, exp != 0)
+    eff = Mux(exp == 0, 1, exp)
+    return sign, exp, frac, mant, eff
+
+
+def _is_nan(exp: Value, frac: Value, exp_max: int) -> Value:
+    return (exp == exp_max) & (frac != 0)
+
+
+def _is_inf(exp: Value, frac: Value, exp_max: int) -> Value:
+    return (exp == exp_max) & (frac == 0)
+
+
+def _shift_right_sticky(m: Module, x: Value, amount: Value, max_shift: int,
+                        name: str = "srs") -> tuple[Value, Value]:
+    """``x >> amount`` (same width) and whether any shifted-out bit was one.
+
+    ``amount`` (unsigned) is clamped to ``max_shift``, which must be >= ``len(x)``, so that any
+    larger shift empties ``x`` into the sticky bit.
+    """
+    width = len(x)
+    assert max_shift >= width
+    amt = Mux(amount > max_shift, max_shift, amount)
+    wide = _wire(m, Cat(Const(0, max_shift), x) >> amt, name)
+    return wide[max_shift:max_shift + width], wide[:max_shift].any()
+
+
+def _round_pack(m: Module, exp: Value, mant: Value, guard: Value, sticky: Value, mbits: int,
+                exp_max: int) -> tuple[Value, Value]:
+    """Round a significand to nearest even and pack it with its exponent.
+
+    ``mant`` holds ``mbits + 1`` bits (hidden bit first) of a value whose biased exponent is
+    ``exp >= 1``; a subnormal has ``exp == 1`` and a zero hidden bit. ``guard`` is the first
+    dropped bit, ``sticky`` the OR of the rest. Returns the packed magnitude (without sign) and
+    whether it overflowed to infinity. Adding the significand to ``(exp - 1) << mbits`` lets the
+    hidden bit carry into the exponent field, so a rounding carry and a subnormal that rounds
+    up to the smallest normal number come out right with no special case.
+    """
+    exp = Value.cast(exp)
+    if not exp.shape().signed:
+        exp = Cat(exp, Const(0, 1)).as_signed()
+    round_up = guard & (sticky | mant[0])
+    packed = _wire(m, ((exp - 1) << mbits) + mant + round_up, "packed")
+    overflow = packed >= (exp_max << mbits)
+    return packed[:mbits + exp_max.bit_length()], overflow
+
+
+class _Binary32(wiring.Component):
+    """Shared signature of the two-operand pipelined binary32 components."""
+
+    def __init__(self, latency: int, steps: int):
+        self.latency = _check_latency(latency, steps)
+        self._steps = steps
+        super().__init__({
+            "a": In(32),
+            "b": In(32),
+            "o": Out(32),
+            "en": In(1, init=1),
+        })
+
+
+class FPAdd32(_Binary32):
+    """binary32 addition ``o = a + b`` (or ``a - b`` with ``negate_b``), pipelined.
+
+    Ports: ``a``, ``b`` (in, 32): operands; ``o`` (out, 32): result; ``en`` (in, init 1):
+    advance the pipeline. One operation per cycle; ``latency`` (0..4, default 4) registers.
+
+    Internal steps (a register after each with the default latency): (1) order the operands by
+    magnitude and classify them; (2) align the smaller significand with guard, round and sticky
+    bits and add or subtract; (3) normalise (leading-zero count, left shift limited so the
+    exponent never goes below the subnormal exponent; or a one-bit right shift on carry);
+    (4) round to nearest even and pack.
+
+    Results: RNE with subnormal inputs and outputs; an exact zero sum is ``+0`` unless both
+    operands are ``-0`` (so ``x + (-x) = +0``); ``inf + x = inf``; ``inf - inf`` and any NaN
+    operand give ``0x7FC00000``; overflow gives a signed infinity.
+    """
+
+    STEPS = 4
+
+    def __init__(self, *, latency: int = 4, negate_b: bool = False):
+        self.negate_b = bool(negate_b)
+        super().__init__(latency, self.STEPS)
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = _Pipeline(m, self.en, self.STEPS, self.latency)
+
+        # Step 1: classify, order by magnitude.
+        b = Cat(self.b[:31], self.b[31] ^ self.negate_b)
+        sa, ea, fa, ma, xa = _fp32_fields(self.a)
+        sb, eb, fb, mb, xb = _fp32_fields(b)
+        a_nan, b_nan = _is_nan(ea, fa, _EXP_MAX), _is_nan(eb, fb, _EXP_MAX)
+        a_inf, b_inf = _is_inf(ea, fa, _EXP_MAX), _is_inf(eb, fb, _EXP_MAX)
+        swap = b[:31] > self.a[:31]
+        s1 = pipe.boundary(
+            1,
+            nan=a_nan | b_nan | (a_inf & b_inf & (sa != sb)),
+            inf=a_inf | b_inf,
+            inf_sign=Mux(a_inf, sa, sb),
+            zero_sign=sa & sb,
+            subtract=sa != sb,
+            sign=Mux(swap, sb, sa),
+            exp=Mux(swap, xb, xa),
+            diff=(Mux(swap, xb, xa) - Mux(swap, xa, xb))[:8],
+            m_big=Mux(swap, mb, ma),
+            m_small=Mux(swap, ma, mb),
+        )
+
+        # Step 2: align (3 extra bits: guard, round, sticky) and add.
+        aligned, lost = _shift_right_sticky(m, Cat(Const(0, 3), s1.m_small), s1.diff, 32)
+        aligned = aligned | lost
+        big = Cat(Const(0, 3), s1.m_big)
+        total = Mux(s1.subtract, big - aligned, big + aligned)[:28]
+        s2 = pipe.boundary(2, total=total, exp=s1.exp, sign=s1.sign, nan=s1.nan, inf=s1.inf,
+                           inf_sign=s1.inf_sign, zero_sign=s1.zero_sign)
+
+        # Step 3: normalise to a hidden bit at position 26 (or to the subnormal exponent).
+        low = s2.total[:27]
+        lz = count_leading_zeros(m, low)
+        limit = (s2.exp - 1)[:8]
+        shift = _wire(m, Mux(lz > limit, limit, lz), "shift")
+        carry = s2.total[27]
+        norm = Mux(carry, Cat(s2.total[0] | s2.total[1], s2.total[2:28]), (low << shift)[:27])
+        exp = Mux(carry, s2.exp + 1, s2.exp - shift)[:9]
+        s3 = pipe.boundary(3, norm=norm, exp=exp, is_zero=s2.total == 0, sign=s2.sign,
+                           nan=s2.nan, inf=s2.inf, inf_sign=s2.inf_sign, zero_sign=s2.zero_sign)
+
+        # Step 4: round and pack.
+        packed, overflow = _round_pack(m, s3.exp, s3.norm[3:27], s3.norm[2], s3.norm[:2].any(),
+                                       23, _EXP_MAX)
+        result = Signal(32)
+        with m.If(s3.nan):
+            m.d.comb += result.eq(FP32_QNAN)
+        with m.Elif(s3.inf):
+            m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), s3.inf_sign))
+        with m.Elif(s3.is_zero):
+            m.d.comb += result.eq(Cat(Const(0, 31), s3.zero_sign))
+        with m.Elif(overflow):
+            m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), s3.sign))
+        with m.Else():
+            m.d.comb += result.eq(Cat(packed[:31], s3.sign))
+        s4 = pipe.boundary(4, o=result)
+        m.d.comb += self.o.eq(s4.o)
+        return m
+
+
+class FPSub32(FPAdd32):
+    """binary32 subtraction ``o = a - b``: :class:`FPAdd32` with ``negate_b=True``.
+
+    ``x - x = +0``; ``(-0) - (+0) = -0``; ``inf - inf`` is NaN. Otherwise as :class:`FPAdd32`.
+    """
+
+    def __init__(self, *, latency: int = 4):
+        super().__init__(latency=latency, negate_b=True)
+
+
+class FPMul32(_Binary32):
+    """binary32 multiplication ``o = a * b``, pipelined.
+
+    Ports and conventions as :class:`FPAdd32`; ``latency`` 0..4, default 4.
+
+    Internal steps: (1) classify, add the exponents; (2) multiply the 24-bit significands
+    (subnormals have a zero hidden bit) into a 48-bit product; (3) normalise: shift the product
+    left to its leading one, but not below the subnormal exponent, or right (collecting sticky
+    bits) when the exponent is below it; (4) round to nearest even and pack.
+
+    Results: RNE with subnormal inputs and outputs; the sign of a zero or infinite result is the
+    XOR of the operands' signs; ``0 * inf`` and any NaN operand give ``0x7FC00000``; overflow
+    gives a signed infinity; underflow rounds to a subnormal or a signed zero.
+    """
+
+    STEPS = 4
+
+    def __init__(self, *, latency: int = 4):
+        super().__init__(latency, self.STEPS)
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = _Pipeline(m, self.en, self.STEPS, self.latency)
+
+        sa, ea, fa, ma, xa = _fp32_fields(self.a)
+        sb, eb, fb, mb, xb = _fp32_fields(self.b)
+        a_nan, b_nan = _is_nan(ea, fa, _EXP_MAX), _is_nan(eb, fb, _EXP_MAX)
+        a_inf, b_inf = _is_inf(ea, fa, _EXP_MAX), _is_inf(eb, fb, _EXP_MAX)
+        a_zero, b_zero = self.a[:31] == 0, self.b[:31] == 0
+        exp0 = Signal(signed(12))
+        m.d.comb += exp0.eq(xa + xb - 126)
+        s1 = pipe.boundary(
+            1,
+            nan=a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero),
+            inf=a_inf | b_inf,
+            zero=a_zero | b_zero,
+            sign=sa ^ sb,
+            exp0=exp0,
+            ma=ma,
+            mb=mb,
+        )
+
+        s2 = pipe.boundary(2, product=(s1.ma * s1.mb)[:48], exp0=s1.exp0, sign=s1.sign,
+                           nan=s1.nan, inf=s1.inf, zero=s1.zero)
+
+        # Step 3: normalise the product to a leading one at bit 47 (value = P/2**47 * 2**(E-127)).
+        lz = count_leading_zeros(m, s2.product)
+        limit = Signal(signed(12))
+        m.d.comb += limit.eq(s2.exp0 - 1)
+        left = Signal(6)
+        right = Signal(8)
+        exp = Signal(signed(12))
+        with m.If(limit >= lz):
+            m.d.comb += [left.eq(lz), exp.eq(s2.exp0 - lz)]
+        with m.Elif(limit >= 0):
+            m.d.comb += [left.eq(limit[:6]), exp.eq(1)]
+        with m.Else():
+            m.d.comb += [right.eq(Mux(limit < -127, 127, -limit)[:8]), exp.eq(1)]
+        shifted, lost = _shift_right_sticky(m, (s2.product << left)[:48], right, 64)
+        s3 = pipe.boundary(3, mant=shifted[24:48], guard=shifted[23],
+                           sticky=shifted[:23].any() | lost, exp=exp, sign=s2.sign,
+                           nan=s2.nan, inf=s2.inf, zero=s2.zero)
+
+        packed, overflow = _round_pack(m, s3.exp, s3.mant, s3.guard, s3.sticky, 23, _EXP_MAX)
+        result = Signal(32)
+        with m.If(s3.nan):
+            m.d.comb += result.eq(FP32_QNAN)
+        with m.Elif(s3.inf | overflow):
+            m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), s3.sign))
+        with m.Elif(s3.zero):
+            m.d.comb += result.eq(Cat(Const(0, 31), s3.sign))
+        with m.Else():
+            m.d.comb += result.eq(Cat(packed[:31], s3.sign))
+        s4 = pipe.boundary(4, o=result)
+        m.d.comb += self.o.eq(s4.o)
+        return m
+
+
+def _order_key(x: Value) -> Value:
+    """An unsigned key whose order is the floating-point order of non-NaN binary32 values
+    (``-0`` sorts just below ``+0``)."""
+    return Mux(x[31], ~x, x | 0x80000000)[:32]
+
+
+def fp32_greater(a: Value, b: Value) -> Value:
+    """``a > b`` in IEEE order: false if either is NaN; ``+0 > -0`` is false."""
+    a, b = Value.cast(a), Value.cast(b)
+    nan = _is_nan(a[23:31], a[:23], _EXP_MAX) | _is_nan(b[23:31], b[:23], _EXP_MAX)
+    both_zero = (a[:31] == 0) & (b[:31] == 0)
+    return ~nan & ~both_zero & (_order_key(a) > _order_key(b))
+
+
+def fp32_less(a: Value, b: Value) -> Value:
+    """``a < b`` in IEEE order: false if either is NaN; ``-0 < +0`` is false."""
+    return fp32_greater(b, a)
+
+
+class _Select32(wiring.Component):
+    def __init__(self, latency: int, take_b_if_greater: bool):
+        self.latency = _check_latency(latency, 1)
+        self._greater = take_b_if_greater
+        super().__init__({
+            "a": In(32),
+            "b": In(32),
+            "o": Out(32),
+            "sel_b": Out(1),
+            "en": In(1, init=1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = _Pipeline(m, self.en, 1, self.latency)
+        a_nan = _is_nan(self.a[23:31], self.a[:23], _EXP_MAX)
+        b_nan = _is_nan(self.b[23:31], self.b[:23], _EXP_MAX)
+        better = fp32_greater(self.b, self.a) if self._greater else fp32_less(self.b, self.a)
+        sel_b = ~a_nan & (b_nan | better)
+        s1 = pipe.boundary(1, o=Mux(sel_b, self.b, self.a), sel_b=sel_b)
+        m.d.comb += [self.o.eq(s1.o), self.sel_b.eq(s1.sel_b)]
+        return m
+
+
+class FPMax32(_Select32):
+    """binary32 maximum with first-operand tie-breaking, for MAX pooling.
+
+    Ports: ``a``, ``b`` (in, 32); ``o`` (out, 32) = the chosen operand, bits unchanged;
+    ``sel_b`` (out, 1): ``o`` came from ``b`` (lets a pooling unit track the arg-max);
+    ``en`` (in, init 1). ``latency`` 0 (default, combinational) or 1.
+
+    ``o = b`` exactly when ``b > a`` in IEEE order or ``b`` is NaN while ``a`` is not;
+    otherwise ``o = a``. So equal values, including ``-0`` vs ``+0`` (equal in IEEE), keep the
+    first operand (``max(-0, +0) = -0``, ``max(+0, -0) = +0``), matching "max ties go to the
+    first index" when ``a`` is the running maximum and ``b`` the next row. A NaN operand
+    propagates like ``torch.max``: if ``a`` is NaN, ``a``; else if ``b`` is NaN, ``b``.
+    """
+
+    def __init__(self, *, latency: int = 0):
+        super().__init__(latency, take_b_if_greater=True)
+
+
+class FPMin32(_Select32):
+    """binary32 minimum, the mirror of :class:`FPMax32`: ``o = b`` exactly when ``b < a`` or
+    ``b`` is NaN while ``a`` is not; ties (and ``±0``) keep ``a``; NaN propagates."""
+
+    def __init__(self, *, latency: int = 0):
+        super().__init__(latency, take_b_if_greater=False)
+
+
+class _Unary(wiring.Component):
+    def __init__(self, in_width: int, out_width: int, latency: int, steps: int):
+        self.latency = _check_latency(latency, steps)
+        self._steps = steps
+        super().__init__({
+            "a": In(in_width),
+            "o": Out(out_width),
+            "en": In(1, init=1),
+        })
+
+
+class _Widen(_Unary):
+    def __init__(self, ebits: int, mbits: int, latency: int):
+        self._ebits, self._mbits = ebits, mbits
+        super().__init__(1 + ebits + mbits, 32, latency, 1)
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = _Pipeline(m, self.en, 1, self.latency)
+        eb, mb = self._ebits, self._mbits
+        sign, exp, frac = self.a[eb + mb], self.a[mb:mb + eb], self.a[:mb]
+        bias_diff = 127 - (2 ** (eb - 1) - 1)
+        result = Signal(32)
+        if eb == 8:
+            # Same exponent range: append zeros to the fraction.
+            m.d.comb += result.eq(Cat(Const(0, 23 - mb), frac, exp, sign))
+        else:
+            lz = count_leading_zeros(m, frac)              # for subnormals: frac != 0
+            with m.If(exp == 2 ** eb - 1):
+                m.d.comb += result.eq(Cat(Const(0, 23 - mb), frac, Const(0xFF, 8), sign))
+            with m.Elif(exp != 0):
+                m.d.comb += result.eq(Cat(Const(0, 23 - mb), frac, exp + bias_diff, sign))
+            with m.Elif(frac == 0):
+                m.d.comb += result.eq(Cat(Const(0, 31), sign))
+            with m.Else():
+                # value = frac * 2**(1 - bias - mb): move the leading one out as the hidden bit.
+                norm = (frac << (lz + 1))[:mb]
+                m.d.comb += result.eq(Cat(Const(0, 23 - mb), norm,
+                                          (Const(bias_diff, 8) - lz)[:8], sign))
+        s1 = pipe.boundary(1, o=result)
+        m.d.comb += self.o.eq(s1.o)
+        return m
+
+
+class FP16ToFP32(_Widen):
+    """IEEE binary16 -> binary32, exact (every binary16 value is representable).
+
+    Ports: ``a`` (in, 16), ``o`` (out, 32), ``en`` (in, init 1); ``latency`` 0 or 1 (default).
+    Subnormal binary16 values become normal binary32 values; zeros and infinities keep their
+    sign; a NaN keeps its sign and payload (the fraction shifted left by 13).
+    """
+
+    def __init__(self, *, latency: int = 1):
+        super().__init__(5, 10, latency)
+
+
+class BF16ToFP32(_Widen):
+    """bfloat16 -> binary32, exact: the bfloat16 bits become the upper half (``o = a << 16``).
+
+    Ports: ``a`` (in, 16), ``o`` (out, 32), ``en`` (in, init 1); ``latency`` 0 or 1 (default).
+    Every value, NaN payloads included, is preserved.
+    """
+
+    def __init__(self, *, latency: int = 1):
+        super().__init__(8, 7, latency)
+
+
+class _Narrow(_Unary):
+    def __init__(self, ebits: int, mbits: int, qnan: int, latency: int):
+        self._ebits, self._mbits, self._qnan = ebits, mbits, qnan
+        super().__init__(32, 1 + ebits + mbits, latency, 1)
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = _Pipeline(m, self.en, 1, self.latency)
+        eb, mb = self._ebits, self._mbits
+        exp_max = 2 ** eb - 1
+        sign, exp, frac, mant, eff = _fp32_fields(self.a)
+        # Biased exponent in the target format; below 1 the value is (or rounds to) subnormal.
+        target = Signal(signed(10))
+        m.d.comb += target.eq(eff - (127 - (2 ** (eb - 1) - 1)))
+        drop = 23 - mb                                   # fraction bits that are rounded away
+        right = Signal(8)
+        with m.If(target < 1):
+            m.d.comb += right.eq(Mux(target < -63, 64, 1 - target)[:8])
+        shifted, lost = _shift_right_sticky(m, mant, right, 64)
+        packed, overflow = _round_pack(m, Mux(target < 1, 1, target), shifted[drop:24],
+                                       shifted[drop - 1], shifted[:drop - 1].any() | lost,
+                                       mb, exp_max)
+        result = Signal(1 + eb + mb)
+        with m.If(_is_nan(exp, frac, _EXP_MAX)):
+            m.d.comb += result.eq(self._qnan)
+        with m.Elif(_is_inf(exp, frac, _EXP_MAX) | overflow):
+            m.d.comb += result.eq(Cat(Const(exp_max << mb, eb + mb), sign))
+        with m.Else():
+            m.d.comb += result.eq(Cat(packed[:eb + mb], sign))
+        s1 = pipe.boundary(1, o=result)
+        m.d.comb += self.o.eq(s1.o)
+        return m
+
+
+class FP32ToFP16(_Narrow):
+    """binary32 -> IEEE binary16, round to nearest even.
+
+    Ports: ``a`` (in, 32), ``o`` (out, 16), ``en`` (in, init 1); ``latency`` 0 or 1 (default).
+    Values beyond the binary16 range (``>= 65520`` in magnitude) become signed infinity; small
+    values round to binary16 subnormals or a signed zero; NaN becomes ``0x7E00``.
+    """
+
+    def __init__(self, *, latency: int = 1):
+        super().__init__(5, 10, FP16_QNAN, latency)
+
+
+class FP32ToBF16(_Narrow):
+    """binary32 -> bfloat16, round to nearest even on the upper 16 bits.
+
+    Ports: ``a`` (in, 32), ``o`` (out, 16), ``en`` (in, init 1); ``latency`` 0 or 1 (default).
+    Rounding past the largest finite bfloat16 gives signed infinity; binary32 subnormals round
+    to bfloat16 subnormals or a signed zero; NaN becomes ``0x7FC0``.
+    """
+
+    def __init__(self, *, latency: int = 1):
+        super().__init__(8, 7, BF16_QNAN, latency)
+
+
+def _check_int_format(width: object, signed_: object) -> tuple[int, bool]:
+    if isinstance(width, bool) or not isinstance(width, int) or not 2 <= width <= 32:
+        raise ValueError(f"width: expected an integer in 2..32, got {width!r}")
+    if not isinstance(signed_, bool):
+        raise ValueError(f"signed: expected a bool, got {signed_!r}")
+    return width, signed_
+
+
+class FP32ToInt(_Unary):
+    """binary32 -> integer, round to nearest even, saturating.
+
+    Ports: ``a`` (in, 32); ``o`` (out, ``width``): two's complement if ``signed`` else
+    unsigned; ``en`` (in, init 1). ``latency`` 0..2 (default 2).
+
+    ``o = clamp(rne(a), lo, hi)`` with ``[lo, hi] = [-2**(width-1), 2**(width-1) - 1]`` when
+    ``signed``, else ``[0, 2**width - 1]`` (the INT8 quantizer uses ``width=8, signed=False``).
+    Infinities saturate; NaN gives 0. ``rne(0.5) = 0``, ``rne(1.5) = rne(2.5) = 2``.
+    """
+
+    STEPS = 2
+
+    def __init__(self, *, width: int = 8, signed: bool = False, latency: int = 2):
+        self.width, self.signed = _check_int_format(width, signed)
+        self.lo = -2 ** (width - 1) if signed else 0
+        self.hi = 2 ** (width - 1) - 1 if signed else 2 ** width - 1
+        super().__init__(32, width, latency, self.STEPS)
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = _Pipeline(m, self.en, self.STEPS, self.latency)
+        sign, exp, frac, mant, eff = _fp32_fields(self.a)
+        nan = _is_nan(exp, frac, _EXP_MAX)
+        # value = mant * 2**(eff - 150). Any magnitude >= 2**33 saturates every format here.
+        huge = eff >= 150 + 10
+        left = Mux(eff > 150, eff - 150, 0)[:4]
+        right = Mux(eff < 150, 150 - eff, 0)[:8]
+        s1 = pipe.boundary(1, wide=(mant << left)[:34], right=right, huge=huge, nan=nan,
+                           sign=sign)
+        shifted, lost = _shift_right_sticky(m, Cat(Const(0, 1), s1.wide), s1.right, 64)
+        integer, guard = shifted[1:], shifted[0]
+        magnitude = integer + (guard & (lost | integer[0]))
+        result = Signal(self.width)
+        with m.If(s1.nan):
+            m.d.comb += result.eq(0)
+        with m.Elif(~s1.sign & (s1.huge | (magnitude > self.hi))):
+            m.d.comb += result.eq(self.hi)
+        with m.Elif(s1.sign & (s1.huge | (magnitude > -self.lo))):
+            m.d.comb += result.eq(self.lo)
+        with m.Elif(s1.sign):
+            m.d.comb += result.eq(-magnitude)
+        with m.Else():
+            m.d.comb += result.eq(magnitude)
+        s2 = pipe.boundary(2, o=result)
+        m.d.comb += self.o.eq(s2.o)
+        return m
+
+
+class IntToFP32(_Unary):
+    """Integer -> binary32, round to nearest even (exact for magnitudes below ``2**24``).
+
+    Ports: ``a`` (in, ``width``): two's complement if ``signed`` else unsigned; ``o`` (out,
+    32); ``en`` (in, init 1). ``latency`` 0..2 (default 2). Zero gives ``+0``.
+    """
+
+    STEPS = 2
+
+    def __init__(self, *, width: int = 8, signed: bool = False, latency: int = 2):
+        self.width, self.signed = _check_int_format(width, signed)
+        super().__init__(width, 32, latency, self.STEPS)
+
+    def elaborate(self, platform):
+        m = Module()
+        pipe = _Pipeline(m, self.en, self.STEPS, self.latency)
+        w = self.width
+        if self.signed:
+            sign = self.a[w - 1]
+            magnitude = Mux(sign, -self.a.as_signed(), self.a)[:w]
+        else:
+            sign = Const(0, 1)
+            magnitude = self.a
+        lz = count_leading_zeros(m, magnitude)
+        # Leading one to bit 31 of a 32-bit field; value = norm/2**31 * 2**(31 - lz).
+        norm = (Cat(Const(0, 32 - w), magnitude) << lz)[:32]
+        s1 = pipe.boundary(1, norm=norm, exp=126 + w - lz, zero=magnitude == 0, sign=sign)
+        packed, _ = _round_pack(m, s1.exp, s1.norm[8:32], s1.norm[7], s1.norm[:7].any(), 23,
+                                _EXP_MAX)
+        result = Mux(s1.zero, 0, Cat(packed[:31], s1.sign))
+        s2 = pipe.boundary(2, o=result)
+        m.d.comb += self.o.eq(s2.o)
+        return m
+
+
+class FPDiv32(wiring.Component):
+    """binary32 division ``a / b``, iterative (one quotient bit per cycle), stream interface.
+
+    Ports: ``i`` (in, stream of ``{a, b}``), ``o`` (out, stream of 32-bit results). One
+    division at a time: ``i.ready`` is high only while the unit is idle. A result appears on
+    ``o`` exactly ``LATENCY`` cycles after its operands were accepted and stays until taken
+    (``o.ready``); the next operands are accepted on the cycle after. Throughput: one division
+    per ``LATENCY + 1`` cycles when ``o.ready`` is held high. Sized for once-per-row work such
+    as a quantizer's scale.
+
+    The significands are first normalised (so subnormal operands cost nothing extra), then 27
+    quotient bits are developed by restoring division; the remainder supplies the sticky bit,
+    so the result is correctly rounded to nearest even, including subnormal results.
+
+    Specials: NaN operand, ``0/0`` and ``inf/inf`` give ``0x7FC00000``; ``x/0`` (``x`` not 0 or
+    NaN) and ``inf/y`` give a signed infinity; ``0/y`` and ``x/inf`` a signed zero. The sign of
+    every non-NaN result is the XOR of the operand signs.
+    """
+
+    QUOTIENT_BITS = 27
+    #: Cycles from accepting operands to ``o.valid``.
+    LATENCY = QUOTIENT_BITS + 2
+
+    def __init__(self):
+        self.latency = self.LATENCY
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"a": 32, "b": 32}))),
+            "o": Out(stream.Signature(32)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b = self.i.payload.a, self.i.payload.b
+        sa, ea, fa, ma, xa = _fp32_fields(a)
+        sb, eb, fb, mb, xb = _fp32_fields(b)
+        lza, lzb = count_leading_zeros(m, ma, "lza"), count_leading_zeros(m, mb, "lzb")
+
+        sign = Signal()
+        special = Signal()
+        special_value = Signal(32)
+        exp0 = Signal(signed(12))          # biased exponent if the quotient is in [1, 2)
+        divisor = Signal(24)
+        remainder = Signal(25)
+        quotient = Signal(self.QUOTIENT_BITS)
+        count = Signal(range(self.QUOTIENT_BITS + 1))
+        result = Signal(32)
+
+        a_nan, b_nan = _is_nan(ea, fa, _EXP_MAX), _is_nan(eb, fb, _EXP_MAX)
+        a_inf, b_inf = _is_inf(ea, fa, _EXP_MAX), _is_inf(eb, fb, _EXP_MAX)
+        a_zero, b_zero = a[:31] == 0, b[:31] == 0
+        s = sa ^ sb
+        classify = Signal(32)
+        is_special = Signal()
+        m.d.comb += is_special.eq(1)
+        with m.If(a_nan | b_nan | (a_zero & b_zero) | (a_inf & b_inf)):
+            m.d.comb += classify.eq(FP32_QNAN)
+        with m.Elif(a_inf | b_zero):
+            m.d.comb += classify.eq(Cat(Const(_FP32_INF, 31), s))
+        with m.Elif(a_zero | b_inf):
+            m.d.comb += classify.eq(Cat(Const(0, 31), s))
+        with m.Else():
+            m.d.comb += is_special.eq(0)
+
+        # Restoring division step: develop one quotient bit.
+        fits = remainder >= divisor
+        diff = (remainder - divisor)[:25]
+
+        # Final rounding (combinational from the registered quotient and remainder).
+        top = quotient[self.QUOTIENT_BITS - 1]
+        q_norm = Mux(top, quotient, quotient << 1)[:self.QUOTIENT_BITS]
+        exp = Signal(signed(12))
+        m.d.comb += exp.eq(Mux(top, exp0, exp0 - 1))
+        right = Signal(8)
+        with m.If(exp < 1):
+            m.d.comb += right.eq(Mux(exp < -63, 64, 1 - exp)[:8])
+        shifted, lost = _shift_right_sticky(m, q_norm, right, 64)
+        packed, overflow = _round_pack(m, Mux(exp < 1, 1, exp), shifted[3:27], shifted[2],
+                                       shifted[:2].any() | lost | (remainder != 0), 23, _EXP_MAX)
+        with m.If(overflow):
+            m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), sign))
+        with m.Else():
+            m.d.comb += result.eq(Cat(packed[:31], sign))
+
+        with m.FSM(name="div"):
+            with m.State("IDLE"):
+                m.d.comb += self.i.ready.eq(1)
+                with m.If(self.i.valid):
+                    m.d.sync += [
+                        sign.eq(s),
+                        special.eq(is_special),
+                        special_value.eq(classify),
+                        exp0.eq((xa - lza) - (xb - lzb) + 127),
+                        remainder.eq((ma << lza)[:24]),
+                        divisor.eq((mb << lzb)[:24]),
+                        quotient.eq(0),
+                        count.eq(self.QUOTIENT_BITS),
+                    ]
+                    m.next = "DIVIDE"
+            with m.State("DIVIDE"):
+                m.d.sync += [
+                    quotient.eq(Cat(fits, quotient[:-1])),
+                    remainder.eq(Mux(fits, diff, remainder) << 1),
+                    count.eq(count - 1),
+                ]
+                with m.If(count == 1):
+                    m.next = "ROUND"
+            with m.State("ROUND"):
+                m.d.sync += self.o.payload.eq(Mux(special, special_value, result))
+                m.next = "OUTPUT"
+            with m.State("OUTPUT"):
+                m.d.comb += self.o.valid.eq(1)
+                with m.If(self.o.ready):
+                    m.next = "IDLE"
+        return m
+
+
+def int8_rowwise_formula() -> str:
+    """The INT8 row-wise quantization that a datapath built from these components computes.
+
+    Every operation is one binary32 operation, rounded to nearest even (``fl(.)``)::
+
+        lo, hi     = min(row), max(row)          # FPMin32 / FPMax32 over the row
+        range      = fl(hi - lo)                 # FPSub32
+        scale      = fl(range / 255)             # FPDiv32            (sent with the row)
+        bias       = lo                          #                    (sent with the row)
+        inv_scale  = fl(255 / range) if range > 0 else 0      # FPDiv32
+        q[i]       = sat_u8(rne(fl(fl(x[i] - bias) * inv_scale)))   # FPSub32, FPMul32,
+                                                                    # FP32ToInt(8, unsigned)
+        x_hat[i]   = fl(fl(q[i] * scale) + bias)  # IntToFP32 (exact), FPMul32, FPAdd32
+
+    When ``hi == lo`` (``range == 0``, so ``scale == 0``) every code is 0 and ``x_hat == lo``
+    exactly. The row must be finite (a NaN or infinite element makes ``range`` NaN/inf and
+    the codes meaningless).
+
+    Error bound: ``|x_hat[i] - x[i]| <= range / 510 + 2**-22 * range + ulp(max(|lo|, |hi|))``.
+    The first term is half a quantization step; the second covers the rounding of ``range``,
+    ``scale``, ``inv_scale`` and the products (a few units in the last place relative to
+    ``range``); the third is the final rounding of ``q * scale + bias`` to binary32 (and of
+    ``x - bias``), which only matters when ``range`` is within a few hundred ulps of ``|lo|``.
+    :func:`sim.reference.fp.int8_rowwise_quantize` implements exactly these steps in numpy.
+    """
+    return int8_rowwise_formula.__doc__ or ""
