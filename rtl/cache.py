@@ -629,7 +629,6 @@ class CacheController(wiring.Component):
             back.wdata.payload.last.eq(wb_last),
             wb_rd.en.eq(wb_can),
             wb_rd.addr.eq(line_base(job.set, job.way) + wb_issue),
-            back.req.payload.beats.eq(RBEATS),
             fills.w_data.eq(Cat(job.set, job.way, job.mshr)),
         ]
         with m.FSM(name="back"):
@@ -640,12 +639,16 @@ class CacheController(wiring.Component):
                         m.next = "WB_REQ"
                     with m.Else():
                         m.d.comb += [back.req.valid.eq(fills.w_rdy),
-                                     back.req.payload.addr.eq(job.rd_row << LB)]
+                                     back.req.payload.addr.eq(job.rd_row << LB),
+                             back.req.payload.beats.eq(RBEATS)]
                         with m.If(back.req.ready & fills.w_rdy):
                             m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
             with m.State("WB_REQ"):
                 m.d.comb += [back.req.valid.eq(1), back.req.payload.write.eq(1),
-                             back.req.payload.addr.eq(job.wb_row << LB)]
+                             back.req.payload.addr.eq(job.wb_row << LB),
+                             # (set here, not once outside the FSM: a constant-only
+                             # `always @*` never runs in Icarus)
+                             back.req.payload.beats.eq(RBEATS)]
                 with m.If(back.req.ready):
                     m.d.sync += wb_issue.eq(0)
                     m.next = "WB_DATA"
@@ -663,7 +666,8 @@ class CacheController(wiring.Component):
                         m.next = "IDLE"
             with m.State("FILL_REQ"):
                 m.d.comb += [back.req.valid.eq(fills.w_rdy),
-                             back.req.payload.addr.eq(job.rd_row << LB)]
+                             back.req.payload.addr.eq(job.rd_row << LB),
+                             back.req.payload.beats.eq(RBEATS)]
                 with m.If(back.req.ready & fills.w_rdy):
                     m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
                     m.next = "IDLE"
@@ -671,6 +675,10 @@ class CacheController(wiring.Component):
         # ==== commands: drain, then walk the sets ==============================================
         drained = ~s1_valid & (q_count == 0) & ~mshr_valid.any() & seq_idle & ~fills.r_rdy
         m.d.comb += self.idle.eq(drained & ~cmd_active)
+        # `cmd.ready` comes from a register: a combinational output of an FSM state that only
+        # changes once would never be evaluated by Icarus before its first change.
+        cmd_ready = Signal()
+        m.d.comb += self.cmd.ready.eq(cmd_ready)
         with m.FSM(name="command"):
             with m.State("IDLE"):
                 with m.If(self.cmd.valid & drained):
@@ -684,6 +692,7 @@ class CacheController(wiring.Component):
                              tag_wr.en.eq(1)]
                 m.d.sync += walk_set.eq(walk_set + 1)
                 with m.If(walk_set == self.sets - 1):
+                    m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("READ_SET"):
                 m.d.comb += [tag_rd.addr.eq(walk_set), tag_rd.en.eq(1)]
@@ -723,9 +732,9 @@ class CacheController(wiring.Component):
                         m.next = "READ_SET"
             with m.State("WAIT_WB"):
                 with m.If(seq_idle):
+                    m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("DONE"):
-                m.d.comb += self.cmd.ready.eq(1)
-                m.d.sync += cmd_active.eq(0)
+                m.d.sync += [cmd_active.eq(0), cmd_ready.eq(0)]
                 m.next = "IDLE"
         return m

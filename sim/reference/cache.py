@@ -338,7 +338,8 @@ class Expected:
     kinds: list[str]
     read_beats: list[int]
     memory: np.ndarray
-    counters: dict
+    counters: dict            # counted during this call (the flush included)
+    model: CacheModel         # the cache state after the flush, to continue from
 
 
 def random_requests(rng: np.random.Generator, count: int, *, rows: int, line_beats: int,
@@ -376,11 +377,14 @@ def random_requests(rng: np.random.Generator, count: int, *, rows: int, line_bea
 
 
 def expected_results(requests: list[Request], memory: np.ndarray, config: CacheConfig, *,
-                     line_beats: int, row_beats: int, data_bytes: int) -> Expected:
+                     line_beats: int, row_beats: int, data_bytes: int,
+                     model: CacheModel | None = None) -> Expected:
     """Apply ``requests`` in order to a shadow copy of ``memory`` (bytes) and the reference
-    model: every read returns the last value written (zeros for a malformed read)."""
+    model (a fresh one, or ``model`` to continue from an earlier call), then flush: every
+    read returns the last value written (zeros for a malformed read)."""
     shadow = memory.copy()
-    model = CacheModel(config)
+    model = CacheModel(config) if model is None else model
+    before = dict(model.counters)
     kinds, beats_out = [], []
     for req in requests:
         out = model.request(req.addr, req.beats, req.write, line_beats, row_beats)
@@ -399,4 +403,5 @@ def expected_results(requests: list[Request], memory: np.ndarray, config: CacheC
             else:
                 beats_out.append(int.from_bytes(shadow[lo:lo + data_bytes].tobytes(), "little"))
     model.flush()
-    return Expected(kinds, beats_out, shadow, dict(model.counters))
+    counters = {k: v - before[k] for k, v in model.counters.items()}
+    return Expected(kinds, beats_out, shadow, counters, model)
