@@ -24,7 +24,9 @@ Scenario schema (TOML; errors name the dotted field)::
     [system]                         # host.systems: preset = "zionex" plus overrides, or inline
     [planner]
     name = "neo"                     # which host.planner strategy places the tables
-    time_budget_s = 2.0              # the planner's search budget
+    time_budget_s = 2.0              # the planner's search budget (wall-clock seconds)
+    max_steps = 100                  # refinement steps at most: a run is reproducible when the
+                                     # steps or convergence, not the budget, end the search
     allreduce = "hierarchical"       # ring | double_binary_tree | hierarchical
     alltoall = "direct"              # direct | hierarchical
     [dense]
@@ -98,6 +100,7 @@ class Scenario:
     system: SystemSpec
     planner: str = "neo"
     planner_budget_s: float = 2.0
+    planner_max_steps: int | None = 100
     allreduce: str = "hierarchical"
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
@@ -111,7 +114,9 @@ class Scenario:
             "cluster": {"nodes": self.nodes, **({"gpus_per_node": self.gpus_per_node} if self.gpus_per_node else {})},
             "workload": self.source.get("workload", {"preset": self.workload.name}),
             "system": self.system.to_dict(),
-            "planner": {"name": self.planner, "time_budget_s": self.planner_budget_s, "allreduce": self.allreduce, "alltoall": self.alltoall},
+            "planner": {"name": self.planner, "time_budget_s": self.planner_budget_s, "allreduce": self.allreduce,
+                        "alltoall": self.alltoall,
+                        **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps})},
             "dense": {"dtype": self.dense_dtype},
         }
 
@@ -164,7 +169,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     workload = resolve_workload(data["workload"], "workload", base)
     system = resolve_system(data.get("system", "zionex"), "system")
     pl = _table("planner", data.get("planner", {}))
-    _known("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s"))
+    _known("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps"))
     planner = _choice("planner.name", pl.get("name", "neo"), PLANNERS)
     budget = pl.get("time_budget_s", 2.0)
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600:
@@ -185,6 +190,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         system=system,
         planner=planner,
         planner_budget_s=float(budget),
+        planner_max_steps=_int("planner.max_steps", pl.get("max_steps", 100), 0),
         allreduce=_choice("planner.allreduce", pl.get("allreduce", "hierarchical"), ("ring", "double_binary_tree", "hierarchical")),
         alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
@@ -290,6 +296,7 @@ class Collective:
     matrix: np.ndarray | None = None
     nbytes: float = 0.0
     estimate_s: float = 0.0  # the planner's alpha-beta estimate (GPU-side hold time)
+    nic_ps: tuple[int, ...] | None = None  # SmartNIC: each rank's packetizer time for its inter-node bytes
 
 
 @dataclass(frozen=True)
@@ -305,10 +312,283 @@ class Copy:
 
 @dataclass(frozen=True)
 class NICJob:
-    """Work on a SmartNIC: a duration per unit, and the GPU kernel that remains."""
+    """An embedding op on the SmartNIC system: the NIC units' durations (ps), the GPU kernel
+    that remains, and bytes over the GPU's PCIe link (cache fills, rows to the GPU)."""
 
     units: tuple[tuple[str, int], ...]
     gpu: KernelCost
+    pcie_bytes: float = 0.0
+
+
+# ------------------------------------------------------------------------------ the SmartNIC
+#: Zipf exponents of the synthetic lookup traces when a table brings no trace of its own
+#: (REFERENCES.md: FBGEMM's TBE benchmark defaults, 1.15 for training and 1.09 for inference).
+ZIPF_ALPHA = {"training": 1.15, "inference": 1.09}
+#: At most this many lookups are traced per cache (the bags per shard shrink to fit).
+MAX_TRACE_LOOKUPS = 1 << 18
+
+
+def nic_config(spec) -> "NICConfig":
+    """``sim.nic.NICConfig`` from a system's ``[nic]`` table."""
+    from sim.nic import NICConfig
+
+    return NICConfig(clock_hz=spec.clock_mhz * 1e6, datapath_bytes=spec.datapath_bytes,
+                     local_cache_bytes=spec.local_cache_mib * 2**20, remote_cache_bytes=spec.remote_cache_mib * 2**20,
+                     cache_ways=spec.cache_ways, memory_bytes_per_s=spec.memory_gbytes_per_s * 1e9,
+                     pool_on_nic=spec.pool_on_nic, reorder=spec.reorder)
+
+
+def zipf_rows(rng: np.random.Generator, n: int, rows: int, alpha: float) -> np.ndarray:
+    """``n`` row ids of a table of ``rows`` rows, Zipf(``alpha``) popularity over a fixed
+    pseudo-random permutation of the rows (hot rows spread over the id space).
+
+    Stand-in until ``host.traces`` lands (the one home of trace generators): the rank comes
+    from the inverse CDF of the continuous bounded Zipf (Pareto) law, so a draw is O(1)
+    whatever the table's size.
+    """
+    if rows <= 1 or n == 0:
+        return np.zeros(n, np.int64)
+    u = rng.random(n)
+    if abs(alpha - 1.0) < 1e-9:
+        rank = np.floor(np.power(float(rows), u))
+    else:
+        a = 1.0 - alpha
+        rank = np.floor(np.power((float(rows) ** a - 1.0) * u + 1.0, 1.0 / a))
+    rank = np.clip(rank.astype(np.int64) - 1, 0, rows - 1)
+    step = 2654435761 % rows or 1
+    while math.gcd(step, rows) != 1:
+        step += 1
+    return (rank * step + 7919) % rows
+
+
+@dataclass
+class NICEffects:
+    """What the SmartNICs change in one iteration (per rank unless said otherwise).
+
+    ``matrices``: the AlltoAllv matrices after the NICs (same keys as the plan's);
+    ``gpu_lookups[r][i]``: forward lookups left to the GPU for rank r's i-th shard kernel;
+    ``fwd_units[r]``: NIC unit durations (ps) in the embedding forward; ``fwd_pcie_bytes`` /
+    ``bwd_pcie_bytes``: PCIe bytes between GPU and NIC (cache fills, write-through, rows to
+    the GPU); ``gpu_pool_bytes``: unpooled row bytes a GPU pools before the interaction;
+    ``hit_rates`` and ``figures`` for the metrics.
+    """
+
+    cfg: Any
+    matrices: dict[str, np.ndarray]
+    gpu_lookups: list[list[float]]
+    fwd_units: list[tuple[tuple[str, int], ...]]
+    fwd_pcie_bytes: np.ndarray
+    bwd_pcie_bytes: np.ndarray
+    gpu_pool_bytes: np.ndarray
+    hit_rates: dict[str, float]
+    figures: dict[str, Any]
+
+    def packetizer_ps(self, matrix: np.ndarray, gpus_per_node: int) -> tuple[int, ...]:
+        """Each rank's packetizer time for its inter-node messages of ``matrix`` (one RDMA
+        WRITE per destination; intra-node bytes go over NVLink, not the NIC)."""
+        from sim.engine import ps_from_s
+        from sim.nic import packetizer_time_s
+
+        world = matrix.shape[0]
+        node = np.arange(world) // gpus_per_node
+        out = []
+        for r in range(world):
+            msgs = matrix[r][node != node[r]]
+            out.append(ps_from_s(packetizer_time_s(self.cfg, msgs[msgs > 0])))
+        return tuple(out)
+
+
+def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
+    """The SmartNIC mechanisms applied to one iteration's work (see the module doc).
+
+    Local cache (``local_cache_mib`` > 0), on each owner's NIC, warm (steady state; in training
+    the GPU's optimizer writes updated cached rows through to the NIC over PCIe): hits are
+    gathered by the NIC from its memory, misses by the GPU from HBM, and every miss fills the
+    cache (its row crosses PCIe, GPU to NIC). With ``pool_on_nic`` the NIC pools its hits into
+    partial pools, merged on the NIC with the GPU's partials bound to other nodes (the NIC is on
+    that path) and sent as extra pooled vectors to GPUs of the same node; without it the hit
+    rows themselves go to the requesters, whose GPUs pool them.
+
+    Remote cache (``remote_cache_mib`` > 0), on each requester's NIC, for tables owned on other
+    nodes: the requester fetches rows instead of pooled vectors: hits come from its cache, misses
+    arrive as raw rows from the owners (and fill the cache), and the requester pools them on
+    its NIC (``pool_on_nic``) or ships them over PCIe to its GPU. Inference: warm, and only the
+    misses' indices cross in the input AlltoAll. Training: the rows change every step, so the
+    cache is invalidated per batch (cold: reuse within the batch only) and the input and
+    gradient AlltoAlls are unchanged (owners need every index for the backward).
+
+    Reorder (``reorder``): each batch's bags are reordered (``sim.nic.reorder_bags``) before the
+    caches see them; without a cache it changes nothing. Pooling on the NIC without a cache has
+    nothing to pool. Row-wise partial pools (``rs``/``ag``) are left as they are.
+    """
+    from sim.engine import ps_from_s
+    from sim.nic import Segment, adjacent_reuse, cache_lookup_time_s, gather_time_s, trace_stats
+    from host.planner.plan import ShardingType
+
+    cfg = nic_config(sc.system.nic)
+    wl = sc.workload
+    world, gpn = work.world_size, work.gpus_per_node
+    alpha = ZIPF_ALPHA[sc.mode]
+    tables = {t.name: t for t in wl.tables}
+    samples = sc.system.nic.trace_samples
+    comm_b = psys.comm_bytes
+    m = {k: v.copy() for k, v in work.matrices.items()}
+    node = np.arange(world) // gpn
+    inter = node[:, None] != node[None, :]
+    # per rank: (table, shard, kernel) in kernel order
+    owned: list[list[tuple[str, Any, Any]]] = [[] for _ in range(world)]
+    for t in wl.tables:
+        tp = plan.tables[t.name]
+        for shard, k in zip(tp.shards, work.tables[t.name].kernels):
+            owned[k.rank].append((t.name, shard, k))
+    gpu_lookups = [[float(k.lookups) for k in ks] for ks in work.kernels]
+    fwd_pcie = np.zeros(world)
+    bwd_pcie = np.zeros(world)
+    gpu_pool = np.zeros(world)
+    nic_rows = [[] for _ in range(world)]      # gather/pool unit work: (dim, elem_bytes, bags, rows per bag)
+    cache_lookups = np.zeros(world)
+    figures: dict[str, Any] = {"pool_on_nic": cfg.pool_on_nic, "reorder": cfg.reorder,
+                               "local_cache_mib": sc.system.nic.local_cache_mib,
+                               "remote_cache_mib": sc.system.nic.remote_cache_mib, "zipf_alpha": alpha}
+    hit_rates: dict[str, float] = {}
+    # forward lookups that reach each owner shard (remote-cache hits never do)
+    reach = [[float(k.lookups) for k in ks] for ks in work.kernels]
+    memo: dict = {}
+    reuse_probe: tuple[np.ndarray, np.ndarray] | None = None
+
+    def segment(key: str, rows: int, row_bytes: int, pool: float, bags: int, rng) -> Segment:
+        lengths = np.maximum(rng.poisson(pool, bags), 0).astype(np.int64) if pool > 0 else np.zeros(bags, np.int64)
+        return Segment(key, lengths, zipf_rows(rng, int(lengths.sum()), rows, alpha), rows, row_bytes)
+
+    def traced_bags(items: list[tuple[float, int]], passes: int) -> float:
+        """Scale so that sum(pool * bags * passes) <= MAX_TRACE_LOOKUPS."""
+        total = sum(p * min(samples, b) * passes for p, b in items)
+        return min(1.0, MAX_TRACE_LOOKUPS / total) if total > 0 else 1.0
+
+    # ---- remote caches (requesters)
+    if cfg.remote_cache and world > gpn:
+        warm = sc.mode == "inference"
+        passes = 2 if warm else 1
+        b = wl.batch_per_gpu
+        remote_tables = [t for t in wl.tables if plan.tables[t.name].sharding != ShardingType.DATA_PARALLEL]
+        stats: dict[str, Any] = {}
+        for requester in sorted({0, world - 1}):
+            mine = [t for t in remote_tables if t.name not in stats
+                    and any(node[s.rank] != node[requester] for s in plan.tables[t.name].shards)]
+            if not mine:
+                continue
+            rng = np.random.default_rng([sc.seed, 2, requester])
+            scale = traced_bags([(t.pooling, b) for t in mine], passes)
+            bags = max(2, int(min(samples, b) * scale)) * passes
+            segs = [segment(t.name, t.rows, t.row_bytes, t.pooling, bags, rng) for t in mine]
+            st = trace_stats(segs, cfg.remote_cache_bytes, cfg.cache_ways, warm=warm, reorder=cfg.reorder)
+            stats.update(st.segments)
+        h_of = {name: ss.hit_rate for name, ss in stats.items()}
+        total = sum(ss.lookups for ss in stats.values())
+        hit_rates["nic_remote"] = sum(ss.hit_rate * ss.lookups for ss in stats.values()) / total if total else 0.0
+        inter_frac = (world - gpn) / world
+        remote_rows = np.zeros(world)       # rows each requester pools for remote tables
+        for r in range(world):
+            pooled_total = raw_miss = 0.0
+            for i, (name, shard, k) in enumerate(owned[r]):
+                if name not in h_of:
+                    continue
+                h = h_of[name]
+                remote_l = k.lookups * inter_frac
+                reach[r][i] -= remote_l * h   # served from the requesters' remote caches
+                raw_miss += remote_l * (1 - h) * k.row_bytes
+                pooled_total += k.pooled_rows * inter_frac * shard.cols * comm_b
+            if pooled_total > 0:
+                # inter-node pooled vectors become the missed rows
+                m["pooled"][r] = np.where(inter[r], m["pooled"][r] * (raw_miss / pooled_total), m["pooled"][r])
+        # the requester pools every remote row (hits from its cache, misses as they arrive)
+        for t in remote_tables:
+            if t.name not in h_of:
+                continue
+            off_node = np.array([sum(1 for s in plan.tables[t.name].shards if node[s.rank] != node[q]) > 0
+                                 for q in range(world)])
+            rows_per_req = b * t.pooling
+            for q in np.nonzero(off_node)[0]:
+                remote_rows[q] += rows_per_req * t.row_bytes
+                cache_lookups[q] += rows_per_req
+                if cfg.pool_on_nic:
+                    nic_rows[q].append((t.dim, t.elem_bytes, b, t.pooling))
+        if not cfg.pool_on_nic:
+            fwd_pcie += remote_rows
+            gpu_pool += remote_rows
+        if warm:
+            h_all = hit_rates["nic_remote"]
+            m["input"] = np.where(inter, m["input"] * (1 - h_all), m["input"])
+    # ---- local caches (owners)
+    local_hits = local_lookups = 0.0
+    if cfg.local_cache:
+        for r in range(world):
+            rng = np.random.default_rng([sc.seed, 1, r])
+            items = [(reach[r][i] / max(1, k.pooled_rows), k.pooled_rows) for i, (_, _, k) in enumerate(owned[r])]
+            scale = traced_bags(items, 2)
+            segs = []
+            for i, (name, shard, k) in enumerate(owned[r]):
+                bags = max(2, int(min(samples, k.pooled_rows) * scale)) * 2
+                segs.append(segment(f"{name}#{i}", shard.rows, k.row_bytes, reach[r][i] / max(1, k.pooled_rows), bags, rng))
+            if reuse_probe is None and segs:
+                big = max(segs, key=lambda x: len(x.rows))
+                reuse_probe = (big.lengths, big.rows)
+            st = trace_stats(segs, cfg.local_cache_bytes, cfg.cache_ways, warm=True, reorder=cfg.reorder)
+            hits_r = 0.0
+            pooled_hit_bytes = 0.0
+            raw_hit_bytes = 0.0
+            pooled_total = 0.0
+            for i, (name, shard, k) in enumerate(owned[r]):
+                ss = st.segments.get(f"{name}#{i}")
+                h = ss.hit_rate if ss else 0.0
+                hits = reach[r][i] * h
+                hits_r += hits
+                gpu_lookups[r][i] = reach[r][i] - hits
+                fwd_pcie[r] += (reach[r][i] - hits) * k.row_bytes          # fills
+                if sc.mode == "training":
+                    bwd_pcie[r] += k.unique_rows * h * k.row_bytes         # write-through
+                bags_hit = k.pooled_rows * (ss.bags_with_hit if ss else 0.0)
+                if cfg.pool_on_nic:
+                    nic_rows[r].append((shard.cols, k.row_bytes // max(1, shard.cols), bags_hit, hits / bags_hit if bags_hit else 0.0))
+                    pooled_hit_bytes += bags_hit * shard.cols * comm_b
+                else:
+                    raw_hit_bytes += hits * k.row_bytes
+                pooled_total += k.pooled_rows * shard.cols * comm_b
+            cache_lookups[r] += sum(reach[r])
+            local_hits += hits_r
+            local_lookups += cache_lookups[r]
+            if pooled_total > 0:
+                row = work.matrices["pooled"][r]
+                if cfg.pool_on_nic:  # NIC partials to GPUs of the same node
+                    extra = row * (pooled_hit_bytes / pooled_total) * (node == node[r])
+                else:                # hit rows to every requester
+                    extra = row * (raw_hit_bytes / pooled_total)
+                extra[r] = 0.0
+                m["pooled"][r] += extra
+                if not cfg.pool_on_nic:
+                    gpu_pool += extra    # gradients still travel pooled (grad AlltoAll unchanged)
+        hit_rates["nic_local"] = local_hits / local_lookups if local_lookups else 0.0
+    else:
+        gpu_lookups = [list(x) for x in reach]
+    # ---- the units' times
+    units: list[tuple[tuple[str, int], ...]] = []
+    for r in range(world):
+        g = gather_time_s(cfg, nic_rows[r], seed=sc.seed, memo=memo) if nic_rows[r] else 0.0
+        c = cache_lookup_time_s(cfg, cache_lookups[r])
+        units.append(tuple((u, ps_from_s(t)) for u, t in (("cache", c), ("gather", g)) if t > 0))
+    if reuse_probe is not None:
+        lengths, rows = reuse_probe
+        base = adjacent_reuse(lengths, rows, cfg.reuse_window)
+        after = adjacent_reuse(lengths, rows, cfg.reuse_window, reorder=True)
+        figures["reuse_window"] = cfg.reuse_window
+        figures["adjacent_reuse"] = base
+        figures["adjacent_reuse_reordered"] = after
+    figures["pcie_fwd_bytes_per_rank"] = float(fwd_pcie.mean())
+    figures["pcie_bwd_bytes_per_rank"] = float(bwd_pcie.mean())
+    figures["gpu_forward_lookups_per_rank"] = float(np.mean([sum(x) for x in gpu_lookups]))
+    figures["pooled_a2a_bytes"] = float(m["pooled"].sum())
+    figures["trace_lookups_max"] = MAX_TRACE_LOOKUPS
+    return NICEffects(cfg, m, gpu_lookups, units, fwd_pcie, bwd_pcie, gpu_pool, hit_rates, figures)
 
 
 # --------------------------------------------------------------------------------- the run
@@ -362,7 +642,7 @@ class ClusterRun:
         psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
         from host.planner.search import plan_neo
 
-        plan = plan_neo(sc.workload, psys, time_budget_s=sc.planner_budget_s)
+        plan = plan_neo(sc.workload, psys, time_budget_s=sc.planner_budget_s, max_steps=sc.planner_max_steps)
         return plan, psys
 
     def run(self) -> RunResult:
@@ -413,12 +693,23 @@ class ClusterRun:
         b = wl.batch_per_gpu
         comm = psys.comm
         m = work.matrices
+        nic: NICEffects | None = None
+        self.nic_stats: dict[str, float] = {}
+        self.nic_metrics: dict[str, Any] = {}
+        if sys_.embeddings == "nic":
+            self.progress("SmartNIC: cache hit rates on the lookup traces", 0.22)
+            nic = nic_effects(sc, self.plan, work, psys)
+            m = nic.matrices
+            self.nic_stats = dict(nic.hit_rates)
+            self.nic_metrics = dict(nic.figures)
+        self.nic_effects = nic
         pooled = m["pooled"] + m["rs"]
         grad = m["grad"] + m["ag"]
 
         def coll_a2a(matrix: np.ndarray) -> Collective:
             matrix = np.ceil(matrix)  # whole bytes; a fraction of a byte still needs one
-            return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix))
+            nic_ps = nic.packetizer_ps(matrix, gpn) if nic is not None else None
+            return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix), nic_ps=nic_ps)
 
         comm_bytes = 4 if sys_.comm_dtype == "fp32" else 2
         ar_bytes = int(math.ceil(dense.params * comm_bytes + work.dp_allreduce_bytes))
@@ -432,6 +723,13 @@ class ClusterRun:
         dense_in_bytes = wl.dense.bottom_mlp[0] * 4
         lookups_per_sample = sum(t.pooling for t in wl.tables)
         payloads["h2d"] = Copy(b * (dense_in_bytes + lookups_per_sample * psys.index_bytes + len(wl.tables) * psys.length_bytes))
+        if nic is not None and nic.gpu_pool_bytes.any():
+            # rows that reach a GPU unpooled (pooling on the NIC off) are pooled by a streaming
+            # kernel before the interaction (ASSUMPTION: folded into the interaction's op)
+            eff = gpu.efficiency
+            payloads["inter_fwd"] = [
+                dense.inter_fwd + KernelCost(hbm_bytes=float(nb), memory_s=float(nb) / (gpu.hbm_bytes_per_s * eff.hbm_stream))
+                for nb in nic.gpu_pool_bytes]
         if sc.mode == "training":
             payloads.update({
                 "top_bwd": dense.top_bwd,
@@ -446,7 +744,6 @@ class ClusterRun:
         bwd: list[Any] = []
         pcie = sys_.host.pcie_gbytes_per_s * 1e9
         cpu = CPU_PRESETS[sys_.host.cpu]
-        self.nic_stats: dict[str, float] = {}
         for r in range(world):
             ks = work.kernels[r]
             if sys_.embeddings == "cpu":
@@ -458,8 +755,9 @@ class ClusterRun:
             f = KernelCost()
             g = KernelCost()
             miss_s = 0.0
-            for k in ks:
-                f = f + embedding_forward_cost(gpu, k.lookups, k.row_bytes, k.pooled_rows, k.out_row_bytes)
+            for i, k in enumerate(ks):
+                gl = k.lookups if nic is None else int(round(nic.gpu_lookups[r][i]))
+                f = f + embedding_forward_cost(gpu, gl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
                 g = g + embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.row_bytes, k.state_bytes_per_row)
                 miss_s += k.miss_bytes / pcie
             launch = gpu.efficiency.launch_overhead_s
@@ -467,8 +765,10 @@ class ClusterRun:
             g = _fused(g, 2 * launch, miss_s / 2)
             fwd.append(f)
             bwd.append(g)
-        if sys_.embeddings == "nic":
-            fwd, bwd, pooled_scale = self._nic_payloads(work, fwd, bwd)
+        if nic is not None:
+            fwd = [NICJob(nic.fwd_units[r], fwd[r], float(nic.fwd_pcie_bytes[r])) for r in range(world)]
+            bwd = [NICJob((), bwd[r], float(nic.bwd_pcie_bytes[r])) if nic.bwd_pcie_bytes[r] > 0 else bwd[r]
+                   for r in range(world)]
         if sys_.embeddings == "cpu":
             # pooled embeddings reach the GPU over PCIe, gradients leave it the same way
             recv = pooled.sum(axis=0)
@@ -479,9 +779,6 @@ class ClusterRun:
         if sc.mode == "training":
             payloads["emb_bwd"] = bwd
         return payloads
-
-    def _nic_payloads(self, work, fwd, bwd):
-        raise RuntimeError("the SmartNIC system needs sim/nic.py, which needs sim/timing/{embedding,cache,packetizer}.py")
 
     def _build_resources(self, topo, world: int):
         from sim.network import collectives as coll
@@ -500,6 +797,24 @@ class ClusterRun:
         sockets = [ServerPool(engine, sys_.host.sockets_per_node, name=f"cpu{n}") for n in range(nodes)]
         comm_partition = "comm" if partitions else None
         ranks = list(range(world))
+        nics: list[Any] = []
+        if sys_.embeddings == "nic":
+            from sim.nic import NIC
+
+            cfg = self.nic_effects.cfg if getattr(self, "nic_effects", None) is not None else nic_config(sys_.nic)
+            keep = set(_sample_ranks(world))
+            nics = [NIC(engine, cfg, name=f"nic{r}", record=r in keep) for r in range(world)]
+
+        def all_of(parts: int, done: Callable[[int, int], None]) -> Callable[[int, int], None]:
+            """A completion that fires ``done(start, end)`` once ``parts`` pieces have ended."""
+            start = engine.now
+            left = [parts]
+
+            def piece(_s: int, _e: int) -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    done(start, engine.now)
+            return piece
 
         def backend(op: Op, done: Callable[[int, int], None]) -> None:
             payload = op.payload
@@ -523,22 +838,39 @@ class ClusterRun:
                         demand[key] = min(demand_sm, 0.5 * g.pool.capacities[key])
                     held.append((g, g.pool.reserve(demand)))
 
+                finish = done
+                if payload.nic_ps is not None and nics:
+                    # the NICs on the path packetize their inter-node bytes while the network
+                    # carries them; the collective ends when both are through
+                    busy = [(r, d) for r, d in enumerate(payload.nic_ps) if d > 0]
+                    finish = all_of(1 + len(busy), done)
+                    for r, d in busy:
+                        nics[r].run({"packetizer": d}, finish, label=f"{op.phase}[{op.iteration}]")
+
                 def net_done(_handle: Any) -> None:
                     for g, reservation in held:
                         g.pool.release(reservation)
-                    done(start, engine.now)
+                    finish(start, engine.now)
 
                 if payload.kind == "alltoallv":
                     coll.alltoallv(net, ranks, payload.matrix, algorithm=sc.alltoall, on_done=net_done)
                 else:
                     coll.allreduce(net, ranks, payload.nbytes, algorithm=sc.allreduce, on_done=net_done)
             elif isinstance(payload, NICJob):
-                raise RuntimeError("NIC jobs need sim/nic.py")
+                # the GPU kernel, the NIC units and the PCIe transfers run side by side
+                units = {u: d for u, d in payload.units if d > 0}
+                parts = 1 + (1 if units else 0) + (1 if payload.pcie_bytes > 0 else 0)
+                finish = all_of(parts, done)
+                gpus[op.rank].launch(payload.gpu, finish)
+                if units:
+                    nics[op.rank].run(units, finish, label=f"{op.phase}[{op.iteration}]")
+                if payload.pcie_bytes > 0:
+                    links[op.rank].transfer(payload.pcie_bytes, finish)
             else:
                 raise TypeError(f"op {op!r}: no backend for payload {type(payload).__name__}")
 
         self.net = net
-        return engine, backend, {"gpus": gpus, "links": links, "sockets": sockets, "net": net}
+        return engine, backend, {"gpus": gpus, "links": links, "sockets": sockets, "net": net, "nics": nics}
 
     # ------------------------------------------------------------------------------ metrics
     def _collect(self, graph: OpGraph, engine: Engine, end_ps: int, res: dict, dense: DenseCosts, work, wall_s: float) -> RunResult:
@@ -556,7 +888,7 @@ class ClusterRun:
         hi = it_end[its[-1]]
         iter_s = s_from_ps(hi - lo) / len(its)
         global_batch = sc.workload.batch_per_gpu * world
-        sample = sorted({0, world // 2, world - 1}) if world > 64 else list(range(world))
+        sample = _sample_ranks(world)
         bd = phase_breakdown(graph, sample, its)
         metrics: dict[str, Any] = {
             "scenario": sc.name,
@@ -579,6 +911,7 @@ class ClusterRun:
             "idle_s": bd.idle,
             "dense_params": dense.params,
             "plan": getattr(self.plan, "sharding_counts", lambda: {})(),
+            "plan_notes": list(getattr(self.plan, "notes", ())),
         }
         if sc.mode == "inference":
             lat = []
@@ -595,13 +928,22 @@ class ClusterRun:
                 "pcie": float(np.mean([l.utilization(elapsed) for l in res["links"]]))}
         if sc.system.embeddings == "cpu":
             util["cpu_sockets"] = float(np.mean([s.utilization(elapsed) for s in res["sockets"]]))
+        if res["nics"]:
+            for unit in res["nics"][0].units:
+                util[f"nic_{unit}"] = float(np.mean([n.units[unit].utilization(elapsed) for n in res["nics"]]))
         net = res["net"]
         link_class = {k: float(v) for k, v in net.link_class_bytes().items()}
         util.update(self._network_utilization(net, elapsed))
         metrics["utilization"] = util
         metrics["link_class_bytes"] = link_class
         metrics["cache_hit_rates"] = dict(getattr(self, "nic_stats", {}))
+        if getattr(self, "nic_metrics", None):
+            metrics["nic"] = dict(self.nic_metrics)
         tracks = _tracks(graph, sample)
+        for nic in res["nics"]:
+            if nic.record:
+                for unit, spans in nic.intervals.items():
+                    tracks[f"{nic.name}/{unit}"] = sorted(spans)
         return RunResult(sc, graph, metrics, bd, tracks, util, link_class, wall_s)
 
     def _network_utilization(self, net, elapsed_ps: int) -> dict[str, float]:
@@ -612,22 +954,16 @@ class ClusterRun:
 
 
 def _planner_comm(topo):
-    """The planner's alpha-beta view of the topology: from the network model's closed-form
-    estimates when it offers them, otherwise from the topology's configured figures (per-GPU
-    intra-node bandwidth and latency; per-GPU share of the NIC line rate and its latency)."""
-    import sim.network as network
+    """The planner's alpha-beta view of the topology (``host.planner``'s one home of it: the
+    network model's closed-form estimates, or the topology's configured figures)."""
     from host.planner.system import AlphaBetaComm
 
-    if hasattr(network, "estimate_alltoallv_time_s"):
-        return AlphaBetaComm.from_topology(topo)
-    c = topo.config
-    intra_bw = c.intra_node.bandwidth_gbps * 1e9 / 8
-    inter_bw = c.nic.bandwidth_gbps * 1e9 / 8 * c.nic.per_node / c.cluster.gpus_per_node
-    alpha_intra = (2 * c.intra_node.link_latency_ns + c.intra_node.switch_latency_ns) * 1e-9
-    alpha_inter = (2 * c.nic.latency_ns + c.inter_node.switch_latency_ns + c.transport.message_overhead_ns) * 1e-9
-    return AlphaBetaComm(nodes=topo.nodes, gpus_per_node=topo.gpus_per_node, alpha_intra_s=alpha_intra,
-                         bw_intra_bytes_per_s=intra_bw, alpha_inter_s=alpha_inter, bw_inter_bytes_per_s=inter_bw,
-                         source=f"config:{c.name}")
+    return AlphaBetaComm.from_topology(topo)
+
+
+def _sample_ranks(world: int) -> list[int]:
+    """The ranks whose timelines and breakdowns are kept (all of them up to 64)."""
+    return sorted({0, world // 2, world - 1}) if world > 64 else list(range(world))
 
 
 def _fused(cost: KernelCost, launch_s: float, extra_s: float) -> KernelCost:

@@ -33,8 +33,9 @@ ST = ShardingType
 
 
 def _weight_greedy(name: str, weight: Callable[[TableSpec, WorkloadSpec], float]):
-    def run(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None) -> Plan:
-        p = Placer(workload, system, cost)
+    def run(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
+            tw_cache: dict | None = None) -> Plan:
+        p = Placer(workload, system, cost, tw_cache=tw_cache)
         load = np.zeros(p.world)
         too_big = lambda t: p.shard_bytes(t, t.rows, t.dim) > p.caps[0]  # noqa: E731  split these first
         for table in sorted(workload.tables, key=lambda t: (not too_big(t), -weight(t, workload))):
@@ -43,11 +44,11 @@ def _weight_greedy(name: str, weight: Callable[[TableSpec, WorkloadSpec], float]
             order = [int(r) for r in np.argsort(load, kind="stable")]
             tp = None
             if size <= p.caps[0]:
-                for r in order:
-                    tp = p.make(table, ST.TABLE_WISE, [r])
-                    if tp is not None and tp.shards[0].tier == "hbm":
-                        break
-                    tp = None
+                # the first rank in load order whose free HBM holds the whole table (where
+                # make() would choose the "hbm" tier), found at once instead of rank by rank
+                room = (p.caps[0] - p.state.hbm)[order] >= size
+                if room.any():
+                    tp = p.make(table, ST.TABLE_WISE, [order[int(room.argmax())]])
             m = max(2, math.ceil(size / p.caps[0]))
             while tp is None and m < p.world:
                 tp = p.make(table, ST.ROW_WISE, sorted(order[:m]))
@@ -66,8 +67,9 @@ def _weight_greedy(name: str, weight: Callable[[TableSpec, WorkloadSpec], float]
     return run
 
 
-def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None) -> Plan:
-    p = Placer(workload, system, cost)
+def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
+              tw_cache: dict | None = None) -> Plan:
+    p = Placer(workload, system, cost, tw_cache=tw_cache)
     g, world = p.g, p.world
     load = np.zeros(world)
     choices = []
@@ -132,8 +134,11 @@ BASELINES: dict[str, Callable[..., Plan]] = {
 }
 
 
-def plan_baseline(name: str, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None) -> Plan:
-    """The plan of baseline ``name`` (one of :data:`BASELINES`)."""
+def plan_baseline(name: str, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
+                  tw_cache: dict | None = None) -> Plan:
+    """The plan of baseline ``name`` (one of :data:`BASELINES`). ``tw_cache``: a table-wise
+    contribution cache shared with another placer of the same workload, system and cost model
+    (``Placer(tw_cache=...)``), so that tables are costed once."""
     if name not in BASELINES:
         raise ValueError(f"baseline: unknown {name!r}; expected one of {', '.join(BASELINES)}")
-    return BASELINES[name](workload, system, cost)
+    return BASELINES[name](workload, system, cost, tw_cache=tw_cache)

@@ -52,7 +52,8 @@ def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
 class Placer:
     """Shared machinery of the planners: building table plans, costing them, tracking memory."""
 
-    def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None) -> None:
+    def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
+                 tw_cache: dict | None = None) -> None:
         self.workload = workload
         self.system = system
         self.cost = cost or CostModel(workload, system)
@@ -70,7 +71,9 @@ class Placer:
         node, local, nodes = r // self.g, r % self.g, system.nodes
         self._inv = np.array([((node - node[k]) % nodes) * self.g + (local - local[k]) % self.g
                               for k in range(self.world)])
-        self._tw_cache: dict[tuple[str, str], Contribution] = {}
+        # rank-0 contributions of table-wise tables, by (table, tier): shareable between placers
+        # of the same workload, system and cost model (the baselines the search starts from)
+        self._tw_cache: dict[tuple[str, str], Contribution] = {} if tw_cache is None else tw_cache
         self._cache: dict[TablePlan, Contribution] = {}
 
     # ------------------------------------------------------------------ building table plans
@@ -213,9 +216,13 @@ class NeoPlanner(Placer):
     """Greedy-by-cost placement followed by refinement (see the module doc)."""
 
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
-                 time_budget_s: float = 6.0, candidates: int = 4, exact_limit: int = 4096) -> None:
+                 time_budget_s: float = 6.0, candidates: int = 4, exact_limit: int = 4096,
+                 max_steps: int | None = None) -> None:
         super().__init__(workload, system, cost)
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
+            raise ValueError(f"max_steps: expected an integer >= 0 or None, got {max_steps!r}")
         self.time_budget_s = time_budget_s
+        self.max_steps = max_steps
         self.candidates = candidates
         self.exact_limit = exact_limit
         self.stats: dict[str, float] = {}
@@ -256,7 +263,9 @@ class NeoPlanner(Placer):
             self._apply(best)
         share = sum(costs.values()) / self.world  # a rank's fair share of table-wise work
         for table in rest:
-            cands = self._lightest(self.candidates)
+            # the lightest ranks whose HBM holds the table (the lightest ones, if none does)
+            size = self.shard_bytes(table, table.rows, table.dim)
+            cands = self._light_for(size, self.candidates, set(), self.totals()) or self._lightest(self.candidates)
             trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in cands]
             if costs[table.name] > 0.6 * share:  # heavy: splitting it is a candidate from the start
                 totals = self.totals()
@@ -276,12 +285,71 @@ class NeoPlanner(Placer):
             self._apply(best)
 
     def _best(self, trials: list[list[tuple[str, TablePlan | None]]]):
-        best = None
+        """The trial with the lowest score that fits (the first on a tie), as :meth:`_try`
+        returns it, or None. The trials are scored together: one stack of candidate states,
+        costed with array operations (element by element the arithmetic of :meth:`_try`).
+        Single table-wise moves, most of the trials, are built straight from the table's
+        rank-0 contribution relabeled (no per-trial contribution object)."""
+        entries: list[tuple] = []
         for changes in trials:
-            r = self._try(changes)
-            if r is not None and (best is None or r[0] < best[0]):
-                best = r
-        return best
+            if any(tp is None for _, tp in changes):
+                continue
+            if len(changes) == 1 and changes[0][1].sharding == ST.TABLE_WISE:
+                name, tp = changes[0]
+                shard = tp.shards[0]
+                key = (tp.table, shard.tier)
+                if key not in self._tw_cache:
+                    self.contribution(tp)
+                entries.append(("tw", name, tp, key, shard.rank))
+            else:
+                new = [(tp, self.contribution(tp)) for _, tp in changes]
+                subs = [self.placed[n].contrib for n, _ in changes if n in self.placed]
+                entries.append(("any", new, subs))
+        if not entries:
+            return None
+        base = self.state
+        vecs = np.empty((len(entries),) + base.vec.shape)
+        dps: list[float] = []
+        groups: dict[tuple, list[int]] = {}
+        for i, e in enumerate(entries):
+            if e[0] == "tw":
+                groups.setdefault((e[1], e[3]), []).append(i)
+                placed = self.placed.get(e[1])
+                dps.append(base.dp_bytes - (placed.contrib.dp_bytes if placed else 0.0) + self._tw_cache[e[3]].dp_bytes)
+                continue
+            _, new, subs = e
+            v = base.vec.copy()
+            dp = base.dp_bytes
+            for c in subs:  # same order as State.plus: removals first
+                v -= c.vec
+                dp -= c.dp_bytes
+            for _, c in new:
+                v += c.vec
+                dp += c.dp_bytes
+            vecs[i] = v
+            dps.append(dp)
+        for (name, key), idx in groups.items():
+            placed = self.placed.get(name)
+            start = base.vec - placed.contrib.vec if placed else base.vec
+            ranks = [entries[i][4] for i in idx]
+            vecs[idx] = start[None] + self._tw_cache[key].vec[:, self._inv[ranks]].transpose(1, 0, 2)
+        eps = 1e-6
+        ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
+              & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
+        if not ok.any():
+            return None
+        idx = np.nonzero(ok)[0]
+        totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
+        best = None
+        for j, i in enumerate(idx):
+            t = totals[j]
+            score = (float(t.max()), float(np.dot(t, t)))
+            if best is None or score < best[0]:
+                best = (score, int(i))
+        i = best[1]
+        e = entries[i]
+        new = [(e[2], self.contribution(e[2]))] if e[0] == "tw" else e[1]
+        return best[0], State(vecs[i], dps[i]), new
 
     def _apply(self, result) -> None:
         _, _, new = result
@@ -377,7 +445,7 @@ class NeoPlanner(Placer):
     def refine(self, deadline: float) -> int:
         steps = 0
         self._index()
-        while time.perf_counter() < deadline:
+        while time.perf_counter() < deadline and (self.max_steps is None or steps < self.max_steps):
             totals = self.totals()
             slow = int(totals.argmax())
             current = self.score(self.state)
@@ -434,7 +502,7 @@ class NeoPlanner(Placer):
         best = self.score(self.state)
         for name in ("lookup-greedy", "size-lookup-greedy"):
             try:
-                other = plan_baseline(name, self.workload, self.system, self.cost)
+                other = plan_baseline(name, self.workload, self.system, self.cost, tw_cache=self._tw_cache)
             except ValueError:
                 continue
             st = State.empty(self.world)
@@ -459,12 +527,24 @@ class NeoPlanner(Placer):
         return self.plan("neo", notes)
 
 
+def _totals_batch(cost: CostModel, vecs: np.ndarray, dps: list[float]) -> np.ndarray:
+    """:meth:`CostModel.totals` of a stack of states ``vecs[T, 27, N]`` (element by element
+    the same arithmetic, so scores match the one-state path exactly)."""
+    comm = cost.system.comm.rank_times_s(vecs[:, 4:24].reshape(len(vecs), 5, 4, -1)).sum(axis=1)
+    busy = vecs[:, 3] > 0.5
+    ar = np.array([cost._allreduce_s(d) for d in dps])[:, None]
+    return (vecs[:, 0] + vecs[:, 1] + vecs[:, 2] + busy * (cost._fwd_overhead + cost._bwd_overhead) + comm + ar)
+
+
 def _only(c: Contribution, world: int) -> State:
     st = State.empty(world)
     st.add(c)
     return st
 
 
-def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float = 6.0) -> Plan:
-    """Neo's plan for ``workload`` on ``system`` (see :class:`NeoPlanner`)."""
-    return NeoPlanner(workload, system, time_budget_s=time_budget_s).run()
+def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float = 6.0,
+             max_steps: int | None = None) -> Plan:
+    """Neo's plan for ``workload`` on ``system`` (see :class:`NeoPlanner`). The refinement
+    stops at the time budget or after ``max_steps`` steps, whichever comes first: a plan is
+    reproducible when the steps (or convergence), not the clock, end it."""
+    return NeoPlanner(workload, system, time_budget_s=time_budget_s, max_steps=max_steps).run()
