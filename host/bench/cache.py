@@ -1,0 +1,143 @@
+"""``neonic bench cache``: hit rates of the embedding-row cache on realistic traces, and the
+controller's hit rate, latency and miss throughput measured on its RTL.
+
+Figures:
+
+* ``hit_rate[policy][size][trace]``: LRU and LFU, 32 ways, caches of 5% and 20% of the rows,
+  on Zipf 1.05 and 1.15 traces of FBGEMM's benchmark shape (1e5 rows, batch 512, pooling 20;
+  100 batches, 10 with ``--quick``) and on the trace fitted to
+  ``shared/data/dlrm_datasets_2021_locality_stats.txt`` (``host.traces``), from the fast
+  trace-level model (``sim.reference.cache.simulate_trace``). Merged misses count as hits.
+* ``rtl_vs_reference_hit_rate_delta``: RTL hit rate minus the reference model's on a Zipf
+  trace through the RTL (random latency, idle, backpressure); goal 0.
+* ``hit_lookups_per_cycle`` (goal >= 0.95) and ``hit_latency_cycles`` (goal <= 2) on an
+  all-hit stream of single-beat reads.
+* ``miss_throughput``: misses completed per cycle with 16 MSHRs at a backing latency of 200
+  cycles (bound: 16 / (200 + a row's beats)), with the timing model's prediction beside it.
+* ``trace_fit_total_variation``: total variation distance between the fitted trace's reuse
+  histograms and the statistics file's (``host.traces``); goal <= 0.05.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from host.bench import BenchContext
+from host.units.cache import config_of, measure_hits, measure_misses, rtl_outcomes
+from rtl.cache import CacheController
+from sim.reference.cache import CacheConfig, Request, simulate_trace
+from sim.timing.cache import CacheTiming
+
+SUMMARY = ("embedding-row cache: LRU/LFU hit rates on Zipf and fitted traces, RTL vs reference, "
+           "hit rate/latency and miss throughput of the RTL")
+
+ROWS, BATCH, POOLING, WAYS = 100_000, 512, 20, 32
+STATS_FILE = Path(__file__).resolve().parents[3] / "shared" / "data" / \
+    "dlrm_datasets_2021_locality_stats.txt"
+
+
+def _zipf_rows(rng: np.random.Generator, alpha: float, n: int) -> np.ndarray:
+    """Zipf(alpha) over ROWS rows; the popularity ranks are scattered over the row ids."""
+    try:
+        from host.traces import zipf_trace
+    except ImportError:
+        zipf_trace = None
+    if zipf_trace is not None:
+        try:
+            trace = zipf_trace(num_rows=ROWS, alpha=alpha, batch_size=BATCH, pooling=POOLING,
+                               batches=n // (BATCH * POOLING), rng=rng)
+            return np.concatenate([np.asarray(ix) for ix in trace.indices]).astype(np.int64)
+        except TypeError:
+            pass  # another signature: use the inline generator
+    weights = 1.0 / np.arange(1, ROWS + 1) ** alpha
+    cdf = np.cumsum(weights / weights.sum())
+    ranks = np.minimum(np.searchsorted(cdf, rng.random(n)), ROWS - 1)
+    return rng.permutation(ROWS)[ranks]
+
+
+def _fitted_rows(rng: np.random.Generator, n: int, ctx: BenchContext):
+    """Lookups from the generator fitted to the locality statistics, and the fit's total
+    variation distance; (None, None) when host.traces is not available."""
+    try:
+        from host import traces
+    except ImportError:
+        ctx.progress("host.traces not available: no fitted trace")
+        return None, None
+    stats = traces.load_locality_stats(STATS_FILE)
+    gen = traces.fit_generator(stats)
+    trace = gen.generate(n, rng=rng) if hasattr(gen, "generate") else gen(n, rng)
+    indices = getattr(trace, "indices", trace)
+    if isinstance(indices, (list, tuple)):
+        indices = np.concatenate([np.asarray(ix) for ix in indices])
+    tv = getattr(gen, "total_variation", None)
+    if callable(tv):
+        tv = tv(trace)
+    return np.asarray(indices, np.int64), (None if tv is None else float(tv))
+
+
+def run(ctx: BenchContext) -> dict:
+    rng = np.random.default_rng(ctx.seed)
+    batches = 10 if ctx.quick else 100
+    n = batches * BATCH * POOLING
+    figures: dict = {"trace_lookups": n, "ways": WAYS}
+    traces = {}
+    for alpha in (1.05, 1.15):
+        traces[f"zipf_{alpha}"] = _zipf_rows(rng, alpha, n)
+    fitted, tv = _fitted_rows(rng, n, ctx)
+    if fitted is not None:
+        traces["fitted"] = fitted
+    figures["trace_fit_total_variation"] = tv
+
+    hit_rate: dict = {}
+    for policy in ("lru", "lfu"):
+        for frac in (0.05, 0.20):
+            # Sets for the capacity over the rows each trace touches (1e5 for Zipf).
+            for name, rows in traces.items():
+                universe = ROWS if name.startswith("zipf") else int(rows.max()) + 1
+                sets = max(1, round(universe * frac / WAYS))
+                t0 = time.perf_counter()
+                res = simulate_trace(rows, CacheConfig(sets=sets, ways=WAYS, policy=policy))
+                hit_rate.setdefault(policy, {}).setdefault(f"{round(frac * 100)}%", {})[name] = \
+                    round(res.hit_rate, 4)
+                ctx.progress(f"{policy} {frac:.0%} {name}: hit rate {res.hit_rate:.4f} "
+                             f"({len(rows)} lookups, {sets} sets, "
+                             f"{time.perf_counter() - t0:.1f} s)")
+    figures["hit_rate"] = hit_rate
+
+    # RTL against the reference model on the same request order.
+    dut = CacheController(data_bytes=4, addr_width=20, line_beats=1, sets=16, ways=8,
+                          mshrs=16, policy="lru", index="hash")
+    count = 600 if ctx.quick else 2000
+    rows = _zipf_rows(rng, 1.05, count) % 1024
+    reqs = [Request(int(r), 1) for r in rows]
+    t0 = time.perf_counter()
+    run_ = rtl_outcomes(dut, reqs, rng, rows=1024, latency=(1, 60))
+    s = run_["stats"]
+    rtl_rate = (s["hits"] + s["merged"]) / count
+    ref_rate = run_["reference"]["hits"] / count
+    figures["rtl_vs_reference_hit_rate_delta"] = rtl_rate - ref_rate
+    figures["rtl_hit_rate"] = rtl_rate
+    figures["rtl_merged_misses"] = s["merged"]
+    ctx.progress(f"RTL vs reference: {rtl_rate:.4f} vs {ref_rate:.4f} over {count} requests "
+                 f"({time.perf_counter() - t0:.1f} s)")
+
+    dut = CacheController(data_bytes=8, addr_width=20, line_beats=4, sets=16, ways=8, mshrs=16)
+    figures.update(measure_hits(dut, 200 if ctx.quick else 1000))
+    ctx.progress(f"all-hit stream: {figures['hit_lookups_per_cycle']:.3f} lookups/cycle, "
+                 f"latency {figures['hit_latency_cycles']} cycles")
+
+    dut = CacheController(data_bytes=8, addr_width=20, line_beats=4, sets=16, ways=8, mshrs=16)
+    n_miss = 100 if ctx.quick else 400
+    miss = measure_misses(dut, n_miss, latency=200)
+    model = CacheTiming(row_beats=dut.row_beats, mshrs=16, queue_depth=dut.queue_depth,
+                        latency=200).run([Request(r * 4, 4) for r in range(n_miss)],
+                                         config_of(dut), line_beats=4)
+    figures.update(miss)
+    figures["miss_throughput_model"] = n_miss / model.cycles
+    figures["miss_throughput_bound"] = 16 / (200 + dut.row_beats)
+    ctx.progress(f"all-miss stream, 16 MSHRs, latency 200: {miss['miss_throughput']:.4f} "
+                 f"misses/cycle (model {figures['miss_throughput_model']:.4f})")
+    return figures
