@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FlowLinkIndex", "maxmin_rates", "maxmin_rates_fast", "HAVE_NUMBA"]
+__all__ = ["FlowLinkIndex", "FlowMajorIndex", "maxmin_rates", "maxmin_rates_fast", "maxmin_rates_fm", "HAVE_NUMBA"]
 
 _REL_TOL = 1e-12
 
@@ -139,8 +139,9 @@ HAVE_NUMBA = _njit is not None
 if HAVE_NUMBA:
 
     @_njit(cache=True, nogil=True)
-    def _maxmin_compiled(links, factor, wire, capacity, frozen, starts, order, rates):  # pragma: no cover
-        H, F = links.shape
+    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, rates):  # pragma: no cover
+        """Sequential progressive filling; ``links_fh`` is (F, H), ``order`` lists entries f*H+h."""
+        F, H = links_fh.shape
         L = capacity.shape[0]
         load = np.zeros(L)
         count = np.zeros(L, dtype=np.int64)
@@ -149,35 +150,54 @@ if HAVE_NUMBA:
                 continue
             fac = factor[f]
             for h in range(H):
-                k = links[h, f]
+                k = links_fh[f, h]
                 load[k] += fac if wire[k] else 1.0
                 count[k] += 1
         cap = capacity.copy()
         share = np.full(L, np.inf)
+        live = np.empty(L, dtype=np.int64)  # links that still carry unfrozen flows
+        n_live = 0
         for k in range(L):
             if count[k] > 0 and np.isfinite(cap[k]):
                 share[k] = cap[k] / load[k]
-        while True:
+                live[n_live] = k
+                n_live += 1
+        picked = np.empty(L, dtype=np.int64)
+        while n_live > 0:
+            # one pass: drop dead links, find the minimum share and the links at it
             s_min = np.inf
-            for k in range(L):
-                if share[k] < s_min:
-                    s_min = share[k]
-            if not np.isfinite(s_min):
-                break
-            thr = s_min * (1.0 + 1e-12)
-            for l in range(L):
-                if share[l] > thr:
+            n_pick = 0
+            j = 0
+            for i in range(n_live):
+                k = live[i]
+                sk = share[k]
+                if not np.isfinite(sk):
                     continue
+                live[j] = k
+                j += 1
+                if sk < s_min * (1.0 - 1e-12):
+                    s_min = sk
+                    n_pick = 0
+                    picked[n_pick] = k
+                    n_pick += 1
+                elif sk <= s_min * (1.0 + 1e-12):
+                    picked[n_pick] = k
+                    n_pick += 1
+            n_live = j
+            if n_pick == 0:
+                break
+            for i in range(n_pick):
+                l = picked[i]
                 share[l] = np.inf
                 for e in range(starts[l], starts[l + 1]):
-                    f = order[e]
+                    f = order[e] // H
                     if frozen[f]:
                         continue
                     frozen[f] = True
                     rates[f] = s_min
                     fac = factor[f]
                     for h in range(H):
-                        k = links[h, f]
+                        k = links_fh[f, h]
                         w = fac if wire[k] else 1.0
                         load[k] -= w
                         cap[k] -= w * s_min
@@ -193,28 +213,68 @@ if HAVE_NUMBA:
                 rates[f] = np.inf
         return rates
 
+    @_njit(cache=True, nogil=True)
+    def _csr_compiled(links_fh, n_links):  # pragma: no cover
+        F, H = links_fh.shape
+        counts = np.zeros(n_links + 1, dtype=np.int64)
+        for f in range(F):
+            for h in range(H):
+                counts[links_fh[f, h] + 1] += 1
+        starts = np.cumsum(counts)
+        fill = starts[:-1].copy()
+        order = np.empty(F * H, dtype=np.int64)
+        for f in range(F):
+            for h in range(H):
+                k = links_fh[f, h]
+                order[fill[k]] = f * H + h
+                fill[k] += 1
+        return starts, order
 
-def maxmin_rates_fast(
-    links: np.ndarray,
+
+class FlowMajorIndex:
+    """Link -> entry index of a (F, H) links matrix (counting sort); entries are ``f * H + h``."""
+
+    __slots__ = ("starts", "order")
+
+    def __init__(self, links_fh: np.ndarray, n_links: int) -> None:
+        if HAVE_NUMBA:
+            self.starts, self.order = _csr_compiled(links_fh, n_links)
+        else:
+            flat = links_fh.ravel()
+            self.order = np.argsort(flat, kind="stable").astype(np.int64)
+            self.starts = np.zeros(n_links + 1, dtype=np.int64)
+            np.cumsum(np.bincount(flat, minlength=n_links), out=self.starts[1:])
+
+
+def maxmin_rates_fm(
+    links_fh: np.ndarray,
     factor: np.ndarray,
     wire: np.ndarray,
     capacity: np.ndarray,
     *,
     alive: np.ndarray | None = None,
-    index: FlowLinkIndex | None = None,
+    index: FlowMajorIndex | None = None,
 ) -> np.ndarray:
-    """:func:`maxmin_rates` compiled with numba when it is installed (same results)."""
+    """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix; compiled when numba is
+    installed (same algorithm, same results), else the numpy implementation."""
+    n_flows = links_fh.shape[0]
     if not HAVE_NUMBA:
-        return maxmin_rates(links, factor, wire, capacity, alive=alive, index=index)
-    n_flows = links.shape[1]
+        rates = maxmin_rates(np.ascontiguousarray(links_fh.T), factor, wire, capacity, alive=alive)
+        return rates
     rates = np.zeros(n_flows, dtype=np.float64)
     if n_flows == 0:
         return rates
     if index is None:
-        index = FlowLinkIndex(links, capacity.shape[0])
+        index = FlowMajorIndex(links_fh, capacity.shape[0])
     frozen = np.zeros(n_flows, dtype=bool) if alive is None else ~alive
+    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, rates)
     if alive is not None:
-        rates_alive = _maxmin_compiled(links, factor, wire, capacity, frozen, index.starts, index.order, rates)
-        rates_alive[~alive] = 0.0
-        return rates_alive
-    return _maxmin_compiled(links, factor, wire, capacity, frozen, index.starts, index.order, rates)
+        rates[~alive] = 0.0
+    return rates
+
+
+def maxmin_rates_fast(links, factor, wire, capacity, *, alive=None, index=None):
+    """:func:`maxmin_rates` (hop-major input) through the compiled solver when available."""
+    if not HAVE_NUMBA:
+        return maxmin_rates(links, factor, wire, capacity, alive=alive, index=index)
+    return maxmin_rates_fm(np.ascontiguousarray(links.T), factor, wire, capacity, alive=alive)

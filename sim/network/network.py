@@ -25,7 +25,8 @@ import numpy as np
 
 from sim.engine import Engine, EventHandle
 
-from .maxmin import FlowLinkIndex, maxmin_rates_fast as maxmin_rates
+from . import _kernels as K
+from .maxmin import FlowMajorIndex, maxmin_rates_fm
 from .topology import Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -40,8 +41,8 @@ class FlowGroup:
 
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
-        "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index",
-        "_event", "_remaining",
+        "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
+        "_event", "_remaining", "_acct",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -138,9 +139,11 @@ class Network:
         g.finish_ps[~moving] = now + route.latency_ps[~moving]
         idx = np.flatnonzero(moving)
         g._orig = idx
-        g._links = np.ascontiguousarray(route.links[:, idx])
+        g._links = np.ascontiguousarray(route.links[:, idx].T)  # (F, H), flow-major
+        g._acct = np.ascontiguousarray(route.acct[:, idx].T)  # (F, A) bytes only, never binding
         g._factor = route.factor[idx]
         g._lat = route.latency_ps[idx]
+        g._nb = nb[idx]
         g._rem = nb[idx].copy()
         g._rate = np.zeros(idx.size)
         g._pred = np.full(idx.size, np.inf)
@@ -160,7 +163,7 @@ class Network:
 
     @property
     def active_flows(self) -> int:
-        return sum(int(g._alive.sum()) for g in self._groups) + sum(g._links.shape[1] for g in self._pending)
+        return sum(int(g._alive.sum()) for g in self._groups) + sum(g._links.shape[0] for g in self._pending)
 
     # ---------------------------------------------------------------------------- internals
     def _request_recompute(self, t: int) -> None:
@@ -184,22 +187,6 @@ class Network:
         if g.on_done is not None:
             g.on_done(g)
 
-    def _retire(self, g: FlowGroup, mask: np.ndarray) -> None:
-        """Account bytes of the flows in ``mask`` (finished transmitting) and drop them."""
-        topo = self.topology
-        L = topo.num_links
-        lk = g._links[:, mask]
-        nb = g.nbytes[g._orig[mask]]
-        fac = g._factor[mask]
-        for h in range(lk.shape[0]):
-            row = lk[h]
-            self.link_bytes += np.bincount(row, nb, minlength=L + 1)[:L]
-            self.link_wire_bytes += np.bincount(row, np.where(topo.wire[row], fac, 1.0) * nb, minlength=L + 1)[:L]
-        g._alive[mask] = False
-        g._rem[mask] = 0.0
-        g._rate[mask] = 0.0
-        g._remaining -= int(mask.sum())
-
     def _recompute(self) -> None:
         now = self.engine.now
         self._recompute_event = None
@@ -207,22 +194,17 @@ class Network:
         dt = now - self._t_last
         self._t_last = now
         survivors: list[FlowGroup] = []
+        topo = self.topology
         for g in self._groups:
-            alive = g._alive
-            done = alive & (g._pred <= now)
-            if done.any():
-                self._retire(g, done)
+            n_done = K.advance(g._pred, g._alive, g._rem, g._rate, float(now), float(dt), g._links, g._acct, g._factor,
+                               topo.wire, g._nb, self.link_bytes, self.link_wire_bytes)
+            g._remaining -= n_done
             if g._remaining:
-                a = g._alive
-                if dt:
-                    g._rem[a] -= g._rate[a] * dt
-                    np.maximum(g._rem, 0.0, out=g._rem)
                 if g._event is not None:  # its completion prediction is void: rates change now
                     g._event.cancel()
                     g._event = None
-                    g.finish_ps[g._orig[a]] = -1
-                # compact groups that are mostly finished
-                if g._remaining < 0.5 * a.size and a.size > 4096:
+                    K.void(g._alive, g._orig, g.finish_ps)
+                if g._remaining < 0.5 * g._alive.size and g._alive.size > 4096:
                     self._compact(g)
                 survivors.append(g)
         survivors.extend(self._pending)
@@ -236,8 +218,10 @@ class Network:
     def _compact(g: FlowGroup) -> None:
         a = g._alive
         g._orig = g._orig[a]
-        g._links = np.ascontiguousarray(g._links[:, a])
+        g._links = np.ascontiguousarray(g._links[a])
+        g._acct = np.ascontiguousarray(g._acct[a])
         g._factor = g._factor[a]
+        g._nb = g._nb[a]
         g._lat = g._lat[a]
         g._rem = g._rem[a]
         g._rate = g._rate[a]
@@ -252,22 +236,18 @@ class Network:
         if len(groups) == 1:
             g = groups[0]
             if g._index is None:
-                g._index = FlowLinkIndex(g._links, topo.num_links + 1)
-            alive = g._alive
-            all_alive = g._remaining == alive.size
-            rates = maxmin_rates(
-                g._links, g._factor, topo.wire, topo.capacity,
-                alive=None if all_alive else alive, index=g._index,
-            )
-            g._rate = np.where(alive, rates, 0.0)
+                g._index = FlowMajorIndex(g._links, topo.num_links + 1)
+            all_alive = g._remaining == g._alive.size
+            g._rate = maxmin_rates_fm(g._links, g._factor, topo.wire, topo.capacity,
+                                      alive=None if all_alive else g._alive, index=g._index)
         else:
-            links = np.concatenate([g._links[:, g._alive] for g in groups], axis=1)
+            links = np.concatenate([g._links[g._alive] for g in groups], axis=0)
             factor = np.concatenate([g._factor[g._alive] for g in groups])
-            rates = maxmin_rates(links, factor, topo.wire, topo.capacity)
+            rates = maxmin_rates_fm(links, factor, topo.wire, topo.capacity)
             pos = 0
             for g in groups:
                 a = g._alive
-                k = int(a.sum())
+                k = g._remaining
                 g._rate = np.zeros(a.size)
                 g._rate[a] = rates[pos : pos + k]
                 pos += k
@@ -275,22 +255,17 @@ class Network:
         t_min = math.inf
         youngest = -math.inf
         for g in groups:
-            a = g._alive
-            with np.errstate(divide="ignore"):
-                g._pred = np.where(a, now + g._rem / np.where(a, g._rate, 1.0), np.inf)
-            if a.any():
-                t_min = min(t_min, float(g._pred.min()))
-                youngest = max(youngest, g.start_ps)
+            t = K.predict(g._alive, g._rem, g._rate, float(now), g._pred)
+            if t < t_min:
+                t_min = t
+            youngest = max(youngest, g.start_ps)
         if not math.isfinite(t_min):  # only flows on infinite-capacity links: finish now
             horizon = now
         else:
             age = max(t_min - youngest, 0.0)
             horizon = max(math.ceil(t_min + self.coalesce_rel * age), now + 1)
         for g in groups:
-            a = g._alive
-            fin = a & (g._pred <= horizon)
-            if fin.any():
-                g.finish_ps[g._orig[fin]] = np.ceil(np.minimum(g._pred[fin], horizon)).astype(np.int64) + g._lat[fin]
-            if g._remaining == int(fin.sum()):
+            n_fin = K.mark(g._alive, g._pred, float(horizon), g._lat, g._orig, g.finish_ps)
+            if g._remaining == n_fin:
                 self._schedule_done(g)
         self._request_recompute(horizon)

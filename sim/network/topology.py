@@ -48,11 +48,16 @@ def gbps_to_bytes_per_ps(gbps: float) -> float:
 
 @dataclass(frozen=True)
 class Route:
-    """Routes of a batch of messages: ``links`` (H, F) padded with ``topology.pad_link``."""
+    """Routes of a batch of messages: ``links`` (H, F) padded with ``topology.pad_link``.
+
+    ``acct`` (A, F): links the messages also cross whose capacity can never bind (see
+    ``Topology.spine_redundant``); they carry bytes but are left out of the max-min solve.
+    """
 
     links: np.ndarray
     latency_ps: np.ndarray
     factor: np.ndarray
+    acct: np.ndarray
 
 
 class Topology:
@@ -125,6 +130,11 @@ class Topology:
         self.message_overhead_ps = int(round(c.transport.message_overhead_ns * 1000)) if self.tcp else 0
         self.nodes_per_leaf = inter.nodes_per_leaf if self.leaf_spine else N
         self.via_host = nic.attach == "host" or self.tcp
+        # A non-blocking leaf bundle (oversubscription 1) has exactly the capacity of the NIC links
+        # of its leaf, and every flow on it also crosses one of those NIC links with the same
+        # framing weight, so its constraint is implied by theirs: leaving it out of the max-min
+        # solve changes no rate (it is still counted in per-link bytes).
+        self.spine_redundant = self.leaf_spine and inter.oversubscription <= 1.0
         self.max_hops = self._max_hops()
 
     # ------------------------------------------------------------------------- construction
@@ -142,7 +152,7 @@ class Topology:
 
     def _max_hops(self) -> int:
         intra = 2 if self.config.intra_node.fabric == "switch" else 1
-        inter = 2 + (2 if self.leaf_spine else 0)
+        inter = 2 + (2 if self.leaf_spine and not self.spine_redundant else 0)
         if self.via_host:
             inter += 2 + (2 if self.tcp else 0)
         return max(intra, inter, 1)
@@ -192,6 +202,7 @@ class Topology:
             raise ValueError(f"dst: endpoint ids must be in 0..{ne - 1}")
         H = self.max_hops
         links = np.full((H, F), self.pad_link, dtype=np.int32)
+        acct = np.full((2 if self.spine_redundant else 0, F), self.pad_link, dtype=np.int32)
         latency = np.zeros(F, dtype=np.int64)
         sg, dg = src < R, dst < R
         sn, dn = self.node_of(src), self.node_of(dst)
@@ -243,17 +254,21 @@ class Topology:
                 sl = sn[inter] // self.nodes_per_leaf
                 dl = dn[inter] // self.nodes_per_leaf
                 cross = sl != dl
-                hop_links.append(np.where(cross, b["leaf_up"] + sl, self.pad_link))
-                hop_links.append(np.where(cross, b["leaf_down"] + dl, self.pad_link))
+                spine = [np.where(cross, b["leaf_up"] + sl, self.pad_link),
+                         np.where(cross, b["leaf_down"] + dl, self.pad_link)]
+                if self.spine_redundant:
+                    acct[:, inter] = spine
+                else:
+                    hop_links.extend(spine)
                 switches = np.where(cross, 3, 1)
             hop_links.append(b["nic_rx"] + dnic)
             if self.via_host:
                 if self.tcp:
                     hop_links.append(b["host_mem"] + dn[inter])
                 hop_links.append(b["pcie_down"] + d)
+            lat_sum = sum(ll[lk] for lk in hop_links)  # spine bundles have no latency of their own
             for h, lk in enumerate(hop_links):
                 links[h, inter] = lk
-            lat_sum = sum(ll[lk] for lk in hop_links)
             latency[inter] += lat_sum + switches * self.inter_switch_ps
         # TCP per-message host overhead applies to every message that goes through sockets
         if self.message_overhead_ps:
@@ -263,7 +278,7 @@ class Topology:
         else:
             nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (F,))
             factor = framing_factor(nb, self.protocol, self.mtu)
-        return Route(links=links, latency_ps=latency, factor=factor)
+        return Route(links=links, latency_ps=latency, factor=factor, acct=acct)
 
     def _asymptotic_factor(self) -> float:
         big = np.array([self.mtu * 10**6 if self.protocol == "rdma" else (self.mtu - 40) * 10**6], dtype=np.float64)
@@ -273,8 +288,7 @@ class Topology:
         """Bytes each link carries for the routed messages (wire bytes on wire links), length L+1."""
         nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
         out = np.zeros(self.num_links + 1)
-        for h in range(route.links.shape[0]):
-            lk = route.links[h]
+        for lk in list(route.links) + list(route.acct):
             w = np.where(self.wire[lk], route.factor, 1.0) * nb
             out += np.bincount(lk, w, minlength=self.num_links + 1)
         return out
@@ -283,6 +297,6 @@ class Topology:
         """Payload bytes each link carries for the routed messages, length L+1."""
         nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
         out = np.zeros(self.num_links + 1)
-        for h in range(route.links.shape[0]):
-            out += np.bincount(route.links[h], nb, minlength=self.num_links + 1)
+        for lk in list(route.links) + list(route.acct):
+            out += np.bincount(lk, nb, minlength=self.num_links + 1)
         return out

@@ -194,3 +194,25 @@ def test_bad_network_arguments():
         Network(Engine(), small_topology(), coalesce_rel=2)
     with pytest.raises(ValueError, match="engine"):
         Network(None, small_topology())
+
+
+def test_non_blocking_spine_is_left_out_of_the_solve_without_changing_any_rate():
+    """With oversubscription 1 a leaf bundle's capacity equals its leaf's NIC links, so its
+    constraint is implied; dropping it from the solve must give identical times, and its bytes
+    are still counted."""
+    kw = {"inter_node.topology": "leaf_spine", "inter_node.nodes_per_leaf": 2, "inter_node.oversubscription": 1.0}
+    fast = small_topology(nodes=4, gpus=2, **kw)
+    full = small_topology(nodes=4, gpus=2, **kw)
+    full.spine_redundant = False
+    full.max_hops = full._max_hops()
+    assert fast.spine_redundant and fast.max_hops < full.max_hops
+    rng = np.random.default_rng(2)
+    p = fast.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    sizes = rng.integers(1, 1 << 20, src.size)
+    out = []
+    for topo in (fast, full):
+        net, g = run(topo, list(zip(src, dst, sizes)))
+        out.append((g.finish_ps, net.link_class_bytes()))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    assert out[0][1] == out[1][1] and out[0][1]["spine"] > 0
