@@ -56,9 +56,17 @@ from .streams import MemPortSignature, check_int
 __all__ = ["QPInit", "Completion", "Counters", "Depacketizer", "icrc_residues"]
 
 
+#: Wire formats a QP can be set to (``QPInit.format`` codes 0..3, in this order).
+QUANT_FORMATS = ("none", "fp16", "bf16", "int8")
+
+
 class QPInit(data.StructLayout):
+    """A host write of QP ``qp``: next PSN, wire ``format`` (an index into
+    :data:`QUANT_FORMATS`) and, for INT8, the row ``dim`` (elements)."""
+
     def __init__(self, qp_bits: int):
-        super().__init__({"qp": unsigned(qp_bits), "psn": unsigned(24)})
+        super().__init__({"qp": unsigned(qp_bits), "psn": unsigned(24), "format": unsigned(2),
+                          "dim": unsigned(16)})
 
 
 class Completion(data.StructLayout):
@@ -93,16 +101,26 @@ class Depacketizer(wiring.Component):
     pmtu : the path MTU the sender segments at: 256..4096, a power of two.
     num_qps : local QPs served (destination QPs ``0 .. num_qps - 1``), 1..256.
     addr_width : beat-address width of the memory port.
+    formats : the wire formats this receiver can restore to FP32 (a subset of
+        :data:`QUANT_FORMATS`; ``"none"`` is always there). A QP set to a format that is not
+        built is received as ``"none"`` (its wire bytes are written).
     """
 
     def __init__(self, *, data_bytes: int = 64, pmtu: int = 4096, num_qps: int = 16,
-                 addr_width: int = 32):
+                 addr_width: int = 32, formats: tuple[str, ...] = ("none",)):
         self.data_bytes = check_data_bytes(data_bytes)
         self.pmtu = check_pmtu(pmtu)
         self.num_qps = check_int("num_qps", num_qps, minimum=1, maximum=256)
         self.addr_width = check_int("addr_width", addr_width, minimum=8, maximum=64)
+        if isinstance(formats, str) or not all(f in QUANT_FORMATS for f in formats):
+            raise ValueError(f"formats: expected a tuple of {', '.join(QUANT_FORMATS)}, "
+                             f"got {formats!r}")
+        self.formats = tuple(f for f in QUANT_FORMATS if f in formats or f == "none")
         self.qp_bits = max(1, (num_qps - 1).bit_length())
-        self.beats_width = (pmtu // data_bytes).bit_length()
+        self.wire_beats_width = (pmtu // data_bytes).bit_length()
+        # FP32 bytes written per wire byte: at most 4 (INT8), 2 (FP16/BF16), 1.
+        grow = 4 if "int8" in self.formats else 2 if len(self.formats) > 1 else 1
+        self.beats_width = (grow * pmtu // data_bytes).bit_length()
         super().__init__({
             "frame": In(stream.Signature(FrameBeat(data_bytes))),
             "qp_init": In(stream.Signature(QPInit(self.qp_bits))),
@@ -126,7 +144,8 @@ class Depacketizer(wiring.Component):
         verdict = data.StructLayout({
             "accept": 1, "wbeats": self.beats_width + 1, "addr": self.addr_width,
             "tail": range(W + 1), "complete": 1, "qp": self.qp_bits, "length": 32,
-            "imm": 32, "has_imm": 1,
+            "imm": 32, "has_imm": 1, "obeats": self.beats_width + 1, "fmt": 2, "dim": 16,
+            "rows": range(pmtu + 1),
         })
         m.submodules.vfifo = vfifo = SyncFIFOBuffered(width=verdict.size, depth=4)
 
@@ -135,6 +154,7 @@ class Depacketizer(wiring.Component):
             return Array(Signal(width, name=f"{name}{i}") for i in range(self.num_qps))
         q_psn, q_in, q_va = qtable("q_psn", 24), qtable("q_in", 1), qtable("q_va", 64)
         q_rem, q_len = qtable("q_rem", 32), qtable("q_len", 32)
+        q_fmt, q_dim = qtable("q_fmt", 2), qtable("q_dim", 16)
 
         # ---- parse stage ---------------------------------------------------------------------
         b = Signal(10)
@@ -313,10 +333,32 @@ class Depacketizer(wiring.Component):
         v = Signal(verdict)
         wr_va = Mux(p_start, p_va, q_va[p_qp])
         length = Mux(p_start, p_dmalen, q_len[p_qp])
+        # What the QP's format makes of the payload: FP32 bytes written (``out_bytes``).
+        fmt = Signal(2)
+        codes = {f: i for i, f in enumerate(QUANT_FORMATS)}
+        with m.Switch(q_fmt[p_qp]):
+            for f in self.formats:
+                with m.Case(codes[f]):
+                    m.d.comb += fmt.eq(codes[f])
+        dim = q_dim[p_qp]
+        rows = Signal(range(pmtu + 1))
+        out_bytes = Signal(16)
+        if "int8" in self.formats:
+            m.d.comb += rows.eq(p_plen // (dim + 8))
+        with m.Switch(fmt):
+            with m.Case(codes["int8"]):
+                m.d.comb += out_bytes.eq(rows * (dim << 2))
+            with m.Case(codes["fp16"], codes["bf16"]):
+                m.d.comb += out_bytes.eq(p_plen << 1)
+            with m.Default():
+                m.d.comb += out_bytes.eq(p_plen)
         m.d.comb += [
             v.accept.eq(accept), v.wbeats.eq(p_wbeats), v.addr.eq(wr_va[LW:]),
-            v.tail.eq(Mux(p_plen[:LW] == 0, W, p_plen[:LW])), v.complete.eq(accept & ~p_cont),
+            v.tail.eq(Mux(out_bytes[:LW] == 0, W, out_bytes[:LW])),
+            v.complete.eq(accept & ~p_cont),
             v.qp.eq(p_qp), v.length.eq(length), v.imm.eq(p_imm), v.has_imm.eq(p_has_imm),
+            v.obeats.eq((out_bytes + W - 1) >> LW), v.fmt.eq(fmt), v.dim.eq(dim),
+            v.rows.eq(rows),
             vfifo.w_data.eq(v),
         ]
         with m.If(pend & vfifo.w_rdy):
@@ -338,24 +380,26 @@ class Depacketizer(wiring.Component):
                 m.d.sync += [
                     counters["accepted"].eq(counters["accepted"] + 1),
                     q_psn[p_qp].eq(q_psn[p_qp] + 1), q_in[p_qp].eq(p_cont),
-                    q_va[p_qp].eq(wr_va + p_plen), q_len[p_qp].eq(length),
+                    q_va[p_qp].eq(wr_va + out_bytes), q_len[p_qp].eq(length),
                     q_rem[p_qp].eq(Mux(p_start, p_dmalen, q_rem[p_qp]) - p_plen),
                 ]
         # Host writes take effect when no verdict is being applied.
         m.d.comb += self.qp_init.ready.eq(~pend)
         with m.If(self.qp_init.valid & self.qp_init.ready):
-            m.d.sync += [q_psn[self.qp_init.payload.qp].eq(self.qp_init.payload.psn),
-                         q_in[self.qp_init.payload.qp].eq(0)]
+            init = self.qp_init.payload
+            m.d.sync += [q_psn[init.qp].eq(init.psn), q_in[init.qp].eq(0),
+                         q_fmt[init.qp].eq(init.format), q_dim[init.qp].eq(init.dim)]
 
         # ---- drain: memory writes and completions ----------------------------------------------
         d = Signal(verdict)
-        d_left = Signal(self.beats_width + 1)
+        d_left = Signal(self.beats_width + 1)     # memory beats still to write
+        in_left = Signal(self.beats_width + 1)    # payload FIFO beats still to take
         req_pending = Signal()
         mem = self.mem
         m.d.comb += [
             mem.resp.ready.eq(1),
             mem.req.valid.eq(req_pending),
-            mem.req.payload.addr.eq(d.addr), mem.req.payload.beats.eq(d.wbeats),
+            mem.req.payload.addr.eq(d.addr), mem.req.payload.beats.eq(d.obeats),
             mem.req.payload.write.eq(1),
             self.completion.payload.qp.eq(d.qp), self.completion.payload.length.eq(d.length),
             self.completion.payload.imm.eq(Mux(d.has_imm, d.imm, 0)),
@@ -368,35 +412,58 @@ class Depacketizer(wiring.Component):
             for t in range(1, W + 1):
                 with m.Case(t):
                     m.d.comb += tail_mask.eq((1 << t) - 1)
+        last = d_left == 1
+        wmask = Mux(last, tail_mask, (1 << W) - 1)
+        written = mem.wdata.valid & mem.wdata.ready
+
+        def after_write():
+            with m.If(req_pending & ~mem.req.ready):
+                m.next = "Request"
+            with m.Elif(d.complete):
+                m.next = "Complete"
+            with m.Else():
+                m.next = "Idle"
+
+        codes = {f: i for i, f in enumerate(QUANT_FORMATS)}
+        write_state = {"none": "Write", "fp16": "Widen", "bf16": "Widen", "int8": "Dequant"}
         with m.FSM(name="drain"):
             with m.State("Idle"):
                 m.d.comb += vfifo.r_en.eq(1)
                 with m.If(vfifo.r_rdy):
                     nv = verdict(vfifo.r_data)
-                    m.d.sync += [d.eq(vfifo.r_data), d_left.eq(nv.wbeats)]
-                    with m.If(nv.accept & (nv.wbeats != 0)):
+                    m.d.sync += [d.eq(vfifo.r_data), d_left.eq(nv.obeats),
+                                 in_left.eq(nv.wbeats)]
+                    with m.If(nv.accept & (nv.obeats != 0)):
                         m.d.sync += req_pending.eq(1)
-                        m.next = "Write"
-                    with m.Elif(~nv.accept & (nv.wbeats != 0)):
+                        with m.Switch(nv.fmt):
+                            for f in self.formats:
+                                with m.Case(codes[f]):
+                                    m.next = write_state[f]
+                    with m.Elif(nv.wbeats != 0):
                         m.next = "Discard"
                     with m.Elif(nv.complete):
                         m.next = "Complete"
             with m.State("Write"):
-                last = d_left == 1
                 m.d.comb += [
                     mem.wdata.valid.eq(pfifo.r_rdy), mem.wdata.payload.data.eq(pfifo.r_data),
-                    mem.wdata.payload.mask.eq(Mux(last, tail_mask, (1 << W) - 1)),
+                    mem.wdata.payload.mask.eq(wmask),
                     mem.wdata.payload.last.eq(last), pfifo.r_en.eq(mem.wdata.ready),
                 ]
-                with m.If(mem.wdata.valid & mem.wdata.ready):
+                with m.If(written):
                     m.d.sync += d_left.eq(d_left - 1)
                     with m.If(last):
-                        with m.If(req_pending & ~mem.req.ready):
-                            m.next = "Request"
-                        with m.Elif(d.complete):
-                            m.next = "Complete"
-                        with m.Else():
-                            m.next = "Idle"
+                        after_write()
+            if "fp16" in self.formats or "bf16" in self.formats:
+                self._widen(m, d, pfifo, last, wmask, written, d_left, after_write, codes)
+            if "int8" in self.formats:
+                self._dequant(m, d, pfifo, last, written, d_left, in_left, req_pending)
+            with m.State("Finish"):       # take what is left of the payload, then the request
+                m.d.comb += pfifo.r_en.eq(in_left != 0)
+                with m.If(pfifo.r_rdy & (in_left != 0)):
+                    m.d.sync += in_left.eq(in_left - 1)
+                with m.If(((in_left == 0) | ((in_left == 1) & pfifo.r_rdy))
+                          & (~req_pending | mem.req.ready)):
+                    m.next = "Request"
             with m.State("Request"):      # the request may still be waiting
                 with m.If(~req_pending | mem.req.ready):
                     with m.If(d.complete):
@@ -406,11 +473,100 @@ class Depacketizer(wiring.Component):
             with m.State("Discard"):
                 m.d.comb += pfifo.r_en.eq(1)
                 with m.If(pfifo.r_rdy):
-                    m.d.sync += d_left.eq(d_left - 1)
-                    with m.If(d_left == 1):
-                        m.next = "Idle"
+                    m.d.sync += in_left.eq(in_left - 1)
+                    with m.If(in_left == 1):
+                        with m.If(d.complete):
+                            m.next = "Complete"
+                        with m.Else():
+                            m.next = "Idle"
             with m.State("Complete"):
                 m.d.comb += self.completion.valid.eq(1)
                 with m.If(self.completion.ready):
                     m.next = "Idle"
         return m
+
+    def _widen(self, m, d, pfifo, last, wmask, written, d_left, after_write, codes):
+        """FP16/BF16 payload beats to FP32: two memory beats per payload beat."""
+        from .fp import BF16ToFP32, FP16ToFP32
+        W = self.data_bytes
+        half = Signal()
+        src = Mux(half, pfifo.r_data[4 * W:], pfifo.r_data[:4 * W])
+        wide = {}
+        for name, cls in (("fp16", FP16ToFP32), ("bf16", BF16ToFP32)):
+            if name not in self.formats:
+                continue
+            wide[name] = Signal(8 * W, name=f"wide_{name}")
+            for k in range(W // 4):
+                u = m.submodules[f"{name}_to_fp32_{k}"] = cls(latency=0)
+                m.d.comb += [u.a.eq(src[16 * k: 16 * k + 16]),
+                             wide[name][32 * k: 32 * k + 32].eq(u.o)]
+        if len(wide) == 2:
+            out = Mux(d.fmt == codes["bf16"], wide["bf16"], wide["fp16"])
+        else:
+            (out,) = wide.values()
+        with m.State("Widen"):
+            m.d.comb += [
+                self.mem.wdata.valid.eq(pfifo.r_rdy), self.mem.wdata.payload.data.eq(out),
+                self.mem.wdata.payload.mask.eq(wmask), self.mem.wdata.payload.last.eq(last),
+                pfifo.r_en.eq(self.mem.wdata.ready & (half | last)),
+            ]
+            with m.If(written):
+                m.d.sync += [d_left.eq(d_left - 1), half.eq(~half & ~last)]
+                with m.If(last):
+                    after_write()
+
+    def _dequant(self, m, d, pfifo, last, written, d_left, in_left, req_pending):
+        """INT8 rows (scale, bias, codes) to FP32: one memory beat per ``data_bytes / 4``
+        codes, through a byte buffer that the payload FIFO refills a beat at a time."""
+        from math import gcd
+        from .fp import FPAdd32, FPMul32, IntToFP32
+        W = self.data_bytes
+        L = W // 4
+        gran = gcd(L, 8)
+        buf = Signal(16 * W)                  # bytes 0..fill-1 valid
+        fill = Signal(range(2 * W + 1))
+        header = Signal(init=1)               # next: scale and bias (else codes)
+        code_left = Signal(16)
+        scale, bias = Signal(32), Signal(32)
+        out = Signal(8 * W)
+        for k in range(L):
+            cv = m.submodules[f"i8_to_fp32_{k}"] = IntToFP32(width=8, signed=False, latency=0)
+            mul = m.submodules[f"i8_mul_{k}"] = FPMul32(latency=0)
+            add = m.submodules[f"i8_add_{k}"] = FPAdd32(latency=0)
+            m.d.comb += [cv.a.eq(buf[8 * k: 8 * k + 8]), mul.a.eq(cv.o), mul.b.eq(scale),
+                         add.a.eq(mul.o), add.b.eq(bias), out[32 * k: 32 * k + 32].eq(add.o)]
+        need = Mux(header, 8, L)
+        have = fill >= need
+        pop = Signal()
+        popped = Mux(pop, need, 0)
+        rest = Signal(16 * W)
+        rest_fill = Signal(range(2 * W + 1))
+        m.d.comb += [rest.eq(Mux(pop, Mux(header, buf >> 64, buf >> (8 * L)), buf)),
+                     rest_fill.eq(fill - popped)]
+        refill = Signal()
+        joined = Signal(16 * W)
+        shifted = Array(Cat(Const(0, 8 * k), pfifo.r_data) for k in range(0, W + 1, gran))
+        m.d.comb += joined.eq(rest | shifted[rest_fill // gran])
+        with m.State("Dequant"):
+            m.d.comb += [
+                refill.eq((rest_fill <= W) & (in_left != 0) & pfifo.r_rdy),
+                pfifo.r_en.eq(refill),
+                self.mem.wdata.valid.eq(~header & have), self.mem.wdata.payload.data.eq(out),
+                self.mem.wdata.payload.mask.eq((1 << W) - 1),
+                self.mem.wdata.payload.last.eq(last),
+                pop.eq(have & (header | self.mem.wdata.ready)),
+            ]
+            m.d.sync += [buf.eq(Mux(refill, joined, rest)),
+                         fill.eq(rest_fill + Mux(refill, W, 0))]
+            with m.If(refill):
+                m.d.sync += in_left.eq(in_left - 1)
+            with m.If(pop & header):
+                m.d.sync += [scale.eq(buf[:32]), bias.eq(buf[32:64]), header.eq(0),
+                             code_left.eq(d.dim >> (L.bit_length() - 1))]
+            with m.If(written):
+                m.d.sync += [d_left.eq(d_left - 1), code_left.eq(code_left - 1)]
+                with m.If(code_left == 1):
+                    m.d.sync += header.eq(1)
+                with m.If(last):
+                    m.d.sync += [buf.eq(0), fill.eq(0), header.eq(1)]
+                    m.next = "Finish"

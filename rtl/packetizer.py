@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .roce import (BASE_HEADER_LEN, BTH_PKEY, ETHERTYPE_IPV4, FrameBeat, IP_FLAGS_DF, IP_TTL,
@@ -64,7 +65,7 @@ from .streams import check_int
 
 __all__ = ["SendDescriptor", "DestEntry", "Packetizer", "QUANT_FORMATS"]
 
-QUANT_FORMATS = ("none", "fp16", "bf16")
+QUANT_FORMATS = ("none", "fp16", "bf16", "int8")
 
 class SendDescriptor(data.StructLayout):
     """One RDMA WRITE to send (see :class:`Packetizer`)."""
@@ -73,6 +74,7 @@ class SendDescriptor(data.StructLayout):
         super().__init__({
             "dest": unsigned(dest_bits), "va": unsigned(64), "rkey": unsigned(32),
             "length": unsigned(32), "imm": unsigned(32), "has_imm": unsigned(1),
+            "dim": unsigned(16),
         })
 
 
@@ -95,41 +97,267 @@ def _c(value: int, nbytes: int) -> list:
     return [Const((value >> (8 * (nbytes - 1 - k))) & 0xFF, 8) for k in range(nbytes)]
 
 
+class _Chunk(data.StructLayout):
+    """``n`` bytes (in the low bytes of ``data``, zero above) for :class:`_ByteGearbox`;
+    ``flush`` ends a message: its last beat goes out even if partly filled."""
+
+    def __init__(self, data_bytes: int):
+        super().__init__({"data": unsigned(8 * data_bytes), "n": range(data_bytes + 1),
+                          "flush": unsigned(1)})
+
+
+class _ByteGearbox(wiring.Component):
+    """Packs chunks of 0..``data_bytes`` bytes into full beats (the last beat of a message
+    partly filled). Chunk sizes and so the fill level are multiples of ``gran`` bytes. One
+    chunk per cycle; a flushed chunk that overflows a beat costs one more cycle."""
+
+    def __init__(self, data_bytes: int, gran: int):
+        self._w, self._g = data_bytes, gran
+        super().__init__({"i": In(stream.Signature(_Chunk(data_bytes))),
+                          "o": Out(stream.Signature(unsigned(8 * data_bytes)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        W, g = self._w, self._g
+        acc = Signal(8 * W)                 # bytes 0..fill-1 valid, zero above
+        fill = Signal(range(W + 1))
+        flush_pend = Signal()
+        o_valid, o_data = Signal(), Signal(8 * W)
+        m.d.comb += [self.o.valid.eq(o_valid), self.o.payload.eq(o_data)]
+        can_out = ~o_valid | self.o.ready
+        m.d.comb += self.i.ready.eq(can_out & ~flush_pend)
+        c = self.i.payload
+        cat = Signal(16 * W)
+        with m.Switch(fill):
+            for k in range(0, W, g):
+                with m.Case(k):
+                    m.d.comb += cat.eq(acc | (c.data << (8 * k)))
+        total = Signal(range(2 * W + 1))
+        m.d.comb += total.eq(fill + c.n)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.If(flush_pend):
+            with m.If(can_out):
+                m.d.sync += [o_data.eq(acc), o_valid.eq(1), acc.eq(0), fill.eq(0),
+                             flush_pend.eq(0)]
+        with m.Elif(self.i.valid & self.i.ready):
+            with m.If(total >= W):
+                m.d.sync += [o_data.eq(cat[:8 * W]), o_valid.eq(1)]
+                with m.If(c.flush & (total == W)):
+                    m.d.sync += [acc.eq(0), fill.eq(0)]
+                with m.Else():
+                    m.d.sync += [acc.eq(cat[8 * W:]), fill.eq(total - W), flush_pend.eq(c.flush)]
+            with m.Elif(c.flush & (total != 0)):
+                m.d.sync += [o_data.eq(cat[:8 * W]), o_valid.eq(1), acc.eq(0), fill.eq(0)]
+            with m.Else():
+                m.d.sync += [acc.eq(cat[:8 * W]), fill.eq(total)]
+        return m
+
+
+class _QuantCommand(data.StructLayout):
+    """What the payload transform needs of a message: FP32 input ``beats``; INT8 ``rows``
+    of ``dim`` elements."""
+
+    def __init__(self):
+        super().__init__({"beats": unsigned(32), "rows": unsigned(32), "dim": unsigned(16)})
+
+
 class _FP32Narrow(wiring.Component):
-    """FP32 beats in, half-width (FP16/BF16) beats out: two input beats make one output beat."""
+    """FP32 beats in, FP16/BF16 chunks (half a beat each) out, flushed at message ends."""
 
     def __init__(self, data_bytes: int, quant: str):
         self._w = data_bytes
         self._quant = quant
         super().__init__({
+            "cmd": In(stream.Signature(_QuantCommand())),
             "i": In(stream.Signature(unsigned(8 * data_bytes))),
-            "o": Out(stream.Signature(unsigned(8 * data_bytes))),
+            "o": Out(stream.Signature(_Chunk(data_bytes))),
         })
 
     def elaborate(self, platform):
         from .fp import FP32ToBF16, FP32ToFP16
         m = Module()
         w = self._w
-        lanes = w // 4
         conv = FP32ToFP16 if self._quant == "fp16" else FP32ToBF16
-        half = Signal(8 * w // 2)   # the converted current input beat (combinational)
-        for k in range(lanes):
+        half = Signal(8 * w // 2)
+        for k in range(w // 4):
             m.submodules[f"conv{k}"] = c = conv(latency=0)
-            m.d.comb += [c.a.eq(self.i.payload[32 * k: 32 * k + 32]), c.en.eq(1)]
-            m.d.comb += half[16 * k: 16 * k + 16].eq(c.o)
-        low = Signal(8 * w // 2)
-        have_low = Signal()
-        out_valid = Signal()
-        out_data = Signal(8 * w)
-        m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out_data)]
-        m.d.comb += self.i.ready.eq(~out_valid | self.o.ready)
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += out_valid.eq(0)
+            m.d.comb += [c.a.eq(self.i.payload[32 * k: 32 * k + 32]),
+                         half[16 * k: 16 * k + 16].eq(c.o)]
+        busy = Signal()
+        left = Signal(32)
+        m.d.comb += self.cmd.ready.eq(~busy)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [busy.eq(self.cmd.payload.beats != 0), left.eq(self.cmd.payload.beats)]
+        m.d.comb += [
+            self.o.valid.eq(busy & self.i.valid), self.i.ready.eq(busy & self.o.ready),
+            self.o.payload.data.eq(half), self.o.payload.n.eq(w // 2),
+            self.o.payload.flush.eq(left == 1),
+        ]
         with m.If(self.i.valid & self.i.ready):
-            with m.If(have_low):
-                m.d.sync += [out_data.eq(Cat(low, half)), out_valid.eq(1), have_low.eq(0)]
-            with m.Else():
-                m.d.sync += [low.eq(half), have_low.eq(1)]
+            m.d.sync += left.eq(left - 1)
+            with m.If(left == 1):
+                m.d.sync += busy.eq(0)
+        return m
+
+
+#: 255.0 in binary32.
+_FP32_255 = 0x437F0000
+
+
+class _Int8Quantizer(wiring.Component):
+    """INT8 row-wise quantization of FP32 rows (:func:`rtl.fp.int8_rowwise_formula`).
+
+    Two row slots: a row is taken in (``data_bytes / 4`` elements a cycle, min and max
+    folded in as it arrives) while the previous one is sent: divisions for ``scale`` and
+    ``1 / scale`` (two :class:`rtl.fp.FPDiv32` side by side), then ``scale`` and ``bias`` (8
+    bytes) and the codes (``data_bytes / 4`` a cycle), then the zero fill that closes a
+    packet-sized block of whole rows (see :mod:`sim.reference.roce`).
+    """
+
+    def __init__(self, data_bytes: int, pmtu: int, max_dim: int):
+        self._w, self._pmtu, self._max_dim = data_bytes, pmtu, max_dim
+        super().__init__({
+            "cmd": In(stream.Signature(_QuantCommand())),
+            "i": In(stream.Signature(unsigned(8 * data_bytes))),
+            "o": Out(stream.Signature(_Chunk(data_bytes))),
+        })
+
+    def elaborate(self, platform):
+        from amaranth.lib.memory import Memory
+        from .fp import FP32ToInt, FPDiv32, FPMax32, FPMin32, FPMul32, FPSub32
+        m = Module()
+        W, pmtu = self._w, self._pmtu
+        L = W // 4
+        LL = L.bit_length() - 1
+        ib_bits = max(1, (self._max_dim // L - 1).bit_length())
+        m.submodules.rowbuf = rowbuf = Memory(shape=8 * W, depth=2 << ib_bits, init=[])
+        wr = rowbuf.write_port()
+        rd = rowbuf.read_port()
+
+        # ---- ingest: rows into the slots, min and max on the way ---------------------------
+        busy = Signal()
+        rows_left = Signal(32)
+        dim = Signal(16)
+        rbeats = Signal(16)
+        per = Signal(range(pmtu + 1))
+        blk = Signal(range(pmtu + 1))
+        ib = Signal(ib_bits)
+        ws = Signal()
+        full = Signal(2)
+        s_lo = Array(Signal(32, name=f"s_lo{i}") for i in range(2))
+        s_hi = Array(Signal(32, name=f"s_hi{i}") for i in range(2))
+        s_last = Array(Signal(name=f"s_last{i}") for i in range(2))
+        s_fill = Array(Signal(range(pmtu + 1), name=f"s_fill{i}") for i in range(2))
+        s_rbeats = Array(Signal(16, name=f"s_rbeats{i}") for i in range(2))
+        run_lo, run_hi = Signal(32), Signal(32)
+
+        m.d.comb += self.cmd.ready.eq(~busy)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            c = self.cmd.payload
+            m.d.sync += [busy.eq(c.rows != 0), rows_left.eq(c.rows), dim.eq(c.dim),
+                         rbeats.eq(c.dim >> LL), per.eq(pmtu // (c.dim + 8)), blk.eq(0),
+                         ib.eq(0)]
+
+        def tree(values, cls, name):
+            level = 0
+            while len(values) > 1:
+                nxt = []
+                for k in range(0, len(values), 2):
+                    u = m.submodules[f"{name}{level}_{k}"] = cls(latency=0)
+                    m.d.comb += [u.a.eq(values[k]), u.b.eq(values[k + 1])]
+                    nxt.append(u.o)
+                values, level = nxt, level + 1
+            return values[0]
+
+        lanes = [self.i.payload[32 * k: 32 * k + 32] for k in range(L)]
+        beat_lo, beat_hi = tree(lanes, FPMin32, "min"), tree(lanes, FPMax32, "max")
+        m.submodules.run_min = run_min = FPMin32(latency=0)
+        m.submodules.run_max = run_max = FPMax32(latency=0)
+        new_lo, new_hi = Signal(32), Signal(32)
+        m.d.comb += [run_min.a.eq(run_lo), run_min.b.eq(beat_lo),
+                     run_max.a.eq(run_hi), run_max.b.eq(beat_hi),
+                     new_lo.eq(Mux(ib == 0, beat_lo, run_min.o)),
+                     new_hi.eq(Mux(ib == 0, beat_hi, run_max.o))]
+        take = busy & ~full.bit_select(ws, 1)
+        m.d.comb += [self.i.ready.eq(take), wr.addr.eq(Cat(ib, ws)), wr.data.eq(self.i.payload),
+                     wr.en.eq(self.i.valid & take)]
+        row_end = ib == rbeats - 1
+        with m.If(self.i.valid & take):
+            m.d.sync += [run_lo.eq(new_lo), run_hi.eq(new_hi), ib.eq(ib + 1)]
+            with m.If(row_end):
+                last = rows_left == 1
+                m.d.sync += [
+                    s_lo[ws].eq(new_lo), s_hi[ws].eq(new_hi), s_last[ws].eq(last),
+                    s_rbeats[ws].eq(rbeats),
+                    s_fill[ws].eq(Mux((blk == per - 1) & ~last, pmtu - per * (dim + 8), 0)),
+                    full.bit_select(ws, 1).eq(1), ws.eq(~ws), ib.eq(0),
+                    rows_left.eq(rows_left - 1), blk.eq(Mux(blk == per - 1, 0, blk + 1)),
+                ]
+                with m.If(last):
+                    m.d.sync += busy.eq(0)
+
+        # ---- send: scale and bias, codes, fill -----------------------------------------------
+        rs = Signal()
+        lo, hi = s_lo[rs], s_hi[rs]
+        m.submodules.range_sub = range_sub = FPSub32(latency=0)
+        m.d.comb += [range_sub.a.eq(hi), range_sub.b.eq(lo)]
+        rng_r, scale, inv = Signal(32), Signal(32), Signal(32)
+        m.submodules.div_scale = div_s = FPDiv32()
+        m.submodules.div_inv = div_i = FPDiv32()
+        m.d.comb += [div_s.i.payload.a.eq(rng_r), div_s.i.payload.b.eq(_FP32_255),
+                     div_i.i.payload.a.eq(_FP32_255), div_i.i.payload.b.eq(rng_r)]
+        codes = Signal(8 * L)
+        for k in range(L):
+            sub = m.submodules[f"q_sub{k}"] = FPSub32(latency=0)
+            mul = m.submodules[f"q_mul{k}"] = FPMul32(latency=0)
+            cvt = m.submodules[f"q_int{k}"] = FP32ToInt(width=8, signed=False, latency=0)
+            m.d.comb += [sub.a.eq(rd.data[32 * k: 32 * k + 32]), sub.b.eq(lo),
+                         mul.a.eq(sub.o), mul.b.eq(inv), cvt.a.eq(mul.o),
+                         codes[8 * k: 8 * k + 8].eq(cvt.o)]
+        k_beat = Signal(16)
+        fill_left = Signal(range(pmtu + 1))
+        out = self.o
+        m.d.comb += rd.addr.eq(Cat(k_beat[:ib_bits], rs))
+        with m.FSM(name="send"):
+            with m.State("Wait"):
+                with m.If(full.bit_select(rs, 1)):
+                    m.d.sync += rng_r.eq(range_sub.o)
+                    m.next = "Divide"
+            with m.State("Divide"):
+                m.d.comb += [div_s.i.valid.eq(1), div_i.i.valid.eq(1)]
+                with m.If(div_s.i.ready & div_i.i.ready):
+                    m.next = "Await"
+            with m.State("Await"):
+                with m.If(div_s.o.valid & div_i.o.valid):
+                    m.d.comb += [div_s.o.ready.eq(1), div_i.o.ready.eq(1)]
+                    m.d.sync += [scale.eq(div_s.o.payload),
+                                 inv.eq(Mux(rng_r[:31] == 0, 0, div_i.o.payload)),
+                                 k_beat.eq(0)]
+                    m.next = "Header"
+            with m.State("Header"):
+                m.d.comb += [out.valid.eq(1), out.payload.data.eq(Cat(scale, lo)),
+                             out.payload.n.eq(8)]
+                with m.If(out.ready):
+                    m.next = "Codes"
+            with m.State("Codes"):
+                last_beat = k_beat == s_rbeats[rs] - 1
+                m.d.comb += [out.valid.eq(1), out.payload.data.eq(codes), out.payload.n.eq(L),
+                             out.payload.flush.eq(last_beat & s_last[rs])]
+                with m.If(out.ready):
+                    m.d.sync += k_beat.eq(k_beat + 1)
+                    m.d.comb += rd.addr.eq(Cat((k_beat + 1)[:ib_bits], rs))
+                    with m.If(last_beat):
+                        m.d.sync += fill_left.eq(s_fill[rs])
+                        m.next = "Fill"
+            with m.State("Fill"):
+                n = Mux(fill_left > W, W, fill_left)
+                m.d.comb += [out.valid.eq(fill_left != 0), out.payload.n.eq(n)]
+                with m.If((fill_left == 0) | out.ready):
+                    m.d.sync += fill_left.eq(fill_left - n)
+                    with m.If(fill_left <= W):
+                        m.d.sync += [full.bit_select(rs, 1).eq(0), rs.eq(~rs)]
+                        m.next = "Wait"
         return m
 
 
@@ -145,13 +373,20 @@ class Packetizer(wiring.Component):
     """
 
     def __init__(self, *, data_bytes: int = 64, pmtu: int = 4096, num_dest: int = 16,
-                 quant: str = "none"):
+                 quant: str = "none", max_dim: int | None = None):
         self.data_bytes = check_data_bytes(data_bytes)
         self.pmtu = check_pmtu(pmtu)
         self.num_dest = check_int("num_dest", num_dest, minimum=1, maximum=256)
         if quant not in QUANT_FORMATS:
             raise ValueError(f"quant: expected one of {', '.join(QUANT_FORMATS)}, got {quant!r}")
         self.quant = quant
+        lanes = data_bytes // 4
+        if max_dim is None:
+            max_dim = min(512, (pmtu - 8) // lanes * lanes)
+        self.max_dim = check_int("max_dim", max_dim, minimum=lanes, maximum=pmtu - 8)
+        if max_dim % lanes:
+            raise ValueError(f"max_dim: expected a multiple of data_bytes / 4 = {lanes} "
+                             f"(whole FP32 beats per row), got {max_dim}")
         self.dest_bits = max(1, (num_dest - 1).bit_length())
         super().__init__({
             "table": In(stream.Signature(DestEntry(self.dest_bits))),
@@ -168,13 +403,26 @@ class Packetizer(wiring.Component):
         pmtu = self.pmtu
         HW = -(-MAX_HEADER_LEN // W)          # beats the longest header can touch
 
-        # ---- payload source (optionally narrowed FP32 -> FP16/BF16) -------------------------
+        # ---- payload source (optionally quantized on the fly) --------------------------------
+        cmd_fifo = None
         if self.quant == "none":
             pl = self.payload
         else:
-            m.submodules.narrow = narrow = _FP32Narrow(W, self.quant)
-            wiring.connect(m, wiring.flipped(self.payload), narrow.i)
-            pl = narrow.o
+            from math import gcd
+            if self.quant == "int8":
+                m.submodules.quant = q = _Int8Quantizer(W, pmtu, self.max_dim)
+                gran = gcd(W // 4, 8)
+            else:
+                m.submodules.quant = q = _FP32Narrow(W, self.quant)
+                gran = W // 2
+            m.submodules.gearbox = gb = _ByteGearbox(W, gran)
+            m.submodules.cmd_fifo = cmd_fifo = SyncFIFOBuffered(width=_QuantCommand().size,
+                                                                depth=2)
+            wiring.connect(m, wiring.flipped(self.payload), q.i)
+            wiring.connect(m, q.o, gb.i)
+            m.d.comb += [q.cmd.valid.eq(cmd_fifo.r_rdy), q.cmd.payload.eq(cmd_fifo.r_data),
+                         cmd_fifo.r_en.eq(q.cmd.ready)]
+            pl = gb.o
 
         # ---- destination table ---------------------------------------------------------------
         def table(name, width):
@@ -194,7 +442,8 @@ class Packetizer(wiring.Component):
 
         m.d.comb += [
             self.table.ready.eq(~m_active),
-            self.desc.ready.eq(~m_active & ~self.table.valid),
+            self.desc.ready.eq(~m_active & ~self.table.valid
+                               & (cmd_fifo.w_rdy if cmd_fifo is not None else 1)),
         ]
         with m.If(self.table.valid & self.table.ready):
             e = self.table.payload
@@ -203,7 +452,20 @@ class Packetizer(wiring.Component):
                          t_psn[e.index].eq(e.psn)]
         with m.If(self.desc.valid & self.desc.ready):
             d = self.desc.payload
-            wire_len = d.length if self.quant == "none" else d.length >> 1
+            if self.quant == "none":
+                wire_len = d.length
+            elif self.quant == "int8":
+                rows = Signal(32)
+                per = Signal(range(pmtu + 1))
+                m.d.comb += [rows.eq(d.length // (d.dim << 2)), per.eq(pmtu // (d.dim + 8))]
+                wire_len = Mux(rows == 0, 0, (rows - 1) // per * pmtu
+                               + ((rows - 1) % per + 1) * (d.dim + 8))[:32]
+                m.d.comb += [cmd_fifo.w_en.eq(1),
+                             cmd_fifo.w_data.eq(Cat(Const(0, 32), rows, d.dim))]
+            else:
+                wire_len = d.length >> 1
+                m.d.comb += [cmd_fifo.w_en.eq(1),
+                             cmd_fifo.w_data.eq((d.length + W - 1) >> (W.bit_length() - 1))]
             m.d.sync += [
                 m_active.eq(1), m_dest.eq(d.dest), m_va.eq(d.va), m_rkey.eq(d.rkey),
                 m_len.eq(wire_len), m_rem.eq(wire_len), m_imm.eq(d.imm),

@@ -8,6 +8,27 @@ against both.
 Constant header fields (what neonic's packetizer sends): IPv4 DSCP/ECN 0, id 0, flags DF,
 TTL 64; UDP checksum 0; BTH SE 0, M 0, version 0, P_Key 0xFFFF, AckReq set on the last packet
 of a message.
+
+Quantized payloads (the message's FP32 embeddings as they travel)
+=================================================================
+
+``none``
+    The FP32 bytes as they are in memory.
+``fp16`` / ``bf16``
+    Each element rounded to nearest even, 2 bytes little-endian: half the bytes.
+``int8`` (row-wise, rows of ``dim`` elements)
+    Per row, ``scale = (max - min) / 255`` and ``bias = min`` (FP32, computed exactly as
+    :func:`rtl.fp.int8_rowwise_formula` says) followed by the row's ``dim`` one-byte codes:
+    ``scale`` (4 bytes LE), ``bias`` (4 bytes LE), codes; ``dim + 8`` bytes a row. Rows never
+    straddle a packet: the wire image is cut into blocks of ``pmtu`` bytes, each holding
+    ``rows_per_packet = pmtu // (dim + 8)`` whole rows followed by zero fill up to ``pmtu``;
+    the last block holds the remaining rows and no fill. Segmented at the path MTU, every
+    packet (FIRST/MIDDLE/LAST/ONLY) therefore starts with a whole row and can be dequantized
+    on its own. The RETH DMA length is the wire length (fill included); the RETH virtual
+    address is where the restored FP32 rows go.
+
+The receiver learns a QP's format from the host (:meth:`Receiver.set_psn`, the hardware's
+per-QP table): the wire carries no format field.
 """
 
 from __future__ import annotations
@@ -18,6 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.reference.fp import int8_rowwise_dequantize, int8_rowwise_quantize
+
 from rtl.roce import (BTH_PKEY, DROP_REASONS, ETHERTYPE_IPV4, IP_FLAGS_DF, IP_TTL, OP_WRITE_FIRST,
                       OP_WRITE_LAST, OP_WRITE_LAST_IMM, OP_WRITE_MIDDLE, OP_WRITE_ONLY,
                       OP_WRITE_ONLY_IMM, ROCE_UDP_PORT, check_pmtu, header_len)
@@ -25,11 +48,27 @@ from rtl.roce import (BTH_PKEY, DROP_REASONS, ETHERTYPE_IPV4, IP_FLAGS_DF, IP_TT
 __all__ = [
     "Destination", "Message", "Frame", "Completion", "segment", "build_frames", "icrc",
     "ip_checksum", "Receiver", "quantize", "dequantize", "QUANT_FORMATS", "wire_length",
-    "PSN_MODULUS",
+    "PSN_MODULUS", "INT8_ROW_EXTRA", "int8_rows_per_packet", "check_quant",
 ]
 
 PSN_MODULUS = 1 << 24
-QUANT_FORMATS = ("none", "fp16", "bf16")
+QUANT_FORMATS = ("none", "fp16", "bf16", "int8")
+INT8_ROW_EXTRA = 8          # scale and bias, FP32 each, before a row's codes
+
+
+def check_quant(quant: object) -> str:
+    if quant not in QUANT_FORMATS:
+        raise ValueError(f"quant: expected one of {', '.join(QUANT_FORMATS)}, got {quant!r}")
+    return quant  # type: ignore[return-value]
+
+
+def int8_rows_per_packet(dim: int, pmtu: int) -> int:
+    """Whole INT8 rows of ``dim`` codes (plus scale and bias) that fit one ``pmtu`` packet."""
+    check_pmtu(pmtu)
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= pmtu - INT8_ROW_EXTRA:
+        raise ValueError(f"dim: expected an integer in 1..{pmtu - INT8_ROW_EXTRA} (a row and its "
+                         f"scale and bias must fit the path MTU {pmtu}), got {dim!r}")
+    return pmtu // (dim + INT8_ROW_EXTRA)
 
 
 @dataclass(frozen=True)
@@ -129,11 +168,29 @@ def icrc(frame_without_icrc: bytes) -> bytes:
     return struct.pack("<I", zlib.crc32(b"\xff" * 8 + bytes(masked)) & 0xFFFFFFFF)
 
 
-def wire_length(length: int, quant: str) -> int:
-    """Wire bytes of a message whose FP32 payload is ``length`` bytes."""
-    if quant not in QUANT_FORMATS:
-        raise ValueError(f"quant: expected one of {QUANT_FORMATS}, got {quant!r}")
-    return length if quant == "none" else length // 2
+def wire_length(length: int, quant: str, *, dim: int | None = None,
+                pmtu: int | None = None) -> int:
+    """Wire bytes of a message whose FP32 payload is ``length`` bytes (``int8``: rows of
+    ``dim`` elements in packets of ``pmtu`` bytes, fill included)."""
+    check_quant(quant)
+    if length < 0:
+        raise ValueError(f"length: expected >= 0 bytes, got {length}")
+    if quant == "none":
+        return length
+    if length % 4:
+        raise ValueError(f"length: expected a multiple of 4 bytes (FP32 elements), got {length}")
+    if quant in ("fp16", "bf16"):
+        return length // 2
+    if dim is None or pmtu is None:
+        raise ValueError("dim: int8 needs the row dimension and the path MTU (dim=, pmtu=)")
+    per = int8_rows_per_packet(dim, pmtu)
+    if length % (4 * dim):
+        raise ValueError(f"length: expected whole rows of dim={dim} FP32 elements "
+                         f"({4 * dim} bytes), got {length}")
+    rows = length // (4 * dim)
+    if rows == 0:
+        return 0
+    return (rows - 1) // per * pmtu + ((rows - 1) % per + 1) * (dim + INT8_ROW_EXTRA)
 
 
 def build_frames(msg: Message, dest: Destination, *, local_mac: int, local_ip: int, psn: int,
@@ -174,9 +231,11 @@ def build_frames(msg: Message, dest: Destination, *, local_mac: int, local_ip: i
 class _QPState:
     psn: int = 0
     in_message: bool = False
-    va: int = 0
+    va: int = 0             # where the next payload byte goes (FP32 bytes when quantized)
     remaining: int = 0
     length: int = 0
+    quant: str = "none"
+    dim: int = 0
 
 
 @dataclass
@@ -184,7 +243,9 @@ class Receiver:
     """The receive side's semantics: validate each frame, write accepted payload to memory at
     its remote address, complete messages, count drops by reason (``DROP_REASONS`` order).
 
-    ``memory`` maps a byte address to its byte; QP ``q`` is served for ``q < num_qps``.
+    ``memory`` maps a byte address to its byte; QP ``q`` is served for ``q < num_qps``. A QP
+    set to a quantized format writes the restored FP32 values instead of the wire bytes
+    (``dequantize`` of each packet's payload, consecutive from the RETH address).
     """
 
     num_qps: int = 16
@@ -199,9 +260,13 @@ class Receiver:
         check_pmtu(self.pmtu)
         self.qps = [_QPState() for _ in range(self.num_qps)]
 
-    def set_psn(self, qp: int, psn: int) -> None:
-        """Host write: expect ``psn`` next on ``qp`` and forget any message in progress."""
-        self.qps[qp] = _QPState(psn=psn)
+    def set_psn(self, qp: int, psn: int, quant: str = "none", dim: int = 0) -> None:
+        """Host write: expect ``psn`` next on ``qp``, receive its payload in format ``quant``
+        (``dim``: INT8 row elements) and forget any message in progress."""
+        check_quant(quant)
+        if quant == "int8":
+            int8_rows_per_packet(dim, self.pmtu)
+        self.qps[qp] = _QPState(psn=psn, quant=quant, dim=dim)
 
     def classify(self, frame: bytes) -> str | None:
         """The drop reason for ``frame``, or None when it is accepted (state is not changed)."""
@@ -264,14 +329,21 @@ class Receiver:
         hlen = header_len(opcode)
         pad = (frame[43] >> 4) & 3
         payload = frame[hlen:len(frame) - 4 - pad]
+        plen = len(payload)
         if opcode in (OP_WRITE_FIRST, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM):
             state.va = int.from_bytes(frame[54:62], "big")
             state.length = int.from_bytes(frame[66:70], "big")
             state.remaining = state.length
+        if state.quant != "none":
+            if state.quant == "int8":
+                rows = len(payload) // (state.dim + INT8_ROW_EXTRA)
+                payload = payload[:rows * (state.dim + INT8_ROW_EXTRA)]
+            payload = dequantize(payload, state.quant, dim=state.dim,
+                                 pmtu=self.pmtu).tobytes()
         for i, byte in enumerate(payload):
             self.memory[state.va + i] = byte
         state.va += len(payload)
-        state.remaining -= len(payload)
+        state.remaining -= plen
         state.psn = (state.psn + 1) % PSN_MODULUS
         state.in_message = opcode in (OP_WRITE_FIRST, OP_WRITE_MIDDLE)
         if not state.in_message:
@@ -284,9 +356,12 @@ class Receiver:
         return None
 
 
-def quantize(values: np.ndarray, quant: str) -> bytes:
+def quantize(values: np.ndarray, quant: str, *, dim: int | None = None,
+             pmtu: int | None = None) -> bytes:
     """FP32 embeddings -> wire bytes: ``none`` (FP32), ``fp16`` or ``bf16`` (round to nearest
-    even), little-endian element order as in memory."""
+    even), little-endian element order as in memory; ``int8``: rows of ``dim`` elements in
+    ``pmtu`` blocks (see the module docstring)."""
+    check_quant(quant)
     values = np.ascontiguousarray(values, dtype=np.float32).ravel()
     if quant == "none":
         return values.tobytes()
@@ -298,11 +373,21 @@ def quantize(values: np.ndarray, quant: str) -> bytes:
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
         out = np.where(nan, 0x7FC0, rounded).astype(np.uint16)
         return out.tobytes()
-    raise ValueError(f"quant: expected one of {QUANT_FORMATS}, got {quant!r}")
+    wire_length(values.nbytes, quant, dim=dim, pmtu=pmtu)      # validates dim/pmtu/length
+    per = int8_rows_per_packet(dim, pmtu)
+    codes, scale, bias = int8_rowwise_quantize(values.reshape(-1, dim))
+    out = bytearray()
+    for r in range(codes.shape[0]):
+        if r and r % per == 0:
+            out += bytes(-len(out) % pmtu)
+        out += scale[r:r + 1].tobytes() + bias[r:r + 1].tobytes() + codes[r].tobytes()
+    return bytes(out)
 
 
-def dequantize(wire: bytes, quant: str) -> np.ndarray:
-    """Wire bytes -> FP32 values (exact widening)."""
+def dequantize(wire: bytes, quant: str, *, dim: int | None = None,
+               pmtu: int | None = None) -> np.ndarray:
+    """Wire bytes -> FP32 values (exact widening; ``int8``: ``fl(fl(q * scale) + bias)``)."""
+    check_quant(quant)
     if quant == "none":
         return np.frombuffer(wire, dtype=np.float32).copy()
     if quant == "fp16":
@@ -310,4 +395,20 @@ def dequantize(wire: bytes, quant: str) -> np.ndarray:
     if quant == "bf16":
         half = np.frombuffer(wire, dtype=np.uint16).astype(np.uint32)
         return (half << 16).view(np.float32)
-    raise ValueError(f"quant: expected one of {QUANT_FORMATS}, got {quant!r}")
+    per = int8_rows_per_packet(dim, pmtu)
+    row = dim + INT8_ROW_EXTRA
+    rows = []
+    for start in range(0, len(wire), pmtu):
+        block = wire[start:start + pmtu]
+        last = start + pmtu >= len(wire)
+        n = len(block) // row if last else per
+        if last and (len(block) != n * row or n > per):
+            raise ValueError(f"wire: {len(wire)} bytes are not whole int8 rows of dim={dim} "
+                             f"in {pmtu}-byte blocks")
+        rows += [block[i * row:(i + 1) * row] for i in range(n)]
+    if not rows:
+        return np.zeros(0, np.float32)
+    raw = np.frombuffer(b"".join(rows), np.uint8).reshape(-1, row)
+    scale = raw[:, 0:4].copy().view(np.float32)[:, 0]
+    bias = raw[:, 4:8].copy().view(np.float32)[:, 0]
+    return int8_rowwise_dequantize(raw[:, 8:], scale, bias).ravel()
