@@ -37,7 +37,7 @@ SUMMARY = ("embedding gather/pool unit: memory-beat utilisation at FBGEMM's shap
 
 
 def run(ctx: BenchContext) -> dict:
-    unit = EmbeddingBagUnit(**SMALL_UNIT)
+    unit = EmbeddingBagUnit(**SMALL_UNIT)            # elaborated by the Amaranth run
     dim = 8 * unit.data_bytes // 4                       # 8 beats per row, like D=128 @ 64 B
     bags = 6 if ctx.quick else 16
     shape = dict(num_bags=bags, tables=4, rows=2000, dim=dim, length=20, alpha=1.15,

@@ -53,6 +53,14 @@ def parse_params(params: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def unit_for_layouts(**params: Any) -> EmbeddingBagUnit:
+    """An instance used only for its layouts and figures (a bench on the exported Verilog, a
+    timing prediction): not elaborated, so Amaranth's unused-elaboratable warning is off."""
+    unit = EmbeddingBagUnit(**params)
+    unit._MustUse__silence = True
+    return unit
+
+
 def build(params: dict[str, str]) -> EmbeddingBagUnit:
     """An :class:`EmbeddingBagUnit` from ``--param`` strings (defaults for the rest)."""
     return EmbeddingBagUnit(**parse_params(params))
@@ -406,7 +414,7 @@ def run_cocotb_workload(params: dict[str, Any], spec: dict, *, sim: str, seed: i
 
     from sim.harness import read_tb_figures, run_cocotb
 
-    unit = EmbeddingBagUnit(**params)
+    unit = EmbeddingBagUnit(**params)         # elaborated by the Verilog export
     env_key = "MAKEFLAGS"
     old = os.environ.get(env_key)
     if sim == "verilator":
@@ -480,7 +488,7 @@ def simulate(req: SimRequest) -> dict:
     if req.sim not in ("amaranth", "icarus", "verilator"):
         raise ValueError(f"sim: expected amaranth, icarus or verilator, got {req.sim!r}")
     params = {**SMALL_UNIT, **parse_params(req.params)}
-    unit = EmbeddingBagUnit(**params)
+    unit = EmbeddingBagUnit(**params) if req.sim == "amaranth" else unit_for_layouts(**params)
     spec = dict(req.extra.get("workload") or SIM_WORKLOAD)
     if "workload" not in req.extra:
         # Keep 8 beats per row (FBGEMM's D=128 at 64-byte beats) whatever the beat width.

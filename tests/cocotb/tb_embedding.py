@@ -18,7 +18,7 @@ import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, with_timeout
 
 from host.units.embedding import (Scoreboard, combined_placement, decode_beat, episode_stimulus,
-                                  workloads_from_spec)
+                                  unit_for_layouts, workloads_from_spec)
 from rtl.embedding import COUNTER_NAMES, CountersLayout, EmbeddingBagUnit
 from sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng,
@@ -36,7 +36,7 @@ async def _counters(dut) -> dict[str, int]:
 async def embedding_scoreboard(dut):
     """Every episode's pooled beats match the reference bit for bit, in order."""
     p = tb_params()
-    unit = EmbeddingBagUnit(**p.get("unit", {}))
+    unit = unit_for_layouts(**p.get("unit", {}))
     rng = tb_rng()
     workloads = workloads_from_spec(unit, p.get("workload", {"kind": "random"}), rng)
     contents, placements = combined_placement(unit, workloads)

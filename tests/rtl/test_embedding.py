@@ -17,6 +17,7 @@ from sim.reference import embedding as ref
 # -- parameters ---------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::amaranth._unused.UnusedElaboratable")
 @pytest.mark.parametrize("kwargs, name", [
     (dict(lanes=0), "lanes"),
     (dict(lanes=3), "lanes"),
@@ -206,3 +207,43 @@ def test_edge_cases_and_protocol_errors(rng):
                                                            tables[2].rows[0]))
     f16 = tables[3].rows.astype(np.float32)
     np.testing.assert_allclose(vec[113][:24], f16.sum(axis=0), rtol=1e-6, atol=1e-12)
+
+
+# -- the unit as the command line sees it -----------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::amaranth._unused.UnusedElaboratable")
+def test_unit_entry_refuses_bad_params():
+    from host.units.embedding import build
+    with pytest.raises(ValueError, match="^lanes:"):
+        build({"lanes": "0"})
+    with pytest.raises(ValueError, match="^lanes: expected an integer"):
+        build({"lanes": "four"})
+    with pytest.raises(ValueError, match="colour"):
+        build({"colour": "red"})
+    with pytest.raises(ValueError, match="^elem_types:"):
+        build({"elem_types": "fp32+int4"})
+    unit = build({"lanes": "4", "data_bytes": "16", "elem_types": "fp32+bf16"})
+    unit._MustUse__silence = True       # built for its parameters only
+    assert (unit.lanes, unit.data_bytes, unit.elem_types) == (4, 16, ("fp32", "bf16"))
+
+
+def test_simulate_writes_figures_and_a_waveform(tmp_path):
+    import json
+
+    from host.units import SimRequest
+    from host.units.embedding import simulate
+    workload = {"kind": "benchmark", "num_bags": 3, "tables": 1, "rows": 40, "dim": 16,
+                "length": 5, "latency": [5, 9], "empty_every": 1}
+    req = SimRequest(sim="amaranth", out=tmp_path, seed=3,
+                     params={"data_bytes": "8", "lanes": "2", "max_dim": "16",
+                             "elem_types": "fp32"},
+                     extra={"workload": workload})
+    figures = simulate(req)
+    assert json.loads((tmp_path / "figures.json").read_text()) == figures
+    assert (tmp_path / "embedding.vcd").stat().st_size > 0
+    assert figures["bags"] == 5 and figures["rows"] == 15
+    assert figures["beats_read"] == 15 * 8
+    assert figures["max_abs_error_vs_reference"] == 0.0
+    assert figures["max_error_vs_float64_over_bound"] <= 1.0
+    assert abs(figures["timing_model_rel_error"]) <= 0.05

@@ -111,8 +111,8 @@ UNIT = dict(data_bytes=16, lanes=4, max_dim=40, tables=4, outstanding=6, max_bag
 def _episodes(rng):
     unit = EmbeddingBagUnit(**UNIT)
     eps = {}
-    for k in range(4):
-        wl = random_workload(rng, unit, num_bags=12, max_len=10, stress=False)
+    for k in range(3):
+        wl = random_workload(rng, unit, num_bags=12, max_len=8, stress=False)
         lat = int(rng.integers(1, 40))
         eps[f"random{k}"] = dataclasses.replace(wl, latency=(lat, lat))
     # FBGEMM's shape scaled to the lanes: 8 words per row, L=20, Zipf 1.15.
