@@ -17,7 +17,7 @@ from sim.reference import embedding as ref
 # -- parameters ---------------------------------------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore::amaranth._unused.UnusedElaboratable")
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("kwargs, name", [
     (dict(lanes=0), "lanes"),
     (dict(lanes=3), "lanes"),
@@ -212,7 +212,7 @@ def test_edge_cases_and_protocol_errors(rng):
 # -- the unit as the command line sees it -----------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore::amaranth._unused.UnusedElaboratable")
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_unit_entry_refuses_bad_params():
     from host.units.embedding import build
     with pytest.raises(ValueError, match="^lanes:"):
