@@ -40,42 +40,32 @@ STATS_FILE = Path(__file__).resolve().parents[3] / "shared" / "data" / \
 
 
 def _zipf_rows(rng: np.random.Generator, alpha: float, n: int) -> np.ndarray:
-    """Zipf(alpha) over ROWS rows; the popularity ranks are scattered over the row ids."""
-    try:
-        from host.traces import zipf_trace
-    except ImportError:
-        zipf_trace = None
-    if zipf_trace is not None:
-        try:
-            trace = zipf_trace(num_rows=ROWS, alpha=alpha, batch_size=BATCH, pooling=POOLING,
-                               batches=n // (BATCH * POOLING), rng=rng)
-            return np.concatenate([np.asarray(ix) for ix in trace.indices]).astype(np.int64)
-        except TypeError:
-            pass  # another signature: use the inline generator
-    weights = 1.0 / np.arange(1, ROWS + 1) ** alpha
-    cdf = np.cumsum(weights / weights.sum())
-    ranks = np.minimum(np.searchsorted(cdf, rng.random(n)), ROWS - 1)
-    return rng.permutation(ROWS)[ranks]
+    """Zipf(alpha) lookups of one table of ROWS rows (``host.traces``), ``n // (BATCH *
+    POOLING)`` consecutive batches with the same hot rows (generated as one long batch, so
+    the popularity permutation is shared)."""
+    from host.traces import ZipfTraceGenerator
+    batches = max(1, n // (BATCH * POOLING))
+    gen = ZipfTraceGenerator(num_tables=1, num_rows=ROWS, batch_size=BATCH * batches,
+                             pooling=POOLING, alpha=alpha)
+    return gen.generate(rng).tables[0].indices.astype(np.int64)
 
 
-def _fitted_rows(rng: np.random.Generator, n: int, ctx: BenchContext):
-    """Lookups from the generator fitted to the locality statistics, and the fit's total
-    variation distance; (None, None) when host.traces is not available."""
-    try:
-        from host import traces
-    except ImportError:
-        ctx.progress("host.traces not available: no fitted trace")
-        return None, None
-    stats = traces.load_locality_stats(STATS_FILE)
-    gen = traces.fit_generator(stats)
-    trace = gen.generate(n, rng=rng) if hasattr(gen, "generate") else gen(n, rng)
-    indices = getattr(trace, "indices", trace)
-    if isinstance(indices, (list, tuple)):
-        indices = np.concatenate([np.asarray(ix) for ix in indices])
-    tv = getattr(gen, "total_variation", None)
-    if callable(tv):
-        tv = tv(trace)
-    return np.asarray(indices, np.int64), (None if tv is None else float(tv))
+def _fitted_rows(rng: np.random.Generator, n: int):
+    """One batch of ``n`` lookups from the generator fitted to the first block of the locality
+    statistics, as linear row indices over all its tables (FBGEMM's cache also indexes rows
+    linearly across tables), the number of rows of all tables, and the total variation
+    distance of the trace's two histograms to the file's (the larger of the two)."""
+    from host.traces import fit_generator, load_locality_stats, total_variation, trace_locality
+    stats = load_locality_stats(STATS_FILE, block=0)
+    trace = fit_generator(stats, lookups=n).generate(rng)
+    num_rows, _, indices = trace.combined()
+    base = np.concatenate([[0], np.cumsum(num_rows)[:-1]])
+    per_table = [t.indices.size for t in trace.tables]
+    linear = indices + np.repeat(base, per_table)
+    got = trace_locality(trace)
+    tv = max(total_variation(got.row_hist, stats.row_hist),
+             total_variation(got.lookup_share, stats.lookup_share))
+    return linear.astype(np.int64), int(num_rows.sum()), tv
 
 
 def run(ctx: BenchContext) -> dict:
@@ -83,21 +73,21 @@ def run(ctx: BenchContext) -> dict:
     batches = 10 if ctx.quick else 100
     n = batches * BATCH * POOLING
     figures: dict = {"trace_lookups": n, "ways": WAYS}
-    traces = {}
+    traces, universes = {}, {}
     for alpha in (1.05, 1.15):
         traces[f"zipf_{alpha}"] = _zipf_rows(rng, alpha, n)
-    fitted, tv = _fitted_rows(rng, n, ctx)
-    if fitted is not None:
-        traces["fitted"] = fitted
+        universes[f"zipf_{alpha}"] = ROWS
+    traces["fitted"], universes["fitted"], tv = _fitted_rows(rng, n)
     figures["trace_fit_total_variation"] = tv
+    ctx.progress(f"traces: {n} Zipf lookups each; fitted trace {len(traces['fitted'])} lookups "
+                 f"over {universes['fitted']} rows, total variation {tv:.4f}")
 
     hit_rate: dict = {}
     for policy in ("lru", "lfu"):
         for frac in (0.05, 0.20):
-            # Sets for the capacity over the rows each trace touches (1e5 for Zipf).
+            # Capacity: a fraction of all rows of the trace's tables.
             for name, rows in traces.items():
-                universe = ROWS if name.startswith("zipf") else int(rows.max()) + 1
-                sets = max(1, round(universe * frac / WAYS))
+                sets = max(1, round(universes[name] * frac / WAYS))
                 t0 = time.perf_counter()
                 res = simulate_trace(rows, CacheConfig(sets=sets, ways=WAYS, policy=policy))
                 hit_rate.setdefault(policy, {}).setdefault(f"{round(frac * 100)}%", {})[name] = \
@@ -111,7 +101,7 @@ def run(ctx: BenchContext) -> dict:
     dut = CacheController(data_bytes=4, addr_width=20, line_beats=1, sets=16, ways=8,
                           mshrs=16, policy="lru", index="hash")
     count = 600 if ctx.quick else 2000
-    rows = _zipf_rows(rng, 1.05, count) % 1024
+    rows = _zipf_rows(rng, 1.05, count)[:count] % 1024
     reqs = [Request(int(r), 1) for r in rows]
     t0 = time.perf_counter()
     run_ = rtl_outcomes(dut, reqs, rng, rows=1024, latency=(1, 60))
