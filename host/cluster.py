@@ -610,11 +610,18 @@ Progress = Callable[[str, float], None]
 
 
 class ClusterRun:
-    """Plan, build and execute one scenario. ``progress(message, fraction)`` reports along."""
+    """Plan, build and execute one scenario. ``progress(message, fraction)`` reports along.
 
-    def __init__(self, scenario: Scenario, progress: Progress | None = None) -> None:
+    ``nic_backend`` (SmartNIC systems): a callable ``(run, nic_effects, work) -> nic_effects``
+    that replaces the timing-model backend's NIC figures, e.g. ``sim.cosim.RTLNICBackend``
+    (the NICs co-simulated in RTL; ``neonic run --backend rtl``); None: the timing models.
+    """
+
+    def __init__(self, scenario: Scenario, progress: Progress | None = None,
+                 nic_backend: Callable[[Any, Any, Any], Any] | None = None) -> None:
         self.scenario = scenario
         self.progress = progress or (lambda message, fraction: None)
+        self.nic_backend = nic_backend
 
     # -------------------------------------------------------------------------- preparation
     def _topology(self):
@@ -699,6 +706,9 @@ class ClusterRun:
         if sys_.embeddings == "nic":
             self.progress("SmartNIC: cache hit rates on the lookup traces", 0.22)
             nic = nic_effects(sc, self.plan, work, psys)
+            if self.nic_backend is not None:
+                self.progress("SmartNIC: the NIC backend (e.g. RTL co-simulation)", 0.25)
+                nic = self.nic_backend(self, nic, work)
             m = nic.matrices
             self.nic_stats = dict(nic.hit_rates)
             self.nic_metrics = dict(nic.figures)
