@@ -119,7 +119,8 @@ def test_back_to_back_4096_at_64_bytes(rng):
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("kw,match", [({"data_bytes": 12}, "data_bytes"), ({"pmtu": 100}, "pmtu"),
-                                      ({"num_dest": 0}, "num_dest"), ({"quant": "int4"}, "quant")])
+                                      ({"num_dest": 0}, "num_dest"), ({"quant": "int4"}, "quant"),
+                                      ({"quant": "int8", "max_dim": 250}, "max_dim")])
 def test_bad_parameters(kw, match):
     with pytest.raises(ValueError, match=match):
         Packetizer(**kw)
@@ -152,3 +153,53 @@ def test_icrc_engine_matches_lib_crc(width, rng):
     run_amaranth(dut, [tb], max_cycles=100)
     params = ICRC_ALGORITHM(8 * width)
     assert got == [params.compute(words[:i + 1]) for i in range(len(words))]
+
+
+@pytest.mark.parametrize("width,quant,dim,rows", [(8, "int8", 6, [2, 23]), (16, "fp16", 5, [3, 7])])
+def test_quantized_frames_match_reference(width, quant, dim, rows, rng):
+    """Quantized on the fly: the frames carry the reference model's wire image (INT8: scale,
+    bias and codes per row, whole rows per packet with zero fill; FP16: lengths that are not
+    a multiple of two beats), byte for byte, under idle and backpressure."""
+    from sim.reference.roce import build_frames, quantize
+    dut = Packetizer(data_bytes=width, pmtu=256, num_dest=1, quant=quant, max_dim=8)
+    values = [rng.standard_normal((n, dim)).astype(np.float32) for n in rows]
+    frames = []
+
+    async def host(ctx):
+        ctx.set(dut.local_mac, LOCAL_MAC)
+        ctx.set(dut.local_ip, LOCAL_IP)
+        d = DESTS[0]
+        await stream_send(ctx, dut.table, [{"index": 0, "mac": d.mac, "ip": d.ip, "qpn": d.qpn,
+                                            "udp_sport": d.udp_sport, "psn": (1 << 24) - 1}])
+        await stream_send(ctx, dut.desc, [{"dest": 0, "va": 64 * i, "rkey": 3, "imm": i,
+                                           "length": v.nbytes, "has_imm": 1, "dim": dim}
+                                          for i, v in enumerate(values)], rng=rng, idle=0.25)
+
+    async def payload(ctx):
+        raw = [v.tobytes() + bytes(-v.nbytes % width) for v in values]
+        await stream_send(ctx, dut.payload, [int.from_bytes(r[i:i + width], "little")
+                                             for r in raw for i in range(0, len(r), width)],
+                          rng=rng, idle=0.25)
+
+    golden, psn = [], (1 << 24) - 1
+    for i, v in enumerate(values):
+        msg = Message(0, 64 * i, 3, quantize(v, quant, dim=dim, pmtu=256), imm=i)
+        fr = build_frames(msg, DESTS[0], local_mac=LOCAL_MAC, local_ip=LOCAL_IP, psn=psn,
+                          pmtu=256)
+        psn = (psn + len(fr)) % (1 << 24)
+        golden += [f.data for f in fr]
+
+    async def sink(ctx):
+        current = b""
+        while len(frames) < len(golden):
+            (beat,) = await stream_recv(ctx, dut.frame, 1, rng=rng, backpressure=0.25)
+            data = int(beat.data).to_bytes(width, "little")
+            if beat.last:
+                frames.append(current + data[:beat.count])
+                current = b""
+            else:
+                current += data
+
+    run_amaranth(dut, [host, payload, sink], max_cycles=20000)
+    assert len(golden) == (3 if quant == "int8" else 2)
+    assert frames == golden
