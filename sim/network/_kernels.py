@@ -12,12 +12,14 @@ import numpy as np
 
 from .maxmin import HAVE_NUMBA
 
-__all__ = ["advance", "predict", "mark", "void"]
+__all__ = ["advance", "predict", "mark", "void", "credit"]
 
 
 def _advance_np(pred, alive, rem, rate, now, dt, links_fh, acct_fh, factor, wire, nbytes, link_bytes, link_wire):
     done = alive & (pred <= now)
     n = int(done.sum())
+    sr = float(rate[done].sum()) if n else 0.0
+    srt = float((rate[done] * pred[done]).sum()) if n else 0.0
     if n:
         L = link_bytes.size
         lk = np.concatenate([links_fh[done], acct_fh[done]], axis=1)
@@ -33,7 +35,12 @@ def _advance_np(pred, alive, rem, rate, now, dt, links_fh, acct_fh, factor, wire
     if dt:
         rem[alive] -= rate[alive] * dt
         np.maximum(rem, 0.0, out=rem)
-    return n
+    return n, sr, srt
+
+
+def _credit_np(alive, rem, rate_new, rate_old, span):
+    gain = np.maximum(rate_new - rate_old, 0.0) * span
+    rem[alive] = np.maximum(rem[alive] - gain[alive], 0.0)
 
 
 def _predict_np(alive, rem, rate, now, pred):
@@ -62,11 +69,15 @@ if HAVE_NUMBA:
         A = acct_fh.shape[1]
         L = link_bytes.shape[0]
         n = 0
+        sr = 0.0
+        srt = 0.0
         for f in range(F):
             if not alive[f]:
                 continue
             if pred[f] <= now:
                 n += 1
+                sr += rate[f]
+                srt += rate[f] * pred[f]
                 nb = nbytes[f]
                 for h in range(H):
                     k = links_fh[f, h]
@@ -84,7 +95,16 @@ if HAVE_NUMBA:
             elif dt != 0:
                 r = rem[f] - rate[f] * dt
                 rem[f] = r if r > 0.0 else 0.0
-        return n
+        return n, sr, srt
+
+    @njit(cache=True, nogil=True)
+    def _credit_nb(alive, rem, rate_new, rate_old, span):  # pragma: no cover
+        for f in range(alive.shape[0]):
+            if alive[f]:
+                d = rate_new[f] - rate_old[f]
+                if d > 0.0:
+                    r = rem[f] - d * span
+                    rem[f] = r if r > 0.0 else 0.0
 
     @njit(cache=True, nogil=True)
     def _predict_nb(alive, rem, rate, now, pred):  # pragma: no cover
@@ -115,6 +135,6 @@ if HAVE_NUMBA:
             if alive[f]:
                 finish_ps[orig[f]] = -1
 
-    advance, predict, mark, void = _advance_nb, _predict_nb, _mark_nb, _void_nb
+    advance, predict, mark, void, credit = _advance_nb, _predict_nb, _mark_nb, _void_nb, _credit_nb
 else:  # pragma: no cover
-    advance, predict, mark, void = _advance_np, _predict_np, _mark_np, _void_np
+    advance, predict, mark, void, credit = _advance_np, _predict_np, _mark_np, _void_np, _credit_np

@@ -5,15 +5,18 @@ share every link max-min fairly (:mod:`sim.network.maxmin`); rates are recompute
 of active flows changes. A flow finishes transmitting when its bytes are drained and *arrives*
 one route latency later (latency is added once per message, not per packet).
 
-Recompute coalescing (``coalesce_rel``, default 0.01): after each solve the rates stay fixed
+Recompute coalescing (``coalesce_rel``, default 0.02): after each solve the rates stay fixed
 until the next recompute, which happens at ``t_min + coalesce_rel * age``, where ``t_min`` is the
 earliest predicted completion and ``age`` is how long the youngest active flow has been running.
-Flows predicted to finish before that instant finish at their exact predicted times; only the
-capacity they free is left unused until the recompute. This bounds the error of any flow to
-about ``coalesce_rel`` of its duration and makes the number of solves logarithmic in the spread
-of completion times instead of linear in the number of flows. ``coalesce_rel = 0`` is the exact
-fluid model (a recompute at every distinct completion picosecond). New flows always trigger a
-recompute at their start time; flows started at the same picosecond are solved together.
+Flows predicted to finish before that instant finish at their exact predicted times. The
+capacity they free would sit idle until the recompute; instead, the flows that were running get
+credited with the extra progress their new rates would have made since the rate-weighted mean
+time that capacity was freed (a first-order correction; new flows get no credit). The number of
+solves grows with the logarithm of the spread of completion times instead of with the number of
+flows; on skewed AlltoAllv the end time stays within 1% of the exact fluid model (tested).
+``coalesce_rel = 0`` is the exact fluid model: a recompute at every distinct completion
+picosecond. New flows always trigger a recompute at their start time; flows started at the same
+picosecond are solved together.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ class Network:
     (counted when each message finishes transmitting); ``link_class_bytes()`` sums them by class.
     """
 
-    def __init__(self, engine: Engine, topology: Topology, *, coalesce_rel: float = 0.01) -> None:
+    def __init__(self, engine: Engine, topology: Topology, *, coalesce_rel: float = 0.02) -> None:
         if not isinstance(engine, Engine):
             raise ValueError(f"engine: expected a sim.engine.Engine, got {type(engine).__name__}")
         if not isinstance(topology, Topology):
@@ -195,10 +198,14 @@ class Network:
         self._t_last = now
         survivors: list[FlowGroup] = []
         topo = self.topology
+        freed = 0.0
+        freed_t = 0.0
         for g in self._groups:
-            n_done = K.advance(g._pred, g._alive, g._rem, g._rate, float(now), float(dt), g._links, g._acct, g._factor,
+            n_done, sr, srt = K.advance(g._pred, g._alive, g._rem, g._rate, float(now), float(dt), g._links, g._acct, g._factor,
                                topo.wire, g._nb, self.link_bytes, self.link_wire_bytes)
             g._remaining -= n_done
+            freed += sr
+            freed_t += srt
             if g._remaining:
                 if g._event is not None:  # its completion prediction is void: rates change now
                     g._event.cancel()
@@ -207,12 +214,23 @@ class Network:
                 if g._remaining < 0.5 * g._alive.size and g._alive.size > 4096:
                     self._compact(g)
                 survivors.append(g)
-        survivors.extend(self._pending)
+        old = survivors
+        survivors = survivors + self._pending
         self._pending = []
         self._groups = survivors
         if not survivors:
             return
+        previous = [g._rate for g in old]
         self._solve(now)
+        # Coalescing left the capacity freed inside the last window idle until now. Credit the
+        # flows that existed then with the extra progress their new rates would have made since
+        # the (rate-weighted) mean time that capacity was freed; new flows get no credit.
+        if self.coalesce_rel and freed > 0.0:
+            span = now - freed_t / freed
+            if span > 0.0:
+                for g, r_old in zip(old, previous):
+                    K.credit(g._alive, g._rem, g._rate, r_old, float(span))
+        self._predict(now)
 
     @staticmethod
     def _compact(g: FlowGroup) -> None:
@@ -251,7 +269,10 @@ class Network:
                 g._rate = np.zeros(a.size)
                 g._rate[a] = rates[pos : pos + k]
                 pos += k
-        # predictions and the next recompute
+
+    def _predict(self, now: int) -> None:
+        """Predicted ends, the next recompute, and group completions due before it."""
+        groups = self._groups
         t_min = math.inf
         youngest = -math.inf
         for g in groups:
