@@ -744,12 +744,11 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += cnt["stall_output"].eq(cnt["stall_output"] + 1)
 
         # ---- busy and input starvation --------------------------------------------------
-        in_flight = Const(0, 1)
-        for c in dctx_pipe[1:]:
+        in_flight = req.valid | (info_q.w_level != 0) | (bag_q.w_level != 0) | pooled.valid
+        for c in [*ctx_pipe, *inflight, *dctx_pipe[1:]]:
             in_flight = in_flight | c.valid
         busy = Signal()
-        m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | bag_q.r_rdy
-                            | pooled.valid | in_flight | info_q.r_rdy)
+        m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)
         m.d.comb += self.busy.eq(busy)
         with m.If(busy):
             m.d.sync += cnt["busy_cycles"].eq(cnt["busy_cycles"] + 1)
