@@ -15,7 +15,11 @@ from amaranth.back import verilog
 from amaranth.hdl import Module, Signal
 
 from rtl import fp
-from sim.harness import run_amaranth, stream_recv, stream_send
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from sim.harness import (available_simulators, read_tb_figures, run_amaranth, run_cocotb,
+                         stream_recv, stream_send)
 from sim.reference import fp as ref
 
 pytestmark = pytest.mark.timeout(120)
@@ -533,9 +537,53 @@ def test_bad_parameters_are_refused(make):
         make()
 
 
-def test_all_components_export_to_verilog():
-    for dut in [fp.FPAdd32(), fp.FPSub32(latency=2), fp.FPMul32(), fp.FPDiv32(), fp.FPMax32(),
-                fp.FPMin32(latency=1), fp.FP16ToFP32(), fp.BF16ToFP32(), fp.FP32ToFP16(),
-                fp.FP32ToBF16(), fp.FP32ToInt(), fp.IntToFP32()]:
+def test_components_outside_the_bank_export_to_verilog():
+    # The units in FPBank are exported and simulated by test_fp_bank_on_verilog.
+    for dut in [fp.FPSub32(latency=2), fp.FPDiv32(), fp.FPMax32(), fp.FPMin32(latency=1),
+                fp.BF16ToFP32(), fp.IntToFP32(width=16, signed=True)]:
         text = verilog.convert(dut, name=type(dut).__name__)
         assert f"module {type(dut).__name__}" in text
+
+
+# --------------------------------------------------------------------------- generated Verilog
+
+class FPBank(wiring.Component):
+    """The pipelined units side by side, one ``en``: the top of the cocotb bench (tb_fp.py)."""
+
+    def __init__(self):
+        super().__init__({
+            "add_a": In(32), "add_b": In(32), "mul_a": In(32), "mul_b": In(32), "cvt": In(32),
+            "half": In(16), "en": In(1, init=1),
+            "add": Out(32), "mul": Out(32), "f16": Out(16), "bf16": Out(16), "u8": Out(8),
+            "h32": Out(32),
+        })
+        self.units = {"add": fp.FPAdd32(), "mul": fp.FPMul32(), "f16": fp.FP32ToFP16(),
+                      "bf16": fp.FP32ToBF16(), "u8": fp.FP32ToInt(width=8, signed=False),
+                      "h32": fp.FP16ToFP32()}
+        self.latencies = {k: u.latency for k, u in self.units.items()}
+
+    def elaborate(self, platform):
+        m = Module()
+        inputs = {"add": ("add_a", "add_b"), "mul": ("mul_a", "mul_b"), "f16": ("cvt",),
+                  "bf16": ("cvt",), "u8": ("cvt",), "h32": ("half",)}
+        for name, unit in self.units.items():
+            m.submodules[name] = unit
+            m.d.comb += [unit.en.eq(self.en), getattr(self, name).eq(unit.o)]
+            for port, src in zip("ab", inputs[name]):
+                m.d.comb += getattr(unit, port).eq(getattr(self, src))
+        return m
+
+
+def _sims():
+    sims = available_simulators()
+    if not sims:
+        return [pytest.param("icarus", marks=pytest.mark.skip(reason="no simulator installed"))]
+    return [pytest.param(s, marks=pytest.mark.slow) if s == "verilator" else s for s in sims]
+
+
+@pytest.mark.parametrize("sim", _sims())
+def test_fp_bank_on_verilog(sim, seed):
+    bank = FPBank()
+    results = run_cocotb(bank, "fp_bank", "tb_fp", sim=sim, seed=seed,
+                         params={"n": 1500, "stall": 0.3, "latencies": bank.latencies})
+    assert read_tb_figures(results)["operations"] == 1500
