@@ -42,6 +42,21 @@ Modelling choices (each an ASSUMPTION a user can see in code and docs):
     * a collective holds its GPU-side share (SMs unless on the copy engines, HBM) on every rank
       for its whole network duration; compute kernels share what is left. Collectives are not
       slowed by the GPU (so ``streams.comm_priority`` only orders kernels between streams).
+
+The SmartNIC system (``embeddings = "nic"``): :func:`nic_effects` measures the NIC caches' hit
+rates on synthetic lookup traces (``sim.nic``; Zipf, :data:`ZIPF_ALPHA`) and applies each
+mechanism that is on to the iteration's work: fewer GPU lookups, NIC gather/pool and cache
+work, PCIe fills, changed AlltoAll matrices (its docstring states every assumption). Each
+GPU's NIC is a :class:`sim.nic.NIC` on the engine (units ``cache``, ``gather``,
+``packetizer``: one timeline track each); the embedding forward runs the GPU kernel, the NIC
+units and the PCIe transfers side by side, and every AlltoAll waits for the NICs' packetizers
+as well as the network. Hit rates go to ``metrics["cache_hit_rates"]`` (``nic_local``,
+``nic_remote``), the rest to ``metrics["nic"]``.
+
+Planning: ``[planner] time_budget_s`` bounds the Neo search's refinement in wall time and
+``max_steps`` in steps; a run is reproducible when the steps or convergence end it (the plan's
+notes in the metrics say how many steps ran). ``metrics["wall_breakdown_s"]`` says where the
+simulation's own wall time went (planning, building, engine).
 """
 
 from __future__ import annotations
@@ -660,7 +675,9 @@ class ClusterRun:
         self.progress("topology", 0.02)
         topo = self._topology()
         self.progress("planning the sharding", 0.05)
+        t_plan = time.perf_counter()
         plan, psys = self._plan(topo)
+        t_built = time.perf_counter()
         self.progress("deriving one iteration's work", 0.2)
         work = derive_iteration(plan, sc.workload, psys)
         world = work.world_size
@@ -684,9 +701,16 @@ class ClusterRun:
                 self.progress(f"simulated {done_ops[0]}/{n_ops} ops", 0.35 + 0.55 * done_ops[0] / n_ops)
 
         runner = ScheduleRunner(engine, graph, backend, on_op_done)
+        t_engine = time.perf_counter()
         end_ps = runner.run()
+        t_end = time.perf_counter()
+        # where the wall time went: the planner, everything else before the engine (topology,
+        # work, payloads, SmartNIC traces, graph), the engine (all iterations), metrics
+        self.wall = {"setup_s": t_plan - t0, "planning_s": t_built - t_plan, "build_s": t_engine - t_built,
+                     "engine_s": t_end - t_engine}
         self.progress("collecting metrics", 0.92)
         result = self._collect(graph, engine, end_ps, resources_, dense, work, time.perf_counter() - t0)
+        result.metrics["wall_breakdown_s"] = {**self.wall, "collect_s": time.perf_counter() - t_end}
         self.progress("done", 1.0)
         return result
 

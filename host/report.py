@@ -175,8 +175,19 @@ def summary_table(result: Any):
     if "latency_s" in m:
         head.add_row("latency per query batch (mean / max)", f"{m['latency_s']['mean'] * 1e3:.3f} / {m['latency_s']['max'] * 1e3:.3f} ms")
     head.add_row("simulation wall time", f"{m['wall_s']:.2f} s ({m['events']:,} events)")
+    split = m.get("wall_breakdown_s")
+    if split:
+        head.add_row("  of which planning / engine", f"{split.get('planning_s', 0.0):.2f} / {split.get('engine_s', 0.0):.2f} s")
     for name, rate in m.get("cache_hit_rates", {}).items():
         head.add_row(f"cache hit rate: {name}", f"{rate * 100:.1f} %")
+    nic = m.get("nic")
+    if nic:
+        on = [k for k in ("pool_on_nic", "reorder") if nic.get(k)]
+        on += [k for k in ("local_cache_mib", "remote_cache_mib") if nic.get(k)]
+        head.add_row("SmartNIC mechanisms on", ", ".join(on) or "none")
+        if "adjacent_reuse" in nic:
+            head.add_row(f"reuse within {nic.get('reuse_window', 8)} lookups (as is / reordered)",
+                         f"{nic['adjacent_reuse'] * 100:.1f} / {nic['adjacent_reuse_reordered'] * 100:.1f} %")
     phases = Table(title="per phase, per iteration (serialized vs exposed)")
     phases.add_column("phase")
     phases.add_column("serialized ms", justify="right")

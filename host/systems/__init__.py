@@ -27,6 +27,24 @@ Schema (TOML; every field checked, errors name the dotted field)::
     [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, local_cache_mib,
                                   # remote_cache_mib, cache_ways, memory_gbytes_per_s,
                                   # pool_on_nic, reorder, trace_samples
+
+The SmartNIC's mechanisms, each switched alone (``host.cluster.nic_effects`` has the model):
+
+``local_cache_mib``   > 0: the owner's NIC caches hot rows of its GPU's shards (LRU, one line
+                      per row); hits are gathered on the NIC, misses on the GPU and filled over
+                      PCIe; in training, updated cached rows are written through over PCIe.
+``remote_cache_mib``  > 0: the requester's NIC caches rows of tables owned on other nodes and
+                      fetches rows (misses) instead of pooled vectors; training invalidates it
+                      every batch (rows change every step).
+``pool_on_nic``       rows served by a NIC are pooled on it (pooled vectors cross the network);
+                      off, the rows themselves go to the GPU that pools them. Nothing to pool
+                      without a cache.
+``reorder``           each batch's bags are grouped by their hottest row before the caches see
+                      them (``sim.nic.reorder_bags``); no effect without a cache.
+``trace_samples``     bags traced per table shard to measure hit rates (cost vs accuracy).
+
+With every mechanism off the NIC is a plain RDMA NIC whose packetizer (``clock_mhz`` x
+``datapath_bytes``) frames the inter-node AlltoAll bytes alongside the network.
 """
 
 from __future__ import annotations
