@@ -26,9 +26,10 @@ Interface
     ``>= rows`` is dropped and counted (``counters.indices_dropped``), and the bag's output
     carries ``dropped=1``. Neither counts for MEAN. A bag on a table without a valid
     descriptor is consumed and answered with one zero beat flagged ``error``. Protocol slips
-    never hang the unit: an index item where a header is expected is dropped, a header where
-    an index is expected closes the current bag early with ``error``; both count in
-    ``counters.protocol_errors``.
+    never hang the unit: an index item where a header is expected is dropped; a header where
+    an index is expected closes the current bag early (its beats carry the rows pooled so far
+    and ``error``) and then starts its own bag; both count in ``counters.protocol_errors``.
+    Lengths are limited to ``max_bag_length`` by the width of the ``length`` field.
 
 ``mem`` (out, :class:`rtl.streams.MemPortSignature`) - row reads
     One read request per contributing index: ``addr = base + index * stride``,
@@ -72,8 +73,9 @@ Microarchitecture and timing
 
 Front (one input item per cycle): a header costs one cycle; each index costs one cycle and,
 if it contributes, issues its read request (from an output register) and queues a row
-entry for the reducer. A bag's last item also queues its bag entry for the drain; an empty
-bag costs its header cycle and one reducer slot.
+entry for the reducer. A bag's last item also queues its bag entry for the drain. An empty
+bag costs its header cycle and one reducer slot (an end-only entry); its zero beats come
+from the drain without touching an accumulator, overlapped with the next bag's rows.
 
 Reducer: consumes row data ``lanes`` elements ("a word") per cycle: a beat holds
 ``data_bytes / (4 * lanes)`` FP32 words or twice as many 16-bit words, so an FP32 beat takes
