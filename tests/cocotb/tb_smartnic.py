@@ -1,0 +1,113 @@
+"""cocotb bench: the SmartNIC top's generated Verilog runs one co-simulation phase for every NIC
+of a cluster (``sim/cosim.py`` writes the job, reads the results back).
+
+The job (JSON, path in ``tb_params()["job"]``) holds the NIC parameters, the phase (``tx``: per
+NIC, invalidate the cache, write the descriptors and the addressing table, stream the bags and
+post the sends, collect the frames; ``rx``: per NIC, initialise the receive QPs and feed the
+frames, wait for every completion), the random idle/backpressure probabilities, and the stimulus;
+the memory image is a ``.npy`` file. The design is reset between NICs. Results: per NIC the
+counters and the frames (``tx``) or the completions (``rx``), written as JSON to
+``tb_params()["out"]``, and for ``rx`` the receive memory as ``rx.npy`` beside the job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cocotb
+import numpy as np
+from cocotb.triggers import FallingEdge, with_timeout
+
+from rtl.cache import CacheOp
+from rtl.depacketizer import Completion, QPInit
+from rtl.packetizer import DestEntry, SendDescriptor
+from rtl.roce import FrameBeat
+from rtl.smartnic import SmartNIC, SmartNICCounters
+from sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor, start_clock_and_reset,
+                                        tb_params, tb_rng, unpack)
+
+
+def _beats(frame: bytes, W: int) -> list[dict]:
+    return [{"data": int.from_bytes(frame[o:o + W], "little"), "count": len(frame[o:o + W]),
+             "last": int(o + W >= len(frame))} for o in range(0, len(frame), W)]
+
+
+@cocotb.test()
+async def cluster_phase(dut):
+    p = tb_params()
+    job = json.loads(Path(p["job"]).read_text())
+    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in job["params"].items()}
+    nic = SmartNIC(**params)
+    W = nic.data_bytes
+    phase = job["phase"]
+    idle, bp = job["idle"], job["backpressure"]
+    clk = dut.clk
+    dut.local_mac.value = 0
+    dut.local_ip.value = 0
+    lat = job["memory_latency"]
+    mem = CocotbMemory(dut, "mem", np.load(p["mem"]), data_bytes=W, rng=tb_rng(1),
+                       latency=(lat, lat), max_outstanding=64, beats_width=nic.beats_width)
+    rx_mem = CocotbMemory(dut, "rx_mem", np.zeros(job["rx_size"], np.uint8), data_bytes=W,
+                          rng=tb_rng(2), latency=(1, 1), max_outstanding=64,
+                          beats_width=nic.rx_beats_width)
+    drv = {name: StreamDriver(dut, name, layout, clk, rng=tb_rng(10 + i),
+                              idle=idle if name in ("bags", "send", "rx_frame") else 0.0)
+           for i, (name, layout) in enumerate([
+               ("cache_cmd", CacheOp), ("desc", nic.gather.desc_layout),
+               ("dest", DestEntry(nic.packetizer.dest_bits)),
+               ("send", SendDescriptor(nic.packetizer.dest_bits)),
+               ("bags", nic.gather.item_layout), ("qp_init", QPInit(nic.depacketizer.qp_bits)),
+               ("rx_frame", FrameBeat(W))])}
+    frames_mon = StreamMonitor(dut, "tx_frame", FrameBeat(W), clk, rng=tb_rng(30),
+                               backpressure=bp)
+    comp_mon = StreamMonitor(dut, "completion", Completion(nic.depacketizer.qp_bits), clk,
+                             rng=tb_rng(31), backpressure=bp)
+    await start_clock_and_reset(dut)
+    layout = SmartNICCounters()
+    results = []
+    world = len(job["tx"])
+    for k, t in enumerate(job["tx"]):
+        await FallingEdge(clk)
+        dut.rst.value = 1
+        await FallingEdge(clk)
+        dut.rst.value = 0
+        mac = 0x02_4E_49_43_00_00 | t["rank"]
+        dut.local_mac.value = mac
+        dut.local_ip.value = 0x0A_00_00_00 | t["rank"]
+        budget_ns = 10 * (20000 + 40 * (len(t["items"]) + 40 * t["frames"]))
+        if phase == "tx":
+            await drv["cache_cmd"].send_all([CacheOp.INVALIDATE.value])
+            await drv["desc"].send_all(t["descs"])
+            await drv["dest"].send_all(t["dests"])
+            cocotb.start_soon(drv["bags"].send_all(t["items"]))
+            cocotb.start_soon(drv["send"].send_all(t["sends"]))
+            frames, cur = [], bytearray()
+            while len(frames) < t["frames"]:
+                beat = await with_timeout(frames_mon.recv(), budget_ns, "ns")
+                cur += beat["data"].to_bytes(W, "little")[:beat["count"]]
+                if beat["last"]:
+                    frames.append(bytes(cur))
+                    cur = bytearray()
+            for _ in range(4):
+                await FallingEdge(clk)
+            counters = unpack(layout, int(dut.counters.value))
+            results.append({"counters": counters, "frames": [f.hex() for f in frames]})
+        else:
+            await drv["qp_init"].send_all([{"qp": q, "psn": 0} for q in range(world)])
+            expect = sum(1 for o in job["tx"] for s in o["sends"] if s["dest"] == t["rank"])
+            beats = [b for f in job["rx_frames"][k] for b in _beats(bytes.fromhex(f), W)]
+            start = len(comp_mon.received)
+            if beats:
+                cocotb.start_soon(drv["rx_frame"].send_all(beats))
+            for _ in range(expect):
+                await with_timeout(comp_mon.recv(), budget_ns, "ns")
+            for _ in range(4):
+                await FallingEdge(clk)
+            counters = unpack(layout, int(dut.counters.value))
+            results.append({"counters": counters,
+                            "completions": len(comp_mon.received) - start})
+    mem.check_idle()
+    Path(p["out"]).write_text(json.dumps({"nics": results}))
+    if phase == "rx":
+        np.save(Path(p["job"]).parent / "rx.npy", rx_mem.contents)
