@@ -4,6 +4,11 @@ With no argument it runs the packaged default scenario (Model-A scaled down on 2
 8 GPUs; seconds on 2 cores). Shows progress while it runs, prints a summary table and writes the
 results folder (``results/<scenario>-<timestamp>/`` unless ``--out`` is given). The hardware
 units' own demos are ``neonic rtl sim UNIT``.
+
+``--backend rtl`` runs the SmartNICs of a SmartNIC system as RTL (``sim.cosim.RTLNICBackend``:
+Verilator when installed, else Amaranth's simulator, or ``--sim``) on the iteration's real
+embedding traffic, and prints the RTL's per-unit cycle counts beside the timing models'.
+Without a scenario it runs the small one of ``host.units.smartnic.rtl_scenario``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", metavar="NAME", help=f"a packaged scenario: {', '.join(SCENARIO_PRESETS)}")
     parser.add_argument("--out", metavar="DIR", type=Path, help="results folder (default results/<scenario>-<timestamp>/)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--backend", choices=("model", "rtl"), default="model",
+                        help="SmartNICs as timing models (default) or co-simulated RTL")
+    parser.add_argument("--sim", choices=("auto", "amaranth", "verilator", "icarus"), default="auto",
+                        help="simulator of --backend rtl (default: Verilator when installed)")
+    parser.add_argument("--calibration", metavar="FILE", type=Path,
+                        help="timing-model calibration for --backend rtl's comparison (neonic calibrate)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -33,14 +44,21 @@ def main(args: argparse.Namespace) -> int:
 
     if args.config and args.preset:
         raise ValueError("CONFIG.toml and --preset: give one or the other")
+    console = Console(stderr=True)
+    backend = None
     if args.config:
         scenario = load_scenario(args.config)
-    else:
+    elif args.preset or args.backend != "rtl":
         scenario = scenario_preset(args.preset or "default")
+    else:
+        from host.units.smartnic import rtl_scenario
+        scenario = rtl_scenario()
+    if args.backend == "rtl":
+        from host.units.smartnic import rtl_backend
+        backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console)
     out = args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    console = Console(stderr=True)
     if args.quiet:
-        result = ClusterRun(scenario).run()
+        result = ClusterRun(scenario, nic_backend=backend).run()
     else:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -49,8 +67,11 @@ def main(args: argparse.Namespace) -> int:
             def progress(message: str, fraction: float) -> None:
                 bar.update(task, completed=fraction, description=f"{scenario.name}: {message}")
 
-            result = ClusterRun(scenario, progress=progress).run()
+            result = ClusterRun(scenario, progress=progress, nic_backend=backend).run()
     Console().print(summary_table(result))
+    if backend is not None and backend.report is not None:
+        from sim.cosim import format_report
+        print(format_report(backend.report))
     folder = write_results(result, out)
     Console().print(f"results: {folder}")
     return 0
