@@ -44,6 +44,7 @@ def test_system_presets_describe_the_three_systems():
         ("cluster", "nodes", -1, "cluster.nodes: expected an integer >= 1"),
         ("planner", "allreduce", "butterfly", "planner.allreduce: expected one of"),
         ("planner", "name", "magic", "planner.name: expected one of"),
+        ("planner", "max_steps", -1, "planner.max_steps: expected an integer >= 0"),
         ("dense", "dtype", "int4", "dense.dtype: expected one of"),
     ],
 )
@@ -66,6 +67,8 @@ def test_bad_scenario_fields_are_named(section, key, value, message):
         ({"gpu_efficiency": {"speed": 1}}, "system.gpu_efficiency.speed: unknown field"),
         ({"host": {"pcie_gbytes_per_s": 0}}, "system.host.pcie_gbytes_per_s: expected a number > 0"),
         ({"nic": {"cache_ways": 0}}, "system.nic.cache_ways: expected an integer >= 1"),
+        ({"nic": {"pool_on_nic": "on"}}, "system.nic.pool_on_nic: expected true or false"),
+        ({"nic": {"local_cache_mib": -1}}, "system.nic.local_cache_mib: expected a number >= 0"),
         ({"preset": "dgx"}, "system.preset: unknown system preset"),
     ],
 )

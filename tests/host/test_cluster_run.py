@@ -23,7 +23,7 @@ def tiny(**sections) -> dict:
             "dense": {"bottom_mlp": [64, 256, 32], "interaction": "dot", "top_mlp": [256, 128, 1]},
         },
         "system": {"preset": "zionex"},
-        "planner": {"time_budget_s": 0.5},
+        "planner": {"time_budget_s": 5.0, "max_steps": 20},
     }
     for key, value in sections.items():
         data[key] = {**data.get(key, {}), **value}
@@ -100,3 +100,10 @@ def test_collectives_on_dma_engines_do_not_slow_the_run():
     base = ClusterRun(scenario_from_dict(tiny())).run().metrics
     dma = ClusterRun(scenario_from_dict(tiny(system={"preset": "zionex", "streams": {"collectives_on_dma": True}}))).run().metrics
     assert dma["iteration_time_s"] <= base["iteration_time_s"]
+
+
+def test_wall_time_is_split_into_planning_and_engine(pipelined):
+    split = pipelined.metrics["wall_breakdown_s"]
+    assert split["planning_s"] > 0 and split["engine_s"] > 0
+    assert sum(v for k, v in split.items() if k != "collect_s") <= pipelined.metrics["wall_s"] + 1e-6
+    assert pipelined.metrics["plan_notes"]  # how the planner's search ended
