@@ -456,6 +456,7 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
         tp = plan.tables[t.name]
         for shard, k in zip(tp.shards, work.tables[t.name].kernels):
             owned[k.rank].append((t.name, shard, k))
+    dp_table = {t.name: plan.tables[t.name].sharding == ShardingType.DATA_PARALLEL for t in wl.tables}
     gpu_lookups = [[float(k.lookups) for k in ks] for ks in work.kernels]
     fwd_pcie = np.zeros(world)
     bwd_pcie = np.zeros(world)
@@ -520,8 +521,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
         for t in remote_tables:
             if t.name not in h_of:
                 continue
-            off_node = np.array([sum(1 for s in plan.tables[t.name].shards if node[s.rank] != node[q]) > 0
-                                 for q in range(world)])
+            homes = {int(node[s.rank]) for s in plan.tables[t.name].shards}
+            off_node = np.ones(world, bool) if len(homes) > 1 else node != next(iter(homes))
             rows_per_req = b * t.pooling
             for q in np.nonzero(off_node)[0]:
                 remote_rows[q] += rows_per_req * t.row_bytes
@@ -565,6 +566,15 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
                 bags_hit = k.pooled_rows * (ss.bags_with_hit if ss else 0.0)
                 if cfg.pool_on_nic:
                     nic_rows[r].append((shard.cols, k.row_bytes // max(1, shard.cols), bags_hit, hits / bags_hit if bags_hit else 0.0))
+                if dp_table[name]:
+                    # a replica serves the rank's own samples: the NIC's partials (or rows) go
+                    # to its own GPU over PCIe
+                    nb = bags_hit * shard.cols * 4 if cfg.pool_on_nic else hits * k.row_bytes
+                    fwd_pcie[r] += nb
+                    if not cfg.pool_on_nic:
+                        gpu_pool[r] += nb
+                    continue
+                if cfg.pool_on_nic:
                     pooled_hit_bytes += bags_hit * shard.cols * comm_b
                 else:
                     raw_hit_bytes += hits * k.row_bytes
