@@ -3,8 +3,10 @@
 A SmartNIC sits on the AlltoAll path of one GPU. It is composed from the units' own models:
 
 ``cache``       the set-associative row cache's lookup pipeline (``rtl/cache.py``): one lookup
-                per cycle, hit latency 2 cycles; hit rates come from the trace-level model
-                ``sim.reference.cache.simulate_trace`` run on the workload's lookup traces;
+                per cycle, hit latency 2 cycles (the RTL's documented timing; there is no
+                ``sim/timing/cache.py`` yet); hit rates come from the trace-level LRU model
+                (:func:`lru_hits`: the outcomes of ``sim.reference.cache.CacheModel``, see its
+                note on ``simulate_trace``) run on the workload's lookup traces;
 ``gather``      the embedding gather/pool unit (``sim.timing.embedding.predict``) reading the
                 cached rows from NIC-attached memory (bandwidth ``memory_bytes_per_s``);
 ``packetizer``  the RoCEv2 packetizer (``sim.timing.packetizer.estimate_tx``) framing what the
