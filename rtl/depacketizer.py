@@ -82,6 +82,13 @@ class Counters(data.StructLayout):
         super().__init__({name: unsigned(32) for name in ("accepted",) + DROP_REASONS})
 
 
+def _or_all(values):
+    out = values[0]
+    for v in values[1:]:
+        out = out | v
+    return out
+
+
 def icrc_residues(data_bytes: int) -> list[int]:
     """The CRC engine's output after a valid codeword followed by ``z`` zero bytes, for
     ``z = 0 .. data_bytes - 1`` (the unused lanes of a frame's last beat)."""
@@ -334,24 +341,27 @@ class Depacketizer(wiring.Component):
         wr_va = Mux(p_start, p_va, q_va[p_qp])
         length = Mux(p_start, p_dmalen, q_len[p_qp])
         # What the QP's format makes of the payload: FP32 bytes written (``out_bytes``).
-        fmt = Signal(2)
+        # (Plain expressions, no Switch: Icarus never runs an ``always @*`` block whose inputs
+        # keep their initial values, and these would stay X.)
         codes = {f: i for i, f in enumerate(QUANT_FORMATS)}
-        with m.Switch(q_fmt[p_qp]):
-            for f in self.formats:
-                with m.Case(codes[f]):
-                    m.d.comb += fmt.eq(codes[f])
-        dim = q_dim[p_qp]
+        sel = [p_qp == i for i in range(self.num_qps)]
+        fmt_raw = Signal(2)
+        dim = Signal(16)
+        m.d.comb += [
+            fmt_raw.eq(_or_all([sel[i].replicate(2) & q_fmt[i]
+                                for i in range(self.num_qps)])),
+            dim.eq(_or_all([sel[i].replicate(16) & q_dim[i]
+                            for i in range(self.num_qps)])),
+        ]
+        built = Const(sum(1 << codes[f] for f in self.formats), 4)
+        fmt = Signal(2)
+        m.d.comb += fmt.eq(Mux(built.bit_select(fmt_raw, 1), fmt_raw, 0))
         rows = Signal(range(pmtu + 1))
         out_bytes = Signal(16)
         if "int8" in self.formats:
             m.d.comb += rows.eq(p_plen // (dim + 8))
-        with m.Switch(fmt):
-            with m.Case(codes["int8"]):
-                m.d.comb += out_bytes.eq(rows * (dim << 2))
-            with m.Case(codes["fp16"], codes["bf16"]):
-                m.d.comb += out_bytes.eq(p_plen << 1)
-            with m.Default():
-                m.d.comb += out_bytes.eq(p_plen)
+        m.d.comb += out_bytes.eq(Mux(fmt == codes["int8"], rows * (dim << 2),
+                                     Mux(fmt == codes["none"], p_plen, p_plen << 1)))
         m.d.comb += [
             v.accept.eq(accept), v.wbeats.eq(p_wbeats), v.addr.eq(wr_va[LW:]),
             v.tail.eq(Mux(out_bytes[:LW] == 0, W, out_bytes[:LW])),
@@ -427,6 +437,11 @@ class Depacketizer(wiring.Component):
         codes = {f: i for i, f in enumerate(QUANT_FORMATS)}
         write_state = {"none": "Write", "fp16": "Widen", "bf16": "Widen", "int8": "Dequant"}
         with m.FSM(name="drain"):
+            with m.State("Start"):
+                # One cycle out of reset: the state change wakes Icarus's `always @*` blocks
+                # that Amaranth's Verilog derives from this FSM (they would otherwise stay X
+                # until the first packet, as Icarus does not run them at time zero).
+                m.next = "Idle"
             with m.State("Idle"):
                 m.d.comb += vfifo.r_en.eq(1)
                 with m.If(vfifo.r_rdy):
