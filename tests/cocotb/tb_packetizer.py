@@ -74,3 +74,6 @@ async def frames_match_reference(dut):
         assert got == want, f"frame {i}: got {got.hex()} want {want.hex()}"
     await ClockCycles(dut.clk, 5)
     assert len(frame.received) == taken, "extra frame beats after the last frame"
+    if p.get("record_frames"):
+        from sim.harness.cocotb_streams import tb_record
+        tb_record(frames=[f.hex() for f in frames], beats=taken, messages=len(msgs))
