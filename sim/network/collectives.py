@@ -116,11 +116,12 @@ class CollectiveHandle:
         p = self.phases[i]
         topo = self.net.topology
         L = topo.num_links
+        route = None
         if p.src.size:
             route = topo.route(p.src, p.dst, p.nbytes)
             self.link_bytes += topo.payload_loads(route, p.nbytes)[:L]
             self.link_wire_bytes += topo.link_loads(route, p.nbytes)[:L]
-        self.groups[i] = self.net.start_flows(p.src, p.dst, p.nbytes, self._phase_done, tag=(self, i))
+        self.groups[i] = self.net.start_flows(p.src, p.dst, p.nbytes, self._phase_done, tag=(self, i), route=route)
 
     def _phase_done(self, g: FlowGroup) -> None:
         i = g.tag[1]

@@ -30,7 +30,7 @@ from sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .maxmin import FlowMajorIndex, maxmin_rates_fm
-from .topology import Topology
+from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
 
@@ -118,8 +118,12 @@ class Network:
         on_done: Callable[[FlowGroup], Any] | None = None,
         *,
         tag: Any = None,
+        route: Route | None = None,
     ) -> FlowGroup:
-        """Messages ``src[i] -> dst[i]`` of ``nbytes[i]`` bytes, all starting now; one callback."""
+        """Messages ``src[i] -> dst[i]`` of ``nbytes[i]`` bytes, all starting now; one callback.
+
+        ``route``: optionally ``topology.route(src, dst, nbytes)`` computed by the caller.
+        """
         src = np.asarray(src, dtype=np.int64).ravel()
         dst = np.asarray(dst, dtype=np.int64).ravel()
         nb = np.asarray(nbytes)
@@ -134,7 +138,8 @@ class Network:
         if on_done is not None and not callable(on_done):
             raise ValueError(f"on_done: expected a callable or None, got {on_done!r}")
         now = self.engine.now
-        route = self.topology.route(src, dst, nb)
+        if route is None or route.factor.shape != nb.shape:
+            route = self.topology.route(src, dst, nb)
         g = FlowGroup(src, dst, nb, tag, now, on_done)
         self.flows_started += src.size
         # messages that need no bandwidth (empty, or to self) arrive after their latency alone
