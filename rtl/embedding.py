@@ -99,7 +99,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2

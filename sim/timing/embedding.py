@@ -28,8 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from rtl.embedding import UnitTiming
 
 __all__ = ["BagShape", "Prediction", "predict", "shapes_from_bags", "steady_state_row_cycles"]

@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host.units.embedding import (Beat, Workload, expected_beats, random_workload,
-                                  run_amaranth_episodes)
+from host.units.embedding import Beat, Workload, random_workload, run_amaranth_episodes
 from rtl.embedding import ELEM_TYPE_CODES, POOLING_CODES, EmbeddingBagUnit
 from sim.reference import embedding as ref
 
