@@ -43,7 +43,9 @@ def _credit_np(alive, rem, rate_new, rate_old, span):
     rem[alive] = np.maximum(rem[alive] - gain[alive], 0.0)
 
 
-def _predict_np(alive, rem, rate, now, pred):
+def _predict_np(alive, rem, rate, now, pred, rate_old, span):
+    if span > 0.0:
+        _credit_np(alive, rem, rate, rate_old, span)
     with np.errstate(divide="ignore", invalid="ignore"):
         pred[:] = np.where(alive, now + rem / np.where(alive, rate, 1.0), np.inf)
     return float(pred.min()) if pred.size else math.inf
@@ -107,10 +109,16 @@ if HAVE_NUMBA:
                     rem[f] = r if r > 0.0 else 0.0
 
     @njit(cache=True, nogil=True)
-    def _predict_nb(alive, rem, rate, now, pred):  # pragma: no cover
+    def _predict_nb(alive, rem, rate, now, pred, rate_old, span):  # pragma: no cover
+        """Credit (see Network) when ``span`` > 0, then predicted ends; returns the earliest."""
         t_min = np.inf
         for f in range(alive.shape[0]):
             if alive[f]:
+                if span > 0.0:
+                    d = rate[f] - rate_old[f]
+                    if d > 0.0:
+                        r = rem[f] - d * span
+                        rem[f] = r if r > 0.0 else 0.0
                 p = now + rem[f] / rate[f]
                 pred[f] = p
                 if p < t_min:

@@ -96,6 +96,7 @@ class Network:
         self.link_bytes = np.zeros(L)
         self.link_wire_bytes = np.zeros(L)
         self.solves = 0
+        self.compact_min_flows = 4096  # groups larger than this drop finished flows at 50% done
         self.flows_started = 0
         self._groups: list[FlowGroup] = []  # groups with flows in the solver
         self._pending: list[FlowGroup] = []
@@ -216,7 +217,7 @@ class Network:
                     g._event.cancel()
                     g._event = None
                     K.void(g._alive, g._orig, g.finish_ps)
-                if g._remaining < 0.5 * g._alive.size and g._alive.size > 4096:
+                if g._remaining < 0.5 * g._alive.size and g._alive.size > self.compact_min_flows:
                     self._compact(g)
                 survivors.append(g)
         old = survivors
@@ -225,20 +226,19 @@ class Network:
         self._groups = survivors
         if not survivors:
             return
-        previous = [g._rate for g in old]
+        previous = {id(g): g._rate for g in old}
         self._solve(now)
         # Coalescing left the capacity freed inside the last window idle until now. Credit the
         # flows that existed then with the extra progress their new rates would have made since
         # the (rate-weighted) mean time that capacity was freed; new flows get no credit.
+        span = 0.0
         if self.coalesce_rel and freed > 0.0:
-            span = now - freed_t / freed
-            if span > 0.0:
-                for g, r_old in zip(old, previous):
-                    K.credit(g._alive, g._rem, g._rate, r_old, float(span))
-        self._predict(now)
+            span = max(now - freed_t / freed, 0.0)
+        self._predict(now, previous, span)
 
     @staticmethod
     def _compact(g: FlowGroup) -> None:
+        """Drop finished flows from a group's solver arrays (the link index is rebuilt)."""
         a = g._alive
         g._orig = g._orig[a]
         g._links = np.ascontiguousarray(g._links[a])
@@ -275,13 +275,15 @@ class Network:
                 g._rate[a] = rates[pos : pos + k]
                 pos += k
 
-    def _predict(self, now: int) -> None:
-        """Predicted ends, the next recompute, and group completions due before it."""
+    def _predict(self, now: int, previous: dict[int, np.ndarray], span: float) -> None:
+        """Credit, predicted ends, the next recompute, and group completions due before it."""
         groups = self._groups
         t_min = math.inf
         youngest = -math.inf
         for g in groups:
-            t = K.predict(g._alive, g._rem, g._rate, float(now), g._pred)
+            old = previous.get(id(g))
+            t = K.predict(g._alive, g._rem, g._rate, float(now), g._pred,
+                          g._rate if old is None else old, span if old is not None else 0.0)
             if t < t_min:
                 t_min = t
             youngest = max(youngest, g.start_ps)

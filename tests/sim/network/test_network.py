@@ -217,3 +217,21 @@ def test_non_blocking_spine_is_left_out_of_the_solve_without_changing_any_rate()
         out.append((g.finish_ps, net.link_class_bytes()))
     np.testing.assert_array_equal(out[0][0], out[1][0])
     assert out[0][1] == out[1][1] and out[0][1]["spine"] > 0
+
+
+def test_compacting_finished_flows_changes_nothing():
+    topo = small_topology(nodes=4, gpus=4)
+    rng = np.random.default_rng(8)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    sizes = rng.integers(1, 1 << 20, src.size)
+    out = []
+    for threshold in (10**9, 8):
+        eng = Engine()
+        net = Network(eng, topo)
+        net.compact_min_flows = threshold
+        g = net.start_flows(src, dst, sizes)
+        eng.run()
+        out.append((g.finish_ps, net.link_bytes))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
