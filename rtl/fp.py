@@ -84,6 +84,13 @@ _EXP_MAX = 0xFF
 _FP32_INF = 0x7F800000
 
 
+def _refuse(component: object, error: ValueError) -> ValueError:
+    """``error`` for a constructor that refuses its parameters; the half-built component is
+    marked used so that Amaranth does not also warn that it was never elaborated."""
+    component._MustUse__used = True
+    return error
+
+
 def _check_latency(latency: object, steps: int) -> int:
     if isinstance(latency, bool) or not isinstance(latency, int) or not 0 <= latency <= steps:
         raise ValueError(f"latency: expected an integer in 0..{steps}, got {latency!r}")
@@ -212,7 +219,10 @@ class _Binary32(wiring.Component):
     """Shared signature of the two-operand pipelined binary32 components."""
 
     def __init__(self, latency: int, steps: int):
-        self.latency = _check_latency(latency, steps)
+        try:
+            self.latency = _check_latency(latency, steps)
+        except ValueError as error:
+            raise _refuse(self, error) from None
         self._steps = steps
         super().__init__({
             "a": In(32),
@@ -417,7 +427,10 @@ def fp32_less(a: Value, b: Value) -> Value:
 
 class _Select32(wiring.Component):
     def __init__(self, latency: int, take_b_if_greater: bool):
-        self.latency = _check_latency(latency, 1)
+        try:
+            self.latency = _check_latency(latency, 1)
+        except ValueError as error:
+            raise _refuse(self, error) from None
         self._greater = take_b_if_greater
         super().__init__({
             "a": In(32),
@@ -467,7 +480,10 @@ class FPMin32(_Select32):
 
 class _Unary(wiring.Component):
     def __init__(self, in_width: int, out_width: int, latency: int, steps: int):
-        self.latency = _check_latency(latency, steps)
+        try:
+            self.latency = _check_latency(latency, steps)
+        except ValueError as error:
+            raise _refuse(self, error) from None
         self._steps = steps
         super().__init__({
             "a": In(in_width),
@@ -612,7 +628,10 @@ class FP32ToInt(_Unary):
     STEPS = 2
 
     def __init__(self, *, width: int = 8, signed: bool = False, latency: int = 2):
-        self.width, self.signed = _check_int_format(width, signed)
+        try:
+            self.width, self.signed = _check_int_format(width, signed)
+        except ValueError as error:
+            raise _refuse(self, error) from None
         self.lo = -2 ** (width - 1) if signed else 0
         self.hi = 2 ** (width - 1) - 1 if signed else 2 ** width - 1
         super().__init__(32, width, latency, self.STEPS)
@@ -657,7 +676,10 @@ class IntToFP32(_Unary):
     STEPS = 2
 
     def __init__(self, *, width: int = 8, signed: bool = False, latency: int = 2):
-        self.width, self.signed = _check_int_format(width, signed)
+        try:
+            self.width, self.signed = _check_int_format(width, signed)
+        except ValueError as error:
+            raise _refuse(self, error) from None
         super().__init__(width, 32, latency, self.STEPS)
 
     def elaborate(self, platform):
@@ -683,30 +705,41 @@ class IntToFP32(_Unary):
 
 
 class FPDiv32(wiring.Component):
-    """binary32 division ``a / b``, iterative (one quotient bit per cycle), stream interface.
+    """binary32 division ``a / b``, iterative, stream interface.
 
     Ports: ``i`` (in, stream of ``{a, b}``), ``o`` (out, stream of 32-bit results). One
-    division at a time: ``i.ready`` is high only while the unit is idle. A result appears on
-    ``o`` exactly ``LATENCY`` cycles after its operands were accepted and stays until taken
-    (``o.ready``); the next operands are accepted on the cycle after. Throughput: one division
-    per ``LATENCY + 1`` cycles when ``o.ready`` is held high. Sized for once-per-row work such
-    as a quantizer's scale.
+    division at a time. A result appears on ``o`` exactly ``latency`` cycles after its operands
+    were accepted and stays until taken (``o.ready``); the next operands are accepted on the
+    cycle the result is taken (or any later cycle), so with ``o.ready`` held high the unit
+    completes one division every ``latency`` cycles.
 
-    The significands are first normalised (so subnormal operands cost nothing extra), then 27
-    quotient bits are developed by restoring division; the remainder supplies the sticky bit,
-    so the result is correctly rounded to nearest even, including subnormal results.
+    ``bits_per_cycle`` (1..27, default 1) quotient bits are developed per cycle:
+    ``latency = ceil(27 / bits_per_cycle) + 2`` (29 by default; 5 with 9 bits a cycle). More
+    bits a cycle cost a longer combinational chain of subtract-and-select steps.
+
+    The significands are first normalised (so subnormal operands cost nothing extra), then at
+    least 27 quotient bits are developed by restoring division; the remainder supplies the
+    sticky bit, so the result is correctly rounded to nearest even, subnormal results included.
 
     Specials: NaN operand, ``0/0`` and ``inf/inf`` give ``0x7FC00000``; ``x/0`` (``x`` not 0 or
     NaN) and ``inf/y`` give a signed infinity; ``0/y`` and ``x/inf`` a signed zero. The sign of
     every non-NaN result is the XOR of the operand signs.
     """
 
-    QUOTIENT_BITS = 27
-    #: Cycles from accepting operands to ``o.valid``.
-    LATENCY = QUOTIENT_BITS + 2
+    MIN_QUOTIENT_BITS = 27          # 24 significand bits, one for normalisation, guard, round
+    #: ``latency`` with the default ``bits_per_cycle=1``.
+    LATENCY = MIN_QUOTIENT_BITS + 2
 
-    def __init__(self):
-        self.latency = self.LATENCY
+    def __init__(self, *, bits_per_cycle: int = 1):
+        if (isinstance(bits_per_cycle, bool) or not isinstance(bits_per_cycle, int)
+                or not 1 <= bits_per_cycle <= self.MIN_QUOTIENT_BITS):
+            raise _refuse(self, ValueError(
+                f"bits_per_cycle: expected an integer in 1..{self.MIN_QUOTIENT_BITS}, got "
+                f"{bits_per_cycle!r}"))
+        self.bits_per_cycle = bits_per_cycle
+        self.iterations = -(-self.MIN_QUOTIENT_BITS // bits_per_cycle)
+        self.quotient_bits = self.iterations * bits_per_cycle
+        self.latency = self.iterations + 2
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"a": 32, "b": 32}))),
             "o": Out(stream.Signature(32)),
@@ -714,6 +747,7 @@ class FPDiv32(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        qb = self.quotient_bits
         a, b = self.i.payload.a, self.i.payload.b
         sa, ea, fa, ma, xa = _fp32_fields(a)
         sb, eb, fb, mb, xb = _fp32_fields(b)
@@ -725,8 +759,8 @@ class FPDiv32(wiring.Component):
         exp0 = Signal(signed(12))          # biased exponent if the quotient is in [1, 2)
         divisor = Signal(24)
         remainder = Signal(25)
-        quotient = Signal(self.QUOTIENT_BITS)
-        count = Signal(range(self.QUOTIENT_BITS + 1))
+        quotient = Signal(qb)
+        count = Signal(range(self.iterations + 1))
         result = Signal(32)
 
         a_nan, b_nan = _is_nan(ea, fa, _EXP_MAX), _is_nan(eb, fb, _EXP_MAX)
@@ -745,47 +779,54 @@ class FPDiv32(wiring.Component):
         with m.Else():
             m.d.comb += is_special.eq(0)
 
-        # Restoring division step: develop one quotient bit.
-        fits = remainder >= divisor
-        diff = (remainder - divisor)[:25]
+        # Restoring division, bits_per_cycle steps: each develops one quotient bit.
+        rem = remainder
+        new_bits = []
+        for k in range(self.bits_per_cycle):
+            fits = rem >= divisor
+            rem = _wire(m, (Mux(fits, (rem - divisor)[:25], rem) << 1)[:25], f"rem{k}")
+            new_bits.append(fits)
+        step_quotient = Cat(*reversed(new_bits), quotient)[:qb]
 
         # Final rounding (combinational from the registered quotient and remainder).
-        top = quotient[self.QUOTIENT_BITS - 1]
-        q_norm = Mux(top, quotient, quotient << 1)[:self.QUOTIENT_BITS]
+        # quotient = floor(A * 2**(qb - 1) / B) with A, B normalised: in [2**(qb-2), 2**qb).
+        top = quotient[qb - 1]
+        q_norm = Mux(top, quotient, quotient << 1)[:qb]
         exp = Signal(signed(12))
         m.d.comb += exp.eq(Mux(top, exp0, exp0 - 1))
         right = Signal(8)
         with m.If(exp < 1):
             m.d.comb += right.eq(Mux(exp < -63, 64, 1 - exp)[:8])
         shifted, lost = _shift_right_sticky(m, q_norm, right, 64)
-        packed, overflow = _round_pack(m, Mux(exp < 1, 1, exp), shifted[3:27], shifted[2],
-                                       shifted[:2].any() | lost | (remainder != 0), 23, _EXP_MAX)
+        packed, overflow = _round_pack(m, Mux(exp < 1, 1, exp), shifted[qb - 24:qb],
+                                       shifted[qb - 25], shifted[:qb - 25].any() | lost
+                                       | (remainder != 0), 23, _EXP_MAX)
         with m.If(overflow):
             m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), sign))
         with m.Else():
             m.d.comb += result.eq(Cat(packed[:31], sign))
 
+        accept = Signal()
+        with m.If(accept & self.i.valid):
+            m.d.sync += [
+                sign.eq(s),
+                special.eq(is_special),
+                special_value.eq(classify),
+                exp0.eq((xa - lza) - (xb - lzb) + 127),
+                remainder.eq((ma << lza)[:24]),
+                divisor.eq((mb << lzb)[:24]),
+                quotient.eq(0),
+                count.eq(self.iterations),
+            ]
+        m.d.comb += self.i.ready.eq(accept)
+
         with m.FSM(name="div"):
             with m.State("IDLE"):
-                m.d.comb += self.i.ready.eq(1)
+                m.d.comb += accept.eq(1)
                 with m.If(self.i.valid):
-                    m.d.sync += [
-                        sign.eq(s),
-                        special.eq(is_special),
-                        special_value.eq(classify),
-                        exp0.eq((xa - lza) - (xb - lzb) + 127),
-                        remainder.eq((ma << lza)[:24]),
-                        divisor.eq((mb << lzb)[:24]),
-                        quotient.eq(0),
-                        count.eq(self.QUOTIENT_BITS),
-                    ]
                     m.next = "DIVIDE"
             with m.State("DIVIDE"):
-                m.d.sync += [
-                    quotient.eq(Cat(fits, quotient[:-1])),
-                    remainder.eq(Mux(fits, diff, remainder) << 1),
-                    count.eq(count - 1),
-                ]
+                m.d.sync += [quotient.eq(step_quotient), remainder.eq(rem), count.eq(count - 1)]
                 with m.If(count == 1):
                     m.next = "ROUND"
             with m.State("ROUND"):
@@ -794,7 +835,11 @@ class FPDiv32(wiring.Component):
             with m.State("OUTPUT"):
                 m.d.comb += self.o.valid.eq(1)
                 with m.If(self.o.ready):
+                    # The result leaves; new operands may enter on the same cycle.
+                    m.d.comb += accept.eq(1)
                     m.next = "IDLE"
+                    with m.If(self.i.valid):
+                        m.next = "DIVIDE"
         return m
 
 

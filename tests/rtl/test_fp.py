@@ -346,6 +346,32 @@ def test_fp32_to_bf16_rne(rng):
     assert_bits_equal(got, want, {"a": a}, "FP32ToBF16", width=16)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("cls,ebits", [(fp.FP16ToFP32, 5), (fp.BF16ToFP32, 8)])
+def test_widening_is_exact_for_every_16_bit_pattern(cls, ebits):
+    h = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16)
+    got = drive_pipeline(cls(latency=0), {"a": h}, ("o",), np.random.default_rng(0),
+                         stall=0.0)["o"]
+    want = ref.fp16_to_fp32(h) if ebits == 5 else ref.bf16_to_fp32(h)
+    assert_bits_equal(got, want, {"a": h}, cls.__name__)
+
+
+@pytest.mark.slow
+def test_fp32_to_fp16_on_every_boundary_and_midpoint():
+    # Every binary16 value, the binary32 midpoints between neighbours (ties) and one ulp
+    # either side of them: all the rounding decisions there are.
+    h = np.arange(2 ** 15, dtype=np.uint32).astype(np.uint16)
+    finite = h[~ref.is_nan_bits(h, 5, 10) & (h < 0x7C00)]
+    lo = ref.fp16_to_fp32(finite[:-1]).astype(np.int64)
+    hi = ref.fp16_to_fp32(finite[1:]).astype(np.int64)
+    mid = (lo + hi) // 2
+    a = np.concatenate([lo, mid, mid - 1, mid + 1]).astype(np.uint32)
+    a = np.concatenate([a, a | np.uint32(0x80000000)])
+    got = drive_pipeline(fp.FP32ToFP16(latency=0), {"a": a}, ("o",), np.random.default_rng(0),
+                         stall=0.0)["o"]
+    assert_bits_equal(got, ref.fp32_to_fp16(a), {"a": a}, "FP32ToFP16", width=16)
+
+
 def test_bf16_reference_follows_the_definition():
     # Written-out cases of the reference itself: ties to even, carry into the exponent,
     # overflow to infinity, subnormal rounding up to the smallest normal, NaN.
@@ -433,14 +459,15 @@ def test_int_to_fp32(rng, width, signed, n=800):
 
 # --------------------------------------------------------------------------- division
 
-def test_div_matches_numpy_under_idle_and_backpressure(rng):
-    n = 300
+@pytest.mark.parametrize("bits_per_cycle", [1, 4, 27])
+def test_div_matches_numpy_under_idle_and_backpressure(rng, bits_per_cycle):
+    n = 200 if bits_per_cycle == 1 else 400
     a, b = mul_operands(rng, n)
     b = np.where(rng.random(n) < 0.3, fp32_operands(rng, n), b).astype(np.uint32)
     a[:8] = [0x3F800000, 0, 0x7F800000, 0x7F800000, 0x00000001, 0x7F7FFFFF, 0x437F0000, 0]
     b[:8] = [0x437F0000, 0, 0x7F800000, 0x3F800000, 0x4B000000, 0x00000001, 0x00000001, 0x80000001]
     want = ref.fp32_div(a, b)
-    dut = fp.FPDiv32()
+    dut = fp.FPDiv32(bits_per_cycle=bits_per_cycle)
     got: list[int] = []
 
     async def producer(ctx):
@@ -450,29 +477,40 @@ def test_div_matches_numpy_under_idle_and_backpressure(rng):
     async def consumer(ctx):
         got.extend(await stream_recv(ctx, dut.o, n, rng=rng, backpressure=0.3))
 
-    run_amaranth(dut, [producer, consumer], max_cycles=n * (dut.LATENCY + 12) + 100)
+    run_amaranth(dut, [producer, consumer], max_cycles=n * (dut.latency + 12) + 100)
     assert_bits_equal(np.array(got), want, {"a": a, "b": b}, "FPDiv32")
     assert _coverage(a, b, want)["subnormal_out"] >= 5
 
 
-def test_div_latency_is_as_documented():
-    dut = fp.FPDiv32()
-    seen = {}
+@pytest.mark.parametrize("bits_per_cycle,latency", [(1, 29), (3, 11), (9, 5), (27, 3)])
+def test_div_latency_and_throughput_are_as_documented(bits_per_cycle, latency):
+    dut = fp.FPDiv32(bits_per_cycle=bits_per_cycle)
+    assert dut.latency == latency and fp.FPDiv32.LATENCY == 29
+    seen = {"valid_at": [], "results": []}
 
     async def testbench(ctx):
-        ctx.set(dut.i.payload, {"a": 0x40400000, "b": 0x40000000})    # 3 / 2
+        # Two divisions back to back with o.ready and i.valid held high.
+        ctx.set(dut.o.ready, 1)
         ctx.set(dut.i.valid, 1)
-        assert ctx.get(dut.i.ready)
-        await ctx.tick()
-        ctx.set(dut.i.valid, 0)
-        cycles = 0
-        while not ctx.get(dut.o.valid):
-            await ctx.tick()
-            cycles += 1
-        seen["latency"], seen["o"] = cycles + 1, ctx.get(dut.o.payload)
+        ctx.set(dut.i.payload, {"a": 0x40400000, "b": 0x40000000})    # 3 / 2
+        for cycle in range(1, 3 * latency + 3):
+            _, _, i_ready, o_valid, o_payload = await ctx.tick().sample(
+                dut.i.ready, dut.o.valid, dut.o.payload)
+            if cycle == 1:          # 3 / 2 was accepted at the first edge
+                assert i_ready
+                ctx.set(dut.i.payload, {"a": 0x3F800000, "b": 0x40400000})   # 1 / 3
+            if o_valid:
+                seen["valid_at"].append(cycle - 1)
+                seen["results"].append(o_payload)
+            if len(seen["results"]) == 2:
+                ctx.set(dut.i.valid, 0)
+                return
 
     run_amaranth(dut, [testbench], max_cycles=200)
-    assert seen == {"latency": dut.LATENCY, "o": 0x3FC00000}
+    # Accepted on cycle 0, result valid `latency` cycles later; the next operands enter on
+    # the cycle the result is taken, so the next result follows `latency` cycles after that.
+    assert seen["valid_at"] == [latency, 2 * latency]
+    assert seen["results"] == [0x3FC00000, 0x3EAAAAAB]
 
 
 # --------------------------------------------------------------------------- INT8 formula
@@ -529,17 +567,16 @@ def test_int8_rowwise_formula_in_rtl_steps(rng):
 @pytest.mark.parametrize("make", [
     lambda: fp.FPAdd32(latency=5), lambda: fp.FPMul32(latency=-1), lambda: fp.FPMax32(latency=2),
     lambda: fp.FP16ToFP32(latency=True), lambda: fp.FP32ToInt(width=1),
-    lambda: fp.IntToFP32(width=8, signed=1),
+    lambda: fp.IntToFP32(width=8, signed=1), lambda: fp.FPDiv32(bits_per_cycle=0),
 ])
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_bad_parameters_are_refused(make):
-    with pytest.raises(ValueError, match=r"^(latency|width|signed):"):
+    with pytest.raises(ValueError, match=r"^(latency|width|signed|bits_per_cycle):"):
         make()
 
 
 def test_components_outside_the_bank_export_to_verilog():
     # The units in FPBank are exported and simulated by test_fp_bank_on_verilog.
-    for dut in [fp.FPSub32(latency=2), fp.FPDiv32(), fp.FPMax32(), fp.FPMin32(latency=1),
+    for dut in [fp.FPSub32(latency=2), fp.FPDiv32(bits_per_cycle=3), fp.FPMax32(), fp.FPMin32(latency=1),
                 fp.BF16ToFP32(), fp.IntToFP32(width=16, signed=True)]:
         text = verilog.convert(dut, name=type(dut).__name__)
         assert f"module {type(dut).__name__}" in text
