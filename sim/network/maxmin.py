@@ -129,7 +129,11 @@ def maxmin_rates(
 
 
 # ------------------------------------------------------------------- compiled (optional)
+import os
+
 try:  # numba is optional: the same algorithm compiled, ~100x fewer interpreter round trips
+    if os.environ.get("NEONIC_NO_NUMBA"):
+        raise ImportError("disabled by NEONIC_NO_NUMBA")
     from numba import njit as _njit
 except ImportError:  # pragma: no cover - exercised only without numba
     _njit = None

@@ -235,3 +235,31 @@ def test_compacting_finished_flows_changes_nothing():
         out.append((g.finish_ps, net.link_bytes))
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
+def test_numpy_fallback_gives_the_same_picoseconds():
+    """Without numba (NEONIC_NO_NUMBA=1) the numpy implementation yields identical results."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from tests.sim.network.conftest import small_topology\n"
+        "from sim.engine import Engine\n"
+        "from sim.network import Network, collectives as coll\n"
+        "from sim.network.maxmin import HAVE_NUMBA\n"
+        "topo = small_topology(4, 4)\n"
+        "sizes = np.random.default_rng(1).integers(0, 1 << 20, (16, 16))\n"
+        "eng = Engine(); net = Network(eng, topo)\n"
+        "h = coll.alltoallv(net, None, sizes); eng.run()\n"
+        "print(HAVE_NUMBA, h.end_ps, int(net.link_bytes.sum()))\n"
+    )
+    outs = []
+    for disable in ("1", ""):
+        env = dict(os.environ, NEONIC_NO_NUMBA=disable)
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        outs.append(res.stdout.split())
+    assert outs[0][0] == "False"
+    assert outs[0][1:] == outs[1][1:]
