@@ -225,6 +225,14 @@ def _minimal_stats_text() -> str:
                       "Ratio of index distribution at different column sizes:", *hist(share)])
 
 
+def test_fitted_generator_is_deterministic_for_a_seed():
+    stats = tr.parse_locality_stats(_minimal_stats_text())[0]
+    gen = tr.fit_generator(stats, lookups=4000, num_tables=3, batch_size=16)
+    a, b, c = (gen.generate(np.random.default_rng(s)) for s in (5, 5, 6))
+    assert all(np.array_equal(x, y) for x, y in zip(a.combined(), b.combined()))
+    assert not np.array_equal(a.combined()[2], c.combined()[2])
+
+
 def test_fit_of_a_tiny_distribution_is_exact():
     stats = tr.parse_locality_stats(_minimal_stats_text())[0]
     gen = tr.fit_generator(stats, lookups=4000, num_tables=2, batch_size=10)
