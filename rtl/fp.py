@@ -861,11 +861,18 @@ def int8_rowwise_formula() -> str:
     exactly. The row must be finite (a NaN or infinite element makes ``range`` NaN/inf and
     the codes meaningless).
 
-    Error bound: ``|x_hat[i] - x[i]| <= range / 510 + 2**-22 * range + ulp(max(|lo|, |hi|))``.
-    The first term is half a quantization step; the second covers the rounding of ``range``,
-    ``scale``, ``inv_scale`` and the products (a few units in the last place relative to
-    ``range``); the third is the final rounding of ``q * scale + bias`` to binary32 (and of
-    ``x - bias``), which only matters when ``range`` is within a few hundred ulps of ``|lo|``.
-    :func:`sim.reference.fp.int8_rowwise_quantize` implements exactly these steps in numpy.
+    Error bound: ``|x_hat[i] - x[i]| <= range / 510 + 2**-22 * range + ulp(max(|lo|, |hi|))``
+    whenever ``range >= 2**-118`` (so that ``scale`` is a normal number). The first term is
+    half a quantization step; the second covers the rounding of ``range``, ``scale``,
+    ``inv_scale`` and the products (a few units in the last place relative to ``range``); the
+    third is the final rounding of ``q * scale + bias`` to binary32 (and of ``x - bias``),
+    which only matters when ``range`` is within a few hundred ulps of ``|lo|``.
+
+    Tiny ranges (``0 < range < 2**-118``, rows of magnitude ~1e-36 and below) follow the same
+    steps, but ``scale`` is subnormal (imprecise) and ``inv_scale`` may overflow to infinity
+    (``0 * inf`` is NaN, which ``FP32ToInt`` turns into code 0): the error is then only bounded
+    by ``range + 2**-142 + ulp(max(|lo|, |hi|))``.
+    :func:`sim.reference.fp.int8_rowwise_quantize` implements exactly these steps in numpy and
+    :func:`sim.reference.fp.int8_rowwise_error_bound` the bound.
     """
     return int8_rowwise_formula.__doc__ or ""

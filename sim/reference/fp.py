@@ -170,7 +170,8 @@ def int8_rowwise_quantize(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                        np.float32(0)).astype(np.float32)
         t = (x - lo[:, None]).astype(np.float32)
         u = (t * inv[:, None]).astype(np.float32)
-    codes = np.clip(np.rint(u), 0, 255).astype(np.uint8)
+    # FP32ToInt(8, unsigned): RNE, saturating; NaN (0 * inf when range is tiny) gives 0.
+    codes = fp32_to_int(f32_to_bits(u), 8, False).astype(np.uint8)
     return codes, scale, lo.astype(np.float32)
 
 
@@ -184,11 +185,12 @@ def int8_rowwise_dequantize(codes, scale, bias) -> np.ndarray:
 
 
 def int8_rowwise_error_bound(rows) -> np.ndarray:
-    """Per-row bound on ``|x_hat - x|`` (float64): ``range/510 + 2**-22 * range +
-    ulp(max(|lo|, |hi|))``, as documented in :func:`rtl.fp.int8_rowwise_formula`."""
+    """Per-row bound on ``|x_hat - x|`` (float64), as documented in
+    :func:`rtl.fp.int8_rowwise_formula`: ``range/510 + 2**-22 * range + ulp(max(|lo|, |hi|))``
+    when ``range >= 2**-118`` (a normal ``scale``), else ``range + 2**-142 + ulp(...)``."""
     x = np.asarray(rows, dtype=np.float32)
     lo, hi = x.min(axis=1).astype(np.float64), x.max(axis=1).astype(np.float64)
     rng = hi - lo
     mag = np.maximum(np.abs(lo), np.abs(hi)).astype(np.float32)
     ulp = np.spacing(mag).astype(np.float64)
-    return rng / 510 + rng * 2.0 ** -22 + ulp
+    return np.where(rng >= 2.0 ** -118, rng / 510 + rng * 2.0 ** -22, rng + 2.0 ** -142) + ulp

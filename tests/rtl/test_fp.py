@@ -521,12 +521,16 @@ def test_int8_rowwise_reference_meets_its_bound(rng):
     rows[0] = 1.25                                   # max == min: codes 0, exact
     rows[1, :] = 1e6
     rows[1, 1] = np.nextafter(np.float32(1e6), np.float32(2e6))   # range of one ulp
-    codes, scale, bias = ref.int8_rowwise_quantize(rows)
+    rows[2:40] *= np.float32(1e-38)                                # tiny: subnormal scale
+    with np.errstate(all="raise"):                                 # the reference never
+        codes, scale, bias = ref.int8_rowwise_quantize(rows)       # relies on NaN casts
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.float32(255) / (rows[2:40].max(1) - rows[2:40].min(1))).any()
     x_hat = ref.int8_rowwise_dequantize(codes, scale, bias)
     err = np.abs(x_hat.astype(np.float64) - rows.astype(np.float64)).max(axis=1)
     assert (err <= ref.int8_rowwise_error_bound(rows)).all()
     assert (codes[0] == 0).all() and (x_hat[0] == 1.25).all()
-    assert (codes.max(axis=1)[2:] == 255).all() and (codes.min(axis=1) == 0).all()
+    assert (codes.max(axis=1)[40:] == 255).all() and (codes.min(axis=1) == 0).all()
 
 
 def test_int8_rowwise_formula_in_rtl_steps(rng):
