@@ -336,8 +336,9 @@ class NICJob:
 
 
 # ------------------------------------------------------------------------------ the SmartNIC
-#: Zipf exponents of the synthetic lookup traces when a table brings no trace of its own
-#: (REFERENCES.md: FBGEMM's TBE benchmark defaults, 1.15 for training and 1.09 for inference).
+#: Zipf exponents of the synthetic lookup traces (REFERENCES.md: FBGEMM's TBE benchmark
+#: defaults, 1.15 for training and 1.09 for inference). Tables' own traces or locality
+#: statistics (``TableSpec.trace``/``locality_stats``) are not used yet: every table is Zipf.
 ZIPF_ALPHA = {"training": 1.15, "inference": 1.09}
 #: At most this many lookups are traced per cache (the bags per shard shrink to fit).
 MAX_TRACE_LOOKUPS = 1 << 18
@@ -354,26 +355,13 @@ def nic_config(spec) -> "NICConfig":
 
 
 def zipf_rows(rng: np.random.Generator, n: int, rows: int, alpha: float) -> np.ndarray:
-    """``n`` row ids of a table of ``rows`` rows, Zipf(``alpha``) popularity over a fixed
-    pseudo-random permutation of the rows (hot rows spread over the id space).
+    """``n`` row ids of a table of ``rows`` rows with Zipf(``alpha``) popularity, the hot rows
+    scattered over the id space by a keyed permutation (``host.traces``' generators; the
+    key comes from ``rng``)."""
+    from host.traces import permute_rows, zipf_ranks
 
-    Stand-in until ``host.traces`` lands (the one home of trace generators): the rank comes
-    from the inverse CDF of the continuous bounded Zipf (Pareto) law, so a draw is O(1)
-    whatever the table's size.
-    """
-    if rows <= 1 or n == 0:
-        return np.zeros(n, np.int64)
-    u = rng.random(n)
-    if abs(alpha - 1.0) < 1e-9:
-        rank = np.floor(np.power(float(rows), u))
-    else:
-        a = 1.0 - alpha
-        rank = np.floor(np.power((float(rows) ** a - 1.0) * u + 1.0, 1.0 / a))
-    rank = np.clip(rank.astype(np.int64) - 1, 0, rows - 1)
-    step = 2654435761 % rows or 1
-    while math.gcd(step, rows) != 1:
-        step += 1
-    return (rank * step + 7919) % rows
+    key = rng.integers(0, 2**63, 4, dtype=np.uint64)
+    return permute_rows(zipf_ranks(rng, n, rows, alpha), rows, key)
 
 
 @dataclass
@@ -592,7 +580,7 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
                 m["pooled"][r] += extra
                 if not cfg.pool_on_nic:
                     gpu_pool += extra    # gradients still travel pooled (grad AlltoAll unchanged)
-        hit_rates["nic_local"] = local_hits / local_lookups if local_lookups else 0.0
+        hit_rates["nic_local"] = float(local_hits / local_lookups) if local_lookups else 0.0
     else:
         gpu_lookups = [list(x) for x in reach]
     # ---- the units' times
