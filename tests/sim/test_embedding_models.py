@@ -195,3 +195,18 @@ def test_timing_model_is_much_faster_than_the_rtl(rtl_runs):
     run = res["fbgemm"]
     rtl_s = run.wall_s * run.cycles / run.sim_cycles
     assert rtl_s / model_s > 100
+
+
+@pytest.mark.slow
+def test_the_benchmarks_quarter_width_unit_times_like_the_default_one():
+    """The bench scales FBGEMM's shape by simulating SMALL_UNIT at D=32: that must cost the
+    same cycles as the default 64-byte, 16-lane unit at D=128 (both 8 beats per row)."""
+    from host.units.embedding import SMALL_UNIT, run_amaranth_workload
+    cycles = []
+    for params, dim in ((SMALL_UNIT, 32), (dict(max_dim=128), 128)):
+        wl = benchmark_workload(np.random.default_rng(5), num_bags=3, tables=2, rows=100,
+                                dim=dim, length=6, latency=(30, 30), empty_every=1)
+        res = run_amaranth_workload(EmbeddingBagUnit(**params), wl,
+                                    rng=np.random.default_rng(1))
+        cycles.append((res.cycles, res.counters["beats_read"]))
+    assert cycles[0] == cycles[1]
