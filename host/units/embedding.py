@@ -517,7 +517,9 @@ def simulate(req: SimRequest) -> dict:
         wave = None
         for cand in (name + ".fst", "dump.vcd", "dump.fst"):
             if (results.parent / cand).is_file():
-                wave = Path(req.vcd) if req.vcd else out / ("embedding" + Path(cand).suffix)
+                # Icarus writes FST: keep the suffix honest when a .vcd path was asked for.
+                wave = (Path(req.vcd).with_suffix(Path(cand).suffix) if req.vcd
+                        else out / ("embedding" + Path(cand).suffix))
                 shutil.copyfile(results.parent / cand, wave)
                 break
     wall = time.perf_counter() - t0
