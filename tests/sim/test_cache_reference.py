@@ -72,3 +72,43 @@ def test_fast_model_handles_a_million_lookups_quickly(rng):
     res = simulate_trace(rows, CacheConfig(sets=156, ways=32))
     assert time.perf_counter() - t0 < 20
     assert 0.3 < res.hit_rate < 0.95
+
+
+def _reference_hits(cfg: CacheConfig, rows, writes):
+    ref = CacheModel(cfg)
+    hits = np.array([ref.access(int(r), bool(w)).kind == "hit" for r, w in zip(rows, writes)], bool)
+    return hits, ref.counters
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+@pytest.mark.parametrize("case", range(40))
+def test_fast_model_equals_reference_on_small_random_cases(seed, policy, case):
+    """Small traces, few sets, many seeds: sets end at every step (equal and unequal lookup
+    counts), so the lock-step loop must step exactly the sets that still have lookups."""
+    rng = np.random.default_rng([seed, case])
+    sets = int(rng.integers(1, 9))
+    cfg = CacheConfig(sets=sets, ways=int(rng.integers(1, 5)), policy=policy,
+                      lfu_bits=int(rng.integers(1, 4)))
+    n = int(rng.integers(1, 300))
+    if case % 2:   # every set gets the same number of lookups (equal counts)
+        per = max(1, n // sets)
+        rows = (rng.integers(0, 20, (per, sets)) * sets + np.arange(sets)).ravel()
+        rng.shuffle(rows)
+    else:
+        rows = rng.integers(0, int(rng.integers(1, 40)), n)
+    writes = rng.random(len(rows)) < 0.3
+    fast = simulate_trace(rows, cfg, writes)
+    hits, counters = _reference_hits(cfg, rows, writes)
+    assert np.array_equal(fast.hits, hits)
+    assert (fast.evictions, fast.writebacks) == (counters["evictions"], counters["writebacks"])
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_fast_model_on_300_lookups_over_4_sets_with_uneven_counts(policy):
+    # 4 sets of 100, 100, 60 and 40 lookups: two sets end before the others.
+    rows = np.concatenate([np.repeat([0, 4, 8], 34)[:100], np.repeat([1, 5], 50),
+                           np.tile([2, 6, 10], 20), np.tile([3, 7], 20)])
+    rows = np.random.default_rng(3).permutation(rows)
+    cfg = CacheConfig(sets=4, ways=2, policy=policy, lfu_bits=2)
+    hits, _ = _reference_hits(cfg, rows, np.zeros(len(rows), bool))
+    assert np.array_equal(simulate_trace(rows, cfg).hits, hits)
