@@ -1,0 +1,66 @@
+"""``neonic run --backend rtl``: the cluster runtime's NIC backend hook and the RTL backend.
+
+The full run (16 RTL NICs) takes minutes in Amaranth's simulator; the default tests check the
+hook with a stand-in backend and the refusals, and a slow test runs one node's 8 NICs in RTL."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from host.cluster import ClusterRun
+from host.units.smartnic import rtl_backend, rtl_scenario
+
+
+def test_rtl_scenario_is_a_small_smartnic_cluster():
+    sc = rtl_scenario()
+    assert sc.system.embeddings == "nic" and sc.nodes >= 2
+    assert all(t.rows <= 4096 and t.dim % 4 == 0 for t in sc.workload.tables)
+
+
+def test_the_hook_replaces_the_nic_unit_times():
+    sc = rtl_scenario()
+    sc = replace(sc, nodes=1)
+    seen = {}
+
+    def backend(run, effects, work):
+        seen["ranks"] = work.world_size
+        seen["plan"] = run.plan
+        units = [(("gather", 123_000_000),) for _ in range(work.world_size)]
+        return replace(effects, fwd_units=units, figures={**effects.figures, "stand_in": True})
+
+    result = ClusterRun(sc, nic_backend=backend).run()
+    assert seen["ranks"] == 8 and seen["plan"] is not None
+    assert result.metrics["nic"]["stand_in"] is True
+    # every rank's NIC gather unit was busy for the stand-in's 123 us in the one iteration
+    assert result.metrics["utilization"]["nic_gather"] > 0
+    assert result.metrics["iteration_time_s"] >= 123e-6
+
+
+def test_rtl_backend_refuses_a_system_without_smartnics():
+    from host.cluster import scenario_preset
+    with pytest.raises(ValueError, match="SmartNIC"):
+        rtl_backend(scenario_preset("default"), sim="amaranth")
+
+
+def test_run_command_has_the_backend_flag():
+    from host.commands import run
+    parser = argparse.ArgumentParser()
+    run.add_arguments(parser)
+    args = parser.parse_args(["--backend", "rtl", "--sim", "amaranth"])
+    assert args.backend == "rtl" and args.sim == "amaranth"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--backend", "fpga"])
+
+
+@pytest.mark.slow
+def test_one_node_of_rtl_nics_receives_the_reference_pools():
+    sc = replace(rtl_scenario(), nodes=1)
+    backend = rtl_backend(sc, sim="amaranth")
+    result = ClusterRun(sc, nic_backend=backend).run()
+    report = backend.report
+    assert report.buffers_match and report.cache_misses_match and report.drops == 0
+    assert result.metrics["nic"]["rtl_cosim"]["buffers_match"] is True
+    assert result.metrics["utilization"]["nic_gather"] > 0
