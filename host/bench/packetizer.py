@@ -14,7 +14,8 @@ from host.bench import BenchContext
 from host.units.packetizer import DESTINATIONS, run_rx, run_tx
 from rtl.depacketizer import Depacketizer
 from rtl.packetizer import Packetizer
-from sim.reference.roce import Message
+from rtl.roce import header_len
+from sim.reference.roce import Message, int8_rows_per_packet
 from sim.timing.packetizer import estimate_rx, estimate_tx
 
 SUMMARY = "packetizer/depacketizer bus occupancy and goodput for back-to-back 4096 B packets"
@@ -24,36 +25,48 @@ W = 64
 PMTU = 4096
 
 
+INT8_DIM = 128
+
+
 def _figures(ctx: BenchContext, quant: str, packets: int, rng: np.random.Generator) -> dict:
-    payload_len = packets * PMTU * (2 if quant != "none" else 1)     # FP32 input bytes
+    if quant == "int8":
+        rows = packets * int8_rows_per_packet(INT8_DIM, PMTU)
+        payload_len = rows * INT8_DIM * 4
+    else:
+        payload_len = packets * PMTU * (2 if quant != "none" else 1)     # FP32 input bytes
+    dim = INT8_DIM if quant == "int8" else 0
     msg = Message(dest=0, va=0x1000_0000, rkey=1,
                   payload=rng.standard_normal(payload_len // 4).astype(np.float32).tobytes())
     ctx.progress(f"[{quant}] transmit: {packets} packets of {PMTU} B at {W} B/beat")
-    tx = run_tx(Packetizer(data_bytes=W, pmtu=PMTU, num_dest=1, quant=quant), [msg])
+    tx = run_tx(Packetizer(data_bytes=W, pmtu=PMTU, num_dest=1, quant=quant), [msg], dim=dim)
     # steady state: from the end of the FIRST packet to the end of the LAST
     window = tx.last_beat_cycles[-1] - tx.last_beat_cycles[0]
     beats_in_window = sum(1 for c in tx.beat_cycles if c > tx.last_beat_cycles[0])
     middle = np.diff(tx.last_beat_cycles[:-1]) if packets > 2 else np.diff(tx.last_beat_cycles)
-    wire_payload = (packets - 1) * PMTU
     ctx.progress(f"[{quant}] receive: {len(tx.frames)} frames")
-    rxd = Depacketizer(data_bytes=W, pmtu=PMTU, num_qps=2)
-    rx = run_rx(rxd, tx.frames, {DESTINATIONS[0].qpn: 0})
+    rxd = Depacketizer(data_bytes=W, pmtu=PMTU, num_qps=2, formats=(quant,))
+    rx = run_rx(rxd, tx.frames, {DESTINATIONS[0].qpn: 0}, quant=quant, dim=dim)
     if rx.counters["accepted"] != len(tx.frames):
         raise AssertionError(f"receiver accepted {rx.counters['accepted']} of {len(tx.frames)}")
     rx_window = rx.beat_cycles[-1] - rx.beat_cycles[0] + 1
-    est_tx = estimate_tx([payload_len], data_bytes=W, pmtu=PMTU, quant=quant)
-    est_rx = estimate_rx([payload_len], data_bytes=W, pmtu=PMTU, quant=quant)
+    wire_payload = sum(_payload_len(f) for f in tx.frames[1:])
+    est_tx = estimate_tx([payload_len], data_bytes=W, pmtu=PMTU, quant=quant, dim=dim)
+    est_rx = estimate_rx([payload_len], data_bytes=W, pmtu=PMTU, quant=quant, dim=dim)
     rx_measured = rx.done_cycle - rx.beat_cycles[0]
     errors = [abs(est_tx.cycles - tx.cycles) / tx.cycles, abs(est_rx - rx_measured) / rx_measured]
+    embedding_bytes = payload_len * (packets - 1) / packets      # FP32 bytes in the window
     return {
         "tx_bus_occupancy": beats_in_window / window,
         "tx_cycles_per_4096B_packet": float(np.mean(middle)),
         "rx_bus_occupancy": len(rx.beat_cycles) / rx_window,
         "goodput_gbps_at_250MHz": 8 * wire_payload * CLOCK_HZ / window / 1e9,
-        "embedding_gbps_at_250MHz": 8 * wire_payload * CLOCK_HZ / window / 1e9
-        * (2 if quant != "none" else 1),
+        "embedding_gbps_at_250MHz": 8 * embedding_bytes * CLOCK_HZ / window / 1e9,
         "_errors": errors,
     }
+
+
+def _payload_len(frame: bytes) -> int:
+    return len(frame) - header_len(frame[42]) - ((frame[43] >> 4) & 3) - 4
 
 
 def run(ctx: BenchContext) -> dict:
@@ -61,6 +74,11 @@ def run(ctx: BenchContext) -> dict:
     packets = 4 if ctx.quick else 10
     plain = _figures(ctx, "none", packets, rng)
     fp16 = _figures(ctx, "fp16", packets, rng)
+    # INT8 is slow to simulate (about 35 cycles a row): 3 packets of whole 128-element rows.
+    int8 = _figures(ctx, "int8", 3, rng)
     errors = plain.pop("_errors") + fp16.pop("_errors")
-    return {**plain, "fp16": fp16, "timing_model_max_rel_error": max(errors),
+    int8_errors = int8.pop("_errors")
+    int8.update(dim=INT8_DIM, packets=3, timing_model_rel_error=max(int8_errors))
+    return {**plain, "fp16": fp16, "int8": int8,
+            "timing_model_max_rel_error": max(errors + int8_errors),
             "data_bytes": W, "pmtu": PMTU, "packets": packets}

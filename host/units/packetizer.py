@@ -86,12 +86,13 @@ def default_messages(rng: np.random.Generator, num_dest: int, quant: str) -> lis
 
 def run_tx(dut: Packetizer, messages: list[Message], *, psns: dict[int, int] | None = None,
            rng: np.random.Generator | None = None, idle: float = 0.0, backpressure: float = 0.0,
-           vcd: Path | None = None) -> TxRun:
+           vcd: Path | None = None, dim: int = 0) -> TxRun:
     """Send ``messages`` (payload = FP32 input bytes) through ``dut`` in Amaranth's simulator."""
     W = dut.data_bytes
     psns = psns or {}
     expected_frames = sum(len(build_frames(
-        Message(m.dest, m.va, m.rkey, bytes(wire_length(len(m.payload), dut.quant)), m.imm),
+        Message(m.dest, m.va, m.rkey, bytes(wire_length(len(m.payload), dut.quant, dim=dim,
+                                                        pmtu=dut.pmtu)), m.imm),
         DESTINATIONS[m.dest], local_mac=0, local_ip=0, psn=0, pmtu=dut.pmtu)) for m in messages)
     frames: list[bytes] = []
     beat_cycles: list[int] = []
@@ -107,7 +108,8 @@ def run_tx(dut: Packetizer, messages: list[Message], *, psns: dict[int, int] | N
         clock["start"] = clock["n"]
         await stream_send(ctx, dut.desc, [
             {"dest": m.dest, "va": m.va, "rkey": m.rkey, "length": len(m.payload),
-             "imm": m.imm or 0, "has_imm": int(m.imm is not None)} for m in messages],
+             "imm": m.imm or 0, "has_imm": int(m.imm is not None), "dim": dim}
+            for m in messages],
             rng=rng, idle=idle)
 
     async def payload(ctx):
@@ -137,12 +139,16 @@ def run_tx(dut: Packetizer, messages: list[Message], *, psns: dict[int, int] | N
 
     total = sum(len(m.payload) for m in messages)
     run_amaranth(dut, [host, payload, sink], background=[counter], vcd=vcd,
-                 max_cycles=5000 + 8 * (total // W + 20 * expected_frames))
+                 max_cycles=5000 + 8 * (total // W + 20 * expected_frames)
+                 + (60 * total // max(1, 4 * dim) if dut.quant == "int8" else 0))
     return TxRun(frames, beat_cycles, last_cycles, last_cycles[-1] - (clock["start"] or 0))
 
 
-def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int]) -> RxRun:
-    """Feed ``frames`` back to back (memory always ready) and time the depacketizer."""
+def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
+           quant: str = "none", dim: int = 0) -> RxRun:
+    """Feed ``frames`` back to back (memory always ready) and time the depacketizer; its QPs
+    are set to receive ``quant`` (rows of ``dim`` for INT8)."""
+    from rtl.depacketizer import QUANT_FORMATS as RX_FORMATS
     W = dut.data_bytes
     beats = []
     for f in frames:
@@ -186,7 +192,9 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int]) -> RxRu
                     reqs.pop(0)
 
     async def source(ctx):
-        await stream_send(ctx, dut.qp_init, [{"qp": q, "psn": p} for q, p in psns.items()])
+        await stream_send(ctx, dut.qp_init, [{"qp": q, "psn": p, "dim": dim,
+                                              "format": RX_FORMATS.index(quant)}
+                                             for q, p in psns.items()])
         for beat in beats:
             ctx.set(dut.frame.payload, beat)
             ctx.set(dut.frame.valid, 1)
@@ -196,7 +204,8 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int]) -> RxRu
                     beat_cycles.append(clock["n"])
                     break
         ctx.set(dut.frame.valid, 0)
-        for _ in range(2 * dut.pmtu // W + 40):
+        quiet = 2 * dut.pmtu // W + 40      # until the memory writes have stopped that long
+        while clock["n"] - max(writes["last"], beat_cycles[-1] if beat_cycles else 0) < quiet:
             await ctx.tick()
         for name in ("accepted",) + DROP_REASONS:
             counters[name] = ctx.get(getattr(dut.counters, name))
@@ -205,7 +214,7 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int]) -> RxRu
         ctx.set(dut.completion.ready, 1)
 
     run_amaranth(dut, [source, completions], background=[counter], processes=[memory_sink],
-                 max_cycles=10000 + 4 * len(beats))
+                 max_cycles=10000 + 4 * len(beats) + (40 * len(beats) if quant == "int8" else 0))
     return RxRun(counters, beat_cycles, writes["last"], memory)
 
 
