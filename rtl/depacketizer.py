@@ -7,11 +7,18 @@ Interface
     Frames as the packetizer sends them (Ethernet header to ICRC, no FCS), ``count`` valid
     bytes on the last beat.
 ``qp_init`` (in stream, :class:`QPInit`)
-    The host sets the next expected PSN of a local QP and clears any message in progress.
+    The host sets the next expected PSN of a local QP and its wire format (``none``,
+    ``fp16``, ``bf16`` or ``int8`` with the row ``dim``), and clears any message in progress.
+    The format is configured per QP because the wire carries no format field: a sender and
+    its receiver agree on it when the QP is set up.
 ``mem`` (out, :class:`rtl.streams.MemPortSignature`, ``data_bytes`` per beat)
     Posted writes of each accepted packet's payload at its remote address: one request of
-    ``ceil(payload / data_bytes)`` beats per packet, a byte mask on the last beat. The RETH
-    virtual address must be a multiple of ``data_bytes`` (its low bits are ignored).
+    ``ceil(bytes / data_bytes)`` beats per packet, a byte mask on the last beat. For a
+    quantized QP the bytes are the restored FP32 values (FP16/BF16 widened exactly; INT8
+    ``fl(fl(q * scale) + bias)`` with :mod:`rtl.fp` components) and the RETH address is where
+    they go; consecutive packets continue where the previous one's FP32 values ended. The
+    RETH virtual address must be a multiple of ``data_bytes`` (its low bits are ignored; an
+    unaligned address would need a byte-rotating write path: not built).
 ``completion`` (out stream, :class:`Completion`)
     One per message, after its last packet's payload has been handed to ``mem``: the QP, the
     DMA length, and the immediate data when the message carried one.
@@ -36,8 +43,13 @@ held in a FIFO (two path MTUs) until the frame's verdict, one cycle after its la
 ICRC is checked through the CRC residue, so no field must be known in advance). ``frame`` takes
 one beat per cycle; it pauses one cycle after a frame whose payload ends in its last beat with
 another payload beat to write, and a last beat waits while the previous verdict is pending
-(back-to-back one-beat frames). The drain writes one beat per cycle with one cycle between
-packets.
+(back-to-back one-beat frames: the verdict updates the QP state the next frame is checked
+against; only frames of at most ``data_bytes`` bytes, i.e. payloads of up to 6 bytes at 64
+bytes per beat, are affected). The drain writes one beat per cycle with one cycle between
+packets; FP16/BF16 write two FP32 beats per payload beat, INT8 one FP32 beat per
+``data_bytes / 4`` codes plus a cycle per row for its scale and bias. The drain leaves reset
+through a one-cycle ``Start`` state (so that Icarus evaluates the combinational blocks
+derived from its state).
 """
 
 from __future__ import annotations

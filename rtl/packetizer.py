@@ -30,9 +30,24 @@ table's value; AckReq is set on the last packet of each message. The payload is 
 multiple of 4 bytes (BTH pad count). Constant fields are those of :mod:`rtl.roce`.
 
 With ``quant="fp16"`` or ``"bf16"`` each FP32 element is rounded to nearest even by
-:mod:`rtl.fp` converters on the fly; the wire carries ``length / 2`` bytes. ``length`` must then
-be a multiple of ``2 * data_bytes`` (two FP32 beats make one wire beat; a lone half beat at the
-end of a message is not flushed).
+:mod:`rtl.fp` converters on the fly; the wire carries ``length / 2`` bytes (``length`` a
+multiple of 4; the last half beat of a message is flushed, so any length works).
+
+With ``quant="int8"`` the payload is quantized row by row (rows of the descriptor's ``dim``
+elements, :func:`rtl.fp.int8_rowwise_formula` with :mod:`rtl.fp` components): per row
+``scale`` and ``bias`` (FP32) and ``dim`` codes, whole rows per packet with zero fill (the
+wire image of :mod:`sim.reference.roce`). The host keeps ``dim`` a multiple of
+``data_bytes / 4`` and at most ``max_dim``, and ``length`` a multiple of ``4 * dim``: the unit
+does not check them. The RETH carries the wire length; the receiver must be told the format
+(its per-QP table, :class:`rtl.depacketizer.QPInit`). The wire length is computed with
+integer division when the descriptor is taken (combinational here; a synthesis build would
+iterate it). A row costs about 41 cycles at ``dim = 128``: the two iterative divisions of
+:class:`rtl.fp.FPDiv32` (``scale`` and ``1 / scale``) dominate, so INT8 sends far below line
+rate (see ``neonic bench packetizer``); the quantizer's arithmetic is combinational within a
+cycle (``latency=0`` instances).
+
+Remaining limits: the immediate goes only with the last packet; ``va`` is any 64-bit value
+(the receiver requires beat alignment).
 
 Timing
 ======
