@@ -2,11 +2,12 @@
 
 A SmartNIC sits on the AlltoAll path of one GPU. It is composed from the units' own models:
 
-``cache``       the set-associative row cache's lookup pipeline (``rtl/cache.py``): one lookup
-                per cycle, hit latency 2 cycles (the RTL's documented timing; there is no
-                ``sim/timing/cache.py`` yet); hit rates come from the trace-level LRU model
-                (:func:`lru_hits`: the outcomes of ``sim.reference.cache.CacheModel``, see its
-                note on ``simulate_trace``) run on the workload's lookup traces;
+``cache``       the set-associative row cache (``rtl/cache.py``): its time comes from
+                :func:`cache_cycles`, a closed form of the request-level timing model
+                ``sim.timing.cache.CacheTiming`` (lookup pipeline, in-order delivery queue,
+                MSHRs, backing tier), held within 5% of it by the tests; hit rates come from the
+                trace-level model ``sim.reference.cache.simulate_trace`` (LRU) run on the
+                workload's lookup traces;
 ``gather``      the embedding gather/pool unit (``sim.timing.embedding.predict``) reading the
                 cached rows from NIC-attached memory (bandwidth ``memory_bytes_per_s``);
 ``packetizer``  the RoCEv2 packetizer (``sim.timing.packetizer.estimate_tx``) framing what the
@@ -28,7 +29,8 @@ the results to a plan's per-rank work and AlltoAll matrices):
   (a star partition of the bag-row bipartite graph: each bag joins the star of its
   highest-degree row), so lookups of the same rows run back to back; :func:`adjacent_reuse`
   measures what that buys (the share of lookups whose row is among the last few looked up);
-* :func:`gather_time_s`, :func:`packetizer_time_s`, :func:`cache_lookup_time_s` unit times.
+* :func:`gather_time_s`, :func:`packetizer_time_s`, :func:`cache_lookup_time_s` unit times
+  (:func:`cache_cycles` the cache's closed form).
 
 Assumptions (each visible to users; see also ``host/cluster.py``):
 
@@ -47,7 +49,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from sim.engine import Engine, cycles_to_ps
-from sim.reference.cache import CacheConfig, set_index
+from sim.reference.cache import CacheConfig, simulate_trace
 from sim.resources import ServerPool
 from sim.timing.embedding import BagShape, predict
 from sim.timing.packetizer import estimate_tx
@@ -59,13 +61,13 @@ __all__ = [
     "SegmentStats",
     "TraceStats",
     "cache_for",
-    "lru_hits",
     "trace_stats",
     "reorder_bags",
     "adjacent_reuse",
     "gather_time_s",
     "packetizer_time_s",
     "cache_lookup_time_s",
+    "cache_cycles",
     "NIC",
 ]
 
@@ -94,6 +96,8 @@ class NICConfig:
     outstanding: int = 32             # row reads in flight in the gather/pool unit
     pmtu: int = 4096
     reuse_window: int = 8             # lookups back counted as "adjacent" reuse
+    cache_mshrs: int = 16             # the cache's miss registers (rtl/cache.py's default)
+    cache_queue_depth: int = 32       # its in-order delivery queue (2 x mshrs, the default)
 
     def __post_init__(self) -> None:
         checks = {
@@ -102,6 +106,7 @@ class NICConfig:
             "cache_ways": self.cache_ways >= 1, "memory_bytes_per_s": self.memory_bytes_per_s > 0,
             "memory_latency_cycles": self.memory_latency_cycles >= 1, "lanes": self.lanes >= 1,
             "outstanding": self.outstanding >= 1, "reuse_window": self.reuse_window >= 1,
+            "cache_mshrs": self.cache_mshrs >= 1, "cache_queue_depth": self.cache_queue_depth >= 1,
         }
         for name, ok in checks.items():
             if not ok:
@@ -179,63 +184,6 @@ def _bag_reduce(flags: np.ndarray, lengths: np.ndarray) -> tuple[float, float]:
     return float(anyhit.sum()) / n, float(allhit.sum()) / n
 
 
-def lru_hits(rows: np.ndarray, config: CacheConfig) -> np.ndarray:
-    """Hit (True) or miss of every lookup of ``rows`` (reads) on an LRU cache, vectorised over
-    the sets: the outcomes of ``sim.reference.cache.CacheModel``.
-
-    TEMPORARY second home: ``sim.reference.cache.simulate_trace`` is the trace-level model,
-    but its step loop includes, at step ``k``, sets with exactly ``k`` lookups (``side="right"``
-    in its ``searchsorted``) and reads past their lookups (IndexError or wrong outcomes); this
-    copy (reads, LRU) steps only sets with more than ``k`` lookups. Switch back once fixed.
-    """
-    if config.policy != "lru":
-        raise ValueError(f"config.policy: expected 'lru', got {config.policy!r}")
-    rows = np.asarray(rows, dtype=np.int64)
-    n = len(rows)
-    if n == 0:
-        return np.zeros(0, bool)
-    sets = np.asarray(set_index(rows, config), dtype=np.int64)
-    order = np.argsort(sets, kind="stable")
-    srows, ssets = rows[order], sets[order]
-    # a lookup of the row its set saw last is a hit that leaves the LRU order unchanged (that
-    # row already is the most recent): only the others are stepped (hot rows repeat a lot)
-    step = np.ones(n, bool)
-    step[1:] = (ssets[1:] != ssets[:-1]) | (srows[1:] != srows[:-1])
-    idx = np.nonzero(step)[0]
-    srows, ssets = srows[idx], ssets[idx]
-    m = len(idx)
-    counts = np.bincount(ssets, minlength=config.sets)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    slots = np.argsort(-counts, kind="stable")
-    slot_counts = counts[slots]
-    slot_starts = starts[slots]
-    nslots = int(np.count_nonzero(slot_counts))
-    ways = config.ways
-    tags = np.full((nslots, ways), -1, np.int64)
-    stamp = np.full((nslots, ways), -1, np.int64)
-    hit_stepped = np.zeros(m, bool)
-    # sets with more than k lookups are a prefix of the slots
-    active = np.searchsorted(-slot_counts[:nslots], -np.arange(int(slot_counts[0])), side="left")
-    for k in range(int(slot_counts[0])):
-        a = int(active[k])
-        pos = slot_starts[:a] + k
-        r = srows[pos]
-        t = tags[:a]
-        match = t == r[:, None]
-        hit = match.any(axis=1)
-        # the victim: an invalid way (stamp -1, lowest first) or the least recently used
-        sel = np.where(hit, match.argmax(axis=1), stamp[:a].argmin(axis=1))
-        ar = np.arange(a)
-        t[ar, sel] = r
-        stamp[ar, sel] = k
-        hit_stepped[pos] = hit
-    hit_sorted = np.ones(n, bool)
-    hit_sorted[idx] = hit_stepped
-    hits = np.empty(n, bool)
-    hits[order] = hit_sorted
-    return hits
-
-
 def _split(s: Segment) -> tuple[Segment, Segment]:
     half = len(s.lengths) // 2
     cut = int(np.sum(s.lengths[:half]))
@@ -274,7 +222,7 @@ def trace_stats(segments: Sequence[Segment], capacity_bytes: float, ways: int, *
     warm_keys = [s.rows + offsets[s.key] for s in first]
     keys = [s.rows + offsets[s.key] for s in measured]
     n_warm = sum(len(k) for k in warm_keys)
-    hits = lru_hits(np.concatenate(warm_keys + keys), cfg)[n_warm:]
+    hits = simulate_trace(np.concatenate(warm_keys + keys), cfg).hits[n_warm:]
     out: dict[str, SegmentStats] = {}
     pos = 0
     for s in measured:
@@ -388,11 +336,48 @@ def gather_time_s(cfg: NICConfig, shards: Sequence[tuple[int, int, float, float]
     return max(cycles / cfg.clock_hz, nbytes / cfg.memory_bytes_per_s)
 
 
-def cache_lookup_time_s(cfg: NICConfig, lookups: float) -> float:
-    """The cache's lookup pipeline: one lookup per cycle, plus the 2-cycle hit latency."""
+def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
+                 mshrs: int = 16, queue_depth: int = 32) -> float:
+    """Cycles the cache controller takes for ``requests`` whole-row reads of ``row_beats``
+    beats with misses spread evenly at ``miss_rate``: a closed form of
+    :class:`sim.timing.cache.CacheTiming` (held within 5% of it for ``mshrs`` 16 and
+    ``queue_depth`` 32, the RTL's defaults, by ``tests/sim/test_nic.py``).
+
+    Per request, the larger of two rates:
+
+    * delivery: one beat per cycle in request order (``row_beats``), plus the stalls of
+      misses whose fill (``latency + row_beats + 2`` cycles after lookup) outlasts the work
+      queued ahead of them (``queue_depth - 1`` operations): a stall opens at a miss at least
+      ``queue_depth`` requests after the previous stall's, one per ``queue_depth + 1/miss``
+      requests (later misses in its window arrive in its shadow);
+    * MSHRs: each miss holds one for ``latency + row_beats + 1`` cycles.
+
+    Plus the first response's latency (2 cycles for a hit, a fill for a miss).
+    """
+    if requests <= 0:
+        return 0.0
+    if not 0.0 <= miss_rate <= 1.0:
+        raise ValueError(f"miss_rate: expected a value in [0, 1], got {miss_rate!r}")
+    if row_beats < 1:
+        raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
+    fill = latency + row_beats + 2
+    shortfall = max(0.0, fill - (queue_depth - 1) * row_beats)
+    stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
+    per_request = max(row_beats + stall, miss_rate * (latency + row_beats + 1) / mshrs, 1.0)
+    return requests * per_request + (fill if miss_rate > 0 else 2)
+
+
+def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0,
+                        row_bytes: float | None = None) -> float:
+    """Seconds for the cache to serve ``lookups`` whole-row reads of ``row_bytes`` (mean;
+    default one datapath beat) at ``hit_rate`` (:func:`cache_cycles`; misses are filled
+    with the NIC memory's latency ``memory_latency_cycles``)."""
     if lookups <= 0:
         return 0.0
-    return (lookups + 2) / cfg.clock_hz
+    beats = 1 if row_bytes is None else max(1, math.ceil(row_bytes / cfg.datapath_bytes))
+    cycles = cache_cycles(lookups, 1.0 - hit_rate, beats, latency=cfg.memory_latency_cycles,
+                          mshrs=cfg.cache_mshrs, queue_depth=cfg.cache_queue_depth)
+    return cycles / cfg.clock_hz
 
 
 def packetizer_time_s(cfg: NICConfig, message_bytes: Sequence[float]) -> float:

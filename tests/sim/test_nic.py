@@ -12,15 +12,16 @@ from sim.nic import (
     NICConfig,
     Segment,
     adjacent_reuse,
+    cache_cycles,
     cache_for,
     cache_lookup_time_s,
     gather_time_s,
-    lru_hits,
     packetizer_time_s,
     reorder_bags,
     trace_stats,
 )
-from sim.reference.cache import CacheConfig, CacheModel
+from sim.reference.cache import CacheConfig, CacheModel, Request
+from sim.timing.cache import CacheTiming
 from sim.timing.packetizer import estimate_tx
 
 
@@ -37,13 +38,17 @@ def bags(rng: np.random.Generator, count: int, rows: int, pool: float = 8, alpha
 
 # ------------------------------------------------------------------------------------ caches
 @pytest.mark.parametrize("seed", range(12))
-def test_lru_hits_match_the_request_by_request_model(seed):
+def test_trace_hits_are_the_request_by_request_models(seed):
     rng = np.random.default_rng(seed)
-    rows = zipf(rng, int(rng.integers(1, 600)), int(rng.integers(2, 120)))
-    cfg = CacheConfig(sets=int(rng.integers(1, 9)), ways=int(rng.integers(1, 6)))
-    model = CacheModel(cfg)
-    expected = np.array([model.access(int(r)).kind == "hit" for r in rows])
-    assert np.array_equal(lru_hits(rows, cfg), expected)
+    segs = [bags(rng, int(rng.integers(2, 60)), int(rng.integers(2, 120)), key=f"t{i}") for i in range(3)]
+    capacity, ways = int(rng.integers(1, 40)) * 256, int(rng.integers(1, 6))
+    st = trace_stats(segs, capacity, ways, warm=False)
+    model = CacheModel(cache_for(capacity, 256, ways))
+    offset = 0
+    for s in segs:
+        hits = [model.access(int(r) + offset).kind == "hit" for r in s.rows]
+        offset += s.num_rows
+        assert st.segments[s.key].hit_rate == pytest.approx(np.mean(hits) if hits else 0.0, abs=1e-12)
 
 
 def test_cache_geometry_from_capacity():
@@ -139,6 +144,38 @@ def test_cache_lookup_pipeline_takes_one_lookup_per_cycle():
     cfg = NICConfig(clock_hz=100e6)
     assert cache_lookup_time_s(cfg, 1000) == pytest.approx(1002 / 100e6)
     assert cache_lookup_time_s(cfg, 0) == 0.0
+    # whole rows are delivered one beat per cycle; misses cost time
+    row = cache_lookup_time_s(cfg, 1000, row_bytes=6 * cfg.datapath_bytes)
+    assert row == pytest.approx(1002 * 6 / 100e6, rel=0.01)
+    assert cache_lookup_time_s(cfg, 1000, hit_rate=0.0) > cache_lookup_time_s(cfg, 1000, hit_rate=0.9)
+
+
+def _reads(rng: np.random.Generator, n: int, miss: float, row_beats: int) -> list[Request]:
+    """Whole-row reads, a new row (a miss) with probability ``miss``, else the last row."""
+    new = rng.random(n) < miss
+    new[0] = True
+    return [Request(int(r) * row_beats, row_beats) for r in np.cumsum(new)]
+
+
+@pytest.mark.parametrize("row_beats", [1, 2, 6, 24])
+@pytest.mark.parametrize("latency", [20, 40, 80])
+def test_cache_closed_form_within_5_percent_of_the_timing_model(rng, row_beats, latency):
+    timing = CacheTiming(row_beats=row_beats, mshrs=16, queue_depth=32, latency=latency)
+    for miss in (0.0, 0.02, 0.1, 0.3, 1.0):
+        reqs = _reads(rng, 5000, miss, row_beats)
+        ref = timing.run(reqs, CacheConfig(sets=1, ways=64), line_beats=row_beats)
+        got = cache_cycles(len(reqs), ref.misses / len(reqs), row_beats, latency=latency,
+                           mshrs=16, queue_depth=32)
+        assert got == pytest.approx(ref.cycles, rel=0.05), (miss, got, ref.cycles)
+
+
+def test_cache_closed_form_rejects_bad_values():
+    with pytest.raises(ValueError, match="miss_rate"):
+        cache_cycles(10, 1.5, 1, latency=40)
+    with pytest.raises(ValueError, match="row_beats"):
+        cache_cycles(10, 0.5, 0, latency=40)
+    with pytest.raises(ValueError, match="nic.cache_mshrs"):
+        NICConfig(cache_mshrs=0)
 
 
 def test_config_rejects_bad_values():
