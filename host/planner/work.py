@@ -122,6 +122,28 @@ def _add_term(m: np.ndarray, term: Term) -> None:
         np.add.at(m, (term.src[keep], term.dst[keep]), term.nbytes[keep])
 
 
+def _sum_terms(world: int, terms: list[Term], chunk: int = 512) -> np.ndarray:
+    """The (N, N) sum of many terms: the outer products as one matrix product per ``chunk``
+    terms (``src`` rows stacked against ``dst`` rows), the pairs scattered at once; the
+    diagonal (a rank to itself) is zero."""
+    m = np.zeros((world, world))
+    outers = [t for t in terms if isinstance(t, Outer)]
+    for i in range(0, len(outers), chunk):
+        part = outers[i:i + chunk]
+        src = np.stack([t.src for t in part]).astype(float, copy=False)
+        dst = np.stack([t.dst for t in part]).astype(float, copy=False)
+        m += src.T @ dst
+    pairs = [t for t in terms if not isinstance(t, Outer)]
+    if pairs:
+        src = np.concatenate([t.src for t in pairs])
+        dst = np.concatenate([t.dst for t in pairs])
+        nb = np.concatenate([np.broadcast_to(t.nbytes, t.src.shape) for t in pairs])
+        keep = src != dst
+        np.add.at(m, (src[keep], dst[keep]), nb[keep])
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
 def _term_aggregates(out: np.ndarray, term: Term, node_of: np.ndarray, g: int) -> None:
     if isinstance(term, Outer):
         a, b = term.src, term.dst
@@ -283,7 +305,7 @@ def derive_iteration(plan: Plan, workload: WorkloadSpec, system: PlannerSystem) 
     if missing:
         raise ValueError(f"plan: no placement for table {missing[0]!r}")
     kernels: list[list[ShardKernel]] = [[] for _ in range(world)]
-    matrices = {name: np.zeros((world, world)) for name in COLLECTIVES}
+    terms: dict[str, list[Term]] = {name: [] for name in COLLECTIVES}
     hbm = np.zeros(world)
     host = np.zeros((2, world))
     dp = 0.0
@@ -296,8 +318,8 @@ def derive_iteration(plan: Plan, workload: WorkloadSpec, system: PlannerSystem) 
             hbm[k.rank] += k.hbm_bytes
             if k.tier != "hbm":
                 host[0 if k.tier == "dram" else 1, k.rank] += k.host_bytes
-        for name, terms in tw.traffic.items():
-            for term in terms:
-                _add_term(matrices[name], term)
+        for name, table_terms in tw.traffic.items():
+            terms[name].extend(table_terms)
         dp += tw.dp_allreduce_bytes
+    matrices = {name: _sum_terms(world, terms[name]) for name in COLLECTIVES}
     return IterationWork(world, system.gpus_per_node, kernels, matrices, dp, hbm, host[0], host[1], works)

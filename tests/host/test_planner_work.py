@@ -1,0 +1,71 @@
+"""The iteration's AlltoAllv matrices: the vectorised sum of every table's traffic equals the
+straightforward one, term by term (an outer product or explicit pairs per term)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from host.planner import AlphaBetaComm, MemoryTiers, PlannerSystem, derive_iteration, plan_baseline
+from host.planner.plan import ShardingType
+from host.planner.search import Placer
+from host.planner.work import COLLECTIVES, Outer
+from host.workloads import workload_from_dict
+from sim.gpu import gpu_preset
+
+
+def reference_matrices(work, world: int) -> dict[str, np.ndarray]:
+    """Every table's terms added one at a time, as the module doc defines them."""
+    out = {name: np.zeros((world, world)) for name in COLLECTIVES}
+    for tw in work.tables.values():
+        for name, terms in tw.traffic.items():
+            for term in terms:
+                if isinstance(term, Outer):
+                    for i in range(world):
+                        for j in range(world):
+                            if i != j:
+                                out[name][i, j] += term.src[i] * term.dst[j]
+                else:
+                    for s, d, nb in zip(term.src, term.dst, term.nbytes):
+                        if s != d:
+                            out[name][s, d] += nb
+    return out
+
+
+def test_derived_matrices_equal_the_term_by_term_sum(rng):
+    nodes, g = 3, 4
+    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
+                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
+    system = PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm, memory=MemoryTiers())
+    n = 30
+    workload = workload_from_dict({
+        "name": "w", "batch_per_gpu": 128, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in
+                   enumerate(zip(rng.integers(1000, 500_000, n), rng.choice([8, 32, 96], n),
+                                 rng.lognormal(2.0, 1.0, n).round(1) + 1))],
+    })
+    plans = [plan_baseline(name, workload, system) for name in ("size-greedy", "lookup-greedy", "torchrec-greedy")]
+    # every sharding type, table after table, on random ranks
+    mixed = Placer(workload, system)
+    types = list(ShardingType)
+    for i, table in enumerate(workload.tables):
+        kind = types[i % len(types)]
+        if kind in (ShardingType.TABLE_ROW_WISE, ShardingType.TABLE_COLUMN_WISE):
+            node = int(rng.integers(0, nodes))
+            ranks = list(range(node * g, node * g + g))
+        elif kind == ShardingType.TABLE_WISE:
+            ranks = [int(rng.integers(0, nodes * g))]
+        else:
+            ranks = sorted(rng.choice(nodes * g, int(rng.integers(2, nodes * g + 1)), replace=False).tolist())
+        tp = mixed.make(table, kind, ranks)
+        assert tp is not None
+        mixed.place(tp)
+    plans.append(mixed.plan("mixed"))
+    kinds = set()
+    for plan in plans:
+        work = derive_iteration(plan, workload, system)
+        kinds |= {tp.sharding for tp in plan.tables.values()}
+        ref = reference_matrices(work, system.world_size)
+        for name in COLLECTIVES:
+            np.testing.assert_allclose(work.matrices[name], ref[name], rtol=1e-12, atol=0.0, err_msg=name)
+            assert np.all(np.diag(work.matrices[name]) == 0.0)
+    assert kinds == set(ShardingType)
