@@ -6,7 +6,10 @@ ICRC) is ``ceil(F / data_bytes)`` beats, and frames follow each other without ga
 payload and descriptors keep up. Starting from idle costs ``TX_STARTUP`` cycles (descriptor
 accepted, packet planned, first beat registered). The depacketizer takes one beat per cycle
 and pauses a cycle after a frame whose payload tail and the previous payload beat both complete
-on its last beat; its drain writes each packet's payload beats plus one cycle per packet.
+on its last beat; its drain writes each packet's payload beats plus one cycle per packet
+(FP16/BF16: two FP32 beats per payload beat), after the packet's last beat and after the
+previous packet's drain (the payload FIFO holds two packets, so a slower drain decides the
+end).
 
 INT8 (rows of ``dim`` elements, ``L = data_bytes / 4`` elements a beat): the quantizer takes a
 row in ``dim / L`` cycles while the previous row is sent; sending a row costs its two
@@ -103,8 +106,7 @@ def estimate_rx(lengths: list[int], *, data_bytes: int, pmtu: int,
     W = check_data_bytes(data_bytes)
     with_imm = with_imm or [False] * len(lengths)
     cycles = 0
-    last_drain = 0
-    drain_free = 0          # INT8: when the drain finishes the packets so far
+    drain_free = 0          # when the drain has written the packets so far
     for opcode, plen in _frames(lengths, pmtu, with_imm, quant, dim):
         f = frame_bytes(opcode, plen)
         fb = -(-f // W)
@@ -115,8 +117,10 @@ def estimate_rx(lengths: list[int], *, data_bytes: int, pmtu: int,
         cycles += fb + int(flush)
         if quant == "int8":
             work = _int8_rows(plen, dim) * (1 + dim // (W // 4)) + INT8_RX_PACKET
-            drain_free = max(drain_free, cycles) + work
-        last_drain = npay + 1
-    if quant == "int8" and cycles:
-        return drain_free + 3
-    return cycles + last_drain + 3 if cycles else 0
+        elif quant != "none":
+            work = -(-2 * plen // W) + 1          # two FP32 beats per payload beat
+        else:
+            work = npay + 1
+        # store and forward: a packet drains after its last beat and after the one before
+        drain_free = max(drain_free, cycles) + work
+    return drain_free + 3 if cycles else 0
