@@ -25,7 +25,10 @@ Schema (TOML; every field validated, errors name the dotted field)::
     dtype = "fp32"                # pooled embeddings / gradients: "fp32" or "fp16"
 
     [planner]                     # optional
-    time_budget_s = 6.0           # the Neo search's budget
+    max_steps = 200               # the Neo search's refinement steps at most (it stops earlier
+                                  # when it converges): plans are deterministic
+    time_budget_s = 6.0           # optional wall-clock safety (default: none; a plan it cuts
+                                  # short is not reproducible)
     baselines = true              # also plan and cost the baselines
 """
 
@@ -36,6 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from host.planner.search import DEFAULT_MAX_STEPS
 from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
 from host.workloads import WorkloadSpec, resolve_workload
 
@@ -77,8 +81,9 @@ class PlanConfig:
     workload: WorkloadSpec
     system: PlannerSystem
     network_name: str
-    time_budget_s: float = 6.0
+    time_budget_s: float | None = None
     baselines: bool = True
+    max_steps: int | None = 200
 
 
 def build_system(network: Any = "zionex", gpu: str = "a100-40gb", nodes: int | None = None,
@@ -145,8 +150,11 @@ def plan_config_from_dict(data: Mapping[str, Any], base: Path | None = None) -> 
         if c["dtype"] not in ("fp32", "fp16"):
             raise ValueError(f"comm.dtype: expected fp32 or fp16, got {c['dtype']!r}")
         wire["comm_dtype"] = c["dtype"]
-    p = _section("planner", data, ("time_budget_s", "baselines"))
-    budget = _num("planner.time_budget_s", p.get("time_budget_s", 6.0), 0.0, 600.0, strict_lo=True)
+    p = _section("planner", data, ("time_budget_s", "baselines", "max_steps"))
+    budget = None
+    if "time_budget_s" in p:
+        budget = _num("planner.time_budget_s", p["time_budget_s"], 0.0, 600.0, strict_lo=True)
+    max_steps = _int("planner.max_steps", p.get("max_steps", DEFAULT_MAX_STEPS), 0)
     baselines = p.get("baselines", True)
     if not isinstance(baselines, bool):
         raise ValueError(f"planner.baselines: expected true or false, got {baselines!r}")
@@ -157,7 +165,7 @@ def plan_config_from_dict(data: Mapping[str, Any], base: Path | None = None) -> 
         if msg.startswith("gpu:") or msg.startswith("network") or msg.startswith("world_size"):
             raise
         raise ValueError(f"network: {msg}") from None
-    return PlanConfig(workload, system, name, budget, baselines)
+    return PlanConfig(workload, system, name, budget, baselines, max_steps)
 
 
 def load_plan_config(path: str | Path) -> PlanConfig:

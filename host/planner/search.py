@@ -7,7 +7,11 @@
 3. Refinement: repeatedly take the slowest rank and try, for the tables on it, moves to the
    least-loaded ranks, swaps with lighter tables there, and changes of sharding type
    (column-wise / table-column-wise over 2..8 ranks, row-wise, data-parallel), applying the
-   best change that lowers the objective, until none does or the time budget is spent.
+   best change that lowers the objective, until none does (convergence) or after
+   ``max_steps`` steps (:data:`DEFAULT_MAX_STEPS`). The search is deterministic: the same
+   workload and system give the same plan on any machine and under any load. A wall-clock
+   budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
+   reproducible.
 4. Where the problem is small (few tables and ranks), an exhaustive search over table-wise
    placements is run as well and the better plan kept.
 
@@ -30,9 +34,13 @@ from host.planner.system import GIB, PlannerSystem
 from host.planner.work import table_work
 from host.workloads.spec import TableSpec, WorkloadSpec
 
-__all__ = ["Placer", "NeoPlanner", "plan_neo", "check_fits"]
+__all__ = ["Placer", "NeoPlanner", "plan_neo", "check_fits", "DEFAULT_MAX_STEPS"]
 
 ST = ShardingType
+
+#: Refinement steps at most (the search usually converges well before: Model-A on 128 GPUs
+#: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
+DEFAULT_MAX_STEPS = 200
 
 
 @dataclass
@@ -216,11 +224,14 @@ class NeoPlanner(Placer):
     """Greedy-by-cost placement followed by refinement (see the module doc)."""
 
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
-                 time_budget_s: float = 6.0, candidates: int = 4, exact_limit: int = 4096,
-                 max_steps: int | None = None) -> None:
+                 time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
+                 max_steps: int | None = DEFAULT_MAX_STEPS) -> None:
         super().__init__(workload, system, cost)
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
             raise ValueError(f"max_steps: expected an integer >= 0 or None, got {max_steps!r}")
+        if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
+                                          or not time_budget_s > 0):
+            raise ValueError(f"time_budget_s: expected a number > 0 or None (no wall-clock bound), got {time_budget_s!r}")
         self.time_budget_s = time_budget_s
         self.max_steps = max_steps
         self.candidates = candidates
@@ -442,10 +453,13 @@ class NeoPlanner(Placer):
             for r in set(p.tp.ranks) if p.tp.sharding != ST.DATA_PARALLEL else ():
                 self._by_rank.setdefault(r, []).append(n)
 
-    def refine(self, deadline: float) -> int:
+    def refine(self, deadline: float | None = None) -> int:
+        """Refinement steps until convergence, ``max_steps``, or the ``perf_counter``
+        ``deadline`` (None: no wall-clock bound); returns the steps applied."""
         steps = 0
         self._index()
-        while time.perf_counter() < deadline and (self.max_steps is None or steps < self.max_steps):
+        while ((deadline is None or time.perf_counter() < deadline)
+               and (self.max_steps is None or steps < self.max_steps)):
             totals = self.totals()
             slow = int(totals.argmax())
             current = self.score(self.state)
@@ -519,7 +533,7 @@ class NeoPlanner(Placer):
         self.greedy()
         greedy_cost = float(self.totals().max())
         self._best_start()
-        steps = self.refine(t0 + self.time_budget_s)
+        steps = self.refine(None if self.time_budget_s is None else t0 + self.time_budget_s)
         exact = self.exact()
         self.stats = {"greedy_cost_s": greedy_cost, "refine_steps": steps, "exact": float(exact),
                       "planning_s": time.perf_counter() - t0}
@@ -542,9 +556,9 @@ def _only(c: Contribution, world: int) -> State:
     return st
 
 
-def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float = 6.0,
-             max_steps: int | None = None) -> Plan:
+def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float | None = None,
+             max_steps: int | None = DEFAULT_MAX_STEPS, cost: CostModel | None = None) -> Plan:
     """Neo's plan for ``workload`` on ``system`` (see :class:`NeoPlanner`). The refinement
-    stops at the time budget or after ``max_steps`` steps, whichever comes first: a plan is
-    reproducible when the steps (or convergence), not the clock, end it."""
-    return NeoPlanner(workload, system, time_budget_s=time_budget_s, max_steps=max_steps).run()
+    stops at convergence or after ``max_steps`` steps: the plan is reproducible. The
+    wall-clock ``time_budget_s`` is an opt-in safety (None: off)."""
+    return NeoPlanner(workload, system, cost, time_budget_s=time_budget_s, max_steps=max_steps).run()
