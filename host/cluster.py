@@ -23,10 +23,12 @@ Scenario schema (TOML; errors name the dotted field)::
     [workload]                       # host.workloads: preset = "model-a" | a file | inline tables
     [system]                         # host.systems: preset = "zionex" plus overrides, or inline
     [planner]
-    name = "neo"                     # which host.planner strategy places the tables
-    time_budget_s = 2.0              # the planner's search budget (wall-clock seconds)
-    max_steps = 100                  # refinement steps at most: a run is reproducible when the
-                                     # steps or convergence, not the budget, end the search
+    name = "neo"                     # the planner (host.planner.make_plan): neo, a baseline
+                                     # (size-greedy, ...) or force:<type> (force:row-wise, ...)
+    max_steps = 200                  # Neo's refinement steps at most (it stops earlier when it
+                                     # converges): plans are deterministic
+    time_budget_s = 2.0              # optional wall-clock safety for Neo's search (default:
+                                     # none; a plan it cuts short is not reproducible)
     allreduce = "hierarchical"       # ring | double_binary_tree | hierarchical
     alltoall = "direct"              # direct | hierarchical
     [dense]
@@ -53,9 +55,10 @@ units and the PCIe transfers side by side, and every AlltoAll waits for the NICs
 as well as the network. Hit rates go to ``metrics["cache_hit_rates"]`` (``nic_local``,
 ``nic_remote``), the rest to ``metrics["nic"]``.
 
-Planning: ``[planner] time_budget_s`` bounds the Neo search's refinement in wall time and
-``max_steps`` in steps; a run is reproducible when the steps or convergence end it (the plan's
-notes in the metrics say how many steps ran). ``metrics["wall_breakdown_s"]`` says where the
+Planning: ``[planner] name`` picks the planner (``host.planner.make_plan``); Neo's search ends
+at convergence or after ``max_steps`` steps, so a run is deterministic for its seed;
+``time_budget_s`` (off by default) adds a wall-clock bound (the plan's notes in the metrics
+say how many steps ran). ``metrics["wall_breakdown_s"]`` says where the
 simulation's own wall time went (planning, building, engine).
 """
 
@@ -94,7 +97,6 @@ __all__ = [
 MAX_INTERACTION_WIDTH = 8192
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small")
 
-PLANNERS = ("neo",)
 _SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
 
 
@@ -114,8 +116,8 @@ class Scenario:
     workload: WorkloadSpec
     system: SystemSpec
     planner: str = "neo"
-    planner_budget_s: float = 2.0
-    planner_max_steps: int | None = 100
+    planner_budget_s: float | None = None
+    planner_max_steps: int | None = 200
     allreduce: str = "hierarchical"
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
@@ -129,8 +131,8 @@ class Scenario:
             "cluster": {"nodes": self.nodes, **({"gpus_per_node": self.gpus_per_node} if self.gpus_per_node else {})},
             "workload": self.source.get("workload", {"preset": self.workload.name}),
             "system": self.system.to_dict(),
-            "planner": {"name": self.planner, "time_budget_s": self.planner_budget_s, "allreduce": self.allreduce,
-                        "alltoall": self.alltoall,
+            "planner": {"name": self.planner, "allreduce": self.allreduce, "alltoall": self.alltoall,
+                        **({} if self.planner_budget_s is None else {"time_budget_s": self.planner_budget_s}),
                         **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps})},
             "dense": {"dtype": self.dense_dtype},
         }
@@ -185,9 +187,12 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     system = resolve_system(data.get("system", "zionex"), "system")
     pl = _table("planner", data.get("planner", {}))
     _known("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps"))
-    planner = _choice("planner.name", pl.get("name", "neo"), PLANNERS)
-    budget = pl.get("time_budget_s", 2.0)
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600:
+    from host.planner.api import check_planner_name
+    from host.planner.search import DEFAULT_MAX_STEPS
+
+    planner = check_planner_name(pl.get("name", "neo"), "planner.name")
+    budget = pl.get("time_budget_s")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600):
         raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
     dense = _table("dense", data.get("dense", {}))
     _known("dense", dense, ("dtype",))
@@ -204,8 +209,8 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         workload=workload,
         system=system,
         planner=planner,
-        planner_budget_s=float(budget),
-        planner_max_steps=_int("planner.max_steps", pl.get("max_steps", 100), 0),
+        planner_budget_s=None if budget is None else float(budget),
+        planner_max_steps=_int("planner.max_steps", pl.get("max_steps", DEFAULT_MAX_STEPS), 0),
         allreduce=_choice("planner.allreduce", pl.get("allreduce", "hierarchical"), ("ring", "double_binary_tree", "hierarchical")),
         alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
@@ -660,9 +665,11 @@ class ClusterRun:
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
         psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
-        from host.planner.search import plan_neo
+        from host.planner.api import make_plan
 
-        plan = plan_neo(sc.workload, psys, time_budget_s=sc.planner_budget_s, max_steps=sc.planner_max_steps)
+        plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
+                         time_budget_s=sc.planner_budget_s)
+        self.planner_system = psys
         return plan, psys
 
     def run(self) -> RunResult:

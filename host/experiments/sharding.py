@@ -2,11 +2,11 @@
 
 Every plan is simulated on the cluster runtime (throughput) and costed by the planner's own
 cost model (the slowest rank's embedding time and the imbalance), so the table shows both
-what the planner expects and what the simulated cluster does. A *forced* plan gives every
-table the same sharding type (table-wise onto the least-loaded rank, row-wise over all ranks,
-column-wise over up to 8 ranks, table-row-wise over the least-loaded node, data-parallel); a
+what the planner expects and what the simulated cluster does. Every plan comes from
+``host.planner.make_plan`` through the scenario's ``[planner] name``: ``neo``, a baseline, or
+``force:<type>``, which gives every table the same sharding type (see ``host.planner.api``; a
 table that cannot take the type within the memory caps falls back to row-wise over all ranks,
-and the table says how many did. Every figure is a prediction.
+and the table says how many did). Every figure is a prediction.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from host.experiments._common import (
     ExperimentResult,
     Timer,
     item_choice,
-    run_scenario,
     scaled_workload,
     scenario_data,
     scenario_figures,
@@ -27,11 +26,11 @@ from host.experiments._common import (
 TITLE = "Sharding strategies: Neo's planner vs baselines vs one sharding type"
 FORCED = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
 _KNOWN = ("models", "nodes", "reference_nodes", "table_fraction", "baselines", "forced", "iterations", "warmup",
-          "planner_time_budget_s")
+          "planner_time_budget_s", "planner_max_steps")
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
-    from host.planner import BASELINES
+    from host.planner import BASELINES, DEFAULT_MAX_STEPS
 
     c = Checker(data, "sharding", _KNOWN)
     return {
@@ -43,114 +42,39 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
         "forced": c.list("forced", item_choice(FORCED), [], nonempty=False),
         "iterations": c.int("iterations", 1, 1),
         "warmup": c.int("warmup", 1, 0),
-        "planner_time_budget_s": c.num("planner_time_budget_s", 0.5, 0, 600),
+        # Neo's search is bounded by steps (deterministic); a wall-clock budget is opt-in
+        "planner_time_budget_s": c.num("planner_time_budget_s", None, 0, 600) if "planner_time_budget_s" in data else None,
+        "planner_max_steps": c.int("planner_max_steps", DEFAULT_MAX_STEPS, 0),
     }
 
 
-def forced_plan(kind: str, workload, system):
-    """Every table of ``workload`` with sharding ``kind`` (see the module doc); returns the
-    plan and how many tables fell back to row-wise."""
-    import numpy as np
-
-    from host.planner import ShardingType
-    from host.planner.search import Placer
-
-    ST = ShardingType
-    st = ST(kind)
-    p = Placer(workload, system)
-    world, g = p.world, p.g
-    fallbacks = 0
-    for table in sorted(workload.tables, key=lambda t: -float(workload.table_memory_bytes(t))):
-        totals = p.totals()
-        order = [int(r) for r in np.argsort(totals, kind="stable")]
-        tp = None
-        if st == ST.TABLE_WISE:
-            tp = next((x for x in (p.make(table, st, [r]) for r in order) if x is not None), None)
-        elif st == ST.ROW_WISE:
-            tp = p.make(table, st, list(range(world)))
-        elif st == ST.COLUMN_WISE:
-            m = max(1, min(8, world, table.dim // 4))
-            tp = p.make(table, st, sorted(order[:m]))
-        elif st in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
-            node_load = totals.reshape(-1, g).sum(axis=1)
-            for node in np.argsort(node_load, kind="stable"):
-                ranks = list(range(int(node) * g, (int(node) + 1) * g))
-                if st == ST.TABLE_COLUMN_WISE:
-                    ranks = ranks[: max(1, min(g, table.dim // 4))]
-                tp = p.make(table, st, ranks)
-                if tp is not None:
-                    break
-        elif st == ST.DATA_PARALLEL:
-            tp = p.make(table, st, [])
-        if tp is None:
-            fallbacks += 1
-            tp = p.make(table, ST.ROW_WISE, list(range(world)))
-        if tp is None:
-            raise p.fits_nowhere(table)
-        p.place(tp)
-    return p.plan(f"forced-{kind}"), fallbacks
-
-
-def _run_with(make_plan):
-    """A ClusterRun whose sharding comes from ``make_plan(workload, planner_system)``.
-
-    WORKAROUND: host.cluster plans with Neo's planner only (``planner.name = "neo"``); this
-    subclass replaces the plan step and builds the planner's system the way the cluster does
-    for GPU-resident embeddings (ZionEX)."""
-    from host.cluster import ClusterRun, _planner_comm
-    from host.planner import MemoryTiers, PlannerSystem
-
-    class PlannedRun(ClusterRun):
-        def _plan(self, topo):
-            sc = self.scenario
-            if sc.system.embeddings != "gpu":
-                raise ValueError("sharding: forced and baseline plans are supported on GPU-embedding systems (zionex)")
-            psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=_planner_comm(topo), memory=MemoryTiers(),
-                                 comm_dtype=sc.system.comm_dtype)
-            self.made_plan = make_plan(sc.workload, psys)
-            self.psys_used = psys
-            return self.made_plan, psys
-
-    return PlannedRun
-
-
 def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:
-    from host.planner import CostModel, plan_baseline
+    from host.planner import CostModel, forced_fallbacks
 
     timer = Timer()
     rows: list[dict[str, Any]] = []
-    strategies: list[tuple[str, str, Any]] = [("neo", "planner", None)]
+    # (label in the table, kind, the planner's name for host.planner.make_plan)
+    strategies: list[tuple[str, str, str]] = [("neo", "planner", "neo")]
     strategies += [(b, "baseline", b) for b in config["baselines"]]
-    strategies += [(f"forced:{k}", "forced", k) for k in config["forced"]]
+    strategies += [(f"forced:{k}", "forced", f"force:{k.replace('_', '-')}") for k in config["forced"]]
     for model in config["models"]:
         workload = scaled_workload(model, config["nodes"] / config["reference_nodes"], config["table_fraction"])
         data = scenario_data(f"sharding-{model}", workload, "zionex", config["nodes"], iterations=config["iterations"],
-                             warmup=config["warmup"], planner_budget_s=config["planner_time_budget_s"])
+                             warmup=config["warmup"])
+        planner = {"max_steps": config["planner_max_steps"]}
+        if config["planner_time_budget_s"] is not None:
+            planner["time_budget_s"] = config["planner_time_budget_s"]
         neo_sps = None
-        for label, kind, arg in strategies:
+        for label, kind, name in strategies:
             progress(f"sharding: {model}, {label}")
-            extra: dict[str, Any] = {"fallback_tables": 0}
-            if kind == "planner":
-                from host.planner import plan_neo
-
-                def make(wl, psys, budget=config["planner_time_budget_s"]):
-                    return plan_neo(wl, psys, time_budget_s=budget)
-            elif kind == "baseline":
-                def make(wl, psys, name=arg):
-                    return plan_baseline(name, wl, psys)
-            else:
-                def make(wl, psys, k=arg):
-                    plan, fallbacks = forced_plan(k, wl, psys)
-                    extra["fallback_tables"] = fallbacks
-                    return plan
-            cls = _run_with(make)
+            point = {**data, "planner": {**{k: v for k, v in data["planner"].items() if k != "time_budget_s"},
+                                         **planner, "name": name}}
             try:
-                runner_result = _run_planned(cls, data)
+                result, plan, psys = _run_planned(point)
             except ValueError as error:
                 rows.append({"model": model, "strategy": label, "kind": kind, "error": str(error)})
                 progress(f"sharding: {model}, {label}: cannot plan: {error}")
                 continue
-            result, plan, psys = runner_result
             cost = CostModel(result.scenario.workload, psys).evaluate(plan)
             fig = scenario_figures(result)
             if label == "neo":
@@ -160,7 +84,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                          "relative_to_neo": fig["samples_per_s"] / neo_sps if neo_sps else None,
                          "iteration_ms": fig["iteration_ms"], "exposed_comm_ms": fig["exposed_comm_ms"],
                          "planner_max_rank_ms": float(cost.max_s) * 1e3, "planner_imbalance": float(cost.imbalance),
-                         "fallback_tables": extra["fallback_tables"],
+                         "fallback_tables": forced_fallbacks(plan),
                          "sharding": " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))})
             progress(f"sharding: {model}, {label}: {fig['samples_per_s']:,.0f} samples/s")
     metrics: dict[str, Any] = {}
@@ -179,12 +103,14 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
     return res
 
 
-def _run_planned(cls, data):
-    from host.cluster import scenario_from_dict
+def _run_planned(data):
+    """Run one scenario; its plan and the planner's system come from the cluster's own
+    planning step (``[planner] name``)."""
+    from host.cluster import ClusterRun, scenario_from_dict
 
-    runner = cls(scenario_from_dict(data))
+    runner = ClusterRun(scenario_from_dict(data))
     result = runner.run()
-    return result, runner.made_plan, runner.psys_used
+    return result, runner.plan, runner.planner_system
 
 
 def _plot(fig, rows) -> None:

@@ -30,26 +30,34 @@ Cost (:mod:`host.planner.cost`)
     ``imbalance`` (max / mean), memory per tier.
 
 Planners
-    ``plan_neo(workload, system, time_budget_s=6.0)`` / ``NeoPlanner`` (greedy by cost, then
-    refinement; exhaustive when small; :mod:`host.planner.search`);
+    ``make_plan(workload, system, planner="neo")``: one function for every planner, by name
+    (``PLANNER_NAMES``: ``neo``, each baseline, ``force:<type>`` such as ``force:row-wise``;
+    :mod:`host.planner.api`); ``check_planner_name`` validates a name.
+    ``plan_neo(workload, system, max_steps=DEFAULT_MAX_STEPS)`` / ``NeoPlanner`` (greedy by
+    cost, then refinement until convergence or ``max_steps``: deterministic; a wall-clock
+    ``time_budget_s`` is an opt-in safety, off by default; exhaustive when small;
+    :mod:`host.planner.search`);
     ``plan_baseline(name, workload, system)`` with ``BASELINES``: size-greedy, lookup-greedy,
-    size-lookup-greedy, torchrec-greedy (:mod:`host.planner.baselines`).
+    size-lookup-greedy, torchrec-greedy (:mod:`host.planner.baselines`);
+    ``plan_forced(kind, workload, system)``: one sharding type everywhere.
 
 Config of ``neonic plan``: :mod:`host.planner.config` (``load_plan_config``).
 Bad input raises ``ValueError`` naming the field; a table that fits nowhere names the table,
 its size and the largest capacity; a world size the topology cannot hold is refused.
 """
 
+from host.planner.api import FORCED_NAMES, PLANNER_NAMES, check_planner_name, forced_fallbacks, make_plan, plan_forced
 from host.planner.baselines import BASELINES, plan_baseline
 from host.planner.config import PlanConfig, build_system, load_plan_config, plan_config_from_dict
 from host.planner.cost import COST_COLUMNS, CostModel, PlanCost
 from host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
-from host.planner.search import NeoPlanner, check_fits, plan_neo
+from host.planner.search import DEFAULT_MAX_STEPS, NeoPlanner, check_fits, plan_neo
 from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
 from host.planner.work import COLLECTIVES, IterationWork, ShardKernel, derive_iteration
 
 __all__ = [
-    "AlphaBetaComm", "BASELINES", "COLLECTIVES", "COST_COLUMNS", "CostModel", "IterationWork",
+    "DEFAULT_MAX_STEPS", "FORCED_NAMES", "PLANNER_NAMES", "check_planner_name", "forced_fallbacks", "make_plan",
+    "plan_forced", "AlphaBetaComm", "BASELINES", "COLLECTIVES", "COST_COLUMNS", "CostModel", "IterationWork",
     "MemoryTiers", "NeoPlanner", "Plan", "PlanConfig", "PlanCost", "PlannerSystem", "Shard",
     "ShardKernel", "ShardingType", "TIERS", "TablePlan", "build_system", "check_fits",
     "derive_iteration", "load_plan_config", "plan_baseline", "plan_config_from_dict", "plan_neo",

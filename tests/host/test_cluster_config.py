@@ -125,3 +125,16 @@ def test_dense_costs_scale_with_the_model():
     assert costs.params > 0
     fp32 = dense_costs(small.system, small.workload, "fp32")
     assert fp32.top_fwd.time_s > costs.top_fwd.time_s
+
+
+def test_the_planner_defaults_to_a_deterministic_neo_search():
+    from host.planner import DEFAULT_MAX_STEPS, PLANNER_NAMES
+
+    data = base()
+    data.pop("planner", None)
+    sc = scenario_from_dict(data)
+    assert sc.planner == "neo" and sc.planner_budget_s is None and sc.planner_max_steps == DEFAULT_MAX_STEPS
+    assert "time_budget_s" not in sc.resolved()["planner"]
+    for name in PLANNER_NAMES:
+        data["planner"] = {"name": name}
+        assert scenario_from_dict(data).planner == name

@@ -107,3 +107,21 @@ def test_wall_time_is_split_into_planning_and_engine(pipelined):
     assert split["planning_s"] > 0 and split["engine_s"] > 0
     assert sum(v for k, v in split.items() if k != "collect_s") <= pipelined.metrics["wall_s"] + 1e-6
     assert pipelined.metrics["plan_notes"]  # how the planner's search ended
+
+
+@pytest.mark.parametrize("name", ["size-greedy", "force:row-wise"])
+def test_the_planner_section_selects_the_planner(name):
+    run = ClusterRun(scenario_from_dict(tiny(planner={"name": name})))
+    result = run.run()
+    assert run.plan.planner == name
+    assert result.scenario.resolved()["planner"]["name"] == name
+    if name == "force:row-wise":
+        assert set(run.plan.sharding_counts()) == {"row_wise"}
+
+
+def test_plans_without_a_time_budget_are_identical():
+    data = tiny()
+    del data["planner"]["time_budget_s"]
+    a, b = ClusterRun(scenario_from_dict(data)), ClusterRun(scenario_from_dict(data))
+    a.run(), b.run()
+    assert a.plan == b.plan

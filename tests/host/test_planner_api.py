@@ -1,0 +1,94 @@
+"""The planners by name (``make_plan``), forced sharding types, and deterministic plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from host.planner import (
+    BASELINES,
+    DEFAULT_MAX_STEPS,
+    FORCED_NAMES,
+    PLANNER_NAMES,
+    AlphaBetaComm,
+    CostModel,
+    MemoryTiers,
+    NeoPlanner,
+    PlannerSystem,
+    ShardingType,
+    forced_fallbacks,
+    make_plan,
+    plan_baseline,
+)
+from host.workloads import workload_from_dict
+from sim.gpu import gpu_preset
+
+
+def _system(nodes=2, g=4) -> PlannerSystem:
+    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
+                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
+    return PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm, memory=MemoryTiers())
+
+
+def _workload(n=40, seed=3):
+    rng = np.random.default_rng(seed)
+    return workload_from_dict({
+        "name": "w", "batch_per_gpu": 256, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in enumerate(zip(
+            rng.integers(10_000, 2_000_000, n), rng.choice([16, 32, 64, 128], n),
+            rng.lognormal(2.5, 1.0, n).round(1) + 1))],
+    })
+
+
+def test_names_cover_neo_every_baseline_and_every_forced_type():
+    assert PLANNER_NAMES[0] == "neo"
+    assert set(BASELINES) <= set(PLANNER_NAMES)
+    assert "force:row-wise" in FORCED_NAMES and len(FORCED_NAMES) == len(ShardingType)
+
+
+def test_two_plans_of_the_same_workload_are_identical():
+    s, w = _system(), _workload()
+    a, b = make_plan(w, s), make_plan(w, s)
+    assert a == b
+    assert a.planner == "neo" and "refinement steps" in a.notes[0]
+
+
+def test_the_search_is_bounded_by_steps_not_the_clock_by_default():
+    s, w = _system(), _workload()
+    p = NeoPlanner(w, s)
+    assert p.time_budget_s is None and p.max_steps == DEFAULT_MAX_STEPS
+    p.run()
+    assert p.stats["refine_steps"] <= DEFAULT_MAX_STEPS
+    # fewer steps allowed: a different, still deterministic, plan
+    one = NeoPlanner(w, s, max_steps=1)
+    assert one.run() == NeoPlanner(w, s, max_steps=1).run()
+    assert one.stats["refine_steps"] <= 1
+    with pytest.raises(ValueError, match="time_budget_s"):
+        NeoPlanner(w, s, time_budget_s=0)
+
+
+def test_make_plan_by_name_equals_the_planners_themselves():
+    s, w = _system(), _workload()
+    cost = CostModel(w, s)
+    for name in BASELINES:
+        assert make_plan(w, s, name) == plan_baseline(name, w, s, cost)
+    assert make_plan(w, s, "neo", max_steps=3) == NeoPlanner(w, s, max_steps=3).run()
+
+
+@pytest.mark.parametrize("kind", list(ShardingType))
+def test_forced_plans_give_every_table_the_type_or_row_wise(kind):
+    s, w = _system(), _workload(16)
+    name = f"force:{kind.value.replace('_', '-')}"
+    plan = make_plan(w, s, name)
+    assert plan.planner == name
+    counts = plan.sharding_counts()
+    fallbacks = forced_fallbacks(plan)
+    assert counts.get(kind.value, 0) + (fallbacks if kind != ShardingType.ROW_WISE else 0) == len(w.tables)
+    assert set(counts) <= {kind.value, ShardingType.ROW_WISE.value}
+    cost = CostModel(w, s).evaluate(plan)
+    assert (cost.hbm_bytes <= s.hbm_capacity + 1).all()
+
+
+def test_unknown_planner_is_named():
+    with pytest.raises(ValueError, match=r"^planner: expected one of neo, size-greedy.*force:row-wise.*got 'magic'"):
+        make_plan(_workload(4), _system(), "magic")
