@@ -55,6 +55,7 @@ import numpy as np
 
 __all__ = [
     "TRACE_FORMAT_VERSION",
+    "PUBLISHED_LOCALITY_STATS",
     "POOLING_DISTRIBUTIONS",
     "REUSE_BIN_LOWER",
     "TableTrace",
@@ -75,6 +76,9 @@ __all__ = [
     "load_trace",
 ]
 
+#: Meta's published locality statistics of its synthetic production-like lookups (856 tables,
+#: batch 65536; facebookresearch/dlrm_datasets, MIT licence beside it), shipped with neonic.
+PUBLISHED_LOCALITY_STATS = Path(__file__).resolve().parent / "data" / "dlrm_datasets_2021_locality_stats.txt"
 #: Version written into every saved trace; :func:`load_trace` refuses other versions.
 TRACE_FORMAT_VERSION = 1
 #: Bag-size distributions: constant (every bag ``round(pooling)``), Poisson(pooling), or

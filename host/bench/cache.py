@@ -21,7 +21,6 @@ Figures:
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -35,8 +34,6 @@ SUMMARY = ("embedding-row cache: LRU/LFU hit rates on Zipf and fitted traces, RT
            "hit rate/latency and miss throughput of the RTL")
 
 ROWS, BATCH, POOLING, WAYS = 100_000, 512, 20, 32
-STATS_FILE = Path(__file__).resolve().parents[3] / "shared" / "data" / \
-    "dlrm_datasets_2021_locality_stats.txt"
 
 
 def _zipf_rows(rng: np.random.Generator, alpha: float, n: int) -> np.ndarray:
@@ -55,8 +52,9 @@ def _fitted_rows(rng: np.random.Generator, n: int):
     statistics, as linear row indices over all its tables (FBGEMM's cache also indexes rows
     linearly across tables), the number of rows of all tables, and the total variation
     distance of the trace's two histograms to the file's (the larger of the two)."""
-    from host.traces import fit_generator, load_locality_stats, total_variation, trace_locality
-    stats = load_locality_stats(STATS_FILE, block=0)
+    from host.traces import (PUBLISHED_LOCALITY_STATS, fit_generator, load_locality_stats,
+                             total_variation, trace_locality)
+    stats = load_locality_stats(PUBLISHED_LOCALITY_STATS, block=0)
     trace = fit_generator(stats, lookups=n).generate(rng)
     num_rows, _, indices = trace.combined()
     base = np.concatenate([[0], np.cumsum(num_rows)[:-1]])

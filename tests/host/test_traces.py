@@ -10,8 +10,15 @@ import pytest
 
 from host import traces as tr
 
-STATS_FILE = Path(__file__).resolve().parents[2].parent / "shared/data/dlrm_datasets_2021_locality_stats.txt"
+STATS_FILE = tr.PUBLISHED_LOCALITY_STATS
+SHARED_STATS_FILE = Path(__file__).resolve().parents[2].parent / "shared/data/dlrm_datasets_2021_locality_stats.txt"
 needs_stats = pytest.mark.skipif(not STATS_FILE.exists(), reason=f"{STATS_FILE} not present")
+
+
+def test_the_shipped_statistics_are_the_published_ones():
+    if not SHARED_STATS_FILE.exists():
+        pytest.skip(f"{SHARED_STATS_FILE} not beside the checkout")
+    assert STATS_FILE.read_bytes() == SHARED_STATS_FILE.read_bytes()
 
 
 def small_trace() -> tr.Trace:
