@@ -7,11 +7,14 @@ cache, the packetizer waits for pooled beats, the depacketizer is fed frames as 
 The composed model (``sim.cosim.model_cycles``) needs a few figures the unit models do not
 give, and this module fits them from RTL runs:
 
-``gather_hit_latency``, ``gather_miss_latency``
-    The memory latency (cycles) the gather/pool unit sees through the cache on a hit and on a
-    miss. ``sim.timing.embedding.predict`` takes one latency; for a workload whose requests hit
-    the cache at rate ``h`` (the reference model ``sim.reference.cache`` gives ``h`` exactly)
-    it is given ``h * hit + (1 - h) * miss``.
+``gather_hit_latency``, ``gather_miss_cycles``, ``gather_memory_tail``
+    The gather/pool unit behind the cache: its own pipeline (``sim.timing.embedding.predict``
+    at the cache's hit latency) plus, for each miss, the part of the miss's service time
+    (``gather_miss_cycles``: the cache fetches a few misses at a time, one per MSHR) that the
+    reducer's time for that row (``steady_state_row_cycles``) does not hide, plus
+    ``gather_memory_tail`` once (the first miss's latency). Misses come from the reference
+    cache model (``sim.reference.cache``) on the run's requests, so they are exact. This is a
+    first-order model: misses that cluster cost more than misses spread between hits.
 ``cache_tail``
     The cache serves the gather unit, so its activity window (first request to last response)
     is the gather unit's window minus the pipeline behind the last response (reducer, adder,
@@ -23,17 +26,17 @@ give, and this module fits them from RTL runs:
     The depacketizer's window (first frame beat to last memory write) is
     ``estimate_rx + depacketizer_offset``.
 
-How the fit works (:func:`fit`): for each RTL sample, the gather latency that makes the timing
-model reproduce the RTL cycle count is found by bisection (the model is monotone in latency);
-a least-squares line over the samples' hit rates gives the hit and miss latencies; the three
-offsets are the mean residuals of the models that use them. :func:`evaluate` gives the
+How the fit works (:func:`fit`): the three gather parameters by a grid search that minimises the
+largest relative error over the samples; the three offsets are the mean residuals of the
+models that use them. :func:`evaluate` gives the
 relative error of the calibrated model per unit on any set of samples (``neonic calibrate``
 reports it on held-back workloads).
 
 File format (JSON, :func:`save` / :func:`load`)::
 
     {"format": "neonic-smartnic-calibration", "version": 1,
-     "parameters": {"gather_hit_latency": ..., "gather_miss_latency": ..., "cache_tail": ...,
+     "parameters": {"gather_hit_latency": ..., "gather_miss_cycles": ...,
+                    "gather_memory_tail": ..., "cache_tail": ...,
                     "packetizer_tail": ..., "depacketizer_offset": ...},
      "context": {...}}     # the NIC parameters, memory latency and fit errors it came from
 
@@ -66,7 +69,8 @@ class Calibration:
     """Fitted parameters of the composed SmartNIC timing model (see the module docstring)."""
 
     gather_hit_latency: float
-    gather_miss_latency: float
+    gather_miss_cycles: float
+    gather_memory_tail: float
     cache_tail: float
     packetizer_tail: float
     depacketizer_offset: float
@@ -80,27 +84,26 @@ class Calibration:
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value):
                 raise ValueError(f"parameters.{f.name}: expected a finite number, got {value!r}")
-        for name in ("gather_hit_latency", "gather_miss_latency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"parameters.{name}: expected >= 1 cycle, "
-                                 f"got {getattr(self, name)!r}")
-
-    def effective_latency(self, hit_rate: float) -> float:
-        """The memory latency the gather unit sees at cache hit rate ``hit_rate``."""
-        h = min(1.0, max(0.0, float(hit_rate)))
-        return max(1.0, h * self.gather_hit_latency + (1 - h) * self.gather_miss_latency)
+        if self.gather_hit_latency < 1:
+            raise ValueError(f"parameters.gather_hit_latency: expected >= 1 cycle, "
+                             f"got {self.gather_hit_latency!r}")
+        if self.gather_miss_cycles < 0:
+            raise ValueError(f"parameters.gather_miss_cycles: expected >= 0, "
+                             f"got {self.gather_miss_cycles!r}")
 
     def parameters(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "context"}
 
 
-def default_calibration(memory_latency: float, row_beats: int) -> Calibration:
+def default_calibration(memory_latency: float, mshrs: int) -> Calibration:
     """Uncalibrated figures from the units' documented pipelines: a hit answers in 2 cycles
-    (plus the request register), a miss after the backing latency and the row's fill; the
-    tails are the reducer/drain pipeline (about 12 cycles) and the packetizer's last beats."""
+    (plus the request register); misses are fetched ``mshrs`` at a time, each taking the
+    backing latency plus a few cycles of sequencing; the tails are the reducer/drain pipeline
+    (about 12 cycles) and the packetizer's last beats."""
     return Calibration(gather_hit_latency=3.0,
-                       gather_miss_latency=float(memory_latency + row_beats + 4),
-                       cache_tail=12.0, packetizer_tail=4.0, depacketizer_offset=0.0,
+                       gather_miss_cycles=float(memory_latency + 4) / max(1, mshrs),
+                       gather_memory_tail=float(memory_latency + 12), cache_tail=12.0,
+                       packetizer_tail=4.0, depacketizer_offset=0.0,
                        context={"source": "default (uncalibrated)"})
 
 
@@ -120,54 +123,58 @@ class Sample:
     gather_model: Callable[[float], float]
     tx_alone: float
     rx_model: float
+    misses: int = 0
+    hit_beats: int = 0
+    miss_row_cycles: tuple[int, ...] = ()
     label: str = ""
+
+    def gather(self, hit_latency: float, miss_cycles: float, memory_tail: float) -> float:
+        """The gather unit's cycles: its pipeline (the timing model at the cache's hit latency)
+        plus, per miss, the part of the miss's service time (``miss_cycles``) its row's
+        reducer time does not hide, plus ``memory_tail`` once when there are misses."""
+        extra = sum(max(0.0, miss_cycles - rc) for rc in self.miss_row_cycles)
+        return float(self.gather_model(hit_latency)) + extra + (memory_tail if self.misses else 0.0)
 
     def predict(self, cal: Calibration) -> dict[str, float]:
         """The composed model's cycles per unit under ``cal``."""
-        g = float(self.gather_model(cal.effective_latency(self.hit_rate)))
+        g = self.gather(cal.gather_hit_latency, cal.gather_miss_cycles, cal.gather_memory_tail)
         out = {"gather": g, "cache": max(1.0, g - cal.cache_tail),
                "packetizer": max(self.tx_alone, g + cal.packetizer_tail),
                "depacketizer": self.rx_model + cal.depacketizer_offset}
         return {u: v for u, v in out.items() if self.rtl.get(u)}
 
 
-def _solve_latency(sample: Sample, target: float) -> float:
-    lo, hi = 1.0, 2048.0
-    if sample.gather_model(lo) >= target:
-        return lo
-    if sample.gather_model(hi) <= target:
-        return hi
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        if sample.gather_model(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
 def fit(samples: Sequence[Sample], context: dict[str, Any] | None = None) -> Calibration:
-    """Fit the parameters to ``samples`` (see the module docstring)."""
+    """Fit the parameters to ``samples`` (see the module docstring): the gather unit's three by
+    a grid search minimising the largest relative error, the offsets as mean residuals."""
     use = [s for s in samples if s.rtl.get("gather")]
     if not use:
         raise ValueError("samples: expected at least one RTL sample with gather cycles, got none")
-    lat = np.array([_solve_latency(s, float(s.rtl["gather"])) for s in use])
-    h = np.array([s.hit_rate for s in use])
-    if np.ptp(h) < 0.05:
-        # hit rates too alike to separate the two latencies: one latency for both
-        hit = miss = float(lat.mean())
-    else:
-        design = np.stack([h, 1 - h], axis=1)
-        (hit, miss), *_ = np.linalg.lstsq(design, lat, rcond=None)
-        hit, miss = float(max(1.0, hit)), float(max(1.0, miss))
-    partial = Calibration(hit, miss, 0.0, 0.0, 0.0)
-    g_model = [float(s.gather_model(partial.effective_latency(s.hit_rate))) for s in use]
+    rtl = np.array([s.rtl["gather"] for s in use], dtype=float)
+    lats = np.arange(1.0, 65.0)
+    pipe = np.array([[s.gather_model(l) for s in use] for l in lats])      # (L, S)
+    mcs = np.arange(0.0, 24.01, 0.25)
+    tails = np.arange(-40.0, 80.01, 1.0)
+    extra = np.array([[sum(max(0.0, c - rc) for rc in s.miss_row_cycles) for s in use]
+                      for c in mcs])                                          # (M, S)
+    has_miss = np.array([1.0 if s.misses else 0.0 for s in use])
+    best = (np.inf, 0, 0, 0)
+    for i, row in enumerate(pipe):
+        pred = row[None, None, :] + extra[:, None, :] + tails[None, :, None] * has_miss
+        err = np.abs(pred - rtl) / rtl
+        score = err.max(axis=2) + 1e-3 * err.mean(axis=2)
+        k = np.unravel_index(np.argmin(score), score.shape)
+        if score[k] < best[0]:
+            best = (float(score[k]), i, k[0], k[1])
+    _, i, j, k = best
+    hit, mc, tail = float(lats[i]), float(mcs[j]), float(tails[k])
+    g_model = [s.gather(hit, mc, tail) for s in use]
     cache = [g - s.rtl["cache"] for g, s in zip(g_model, use) if s.rtl.get("cache")]
     pk = [s.rtl["packetizer"] - g for g, s in zip(g_model, use)
           if s.rtl.get("packetizer") and s.tx_alone < g]
     rx = [s.rtl["depacketizer"] - s.rx_model for s in samples if s.rtl.get("depacketizer")]
     mean = lambda xs: float(np.mean(xs)) if xs else 0.0  # noqa: E731
-    return Calibration(hit, miss, mean(cache), mean(pk), mean(rx), context=dict(context or {}))
+    return Calibration(hit, mc, tail, mean(cache), mean(pk), mean(rx), context=dict(context or {}))
 
 
 def evaluate(cal: Calibration, samples: Sequence[Sample]) -> dict[str, float]:

@@ -55,7 +55,7 @@ from sim.calibration import Calibration, Sample, default_calibration
 from sim.reference import embedding as ref
 from sim.reference.cache import HIT, MISS, CacheConfig, CacheModel
 from sim.reference.roce import segment
-from sim.timing.embedding import predict, shapes_from_bags
+from sim.timing.embedding import predict, shapes_from_bags, steady_state_row_cycles
 from sim.timing.packetizer import estimate_rx, estimate_tx
 
 __all__ = [
@@ -642,20 +642,34 @@ def reference_cache(nic: SmartNIC, job: NICJob, bases: list[int]) -> dict[str, f
     p = nic.params
     model = CacheModel(CacheConfig(sets=p["cache_sets"], ways=p["cache_ways"],
                                    policy=p["cache_policy"], index=p["cache_index"]))
-    hits = misses = 0
-    for addr, beats in _requests(nic, job, bases):
+    hits = misses = hit_beats = 0
+    miss_row_cycles = []
+    timing = nic.gather.timing
+    for (addr, beats), dim in zip(_requests(nic, job, bases), _row_dims(job)):
         out = model.request(addr, beats, False, nic.line_beats, nic.line_beats)
         hits += out.kind == HIT
         misses += out.kind == MISS
+        hit_beats += beats if out.kind == HIT else 0
+        if out.kind == MISS:
+            miss_row_cycles.append(steady_state_row_cycles(timing, dim))
     n = hits + misses
-    return {"hits": hits, "misses": misses, "hit_rate": hits / n if n else 0.0}
+    return {"hits": hits, "misses": misses, "hit_beats": hit_beats,
+            "miss_row_cycles": tuple(miss_row_cycles), "hit_rate": hits / n if n else 0.0}
+
+
+def _row_dims(job: NICJob) -> list[int]:
+    out = []
+    for b in job.bags:
+        t = job.tables[b.table]
+        out += [t.dim] * int(ref.contributing(t, b).sum())
+    return out
 
 
 def calibration_sample(nic: SmartNIC, job: NICJob, stim_tx: dict, rx_lengths: list[int],
                        rtl: dict[str, float], label: str = "") -> Sample:
     """The calibration/model view of one NIC's run (see ``sim.calibration.Sample``)."""
     bases = [d["base"] for d in stim_tx["descs"]]
-    hit_rate = reference_cache(nic, job, bases)["hit_rate"]
+    cref = reference_cache(nic, job, bases)
     timing = nic.gather.timing
     shapes = shapes_from_bags(job.tables, job.bags)
     memo: dict[float, float] = {}
@@ -672,8 +686,10 @@ def calibration_sample(nic: SmartNIC, job: NICJob, stim_tx: dict, rx_lengths: li
                      with_imm=[True] * len(lengths)).cycles if lengths else 0
     rx = estimate_rx(rx_lengths, data_bytes=nic.data_bytes, pmtu=nic.pmtu,
                      with_imm=[True] * len(rx_lengths)) if rx_lengths else 0
-    return Sample(rtl=dict(rtl), hit_rate=hit_rate, gather_model=gather_model,
-                  tx_alone=float(tx), rx_model=float(rx), label=label)
+    return Sample(rtl=dict(rtl), hit_rate=cref["hit_rate"], gather_model=gather_model,
+                  tx_alone=float(tx), rx_model=float(rx), misses=int(cref["misses"]),
+                  hit_beats=int(cref["hit_beats"]), miss_row_cycles=cref["miss_row_cycles"],
+                  label=label)
 
 
 def model_cycles(sample: Sample, cal: Calibration) -> dict[str, float]:
@@ -800,7 +816,7 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
 
     expected = expected_buffers(nic, traffic, stim)
     diff = int(np.count_nonzero(rx_mem != expected))
-    cal = calibration or default_calibration(memory_latency, nic.line_beats)
+    cal = calibration or default_calibration(memory_latency, nic.params["mshrs"])
     runs = []
     misses_ok = True
     drops = 0

@@ -45,12 +45,6 @@ async def cluster_phase(dut):
     clk = dut.clk
     dut.local_mac.value = 0
     dut.local_ip.value = 0
-    lat = job["memory_latency"]
-    mem = CocotbMemory(dut, "mem", np.load(p["mem"]), data_bytes=W, rng=tb_rng(1),
-                       latency=(lat, lat), max_outstanding=64, beats_width=nic.beats_width)
-    rx_mem = CocotbMemory(dut, "rx_mem", np.zeros(job["rx_size"], np.uint8), data_bytes=W,
-                          rng=tb_rng(2), latency=(1, 1), max_outstanding=64,
-                          beats_width=nic.rx_beats_width)
     drv = {name: StreamDriver(dut, name, layout, clk, rng=tb_rng(10 + i),
                               idle=idle if name in ("bags", "send", "rx_frame") else 0.0)
            for i, (name, layout) in enumerate([
@@ -59,11 +53,19 @@ async def cluster_phase(dut):
                ("send", SendDescriptor(nic.packetizer.dest_bits)),
                ("bags", nic.gather.item_layout), ("qp_init", QPInit(nic.depacketizer.qp_bits)),
                ("rx_frame", FrameBeat(W))])}
+    # The design's outputs are X until the first reset (Icarus): the memories and monitors,
+    # which sample their ports every cycle, start right after it (their inputs are don't-care in reset).
+    await start_clock_and_reset(dut)
+    lat = job["memory_latency"]
+    mem = CocotbMemory(dut, "mem", np.load(p["mem"]), data_bytes=W, rng=tb_rng(1),
+                       latency=(lat, lat), max_outstanding=64, beats_width=nic.beats_width)
+    rx_mem = CocotbMemory(dut, "rx_mem", np.zeros(job["rx_size"], np.uint8), data_bytes=W,
+                          rng=tb_rng(2), latency=(1, 1), max_outstanding=64,
+                          beats_width=nic.rx_beats_width)
     frames_mon = StreamMonitor(dut, "tx_frame", FrameBeat(W), clk, rng=tb_rng(30),
                                backpressure=bp)
     comp_mon = StreamMonitor(dut, "completion", Completion(nic.depacketizer.qp_bits), clk,
                              rng=tb_rng(31), backpressure=bp)
-    await start_clock_and_reset(dut)
     layout = SmartNICCounters()
     results = []
     world = len(job["tx"])

@@ -12,17 +12,21 @@ from sim.calibration import Calibration, Sample, evaluate, fit, load, save
 
 
 def _sample(hit_rate: float, true: Calibration, rows: int) -> Sample:
-    """A sample whose 'RTL' figures come from a known calibration (a linear gather model)."""
-    model = lambda lat: 10.0 + rows * (5 + 0.5 * lat)  # noqa: E731
-    g = model(true.effective_latency(hit_rate))
-    rtl = {"gather": g, "cache": g - true.cache_tail, "packetizer": g + true.packetizer_tail,
-           "depacketizer": 100 + true.depacketizer_offset}
-    return Sample(rtl=rtl, hit_rate=hit_rate, gather_model=model, tx_alone=10.0, rx_model=100.0)
+    """A sample whose 'RTL' figures come from a known calibration (a linear pipeline model)."""
+    model = lambda lat: 10.0 + rows * (5 + 0.1 * lat)  # noqa: E731
+    misses = int(rows * (1 - hit_rate))
+    s = Sample(rtl={}, hit_rate=hit_rate, gather_model=model, tx_alone=10.0, rx_model=100.0,
+               misses=misses, hit_beats=rows - misses, miss_row_cycles=(5,) * misses)
+    g = s.gather(true.gather_hit_latency, true.gather_miss_cycles, true.gather_memory_tail)
+    s.rtl = {"gather": g, "cache": g - true.cache_tail, "packetizer": g + true.packetizer_tail,
+             "depacketizer": 100 + true.depacketizer_offset}
+    return s
 
 
 def test_fit_recovers_known_parameters():
-    true = Calibration(3.0, 40.0, 11.0, 5.0, -2.0)
-    samples = [_sample(h, true, rows) for h, rows in [(0.1, 50), (0.5, 80), (0.9, 60), (0.3, 40)]]
+    true = Calibration(4.0, 8.0, 30.0, 11.0, 5.0, -2.0)
+    samples = [_sample(h, true, rows) for h, rows in
+               [(0.05, 50), (0.95, 80), (0.9, 60), (0.1, 40), (0.5, 70)]]
     cal = fit(samples)
     for name, value in true.parameters().items():
         assert cal.parameters()[name] == pytest.approx(value, abs=0.05), name
@@ -30,7 +34,7 @@ def test_fit_recovers_known_parameters():
 
 
 def test_file_round_trip_and_field_named_errors(tmp_path):
-    cal = Calibration(3.5, 31.0, 12.0, 4.0, 1.0, context={"source": "test"})
+    cal = Calibration(3.5, 6.0, 31.0, 12.0, 4.0, 1.0, context={"source": "test"})
     path = save(cal, tmp_path / "cal.json")
     back = load(path)
     assert back == cal and back.context["source"] == "test"
@@ -47,7 +51,7 @@ def test_file_round_trip_and_field_named_errors(tmp_path):
     with pytest.raises(ValueError, match="format"):
         load(path)
     with pytest.raises(ValueError, match="gather_hit_latency"):
-        Calibration(0.5, 30.0, 1.0, 1.0, 1.0)
+        Calibration(0.5, 6.0, 30.0, 1.0, 1.0, 1.0)
 
 
 def test_fit_on_rtl_runs_predicts_held_back_workloads():
@@ -58,6 +62,6 @@ def test_fit_on_rtl_runs_predicts_held_back_workloads():
                  {"rows": 2048, "dim": 16, "pooling": 3, "alpha": 0.9}]
     cal, fit_err, held_err, report = calibrate(sim="amaranth", batch=1, workloads=workloads)
     assert report.buffers_match
-    assert cal.gather_miss_latency > cal.gather_hit_latency
+    assert cal.gather_miss_cycles > 0
     assert fit_err["max"] < 0.05
     assert held_err["max"] < 0.10
