@@ -456,6 +456,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     gpu_pool = np.zeros(world)
     nic_rows = [[] for _ in range(world)]      # gather/pool unit work: (dim, elem_bytes, bags, rows per bag)
     cache_lookups = np.zeros(world)
+    cache_hits = np.zeros(world)               # of cache_lookups: the hits (local and remote caches)
+    cache_row_bytes = np.zeros(world)          # sum of the looked-up rows' bytes (mean row = / lookups)
     figures: dict[str, Any] = {"pool_on_nic": cfg.pool_on_nic, "reorder": cfg.reorder,
                                "local_cache_mib": sc.system.nic.local_cache_mib,
                                "remote_cache_mib": sc.system.nic.remote_cache_mib, "zipf_alpha": alpha}
@@ -520,6 +522,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
             for q in np.nonzero(off_node)[0]:
                 remote_rows[q] += rows_per_req * t.row_bytes
                 cache_lookups[q] += rows_per_req
+                cache_hits[q] += rows_per_req * h_of[t.name]
+                cache_row_bytes[q] += rows_per_req * t.row_bytes
                 if cfg.pool_on_nic:
                     nic_rows[q].append((t.dim, t.elem_bytes, b, t.pooling))
         if not cfg.pool_on_nic:
@@ -552,6 +556,7 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
                 h = ss.hit_rate if ss else 0.0
                 hits = reach[r][i] * h
                 hits_r += hits
+                cache_row_bytes[r] += reach[r][i] * k.row_bytes
                 gpu_lookups[r][i] = reach[r][i] - hits
                 fwd_pcie[r] += (reach[r][i] - hits) * k.row_bytes          # fills
                 if sc.mode == "training":
@@ -572,9 +577,10 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
                 else:
                     raw_hit_bytes += hits * k.row_bytes
                 pooled_total += k.pooled_rows * shard.cols * comm_b
-            cache_lookups[r] += sum(reach[r])
             local_hits += hits_r
-            local_lookups += cache_lookups[r]
+            local_lookups += sum(reach[r])
+            cache_lookups[r] += sum(reach[r])
+            cache_hits[r] += hits_r
             if pooled_total > 0:
                 row = work.matrices["pooled"][r]
                 if cfg.pool_on_nic:  # NIC partials to GPUs of the same node
@@ -592,7 +598,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     units: list[tuple[tuple[str, int], ...]] = []
     for r in range(world):
         g = gather_time_s(cfg, nic_rows[r], seed=sc.seed, memo=memo) if nic_rows[r] else 0.0
-        c = cache_lookup_time_s(cfg, cache_lookups[r])
+        n = cache_lookups[r]
+        c = cache_lookup_time_s(cfg, n, hit_rate=min(1.0, cache_hits[r] / n), row_bytes=cache_row_bytes[r] / n) if n > 0 else 0.0
         units.append(tuple((u, ps_from_s(t)) for u, t in (("cache", c), ("gather", g)) if t > 0))
     if reuse_probe is not None:
         lengths, rows = reuse_probe
