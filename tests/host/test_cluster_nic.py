@@ -139,3 +139,23 @@ def test_smartnic_runs_are_deterministic():
     b = run().result.metrics
     assert a["iteration_time_s"] == b["iteration_time_s"]
     assert a["cache_hit_rates"] == b["cache_hit_rates"]
+
+
+def test_nic_cache_time_grows_with_misses_and_row_size():
+    """The cache unit is timed with each rank's own hit rate and mean row size: fewer hits
+    (a smaller cache) or wider rows (more datapath beats per row) take longer per lookup."""
+    def per_lookup_ps(local_cache_mib: float, dim: int) -> tuple[float, float]:
+        data = tiny({**OFF, "local_cache_mib": local_cache_mib})
+        data["workload"]["synthesize"].update(dim_min=dim, dim_max=dim, dim_avg=dim)
+        cr = ClusterRun(scenario_from_dict(data))
+        cr.result = cr.run()
+        cache_ps = sum(dict(u).get("cache", 0) for u in cr.nic_effects.fwd_units)
+        lookups = sum(k.lookups for ks in cr.work.kernels for k in ks)  # every lookup reaches its owner's cache
+        return cache_ps / lookups, cr.result.metrics["cache_hit_rates"]["nic_local"]
+
+    base, base_hits = per_lookup_ps(1.0, 16)               # 64-byte rows: one beat
+    fewer, fewer_hits = per_lookup_ps(1 / 64, 16)
+    wider, _ = per_lookup_ps(1.0, 64)                       # 256-byte rows: four beats
+    assert fewer_hits < base_hits
+    assert fewer > base
+    assert wider > 2 * base
