@@ -87,17 +87,26 @@ def run(ctx: BenchContext) -> dict:
                                 pooling=4, rows=64, seed=ctx.seed)
     speeds: dict = {}
     reports = {}
+    errors: dict = {}
     for sim in ["amaranth", *available_simulators()]:
-        if sim != "amaranth":
-            ctx.progress(f"{sim}: building and warming up")
-            run_cosim(traffic, sim=sim, seed=ctx.seed)
-        ctx.progress(f"{sim}: timing a 2x2 cluster co-simulation")
-        rep = run_cosim(traffic, sim=sim, seed=ctx.seed)
+        try:
+            if sim != "amaranth":
+                ctx.progress(f"{sim}: building and warming up")
+                run_cosim(traffic, sim=sim, seed=ctx.seed)
+            ctx.progress(f"{sim}: timing a 2x2 cluster co-simulation")
+            rep = run_cosim(traffic, sim=sim, seed=ctx.seed)
+        except AssertionError as error:   # a simulator that fails the run is reported
+            errors[sim] = str(error).splitlines()[0][:300]
+            speeds[sim] = None
+            ctx.progress(f"{sim}: failed: {errors[sim]}")
+            continue
         reports[sim] = rep
         speeds[sim] = rep.rtl_cycles_per_s
         ctx.progress(f"{sim}: {rep.rtl_cycles} cycles in {rep.wall_s:.1f} s = "
                      f"{rep.rtl_cycles_per_s:.0f} cycles/s; bit exact: {rep.buffers_match}")
     figures["rtl_cycles_per_s"] = speeds
+    if errors:
+        figures["simulator_errors"] = errors
 
     cal = find_calibration()
     if cal is None:
