@@ -223,15 +223,32 @@ _FP32_255 = 0x437F0000
 class _Int8Quantizer(wiring.Component):
     """INT8 row-wise quantization of FP32 rows (:func:`rtl.fp.int8_rowwise_formula`).
 
-    Two row slots: a row is taken in (``data_bytes / 4`` elements a cycle, min and max
-    folded in as it arrives) while the previous one is sent: divisions for ``scale`` and
-    ``1 / scale`` (two :class:`rtl.fp.FPDiv32` side by side), then ``scale`` and ``bias`` (8
-    bytes) and the codes (``data_bytes / 4`` a cycle), then the zero fill that closes a
-    packet-sized block of whole rows (see :mod:`sim.reference.roce`).
+    Rows move through four slots of a row buffer in order, each stage working on a different
+    row at the same time:
+
+    1. *ingest*: a row is taken in, ``data_bytes / 4`` elements a cycle, written to its slot,
+       with ``min`` and ``max`` folded in as it arrives (``dim / L`` cycles, ``L =
+       data_bytes / 4``);
+    2. *range*: the cycle after, ``range = fl(max - min)`` is registered with the slot;
+    3. *divide*: two :class:`rtl.fp.FPDiv32` side by side compute ``scale = fl(range / 255)``
+       and ``inv = fl(255 / range)`` (0 when ``range`` is 0); a new pair is launched on the
+       cycle the previous results are taken, so the dividers finish a row every
+       ``FPDiv32.latency`` cycles (``ceil(27 / div_bits_per_cycle) + 2``);
+    4. *emit*: ``scale`` and ``bias`` (8 bytes) and the codes, ``L`` a cycle, computed from
+       the buffered row with ``inv`` (the header shares the first codes' chunk when ``8 + L <=
+       data_bytes``, otherwise it takes a cycle of its own), then the zero fill that closes a
+       packet-sized block of whole rows (see :mod:`sim.reference.roce`).
+
+    A row therefore costs ``max(dim / L, divider latency, dim / L + header cycle)`` cycles in
+    the steady state, plus ``ceil(fill / data_bytes)`` cycles once per packet: input-bound
+    whenever the row is at least as many beats as the divider's latency.
     """
 
-    def __init__(self, data_bytes: int, pmtu: int, max_dim: int):
+    SLOTS = 4
+
+    def __init__(self, data_bytes: int, pmtu: int, max_dim: int, div_bits_per_cycle: int):
         self._w, self._pmtu, self._max_dim = data_bytes, pmtu, max_dim
+        self._div_bits = div_bits_per_cycle
         super().__init__({
             "cmd": In(stream.Signature(_QuantCommand())),
             "i": In(stream.Signature(unsigned(8 * data_bytes))),
@@ -245,10 +262,22 @@ class _Int8Quantizer(wiring.Component):
         W, pmtu = self._w, self._pmtu
         L = W // 4
         LL = L.bit_length() - 1
+        N = self.SLOTS
+        SB = N.bit_length() - 1                 # slot index bits; pointers carry one more
         ib_bits = max(1, (self._max_dim // L - 1).bit_length())
-        m.submodules.rowbuf = rowbuf = Memory(shape=8 * W, depth=2 << ib_bits, init=[])
+        m.submodules.rowbuf = rowbuf = Memory(shape=8 * W, depth=N << ib_bits, init=[])
         wr = rowbuf.write_port()
         rd = rowbuf.read_port()
+
+        def slots(name, shape):
+            return Array(Signal(shape, name=f"{name}{i}") for i in range(N))
+        s_lo, s_hi, s_rng = slots("s_lo", 32), slots("s_hi", 32), slots("s_rng", 32)
+        s_scale, s_inv = slots("s_scale", 32), slots("s_inv", 32)
+        s_last, s_rbeats = slots("s_last", 1), slots("s_rbeats", 16)
+        s_fill = slots("s_fill", range(pmtu + 1))
+        # Ring pointers (SB + 1 bits): rows [rs, ds) are divided, [ds, rg) ranged,
+        # [rg, ws) ingested; slot ws is being filled.
+        ws, rg, dl, ds, rs = (Signal(SB + 1, name=n) for n in ("ws", "rg", "dl", "ds", "rs"))
 
         # ---- ingest: rows into the slots, min and max on the way ---------------------------
         busy = Signal()
@@ -258,13 +287,6 @@ class _Int8Quantizer(wiring.Component):
         per = Signal(range(pmtu + 1))
         blk = Signal(range(pmtu + 1))
         ib = Signal(ib_bits)
-        ws = Signal()
-        full = Signal(2)
-        s_lo = Array(Signal(32, name=f"s_lo{i}") for i in range(2))
-        s_hi = Array(Signal(32, name=f"s_hi{i}") for i in range(2))
-        s_last = Array(Signal(name=f"s_last{i}") for i in range(2))
-        s_fill = Array(Signal(range(pmtu + 1), name=f"s_fill{i}") for i in range(2))
-        s_rbeats = Array(Signal(16, name=f"s_rbeats{i}") for i in range(2))
         run_lo, run_hi = Signal(32), Signal(32)
 
         m.d.comb += self.cmd.ready.eq(~busy)
@@ -294,34 +316,59 @@ class _Int8Quantizer(wiring.Component):
                      run_max.a.eq(run_hi), run_max.b.eq(beat_hi),
                      new_lo.eq(Mux(ib == 0, beat_lo, run_min.o)),
                      new_hi.eq(Mux(ib == 0, beat_hi, run_max.o))]
-        take = busy & ~full.bit_select(ws, 1)
-        m.d.comb += [self.i.ready.eq(take), wr.addr.eq(Cat(ib, ws)), wr.data.eq(self.i.payload),
-                     wr.en.eq(self.i.valid & take)]
+        ring_full = (ws[:SB] == rs[:SB]) & (ws[SB] != rs[SB])
+        take = busy & ~ring_full
+        wslot = ws[:SB]
+        m.d.comb += [self.i.ready.eq(take), wr.addr.eq(Cat(ib, wslot)),
+                     wr.data.eq(self.i.payload), wr.en.eq(self.i.valid & take)]
         row_end = ib == rbeats - 1
         with m.If(self.i.valid & take):
             m.d.sync += [run_lo.eq(new_lo), run_hi.eq(new_hi), ib.eq(ib + 1)]
             with m.If(row_end):
                 last = rows_left == 1
                 m.d.sync += [
-                    s_lo[ws].eq(new_lo), s_hi[ws].eq(new_hi), s_last[ws].eq(last),
-                    s_rbeats[ws].eq(rbeats),
-                    s_fill[ws].eq(Mux((blk == per - 1) & ~last, pmtu - per * (dim + 8), 0)),
-                    full.bit_select(ws, 1).eq(1), ws.eq(~ws), ib.eq(0),
+                    s_lo[wslot].eq(new_lo), s_hi[wslot].eq(new_hi), s_last[wslot].eq(last),
+                    s_rbeats[wslot].eq(rbeats),
+                    s_fill[wslot].eq(Mux((blk == per - 1) & ~last, pmtu - per * (dim + 8), 0)),
+                    ws.eq(ws + 1), ib.eq(0),
                     rows_left.eq(rows_left - 1), blk.eq(Mux(blk == per - 1, 0, blk + 1)),
                 ]
                 with m.If(last):
                     m.d.sync += busy.eq(0)
 
-        # ---- send: scale and bias, codes, fill -----------------------------------------------
-        rs = Signal()
-        lo, hi = s_lo[rs], s_hi[rs]
+        # ---- range: one row a cycle, registered with its slot ------------------------------
         m.submodules.range_sub = range_sub = FPSub32(latency=0)
-        m.d.comb += [range_sub.a.eq(hi), range_sub.b.eq(lo)]
-        rng_r, scale, inv = Signal(32), Signal(32), Signal(32)
-        m.submodules.div_scale = div_s = FPDiv32()
-        m.submodules.div_inv = div_i = FPDiv32()
-        m.d.comb += [div_s.i.payload.a.eq(rng_r), div_s.i.payload.b.eq(_FP32_255),
-                     div_i.i.payload.a.eq(_FP32_255), div_i.i.payload.b.eq(rng_r)]
+        m.d.comb += [range_sub.a.eq(s_hi[rg[:SB]]), range_sub.b.eq(s_lo[rg[:SB]])]
+        with m.If(rg != ws):
+            m.d.sync += [s_rng[rg[:SB]].eq(range_sub.o), rg.eq(rg + 1)]
+
+        # ---- divide: scale and inv, one pair in flight, the next launched as it lands ------
+        m.submodules.div_scale = div_s = FPDiv32(bits_per_cycle=self._div_bits)
+        m.submodules.div_inv = div_i = FPDiv32(bits_per_cycle=self._div_bits)
+        rng_l = s_rng[dl[:SB]]
+        m.d.comb += [div_s.i.payload.a.eq(rng_l), div_s.i.payload.b.eq(_FP32_255),
+                     div_i.i.payload.a.eq(_FP32_255), div_i.i.payload.b.eq(rng_l)]
+        done = div_s.o.valid & div_i.o.valid
+        m.d.comb += [div_s.o.ready.eq(done), div_i.o.ready.eq(done)]
+        launch = (dl != rg) & ((dl == ds) | done)
+        m.d.comb += [div_s.i.valid.eq(launch), div_i.i.valid.eq(launch)]
+        with m.If(launch & div_s.i.ready & div_i.i.ready):
+            m.d.sync += dl.eq(dl + 1)
+        with m.If(done):
+            dslot = ds[:SB]
+            m.d.sync += [s_scale[dslot].eq(div_s.o.payload),
+                         s_inv[dslot].eq(Mux(s_rng[dslot][:31] == 0, 0, div_i.o.payload)),
+                         ds.eq(ds + 1)]
+
+        # ---- emit: scale and bias, codes, fill ---------------------------------------------
+        # The row on the output: its slot's registers copied a cycle ahead (``e_*``), so the
+        # codes' arithmetic starts from flip-flops; a divided row is visible to this stage a
+        # cycle after ``ds`` passes it (``ds_q``), once its ``scale`` and ``inv`` are in.
+        ds_q = Signal(SB + 1)
+        m.d.sync += ds_q.eq(ds)
+        lo, scale, inv = Signal(32), Signal(32), Signal(32)
+        e_last, e_rbeats = Signal(), Signal(16)
+        e_fill = Signal(range(pmtu + 1))
         codes = Signal(8 * L)
         for k in range(L):
             sub = m.submodules[f"q_sub{k}"] = FPSub32(latency=0)
@@ -330,49 +377,51 @@ class _Int8Quantizer(wiring.Component):
             m.d.comb += [sub.a.eq(rd.data[32 * k: 32 * k + 32]), sub.b.eq(lo),
                          mul.a.eq(sub.o), mul.b.eq(inv), cvt.a.eq(mul.o),
                          codes[8 * k: 8 * k + 8].eq(cvt.o)]
-        k_beat = Signal(16)
+        merged = 8 + L <= W            # the header rides with the first codes
+        k_beat = Signal(ib_bits)       # codes beat of row rs on the output now
+        hdr_sent = Signal()            # (not merged) the header of row rs has gone
+        in_fill = Signal()
         fill_left = Signal(range(pmtu + 1))
+        k_next, rs_next = Signal(ib_bits), Signal(SB + 1)
+        m.d.comb += [k_next.eq(k_beat), rs_next.eq(rs)]
         out = self.o
-        m.d.comb += rd.addr.eq(Cat(k_beat[:ib_bits], rs))
-        with m.FSM(name="send"):
-            with m.State("Wait"):
-                with m.If(full.bit_select(rs, 1)):
-                    m.d.sync += rng_r.eq(range_sub.o)
-                    m.next = "Divide"
-            with m.State("Divide"):
-                m.d.comb += [div_s.i.valid.eq(1), div_i.i.valid.eq(1)]
-                with m.If(div_s.i.ready & div_i.i.ready):
-                    m.next = "Await"
-            with m.State("Await"):
-                with m.If(div_s.o.valid & div_i.o.valid):
-                    m.d.comb += [div_s.o.ready.eq(1), div_i.o.ready.eq(1)]
-                    m.d.sync += [scale.eq(div_s.o.payload),
-                                 inv.eq(Mux(rng_r[:31] == 0, 0, div_i.o.payload)),
-                                 k_beat.eq(0)]
-                    m.next = "Header"
-            with m.State("Header"):
-                m.d.comb += [out.valid.eq(1), out.payload.data.eq(Cat(scale, lo)),
-                             out.payload.n.eq(8)]
-                with m.If(out.ready):
-                    m.next = "Codes"
-            with m.State("Codes"):
-                last_beat = k_beat == s_rbeats[rs] - 1
-                m.d.comb += [out.valid.eq(1), out.payload.data.eq(codes), out.payload.n.eq(L),
-                             out.payload.flush.eq(last_beat & s_last[rs])]
-                with m.If(out.ready):
-                    m.d.sync += k_beat.eq(k_beat + 1)
-                    m.d.comb += rd.addr.eq(Cat((k_beat + 1)[:ib_bits], rs))
-                    with m.If(last_beat):
-                        m.d.sync += fill_left.eq(s_fill[rs])
-                        m.next = "Fill"
-            with m.State("Fill"):
-                n = Mux(fill_left > W, W, fill_left)
-                m.d.comb += [out.valid.eq(fill_left != 0), out.payload.n.eq(n)]
-                with m.If((fill_left == 0) | out.ready):
-                    m.d.sync += fill_left.eq(fill_left - n)
-                    with m.If(fill_left <= W):
-                        m.d.sync += [full.bit_select(rs, 1).eq(0), rs.eq(~rs)]
-                        m.next = "Wait"
+        last_beat = k_beat == e_rbeats - 1
+        with m.If(in_fill):
+            n = Mux(fill_left > W, W, fill_left)
+            m.d.comb += [out.valid.eq(1), out.payload.n.eq(n)]
+            with m.If(out.ready):
+                m.d.sync += fill_left.eq(fill_left - n)
+                with m.If(fill_left <= W):
+                    m.d.sync += in_fill.eq(0)
+        with m.Elif(rs != ds_q):
+            codes_now = Signal()
+            if merged:
+                first = k_beat == 0
+                m.d.comb += [codes_now.eq(1),
+                             out.payload.data.eq(Mux(first, Cat(scale, lo, codes), codes)),
+                             out.payload.n.eq(Mux(first, 8 + L, L))]
+            else:
+                m.d.comb += [codes_now.eq(hdr_sent),
+                             out.payload.data.eq(Mux(hdr_sent, codes, Cat(scale, lo))),
+                             out.payload.n.eq(Mux(hdr_sent, L, 8))]
+                with m.If(out.ready & ~hdr_sent):
+                    m.d.sync += hdr_sent.eq(1)
+            m.d.comb += [out.valid.eq(1),
+                         out.payload.flush.eq(codes_now & last_beat & e_last)]
+            with m.If(out.ready & codes_now):
+                with m.If(last_beat):
+                    m.d.comb += [k_next.eq(0), rs_next.eq(rs + 1)]
+                    m.d.sync += hdr_sent.eq(0)
+                    with m.If(e_fill != 0):
+                        m.d.sync += [in_fill.eq(1), fill_left.eq(e_fill)]
+                with m.Else():
+                    m.d.comb += k_next.eq(k_beat + 1)
+        nslot = rs_next[:SB]
+        m.d.sync += [k_beat.eq(k_next), rs.eq(rs_next), lo.eq(s_lo[nslot]),
+                     scale.eq(s_scale[nslot]), inv.eq(s_inv[nslot]), e_last.eq(s_last[nslot]),
+                     e_rbeats.eq(s_rbeats[nslot]), e_fill.eq(s_fill[nslot])]
+        # The row buffer reads what the output shows on the next cycle.
+        m.d.comb += rd.addr.eq(Cat(k_next, rs_next[:SB]))
         return m
 
 
@@ -388,7 +437,8 @@ class Packetizer(wiring.Component):
     """
 
     def __init__(self, *, data_bytes: int = 64, pmtu: int = 4096, num_dest: int = 16,
-                 quant: str = "none", max_dim: int | None = None):
+                 quant: str = "none", max_dim: int | None = None,
+                 div_bits_per_cycle: int = 9):
         self.data_bytes = check_data_bytes(data_bytes)
         self.pmtu = check_pmtu(pmtu)
         self.num_dest = check_int("num_dest", num_dest, minimum=1, maximum=256)
@@ -402,6 +452,8 @@ class Packetizer(wiring.Component):
         if max_dim % lanes:
             raise ValueError(f"max_dim: expected a multiple of data_bytes / 4 = {lanes} "
                              f"(whole FP32 beats per row), got {max_dim}")
+        self.div_bits_per_cycle = check_int("div_bits_per_cycle", div_bits_per_cycle, minimum=1,
+                                            maximum=27)
         self.dest_bits = max(1, (num_dest - 1).bit_length())
         super().__init__({
             "table": In(stream.Signature(DestEntry(self.dest_bits))),
@@ -425,7 +477,8 @@ class Packetizer(wiring.Component):
         else:
             from math import gcd
             if self.quant == "int8":
-                m.submodules.quant = q = _Int8Quantizer(W, pmtu, self.max_dim)
+                m.submodules.quant = q = _Int8Quantizer(W, pmtu, self.max_dim,
+                                                        self.div_bits_per_cycle)
                 gran = gcd(W // 4, 8)
             else:
                 m.submodules.quant = q = _FP32Narrow(W, self.quant)
