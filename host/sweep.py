@@ -16,7 +16,7 @@ SWEEP.toml (every field checked; errors name the field)::
                                      # (never from the order points run in); "scenario": kept
     metrics = ["samples_per_s"]      # figures to plot against each swept field (optional)
     [base]                           # optional inline scenario (instead of sweep.scenario)
-    [set]                            # fixed overrides for every point: "planner.time_budget_s" = 0.5
+    [set]                            # fixed overrides for every point: "planner.max_steps" = 50
     [grid]                           # field -> list of values; the grid is their product
     "cluster.nodes" = [1, 2, 4]
     "system.streams.comm_priority" = ["high", "normal"]
@@ -36,9 +36,12 @@ retried); a failing point is recorded with its error while the rest finish. At t
 wall-clock times are kept out so the table does not depend on the worker count), ``sweep.json``
 (the spec and a summary) and ``plot_<field>.png`` per swept field.
 
-Determinism: a point's figures depend only on its config. Caveat: ``planner.time_budget_s``
-bounds Neo's refinement by wall-clock time; a search that has not converged within the budget
-can end at a plan that depends on the machine's load. Small scenarios converge well within it.
+Determinism: a point's figures depend only on its config. Neo's planner search ends at
+convergence or after ``planner.max_steps`` refinement steps, never by the clock, so the same
+point gives the same plan on any worker. ``planner.time_budget_s`` is an opt-in wall-clock
+safety (off by default); a point that sets it and whose search the budget ends can get a plan
+that depends on the worker's load, so such points are not reproducible. Bound a large search
+with ``planner.max_steps`` instead.
 """
 
 from __future__ import annotations
