@@ -21,7 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", type=int, default=16, metavar="N",
                         help="per-rank rows shown (slowest and fastest; default 16, 0 for all)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the baseline planners")
-    parser.add_argument("--budget", type=float, metavar="S", help="override planner.time_budget_s")
+    parser.add_argument("--budget", type=float, metavar="S",
+                        help="wall-clock safety for Neo's search in seconds (overrides planner.time_budget_s; "
+                             "default: none, the search is deterministic; a plan a budget cuts depends on the load)")
+    parser.add_argument("--max-steps", type=int, metavar="N",
+                        help="Neo's refinement steps at most (overrides planner.max_steps)")
 
 
 def _shape(tp) -> str:
@@ -42,10 +46,13 @@ def main(args: argparse.Namespace) -> int:
 
     from host.planner import BASELINES, CostModel, NeoPlanner, load_plan_config, plan_baseline
 
+    if args.budget is not None and not 0 < args.budget <= 600:
+        raise ValueError(f"--budget: expected a number of seconds in (0, 600], got {args.budget}")
+    if args.max_steps is not None and args.max_steps < 0:
+        raise ValueError(f"--max-steps: expected an integer >= 0, got {args.max_steps}")
     cfg = load_plan_config(args.config)
     budget = args.budget if args.budget is not None else cfg.time_budget_s
-    if budget <= 0:
-        raise ValueError(f"--budget: expected > 0, got {budget}")
+    max_steps = args.max_steps if args.max_steps is not None else cfg.max_steps
     console = Console(width=max(Console().width, 150))
     w, s = cfg.workload, cfg.system
     cost = CostModel(w, s)
@@ -53,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
                   f"batch {w.batch_per_gpu}/GPU on {cfg.network_name}: {s.nodes} nodes x {s.gpus_per_node} "
                   f"{s.gpu.name} ({s.world_size} ranks); network figures from {s.comm.source}")
     t0 = time.perf_counter()
-    planner = NeoPlanner(w, s, cost, time_budget_s=budget)
+    planner = NeoPlanner(w, s, cost, time_budget_s=budget, max_steps=max_steps)
     plan = planner.run()
     planning_s = time.perf_counter() - t0
     result = cost.evaluate(plan)
@@ -116,4 +123,6 @@ def main(args: argparse.Namespace) -> int:
     console.print(summary)
     for note in plan.notes:
         console.print(f"neo: {note}")
+    if budget is not None:
+        console.print(f"neo: wall-clock budget {budget:g} s (a search it ends depends on the machine's load)")
     return 0
