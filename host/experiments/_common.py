@@ -23,6 +23,9 @@ __all__ = [
     "Checker",
     "scaled_workload",
     "scenario_data",
+    "planner_fields",
+    "planner_table",
+    "PLANNER_FIELDS",
     "run_scenario",
     "scenario_figures",
     "COMM_PHASES",
@@ -243,15 +246,41 @@ def scaled_workload(preset: str, fraction: float, table_fraction: float = 1.0, p
     return data
 
 
+def planner_fields(c: "Checker", data: Mapping[str, Any]) -> dict[str, Any]:
+    """The planner fields every cluster experiment takes: ``planner_max_steps`` (Neo's
+    refinement steps at most; default :data:`host.planner.DEFAULT_MAX_STEPS`) and
+    ``planner_time_budget_s``, an opt-in wall-clock safety (None unless set: a budget that
+    ends a search makes the figures depend on the machine's load)."""
+    from host.planner import DEFAULT_MAX_STEPS
+
+    return {
+        "planner_max_steps": c.int("planner_max_steps", DEFAULT_MAX_STEPS, 0),
+        "planner_time_budget_s": c.num("planner_time_budget_s", None, 0, 600) if "planner_time_budget_s" in data else None,
+    }
+
+
+PLANNER_FIELDS: tuple[str, ...] = ("planner_max_steps", "planner_time_budget_s")
+
+
+def planner_table(config: Mapping[str, Any], name: str = "neo") -> dict[str, Any]:
+    """The scenario's ``[planner]`` table from an experiment config's :func:`planner_fields`."""
+    table: dict[str, Any] = {"name": name, "max_steps": config["planner_max_steps"]}
+    if config.get("planner_time_budget_s") is not None:
+        table["time_budget_s"] = config["planner_time_budget_s"]
+    return table
+
+
 def scenario_data(name: str, workload: Any, system: Any, nodes: int, *, mode: str = "training", pipelined: bool = True,
-                  iterations: int = 1, warmup: int = 1, planner_budget_s: float = 1.0) -> dict[str, Any]:
-    """A scenario table for :func:`host.cluster.scenario_from_dict`."""
+                  iterations: int = 1, warmup: int = 1, planner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A scenario table for :func:`host.cluster.scenario_from_dict`; ``planner`` is its
+    ``[planner]`` table (:func:`planner_table`; default: Neo with its default ``max_steps``,
+    no wall-clock budget, so the run is deterministic)."""
     return {
         "scenario": {"name": name, "mode": mode, "pipelined": pipelined, "iterations": iterations, "warmup": warmup, "seed": 1},
         "cluster": {"nodes": nodes},
         "workload": workload,
         "system": system,
-        "planner": {"name": "neo", "time_budget_s": planner_budget_s},
+        "planner": dict(planner) if planner is not None else {"name": "neo"},
     }
 
 

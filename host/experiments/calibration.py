@@ -17,12 +17,24 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from host.experiments._common import Checker, ExperimentResult, Timer, item_choice, run_scenario, scaled_workload, scenario_data, scenario_figures
+from host.experiments._common import (
+    PLANNER_FIELDS,
+    Checker,
+    ExperimentResult,
+    Timer,
+    item_choice,
+    planner_fields,
+    planner_table,
+    run_scenario,
+    scaled_workload,
+    scenario_data,
+    scenario_figures,
+)
 
 TITLE = "Calibration on Model-A's published 1.2M samples/s; everything else a prediction"
 PARAMETERS = ("gemm", "embedding_random", "embedding_backward", "hbm_stream")
 _KNOWN = ("model", "nodes", "table_fraction", "target_samples_per_s", "system", "parameters", "tolerance", "max_evaluations",
-          "iterations", "warmup", "planner_time_budget_s", "predictions", "reference_nodes")
+          "iterations", "warmup", "predictions", "reference_nodes", *PLANNER_FIELDS)
 GPU_NOTE = ("No GPU was available to this run: no embedding-bag, GEMM or copy/compute-overlap figure was measured, "
             "and the GPU preset keeps its data-sheet figures and the efficiencies fitted here.")
 
@@ -47,7 +59,7 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
         "max_evaluations": c.int("max_evaluations", 4, 1),
         "iterations": c.int("iterations", 1, 1),
         "warmup": c.int("warmup", 1, 0),
-        "planner_time_budget_s": c.num("planner_time_budget_s", 1.0, 0, 600),
+        **planner_fields(c, data),
         "predictions": preds,
     }
 
@@ -63,7 +75,7 @@ def _run(config, model: str, nodes: int, table_fraction: float, params_fraction:
     workload = scaled_workload(model, nodes / config["reference_nodes"], table_fraction, params_fraction)
     system = {"preset": config["system"], "gpu_efficiency": eff}
     return run_scenario(scenario_data(f"calibration-{model}", workload, system, nodes, iterations=config["iterations"],
-                                      warmup=config["warmup"], planner_budget_s=config["planner_time_budget_s"]))
+                                      warmup=config["warmup"], planner=planner_table(config)))
 
 
 def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:

@@ -14,10 +14,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from host.experiments._common import (
+    PLANNER_FIELDS,
     Checker,
     ExperimentResult,
     Timer,
     item_choice,
+    planner_fields,
+    planner_table,
     scaled_workload,
     scenario_data,
     scenario_figures,
@@ -26,11 +29,11 @@ from host.experiments._common import (
 TITLE = "Sharding strategies: Neo's planner vs baselines vs one sharding type"
 FORCED = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel")
 _KNOWN = ("models", "nodes", "reference_nodes", "table_fraction", "baselines", "forced", "iterations", "warmup",
-          "planner_time_budget_s", "planner_max_steps")
+          *PLANNER_FIELDS)
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
-    from host.planner import BASELINES, DEFAULT_MAX_STEPS
+    from host.planner import BASELINES
 
     c = Checker(data, "sharding", _KNOWN)
     return {
@@ -42,9 +45,7 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
         "forced": c.list("forced", item_choice(FORCED), [], nonempty=False),
         "iterations": c.int("iterations", 1, 1),
         "warmup": c.int("warmup", 1, 0),
-        # Neo's search is bounded by steps (deterministic); a wall-clock budget is opt-in
-        "planner_time_budget_s": c.num("planner_time_budget_s", None, 0, 600) if "planner_time_budget_s" in data else None,
-        "planner_max_steps": c.int("planner_max_steps", DEFAULT_MAX_STEPS, 0),
+        **planner_fields(c, data),
     }
 
 
@@ -61,14 +62,10 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         workload = scaled_workload(model, config["nodes"] / config["reference_nodes"], config["table_fraction"])
         data = scenario_data(f"sharding-{model}", workload, "zionex", config["nodes"], iterations=config["iterations"],
                              warmup=config["warmup"])
-        planner = {"max_steps": config["planner_max_steps"]}
-        if config["planner_time_budget_s"] is not None:
-            planner["time_budget_s"] = config["planner_time_budget_s"]
         neo_sps = None
         for label, kind, name in strategies:
             progress(f"sharding: {model}, {label}")
-            point = {**data, "planner": {**{k: v for k, v in data["planner"].items() if k != "time_budget_s"},
-                                         **planner, "name": name}}
+            point = {**data, "planner": planner_table(config, name)}
             try:
                 result, plan, psys = _run_planned(point)
             except ValueError as error:

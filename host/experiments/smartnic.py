@@ -15,10 +15,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from host.experiments._common import (
+    PLANNER_FIELDS,
     Checker,
     ExperimentResult,
     Timer,
     item_choice,
+    planner_fields,
+    planner_table,
     run_scenario,
     scaled_workload,
     scenario_data,
@@ -28,7 +31,7 @@ from host.experiments._common import (
 TITLE = "SmartNIC offload vs plain RDMA NIC: latency, throughput, each mechanism alone"
 MECHANISMS = ("local_cache", "remote_cache", "pool_on_nic", "reorder")
 _KNOWN = ("model", "nodes", "reference_nodes", "table_fraction", "mechanisms", "modes", "local_cache_mib",
-          "remote_cache_mib", "iterations", "warmup", "planner_time_budget_s")
+          "remote_cache_mib", "iterations", "warmup", *PLANNER_FIELDS)
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +47,7 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
         "remote_cache_mib": c.num("remote_cache_mib", 64.0, 0),
         "iterations": c.int("iterations", 2, 1),
         "warmup": c.int("warmup", 1, 0),
-        "planner_time_budget_s": c.num("planner_time_budget_s", 0.5, 0, 600),
+        **planner_fields(c, data),
     }
 
 
@@ -79,7 +82,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
             progress(f"smartnic: {label}, {mode}")
             result = run_scenario(scenario_data(f"smartnic-{mode}", workload, system, config["nodes"], mode=mode,
                                                 iterations=config["iterations"], warmup=config["warmup"],
-                                                planner_budget_s=config["planner_time_budget_s"]))
+                                                planner=planner_table(config)))
             fig = scenario_figures(result)
             row = {"variant": label, "mode": mode, "samples_per_s": fig["samples_per_s"], "iteration_ms": fig["iteration_ms"],
                    "latency_mean_ms": fig.get("latency_mean_ms"), "latency_max_ms": fig.get("latency_max_ms"),

@@ -13,12 +13,15 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from host.experiments._common import (
+    PLANNER_FIELDS,
     COMM_PHASES,
     Checker,
     ExperimentResult,
     Timer,
     item_choice,
     item_int,
+    planner_fields,
+    planner_table,
     run_scenario,
     scaled_workload,
     scenario_data,
@@ -28,7 +31,7 @@ from host.experiments._common import (
 TITLE = "Weak scaling, 1 to 16 ZionEX nodes (fixed per-GPU batch)"
 MODELS = ("model-a", "model-f", "model-i")
 _KNOWN = ("models", "nodes", "reference_nodes", "table_fraction", "params_fraction", "system", "iterations", "warmup",
-          "planner_time_budget_s")
+          *PLANNER_FIELDS)
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +50,7 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
         "system": c.choice("system", ("zionex", "zion"), "zionex"),
         "iterations": c.int("iterations", 1, 1),
         "warmup": c.int("warmup", 1, 0),
-        "planner_time_budget_s": c.num("planner_time_budget_s", 0.5, 0, 600),
+        **planner_fields(c, data),
     }
 
 
@@ -61,7 +64,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
             workload = scaled_workload(model, fraction, config["table_fraction"], config["params_fraction"].get(model, 1.0))
             data = scenario_data(f"weak-{model}-{nodes}", workload, config["system"], nodes,
                                  iterations=config["iterations"], warmup=config["warmup"],
-                                 planner_budget_s=config["planner_time_budget_s"])
+                                 planner=planner_table(config))
             progress(f"weak scaling: {model} on {nodes} node(s)")
             result = run_scenario(data)
             fig = scenario_figures(result)

@@ -10,10 +10,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from host.experiments._common import (
+    PLANNER_FIELDS,
     Checker,
     ExperimentResult,
     Timer,
     item_choice,
+    planner_fields,
+    planner_table,
     run_scenario,
     scaled_workload,
     scenario_data,
@@ -21,7 +24,7 @@ from host.experiments._common import (
 )
 
 TITLE = "Zion vs ZionEX: throughput and where the time goes"
-_KNOWN = ("model", "nodes", "reference_nodes", "table_fraction", "systems", "iterations", "warmup", "planner_time_budget_s")
+_KNOWN = ("model", "nodes", "reference_nodes", "table_fraction", "systems", "iterations", "warmup", *PLANNER_FIELDS)
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +37,7 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
         "systems": c.list("systems", item_choice(("zionex", "zion")), ["zionex", "zion"]),
         "iterations": c.int("iterations", 1, 1),
         "warmup": c.int("warmup", 1, 0),
-        "planner_time_budget_s": c.num("planner_time_budget_s", 0.5, 0, 600),
+        **planner_fields(c, data),
     }
 
 
@@ -46,7 +49,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         progress(f"zion vs zionex: {config['model']} on {config['nodes']} {system} node(s)")
         result = run_scenario(scenario_data(f"{system}-{config['model']}", workload, system, config["nodes"],
                                             iterations=config["iterations"], warmup=config["warmup"],
-                                            planner_budget_s=config["planner_time_budget_s"]))
+                                            planner=planner_table(config)))
         fig = scenario_figures(result)
         rows.append({"system": system, "model": config["model"], "nodes": config["nodes"], **fig})
         progress(f"zion vs zionex: {system}: {fig['samples_per_s']:,.0f} samples/s")

@@ -137,6 +137,8 @@ def test_every_size_of_every_preset_validates(name):
     ("calibration", {"tolerance": -1}, "calibration.tolerance"),
     ("sharding", {"forced": ["diagonal"]}, "sharding.forced[0]"),
     ("smartnic", {"mechanisms": ["telepathy"]}, "smartnic.mechanisms[0]"),
+    ("weak_scaling", {"planner_max_steps": -1}, "weak_scaling.planner_max_steps"),
+    ("zion_vs_zionex", {"planner_time_budget_s": 0}, "zion_vs_zionex.planner_time_budget_s"),
 ])
 def test_bad_config_names_the_field(name, overrides, field):
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
@@ -146,3 +148,41 @@ def test_bad_config_names_the_field(name, overrides, field):
 def test_unknown_experiment_is_refused():
     with pytest.raises(ValueError, match="experiment: unknown"):
         run_experiment("nope")
+
+
+CLUSTER_EXPERIMENTS = ("calibration", "weak_scaling", "zion_vs_zionex", "smartnic", "sharding")
+
+
+class _Planned(Exception):
+    """Raised by the stand-in cluster runtime once it has seen the first scenario."""
+
+
+def _first_scenario(monkeypatch, name, size, overrides=None):
+    """The first scenario experiment ``name`` hands the cluster runtime (nothing is run)."""
+    import host.cluster
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, scenario, *args, **kwargs):
+            seen.append(scenario)
+            raise _Planned
+
+    monkeypatch.setattr(host.cluster, "ClusterRun", Recorder)
+    with pytest.raises(_Planned):
+        run_experiment(name, size=size, overrides=overrides)
+    return seen[0]
+
+
+@pytest.mark.parametrize("name", CLUSTER_EXPERIMENTS)
+def test_cluster_experiments_plan_deterministically_unless_a_budget_is_asked_for(monkeypatch, name):
+    from host.planner import DEFAULT_MAX_STEPS
+
+    for size in ("default", "tiny", "validate"):
+        cfg = experiment_config(name, size)
+        assert cfg["planner_time_budget_s"] is None, size
+        sc = _first_scenario(monkeypatch, name, size)
+        assert sc.planner == "neo" and sc.planner_budget_s is None
+        assert sc.planner_max_steps == cfg["planner_max_steps"] <= DEFAULT_MAX_STEPS
+    sc = _first_scenario(monkeypatch, name, "tiny", {"planner_time_budget_s": 3.0, "planner_max_steps": 7})
+    assert sc.planner_budget_s == 3.0 and sc.planner_max_steps == 7
