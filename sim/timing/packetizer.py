@@ -11,11 +11,18 @@ on its last beat; its drain writes each packet's payload beats plus one cycle pe
 previous packet's drain (the payload FIFO holds two packets, so a slower drain decides the
 end).
 
-INT8 (rows of ``dim`` elements, ``L = data_bytes / 4`` elements a beat): the quantizer takes a
-row in ``dim / L`` cycles while the previous row is sent; sending a row costs its two
-divisions (``INT8_DIVIDE`` cycles: the iterative divider plus the hand-offs), one cycle for
-scale and bias, ``dim / L`` cycles of codes and the zero fill that closes a packet (at least
-one cycle), so a row takes ``max(dim / L, INT8_DIVIDE + 1 + dim / L + fill)`` cycles. The
+INT8 (rows of ``dim`` elements, ``L = data_bytes / 4`` elements a beat, ``R = dim / L``
+beats a row): the quantizer pipelines rows through four slots (ingest, range, divide, emit).
+Ingest takes ``R`` cycles a row; the two divisions run side by side and a new pair starts as
+the previous results land, so the dividers finish a row every ``FPDiv32`` latency
+(``ceil(27 / div_bits_per_cycle) + 2``, 5 at the default 9 bits a cycle); emitting a row
+takes ``R`` cycles of codes (plus one for scale and bias when they cannot share the first
+codes' chunk, ``8 + L > data_bytes``), and a packet adds its zero fill (``ceil(fill /
+data_bytes)`` cycles) and the cycles its header beats hold the gearbox (``header //
+data_bytes``). A packet of ``n`` rows takes the slowest of the three stages, ``max(n * R,
+n * latency, n * (R + header cycle) + fill + header beats)`` cycles (the ring of slots
+absorbs the jitter), and the first row waits ``INT8_LATENCY + R + latency`` cycles for the
+pipeline to fill. The
 receiver restores a row in ``1 + dim / L`` cycles (scale and bias, then one FP32 beat per
 ``L`` codes) plus ``INT8_RX_PACKET`` cycles a packet.
 """
@@ -27,12 +34,15 @@ from dataclasses import dataclass
 from rtl.roce import BASE_HEADER_LEN, ICRC_LEN, check_data_bytes, check_pmtu, header_len
 from sim.reference.roce import INT8_ROW_EXTRA, segment, wire_length
 
-__all__ = ["TX_STARTUP", "INT8_DIVIDE", "INT8_RX_PACKET", "frame_bytes", "TxEstimate",
+__all__ = ["TX_STARTUP", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
            "estimate_tx", "estimate_rx"]
 
 TX_STARTUP = 3
-#: Cycles a row waits for its scale and 1/scale: FPDiv32's latency (29) and 3 hand-offs.
-INT8_DIVIDE = 32
+#: Pipeline fill of the INT8 quantizer beyond a row's ingest and the divider latency (range
+#: register, launch, hand-off to the output stage, gearbox).
+INT8_LATENCY = 3
+#: ``div_bits_per_cycle`` of :class:`rtl.packetizer.Packetizer` by default.
+INT8_DIV_BITS = 9
 #: Receiver cycles per INT8 packet beyond its rows (request, finish).
 INT8_RX_PACKET = 3
 
@@ -62,31 +72,46 @@ def _frames(lengths, pmtu, with_imm, quant, dim=None):
         yield from segment(wire_length(n, quant, dim=dim, pmtu=pmtu), pmtu, imm)
 
 
+def int8_divider_latency(div_bits_per_cycle: int = INT8_DIV_BITS) -> int:
+    """Cycles of one :class:`rtl.fp.FPDiv32` division with ``div_bits_per_cycle``."""
+    if not 1 <= div_bits_per_cycle <= 27:
+        raise ValueError(f"div_bits_per_cycle: expected an integer in 1..27, got "
+                         f"{div_bits_per_cycle!r}")
+    return -(-27 // div_bits_per_cycle) + 2
+
+
 def _int8_rows(plen: int, dim: int) -> int:
     return plen // (dim + INT8_ROW_EXTRA)
 
 
 def estimate_tx(lengths: list[int], *, data_bytes: int, pmtu: int, with_imm: list[bool] | None = None,
-                quant: str = "none", dim: int | None = None) -> TxEstimate:
+                quant: str = "none", dim: int | None = None,
+                div_bits_per_cycle: int = INT8_DIV_BITS) -> TxEstimate:
     """Cycles to send messages of ``lengths`` input (FP32) bytes back to back, sink ready.
 
     With FP16/BF16 the payload input (``data_bytes`` of FP32 per cycle) limits a packet to
     ``max(frame beats, input beats)`` cycles; INT8 packets are limited by the row quantizer
-    (see the module docstring).
+    (see the module docstring), whose dividers develop ``div_bits_per_cycle`` quotient bits a
+    cycle.
     """
     W = check_data_bytes(data_bytes)
     check_pmtu(pmtu)
     with_imm = with_imm or [False] * len(lengths)
+    div_latency = int8_divider_latency(div_bits_per_cycle)
     beats = cycles = frames = payload = 0
     for opcode, plen in _frames(lengths, pmtu, with_imm, quant, dim):
         fb = -(-frame_bytes(opcode, plen) // W)
         if quant == "int8":
             rows = _int8_rows(plen, dim)
             lanes = W // 4
+            beats_row = dim // lanes
+            header = int(8 + lanes > W)
             fill = plen - rows * (dim + INT8_ROW_EXTRA)
-            fill_cycles = max(1, -(-fill // W))
-            row = INT8_DIVIDE + 1 + dim // lanes
-            in_cycles = rows * max(dim // lanes, row + 1) + fill_cycles - 1
+            # the emit stage also waits while the frame's header beats hold the gearbox
+            emit = rows * (beats_row + header) + -(-fill // W) + header_len(opcode) // W
+            in_cycles = max(rows * beats_row, rows * div_latency, emit)
+            if frames == 0:
+                in_cycles += INT8_LATENCY + beats_row + div_latency
         elif quant != "none":
             in_cycles = -(-2 * plen // W)
         else:

@@ -120,7 +120,10 @@ def test_back_to_back_4096_at_64_bytes(rng):
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("kw,match", [({"data_bytes": 12}, "data_bytes"), ({"pmtu": 100}, "pmtu"),
                                       ({"num_dest": 0}, "num_dest"), ({"quant": "int4"}, "quant"),
-                                      ({"quant": "int8", "max_dim": 250}, "max_dim")])
+                                      ({"quant": "int8", "max_dim": 250}, "max_dim"),
+                                      ({"quant": "int8", "div_bits_per_cycle": 0},
+                                       "div_bits_per_cycle"),
+                                      ({"div_bits_per_cycle": 28}, "div_bits_per_cycle")])
 def test_bad_parameters(kw, match):
     with pytest.raises(ValueError, match=match):
         Packetizer(**kw)
@@ -155,13 +158,14 @@ def test_icrc_engine_matches_lib_crc(width, rng):
     assert got == [params.compute(words[:i + 1]) for i in range(len(words))]
 
 
-@pytest.mark.parametrize("width,quant,dim,rows", [(8, "int8", 6, [2, 23]), (16, "fp16", 5, [3, 7])])
+@pytest.mark.parametrize("width,quant,dim,rows", [(8, "int8", 6, [2, 23]), (32, "int8", 16, [12, 3]),
+                                                  (16, "fp16", 5, [3, 7])])
 def test_quantized_frames_match_reference(width, quant, dim, rows, rng):
     """Quantized on the fly: the frames carry the reference model's wire image (INT8: scale,
     bias and codes per row, whole rows per packet with zero fill; FP16: lengths that are not
     a multiple of two beats), byte for byte, under idle and backpressure."""
     from sim.reference.roce import build_frames, quantize
-    dut = Packetizer(data_bytes=width, pmtu=256, num_dest=1, quant=quant, max_dim=8)
+    dut = Packetizer(data_bytes=width, pmtu=256, num_dest=1, quant=quant, max_dim=max(8, dim))
     values = [rng.standard_normal((n, dim)).astype(np.float32) for n in rows]
     frames = []
 

@@ -114,3 +114,29 @@ def test_timing_model_within_5_percent(width, sizes, rng):
     # the run's cycles include the table write (4 rows) before the first descriptor
     measured = cycles - 4
     assert abs(est.cycles - measured) <= 0.05 * measured, (est.cycles, measured)
+
+
+@pytest.mark.parametrize("width,pmtu,dim,rows,div_bits", [
+    (16, 256, 24, 20, 9),     # input-bound: 6 beats a row, the dividers finish a row in 5
+    (8, 256, 6, 40, 9),       # scale and bias take their own cycle; the dividers bound a row
+    (16, 256, 8, 40, 3),      # 11-cycle divisions bound a 2-beat row
+])
+def test_int8_streams_rows_and_timing_model_within_5_percent(width, pmtu, dim, rows, div_bits,
+                                                              rng):
+    """INT8 rows stream through the quantizer's pipeline: the frames carry the reference wire
+    image and the cycles are the timing model's within 5%, for input-bound and divider-bound
+    rows."""
+    from host.units import packetizer as unit
+    from sim.reference.roce import Message, build_frames
+    x = rng.standard_normal((rows, dim)).astype(np.float32)
+    msg = Message(dest=0, va=0x2000, rkey=5, payload=x.tobytes())
+    dut = Packetizer(data_bytes=width, pmtu=pmtu, num_dest=1, quant="int8", max_dim=max(8, dim),
+                     div_bits_per_cycle=div_bits)
+    tx = unit.run_tx(dut, [msg], dim=dim)
+    wire = Message(0, 0x2000, 5, quantize(x, "int8", dim=dim, pmtu=pmtu))
+    assert tx.frames == [f.data for f in build_frames(wire, unit.DESTINATIONS[0], psn=0, pmtu=pmtu,
+                                                      local_mac=unit.LOCAL_MAC,
+                                                      local_ip=unit.LOCAL_IP)]
+    est = estimate_tx([x.nbytes], data_bytes=width, pmtu=pmtu, quant="int8", dim=dim,
+                      div_bits_per_cycle=div_bits)
+    assert abs(est.cycles - tx.cycles) <= 0.05 * tx.cycles, (est.cycles, tx.cycles)
