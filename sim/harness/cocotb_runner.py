@@ -33,7 +33,7 @@ import xml.etree.ElementTree as ElementTree
 from contextlib import contextmanager
 from pathlib import Path
 
-from .verilog import export_verilog, repo_root, resolve_build_root
+from .verilog import export_verilog, icarus_time_zero_fix, repo_root, resolve_build_root
 
 __all__ = ["SIMULATORS", "available_simulators", "run_cocotb", "read_tb_figures",
            "TB_PARAMS_ENV", "TB_SEED_ENV", "TB_FIGURES_FILE", "DEFAULT_TIMEOUT_S"]
@@ -234,7 +234,8 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
 
     build_args = ["-Wno-fatal"] if sim == "verilator" else []
     with _locked(build_dir / ".lock"), _verilator_make_fix(sim):
-        runner.build(sources=[verilog_path], hdl_toplevel=name, build_dir=build_dir,
+        sources = [icarus_time_zero_fix(verilog_path) if sim == "icarus" else verilog_path]
+        runner.build(sources=sources, hdl_toplevel=name, build_dir=build_dir,
                      build_args=build_args, waves=waves, timescale=("1ns", "1ps"),
                      log_file=build_dir / "build.log")
 

@@ -19,9 +19,14 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["repo_root", "resolve_build_root", "export_verilog", "write_if_changed"]
+__all__ = ["repo_root", "resolve_build_root", "export_verilog", "write_if_changed",
+           "icarus_time_zero_fix"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# yosys's Verilog backend declares one dummy register per module, initialised to 0, and reads
+# it in every ``always @*`` block so that simulators evaluate those blocks at time zero.
+_DUMP_MODULE_REG = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+)\s*=\s*0;$",
+                              re.MULTILINE)
 
 
 def repo_root() -> Path:
@@ -78,4 +83,24 @@ def export_verilog(component, name: str, *, build_root: Path | str | None = None
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     out = resolve_build_root(build_root) / "verilog" / f"{name}-{digest}" / f"{name}.v"
     write_if_changed(out, text)
+    return out
+
+
+def icarus_time_zero_fix(verilog_path: Path) -> Path:
+    """A copy of an exported design that Icarus Verilog evaluates correctly at time zero.
+
+    yosys relies on the initialisation of a dummy register (``dump_module$N = 0``) to run every
+    ``always @*`` block once at time zero. Icarus 11 raises no event for an initialiser, so a
+    block whose inputs never change after reset (constants, registers that keep their reset
+    value) never runs and its outputs stay X. The copy (``<name>.icarus.v`` beside the
+    original) adds ``initial #0 dump_module$N = 1;`` after each declaration: the change reaches
+    every such block after all processes have started. The register is read only by those
+    empty ``if`` statements, so the design's behaviour is unchanged; Verilator, which evaluates
+    combinational logic at start-up anyway, keeps the original file.
+    """
+    text = Path(verilog_path).read_text()
+    fixed = _DUMP_MODULE_REG.sub(lambda m: f"{m.group(0)}\n{m.group(1)}initial #0 {m.group(2)} = 1'b1;",
+                                 text)
+    out = Path(verilog_path).with_suffix(".icarus.v")
+    write_if_changed(out, fixed)
     return out

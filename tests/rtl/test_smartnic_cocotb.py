@@ -10,14 +10,8 @@ import pytest
 from sim.cosim import run_cosim, synthetic_traffic
 from sim.harness import available_simulators
 
-# Icarus: the depacketizer's memory-write valid (rx_mem__wdata__valid) is X after reset in the
-# 4-state simulator, which the harness memory refuses; reported to its author. Strict: this
-# fails (XPASS) once that is fixed, so the marker gets removed.
-_ICARUS_X = pytest.mark.xfail(strict=True, reason="depacketizer rx_mem wdata.valid is X after "
-                              "reset under Icarus")
-SIMS = [pytest.param(s, marks=pytest.mark.slow) if s == "verilator"
-        else pytest.param(s, marks=_ICARUS_X) for s in available_simulators()]
-
+SIMS = [pytest.param(s, marks=pytest.mark.slow) if s == "verilator" else s
+        for s in available_simulators()]
 
 @pytest.mark.parametrize("sim", SIMS)
 def test_cluster_traffic_through_the_verilog_top(sim, seed, tmp_path):
