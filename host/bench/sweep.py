@@ -34,7 +34,7 @@ def _spec(quick: bool, seed: int):
             "system.streams.interference": [0.05, 0.15], "dense.dtype": ["fp16", "fp32"]}
     return sweep_from_dict({
         "sweep": {"name": "bench", "scenario": "default"},
-        "set": {"scenario.iterations": 1, "scenario.seed": seed, "planner.time_budget_s": 5.0,
+        "set": {"scenario.iterations": 1, "scenario.seed": seed, "planner.max_steps": 50,
                 "workload.synthesize.count": 8 if quick else 24, "workload.synthesize.total_params": 2e8 if quick else 1e9},
         "grid": grid,
     })

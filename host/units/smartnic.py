@@ -91,7 +91,7 @@ def rtl_scenario(seed: int = 1):
                      "dense": {"bottom_mlp": [16, 64, 16], "interaction": "dot",
                                "top_mlp": [64, 1]}},
         "system": {"preset": "smartnic"},
-        "planner": {"time_budget_s": 0.5},
+        "planner": {"max_steps": 50},
     })
 
 

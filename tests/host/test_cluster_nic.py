@@ -26,7 +26,7 @@ def tiny(nic: dict | None = None, mode: str = "training") -> dict:
         },
         "system": {"preset": "smartnic", "nic": {"trace_samples": 128, "local_cache_mib": 1.0,
                                                  "remote_cache_mib": 1.0, **(nic or {})}},
-        "planner": {"time_budget_s": 5.0, "max_steps": 20},
+        "planner": {"max_steps": 20},
     }
 
 

@@ -12,8 +12,8 @@ import pytest
 from host.sweep import expand_points, load_sweep, run_sweep, set_path, sweep_from_dict
 
 # A small scenario: the default scenario with 8 tables (a fraction of a second per point).
-# planner.time_budget_s is generous: Neo's search converges well before it, so plans do not
-# depend on how busy the machine is.
+# Planning is deterministic (bounded by steps, not by the clock), so the points do not depend
+# on how busy the machine is.
 SMALL = """
 [sweep]
 name = "small"
@@ -21,7 +21,7 @@ scenario = "default"
 metrics = ["samples_per_s", "iteration_time_s"]
 [set]
 "scenario.iterations" = 1
-"planner.time_budget_s" = 5.0
+"planner.max_steps" = 50
 "workload.synthesize.count" = 8
 "workload.synthesize.total_params" = 2e8
 [grid]
@@ -142,7 +142,7 @@ def test_interrupted_sweep_resumes_and_recomputes_only_missing_points(tmp_path):
 
 def test_a_failing_point_fails_alone_with_a_clear_error(tmp_path):
     spec = sweep_from_dict({"sweep": {"name": "bad", "scenario": "default"},
-                            "set": {"scenario.iterations": 1, "planner.time_budget_s": 5.0, "workload.synthesize.count": 8,
+                            "set": {"scenario.iterations": 1, "planner.max_steps": 50, "workload.synthesize.count": 8,
                                     "workload.synthesize.total_params": 2e8},
                             "grid": {"cluster.nodes": [1, 0], "system.streams.interference": [0.1, 1.5]}})
     out = tmp_path / "bad"

@@ -12,7 +12,7 @@ name = "cli"
 scenario = "default"
 [set]
 "scenario.iterations" = 1
-"planner.time_budget_s" = 5.0
+"planner.max_steps" = 50
 "workload.synthesize.count" = 6
 "workload.synthesize.total_params" = 1e8
 [grid]
