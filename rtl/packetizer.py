@@ -41,10 +41,18 @@ wire image of :mod:`sim.reference.roce`). The host keeps ``dim`` a multiple of
 does not check them. The RETH carries the wire length; the receiver must be told the format
 (its per-QP table, :class:`rtl.depacketizer.QPInit`). The wire length is computed with
 integer division when the descriptor is taken (combinational here; a synthesis build would
-iterate it). A row costs about 41 cycles at ``dim = 128``: the two iterative divisions of
-:class:`rtl.fp.FPDiv32` (``scale`` and ``1 / scale``) dominate, so INT8 sends far below line
-rate (see ``neonic bench packetizer``); the quantizer's arithmetic is combinational within a
-cycle (``latency=0`` instances).
+iterate it). Rows are pipelined through four slots of a row buffer (take in and min/max,
+range, the two divisions of :class:`rtl.fp.FPDiv32` side by side, codes out), so at ``dim =
+128`` and 64 bytes per beat a row costs its 8 input beats and a 4096-byte INT8 packet (30
+rows) about 241 cycles, the input rate (see ``neonic bench packetizer``).
+``div_bits_per_cycle`` (1..27, default 9) sets the dividers' quotient bits a cycle and so
+their latency, ``ceil(27 / div_bits_per_cycle) + 2`` cycles (5 by default), which bounds a
+row from below: rows of fewer beats than that latency go at the dividers' pace. The trade-off
+is the clock: each quotient bit is a 25-bit compare-and-subtract in series, so 9 a cycle is a
+long chain (27, latency 3, longer still) and a build that must close timing at 250 MHz may
+choose 3 or 4 (latency 11 or 9) and accept ``max(4 * dim / data_bytes, latency)`` cycles a
+row. The quantizer's other arithmetic is combinational within a cycle (``latency=0``
+instances).
 
 Remaining limits: the immediate goes only with the last packet; ``va`` is any 64-bit value
 (the receiver requires beat alignment).
@@ -433,7 +441,11 @@ class Packetizer(wiring.Component):
     data_bytes : bytes per beat of ``payload`` and ``frame``: 8, 16, 32 or 64.
     pmtu : path MTU (payload bytes per packet): 256..4096, a power of two.
     num_dest : rows of the destination table (1..256).
-    quant : ``"none"``, ``"fp16"`` or ``"bf16"``: the wire format of the FP32 payload.
+    quant : ``"none"``, ``"fp16"``, ``"bf16"`` or ``"int8"``: the wire format of the FP32
+        payload.
+    max_dim : (INT8) the longest row, a multiple of ``data_bytes / 4``; sizes the row buffer.
+    div_bits_per_cycle : (INT8) quotient bits a cycle of the two dividers, 1..27 (see the
+        module docstring for the latency/clock trade-off).
     """
 
     def __init__(self, *, data_bytes: int = 64, pmtu: int = 4096, num_dest: int = 16,
