@@ -142,6 +142,20 @@ class NetworkConfig:
         d["name"] = f"{self.name}x{nodes}"
         return NetworkConfig.from_dict(d)
 
+    def with_gpus_per_node(self, gpus_per_node: int) -> "NetworkConfig":
+        """The same configuration with another GPU count per node (re-validated): a NIC per
+        GPU stays one per GPU; host-attached NICs keep their count, which must divide it."""
+        if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
+            raise ValueError(f"cluster.gpus_per_node: expected an integer >= 1, got {gpus_per_node!r}")
+        if gpus_per_node == self.cluster.gpus_per_node:
+            return self
+        d = self.to_dict()
+        d["cluster"]["gpus_per_node"] = gpus_per_node
+        if self.nic.attach == "gpu":
+            d["nic"]["per_node"] = gpus_per_node
+        d["name"] = f"{self.name}-{gpus_per_node}gpn"
+        return NetworkConfig.from_dict(d)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "NetworkConfig":
         return _parse(data)
