@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 MAX_INTERACTION_WIDTH = 8192
-SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small")
+SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
 
 _SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
 
@@ -653,14 +653,19 @@ class ClusterRun:
         from sim.network.topology import Topology
 
         sc = self.scenario
+        from sim.network.config import load_preset
+
         try:
-            topo = Topology.from_preset(sc.system.network, nodes=sc.nodes)
+            cfg = load_preset(sc.system.network).with_nodes(sc.nodes)
         except ValueError as error:
             raise ValueError(f"system.network: {error}") from None
-        if sc.gpus_per_node is not None and sc.gpus_per_node != topo.gpus_per_node:
-            raise ValueError(f"cluster.gpus_per_node: the {sc.system.network!r} topology has {topo.gpus_per_node} "
-                             f"GPUs per node, got {sc.gpus_per_node}")
-        return topo
+        if sc.gpus_per_node is not None:
+            # a smaller (or larger) node of the same links: validated by the network config
+            try:
+                cfg = cfg.with_gpus_per_node(sc.gpus_per_node)
+            except ValueError as error:
+                raise ValueError(f"cluster.gpus_per_node: {error}") from None
+        return Topology(cfg)
 
     def _plan(self, topo):
         from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
