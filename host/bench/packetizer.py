@@ -2,11 +2,15 @@
 
 Back-to-back 4096-byte payloads (one long message: FIRST, MIDDLE..., LAST) at 64 bytes per
 beat, frame sink and memory always ready, measured in Amaranth's simulator; the same with
-FP16 quantization (input FP32 at 64 bytes per cycle, so the input limits the wire); and the
-timing model's largest relative error against these runs.
+FP16 quantization (input FP32 at 64 bytes per cycle, so the input limits the wire); the same
+with INT8 row-wise quantization (rows of 128 elements, 8 input beats a row: the input limits
+the rate, about 240 cycles a packet); and the timing model's largest relative error against
+these runs.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -16,7 +20,7 @@ from rtl.depacketizer import Depacketizer
 from rtl.packetizer import Packetizer
 from rtl.roce import header_len
 from sim.reference.roce import Message, int8_rows_per_packet
-from sim.timing.packetizer import estimate_rx, estimate_tx
+from sim.timing.packetizer import INT8_DIV_BITS, estimate_rx, estimate_tx
 
 SUMMARY = "packetizer/depacketizer bus occupancy and goodput for back-to-back 4096 B packets"
 
@@ -26,6 +30,8 @@ PMTU = 4096
 
 
 INT8_DIM = 128
+#: INT8 packets measured (``--quick``: 3).
+INT8_PACKETS = 4
 
 
 def _figures(ctx: BenchContext, quant: str, packets: int, rng: np.random.Generator) -> dict:
@@ -38,7 +44,9 @@ def _figures(ctx: BenchContext, quant: str, packets: int, rng: np.random.Generat
     msg = Message(dest=0, va=0x1000_0000, rkey=1,
                   payload=rng.standard_normal(payload_len // 4).astype(np.float32).tobytes())
     ctx.progress(f"[{quant}] transmit: {packets} packets of {PMTU} B at {W} B/beat")
-    tx = run_tx(Packetizer(data_bytes=W, pmtu=PMTU, num_dest=1, quant=quant), [msg], dim=dim)
+    dut = Packetizer(data_bytes=W, pmtu=PMTU, num_dest=1, quant=quant,
+                     div_bits_per_cycle=INT8_DIV_BITS)
+    tx = run_tx(dut, [msg], dim=dim)
     # steady state: from the end of the FIRST packet to the end of the LAST
     window = tx.last_beat_cycles[-1] - tx.last_beat_cycles[0]
     beats_in_window = sum(1 for c in tx.beat_cycles if c > tx.last_beat_cycles[0])
@@ -50,7 +58,8 @@ def _figures(ctx: BenchContext, quant: str, packets: int, rng: np.random.Generat
         raise AssertionError(f"receiver accepted {rx.counters['accepted']} of {len(tx.frames)}")
     rx_window = rx.beat_cycles[-1] - rx.beat_cycles[0] + 1
     wire_payload = sum(_payload_len(f) for f in tx.frames[1:])
-    est_tx = estimate_tx([payload_len], data_bytes=W, pmtu=PMTU, quant=quant, dim=dim)
+    est_tx = estimate_tx([payload_len], data_bytes=W, pmtu=PMTU, quant=quant, dim=dim,
+                         div_bits_per_cycle=INT8_DIV_BITS)
     est_rx = estimate_rx([payload_len], data_bytes=W, pmtu=PMTU, quant=quant, dim=dim)
     rx_measured = rx.done_cycle - rx.beat_cycles[0]
     errors = [abs(est_tx.cycles - tx.cycles) / tx.cycles, abs(est_rx - rx_measured) / rx_measured]
@@ -74,11 +83,18 @@ def run(ctx: BenchContext) -> dict:
     packets = 4 if ctx.quick else 10
     plain = _figures(ctx, "none", packets, rng)
     fp16 = _figures(ctx, "fp16", packets, rng)
-    # INT8 is slow to simulate (about 35 cycles a row): 3 packets of whole 128-element rows.
-    int8 = _figures(ctx, "int8", 3, rng)
+    # INT8 streams at the input rate but is slow to simulate (16 lanes of FP arithmetic and
+    # the row restore every cycle, about 10 s a packet each way in Amaranth's simulator).
+    int8_packets = 3 if ctx.quick else INT8_PACKETS
+    t0 = time.perf_counter()
+    int8 = _figures(ctx, "int8", int8_packets, rng)
     errors = plain.pop("_errors") + fp16.pop("_errors")
     int8_errors = int8.pop("_errors")
-    int8.update(dim=INT8_DIM, packets=3, timing_model_rel_error=max(int8_errors))
+    int8.update(dim=INT8_DIM, packets=int8_packets, timing_model_rel_error=max(int8_errors),
+                div_bits_per_cycle=INT8_DIV_BITS,
+                tx_cycles_per_row=int8["tx_cycles_per_4096B_packet"]
+                / int8_rows_per_packet(INT8_DIM, PMTU),
+                sim_seconds=round(time.perf_counter() - t0, 1))
     return {**plain, "fp16": fp16, "int8": int8,
             "timing_model_max_rel_error": max(errors + int8_errors),
             "data_bytes": W, "pmtu": PMTU, "packets": packets}
