@@ -35,7 +35,7 @@ def _spec(quick: bool, seed: int):
     return sweep_from_dict({
         "sweep": {"name": "bench", "scenario": "default"},
         "set": {"scenario.iterations": 1, "scenario.seed": seed, "planner.max_steps": 50,
-                "workload.synthesize.count": 8 if quick else 24, "workload.synthesize.total_params": 2e8 if quick else 1e9},
+                "workload.synthesize.count": 8 if quick else 100, "workload.synthesize.total_params": 2e8 if quick else 5e9},
         "grid": grid,
     })
 
