@@ -4,21 +4,27 @@ The units' timing models (``sim.timing.embedding``, ``sim.timing.cache``,
 ``sim.timing.packetizer``) each describe one unit on its own, fed at full rate. Inside the
 SmartNIC top (``rtl/smartnic.py``) they are composed: the gather/pool unit reads through the
 cache, the packetizer waits for pooled beats, the depacketizer is fed frames as they arrive.
-The composed model (``sim.cosim.model_cycles``) needs a few figures the unit models do not
-give, and this module fits them from RTL runs:
+The composed model (``sim.cosim.model_cycles``) feeds the gather/pool unit's model the
+cache's answer to each of its requests: the gather unit's model (``sim.timing.embedding.predict``)
+says when each row is requested, a model of the cache (``sim.cosim.cache_request_starts``: the
+lookup pipeline, MSHRs, the back port's serialised fills and in-order delivery, with the
+reference cache model's hit/miss outcomes, which are exact) says when each request's data can
+start, and the two are iterated to a fixed point; each row then waits exactly its own
+latency, so misses that cluster behind each other (or behind the MSHR limit) cost what they
+cost in the hardware. The figures fitted from RTL runs:
 
-``gather_hit_latency``, ``gather_miss_cycles``, ``gather_memory_tail``
-    The gather/pool unit behind the cache: its own pipeline (``sim.timing.embedding.predict``
-    at the cache's hit latency) plus, for each miss, the part of the miss's service time
-    (``gather_miss_cycles``: the cache fetches a few misses at a time, one per MSHR) that the
-    reducer's time for that row (``steady_state_row_cycles``) does not hide, plus
-    ``gather_memory_tail`` once (the first miss's latency). Misses come from the reference
-    cache model (``sim.reference.cache``) on the run's requests, so they are exact. This is a
-    first-order model: misses that cluster cost more than misses spread between hits.
-``cache_tail``
-    The cache serves the gather unit, so its activity window (first request to last response)
-    is the gather unit's window minus the pipeline behind the last response (reducer, adder,
-    drain): ``cache = gather - cache_tail``.
+``gather_hit_latency``
+    Cycles from a row's request to its first beat at the reducer when the cache can answer at
+    once (the cache's two-cycle hit path plus the port's registers).
+``gather_miss_cycles``
+    Cycles a miss's backing read takes beyond the backing memory's latency (request
+    sequencing, the fill's last beat, the refill of the line).
+``gather_offset``
+    Cycles added to the gather unit's window (start-up and drain the models leave out).
+``cache_offset``
+    The cache's activity window (first request to last response beat) is the memory stream's
+    window in the composed model (first row request to the last beat the reducer takes) plus
+    ``cache_offset``.
 ``packetizer_tail``
     The packetizer is paced by the pooled stream: its window (first send to last frame beat) is
     ``max(estimate_tx, gather + packetizer_tail)``.
@@ -26,19 +32,21 @@ give, and this module fits them from RTL runs:
     The depacketizer's window (first frame beat to last memory write) is
     ``estimate_rx + depacketizer_offset``.
 
-How the fit works (:func:`fit`): the three gather parameters by a grid search that minimises the
-largest relative error over the samples; the three offsets are the mean residuals of the
-models that use them. :func:`evaluate` gives the
-relative error of the calibrated model per unit on any set of samples (``neonic calibrate``
-reports it on held-back workloads).
+How the fit works (:func:`fit`): the two latencies by a grid search that minimises the largest
+relative error of the gather unit over the samples; the offsets are the mean residuals of the
+models that use them. :func:`evaluate` gives the relative error of the calibrated model per
+unit on any set of samples (``neonic calibrate`` reports it on held-back workloads).
 
 File format (JSON, :func:`save` / :func:`load`)::
 
-    {"format": "neonic-smartnic-calibration", "version": 1,
+    {"format": "neonic-smartnic-calibration", "version": 2,
      "parameters": {"gather_hit_latency": ..., "gather_miss_cycles": ...,
-                    "gather_memory_tail": ..., "cache_tail": ...,
+                    "gather_offset": ..., "cache_offset": ...,
                     "packetizer_tail": ..., "depacketizer_offset": ...},
      "context": {...}}     # the NIC parameters, memory latency and fit errors it came from
+
+(Version 1 files, of the earlier per-miss penalty model, are refused: rerun
+``neonic calibrate``.)
 
 :func:`find_calibration` looks for a file in ``$NEONIC_CALIBRATION`` and then in
 ``<build>/calibration/smartnic.json`` (where ``neonic calibrate`` writes by default).
@@ -60,7 +68,7 @@ __all__ = ["FORMAT", "VERSION", "Calibration", "Sample", "default_calibration", 
            "evaluate", "save", "load", "default_path", "find_calibration"]
 
 FORMAT = "neonic-smartnic-calibration"
-VERSION = 1
+VERSION = 2
 UNITS = ("gather", "cache", "packetizer", "depacketizer")
 
 
@@ -70,8 +78,8 @@ class Calibration:
 
     gather_hit_latency: float
     gather_miss_cycles: float
-    gather_memory_tail: float
-    cache_tail: float
+    gather_offset: float
+    cache_offset: float
     packetizer_tail: float
     depacketizer_offset: float
     context: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -87,8 +95,8 @@ class Calibration:
         if self.gather_hit_latency < 1:
             raise ValueError(f"parameters.gather_hit_latency: expected >= 1 cycle, "
                              f"got {self.gather_hit_latency!r}")
-        if self.gather_miss_cycles < 0:
-            raise ValueError(f"parameters.gather_miss_cycles: expected >= 0, "
+        if self.gather_miss_cycles < -20:
+            raise ValueError(f"parameters.gather_miss_cycles: expected >= -20, "
                              f"got {self.gather_miss_cycles!r}")
 
     def parameters(self) -> dict[str, float]:
@@ -96,15 +104,19 @@ class Calibration:
 
 
 def default_calibration(memory_latency: float, mshrs: int) -> Calibration:
-    """Uncalibrated figures from the units' documented pipelines: a hit answers in 2 cycles
-    (plus the request register); misses are fetched ``mshrs`` at a time, each taking the
-    backing latency plus a few cycles of sequencing; the tails are the reducer/drain pipeline
-    (about 12 cycles) and the packetizer's last beats."""
-    return Calibration(gather_hit_latency=3.0,
-                       gather_miss_cycles=float(memory_latency + 4) / max(1, mshrs),
-                       gather_memory_tail=float(memory_latency + 12), cache_tail=12.0,
-                       packetizer_tail=4.0, depacketizer_offset=0.0,
-                       context={"source": "default (uncalibrated)"})
+    """Uncalibrated figures from the units' documented pipelines: a hit answers in 2 cycles;
+    a miss's fill adds a few cycles of sequencing to the backing latency; the cache's window
+    ends with the reducer's last take; the packetizer's last beats follow the last pooled
+    beat. ``memory_latency`` and ``mshrs`` are the cache's, kept in the context."""
+    return Calibration(gather_hit_latency=2.0, gather_miss_cycles=0.0, gather_offset=0.0,
+                       cache_offset=0.0, packetizer_tail=2.0, depacketizer_offset=0.0,
+                       context={"source": "default (uncalibrated)",
+                                "memory_latency": memory_latency, "mshrs": mshrs})
+
+
+#: ``(hit_latency, miss_cycles) -> (gather cycles, memory window cycles)``: the composed
+#: gather + cache model of one run (``sim.cosim.memory_model``).
+MemoryModel = Callable[[float, float], "tuple[float, float]"]
 
 
 @dataclass
@@ -113,68 +125,79 @@ class Sample:
 
     ``rtl``: unit -> measured cycles (absent or 0: the unit had no work);
     ``hit_rate``: the reference cache model's hit rate on the run's requests;
-    ``gather_model``: cycles of ``sim.timing.embedding.predict`` at a given latency;
+    ``memory_model``: the composed gather + cache model of the run (:data:`MemoryModel`);
     ``tx_alone``: the packetizer's own estimate (``estimate_tx``);
     ``rx_model``: the depacketizer's own estimate (``estimate_rx``).
     """
 
     rtl: dict[str, float]
     hit_rate: float
-    gather_model: Callable[[float], float]
+    memory_model: MemoryModel
     tx_alone: float
     rx_model: float
     misses: int = 0
-    hit_beats: int = 0
-    miss_row_cycles: tuple[int, ...] = ()
     label: str = ""
 
-    def gather(self, hit_latency: float, miss_cycles: float, memory_tail: float) -> float:
-        """The gather unit's cycles: its pipeline (the timing model at the cache's hit latency)
-        plus, per miss, the part of the miss's service time (``miss_cycles``) its row's
-        reducer time does not hide, plus ``memory_tail`` once when there are misses."""
-        extra = sum(max(0.0, miss_cycles - rc) for rc in self.miss_row_cycles)
-        return float(self.gather_model(hit_latency)) + extra + (memory_tail if self.misses else 0.0)
+    def memory(self, hit_latency: float, miss_cycles: float) -> tuple[float, float]:
+        """(gather cycles, memory window cycles) of the composed model, uncalibrated offsets."""
+        g, w = self.memory_model(hit_latency, miss_cycles)
+        return float(g), float(w)
 
     def predict(self, cal: Calibration) -> dict[str, float]:
         """The composed model's cycles per unit under ``cal``."""
-        g = self.gather(cal.gather_hit_latency, cal.gather_miss_cycles, cal.gather_memory_tail)
-        out = {"gather": g, "cache": max(1.0, g - cal.cache_tail),
+        g0, window = self.memory(cal.gather_hit_latency, cal.gather_miss_cycles)
+        g = g0 + cal.gather_offset
+        out = {"gather": g, "cache": max(1.0, window + cal.cache_offset),
                "packetizer": max(self.tx_alone, g + cal.packetizer_tail),
                "depacketizer": self.rx_model + cal.depacketizer_offset}
         return {u: v for u, v in out.items() if self.rtl.get(u)}
 
 
+#: The grid :func:`fit` searches (cycles): hit latency and a miss's extra cycles.
+HIT_LATENCIES = tuple(float(x) for x in range(1, 9))
+MISS_CYCLES = tuple(float(x) for x in range(-4, 13))
+
+
 def fit(samples: Sequence[Sample], context: dict[str, Any] | None = None) -> Calibration:
-    """Fit the parameters to ``samples`` (see the module docstring): the gather unit's three by
-    a grid search minimising the largest relative error, the offsets as mean residuals."""
+    """Fit the parameters to ``samples`` (see the module docstring): the two latencies by a
+    coordinate search over :data:`HIT_LATENCIES` and :data:`MISS_CYCLES` minimising the gather
+    unit's largest relative error (with the best offset at each point), the other offsets as
+    mean residuals."""
     use = [s for s in samples if s.rtl.get("gather")]
     if not use:
         raise ValueError("samples: expected at least one RTL sample with gather cycles, got none")
     rtl = np.array([s.rtl["gather"] for s in use], dtype=float)
-    lats = np.arange(1.0, 65.0)
-    pipe = np.array([[s.gather_model(l) for s in use] for l in lats])      # (L, S)
-    mcs = np.arange(0.0, 24.01, 0.25)
-    tails = np.arange(-40.0, 80.01, 1.0)
-    extra = np.array([[sum(max(0.0, c - rc) for rc in s.miss_row_cycles) for s in use]
-                      for c in mcs])                                          # (M, S)
-    has_miss = np.array([1.0 if s.misses else 0.0 for s in use])
-    best = (np.inf, 0, 0, 0)
-    for i, row in enumerate(pipe):
-        pred = row[None, None, :] + extra[:, None, :] + tails[None, :, None] * has_miss
-        err = np.abs(pred - rtl) / rtl
-        score = err.max(axis=2) + 1e-3 * err.mean(axis=2)
-        k = np.unravel_index(np.argmin(score), score.shape)
-        if score[k] < best[0]:
-            best = (float(score[k]), i, k[0], k[1])
-    _, i, j, k = best
-    hit, mc, tail = float(lats[i]), float(mcs[j]), float(tails[k])
-    g_model = [s.gather(hit, mc, tail) for s in use]
-    cache = [g - s.rtl["cache"] for g, s in zip(g_model, use) if s.rtl.get("cache")]
-    pk = [s.rtl["packetizer"] - g for g, s in zip(g_model, use)
-          if s.rtl.get("packetizer") and s.tx_alone < g]
+
+    def score(hit: float, mc: float) -> tuple[float, float]:
+        pred = np.array([s.memory(hit, mc)[0] for s in use])
+        resid = rtl - pred
+        best = (np.inf, 0.0)   # the offset minimising the largest relative error
+        for off in np.unique(np.round(np.linspace(resid.min(), resid.max(), 9))):
+            err = np.abs(pred + off - rtl) / rtl
+            value = float(err.max() + 1e-3 * err.mean() + 1e-6 * abs(off))
+            best = min(best, (value, float(off)))
+        return best
+
+    # coordinate search (each point runs the composed model on every sample): hit latency and
+    # miss cycles in turn, until neither moves (at most 8 passes)
+    hit, mc = 2.0, 0.0
+    for k in range(8):
+        axis = "hit" if k % 2 == 0 else "miss"
+        grid = HIT_LATENCIES if axis == "hit" else MISS_CYCLES
+        points = [(x, mc) if axis == "hit" else (hit, x) for x in grid]
+        before = (hit, mc)
+        _, hit, mc = min((score(h, m)[0], h, m) for h, m in points)
+        if k and (hit, mc) == before:
+            break
+    best = (0.0, hit, mc, score(hit, mc)[1])
+    _, hit, mc, off = best
+    mem = [s.memory(hit, mc) for s in use]
+    cache = [s.rtl["cache"] - w for (_, w), s in zip(mem, use) if s.rtl.get("cache")]
+    pk = [s.rtl["packetizer"] - (g + off) for (g, _), s in zip(mem, use)
+          if s.rtl.get("packetizer") and s.tx_alone < g + off]
     rx = [s.rtl["depacketizer"] - s.rx_model for s in samples if s.rtl.get("depacketizer")]
     mean = lambda xs: float(np.mean(xs)) if xs else 0.0  # noqa: E731
-    return Calibration(hit, mc, tail, mean(cache), mean(pk), mean(rx), context=dict(context or {}))
+    return Calibration(hit, mc, off, mean(cache), mean(pk), mean(rx), context=dict(context or {}))
 
 
 def evaluate(cal: Calibration, samples: Sequence[Sample]) -> dict[str, float]:

@@ -53,7 +53,7 @@ from sim.calibration import Calibration, Sample, default_calibration
 from sim.reference import embedding as ref
 from sim.reference.cache import HIT, MISS, CacheConfig, CacheModel
 from sim.reference.roce import segment
-from sim.timing.embedding import predict, shapes_from_bags, steady_state_row_cycles
+from sim.timing.embedding import predict, shapes_from_bags
 from sim.timing.packetizer import estimate_rx, estimate_tx
 
 __all__ = [
@@ -615,22 +615,132 @@ def _requests(nic: SmartNIC, job: NICJob, bases: list[int]) -> list[tuple[int, i
 def reference_cache(nic: SmartNIC, job: NICJob, bases: list[int]) -> dict[str, float]:
     """Hits (merged misses included) and misses of the reference cache model on the job's
     requests, from a cold cache."""
-    p = nic.params
-    model = CacheModel(CacheConfig(sets=p["cache_sets"], ways=p["cache_ways"],
-                                   policy=p["cache_policy"], index=p["cache_index"]))
-    hits = misses = hit_beats = 0
-    miss_row_cycles = []
-    timing = nic.gather.timing
-    for (addr, beats), dim in zip(_requests(nic, job, bases), _row_dims(job)):
-        out = model.request(addr, beats, False, nic.line_beats, nic.line_beats)
+    model = CacheModel(_cache_config(nic))
+    hits = misses = 0
+    for addr, beats in _requests(nic, job, bases):
+        out = model.request(addr, beats, False, nic.line_beats, nic.cache.row_beats)
         hits += out.kind == HIT
         misses += out.kind == MISS
-        hit_beats += beats if out.kind == HIT else 0
-        if out.kind == MISS:
-            miss_row_cycles.append(steady_state_row_cycles(timing, dim))
     n = hits + misses
-    return {"hits": hits, "misses": misses, "hit_beats": hit_beats,
-            "miss_row_cycles": tuple(miss_row_cycles), "hit_rate": hits / n if n else 0.0}
+    return {"hits": hits, "misses": misses, "hit_rate": hits / n if n else 0.0}
+
+
+def _cache_config(nic: SmartNIC) -> CacheConfig:
+    p = nic.params
+    return CacheConfig(sets=p["cache_sets"], ways=p["cache_ways"], policy=p["cache_policy"],
+                       index=p["cache_index"])
+
+
+def cache_request_starts(nic: SmartNIC, requests: Sequence[tuple[int, int]],
+                         offers: Sequence[float], *, memory_latency: float) -> list[float]:
+    """When the SmartNIC's cache can start delivering each read request (in order) offered at
+    ``offers`` (cycles), from a cold cache: a request-level model of ``rtl/cache.py`` with the
+    rules of ``sim.timing.cache.CacheTiming`` (one lookup per cycle, in order, stalled while the
+    operation queue is full, a miss finds no free MSHR or its victim line still has queued
+    work; misses' fills serialised on the back port, ``row_beats`` beats each, first beat
+    ``memory_latency`` cycles after the request; delivery in order, one beat per cycle, an
+    operation on a row in flight waits for its fill), but with each request's own offer time
+    instead of one request every cycle. Outcomes come from the reference cache model."""
+    from collections import deque
+
+    from sim.reference.cache import ERROR, set_index
+
+    if len(offers) != len(requests):
+        raise ValueError(f"offers: expected one per request ({len(requests)}), got {len(offers)}")
+    cache = nic.cache
+    cfg = _cache_config(nic)
+    model = CacheModel(cfg)
+    rb, lb = cache.row_beats, nic.line_beats
+    lat = max(1, int(round(memory_latency)))
+    fill_ready: dict[int, float] = {}
+    op_ends: deque = deque()
+    mshr_free_at: deque = deque()
+    line_end: dict[tuple[int, int], float] = {}
+    lookup = -np.inf
+    seq_free = last_beat = exec_free = -np.inf
+    starts: list[float] = []
+    for i, ((addr, beats), offer) in enumerate(zip(requests, offers)):
+        out = model.request(addr, beats, False, lb, rb)
+        t = max(float(offer) + 1, lookup + 1)
+        line = (-1, -1) if out.kind == ERROR else (int(set_index(addr // lb, cfg)), out.way)
+        while True:
+            while op_ends and op_ends[0] < t:
+                op_ends.popleft()
+            while mshr_free_at and mshr_free_at[0] <= t:
+                mshr_free_at.popleft()
+            if len(op_ends) >= cache.queue_depth:
+                t = op_ends[0] + 1
+            elif out.kind == MISS and len(mshr_free_at) >= cache.mshrs:
+                t = mshr_free_at[0]
+            elif out.kind == MISS and line_end.get(line, -np.inf) >= t:
+                t = line_end[line] + 1
+            else:
+                break
+        lookup = t
+        start = max(t, exec_free)
+        if out.kind == MISS:
+            job = max(t + 1, seq_free)
+            seq_free = job + 1
+            first = max(job + lat, last_beat + 1)
+            last_beat = first + rb - 1
+            fill_ready[i] = last_beat + 1
+            mshr_free_at.append(last_beat + 1)
+            start = max(start, last_beat + 1)
+        elif out.kind != ERROR:
+            start = max(start, fill_ready.get(out.filled_by, -np.inf))
+        exec_free = start + beats
+        line_end[line] = exec_free - 1
+        op_ends.append(exec_free - 1)
+        starts.append(float(start))
+    return starts
+
+
+#: Fixed-point iterations of :func:`memory_model` before it settles for the mean of the last two.
+MAX_MEMORY_ITERATIONS = 40
+
+
+def memory_model(nic: SmartNIC, job: NICJob, bases: list[int],
+                 memory_latency: float) -> Callable[[float, float], tuple[float, float]]:
+    """The composed gather + cache model of one NIC's job: ``(hit_latency, miss_cycles) ->
+    (gather cycles, memory window cycles)`` (see ``sim.calibration``).
+
+    Each row's latency is the cache's delay for its request (:func:`cache_request_starts` at
+    ``memory_latency + miss_cycles``, from the cycle the gather model issues it) plus
+    ``hit_latency``; the gather model (``sim.timing.embedding.predict``) and the cache model
+    are iterated until the issue times stop changing. The memory window runs from the first
+    request to the last beat the reducer takes."""
+    timing = nic.gather.timing
+    shapes = shapes_from_bags(job.tables, job.bags)
+    reqs = _requests(nic, job, bases)
+    memo: dict[tuple[float, float], tuple[float, float]] = {}
+
+    def run(hit_latency: float, miss_cycles: float) -> tuple[float, float]:
+        key = (round(hit_latency, 3), round(miss_cycles, 3))
+        if key in memo:
+            return memo[key]
+        if not shapes:
+            memo[key] = (0.0, 0.0)
+            return memo[key]
+        hit = max(1.0, hit_latency)
+        lats: list[float] | float = hit
+        history: list[tuple[float, float]] = []
+        for _ in range(MAX_MEMORY_ITERATIONS):
+            pr = predict(timing, shapes, latency=lats)
+            window = float(pr.last_take - pr.issue[0] + 1) if pr.issue else 0.0
+            history.append((float(pr.cycles), window))
+            if not reqs:
+                break
+            starts = cache_request_starts(nic, reqs, pr.issue,
+                                          memory_latency=memory_latency + miss_cycles)
+            new = [max(1.0, hit + s - (o + 1)) for s, o in zip(starts, pr.issue)]
+            if new == lats:
+                break
+            lats = new
+        else:   # no fixed point (an oscillation): the mean of the last two
+            history[-1] = tuple((a + b) / 2 for a, b in zip(history[-1], history[-2]))
+        memo[key] = history[-1]
+        return memo[key]
+    return run
 
 
 def _row_dims(job: NICJob) -> list[int]:
@@ -642,29 +752,19 @@ def _row_dims(job: NICJob) -> list[int]:
 
 
 def calibration_sample(nic: SmartNIC, job: NICJob, stim_tx: dict, rx_lengths: list[int],
-                       rtl: dict[str, float], label: str = "") -> Sample:
+                       rtl: dict[str, float], label: str = "",
+                       memory_latency: float = DEFAULT_MEMORY_LATENCY) -> Sample:
     """The calibration/model view of one NIC's run (see ``sim.calibration.Sample``)."""
     bases = [d["base"] for d in stim_tx["descs"]]
     cref = reference_cache(nic, job, bases)
-    timing = nic.gather.timing
-    shapes = shapes_from_bags(job.tables, job.bags)
-    memo: dict[float, float] = {}
-
-    def gather_model(latency: float) -> float:
-        key = round(latency, 3)
-        if key not in memo:
-            memo[key] = float(predict(timing, shapes, latency=max(1.0, latency)).cycles) \
-                if shapes else 0.0
-        return memo[key]
-
     lengths = [s.length for s in job.sends]
     tx = estimate_tx(lengths, data_bytes=nic.data_bytes, pmtu=nic.pmtu,
                      with_imm=[True] * len(lengths)).cycles if lengths else 0
     rx = estimate_rx(rx_lengths, data_bytes=nic.data_bytes, pmtu=nic.pmtu,
                      with_imm=[True] * len(rx_lengths)) if rx_lengths else 0
-    return Sample(rtl=dict(rtl), hit_rate=cref["hit_rate"], gather_model=gather_model,
+    return Sample(rtl=dict(rtl), hit_rate=cref["hit_rate"],
+                  memory_model=memory_model(nic, job, bases, memory_latency),
                   tx_alone=float(tx), rx_model=float(rx), misses=int(cref["misses"]),
-                  hit_beats=int(cref["hit_beats"]), miss_row_cycles=cref["miss_row_cycles"],
                   label=label)
 
 
@@ -801,7 +901,8 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
         rtl = {u: _window(tr["counters"], u) for u in ("gather", "cache", "packetizer")}
         rtl["depacketizer"] = _window(rr["counters"], "depacketizer")
         rx_lengths = [s.length for j in traffic.jobs for s in j.sends if s.dest == job.rank]
-        sample = calibration_sample(nic, job, t, rx_lengths, rtl, label=f"nic{job.rank}")
+        sample = calibration_sample(nic, job, t, rx_lengths, rtl, label=f"nic{job.rank}",
+                                    memory_latency=memory_latency)
         cref = reference_cache(nic, job, [d["base"] for d in t["descs"]])
         misses_ok &= tr["counters"]["cache_misses"] == cref["misses"]
         drops += sum(rr["counters"][f"rx_{r}"] for r in DROP_REASONS)
@@ -822,7 +923,8 @@ def collect_samples(report: CosimReport, traffic: Traffic, nic: SmartNIC,
     for job, t, run in zip(traffic.jobs, stim.tx, report.nics):
         rx_lengths = [s.length for j in traffic.jobs for s in j.sends if s.dest == job.rank]
         out.append(calibration_sample(nic, job, t, rx_lengths, run.rtl,
-                                      label=f"{traffic.label}/nic{job.rank}"))
+                                      label=f"{traffic.label}/nic{job.rank}",
+                                      memory_latency=memory_latency))
     return out
 
 

@@ -19,8 +19,10 @@ the unit's structure:
 * Drain: ``ceil(dim / lanes)`` beats per bag, one per cycle, after the bag's last word left
   the adder; the output is assumed always ready.
 
-Memory latency is one number (a mean, for a random latency); stalls on the streams (idle
-input, backpressure, memory response gaps) are not modelled.
+Memory latency is one number (a mean, for a random latency) or one number per row (a sequence,
+in issue order: e.g. a cache in front of the unit answers hits quickly and misses late, and
+misses that cluster wait for each other; ``sim.cosim`` feeds it the cache's per-request
+delays). Other stalls on the streams (idle input, backpressure) are not modelled.
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ class Prediction:
     beats: int
     rows: int
     bags: int
+    #: per row, in issue order: the cycle its memory read was issued (relative to the first
+    #: item offered), for a memory model that answers each request by its issue time
+    issue: tuple[int, ...] = ()
+    #: the cycle the last row's last memory beat was taken (-1: no row read)
+    last_take: int = -1
 
     @property
     def mem_beat_utilization(self) -> float:
@@ -79,11 +86,26 @@ def steady_state_row_cycles(t: UnitTiming, dim: int) -> int:
     return max(_words(t, dim), t.add_latency + 1)
 
 
-def predict(t: UnitTiming, shapes: Sequence[BagShape], *, latency: float) -> Prediction:
-    """Cycles for the batch ``shapes`` on a unit with figures ``t`` and memory ``latency``."""
-    if latency < 1:
-        raise ValueError(f"latency: expected >= 1 cycle, got {latency}")
-    lat = float(latency)
+def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
+            latency: float | Sequence[float]) -> Prediction:
+    """Cycles for the batch ``shapes`` on a unit with figures ``t`` and memory ``latency``:
+    one number for every row, or one per contributing row in issue order."""
+    n_rows = sum(sum(s.contributes) for s in shapes)
+    if isinstance(latency, (int, float)):
+        if not latency >= 1:
+            raise ValueError(f"latency: expected >= 1 cycle, got {latency}")
+        lats = None
+        lat = float(latency)
+    else:
+        lats = [float(x) for x in latency]
+        if len(lats) != n_rows:
+            raise ValueError(f"latency: expected one latency per contributing row ({n_rows}), "
+                             f"got {len(lats)}")
+        bad = next((x for x in lats if not x >= 1), None)
+        if bad is not None:
+            raise ValueError(f"latency: expected >= 1 cycle for every row, got {bad}")
+        lat = 0.0
+    issue: list[int] = []
     lr = t.reduce_latency           # take -> adder input
     la = t.add_latency
     n_out = t.outstanding
@@ -140,7 +162,9 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *, latency: float) -> Pre
                 accept = max(accept, bagq_room)
             cycle = accept + 1
             if contributes:
-                arrival = max(accept + 1 + lat, prev_row_take + 1)
+                row_lat = lats[rows] if lats is not None else lat
+                issue.append(int(round(accept + 1)))
+                arrival = max(accept + 1 + row_lat, prev_row_take + 1)
                 fire = max(fire_free + 1, arrival + lr)
                 if first:
                     fire = max(fire, bank_ready)
@@ -173,4 +197,5 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *, latency: float) -> Pre
             bag_with_rows.append(b)
         out_last = d_end + t.drain_latency
     total = int(round(out_last)) + 1 if shapes else 0
-    return Prediction(total, beats, rows, len(shapes))
+    return Prediction(total, beats, rows, len(shapes), tuple(issue),
+                      int(round(prev_row_take)) if rows else -1)

@@ -210,3 +210,21 @@ def test_the_benchmarks_quarter_width_unit_times_like_the_default_one():
                                     rng=np.random.default_rng(1))
         cycles.append((res.cycles, res.counters["beats_read"]))
     assert cycles[0] == cycles[1]
+
+
+def test_per_row_latency_sequence_matches_one_latency_and_charges_slow_rows():
+    t = EmbeddingBagUnit(data_bytes=16, lanes=4, max_dim=32, outstanding=8).timing
+    shapes = [timing.BagShape(16, "fp32", (True,) * 4) for _ in range(6)]
+    rows = 24
+    flat = timing.predict(t, shapes, latency=10)
+    same = timing.predict(t, shapes, latency=[10] * rows)
+    assert same.cycles == flat.cycles and len(same.issue) == rows
+    assert list(same.issue) == sorted(same.issue)          # rows issue in order
+    slow = timing.predict(t, shapes, latency=[10] * 12 + [60] + [10] * 11)
+    # one row 50 cycles late holds the in-order responses behind it; the rows already in
+    # flight (outstanding) hide part of it, never more than all of it
+    assert flat.cycles + 20 <= slow.cycles <= flat.cycles + 50
+    with pytest.raises(ValueError, match="latency: expected one latency per contributing row"):
+        timing.predict(t, shapes, latency=[10] * 5)
+    with pytest.raises(ValueError, match="latency"):
+        timing.predict(t, shapes, latency=[10] * 23 + [0])
