@@ -259,9 +259,20 @@ def default_path(build_root: str | Path | None = None) -> Path:
 
 
 def find_calibration() -> Calibration | None:
-    """The calibration named by ``$NEONIC_CALIBRATION``, else the default file, else None."""
+    """The calibration named by ``$NEONIC_CALIBRATION``, else the default file, else None (a
+    default file of another format version is ignored with a warning: the model changed)."""
     env = os.environ.get("NEONIC_CALIBRATION")
     if env:
         return load(env)
     path = default_path()
-    return load(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return load(path)
+    except ValueError as error:
+        if "version" not in str(error):
+            raise
+        import warnings
+        warnings.warn(f"{error}: ignored (an older model's calibration); rerun `neonic calibrate`",
+                      stacklevel=2)
+        return None

@@ -460,9 +460,11 @@ def _counters_dict(view) -> dict[str, int]:
 def _amaranth_phase(nic: SmartNIC, stim: Stimulus, phase: str,
                     rx_frames: list[list[bytes]] | None, rx_mem: np.ndarray | None, *,
                     seed: int, idle: float, backpressure: float
-                    ) -> tuple[list[dict], np.ndarray | None]:
+                    ) -> tuple[list[dict], np.ndarray | None, dict]:
     """One phase for every NIC in one Amaranth simulation; returns per NIC
-    ``{"counters", "frames", "cycles", "completions"}`` and the receive memory."""
+    ``{"counters", "frames", "cycles", "completions"}``, the receive memory, and the
+    simulation phase's ``{"wall_s", "cycles"}`` (from the testbench's start, after
+    elaboration, to its end)."""
     from amaranth.hdl import ResetInserter, Signal
 
     from sim.harness import AmaranthMemory, run_amaranth
@@ -519,7 +521,14 @@ def _amaranth_phase(nic: SmartNIC, stim: Stimulus, phase: str,
         await ctx.tick()
         ctx.set(rst, 0)
 
+    sim_phase = {"wall_s": 0.0, "cycles": 0}
+
     async def tb(ctx):
+        wall0 = time.perf_counter()
+        await phase_body(ctx)
+        sim_phase["wall_s"] = time.perf_counter() - wall0
+
+    async def phase_body(ctx):
         for k, t in enumerate(stim.tx):
             await reset(ctx)
             mac, ip = endpoint(t["rank"])
@@ -560,14 +569,16 @@ def _amaranth_phase(nic: SmartNIC, stim: Stimulus, phase: str,
                 results.append({"counters": _counters_dict(ctx.get(nic.counters)),
                                 "completions": len(comps)})
 
-    run_amaranth(top, [tb], processes=[mem.process, rxm.process], max_cycles=budget)
-    return results, (rxm.contents if phase == "rx" else None)
+    sim_phase["cycles"] = run_amaranth(top, [tb], processes=[mem.process, rxm.process],
+                                       max_cycles=budget)
+    return results, (rxm.contents if phase == "rx" else None), sim_phase
 
 
 def _cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str, *,
                   seed: int, idle: float, backpressure: float, workdir: Path
-                  ) -> tuple[list[dict], np.ndarray | None]:
-    """One phase for every NIC in one cocotb run of the exported top (``tb_smartnic``)."""
+                  ) -> tuple[list[dict], np.ndarray | None, dict]:
+    """One phase for every NIC in one cocotb run of the exported top (``tb_smartnic``); the
+    third value is the bench's own measure of its simulation phase ``{"wall_s", "cycles"}``."""
     from sim.harness import read_tb_figures, run_cocotb
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -596,7 +607,7 @@ def _cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str
             item["completions"] = r["completions"]
         results.append(item)
     rx = np.load(workdir / "rx.npy") if phase == "rx" else None
-    return results, rx
+    return results, rx, dict(out.get("sim_phase") or {"wall_s": 0.0, "cycles": 0})
 
 
 # ------------------------------------------------------------------------------ the models
@@ -808,6 +819,10 @@ class CosimReport:
     network_time_s: float | None
     rtl_cycles: int
     wall_s: float
+    #: the simulation phases alone (no elaboration, Verilog export, build or simulator
+    #: start-up): wall time and every simulated clock cycle of the top (resets included)
+    sim_wall_s: float = 0.0
+    sim_cycles: int = 0
     calibration: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -823,7 +838,14 @@ class CosimReport:
 
     @property
     def rtl_cycles_per_s(self) -> float:
+        """RTL cycles (every NIC's, both phases) per second of the whole run, per-run overhead
+        (elaboration, export, build, start-up) included."""
         return self.rtl_cycles / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def sim_cycles_per_s(self) -> float:
+        """Simulated clock cycles of the top per second of the simulation phases alone."""
+        return self.sim_cycles / self.sim_wall_s if self.sim_wall_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -833,6 +855,8 @@ class CosimReport:
             "cache_misses_match": self.cache_misses_match, "frames_dropped": self.drops,
             "network_time_s": self.network_time_s, "rtl_cycles": self.rtl_cycles,
             "wall_s": self.wall_s, "rtl_cycles_per_s": self.rtl_cycles_per_s,
+            "sim_wall_s": self.sim_wall_s, "sim_cycles": self.sim_cycles,
+            "sim_cycles_per_s": self.sim_cycles_per_s,
             "max_rel_error": self.max_rel_error, "unit_max_rel_error": self.unit_max_rel_error(),
             "calibration": self.calibration,
             "nics": [{"rank": n.rank, "rtl": n.rtl, "model": n.model, "rel_error": n.rel_error(),
@@ -881,14 +905,16 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
                              backpressure=backpressure, workdir=workdir)
 
     say(f"cosim: send side of {traffic.world} NICs on {sim}")
-    tx, _ = phase("tx")
+    tx, _, tx_phase = phase("tx")
     frames = [r["frames"] for r in tx]
     say(f"cosim: {sum(len(f) for f in frames)} frames through the network model")
     net_s = network_time_s(frames, traffic.world, topology)
     arrivals = route_frames(frames, traffic.world)
     say(f"cosim: receive side of {traffic.world} NICs on {sim}")
-    rx, rx_mem = phase("rx", arrivals)
+    rx, rx_mem, rx_phase = phase("rx", arrivals)
     wall = time.perf_counter() - t0
+    sim_phase = {"wall_s": tx_phase["wall_s"] + rx_phase["wall_s"],
+                 "cycles": int(tx_phase["cycles"] + rx_phase["cycles"])}
 
     expected = expected_buffers(nic, traffic, stim)
     diff = int(np.count_nonzero(rx_mem != expected))
@@ -911,6 +937,7 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
                            rr["counters"], cref, len(tr["frames"]), rr["completions"]))
     return CosimReport(sim, traffic.label, traffic.world, traffic.gpus_per_node, runs,
                        diff == 0, diff, misses_ok, drops, net_s, cycles, wall,
+                       sim_wall_s=sim_phase["wall_s"], sim_cycles=sim_phase["cycles"],
                        calibration={"parameters": cal.parameters(),
                                     "source": cal.context.get("source", "file")})
 

@@ -18,16 +18,10 @@ from host.units import SimRequest, UnitEntry
 from rtl.smartnic import SmartNIC
 
 __all__ = ["UNIT", "DEFAULT_PARAMS", "parse_params", "build", "simulate", "rtl_scenario",
-           "rtl_backend", "RTL_TABLES", "RTL_BATCH_PER_GPU"]
+           "rtl_backend"]
 
 DEFAULT_PARAMS: dict[str, Any] = dict(SmartNIC().params)
 _STR_PARAMS = {"cache_policy", "cache_index"}
-
-#: The default scenario of ``neonic run --backend rtl``: the SmartNIC system on 2 ZionEX nodes x
-#: 8 GPUs, 16 tables of 512 x 16 FP32 (one per rank, table-wise), 4 lookups per bag (Poisson),
-#: 2 samples per GPU: about 2,000 RTL cycles per NIC.
-RTL_TABLES = 16
-RTL_BATCH_PER_GPU = 2
 
 
 def parse_params(params: dict[str, str]) -> dict[str, Any]:
@@ -77,22 +71,11 @@ def simulate(req: SimRequest) -> dict:
 
 
 def rtl_scenario(seed: int = 1):
-    """The small scenario ``neonic run --backend rtl`` runs without a CONFIG or --preset."""
-    from host.cluster import scenario_from_dict
+    """The small scenario ``neonic run --backend rtl`` runs without a CONFIG or --preset: the
+    packaged ``rtl-small`` (2 nodes x 2 GPUs on the SmartNIC system, 16 small FP32 tables)."""
+    from host.cluster import scenario_preset
 
-    tables = [{"name": f"t{i}", "rows": 512, "dim": 16, "pooling": 4,
-               "pooling_distribution": "poisson"} for i in range(RTL_TABLES)]
-    return scenario_from_dict({
-        "scenario": {"name": "smartnic-rtl", "mode": "training", "iterations": 1, "warmup": 0,
-                     "seed": seed},
-        "cluster": {"nodes": 2},
-        "workload": {"name": "rtl-small", "description": "16 small FP32 tables for RTL NICs",
-                     "batch_per_gpu": RTL_BATCH_PER_GPU, "tables": tables,
-                     "dense": {"bottom_mlp": [16, 64, 16], "interaction": "dot",
-                               "top_mlp": [64, 1]}},
-        "system": {"preset": "smartnic"},
-        "planner": {"max_steps": 50},
-    })
+    return scenario_preset("rtl-small", scenario={"seed": seed})
 
 
 def rtl_backend(scenario, *, sim: str = "auto", calibration: Path | str | None = None,
