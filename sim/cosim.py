@@ -974,6 +974,9 @@ def format_report(report: CosimReport) -> str:
                  f"({report.mismatched_bytes} bytes differ); cache misses equal the reference "
                  f"model: {'yes' if report.cache_misses_match else 'NO'}; frames dropped: "
                  f"{report.drops}")
+    if report.sim_wall_s > 0:
+        lines.append(f"simulation phases alone: {report.sim_cycles} cycles of the top in "
+                     f"{report.sim_wall_s:.2f} s = {report.sim_cycles_per_s:.0f} cycles/s")
     if report.network_time_s is not None:
         lines.append(f"network model: the AlltoAll of the frames' bytes takes "
                      f"{report.network_time_s * 1e6:.2f} us")
