@@ -409,19 +409,24 @@ class NICEffects:
 def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     """The SmartNIC mechanisms applied to one iteration's work (see the module doc).
 
-    Local cache (``local_cache_mib`` > 0), on each owner's NIC, warm (steady state; in training
-    the GPU's optimizer writes updated cached rows through to the NIC over PCIe): hits are
-    gathered by the NIC from its memory, misses by the GPU from HBM, and every miss fills the
-    cache (its row crosses PCIe, GPU to NIC). With ``pool_on_nic`` the NIC pools its hits into
-    partial pools, merged on the NIC with the GPU's partials bound to other nodes (the NIC is on
-    that path) and sent as extra pooled vectors to GPUs of the same node; without it the hit
-    rows themselves go to the requesters, whose GPUs pool them.
+    Local cache (``local_cache_mib`` > 0), on each owner's NIC, warm: it serves only the lookups
+    whose indices pass the NIC, those from requesters on other nodes (same-node requesters use
+    NVLink; data-parallel replicas serve their own GPU). Hits are gathered by the NIC from its
+    memory, misses by the GPU from HBM; a miss costs the cache one tag probe (no fill from NIC
+    memory, no row: ``sim.nic.cache_lookup_time_s(misses_elsewhere=True)``). Inference: the
+    tables are read-only, so the cache holds profiled hot rows and is never refilled
+    (``trace_stats(policy="static")``; nothing crosses PCIe for it). Training: LRU, every miss
+    fills the cache (its row crosses PCIe, GPU to NIC) and the optimizer writes updated cached
+    rows through. With ``pool_on_nic`` the NIC pools its hits into partial pools, merged on the
+    NIC with the GPU's partials, which pass the NIC on their way to the same requesters (no
+    extra bytes); without it the hit rows themselves go to those requesters, whose GPUs pool
+    them.
 
     Remote cache (``remote_cache_mib`` > 0), on each requester's NIC, for tables owned on other
     nodes: the requester fetches rows instead of pooled vectors: hits come from its cache, misses
     arrive as raw rows from the owners (and fill the cache), and the requester pools them on
-    its NIC (``pool_on_nic``) or ships them over PCIe to its GPU. Inference: warm, and only the
-    misses' indices cross in the input AlltoAll. Training: the rows change every step, so the
+    its NIC (``pool_on_nic``) or ships them over PCIe to its GPU. Inference: warm (profiled hot
+    rows, never refilled), and only the misses' indices cross in the input AlltoAll. Training: the rows change every step, so the
     cache is invalidated per batch (cold: reuse within the batch only) and the input and
     gradient AlltoAlls are unchanged (owners need every index for the backward).
 
@@ -476,6 +481,7 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
         total = sum(p * min(samples, b) * passes for p, b in items)
         return min(1.0, MAX_TRACE_LOOKUPS / total) if total > 0 else 1.0
 
+    h_of: dict[str, float] = {}             # remote-cache hit rate per table (requesters)
     # ---- remote caches (requesters)
     if cfg.remote_cache and world > gpn:
         warm = sc.mode == "inference"
@@ -492,7 +498,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
             scale = traced_bags([(t.pooling, b) for t in mine], passes)
             bags = max(2, int(min(samples, b) * scale)) * passes
             segs = [segment(t.name, t.rows, t.row_bytes, t.pooling, bags, rng) for t in mine]
-            st = trace_stats(segs, cfg.remote_cache_bytes, cfg.cache_ways, warm=warm, reorder=cfg.reorder)
+            st = trace_stats(segs, cfg.remote_cache_bytes, cfg.cache_ways, warm=warm, reorder=cfg.reorder,
+                             policy="static" if warm else "lru")
             stats.update(st.segments)
         h_of = {name: ss.hit_rate for name, ss in stats.items()}
         total = sum(ss.lookups for ss in stats.values())
@@ -532,65 +539,64 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
         if warm:
             h_all = hit_rates["nic_remote"]
             m["input"] = np.where(inter, m["input"] * (1 - h_all), m["input"])
-    # ---- local caches (owners)
+    # ---- local caches (owners): only lookups that arrive from other nodes pass the NIC
     local_hits = local_lookups = 0.0
     if cfg.local_cache:
+        inference = sc.mode == "inference"
+        off_node = (world - gpn) / world            # share of a shard's requesters on other nodes
         for r in range(world):
             rng = np.random.default_rng([sc.seed, 1, r])
-            items = [(reach[r][i] / max(1, k.pooled_rows), k.pooled_rows) for i, (_, _, k) in enumerate(owned[r])]
+            # per shard: lookups and bags that reach the owner's NIC from other nodes
+            nic_l = [0.0 if dp_table[name] else k.lookups * off_node * (1 - h_of.get(name, 0.0))
+                     for name, _, k in owned[r]]
+            nic_b = [0.0 if dp_table[name] else k.pooled_rows * off_node for name, _, k in owned[r]]
+            items = [(nic_l[i] / nb, max(1, int(nb))) for i, nb in enumerate(nic_b) if nb > 0]
             scale = traced_bags(items, 2)
             segs = []
             for i, (name, shard, k) in enumerate(owned[r]):
-                bags = max(2, int(min(samples, k.pooled_rows) * scale)) * 2
-                segs.append(segment(f"{name}#{i}", shard.rows, k.row_bytes, reach[r][i] / max(1, k.pooled_rows), bags, rng))
+                if nic_b[i] <= 0:
+                    continue
+                bags = max(2, int(min(samples, max(1, int(nic_b[i]))) * scale)) * 2
+                segs.append(segment(f"{name}#{i}", shard.rows, k.row_bytes, nic_l[i] / nic_b[i], bags, rng))
             if reuse_probe is None and segs:
                 big = max(segs, key=lambda x: len(x.rows))
                 reuse_probe = (big.lengths, big.rows)
-            st = trace_stats(segs, cfg.local_cache_bytes, cfg.cache_ways, warm=True, reorder=cfg.reorder)
+            # inference: read-only tables, a profiled hot-row cache that stays warm (no fills);
+            # training: LRU, every miss fills it and updated cached rows are written through
+            st = trace_stats(segs, cfg.local_cache_bytes, cfg.cache_ways, warm=True, reorder=cfg.reorder,
+                             policy="static" if inference else "lru")
             hits_r = 0.0
-            pooled_hit_bytes = 0.0
             raw_hit_bytes = 0.0
-            pooled_total = 0.0
             for i, (name, shard, k) in enumerate(owned[r]):
+                if nic_b[i] <= 0:
+                    continue
                 ss = st.segments.get(f"{name}#{i}")
                 h = ss.hit_rate if ss else 0.0
-                hits = reach[r][i] * h
+                hits = nic_l[i] * h
                 hits_r += hits
-                cache_row_bytes[r] += reach[r][i] * k.row_bytes
+                cache_row_bytes[r] += nic_l[i] * k.row_bytes
                 gpu_lookups[r][i] = reach[r][i] - hits
-                fwd_pcie[r] += (reach[r][i] - hits) * k.row_bytes          # fills
-                if sc.mode == "training":
-                    bwd_pcie[r] += k.unique_rows * h * k.row_bytes         # write-through
-                bags_hit = k.pooled_rows * (ss.bags_with_hit if ss else 0.0)
+                if not inference:
+                    fwd_pcie[r] += (nic_l[i] - hits) * k.row_bytes                          # fills
+                    bwd_pcie[r] += k.unique_rows * off_node * h * k.row_bytes               # write-through
+                bags_hit = nic_b[i] * (ss.bags_with_hit if ss else 0.0)
                 if cfg.pool_on_nic:
+                    # partial pools merge on the NIC with the GPU's partials, which pass the NIC
+                    # on their way to the same requesters: no extra bytes anywhere
                     nic_rows[r].append((shard.cols, k.row_bytes // max(1, shard.cols), bags_hit, hits / bags_hit if bags_hit else 0.0))
-                if dp_table[name]:
-                    # a replica serves the rank's own samples: the NIC's partials (or rows) go
-                    # to its own GPU over PCIe
-                    nb = bags_hit * shard.cols * 4 if cfg.pool_on_nic else hits * k.row_bytes
-                    fwd_pcie[r] += nb
-                    if not cfg.pool_on_nic:
-                        gpu_pool[r] += nb
-                    continue
-                if cfg.pool_on_nic:
-                    pooled_hit_bytes += bags_hit * shard.cols * comm_b
                 else:
                     raw_hit_bytes += hits * k.row_bytes
-                pooled_total += k.pooled_rows * shard.cols * comm_b
             local_hits += hits_r
-            local_lookups += sum(reach[r])
-            cache_lookups[r] += sum(reach[r])
+            local_lookups += sum(nic_l)
+            cache_lookups[r] += sum(nic_l)
             cache_hits[r] += hits_r
-            if pooled_total > 0:
-                row = work.matrices["pooled"][r]
-                if cfg.pool_on_nic:  # NIC partials to GPUs of the same node
-                    extra = row * (pooled_hit_bytes / pooled_total) * (node == node[r])
-                else:                # hit rows to every requester
-                    extra = row * (raw_hit_bytes / pooled_total)
-                extra[r] = 0.0
+            row = work.matrices["pooled"][r] * inter[r]
+            if raw_hit_bytes > 0 and row.sum() > 0:
+                # without pooling on the NIC the hit rows themselves go to the requesters on
+                # other nodes, whose GPUs pool them
+                extra = row * (raw_hit_bytes / row.sum())
                 m["pooled"][r] += extra
-                if not cfg.pool_on_nic:
-                    gpu_pool += extra    # gradients still travel pooled (grad AlltoAll unchanged)
+                gpu_pool += extra    # gradients still travel pooled (grad AlltoAll unchanged)
         hit_rates["nic_local"] = float(local_hits / local_lookups) if local_lookups else 0.0
     else:
         gpu_lookups = [list(x) for x in reach]
@@ -599,7 +605,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     for r in range(world):
         g = gather_time_s(cfg, nic_rows[r], seed=sc.seed, memo=memo) if nic_rows[r] else 0.0
         n = cache_lookups[r]
-        c = cache_lookup_time_s(cfg, n, hit_rate=min(1.0, cache_hits[r] / n), row_bytes=cache_row_bytes[r] / n) if n > 0 else 0.0
+        c = (cache_lookup_time_s(cfg, n, hit_rate=min(1.0, cache_hits[r] / n), row_bytes=cache_row_bytes[r] / n,
+                                 misses_elsewhere=True) if n > 0 else 0.0)
         units.append(tuple((u, ps_from_s(t)) for u, t in (("cache", c), ("gather", g)) if t > 0))
     if reuse_probe is not None:
         lengths, rows = reuse_probe

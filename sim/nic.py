@@ -192,7 +192,7 @@ def _split(s: Segment) -> tuple[Segment, Segment]:
 
 
 def trace_stats(segments: Sequence[Segment], capacity_bytes: float, ways: int, *, warm: bool = True,
-                reorder: bool = False) -> TraceStats:
+                reorder: bool = False, policy: str = "lru") -> TraceStats:
     """Hit rates of one cache of ``capacity_bytes`` serving ``segments`` in table-major order.
 
     Rows of different segments are distinct lines. ``warm``: each segment's bags are two
@@ -200,7 +200,17 @@ def trace_stats(segments: Sequence[Segment], capacity_bytes: float, ways: int, *
     the second ones are measured (a steady-state cache); otherwise the whole trace is measured
     from an empty cache (a cache invalidated every batch). ``reorder``: each batch's bags are
     reordered first (:func:`reorder_bags`).
+
+    ``policy``: ``"lru"`` (the RTL's set-associative LRU cache; every miss is inserted) or
+    ``"static"``: the cache is loaded once with the rows looked up most often in the first
+    batches (a profiled hot-row cache of read-only tables, as in inference) and never refilled,
+    so misses insert nothing; it needs ``warm`` (the profile) and its hits do not depend on
+    the order of the lookups. One line per row, placed without set conflicts.
     """
+    if policy not in ("lru", "static"):
+        raise ValueError(f"policy: expected 'lru' or 'static', got {policy!r}")
+    if policy == "static" and not warm:
+        raise ValueError("policy: 'static' needs warm=True (the first batches are the profile)")
     segments = [s for s in segments if len(s.lengths)]
     if warm:
         pairs = [_split(s) for s in segments]
@@ -221,8 +231,16 @@ def trace_stats(segments: Sequence[Segment], capacity_bytes: float, ways: int, *
     offsets = dict(zip([s.key for s in measured], np.cumsum([0] + [s.num_rows for s in measured[:-1]])))
     warm_keys = [s.rows + offsets[s.key] for s in first]
     keys = [s.rows + offsets[s.key] for s in measured]
-    n_warm = sum(len(k) for k in warm_keys)
-    hits = simulate_trace(np.concatenate(warm_keys + keys), cfg).hits[n_warm:]
+    if policy == "static":
+        profile = np.concatenate(warm_keys) if warm_keys else np.zeros(0, np.int64)
+        uniq, counts = np.unique(profile, return_counts=True)
+        lines = cfg.sets * cfg.ways
+        # the hottest rows (ties to the lowest key: deterministic)
+        hot = uniq[np.lexsort((uniq, -counts))[:lines]]
+        hits = np.isin(np.concatenate(keys), hot)
+    else:
+        n_warm = sum(len(k) for k in warm_keys)
+        hits = simulate_trace(np.concatenate(warm_keys + keys), cfg).hits[n_warm:]
     out: dict[str, SegmentStats] = {}
     pos = 0
     for s in measured:
@@ -368,13 +386,24 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
 
 
 def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0,
-                        row_bytes: float | None = None) -> float:
+                        row_bytes: float | None = None, misses_elsewhere: bool = False) -> float:
     """Seconds for the cache to serve ``lookups`` whole-row reads of ``row_bytes`` (mean;
     default one datapath beat) at ``hit_rate`` (:func:`cache_cycles`; misses are filled
-    with the NIC memory's latency ``memory_latency_cycles``)."""
+    with the NIC memory's latency ``memory_latency_cycles``).
+
+    ``misses_elsewhere``: the misses are not served by the cache at all (the system's SmartNIC
+    caches: a local-cache miss is gathered by the GPU from HBM, a remote-cache miss arrives
+    from its owner over the network), so a miss costs the cache one tag probe (one cycle of
+    its lookup pipeline) and no fill from NIC memory, no row delivery; only the hits stream
+    their rows out."""
     if lookups <= 0:
         return 0.0
     beats = 1 if row_bytes is None else max(1, math.ceil(row_bytes / cfg.datapath_bytes))
+    if misses_elsewhere:
+        hits = lookups * hit_rate
+        cycles = (cache_cycles(hits, 0.0, beats, latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
+                               queue_depth=cfg.cache_queue_depth) if hits > 0 else 0.0)
+        return (cycles + (lookups - hits)) / cfg.clock_hz
     cycles = cache_cycles(lookups, 1.0 - hit_rate, beats, latency=cfg.memory_latency_cycles,
                           mshrs=cfg.cache_mshrs, queue_depth=cfg.cache_queue_depth)
     return cycles / cfg.clock_hz

@@ -141,21 +141,58 @@ def test_smartnic_runs_are_deterministic():
     assert a["cache_hit_rates"] == b["cache_hit_rates"]
 
 
-def test_nic_cache_time_grows_with_misses_and_row_size():
-    """The cache unit is timed with each rank's own hit rate and mean row size: fewer hits
-    (a smaller cache) or wider rows (more datapath beats per row) take longer per lookup."""
-    def per_lookup_ps(local_cache_mib: float, dim: int) -> tuple[float, float]:
+def _off_node_lookups(cr: ClusterRun) -> float:
+    """Forward lookups of sharded (not data-parallel) tables requested from other nodes: the
+    only lookups whose indices pass an owner's NIC (2 nodes: half of every shard's)."""
+    from host.planner.plan import ShardingType
+
+    dp = {n for n, tp in cr.plan.tables.items() if tp.sharding == ShardingType.DATA_PARALLEL}
+    total = 0.0
+    for t in cr.scenario.workload.tables:
+        if t.name not in dp:
+            total += sum(k.lookups for k in cr.work.tables[t.name].kernels) * 0.5
+    return total
+
+
+def test_local_cache_serves_only_lookups_that_pass_the_nic(nothing):
+    """Lookups from the owner's own node (NVLink) and of data-parallel replicas never pass the
+    NIC, so the local cache takes from the GPU exactly its hits among off-node lookups."""
+    on = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True})
+    h = on.result.metrics["cache_hit_rates"]["nic_local"]
+    saved = sum(map(sum, nothing.nic_effects.gpu_lookups)) - sum(map(sum, on.nic_effects.gpu_lookups))
+    assert saved == pytest.approx(h * _off_node_lookups(on), rel=1e-6)
+    # pooled on the NIC, the hits' partials merge with the GPU's on the way out: no extra bytes
+    assert np.array_equal(on.nic_effects.matrices["pooled"], nothing.nic_effects.matrices["pooled"])
+
+
+def test_inference_local_cache_stays_warm_and_fills_nothing_over_pcie():
+    """Inference tables are read-only: the cache holds profiled hot rows, is not refilled on
+    misses, and nothing crosses PCIe for it; training's LRU cache fills every miss."""
+    inf = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True}, mode="inference")
+    assert inf.result.metrics["cache_hit_rates"]["nic_local"] > 0
+    assert not inf.nic_effects.fwd_pcie_bytes.any() and not inf.nic_effects.bwd_pcie_bytes.any()
+    train = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True})
+    assert train.nic_effects.fwd_pcie_bytes.sum() > 0 and train.nic_effects.bwd_pcie_bytes.sum() > 0
+
+
+def test_nic_cache_time_is_hits_streaming_rows_and_misses_probing_tags():
+    """A local-cache miss is gathered by the GPU, so the cache spends one tag-probe cycle on
+    it; a hit streams its row (datapath beats). Per off-node lookup: a smaller cache (fewer
+    hits) takes less time, wider rows take more, and the total matches the closed form."""
+    def per_lookup_cycles(local_cache_mib: float, dim: int) -> tuple[float, float]:
         data = tiny({**OFF, "local_cache_mib": local_cache_mib})
         data["workload"]["synthesize"].update(dim_min=dim, dim_max=dim, dim_avg=dim)
         cr = ClusterRun(scenario_from_dict(data))
         cr.result = cr.run()
         cache_ps = sum(dict(u).get("cache", 0) for u in cr.nic_effects.fwd_units)
-        lookups = sum(k.lookups for ks in cr.work.kernels for k in ks)  # every lookup reaches its owner's cache
-        return cache_ps / lookups, cr.result.metrics["cache_hit_rates"]["nic_local"]
+        return cache_ps * 250e6 / 1e12 / _off_node_lookups(cr), cr.result.metrics["cache_hit_rates"]["nic_local"]
 
-    base, base_hits = per_lookup_ps(1.0, 16)               # 64-byte rows: one beat
-    fewer, fewer_hits = per_lookup_ps(1 / 64, 16)
-    wider, _ = per_lookup_ps(1.0, 64)                       # 256-byte rows: four beats
+    base, base_hits = per_lookup_cycles(1.0, 16)            # 64-byte rows: one beat per hit
+    fewer, fewer_hits = per_lookup_cycles(1 / 64, 16)
+    wider, wider_hits = per_lookup_cycles(1.0, 64)          # 256-byte rows: four beats per hit
     assert fewer_hits < base_hits
-    assert fewer > base
-    assert wider > 2 * base
+    assert base == pytest.approx(1.0, rel=0.02)              # one cycle a lookup, hit or miss
+    assert wider == pytest.approx(4 * wider_hits + (1 - wider_hits), rel=0.02)
+    assert wider > base
+    small, small_hits = per_lookup_cycles(1 / 16, 64)
+    assert small_hits < wider_hits and small < wider

@@ -116,6 +116,39 @@ def test_reorder_exposes_reuse_and_raises_a_small_caches_hit_rate():
     assert on > off + 0.1
 
 
+def test_static_hot_row_cache_is_profiled_order_free_and_beats_lru_on_zipf():
+    """A static cache holds the rows most looked up in the profile (first) batches: its hits
+    do not depend on the order of lookups, and on Zipf lookups it hits at least as often as
+    LRU of the same size (which evicts hot rows for cold misses)."""
+    rng = np.random.default_rng(5)
+    lengths = rng.poisson(8, 4096)
+    rows = np.minimum(rng.zipf(1.1, int(lengths.sum())) - 1, 99_999)
+    seg = Segment("t", lengths, rows, 100_000, 256)
+    cap = 512 * 256
+    static = trace_stats([seg], cap, 8, policy="static")
+    assert static.hit_rate == trace_stats([seg], cap, 8, policy="static", reorder=True).hit_rate
+    assert static.hit_rate >= trace_stats([seg], cap, 8).hit_rate
+    assert 0 < static.hit_rate < 1
+    with pytest.raises(ValueError, match="policy"):
+        trace_stats([seg], cap, 8, policy="lfu")
+    with pytest.raises(ValueError, match="warm"):
+        trace_stats([seg], cap, 8, warm=False, policy="static")
+
+
+def test_cache_misses_served_elsewhere_cost_one_tag_probe():
+    """A SmartNIC cache miss is served by the GPU (local) or the network (remote): one cycle
+    of the lookup pipeline, no fill, no row; hits stream their rows as usual."""
+    cfg = NICConfig()
+    rows = 4 * cfg.datapath_bytes
+    assert cache_lookup_time_s(cfg, 1000, hit_rate=0.0, row_bytes=rows, misses_elsewhere=True) == pytest.approx(1000 / cfg.clock_hz)
+    all_hit = cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows)
+    assert cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows, misses_elsewhere=True) == pytest.approx(all_hit)
+    half = cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows, misses_elsewhere=True)
+    assert half == pytest.approx((500 * 4 + 2 + 500) / cfg.clock_hz)
+    # the RTL cache filling its own misses from NIC memory takes longer
+    assert cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows) > half
+
+
 # -------------------------------------------------------------------------------- unit times
 def test_gather_time_scales_with_bags_and_is_memory_bound_on_slow_memory():
     cfg = NICConfig()
