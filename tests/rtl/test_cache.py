@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from host.units.cache import measure_hits
 from rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
 from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from sim.reference.cache import (CacheConfig, Request, expected_results, random_requests)
@@ -174,47 +175,11 @@ def test_invalidate_drops_lines_and_dirty_data(rng):
     assert np.array_equal(mem.contents, memory)              # dirty lines were dropped
 
 
-def _all_hit_run(dut, n, rng=None, latency=(1, 1)):
-    """Warm 4 rows, then `n` single-beat reads of them with no idle and no backpressure.
-    Returns (cycles from the first to the last accepted request, request->first-beat
-    latencies of the hit phase)."""
-    memory = np.zeros(16 * dut.line_beats * dut.data_bytes, np.uint8)
-    mem = AmaranthMemory(dut.back, memory, data_bytes=dut.data_bytes,
-                         rng=rng or np.random.default_rng(0), latency=latency)
-    accepts, firsts = [], []
-
-    async def tb(ctx):
-        for r in range(4):
-            await stream_send(ctx, dut.front.req, [{"addr": r * dut.line_beats, "beats": 1}])
-            await stream_recv(ctx, dut.front.resp, 1)
-        ctx.set(dut.front.resp.ready, 1)
-        ctx.set(dut.front.req.valid, 1)
-        cycle, sent, recv = 0, 0, 0
-        while recv < n:
-            if sent < n:
-                ctx.set(dut.front.req.payload, {"addr": (sent % 4) * dut.line_beats, "beats": 1})
-            ctx.set(dut.front.req.valid, int(sent < n))
-            _, _, rv, rr, pv = await ctx.tick().sample(dut.front.req.ready,
-                                                       dut.front.req.valid,
-                                                       dut.front.resp.valid)
-            if rv and rr:
-                accepts.append(cycle)
-                sent += 1
-            if pv:
-                firsts.append(cycle)
-                recv += 1
-            cycle += 1
-
-    run_amaranth(dut, [tb], [mem.process], max_cycles=20 * n + 2000)
-    lat = [f - a for a, f in zip(accepts, firsts)]
-    return accepts[-1] - accepts[0] + 1, lat
-
-
 def test_hits_one_per_cycle_with_two_cycle_latency():
     dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=4)
-    cycles, lat = _all_hit_run(dut, 200)
-    assert cycles == 200          # one lookup per cycle, no bubble
-    assert max(lat) == 2 and min(lat) == 2
+    figures = measure_hits(dut, 200)       # the measurement `neonic bench cache` reports
+    assert figures["hit_lookups_per_cycle"] == 1.0          # one lookup per cycle, no bubble
+    assert figures["hit_latency_cycles"] == 2 and figures["hit_latency_min_cycles"] == 2
 
 
 @pytest.mark.parametrize("kwargs,name", [
