@@ -134,7 +134,7 @@ def resources(ctx: BenchContext, timeout_s: float = 1200) -> dict:
     ok = [u for u in out["units"].values() if "error" not in u]
     for key in ("luts", "ffs", "ram_bits", "dsps"):
         out[key] = sum(u[key] for u in ok) if len(ok) == 4 else None
-    out["ff_mapped_memories"] = [f"{unit}.{m}" for unit, u in out["units"].items()
+    out["ff_mapped_memories"] = [m for u in out["units"].values()    # named unit.memory
                                  for m in u.get("ff_mapped_memories", [])]
     return out
 
