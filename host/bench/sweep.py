@@ -6,10 +6,11 @@ worker processes, once with one worker and once with two, each into a fresh fold
 every point is computed. Figures (measured when the command runs):
 
 ``points``               points in the sweep (>= 16)
-``wall_s_1_worker``      wall-clock seconds of the sweep on a started cluster of one worker whose
-                         process has imported neonic (start-up is reported apart)
+``wall_s_1_worker``      wall-clock seconds of the sweep (points, result files, CSV and plots) on a
+                         started cluster of one worker that has already run one warm-up point
+                         (start-up is reported apart)
 ``wall_s_2_workers``     the same with two workers
-``startup_s_1_worker``, ``startup_s_2_workers``  starting the local cluster and importing neonic
+``startup_s_1_worker``, ``startup_s_2_workers``  starting the local cluster and the warm-up point
 ``speedup``              wall_s_1_worker / wall_s_2_workers
 ``parallel_efficiency``  speedup / 2 (1 = perfect use of the second worker)
 ``point_s_mean``         mean seconds one point takes on a worker
@@ -40,19 +41,21 @@ def _spec(quick: bool, seed: int):
     })
 
 
-def _warm() -> None:
-    """Import what a point needs, so the timed sweep measures points, not imports."""
-    import host.cluster  # noqa: F401
-    import host.planner  # noqa: F401
-    import sim.network.network  # noqa: F401
+def _warm(config: dict, base_dir: str | None) -> None:
+    """Run one point on a worker before the clock starts, so the timed sweep measures points,
+    not a worker's imports and first-call costs (loading the network solver's compiled
+    kernels)."""
+    from host.sweep import evaluate_point
+    evaluate_point(config, base_dir)
 
 
 def run(ctx: BenchContext) -> dict:
     from dask.distributed import Client, LocalCluster
 
-    from host.sweep import run_sweep
+    from host.sweep import expand_points, run_sweep
 
     spec = _spec(ctx.quick, ctx.seed)
+    spec_points = expand_points(spec)
     figures: dict = {}
     csvs = []
     with tempfile.TemporaryDirectory(prefix="neonic-bench-sweep-") as tmp:
@@ -71,7 +74,8 @@ def run(ctx: BenchContext) -> dict:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
             client = Client(cluster)
             try:
-                client.run(_warm)
+                warm = spec_points[0]
+                client.run(_warm, warm.config, spec.base_dir)
                 suffix = f"{workers}_worker" + ("s" if workers > 1 else "")
                 figures[f"startup_s_{suffix}"] = time.perf_counter() - t0
                 t0 = time.perf_counter()
