@@ -72,6 +72,7 @@ class RxRun:
     beat_cycles: list[int]
     done_cycle: int                 # last memory write beat
     memory: dict[int, int] = field(default_factory=dict)
+    completions: list[tuple[int, int, int | None]] = field(default_factory=list)  # (qp, length, imm)
 
 
 def default_messages(rng: np.random.Generator, num_dest: int, quant: str) -> list[tuple[Message, np.ndarray]]:
@@ -145,9 +146,9 @@ def run_tx(dut: Packetizer, messages: list[Message], *, psns: dict[int, int] | N
 
 
 def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
-           quant: str = "none", dim: int = 0) -> RxRun:
-    """Feed ``frames`` back to back (memory always ready) and time the depacketizer; its QPs
-    are set to receive ``quant`` (rows of ``dim`` for INT8)."""
+           quant: str = "none", dim: int = 0, vcd: Path | None = None) -> RxRun:
+    """Feed ``frames`` back to back (memory always ready, completions always taken) and time
+    the depacketizer; its QPs are set to receive ``quant`` (rows of ``dim`` for INT8)."""
     from rtl.depacketizer import QUANT_FORMATS as RX_FORMATS
     W = dut.data_bytes
     beats = []
@@ -161,6 +162,7 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
     writes = {"last": 0}
     memory: dict[int, int] = {}
     counters: dict[str, int] = {}
+    done: list[tuple[int, int, int | None]] = []
 
     async def counter(ctx):
         while True:
@@ -212,10 +214,15 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
 
     async def completions(ctx):
         ctx.set(dut.completion.ready, 1)
+        while True:
+            _, _, valid, c = await ctx.tick().sample(dut.completion.valid, dut.completion.payload)
+            if valid:
+                done.append((int(c.qp), int(c.length), int(c.imm) if c.has_imm else None))
 
-    run_amaranth(dut, [source, completions], background=[counter], processes=[memory_sink],
+    run_amaranth(dut, [source], background=[counter, completions], processes=[memory_sink],
+                 vcd=vcd,
                  max_cycles=10000 + 4 * len(beats) + (40 * len(beats) if quant == "int8" else 0))
-    return RxRun(counters, beat_cycles, writes["last"], memory)
+    return RxRun(counters, beat_cycles, writes["last"], memory, done)
 
 
 def simulate(req: SimRequest) -> dict:
@@ -305,7 +312,8 @@ def _simulate_cocotb(req: SimRequest, dut: Packetizer) -> dict:
 
 UNIT = UnitEntry(
     name="packetizer",
-    summary="AlltoAll RoCEv2 RDMA WRITE packetizer (segmentation, PSN, ICRC, FP16/BF16)",
+    summary="AlltoAll RoCEv2 RDMA WRITE packetizer (segmentation, PSN, ICRC, FP16/BF16, "
+            "INT8 row-wise)",
     build=build,
     simulate=simulate,
     options=(("pcap", "write the frames to this pcap file (Wireshark/scapy)"),),
