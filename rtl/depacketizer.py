@@ -40,7 +40,9 @@ Timing
 
 Store and forward per packet: the payload is realigned to beat boundaries as it arrives and
 held in a FIFO (two path MTUs) until the frame's verdict, one cycle after its last beat (the
-ICRC is checked through the CRC residue, so no field must be known in advance). ``frame`` takes
+ICRC is checked through the CRC residue, so no field must be known in advance; the ICRC result
+is kept from that cycle, so a verdict that waits for room in the verdict FIFO stays the frame's
+own while the next frame's first beats enter). ``frame`` takes
 one beat per cycle; it pauses one cycle after a frame whose payload ends in its last beat with
 another payload beat to write, and a last beat waits while the previous verdict is pending
 (back-to-back one-beat frames: the verdict updates the QP state the next frame is checked
@@ -328,9 +330,11 @@ class Depacketizer(wiring.Component):
         p_cont = Signal()                  # FIRST/MIDDLE: a message continues
         p_wbeats = Signal(self.beats_width + 1)
         p_imm, p_has_imm = Signal(32), Signal()
+        p_fresh = Signal()                 # the cycle after the last beat (``icrc.crc`` valid)
         with m.If(fire & fr.payload.last):
             m.d.sync += [
-                pend.eq(1), p_pre.eq(pre), p_post.eq(post), p_z.eq(W - fr.payload.count),
+                pend.eq(1), p_fresh.eq(1), p_pre.eq(pre), p_post.eq(post),
+                p_z.eq(W - fr.payload.count),
                 p_qp.eq(qp), p_start.eq(is_first | is_only), p_va.eq(field(54, 8)),
                 p_dmalen.eq(dmalen), p_plen.eq(plen[:13]), p_cont.eq(is_first | is_middle),
                 p_wbeats.eq(wcount + emit + emit2),
@@ -339,12 +343,20 @@ class Depacketizer(wiring.Component):
             ]
 
         # ---- verdict (the cycle after the last beat) -------------------------------------------
+        # The engine holds the frame's CRC only in the cycle after its last beat: the next
+        # frame's first beat may enter (and restart the engine) while the verdict waits for
+        # room in ``vfifo``, so the comparison is kept from that cycle on.
         residues = icrc_residues(W)
-        icrc_ok = Signal()
+        icrc_match = Signal()
         with m.Switch(p_z):
             for z in range(W):
                 with m.Case(z):
-                    m.d.comb += icrc_ok.eq(icrc.crc == residues[z])
+                    m.d.comb += icrc_match.eq(icrc.crc == residues[z])
+        p_icrc_ok = Signal()
+        icrc_ok = Signal()
+        m.d.comb += icrc_ok.eq(Mux(p_fresh, icrc_match, p_icrc_ok))
+        with m.If(p_fresh):
+            m.d.sync += [p_fresh.eq(0), p_icrc_ok.eq(icrc_match)]
         counters = {name: Signal(32, name=f"n_{name}") for name in ("accepted",) + DROP_REASONS}
         for name, sig in counters.items():
             m.d.comb += getattr(self.counters, name).eq(sig)

@@ -57,8 +57,6 @@ def test_simulate_raises_when_memory_differs(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "figures.json").read_text())["memory_matches_reference"] is False
 
 
-@pytest.mark.xfail(strict=True, reason="RTL: at pmtu=4096 a PSN-gap WRITE ONLY after a 4 KiB "
-                   "FIRST/LAST message is counted as an ICRC drop (reported to the RTL owner)")
 def test_simulate_at_the_default_path_mtu(tmp_path):
     req = SimRequest(sim="amaranth", out=tmp_path, seed=1, params={"data_bytes": "64"})
     assert unit.simulate(req)["counters_match_reference"]

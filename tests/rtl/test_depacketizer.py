@@ -172,3 +172,82 @@ def test_broken_frames_dropped_by_reason(width, rng):
 def test_bad_parameters(kw, match):
     with pytest.raises(ValueError, match=match):
         Depacketizer(**kw)
+
+
+# ---- path MTU 4096 (the default): verdicts that wait for room in the verdict FIFO ----------
+
+def _dest(q):
+    return Destination(mac=0x0200_0000_0002, ip=0x0A000002, qpn=q)
+
+
+def _broken(rng, q, psn, reason):
+    return dict(broken_frames(rng, _dest(q), va=0x100, psn=psn))[reason]
+
+
+def _flip_icrc(frame):
+    bad = bytearray(frame)
+    bad[-1] ^= 0x40
+    return bytes(bad)
+
+
+def pmtu4096_psn_gap_sequence(rng):
+    """The sequence of issue 4: a 4 KiB message (a copy of its LAST with a bad ICRC before the
+    real one), a wrong-UDP-port frame, a WRITE ONLY, a WRITE ONLY with a PSN gap, and the FIRST
+    of another message. The short frames' verdicts queue behind the 4 KiB drain, and the PSN-gap
+    frame's verdict is still waiting when the next FIRST starts."""
+    big = Message(dest=0, va=0, rkey=7, payload=rng.integers(0, 256, 4096 + 132, np.uint8)
+                  .tobytes())
+    first, last = scapy_message(big, _dest(0), 10, 4096)
+    only = Message(dest=1, va=0x2000, rkey=7, payload=rng.integers(0, 256, 260, np.uint8)
+                   .tobytes())
+    nxt = Message(dest=2, va=0x3000, rkey=7, payload=rng.integers(0, 256, 4096 + 64, np.uint8)
+                  .tobytes())
+    frames = [first, _flip_icrc(last), last, _broken(rng, 3, 0, "udp_port"),
+              *scapy_message(only, _dest(1), 20, 4096), _broken(rng, 3, 0, "psn"),
+              scapy_message(nxt, _dest(2), 30, 4096)[0]]
+    assert [len(f) for f in frames] == [4170, 190, 190, 114, 334, 114, 4170]
+    return frames, {0: 10, 1: 20, 2: 30, 3: 0}
+
+
+def test_psn_gap_after_a_4k_message_dropped_as_psn(rng):
+    """Regression (issue 4): the ICRC verdict of a frame belongs to that frame, even when its
+    verdict waits and the next frame's first beats restart the CRC engine."""
+    frames, psns = pmtu4096_psn_gap_sequence(rng)
+    rx = check_against_reference(Depacketizer(data_bytes=64, pmtu=4096, num_qps=4), frames,
+                                 psns, rng)
+    assert rx.drops["psn"] == 1 and rx.drops["icrc"] == 1 and rx.drops["udp_port"] == 1
+    assert rx.accepted == 4
+
+
+def mixed_sequence(rng, pmtu, n_messages, va_step):
+    """Messages of random sizes (short, and longer than the path MTU) on four QPs, with broken
+    frames (bad ICRC copies, frames broken in one random way) and some lost frames among them."""
+    nxt = {q: int(rng.integers(1 << 24)) for q in range(4)}
+    psns = dict(nxt)
+    reasons = list(DROP_REASONS)
+    out = []
+    for i in range(n_messages):
+        q = int(rng.integers(4))
+        n = int(rng.integers(1, 300) if rng.random() < 0.4 else rng.integers(pmtu, 2 * pmtu))
+        msg = Message(dest=q, va=i * va_step, rkey=7,
+                      payload=rng.integers(0, 256, n, np.uint8).tobytes(),
+                      imm=int(rng.integers(1 << 32)) if rng.random() < 0.5 else None)
+        frames = scapy_message(msg, _dest(q), nxt[q], pmtu)
+        nxt[q] = (nxt[q] + len(frames)) % (1 << 24)
+        for fr in frames:
+            if rng.random() < 0.3:
+                out.append(_flip_icrc(fr))
+            for _ in range(int(rng.integers(0, 5))):   # bursts of short frames fill the FIFOs
+                other = int(rng.integers(4))
+                out.append(_broken(rng, other, nxt[other], reasons[int(rng.integers(len(reasons)))]))
+            if rng.random() >= 0.05:      # else lost: the rest of its message is dropped
+                out.append(fr)
+    return out, psns
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_mixed_good_and_broken_frames_at_pmtu_4096(stall, rng):
+    frames, psns = mixed_sequence(rng, 4096, 6, 0x2000 + 0x40)
+    rx = check_against_reference(Depacketizer(data_bytes=64, pmtu=4096, num_qps=4), frames,
+                                 psns, rng, idle=stall, backpressure=stall, accept_stall=stall)
+    assert rx.accepted > 0 and sum(rx.drops.values()) > 0
