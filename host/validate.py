@@ -184,7 +184,11 @@ def _scale(result: ExperimentResult) -> str:
     for key in ("models", "model", "nodes", "table_fraction", "sizes_mib"):
         if key in c:
             parts.append(f"{key}={c[key]}")
-    return ", ".join(parts)
+    text = ", ".join(parts)
+    nodes = c.get("nodes")
+    if isinstance(nodes, int) and nodes < 16:
+        text += " (below Neo's 16-node evaluation scale, to stay within minutes on 2 cores)"
+    return text
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
