@@ -75,7 +75,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from host.schedule import COLLECTIVE_PHASES, Op, OpGraph, ScheduleRunner, build_graph, phase_breakdown
-from host.systems import SystemSpec, merge_tables, resolve_system
+from host.systems import (SystemSpec, check_known_fields, check_table, merge_tables,
+                          resolve_system)
 from host.workloads import WorkloadSpec, resolve_workload
 from sim.engine import Engine, ps_from_s, s_from_ps
 from sim.gpu import KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
@@ -138,19 +139,6 @@ class Scenario:
         }
 
 
-def _table(path: str, value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{path}: expected a table, got {type(value).__name__}")
-    return value
-
-
-def _known(path: str, data: Mapping[str, Any], known: tuple[str, ...]) -> None:
-    for key in data:
-        if key not in known:
-            where = f"{path}.{key}" if path else key
-            raise ValueError(f"{where}: unknown field; expected one of {', '.join(known)}")
-
-
 def _int(path: str, value: Any, lo: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
@@ -171,22 +159,22 @@ def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
 
 def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Scenario:
     """Validate a parsed scenario TOML (errors name the dotted field)."""
-    data = _table("scenario file", data)
-    _known("", data, _SECTIONS)
-    sc = _table("scenario", data.get("scenario", {}))
-    _known("scenario", sc, ("name", "mode", "pipelined", "iterations", "warmup", "seed"))
+    data = check_table("scenario file", data)
+    check_known_fields("", data, _SECTIONS)
+    sc = check_table("scenario", data.get("scenario", {}))
+    check_known_fields("scenario", sc, ("name", "mode", "pipelined", "iterations", "warmup", "seed"))
     name = sc.get("name", "scenario")
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
         raise ValueError(f"scenario.name: expected a non-empty name without spaces or slashes, got {name!r}")
     mode = _choice("scenario.mode", sc.get("mode", "training"), ("training", "inference"))
-    cl = _table("cluster", data.get("cluster", {}))
-    _known("cluster", cl, ("nodes", "gpus_per_node"))
+    cl = check_table("cluster", data.get("cluster", {}))
+    check_known_fields("cluster", cl, ("nodes", "gpus_per_node"))
     if "workload" not in data:
         raise ValueError("workload: required section missing (e.g. workload = \"model-a\" or [workload] preset = ...)")
     workload = resolve_workload(data["workload"], "workload", base)
     system = resolve_system(data.get("system", "zionex"), "system")
-    pl = _table("planner", data.get("planner", {}))
-    _known("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps"))
+    pl = check_table("planner", data.get("planner", {}))
+    check_known_fields("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps"))
     from host.planner.api import check_planner_name
     from host.planner.search import DEFAULT_MAX_STEPS
 
@@ -194,8 +182,8 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     budget = pl.get("time_budget_s")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600):
         raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
-    dense = _table("dense", data.get("dense", {}))
-    _known("dense", dense, ("dtype",))
+    dense = check_table("dense", data.get("dense", {}))
+    check_known_fields("dense", dense, ("dtype",))
     gpn = cl.get("gpus_per_node")
     return Scenario(
         name=name,

@@ -60,6 +60,8 @@ from sim.resources import CPU_PRESETS
 
 __all__ = [
     "PRESET_NAMES",
+    "check_table",
+    "check_known_fields",
     "StreamsSpec",
     "HostSpec",
     "NICSpec",
@@ -76,16 +78,20 @@ EMBEDDING_PLACES = ("gpu", "cpu", "nic")
 
 
 # ------------------------------------------------------------------------------------ checks
-def _table(path: str, value: Any) -> Mapping[str, Any]:
+def check_table(path: str, value: Any) -> Mapping[str, Any]:
+    """``value`` as a TOML table, or an error naming ``path``."""
     if not isinstance(value, Mapping):
         raise ValueError(f"{path}: expected a table, got {type(value).__name__}")
     return value
 
 
-def _no_unknown(path: str, data: Mapping[str, Any], known: tuple[str, ...]) -> None:
+def check_known_fields(path: str, data: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """Refuse a key of ``data`` outside ``known``, naming it by its dotted path (``path`` ""
+    for the top level)."""
     for key in data:
         if key not in known:
-            raise ValueError(f"{path}.{key}: unknown field; expected one of {', '.join(known)}")
+            where = f"{path}.{key}" if path else key
+            raise ValueError(f"{where}: unknown field; expected one of {', '.join(known)}")
 
 
 def _num(path: str, value: Any, lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> float:
@@ -202,7 +208,7 @@ _TOP = ("name", "description", "embeddings", "network", "gpu", "comm_dtype", "gp
 
 
 def _streams(path: str, data: Mapping[str, Any]) -> StreamsSpec:
-    _no_unknown(path, data, tuple(f.name for f in fields(StreamsSpec)))
+    check_known_fields(path, data, tuple(f.name for f in fields(StreamsSpec)))
     d = StreamsSpec()
     spec = StreamsSpec(
         comm_priority=_choice(f"{path}.comm_priority", data.get("comm_priority", d.comm_priority), ("high", "normal")),
@@ -216,7 +222,7 @@ def _streams(path: str, data: Mapping[str, Any]) -> StreamsSpec:
 
 
 def _host(path: str, data: Mapping[str, Any]) -> HostSpec:
-    _no_unknown(path, data, tuple(f.name for f in fields(HostSpec)))
+    check_known_fields(path, data, tuple(f.name for f in fields(HostSpec)))
     d = HostSpec()
     return HostSpec(
         pcie_gbytes_per_s=_num(f"{path}.pcie_gbytes_per_s", data.get("pcie_gbytes_per_s", d.pcie_gbytes_per_s), 0, lo_open=True),
@@ -226,7 +232,7 @@ def _host(path: str, data: Mapping[str, Any]) -> HostSpec:
 
 
 def _nic(path: str, data: Mapping[str, Any]) -> NICSpec:
-    _no_unknown(path, data, tuple(f.name for f in fields(NICSpec)))
+    check_known_fields(path, data, tuple(f.name for f in fields(NICSpec)))
     d = NICSpec()
     ways = _int(f"{path}.cache_ways", data.get("cache_ways", d.cache_ways), 1)
     return NICSpec(
@@ -244,8 +250,8 @@ def _nic(path: str, data: Mapping[str, Any]) -> NICSpec:
 
 def system_from_dict(data: Mapping[str, Any], path: str = "system") -> SystemSpec:
     """Validate a system table field by field (errors name the dotted field)."""
-    data = _table(path, data)
-    _no_unknown(path, data, _TOP)
+    data = check_table(path, data)
+    check_known_fields(path, data, _TOP)
     for key in ("name", "embeddings", "network", "gpu"):
         if key not in data:
             raise ValueError(f"{path}.{key}: required field missing")
@@ -257,9 +263,9 @@ def system_from_dict(data: Mapping[str, Any], path: str = "system") -> SystemSpe
     if not isinstance(network, str) or not network:
         raise ValueError(f"{path}.network: expected a sim.network preset name, got {network!r}")
     gpu_name = _choice(f"{path}.gpu", data["gpu"], tuple(GPU_PRESETS))
-    eff_data = dict(_table(f"{path}.gpu_efficiency", data.get("gpu_efficiency", {})))
+    eff_data = dict(check_table(f"{path}.gpu_efficiency", data.get("gpu_efficiency", {})))
     known_eff = tuple(f.name for f in fields(GPUEfficiency))
-    _no_unknown(f"{path}.gpu_efficiency", eff_data, known_eff)
+    check_known_fields(f"{path}.gpu_efficiency", eff_data, known_eff)
     for key, value in eff_data.items():
         _num(f"{path}.gpu_efficiency.{key}", value, 0)
     gpu = gpu_preset(gpu_name)
@@ -270,7 +276,7 @@ def system_from_dict(data: Mapping[str, Any], path: str = "system") -> SystemSpe
             raise ValueError(f"{path}.gpu_efficiency: {error}") from None
     nic = None
     if "nic" in data:
-        nic = _nic(f"{path}.nic", _table(f"{path}.nic", data["nic"]))
+        nic = _nic(f"{path}.nic", check_table(f"{path}.nic", data["nic"]))
     elif embeddings == "nic":
         nic = NICSpec()
     description = data.get("description", "")
@@ -284,8 +290,8 @@ def system_from_dict(data: Mapping[str, Any], path: str = "system") -> SystemSpe
         gpu=gpu_name,
         gpu_spec=gpu,
         comm_dtype=_choice(f"{path}.comm_dtype", data.get("comm_dtype", "fp32"), ("fp32", "fp16")),
-        streams=_streams(f"{path}.streams", _table(f"{path}.streams", data.get("streams", {}))),
-        host=_host(f"{path}.host", _table(f"{path}.host", data.get("host", {}))),
+        streams=_streams(f"{path}.streams", check_table(f"{path}.streams", data.get("streams", {}))),
+        host=_host(f"{path}.host", check_table(f"{path}.host", data.get("host", {}))),
         nic=nic,
         gpu_efficiency=eff_data,
     )
@@ -312,7 +318,7 @@ def resolve_system(value: Any, path: str = "system") -> SystemSpec:
         if value not in PRESET_NAMES:
             raise ValueError(f"{path}: unknown system preset {value!r}; expected one of {', '.join(PRESET_NAMES)}")
         return preset(value)
-    data = dict(_table(path, value))
+    data = dict(check_table(path, value))
     if "preset" in data:
         name = data.pop("preset")
         if name not in PRESET_NAMES:
