@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 import sys
 
-import host.commands as commands
+import neonic.host.commands as commands
 
 __all__ = ["main", "build_parser"]
 

@@ -74,13 +74,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from host.schedule import COLLECTIVE_PHASES, Op, OpGraph, ScheduleRunner, build_graph, phase_breakdown
-from host.systems import (SystemSpec, check_known_fields, check_table, merge_tables,
+from neonic.host.schedule import COLLECTIVE_PHASES, Op, OpGraph, ScheduleRunner, build_graph, phase_breakdown
+from neonic.host.systems import (SystemSpec, check_known_fields, check_table, merge_tables,
                           resolve_system)
-from host.workloads import WorkloadSpec, resolve_workload
-from sim.engine import Engine, ps_from_s, s_from_ps
-from sim.gpu import KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
-from sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool, cpu_embedding_backward_s, cpu_embedding_forward_s
+from neonic.host.workloads import WorkloadSpec, resolve_workload
+from neonic.sim.engine import Engine, ps_from_s, s_from_ps
+from neonic.sim.gpu import KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
+from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool, cpu_embedding_backward_s, cpu_embedding_forward_s
 
 __all__ = [
     "MAX_INTERACTION_WIDTH",
@@ -175,8 +175,8 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     system = resolve_system(data.get("system", "zionex"), "system")
     pl = check_table("planner", data.get("planner", {}))
     check_known_fields("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps"))
-    from host.planner.api import check_planner_name
-    from host.planner.search import DEFAULT_MAX_STEPS
+    from neonic.host.planner.api import check_planner_name
+    from neonic.host.planner.search import DEFAULT_MAX_STEPS
 
     planner = check_planner_name(pl.get("name", "neo"), "planner.name")
     budget = pl.get("time_budget_s")
@@ -221,7 +221,7 @@ def load_scenario(path: str | Path) -> Scenario:
 def scenario_preset_text(name: str) -> str:
     if name not in SCENARIO_PRESETS:
         raise ValueError(f"--preset: unknown scenario {name!r}; expected one of {', '.join(SCENARIO_PRESETS)}")
-    return resources.files("host.systems").joinpath("scenarios", f"{name}.toml").read_text(encoding="utf-8")
+    return resources.files("neonic.host.systems").joinpath("scenarios", f"{name}.toml").read_text(encoding="utf-8")
 
 
 def scenario_preset(name: str, **overrides: Any) -> Scenario:
@@ -339,7 +339,7 @@ MAX_TRACE_LOOKUPS = 1 << 18
 
 def nic_config(spec) -> "NICConfig":
     """``sim.nic.NICConfig`` from a system's ``[nic]`` table."""
-    from sim.nic import NICConfig
+    from neonic.sim.nic import NICConfig
 
     return NICConfig(clock_hz=spec.clock_mhz * 1e6, datapath_bytes=spec.datapath_bytes,
                      local_cache_bytes=spec.local_cache_mib * 2**20, remote_cache_bytes=spec.remote_cache_mib * 2**20,
@@ -351,7 +351,7 @@ def zipf_rows(rng: np.random.Generator, n: int, rows: int, alpha: float) -> np.n
     """``n`` row ids of a table of ``rows`` rows with Zipf(``alpha``) popularity, the hot rows
     scattered over the id space by a keyed permutation (``host.traces``' generators; the
     key comes from ``rng``)."""
-    from host.traces import permute_rows, zipf_ranks
+    from neonic.host.traces import permute_rows, zipf_ranks
 
     key = rng.integers(0, 2**63, 4, dtype=np.uint64)
     return permute_rows(zipf_ranks(rng, n, rows, alpha), rows, key)
@@ -382,8 +382,8 @@ class NICEffects:
     def packetizer_ps(self, matrix: np.ndarray, gpus_per_node: int) -> tuple[int, ...]:
         """Each rank's packetizer time for its inter-node messages of ``matrix`` (one RDMA
         WRITE per destination; intra-node bytes go over NVLink, not the NIC)."""
-        from sim.engine import ps_from_s
-        from sim.nic import packetizer_time_s
+        from neonic.sim.engine import ps_from_s
+        from neonic.sim.nic import packetizer_time_s
 
         world = matrix.shape[0]
         node = np.arange(world) // gpus_per_node
@@ -422,9 +422,9 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     caches see them; without a cache it changes nothing. Pooling on the NIC without a cache has
     nothing to pool. Row-wise partial pools (``rs``/``ag``) are left as they are.
     """
-    from sim.engine import ps_from_s
-    from sim.nic import Segment, adjacent_reuse, cache_lookup_time_s, gather_time_s, trace_stats
-    from host.planner.plan import ShardingType
+    from neonic.sim.engine import ps_from_s
+    from neonic.sim.nic import Segment, adjacent_reuse, cache_lookup_time_s, gather_time_s, trace_stats
+    from neonic.host.planner.plan import ShardingType
 
     cfg = nic_config(sc.system.nic)
     wl = sc.workload
@@ -645,10 +645,10 @@ class ClusterRun:
 
     # -------------------------------------------------------------------------- preparation
     def _topology(self):
-        from sim.network.topology import Topology
+        from neonic.sim.network.topology import Topology
 
         sc = self.scenario
-        from sim.network.config import load_preset
+        from neonic.sim.network.config import load_preset
 
         try:
             cfg = load_preset(sc.system.network).with_nodes(sc.nodes)
@@ -663,7 +663,7 @@ class ClusterRun:
         return Topology(cfg)
 
     def _plan(self, topo):
-        from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
+        from neonic.host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
 
         sc = self.scenario
         comm = _planner_comm(topo)
@@ -672,7 +672,7 @@ class ClusterRun:
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
         psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
-        from host.planner.api import make_plan
+        from neonic.host.planner.api import make_plan
 
         plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
                          time_budget_s=sc.planner_budget_s)
@@ -680,7 +680,7 @@ class ClusterRun:
         return plan, psys
 
     def run(self) -> RunResult:
-        from host.planner.work import derive_iteration
+        from neonic.host.planner.work import derive_iteration
 
         t0 = time.perf_counter()
         sc = self.scenario
@@ -827,8 +827,8 @@ class ClusterRun:
         return payloads
 
     def _build_resources(self, topo, world: int):
-        from sim.network import collectives as coll
-        from sim.network.network import Network
+        from neonic.sim.network import collectives as coll
+        from neonic.sim.network.network import Network
 
         sc = self.scenario
         sys_ = sc.system
@@ -845,7 +845,7 @@ class ClusterRun:
         ranks = list(range(world))
         nics: list[Any] = []
         if sys_.embeddings == "nic":
-            from sim.nic import NIC
+            from neonic.sim.nic import NIC
 
             cfg = self.nic_effects.cfg if getattr(self, "nic_effects", None) is not None else nic_config(sys_.nic)
             keep = set(_sample_ranks(world))
@@ -1002,7 +1002,7 @@ class ClusterRun:
 def _planner_comm(topo):
     """The planner's alpha-beta view of the topology (``host.planner``'s one home of it: the
     network model's closed-form estimates, or the topology's configured figures)."""
-    from host.planner.system import AlphaBetaComm
+    from neonic.host.planner.system import AlphaBetaComm
 
     return AlphaBetaComm.from_topology(topo)
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from sim.engine import Engine
+from neonic.sim.engine import Engine
 
 __all__ = [
     "TRAINING_PHASES",

@@ -140,7 +140,7 @@ def _check_path(where: str, path: str) -> None:
 
 def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None) -> SweepSpec:
     """Validate a parsed SWEEP.toml field by field."""
-    from host.cluster import SCENARIO_PRESETS, scenario_preset_text
+    from neonic.host.cluster import SCENARIO_PRESETS, scenario_preset_text
 
     if not isinstance(data, Mapping):
         raise ValueError(f"sweep file: expected a table, got {type(data).__name__}")
@@ -241,14 +241,14 @@ def _expand_section(config: dict[str, Any], head: str, path: str) -> None:
             config[head] = {"preset": value}
     elif head == "workload":
         if isinstance(value, Mapping) and "preset" in value and path != "workload.preset":
-            from host.workloads import PRESET_NAMES, preset_text
+            from neonic.host.workloads import PRESET_NAMES, preset_text
 
             if value["preset"] in PRESET_NAMES:
                 table = tomllib.loads(preset_text(value["preset"]))
                 rest = {k: v for k, v in value.items() if k != "preset"}
                 config[head] = {**table, **rest}
         elif isinstance(value, str):
-            from host.workloads import PRESET_NAMES, preset_text
+            from neonic.host.workloads import PRESET_NAMES, preset_text
 
             if value in PRESET_NAMES:
                 config[head] = tomllib.loads(preset_text(value))
@@ -338,7 +338,7 @@ def evaluate_point(config: dict[str, Any], base_dir: str | None = None) -> dict[
     try:
         if "__invalid__" in config:
             raise ValueError(config["__invalid__"])
-        from host.cluster import ClusterRun, scenario_from_dict
+        from neonic.host.cluster import ClusterRun, scenario_from_dict
 
         scenario = scenario_from_dict(config, base=Path(base_dir) if base_dir else None)
         result = ClusterRun(scenario).run()

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from host.experiments import EXPERIMENTS, ExperimentResult, ExperimentUnavailable, run_experiment
+from neonic.host.experiments import EXPERIMENTS, ExperimentResult, ExperimentUnavailable, run_experiment
 
 __all__ = ["Published", "PUBLISHED", "ValidationRow", "validate", "published_rows"]
 
@@ -82,9 +82,9 @@ class ValidationRow:
 
 def published_rows() -> list[ValidationRow]:
     """Published arithmetic facts recomputed by our models (fast; no experiment needed)."""
-    from sim.network.transport import rdma_wire_bytes
+    from neonic.sim.network.transport import rdma_wire_bytes
 
-    from host.workloads import preset
+    from neonic.host.workloads import preset
 
     p = PUBLISHED["roce_goodput_4096"]
     nbytes = 4096 * 1000  # a long message: full 4096 B packets

@@ -254,7 +254,7 @@ def load(path: str | Path) -> Calibration:
 
 def default_path(build_root: str | Path | None = None) -> Path:
     """``<build>/calibration/smartnic.json`` (``neonic calibrate``'s default output)."""
-    from sim.harness import resolve_build_root
+    from neonic.sim.harness import resolve_build_root
     return resolve_build_root(build_root) / "calibration" / "smartnic.json"
 
 

@@ -46,15 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from rtl.cache import CacheOp
-from rtl.roce import DROP_REASONS
-from rtl.smartnic import UNITS, SmartNIC, counter_names
-from sim.calibration import Calibration, Sample, default_calibration
-from sim.reference import embedding as ref
-from sim.reference.cache import HIT, MISS, CacheConfig, CacheModel
-from sim.reference.roce import segment
-from sim.timing.embedding import predict, shapes_from_bags
-from sim.timing.packetizer import estimate_rx, estimate_tx
+from neonic.rtl.cache import CacheOp
+from neonic.rtl.roce import DROP_REASONS
+from neonic.rtl.smartnic import UNITS, SmartNIC, counter_names
+from neonic.sim.calibration import Calibration, Sample, default_calibration
+from neonic.sim.reference import embedding as ref
+from neonic.sim.reference.cache import HIT, MISS, CacheConfig, CacheModel
+from neonic.sim.reference.roce import segment
+from neonic.sim.timing.embedding import predict, shapes_from_bags
+from neonic.sim.timing.packetizer import estimate_rx, estimate_tx
 
 __all__ = [
     "SIMULATORS", "DEFAULT_MEMORY_LATENCY", "Send", "NICJob", "Traffic", "synthetic_traffic",
@@ -400,9 +400,9 @@ def network_time_s(frames: list[list[bytes]], world: int, topology: Any) -> floa
     (``topology``: a ``sim.network`` topology of at least ``world`` GPUs; None: not timed)."""
     if topology is None:
         return None
-    from sim.engine import Engine, s_from_ps
-    from sim.network import collectives as coll
-    from sim.network.network import Network
+    from neonic.sim.engine import Engine, s_from_ps
+    from neonic.sim.network import collectives as coll
+    from neonic.sim.network.network import Network
 
     sizes = np.zeros((world, world), dtype=np.int64)
     for src, fs in enumerate(frames):
@@ -421,8 +421,8 @@ def network_time_s(frames: list[list[bytes]], world: int, topology: Any) -> floa
 def cluster_topology(world: int, gpus_per_node: int, preset: str = "zionex") -> Any:
     """A ``sim.network`` topology of ``world / gpus_per_node`` nodes of ``gpus_per_node`` GPUs
     (the preset's links, one NIC per GPU)."""
-    from sim.network.config import NetworkConfig, load_preset
-    from sim.network.topology import Topology
+    from neonic.sim.network.config import NetworkConfig, load_preset
+    from neonic.sim.network.topology import Topology
 
     d = load_preset(preset).to_dict()
     d["cluster"]["nodes"] = world // gpus_per_node
@@ -436,7 +436,7 @@ def cluster_topology(world: int, gpus_per_node: int, preset: str = "zionex") -> 
 # ------------------------------------------------------------------------------- simulators
 def resolve_sim(sim: str) -> str:
     """``"auto"`` -> Verilator when installed, else Amaranth; others are checked."""
-    from sim.harness import available_simulators
+    from neonic.sim.harness import available_simulators
 
     if sim not in SIMULATORS:
         raise ValueError(f"sim: expected one of {', '.join(SIMULATORS)}, got {sim!r}")
@@ -467,7 +467,7 @@ def _amaranth_phase(nic: SmartNIC, stim: Stimulus, phase: str,
     elaboration, to its end)."""
     from amaranth.hdl import ResetInserter, Signal
 
-    from sim.harness import AmaranthMemory, run_amaranth
+    from neonic.sim.harness import AmaranthMemory, run_amaranth
 
     W = nic.data_bytes
     rst = Signal()
@@ -579,7 +579,7 @@ def _cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str
                   ) -> tuple[list[dict], np.ndarray | None, dict]:
     """One phase for every NIC in one cocotb run of the exported top (``tb_smartnic``); the
     third value is the bench's own measure of its simulation phase ``{"wall_s", "cycles"}``."""
-    from sim.harness import read_tb_figures, run_cocotb
+    from neonic.sim.harness import read_tb_figures, run_cocotb
 
     workdir.mkdir(parents=True, exist_ok=True)
     job = {"phase": phase, "params": {k: (list(v) if isinstance(v, tuple) else v)
@@ -654,7 +654,7 @@ def cache_request_starts(nic: SmartNIC, requests: Sequence[tuple[int, int]],
     instead of one request every cycle. Outcomes come from the reference cache model."""
     from collections import deque
 
-    from sim.reference.cache import ERROR, set_index
+    from neonic.sim.reference.cache import ERROR, set_index
 
     if len(offers) != len(requests):
         raise ValueError(f"offers: expected one per request ({len(requests)}), got {len(offers)}")
@@ -892,7 +892,7 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
     stim = build_stimulus(nic, traffic, memory_latency=memory_latency)
     t0 = time.perf_counter()
     if sim != "amaranth":
-        from sim.harness import resolve_build_root
+        from neonic.sim.harness import resolve_build_root
         import hashlib
         key = hashlib.sha256(json.dumps(stim.tx, sort_keys=True).encode()).hexdigest()[:12]
         workdir = workdir or resolve_build_root() / "cosim" / key

@@ -48,11 +48,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from sim.engine import Engine, cycles_to_ps
-from sim.reference.cache import CacheConfig, simulate_trace
-from sim.resources import ServerPool
-from sim.timing.embedding import BagShape, predict
-from sim.timing.packetizer import estimate_tx
+from neonic.sim.engine import Engine, cycles_to_ps
+from neonic.sim.reference.cache import CacheConfig, simulate_trace
+from neonic.sim.resources import ServerPool
+from neonic.sim.timing.embedding import BagShape, predict
+from neonic.sim.timing.packetizer import estimate_tx
 
 __all__ = [
     "NIC_UNITS",
@@ -312,7 +312,7 @@ def adjacent_reuse(lengths: np.ndarray, rows: np.ndarray, window: int = 8, reord
 
 # -------------------------------------------------------------------------------- unit times
 def _unit_timing(cfg: NICConfig, max_dim: int):
-    from rtl.embedding import EmbeddingBagUnit
+    from neonic.rtl.embedding import EmbeddingBagUnit
 
     lanes = min(cfg.lanes, cfg.datapath_bytes // 4)
     dim = max(1, min(4096, max_dim))

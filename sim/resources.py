@@ -45,8 +45,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from sim.engine import Engine, EventHandle, ps_from_s
-from sim.gpu import GPUSpec, KernelCost
+from neonic.sim.engine import Engine, EventHandle, ps_from_s
+from neonic.sim.gpu import GPUSpec, KernelCost
 
 __all__ = [
     "Done",

@@ -24,11 +24,11 @@ import time
 
 import numpy as np
 
-from host.bench import BenchContext
-from host.units.cache import config_of, measure_hits, measure_misses, rtl_outcomes
-from rtl.cache import CacheController
-from sim.reference.cache import CacheConfig, Request, simulate_trace
-from sim.timing.cache import CacheTiming
+from neonic.host.bench import BenchContext
+from neonic.host.units.cache import config_of, measure_hits, measure_misses, rtl_outcomes
+from neonic.rtl.cache import CacheController
+from neonic.sim.reference.cache import CacheConfig, Request, simulate_trace
+from neonic.sim.timing.cache import CacheTiming
 
 SUMMARY = ("embedding-row cache: LRU/LFU hit rates on Zipf and fitted traces, RTL vs reference, "
            "hit rate/latency and miss throughput of the RTL")
@@ -40,7 +40,7 @@ def _zipf_rows(rng: np.random.Generator, alpha: float, n: int) -> np.ndarray:
     """Zipf(alpha) lookups of one table of ROWS rows (``host.traces``), ``n // (BATCH *
     POOLING)`` consecutive batches with the same hot rows (generated as one long batch, so
     the popularity permutation is shared)."""
-    from host.traces import ZipfTraceGenerator
+    from neonic.host.traces import ZipfTraceGenerator
     batches = max(1, n // (BATCH * POOLING))
     gen = ZipfTraceGenerator(num_tables=1, num_rows=ROWS, batch_size=BATCH * batches,
                              pooling=POOLING, alpha=alpha)
@@ -52,7 +52,7 @@ def _fitted_rows(rng: np.random.Generator, n: int):
     statistics, as linear row indices over all its tables (FBGEMM's cache also indexes rows
     linearly across tables), the number of rows of all tables, and the total variation
     distance of the trace's two histograms to the file's (the larger of the two)."""
-    from host.traces import (PUBLISHED_LOCALITY_STATS, fit_generator, load_locality_stats,
+    from neonic.host.traces import (PUBLISHED_LOCALITY_STATS, fit_generator, load_locality_stats,
                              total_variation, trace_locality)
     stats = load_locality_stats(PUBLISHED_LOCALITY_STATS, block=0)
     trace = fit_generator(stats, lookups=n).generate(rng)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from host.bench import BenchContext
+from neonic.host.bench import BenchContext
 
 SUMMARY = "cluster runtime: Model-A on 128 / 1024 simulated GPUs (wall time per iteration, samples/s)"
 
@@ -33,7 +33,7 @@ NEO_MODEL_A_128GPU_SAMPLES_PER_S = 1.2e6  # the published figure the efficiencie
 
 
 def _one(ctx: BenchContext, preset: str, label: str) -> dict[str, float]:
-    from host.cluster import ClusterRun, scenario_preset
+    from neonic.host.cluster import ClusterRun, scenario_preset
 
     scenario = scenario_preset(preset, scenario={"seed": ctx.seed})
     last = [-1.0]
@@ -43,8 +43,8 @@ def _one(ctx: BenchContext, preset: str, label: str) -> dict[str, float]:
             last[0] = fraction
             ctx.progress(f"{label}: {message} ({fraction * 100:.0f}%)")
 
-    import host.planner.search  # noqa: F401  (imports are not the run's cost)
-    import sim.network.network  # noqa: F401
+    import neonic.host.planner.search  # noqa: F401  (imports are not the run's cost)
+    import neonic.sim.network.network  # noqa: F401
 
     t0 = time.perf_counter()
     result = ClusterRun(scenario, progress=progress).run()

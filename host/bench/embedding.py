@@ -25,12 +25,12 @@ import time
 
 import numpy as np
 
-from host.bench import BenchContext
-from host.units.embedding import (SMALL_UNIT, SMALL_UNIT_NAME, benchmark_workload,
+from neonic.host.bench import BenchContext
+from neonic.host.units.embedding import (SMALL_UNIT, SMALL_UNIT_NAME, benchmark_workload,
                                   random_workload, run_amaranth_episodes, run_cocotb_workload)
-from rtl.embedding import EmbeddingBagUnit
-from sim.harness import available_simulators
-from sim.timing import embedding as timing
+from neonic.rtl.embedding import EmbeddingBagUnit
+from neonic.sim.harness import available_simulators
+from neonic.sim.timing import embedding as timing
 
 SUMMARY = ("embedding gather/pool unit: memory-beat utilisation at FBGEMM's shape, empty-bag "
            "cost, timing-model error, simulator speed")

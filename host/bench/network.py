@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-from host.bench import BenchContext
-from sim.engine import Engine
-from sim.network import (
+from neonic.host.bench import BenchContext
+from neonic.sim.engine import Engine
+from neonic.sim.network import (
     Network,
     Topology,
     collectives as coll,
@@ -32,7 +32,7 @@ from sim.network import (
     estimate_reduce_scatter_time_s,
     load_preset,
 )
-from sim.network.maxmin import HAVE_NUMBA
+from neonic.sim.network.maxmin import HAVE_NUMBA
 
 SUMMARY = "flow-level network: AlltoAllv/AllReduce simulation wall time at 128 and 1024 GPUs, closed-form error"
 

@@ -14,13 +14,13 @@ import time
 
 import numpy as np
 
-from host.bench import BenchContext
-from host.units.packetizer import DESTINATIONS, run_rx, run_tx
-from rtl.depacketizer import Depacketizer
-from rtl.packetizer import Packetizer
-from rtl.roce import header_len
-from sim.reference.roce import Message, int8_rows_per_packet
-from sim.timing.packetizer import INT8_DIV_BITS, estimate_rx, estimate_tx
+from neonic.host.bench import BenchContext
+from neonic.host.units.packetizer import DESTINATIONS, run_rx, run_tx
+from neonic.rtl.depacketizer import Depacketizer
+from neonic.rtl.packetizer import Packetizer
+from neonic.rtl.roce import header_len
+from neonic.sim.reference.roce import Message, int8_rows_per_packet
+from neonic.sim.timing.packetizer import INT8_DIV_BITS, estimate_rx, estimate_tx
 
 SUMMARY = "packetizer/depacketizer bus occupancy and goodput for back-to-back 4096 B packets"
 

@@ -20,8 +20,8 @@ SUMMARY = "Neo sharding planner vs baselines on model-a, 16 nodes x 8 A100 (zion
 
 
 def run(ctx) -> dict:
-    from host.experiments._common import scaled_workload
-    from host.planner import BASELINES, DEFAULT_MAX_STEPS, CostModel, NeoPlanner, plan_baseline, plan_config_from_dict
+    from neonic.host.experiments._common import scaled_workload
+    from neonic.host.planner import BASELINES, DEFAULT_MAX_STEPS, CostModel, NeoPlanner, plan_baseline, plan_config_from_dict
 
     nodes = 2 if ctx.quick else 16
     workload = scaled_workload("model-a", nodes / 16) if ctx.quick else "model-a"

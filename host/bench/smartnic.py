@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from host.bench import BenchContext
+from neonic.host.bench import BenchContext
 
 SUMMARY = "SmartNIC top: FPGA resources (yosys), RTL cycles/s per simulator, model vs RTL error"
 
@@ -113,8 +113,8 @@ def _synth_unit(component, name: str, timeout_s: float, cache_dir: Path) -> dict
 
 
 def resources(ctx: BenchContext, timeout_s: float = 1200) -> dict:
-    from rtl.smartnic import SmartNIC
-    from sim.harness import resolve_build_root
+    from neonic.rtl.smartnic import SmartNIC
+    from neonic.sim.harness import resolve_build_root
 
     nic = SmartNIC()
     out: dict = {"target": "Lattice ECP5 (generic LUT4 FPGA)", "flow": SYNTH_FLOW_NAME,
@@ -140,9 +140,9 @@ def resources(ctx: BenchContext, timeout_s: float = 1200) -> dict:
 
 
 def run(ctx: BenchContext) -> dict:
-    from sim.calibration import find_calibration
-    from sim.cosim import run_cosim, synthetic_traffic
-    from sim.harness import available_simulators
+    from neonic.sim.calibration import find_calibration
+    from neonic.sim.cosim import run_cosim, synthetic_traffic
+    from neonic.sim.harness import available_simulators
 
     figures: dict = {}
     traffic = synthetic_traffic(world=4, gpus_per_node=2, batch_per_gpu=1 if ctx.quick else 2,
@@ -178,7 +178,7 @@ def run(ctx: BenchContext) -> dict:
 
     cal = find_calibration()
     if cal is None:
-        from host.commands.calibrate import WORKLOADS, calibrate
+        from neonic.host.commands.calibrate import WORKLOADS, calibrate
         ctx.progress("no calibration file: fitting one first (neonic calibrate --quick)")
         cal, _, held, _ = calibrate(sim="auto", seed=ctx.seed, batch=1, workloads=WORKLOADS[:4])
         figures["calibration"] = {"source": "fitted in this bench", "held_back_error": held}

@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from host.bench import BenchContext
+from neonic.host.bench import BenchContext
 
 SUMMARY = "sweep on Dask: >= 16 small points with 1 and 2 local worker processes (wall time, parallel efficiency)"
 
 
 def _spec(quick: bool, seed: int):
-    from host.sweep import sweep_from_dict
+    from neonic.host.sweep import sweep_from_dict
 
     grid = {"cluster.nodes": [1, 2], "system.streams.comm_priority": ["high", "normal"],
             "system.streams.interference": [0.05, 0.15], "dense.dtype": ["fp16", "fp32"]}
@@ -45,14 +45,14 @@ def _warm(config: dict, base_dir: str | None) -> None:
     """Run one point on a worker before the clock starts, so the timed sweep measures points,
     not a worker's imports and first-call costs (loading the network solver's compiled
     kernels)."""
-    from host.sweep import evaluate_point
+    from neonic.host.sweep import evaluate_point
     evaluate_point(config, base_dir)
 
 
 def run(ctx: BenchContext) -> dict:
     from dask.distributed import Client, LocalCluster
 
-    from host.sweep import expand_points, run_sweep
+    from neonic.host.sweep import expand_points, run_sweep
 
     spec = _spec(ctx.quick, ctx.seed)
     spec_points = expand_points(spec)

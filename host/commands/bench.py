@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from host.bench import BenchContext, discover, get_bench
+from neonic.host.bench import BenchContext, discover, get_bench
 
 HELP = "measure performance figures (benchmarks: see `neonic bench --list`)"
 

@@ -46,9 +46,9 @@ def calibrate(*, sim: str = "auto", seed: int = 1, batch: int = 2, workloads=Non
 
     Returns ``(calibration, fit_errors, held_back_errors, report)``.
     """
-    from rtl.smartnic import SmartNIC
-    from sim.calibration import evaluate, fit
-    from sim.cosim import DEFAULT_MEMORY_LATENCY, collect_samples, run_cosim, varied_traffic
+    from neonic.rtl.smartnic import SmartNIC
+    from neonic.sim.calibration import evaluate, fit
+    from neonic.sim.cosim import DEFAULT_MEMORY_LATENCY, collect_samples, run_cosim, varied_traffic
 
     workloads = list(workloads or WORKLOADS)
     if len(workloads) < 2:
@@ -74,7 +74,7 @@ def calibrate(*, sim: str = "auto", seed: int = 1, batch: int = 2, workloads=Non
 
 
 def main(args: argparse.Namespace) -> int:
-    from sim.calibration import default_path, save
+    from neonic.sim.calibration import default_path, save
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

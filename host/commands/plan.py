@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from host.planner import BASELINES, CostModel, NeoPlanner, load_plan_config, plan_baseline
+    from neonic.host.planner import BASELINES, CostModel, NeoPlanner, load_plan_config, plan_baseline
 
     if args.budget is not None and not 0 < args.budget <= 600:
         raise ValueError(f"--budget: expected a number of seconds in (0, 600], got {args.budget}")

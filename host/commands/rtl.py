@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from host.units import SimRequest, discover, get_unit, parse_params
+from neonic.host.units import SimRequest, discover, get_unit, parse_params
 
 HELP = "export a unit's Verilog or simulate it on its default workload"
 

@@ -21,7 +21,7 @@ HELP = "simulate one training/inference scenario on a GPU/NIC cluster: summary t
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from host.cluster import SCENARIO_PRESETS
+    from neonic.host.cluster import SCENARIO_PRESETS
 
     parser.add_argument("config", metavar="CONFIG.toml", nargs="?", help="scenario file (default: the packaged default scenario)")
     parser.add_argument("--preset", metavar="NAME", help=f"a packaged scenario: {', '.join(SCENARIO_PRESETS)}")
@@ -39,8 +39,8 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from host.cluster import ClusterRun, load_scenario, scenario_preset
-    from host.report import summary_table, write_results
+    from neonic.host.cluster import ClusterRun, load_scenario, scenario_preset
+    from neonic.host.report import summary_table, write_results
 
     if args.config and args.preset:
         raise ValueError("CONFIG.toml and --preset: give one or the other")
@@ -51,10 +51,10 @@ def main(args: argparse.Namespace) -> int:
     elif args.preset or args.backend != "rtl":
         scenario = scenario_preset(args.preset or "default")
     else:
-        from host.units.smartnic import rtl_scenario
+        from neonic.host.units.smartnic import rtl_scenario
         scenario = rtl_scenario()
     if args.backend == "rtl":
-        from host.units.smartnic import rtl_backend
+        from neonic.host.units.smartnic import rtl_backend
         backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console)
     out = args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.quiet:
@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
             result = ClusterRun(scenario, progress=progress, nic_backend=backend).run()
     Console().print(summary_table(result))
     if backend is not None and backend.report is not None:
-        from sim.cosim import format_report
+        from neonic.sim.cosim import format_report
         print(format_report(backend.report))
     folder = write_results(result, out)
     Console().print(f"results: {folder}")

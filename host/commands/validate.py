@@ -11,7 +11,7 @@ HELP = "run the experiments and print ours-vs-published tables (Markdown + CSV +
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from host.experiments import EXPERIMENTS
+    from neonic.host.experiments import EXPERIMENTS
 
     parser.add_argument("--quick", action="store_true", help="smoke run: every experiment at its tiny size (not comparable)")
     parser.add_argument("--out", metavar="DIR", type=Path, help="output folder (default results/validate-<timestamp>/)")
@@ -22,8 +22,8 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from host.experiments import EXPERIMENTS
-    from host.validate import validate
+    from neonic.host.experiments import EXPERIMENTS
+    from neonic.host.validate import validate
 
     out = args.out or Path("results") / f"validate-{time.strftime('%Y%m%d-%H%M%S')}"
     err = Console(stderr=True)

@@ -26,8 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from host.experiments._common import ExperimentResult, ExperimentUnavailable, write_experiment
-from host.systems import merge_tables
+from neonic.host.experiments._common import ExperimentResult, ExperimentUnavailable, write_experiment
+from neonic.host.systems import merge_tables
 
 __all__ = [
     "EXPERIMENTS",

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from host.schedule import COLLECTIVE_PHASES
+from neonic.host.schedule import COLLECTIVE_PHASES
 
 __all__ = [
     "ExperimentResult",
@@ -226,7 +226,7 @@ def scaled_workload(preset: str, fraction: float, table_fraction: float = 1.0, p
     GPU keeps the same share), times ``table_fraction`` of the tables and ``params_fraction``
     of the parameters (smaller experiment sizes; a model too large for HBM). Table sizes, dims,
     pooling and the dense part are the preset's."""
-    from host.workloads import preset_text
+    from neonic.host.workloads import preset_text
 
     data = tomllib.loads(preset_text(preset))
     synth = data.get("synthesize")
@@ -251,7 +251,7 @@ def planner_fields(c: "Checker", data: Mapping[str, Any]) -> dict[str, Any]:
     refinement steps at most; default :data:`host.planner.DEFAULT_MAX_STEPS`) and
     ``planner_time_budget_s``, an opt-in wall-clock safety (None unless set: a budget that
     ends a search makes the figures depend on the machine's load)."""
-    from host.planner import DEFAULT_MAX_STEPS
+    from neonic.host.planner import DEFAULT_MAX_STEPS
 
     return {
         "planner_max_steps": c.int("planner_max_steps", DEFAULT_MAX_STEPS, 0),
@@ -292,7 +292,7 @@ def run_scenario(data: Mapping[str, Any], run_cls: Any = None):
     """Validate and run one scenario; returns the ``RunResult``. A system the cluster runtime
     cannot simulate yet (the SmartNIC system before ``sim/nic.py``) raises
     :class:`ExperimentUnavailable` with the runtime's reason."""
-    from host.cluster import ClusterRun, scenario_from_dict
+    from neonic.host.cluster import ClusterRun, scenario_from_dict
 
     scenario = scenario_from_dict(data)
     cls = run_cls or ClusterRun

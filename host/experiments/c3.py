@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from host.experiments._common import Checker, ExperimentResult, Timer, item_choice, item_num
+from neonic.host.experiments._common import Checker, ExperimentResult, Timer, item_choice, item_num
 
 TITLE = "Concurrent compute and communication (C3): realized vs ideal overlap"
 COLLECTIVES = ("alltoall", "all_gather")
@@ -25,7 +25,7 @@ _LEVER_FIELDS = ("comm_priority", "sm_partition_comm", "collectives_on_dma", "co
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
-    from host.systems import resolve_system
+    from neonic.host.systems import resolve_system
 
     c = Checker(data, "c3", _KNOWN)
     system = c.choice("system", ("zionex", "zion", "smartnic"), "zionex")
@@ -58,10 +58,10 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
 
 def _measure(system, topo, gemm, collective: str | None, nbytes: int, with_compute: bool, partitioned: bool) -> tuple[float, float]:
     """(compute end, communication end) in seconds for one setting; None parts give 0."""
-    from sim.engine import Engine, s_from_ps
-    from sim.network import collectives as coll
-    from sim.network.network import Network
-    from sim.resources import GPUDevice
+    from neonic.sim.engine import Engine, s_from_ps
+    from neonic.sim.network import collectives as coll
+    from neonic.sim.network.network import Network
+    from neonic.sim.resources import GPUDevice
 
     st = system.streams
     engine = Engine()
@@ -98,10 +98,10 @@ def _measure(system, topo, gemm, collective: str | None, nbytes: int, with_compu
 
 
 def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:
-    from sim.gpu import KernelCost, gemm_cost
-    from sim.network.topology import Topology
+    from neonic.sim.gpu import KernelCost, gemm_cost
+    from neonic.sim.network.topology import Topology
 
-    from host.systems import resolve_system
+    from neonic.host.systems import resolve_system
 
     timer = Timer()
     topo = Topology.from_preset(resolve_system(config["system"]).network, nodes=config["nodes"])

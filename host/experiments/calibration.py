@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from host.experiments._common import (
+from neonic.host.experiments._common import (
     PLANNER_FIELDS,
     Checker,
     ExperimentResult,
@@ -65,7 +65,7 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _efficiencies(system: str, parameters: list[str], factor: float) -> dict[str, float]:
-    from host.systems import resolve_system
+    from neonic.host.systems import resolve_system
 
     eff = resolve_system(system).gpu_spec.efficiency
     return {p: min(1.0, getattr(eff, p) * factor) for p in parameters}
@@ -137,7 +137,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
 
 
 def _base_eff(config):
-    from host.systems import resolve_system
+    from neonic.host.systems import resolve_system
 
     return resolve_system(config["system"]).gpu_spec.efficiency
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from host.experiments._common import (
+from neonic.host.experiments._common import (
     PLANNER_FIELDS,
     Checker,
     ExperimentResult,
@@ -33,7 +33,7 @@ _KNOWN = ("models", "nodes", "reference_nodes", "table_fraction", "baselines", "
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
-    from host.planner import BASELINES
+    from neonic.host.planner import BASELINES
 
     c = Checker(data, "sharding", _KNOWN)
     return {
@@ -50,7 +50,7 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:
-    from host.planner import CostModel, forced_fallbacks
+    from neonic.host.planner import CostModel, forced_fallbacks
 
     timer = Timer()
     rows: list[dict[str, Any]] = []
@@ -103,7 +103,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
 def _run_planned(data):
     """Run one scenario; its plan and the planner's system come from the cluster's own
     planning step (``[planner] name``)."""
-    from host.cluster import ClusterRun, scenario_from_dict
+    from neonic.host.cluster import ClusterRun, scenario_from_dict
 
     runner = ClusterRun(scenario_from_dict(data))
     result = runner.run()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from host.experiments._common import (
+from neonic.host.experiments._common import (
     PLANNER_FIELDS,
     COMM_PHASES,
     Checker,

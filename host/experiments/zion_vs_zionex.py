@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from host.experiments._common import (
+from neonic.host.experiments._common import (
     PLANNER_FIELDS,
     Checker,
     ExperimentResult,

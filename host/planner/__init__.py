@@ -46,14 +46,14 @@ Bad input raises ``ValueError`` naming the field; a table that fits nowhere name
 its size and the largest capacity; a world size the topology cannot hold is refused.
 """
 
-from host.planner.api import FORCED_NAMES, PLANNER_NAMES, check_planner_name, forced_fallbacks, make_plan, plan_forced
-from host.planner.baselines import BASELINES, plan_baseline
-from host.planner.config import PlanConfig, build_system, load_plan_config, plan_config_from_dict
-from host.planner.cost import COST_COLUMNS, CostModel, PlanCost
-from host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
-from host.planner.search import DEFAULT_MAX_STEPS, NeoPlanner, check_fits, plan_neo
-from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
-from host.planner.work import COLLECTIVES, IterationWork, ShardKernel, derive_iteration
+from neonic.host.planner.api import FORCED_NAMES, PLANNER_NAMES, check_planner_name, forced_fallbacks, make_plan, plan_forced
+from neonic.host.planner.baselines import BASELINES, plan_baseline
+from neonic.host.planner.config import PlanConfig, build_system, load_plan_config, plan_config_from_dict
+from neonic.host.planner.cost import COST_COLUMNS, CostModel, PlanCost
+from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
+from neonic.host.planner.search import DEFAULT_MAX_STEPS, NeoPlanner, check_fits, plan_neo
+from neonic.host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
+from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, derive_iteration
 
 __all__ = [
     "DEFAULT_MAX_STEPS", "FORCED_NAMES", "PLANNER_NAMES", "check_planner_name", "forced_fallbacks", "make_plan",

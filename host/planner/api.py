@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from host.planner.baselines import BASELINES, plan_baseline
-from host.planner.cost import CostModel
-from host.planner.plan import Plan, ShardingType
-from host.planner.search import DEFAULT_MAX_STEPS, Placer, plan_neo
-from host.planner.system import PlannerSystem
-from host.workloads.spec import WorkloadSpec
+from neonic.host.planner.baselines import BASELINES, plan_baseline
+from neonic.host.planner.cost import CostModel
+from neonic.host.planner.plan import Plan, ShardingType
+from neonic.host.planner.search import DEFAULT_MAX_STEPS, Placer, plan_neo
+from neonic.host.planner.system import PlannerSystem
+from neonic.host.workloads.spec import WorkloadSpec
 
 __all__ = ["PLANNER_NAMES", "FORCED_NAMES", "make_plan", "plan_forced", "forced_fallbacks", "check_planner_name"]
 

@@ -21,11 +21,11 @@ from typing import Callable
 
 import numpy as np
 
-from host.planner.cost import CostModel
-from host.planner.plan import Plan, ShardingType
-from host.planner.search import Placer
-from host.planner.system import PlannerSystem
-from host.workloads.spec import TableSpec, WorkloadSpec
+from neonic.host.planner.cost import CostModel
+from neonic.host.planner.plan import Plan, ShardingType
+from neonic.host.planner.search import Placer
+from neonic.host.planner.system import PlannerSystem
+from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 
 __all__ = ["BASELINES", "plan_baseline"]
 
@@ -119,7 +119,7 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
 
 
 def _alone(p: Placer, tp):
-    from host.planner.cost import State
+    from neonic.host.planner.cost import State
 
     st = State.empty(p.world)
     st.add(p.contribution(tp))

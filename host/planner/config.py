@@ -39,9 +39,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from host.planner.search import DEFAULT_MAX_STEPS
-from host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
-from host.workloads import WorkloadSpec, resolve_workload
+from neonic.host.planner.search import DEFAULT_MAX_STEPS
+from neonic.host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
+from neonic.host.workloads import WorkloadSpec, resolve_workload
 
 __all__ = ["PlanConfig", "load_plan_config", "plan_config_from_dict", "build_system"]
 
@@ -91,8 +91,8 @@ def build_system(network: Any = "zionex", gpu: str = "a100-40gb", nodes: int | N
                  hbm_reserved_fraction: float | None = None, base: Path | None = None,
                  **wire: Any) -> tuple[PlannerSystem, str]:
     """A :class:`PlannerSystem` from a network preset/path/table and a GPU preset."""
-    from sim.gpu import gpu_preset
-    from sim.network.topology import Topology
+    from neonic.sim.gpu import gpu_preset
+    from neonic.sim.network.topology import Topology
 
     if isinstance(network, str) and network.endswith(".toml") and base is not None and not Path(network).is_absolute():
         network = str(base / network)

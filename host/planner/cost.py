@@ -26,11 +26,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from host.planner.plan import Plan
-from host.planner.system import PlannerSystem
-from host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
-from host.workloads.spec import WorkloadSpec
-from sim import gpu as gpu_model
+from neonic.host.planner.plan import Plan
+from neonic.host.planner.system import PlannerSystem
+from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
+from neonic.host.workloads.spec import WorkloadSpec
+from neonic.sim import gpu as gpu_model
 
 __all__ = ["CostModel", "Contribution", "State", "PlanCost", "COST_COLUMNS"]
 

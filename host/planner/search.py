@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from host.planner.cost import Contribution, CostModel, State
-from host.planner.plan import Plan, Shard, ShardingType, TablePlan
-from host.planner.system import GIB, PlannerSystem
-from host.planner.work import table_work
-from host.workloads.spec import TableSpec, WorkloadSpec
+from neonic.host.planner.cost import Contribution, CostModel, State
+from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
+from neonic.host.planner.system import GIB, PlannerSystem
+from neonic.host.planner.work import table_work
+from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 
 __all__ = ["Placer", "NeoPlanner", "plan_neo", "check_fits", "DEFAULT_MAX_STEPS"]
 
@@ -511,7 +511,7 @@ class NeoPlanner(Placer):
 
     def _best_start(self) -> None:
         """Start the refinement from the best of our greedy and the cheap proxy greedies."""
-        from host.planner.baselines import plan_baseline
+        from neonic.host.planner.baselines import plan_baseline
 
         best = self.score(self.state)
         for name in ("lookup-greedy", "size-lookup-greedy"):

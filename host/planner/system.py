@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.gpu import GPUSpec, hbm_capacity_bytes
+from neonic.sim.gpu import GPUSpec, hbm_capacity_bytes
 
 __all__ = ["AlphaBetaComm", "MemoryTiers", "PlannerSystem"]
 
@@ -62,7 +62,7 @@ class AlphaBetaComm:
     @classmethod
     def from_topology(cls, topology: Any, nodes: int | None = None) -> "AlphaBetaComm":
         """Calibrate from ``sim.network``'s closed-form estimates for ``topology``."""
-        import sim.network as network
+        import neonic.sim.network as network
 
         g = int(topology.gpus_per_node)
         n_nodes = int(topology.nodes)
@@ -115,7 +115,7 @@ class AlphaBetaComm:
 
     def alltoallv_time_s(self, sizes: np.ndarray) -> float:
         """The whole collective's time for a full size matrix (bytes, ``sizes[src, dst]``)."""
-        from host.planner.work import matrix_aggregates
+        from neonic.host.planner.work import matrix_aggregates
 
         return float(self.rank_times_s(matrix_aggregates(sizes, self.gpus_per_node)).max(initial=0.0))
 

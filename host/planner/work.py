@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from host.planner.plan import Plan, ShardingType, TablePlan
-from host.planner.system import PlannerSystem
-from host.workloads.spec import TableSpec, WorkloadSpec
+from neonic.host.planner.plan import Plan, ShardingType, TablePlan
+from neonic.host.planner.system import PlannerSystem
+from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 
 __all__ = [
     "COLLECTIVES",

@@ -55,8 +55,8 @@ from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from typing import Any, Mapping
 
-from sim.gpu import GPU_PRESETS, GPUEfficiency, GPUSpec, gpu_preset
-from sim.resources import CPU_PRESETS
+from neonic.sim.gpu import GPU_PRESETS, GPUEfficiency, GPUSpec, gpu_preset
+from neonic.sim.resources import CPU_PRESETS
 
 __all__ = [
     "PRESET_NAMES",

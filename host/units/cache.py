@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from host.units import SimRequest, UnitEntry
-from rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
-from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
-from sim.reference.cache import CacheConfig, Request, expected_results, random_requests
+from neonic.host.units import SimRequest, UnitEntry
+from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
 
 __all__ = ["UNIT", "build", "simulate", "measure_hits", "measure_misses", "rtl_outcomes"]
 
@@ -186,7 +186,7 @@ def simulate(req: SimRequest) -> dict:
                    / max(1, run["stats"]["hits"] + run["stats"]["merged"]
                          + run["stats"]["misses"])}
     elif req.sim in ("icarus", "verilator"):
-        from sim.harness import read_tb_figures, run_cocotb
+        from neonic.sim.harness import read_tb_figures, run_cocotb
         results = run_cocotb(dut, "cache", "tb_cache", sim=req.sim, seed=req.seed,
                              waves=req.vcd is not None,
                              params={"unit": kw, "workload": {"count": count, "rows": rows,

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from host.units import SimRequest, UnitEntry
-from host.units.packetizer import LOCAL_IP, LOCAL_MAC, _write_pcap, default_messages, run_rx
-from rtl.depacketizer import Depacketizer
-from rtl.roce import DROP_REASONS, check_data_bytes, check_pmtu
-from rtl.streams import check_int
-from sim.reference.roce import PSN_MODULUS, Destination, Message, Receiver, build_frames
+from neonic.host.units import SimRequest, UnitEntry
+from neonic.host.units.packetizer import LOCAL_IP, LOCAL_MAC, _write_pcap, default_messages, run_rx
+from neonic.rtl.depacketizer import Depacketizer
+from neonic.rtl.roce import DROP_REASONS, check_data_bytes, check_pmtu
+from neonic.rtl.streams import check_int
+from neonic.sim.reference.roce import PSN_MODULUS, Destination, Message, Receiver, build_frames
 
 __all__ = ["UNIT", "build", "parse_params", "workload", "simulate", "BROKEN"]
 
@@ -177,7 +177,7 @@ def _simulate_cocotb(req: SimRequest) -> dict:
     generated Verilog; it sends its own scapy-built workload (good messages on QPs 0..3 with
     broken frames interleaved, random idle and stalls) and asserts memory, completions and
     counters against the reference receiver."""
-    from sim.harness import read_tb_figures, run_cocotb
+    from neonic.sim.harness import read_tb_figures, run_cocotb
     num_qps = {**DEFAULTS, **parse_params(req.params)}["num_qps"]
     if num_qps < 4:
         raise ValueError(f"num_qps: the cocotb bench (--sim {req.sim}) uses QPs 0..3; expected "

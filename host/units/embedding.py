@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from host.units import SimRequest, UnitEntry
-from rtl.embedding import COUNTER_NAMES, EmbeddingBagUnit
-from sim.reference import embedding as ref
-from sim.timing import embedding as timing
+from neonic.host.units import SimRequest, UnitEntry
+from neonic.rtl.embedding import COUNTER_NAMES, EmbeddingBagUnit
+from neonic.sim.reference import embedding as ref
+from neonic.sim.timing import embedding as timing
 
 __all__ = [
     "UNIT", "DEFAULT_PARAMS", "build", "Workload", "random_workload", "benchmark_workload",
@@ -327,7 +327,7 @@ def run_amaranth_episodes(unit: EmbeddingBagUnit, workloads: list[Workload], *,
     writes its descriptors, sends its bags and collects its pooled beats; the next starts once
     the unit is idle. With ``check``, every episode is scoreboarded against the reference and
     the memory must end idle."""
-    from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+    from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 
     contents, placements = combined_placement(unit, workloads)
     first = workloads[0]
@@ -410,7 +410,7 @@ def run_cocotb_workload(params: dict[str, Any], spec: dict, *, sim: str, seed: i
     """Run ``tests/cocotb/tb_embedding.py`` on the Verilog of ``EmbeddingBagUnit(**params)``
     with the workload ``spec`` (see :func:`workloads_from_spec`); return the bench's figures
     and its results XML (a waveform lies next to it when ``waves``)."""
-    from sim.harness import read_tb_figures, run_cocotb
+    from neonic.sim.harness import read_tb_figures, run_cocotb
 
     unit = EmbeddingBagUnit(**params)         # elaborated by the Verilog export
     results = run_cocotb(unit, name, "tb_embedding", sim=sim, seed=seed, waves=waves,

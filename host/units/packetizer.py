@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from host.units import SimRequest, UnitEntry
-from rtl.depacketizer import Depacketizer
-from rtl.packetizer import QUANT_FORMATS, Packetizer
-from rtl.roce import DROP_REASONS
-from sim.harness import run_amaranth, stream_recv, stream_send
-from sim.reference.roce import Destination, Message, Receiver, build_frames, quantize, wire_length
-from sim.timing.packetizer import estimate_tx
+from neonic.host.units import SimRequest, UnitEntry
+from neonic.rtl.depacketizer import Depacketizer
+from neonic.rtl.packetizer import QUANT_FORMATS, Packetizer
+from neonic.rtl.roce import DROP_REASONS
+from neonic.sim.harness import run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.roce import Destination, Message, Receiver, build_frames, quantize, wire_length
+from neonic.sim.timing.packetizer import estimate_tx
 
 __all__ = ["UNIT", "build", "parse_params", "TxRun", "RxRun", "run_tx", "run_rx",
            "default_messages", "simulate", "LOCAL_MAC", "LOCAL_IP", "DESTINATIONS"]
@@ -149,7 +149,7 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
            quant: str = "none", dim: int = 0, vcd: Path | None = None) -> RxRun:
     """Feed ``frames`` back to back (memory always ready, completions always taken) and time
     the depacketizer; its QPs are set to receive ``quant`` (rows of ``dim`` for INT8)."""
-    from rtl.depacketizer import QUANT_FORMATS as RX_FORMATS
+    from neonic.rtl.depacketizer import QUANT_FORMATS as RX_FORMATS
     W = dut.data_bytes
     beats = []
     for f in frames:
@@ -278,7 +278,7 @@ def _write_pcap(path, frames: list[bytes]) -> None:
 def _simulate_cocotb(req: SimRequest, dut: Packetizer) -> dict:
     """``--sim icarus|verilator``: the cocotb bench (tests/cocotb/tb_packetizer.py) on the
     generated Verilog, which checks every frame against the reference model."""
-    from sim.harness import read_tb_figures, run_cocotb
+    from neonic.sim.harness import read_tb_figures, run_cocotb
     if dut.quant != "none":
         raise ValueError(f"--sim {req.sim}: the cocotb bench sends raw payload bytes; use "
                          f"--param quant=none (or --sim amaranth for {dut.quant!r})")

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from host.units import SimRequest, UnitEntry
-from rtl.smartnic import SmartNIC
+from neonic.host.units import SimRequest, UnitEntry
+from neonic.rtl.smartnic import SmartNIC
 
 __all__ = ["UNIT", "DEFAULT_PARAMS", "parse_params", "build", "simulate", "rtl_scenario",
            "rtl_backend"]
@@ -50,7 +50,7 @@ def build(params: dict[str, str]) -> SmartNIC:
 
 def simulate(req: SimRequest) -> dict:
     """Co-simulate the tiniest cluster on the top; write ``figures.json``."""
-    from sim.cosim import format_report, run_cosim, synthetic_traffic
+    from neonic.sim.cosim import format_report, run_cosim, synthetic_traffic
 
     if req.vcd is not None:
         raise ValueError("--vcd: the SmartNIC co-simulation writes no waveform; use the cocotb "
@@ -73,7 +73,7 @@ def simulate(req: SimRequest) -> dict:
 def rtl_scenario(seed: int = 1):
     """The small scenario ``neonic run --backend rtl`` runs without a CONFIG or --preset: the
     packaged ``rtl-small`` (2 nodes x 2 GPUs on the SmartNIC system, 16 small FP32 tables)."""
-    from host.cluster import scenario_preset
+    from neonic.host.cluster import scenario_preset
 
     return scenario_preset("rtl-small", scenario={"seed": seed})
 
@@ -82,8 +82,8 @@ def rtl_backend(scenario, *, sim: str = "auto", calibration: Path | str | None =
                 console=None):
     """``sim.cosim.RTLNICBackend`` for ``scenario`` (a SmartNIC system), with the calibration
     file given, else the one ``sim.calibration.find_calibration`` finds, else the defaults."""
-    from sim.calibration import find_calibration, load
-    from sim.cosim import RTLNICBackend
+    from neonic.sim.calibration import find_calibration, load
+    from neonic.sim.cosim import RTLNICBackend
 
     if scenario.system.embeddings != "nic":
         raise ValueError(f"--backend rtl: system {scenario.system.name!r} has no SmartNICs "

@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from host.workloads.spec import (
+from neonic.host.workloads.spec import (
     DTYPE_BYTES,
     DenseSpec,
     OptimizerSpec,
@@ -46,7 +46,7 @@ from host.workloads.spec import (
     WorkloadSpec,
     workload_from_dict,
 )
-from host.workloads.synth import synthesize_tables
+from neonic.host.workloads.synth import synthesize_tables
 
 __all__ = [
     "DTYPE_BYTES",
@@ -100,7 +100,7 @@ def resolve_workload(value: Any, path: str = "workload", base: Path | None = Non
             if "batch_per_gpu" in value:
                 from dataclasses import replace
 
-                from host.workloads.spec import _int
+                from neonic.host.workloads.spec import _int
 
                 spec = replace(spec, batch_per_gpu=_int(f"{path}.batch_per_gpu", value["batch_per_gpu"], 1))
             return spec

@@ -158,7 +158,7 @@ class TableSpec:
         """The table's lookup trace or locality statistics, through :mod:`host.traces`."""
         if self.trace is None and self.locality_stats is None:
             raise ValueError(f"tables.{self.name}: has neither a trace nor locality_stats")
-        import host.traces as traces  # lazy: loading a spec never reads trace files
+        import neonic.host.traces as traces  # lazy: loading a spec never reads trace files
 
         if self.trace is not None:
             return traces.load_trace(self.trace)
@@ -319,7 +319,7 @@ def workload_from_dict(data: Mapping[str, Any], path: str = "", base: Path | Non
     ``path`` prefixes every field name in errors (e.g. ``workload``); ``base`` resolves relative
     trace paths (the TOML file's folder).
     """
-    from host.workloads.synth import synthesize_tables  # local: synth imports this module
+    from neonic.host.workloads.synth import synthesize_tables  # local: synth imports this module
 
     _table(path, data)
     _no_unknown(path, data, _TOP_FIELDS)

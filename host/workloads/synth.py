@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from host.workloads.spec import (
+from neonic.host.workloads.spec import (
     DTYPE_BYTES,
     POOLING_DISTRIBUTIONS,
     TableSpec,

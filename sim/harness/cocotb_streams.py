@@ -46,7 +46,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import Event, FallingEdge, ReadOnly, RisingEdge
 from cocotb.types import LogicArray
 
-from rtl.streams import MemRequest, MemResponseBeat, MemWriteBeat
+from neonic.rtl.streams import MemRequest, MemResponseBeat, MemWriteBeat
 
 from .cocotb_runner import TB_FIGURES_FILE, TB_PARAMS_ENV, TB_SEED_ENV
 from .memory import MemoryCore, MemoryStats

@@ -2,8 +2,8 @@
 
 Public API::
 
-    from sim.engine import Engine
-    from sim.network import Topology, Network, collectives as coll
+    from neonic.sim.engine import Engine
+    from neonic.sim.network import Topology, Network, collectives as coll
     topo = Topology.from_preset("zionex")             # presets: zionex, zion, dgx-h100
     topo = Topology.from_config("my.toml")            # or a dict; validated field by field
     topo.num_gpus, topo.nodes, topo.gpus_per_node, topo.host_endpoint(node), topo.link_names

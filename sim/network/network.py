@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sim.engine import Engine, EventHandle
+from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .maxmin import FlowMajorIndex, maxmin_rates_fm

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.reference.fp import int8_rowwise_dequantize, int8_rowwise_quantize
+from neonic.sim.reference.fp import int8_rowwise_dequantize, int8_rowwise_quantize
 
-from rtl.roce import (BTH_PKEY, DROP_REASONS, ETHERTYPE_IPV4, IP_FLAGS_DF, IP_TTL, OP_WRITE_FIRST,
+from neonic.rtl.roce import (BTH_PKEY, DROP_REASONS, ETHERTYPE_IPV4, IP_FLAGS_DF, IP_TTL, OP_WRITE_FIRST,
                       OP_WRITE_LAST, OP_WRITE_LAST_IMM, OP_WRITE_MIDDLE, OP_WRITE_ONLY,
                       OP_WRITE_ONLY_IMM, ROCE_UDP_PORT, check_pmtu, header_len)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from sim.reference.cache import ERROR, MISS, CacheConfig, CacheModel, Request, set_index
+from neonic.sim.reference.cache import ERROR, MISS, CacheConfig, CacheModel, Request, set_index
 
 __all__ = ["CacheTiming", "TimingResult"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rtl.embedding import UnitTiming
+from neonic.rtl.embedding import UnitTiming
 
 __all__ = ["BagShape", "Prediction", "predict", "shapes_from_bags", "steady_state_row_cycles"]
 
@@ -68,7 +68,7 @@ class Prediction:
 
 def shapes_from_bags(tables, bags) -> list[BagShape]:
     """:class:`BagShape` list from ``sim.reference.embedding`` tables and bags."""
-    from sim.reference.embedding import contributing
+    from neonic.sim.reference.embedding import contributing
     return [BagShape(tables[b.table].dim, tables[b.table].elem_type,
                      tuple(bool(x) for x in contributing(tables[b.table], b))) for b in bags]
 

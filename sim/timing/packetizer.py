@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rtl.roce import BASE_HEADER_LEN, ICRC_LEN, check_data_bytes, check_pmtu, header_len
-from sim.reference.roce import INT8_ROW_EXTRA, segment, wire_length
+from neonic.rtl.roce import BASE_HEADER_LEN, ICRC_LEN, check_data_bytes, check_pmtu, header_len
+from neonic.sim.reference.roce import INT8_ROW_EXTRA, segment, wire_length
 
 __all__ = ["TX_STARTUP", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
            "estimate_tx", "estimate_rx"]

@@ -22,12 +22,12 @@ import time
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, with_timeout
 
-from rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
-from rtl.streams import MemRequest, MemWriteBeat
-from sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
+from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.rtl.streams import MemRequest, MemWriteBeat
+from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng,
                                         unpack)
-from sim.reference.cache import CacheConfig, expected_results, random_requests
+from neonic.sim.reference.cache import CacheConfig, expected_results, random_requests
 
 KIND = {LookupKind.HIT.value: "hit", LookupKind.MERGED.value: "merged",
         LookupKind.MISS.value: "miss", LookupKind.ERROR.value: "error"}

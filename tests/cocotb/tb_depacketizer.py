@@ -9,11 +9,11 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, with_timeout
 
-from rtl.depacketizer import Counters, Completion, QPInit
-from rtl.roce import DROP_REASONS, FrameBeat
-from sim.harness.cocotb_streams import (CocotbMemory, Codec, StreamDriver, StreamMonitor,
+from neonic.rtl.depacketizer import Counters, Completion, QPInit
+from neonic.rtl.roce import DROP_REASONS, FrameBeat
+from neonic.sim.harness.cocotb_streams import (CocotbMemory, Codec, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng)
-from sim.reference.roce import Destination, Message, Receiver
+from neonic.sim.reference.roce import Destination, Message, Receiver
 from tests.rtl.roce_frames import broken_frames, scapy_message
 
 MEM_BYTES = 1 << 16

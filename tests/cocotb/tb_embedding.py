@@ -17,10 +17,10 @@ import time
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, with_timeout
 
-from host.units.embedding import (Scoreboard, combined_placement, decode_beat, episode_stimulus,
+from neonic.host.units.embedding import (Scoreboard, combined_placement, decode_beat, episode_stimulus,
                                   unit_for_layouts, workloads_from_spec)
-from rtl.embedding import COUNTER_NAMES, CountersLayout, EmbeddingBagUnit
-from sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
+from neonic.rtl.embedding import COUNTER_NAMES, CountersLayout, EmbeddingBagUnit
+from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng,
                                         unpack)
 
@@ -97,7 +97,7 @@ async def embedding_scoreboard(dut):
 
 def counters_hint(unit: EmbeddingBagUnit, wl) -> int:
     """A generous bound on the beats an episode reads (for its deadline)."""
-    from sim.reference.embedding import row_stride_beats
+    from neonic.sim.reference.embedding import row_stride_beats
     return sum(len(b.indices) * (row_stride_beats(wl.tables[b.table].dim,
                                                   wl.tables[b.table].elem_type,
                                                   unit.data_bytes) + wl.latency[1])

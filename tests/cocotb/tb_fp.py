@@ -14,8 +14,8 @@ import cocotb
 import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-from sim.harness.cocotb_streams import start_clock_and_reset, tb_params, tb_record, tb_rng
-from sim.reference import fp as ref
+from neonic.sim.harness.cocotb_streams import start_clock_and_reset, tb_params, tb_record, tb_rng
+from neonic.sim.reference import fp as ref
 from tests.rtl.test_fp import _half_operands, add_operands, fp32_operands, mul_operands
 
 

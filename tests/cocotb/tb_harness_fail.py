@@ -5,7 +5,7 @@ an AssertionError naming only the failing one (see tests/sim/harness/test_harnes
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from sim.harness.cocotb_streams import start_clock_and_reset, tb_params
+from neonic.sim.harness.cocotb_streams import start_clock_and_reset, tb_params
 
 
 async def start(dut):

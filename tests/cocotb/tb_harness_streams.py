@@ -14,9 +14,9 @@ import numpy as np
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import ClockCycles, with_timeout
 
-from sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
+from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng)
-from rtl.streams import MemRequest, MemResponseBeat, MemWriteBeat
+from neonic.rtl.streams import MemRequest, MemResponseBeat, MemWriteBeat
 from tests.sim.harness.designs import PAYLOAD, random_mem_ops, random_payloads
 
 

@@ -8,11 +8,11 @@ import numpy as np
 from amaranth.hdl import unsigned
 from cocotb.triggers import ClockCycles, with_timeout
 
-from rtl.packetizer import DestEntry, SendDescriptor
-from rtl.roce import FrameBeat
-from sim.harness.cocotb_streams import (StreamDriver, StreamMonitor, start_clock_and_reset,
+from neonic.rtl.packetizer import DestEntry, SendDescriptor
+from neonic.rtl.roce import FrameBeat
+from neonic.sim.harness.cocotb_streams import (StreamDriver, StreamMonitor, start_clock_and_reset,
                                         tb_params, tb_rng)
-from sim.reference.roce import Destination, Message, build_frames
+from neonic.sim.reference.roce import Destination, Message, build_frames
 
 LOCAL_MAC, LOCAL_IP = 0x02_00_00_00_00_01, 0x0A_00_00_01
 
@@ -75,5 +75,5 @@ async def frames_match_reference(dut):
     await ClockCycles(dut.clk, 5)
     assert len(frame.received) == taken, "extra frame beats after the last frame"
     if p.get("record_frames"):
-        from sim.harness.cocotb_streams import tb_record
+        from neonic.sim.harness.cocotb_streams import tb_record
         tb_record(frames=[f.hex() for f in frames], beats=taken, messages=len(msgs))

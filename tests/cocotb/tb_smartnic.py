@@ -22,12 +22,12 @@ import numpy as np
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import FallingEdge, with_timeout
 
-from rtl.cache import CacheOp
-from rtl.depacketizer import Completion, QPInit
-from rtl.packetizer import DestEntry, SendDescriptor
-from rtl.roce import FrameBeat
-from rtl.smartnic import SmartNIC, SmartNICCounters
-from sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor, start_clock_and_reset,
+from neonic.rtl.cache import CacheOp
+from neonic.rtl.depacketizer import Completion, QPInit
+from neonic.rtl.packetizer import DestEntry, SendDescriptor
+from neonic.rtl.roce import FrameBeat
+from neonic.rtl.smartnic import SmartNIC, SmartNICCounters
+from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor, start_clock_and_reset,
                                         tb_params, tb_rng, unpack)
 
 

@@ -6,8 +6,8 @@ import tomllib
 
 import pytest
 
-from host.cluster import SCENARIO_PRESETS, dense_costs, load_scenario, scenario_from_dict, scenario_preset, scenario_preset_text
-from host.systems import PRESET_NAMES, preset, resolve_system
+from neonic.host.cluster import SCENARIO_PRESETS, dense_costs, load_scenario, scenario_from_dict, scenario_preset, scenario_preset_text
+from neonic.host.systems import PRESET_NAMES, preset, resolve_system
 
 
 def base() -> dict:
@@ -109,7 +109,7 @@ def test_load_scenario_names_a_missing_file_and_bad_toml(tmp_path):
 def test_resolved_config_round_trips(tmp_path):
     import tomli_w
 
-    from host.report import _plain
+    from neonic.host.report import _plain
 
     sc = scenario_preset("default")
     path = tmp_path / "config.toml"
@@ -128,7 +128,7 @@ def test_dense_costs_scale_with_the_model():
 
 
 def test_the_planner_defaults_to_a_deterministic_neo_search():
-    from host.planner import DEFAULT_MAX_STEPS, PLANNER_NAMES
+    from neonic.host.planner import DEFAULT_MAX_STEPS, PLANNER_NAMES
 
     data = base()
     data.pop("planner", None)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from host.cluster import ClusterRun, scenario_from_dict
-from host.report import summary_table, write_results
+from neonic.host.cluster import ClusterRun, scenario_from_dict
+from neonic.host.report import summary_table, write_results
 
 OFF = {"local_cache_mib": 0.0, "remote_cache_mib": 0.0, "pool_on_nic": False, "reorder": False}
 
@@ -144,7 +144,7 @@ def test_smartnic_runs_are_deterministic():
 def _off_node_lookups(cr: ClusterRun) -> float:
     """Forward lookups of sharded (not data-parallel) tables requested from other nodes: the
     only lookups whose indices pass an owner's NIC (2 nodes: half of every shard's)."""
-    from host.planner.plan import ShardingType
+    from neonic.host.planner.plan import ShardingType
 
     dp = {n for n, tp in cr.plan.tables.items() if tp.sharding == ShardingType.DATA_PARALLEL}
     total = 0.0

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from host.cluster import ClusterRun, scenario_from_dict
-from host.report import RESULT_FILES, write_results
+from neonic.host.cluster import ClusterRun, scenario_from_dict
+from neonic.host.report import RESULT_FILES, write_results
 
 
 def tiny(**sections) -> dict:

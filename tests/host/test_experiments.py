@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from host.experiments import EXPERIMENTS, ExperimentUnavailable, experiment_config, run_experiment
+from neonic.host.experiments import EXPERIMENTS, ExperimentUnavailable, experiment_config, run_experiment
 
 
 def _table(path):
@@ -109,7 +109,7 @@ def test_smartnic_tiny(tmp_path):
 
 
 def test_smartnic_variants_switch_one_mechanism_at_a_time():
-    from host.experiments.smartnic import MECHANISMS, variants
+    from neonic.host.experiments.smartnic import MECHANISMS, variants
 
     cfg = experiment_config("smartnic")
     labels = dict(variants(cfg))
@@ -159,7 +159,7 @@ class _Planned(Exception):
 
 def _first_scenario(monkeypatch, name, size, overrides=None):
     """The first scenario experiment ``name`` hands the cluster runtime (nothing is run)."""
-    import host.cluster
+    import neonic.host.cluster as cluster_module
 
     seen = []
 
@@ -168,7 +168,7 @@ def _first_scenario(monkeypatch, name, size, overrides=None):
             seen.append(scenario)
             raise _Planned
 
-    monkeypatch.setattr(host.cluster, "ClusterRun", Recorder)
+    monkeypatch.setattr(cluster_module, "ClusterRun", Recorder)
     with pytest.raises(_Planned):
         run_experiment(name, size=size, overrides=overrides)
     return seen[0]
@@ -176,7 +176,7 @@ def _first_scenario(monkeypatch, name, size, overrides=None):
 
 @pytest.mark.parametrize("name", CLUSTER_EXPERIMENTS)
 def test_cluster_experiments_plan_deterministically_unless_a_budget_is_asked_for(monkeypatch, name):
-    from host.planner import DEFAULT_MAX_STEPS
+    from neonic.host.planner import DEFAULT_MAX_STEPS
 
     for size in ("default", "tiny", "validate"):
         cfg = experiment_config(name, size)

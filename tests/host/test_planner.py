@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host.planner import (
+from neonic.host.planner import (
     BASELINES,
     AlphaBetaComm,
     CostModel,
@@ -20,10 +20,10 @@ from host.planner import (
     plan_baseline,
     plan_config_from_dict,
 )
-from host.planner.search import Placer
-from host.planner.system import GIB
-from host.workloads import TableSpec, workload_from_dict
-from sim.gpu import gpu_preset
+from neonic.host.planner.search import Placer
+from neonic.host.planner.system import GIB
+from neonic.host.workloads import TableSpec, workload_from_dict
+from neonic.sim.gpu import gpu_preset
 
 ST = ShardingType
 
@@ -125,7 +125,7 @@ def test_alpha_beta_rank_times_by_hand():
     m[0, 1] = 3e6   # intra-node
     m[0, 4] = 1e6   # inter-node
     m[5, 0] = 2e6   # inter-node, into rank 0
-    t = comm.rank_times_s(np.stack([__import__("host.planner.work", fromlist=["x"]).matrix_aggregates(m, 4)]))[0]
+    t = comm.rank_times_s(np.stack([__import__("neonic.host.planner.work", fromlist=["x"]).matrix_aggregates(m, 4)]))[0]
     assert t[0] == pytest.approx(max(1e-6 + 3e6 / 300e9, 5e-6 + 2e6 / 25e9))
     assert t[2] == 0.0
     assert comm.alltoallv_time_s(m) == pytest.approx(t.max())
@@ -252,7 +252,7 @@ def test_plan_config_errors_name_the_field(data, field):
 
 # ------------------------------------------------------------------ the command
 def test_neonic_plan_prints_plan_ranks_and_baselines(tmp_path, capsys):
-    from host.cli import main
+    from neonic.host.cli import main
 
     cfg = tmp_path / "plan.toml"
     cfg.write_text('workload = "dlrm-kaggle"\nnetwork = "zionex"\nnodes = 1\n[planner]\ntime_budget_s = 0.5\n')
@@ -266,7 +266,7 @@ def test_neonic_plan_prints_plan_ranks_and_baselines(tmp_path, capsys):
 
 
 def test_neonic_plan_reports_bad_config_as_an_error(tmp_path, capsys):
-    from host.cli import main
+    from neonic.host.cli import main
 
     cfg = tmp_path / "plan.toml"
     cfg.write_text('workload = "dlrm-kaggle"\nnodes = 0\n')

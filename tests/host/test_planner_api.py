@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host.planner import (
+from neonic.host.planner import (
     BASELINES,
     DEFAULT_MAX_STEPS,
     FORCED_NAMES,
@@ -20,8 +20,8 @@ from host.planner import (
     make_plan,
     plan_baseline,
 )
-from host.workloads import workload_from_dict
-from sim.gpu import gpu_preset
+from neonic.host.workloads import workload_from_dict
+from neonic.sim.gpu import gpu_preset
 
 
 def _system(nodes=2, g=4) -> PlannerSystem:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from host.planner import AlphaBetaComm, MemoryTiers, PlannerSystem, derive_iteration, plan_baseline
-from host.planner.plan import ShardingType
-from host.planner.search import Placer
-from host.planner.work import COLLECTIVES, Outer
-from host.workloads import workload_from_dict
-from sim.gpu import gpu_preset
+from neonic.host.planner import AlphaBetaComm, MemoryTiers, PlannerSystem, derive_iteration, plan_baseline
+from neonic.host.planner.plan import ShardingType
+from neonic.host.planner.search import Placer
+from neonic.host.planner.work import COLLECTIVES, Outer
+from neonic.host.workloads import workload_from_dict
+from neonic.sim.gpu import gpu_preset
 
 
 def reference_matrices(work, world: int) -> dict[str, np.ndarray]:

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from host.cluster import ClusterRun
-from host.units.smartnic import rtl_backend, rtl_scenario
+from neonic.host.cluster import ClusterRun
+from neonic.host.units.smartnic import rtl_backend, rtl_scenario
 
 
 def test_rtl_scenario_is_a_2_by_2_smartnic_cluster():
@@ -25,7 +25,7 @@ def test_rtl_scenario_is_a_2_by_2_smartnic_cluster():
 
 
 def test_gpus_per_node_override_is_validated_by_the_network_config():
-    from host.cluster import scenario_preset
+    from neonic.host.cluster import scenario_preset
     sc = scenario_preset("rtl-small", cluster={"gpus_per_node": 3})
     assert ClusterRun(sc)._topology().gpus_per_node == 3
     with pytest.raises(ValueError, match="cluster.gpus_per_node"):
@@ -52,13 +52,13 @@ def test_the_hook_replaces_the_nic_unit_times():
 
 
 def test_rtl_backend_refuses_a_system_without_smartnics():
-    from host.cluster import scenario_preset
+    from neonic.host.cluster import scenario_preset
     with pytest.raises(ValueError, match="SmartNIC"):
         rtl_backend(scenario_preset("default"), sim="amaranth")
 
 
 def test_run_command_has_the_backend_flag():
-    from host.commands import run
+    from neonic.host.commands import run
     parser = argparse.ArgumentParser()
     run.add_arguments(parser)
     args = parser.parse_args(["--backend", "rtl", "--sim", "amaranth"])

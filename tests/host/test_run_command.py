@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from host.cli import main
-from host.report import RESULT_FILES
+from neonic.host.cli import main
+from neonic.host.report import RESULT_FILES
 
 TINY = """
 [scenario]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from host.schedule import (
+from neonic.host.schedule import (
     COLLECTIVE_PHASES,
     INFERENCE_PHASES,
     TRAINING_PHASES,
@@ -12,7 +12,7 @@ from host.schedule import (
     build_graph,
     phase_breakdown,
 )
-from sim.engine import Engine
+from neonic.sim.engine import Engine
 
 # durations in ps per phase: communication comparable to computation, as in Neo
 DURATIONS = {

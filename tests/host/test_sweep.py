@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from host.sweep import expand_points, load_sweep, run_sweep, set_path, sweep_from_dict
+from neonic.host.sweep import expand_points, load_sweep, run_sweep, set_path, sweep_from_dict
 
 # A small scenario: the default scenario with 8 tables (a fraction of a second per point).
 # Planning is deterministic (bounded by steps, not by the clock), so the points do not depend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 
-from host.cli import main
+from neonic.host.cli import main
 
 SWEEP = """
 [sweep]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host import traces as tr
+from neonic.host import traces as tr
 
 STATS_FILE = tr.PUBLISHED_LOCALITY_STATS
 SHARED_STATS_FILE = Path(__file__).resolve().parents[2].parent / "shared/data/dlrm_datasets_2021_locality_stats.txt"

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-import host.units.depacketizer as unit
-from host.cli import main
-from host.units import SimRequest, get_unit
+import neonic.host.units.depacketizer as unit
+from neonic.host.cli import main
+from neonic.host.units import SimRequest, get_unit
 
 SMALL = {"data_bytes": "16", "pmtu": "512", "num_qps": "2"}
 

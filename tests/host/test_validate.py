@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import math
 
-from host.validate import PUBLISHED, published_rows, validate
+from neonic.host.validate import PUBLISHED, published_rows, validate
 
 
 def test_only_figures_from_references_are_published():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host.workloads import PRESET_NAMES, TableSpec, load_workload, preset, preset_text, workload_from_dict
+from neonic.host.workloads import PRESET_NAMES, TableSpec, load_workload, preset, preset_text, workload_from_dict
 
 
 def _minimal(**over):

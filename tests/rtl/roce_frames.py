@@ -11,9 +11,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from rtl.roce import OP_WRITE_FIRST, OP_WRITE_LAST_IMM, OP_WRITE_MIDDLE, OP_WRITE_ONLY, \
+from neonic.rtl.roce import OP_WRITE_FIRST, OP_WRITE_LAST_IMM, OP_WRITE_MIDDLE, OP_WRITE_ONLY, \
     OP_WRITE_ONLY_IMM
-from sim.reference.roce import Destination, Message, segment
+from neonic.sim.reference.roce import Destination, Message, segment
 
 LOCAL_MAC, LOCAL_IP = 0x02_00_00_00_00_01, 0x0A_00_00_01
 

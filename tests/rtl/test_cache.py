@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from host.units.cache import measure_hits
-from rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
-from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
-from sim.reference.cache import (CacheConfig, Request, expected_results, random_requests)
+from neonic.host.units.cache import measure_hits
+from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.cache import (CacheConfig, Request, expected_results, random_requests)
 
 KIND = {LookupKind.HIT: "hit", LookupKind.MERGED: "merged", LookupKind.MISS: "miss",
         LookupKind.ERROR: "error"}

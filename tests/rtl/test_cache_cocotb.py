@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rtl.cache import CacheController
-from sim.harness import available_simulators, read_tb_figures, run_cocotb
+from neonic.rtl.cache import CacheController
+from neonic.sim.harness import available_simulators, read_tb_figures, run_cocotb
 
 UNIT = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=3, sets=4, ways=4, mshrs=4,
             queue_depth=8, policy="lru", index="hash")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rtl.depacketizer import Depacketizer
-from rtl.roce import DROP_REASONS
-from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
-from sim.reference.roce import Completion, Destination, Message, Receiver
+from neonic.rtl.depacketizer import Depacketizer
+from neonic.rtl.roce import DROP_REASONS
+from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.roce import Completion, Destination, Message, Receiver
 from tests.rtl.roce_frames import broken_frames, scapy_message
 
 MEM_BYTES = 1 << 16

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rtl.depacketizer import Depacketizer
-from sim.harness.cocotb_runner import available_simulators, run_cocotb, read_tb_figures
+from neonic.rtl.depacketizer import Depacketizer
+from neonic.sim.harness.cocotb_runner import available_simulators, run_cocotb, read_tb_figures
 
 # Verilator builds of these designs take about a minute, and the 64-byte design ~50 s under
 # Icarus: opt-in (-m slow).

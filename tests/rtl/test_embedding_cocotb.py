@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from host.units.embedding import SMALL_UNIT, SMALL_UNIT_NAME, run_cocotb_workload
-from sim.harness import available_simulators
+from neonic.host.units.embedding import SMALL_UNIT, SMALL_UNIT_NAME, run_cocotb_workload
+from neonic.sim.harness import available_simulators
 
 
 def _sims():

@@ -14,13 +14,13 @@ import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Module, Signal
 
-from rtl import fp
+from neonic.rtl import fp
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from sim.harness import (available_simulators, read_tb_figures, run_amaranth, run_cocotb,
+from neonic.sim.harness import (available_simulators, read_tb_figures, run_amaranth, run_cocotb,
                          stream_recv, stream_send)
-from sim.reference import fp as ref
+from neonic.sim.reference import fp as ref
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rtl.packetizer import Packetizer
-from sim.harness import run_amaranth, stream_recv, stream_send
-from sim.reference.roce import Destination, Message, segment
+from neonic.rtl.packetizer import Packetizer
+from neonic.sim.harness import run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.roce import Destination, Message, segment
 from tests.rtl.roce_frames import LOCAL_IP, LOCAL_MAC, scapy_message
 
 DESTS = [Destination(mac=0x02_00_00_00_10_00 + i, ip=0x0A_00_01_00 + i, qpn=0x100 + 3 * i,
@@ -140,7 +140,7 @@ def test_all_small_sizes(width, rng):
 @pytest.mark.parametrize("width", [8, 64])
 def test_icrc_engine_matches_lib_crc(width, rng):
     """The parallel ICRC engine computes amaranth.lib.crc's algorithm (its software model)."""
-    from rtl.roce import ICRC_ALGORITHM, ICRCEngine
+    from neonic.rtl.roce import ICRC_ALGORITHM, ICRCEngine
     words = [int(x) for x in rng.integers(0, 1 << 62, 5)] + [(1 << (8 * width)) - 1]
     dut = ICRCEngine(width)
     got = []
@@ -164,7 +164,7 @@ def test_quantized_frames_match_reference(width, quant, dim, rows, rng):
     """Quantized on the fly: the frames carry the reference model's wire image (INT8: scale,
     bias and codes per row, whole rows per packet with zero fill; FP16: lengths that are not
     a multiple of two beats), byte for byte, under idle and backpressure."""
-    from sim.reference.roce import build_frames, quantize
+    from neonic.sim.reference.roce import build_frames, quantize
     dut = Packetizer(data_bytes=width, pmtu=256, num_dest=1, quant=quant, max_dim=max(8, dim))
     values = [rng.standard_normal((n, dim)).astype(np.float32) for n in rows]
     frames = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rtl.packetizer import Packetizer
-from sim.harness.cocotb_runner import available_simulators, run_cocotb
+from neonic.rtl.packetizer import Packetizer
+from neonic.sim.harness.cocotb_runner import available_simulators, run_cocotb
 
 
 # Verilator's build of this design takes about a minute per width: opt-in (-m slow).

@@ -10,12 +10,12 @@ import pytest
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
-from rtl.depacketizer import QUANT_FORMATS, Depacketizer
-from rtl.packetizer import Packetizer
-from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
-from sim.reference.fp import int8_rowwise_error_bound
-from sim.reference.roce import Destination, dequantize, quantize, wire_length
-from sim.timing.packetizer import estimate_tx
+from neonic.rtl.depacketizer import QUANT_FORMATS, Depacketizer
+from neonic.rtl.packetizer import Packetizer
+from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.fp import int8_rowwise_error_bound
+from neonic.sim.reference.roce import Destination, dequantize, quantize, wire_length
+from neonic.sim.timing.packetizer import estimate_tx
 from tests.rtl.roce_frames import LOCAL_IP, LOCAL_MAC
 from tests.rtl.test_packetizer import make_messages, run_packetizer
 
@@ -126,8 +126,8 @@ def test_int8_streams_rows_and_timing_model_within_5_percent(width, pmtu, dim, r
     """INT8 rows stream through the quantizer's pipeline: the frames carry the reference wire
     image and the cycles are the timing model's within 5%, for input-bound and divider-bound
     rows."""
-    from host.units import packetizer as unit
-    from sim.reference.roce import Message, build_frames
+    from neonic.host.units import packetizer as unit
+    from neonic.sim.reference.roce import Message, build_frames
     x = rng.standard_normal((rows, dim)).astype(np.float32)
     msg = Message(dest=0, va=0x2000, rkey=5, payload=x.tobytes())
     dut = Packetizer(data_bytes=width, pmtu=pmtu, num_dest=1, quant="int8", max_dim=max(8, dim),

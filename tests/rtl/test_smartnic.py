@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rtl.smartnic import UNITS, SmartNIC, counter_names
-from sim.cosim import (NICJob, Send, Traffic, _amaranth_phase, build_stimulus, endpoint,
+from neonic.rtl.smartnic import UNITS, SmartNIC, counter_names
+from neonic.sim.cosim import (NICJob, Send, Traffic, _amaranth_phase, build_stimulus, endpoint,
                        expected_buffers, route_frames)
-from sim.reference import embedding as ref
-from sim.reference.roce import Destination, Message, build_frames
+from neonic.sim.reference import embedding as ref
+from neonic.sim.reference.roce import Destination, Message, build_frames
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cosim import run_cosim, synthetic_traffic
-from sim.harness import available_simulators
+from neonic.sim.cosim import run_cosim, synthetic_traffic
+from neonic.sim.harness import available_simulators
 
 SIMS = [pytest.param(s, marks=pytest.mark.slow) if s == "verilator" else s
         for s in available_simulators()]

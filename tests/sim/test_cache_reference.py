@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.reference.cache import CacheConfig, CacheModel, set_index, simulate_trace
+from neonic.sim.reference.cache import CacheConfig, CacheModel, set_index, simulate_trace
 
 
 def kinds(model: CacheModel, rows, writes=None):

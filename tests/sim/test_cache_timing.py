@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rtl.cache import CacheController
-from sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
-from sim.reference.cache import CacheConfig, random_requests
-from sim.timing.cache import CacheTiming
+from neonic.rtl.cache import CacheController
+from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.cache import CacheConfig, random_requests
+from neonic.sim.timing.cache import CacheTiming
 
 
 def rtl_cycles(dut, requests, rng, rows, latency):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sim.calibration import Calibration, Sample, evaluate, fit, load, save
+from neonic.sim.calibration import Calibration, Sample, evaluate, fit, load, save
 
 
 def _sample(hit_rate: float, true: Calibration, rows: int) -> Sample:
@@ -63,7 +63,7 @@ def test_file_round_trip_and_field_named_errors(tmp_path):
 
 
 def test_fit_on_rtl_runs_predicts_held_back_workloads():
-    from host.commands.calibrate import calibrate
+    from neonic.host.commands.calibrate import calibrate
 
     workloads = [{"rows": 24, "dim": 16, "pooling": 3, "alpha": 1.1},
                  {"rows": 1024, "dim": 16, "pooling": 3, "alpha": 0.8},

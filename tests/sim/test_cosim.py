@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.calibration import default_calibration
-from rtl.smartnic import SmartNIC
-from sim.cosim import (CosimReport, cache_request_starts, format_report, route_frames, run_cosim,
+from neonic.sim.calibration import default_calibration
+from neonic.rtl.smartnic import SmartNIC
+from neonic.sim.cosim import (CosimReport, cache_request_starts, format_report, route_frames, run_cosim,
                        synthetic_traffic, traffic_from_plan)
 
 

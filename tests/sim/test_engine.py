@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sim.engine import (
+from neonic.sim.engine import (
     Engine,
     cycles_to_ps,
     ps_from_ns,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.gpu import (
+from neonic.sim.gpu import (
     GPU_PRESETS,
     GPUEfficiency,
     GPUSpec,

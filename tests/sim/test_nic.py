@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.engine import Engine
-from sim.nic import (
+from neonic.sim.engine import Engine
+from neonic.sim.nic import (
     NIC,
     NIC_UNITS,
     NICConfig,
@@ -20,9 +20,9 @@ from sim.nic import (
     reorder_bags,
     trace_stats,
 )
-from sim.reference.cache import CacheConfig, CacheModel, Request
-from sim.timing.cache import CacheTiming
-from sim.timing.packetizer import estimate_tx
+from neonic.sim.reference.cache import CacheConfig, CacheModel, Request
+from neonic.sim.timing.cache import CacheTiming
+from neonic.sim.timing.packetizer import estimate_tx
 
 
 def zipf(rng: np.random.Generator, n: int, rows: int, alpha: float = 1.15) -> np.ndarray:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import Engine, ps_from_s
-from sim.gpu import KernelCost, gemm_cost, gpu_preset
-from sim.resources import (
+from neonic.sim.engine import Engine, ps_from_s
+from neonic.sim.gpu import KernelCost, gemm_cost, gpu_preset
+from neonic.sim.resources import (
     BandwidthLink,
     CPUSocketSpec,
     GPUDevice,

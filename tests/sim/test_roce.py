@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rtl.roce import (DROP_REASONS, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
+from neonic.rtl.roce import (DROP_REASONS, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
                       OP_WRITE_MIDDLE, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM)
 from tests.rtl.roce_frames import LOCAL_IP, LOCAL_MAC, broken_frames, scapy_message
-from sim.reference.roce import (Destination, Message, Receiver, build_frames, dequantize,
+from neonic.sim.reference.roce import (Destination, Message, Receiver, build_frames, dequantize,
                                 quantize, segment)
 
 DEST = Destination(mac=0x02_00_00_00_00_02, ip=0x0A_00_00_02, qpn=5, udp_sport=0xC123)
@@ -68,7 +68,7 @@ def test_quantize_roundtrip(quant, tol, rng):
 def test_int8_wire_image_whole_rows_per_packet(rng):
     """Per row: scale = (max - min)/255 and bias = min (FP32) before the codes; a packet-sized
     block holds pmtu // (dim + 8) whole rows, then zero fill."""
-    from sim.reference.roce import int8_rows_per_packet, wire_length
+    from neonic.sim.reference.roce import int8_rows_per_packet, wire_length
     dim, pmtu = 24, 256
     x = rng.standard_normal((19, dim)).astype(np.float32)
     wire = quantize(x, "int8", dim=dim, pmtu=pmtu)
@@ -104,7 +104,7 @@ def test_receiver_restores_fp32_per_qp_format(quant, rng):
 @pytest.mark.parametrize("kw,match", [({"quant": "int4"}, "quant"), ({"dim": 250}, "dim"),
                                       ({"length": 4 * 17}, "length")])
 def test_int8_parameter_errors(kw, match):
-    from sim.reference.roce import wire_length
+    from neonic.sim.reference.roce import wire_length
     args = {"length": 4 * 32, "quant": "int8", "dim": 16, "pmtu": 256, **kw}
     with pytest.raises(ValueError, match=match):
         wire_length(args.pop("length"), args.pop("quant"), **args)

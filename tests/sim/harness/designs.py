@@ -11,7 +11,7 @@ from amaranth.hdl import Module, Shape, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rtl.streams import MemPortSignature, MemRequest, MemResponseBeat, MemWriteBeat
+from neonic.rtl.streams import MemPortSignature, MemRequest, MemResponseBeat, MemWriteBeat
 
 __all__ = ["PAYLOAD", "StreamPassthrough", "MemInitiator", "HarnessTop", "random_payloads",
            "random_mem_ops"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from amaranth.hdl import unsigned
 
-from sim.harness import SimulationTimeout, run_amaranth, stream_recv, stream_send
+from neonic.sim.harness import SimulationTimeout, run_amaranth, stream_recv, stream_send
 from tests.sim.harness.designs import PAYLOAD, StreamPassthrough, random_payloads
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.harness import available_simulators, read_tb_figures, run_cocotb
+from neonic.sim.harness import available_simulators, read_tb_figures, run_cocotb
 from tests.sim.harness.designs import HarnessTop
 
 SIMS = available_simulators()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.harness import (AmaranthMemory, MemoryCore, MemoryModelError, run_amaranth,
+from neonic.sim.harness import (AmaranthMemory, MemoryCore, MemoryModelError, run_amaranth,
                          stream_recv, stream_send)
-from rtl.streams import MemPortSignature
+from neonic.rtl.streams import MemPortSignature
 from tests.sim.harness.designs import MemInitiator, random_mem_ops
 
 DATA_BYTES = 8

@@ -10,7 +10,7 @@ import pytest
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, enum
 
-from sim.harness.cocotb_streams import Codec, pack, unpack
+from neonic.sim.harness.cocotb_streams import Codec, pack, unpack
 from tests.sim.harness.designs import PAYLOAD, random_payloads
 
 NESTED = data.StructLayout({

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from amaranth.hdl import unsigned
 
-from sim.harness import export_verilog
+from neonic.sim.harness import export_verilog
 from tests.sim.harness.designs import MemInitiator, StreamPassthrough
 
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from sim.network import Topology, load_preset
+from neonic.sim.network import Topology, load_preset
 
 
 @pytest.fixture

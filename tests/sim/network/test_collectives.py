@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.engine import Engine
-from sim.network import (
+from neonic.sim.engine import Engine
+from neonic.sim.network import (
     Network,
     Topology,
     collectives as coll,
@@ -20,8 +20,8 @@ from sim.network import (
     estimate_alltoallv_time_s,
     estimate_reduce_scatter_time_s,
 )
-from sim.network.collectives import double_binary_trees
-from sim.network.transport import rdma_wire_bytes
+from neonic.sim.network.collectives import double_binary_trees
+from neonic.sim.network.transport import rdma_wire_bytes
 
 from .conftest import small_topology
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tomli_w
 
-from sim.network import Topology, load_config, load_preset, preset_names
+from neonic.sim.network import Topology, load_config, load_preset, preset_names
 
 
 def test_presets_ship_as_package_data_and_load():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.network.maxmin import HAVE_NUMBA, maxmin_rates, maxmin_rates_fast
+from neonic.sim.network.maxmin import HAVE_NUMBA, maxmin_rates, maxmin_rates_fast
 
 SOLVERS = [maxmin_rates] + ([maxmin_rates_fast] if HAVE_NUMBA else [])
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.engine import Engine
-from sim.network import Network
-from sim.network.transport import rdma_wire_bytes, tcp_wire_bytes
+from neonic.sim.engine import Engine
+from neonic.sim.network import Network
+from neonic.sim.network.transport import rdma_wire_bytes, tcp_wire_bytes
 
 from .conftest import small_topology
 
@@ -246,9 +246,9 @@ def test_numpy_fallback_gives_the_same_picoseconds():
     code = (
         "import numpy as np\n"
         "from tests.sim.network.conftest import small_topology\n"
-        "from sim.engine import Engine\n"
-        "from sim.network import Network, collectives as coll\n"
-        "from sim.network.maxmin import HAVE_NUMBA\n"
+        "from neonic.sim.engine import Engine\n"
+        "from neonic.sim.network import Network, collectives as coll\n"
+        "from neonic.sim.network.maxmin import HAVE_NUMBA\n"
         "topo = small_topology(4, 4)\n"
         "sizes = np.random.default_rng(1).integers(0, 1 << 20, (16, 16))\n"
         "eng = Engine(); net = Network(eng, topo)\n"

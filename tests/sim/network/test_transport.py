@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.network.transport import rdma_wire_bytes, tcp_wire_bytes
+from neonic.sim.network.transport import rdma_wire_bytes, tcp_wire_bytes
 
 
 def test_roce_middle_packet_costs_82_bytes_beside_its_payload():
