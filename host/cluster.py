@@ -1,59 +1,24 @@
 """A cluster run: one scenario (workload x system x cluster size x schedule) on the engine.
 
-:func:`load_scenario` / :func:`scenario_from_dict` validate a scenario TOML field by field;
-:class:`ClusterRun` plans the embedding sharding (``host.planner``), derives one iteration's
-per-rank work and AlltoAllv matrices from the plan (``host.planner.work.derive_iteration``; the
-runtime never re-derives communication sizes), turns them into an op graph
-(``host.schedule``) and executes it on one :class:`~sim.engine.Engine` whose resources are the
-GPUs (``sim.resources.GPUDevice``: SMs + HBM, with the C3 levers), the PCIe host links, the CPU
-sockets (Zion), the SmartNICs' units (``sim.nic``) and the network's links (``sim.network``).
+:class:`ClusterRun` orchestrates a run: it builds the topology, plans the embedding sharding
+(``host.planner``), derives one iteration's work and payloads from the plan
+(``host.iteration``; the SmartNIC system's effects from ``host.nic_effects``), turns them into
+an op graph (``host.schedule``) and executes it on one :class:`~sim.engine.Engine` whose
+resources are the GPUs (``sim.resources.GPUDevice``: SMs + HBM, with the C3 levers), the PCIe
+host links, the CPU sockets (Zion), the SmartNICs' units (``sim.nic``) and the network's links
+(``sim.network``); ``host.metrics`` collects what it measured.
 
-Scenario schema (TOML; errors name the dotted field)::
+Scenarios (schema, loading, presets) live in ``host.scenario``; their names are importable
+from here too.
 
-    [scenario]
-    name = "default"                 # results folder prefix
-    mode = "training"                # training | inference
-    pipelined = true                 # Neo's pipeline, or the serialized baseline
-    iterations = 2                   # measured iterations (batches)
-    warmup = 1                       # iterations simulated first and not measured
-    seed = 1
-    [cluster]
-    nodes = 2                        # nodes of the system's topology
-    gpus_per_node = 8                # optional; the topology preset's value by default
-    [workload]                       # host.workloads: preset = "model-a" | a file | inline tables
-    [system]                         # host.systems: preset = "zionex" plus overrides, or inline
-    [planner]
-    name = "neo"                     # the planner (host.planner.make_plan): neo, a baseline
-                                     # (size-greedy, ...) or force:<type> (force:row-wise, ...)
-    max_steps = 200                  # Neo's refinement steps at most (it stops earlier when it
-                                     # converges): plans are deterministic
-    time_budget_s = 2.0              # optional wall-clock safety for Neo's search (default:
-                                     # none; a plan it cuts short is not reproducible)
-    allreduce = "hierarchical"       # ring | double_binary_tree | hierarchical
-    alltoall = "direct"              # direct | hierarchical
-    [dense]
-    dtype = "fp16"                   # GEMM datatype (mixed precision) of the MLPs
-
-Modelling choices (each an ASSUMPTION a user can see in code and docs):
-    * the row-wise reduce-scatter (``rs``) and its backward all-gather (``ag``) matrices travel
-      with the pooled and gradient AlltoAlls (same bytes, one collective each);
-    * the dense AllReduce carries the MLPs' parameters (computed from the workload's widths) plus
-      the data-parallel tables' bytes from the plan, in the system's ``comm_dtype``;
-    * the dot interaction over F features gives F(F-1)/2 + d outputs, capped at
-      :data:`MAX_INTERACTION_WIDTH` (production models with 1000s of features compress them);
-    * a collective holds its GPU-side share (SMs unless on the copy engines, HBM) on every rank
-      for its whole network duration; compute kernels share what is left. Collectives are not
-      slowed by the GPU (so ``streams.comm_priority`` only orders kernels between streams).
-
-The SmartNIC system (``embeddings = "nic"``): :func:`nic_effects` measures the NIC caches' hit
-rates on synthetic lookup traces (``sim.nic``; Zipf, :data:`ZIPF_ALPHA`) and applies each
-mechanism that is on to the iteration's work: fewer GPU lookups, NIC gather/pool and cache
-work, PCIe fills, changed AlltoAll matrices (its docstring states every assumption). Each
+Resource binding (each an ASSUMPTION a user can see in code and docs): a collective holds its
+GPU-side share (SMs unless on the copy engines, HBM) on every rank for its whole network
+duration; compute kernels share what is left. Collectives are not slowed by the GPU (so
+``streams.comm_priority`` only orders kernels between streams). On the SmartNIC system each
 GPU's NIC is a :class:`sim.nic.NIC` on the engine (units ``cache``, ``gather``,
 ``packetizer``: one timeline track each); the embedding forward runs the GPU kernel, the NIC
 units and the PCIe transfers side by side, and every AlltoAll waits for the NICs' packetizers
-as well as the network. Hit rates go to ``metrics["cache_hit_rates"]`` (``nic_local``,
-``nic_remote``), the rest to ``metrics["nic"]``.
+as well as the network.
 
 Planning: ``[planner] name`` picks the planner (``host.planner.make_plan``); Neo's search ends
 at convergence or after ``max_steps`` steps, so a run is deterministic for its seed;
@@ -64,23 +29,19 @@ simulation's own wall time went (planning, building, engine).
 
 from __future__ import annotations
 
-import math
 import time
-import tomllib
-from dataclasses import dataclass, field, replace
-from importlib import resources
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-import numpy as np
-
-from neonic.host.schedule import COLLECTIVE_PHASES, Op, OpGraph, ScheduleRunner, build_graph, phase_breakdown
-from neonic.host.systems import (SystemSpec, check_known_fields, check_table, merge_tables,
-                          resolve_system)
-from neonic.host.workloads import WorkloadSpec, resolve_workload
-from neonic.sim.engine import Engine, ps_from_s, s_from_ps
-from neonic.sim.gpu import KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
-from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool, cpu_embedding_backward_s, cpu_embedding_forward_s
+from neonic.host.iteration import (MAX_INTERACTION_WIDTH, Collective, Copy, CPUJob, NICJob, dense_costs,
+                                   iteration_payloads)
+from neonic.host.metrics import RunResult, collect_metrics, sample_ranks
+from neonic.host.nic_effects import NICEffects, nic_config, nic_effects
+from neonic.host.scenario import (SCENARIO_PRESETS, Scenario, default_scenario, load_scenario, scenario_from_dict,
+                                  scenario_preset, scenario_preset_text)
+from neonic.host.schedule import Op, ScheduleRunner, build_graph
+from neonic.sim.engine import Engine, ps_from_s
+from neonic.sim.gpu import KernelCost
+from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool
 
 __all__ = [
     "MAX_INTERACTION_WIDTH",
@@ -89,542 +50,12 @@ __all__ = [
     "RunResult",
     "SCENARIO_PRESETS",
     "scenario_preset",
+    "scenario_preset_text",
     "scenario_from_dict",
     "load_scenario",
     "default_scenario",
     "dense_costs",
 ]
-
-MAX_INTERACTION_WIDTH = 8192
-SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
-
-_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
-
-
-# ------------------------------------------------------------------------------ the scenario
-@dataclass(frozen=True)
-class Scenario:
-    """A validated scenario (see the module doc for the schema)."""
-
-    name: str
-    mode: str
-    pipelined: bool
-    iterations: int
-    warmup: int
-    seed: int
-    nodes: int
-    gpus_per_node: int | None
-    workload: WorkloadSpec
-    system: SystemSpec
-    planner: str = "neo"
-    planner_budget_s: float | None = None
-    planner_max_steps: int | None = 200
-    allreduce: str = "hierarchical"
-    alltoall: str = "direct"
-    dense_dtype: str = "fp16"
-    source: dict[str, Any] = field(default_factory=dict)
-
-    def resolved(self) -> dict[str, Any]:
-        """The scenario with every default filled in (written to the results folder)."""
-        return {
-            "scenario": {"name": self.name, "mode": self.mode, "pipelined": self.pipelined,
-                         "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed},
-            "cluster": {"nodes": self.nodes, **({"gpus_per_node": self.gpus_per_node} if self.gpus_per_node else {})},
-            "workload": self.source.get("workload", {"preset": self.workload.name}),
-            "system": self.system.to_dict(),
-            "planner": {"name": self.planner, "allreduce": self.allreduce, "alltoall": self.alltoall,
-                        **({} if self.planner_budget_s is None else {"time_budget_s": self.planner_budget_s}),
-                        **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps})},
-            "dense": {"dtype": self.dense_dtype},
-        }
-
-
-def _int(path: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
-    return value
-
-
-def _bool(path: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{path}: expected true or false, got {value!r}")
-    return value
-
-
-def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Scenario:
-    """Validate a parsed scenario TOML (errors name the dotted field)."""
-    data = check_table("scenario file", data)
-    check_known_fields("", data, _SECTIONS)
-    sc = check_table("scenario", data.get("scenario", {}))
-    check_known_fields("scenario", sc, ("name", "mode", "pipelined", "iterations", "warmup", "seed"))
-    name = sc.get("name", "scenario")
-    if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
-        raise ValueError(f"scenario.name: expected a non-empty name without spaces or slashes, got {name!r}")
-    mode = _choice("scenario.mode", sc.get("mode", "training"), ("training", "inference"))
-    cl = check_table("cluster", data.get("cluster", {}))
-    check_known_fields("cluster", cl, ("nodes", "gpus_per_node"))
-    if "workload" not in data:
-        raise ValueError("workload: required section missing (e.g. workload = \"model-a\" or [workload] preset = ...)")
-    workload = resolve_workload(data["workload"], "workload", base)
-    system = resolve_system(data.get("system", "zionex"), "system")
-    pl = check_table("planner", data.get("planner", {}))
-    check_known_fields("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps"))
-    from neonic.host.planner.api import check_planner_name
-    from neonic.host.planner.search import DEFAULT_MAX_STEPS
-
-    planner = check_planner_name(pl.get("name", "neo"), "planner.name")
-    budget = pl.get("time_budget_s")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600):
-        raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
-    dense = check_table("dense", data.get("dense", {}))
-    check_known_fields("dense", dense, ("dtype",))
-    gpn = cl.get("gpus_per_node")
-    return Scenario(
-        name=name,
-        mode=mode,
-        pipelined=_bool("scenario.pipelined", sc.get("pipelined", True)),
-        iterations=_int("scenario.iterations", sc.get("iterations", 2), 1),
-        warmup=_int("scenario.warmup", sc.get("warmup", 1), 0),
-        seed=_int("scenario.seed", sc.get("seed", 1), 0),
-        nodes=_int("cluster.nodes", cl.get("nodes", 2), 1),
-        gpus_per_node=None if gpn is None else _int("cluster.gpus_per_node", gpn, 1),
-        workload=workload,
-        system=system,
-        planner=planner,
-        planner_budget_s=None if budget is None else float(budget),
-        planner_max_steps=_int("planner.max_steps", pl.get("max_steps", DEFAULT_MAX_STEPS), 0),
-        allreduce=_choice("planner.allreduce", pl.get("allreduce", "hierarchical"), ("ring", "double_binary_tree", "hierarchical")),
-        alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
-        dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
-        source={k: v for k, v in data.items()},
-    )
-
-
-def load_scenario(path: str | Path) -> Scenario:
-    """Load and validate a scenario TOML file."""
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"CONFIG: file {str(path)!r} does not exist")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
-    return scenario_from_dict(data, base=path.parent)
-
-
-def scenario_preset_text(name: str) -> str:
-    if name not in SCENARIO_PRESETS:
-        raise ValueError(f"--preset: unknown scenario {name!r}; expected one of {', '.join(SCENARIO_PRESETS)}")
-    return resources.files("neonic.host.systems").joinpath("scenarios", f"{name}.toml").read_text(encoding="utf-8")
-
-
-def scenario_preset(name: str, **overrides: Any) -> Scenario:
-    """A packaged scenario (``host/systems/scenarios/NAME.toml``), optionally with overrides
-    merged section by section (e.g. ``cluster={"nodes": 4}``)."""
-    data = tomllib.loads(scenario_preset_text(name))
-    if overrides:
-        data = merge_tables(data, overrides)
-    return scenario_from_dict(data)
-
-
-def default_scenario() -> Scenario:
-    """The scenario ``neonic run`` runs with no argument (small: seconds on 2 cores)."""
-    return scenario_preset("default")
-
-
-# ------------------------------------------------------------------------------- dense costs
-@dataclass(frozen=True)
-class DenseCosts:
-    """Per-rank costs of the dense (data-parallel) part of one iteration."""
-
-    bot_fwd: KernelCost
-    inter_fwd: KernelCost
-    top_fwd: KernelCost
-    top_bwd: KernelCost
-    inter_bwd: KernelCost
-    bot_bwd: KernelCost
-    dense_opt: KernelCost
-    params: int
-    interaction_width: int
-
-
-def dense_costs(system: SystemSpec, workload: WorkloadSpec, dtype: str = "fp16") -> DenseCosts:
-    """MLP, interaction and optimizer-step costs on one GPU for one local batch."""
-    gpu = system.gpu_spec
-    b = workload.batch_per_gpu
-    d = workload.dense
-    bottom = list(d.bottom_mlp)
-    d_out = bottom[-1]
-    features = len(workload.tables) + 1
-    dims = sum(t.dim for t in workload.tables)
-    params = sum(i * o + o for i, o in zip(bottom[:-1], bottom[1:]))
-    if d.interaction == "dot":
-        width = min(features * (features - 1) // 2 + d_out, MAX_INTERACTION_WIDTH)
-        inter_f = interaction_cost(gpu, b, features, d_out, dtype)
-        inter_b = interaction_cost(gpu, b, features, d_out, dtype, backward=True)
-    else:
-        width = min(dims + d_out, MAX_INTERACTION_WIDTH * 4)
-        inter_f = KernelCost()
-        inter_b = KernelCost()
-        for _ in range(d.dcn_layers):
-            inter_f = inter_f + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype)
-            inter_b = inter_b + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype, backward=True)
-            params += 2 * width * d.dcn_low_rank + width
-    top = [width, *d.top_mlp]
-    params += sum(i * o + o for i, o in zip(top[:-1], top[1:]))
-    # the optimizer step streams weights, gradients and two moments (fp32) once
-    step_bytes = params * 4 * 4
-    step = KernelCost(hbm_bytes=step_bytes, memory_s=step_bytes / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream),
-                      overhead_s=gpu.efficiency.launch_overhead_s)
-    return DenseCosts(
-        bot_fwd=mlp_cost(gpu, b, bottom, dtype),
-        inter_fwd=inter_f,
-        top_fwd=mlp_cost(gpu, b, top, dtype),
-        top_bwd=mlp_cost(gpu, b, top, dtype, backward=True),
-        inter_bwd=inter_b,
-        bot_bwd=mlp_cost(gpu, b, bottom, dtype, backward=True),
-        dense_opt=step,
-        params=params,
-        interaction_width=width,
-    )
-
-
-# ---------------------------------------------------------------------------------- payloads
-@dataclass(frozen=True)
-class Collective:
-    """A collective op's payload: kind, size matrix (AlltoAllv) or bytes (AllReduce)."""
-
-    kind: str  # "alltoallv" | "allreduce"
-    matrix: np.ndarray | None = None
-    nbytes: float = 0.0
-    estimate_s: float = 0.0  # the planner's alpha-beta estimate (GPU-side hold time)
-    nic_ps: tuple[int, ...] | None = None  # SmartNIC: each rank's packetizer time for its inter-node bytes
-
-
-@dataclass(frozen=True)
-class CPUJob:
-    node: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Copy:
-    nbytes: float
-
-
-@dataclass(frozen=True)
-class NICJob:
-    """An embedding op on the SmartNIC system: the NIC units' durations (ps), the GPU kernel
-    that remains, and bytes over the GPU's PCIe link (cache fills, rows to the GPU)."""
-
-    units: tuple[tuple[str, int], ...]
-    gpu: KernelCost
-    pcie_bytes: float = 0.0
-
-
-# ------------------------------------------------------------------------------ the SmartNIC
-#: Zipf exponents of the synthetic lookup traces (REFERENCES.md: FBGEMM's TBE benchmark
-#: defaults, 1.15 for training and 1.09 for inference). Tables' own traces or locality
-#: statistics (``TableSpec.trace``/``locality_stats``) are not used yet: every table is Zipf.
-ZIPF_ALPHA = {"training": 1.15, "inference": 1.09}
-#: At most this many lookups are traced per cache (the bags per shard shrink to fit).
-MAX_TRACE_LOOKUPS = 1 << 18
-
-
-def nic_config(spec) -> "NICConfig":
-    """``sim.nic.NICConfig`` from a system's ``[nic]`` table."""
-    from neonic.sim.nic import NICConfig
-
-    return NICConfig(clock_hz=spec.clock_mhz * 1e6, datapath_bytes=spec.datapath_bytes,
-                     local_cache_bytes=spec.local_cache_mib * 2**20, remote_cache_bytes=spec.remote_cache_mib * 2**20,
-                     cache_ways=spec.cache_ways, memory_bytes_per_s=spec.memory_gbytes_per_s * 1e9,
-                     pool_on_nic=spec.pool_on_nic, reorder=spec.reorder)
-
-
-def zipf_rows(rng: np.random.Generator, n: int, rows: int, alpha: float) -> np.ndarray:
-    """``n`` row ids of a table of ``rows`` rows with Zipf(``alpha``) popularity, the hot rows
-    scattered over the id space by a keyed permutation (``host.traces``' generators; the
-    key comes from ``rng``)."""
-    from neonic.host.traces import permute_rows, zipf_ranks
-
-    key = rng.integers(0, 2**63, 4, dtype=np.uint64)
-    return permute_rows(zipf_ranks(rng, n, rows, alpha), rows, key)
-
-
-@dataclass
-class NICEffects:
-    """What the SmartNICs change in one iteration (per rank unless said otherwise).
-
-    ``matrices``: the AlltoAllv matrices after the NICs (same keys as the plan's);
-    ``gpu_lookups[r][i]``: forward lookups left to the GPU for rank r's i-th shard kernel;
-    ``fwd_units[r]``: NIC unit durations (ps) in the embedding forward; ``fwd_pcie_bytes`` /
-    ``bwd_pcie_bytes``: PCIe bytes between GPU and NIC (cache fills, write-through, rows to
-    the GPU); ``gpu_pool_bytes``: unpooled row bytes a GPU pools before the interaction;
-    ``hit_rates`` and ``figures`` for the metrics.
-    """
-
-    cfg: Any
-    matrices: dict[str, np.ndarray]
-    gpu_lookups: list[list[float]]
-    fwd_units: list[tuple[tuple[str, int], ...]]
-    fwd_pcie_bytes: np.ndarray
-    bwd_pcie_bytes: np.ndarray
-    gpu_pool_bytes: np.ndarray
-    hit_rates: dict[str, float]
-    figures: dict[str, Any]
-
-    def packetizer_ps(self, matrix: np.ndarray, gpus_per_node: int) -> tuple[int, ...]:
-        """Each rank's packetizer time for its inter-node messages of ``matrix`` (one RDMA
-        WRITE per destination; intra-node bytes go over NVLink, not the NIC)."""
-        from neonic.sim.engine import ps_from_s
-        from neonic.sim.nic import packetizer_time_s
-
-        world = matrix.shape[0]
-        node = np.arange(world) // gpus_per_node
-        out = []
-        for r in range(world):
-            msgs = matrix[r][node != node[r]]
-            out.append(ps_from_s(packetizer_time_s(self.cfg, msgs[msgs > 0])))
-        return tuple(out)
-
-
-def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
-    """The SmartNIC mechanisms applied to one iteration's work (see the module doc).
-
-    Local cache (``local_cache_mib`` > 0), on each owner's NIC, warm: it serves only the lookups
-    whose indices pass the NIC, those from requesters on other nodes (same-node requesters use
-    NVLink; data-parallel replicas serve their own GPU). Hits are gathered by the NIC from its
-    memory, misses by the GPU from HBM; a miss costs the cache one tag probe (no fill from NIC
-    memory, no row: ``sim.nic.cache_lookup_time_s(misses_elsewhere=True)``). Inference: the
-    tables are read-only, so the cache holds profiled hot rows and is never refilled
-    (``trace_stats(policy="static")``; nothing crosses PCIe for it). Training: LRU, every miss
-    fills the cache (its row crosses PCIe, GPU to NIC) and the optimizer writes updated cached
-    rows through. With ``pool_on_nic`` the NIC pools its hits into partial pools, merged on the
-    NIC with the GPU's partials, which pass the NIC on their way to the same requesters (no
-    extra bytes); without it the hit rows themselves go to those requesters, whose GPUs pool
-    them.
-
-    Remote cache (``remote_cache_mib`` > 0), on each requester's NIC, for tables owned on other
-    nodes: the requester fetches rows instead of pooled vectors: hits come from its cache, misses
-    arrive as raw rows from the owners (and fill the cache), and the requester pools them on
-    its NIC (``pool_on_nic``) or ships them over PCIe to its GPU. Inference: warm (profiled hot
-    rows, never refilled), and only the misses' indices cross in the input AlltoAll. Training: the rows change every step, so the
-    cache is invalidated per batch (cold: reuse within the batch only) and the input and
-    gradient AlltoAlls are unchanged (owners need every index for the backward).
-
-    Reorder (``reorder``): each batch's bags are reordered (``sim.nic.reorder_bags``) before the
-    caches see them; without a cache it changes nothing. Pooling on the NIC without a cache has
-    nothing to pool. Row-wise partial pools (``rs``/``ag``) are left as they are.
-    """
-    from neonic.sim.engine import ps_from_s
-    from neonic.sim.nic import Segment, adjacent_reuse, cache_lookup_time_s, gather_time_s, trace_stats
-    from neonic.host.planner.plan import ShardingType
-
-    cfg = nic_config(sc.system.nic)
-    wl = sc.workload
-    world, gpn = work.world_size, work.gpus_per_node
-    alpha = ZIPF_ALPHA[sc.mode]
-    tables = {t.name: t for t in wl.tables}
-    samples = sc.system.nic.trace_samples
-    comm_b = psys.comm_bytes
-    m = {k: v.copy() for k, v in work.matrices.items()}
-    node = np.arange(world) // gpn
-    inter = node[:, None] != node[None, :]
-    # per rank: (table, shard, kernel) in kernel order
-    owned: list[list[tuple[str, Any, Any]]] = [[] for _ in range(world)]
-    for t in wl.tables:
-        tp = plan.tables[t.name]
-        for shard, k in zip(tp.shards, work.tables[t.name].kernels):
-            owned[k.rank].append((t.name, shard, k))
-    dp_table = {t.name: plan.tables[t.name].sharding == ShardingType.DATA_PARALLEL for t in wl.tables}
-    gpu_lookups = [[float(k.lookups) for k in ks] for ks in work.kernels]
-    fwd_pcie = np.zeros(world)
-    bwd_pcie = np.zeros(world)
-    gpu_pool = np.zeros(world)
-    nic_rows = [[] for _ in range(world)]      # gather/pool unit work: (dim, elem_bytes, bags, rows per bag)
-    cache_lookups = np.zeros(world)
-    cache_hits = np.zeros(world)               # of cache_lookups: the hits (local and remote caches)
-    cache_row_bytes = np.zeros(world)          # sum of the looked-up rows' bytes (mean row = / lookups)
-    figures: dict[str, Any] = {"pool_on_nic": cfg.pool_on_nic, "reorder": cfg.reorder,
-                               "local_cache_mib": sc.system.nic.local_cache_mib,
-                               "remote_cache_mib": sc.system.nic.remote_cache_mib, "zipf_alpha": alpha}
-    hit_rates: dict[str, float] = {}
-    # forward lookups that reach each owner shard (remote-cache hits never do)
-    reach = [[float(k.lookups) for k in ks] for ks in work.kernels]
-    memo: dict = {}
-    reuse_probe: tuple[np.ndarray, np.ndarray] | None = None
-
-    def segment(key: str, rows: int, row_bytes: int, pool: float, bags: int, rng) -> Segment:
-        lengths = np.maximum(rng.poisson(pool, bags), 0).astype(np.int64) if pool > 0 else np.zeros(bags, np.int64)
-        return Segment(key, lengths, zipf_rows(rng, int(lengths.sum()), rows, alpha), rows, row_bytes)
-
-    def traced_bags(items: list[tuple[float, int]], passes: int) -> float:
-        """Scale so that sum(pool * bags * passes) <= MAX_TRACE_LOOKUPS."""
-        total = sum(p * min(samples, b) * passes for p, b in items)
-        return min(1.0, MAX_TRACE_LOOKUPS / total) if total > 0 else 1.0
-
-    h_of: dict[str, float] = {}             # remote-cache hit rate per table (requesters)
-    # ---- remote caches (requesters)
-    if cfg.remote_cache and world > gpn:
-        warm = sc.mode == "inference"
-        passes = 2 if warm else 1
-        b = wl.batch_per_gpu
-        remote_tables = [t for t in wl.tables if plan.tables[t.name].sharding != ShardingType.DATA_PARALLEL]
-        stats: dict[str, Any] = {}
-        for requester in sorted({0, world - 1}):
-            mine = [t for t in remote_tables if t.name not in stats
-                    and any(node[s.rank] != node[requester] for s in plan.tables[t.name].shards)]
-            if not mine:
-                continue
-            rng = np.random.default_rng([sc.seed, 2, requester])
-            scale = traced_bags([(t.pooling, b) for t in mine], passes)
-            bags = max(2, int(min(samples, b) * scale)) * passes
-            segs = [segment(t.name, t.rows, t.row_bytes, t.pooling, bags, rng) for t in mine]
-            st = trace_stats(segs, cfg.remote_cache_bytes, cfg.cache_ways, warm=warm, reorder=cfg.reorder,
-                             policy="static" if warm else "lru")
-            stats.update(st.segments)
-        h_of = {name: ss.hit_rate for name, ss in stats.items()}
-        total = sum(ss.lookups for ss in stats.values())
-        hit_rates["nic_remote"] = sum(ss.hit_rate * ss.lookups for ss in stats.values()) / total if total else 0.0
-        inter_frac = (world - gpn) / world
-        remote_rows = np.zeros(world)       # rows each requester pools for remote tables
-        for r in range(world):
-            pooled_total = raw_miss = 0.0
-            for i, (name, shard, k) in enumerate(owned[r]):
-                if name not in h_of:
-                    continue
-                h = h_of[name]
-                remote_l = k.lookups * inter_frac
-                reach[r][i] -= remote_l * h   # served from the requesters' remote caches
-                raw_miss += remote_l * (1 - h) * k.row_bytes
-                pooled_total += k.pooled_rows * inter_frac * shard.cols * comm_b
-            if pooled_total > 0:
-                # inter-node pooled vectors become the missed rows
-                m["pooled"][r] = np.where(inter[r], m["pooled"][r] * (raw_miss / pooled_total), m["pooled"][r])
-        # the requester pools every remote row (hits from its cache, misses as they arrive)
-        for t in remote_tables:
-            if t.name not in h_of:
-                continue
-            homes = {int(node[s.rank]) for s in plan.tables[t.name].shards}
-            off_node = np.ones(world, bool) if len(homes) > 1 else node != next(iter(homes))
-            rows_per_req = b * t.pooling
-            for q in np.nonzero(off_node)[0]:
-                remote_rows[q] += rows_per_req * t.row_bytes
-                cache_lookups[q] += rows_per_req
-                cache_hits[q] += rows_per_req * h_of[t.name]
-                cache_row_bytes[q] += rows_per_req * t.row_bytes
-                if cfg.pool_on_nic:
-                    nic_rows[q].append((t.dim, t.elem_bytes, b, t.pooling))
-        if not cfg.pool_on_nic:
-            fwd_pcie += remote_rows
-            gpu_pool += remote_rows
-        if warm:
-            h_all = hit_rates["nic_remote"]
-            m["input"] = np.where(inter, m["input"] * (1 - h_all), m["input"])
-    # ---- local caches (owners): only lookups that arrive from other nodes pass the NIC
-    local_hits = local_lookups = 0.0
-    if cfg.local_cache:
-        inference = sc.mode == "inference"
-        off_node = (world - gpn) / world            # share of a shard's requesters on other nodes
-        for r in range(world):
-            rng = np.random.default_rng([sc.seed, 1, r])
-            # per shard: lookups and bags that reach the owner's NIC from other nodes
-            nic_l = [0.0 if dp_table[name] else k.lookups * off_node * (1 - h_of.get(name, 0.0))
-                     for name, _, k in owned[r]]
-            nic_b = [0.0 if dp_table[name] else k.pooled_rows * off_node for name, _, k in owned[r]]
-            items = [(nic_l[i] / nb, max(1, int(nb))) for i, nb in enumerate(nic_b) if nb > 0]
-            scale = traced_bags(items, 2)
-            segs = []
-            for i, (name, shard, k) in enumerate(owned[r]):
-                if nic_b[i] <= 0:
-                    continue
-                bags = max(2, int(min(samples, max(1, int(nic_b[i]))) * scale)) * 2
-                segs.append(segment(f"{name}#{i}", shard.rows, k.row_bytes, nic_l[i] / nic_b[i], bags, rng))
-            if reuse_probe is None and segs:
-                big = max(segs, key=lambda x: len(x.rows))
-                reuse_probe = (big.lengths, big.rows)
-            # inference: read-only tables, a profiled hot-row cache that stays warm (no fills);
-            # training: LRU, every miss fills it and updated cached rows are written through
-            st = trace_stats(segs, cfg.local_cache_bytes, cfg.cache_ways, warm=True, reorder=cfg.reorder,
-                             policy="static" if inference else "lru")
-            hits_r = 0.0
-            raw_hit_bytes = 0.0
-            for i, (name, shard, k) in enumerate(owned[r]):
-                if nic_b[i] <= 0:
-                    continue
-                ss = st.segments.get(f"{name}#{i}")
-                h = ss.hit_rate if ss else 0.0
-                hits = nic_l[i] * h
-                hits_r += hits
-                cache_row_bytes[r] += nic_l[i] * k.row_bytes
-                gpu_lookups[r][i] = reach[r][i] - hits
-                if not inference:
-                    fwd_pcie[r] += (nic_l[i] - hits) * k.row_bytes                          # fills
-                    bwd_pcie[r] += k.unique_rows * off_node * h * k.row_bytes               # write-through
-                bags_hit = nic_b[i] * (ss.bags_with_hit if ss else 0.0)
-                if cfg.pool_on_nic:
-                    # partial pools merge on the NIC with the GPU's partials, which pass the NIC
-                    # on their way to the same requesters: no extra bytes anywhere
-                    nic_rows[r].append((shard.cols, k.row_bytes // max(1, shard.cols), bags_hit, hits / bags_hit if bags_hit else 0.0))
-                else:
-                    raw_hit_bytes += hits * k.row_bytes
-            local_hits += hits_r
-            local_lookups += sum(nic_l)
-            cache_lookups[r] += sum(nic_l)
-            cache_hits[r] += hits_r
-            row = work.matrices["pooled"][r] * inter[r]
-            if raw_hit_bytes > 0 and row.sum() > 0:
-                # without pooling on the NIC the hit rows themselves go to the requesters on
-                # other nodes, whose GPUs pool them
-                extra = row * (raw_hit_bytes / row.sum())
-                m["pooled"][r] += extra
-                gpu_pool += extra    # gradients still travel pooled (grad AlltoAll unchanged)
-        hit_rates["nic_local"] = float(local_hits / local_lookups) if local_lookups else 0.0
-    else:
-        gpu_lookups = [list(x) for x in reach]
-    # ---- the units' times
-    units: list[tuple[tuple[str, int], ...]] = []
-    for r in range(world):
-        g = gather_time_s(cfg, nic_rows[r], seed=sc.seed, memo=memo) if nic_rows[r] else 0.0
-        n = cache_lookups[r]
-        c = (cache_lookup_time_s(cfg, n, hit_rate=min(1.0, cache_hits[r] / n), row_bytes=cache_row_bytes[r] / n,
-                                 misses_elsewhere=True) if n > 0 else 0.0)
-        units.append(tuple((u, ps_from_s(t)) for u, t in (("cache", c), ("gather", g)) if t > 0))
-    if reuse_probe is not None:
-        lengths, rows = reuse_probe
-        base = adjacent_reuse(lengths, rows, cfg.reuse_window)
-        after = adjacent_reuse(lengths, rows, cfg.reuse_window, reorder=True)
-        figures["reuse_window"] = cfg.reuse_window
-        figures["adjacent_reuse"] = base
-        figures["adjacent_reuse_reordered"] = after
-    figures["pcie_fwd_bytes_per_rank"] = float(fwd_pcie.mean())
-    figures["pcie_bwd_bytes_per_rank"] = float(bwd_pcie.mean())
-    figures["gpu_forward_lookups_per_rank"] = float(np.mean([sum(x) for x in gpu_lookups]))
-    figures["pooled_a2a_bytes"] = float(m["pooled"].sum())
-    figures["trace_lookups_max"] = MAX_TRACE_LOOKUPS
-    return NICEffects(cfg, m, gpu_lookups, units, fwd_pcie, bwd_pcie, gpu_pool, hit_rates, figures)
-
-
-# --------------------------------------------------------------------------------- the run
-@dataclass
-class RunResult:
-    """Everything a report needs from one run."""
-
-    scenario: Scenario
-    graph: OpGraph
-    metrics: dict[str, Any]
-    breakdown: Any
-    tracks: dict[str, list[tuple[int, int, str]]]
-    utilization: dict[str, float]
-    link_class_bytes: dict[str, float]
-    wall_s: float
-
 
 Progress = Callable[[str, float], None]
 
@@ -695,7 +126,8 @@ class ClusterRun:
         world = work.world_size
         self.plan, self.work, self.topology = plan, work, topo
         dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
-        payloads = self._payloads(work, dense, psys, topo)
+        nic = self._nic_effects(work, psys)
+        payloads = iteration_payloads(sc, work, dense, psys, nic)
         total_its = sc.warmup + sc.iterations
         emb_stream = {"gpu": "compute", "cpu": "cpu", "nic": "nic"}[sc.system.embeddings]
         if sc.system.embeddings == "nic":
@@ -721,110 +153,29 @@ class ClusterRun:
         self.wall = {"setup_s": t_plan - t0, "planning_s": t_built - t_plan, "build_s": t_engine - t_built,
                      "engine_s": t_end - t_engine}
         self.progress("collecting metrics", 0.92)
-        result = self._collect(graph, engine, end_ps, resources_, dense, work, time.perf_counter() - t0)
+        result = collect_metrics(sc, graph, engine, end_ps, resources_, dense, plan, topo.gpus_per_node, self.nic_stats,
+                                 self.nic_metrics, time.perf_counter() - t0)
         result.metrics["wall_breakdown_s"] = {**self.wall, "collect_s": time.perf_counter() - t_end}
         self.progress("done", 1.0)
         return result
 
-    def _payloads(self, work, dense: DenseCosts, psys, topo) -> dict[str, Any]:
+    def _nic_effects(self, work, psys) -> NICEffects | None:
+        """The SmartNIC effects (timing models, or the NIC backend's figures); None off the
+        SmartNIC system."""
         sc = self.scenario
-        sys_ = sc.system
-        gpu = sys_.gpu_spec
-        world = work.world_size
-        gpn = work.gpus_per_node
-        wl = sc.workload
-        b = wl.batch_per_gpu
-        comm = psys.comm
-        m = work.matrices
-        nic: NICEffects | None = None
         self.nic_stats: dict[str, float] = {}
         self.nic_metrics: dict[str, Any] = {}
-        if sys_.embeddings == "nic":
+        nic: NICEffects | None = None
+        if sc.system.embeddings == "nic":
             self.progress("SmartNIC: cache hit rates on the lookup traces", 0.22)
             nic = nic_effects(sc, self.plan, work, psys)
             if self.nic_backend is not None:
                 self.progress("SmartNIC: the NIC backend (e.g. RTL co-simulation)", 0.25)
                 nic = self.nic_backend(self, nic, work)
-            m = nic.matrices
             self.nic_stats = dict(nic.hit_rates)
             self.nic_metrics = dict(nic.figures)
         self.nic_effects = nic
-        pooled = m["pooled"] + m["rs"]
-        grad = m["grad"] + m["ag"]
-
-        def coll_a2a(matrix: np.ndarray) -> Collective:
-            matrix = np.ceil(matrix)  # whole bytes; a fraction of a byte still needs one
-            nic_ps = nic.packetizer_ps(matrix, gpn) if nic is not None else None
-            return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix), nic_ps=nic_ps)
-
-        comm_bytes = 4 if sys_.comm_dtype == "fp32" else 2
-        ar_bytes = int(math.ceil(dense.params * comm_bytes + work.dp_allreduce_bytes))
-        payloads: dict[str, Any] = {
-            "input_a2a": coll_a2a(m["input"]),
-            "pooled_a2a": coll_a2a(pooled),
-            "bot_fwd": dense.bot_fwd,
-            "inter_fwd": dense.inter_fwd,
-            "top_fwd": dense.top_fwd,
-        }
-        dense_in_bytes = wl.dense.bottom_mlp[0] * 4
-        lookups_per_sample = sum(t.pooling for t in wl.tables)
-        payloads["h2d"] = Copy(b * (dense_in_bytes + lookups_per_sample * psys.index_bytes + len(wl.tables) * psys.length_bytes))
-        if nic is not None and nic.gpu_pool_bytes.any():
-            # rows that reach a GPU unpooled (pooling on the NIC off) are pooled by a streaming
-            # kernel before the interaction (ASSUMPTION: folded into the interaction's op)
-            eff = gpu.efficiency
-            payloads["inter_fwd"] = [
-                dense.inter_fwd + KernelCost(hbm_bytes=float(nb), memory_s=float(nb) / (gpu.hbm_bytes_per_s * eff.hbm_stream))
-                for nb in nic.gpu_pool_bytes]
-        if sc.mode == "training":
-            payloads.update({
-                "top_bwd": dense.top_bwd,
-                "inter_bwd": dense.inter_bwd,
-                "grad_a2a": coll_a2a(grad),
-                "bot_bwd": dense.bot_bwd,
-                "allreduce": Collective("allreduce", nbytes=ar_bytes, estimate_s=comm.allreduce_time_s(ar_bytes, world)),
-                "dense_opt": dense.dense_opt,
-            })
-        # embedding work per rank
-        fwd: list[Any] = []
-        bwd: list[Any] = []
-        pcie = sys_.host.pcie_gbytes_per_s * 1e9
-        cpu = CPU_PRESETS[sys_.host.cpu]
-        for r in range(world):
-            ks = work.kernels[r]
-            if sys_.embeddings == "cpu":
-                f_s = sum(cpu_embedding_forward_s(cpu, k.lookups, k.row_bytes) for k in ks)
-                b_s = sum(cpu_embedding_backward_s(cpu, k.lookups, k.unique_rows, k.row_bytes) for k in ks)
-                fwd.append(CPUJob(r // gpn, f_s))
-                bwd.append(CPUJob(r // gpn, b_s))
-                continue
-            f = KernelCost()
-            g = KernelCost()
-            miss_s = 0.0
-            for i, k in enumerate(ks):
-                gl = k.lookups if nic is None else int(round(nic.gpu_lookups[r][i]))
-                f = f + embedding_forward_cost(gpu, gl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
-                g = g + embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.row_bytes, k.state_bytes_per_row)
-                miss_s += k.miss_bytes / pcie
-            launch = gpu.efficiency.launch_overhead_s
-            f = _fused(f, launch, miss_s / 2)
-            g = _fused(g, 2 * launch, miss_s / 2)
-            fwd.append(f)
-            bwd.append(g)
-        if nic is not None:
-            fwd = [NICJob(nic.fwd_units[r], fwd[r], float(nic.fwd_pcie_bytes[r])) for r in range(world)]
-            bwd = [NICJob((), bwd[r], float(nic.bwd_pcie_bytes[r])) if nic.bwd_pcie_bytes[r] > 0 else bwd[r]
-                   for r in range(world)]
-        if sys_.embeddings == "cpu":
-            # pooled embeddings reach the GPU over PCIe, gradients leave it the same way
-            recv = pooled.sum(axis=0)
-            payloads["pooled_h2d"] = [Copy(float(recv[r])) for r in range(world)]
-            if sc.mode == "training":
-                payloads["grad_d2h"] = [Copy(float(recv[r])) for r in range(world)]
-        payloads["emb_fwd"] = fwd
-        if sc.mode == "training":
-            payloads["emb_bwd"] = bwd
-        return payloads
+        return nic
 
     def _build_resources(self, topo, world: int):
         from neonic.sim.network import collectives as coll
@@ -848,7 +199,7 @@ class ClusterRun:
             from neonic.sim.nic import NIC
 
             cfg = self.nic_effects.cfg if getattr(self, "nic_effects", None) is not None else nic_config(sys_.nic)
-            keep = set(_sample_ranks(world))
+            keep = set(sample_ranks(world))
             nics = [NIC(engine, cfg, name=f"nic{r}", record=r in keep) for r in range(world)]
 
         def all_of(parts: int, done: Callable[[int, int], None]) -> Callable[[int, int], None]:
@@ -919,84 +270,6 @@ class ClusterRun:
         return engine, backend, {"gpus": gpus, "links": links, "sockets": sockets, "net": net, "nics": nics}
 
     # ------------------------------------------------------------------------------ metrics
-    def _collect(self, graph: OpGraph, engine: Engine, end_ps: int, res: dict, dense: DenseCosts, work, wall_s: float) -> RunResult:
-        sc = self.scenario
-        world = graph.num_ranks
-        its = list(range(sc.warmup, sc.warmup + sc.iterations))
-        # iteration boundaries: the end of each iteration's last op on any rank
-        it_end = [0] * graph.iterations
-        it_start = [None] * graph.iterations
-        for op in graph.ops:
-            it_end[op.iteration] = max(it_end[op.iteration], op.end)
-            s = it_start[op.iteration]
-            it_start[op.iteration] = op.start if s is None else min(s, op.start)
-        lo = it_end[sc.warmup - 1] if sc.warmup > 0 else 0
-        hi = it_end[its[-1]]
-        iter_s = s_from_ps(hi - lo) / len(its)
-        global_batch = sc.workload.batch_per_gpu * world
-        sample = _sample_ranks(world)
-        bd = phase_breakdown(graph, sample, its)
-        metrics: dict[str, Any] = {
-            "scenario": sc.name,
-            "mode": sc.mode,
-            "pipelined": sc.pipelined,
-            "system": sc.system.name,
-            "workload": sc.workload.name,
-            "gpus": world,
-            "nodes": (world + self.topology.gpus_per_node - 1) // self.topology.gpus_per_node,
-            "global_batch": global_batch,
-            "iteration_time_s": iter_s,
-            "samples_per_s": global_batch / iter_s if iter_s > 0 else 0.0,
-            "simulated_time_s": s_from_ps(end_ps),
-            "measured_iterations": len(its),
-            "warmup_iterations": sc.warmup,
-            "events": engine.events_processed,
-            "wall_s": wall_s,
-            "phase_serialized_s": bd.serialized,
-            "phase_exposed_s": bd.exposed,
-            "idle_s": bd.idle,
-            "dense_params": dense.params,
-            "plan": getattr(self.plan, "sharding_counts", lambda: {})(),
-            "plan_notes": list(getattr(self.plan, "notes", ())),
-        }
-        if sc.mode == "inference":
-            lat = []
-            for it in its:
-                for r in sample:
-                    first = graph.get("h2d", it, r) or graph.get("input_a2a", it, r)
-                    last = graph.get("top_fwd", it, r)
-                    lat.append(last.end - first.start)
-            metrics["latency_s"] = {"mean": s_from_ps(int(np.mean(lat))), "max": s_from_ps(int(max(lat)))}
-        gpus: list[GPUDevice] = res["gpus"]
-        elapsed = end_ps
-        util = {"gpu_sm": float(np.mean([g.utilization(elapsed)["sm"] for g in gpus])),
-                "gpu_hbm": float(np.mean([g.utilization(elapsed)["hbm"] for g in gpus])),
-                "pcie": float(np.mean([l.utilization(elapsed) for l in res["links"]]))}
-        if sc.system.embeddings == "cpu":
-            util["cpu_sockets"] = float(np.mean([s.utilization(elapsed) for s in res["sockets"]]))
-        if res["nics"]:
-            for unit in res["nics"][0].units:
-                util[f"nic_{unit}"] = float(np.mean([n.units[unit].utilization(elapsed) for n in res["nics"]]))
-        net = res["net"]
-        link_class = {k: float(v) for k, v in net.link_class_bytes().items()}
-        util.update(self._network_utilization(net, elapsed))
-        metrics["utilization"] = util
-        metrics["link_class_bytes"] = link_class
-        metrics["cache_hit_rates"] = dict(getattr(self, "nic_stats", {}))
-        if getattr(self, "nic_metrics", None):
-            metrics["nic"] = dict(self.nic_metrics)
-        tracks = _tracks(graph, sample)
-        for nic in res["nics"]:
-            if nic.record:
-                for unit, spans in nic.intervals.items():
-                    tracks[f"{nic.name}/{unit}"] = sorted(spans)
-        return RunResult(sc, graph, metrics, bd, tracks, util, link_class, wall_s)
-
-    def _network_utilization(self, net, elapsed_ps: int) -> dict[str, float]:
-        fn = getattr(net, "link_class_utilization", None)
-        if fn is None or elapsed_ps <= 0:
-            return {}
-        return {f"net_{k}": float(v) for k, v in fn(elapsed_ps).items()}
 
 
 def _planner_comm(topo):
@@ -1005,30 +278,3 @@ def _planner_comm(topo):
     from neonic.host.planner.system import AlphaBetaComm
 
     return AlphaBetaComm.from_topology(topo)
-
-
-def _sample_ranks(world: int) -> list[int]:
-    """The ranks whose timelines and breakdowns are kept (all of them up to 64)."""
-    return sorted({0, world // 2, world - 1}) if world > 64 else list(range(world))
-
-
-def _fused(cost: KernelCost, launch_s: float, extra_s: float) -> KernelCost:
-    """Shards' kernels fused into one launch (one overhead), plus host-transfer time."""
-    return KernelCost(flops=cost.flops, hbm_bytes=cost.hbm_bytes, compute_s=cost.compute_s, memory_s=cost.memory_s,
-                      overhead_s=launch_s + extra_s)
-
-
-def _tracks(graph: OpGraph, ranks: list[int]) -> dict[str, list[tuple[int, int, str]]]:
-    """Timeline tracks for the trace: one per (rank, stream) of the sampled ranks, one per
-    collective class (the network)."""
-    tracks: dict[str, list[tuple[int, int, str]]] = {}
-    keep = set(ranks)
-    for op in graph.ops:
-        label = f"{op.phase}[{op.iteration}]"
-        if op.collective:
-            tracks.setdefault(f"network/{op.phase}", []).append((op.start, op.end, label))
-            for r in ranks:
-                tracks.setdefault(f"gpu{r}/{op.stream}", []).append((op.start, op.end, label))
-        elif op.rank in keep:
-            tracks.setdefault(f"gpu{op.rank}/{op.stream}", []).append((op.start, op.end, label))
-    return tracks
