@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from neonic.host.iteration import (MAX_INTERACTION_WIDTH, Collective, Copy, CPUJob, NICJob, dense_costs,
+from neonic.host.iteration import (MAX_INTERACTION_WIDTH, Collective, Copy, CPUJob, IterationSpec, NICJob, dense_costs,
                                    iteration_payloads)
 from neonic.host.metrics import RunResult, collect_metrics, sample_ranks
 from neonic.host.nic_effects import NICEffects, nic_config, nic_effects
@@ -97,12 +97,13 @@ class ClusterRun:
         from neonic.host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
 
         sc = self.scenario
-        comm = _planner_comm(topo)
+        comm = _planner_comm(topo, sc.allreduce)
         memory = MemoryTiers()
         if sc.system.embeddings == "cpu":
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
-        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
+        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype,
+                             iteration=IterationSpec.from_scenario(sc))
         from neonic.host.planner.api import make_plan
 
         plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
@@ -272,9 +273,10 @@ class ClusterRun:
     # ------------------------------------------------------------------------------ metrics
 
 
-def _planner_comm(topo):
+def _planner_comm(topo, allreduce: str = "hierarchical"):
     """The planner's alpha-beta view of the topology (``host.planner``'s one home of it: the
-    network model's closed-form estimates, or the topology's configured figures)."""
+    network model's closed-form estimates for the algorithms the run uses, or the topology's
+    configured figures)."""
     from neonic.host.planner.system import AlphaBetaComm
 
-    return AlphaBetaComm.from_topology(topo)
+    return AlphaBetaComm.from_topology(topo, allreduce_algorithm=allreduce)

@@ -24,7 +24,7 @@ import numpy as np
 
 from neonic.host.systems import SystemSpec
 from neonic.host.workloads import WorkloadSpec
-from neonic.sim.gpu import KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
+from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 
 if TYPE_CHECKING:
@@ -52,9 +52,10 @@ class DenseCosts:
     interaction_width: int
 
 
-def dense_costs(system: SystemSpec, workload: WorkloadSpec, dtype: str = "fp16") -> DenseCosts:
-    """MLP, interaction and optimizer-step costs on one GPU for one local batch."""
-    gpu = system.gpu_spec
+def dense_costs(system: "SystemSpec | GPUSpec", workload: WorkloadSpec, dtype: str = "fp16") -> DenseCosts:
+    """MLP, interaction and optimizer-step costs on one GPU for one local batch (``system``: a
+    system, or its GPU model)."""
+    gpu = getattr(system, "gpu_spec", system)
     b = workload.batch_per_gpu
     d = workload.dense
     bottom = list(d.bottom_mlp)
@@ -141,26 +142,25 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     m = work.matrices
     if nic is not None:
         m = nic.matrices
-    pooled = m["pooled"] + m["rs"]
-    grad = m["grad"] + m["ag"]
+    pooled = m["pooled"]
+    grad = m["grad"]
 
     def coll_a2a(matrix: np.ndarray) -> Collective:
         matrix = np.ceil(matrix)  # whole bytes; a fraction of a byte still needs one
         nic_ps = nic.packetizer_ps(matrix, gpn) if nic is not None else None
         return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix), nic_ps=nic_ps)
 
-    comm_bytes = 4 if sys_.comm_dtype == "fp32" else 2
-    ar_bytes = int(math.ceil(dense.params * comm_bytes + work.dp_allreduce_bytes))
+    ar_bytes = allreduce_bytes(dense, work.dp_allreduce_bytes, sys_.comm_dtype)
     payloads: dict[str, Any] = {
         "input_a2a": coll_a2a(m["input"]),
+        # table-row-wise partial pools are reduced inside the node before they can leave it
+        "pooled_rs": coll_a2a(m["rs"]) if m["rs"].any() else None,
         "pooled_a2a": coll_a2a(pooled),
         "bot_fwd": dense.bot_fwd,
         "inter_fwd": dense.inter_fwd,
         "top_fwd": dense.top_fwd,
     }
-    dense_in_bytes = wl.dense.bottom_mlp[0] * 4
-    lookups_per_sample = sum(t.pooling for t in wl.tables)
-    payloads["h2d"] = Copy(b * (dense_in_bytes + lookups_per_sample * psys.index_bytes + len(wl.tables) * psys.length_bytes))
+    payloads["h2d"] = Copy(h2d_bytes(wl, psys.index_bytes, psys.length_bytes))
     if nic is not None and nic.gpu_pool_bytes.any():
         # rows that reach a GPU unpooled (pooling on the NIC off) are pooled by a streaming
         # kernel before the interaction (ASSUMPTION: folded into the interaction's op)
@@ -173,6 +173,7 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
             "top_bwd": dense.top_bwd,
             "inter_bwd": dense.inter_bwd,
             "grad_a2a": coll_a2a(grad),
+            "grad_ag": coll_a2a(m["ag"]) if m["ag"].any() else None,
             "bot_bwd": dense.bot_bwd,
             "allreduce": Collective("allreduce", nbytes=ar_bytes, estimate_s=comm.allreduce_time_s(ar_bytes, world)),
             "dense_opt": dense.dense_opt,
@@ -181,6 +182,7 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     fwd: list[Any] = []
     bwd: list[Any] = []
     pcie = sys_.host.pcie_gbytes_per_s * 1e9
+    ssd = psys.memory.ssd_gbytes_per_s * 1e9
     cpu = CPU_PRESETS[sys_.host.cpu]
     for r in range(world):
         ks = work.kernels[r]
@@ -190,17 +192,8 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
             fwd.append(CPUJob(r // gpn, f_s))
             bwd.append(CPUJob(r // gpn, b_s))
             continue
-        f = KernelCost()
-        g = KernelCost()
-        miss_s = 0.0
-        for i, k in enumerate(ks):
-            gl = k.lookups if nic is None else int(round(nic.gpu_lookups[r][i]))
-            f = f + embedding_forward_cost(gpu, gl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
-            g = g + embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.row_bytes, k.state_bytes_per_row)
-            miss_s += k.miss_bytes / pcie
-        launch = gpu.efficiency.launch_overhead_s
-        f = _fused(f, launch, miss_s / 2)
-        g = _fused(g, 2 * launch, miss_s / 2)
+        gl = None if nic is None else [int(round(x)) for x in nic.gpu_lookups[r]]
+        f, g = fused_embedding_costs(gpu, ks, pcie, ssd, gl)
         fwd.append(f)
         bwd.append(g)
     if nic is not None:
@@ -219,7 +212,171 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     return payloads
 
 
-def _fused(cost: KernelCost, launch_s: float, extra_s: float) -> KernelCost:
-    """Shards' kernels fused into one launch (one overhead), plus host-transfer time."""
-    return KernelCost(flops=cost.flops, hbm_bytes=cost.hbm_bytes, compute_s=cost.compute_s, memory_s=cost.memory_s,
-                      overhead_s=launch_s + extra_s)
+def allreduce_bytes(dense: DenseCosts, dp_table_bytes: float, comm_dtype: str) -> int:
+    """Bytes of the iteration's AllReduce: the MLPs' gradients in ``comm_dtype`` plus the
+    data-parallel tables' gradients (the plan's ``dp_allreduce_bytes``)."""
+    return int(math.ceil(dense.params * (4 if comm_dtype == "fp32" else 2) + dp_table_bytes))
+
+
+def h2d_bytes(workload: WorkloadSpec, index_bytes: int, length_bytes: int) -> float:
+    """Bytes of one batch's inputs to one GPU: dense features (fp32), sparse indices, lengths."""
+    lookups_per_sample = sum(t.pooling for t in workload.tables)
+    return float(workload.batch_per_gpu * (workload.dense.bottom_mlp[0] * 4 + lookups_per_sample * index_bytes
+                                           + len(workload.tables) * length_bytes))
+
+
+def shard_kernel_s(gpu: GPUSpec, k, pcie_bytes_per_s: float, ssd_bytes_per_s: float,
+                   lookups: int | None = None) -> tuple[float, float, float]:
+    """One shard's (forward, backward, host transfer) seconds, launch overheads excluded: the
+    GPU model's embedding kernels (``sim.gpu``) and the cache misses of a DRAM/SSD shard over
+    PCIe (or at the SSD's bandwidth). ``lookups``: forward lookups left to the GPU (SmartNIC
+    caches serve the rest; default all of them). The one home of these figures: the planner's
+    contributions and the simulator's payloads both come from here."""
+    fl = k.lookups if lookups is None else lookups
+    fwd = embedding_forward_cost(gpu, fl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
+    bwd = embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.out_row_bytes,
+                                  k.state_bytes_per_row)
+    host = k.miss_bytes / (ssd_bytes_per_s if k.tier == "ssd" else pcie_bytes_per_s)
+    return fwd.time_s - fwd.overhead_s, bwd.time_s - bwd.overhead_s, host
+
+
+def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_bytes_per_s: float,
+                          gpu_lookups: list[int] | None = None) -> tuple[KernelCost, KernelCost]:
+    """A rank's shards run as one fused forward launch and one fused backward (+ optimizer)
+    launch: the shards' kernel times add (:func:`shard_kernel_s`), the launch overhead counts
+    once per direction (twice for the backward: gradient sort + update), and the host
+    transfers of cache misses split evenly between the two (fetch forward, write-back
+    backward)."""
+    flops = hbm = comp = mem = 0.0
+    fwd_s = bwd_s = host_s = 0.0
+    bflops = bhbm = bcomp = bmem = 0.0
+    for i, k in enumerate(kernels):
+        f_s, b_s, h_s = shard_kernel_s(gpu, k, pcie_bytes_per_s, ssd_bytes_per_s,
+                                       None if gpu_lookups is None else gpu_lookups[i])
+        fwd_s += f_s
+        bwd_s += b_s
+        host_s += h_s
+        fl = k.lookups if gpu_lookups is None else gpu_lookups[i]
+        f = embedding_forward_cost(gpu, fl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
+        b = embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.out_row_bytes,
+                                    k.state_bytes_per_row)
+        flops += f.flops
+        hbm += f.hbm_bytes
+        comp += f.compute_s
+        mem += f.memory_s
+        bflops += b.flops
+        bhbm += b.hbm_bytes
+        bcomp += b.compute_s
+        bmem += b.memory_s
+    launch = gpu.efficiency.launch_overhead_s
+    busy = 1.0 if len(kernels) else 0.0
+    f_over = busy * launch + host_s / 2
+    b_over = busy * 2 * launch + host_s / 2
+    return (KernelCost(flops=flops, hbm_bytes=hbm, compute_s=comp, memory_s=mem, overhead_s=f_over, _time_s=fwd_s + f_over),
+            KernelCost(flops=bflops, hbm_bytes=bhbm, compute_s=bcomp, memory_s=bmem, overhead_s=b_over,
+                       _time_s=bwd_s + b_over))
+
+
+# ------------------------------------------------------------------ the schedule, evaluated fast
+@dataclass(frozen=True)
+class IterationSpec:
+    """What one iteration's op graph depends on besides the plan: the mode and Neo's pipeline
+    (``host.schedule``), where the embeddings run, the MLPs' GEMM datatype, the PCIe link of a
+    GPU, the collectives' algorithms, and the iterations a run simulates (``warmup`` first, not
+    measured). A scenario gives one (:meth:`from_scenario`); the defaults are the scenario
+    schema's."""
+
+    mode: str = "training"
+    pipelined: bool = True
+    embeddings: str = "gpu"
+    dense_dtype: str = "fp16"
+    pcie_gbytes_per_s: float | None = None
+    allreduce: str = "hierarchical"
+    alltoall: str = "direct"
+    warmup: int = 1
+    iterations: int = 1
+
+    @classmethod
+    def from_scenario(cls, sc: "Scenario") -> "IterationSpec":
+        return cls(mode=sc.mode, pipelined=sc.pipelined, embeddings=sc.system.embeddings, dense_dtype=sc.dense_dtype,
+                   pcie_gbytes_per_s=sc.system.host.pcie_gbytes_per_s, allreduce=sc.allreduce, alltoall=sc.alltoall,
+                   warmup=sc.warmup, iterations=sc.iterations)
+
+    def phases(self) -> tuple[str, ...]:
+        """The phases of the op graph (``host.schedule``), as the runtime builds it."""
+        from neonic.host.schedule import INFERENCE_PHASES, TRAINING_PHASES
+
+        order = TRAINING_PHASES if self.mode == "training" else INFERENCE_PHASES
+        host_copies = {"pooled_h2d", "grad_d2h"}
+        return tuple(p for p in order if self.embeddings == "cpu" or p not in host_copies)
+
+
+class ScheduleTemplate:
+    """The op graph of a run (``host.schedule.build_graph``: same phases, streams and
+    dependencies, same iterations) with the ranks folded into a vector: evaluated as a list
+    schedule in which every op starts when its dependencies (stream order included) have ended,
+    a collective when the last rank is ready (a barrier), and lasts its duration.
+
+    :meth:`iteration_s` is the simulator's measure (the end of the last measured iteration
+    minus the end of the warm-up, over the measured iterations) on that schedule, for a batch of
+    ``T`` candidate plans at once: per-rank phases give ``(T, N)`` seconds, collectives ``(T,)``.
+    """
+
+    def __init__(self, spec: IterationSpec) -> None:
+        from neonic.host.schedule import build_graph
+
+        self.spec = spec
+        its = spec.warmup + spec.iterations
+        emb_stream = "cpu" if spec.embeddings == "cpu" else "compute"
+        graph = build_graph(1, its, lambda phase, it, rank: phase, mode=spec.mode, pipelined=spec.pipelined,
+                            emb_stream=emb_stream, phases=spec.phases())
+        index = {op.id: i for i, op in enumerate(graph.ops)}
+        self.ops: list[tuple[str, int, bool, tuple[int, ...]]] = [
+            (op.phase, op.iteration, op.collective, tuple(index[d.id] for d in op.deps)) for op in graph.ops]
+        self.iterations = its
+
+    def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray]) -> np.ndarray:
+        """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
+        ``rank_s[phase]``: ``(T, N)`` or ``(N,)``; ``coll_s[phase]``: ``(T,)`` or a scalar; a
+        phase missing from both lasts 0."""
+        shape = None
+        for v in rank_s.values():
+            v = np.asarray(v)
+            shape = (v.shape[0] if v.ndim == 2 else 1, v.shape[-1])
+            break
+        if shape is None:
+            shape = (1, 1)
+        T = max([shape[0]] + [np.asarray(v).reshape(-1).shape[0] for v in coll_s.values()])
+        N = shape[1]
+        zero = np.zeros((T, N))
+        ends: list[np.ndarray] = []
+        it_end = np.zeros((self.iterations, T))
+        for phase, it, collective, deps in self.ops:
+            if deps:
+                start = ends[deps[0]]
+                for d in deps[1:]:
+                    start = np.maximum(start, ends[d])
+            else:
+                start = zero
+            if collective:
+                t0 = start.max(axis=1)
+                d = coll_s.get(phase)
+                end = np.broadcast_to((t0 + (0.0 if d is None else np.asarray(d, float).reshape(-1)))[:, None], (T, N))
+            else:
+                d = rank_s.get(phase)
+                end = start if d is None else start + np.asarray(d, float)
+                end = np.broadcast_to(end, (T, N))
+            ends.append(end)
+            it_end[it] = np.maximum(it_end[it], end.max(axis=1))
+        w = self.spec.warmup
+        lo = it_end[w - 1] if w > 0 else 0.0
+        return (it_end[-1] - lo) / self.spec.iterations
+
+
+def dense_phase_s(dense: DenseCosts, mode: str) -> dict[str, float]:
+    """The dense part's per-rank phase seconds (the same for every rank and plan)."""
+    out = {"bot_fwd": dense.bot_fwd.time_s, "inter_fwd": dense.inter_fwd.time_s, "top_fwd": dense.top_fwd.time_s}
+    if mode == "training":
+        out.update({"top_bwd": dense.top_bwd.time_s, "inter_bwd": dense.inter_bwd.time_s,
+                    "bot_bwd": dense.bot_bwd.time_s, "dense_opt": dense.dense_opt.time_s})
+    return out

@@ -10,6 +10,7 @@ Training, per iteration ``i`` and rank (phases, in program order)::
     h2d            input    the batch's dense features and sparse indices to the GPU
     input_a2a      input    AlltoAll of sparse indices to the embedding owners      (collective)
     emb_fwd        emb*     fused embedding lookup + pooling (GPU, or CPU socket / NIC)
+    pooled_rs      comm     reduce-scatter of table-row-wise partial pools inside each node (collective)
     pooled_a2a     comm     AlltoAll of pooled embeddings back to the data-parallel ranks
     pooled_h2d     copy     (Zion) pooled embeddings from host memory to the GPU
     bot_fwd        compute  bottom MLP forward
@@ -19,6 +20,7 @@ Training, per iteration ``i`` and rank (phases, in program order)::
     inter_bwd      compute  interaction backward
     grad_d2h       copy     (Zion) pooled-embedding gradients to host memory
     grad_a2a       comm     AlltoAll of pooled-embedding gradients to the owners    (collective)
+    grad_ag        comm     all-gather of table-row-wise gradients inside each node  (collective)
     bot_bwd        compute  bottom MLP backward
     allreduce      comm     AllReduce of the dense gradients                        (collective)
     emb_bwd        emb*     embedding backward fused with the row-wise sparse optimizer
@@ -31,6 +33,11 @@ bottom MLP backward and the AllReduce overlaps the embedding backward. The basel
 (``pipelined=False``) runs every op of a rank in program order on one stream, so nothing
 overlaps. Inference is the forward part (h2d .. top_fwd); pipelined, batch i+1's input
 AlltoAll and embedding lookup overlap batch i's MLPs.
+
+Table-row-wise partial pools are reduced inside the node before the reduced pools can leave it
+(``pooled_rs`` precedes ``pooled_a2a``); backward, the gradients arrive first and are then
+all-gathered to the node's shards (``grad_ag`` follows ``grad_a2a``). Row-wise partials over
+all ranks go straight to the samples' owners inside the AlltoAlls.
 
 Streams marked * are ``compute`` when the embedding runs on the GPU; the system decides
 (``emb_stream``): ``cpu`` on Zion, ``nic`` on the SmartNIC system.
@@ -57,11 +64,12 @@ __all__ = [
 ]
 
 TRAINING_PHASES: tuple[str, ...] = (
-    "h2d", "input_a2a", "emb_fwd", "pooled_a2a", "pooled_h2d", "bot_fwd", "inter_fwd", "top_fwd",
-    "top_bwd", "inter_bwd", "grad_d2h", "grad_a2a", "bot_bwd", "allreduce", "emb_bwd", "dense_opt",
+    "h2d", "input_a2a", "emb_fwd", "pooled_rs", "pooled_a2a", "pooled_h2d", "bot_fwd", "inter_fwd", "top_fwd",
+    "top_bwd", "inter_bwd", "grad_d2h", "grad_a2a", "grad_ag", "bot_bwd", "allreduce", "emb_bwd", "dense_opt",
 )
-INFERENCE_PHASES: tuple[str, ...] = ("h2d", "input_a2a", "emb_fwd", "pooled_a2a", "pooled_h2d", "bot_fwd", "inter_fwd", "top_fwd")
-COLLECTIVE_PHASES = frozenset({"input_a2a", "pooled_a2a", "grad_a2a", "allreduce"})
+INFERENCE_PHASES: tuple[str, ...] = ("h2d", "input_a2a", "emb_fwd", "pooled_rs", "pooled_a2a", "pooled_h2d", "bot_fwd",
+                                     "inter_fwd", "top_fwd")
+COLLECTIVE_PHASES = frozenset({"input_a2a", "pooled_rs", "pooled_a2a", "grad_a2a", "grad_ag", "allreduce"})
 #: Streams whose ops count as computation when attributing exposed time.
 COMPUTE_STREAMS = frozenset({"compute", "emb", "cpu", "nic", "main"})
 _COPY_PHASES = frozenset({"h2d", "pooled_h2d", "grad_d2h"})
@@ -244,7 +252,8 @@ def _wire_rank(graph: OpGraph, it: int, r: int, mode: str, pipelined: bool) -> N
 
     need("input_a2a", "h2d")
     need("emb_fwd", "input_a2a")
-    need("pooled_a2a", "emb_fwd")
+    need("pooled_rs", "emb_fwd")
+    need("pooled_a2a", "emb_fwd", "pooled_rs")
     need("pooled_h2d", "pooled_a2a")
     need("bot_fwd", "h2d")
     need("inter_fwd", "bot_fwd", "pooled_a2a", "pooled_h2d")
@@ -255,7 +264,8 @@ def _wire_rank(graph: OpGraph, it: int, r: int, mode: str, pipelined: bool) -> N
     need("grad_a2a", "inter_bwd", "grad_d2h")
     need("bot_bwd", "inter_bwd")
     need("allreduce", "bot_bwd", "top_bwd")
-    need("emb_bwd", "grad_a2a", "emb_fwd")
+    need("grad_ag", "grad_a2a")
+    need("emb_bwd", "grad_a2a", "grad_ag", "emb_fwd")
     need("dense_opt", "allreduce")
     if it == 0:
         return

@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 #: Phases whose exposed time counts as exposed communication (collectives and host copies).
-COMM_PHASES: tuple[str, ...] = ("input_a2a", "pooled_a2a", "grad_a2a", "allreduce", "h2d", "pooled_h2d", "grad_d2h")
+COMM_PHASES: tuple[str, ...] = ("input_a2a", "pooled_rs", "pooled_a2a", "grad_a2a", "grad_ag", "allreduce", "h2d", "pooled_h2d",
+                                 "grad_d2h")
 
 
 class ExperimentUnavailable(RuntimeError):

@@ -1,22 +1,37 @@
-"""The planner's cost model: per-rank embedding time of one iteration under a plan.
+"""The planner's cost model: one iteration's time under a plan, evaluated fast.
 
-Per rank ``r`` the embedding part of an iteration costs
+A plan is priced on the op graph the simulator runs (``host.schedule`` through
+:class:`host.iteration.ScheduleTemplate`: same phases, streams, dependencies, Neo's pipeline,
+barriers at every collective, same warm-up and measured iterations), with each op's duration
+from the same functions the simulator's payloads use:
 
-    fwd_compute + bwd_compute + host_transfer          (GPU model: sim.gpu, fused kernels)
-    + input + pooled + grad + rs + ag                   (AlltoAllv busy time, network figures)
-    + allreduce                                         (data-parallel tables' gradients)
+* per rank: the fused embedding forward / backward (``host.iteration.shard_kernel_s``: the GPU
+  model's kernels, one launch per direction, cache-miss host transfers split between them),
+  the dense MLP, interaction and optimizer kernels (``host.iteration.dense_costs``), the input
+  copy over PCIe;
+* per collective (one time for all ranks): the AlltoAllvs (input indices, pooled embeddings,
+  gradients, the node-local reduce-scatter of table-row-wise partials before the pooled one and
+  its all-gather after the gradient one) from :class:`~host.planner.system.AlphaBetaComm`'s
+  per-rank direct-AlltoAll time, the slowest rank's; the AllReduce of the dense and
+  data-parallel gradients from the network model's closed form for the scenario's algorithm.
 
-where the kernel times come from :func:`sim.gpu.embedding_forward_cost` and
-:func:`sim.gpu.embedding_backward_cost` (one fused launch per direction per rank, so the shards'
-times add and the launch overhead counts once), host transfers are cache misses of DRAM/SSD
-shards over PCIe (or the SSD's bandwidth), and the communication terms are
-:class:`~host.planner.system.AlphaBetaComm` per-rank times of the matrices that
-:func:`~host.planner.work.derive_iteration` derives. The objective is the slowest rank's total
-(communication plus imbalance); ``imbalance`` is max / mean.
+The objective (:meth:`CostModel.iteration_s`) is the list schedule's time per iteration: every
+collective waits for its slowest rank, so an iteration costs the sum along its critical path
+of each phase's slowest rank, less what Neo's pipeline overlaps (the input AlltoAll of the
+next batch behind this one's MLPs, the AllReduce behind the embedding backward, ...).
+
+What the fast evaluation leaves out (the simulator has it; ``neonic bench planner`` measures the
+difference for every plan): contention between concurrent flows on shared links and NICs (the
+next batch's input AlltoAll shares the NICs with this batch's pooled AlltoAll and AllReduce),
+the GPU share a collective holds while kernels run (SMs, HBM) and the interference between
+concurrent kernels, the flow-level network's queueing and max-min fair rates (the direct
+AlltoAll is priced by each rank's busiest link class, alpha-beta), the CPU sockets' sharing on
+Zion (embedding jobs are priced as GPU kernels) and the SmartNIC's units and caches.
 
 The search needs thousands of evaluations, so :class:`CostModel` also exposes additive
 *contributions* (:class:`Contribution`) of single tables and an accumulated :class:`State`;
-``evaluate(plan)`` and the state give identical figures (a test holds them together).
+``evaluate(plan)`` and the state give identical figures (a test holds them together), and a
+batch of candidate states is evaluated at once (:meth:`CostModel.iteration_s_batch`).
 """
 
 from __future__ import annotations
@@ -26,17 +41,17 @@ from functools import lru_cache
 
 import numpy as np
 
+from neonic.host.iteration import ScheduleTemplate, allreduce_bytes, dense_costs, dense_phase_s, h2d_bytes, shard_kernel_s
 from neonic.host.planner.plan import Plan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
 from neonic.host.workloads.spec import WorkloadSpec
-from neonic.sim import gpu as gpu_model
 
 __all__ = ["CostModel", "Contribution", "State", "PlanCost", "COST_COLUMNS"]
 
 #: Per-rank cost columns, in report order.
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "host_transfer", "input_a2a", "pooled_a2a", "grad_a2a",
-                "rs", "ag", "dp_allreduce")
+                "pooled_rs", "grad_ag", "dp_allreduce")
 
 
 # Layout of the flat per-rank vectors of a contribution / state (rows of a (27, N) array).
@@ -113,6 +128,8 @@ class PlanCost:
     hbm_capacity: float
     dram_capacity: float
     ssd_capacity: float
+    iteration_s: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)
     total_s: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -136,9 +153,12 @@ class PlanCost:
         return int(self.total_s.argmax())
 
     def summary(self) -> dict[str, float]:
-        """Cost of the slowest rank and its parts (ms), mean, imbalance, peak memory use."""
+        """The predicted iteration time (ms; the objective), each phase's slowest rank (ms), the
+        slowest rank's embedding parts, mean, imbalance, peak memory use."""
         r = self.slowest_rank
-        out = {"cost_ms": self.max_s * 1e3, "mean_ms": self.mean_s * 1e3, "imbalance_max_over_mean": self.imbalance}
+        out = {"iteration_ms": self.iteration_s * 1e3, "embedding_max_rank_ms": self.max_s * 1e3,
+               "mean_ms": self.mean_s * 1e3, "imbalance_max_over_mean": self.imbalance}
+        out.update({f"phase_{k}_ms": v * 1e3 for k, v in self.phase_s.items()})
         out.update({f"slowest_{k}_ms": float(v[r]) * 1e3 for k, v in self.columns.items()})
         out["hbm_peak_fraction"] = float(self.hbm_bytes.max() / self.hbm_capacity) if self.hbm_capacity else 0.0
         return out
@@ -157,18 +177,21 @@ class CostModel:
         self._bwd_overhead = 2 * eff.launch_overhead_s
         self._kernel_cache = lru_cache(maxsize=65536)(self._kernel_times_uncached)
         self._allreduce_cache: dict[float, float] = {}
+        spec = system.iteration
+        self.spec = spec
+        self._pcie = (spec.pcie_gbytes_per_s or system.gpu.pcie_gbytes_per_s) * 1e9
+        self._ssd = system.memory.ssd_gbytes_per_s * 1e9
+        self.dense = dense_costs(system.gpu, workload, spec.dense_dtype)
+        self._dense_ar_bytes = allreduce_bytes(self.dense, 0.0, system.comm_dtype)
+        self._fixed = dense_phase_s(self.dense, spec.mode)
+        self._fixed["h2d"] = h2d_bytes(workload, system.index_bytes, system.length_bytes) / self._pcie
+        self.template = ScheduleTemplate(spec)
 
     # ----------------------------------------------------------------- the GPU model (one call site)
     def _kernel_times_uncached(self, lookups: int, pooled_rows: int, row_bytes: int, out_row_bytes: int,
                                unique_rows: int, state_bytes: int, tier: str, miss_bytes: float) -> tuple[float, float, float]:
-        spec = self.system.gpu
-        fwd = gpu_model.embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)
-        bwd = gpu_model.embedding_backward_cost(spec, lookups, unique_rows, row_bytes, out_row_bytes, state_bytes)
-        if tier == "ssd":
-            host = miss_bytes / (self.system.memory.ssd_gbytes_per_s * 1e9)
-        else:
-            host = miss_bytes / (spec.pcie_gbytes_per_s * 1e9)
-        return fwd.time_s - fwd.overhead_s, bwd.time_s - bwd.overhead_s, host
+        k = ShardKernel(0, lookups, pooled_rows, row_bytes, out_row_bytes, unique_rows, state_bytes, tier, miss_bytes, 0.0, 0.0)
+        return shard_kernel_s(self.system.gpu, k, self._pcie, self._ssd)
 
     def kernel_times(self, k: ShardKernel) -> tuple[float, float, float]:
         """(forward, backward, host transfer) seconds of one shard, without launch overheads."""
@@ -205,7 +228,7 @@ class CostModel:
             "bwd_compute": state.comp[1] + busy * self._bwd_overhead,
             "host_transfer": state.comp[2].copy(),
         }
-        for name, c in zip(("input_a2a", "pooled_a2a", "grad_a2a", "rs", "ag"), comm):
+        for name, c in zip(("input_a2a", "pooled_a2a", "grad_a2a", "pooled_rs", "grad_ag"), comm):
             cols[name] = c
         cols["dp_allreduce"] = np.full(self.world, self._allreduce_s(state.dp_bytes))
         return cols
@@ -217,6 +240,45 @@ class CostModel:
         busy = v[_KERN] > 0.5
         return (v[0] + v[1] + v[2] + busy * (self._fwd_overhead + self._bwd_overhead) + comm
                 + self._allreduce_s(state.dp_bytes))
+
+    # ----------------------------------------------------------------- the iteration
+    def phase_times(self, vecs: np.ndarray, dps) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Per-rank phase seconds ``(T, N)`` and collective seconds ``(T,)`` of ``T`` states
+        (``vecs[T, 27, N]``, data-parallel bytes ``dps[T]``) on the iteration's op graph."""
+        vecs = np.asarray(vecs)
+        T = vecs.shape[0]
+        busy = vecs[:, _KERN] > 0.5
+        host = vecs[:, 2]
+        rank = {p: np.broadcast_to(np.float64(v), (T, self.world)) for p, v in self._fixed.items()}
+        rank["emb_fwd"] = vecs[:, 0] + busy * self._fwd_overhead + host / 2
+        rank["emb_bwd"] = vecs[:, 1] + busy * self._bwd_overhead + host / 2
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1)
+        comm = self.system.comm.rank_times_s(agg).max(axis=2)  # (T, 5): each collective's slowest rank
+        coll = {"input_a2a": comm[:, 0], "pooled_a2a": comm[:, 1], "grad_a2a": comm[:, 2],
+                "pooled_rs": comm[:, 3], "grad_ag": comm[:, 4],
+                "allreduce": np.array([self._allreduce_s(self._dense_ar_bytes + d) for d in np.broadcast_to(dps, (T,))])}
+        if self.spec.embeddings == "cpu":
+            recv = (agg[:, 1, 2] + agg[:, 1, 3]) / self._pcie
+            rank["pooled_h2d"] = recv
+            rank["grad_d2h"] = recv
+        return rank, coll
+
+    def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
+        """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
+        rank, coll = self.phase_times(vecs, dps)
+        return self.template.iteration_s(rank, coll)
+
+    def iteration_s(self, state: State) -> float:
+        """Predicted seconds per iteration of an accumulated state (the objective)."""
+        return float(self.iteration_s_batch(state.vec[None], [state.dp_bytes])[0])
+
+    def phase_summary(self, state: State) -> dict[str, float]:
+        """Each phase's slowest rank (seconds): per-rank phases' max, collectives' time."""
+        rank, coll = self.phase_times(state.vec[None], [state.dp_bytes])
+        out = {p: float(v[0].max()) for p, v in rank.items()}
+        out.update({p: float(v[0]) for p, v in coll.items()})
+        phases = self.spec.phases()
+        return {p: out[p] for p in phases if p in out}
 
     # ----------------------------------------------------------------- whole plans
     def state_of(self, work: IterationWork) -> State:
@@ -240,4 +302,5 @@ class CostModel:
         work = derive_iteration(plan, self.workload, self.system)
         st = self.state_of(work)
         s = self.system
-        return PlanCost(self.columns(st), st.hbm, st.host[0], st.host[1], s.hbm_capacity, s.dram_capacity, s.ssd_capacity)
+        return PlanCost(self.columns(st), st.hbm, st.host[0], st.host[1], s.hbm_capacity, s.dram_capacity, s.ssd_capacity,
+                        iteration_s=self.iteration_s(st), phase_s=self.phase_summary(st))

@@ -160,8 +160,10 @@ class Placer:
         return self.cost.totals(state or self.state)
 
     def score(self, state: State) -> tuple[float, float]:
+        """(predicted iteration time, sum of squared per-rank embedding times): the objective,
+        ties broken towards balance."""
         t = self.cost.totals(state)
-        return float(t.max()), float(np.dot(t, t))
+        return self.cost.iteration_s(state), float(np.dot(t, t))
 
     def fits(self, state: State) -> bool:
         eps = 1e-6
@@ -351,10 +353,11 @@ class NeoPlanner(Placer):
             return None
         idx = np.nonzero(ok)[0]
         totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
+        its = self.cost.iteration_s_batch(vecs[idx], [dps[i] for i in idx])
         best = None
         for j, i in enumerate(idx):
             t = totals[j]
-            score = (float(t.max()), float(np.dot(t, t)))
+            score = (float(its[j]), float(np.dot(t, t)))
             if best is None or score < best[0]:
                 best = (score, int(i))
         i = best[1]

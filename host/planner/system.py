@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from neonic.host.iteration import IterationSpec
 from neonic.sim.gpu import GPUSpec, hbm_capacity_bytes
 
 __all__ = ["AlphaBetaComm", "MemoryTiers", "PlannerSystem"]
@@ -60,8 +61,11 @@ class AlphaBetaComm:
         return self.nodes * self.gpus_per_node
 
     @classmethod
-    def from_topology(cls, topology: Any, nodes: int | None = None) -> "AlphaBetaComm":
-        """Calibrate from ``sim.network``'s closed-form estimates for ``topology``."""
+    def from_topology(cls, topology: Any, nodes: int | None = None, allreduce_algorithm: str = "hierarchical") -> "AlphaBetaComm":
+        """Calibrate from ``sim.network``'s closed-form estimates for ``topology``. AllReduce
+        times are the network model's closed form for ``allreduce_algorithm`` (the algorithm the
+        simulator runs), fitted as alpha + bytes / bandwidth per rank count from two probes
+        (1 MiB, 1 GiB; the closed forms are affine in the bytes above their chunk rounding)."""
         import neonic.sim.network as network
 
         g = int(topology.gpus_per_node)
@@ -83,13 +87,22 @@ class AlphaBetaComm:
 
         a_intra, bw_intra = fit(1) if g > 1 else (0.0, 1e15)
         a_inter, bw_inter = fit(g) if n_nodes > 1 else (a_intra, bw_intra)
+        fits: dict[int, tuple[float, float]] = {}
 
         def allreduce(nbytes: float, ranks: int) -> float:
-            return float(network.estimate_allreduce_time_s(topology, nbytes, list(range(ranks))))
+            if ranks not in fits:
+                small, large = 1 << 20, 1 << 30
+                members = list(range(ranks))
+                t1 = float(network.estimate_allreduce_time_s(topology, small, members, algorithm=allreduce_algorithm))
+                t2 = float(network.estimate_allreduce_time_s(topology, large, members, algorithm=allreduce_algorithm))
+                slope = (t2 - t1) / (large - small)
+                fits[ranks] = (max(t1 - small * slope, 0.0), slope)
+            alpha, slope = fits[ranks]
+            return alpha + slope * nbytes
 
         return cls(nodes=nodes or n_nodes, gpus_per_node=g, alpha_intra_s=a_intra, bw_intra_bytes_per_s=bw_intra,
                    alpha_inter_s=a_inter, bw_inter_bytes_per_s=bw_inter, allreduce=allreduce,
-                   source=f"sim.network:{getattr(topology, 'name', 'topology')}")
+                   source=f"sim.network:{getattr(topology, 'name', 'topology')} (allreduce {allreduce_algorithm})")
 
     @classmethod
     def _from_config(cls, topology: Any) -> "AlphaBetaComm":
@@ -161,7 +174,8 @@ class MemoryTiers:
 class PlannerSystem:
     """Ranks, GPU model, network figures and memory tiers, plus wire formats of the AlltoAlls:
     ``index_bytes`` per lookup index and ``length_bytes`` per bag length in the input AlltoAll,
-    ``comm_dtype`` of pooled embeddings and their gradients (``fp16`` = quantized comms)."""
+    ``comm_dtype`` of pooled embeddings and their gradients (``fp16`` = quantized comms), and
+    the iteration the plan is for (``host.iteration.IterationSpec``: schedule, algorithms)."""
 
     gpu: GPUSpec
     comm: AlphaBetaComm
@@ -169,6 +183,7 @@ class PlannerSystem:
     index_bytes: int = 8
     length_bytes: int = 4
     comm_dtype: str = "fp32"
+    iteration: IterationSpec = field(default_factory=IterationSpec)
 
     def __post_init__(self) -> None:
         if self.comm_dtype not in ("fp32", "fp16"):

@@ -9,9 +9,14 @@ and per collective an AlltoAllv size matrix (bytes, ``[src, dst]``):
             (``length_bytes`` per bag) from each sample's owner to the ranks holding the rows;
 ``pooled``  forward pooled-embedding AlltoAll: pooled vectors back to the samples' owners;
 ``grad``    backward gradient AlltoAll (the transpose of ``pooled``);
-``rs``      forward reduce-scatter of row-wise partial pools (RW: every shard to every owner;
-            TWRW: inside the node, to the rank that forwards the owner's samples);
-``ag``      backward all-gather of those gradients (the transpose of ``rs``);
+``rs``      forward reduce-scatter of table-row-wise partial pools inside the node, to the
+            rank that forwards the owner's samples (it must end before the reduced pools can
+            leave the node: a collective of its own, before ``pooled``);
+``ag``      backward all-gather of those gradients inside the node (the transpose of ``rs``,
+            after ``grad``);
+
+Row-wise tables over all ranks send every shard's partial pools straight to the samples' owners
+(who reduce them) inside ``pooled``, and their gradients back inside ``grad``.
 
 plus ``dp_allreduce_bytes``: the dense gradients of data-parallel tables, AllReduced over all
 ranks. The cost model (:mod:`host.planner.cost`) and the cluster runtime both consume exactly
@@ -248,9 +253,11 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
     traffic["input"] = (Outer(ones, _onehot(world, ranks, idx_per_owner * frac + len_per_owner)),)
     partial = table.dim * b * ob  # one owner's partial pools from one shard
     if kind == ShardingType.ROW_WISE:
+        # every shard's partial pools go straight to the samples' owners, who reduce them: the
+        # reduce-scatter is the pooled AlltoAll itself (and the all-gather the gradient one)
         rs = Outer(_onehot(world, ranks, 1.0), ones * partial)
-        traffic["rs"] = (rs,)
-        traffic["ag"] = (Outer(rs.dst, rs.src),)
+        traffic["pooled"] = (rs,)
+        traffic["grad"] = (Outer(rs.dst, rs.src),)
         return TableWork(table.name, kernels, traffic)
     if kind != ShardingType.TABLE_ROW_WISE:
         raise ValueError(f"sharding: unknown type {kind!r}")

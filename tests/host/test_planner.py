@@ -72,17 +72,19 @@ def test_table_wise_traffic_is_indices_in_and_pooled_vectors_out():
     assert work.hbm_bytes[3] == 1000 * (16 * 4 + 4) and work.hbm_bytes.sum() == work.hbm_bytes[3]
 
 
-def test_row_wise_splits_lookups_and_reduce_scatters_partial_pools():
+def test_row_wise_splits_lookups_and_sends_partial_pools_straight_to_the_owners():
     s = _system()
     w = _workload([{"rows": 1000, "dim": 8, "pooling": 4}], batch=10)
     shards = [Shard(0, 0, 250, 0, 8), Shard(5, 250, 1000, 0, 8)]
     work = derive_iteration(_plan(s, [_one(ST.ROW_WISE, shards)]), w, s)
     n = s.world_size
     assert [k.lookups for k in work.kernels[0] + work.kernels[5]] == [n * 40 // 4, n * 40 * 3 // 4]
-    rs = work.matrices["rs"]
-    assert rs[0, 1] == rs[5, 1] == 10 * 8 * 4 and rs[0, 5] == 10 * 8 * 4 and rs[1].sum() == 0
-    np.testing.assert_array_equal(work.matrices["ag"], rs.T)
-    assert work.matrices["pooled"].sum() == 0
+    # the reduce-scatter over all ranks is the pooled AlltoAll itself: every shard's partial
+    # pools go to every owner, who reduces them (no node-local step before it)
+    pooled = work.matrices["pooled"]
+    assert pooled[0, 1] == pooled[5, 1] == 10 * 8 * 4 and pooled[0, 5] == 10 * 8 * 4 and pooled[1].sum() == 0
+    np.testing.assert_array_equal(work.matrices["grad"], pooled.T)
+    assert work.matrices["rs"].sum() == 0 and work.matrices["ag"].sum() == 0
 
 
 def test_table_row_wise_reduces_inside_the_node_then_sends_to_owners():

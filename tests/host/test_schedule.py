@@ -16,8 +16,8 @@ from neonic.sim.engine import Engine
 
 # durations in ps per phase: communication comparable to computation, as in Neo
 DURATIONS = {
-    "h2d": 50, "input_a2a": 300, "emb_fwd": 400, "pooled_a2a": 500, "bot_fwd": 600,
-    "inter_fwd": 100, "top_fwd": 700, "top_bwd": 1400, "inter_bwd": 200, "grad_a2a": 500,
+    "h2d": 50, "input_a2a": 300, "emb_fwd": 400, "pooled_rs": 100, "pooled_a2a": 500, "bot_fwd": 600,
+    "inter_fwd": 100, "top_fwd": 700, "top_bwd": 1400, "inter_bwd": 200, "grad_a2a": 500, "grad_ag": 100,
     "bot_bwd": 1200, "allreduce": 900, "emb_bwd": 800, "dense_opt": 100,
 }
 
