@@ -27,13 +27,9 @@ from neonic.rtl.depacketizer import Completion, QPInit
 from neonic.rtl.packetizer import DestEntry, SendDescriptor
 from neonic.rtl.roce import FrameBeat
 from neonic.rtl.smartnic import SmartNIC, SmartNICCounters
+from neonic.sim.reference.roce import frame_beats
 from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor, start_clock_and_reset,
                                         tb_params, tb_rng, unpack)
-
-
-def _beats(frame: bytes, W: int) -> list[dict]:
-    return [{"data": int.from_bytes(frame[o:o + W], "little"), "count": len(frame[o:o + W]),
-             "last": int(o + W >= len(frame))} for o in range(0, len(frame), W)]
 
 
 @cocotb.test()
@@ -103,7 +99,7 @@ async def cluster_phase(dut):
         else:
             await drv["qp_init"].send_all([{"qp": q, "psn": 0} for q in range(world)])
             expect = sum(1 for o in job["tx"] for s in o["sends"] if s["dest"] == t["rank"])
-            beats = [b for f in job["rx_frames"][k] for b in _beats(bytes.fromhex(f), W)]
+            beats = frame_beats([bytes.fromhex(f) for f in job["rx_frames"][k]], W)
             start = len(comp_mon.received)
             if beats:
                 cocotb.start_soon(drv["rx_frame"].send_all(beats))

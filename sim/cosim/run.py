@@ -1,0 +1,163 @@
+"""One co-simulated iteration (:func:`run_cosim`) and the cluster runtime's RTL backend
+(:class:`RTLNICBackend`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from neonic.rtl.roce import DROP_REASONS
+from neonic.rtl.smartnic import SmartNIC
+from neonic.sim.calibration import Calibration, Sample, default_calibration
+from neonic.sim.cosim.models import calibration_sample, model_cycles, reference_cache
+from neonic.sim.cosim.network import cluster_topology, network_time_s, route_frames
+from neonic.sim.cosim.report import CosimReport, NICRun, unit_window
+from neonic.sim.cosim.runners import amaranth_phase, cocotb_phase, resolve_sim
+from neonic.sim.cosim.stimulus import DEFAULT_MEMORY_LATENCY, build_stimulus, expected_buffers
+from neonic.sim.cosim.traffic import Traffic, traffic_from_plan
+
+__all__ = ["run_cosim", "collect_samples", "RTLNICBackend"]
+
+
+def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = None,
+              calibration: Calibration | None = None, topology: Any = None,
+              memory_latency: int = DEFAULT_MEMORY_LATENCY, seed: int = 1, idle: float = 0.0,
+              backpressure: float = 0.0, workdir: Path | None = None,
+              progress: Callable[[str], None] | None = None) -> CosimReport:
+    """Run ``traffic`` through one RTL SmartNIC per rank (see the module docstring).
+
+    ``idle``/``backpressure`` add random idle cycles on the inputs and backpressure on the
+    outputs (functional checks; cycle comparisons want both 0). ``topology``: a ``sim.network``
+    topology that times the frames (default: the ZionEX links at the traffic's shape).
+    """
+    say = progress or (lambda message: None)
+    sim = resolve_sim(sim)
+    nic = nic or SmartNIC()
+    if topology is None:
+        topology = cluster_topology(traffic.world, traffic.gpus_per_node)
+    stim = build_stimulus(nic, traffic, memory_latency=memory_latency)
+    t0 = time.perf_counter()
+    if sim != "amaranth":
+        from neonic.sim.harness import resolve_build_root
+        import hashlib
+        key = hashlib.sha256(json.dumps(stim.tx, sort_keys=True).encode()).hexdigest()[:12]
+        workdir = workdir or resolve_build_root() / "cosim" / key
+
+    def phase(name, frames=None, rx=None):
+        if sim == "amaranth":
+            return amaranth_phase(nic, stim, name, frames, rx, seed=seed, idle=idle,
+                                   backpressure=backpressure)
+        return cocotb_phase(nic, stim, name, frames, sim, seed=seed, idle=idle,
+                             backpressure=backpressure, workdir=workdir)
+
+    say(f"cosim: send side of {traffic.world} NICs on {sim}")
+    tx, _, tx_phase = phase("tx")
+    frames = [r["frames"] for r in tx]
+    say(f"cosim: {sum(len(f) for f in frames)} frames through the network model")
+    net_s = network_time_s(frames, traffic.world, topology)
+    arrivals = route_frames(frames, traffic.world)
+    say(f"cosim: receive side of {traffic.world} NICs on {sim}")
+    rx, rx_mem, rx_phase = phase("rx", arrivals)
+    wall = time.perf_counter() - t0
+    sim_phase = {"wall_s": tx_phase["wall_s"] + rx_phase["wall_s"],
+                 "cycles": int(tx_phase["cycles"] + rx_phase["cycles"])}
+
+    expected = expected_buffers(nic, traffic, stim)
+    diff = int(np.count_nonzero(rx_mem != expected))
+    cal = calibration or default_calibration(memory_latency, nic.params["mshrs"])
+    runs = []
+    misses_ok = True
+    drops = 0
+    cycles = 0
+    for job, t, tr, rr in zip(traffic.jobs, stim.tx, tx, rx):
+        rtl = {u: unit_window(tr["counters"], u) for u in ("gather", "cache", "packetizer")}
+        rtl["depacketizer"] = unit_window(rr["counters"], "depacketizer")
+        rx_lengths = [s.length for j in traffic.jobs for s in j.sends if s.dest == job.rank]
+        sample = calibration_sample(nic, job, t, rx_lengths, rtl, label=f"nic{job.rank}",
+                                    memory_latency=memory_latency)
+        cref = reference_cache(nic, job, [d["base"] for d in t["descs"]])
+        misses_ok &= tr["counters"]["cache_misses"] == cref["misses"]
+        drops += sum(rr["counters"][f"rx_{r}"] for r in DROP_REASONS)
+        cycles += tr["counters"]["cycles"] + rr["counters"]["cycles"]
+        runs.append(NICRun(job.rank, rtl, model_cycles(sample, cal), tr["counters"],
+                           rr["counters"], cref, len(tr["frames"]), rr["completions"]))
+    return CosimReport(sim, traffic.label, traffic.world, traffic.gpus_per_node, runs,
+                       diff == 0, diff, misses_ok, drops, net_s, cycles, wall,
+                       sim_wall_s=sim_phase["wall_s"], sim_cycles=sim_phase["cycles"],
+                       calibration={"parameters": cal.parameters(),
+                                    "source": cal.context.get("source", "file")})
+
+
+def collect_samples(report: CosimReport, traffic: Traffic, nic: SmartNIC,
+                    memory_latency: int = DEFAULT_MEMORY_LATENCY) -> list[Sample]:
+    """Calibration samples (one per NIC) from a finished co-simulation."""
+    stim = build_stimulus(nic, traffic, memory_latency=memory_latency)
+    out = []
+    for job, t, run in zip(traffic.jobs, stim.tx, report.nics):
+        rx_lengths = [s.length for j in traffic.jobs for s in j.sends if s.dest == job.rank]
+        out.append(calibration_sample(nic, job, t, rx_lengths, run.rtl,
+                                      label=f"{traffic.label}/nic{job.rank}",
+                                      memory_latency=memory_latency))
+    return out
+
+
+class RTLNICBackend:
+    """The RTL backend of the cluster runtime's SmartNICs (``neonic run --backend rtl``).
+
+    ``host.cluster.ClusterRun(..., nic_backend=RTLNICBackend(...))`` calls it once per run with
+    the run (its ``scenario``, ``plan`` and ``topology``), the timing-model backend's NIC effects
+    and the iteration's work. It co-simulates the iteration's forward embedding traffic on one
+    RTL SmartNIC per rank (:func:`run_cosim`, traffic from :func:`traffic_from_plan`) and
+    returns the effects with the NICs' forward unit times (``cache``, ``gather``) taken from
+    the RTL's cycle counts at the NIC clock; the co-simulation's report (RTL and model cycles
+    side by side, the bit-exact check) goes to ``figures["rtl_cosim"]`` (the run's
+    ``metrics["nic"]``) and to :attr:`report`. Everything else (caches' hit rates at the
+    configured capacity, PCIe, AlltoAll matrices) stays the model's: the RTL instances are
+    small (``rtl.smartnic.SmartNIC`` defaults) and hold whole tables in simulated memory.
+    """
+
+    def __init__(self, *, sim: str = "auto", calibration: Calibration | None = None,
+                 nic: SmartNIC | None = None, memory_latency: int = DEFAULT_MEMORY_LATENCY,
+                 progress: Callable[[str], None] | None = None):
+        self.sim = resolve_sim(sim)
+        self.calibration = calibration
+        self.nic = nic
+        self.memory_latency = memory_latency
+        self.progress = progress
+        self.report: CosimReport | None = None
+
+    def __call__(self, run: Any, effects: Any, work: Any) -> Any:
+        from dataclasses import replace
+
+        sc = run.scenario
+        if effects is None:
+            raise ValueError("--backend rtl: the system has no SmartNICs (system.embeddings must "
+                             "be \"nic\", e.g. system preset \"smartnic\")")
+        world = work.world_size
+        nic = self.nic or SmartNIC(num_dest=max(16, world), num_qps=max(16, world))
+        traffic = traffic_from_plan(run.plan, sc.workload.tables,
+                                    batch_per_gpu=sc.workload.batch_per_gpu, world=world,
+                                    gpus_per_node=work.gpus_per_node, lanes=nic.lanes,
+                                    seed=sc.seed)
+        traffic.label = f"{sc.name} (iteration traffic of the plan)"
+        if not any(job.bags for job in traffic.jobs):
+            raise ValueError("--backend rtl: the plan leaves the NICs no embedding traffic "
+                             "(every table data-parallel)")
+        self.report = run_cosim(traffic, sim=self.sim, nic=nic, calibration=self.calibration,
+                                topology=getattr(run, "topology", None),
+                                memory_latency=self.memory_latency, seed=sc.seed,
+                                progress=self.progress)
+        hz = effects.cfg.clock_hz
+        units = []
+        for n in self.report.nics:
+            units.append(tuple((u, int(round(n.rtl[u] * 1e12 / hz)))
+                               for u in ("cache", "gather") if n.rtl.get(u)))
+        figures = dict(effects.figures)
+        figures["rtl_cosim"] = self.report.as_dict()
+        return replace(effects, fwd_units=units, figures=figures)
