@@ -23,9 +23,13 @@ are set side by side with the composed timing model (:func:`model_cycles`, with 
 of ``sim.calibration``).
 
 Simulators: ``"amaranth"`` (one Amaranth simulation per phase for the whole cluster, the design
-wrapped in a reset inserter), ``"verilator"`` or ``"icarus"`` (the exported Verilog, one cocotb
-run per phase through ``sim/cocotb/tb_smartnic.py``, the same stimulus). ``"auto"`` picks
-Verilator when installed, else Amaranth.
+wrapped in a reset inserter); ``"verilator"`` (the exported Verilog compiled with a C++ harness
+of drivers, memories and sinks into one library, driven from Python one NIC and phase at a time,
+the NICs in parallel worker processes: ``sim.cosim.native``); ``"icarus"`` (the exported
+Verilog under cocotb, both phases in one simulator process through
+``sim/cocotb/tb_smartnic.py``). All see the same stimulus. ``"auto"`` picks Verilator when
+installed, else Amaranth. The Verilog export is cached by parameters and RTL sources before
+conversion (``sim.harness.export_verilog_cached``).
 
 Traffic comes from :func:`synthetic_traffic` (a small table-wise cluster) or from a cluster
 run's plan (:func:`traffic_from_plan`, duck-typed so that ``sim`` imports nothing from
@@ -46,7 +50,7 @@ from neonic.sim.cosim.models import (MAX_MEMORY_ITERATIONS, cache_request_starts
 from neonic.sim.cosim.network import cluster_topology, network_time_s, route_frames
 from neonic.sim.cosim.report import CosimReport, NICRun, format_report
 from neonic.sim.cosim.run import RTLNICBackend, collect_samples, run_cosim
-from neonic.sim.cosim.runners import SIMULATORS, amaranth_phase, cocotb_phase, resolve_sim
+from neonic.sim.cosim.runners import SIMULATORS, amaranth_phase, cocotb_cosim, resolve_sim
 from neonic.sim.cosim.stimulus import (DEFAULT_MEMORY_LATENCY, Stimulus, build_stimulus,
                                        check_job, expected_buffers)
 from neonic.sim.cosim.traffic import (NICJob, Send, Traffic, endpoint, synthetic_traffic,
@@ -59,5 +63,5 @@ __all__ = [
     "model_cycles", "calibration_sample", "memory_model", "reference_cache",
     "cache_request_starts", "MAX_MEMORY_ITERATIONS", "resolve_sim", "format_report",
     "endpoint", "route_frames", "network_time_s", "cluster_topology", "amaranth_phase",
-    "cocotb_phase",
+    "cocotb_cosim",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +19,10 @@ from neonic.sim.calibration import Calibration, Sample, default_calibration
 from neonic.sim.cosim.models import calibration_sample, model_cycles, reference_cache
 from neonic.sim.cosim.network import cluster_topology, network_time_s, route_frames
 from neonic.sim.cosim.report import CosimReport, NICRun, unit_window
-from neonic.sim.cosim.runners import amaranth_phase, cocotb_phase, resolve_sim
+from neonic.sim.cosim.runners import amaranth_phase, cocotb_cosim, resolve_sim
 from neonic.sim.cosim.stimulus import DEFAULT_MEMORY_LATENCY, build_stimulus, expected_buffers
 from neonic.sim.cosim.traffic import Traffic, traffic_from_plan
+from neonic.sim.harness.verilog import parameters_only
 
 __all__ = ["run_cosim", "collect_samples", "RTLNICBackend"]
 
@@ -29,44 +31,59 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
               calibration: Calibration | None = None, topology: Any = None,
               memory_latency: int = DEFAULT_MEMORY_LATENCY, seed: int = 1, idle: float = 0.0,
               backpressure: float = 0.0, workdir: Path | None = None,
+              processes: int | None = None,
               progress: Callable[[str], None] | None = None) -> CosimReport:
     """Run ``traffic`` through one RTL SmartNIC per rank (see the module docstring).
 
     ``idle``/``backpressure`` add random idle cycles on the inputs and backpressure on the
     outputs (functional checks; cycle comparisons want both 0). ``topology``: a ``sim.network``
     topology that times the frames (default: the ZionEX links at the traffic's shape).
+    ``processes``: worker processes for the NICs on Verilator (default: one per NIC, at most
+    one per CPU; 1 runs them in this process).
     """
     say = progress or (lambda message: None)
     sim = resolve_sim(sim)
     nic = nic or SmartNIC()
+    if sim != "amaranth":
+        parameters_only(nic)       # the design runs from its (cached) Verilog
     if topology is None:
         topology = cluster_topology(traffic.world, traffic.gpus_per_node)
     stim = build_stimulus(nic, traffic, memory_latency=memory_latency)
     t0 = time.perf_counter()
-    if sim != "amaranth":
+    world = traffic.world
+    say(f"cosim: {world} NICs on {sim}, send side, network, receive side")
+    if sim == "verilator":
+        from neonic.sim.cosim.native import build_library, run_phases
+
+        lib = build_library(stim.params)
+        procs = processes if processes is not None else min(world, os.cpu_count() or 1)
+        tx_res, rx_res, rx_mem = run_phases(lib, stim, seed=seed, idle=idle,
+                                            backpressure=backpressure, processes=procs,
+                                            route=lambda frames: route_frames(frames, world))
+        tx = [{"counters": r.counters, "frames": r.frames} for r in tx_res]
+        rx = [{"counters": r.counters, "completions": r.completions} for r in rx_res]
+        # the simulation loops alone (in C++), summed over the NICs and processes
+        sim_phase = {"wall_s": sum(r.loop_s for r in (*tx_res, *rx_res)),
+                     "cycles": sum(r.cycles for r in (*tx_res, *rx_res))}
+    elif sim == "icarus":
         from neonic.sim.harness import resolve_build_root
-        import hashlib
+
         key = hashlib.sha256(json.dumps(stim.tx, sort_keys=True).encode()).hexdigest()[:12]
         workdir = workdir or resolve_build_root() / "cosim" / key
-
-    def phase(name, frames=None, rx=None):
-        if sim == "amaranth":
-            return amaranth_phase(nic, stim, name, frames, rx, seed=seed, idle=idle,
-                                   backpressure=backpressure)
-        return cocotb_phase(nic, stim, name, frames, sim, seed=seed, idle=idle,
-                             backpressure=backpressure, workdir=workdir)
-
-    say(f"cosim: send side of {traffic.world} NICs on {sim}")
-    tx, _, tx_phase = phase("tx")
+        tx, rx, rx_mem, sim_phase = cocotb_cosim(stim, sim, seed=seed, idle=idle,
+                                                 backpressure=backpressure, workdir=workdir)
+    else:
+        tx, _, tx_phase = amaranth_phase(nic, stim, "tx", None, None, seed=seed, idle=idle,
+                                         backpressure=backpressure)
+        arrivals = route_frames([r["frames"] for r in tx], world)
+        rx, rx_mem, rx_phase = amaranth_phase(nic, stim, "rx", arrivals, None, seed=seed,
+                                              idle=idle, backpressure=backpressure)
+        sim_phase = {"wall_s": tx_phase["wall_s"] + rx_phase["wall_s"],
+                     "cycles": int(tx_phase["cycles"] + rx_phase["cycles"])}
     frames = [r["frames"] for r in tx]
     say(f"cosim: {sum(len(f) for f in frames)} frames through the network model")
-    net_s = network_time_s(frames, traffic.world, topology)
-    arrivals = route_frames(frames, traffic.world)
-    say(f"cosim: receive side of {traffic.world} NICs on {sim}")
-    rx, rx_mem, rx_phase = phase("rx", arrivals)
+    net_s = network_time_s(frames, world, topology)
     wall = time.perf_counter() - t0
-    sim_phase = {"wall_s": tx_phase["wall_s"] + rx_phase["wall_s"],
-                 "cycles": int(tx_phase["cycles"] + rx_phase["cycles"])}
 
     expected = expected_buffers(nic, traffic, stim)
     diff = int(np.count_nonzero(rx_mem != expected))

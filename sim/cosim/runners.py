@@ -1,5 +1,6 @@
-"""The simulators a co-simulation phase runs on: Amaranth's simulator on the design, or the
-exported Verilog under cocotb (Icarus or Verilator)."""
+"""The simulators a co-simulation runs on: Amaranth's simulator on the design (one simulation
+per phase), or the exported Verilog under cocotb (Icarus: both phases in one simulator
+process). Verilator runs natively (``sim.cosim.native``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from neonic.sim.cosim.stimulus import Stimulus
 from neonic.sim.cosim.traffic import endpoint
 from neonic.sim.reference.roce import frame_beats
 
-__all__ = ["SIMULATORS", "resolve_sim", "amaranth_phase", "cocotb_phase"]
+__all__ = ["SIMULATORS", "resolve_sim", "amaranth_phase", "cocotb_cosim"]
 
 SIMULATORS = ("auto", "amaranth", "verilator", "icarus")
 
@@ -156,37 +157,33 @@ def amaranth_phase(nic: SmartNIC, stim: Stimulus, phase: str,
     return results, (rxm.contents if phase == "rx" else None), sim_phase
 
 
-def cocotb_phase(nic: SmartNIC, stim: Stimulus, phase: str, rx_frames, sim: str, *,
-                  seed: int, idle: float, backpressure: float, workdir: Path
-                  ) -> tuple[list[dict], np.ndarray | None, dict]:
-    """One phase for every NIC in one cocotb run of the exported top (``tb_smartnic``); the
-    third value is the bench's own measure of its simulation phase ``{"wall_s", "cycles"}``."""
+def cocotb_cosim(stim: Stimulus, sim: str, *, seed: int, idle: float, backpressure: float,
+                 workdir: Path) -> tuple[list[dict], list[dict], np.ndarray, dict]:
+    """Both phases of every NIC in one cocotb run of the exported top (``tb_smartnic``: send
+    side, the frames routed in the bench, receive side). Returns per NIC the send results
+    (``{"counters", "frames"}``) and receive results (``{"counters", "completions"}``), the
+    receive memory, and the bench's own measure of its NIC loops ``{"wall_s", "cycles"}``. The
+    Verilog export is cached by parameters and RTL sources, so a rerun elaborates nothing."""
     from neonic.sim.harness import read_tb_figures, run_cocotb
 
     workdir.mkdir(parents=True, exist_ok=True)
-    job = {"phase": phase, "params": {k: (list(v) if isinstance(v, tuple) else v)
-                                      for k, v in stim.params.items()},
-           "tx": stim.tx, "rx_size": stim.rx_size, "memory_latency": stim.memory_latency,
-           "idle": idle, "backpressure": backpressure,
-           "rx_frames": [[f.hex() for f in fs] for fs in (rx_frames or [])]}
-    job_path = workdir / f"job-{phase}.json"
+    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in stim.params.items()}
+    job = {"params": params, "tx": stim.tx, "rx_size": stim.rx_size,
+           "memory_latency": stim.memory_latency, "idle": idle, "backpressure": backpressure}
+    job_path = workdir / "job.json"
     job_path.write_text(json.dumps(job))
     np.save(workdir / "mem.npy", stim.mem)
-    out_path = workdir / f"out-{phase}.json"
+    out_path = workdir / "out.json"
     out_path.unlink(missing_ok=True)
-    results_xml = run_cocotb(nic, "smartnic", "tb_smartnic", sim=sim, seed=seed,
+    kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in params.items()}
+    results_xml = run_cocotb(lambda: SmartNIC(**kw), "smartnic", "tb_smartnic", sim=sim,
+                             seed=seed, export_key=params,
                              params={"job": str(job_path), "out": str(out_path),
                                      "mem": str(workdir / "mem.npy")},
                              timeout_s=600)
     read_tb_figures(results_xml)
     out = json.loads(out_path.read_text())
-    results = []
-    for r in out["nics"]:
-        item = {"counters": r["counters"]}
-        if phase == "tx":
-            item["frames"] = [bytes.fromhex(f) for f in r["frames"]]
-        else:
-            item["completions"] = r["completions"]
-        results.append(item)
-    rx = np.load(workdir / "rx.npy") if phase == "rx" else None
-    return results, rx, dict(out.get("sim_phase") or {"wall_s": 0.0, "cycles": 0})
+    tx = [{"counters": r["counters"], "frames": [bytes.fromhex(f) for f in r["frames"]]}
+          for r in out["tx"]]
+    rx = [{"counters": r["counters"], "completions": r["completions"]} for r in out["rx"]]
+    return tx, rx, np.load(workdir / "rx.npy"), dict(out["sim_phase"])

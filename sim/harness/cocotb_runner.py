@@ -33,7 +33,8 @@ import xml.etree.ElementTree as ElementTree
 from contextlib import contextmanager
 from pathlib import Path
 
-from .verilog import export_verilog, icarus_time_zero_fix, repo_root, resolve_build_root
+from .verilog import (export_verilog, export_verilog_cached, icarus_time_zero_fix, repo_root,
+                      resolve_build_root)
 
 __all__ = ["SIMULATORS", "available_simulators", "bench_dirs", "run_cocotb", "read_tb_figures",
            "TB_PARAMS_ENV", "TB_SEED_ENV", "TB_FIGURES_FILE", "DEFAULT_TIMEOUT_S"]
@@ -172,12 +173,14 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
                params: dict | None = None, waves: bool = False, testcase: str | None = None,
                seed: int | None = None, timeout_s: float | None = None,
                build_root: Path | str | None = None, extra_env: dict[str, str] | None = None,
-               ) -> Path:
+               export_key: dict | None = None) -> Path:
     """Run the cocotb bench ``test_module`` on ``component``'s Verilog; return the results XML.
 
     Parameters
     ----------
-    component : the ``wiring.Component`` to export (top module ``name``).
+    component : the ``wiring.Component`` to export (top module ``name``), or with
+        ``export_key`` a zero-argument callable that builds it (called only when the cached
+        export misses).
     name : the Verilog top-level module name (a Verilog identifier).
     test_module : a bench module by its bare name (``"tb_embedding"``), looked up in
         :func:`bench_dirs`: the benches that ship with the package (``neonic.sim.cocotb``: those
@@ -196,6 +199,9 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
         the simulator is killed and an ``AssertionError`` raised when it is exceeded.
     build_root : override the build directory (default ``<repo>/build``/$NEONIC_BUILD_DIR).
     extra_env : more environment variables for the bench.
+    export_key : the design's constructor parameters (JSON-able): the export is then cached by
+        them and the RTL source hash before conversion (``export_verilog_cached``), so a rerun
+        neither elaborates nor converts.
 
     Raises
     ------
@@ -227,7 +233,11 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
     if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
 
-    verilog_path = export_verilog(component, name, build_root=build_root)
+    if export_key is not None:
+        build = component if callable(component) else (lambda: component)
+        verilog_path = export_verilog_cached(build, name, export_key, build_root=build_root)
+    else:
+        verilog_path = export_verilog(component, name, build_root=build_root)
     design_dir = resolve_build_root(build_root) / "cocotb" / verilog_path.parent.name
     build_dir = design_dir / (f"{sim}-waves" if waves else sim)
     run_key = hashlib.sha256(json.dumps(
