@@ -3,8 +3,8 @@
 A SmartNIC sits on the AlltoAll path of one GPU. It is composed from the units' own models:
 
 ``cache``       the set-associative row cache (``rtl/cache.py``): its time comes from
-                :func:`cache_cycles`, a closed form of the request-level timing model
-                ``sim.timing.cache.CacheTiming`` (lookup pipeline, in-order delivery queue,
+                ``sim.timing.cache.cache_cycles``, the closed form of the request-level timing
+                model ``sim.timing.cache.CacheTiming`` (lookup pipeline, in-order delivery queue,
                 MSHRs, backing tier), held within 5% of it by the tests; hit rates come from the
                 trace-level model ``sim.reference.cache.simulate_trace`` (LRU) run on the
                 workload's lookup traces;
@@ -30,7 +30,7 @@ the results to a plan's per-rank work and AlltoAll matrices):
   highest-degree row), so lookups of the same rows run back to back; :func:`adjacent_reuse`
   measures what that buys (the share of lookups whose row is among the last few looked up);
 * :func:`gather_time_s`, :func:`packetizer_time_s`, :func:`cache_lookup_time_s` unit times
-  (:func:`cache_cycles` the cache's closed form).
+  (``sim.timing.cache.cache_cycles`` the cache's closed form).
 
 Assumptions (each visible to users; see also ``host/cluster.py``):
 
@@ -51,6 +51,7 @@ import numpy as np
 from neonic.sim.engine import Engine, cycles_to_ps
 from neonic.sim.reference.cache import CacheConfig, simulate_trace
 from neonic.sim.resources import ServerPool
+from neonic.sim.timing.cache import cache_cycles
 from neonic.sim.timing.embedding import BagShape, predict
 from neonic.sim.timing.packetizer import estimate_tx
 
@@ -352,37 +353,6 @@ def gather_time_s(cfg: NICConfig, shards: Sequence[tuple[int, int, float, float]
         cycles += memo[key] * bags
         nbytes += bags * per_bag * dim * eb
     return max(cycles / cfg.clock_hz, nbytes / cfg.memory_bytes_per_s)
-
-
-def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
-                 mshrs: int = 16, queue_depth: int = 32) -> float:
-    """Cycles the cache controller takes for ``requests`` whole-row reads of ``row_beats``
-    beats with misses spread evenly at ``miss_rate``: a closed form of
-    :class:`sim.timing.cache.CacheTiming` (held within 5% of it for ``mshrs`` 16 and
-    ``queue_depth`` 32, the RTL's defaults, by ``tests/sim/test_nic.py``).
-
-    Per request, the larger of two rates:
-
-    * delivery: one beat per cycle in request order (``row_beats``), plus the stalls of
-      misses whose fill (``latency + row_beats + 2`` cycles after lookup) outlasts the work
-      queued ahead of them (``queue_depth - 1`` operations): a stall opens at a miss at least
-      ``queue_depth`` requests after the previous stall's, one per ``queue_depth + 1/miss``
-      requests (later misses in its window arrive in its shadow);
-    * MSHRs: each miss holds one for ``latency + row_beats + 1`` cycles.
-
-    Plus the first response's latency (2 cycles for a hit, a fill for a miss).
-    """
-    if requests <= 0:
-        return 0.0
-    if not 0.0 <= miss_rate <= 1.0:
-        raise ValueError(f"miss_rate: expected a value in [0, 1], got {miss_rate!r}")
-    if row_beats < 1:
-        raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
-    fill = latency + row_beats + 2
-    shortfall = max(0.0, fill - (queue_depth - 1) * row_beats)
-    stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
-    per_request = max(row_beats + stall, miss_rate * (latency + row_beats + 1) / mshrs, 1.0)
-    return requests * per_request + (fill if miss_rate > 0 else 2)
 
 
 def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0,

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from neonic.host.bench import BenchContext
-from neonic.host.units.cache import config_of, measure_hits, measure_misses, rtl_outcomes
+from neonic.sim.units.cache import config_of, measure_hits, measure_misses, rtl_outcomes
 from neonic.rtl.cache import CacheController
 from neonic.sim.reference.cache import CacheConfig, Request, simulate_trace
 from neonic.sim.timing.cache import CacheTiming

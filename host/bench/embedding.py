@@ -2,7 +2,7 @@
 simulation speed, measured in simulation.
 
 Workload: FBGEMM's TBE benchmark shape (D=128, L=20, FP32, Zipf 1.15), scaled to simulate in
-about a minute: the unit is ``host.units.embedding.SMALL_UNIT`` (16-byte beats, 4 lanes) and
+about a minute: the unit is ``sim.units.embedding.SMALL_UNIT`` (16-byte beats, 4 lanes) and
 D=32, so that a row is 8 memory beats exactly as D=128 is at the default 64-byte beats;
 cycle for cycle the two behave the same. Memory latency is 40..60 cycles, covered by the 16
 outstanding rows (128 beats in flight).
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from neonic.host.bench import BenchContext
-from neonic.host.units.embedding import (SMALL_UNIT, SMALL_UNIT_NAME, benchmark_workload,
+from neonic.sim.units.embedding import (SMALL_UNIT, SMALL_UNIT_NAME, benchmark_workload,
                                   random_workload, run_amaranth_episodes, run_cocotb_workload)
 from neonic.rtl.embedding import EmbeddingBagUnit
 from neonic.sim.harness import available_simulators

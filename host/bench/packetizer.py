@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from neonic.host.bench import BenchContext
-from neonic.host.units.packetizer import DESTINATIONS, run_rx, run_tx
+from neonic.sim.units.packetizer import DESTINATIONS, run_rx, run_tx
 from neonic.rtl.depacketizer import Depacketizer
 from neonic.rtl.packetizer import Packetizer
 from neonic.rtl.roce import header_len

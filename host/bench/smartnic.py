@@ -19,12 +19,14 @@ Figures (all measured when the bench runs):
     and the script, so a rerun is instant. ``ff_mapped_memories`` names the memories yosys
     mapped to flip-flops (more ports than a block RAM has): their bits count in ``ffs``.
 ``rtl_cycles_per_s``
-    Per simulator: simulated clock cycles of the whole top (every NIC of a 2 x 2 cluster one
-    after another, both phases, resets between NICs included) over the wall time of the
-    simulation phases alone, measured inside the run (Amaranth: the testbench's first to last
-    step, after elaboration; Icarus/Verilator: the cocotb bench's NIC loop), so elaboration,
-    Verilog export, the simulator build and start-up are excluded. ``rtl_cycles_per_s_end_to_end``
-    keeps them in (a whole ``run_cosim`` call, the simulator build already cached).
+    Per simulator: simulated clock cycles of the whole top (every NIC of a 2 x 2 cluster, both
+    phases, resets between NICs included) over the wall time of the simulation loops alone,
+    measured inside the run (Amaranth: the testbench's first to last step, after elaboration;
+    Icarus: the cocotb bench's NIC loops; Verilator: the native C++ harness's loop per NIC and
+    phase, ``sim.cosim.native``, summed), so elaboration, Verilog export, the simulator build,
+    start-up, stimulus packing and result decoding are excluded. ``rtl_cycles_per_s_end_to_end``
+    keeps them in (a whole ``run_cosim`` call, the Verilog export and the simulator build
+    already cached).
 ``model_vs_rtl_max_rel_error``
     The largest relative difference between the composed timing model (with the calibration
     ``neonic calibrate`` wrote, or one fitted here first when there is none) and the RTL's
@@ -115,8 +117,10 @@ def _synth_unit(component, name: str, timeout_s: float, cache_dir: Path) -> dict
 def resources(ctx: BenchContext, timeout_s: float = 1200) -> dict:
     from neonic.rtl.smartnic import SmartNIC
     from neonic.sim.harness import resolve_build_root
+    from neonic.sim.harness.verilog import parameters_only
 
     nic = SmartNIC()
+    parameters_only(nic)          # stands for its parameters; the units are synthesised below
     out: dict = {"target": "Lattice ECP5 (generic LUT4 FPGA)", "flow": SYNTH_FLOW_NAME,
                  "method": "per unit, summed",
                  "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in nic.params.items()},
@@ -125,6 +129,7 @@ def resources(ctx: BenchContext, timeout_s: float = 1200) -> dict:
     for unit in ("cache", "gather", "packetizer", "depacketizer"):
         ctx.progress(f"synthesising {unit}")
         fresh = SmartNIC()
+        parameters_only(fresh)    # only its unit `unit` is converted
         try:
             out["units"][unit] = _synth_unit(getattr(fresh, unit), unit, timeout_s, cache_dir)
         except Exception as error:  # noqa: BLE001 - reported, not hidden
@@ -168,10 +173,11 @@ def run(ctx: BenchContext) -> dict:
                      f"bit exact: {rep.buffers_match}")
     figures["rtl_cycles_per_s"] = speeds
     figures["rtl_cycles_per_s_counts"] = (
-        "simulated clock cycles of the whole SmartNIC top (each NIC of the 2x2 cluster in turn, "
-        "send and receive phases, resets included) per second of the simulation phases alone "
-        "(measured inside the run; elaboration, Verilog export, simulator build and start-up "
-        "excluded)")
+        "simulated clock cycles of the whole SmartNIC top (each NIC of the 2x2 cluster, send "
+        "and receive phases, resets included) per second of the simulation loops alone "
+        "(measured inside the run: Verilator's native C++ loop, the cocotb bench's NIC loops on "
+        "Icarus, the testbench on Amaranth; elaboration, Verilog export, simulator build, "
+        "start-up, stimulus packing excluded)")
     figures["rtl_cycles_per_s_end_to_end"] = end_to_end
     if errors:
         figures["simulator_errors"] = errors

@@ -1,36 +1,21 @@
 """The hardware units as the command line sees them (``neonic rtl export|sim UNIT``).
 
 Each module ``host/units/<unit>.py`` defines ``UNIT = UnitEntry(...)``; :func:`discover` finds
-them by module name, so adding a unit touches no central list.
+them by module name, so adding a unit touches no central list. An entry is registration only:
+building a unit from ``--param`` strings and running it on its default workload are simulation
+code (``sim.units.<unit>``), which the benches, the tests and the co-simulation share.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable
 
+from neonic.sim.units import SimRequest
+
 __all__ = ["UnitEntry", "SimRequest", "discover", "get_unit", "parse_params"]
-
-
-@dataclass(frozen=True)
-class SimRequest:
-    """What ``neonic rtl sim UNIT`` asks of a unit.
-
-    ``sim`` is "amaranth", "icarus" or "verilator"; ``vcd`` a waveform path or None; ``out`` the
-    results folder the run writes into (figures JSON, waveforms, captures); ``params`` the
-    unit's constructor parameters from ``--param k=v`` (strings, validated by the unit);
-    ``extra`` unit-specific options (e.g. ``pcap``).
-    """
-
-    sim: str
-    out: Path
-    seed: int = 1
-    vcd: Path | None = None
-    params: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

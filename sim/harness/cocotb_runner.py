@@ -2,7 +2,7 @@
 
 :func:`run_cocotb` is the one entry point: export the component (cached by content, see
 :mod:`sim.harness.verilog`), build it once per design, simulator and waveform setting, run a
-bench module from ``tests/cocotb/`` through cocotb's Python runner, and turn the results XML
+bench module (``neonic.sim.cocotb`` or a checkout's ``tests/cocotb``) through cocotb's Python runner, and turn the results XML
 into a pass or an ``AssertionError`` that names the failed cocotb tests and ends with the tail
 of the simulator log.
 
@@ -33,9 +33,10 @@ import xml.etree.ElementTree as ElementTree
 from contextlib import contextmanager
 from pathlib import Path
 
-from .verilog import export_verilog, icarus_time_zero_fix, repo_root, resolve_build_root
+from .verilog import (export_verilog, export_verilog_cached, icarus_time_zero_fix, repo_root,
+                      resolve_build_root)
 
-__all__ = ["SIMULATORS", "available_simulators", "run_cocotb", "read_tb_figures",
+__all__ = ["SIMULATORS", "available_simulators", "bench_dirs", "run_cocotb", "read_tb_figures",
            "TB_PARAMS_ENV", "TB_SEED_ENV", "TB_FIGURES_FILE", "DEFAULT_TIMEOUT_S"]
 
 SIMULATORS = ("icarus", "verilator")
@@ -44,6 +45,14 @@ TB_SEED_ENV = "NEONIC_TB_SEED"
 TB_FIGURES_FILE = "figures.json"
 DEFAULT_TIMEOUT_S = 600.0
 _LOG_TAIL_LINES = 40
+
+
+def bench_dirs() -> list[Path]:
+    """Where bench modules are looked up, in order: the package's own benches
+    (``sim/cocotb``), then a checkout's test-only benches (``tests/cocotb``, when present)."""
+    here = Path(__file__).resolve().parents[1] / "cocotb"
+    tests = repo_root() / "tests" / "cocotb"
+    return [here] + ([tests] if tests.is_dir() else [])
 
 
 def _verilator_bin() -> Path | None:
@@ -164,16 +173,20 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
                params: dict | None = None, waves: bool = False, testcase: str | None = None,
                seed: int | None = None, timeout_s: float | None = None,
                build_root: Path | str | None = None, extra_env: dict[str, str] | None = None,
-               ) -> Path:
+               export_key: dict | None = None) -> Path:
     """Run the cocotb bench ``test_module`` on ``component``'s Verilog; return the results XML.
 
     Parameters
     ----------
-    component : the ``wiring.Component`` to export (top module ``name``).
+    component : the ``wiring.Component`` to export (top module ``name``), or with
+        ``export_key`` a zero-argument callable that builds it (called only when the cached
+        export misses).
     name : the Verilog top-level module name (a Verilog identifier).
-    test_module : a bench module in ``tests/cocotb/`` by its bare name (``"tb_embedding"``);
-        ``tests/cocotb`` and the repository root are put on the bench's Python path, so a bench
-        can import ``rtl``, ``sim`` and ``tests.*`` helpers.
+    test_module : a bench module by its bare name (``"tb_embedding"``), looked up in
+        :func:`bench_dirs`: the benches that ship with the package (``neonic.sim.cocotb``: those
+        the command line and the co-simulation run), then the test-only benches of a checkout
+        (``tests/cocotb``). Those folders and the repository root are put on the bench's Python
+        path.
     sim : ``"icarus"`` (default) or ``"verilator"`` (see :func:`available_simulators`).
     params : JSON-serialisable dict handed to the bench (``tb_params()`` reads it from
         ``$NEONIC_TB_PARAMS``): sizes, probabilities, test-case counts.
@@ -186,6 +199,9 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
         the simulator is killed and an ``AssertionError`` raised when it is exceeded.
     build_root : override the build directory (default ``<repo>/build``/$NEONIC_BUILD_DIR).
     extra_env : more environment variables for the bench.
+    export_key : the design's constructor parameters (JSON-able): the export is then cached by
+        them and the RTL source hash before conversion (``export_verilog_cached``), so a rerun
+        neither elaborates nor converts.
 
     Raises
     ------
@@ -203,8 +219,11 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
         raise ValueError(f"sim: {sim!r} is not installed here; available: "
                          f"{', '.join(available_simulators()) or 'none'}")
     if not isinstance(test_module, str) or not test_module.isidentifier():
-        raise ValueError(f"test_module: expected a module name in tests/cocotb "
-                         f"(e.g. 'tb_embedding'), got {test_module!r}")
+        raise ValueError(f"test_module: expected a bench module name (e.g. 'tb_embedding'), "
+                         f"got {test_module!r}")
+    if not any((d / f"{test_module}.py").is_file() for d in bench_dirs()):
+        raise ValueError(f"test_module: no bench {test_module!r} in "
+                         f"{', '.join(str(d) for d in bench_dirs())}")
     try:
         params_json = json.dumps(params or {}, sort_keys=True)
     except TypeError as e:
@@ -214,7 +233,11 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
     if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
 
-    verilog_path = export_verilog(component, name, build_root=build_root)
+    if export_key is not None:
+        build = component if callable(component) else (lambda: component)
+        verilog_path = export_verilog_cached(build, name, export_key, build_root=build_root)
+    else:
+        verilog_path = export_verilog(component, name, build_root=build_root)
     design_dir = resolve_build_root(build_root) / "cocotb" / verilog_path.parent.name
     build_dir = design_dir / (f"{sim}-waves" if waves else sim)
     run_key = hashlib.sha256(json.dumps(
@@ -226,7 +249,7 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
     runner_cls = _runner_class(sim)
     runner = runner_cls()
     root = repo_root()
-    runner.neonic_pythonpath = [str(root / "tests" / "cocotb"), str(root)]
+    runner.neonic_pythonpath = [str(d) for d in bench_dirs()] + [str(root)]
     runner.neonic_env = {TB_PARAMS_ENV: params_json, **(extra_env or {})}
     if seed is not None:
         runner.neonic_env[TB_SEED_ENV] = str(seed)

@@ -1,6 +1,6 @@
 """cocotb bench helpers: clock/reset, stream drivers and monitors, the memory model.
 
-Import this module only inside cocotb benches (``tests/cocotb/tb_*.py``); it needs a running
+Import this module only inside cocotb benches (``sim/cocotb/tb_*.py``, ``tests/cocotb/tb_*.py``); it needs a running
 simulator for everything but packing.
 
 Ports

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["repo_root", "resolve_build_root", "export_verilog", "write_if_changed",
-           "icarus_time_zero_fix"]
+__all__ = ["repo_root", "resolve_build_root", "export_verilog", "export_verilog_cached",
+           "rtl_source_hash", "parameters_only", "write_if_changed", "icarus_time_zero_fix"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # yosys's Verilog backend declares one dummy register per module, initialised to 0, and reads
@@ -84,6 +86,66 @@ def export_verilog(component, name: str, *, build_root: Path | str | None = None
     out = resolve_build_root(build_root) / "verilog" / f"{name}-{digest}" / f"{name}.v"
     write_if_changed(out, text)
     return out
+
+
+def rtl_source_hash() -> str:
+    """A hash of everything a design's Verilog depends on besides its parameters: the text of
+    every ``rtl/**/*.py`` source and the Amaranth version (which does the conversion)."""
+    import amaranth
+
+    rtl = repo_root() / "rtl"
+    h = hashlib.sha256(f"amaranth {amaranth.__version__}\n".encode())
+    for f in sorted(rtl.rglob("*.py")):
+        h.update(str(f.relative_to(rtl)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def export_verilog_cached(build: Callable[[], object], name: str, params: Mapping, *,
+                          build_root: Path | str | None = None, emit_src: bool = False) -> Path:
+    """:func:`export_verilog` of ``build()``, cached by ``params`` and :func:`rtl_source_hash`
+    *before* conversion: when an export of the same module name, parameters and RTL sources
+    exists, its path is returned without constructing or elaborating anything (a SmartNIC's
+    conversion costs seconds of CPU). ``params`` must be JSON-serialisable (tuples become
+    lists); it stands for every constructor argument of the design."""
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ValueError(f"name: expected a Verilog identifier ([A-Za-z_][A-Za-z0-9_]*), "
+                         f"got {name!r}")
+    try:
+        key_text = json.dumps({"name": name, "params": dict(params), "emit_src": emit_src,
+                               "rtl": rtl_source_hash()}, sort_keys=True)
+    except TypeError as e:
+        raise ValueError(f"params: expected JSON-serialisable parameters ({e})") from None
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+    root = resolve_build_root(build_root)
+    index = root / "verilog" / "by-params" / f"{name}-{key}.txt"
+    try:
+        cached = root / "verilog" / index.read_text().strip() / f"{name}.v"
+        if cached.is_file():
+            return cached
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    out = export_verilog(build(), name, build_root=build_root, emit_src=emit_src)
+    write_if_changed(index, out.parent.name + "\n")
+    return out
+
+
+def parameters_only(component) -> None:
+    """Mark ``component`` and the sub-components it holds as deliberately never elaborated:
+    objects that stand for their parameters and signature while the design itself runs from
+    its (cached) Verilog or a compiled model. Amaranth then emits no ``UnusedElaboratable``
+    warning when they are collected, at the latest at interpreter exit, after a command's
+    output (``neonic bench ... --json`` prints its JSON object last)."""
+    from amaranth.hdl import Elaboratable
+
+    seen: set[int] = set()
+    stack = [component]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or not isinstance(obj, Elaboratable):
+            continue
+        seen.add(id(obj))
+        obj._MustUse__silence = True
+        stack.extend(v for v in vars(obj).values() if isinstance(v, Elaboratable))
 
 
 def icarus_time_zero_fix(verilog_path: Path) -> Path:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +49,7 @@ from neonic.rtl.roce import (BTH_PKEY, DROP_REASONS, ETHERTYPE_IPV4, IP_FLAGS_DF
 __all__ = [
     "Destination", "Message", "Frame", "Completion", "segment", "build_frames", "icrc",
     "ip_checksum", "Receiver", "quantize", "dequantize", "QUANT_FORMATS", "wire_length",
-    "PSN_MODULUS", "INT8_ROW_EXTRA", "int8_rows_per_packet", "check_quant",
+    "PSN_MODULUS", "INT8_ROW_EXTRA", "int8_rows_per_packet", "check_quant", "frame_beats",
 ]
 
 PSN_MODULUS = 1 << 24
@@ -142,6 +143,17 @@ def segment(length: int, pmtu: int, with_imm: bool) -> list[tuple[int, int]]:
         rest -= pmtu
     packets.append((OP_WRITE_LAST_IMM if with_imm else OP_WRITE_LAST, rest))
     return packets
+
+
+def frame_beats(frames: Sequence[bytes], data_bytes: int) -> list[dict[str, int]]:
+    """The frame-stream beats (``rtl.roce.FrameBeat`` fields as a dict: ``data`` little-endian,
+    ``count`` valid bytes, ``last``) that carry ``frames`` one after another on a
+    ``data_bytes``-wide stream: the one conversion every driver of a frame input uses."""
+    if data_bytes < 1:
+        raise ValueError(f"data_bytes: expected >= 1, got {data_bytes!r}")
+    W = data_bytes
+    return [{"data": int.from_bytes(f[o:o + W], "little"), "count": len(f[o:o + W]),
+             "last": int(o + W >= len(f))} for f in frames for o in range(0, len(f), W)]
 
 
 def ip_checksum(header: bytes) -> int:

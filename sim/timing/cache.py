@@ -18,18 +18,25 @@ than per cycle, using the outcomes of the reference model (``sim/reference/cache
 * a miss whose victim line still has an operation waiting for delivery stalls the lookup
   until that operation is done.
 
-Assumptions: the front offers a request every cycle, takes response beats at once and
-offers write data promptly; the backing tier accepts requests at once.
+Assumptions: the front offers a request every cycle (or at the cycles given: the
+co-simulation's composed model, ``sim.cosim``, offers each row when the gather model issues
+it), takes response beats at once and offers write data promptly; the backing tier accepts
+requests at once.
+
+This is the one cache timing model: :meth:`CacheTiming.schedule` (per request),
+:meth:`CacheTiming.run` (totals) and :func:`cache_cycles`, its closed form for system-scale runs
+that know hit rates but not request traces (``sim.nic``).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from neonic.sim.reference.cache import ERROR, MISS, CacheConfig, CacheModel, Request, set_index
 
-__all__ = ["CacheTiming", "TimingResult"]
+__all__ = ["CacheTiming", "TimingResult", "Schedule", "cache_cycles"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,18 @@ class TimingResult:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """Per request, the cycle its delivery starts (``starts``, in request order); ``end`` the
+    cycle after the last response beat; the lookup phase's length; miss and hit counts."""
+
+    starts: list[float]
+    end: float
+    lookup_cycles: float
+    misses: int
+    hits: int
+
+
+@dataclass(frozen=True)
 class CacheTiming:
     """Timing parameters of one controller instance and its backing tier."""
 
@@ -69,26 +88,36 @@ class CacheTiming:
         if not self.latency >= 1:
             raise ValueError(f"latency: expected >= 1 cycle, got {self.latency!r}")
 
-    def run(self, requests: list[Request], config: CacheConfig, *, line_beats: int) -> TimingResult:
-        """Predict the cycles the controller takes for ``requests`` (see the module doc)."""
+    def schedule(self, requests: Sequence[Request], config: CacheConfig, *, line_beats: int,
+                 offers: Sequence[float] | None = None) -> Schedule:
+        """Follow ``requests`` through the controller (see the module doc) and return, per
+        request, the cycle its delivery starts. ``offers``: the cycle each request is offered
+        (a request is looked up no earlier than the cycle after its offer); default: one
+        request every cycle from cycle 0, as far as the lookup takes them."""
+        if offers is not None and len(offers) != len(requests):
+            raise ValueError(f"offers: expected one per request ({len(requests)}), "
+                             f"got {len(offers)}")
         model = CacheModel(config)
         rb = self.row_beats
-        fill_ready: dict[int, int] = {}     # request index of a miss -> fill usable cycle
-        op_ends: deque[int] = deque()       # last-beat cycles of ops still queued
-        mshr_free_at: deque[int] = deque()  # fill-usable cycles of misses in flight
-        lookup = 0                          # cycle of the previous lookup
-        seq_free = 0                        # back-port sequencer free from this cycle
-        last_beat = -1                      # last beat of the previous backing read
-        exec_free = 0                       # executor free from this cycle
-        line_end: dict[tuple[int, int], int] = {}  # (set, way) -> last beat of its last op
+        lat = round(self.latency)
+        fill_ready: dict[int, float] = {}   # request index of a miss -> fill usable cycle
+        op_ends: deque[float] = deque()     # last-beat cycles of ops still queued
+        mshr_free_at: deque[float] = deque()  # fill-usable cycles of misses in flight
+        lookup = 0.0                        # cycle of the previous lookup
+        seq_free = 0.0                      # back-port sequencer free from this cycle
+        last_beat = -1.0                    # last beat of the previous backing read
+        exec_free = 0.0                     # executor free from this cycle
+        line_end: dict[tuple[int, int], float] = {}  # (set, way) -> last beat of its last op
         misses = hits = 0
-        first_lookup = None
-        end = 0
+        first_lookup: float | None = None
+        end = 0.0
+        starts: list[float] = []
         for i, req in enumerate(requests):
             out = model.request(req.addr, req.beats, req.write, line_beats, rb)
             if req.beats == 0:
+                starts.append(exec_free)
                 continue
-            t = lookup + 1
+            t = lookup + 1 if offers is None else max(float(offers[i]) + 1, lookup + 1)
             line = (-1, -1)
             if out.kind != ERROR:
                 line = (int(set_index(req.addr // line_beats, config)), out.way)
@@ -116,7 +145,7 @@ class CacheTiming:
                 job = max(t + 1, seq_free)
                 issue = job + (rb + 3 if out.writeback else 0)
                 seq_free = issue + 1
-                first = max(issue + round(self.latency), last_beat + 1)
+                first = max(issue + lat, last_beat + 1)
                 last_beat = first + rb - 1
                 fill_ready[i] = last_beat + 1
                 mshr_free_at.append(last_beat + 1)
@@ -128,5 +157,46 @@ class CacheTiming:
             line_end[line] = exec_free - 1
             op_ends.append(exec_free - 1)
             end = exec_free + 1
-        return TimingResult(cycles=end, lookup_cycles=lookup - (first_lookup or 0) + 1,
-                            requests=len(requests), misses=misses, hits=hits)
+            starts.append(start)
+        return Schedule(starts=starts, end=end,
+                        lookup_cycles=lookup - (first_lookup or 0) + 1,
+                        misses=misses, hits=hits)
+
+    def run(self, requests: list[Request], config: CacheConfig, *, line_beats: int) -> TimingResult:
+        """Predict the cycles the controller takes for ``requests`` (see the module doc), the
+        front offering one request every cycle."""
+        s = self.schedule(requests, config, line_beats=line_beats)
+        return TimingResult(cycles=int(s.end), lookup_cycles=int(s.lookup_cycles),
+                            requests=len(requests), misses=s.misses, hits=s.hits)
+
+
+def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
+                 mshrs: int = 16, queue_depth: int = 32) -> float:
+    """Cycles the cache controller takes for ``requests`` whole-row reads of ``row_beats``
+    beats with misses spread evenly at ``miss_rate``: a closed form of
+    :meth:`CacheTiming.run` for system-scale runs that have hit rates but no request traces
+    (held within 5% of it for ``mshrs`` 16 and ``queue_depth`` 32, the RTL's defaults, by
+    ``tests/sim/test_nic.py``).
+
+    Per request, the larger of two rates:
+
+    * delivery: one beat per cycle in request order (``row_beats``), plus the stalls of
+      misses whose fill (``latency + row_beats + 2`` cycles after lookup) outlasts the work
+      queued ahead of them (``queue_depth - 1`` operations): a stall opens at a miss at least
+      ``queue_depth`` requests after the previous stall's, one per ``queue_depth + 1/miss``
+      requests (later misses in its window arrive in its shadow);
+    * MSHRs: each miss holds one for ``latency + row_beats + 1`` cycles.
+
+    Plus the first response's latency (2 cycles for a hit, a fill for a miss).
+    """
+    if requests <= 0:
+        return 0.0
+    if not 0.0 <= miss_rate <= 1.0:
+        raise ValueError(f"miss_rate: expected a value in [0, 1], got {miss_rate!r}")
+    if row_beats < 1:
+        raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
+    fill = latency + row_beats + 2
+    shortfall = max(0.0, fill - (queue_depth - 1) * row_beats)
+    stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
+    per_request = max(row_beats + stall, miss_rate * (latency + row_beats + 1) / mshrs, 1.0)
+    return requests * per_request + (fill if miss_rate > 0 else 2)

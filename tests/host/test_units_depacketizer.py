@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-import neonic.host.units.depacketizer as unit
+import neonic.sim.units.depacketizer as unit
 from neonic.host.cli import main
 from neonic.host.units import SimRequest, get_unit
 

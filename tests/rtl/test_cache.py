@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neonic.host.units.cache import measure_hits
+from neonic.sim.units.cache import measure_hits
 from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import (CacheConfig, Request, expected_results, random_requests)

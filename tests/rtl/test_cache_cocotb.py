@@ -1,4 +1,4 @@
-"""The cache's cocotb bench (tests/cocotb/tb_cache.py) on the generated Verilog, under every
+"""The cache's cocotb bench (sim/cocotb/tb_cache.py) on the generated Verilog, under every
 available simulator, and the opt-in million-request soak under Verilator."""
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import pytest
 from neonic.rtl.depacketizer import Depacketizer
 from neonic.rtl.roce import DROP_REASONS
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
-from neonic.sim.reference.roce import Completion, Destination, Message, Receiver
-from tests.rtl.roce_frames import broken_frames, scapy_message
+from neonic.sim.reference.roce import Completion, Destination, Message, Receiver, frame_beats
+from neonic.sim.reference.roce_frames import broken_frames, scapy_message
 
 MEM_BYTES = 1 << 16
 
@@ -64,12 +64,7 @@ def run_depacketizer(dut: Depacketizer, frames: list[bytes], psns: dict[int, int
                              accept_stall=accept_stall)
     else:
         mem = WriteSink(dut.mem, np.zeros(MEM_BYTES, np.uint8), W, rng, accept_stall)
-    beats = []
-    for f in frames:
-        for off in range(0, len(f), W):
-            chunk = f[off:off + W]
-            beats.append({"data": int.from_bytes(chunk, "little"), "count": len(chunk),
-                          "last": int(off + W >= len(f))})
+    beats = frame_beats(frames, W)
     completions: list[Completion] = []
     counters: dict[str, int] = {}
 

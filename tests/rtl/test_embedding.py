@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neonic.host.units.embedding import Beat, Workload, random_workload, run_amaranth_episodes
+from neonic.sim.units.embedding import Beat, Workload, random_workload, run_amaranth_episodes
 from neonic.rtl.embedding import ELEM_TYPE_CODES, POOLING_CODES, EmbeddingBagUnit
 from neonic.sim.reference import embedding as ref
 
@@ -213,7 +213,7 @@ def test_edge_cases_and_protocol_errors(rng):
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_unit_entry_refuses_bad_params():
-    from neonic.host.units.embedding import build
+    from neonic.sim.units.embedding import build
     with pytest.raises(ValueError, match="^lanes:"):
         build({"lanes": "0"})
     with pytest.raises(ValueError, match="^lanes: expected an integer"):
@@ -231,7 +231,7 @@ def test_simulate_writes_figures_and_a_waveform(tmp_path):
     import json
 
     from neonic.host.units import SimRequest
-    from neonic.host.units.embedding import simulate
+    from neonic.sim.units.embedding import simulate
     workload = {"kind": "benchmark", "num_bags": 3, "tables": 1, "rows": 40, "dim": 16,
                 "length": 5, "latency": [5, 9], "empty_every": 1}
     req = SimRequest(sim="amaranth", out=tmp_path, seed=3,

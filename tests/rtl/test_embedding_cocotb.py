@@ -1,4 +1,4 @@
-"""The embedding unit's cocotb bench (tests/cocotb/tb_embedding.py) on the generated Verilog,
+"""The embedding unit's cocotb bench (sim/cocotb/tb_embedding.py) on the generated Verilog,
 under every available simulator: random workloads over every element type and pooling mode,
 random memory latency, idle input and backpressure, scoreboarded bit-exact against the
 reference. The Verilator case is marked slow: its first C++ build of this design takes
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from neonic.host.units.embedding import SMALL_UNIT, SMALL_UNIT_NAME, run_cocotb_workload
+from neonic.sim.units.embedding import SMALL_UNIT, SMALL_UNIT_NAME, run_cocotb_workload
 from neonic.sim.harness import available_simulators
 
 

@@ -8,7 +8,7 @@ import pytest
 from neonic.rtl.packetizer import Packetizer
 from neonic.sim.harness import run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.roce import Destination, Message, segment
-from tests.rtl.roce_frames import LOCAL_IP, LOCAL_MAC, scapy_message
+from neonic.sim.reference.roce_frames import LOCAL_IP, LOCAL_MAC, scapy_message
 
 DESTS = [Destination(mac=0x02_00_00_00_10_00 + i, ip=0x0A_00_01_00 + i, qpn=0x100 + 3 * i,
                      udp_sport=0xC000 + i) for i in range(4)]

@@ -16,7 +16,7 @@ from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream
 from neonic.sim.reference.fp import int8_rowwise_error_bound
 from neonic.sim.reference.roce import Destination, dequantize, quantize, wire_length
 from neonic.sim.timing.packetizer import estimate_tx
-from tests.rtl.roce_frames import LOCAL_IP, LOCAL_MAC
+from neonic.sim.reference.roce_frames import LOCAL_IP, LOCAL_MAC
 from tests.rtl.test_packetizer import make_messages, run_packetizer
 
 DESTS = [Destination(mac=0x0200_0000_2000 + i, ip=0x0A000200 + i, qpn=2 * i + 1) for i in range(4)]
@@ -126,7 +126,7 @@ def test_int8_streams_rows_and_timing_model_within_5_percent(width, pmtu, dim, r
     """INT8 rows stream through the quantizer's pipeline: the frames carry the reference wire
     image and the cycles are the timing model's within 5%, for input-bound and divider-bound
     rows."""
-    from neonic.host.units import packetizer as unit
+    from neonic.sim.units import packetizer as unit
     from neonic.sim.reference.roce import Message, build_frames
     x = rng.standard_normal((rows, dim)).astype(np.float32)
     msg = Message(dest=0, va=0x2000, rkey=5, payload=x.tobytes())

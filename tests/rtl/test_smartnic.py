@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from neonic.rtl.smartnic import UNITS, SmartNIC, counter_names
-from neonic.sim.cosim import (NICJob, Send, Traffic, _amaranth_phase, build_stimulus, endpoint,
+from neonic.sim.cosim import (NICJob, Send, Traffic, amaranth_phase, build_stimulus, endpoint,
                        expected_buffers, route_frames)
 from neonic.sim.reference import embedding as ref
 from neonic.sim.reference.roce import Destination, Message, build_frames
@@ -43,7 +43,7 @@ def test_bags_to_frames_to_buffer_equals_reference(nic, stress, seed):
     traffic = _loopback_traffic(rng)
     stim = build_stimulus(nic, traffic, memory_latency=7)
     opts = dict(seed=seed, idle=0.3 if stress else 0.0, backpressure=0.3 if stress else 0.0)
-    tx, _, _ = _amaranth_phase(nic, stim, "tx", None, None, **opts)
+    tx, _, _ = amaranth_phase(nic, stim, "tx", None, None, **opts)
     frames = tx[0]["frames"]
 
     # the frames are the reference packetizer's, byte for byte
@@ -66,7 +66,7 @@ def test_bags_to_frames_to_buffer_equals_reference(nic, stress, seed):
     assert len(golden) >= 3, "the second message must span several packets"
     assert frames == golden
 
-    rx, mem, _ = _amaranth_phase(nic, stim, "rx", route_frames([frames], 1), None, **opts)
+    rx, mem, _ = amaranth_phase(nic, stim, "rx", route_frames([frames], 1), None, **opts)
     assert rx[0]["completions"] == 2
     assert np.array_equal(mem, expected_buffers(nic, traffic, stim))
     c = tx[0]["counters"]

@@ -45,3 +45,29 @@ def test_timing_model_within_5_percent_of_rtl(rng, latency, zipf, write_fraction
     model = CacheTiming(row_beats=4, mshrs=mshrs, queue_depth=dut.queue_depth,
                         latency=latency).run(reqs, CacheConfig(8, 4), line_beats=4)
     assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)
+
+
+def test_one_model_per_request_and_in_total(rng):
+    """``schedule`` (per request, with offer times) and ``run`` (totals, one request per
+    cycle) are the same model: offering every request at cycle 0 gives run's cycles, and a
+    request offered late is looked up no earlier than the cycle after its offer."""
+    reqs = random_requests(rng, 300, rows=120, line_beats=4, row_beats=4, data_bytes=4,
+                           write_fraction=0.2, zipf=1.1)
+    timing = CacheTiming(row_beats=4, mshrs=4, queue_depth=8, latency=30)
+    cfg = CacheConfig(8, 4)
+    total = timing.run(reqs, cfg, line_beats=4)
+    sched = timing.schedule(reqs, cfg, line_beats=4)
+    assert sched.end == total.cycles and sched.misses == total.misses
+    assert timing.schedule(reqs, cfg, line_beats=4, offers=[0] * len(reqs)).starts == sched.starts
+    assert all(b >= a for a, b in zip(sched.starts, sched.starts[1:]))   # in-order delivery
+    late = timing.schedule(reqs[:3], cfg, line_beats=4, offers=[0, 0, 500])
+    assert late.starts[2] >= 501
+    with pytest.raises(ValueError, match="offers"):
+        timing.schedule(reqs, cfg, line_beats=4, offers=[0])
+
+
+def test_the_closed_form_lives_beside_the_model():
+    from neonic.sim import nic
+    from neonic.sim.timing import cache
+
+    assert nic.cache_cycles is cache.cache_cycles

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from neonic.host.units.embedding import benchmark_workload, random_workload, run_amaranth_episodes
+from neonic.sim.units.embedding import benchmark_workload, random_workload, run_amaranth_episodes
 from neonic.rtl.embedding import EmbeddingBagUnit
 from neonic.sim.reference import embedding as ref
 from neonic.sim.timing import embedding as timing
@@ -201,7 +201,7 @@ def test_timing_model_is_much_faster_than_the_rtl(rtl_runs):
 def test_the_benchmarks_quarter_width_unit_times_like_the_default_one():
     """The bench scales FBGEMM's shape by simulating SMALL_UNIT at D=32: that must cost the
     same cycles as the default 64-byte, 16-lane unit at D=128 (both 8 beats per row)."""
-    from neonic.host.units.embedding import SMALL_UNIT, run_amaranth_workload
+    from neonic.sim.units.embedding import SMALL_UNIT, run_amaranth_workload
     cycles = []
     for params, dim in ((SMALL_UNIT, 32), (dict(max_dim=128), 128)):
         wl = benchmark_workload(np.random.default_rng(5), num_bags=3, tables=2, rows=100,

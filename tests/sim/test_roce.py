@@ -7,7 +7,7 @@ import pytest
 
 from neonic.rtl.roce import (DROP_REASONS, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
                       OP_WRITE_MIDDLE, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM)
-from tests.rtl.roce_frames import LOCAL_IP, LOCAL_MAC, broken_frames, scapy_message
+from neonic.sim.reference.roce_frames import LOCAL_IP, LOCAL_MAC, broken_frames, scapy_message
 from neonic.sim.reference.roce import (Destination, Message, Receiver, build_frames, dequantize,
                                 quantize, segment)
 

@@ -1,5 +1,6 @@
-"""Golden RoCEv2 frames built with scapy's RoCE layer (shared by the packetizer and
-depacketizer tests): good messages and deliberately broken frames, one per drop reason."""
+"""Golden RoCEv2 frames built with scapy's RoCE layer, independently of ``sim.reference.roce``
+(shared by the packetizer and depacketizer tests and the depacketizer's cocotb bench): good
+messages and deliberately broken frames, one per drop reason."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from neonic.rtl.depacketizer import Counters, Completion, QPInit
 from neonic.rtl.roce import DROP_REASONS, FrameBeat
 from neonic.sim.harness.cocotb_streams import (CocotbMemory, Codec, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng)
-from neonic.sim.reference.roce import Destination, Message, Receiver
-from tests.rtl.roce_frames import broken_frames, scapy_message
+from neonic.sim.reference.roce import Destination, Message, Receiver, frame_beats
+from neonic.sim.reference.roce_frames import broken_frames, scapy_message
 
 MEM_BYTES = 1 << 16
 
@@ -62,12 +62,7 @@ async def frames_to_memory(dut):
                        accept_stall=p["accept_stall"], beats_width=p["beats_width"])
     await qp_init.send_all([{"qp": q, "psn": psn, "format": 0, "dim": 0}
                             for q, psn in psns.items()])
-    beats = []
-    for f in frames:
-        for off in range(0, len(f), W):
-            chunk = f[off:off + W]
-            beats.append({"data": int.from_bytes(chunk, "little"), "count": len(chunk),
-                          "last": int(off + W >= len(f))})
+    beats = frame_beats(frames, W)
     deadline = 500 + 4 * len(beats) + 2 * sum(len(f) for f in frames) // W
     await with_timeout(frame.send_all(beats), deadline * 10, "ns")
     if rx.completions:

@@ -3,7 +3,7 @@
 Started through ``sim.harness.run_cocotb`` (tests/rtl/test_embedding_cocotb.py and
 ``neonic rtl sim embedding --sim icarus|verilator``). ``tb_params()`` carries the unit's
 constructor parameters (``unit``) and a workload spec (``workload``, see
-``host.units.embedding.workloads_from_spec``). The bench writes the descriptors, drives the
+``sim.units.embedding.workloads_from_spec``). The bench writes the descriptors, drives the
 bags with random idle cycles, answers the memory port with random latency and response gaps,
 takes the pooled beats under random backpressure, and scoreboards every episode against the
 numpy reference: no bag lost, duplicated or reordered, every value bit-exact. It records the
@@ -17,7 +17,7 @@ import time
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, with_timeout
 
-from neonic.host.units.embedding import (Scoreboard, combined_placement, decode_beat, episode_stimulus,
+from neonic.sim.units.embedding import (Scoreboard, combined_placement, decode_beat, episode_stimulus,
                                   unit_for_layouts, workloads_from_spec)
 from neonic.rtl.embedding import COUNTER_NAMES, CountersLayout, EmbeddingBagUnit
 from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,

@@ -1,0 +1,200 @@
+"""The cache controller as the command line sees it (``neonic rtl export|sim cache``).
+
+``simulate`` runs a default random workload (reads, writes, malformed requests, random
+latency, idle and backpressure) on the chosen simulator, checks it against the shadow memory
+and the reference model, and writes ``figures.json`` (and a VCD when asked) into the results
+folder. The measurement helpers here (:func:`measure_hits`, :func:`measure_misses`,
+:func:`rtl_outcomes`) are shared with ``neonic bench cache``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from neonic.sim.units import SimRequest
+from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
+
+__all__ = ["build", "simulate", "measure_hits", "measure_misses", "rtl_outcomes"]
+
+_INT_PARAMS = ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats", "sets",
+               "ways", "mshrs", "queue_depth", "lfu_bits", "counter_width")
+_STR_PARAMS = ("index", "policy")
+DEFAULTS = dict(data_bytes=8, addr_width=20, line_beats=4, sets=16, ways=8, mshrs=16)
+_KIND = {LookupKind.HIT: "hit", LookupKind.MERGED: "merged", LookupKind.MISS: "miss",
+         LookupKind.ERROR: "error"}
+
+
+def _params(params: dict[str, str]) -> dict:
+    kw: dict = dict(DEFAULTS)
+    for key, value in params.items():
+        if key in _INT_PARAMS:
+            try:
+                kw[key] = int(value, 0)
+            except ValueError:
+                raise ValueError(f"{key}: expected an integer, got {value!r}") from None
+        elif key in _STR_PARAMS:
+            kw[key] = value
+        else:
+            raise ValueError(f"--param {key}: unknown cache parameter; expected one of "
+                             f"{', '.join(_INT_PARAMS + _STR_PARAMS)}")
+    return kw
+
+
+def build(params: dict[str, str]) -> CacheController:
+    return CacheController(**_params(params))
+
+
+def config_of(dut: CacheController) -> CacheConfig:
+    return CacheConfig(dut.sets, dut.ways, dut.policy, dut.index, dut.lfu_bits)
+
+
+def rtl_outcomes(dut: CacheController, requests: list[Request], rng: np.random.Generator, *,
+                 rows: int, latency=(1, 30), idle=0.2, backpressure=0.2, stall=0.1,
+                 vcd: Path | None = None) -> dict:
+    """Run ``requests`` through the RTL in Amaranth's simulator (random idle, backpressure,
+    latency), then FLUSH; check read data and memory against the shadow memory and outcomes
+    against the reference model (AssertionError otherwise). Returns kinds, stats, cycles."""
+    memory = rng.integers(0, 256, rows * dut.line_beats * dut.data_bytes, dtype=np.uint8)
+    mem = AmaranthMemory(dut.back, memory.copy(), data_bytes=dut.data_bytes, rng=rng,
+                         latency=latency, resp_stall=stall, accept_stall=stall)
+    n_read = sum(r.beats for r in requests if not r.write)
+    kinds: list[str] = []
+    got: list[int] = []
+    stats: dict = {}
+
+    async def requester(ctx):
+        await stream_send(ctx, dut.front.req, [{"addr": r.addr, "beats": r.beats,
+                                                "write": int(r.write)} for r in requests],
+                          rng=rng, idle=idle)
+
+    async def writer(ctx):
+        await stream_send(ctx, dut.front.wdata,
+                          [{"data": d, "mask": m, "last": int(i == len(r.wdata) - 1)}
+                           for r in requests if r.write for i, (d, m) in enumerate(r.wdata)],
+                          rng=rng, idle=idle)
+
+    async def reader(ctx):
+        beats = await stream_recv(ctx, dut.front.resp, n_read, rng=rng,
+                                  backpressure=backpressure)
+        got.extend(int(b.data) for b in beats)
+        while len(kinds) < sum(r.beats > 0 for r in requests):
+            await ctx.tick()
+        await stream_send(ctx, dut.cmd, [CacheOp.FLUSH])
+        while not ctx.get(dut.idle):
+            await ctx.tick()
+        stats.update({f: ctx.get(getattr(dut.stats, f)) for f in CacheStats.FIELDS})
+
+    async def monitor(ctx):
+        async for _, _, valid, kind in ctx.tick().sample(dut.lookup_valid, dut.lookup_kind):
+            if valid:
+                kinds.append(_KIND[LookupKind(kind)])
+
+    cycles = run_amaranth(dut, [requester, writer, reader], [mem.process], background=[monitor],
+                          vcd=vcd, max_cycles=200 * len(requests) + 10_000)
+    mem.check_idle()
+    exp = expected_results(requests, memory, config_of(dut), line_beats=dut.line_beats,
+                           row_beats=dut.row_beats, data_bytes=dut.data_bytes)
+    if got != exp.read_beats:
+        raise AssertionError("cache: read data differ from the shadow memory")
+    if not np.array_equal(mem.contents, exp.memory):
+        raise AssertionError("cache: backing memory differs from the shadow after FLUSH")
+    if [k.replace("merged", "hit") for k in kinds] != \
+            [k for k, r in zip(exp.kinds, requests) if r.beats > 0]:
+        raise AssertionError("cache: lookup outcomes differ from the reference model")
+    return {"kinds": kinds, "stats": stats, "cycles": cycles, "reference": exp.counters,
+            "reference_kinds": exp.kinds}
+
+
+def measure_hits(dut: CacheController, n: int = 400) -> dict:
+    """All-hit stream: warm 4 rows, then ``n`` single-beat reads of them, a request offered
+    every cycle and responses taken at once. Lookups per cycle and request-to-first-beat
+    latency (cycles between the accepting edge and the edge that takes the first beat)."""
+    memory = np.zeros(8 * dut.line_beats * dut.data_bytes, np.uint8)
+    mem = AmaranthMemory(dut.back, memory, data_bytes=dut.data_bytes,
+                         rng=np.random.default_rng(0), latency=(1, 1))
+    accepts: list[int] = []
+    firsts: list[int] = []
+
+    async def tb(ctx):
+        for r in range(4):
+            await stream_send(ctx, dut.front.req, [{"addr": r * dut.line_beats, "beats": 1}])
+            await stream_recv(ctx, dut.front.resp, 1)
+        ctx.set(dut.front.resp.ready, 1)
+        cycle = sent = recv = 0
+        while recv < n:
+            if sent < n:
+                ctx.set(dut.front.req.payload, {"addr": (sent % 4) * dut.line_beats, "beats": 1})
+            ctx.set(dut.front.req.valid, int(sent < n))
+            _, _, rdy, vld, pv = await ctx.tick().sample(dut.front.req.ready,
+                                                         dut.front.req.valid,
+                                                         dut.front.resp.valid)
+            if rdy and vld:
+                accepts.append(cycle)
+                sent += 1
+            if pv:
+                firsts.append(cycle)
+                recv += 1
+            cycle += 1
+
+    run_amaranth(dut, [tb], [mem.process], max_cycles=20 * n + 2000)
+    lat = [f - a for a, f in zip(accepts, firsts)]
+    return {"hit_lookups_per_cycle": n / (accepts[-1] - accepts[0] + 1),
+            "hit_latency_cycles": max(lat), "hit_latency_min_cycles": min(lat)}
+
+
+def measure_misses(dut: CacheController, n: int = 300, latency: int = 200) -> dict:
+    """All-miss stream: ``n`` whole-row reads of distinct rows, backing latency ``latency``
+    cycles; misses completed per cycle (first request offered to last beat taken)."""
+    rows = n + 1
+    memory = np.zeros(rows * dut.line_beats * dut.data_bytes, np.uint8)
+    mem = AmaranthMemory(dut.back, memory, data_bytes=dut.data_bytes,
+                         rng=np.random.default_rng(0), latency=(latency, latency),
+                         max_outstanding=max(64, dut.mshrs))
+    reqs = [{"addr": r * dut.line_beats, "beats": dut.row_beats} for r in range(n)]
+
+    async def requester(ctx):
+        await stream_send(ctx, dut.front.req, reqs)
+
+    async def reader(ctx):
+        await stream_recv(ctx, dut.front.resp, n * dut.row_beats)
+
+    cycles = run_amaranth(dut, [requester, reader], [mem.process],
+                          max_cycles=n * (latency + 4 * dut.row_beats) + 10_000)
+    return {"miss_throughput": n / cycles, "miss_cycles": cycles, "misses": n}
+
+
+def simulate(req: SimRequest) -> dict:
+    """Default workload on ``req.sim``; figures.json (and a VCD when asked) into ``req.out``."""
+    kw = _params(req.params)
+    dut = CacheController(**kw)
+    rng = np.random.default_rng(req.seed)
+    rows = 4 * dut.sets * dut.ways
+    count = int(req.extra.get("requests", 600) or 600)
+    if req.sim == "amaranth":
+        reqs = random_requests(rng, count, rows=rows, line_beats=dut.line_beats,
+                               row_beats=dut.row_beats, data_bytes=dut.data_bytes,
+                               write_fraction=0.25, error_fraction=0.02, zipf=1.0)
+        run = rtl_outcomes(dut, reqs, rng, rows=rows, vcd=req.vcd)
+        figures = {"sim": "amaranth", "requests": count, "cycles": run["cycles"],
+                   "stats": run["stats"],
+                   "hit_rate": (run["stats"]["hits"] + run["stats"]["merged"])
+                   / max(1, run["stats"]["hits"] + run["stats"]["merged"]
+                         + run["stats"]["misses"])}
+    elif req.sim in ("icarus", "verilator"):
+        from neonic.sim.harness import read_tb_figures, run_cocotb
+        results = run_cocotb(dut, "cache", "tb_cache", sim=req.sim, seed=req.seed,
+                             waves=req.vcd is not None,
+                             params={"unit": kw, "workload": {"count": count, "rows": rows,
+                                                              "zipf": 1.0}})
+        figures = {"sim": req.sim, **read_tb_figures(results), "results": str(results)}
+    else:
+        raise ValueError(f"sim: expected amaranth, icarus or verilator, got {req.sim!r}")
+    figures["params"] = kw
+    req.out.mkdir(parents=True, exist_ok=True)
+    (req.out / "figures.json").write_text(json.dumps(figures, indent=1, default=str))
+    return figures
