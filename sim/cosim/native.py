@@ -146,7 +146,8 @@ class _Phase(ctypes.Structure):
                 ("sink_words", ctypes.c_void_p), ("sink_cap", ctypes.c_int64),
                 ("sink_stride", ctypes.c_int32), ("budget", ctypes.c_int64),
                 ("sink_n", ctypes.c_int64), ("cycles", ctypes.c_int64),
-                ("loop_s", ctypes.c_double), ("status", ctypes.c_int32),
+                ("loop_s", ctypes.c_double), ("loop_cpu_s", ctypes.c_double),
+                ("status", ctypes.c_int32),
                 ("counters", ctypes.c_uint32 * 64), ("message", ctypes.c_char * 256)]
 
 
@@ -191,13 +192,15 @@ def _unpack(words: np.ndarray) -> list[int]:
 @dataclass
 class PhaseResult:
     """One NIC's phase: its counters, the frames (tx) or completions (rx) it produced, the
-    clock cycles it ran (reset included) and the wall time of its simulation loop alone."""
+    clock cycles it ran (reset included) and the wall and CPU time of its simulation loop
+    alone."""
 
     counters: dict[str, int]
     frames: list[bytes] | None
     completions: int | None
     cycles: int
     loop_s: float
+    loop_cpu_s: float = 0.0
 
 
 class NativeNIC:
@@ -325,8 +328,10 @@ class NativeNIC:
                 if (v >> f_last.offset) & 1:
                     frames.append(bytes(cur))
                     cur = bytearray()
-            return PhaseResult(counters, frames, None, int(p.cycles), float(p.loop_s))
-        return PhaseResult(counters, None, len(beats), int(p.cycles), float(p.loop_s))
+            return PhaseResult(counters, frames, None, int(p.cycles), float(p.loop_s),
+                               float(p.loop_cpu_s))
+        return PhaseResult(counters, None, len(beats), int(p.cycles), float(p.loop_s),
+                           float(p.loop_cpu_s))
 
 
 def _decode_counters(layout, value: int) -> dict[str, int]:

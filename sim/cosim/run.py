@@ -80,6 +80,7 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
         rx = [{"counters": r.counters, "completions": r.completions} for r in rx_res]
         # the simulation loops alone (in C++), summed over the NICs and processes
         sim_phase = {"wall_s": sum(r.loop_s for r in (*tx_res, *rx_res)),
+                     "cpu_s": sum(r.loop_cpu_s for r in (*tx_res, *rx_res)),
                      "cycles": sum(r.cycles for r in (*tx_res, *rx_res))}
     elif sim == "icarus":
         from neonic.sim.harness import resolve_build_root
@@ -123,6 +124,7 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
     return CosimReport(sim, traffic.label, traffic.world, traffic.gpus_per_node, runs,
                        diff == 0, diff, misses_ok, drops, net_s, cycles, wall,
                        sim_wall_s=sim_phase["wall_s"], sim_cycles=sim_phase["cycles"],
+                       sim_cpu_s=sim_phase.get("cpu_s"),
                        calibration={"parameters": cal.parameters(),
                                     "source": cal.context.get("source", "file")})
 

@@ -24,6 +24,7 @@
 // VTOP (the Verilated class, e.g. Vsmartnic) is given on the compiler's command line.
 
 #include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -245,7 +246,8 @@ struct Phase {
     // results
     int64_t sink_n;
     int64_t cycles;
-    double loop_s;
+    double loop_s;             // wall time of the loop
+    double loop_cpu_s;         // CPU time of this thread in the loop
     int32_t status;            // 0 ok, 1 cycle budget exhausted, 2 memory contract, 3 sink full
     uint32_t counters[64];
     char message[256];
@@ -313,7 +315,13 @@ int nic_run(void* h, Phase* p) {
     // payload scratch: up to 2048 data bits (data_bytes <= 256) plus the other fields
     uint32_t rq[8], wd[80], rrq[8], rwd[80], sinkbuf[80], resp[80];
 
+    auto thread_cpu = [] {
+        timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return ts.tv_sec + 1e-9 * ts.tv_nsec;
+    };
     auto t0 = std::chrono::steady_clock::now();
+    double c0 = thread_cpu();
 
     // One clock cycle: harness outputs, settle, sample, edge, take the transfers.
     // `stage`: 0 reset, 1 group 1, 2 group 2 + sink, 3 drain (nothing offered, sink not ready).
@@ -439,6 +447,7 @@ int nic_run(void* h, Phase* p) {
     p->cycles = cycles;
     n->total_cycles += cycles;
     p->loop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p->loop_cpu_s = thread_cpu() - c0;
     return p->status;
 }
 

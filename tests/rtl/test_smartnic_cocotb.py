@@ -1,7 +1,8 @@
-"""The SmartNIC top's generated Verilog under cocotb (``sim/cocotb/tb_smartnic.py``): a 2 x 1
-cluster's traffic with random idle on every input stream and backpressure on every output
-stream, both phases; the destination buffers equal the reference and the cache's misses the
-reference model's. Verilator builds the top in minutes on two cores: opt-in (slow)."""
+"""The SmartNIC top's generated Verilog (Icarus under cocotb, ``sim/cocotb/tb_smartnic.py``;
+Verilator through the native harness, ``sim.cosim.native``): a 2 x 1 cluster's traffic with
+random idle on every input stream and backpressure on every output stream, both phases; the
+destination buffers equal the reference and the cache's misses the reference model's.
+Verilator builds the top in about a minute on two cores: opt-in (slow)."""
 
 from __future__ import annotations
 
