@@ -63,8 +63,18 @@ round to nearest even (``rtl.fp``), element by element in index order:
 * SUM: ``acc = ((0 + v0) + v1) + ...``; ``v_i = r_i``, or ``v_i = w_i * r_i`` (one rounding)
   for a weighted bag. MEAN: that sum times ``RNE(1/count)`` (one more rounding), where
   ``count`` counts the contributing rows; the reciprocals come from a ROM. MAX: ``acc = r0``,
-  then ``acc = r_i`` only where ``r_i > acc`` (ties, ``+0`` vs ``-0`` included, keep the
-  earlier row; NaN propagates, :class:`rtl.fp.FPMax32`); weights are not applied in MAX.
+  then ``acc = r_i`` only where ``r_i > acc`` in IEEE order (ties, ``+0`` vs ``-0`` included,
+  keep the earlier row); weights are not applied in MAX.
+* NaN in MAX follows torch's CPU ``EmbeddingBag`` (its running maximum takes a row only where
+  ``row > max``): a NaN in the first contributing row stays (nothing compares greater than
+  NaN), a NaN in a later row is ignored. It is not ``torch.max`` over the rows, which would
+  return NaN whenever any row holds one.
+* Weighted sums round the product before adding it (two roundings per row). torch's CPU
+  kernels and FBGEMM accumulate ``w_i * r_i`` with a fused multiply-add (one rounding), so a
+  weighted bag may differ from them in the last bits; it is bit-exact to
+  ``sim.reference.embedding.pool``, and both are within ``error_bound`` of the exact value.
+  The unit does not claim bit-exactness with FBGEMM for weighted bags (a fused multiply-add
+  per lane would cost a 48-bit-aligned adder in place of the rounded product).
 * A bag without contributing rows gives zeros. Arithmetic NaN results are the canonical quiet
   NaN. ``sim.reference.embedding`` computes the same order in numpy (the bit-exact target).
 
@@ -645,7 +655,7 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             old = acc_rd.data[32 * i:32 * (i + 1)]
             add = FPAdd32(latency=al)
-            mx = FPMax32(latency=0)
+            mx = FPMax32(latency=0, nan="compare")
             m.submodules[f"add_{i}"] = add
             m.submodules[f"max_{i}"] = mx
             m.d.comb += [add.a.eq(Mux(ai.first, 0, old)), add.b.eq(ai_v[i]),

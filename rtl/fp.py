@@ -526,12 +526,18 @@ def fp32_less(a: Value, b: Value) -> Value:
     return fp32_greater(b, a)
 
 
+_NAN_RULES = ("propagate", "compare")
+
+
 class _Select32(wiring.Component):
-    def __init__(self, latency: int, take_b_if_greater: bool):
+    def __init__(self, latency: int, take_b_if_greater: bool, nan: str = "propagate"):
         try:
             self.latency = _check_latency(latency, 1)
+            if nan not in _NAN_RULES:
+                raise ValueError(f"nan: expected one of {_NAN_RULES}, got {nan!r}")
         except ValueError as error:
             raise _refuse(self, error) from None
+        self.nan = nan
         self._greater = take_b_if_greater
         super().__init__({
             "a": In(32),
@@ -547,7 +553,7 @@ class _Select32(wiring.Component):
         a_nan = _is_nan(self.a[23:31], self.a[:23], _EXP_MAX)
         b_nan = _is_nan(self.b[23:31], self.b[:23], _EXP_MAX)
         better = fp32_greater(self.b, self.a) if self._greater else fp32_less(self.b, self.a)
-        sel_b = ~a_nan & (b_nan | better)
+        sel_b = ~a_nan & (b_nan | better) if self.nan == "propagate" else better
         s1 = pipe.boundary(1, o=Mux(sel_b, self.b, self.a), sel_b=sel_b)
         m.d.comb += [self.o.eq(s1.o), self.sel_b.eq(s1.sel_b)]
         return m
@@ -563,12 +569,17 @@ class FPMax32(_Select32):
     ``o = b`` exactly when ``b > a`` in IEEE order or ``b`` is NaN while ``a`` is not;
     otherwise ``o = a``. So equal values, including ``-0`` vs ``+0`` (equal in IEEE), keep the
     first operand (``max(-0, +0) = -0``, ``max(+0, -0) = +0``), matching "max ties go to the
-    first index" when ``a`` is the running maximum and ``b`` the next row. A NaN operand
-    propagates like ``torch.max``: if ``a`` is NaN, ``a``; else if ``b`` is NaN, ``b``.
+    first index" when ``a`` is the running maximum and ``b`` the next row.
+
+    NaN, chosen by ``nan``: ``"propagate"`` (default, like ``torch.max`` of two tensors): if
+    ``a`` is NaN, ``a``; else if ``b`` is NaN, ``b``. ``"compare"``: ``o = b`` exactly when
+    ``b > a`` in IEEE order, which is false whenever either is NaN, so a NaN ``a`` stays and a
+    NaN ``b`` is ignored - the rule of torch's CPU ``EmbeddingBag`` MAX pooling, whose running
+    maximum takes a row only where ``row > max``.
     """
 
-    def __init__(self, *, latency: int = 0):
-        super().__init__(latency, take_b_if_greater=True)
+    def __init__(self, *, latency: int = 0, nan: str = "propagate"):
+        super().__init__(latency, take_b_if_greater=True, nan=nan)
 
 
 class FPMin32(_Select32):
