@@ -30,6 +30,9 @@ from neonic.sim.reference import embedding as ref
     (dict(outstanding=0), "outstanding"),
     (dict(tables=0), "tables"),
     (dict(data_bytes=48), "data_bytes"),
+    (dict(add_latency=0), "add_latency"),
+    (dict(add_latency=10), "add_latency"),
+    (dict(mul_latency=11), "mul_latency"),
 ])
 def test_bad_parameters_are_refused_naming_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
@@ -52,6 +55,10 @@ CONFIGS = {
     # two FP32 words per beat (four 16-bit words): dims rarely a multiple of the lanes
     "lanes2_fp32_fp16": dict(data_bytes=16, lanes=2, max_dim=9, tables=3, outstanding=3,
                              max_bag_length=15, elem_types=("fp32", "fp16")),
+    # the FP units at their full pipeline depths (the timing-closure configuration)
+    "lanes2_full_fp_pipelines": dict(data_bytes=8, lanes=2, max_dim=12, tables=2,
+                                     outstanding=4, max_bag_length=7, add_latency=9,
+                                     mul_latency=10),
     "lanes1_fp32_bf16": pytest.param(
         dict(data_bytes=8, lanes=1, max_dim=5, tables=2, outstanding=2, max_bag_length=7,
              elem_types=("fp32", "bf16")), marks=pytest.mark.slow),
