@@ -59,7 +59,9 @@ Timing
   the tag/state word of its set is read. Cycle 1: tags compared, victim chosen, state word
   written back (the next request's read of the same set sees it), the operation queued.
 * Data are delivered in request order (the port's contract) by one executor that performs
-  the queued operations one beat per cycle. A read that is not behind an unfinished
+  the queued operations one beat per cycle. The line store has one write port, shared by
+  the fills and the executor's writes (so it maps to block RAM): a fill beat takes it, and
+  an executor write beat arriving in the same cycle waits one cycle. A read that is not behind an unfinished
   operation has its first data beat valid in cycle 2: hit latency 2 cycles.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has arrived. Later requests keep being looked up: hits under misses, and requests
@@ -282,8 +284,11 @@ class CacheController(wiring.Component):
         depth = self.sets * W * RBEATS
         m.submodules.lines = lines = Memory(shape=unsigned(8 * self.data_bytes), depth=depth,
                                             init=[])
-        fill_wr = lines.write_port(granularity=8)
-        exec_wr = lines.write_port(granularity=8)
+        # One write port, shared by the fills and the executor's writes (a fill beat takes it,
+        # an executor write waits that cycle): with one write port the line store maps to
+        # block RAM (two write ports would make it flip-flops).
+        line_wr = lines.write_port(granularity=8)
+        fill_writing = Signal()
         exec_rd = lines.read_port()
         wb_rd = lines.read_port()
 
@@ -577,13 +582,13 @@ class CacheController(wiring.Component):
         wlast_err = Signal()
         with m.If(head_valid & dep_ok):
             with m.If(head.write):
-                with m.If(wbuf.r_rdy):
+                with m.If(wbuf.r_rdy & ~fill_writing):
                     m.d.comb += [advance.eq(1), wbuf.r_en.eq(1)]
                     with m.If(~head.err):
-                        m.d.comb += [exec_wr.addr.eq(line_base(head.set, head.way)
+                        m.d.comb += [line_wr.addr.eq(line_base(head.set, head.way)
                                                      + head.off + ex_beat),
-                                     exec_wr.data.eq(wbeat.data),
-                                     exec_wr.en.eq(wbeat.mask)]
+                                     line_wr.data.eq(wbeat.data),
+                                     line_wr.en.eq(wbeat.mask)]
                     with m.If(wbeat.last != last_beat):
                         m.d.comb += wlast_err.eq(1)
             with m.Elif(can_issue):
@@ -605,11 +610,14 @@ class CacheController(wiring.Component):
         fill_last = fill_beat == RBEATS - 1
         m.d.comb += [
             back.resp.ready.eq(fills.r_rdy),
-            fill_wr.addr.eq(line_base(fill_head.set, fill_head.way) + fill_beat),
-            fill_wr.data.eq(back.resp.payload.data),
+            fill_writing.eq(back.resp.valid & fills.r_rdy),
         ]
-        with m.If(back.resp.valid & back.resp.ready):
-            m.d.comb += fill_wr.en.eq(-1)
+        with m.If(fill_writing):
+            m.d.comb += [
+                line_wr.addr.eq(line_base(fill_head.set, fill_head.way) + fill_beat),
+                line_wr.data.eq(back.resp.payload.data),
+                line_wr.en.eq(-1),
+            ]
             with m.If(fill_last):
                 m.d.comb += fills.r_en.eq(1)
                 m.d.sync += [fill_beat.eq(0), fills_done.eq(fills_done + 1),

@@ -63,8 +63,18 @@ round to nearest even (``rtl.fp``), element by element in index order:
 * SUM: ``acc = ((0 + v0) + v1) + ...``; ``v_i = r_i``, or ``v_i = w_i * r_i`` (one rounding)
   for a weighted bag. MEAN: that sum times ``RNE(1/count)`` (one more rounding), where
   ``count`` counts the contributing rows; the reciprocals come from a ROM. MAX: ``acc = r0``,
-  then ``acc = r_i`` only where ``r_i > acc`` (ties, ``+0`` vs ``-0`` included, keep the
-  earlier row; NaN propagates, :class:`rtl.fp.FPMax32`); weights are not applied in MAX.
+  then ``acc = r_i`` only where ``r_i > acc`` in IEEE order (ties, ``+0`` vs ``-0`` included,
+  keep the earlier row); weights are not applied in MAX.
+* NaN in MAX follows torch's CPU ``EmbeddingBag`` (its running maximum takes a row only where
+  ``row > max``): a NaN in the first contributing row stays (nothing compares greater than
+  NaN), a NaN in a later row is ignored. It is not ``torch.max`` over the rows, which would
+  return NaN whenever any row holds one.
+* Weighted sums round the product before adding it (two roundings per row). torch's CPU
+  kernels and FBGEMM accumulate ``w_i * r_i`` with a fused multiply-add (one rounding), so a
+  weighted bag may differ from them in the last bits; it is bit-exact to
+  ``sim.reference.embedding.pool``, and both are within ``error_bound`` of the exact value.
+  The unit does not claim bit-exactness with FBGEMM for weighted bags (a fused multiply-add
+  per lane would cost a 48-bit-aligned adder in place of the rounded product).
 * A bag without contributing rows gives zeros. Arithmetic NaN results are the canonical quiet
   NaN. ``sim.reference.embedding`` computes the same order in numpy (the bit-exact target).
 
@@ -80,9 +90,9 @@ from the drain without touching an accumulator, overlapped with the next bag's r
 Reducer: consumes row data ``lanes`` elements ("a word") per cycle: a beat holds
 ``data_bytes / (4 * lanes)`` FP32 words or twice as many 16-bit words, so an FP32 beat takes
 one cycle when ``lanes * 4 == data_bytes`` (the default) and a 16-bit beat two. Words pass a
-widening register, the weight multipliers (``FPMul32``, latency 4) and then the adders
-(``FPAdd32``, latency 4) or the max selectors into one of two accumulator banks (a bag's
-words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank). A word may enter the adder
+widening register, the weight multipliers (``FPMul32``, ``mul_latency``, default 4) and then
+the adders (``FPAdd32``, ``add_latency``, default 4) or the max selectors into one of two
+accumulator banks (a bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank). A word may enter the adder
 only after the previous row's sum of the same word has been written back, so a row costs
 ``max(words, adder_latency + 1)`` cycles: no stall for ``dim >= 5 * lanes`` with the default
 latencies. Bags alternate between the two banks, so one bag accumulates while the previous
@@ -226,13 +236,19 @@ class EmbeddingBagUnit(wiring.Component):
     addr_width, beats_width : memory port's beat-address and beat-count widths.
     index_width, tag_width : widths of an index and of a bag tag.
     bag_queue_depth : finished-at-input bags waiting for their output, at most.
+    add_latency, mul_latency : pipeline registers of the FP32 adders (1..``FPAdd32.STEPS``)
+        and multipliers (1..``FPMul32.STEPS``). The default 4 keeps a row's read-add-write
+        hazard short (a row costs ``max(words, add_latency + 1)`` cycles); the full depths
+        (9 and 10) close timing at a higher clock (``neonic bench timing``) but stall rows of
+        fewer than ``add_latency + 1`` words per lane group.
     """
 
     def __init__(self, *, data_bytes: int = 64, lanes: int = 16, max_dim: int = 256,
                  tables: int = 8, outstanding: int = 32, max_bag_length: int = 1023,
                  elem_types: tuple[str, ...] = ("fp32", "fp16", "bf16"),
                  addr_width: int = 32, beats_width: int = 8, index_width: int = 32,
-                 tag_width: int = 16, bag_queue_depth: int = 8):
+                 tag_width: int = 16, bag_queue_depth: int = 8, add_latency: int = 4,
+                 mul_latency: int = 4):
         self.data_bytes = check_int("data_bytes", data_bytes, minimum=4, maximum=256,
                                     power_of_two=True)
         self.lanes = check_int("lanes", lanes, minimum=1, maximum=data_bytes // 4,
@@ -269,9 +285,11 @@ class EmbeddingBagUnit(wiring.Component):
         self.length_width = bits_for(self.max_bag_length)
         self.word_width = max(1, bits_for(self.max_words - 1))
 
-        self.add_latency = 4
-        self.mul_latency = 4
-        self.drain_mul_latency = 4
+        self.add_latency = check_int("add_latency", add_latency, minimum=1,
+                                     maximum=FPAdd32.STEPS)
+        self.mul_latency = check_int("mul_latency", mul_latency, minimum=1,
+                                     maximum=FPMul32.STEPS)
+        self.drain_mul_latency = self.mul_latency
         self.info_depth = self.outstanding + 2
 
         self.desc_layout = DescriptorLayout(table_width=self.table_width,
@@ -645,7 +663,7 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             old = acc_rd.data[32 * i:32 * (i + 1)]
             add = FPAdd32(latency=al)
-            mx = FPMax32(latency=0)
+            mx = FPMax32(latency=0, nan="compare")
             m.submodules[f"add_{i}"] = add
             m.submodules[f"max_{i}"] = mx
             m.d.comb += [add.a.eq(Mux(ai.first, 0, old)), add.b.eq(ai_v[i]),

@@ -38,9 +38,9 @@ Components
 =====================  ================================================  ================
 component              computes                                          default latency
 =====================  ================================================  ================
-:class:`FPAdd32`       ``a + b`` (``negate_b=True``: ``a - b``)          4
-:class:`FPSub32`       ``a - b``                                         4
-:class:`FPMul32`       ``a * b``                                         4
+:class:`FPAdd32`       ``a + b`` (``negate_b=True``: ``a - b``)          9
+:class:`FPSub32`       ``a - b``                                         9
+:class:`FPMul32`       ``a * b``                                         10
 :class:`FPDiv32`       ``a / b``, iterative, stream handshake            ``FPDiv32.LATENCY``
 :class:`FPMax32`       ``max(a, b)``, ties and ``±0`` go to ``a``        0
 :class:`FPMin32`       ``min(a, b)``, ties and ``±0`` go to ``a``        0
@@ -215,6 +215,43 @@ def _round_pack(m: Module, exp: Value, mant: Value, guard: Value, sticky: Value,
     return packed[:mbits + exp_max.bit_length()], overflow
 
 
+def _round_steps(m: Module, pipe: "_Pipeline", k: int, *, exp: Value, mant: Value, guard: Value,
+                 sticky: Value, sign: Value, fixed: Value, use_fixed: Value) -> Value:
+    """Round to nearest even and pack over two pipeline steps, ``k`` and ``k + 1`` (the last).
+
+    The same arithmetic as :func:`_round_pack` for binary32, split so that no step holds more
+    than one carry chain: step ``k`` forms the exponent field (``exp - 1`` plus the hidden bit,
+    so a subnormal's zero hidden bit leaves it at 0), the rounding decision and the two ways the
+    result can overflow (already, or by the rounding carry); step ``k + 1`` adds the rounding
+    increment and selects infinity on overflow, or ``fixed`` (a special result decided
+    earlier: NaN, infinity, zero) where ``use_fixed``. Returns step ``k + 1``'s output.
+    """
+    exp = Value.cast(exp)
+    if not exp.shape().signed:
+        exp = Cat(exp, Const(0, 1)).as_signed()
+    hi = Signal(signed(len(exp) + 1), name="round_hi")
+    m.d.comb += hi.eq(exp - 1 + mant[23])
+    inf = Cat(Const(_FP32_INF, 31), sign)
+    ovf_now = hi >= _EXP_MAX
+    s = pipe.boundary(
+        k,
+        lo=mant[:23], hi=hi[:9], sign=sign,
+        round_up=guard & (sticky | mant[0]),
+        ovf_if_round=(hi == _EXP_MAX - 1) & mant[:23].all(),
+        use_fixed=use_fixed | ovf_now,
+        fixed=Mux(use_fixed, fixed, inf),
+    )
+    packed = _wire(m, Cat(s.lo, s.hi) + s.round_up, "packed")
+    result = Signal(32, name="result")
+    with m.If(s.use_fixed):
+        m.d.comb += result.eq(s.fixed)
+    with m.Elif(s.ovf_if_round & s.round_up):
+        m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), s.sign))
+    with m.Else():
+        m.d.comb += result.eq(Cat(packed[:31], s.sign))
+    return pipe.boundary(k + 1, o=result).o
+
+
 class _Binary32(wiring.Component):
     """Shared signature of the two-operand pipelined binary32 components."""
 
@@ -236,22 +273,27 @@ class FPAdd32(_Binary32):
     """binary32 addition ``o = a + b`` (or ``a - b`` with ``negate_b``), pipelined.
 
     Ports: ``a``, ``b`` (in, 32): operands; ``o`` (out, 32): result; ``en`` (in, init 1):
-    advance the pipeline. One operation per cycle; ``latency`` (0..4, default 4) registers.
+    advance the pipeline. One operation per cycle; ``latency`` (0..9, default 9) registers.
 
-    Internal steps (a register after each with the default latency): (1) order the operands by
-    magnitude and classify them; (2) align the smaller significand with guard, round and sticky
-    bits and add or subtract; (3) normalise (leading-zero count, left shift limited so the
-    exponent never goes below the subnormal exponent; or a one-bit right shift on carry);
-    (4) round to nearest even and pack.
+    Nine internal steps, each a few LUT levels deep so that the full-latency pipeline closes
+    timing on a slow FPGA (like the 8-11 stage adders of vendor IP): (1) classify the operands,
+    resolve the special results (NaN, infinities) and compare the magnitudes; (2) order the
+    operands by magnitude and clamp the exponent difference; (3) align the smaller significand
+    (3 extra bits: guard, round, sticky) by a multiple of 8 bits, collecting lost bits into a
+    sticky bit; (4) the remaining 0..7 bits of alignment; (5) add or subtract the significands;
+    (6) count leading zeros and choose the normalising shift (limited so the exponent never goes
+    below the subnormal exponent; or a one-bit right shift on carry); (7) normalise; (8) decide
+    the rounding and the overflow; (9) round to nearest even, pack, and select the special
+    result where there is one.
 
     Results: RNE with subnormal inputs and outputs; an exact zero sum is ``+0`` unless both
     operands are ``-0`` (so ``x + (-x) = +0``); ``inf + x = inf``; ``inf - inf`` and any NaN
     operand give ``0x7FC00000``; overflow gives a signed infinity.
     """
 
-    STEPS = 4
+    STEPS = 9
 
-    def __init__(self, *, latency: int = 4, negate_b: bool = False):
+    def __init__(self, *, latency: int = 9, negate_b: bool = False):
         self.negate_b = bool(negate_b)
         super().__init__(latency, self.STEPS)
 
@@ -259,62 +301,90 @@ class FPAdd32(_Binary32):
         m = Module()
         pipe = _Pipeline(m, self.en, self.STEPS, self.latency)
 
-        # Step 1: classify, order by magnitude.
+        # Step 1: classify, special results, magnitude compare.
         b = Cat(self.b[:31], self.b[31] ^ self.negate_b)
         sa, ea, fa, ma, xa = _fp32_fields(self.a)
         sb, eb, fb, mb, xb = _fp32_fields(b)
         a_nan, b_nan = _is_nan(ea, fa, _EXP_MAX), _is_nan(eb, fb, _EXP_MAX)
         a_inf, b_inf = _is_inf(ea, fa, _EXP_MAX), _is_inf(eb, fb, _EXP_MAX)
-        swap = b[:31] > self.a[:31]
+        nan = a_nan | b_nan | (a_inf & b_inf & (sa != sb))
         s1 = pipe.boundary(
             1,
-            nan=a_nan | b_nan | (a_inf & b_inf & (sa != sb)),
-            inf=a_inf | b_inf,
-            inf_sign=Mux(a_inf, sa, sb),
+            special=nan | a_inf | b_inf,
+            special_o=Mux(nan, FP32_QNAN, Cat(Const(_FP32_INF, 31), Mux(a_inf, sa, sb))),
             zero_sign=sa & sb,
             subtract=sa != sb,
-            sign=Mux(swap, sb, sa),
-            exp=Mux(swap, xb, xa),
-            diff=(Mux(swap, xb, xa) - Mux(swap, xa, xb))[:8],
-            m_big=Mux(swap, mb, ma),
-            m_small=Mux(swap, ma, mb),
+            swap=b[:31] > self.a[:31],
+            sa=sa, sb=sb, xa=xa, xb=xb, ma=ma, mb=mb,
+            d_ab=(xa - xb)[:8], d_ba=(xb - xa)[:8],
         )
 
-        # Step 2: align (3 extra bits: guard, round, sticky) and add.
-        aligned, lost = _shift_right_sticky(m, Cat(Const(0, 3), s1.m_small), s1.diff, 32)
-        aligned = aligned | lost
-        big = Cat(Const(0, 3), s1.m_big)
-        total = Mux(s1.subtract, big - aligned, big + aligned)[:28]
-        s2 = pipe.boundary(2, total=total, exp=s1.exp, sign=s1.sign, nan=s1.nan, inf=s1.inf,
-                           inf_sign=s1.inf_sign, zero_sign=s1.zero_sign)
+        # Step 2: order by magnitude; the alignment shift, clamped to 32 (all sticky).
+        diff = Mux(s1.swap, s1.d_ba, s1.d_ab)
+        s2 = pipe.boundary(
+            2,
+            sign=Mux(s1.swap, s1.sb, s1.sa),
+            exp=Mux(s1.swap, s1.xb, s1.xa),
+            shift=Mux(diff > 32, 32, diff)[:6],
+            m_big=Mux(s1.swap, s1.mb, s1.ma),
+            m_small=Mux(s1.swap, s1.ma, s1.mb),
+            special=s1.special, special_o=s1.special_o, zero_sign=s1.zero_sign,
+            subtract=s1.subtract,
+        )
 
-        # Step 3: normalise to a hidden bit at position 26 (or to the subnormal exponent).
-        low = s2.total[:27]
+        # Steps 3 and 4: align with guard, round and sticky bits, 8 bits at a time then 0..7.
+        x = Cat(Const(0, 3), s2.m_small)                          # 27 bits
+        coarse = s2.shift[3:6]                                    # 0..4 bytes
+        shifted = Signal(27, name="align_coarse")
+        lost = Signal(name="align_coarse_lost")
+        with m.Switch(coarse):
+            for k in range(5):
+                with m.Case(k):
+                    m.d.comb += [shifted.eq(x >> (8 * k)),
+                                 lost.eq(x[:8 * k].any() if k else 0)]
+        s3 = pipe.boundary(3, x=shifted, sticky=lost, fine=s2.shift[:3], m_big=s2.m_big,
+                           exp=s2.exp, sign=s2.sign, special=s2.special,
+                           special_o=s2.special_o, zero_sign=s2.zero_sign, subtract=s2.subtract)
+        fine_shifted = Signal(27, name="align_fine")
+        fine_lost = Signal(name="align_fine_lost")
+        with m.Switch(s3.fine):
+            for k in range(8):
+                with m.Case(k):
+                    m.d.comb += [fine_shifted.eq(s3.x >> k),
+                                 fine_lost.eq(s3.x[:k].any() if k else 0)]
+        s4 = pipe.boundary(4, aligned=fine_shifted | fine_lost | s3.sticky, m_big=s3.m_big,
+                           exp=s3.exp, sign=s3.sign, special=s3.special,
+                           special_o=s3.special_o, zero_sign=s3.zero_sign, subtract=s3.subtract)
+
+        # Step 5: add or subtract.
+        big = Cat(Const(0, 3), s4.m_big)
+        total = Mux(s4.subtract, big - s4.aligned, big + s4.aligned)[:28]
+        s5 = pipe.boundary(5, total=total, exp=s4.exp, sign=s4.sign, special=s4.special,
+                           special_o=s4.special_o, zero_sign=s4.zero_sign)
+
+        # Step 6: leading zeros, the normalising shift (to a hidden bit at position 26, or to
+        # the subnormal exponent).
+        low = s5.total[:27]
         lz = count_leading_zeros(m, low)
-        limit = (s2.exp - 1)[:8]
-        shift = _wire(m, Mux(lz > limit, limit, lz), "shift")
-        carry = s2.total[27]
-        norm = Mux(carry, Cat(s2.total[0] | s2.total[1], s2.total[2:28]), (low << shift)[:27])
-        exp = Mux(carry, s2.exp + 1, s2.exp - shift)[:9]
-        s3 = pipe.boundary(3, norm=norm, exp=exp, is_zero=s2.total == 0, sign=s2.sign,
-                           nan=s2.nan, inf=s2.inf, inf_sign=s2.inf_sign, zero_sign=s2.zero_sign)
+        limit = (s5.exp - 1)[:8]
+        s6 = pipe.boundary(6, total=s5.total, shift=Mux(lz > limit, limit, lz)[:5],
+                           exp=s5.exp, sign=s5.sign, is_zero=s5.total == 0,
+                           special=s5.special, special_o=s5.special_o, zero_sign=s5.zero_sign)
 
-        # Step 4: round and pack.
-        packed, overflow = _round_pack(m, s3.exp, s3.norm[3:27], s3.norm[2], s3.norm[:2].any(),
-                                       23, _EXP_MAX)
-        result = Signal(32)
-        with m.If(s3.nan):
-            m.d.comb += result.eq(FP32_QNAN)
-        with m.Elif(s3.inf):
-            m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), s3.inf_sign))
-        with m.Elif(s3.is_zero):
-            m.d.comb += result.eq(Cat(Const(0, 31), s3.zero_sign))
-        with m.Elif(overflow):
-            m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), s3.sign))
-        with m.Else():
-            m.d.comb += result.eq(Cat(packed[:31], s3.sign))
-        s4 = pipe.boundary(4, o=result)
-        m.d.comb += self.o.eq(s4.o)
+        # Step 7: normalise.
+        carry = s6.total[27]
+        norm = Mux(carry, Cat(s6.total[0] | s6.total[1], s6.total[2:28]),
+                   (s6.total[:27] << s6.shift)[:27])
+        exp = Mux(carry, s6.exp + 1, s6.exp - s6.shift)[:9]
+        s7 = pipe.boundary(7, norm=norm, exp=exp, sign=s6.sign, is_zero=s6.is_zero,
+                           special=s6.special, special_o=s6.special_o, zero_sign=s6.zero_sign)
+
+        # Steps 8 and 9: round, pack, select.
+        o = _round_steps(m, pipe, 8, exp=s7.exp, mant=s7.norm[3:27], guard=s7.norm[2],
+                         sticky=s7.norm[:2].any(), sign=s7.sign,
+                         fixed=Mux(s7.special, s7.special_o, Cat(Const(0, 31), s7.zero_sign)),
+                         use_fixed=s7.special | s7.is_zero)
+        m.d.comb += self.o.eq(o)
         return m
 
 
@@ -324,28 +394,36 @@ class FPSub32(FPAdd32):
     ``x - x = +0``; ``(-0) - (+0) = -0``; ``inf - inf`` is NaN. Otherwise as :class:`FPAdd32`.
     """
 
-    def __init__(self, *, latency: int = 4):
+    def __init__(self, *, latency: int = 9):
         super().__init__(latency=latency, negate_b=True)
 
 
 class FPMul32(_Binary32):
     """binary32 multiplication ``o = a * b``, pipelined.
 
-    Ports and conventions as :class:`FPAdd32`; ``latency`` 0..4, default 4.
+    Ports and conventions as :class:`FPAdd32`; ``latency`` 0..10, default 10.
 
-    Internal steps: (1) classify, add the exponents; (2) multiply the 24-bit significands
-    (subnormals have a zero hidden bit) into a 48-bit product; (3) normalise: shift the product
-    left to its leading one, but not below the subnormal exponent, or right (collecting sticky
-    bits) when the exponent is below it; (4) round to nearest even and pack.
+    Ten internal steps. A subnormal operand is normalised on its way in (its significand
+    shifted to a leading one and its exponent lowered), so that the product of two normalised
+    24-bit significands has its leading one at bit 47 or 46 and the result needs at most a
+    one-bit normalisation; only results below the normal range take the separate right-shift
+    path. (1) classify, resolve the special results, count the leading zeros of subnormal
+    significands; (2) normalise the significands, add the exponents; (3) four 12x12-bit partial
+    products (each fits one 18x18 DSP block, and the step's register is the DSP's output
+    register); (4) add the two middle partial products; (5) the 48-bit product; (6) one-bit
+    normalisation and the right shift of a result below the subnormal exponent; (7) and (8) that
+    right shift with sticky bits, by multiples of 8 bits and then 0..7 bits; (9) decide the
+    rounding and the overflow; (10) round to nearest even, pack, and select the special
+    result where there is one.
 
     Results: RNE with subnormal inputs and outputs; the sign of a zero or infinite result is the
     XOR of the operands' signs; ``0 * inf`` and any NaN operand give ``0x7FC00000``; overflow
     gives a signed infinity; underflow rounds to a subnormal or a signed zero.
     """
 
-    STEPS = 4
+    STEPS = 10
 
-    def __init__(self, *, latency: int = 4):
+    def __init__(self, *, latency: int = 10):
         super().__init__(latency, self.STEPS)
 
     def elaborate(self, platform):
@@ -357,52 +435,75 @@ class FPMul32(_Binary32):
         a_nan, b_nan = _is_nan(ea, fa, _EXP_MAX), _is_nan(eb, fb, _EXP_MAX)
         a_inf, b_inf = _is_inf(ea, fa, _EXP_MAX), _is_inf(eb, fb, _EXP_MAX)
         a_zero, b_zero = self.a[:31] == 0, self.b[:31] == 0
-        exp0 = Signal(signed(12))
-        m.d.comb += exp0.eq(xa + xb - 126)
+        sign = sa ^ sb
+        nan = a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)
+        # Step 1: classify; leading zeros of the (possibly subnormal) significands.
         s1 = pipe.boundary(
             1,
-            nan=a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero),
-            inf=a_inf | b_inf,
-            zero=a_zero | b_zero,
-            sign=sa ^ sb,
-            exp0=exp0,
-            ma=ma,
-            mb=mb,
+            special=nan | a_inf | b_inf | a_zero | b_zero,
+            special_o=Mux(nan, FP32_QNAN,
+                          Cat(Mux(a_inf | b_inf, Const(_FP32_INF, 31), Const(0, 31)), sign)),
+            sign=sign, ma=ma, mb=mb, xa=xa, xb=xb,
+            lza=count_leading_zeros(m, ma, "lza")[:5],
+            lzb=count_leading_zeros(m, mb, "lzb")[:5],
         )
 
-        s2 = pipe.boundary(2, product=(s1.ma * s1.mb)[:48], exp0=s1.exp0, sign=s1.sign,
-                           nan=s1.nan, inf=s1.inf, zero=s1.zero)
+        # Step 2: normalised significands; exponent of the product with its leading one at
+        # bit 47 (value = P / 2**47 * 2**(E - 127)).
+        exp0 = Signal(signed(12), name="exp0")
+        m.d.comb += exp0.eq(s1.xa + s1.xb - 126 - s1.lza - s1.lzb)
+        s2 = pipe.boundary(2, na=(s1.ma << s1.lza)[:24], nb=(s1.mb << s1.lzb)[:24], exp0=exp0,
+                           sign=s1.sign, special=s1.special, special_o=s1.special_o)
 
-        # Step 3: normalise the product to a leading one at bit 47 (value = P/2**47 * 2**(E-127)).
-        lz = count_leading_zeros(m, s2.product)
-        limit = Signal(signed(12))
-        m.d.comb += limit.eq(s2.exp0 - 1)
-        left = Signal(6)
-        right = Signal(8)
-        exp = Signal(signed(12))
-        with m.If(limit >= lz):
-            m.d.comb += [left.eq(lz), exp.eq(s2.exp0 - lz)]
-        with m.Elif(limit >= 0):
-            m.d.comb += [left.eq(limit[:6]), exp.eq(1)]
-        with m.Else():
-            m.d.comb += [right.eq(Mux(limit < -127, 127, -limit)[:8]), exp.eq(1)]
-        shifted, lost = _shift_right_sticky(m, (s2.product << left)[:48], right, 64)
-        s3 = pipe.boundary(3, mant=shifted[24:48], guard=shifted[23],
-                           sticky=shifted[:23].any() | lost, exp=exp, sign=s2.sign,
-                           nan=s2.nan, inf=s2.inf, zero=s2.zero)
+        # Step 3: partial products, 12 x 12 bits each.
+        a_lo, a_hi, b_lo, b_hi = s2.na[:12], s2.na[12:], s2.nb[:12], s2.nb[12:]
+        s3 = pipe.boundary(3, ll=a_lo * b_lo, lh=a_lo * b_hi, hl=a_hi * b_lo, hh=a_hi * b_hi,
+                           exp0=s2.exp0, sign=s2.sign, special=s2.special,
+                           special_o=s2.special_o)
+        # Step 4: the middle terms.
+        s4 = pipe.boundary(4, outer=Cat(s3.ll[:24], s3.hh[:24]), mid=(s3.lh + s3.hl)[:25],
+                           exp0=s3.exp0, sign=s3.sign, special=s3.special,
+                           special_o=s3.special_o)
+        # Step 5: the product (its leading one at bit 47 or 46).
+        s5 = pipe.boundary(5, product=(s4.outer + (s4.mid << 12))[:48], exp0=s4.exp0,
+                           sign=s4.sign, special=s4.special, special_o=s4.special_o)
 
-        packed, overflow = _round_pack(m, s3.exp, s3.mant, s3.guard, s3.sticky, 23, _EXP_MAX)
-        result = Signal(32)
-        with m.If(s3.nan):
-            m.d.comb += result.eq(FP32_QNAN)
-        with m.Elif(s3.inf | overflow):
-            m.d.comb += result.eq(Cat(Const(_FP32_INF, 31), s3.sign))
-        with m.Elif(s3.zero):
-            m.d.comb += result.eq(Cat(Const(0, 31), s3.sign))
-        with m.Else():
-            m.d.comb += result.eq(Cat(packed[:31], s3.sign))
-        s4 = pipe.boundary(4, o=result)
-        m.d.comb += self.o.eq(s4.o)
+        # Step 6: one-bit normalisation; the right shift of a result below the normal range.
+        top = s5.product[47]
+        prod = Mux(top, s5.product, Cat(Const(0, 1), s5.product[:47]))
+        exp = Mux(top, s5.exp0, s5.exp0 - 1)
+        under = Signal(signed(13), name="under")
+        m.d.comb += under.eq(1 - exp)
+        right = Mux(under > 0, Mux(under > 56, 56, under), 0)[:6]
+        s6 = pipe.boundary(6, prod=prod, right=right, exp=Mux(under > 0, 1, exp),
+                           sign=s5.sign, special=s5.special, special_o=s5.special_o)
+
+        # Steps 7 and 8: the right shift with sticky bits.
+        coarse = Signal(48, name="rs_coarse")
+        lost = Signal(name="rs_coarse_lost")
+        with m.Switch(s6.right[3:6]):
+            for k in range(8):
+                with m.Case(k):
+                    m.d.comb += [coarse.eq(s6.prod >> (8 * k)),
+                                 lost.eq(s6.prod[:8 * k].any() if k else 0)]
+        s7 = pipe.boundary(7, prod=coarse, sticky=lost, fine=s6.right[:3], exp=s6.exp,
+                           sign=s6.sign, special=s6.special, special_o=s6.special_o)
+        fine = Signal(48, name="rs_fine")
+        fine_lost = Signal(name="rs_fine_lost")
+        with m.Switch(s7.fine):
+            for k in range(8):
+                with m.Case(k):
+                    m.d.comb += [fine.eq(s7.prod >> k),
+                                 fine_lost.eq(s7.prod[:k].any() if k else 0)]
+        s8 = pipe.boundary(8, mant=fine[24:48], guard=fine[23],
+                           sticky=fine[:23].any() | fine_lost | s7.sticky, exp=s7.exp,
+                           sign=s7.sign, special=s7.special, special_o=s7.special_o)
+
+        # Steps 9 and 10: round, pack, select.
+        o = _round_steps(m, pipe, 9, exp=s8.exp, mant=s8.mant, guard=s8.guard,
+                         sticky=s8.sticky, sign=s8.sign, fixed=s8.special_o,
+                         use_fixed=s8.special)
+        m.d.comb += self.o.eq(o)
         return m
 
 
@@ -425,12 +526,18 @@ def fp32_less(a: Value, b: Value) -> Value:
     return fp32_greater(b, a)
 
 
+_NAN_RULES = ("propagate", "compare")
+
+
 class _Select32(wiring.Component):
-    def __init__(self, latency: int, take_b_if_greater: bool):
+    def __init__(self, latency: int, take_b_if_greater: bool, nan: str = "propagate"):
         try:
             self.latency = _check_latency(latency, 1)
+            if nan not in _NAN_RULES:
+                raise ValueError(f"nan: expected one of {_NAN_RULES}, got {nan!r}")
         except ValueError as error:
             raise _refuse(self, error) from None
+        self.nan = nan
         self._greater = take_b_if_greater
         super().__init__({
             "a": In(32),
@@ -446,7 +553,7 @@ class _Select32(wiring.Component):
         a_nan = _is_nan(self.a[23:31], self.a[:23], _EXP_MAX)
         b_nan = _is_nan(self.b[23:31], self.b[:23], _EXP_MAX)
         better = fp32_greater(self.b, self.a) if self._greater else fp32_less(self.b, self.a)
-        sel_b = ~a_nan & (b_nan | better)
+        sel_b = ~a_nan & (b_nan | better) if self.nan == "propagate" else better
         s1 = pipe.boundary(1, o=Mux(sel_b, self.b, self.a), sel_b=sel_b)
         m.d.comb += [self.o.eq(s1.o), self.sel_b.eq(s1.sel_b)]
         return m
@@ -462,12 +569,17 @@ class FPMax32(_Select32):
     ``o = b`` exactly when ``b > a`` in IEEE order or ``b`` is NaN while ``a`` is not;
     otherwise ``o = a``. So equal values, including ``-0`` vs ``+0`` (equal in IEEE), keep the
     first operand (``max(-0, +0) = -0``, ``max(+0, -0) = +0``), matching "max ties go to the
-    first index" when ``a`` is the running maximum and ``b`` the next row. A NaN operand
-    propagates like ``torch.max``: if ``a`` is NaN, ``a``; else if ``b`` is NaN, ``b``.
+    first index" when ``a`` is the running maximum and ``b`` the next row.
+
+    NaN, chosen by ``nan``: ``"propagate"`` (default, like ``torch.max`` of two tensors): if
+    ``a`` is NaN, ``a``; else if ``b`` is NaN, ``b``. ``"compare"``: ``o = b`` exactly when
+    ``b > a`` in IEEE order, which is false whenever either is NaN, so a NaN ``a`` stays and a
+    NaN ``b`` is ignored - the rule of torch's CPU ``EmbeddingBag`` MAX pooling, whose running
+    maximum takes a row only where ``row > max``.
     """
 
-    def __init__(self, *, latency: int = 0):
-        super().__init__(latency, take_b_if_greater=True)
+    def __init__(self, *, latency: int = 0, nan: str = "propagate"):
+        super().__init__(latency, take_b_if_greater=True, nan=nan)
 
 
 class FPMin32(_Select32):

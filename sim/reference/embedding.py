@@ -12,19 +12,30 @@ Written from the semantics (torch.nn.EmbeddingBag and FBGEMM's table-batched emb
 * MEAN: the SUM above, then ``acc * RNE(1/count)`` (one more rounding; ``1/count`` is the FP32
   nearest to the exact reciprocal). ``count`` is the number of rows that contributed.
 * MAX: ``acc = r0``, then ``acc = r_i if r_i > acc else acc`` per element (IEEE ``>``: ties,
-  including +0 against -0, keep the earlier row; a NaN propagates like ``torch.max``: a NaN
-  ``acc`` stays, a NaN ``r_i`` replaces a number). Per-sample weights are not applied.
+  including +0 against -0, keep the earlier row). Per-sample weights are not applied. NaN
+  follows from the comparison, as in torch's CPU ``EmbeddingBag`` (whose running maximum takes
+  a row only where ``row > max``): a NaN in the first contributing row stays, a NaN in a later
+  row is ignored. (``torch.max`` over the gathered rows would propagate any NaN instead.)
+* Weighted SUM/MEAN round ``w_i * r_i`` to FP32 before adding it. torch's CPU kernels and
+  FBGEMM use a fused multiply-add there (one rounding instead of two), so weighted results may
+  differ from theirs in the last bits (both are within :func:`error_bound`).
 * A bag with no contributing row (empty, or only padding/out-of-range indices) gives zeros.
 
 :func:`pool` follows that order with ``np.float32`` operations, which makes it the bit-exact
 target for the RTL; :func:`pool_f64` computes the same quantities in float64 (the "true"
 value) and :func:`error_bound` bounds the FP32 result's distance from it, element-wise:
 
-    |pool - pool_f64| <= gamma(k) * S,  gamma(k) = k*u / (1 - k*u),  u = 2**-24,
+    |pool - pool_f64| <= gamma(k) * S + (n + 2) * eta,
+    gamma(k) = k*u / (1 - k*u),  u = 2**-24,  eta = 2**-149,
 
 with ``k = n + 1`` roundings on any path for SUM (n additions, one product), ``k = n + 3``
 for MEAN (plus the reciprocal and the final product) and ``S`` the sum of ``|w_i * r_i|``
-(scaled by ``1/count`` for MEAN). MAX selects one of its inputs, so its error is zero.
+(scaled by ``1/count`` for MEAN). The relative term alone holds only while every rounded
+result is normal: a product that lands among the subnormals is off by up to half their
+spacing (``2**-150``) whatever its size, so each of the ``n`` weight products and MEAN's final
+product adds an absolute ``eta`` (with room for the growth of those errors through the sum;
+sums and differences that land among the subnormals are exact). MAX selects one of its
+inputs, so its error is zero.
 
 The module also builds what a test or a run feeds the unit: the memory image (rows padded to
 whole memory beats), the descriptor writes and the input items in the combined lengths
@@ -151,7 +162,7 @@ def pool(tables: list[Table], bags: list[Bag]) -> list[np.ndarray]:
             if table.pooling == "max":
                 acc = sel[0].copy()
                 for r in sel[1:]:
-                    take = ~np.isnan(acc) & (np.isnan(r) | (r > acc))
+                    take = r > acc                  # False where either is NaN
                     acc = np.where(take, r, acc)
             else:
                 w = None if bag.weights is None else bag.weights[keep]
@@ -175,7 +186,10 @@ def pool_f64(tables: list[Table], bags: list[Bag]) -> list[np.ndarray]:
         if not len(sel):
             out.append(np.zeros(table.dim))
         elif table.pooling == "max":
-            out.append(sel.max(axis=0))
+            acc = sel[0].copy()                     # the same NaN rule as :func:`pool`
+            for r in sel[1:]:
+                acc = np.where(r > acc, r, acc)
+            out.append(acc)
         else:
             w = np.ones(len(sel)) if bag.weights is None else bag.weights[keep].astype(np.float64)
             acc = (w[:, None] * sel).sum(axis=0)
@@ -186,6 +200,7 @@ def pool_f64(tables: list[Table], bags: list[Bag]) -> list[np.ndarray]:
 def error_bound(tables: list[Table], bags: list[Bag]) -> list[np.ndarray]:
     """Element-wise bound on ``|pool - pool_f64|`` (see the module docstring)."""
     u = 2.0 ** -24
+    eta = 2.0 ** -149
     out = []
     for bag in bags:
         table = _check_bag(tables, bag)
@@ -201,7 +216,7 @@ def error_bound(tables: list[Table], bags: list[Bag]) -> list[np.ndarray]:
         k = n + 1
         if table.pooling == "mean":
             k, s = n + 3, s / n
-        out.append(k * u / (1 - k * u) * s)
+        out.append(k * u / (1 - k * u) * s + (n + 2) * eta)
     return out
 
 

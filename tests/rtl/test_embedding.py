@@ -30,6 +30,9 @@ from neonic.sim.reference import embedding as ref
     (dict(outstanding=0), "outstanding"),
     (dict(tables=0), "tables"),
     (dict(data_bytes=48), "data_bytes"),
+    (dict(add_latency=0), "add_latency"),
+    (dict(add_latency=10), "add_latency"),
+    (dict(mul_latency=11), "mul_latency"),
 ])
 def test_bad_parameters_are_refused_naming_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
@@ -52,6 +55,10 @@ CONFIGS = {
     # two FP32 words per beat (four 16-bit words): dims rarely a multiple of the lanes
     "lanes2_fp32_fp16": dict(data_bytes=16, lanes=2, max_dim=9, tables=3, outstanding=3,
                              max_bag_length=15, elem_types=("fp32", "fp16")),
+    # the FP units at their full pipeline depths (the timing-closure configuration)
+    "lanes2_full_fp_pipelines": dict(data_bytes=8, lanes=2, max_dim=12, tables=2,
+                                     outstanding=4, max_bag_length=7, add_latency=9,
+                                     mul_latency=10),
     "lanes1_fp32_bf16": pytest.param(
         dict(data_bytes=8, lanes=1, max_dim=5, tables=2, outstanding=2, max_bag_length=7,
              elem_types=("fp32", "bf16")), marks=pytest.mark.slow),
@@ -98,6 +105,7 @@ def _edge_tables(rng) -> list[ref.Table]:
     rows[1] = rows[0]                      # exact ties across a whole row
     rows[2, 0], rows[3, 0] = -0.0, 0.0     # +0 / -0 compare equal: the first one wins
     rows[2, 1], rows[3, 1] = 5.0, 5.0
+    rows[4, 2] = np.nan                    # NaN: kept when first, ignored when later
     fp16 = ref.random_table(rng, 5, 24, "fp16", "sum")
     f16 = fp16.rows.copy()
     f16[0, :4] = np.array([6e-8, -6e-8, 3e-5, 65504], dtype=np.float16)  # subnormals, max
@@ -129,6 +137,7 @@ def _edge_bags(rng) -> list[ref.Bag]:
         bag(4, [1, 1, 2]),                                 # BF16 MEAN
         bag(5, [3, 2, 1, 0]),                              # dim 1
         bag(0, list(rng.integers(0, 8, size=15))),         # max_bag_length
+        bag(2, [4, 5]), bag(2, [5, 4]),                    # MAX and NaN (torch CPU's rule)
     ]
     return [ref.Bag(b.table, b.indices, b.weights, tag=100 + i) for i, b in enumerate(bags)]
 
@@ -206,6 +215,8 @@ def test_edge_cases_and_protocol_errors(rng):
                                                            tables[2].rows[0]))
     f16 = tables[3].rows.astype(np.float32)
     np.testing.assert_allclose(vec[113][:24], f16.sum(axis=0), rtol=1e-6, atol=1e-12)
+    assert np.isnan(vec[117][2])                            # a NaN first row stays
+    assert vec[118][2] == tables[2].rows[5, 2]              # a later NaN row is ignored
 
 
 # -- the unit as the command line sees it -----------------------------------------------------

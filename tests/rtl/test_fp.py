@@ -213,7 +213,7 @@ def test_add_matches_numpy_through_stalled_pipeline(rng):
     assert (half & np.isfinite(exact)).sum() >= 20
 
 
-@pytest.mark.parametrize("latency", [0, 1, 2, 3])
+@pytest.mark.parametrize("latency", [0, 1, 3, 5, 9])
 def test_add_every_latency(rng, latency):
     a, b = add_operands(rng, 400)
     dut = fp.FPAdd32(latency=latency)
@@ -263,7 +263,7 @@ def test_mul_matches_numpy_through_stalled_pipeline(rng):
     assert min(cov.values()) >= 20, cov
 
 
-@pytest.mark.parametrize("latency", [0, 1, 2, 3])
+@pytest.mark.parametrize("latency", [0, 2, 4, 7, 10])
 def test_mul_every_latency(rng, latency):
     a, b = mul_operands(rng, 400)
     got = drive_pipeline(fp.FPMul32(latency=latency), {"a": a, "b": b}, ("o",), rng)["o"]
@@ -415,6 +415,14 @@ def test_max_ties_and_nan_rules():
                          np.random.default_rng(2), stall=0.0)
     assert list(got["o"]) == [nz, pz, one, nan_a, nan_b, nan_a]   # ties keep a; NaN propagates
     assert list(got["sel_b"]) == [0, 0, 0, 0, 1, 0]
+    # nan="compare" (torch CPU EmbeddingBag MAX): b only where b > a; a NaN b is ignored.
+    two = 0x40000000
+    a = np.array([nz, one, nan_a, one, nan_a, one], np.uint32)
+    b = np.array([pz, two, one, nan_b, nan_b, one], np.uint32)
+    got = drive_pipeline(fp.FPMax32(nan="compare"), {"a": a, "b": b}, ("o", "sel_b"),
+                         np.random.default_rng(2), stall=0.0)
+    assert list(got["o"]) == [nz, two, nan_a, one, nan_a, one]
+    assert list(got["sel_b"]) == [0, 1, 0, 0, 0, 0]
 
 
 # --------------------------------------------------------------------------- integers
@@ -569,12 +577,13 @@ def test_int8_rowwise_formula_in_rtl_steps(rng):
 # --------------------------------------------------------------------------- construction
 
 @pytest.mark.parametrize("make", [
-    lambda: fp.FPAdd32(latency=5), lambda: fp.FPMul32(latency=-1), lambda: fp.FPMax32(latency=2),
+    lambda: fp.FPAdd32(latency=10), lambda: fp.FPMul32(latency=11), lambda: fp.FPMul32(latency=-1), lambda: fp.FPMax32(latency=2),
+    lambda: fp.FPMax32(nan="ignore"),
     lambda: fp.FP16ToFP32(latency=True), lambda: fp.FP32ToInt(width=1),
     lambda: fp.IntToFP32(width=8, signed=1), lambda: fp.FPDiv32(bits_per_cycle=0),
 ])
 def test_bad_parameters_are_refused(make):
-    with pytest.raises(ValueError, match=r"^(latency|width|signed|bits_per_cycle):"):
+    with pytest.raises(ValueError, match=r"^(latency|width|signed|bits_per_cycle|nan):"):
         make()
 
 

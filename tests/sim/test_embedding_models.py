@@ -57,6 +57,48 @@ def test_max_keeps_the_first_of_equal_values_and_ignores_weights():
     np.testing.assert_array_equal(w, a)
 
 
+def test_max_treats_nan_like_torch_cpu_embedding_bag():
+    """A row is taken where ``row > max``: a NaN first row stays, a later NaN is ignored
+    (not ``torch.max`` over the rows, which would give NaN in both cases)."""
+    rows = np.array([[np.nan, 1.0], [2.0, np.nan], [3.0, 0.5]], dtype=np.float32)
+    tables = [ref.Table(rows, "fp32", "max")]
+    first, later = ref.pool(tables, [_bag(0, [0, 1, 2]), _bag(0, [2, 1, 0])])
+    assert np.isnan(first[0]) and first[1] == 1.0
+    np.testing.assert_array_equal(later, [3.0, 1.0])
+    np.testing.assert_array_equal(ref.pool_f64(tables, [_bag(0, [2, 1, 0])])[0], later)
+
+
+def test_weighted_sum_rounds_the_product_not_a_fused_multiply_add():
+    """(-1) + (1+2**-12)**2: the rounded product loses 2**-24, a fused multiply-add (torch CPU,
+    FBGEMM) keeps it. The documented semantics are the rounded product."""
+    x = np.float32(1 + 2.0 ** -12)
+    tables = [ref.Table(np.array([[-1.0], [x]], dtype=np.float32))]
+    got = ref.pool(tables, [_bag(0, [0, 1], [1.0, x])])[0][0]
+    fma = np.float32(-1.0 + float(x) * float(x))        # exact in float64, one rounding
+    assert got == np.float32(2.0 ** -11)
+    assert fma == np.float32(2.0 ** -11 + 2.0 ** -24) and fma != got
+
+
+def test_error_bound_holds_when_products_fall_among_the_subnormals(rng):
+    """Weighted products of tiny rows round to subnormals: the absolute term of the bound
+    covers them (the relative term alone is exceeded by orders of magnitude)."""
+    rows = (rng.standard_normal((20, 16)) * 1e-39).astype(np.float32)     # subnormal rows
+    table = ref.Table(rows, "fp32", "sum")
+    bags = [_bag(0, rng.integers(0, 20, size=n), rng.standard_normal(n) * 1e-3)
+            for n in (1, 5, 30)]
+    worst_relative = 0.0
+    for got, exact, bound, bag in zip(ref.pool([table], bags), ref.pool_f64([table], bags),
+                                      ref.error_bound([table], bags), bags):
+        err = np.abs(got.astype(np.float64) - exact)
+        assert np.all(err <= bound)
+        n = len(bag.indices)
+        k = n + 1
+        s = np.abs(bag.weights.astype(np.float64)[:, None] * rows[bag.indices]).sum(axis=0)
+        relative = k * 2.0 ** -24 / (1 - k * 2.0 ** -24) * s
+        worst_relative = max(worst_relative, float((err / relative).max()))
+    assert worst_relative > 10
+
+
 def test_half_precision_tables_widen_exactly():
     vals = np.array([[6e-8, -65504, 0.1, 3e-5]], dtype=np.float16)
     np.testing.assert_array_equal(ref.widen_rows(ref.Table(vals, "fp16")),

