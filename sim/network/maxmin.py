@@ -55,8 +55,9 @@ class FlowLinkIndex:
         return self.order[np.arange(total) + offsets]
 
 
-def _weights(hop_links: np.ndarray, factor: np.ndarray, wire: np.ndarray) -> np.ndarray:
-    return np.where(wire[hop_links], factor, 1.0)
+def _weights(hop_links: np.ndarray, factor: np.ndarray, wire: np.ndarray, mult: np.ndarray | None = None) -> np.ndarray:
+    w = np.where(wire[hop_links], factor, 1.0)
+    return w if mult is None else w * mult
 
 
 def maxmin_rates(
@@ -67,6 +68,7 @@ def maxmin_rates(
     *,
     alive: np.ndarray | None = None,
     index: FlowLinkIndex | None = None,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rates.
 
@@ -75,6 +77,8 @@ def maxmin_rates(
     wire: (L,) bool. capacity: (L,) float >= 0.
     alive: optional (F,) bool; flows not alive get rate 0 and load nothing.
     index: optional prebuilt :class:`FlowLinkIndex` of ``links``.
+    weight: optional (H, F) multiplicity of each hop (a flow *class* standing for several flows
+    per link of a link class, :mod:`sim.network.classes`); 1 when left out.
     Returns (F,) rates in capacity units (``inf`` for a flow on infinite links only).
     """
     n_flows = links.shape[1]
@@ -86,13 +90,14 @@ def maxmin_rates(
         index = FlowLinkIndex(links, n_links)
     if alive is None:
         frozen = np.zeros(n_flows, dtype=bool)
-        la, fa = links, factor
+        la, fa, ma = links, factor, weight
     else:
         frozen = ~alive
         la, fa = links[:, alive], factor[alive]
-    load = np.bincount(la.ravel(), _weights(la, fa, wire).ravel(), minlength=n_links)
+        ma = None if weight is None else weight[:, alive]
+    load = np.bincount(la.ravel(), _weights(la, fa, wire, ma).ravel(), minlength=n_links)
     count = np.bincount(la.ravel(), minlength=n_links)
-    del la, fa
+    del la, fa, ma
     stamp = np.empty(n_flows, dtype=np.int64)
     cap = capacity.astype(np.float64, copy=True)
     active = (count > 0) & np.isfinite(cap)
@@ -113,7 +118,8 @@ def maxmin_rates(
         frozen[rows] = True
         rates[rows] = s_min
         fl = links[:, rows]
-        dw = np.bincount(fl.ravel(), _weights(fl, factor[rows], wire).ravel(), minlength=n_links)
+        mw = None if weight is None else weight[:, rows]
+        dw = np.bincount(fl.ravel(), _weights(fl, factor[rows], wire, mw).ravel(), minlength=n_links)
         dc = np.bincount(fl.ravel(), minlength=n_links)
         load -= dw
         cap -= dw * s_min
@@ -143,8 +149,9 @@ HAVE_NUMBA = _njit is not None
 if HAVE_NUMBA:
 
     @_njit(cache=True, nogil=True)
-    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, rates):  # pragma: no cover
-        """Sequential progressive filling; ``links_fh`` is (F, H), ``order`` lists entries f*H+h."""
+    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, rates, weight, has_w):  # pragma: no cover
+        """Sequential progressive filling; ``links_fh`` is (F, H), ``order`` lists entries f*H+h;
+        ``weight`` (F, H) hop multiplicities when ``has_w`` (else ignored)."""
         F, H = links_fh.shape
         L = capacity.shape[0]
         load = np.zeros(L)
@@ -155,7 +162,10 @@ if HAVE_NUMBA:
             fac = factor[f]
             for h in range(H):
                 k = links_fh[f, h]
-                load[k] += fac if wire[k] else 1.0
+                w = fac if wire[k] else 1.0
+                if has_w:
+                    w *= weight[f, h]
+                load[k] += w
                 count[k] += 1
         cap = capacity.copy()
         share = np.full(L, np.inf)
@@ -203,6 +213,8 @@ if HAVE_NUMBA:
                     for h in range(H):
                         k = links_fh[f, h]
                         w = fac if wire[k] else 1.0
+                        if has_w:
+                            w *= weight[f, h]
                         load[k] -= w
                         cap[k] -= w * s_min
                         count[k] -= 1
@@ -258,12 +270,14 @@ def maxmin_rates_fm(
     *,
     alive: np.ndarray | None = None,
     index: FlowMajorIndex | None = None,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix; compiled when numba is
-    installed (same algorithm, same results), else the numpy implementation."""
+    """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix (and (F, H) ``weight``);
+    compiled when numba is installed (same algorithm, same results), else the numpy one."""
     n_flows = links_fh.shape[0]
     if not HAVE_NUMBA:
-        rates = maxmin_rates(np.ascontiguousarray(links_fh.T), factor, wire, capacity, alive=alive)
+        wt = None if weight is None else np.ascontiguousarray(weight.T)
+        rates = maxmin_rates(np.ascontiguousarray(links_fh.T), factor, wire, capacity, alive=alive, weight=wt)
         return rates
     rates = np.zeros(n_flows, dtype=np.float64)
     if n_flows == 0:
@@ -271,7 +285,9 @@ def maxmin_rates_fm(
     if index is None:
         index = FlowMajorIndex(links_fh, capacity.shape[0])
     frozen = np.zeros(n_flows, dtype=bool) if alive is None else ~alive
-    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, rates)
+    has_w = weight is not None
+    w = np.ascontiguousarray(weight, dtype=np.float64) if has_w else np.ones((1, 1))
+    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, rates, w, has_w)
     if alive is not None:
         rates[~alive] = 0.0
     return rates
