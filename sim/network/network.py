@@ -38,7 +38,7 @@ from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .classes import FlowClasses, equitable_classes, identity_classes
-from .maxmin import FlowMajorIndex, maxmin_rates_fm
+from .maxmin import FlowMajorIndex, maxmin_rates_fm, maxmin_rates_parts
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -54,7 +54,7 @@ class FlowGroup:
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
-        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf",
+        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -67,6 +67,7 @@ class FlowGroup:
         self.end_ps: int | None = None
         self.on_done = on_done
         self._event: EventHandle | None = None
+        self._findex = None  # per-flow link index, for solves shared with other groups
 
     @property
     def size(self) -> int:
@@ -291,6 +292,7 @@ class Network:
             setattr(g, name, getattr(g, name)[a])
         g._alive = np.ones(int(a.sum()), dtype=bool)
         g._index = None
+        g._findex = None
         if cl.identity:
             g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
             return
@@ -320,16 +322,29 @@ class Network:
             return
         # several groups: one per-flow solve over every live flow (their classes were found
         # within each group; other traffic may break that symmetry)
+        # several groups: one per-flow solve over every live flow (their classes were found
+        # within each group; other traffic may break that symmetry). The largest group keeps
+        # its link index across solves; the others are gathered afresh.
         masks = [g._alive if g._cls.identity else g._alive[g._cls.cls] for g in groups]
-        links = np.concatenate([g._links[m] for g, m in zip(groups, masks)], axis=0)
-        factor = np.concatenate([g._factorf[m] for g, m in zip(groups, masks)])
-        rates = maxmin_rates_fm(links, factor, topo.wire, topo.capacity)
-        self.solved_classes += rates.size
-        self.solved_flows += rates.size
+        big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
+        gb = groups[big]
+        if gb._findex is None:
+            gb._findex = FlowMajorIndex(gb._links, topo.num_links + 1)
+        rest = [i for i in range(len(groups)) if i != big]
+        links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
+        factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
+        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, links, factor, topo.wire,
+                                       topo.capacity)
+        n_live = rates.size + int(masks[big].sum())
+        self.solved_classes += n_live
+        self.solved_flows += n_live
         pos = 0
-        for g, m in zip(groups, masks):
-            fr = rates[pos : pos + int(m.sum())]
-            pos += fr.size
+        for i, (g, m) in enumerate(zip(groups, masks)):
+            if i == big:
+                fr = rb[m]
+            else:
+                fr = rates[pos : pos + int(m.sum())]
+                pos += fr.size
             cl = g._cls
             a = g._alive
             if cl.identity:
@@ -346,7 +361,7 @@ class Network:
             self.splits += 1
             flow_rate = np.full(cl.cls.size, -1.0)
             flow_rate[m] = fr
-            color = cl.cls * (rates.size + 1) + np.unique(flow_rate, return_inverse=True)[1].ravel()
+            color = cl.cls * (cl.cls.size + 1) + np.unique(flow_rate, return_inverse=True)[1].ravel()
             new = equitable_classes(g._links, color, topo.capacity, topo.wire)
             old_rate = previous.get(id(g))
             rep_old = cl.cls[new.members[new.starts[:-1]]]
