@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FlowLinkIndex", "FlowMajorIndex", "maxmin_rates", "maxmin_rates_fast", "maxmin_rates_fm", "HAVE_NUMBA"]
+__all__ = ["FlowLinkIndex", "FlowMajorIndex", "maxmin_rates", "maxmin_rates_fast", "maxmin_rates_fm", "maxmin_rates_parts", "HAVE_NUMBA"]
 
 _REL_TOL = 1e-12
 
@@ -55,8 +55,9 @@ class FlowLinkIndex:
         return self.order[np.arange(total) + offsets]
 
 
-def _weights(hop_links: np.ndarray, factor: np.ndarray, wire: np.ndarray) -> np.ndarray:
-    return np.where(wire[hop_links], factor, 1.0)
+def _weights(hop_links: np.ndarray, factor: np.ndarray, wire: np.ndarray, mult: np.ndarray | None = None) -> np.ndarray:
+    w = np.where(wire[hop_links], factor, 1.0)
+    return w if mult is None else w * mult
 
 
 def maxmin_rates(
@@ -67,6 +68,7 @@ def maxmin_rates(
     *,
     alive: np.ndarray | None = None,
     index: FlowLinkIndex | None = None,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rates.
 
@@ -75,6 +77,8 @@ def maxmin_rates(
     wire: (L,) bool. capacity: (L,) float >= 0.
     alive: optional (F,) bool; flows not alive get rate 0 and load nothing.
     index: optional prebuilt :class:`FlowLinkIndex` of ``links``.
+    weight: optional (H, F) multiplicity of each hop (a flow *class* standing for several flows
+    per link of a link class, :mod:`sim.network.classes`); 1 when left out.
     Returns (F,) rates in capacity units (``inf`` for a flow on infinite links only).
     """
     n_flows = links.shape[1]
@@ -86,13 +90,14 @@ def maxmin_rates(
         index = FlowLinkIndex(links, n_links)
     if alive is None:
         frozen = np.zeros(n_flows, dtype=bool)
-        la, fa = links, factor
+        la, fa, ma = links, factor, weight
     else:
         frozen = ~alive
         la, fa = links[:, alive], factor[alive]
-    load = np.bincount(la.ravel(), _weights(la, fa, wire).ravel(), minlength=n_links)
+        ma = None if weight is None else weight[:, alive]
+    load = np.bincount(la.ravel(), _weights(la, fa, wire, ma).ravel(), minlength=n_links)
     count = np.bincount(la.ravel(), minlength=n_links)
-    del la, fa
+    del la, fa, ma
     stamp = np.empty(n_flows, dtype=np.int64)
     cap = capacity.astype(np.float64, copy=True)
     active = (count > 0) & np.isfinite(cap)
@@ -113,7 +118,8 @@ def maxmin_rates(
         frozen[rows] = True
         rates[rows] = s_min
         fl = links[:, rows]
-        dw = np.bincount(fl.ravel(), _weights(fl, factor[rows], wire).ravel(), minlength=n_links)
+        mw = None if weight is None else weight[:, rows]
+        dw = np.bincount(fl.ravel(), _weights(fl, factor[rows], wire, mw).ravel(), minlength=n_links)
         dc = np.bincount(fl.ravel(), minlength=n_links)
         load -= dw
         cap -= dw * s_min
@@ -142,21 +148,58 @@ HAVE_NUMBA = _njit is not None
 
 if HAVE_NUMBA:
 
-    @_njit(cache=True, nogil=True)
-    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, rates):  # pragma: no cover
-        """Sequential progressive filling; ``links_fh`` is (F, H), ``order`` lists entries f*H+h."""
+    @_njit(cache=True, nogil=True, inline="always")
+    def _load_part(links_fh, factor, frozen, weight, has_w, wire, load, count):  # pragma: no cover
         F, H = links_fh.shape
-        L = capacity.shape[0]
-        load = np.zeros(L)
-        count = np.zeros(L, dtype=np.int64)
         for f in range(F):
             if frozen[f]:
                 continue
             fac = factor[f]
             for h in range(H):
                 k = links_fh[f, h]
-                load[k] += fac if wire[k] else 1.0
+                w = fac if wire[k] else 1.0
+                if has_w:
+                    w *= weight[f, h]
+                load[k] += w
                 count[k] += 1
+
+    @_njit(cache=True, nogil=True, inline="always")
+    def _freeze_link(l, s_min, links_fh, factor, frozen, starts, order, rates, weight, has_w, wire, load, cap, count, share):  # pragma: no cover
+        """Freeze every unfrozen flow of one part on bottleneck link ``l`` at ``s_min``."""
+        H = links_fh.shape[1]
+        for e in range(starts[l], starts[l + 1]):
+            f = order[e] // H
+            if frozen[f]:
+                continue
+            frozen[f] = True
+            rates[f] = s_min
+            fac = factor[f]
+            for h in range(H):
+                k = links_fh[f, h]
+                w = fac if wire[k] else 1.0
+                if has_w:
+                    w *= weight[f, h]
+                load[k] -= w
+                cap[k] -= w * s_min
+                count[k] -= 1
+                if k != l and np.isfinite(share[k]):
+                    if count[k] <= 0:
+                        share[k] = np.inf
+                    else:
+                        c = cap[k] if cap[k] > 0.0 else 0.0
+                        share[k] = c / (load[k] if load[k] > 1e-300 else 1e-300)
+
+    @_njit(cache=True, nogil=True)
+    def _maxmin_parts(links_a, factor_a, frozen_a, starts_a, order_a, rates_a, weight_a, has_w,
+                      links_b, factor_b, frozen_b, starts_b, order_b, rates_b, wire, capacity):  # pragma: no cover
+        """Sequential progressive filling over two flow sets sharing the links (part ``b`` has no
+        weights; it may be empty): each keeps its own (F, H) links and link -> entry index
+        (entries f*H+h), so a large set's index is built once and reused across solves."""
+        L = capacity.shape[0]
+        load = np.zeros(L)
+        count = np.zeros(L, dtype=np.int64)
+        _load_part(links_a, factor_a, frozen_a, weight_a, has_w, wire, load, count)
+        _load_part(links_b, factor_b, frozen_b, weight_a, False, wire, load, count)
         cap = capacity.copy()
         share = np.full(L, np.inf)
         live = np.empty(L, dtype=np.int64)  # links that still carry unfrozen flows
@@ -193,28 +236,27 @@ if HAVE_NUMBA:
             for i in range(n_pick):
                 l = picked[i]
                 share[l] = np.inf
-                for e in range(starts[l], starts[l + 1]):
-                    f = order[e] // H
-                    if frozen[f]:
-                        continue
-                    frozen[f] = True
-                    rates[f] = s_min
-                    fac = factor[f]
-                    for h in range(H):
-                        k = links_fh[f, h]
-                        w = fac if wire[k] else 1.0
-                        load[k] -= w
-                        cap[k] -= w * s_min
-                        count[k] -= 1
-                        if k != l and np.isfinite(share[k]):
-                            if count[k] <= 0:
-                                share[k] = np.inf
-                            else:
-                                c = cap[k] if cap[k] > 0.0 else 0.0
-                                share[k] = c / (load[k] if load[k] > 1e-300 else 1e-300)
-        for f in range(F):
-            if not frozen[f]:
-                rates[f] = np.inf
+                _freeze_link(l, s_min, links_a, factor_a, frozen_a, starts_a, order_a, rates_a, weight_a, has_w,
+                             wire, load, cap, count, share)
+                _freeze_link(l, s_min, links_b, factor_b, frozen_b, starts_b, order_b, rates_b, weight_a, False,
+                             wire, load, cap, count, share)
+        for f in range(frozen_a.shape[0]):
+            if not frozen_a[f]:
+                rates_a[f] = np.inf
+        for f in range(frozen_b.shape[0]):
+            if not frozen_b[f]:
+                rates_b[f] = np.inf
+
+    @_njit(cache=True, nogil=True)
+    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, rates, weight, has_w):  # pragma: no cover
+        """Sequential progressive filling; ``links_fh`` is (F, H), ``order`` lists entries f*H+h;
+        ``weight`` (F, H) hop multiplicities when ``has_w`` (else ignored)."""
+        H = links_fh.shape[1]
+        L = capacity.shape[0]
+        eb = np.empty((0, H), dtype=links_fh.dtype)
+        _maxmin_parts(links_fh, factor, frozen, starts, order, rates, weight, has_w,
+                      eb, np.empty(0), np.empty(0, dtype=np.bool_), np.zeros(L + 1, dtype=np.int64),
+                      np.empty(0, dtype=np.int64), np.empty(0), wire, capacity)
         return rates
 
     @_njit(cache=True, nogil=True)
@@ -258,12 +300,14 @@ def maxmin_rates_fm(
     *,
     alive: np.ndarray | None = None,
     index: FlowMajorIndex | None = None,
+    weight: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix; compiled when numba is
-    installed (same algorithm, same results), else the numpy implementation."""
+    """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix (and (F, H) ``weight``);
+    compiled when numba is installed (same algorithm, same results), else the numpy one."""
     n_flows = links_fh.shape[0]
     if not HAVE_NUMBA:
-        rates = maxmin_rates(np.ascontiguousarray(links_fh.T), factor, wire, capacity, alive=alive)
+        wt = None if weight is None else np.ascontiguousarray(weight.T)
+        rates = maxmin_rates(np.ascontiguousarray(links_fh.T), factor, wire, capacity, alive=alive, weight=wt)
         return rates
     rates = np.zeros(n_flows, dtype=np.float64)
     if n_flows == 0:
@@ -271,10 +315,46 @@ def maxmin_rates_fm(
     if index is None:
         index = FlowMajorIndex(links_fh, capacity.shape[0])
     frozen = np.zeros(n_flows, dtype=bool) if alive is None else ~alive
-    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, rates)
+    has_w = weight is not None
+    w = np.ascontiguousarray(weight, dtype=np.float64) if has_w else np.ones((1, 1))
+    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, rates, w, has_w)
     if alive is not None:
         rates[~alive] = 0.0
     return rates
+
+
+def maxmin_rates_parts(
+    big_links: np.ndarray,
+    big_factor: np.ndarray,
+    big_alive: np.ndarray,
+    big_index: FlowMajorIndex | None,
+    links_fh: np.ndarray,
+    factor: np.ndarray,
+    wire: np.ndarray,
+    capacity: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Max-min rates of two flow sets solved together (same result as one concatenated solve):
+    a large one (``big_*``, its :class:`FlowMajorIndex` reused across solves, ``big_alive``
+    marking its live flows) and a small one built on the fly. Returns (rates big, rates small);
+    dead flows of the big set get 0."""
+    if not HAVE_NUMBA:
+        n = int(big_alive.sum())
+        rates = maxmin_rates_fm(np.concatenate([big_links[big_alive], links_fh]),
+                                np.concatenate([big_factor[big_alive], factor]), wire, capacity)
+        ra = np.zeros(big_alive.size)
+        ra[big_alive] = rates[:n]
+        return ra, rates[n:]
+    L = capacity.shape[0]
+    if big_index is None:
+        big_index = FlowMajorIndex(big_links, L)
+    small = FlowMajorIndex(links_fh, L)
+    ra = np.zeros(big_alive.size)
+    rb = np.zeros(links_fh.shape[0])
+    links_fh = links_fh.astype(big_links.dtype, copy=False)
+    _maxmin_parts(big_links, big_factor, ~big_alive, big_index.starts, big_index.order, ra, np.ones((1, 1)), False,
+                  links_fh, factor, np.zeros(links_fh.shape[0], dtype=bool), small.starts, small.order, rb, wire, capacity)
+    ra[~big_alive] = 0.0
+    return ra, rb
 
 
 def maxmin_rates_fast(links, factor, wire, capacity, *, alive=None, index=None):

@@ -17,6 +17,14 @@ flows; on skewed AlltoAllv the end time stays within 1% of the exact fluid model
 ``coalesce_rel = 0`` is the exact fluid model: a recompute at every distinct completion
 picosecond. New flows always trigger a recompute at their start time; flows started at the same
 picosecond are solved together.
+
+Flow classes (``aggregate``, default on): at its start a group's flows are partitioned into
+classes that max-min fair sharing must treat identically (same size, and the same number of
+links of each kind of link, :mod:`sim.network.classes`); a group alone in the network is solved
+over its classes (cost grows with the classes, not the flows) and all per-flow state lives per
+class. With other groups in flight the solve is per flow, and a class whose flows got different
+rates is split (refined again) before its state moves on, so results never depend on the
+aggregation. ``aggregate=False`` keeps one class per flow (the reference).
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import numpy as np
 from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
-from .maxmin import FlowMajorIndex, maxmin_rates_fm
+from .classes import FlowClasses, equitable_classes, identity_classes
+from .maxmin import FlowMajorIndex, maxmin_rates_fm, maxmin_rates_parts
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -45,7 +54,7 @@ class FlowGroup:
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
-        "_event", "_remaining", "_acct",
+        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -58,6 +67,7 @@ class FlowGroup:
         self.end_ps: int | None = None
         self.on_done = on_done
         self._event: EventHandle | None = None
+        self._findex = None  # per-flow link index, for solves shared with other groups
 
     @property
     def size(self) -> int:
@@ -82,16 +92,23 @@ class Network:
     (counted when each message finishes transmitting); ``link_class_bytes()`` sums them by class.
     """
 
-    def __init__(self, engine: Engine, topology: Topology, *, coalesce_rel: float = 0.02) -> None:
+    def __init__(self, engine: Engine, topology: Topology, *, coalesce_rel: float = 0.02, aggregate: bool = True) -> None:
         if not isinstance(engine, Engine):
             raise ValueError(f"engine: expected a sim.engine.Engine, got {type(engine).__name__}")
         if not isinstance(topology, Topology):
             raise ValueError(f"topology: expected a Topology, got {type(topology).__name__}")
         if not (isinstance(coalesce_rel, (int, float)) and 0 <= coalesce_rel <= 0.5):
             raise ValueError(f"coalesce_rel: expected a number in [0, 0.5], got {coalesce_rel!r}")
+        if not isinstance(aggregate, bool):
+            raise ValueError(f"aggregate: expected True or False, got {aggregate!r}")
         self.engine = engine
         self.topology = topology
         self.coalesce_rel = float(coalesce_rel)
+        self.aggregate = aggregate
+        self.aggregate_min_flows = 64  # smaller groups are solved per flow (nothing to gain)
+        self.solved_flows = 0  # sum over solves of the flows they covered
+        self.solved_classes = 0  # ... and of the variables the solver saw (classes or flows)
+        self.splits = 0  # classes refined because other traffic broke their symmetry
         L = topology.num_links
         self.link_bytes = np.zeros(L)
         self.link_wire_bytes = np.zeros(L)
@@ -150,15 +167,16 @@ class Network:
         g._orig = idx
         g._links = np.ascontiguousarray(route.links[:, idx].T)  # (F, H), flow-major
         g._acct = np.ascontiguousarray(route.acct[:, idx].T)  # (F, A) bytes only, never binding
-        g._factor = route.factor[idx]
+        g._factorf = route.factor[idx]
         g._lat = route.latency_ps[idx]
-        g._nb = nb[idx]
-        g._rem = nb[idx].copy()
-        g._rate = np.zeros(idx.size)
-        g._pred = np.full(idx.size, np.inf)
-        g._alive = np.ones(idx.size, dtype=bool)
-        g._index = None
-        g._remaining = idx.size
+        g._nbf = nb[idx]
+        topo = self.topology
+        if self.aggregate and idx.size >= self.aggregate_min_flows:
+            cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
+        else:
+            cl = identity_classes(g._links, topo.capacity, topo.wire)
+        self._set_classes(g, cl, None)
+        g._remaining = g._alive.size
         if idx.size == 0:
             self._schedule_done(g)
         else:
@@ -172,9 +190,28 @@ class Network:
 
     @property
     def active_flows(self) -> int:
-        return sum(int(g._alive.sum()) for g in self._groups) + sum(g._links.shape[0] for g in self._pending)
+        return sum(int(g._mult[g._alive].sum()) for g in self._groups) + sum(g._links.shape[0] for g in self._pending)
 
     # ---------------------------------------------------------------------------- internals
+    @staticmethod
+    def _set_classes(g: FlowGroup, cl: FlowClasses, old: FlowClasses | None) -> None:
+        """Install a partition; with ``old`` the class state moves over (new classes refine old)."""
+        rep = cl.members[cl.starts[:-1]]  # one member flow of each class
+        if old is None:
+            g._nb = g._nbf[rep]
+            g._factor = g._factorf[rep]
+            g._rem = g._nb.copy()
+            g._rate = np.zeros(rep.size)
+            g._pred = np.full(rep.size, np.inf)
+            g._alive = np.ones(rep.size, dtype=bool)
+        else:
+            o = old.cls[rep]
+            g._nb, g._factor, g._rem = g._nb[o], g._factor[o], g._rem[o]
+            g._rate, g._pred, g._alive = g._rate[o], g._pred[o], g._alive[o]
+        g._mult = np.diff(cl.starts).astype(np.float64)
+        g._cls = cl
+        g._index = None
+
     def _request_recompute(self, t: int) -> None:
         if self._recompute_at is not None and self._recompute_at <= t:
             return
@@ -207,16 +244,19 @@ class Network:
         freed = 0.0
         freed_t = 0.0
         for g in self._groups:
-            n_done, sr, srt = K.advance(g._pred, g._alive, g._rem, g._rate, float(now), float(dt), g._links, g._acct, g._factor,
-                               topo.wire, g._nb, self.link_bytes, self.link_wire_bytes)
-            g._remaining -= n_done
+            cl = g._cls
+            done, sr, srt = K.advance_cls(g._pred, g._alive, g._rem, g._rate, g._mult, float(now), float(dt))
+            if done.size:
+                K.account(done, cl.members, cl.starts, g._links, g._acct, g._factorf, topo.wire, g._nbf,
+                          self.link_bytes, self.link_wire_bytes)
+            g._remaining -= done.size
             freed += sr
             freed_t += srt
             if g._remaining:
                 if g._event is not None:  # its completion prediction is void: rates change now
                     g._event.cancel()
                     g._event = None
-                    K.void(g._alive, g._orig, g.finish_ps)
+                    K.void_cls(g._alive, cl.members, cl.starts, g._orig, g.finish_ps)
                 if g._remaining < 0.5 * g._alive.size and g._alive.size > self.compact_min_flows:
                     self._compact(g)
                 survivors.append(g)
@@ -227,7 +267,7 @@ class Network:
         if not survivors:
             return
         previous = {id(g): g._rate for g in old}
-        self._solve(now)
+        self._solve(now, previous)
         # Coalescing left the capacity freed inside the last window idle until now. Credit the
         # flows that existed then with the extra progress their new rates would have made since
         # the (rate-weighted) mean time that capacity was freed; new flows get no credit.
@@ -238,42 +278,98 @@ class Network:
 
     @staticmethod
     def _compact(g: FlowGroup) -> None:
-        """Drop finished flows from a group's solver arrays (the link index is rebuilt)."""
+        """Drop finished classes (and their flows) from a group's arrays (the index is rebuilt)."""
         a = g._alive
-        g._orig = g._orig[a]
-        g._links = np.ascontiguousarray(g._links[a])
-        g._acct = np.ascontiguousarray(g._acct[a])
-        g._factor = g._factor[a]
-        g._nb = g._nb[a]
-        g._lat = g._lat[a]
-        g._rem = g._rem[a]
-        g._rate = g._rate[a]
-        g._pred = g._pred[a]
-        g._alive = np.ones(g._orig.size, dtype=bool)
+        cl = g._cls
+        keep = a[cl.cls]  # flows of live classes
+        g._orig = g._orig[keep]
+        g._links = np.ascontiguousarray(g._links[keep])
+        g._acct = np.ascontiguousarray(g._acct[keep])
+        g._factorf = g._factorf[keep]
+        g._nbf = g._nbf[keep]
+        g._lat = g._lat[keep]
+        for name in ("_factor", "_nb", "_rem", "_rate", "_pred", "_mult"):
+            setattr(g, name, getattr(g, name)[a])
+        g._alive = np.ones(int(a.sum()), dtype=bool)
         g._index = None
+        g._findex = None
+        if cl.identity:
+            g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
+            return
+        new_id = np.cumsum(a) - 1
+        c = new_id[cl.cls[keep]]
+        order = np.argsort(c, kind="stable").astype(np.int64)
+        starts = np.zeros(g._alive.size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(c, minlength=g._alive.size), out=starts[1:])
+        g._cls = FlowClasses(cls=c, members=order, starts=starts, q_links=np.ascontiguousarray(cl.q_links[a]),
+                             q_weight=np.ascontiguousarray(cl.q_weight[a]), lclass_capacity=cl.lclass_capacity,
+                             lclass_wire=cl.lclass_wire, identity=False)
 
-    def _solve(self, now: int) -> None:
+    def _solve(self, now: int, previous: dict[int, np.ndarray]) -> None:
         topo = self.topology
         groups = self._groups
         self.solves += 1
         if len(groups) == 1:
             g = groups[0]
+            cl = g._cls
             if g._index is None:
-                g._index = FlowMajorIndex(g._links, topo.num_links + 1)
+                g._index = FlowMajorIndex(cl.q_links, cl.lclass_capacity.shape[0])
             all_alive = g._remaining == g._alive.size
-            g._rate = maxmin_rates_fm(g._links, g._factor, topo.wire, topo.capacity,
-                                      alive=None if all_alive else g._alive, index=g._index)
-        else:
-            links = np.concatenate([g._links[g._alive] for g in groups], axis=0)
-            factor = np.concatenate([g._factor[g._alive] for g in groups])
-            rates = maxmin_rates_fm(links, factor, topo.wire, topo.capacity)
-            pos = 0
-            for g in groups:
-                a = g._alive
-                k = g._remaining
+            g._rate = maxmin_rates_fm(cl.q_links, g._factor, cl.lclass_wire, cl.lclass_capacity,
+                                      alive=None if all_alive else g._alive, index=g._index, weight=cl.q_weight)
+            self.solved_classes += g._remaining
+            self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
+            return
+        # several groups: one per-flow solve over every live flow (their classes were found
+        # within each group; other traffic may break that symmetry)
+        # several groups: one per-flow solve over every live flow (their classes were found
+        # within each group; other traffic may break that symmetry). The largest group keeps
+        # its link index across solves; the others are gathered afresh.
+        masks = [g._alive if g._cls.identity else g._alive[g._cls.cls] for g in groups]
+        big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
+        gb = groups[big]
+        if gb._findex is None:
+            gb._findex = FlowMajorIndex(gb._links, topo.num_links + 1)
+        rest = [i for i in range(len(groups)) if i != big]
+        links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
+        factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
+        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, links, factor, topo.wire,
+                                       topo.capacity)
+        n_live = rates.size + int(masks[big].sum())
+        self.solved_classes += n_live
+        self.solved_flows += n_live
+        pos = 0
+        for i, (g, m) in enumerate(zip(groups, masks)):
+            if i == big:
+                fr = rb[m]
+            else:
+                fr = rates[pos : pos + int(m.sum())]
+                pos += fr.size
+            cl = g._cls
+            a = g._alive
+            if cl.identity:
                 g._rate = np.zeros(a.size)
-                g._rate[a] = rates[pos : pos + k]
-                pos += k
+                g._rate[a] = fr
+                continue
+            c = cl.cls[m]
+            rate = np.zeros(a.size)
+            rate[c] = fr
+            if np.array_equal(rate[c], fr):
+                g._rate = rate
+                continue
+            # the class's flows got different rates: refine by (class, rate), state moves over
+            self.splits += 1
+            flow_rate = np.full(cl.cls.size, -1.0)
+            flow_rate[m] = fr
+            color = cl.cls * (cl.cls.size + 1) + np.unique(flow_rate, return_inverse=True)[1].ravel()
+            new = equitable_classes(g._links, color, topo.capacity, topo.wire)
+            old_rate = previous.get(id(g))
+            rep_old = cl.cls[new.members[new.starts[:-1]]]
+            self._set_classes(g, new, cl)
+            g._remaining = int(g._alive.sum())
+            g._rate = flow_rate[new.members[new.starts[:-1]]].clip(min=0.0)
+            if old_rate is not None:
+                previous[id(g)] = old_rate[rep_old]
 
     def _predict(self, now: int, previous: dict[int, np.ndarray], span: float) -> None:
         """Credit, predicted ends, the next recompute, and group completions due before it."""
@@ -293,7 +389,8 @@ class Network:
             age = max(t_min - youngest, 0.0)
             horizon = max(math.ceil(t_min + self.coalesce_rel * age), now + 1)
         for g in groups:
-            n_fin = K.mark(g._alive, g._pred, float(horizon), g._lat, g._orig, g.finish_ps)
+            cl = g._cls
+            n_fin = K.mark_cls(g._alive, g._pred, float(horizon), cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
             if g._remaining == n_fin:
                 self._schedule_done(g)
         self._request_recompute(horizon)

@@ -1,0 +1,166 @@
+"""Flow classes: the exact symmetry of a flow set, for a max-min solve over classes, not flows.
+
+Partition the flows and the links into classes such that (1) every flow of a flow class crosses
+the same number of links of each link class, and (2) every link of a link class is crossed by
+the same number of flows of each flow class (an *equitable partition* of the bipartite
+flow-link graph), starting from flows coloured by size (so a class also finishes together) and
+links coloured by capacity and framing (``wire``). Then the max-min fair allocation gives every
+flow of a class the same rate, and it is the allocation of the *quotient* problem: one variable
+per flow class ``c``, one constraint per link class ``k`` with weight ``n[c, k] * w`` where
+``n[c, k]`` is the number of class-``c`` flows on any one link of class ``k`` and ``w`` a flow's
+load per unit rate on such a link (proof: the lifted quotient solution is feasible, saturates
+the same links, and every flow keeps a saturated bottleneck on which no flow is faster -- the
+characterisation of the unique max-min allocation). Deleting whole classes (finished flows)
+keeps a partition equitable, so one partition serves a group for its whole life.
+
+The partition is computed by colour refinement (vectorised, exact: signatures are compared as
+sorted integer sequences, never hashed). Where symmetry is broken (uneven AlltoAllv sizes, a
+slowed link) the partition is fine and the caller falls back to one class per flow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["FlowClasses", "equitable_classes", "identity_classes"]
+
+
+@dataclass
+class FlowClasses:
+    """A partition of a group's flows: ``cls[f]`` its class; per class the quotient entries.
+
+    ``members`` / ``starts``: flows of class c are ``members[starts[c]:starts[c+1]]``.
+    ``q_links`` (C, Q) link-class index per quotient entry (padded with ``n_lclasses``, the
+    infinite pad), ``q_weight`` (C, Q) its multiplicity (flows of that class per link of that link
+    class, times hops), ``lclass_capacity`` (K+1,) capacity of each link class (pad: inf),
+    ``lclass_wire`` (K+1,) whether it carries framing. ``identity``: one class per flow (the
+    per-flow solve).
+    """
+
+    cls: np.ndarray
+    members: np.ndarray
+    starts: np.ndarray
+    q_links: np.ndarray
+    q_weight: np.ndarray | None
+    lclass_capacity: np.ndarray
+    lclass_wire: np.ndarray
+    identity: bool
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.starts.size - 1)
+
+
+def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ids 0..n-1 of ``key`` values (order of first sorted appearance)."""
+    uniq, inv = np.unique(key, return_inverse=True)
+    return inv.astype(np.int64, copy=False).ravel(), int(uniq.size)
+
+
+def _row_ids(cols: list[np.ndarray], radices: list[int]) -> tuple[np.ndarray, int]:
+    """Dense ids of the rows of integer columns (mixed radix, compressed when it would overflow)."""
+    key = cols[0].astype(np.int64)
+    rad = radices[0]
+    for c, r in zip(cols[1:], radices[1:]):
+        if rad * r >= 2**62:
+            key, rad = _dense(key)
+        key = key * r + c
+        rad *= r
+    return _dense(key)
+
+
+def identity_classes(links_fh: np.ndarray, capacity: np.ndarray, wire: np.ndarray) -> FlowClasses:
+    """One class per flow: the quotient is the per-flow problem itself (link classes = links)."""
+    F = links_fh.shape[0]
+    ar = np.arange(F, dtype=np.int64)
+    return FlowClasses(cls=ar, members=ar, starts=np.arange(F + 1, dtype=np.int64),
+                       q_links=links_fh, q_weight=None, lclass_capacity=capacity,
+                       lclass_wire=wire, identity=True)
+
+
+def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np.ndarray, wire: np.ndarray,
+                      *, max_fraction: float = 0.25, max_rounds: int = 32) -> FlowClasses:
+    """The coarsest equitable partition refining ``flow_color`` (flows) and (capacity, wire) (links).
+
+    links_fh: (F, H) link per hop, padded with the last link (infinite capacity).
+    Falls back to :func:`identity_classes` once the flow classes exceed ``max_fraction * F``
+    (too little symmetry to pay for the quotient).
+    """
+    F, H = links_fh.shape
+    n_links = capacity.shape[0]  # includes the pad (last)
+    pad = n_links - 1
+    if F == 0:
+        return identity_classes(links_fh, capacity, wire)
+    limit = max(1, int(max_fraction * F))
+    fc, nf = _dense(np.asarray(flow_color))
+    if nf > limit:
+        return identity_classes(links_fh, capacity, wire)
+    cap_id, ncap = _dense(np.where(np.isfinite(capacity), capacity, -1.0))
+    lc, nl = _row_ids([cap_id, wire.astype(np.int64)], [ncap, 2])
+    lc[pad] = nl  # the pad is a class of its own
+    nl += 1
+    flat_links = links_fh.ravel().astype(np.int64)
+    real = flat_links != pad
+    ent_link = flat_links[real]
+    ent_flow = np.repeat(np.arange(F, dtype=np.int64), H)[real]
+    for _ in range(max_rounds):
+        # links: (old colour, sorted multiset of flow colours crossing it)
+        key = ent_link * nf + fc[ent_flow]
+        uk, cnt = np.unique(key, return_counts=True)
+        lk = uk // nf
+        fk = uk % nf
+        bounds = np.searchsorted(lk, np.arange(n_links + 1))
+        sig: dict[tuple[int, bytes], int] = {}
+        new_lc = np.empty(n_links, dtype=np.int64)
+        pairs = np.stack([fk, cnt], axis=1)
+        for link in range(n_links):
+            s = (int(lc[link]), pairs[bounds[link]:bounds[link + 1]].tobytes())
+            new_lc[link] = sig.setdefault(s, len(sig))
+        n_new_l = len(sig)
+        # flows: (old colour, sorted link colours of its hops)
+        hop_colors = np.sort(new_lc[links_fh], axis=1)
+        new_fc, n_new_f = _row_ids([fc] + [hop_colors[:, h] for h in range(H)], [nf] + [n_new_l] * H)
+        if n_new_f > limit:
+            return identity_classes(links_fh, capacity, wire)
+        stable = n_new_f == nf and n_new_l == nl
+        fc, nf, lc, nl = new_fc, n_new_f, new_lc, n_new_l
+        if stable:
+            break
+    else:  # pragma: no cover - refinement converges in at most F + L rounds; bounded for safety
+        return identity_classes(links_fh, capacity, wire)
+    # the pad link class goes last with index K (infinite)
+    pad_class = lc[pad]
+    remap = np.arange(nl)
+    remap[pad_class] = nl - 1
+    remap[nl - 1] = pad_class
+    lc = remap[lc]
+    K = nl - 1
+    link_count = np.bincount(lc, minlength=nl)
+    lcap = np.empty(nl)
+    lwire = np.zeros(nl, dtype=bool)
+    lcap[lc] = capacity
+    lwire[lc] = wire
+    lcap[K] = np.inf
+    lwire[K] = False
+    # quotient entries: per flow class c, per link class k: hops of class-c flows onto class-k
+    # links divided by the links of class k = class-c flows per class-k link
+    order = np.argsort(fc, kind="stable")
+    starts = np.zeros(nf + 1, dtype=np.int64)
+    np.cumsum(np.bincount(fc, minlength=nf), out=starts[1:])
+    key = fc[ent_flow] * nl + lc[ent_link]
+    uk, cnt = np.unique(key, return_counts=True)
+    qc = uk // nl
+    qk = uk % nl
+    n_per_link = cnt / link_count[qk]
+    per_class = np.bincount(qc, minlength=nf)
+    Q = max(int(per_class.max()) if per_class.size else 1, 1)
+    q_links = np.full((nf, Q), K, dtype=np.int32)
+    q_weight = np.zeros((nf, Q))
+    first = np.searchsorted(qc, np.arange(nf))
+    slot = np.arange(qc.size) - first[qc]
+    q_links[qc, slot] = qk
+    q_weight[qc, slot] = n_per_link
+    return FlowClasses(cls=fc, members=order.astype(np.int64), starts=starts, q_links=q_links, q_weight=q_weight,
+                       lclass_capacity=lcap, lclass_wire=lwire, identity=False)
