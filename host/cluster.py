@@ -69,10 +69,11 @@ class ClusterRun:
     """
 
     def __init__(self, scenario: Scenario, progress: Progress | None = None,
-                 nic_backend: Callable[[Any, Any, Any], Any] | None = None) -> None:
+                 nic_backend: Callable[[Any, Any, Any], Any] | None = None, plan: Any = None) -> None:
         self.scenario = scenario
         self.progress = progress or (lambda message, fraction: None)
         self.nic_backend = nic_backend
+        self.given_plan = plan
 
     # -------------------------------------------------------------------------- preparation
     def _topology(self):
@@ -93,8 +94,10 @@ class ClusterRun:
                 raise ValueError(f"cluster.gpus_per_node: {error}") from None
         return Topology(cfg)
 
-    def _plan(self, topo):
-        from neonic.host.planner.system import AlphaBetaComm, MemoryTiers, PlannerSystem
+    def make_planner_system(self, topo) -> Any:
+        """The planner's view of this scenario's cluster (``host.planner.PlannerSystem``): the
+        network's figures for the run's algorithms, the memory tiers, the iteration's schedule."""
+        from neonic.host.planner.system import MemoryTiers, PlannerSystem
 
         sc = self.scenario
         comm = _planner_comm(topo, sc.allreduce)
@@ -102,12 +105,27 @@ class ClusterRun:
         if sc.system.embeddings == "cpu":
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
-        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype,
+        return PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype,
                              iteration=IterationSpec.from_scenario(sc))
-        from neonic.host.planner.api import make_plan
 
-        plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
-                         time_budget_s=sc.planner_budget_s)
+    def _plan(self, topo):
+        """The plan the run executes: the one given (``plan=``), the scenario's plan file
+        (``[planner] plan``), or the named planner's."""
+        from neonic.host.planner.api import make_plan
+        from neonic.host.planner.plan_io import load_plan, plan_from_dict, plan_to_dict
+
+        sc = self.scenario
+        psys = self.make_planner_system(topo)
+        if self.given_plan is not None:
+            # checked like a file: the same errors for a plan made elsewhere
+            plan = plan_from_dict(plan_to_dict(self.given_plan), sc.workload, psys, source="plan")
+            plan = type(plan)(plan.world_size, plan.gpus_per_node, plan.tables, self.given_plan.planner,
+                              self.given_plan.notes)
+        elif sc.plan_path is not None:
+            plan = load_plan(sc.plan_path, sc.workload, psys)
+        else:
+            plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
+                             time_budget_s=sc.planner_budget_s)
         self.planner_system = psys
         return plan, psys
 

@@ -333,12 +333,64 @@ class ScheduleTemplate:
         index = {op.id: i for i, op in enumerate(graph.ops)}
         self.ops: list[tuple[str, int, bool, tuple[int, ...]]] = [
             (op.phase, op.iteration, op.collective, tuple(index[d.id] for d in op.deps)) for op in graph.ops]
+        self.streams = [op.stream for op in graph.ops]
+        colls = [i for i, op in enumerate(graph.ops) if op.collective]
+        self._coll_slot = {i: n for n, i in enumerate(colls)}
+        # pairs of collectives on different streams of neighbouring iterations: the only ones
+        # that can run at once (a batch's input AlltoAll runs one iteration ahead at most)
+        its_of = [op.iteration for op in graph.ops]
+        # each input-stream collective (a batch's input AlltoAll, one iteration ahead) and the
+        # comm-stream collectives it can run beside, in the comm stream's order
+        self._sharing: list[tuple[int, list[int]]] = []
+        for a in colls:
+            if self.streams[a] != "input":
+                continue
+            partners = [self._coll_slot[b] for b in colls
+                        if self.streams[b] != self.streams[a] and abs(its_of[a] - its_of[b]) <= 1]
+            if partners:
+                self._sharing.append((self._coll_slot[a], partners))
         self.iterations = its
 
-    def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray]) -> np.ndarray:
+    #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
+    SHARING_PASSES = 8
+
+    def _shared_extra(self, S: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """How much later each collective ends when an input AlltoAll shares the network fairly
+        with the comm stream's collectives it overlaps (starts ``S``, isolated times ``base``,
+        each ``(C, T)``): a fluid model, partner by partner in the comm stream's order. Alone,
+        the input AlltoAll progresses at full rate; beside a partner both progress at half rate
+        until the one with less work left is done, and each ends later by that amount."""
+        extra = np.zeros_like(base)
+        for a, partners in self._sharing:
+            t = S[a].copy()                 # the input AlltoAll's clock
+            left = base[a].copy()           # its work left
+            for b in partners:
+                alone = np.clip(S[b] - t, 0.0, None)
+                done = np.minimum(left, alone)
+                left = left - done
+                t = np.maximum(t, S[b])
+                both = np.where(S[b] + base[b] > t, np.minimum(left, S[b] + base[b] - t), 0.0)
+                both = np.clip(both, 0.0, None)
+                extra[a] += both
+                extra[b] += both
+                left = left - both
+                t = t + 2 * both
+        return extra
+
+    def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
+                    share_network: bool = True) -> np.ndarray:
         """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
         ``rank_s[phase]``: ``(T, N)`` or ``(N,)``; ``coll_s[phase]``: ``(T,)`` or a scalar; a
-        phase missing from both lasts 0."""
+        phase missing from both lasts 0.
+
+        ``share_network``: collectives on different streams that overlap in time (Neo's
+        pipeline: the next batch's input AlltoAll beside this batch's pooled and gradient
+        AlltoAlls and AllReduce) share the network fairly: while two overlap, each progresses at
+        half its rate, so each ends later by the shorter of the two's work left when the second
+        started (pairwise, summed over a collective's partners). The start times come from the
+        schedule, which the stretches change, so the model is solved by a few fixed-point
+        passes (:data:`SHARING_PASSES`). ASSUMPTION: concurrent collectives are limited by the
+        same links (the NICs)."""
         shape = None
         for v in rank_s.values():
             v = np.asarray(v)
@@ -348,26 +400,49 @@ class ScheduleTemplate:
             shape = (1, 1)
         T = max([shape[0]] + [np.asarray(v).reshape(-1).shape[0] for v in coll_s.values()])
         N = shape[1]
-        zero = np.zeros((T, N))
-        ends: list[np.ndarray] = []
-        it_end = np.zeros((self.iterations, T))
-        for phase, it, collective, deps in self.ops:
-            if deps:
-                start = ends[deps[0]]
-                for d in deps[1:]:
-                    start = np.maximum(start, ends[d])
-            else:
-                start = zero
+        zero = np.zeros((T, 1))
+        C = len(self._coll_slot)
+        base = np.zeros((C, T))
+        for i, (phase, _, collective, _) in enumerate(self.ops):
             if collective:
-                t0 = start.max(axis=1)
                 d = coll_s.get(phase)
-                end = np.broadcast_to((t0 + (0.0 if d is None else np.asarray(d, float).reshape(-1)))[:, None], (T, N))
-            else:
-                d = rank_s.get(phase)
-                end = start if d is None else start + np.asarray(d, float)
-                end = np.broadcast_to(end, (T, N))
-            ends.append(end)
-            it_end[it] = np.maximum(it_end[it], end.max(axis=1))
+                if d is not None:
+                    base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
+        extra = np.zeros((C, T))
+        passes = self.SHARING_PASSES if share_network and self._sharing else 1
+        rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
+        S = np.zeros((C, T))
+        E = np.zeros((C, T))
+        for p in range(passes):
+            ends: list[np.ndarray] = []
+            it_end = np.zeros((self.iterations, T))
+            for i, (phase, it, collective, deps) in enumerate(self.ops):
+                if deps:
+                    start = ends[deps[0]]
+                    for d in deps[1:]:
+                        start = np.maximum(start, ends[d])
+                else:
+                    start = zero
+                if collective:
+                    c = self._coll_slot[i]
+                    t0 = start.max(axis=1) if start.ndim == 2 else start
+                    t1 = t0 + base[c] + extra[c]
+                    S[c] = t0
+                    E[c] = t1
+                    end = t1[:, None]
+                    it_end[it] = np.maximum(it_end[it], t1)
+                else:
+                    d = rank_d.get(phase)
+                    end = start if d is None else start + d
+                    it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
+                ends.append(end)
+            if passes > 1:
+                new = self._shared_extra(S, base)
+                if np.abs(new - extra).max(initial=0.0) <= 1e-12:
+                    break
+                # the stretches move the starts they came from: average with the last pass
+                # after the first two (the iteration otherwise oscillates)
+                extra = new if p < 1 else (extra + new) / 2
         w = self.spec.warmup
         lo = it_end[w - 1] if w > 0 else 0.0
         return (it_end[-1] - lo) / self.spec.iterations

@@ -24,6 +24,8 @@ Scenario schema (TOML)::
                                      # converges): plans are deterministic
     time_budget_s = 2.0              # optional wall-clock safety for Neo's search (default:
                                      # none; a plan it cuts short is not reproducible)
+    plan = "plan.json"               # optional: run this plan (host.planner.plan_io's format,
+                                     # relative to the scenario file) instead of planning
     allreduce = "hierarchical"       # ring | double_binary_tree | hierarchical
     alltoall = "direct"              # direct | hierarchical
     [dense]
@@ -76,6 +78,7 @@ class Scenario:
     allreduce: str = "hierarchical"
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
+    plan_path: str | None = None
     source: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> dict[str, Any]:
@@ -88,7 +91,8 @@ class Scenario:
             "system": self.system.to_dict(),
             "planner": {"name": self.planner, "allreduce": self.allreduce, "alltoall": self.alltoall,
                         **({} if self.planner_budget_s is None else {"time_budget_s": self.planner_budget_s}),
-                        **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps})},
+                        **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps}),
+                        **({} if self.plan_path is None else {"plan": self.plan_path})},
             "dense": {"dtype": self.dense_dtype},
         }
 
@@ -128,7 +132,13 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     workload = resolve_workload(data["workload"], "workload", base)
     system = resolve_system(data.get("system", "zionex"), "system")
     pl = check_table("planner", data.get("planner", {}))
-    check_known_fields("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps"))
+    check_known_fields("planner", pl, ("name", "allreduce", "alltoall", "time_budget_s", "max_steps", "plan"))
+    plan_path = pl.get("plan")
+    if plan_path is not None:
+        if not isinstance(plan_path, str) or not plan_path:
+            raise ValueError(f"planner.plan: expected the path of a plan file (JSON), got {plan_path!r}")
+        if base is not None and not Path(plan_path).is_absolute():
+            plan_path = str(base / plan_path)
     from neonic.host.planner.api import check_planner_name
     from neonic.host.planner.search import DEFAULT_MAX_STEPS
 
@@ -156,6 +166,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         allreduce=_choice("planner.allreduce", pl.get("allreduce", "hierarchical"), ("ring", "double_binary_tree", "hierarchical")),
         alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
+        plan_path=plan_path,
         source={k: v for k, v in data.items()},
     )
 

@@ -1,64 +1,91 @@
-"""``neonic bench planner``: Neo's sharding search against the baselines on Model-A, 16 x 8 GPUs.
+"""``neonic bench planner``: every plan predicted by the planner and simulated, on Neo's cluster.
 
-Figures (measured when run): ``planning_s`` (wall time of the Neo search; goal <= 10 s on 2
-cores), ``cost_ms`` (the slowest rank's embedding time of one iteration under its plan),
-``imbalance_max_over_mean`` (goal <= 1.05), ``baseline_cost_ms`` (per baseline, same cost model)
-and ``improvement_over_best_baseline`` (1 - ours / best baseline; goal >= 0.15). The cluster is
-the ``zionex`` network preset with A100 40 GB GPUs and 1400 GiB of host DRAM per node for the
-cache-backed tier. ``--quick`` plans Model-A's 2/16 share (its tables and parameters, as the
-weak-scaling experiment scales it; the whole model does not fit 2 nodes) on 2 nodes. The search is deterministic: it runs to
-convergence or ``max_steps`` (:data:`host.planner.DEFAULT_MAX_STEPS`), with no wall-clock budget,
-so the plan and its costs are the same on any machine; only ``planning_s`` depends on it
-(``refine_steps`` and ``converged`` say where the search ended).
+For model-a, model-i and model-f on 16 ZionEX nodes x 8 A100 (the ``model-a-128`` scenario with
+the workload swapped; 2 warm-up and 3 measured iterations, so that the pipeline's steady state
+is measured), each plan (Neo's search as ``neo``, every baseline planner, every forced sharding
+type) is priced by the planner's fast evaluation (``predicted_ms``: ``host.planner.cost``, the
+op graph of the iteration without an event engine) and run on the event-driven cluster
+simulator (``simulated_ms``), both in milliseconds per iteration. A plan that cannot be made
+(a table fits nowhere under that planner) is listed under ``errors``.
+
+Last line (``--json``), one object: ``planning_s`` (wall time of Neo's search on model-a, 128
+GPUs; it depends on the machine's load, the plan does not) and ``planning_cpu_s`` (its CPU
+time); under each model: ``predicted_ms`` and ``simulated_ms`` (plan name -> ms),
+``errors``, ``prediction_error`` (predicted / simulated - 1, per plan),
+``best_alternative`` and ``neo_below_best_alternative`` (1 - neo / best other plan, simulated).
+``--quick``: the models' 2/16 shares on 2 nodes, 1 measured iteration.
 """
 
 from __future__ import annotations
 
 import time
 
-SUMMARY = "Neo sharding planner vs baselines on model-a, 16 nodes x 8 A100 (zionex)"
+SUMMARY = "planner: every plan predicted vs simulated, model-a/i/f on 16 x 8 ZionEX A100"
+MODELS = ("model-a", "model-i", "model-f")
 
 
 def run(ctx) -> dict:
+    import tomllib
+
+    from neonic.host.cluster import ClusterRun, scenario_from_dict, scenario_preset_text
     from neonic.host.experiments._common import scaled_workload
-    from neonic.host.planner import BASELINES, DEFAULT_MAX_STEPS, CostModel, NeoPlanner, plan_baseline, plan_config_from_dict
+    from neonic.host.planner import PLANNER_NAMES, CostModel, NeoPlanner, make_plan
 
     nodes = 2 if ctx.quick else 16
-    workload = scaled_workload("model-a", nodes / 16) if ctx.quick else "model-a"
-    cfg = plan_config_from_dict({"workload": workload, "network": "zionex", "nodes": nodes, "gpu": "a100-40gb",
-                                 "memory": {"dram_gib_per_node": 1400}})
-    w, s = cfg.workload, cfg.system
-    cost = CostModel(w, s)
-    ctx.progress(f"planning {w.name} ({len(w.tables)} tables) on {s.world_size} ranks, at most {DEFAULT_MAX_STEPS} steps")
-    t0 = time.perf_counter()
-    planner = NeoPlanner(w, s, cost, max_steps=DEFAULT_MAX_STEPS)
-    plan = planner.run()
-    planning_s = time.perf_counter() - t0
-    ours = cost.evaluate(plan)
-    ctx.progress(f"neo: {ours.max_s * 1e3:.3f} ms, imbalance {ours.imbalance:.4f}, {planning_s:.2f} s")
-    baselines: dict[str, float] = {}
-    baseline_s: dict[str, float] = {}
-    for name in BASELINES:
-        t1 = time.perf_counter()
-        bc = cost.evaluate(plan_baseline(name, w, s, cost))
-        baseline_s[name] = time.perf_counter() - t1
-        baselines[name] = bc.max_s * 1e3
-        ctx.progress(f"{name}: {baselines[name]:.3f} ms, imbalance {bc.imbalance:.4f}")
-    best = min(baselines.values())
-    return {
-        "workload": w.name,
-        "world_size": s.world_size,
-        "planning_s": planning_s,
-        "cost_ms": ours.max_s * 1e3,
-        "mean_ms": ours.mean_s * 1e3,
-        "imbalance_max_over_mean": ours.imbalance,
-        "baseline_cost_ms": baselines,
-        "baseline_planning_s": baseline_s,
-        "improvement_over_best_baseline": 1.0 - ours.max_s * 1e3 / best,
-        "refine_steps": planner.stats.get("refine_steps", 0),
-        "max_steps": DEFAULT_MAX_STEPS,
-        "converged": planner.stats.get("refine_steps", 0) < DEFAULT_MAX_STEPS,
-        "greedy_cost_ms": planner.stats.get("greedy_cost_s", 0.0) * 1e3,
-        "sharding_counts": plan.sharding_counts(),
-        "network_source": s.comm.source,
-    }
+    out: dict = {"nodes": nodes, "gpus_per_node": 8, "system": "zionex"}
+    for model in MODELS:
+        workload = {"preset": model} if not ctx.quick else scaled_workload(model, nodes / 16)
+        data = tomllib.loads(scenario_preset_text("model-a-128"))
+        data["workload"] = workload
+        data["cluster"]["nodes"] = nodes
+        data["scenario"].update({"name": f"bench-planner-{model}", "warmup": 1 if ctx.quick else 2,
+                                 "iterations": 1 if ctx.quick else 3})
+        try:
+            sc = scenario_from_dict(data)
+        except ValueError as error:
+            out[model] = {"error": str(error)}
+            continue
+        runner = ClusterRun(sc)
+        topo = runner._topology()
+        psys = runner.make_planner_system(topo)
+        w = sc.workload
+        predicted: dict[str, float] = {}
+        simulated: dict[str, float] = {}
+        errors: dict[str, str] = {}
+        cost = None
+        for name in PLANNER_NAMES:
+            ctx.progress(f"{model}: planning {name}")
+            try:
+                if name == "neo":
+                    # a fresh cost model: the search's time includes building its caches
+                    cost = CostModel(w, psys)
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    planner = NeoPlanner(w, psys, cost)
+                    plan = planner.run()
+                    if model == "model-a":
+                        out["planning_s"] = time.perf_counter() - t0
+                        out["planning_cpu_s"] = time.process_time() - c0
+                        out["planning_notes"] = list(plan.notes)
+                else:
+                    plan = make_plan(w, psys, name, cost=cost)
+            except ValueError as error:
+                errors[name] = str(error)
+                ctx.progress(f"{model}: {name}: cannot plan: {error}")
+                continue
+            predicted[name] = cost.evaluate(plan).iteration_s * 1e3
+            ctx.progress(f"{model}: simulating {name} (predicted {predicted[name]:.2f} ms)")
+            result = ClusterRun(sc, plan=plan).run()
+            simulated[name] = result.metrics["iteration_time_s"] * 1e3
+            ctx.progress(f"{model}: {name}: predicted {predicted[name]:.2f} ms, simulated {simulated[name]:.2f} ms")
+        entry: dict = {"predicted_ms": predicted, "simulated_ms": simulated, "errors": errors,
+                       "prediction_error": {n: predicted[n] / simulated[n] - 1 for n in simulated if simulated[n] > 0}}
+        others = {n: v for n, v in simulated.items() if n != "neo"}
+        if "neo" in simulated and others:
+            best = min(others, key=others.get)
+            entry["best_alternative"] = best
+            entry["neo_below_best_alternative"] = 1 - simulated["neo"] / others[best]
+            entry["neo_lowest_simulated"] = simulated["neo"] <= min(others.values())
+        out[model] = entry
+    errs = [abs(e) for m in MODELS for e in out.get(m, {}).get("prediction_error", {}).values()]
+    out["max_abs_prediction_error"] = max(errs) if errs else None
+    return out

@@ -1,4 +1,4 @@
-"""``neonic run [CONFIG.toml | --preset NAME] [--out DIR]``: one scenario on the cluster runtime.
+"""``neonic run [CONFIG.toml | --preset NAME] [--plan PLAN.json] [--out DIR]``: one scenario on the cluster runtime.
 
 With no argument it runs the packaged default scenario (Model-A scaled down on 2 ZionEX nodes x
 8 GPUs; seconds on 2 cores). Shows progress while it runs, prints a summary table and writes the
@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("config", metavar="CONFIG.toml", nargs="?", help="scenario file (default: the packaged default scenario)")
     parser.add_argument("--preset", metavar="NAME", help=f"a packaged scenario: {', '.join(SCENARIO_PRESETS)}")
+    parser.add_argument("--plan", metavar="PLAN.json", type=Path,
+                        help="run this sharding plan (neonic plan --export) instead of planning")
     parser.add_argument("--out", metavar="DIR", type=Path, help="results folder (default results/<scenario>-<timestamp>/)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--backend", choices=("model", "rtl"), default="model",
@@ -53,6 +55,10 @@ def main(args: argparse.Namespace) -> int:
     else:
         from neonic.host.units.smartnic import rtl_scenario
         scenario = rtl_scenario()
+    if args.plan is not None:
+        import dataclasses
+
+        scenario = dataclasses.replace(scenario, plan_path=str(args.plan))
     if args.backend == "rtl":
         from neonic.host.units.smartnic import rtl_backend
         backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console)

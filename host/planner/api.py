@@ -18,12 +18,11 @@ and the plan's notes say how many did.
 
 from __future__ import annotations
 
-import numpy as np
-
 from neonic.host.planner.baselines import BASELINES, plan_baseline
 from neonic.host.planner.cost import CostModel
+from neonic.host.planner.forced import FORCED_NAMES, forced_fallbacks, plan_forced
 from neonic.host.planner.plan import Plan, ShardingType
-from neonic.host.planner.search import DEFAULT_MAX_STEPS, Placer, plan_neo
+from neonic.host.planner.search import DEFAULT_MAX_STEPS, plan_neo
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import WorkloadSpec
 
@@ -31,10 +30,7 @@ __all__ = ["PLANNER_NAMES", "FORCED_NAMES", "make_plan", "plan_forced", "forced_
 
 ST = ShardingType
 
-#: ``force:`` names, one per sharding type (``force:table-wise``, ``force:row-wise``, ...).
-FORCED_NAMES: tuple[str, ...] = tuple(f"force:{t.value.replace('_', '-')}" for t in ShardingType)
 PLANNER_NAMES: tuple[str, ...] = ("neo", *BASELINES, *FORCED_NAMES)
-_FALLBACK_NOTE = "tables fallen back to row-wise: "
 
 
 def check_planner_name(name: object, field: str = "planner") -> str:
@@ -55,53 +51,3 @@ def make_plan(workload: WorkloadSpec, system: PlannerSystem, planner: str = "neo
     if planner in BASELINES:
         return plan_baseline(planner, workload, system, cost)
     return plan_forced(ShardingType(planner.removeprefix("force:").replace("-", "_")), workload, system, cost)
-
-
-def forced_fallbacks(plan: Plan) -> int:
-    """How many tables of a forced plan fell back to row-wise (0 for other plans)."""
-    for note in plan.notes:
-        if note.startswith(_FALLBACK_NOTE):
-            return int(note[len(_FALLBACK_NOTE):])
-    return 0
-
-
-def plan_forced(kind: ShardingType | str, workload: WorkloadSpec, system: PlannerSystem,
-                cost: CostModel | None = None) -> Plan:
-    """Every table with sharding ``kind`` (see the module doc); the fallbacks are in the plan's
-    notes (:func:`forced_fallbacks`)."""
-    try:
-        st = ShardingType(kind)
-    except ValueError:
-        raise ValueError(f"kind: expected one of {', '.join(t.value for t in ShardingType)}, got {kind!r}") from None
-    p = Placer(workload, system, cost)
-    world, g = p.world, p.g
-    fallbacks = 0
-    for table in sorted(workload.tables, key=lambda t: -float(workload.table_memory_bytes(t))):
-        totals = p.totals()
-        order = [int(r) for r in np.argsort(totals, kind="stable")]
-        tp = None
-        if st == ST.TABLE_WISE:
-            tp = next((x for x in (p.make(table, st, [r]) for r in order) if x is not None), None)
-        elif st == ST.ROW_WISE:
-            tp = p.make(table, st, list(range(world)))
-        elif st == ST.COLUMN_WISE:
-            m = max(1, min(8, world, table.dim // 4))
-            tp = p.make(table, st, sorted(order[:m]))
-        elif st in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
-            node_load = totals.reshape(-1, g).sum(axis=1)
-            for node in np.argsort(node_load, kind="stable"):
-                ranks = list(range(int(node) * g, (int(node) + 1) * g))
-                if st == ST.TABLE_COLUMN_WISE:
-                    ranks = ranks[: max(1, min(g, table.dim // 4))]
-                tp = p.make(table, st, ranks)
-                if tp is not None:
-                    break
-        else:  # data-parallel
-            tp = p.make(table, st, [])
-        if tp is None:
-            fallbacks += 1
-            tp = p.make(table, ST.ROW_WISE, list(range(world)))
-        if tp is None:
-            raise p.fits_nowhere(table)
-        p.place(tp)
-    return p.plan(f"force:{st.value.replace('_', '-')}", (f"{_FALLBACK_NOTE}{fallbacks}",))

@@ -23,7 +23,7 @@ import numpy as np
 
 from neonic.host.planner.cost import CostModel
 from neonic.host.planner.plan import Plan, ShardingType
-from neonic.host.planner.search import Placer
+from neonic.host.planner.placer import Placer
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 

@@ -268,6 +268,13 @@ class CostModel:
         rank, coll = self.phase_times(vecs, dps)
         return self.template.iteration_s(rank, coll)
 
+    def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
+        """Sum over the plan-dependent phases of each phase's slowest rank, for ``T`` states:
+        the iteration as if nothing overlapped (a cheap proxy the greedy start uses; the search
+        itself minimises :meth:`iteration_s`)."""
+        rank, coll = self.phase_times(vecs, dps)
+        return rank["emb_fwd"].max(axis=1) + rank["emb_bwd"].max(axis=1) + sum(coll.values())
+
     def iteration_s(self, state: State) -> float:
         """Predicted seconds per iteration of an accumulated state (the objective)."""
         return float(self.iteration_s_batch(state.vec[None], [state.dp_bytes])[0])

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from neonic.host.planner.cost import Contribution, CostModel, State
+from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
-from neonic.host.planner.system import GIB, PlannerSystem
-from neonic.host.planner.work import table_work
+from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 
 __all__ = ["Placer", "NeoPlanner", "plan_neo", "check_fits", "DEFAULT_MAX_STEPS"]
@@ -41,185 +41,6 @@ ST = ShardingType
 #: Refinement steps at most (the search usually converges well before: Model-A on 128 GPUs
 #: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
 DEFAULT_MAX_STEPS = 200
-
-
-@dataclass
-class _Placed:
-    tp: TablePlan
-    contrib: Contribution
-
-
-def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering ``[0, total)``, as even as multiples of ``unit`` allow."""
-    units = total // unit if total % unit == 0 and total // unit >= parts else total
-    step = unit if units != total else 1
-    bounds = np.linspace(0, units, parts + 1).round().astype(int) * step
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-class Placer:
-    """Shared machinery of the planners: building table plans, costing them, tracking memory."""
-
-    def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
-                 tw_cache: dict | None = None) -> None:
-        self.workload = workload
-        self.system = system
-        self.cost = cost or CostModel(workload, system)
-        self.world = system.world_size
-        self.g = system.gpus_per_node
-        self.caps = np.array([system.hbm_capacity, system.dram_capacity, system.ssd_capacity])
-        self.state = State.empty(self.world)
-        self.placed: dict[str, _Placed] = {}
-        self.tables = {t.name: t for t in workload.tables}
-        check_fits(workload, system)
-        # Relabelings that keep the node structure and map rank 0 to rank k: a table-wise
-        # table's contribution on rank k is its contribution on rank 0, relabeled (exact, as
-        # every rank has the same GPU and links).
-        r = np.arange(self.world)
-        node, local, nodes = r // self.g, r % self.g, system.nodes
-        self._inv = np.array([((node - node[k]) % nodes) * self.g + (local - local[k]) % self.g
-                              for k in range(self.world)])
-        # rank-0 contributions of table-wise tables, by (table, tier): shareable between placers
-        # of the same workload, system and cost model (the baselines the search starts from)
-        self._tw_cache: dict[tuple[str, str], Contribution] = {} if tw_cache is None else tw_cache
-        self._cache: dict[TablePlan, Contribution] = {}
-
-    # ------------------------------------------------------------------ building table plans
-    def shard_bytes(self, table: TableSpec, rows: int, cols: int) -> float:
-        state = self.workload.optimizer.state_bytes_per_row(cols)
-        return float(rows * (cols * table.elem_bytes + state))
-
-    def make(self, table: TableSpec, kind: ST, ranks: list[int], state: State | None = None) -> TablePlan | None:
-        """A table plan of ``kind`` over ``ranks`` with tiers chosen to fit, or None if it cannot."""
-        state = state or self.state
-        if kind == ST.DATA_PARALLEL:
-            ranks = list(range(self.world))
-        if len(set(ranks)) != len(ranks):
-            return None
-        if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
-            if len(ranks) > table.dim:
-                return None
-            pieces = [(0, table.rows, a, b) for a, b in _split(table.dim, len(ranks), 4)]
-        elif kind in (ST.ROW_WISE, ST.TABLE_ROW_WISE):
-            if len(ranks) > table.rows:
-                return None
-            pieces = [(a, b, 0, table.dim) for a, b in _split(table.rows, len(ranks))]
-        else:
-            pieces = [(0, table.rows, 0, table.dim)] * len(ranks)
-        hbm_free = self.caps[0] - state.hbm
-        dram_free = self.caps[1] - state.host[0]
-        ssd_free = self.caps[2] - state.host[1]
-        lf = self.system.memory.cache_load_factor
-        shards = []
-        for rank, (r0, r1, c0, c1) in zip(ranks, pieces):
-            need = self.shard_bytes(table, r1 - r0, c1 - c0)
-            cache = math.ceil((r1 - r0) * lf) * (c1 - c0) * table.elem_bytes
-            if need <= hbm_free[rank]:
-                tier = "hbm"
-            elif cache <= hbm_free[rank] and need <= dram_free[rank]:
-                tier = "dram"
-            elif cache <= hbm_free[rank] and need <= ssd_free[rank]:
-                tier = "ssd"
-            else:
-                return None
-            shards.append(Shard(rank, r0, r1, c0, c1, tier))
-        return TablePlan(table.name, kind, tuple(shards))
-
-    def contribution(self, tp: TablePlan) -> Contribution:
-        if tp.sharding == ST.TABLE_WISE:
-            s = tp.shards[0]
-            key = (tp.table, s.tier)
-            base = self._tw_cache.get(key)
-            if base is None:
-                at0 = TablePlan(tp.table, ST.TABLE_WISE, (Shard(0, s.row_start, s.row_end, s.col_start, s.col_end, s.tier),))
-                base = self._tw_cache[key] = self._contribution(at0)
-            return base.relabeled(self._inv[s.rank])
-        c = self._cache.get(tp)
-        if c is None:
-            if len(self._cache) > 4000:
-                self._cache.clear()
-            c = self._cache[tp] = self._contribution(tp)
-        return c
-
-    def _contribution(self, tp: TablePlan) -> Contribution:
-        return self.cost.contribution(table_work(self.tables[tp.table], tp, self.workload, self.system))
-
-    # ------------------------------------------------------------------ state
-    def place(self, tp: TablePlan, contrib: Contribution | None = None) -> None:
-        contrib = contrib or self.contribution(tp)
-        if tp.table in self.placed:
-            self.unplace(tp.table)
-        self.state.add(contrib)
-        self.placed[tp.table] = _Placed(tp, contrib)
-
-    def unplace(self, name: str) -> None:
-        p = self.placed.pop(name)
-        self.state.add(p.contrib, -1.0)
-
-    def totals(self, state: State | None = None) -> np.ndarray:
-        return self.cost.totals(state or self.state)
-
-    def score(self, state: State) -> tuple[float, float]:
-        """(predicted iteration time, sum of squared per-rank embedding times): the objective,
-        ties broken towards balance."""
-        t = self.cost.totals(state)
-        return self.cost.iteration_s(state), float(np.dot(t, t))
-
-    def fits(self, state: State) -> bool:
-        eps = 1e-6
-        return bool((state.hbm <= self.caps[0] + eps).all() and (state.host[0] <= self.caps[1] + eps).all()
-                    and (state.host[1] <= self.caps[2] + eps).all())
-
-    def plan(self, name: str, notes: tuple[str, ...] = ()) -> Plan:
-        missing = [t.name for t in self.workload.tables if t.name not in self.placed]
-        if missing:
-            raise ValueError(f"plan: table {missing[0]!r} was not placed")
-        tables = {t.name: self.placed[t.name].tp for t in self.workload.tables}
-        return Plan(self.world, self.g, tables, planner=name, notes=notes)
-
-    def fits_nowhere(self, table: TableSpec) -> ValueError:
-        size = self.shard_bytes(table, table.rows, table.dim)
-        return ValueError(
-            f"table {table.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest "
-            f"free capacity left is {float((self.caps[0] - self.state.hbm).max()) / GIB:.1f} GiB of HBM and "
-            f"{float((self.caps[1] - self.state.host[0]).max()) / GIB:.1f} GiB of DRAM on one rank, "
-            f"{float((self.caps[:, None] - np.vstack([self.state.hbm, self.state.host])).clip(0).sum()) / GIB:.1f} GiB "
-            f"in the whole cluster")
-
-    def split_options(self, table: TableSpec) -> list[TablePlan]:
-        """Ways to split a table over several ranks: TWRW per node, RW over all / the lightest."""
-        out: list[TablePlan] = []
-        for node in range(self.system.nodes):
-            tp = self.make(table, ST.TABLE_ROW_WISE, list(range(node * self.g, (node + 1) * self.g)))
-            if tp is not None:
-                out.append(tp)
-        order = list(np.argsort(self.totals(), kind="stable"))
-        need = self.shard_bytes(table, table.rows, table.dim)
-        m0 = max(2, math.ceil(need / max(self.caps[0], 1.0)))
-        for m in sorted({m0, 2 * m0, 4 * m0, self.world}):
-            if m <= self.world:
-                tp = self.make(table, ST.ROW_WISE, sorted(int(r) for r in order[:m]))
-                if tp is not None:
-                    out.append(tp)
-        return out
-
-
-def check_fits(workload: WorkloadSpec, system: PlannerSystem) -> None:
-    """Refuse a workload with a table larger than every capacity it could be split over."""
-    per_rank = system.hbm_capacity + system.dram_capacity + system.ssd_capacity
-    total = per_rank * system.world_size
-    need_all = 0.0
-    for t in workload.tables:
-        size = float(workload.table_memory_bytes(t))
-        need_all += size
-        if size > total:
-            raise ValueError(
-                f"table {t.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest capacity "
-                f"is {total / GIB:.1f} GiB (all {system.world_size} ranks' HBM + DRAM + SSD; "
-                f"{per_rank / GIB:.1f} GiB per rank)")
-    if need_all > total:
-        raise ValueError(f"workload: tables need {need_all / GIB:.1f} GiB with optimizer state, more than the "
-                         f"{total / GIB:.1f} GiB of all {system.world_size} ranks' HBM + DRAM + SSD")
 
 
 class NeoPlanner(Placer):
@@ -239,6 +60,8 @@ class NeoPlanner(Placer):
         self.candidates = candidates
         self.exact_limit = exact_limit
         self.stats: dict[str, float] = {}
+        self._order = {t.name: i for i, t in enumerate(workload.tables)}
+        self.moves: list[str] = []
 
     # ------------------------------------------------------------------ helpers
     def _try(self, changes: list[tuple[str, TablePlan | None]]) -> tuple[tuple[float, float], State, list] | None:
@@ -262,6 +85,8 @@ class NeoPlanner(Placer):
 
     # ------------------------------------------------------------------ phases
     def greedy(self) -> None:
+        """Place every table in turn (heaviest first), each where the barrier-sum proxy
+        (:meth:`CostModel.barrier_sum_batch`) is lowest: a start for the search."""
         cap = self.caps[0]
         costs = {t.name: self._tw_cost(t) for t in self.workload.tables}
         big = [t for t in self.workload.tables if self.shard_bytes(t, t.rows, t.dim) > cap]
@@ -270,7 +95,7 @@ class NeoPlanner(Placer):
         rest.sort(key=lambda t: -costs[t.name])
         for table in big:
             options = self.split_options(table)
-            best = self._best([[(table.name, tp)] for tp in options])
+            best = self._best([[(table.name, tp)] for tp in options], proxy=True)
             if best is None:
                 raise self.fits_nowhere(table)
             self._apply(best)
@@ -289,15 +114,16 @@ class NeoPlanner(Placer):
                         trials.append([(table.name, self.make(table, ST.COLUMN_WISE, sorted(light)))])
                     if len(light) == m:
                         trials.append([(table.name, self.make(table, ST.ROW_WISE, sorted(light)))])
-            best = self._best(trials)
+            best = self._best(trials, proxy=True)
             if best is None:  # the lightest ranks are full: any rank with room, then splitting
                 trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in self._lightest(self.world)]
-                best = self._best(trials) or self._best([[(table.name, tp)] for tp in self.split_options(table)])
+                best = (self._best(trials, proxy=True)
+                        or self._best([[(table.name, tp)] for tp in self.split_options(table)], proxy=True))
             if best is None:
                 raise self.fits_nowhere(table)
             self._apply(best)
 
-    def _best(self, trials: list[list[tuple[str, TablePlan | None]]]):
+    def _best(self, trials: list[list[tuple[str, TablePlan | None]]], proxy: bool = False):
         """The trial with the lowest score that fits (the first on a tie), as :meth:`_try`
         returns it, or None. The trials are scored together: one stack of candidate states,
         costed with array operations (element by element the arithmetic of :meth:`_try`).
@@ -353,7 +179,8 @@ class NeoPlanner(Placer):
             return None
         idx = np.nonzero(ok)[0]
         totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
-        its = self.cost.iteration_s_batch(vecs[idx], [dps[i] for i in idx])
+        score_of = self.cost.barrier_sum_batch if proxy else self.cost.iteration_s_batch
+        its = score_of(vecs[idx], [dps[i] for i in idx])
         best = None
         for j, i in enumerate(idx):
             t = totals[j]
@@ -456,13 +283,14 @@ class NeoPlanner(Placer):
             for r in set(p.tp.ranks) if p.tp.sharding != ST.DATA_PARALLEL else ():
                 self._by_rank.setdefault(r, []).append(n)
 
-    def refine(self, deadline: float | None = None) -> int:
-        """Refinement steps until convergence, ``max_steps``, or the ``perf_counter``
-        ``deadline`` (None: no wall-clock bound); returns the steps applied."""
+    def refine(self, deadline: float | None = None, max_steps: int | None = -1) -> int:
+        """Refinement steps until convergence, ``max_steps`` (default: the planner's), or the
+        ``perf_counter`` ``deadline`` (None: no wall-clock bound); returns the steps applied."""
         steps = 0
+        limit = self.max_steps if max_steps == -1 else max_steps
         self._index()
         while ((deadline is None or time.perf_counter() < deadline)
-               and (self.max_steps is None or steps < self.max_steps)):
+               and (limit is None or steps < limit)):
             totals = self.totals()
             slow = int(totals.argmax())
             current = self.score(self.state)
@@ -512,35 +340,127 @@ class NeoPlanner(Placer):
                 self.place(*contribs[t.name, r])
         return True
 
-    def _best_start(self) -> None:
-        """Start the refinement from the best of our greedy and the cheap proxy greedies."""
-        from neonic.host.planner.baselines import plan_baseline
+    def _adopt(self, plan: Plan) -> State | None:
+        """The state of ``plan`` in this placer's contributions (None if it does not fit)."""
+        st = State.empty(self.world)
+        contribs = {tp.table: self.contribution(tp) for tp in plan}
+        for c in contribs.values():
+            st.add(c)
+        if not self.fits(st):
+            return None
+        self._adopted = {n: _Placed(plan.tables[n], c) for n, c in contribs.items()}
+        return st
 
-        best = self.score(self.state)
-        for name in ("lookup-greedy", "size-lookup-greedy"):
+    def start_plans(self) -> list[Plan]:
+        """The other starts of the search: every baseline's plan and every forced sharding
+        type's (those that fit), so that the result is never worse than any of them."""
+        from neonic.host.planner.baselines import BASELINES, plan_baseline
+        from neonic.host.planner.forced import plan_forced
+
+        out: list[Plan] = []
+        for name in BASELINES:
             try:
-                other = plan_baseline(name, self.workload, self.system, self.cost, tw_cache=self._tw_cache)
+                out.append(plan_baseline(name, self.workload, self.system, self.cost, tw_cache=self._tw_cache))
             except ValueError:
                 continue
-            st = State.empty(self.world)
-            contribs = {tp.table: self.contribution(tp) for tp in other}
-            for c in contribs.values():
-                st.add(c)
-            if self.score(st) < best and self.fits(st):
-                best = self.score(st)
+        for kind in ShardingType:
+            try:
+                out.append(plan_forced(kind, self.workload, self.system, self.cost, tw_cache=self._tw_cache))
+            except ValueError:
+                continue
+        return out
+
+    def _best_start(self) -> str:
+        """Start from the best (under the objective) of the greedy placement and every start
+        plan; returns its name."""
+        best = self.score(self.state)
+        name = "greedy"
+        for other in self.start_plans():
+            st = self._adopt(other)
+            if st is None:
+                continue
+            sc = self.score(st)
+            if sc < best:
+                best, name = sc, other.planner
                 self.state = st
-                self.placed = {n: _Placed(other.tables[n], c) for n, c in contribs.items()}
+                self.placed = self._adopted
+        return name
+
+    # ------------------------------------------------------------------ class moves
+    def _classes(self) -> list[tuple[str, list[str]]]:
+        """Classes of tables a move changes at once: the tables of each sharding type, the
+        heavier half of each (by the table's own cost), and the table-row/column-wise tables of
+        the busiest node."""
+        by_kind: dict[ShardingType, list[str]] = {}
+        for n, p in self.placed.items():
+            by_kind.setdefault(p.tp.sharding, []).append(n)
+        out: list[tuple[str, list[str]]] = []
+        for kind in ShardingType:
+            names = sorted(by_kind.get(kind, ()), key=self._order.__getitem__)
+            if not names:
+                continue
+            out.append((f"all {kind.value}", names))
+            if len(names) >= 4:
+                heavy = sorted(names, key=lambda n: -self._own_cost(n))[: len(names) // 2]
+                out.append((f"heavier half of {kind.value}", heavy))
+        return out
+
+    def _own_cost(self, name: str) -> float:
+        c = self.placed[name].contrib
+        return float(c.comp.sum() + c.agg.sum() / self.system.comm.bw_inter_bytes_per_s)
+
+    def class_move(self) -> bool:
+        """Try retyping each class (:meth:`_classes`) to every other sharding type, and moving
+        each node's table-row/column-wise tables to the least-loaded node; apply the best move
+        if it lowers the objective. True if one was applied."""
+        from neonic.host.planner.forced import place_forced
+
+        current = self.score(self.state)
+        saved_state, saved_placed = self.state.copy(), dict(self.placed)
+        best = None
+        for label, names in self._classes():
+            kinds = {self.placed[n].tp.sharding for n in names}
+            for target in ShardingType:
+                if kinds == {target} and target not in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+                    continue  # nothing to change (node-bound types are re-balanced over the nodes)
+                for n in names:
+                    self.unplace(n)
+                ok = place_forced(self, [self.tables[n] for n in names], target)
+                if ok is not None and self.fits(self.state):
+                    sc = self.score(self.state)
+                    if sc < current and (best is None or sc < best[0]):
+                        best = (sc, {n: self.placed[n] for n in names}, f"{label} -> {target.value}")
+                self.state, self.placed = saved_state.copy(), dict(saved_placed)
+        if best is None:
+            return False
+        for n, placed in best[1].items():
+            self.place(placed.tp, placed.contrib)
+        self.moves.append(best[2])
+        return True
 
     def run(self) -> Plan:
         t0 = time.perf_counter()
+        deadline = None if self.time_budget_s is None else t0 + self.time_budget_s
         self.greedy()
-        greedy_cost = float(self.totals().max())
-        self._best_start()
-        steps = self.refine(None if self.time_budget_s is None else t0 + self.time_budget_s)
+        greedy_cost = self.score(self.state)[0]
+        start = self._best_start()
+        self.moves: list[str] = []
+        steps = 0
+        while self.max_steps is None or steps < self.max_steps:
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            left = None if self.max_steps is None else self.max_steps - steps
+            done = self.refine(deadline, left)
+            steps += done
+            if (self.max_steps is not None and steps >= self.max_steps) or not self.class_move():
+                break
+            steps += 1
         exact = self.exact()
+        self._index()
         self.stats = {"greedy_cost_s": greedy_cost, "refine_steps": steps, "exact": float(exact),
-                      "planning_s": time.perf_counter() - t0}
-        notes = (f"greedy {greedy_cost * 1e3:.3f} ms, {steps} refinement steps" + (", exact search" if exact else ""),)
+                      "planning_s": time.perf_counter() - t0, "start": start, "class_moves": len(self.moves)}
+        notes = (f"start {start} (greedy {greedy_cost * 1e3:.3f} ms), {steps} steps"
+                 + (f", class moves: {'; '.join(self.moves)}" if self.moves else "") + (", exact search" if exact else ""),)
         return self.plan("neo", notes)
 
 

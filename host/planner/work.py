@@ -183,6 +183,12 @@ def matrix_aggregates(sizes: np.ndarray, gpus_per_node: int) -> np.ndarray:
     ])
 
 
+def _fields(k: ShardKernel) -> tuple:
+    """A kernel's fields after its rank."""
+    return (k.lookups, k.pooled_rows, k.row_bytes, k.out_row_bytes, k.unique_rows, k.state_bytes_per_row, k.tier,
+            k.miss_bytes, k.hbm_bytes, k.host_bytes)
+
+
 def _unique_rows(rows: int, lookups: float) -> int:
     if lookups <= 0:
         return 0
@@ -207,7 +213,17 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
     len_per_owner = b * system.length_bytes
     mem = system.memory
 
+    made: dict[tuple, ShardKernel] = {}
+
     def kernel(shard, lookups: float, bags: int) -> ShardKernel:
+        # shards of one table mostly share their shape: build each shape once, then per rank
+        key = (shard.rows, shard.cols, shard.tier, lookups, bags)
+        k = made.get(key)
+        if k is None:
+            k = made[key] = _kernel(shard, lookups, bags)
+        return k if k.rank == shard.rank else ShardKernel(shard.rank, *_fields(k))
+
+    def _kernel(shard, lookups: float, bags: int) -> ShardKernel:
         weights = shard.rows * shard.cols * eb + shard.rows * _state_for(shard.cols)
         row_bytes = shard.cols * eb
         lookups_i = int(round(lookups))

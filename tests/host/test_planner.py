@@ -253,24 +253,39 @@ def test_plan_config_errors_name_the_field(data, field):
 
 
 # ------------------------------------------------------------------ the command
-def test_neonic_plan_prints_plan_ranks_and_baselines(tmp_path, capsys):
+_SCENARIO = """
+[scenario]
+name = "plan-test"
+[cluster]
+nodes = 1
+[workload]
+preset = "dlrm-kaggle"
+[system]
+preset = "zionex"
+[planner]
+max_steps = 5
+"""
+
+
+def test_neonic_plan_takes_a_scenario_and_prints_plan_phases_and_the_other_plans(tmp_path, capsys):
     from neonic.host.cli import main
 
-    cfg = tmp_path / "plan.toml"
-    cfg.write_text('workload = "dlrm-kaggle"\nnetwork = "zionex"\nnodes = 1\n[planner]\ntime_budget_s = 0.5\n')
+    cfg = tmp_path / "scenario.toml"
+    cfg.write_text(_SCENARIO)
     out_csv = tmp_path / "plan.csv"
     assert main(["plan", str(cfg), "--csv", str(out_csv)]) == 0
     text = capsys.readouterr().out
-    for needle in ("c3", "per-rank", "imbalance", "size-greedy", "torchrec-greedy", "neo"):
+    for needle in ("c3", "per-rank", "predicted iteration", "pooled_a2a", "size-greedy", "torchrec-greedy",
+                   "force:table-row-wise", "neo"):
         assert needle in text
     rows = out_csv.read_text().splitlines()
     assert rows[0].startswith("table,sharding,rank") and len(rows) >= 27
 
 
-def test_neonic_plan_reports_bad_config_as_an_error(tmp_path, capsys):
+def test_neonic_plan_reports_bad_scenario_as_an_error(tmp_path, capsys):
     from neonic.host.cli import main
 
-    cfg = tmp_path / "plan.toml"
-    cfg.write_text('workload = "dlrm-kaggle"\nnodes = 0\n')
+    cfg = tmp_path / "scenario.toml"
+    cfg.write_text(_SCENARIO.replace("nodes = 1", "nodes = 0"))
     assert main(["plan", str(cfg)]) == 2
-    assert "nodes" in capsys.readouterr().err
+    assert "cluster.nodes" in capsys.readouterr().err

@@ -1,0 +1,226 @@
+"""Shared machinery of every planner: building table plans within the memory caps, costing
+them through cached per-table contributions, tracking the accumulated state.
+
+Contributions of a table placed on a rank (table-wise) or on a node (table-row-wise,
+table-column-wise over the node's first ranks) are computed once, on rank / node 0, and
+relabeled: every rank has the same GPU and links, so the figures move with the placement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from neonic.host.planner.cost import Contribution, CostModel, State
+from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
+from neonic.host.planner.system import GIB, PlannerSystem
+from neonic.host.planner.work import table_work
+from neonic.host.workloads.spec import TableSpec, WorkloadSpec
+
+__all__ = ["Placer", "check_fits"]
+
+ST = ShardingType
+
+
+@dataclass
+class _Placed:
+    tp: TablePlan
+    contrib: Contribution
+
+
+def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
+    """``parts`` contiguous ranges covering ``[0, total)``, as even as multiples of ``unit`` allow."""
+    units = total // unit if total % unit == 0 and total // unit >= parts else total
+    step = unit if units != total else 1
+    bounds = np.linspace(0, units, parts + 1).round().astype(int) * step
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class Placer:
+    """Shared machinery of the planners: building table plans, costing them, tracking memory."""
+
+    def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
+                 tw_cache: dict | None = None) -> None:
+        self.workload = workload
+        self.system = system
+        self.cost = cost or CostModel(workload, system)
+        self.world = system.world_size
+        self.g = system.gpus_per_node
+        self.caps = np.array([system.hbm_capacity, system.dram_capacity, system.ssd_capacity])
+        self.state = State.empty(self.world)
+        self.placed: dict[str, _Placed] = {}
+        self.tables = {t.name: t for t in workload.tables}
+        check_fits(workload, system)
+        # Relabelings that keep the node structure and map rank 0 to rank k: a table-wise
+        # table's contribution on rank k is its contribution on rank 0, relabeled (exact, as
+        # every rank has the same GPU and links).
+        r = np.arange(self.world)
+        node, local, nodes = r // self.g, r % self.g, system.nodes
+        self._inv = np.array([((node - node[k]) % nodes) * self.g + (local - local[k]) % self.g
+                              for k in range(self.world)])
+        # rank-0 contributions of table-wise tables, by (table, tier): shareable between placers
+        # of the same workload, system and cost model (the baselines the search starts from)
+        # (the other caches ride along in the same dict, under their own keys)
+        self._tw_cache: dict = {} if tw_cache is None else tw_cache
+        self._cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__plans__", {})
+        self._node_cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__nodes__", {})
+        self._hbm_plans: dict[tuple, tuple[TablePlan, np.ndarray]] = self._tw_cache.setdefault("__hbm_plans__", {})
+
+    # ------------------------------------------------------------------ building table plans
+    def shard_bytes(self, table: TableSpec, rows: int, cols: int) -> float:
+        state = self.workload.optimizer.state_bytes_per_row(cols)
+        return float(rows * (cols * table.elem_bytes + state))
+
+    def make(self, table: TableSpec, kind: ST, ranks: list[int], state: State | None = None) -> TablePlan | None:
+        """A table plan of ``kind`` over ``ranks`` with tiers chosen to fit, or None if it cannot."""
+        state = state or self.state
+        if kind == ST.DATA_PARALLEL:
+            ranks = list(range(self.world))
+        if len(set(ranks)) != len(ranks):
+            return None
+        if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
+            if len(ranks) > table.dim:
+                return None
+            pieces = [(0, table.rows, a, b) for a, b in _split(table.dim, len(ranks), 4)]
+        elif kind in (ST.ROW_WISE, ST.TABLE_ROW_WISE):
+            if len(ranks) > table.rows:
+                return None
+            pieces = [(a, b, 0, table.dim) for a, b in _split(table.rows, len(ranks))]
+        else:
+            pieces = [(0, table.rows, 0, table.dim)] * len(ranks)
+        hbm_free = self.caps[0] - state.hbm
+        # fast path: every shard fits in HBM (the same plan as before, built once)
+        key = (table.name, kind, tuple(ranks))
+        hit = self._hbm_plans.get(key)
+        if hit is not None:
+            tp, need = hit
+            if (need <= hbm_free[list(ranks)]).all():
+                return tp
+        dram_free = self.caps[1] - state.host[0]
+        ssd_free = self.caps[2] - state.host[1]
+        lf = self.system.memory.cache_load_factor
+        shards = []
+        for rank, (r0, r1, c0, c1) in zip(ranks, pieces):
+            need = self.shard_bytes(table, r1 - r0, c1 - c0)
+            cache = math.ceil((r1 - r0) * lf) * (c1 - c0) * table.elem_bytes
+            if need <= hbm_free[rank]:
+                tier = "hbm"
+            elif cache <= hbm_free[rank] and need <= dram_free[rank]:
+                tier = "dram"
+            elif cache <= hbm_free[rank] and need <= ssd_free[rank]:
+                tier = "ssd"
+            else:
+                return None
+            shards.append(Shard(rank, r0, r1, c0, c1, tier))
+        tp = TablePlan(table.name, kind, tuple(shards))
+        if all(sh.tier == "hbm" for sh in shards):
+            self._hbm_plans[key] = (tp, np.array([self.shard_bytes(table, sh.rows, sh.cols) for sh in shards]))
+        return tp
+
+    def contribution(self, tp: TablePlan) -> Contribution:
+        if tp.sharding == ST.TABLE_WISE:
+            s = tp.shards[0]
+            key = (tp.table, s.tier)
+            base = self._tw_cache.get(key)
+            if base is None:
+                at0 = TablePlan(tp.table, ST.TABLE_WISE, (Shard(0, s.row_start, s.row_end, s.col_start, s.col_end, s.tier),))
+                base = self._tw_cache[key] = self._contribution(at0)
+            return base.relabeled(self._inv[s.rank])
+        if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            first = tp.shards[0].rank
+            if first % self.g == 0 and [s.rank for s in tp.shards] == list(range(first, first + len(tp.shards))):
+                # on a node's first ranks: node 0's contribution, relabeled
+                at0 = TablePlan(tp.table, tp.sharding, tuple(
+                    Shard(s.rank - first, s.row_start, s.row_end, s.col_start, s.col_end, s.tier) for s in tp.shards))
+                base = self._node_cache.get(at0)
+                if base is None:
+                    base = self._node_cache[at0] = self._contribution(at0)
+                return base.relabeled(self._inv[first])
+        c = self._cache.get(tp)
+        if c is None:
+            if len(self._cache) > 20000:
+                self._cache.clear()
+            c = self._cache[tp] = self._contribution(tp)
+        return c
+
+    def _contribution(self, tp: TablePlan) -> Contribution:
+        return self.cost.contribution(table_work(self.tables[tp.table], tp, self.workload, self.system))
+
+    # ------------------------------------------------------------------ state
+    def place(self, tp: TablePlan, contrib: Contribution | None = None) -> None:
+        contrib = contrib or self.contribution(tp)
+        if tp.table in self.placed:
+            self.unplace(tp.table)
+        self.state.add(contrib)
+        self.placed[tp.table] = _Placed(tp, contrib)
+
+    def unplace(self, name: str) -> None:
+        p = self.placed.pop(name)
+        self.state.add(p.contrib, -1.0)
+
+    def totals(self, state: State | None = None) -> np.ndarray:
+        return self.cost.totals(state or self.state)
+
+    def score(self, state: State) -> tuple[float, float]:
+        """(predicted iteration time, sum of squared per-rank embedding times): the objective,
+        ties broken towards balance."""
+        t = self.cost.totals(state)
+        return self.cost.iteration_s(state), float(np.dot(t, t))
+
+    def fits(self, state: State) -> bool:
+        eps = 1e-6
+        return bool((state.hbm <= self.caps[0] + eps).all() and (state.host[0] <= self.caps[1] + eps).all()
+                    and (state.host[1] <= self.caps[2] + eps).all())
+
+    def plan(self, name: str, notes: tuple[str, ...] = ()) -> Plan:
+        missing = [t.name for t in self.workload.tables if t.name not in self.placed]
+        if missing:
+            raise ValueError(f"plan: table {missing[0]!r} was not placed")
+        tables = {t.name: self.placed[t.name].tp for t in self.workload.tables}
+        return Plan(self.world, self.g, tables, planner=name, notes=notes)
+
+    def fits_nowhere(self, table: TableSpec) -> ValueError:
+        size = self.shard_bytes(table, table.rows, table.dim)
+        return ValueError(
+            f"table {table.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest "
+            f"free capacity left is {float((self.caps[0] - self.state.hbm).max()) / GIB:.1f} GiB of HBM and "
+            f"{float((self.caps[1] - self.state.host[0]).max()) / GIB:.1f} GiB of DRAM on one rank, "
+            f"{float((self.caps[:, None] - np.vstack([self.state.hbm, self.state.host])).clip(0).sum()) / GIB:.1f} GiB "
+            f"in the whole cluster")
+
+    def split_options(self, table: TableSpec) -> list[TablePlan]:
+        """Ways to split a table over several ranks: TWRW per node, RW over all / the lightest."""
+        out: list[TablePlan] = []
+        for node in range(self.system.nodes):
+            tp = self.make(table, ST.TABLE_ROW_WISE, list(range(node * self.g, (node + 1) * self.g)))
+            if tp is not None:
+                out.append(tp)
+        order = list(np.argsort(self.totals(), kind="stable"))
+        need = self.shard_bytes(table, table.rows, table.dim)
+        m0 = max(2, math.ceil(need / max(self.caps[0], 1.0)))
+        for m in sorted({m0, 2 * m0, 4 * m0, self.world}):
+            if m <= self.world:
+                tp = self.make(table, ST.ROW_WISE, sorted(int(r) for r in order[:m]))
+                if tp is not None:
+                    out.append(tp)
+        return out
+
+
+def check_fits(workload: WorkloadSpec, system: PlannerSystem) -> None:
+    """Refuse a workload with a table larger than every capacity it could be split over."""
+    per_rank = system.hbm_capacity + system.dram_capacity + system.ssd_capacity
+    total = per_rank * system.world_size
+    need_all = 0.0
+    for t in workload.tables:
+        size = float(workload.table_memory_bytes(t))
+        need_all += size
+        if size > total:
+            raise ValueError(
+                f"table {t.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest capacity "
+                f"is {total / GIB:.1f} GiB (all {system.world_size} ranks' HBM + DRAM + SSD; "
+                f"{per_rank / GIB:.1f} GiB per rank)")
+    if need_all > total:
+        raise ValueError(f"workload: tables need {need_all / GIB:.1f} GiB with optimizer state, more than the "
+                         f"{total / GIB:.1f} GiB of all {system.world_size} ranks' HBM + DRAM + SSD")
