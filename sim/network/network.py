@@ -103,6 +103,26 @@ class Network:
         self._t_last = engine.now
         self._recompute_event: EventHandle | None = None
         self._recompute_at: int | None = None
+        self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
+
+    # ------------------------------------------------------------- GPU-side feed (issue 16)
+    def set_throttle(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None) -> None:
+        """Let the GPUs' communication kernels limit the flows they feed (``sim.interference``).
+
+        After every solve, ``fn(tx, rx)`` gets each GPU's summed send and receive rates (bytes per
+        ps, as the links alone allow) and returns one scale in [0, 1] per GPU (or None: no
+        limit); a GPU's flows are then re-solved with its sends and receives capped at that scale
+        times those rates (two extra virtual links per GPU). Call :meth:`request_recompute` when
+        the scales change between solves.
+        """
+        if fn is not None and not callable(fn):
+            raise ValueError(f"fn: expected a callable or None, got {fn!r}")
+        self._throttle = fn
+
+    def request_recompute(self) -> None:
+        """Re-solve the rates at the current time (after a throttle's scales changed)."""
+        if self._groups or self._pending:
+            self._request_recompute(self.engine.now)
 
     # --------------------------------------------------------------------------- public API
     def start_flow(
@@ -274,6 +294,48 @@ class Network:
                 g._rate = np.zeros(a.size)
                 g._rate[a] = rates[pos : pos + k]
                 pos += k
+        if self._throttle is not None:
+            self._throttled_solve()
+
+    def _throttled_solve(self) -> None:
+        """Second solve with each GPU's sends/receives capped by the throttle's scale."""
+        topo = self.topology
+        R = topo.num_gpus
+        groups = self._groups
+        src = np.concatenate([g.src[g._orig][g._alive] for g in groups])
+        dst = np.concatenate([g.dst[g._orig][g._alive] for g in groups])
+        rate = np.concatenate([g._rate[g._alive] for g in groups])
+        finite = np.where(np.isfinite(rate), rate, 0.0)
+        tx = np.bincount(src, finite, minlength=topo.num_endpoints)[:R]
+        rx = np.bincount(dst, finite, minlength=topo.num_endpoints)[:R]
+        scale = self._throttle(tx, rx)
+        if scale is None:
+            return
+        # a stalled GPU (no SMs yet) keeps a trickle so that no rate is 0 (predictions divide by it)
+        scale = np.clip(np.asarray(scale, dtype=np.float64), 1e-9, 1.0)
+        if scale.shape != (R,):
+            raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
+        if np.all(scale >= 1.0):
+            return
+        base = topo.capacity.size  # virtual links: tx of GPU i at base + i, rx at base + R + i
+        endpoints = topo.num_endpoints
+        cap_tx = np.full(endpoints, np.inf)
+        cap_rx = np.full(endpoints, np.inf)
+        cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
+        cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
+        capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
+        wire = np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)])
+        links = np.concatenate([np.concatenate([g._links[g._alive] for g in groups], axis=0),
+                                (base + src)[:, None], (base + endpoints + dst)[:, None]], axis=1)
+        factor = np.concatenate([g._factor[g._alive] for g in groups])
+        rates = maxmin_rates_fm(np.ascontiguousarray(links), factor, wire, capacity)
+        pos = 0
+        for g in groups:
+            a = g._alive
+            k = g._remaining
+            g._rate = np.zeros(a.size)
+            g._rate[a] = rates[pos : pos + k]
+            pos += k
 
     def _predict(self, now: int, previous: dict[int, np.ndarray], span: float) -> None:
         """Credit, predicted ends, the next recompute, and group completions due before it."""
