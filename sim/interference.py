@@ -15,8 +15,8 @@ SMs (block scheduling, not preemptive)
     priority gets only what earlier kernels leave, Pai et al., ASPLOS 2013). Free SMs are taken
     at once; SMs held by a kernel that should yield them are handed over as its CTAs retire:
     CTAs of a running multi-wave grid are staggered uniformly, so ``n`` of the donor's ``H`` SMs
-    retire after ``n * tau / H`` on average over ``[0, n tau / H]``: the hand-over happens as one
-    step at the mean, ``n * tau / (2 H)`` (ASSUMPTION: the fluid model moves SMs in steps). A
+    retire uniformly over ``[0, n tau / H]``: the hand-over happens in 4 equal steps, each at the
+    middle of its quarter of that span (ASSUMPTION: the fluid model moves SMs in steps). A
     grid in its last wave (remaining work <= one CTA lifetime) dispatches nothing more: it keeps
     its speed while its SMs are released to whoever waits (the tail effect). A one-wave grid
     releases nothing before it ends. Persistent collective CTAs are never handed over.
@@ -105,6 +105,11 @@ __all__ = [
 
 Done = Callable[[int, int], None]
 _EPS = 1e-9
+#: A GPU re-plans its rates when the network changes its traffic by more than this fraction (the
+#: network itself coalesces rate changes within 2% of a flow's age; see sim.network.network).
+_RETUNE = 0.01
+#: SM hand-overs happen in this many equal steps (the fluid model moves SMs in steps).
+_STEPS = 4
 
 #: Share of the bytes a GPU receives that it reduces, per collective: ring AllReduce is a
 #: reduce-scatter (p - 1 reduce steps) then an all-gather (p - 1 copy steps) of equal sizes; the
@@ -260,7 +265,8 @@ class GPUDevice:
         self._sm_busy = 0.0
         self._hbm_busy = 0.0
         self._net = None
-        self._in_net = False
+        self._ncomm = 0
+        self._plan: tuple[bool, float, float, float, float] = (True, 0.0, 0, 0.0, 0.0)
 
     # ---------------------------------------------------------------------------- public API
     def launch(self, cost: KernelCost, on_done: Done | None = None, priority: int = 0, ctas: int | None = None) -> int:
@@ -297,6 +303,7 @@ class GPUDevice:
         k = _Kernel("comm", self.comm_priority, self._next_seq(), float(min(channels, self.sms)), self.engine.now,
                     reduce_fraction=float(reduce_fraction))
         self.collectives += 1
+        self._ncomm += 1
         self._advance()
         self._ks.append(k)
         self._update()
@@ -315,11 +322,14 @@ class GPUDevice:
         self._advance()
         self._tx = max(0.0, float(tx_bytes_per_s))
         self._rx = max(0.0, float(rx_bytes_per_s))
-        self._in_net = True
-        try:
-            self._update()
-        finally:
-            self._in_net = False
+        if self._fast_traffic():
+            if self.record:
+                self._record()
+            return self._comm_rate
+        self._rates()  # SMs do not depend on traffic: only the rates change
+        self._schedule()
+        if self.record:
+            self._record()
         return self._comm_rate
 
     @property
@@ -409,15 +419,20 @@ class GPUDevice:
                 self._transfer(d, None, over)
 
     def _transfer(self, donor: _Kernel, taker: _Kernel | None, n: float) -> None:
+        """Hand ``n`` of ``donor``'s SMs over as its CTAs retire: they retire at ``H / tau`` SMs
+        per ps, so the SMs arrive over ``n tau / H``; in :data:`_STEPS` equal steps, each at
+        the middle of its share of that span."""
         speed = donor.drain_rate if donor.draining else max(donor.rate, 1e-6)
-        tau = donor.tau / max(speed, 1e-6)
-        delay = n * tau / (2.0 * max(donor.held, _EPS))
-        t = _Transfer(donor, taker, n)
-        donor.outgoing += n
-        if taker is not None:
-            taker.incoming += n
-        t.event = self.engine.after(max(0, int(math.ceil(delay))), self._on_transfer, t)
-        self._transfers.append(t)
+        span = n * (donor.tau / max(speed, 1e-6)) / max(donor.held, _EPS)
+        steps = _STEPS if n > _STEPS * _EPS else 1
+        for j in range(steps):
+            t = _Transfer(donor, taker, n / steps)
+            donor.outgoing += t.n
+            if taker is not None:
+                taker.incoming += t.n
+            delay = (j + 0.5) * span / steps
+            t.event = self.engine.after(max(0, int(math.ceil(delay))), self._on_transfer, t)
+            self._transfers.append(t)
 
     def _on_transfer(self, t: _Transfer) -> None:
         self._advance()
@@ -431,6 +446,8 @@ class GPUDevice:
 
     def _remove(self, k: _Kernel) -> None:
         k.alive = False
+        if k.kind == "comm":
+            self._ncomm -= 1
         self._ks.remove(k)
         for t in list(self._transfers):
             if t.donor is k:
@@ -442,11 +459,27 @@ class GPUDevice:
                 t.taker = None
         k.held = 0.0
 
+    def _comm_terms(self, held: float, rf: float) -> tuple[float, float]:
+        """(fraction of the traffic the collectives can feed, their HBM demand at full speed)."""
+        need = max(self._tx, self._rx)
+        if self.on_dma:
+            ce = self.copy_engines * self.copy_engine_bps
+            cap = min(1.0, ce / need) if ce > 0 else 0.0
+            if rf > 0 and self._rx > 0:
+                cap = min(cap, held * self.channel_bps / (rf * self._rx))
+        else:
+            cap = min(1.0, held * self.channel_bps / need)
+        return cap, (self._tx + self._rx * (1 + 3 * rf)) / self.hbm_bps
+
     def _rates(self) -> None:
         """Roofline rates of the compute kernels and the collectives' fraction (HBM filling)."""
         clients: list[tuple[float, float, _Kernel | None]] = []  # (cap, hbm demand, kernel or None=comm)
+        held = weight = rf = 0.0
         for k in self._ks:
             if k.kind != "compute":
+                held += k.held
+                weight += max(k.want, 1.0)
+                rf += k.reduce_fraction * max(k.want, 1.0)
                 continue
             if k.draining:
                 cap = k.drain_rate
@@ -456,23 +489,16 @@ class GPUDevice:
                 frac = k.held / k.want
                 cap = 1.0 if k.d_sm <= _EPS else min(1.0, frac / k.d_sm)
             clients.append((cap, k.d_hbm, k))
-        comms = [k for k in self._ks if k.kind == "comm"]
-        need = max(self._tx, self._rx)
+        rf = rf / weight if weight else 0.0
+        compute_use = sum(c * d for c, d, _ in clients)
+        compute_busy = sum(1 for c, d, _ in clients if c > 0 and d > 0)
         self._comm_hbm = 0.0
         comm_cap = 1.0
-        if comms and need > 0:
-            held = sum(k.held for k in comms)
-            rf = sum(k.reduce_fraction * max(k.want, 1.0) for k in comms) / sum(max(k.want, 1.0) for k in comms)
-            if self.on_dma:
-                ce = self.copy_engines * self.copy_engine_bps
-                comm_cap = min(1.0, ce / need) if ce > 0 else 0.0
-                if rf > 0:
-                    comm_cap = min(comm_cap, held * self.channel_bps / (rf * self._rx)) if self._rx > 0 else comm_cap
-            else:
-                comm_cap = min(1.0, held * self.channel_bps / need)
-            self._comm_hbm = (self._tx + self._rx * (1 + 3 * rf)) / self.hbm_bps
+        moving = self._ncomm > 0 and max(self._tx, self._rx) > 0
+        if moving:
+            comm_cap, self._comm_hbm = self._comm_terms(held, rf)
             clients.append((comm_cap, self._comm_hbm, None))
-        busy = sum(1 for c in clients if c[0] > 0 and c[1] > 0)
+        busy = compute_busy + (1 if moving and comm_cap > 0 and self._comm_hbm > 0 else 0)
         capacity = 1.0 - self.interference if busy > 1 else 1.0
         level = _water_level(clients, capacity)
         for cap, _, k in clients:
@@ -481,7 +507,25 @@ class GPUDevice:
                 comm_cap = r
             else:
                 k.rate = r
-        self._comm_rate = comm_cap if comms and need > 0 else 1.0
+        self._comm_rate = comm_cap if moving else 1.0
+        # what set_traffic needs to skip a re-plan while HBM does not bind
+        self._plan = (math.isinf(level), compute_use, compute_busy, held, rf)
+
+    def _fast_traffic(self) -> bool:
+        """New traffic that changes no kernel's rate (HBM still not binding, the collectives
+        still fed): only the collectives' HBM demand changes."""
+        free, compute_use, compute_busy, held, rf = self._plan
+        if not free or self._ncomm == 0 or max(self._tx, self._rx) <= 0:
+            return False
+        cap, hbm = self._comm_terms(held, rf)
+        if cap < 1.0:
+            return False
+        capacity = 1.0 - self.interference if compute_busy + (1 if hbm > 0 else 0) > 1 else 1.0
+        if compute_use + hbm > capacity + 1e-12:
+            return False
+        self._comm_hbm = hbm
+        self._comm_rate = 1.0
+        return True
 
     def _update(self) -> None:
         """Re-plan SMs, rates and the next event after any change (the engine is at ``now``)."""
@@ -491,7 +535,7 @@ class GPUDevice:
         self._schedule()
         if self.record:
             self._record()
-        if self._net is not None and not self._in_net and abs(self._comm_rate - before) > 1e-9:
+        if self._net is not None and abs(self._comm_rate - before) > 1e-9:
             self._net.request_recompute()
 
     def _record(self) -> None:
@@ -563,12 +607,25 @@ def couple(net, gpus: Sequence[GPUDevice]) -> None:
     gpus = list(gpus)
     if len(gpus) > net.topology.num_gpus:
         raise ValueError(f"gpus: expected at most {net.topology.num_gpus} GPUs for this topology, got {len(gpus)}")
+    n = len(gpus)
+    last = np.zeros((2, n))
 
     def throttle(tx: np.ndarray, rx: np.ndarray) -> np.ndarray | None:
+        t = tx[:n] * 1e12  # bytes/ps -> bytes/s
+        r = rx[:n] * 1e12
+        comm = np.fromiter((g._ncomm > 0 for g in gpus), dtype=bool, count=n)
+        changed = (np.abs(t - last[0]) > _RETUNE * np.maximum(t, last[0])) | \
+                  (np.abs(r - last[1]) > _RETUNE * np.maximum(r, last[1]))
+        for i in np.flatnonzero(changed):
+            g = gpus[i]
+            last[0, i], last[1, i] = t[i], r[i]
+            if comm[i]:
+                g.set_traffic(float(t[i]), float(r[i]))
+            else:  # traffic costs nothing on a GPU without a collective kernel: remember it
+                g._tx, g._rx = float(t[i]), float(r[i])
         scale = np.ones(tx.size)
-        for i, g in enumerate(gpus):
-            if g.active or g._tx or g._rx:
-                scale[i] = g.set_traffic(float(tx[i]) * 1e12, float(rx[i]) * 1e12)
+        for i in np.flatnonzero(comm):
+            scale[i] = gpus[i]._comm_rate
         return scale if np.any(scale < 1.0) else None
 
     for g in gpus:

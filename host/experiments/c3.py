@@ -115,9 +115,10 @@ def _model_pairs(model: str, world: int, comm_bytes: int, bucket_bytes: float) -
     params = sum(i * o + o for w in (bottom, top) for i, o in zip(w[:-1], w[1:]))
     bucket = int(min(bucket_bytes, params * comm_bytes))
     return [
-        {"pair": f"{model}: bottom MLP fwd + pooled AlltoAll", "gemms": fwd, "collective": "alltoall",
-         "nbytes": per_rank},
-        {"pair": f"{model}: top MLP bwd + AllReduce bucket", "gemms": bwd, "collective": "allreduce", "nbytes": bucket},
+        {"pair": f"{model}: bottom MLP fwd + pooled AlltoAll", "short": f"{model} fwd+A2A", "gemms": fwd,
+         "collective": "alltoall", "nbytes": per_rank},
+        {"pair": f"{model}: top MLP bwd + AllReduce bucket", "short": f"{model} bwd+AR", "gemms": bwd,
+         "collective": "allreduce", "nbytes": bucket},
     ]
 
 
@@ -128,6 +129,7 @@ def _pairs(config: dict[str, Any], world: int, comm_bytes: int) -> list[dict[str
     for s in config["shapes"]:
         label = f"{s['m']}x{s['n']}x{s['k']}" + (f" x{s['repeat']}" if s["repeat"] > 1 else "")
         pairs.append({"pair": f"GEMM {label} + {s['collective']} {s['size_mib']:g} MiB",
+                      "short": f"{label}+{s['collective']} {s['size_mib']:g}M",
                       "gemms": [(s["m"], s["n"], s["k"])] * s["repeat"], "collective": s["collective"],
                       "nbytes": int(s["size_mib"] * 2**20)})
     return pairs
@@ -240,7 +242,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                 ideal = serial / max(c_alone, m_alone)
                 realized = serial / concurrent
                 fraction = (realized - 1) / (ideal - 1) if ideal > 1 + 1e-9 else float("nan")
-                rows.append({"pair": pair["pair"], "collective": pair["collective"], "size_mib": pair["nbytes"] / 2**20,
+                rows.append({"pair": pair["pair"], "short": pair["short"], "collective": pair["collective"], "size_mib": pair["nbytes"] / 2**20,
                              "gemms": len(pair["gemms"]), "lever": lever, "order": order,
                              "compute_ms": c_alone * 1e3, "comm_ms": m_alone * 1e3, "serial_ms": serial * 1e3,
                              "concurrent_ms": concurrent * 1e3, "compute_overlapped_ms": both["compute_end"] * 1e3,
@@ -317,7 +319,8 @@ def _plot(fig, rows, config) -> None:
             ys.append(sum(vals) / len(vals) if vals else math.nan)
         ax2.bar([j + i * width for j in range(len(pairs))], ys, width, label=lever, color=f"C{i}")
     ax2.set_xticks([j + 0.4 - width / 2 for j in range(len(pairs))])
-    ax2.set_xticklabels([p.split(":")[0].replace(" + ", "\n+ ") for p in pairs], rotation=45, ha="right", fontsize=5)
+    short = {r["pair"]: r["short"] for r in rows}
+    ax2.set_xticklabels([short[p] for p in pairs], rotation=45, ha="right", fontsize=5)
     ax2.set_title("per pair (mean over launch orders)", fontsize=9)
     ax2.axhline(0, color="grey", lw=0.5)
     ax2.legend(fontsize=6)

@@ -126,7 +126,10 @@ def test_high_priority_hand_over_is_not_preemptive():
     waves = math.ceil(BIG_CTAS / SPEC.num_sms)
     tau = ps_from_s(BIG.time_s) / waves
     channels = 24
-    eng.run(until_ps=int(channels * tau / (2 * SPEC.num_sms)) + 10)
+    span = channels * tau / SPEC.num_sms  # 24 of 108 staggered CTAs retire in this span
+    eng.run(until_ps=int(0.5 * span))
+    assert gpu.held()["comm"] == pytest.approx(channels / 2)  # half handed over, as they retire
+    eng.run(until_ps=int(span) + 10)
     assert gpu.held()["comm"] == pytest.approx(channels)
     assert gpu.held()["compute"] == pytest.approx(SPEC.num_sms - channels)
     gpu.comm_end(h)
