@@ -275,6 +275,11 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         f"preset's {base.streams.interference:g} unless a lever sets it.",
         "streams.comm_sm_fraction and comm_hbm_fraction are no longer read: a collective's SMs are its channels "
         "(from the links it drives) and its HBM follows its bytes.",
+        "ASSUMPTIONs of sim.interference that these figures rest on: 12.5 GB/s per NCCL channel (2 CTAs per 25 GB/s "
+        "NVLink, NVIDIA/nccl#1703), at most 32 channels; copy engines at the GPU's NVLink bandwidth each "
+        "(GPUSpec.copy_engines of them); cuBLAS-like GEMM tiles; SM hand-overs in 4 steps as CTAs retire.",
+        "DMA lever: copy engines cannot reduce, so an offloaded AllReduce keeps an SM kernel for its reductions "
+        "(channels for its reduced receive rate), scheduled with the collective's priority.",
     ]
     res = ExperimentResult("c3", TITLE, config, rows, metrics, notes, wall_s=timer.elapsed)
     res.plots = {"fraction_of_ideal.png": lambda f: _plot(f, rows, config)}
