@@ -626,6 +626,7 @@ class RunResult:
     utilization: dict[str, float]
     link_class_bytes: dict[str, float]
     wall_s: float
+    counters: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)  # "gpu0/SM share"
 
 
 Progress = Callable[[str, float], None]
@@ -837,9 +838,10 @@ class ClusterRun:
         st = sys_.streams
         engine = Engine()
         net = Network(engine, topo)
+        sampled = set(_sample_ranks(world))  # their SM and HBM shares go to the timeline as counters
         gpus = [GPUDevice(engine, sys_.gpu_spec, name=f"gpu{r}", comm_priority=1 if st.comm_priority == "high" else 0,
                           sm_partition_comm=st.sm_partition_comm, collectives_on_dma=st.collectives_on_dma,
-                          interference=st.interference) for r in range(world)]
+                          interference=st.interference, record=r in sampled) for r in range(world)]
         couple(net, gpus)  # the GPUs limit the flows their collective kernels feed (sim.interference)
         comm_links = collective_links(topo, list(range(world)))  # GB/s each rank's collectives drive
         links = [BandwidthLink(engine, sys_.host.pcie_gbytes_per_s, name=f"pcie{r}") for r in range(world)]
@@ -986,7 +988,12 @@ class ClusterRun:
             if nic.record:
                 for unit, spans in nic.intervals.items():
                     tracks[f"{nic.name}/{unit}"] = sorted(spans)
-        return RunResult(sc, graph, metrics, bd, tracks, util, link_class, wall_s)
+        counters: dict[str, list[tuple[int, dict[str, float]]]] = {}
+        for g in gpus:
+            if g.record:
+                counters[f"{g.name}/SM share"] = [(t, {"compute": a, "comm": c}) for t, a, _, c, _ in g.counters]
+                counters[f"{g.name}/HBM share"] = [(t, {"compute": b, "comm": d}) for t, _, b, _, d in g.counters]
+        return RunResult(sc, graph, metrics, bd, tracks, util, link_class, wall_s, counters)
 
     def _network_utilization(self, net, elapsed_ps: int) -> dict[str, float]:
         fn = getattr(net, "link_class_utilization", None)
