@@ -275,6 +275,12 @@ class GPUDevice:
         duration = ps_from_s(cost.time_s)
         if ctas is not None and (isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < 1):
             raise ValueError(f"ctas: expected an integer >= 1, got {ctas!r}")
+        if duration == 0:  # nothing to run: it holds no SMs and ends now
+            self.kernels += 1
+            if on_done is not None:
+                start = self.engine.now
+                self.engine.after(0, on_done, start, start)
+            return 0
         if ctas is None:
             want, waves = self.sms, self.comm.default_waves
         else:

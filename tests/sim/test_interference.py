@@ -40,6 +40,38 @@ def test_kernel_alone_takes_its_isolated_time():
         assert log["gemm"] == pytest.approx(ps_from_s(BIG.time_s), abs=2)
 
 
+def test_an_empty_kernel_ends_at_once_even_behind_a_gemm():
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC)
+    log = {}
+    gpu.launch(BIG, _end(log, "gemm"), ctas=BIG_CTAS)
+    gpu.launch(KernelCost(), _end(log, "empty"))
+    eng.run()
+    assert log["empty"] == 0 < log["gemm"]
+
+
+def test_equal_priority_kernels_run_on_what_earlier_ones_leave():
+    small = gemm_cost(SPEC, 256, 512, 4096)  # 32 CTAs of 64x64: fewer than the SMs
+    ctas = gemm_ctas(SPEC, 256, 512)
+    assert ctas < SPEC.num_sms / 2
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC)
+    log = {}
+    gpu.launch(small, _end(log, "a"), ctas=ctas)
+    gpu.launch(small, _end(log, "b"), ctas=ctas)
+    eng.run()
+    assert log["a"] == log["b"] == pytest.approx(ps_from_s(small.time_s), abs=2)  # side by side
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC)
+    log = {}
+    gpu.launch(BIG, _end(log, "big"), ctas=BIG_CTAS)
+    gpu.launch(small, _end(log, "small"), ctas=ctas)
+    eng.run()
+    waves = math.ceil(BIG_CTAS / SPEC.num_sms)
+    # the small grid starts only as the big one's last wave retires
+    assert log["small"] > ps_from_s(BIG.time_s) * (1 - 1 / waves)
+
+
 def test_a_collective_slows_a_gemm_more_when_it_moves_more_bytes_per_second():
     def gemm_end(link_gbps: float, traffic: float, cost=BIG) -> int:
         eng = Engine()
