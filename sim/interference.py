@@ -30,7 +30,8 @@ Partitioning (``sm_partition_comm = p``)
     Only while both a compute kernel and a collective are resident: compute kernels may hold at
     most ``(1 - p)`` of the SMs and collectives at most ``p`` (SMs over those caps are handed
     over as CTAs retire, like any other); otherwise each side may use the whole GPU. SMs of the
-    collective's share that its channels do not use stay idle.
+    collective's share that its channels do not use stay idle. A collective wholly on the copy
+    engines runs no SM kernel and does not start the partition.
 
 Compute throughput (roofline per kernel)
     A kernel with isolated compute time ``C``, memory time ``M`` and total ``T`` needs
@@ -380,7 +381,9 @@ class GPUDevice:
         return sorted(self._ks, key=lambda k: (-k.priority, k.seq))
 
     def _targets(self) -> dict[int, float]:
-        has = {"compute": any(k.kind == "compute" for k in self._ks), "comm": any(k.kind == "comm" for k in self._ks)}
+        # a collective wholly on the copy engines runs no SM kernel: it does not start the partition
+        has = {"compute": any(k.kind == "compute" for k in self._ks),
+               "comm": any(k.kind == "comm" and k.want > 0 for k in self._ks)}
         caps = {"compute": self.sms, "comm": self.sms}
         if self.partition > 0 and has["compute"] and has["comm"]:
             caps = {"compute": (1 - self.partition) * self.sms, "comm": self.partition * self.sms}
