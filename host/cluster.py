@@ -11,10 +11,11 @@ host links, the CPU sockets (Zion), the SmartNICs' units (``sim.nic``) and the n
 Scenarios (schema, loading, presets) live in ``host.scenario``; their names are importable
 from here too.
 
-Resource binding (each an ASSUMPTION a user can see in code and docs): a collective holds its
-GPU-side share (SMs unless on the copy engines, HBM) on every rank for its whole network
-duration; compute kernels share what is left. Collectives are not slowed by the GPU (so
-``streams.comm_priority`` only orders kernels between streams). On the SmartNIC system each
+Resource binding (each an ASSUMPTION a user can see in code and docs): a collective's kernel
+runs on every rank for its whole network duration and shares the GPU with compute kernels as
+``sim.interference`` models it (SMs by block scheduling with ``streams.comm_priority`` and
+``sm_partition_comm``, HBM by the bytes it moves, copy engines with ``collectives_on_dma``); its
+flows are limited by what its GPU can feed. On the SmartNIC system each
 GPU's NIC is a :class:`sim.nic.NIC` on the engine (units ``cache``, ``gather``,
 ``packetizer``: one timeline track each); the embedding forward runs the GPU kernel, the NIC
 units and the PCIe transfers side by side, and every AlltoAll waits for the NICs' packetizers
@@ -41,6 +42,7 @@ from neonic.host.scenario import (SCENARIO_PRESETS, Scenario, default_scenario, 
 from neonic.host.schedule import Op, ScheduleRunner, build_graph
 from neonic.sim.engine import Engine, ps_from_s
 from neonic.sim.gpu import KernelCost
+from neonic.sim.interference import REDUCE_FRACTION, collective_links, couple
 from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool
 
 __all__ = [
@@ -205,13 +207,15 @@ class ClusterRun:
         st = sys_.streams
         engine = Engine()
         net = Network(engine, topo)
-        partitions = {"comm": st.sm_partition_comm} if st.sm_partition_comm > 0 else None
-        gpus = [GPUDevice(engine, sys_.gpu_spec, name=f"gpu{r}", sm_partitions=partitions, interference=st.interference,
-                          comm_sm_fraction=st.comm_sm_fraction) for r in range(world)]
+        sampled = set(sample_ranks(world))  # their SM and HBM shares go to the timeline as counters
+        gpus = [GPUDevice(engine, sys_.gpu_spec, name=f"gpu{r}", comm_priority=1 if st.comm_priority == "high" else 0,
+                          sm_partition_comm=st.sm_partition_comm, collectives_on_dma=st.collectives_on_dma,
+                          interference=st.interference, record=r in sampled) for r in range(world)]
+        couple(net, gpus)  # the GPUs limit the flows their collective kernels feed (sim.interference)
+        comm_links = collective_links(topo, list(range(world)))  # GB/s each rank's collectives drive
         links = [BandwidthLink(engine, sys_.host.pcie_gbytes_per_s, name=f"pcie{r}") for r in range(world)]
         nodes = (world + topo.gpus_per_node - 1) // topo.gpus_per_node
         sockets = [ServerPool(engine, sys_.host.sockets_per_node, name=f"cpu{n}") for n in range(nodes)]
-        comm_partition = "comm" if partitions else None
         ranks = list(range(world))
         nics: list[Any] = []
         if sys_.embeddings == "nic":
@@ -242,17 +246,10 @@ class ClusterRun:
             elif isinstance(payload, CPUJob):
                 sockets[payload.node].submit(ps_from_s(payload.seconds), done)
             elif isinstance(payload, Collective):
-                # the GPU-side share (SMs unless on the copy engines, HBM) is held on every rank
-                # from the start of the collective until the network delivers its last byte
-                held = []
-                demand_sm = 0.0 if st.collectives_on_dma else st.comm_sm_fraction
-                for r in op.ranks:
-                    g = gpus[r]
-                    key = g._sm_key(comm_partition)
-                    demand = {"hbm": st.comm_hbm_fraction}
-                    if demand_sm > 0:
-                        demand[key] = min(demand_sm, 0.5 * g.pool.capacities[key])
-                    held.append((g, g.pool.reserve(demand)))
+                # the collective's kernel runs on every rank from its start until the network
+                # delivers its last byte: channels (SMs) or copy engines, HBM by the bytes it moves
+                rf = REDUCE_FRACTION["alltoallv" if payload.kind == "alltoallv" else "allreduce"]
+                held = [(gpus[r], gpus[r].comm_begin(float(comm_links[r]), rf)) for r in op.ranks]
 
                 finish = done
                 if payload.nic_ps is not None and nics:
@@ -264,8 +261,8 @@ class ClusterRun:
                         nics[r].run({"packetizer": d}, finish, label=f"{op.phase}[{op.iteration}]")
 
                 def net_done(_handle: Any) -> None:
-                    for g, reservation in held:
-                        g.pool.release(reservation)
+                    for g, handle in held:
+                        g.comm_end(handle)
                     finish(start, engine.now)
 
                 if payload.kind == "alltoallv":

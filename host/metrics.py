@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +33,7 @@ class RunResult:
     utilization: dict[str, float]
     link_class_bytes: dict[str, float]
     wall_s: float
+    counters: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)  # "gpu0/SM share"
 
 
 
@@ -112,7 +113,12 @@ def collect_metrics(sc: "Scenario", graph: OpGraph, engine: Engine, end_ps: int,
         if nic.record:
             for unit, spans in nic.intervals.items():
                 tracks_[f"{nic.name}/{unit}"] = sorted(spans)
-    return RunResult(sc, graph, metrics, bd, tracks_, util, link_class, wall_s)
+    counters: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    for g in gpus:
+        if g.record:
+            counters[f"{g.name}/SM share"] = [(t, {"compute": a, "comm": c}) for t, a, _, c, _ in g.counters]
+            counters[f"{g.name}/HBM share"] = [(t, {"compute": b, "comm": d}) for t, _, b, _, d in g.counters]
+    return RunResult(sc, graph, metrics, bd, tracks_, util, link_class, wall_s, counters)
 
 def _network_utilization(net, elapsed_ps: int) -> dict[str, float]:
     fn = getattr(net, "link_class_utilization", None)

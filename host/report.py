@@ -70,6 +70,10 @@ def chrome_trace(result: Any) -> dict[str, Any]:
         for start, end, label in result.tracks[track]:
             events.append({"ph": "X", "name": label, "cat": thread, "pid": pid, "tid": tid,
                            "ts": start / 1e6, "dur": max(end - start, 0) / 1e6})
+    for key, series in sorted(getattr(result, "counters", {}).items()):  # GPU SM/HBM shares (sim.interference)
+        process, _, name = key.partition("/")
+        pid = pids[process] if process in pids else ids(process, "counters")[0]
+        events.extend({"ph": "C", "name": name, "pid": pid, "ts": t / 1e6, "args": args} for t, args in series)
     end_us = result.metrics.get("simulated_time_s", 0.0) * 1e6
     for cls, nbytes in sorted(result.link_class_bytes.items()):
         pid, _ = ids("network", "links")

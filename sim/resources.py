@@ -16,11 +16,10 @@ Model
     scheduler interference between co-running kernels; C3, arXiv 2412.14335, shows realized
     overlap falls short of ideal; the default fraction is an assumption).
 
-    :class:`GPUDevice` is one GPU: a pool with ``sm`` (split into partitions when configured)
-    and ``hbm``; kernels from :mod:`sim.gpu` (``KernelCost``) become tasks. Communication on the
-    GPU takes a *reservation*: for its duration a collective run by SM-resident kernels holds a
-    share of SMs (``comm_sm_fraction``) and the HBM bandwidth its bytes need; one moved to the
-    copy engines holds HBM only (the levers C3 studies).
+    :class:`GPUDevice` (defined in :mod:`sim.interference`, re-exported here) is one GPU:
+    SMs handed out by block scheduling with stream priority and partitioning, HBM shared by
+    rate, collectives as persistent channel kernels or on the copy engines, their network
+    flows limited by what the GPU can feed (the levers C3 studies; see that module).
 
     :class:`BandwidthLink` is a link shared by concurrent transfers (PCIe host links, CPU-GPU
     copies); :class:`ServerPool` is k identical FIFO servers (copy engines, NIC units, CPU
@@ -30,10 +29,10 @@ API
     ``pool = SharedPool(engine, {"sm": 1.0, "hbm": 1.0}, interference=0.1, name=...)``;
     ``pool.submit(duration_ps, demand={"sm": 0.9}, on_done=fn, priority=0, max_rate=1.0)``;
     ``pool.reserve(demand) -> handle``, ``pool.release(handle)``; ``pool.busy_ps(capacity)``.
-    ``gpu = GPUDevice(engine, spec, name="gpu0", sm_partitions={"comm": 0.1})``;
-    ``gpu.launch(cost, on_done, priority=0, partition=None)``;
-    ``gpu.comm_begin(bytes_per_s, on_dma=False, partition=None) -> handle``; ``gpu.comm_end(h)``;
-    ``gpu.utilization(elapsed_ps) -> {"sm": .., "hbm": ..}``.
+    ``gpu = GPUDevice(engine, spec, name="gpu0", comm_priority=1, sm_partition_comm=0.1)``;
+    ``gpu.launch(cost, on_done, priority=0, ctas=None)``;
+    ``gpu.comm_begin(link_gbytes_per_s, reduce_fraction) -> handle``; ``gpu.comm_end(h)``;
+    ``gpu.utilization(elapsed_ps) -> {"sm": .., "hbm": ..}`` (see :mod:`sim.interference`).
     ``link = BandwidthLink(engine, gbytes_per_s, name)``; ``link.transfer(nbytes, on_done)``.
     ``srv = ServerPool(engine, servers, name)``; ``srv.submit(duration_ps, on_done)``.
     Every ``on_done`` is called as ``on_done(start_ps, end_ps)``.
@@ -46,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from neonic.sim.engine import Engine, EventHandle, ps_from_s
-from neonic.sim.gpu import GPUSpec, KernelCost
+from neonic.sim.interference import GPUDevice
 
 __all__ = [
     "Done",
@@ -260,81 +259,6 @@ def _progressive_fill(tasks: list[_Task], caps: dict[str, float]) -> None:
             break
         unfrozen = still
     # a task left at rate 0 is starved by a higher priority class; it resumes when that ends
-
-
-class GPUDevice:
-    """One GPU on the engine: kernels share SMs and HBM; collectives reserve a share.
-
-    ``sm_partitions`` maps a partition name (e.g. a stream class such as ``"comm"``) to its
-    fraction of the SMs; kernels launched into a partition only use those SMs, the rest share
-    the remainder. ``comm_sm_fraction`` is the SM share an SM-resident collective holds while it
-    runs (NCCL runs its collectives as kernels on a few thread blocks; assumption: 8%).
-    """
-
-    def __init__(
-        self,
-        engine: Engine,
-        spec: GPUSpec,
-        name: str = "gpu",
-        sm_partitions: Mapping[str, float] | None = None,
-        interference: float = 0.1,
-        comm_sm_fraction: float = 0.08,
-    ) -> None:
-        partitions = dict(sm_partitions or {})
-        total = sum(partitions.values())
-        for key, value in partitions.items():
-            if not (0 < value < 1):
-                raise ValueError(f"sm_partitions.{key}: expected a fraction in (0, 1), got {value!r}")
-        if total >= 1:
-            raise ValueError(f"sm_partitions: fractions must sum to < 1, got {total}")
-        if not 0 <= comm_sm_fraction < 1:
-            raise ValueError(f"comm_sm_fraction: expected a fraction in [0, 1), got {comm_sm_fraction!r}")
-        self.engine = engine
-        self.spec = spec
-        self.name = name
-        self.partitions = partitions
-        self.comm_sm_fraction = comm_sm_fraction
-        caps = {"sm": 1.0 - total, "hbm": 1.0}
-        for key, value in partitions.items():
-            caps[f"sm:{key}"] = value
-        self.pool = SharedPool(engine, caps, interference=interference, name=name)
-        self.kernels = 0
-
-    def _sm_key(self, partition: str | None) -> str:
-        if partition is None or partition not in self.partitions:
-            return "sm"
-        return f"sm:{partition}"
-
-    def launch(self, cost: KernelCost, on_done: Done | None = None, priority: int = 0, partition: str | None = None) -> int:
-        """Run a kernel; returns its isolated duration in ps. Under sharing it takes longer."""
-        duration = ps_from_s(cost.time_s)
-        total = cost.time_s
-        if total > 0:
-            demand = {self._sm_key(partition): cost.compute_s / total, "hbm": cost.memory_s / total}
-        else:
-            demand = {}
-        self.kernels += 1
-        self.pool.submit(duration, demand, on_done, priority=priority)
-        return duration
-
-    def comm_begin(self, hbm_bytes_per_s: float, on_dma: bool = False, partition: str | None = None) -> Reservation:
-        """A collective starts on this GPU: hold SMs (unless on the copy engines) and HBM."""
-        hbm = min(1.0, max(0.0, hbm_bytes_per_s) / self.spec.hbm_bytes_per_s)
-        demand = {"hbm": hbm}
-        if not on_dma and self.comm_sm_fraction > 0:
-            key = self._sm_key(partition)
-            demand[key] = min(self.comm_sm_fraction, self.pool.capacities[key] * 0.5)
-        return self.pool.reserve(demand)
-
-    def comm_end(self, reservation: Reservation) -> None:
-        self.pool.release(reservation)
-
-    def utilization(self, elapsed_ps: int) -> dict[str, float]:
-        """Average share of SMs and HBM bandwidth in use over ``elapsed_ps``."""
-        if elapsed_ps <= 0:
-            return {"sm": 0.0, "hbm": 0.0}
-        sm = sum(self.pool.busy_ps(k) for k in self.pool.capacities if k.startswith("sm"))
-        return {"sm": sm / elapsed_ps, "hbm": self.pool.busy_ps("hbm") / elapsed_ps}
 
 
 class BandwidthLink:

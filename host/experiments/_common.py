@@ -55,6 +55,7 @@ class ExperimentResult:
     metrics: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     plots: dict[str, Callable[[Any], None]] = field(default_factory=dict)
+    files: dict[str, Callable[[Path], None]] = field(default_factory=dict)  # name -> writer(path)
     wall_s: float = 0.0
     size: str = "default"
 
@@ -108,6 +109,8 @@ def write_experiment(result: ExperimentResult, out: str | Path) -> Path:
                "metrics": result.metrics, "notes": result.notes, "config": result.config}
     (out / "metrics.json").write_text(json.dumps(_plain(payload), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (out / "config.toml").write_text(tomli_w.dumps(_plain(result.config)), encoding="utf-8")
+    for filename, write in result.files.items():
+        write(out / filename)
     for filename, draw in result.plots.items():
         fig = plt.figure(figsize=(7, 4.2))
         try:

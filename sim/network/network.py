@@ -120,6 +120,27 @@ class Network:
         self._t_last = engine.now
         self._recompute_event: EventHandle | None = None
         self._recompute_at: int | None = None
+        self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
+
+    # ------------------------------------------------------------- GPU-side feed (issue 16)
+    def set_throttle(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None) -> None:
+        """Let the GPUs' communication kernels limit the flows they feed (``sim.interference``).
+
+        After every solve, ``fn(tx, rx)`` gets each GPU's summed send and receive rates (bytes per
+        ps, as the links alone allow) and returns one scale in [0, 1] per GPU (or None: no
+        limit); the flows are then re-solved per flow with each GPU's sends and receives capped
+        at that scale times those rates (two virtual links per GPU), and a flow class whose
+        flows got different rates is split as with other traffic. Call
+        :meth:`request_recompute` when the scales change between solves.
+        """
+        if fn is not None and not callable(fn):
+            raise ValueError(f"fn: expected a callable or None, got {fn!r}")
+        self._throttle = fn
+
+    def request_recompute(self) -> None:
+        """Re-solve the rates at the current time (after a throttle's scales changed)."""
+        if self._groups or self._pending:
+            self._request_recompute(self.engine.now)
 
     # --------------------------------------------------------------------------- public API
     def start_flow(
@@ -319,13 +340,22 @@ class Network:
                                       alive=None if all_alive else g._alive, index=g._index, weight=cl.q_weight)
             self.solved_classes += g._remaining
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
-            return
-        # several groups: one per-flow solve over every live flow (their classes were found
-        # within each group; other traffic may break that symmetry)
+        else:
+            self._solve_shared(previous)
+        if self._throttle is not None:
+            self._throttled_solve(previous)
+
+    def _live_flows(self, g: FlowGroup) -> np.ndarray:
+        """Mask over a group's flows (rows of ``_links``) whose class is still alive."""
+        return g._alive if g._cls.identity else g._alive[g._cls.cls]
+
+    def _solve_shared(self, previous: dict[int, np.ndarray]) -> None:
+        topo = self.topology
+        groups = self._groups
         # several groups: one per-flow solve over every live flow (their classes were found
         # within each group; other traffic may break that symmetry). The largest group keeps
         # its link index across solves; the others are gathered afresh.
-        masks = [g._alive if g._cls.identity else g._alive[g._cls.cls] for g in groups]
+        masks = [self._live_flows(g) for g in groups]
         big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
         gb = groups[big]
         if gb._findex is None:
@@ -338,13 +368,21 @@ class Network:
         n_live = rates.size + int(masks[big].sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
+        parts = []
         pos = 0
-        for i, (g, m) in enumerate(zip(groups, masks)):
+        for i, m in enumerate(masks):
             if i == big:
-                fr = rb[m]
+                parts.append(rb[m])
             else:
-                fr = rates[pos : pos + int(m.sum())]
-                pos += fr.size
+                parts.append(rates[pos : pos + int(m.sum())])
+                pos += parts[-1].size
+        self._set_flow_rates(masks, parts, previous)
+
+    def _set_flow_rates(self, masks: list[np.ndarray], parts: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
+        """Install per-flow rates ``parts[i]`` (over the live flows ``masks[i]`` of group ``i``);
+        a class whose flows got different rates is refined by (class, rate), its state moving over."""
+        topo = self.topology
+        for g, m, fr in zip(self._groups, masks, parts):
             cl = g._cls
             a = g._alive
             if cl.identity:
@@ -370,6 +408,48 @@ class Network:
             g._rate = flow_rate[new.members[new.starts[:-1]]].clip(min=0.0)
             if old_rate is not None:
                 previous[id(g)] = old_rate[rep_old]
+
+    def _throttled_solve(self, previous: dict[int, np.ndarray]) -> None:
+        """Second, per-flow solve with each GPU's sends/receives capped by the throttle's scale."""
+        topo = self.topology
+        R = topo.num_gpus
+        groups = self._groups
+        masks = [self._live_flows(g) for g in groups]
+        src = np.concatenate([g.src[g._orig][m] for g, m in zip(groups, masks)])
+        dst = np.concatenate([g.dst[g._orig][m] for g, m in zip(groups, masks)])
+        rate = np.concatenate([(g._rate if g._cls.identity else g._rate[g._cls.cls])[m]
+                               for g, m in zip(groups, masks)])
+        finite = np.where(np.isfinite(rate), rate, 0.0)
+        tx = np.bincount(src, finite, minlength=topo.num_endpoints)[:R]
+        rx = np.bincount(dst, finite, minlength=topo.num_endpoints)[:R]
+        scale = self._throttle(tx, rx)
+        if scale is None:
+            return
+        # a stalled GPU (no SMs yet) keeps a trickle so that no rate is 0 (predictions divide by it)
+        scale = np.clip(np.asarray(scale, dtype=np.float64), 1e-9, 1.0)
+        if scale.shape != (R,):
+            raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
+        if np.all(scale >= 1.0):
+            return
+        endpoints = topo.num_endpoints
+        base = topo.capacity.size  # virtual links: tx of GPU i at base + i, rx at base + endpoints + i
+        cap_tx = np.full(endpoints, np.inf)
+        cap_rx = np.full(endpoints, np.inf)
+        cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
+        cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
+        capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
+        wire = np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)])
+        links = np.concatenate([np.concatenate([g._links[m] for g, m in zip(groups, masks)], axis=0),
+                                (base + src)[:, None], (base + endpoints + dst)[:, None]], axis=1)
+        factor = np.concatenate([g._factorf[m] for g, m in zip(groups, masks)])
+        rates = maxmin_rates_fm(np.ascontiguousarray(links), factor, wire, capacity)
+        self.solved_classes += rates.size
+        self.solved_flows += rates.size
+        parts, pos = [], 0
+        for m in masks:
+            parts.append(rates[pos : pos + int(m.sum())])
+            pos += parts[-1].size
+        self._set_flow_rates(masks, parts, previous)
 
     def _predict(self, now: int, previous: dict[int, np.ndarray], span: float) -> None:
         """Credit, predicted ends, the next recompute, and group completions due before it."""

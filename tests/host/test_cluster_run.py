@@ -102,6 +102,22 @@ def test_collectives_on_dma_engines_do_not_slow_the_run():
     assert dma["iteration_time_s"] <= base["iteration_time_s"]
 
 
+def test_timeline_shows_gpu_sm_and_hbm_shares(pipelined):
+    from neonic.host.report import chrome_trace
+
+    counters = [e for e in chrome_trace(pipelined)["traceEvents"] if e["ph"] == "C"]
+    assert {"SM share", "HBM share"} <= {e["name"] for e in counters}
+    shares = [v for e in counters if e["name"] == "SM share" for v in e["args"].values()]
+    assert max(shares) > 0 and all(0 <= v <= 1 + 1e-9 for v in shares)
+
+
+def test_comm_priority_is_read():
+    # the GPU model schedules a high-priority collective's CTAs first (sim.interference)
+    runs = {p: ClusterRun(scenario_from_dict(tiny(system={"preset": "zionex", "streams": {"comm_priority": p}}))).run()
+            for p in ("high", "normal")}
+    assert runs["high"].metrics["iteration_time_s"] != runs["normal"].metrics["iteration_time_s"]
+
+
 def test_wall_time_is_split_into_planning_and_engine(pipelined):
     split = pipelined.metrics["wall_breakdown_s"]
     assert split["planning_s"] > 0 and split["engine_s"] > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from neonic.sim.engine import Engine, ps_from_s
-from neonic.sim.gpu import KernelCost, gemm_cost, gpu_preset
+from neonic.sim.gpu import gemm_cost, gpu_preset
 from neonic.sim.resources import (
     BandwidthLink,
     CPUSocketSpec,
@@ -120,7 +120,10 @@ def test_bad_demand_names_the_capacity():
         SharedPool(Engine(), {"sm": 0})
 
 
-def test_gpu_kernel_alone_takes_its_roofline_time():
+def test_gpu_device_is_the_interference_model():
+    from neonic.sim import interference
+
+    assert GPUDevice is interference.GPUDevice  # one GPU model (tests/sim/test_interference.py)
     eng = Engine()
     gpu = GPUDevice(eng, gpu_preset("a100-40gb"))
     cost = gemm_cost(gpu.spec, 4096, 4096, 4096)
@@ -128,48 +131,8 @@ def test_gpu_kernel_alone_takes_its_roofline_time():
     gpu.launch(cost, _collect(log, "gemm"))
     eng.run()
     assert log[0][2] == ps_from_s(cost.time_s)
-
-
-def test_gpu_concurrent_compute_kernels_slow_each_other_but_beat_serial():
-    spec = gpu_preset("a100-40gb")
-    compute = gemm_cost(spec, 8192, 8192, 8192)
-    memory = KernelCost(hbm_bytes=1e9, memory_s=1e9 / spec.hbm_bytes_per_s)
-    eng = Engine()
-    gpu = GPUDevice(eng, spec, interference=0.1)
-    log = []
-    gpu.launch(compute, _collect(log, "c"))
-    gpu.launch(memory, _collect(log, "m"))
-    end = eng.run()
-    serial = ps_from_s(compute.time_s) + ps_from_s(memory.time_s)
-    assert max(ps_from_s(compute.time_s), ps_from_s(memory.time_s)) < end < serial
-
-
-def test_sm_partition_isolates_a_stream():
-    spec = gpu_preset("a100-40gb")
-    cost = gemm_cost(spec, 8192, 8192, 8192)
-    eng = Engine()
-    gpu = GPUDevice(eng, spec, sm_partitions={"comm": 0.25}, interference=0.0)
-    log = []
-    gpu.launch(cost, _collect(log, "main"))
-    eng.run()
-    # the main stream only has 75% of the SMs
-    assert log[0][2] == pytest.approx(ps_from_s(cost.compute_s) / 0.75, rel=0.02)
-
-
-def test_collective_on_dma_engines_leaves_sms_to_compute():
-    spec = gpu_preset("a100-40gb")
-    cost = gemm_cost(spec, 8192, 8192, 8192)
-    ends = {}
-    for on_dma in (False, True):
-        eng = Engine()
-        gpu = GPUDevice(eng, spec, interference=0.0, comm_sm_fraction=0.2)
-        log = []
-        res = gpu.comm_begin(10e9, on_dma=on_dma)
-        gpu.launch(cost, _collect(log, "gemm"))
-        eng.run()
-        gpu.comm_end(res)
-        ends[on_dma] = log[0][2]
-    assert ends[True] < ends[False]
+    # every SM busy but in the last of its 8 waves, when CTAs retire one by one (about half a wave)
+    assert gpu.utilization(log[0][2])["sm"] == pytest.approx(1 - 1 / 16, abs=1e-6)
 
 
 def test_bandwidth_link_shares_between_transfers():

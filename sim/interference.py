@@ -1,0 +1,642 @@
+"""How compute kernels and collectives share one GPU: SMs by block scheduling, HBM by rate.
+
+The model behind C3's questions (concurrent computation and communication, arXiv 2412.14335):
+how much of the ideal overlap a GPU realizes when a GEMM and a collective run at once, and what
+stream priority, SM partitioning and the copy (DMA) engines change. Everything here is a
+mechanism with a stated source or an ASSUMPTION; nothing is fitted to C3's figures.
+
+SMs (block scheduling, not preemptive)
+    A compute kernel occupies ``want`` SMs (its grid's CTAs, at most every SM) for ``waves``
+    waves of CTAs of equal lifetime ``tau = isolated time / waves``. A collective's kernel is a
+    persistent grid of ``channels`` CTAs (NCCL: one CTA per channel, never sharing an SM with a
+    compute kernel [NVIDIA/nccl#1656]) that holds its SMs until the collective ends. Kernels are
+    ordered by (stream priority, launch order); the block scheduler gives every kernel, in that
+    order, the SMs it wants out of what is left ("left-over" policy: a later kernel of the same
+    priority gets only what earlier kernels leave, Pai et al., ASPLOS 2013). Free SMs are taken
+    at once; SMs held by a kernel that should yield them are handed over as its CTAs retire:
+    CTAs of a running multi-wave grid are staggered uniformly, so ``n`` of the donor's ``H`` SMs
+    retire uniformly over ``[0, n tau / H]``: the hand-over happens in 4 equal steps, each at the
+    middle of its quarter of that span (ASSUMPTION: the fluid model moves SMs in steps). A
+    grid in its last wave (remaining work <= one CTA lifetime) dispatches nothing more: it keeps
+    its speed while its SMs are released to whoever waits (the tail effect). A one-wave grid
+    releases nothing before it ends. Persistent collective CTAs are never handed over.
+
+Priority (``comm_priority``)
+    Higher-priority kernels come first in the order above, so a high-priority collective
+    launched behind a GEMM gets its SMs after a fraction of one GEMM CTA lifetime, and the GEMM
+    runs on the rest; at equal priority the collective waits for the GEMM's last wave.
+
+Partitioning (``sm_partition_comm = p``)
+    Only while both a compute kernel and a collective are resident: compute kernels may hold at
+    most ``(1 - p)`` of the SMs and collectives at most ``p`` (SMs over those caps are handed
+    over as CTAs retire, like any other); otherwise each side may use the whole GPU. SMs of the
+    collective's share that its channels do not use stay idle. A collective wholly on the copy
+    engines runs no SM kernel and does not start the partition.
+
+Compute throughput (roofline per kernel)
+    A kernel with isolated compute time ``C``, memory time ``M`` and total ``T`` needs
+    ``d_sm = C / T`` of its SMs' throughput and ``d_hbm = M / T`` of the achievable HBM
+    bandwidth at full speed; holding ``h`` of its ``want`` SMs it runs at most at
+    ``(h / want) / d_sm`` of its isolated speed (compute time ``C * want / h``), and at most at
+    ``b / d_hbm`` with HBM share ``b``.
+
+Communication as GPU work
+    The network model gives each GPU's summed send rate ``tx`` and receive rate ``rx`` as the
+    links alone allow (``sim.network.Network.set_throttle``). Moving those bytes costs HBM: each
+    byte sent is read once and each byte received written once (NVLink/RDMA copies read the
+    source and write the destination); a received byte that is reduced is also read again with
+    the local operand and the result written (a reduction reads two operands and writes one),
+    so HBM bytes per second are ``tx + rx * (1 + 3 * reduce_fraction)``. A channel (one CTA)
+    feeds at most ``channel_gbytes_per_s`` each way, so SM-resident collectives move at most
+    ``channels_held * channel_gbytes_per_s``. NCCL launches 2 CTAs per NVLink to saturate it
+    for large messages [NVIDIA/nccl#1703; DGX A100: 12 NVLinks, 24 CTAs, NVIDIA/nccl#1225]: one
+    NVLink 3/4 carries 25 GB/s each way, so a channel feeds 12.5 GB/s; a collective gets enough
+    channels for the links it drives from this GPU (first-hop capacities of its messages), at
+    most NCCL's 32 channels. The collective's fraction of its link-allowed speed
+    ``r = min(1, feed / max(tx, rx), HBM share / HBM demand)`` scales its flows in the network.
+
+HBM sharing
+    Memory controllers do not know stream priorities: every kernel (and the GPU's collectives
+    as one client) is slowed by the same factor until its own SM limit or HBM saturates
+    (progressive filling; each gets HBM in proportion to its demand). While more than one client
+    runs, HBM loses ``interference`` of its capacity (row-buffer and L2 interference between
+    co-running kernels; the fraction is the system preset's ASSUMPTION).
+
+DMA offload (``collectives_on_dma``)
+    Data movement runs on the copy engines: ``GPUSpec.copy_engines`` servers of
+    ``copy_engine_gbytes_per_s`` each (default: the GPU's NVLink bandwidth each way; copy engines
+    drive peer copies at line rate with 256 B payloads, SMs with 128 B [NVIDIA/nccl-tests#149]).
+    It takes no SMs but the same HBM bytes. Copy engines cannot reduce: an offloaded collective
+    with reductions runs its reductions as an SM kernel with enough channels for its reduced
+    receive rate (``ceil(reduce_fraction * link rate / channel rate)`` CTAs), scheduled like any
+    SM kernel (priority, partitioning).
+
+API
+    ``gpu = GPUDevice(engine, spec, name, comm_priority=0, sm_partition_comm=0.0,
+    collectives_on_dma=False, interference=0.0, comm=CommEngineSpec(), record=False)``;
+    ``gpu.launch(cost, on_done, priority=0, ctas=None) -> isolated ps``;
+    ``h = gpu.comm_begin(link_gbytes_per_s, reduce_fraction=0.0)``; ``gpu.comm_end(h)``;
+    ``gpu.set_traffic(tx_bytes_per_s, rx_bytes_per_s)`` (what the network reports);
+    ``couple(net, gpus)`` installs the network throttle; ``gpu.utilization(elapsed_ps)``;
+    ``gpu.counters`` (time series of SM and HBM shares by side when ``record``);
+    ``gemm_ctas(spec, m, n)``; ``collective_links(topo, ranks)`` (link GB/s per rank);
+    ``REDUCE_FRACTION`` per collective kind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from neonic.sim.engine import Engine, EventHandle, ps_from_s
+from neonic.sim.gpu import GPUSpec, KernelCost
+
+__all__ = [
+    "CommEngineSpec",
+    "GPUDevice",
+    "CommHandle",
+    "couple",
+    "gemm_ctas",
+    "collective_links",
+    "REDUCE_FRACTION",
+]
+
+Done = Callable[[int, int], None]
+_EPS = 1e-9
+#: A GPU re-plans its rates when the network changes its traffic by more than this fraction (the
+#: network itself coalesces rate changes within 2% of a flow's age; see sim.network.network).
+_RETUNE = 0.01
+#: SM hand-overs happen in this many equal steps (the fluid model moves SMs in steps).
+_STEPS = 4
+
+#: Share of the bytes a GPU receives that it reduces, per collective: ring AllReduce is a
+#: reduce-scatter (p - 1 reduce steps) then an all-gather (p - 1 copy steps) of equal sizes; the
+#: double binary tree reduces one half of its steps and broadcasts the other; the hierarchical
+#: AllReduce is a reduce-scatter, an AllReduce and an all-gather of matching sizes.
+REDUCE_FRACTION: dict[str, float] = {"alltoallv": 0.0, "alltoall": 0.0, "all_gather": 0.0, "allreduce": 0.5,
+                                     "reduce_scatter": 1.0}
+
+
+@dataclass(frozen=True)
+class CommEngineSpec:
+    """How a GPU runs communication (sources in the module doc).
+
+    ``channel_gbytes_per_s``: what one NCCL channel (a CTA on one SM) moves each way (2 CTAs per
+    25 GB/s NVLink saturate it: 12.5). ``max_channels``: NCCL's channel limit (32).
+    ``copy_engine_gbytes_per_s``: per copy engine; None = the GPU's NVLink bandwidth each way.
+    ``default_waves``: CTA waves of a kernel launched without a grid size (ASSUMPTION: 8; the
+    cost functions' kernels are large and fill every SM).
+    """
+
+    channel_gbytes_per_s: float = 12.5
+    max_channels: int = 32
+    copy_engine_gbytes_per_s: float | None = None
+    default_waves: int = 8
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.channel_gbytes_per_s, (int, float)) and self.channel_gbytes_per_s > 0):
+            raise ValueError(f"comm.channel_gbytes_per_s: expected a number > 0, got {self.channel_gbytes_per_s!r}")
+        if isinstance(self.max_channels, bool) or not isinstance(self.max_channels, int) or self.max_channels < 1:
+            raise ValueError(f"comm.max_channels: expected an integer >= 1, got {self.max_channels!r}")
+        if self.copy_engine_gbytes_per_s is not None and not (
+                isinstance(self.copy_engine_gbytes_per_s, (int, float)) and self.copy_engine_gbytes_per_s > 0):
+            raise ValueError(f"comm.copy_engine_gbytes_per_s: expected a number > 0 or None, got {self.copy_engine_gbytes_per_s!r}")
+        if isinstance(self.default_waves, bool) or not isinstance(self.default_waves, int) or self.default_waves < 1:
+            raise ValueError(f"comm.default_waves: expected an integer >= 1, got {self.default_waves!r}")
+
+
+def gemm_ctas(spec: GPUSpec, m: int, n: int) -> int:
+    """CTAs of a GEMM ``C[m, n]``: the largest output tile of 256x128, 128x128, 128x64, 64x64
+    whose grid still fills every SM, else 64x64 (ASSUMPTION: cuBLAS-like tile heuristics)."""
+    for tm, tn in ((256, 128), (128, 128), (128, 64), (64, 64)):
+        ctas = math.ceil(m / tm) * math.ceil(n / tn)
+        if ctas >= spec.num_sms:
+            return ctas
+    return math.ceil(m / 64) * math.ceil(n / 64)
+
+
+def collective_links(topology, ranks: Sequence[int]) -> np.ndarray:
+    """Per rank of ``ranks``: GB/s of the distinct first-hop links its messages to the other
+    ranks cross (its NVLink port when a peer shares its node, its NIC port when one does not)."""
+    r = np.asarray(ranks, dtype=np.int64)
+    p = r.size
+    out = np.zeros(p)
+    if p < 2:
+        return out
+    node = r // topology.gpus_per_node
+    src, dst = [], []
+    for i in range(p):
+        same = np.flatnonzero((node == node[i]) & (r != r[i]))
+        other = np.flatnonzero(node != node[i])
+        for group in (same, other):
+            if group.size:
+                src.append(r[i])
+                dst.append(r[group[0]])
+    route = topology.route(np.array(src), np.array(dst))
+    first = route.links[0]
+    cap = topology.capacity[first] * 1e3  # bytes/ps -> GB/s
+    seen: dict[int, set[int]] = {}
+    index = {int(x): k for k, x in enumerate(r)}
+    for s, link, c in zip(src, first, cap):
+        links = seen.setdefault(int(s), set())
+        if int(link) not in links and math.isfinite(c):
+            links.add(int(link))
+            out[index[int(s)]] += c
+    return out
+
+
+@dataclass(eq=False)
+class _Kernel:
+    kind: str  # "compute" | "comm"
+    priority: int
+    seq: int
+    want: float  # SMs it can occupy
+    start: int
+    on_done: Done | None = None
+    remaining: float = 0.0  # compute: ps of work at isolated speed
+    d_sm: float = 0.0
+    d_hbm: float = 0.0
+    tau: float = math.inf  # CTA lifetime at isolated speed (ps); inf: persistent
+    waves: int = 1
+    held: float = 0.0
+    incoming: float = 0.0
+    outgoing: float = 0.0
+    draining: bool = False
+    drain_rate: float = 1.0
+    rate: float = 0.0
+    reduce_fraction: float = 0.0
+    alive: bool = True
+
+
+CommHandle = _Kernel
+
+
+@dataclass(eq=False)
+class _Transfer:
+    donor: _Kernel
+    taker: _Kernel | None
+    n: float
+    event: EventHandle | None = None
+
+
+class GPUDevice:
+    """One GPU on the engine (see the module doc for the model)."""
+
+    def __init__(self, engine: Engine, spec: GPUSpec, name: str = "gpu", *, comm_priority: int = 0,
+                 sm_partition_comm: float = 0.0, collectives_on_dma: bool = False, interference: float = 0.0,
+                 comm: CommEngineSpec | None = None, record: bool = False) -> None:
+        if not (isinstance(sm_partition_comm, (int, float)) and 0 <= sm_partition_comm < 1):
+            raise ValueError(f"sm_partition_comm: expected a fraction in [0, 1), got {sm_partition_comm!r}")
+        if not (isinstance(interference, (int, float)) and 0 <= interference < 1):
+            raise ValueError(f"interference: expected a number in [0, 1), got {interference!r}")
+        if isinstance(comm_priority, bool) or not isinstance(comm_priority, int):
+            raise ValueError(f"comm_priority: expected an integer, got {comm_priority!r}")
+        self.engine = engine
+        self.spec = spec
+        self.name = name
+        self.comm_priority = comm_priority
+        self.partition = float(sm_partition_comm)
+        self.on_dma = bool(collectives_on_dma)
+        self.interference = float(interference)
+        self.comm = comm or CommEngineSpec()
+        self.sms = float(spec.num_sms)
+        self.channel_bps = self.comm.channel_gbytes_per_s * 1e9
+        ce_gbps = self.comm.copy_engine_gbytes_per_s
+        if ce_gbps is None:
+            ce_gbps = spec.nvlink_gbytes_per_s
+        self.copy_engines = spec.copy_engines
+        self.copy_engine_bps = ce_gbps * 1e9
+        self.hbm_bps = spec.hbm_bytes_per_s * spec.efficiency.hbm_stream  # achievable streaming
+        self.record = record
+        self.counters: list[tuple[int, float, float, float, float]] = []  # t, sm/hbm compute, sm/hbm comm
+        self.kernels = 0
+        self.collectives = 0
+        self._ks: list[_Kernel] = []
+        self._transfers: list[_Transfer] = []
+        self._seq = 0
+        self._last = engine.now
+        self._event: EventHandle | None = None
+        self._tx = 0.0
+        self._rx = 0.0
+        self._comm_rate = 1.0
+        self._comm_hbm = 0.0
+        self._sm_busy = 0.0
+        self._hbm_busy = 0.0
+        self._net = None
+        self._ncomm = 0
+        self._plan: tuple[bool, float, float, float, float] = (True, 0.0, 0, 0.0, 0.0)
+
+    # ---------------------------------------------------------------------------- public API
+    def launch(self, cost: KernelCost, on_done: Done | None = None, priority: int = 0, ctas: int | None = None) -> int:
+        """Run a compute kernel; returns its isolated duration in ps (under sharing it takes longer).
+        ``ctas``: its grid size (default: ``default_waves`` waves over every SM)."""
+        duration = ps_from_s(cost.time_s)
+        if ctas is not None and (isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < 1):
+            raise ValueError(f"ctas: expected an integer >= 1, got {ctas!r}")
+        if duration == 0:  # nothing to run: it holds no SMs and ends now
+            self.kernels += 1
+            if on_done is not None:
+                start = self.engine.now
+                self.engine.after(0, on_done, start, start)
+            return 0
+        if ctas is None:
+            want, waves = self.sms, self.comm.default_waves
+        else:
+            want, waves = min(self.sms, float(ctas)), math.ceil(ctas / self.sms)
+        total = cost.time_s
+        k = _Kernel("compute", int(priority), self._next_seq(), want, self.engine.now, on_done,
+                    remaining=float(duration), d_sm=cost.compute_s / total if total > 0 else 0.0,
+                    d_hbm=cost.memory_s / total if total > 0 else 0.0, tau=duration / waves, waves=waves)
+        self.kernels += 1
+        self._advance()
+        self._ks.append(k)
+        self._update()
+        return duration
+
+    def comm_begin(self, link_gbytes_per_s: float, reduce_fraction: float = 0.0) -> CommHandle:
+        """A collective's kernel starts on this GPU. ``link_gbytes_per_s``: the links it drives
+        from here (sets its channels); ``reduce_fraction``: share of received bytes it reduces."""
+        if not (isinstance(link_gbytes_per_s, (int, float)) and link_gbytes_per_s >= 0):
+            raise ValueError(f"link_gbytes_per_s: expected a number >= 0, got {link_gbytes_per_s!r}")
+        if not (isinstance(reduce_fraction, (int, float)) and 0 <= reduce_fraction <= 1):
+            raise ValueError(f"reduce_fraction: expected a number in [0, 1], got {reduce_fraction!r}")
+        rate = link_gbytes_per_s * (reduce_fraction if self.on_dma else 1.0)
+        channels = min(self.comm.max_channels, math.ceil(rate / self.comm.channel_gbytes_per_s - 1e-9)) if rate > 0 else 0
+        if not self.on_dma:
+            channels = max(1, channels)
+        k = _Kernel("comm", self.comm_priority, self._next_seq(), float(min(channels, self.sms)), self.engine.now,
+                    reduce_fraction=float(reduce_fraction))
+        self.collectives += 1
+        self._ncomm += 1
+        self._advance()
+        self._ks.append(k)
+        self._update()
+        return k
+
+    def comm_end(self, handle: CommHandle) -> None:
+        if not handle.alive:
+            return
+        self._advance()
+        self._remove(handle)
+        self._update()
+
+    def set_traffic(self, tx_bytes_per_s: float, rx_bytes_per_s: float) -> float:
+        """The network's send/receive rates at this GPU (links alone); returns the collectives'
+        achievable fraction of them (1 when the GPU does not limit them)."""
+        self._advance()
+        self._tx = max(0.0, float(tx_bytes_per_s))
+        self._rx = max(0.0, float(rx_bytes_per_s))
+        if self._fast_traffic():
+            if self.record:
+                self._record()
+            return self._comm_rate
+        self._rates()  # SMs do not depend on traffic: only the rates change
+        self._schedule()
+        if self.record:
+            self._record()
+        return self._comm_rate
+
+    @property
+    def comm_rate(self) -> float:
+        return self._comm_rate
+
+    @property
+    def active(self) -> int:
+        return len(self._ks)
+
+    def held(self) -> dict[str, float]:
+        """SMs held now by compute kernels and by collectives."""
+        return {"compute": sum(k.held for k in self._ks if k.kind == "compute"),
+                "comm": sum(k.held for k in self._ks if k.kind == "comm")}
+
+    def utilization(self, elapsed_ps: int) -> dict[str, float]:
+        """Average share of SMs held and of achievable HBM bandwidth used over ``elapsed_ps``."""
+        self._advance()
+        if elapsed_ps <= 0:
+            return {"sm": 0.0, "hbm": 0.0}
+        return {"sm": self._sm_busy / (self.sms * elapsed_ps), "hbm": self._hbm_busy / elapsed_ps}
+
+    # ------------------------------------------------------------------------------ internals
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _advance(self) -> None:
+        now = self.engine.now
+        dt = now - self._last
+        if dt > 0:
+            hbm = self._comm_hbm * self._comm_rate
+            for k in self._ks:
+                self._sm_busy += k.held * dt
+                if k.kind == "compute":
+                    k.remaining -= k.rate * dt
+                    hbm += k.rate * k.d_hbm
+            self._hbm_busy += hbm * dt
+        self._last = now
+
+    def _order(self) -> list[_Kernel]:
+        return sorted(self._ks, key=lambda k: (-k.priority, k.seq))
+
+    def _targets(self) -> dict[int, float]:
+        # a collective wholly on the copy engines runs no SM kernel: it does not start the partition
+        has = {"compute": any(k.kind == "compute" for k in self._ks),
+               "comm": any(k.kind == "comm" and k.want > 0 for k in self._ks)}
+        caps = {"compute": self.sms, "comm": self.sms}
+        if self.partition > 0 and has["compute"] and has["comm"]:
+            caps = {"compute": (1 - self.partition) * self.sms, "comm": self.partition * self.sms}
+        avail = self.sms
+        used = {"compute": 0.0, "comm": 0.0}
+        out: dict[int, float] = {}
+        for k in self._order():
+            want = 0.0 if k.draining else k.want
+            t = max(0.0, min(want, avail, caps[k.kind] - used[k.kind]))
+            out[id(k)] = t
+            avail -= t
+            used[k.kind] += t
+        return out
+
+    def _rebalance(self) -> None:
+        targets = self._targets()
+        order = self._order()
+        free = self.sms - sum(k.held for k in self._ks)
+        for k in order:  # free SMs go at once, in scheduling order
+            need = targets[id(k)] - k.held - k.incoming
+            if need > _EPS and free > _EPS:
+                g = min(need, free)
+                k.held += g
+                free -= g
+        donors = [k for k in reversed(order) if k.kind == "compute" and math.isfinite(k.tau)
+                  and (k.waves > 1 or k.draining)]
+        for k in order:  # the rest as the donors' CTAs retire
+            need = targets[id(k)] - k.held - k.incoming
+            for d in donors:
+                if need <= _EPS:
+                    break
+                if d is k:
+                    continue
+                over = d.held - d.outgoing - targets[id(d)]
+                if over > _EPS:
+                    n = min(need, over)
+                    self._transfer(d, k, n)
+                    need -= n
+        for d in donors:  # SMs over a donor's target that nobody takes are released as well
+            over = d.held - d.outgoing - targets[id(d)]
+            if over > _EPS:
+                self._transfer(d, None, over)
+
+    def _transfer(self, donor: _Kernel, taker: _Kernel | None, n: float) -> None:
+        """Hand ``n`` of ``donor``'s SMs over as its CTAs retire: they retire at ``H / tau`` SMs
+        per ps, so the SMs arrive over ``n tau / H``; in :data:`_STEPS` equal steps, each at
+        the middle of its share of that span."""
+        speed = donor.drain_rate if donor.draining else max(donor.rate, 1e-6)
+        span = n * (donor.tau / max(speed, 1e-6)) / max(donor.held, _EPS)
+        steps = _STEPS if n > _STEPS * _EPS else 1
+        for j in range(steps):
+            t = _Transfer(donor, taker, n / steps)
+            donor.outgoing += t.n
+            if taker is not None:
+                taker.incoming += t.n
+            delay = (j + 0.5) * span / steps
+            t.event = self.engine.after(max(0, int(math.ceil(delay))), self._on_transfer, t)
+            self._transfers.append(t)
+
+    def _on_transfer(self, t: _Transfer) -> None:
+        self._advance()
+        self._transfers.remove(t)
+        t.donor.held = max(0.0, t.donor.held - t.n)
+        t.donor.outgoing -= t.n
+        if t.taker is not None and t.taker.alive:
+            t.taker.incoming -= t.n
+            t.taker.held += t.n
+        self._update()
+
+    def _remove(self, k: _Kernel) -> None:
+        k.alive = False
+        if k.kind == "comm":
+            self._ncomm -= 1
+        self._ks.remove(k)
+        for t in list(self._transfers):
+            if t.donor is k:
+                t.event.cancel()
+                self._transfers.remove(t)
+                if t.taker is not None:
+                    t.taker.incoming -= t.n
+            elif t.taker is k:
+                t.taker = None
+        k.held = 0.0
+
+    def _comm_terms(self, held: float, rf: float) -> tuple[float, float]:
+        """(fraction of the traffic the collectives can feed, their HBM demand at full speed)."""
+        need = max(self._tx, self._rx)
+        if self.on_dma:
+            ce = self.copy_engines * self.copy_engine_bps
+            cap = min(1.0, ce / need) if ce > 0 else 0.0
+            if rf > 0 and self._rx > 0:
+                cap = min(cap, held * self.channel_bps / (rf * self._rx))
+        else:
+            cap = min(1.0, held * self.channel_bps / need)
+        return cap, (self._tx + self._rx * (1 + 3 * rf)) / self.hbm_bps
+
+    def _rates(self) -> None:
+        """Roofline rates of the compute kernels and the collectives' fraction (HBM filling)."""
+        clients: list[tuple[float, float, _Kernel | None]] = []  # (cap, hbm demand, kernel or None=comm)
+        held = weight = rf = 0.0
+        for k in self._ks:
+            if k.kind != "compute":
+                held += k.held
+                weight += max(k.want, 1.0)
+                rf += k.reduce_fraction * max(k.want, 1.0)
+                continue
+            if k.draining:
+                cap = k.drain_rate
+            elif k.held <= _EPS:
+                cap = 0.0
+            else:
+                frac = k.held / k.want
+                cap = 1.0 if k.d_sm <= _EPS else min(1.0, frac / k.d_sm)
+            clients.append((cap, k.d_hbm, k))
+        rf = rf / weight if weight else 0.0
+        compute_use = sum(c * d for c, d, _ in clients)
+        compute_busy = sum(1 for c, d, _ in clients if c > 0 and d > 0)
+        self._comm_hbm = 0.0
+        comm_cap = 1.0
+        moving = self._ncomm > 0 and max(self._tx, self._rx) > 0
+        if moving:
+            comm_cap, self._comm_hbm = self._comm_terms(held, rf)
+            clients.append((comm_cap, self._comm_hbm, None))
+        busy = compute_busy + (1 if moving and comm_cap > 0 and self._comm_hbm > 0 else 0)
+        capacity = 1.0 - self.interference if busy > 1 else 1.0
+        level = _water_level(clients, capacity)
+        for cap, _, k in clients:
+            r = min(cap, level)
+            if k is None:
+                comm_cap = r
+            else:
+                k.rate = r
+        self._comm_rate = comm_cap if moving else 1.0
+        # what set_traffic needs to skip a re-plan while HBM does not bind
+        self._plan = (math.isinf(level), compute_use, compute_busy, held, rf)
+
+    def _fast_traffic(self) -> bool:
+        """New traffic that changes no kernel's rate (HBM still not binding, the collectives
+        still fed): only the collectives' HBM demand changes."""
+        free, compute_use, compute_busy, held, rf = self._plan
+        if not free or self._ncomm == 0 or max(self._tx, self._rx) <= 0:
+            return False
+        cap, hbm = self._comm_terms(held, rf)
+        if cap < 1.0:
+            return False
+        capacity = 1.0 - self.interference if compute_busy + (1 if hbm > 0 else 0) > 1 else 1.0
+        if compute_use + hbm > capacity + 1e-12:
+            return False
+        self._comm_hbm = hbm
+        self._comm_rate = 1.0
+        return True
+
+    def _update(self) -> None:
+        """Re-plan SMs, rates and the next event after any change (the engine is at ``now``)."""
+        before = self._comm_rate
+        self._rebalance()
+        self._rates()
+        self._schedule()
+        if self.record:
+            self._record()
+        if self._net is not None and abs(self._comm_rate - before) > 1e-9:
+            self._net.request_recompute()
+
+    def _record(self) -> None:
+        sm_c = sum(k.held for k in self._ks if k.kind == "compute") / self.sms
+        sm_m = sum(k.held for k in self._ks if k.kind == "comm") / self.sms
+        hbm_c = sum(k.rate * k.d_hbm for k in self._ks if k.kind == "compute")
+        hbm_m = self._comm_hbm * self._comm_rate if any(k.kind == "comm" for k in self._ks) else 0.0
+        row = (self.engine.now, sm_c, hbm_c, sm_m, hbm_m)
+        if self.counters and self.counters[-1][0] == row[0]:
+            self.counters[-1] = row
+        elif not self.counters or self.counters[-1][1:] != row[1:]:
+            self.counters.append(row)
+
+    def _schedule(self) -> None:
+        if self._event is not None:
+            self._event.cancel()
+            self._event = None
+        best: int | None = None
+        now = self.engine.now
+        for k in self._ks:
+            if k.kind != "compute" or k.rate <= 0:
+                continue
+            t = now + max(0, math.ceil(k.remaining / k.rate - 1e-6))
+            if not k.draining and k.waves > 1 and k.remaining > k.tau:
+                t = min(t, now + max(1, math.ceil((k.remaining - k.tau) / k.rate)))
+            if best is None or t < best:
+                best = t
+        if best is not None:
+            self._event = self.engine.schedule(best, self._on_event)
+
+    def _on_event(self) -> None:
+        self._event = None
+        self._advance()
+        now = self.engine.now
+        finished = [k for k in self._ks if k.kind == "compute" and k.rate > 0 and k.remaining <= max(0.5, k.rate * 1e-6)]
+        for k in self._ks:
+            if k.kind == "compute" and not k.draining and k.waves > 1 and k.remaining <= k.tau + 0.5 and k not in finished:
+                k.draining = True  # last wave: nothing left to dispatch
+                k.drain_rate = max(k.rate, 1e-6)
+        finished.sort(key=lambda k: k.seq)
+        for k in finished:
+            self._remove(k)
+        self._update()
+        for k in finished:
+            if k.on_done is not None:
+                k.on_done(k.start, now)
+
+
+def _water_level(clients: list[tuple[float, float, object]], capacity: float) -> float:
+    """The common rate ``x`` with ``sum(min(cap_i, x) * d_i) = capacity`` (inf if never binding)."""
+    if sum(c * d for c, d, _ in clients) <= capacity + 1e-12:
+        return math.inf
+    pts = sorted(clients, key=lambda c: c[0])
+    used = 0.0
+    rest = sum(d for _, d, _ in pts)
+    for cap, d, _ in pts:
+        if rest <= 0:
+            break
+        level = (capacity - used) / rest
+        if level <= cap:
+            return max(level, 0.0)
+        used += cap * d
+        rest -= d
+    return math.inf
+
+
+def couple(net, gpus: Sequence[GPUDevice]) -> None:
+    """Let ``gpus`` (indexed by network rank) limit the flows they feed in ``net``."""
+    gpus = list(gpus)
+    if len(gpus) > net.topology.num_gpus:
+        raise ValueError(f"gpus: expected at most {net.topology.num_gpus} GPUs for this topology, got {len(gpus)}")
+    n = len(gpus)
+    last = np.zeros((2, n))
+
+    def throttle(tx: np.ndarray, rx: np.ndarray) -> np.ndarray | None:
+        t = tx[:n] * 1e12  # bytes/ps -> bytes/s
+        r = rx[:n] * 1e12
+        comm = np.fromiter((g._ncomm > 0 for g in gpus), dtype=bool, count=n)
+        changed = (np.abs(t - last[0]) > _RETUNE * np.maximum(t, last[0])) | \
+                  (np.abs(r - last[1]) > _RETUNE * np.maximum(r, last[1]))
+        for i in np.flatnonzero(changed):
+            g = gpus[i]
+            last[0, i], last[1, i] = t[i], r[i]
+            if comm[i]:
+                g.set_traffic(float(t[i]), float(r[i]))
+            else:  # traffic costs nothing on a GPU without a collective kernel: remember it
+                g._tx, g._rx = float(t[i]), float(r[i])
+        scale = np.ones(tx.size)
+        for i in np.flatnonzero(comm):
+            scale[i] = gpus[i]._comm_rate
+        return scale if np.any(scale < 1.0) else None
+
+    for g in gpus:
+        g._net = net
+    net.set_throttle(throttle)

@@ -1,0 +1,281 @@
+"""The GPU interference model (sim.interference): each C3 mechanism pinned on its own."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from neonic.sim.engine import Engine, ps_from_s
+from neonic.sim.gpu import KernelCost, gemm_cost, gpu_preset
+from neonic.sim.interference import (REDUCE_FRACTION, CommEngineSpec, GPUDevice, collective_links, couple,
+                                     gemm_ctas)
+from neonic.sim.network import collectives as coll
+from neonic.sim.network.network import Network
+from neonic.sim.network.topology import Topology
+
+SPEC = gpu_preset("a100-40gb")
+BIG = gemm_cost(SPEC, 8192, 8192, 8192)
+BIG_CTAS = gemm_ctas(SPEC, 8192, 8192)
+
+
+def _memory_kernel(seconds: float) -> KernelCost:
+    """A streaming kernel that keeps HBM busy for ``seconds`` alone."""
+    nbytes = seconds * SPEC.hbm_bytes_per_s * SPEC.efficiency.hbm_stream
+    return KernelCost(hbm_bytes=nbytes, memory_s=seconds, compute_s=seconds * 0.05)
+
+
+def _end(log, tag):
+    return lambda start, end: log.__setitem__(tag, end)
+
+
+def test_kernel_alone_takes_its_isolated_time():
+    for ctas in (None, BIG_CTAS, 16):
+        eng = Engine()
+        gpu = GPUDevice(eng, SPEC)
+        log = {}
+        gpu.launch(BIG, _end(log, "gemm"), ctas=ctas)
+        eng.run()
+        assert log["gemm"] == pytest.approx(ps_from_s(BIG.time_s), abs=2)
+
+
+def test_an_empty_kernel_ends_at_once_even_behind_a_gemm():
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC)
+    log = {}
+    gpu.launch(BIG, _end(log, "gemm"), ctas=BIG_CTAS)
+    gpu.launch(KernelCost(), _end(log, "empty"))
+    eng.run()
+    assert log["empty"] == 0 < log["gemm"]
+
+
+def test_equal_priority_kernels_run_on_what_earlier_ones_leave():
+    small = gemm_cost(SPEC, 256, 512, 4096)  # 32 CTAs of 64x64: fewer than the SMs
+    ctas = gemm_ctas(SPEC, 256, 512)
+    assert ctas < SPEC.num_sms / 2
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC)
+    log = {}
+    gpu.launch(small, _end(log, "a"), ctas=ctas)
+    gpu.launch(small, _end(log, "b"), ctas=ctas)
+    eng.run()
+    assert log["a"] == log["b"] == pytest.approx(ps_from_s(small.time_s), abs=2)  # side by side
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC)
+    log = {}
+    gpu.launch(BIG, _end(log, "big"), ctas=BIG_CTAS)
+    gpu.launch(small, _end(log, "small"), ctas=ctas)
+    eng.run()
+    waves = math.ceil(BIG_CTAS / SPEC.num_sms)
+    # the small grid starts only as the big one's last wave retires
+    assert log["small"] > ps_from_s(BIG.time_s) * (1 - 1 / waves)
+
+
+def test_a_collective_slows_a_gemm_more_when_it_moves_more_bytes_per_second():
+    def gemm_end(link_gbps: float, traffic: float, cost=BIG) -> int:
+        eng = Engine()
+        gpu = GPUDevice(eng, SPEC)
+        log = {}
+        h = gpu.comm_begin(link_gbps, 0.0)
+        gpu.set_traffic(traffic, traffic)
+        gpu.launch(cost, _end(log, "k"), ctas=BIG_CTAS)
+        eng.run()
+        gpu.comm_end(h)
+        return log["k"]
+
+    # SMs: the channels follow the link rate the collective drives (2 for a NIC, 24 for NVLink)
+    nic, nvlink = gemm_end(25, 25e9), gemm_end(300, 300e9)
+    assert ps_from_s(BIG.time_s) < nic < nvlink
+    # HBM: same channels, more bytes per second -> a memory-bound kernel loses more bandwidth
+    mem = _memory_kernel(2e-3)
+    slow = [gemm_end(300, rate, mem) for rate in (50e9, 200e9, 400e9)]
+    assert slow[0] < slow[1] < slow[2]
+
+
+def test_comm_hbm_counts_copies_and_reductions():
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC, record=True)
+    gpu.comm_begin(300, 0.0)
+    gpu.set_traffic(100e9, 100e9)
+    copy = gpu.counters[-1][4]
+    eng2 = Engine()
+    gpu2 = GPUDevice(eng2, SPEC, record=True)
+    gpu2.comm_begin(300, 1.0)
+    gpu2.set_traffic(100e9, 100e9)
+    reduce = gpu2.counters[-1][4]
+    hbm = SPEC.hbm_bytes_per_s * SPEC.efficiency.hbm_stream
+    assert copy == pytest.approx((100e9 + 100e9) / hbm)  # read what is sent, write what arrives
+    assert reduce == pytest.approx((100e9 + 4 * 100e9) / hbm)  # + read two operands, write one
+
+
+def _pair(comm_priority: int, order: str, partition: float = 0.0, dma: bool = False, nbytes: int = 2 << 30):
+    """GEMM and an AllGather on one ZionEX node started together; returns (gemm end, comm end)."""
+    topo = Topology.from_preset("zionex", nodes=1)
+    eng = Engine()
+    net = Network(eng, topo)
+    gpus = [GPUDevice(eng, SPEC, name=f"g{r}", comm_priority=comm_priority, sm_partition_comm=partition,
+                      collectives_on_dma=dma) for r in range(topo.num_gpus)]
+    couple(net, gpus)
+    links = collective_links(topo, range(topo.num_gpus))
+    ends = {"gemm": 0, "comm": 0}
+
+    def compute():
+        for g in gpus:
+            g.launch(BIG, lambda s, e: ends.__setitem__("gemm", max(ends["gemm"], e)), ctas=BIG_CTAS)
+
+    def comm():
+        hs = [g.comm_begin(float(links[r]), REDUCE_FRACTION["all_gather"]) for r, g in enumerate(gpus)]
+
+        def done(_h):
+            for g, h in zip(gpus, hs):
+                g.comm_end(h)
+            ends["comm"] = eng.now
+
+        coll.all_gather(net, list(range(topo.num_gpus)), nbytes, on_done=done)
+
+    for part in ((compute, comm) if order == "compute_first" else (comm, compute)):
+        if part is not None:
+            part()
+    eng.run()
+    return ends["gemm"], ends["comm"]
+
+
+def test_priority_changes_which_side_finishes_first():
+    gemm, comm = _pair(0, "compute_first")
+    assert gemm < comm  # equal priority: the collective waits for the GEMM's last wave
+    gemm_hi, comm_hi = _pair(1, "compute_first")
+    assert comm_hi < gemm_hi  # high priority: its channels are handed over as GEMM CTAs retire
+    assert gemm_hi > gemm and comm_hi < comm  # the effect on both sides
+
+
+def test_high_priority_hand_over_is_not_preemptive():
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC, comm_priority=1)
+    gpu.launch(BIG, None, ctas=BIG_CTAS)
+    h = gpu.comm_begin(300, 0.0)
+    assert gpu.held()["comm"] == 0  # every SM is busy with GEMM CTAs: nothing is taken at once
+    waves = math.ceil(BIG_CTAS / SPEC.num_sms)
+    tau = ps_from_s(BIG.time_s) / waves
+    channels = 24
+    span = channels * tau / SPEC.num_sms  # 24 of 108 staggered CTAs retire in this span
+    eng.run(until_ps=int(0.5 * span))
+    assert gpu.held()["comm"] == pytest.approx(channels / 2)  # half handed over, as they retire
+    eng.run(until_ps=int(span) + 10)
+    assert gpu.held()["comm"] == pytest.approx(channels)
+    assert gpu.held()["compute"] == pytest.approx(SPEC.num_sms - channels)
+    gpu.comm_end(h)
+    eng.run()
+
+
+def test_partitioning_has_no_effect_when_only_one_side_runs():
+    for partition in (0.0, 0.3):
+        eng = Engine()
+        gpu = GPUDevice(eng, SPEC, sm_partition_comm=partition)
+        log = {}
+        gpu.launch(BIG, _end(log, "gemm"), ctas=BIG_CTAS)
+        eng.run()
+        assert log["gemm"] == pytest.approx(ps_from_s(BIG.time_s), abs=2)
+    topo_only = []
+    for p in (0.0, 0.3):
+        topo = Topology.from_preset("zionex", nodes=1)
+        eng = Engine()
+        net = Network(eng, topo)
+        gpus = [GPUDevice(eng, SPEC, sm_partition_comm=p) for _ in range(topo.num_gpus)]
+        couple(net, gpus)
+        hs = [g.comm_begin(300.0, 0.0) for g in gpus]
+        h = coll.all_gather(net, list(range(8)), 2 << 30, on_done=lambda _h: [g.comm_end(x) for g, x in zip(gpus, hs)])
+        eng.run()
+        topo_only.append(h.end_ps)
+    assert topo_only[0] == topo_only[1]  # a collective alone keeps all its channels
+
+
+def test_partition_applies_only_while_both_sides_run():
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC, sm_partition_comm=0.25)
+    gpu.launch(BIG, None, ctas=BIG_CTAS)
+    h = gpu.comm_begin(25, 0.0)  # 2 channels, far below the partition
+    eng.run(until_ps=ps_from_s(1e-3))
+    assert gpu.held()["compute"] == pytest.approx(0.75 * SPEC.num_sms)  # the rest of the share idles
+    gpu.comm_end(h)
+    eng.run(until_ps=ps_from_s(1.5e-3))
+    assert gpu.held()["compute"] == pytest.approx(SPEC.num_sms)  # the whole GPU again
+
+
+def test_dma_offload_frees_sms_but_not_hbm():
+    def run(dma: bool):
+        eng = Engine()
+        gpu = GPUDevice(eng, SPEC, collectives_on_dma=dma, comm_priority=1, record=True)
+        log = {}
+        h = gpu.comm_begin(300, 0.0)
+        gpu.set_traffic(300e9, 300e9)
+        held = gpu.held()["comm"]
+        gpu.launch(_memory_kernel(2e-3), _end(log, "mem"), ctas=4 * SPEC.num_sms)
+        comm_hbm = gpu.counters[-1][4]
+        eng.run()
+        gpu.comm_end(h)
+        return held, comm_hbm, log["mem"]
+
+    sm_held, sm_hbm, sm_end = run(False)
+    dma_held, dma_hbm, dma_end = run(True)
+    assert sm_held == 24 and dma_held == 0  # no SMs on the copy engines
+    assert dma_hbm == pytest.approx(sm_hbm)  # the same bytes through HBM
+    assert dma_end > ps_from_s(2e-3) * 1.2  # the memory-bound kernel still loses HBM bandwidth
+
+
+def test_dma_reductions_run_on_sms_and_copy_engines_cap_the_feed():
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC, collectives_on_dma=True)
+    gpu.comm_begin(300, 0.5)
+    assert gpu.held()["comm"] == math.ceil(0.5 * 300 / 12.5)  # copy engines cannot reduce
+    eng2 = Engine()
+    one_ce = GPUDevice(eng2, SPEC, collectives_on_dma=True, comm=CommEngineSpec(copy_engine_gbytes_per_s=100.0))
+    one_ce.comm_begin(300, 0.0)
+    rate = one_ce.set_traffic(300e9, 300e9)
+    assert rate == pytest.approx(SPEC.copy_engines * 100 / 300)
+
+
+def test_network_flows_wait_for_their_gpu_kernels():
+    # at equal priority a collective launched behind a GEMM moves (almost) nothing until the
+    # GEMM's last wave: the network is fed by the GPU
+    _, comm_behind = _pair(0, "compute_first", nbytes=256 << 20)
+    _, comm_first = _pair(0, "comm_first", nbytes=256 << 20)
+    assert comm_behind > ps_from_s(BIG.time_s) * 0.9 > comm_first
+
+
+def test_network_throttle_scales_a_gpus_flows():
+    topo = Topology.from_preset("zionex", nodes=1)
+    ends = []
+    for scale in (1.0, 0.5):
+        eng = Engine()
+        net = Network(eng, topo)
+        net.set_throttle(lambda tx, rx, s=scale: np.full(tx.size, s))
+        g = net.start_flow(0, 1, 300_000_000)
+        eng.run()
+        ends.append(g.end_ps)
+    assert ends[1] == pytest.approx(2 * ends[0], rel=0.01)
+    with pytest.raises(ValueError, match="fn"):
+        Network(Engine(), topo).set_throttle(3)
+
+
+def test_gemm_grid_and_links():
+    assert gemm_ctas(SPEC, 8192, 8192) == 32 * 64  # 256x128 tiles fill 108 SMs
+    assert gemm_ctas(SPEC, 512, 256) == 8 * 4  # too small to fill: 64x64 tiles
+    one = collective_links(Topology.from_preset("zionex", nodes=1), range(8))
+    two = collective_links(Topology.from_preset("zionex", nodes=2), range(16))
+    assert np.allclose(one, 300) and np.allclose(two, 325)  # NVLink, + the 200 Gb/s NIC
+
+
+def test_bad_inputs_name_the_field():
+    with pytest.raises(ValueError, match="sm_partition_comm"):
+        GPUDevice(Engine(), SPEC, sm_partition_comm=1.0)
+    with pytest.raises(ValueError, match="comm.channel_gbytes_per_s"):
+        CommEngineSpec(channel_gbytes_per_s=0)
+    with pytest.raises(ValueError, match="reduce_fraction"):
+        GPUDevice(Engine(), SPEC).comm_begin(100, 2.0)
+    with pytest.raises(ValueError, match="ctas"):
+        GPUDevice(Engine(), SPEC).launch(BIG, ctas=0)
+
+
+def test_runs_are_deterministic():
+    assert _pair(1, "compute_first", nbytes=64 << 20) == _pair(1, "compute_first", nbytes=64 << 20)
