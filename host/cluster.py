@@ -39,8 +39,8 @@ Modelling choices (each an ASSUMPTION a user can see in code and docs):
       with the pooled and gradient AlltoAlls (same bytes, one collective each);
     * the dense AllReduce carries the MLPs' parameters (computed from the workload's widths) plus
       the data-parallel tables' bytes from the plan, in the system's ``comm_dtype``;
-    * the dot interaction over F features gives F(F-1)/2 + d outputs, capped at
-      :data:`MAX_INTERACTION_WIDTH` (production models with 1000s of features compress them);
+    * the dense part is costed layer by layer from ``host.workloads.dense`` (the interaction
+      as the workload defines it: dot with projections, concatenation or cross layers);
     * a collective holds its GPU-side share (SMs unless on the copy engines, HBM) on every rank
       for its whole network duration; compute kernels share what is left. Collectives are not
       slowed by the GPU (so ``streams.comm_priority`` only orders kernels between streams).
@@ -83,7 +83,6 @@ from neonic.sim.gpu import KernelCost, embedding_backward_cost, embedding_forwar
 from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool, cpu_embedding_backward_s, cpu_embedding_forward_s
 
 __all__ = [
-    "MAX_INTERACTION_WIDTH",
     "Scenario",
     "ClusterRun",
     "RunResult",
@@ -95,7 +94,6 @@ __all__ = [
     "dense_costs",
 ]
 
-MAX_INTERACTION_WIDTH = 8192
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
 
 _SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
@@ -252,46 +250,41 @@ class DenseCosts:
     dense_opt: KernelCost
     params: int
     interaction_width: int
+    layers: tuple = ()
 
 
 def dense_costs(system: SystemSpec, workload: WorkloadSpec, dtype: str = "fp16") -> DenseCosts:
-    """MLP, interaction and optimizer-step costs on one GPU for one local batch."""
+    """MLP, interaction and optimizer-step costs on one GPU for one local batch, summed from
+    the per-layer costs of ``host.workloads.dense`` (kept in ``layers`` for the gradient
+    buckets)."""
+    from neonic.host.workloads.dense import interaction_width, layer_costs
+
     gpu = system.gpu_spec
-    b = workload.batch_per_gpu
-    d = workload.dense
-    bottom = list(d.bottom_mlp)
-    d_out = bottom[-1]
-    features = len(workload.tables) + 1
-    dims = sum(t.dim for t in workload.tables)
-    params = sum(i * o + o for i, o in zip(bottom[:-1], bottom[1:]))
-    if d.interaction == "dot":
-        width = min(features * (features - 1) // 2 + d_out, MAX_INTERACTION_WIDTH)
-        inter_f = interaction_cost(gpu, b, features, d_out, dtype)
-        inter_b = interaction_cost(gpu, b, features, d_out, dtype, backward=True)
-    else:
-        width = min(dims + d_out, MAX_INTERACTION_WIDTH * 4)
-        inter_f = KernelCost()
-        inter_b = KernelCost()
-        for _ in range(d.dcn_layers):
-            inter_f = inter_f + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype)
-            inter_b = inter_b + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype, backward=True)
-            params += 2 * width * d.dcn_low_rank + width
-    top = [width, *d.top_mlp]
-    params += sum(i * o + o for i, o in zip(top[:-1], top[1:]))
+    layers = layer_costs(gpu, workload, dtype)
+
+    def total(part: str, attr: str) -> KernelCost:
+        cost = KernelCost()
+        for lc in layers:
+            if lc.layer.part == part:
+                cost = cost + getattr(lc, attr)
+        return cost
+
+    params = sum(lc.params for lc in layers)
     # the optimizer step streams weights, gradients and two moments (fp32) once
     step_bytes = params * 4 * 4
     step = KernelCost(hbm_bytes=step_bytes, memory_s=step_bytes / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream),
                       overhead_s=gpu.efficiency.launch_overhead_s)
     return DenseCosts(
-        bot_fwd=mlp_cost(gpu, b, bottom, dtype),
-        inter_fwd=inter_f,
-        top_fwd=mlp_cost(gpu, b, top, dtype),
-        top_bwd=mlp_cost(gpu, b, top, dtype, backward=True),
-        inter_bwd=inter_b,
-        bot_bwd=mlp_cost(gpu, b, bottom, dtype, backward=True),
+        bot_fwd=total("bottom", "forward"),
+        inter_fwd=total("interaction", "forward"),
+        top_fwd=total("top", "forward"),
+        top_bwd=total("top", "backward"),
+        inter_bwd=total("interaction", "backward"),
+        bot_bwd=total("bottom", "backward"),
         dense_opt=step,
         params=params,
-        interaction_width=width,
+        interaction_width=interaction_width(workload),
+        layers=tuple(layers),
     )
 
 
