@@ -121,6 +121,7 @@ class Scenario:
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
     source: dict[str, Any] = field(default_factory=dict)
+    buckets: Any = None  # host.gradients.BucketConfig (DDP's defaults when None)
 
     def resolved(self) -> dict[str, Any]:
         """The scenario with every default filled in (written to the results folder)."""
@@ -133,8 +134,14 @@ class Scenario:
             "planner": {"name": self.planner, "allreduce": self.allreduce, "alltoall": self.alltoall,
                         **({} if self.planner_budget_s is None else {"time_budget_s": self.planner_budget_s}),
                         **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps})},
-            "dense": {"dtype": self.dense_dtype},
+            "dense": {"dtype": self.dense_dtype, **self._bucket_fields()},
         }
+
+    def _bucket_fields(self) -> dict[str, Any]:
+        from neonic.host.gradients import BucketConfig
+
+        b = self.buckets or BucketConfig()
+        return {"bucket_mib": b.bucket_mib, "first_bucket_mib": b.first_bucket_mib, "optimizer": b.optimizer}
 
 
 def _int(path: str, value: Any, lo: int) -> int:
@@ -181,7 +188,12 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600):
         raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
     dense = check_table("dense", data.get("dense", {}))
-    check_known_fields("dense", dense, ("dtype",))
+    check_known_fields("dense", dense, ("dtype", "bucket_mib", "first_bucket_mib", "optimizer"))
+    from neonic.host.gradients import DDP_BUCKET_CAP_MIB, DDP_FIRST_BUCKET_MIB, BucketConfig
+
+    buckets = BucketConfig(bucket_mib=dense.get("bucket_mib", DDP_BUCKET_CAP_MIB),
+                           first_bucket_mib=dense.get("first_bucket_mib", DDP_FIRST_BUCKET_MIB),
+                           optimizer=dense.get("optimizer", "after_last"))
     gpn = cl.get("gpus_per_node")
     return Scenario(
         name=name,
@@ -201,6 +213,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
         source={k: v for k, v in data.items()},
+        buckets=buckets,
     )
 
 
@@ -695,6 +708,18 @@ class ClusterRun:
             emb_stream = "compute"  # the NIC works inside the op; the remaining kernel is the GPU's
         self.progress("building the op graph", 0.3)
         graph = build_graph(world, total_its, payloads, mode=sc.mode, pipelined=sc.pipelined, emb_stream=emb_stream)
+        if sc.mode == "training" and sc.pipelined and sc.buckets is not None and sc.buckets.bucketed:
+            # PyTorch DDP's gradient buckets (host.gradients): the AllReduce overlaps the backward
+            from neonic.host.gradients import gradient_buckets
+            from neonic.host.schedule import bucket_gradients
+
+            per_param = 4 if sc.system.comm_dtype == "fp32" else 2  # wire bytes per gradient element
+            bucket_gradients(graph, gradient_buckets(
+                dense.layers, sc.buckets,
+                lambda n: Collective("allreduce", nbytes=int(math.ceil(n * per_param)),
+                                     estimate_s=psys.comm.allreduce_time_s(n * per_param, world)),
+                lambda n: dense.dense_opt.scaled(n / max(1, dense.params)),
+                tables_bytes=work.dp_allreduce_bytes))
         self.progress(f"simulating {total_its} iterations on {world} GPUs", 0.35)
         engine, backend, resources_ = self._build_resources(topo, world)
         done_ops = [0]
