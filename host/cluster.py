@@ -38,7 +38,12 @@ Modelling choices (each an ASSUMPTION a user can see in code and docs):
     * the row-wise reduce-scatter (``rs``) and its backward all-gather (``ag``) matrices travel
       with the pooled and gradient AlltoAlls (same bytes, one collective each);
     * the dense AllReduce carries the MLPs' parameters (computed from the workload's widths) plus
-      the data-parallel tables' bytes from the plan, in the system's ``comm_dtype``;
+      the data-parallel tables' bytes from the plan, in ``[comm_precision] allreduce``;
+    * ``[comm_precision]`` sets the wire precision of each float collective (``forward``: the
+      pooled AlltoAll and the row-wise reduce-scatter; ``backward``: the gradient AlltoAll and
+      the all-gather; ``allreduce``: the dense gradients), each fp32 | fp16 | bf16 (default: the
+      system's ``comm_dtype``); the wire bytes follow (2 bytes for fp16 and bf16), the casts
+      are taken as fused into the packing (no extra kernel; ASSUMPTION);
     * the dense part is costed layer by layer from ``host.workloads.dense`` (the interaction
       as the workload defines it: dot with projections, concatenation or cross layers);
     * a collective holds its GPU-side share (SMs unless on the copy engines, HBM) on every rank
@@ -96,7 +101,9 @@ __all__ = [
 
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
 
-_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
+_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense", "comm_precision")
+#: Wire precisions of the float collectives and their bytes per element.
+COMM_PRECISIONS: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 # ------------------------------------------------------------------------------ the scenario
@@ -122,6 +129,14 @@ class Scenario:
     dense_dtype: str = "fp16"
     source: dict[str, Any] = field(default_factory=dict)
     buckets: Any = None  # host.gradients.BucketConfig (DDP's defaults when None)
+    comm_precision: dict[str, str] = field(default_factory=dict)  # forward/backward/allreduce
+
+    def precision(self, collective: str) -> str:
+        """Wire precision of ``forward``, ``backward`` or ``allreduce`` (see the module doc)."""
+        return self.comm_precision.get(collective, self.system.comm_dtype)
+
+    def wire_bytes(self, collective: str) -> int:
+        return COMM_PRECISIONS[self.precision(collective)]
 
     def resolved(self) -> dict[str, Any]:
         """The scenario with every default filled in (written to the results folder)."""
@@ -135,6 +150,7 @@ class Scenario:
                         **({} if self.planner_budget_s is None else {"time_budget_s": self.planner_budget_s}),
                         **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps})},
             "dense": {"dtype": self.dense_dtype, **self._bucket_fields()},
+            "comm_precision": {k: self.precision(k) for k in ("forward", "backward", "allreduce")},
         }
 
     def _bucket_fields(self) -> dict[str, Any]:
@@ -194,6 +210,9 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     buckets = BucketConfig(bucket_mib=dense.get("bucket_mib", DDP_BUCKET_CAP_MIB),
                            first_bucket_mib=dense.get("first_bucket_mib", DDP_FIRST_BUCKET_MIB),
                            optimizer=dense.get("optimizer", "after_last"))
+    cp = check_table("comm_precision", data.get("comm_precision", {}))
+    check_known_fields("comm_precision", cp, ("forward", "backward", "allreduce"))
+    comm_precision = {k: _choice(f"comm_precision.{k}", v, tuple(COMM_PRECISIONS)) for k, v in cp.items()}
     gpn = cl.get("gpus_per_node")
     return Scenario(
         name=name,
@@ -214,6 +233,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
         source={k: v for k, v in data.items()},
         buckets=buckets,
+        comm_precision=comm_precision,
     )
 
 
@@ -677,7 +697,7 @@ class ClusterRun:
         if sc.system.embeddings == "cpu":
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
-        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
+        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype="fp32" if sc.precision("forward") == "fp32" else "fp16")
         from neonic.host.planner.api import make_plan
 
         plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
@@ -713,7 +733,7 @@ class ClusterRun:
             from neonic.host.gradients import gradient_buckets
             from neonic.host.schedule import bucket_gradients
 
-            per_param = 4 if sc.system.comm_dtype == "fp32" else 2  # wire bytes per gradient element
+            per_param = sc.wire_bytes("allreduce")  # wire bytes per gradient element
             bucket_gradients(graph, gradient_buckets(
                 dense.layers, sc.buckets,
                 lambda n: Collective("allreduce", nbytes=int(math.ceil(n * per_param)),
@@ -768,15 +788,15 @@ class ClusterRun:
             self.nic_metrics = dict(nic.figures)
         self.nic_effects = nic
         pooled = m["pooled"] + m["rs"]
-        grad = m["grad"] + m["ag"]
+        # the plan sizes the float collectives in the forward precision; the backward's follow
+        grad = (m["grad"] + m["ag"]) * (sc.wire_bytes("backward") / psys.comm_bytes)
 
         def coll_a2a(matrix: np.ndarray) -> Collective:
             matrix = np.ceil(matrix)  # whole bytes; a fraction of a byte still needs one
             nic_ps = nic.packetizer_ps(matrix, gpn) if nic is not None else None
             return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix), nic_ps=nic_ps)
 
-        comm_bytes = 4 if sys_.comm_dtype == "fp32" else 2
-        ar_bytes = int(math.ceil(dense.params * comm_bytes + work.dp_allreduce_bytes))
+        ar_bytes = int(math.ceil(dense.params * sc.wire_bytes("allreduce") + work.dp_allreduce_bytes))
         payloads: dict[str, Any] = {
             "input_a2a": coll_a2a(m["input"]),
             "pooled_a2a": coll_a2a(pooled),

@@ -119,3 +119,85 @@ def test_default_run_overlaps_the_buckets_with_the_mlp_backward():
     single = ClusterRun(scenario_preset("default", dense={"bucket_mib": 0})).run()
     assert len([op for op in single.graph.ops if op.phase == "allreduce" and op.iteration == it]) == 1
     assert result.metrics["samples_per_s"] > single.metrics["samples_per_s"]
+
+
+# ------------------------------------------------------------------ Neo's switches
+def _small(**over):
+    from neonic.host.cluster import scenario_preset
+
+    return scenario_preset("default", **over)
+
+
+def test_comm_precision_sets_the_wire_bytes_of_each_collective():
+    from neonic.host.cluster import ClusterRun
+
+    def a2a_bytes(result, phase):
+        op = next(op for op in result.graph.ops if op.phase == phase)
+        return float(op.payload.matrix.sum())
+
+    def ar_bytes(result):
+        return sum(op.payload.nbytes for op in result.graph.ops if op.phase == "allreduce" and op.iteration == 0)
+
+    def run(**prec):  # one plan for all (a plan that does not depend on the wire bytes)
+        return ClusterRun(_small(comm_precision=prec, planner={"name": "size-greedy"})).run()
+
+    fp32 = run(forward="fp32", backward="fp32", allreduce="fp32")
+    mixed = run(forward="fp16", backward="bf16", allreduce="fp16")
+    fwd_only = run(forward="fp16", backward="fp32", allreduce="fp32")
+    for phase in ("pooled_a2a", "grad_a2a"):
+        assert a2a_bytes(mixed, phase) == pytest.approx(a2a_bytes(fp32, phase) / 2, rel=1e-3)
+    assert a2a_bytes(fwd_only, "pooled_a2a") == pytest.approx(a2a_bytes(fp32, "pooled_a2a") / 2, rel=1e-3)
+    assert a2a_bytes(fwd_only, "grad_a2a") == pytest.approx(a2a_bytes(fp32, "grad_a2a"), rel=1e-3)
+    assert ar_bytes(mixed) == pytest.approx(ar_bytes(fp32) / 2, rel=1e-3)
+    assert a2a_bytes(mixed, "input_a2a") == a2a_bytes(fp32, "input_a2a")  # indices are not quantized
+    assert mixed.scenario.resolved()["comm_precision"] == {"forward": "fp16", "backward": "bf16", "allreduce": "fp16"}
+
+
+def test_table_precision_halves_the_tables_and_keeps_fp32_optimizer_state():
+    from neonic.host.workloads import resolve_workload
+
+    fp32 = resolve_workload({"preset": "model-f", "table_dtype": "fp32"})
+    fp16 = resolve_workload({"preset": "model-f", "table_dtype": "fp16"})
+    t32, t16 = fp32.tables[0], fp16.tables[0]
+    assert t16.nbytes * 2 == t32.nbytes
+    assert fp16.table_memory_bytes(t16) - t16.nbytes == fp32.table_memory_bytes(t32) - t32.nbytes == t32.rows * 4
+    with pytest.raises(ValueError, match="workload.table_dtype"):
+        resolve_workload({"preset": "model-f", "table_dtype": "int4"})
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"comm_precision": {"forward": "int4"}}, "comm_precision.forward"),
+    ({"comm_precision": {"sideways": "fp16"}}, "comm_precision.sideways"),
+    ({"dense": {"optimizer": "never"}}, "dense.optimizer"),
+])
+def test_bad_switches_are_named(over, field):
+    with pytest.raises(ValueError, match=field):
+        _small(**over)
+
+
+def test_published_comparisons_use_neo_post_optimization_settings():
+    from neonic.host.cluster import scenario_preset
+    from neonic.host.experiments.ablation import NEO_SETTINGS, NEO_SETTINGS_SOURCES
+
+    assert set(NEO_SETTINGS) <= set(NEO_SETTINGS_SOURCES)
+    for name in ("model-a-128", "model-a-1024"):
+        sc = scenario_preset(name)
+        assert sc.planner == NEO_SETTINGS["planner"]
+        assert {t.dtype for t in sc.workload.tables} == {NEO_SETTINGS["table_dtype"]}
+        for key in ("forward", "backward", "allreduce"):
+            assert sc.precision(key) == NEO_SETTINGS[key]
+        assert sc.workload.batch_per_gpu == 512
+
+
+def test_ablation_ladder_applies_the_steps_cumulatively(tmp_path):
+    from neonic.host.experiments import experiment_config, run_experiment
+
+    result = run_experiment("ablation", tmp_path, size="tiny")
+    cfg = result.config
+    assert [r["step"] for r in result.rows] == ["baseline", *[s["name"] for s in cfg["steps"]]]
+    last = result.rows[-1]
+    assert last["planner"] == "neo" and last["table_dtype"] == "fp16" and last["backward"] == "bf16"
+    assert last["batch_per_gpu"] == 512
+    assert (tmp_path / "ladder.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match=r"ablation.steps\[0\].forward"):
+        experiment_config("ablation", overrides={"steps": [{"name": "x", "forward": "fp8"}]})
