@@ -20,7 +20,9 @@ API (stable; the planner and the schedule code against it)
     ``interaction_cost(spec, batch, num_features, dim, dtype)`` -> KernelCost (pairwise dots).
     ``embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)``.
     ``embedding_backward_cost(spec, lookups, unique_rows, row_bytes, grad_row_bytes,
-    optimizer_state_bytes_per_row)`` (sort + fused row-wise AdaGrad).
+    optimizer_state_bytes_per_row)`` (sort + fused row-wise AdaGrad);
+    ``embedding_unfused_forward_cost`` / ``embedding_unfused_backward_cost`` (one table, no
+    fusion: the baseline that Neo's fused kernels are measured against).
     ``fits_in_hbm(spec, nbytes)`` / ``hbm_capacity_bytes(spec)`` (usable capacity).
     ``KernelCost.time_s`` (isolated duration), ``.compute_s``, ``.memory_s``, ``.overhead_s``,
     ``.flops``, ``.hbm_bytes``; ``KernelCost.__add__`` for kernels run back to back.
@@ -46,6 +48,8 @@ __all__ = [
     "interaction_cost",
     "embedding_forward_cost",
     "embedding_backward_cost",
+    "embedding_unfused_forward_cost",
+    "embedding_unfused_backward_cost",
     "hbm_capacity_bytes",
     "fits_in_hbm",
 ]
@@ -442,3 +446,58 @@ def fits_in_hbm(spec: GPUSpec, nbytes: float) -> bool:
     if nbytes < 0:
         raise ValueError(f"nbytes: expected >= 0, got {nbytes!r}")
     return nbytes <= hbm_capacity_bytes(spec)
+
+
+# ----------------------------------------------------------------- unfused embedding baseline
+def embedding_unfused_forward_cost(spec: GPUSpec, lookups: int, row_bytes: float, pooled_rows: int,
+                                   out_row_bytes: float) -> KernelCost:
+    """One table's embedding-bag forward as its own kernel (PyTorch ``nn.EmbeddingBag`` per
+    table, no table batching): the same HBM traffic as its share of the fused kernel, plus a
+    launch of its own. A model's unfused forward is the sum over its tables, so it pays one
+    ``launch_overhead_s`` per table where the fused kernel pays one in all."""
+    return embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)
+
+
+def embedding_unfused_backward_cost(
+    spec: GPUSpec,
+    lookups: int,
+    unique_rows: int,
+    row_bytes: float,
+    grad_row_bytes: float,
+    optimizer_state_bytes_per_row: float = 4.0,
+) -> KernelCost:
+    """One table's embedding backward and sparse optimizer as separate kernels, without Neo's
+    fusion (``embedding_backward_cost`` is the fused one):
+
+    1. backward: each lookup's gradient row is materialised in HBM (the bag's pooled gradient
+       read, ``grad_row_bytes`` written per lookup);
+    2. coalesce: the gradient rows are sorted by row (``sort_bytes_per_key`` per lookup) and
+       duplicates summed: every gradient row read once more, one row per unique row written;
+    3. optimizer: the coalesced gradients are read and each touched row's weights and state are
+       read and written (the same row traffic as the fused kernel).
+
+    Kernels 1 and 2 stream at ``hbm_stream``, the row updates at ``embedding_backward``; four
+    launches per table (backward, sort, reduce, optimizer)."""
+    _count("lookups", lookups, 0)
+    _count("unique_rows", unique_rows, 0)
+    if unique_rows > lookups:
+        raise ValueError(f"unique_rows: expected <= lookups ({lookups}), got {unique_rows}")
+    if row_bytes < 0 or grad_row_bytes < 0 or optimizer_state_bytes_per_row < 0:
+        raise ValueError("row_bytes, grad_row_bytes, optimizer_state_bytes_per_row: expected >= 0")
+    if lookups == 0:
+        return ZERO_COST
+    eff = spec.efficiency
+    materialise = lookups * (grad_row_bytes + grad_row_bytes + 4.0)   # pooled grad read, row written, index
+    coalesce = lookups * (eff.sort_bytes_per_key + grad_row_bytes) + unique_rows * grad_row_bytes
+    optimizer_stream = unique_rows * grad_row_bytes
+    stream_bytes = materialise + coalesce + optimizer_stream
+    row_traffic = unique_rows * 2.0 * (_sectors(spec, row_bytes) + _sectors(spec, optimizer_state_bytes_per_row))
+    flops = 4.0 * unique_rows * row_bytes / 2.0 + lookups * grad_row_bytes / 2.0
+    return KernelCost(
+        flops=flops,
+        hbm_bytes=stream_bytes + row_traffic,
+        compute_s=flops / (spec.peak_flops("fp32") * eff.gemm),
+        memory_s=stream_bytes / (spec.hbm_bytes_per_s * eff.hbm_stream)
+        + row_traffic / (spec.hbm_bytes_per_s * eff.embedding_backward),
+        overhead_s=4 * eff.launch_overhead_s,
+    )
