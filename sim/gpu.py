@@ -2,10 +2,10 @@
 
 A GPU is described by a :class:`GPUSpec` (peak throughput per datatype, HBM bandwidth and
 capacity, SM count, copy engines, links) plus the *efficiency parameters* that turn peak figures
-into achieved ones. Every efficiency parameter states where its value comes from; the ones that
-are calibration parameters say so (checked against Neo's Model-A result, 1.2M samples/s on 128
-A100 GPUs, through ``neonic bench cluster``; every other figure the cluster runtime reports is a
-prediction).
+into achieved ones. Every efficiency parameter states where its value comes from; the ones the
+calibration scales say so (``neonic validate``'s calibration fits one factor on Neo's Model-A
+result, 1.2M samples/s on 128 A100 GPUs, and reports it beside these starting values; every
+other figure the cluster runtime reports is a prediction).
 
 Kernel costs are returned as a :class:`KernelCost`: the work a kernel does (FLOPs, HBM bytes)
 and its *isolated* duration split into a compute part (at the whole GPU's SMs) and a memory part
@@ -80,27 +80,36 @@ def _count(name: str, value: int, minimum: int = 0) -> int:
 class GPUEfficiency:
     """Achieved fractions of peak, and fixed overheads, for the kernel cost functions.
 
-    Each field's docstring gives its source. ``gemm``, ``embedding_random`` and
-    ``embedding_backward`` are the three calibration parameters: their defaults are checked
-    against Neo's Model-A rate on 16 ZionEX nodes (1.2M samples/s): ``neonic bench cluster``
-    measured 1.228M samples/s with these values (2% above), so they were left as they are.
+    Each field's docstring gives its source or says ASSUMPTION. These are the *starting values*
+    of ``neonic validate``'s calibration (``host/experiments/calibration.py``): the fit moves
+    one common factor over ``embedding_random`` and ``embedding_backward`` on Model-A's
+    published throughput and reports every fitted value beside these starts; the other fields
+    are never fitted. None of them was chosen to reach a published figure with this model.
     """
 
     gemm: float = 0.60
-    """Fraction of dense tensor-core peak reached by the MLP GEMMs. cuBLAS reaches ~70-80% on
-    large square FP16 GEMMs; DLRM layers are thin (batch 512 per GPU), so lower. Calibration."""
+    """Fraction of dense tensor-core peak reached by the MLP GEMMs. ASSUMPTION: NVIDIA's Matrix
+    Multiplication Background guide (DU-09799-001) explains why thin GEMMs (here M = the local
+    batch, 512..2048) fall short of large-GEMM throughput (tile and wave quantization, lower
+    arithmetic intensity); no public measurement at these exact shapes on A100 was found, so
+    0.60 is a round figure below the large-GEMM range. Not fitted."""
 
     hbm_stream: float = 0.90
     """Fraction of HBM bandwidth reached by streaming (sequential) kernels. Typical STREAM-like
     results on A100/H100 reach ~90% of the data-sheet figure. Assumption."""
 
     embedding_random: float = 0.55
-    """Fraction of HBM bandwidth reached by the fused embedding gather (random row reads).
-    FBGEMM's table-batched kernels are bandwidth bound with short, scattered bursts. Calibration."""
+    """Fraction of HBM bandwidth reached by the fused embedding gather (random row reads, each
+    rounded up to 32-byte sectors by ``sector_bytes``). FBGEMM's table-batched kernels are
+    bandwidth bound with short, scattered bursts. Starting value: ASSUMPTION (no public
+    achieved-bandwidth figure of the fused kernel at Model-A's row sizes was found); the
+    calibration's one fitted factor scales it."""
 
     embedding_backward: float = 0.45
     """Fraction of HBM bandwidth reached by the fused backward (read-modify-write of rows and
-    optimizer state after the sort). Calibration."""
+    optimizer state after the sort): below the forward's, as every row is read and written.
+    Starting value: ASSUMPTION; scaled by the calibration's fitted factor with
+    ``embedding_random``."""
 
     sector_bytes: int = 32
     """HBM access granularity: NVIDIA GPUs fetch DRAM in 32-byte sectors, so a row read costs

@@ -92,8 +92,16 @@ def test_calibration_tiny_fits_the_target_and_labels_predictions(tmp_path):
     m = result.metrics
     assert m["converged"] and abs(m["relative_difference"]) <= result.config["tolerance"]
     kinds = {r["kind"] for r in result.rows}
-    assert kinds == {"fit", "published", "fitted parameter", "prediction"}
+    assert kinds == {"fit", "published", "fitted parameter", "prediction", "sensitivity"}
     assert m["gpu_measurements"]["measured"] is False and "No GPU" in m["gpu_measurements"]["note"]
+    # the pre-fit figure comes from the starting values; each fitted value sits beside its start
+    assert m["pre_fit_samples_per_s"] == result.rows[0]["value"] and result.rows[0]["factor"] == 1.0
+    for p, v in m["parameters"].items():
+        assert v["fitted"] == pytest.approx(v["start"] * m["factor"])
+        assert v["flagged"] == (abs(v["move"]) > result.config["flag_move"])
+    # every figure's sensitivity to the fitted factor, the target's included
+    assert len(m["sensitivity"]) == 1 + len(result.config["predictions"])
+    assert all(math.isfinite(e) for e in m["sensitivity"].values())
 
 
 def test_smartnic_tiny(tmp_path):
