@@ -138,11 +138,12 @@ register_key("qps.model-f", "calibration", "Model-F samples/s on 16 x 8 GPUs (0.
 register_key("qps.model-i", "calibration", "Model-I samples/s on 16 x 8 GPUs", "samples/s", _by_model("model-i"),
              note="Neo's post-optimization settings")
 register_key("weak_scaling_efficiency.model-a", "weak_scaling", "Model-A per-GPU throughput, 16 nodes vs 1 node", "fraction",
-             _weak("model-a"))
+             _weak("model-a"), note="the weak-scaling experiment's settings (workload and system presets)")
 register_key("weak_scaling_efficiency.model-i", "weak_scaling", "Model-I per-GPU throughput, 16 nodes vs 1 node", "fraction",
-             _weak("model-i"))
+             _weak("model-i"), note="the weak-scaling experiment's settings (workload and system presets)")
 register_key("zionex_over_zion", "zion_vs_zionex", "Model-A throughput, ZionEX over Zion, 16 nodes", "x",
-             lambda r: r.metrics.get("zionex_speedup_over_zion"))
+             lambda r: r.metrics.get("zionex_speedup_over_zion"),
+             note="the experiment's settings (workload and system presets)")
 register_key("fused_embedding_speedup", "fused_embedding", "Fused over unfused embedding kernels, Model-A's tables (slowest GPU)",
              "x", lambda r: r.metrics["speedup"], published="fused_embedding_speedup",
              note="published as 'up to 7x'")
