@@ -14,6 +14,11 @@ backward. Facts used (PyTorch ``torch.nn.parallel.DistributedDataParallel``):
 * gradients are bucketed in their parameter dtype (FP32 parameters: 4 bytes each); what goes
   on the wire depends on the communication hook (an FP16/BF16 compression hook halves it).
 
+Scenarios set it in ``[dense]``: ``bucket_mib`` (25; 0 = one AllReduce after the backward),
+``first_bucket_mib`` (1) and ``optimizer`` (``after_last``, PyTorch's ``optimizer.step()`` after
+``backward()``, or ``per_bucket``). Only Neo's pipelined training graph is bucketed; the
+serialized baseline (``pipelined = false``) keeps one AllReduce in program order.
+
 :func:`assign_buckets` applies those rules to a list of parameter counts; :func:`gradient_buckets`
 turns a model's per-layer dense costs into the :class:`host.schedule.GradientBuckets` of one
 iteration (backward split at bucket boundaries, one AllReduce payload and one optimizer step
