@@ -30,23 +30,23 @@ simulation's own wall time went (planning, building, engine).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
-from neonic.host.iteration import (MAX_INTERACTION_WIDTH, Collective, Copy, CPUJob, IterationSpec, NICJob, dense_costs,
-                                   iteration_payloads)
+from neonic.host.iteration import (WIRE_BYTES, Collective, Copy, CPUJob, IterationSpec, NICJob, build_iteration_graph,
+                                   dense_costs, iteration_buckets, iteration_payloads)
 from neonic.host.metrics import RunResult, collect_metrics, sample_ranks
 from neonic.host.nic_effects import NICEffects, nic_config, nic_effects
 from neonic.host.scenario import (SCENARIO_PRESETS, Scenario, default_scenario, load_scenario, scenario_from_dict,
                                   scenario_preset, scenario_preset_text)
-from neonic.host.schedule import Op, ScheduleRunner, build_graph
+from neonic.host.schedule import Op, ScheduleRunner
 from neonic.sim.engine import Engine, ps_from_s
 from neonic.sim.gpu import KernelCost
 from neonic.sim.interference import REDUCE_FRACTION, collective_links, couple
 from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool
 
 __all__ = [
-    "MAX_INTERACTION_WIDTH",
     "Scenario",
     "ClusterRun",
     "RunResult",
@@ -107,7 +107,7 @@ class ClusterRun:
         if sc.system.embeddings == "cpu":
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
-        return PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype,
+        return PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.precision("forward"),
                              iteration=IterationSpec.from_scenario(sc))
 
     def _plan(self, topo):
@@ -154,7 +154,14 @@ class ClusterRun:
         if sc.system.embeddings == "nic":
             emb_stream = "compute"  # the NIC works inside the op; the remaining kernel is the GPU's
         self.progress("building the op graph", 0.3)
-        graph = build_graph(world, total_its, payloads, mode=sc.mode, pipelined=sc.pipelined, emb_stream=emb_stream)
+        spec = IterationSpec.from_scenario(sc)
+        wire = WIRE_BYTES[spec.allreduce_dtype(psys.comm_dtype)]  # wire bytes per gradient element
+        # PyTorch DDP's gradient buckets (host.gradients): the AllReduce overlaps the backward;
+        # the planner's template builds the same graph (host.iteration.build_iteration_graph)
+        buckets = iteration_buckets(spec, dense, work.dp_allreduce_bytes, lambda n: Collective(
+            "allreduce", nbytes=int(math.ceil(n * wire)), estimate_s=psys.comm.allreduce_time_s(n * wire, world)))
+        graph = build_iteration_graph(spec, world, payloads, emb_stream, buckets)
+        self.graph = graph
         self.progress(f"simulating {total_its} iterations on {world} GPUs", 0.35)
         engine, backend, resources_ = self._build_resources(topo, world)
         done_ops = [0]

@@ -8,9 +8,17 @@ sizes) into the payloads that ``host.schedule.build_graph`` attaches to the op g
 
 Modelling choices (each an ASSUMPTION a user can see in code and docs):
     * the dense AllReduce carries the MLPs' parameters (computed from the workload's widths) plus
-      the data-parallel tables' bytes from the plan, in the system's ``comm_dtype``;
-    * the dot interaction over F features gives F(F-1)/2 + d outputs, capped at
-      :data:`MAX_INTERACTION_WIDTH` (production models with 1000s of features compress them);
+      the data-parallel tables' bytes from the plan, in ``[comm_precision] allreduce``; in Neo's
+      pipelined training it runs as PyTorch DDP's gradient buckets (``host.gradients``,
+      :func:`iteration_buckets`), which :func:`build_iteration_graph` puts into the op graph
+      that both the simulator and :class:`ScheduleTemplate` evaluate;
+    * ``[comm_precision]`` sets the wire precision of each float collective (``forward``: the
+      pooled AlltoAll and the row-wise reduce-scatter; ``backward``: the gradient AlltoAll and
+      the all-gather; ``allreduce``: the dense gradients); the plan's matrices are sized in the
+      forward precision (``PlannerSystem.comm_dtype``) and the backward's are scaled by
+      :meth:`IterationSpec.backward_scale` (casts fused into the packing, no extra kernel);
+    * the dense part is costed layer by layer from ``host.workloads.dense`` (the interaction
+      as the workload defines it: dot with projections, concatenation or cross layers);
     * each rank's embedding shards run as one fused kernel (one launch overhead).
 """
 
@@ -18,23 +26,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from neonic.host.systems import SystemSpec
 from neonic.host.workloads import WorkloadSpec
-from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
+from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 
 if TYPE_CHECKING:
     from neonic.host.nic_effects import NICEffects
+    from neonic.host.schedule import GradientBuckets, OpGraph
     from neonic.host.scenario import Scenario
 
-__all__ = ["MAX_INTERACTION_WIDTH", "DenseCosts", "dense_costs", "Collective", "CPUJob", "Copy", "NICJob",
-           "iteration_payloads"]
+__all__ = ["DenseCosts", "dense_costs", "Collective", "CPUJob", "Copy", "NICJob", "iteration_payloads",
+           "iteration_buckets", "build_iteration_graph", "WIRE_BYTES"]
 
-MAX_INTERACTION_WIDTH = 8192
+#: Bytes per element on the wire of each communication precision.
+WIRE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True)
@@ -50,47 +60,46 @@ class DenseCosts:
     dense_opt: KernelCost
     params: int
     interaction_width: int
+    layers: tuple = ()  # host.workloads.dense.LayerCost, forward order
+
+    def opt_step(self, params: float) -> KernelCost:
+        """The dense optimizer's step over ``params`` parameters (a bucket's share of the
+        whole step; launch overhead unchanged)."""
+        return self.dense_opt.scaled(params / max(1, self.params))
 
 
 def dense_costs(system: "SystemSpec | GPUSpec", workload: WorkloadSpec, dtype: str = "fp16") -> DenseCosts:
     """MLP, interaction and optimizer-step costs on one GPU for one local batch (``system``: a
-    system, or its GPU model)."""
+    system, or its GPU model), summed from the per-layer costs of ``host.workloads.dense``
+    (kept in ``layers``: the gradient buckets split the backward at layer boundaries)."""
+    from neonic.host.workloads.dense import interaction_width, layer_costs
+
     gpu = getattr(system, "gpu_spec", system)
-    b = workload.batch_per_gpu
-    d = workload.dense
-    bottom = list(d.bottom_mlp)
-    d_out = bottom[-1]
-    features = len(workload.tables) + 1
-    dims = sum(t.dim for t in workload.tables)
-    params = sum(i * o + o for i, o in zip(bottom[:-1], bottom[1:]))
-    if d.interaction == "dot":
-        width = min(features * (features - 1) // 2 + d_out, MAX_INTERACTION_WIDTH)
-        inter_f = interaction_cost(gpu, b, features, d_out, dtype)
-        inter_b = interaction_cost(gpu, b, features, d_out, dtype, backward=True)
-    else:
-        width = min(dims + d_out, MAX_INTERACTION_WIDTH * 4)
-        inter_f = KernelCost()
-        inter_b = KernelCost()
-        for _ in range(d.dcn_layers):
-            inter_f = inter_f + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype)
-            inter_b = inter_b + mlp_cost(gpu, b, [width, d.dcn_low_rank, width], dtype, backward=True)
-            params += 2 * width * d.dcn_low_rank + width
-    top = [width, *d.top_mlp]
-    params += sum(i * o + o for i, o in zip(top[:-1], top[1:]))
+    layers = layer_costs(gpu, workload, dtype)
+
+    def total(part: str, attr: str) -> KernelCost:
+        cost = KernelCost()
+        for lc in layers:
+            if lc.layer.part == part:
+                cost = cost + getattr(lc, attr)
+        return cost
+
+    params = sum(lc.params for lc in layers)
     # the optimizer step streams weights, gradients and two moments (fp32) once
     step_bytes = params * 4 * 4
     step = KernelCost(hbm_bytes=step_bytes, memory_s=step_bytes / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream),
                       overhead_s=gpu.efficiency.launch_overhead_s)
     return DenseCosts(
-        bot_fwd=mlp_cost(gpu, b, bottom, dtype),
-        inter_fwd=inter_f,
-        top_fwd=mlp_cost(gpu, b, top, dtype),
-        top_bwd=mlp_cost(gpu, b, top, dtype, backward=True),
-        inter_bwd=inter_b,
-        bot_bwd=mlp_cost(gpu, b, bottom, dtype, backward=True),
+        bot_fwd=total("bottom", "forward"),
+        inter_fwd=total("interaction", "forward"),
+        top_fwd=total("top", "forward"),
+        top_bwd=total("top", "backward"),
+        inter_bwd=total("interaction", "backward"),
+        bot_bwd=total("bottom", "backward"),
         dense_opt=step,
         params=params,
-        interaction_width=width,
+        interaction_width=interaction_width(workload),
+        layers=tuple(layers),
     )
 
 
@@ -142,15 +151,18 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     m = work.matrices
     if nic is not None:
         m = nic.matrices
+    spec = IterationSpec.from_scenario(sc)
+    scale = spec.backward_scale(psys.comm_dtype)
     pooled = m["pooled"]
-    grad = m["grad"]
+    grad = m["grad"] * scale if scale != 1.0 else m["grad"]
+    ag = m["ag"] * scale if scale != 1.0 else m["ag"]
 
     def coll_a2a(matrix: np.ndarray) -> Collective:
         matrix = np.ceil(matrix)  # whole bytes; a fraction of a byte still needs one
         nic_ps = nic.packetizer_ps(matrix, gpn) if nic is not None else None
         return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix), nic_ps=nic_ps)
 
-    ar_bytes = allreduce_bytes(dense, work.dp_allreduce_bytes, sys_.comm_dtype)
+    ar_bytes = allreduce_bytes(dense, work.dp_allreduce_bytes, spec.allreduce_dtype(psys.comm_dtype))
     payloads: dict[str, Any] = {
         "input_a2a": coll_a2a(m["input"]),
         # table-row-wise partial pools are reduced inside the node before they can leave it
@@ -173,7 +185,7 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
             "top_bwd": dense.top_bwd,
             "inter_bwd": dense.inter_bwd,
             "grad_a2a": coll_a2a(grad),
-            "grad_ag": coll_a2a(m["ag"]) if m["ag"].any() else None,
+            "grad_ag": coll_a2a(ag) if ag.any() else None,
             "bot_bwd": dense.bot_bwd,
             "allreduce": Collective("allreduce", nbytes=ar_bytes, estimate_s=comm.allreduce_time_s(ar_bytes, world)),
             "dense_opt": dense.dense_opt,
@@ -213,9 +225,41 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
 
 
 def allreduce_bytes(dense: DenseCosts, dp_table_bytes: float, comm_dtype: str) -> int:
-    """Bytes of the iteration's AllReduce: the MLPs' gradients in ``comm_dtype`` plus the
-    data-parallel tables' gradients (the plan's ``dp_allreduce_bytes``)."""
-    return int(math.ceil(dense.params * (4 if comm_dtype == "fp32" else 2) + dp_table_bytes))
+    """Bytes of the iteration's single AllReduce (no gradient buckets): the MLPs' gradients in
+    ``comm_dtype`` (the ``[comm_precision] allreduce`` wire precision) plus the data-parallel
+    tables' gradients (the plan's ``dp_allreduce_bytes``)."""
+    return int(math.ceil(dense.params * WIRE_BYTES[comm_dtype] + dp_table_bytes))
+
+
+def iteration_buckets(spec: "IterationSpec", dense: DenseCosts, dp_table_bytes: float,
+                      make_allreduce: Callable[[float], Any]) -> "GradientBuckets | None":
+    """The dense gradients' DDP buckets of one iteration (``host.gradients``), or None where
+    the op graph keeps one AllReduce (inference, the serialized baseline, ``bucket_mib = 0``).
+    ``make_allreduce(params)``: the AllReduce payload of a bucket of ``params`` gradient
+    elements (the caller knows the wire precision and the collective algorithm); the optimizer
+    steps are :meth:`DenseCosts.opt_step` of each bucket's parameters (or of all of them after
+    the last bucket). The data-parallel tables' gradients (``dp_table_bytes``, produced by the
+    embedding backward) form a last bucket of their own."""
+    if not spec.bucketed:
+        return None
+    from neonic.host.gradients import gradient_buckets
+
+    return gradient_buckets(dense.layers, spec.bucket_config(), make_allreduce, dense.opt_step,
+                            tables_bytes=dp_table_bytes)
+
+
+def build_iteration_graph(spec: "IterationSpec", num_ranks: int, payloads: Any, emb_stream: str,
+                          buckets: "GradientBuckets | None" = None, phases: Any = None) -> "OpGraph":
+    """The op graph of a run (``host.schedule.build_graph``) with the dense gradients' buckets
+    applied (``host.schedule.bucket_gradients``): the one place both the simulator
+    (``host.cluster``) and the planner's :class:`ScheduleTemplate` get their graph from."""
+    from neonic.host.schedule import bucket_gradients, build_graph
+
+    graph = build_graph(num_ranks, spec.warmup + spec.iterations, payloads, mode=spec.mode, pipelined=spec.pipelined,
+                        emb_stream=emb_stream, phases=phases)
+    if buckets is not None:
+        bucket_gradients(graph, buckets)
+    return graph
 
 
 def h2d_bytes(workload: WorkloadSpec, index_bytes: int, length_bytes: int) -> float:
@@ -295,12 +339,51 @@ class IterationSpec:
     alltoall: str = "direct"
     warmup: int = 1
     iterations: int = 1
+    comm_backward: str | None = None
+    comm_allreduce: str | None = None
+    bucket_mib: float = 25.0
+    first_bucket_mib: float = 1.0
+    optimizer: str = "after_last"
+
+    def __post_init__(self) -> None:
+        for name in ("comm_backward", "comm_allreduce"):
+            v = getattr(self, name)
+            if v is not None and v not in WIRE_BYTES:
+                raise ValueError(f"{name}: expected one of {', '.join(WIRE_BYTES)}, got {v!r}")
+        self.bucket_config()  # checks the bucket fields
 
     @classmethod
     def from_scenario(cls, sc: "Scenario") -> "IterationSpec":
+        b = sc.bucket_config()
         return cls(mode=sc.mode, pipelined=sc.pipelined, embeddings=sc.system.embeddings, dense_dtype=sc.dense_dtype,
                    pcie_gbytes_per_s=sc.system.host.pcie_gbytes_per_s, allreduce=sc.allreduce, alltoall=sc.alltoall,
-                   warmup=sc.warmup, iterations=sc.iterations)
+                   warmup=sc.warmup, iterations=sc.iterations, comm_backward=sc.precision("backward"),
+                   comm_allreduce=sc.precision("allreduce"), bucket_mib=b.bucket_mib,
+                   first_bucket_mib=b.first_bucket_mib, optimizer=b.optimizer)
+
+    def bucket_config(self) -> Any:
+        """The dense gradients' bucketing (``host.gradients.BucketConfig``)."""
+        from neonic.host.gradients import BucketConfig
+
+        return BucketConfig(bucket_mib=self.bucket_mib, first_bucket_mib=self.first_bucket_mib,
+                            optimizer=self.optimizer)
+
+    @property
+    def bucketed(self) -> bool:
+        """Whether the op graph all-reduces the dense gradients in DDP's buckets (Neo's
+        pipelined training with ``bucket_mib > 0``; the serialized baseline keeps one AllReduce
+        in program order)."""
+        return self.mode == "training" and self.pipelined and self.bucket_mib > 0
+
+    def backward_scale(self, forward_dtype: str) -> float:
+        """Wire bytes of the backward's float collectives (gradient AlltoAll, all-gather) over
+        the forward's (``forward_dtype``: the plan's ``comm_dtype``, which sizes the matrices)."""
+        back = self.comm_backward or forward_dtype
+        return WIRE_BYTES[back] / WIRE_BYTES[forward_dtype]
+
+    def allreduce_dtype(self, default: str) -> str:
+        """Wire precision of the dense AllReduce (``default``: the plan's ``comm_dtype``)."""
+        return self.comm_allreduce or default
 
     def phases(self) -> tuple[str, ...]:
         """The phases of the op graph (``host.schedule``), as the runtime builds it."""
@@ -311,42 +394,111 @@ class IterationSpec:
         return tuple(p for p in order if self.embeddings == "cpu" or p not in host_copies)
 
 
+def keyed_buckets(buckets: "GradientBuckets") -> tuple["GradientBuckets", dict[str, Any]]:
+    """The same buckets with each payload replaced by a key naming its op in the template
+    (``top_bwd#0``: the first backward piece, ``allreduce#k``: bucket k's AllReduce,
+    ``dense_opt#k``: the k-th optimizer step), and each key's payload."""
+    from dataclasses import replace
+
+    table: dict[str, Any] = {}
+    segments = []
+    for i, (phase, payload, closes) in enumerate(buckets.segments):
+        key = f"{phase}#{i}"
+        table[key] = payload
+        segments.append((phase, key, closes))
+    colls = []
+    for k, payload in enumerate(buckets.buckets):
+        table[f"allreduce#{k}"] = payload
+        colls.append(f"allreduce#{k}")
+    steps = []
+    for k, payload in enumerate(buckets.opt_payloads):
+        table[f"dense_opt#{k}"] = payload
+        steps.append(f"dense_opt#{k}")
+    return replace(buckets, segments=tuple(segments), buckets=tuple(colls), opt_payloads=tuple(steps)), table
+
+
+#: Order of the streams whose collectives can overlap (a batch's input AlltoAll one iteration
+#: ahead, the gradient buckets' AllReduces, the comm stream's AlltoAlls).
+_SHARED_STREAMS = ("input", "grad", "comm")
+
+
+def _topological(ops: list) -> list:
+    """``ops`` in an order where every op comes after its dependencies (the graph's own order
+    where it already is: ops the gradient buckets add come last in the graph, though the next
+    iteration's forward depends on them)."""
+    import heapq
+
+    pos = {op.id: i for i, op in enumerate(ops)}
+    waiting = {op.id: len(op.deps) for op in ops}
+    ready = [pos[op.id] for op in ops if not op.deps]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        op = ops[heapq.heappop(ready)]
+        out.append(op)
+        for child in op.dependents:
+            waiting[child.id] -= 1
+            if waiting[child.id] == 0:
+                heapq.heappush(ready, pos[child.id])
+    if len(out) != len(ops):
+        raise ValueError("op graph: the dependencies form a cycle")
+    return out
+
+
 class ScheduleTemplate:
-    """The op graph of a run (``host.schedule.build_graph``: same phases, streams and
-    dependencies, same iterations) with the ranks folded into a vector: evaluated as a list
-    schedule in which every op starts when its dependencies (stream order included) have ended,
-    a collective when the last rank is ready (a barrier), and lasts its duration.
+    """The op graph of a run (:func:`build_iteration_graph`: same phases, streams and
+    dependencies, same iterations, the same gradient buckets) with the ranks folded into a
+    vector: evaluated as a list schedule in which every op starts when its dependencies (stream
+    order included) have ended, a collective when the last rank is ready (a barrier), and lasts
+    its duration.
+
+    Each op has a key: its phase, or for the ops the dense gradients' buckets add
+    (``buckets``: ``host.schedule.GradientBuckets``, :func:`iteration_buckets`) the keys of
+    :func:`keyed_buckets` (``top_bwd#0``, ``allreduce#1``, ``dense_opt#0``...): the backward
+    pieces between bucket boundaries, each bucket's AllReduce on the ``grad`` stream and the
+    optimizer steps, with the dependencies ``host.schedule.bucket_gradients`` gives them in the
+    simulator's graph. :attr:`keys` lists them.
 
     :meth:`iteration_s` is the simulator's measure (the end of the last measured iteration
     minus the end of the warm-up, over the measured iterations) on that schedule, for a batch of
-    ``T`` candidate plans at once: per-rank phases give ``(T, N)`` seconds, collectives ``(T,)``.
+    ``T`` candidate plans at once: per-rank ops give ``(T, N)`` seconds, collectives ``(T,)``.
+
+    Left out (measured by ``neonic bench planner``, predicted vs simulated): contention for a
+    GPU's SMs and HBM between kernels and collectives (``sim.interference``), flow-level
+    contention inside a collective, and queueing; concurrent collectives share the network only
+    as :meth:`iteration_s` describes.
     """
 
-    def __init__(self, spec: IterationSpec) -> None:
-        from neonic.host.schedule import build_graph
-
+    def __init__(self, spec: IterationSpec, buckets: "GradientBuckets | None" = None) -> None:
         self.spec = spec
-        its = spec.warmup + spec.iterations
         emb_stream = "cpu" if spec.embeddings == "cpu" else "compute"
-        graph = build_graph(1, its, lambda phase, it, rank: phase, mode=spec.mode, pipelined=spec.pipelined,
-                            emb_stream=emb_stream, phases=spec.phases())
-        index = {op.id: i for i, op in enumerate(graph.ops)}
+        keyed = None
+        self.bucket_payloads: dict[str, Any] = {}
+        if buckets is not None:
+            keyed, self.bucket_payloads = keyed_buckets(buckets)
+        graph = build_iteration_graph(spec, 1, lambda phase, it, rank: phase, emb_stream, keyed, phases=spec.phases())
+        its = spec.warmup + spec.iterations
+        ops = _topological(graph.ops)
+        index = {op.id: i for i, op in enumerate(ops)}
         self.ops: list[tuple[str, int, bool, tuple[int, ...]]] = [
-            (op.phase, op.iteration, op.collective, tuple(index[d.id] for d in op.deps)) for op in graph.ops]
-        self.streams = [op.stream for op in graph.ops]
-        colls = [i for i, op in enumerate(graph.ops) if op.collective]
+            (op.payload, op.iteration, op.collective, tuple(index[d.id] for d in op.deps)) for op in ops]
+        self.keys = tuple(dict.fromkeys(op[0] for op in self.ops))
+        self.streams = [op.stream for op in ops]
+        colls = [i for i, op in enumerate(ops) if op.collective]
         self._coll_slot = {i: n for n, i in enumerate(colls)}
-        # pairs of collectives on different streams of neighbouring iterations: the only ones
-        # that can run at once (a batch's input AlltoAll runs one iteration ahead at most)
-        its_of = [op.iteration for op in graph.ops]
-        # each input-stream collective (a batch's input AlltoAll, one iteration ahead) and the
-        # comm-stream collectives it can run beside, in the comm stream's order
+        its_of = [op.iteration for op in ops]
+        # each collective and the collectives of later streams (input < grad < comm) of
+        # neighbouring iterations it can run beside, in graph (= each stream's) order: a batch's
+        # input AlltoAll runs one iteration ahead at most; the gradient buckets beside the
+        # gradient AlltoAll and the all-gather
         self._sharing: list[tuple[int, list[int]]] = []
+        order = {s: n for n, s in enumerate(_SHARED_STREAMS)}
         for a in colls:
-            if self.streams[a] != "input":
+            sa = order.get(self.streams[a])
+            if sa is None:
                 continue
             partners = [self._coll_slot[b] for b in colls
-                        if self.streams[b] != self.streams[a] and abs(its_of[a] - its_of[b]) <= 1]
+                        if order.get(self.streams[b], -1) > sa and abs(its_of[a] - its_of[b]) <= 1]
             if partners:
                 self._sharing.append((self._coll_slot[a], partners))
         self.iterations = its
@@ -357,9 +509,12 @@ class ScheduleTemplate:
     def _shared_extra(self, S: np.ndarray, base: np.ndarray) -> np.ndarray:
         """How much later each collective ends when an input AlltoAll shares the network fairly
         with the comm stream's collectives it overlaps (starts ``S``, isolated times ``base``,
-        each ``(C, T)``): a fluid model, partner by partner in the comm stream's order. Alone,
-        the input AlltoAll progresses at full rate; beside a partner both progress at half rate
-        until the one with less work left is done, and each ends later by that amount."""
+        each ``(C, T)``): a fluid model, partner by partner in graph order. Alone, a collective
+        progresses at full rate; beside a partner both progress at half rate until the one with
+        less work left is done, and each ends later by that amount. APPROXIMATION: partners are
+        taken one after the other, so when two partners of one collective overlap each other
+        (a bucket's AllReduce beside the gradient AlltoAll, both beside an input AlltoAll) the
+        three-way share is priced as two pairwise ones."""
         extra = np.zeros_like(base)
         for a, partners in self._sharing:
             t = S[a].copy()                 # the input AlltoAll's clock
@@ -380,12 +535,13 @@ class ScheduleTemplate:
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True) -> np.ndarray:
         """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
-        ``rank_s[phase]``: ``(T, N)`` or ``(N,)``; ``coll_s[phase]``: ``(T,)`` or a scalar; a
-        phase missing from both lasts 0.
+        ``rank_s[key]``: ``(T, N)`` or ``(N,)``; ``coll_s[key]``: ``(T,)`` or a scalar (keys:
+        :attr:`keys`, phases and bucket ops); a key missing from both lasts 0.
 
         ``share_network``: collectives on different streams that overlap in time (Neo's
         pipeline: the next batch's input AlltoAll beside this batch's pooled and gradient
-        AlltoAlls and AllReduce) share the network fairly: while two overlap, each progresses at
+        AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll)
+        share the network fairly: while two overlap, each progresses at
         half its rate, so each ends later by the shorter of the two's work left when the second
         started (pairwise, summed over a collective's partners). The start times come from the
         schedule, which the stretches change, so the model is solved by a few fixed-point

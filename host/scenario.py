@@ -30,6 +30,17 @@ Scenario schema (TOML)::
     alltoall = "direct"              # direct | hierarchical
     [dense]
     dtype = "fp16"                   # GEMM datatype (mixed precision) of the MLPs
+    bucket_mib = 25.0                # DDP gradient bucket cap (MiB; 0 = one AllReduce after
+                                     # the backward), host.gradients
+    first_bucket_mib = 1.0           # DDP's first-bucket cap (MiB)
+    optimizer = "after_last"         # after_last | per_bucket: the dense optimizer's steps
+    [comm_precision]                 # wire precision of each float collective, fp32|fp16|bf16
+    forward = "fp16"                 # pooled AlltoAll and row-wise reduce-scatter
+    backward = "fp16"                # gradient AlltoAll and all-gather
+    allreduce = "fp16"               # the dense gradients' AllReduce
+                                     # (default of each: the system's comm_dtype; the wire
+                                     # bytes follow, 2 for fp16/bf16; casts fused into the
+                                     # packing, no extra kernel: ASSUMPTION)
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from neonic.host.workloads import WorkloadSpec, resolve_workload
 
 __all__ = [
     "Scenario",
+    "COMM_PRECISIONS",
     "SCENARIO_PRESETS",
     "scenario_preset",
     "scenario_preset_text",
@@ -55,7 +67,9 @@ __all__ = [
 
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
 
-_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
+_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense", "comm_precision")
+#: Wire precisions of the float collectives and their bytes per element.
+COMM_PRECISIONS: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,21 @@ class Scenario:
     dense_dtype: str = "fp16"
     plan_path: str | None = None
     source: dict[str, Any] = field(default_factory=dict)
+    buckets: Any = None  # host.gradients.BucketConfig (DDP's defaults when None)
+    comm_precision: dict[str, str] = field(default_factory=dict)  # forward/backward/allreduce
+
+    def precision(self, collective: str) -> str:
+        """Wire precision of ``forward``, ``backward`` or ``allreduce`` (see the module doc)."""
+        return self.comm_precision.get(collective, self.system.comm_dtype)
+
+    def wire_bytes(self, collective: str) -> int:
+        return COMM_PRECISIONS[self.precision(collective)]
+
+    def bucket_config(self) -> Any:
+        """The dense gradients' bucketing (``host.gradients.BucketConfig``)."""
+        from neonic.host.gradients import BucketConfig
+
+        return self.buckets or BucketConfig()
 
     def resolved(self) -> dict[str, Any]:
         """The scenario with every default filled in (written to the results folder)."""
@@ -93,8 +122,13 @@ class Scenario:
                         **({} if self.planner_budget_s is None else {"time_budget_s": self.planner_budget_s}),
                         **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps}),
                         **({} if self.plan_path is None else {"plan": self.plan_path})},
-            "dense": {"dtype": self.dense_dtype},
+            "dense": {"dtype": self.dense_dtype, **self._bucket_fields()},
+            "comm_precision": {k: self.precision(k) for k in ("forward", "backward", "allreduce")},
         }
+
+    def _bucket_fields(self) -> dict[str, Any]:
+        b = self.bucket_config()
+        return {"bucket_mib": b.bucket_mib, "first_bucket_mib": b.first_bucket_mib, "optimizer": b.optimizer}
 
 
 def _int(path: str, value: Any, lo: int) -> int:
@@ -147,7 +181,15 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600):
         raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
     dense = check_table("dense", data.get("dense", {}))
-    check_known_fields("dense", dense, ("dtype",))
+    check_known_fields("dense", dense, ("dtype", "bucket_mib", "first_bucket_mib", "optimizer"))
+    from neonic.host.gradients import DDP_BUCKET_CAP_MIB, DDP_FIRST_BUCKET_MIB, BucketConfig
+
+    buckets = BucketConfig(bucket_mib=dense.get("bucket_mib", DDP_BUCKET_CAP_MIB),
+                           first_bucket_mib=dense.get("first_bucket_mib", DDP_FIRST_BUCKET_MIB),
+                           optimizer=dense.get("optimizer", "after_last"))
+    cp = check_table("comm_precision", data.get("comm_precision", {}))
+    check_known_fields("comm_precision", cp, ("forward", "backward", "allreduce"))
+    comm_precision = {k: _choice(f"comm_precision.{k}", v, tuple(COMM_PRECISIONS)) for k, v in cp.items()}
     gpn = cl.get("gpus_per_node")
     return Scenario(
         name=name,
@@ -168,6 +210,8 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
         plan_path=plan_path,
         source={k: v for k, v in data.items()},
+        buckets=buckets,
+        comm_precision=comm_precision,
     )
 
 

@@ -71,7 +71,7 @@ INFERENCE_PHASES: tuple[str, ...] = ("h2d", "input_a2a", "emb_fwd", "pooled_rs",
                                      "inter_fwd", "top_fwd")
 COLLECTIVE_PHASES = frozenset({"input_a2a", "pooled_rs", "pooled_a2a", "grad_a2a", "grad_ag", "allreduce"})
 #: Streams whose ops count as computation when attributing exposed time.
-COMPUTE_STREAMS = frozenset({"compute", "emb", "cpu", "nic", "main"})
+COMPUTE_STREAMS = frozenset({"compute", "emb", "cpu", "nic", "main", "opt"})
 _COPY_PHASES = frozenset({"h2d", "pooled_h2d", "grad_d2h"})
 _EMB_PHASES = frozenset({"emb_fwd", "emb_bwd"})
 
@@ -441,3 +441,184 @@ def phase_breakdown(graph: OpGraph, ranks: Sequence[int], iterations: Sequence[i
         idle=idle_total * scale,
         window_s=window_total * scale,
     )
+
+
+# ------------------------------------------------------------------- gradient buckets (DDP)
+@dataclass(frozen=True)
+class GradientBuckets:
+    """The data-parallel gradient AllReduce as PyTorch DDP runs it, for one iteration.
+
+    ``segments``: the backward in the order it runs, as ``(phase, payload, closes)`` pieces:
+    ``phase`` is ``top_bwd``, ``inter_bwd`` or ``bot_bwd`` (the ops it splits), ``payload`` the
+    piece's work (the layers between two bucket boundaries) and ``closes`` the index of the
+    bucket whose last gradient the piece produces (or None). ``buckets``: one AllReduce
+    payload per bucket, in launch order; ``parts``: the dense parts (``bottom``,
+    ``interaction``, ``top``, or ``tables`` for the data-parallel embedding tables) whose
+    parameters each bucket holds. ``tables_bucket``: index of a bucket closed by the embedding
+    backward (data-parallel tables' gradients), or None. ``optimizer``: ``per_bucket`` (the
+    dense optimizer steps a bucket's parameters as soon as its AllReduce ends) or
+    ``after_last`` (one step after the last bucket, as ``optimizer.step()`` after the backward);
+    ``opt_payloads``: one per bucket (per_bucket) or a single one (after_last).
+    """
+
+    segments: tuple[tuple[str, Any, int | None], ...]
+    buckets: tuple[Any, ...]
+    parts: tuple[frozenset[str], ...]
+    opt_payloads: tuple[Any, ...]
+    optimizer: str = "per_bucket"
+    tables_bucket: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("per_bucket", "after_last"):
+            raise ValueError(f"optimizer: expected 'per_bucket' or 'after_last', got {self.optimizer!r}")
+        if not self.buckets:
+            raise ValueError("buckets: expected at least one gradient bucket")
+        if len(self.parts) != len(self.buckets):
+            raise ValueError(f"parts: expected one per bucket ({len(self.buckets)}), got {len(self.parts)}")
+        want = len(self.buckets) if self.optimizer == "per_bucket" else 1
+        if len(self.opt_payloads) != want:
+            raise ValueError(f"opt_payloads: expected {want} for optimizer {self.optimizer!r}, got {len(self.opt_payloads)}")
+        closed = [c for _, _, c in self.segments if c is not None]
+        if self.tables_bucket is not None:
+            closed.append(self.tables_bucket)
+        if sorted(closed) != list(range(len(self.buckets))):
+            raise ValueError("segments/tables_bucket: every bucket must be closed exactly once")
+        for phase, _, _ in self.segments:
+            if phase not in _BWD_PHASES:
+                raise ValueError(f"segments: phase {phase!r} is not one of {', '.join(_BWD_PHASES)}")
+
+
+_BWD_PHASES = ("top_bwd", "inter_bwd", "bot_bwd")
+#: Stream of the bucketed gradient AllReduce (DDP runs it on its own NCCL stream) and of the
+#: dense optimizer steps (a side stream, so the next batch's embedding work never waits on it).
+GRAD_STREAM = "grad"
+OPT_STREAM = "opt"
+
+
+def _split_op(graph: OpGraph, op: Op, payloads: Sequence[Any]) -> list[Op]:
+    """Split ``op`` into ``len(payloads)`` ops run one after the other on its stream: the
+    first keeps its deps, the last takes over its dependents."""
+    pieces = [op]
+    op.payload = payloads[0]
+    for payload in payloads[1:]:
+        new = graph.add(op.phase, op.iteration, op.ranks, op.stream, payload)
+        new.depends_on(pieces[-1])
+        pieces.append(new)
+    if len(pieces) > 1:
+        last = pieces[-1]
+        for child in [c for c in op.dependents if c not in pieces]:
+            child.deps.remove(op)
+            op.dependents.remove(child)
+            child.depends_on(last)
+        for r in op.ranks:
+            graph._index[(op.phase, op.iteration, r)] = last
+    return pieces
+
+
+def _detach(op: Op) -> None:
+    """Remove ``op`` from the graph's dependency lists (it will not run)."""
+    for dep in op.deps:
+        dep.dependents.remove(op)
+    for child in op.dependents:
+        child.deps.remove(op)
+    op.deps.clear()
+    op.dependents.clear()
+
+
+def bucket_gradients(graph: OpGraph, spec: GradientBuckets) -> OpGraph:
+    """Replace each iteration's single ``allreduce`` (and ``dense_opt``) of a pipelined training
+    graph with DDP's gradient buckets (see :class:`GradientBuckets`).
+
+    Per iteration: the backward ops are split at bucket boundaries; bucket k's AllReduce (a
+    collective on its own stream, :data:`GRAD_STREAM`, in launch order) starts as soon as the
+    piece that produces its last gradient ends, so it overlaps the rest of the backward; the
+    dense optimizer runs on :data:`OPT_STREAM` per bucket or after the last bucket. The next
+    iteration needs only what it reads: its bottom MLP forward waits for the steps of the
+    buckets holding bottom-MLP parameters, its interaction and top MLP forward for theirs, and
+    its embedding forward for the embedding backward alone (no longer for the AllReduce or the
+    dense optimizer). Returns ``graph`` (changed in place).
+    """
+    if graph.mode != "training" or not graph.pipelined:
+        raise ValueError("bucket_gradients: expected a pipelined training graph")
+    world = tuple(range(graph.num_ranks))
+    removed: set[int] = set()
+    for it in range(graph.iterations):
+        ar_old = graph.get("allreduce", it, 0)
+        opt_old = [graph.get("dense_opt", it, r) for r in world]
+        bucket_ops: list[Op] = []
+        closers: dict[int, list[Op]] = {}
+        for r in world:
+            by_phase: dict[str, list[tuple[Any, int | None]]] = {}
+            for phase, payload, closes in spec.segments:
+                by_phase.setdefault(phase, []).append((payload, closes))
+            for phase, pieces in by_phase.items():
+                op = graph.get(phase, it, r)
+                if op is None:
+                    raise ValueError(f"bucket_gradients: the graph has no {phase} op")
+                ops = _split_op(graph, op, [p for p, _ in pieces])
+                for piece, (_, closes) in zip(ops, pieces):
+                    if closes is not None:
+                        closers.setdefault(closes, []).append(piece)
+            if spec.tables_bucket is not None:
+                emb = graph.get("emb_bwd", it, r)
+                if emb is None:
+                    raise ValueError("bucket_gradients: data-parallel tables need an emb_bwd op")
+                closers.setdefault(spec.tables_bucket, []).append(emb)
+        # the buckets' AllReduces, in launch order on their own stream
+        for k, payload in enumerate(spec.buckets):
+            op = graph.add("allreduce", it, world, GRAD_STREAM, payload)
+            for producer in closers[k]:
+                op.depends_on(producer)
+            if bucket_ops:
+                op.depends_on(bucket_ops[-1])
+            elif it > 0:
+                prev_last = graph.get("allreduce", it - 1, 0)
+                if prev_last is not None:
+                    op.depends_on(prev_last)
+            bucket_ops.append(op)
+        # the dense optimizer
+        step_ops: dict[int, list[Op]] = {r: [] for r in world}
+        for r in world:
+            prev_step = None if it == 0 else graph.get("dense_opt", it - 1, r)
+            if spec.optimizer == "per_bucket":
+                for k, bop in enumerate(bucket_ops):
+                    s = graph.add("dense_opt", it, (r,), OPT_STREAM, spec.opt_payloads[k])
+                    s.depends_on(bop)
+                    if step_ops[r]:
+                        s.depends_on(step_ops[r][-1])
+                    elif prev_step is not None:
+                        s.depends_on(prev_step)
+                    step_ops[r].append(s)
+            else:
+                s = graph.add("dense_opt", it, (r,), OPT_STREAM, spec.opt_payloads[0])
+                s.depends_on(bucket_ops[-1])
+                if prev_step is not None:
+                    s.depends_on(prev_step)
+                step_ops[r] = [s] * len(bucket_ops)
+        # retire the single AllReduce and the old optimizer op; the next iteration's forward
+        # waits for exactly the steps of the parameters it reads
+        for old in [ar_old, *opt_old]:
+            if old is None:
+                continue
+            _detach(old)
+            removed.add(old.id)
+        if it + 1 < graph.iterations:
+            for r in world:
+                for phase, parts in (("bot_fwd", {"bottom"}), ("inter_fwd", {"interaction"}), ("top_fwd", {"top"}),
+                                     ("emb_fwd", {"tables"})):
+                    nxt = graph.get(phase, it + 1, r)
+                    if nxt is None:
+                        continue
+                    for k, bparts in enumerate(spec.parts):
+                        if bparts & parts:
+                            nxt.depends_on(step_ops[r][k])
+                # the compute stream's program order: the next batch's first compute op came
+                # after the old optimizer step; it now follows the embedding backward
+                emb_bwd = graph.get("emb_bwd", it, r)
+                first = _first(graph, it + 1, r, "emb_fwd", "bot_fwd")
+                if emb_bwd is not None and first is not None and emb_bwd.stream == first.stream:
+                    first.depends_on(emb_bwd)
+    graph.ops = [op for op in graph.ops if op.id not in removed]
+    for i, op in enumerate(graph.ops):
+        op.id = i
+    return graph

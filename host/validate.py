@@ -17,8 +17,23 @@ parameters; weak scaling 1..16 nodes with every table of each model's share) and
 where it does not (each experiment's ``sizes.validate`` table says which; the report lists the
 scale and the wall time of each experiment).
 
-Writes ``validation.md``, ``validation.csv`` and one folder per experiment (its table, plots
-and metrics) under the output folder.
+Writes ``validation.md``, ``validation.csv``, ``validation.json`` and one folder per experiment
+(its table, plots and metrics) under the output folder.
+
+Stable keys: every row carries a ``key``. The headline figures are registered in :data:`KEYS`
+(one :func:`register_key` line each: the key, the experiment it comes from, how to read it from
+the experiment's result, its unit and kind, and the published figure it is compared with);
+``neonic validate --json`` prints ``{key: figure}`` as its last line. Registered keys::
+
+    qps.model-a (the calibration point), qps.model-f, qps.model-i      samples/s on 16 x 8 GPUs,
+                                                                       Neo's post-optimization settings
+    weak_scaling_efficiency.model-a, .model-i                          per-GPU throughput, 16 vs 1 node
+    zionex_over_zion                                                   Model-A throughput ratio, 16 nodes
+    fused_embedding_speedup                                            fused vs unfused kernels
+    dense_mflops_per_sample.model-a, -f, -i                            forward MFLOP per sample
+    ablation.<step>                                                    samples/s after each ladder step
+
+Other rows get keys ``<experiment>.<what>`` derived from their figure.
 """
 
 from __future__ import annotations
@@ -26,13 +41,15 @@ from __future__ import annotations
 import csv
 import json
 import time
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from neonic.host.experiments import EXPERIMENTS, ExperimentResult, ExperimentUnavailable, run_experiment
 
-__all__ = ["Published", "PUBLISHED", "ValidationRow", "validate", "published_rows"]
+__all__ = ["Published", "PUBLISHED", "ValidationRow", "validate", "published_rows", "KeyEntry", "KEYS", "register_key",
+           "summary_json"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +71,109 @@ PUBLISHED: dict[str, Published] = {p.key: p for p in (
               "RoCEv2 framing, REFERENCES.md ('about 98% goodput')"),
     Published("model_f_fp16_table_bytes", "Model-F embedding tables in FP16", 24e12, "bytes",
               "Neo, Mudigere et al., ISCA 2022 (REFERENCES.md: 96 TB -> 24 TB with FP16)"),
+    Published("model_a_mflops", "Model-A forward MFLOP per sample", 638, "MFLOP", "Neo Table 3 (REFERENCES.md)"),
+    Published("model_f_mflops", "Model-F forward MFLOP per sample", 5, "MFLOP", "Neo Table 3 (REFERENCES.md)"),
+    Published("model_i_mflops", "Model-I forward MFLOP per sample", 60, "MFLOP", "Neo Table 3 (REFERENCES.md)"),
+    Published("fused_embedding_speedup", "Fused embedding kernels over unfused (published: 'up to')", 7.0, "x",
+              "Neo, Mudigere et al., ISCA 2022 (REFERENCES.md: up to 7x over unfused)"),
 )}
+
+
+# ------------------------------------------------------------------------------ stable keys
+@dataclass(frozen=True)
+class KeyEntry:
+    """A headline figure of ``neonic validate``: ``value(result)`` reads it from experiment
+    ``experiment``'s result (``None``: computed without an experiment, from ``value(None)``); a
+    dict return value makes one key per entry, ``<key>.<entry>``."""
+
+    key: str
+    experiment: str | None
+    figure: str
+    unit: str
+    value: Callable[[Any], Any]
+    kind: str = "prediction"
+    published: str | None = None
+    note: str = ""
+
+
+#: Registered keys, in report order (see the module doc).
+KEYS: dict[str, KeyEntry] = {}
+
+
+def register_key(key: str, experiment: str | None, figure: str, unit: str, value: Callable[[Any], Any],
+                 kind: str = "prediction", published: str | None = None, note: str = "") -> KeyEntry:
+    """Register a headline figure (one line per key; other issues add theirs the same way)."""
+    if not re.fullmatch(r"[a-z0-9_]+([.-][a-z0-9_]+)*", key):
+        raise ValueError(f"key: expected lower-case words joined by '.', '-' or '_', got {key!r}")
+    if key in KEYS:
+        raise ValueError(f"key: {key!r} is registered already")
+    entry = KeyEntry(key, experiment, figure, unit, value, kind, published, note)
+    KEYS[key] = entry
+    return entry
+
+
+def _dense_mflops(model: str) -> float:
+    from neonic.host.workloads import preset
+    from neonic.host.workloads.dense import dense_flops_per_sample
+
+    return dense_flops_per_sample(preset(model))["total"] / 1e6
+
+
+def _by_model(model: str) -> Callable[[Any], Any]:
+    return lambda r: r.metrics["samples_per_s_by_model"].get(model)
+
+
+def _weak(model: str) -> Callable[[Any], Any]:
+    def read(r: Any) -> Any:
+        m = r.metrics.get(model)
+        return None if m is None else m["scaling_efficiency_at_max_nodes"]
+    return read
+
+
+register_key("qps.model-a", "calibration", "Model-A samples/s on 16 x 8 GPUs (the calibration point, fitted)", "samples/s",
+             _by_model("model-a"), kind="calibration target", published="model_a_128gpu_samples_per_s",
+             note="Neo's post-optimization settings")
+register_key("qps.model-f", "calibration", "Model-F samples/s on 16 x 8 GPUs (0.1 of its parameters: HBM only)",
+             "samples/s", _by_model("model-f"), note="Neo's post-optimization settings")
+register_key("qps.model-i", "calibration", "Model-I samples/s on 16 x 8 GPUs", "samples/s", _by_model("model-i"),
+             note="Neo's post-optimization settings")
+register_key("weak_scaling_efficiency.model-a", "weak_scaling", "Model-A per-GPU throughput, 16 nodes vs 1 node", "fraction",
+             _weak("model-a"), note="the weak-scaling experiment's settings (workload and system presets)")
+register_key("weak_scaling_efficiency.model-i", "weak_scaling", "Model-I per-GPU throughput, 16 nodes vs 1 node", "fraction",
+             _weak("model-i"), note="the weak-scaling experiment's settings (workload and system presets)")
+register_key("zionex_over_zion", "zion_vs_zionex", "Model-A throughput, ZionEX over Zion, 16 nodes", "x",
+             lambda r: r.metrics.get("zionex_speedup_over_zion"),
+             note="the experiment's settings (workload and system presets)")
+register_key("fused_embedding_speedup", "fused_embedding", "Fused over unfused embedding kernels, Model-A's tables (slowest GPU)",
+             "x", lambda r: r.metrics["speedup"], published="fused_embedding_speedup",
+             note="published as 'up to 7x'")
+register_key("dense_mflops_per_sample.model-a", None, "Model-A dense forward MFLOP per sample (MLPs + interaction)", "MFLOP",
+             lambda r: _dense_mflops("model-a"), kind="model arithmetic", published="model_a_mflops")
+register_key("dense_mflops_per_sample.model-f", None, "Model-F dense forward MFLOP per sample (MLPs + interaction)", "MFLOP",
+             lambda r: _dense_mflops("model-f"), kind="model arithmetic", published="model_f_mflops")
+register_key("dense_mflops_per_sample.model-i", None, "Model-I dense forward MFLOP per sample (MLPs + interaction)", "MFLOP",
+             lambda r: _dense_mflops("model-i"), kind="model arithmetic", published="model_i_mflops")
+register_key("ablation", "ablation", "Model-A samples/s on 16 x 8 GPUs after ladder step", "samples/s",
+             lambda r: {step: m["samples_per_s"] for step, m in r.metrics.items()})
+
+
+def _key_rows(entry: KeyEntry, result: Any, comparable: bool) -> list["ValidationRow"]:
+    try:
+        value = entry.value(result)
+    except (KeyError, TypeError, AttributeError) as error:
+        return [ValidationRow(entry.experiment or "model", entry.figure, None, entry.unit, entry.kind,
+                              note=f"not available: {error!r}", key=entry.key)]
+    pub = PUBLISHED.get(entry.published) if entry.published else None
+    use_pub = pub is not None and (comparable or entry.experiment is None)
+    items = value.items() if isinstance(value, Mapping) else [(None, value)]
+    rows = []
+    for suffix, v in items:
+        rows.append(ValidationRow(
+            entry.experiment or "model", entry.figure + (f" {suffix}" if suffix else ""),
+            None if v is None else float(v), entry.unit, entry.kind, pub.value if use_pub else None,
+            pub.source if use_pub else "not published", entry.note,
+            key=entry.key + (f".{suffix}" if suffix else "")))
+    return rows
 
 
 @dataclass
@@ -67,6 +186,12 @@ class ValidationRow:
     published: float | None = None
     source: str = "not published"
     note: str = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            slug = re.sub(r"[^a-z0-9]+", "_", self.figure.lower()).strip("_")[:80]
+            self.key = f"{self.experiment}.{slug}"
 
     @property
     def relative_difference(self) -> float | None:
@@ -75,7 +200,7 @@ class ValidationRow:
         return self.ours / self.published - 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"experiment": self.experiment, "figure": self.figure, "ours": self.ours, "published": self.published,
+        return {"key": self.key, "experiment": self.experiment, "figure": self.figure, "ours": self.ours, "published": self.published,
                 "relative_difference": self.relative_difference, "unit": self.unit, "kind": self.kind,
                 "source": self.source, "note": self.note}
 
@@ -90,11 +215,16 @@ def published_rows() -> list[ValidationRow]:
     nbytes = 4096 * 1000  # a long message: full 4096 B packets
     goodput = nbytes / float(rdma_wire_bytes(nbytes, 4096))
     rows = [ValidationRow("network", p.figure, goodput, p.unit, "model arithmetic", p.value, p.source,
-                          "sim.network.transport.rdma_wire_bytes over a 4 MB message (one RETH)")]
+                          "sim.network.transport.rdma_wire_bytes over a 4 MB message (one RETH)",
+                          key="network.roce_goodput_4096")]
     f = PUBLISHED["model_f_fp16_table_bytes"]
     wl = preset("model-f")
     rows.append(ValidationRow("workloads", f.figure, float(sum(t.nbytes for t in wl.tables)), f.unit, "model arithmetic",
-                              f.value, f.source, "host.workloads preset model-f (weights only, no optimizer state)"))
+                              f.value, f.source, "host.workloads preset model-f (weights only, no optimizer state)",
+                              key="workloads.model_f_fp16_table_bytes"))
+    for entry in KEYS.values():
+        if entry.experiment is None:
+            rows.extend(_key_rows(entry, None, True))
     return rows
 
 
@@ -109,15 +239,27 @@ def _experiment_rows(name: str, result: ExperimentResult, comparable: bool) -> l
         note = "" if at_scale else (f"published {p.value:,.0f} {p.unit} on 128 GPUs; this run is not at that scale, "
                                     "so not comparable")
         src = p.source if at_scale else "not comparable"
-        rows.append(ValidationRow(name, f"{p.figure}, preset efficiencies (before the fit)", pre, p.unit, "calibration target",
-                                  p.value if at_scale else None, src, note))
-        rows.append(ValidationRow(name, f"{p.figure}, fitted (factor {m['factor']:.4f}, {m['evaluations']} evaluations)",
+        rows.append(ValidationRow(name, f"{p.figure}, sourced starting efficiencies (before the fit)", pre, p.unit,
+                                  "prediction", p.value if at_scale else None, src,
+                                  note or "independent of the target: the starting values are not fitted to it",
+                                  key="calibration.pre_fit_samples_per_s"))
+        rows.append(ValidationRow(name, f"{p.figure}, fitted (factor {m['factor']:.4f}, {m['evaluations']} evaluations"
+                                  + ("" if m["converged"] else ", NOT converged") + ")",
                                   m["fitted_samples_per_s"], p.unit, "calibration target", p.value if at_scale else None,
-                                  src, note or "agreement by construction: the fit's residual"))
-        for label, value in m["predictions"].items():
-            rows.append(ValidationRow(name, label, value, "samples/s", "prediction"))
+                                  src, note or "agreement by construction: the fit's residual",
+                                  key="calibration.fitted_samples_per_s"))
+        rows.append(ValidationRow(name, "fitted factor over the starting values", m["factor"], "x", "calibration target",
+                                  key="calibration.factor"))
+        for param, v in m.get("parameters", {}).items():
+            rows.append(ValidationRow(name, f"GPUEfficiency.{param}: fitted (start {v['start']:.4g}, {v['move'] * 100:+.1f}%)",
+                                      v["fitted"], "fraction", "calibration target",
+                                      note="FLAGGED: moved more than the allowed share" if v["flagged"] else "",
+                                      key=f"calibration.parameter.{param}"))
+        for i, (label, e) in enumerate(m.get("sensitivity", {}).items()):
+            rows.append(ValidationRow(name, f"sensitivity of {label} to the fitted factor", e, "d ln / d ln", "prediction",
+                                      key=f"calibration.sensitivity.{i}"))
         rows.append(ValidationRow(name, "GPU preset measured on a real GPU", None, "", "prediction",
-                                  note=m["gpu_measurements"]["note"]))
+                                  note=m["gpu_measurements"]["note"], key="calibration.gpu_measured"))
     elif name == "weak_scaling":
         for model, mm in m.items():
             rows.append(ValidationRow(name, f"{model}: samples/s on {mm['max_nodes']} nodes", mm["samples_per_s_at_max_nodes"],
@@ -167,15 +309,38 @@ def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] 
         except ExperimentUnavailable as error:
             runs.append({"experiment": name, "status": "not run", "reason": str(error), "wall_s": time.perf_counter() - t0})
             rows.append(ValidationRow(name, "every figure", None, "", "prediction", note=f"not run: {error}"))
+            for entry in KEYS.values():
+                if entry.experiment == name:
+                    rows.append(ValidationRow(name, entry.figure, None, entry.unit, entry.kind, note=f"not run: {error}",
+                                              key=entry.key))
             progress(f"experiment {name}: not run: {error}")
             continue
         wall = time.perf_counter() - t0
         runs.append({"experiment": name, "status": "ok", "wall_s": wall, "title": result.title, "scale": _scale(result),
                      "plots": sorted(result.plots), "notes": result.notes})
         rows.extend(_experiment_rows(name, result, comparable=not quick))
+        for entry in KEYS.values():
+            if entry.experiment == name:
+                rows.extend(_key_rows(entry, result, comparable=not quick))
         progress(f"experiment {name}: done in {wall:.1f} s")
+    _unique_keys(rows)
     _write(out, rows, runs, quick)
-    return {"rows": [r.as_dict() for r in rows], "runs": runs, "size": size}
+    return {"rows": [r.as_dict() for r in rows], "runs": runs, "size": size, "figures": summary_json(rows)}
+
+
+def _unique_keys(rows: list[ValidationRow]) -> None:
+    """Make every row's key unique (a repeated derived key gets ``.2``, ``.3``, ...)."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        n = seen.get(r.key, 0) + 1
+        seen[r.key] = n
+        if n > 1:
+            r.key = f"{r.key}.{n}"
+
+
+def summary_json(rows: list[ValidationRow]) -> dict[str, float | None]:
+    """``{key: our figure}`` for every row (the ``--json`` line)."""
+    return {r.key: r.ours for r in rows}
 
 
 def _scale(result: ExperimentResult) -> str:

@@ -2,10 +2,10 @@
 
 A GPU is described by a :class:`GPUSpec` (peak throughput per datatype, HBM bandwidth and
 capacity, SM count, copy engines, links) plus the *efficiency parameters* that turn peak figures
-into achieved ones. Every efficiency parameter states where its value comes from; the ones that
-are calibration parameters say so (checked against Neo's Model-A result, 1.2M samples/s on 128
-A100 GPUs, through ``neonic bench cluster``; every other figure the cluster runtime reports is a
-prediction).
+into achieved ones. Every efficiency parameter states where its value comes from; the ones the
+calibration scales say so (``neonic validate``'s calibration fits one factor on Neo's Model-A
+result, 1.2M samples/s on 128 A100 GPUs, and reports it beside these starting values; every
+other figure the cluster runtime reports is a prediction).
 
 Kernel costs are returned as a :class:`KernelCost`: the work a kernel does (FLOPs, HBM bytes)
 and its *isolated* duration split into a compute part (at the whole GPU's SMs) and a memory part
@@ -20,7 +20,9 @@ API (stable; the planner and the schedule code against it)
     ``interaction_cost(spec, batch, num_features, dim, dtype)`` -> KernelCost (pairwise dots).
     ``embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)``.
     ``embedding_backward_cost(spec, lookups, unique_rows, row_bytes, grad_row_bytes,
-    optimizer_state_bytes_per_row)`` (sort + fused row-wise AdaGrad).
+    optimizer_state_bytes_per_row)`` (sort + fused row-wise AdaGrad);
+    ``embedding_unfused_forward_cost`` / ``embedding_unfused_backward_cost`` (one table, no
+    fusion: the baseline that Neo's fused kernels are measured against).
     ``fits_in_hbm(spec, nbytes)`` / ``hbm_capacity_bytes(spec)`` (usable capacity).
     ``KernelCost.time_s`` (isolated duration), ``.compute_s``, ``.memory_s``, ``.overhead_s``,
     ``.flops``, ``.hbm_bytes``; ``KernelCost.__add__`` for kernels run back to back.
@@ -46,6 +48,8 @@ __all__ = [
     "interaction_cost",
     "embedding_forward_cost",
     "embedding_backward_cost",
+    "embedding_unfused_forward_cost",
+    "embedding_unfused_backward_cost",
     "hbm_capacity_bytes",
     "fits_in_hbm",
 ]
@@ -76,27 +80,36 @@ def _count(name: str, value: int, minimum: int = 0) -> int:
 class GPUEfficiency:
     """Achieved fractions of peak, and fixed overheads, for the kernel cost functions.
 
-    Each field's docstring gives its source. ``gemm``, ``embedding_random`` and
-    ``embedding_backward`` are the three calibration parameters: their defaults are checked
-    against Neo's Model-A rate on 16 ZionEX nodes (1.2M samples/s): ``neonic bench cluster``
-    measured 1.228M samples/s with these values (2% above), so they were left as they are.
+    Each field's docstring gives its source or says ASSUMPTION. These are the *starting values*
+    of ``neonic validate``'s calibration (``host/experiments/calibration.py``): the fit moves
+    one common factor over ``embedding_random`` and ``embedding_backward`` on Model-A's
+    published throughput and reports every fitted value beside these starts; the other fields
+    are never fitted. None of them was chosen to reach a published figure with this model.
     """
 
     gemm: float = 0.60
-    """Fraction of dense tensor-core peak reached by the MLP GEMMs. cuBLAS reaches ~70-80% on
-    large square FP16 GEMMs; DLRM layers are thin (batch 512 per GPU), so lower. Calibration."""
+    """Fraction of dense tensor-core peak reached by the MLP GEMMs. ASSUMPTION: NVIDIA's Matrix
+    Multiplication Background guide (DU-09799-001) explains why thin GEMMs (here M = the local
+    batch, 512..2048) fall short of large-GEMM throughput (tile and wave quantization, lower
+    arithmetic intensity); no public measurement at these exact shapes on A100 was found, so
+    0.60 is a round figure below the large-GEMM range. Not fitted."""
 
     hbm_stream: float = 0.90
     """Fraction of HBM bandwidth reached by streaming (sequential) kernels. Typical STREAM-like
     results on A100/H100 reach ~90% of the data-sheet figure. Assumption."""
 
     embedding_random: float = 0.55
-    """Fraction of HBM bandwidth reached by the fused embedding gather (random row reads).
-    FBGEMM's table-batched kernels are bandwidth bound with short, scattered bursts. Calibration."""
+    """Fraction of HBM bandwidth reached by the fused embedding gather (random row reads, each
+    rounded up to 32-byte sectors by ``sector_bytes``). FBGEMM's table-batched kernels are
+    bandwidth bound with short, scattered bursts. Starting value: ASSUMPTION (no public
+    achieved-bandwidth figure of the fused kernel at Model-A's row sizes was found); the
+    calibration's one fitted factor scales it."""
 
     embedding_backward: float = 0.45
     """Fraction of HBM bandwidth reached by the fused backward (read-modify-write of rows and
-    optimizer state after the sort). Calibration."""
+    optimizer state after the sort): below the forward's, as every row is read and written.
+    Starting value: ASSUMPTION; scaled by the calibration's fitted factor with
+    ``embedding_random``."""
 
     sector_bytes: int = 32
     """HBM access granularity: NVIDIA GPUs fetch DRAM in 32-byte sectors, so a row read costs
@@ -442,3 +455,58 @@ def fits_in_hbm(spec: GPUSpec, nbytes: float) -> bool:
     if nbytes < 0:
         raise ValueError(f"nbytes: expected >= 0, got {nbytes!r}")
     return nbytes <= hbm_capacity_bytes(spec)
+
+
+# ----------------------------------------------------------------- unfused embedding baseline
+def embedding_unfused_forward_cost(spec: GPUSpec, lookups: int, row_bytes: float, pooled_rows: int,
+                                   out_row_bytes: float) -> KernelCost:
+    """One table's embedding-bag forward as its own kernel (PyTorch ``nn.EmbeddingBag`` per
+    table, no table batching): the same HBM traffic as its share of the fused kernel, plus a
+    launch of its own. A model's unfused forward is the sum over its tables, so it pays one
+    ``launch_overhead_s`` per table where the fused kernel pays one in all."""
+    return embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)
+
+
+def embedding_unfused_backward_cost(
+    spec: GPUSpec,
+    lookups: int,
+    unique_rows: int,
+    row_bytes: float,
+    grad_row_bytes: float,
+    optimizer_state_bytes_per_row: float = 4.0,
+) -> KernelCost:
+    """One table's embedding backward and sparse optimizer as separate kernels, without Neo's
+    fusion (``embedding_backward_cost`` is the fused one):
+
+    1. backward: each lookup's gradient row is materialised in HBM (the bag's pooled gradient
+       read, ``grad_row_bytes`` written per lookup);
+    2. coalesce: the gradient rows are sorted by row (``sort_bytes_per_key`` per lookup) and
+       duplicates summed: every gradient row read once more, one row per unique row written;
+    3. optimizer: the coalesced gradients are read and each touched row's weights and state are
+       read and written (the same row traffic as the fused kernel).
+
+    Kernels 1 and 2 stream at ``hbm_stream``, the row updates at ``embedding_backward``; four
+    launches per table (backward, sort, reduce, optimizer)."""
+    _count("lookups", lookups, 0)
+    _count("unique_rows", unique_rows, 0)
+    if unique_rows > lookups:
+        raise ValueError(f"unique_rows: expected <= lookups ({lookups}), got {unique_rows}")
+    if row_bytes < 0 or grad_row_bytes < 0 or optimizer_state_bytes_per_row < 0:
+        raise ValueError("row_bytes, grad_row_bytes, optimizer_state_bytes_per_row: expected >= 0")
+    if lookups == 0:
+        return ZERO_COST
+    eff = spec.efficiency
+    materialise = lookups * (grad_row_bytes + grad_row_bytes + 4.0)   # pooled grad read, row written, index
+    coalesce = lookups * (eff.sort_bytes_per_key + grad_row_bytes) + unique_rows * grad_row_bytes
+    optimizer_stream = unique_rows * grad_row_bytes
+    stream_bytes = materialise + coalesce + optimizer_stream
+    row_traffic = unique_rows * 2.0 * (_sectors(spec, row_bytes) + _sectors(spec, optimizer_state_bytes_per_row))
+    flops = 4.0 * unique_rows * row_bytes / 2.0 + lookups * grad_row_bytes / 2.0
+    return KernelCost(
+        flops=flops,
+        hbm_bytes=stream_bytes + row_traffic,
+        compute_s=flops / (spec.peak_flops("fp32") * eff.gemm),
+        memory_s=stream_bytes / (spec.hbm_bytes_per_s * eff.hbm_stream)
+        + row_traffic / (spec.hbm_bytes_per_s * eff.embedding_backward),
+        overhead_s=4 * eff.launch_overhead_s,
+    )

@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: every experiment at its tiny size (not comparable)")
     parser.add_argument("--out", metavar="DIR", type=Path, help="output folder (default results/validate-<timestamp>/)")
     parser.add_argument("--only", metavar="NAME", nargs="+", choices=EXPERIMENTS, help="run only these experiments")
+    parser.add_argument("--json", action="store_true",
+                        help="print {key: figure} for every row as one JSON object on the last line")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -34,12 +36,12 @@ def main(args: argparse.Namespace) -> int:
 
     summary = validate(out, quick=args.quick, experiments=tuple(args.only or EXPERIMENTS), progress=progress)
     table = Table(title="neonic validate: ours vs published" + (" (--quick: not comparable)" if args.quick else ""))
-    for col in ("experiment", "figure", "ours", "published", "rel. diff", "kind"):
+    for col in ("key", "figure", "ours", "published", "rel. diff", "kind"):
         table.add_column(col, justify="right" if col in ("ours", "published", "rel. diff") else "left")
     for r in summary["rows"]:
         rel = r["relative_difference"]
         ours = r["ours"]
-        table.add_row(r["experiment"], r["figure"] + (f" [dim]({r['note']})[/dim]" if r["note"] else ""),
+        table.add_row(r["key"], r["figure"] + (f" [dim]({r['note']})[/dim]" if r["note"] else ""),
                       "n/a" if ours is None else (f"{ours:,.0f}" if abs(ours) >= 1000 else f"{ours:.4g}"),
                       "not published" if r["published"] is None else (f"{r['published']:,.0f}" if r["published"] >= 1000 else f"{r['published']:.4g}"),
                       "" if rel is None else f"{rel * 100:+.1f}%", r["kind"])
@@ -49,4 +51,10 @@ def main(args: argparse.Namespace) -> int:
         state = f"{run['wall_s']:.1f} s" if run["status"] == "ok" else f"not run: {run['reason']}"
         console.print(f"{run['experiment']}: {state}")
     console.print(f"report: {out / 'validation.md'} (CSV: {out / 'validation.csv'})")
+    if getattr(args, "json", False):
+        import json
+        import sys
+
+        sys.stdout.flush()
+        print(json.dumps(summary["figures"], sort_keys=True), flush=True)
     return 0

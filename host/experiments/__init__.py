@@ -41,7 +41,8 @@ __all__ = [
 ]
 
 #: Every experiment, in the order ``neonic validate`` runs them.
-EXPERIMENTS: tuple[str, ...] = ("calibration", "weak_scaling", "zion_vs_zionex", "smartnic", "c3", "sharding")
+EXPERIMENTS: tuple[str, ...] = ("calibration", "weak_scaling", "zion_vs_zionex", "smartnic", "c3", "sharding", "ablation",
+                                "fused_embedding")
 SIZES: tuple[str, ...] = ("default", "tiny", "validate")
 
 

@@ -80,6 +80,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
             rows.append({"model": model, "strategy": label, "kind": kind, "samples_per_s": fig["samples_per_s"],
                          "relative_to_neo": fig["samples_per_s"] / neo_sps if neo_sps else None,
                          "iteration_ms": fig["iteration_ms"], "exposed_comm_ms": fig["exposed_comm_ms"],
+                         "planner_iteration_ms": float(cost.iteration_s) * 1e3,
                          "planner_max_rank_ms": float(cost.max_s) * 1e3, "planner_imbalance": float(cost.imbalance),
                          "fallback_tables": forced_fallbacks(plan),
                          "sharding": " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))})
@@ -93,6 +94,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                               "neo_relative_to_best": next((r["samples_per_s"] for r in mine if r["strategy"] == "neo"), 0.0)
                               / best["samples_per_s"]}
     notes = ["Every figure is a prediction; REFERENCES.md publishes no per-strategy throughput.",
+             "planner_iteration_ms: the planner's predicted iteration (its objective, on the simulator's op graph); "
              "planner_max_rank_ms / planner_imbalance: the planner's cost model (embedding part only); samples_per_s: "
              "the simulated cluster (whole iteration, pipelined)."]
     res = ExperimentResult("sharding", TITLE, config, rows, metrics, notes, wall_s=timer.elapsed)

@@ -12,8 +12,19 @@ from the same functions the simulator's payloads use:
 * per collective (one time for all ranks): the AlltoAllvs (input indices, pooled embeddings,
   gradients, the node-local reduce-scatter of table-row-wise partials before the pooled one and
   its all-gather after the gradient one) from :class:`~host.planner.system.AlphaBetaComm`'s
-  per-rank direct-AlltoAll time, the slowest rank's; the AllReduce of the dense and
-  data-parallel gradients from the network model's closed form for the scenario's algorithm.
+  per-rank direct-AlltoAll time, the slowest rank's, the backward's in its own wire precision
+  (``IterationSpec.backward_scale``); the AllReduce of the dense and data-parallel gradients
+  from the network model's closed form for the scenario's algorithm, in ``[comm_precision]
+  allreduce``.
+
+In Neo's pipelined training the dense gradients are all-reduced in PyTorch DDP's buckets: the
+template holds the same bucket ops as the simulator's graph (``host.iteration.iteration_buckets``
+and ``build_iteration_graph``): the backward split at bucket boundaries (per-layer costs), each
+bucket's AllReduce on its own stream as soon as its last gradient exists (its time from the same
+closed form, per bucket), the optimizer steps and the next batch's dependencies on them. The
+data-parallel tables' gradients are a last bucket, closed by the embedding backward; since a
+plan with such tables has one bucket more, the cost model holds two templates (with and
+without) and prices each candidate on the one its plan runs.
 
 The objective (:meth:`CostModel.iteration_s`) is the list schedule's time per iteration: every
 collective waits for its slowest rank, so an iteration costs the sum along its critical path
@@ -41,7 +52,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from neonic.host.iteration import ScheduleTemplate, allreduce_bytes, dense_costs, dense_phase_s, h2d_bytes, shard_kernel_s
+from neonic.host.iteration import (WIRE_BYTES, ScheduleTemplate, allreduce_bytes, dense_costs, dense_phase_s, h2d_bytes,
+                                   iteration_buckets, keyed_buckets, shard_kernel_s)
 from neonic.host.planner.plan import Plan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
@@ -182,10 +194,44 @@ class CostModel:
         self._pcie = (spec.pcie_gbytes_per_s or system.gpu.pcie_gbytes_per_s) * 1e9
         self._ssd = system.memory.ssd_gbytes_per_s * 1e9
         self.dense = dense_costs(system.gpu, workload, spec.dense_dtype)
-        self._dense_ar_bytes = allreduce_bytes(self.dense, 0.0, system.comm_dtype)
+        ar_dtype = spec.allreduce_dtype(system.comm_dtype)
+        self._ar_wire = WIRE_BYTES[ar_dtype]
+        self._dense_ar_bytes = allreduce_bytes(self.dense, 0.0, ar_dtype)
+        # the backward's float AlltoAlls (grad, ag) in their own wire precision
+        self._agg_scale = np.ones(len(COLLECTIVES))
+        b = spec.backward_scale(system.comm_dtype)
+        self._agg_scale[COLLECTIVES.index("grad")] = b
+        self._agg_scale[COLLECTIVES.index("ag")] = b
         self._fixed = dense_phase_s(self.dense, spec.mode)
         self._fixed["h2d"] = h2d_bytes(workload, system.index_bytes, system.length_bytes) / self._pcie
-        self.template = ScheduleTemplate(spec)
+        self.bucketed = spec.bucketed
+        self._bucket_cache: dict[float, dict[str, float]] = {}
+        if self.bucketed:
+            for p in ("top_bwd", "inter_bwd", "bot_bwd", "dense_opt"):
+                self._fixed.pop(p, None)  # replaced by the bucket ops' keys
+            # without / with a data-parallel tables' bucket (the plan decides)
+            self._templates = {False: ScheduleTemplate(spec, self._buckets(0.0)),
+                               True: ScheduleTemplate(spec, self._buckets(1.0))}
+        else:
+            t = ScheduleTemplate(spec)
+            self._templates = {False: t, True: t}
+        self.template = self._templates[False]
+
+    def _buckets(self, dp_bytes: float):
+        """The iteration's gradient buckets for ``dp_bytes`` of data-parallel tables, with each
+        bucket's AllReduce as its seconds."""
+        return iteration_buckets(self.spec, self.dense, dp_bytes, lambda n: self._allreduce_s(n * self._ar_wire))
+
+    def bucket_times(self, dp_bytes: float) -> dict[str, float]:
+        """Seconds of every bucket op of the template (keys of ``host.iteration.keyed_buckets``)
+        for ``dp_bytes`` of data-parallel tables."""
+        key = round(float(dp_bytes), 3)
+        out = self._bucket_cache.get(key)
+        if out is None:
+            _, table = keyed_buckets(self._buckets(float(dp_bytes)))
+            out = {k: float(v if isinstance(v, (int, float)) else v.time_s) for k, v in table.items()}
+            self._bucket_cache[key] = out
+        return out
 
     # ----------------------------------------------------------------- the GPU model (one call site)
     def _kernel_times_uncached(self, lookups: int, pooled_rows: int, row_bytes: int, out_row_bytes: int,
@@ -222,7 +268,7 @@ class CostModel:
     def columns(self, state: State) -> dict[str, np.ndarray]:
         """Per-rank seconds per :data:`COST_COLUMNS` for an accumulated state."""
         busy = state.kernels > 0.5
-        comm = self.system.comm.rank_times_s(state.agg)
+        comm = self.system.comm.rank_times_s(state.agg * self._agg_scale[:, None, None])
         cols = {
             "fwd_compute": state.comp[0] + busy * self._fwd_overhead,
             "bwd_compute": state.comp[1] + busy * self._bwd_overhead,
@@ -236,7 +282,8 @@ class CostModel:
     def totals(self, state: State) -> np.ndarray:
         """Per-rank total seconds (the fast path of :meth:`columns`)."""
         v = state.vec
-        comm = self.system.comm.rank_times_s(v[_AGG].reshape(len(COLLECTIVES), 4, -1)).sum(axis=0)
+        comm = self.system.comm.rank_times_s(v[_AGG].reshape(len(COLLECTIVES), 4, -1)
+                                             * self._agg_scale[:, None, None]).sum(axis=0)
         busy = v[_KERN] > 0.5
         return (v[0] + v[1] + v[2] + busy * (self._fwd_overhead + self._bwd_overhead) + comm
                 + self._allreduce_s(state.dp_bytes))
@@ -252,11 +299,21 @@ class CostModel:
         rank = {p: np.broadcast_to(np.float64(v), (T, self.world)) for p, v in self._fixed.items()}
         rank["emb_fwd"] = vecs[:, 0] + busy * self._fwd_overhead + host / 2
         rank["emb_bwd"] = vecs[:, 1] + busy * self._bwd_overhead + host / 2
-        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1)
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
         comm = self.system.comm.rank_times_s(agg).max(axis=2)  # (T, 5): each collective's slowest rank
         coll = {"input_a2a": comm[:, 0], "pooled_a2a": comm[:, 1], "grad_a2a": comm[:, 2],
-                "pooled_rs": comm[:, 3], "grad_ag": comm[:, 4],
-                "allreduce": np.array([self._allreduce_s(self._dense_ar_bytes + d) for d in np.broadcast_to(dps, (T,))])}
+                "pooled_rs": comm[:, 3], "grad_ag": comm[:, 4]}
+        dps = np.broadcast_to(np.asarray(dps, float), (T,))
+        if self.bucketed:
+            times = [self.bucket_times(d) for d in dps]
+            for key in dict.fromkeys(k for t in times for k in t):
+                v = np.array([t.get(key, 0.0) for t in times])
+                if key.startswith("allreduce#"):
+                    coll[key] = v
+                else:
+                    rank[key] = np.broadcast_to(v[:, None], (T, self.world))
+        elif self.spec.mode == "training":
+            coll["allreduce"] = np.array([self._allreduce_s(self._dense_ar_bytes + d) for d in dps])
         if self.spec.embeddings == "cpu":
             recv = (agg[:, 1, 2] + agg[:, 1, 3]) / self._pcie
             rank["pooled_h2d"] = recv
@@ -266,7 +323,18 @@ class CostModel:
     def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
         rank, coll = self.phase_times(vecs, dps)
-        return self.template.iteration_s(rank, coll)
+        if not self.bucketed:
+            return self.template.iteration_s(rank, coll)
+        T = next(iter(rank.values())).shape[0]
+        has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
+        out = np.empty(T)
+        for flag in (False, True):
+            idx = np.nonzero(has == flag)[0]
+            if idx.size == 0:
+                continue
+            out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
+                                                         {k: np.asarray(v)[idx] for k, v in coll.items()})
+        return out
 
     def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """Sum over the plan-dependent phases of each phase's slowest rank, for ``T`` states:
@@ -282,8 +350,10 @@ class CostModel:
     def phase_summary(self, state: State) -> dict[str, float]:
         """Each phase's slowest rank (seconds): per-rank phases' max, collectives' time."""
         rank, coll = self.phase_times(state.vec[None], [state.dp_bytes])
-        out = {p: float(v[0].max()) for p, v in rank.items()}
-        out.update({p: float(v[0]) for p, v in coll.items()})
+        out: dict[str, float] = {}
+        for p, v in [*((p, v[0].max()) for p, v in rank.items()), *((p, v[0]) for p, v in coll.items())]:
+            phase = p.split("#")[0]  # a bucket op counts toward its phase (summed)
+            out[phase] = out.get(phase, 0.0) + float(v)
         phases = self.spec.phases()
         return {p: out[p] for p in phases if p in out}
 

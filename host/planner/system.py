@@ -174,7 +174,8 @@ class MemoryTiers:
 class PlannerSystem:
     """Ranks, GPU model, network figures and memory tiers, plus wire formats of the AlltoAlls:
     ``index_bytes`` per lookup index and ``length_bytes`` per bag length in the input AlltoAll,
-    ``comm_dtype`` of pooled embeddings and their gradients (``fp16`` = quantized comms), and
+    ``comm_dtype`` of pooled embeddings (the forward's wire precision, ``[comm_precision] forward``;
+    ``fp16``/``bf16`` = quantized comms; the backward's and the AllReduce's are the iteration's), and
     the iteration the plan is for (``host.iteration.IterationSpec``: schedule, algorithms)."""
 
     gpu: GPUSpec
@@ -186,8 +187,8 @@ class PlannerSystem:
     iteration: IterationSpec = field(default_factory=IterationSpec)
 
     def __post_init__(self) -> None:
-        if self.comm_dtype not in ("fp32", "fp16"):
-            raise ValueError(f"comm_dtype: expected fp32 or fp16, got {self.comm_dtype!r}")
+        if self.comm_dtype not in ("fp32", "fp16", "bf16"):
+            raise ValueError(f"comm_dtype: expected fp32, fp16 or bf16, got {self.comm_dtype!r}")
         for name in ("index_bytes", "length_bytes"):
             if getattr(self, name) not in (4, 8):
                 raise ValueError(f"{name}: expected 4 or 8, got {getattr(self, name)!r}")

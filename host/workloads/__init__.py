@@ -10,6 +10,8 @@ API
 Schema (TOML; every field checked, errors name the dotted field)::
 
     name = "my-model"                  # required
+    table_dtype = "fp16"               # optional switch: every table in fp32 | fp16 (the
+                                       # optimizer state stays FP32); also beside preset = NAME
     description = "..."                # optional
     batch_per_gpu = 512                # required, samples per GPU per iteration
     [dense]                            # required
@@ -59,11 +61,28 @@ __all__ = [
     "preset",
     "preset_text",
     "resolve_workload",
+    "with_overrides",
     "synthesize_tables",
     "workload_from_dict",
 ]
 
 PRESET_NAMES: tuple[str, ...] = ("model-a", "model-f", "model-i", "dlrm-kaggle", "dlrm-dcnv2")
+
+
+def with_overrides(spec: WorkloadSpec, value: Mapping[str, Any], path: str = "workload") -> WorkloadSpec:
+    """``spec`` with the scenario's switches applied: ``batch_per_gpu`` and ``table_dtype``
+    (every table stored in ``fp32`` or ``fp16``; the sparse optimizer's state stays FP32, as
+    Neo keeps it: FP16 tables with FP32 row-wise AdaGrad state, REFERENCES.md)."""
+    from dataclasses import replace
+
+    from neonic.host.workloads.spec import _choice, _int
+
+    if "batch_per_gpu" in value:
+        spec = replace(spec, batch_per_gpu=_int(f"{path}.batch_per_gpu", value["batch_per_gpu"], 1))
+    if "table_dtype" in value:
+        dtype = _choice(f"{path}.table_dtype", value["table_dtype"], tuple(DTYPE_BYTES))
+        spec = replace(spec, tables=tuple(replace(t, dtype=dtype) for t in spec.tables))
+    return spec
 
 
 def preset_text(name: str) -> str:
@@ -93,18 +112,13 @@ def resolve_workload(value: Any, path: str = "workload", base: Path | None = Non
     """A workload given as a preset name, a TOML file path (relative to ``base``) or a table."""
     if isinstance(value, Mapping):
         if "preset" in value:
-            extra = set(value) - {"preset", "batch_per_gpu"}
+            extra = set(value) - {"preset", "batch_per_gpu", "table_dtype"}
             if extra:
-                raise ValueError(f"{path}.{sorted(extra)[0]}: not allowed beside 'preset' (only batch_per_gpu)")
+                raise ValueError(f"{path}.{sorted(extra)[0]}: not allowed beside 'preset' (only batch_per_gpu, table_dtype)")
             spec = resolve_workload(value["preset"], f"{path}.preset", base)
-            if "batch_per_gpu" in value:
-                from dataclasses import replace
-
-                from neonic.host.workloads.spec import _int
-
-                spec = replace(spec, batch_per_gpu=_int(f"{path}.batch_per_gpu", value["batch_per_gpu"], 1))
-            return spec
-        return workload_from_dict(value, path, base)
+            return with_overrides(spec, value, path)
+        spec = workload_from_dict({k: v for k, v in value.items() if k != "table_dtype"}, path, base)
+        return with_overrides(spec, value, path)
     if isinstance(value, str) and value:
         if value in PRESET_NAMES:
             return preset(value)

@@ -38,7 +38,7 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2}
 POOLING_DISTRIBUTIONS = ("constant", "poisson", "lognormal")
 #: Sparse optimizers and the fp32 state they keep (row-wise AdaGrad: one per row).
 OPTIMIZERS = ("rowwise_adagrad", "adagrad", "sgd")
-INTERACTIONS = ("dot", "dcn")
+INTERACTIONS = ("dot", "cat", "dcn")
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -170,8 +170,11 @@ class DenseSpec:
     """The dense part: bottom MLP (layer widths, input first), the interaction and the top MLP.
 
     ``interaction`` is ``dot`` (pairwise dots of the pooled embeddings and the bottom MLP's
-    output) or ``dcn`` (a cross network of ``dcn_layers`` layers of rank ``dcn_low_rank``). The
-    top MLP's input width follows from the interaction, so ``top_mlp`` lists the widths after it.
+    output; embeddings of another width are projected to the bottom output's first), ``cat``
+    (concatenation) or ``dcn`` (a cross network of ``dcn_layers`` layers of rank
+    ``dcn_low_rank``); :mod:`host.workloads.dense` has the layer-by-layer model and its sources.
+    The top MLP's input width follows from the interaction, so ``top_mlp`` lists the widths
+    after it.
     """
 
     bottom_mlp: tuple[int, ...]

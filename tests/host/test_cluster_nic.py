@@ -182,6 +182,8 @@ def test_nic_cache_time_is_hits_streaming_rows_and_misses_probing_tags():
     def per_lookup_cycles(local_cache_mib: float, dim: int) -> tuple[float, float]:
         data = tiny({**OFF, "local_cache_mib": local_cache_mib})
         data["workload"]["synthesize"].update(dim_min=dim, dim_max=dim, dim_avg=dim)
+        # whole rows on the NIC (a column-wise plan would split them into narrower shards)
+        data["planner"] = {"name": "force:table-wise"}
         cr = ClusterRun(scenario_from_dict(data))
         cr.result = cr.run()
         cache_ps = sum(dict(u).get("cache", 0) for u in cr.nic_effects.fwd_units)

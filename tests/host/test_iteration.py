@@ -109,3 +109,82 @@ def test_overlapping_collectives_share_the_network_as_a_shared_link_does(input_m
     simulated = _shared_link_run(spec, rank, coll, 4)
     assert shared == pytest.approx(simulated, rel=0.05)
     assert shared >= alone
+
+
+def _buckets(rng, optimizer: str, tables: bool):
+    """A backward split by three dense buckets (one closed inside the top MLP's backward),
+    plus a data-parallel tables' bucket closed by the embedding backward when ``tables``."""
+    from neonic.host.schedule import GradientBuckets
+
+    d = lambda: int(rng.integers(1, 2000))  # noqa: E731
+    segments = (("top_bwd", d(), 0), ("top_bwd", d(), None), ("inter_bwd", d(), 1), ("bot_bwd", d(), 2))
+    parts = [frozenset({"top"}), frozenset({"top", "interaction"}), frozenset({"bottom"})]
+    colls = [d(), d(), d()]
+    if tables:
+        parts.append(frozenset({"tables"}))
+        colls.append(d())
+    n_opt = len(colls) if optimizer == "per_bucket" else 1
+    return GradientBuckets(segments, tuple(colls), tuple(parts), tuple(d() for _ in range(n_opt)), optimizer,
+                           3 if tables else None)
+
+
+@pytest.mark.parametrize("optimizer", ["after_last", "per_bucket"])
+@pytest.mark.parametrize("tables", [False, True])
+def test_fast_evaluation_prices_the_gradient_buckets_the_simulator_runs(optimizer, tables):
+    """The template holds the same bucket ops as the simulator's graph (backward pieces, one
+    AllReduce per bucket on its own stream, the optimizer steps, the next batch's dependencies
+    on them): with fixed durations both give the same iteration time."""
+    from neonic.host.iteration import build_iteration_graph, keyed_buckets
+
+    rng = np.random.default_rng(11)
+    spec = IterationSpec(warmup=1, iterations=2)
+    ranks = 4
+    for _ in range(4):
+        rank, coll = _durations(rng, spec, ranks)
+        buckets = _buckets(rng, optimizer, tables)
+
+        def payload(phase, it, r):
+            return coll[phase] if r < 0 else int(rank[phase][r])
+
+        graph = build_iteration_graph(spec, ranks, payload, "compute", buckets, phases=spec.phases())
+        per_it = [op for op in graph.ops if op.iteration == 1]
+        assert sum(op.phase == "allreduce" for op in per_it) == len(buckets.buckets)
+        eng = Engine()
+
+        def backend(op, done):
+            start = eng.now
+            eng.after(op.payload, lambda: done(start, eng.now))
+
+        ScheduleRunner(eng, graph, backend).run()
+        it_end = [max(op.end for op in graph.ops if op.iteration == i) for i in range(3)]
+        simulated = (it_end[2] - it_end[0]) / 2
+        template = ScheduleTemplate(spec, buckets)
+        _, table = keyed_buckets(buckets)
+        assert set(table) <= set(template.keys)
+        r = {p: v.astype(float) for p, v in rank.items()}
+        c = {p: float(v) for p, v in coll.items() if p != "allreduce"}
+        for key, v in table.items():
+            (c if key.startswith("allreduce#") else r)[key] = np.full(ranks, float(v)) if not key.startswith(
+                "allreduce#") else float(v)
+        fast = template.iteration_s(r, c, share_network=False)
+        assert fast[0] == pytest.approx(simulated)
+
+
+def test_planner_template_holds_the_buckets_of_the_simulated_run():
+    """The planner's cost model and the cluster run build their graph from one function: the
+    run's AllReduce ops per iteration are the cost model's bucket AllReduces, and each is
+    priced from the same collective algorithm (the payload's estimate is the template's time)."""
+    from neonic.host.cluster import ClusterRun
+    from neonic.host.planner.cost import CostModel
+    from neonic.host.scenario import default_scenario
+
+    run = ClusterRun(default_scenario())
+    run.run()
+    graph = run.graph
+    ars = [op for op in graph.ops if op.phase == "allreduce" and op.iteration == 0]
+    assert len(ars) > 1 and all(op.stream == "grad" for op in ars)
+    cm = CostModel(run.scenario.workload, run.planner_system)
+    times = cm.bucket_times(run.work.dp_allreduce_bytes)
+    keys = [k for k in times if k.startswith("allreduce#")]
+    assert len(keys) == len(ars)
+    assert [times[k] for k in keys] == pytest.approx([op.payload.estimate_s for op in ars])

@@ -5,11 +5,20 @@ from __future__ import annotations
 import csv
 import math
 
-from neonic.host.validate import PUBLISHED, published_rows, validate
+import json
+
+import pytest
+
+from neonic.host.validate import KEYS, PUBLISHED, published_rows, register_key, validate
+
+REQUIRED_KEYS = ("qps.model-a", "qps.model-f", "qps.model-i", "weak_scaling_efficiency.model-a",
+                 "weak_scaling_efficiency.model-i", "zionex_over_zion", "fused_embedding_speedup",
+                 "dense_mflops_per_sample.model-a", "dense_mflops_per_sample.model-f", "dense_mflops_per_sample.model-i")
 
 
 def test_only_figures_from_references_are_published():
-    assert set(PUBLISHED) == {"model_a_128gpu_samples_per_s", "roce_goodput_4096", "model_f_fp16_table_bytes"}
+    assert set(PUBLISHED) == {"model_a_128gpu_samples_per_s", "roce_goodput_4096", "model_f_fp16_table_bytes",
+                              "model_a_mflops", "model_f_mflops", "model_i_mflops", "fused_embedding_speedup"}
     assert PUBLISHED["model_a_128gpu_samples_per_s"].value == 1.2e6
 
 
@@ -36,3 +45,41 @@ def test_quick_validate_writes_markdown_and_csv_and_marks_unpublished(tmp_path):
         else:
             assert r["source"] in ("not published", "not comparable") and r["relative_difference"] == ""
     assert [run["status"] for run in summary["runs"]] == ["ok", "ok"]
+
+
+def test_every_headline_key_is_registered_and_read_from_an_experiment_that_exists():
+    from neonic.host.experiments import EXPERIMENTS
+
+    for key in (*REQUIRED_KEYS, "ablation"):
+        assert key in KEYS
+        assert KEYS[key].experiment is None or KEYS[key].experiment in EXPERIMENTS
+    with pytest.raises(ValueError, match="registered already"):
+        register_key("qps.model-a", "calibration", "again", "samples/s", lambda r: 0)
+    with pytest.raises(ValueError, match="key: expected"):
+        register_key("Bad Key", None, "x", "", lambda r: 0)
+
+
+def test_dense_mflops_keys_hold_table_3():
+    rows = {r.key: r for r in published_rows()}
+    for model, pub in (("model-a", 638), ("model-f", 5), ("model-i", 60)):
+        row = rows[f"dense_mflops_per_sample.{model}"]
+        assert row.published == pub and abs(row.ours / pub - 1) < 0.10
+
+
+def test_validate_json_prints_every_key_last(tmp_path, capsys):
+    """`neonic validate --json`: the last line is one JSON object of stable keys; every row of
+    validation.json carries its key (experiments that were not run give null figures)."""
+    import argparse
+
+    from neonic.host.commands import validate as command
+
+    args = argparse.Namespace(quick=True, out=tmp_path, only=["zion_vs_zionex", "fused_embedding"], json=True)
+    assert command.main(args) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    figures = json.loads(last)
+    assert figures["zionex_over_zion"] > 0 and figures["fused_embedding_speedup"] > 1
+    for model in ("model-a", "model-f", "model-i"):
+        assert figures[f"dense_mflops_per_sample.{model}"] > 0
+    rows = json.loads((tmp_path / "validation.json").read_text())["rows"]
+    keys = [r["key"] for r in rows]
+    assert all(keys) and len(set(keys)) == len(keys) and set(keys) == set(figures)

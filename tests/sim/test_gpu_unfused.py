@@ -1,0 +1,31 @@
+"""The unfused embedding baseline: what Neo's fused kernels save (launches, HBM round trips)."""
+
+from __future__ import annotations
+
+import pytest
+
+from neonic.sim.gpu import (embedding_backward_cost, embedding_forward_cost, embedding_unfused_backward_cost,
+                            embedding_unfused_forward_cost, gpu_preset)
+
+GPU = gpu_preset("a100-40gb")
+
+
+def test_unfused_forward_pays_one_launch_per_table():
+    tables = [(20000, 128, 1000, 256), (300, 64, 300, 128), (5000, 32, 1000, 64)]
+    unfused = sum(embedding_unfused_forward_cost(GPU, *t).time_s for t in tables)
+    work = sum((embedding_forward_cost(GPU, *t) for t in tables[1:]), embedding_forward_cost(GPU, *tables[0]))
+    fused = max(work.compute_s, work.memory_s) + GPU.efficiency.launch_overhead_s
+    assert unfused - fused >= (len(tables) - 1) * GPU.efficiency.launch_overhead_s * 0.999
+
+
+def test_unfused_backward_materialises_gradients_and_runs_a_separate_optimizer():
+    lookups, unique, row, grad, state = 100000, 20000, 256, 256, 4
+    fused = embedding_backward_cost(GPU, lookups, unique, row, grad, state)
+    unfused = embedding_unfused_backward_cost(GPU, lookups, unique, row, grad, state)
+    # the per-lookup gradient rows are written and read back (at least 2 x lookups x grad more bytes)
+    assert unfused.hbm_bytes - fused.hbm_bytes >= 2 * lookups * grad
+    assert unfused.overhead_s == pytest.approx(2 * fused.overhead_s)
+    assert unfused.time_s > fused.time_s
+    assert embedding_unfused_backward_cost(GPU, 0, 0, row, grad).time_s == 0
+    with pytest.raises(ValueError, match="unique_rows"):
+        embedding_unfused_backward_cost(GPU, 10, 11, row, grad)
