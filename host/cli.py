@@ -14,6 +14,7 @@ import pkgutil
 import sys
 
 import neonic.host.commands as commands
+from neonic import __version__
 
 __all__ = ["main", "build_parser"]
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="neonic",
         description="Cycle-approximate model of Neo-style DLRM training on GPU clusters with SmartNICs.",
     )
+    parser.add_argument("--version", action="version", version=f"neonic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
