@@ -185,7 +185,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     dense = check_table("dense", data.get("dense", {}))
     check_known_fields("dense", dense, ("dtype",))
     gpn = cl.get("gpus_per_node")
-    return Scenario(
+    scenario = Scenario(
         name=name,
         mode=mode,
         pipelined=_bool("scenario.pipelined", sc.get("pipelined", True)),
@@ -204,18 +204,16 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
         source={k: v for k, v in data.items()},
     )
+    from neonic.host.limits import check_scenario_size
+    check_scenario_size(scenario)  # sizes that cannot fit are refused before anything is built
+    return scenario
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Load and validate a scenario TOML file."""
+    from neonic.sim.schema import load_toml
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"CONFIG: file {str(path)!r} does not exist")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
-    return scenario_from_dict(data, base=path.parent)
+    return scenario_from_dict(load_toml(path, "scenario file"), base=path.parent)
 
 
 def scenario_preset_text(name: str) -> str:

@@ -77,6 +77,11 @@ SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
 _TOP = ("sweep", "base", "set", "grid", "points")
 _SWEEP = ("name", "scenario", "seeds", "metrics")
 MAX_POINTS = 100_000
+#: Figures of a point (:func:`_scalars`), by name, and the families named by prefix.
+METRICS = ("samples_per_s", "iteration_time_s", "global_batch", "gpus", "nodes", "idle_s",
+           "dense_params", "latency_mean_s", "latency_max_s")
+METRIC_PREFIXES = ("exposed_", "serialized_", "util_", "hit_rate_")
+SCHEDULER_TIMEOUT_S = 10
 #: Bumped when the meaning of a point's figures changes, so old results are not reused.
 RESULT_VERSION = 1
 
@@ -162,6 +167,15 @@ def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None)
     metrics = sw.get("metrics", ["samples_per_s"])
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) and m for m in metrics):
         raise ValueError(f"sweep.metrics: expected a non-empty list of figure names, got {metrics!r}")
+    for i, metric in enumerate(metrics):
+        if metric not in METRICS and not (metric.startswith(METRIC_PREFIXES)
+                                          and len(metric) > len(metric.split("_")[0]) + 1):
+            import difflib
+            hint = difflib.get_close_matches(metric, METRICS, n=1, cutoff=0.6)
+            raise ValueError(f"sweep.metrics[{i}]: unknown figure {metric!r}"
+                             f"{f' (did you mean {hint[0]!r}?)' if hint else ''}; expected one of "
+                             f"{', '.join(METRICS)} or a name starting with "
+                             f"{', '.join(METRIC_PREFIXES)}")
     base_dir_s = str(base_dir) if base_dir is not None else None
     if "base" in data and "scenario" in sw:
         raise ValueError("sweep.scenario and [base]: give one or the other")
@@ -178,12 +192,8 @@ def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None)
             base = tomllib.loads(scenario_preset_text(scen))
         elif scen.endswith(".toml"):
             path = Path(scen) if base_dir is None or Path(scen).is_absolute() else Path(base_dir) / scen
-            if not path.exists():
-                raise ValueError(f"sweep.scenario: scenario file {str(path)!r} does not exist")
-            try:
-                base = tomllib.loads(path.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as error:
-                raise ValueError(f"sweep.scenario: {path} is not valid TOML: {error}") from None
+            from neonic.sim.schema import load_toml
+            base = load_toml(path, "sweep.scenario: scenario file")
             base_dir_s = str(path.parent.resolve())
         else:
             raise ValueError(f"sweep.scenario: expected one of {', '.join(SCENARIO_PRESETS)} or a .toml path, got {scen!r}")
@@ -214,20 +224,44 @@ def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None)
     total = math.prod(len(v) for v in axes.values()) * max(1, len(points))
     if total > MAX_POINTS:
         raise ValueError(f"grid: {total} points, more than {MAX_POINTS}; split the sweep")
-    return SweepSpec(name=name, base=base, base_label=label, base_dir=base_dir_s, fixed=fixed, axes=axes, points=points,
-                     seeds=seeds, metrics=tuple(metrics))
+    spec = SweepSpec(name=name, base=base, base_label=label, base_dir=base_dir_s, fixed=fixed, axes=axes,
+                     points=points, seeds=seeds, metrics=tuple(metrics))
+    _check_field_names(spec)
+    return spec
+
+
+def _check_field_names(spec: SweepSpec) -> None:
+    """Catch a misspelt field (``cluster.nodez``) at load, not in every point: each field that
+    ``[set]``, ``[grid]`` or ``[[points]]`` names is set alone (with its first value) on the
+    base scenario, which is then validated; an unknown-field error there is the sweep file's."""
+    from neonic.host.cluster import scenario_from_dict
+
+    named: dict[str, tuple[str, Any]] = {}
+    for path, value in spec.fixed.items():
+        named.setdefault(path, (f"set.{path}", value))
+    for path, values in spec.axes.items():
+        named.setdefault(path, (f"grid.{path}", values[0]))
+    for i, p in enumerate(spec.points):
+        for path, value in p.items():
+            named.setdefault(path, (f"points[{i}].{path}", value))
+    for path, (where, value) in named.items():
+        config = json.loads(json.dumps(spec.base))
+        try:
+            set_path(config, path, value)
+            scenario_from_dict(config, base=Path(spec.base_dir) if spec.base_dir else None)
+        except ValueError as error:
+            text = str(error)
+            if "unknown field" in text or "unknown scenario section" in text:
+                raise ValueError(f"{where}: {text}") from None
+            # other errors may depend on the combination with other fields: the point reports them
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Load and validate SWEEP.toml."""
+    from neonic.sim.schema import load_toml
+
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"SWEEP.toml: file {str(path)!r} does not exist")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
-    return sweep_from_dict(data, base_dir=path.parent.resolve())
+    return sweep_from_dict(load_toml(path, "sweep file"), base_dir=path.parent.resolve())
 
 
 # ----------------------------------------------------------------------------------- points
@@ -411,6 +445,7 @@ def run_sweep(
     progress: Progress | None = None,
     on_point: Callable[[dict[str, Any]], Any] | None = None,
     client: Any = None,
+    announce: Callable[[str], Any] | None = None,
 ) -> SweepResult:
     """Run ``spec``'s unfinished points on Dask and write the results folder ``out``.
 
@@ -418,7 +453,11 @@ def run_sweep(
     ``workers`` single-threaded workers, as processes unless ``processes=False``; ``client``
     reuses an existing ``dask.distributed.Client``). ``progress(done, total, record)`` is called
     after every finished point; ``on_point(record)`` too, and returning ``False`` from it stops
-    the sweep (finished points stay on disk; a rerun resumes).
+    the sweep (finished points stay on disk; a rerun resumes). ``announce(line)`` receives
+    notes for the user, such as the Dask dashboard's address when there is one.
+
+    An interrupt (``KeyboardInterrupt``) still writes ``results.csv``, ``sweep.json`` and the
+    plots of the points finished so far (the others are ``missing``), then propagates.
     """
     t0 = time.perf_counter()
     out = Path(out)
@@ -436,25 +475,66 @@ def run_sweep(
     if progress:
         progress(done_count, total, {})
     if todo:
-        _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total)
+        try:
+            _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point,
+                         client, total, announce)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            result.wall_s = time.perf_counter() - t0
+            write_outputs(result)
+            raise
     write_outputs(result)
     result.wall_s = time.perf_counter() - t0
     return result
 
 
-def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total) -> None:
+def connect(scheduler: str, timeout_s: float = SCHEDULER_TIMEOUT_S) -> Any:
+    """A client of the Dask scheduler at ``scheduler``, or a ``ValueError`` naming
+    ``--scheduler`` within ``timeout_s`` when nothing answers there."""
+    from dask.distributed import Client
+
+    if not isinstance(scheduler, str) or not scheduler.strip():
+        raise ValueError(f"--scheduler: expected an address such as tcp://10.0.0.1:8786, got {scheduler!r}")
+    try:
+        return Client(scheduler, timeout=f"{timeout_s}s")
+    except (OSError, TimeoutError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"--scheduler {scheduler}: no Dask scheduler answered within {timeout_s:g} s "
+                         f"({reason[:200]}); start one with `dask scheduler` or leave --scheduler out "
+                         f"for a local cluster") from None
+
+
+def dashboard_address(client: Any) -> str | None:
+    """The Dask dashboard's address, when the scheduler serves one (it needs bokeh)."""
+    try:
+        if "dashboard" not in client.scheduler_info().get("services", {}):
+            return None
+        return client.dashboard_link
+    except Exception:  # noqa: BLE001  no dashboard is not an error
+        return None
+
+
+def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total,
+                 announce=None) -> None:
     from dask.distributed import Client, LocalCluster, as_completed
 
     own_cluster = own_client = None
     try:
         if client is None:
             if scheduler:
-                client = own_client = Client(scheduler)
+                client = own_client = connect(scheduler)
             else:
+                import importlib.util
+
                 n = workers or max(1, min(len(todo), os.cpu_count() or 1))
+                dash = ":0" if importlib.util.find_spec("bokeh") else None
                 own_cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
-                                           dashboard_address=None)
+                                           dashboard_address=dash)
                 client = own_client = Client(own_cluster)
+            link = dashboard_address(client)
+            if announce is not None:
+                announce(f"Dask dashboard: {link}" if link else
+                         "Dask dashboard: none (the scheduler serves one when bokeh is installed)")
         futures = {}
         for p in todo:
             fut = client.submit(evaluate_point, p.config, spec.base_dir, key=f"neonic-point-{p.key}", pure=False)

@@ -15,9 +15,11 @@ GIB = 2**30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from neonic.host.commands import _args
+
     parser.add_argument("config", metavar="CONFIG", help="plan config TOML (schema: host/planner/config.py)")
     parser.add_argument("--full", action="store_true", help="list every table (default: summarise above 40)")
-    parser.add_argument("--csv", metavar="FILE", type=Path, help="write the full plan (one row per shard) to FILE")
+    parser.add_argument("--csv", metavar="FILE", type=_args.output_file, help="write the full plan (one row per shard) to FILE")
     parser.add_argument("--ranks", type=int, default=16, metavar="N",
                         help="per-rank rows shown (slowest and fastest; default 16, 0 for all)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the baseline planners")

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from neonic.host.commands import _args
 from neonic.host.units import SimRequest, discover, get_unit, parse_params
 
 HELP = "export a unit's Verilog or simulate it on its default workload"
@@ -19,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     export = sub.add_parser("export", help="write the unit's Verilog")
     export.add_argument("unit", metavar="UNIT")
-    export.add_argument("-o", "--output", type=Path, help="Verilog file (default: UNIT.v)")
+    export.add_argument("-o", "--output", type=_args.output_file, help="Verilog file (default: UNIT.v)")
     export.add_argument("--param", action="append", metavar="KEY=VALUE",
                         help="a constructor parameter (repeatable)")
 
@@ -27,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("unit", metavar="UNIT")
     sim.add_argument("--sim", default="amaranth", choices=SIMULATORS,
                      help="simulator (default amaranth)")
-    sim.add_argument("--vcd", type=Path, help="write a waveform to this file")
-    sim.add_argument("--out", type=Path, help="results folder (default results/rtl-UNIT-TIME)")
-    sim.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    sim.add_argument("--vcd", type=_args.output_file, help="write a waveform to this file")
+    sim.add_argument("--out", type=_args.output_folder,
+                     help="results folder (default results/rtl-UNIT-TIME)")
+    sim.add_argument("--seed", type=_args.seed, default=1, help="random seed (default 1)")
     sim.add_argument("--param", action="append", metavar="KEY=VALUE",
                      help="a constructor parameter (repeatable)")
     seen: set[str] = set()
@@ -47,11 +49,14 @@ def _export(args: argparse.Namespace) -> int:
     from amaranth.back import verilog
 
     entry = get_unit(args.unit)
-    component = entry.build(parse_params(args.param))
+    component = entry.build(parse_params(_args.unique_params(args.param)))
     text = verilog.convert(component, name=entry.name)
     output = args.output or Path(f"{entry.name}.v")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+    except OSError as e:
+        raise ValueError(f"--output {output}: cannot write ({e.strerror or e})") from None
     print(f"wrote {output} ({len(text.splitlines())} lines)")
     return 0
 
@@ -63,10 +68,11 @@ def _sim(args: argparse.Namespace) -> int:
     unknown = set(extra) - {name for name, _ in entry.options}
     if unknown:
         raise ValueError(f"--{sorted(unknown)[0]}: not an option of unit {entry.name!r}")
-    out = args.out or Path("results") / f"rtl-{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
+    params = parse_params(_args.unique_params(args.param))
+    out = _args.prepare_output_folder(
+        args.out or Path("results") / f"rtl-{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     request = SimRequest(sim=args.sim, out=out, seed=args.seed, vcd=args.vcd,
-                         params=parse_params(args.param), extra=extra)
+                         params=params, extra=extra)
     figures = entry.simulate(request)
     print(json.dumps(figures, indent=2, sort_keys=True, default=str))
     print(f"results: {out}")

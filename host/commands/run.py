@@ -22,16 +22,17 @@ HELP = "simulate one training/inference scenario on a GPU/NIC cluster: summary t
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from neonic.host.cluster import SCENARIO_PRESETS
+    from neonic.host.commands import _args
 
-    parser.add_argument("config", metavar="CONFIG.toml", nargs="?", help="scenario file (default: the packaged default scenario)")
+    parser.add_argument("config", metavar="CONFIG.toml", nargs="?", type=_args.input_file, help="scenario file (default: the packaged default scenario)")
     parser.add_argument("--preset", metavar="NAME", help=f"a packaged scenario: {', '.join(SCENARIO_PRESETS)}")
-    parser.add_argument("--out", metavar="DIR", type=Path, help="results folder (default results/<scenario>-<timestamp>/)")
+    parser.add_argument("--out", metavar="DIR", type=_args.output_folder, help="results folder (default results/<scenario>-<timestamp>/)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--backend", choices=("model", "rtl"), default="model",
                         help="SmartNICs as timing models (default) or co-simulated RTL")
     parser.add_argument("--sim", choices=("auto", "amaranth", "verilator", "icarus"), default="auto",
                         help="simulator of --backend rtl (default: Verilator when installed)")
-    parser.add_argument("--calibration", metavar="FILE", type=Path,
+    parser.add_argument("--calibration", metavar="FILE", type=_args.input_file,
                         help="timing-model calibration for --backend rtl's comparison (neonic calibrate)")
 
 
@@ -44,6 +45,11 @@ def main(args: argparse.Namespace) -> int:
 
     if args.config and args.preset:
         raise ValueError("CONFIG.toml and --preset: give one or the other")
+    if args.calibration is not None and args.backend != "rtl":
+        raise ValueError("--calibration: only used with --backend rtl (it calibrates the timing "
+                         "models that the RTL run is compared with)")
+    if args.sim != "auto" and args.backend != "rtl":
+        raise ValueError(f"--sim {args.sim}: only used with --backend rtl")
     console = Console(stderr=True)
     backend = None
     if args.config:
@@ -56,7 +62,9 @@ def main(args: argparse.Namespace) -> int:
     if args.backend == "rtl":
         from neonic.host.units.smartnic import rtl_backend
         backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console)
-    out = args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    from neonic.host.commands._args import prepare_output_folder
+    out = prepare_output_folder(
+        args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     if args.quiet:
         result = ClusterRun(scenario, nic_backend=backend).run()
     else:

@@ -11,10 +11,11 @@ HELP = "run the experiments and print ours-vs-published tables (Markdown + CSV +
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from neonic.host.commands import _args
     from neonic.host.experiments import EXPERIMENTS
 
     parser.add_argument("--quick", action="store_true", help="smoke run: every experiment at its tiny size (not comparable)")
-    parser.add_argument("--out", metavar="DIR", type=Path, help="output folder (default results/validate-<timestamp>/)")
+    parser.add_argument("--out", metavar="DIR", type=_args.output_folder, help="output folder (default results/validate-<timestamp>/)")
     parser.add_argument("--only", metavar="NAME", nargs="+", choices=EXPERIMENTS, help="run only these experiments")
 
 

@@ -36,3 +36,34 @@ def test_sweep_command_names_the_bad_field(tmp_path, capsys):
     path.write_text('[sweep]\nname = "x"\n[grid]\n"clustr.nodes" = [1]\n')
     assert main(["sweep", str(path)]) == 2
     assert "grid.clustr.nodes" in capsys.readouterr().err
+
+
+def test_an_interrupted_sweep_writes_the_finished_points(tmp_path):
+    """Ctrl-C after the first point: results.csv holds it (the others 'missing'); a rerun
+    computes only the rest."""
+    import pytest
+
+    from neonic.host.sweep import load_sweep, run_sweep
+
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP.replace("[1, 0]", "[1, 2]"))
+    spec = load_sweep(path)
+
+    def stop(record):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path / "out", workers=1, processes=False, on_point=stop)
+    with (tmp_path / "out" / "results.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["status"] for r in rows) == ["missing", "ok"]
+    again = run_sweep(spec, tmp_path / "out", workers=1, processes=False)
+    assert len(again.computed) == 1 and len(again.skipped) == 1 and again.finished == 2
+
+
+def test_the_sweep_names_the_dask_dashboard(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP.replace("[1, 0]", "[1]"))
+    assert main(["sweep", str(path), "--workers", "1", "--threads", "--quiet",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "Dask dashboard: " in capsys.readouterr().err
