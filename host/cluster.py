@@ -139,22 +139,8 @@ class Scenario:
         }
 
 
-def _int(path: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
-    return value
-
-
-def _bool(path: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{path}: expected true or false, got {value!r}")
-    return value
-
-
-def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
-    return value
+# the shared config vocabulary (one wording of every error: neonic.sim.schema)
+from neonic.sim.schema import boolean as _bool, choice as _choice, integer as _int  # noqa: E402
 
 
 def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Scenario:
@@ -180,8 +166,9 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
 
     planner = check_planner_name(pl.get("name", "neo"), "planner.name")
     budget = pl.get("time_budget_s")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600):
-        raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
+    if budget is not None:
+        from neonic.sim.schema import number
+        number("planner.time_budget_s", budget, 0.0, 600.0, lo_open=True)
     dense = check_table("dense", data.get("dense", {}))
     check_known_fields("dense", dense, ("dtype",))
     gpn = cl.get("gpus_per_node")

@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from neonic.sim import schema
+
 __all__ = [
     "SweepSpec",
     "SweepPoint",
@@ -147,23 +149,16 @@ def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None)
     """Validate a parsed SWEEP.toml field by field."""
     from neonic.host.cluster import SCENARIO_PRESETS, scenario_preset_text
 
-    if not isinstance(data, Mapping):
-        raise ValueError(f"sweep file: expected a table, got {type(data).__name__}")
-    for key in data:
-        if key not in _TOP:
-            raise ValueError(f"{key}: unknown section; expected one of {', '.join(_TOP)}")
+    schema.table("sweep file", data)
+    schema.known_fields("", data, _TOP)
     sw = data.get("sweep")
     if not isinstance(sw, Mapping):
         raise ValueError("sweep: required table missing (with at least sweep.name)")
-    for key in sw:
-        if key not in _SWEEP:
-            raise ValueError(f"sweep.{key}: unknown field; expected one of {', '.join(_SWEEP)}")
+    schema.known_fields("sweep", sw, _SWEEP)
     name = sw.get("name")
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
         raise ValueError(f"sweep.name: expected a non-empty name without spaces or slashes, got {name!r}")
-    seeds = sw.get("seeds", "point")
-    if seeds not in ("point", "scenario"):
-        raise ValueError(f"sweep.seeds: expected one of point, scenario, got {seeds!r}")
+    seeds = schema.choice("sweep.seeds", sw.get("seeds", "point"), ("point", "scenario"))
     metrics = sw.get("metrics", ["samples_per_s"])
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) and m for m in metrics):
         raise ValueError(f"sweep.metrics: expected a non-empty list of figure names, got {metrics!r}")
