@@ -618,10 +618,17 @@ def write_outputs(result: SweepResult) -> None:
 
 
 def _plots(result: SweepResult) -> None:
+    """One figure per swept field: each metric against it, one line per combination of the
+    other fields. Integer fields get integer ticks at the swept values, a field spanning a factor
+    of 8 or more a log-2 axis; a metric spanning a factor of 30 or more a log axis. Colour-blind
+    safe palette (host.report.PALETTE), legend outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    from neonic.host.report import PALETTE
 
     axes: list[str] = []
     for p in result.points:
@@ -632,36 +639,54 @@ def _plots(result: SweepResult) -> None:
           if result.records.get(p.key, {}).get("status") == "ok"]
     if not ok:
         return
+    markers = "os^Dv<>pPX*h"
     for axis in axes:
         values = list(dict.fromkeys(_label(p.values.get(axis)) for p, _ in ok))
-        numeric = all(isinstance(p.values.get(axis), (int, float)) and not isinstance(p.values.get(axis), bool) for p, _ in ok)
+        raw = [p.values.get(axis) for p, _ in ok]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)
+        integer = numeric and all(isinstance(v, int) for v in raw)
         metrics = [m for m in result.spec.metrics if any(m in mm for _, mm in ok)]
         if not metrics:
             continue
-        fig, axs = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4), squeeze=False)
+        fig, axs = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+        series_count = 0
         for ax, metric in zip(axs[0], metrics):
             series: dict[str, list[tuple[Any, float]]] = {}
             for p, mm in ok:
-                if metric not in mm:
+                if metric not in mm or mm[metric] is None:
                     continue
                 others = ", ".join(f"{k.split('.')[-1]}={_label(v)}" for k, v in p.values.items() if k != axis)
                 x = p.values.get(axis) if numeric else values.index(_label(p.values.get(axis)))
                 series.setdefault(others or metric, []).append((x, mm[metric]))
-            for i, (label, pts) in enumerate(sorted(series.items())):
-                if i >= 10:
-                    break
+            for i, (label, pts) in enumerate(sorted(series.items())[:len(PALETTE)]):
                 pts.sort()
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker=markers[i % len(markers)],
+                        color=PALETTE[i % len(PALETTE)], label=label, linewidth=1.5)
+            series_count = max(series_count, len(series))
+            xs = sorted({x for pts in series.values() for x, _ in pts})
+            if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 8:
+                ax.set_xscale("log", base=2)
+            if integer or (numeric and len(xs) <= 12):
+                ax.xaxis.set_major_locator(FixedLocator(xs))
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.xaxis.set_major_formatter(ScalarFormatter())
             if not numeric:
                 ax.set_xticks(range(len(values)), values, rotation=20, ha="right")
+            ys = [y for pts in series.values() for _, y in pts if isinstance(y, (int, float))]
+            if ys and min(ys) > 0 and max(ys) / min(ys) >= 30:
+                ax.set_yscale("log")
             ax.set_xlabel(axis)
             ax.set_ylabel(metric)
-            if len(series) > 1:
-                ax.legend(fontsize=6)
-        fig.suptitle(f"{result.spec.name}: {', '.join(metrics)} vs {axis}")
+            ax.grid(True, alpha=0.3)
+        handles, labels = axs[0][0].get_legend_handles_labels()
+        if len(handles) > 1:
+            fig.legend(handles, labels, fontsize=9, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                       frameon=False, title=", ".join(a.split(".")[-1] for a in axes if a != axis),
+                       title_fontsize=9)
+        fig.suptitle(f"sweep {result.spec.name}: {', '.join(metrics)} vs {axis}", fontsize=11)
         fig.tight_layout()
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in axis)
-        fig.savefig(result.out / f"plot_{safe}.png", dpi=90)
+        fig.savefig(result.out / f"plot_{safe}.png", dpi=150, bbox_inches="tight")
         plt.close(fig)
 
 
