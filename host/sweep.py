@@ -31,10 +31,13 @@ Running (:func:`run_sweep`): points are evaluated on a Dask cluster (an in-proce
 ``LocalCluster`` by default, ``scheduler=ADDRESS`` for a running one); the client writes each
 finished point at once as ``points/<key>.json`` (temp file + rename, so a file is complete or
 absent); a rerun loads finished points and evaluates only the others (failed points are
-retried); a failing point is recorded with its error while the rest finish. At the end:
-``results.csv`` (one row per point in grid order, the swept fields and every scalar figure;
-wall-clock times are kept out so the table does not depend on the worker count), ``sweep.json``
-(the spec and a summary) and ``plot_<field>.png`` per swept field.
+retried); a failing point is recorded with its error while the rest finish. Points are
+submitted largest first (GPUs x iterations as the Dask priority), so a long point does not run
+alone at the end. At the end: ``results.csv`` (one row per point in grid order, the swept
+fields and every scalar figure; wall-clock times are kept out so the table does not depend on
+the worker count), ``sweep.json`` (the spec and a summary) and ``plot_<field>.png`` per swept
+field, rendered on the workers in parallel when they are processes. An interrupt (Ctrl-C)
+writes the same files for the points finished so far.
 
 Determinism: a point's figures depend only on its config. Neo's planner search ends at
 convergence or after ``planner.max_steps`` refinement steps, never by the clock, so the same
@@ -472,13 +475,14 @@ def run_sweep(
     if todo:
         try:
             _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point,
-                         client, total, announce)
+                         client, total, announce, finish=lambda c: write_outputs(result, c))
         except KeyboardInterrupt:
             result.interrupted = True
             result.wall_s = time.perf_counter() - t0
             write_outputs(result)
             raise
-    write_outputs(result)
+    else:
+        write_outputs(result)
     result.wall_s = time.perf_counter() - t0
     return result
 
@@ -509,8 +513,20 @@ def dashboard_address(client: Any) -> str | None:
         return None
 
 
+def _cost(config: Mapping[str, Any]) -> int:
+    """A point's relative cost for scheduling (largest first, so no long point is left for the
+    end while the other workers idle): GPUs x simulated iterations."""
+    def get(section: str, key: str, default: int) -> int:
+        table = config.get(section)
+        value = table.get(key, default) if isinstance(table, Mapping) else default
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    return (get("cluster", "nodes", 2) * get("cluster", "gpus_per_node", 8)
+            * (get("scenario", "iterations", 2) + get("scenario", "warmup", 1)))
+
+
 def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total,
-                 announce=None) -> None:
+                 announce=None, finish=None) -> None:
     from dask.distributed import Client, LocalCluster, as_completed
 
     own_cluster = own_client = None
@@ -532,7 +548,8 @@ def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, process
                          "Dask dashboard: none (the scheduler serves one when bokeh is installed)")
         futures = {}
         for p in todo:
-            fut = client.submit(evaluate_point, p.config, spec.base_dir, key=f"neonic-point-{p.key}", pure=False)
+            fut = client.submit(evaluate_point, p.config, spec.base_dir, key=f"neonic-point-{p.key}", pure=False,
+                                priority=_cost(p.config))
             futures[fut.key] = (fut, p)
         done = len(result.records)
         stop = False
@@ -556,6 +573,8 @@ def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, process
             result.interrupted = True
             for fut, _ in futures.values():
                 fut.cancel()
+        if finish is not None:
+            finish(client)
     finally:
         if own_client is not None:
             own_client.close()
@@ -597,7 +616,7 @@ def table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def write_outputs(result: SweepResult) -> None:
+def write_outputs(result: SweepResult, client: Any = None) -> None:
     """results.csv, sweep.json and one plot per swept field."""
     out = result.out
     header, rows = table_rows(result)
@@ -614,11 +633,43 @@ def write_outputs(result: SweepResult) -> None:
                "missing": [p.index for p in result.points if p.key not in result.records],
                "computed_this_run": len(result.computed), "skipped_this_run": len(result.skipped)}
     _write_atomic(out / "sweep.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-    _plots(result)
+    _plots(result, client)
 
 
-def _plots(result: SweepResult) -> None:
-    """One figure per swept field: each metric against it, one line per combination of the
+def _swept_fields(result: SweepResult) -> list[str]:
+    axes: list[str] = []
+    for p in result.points:
+        for k in p.values:
+            if k not in axes:
+                axes.append(k)
+    return axes
+
+
+def _plots(result: SweepResult, client: Any = None) -> None:
+    """One figure per swept field (:func:`plot_field`); on the Dask workers, one task per
+    field, when a client is given (the figures are the sweep's serial tail otherwise)."""
+    axes = _swept_fields(result)
+    if not any(r.get("status") == "ok" for r in result.records.values()):
+        return
+    if client is not None and len(axes) > 1 and _separate_processes(client):
+        futures = [client.submit(plot_field, result, axis, pure=False) for axis in axes]
+        client.gather(futures)
+        return
+    for axis in axes:
+        plot_field(result, axis)
+
+
+def _separate_processes(client: Any) -> bool:
+    """Whether every worker is its own process (pyplot is not thread-safe)."""
+    try:
+        workers = client.scheduler_info().get("workers", {})
+    except Exception:  # noqa: BLE001
+        return False
+    return bool(workers) and not any(str(a).startswith("inproc://") for a in workers)
+
+
+def plot_field(result: SweepResult, axis: str) -> None:
+    """``plot_<field>.png``: each metric against ``axis``, one line per combination of the
     other fields. Integer fields get integer ticks at the swept values, a field spanning a factor
     of 8 or more a log-2 axis; a metric spanning a factor of 30 or more a log axis. Colour-blind
     safe palette (host.report.PALETTE), legend outside the axes."""
@@ -630,64 +681,59 @@ def _plots(result: SweepResult) -> None:
 
     from neonic.host.report import PALETTE
 
-    axes: list[str] = []
-    for p in result.points:
-        for k in p.values:
-            if k not in axes:
-                axes.append(k)
+    axes = _swept_fields(result)
     ok = [(p, result.records[p.key]["metrics"]) for p in result.points
           if result.records.get(p.key, {}).get("status") == "ok"]
     if not ok:
         return
     markers = "os^Dv<>pPX*h"
-    for axis in axes:
-        values = list(dict.fromkeys(_label(p.values.get(axis)) for p, _ in ok))
-        raw = [p.values.get(axis) for p, _ in ok]
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)
-        integer = numeric and all(isinstance(v, int) for v in raw)
-        metrics = [m for m in result.spec.metrics if any(m in mm for _, mm in ok)]
-        if not metrics:
-            continue
-        fig, axs = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
-        series_count = 0
-        for ax, metric in zip(axs[0], metrics):
-            series: dict[str, list[tuple[Any, float]]] = {}
-            for p, mm in ok:
-                if metric not in mm or mm[metric] is None:
-                    continue
-                others = ", ".join(f"{k.split('.')[-1]}={_label(v)}" for k, v in p.values.items() if k != axis)
-                x = p.values.get(axis) if numeric else values.index(_label(p.values.get(axis)))
-                series.setdefault(others or metric, []).append((x, mm[metric]))
-            for i, (label, pts) in enumerate(sorted(series.items())[:len(PALETTE)]):
-                pts.sort()
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker=markers[i % len(markers)],
-                        color=PALETTE[i % len(PALETTE)], label=label, linewidth=1.5)
-            series_count = max(series_count, len(series))
-            xs = sorted({x for pts in series.values() for x, _ in pts})
-            if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 8:
-                ax.set_xscale("log", base=2)
-            if integer or (numeric and len(xs) <= 12):
-                ax.xaxis.set_major_locator(FixedLocator(xs))
-                ax.xaxis.set_minor_locator(NullLocator())
-                ax.xaxis.set_major_formatter(ScalarFormatter())
-            if not numeric:
-                ax.set_xticks(range(len(values)), values, rotation=20, ha="right")
-            ys = [y for pts in series.values() for _, y in pts if isinstance(y, (int, float))]
-            if ys and min(ys) > 0 and max(ys) / min(ys) >= 30:
-                ax.set_yscale("log")
-            ax.set_xlabel(axis)
-            ax.set_ylabel(metric)
-            ax.grid(True, alpha=0.3)
-        handles, labels = axs[0][0].get_legend_handles_labels()
-        if len(handles) > 1:
-            fig.legend(handles, labels, fontsize=9, loc="center left", bbox_to_anchor=(1.0, 0.5),
-                       frameon=False, title=", ".join(a.split(".")[-1] for a in axes if a != axis),
-                       title_fontsize=9)
-        fig.suptitle(f"sweep {result.spec.name}: {', '.join(metrics)} vs {axis}", fontsize=11)
-        fig.tight_layout()
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in axis)
-        fig.savefig(result.out / f"plot_{safe}.png", dpi=150, bbox_inches="tight")
-        plt.close(fig)
+    values = list(dict.fromkeys(_label(p.values.get(axis)) for p, _ in ok))
+    raw = [p.values.get(axis) for p, _ in ok]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)
+    integer = numeric and all(isinstance(v, int) for v in raw)
+    metrics = [m for m in result.spec.metrics if any(m in mm for _, mm in ok)]
+    if not metrics:
+        return
+    fig, axs = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+    series_count = 0
+    for ax, metric in zip(axs[0], metrics):
+        series: dict[str, list[tuple[Any, float]]] = {}
+        for p, mm in ok:
+            if metric not in mm or mm[metric] is None:
+                continue
+            others = ", ".join(f"{k.split('.')[-1]}={_label(v)}" for k, v in p.values.items() if k != axis)
+            x = p.values.get(axis) if numeric else values.index(_label(p.values.get(axis)))
+            series.setdefault(others or metric, []).append((x, mm[metric]))
+        for i, (label, pts) in enumerate(sorted(series.items())[:len(PALETTE)]):
+            pts.sort()
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker=markers[i % len(markers)],
+                    color=PALETTE[i % len(PALETTE)], label=label, linewidth=1.5)
+        series_count = max(series_count, len(series))
+        xs = sorted({x for pts in series.values() for x, _ in pts})
+        if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 8:
+            ax.set_xscale("log", base=2)
+        if integer or (numeric and len(xs) <= 12):
+            ax.xaxis.set_major_locator(FixedLocator(xs))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+        if not numeric:
+            ax.set_xticks(range(len(values)), values, rotation=20, ha="right")
+        ys = [y for pts in series.values() for _, y in pts if isinstance(y, (int, float))]
+        if ys and min(ys) > 0 and max(ys) / min(ys) >= 30:
+            ax.set_yscale("log")
+        ax.set_xlabel(axis)
+        ax.set_ylabel(metric)
+        ax.grid(True, alpha=0.3)
+    handles, labels = axs[0][0].get_legend_handles_labels()
+    if len(handles) > 1:
+        fig.legend(handles, labels, fontsize=9, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                   frameon=False, title=", ".join(a.split(".")[-1] for a in axes if a != axis),
+                   title_fontsize=9)
+    fig.suptitle(f"sweep {result.spec.name}: {', '.join(metrics)} vs {axis}", fontsize=11)
+    fig.tight_layout()
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in axis)
+    fig.savefig(result.out / f"plot_{safe}.png", dpi=150, bbox_inches="tight")
+    plt.close(fig)
 
 
 def _label(value: Any) -> str:
