@@ -59,9 +59,10 @@ def scenario_fields() -> list[Field]:
           derived="the network preset's value"),
         F("workload.preset", "a packaged workload (model-a, model-f, model-i, dlrm-kaggle, "
           "dlrm-dcnv2) whose fields the others override", ""),
-        F("workload.name", "workload name", ""),
+        F("workload.name", "workload name", "", derived="required (or the preset's)"),
         F("workload.description", "free text", ""),
-        F("workload.batch_per_gpu", "samples per GPU per iteration (local batch)", "samples"),
+        F("workload.batch_per_gpu", "samples per GPU per iteration (local batch)", "samples",
+          derived="required (or the preset's)"),
         F("workload.tables", "embedding tables: name, rows, dim, dtype, pooling, "
           "pooling_distribution, pooling_sigma, trace or locality_stats", "", derived="or synthesize"),
         F("workload.synthesize", "generate the tables from published summaries: count, "
@@ -80,7 +81,7 @@ def scenario_fields() -> list[Field]:
         F("system.name", "system name", ""),
         F("system.description", "free text (the preset's sources)", ""),
         F("system.embeddings", "where the embedding tables live", "", None,
-          choices=("gpu", "cpu", "nic")),
+          derived="the preset's", choices=("gpu", "cpu", "nic")),
         F("system.network", "network topology preset (sim/network/presets)", "", None,
           derived="the preset's"),
         F("system.gpu", "GPU model (sim.gpu presets)", "", None, derived="the preset's"),

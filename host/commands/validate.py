@@ -44,7 +44,9 @@ def main(args: argparse.Namespace) -> int:
                       "n/a" if ours is None else (f"{ours:,.0f}" if abs(ours) >= 1000 else f"{ours:.4g}"),
                       "not published" if r["published"] is None else (f"{r['published']:,.0f}" if r["published"] >= 1000 else f"{r['published']:.4g}"),
                       "" if rel is None else f"{rel * 100:+.1f}%", r["kind"])
-    console = Console()
+    import sys
+    # a pipe or file gets the full table, not one wrapped to 80 columns
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(table)
     for run in summary["runs"]:
         state = f"{run['wall_s']:.1f} s" if run["status"] == "ok" else f"not run: {run['reason']}"

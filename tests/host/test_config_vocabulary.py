@@ -113,3 +113,14 @@ def test_config_show_names_a_bad_scenario(tmp_path, capsys):
     bad.write_text('[cluster]\nnodes = 0\n[workload]\npreset = "model-a"\n')
     assert main(["config", "show", str(bad)]) == 2
     assert "cluster.nodes: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_readme_names_what_ships():
+    """Every packaged scenario and GPU preset by its real name; no pointer to files a user of
+    the package does not have."""
+    from neonic.sim.gpu import GPU_PRESETS
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in (*SCENARIO_PRESETS, *GPU_PRESETS):
+        assert f"`{name}`" in readme, name
+    assert "REFERENCES.md" not in readme
