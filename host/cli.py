@@ -48,6 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"neonic {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        _quiet_unused_designs()
+
+
+def _quiet_unused_designs() -> None:
+    """Amaranth warns at exit about designs that were built and never simulated (the command
+    line builds some only to read their parameters); to a user that is noise after the
+    command's own output, so the command line silences that one warning category."""
+    if "amaranth" in sys.modules:
+        import warnings
+
+        from amaranth.hdl import UnusedElaboratable
+        warnings.filterwarnings("ignore", category=UnusedElaboratable)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("unit", metavar="UNIT")
     sim.add_argument("--sim", default="amaranth", choices=SIMULATORS,
                      help="simulator (default amaranth)")
-    sim.add_argument("--vcd", type=_args.output_file, help="write a waveform to this file")
+    sim.add_argument("--vcd", type=_args.output_file,
+                     help="write the waveform to this file (default: OUT/UNIT.vcd, or .fst from Icarus)")
+    sim.add_argument("--no-vcd", action="store_true", help="record no waveform (faster)")
     sim.add_argument("--out", type=_args.output_folder,
                      help="results folder (default results/rtl-UNIT-TIME)")
     sim.add_argument("--seed", type=_args.seed, default=1, help="random seed (default 1)")
@@ -71,12 +73,45 @@ def _sim(args: argparse.Namespace) -> int:
     params = parse_params(_args.unique_params(args.param))
     out = _args.prepare_output_folder(
         args.out or Path("results") / f"rtl-{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    request = SimRequest(sim=args.sim, out=out, seed=args.seed, vcd=args.vcd,
+    if args.vcd is not None and args.no_vcd:
+        raise ValueError("--vcd and --no-vcd: give one or the other")
+    vcd = args.vcd
+    if vcd is None and not args.no_vcd and entry.waveform:
+        vcd = out / f"{entry.name}.vcd"
+    request = SimRequest(sim=args.sim, out=out, seed=args.seed, vcd=vcd,
                          params=params, extra=extra)
     figures = entry.simulate(request)
+    if vcd is not None:
+        wave = _collect_waveform(figures, vcd, out, entry.name)
+        figures["waveform"] = str(wave) if wave else None
+        figures.setdefault("unit", entry.name)
+        figures.setdefault("sim", args.sim)
+        figures.setdefault("seed", args.seed)
+        (out / "figures.json").write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n")
     print(json.dumps(figures, indent=2, sort_keys=True, default=str))
     print(f"results: {out}")
     return 0
+
+
+def _collect_waveform(figures: dict, vcd: Path, out: Path, unit: str) -> Path | None:
+    """The run's waveform inside the results folder: ``vcd`` itself (Amaranth writes it there),
+    else the file a cocotb run left in its run folder (Icarus writes FST, Verilator VCD), copied
+    to ``OUT/UNIT.fst|vcd`` so the results folder holds everything a user opens."""
+    import shutil
+
+    if vcd.is_file():
+        return vcd
+    found = [Path(figures[k]) for k in ("waves", "vcd", "results_xml", "results")
+             if isinstance(figures.get(k), str)]
+    for place in found:
+        folder = place if place.is_dir() else place.parent
+        for pattern in ("*.fst", "*.vcd"):
+            for wave in sorted(folder.glob(pattern)):
+                target = out / f"{unit}{wave.suffix}"
+                if wave.resolve() != target.resolve():
+                    shutil.copyfile(wave, target)
+                return target
+    return None
 
 
 def main(args: argparse.Namespace) -> int:

@@ -101,4 +101,5 @@ UNIT = UnitEntry(
     summary="SmartNIC top: cache + gather/pool + RoCEv2 packetizer/depacketizer, co-simulated",
     build=build,
     simulate=simulate,
+    waveform=False,
 )
