@@ -395,6 +395,31 @@ def route_frames(frames: list[list[bytes]], world: int) -> list[list[bytes]]:
     return out
 
 
+def write_pcaps(folder: Path | str, sent: list[list[bytes]], received: list[list[bytes]]) -> list[Path]:
+    """One capture per NIC, ``nic<r>.pcap``: the frames NIC r sent (in order), then the frames
+    it received (in arrival order), as Ethernet frames (Wireshark decodes RoCEv2 on UDP 4791).
+    Timestamps are the frames' order (1 us apart): the co-simulation does not time single
+    frames on the wire."""
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+    import scapy.contrib.roce  # noqa: F401  (binds UDP 4791 to BTH for readers)
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in range(max(len(sent), len(received))):
+        packets = []
+        for i, frame in enumerate([*(sent[r] if r < len(sent) else []),
+                                   *(received[r] if r < len(received) else [])]):
+            pkt = Ether(frame)
+            pkt.time = i * 1e-6
+            packets.append(pkt)
+        path = folder / f"nic{r}.pcap"
+        wrpcap(str(path), packets)
+        paths.append(path)
+    return paths
+
+
 def network_time_s(frames: list[list[bytes]], world: int, topology: Any) -> float | None:
     """Finish time (s) of the frames' payload as an AlltoAllv on the flow-level network model
     (``topology``: a ``sim.network`` topology of at least ``world`` GPUs; None: not timed)."""
@@ -877,12 +902,14 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
               calibration: Calibration | None = None, topology: Any = None,
               memory_latency: int = DEFAULT_MEMORY_LATENCY, seed: int = 1, idle: float = 0.0,
               backpressure: float = 0.0, workdir: Path | None = None,
-              progress: Callable[[str], None] | None = None) -> CosimReport:
+              progress: Callable[[str], None] | None = None,
+              pcap_dir: Path | str | None = None) -> CosimReport:
     """Run ``traffic`` through one RTL SmartNIC per rank (see the module docstring).
 
     ``idle``/``backpressure`` add random idle cycles on the inputs and backpressure on the
     outputs (functional checks; cycle comparisons want both 0). ``topology``: a ``sim.network``
     topology that times the frames (default: the ZionEX links at the traffic's shape).
+    ``pcap_dir``: write each NIC's frames there (:func:`write_pcaps`).
     """
     say = progress or (lambda message: None)
     sim = resolve_sim(sim)
@@ -910,6 +937,9 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
     say(f"cosim: {sum(len(f) for f in frames)} frames through the network model")
     net_s = network_time_s(frames, traffic.world, topology)
     arrivals = route_frames(frames, traffic.world)
+    if pcap_dir is not None:
+        say(f"cosim: captures in {pcap_dir}")
+        write_pcaps(pcap_dir, frames, arrivals)
     say(f"cosim: receive side of {traffic.world} NICs on {sim}")
     rx, rx_mem, rx_phase = phase("rx", arrivals)
     wall = time.perf_counter() - t0
@@ -1001,8 +1031,10 @@ class RTLNICBackend:
 
     def __init__(self, *, sim: str = "auto", calibration: Calibration | None = None,
                  nic: SmartNIC | None = None, memory_latency: int = DEFAULT_MEMORY_LATENCY,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None,
+                 pcap_dir: Path | str | None = None):
         self.sim = resolve_sim(sim)
+        self.pcap_dir = pcap_dir
         self.calibration = calibration
         self.nic = nic
         self.memory_latency = memory_latency
@@ -1029,7 +1061,7 @@ class RTLNICBackend:
         self.report = run_cosim(traffic, sim=self.sim, nic=nic, calibration=self.calibration,
                                 topology=getattr(run, "topology", None),
                                 memory_latency=self.memory_latency, seed=sc.seed,
-                                progress=self.progress)
+                                progress=self.progress, pcap_dir=self.pcap_dir)
         hz = effects.cfg.clock_hz
         units = []
         for n in self.report.nics:

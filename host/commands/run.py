@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulator of --backend rtl (default: Verilator when installed)")
     parser.add_argument("--calibration", metavar="FILE", type=_args.input_file,
                         help="timing-model calibration for --backend rtl's comparison (neonic calibrate)")
+    parser.add_argument("--pcap", metavar="DIR", type=_args.output_folder,
+                        help="--backend rtl: write each NIC's frames to DIR/nic<r>.pcap (Wireshark)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -48,6 +50,8 @@ def main(args: argparse.Namespace) -> int:
     if args.calibration is not None and args.backend != "rtl":
         raise ValueError("--calibration: only used with --backend rtl (it calibrates the timing "
                          "models that the RTL run is compared with)")
+    if args.pcap is not None and args.backend != "rtl":
+        raise ValueError("--pcap: only with --backend rtl (the timing models carry no frames)")
     if args.sim != "auto" and args.backend != "rtl":
         raise ValueError(f"--sim {args.sim}: only used with --backend rtl")
     console = Console(stderr=True)
@@ -61,7 +65,8 @@ def main(args: argparse.Namespace) -> int:
         scenario = rtl_scenario()
     if args.backend == "rtl":
         from neonic.host.units.smartnic import rtl_backend
-        backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console)
+        backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console,
+                              pcap_dir=args.pcap)
     from neonic.host.commands._args import prepare_output_folder
     out = prepare_output_folder(
         args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -79,7 +79,7 @@ def rtl_scenario(seed: int = 1):
 
 
 def rtl_backend(scenario, *, sim: str = "auto", calibration: Path | str | None = None,
-                console=None):
+                console=None, pcap_dir: Path | str | None = None):
     """``sim.cosim.RTLNICBackend`` for ``scenario`` (a SmartNIC system), with the calibration
     file given, else the one ``sim.calibration.find_calibration`` finds, else the defaults."""
     from neonic.sim.calibration import find_calibration, load
@@ -93,7 +93,7 @@ def rtl_backend(scenario, *, sim: str = "auto", calibration: Path | str | None =
     def say(message: str) -> None:
         if console is not None:
             console.log(message)
-    return RTLNICBackend(sim=sim, calibration=cal, progress=say)
+    return RTLNICBackend(sim=sim, calibration=cal, progress=say, pcap_dir=pcap_dir)
 
 
 UNIT = UnitEntry(
