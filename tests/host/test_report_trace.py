@@ -98,3 +98,23 @@ def test_results_folder_is_written_and_the_trace_is_json(tmp_path, smartnic_run)
         assert (tmp_path / name).stat().st_size > 0, name
     loaded = json.loads((tmp_path / "trace.json").read_text())
     assert loaded["displayTimeUnit"] == "ms"
+
+
+def test_weak_scaling_throughput_is_log_log_with_integer_gpu_ticks():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from neonic.host.experiments.weak_scaling import _plot_lines
+
+    rows = [{"model": "model-a", "gpus": g, "samples_per_s": 1.5e4 * g, "scaling_efficiency": 0.9}
+            for g in (8, 16, 32, 64, 128)]
+    fig = plt.figure()
+    _plot_lines(fig, rows, "samples_per_s", "samples/s")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert [int(t) for t in ax.get_xticks()] == [8, 16, 32, 64, 128]
+    fig = plt.figure()
+    _plot_lines(fig, rows, "scaling_efficiency", "scaling efficiency")
+    assert fig.axes[0].get_yscale() == "linear"
