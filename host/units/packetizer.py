@@ -290,7 +290,10 @@ def _simulate_cocotb(req: SimRequest, dut: Packetizer) -> dict:
     if dut.quant != "none":
         raise ValueError(f"--sim {req.sim}: the cocotb bench sends raw payload bytes; use "
                          f"--param quant=none (or --sim amaranth for {dut.quant!r})")
-    sizes = [1, 7, 64, 127, 300, 777, 1500, 4096]
+    # the same message lengths as the Amaranth run of this seed (default_messages); the bench
+    # draws the payload bytes, destinations and immediates itself
+    sizes = [len(m.payload) for m, _ in default_messages(np.random.default_rng(req.seed),
+                                                          dut.num_dest, dut.quant)]
     name = f"packetizer_w{dut.data_bytes}_p{dut.pmtu}_d{dut.num_dest}"
     results = run_cocotb(dut, name, "tb_packetizer", sim=req.sim, seed=req.seed,
                          waves=req.vcd is not None,

@@ -36,6 +36,11 @@ def test_icarus_waveform_lands_in_the_results_folder(tmp_path, capsys):
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["waveform"] == str(tmp_path / "packetizer.fst")
     assert (tmp_path / "packetizer.fst").stat().st_size > 0
+    # the same default workload as Amaranth's for the seed: same messages, frames, beats
+    assert main(["rtl", "sim", "packetizer", "--no-vcd", "--out", str(tmp_path / "am")]) == 0
+    amaranth = json.loads((tmp_path / "am" / "figures.json").read_text())
+    for key in ("messages", "frames", "beats", "params", "unit", "frames_match_reference"):
+        assert figures[key] == amaranth[key], key
 
 
 def test_pcaps_hold_each_nics_frames_sent_then_received(tmp_path):
