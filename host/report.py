@@ -102,12 +102,31 @@ def _payload_args(payload: Any, rank: int | None) -> dict[str, Any]:
     return args
 
 
-def _op_args(op: Any, rank: int | None) -> dict[str, Any]:
+def _shards_by_rank(plan: Any) -> dict[int, list[str]]:
+    """``{rank: ["table:sharding rows a-b cols c-d", ...]}`` from a sharding plan."""
+    out: dict[int, list[str]] = {}
+    if plan is None:
+        return out
+    for tp in plan:
+        kind = getattr(tp.sharding, "value", tp.sharding)
+        for sh in tp.shards:
+            out.setdefault(sh.rank, []).append(
+                f"{tp.table}:{kind} rows {sh.row_start}-{sh.row_end} cols {sh.col_start}-{sh.col_end}"
+                + (f" ({sh.tier})" if sh.tier != "hbm" else ""))
+    return out
+
+
+def _op_args(op: Any, rank: int | None, shards: dict[int, list[str]] | None = None) -> dict[str, Any]:
     args = {"op_id": op.id, "phase": op.phase, "iteration": op.iteration, "stream": op.stream,
             "ranks": len(op.ranks), "deps": [d.id for d in op.deps]}
     if rank is not None:
         args["rank"] = rank
     args.update(_payload_args(op.payload, rank))
+    if shards and rank is not None and op.phase.startswith("emb_"):
+        mine = shards.get(rank, [])
+        args["tables"] = len({s.split(":")[0] for s in mine})
+        args["shards"] = len(mine)
+        args["shard_list"] = mine[:32] + ([f"... {len(mine) - 32} more"] if len(mine) > 32 else [])
     return args
 
 
@@ -141,13 +160,14 @@ def _step_counter(intervals: list[tuple[int, int, str]]) -> list[tuple[int, dict
     return out
 
 
-def chrome_trace(result: Any) -> dict[str, Any]:
+def chrome_trace(result: Any, plan: Any = None) -> dict[str, Any]:
     """The run's timeline as a Chrome trace event object (times in microseconds).
 
     Processes are the sampled GPUs and their NICs (sorted gpu0, nic0, gpu1, ... by
     ``process_sort_index``) and ``network`` (one thread per collective phase, last); threads are
     the streams (compute, comm, input) and NIC units. Every slice carries its op's args (op id,
-    phase, iteration, ranks, dependencies, bytes / FLOPs / HBM bytes / NIC cycles). Flow arrows
+    phase, iteration, ranks, dependencies, bytes / FLOPs / HBM bytes / NIC cycles; with the
+    sharding ``plan``, the embedding ops also name the tables and shards of their rank). Flow arrows
     run from each op to the collectives that depend on it. Counters are time series: collectives
     in flight per phase and the network payload rate (each collective's bytes spread over its
     duration), busy streams per sampled GPU, busy units per NIC. The link-class byte totals are
@@ -171,6 +191,7 @@ def chrome_trace(result: Any) -> dict[str, Any]:
         return ps / 1e6
 
     graph = result.graph
+    shards = _shards_by_rank(plan if plan is not None else getattr(result, "plan", None))
     sampled = _sampled_ranks(result)
     keep = set(sampled)
     slices: list[dict[str, Any]] = []
@@ -189,7 +210,7 @@ def chrome_trace(result: Any) -> dict[str, Any]:
         for r in ranks:
             pid, tid = ids(f"gpu{r}", op.stream)
             slices.append({"ph": "X", "name": label, "cat": op.stream, "pid": pid, "tid": tid,
-                           "ts": us(op.start), "dur": dur, "args": _op_args(op, r)})
+                           "ts": us(op.start), "dur": dur, "args": _op_args(op, r, shards)})
     nic_busy: dict[str, list[tuple[int, int, str]]] = {}
     for track in sorted(result.tracks):
         process, _, thread = track.partition("/")
@@ -416,7 +437,7 @@ def _utilization_png(result: Any, out: Path, plt) -> None:
     plt.close(fig)
 
 
-def write_results(result: Any, out_dir: str | Path) -> Path:
+def write_results(result: Any, out_dir: str | Path, plan: Any = None) -> Path:
     """Write every file of :data:`RESULT_FILES` into ``out_dir`` (created); returns it."""
     import tomli_w
 
@@ -432,7 +453,7 @@ def write_results(result: Any, out_dir: str | Path) -> Path:
             writer.writerow([phase, f"{ser:.9g}", f"{m['phase_exposed_s'].get(phase, 0.0):.9g}"])
         writer.writerow(["idle", "", f"{m['idle_s']:.9g}"])
         writer.writerow(["iteration", "", f"{m['iteration_time_s']:.9g}"])
-    (out / "trace.json").write_text(json.dumps(chrome_trace(result)), encoding="utf-8")
+    (out / "trace.json").write_text(json.dumps(chrome_trace(result, plan)), encoding="utf-8")
     _plots(result, out)
     return out
 

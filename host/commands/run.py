@@ -71,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
     out = prepare_output_folder(
         args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     if args.quiet:
-        result = ClusterRun(scenario, nic_backend=backend).run()
+        runner = ClusterRun(scenario, nic_backend=backend)
+        result = runner.run()
     else:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -80,11 +81,12 @@ def main(args: argparse.Namespace) -> int:
             def progress(message: str, fraction: float) -> None:
                 bar.update(task, completed=fraction, description=f"{scenario.name}: {message}")
 
-            result = ClusterRun(scenario, progress=progress, nic_backend=backend).run()
+            runner = ClusterRun(scenario, progress=progress, nic_backend=backend)
+            result = runner.run()
     Console().print(summary_table(result))
     if backend is not None and backend.report is not None:
         from neonic.sim.cosim import format_report
         print(format_report(backend.report))
-    folder = write_results(result, out)
+    folder = write_results(result, out, plan=getattr(runner, "plan", None))
     Console().print(f"results: {folder}")
     return 0

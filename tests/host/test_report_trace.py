@@ -13,13 +13,20 @@ from neonic.host.report import RESULT_FILES, chrome_trace, write_results
 
 
 @pytest.fixture(scope="module")
-def smartnic_run():
-    return ClusterRun(scenario_preset("smartnic-small")).run()
+def runner():
+    run = ClusterRun(scenario_preset("smartnic-small"))
+    run.result = run.run()
+    return run
 
 
 @pytest.fixture(scope="module")
-def trace(smartnic_run):
-    return chrome_trace(smartnic_run)
+def smartnic_run(runner):
+    return runner.result
+
+
+@pytest.fixture(scope="module")
+def trace(runner):
+    return chrome_trace(runner.result, runner.plan)
 
 
 def _names(trace) -> dict[int, str]:
@@ -51,6 +58,10 @@ def test_every_slice_carries_its_ops_args(trace, smartnic_run):
     assert by_phase["emb_fwd"]["nic_cache_ps"] > 0 and "pcie_bytes" in by_phase["emb_fwd"]
     op = smartnic_run.graph.ops[by_phase["allreduce"]["op_id"]]
     assert op.phase == "allreduce" and by_phase["allreduce"]["bytes"] == float(op.payload.nbytes)
+    emb = [e["args"] for e in gpu if e["args"]["phase"] == "emb_fwd"]
+    assert emb and all(a["tables"] >= 1 and a["shards"] >= a["tables"] for a in emb)
+    table, rest = emb[0]["shard_list"][0].split(":", 1)
+    assert table and "rows" in rest and "cols" in rest
     nic = [e for e in slices if names[e["pid"]].startswith("nic")]
     assert nic and all(e["args"]["unit"] in ("cache", "gather", "packetizer") for e in nic)
 
