@@ -487,10 +487,14 @@ def run_sweep(
     return result
 
 
-def connect(scheduler: str, timeout_s: float = SCHEDULER_TIMEOUT_S) -> Any:
+def connect(scheduler: str, timeout_s: float | None = None) -> Any:
     """A client of the Dask scheduler at ``scheduler``, or a ``ValueError`` naming
-    ``--scheduler`` within ``timeout_s`` when nothing answers there."""
+    ``--scheduler`` within ``timeout_s`` (default :data:`SCHEDULER_TIMEOUT_S`) when nothing
+    answers there."""
     from dask.distributed import Client
+
+    if timeout_s is None:
+        timeout_s = SCHEDULER_TIMEOUT_S
 
     if not isinstance(scheduler, str) or not scheduler.strip():
         raise ValueError(f"--scheduler: expected an address such as tcp://10.0.0.1:8786, got {scheduler!r}")

@@ -155,8 +155,9 @@ def test_an_unreachable_scheduler_fails_fast(tmp_path, capsys, monkeypatch):
     t0 = time.perf_counter()
     status, err = _exit(["sweep", str(path), "--scheduler", "tcp://127.0.0.1:1",
                          "--out", str(tmp_path / "o"), "--quiet"], capsys)
-    assert time.perf_counter() - t0 < 20
-    assert status == 2 and "--scheduler tcp://127.0.0.1:1" in err and "no Dask scheduler" in err
+    assert time.perf_counter() - t0 < 25  # (dask import and file load included)
+    assert status == 2 and "--scheduler tcp://127.0.0.1:1" in err
+    assert "no Dask scheduler answered within 2 s" in err
 
 
 # ------------------------------------------------------------------------------ rtl units
