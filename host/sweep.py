@@ -729,14 +729,20 @@ def plot_field(result: SweepResult, axis: str) -> None:
         ax.set_ylabel(metric)
         ax.grid(True, alpha=0.3)
     handles, labels = axs[0][0].get_legend_handles_labels()
+    right = 1.0
     if len(handles) > 1:
-        fig.legend(handles, labels, fontsize=9, loc="center left", bbox_to_anchor=(1.0, 0.5),
+        # room on the right for the legend, sized by its longest label (no second layout pass)
+        legend_in = 0.35 + 0.075 * max(len(label) for label in labels)
+        width = fig.get_figwidth() + legend_in
+        fig.set_figwidth(width)
+        right = 1.0 - legend_in / width
+        fig.legend(handles, labels, fontsize=9, loc="center left", bbox_to_anchor=(right, 0.5),
                    frameon=False, title=", ".join(a.split(".")[-1] for a in axes if a != axis),
                    title_fontsize=9)
     fig.suptitle(f"sweep {result.spec.name}: {', '.join(metrics)} vs {axis}", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, right, 1))
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in axis)
-    fig.savefig(result.out / f"plot_{safe}.png", dpi=150, bbox_inches="tight")
+    fig.savefig(result.out / f"plot_{safe}.png", dpi=150)
     plt.close(fig)
 
 

@@ -110,20 +110,21 @@ def test_the_cli_prints_its_version():
     assert out.strip() == f"neonic {__version__}"
 
 
-@pytest.mark.slow
-def test_a_fresh_venv_install_runs_from_another_directory(tmp_path):
-    """``pip install .`` (not editable) into a new venv; then, from an unrelated directory,
-    ``neonic --version``, ``neonic run`` and ``neonic rtl sim packetizer --sim icarus``."""
-    src = _source_copy(tmp_path / "src")
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """``pip install .`` (not editable) of a clean copy into a new venv; a run helper that calls
+    its ``neonic`` from an unrelated directory with a private cache directory."""
+    tmp = tmp_path_factory.mktemp("install")
+    src = _source_copy(tmp / "src")
+    venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src)],
                    check=True, capture_output=True, timeout=900)
-    work = tmp_path / "elsewhere"
+    work = tmp / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "NEONIC_BUILD_DIR", "VIRTUAL_ENV")}
-    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    env["XDG_CACHE_HOME"] = str(tmp / "cache")
     neonic = str(venv / "bin" / "neonic")
 
     def run(*argv: str) -> str:
@@ -132,14 +133,27 @@ def test_a_fresh_venv_install_runs_from_another_directory(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    return {"run": run, "work": work, "site": site, "cache": tmp / "cache"}
+
+
+@pytest.mark.slow
+def test_a_fresh_venv_install_runs_from_another_directory(installed):
+    """``neonic --version`` and ``neonic run`` from an installed wheel, elsewhere."""
+    run, work, site = installed["run"], installed["work"], installed["site"]
     assert run("--version").strip().startswith("neonic ")
     run("run", "--quiet", "--out", "run-out")
     assert (work / "run-out" / "metrics.json").is_file()
-    site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / "neonic" / "host" / "cli.py").is_file()
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog is not installed: the rtl sim step needs it")
+    assert not (site / "build").exists()
+    assert not any(site.glob("host")) and not any(site.glob("sim"))  # one namespace only
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog")
+def test_an_installed_neonic_runs_a_cocotb_bench(installed):
+    run, work, site = installed["run"], installed["work"], installed["site"]
     run("rtl", "sim", "packetizer", "--sim", "icarus", "--out", "rtl-out")
     assert (work / "rtl-out" / "figures.json").is_file()
-    assert any((tmp_path / "cache" / "neonic" / "build").rglob("*.v"))
+    assert any((installed["cache"] / "neonic" / "build").rglob("*.v"))
     assert not (site / "build").exists()
