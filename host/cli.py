@@ -14,6 +14,7 @@ import pkgutil
 import sys
 
 import neonic.host.commands as commands
+from neonic import __version__
 
 __all__ = ["main", "build_parser"]
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="neonic",
         description="Cycle-approximate model of Neo-style DLRM training on GPU clusters with SmartNICs.",
     )
+    parser.add_argument("--version", action="version", version=f"neonic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
@@ -46,6 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"neonic {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        _quiet_unused_designs()
+
+
+def _quiet_unused_designs() -> None:
+    """Amaranth warns at exit about designs that were built and never simulated (the command
+    line builds some only to read their parameters); to a user that is noise after the
+    command's own output, so the command line silences that one warning category."""
+    if "amaranth" in sys.modules:
+        import warnings
+
+        from amaranth.hdl import UnusedElaboratable
+        warnings.filterwarnings("ignore", category=UnusedElaboratable)
 
 
 if __name__ == "__main__":

@@ -131,22 +131,8 @@ class Scenario:
         return {"bucket_mib": b.bucket_mib, "first_bucket_mib": b.first_bucket_mib, "optimizer": b.optimizer}
 
 
-def _int(path: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
-    return value
-
-
-def _bool(path: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{path}: expected true or false, got {value!r}")
-    return value
-
-
-def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
-    return value
+# the shared config vocabulary (one wording of every error: neonic.sim.schema)
+from neonic.sim.schema import boolean as _bool, choice as _choice, integer as _int  # noqa: E402
 
 
 def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Scenario:
@@ -178,8 +164,9 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
 
     planner = check_planner_name(pl.get("name", "neo"), "planner.name")
     budget = pl.get("time_budget_s")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 600):
-        raise ValueError(f"planner.time_budget_s: expected a number in (0, 600], got {budget!r}")
+    if budget is not None:
+        from neonic.sim.schema import number
+        number("planner.time_budget_s", budget, 0.0, 600.0, lo_open=True)
     dense = check_table("dense", data.get("dense", {}))
     check_known_fields("dense", dense, ("dtype", "bucket_mib", "first_bucket_mib", "optimizer"))
     from neonic.host.gradients import DDP_BUCKET_CAP_MIB, DDP_FIRST_BUCKET_MIB, BucketConfig
@@ -191,7 +178,7 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
     check_known_fields("comm_precision", cp, ("forward", "backward", "allreduce"))
     comm_precision = {k: _choice(f"comm_precision.{k}", v, tuple(COMM_PRECISIONS)) for k, v in cp.items()}
     gpn = cl.get("gpus_per_node")
-    return Scenario(
+    scenario = Scenario(
         name=name,
         mode=mode,
         pipelined=_bool("scenario.pipelined", sc.get("pipelined", True)),
@@ -213,18 +200,16 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         buckets=buckets,
         comm_precision=comm_precision,
     )
+    from neonic.host.limits import check_scenario_size
+    check_scenario_size(scenario)  # sizes that cannot fit are refused before anything is built
+    return scenario
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Load and validate a scenario TOML file."""
+    from neonic.sim.schema import load_toml
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"CONFIG: file {str(path)!r} does not exist")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
-    return scenario_from_dict(data, base=path.parent)
+    return scenario_from_dict(load_toml(path, "scenario file"), base=path.parent)
 
 
 def scenario_preset_text(name: str) -> str:

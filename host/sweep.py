@@ -31,10 +31,13 @@ Running (:func:`run_sweep`): points are evaluated on a Dask cluster (an in-proce
 ``LocalCluster`` by default, ``scheduler=ADDRESS`` for a running one); the client writes each
 finished point at once as ``points/<key>.json`` (temp file + rename, so a file is complete or
 absent); a rerun loads finished points and evaluates only the others (failed points are
-retried); a failing point is recorded with its error while the rest finish. At the end:
-``results.csv`` (one row per point in grid order, the swept fields and every scalar figure;
-wall-clock times are kept out so the table does not depend on the worker count), ``sweep.json``
-(the spec and a summary) and ``plot_<field>.png`` per swept field.
+retried); a failing point is recorded with its error while the rest finish. Points are
+submitted largest first (GPUs x iterations as the Dask priority), so a long point does not run
+alone at the end. At the end: ``results.csv`` (one row per point in grid order, the swept
+fields and every scalar figure; wall-clock times are kept out so the table does not depend on
+the worker count), ``sweep.json`` (the spec and a summary) and ``plot_<field>.png`` per swept
+field, rendered on the workers in parallel when they are processes. An interrupt (Ctrl-C)
+writes the same files for the points finished so far.
 
 Determinism: a point's figures depend only on its config. Neo's planner search ends at
 convergence or after ``planner.max_steps`` refinement steps, never by the clock, so the same
@@ -58,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from neonic.sim import schema
+
 __all__ = [
     "SweepSpec",
     "SweepPoint",
@@ -77,6 +82,11 @@ SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
 _TOP = ("sweep", "base", "set", "grid", "points")
 _SWEEP = ("name", "scenario", "seeds", "metrics")
 MAX_POINTS = 100_000
+#: Figures of a point (:func:`_scalars`), by name, and the families named by prefix.
+METRICS = ("samples_per_s", "iteration_time_s", "global_batch", "gpus", "nodes", "idle_s",
+           "dense_params", "latency_mean_s", "latency_max_s")
+METRIC_PREFIXES = ("exposed_", "serialized_", "util_", "hit_rate_")
+SCHEDULER_TIMEOUT_S = 10
 #: Bumped when the meaning of a point's figures changes, so old results are not reused.
 RESULT_VERSION = 1
 
@@ -142,26 +152,28 @@ def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None)
     """Validate a parsed SWEEP.toml field by field."""
     from neonic.host.cluster import SCENARIO_PRESETS, scenario_preset_text
 
-    if not isinstance(data, Mapping):
-        raise ValueError(f"sweep file: expected a table, got {type(data).__name__}")
-    for key in data:
-        if key not in _TOP:
-            raise ValueError(f"{key}: unknown section; expected one of {', '.join(_TOP)}")
+    schema.table("sweep file", data)
+    schema.known_fields("", data, _TOP)
     sw = data.get("sweep")
     if not isinstance(sw, Mapping):
         raise ValueError("sweep: required table missing (with at least sweep.name)")
-    for key in sw:
-        if key not in _SWEEP:
-            raise ValueError(f"sweep.{key}: unknown field; expected one of {', '.join(_SWEEP)}")
+    schema.known_fields("sweep", sw, _SWEEP)
     name = sw.get("name")
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
         raise ValueError(f"sweep.name: expected a non-empty name without spaces or slashes, got {name!r}")
-    seeds = sw.get("seeds", "point")
-    if seeds not in ("point", "scenario"):
-        raise ValueError(f"sweep.seeds: expected one of point, scenario, got {seeds!r}")
+    seeds = schema.choice("sweep.seeds", sw.get("seeds", "point"), ("point", "scenario"))
     metrics = sw.get("metrics", ["samples_per_s"])
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) and m for m in metrics):
         raise ValueError(f"sweep.metrics: expected a non-empty list of figure names, got {metrics!r}")
+    for i, metric in enumerate(metrics):
+        if metric not in METRICS and not (metric.startswith(METRIC_PREFIXES)
+                                          and len(metric) > len(metric.split("_")[0]) + 1):
+            import difflib
+            hint = difflib.get_close_matches(metric, METRICS, n=1, cutoff=0.6)
+            raise ValueError(f"sweep.metrics[{i}]: unknown figure {metric!r}"
+                             f"{f' (did you mean {hint[0]!r}?)' if hint else ''}; expected one of "
+                             f"{', '.join(METRICS)} or a name starting with "
+                             f"{', '.join(METRIC_PREFIXES)}")
     base_dir_s = str(base_dir) if base_dir is not None else None
     if "base" in data and "scenario" in sw:
         raise ValueError("sweep.scenario and [base]: give one or the other")
@@ -178,12 +190,8 @@ def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None)
             base = tomllib.loads(scenario_preset_text(scen))
         elif scen.endswith(".toml"):
             path = Path(scen) if base_dir is None or Path(scen).is_absolute() else Path(base_dir) / scen
-            if not path.exists():
-                raise ValueError(f"sweep.scenario: scenario file {str(path)!r} does not exist")
-            try:
-                base = tomllib.loads(path.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as error:
-                raise ValueError(f"sweep.scenario: {path} is not valid TOML: {error}") from None
+            from neonic.sim.schema import load_toml
+            base = load_toml(path, "sweep.scenario: scenario file")
             base_dir_s = str(path.parent.resolve())
         else:
             raise ValueError(f"sweep.scenario: expected one of {', '.join(SCENARIO_PRESETS)} or a .toml path, got {scen!r}")
@@ -214,20 +222,44 @@ def sweep_from_dict(data: Mapping[str, Any], base_dir: str | Path | None = None)
     total = math.prod(len(v) for v in axes.values()) * max(1, len(points))
     if total > MAX_POINTS:
         raise ValueError(f"grid: {total} points, more than {MAX_POINTS}; split the sweep")
-    return SweepSpec(name=name, base=base, base_label=label, base_dir=base_dir_s, fixed=fixed, axes=axes, points=points,
-                     seeds=seeds, metrics=tuple(metrics))
+    spec = SweepSpec(name=name, base=base, base_label=label, base_dir=base_dir_s, fixed=fixed, axes=axes,
+                     points=points, seeds=seeds, metrics=tuple(metrics))
+    _check_field_names(spec)
+    return spec
+
+
+def _check_field_names(spec: SweepSpec) -> None:
+    """Catch a misspelt field (``cluster.nodez``) at load, not in every point: each field that
+    ``[set]``, ``[grid]`` or ``[[points]]`` names is set alone (with its first value) on the
+    base scenario, which is then validated; an unknown-field error there is the sweep file's."""
+    from neonic.host.cluster import scenario_from_dict
+
+    named: dict[str, tuple[str, Any]] = {}
+    for path, value in spec.fixed.items():
+        named.setdefault(path, (f"set.{path}", value))
+    for path, values in spec.axes.items():
+        named.setdefault(path, (f"grid.{path}", values[0]))
+    for i, p in enumerate(spec.points):
+        for path, value in p.items():
+            named.setdefault(path, (f"points[{i}].{path}", value))
+    for path, (where, value) in named.items():
+        config = json.loads(json.dumps(spec.base))
+        try:
+            set_path(config, path, value)
+            scenario_from_dict(config, base=Path(spec.base_dir) if spec.base_dir else None)
+        except ValueError as error:
+            text = str(error)
+            if "unknown field" in text or "unknown scenario section" in text:
+                raise ValueError(f"{where}: {text}") from None
+            # other errors may depend on the combination with other fields: the point reports them
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Load and validate SWEEP.toml."""
+    from neonic.sim.schema import load_toml
+
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"SWEEP.toml: file {str(path)!r} does not exist")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
-    return sweep_from_dict(data, base_dir=path.parent.resolve())
+    return sweep_from_dict(load_toml(path, "sweep file"), base_dir=path.parent.resolve())
 
 
 # ----------------------------------------------------------------------------------- points
@@ -411,6 +443,7 @@ def run_sweep(
     progress: Progress | None = None,
     on_point: Callable[[dict[str, Any]], Any] | None = None,
     client: Any = None,
+    announce: Callable[[str], Any] | None = None,
 ) -> SweepResult:
     """Run ``spec``'s unfinished points on Dask and write the results folder ``out``.
 
@@ -418,7 +451,11 @@ def run_sweep(
     ``workers`` single-threaded workers, as processes unless ``processes=False``; ``client``
     reuses an existing ``dask.distributed.Client``). ``progress(done, total, record)`` is called
     after every finished point; ``on_point(record)`` too, and returning ``False`` from it stops
-    the sweep (finished points stay on disk; a rerun resumes).
+    the sweep (finished points stay on disk; a rerun resumes). ``announce(line)`` receives
+    notes for the user, such as the Dask dashboard's address when there is one.
+
+    An interrupt (``KeyboardInterrupt``) still writes ``results.csv``, ``sweep.json`` and the
+    plots of the points finished so far (the others are ``missing``), then propagates.
     """
     t0 = time.perf_counter()
     out = Path(out)
@@ -436,28 +473,87 @@ def run_sweep(
     if progress:
         progress(done_count, total, {})
     if todo:
-        _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total)
-    write_outputs(result)
+        try:
+            _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point,
+                         client, total, announce, finish=lambda c: write_outputs(result, c))
+        except KeyboardInterrupt:
+            result.interrupted = True
+            result.wall_s = time.perf_counter() - t0
+            write_outputs(result)
+            raise
+    else:
+        write_outputs(result)
     result.wall_s = time.perf_counter() - t0
     return result
 
 
-def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total) -> None:
+def connect(scheduler: str, timeout_s: float | None = None) -> Any:
+    """A client of the Dask scheduler at ``scheduler``, or a ``ValueError`` naming
+    ``--scheduler`` within ``timeout_s`` (default :data:`SCHEDULER_TIMEOUT_S`) when nothing
+    answers there."""
+    from dask.distributed import Client
+
+    if timeout_s is None:
+        timeout_s = SCHEDULER_TIMEOUT_S
+
+    if not isinstance(scheduler, str) or not scheduler.strip():
+        raise ValueError(f"--scheduler: expected an address such as tcp://10.0.0.1:8786, got {scheduler!r}")
+    try:
+        return Client(scheduler, timeout=f"{timeout_s}s")
+    except (OSError, TimeoutError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"--scheduler {scheduler}: no Dask scheduler answered within {timeout_s:g} s "
+                         f"({reason[:200]}); start one with `dask scheduler` or leave --scheduler out "
+                         f"for a local cluster") from None
+
+
+def dashboard_address(client: Any) -> str | None:
+    """The Dask dashboard's address, when the scheduler serves one (it needs bokeh)."""
+    try:
+        if "dashboard" not in client.scheduler_info().get("services", {}):
+            return None
+        return client.dashboard_link
+    except Exception:  # noqa: BLE001  no dashboard is not an error
+        return None
+
+
+def _cost(config: Mapping[str, Any]) -> int:
+    """A point's relative cost for scheduling (largest first, so no long point is left for the
+    end while the other workers idle): GPUs x simulated iterations."""
+    def get(section: str, key: str, default: int) -> int:
+        table = config.get(section)
+        value = table.get(key, default) if isinstance(table, Mapping) else default
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    return (get("cluster", "nodes", 2) * get("cluster", "gpus_per_node", 8)
+            * (get("scenario", "iterations", 2) + get("scenario", "warmup", 1)))
+
+
+def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total,
+                 announce=None, finish=None) -> None:
     from dask.distributed import Client, LocalCluster, as_completed
 
     own_cluster = own_client = None
     try:
         if client is None:
             if scheduler:
-                client = own_client = Client(scheduler)
+                client = own_client = connect(scheduler)
             else:
+                import importlib.util
+
                 n = workers or max(1, min(len(todo), os.cpu_count() or 1))
+                dash = ":0" if importlib.util.find_spec("bokeh") else None
                 own_cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
-                                           dashboard_address=None)
+                                           dashboard_address=dash)
                 client = own_client = Client(own_cluster)
+            link = dashboard_address(client)
+            if announce is not None:
+                announce(f"Dask dashboard: {link}" if link else
+                         "Dask dashboard: none (the scheduler serves one when bokeh is installed)")
         futures = {}
         for p in todo:
-            fut = client.submit(evaluate_point, p.config, spec.base_dir, key=f"neonic-point-{p.key}", pure=False)
+            fut = client.submit(evaluate_point, p.config, spec.base_dir, key=f"neonic-point-{p.key}", pure=False,
+                                priority=_cost(p.config))
             futures[fut.key] = (fut, p)
         done = len(result.records)
         stop = False
@@ -481,6 +577,8 @@ def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, process
             result.interrupted = True
             for fut, _ in futures.values():
                 fut.cancel()
+        if finish is not None:
+            finish(client)
     finally:
         if own_client is not None:
             own_client.close()
@@ -522,7 +620,7 @@ def table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def write_outputs(result: SweepResult) -> None:
+def write_outputs(result: SweepResult, client: Any = None) -> None:
     """results.csv, sweep.json and one plot per swept field."""
     out = result.out
     header, rows = table_rows(result)
@@ -539,55 +637,113 @@ def write_outputs(result: SweepResult) -> None:
                "missing": [p.index for p in result.points if p.key not in result.records],
                "computed_this_run": len(result.computed), "skipped_this_run": len(result.skipped)}
     _write_atomic(out / "sweep.json", json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-    _plots(result)
+    _plots(result, client)
 
 
-def _plots(result: SweepResult) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _swept_fields(result: SweepResult) -> list[str]:
     axes: list[str] = []
     for p in result.points:
         for k in p.values:
             if k not in axes:
                 axes.append(k)
+    return axes
+
+
+def _plots(result: SweepResult, client: Any = None) -> None:
+    """One figure per swept field (:func:`plot_field`); on the Dask workers, one task per
+    field, when a client is given (the figures are the sweep's serial tail otherwise)."""
+    axes = _swept_fields(result)
+    if not any(r.get("status") == "ok" for r in result.records.values()):
+        return
+    if client is not None and len(axes) > 1 and _separate_processes(client):
+        futures = [client.submit(plot_field, result, axis, pure=False) for axis in axes]
+        client.gather(futures)
+        return
+    for axis in axes:
+        plot_field(result, axis)
+
+
+def _separate_processes(client: Any) -> bool:
+    """Whether every worker is its own process (pyplot is not thread-safe)."""
+    try:
+        workers = client.scheduler_info().get("workers", {})
+    except Exception:  # noqa: BLE001
+        return False
+    return bool(workers) and not any(str(a).startswith("inproc://") for a in workers)
+
+
+def plot_field(result: SweepResult, axis: str) -> None:
+    """``plot_<field>.png``: each metric against ``axis``, one line per combination of the
+    other fields. Integer fields get integer ticks at the swept values, a field spanning a factor
+    of 8 or more a log-2 axis; a metric spanning a factor of 30 or more a log axis. Colour-blind
+    safe palette (host.report.PALETTE), legend outside the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    from neonic.host.report import PALETTE
+
+    axes = _swept_fields(result)
     ok = [(p, result.records[p.key]["metrics"]) for p in result.points
           if result.records.get(p.key, {}).get("status") == "ok"]
     if not ok:
         return
-    for axis in axes:
-        values = list(dict.fromkeys(_label(p.values.get(axis)) for p, _ in ok))
-        numeric = all(isinstance(p.values.get(axis), (int, float)) and not isinstance(p.values.get(axis), bool) for p, _ in ok)
-        metrics = [m for m in result.spec.metrics if any(m in mm for _, mm in ok)]
-        if not metrics:
-            continue
-        fig, axs = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4), squeeze=False)
-        for ax, metric in zip(axs[0], metrics):
-            series: dict[str, list[tuple[Any, float]]] = {}
-            for p, mm in ok:
-                if metric not in mm:
-                    continue
-                others = ", ".join(f"{k.split('.')[-1]}={_label(v)}" for k, v in p.values.items() if k != axis)
-                x = p.values.get(axis) if numeric else values.index(_label(p.values.get(axis)))
-                series.setdefault(others or metric, []).append((x, mm[metric]))
-            for i, (label, pts) in enumerate(sorted(series.items())):
-                if i >= 10:
-                    break
-                pts.sort()
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
-            if not numeric:
-                ax.set_xticks(range(len(values)), values, rotation=20, ha="right")
-            ax.set_xlabel(axis)
-            ax.set_ylabel(metric)
-            if len(series) > 1:
-                ax.legend(fontsize=6)
-        fig.suptitle(f"{result.spec.name}: {', '.join(metrics)} vs {axis}")
-        fig.tight_layout()
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in axis)
-        fig.savefig(result.out / f"plot_{safe}.png", dpi=90)
-        plt.close(fig)
+    markers = "os^Dv<>pPX*h"
+    values = list(dict.fromkeys(_label(p.values.get(axis)) for p, _ in ok))
+    raw = [p.values.get(axis) for p, _ in ok]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw)
+    integer = numeric and all(isinstance(v, int) for v in raw)
+    metrics = [m for m in result.spec.metrics if any(m in mm for _, mm in ok)]
+    if not metrics:
+        return
+    fig, axs = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+    series_count = 0
+    for ax, metric in zip(axs[0], metrics):
+        series: dict[str, list[tuple[Any, float]]] = {}
+        for p, mm in ok:
+            if metric not in mm or mm[metric] is None:
+                continue
+            others = ", ".join(f"{k.split('.')[-1]}={_label(v)}" for k, v in p.values.items() if k != axis)
+            x = p.values.get(axis) if numeric else values.index(_label(p.values.get(axis)))
+            series.setdefault(others or metric, []).append((x, mm[metric]))
+        for i, (label, pts) in enumerate(sorted(series.items())[:len(PALETTE)]):
+            pts.sort()
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker=markers[i % len(markers)],
+                    color=PALETTE[i % len(PALETTE)], label=label, linewidth=1.5)
+        series_count = max(series_count, len(series))
+        xs = sorted({x for pts in series.values() for x, _ in pts})
+        if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 8:
+            ax.set_xscale("log", base=2)
+        if integer or (numeric and len(xs) <= 12):
+            ax.xaxis.set_major_locator(FixedLocator(xs))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+        if not numeric:
+            ax.set_xticks(range(len(values)), values, rotation=20, ha="right")
+        ys = [y for pts in series.values() for _, y in pts if isinstance(y, (int, float))]
+        if ys and min(ys) > 0 and max(ys) / min(ys) >= 30:
+            ax.set_yscale("log")
+        ax.set_xlabel(axis)
+        ax.set_ylabel(metric)
+        ax.grid(True, alpha=0.3)
+    handles, labels = axs[0][0].get_legend_handles_labels()
+    right = 1.0
+    if len(handles) > 1:
+        # room on the right for the legend, sized by its longest label (no second layout pass)
+        legend_in = 0.35 + 0.075 * max(len(label) for label in labels)
+        width = fig.get_figwidth() + legend_in
+        fig.set_figwidth(width)
+        right = 1.0 - legend_in / width
+        fig.legend(handles, labels, fontsize=9, loc="center left", bbox_to_anchor=(right, 0.5),
+                   frameon=False, title=", ".join(a.split(".")[-1] for a in axes if a != axis),
+                   title_fontsize=9)
+    fig.suptitle(f"sweep {result.spec.name}: {', '.join(metrics)} vs {axis}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, right, 1))
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in axis)
+    fig.savefig(result.out / f"plot_{safe}.png", dpi=150)
+    plt.close(fig)
 
 
 def _label(value: Any) -> str:

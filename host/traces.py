@@ -91,21 +91,8 @@ REUSE_BIN_LOWER = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8
 
 
 # ------------------------------------------------------------------------------- checks
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_float(name: str, value: object, minimum: float, strict: bool = False) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if ok:
-        value = float(value)
-        ok = math.isfinite(value) and (value > minimum if strict else value >= minimum)
-    if not ok:
-        raise ValueError(f"{name}: expected a finite number {'>' if strict else '>='} {minimum}, "
-                         f"got {value!r}")
-    return float(value)
+# the shared config vocabulary (one wording of every error: neonic.sim.schema)
+from neonic.sim.schema import integer as _check_int, number as _check_float  # noqa: E402
 
 
 def _check_rng(rng: object) -> np.random.Generator:
@@ -378,7 +365,7 @@ class ZipfTraceGenerator(TraceGenerator):
         if self.pooling_distribution not in POOLING_DISTRIBUTIONS:
             raise ValueError(f"pooling_distribution: expected one of {POOLING_DISTRIBUTIONS}, "
                              f"got {self.pooling_distribution!r}")
-        _check_float("pooling", self.pooling, 0.0, strict=self.pooling_distribution == "lognormal")
+        _check_float("pooling", self.pooling, 0.0, lo_open=self.pooling_distribution == "lognormal")
         _check_float("pooling_sigma", self.pooling_sigma, 0.0)
 
     def generate(self, rng: np.random.Generator) -> Trace:

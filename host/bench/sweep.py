@@ -44,7 +44,12 @@ def _spec(quick: bool, seed: int):
 def _warm(config: dict, base_dir: str | None) -> None:
     """Run one point on a worker before the clock starts, so the timed sweep measures points,
     not a worker's imports and first-call costs (loading the network solver's compiled
-    kernels)."""
+    kernels; importing matplotlib, which the workers use to draw the sweep's plots)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
     from neonic.host.sweep import evaluate_point
     evaluate_point(config, base_dir)
 

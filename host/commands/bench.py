@@ -8,6 +8,7 @@ import math
 import sys
 
 from neonic.host.bench import BenchContext, discover, get_bench
+from neonic.host.commands import _args
 
 HELP = "measure performance figures (benchmarks: see `neonic bench --list`)"
 
@@ -17,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the figures as one JSON object on the last line")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--seed", type=_args.seed, default=1, help="random seed (default 1)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
 
 
@@ -59,6 +60,24 @@ def main(args: argparse.Namespace) -> int:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     if args.json:
+        _settle_warnings()
         sys.stdout.flush()
-        print(json.dumps(figures, sort_keys=True))
+        print(json.dumps(figures, sort_keys=True), flush=True)
     return 0
+
+
+def _settle_warnings() -> None:
+    """Emit now (to stderr) the warnings that would otherwise be printed at interpreter exit,
+    after the JSON line: Amaranth's ``UnusedElaboratable`` for designs a bench built but did not
+    simulate is raised when the object is collected. Collect now, then silence that category, so
+    the JSON object stays the last line even when stdout and stderr share a terminal or file."""
+    import gc
+    import warnings
+
+    gc.collect()
+    sys.stderr.flush()
+    try:
+        from amaranth.hdl import UnusedElaboratable
+    except ImportError:  # pragma: no cover
+        return
+    warnings.filterwarnings("ignore", category=UnusedElaboratable)

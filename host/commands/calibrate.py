@@ -32,11 +32,14 @@ WORKLOADS = [   # even positions fit, odd ones are held back: both sets span dim
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from neonic.host.commands import _args
+
     parser.add_argument("--sim", choices=("auto", "amaranth", "verilator", "icarus"), default="auto",
                         help="RTL simulator (default: Verilator when installed, else amaranth)")
-    parser.add_argument("--out", type=Path, help="calibration file (default build/calibration/smartnic.json)")
-    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    parser.add_argument("--batch", type=int, default=2, help="samples per rank per workload (default 2)")
+    parser.add_argument("--out", type=_args.output_file,
+                        help="calibration file (default ~/.cache/neonic/build/calibration/smartnic.json)")
+    parser.add_argument("--seed", type=_args.seed, default=1, help="random seed (default 1)")
+    parser.add_argument("--batch", type=_args.positive_int, default=2, help="samples per rank per workload (default 2)")
     parser.add_argument("--quick", action="store_true", help="four workloads, one sample each")
 
 

@@ -23,13 +23,15 @@ GIB = 2**30
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", metavar="SCENARIO.toml", nargs="?",
+    from neonic.host.commands import _args
+
+    parser.add_argument("config", metavar="SCENARIO.toml", nargs="?", type=_args.input_file,
                         help="scenario file, as for neonic run (default: the packaged default scenario)")
     parser.add_argument("--preset", metavar="NAME", help="a packaged scenario (as neonic run --preset)")
-    parser.add_argument("--export", metavar="PLAN.json", type=Path,
+    parser.add_argument("--export", metavar="PLAN.json", type=_args.output_file,
                         help="write the plan (TorchRec vocabulary; neonic run --plan reads it)")
     parser.add_argument("--full", action="store_true", help="list every table (default: summarise above 40)")
-    parser.add_argument("--csv", metavar="FILE", type=Path, help="write the full plan (one row per shard) to FILE")
+    parser.add_argument("--csv", metavar="FILE", type=_args.output_file, help="write the full plan (one row per shard) to FILE")
     parser.add_argument("--ranks", type=int, default=16, metavar="N",
                         help="per-rank rows shown (slowest and fastest; default 16, 0 for all)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the baseline and forced plans")

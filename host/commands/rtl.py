@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from neonic.host.commands import _args
 from neonic.host.units import SimRequest, discover, get_unit, parse_params
 
 HELP = "export a unit's Verilog or simulate it on its default workload"
@@ -19,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     export = sub.add_parser("export", help="write the unit's Verilog")
     export.add_argument("unit", metavar="UNIT")
-    export.add_argument("-o", "--output", type=Path, help="Verilog file (default: UNIT.v)")
+    export.add_argument("-o", "--output", type=_args.output_file, help="Verilog file (default: UNIT.v)")
     export.add_argument("--param", action="append", metavar="KEY=VALUE",
                         help="a constructor parameter (repeatable)")
 
@@ -27,9 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("unit", metavar="UNIT")
     sim.add_argument("--sim", default="amaranth", choices=SIMULATORS,
                      help="simulator (default amaranth)")
-    sim.add_argument("--vcd", type=Path, help="write a waveform to this file")
-    sim.add_argument("--out", type=Path, help="results folder (default results/rtl-UNIT-TIME)")
-    sim.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    sim.add_argument("--vcd", type=_args.output_file,
+                     help="write the waveform to this file (default: OUT/UNIT.vcd, or .fst from Icarus)")
+    sim.add_argument("--no-vcd", action="store_true", help="record no waveform (faster)")
+    sim.add_argument("--out", type=_args.output_folder,
+                     help="results folder (default results/rtl-UNIT-TIME)")
+    sim.add_argument("--seed", type=_args.seed, default=1, help="random seed (default 1)")
     sim.add_argument("--param", action="append", metavar="KEY=VALUE",
                      help="a constructor parameter (repeatable)")
     seen: set[str] = set()
@@ -47,11 +51,14 @@ def _export(args: argparse.Namespace) -> int:
     from amaranth.back import verilog
 
     entry = get_unit(args.unit)
-    component = entry.build(parse_params(args.param))
+    component = entry.build(parse_params(_args.unique_params(args.param)))
     text = verilog.convert(component, name=entry.name)
     output = args.output or Path(f"{entry.name}.v")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+    except OSError as e:
+        raise ValueError(f"--output {output}: cannot write ({e.strerror or e})") from None
     print(f"wrote {output} ({len(text.splitlines())} lines)")
     return 0
 
@@ -63,14 +70,48 @@ def _sim(args: argparse.Namespace) -> int:
     unknown = set(extra) - {name for name, _ in entry.options}
     if unknown:
         raise ValueError(f"--{sorted(unknown)[0]}: not an option of unit {entry.name!r}")
-    out = args.out or Path("results") / f"rtl-{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    request = SimRequest(sim=args.sim, out=out, seed=args.seed, vcd=args.vcd,
-                         params=parse_params(args.param), extra=extra)
+    params = parse_params(_args.unique_params(args.param))
+    out = _args.prepare_output_folder(
+        args.out or Path("results") / f"rtl-{entry.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.vcd is not None and args.no_vcd:
+        raise ValueError("--vcd and --no-vcd: give one or the other")
+    vcd = args.vcd
+    if vcd is None and not args.no_vcd and entry.waveform:
+        vcd = out / f"{entry.name}.vcd"
+    request = SimRequest(sim=args.sim, out=out, seed=args.seed, vcd=vcd,
+                         params=params, extra=extra)
     figures = entry.simulate(request)
+    if vcd is not None:
+        wave = _collect_waveform(figures, vcd, out, entry.name)
+        figures["waveform"] = str(wave) if wave else None
+        figures.setdefault("unit", entry.name)
+        figures.setdefault("sim", args.sim)
+        figures.setdefault("seed", args.seed)
+        (out / "figures.json").write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n")
     print(json.dumps(figures, indent=2, sort_keys=True, default=str))
     print(f"results: {out}")
     return 0
+
+
+def _collect_waveform(figures: dict, vcd: Path, out: Path, unit: str) -> Path | None:
+    """The run's waveform inside the results folder: ``vcd`` itself (Amaranth writes it there),
+    else the file a cocotb run left in its run folder (Icarus writes FST, Verilator VCD), copied
+    to ``OUT/UNIT.fst|vcd`` so the results folder holds everything a user opens."""
+    import shutil
+
+    if vcd.is_file():
+        return vcd
+    found = [Path(figures[k]) for k in ("waves", "vcd", "results_xml", "results")
+             if isinstance(figures.get(k), str)]
+    for place in found:
+        folder = place if place.is_dir() else place.parent
+        for pattern in ("*.fst", "*.vcd"):
+            for wave in sorted(folder.glob(pattern)):
+                target = out / f"{unit}{wave.suffix}"
+                if wave.resolve() != target.resolve():
+                    shutil.copyfile(wave, target)
+                return target
+    return None
 
 
 def main(args: argparse.Namespace) -> int:

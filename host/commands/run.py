@@ -22,19 +22,22 @@ HELP = "simulate one training/inference scenario on a GPU/NIC cluster: summary t
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from neonic.host.cluster import SCENARIO_PRESETS
+    from neonic.host.commands import _args
 
-    parser.add_argument("config", metavar="CONFIG.toml", nargs="?", help="scenario file (default: the packaged default scenario)")
+    parser.add_argument("config", metavar="CONFIG.toml", nargs="?", type=_args.input_file, help="scenario file (default: the packaged default scenario)")
     parser.add_argument("--preset", metavar="NAME", help=f"a packaged scenario: {', '.join(SCENARIO_PRESETS)}")
-    parser.add_argument("--plan", metavar="PLAN.json", type=Path,
+    parser.add_argument("--plan", metavar="PLAN.json", type=_args.input_file,
                         help="run this sharding plan (neonic plan --export) instead of planning")
-    parser.add_argument("--out", metavar="DIR", type=Path, help="results folder (default results/<scenario>-<timestamp>/)")
+    parser.add_argument("--out", metavar="DIR", type=_args.output_folder, help="results folder (default results/<scenario>-<timestamp>/)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--backend", choices=("model", "rtl"), default="model",
                         help="SmartNICs as timing models (default) or co-simulated RTL")
     parser.add_argument("--sim", choices=("auto", "amaranth", "verilator", "icarus"), default="auto",
                         help="simulator of --backend rtl (default: Verilator when installed)")
-    parser.add_argument("--calibration", metavar="FILE", type=Path,
+    parser.add_argument("--calibration", metavar="FILE", type=_args.input_file,
                         help="timing-model calibration for --backend rtl's comparison (neonic calibrate)")
+    parser.add_argument("--pcap", metavar="DIR", type=_args.output_folder,
+                        help="--backend rtl: write each NIC's frames to DIR/nic<r>.pcap (Wireshark)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -46,6 +49,13 @@ def main(args: argparse.Namespace) -> int:
 
     if args.config and args.preset:
         raise ValueError("CONFIG.toml and --preset: give one or the other")
+    if args.calibration is not None and args.backend != "rtl":
+        raise ValueError("--calibration: only used with --backend rtl (it calibrates the timing "
+                         "models that the RTL run is compared with)")
+    if args.pcap is not None and args.backend != "rtl":
+        raise ValueError("--pcap: only with --backend rtl (the timing models carry no frames)")
+    if args.sim != "auto" and args.backend != "rtl":
+        raise ValueError(f"--sim {args.sim}: only used with --backend rtl")
     console = Console(stderr=True)
     backend = None
     if args.config:
@@ -61,10 +71,14 @@ def main(args: argparse.Namespace) -> int:
         scenario = dataclasses.replace(scenario, plan_path=str(args.plan))
     if args.backend == "rtl":
         from neonic.host.units.smartnic import rtl_backend
-        backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console)
-    out = args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        backend = rtl_backend(scenario, sim=args.sim, calibration=args.calibration, console=console,
+                              pcap_dir=args.pcap)
+    from neonic.host.commands._args import prepare_output_folder
+    out = prepare_output_folder(
+        args.out or Path("results") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     if args.quiet:
-        result = ClusterRun(scenario, nic_backend=backend).run()
+        runner = ClusterRun(scenario, nic_backend=backend)
+        result = runner.run()
     else:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -73,11 +87,12 @@ def main(args: argparse.Namespace) -> int:
             def progress(message: str, fraction: float) -> None:
                 bar.update(task, completed=fraction, description=f"{scenario.name}: {message}")
 
-            result = ClusterRun(scenario, progress=progress, nic_backend=backend).run()
+            runner = ClusterRun(scenario, progress=progress, nic_backend=backend)
+            result = runner.run()
     Console().print(summary_table(result))
     if backend is not None and backend.report is not None:
         from neonic.sim.cosim import format_report
         print(format_report(backend.report))
-    folder = write_results(result, out)
+    folder = write_results(result, out, plan=getattr(runner, "plan", None))
     Console().print(f"results: {folder}")
     return 0

@@ -11,10 +11,11 @@ HELP = "run the experiments and print ours-vs-published tables (Markdown + CSV +
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from neonic.host.commands import _args
     from neonic.host.experiments import EXPERIMENTS
 
     parser.add_argument("--quick", action="store_true", help="smoke run: every experiment at its tiny size (not comparable)")
-    parser.add_argument("--out", metavar="DIR", type=Path, help="output folder (default results/validate-<timestamp>/)")
+    parser.add_argument("--out", metavar="DIR", type=_args.output_folder, help="output folder (default results/validate-<timestamp>/)")
     parser.add_argument("--only", metavar="NAME", nargs="+", choices=EXPERIMENTS, help="run only these experiments")
     parser.add_argument("--json", action="store_true",
                         help="print {key: figure} for every row as one JSON object on the last line")
@@ -45,7 +46,9 @@ def main(args: argparse.Namespace) -> int:
                       "n/a" if ours is None else (f"{ours:,.0f}" if abs(ours) >= 1000 else f"{ours:.4g}"),
                       "not published" if r["published"] is None else (f"{r['published']:,.0f}" if r["published"] >= 1000 else f"{r['published']:.4g}"),
                       "" if rel is None else f"{rel * 100:+.1f}%", r["kind"])
-    console = Console()
+    import sys
+    # a pipe or file gets the full table, not one wrapped to 80 columns
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(table)
     for run in summary["runs"]:
         state = f"{run['wall_s']:.1f} s" if run["status"] == "ok" else f"not run: {run['reason']}"

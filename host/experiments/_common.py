@@ -123,6 +123,9 @@ def write_experiment(result: ExperimentResult, out: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------ config checks
+from neonic.sim import schema  # noqa: E402  the shared config vocabulary
+
+
 class Checker:
     """Field-by-field checks of an experiment config; errors name ``PREFIX.field``."""
 
@@ -146,37 +149,20 @@ class Checker:
         return self.data[key]
 
     def int(self, key: str, default: Any = None, lo: int = 0) -> int:
-        value = self._get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise ValueError(f"{self._where(key)}: expected an integer >= {lo}, got {value!r}")
-        return value
+        return schema.integer(self._where(key), self._get(key, default), lo)
 
     def num(self, key: str, default: Any = None, lo: float = 0.0, hi: float = math.inf, lo_open: bool = True) -> float:
-        value = self._get(key, default)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > lo if lo_open else value >= lo) and value <= hi
-        if not ok:
-            rng = f"{'>' if lo_open else '>='} {lo}" + ("" if hi == math.inf else f" and <= {hi}")
-            raise ValueError(f"{self._where(key)}: expected a number {rng}, got {value!r}")
-        return float(value)
+        return schema.number(self._where(key), self._get(key, default), lo,
+                             None if hi == math.inf else hi, lo_open=lo_open)
 
     def bool(self, key: str, default: Any = None) -> bool:
-        value = self._get(key, default)
-        if not isinstance(value, bool):
-            raise ValueError(f"{self._where(key)}: expected true or false, got {value!r}")
-        return value
+        return schema.boolean(self._where(key), self._get(key, default))
 
     def choice(self, key: str, choices: Sequence[str], default: Any = None) -> str:
-        value = self._get(key, default)
-        if value not in choices:
-            raise ValueError(f"{self._where(key)}: expected one of {', '.join(choices)}, got {value!r}")
-        return value
+        return schema.choice(self._where(key), self._get(key, default), choices)
 
     def str(self, key: str, default: Any = None) -> str:
-        value = self._get(key, default)
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"{self._where(key)}: expected a non-empty string, got {value!r}")
-        return value
+        return schema.string(self._where(key), self._get(key, default))
 
     def list(self, key: str, item: Callable[[str, Any], Any], default: Any = None, nonempty: bool = True) -> list[Any]:
         value = self._get(key, default)
@@ -197,18 +183,14 @@ REQUIRED = _REQUIRED
 
 def item_int(lo: int = 1) -> Callable[[str, Any], int]:
     def check(where: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise ValueError(f"{where}: expected an integer >= {lo}, got {value!r}")
-        return value
+        return schema.integer(where, value, lo)
 
     return check
 
 
 def item_num(lo: float = 0.0) -> Callable[[str, Any], float]:
     def check(where: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= lo:
-            raise ValueError(f"{where}: expected a number > {lo}, got {value!r}")
-        return float(value)
+        return schema.number(where, value, lo, lo_open=True)
 
     return check
 

@@ -113,10 +113,16 @@ def _plot_lines(fig, rows, key: str, label: str) -> None:
         mine = [r for r in rows if r["model"] == model]
         ax.plot([r["gpus"] for r in mine], [r[key] for r in mine], marker="o", label=model)
     ax.set_xscale("log", base=2)
+    gpus = sorted({r["gpus"] for r in rows})
+    ax.set_xticks(gpus, [str(g) for g in gpus])  # the measured GPU counts, as integers
+    ax.minorticks_off()
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] > 0]
+    if values and max(values) / min(values) >= 8:  # on log-log axes linear scaling is a straight line
+        ax.set_yscale("log")
     ax.set_xlabel("GPUs")
     ax.set_ylabel(label)
     ax.set_title(f"weak scaling: {label}")
-    ax.legend()
+    ax.legend(fontsize=9)
 
 
 def _plot_exposed(fig, rows) -> None:

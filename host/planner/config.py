@@ -48,20 +48,8 @@ __all__ = ["PlanConfig", "load_plan_config", "plan_config_from_dict", "build_sys
 _TOP = ("workload", "network", "nodes", "world_size", "gpu", "hbm_reserved_fraction", "memory", "comm", "planner")
 
 
-def _num(path: str, value: Any, lo: float, hi: float | None = None, strict_lo: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        ok = (value > lo if strict_lo else value >= lo) and (hi is None or value <= hi)
-    if not ok:
-        rng = f"{'(' if strict_lo else '['}{lo}, {hi if hi is not None else 'inf'}{']' if hi is not None else ')'}"
-        raise ValueError(f"{path}: expected a number in {rng}, got {value!r}")
-    return float(value)
-
-
-def _int(path: str, value: Any, lo: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
-    return value
+# the shared config vocabulary (one wording of every error: neonic.sim.schema)
+from neonic.sim.schema import integer as _int, number as _num  # noqa: E402
 
 
 def _section(path: str, data: Mapping[str, Any], known: tuple[str, ...]) -> Mapping[str, Any]:
@@ -125,8 +113,8 @@ def plan_config_from_dict(data: Mapping[str, Any], base: Path | None = None) -> 
     if "workload" not in data:
         raise ValueError("workload: required field missing (a preset name, a .toml path or a [workload] table)")
     workload = resolve_workload(data["workload"], "workload", base)
-    nodes = _int("nodes", data["nodes"]) if "nodes" in data else None
-    world = _int("world_size", data["world_size"]) if "world_size" in data else None
+    nodes = _int("nodes", data["nodes"], 1) if "nodes" in data else None
+    world = _int("world_size", data["world_size"], 1) if "world_size" in data else None
     gpu = data.get("gpu", "a100-40gb")
     if not isinstance(gpu, str):
         raise ValueError(f"gpu: expected a GPU preset name, got {gpu!r}")
@@ -135,9 +123,9 @@ def plan_config_from_dict(data: Mapping[str, Any], base: Path | None = None) -> 
     memory = MemoryTiers(
         dram_gib_per_node=_num("memory.dram_gib_per_node", m.get("dram_gib_per_node", 0.0), 0.0),
         ssd_gib_per_node=_num("memory.ssd_gib_per_node", m.get("ssd_gib_per_node", 0.0), 0.0),
-        cache_load_factor=_num("memory.cache_load_factor", m.get("cache_load_factor", 0.2), 0.0, 1.0, strict_lo=True),
+        cache_load_factor=_num("memory.cache_load_factor", m.get("cache_load_factor", 0.2), 0.0, 1.0, lo_open=True),
         cache_hit_rate=_num("memory.cache_hit_rate", m.get("cache_hit_rate", 0.9), 0.0, 1.0),
-        ssd_gbytes_per_s=_num("memory.ssd_gbytes_per_s", m.get("ssd_gbytes_per_s", 3.0), 0.0, strict_lo=True),
+        ssd_gbytes_per_s=_num("memory.ssd_gbytes_per_s", m.get("ssd_gbytes_per_s", 3.0), 0.0, lo_open=True),
     )
     c = _section("comm", data, ("index_bytes", "length_bytes", "dtype"))
     wire = {}
@@ -153,7 +141,7 @@ def plan_config_from_dict(data: Mapping[str, Any], base: Path | None = None) -> 
     p = _section("planner", data, ("time_budget_s", "baselines", "max_steps"))
     budget = None
     if "time_budget_s" in p:
-        budget = _num("planner.time_budget_s", p["time_budget_s"], 0.0, 600.0, strict_lo=True)
+        budget = _num("planner.time_budget_s", p["time_budget_s"], 0.0, 600.0, lo_open=True)
     max_steps = _int("planner.max_steps", p.get("max_steps", DEFAULT_MAX_STEPS), 0)
     baselines = p.get("baselines", True)
     if not isinstance(baselines, bool):

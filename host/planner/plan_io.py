@@ -91,18 +91,24 @@ def load_plan(path: str | Path, workload: WorkloadSpec, system: PlannerSystem) -
     path = Path(path)
     if not path.exists():
         raise ValueError(f"planner.plan: file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ValueError(f"planner.plan: {str(path)!r} is a folder; expected a plan file (JSON)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"planner.plan: {str(path)!r} is not a UTF-8 text file; expected a plan "
+                         f"file (JSON)") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON: {error}") from None
     return plan_from_dict(data, workload, system, source=str(path))
 
 
 def _int(where: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value >= hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi - 1}]"
-        raise ValueError(f"{where}: expected an integer {rng}, got {value!r}")
-    return value
+    """An integer in ``[lo, hi)`` (``hi`` exclusive, e.g. the world size for a rank), checked
+    and worded by the shared config vocabulary (:func:`neonic.sim.schema.integer`)."""
+    from neonic.sim.schema import integer
+
+    return integer(where, value, lo, None if hi is None else hi - 1)
 
 
 def _pair(where: str, value: Any, lo: int) -> tuple[int, int]:

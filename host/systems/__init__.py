@@ -94,36 +94,8 @@ def check_known_fields(path: str, data: Mapping[str, Any], known: tuple[str, ...
             raise ValueError(f"{where}: unknown field; expected one of {', '.join(known)}")
 
 
-def _num(path: str, value: Any, lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and lo is not None:
-        ok = value > lo if lo_open else value >= lo
-    if ok and hi is not None:
-        ok = value < hi if hi_open else value <= hi
-    if not ok:
-        lo_s = "" if lo is None else f"{'>' if lo_open else '>='} {lo}"
-        hi_s = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"
-        rng = " and ".join(s for s in (lo_s, hi_s) if s)
-        raise ValueError(f"{path}: expected a number {rng}, got {value!r}")
-    return float(value)
-
-
-def _int(path: str, value: Any, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{path}: expected an integer >= {lo}, got {value!r}")
-    return int(value)
-
-
-def _bool(path: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{path}: expected true or false, got {value!r}")
-    return value
-
-
-def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
-    return str(value)
+# the shared config vocabulary (one wording of every error: neonic.sim.schema)
+from neonic.sim.schema import boolean as _bool, choice as _choice, integer as _int, number as _num  # noqa: E402
 
 
 def merge_tables(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ class UnitEntry:
     build: Callable[[dict[str, str]], Any]
     simulate: Callable[[SimRequest], dict]
     options: tuple[tuple[str, str], ...] = ()  # unit-specific CLI options: (name, help)
+    waveform: bool = True  # whether a run can record one (``neonic rtl sim`` asks by default)
 
 
 def discover() -> dict[str, UnitEntry]:

@@ -22,7 +22,7 @@ def rtl_scenario(seed: int = 1):
 
 
 def rtl_backend(scenario, *, sim: str = "auto", calibration: Path | str | None = None,
-                console=None):
+                console=None, pcap_dir: Path | str | None = None):
     """``sim.cosim.RTLNICBackend`` for ``scenario`` (a SmartNIC system), with the calibration
     file given, else the one ``sim.calibration.find_calibration`` finds, else the defaults."""
     from neonic.sim.calibration import find_calibration, load
@@ -36,7 +36,7 @@ def rtl_backend(scenario, *, sim: str = "auto", calibration: Path | str | None =
     def say(message: str) -> None:
         if console is not None:
             console.log(message)
-    return RTLNICBackend(sim=sim, calibration=cal, progress=say)
+    return RTLNICBackend(sim=sim, calibration=cal, progress=say, pcap_dir=pcap_dir)
 
 
 UNIT = UnitEntry(
@@ -44,4 +44,5 @@ UNIT = UnitEntry(
     summary="SmartNIC top: cache + gather/pool + RoCEv2 packetizer/depacketizer, co-simulated",
     build=driver.build,
     simulate=driver.simulate,
+    waveform=False,
 )

@@ -46,32 +46,18 @@ def _where(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+# the shared config vocabulary (one wording of every error: neonic.sim.schema)
+from neonic.sim.schema import choice as _choice, integer, number, string as _str  # noqa: E402
+
+
 def _int(path: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{path}: expected an integer >= {minimum}, got {value!r}")
-    return int(value)
+    """:func:`neonic.sim.schema.integer` with this package's default bound (>= 0)."""
+    return integer(path, value, minimum)
 
 
 def _float(path: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    if ok:
-        ok = math.isfinite(value) and (value > minimum if strict else value >= minimum)
-    if not ok:
-        op = ">" if strict else ">="
-        raise ValueError(f"{path}: expected a finite number {op} {minimum}, got {value!r}")
-    return float(value)
-
-
-def _choice(path: str, value: Any, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _str(path: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{path}: expected a non-empty string, got {value!r}")
-    return value
+    """:func:`neonic.sim.schema.number` with this package's keywords (``strict``: > minimum)."""
+    return number(path, value, minimum, lo_open=strict)
 
 
 def _table(path: str, value: Any) -> Mapping[str, Any]:

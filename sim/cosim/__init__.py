@@ -47,7 +47,7 @@ the simulators, and the reference buffers), :mod:`.network` (frame routing and t
 from neonic.sim.cosim.models import (MAX_MEMORY_ITERATIONS, cache_request_starts,
                                      calibration_sample, memory_model, model_cycles,
                                      reference_cache)
-from neonic.sim.cosim.network import cluster_topology, network_time_s, route_frames
+from neonic.sim.cosim.network import cluster_topology, network_time_s, route_frames, write_pcaps
 from neonic.sim.cosim.report import CosimReport, NICRun, format_report
 from neonic.sim.cosim.run import RTLNICBackend, collect_samples, run_cosim
 from neonic.sim.cosim.runners import SIMULATORS, amaranth_phase, cocotb_cosim, resolve_sim
@@ -63,5 +63,5 @@ __all__ = [
     "model_cycles", "calibration_sample", "memory_model", "reference_cache",
     "cache_request_starts", "MAX_MEMORY_ITERATIONS", "resolve_sim", "format_report",
     "endpoint", "route_frames", "network_time_s", "cluster_topology", "amaranth_phase",
-    "cocotb_cosim",
+    "cocotb_cosim", "write_pcaps",
 ]

@@ -1,13 +1,15 @@
-"""The network between the co-simulated NICs: the frames' arrival order at each destination
-and their AlltoAllv finish time on the flow-level network model (``sim.network``)."""
+"""The network between the co-simulated NICs: the frames' arrival order at each destination,
+their AlltoAllv finish time on the flow-level network model (``sim.network``), and packet
+captures of what each NIC sent and received."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["route_frames", "network_time_s", "cluster_topology"]
+__all__ = ["route_frames", "network_time_s", "cluster_topology", "write_pcaps"]
 
 
 def route_frames(frames: list[list[bytes]], world: int) -> list[list[bytes]]:
@@ -28,6 +30,31 @@ def route_frames(frames: list[list[bytes]], world: int) -> list[list[bytes]]:
                     order.append(q.pop(0))
         out.append(order)
     return out
+
+
+def write_pcaps(folder: Path | str, sent: list[list[bytes]], received: list[list[bytes]]) -> list[Path]:
+    """One capture per NIC, ``nic<r>.pcap``: the frames NIC r sent (in order), then the frames
+    it received (in arrival order), as Ethernet frames (Wireshark decodes RoCEv2 on UDP 4791).
+    Timestamps are the frames' order (1 us apart): the co-simulation does not time single
+    frames on the wire."""
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+    import scapy.contrib.roce  # noqa: F401  (binds UDP 4791 to BTH for readers)
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in range(max(len(sent), len(received))):
+        packets = []
+        for i, frame in enumerate([*(sent[r] if r < len(sent) else []),
+                                   *(received[r] if r < len(received) else [])]):
+            pkt = Ether(frame)
+            pkt.time = i * 1e-6
+            packets.append(pkt)
+        path = folder / f"nic{r}.pcap"
+        wrpcap(str(path), packets)
+        paths.append(path)
+    return paths
 
 
 def network_time_s(frames: list[list[bytes]], world: int, topology: Any) -> float | None:

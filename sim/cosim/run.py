@@ -17,7 +17,7 @@ from neonic.rtl.roce import DROP_REASONS
 from neonic.rtl.smartnic import SmartNIC
 from neonic.sim.calibration import Calibration, Sample, default_calibration
 from neonic.sim.cosim.models import calibration_sample, model_cycles, reference_cache
-from neonic.sim.cosim.network import cluster_topology, network_time_s, route_frames
+from neonic.sim.cosim.network import cluster_topology, network_time_s, route_frames, write_pcaps
 from neonic.sim.cosim.report import CosimReport, NICRun, unit_window
 from neonic.sim.cosim.runners import amaranth_phase, cocotb_cosim, resolve_sim
 from neonic.sim.cosim.stimulus import DEFAULT_MEMORY_LATENCY, build_stimulus, expected_buffers
@@ -48,14 +48,17 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
               memory_latency: int = DEFAULT_MEMORY_LATENCY, seed: int = 1, idle: float = 0.0,
               backpressure: float = 0.0, workdir: Path | None = None,
               processes: int | None = None,
-              progress: Callable[[str], None] | None = None) -> CosimReport:
+              progress: Callable[[str], None] | None = None,
+              pcap_dir: Path | str | None = None) -> CosimReport:
     """Run ``traffic`` through one RTL SmartNIC per rank (see the module docstring).
 
     ``idle``/``backpressure`` add random idle cycles on the inputs and backpressure on the
     outputs (functional checks; cycle comparisons want both 0). ``topology``: a ``sim.network``
     topology that times the frames (default: the ZionEX links at the traffic's shape).
     ``processes``: worker processes for the NICs on Verilator (default
-    :func:`default_processes`; 1 runs them in this process).
+    :func:`default_processes`; 1 runs them in this process). ``pcap_dir``: write each NIC's
+    frames there (:func:`~neonic.sim.cosim.network.write_pcaps`: sent, then received in arrival
+    order).
     """
     say = progress or (lambda message: None)
     sim = resolve_sim(sim)
@@ -101,6 +104,9 @@ def run_cosim(traffic: Traffic, *, sim: str = "auto", nic: SmartNIC | None = Non
     say(f"cosim: {sum(len(f) for f in frames)} frames through the network model")
     net_s = network_time_s(frames, world, topology)
     wall = time.perf_counter() - t0
+    if pcap_dir is not None:
+        say(f"cosim: captures in {pcap_dir}")
+        write_pcaps(pcap_dir, frames, route_frames(frames, world))
 
     expected = expected_buffers(nic, traffic, stim)
     diff = int(np.count_nonzero(rx_mem != expected))
@@ -159,8 +165,10 @@ class RTLNICBackend:
 
     def __init__(self, *, sim: str = "auto", calibration: Calibration | None = None,
                  nic: SmartNIC | None = None, memory_latency: int = DEFAULT_MEMORY_LATENCY,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None,
+                 pcap_dir: Path | str | None = None):
         self.sim = resolve_sim(sim)
+        self.pcap_dir = pcap_dir
         self.calibration = calibration
         self.nic = nic
         self.memory_latency = memory_latency
@@ -187,7 +195,7 @@ class RTLNICBackend:
         self.report = run_cosim(traffic, sim=self.sim, nic=nic, calibration=self.calibration,
                                 topology=getattr(run, "topology", None),
                                 memory_latency=self.memory_latency, seed=sc.seed,
-                                progress=self.progress)
+                                progress=self.progress, pcap_dir=self.pcap_dir)
         hz = effects.cfg.clock_hz
         units = []
         for n in self.report.nics:

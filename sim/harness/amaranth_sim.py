@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from neonic.sim.schema import probability
+
 import numpy as np
 from amaranth.sim import Simulator
 
@@ -37,9 +39,8 @@ class SimulationTimeout(AssertionError):
 
 
 def _check_probability(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name}: expected a probability in [0, 1), got {value!r}")
-    return float(value)
+    """A probability of idle/backpressure/latency cycles: >= 0 and < 1 (1 would never end)."""
+    return probability(name, value, hi_open=True)
 
 
 def _need_rng(name: str, rng: np.random.Generator | None, probability: float) -> None:

@@ -2,11 +2,12 @@
 
 :func:`run_cocotb` is the one entry point: export the component (cached by content, see
 :mod:`sim.harness.verilog`), build it once per design, simulator and waveform setting, run a
-bench module (``neonic.sim.cocotb`` or a checkout's ``tests/cocotb``) through cocotb's Python runner, and turn the results XML
+bench module (see :func:`find_bench`: ``neonic.sim.cocotb`` or a checkout's ``tests/cocotb``)
+through cocotb's Python runner, and turn the results XML
 into a pass or an ``AssertionError`` that names the failed cocotb tests and ends with the tail
 of the simulator log.
 
-Layout under the build root (``<repo>/build`` or ``$NEONIC_BUILD_DIR``)::
+Layout under the build root (``$NEONIC_BUILD_DIR``, else ``~/.cache/neonic/build``)::
 
     verilog/<name>-<hash>/<name>.v                 the exported design
     cocotb/<name>-<hash>/<sim>[-waves]/            the simulator build (shared, locked)
@@ -36,7 +37,8 @@ from pathlib import Path
 from .verilog import (export_verilog, export_verilog_cached, icarus_time_zero_fix, repo_root,
                       resolve_build_root)
 
-__all__ = ["SIMULATORS", "available_simulators", "bench_dirs", "run_cocotb", "read_tb_figures",
+__all__ = ["SIMULATORS", "available_simulators", "bench_dirs", "find_bench", "run_cocotb",
+           "read_tb_figures",
            "TB_PARAMS_ENV", "TB_SEED_ENV", "TB_FIGURES_FILE", "DEFAULT_TIMEOUT_S"]
 
 SIMULATORS = ("icarus", "verilator")
@@ -48,11 +50,44 @@ _LOG_TAIL_LINES = 40
 
 
 def bench_dirs() -> list[Path]:
-    """Where bench modules are looked up, in order: the package's own benches
-    (``sim/cocotb``), then a checkout's test-only benches (``tests/cocotb``, when present)."""
+    """Where bench modules (``tb_*.py``) are looked up, in order: the package's own benches
+    (``sim/cocotb``: they ship in the wheel, so an installed neonic can run them), then a
+    checkout's test-only benches (``tests/cocotb``, when present)."""
     here = Path(__file__).resolve().parents[1] / "cocotb"
     tests = repo_root() / "tests" / "cocotb"
     return [here] + ([tests] if tests.is_dir() else [])
+
+
+def find_bench(test_module: str) -> Path:
+    """The file of bench module ``test_module`` (``"tb_packetizer"``): the first of
+    :func:`bench_dirs` that holds ``<test_module>.py``.
+
+    Raises ``ValueError`` naming the module and the folders searched when none does."""
+    if not isinstance(test_module, str) or not test_module.isidentifier():
+        raise ValueError(f"test_module: expected a bench module name "
+                         f"(e.g. 'tb_embedding'), got {test_module!r}")
+    dirs = bench_dirs()
+    for folder in dirs:
+        path = folder / f"{test_module}.py"
+        if path.is_file():
+            return path
+    raise ValueError(f"test_module: no bench {test_module!r} in "
+                     f"{', '.join(str(d) for d in dirs)}")
+
+
+def _bench_pythonpath(bench: Path) -> list[str]:
+    """The bench folders (the bench's own first), the folder that this process imports
+    ``neonic`` from (so the simulator's Python loads the same neonic, installed or a
+    checkout), and in a checkout the repository root (benches there import ``tests.*``
+    helpers)."""
+    import neonic
+
+    paths = [str(bench.parent), *(str(d) for d in bench_dirs()),
+             str(Path(neonic.__file__).parent.parent)]
+    root = repo_root()
+    if (root / "tests").is_dir():
+        paths.append(str(root))
+    return list(dict.fromkeys(paths))
 
 
 def _verilator_bin() -> Path | None:
@@ -182,11 +217,12 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
         ``export_key`` a zero-argument callable that builds it (called only when the cached
         export misses).
     name : the Verilog top-level module name (a Verilog identifier).
-    test_module : a bench module by its bare name (``"tb_embedding"``), looked up in
-        :func:`bench_dirs`: the benches that ship with the package (``neonic.sim.cocotb``: those
-        the command line and the co-simulation run), then the test-only benches of a checkout
-        (``tests/cocotb``). Those folders and the repository root are put on the bench's Python
-        path.
+    test_module : a bench module by its bare name (``"tb_embedding"``), found by
+        :func:`find_bench` in :func:`bench_dirs`: the benches that ship with the package
+        (``neonic.sim.cocotb``: those the command line and the co-simulation run), then the
+        test-only benches of a checkout (``tests/cocotb``). Those folders and the folder
+        ``neonic`` is imported from are put on the bench's Python path (in a checkout also the
+        repository root, for ``tests.*`` helpers).
     sim : ``"icarus"`` (default) or ``"verilator"`` (see :func:`available_simulators`).
     params : JSON-serialisable dict handed to the bench (``tb_params()`` reads it from
         ``$NEONIC_TB_PARAMS``): sizes, probabilities, test-case counts.
@@ -197,7 +233,8 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
         pytest ``seed`` fixture so runs are reproducible.
     timeout_s : wall-clock limit of the simulator process (default :data:`DEFAULT_TIMEOUT_S`);
         the simulator is killed and an ``AssertionError`` raised when it is exceeded.
-    build_root : override the build directory (default ``<repo>/build``/$NEONIC_BUILD_DIR).
+    build_root : override the build directory (default ``$NEONIC_BUILD_DIR``, else the per-user cache,
+        see :func:`~.verilog.resolve_build_root`).
     extra_env : more environment variables for the bench.
     export_key : the design's constructor parameters (JSON-able): the export is then cached by
         them and the RTL source hash before conversion (``export_verilog_cached``), so a rerun
@@ -218,12 +255,7 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
     if sim not in available_simulators():
         raise ValueError(f"sim: {sim!r} is not installed here; available: "
                          f"{', '.join(available_simulators()) or 'none'}")
-    if not isinstance(test_module, str) or not test_module.isidentifier():
-        raise ValueError(f"test_module: expected a bench module name (e.g. 'tb_embedding'), "
-                         f"got {test_module!r}")
-    if not any((d / f"{test_module}.py").is_file() for d in bench_dirs()):
-        raise ValueError(f"test_module: no bench {test_module!r} in "
-                         f"{', '.join(str(d) for d in bench_dirs())}")
+    bench = find_bench(test_module)
     try:
         params_json = json.dumps(params or {}, sort_keys=True)
     except TypeError as e:
@@ -248,8 +280,7 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
 
     runner_cls = _runner_class(sim)
     runner = runner_cls()
-    root = repo_root()
-    runner.neonic_pythonpath = [str(d) for d in bench_dirs()] + [str(root)]
+    runner.neonic_pythonpath = _bench_pythonpath(bench)
     runner.neonic_env = {TB_PARAMS_ENV: params_json, **(extra_env or {})}
     if seed is not None:
         runner.neonic_env[TB_SEED_ENV] = str(seed)

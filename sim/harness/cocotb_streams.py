@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from neonic.sim.schema import probability
+
 import cocotb
 import numpy as np
 from amaranth.hdl import Shape, ShapeCastable
@@ -273,9 +275,8 @@ def _port(dut, path: str, member: str):
 
 
 def _check_probability(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name}: expected a probability in [0, 1), got {value!r}")
-    return float(value)
+    """A probability of idle/backpressure/latency cycles: >= 0 and < 1 (1 would never end)."""
+    return probability(name, value, hi_open=True)
 
 
 def _check_rng(rng) -> np.random.Generator:

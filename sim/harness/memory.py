@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from neonic.sim.schema import probability
+
 import numpy as np
 
 __all__ = [
@@ -86,9 +88,8 @@ class _ReqIn:
 
 
 def _check_probability(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name}: expected a probability in [0, 1), got {value!r}")
-    return float(value)
+    """A probability of idle/backpressure/latency cycles: >= 0 and < 1 (1 would never end)."""
+    return probability(name, value, hi_open=True)
 
 
 @dataclass

@@ -15,14 +15,16 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["repo_root", "resolve_build_root", "export_verilog", "export_verilog_cached",
-           "rtl_source_hash", "parameters_only", "write_if_changed", "icarus_time_zero_fix"]
+__all__ = ["repo_root", "user_cache_dir", "resolve_build_root", "BUILD_DIR_ENV", "export_verilog",
+           "export_verilog_cached", "rtl_source_hash", "parameters_only", "write_if_changed",
+           "icarus_time_zero_fix"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # yosys's Verilog backend declares one dummy register per module, initialised to 0, and reads
@@ -31,18 +33,41 @@ _DUMP_MODULE_REG = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dum
                               re.MULTILINE)
 
 
+BUILD_DIR_ENV = "NEONIC_BUILD_DIR"
+
+
 def repo_root() -> Path:
-    """The checkout's root directory (the one holding ``rtl/``, ``sim/``, ``tests/``)."""
+    """The ``neonic`` package's root directory (the one holding ``rtl/``, ``sim/``, ``host/``;
+    in a checkout also ``tests/``; in an installed wheel it is ``site-packages/neonic``)."""
     return Path(__file__).resolve().parents[2]
 
 
+def user_cache_dir(environ: dict[str, str] | None = None, platform: str | None = None) -> Path:
+    """The per-user cache directory of neonic, as platformdirs lays it out:
+    ``$XDG_CACHE_HOME/neonic`` (default ``~/.cache/neonic``) on Linux and other Unixes,
+    ``~/Library/Caches/neonic`` on macOS, ``%LOCALAPPDATA%\\neonic\\Cache`` on Windows."""
+    env = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    home = Path(env.get("HOME") or Path.home())
+    if platform == "darwin":
+        return home / "Library" / "Caches" / "neonic"
+    if platform.startswith("win"):
+        base = env.get("LOCALAPPDATA") or str(home / "AppData" / "Local")
+        return Path(base) / "neonic" / "Cache"
+    xdg = env.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".cache"
+    return base / "neonic"
+
+
 def resolve_build_root(override: Path | str | None = None) -> Path:
-    """Where generated files go: ``override``, else ``$NEONIC_BUILD_DIR``, else
-    ``<repo>/build``."""
+    """Where generated files (Verilog, simulator builds, co-simulation work folders, synthesis
+    and calibration caches) go: ``override``, else ``$NEONIC_BUILD_DIR``, else
+    :func:`user_cache_dir` ``/build``. Never inside the package: an installed package's folder
+    is ``site-packages`` and may be read-only or shared by several users."""
     if override is not None:
         return Path(override)
-    env = os.environ.get("NEONIC_BUILD_DIR")
-    return Path(env) if env else repo_root() / "build"
+    env = os.environ.get(BUILD_DIR_ENV)
+    return Path(env) if env else user_cache_dir() / "build"
 
 
 def write_if_changed(path: Path, text: str) -> bool:

@@ -43,6 +43,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from neonic.sim import schema
+
 from .transport import ROCE_MTUS
 
 __all__ = [
@@ -187,28 +189,16 @@ class _Section:
         return self.data[key]
 
     def int_(self, key: str, *, minimum: int, default: Any = ...) -> int:
-        v = self.raw(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError(f"{self._field(key)}: expected an integer >= {minimum}, got {v!r}")
-        return v
+        return schema.integer(self._field(key), self.raw(key, default), minimum)
 
     def num(self, key: str, *, minimum: float = 0.0, strict: bool = False, default: Any = ...) -> float:
         v = self.raw(key, default)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-        if ok:
-            ok = v > minimum if strict else v >= minimum
-        if ok and math.isinf(v) and key != "host_copy_gbps":
-            ok = False
-        if not ok:
-            rel = ">" if strict else ">="
-            raise ValueError(f"{self._field(key)}: expected a finite number {rel} {minimum:g}, got {v!r}")
-        return float(v)
+        if key == "host_copy_gbps" and isinstance(v, float) and v == math.inf:
+            return v  # "no host copy limit"
+        return schema.number(self._field(key), v, float(minimum), lo_open=strict)
 
     def choice(self, key: str, options: tuple[str, ...], default: Any = ...) -> str:
-        v = self.raw(key, default)
-        if v not in options:
-            raise ValueError(f"{self._field(key)}: expected one of {', '.join(map(repr, options))}, got {v!r}")
-        return v
+        return schema.choice(self._field(key), self.raw(key, default), options)
 
     def done(self) -> None:
         extra = sorted(set(self.data) - self.used)

@@ -174,7 +174,13 @@ def simulate(req: SimRequest) -> dict:
     dut = CacheController(**kw)
     rng = np.random.default_rng(req.seed)
     rows = 4 * dut.sets * dut.ways
-    count = int(req.extra.get("requests", 600) or 600)
+    text = str(req.extra.get("requests", 600))
+    try:
+        count = int(text, 10)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"--requests: expected an integer >= 1, got {text!r}")
     if req.sim == "amaranth":
         reqs = random_requests(rng, count, rows=rows, line_beats=dut.line_beats,
                                row_beats=dut.row_beats, data_bytes=dut.data_bytes,

@@ -75,11 +75,15 @@ class RxRun:
     completions: list[tuple[int, int, int | None]] = field(default_factory=list)  # (qp, length, imm)
 
 
+DEFAULT_DIM = 32  # elements per pooled-embedding row of the default messages
+
+
 def default_messages(rng: np.random.Generator, num_dest: int, quant: str) -> list[tuple[Message, np.ndarray]]:
-    """A small AlltoAll: each destination gets a block of pooled FP32 embeddings."""
+    """A small AlltoAll: each destination gets a block of pooled FP32 embeddings (rows of
+    :data:`DEFAULT_DIM` elements)."""
     out = []
     for i, rows in enumerate([4, 33, 2, 70, 16, 8][:max(1, num_dest)]):
-        values = rng.standard_normal((rows, 32)).astype(np.float32)
+        values = rng.standard_normal((rows, DEFAULT_DIM)).astype(np.float32)
         out.append((Message(dest=i % num_dest, va=0x10_0000 * (i + 1), rkey=0x1000 + i,
                             payload=values.tobytes(), imm=(i << 16) | rows), values))
     return out
@@ -228,12 +232,14 @@ def simulate(req: SimRequest) -> dict:
         return _simulate_cocotb(req, dut)
     rng = np.random.default_rng(req.seed)
     msgs = default_messages(rng, dut.num_dest, dut.quant)
-    run = run_tx(dut, [m for m, _ in msgs], vcd=req.vcd)
+    dim = DEFAULT_DIM if dut.quant == "int8" else 0
+    run = run_tx(dut, [m for m, _ in msgs], vcd=req.vcd, dim=dim)
     # Check every frame against the reference model of the same (quantized) messages.
     golden: list[bytes] = []
     psn: dict[int, int] = {}
     for m, values in msgs:
-        wire = Message(m.dest, m.va, m.rkey, quantize(values, dut.quant), m.imm)
+        wire = Message(m.dest, m.va, m.rkey, quantize(values, dut.quant, dim=dim or None,
+                                                      pmtu=dut.pmtu), m.imm)
         fr = build_frames(wire, DESTINATIONS[m.dest], local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
                           psn=psn.get(m.dest, 0), pmtu=dut.pmtu)
         psn[m.dest] = psn.get(m.dest, 0) + len(fr)
@@ -242,10 +248,12 @@ def simulate(req: SimRequest) -> dict:
     for f in run.frames:
         rx.receive(f)
     est = estimate_tx([len(m.payload) for m, _ in msgs], data_bytes=dut.data_bytes,
-                      pmtu=dut.pmtu, with_imm=[True] * len(msgs), quant=dut.quant)
+                      pmtu=dut.pmtu, with_imm=[True] * len(msgs), quant=dut.quant,
+                      dim=dim or None)
     figures = {
         "unit": "packetizer", "sim": req.sim, "params": {"data_bytes": dut.data_bytes,
                                                          "pmtu": dut.pmtu, "quant": dut.quant},
+        **({"dim": dim} if dim else {}),
         "messages": len(msgs), "frames": len(run.frames), "beats": run.beats,
         "cycles": run.cycles, "bus_occupancy": run.beats / run.cycles,
         "frames_match_reference": run.frames == golden,
@@ -277,7 +285,10 @@ def _simulate_cocotb(req: SimRequest, dut: Packetizer) -> dict:
     if dut.quant != "none":
         raise ValueError(f"--sim {req.sim}: the cocotb bench sends raw payload bytes; use "
                          f"--param quant=none (or --sim amaranth for {dut.quant!r})")
-    sizes = [1, 7, 64, 127, 300, 777, 1500, 4096]
+    # the same message lengths as the Amaranth run of this seed (default_messages); the bench
+    # draws the payload bytes, destinations and immediates itself
+    sizes = [len(m.payload) for m, _ in default_messages(np.random.default_rng(req.seed),
+                                                          dut.num_dest, dut.quant)]
     name = f"packetizer_w{dut.data_bytes}_p{dut.pmtu}_d{dut.num_dest}"
     results = run_cocotb(dut, name, "tb_packetizer", sim=req.sim, seed=req.seed,
                          waves=req.vcd is not None,

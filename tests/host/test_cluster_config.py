@@ -58,17 +58,17 @@ def test_bad_scenario_fields_are_named(section, key, value, message):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"streams": {"interference": 1.5}}, r"system.streams.interference: expected a number >= 0 and < 1"),
+        ({"streams": {"interference": 1.5}}, r"system.streams.interference: expected a finite number >= 0 and < 1"),
         ({"streams": {"comm_priority": "urgent"}}, "system.streams.comm_priority: expected one of high, normal"),
         ({"streams": {"collectives_on_dma": 1}}, "system.streams.collectives_on_dma: expected true or false"),
         ({"gpu": "tpu"}, "system.gpu: expected one of"),
         ({"embeddings": "ssd"}, "system.embeddings: expected one of gpu, cpu, nic"),
         ({"gpu_efficiency": {"gemm": 1.5}}, "system.gpu_efficiency: efficiency.gemm"),
         ({"gpu_efficiency": {"speed": 1}}, "system.gpu_efficiency.speed: unknown field"),
-        ({"host": {"pcie_gbytes_per_s": 0}}, "system.host.pcie_gbytes_per_s: expected a number > 0"),
+        ({"host": {"pcie_gbytes_per_s": 0}}, "system.host.pcie_gbytes_per_s: expected a finite number > 0"),
         ({"nic": {"cache_ways": 0}}, "system.nic.cache_ways: expected an integer >= 1"),
         ({"nic": {"pool_on_nic": "on"}}, "system.nic.pool_on_nic: expected true or false"),
-        ({"nic": {"local_cache_mib": -1}}, "system.nic.local_cache_mib: expected a number >= 0"),
+        ({"nic": {"local_cache_mib": -1}}, "system.nic.local_cache_mib: expected a finite number >= 0"),
         ({"preset": "dgx"}, "system.preset: unknown system preset"),
     ],
 )

@@ -56,7 +56,7 @@ def _rows(out):
     ({"sweep": {"name": "x"}, "set": {"bogus.x": 1}}, "set.bogus.x"),
     ({"sweep": {"name": "x"}, "points": [{}]}, r"points\[0\]"),
     ({"sweep": {"name": "x"}, "points": [{"cluster.nodes": 1}], "grid": {"cluster.nodes": [2]}}, r"points\[0\].cluster.nodes"),
-    ({"sweep": {"name": "x"}, "extra": {}}, "extra: unknown section"),
+    ({"sweep": {"name": "x"}, "extra": {}}, "extra: unknown field"),
 ])
 def test_sweep_file_errors_name_the_field(data, field):
     with pytest.raises(ValueError, match=field):
