@@ -131,14 +131,22 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
         uk, cnt = _count_pairs(key, nf)
         lk = uk // nf
         fk = uk % nf
-        bounds = np.searchsorted(lk, np.arange(n_links + 1))
+        used = np.unique(lk)  # links no flow crosses keep (old colour, nothing)
+        bounds = np.searchsorted(lk, np.append(used, n_links))
         sig: dict[tuple[int, bytes], int] = {}
         new_lc = np.empty(n_links, dtype=np.int64)
         pairs = np.stack([fk, cnt], axis=1)
-        for link in range(n_links):
-            s = (int(lc[link]), pairs[bounds[link]:bounds[link + 1]].tobytes())
+        for i, link in enumerate(used.tolist()):
+            s = (int(lc[link]), pairs[bounds[i]:bounds[i + 1]].tobytes())
             new_lc[link] = sig.setdefault(s, len(sig))
-        n_new_l = len(sig)
+        idle = np.ones(n_links, dtype=bool)
+        idle[used] = False
+        if idle.any():
+            ids, n_idle = _dense(lc[idle])
+            new_lc[idle] = len(sig) + ids
+        else:
+            n_idle = 0
+        n_new_l = len(sig) + n_idle
         # flows: (old colour, sorted link colours of its hops)
         hop_colors = np.sort(new_lc[links_fh], axis=1)
         new_fc, n_new_f = _row_ids([fc] + [hop_colors[:, h] for h in range(H)], [nf] + [n_new_l] * H)

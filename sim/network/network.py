@@ -105,7 +105,9 @@ class Network:
         self.topology = topology
         self.coalesce_rel = float(coalesce_rel)
         self.aggregate = aggregate
-        self.aggregate_min_flows = 64  # smaller groups are solved per flow (nothing to gain)
+        # groups with fewer flows than this are solved per flow: one solve of them costs about
+        # what finding their classes does (collective steps of one message per rank, e.g.)
+        self.aggregate_min_flows = 4 * topology.num_endpoints
         self.solved_flows = 0  # sum over solves of the flows they covered
         self.solved_classes = 0  # ... and of the variables the solver saw (classes or flows)
         self.splits = 0  # classes refined because other traffic broke their symmetry
