@@ -170,7 +170,11 @@ class ClusterRun:
         def on_op_done(op: Op) -> None:
             done_ops[0] += 1
             if done_ops[0] % max(1, n_ops // 20) == 0:
-                self.progress(f"simulated {done_ops[0]}/{n_ops} ops", 0.35 + 0.55 * done_ops[0] / n_ops)
+                # time estimate: the engine's wall time so far, extrapolated over the ops left
+                spent = time.perf_counter() - t_engine
+                left = spent * (n_ops - done_ops[0]) / done_ops[0]
+                self.progress(f"simulated {done_ops[0]}/{n_ops} ops in {spent:.1f} s, about {left:.0f} s left",
+                              0.35 + 0.55 * done_ops[0] / n_ops)
 
         runner = ScheduleRunner(engine, graph, backend, on_op_done)
         t_engine = time.perf_counter()

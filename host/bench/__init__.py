@@ -20,10 +20,12 @@ __all__ = ["BenchContext", "discover", "get_bench"]
 
 @dataclass
 class BenchContext:
-    """Passed to a benchmark: a seed, a quick flag (smaller sizes), and a progress reporter."""
+    """Passed to a benchmark: a seed, a quick flag (smaller sizes), a large flag (also the runs
+    that take tens of minutes), and a progress reporter."""
 
     seed: int = 1
     quick: bool = False
+    large: bool = False
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     _t0: float = field(default_factory=time.perf_counter)
 

@@ -19,6 +19,11 @@ Figures (measured when the command runs):
 ``model_a_1024gpu_iteration_wall_s``  the same on 128 x 8 GPUs (goal <= 120 s), with its
                                       planning / engine / other split; skipped with ``--quick``
 ``model_a_1024gpu_samples_per_s``     its simulated throughput (a prediction)
+``model_a_4096gpu_iteration_wall_s``  the same on 512 x 8 GPUs (``model-a-1024`` with 512 nodes), and
+``model_a_4096gpu_samples_per_s``     its throughput: run only with ``--large`` (its AlltoAllv
+                                      matrices are uneven, so the network solves per flow: 16.8M
+                                      flows per AlltoAllv), else null with the reason
+``*_peak_rss_gib``                    the process's peak resident memory after that run
 """
 
 from __future__ import annotations
@@ -26,16 +31,17 @@ from __future__ import annotations
 import time
 
 from neonic.host.bench import BenchContext
+from neonic.host.bench.network import _peak_rss_gib
 
 SUMMARY = "cluster runtime: Model-A on 128 / 1024 simulated GPUs (wall time per iteration, samples/s)"
 
 NEO_MODEL_A_128GPU_SAMPLES_PER_S = 1.2e6  # the published figure the efficiencies are fitted to
 
 
-def _one(ctx: BenchContext, preset: str, label: str) -> dict[str, float]:
+def _one(ctx: BenchContext, preset: str, label: str, **overrides) -> dict[str, float]:
     from neonic.host.cluster import ClusterRun, scenario_preset
 
-    scenario = scenario_preset(preset, scenario={"seed": ctx.seed})
+    scenario = scenario_preset(preset, scenario={"seed": ctx.seed}, **overrides)
     last = [-1.0]
 
     def progress(message: str, fraction: float) -> None:
@@ -63,6 +69,7 @@ def _one(ctx: BenchContext, preset: str, label: str) -> dict[str, float]:
         f"{label}_other_wall_s": wall - planning - engine,
         f"{label}_samples_per_s": m["samples_per_s"],
         f"{label}_iteration_ms": m["iteration_time_s"] * 1e3,
+        f"{label}_peak_rss_gib": _peak_rss_gib(),
     }
 
 
@@ -72,4 +79,10 @@ def run(ctx: BenchContext) -> dict:
     figures["model_a_128gpu_samples_per_s_vs_neo"] = figures["model_a_128gpu_samples_per_s"] / NEO_MODEL_A_128GPU_SAMPLES_PER_S
     if not ctx.quick:
         figures.update(_one(ctx, "model-a-1024", "model_a_1024gpu"))
+    if ctx.large:
+        figures.update(_one(ctx, "model-a-1024", "model_a_4096gpu", cluster={"nodes": 512}))
+    else:
+        figures.update(model_a_4096gpu_iteration_wall_s=None, model_a_4096gpu_samples_per_s=None,
+                       model_a_4096gpu_skipped="uneven AlltoAllv matrices are solved per flow (16.8M flows each): "
+                                               "run with --large")
     return figures

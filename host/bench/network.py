@@ -6,6 +6,14 @@ Figures (all measured when the command runs):
   GPUs (zionex scaled to 128 nodes on a leaf/spine fabric, 16 nodes per leaf, non-blocking).
   Sizes: 64 KiB x a per-source lognormal(0, 0.5) load factor x a per-pair uniform(0.25, 1.75).
 - ``allreduce_1024_wall_s``: wall seconds to simulate one ring AllReduce of 64 MiB on 1024 GPUs.
+- ``alltoall_1024_wall_s`` / ``alltoall_4096_wall_s``: one uniform AlltoAll (64 KiB per pair) on
+  1024 / 4096 GPUs (the same zionex family, 512 nodes at 4096), solved by flow class
+  (``sim.network.classes``); ``*_classes`` is the number of classes the solver saw per solve.
+  ``alltoall_1024_per_flow_wall_s``: the same 1024-GPU run with one class per flow.
+- ``alltoallv_4096_wall_s``: the skewed AlltoAllv (sizes as above) on 4096 GPUs, 16.8M flows of
+  distinct sizes, so solved per flow: measured only with ``--large`` (it takes tens of minutes
+  and several GiB), else null, with the reason in ``alltoallv_4096_skipped``.
+- ``*_peak_rss_gib``: the process's peak resident memory after that run (it only grows).
 - ``*_cpu_s``: the same runs' CPU seconds (the wall time they would take on an idle core; the
   shared 2-core machine inflates wall times when busy).
 - ``closed_form_max_rel_error``: the largest |simulated / alpha-beta - 1| over contention-free
@@ -16,6 +24,8 @@ With ``--quick`` the 1024-GPU figures are skipped (reported as null).
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 
 import numpy as np
@@ -54,11 +64,16 @@ def skewed_sizes(p: int, seed: int) -> np.ndarray:
     return (65536 * load * rng.uniform(0.25, 1.75, (p, p))).astype(np.int64)
 
 
-def _timed(topo: Topology, start) -> tuple[float, float, Network]:
+def _peak_rss_gib() -> float:
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return kib / (1 << 30) if sys.platform == "darwin" else kib / (1 << 20)
+
+
+def _timed(topo: Topology, start, *, aggregate: bool = True) -> tuple[float, float, Network]:
     t0 = time.perf_counter()
     c0 = time.process_time()
     eng = Engine()
-    net = Network(eng, topo)
+    net = Network(eng, topo, aggregate=aggregate)
     h = start(net)
     eng.run()
     net.cpu_s = time.process_time() - c0  # CPU seconds: what wall would be on an idle core
@@ -107,7 +122,8 @@ def run(ctx: BenchContext) -> dict:
     out["closed_form_rel_errors"] = errors
 
     if ctx.quick:
-        out.update(alltoallv_1024_wall_s=None, allreduce_1024_wall_s=None)
+        out.update(alltoallv_1024_wall_s=None, allreduce_1024_wall_s=None, alltoall_1024_wall_s=None,
+                   alltoall_4096_wall_s=None, alltoallv_4096_wall_s=None)
         return out
     big = zionex_family(128)
     sizes = skewed_sizes(big.num_gpus, ctx.seed)
@@ -120,4 +136,29 @@ def run(ctx: BenchContext) -> dict:
     wall, sim, net = _timed(big, lambda net: coll.allreduce(net, None, 1 << 26))
     out.update(allreduce_1024_wall_s=wall, allreduce_1024_cpu_s=net.cpu_s, allreduce_1024_sim_s=sim)
     ctx.progress(f"allreduce ring 1024 GPUs, 64 MiB: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU")
+    for aggregate, key in ((False, "alltoall_1024_per_flow"), (True, "alltoall_1024")):
+        wall, sim, net = _timed(big, lambda net: coll.alltoall(net, None, 65536), aggregate=aggregate)
+        out.update({f"{key}_wall_s": wall, f"{key}_cpu_s": net.cpu_s, f"{key}_sim_s": sim,
+                    f"{key}_classes": net.solved_classes / max(net.solves, 1)})
+        ctx.progress(f"uniform alltoall 1024 GPUs ({'by class' if aggregate else 'per flow'}): simulated {sim * 1e3:.3f} ms "
+                     f"in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU, {net.solved_classes / max(net.solves, 1):,.0f} "
+                     f"variables per solve")
+    out["alltoall_1024_peak_rss_gib"] = _peak_rss_gib()
+    huge = zionex_family(512)
+    ctx.progress("uniform alltoall 4096 GPUs (16,773,120 flows) ...")
+    wall, sim, net = _timed(huge, lambda net: coll.alltoall(net, None, 65536))
+    out.update(alltoall_4096_wall_s=wall, alltoall_4096_cpu_s=net.cpu_s, alltoall_4096_sim_s=sim,
+               alltoall_4096_classes=net.solved_classes / max(net.solves, 1), alltoall_4096_peak_rss_gib=_peak_rss_gib())
+    ctx.progress(f"uniform alltoall 4096 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU, "
+                 f"peak RSS {out['alltoall_4096_peak_rss_gib']:.2f} GiB")
+    if not ctx.large:
+        out["alltoallv_4096_wall_s"] = None
+        out["alltoallv_4096_skipped"] = ("skewed sizes are all distinct, so the solve is per flow (16.8M flows, "
+                                         "hundreds of solves): run with --large")
+        return out
+    sizes = skewed_sizes(huge.num_gpus, ctx.seed)
+    ctx.progress("skewed alltoallv 4096 GPUs (16,773,120 flows, per flow) ...")
+    wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes))
+    out.update(alltoallv_4096_wall_s=wall, alltoallv_4096_cpu_s=net.cpu_s, alltoallv_4096_sim_s=sim,
+               alltoallv_4096_solves=net.solves, alltoallv_4096_peak_rss_gib=_peak_rss_gib())
     return out

@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--seed", type=_args.seed, default=1, help="random seed (default 1)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--large", action="store_true",
+                        help="also the runs that take tens of minutes (e.g. 4096-GPU per-flow cases)")
 
 
 def _flatten(prefix: str, value, rows: list[tuple[str, str]]) -> None:
@@ -51,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name:12s} {getattr(module, 'SUMMARY', '')}")
         return 0
     module = get_bench(args.name)
-    ctx = BenchContext(seed=args.seed, quick=args.quick)
+    ctx = BenchContext(seed=args.seed, quick=args.quick, large=args.large)
     ctx.progress(f"bench {args.name}: {getattr(module, 'SUMMARY', '')}")
     figures = _json_safe(module.run(ctx))
     rows: list[tuple[str, str]] = []

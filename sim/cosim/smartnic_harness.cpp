@@ -96,7 +96,7 @@ struct Memory {
     struct Read { uint64_t addr; int beats; int64_t ready; int64_t writes_before; bool captured;
                   std::vector<uint8_t> data; int sent; };
     struct Write { uint64_t addr; int beats; int done; };
-    struct WBeat { std::vector<uint8_t> data; uint64_t mask; int last; };
+    struct WBeat { std::vector<uint8_t> data; std::vector<uint8_t> enable; int last; };
 
     uint8_t* contents = nullptr;
     uint64_t beats_total = 0;
@@ -151,7 +151,8 @@ struct Memory {
             WBeat b;
             b.data.resize(W);
             std::memcpy(b.data.data(), wdata, W);
-            b.mask = bits(wdata, lay.mask_off, W < 64 ? W : 64);
+            b.enable.resize(W);
+            for (int i = 0; i < W; ++i) b.enable[i] = static_cast<uint8_t>(bits(wdata, lay.mask_off + i, 1));
             b.last = static_cast<int>(bits(wdata, lay.wlast_off, 1));
             wbuf.push_back(std::move(b));
         }
@@ -196,7 +197,7 @@ struct Memory {
             }
             uint8_t* dst = contents + (wr.addr + wr.done) * W;
             for (int i = 0; i < W; ++i)
-                if (i < 64 && ((b.mask >> i) & 1)) dst[i] = b.data[i];
+                if (b.enable[i]) dst[i] = b.data[i];
             if (++wr.done == wr.beats) {
                 writes.pop_front();
                 ++writes_completed;

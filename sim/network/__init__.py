@@ -7,7 +7,7 @@ Public API::
     topo = Topology.from_preset("zionex")             # presets: zionex, zion, dgx-h100
     topo = Topology.from_config("my.toml")            # or a dict; validated field by field
     topo.num_gpus, topo.nodes, topo.gpus_per_node, topo.host_endpoint(node), topo.link_names
-    eng = Engine(); net = Network(eng, topo)          # coalesce_rel=0.02 (see network.py)
+    eng = Engine(); net = Network(eng, topo)          # coalesce_rel=0.02, aggregate=True (see network.py)
     g = net.start_flow(src, dst, nbytes, on_done=cb, tag="x")   # cb(group) at arrival
     g = net.start_flows(srcs, dsts, nbytes_array, on_done=cb)   # one group, vectorised
     g.end_ps, g.finish_ps                             # int ps
@@ -33,6 +33,10 @@ Model assumptions (details in each module's docstring):
   slow start. Concurrent flows share links max-min fairly (exact progressive filling), rates
   recomputed when flows start or finish (finishes within 2% of flow age coalesced into one
   recompute, with a first-order credit for the capacity they free; exact with coalesce_rel=0).
+- Solve by flow class: flows that max-min sharing must treat alike (same size, same numbers of
+  each kind of link, on a symmetric topology) are solved as one variable with a multiplicity
+  (sim.network.classes); exact, so results do not depend on it (aggregate=False: per flow).
+  Uneven sizes, slowed links and overlapping groups fall back to per-flow where they must.
 - Latency (links + switches + TCP per-message overhead) is added once per message.
 - Links are directional, each with bandwidth and latency; RoCEv2 / TCP framing inflates the
   bytes on NIC and spine links; ECMP over spines is a perfect even split (one bundle per leaf).

@@ -53,10 +53,30 @@ class FlowClasses:
         return int(self.starts.size - 1)
 
 
+_DIRECT_KEYS = 1 << 25  # keys below this are ranked by a presence table (O(n), no sort)
+
+
 def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense ids 0..n-1 of ``key`` values (order of first sorted appearance)."""
+    """Dense ids 0..n-1 of ``key`` values, in increasing key order."""
+    if key.size and key.min() == key.max():
+        return np.zeros(key.size, dtype=np.int64), 1
+    if key.size and key.dtype.kind in "iu" and 0 <= key.min() and key.max() < _DIRECT_KEYS:
+        present = np.zeros(int(key.max()) + 1, dtype=bool)
+        present[key] = True
+        rank = np.cumsum(present) - 1
+        return rank[key].astype(np.int64, copy=False), int(rank[-1] + 1)
     uniq, inv = np.unique(key, return_inverse=True)
     return inv.astype(np.int64, copy=False).ravel(), int(uniq.size)
+
+
+def _count_pairs(key: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values of ``key`` (sorted) and their counts; a counting pass for small ranges."""
+    top = int(key.max()) + 1 if key.size else 0
+    if top <= _DIRECT_KEYS:
+        cnt = np.bincount(key, minlength=top)
+        uk = np.flatnonzero(cnt)
+        return uk, cnt[uk]
+    return np.unique(key, return_counts=True)
 
 
 def _row_ids(cols: list[np.ndarray], radices: list[int]) -> tuple[np.ndarray, int]:
@@ -108,17 +128,25 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
     for _ in range(max_rounds):
         # links: (old colour, sorted multiset of flow colours crossing it)
         key = ent_link * nf + fc[ent_flow]
-        uk, cnt = np.unique(key, return_counts=True)
+        uk, cnt = _count_pairs(key, nf)
         lk = uk // nf
         fk = uk % nf
-        bounds = np.searchsorted(lk, np.arange(n_links + 1))
+        used = np.unique(lk)  # links no flow crosses keep (old colour, nothing)
+        bounds = np.searchsorted(lk, np.append(used, n_links))
         sig: dict[tuple[int, bytes], int] = {}
         new_lc = np.empty(n_links, dtype=np.int64)
         pairs = np.stack([fk, cnt], axis=1)
-        for link in range(n_links):
-            s = (int(lc[link]), pairs[bounds[link]:bounds[link + 1]].tobytes())
+        for i, link in enumerate(used.tolist()):
+            s = (int(lc[link]), pairs[bounds[i]:bounds[i + 1]].tobytes())
             new_lc[link] = sig.setdefault(s, len(sig))
-        n_new_l = len(sig)
+        idle = np.ones(n_links, dtype=bool)
+        idle[used] = False
+        if idle.any():
+            ids, n_idle = _dense(lc[idle])
+            new_lc[idle] = len(sig) + ids
+        else:
+            n_idle = 0
+        n_new_l = len(sig) + n_idle
         # flows: (old colour, sorted link colours of its hops)
         hop_colors = np.sort(new_lc[links_fh], axis=1)
         new_fc, n_new_f = _row_ids([fc] + [hop_colors[:, h] for h in range(H)], [nf] + [n_new_l] * H)
@@ -150,7 +178,7 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
     starts = np.zeros(nf + 1, dtype=np.int64)
     np.cumsum(np.bincount(fc, minlength=nf), out=starts[1:])
     key = fc[ent_flow] * nl + lc[ent_link]
-    uk, cnt = np.unique(key, return_counts=True)
+    uk, cnt = _count_pairs(key, nl)
     qc = uk // nl
     qk = uk % nl
     n_per_link = cnt / link_count[qk]

@@ -164,9 +164,11 @@ if HAVE_NUMBA:
                 count[k] += 1
 
     @_njit(cache=True, nogil=True, inline="always")
-    def _freeze_link(l, s_min, links_fh, factor, frozen, starts, order, rates, weight, has_w, wire, load, cap, count, share):  # pragma: no cover
-        """Freeze every unfrozen flow of one part on bottleneck link ``l`` at ``s_min``."""
-        H = links_fh.shape[1]
+    def _freeze_link(l, s_min, ent_links, factor, frozen, starts, order, rates, weight, has_w, wire, load, cap, count, share):  # pragma: no cover
+        """Freeze every unfrozen flow of one part on bottleneck link ``l`` at ``s_min``.
+        ``ent_links[e]`` is the hop list of entry e's flow, stored in index order so that this
+        loop reads the links sequentially (the flows of a link are scattered in memory)."""
+        H = ent_links.shape[1]
         for e in range(starts[l], starts[l + 1]):
             f = order[e] // H
             if frozen[f]:
@@ -175,7 +177,7 @@ if HAVE_NUMBA:
             rates[f] = s_min
             fac = factor[f]
             for h in range(H):
-                k = links_fh[f, h]
+                k = ent_links[e, h]
                 w = fac if wire[k] else 1.0
                 if has_w:
                     w *= weight[f, h]
@@ -190,8 +192,8 @@ if HAVE_NUMBA:
                         share[k] = c / (load[k] if load[k] > 1e-300 else 1e-300)
 
     @_njit(cache=True, nogil=True)
-    def _maxmin_parts(links_a, factor_a, frozen_a, starts_a, order_a, rates_a, weight_a, has_w,
-                      links_b, factor_b, frozen_b, starts_b, order_b, rates_b, wire, capacity):  # pragma: no cover
+    def _maxmin_parts(links_a, factor_a, frozen_a, starts_a, order_a, ent_a, rates_a, weight_a, has_w,
+                      links_b, factor_b, frozen_b, starts_b, order_b, ent_b, rates_b, wire, capacity):  # pragma: no cover
         """Sequential progressive filling over two flow sets sharing the links (part ``b`` has no
         weights; it may be empty): each keeps its own (F, H) links and link -> entry index
         (entries f*H+h), so a large set's index is built once and reused across solves."""
@@ -236,9 +238,9 @@ if HAVE_NUMBA:
             for i in range(n_pick):
                 l = picked[i]
                 share[l] = np.inf
-                _freeze_link(l, s_min, links_a, factor_a, frozen_a, starts_a, order_a, rates_a, weight_a, has_w,
+                _freeze_link(l, s_min, ent_a, factor_a, frozen_a, starts_a, order_a, rates_a, weight_a, has_w,
                              wire, load, cap, count, share)
-                _freeze_link(l, s_min, links_b, factor_b, frozen_b, starts_b, order_b, rates_b, weight_a, False,
+                _freeze_link(l, s_min, ent_b, factor_b, frozen_b, starts_b, order_b, rates_b, weight_a, False,
                              wire, load, cap, count, share)
         for f in range(frozen_a.shape[0]):
             if not frozen_a[f]:
@@ -248,15 +250,15 @@ if HAVE_NUMBA:
                 rates_b[f] = np.inf
 
     @_njit(cache=True, nogil=True)
-    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, rates, weight, has_w):  # pragma: no cover
+    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, ent_links, rates, weight, has_w):  # pragma: no cover
         """Sequential progressive filling; ``links_fh`` is (F, H), ``order`` lists entries f*H+h;
         ``weight`` (F, H) hop multiplicities when ``has_w`` (else ignored)."""
         H = links_fh.shape[1]
         L = capacity.shape[0]
         eb = np.empty((0, H), dtype=links_fh.dtype)
-        _maxmin_parts(links_fh, factor, frozen, starts, order, rates, weight, has_w,
+        _maxmin_parts(links_fh, factor, frozen, starts, order, ent_links, rates, weight, has_w,
                       eb, np.empty(0), np.empty(0, dtype=np.bool_), np.zeros(L + 1, dtype=np.int64),
-                      np.empty(0, dtype=np.int64), np.empty(0), wire, capacity)
+                      np.empty(0, dtype=np.int64), eb, np.empty(0), wire, capacity)
         return rates
 
     @_njit(cache=True, nogil=True)
@@ -269,25 +271,30 @@ if HAVE_NUMBA:
         starts = np.cumsum(counts)
         fill = starts[:-1].copy()
         order = np.empty(F * H, dtype=np.int64)
+        ent = np.empty((F * H, H), dtype=links_fh.dtype)
         for f in range(F):
             for h in range(H):
                 k = links_fh[f, h]
-                order[fill[k]] = f * H + h
+                e = fill[k]
+                order[e] = f * H + h
+                for j in range(H):
+                    ent[e, j] = links_fh[f, j]
                 fill[k] += 1
-        return starts, order
+        return starts, order, ent
 
 
 class FlowMajorIndex:
     """Link -> entry index of a (F, H) links matrix (counting sort); entries are ``f * H + h``."""
 
-    __slots__ = ("starts", "order")
+    __slots__ = ("starts", "order", "ent_links")
 
     def __init__(self, links_fh: np.ndarray, n_links: int) -> None:
         if HAVE_NUMBA:
-            self.starts, self.order = _csr_compiled(links_fh, n_links)
+            self.starts, self.order, self.ent_links = _csr_compiled(links_fh, n_links)
         else:
             flat = links_fh.ravel()
             self.order = np.argsort(flat, kind="stable").astype(np.int64)
+            self.ent_links = links_fh[self.order // max(links_fh.shape[1], 1)]
             self.starts = np.zeros(n_links + 1, dtype=np.int64)
             np.cumsum(np.bincount(flat, minlength=n_links), out=self.starts[1:])
 
@@ -317,7 +324,7 @@ def maxmin_rates_fm(
     frozen = np.zeros(n_flows, dtype=bool) if alive is None else ~alive
     has_w = weight is not None
     w = np.ascontiguousarray(weight, dtype=np.float64) if has_w else np.ones((1, 1))
-    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, rates, w, has_w)
+    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, index.ent_links, rates, w, has_w)
     if alive is not None:
         rates[~alive] = 0.0
     return rates
@@ -347,12 +354,13 @@ def maxmin_rates_parts(
     L = capacity.shape[0]
     if big_index is None:
         big_index = FlowMajorIndex(big_links, L)
+    links_fh = links_fh.astype(big_links.dtype, copy=False)
     small = FlowMajorIndex(links_fh, L)
     ra = np.zeros(big_alive.size)
     rb = np.zeros(links_fh.shape[0])
-    links_fh = links_fh.astype(big_links.dtype, copy=False)
-    _maxmin_parts(big_links, big_factor, ~big_alive, big_index.starts, big_index.order, ra, np.ones((1, 1)), False,
-                  links_fh, factor, np.zeros(links_fh.shape[0], dtype=bool), small.starts, small.order, rb, wire, capacity)
+    _maxmin_parts(big_links, big_factor, ~big_alive, big_index.starts, big_index.order, big_index.ent_links, ra,
+                  np.ones((1, 1)), False, links_fh, factor, np.zeros(links_fh.shape[0], dtype=bool), small.starts,
+                  small.order, small.ent_links, rb, wire, capacity)
     ra[~big_alive] = 0.0
     return ra, rb
 

@@ -22,8 +22,8 @@ Flow classes (``aggregate``, default on): at its start a group's flows are parti
 classes that max-min fair sharing must treat identically (same size, and the same number of
 links of each kind of link, :mod:`sim.network.classes`); a group alone in the network is solved
 over its classes (cost grows with the classes, not the flows) and all per-flow state lives per
-class. With other groups in flight the solve is per flow, and a class whose flows got different
-rates is split (refined again) before its state moves on, so results never depend on the
+class. With other groups in flight the solve is per flow, and a group one of whose classes got
+different rates goes on per flow (its state moves over), so results never depend on the
 aggregation. ``aggregate=False`` keeps one class per flow (the reference).
 """
 
@@ -105,7 +105,9 @@ class Network:
         self.topology = topology
         self.coalesce_rel = float(coalesce_rel)
         self.aggregate = aggregate
-        self.aggregate_min_flows = 64  # smaller groups are solved per flow (nothing to gain)
+        # groups with fewer flows than this are solved per flow: one solve of them costs about
+        # what finding their classes does (collective steps of one message per rank, e.g.)
+        self.aggregate_min_flows = 4 * topology.num_endpoints
         self.solved_flows = 0  # sum over solves of the flows they covered
         self.solved_classes = 0  # ... and of the variables the solver saw (classes or flows)
         self.splits = 0  # classes refined because other traffic broke their symmetry
@@ -359,7 +361,8 @@ class Network:
         big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
         gb = groups[big]
         if gb._findex is None:
-            gb._findex = FlowMajorIndex(gb._links, topo.num_links + 1)
+            same = gb._cls.identity and gb._index is not None  # its own index is per flow already
+            gb._findex = gb._index if same else FlowMajorIndex(gb._links, topo.num_links + 1)
         rest = [i for i in range(len(groups)) if i != big]
         links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
         factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
@@ -395,12 +398,12 @@ class Network:
             if np.array_equal(rate[c], fr):
                 g._rate = rate
                 continue
-            # the class's flows got different rates: refine by (class, rate), state moves over
+            # the class's flows got different rates: the group goes on per flow (its state moves
+            # over; refining again costs more than it saves while other traffic keeps breaking it)
             self.splits += 1
             flow_rate = np.full(cl.cls.size, -1.0)
             flow_rate[m] = fr
-            color = cl.cls * (cl.cls.size + 1) + np.unique(flow_rate, return_inverse=True)[1].ravel()
-            new = equitable_classes(g._links, color, topo.capacity, topo.wire)
+            new = identity_classes(g._links, topo.capacity, topo.wire)
             old_rate = previous.get(id(g))
             rep_old = cl.cls[new.members[new.starts[:-1]]]
             self._set_classes(g, new, cl)

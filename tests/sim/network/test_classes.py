@@ -64,7 +64,7 @@ def test_uniform_alltoall_aggregates_without_changing_results(preset, gpus):
         net_a, net_f = _same(lambda: _topology(preset, gpus),
                              lambda net: [coll.alltoall(net, None, 300_000, algorithm=algorithm)])
         assert net_a.solved_flows == net_f.solved_flows
-        if gpus >= 64:
+        if gpus >= 64 and algorithm == "direct":  # (hierarchical steps are small groups: per flow)
             assert net_a.solved_classes * 8 < net_a.solved_flows  # the solver saw classes, not flows
 
 
