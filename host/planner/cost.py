@@ -265,6 +265,14 @@ class CostModel:
             self._allreduce_cache[key] = self.system.comm.allreduce_time_s(nbytes, self.world) if nbytes > 0.5 else 0.0
         return self._allreduce_cache[key]
 
+    def _dp_allreduce_s(self, dp_bytes: float) -> float:
+        """The data-parallel tables' AllReduce alone, as the iteration runs it: their own bucket
+        in the allreduce wire precision (gradient buckets, ``host.gradients``: table bytes /
+        4 elements) or their share of the single AllReduce (bytes as the plan gives them)."""
+        if self.bucketed:
+            return self._allreduce_s(dp_bytes / self.spec.bucket_config().grad_bytes * self._ar_wire)
+        return self._allreduce_s(dp_bytes)
+
     def columns(self, state: State) -> dict[str, np.ndarray]:
         """Per-rank seconds per :data:`COST_COLUMNS` for an accumulated state."""
         busy = state.kernels > 0.5
@@ -276,7 +284,7 @@ class CostModel:
         }
         for name, c in zip(("input_a2a", "pooled_a2a", "grad_a2a", "pooled_rs", "grad_ag"), comm):
             cols[name] = c
-        cols["dp_allreduce"] = np.full(self.world, self._allreduce_s(state.dp_bytes))
+        cols["dp_allreduce"] = np.full(self.world, self._dp_allreduce_s(state.dp_bytes))
         return cols
 
     def totals(self, state: State) -> np.ndarray:
@@ -286,7 +294,7 @@ class CostModel:
                                              * self._agg_scale[:, None, None]).sum(axis=0)
         busy = v[_KERN] > 0.5
         return (v[0] + v[1] + v[2] + busy * (self._fwd_overhead + self._bwd_overhead) + comm
-                + self._allreduce_s(state.dp_bytes))
+                + self._dp_allreduce_s(state.dp_bytes))
 
     # ----------------------------------------------------------------- the iteration
     def phase_times(self, vecs: np.ndarray, dps) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
