@@ -46,7 +46,7 @@ Modelling choices (each an ASSUMPTION a user can see in code and docs):
       slowed by the GPU (so ``streams.comm_priority`` only orders kernels between streams).
 
 The SmartNIC system (``embeddings = "nic"``): :func:`nic_effects` measures the NIC caches' hit
-rates on synthetic lookup traces (``sim.nic``; Zipf, :data:`ZIPF_ALPHA`) and applies each
+rates on the run's lookups (``sim.nic`` on the ``sim.lookups.LookupBatch`` of ``host.lookups``) and applies each
 mechanism that is on to the iteration's work: fewer GPU lookups, NIC gather/pool and cache
 work, PCIe fills, changed AlltoAll matrices (its docstring states every assumption). Each
 GPU's NIC is a :class:`sim.nic.NIC` on the engine (units ``cache``, ``gather``,
@@ -98,7 +98,7 @@ __all__ = [
 MAX_INTERACTION_WIDTH = 8192
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
 
-_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
+_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense", "lookups")
 
 
 # ------------------------------------------------------------------------------ the scenario
@@ -123,6 +123,7 @@ class Scenario:
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
     source: dict[str, Any] = field(default_factory=dict)
+    lookups: Any = None  # host.lookups.LookupsSpec (None: Zipf for every table)
 
     def resolved(self) -> dict[str, Any]:
         """The scenario with every default filled in (written to the results folder)."""
@@ -136,6 +137,7 @@ class Scenario:
                         **({} if self.planner_budget_s is None else {"time_budget_s": self.planner_budget_s}),
                         **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps})},
             "dense": {"dtype": self.dense_dtype},
+            **({"lookups": self.lookups.to_dict()} if self.lookups is not None else {}),
         }
 
 
@@ -203,7 +205,14 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         alltoall=_choice("planner.alltoall", pl.get("alltoall", "direct"), ("direct", "hierarchical")),
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
         source={k: v for k, v in data.items()},
+        lookups=_lookups_spec(data.get("lookups"), base),
     )
+
+
+def _lookups_spec(data: Any, base: Path | None):
+    from neonic.host.lookups import lookups_from_dict
+
+    return lookups_from_dict(data, base)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -329,12 +338,9 @@ class NICJob:
 
 
 # ------------------------------------------------------------------------------ the SmartNIC
-#: Zipf exponents of the synthetic lookup traces (REFERENCES.md: FBGEMM's TBE benchmark
-#: defaults, 1.15 for training and 1.09 for inference). Tables' own traces or locality
-#: statistics (``TableSpec.trace``/``locality_stats``) are not used yet: every table is Zipf.
-ZIPF_ALPHA = {"training": 1.15, "inference": 1.09}
-#: At most this many lookups are traced per cache (the bags per shard shrink to fit).
-MAX_TRACE_LOOKUPS = 1 << 18
+#: Zipf exponents of the default lookups (``sim.lookups``; a scenario's ``[lookups]`` section
+#: or a table's trace / locality statistics replace them: ``host.lookups``).
+from neonic.sim.lookups import ZIPF_ALPHA  # noqa: E402
 
 
 def nic_config(spec) -> "NICConfig":
@@ -345,16 +351,6 @@ def nic_config(spec) -> "NICConfig":
                      local_cache_bytes=spec.local_cache_mib * 2**20, remote_cache_bytes=spec.remote_cache_mib * 2**20,
                      cache_ways=spec.cache_ways, memory_bytes_per_s=spec.memory_gbytes_per_s * 1e9,
                      pool_on_nic=spec.pool_on_nic, reorder=spec.reorder)
-
-
-def zipf_rows(rng: np.random.Generator, n: int, rows: int, alpha: float) -> np.ndarray:
-    """``n`` row ids of a table of ``rows`` rows with Zipf(``alpha``) popularity, the hot rows
-    scattered over the id space by a keyed permutation (``host.traces``' generators; the
-    key comes from ``rng``)."""
-    from neonic.host.traces import permute_rows, zipf_ranks
-
-    key = rng.integers(0, 2**63, 4, dtype=np.uint64)
-    return permute_rows(zipf_ranks(rng, n, rows, alpha), rows, key)
 
 
 @dataclass
@@ -378,6 +374,7 @@ class NICEffects:
     gpu_pool_bytes: np.ndarray
     hit_rates: dict[str, float]
     figures: dict[str, Any]
+    lookups: Any = None  # the sim.lookups.LookupBatch the caches were measured on (the RTL backend's too)
 
     def packetizer_ps(self, matrix: np.ndarray, gpus_per_node: int) -> tuple[int, ...]:
         """Each rank's packetizer time for its inter-node messages of ``matrix`` (one RDMA
@@ -429,7 +426,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     cfg = nic_config(sc.system.nic)
     wl = sc.workload
     world, gpn = work.world_size, work.gpus_per_node
-    alpha = ZIPF_ALPHA[sc.mode]
+    alpha = (sc.lookups.alpha if sc.lookups is not None and sc.lookups.alpha is not None
+             else ZIPF_ALPHA[sc.mode])
     tables = {t.name: t for t in wl.tables}
     samples = sc.system.nic.trace_samples
     comm_b = psys.comm_bytes
@@ -453,21 +451,26 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     cache_row_bytes = np.zeros(world)          # sum of the looked-up rows' bytes (mean row = / lookups)
     figures: dict[str, Any] = {"pool_on_nic": cfg.pool_on_nic, "reorder": cfg.reorder,
                                "local_cache_mib": sc.system.nic.local_cache_mib,
-                               "remote_cache_mib": sc.system.nic.remote_cache_mib, "zipf_alpha": alpha}
+                               "remote_cache_mib": sc.system.nic.remote_cache_mib, "zipf_alpha": alpha,
+                               "lookups_traced": 0}
     hit_rates: dict[str, float] = {}
     # forward lookups that reach each owner shard (remote-cache hits never do)
     reach = [[float(k.lookups) for k in ks] for ks in work.kernels]
     memo: dict = {}
     reuse_probe: tuple[np.ndarray, np.ndarray] | None = None
 
-    def segment(key: str, rows: int, row_bytes: int, pool: float, bags: int, rng) -> Segment:
-        lengths = np.maximum(rng.poisson(pool, bags), 0).astype(np.int64) if pool > 0 else np.zeros(bags, np.int64)
-        return Segment(key, lengths, zipf_rows(rng, int(lengths.sum()), rows, alpha), rows, row_bytes)
+    batch = getattr(psys, "lookups", None)
+    if batch is None:
+        from neonic.host.lookups import LookupsSpec, build_lookups
 
-    def traced_bags(items: list[tuple[float, int]], passes: int) -> float:
-        """Scale so that sum(pool * bags * passes) <= MAX_TRACE_LOOKUPS."""
-        total = sum(p * min(samples, b) * passes for p, b in items)
-        return min(1.0, MAX_TRACE_LOOKUPS / total) if total > 0 else 1.0
+        batch = build_lookups(wl, sc.lookups or LookupsSpec(), world=world, mode=sc.mode, seed=sc.seed,
+                              min_bags=samples)
+
+    def segment(key: str, name: str, bags: np.ndarray, row_start: int, row_end: int, row_bytes: int) -> Segment:
+        """The run's lookups of table ``name`` from the bags selected by ``bags`` (a mask over
+        the requesting ranks' bags) that fall in rows ``[row_start, row_end)``."""
+        lengths, rows = batch[name].select(bags, row_start, row_end)
+        return Segment(key, lengths, rows, row_end - row_start, row_bytes)
 
     h_of: dict[str, float] = {}             # remote-cache hit rate per table (requesters)
     # ---- remote caches (requesters)
@@ -482,10 +485,13 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
                     and any(node[s.rank] != node[requester] for s in plan.tables[t.name].shards)]
             if not mine:
                 continue
-            rng = np.random.default_rng([sc.seed, 2, requester])
-            scale = traced_bags([(t.pooling, b) for t in mine], passes)
-            bags = max(2, int(min(samples, b) * scale)) * passes
-            segs = [segment(t.name, t.rows, t.row_bytes, t.pooling, bags, rng) for t in mine]
+            segs = []
+            for t in mine:
+                # the bags of requesters on this requester's node (all bags if too few are drawn)
+                mask = node[batch[t.name].requester] == node[requester]
+                if np.count_nonzero(mask) < 4:
+                    mask = np.ones_like(mask)
+                segs.append(segment(t.name, t.name, mask, 0, t.rows, t.row_bytes))
             st = trace_stats(segs, cfg.remote_cache_bytes, cfg.cache_ways, warm=warm, reorder=cfg.reorder,
                              policy="static" if warm else "lru")
             stats.update(st.segments)
@@ -533,19 +539,17 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
         inference = sc.mode == "inference"
         off_node = (world - gpn) / world            # share of a shard's requesters on other nodes
         for r in range(world):
-            rng = np.random.default_rng([sc.seed, 1, r])
             # per shard: lookups and bags that reach the owner's NIC from other nodes
             nic_l = [0.0 if dp_table[name] else k.lookups * off_node * (1 - h_of.get(name, 0.0))
                      for name, _, k in owned[r]]
             nic_b = [0.0 if dp_table[name] else k.pooled_rows * off_node for name, _, k in owned[r]]
-            items = [(nic_l[i] / nb, max(1, int(nb))) for i, nb in enumerate(nic_b) if nb > 0]
-            scale = traced_bags(items, 2)
             segs = []
             for i, (name, shard, k) in enumerate(owned[r]):
                 if nic_b[i] <= 0:
                     continue
-                bags = max(2, int(min(samples, max(1, int(nic_b[i]))) * scale)) * 2
-                segs.append(segment(f"{name}#{i}", shard.rows, k.row_bytes, nic_l[i] / nic_b[i], bags, rng))
+                # the bags of requesters on other nodes, their lookups in this shard's rows
+                mask = node[batch[name].requester] != node[r]
+                segs.append(segment(f"{name}#{i}", name, mask, shard.row_start, shard.row_end, k.row_bytes))
             if reuse_probe is None and segs:
                 big = max(segs, key=lambda x: len(x.rows))
                 reuse_probe = (big.lengths, big.rows)
@@ -607,8 +611,8 @@ def nic_effects(sc: "Scenario", plan, work, psys) -> NICEffects:
     figures["pcie_bwd_bytes_per_rank"] = float(bwd_pcie.mean())
     figures["gpu_forward_lookups_per_rank"] = float(np.mean([sum(x) for x in gpu_lookups]))
     figures["pooled_a2a_bytes"] = float(m["pooled"].sum())
-    figures["trace_lookups_max"] = MAX_TRACE_LOOKUPS
-    return NICEffects(cfg, m, gpu_lookups, units, fwd_pcie, bwd_pcie, gpu_pool, hit_rates, figures)
+    figures["lookups_traced"] = int(batch.lookups)
+    return NICEffects(cfg, m, gpu_lookups, units, fwd_pcie, bwd_pcie, gpu_pool, hit_rates, figures, lookups=batch)
 
 
 # --------------------------------------------------------------------------------- the run
@@ -671,7 +675,13 @@ class ClusterRun:
         if sc.system.embeddings == "cpu":
             cpu = CPU_PRESETS[sc.system.host.cpu]
             memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
-        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype)
+        from neonic.host.lookups import LookupsSpec, build_lookups
+
+        self.lookups = build_lookups(sc.workload, sc.lookups or LookupsSpec(), world=topo.nodes * topo.gpus_per_node,
+                                     mode=sc.mode, seed=sc.seed,
+                                     min_bags=sc.system.nic.trace_samples if sc.system.embeddings == "nic" else 0)
+        psys = PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.system.comm_dtype,
+                             lookups=self.lookups)
         from neonic.host.planner.api import make_plan
 
         plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
@@ -958,6 +968,7 @@ class ClusterRun:
             "dense_params": dense.params,
             "plan": getattr(self.plan, "sharding_counts", lambda: {})(),
             "plan_notes": list(getattr(self.plan, "notes", ())),
+            "lookup_sources": self.lookups.sources() if getattr(self, "lookups", None) is not None else {},
         }
         if sc.mode == "inference":
             lat = []

@@ -169,6 +169,10 @@ class PlannerSystem:
     index_bytes: int = 8
     length_bytes: int = 4
     comm_dtype: str = "fp32"
+    #: the run's lookups (``sim.lookups.LookupBatch``) or None: where they are given, they
+    #: decide each row shard's share of a table's lookups and a traced table's pooling
+    #: (``host.lookups``); None: lookups spread over row shards by rows, pooling from the spec
+    lookups: Any = None
 
     def __post_init__(self) -> None:
         if self.comm_dtype not in ("fp32", "fp16"):
@@ -180,6 +184,23 @@ class PlannerSystem:
     @property
     def world_size(self) -> int:
         return self.comm.world_size
+
+    def pooling_of(self, table: Any) -> float:
+        """Mean lookups per bag of ``table``: its trace's (or locality fit's) when the run's
+        lookups come from one, else the workload's figure."""
+        tl = None if self.lookups is None else self.lookups.tables.get(table.name)
+        if tl is None or tl.source.startswith("zipf"):
+            return float(table.pooling)
+        return tl.mean_pooling
+
+    def row_shares(self, table: Any, bounds: list[tuple[int, int]]) -> np.ndarray:
+        """Share of ``table``'s lookups falling in each row range: a traced (or locality-fitted)
+        table's measured shares; otherwise in proportion to rows (hashed ids; the Zipf default
+        keeps this expectation rather than the noise of a sampled batch)."""
+        tl = None if self.lookups is None else self.lookups.tables.get(table.name)
+        if tl is None or tl.source.startswith("zipf"):
+            return np.array([(b - a) / table.rows for a, b in bounds])
+        return tl.row_share(bounds)
 
     @property
     def nodes(self) -> int:

@@ -194,7 +194,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
     """The kernels and traffic of one placed table (see the module doc for the model)."""
     world, g = system.world_size, system.gpus_per_node
     b = workload.batch_per_gpu
-    pool = table.pooling
+    pool = system.pooling_of(table)
     eb, ob = table.elem_bytes, system.comm_bytes
     state = workload.optimizer.state_bytes_per_row(table.dim)
     ones = np.ones(world)
@@ -243,7 +243,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
         return TableWork(table.name, kernels, traffic)
 
     # row-wise families: lookups spread over row shards in proportion to their rows
-    frac = np.array([s.rows / table.rows for s in shards])
+    frac = system.row_shares(table, [(s.row_start, s.row_end) for s in shards])
     kernels = tuple(kernel(s, global_bags * pool * f, global_bags) for s, f in zip(shards, frac))
     traffic["input"] = (Outer(ones, _onehot(world, ranks, idx_per_owner * frac + len_per_owner)),)
     partial = table.dim * b * ob  # one owner's partial pools from one shard
