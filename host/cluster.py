@@ -80,7 +80,7 @@ from neonic.host.systems import (SystemSpec, check_known_fields, check_table, me
 from neonic.host.workloads import WorkloadSpec, resolve_workload
 from neonic.sim.engine import Engine, ps_from_s, s_from_ps
 from neonic.sim.gpu import KernelCost, embedding_backward_cost, embedding_forward_cost, interaction_cost, mlp_cost
-from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool, cpu_embedding_backward_s, cpu_embedding_forward_s
+from neonic.sim.resources import CPU_PRESETS, GPUDevice, ServerPool, cpu_embedding_backward_s, cpu_embedding_forward_s
 
 __all__ = [
     "MAX_INTERACTION_WIDTH",
@@ -324,7 +324,11 @@ class CPUJob:
 
 @dataclass(frozen=True)
 class Copy:
+    """Bytes between a GPU and its node's host memory over the GPU-host link."""
+
     nbytes: float
+    to_gpu: bool = True
+    kind: str = "input"
 
 
 @dataclass(frozen=True)
@@ -335,6 +339,8 @@ class NICJob:
     units: tuple[tuple[str, int], ...]
     gpu: KernelCost
     pcie_bytes: float = 0.0
+    to_gpu: bool = False       # direction of the PCIe bytes (host memory -> GPU, or GPU -> NIC/host)
+    kind: str = "nic"          # what the bytes are (metrics): nic | tier_miss
 
 
 # ------------------------------------------------------------------------------ the SmartNIC
@@ -671,10 +677,7 @@ class ClusterRun:
 
         sc = self.scenario
         comm = _planner_comm(topo)
-        memory = MemoryTiers()
-        if sc.system.embeddings == "cpu":
-            cpu = CPU_PRESETS[sc.system.host.cpu]
-            memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
+        memory = _memory_tiers(sc.system, topo)
         from neonic.host.lookups import LookupsSpec, build_lookups
 
         self.lookups = build_lookups(sc.workload, sc.lookups or LookupsSpec(), world=topo.nodes * topo.gpus_per_node,
@@ -798,7 +801,7 @@ class ClusterRun:
         # embedding work per rank
         fwd: list[Any] = []
         bwd: list[Any] = []
-        pcie = sys_.host.pcie_gbytes_per_s * 1e9
+        tier_miss = np.zeros(world)
         cpu = CPU_PRESETS[sys_.host.cpu]
         for r in range(world):
             ks = work.kernels[r]
@@ -810,27 +813,37 @@ class ClusterRun:
                 continue
             f = KernelCost()
             g = KernelCost()
-            miss_s = 0.0
+            miss = 0.0
             for i, k in enumerate(ks):
                 gl = k.lookups if nic is None else int(round(nic.gpu_lookups[r][i]))
                 f = f + embedding_forward_cost(gpu, gl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
                 g = g + embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.row_bytes, k.state_bytes_per_row)
-                miss_s += k.miss_bytes / pcie
+                miss += k.miss_bytes
             launch = gpu.efficiency.launch_overhead_s
-            f = _fused(f, launch, miss_s / 2)
-            g = _fused(g, 2 * launch, miss_s / 2)
-            fwd.append(f)
-            bwd.append(g)
+            f = _fused(f, launch, 0.0)
+            g = _fused(g, 2 * launch, 0.0)
+            tier_miss[r] = miss
+            # host-tier shards: the cache's misses fetch rows from host memory during the
+            # forward and write updated rows back during the backward, over the GPU-host link
+            # alongside the fused kernel (ASSUMPTION: transfers overlap the kernel; the op ends
+            # when both have)
+            fwd.append(NICJob((), f, miss / 2, to_gpu=True, kind="tier_miss") if miss > 0 else f)
+            bwd.append(NICJob((), g, miss / 2, to_gpu=False, kind="tier_miss") if miss > 0 else g)
         if nic is not None:
-            fwd = [NICJob(nic.fwd_units[r], fwd[r], float(nic.fwd_pcie_bytes[r])) for r in range(world)]
-            bwd = [NICJob((), bwd[r], float(nic.bwd_pcie_bytes[r])) if nic.bwd_pcie_bytes[r] > 0 else bwd[r]
+            def gpu_of(job):
+                return job.gpu if isinstance(job, NICJob) else job
+            # DRAM-tier misses and NIC fills share the GPU's PCIe link (counted together)
+            fwd = [NICJob(nic.fwd_units[r], gpu_of(fwd[r]), float(nic.fwd_pcie_bytes[r] + tier_miss[r] / 2))
                    for r in range(world)]
+            bwd = [NICJob((), gpu_of(bwd[r]), float(nic.bwd_pcie_bytes[r] + tier_miss[r] / 2))
+                   if nic.bwd_pcie_bytes[r] + tier_miss[r] > 0 else bwd[r] for r in range(world)]
+        self.tier_miss_bytes = tier_miss
         if sys_.embeddings == "cpu":
             # pooled embeddings reach the GPU over PCIe, gradients leave it the same way
             recv = pooled.sum(axis=0)
-            payloads["pooled_h2d"] = [Copy(float(recv[r])) for r in range(world)]
+            payloads["pooled_h2d"] = [Copy(float(recv[r]), kind="pooled") for r in range(world)]
             if sc.mode == "training":
-                payloads["grad_d2h"] = [Copy(float(recv[r])) for r in range(world)]
+                payloads["grad_d2h"] = [Copy(float(recv[r]), to_gpu=False, kind="gradients") for r in range(world)]
         payloads["emb_fwd"] = fwd
         if sc.mode == "training":
             payloads["emb_bwd"] = bwd
@@ -848,7 +861,11 @@ class ClusterRun:
         partitions = {"comm": st.sm_partition_comm} if st.sm_partition_comm > 0 else None
         gpus = [GPUDevice(engine, sys_.gpu_spec, name=f"gpu{r}", sm_partitions=partitions, interference=st.interference,
                           comm_sm_fraction=st.comm_sm_fraction) for r in range(world)]
-        links = [BandwidthLink(engine, sys_.host.pcie_gbytes_per_s, name=f"pcie{r}") for r in range(world)]
+        from neonic.sim.memory_tiers import HostLink
+
+        # the one PCIe model: copies, host-tier misses and NIC fills are flows on the topology's
+        # GPU-host links, sharing them (and their counters) with everything else there
+        host_link = HostLink(net, topo, record=set(_sample_ranks(world)))
         nodes = (world + topo.gpus_per_node - 1) // topo.gpus_per_node
         sockets = [ServerPool(engine, sys_.host.sockets_per_node, name=f"cpu{n}") for n in range(nodes)]
         comm_partition = "comm" if partitions else None
@@ -878,7 +895,8 @@ class ClusterRun:
             if isinstance(payload, KernelCost):
                 gpus[op.rank].launch(payload, done)
             elif isinstance(payload, Copy):
-                links[op.rank].transfer(payload.nbytes, done)
+                host_link.transfer(op.rank, payload.nbytes, payload.to_gpu, done, kind=payload.kind,
+                                   label=f"{op.phase}[{op.iteration}]")
             elif isinstance(payload, CPUJob):
                 sockets[payload.node].submit(ps_from_s(payload.seconds), done)
             elif isinstance(payload, Collective):
@@ -921,12 +939,13 @@ class ClusterRun:
                 if units:
                     nics[op.rank].run(units, finish, label=f"{op.phase}[{op.iteration}]")
                 if payload.pcie_bytes > 0:
-                    links[op.rank].transfer(payload.pcie_bytes, finish)
+                    host_link.transfer(op.rank, payload.pcie_bytes, payload.to_gpu, finish, kind=payload.kind,
+                                       label=f"{op.phase}[{op.iteration}]")
             else:
                 raise TypeError(f"op {op!r}: no backend for payload {type(payload).__name__}")
 
         self.net = net
-        return engine, backend, {"gpus": gpus, "links": links, "sockets": sockets, "net": net, "nics": nics}
+        return engine, backend, {"gpus": gpus, "host_link": host_link, "sockets": sockets, "net": net, "nics": nics}
 
     # ------------------------------------------------------------------------------ metrics
     def _collect(self, graph: OpGraph, engine: Engine, end_ps: int, res: dict, dense: DenseCosts, work, wall_s: float) -> RunResult:
@@ -982,7 +1001,7 @@ class ClusterRun:
         elapsed = end_ps
         util = {"gpu_sm": float(np.mean([g.utilization(elapsed)["sm"] for g in gpus])),
                 "gpu_hbm": float(np.mean([g.utilization(elapsed)["hbm"] for g in gpus])),
-                "pcie": float(np.mean([l.utilization(elapsed) for l in res["links"]]))}
+                "pcie": res["host_link"].utilization(elapsed)}
         if sc.system.embeddings == "cpu":
             util["cpu_sockets"] = float(np.mean([s.utilization(elapsed) for s in res["sockets"]]))
         if res["nics"]:
@@ -996,18 +1015,69 @@ class ClusterRun:
         metrics["cache_hit_rates"] = dict(getattr(self, "nic_stats", {}))
         if getattr(self, "nic_metrics", None):
             metrics["nic"] = dict(self.nic_metrics)
+        metrics["memory_tiers"] = self._tier_metrics(res["host_link"], work, elapsed, len(its) + sc.warmup)
         tracks = _tracks(graph, sample)
+        for r, spans in res["host_link"].spans.items():
+            tracks[f"gpu{r}/pcie"] = sorted(spans)
         for nic in res["nics"]:
             if nic.record:
                 for unit, spans in nic.intervals.items():
                     tracks[f"{nic.name}/{unit}"] = sorted(spans)
         return RunResult(sc, graph, metrics, bd, tracks, util, link_class, wall_s)
 
+    def _tier_metrics(self, host_link, work, elapsed_ps: int, iterations: int) -> dict[str, Any]:
+        """Memory tiers: bytes per tier, the HBM cache of host-tier shards (lookups, hits,
+        misses per iteration, hit rate per table) and the GPU-host link's bytes and
+        utilisation (the network's counters: ``link_class_bytes["pcie"]`` is the same sum)."""
+        psys = self.planner_system
+        shards = {t: 0 for t in ("hbm", "dram", "ssd")}
+        lookups = hits = 0.0
+        rates: dict[str, float] = {}
+        for t in self.scenario.workload.tables:
+            for k in work.tables[t.name].kernels:
+                shards[k.tier] += 1
+                if k.tier != "hbm":
+                    h = psys.tier_hit_rate(t)
+                    rates[t.name] = h
+                    lookups += k.lookups
+                    hits += k.lookups * h
+        link = host_link.link_bytes()
+        return {
+            "bytes": {"hbm": float(work.hbm_bytes.sum()), "dram": float(work.dram_bytes.sum()),
+                      "ssd": float(work.ssd_bytes.sum())},
+            "shards": shards,
+            "cache": {"load_factor": psys.memory.cache_load_factor, "ways": psys.memory.cache_ways,
+                      "policy": psys.memory.cache_policy,
+                      "lookups_per_iteration": lookups, "hits_per_iteration": hits,
+                      "misses_per_iteration": lookups - hits,
+                      "hit_rate": hits / lookups if lookups else None, "hit_rate_by_table": rates,
+                      "miss_bytes_per_iteration": float(np.sum(getattr(self, "tier_miss_bytes", 0.0)))},
+            "pcie": {"bytes": float(link.sum()), "bytes_by_kind": dict(host_link.bytes_by_kind),
+                     "utilization": host_link.utilization(elapsed_ps),
+                     "link_gbytes_per_s": psys.host_link_bytes_per_s / 1e9},
+        }
+
     def _network_utilization(self, net, elapsed_ps: int) -> dict[str, float]:
         fn = getattr(net, "link_class_utilization", None)
         if fn is None or elapsed_ps <= 0:
             return {}
         return {f"net_{k}": float(v) for k, v in fn(elapsed_ps).items()}
+
+
+def _memory_tiers(system, topo):
+    """The planner's memory tiers from the system's ``[host]`` (the host-memory tier and its
+    HBM cache) and the topology's GPU-host link (``sim.memory_tiers``). Zion keeps its
+    embeddings in the CPU sockets' DRAM."""
+    from neonic.host.planner.system import MemoryTiers
+
+    h = system.host
+    dram = h.dram_gib_per_node
+    if system.embeddings == "cpu":
+        dram = CPU_PRESETS[h.cpu].dram_gib * h.sockets_per_node
+    return MemoryTiers(dram_gib_per_node=dram, ssd_gib_per_node=h.ssd_gib_per_node,
+                       cache_load_factor=h.cache_load_factor, ssd_gbytes_per_s=h.ssd_gbytes_per_s,
+                       cache_ways=h.cache_ways, cache_policy=h.cache_policy,
+                       host_link_gbytes_per_s=topo.config.host_link.bandwidth_gbps / 8)
 
 
 def _planner_comm(topo):

@@ -186,6 +186,7 @@ class TableLookups:
     requester: np.ndarray
     scale: float = 1.0
     source: str = "zipf"
+    alpha: float | None = None  # the Zipf law the lookups were drawn from (None: a trace or fit)
 
     def __post_init__(self) -> None:
         _check_int(f"{self.name}.num_rows", self.num_rows, 1)
@@ -284,7 +285,7 @@ def zipf_table_lookups(name: str, num_rows: int, pooling: float, *, index: int, 
     lengths = rng.poisson(pooling, bags).astype(np.int64) if pooling > 0 else np.zeros(bags, np.int64)
     indices = zipf_rows(rng, int(lengths.sum()), num_rows, alpha, key=key)
     return TableLookups(name, int(num_rows), lengths, indices, requesters_of(bags, world, batch_per_gpu),
-                        scale=total / bags, source=f"zipf(alpha={alpha:g})")
+                        scale=total / bags, source=f"zipf(alpha={alpha:g})", alpha=float(alpha))
 
 
 def draw_lookups(tables: Sequence[object], *, world: int, batch_per_gpu: int, seed: int, alpha: float,

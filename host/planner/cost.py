@@ -31,6 +31,7 @@ from neonic.host.planner.system import PlannerSystem
 from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
 from neonic.host.workloads.spec import WorkloadSpec
 from neonic.sim import gpu as gpu_model
+from neonic.sim.memory_tiers import host_transfer_s
 
 __all__ = ["CostModel", "Contribution", "State", "PlanCost", "COST_COLUMNS"]
 
@@ -164,10 +165,8 @@ class CostModel:
         spec = self.system.gpu
         fwd = gpu_model.embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)
         bwd = gpu_model.embedding_backward_cost(spec, lookups, unique_rows, row_bytes, out_row_bytes, state_bytes)
-        if tier == "ssd":
-            host = miss_bytes / (self.system.memory.ssd_gbytes_per_s * 1e9)
-        else:
-            host = miss_bytes / (spec.pcie_gbytes_per_s * 1e9)
+        host = host_transfer_s(miss_bytes, tier, self.system.host_link_bytes_per_s,
+                               self.system.memory.ssd_gbytes_per_s * 1e9)
         return fwd.time_s - fwd.overhead_s, bwd.time_s - bwd.overhead_s, host
 
     def kernel_times(self, k: ShardKernel) -> tuple[float, float, float]:

@@ -72,6 +72,11 @@ class Placer:
         self.placed: dict[str, _Placed] = {}
         self.tables = {t.name: t for t in workload.tables}
         check_fits(workload, system)
+        # HBM kept for the software caches of host-tier shards when the model outgrows HBM
+        # (host.memory_tiers_plan: HBM holds shards only up to what the caches leave)
+        from neonic.host.memory_tiers_plan import cache_reserve
+
+        self._cache_ratio, self._cache_reserve = cache_reserve(workload, system, self.shard_bytes)
         # Relabelings that keep the node structure and map rank 0 to rank k: a table-wise
         # table's contribution on rank k is its contribution on rank 0, relabeled (exact, as
         # every rank has the same GPU and links).
@@ -114,7 +119,8 @@ class Placer:
         for rank, (r0, r1, c0, c1) in zip(ranks, pieces):
             need = self.shard_bytes(table, r1 - r0, c1 - c0)
             cache = math.ceil((r1 - r0) * lf) * (c1 - c0) * table.elem_bytes
-            if need <= hbm_free[rank]:
+            reserve = max(0.0, self._cache_reserve - self._cache_ratio * state.host[0][rank])
+            if need <= hbm_free[rank] - reserve:
                 tier = "hbm"
             elif cache <= hbm_free[rank] and need <= dram_free[rank]:
                 tier = "dram"

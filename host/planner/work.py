@@ -33,6 +33,7 @@ import numpy as np
 from neonic.host.planner.plan import Plan, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
+from neonic.sim.memory_tiers import miss_bytes as tier_miss_bytes
 
 __all__ = [
     "COLLECTIVES",
@@ -211,7 +212,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
         else:
             hbm = float(math.ceil(shard.rows * mem.cache_load_factor) * row_bytes)
             host = float(weights)
-            miss = 2.0 * lookups * (1.0 - mem.cache_hit_rate) * row_bytes
+            miss = tier_miss_bytes(lookups, row_bytes, system.tier_hit_rate(table))
         return ShardKernel(
             rank=shard.rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
             out_row_bytes=shard.cols * 4, unique_rows=_unique_rows(shard.rows, lookups_i),

@@ -1,0 +1,33 @@
+"""The planner's side of the memory tiers: how much HBM to keep for host-tier caches.
+
+Placing tables greedily in HBM until it runs out leaves no HBM for the software caches that
+the remaining (host-tier) shards need, and a model that fits (Model-F: 24 TB over 128 x 40 GB
+HBM and 16 x 1.5 TB DRAM) is refused. When the workload's bytes ``W`` exceed the cluster's
+HBM ``H``, at least ``D = (W - H) / (1 - rho)`` bytes must live in host memory, where ``rho``
+is a cache's bytes per host-tier byte (``cache_load_factor`` lines of ``dim x elem`` bytes
+per row of ``dim x elem + state`` bytes); their caches take ``rho D`` of HBM, spread over the
+ranks. A shard goes to HBM only if it leaves that reserve (less the caches the rank already
+holds). DRAM is used only when HBM runs out: with ``W <= H`` the reserve is zero.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+__all__ = ["cache_reserve"]
+
+
+def cache_reserve(workload: Any, system: Any, shard_bytes: Callable[[Any, int, int], float]) -> tuple[float, float]:
+    """``(rho, reserve per rank)`` (see the module doc)."""
+    world = system.world_size
+    hbm = system.hbm_capacity * world
+    total = sum(shard_bytes(t, t.rows, t.dim) for t in workload.tables)
+    if total <= hbm or (system.dram_capacity <= 0 and system.ssd_capacity <= 0):
+        return 0.0, 0.0
+    lf = system.memory.cache_load_factor
+    weights = sum(t.rows * t.dim * t.elem_bytes for t in workload.tables)
+    rho = min(0.999, lf * weights / total)
+    host = (total - hbm) / (1.0 - rho)
+    # 2% margin: shards are indivisible, a rank's last shard may overshoot its share
+    return rho, math.ceil(1.02 * rho * host / world)
