@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-__all__ = ["cache_reserve"]
+__all__ = ["cache_reserve", "check_capacity"]
+
+GIB = 2**30
 
 
 def cache_reserve(workload: Any, system: Any, shard_bytes: Callable[[Any, int, int], float]) -> tuple[float, float]:
@@ -31,3 +33,31 @@ def cache_reserve(workload: Any, system: Any, shard_bytes: Callable[[Any, int, i
     host = (total - hbm) / (1.0 - rho)
     # 2% margin: shards are indivisible, a rank's last shard may overshoot its share
     return rho, math.ceil(1.02 * rho * host / world)
+
+
+def check_capacity(workload: Any, system: Any, shard_bytes: Callable[[Any, int, int], float]) -> None:
+    """Refuse a workload whose tables cannot fit the cluster's tiers, saying how many bytes are
+    missing where: what HBM cannot hold must live in host memory (DRAM, then SSD) and its
+    caches take ``rho`` of it back from HBM."""
+    world, nodes = system.world_size, system.nodes
+    hbm = system.hbm_capacity * world
+    host = (system.dram_capacity + system.ssd_capacity) * world
+    total = sum(shard_bytes(t, t.rows, t.dim) for t in workload.tables)
+    if total <= hbm:
+        return
+    rho, _ = cache_reserve(workload, system, shard_bytes)
+    if host <= 0:
+        missing = total - hbm
+        raise ValueError(
+            f"workload: tables need {total / GIB:,.1f} GiB with optimizer state, all {world} GPUs' HBM holds "
+            f"{hbm / GIB:,.1f} GiB and the system gives embeddings no host memory: {missing / GIB:,.1f} GiB missing "
+            f"({missing / GIB / nodes:,.1f} GiB per node; system.host.dram_gib_per_node adds a DRAM tier)")
+    need_host = (total - hbm) / (1.0 - rho)
+    if need_host > host:
+        missing = need_host - host
+        raise ValueError(
+            f"workload: tables need {total / GIB:,.1f} GiB with optimizer state; HBM holds {hbm / GIB:,.1f} GiB "
+            f"(caches of host-tier rows included, load factor {system.memory.cache_load_factor:g}), so "
+            f"{need_host / GIB:,.1f} GiB must live in host memory, which has {host / GIB:,.1f} GiB "
+            f"(DRAM + SSD of {nodes} nodes): {missing / GIB:,.1f} GiB of host memory missing "
+            f"({missing / GIB / nodes:,.1f} GiB per node)")

@@ -221,6 +221,9 @@ def check_fits(workload: WorkloadSpec, system: PlannerSystem) -> None:
                 f"table {t.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest capacity "
                 f"is {total / GIB:.1f} GiB (all {system.world_size} ranks' HBM + DRAM + SSD; "
                 f"{per_rank / GIB:.1f} GiB per rank)")
+    from neonic.host.memory_tiers_plan import check_capacity
+
+    check_capacity(workload, system, lambda t, rows, cols: float(workload.table_memory_bytes(t)))
     if need_all > total:
         raise ValueError(f"workload: tables need {need_all / GIB:.1f} GiB with optimizer state, more than the "
                          f"{total / GIB:.1f} GiB of all {system.world_size} ranks' HBM + DRAM + SSD")

@@ -89,3 +89,24 @@ def test_dram_only_when_hbm_runs_out():
     assert m["memory_tiers"]["shards"]["dram"] == 0 and m["memory_tiers"]["cache"]["hit_rate"] is None
     assert m["memory_tiers"]["pcie"]["bytes_by_kind"].get("tier_miss", 0.0) == 0.0
     assert m["memory_tiers"]["pcie"]["bytes"] > 0   # the input copies
+
+
+def test_a_run_that_cannot_fit_says_how_many_bytes_are_missing_where():
+    data = big()
+    data["system"]["host"] = {"dram_gib_per_node": 10.0}
+    with pytest.raises(ValueError, match=r"GiB of host memory missing \([\d,.]+ GiB per node\)"):
+        ClusterRun(scenario_from_dict(data)).run()
+    data["system"]["host"] = {"dram_gib_per_node": 0.0}
+    with pytest.raises(ValueError, match=r"no host memory: [\d,.]+ GiB missing"):
+        ClusterRun(scenario_from_dict(data)).run()
+
+
+@pytest.mark.slow
+def test_model_f_at_12t_parameters_runs_on_16x8_gpus_with_dram_traffic_on_pcie():
+    sc = scenario_from_dict({"scenario": {"name": "model-f", "iterations": 1, "warmup": 1}, "cluster": {"nodes": 16},
+                             "workload": {"preset": "model-f"}, "system": {"preset": "zionex", "comm_dtype": "fp16"}})
+    assert sc.workload.total_params == pytest.approx(12e12, rel=0.01)
+    m = ClusterRun(sc).run().metrics
+    assert m["gpus"] == 128 and m["memory_tiers"]["shards"]["dram"] > 0
+    assert m["memory_tiers"]["pcie"]["bytes_by_kind"]["tier_miss"] > 0
+    assert m["wall_s"] < 120
