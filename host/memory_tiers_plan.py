@@ -5,9 +5,11 @@ the remaining (host-tier) shards need, and a model that fits (Model-F: 24 TB ove
 HBM and 16 x 1.5 TB DRAM) is refused. When the workload's bytes ``W`` exceed the cluster's
 HBM ``H``, at least ``D = (W - H) / (1 - rho)`` bytes must live in host memory, where ``rho``
 is a cache's bytes per host-tier byte (``cache_load_factor`` lines of ``dim x elem`` bytes
-per row of ``dim x elem + state`` bytes); their caches take ``rho D`` of HBM, spread over the
-ranks. A shard goes to HBM only if it leaves that reserve (less the caches the rank already
-holds). DRAM is used only when HBM runs out: with ``W <= H`` the reserve is zero.
+per row of ``dim x elem + state`` bytes). A shard goes to a rank's HBM only if it leaves HBM
+for the caches of all the host memory the rank may still take (``rho x`` its free DRAM):
+whatever host-tier shards land there later, their caches fit. DRAM is used only when HBM runs
+out: with ``W <= H`` nothing is reserved (ASSUMPTION: once it runs out, HBM-tier shards yield
+up to ``rho x`` DRAM capacity of HBM per rank, more host-tier rows than the least needed).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ GIB = 2**30
 
 
 def cache_reserve(workload: Any, system: Any, shard_bytes: Callable[[Any, int, int], float]) -> tuple[float, float]:
-    """``(rho, reserve per rank)`` (see the module doc)."""
+    """``(rho, host bytes per rank whose caches HBM keeps room for)`` (see the module doc)."""
     world = system.world_size
     hbm = system.hbm_capacity * world
     total = sum(shard_bytes(t, t.rows, t.dim) for t in workload.tables)
@@ -30,9 +32,7 @@ def cache_reserve(workload: Any, system: Any, shard_bytes: Callable[[Any, int, i
     lf = system.memory.cache_load_factor
     weights = sum(t.rows * t.dim * t.elem_bytes for t in workload.tables)
     rho = min(0.999, lf * weights / total)
-    host = (total - hbm) / (1.0 - rho)
-    # 2% margin: shards are indivisible, a rank's last shard may overshoot its share
-    return rho, math.ceil(1.02 * rho * host / world)
+    return rho, float(system.dram_capacity + system.ssd_capacity)
 
 
 def check_capacity(workload: Any, system: Any, shard_bytes: Callable[[Any, int, int], float]) -> None:

@@ -119,7 +119,7 @@ class Placer:
         for rank, (r0, r1, c0, c1) in zip(ranks, pieces):
             need = self.shard_bytes(table, r1 - r0, c1 - c0)
             cache = math.ceil((r1 - r0) * lf) * (c1 - c0) * table.elem_bytes
-            reserve = max(0.0, self._cache_reserve - self._cache_ratio * state.host[0][rank])
+            reserve = self._cache_ratio * max(0.0, self._cache_reserve - state.host[0][rank])
             if need <= hbm_free[rank] - reserve:
                 tier = "hbm"
             elif cache <= hbm_free[rank] and need <= dram_free[rank]:
