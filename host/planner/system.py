@@ -213,10 +213,10 @@ class PlannerSystem:
         return self._hit_memo[key]
 
     def pooling_of(self, table: Any) -> float:
-        """Mean lookups per bag of ``table``: its trace's (or locality fit's) when the run's
-        lookups come from one, else the workload's figure."""
+        """Mean lookups per bag of ``table``: its trace file's when the run's lookups come from
+        one, else the workload's figure (a locality fit reproduces reuse, not volume)."""
         tl = None if self.lookups is None else self.lookups.tables.get(table.name)
-        if tl is None or tl.source.startswith("zipf"):
+        if tl is None or not tl.source.startswith("trace:"):
             return float(table.pooling)
         return tl.mean_pooling
 

@@ -141,3 +141,26 @@ def test_the_model_and_rtl_backends_draw_identical_lookups_for_a_seed():
                     _, rows = batch[t.name].select(None, s.row_start, s.row_end)
                     want += rows.tolist()
         assert got == sorted(want)
+
+
+def test_locality_statistics_are_fitted_per_table_and_recorded():
+    from neonic.host.traces import PUBLISHED_LOCALITY_STATS, trace_locality, Trace, TableTrace, total_variation, load_locality_stats
+
+    data = scenario({"locality_stats": str(PUBLISHED_LOCALITY_STATS), "locality_block": "0"},
+                    tables=[{"name": "t0", "rows": 1_000_000, "dim": 128, "pooling": 8.0}], system="zionex")
+    cr = ClusterRun(scenario_from_dict(data))
+    topo = cr._topology()
+    cr._plan(topo)
+    tl = cr.lookups["t0"]
+    assert tl.source == f"locality:{PUBLISHED_LOCALITY_STATS}#0" and tl.alpha is None
+    # a fit reproduces reuse, not volume: the table's lookups stay the spec's pooling x bags
+    assert cr.planner_system.pooling_of(cr.scenario.workload.tables[0]) == 8.0
+    # the fitted lookups reuse rows the way the published block does (the rows' reuse histogram;
+    # ~8e3 lookups are too few for the top reuse bins' share of lookups: host.traces' doc)
+    got = trace_locality(Trace((TableTrace(tl.num_rows, tl.lengths, tl.indices),), tl.bags))
+    want = load_locality_stats(PUBLISHED_LOCALITY_STATS, 0)
+    assert total_variation(got.row_hist, want.row_hist) < 0.05
+    with pytest.raises(ValueError, match=r"lookups.locality_block \(table t0\)|lookups.locality_stats \(table t0\)"):
+        bad = scenario({"locality_stats": str(PUBLISHED_LOCALITY_STATS), "locality_block": "nope"},
+                       tables=[{"name": "t0", "rows": 1_000_000, "dim": 128, "pooling": 8.0}], system="zionex")
+        ClusterRun(scenario_from_dict(bad)).run()
