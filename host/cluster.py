@@ -33,6 +33,22 @@ Scenario schema (TOML; errors name the dotted field)::
     alltoall = "direct"              # direct | hierarchical
     [dense]
     dtype = "fp16"                   # GEMM datatype (mixed precision) of the MLPs
+    [lookups]                        # optional (host.lookups): trace = "x.npz" | locality_stats +
+                                     # locality_block | Zipf (alpha) for every table, or per table
+                                     # in [lookups.tables.NAME]; max_lookups drawn per iteration
+
+Lookups: one ``sim.lookups.LookupBatch`` per run (``host.lookups.build_lookups``, drawn once
+in planning): a traced table's pooling and row-shard shares (planner and runtime), the HBM
+cache's hit rates of host-tier shards (``sim.memory_tiers``), the SmartNIC caches and the RTL
+backend all use it; ``metrics["lookup_sources"]`` says where each table's came from.
+
+Memory tiers: shards that HBM cannot hold live in host DRAM (``system.host.dram_gib_per_node``)
+behind an HBM software cache (``cache_load_factor``, ``cache_ways``, ``cache_policy``); the
+cache's misses fetch rows during the forward and write them back during the backward as flows
+on the topology's GPU-host links, which also carry the input copies and SmartNIC fills (the
+one PCIe model: ``sim.memory_tiers.HostLink``). ``metrics["memory_tiers"]`` has bytes per
+tier, the cache's lookups, hits and misses per iteration, and the links' bytes and
+utilisation; the timeline has a ``gpuN/pcie`` track.
 
 Modelling choices (each an ASSUMPTION a user can see in code and docs):
     * the row-wise reduce-scatter (``rs``) and its backward all-gather (``ag``) matrices travel

@@ -23,7 +23,9 @@ Schema (TOML; every field checked, errors name the dotted field)::
     [streams]                     # comm_priority = "high"|"normal", collectives_on_dma = bool,
                                   # comm_sm_fraction, comm_hbm_fraction, sm_partition_comm,
                                   # interference (fractions)
-    [host]                        # pcie_gbytes_per_s, cpu (sim.resources preset), sockets_per_node
+    [host]                        # pcie_gbytes_per_s, cpu (sim.resources preset), sockets_per_node,
+                                  # dram_gib_per_node, ssd_gib_per_node, ssd_gbytes_per_s (host tiers),
+                                  # cache_load_factor, cache_ways, cache_policy (their HBM cache)
     [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, local_cache_mib,
                                   # remote_cache_mib, cache_ways, memory_gbytes_per_s,
                                   # pool_on_nic, reorder, trace_samples
