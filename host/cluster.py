@@ -686,6 +686,12 @@ class ClusterRun:
                 cfg = cfg.with_gpus_per_node(sc.gpus_per_node)
             except ValueError as error:
                 raise ValueError(f"cluster.gpus_per_node: {error}") from None
+        # the node's host-memory link (system.host.pcie_gbytes_per_s: PCIe on ZionEX) is the
+        # bandwidth of the topology's GPU-host links: one figure for copies, host-tier misses,
+        # the planner's tier cost and the metrics
+        from dataclasses import replace as _replace
+
+        cfg = _replace(cfg, host_link=_replace(cfg.host_link, bandwidth_gbps=sc.system.host.pcie_gbytes_per_s * 8))
         return Topology(cfg)
 
     def _plan(self, topo):

@@ -158,8 +158,10 @@ class HostSpec:
     host-memory tiers of embedding shards (``sim.memory_tiers``): ``dram_gib_per_node`` /
     ``ssd_gib_per_node`` given to embeddings (0: no such tier), served through an HBM software
     cache of ``cache_load_factor`` lines per row, ``cache_ways``-way, ``cache_policy`` lru|lfu.
-    Transfers to host memory go over the network preset's ``[host_link]`` (the node's
-    host-memory link; PCIe on ZionEX)."""
+    ``pcie_gbytes_per_s`` is the node's host-memory link per GPU and direction (PCIe on ZionEX):
+    a run gives the topology's GPU-host links this bandwidth (the network preset's
+    ``[host_link]`` keeps its latency), so copies, host-tier misses and the planner's tier cost
+    see one figure."""
 
     pcie_gbytes_per_s: float = 25.0
     cpu: str = "xeon-ddr4-6ch"
