@@ -3,8 +3,6 @@ draw the same lookups for a seed; bad trace files are errors naming the table an
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -94,17 +92,20 @@ def test_a_table_may_name_its_own_source_and_the_others_stay_zipf(tmp_path):
     (lambda p: save_trace(Trace(tuple(TableTrace(100, np.full(256, 1), np.zeros(256, np.int64)) for _ in range(2)),
                                 256), p), "rows"),
 ])
-def test_bad_trace_files_exit_2_naming_the_table_and_field(tmp_path, make, field):
+def test_bad_trace_files_exit_2_naming_the_table_and_field(tmp_path, make, field, capsys):
     import tomli_w
+
+    from neonic.host.cli import main
 
     path = tmp_path / "bad.npz"
     make(path)
     data = scenario({"trace": "bad.npz"}, system="zionex")
     (tmp_path / "s.toml").write_text(tomli_w.dumps(data))
-    proc = subprocess.run([sys.executable, "-m", "neonic.host.cli", "run", str(tmp_path / "s.toml"),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert "lookups.trace (table t0)" in proc.stderr and field in proc.stderr
+    rc = main(["run", str(tmp_path / "s.toml"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "lookups.trace (table t0)" in err and field in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("metrics.json"))
 
 
 def test_unknown_lookup_fields_and_tables_are_named():
