@@ -30,6 +30,14 @@ Scenario schema (TOML)::
     alltoall = "direct"              # direct | hierarchical
     [dense]
     dtype = "fp16"                   # GEMM datatype (mixed precision) of the MLPs
+    [lookups]                        # optional (host.lookups): trace = "x.npz" | locality_stats +
+                                     # locality_block | Zipf (alpha) for every table, or per table
+                                     # in [lookups.tables.NAME]; max_lookups drawn per iteration
+
+Lookups: one ``sim.lookups.LookupBatch`` per run (``host.lookups.build_lookups``, drawn once
+in planning): a traced table's pooling and row-shard shares (planner and runtime), the HBM
+cache's hit rates of host-tier shards (``sim.memory_tiers``), the SmartNIC caches and the RTL
+backend all use it; ``metrics["lookup_sources"]`` says where each table's came from.
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ __all__ = [
 
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
 
-_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense")
+_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense", "lookups")
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class Scenario:
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
     plan_path: str | None = None
+    lookups: Any = None  # host.lookups.LookupsSpec (None: Zipf for every table)
     source: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> dict[str, Any]:
@@ -94,6 +103,7 @@ class Scenario:
                         **({} if self.planner_max_steps is None else {"max_steps": self.planner_max_steps}),
                         **({} if self.plan_path is None else {"plan": self.plan_path})},
             "dense": {"dtype": self.dense_dtype},
+            **({"lookups": self.lookups.to_dict()} if self.lookups is not None else {}),
         }
 
 
@@ -168,7 +178,14 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         dense_dtype=_choice("dense.dtype", dense.get("dtype", "fp16"), ("fp16", "bf16", "tf32", "fp32")),
         plan_path=plan_path,
         source={k: v for k, v in data.items()},
+        lookups=_lookups_spec(data.get("lookups"), base),
     )
+
+
+def _lookups_spec(data: Any, base: Path | None):
+    from neonic.host.lookups import lookups_from_dict
+
+    return lookups_from_dict(data, base)
 
 
 def load_scenario(path: str | Path) -> Scenario:
