@@ -44,7 +44,7 @@ from neonic.host.schedule import Op, ScheduleRunner
 from neonic.sim.engine import Engine, ps_from_s
 from neonic.sim.gpu import KernelCost
 from neonic.sim.interference import REDUCE_FRACTION, collective_links, couple
-from neonic.sim.resources import CPU_PRESETS, BandwidthLink, GPUDevice, ServerPool
+from neonic.sim.resources import CPU_PRESETS, GPUDevice, ServerPool
 
 __all__ = [
     "Scenario",
@@ -94,21 +94,29 @@ class ClusterRun:
                 cfg = cfg.with_gpus_per_node(sc.gpus_per_node)
             except ValueError as error:
                 raise ValueError(f"cluster.gpus_per_node: {error}") from None
+        # the node's host-memory link (system.host.pcie_gbytes_per_s: PCIe on ZionEX) is the
+        # bandwidth of the topology's GPU-host links: one figure for copies, host-tier misses,
+        # the planner's tier cost and the metrics
+        from dataclasses import replace as _replace
+
+        cfg = _replace(cfg, host_link=_replace(cfg.host_link, bandwidth_gbps=sc.system.host.pcie_gbytes_per_s * 8))
         return Topology(cfg)
 
     def make_planner_system(self, topo) -> Any:
         """The planner's view of this scenario's cluster (``host.planner.PlannerSystem``): the
         network's figures for the run's algorithms, the memory tiers, the iteration's schedule."""
-        from neonic.host.planner.system import MemoryTiers, PlannerSystem
+        from neonic.host.lookups import LookupsSpec, build_lookups
+        from neonic.host.planner.system import PlannerSystem
 
         sc = self.scenario
         comm = _planner_comm(topo, sc.allreduce)
-        memory = MemoryTiers()
-        if sc.system.embeddings == "cpu":
-            cpu = CPU_PRESETS[sc.system.host.cpu]
-            memory = MemoryTiers(dram_gib_per_node=cpu.dram_gib * sc.system.host.sockets_per_node)
+        memory = _memory_tiers(sc.system, topo)
+        # the run's one lookup batch (drawn once: planner, SmartNIC caches, RTL backend)
+        self.lookups = build_lookups(sc.workload, sc.lookups or LookupsSpec(), world=topo.nodes * topo.gpus_per_node,
+                                     mode=sc.mode, seed=sc.seed,
+                                     min_bags=sc.system.nic.trace_samples if sc.system.embeddings == "nic" else 0)
         return PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.precision("forward"),
-                             iteration=IterationSpec.from_scenario(sc))
+                             iteration=IterationSpec.from_scenario(sc), lookups=self.lookups)
 
     def _plan(self, topo):
         """The plan the run executes: the one given (``plan=``), the scenario's plan file
@@ -149,6 +157,7 @@ class ClusterRun:
         dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
         nic = self._nic_effects(work, psys)
         payloads = iteration_payloads(sc, work, dense, psys, nic)
+        self.tier_miss_bytes = payloads.pop("tier_miss_bytes")
         total_its = sc.warmup + sc.iterations
         emb_stream = {"gpu": "compute", "cpu": "cpu", "nic": "nic"}[sc.system.embeddings]
         if sc.system.embeddings == "nic":
@@ -186,7 +195,8 @@ class ClusterRun:
                      "engine_s": t_end - t_engine}
         self.progress("collecting metrics", 0.92)
         result = collect_metrics(sc, graph, engine, end_ps, resources_, dense, plan, topo.gpus_per_node, self.nic_stats,
-                                 self.nic_metrics, time.perf_counter() - t0)
+                                 self.nic_metrics, time.perf_counter() - t0, work=work, psys=psys,
+                                 tier_miss_bytes=self.tier_miss_bytes, lookups=self.lookups)
         result.metrics["wall_breakdown_s"] = {**self.wall, "collect_s": time.perf_counter() - t_end}
         self.progress("done", 1.0)
         return result
@@ -224,7 +234,11 @@ class ClusterRun:
                           interference=st.interference, record=r in sampled) for r in range(world)]
         couple(net, gpus)  # the GPUs limit the flows their collective kernels feed (sim.interference)
         comm_links = collective_links(topo, list(range(world)))  # GB/s each rank's collectives drive
-        links = [BandwidthLink(engine, sys_.host.pcie_gbytes_per_s, name=f"pcie{r}") for r in range(world)]
+        from neonic.sim.memory_tiers import HostLink
+
+        # the one PCIe model: copies, host-tier misses and NIC fills are flows on the topology's
+        # GPU-host links, sharing them (and their counters) with everything else there
+        host_link = HostLink(net, topo, record=set(sample_ranks(world)))
         nodes = (world + topo.gpus_per_node - 1) // topo.gpus_per_node
         sockets = [ServerPool(engine, sys_.host.sockets_per_node, name=f"cpu{n}") for n in range(nodes)]
         ranks = list(range(world))
@@ -253,7 +267,8 @@ class ClusterRun:
             if isinstance(payload, KernelCost):
                 gpus[op.rank].launch(payload, done)
             elif isinstance(payload, Copy):
-                links[op.rank].transfer(payload.nbytes, done)
+                host_link.transfer(op.rank, payload.nbytes, payload.to_gpu, done, kind=payload.kind,
+                                   label=f"{op.phase}[{op.iteration}]")
             elif isinstance(payload, CPUJob):
                 sockets[payload.node].submit(ps_from_s(payload.seconds), done)
             elif isinstance(payload, Collective):
@@ -289,14 +304,31 @@ class ClusterRun:
                 if units:
                     nics[op.rank].run(units, finish, label=f"{op.phase}[{op.iteration}]")
                 if payload.pcie_bytes > 0:
-                    links[op.rank].transfer(payload.pcie_bytes, finish)
+                    host_link.transfer(op.rank, payload.pcie_bytes, payload.to_gpu, finish, kind=payload.kind,
+                                       label=f"{op.phase}[{op.iteration}]")
             else:
                 raise TypeError(f"op {op!r}: no backend for payload {type(payload).__name__}")
 
         self.net = net
-        return engine, backend, {"gpus": gpus, "links": links, "sockets": sockets, "net": net, "nics": nics}
+        return engine, backend, {"gpus": gpus, "host_link": host_link, "sockets": sockets, "net": net, "nics": nics}
 
     # ------------------------------------------------------------------------------ metrics
+
+
+def _memory_tiers(system, topo):
+    """The planner's memory tiers from the system's ``[host]`` (the host-memory tier and its
+    HBM cache) and the topology's GPU-host link (``sim.memory_tiers``). Zion keeps its
+    embeddings in the CPU sockets' DRAM."""
+    from neonic.host.planner.system import MemoryTiers
+
+    h = system.host
+    dram = h.dram_gib_per_node
+    if system.embeddings == "cpu":
+        dram = CPU_PRESETS[h.cpu].dram_gib * h.sockets_per_node
+    return MemoryTiers(dram_gib_per_node=dram, ssd_gib_per_node=h.ssd_gib_per_node,
+                       cache_load_factor=h.cache_load_factor, ssd_gbytes_per_s=h.ssd_gbytes_per_s,
+                       cache_ways=h.cache_ways, cache_policy=h.cache_policy,
+                       host_link_gbytes_per_s=topo.config.host_link.bandwidth_gbps / 8)
 
 
 def _planner_comm(topo, allreduce: str = "hierarchical"):

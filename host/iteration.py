@@ -34,6 +34,7 @@ from neonic.host.systems import SystemSpec
 from neonic.host.workloads import WorkloadSpec
 from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
+from neonic.sim.memory_tiers import host_transfer_s
 
 if TYPE_CHECKING:
     from neonic.host.nic_effects import NICEffects
@@ -123,7 +124,11 @@ class CPUJob:
 
 @dataclass(frozen=True)
 class Copy:
+    """Bytes between a GPU and its node's host memory over the GPU-host link."""
+
     nbytes: float
+    to_gpu: bool = True
+    kind: str = "input"
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,8 @@ class NICJob:
     units: tuple[tuple[str, int], ...]
     gpu: KernelCost
     pcie_bytes: float = 0.0
+    to_gpu: bool = False       # direction of the PCIe bytes (host memory -> GPU, or GPU -> NIC/host)
+    kind: str = "nic"          # what the bytes are (metrics): nic | tier_miss
 
 
 def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICEffects | None" = None) -> dict[str, Any]:
@@ -193,6 +200,7 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     # embedding work per rank
     fwd: list[Any] = []
     bwd: list[Any] = []
+    tier_miss = np.zeros(world)
     pcie = sys_.host.pcie_gbytes_per_s * 1e9
     ssd = psys.memory.ssd_gbytes_per_s * 1e9
     cpu = CPU_PRESETS[sys_.host.cpu]
@@ -205,19 +213,30 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
             bwd.append(CPUJob(r // gpn, b_s))
             continue
         gl = None if nic is None else [int(round(x)) for x in nic.gpu_lookups[r]]
-        f, g = fused_embedding_costs(gpu, ks, pcie, ssd, gl)
-        fwd.append(f)
-        bwd.append(g)
+        f, g = fused_embedding_costs(gpu, ks, pcie, ssd, gl, host_in_kernel=False)
+        miss = float(sum(k.miss_bytes for k in ks))
+        tier_miss[r] = miss
+        # host-tier shards: the HBM cache's misses fetch rows from host memory during the
+        # forward and write updated rows back during the backward, as flows on the GPU-host
+        # link alongside the fused kernel (ASSUMPTION: transfers overlap the kernel; the op
+        # ends when both have; the planner's view is the same: host.planner.cost)
+        fwd.append(NICJob((), f, miss / 2, to_gpu=True, kind="tier_miss") if miss > 0 else f)
+        bwd.append(NICJob((), g, miss / 2, to_gpu=False, kind="tier_miss") if miss > 0 else g)
     if nic is not None:
-        fwd = [NICJob(nic.fwd_units[r], fwd[r], float(nic.fwd_pcie_bytes[r])) for r in range(world)]
-        bwd = [NICJob((), bwd[r], float(nic.bwd_pcie_bytes[r])) if nic.bwd_pcie_bytes[r] > 0 else bwd[r]
+        def gpu_of(job):
+            return job.gpu if isinstance(job, NICJob) else job
+        # DRAM-tier misses and NIC fills share the GPU's PCIe link (counted together)
+        fwd = [NICJob(nic.fwd_units[r], gpu_of(fwd[r]), float(nic.fwd_pcie_bytes[r] + tier_miss[r] / 2))
                for r in range(world)]
+        bwd = [NICJob((), gpu_of(bwd[r]), float(nic.bwd_pcie_bytes[r] + tier_miss[r] / 2))
+               if nic.bwd_pcie_bytes[r] + tier_miss[r] > 0 else bwd[r] for r in range(world)]
+    payloads["tier_miss_bytes"] = tier_miss
     if sys_.embeddings == "cpu":
         # pooled embeddings reach the GPU over PCIe, gradients leave it the same way
         recv = pooled.sum(axis=0)
-        payloads["pooled_h2d"] = [Copy(float(recv[r])) for r in range(world)]
+        payloads["pooled_h2d"] = [Copy(float(recv[r]), kind="pooled") for r in range(world)]
         if sc.mode == "training":
-            payloads["grad_d2h"] = [Copy(float(recv[r])) for r in range(world)]
+            payloads["grad_d2h"] = [Copy(float(recv[r]), to_gpu=False, kind="gradients") for r in range(world)]
     payloads["emb_fwd"] = fwd
     if sc.mode == "training":
         payloads["emb_bwd"] = bwd
@@ -280,12 +299,12 @@ def shard_kernel_s(gpu: GPUSpec, k, pcie_bytes_per_s: float, ssd_bytes_per_s: fl
     fwd = embedding_forward_cost(gpu, fl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
     bwd = embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.out_row_bytes,
                                   k.state_bytes_per_row)
-    host = k.miss_bytes / (ssd_bytes_per_s if k.tier == "ssd" else pcie_bytes_per_s)
+    host = host_transfer_s(k.miss_bytes, k.tier, pcie_bytes_per_s, ssd_bytes_per_s)
     return fwd.time_s - fwd.overhead_s, bwd.time_s - bwd.overhead_s, host
 
 
 def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_bytes_per_s: float,
-                          gpu_lookups: list[int] | None = None) -> tuple[KernelCost, KernelCost]:
+                          gpu_lookups: list[int] | None = None, host_in_kernel: bool = True) -> tuple[KernelCost, KernelCost]:
     """A rank's shards run as one fused forward launch and one fused backward (+ optimizer)
     launch: the shards' kernel times add (:func:`shard_kernel_s`), the launch overhead counts
     once per direction (twice for the backward: gradient sort + update), and the host
@@ -314,6 +333,8 @@ def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_by
         bmem += b.memory_s
     launch = gpu.efficiency.launch_overhead_s
     busy = 1.0 if len(kernels) else 0.0
+    if not host_in_kernel:  # the caller moves the misses itself (flows on the GPU-host link)
+        host_s = 0.0
     f_over = busy * launch + host_s / 2
     b_over = busy * 2 * launch + host_s / 2
     return (KernelCost(flops=flops, hbm_bytes=hbm, compute_s=comp, memory_s=mem, overhead_s=f_over, _time_s=fwd_s + f_over),

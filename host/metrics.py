@@ -40,10 +40,13 @@ class RunResult:
 
 
 def collect_metrics(sc: "Scenario", graph: OpGraph, engine: Engine, end_ps: int, res: dict, dense: "DenseCosts", plan: Any,
-                    gpus_per_node: int, nic_stats: dict[str, float], nic_metrics: dict[str, Any], wall_s: float) -> RunResult:
+                    gpus_per_node: int, nic_stats: dict[str, float], nic_metrics: dict[str, Any], wall_s: float, *,
+                    work: Any = None, psys: Any = None, tier_miss_bytes: Any = None, lookups: Any = None) -> RunResult:
     """The run's metrics from the executed graph and the resources' counters (iteration time
     between the warm-up's and the last measured iteration's ends, phase breakdowns of the
-    sampled ranks, utilisations, the network's bytes per link class, the NICs' figures)."""
+    sampled ranks, utilisations, the network's bytes per link class, the NICs' figures, the
+    memory tiers and the GPU-host link: ``work``/``psys`` are the iteration's work and the
+    planner's system, ``lookups`` the run's ``sim.lookups.LookupBatch``)."""
     world = graph.num_ranks
     its = list(range(sc.warmup, sc.warmup + sc.iterations))
     # iteration boundaries: the end of each iteration's last op on any rank
@@ -81,6 +84,7 @@ def collect_metrics(sc: "Scenario", graph: OpGraph, engine: Engine, end_ps: int,
         "dense_params": dense.params,
         "plan": getattr(plan, "sharding_counts", lambda: {})(),
         "plan_notes": list(getattr(plan, "notes", ())),
+        "lookup_sources": lookups.sources() if lookups is not None else {},
     }
     if sc.mode == "inference":
         lat = []
@@ -94,7 +98,7 @@ def collect_metrics(sc: "Scenario", graph: OpGraph, engine: Engine, end_ps: int,
     elapsed = end_ps
     util = {"gpu_sm": float(np.mean([g.utilization(elapsed)["sm"] for g in gpus])),
             "gpu_hbm": float(np.mean([g.utilization(elapsed)["hbm"] for g in gpus])),
-            "pcie": float(np.mean([l.utilization(elapsed) for l in res["links"]]))}
+            "pcie": res["host_link"].utilization(elapsed)}
     if sc.system.embeddings == "cpu":
         util["cpu_sockets"] = float(np.mean([s.utilization(elapsed) for s in res["sockets"]]))
     if res["nics"]:
@@ -108,7 +112,11 @@ def collect_metrics(sc: "Scenario", graph: OpGraph, engine: Engine, end_ps: int,
     metrics["cache_hit_rates"] = dict(nic_stats)
     if nic_metrics:
         metrics["nic"] = dict(nic_metrics)
+    if work is not None and psys is not None:
+        metrics["memory_tiers"] = tier_metrics(sc, res["host_link"], work, psys, tier_miss_bytes, elapsed)
     tracks_ = timeline_tracks(graph, sample)
+    for r, spans in res["host_link"].spans.items():
+        tracks_[f"gpu{r}/pcie"] = sorted(spans)
     for nic in res["nics"]:
         if nic.record:
             for unit, spans in nic.intervals.items():
@@ -119,6 +127,40 @@ def collect_metrics(sc: "Scenario", graph: OpGraph, engine: Engine, end_ps: int,
             counters[f"{g.name}/SM share"] = [(t, {"compute": a, "comm": c}) for t, a, _, c, _ in g.counters]
             counters[f"{g.name}/HBM share"] = [(t, {"compute": b, "comm": d}) for t, _, b, _, d in g.counters]
     return RunResult(sc, graph, metrics, bd, tracks_, util, link_class, wall_s, counters)
+
+
+def tier_metrics(sc: "Scenario", host_link: Any, work: Any, psys: Any, tier_miss_bytes: Any,
+                 elapsed_ps: int) -> dict[str, Any]:
+    """Memory tiers: bytes per tier, the HBM cache of host-tier shards (lookups, hits,
+    misses per iteration, hit rate per table) and the GPU-host link's bytes and
+    utilisation (the network's counters: ``link_class_bytes["pcie"]`` is the same sum)."""
+    shards = {t: 0 for t in ("hbm", "dram", "ssd")}
+    lookups = hits = 0.0
+    rates: dict[str, float] = {}
+    for t in sc.workload.tables:
+        for k in work.tables[t.name].kernels:
+            shards[k.tier] += 1
+            if k.tier != "hbm":
+                h = psys.tier_hit_rate(t)
+                rates[t.name] = h
+                lookups += k.lookups
+                hits += k.lookups * h
+    link = host_link.link_bytes()
+    return {
+        "bytes": {"hbm": float(work.hbm_bytes.sum()), "dram": float(work.dram_bytes.sum()),
+                  "ssd": float(work.ssd_bytes.sum())},
+        "shards": shards,
+        "cache": {"load_factor": psys.memory.cache_load_factor, "ways": psys.memory.cache_ways,
+                  "policy": psys.memory.cache_policy,
+                  "lookups_per_iteration": lookups, "hits_per_iteration": hits,
+                  "misses_per_iteration": lookups - hits,
+                  "hit_rate": hits / lookups if lookups else None, "hit_rate_by_table": rates,
+                  "miss_bytes_per_iteration": float(np.sum(0.0 if tier_miss_bytes is None else tier_miss_bytes))},
+        "pcie": {"bytes": float(link.sum()), "bytes_by_kind": dict(host_link.bytes_by_kind),
+                 "utilization": host_link.utilization(elapsed_ps),
+                 "link_gbytes_per_s": psys.host_link_bytes_per_s / 1e9},
+    }
+
 
 def _network_utilization(net, elapsed_ps: int) -> dict[str, float]:
     fn = getattr(net, "link_class_utilization", None)

@@ -1,7 +1,7 @@
 """The SmartNIC system's effects on one iteration (``embeddings = "nic"``).
 
-:func:`nic_effects` measures the NIC caches' hit rates on synthetic lookup traces (``sim.nic``;
-Zipf, :data:`ZIPF_ALPHA`) and applies each mechanism that is on to the iteration's work: fewer
+:func:`nic_effects` measures the NIC caches' hit rates on the run's lookups (``sim.nic`` on
+the ``sim.lookups.LookupBatch`` of ``host.lookups``) and applies each mechanism that is on to the iteration's work: fewer
 GPU lookups, NIC gather/pool and cache work, PCIe fills, changed AlltoAll matrices (its
 docstring states every assumption). The result, :class:`NICEffects`, is the explicit input of
 the NIC backends (the timing models, or ``sim.cosim.RTLNICBackend`` which replaces its figures).
@@ -14,15 +14,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ZIPF_ALPHA", "MAX_TRACE_LOOKUPS", "nic_config", "zipf_rows", "NICEffects", "nic_effects"]
+from neonic.sim.lookups import ZIPF_ALPHA
 
+__all__ = ["ZIPF_ALPHA", "nic_config", "NICEffects", "nic_effects"]
 
-#: Zipf exponents of the synthetic lookup traces (REFERENCES.md: FBGEMM's TBE benchmark
-#: defaults, 1.15 for training and 1.09 for inference). Tables' own traces or locality
-#: statistics (``TableSpec.trace``/``locality_stats``) are not used yet: every table is Zipf.
-ZIPF_ALPHA = {"training": 1.15, "inference": 1.09}
-#: At most this many lookups are traced per cache (the bags per shard shrink to fit).
-MAX_TRACE_LOOKUPS = 1 << 18
+#: ZIPF_ALPHA: Zipf exponents of the default lookups (``sim.lookups``; a scenario's
+#: ``[lookups]`` section or a table's trace / locality statistics replace them: ``host.lookups``).
 
 
 def nic_config(spec) -> "NICConfig":
@@ -33,16 +30,6 @@ def nic_config(spec) -> "NICConfig":
                      local_cache_bytes=spec.local_cache_mib * 2**20, remote_cache_bytes=spec.remote_cache_mib * 2**20,
                      cache_ways=spec.cache_ways, memory_bytes_per_s=spec.memory_gbytes_per_s * 1e9,
                      pool_on_nic=spec.pool_on_nic, reorder=spec.reorder)
-
-
-def zipf_rows(rng: np.random.Generator, n: int, rows: int, alpha: float) -> np.ndarray:
-    """``n`` row ids of a table of ``rows`` rows with Zipf(``alpha``) popularity, the hot rows
-    scattered over the id space by a keyed permutation (``host.traces``' generators; the
-    key comes from ``rng``)."""
-    from neonic.host.traces import permute_rows, zipf_ranks
-
-    key = rng.integers(0, 2**63, 4, dtype=np.uint64)
-    return permute_rows(zipf_ranks(rng, n, rows, alpha), rows, key)
 
 
 @dataclass
@@ -66,6 +53,7 @@ class NICEffects:
     gpu_pool_bytes: np.ndarray
     hit_rates: dict[str, float]
     figures: dict[str, Any]
+    lookups: Any = None  # the sim.lookups.LookupBatch the caches were measured on (the RTL backend's too)
 
     def packetizer_ps(self, matrix: np.ndarray, gpus_per_node: int) -> tuple[int, ...]:
         """Each rank's packetizer time for its inter-node messages of ``matrix`` (one RDMA
@@ -117,7 +105,8 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
     cfg = nic_config(sc.system.nic)
     wl = sc.workload
     world, gpn = work.world_size, work.gpus_per_node
-    alpha = ZIPF_ALPHA[sc.mode]
+    alpha = (sc.lookups.alpha if sc.lookups is not None and sc.lookups.alpha is not None
+             else ZIPF_ALPHA[sc.mode])
     tables = {t.name: t for t in wl.tables}
     samples = sc.system.nic.trace_samples
     comm_b = psys.comm_bytes
@@ -141,21 +130,26 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
     cache_row_bytes = np.zeros(world)          # sum of the looked-up rows' bytes (mean row = / lookups)
     figures: dict[str, Any] = {"pool_on_nic": cfg.pool_on_nic, "reorder": cfg.reorder,
                                "local_cache_mib": sc.system.nic.local_cache_mib,
-                               "remote_cache_mib": sc.system.nic.remote_cache_mib, "zipf_alpha": alpha}
+                               "remote_cache_mib": sc.system.nic.remote_cache_mib, "zipf_alpha": alpha,
+                               "lookups_traced": 0}
     hit_rates: dict[str, float] = {}
     # forward lookups that reach each owner shard (remote-cache hits never do)
     reach = [[float(k.lookups) for k in ks] for ks in work.kernels]
     memo: dict = {}
     reuse_probe: tuple[np.ndarray, np.ndarray] | None = None
 
-    def segment(key: str, rows: int, row_bytes: int, pool: float, bags: int, rng) -> Segment:
-        lengths = np.maximum(rng.poisson(pool, bags), 0).astype(np.int64) if pool > 0 else np.zeros(bags, np.int64)
-        return Segment(key, lengths, zipf_rows(rng, int(lengths.sum()), rows, alpha), rows, row_bytes)
+    batch = getattr(psys, "lookups", None)
+    if batch is None:
+        from neonic.host.lookups import LookupsSpec, build_lookups
 
-    def traced_bags(items: list[tuple[float, int]], passes: int) -> float:
-        """Scale so that sum(pool * bags * passes) <= MAX_TRACE_LOOKUPS."""
-        total = sum(p * min(samples, b) * passes for p, b in items)
-        return min(1.0, MAX_TRACE_LOOKUPS / total) if total > 0 else 1.0
+        batch = build_lookups(wl, sc.lookups or LookupsSpec(), world=world, mode=sc.mode, seed=sc.seed,
+                              min_bags=samples)
+
+    def segment(key: str, name: str, bags: np.ndarray, row_start: int, row_end: int, row_bytes: int) -> Segment:
+        """The run's lookups of table ``name`` from the bags selected by ``bags`` (a mask over
+        the requesting ranks' bags) that fall in rows ``[row_start, row_end)``."""
+        lengths, rows = batch[name].select(bags, row_start, row_end)
+        return Segment(key, lengths, rows, row_end - row_start, row_bytes)
 
     h_of: dict[str, float] = {}             # remote-cache hit rate per table (requesters)
     # ---- remote caches (requesters)
@@ -170,10 +164,13 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                     and any(node[s.rank] != node[requester] for s in plan.tables[t.name].shards)]
             if not mine:
                 continue
-            rng = np.random.default_rng([sc.seed, 2, requester])
-            scale = traced_bags([(t.pooling, b) for t in mine], passes)
-            bags = max(2, int(min(samples, b) * scale)) * passes
-            segs = [segment(t.name, t.rows, t.row_bytes, t.pooling, bags, rng) for t in mine]
+            segs = []
+            for t in mine:
+                # the bags of requesters on this requester's node (all bags if too few are drawn)
+                mask = node[batch[t.name].requester] == node[requester]
+                if np.count_nonzero(mask) < 4:
+                    mask = np.ones_like(mask)
+                segs.append(segment(t.name, t.name, mask, 0, t.rows, t.row_bytes))
             st = trace_stats(segs, cfg.remote_cache_bytes, cfg.cache_ways, warm=warm, reorder=cfg.reorder,
                              policy="static" if warm else "lru")
             stats.update(st.segments)
@@ -221,19 +218,17 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
         inference = sc.mode == "inference"
         off_node = (world - gpn) / world            # share of a shard's requesters on other nodes
         for r in range(world):
-            rng = np.random.default_rng([sc.seed, 1, r])
             # per shard: lookups and bags that reach the owner's NIC from other nodes
             nic_l = [0.0 if dp_table[name] else k.lookups * off_node * (1 - h_of.get(name, 0.0))
                      for name, _, k in owned[r]]
             nic_b = [0.0 if dp_table[name] else k.pooled_rows * off_node for name, _, k in owned[r]]
-            items = [(nic_l[i] / nb, max(1, int(nb))) for i, nb in enumerate(nic_b) if nb > 0]
-            scale = traced_bags(items, 2)
             segs = []
             for i, (name, shard, k) in enumerate(owned[r]):
                 if nic_b[i] <= 0:
                     continue
-                bags = max(2, int(min(samples, max(1, int(nic_b[i]))) * scale)) * 2
-                segs.append(segment(f"{name}#{i}", shard.rows, k.row_bytes, nic_l[i] / nic_b[i], bags, rng))
+                # the bags of requesters on other nodes, their lookups in this shard's rows
+                mask = node[batch[name].requester] != node[r]
+                segs.append(segment(f"{name}#{i}", name, mask, shard.row_start, shard.row_end, k.row_bytes))
             if reuse_probe is None and segs:
                 big = max(segs, key=lambda x: len(x.rows))
                 reuse_probe = (big.lengths, big.rows)
@@ -295,6 +290,6 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
     figures["pcie_bwd_bytes_per_rank"] = float(bwd_pcie.mean())
     figures["gpu_forward_lookups_per_rank"] = float(np.mean([sum(x) for x in gpu_lookups]))
     figures["pooled_a2a_bytes"] = float(m["pooled"].sum())
-    figures["trace_lookups_max"] = MAX_TRACE_LOOKUPS
-    return NICEffects(cfg, m, gpu_lookups, units, fwd_pcie, bwd_pcie, gpu_pool, hit_rates, figures)
+    figures["lookups_traced"] = int(batch.lookups)
+    return NICEffects(cfg, m, gpu_lookups, units, fwd_pcie, bwd_pcie, gpu_pool, hit_rates, figures, lookups=batch)
 

@@ -41,6 +41,14 @@ Scenario schema (TOML)::
                                      # (default of each: the system's comm_dtype; the wire
                                      # bytes follow, 2 for fp16/bf16; casts fused into the
                                      # packing, no extra kernel: ASSUMPTION)
+    [lookups]                        # optional (host.lookups): trace = "x.npz" | locality_stats +
+                                     # locality_block | Zipf (alpha) for every table, or per table
+                                     # in [lookups.tables.NAME]; max_lookups drawn per iteration
+
+Lookups: one ``sim.lookups.LookupBatch`` per run (``host.lookups.build_lookups``, drawn once
+in planning): a traced table's pooling and row-shard shares (planner and runtime), the HBM
+cache's hit rates of host-tier shards (``sim.memory_tiers``), the SmartNIC caches and the RTL
+backend all use it; ``metrics["lookup_sources"]`` says where each table's came from.
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ __all__ = [
 
 SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
 
-_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense", "comm_precision")
+_SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense", "comm_precision", "lookups")
 #: Wire precisions of the float collectives and their bytes per element.
 COMM_PRECISIONS: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -93,6 +101,7 @@ class Scenario:
     alltoall: str = "direct"
     dense_dtype: str = "fp16"
     plan_path: str | None = None
+    lookups: Any = None  # host.lookups.LookupsSpec (None: Zipf for every table)
     source: dict[str, Any] = field(default_factory=dict)
     buckets: Any = None  # host.gradients.BucketConfig (DDP's defaults when None)
     comm_precision: dict[str, str] = field(default_factory=dict)  # forward/backward/allreduce
@@ -124,6 +133,8 @@ class Scenario:
                         **({} if self.plan_path is None else {"plan": self.plan_path})},
             "dense": {"dtype": self.dense_dtype, **self._bucket_fields()},
             "comm_precision": {k: self.precision(k) for k in ("forward", "backward", "allreduce")},
+            "dense": {"dtype": self.dense_dtype},
+            **({"lookups": self.lookups.to_dict()} if self.lookups is not None else {}),
         }
 
     def _bucket_fields(self) -> dict[str, Any]:
@@ -199,10 +210,17 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         source={k: v for k, v in data.items()},
         buckets=buckets,
         comm_precision=comm_precision,
+        lookups=_lookups_spec(data.get("lookups"), base),
     )
     from neonic.host.limits import check_scenario_size
     check_scenario_size(scenario)  # sizes that cannot fit are refused before anything is built
     return scenario
+
+
+def _lookups_spec(data: Any, base: Path | None):
+    from neonic.host.lookups import lookups_from_dict
+
+    return lookups_from_dict(data, base)
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -53,6 +53,8 @@ from pathlib import Path
 
 import numpy as np
 
+from neonic.sim.lookups import permute_rows, zipf_ranks  # the one Zipf generator (sim/)
+
 __all__ = [
     "TRACE_FORMAT_VERSION",
     "PUBLISHED_LOCALITY_STATS",
@@ -224,52 +226,6 @@ class Trace:
 
 
 # ---------------------------------------------------------------------- row permutation
-_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9))
-_ROUNDS = 4
-
-
-def _feistel(x: np.ndarray, keys: np.ndarray, bits: int) -> np.ndarray:
-    """A bijection of ``bits``-bit values: unbalanced Feistel rounds whose halves alternate."""
-    hi_bits, lo_bits = bits - bits // 2, bits // 2
-    for r in range(_ROUNDS):
-        # x = (left: hi_bits, right: lo_bits) -> (right, left ^ F(right)), sizes swapped.
-        right = x & np.uint64((1 << lo_bits) - 1)
-        left = x >> np.uint64(lo_bits)
-        f = (right + keys[r]) * _MIX[0]
-        f ^= f >> np.uint64(31)
-        f *= _MIX[1]
-        f ^= f >> np.uint64(29)
-        x = (right << np.uint64(hi_bits)) | (left ^ (f & np.uint64((1 << hi_bits) - 1)))
-        hi_bits, lo_bits = lo_bits, hi_bits
-    return x
-
-
-def permute_rows(x, num_rows: int, key) -> np.ndarray:
-    """A keyed pseudo-random bijection of ``[0, num_rows)`` applied to ``x``.
-
-    ``key``: 4 ``uint64`` round keys (e.g. ``rng.integers(0, 2**63, 4, dtype=np.uint64)``),
-    one permutation per key. A 4-round Feistel network on the bits that cover ``num_rows``,
-    cycle-walking back into the range: O(1) memory for any table size (a table of 4e7 rows
-    needs no 4e7-entry permutation array) and fewer than two rounds of walking on average.
-    """
-    num_rows = _check_int("num_rows", num_rows, 1)
-    x = np.asarray(x, dtype=np.int64)
-    if x.size and (x.min() < 0 or x.max() >= num_rows):
-        raise ValueError(f"x: expected values in [0, {num_rows}), got {x.min()}..{x.max()}")
-    keys = np.asarray(key, dtype=np.uint64)
-    if keys.shape != (_ROUNDS,):
-        raise ValueError(f"key: expected {_ROUNDS} uint64 round keys, got shape {keys.shape}")
-    if num_rows == 1:
-        return np.zeros_like(x)
-    bits = max(2, (num_rows - 1).bit_length())
-    out = _feistel(x.astype(np.uint64), keys, bits)
-    todo = np.flatnonzero(out >= num_rows)
-    while todo.size:
-        out[todo] = _feistel(out[todo], keys, bits)
-        todo = todo[out[todo] >= num_rows]
-    return out.astype(np.int64)
-
-
 def _permute_per_table(x: np.ndarray, table: np.ndarray, num_rows: int, keys: np.ndarray
                        ) -> np.ndarray:
     """:func:`permute_rows` with table ``t``'s key ``keys[t]`` for the elements of table ``t``."""
@@ -295,40 +251,6 @@ def _bag_sizes(rng: np.random.Generator, bags: int, pooling: float, distribution
 
 
 # ------------------------------------------------------------------------------ Zipf
-def zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float) -> np.ndarray:
-    """``n`` ranks in ``[0, num_rows)`` with ``P(rank = k) ~ (k + 1) ** -alpha``.
-
-    The first 65536 ranks are drawn from the exact discrete law (inverse CDF); beyond them, the
-    law is the continuous density ``x ** -alpha`` on ``[65536.5, num_rows + 0.5)`` rounded to
-    the nearest rank, which differs from the discrete weights by O(1/k**2) there. Memory and
-    time are O(n) whatever ``num_rows`` is.
-    """
-    rng = _check_rng(rng)
-    n = _check_int("n", n, 0)
-    num_rows = _check_int("num_rows", num_rows, 1)
-    alpha = _check_float("alpha", alpha, 0.0)
-    head = min(num_rows, 1 << 16)
-    cdf = np.cumsum(np.arange(1, head + 1, dtype=np.float64) ** -alpha)
-    head_mass = cdf[-1]
-
-    def tail_integral(x):
-        if abs(alpha - 1.0) < 1e-12:
-            return np.log(x)
-        return x ** (1.0 - alpha) / (1.0 - alpha)
-
-    lo, hi = head + 0.5, num_rows + 0.5
-    tail_mass = float(tail_integral(hi) - tail_integral(lo)) if num_rows > head else 0.0
-    u = rng.random(n) * (head_mass + tail_mass)
-    ranks = np.empty(n, dtype=np.int64)
-    in_head = u < head_mass
-    ranks[in_head] = np.searchsorted(cdf, u[in_head], side="right")
-    if tail_mass > 0.0:
-        v = u[~in_head] - head_mass + tail_integral(lo)
-        x = np.exp(v) if abs(alpha - 1.0) < 1e-12 else (v * (1.0 - alpha)) ** (1.0 / (1.0 - alpha))
-        ranks[~in_head] = np.rint(x).astype(np.int64) - 1
-    return np.clip(ranks, 0, num_rows - 1)
-
-
 class TraceGenerator(ABC):
     """Something that makes a :class:`Trace` from a numpy Generator (and nothing else)."""
 

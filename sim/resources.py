@@ -262,7 +262,9 @@ def _progressive_fill(tasks: list[_Task], caps: dict[str, float]) -> None:
 
 
 class BandwidthLink:
-    """A link whose bandwidth is shared equally by the transfers in flight (e.g. PCIe)."""
+    """A link whose bandwidth is shared equally by the transfers in flight. Cluster runs do
+    not model PCIe with it: GPU-host transfers are flows on the topology's GPU-host links
+    (``sim.memory_tiers.HostLink``), the one PCIe model of a run."""
 
     def __init__(self, engine: Engine, gbytes_per_s: float, name: str = "link") -> None:
         if not (isinstance(gbytes_per_s, (int, float)) and gbytes_per_s > 0):

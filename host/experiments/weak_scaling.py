@@ -1,11 +1,16 @@
-"""Weak scaling of Neo's models from 1 to 16 nodes: throughput, scaling efficiency and where the
-exposed communication time goes.
+"""Weak scaling of Neo's models from 1 to 16 nodes: constant per-GPU work, throughput, scaling
+efficiency and where the exposed communication time goes.
 
-For each model and node count the cluster runtime trains the model share that the node count
-holds (see ``weak_scaling.toml``) with the model's published per-GPU batch on ZionEX.
-Scaling efficiency is the per-GPU throughput relative to the smallest cluster of the sweep:
-``(samples/s / gpus) / (samples/s / gpus at the smallest node count)``. Every figure is a
-prediction of the model (none of them is published in shared/REFERENCES.md).
+Weak scaling as Neo measured it keeps the per-GPU batch constant and trains the *same model* at
+every node count: the global batch grows with the GPUs, so every GPU looks up the same number
+of rows per iteration (``batch_per_gpu x tables x pooling``, spread by the plan) and only the
+communication pattern changes. Where the model does not fit the smaller clusters' memory, the
+hosts' DRAM holds what HBM cannot (behind the HBM software cache, ``sim.memory_tiers``); where
+it does not fit even HBM + DRAM of the smallest cluster, the experiment shrinks every table's
+rows by one factor (never the number of tables, so lookups per GPU are unchanged) for every
+node count, and says so in its notes. Scaling efficiency is the per-GPU throughput relative to
+the smallest cluster of the sweep. Every figure is a prediction of the model (none of them is
+published in shared/REFERENCES.md).
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ from neonic.host.experiments._common import (
     scenario_figures,
 )
 
-TITLE = "Weak scaling, 1 to 16 ZionEX nodes (fixed per-GPU batch)"
+TITLE = "Weak scaling, 1 to 16 ZionEX nodes (same model, fixed per-GPU batch)"
 MODELS = ("model-a", "model-f", "model-i")
-_KNOWN = ("models", "nodes", "reference_nodes", "table_fraction", "params_fraction", "system", "iterations", "warmup",
+_KNOWN = ("models", "nodes", "table_fraction", "params_fraction", "system", "iterations", "warmup", "fit_margin",
           *PLANNER_FIELDS)
 
 
@@ -44,9 +49,9 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "models": c.list("models", item_choice(MODELS)),
         "nodes": sorted(set(c.list("nodes", item_int(1)))),
-        "reference_nodes": c.int("reference_nodes", 16, 1),
         "table_fraction": c.num("table_fraction", 1.0, 0, 1.0),
         "params_fraction": {k: float(v) for k, v in pf.items()},
+        "fit_margin": c.num("fit_margin", 0.9, 0, 1.0),
         "system": c.choice("system", ("zionex", "zion"), "zionex"),
         "iterations": c.int("iterations", 1, 1),
         "warmup": c.int("warmup", 1, 0),
@@ -54,27 +59,76 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def fit_rows_fraction(workload: dict[str, Any], system: str, nodes: int, margin: float) -> float:
+    """The factor (<= 1) by which every table's rows must shrink for ``workload`` to fit
+    ``nodes`` nodes' HBM plus host memory, the HBM caches of host-tier rows counted
+    (``host.memory_tiers_plan``); 1.0 when it fits. ``margin`` leaves room for shards
+    that do not divide evenly."""
+    from neonic.host.cluster import _memory_tiers
+    from neonic.host.systems import resolve_system
+    from neonic.host.workloads import resolve_workload
+    from neonic.sim.gpu import hbm_capacity_bytes
+    from neonic.sim.network.config import load_preset
+    from neonic.sim.network.topology import Topology
+
+    sys_ = resolve_system(system, "system")
+    wl = resolve_workload(workload, "workload")
+    topo = Topology(load_preset(sys_.network).with_nodes(nodes))
+    mem = _memory_tiers(sys_, topo)
+    gpus = nodes * topo.gpus_per_node
+    hbm = float(hbm_capacity_bytes(sys_.gpu_spec)) * gpus
+    host = (mem.dram_gib_per_node + mem.ssd_gib_per_node) * 2**30 * nodes
+    total = float(sum(wl.table_memory_bytes(t) for t in wl.tables))
+    weights = float(sum(t.rows * t.dim * t.elem_bytes for t in wl.tables))
+    rho = mem.cache_load_factor * weights / total if host > 0 else 0.0
+    limit = hbm + host * (1.0 - rho)
+    return 1.0 if total <= margin * limit else margin * limit / total
+
+
 def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:
     timer = Timer()
     rows: list[dict[str, Any]] = []
+    notes = [
+        "Every figure is a prediction of the model; REFERENCES.md publishes no weak-scaling figure.",
+        "Every node count trains the same model with the model's published per-GPU batch (the global batch grows "
+        f"with the GPUs); table_fraction={config['table_fraction']} of each model's tables hold all its parameters.",
+        "Scaling efficiency: per-GPU throughput relative to the smallest node count of the run.",
+    ]
+    smallest = min(config["nodes"])
     for model in config["models"]:
+        pf = config["params_fraction"].get(model, 1.0)
+        workload = scaled_workload(model, 1.0, config["table_fraction"], pf)
+        shrink = fit_rows_fraction(workload, config["system"], smallest, config["fit_margin"])
+        if shrink < 1.0:
+            workload = scaled_workload(model, 1.0, config["table_fraction"], pf * shrink)
+            notes.append(f"{model}: does not fit {smallest} node(s)' HBM + DRAM; every table's rows shrink to "
+                         f"{shrink:.3g} of the preset's (the same tables, pooling and batch, so the same lookups per "
+                         f"GPU) at every node count: {workload['synthesize']['total_params']:.3g} parameters.")
+        elif pf < 1.0:
+            notes.append(f"{model}: params_fraction={pf} of its parameters (rows shrunk, tables kept).")
         base = None
         for nodes in config["nodes"]:
-            fraction = nodes / config["reference_nodes"]
-            workload = scaled_workload(model, fraction, config["table_fraction"], config["params_fraction"].get(model, 1.0))
             data = scenario_data(f"weak-{model}-{nodes}", workload, config["system"], nodes,
                                  iterations=config["iterations"], warmup=config["warmup"],
                                  planner=planner_table(config))
             progress(f"weak scaling: {model} on {nodes} node(s)")
             result = run_scenario(data)
             fig = scenario_figures(result)
+            m = result.metrics
             per_gpu = fig["samples_per_s"] / fig["gpus"]
             if base is None:
                 base = per_gpu
+            tiers = m.get("memory_tiers", {})
             row = {"model": model, "nodes": nodes, "gpus": fig["gpus"], "tables": workload["synthesize"]["count"],
                    "params": workload["synthesize"]["total_params"], "batch_per_gpu": result.scenario.workload.batch_per_gpu,
+                   "global_batch": m["global_batch"],
                    "samples_per_s": fig["samples_per_s"], "samples_per_s_per_gpu": per_gpu,
                    "scaling_efficiency": per_gpu / base, "iteration_ms": fig["iteration_ms"],
+                   "emb_fwd_ms": _mean_op_ms(result, "emb_fwd"),
+                   "emb_fwd_max_ms": _mean_op_ms(result, "emb_fwd", worst=True),
+                   "emb_bwd_ms": _mean_op_ms(result, "emb_bwd"),
+                   "dram_shards": tiers.get("shards", {}).get("dram", 0),
+                   "tier_hit_rate": tiers.get("cache", {}).get("hit_rate"),
                    "exposed_comm_ms": fig["exposed_comm_ms"], "exposed_compute_ms": fig["exposed_compute_ms"],
                    "idle_ms": fig["idle_ms"]}
             for phase in COMM_PHASES:
@@ -82,29 +136,40 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                     row[f"exposed_{phase}_ms"] = fig[f"exposed_{phase}_ms"]
             rows.append(row)
             progress(f"weak scaling: {model} on {nodes} node(s): {fig['samples_per_s']:,.0f} samples/s, "
-                     f"efficiency {row['scaling_efficiency']:.3f}")
+                     f"efficiency {row['scaling_efficiency']:.3f}, embedding forward {row['emb_fwd_ms']:.3f} ms")
     metrics: dict[str, Any] = {}
     for model in config["models"]:
         mine = [r for r in rows if r["model"] == model]
         last = mine[-1]
+        fwd = [r["emb_fwd_ms"] for r in mine]
         metrics[model] = {"samples_per_s_at_max_nodes": last["samples_per_s"], "max_nodes": last["nodes"],
                           "scaling_efficiency_at_max_nodes": last["scaling_efficiency"],
-                          "exposed_comm_share_at_max_nodes": last["exposed_comm_ms"] / last["iteration_ms"]}
-    notes = [
-        "Every figure is a prediction of the model; REFERENCES.md publishes no weak-scaling figure.",
-        f"A cluster of n nodes trains n/{config['reference_nodes']} of each model's tables and parameters "
-        f"(times table_fraction={config['table_fraction']} of the tables, which hold all of that share's parameters), "
-        "with the model's published per-GPU batch.",
-        "Scaling efficiency: per-GPU throughput relative to the smallest node count of the run.",
-    ]
-    if config["params_fraction"].get("model-f", 1.0) < 1.0 and "model-f" in config["models"]:
-        notes.append(f"Model-F runs at {config['params_fraction']['model-f']} of its 12T parameters: the published "
-                     "model needs the hosts' DRAM, and the cluster runtime keeps ZionEX embeddings in HBM.")
+                          "exposed_comm_share_at_max_nodes": last["exposed_comm_ms"] / last["iteration_ms"],
+                          "emb_fwd_ms_spread": (max(fwd) - min(fwd)) / min(fwd) if min(fwd) > 0 else 0.0}
     res = ExperimentResult("weak_scaling", TITLE, config, rows, metrics, notes, wall_s=timer.elapsed)
     res.plots = {"throughput.png": lambda f: _plot_lines(f, rows, "samples_per_s", "samples/s"),
                  "efficiency.png": lambda f: _plot_lines(f, rows, "scaling_efficiency", "scaling efficiency"),
+                 "emb_fwd.png": lambda f: _plot_lines(f, rows, "emb_fwd_ms", "embedding forward ms per GPU"),
                  "exposed_comm.png": lambda f: _plot_exposed(f, rows)}
     return res
+
+
+def _mean_op_ms(result: Any, phase: str, worst: bool = False) -> float:
+    """Per-GPU duration of ``phase`` (ms), over every rank and measured iteration: the mean,
+    or the slowest rank's mean (``worst``)."""
+    import numpy as np
+
+    sc = result.scenario
+    graph = result.graph
+    its = range(sc.warmup, sc.warmup + sc.iterations)
+    per_rank = []
+    for r in range(graph.num_ranks):
+        d = [op.end - op.start for op in (graph.get(phase, it, r) for it in its) if op is not None]
+        if d:
+            per_rank.append(np.mean(d) * 1e-9)
+    if not per_rank:
+        return 0.0
+    return float(max(per_rank) if worst else np.mean(per_rank))
 
 
 def _plot_lines(fig, rows, key: str, label: str) -> None:

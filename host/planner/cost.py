@@ -6,7 +6,9 @@ barriers at every collective, same warm-up and measured iterations), with each o
 from the same functions the simulator's payloads use:
 
 * per rank: the fused embedding forward / backward (``host.iteration.shard_kernel_s``: the GPU
-  model's kernels, one launch per direction, cache-miss host transfers split between them),
+  model's kernels, one launch per direction; the cache misses of host-tier shards priced by
+  ``sim.memory_tiers.host_transfer_s``, half fetched during the forward and half written back
+  during the backward, overlapping the kernel),
   the dense MLP, interaction and optimizer kernels (``host.iteration.dense_costs``), the input
   copy over PCIe;
 * per collective (one time for all ranks): the AlltoAllvs (input indices, pooled embeddings,
@@ -191,7 +193,8 @@ class CostModel:
         self._allreduce_cache: dict[float, float] = {}
         spec = system.iteration
         self.spec = spec
-        self._pcie = (spec.pcie_gbytes_per_s or system.gpu.pcie_gbytes_per_s) * 1e9
+        # the one GPU-host link figure of the run (the scenario's [host]; else the system's host link)
+        self._pcie = spec.pcie_gbytes_per_s * 1e9 if spec.pcie_gbytes_per_s else system.host_link_bytes_per_s
         self._ssd = system.memory.ssd_gbytes_per_s * 1e9
         self.dense = dense_costs(system.gpu, workload, spec.dense_dtype)
         ar_dtype = spec.allreduce_dtype(system.comm_dtype)
@@ -305,8 +308,10 @@ class CostModel:
         busy = vecs[:, _KERN] > 0.5
         host = vecs[:, 2]
         rank = {p: np.broadcast_to(np.float64(v), (T, self.world)) for p, v in self._fixed.items()}
-        rank["emb_fwd"] = vecs[:, 0] + busy * self._fwd_overhead + host / 2
-        rank["emb_bwd"] = vecs[:, 1] + busy * self._bwd_overhead + host / 2
+        # host-tier misses: fetched during the forward, written back during the backward, over
+        # the GPU-host link alongside the fused kernel (the simulator's flows: host.iteration)
+        rank["emb_fwd"] = np.maximum(vecs[:, 0] + busy * self._fwd_overhead, host / 2)
+        rank["emb_bwd"] = np.maximum(vecs[:, 1] + busy * self._bwd_overhead, host / 2)
         agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
         comm = self.system.comm.rank_times_s(agg).max(axis=2)  # (T, 5): each collective's slowest rank
         coll = {"input_a2a": comm[:, 0], "pooled_a2a": comm[:, 1], "grad_a2a": comm[:, 2],

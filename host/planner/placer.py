@@ -53,6 +53,11 @@ class Placer:
         self.placed: dict[str, _Placed] = {}
         self.tables = {t.name: t for t in workload.tables}
         check_fits(workload, system)
+        # HBM kept for the software caches of host-tier shards when the model outgrows HBM
+        # (host.memory_tiers_plan: HBM holds shards only up to what the caches leave)
+        from neonic.host.memory_tiers_plan import cache_reserve
+
+        self._cache_ratio, self._cache_reserve = cache_reserve(workload, system, self.shard_bytes)
         # Relabelings that keep the node structure and map rank 0 to rank k: a table-wise
         # table's contribution on rank k is its contribution on rank 0, relabeled (exact, as
         # every rank has the same GPU and links).
@@ -91,12 +96,14 @@ class Placer:
         else:
             pieces = [(0, table.rows, 0, table.dim)] * len(ranks)
         hbm_free = self.caps[0] - state.hbm
+        # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
+        reserve = self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0])
         # fast path: every shard fits in HBM (the same plan as before, built once)
         key = (table.name, kind, tuple(ranks))
         hit = self._hbm_plans.get(key)
         if hit is not None:
             tp, need = hit
-            if (need <= hbm_free[list(ranks)]).all():
+            if (need <= (hbm_free - reserve)[list(ranks)]).all():
                 return tp
         dram_free = self.caps[1] - state.host[0]
         ssd_free = self.caps[2] - state.host[1]
@@ -105,7 +112,7 @@ class Placer:
         for rank, (r0, r1, c0, c1) in zip(ranks, pieces):
             need = self.shard_bytes(table, r1 - r0, c1 - c0)
             cache = math.ceil((r1 - r0) * lf) * (c1 - c0) * table.elem_bytes
-            if need <= hbm_free[rank]:
+            if need <= hbm_free[rank] - reserve[rank]:
                 tier = "hbm"
             elif cache <= hbm_free[rank] and need <= dram_free[rank]:
                 tier = "dram"
@@ -221,6 +228,9 @@ def check_fits(workload: WorkloadSpec, system: PlannerSystem) -> None:
                 f"table {t.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest capacity "
                 f"is {total / GIB:.1f} GiB (all {system.world_size} ranks' HBM + DRAM + SSD; "
                 f"{per_rank / GIB:.1f} GiB per rank)")
+    from neonic.host.memory_tiers_plan import check_capacity
+
+    check_capacity(workload, system, lambda t, rows, cols: float(workload.table_memory_bytes(t)))
     if need_all > total:
         raise ValueError(f"workload: tables need {need_all / GIB:.1f} GiB with optimizer state, more than the "
                          f"{total / GIB:.1f} GiB of all {system.world_size} ranks' HBM + DRAM + SSD")

@@ -157,6 +157,11 @@ class MemoryTiers:
     cache_load_factor: float = 0.2
     cache_hit_rate: float = 0.9
     ssd_gbytes_per_s: float = 3.0
+    #: the HBM cache's organisation (hit rates from the run's lookups: ``sim.memory_tiers``)
+    cache_ways: int = 32
+    cache_policy: str = "lru"
+    #: the node's GPU-host link per GPU (the topology's ``[host_link]``); None: the GPU model's PCIe
+    host_link_gbytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("dram_gib_per_node", "ssd_gib_per_node"):
@@ -185,6 +190,11 @@ class PlannerSystem:
     length_bytes: int = 4
     comm_dtype: str = "fp32"
     iteration: IterationSpec = field(default_factory=IterationSpec)
+    #: the run's lookups (``sim.lookups.LookupBatch``) or None: where they are given, they
+    #: decide each row shard's share of a table's lookups and a traced table's pooling
+    #: (``host.lookups``); None: lookups spread over row shards by rows, pooling from the spec
+    lookups: Any = None
+    _hit_memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.comm_dtype not in ("fp32", "fp16", "bf16"):
@@ -196,6 +206,44 @@ class PlannerSystem:
     @property
     def world_size(self) -> int:
         return self.comm.world_size
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        """The GPU-host link's bandwidth (bytes/s) that host-tier misses cross."""
+        gbs = self.memory.host_link_gbytes_per_s
+        return (gbs if gbs is not None else self.gpu.pcie_gbytes_per_s) * 1e9
+
+    def tier_hit_rate(self, table: Any) -> float:
+        """Hit rate of the HBM cache in front of ``table``'s host-tier shards: from the run's
+        lookups through ``sim.memory_tiers.cache_hit_rate`` where given, else the configured
+        ``memory.cache_hit_rate``."""
+        tl = None if self.lookups is None else self.lookups.tables.get(table.name)
+        if tl is None:
+            return self.memory.cache_hit_rate
+        key = table.name
+        if key not in self._hit_memo:
+            from neonic.sim.memory_tiers import cache_hit_rate
+
+            self._hit_memo[key] = cache_hit_rate(tl, table.rows, self.memory.cache_load_factor,
+                                                 self.memory.cache_policy)
+        return self._hit_memo[key]
+
+    def pooling_of(self, table: Any) -> float:
+        """Mean lookups per bag of ``table``: its trace file's when the run's lookups come from
+        one, else the workload's figure (a locality fit reproduces reuse, not volume)."""
+        tl = None if self.lookups is None else self.lookups.tables.get(table.name)
+        if tl is None or not tl.source.startswith("trace:"):
+            return float(table.pooling)
+        return tl.mean_pooling
+
+    def row_shares(self, table: Any, bounds: list[tuple[int, int]]) -> np.ndarray:
+        """Share of ``table``'s lookups falling in each row range: a traced (or locality-fitted)
+        table's measured shares; otherwise in proportion to rows (hashed ids; the Zipf default
+        keeps this expectation rather than the noise of a sampled batch)."""
+        tl = None if self.lookups is None else self.lookups.tables.get(table.name)
+        if tl is None or tl.source.startswith("zipf"):
+            return np.array([(b - a) / table.rows for a, b in bounds])
+        return tl.row_share(bounds)
 
     @property
     def nodes(self) -> int:

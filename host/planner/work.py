@@ -38,6 +38,7 @@ import numpy as np
 from neonic.host.planner.plan import Plan, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
+from neonic.sim.memory_tiers import miss_bytes as tier_miss_bytes
 
 __all__ = [
     "COLLECTIVES",
@@ -205,7 +206,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
     """The kernels and traffic of one placed table (see the module doc for the model)."""
     world, g = system.world_size, system.gpus_per_node
     b = workload.batch_per_gpu
-    pool = table.pooling
+    pool = system.pooling_of(table)
     eb, ob = table.elem_bytes, system.comm_bytes
     state = workload.optimizer.state_bytes_per_row(table.dim)
     ones = np.ones(world)
@@ -232,7 +233,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
         else:
             hbm = float(math.ceil(shard.rows * mem.cache_load_factor) * row_bytes)
             host = float(weights)
-            miss = 2.0 * lookups * (1.0 - mem.cache_hit_rate) * row_bytes
+            miss = tier_miss_bytes(lookups, row_bytes, system.tier_hit_rate(table))
         return ShardKernel(
             rank=shard.rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
             out_row_bytes=shard.cols * 4, unique_rows=_unique_rows(shard.rows, lookups_i),
@@ -264,7 +265,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
         return TableWork(table.name, kernels, traffic)
 
     # row-wise families: lookups spread over row shards in proportion to their rows
-    frac = np.array([s.rows / table.rows for s in shards])
+    frac = system.row_shares(table, [(s.row_start, s.row_end) for s in shards])
     kernels = tuple(kernel(s, global_bags * pool * f, global_bags) for s, f in zip(shards, frac))
     traffic["input"] = (Outer(ones, _onehot(world, ranks, idx_per_owner * frac + len_per_owner)),)
     partial = table.dim * b * ob  # one owner's partial pools from one shard

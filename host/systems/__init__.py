@@ -23,7 +23,9 @@ Schema (TOML; every field checked, errors name the dotted field)::
     [streams]                     # comm_priority = "high"|"normal", collectives_on_dma = bool,
                                   # comm_sm_fraction, comm_hbm_fraction, sm_partition_comm,
                                   # interference (fractions)
-    [host]                        # pcie_gbytes_per_s, cpu (sim.resources preset), sockets_per_node
+    [host]                        # pcie_gbytes_per_s, cpu (sim.resources preset), sockets_per_node,
+                                  # dram_gib_per_node, ssd_gib_per_node, ssd_gbytes_per_s (host tiers),
+                                  # cache_load_factor, cache_ways, cache_policy (their HBM cache)
     [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, local_cache_mib,
                                   # remote_cache_mib, cache_ways, memory_gbytes_per_s,
                                   # pool_on_nic, reorder, trace_samples
@@ -124,11 +126,24 @@ class StreamsSpec:
 
 @dataclass(frozen=True)
 class HostSpec:
-    """Host side of a node: PCIe per GPU, CPU sockets (Zion's embeddings live there)."""
+    """Host side of a node: PCIe per GPU, CPU sockets (Zion's embeddings live there), and the
+    host-memory tiers of embedding shards (``sim.memory_tiers``): ``dram_gib_per_node`` /
+    ``ssd_gib_per_node`` given to embeddings (0: no such tier), served through an HBM software
+    cache of ``cache_load_factor`` lines per row, ``cache_ways``-way, ``cache_policy`` lru|lfu.
+    ``pcie_gbytes_per_s`` is the node's host-memory link per GPU and direction (PCIe on ZionEX):
+    a run gives the topology's GPU-host links this bandwidth (the network preset's
+    ``[host_link]`` keeps its latency), so copies, host-tier misses and the planner's tier cost
+    see one figure."""
 
     pcie_gbytes_per_s: float = 25.0
     cpu: str = "xeon-ddr4-6ch"
     sockets_per_node: int = 4
+    dram_gib_per_node: float = 0.0
+    ssd_gib_per_node: float = 0.0
+    ssd_gbytes_per_s: float = 3.0
+    cache_load_factor: float = 0.2
+    cache_ways: int = 32
+    cache_policy: str = "lru"
 
 
 @dataclass(frozen=True)
@@ -200,6 +215,13 @@ def _host(path: str, data: Mapping[str, Any]) -> HostSpec:
         pcie_gbytes_per_s=_num(f"{path}.pcie_gbytes_per_s", data.get("pcie_gbytes_per_s", d.pcie_gbytes_per_s), 0, lo_open=True),
         cpu=_choice(f"{path}.cpu", data.get("cpu", d.cpu), tuple(CPU_PRESETS)),
         sockets_per_node=_int(f"{path}.sockets_per_node", data.get("sockets_per_node", d.sockets_per_node), 1),
+        dram_gib_per_node=_num(f"{path}.dram_gib_per_node", data.get("dram_gib_per_node", d.dram_gib_per_node), 0),
+        ssd_gib_per_node=_num(f"{path}.ssd_gib_per_node", data.get("ssd_gib_per_node", d.ssd_gib_per_node), 0),
+        ssd_gbytes_per_s=_num(f"{path}.ssd_gbytes_per_s", data.get("ssd_gbytes_per_s", d.ssd_gbytes_per_s), 0, lo_open=True),
+        cache_load_factor=_num(f"{path}.cache_load_factor", data.get("cache_load_factor", d.cache_load_factor), 0, 1,
+                               lo_open=True),
+        cache_ways=_int(f"{path}.cache_ways", data.get("cache_ways", d.cache_ways), 1),
+        cache_policy=_choice(f"{path}.cache_policy", data.get("cache_policy", d.cache_policy), ("lru", "lfu")),
     )
 
 

@@ -187,7 +187,7 @@ class RTLNICBackend:
         traffic = traffic_from_plan(run.plan, sc.workload.tables,
                                     batch_per_gpu=sc.workload.batch_per_gpu, world=world,
                                     gpus_per_node=work.gpus_per_node, lanes=nic.lanes,
-                                    seed=sc.seed)
+                                    seed=sc.seed, lookups=effects.lookups)
         traffic.label = f"{sc.name} (iteration traffic of the plan)"
         if not any(job.bags for job in traffic.jobs):
             raise ValueError("--backend rtl: the plan leaves the NICs no embedding traffic "

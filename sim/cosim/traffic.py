@@ -156,7 +156,7 @@ def varied_traffic(specs: Sequence[dict[str, Any]], *, batch_per_gpu: int = 2,
 
 def traffic_from_plan(plan: Any, tables: Sequence[Any], *, batch_per_gpu: int, world: int,
                       gpus_per_node: int, lanes: int, seed: int = 1, alpha: float = 1.15,
-                      max_rows: int = 1 << 14) -> Traffic:
+                      max_rows: int = 1 << 14, lookups: Any = None) -> Traffic:
     """One iteration's forward traffic under a sharding plan.
 
     ``plan.tables[name]`` gives ``sharding`` (its ``.value``) and ``shards`` (``rank``,
@@ -165,7 +165,15 @@ def traffic_from_plan(plan: Any, tables: Sequence[Any], *, batch_per_gpu: int, w
     ``batch_per_gpu`` samples; each sample looks up every table (Poisson bag lengths, Zipf row
     popularity); each shard's owner pools the lookups that fall in its rows over its columns
     and sends them to the samples' owners. Data-parallel tables are skipped.
+
+    ``lookups``: the iteration's :class:`~sim.lookups.LookupBatch` (the cluster run's own, so
+    the RTL runs the lookups the timing models ran); None draws the default one for ``seed``
+    and ``alpha`` (:func:`sim.lookups.draw_lookups`). It must hold the whole batch.
     """
+    from neonic.sim.lookups import draw_lookups
+
+    if lookups is None:
+        lookups = draw_lookups(tables, world=world, batch_per_gpu=batch_per_gpu, seed=seed, alpha=alpha)
     rng = np.random.default_rng(seed)
     per_rank_tables: list[list[ref.Table]] = [[] for _ in range(world)]
     per_rank_bags: list[dict[int, list[ref.Bag]]] = [{} for _ in range(world)]
@@ -178,8 +186,13 @@ def traffic_from_plan(plan: Any, tables: Sequence[Any], *, batch_per_gpu: int, w
             raise ValueError(f"workload.tables.{t.name}.rows: the RTL backend holds whole tables "
                              f"in simulated memory: expected <= {max_rows}, got {t.rows}")
         full = (rng.standard_normal((t.rows, t.dim))).astype(np.float32)
-        lengths = rng.poisson(max(t.pooling, 0), (world, batch_per_gpu))
-        indices = [[ref.zipf_indices(rng, alpha, t.rows, int(n)) for n in row] for row in lengths]
+        tl = lookups[t.name]
+        if tl.scale != 1.0 or tl.bags != world * batch_per_gpu:
+            raise ValueError(f"workload.tables.{t.name}: the RTL backend needs the whole batch of "
+                             f"{world * batch_per_gpu} bags, the lookups hold {tl.bags}")
+        ends = np.cumsum(tl.lengths)
+        flat = np.split(tl.indices, ends[:-1])
+        indices = [flat[q * batch_per_gpu:(q + 1) * batch_per_gpu] for q in range(world)]
         for shard in tp.shards:
             cols = shard.col_end - shard.col_start
             if cols % lanes:

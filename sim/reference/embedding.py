@@ -309,10 +309,9 @@ def random_table(rng: np.random.Generator, num_rows: int, dim: int, elem_type: s
 
 
 def zipf_indices(rng: np.random.Generator, alpha: float, num_rows: int, size: int) -> np.ndarray:
-    """``size`` indices in ``[0, num_rows)`` with P(rank k) proportional to k**-alpha, ranks
-    scattered over the table by a fixed random permutation (as in FBGEMM's benchmark)."""
-    ranks = np.arange(1, num_rows + 1, dtype=np.float64)
-    p = ranks ** -alpha
-    p /= p.sum()
-    perm = rng.permutation(num_rows)
-    return perm[rng.choice(num_rows, size=size, p=p)]
+    """``size`` Zipf(``alpha``) row ids of a table of ``num_rows`` rows: the one generator,
+    :func:`neonic.sim.lookups.zipf_rows` (hot rows scattered by a keyed permutation drawn from
+    ``rng``), under the argument order the unit tests use."""
+    from neonic.sim.lookups import zipf_rows
+
+    return zipf_rows(rng, size, num_rows, alpha)

@@ -43,8 +43,17 @@ def test_weak_scaling_tiny(tmp_path):
             # per-GPU throughput x GPUs is the throughput; efficiency relative to the first row
             assert math.isclose(float(r["samples_per_s_per_gpu"]) * int(r["gpus"]), float(r["samples_per_s"]), rel_tol=1e-6)
             assert 0 <= float(r["exposed_comm_ms"]) <= float(r["iteration_ms"]) * 1.0001
-    # going from one node to two adds inter-node AlltoAlls: the communication is exposed more
-    assert meta["metrics"]["model-a"]["max_nodes"] == 2
+        # the same model and per-GPU batch at every node count: the global batch grows with the GPUs
+        assert len({(r["tables"], r["params"]) for r in mine}) == 1
+        assert [int(r["global_batch"]) for r in mine] == [int(r["batch_per_gpu"]) * int(r["gpus"]) for r in mine]
+        # constant per-GPU work: the per-GPU embedding forward stays within 10% from 1 to 16 nodes
+        fwd = [float(r["emb_fwd_ms"]) for r in mine]
+        assert max(fwd) < 1.1 * min(fwd), (model, fwd)
+        assert meta["metrics"][model]["emb_fwd_ms_spread"] < 0.1
+    assert cfg["nodes"] == [1, 16] and meta["metrics"]["model-a"]["max_nodes"] == 16
+    # the smallest cluster holds what its HBM cannot in DRAM; model-a's rows shrink to fit it, and the notes say so
+    assert int(rows[0]["dram_shards"]) > 0
+    assert any("model-a" in n and "rows shrink" in n for n in meta["notes"])
 
 
 def test_zion_vs_zionex_tiny(tmp_path):
