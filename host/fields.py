@@ -39,6 +39,8 @@ def _gpu_efficiency_docs() -> dict[str, str]:
 
 def scenario_fields() -> list[Field]:
     """The documented fields of a scenario file, in file order."""
+    from neonic.host.gradients import DDP_BUCKET_CAP_MIB, DDP_FIRST_BUCKET_MIB
+    from neonic.host.lookups import DEFAULT_MAX_LOOKUPS
     from neonic.host.systems import HostSpec, NICSpec, StreamsSpec
     from neonic.host.workloads.spec import OptimizerSpec
     from neonic.sim.gpu import GPUEfficiency
@@ -69,7 +71,10 @@ def scenario_fields() -> list[Field]:
           "total_params, dim_min/max/avg, pooling_mean, ... (host.workloads.synth)", ""),
         F("workload.dense.bottom_mlp", "bottom MLP widths, input first", "features"),
         F("workload.dense.top_mlp", "top MLP widths after the interaction", "features"),
-        F("workload.dense.interaction", "feature interaction", "", "dot", choices=("dot", "dcn")),
+        F("workload.table_dtype", "every table's precision (a Neo optimisation switch; FP16 tables keep "
+          "FP32 optimizer state)", "", None, derived="each table's own", choices=("fp32", "fp16")),
+        F("workload.dense.interaction", "feature interaction (dot projects unequal widths to one "
+          "first; cat concatenates; dcn cross layers)", "", "dot", choices=("dot", "cat", "dcn")),
         F("workload.dense.dcn_layers", "cross layers (interaction = dcn)", "layers", 0),
         F("workload.dense.dcn_low_rank", "rank of each cross layer (interaction = dcn)", "", 0),
         F("workload.optimizer.kind", "sparse optimizer of the tables", "", opt.kind,
@@ -101,6 +106,16 @@ def scenario_fields() -> list[Field]:
           "collective", "fraction", streams.interference),
         F("system.host.pcie_gbytes_per_s", "PCIe bandwidth per GPU, each direction", "GB/s",
           host.pcie_gbytes_per_s),
+        F("system.host.dram_gib_per_node", "host DRAM per node given to embedding shards behind "
+          "an HBM software cache (0: no DRAM tier)", "GiB", None, derived="the preset's"),
+        F("system.host.ssd_gib_per_node", "SSD per node given to embedding shards (0: no SSD tier)",
+          "GiB", host.ssd_gib_per_node),
+        F("system.host.ssd_gbytes_per_s", "SSD read bandwidth per node", "GB/s", host.ssd_gbytes_per_s),
+        F("system.host.cache_load_factor", "HBM cache lines per host-tier row (FBGEMM's "
+          "cache_load_factor)", "fraction", None, derived="the preset's"),
+        F("system.host.cache_ways", "associativity of the HBM software cache", "ways", host.cache_ways),
+        F("system.host.cache_policy", "replacement policy of the HBM software cache", "",
+          host.cache_policy, choices=("lru", "lfu")),
         F("system.host.cpu", "CPU socket model (sim.resources presets)", "", host.cpu),
         F("system.host.sockets_per_node", "CPU sockets per node", "sockets",
           host.sockets_per_node),
@@ -129,6 +144,28 @@ def scenario_fields() -> list[Field]:
           choices=("direct", "hierarchical")),
         F("dense.dtype", "GEMM datatype of the MLPs (mixed precision)", "", "fp16",
           choices=("fp16", "bf16", "tf32", "fp32")),
+        F("dense.bucket_mib", "DDP gradient bucket cap (0: one AllReduce after the backward)",
+          "MiB", DDP_BUCKET_CAP_MIB),
+        F("dense.first_bucket_mib", "DDP's first-bucket cap", "MiB", DDP_FIRST_BUCKET_MIB),
+        F("dense.optimizer", "when the dense optimizer steps", "", "after_last",
+          choices=("after_last", "per_bucket")),
+        F("comm_precision.forward", "wire precision of the pooled AlltoAll and the row-wise "
+          "reduce-scatter", "", None, derived="system.comm_dtype", choices=("fp32", "fp16", "bf16")),
+        F("comm_precision.backward", "wire precision of the gradient AlltoAll and the all-gather",
+          "", None, derived="system.comm_dtype", choices=("fp32", "fp16", "bf16")),
+        F("comm_precision.allreduce", "wire precision of the dense gradients' AllReduce", "",
+          None, derived="system.comm_dtype", choices=("fp32", "fp16", "bf16")),
+        F("lookups.max_lookups", "lookups drawn per iteration at most (the rest scaled)",
+          "lookups", DEFAULT_MAX_LOOKUPS),
+        F("lookups.zipf", "every table draws Zipf lookups (the default source)", "", None,
+          derived="true unless trace or locality_stats"),
+        F("lookups.alpha", "Zipf exponent of the default source", "", None,
+          derived="sim.lookups' default"),
+        F("lookups.trace", "a trace file (.npz, host.traces format) for every table", ""),
+        F("lookups.locality_stats", "locality statistics to fit traces to (host.traces)", ""),
+        F("lookups.locality_block", "which block of the statistics file to fit", ""),
+        F("lookups.tables", "per-table sources: [lookups.tables.NAME] trace | locality_stats | zipf",
+          ""),
     ]
     docs = _gpu_efficiency_docs()
     eff = GPUEfficiency()

@@ -133,7 +133,6 @@ class Scenario:
                         **({} if self.plan_path is None else {"plan": self.plan_path})},
             "dense": {"dtype": self.dense_dtype, **self._bucket_fields()},
             "comm_precision": {k: self.precision(k) for k in ("forward", "backward", "allreduce")},
-            "dense": {"dtype": self.dense_dtype},
             **({"lookups": self.lookups.to_dict()} if self.lookups is not None else {}),
         }
 
