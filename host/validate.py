@@ -133,7 +133,7 @@ def _weak(model: str) -> Callable[[Any], Any]:
 register_key("qps.model-a", "calibration", "Model-A samples/s on 16 x 8 GPUs (the calibration point, fitted)", "samples/s",
              _by_model("model-a"), kind="calibration target", published="model_a_128gpu_samples_per_s",
              note="Neo's post-optimization settings")
-register_key("qps.model-f", "calibration", "Model-F samples/s on 16 x 8 GPUs (0.1 of its parameters: HBM only)",
+register_key("qps.model-f", "calibration", "Model-F samples/s on 16 x 8 GPUs (12T parameters, FP16 tables in host DRAM behind the HBM cache)",
              "samples/s", _by_model("model-f"), note="Neo's post-optimization settings")
 register_key("qps.model-i", "calibration", "Model-I samples/s on 16 x 8 GPUs", "samples/s", _by_model("model-i"),
              note="Neo's post-optimization settings")
@@ -155,6 +155,24 @@ register_key("dense_mflops_per_sample.model-i", None, "Model-I dense forward MFL
              lambda r: _dense_mflops("model-i"), kind="model arithmetic", published="model_i_mflops")
 register_key("ablation", "ablation", "Model-A samples/s on 16 x 8 GPUs after ladder step", "samples/s",
              lambda r: {step: m["samples_per_s"] for step, m in r.metrics.items()})
+
+
+def _c3(key: str) -> Callable[[Any], Any]:
+    def read(r: Any) -> Any:
+        from neonic.host.experiments.c3 import validate_keys
+
+        return validate_keys(r)[key]
+    return read
+
+
+register_key("c3.plain", "c3", "C3: realized / ideal overlap speedup, plain concurrency (mean over pairs)", "fraction",
+             _c3("c3.plain"))
+register_key("c3.priority_partitioning", "c3", "C3: realized / ideal overlap speedup, stream priority + SM partitioning",
+             "fraction", _c3("c3.priority_partitioning"))
+register_key("c3.dma", "c3", "C3: realized / ideal overlap speedup, collectives on the copy engines", "fraction",
+             _c3("c3.dma"))
+register_key("c3.dma_max_speedup", "c3", "C3: largest speedup of DMA-offloaded overlap over running in turn", "x",
+             _c3("c3.dma_max_speedup"))
 
 
 def _key_rows(entry: KeyEntry, result: Any, comparable: bool) -> list["ValidationRow"]:
