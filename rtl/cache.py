@@ -60,8 +60,8 @@ Timing
   written back (the next request's read of the same set sees it), the operation queued.
 * Data are delivered in request order (the port's contract) by one executor that performs
   the queued operations one beat per cycle. The line store has one write port, shared by
-  the fills and the executor's writes (so it maps to block RAM): a fill beat takes it, and
-  an executor write beat arriving in the same cycle waits one cycle. A read that is not behind an unfinished
+  the fills and the executor's writes (so it maps to block RAM): an executor write beat
+  takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not behind an unfinished
   operation has its first data beat valid in cycle 2: hit latency 2 cycles.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has arrived. Later requests keep being looked up: hits under misses, and requests
@@ -401,11 +401,14 @@ class CacheController(wiring.Component):
         depth = self.sets * W * RBEATS
         m.submodules.lines = lines = Memory(shape=unsigned(8 * self.data_bytes), depth=depth,
                                             init=[])
-        # One write port, shared by the fills and the executor's writes (a fill beat takes it,
-        # an executor write waits that cycle): with one write port the line store maps to
-        # block RAM (two write ports would make it flip-flops).
+        # One write port, shared by the executor's writes and the fills (an executor write
+        # beat takes it, a fill beat waits that cycle with ``back.resp.ready`` low): with one
+        # write port the line store maps to block RAM (two write ports would make it
+        # flip-flops). The executor goes first because every later request waits for it in
+        # order, while a fill only delays the requests that depend on its row.
         line_wr = lines.write_port(granularity=8)
         fill_writing = Signal()
+        exec_writing = Signal()
         exec_rd = lines.read_port()
         wb_rd = lines.read_port()
 
@@ -651,10 +654,11 @@ class CacheController(wiring.Component):
         wlast_err = Signal()
         with m.If(head_valid & dep_ok):
             with m.If(head.write):
-                with m.If(wbuf.r_rdy & ~fill_writing):
+                with m.If(wbuf.r_rdy):
                     m.d.comb += [advance.eq(1), wbuf.r_en.eq(1)]
                     with m.If(~head.err):
-                        m.d.comb += [line_wr.addr.eq(line_base(head.set, head.way)
+                        m.d.comb += [exec_writing.eq(1),
+                                     line_wr.addr.eq(line_base(head.set, head.way)
                                                      + head.off + ex_beat),
                                      line_wr.data.eq(wbeat.data),
                                      line_wr.en.eq(wbeat.mask)]
@@ -678,8 +682,8 @@ class CacheController(wiring.Component):
         fill_beat = Signal(range(RBEATS))
         fill_last = fill_beat == RBEATS - 1
         m.d.comb += [
-            back.resp.ready.eq(fills.r_rdy),
-            fill_writing.eq(back.resp.valid & fills.r_rdy),
+            back.resp.ready.eq(fills.r_rdy & ~exec_writing),
+            fill_writing.eq(back.resp.valid & back.resp.ready),
         ]
         with m.If(fill_writing):
             m.d.comb += [
