@@ -39,6 +39,10 @@ place and route on 2 cores): ``params.<unit>`` in the result names what was meas
 critical paths of these units are per-lane or control paths whose depth does not grow with the
 number of lanes (widths add fan-out and routing, so the preset's width would be somewhat
 slower); ``--quick`` measures only the FP units.
+
+Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
+RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the cache's
+tag store at 16 sets, for example); ``luts`` counts LUT4 cells plus two per CCU2C carry cell.
 """
 
 from __future__ import annotations
