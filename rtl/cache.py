@@ -61,8 +61,9 @@ Timing
 * Data are delivered in request order (the port's contract) by one executor that performs
   the queued operations one beat per cycle. The line store has one write port, shared by
   the fills and the executor's writes (so it maps to block RAM): an executor write beat
-  takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not behind an unfinished
-  operation has its first data beat valid in cycle 2: hit latency 2 cycles.
+  takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not
+  behind an unfinished operation has its first data beat valid in cycle 2: hit latency 2
+  cycles.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has arrived. Later requests keep being looked up: hits under misses, and requests
   for a row already in flight are *merged* into it (no second fetch). Their data wait in

@@ -92,10 +92,10 @@ Reducer: consumes row data ``lanes`` elements ("a word") per cycle: a beat holds
 one cycle when ``lanes * 4 == data_bytes`` (the default) and a 16-bit beat two. Words pass a
 widening register, the weight multipliers (``FPMul32``, ``mul_latency``, default 4) and then
 the adders (``FPAdd32``, ``add_latency``, default 4) or the max selectors into one of two
-accumulator banks (a bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank). A word may enter the adder
-only after the previous row's sum of the same word has been written back, so a row costs
-``max(words, adder_latency + 1)`` cycles: no stall for ``dim >= 5 * lanes`` with the default
-latencies. Bags alternate between the two banks, so one bag accumulates while the previous
+accumulator banks (a bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank;
+one :class:`PoolLane` per lane). A word may enter the adder only after the previous row's
+sum of the same word has been written back, so a row costs ``max(words, add_latency + 1)``
+cycles: no stall for ``dim >= 5 * lanes`` with the default latencies. Bags alternate between the two banks, so one bag accumulates while the previous
 one drains.
 
 Drain: reads the finished bag's words, multiplies them by ``1/count`` for MEAN (another

