@@ -95,8 +95,8 @@ the adders (``FPAdd32``, ``add_latency``, default 4) or the max selectors into o
 accumulator banks (a bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank;
 one :class:`PoolLane` per lane). A word may enter the adder only after the previous row's
 sum of the same word has been written back, so a row costs ``max(words, add_latency + 1)``
-cycles: no stall for ``dim >= 5 * lanes`` with the default latencies. Bags alternate between the two banks, so one bag accumulates while the previous
-one drains.
+cycles: no stall for ``dim >= 5 * lanes`` with the default latencies. Bags alternate
+between the two banks, so one bag accumulates while the previous one drains.
 
 Drain: reads the finished bag's words, multiplies them by ``1/count`` for MEAN (another
 ``FPMul32``) and presents them on ``pooled``, one beat per cycle under backpressure.
