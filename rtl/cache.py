@@ -60,9 +60,10 @@ Timing
   written back (the next request's read of the same set sees it), the operation queued.
 * Data are delivered in request order (the port's contract) by one executor that performs
   the queued operations one beat per cycle. The line store has one write port, shared by
-  the fills and the executor's writes (so it maps to block RAM): a fill beat takes it, and
-  an executor write beat arriving in the same cycle waits one cycle. A read that is not behind an unfinished
-  operation has its first data beat valid in cycle 2: hit latency 2 cycles.
+  the fills and the executor's writes (so it maps to block RAM): an executor write beat
+  takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not
+  behind an unfinished operation has its first data beat valid in cycle 2: hit latency 2
+  cycles.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has arrived. Later requests keep being looked up: hits under misses, and requests
   for a row already in flight are *merged* into it (no second fetch). Their data wait in
@@ -109,7 +110,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .streams import MemPortSignature, check_int
 
-__all__ = ["CacheOp", "LookupKind", "CacheStats", "CacheController"]
+__all__ = ["CacheOp", "LookupKind", "CacheStats", "WaySelect", "StateUpdate", "CacheController"]
 
 
 class CacheOp(enum.Enum, shape=1):
@@ -145,6 +146,123 @@ def _xor_fold(value, width: int, chunk: int):
     for lo in range(chunk, width, chunk):
         out = out ^ value[lo:min(lo + chunk, width)]
     return out[:chunk] if width >= chunk else out
+
+
+class WaySelect(wiring.Component):
+    """The lookup's decision over one set's state word (combinational).
+
+    Ports: ``word`` (in, the set's :class:`data.ArrayLayout` of way states), ``tag`` (in);
+    ``hit`` and ``hit_way`` (the lowest valid way holding ``tag``), ``victim`` (the lowest
+    invalid way, else the replacement policy's choice: LRU the way of rank ``ways - 1``, LFU
+    the smallest count, lowest way on a tie) and ``victim_state`` (that way's state).
+    """
+
+    def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str):
+        if policy not in ("lru", "lfu"):
+            self._MustUse__silence = True  # a refused design is not an unused one
+            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        self.ways, self.policy, self.way_layout = ways, policy, way_layout
+        way_bits = max(1, ceil_log2(ways))
+        super().__init__({
+            "word": In(data.ArrayLayout(way_layout, ways)),
+            "tag": In(way_layout.members["tag"]),
+            "hit": Out(1),
+            "hit_way": Out(way_bits),
+            "victim": Out(way_bits),
+            "victim_state": Out(way_layout),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, word = self.ways, self.word
+        WB = len(self.hit_way)
+        hit_vec = Signal(W)
+        m.d.comb += [hit_vec.eq(Cat(word[w].valid & (word[w].tag == self.tag) for w in range(W))),
+                     self.hit.eq(hit_vec.any())]
+        for w in reversed(range(W)):
+            with m.If(hit_vec[w]):
+                m.d.comb += self.hit_way.eq(w)
+        inv_vec = Signal(W)
+        m.d.comb += inv_vec.eq(Cat(~word[w].valid for w in range(W)))
+        inv_way = Signal(WB)
+        for w in reversed(range(W)):
+            with m.If(inv_vec[w]):
+                m.d.comb += inv_way.eq(w)
+        policy_way = Signal(WB)
+        if self.policy == "lru":
+            for w in range(W):
+                with m.If(word[w].repl == W - 1):
+                    m.d.comb += policy_way.eq(w)
+        else:
+            def argmin(items):
+                if len(items) == 1:
+                    return items[0]
+                half = len(items) // 2
+                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
+                take_b = vb < va
+                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
+            _, best = argmin([(word[w].repl, Const(w, WB)) for w in range(W)])
+            m.d.comb += policy_way.eq(best)
+        m.d.comb += [
+            self.victim.eq(Mux(inv_vec.any(), inv_way, policy_way)),
+            self.victim_state.eq(Array(word[w].as_value() for w in range(W))[self.victim]),
+        ]
+        return m
+
+
+class StateUpdate(wiring.Component):
+    """The set's next state word after one lookup (combinational).
+
+    Ports: ``word`` (in), ``hit`` (in), ``sel`` (in: the hit way, or the victim on a miss),
+    ``write`` (in: the request writes), ``tag`` (in: the missed row's tag); ``new_word``
+    (out). LRU: ``sel`` becomes rank 0 and the ways more recent than it age by one. LFU: a
+    hit adds one to ``sel``'s count, after halving every count of the set if ``sel``'s was
+    saturated; a fill sets ``sel``'s count to 1. A hit marks ``sel`` dirty on a write; a miss
+    makes ``sel`` valid with ``tag``, dirty if the request writes.
+    """
+
+    def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str,
+                 lfu_bits: int = 8):
+        if policy not in ("lru", "lfu"):
+            self._MustUse__silence = True  # a refused design is not an unused one
+            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        self.ways, self.policy, self.lfu_bits = ways, policy, lfu_bits
+        super().__init__({
+            "word": In(data.ArrayLayout(way_layout, ways)),
+            "hit": In(1),
+            "sel": In(max(1, ceil_log2(ways))),
+            "write": In(1),
+            "tag": In(way_layout.members["tag"]),
+            "new_word": Out(data.ArrayLayout(way_layout, ways)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, word, new_word, sel, hit = self.ways, self.word, self.new_word, self.sel, self.hit
+        sel_repl = Signal.like(word[0].repl)
+        m.d.comb += sel_repl.eq(Array(word[w].repl for w in range(W))[sel])
+        repl_max = (1 << self.lfu_bits) - 1
+        for w in range(W):
+            old, new = word[w], new_word[w]
+            m.d.comb += new.eq(old)
+            if self.policy == "lru":
+                with m.If(w == sel):
+                    m.d.comb += new.repl.eq(0)
+                with m.Elif(old.repl < sel_repl):
+                    m.d.comb += new.repl.eq(old.repl + 1)
+            else:
+                with m.If(hit):
+                    aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
+                    m.d.comb += new.repl.eq(Mux(w == sel, aged + 1, aged))
+                with m.Elif(w == sel):
+                    m.d.comb += new.repl.eq(1)
+            with m.If(w == sel):
+                with m.If(hit):
+                    m.d.comb += new.dirty.eq(old.dirty | self.write)
+                with m.Else():
+                    m.d.comb += [new.valid.eq(1), new.dirty.eq(self.write),
+                                 new.tag.eq(self.tag)]
+        return m
 
 
 class CacheController(wiring.Component):
@@ -284,11 +402,14 @@ class CacheController(wiring.Component):
         depth = self.sets * W * RBEATS
         m.submodules.lines = lines = Memory(shape=unsigned(8 * self.data_bytes), depth=depth,
                                             init=[])
-        # One write port, shared by the fills and the executor's writes (a fill beat takes it,
-        # an executor write waits that cycle): with one write port the line store maps to
-        # block RAM (two write ports would make it flip-flops).
+        # One write port, shared by the executor's writes and the fills (an executor write
+        # beat takes it, a fill beat waits that cycle with ``back.resp.ready`` low): with one
+        # write port the line store maps to block RAM (two write ports would make it
+        # flip-flops). The executor goes first because every later request waits for it in
+        # order, while a fill only delays the requests that depend on its row.
         line_wr = lines.write_port(granularity=8)
         fill_writing = Signal()
+        exec_writing = Signal()
         exec_rd = lines.read_port()
         wb_rd = lines.read_port()
 
@@ -382,39 +503,11 @@ class CacheController(wiring.Component):
         with m.If(~cmd_active):
             m.d.comb += [tag_rd.addr.eq(set_of(req_row)), tag_rd.en.eq(front.req.ready)]
 
-        hit_vec = Signal(W)
-        hit = Signal()
-        m.d.comb += [hit_vec.eq(Cat(word[w].valid & (word[w].tag == s1_tag) for w in range(W))),
-                     hit.eq(hit_vec.any())]
-        hit_way = Signal(WB)
-        for w in reversed(range(W)):
-            with m.If(hit_vec[w]):
-                m.d.comb += hit_way.eq(w)
-        inv_vec = Signal(W)
-        m.d.comb += inv_vec.eq(Cat(~word[w].valid for w in range(W)))
-        inv_way = Signal(WB)
-        for w in reversed(range(W)):
-            with m.If(inv_vec[w]):
-                m.d.comb += inv_way.eq(w)
-        policy_way = Signal(WB)
-        if self.policy == "lru":
-            for w in range(W):
-                with m.If(word[w].repl == W - 1):
-                    m.d.comb += policy_way.eq(w)
-        else:
-            def argmin(items):
-                if len(items) == 1:
-                    return items[0]
-                half = len(items) // 2
-                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
-                take_b = vb < va
-                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
-            _, best = argmin([(word[w].repl, Const(w, WB)) for w in range(W)])
-            m.d.comb += policy_way.eq(best)
-        victim = Signal(WB)
-        m.d.comb += victim.eq(Mux(inv_vec.any(), inv_way, policy_way))
-        victim_state = Signal(self.way_layout)
-        m.d.comb += victim_state.eq(Array(word[w].as_value() for w in range(W))[victim])
+        m.submodules.way_select = ways_sel = WaySelect(way_layout=self.way_layout, ways=W,
+                                                      policy=self.policy)
+        m.d.comb += [ways_sel.word.eq(word), ways_sel.tag.eq(s1_tag)]
+        hit, hit_way = ways_sel.hit, ways_sel.hit_way
+        victim, victim_state = ways_sel.victim, ways_sel.victim_state
 
         mshr_match = Signal(M)
         merged = Signal()
@@ -461,31 +554,11 @@ class CacheController(wiring.Component):
         ]
 
         # New state word of the set.
-        new_word = Signal(self.set_layout)
-        sel = Signal(WB)
-        m.d.comb += sel.eq(Mux(hit, hit_way, victim))
-        sel_repl = Signal.like(word[0].repl)
-        m.d.comb += sel_repl.eq(Array(word[w].repl for w in range(W))[sel])
-        repl_max = (1 << self.lfu_bits) - 1
-        for w in range(W):
-            old, new = word[w], new_word[w]
-            m.d.comb += new.eq(old)
-            if self.policy == "lru":
-                with m.If(w == sel):
-                    m.d.comb += new.repl.eq(0)
-                with m.Elif(old.repl < sel_repl):
-                    m.d.comb += new.repl.eq(old.repl + 1)
-            else:
-                with m.If(hit):
-                    aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
-                    m.d.comb += new.repl.eq(Mux(w == sel, aged + 1, aged))
-                with m.Elif(w == sel):
-                    m.d.comb += new.repl.eq(1)
-            with m.If(w == sel):
-                with m.If(hit):
-                    m.d.comb += new.dirty.eq(old.dirty | s1_write)
-                with m.Else():
-                    m.d.comb += [new.valid.eq(1), new.dirty.eq(s1_write), new.tag.eq(s1_tag)]
+        m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
+                                                      policy=self.policy, lfu_bits=self.lfu_bits)
+        m.d.comb += [upd.word.eq(word), upd.hit.eq(hit), upd.sel.eq(Mux(hit, hit_way, victim)),
+                     upd.write.eq(s1_write), upd.tag.eq(s1_tag)]
+        new_word = upd.new_word
 
         with m.If(~cmd_active):
             m.d.comb += [
@@ -582,10 +655,11 @@ class CacheController(wiring.Component):
         wlast_err = Signal()
         with m.If(head_valid & dep_ok):
             with m.If(head.write):
-                with m.If(wbuf.r_rdy & ~fill_writing):
+                with m.If(wbuf.r_rdy):
                     m.d.comb += [advance.eq(1), wbuf.r_en.eq(1)]
                     with m.If(~head.err):
-                        m.d.comb += [line_wr.addr.eq(line_base(head.set, head.way)
+                        m.d.comb += [exec_writing.eq(1),
+                                     line_wr.addr.eq(line_base(head.set, head.way)
                                                      + head.off + ex_beat),
                                      line_wr.data.eq(wbeat.data),
                                      line_wr.en.eq(wbeat.mask)]
@@ -609,8 +683,8 @@ class CacheController(wiring.Component):
         fill_beat = Signal(range(RBEATS))
         fill_last = fill_beat == RBEATS - 1
         m.d.comb += [
-            back.resp.ready.eq(fills.r_rdy),
-            fill_writing.eq(back.resp.valid & fills.r_rdy),
+            back.resp.ready.eq(fills.r_rdy & ~exec_writing),
+            fill_writing.eq(back.resp.valid & back.resp.ready),
         ]
         with m.If(fill_writing):
             m.d.comb += [

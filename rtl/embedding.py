@@ -92,11 +92,11 @@ Reducer: consumes row data ``lanes`` elements ("a word") per cycle: a beat holds
 one cycle when ``lanes * 4 == data_bytes`` (the default) and a 16-bit beat two. Words pass a
 widening register, the weight multipliers (``FPMul32``, ``mul_latency``, default 4) and then
 the adders (``FPAdd32``, ``add_latency``, default 4) or the max selectors into one of two
-accumulator banks (a bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank). A word may enter the adder
-only after the previous row's sum of the same word has been written back, so a row costs
-``max(words, adder_latency + 1)`` cycles: no stall for ``dim >= 5 * lanes`` with the default
-latencies. Bags alternate between the two banks, so one bag accumulates while the previous
-one drains.
+accumulator banks (a bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank;
+one :class:`PoolLane` per lane). A word may enter the adder only after the previous row's
+sum of the same word has been written back, so a row costs ``max(words, add_latency + 1)``
+cycles: no stall for ``dim >= 5 * lanes`` with the default latencies. Bags alternate
+between the two banks, so one bag accumulates while the previous one drains.
 
 Drain: reads the finished bag's words, multiplies them by ``1/count`` for MEAN (another
 ``FPMul32``) and presents them on ``pooled``, one beat per cycle under backpressure.
@@ -120,7 +120,7 @@ from .streams import MemPortSignature, check_int
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
     "DescriptorLayout", "BagItemLayout", "PooledBeatLayout", "CountersLayout",
-    "UnitTiming", "EmbeddingBagUnit",
+    "UnitTiming", "PoolLane", "EmbeddingBagUnit",
 ]
 
 ELEM_TYPE_CODES = {"fp32": 0, "fp16": 1, "bf16": 2}
@@ -219,6 +219,44 @@ class UnitTiming:
     front_latency: int
     bag_queue_depth: int
     info_depth: int
+
+
+class PoolLane(wiring.Component):
+    """One lane of the reducer's pooling arithmetic: ``latency`` cycles from operands to result.
+
+    Ports: ``old`` (in, 32: the accumulator's word), ``v`` (in, 32: the row's value),
+    ``first`` (in: the bag's first row, which starts from zero for SUM and from ``v`` for MAX),
+    ``is_max`` (in: MAX pooling, given with the result: it selects which of the two results
+    leaves, ``latency`` cycles after the operands); ``result`` (out, 32).
+
+    SUM/MEAN: ``(0 if first else old) + v`` (:class:`rtl.fp.FPAdd32` with ``latency``
+    registers). MAX: ``v if first else (v if v > old else old)``
+    (:class:`rtl.fp.FPMax32` with ``nan="compare"``), delayed by the same ``latency`` so both
+    results line up. Free running: one operation per cycle, no enable.
+    """
+
+    def __init__(self, *, latency: int):
+        try:
+            self.latency = check_int("latency", latency, minimum=1, maximum=FPAdd32.STEPS)
+        except ValueError:
+            self._MustUse__silence = True  # a refused design is not an unused one
+            raise
+        super().__init__({"old": In(32), "v": In(32), "first": In(1), "is_max": In(1),
+                          "result": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.add = add = FPAdd32(latency=self.latency)
+        m.submodules.max = mx = FPMax32(latency=0, nan="compare")
+        m.d.comb += [add.a.eq(Mux(self.first, 0, self.old)), add.b.eq(self.v),
+                     mx.a.eq(self.old), mx.b.eq(self.v)]
+        sel = Mux(self.first, self.v, mx.o)
+        for k in range(self.latency):
+            r = Signal(32, name=f"max_d{k}")
+            m.d.sync += r.eq(sel)
+            sel = r
+        m.d.comb += self.result.eq(Mux(self.is_max, sel, add.o))
+        return m
 
 
 class EmbeddingBagUnit(wiring.Component):
@@ -661,19 +699,10 @@ class EmbeddingBagUnit(wiring.Component):
 
         result_lanes = []
         for i in range(lanes):
-            old = acc_rd.data[32 * i:32 * (i + 1)]
-            add = FPAdd32(latency=al)
-            mx = FPMax32(latency=0, nan="compare")
-            m.submodules[f"add_{i}"] = add
-            m.submodules[f"max_{i}"] = mx
-            m.d.comb += [add.a.eq(Mux(ai.first, 0, old)), add.b.eq(ai_v[i]),
-                         mx.a.eq(old), mx.b.eq(ai_v[i])]
-            sel = Mux(ai.first, ai_v[i], mx.o)
-            for k in range(al):
-                r = Signal(32, name=f"max_d{k}_{i}")
-                m.d.sync += r.eq(sel)
-                sel = r
-            result_lanes.append(Mux(inflight[-1].is_max, sel, add.o))
+            lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al)
+            m.d.comb += [lane.old.eq(acc_rd.data[32 * i:32 * (i + 1)]), lane.v.eq(ai_v[i]),
+                         lane.first.eq(ai.first), lane.is_max.eq(inflight[-1].is_max)]
+            result_lanes.append(lane.result)
         wb = inflight[-1]
         m.d.comb += [
             acc_wr.addr.eq(wb.addr),

@@ -356,18 +356,25 @@ class FPAdd32(_Binary32):
                            exp=s3.exp, sign=s3.sign, special=s3.special,
                            special_o=s3.special_o, zero_sign=s3.zero_sign, subtract=s3.subtract)
 
-        # Step 5: add or subtract.
+        # Step 5: add or subtract; beside it, the normalising shift's limit (the exponent may
+        # not go below the subnormal one) as a one-hot bit at position ``26 - limit``: OR-ed
+        # into the sum it caps the leading-zero count at ``limit`` with no compare.
         big = Cat(Const(0, 3), s4.m_big)
         total = Mux(s4.subtract, big - s4.aligned, big + s4.aligned)[:28]
-        s5 = pipe.boundary(5, total=total, exp=s4.exp, sign=s4.sign, special=s4.special,
-                           special_o=s4.special_o, zero_sign=s4.zero_sign)
+        limit = Signal(9, name="norm_limit")
+        m.d.comb += limit.eq(s4.exp - 1)
+        cap = Signal(27, name="norm_cap")
+        with m.Switch(limit):
+            for k in range(27):
+                with m.Case(k):
+                    m.d.comb += cap.eq(1 << (26 - k))
+        s5 = pipe.boundary(5, total=total, cap=cap, exp=s4.exp, sign=s4.sign,
+                           special=s4.special, special_o=s4.special_o, zero_sign=s4.zero_sign)
 
-        # Step 6: leading zeros, the normalising shift (to a hidden bit at position 26, or to
-        # the subnormal exponent).
-        low = s5.total[:27]
-        lz = count_leading_zeros(m, low)
-        limit = (s5.exp - 1)[:8]
-        s6 = pipe.boundary(6, total=s5.total, shift=Mux(lz > limit, limit, lz)[:5],
+        # Step 6: leading zeros of the sum, capped: the normalising shift (to a hidden bit at
+        # position 26, or to the subnormal exponent).
+        lz = count_leading_zeros(m, s5.total[:27] | s5.cap)
+        s6 = pipe.boundary(6, total=s5.total, shift=lz[:5],
                            exp=s5.exp, sign=s5.sign, is_zero=s5.total == 0,
                            special=s5.special, special_o=s5.special_o, zero_sign=s5.zero_sign)
 
@@ -464,18 +471,24 @@ class FPMul32(_Binary32):
         s4 = pipe.boundary(4, outer=Cat(s3.ll[:24], s3.hh[:24]), mid=(s3.lh + s3.hl)[:25],
                            exp0=s3.exp0, sign=s3.sign, special=s3.special,
                            special_o=s3.special_o)
-        # Step 5: the product (its leading one at bit 47 or 46).
-        s5 = pipe.boundary(5, product=(s4.outer + (s4.mid << 12))[:48], exp0=s4.exp0,
+        # Step 5: the product (its leading one at bit 47 or 46); beside it, the result's
+        # exponent and right shift for either position of the leading one.
+        def underflow(exp):
+            under = Signal(signed(13), name="under")
+            m.d.comb += under.eq(1 - exp)
+            return (Mux(under > 0, Mux(under > 56, 56, under), 0)[:6],
+                    Mux(under > 0, 1, exp))
+        right_hi, exp_hi = underflow(s4.exp0)
+        right_lo, exp_lo = underflow(s4.exp0 - 1)
+        s5 = pipe.boundary(5, product=(s4.outer + (s4.mid << 12))[:48], right_hi=right_hi,
+                           exp_hi=exp_hi, right_lo=right_lo, exp_lo=exp_lo,
                            sign=s4.sign, special=s4.special, special_o=s4.special_o)
 
-        # Step 6: one-bit normalisation; the right shift of a result below the normal range.
+        # Step 6: one-bit normalisation; pick the exponent and right shift.
         top = s5.product[47]
-        prod = Mux(top, s5.product, Cat(Const(0, 1), s5.product[:47]))
-        exp = Mux(top, s5.exp0, s5.exp0 - 1)
-        under = Signal(signed(13), name="under")
-        m.d.comb += under.eq(1 - exp)
-        right = Mux(under > 0, Mux(under > 56, 56, under), 0)[:6]
-        s6 = pipe.boundary(6, prod=prod, right=right, exp=Mux(under > 0, 1, exp),
+        s6 = pipe.boundary(6, prod=Mux(top, s5.product, Cat(Const(0, 1), s5.product[:47])),
+                           right=Mux(top, s5.right_hi, s5.right_lo),
+                           exp=Mux(top, s5.exp_hi, s5.exp_lo),
                            sign=s5.sign, special=s5.special, special_o=s5.special_o)
 
         # Steps 7 and 8: the right shift with sticky bits.

