@@ -81,13 +81,14 @@ def _sim(args: argparse.Namespace) -> int:
     request = SimRequest(sim=args.sim, out=out, seed=args.seed, vcd=vcd,
                          params=params, extra=extra)
     figures = entry.simulate(request)
-    if vcd is not None:
-        wave = _collect_waveform(figures, vcd, out, entry.name)
-        figures["waveform"] = str(wave) if wave else None
-        figures.setdefault("unit", entry.name)
-        figures.setdefault("sim", args.sim)
-        figures.setdefault("seed", args.seed)
-        (out / "figures.json").write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n")
+    # every run's figures.json has the same frame: unit, simulator, seed and waveform (None
+    # when none was recorded), whichever simulator ran
+    wave = _collect_waveform(figures, vcd, out, entry.name) if vcd is not None else None
+    figures["waveform"] = str(wave) if wave else None
+    figures.setdefault("unit", entry.name)
+    figures.setdefault("sim", args.sim)
+    figures.setdefault("seed", args.seed)
+    (out / "figures.json").write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n")
     print(json.dumps(figures, indent=2, sort_keys=True, default=str))
     print(f"results: {out}")
     return 0

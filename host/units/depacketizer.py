@@ -10,5 +10,7 @@ UNIT = UnitEntry(
     summary="AlltoAll RoCEv2 RDMA WRITE depacketizer (validation, drop counters, memory writes)",
     build=driver.build,
     simulate=driver.simulate,
-    options=(("pcap", "write the frames to this pcap file (Wireshark/scapy)"),),
+    options=(("pcap", "write the frames to this pcap file (Wireshark/scapy)"),
+             ("messages", "a TOML file of your own messages to receive instead of the default "
+                          "set (the packetizer's format; dest is the QP)")),
 )

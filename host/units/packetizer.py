@@ -11,5 +11,7 @@ UNIT = UnitEntry(
             "INT8 row-wise)",
     build=driver.build,
     simulate=driver.simulate,
-    options=(("pcap", "write the frames to this pcap file (Wireshark/scapy)"),),
+    options=(("pcap", "write the frames to this pcap file (Wireshark/scapy)"),
+             ("messages", "a TOML file of your own messages to send instead of the default set "
+                          "([[message]] tables: dest, va, rkey, imm, payload|values|rows)")),
 )

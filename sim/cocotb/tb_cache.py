@@ -4,7 +4,9 @@ Started through ``sim.harness.run_cocotb`` (``tests/rtl/test_cache_cocotb.py``, 
 ``neonic rtl sim cache --sim icarus|verilator``). ``tb_params()`` carries the controller's
 constructor parameters (``unit``) and a workload (``workload``: ``episodes``, ``count``
 requests each, ``rows``, ``write_fraction``, ``error_fraction``, ``zipf``, ``latency``,
-``idle``, ``backpressure``, ``resp_stall``, ``accept_stall``).
+``idle``, ``backpressure``, ``resp_stall``, ``accept_stall``; ``stimulus``: a JSON file with
+the backing memory's bytes and the requests of one episode, as ``neonic rtl sim cache`` writes
+it, so that every simulator runs the same requests).
 
 Each episode drives random requests and their write data with random idle cycles, takes the
 responses under random backpressure, answers the back port from the harness memory with
@@ -17,9 +19,12 @@ model's (a merged miss counts as a hit), and the statistics counters agree. Figu
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import cocotb
+import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, with_timeout
 
 from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
@@ -27,7 +32,7 @@ from neonic.rtl.streams import MemRequest, MemWriteBeat
 from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng,
                                         unpack)
-from neonic.sim.reference.cache import CacheConfig, expected_results, random_requests
+from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
 
 KIND = {LookupKind.HIT.value: "hit", LookupKind.MERGED.value: "merged",
         LookupKind.MISS.value: "miss", LookupKind.ERROR.value: "error"}
@@ -44,7 +49,12 @@ async def cache_scoreboard(dut):
           "backpressure": 0.2, "resp_stall": 0.1, "accept_stall": 0.1, **p.get("workload", {})}
     rng = tb_rng()
     rows = wl["rows"]
-    memory = rng.integers(0, 256, rows * unit.line_beats * unit.data_bytes, dtype="uint8")
+    stim = json.loads(Path(wl["stimulus"]).read_text()) if wl.get("stimulus") else None
+    if stim is not None:
+        memory = np.frombuffer(bytes.fromhex(stim["memory"]), np.uint8).copy()
+        wl["episodes"] = 1
+    else:
+        memory = rng.integers(0, 256, rows * unit.line_beats * unit.data_bytes, dtype="uint8")
     mem = CocotbMemory(dut, "back", memory.copy(), data_bytes=unit.data_bytes, rng=tb_rng(1),
                        latency=tuple(wl["latency"]), resp_stall=wl["resp_stall"],
                        accept_stall=wl["accept_stall"], beats_width=unit.beats_width)
@@ -83,10 +93,14 @@ async def cache_scoreboard(dut):
     prev = dict.fromkeys(CacheStats.FIELDS, 0)
     model_counters = None
     for ep in range(wl["episodes"]):
-        reqs = random_requests(rng, wl["count"], rows=rows, line_beats=unit.line_beats,
-                               row_beats=unit.row_beats, data_bytes=unit.data_bytes,
-                               write_fraction=wl["write_fraction"],
-                               error_fraction=wl["error_fraction"], zipf=wl["zipf"])
+        if stim is not None:
+            reqs = [Request(a, n, bool(w), tuple(tuple(b) for b in wd))
+                    for a, n, w, wd in stim["requests"]]
+        else:
+            reqs = random_requests(rng, wl["count"], rows=rows, line_beats=unit.line_beats,
+                                   row_beats=unit.row_beats, data_bytes=unit.data_bytes,
+                                   write_fraction=wl["write_fraction"],
+                                   error_fraction=wl["error_fraction"], zipf=wl["zipf"])
         exp = expected_results(reqs, shadow, cfg, line_beats=unit.line_beats,
                                row_beats=unit.row_beats, data_bytes=unit.data_bytes,
                                model=model_counters)

@@ -204,6 +204,15 @@ def _verilator_make_fix(sim: str):
             os.environ["MAKEFLAGS"] = old
 
 
+def _toolchain_key(sim: str) -> str:
+    """A short hash of where cocotb and the simulator live (see ``run_cocotb``'s build dir)."""
+    import cocotb
+
+    tool = {"icarus": "iverilog", "verilator": "verilator"}.get(sim, sim)
+    where = [str(Path(cocotb.__file__).resolve().parent), shutil.which(tool) or tool]
+    return hashlib.sha256("\0".join(where).encode()).hexdigest()[:8]
+
+
 def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
                params: dict | None = None, waves: bool = False, testcase: str | None = None,
                seed: int | None = None, timeout_s: float | None = None,
@@ -271,7 +280,9 @@ def run_cocotb(component, name: str, test_module: str, *, sim: str = "icarus",
     else:
         verilog_path = export_verilog(component, name, build_root=build_root)
     design_dir = resolve_build_root(build_root) / "cocotb" / verilog_path.parent.name
-    build_dir = design_dir / (f"{sim}-waves" if waves else sim)
+    # keyed by the toolchain too: a build links cocotb's libraries and sources by absolute
+    # path, so one made by another environment (a moved or second venv) must not be reused
+    build_dir = design_dir / f"{sim}{'-waves' if waves else ''}-{_toolchain_key(sim)}"
     run_key = hashlib.sha256(json.dumps(
         [test_module, testcase, params_json, seed, sorted((extra_env or {}).items())]
     ).encode()).hexdigest()[:12]

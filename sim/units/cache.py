@@ -10,6 +10,7 @@ folder. The measurement helpers here (:func:`measure_hits`, :func:`measure_misse
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
 
-__all__ = ["build", "simulate", "measure_hits", "measure_misses", "rtl_outcomes"]
+__all__ = ["build", "simulate", "default_workload", "measure_hits", "measure_misses",
+           "rtl_outcomes"]
 
 _INT_PARAMS = ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats", "sets",
                "ways", "mshrs", "queue_depth", "lfu_bits", "counter_width")
@@ -55,11 +57,13 @@ def config_of(dut: CacheController) -> CacheConfig:
 
 def rtl_outcomes(dut: CacheController, requests: list[Request], rng: np.random.Generator, *,
                  rows: int, latency=(1, 30), idle=0.2, backpressure=0.2, stall=0.1,
-                 vcd: Path | None = None) -> dict:
+                 vcd: Path | None = None, memory: np.ndarray | None = None) -> dict:
     """Run ``requests`` through the RTL in Amaranth's simulator (random idle, backpressure,
     latency), then FLUSH; check read data and memory against the shadow memory and outcomes
-    against the reference model (AssertionError otherwise). Returns kinds, stats, cycles."""
-    memory = rng.integers(0, 256, rows * dut.line_beats * dut.data_bytes, dtype=np.uint8)
+    against the reference model (AssertionError otherwise). Returns kinds, stats, cycles.
+    ``memory``: the backing memory's initial bytes (else random from ``rng``)."""
+    if memory is None:
+        memory = rng.integers(0, 256, rows * dut.line_beats * dut.data_bytes, dtype=np.uint8)
     mem = AmaranthMemory(dut.back, memory.copy(), data_bytes=dut.data_bytes, rng=rng,
                          latency=latency, resp_stall=stall, accept_stall=stall)
     n_read = sum(r.beats for r in requests if not r.write)
@@ -168,12 +172,30 @@ def measure_misses(dut: CacheController, n: int = 300, latency: int = 200) -> di
     return {"miss_throughput": n / cycles, "miss_cycles": cycles, "misses": n}
 
 
+#: The ``neonic rtl sim cache`` run's memory timing, the same in every simulator so that their
+#: figures compare cycle for cycle: a fixed read latency, no idle, stalls or backpressure (the
+#: tests and the cocotb soak drive random ones).
+CLI_LATENCY = 20
+
+
+def default_workload(rng: np.random.Generator, dut: CacheController, count: int
+                     ) -> tuple[np.ndarray, list[Request], int]:
+    """The backing memory's initial bytes, ``count`` random requests (Zipf 1.0 over four
+    times the cache's lines; a quarter writes, 2% malformed) and the row count."""
+    rows = 4 * dut.sets * dut.ways
+    memory = rng.integers(0, 256, rows * dut.line_beats * dut.data_bytes, dtype=np.uint8)
+    reqs = random_requests(rng, count, rows=rows, line_beats=dut.line_beats,
+                           row_beats=dut.row_beats, data_bytes=dut.data_bytes,
+                           write_fraction=0.25, error_fraction=0.02, zipf=1.0)
+    return memory, reqs, rows
+
+
 def simulate(req: SimRequest) -> dict:
-    """Default workload on ``req.sim``; figures.json (and a VCD when asked) into ``req.out``."""
+    """The default workload (:func:`default_workload` from the seed) on ``req.sim``, checked
+    against the shadow memory and the reference model; figures.json (the same fields from
+    every simulator) and a waveform when asked into ``req.out``."""
     kw = _params(req.params)
     dut = CacheController(**kw)
-    rng = np.random.default_rng(req.seed)
-    rows = 4 * dut.sets * dut.ways
     text = str(req.extra.get("requests", 600))
     try:
         count = int(text, 10)
@@ -181,26 +203,40 @@ def simulate(req: SimRequest) -> dict:
         count = 0
     if count < 1:
         raise ValueError(f"--requests: expected an integer >= 1, got {text!r}")
+    rng = np.random.default_rng(req.seed)
+    memory, reqs, rows = default_workload(rng, dut, count)
+    t0 = time.perf_counter()
+    results_xml = None
     if req.sim == "amaranth":
-        reqs = random_requests(rng, count, rows=rows, line_beats=dut.line_beats,
-                               row_beats=dut.row_beats, data_bytes=dut.data_bytes,
-                               write_fraction=0.25, error_fraction=0.02, zipf=1.0)
-        run = rtl_outcomes(dut, reqs, rng, rows=rows, vcd=req.vcd)
-        figures = {"sim": "amaranth", "requests": count, "cycles": run["cycles"],
-                   "stats": run["stats"],
-                   "hit_rate": (run["stats"]["hits"] + run["stats"]["merged"])
-                   / max(1, run["stats"]["hits"] + run["stats"]["merged"]
-                         + run["stats"]["misses"])}
+        run = rtl_outcomes(dut, reqs, rng, rows=rows, vcd=req.vcd, memory=memory,
+                           latency=(CLI_LATENCY, CLI_LATENCY), idle=0.0, backpressure=0.0,
+                           stall=0.0)
+        cycles, stats = run["cycles"], run["stats"]
     elif req.sim in ("icarus", "verilator"):
         from neonic.sim.harness import read_tb_figures, run_cocotb
+        req.out.mkdir(parents=True, exist_ok=True)
+        stimulus = req.out / "stimulus.json"
+        stimulus.write_text(json.dumps({
+            "memory": memory.tobytes().hex(),
+            "requests": [[r.addr, r.beats, int(r.write), [list(b) for b in r.wdata]]
+                         for r in reqs]}))
         results = run_cocotb(dut, "cache", "tb_cache", sim=req.sim, seed=req.seed,
                              waves=req.vcd is not None,
-                             params={"unit": kw, "workload": {"count": count, "rows": rows,
-                                                              "zipf": 1.0}})
-        figures = {"sim": req.sim, **read_tb_figures(results), "results": str(results)}
+                             params={"unit": kw, "workload": {
+                                 "rows": rows, "stimulus": str(stimulus.resolve()),
+                                 "latency": [CLI_LATENCY, CLI_LATENCY], "idle": 0.0,
+                                 "backpressure": 0.0, "resp_stall": 0.0, "accept_stall": 0.0}})
+        tb = read_tb_figures(results)
+        (episode,) = tb["episodes"]
+        cycles, stats = episode["cycles"], episode["counters"]
+        results_xml = str(results)
     else:
         raise ValueError(f"sim: expected amaranth, icarus or verilator, got {req.sim!r}")
-    figures["params"] = kw
+    looked_up = stats["hits"] + stats["merged"] + stats["misses"]
+    figures = {"unit": "cache", "sim": req.sim, "seed": req.seed, "params": kw,
+               "requests": count, "cycles": cycles, "stats": stats,
+               "hit_rate": (stats["hits"] + stats["merged"]) / max(1, looked_up),
+               "wall_s": time.perf_counter() - t0, "results_xml": results_xml}
     req.out.mkdir(parents=True, exist_ok=True)
     (req.out / "figures.json").write_text(json.dumps(figures, indent=1, default=str))
     return figures

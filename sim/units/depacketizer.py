@@ -10,19 +10,21 @@ were built to cause.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from neonic.sim.units import SimRequest
-from neonic.sim.units.packetizer import LOCAL_IP, LOCAL_MAC, _write_pcap, default_messages, run_rx
+from neonic.sim.units.packetizer import (LOCAL_IP, LOCAL_MAC, RxRun, _write_pcap,
+                                         default_messages, load_messages, run_rx)
 from neonic.rtl.depacketizer import Depacketizer
 from neonic.rtl.roce import DROP_REASONS, check_data_bytes, check_pmtu
 from neonic.rtl.streams import check_int
 from neonic.sim.reference.roce import PSN_MODULUS, Destination, Message, Receiver, build_frames
 
-__all__ = ["build", "parse_params", "workload", "simulate", "BROKEN"]
+__all__ = ["build", "parse_params", "workload", "user_workload", "simulate", "BROKEN"]
 
 DEFAULTS: dict[str, int] = {"data_bytes": 64, "pmtu": 4096, "num_qps": 16}
 
@@ -119,20 +121,48 @@ def _broken(reason: str, qp: int, psn: int, num_qps: int, pmtu: int) -> bytes:
     raise ValueError(f"reason: expected one of {', '.join(BROKEN)}, got {reason!r}")
 
 
-def simulate(req: SimRequest) -> dict:
-    """Run the workload through the depacketizer; write figures.json (the input frames as a
-    pcap with ``--pcap FILE``, a VCD when asked); raise AssertionError on any mismatch."""
-    if req.sim != "amaranth":
-        return _simulate_cocotb(req)
-    dut = build(req.params)
+def user_workload(req: SimRequest, *, num_qps: int, pmtu: int
+                  ) -> tuple[list[bytes], dict[int, int], Counter]:
+    """The frames of a user's own messages (``--messages FILE``, the packetizer's format;
+    message ``dest`` is the QP), PSNs from 0, no broken frames."""
     rng = np.random.default_rng(req.seed)
-    frames, psns, expected = workload(rng, num_qps=dut.num_qps, pmtu=dut.pmtu)
+    msgs, _ = load_messages(req.extra["messages"], num_qps, rng)
+    psns = {q: 0 for q in sorted({m.dest for m, _ in msgs})}
+    nxt = dict(psns)
+    frames: list[bytes] = []
+    for m, _ in msgs:
+        sent = build_frames(m, _destination(m.dest), local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+                            psn=nxt[m.dest], pmtu=pmtu)
+        nxt[m.dest] = (nxt[m.dest] + len(sent)) % PSN_MODULUS
+        frames += [f.data for f in sent]
+    return frames, psns, Counter()
+
+
+def simulate(req: SimRequest) -> dict:
+    """Run the workload (the default one, or ``--messages FILE``) through the depacketizer on
+    ``req.sim``; hold memory, completions and counters to the reference receiver; write
+    figures.json (the same fields from every simulator; the input frames as a pcap with
+    ``--pcap FILE``, a waveform when asked); raise AssertionError on any mismatch."""
+    dut = build(req.params)
+    if req.extra.get("messages"):
+        frames, psns, expected = user_workload(req, num_qps=dut.num_qps, pmtu=dut.pmtu)
+    else:
+        rng = np.random.default_rng(req.seed)
+        frames, psns, expected = workload(rng, num_qps=dut.num_qps, pmtu=dut.pmtu)
     ref = Receiver(num_qps=dut.num_qps, pmtu=dut.pmtu)
     for q, psn in psns.items():
         ref.set_psn(q, psn)
     for f in frames:
         ref.receive(f)
-    run = run_rx(dut, frames, psns, vcd=req.vcd)
+    t0 = time.perf_counter()
+    results_xml = None
+    if req.sim == "amaranth":
+        run = run_rx(dut, frames, psns, vcd=req.vcd)
+    elif req.sim in ("icarus", "verilator"):
+        run, results_xml = _run_rx_cocotb(req, dut, frames, psns)
+    else:
+        raise ValueError(f"sim: expected amaranth, icarus or verilator, got {req.sim!r}")
+    wall = time.perf_counter() - t0
 
     want_drops = {r: expected.get(r, 0) for r in DROP_REASONS}
     beats = len(run.beat_cycles)
@@ -141,8 +171,9 @@ def simulate(req: SimRequest) -> dict:
     completions_ok = run.completions == [(c.qp, c.length, c.imm) for c in ref.completions]
     counters_ok = run.counters == {"accepted": ref.accepted, **ref.drops}
     figures: dict[str, Any] = {
-        "unit": "depacketizer", "sim": req.sim,
+        "unit": "depacketizer", "sim": req.sim, "seed": req.seed,
         "params": {"data_bytes": dut.data_bytes, "pmtu": dut.pmtu, "num_qps": dut.num_qps},
+        "messages_file": str(req.extra["messages"]) if req.extra.get("messages") else None,
         "frames": len(frames), "beats": beats,
         "accepted": run.counters["accepted"],
         "dropped": {r: n for r, n in run.counters.items() if r != "accepted" and n},
@@ -153,14 +184,13 @@ def simulate(req: SimRequest) -> dict:
         "completions_match_reference": completions_ok,
         "counters_match_reference": counters_ok,
         "drops_as_built": ref.drops == want_drops,
+        "wall_s": wall, "results_xml": results_xml,
     }
     req.out.mkdir(parents=True, exist_ok=True)
     pcap = req.extra.get("pcap")
     if pcap:
         _write_pcap(pcap, frames)
         figures["pcap"] = str(pcap)
-    if req.vcd is not None:
-        figures["vcd"] = str(req.vcd)
     (req.out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
     problems = [name for name in ("memory_matches_reference", "completions_match_reference",
                                   "counters_match_reference", "drops_as_built")
@@ -172,39 +202,34 @@ def simulate(req: SimRequest) -> dict:
     return figures
 
 
-def _simulate_cocotb(req: SimRequest) -> dict:
-    """``--sim icarus|verilator``: the cocotb bench (sim/cocotb/tb_depacketizer.py) on the
-    generated Verilog; it sends its own scapy-built workload (good messages on QPs 0..3 with
-    broken frames interleaved, random idle and stalls) and asserts memory, completions and
-    counters against the reference receiver."""
+def _run_rx_cocotb(req: SimRequest, dut: Depacketizer, frames: list[bytes],
+                   psns: dict[int, int]) -> tuple[RxRun, str]:
+    """``--sim icarus|verilator``: the same frames through the cocotb bench's ``stimulus_run``
+    (sim/cocotb/tb_depacketizer.py) on the generated Verilog, fed back to back with the memory
+    always ready, as the Amaranth run does; the design's memory writes, completions and
+    counters come back for the same scoreboard."""
     from neonic.sim.harness import read_tb_figures, run_cocotb
-    num_qps = {**DEFAULTS, **parse_params(req.params)}["num_qps"]
-    if num_qps < 4:
-        raise ValueError(f"num_qps: the cocotb bench (--sim {req.sim}) uses QPs 0..3; expected "
-                         f">= 4, got {num_qps} (or use --sim amaranth)")
-    if req.extra.get("pcap"):
-        raise ValueError(f"--pcap: the cocotb bench (--sim {req.sim}) does not hand its frames "
-                         "back; use --sim amaranth")
-    dut = build(req.params)
+    req.out.mkdir(parents=True, exist_ok=True)
+    stimulus = req.out / "stimulus.json"
+    stimulus.write_text(json.dumps({"frames": [f.hex() for f in frames],
+                                    "psns": {str(q): p for q, p in psns.items()}}))
     name = f"depacketizer_w{dut.data_bytes}_p{dut.pmtu}_q{dut.num_qps}"
     results = run_cocotb(dut, name, "tb_depacketizer", sim=req.sim, seed=req.seed,
-                         waves=req.vcd is not None,
+                         waves=req.vcd is not None, testcase="stimulus_run",
                          params={"data_bytes": dut.data_bytes, "pmtu": dut.pmtu,
                                  "num_qps": dut.num_qps, "beats_width": dut.beats_width,
-                                 "sizes": [1, 7, 64, 127, 300, 777, 40, 5], "idle": 0.25,
-                                 "backpressure": 0.25, "accept_stall": 0.25})
+                                 "stimulus": str(stimulus.resolve())})
     tb = read_tb_figures(results)
-    figures: dict[str, Any] = {
-        "unit": "depacketizer", "sim": req.sim,
-        "params": {"data_bytes": dut.data_bytes, "pmtu": dut.pmtu, "num_qps": dut.num_qps},
-        "frames": tb.get("frames"), "accepted": tb.get("accepted"),
-        "dropped": tb.get("dropped"),
-        "memory_matches_reference": True,   # the bench asserts memory, completions, counters
-        "results_xml": str(results),
-        "sim_time_ns": sum(t["sim_time_ns"] for t in tb["tests"].values()),
-    }
-    if req.vcd is not None:
-        figures["waves"] = str(results.parent)
-    req.out.mkdir(parents=True, exist_ok=True)
-    (req.out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
-    return figures
+    W = dut.data_bytes
+    memory: dict[int, int] = {}
+    writes = iter(tb["writes"])
+    for addr, n in tb["requests"]:
+        for k in range(n):
+            value, mask = next(writes)
+            data = int(value).to_bytes(W, "little")
+            for i in range(W):
+                if mask >> i & 1:
+                    memory[(addr + k) * W + i] = data[i]
+    completions = [(q, n, imm) for q, n, imm in tb["completions"]]
+    return RxRun(tb["counters"], tb["beat_cycles"], tb["done_cycle"], memory,
+                 completions), str(results)

@@ -8,6 +8,7 @@ simulator that record the cycle of every frame beat.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from neonic.sim.reference.roce import Destination, Message, Receiver, build_fram
 from neonic.sim.timing.packetizer import estimate_tx
 
 __all__ = ["build", "parse_params", "TxRun", "RxRun", "run_tx", "run_rx",
-           "default_messages", "simulate", "LOCAL_MAC", "LOCAL_IP", "DESTINATIONS"]
+           "default_messages", "load_messages", "simulate", "LOCAL_MAC", "LOCAL_IP",
+           "DESTINATIONS"]
 
 LOCAL_MAC, LOCAL_IP = 0x02_4E_45_4F_00_01, 0x0A_00_00_01
 DESTINATIONS = [Destination(mac=0x02_4E_45_4F_01_00 + i, ip=0x0A_00_01_00 + i, qpn=i + 1,
@@ -87,6 +89,93 @@ def default_messages(rng: np.random.Generator, num_dest: int, quant: str) -> lis
         out.append((Message(dest=i % num_dest, va=0x10_0000 * (i + 1), rkey=0x1000 + i,
                             payload=values.tobytes(), imm=(i << 16) | rows), values))
     return out
+
+
+def load_messages(path: Path | str, num_dest: int, rng: np.random.Generator
+                  ) -> tuple[list[tuple[Message, np.ndarray | None]], int]:
+    """A user's own messages from a TOML file, and the row width ``dim`` they declare.
+
+    The file holds an optional ``dim`` (FP32 elements per pooled row; default
+    :data:`DEFAULT_DIM`; INT8 quantizes per row of ``dim``) and one ``[[message]]`` table per
+    message with ``dest`` (destination index, 0..num_dest-1), ``va`` and ``rkey`` (the remote
+    buffer), an optional ``imm`` (32-bit immediate) and exactly one payload: ``payload`` (a hex
+    string of bytes), ``values`` (FP32 numbers) or ``rows`` (that many rows of ``dim``
+    standard-normal FP32 values drawn from the run's seed). Every error names the message and
+    the field.
+    """
+    from neonic.sim import schema
+
+    data = schema.load_toml(path, "--messages")
+    schema.known_fields("--messages", data, ("dim", "message"))
+    dim = schema.integer("dim", data.get("dim", DEFAULT_DIM), 1, 1 << 16)
+    entries = data.get("message")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"--messages {path}: expected one or more [[message]] tables")
+    out: list[tuple[Message, np.ndarray | None]] = []
+    for i, entry in enumerate(entries):
+        where = f"message[{i}]"
+        schema.table(where, entry)
+        schema.known_fields(where, entry, ("dest", "va", "rkey", "imm", "payload", "values",
+                                           "rows"))
+        for key in ("dest", "va", "rkey"):
+            if key not in entry:
+                raise ValueError(f"{where}.{key}: missing; expected an integer")
+        dest = schema.integer(f"{where}.dest", entry["dest"], 0, num_dest - 1)
+        va = schema.integer(f"{where}.va", entry["va"], 0, (1 << 64) - 1)
+        rkey = schema.integer(f"{where}.rkey", entry["rkey"], 0, (1 << 32) - 1)
+        imm = (schema.integer(f"{where}.imm", entry["imm"], 0, (1 << 32) - 1)
+               if "imm" in entry else None)
+        given = [k for k in ("payload", "values", "rows") if k in entry]
+        if len(given) != 1:
+            raise ValueError(f"{where}: expected exactly one of payload, values, rows; "
+                             f"got {', '.join(given) or 'none'}")
+        values: np.ndarray | None = None
+        if given[0] == "payload":
+            text = schema.string(f"{where}.payload", entry["payload"])
+            try:
+                payload = bytes.fromhex(text)
+            except ValueError:
+                raise ValueError(f"{where}.payload: expected a hex string of bytes, "
+                                 f"got {text[:40]!r}") from None
+        elif given[0] == "values":
+            raw = entry["values"]
+            if not isinstance(raw, list) or not raw:
+                raise ValueError(f"{where}.values: expected a non-empty list of numbers")
+            values = np.array([schema.number(f"{where}.values[{j}]", v)
+                               for j, v in enumerate(raw)], np.float32)
+            payload = values.tobytes()
+        else:
+            rows = schema.integer(f"{where}.rows", entry["rows"], 1, 1 << 20)
+            values = rng.standard_normal((rows, dim)).astype(np.float32)
+            payload = values.tobytes()
+        if not payload:
+            raise ValueError(f"{where}.payload: expected at least one byte")
+        out.append((Message(dest=dest, va=va, rkey=rkey, payload=payload, imm=imm), values))
+    return out, dim
+
+
+def _messages(req: SimRequest, dut: Packetizer) -> tuple[list[tuple[Message, np.ndarray | None]], int]:
+    """The run's messages (``--messages FILE``, else the default set) and the INT8 row width
+    (0 unless the packetizer quantizes to INT8)."""
+    rng = np.random.default_rng(req.seed)
+    if req.extra.get("messages"):
+        msgs, dim = load_messages(req.extra["messages"], dut.num_dest, rng)
+    else:
+        msgs, dim = default_messages(rng, dut.num_dest, dut.quant), DEFAULT_DIM
+    if dut.quant == "int8":
+        for i, (m, _) in enumerate(msgs):
+            if len(m.payload) % (4 * dim):
+                raise ValueError(f"message[{i}]: quant=int8 quantizes rows of dim={dim} FP32 "
+                                 f"values; expected a payload of a multiple of {4 * dim} bytes, "
+                                 f"got {len(m.payload)}")
+        return msgs, dim
+    if dut.quant in ("fp16", "bf16"):
+        for i, (m, _) in enumerate(msgs):
+            if len(m.payload) % 4:
+                raise ValueError(f"message[{i}]: quant={dut.quant} converts FP32 values; "
+                                 f"expected a payload of a multiple of 4 bytes, got "
+                                 f"{len(m.payload)}")
+    return msgs, 0
 
 
 def run_tx(dut: Packetizer, messages: list[Message], *, psns: dict[int, int] | None = None,
@@ -225,40 +314,54 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
 
 
 def simulate(req: SimRequest) -> dict:
-    """Send the default message set; write figures.json (and the frames as a pcap when
-    ``--pcap FILE`` is given, a VCD when asked)."""
+    """Send the run's messages (``--messages FILE``, else the default set) on ``req.sim``;
+    check every frame against the reference model; write figures.json (the same fields from
+    every simulator), the frames as a pcap with ``--pcap FILE``, a waveform when asked."""
     dut = build(req.params)
-    if req.sim != "amaranth":
-        return _simulate_cocotb(req, dut)
-    rng = np.random.default_rng(req.seed)
-    msgs = default_messages(rng, dut.num_dest, dut.quant)
-    dim = DEFAULT_DIM if dut.quant == "int8" else 0
-    run = run_tx(dut, [m for m, _ in msgs], vcd=req.vcd, dim=dim)
-    # Check every frame against the reference model of the same (quantized) messages.
+    msgs, dim = _messages(req, dut)
+    messages = [m for m, _ in msgs]
+    # the reference frames of the same (quantized) messages
     golden: list[bytes] = []
     psn: dict[int, int] = {}
     for m, values in msgs:
-        wire = Message(m.dest, m.va, m.rkey, quantize(values, dut.quant, dim=dim or None,
-                                                      pmtu=dut.pmtu), m.imm)
-        fr = build_frames(wire, DESTINATIONS[m.dest], local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
+        if dut.quant == "none":
+            wire_payload = m.payload
+        else:
+            vals = values if values is not None else np.frombuffer(m.payload, np.float32)
+            wire_payload = quantize(vals, dut.quant, dim=dim or None, pmtu=dut.pmtu)
+        fr = build_frames(Message(m.dest, m.va, m.rkey, wire_payload, m.imm),
+                          DESTINATIONS[m.dest], local_mac=LOCAL_MAC, local_ip=LOCAL_IP,
                           psn=psn.get(m.dest, 0), pmtu=dut.pmtu)
         psn[m.dest] = psn.get(m.dest, 0) + len(fr)
         golden += [f.data for f in fr]
+    t0 = time.perf_counter()
+    results_xml = None
+    if req.sim == "amaranth":
+        run = run_tx(dut, messages, vcd=req.vcd, dim=dim)
+    elif req.sim in ("icarus", "verilator"):
+        run, results_xml = _run_tx_cocotb(req, dut, messages)
+    else:
+        raise ValueError(f"sim: expected amaranth, icarus or verilator, got {req.sim!r}")
+    wall = time.perf_counter() - t0
     rx = Receiver(num_qps=len(DESTINATIONS) + 1, pmtu=dut.pmtu)
     for f in run.frames:
         rx.receive(f)
-    est = estimate_tx([len(m.payload) for m, _ in msgs], data_bytes=dut.data_bytes,
-                      pmtu=dut.pmtu, with_imm=[True] * len(msgs), quant=dut.quant,
-                      dim=dim or None)
+    est = estimate_tx([len(m.payload) for m in messages], data_bytes=dut.data_bytes,
+                      pmtu=dut.pmtu, with_imm=[m.imm is not None for m in messages],
+                      quant=dut.quant, dim=dim or None)
     figures = {
-        "unit": "packetizer", "sim": req.sim, "params": {"data_bytes": dut.data_bytes,
-                                                         "pmtu": dut.pmtu, "quant": dut.quant},
+        "unit": "packetizer", "sim": req.sim, "seed": req.seed,
+        "params": {"data_bytes": dut.data_bytes, "pmtu": dut.pmtu, "num_dest": dut.num_dest,
+                   "quant": dut.quant},
         **({"dim": dim} if dim else {}),
-        "messages": len(msgs), "frames": len(run.frames), "beats": run.beats,
+        "messages": len(messages), "messages_file": (str(req.extra["messages"])
+                                                     if req.extra.get("messages") else None),
+        "frames": len(run.frames), "beats": run.beats,
         "cycles": run.cycles, "bus_occupancy": run.beats / run.cycles,
         "frames_match_reference": run.frames == golden,
         "reference_receiver_accepted": rx.accepted,
         "timing_model_cycles": est.cycles,
+        "wall_s": wall, "results_xml": results_xml,
     }
     req.out.mkdir(parents=True, exist_ok=True)
     pcap = req.extra.get("pcap")
@@ -278,39 +381,28 @@ def _write_pcap(path, frames: list[bytes]) -> None:
     wrpcap(str(path), [Ether(f) for f in frames])
 
 
-def _simulate_cocotb(req: SimRequest, dut: Packetizer) -> dict:
-    """``--sim icarus|verilator``: the cocotb bench (sim/cocotb/tb_packetizer.py) on the
-    generated Verilog, which checks every frame against the reference model."""
+def _run_tx_cocotb(req: SimRequest, dut: Packetizer, messages: list[Message]) -> tuple[TxRun, str]:
+    """``--sim icarus|verilator``: the same messages through the cocotb bench
+    (sim/cocotb/tb_packetizer.py) on the generated Verilog, with the Amaranth run's
+    destination table and no idle or backpressure, so the two simulators run one workload."""
     from neonic.sim.harness import read_tb_figures, run_cocotb
     if dut.quant != "none":
         raise ValueError(f"--sim {req.sim}: the cocotb bench sends raw payload bytes; use "
                          f"--param quant=none (or --sim amaranth for {dut.quant!r})")
-    # the same message lengths as the Amaranth run of this seed (default_messages); the bench
-    # draws the payload bytes, destinations and immediates itself
-    sizes = [len(m.payload) for m, _ in default_messages(np.random.default_rng(req.seed),
-                                                          dut.num_dest, dut.quant)]
+    req.out.mkdir(parents=True, exist_ok=True)
+    stimulus = req.out / "stimulus.json"
+    stimulus.write_text(json.dumps({
+        "local_mac": LOCAL_MAC, "local_ip": LOCAL_IP,
+        "destinations": [{"mac": d.mac, "ip": d.ip, "qpn": d.qpn, "udp_sport": d.udp_sport,
+                          "psn": 0} for d in DESTINATIONS[:dut.num_dest]],
+        "messages": [{"dest": m.dest, "va": m.va, "rkey": m.rkey, "imm": m.imm,
+                      "payload": m.payload.hex()} for m in messages]}))
     name = f"packetizer_w{dut.data_bytes}_p{dut.pmtu}_d{dut.num_dest}"
     results = run_cocotb(dut, name, "tb_packetizer", sim=req.sim, seed=req.seed,
                          waves=req.vcd is not None,
                          params={"data_bytes": dut.data_bytes, "pmtu": dut.pmtu,
-                                 "num_dest": dut.num_dest, "sizes": sizes, "idle": 0.0,
-                                 "backpressure": 0.0, "record_frames": True})
+                                 "num_dest": dut.num_dest, "stimulus": str(stimulus.resolve()),
+                                 "idle": 0.0, "backpressure": 0.0, "record_frames": True})
     tb = read_tb_figures(results)
     frames = [bytes.fromhex(h) for h in tb.get("frames", [])]
-    figures = {
-        "unit": "packetizer", "sim": req.sim,
-        "params": {"data_bytes": dut.data_bytes, "pmtu": dut.pmtu, "quant": dut.quant},
-        "messages": tb.get("messages"), "frames": len(frames), "beats": tb.get("beats"),
-        "frames_match_reference": True,     # the bench asserts it frame by frame
-        "results_xml": str(results),
-        "sim_time_ns": sum(t["sim_time_ns"] for t in tb["tests"].values()),
-    }
-    if req.vcd is not None:
-        figures["waves"] = str(results.parent)
-    req.out.mkdir(parents=True, exist_ok=True)
-    pcap = req.extra.get("pcap")
-    if pcap:
-        _write_pcap(pcap, frames)
-        figures["pcap"] = str(pcap)
-    (req.out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
-    return figures
+    return TxRun(frames, tb["beat_cycles"], tb["last_beat_cycles"], tb["cycles"]), str(results)
