@@ -94,12 +94,12 @@ class ClusterRun:
                 cfg = cfg.with_gpus_per_node(sc.gpus_per_node)
             except ValueError as error:
                 raise ValueError(f"cluster.gpus_per_node: {error}") from None
-        # the node's host-memory link (system.host.pcie_gbytes_per_s: PCIe on ZionEX) is the
+        # the node's host-memory link (system.host: PCIe on ZionEX, NVLink-C2C on GH200) is the
         # bandwidth of the topology's GPU-host links: one figure for copies, host-tier misses,
         # the planner's tier cost and the metrics
         from dataclasses import replace as _replace
 
-        cfg = _replace(cfg, host_link=_replace(cfg.host_link, bandwidth_gbps=sc.system.host.pcie_gbytes_per_s * 8))
+        cfg = _replace(cfg, host_link=_replace(cfg.host_link, bandwidth_gbps=sc.system.host_link_gbytes_per_s * 8))
         return Topology(cfg)
 
     def make_planner_system(self, topo) -> Any:
@@ -328,7 +328,7 @@ def _memory_tiers(system, topo):
     return MemoryTiers(dram_gib_per_node=dram, ssd_gib_per_node=h.ssd_gib_per_node,
                        cache_load_factor=h.cache_load_factor, ssd_gbytes_per_s=h.ssd_gbytes_per_s,
                        cache_ways=h.cache_ways, cache_policy=h.cache_policy,
-                       host_link_gbytes_per_s=topo.config.host_link.bandwidth_gbps / 8)
+                       host_link_gbytes_per_s=topo.config.host_link.bandwidth_gbps / 8, link=h.link)
 
 
 def _planner_comm(topo, allreduce: str = "hierarchical"):

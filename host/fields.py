@@ -41,7 +41,7 @@ def scenario_fields() -> list[Field]:
     """The documented fields of a scenario file, in file order."""
     from neonic.host.gradients import DDP_BUCKET_CAP_MIB, DDP_FIRST_BUCKET_MIB
     from neonic.host.lookups import DEFAULT_MAX_LOOKUPS
-    from neonic.host.systems import HostSpec, NICSpec, StreamsSpec
+    from neonic.host.systems import PRESET_NAMES, HostSpec, NICSpec, StreamsSpec
     from neonic.host.workloads.spec import OptimizerSpec
     from neonic.sim.gpu import GPUEfficiency
 
@@ -81,8 +81,8 @@ def scenario_fields() -> list[Field]:
           choices=("rowwise_adagrad", "adagrad", "sgd")),
         F("workload.optimizer.learning_rate", "learning rate", "", opt.learning_rate),
         F("workload.optimizer.eps", "epsilon of Adagrad", "", opt.eps),
-        F("system.preset", "a packaged system (zionex, zion, smartnic) whose fields the others "
-          "override", "", "zionex"),
+        F("system.preset", f"a packaged system ({', '.join(PRESET_NAMES)}) whose fields the "
+          "others override", "", "zionex"),
         F("system.name", "system name", ""),
         F("system.description", "free text (the preset's sources)", ""),
         F("system.embeddings", "where the embedding tables live", "", None,
@@ -104,8 +104,14 @@ def scenario_fields() -> list[Field]:
           "fraction", streams.sm_partition_comm),
         F("system.streams.interference", "slow-down of kernels that share the GPU with a "
           "collective", "fraction", streams.interference),
-        F("system.host.pcie_gbytes_per_s", "PCIe bandwidth per GPU, each direction", "GB/s",
-          host.pcie_gbytes_per_s),
+        F("system.host.link", "what joins CPU memory and GPU: pcie (ZionEX), c2c (GH200's "
+          "NVLink-C2C) or shared_hbm (MI300A: one HBM pool, host-tier rows read in place)", "",
+          host.link, choices=("pcie", "c2c", "shared_hbm")),
+        F("system.host.pcie_gbytes_per_s", "PCIe bandwidth per GPU, each direction (the host "
+          "link when link = pcie)", "GB/s", host.pcie_gbytes_per_s),
+        F("system.host.link_gbytes_per_s", "the host link's bandwidth per GPU, each direction, "
+          "when link = c2c (required) or shared_hbm (default: half the GPU's HBM bandwidth)",
+          "GB/s", None, derived="the preset's"),
         F("system.host.dram_gib_per_node", "host DRAM per node given to embedding shards behind "
           "an HBM software cache (0: no DRAM tier)", "GiB", None, derived="the preset's"),
         F("system.host.ssd_gib_per_node", "SSD per node given to embedding shards (0: no SSD tier)",

@@ -201,7 +201,7 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     fwd: list[Any] = []
     bwd: list[Any] = []
     tier_miss = np.zeros(world)
-    pcie = sys_.host.pcie_gbytes_per_s * 1e9
+    pcie = sys_.host_link_gbytes_per_s * 1e9
     ssd = psys.memory.ssd_gbytes_per_s * 1e9
     cpu = CPU_PRESETS[sys_.host.cpu]
     for r in range(world):
@@ -377,7 +377,7 @@ class IterationSpec:
     def from_scenario(cls, sc: "Scenario") -> "IterationSpec":
         b = sc.bucket_config()
         return cls(mode=sc.mode, pipelined=sc.pipelined, embeddings=sc.system.embeddings, dense_dtype=sc.dense_dtype,
-                   pcie_gbytes_per_s=sc.system.host.pcie_gbytes_per_s, allreduce=sc.allreduce, alltoall=sc.alltoall,
+                   pcie_gbytes_per_s=sc.system.host_link_gbytes_per_s, allreduce=sc.allreduce, alltoall=sc.alltoall,
                    warmup=sc.warmup, iterations=sc.iterations, comm_backward=sc.precision("backward"),
                    comm_allreduce=sc.precision("allreduce"), bucket_mib=b.bucket_mib,
                    first_bucket_mib=b.first_bucket_mib, optimizer=b.optimizer)

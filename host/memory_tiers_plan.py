@@ -29,6 +29,8 @@ def cache_reserve(workload: Any, system: Any, shard_bytes: Callable[[Any, int, i
     total = sum(shard_bytes(t, t.rows, t.dim) for t in workload.tables)
     if total <= hbm or (system.dram_capacity <= 0 and system.ssd_capacity <= 0):
         return 0.0, 0.0
+    if not system.memory.cached:
+        return 0.0, float(system.dram_capacity + system.ssd_capacity)   # shared HBM: no caches
     lf = system.memory.cache_load_factor
     weights = sum(t.rows * t.dim * t.elem_bytes for t in workload.tables)
     rho = min(0.999, lf * weights / total)

@@ -137,10 +137,11 @@ def tier_metrics(sc: "Scenario", host_link: Any, work: Any, psys: Any, tier_miss
     shards = {t: 0 for t in ("hbm", "dram", "ssd")}
     lookups = hits = 0.0
     rates: dict[str, float] = {}
+    cached = psys.memory.cached   # shared HBM: host-tier rows are read in place, no cache
     for t in sc.workload.tables:
         for k in work.tables[t.name].kernels:
             shards[k.tier] += 1
-            if k.tier != "hbm":
+            if k.tier != "hbm" and cached:
                 h = psys.tier_hit_rate(t)
                 rates[t.name] = h
                 lookups += k.lookups
@@ -150,7 +151,8 @@ def tier_metrics(sc: "Scenario", host_link: Any, work: Any, psys: Any, tier_miss
         "bytes": {"hbm": float(work.hbm_bytes.sum()), "dram": float(work.dram_bytes.sum()),
                   "ssd": float(work.ssd_bytes.sum())},
         "shards": shards,
-        "cache": {"load_factor": psys.memory.cache_load_factor, "ways": psys.memory.cache_ways,
+        "link": psys.memory.link,
+        "cache": {"load_factor": psys.memory.cache_load_factor if cached else None, "ways": psys.memory.cache_ways,
                   "policy": psys.memory.cache_policy,
                   "lookups_per_iteration": lookups, "hits_per_iteration": hits,
                   "misses_per_iteration": lookups - hits,

@@ -73,7 +73,7 @@ __all__ = [
     "default_scenario",
 ]
 
-SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small")
+SCENARIO_PRESETS: tuple[str, ...] = ("default", "model-a-128", "model-a-1024", "zion-small", "smartnic-small", "inference-small", "rtl-small", "gh200-small", "mi300a-small")
 
 _SECTIONS = ("scenario", "cluster", "workload", "system", "planner", "dense", "comm_precision", "lookups")
 #: Wire precisions of the float collectives and their bytes per element.

@@ -225,6 +225,37 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         nvlink_gbytes_per_s=450.0,
         pcie_gbytes_per_s=64.0,
     ),
+    # GH200's Hopper GPU: the H100's SMs and tensor peaks (NVIDIA GH200 Grace Hopper Superchip data
+    # sheet / H100 data sheet: FP16/BF16 dense 990 TFLOP/s, FP8 1,979), with 96 GB of HBM3 at
+    # 4 TB/s (GH200 data sheet, the HBM3 variant; the HBM3e variant has 144 GB at 4.9 TB/s).
+    # NVLink 4: 900 GB/s total, 450 GB/s each way. Its CPU memory is reached over NVLink-C2C,
+    # not PCIe (the system preset's host.link); pcie_gbytes_per_s keeps the PCIe 5 x16 figure.
+    "gh200-96gb": GPUSpec(
+        name="gh200-96gb",
+        peak_tflops={"fp16": 990.0, "bf16": 990.0, "tf32": 495.0, "fp32": 67.0, "fp8": 1979.0},
+        hbm_gbytes_per_s=4000.0,
+        hbm_gib=96.0,              # 6 HBM3 stacks of 16 GiB
+        num_sms=132,
+        nvlink_gbytes_per_s=450.0,
+        pcie_gbytes_per_s=64.0,
+    ),
+    # AMD Instinct MI300A (AMD data sheet): 228 CDNA 3 compute units, FP16/BF16 dense matrix
+    # 980.6 TFLOP/s, FP8 1,961.2, TF32 490.3, FP32 122.6; 128 GB of HBM3 at 5.3 TB/s shared with
+    # the package's 24 Zen 4 cores (one pool: the system preset's host.link = "shared_hbm").
+    # nvlink_gbytes_per_s stands for the APU-to-APU Infinity Fabric of a 4-APU node, per peer
+    # group and direction (ASSUMPTION: 128 GB/s, four x16 links at 32 GB/s each way). The
+    # reserve is larger than a discrete GPU's: the CPU side's OS, runtime and input pipeline
+    # live in the same 128 GB (ASSUMPTION: 25%).
+    "mi300a": GPUSpec(
+        name="mi300a",
+        peak_tflops={"fp16": 980.6, "bf16": 980.6, "tf32": 490.3, "fp32": 122.6, "fp8": 1961.2},
+        hbm_gbytes_per_s=5300.0,
+        hbm_gib=128.0,             # 8 HBM3 stacks of 16 GiB
+        num_sms=228,
+        nvlink_gbytes_per_s=128.0,
+        pcie_gbytes_per_s=64.0,
+        hbm_reserved_fraction=0.25,
+    ),
     "v100-32gb": GPUSpec(
         name="v100-32gb",
         peak_tflops={"fp16": 125.0, "fp32": 15.7},

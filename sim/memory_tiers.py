@@ -21,6 +21,14 @@ what a tier costs, called by the planner's cost model and by the event-driven si
   fetches its row (forward) and the updated row goes back (the backward's write-back of rows
   the cache cannot keep; ASSUMPTION: as many as the forward missed).
 * :func:`host_transfer_s`: those bytes over the node's host-memory link (DRAM) or the SSD.
+* :data:`LINKS`: what joins a node's CPU memory and GPU, which decides how a host-tier row is
+  reached. ``pcie`` (ZionEX: PCIe 4 x16) and ``c2c`` (GH200: NVLink-C2C, coherent, 450 GB/s
+  each way) are links: misses are copied over them into the HBM cache as above, at the link's
+  bandwidth. ``shared_hbm`` (MI300A: CPU and GPU chiplets on one pool of HBM3) has no link to
+  cross: "host" memory is the same HBM, so a host-tier row is read in place by the embedding
+  kernel (no software cache, no copy: :func:`uses_cache` is False), and its bytes are HBM
+  traffic of that kernel, contending with everything else on the GPU's HBM (the roofline and
+  the C3 HBM model of ``sim.interference`` see them).
 * :class:`HostLink`: the simulation's side: transfers between a GPU and its node's host
   memory are flows on the topology's GPU-host links (``sim.network``: ``pcie.up/down``), the
   one PCIe model of a run, so input copies, cache misses and (SmartNIC) fills contend there.
@@ -36,11 +44,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["TIERS", "POLICIES", "cache_hit_rate", "zipf_hit_rate", "empirical_hit_rate", "miss_bytes",
+__all__ = ["TIERS", "POLICIES", "LINKS", "uses_cache", "cache_hit_rate", "zipf_hit_rate", "empirical_hit_rate", "miss_bytes",
            "host_transfer_s", "HostLink"]
 
 TIERS = ("hbm", "dram", "ssd")
 POLICIES = ("lru", "lfu")
+#: What joins CPU memory and the GPU on a node (see the module doc).
+LINKS: tuple[str, ...] = ("pcie", "c2c", "shared_hbm")
+
+
+def uses_cache(link: str) -> bool:
+    """Whether host-tier rows go through an HBM software cache on a node with ``link``: over a
+    link (PCIe, NVLink-C2C) they are copied in; on shared HBM they are read where they are."""
+    if link not in LINKS:
+        raise ValueError(f"host.link: expected one of {', '.join(LINKS)}, got {link!r}")
+    return link != "shared_hbm"
+
 _HEAD = 1 << 16
 
 

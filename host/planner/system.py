@@ -162,6 +162,9 @@ class MemoryTiers:
     cache_policy: str = "lru"
     #: the node's GPU-host link per GPU (the topology's ``[host_link]``); None: the GPU model's PCIe
     host_link_gbytes_per_s: float | None = None
+    #: what joins CPU memory and GPU (``sim.memory_tiers.LINKS``); on ``shared_hbm`` host-tier
+    #: rows are read in place: no HBM cache, no misses
+    link: str = "pcie"
 
     def __post_init__(self) -> None:
         for name in ("dram_gib_per_node", "ssd_gib_per_node"):
@@ -173,6 +176,14 @@ class MemoryTiers:
             raise ValueError(f"memory.cache_hit_rate: expected in [0, 1], got {self.cache_hit_rate!r}")
         if not self.ssd_gbytes_per_s > 0:
             raise ValueError(f"memory.ssd_gbytes_per_s: expected > 0, got {self.ssd_gbytes_per_s!r}")
+        from neonic.sim.memory_tiers import uses_cache
+        uses_cache(self.link)   # checks the name
+
+    @property
+    def cached(self) -> bool:
+        """Whether host-tier shards are served through an HBM cache (not on shared HBM)."""
+        from neonic.sim.memory_tiers import uses_cache
+        return uses_cache(self.link)
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,9 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
         lookups_i = int(round(lookups))
         if shard.tier == "hbm":
             hbm, host, miss = float(weights), 0.0, 0.0
+        elif not mem.cached:
+            # shared HBM: the "host" rows are in the same HBM, read in place (no cache, no copy)
+            hbm, host, miss = 0.0, float(weights), 0.0
         else:
             hbm = float(math.ceil(shard.rows * mem.cache_load_factor) * row_bytes)
             host = float(weights)

@@ -58,6 +58,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 from neonic.sim.gpu import GPU_PRESETS, GPUEfficiency, GPUSpec, gpu_preset
+from neonic.sim.memory_tiers import LINKS
 from neonic.sim.resources import CPU_PRESETS
 
 __all__ = [
@@ -75,7 +76,7 @@ __all__ = [
     "merge_tables",
 ]
 
-PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic")
+PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic", "gh200", "mi300a")
 EMBEDDING_PLACES = ("gpu", "cpu", "nic")
 
 
@@ -130,12 +131,18 @@ class HostSpec:
     host-memory tiers of embedding shards (``sim.memory_tiers``): ``dram_gib_per_node`` /
     ``ssd_gib_per_node`` given to embeddings (0: no such tier), served through an HBM software
     cache of ``cache_load_factor`` lines per row, ``cache_ways``-way, ``cache_policy`` lru|lfu.
-    ``pcie_gbytes_per_s`` is the node's host-memory link per GPU and direction (PCIe on ZionEX):
-    a run gives the topology's GPU-host links this bandwidth (the network preset's
-    ``[host_link]`` keeps its latency), so copies, host-tier misses and the planner's tier cost
-    see one figure."""
+    ``link`` is what joins the node's CPU memory and GPUs (``sim.memory_tiers.LINKS``): ``pcie``
+    (ZionEX), ``c2c`` (GH200's NVLink-C2C) or ``shared_hbm`` (MI300A: one pool of HBM, host-tier
+    rows read in place, no software cache). ``pcie_gbytes_per_s`` is the PCIe link per GPU and
+    direction; ``link_gbytes_per_s`` a ``c2c`` link's (or, on ``shared_hbm``, the rate of a
+    copy within the HBM: the GPU's HBM bandwidth halved, read plus write, when not given).
+    :meth:`SystemSpec.host_link_gbytes_per_s` resolves the figure a run gives the topology's
+    GPU-host links (the network preset's ``[host_link]`` keeps its latency), so copies,
+    host-tier misses and the planner's tier cost see one figure."""
 
     pcie_gbytes_per_s: float = 25.0
+    link: str = "pcie"
+    link_gbytes_per_s: float | None = None
     cpu: str = "xeon-ddr4-6ch"
     sockets_per_node: int = 4
     dram_gib_per_node: float = 0.0
@@ -177,6 +184,17 @@ class SystemSpec:
     nic: NICSpec | None = None
     gpu_efficiency: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def host_link_gbytes_per_s(self) -> float:
+        """The node's CPU-memory-to-GPU link per GPU and direction (GB/s): PCIe's figure, a
+        c2c link's, or on shared HBM a copy within the HBM (half its bandwidth unless given)."""
+        h = self.host
+        if h.link == "pcie":
+            return h.pcie_gbytes_per_s
+        if h.link_gbytes_per_s is not None:
+            return h.link_gbytes_per_s
+        return self.gpu_spec.hbm_gbytes_per_s / 2   # shared_hbm: read + write in the same HBM
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved system as a TOML-ready table (for the results folder)."""
         out: dict[str, Any] = {
@@ -184,7 +202,8 @@ class SystemSpec:
             "network": self.network, "gpu": self.gpu, "comm_dtype": self.comm_dtype,
             "gpu_efficiency": {f.name: getattr(self.gpu_spec.efficiency, f.name) for f in fields(GPUEfficiency)},
             "streams": {f.name: getattr(self.streams, f.name) for f in fields(StreamsSpec)},
-            "host": {f.name: getattr(self.host, f.name) for f in fields(HostSpec)},
+            "host": {f.name: getattr(self.host, f.name) for f in fields(HostSpec)
+                     if getattr(self.host, f.name) is not None},
         }
         if self.nic is not None:
             out["nic"] = {f.name: getattr(self.nic, f.name) for f in fields(NICSpec)}
@@ -211,8 +230,18 @@ def _streams(path: str, data: Mapping[str, Any]) -> StreamsSpec:
 def _host(path: str, data: Mapping[str, Any]) -> HostSpec:
     check_known_fields(path, data, tuple(f.name for f in fields(HostSpec)))
     d = HostSpec()
+    link = _choice(f"{path}.link", data.get("link", d.link), LINKS)
+    if link == "c2c" and data.get("link_gbytes_per_s") is None:
+        raise ValueError(f"{path}.link_gbytes_per_s: a c2c link needs its bandwidth per GPU and direction "
+                         "(GB/s, e.g. 450 for GH200's NVLink-C2C); got none")
+    if link == "pcie" and data.get("link_gbytes_per_s") is not None:
+        raise ValueError(f"{path}.link_gbytes_per_s: a pcie link takes its bandwidth from "
+                         f"{path}.pcie_gbytes_per_s; expected no link_gbytes_per_s")
     return HostSpec(
         pcie_gbytes_per_s=_num(f"{path}.pcie_gbytes_per_s", data.get("pcie_gbytes_per_s", d.pcie_gbytes_per_s), 0, lo_open=True),
+        link=link,
+        link_gbytes_per_s=(None if data.get("link_gbytes_per_s") is None else
+                           _num(f"{path}.link_gbytes_per_s", data["link_gbytes_per_s"], 0, lo_open=True)),
         cpu=_choice(f"{path}.cpu", data.get("cpu", d.cpu), tuple(CPU_PRESETS)),
         sockets_per_node=_int(f"{path}.sockets_per_node", data.get("sockets_per_node", d.sockets_per_node), 1),
         dram_gib_per_node=_num(f"{path}.dram_gib_per_node", data.get("dram_gib_per_node", d.dram_gib_per_node), 0),
