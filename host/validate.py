@@ -307,6 +307,14 @@ def _experiment_rows(name: str, result: ExperimentResult, comparable: bool) -> l
             if "latency_vs_rdma" in mm:
                 rows.append(ValidationRow(name, f"{key}: latency per query batch vs plain RDMA NIC", mm["latency_vs_rdma"], "x",
                                           "prediction"))
+    elif name == "node_classes":
+        for key, value in m.items():
+            if not isinstance(value, float):
+                continue
+            model, what = key.split(".", 1)
+            figure = (f"{model}: {what[:-len('_over_zionex')]} throughput over ZionEX at equal GPU count"
+                      if what.endswith("_over_zionex") else f"{model}: {what.split('.')[0]} with SmartNIC on over off")
+            rows.append(ValidationRow(name, figure, value, "x", "prediction", key=f"node_classes.{key}"))
     return rows
 
 

@@ -42,7 +42,7 @@ __all__ = [
 
 #: Every experiment, in the order ``neonic validate`` runs them.
 EXPERIMENTS: tuple[str, ...] = ("calibration", "weak_scaling", "zion_vs_zionex", "smartnic", "c3", "sharding", "ablation",
-                                "fused_embedding")
+                                "fused_embedding", "node_classes")
 SIZES: tuple[str, ...] = ("default", "tiny", "validate")
 
 

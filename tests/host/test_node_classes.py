@@ -133,3 +133,29 @@ def test_neonic_run_runs_each_new_system(name, tmp_path, capsys):
     assert metrics["samples_per_s"] > 0
     system = name.split("-")[0]
     assert (tmp_path / "config.toml").read_text().count(f'network = "{system}"') == 1
+
+
+def test_the_node_classes_experiment_tabulates_and_plots_each_system(tmp_path):
+    """Tiny size: model-a grown past HBM on 16 GPUs of each class, SmartNIC off and on. ZionEX
+    and GH200 put part of it in host memory behind the HBM cache; MI300A has no memory beyond
+    its HBM and says how much is missing; placement.csv says where every table lives."""
+    import csv
+
+    from neonic.host.experiments import run_experiment
+
+    out = tmp_path / "nc"
+    result = run_experiment("node_classes", out, size="tiny")
+    rows = {(r["system"], r["smartnic"]): r for r in result.rows}
+    assert set(rows) == {(s, n) for s in ("zionex", "gh200", "mi300a") for n in (False, True)}
+    for system, link in (("zionex", "pcie"), ("gh200", "c2c")):
+        r = rows[system, False]
+        assert r["fits"] and r["link"] == link and r["host_tables"] > 0 and 0 < r["hbm_cache_hit_rate"] < 1
+        assert rows[system, True]["nic_local_hit_rate"] is not None
+    assert not rows["mi300a", False]["fits"] and "GiB missing" in rows["mi300a", False]["note"]
+    with (out / "placement.csv").open(newline="") as fh:
+        placed = list(csv.DictReader(fh))
+    assert {p["system"] for p in placed} == {"zionex", "gh200"}
+    assert any("dram" in p["tiers"] for p in placed) and all(p["tiers"] for p in placed)
+    for name in ("throughput.png", "exposed_comm.png", "hit_rate.png", "tiers.png"):
+        assert (out / name).stat().st_size > 1000
+    assert "past-hbm.gh200_over_zionex" in result.metrics
