@@ -27,7 +27,6 @@ from neonic.host.experiments._common import (
     item_int,
     planner_fields,
     planner_table,
-    run_scenario,
     scaled_workload,
     scenario_data,
     scenario_figures,
@@ -86,6 +85,8 @@ def fit_rows_fraction(workload: dict[str, Any], system: str, nodes: int, margin:
 
 
 def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:
+    from neonic.host.cluster import ClusterRun, scenario_from_dict
+
     timer = Timer()
     rows: list[dict[str, Any]] = []
     notes = [
@@ -93,6 +94,12 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         "Every node count trains the same model with the model's published per-GPU batch (the global batch grows "
         f"with the GPUs); table_fraction={config['table_fraction']} of each model's tables hold all its parameters.",
         "Scaling efficiency: per-GPU throughput relative to the smallest node count of the run.",
+        "Per-GPU work: lookups_per_gpu and emb_fwd_kernel_ms (each rank's fused embedding forward alone on its GPU) "
+        "hold the work; tier_miss_ms is the forward's host-tier miss traffic alone on the host link (it overlaps the "
+        "kernel); emb_fwd_ms is the simulated op, which also pays for sharing the "
+        "GPU's HBM with the collectives running beside it (sim.interference): at 1 node every collective is an NVLink "
+        "one, moving (and so reading and writing HBM) at NVLink rate, several times the NIC-bound rate of larger "
+        "clusters' collectives.",
     ]
     smallest = min(config["nodes"])
     for model in config["models"]:
@@ -112,7 +119,8 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                                  iterations=config["iterations"], warmup=config["warmup"],
                                  planner=planner_table(config))
             progress(f"weak scaling: {model} on {nodes} node(s)")
-            result = run_scenario(data)
+            cr = ClusterRun(scenario_from_dict(data))
+            result = cr.run()
             fig = scenario_figures(result)
             m = result.metrics
             per_gpu = fig["samples_per_s"] / fig["gpus"]
@@ -125,6 +133,8 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                    "samples_per_s": fig["samples_per_s"], "samples_per_s_per_gpu": per_gpu,
                    "scaling_efficiency": per_gpu / base, "iteration_ms": fig["iteration_ms"],
                    "emb_fwd_ms": _mean_op_ms(result, "emb_fwd"),
+                   "emb_fwd_kernel_ms": _kernel_ms(cr, "fwd"), "emb_bwd_kernel_ms": _kernel_ms(cr, "bwd"),
+                   "lookups_per_gpu": _lookups_per_gpu(cr), "tier_miss_ms": _tier_miss_ms(cr),
                    "emb_fwd_max_ms": _mean_op_ms(result, "emb_fwd", worst=True),
                    "emb_bwd_ms": _mean_op_ms(result, "emb_bwd"),
                    "dram_shards": tiers.get("shards", {}).get("dram", 0),
@@ -142,16 +152,51 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         mine = [r for r in rows if r["model"] == model]
         last = mine[-1]
         fwd = [r["emb_fwd_ms"] for r in mine]
+        work = [r["emb_fwd_kernel_ms"] for r in mine]
+        looks = [r["lookups_per_gpu"] for r in mine]
         metrics[model] = {"samples_per_s_at_max_nodes": last["samples_per_s"], "max_nodes": last["nodes"],
                           "scaling_efficiency_at_max_nodes": last["scaling_efficiency"],
                           "exposed_comm_share_at_max_nodes": last["exposed_comm_ms"] / last["iteration_ms"],
-                          "emb_fwd_ms_spread": (max(fwd) - min(fwd)) / min(fwd) if min(fwd) > 0 else 0.0}
+                          "emb_fwd_ms_spread": (max(fwd) - min(fwd)) / min(fwd) if min(fwd) > 0 else 0.0,
+                          "emb_fwd_kernel_ms_spread": (max(work) - min(work)) / min(work) if min(work) > 0 else 0.0,
+                          "lookups_per_gpu_spread": (max(looks) - min(looks)) / min(looks) if min(looks) > 0 else 0.0}
     res = ExperimentResult("weak_scaling", TITLE, config, rows, metrics, notes, wall_s=timer.elapsed)
     res.plots = {"throughput.png": lambda f: _plot_lines(f, rows, "samples_per_s", "samples/s"),
                  "efficiency.png": lambda f: _plot_lines(f, rows, "scaling_efficiency", "scaling efficiency"),
                  "emb_fwd.png": lambda f: _plot_lines(f, rows, "emb_fwd_ms", "embedding forward ms per GPU"),
                  "exposed_comm.png": lambda f: _plot_exposed(f, rows)}
     return res
+
+
+def _kernel_ms(cr: Any, direction: str) -> float:
+    """Per-GPU embedding work (ms): each rank's fused forward (or backward) kernel alone on the
+    GPU, the cost function both evaluators use (``host.iteration.fused_embedding_costs``); the
+    mean over ranks. Host-tier misses are apart (``tier_miss_ms``: they overlap the kernel). The
+    simulated op (``emb_fwd_ms``) adds what sharing the GPU with collectives costs
+    (``sim.interference``) and any miss transfer longer than the kernel."""
+    import numpy as np
+
+    from neonic.host.iteration import fused_embedding_costs
+
+    sc = cr.scenario
+    gpu = sc.system.gpu_spec
+    link = sc.system.host_link_gbytes_per_s * 1e9
+    ssd = sc.system.host.ssd_gbytes_per_s * 1e9
+    times = [fused_embedding_costs(gpu, ks, link, ssd, host_in_kernel=False)[0 if direction == "fwd" else 1].time_s
+             for ks in cr.work.kernels]
+    return float(np.mean(times)) * 1e3
+
+
+def _tier_miss_ms(cr: Any) -> float:
+    """Per-GPU host-tier miss traffic of one forward (half the iteration's fetch + write-back
+    bytes) alone on the node's host link (ms), the mean over ranks."""
+    link = cr.scenario.system.host_link_gbytes_per_s * 1e9
+    return float(cr.tier_miss_bytes.mean()) / 2 / link * 1e3
+
+
+def _lookups_per_gpu(cr: Any) -> float:
+    """Rows looked up per GPU per iteration, the mean over ranks."""
+    return float(sum(k.lookups for ks in cr.work.kernels for k in ks)) / len(cr.work.kernels)
 
 
 def _mean_op_ms(result: Any, phase: str, worst: bool = False) -> float:

@@ -26,12 +26,17 @@ def _folder_complete(out, name):
     return meta
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open (issue 14): with the new planner (issue 12) model-a's per-GPU embedding forward is 0.534 ms "
-    "at 1 node and 0.394 ms at 16 nodes (35% apart, goal < 10%); cause not yet found"))
-def test_weak_scaling_tiny(tmp_path):
-    out = tmp_path / "ws"
+@pytest.fixture(scope="module")
+def weak_tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ws")
     result = run_experiment("weak_scaling", out, size="tiny")
+    return out, result
+
+
+def test_weak_scaling_tiny(weak_tiny):
+    """The same model and per-GPU batch at every node count, so every GPU does the same
+    embedding work: the same lookups and the same fused-kernel time alone on the GPU."""
+    out, result = weak_tiny
     meta = _folder_complete(out, "weak_scaling")
     rows = _table(out / "table.csv")
     cfg = result.config
@@ -49,14 +54,29 @@ def test_weak_scaling_tiny(tmp_path):
         # the same model and per-GPU batch at every node count: the global batch grows with the GPUs
         assert len({(r["tables"], r["params"]) for r in mine}) == 1
         assert [int(r["global_batch"]) for r in mine] == [int(r["batch_per_gpu"]) * int(r["gpus"]) for r in mine]
-        # constant per-GPU work: the per-GPU embedding forward stays within 10% from 1 to 16 nodes
-        fwd = [float(r["emb_fwd_ms"]) for r in mine]
-        assert max(fwd) < 1.1 * min(fwd), (model, fwd)
-        assert meta["metrics"][model]["emb_fwd_ms_spread"] < 0.1
+        # constant per-GPU work from 1 to 16 nodes: lookups, and the embedding forward alone on the GPU
+        looks = [float(r["lookups_per_gpu"]) for r in mine]
+        assert max(looks) < 1.001 * min(looks), (model, looks)
+        work = [float(r["emb_fwd_kernel_ms"]) for r in mine]
+        assert max(work) < 1.1 * min(work), (model, work)
+        assert meta["metrics"][model]["emb_fwd_kernel_ms_spread"] < 0.1
     assert cfg["nodes"] == [1, 16] and meta["metrics"]["model-a"]["max_nodes"] == 16
     # the smallest cluster holds what its HBM cannot in DRAM; model-a's rows shrink to fit it, and the notes say so
-    assert int(rows[0]["dram_shards"]) > 0
+    assert int(rows[0]["dram_shards"]) > 0 and float(rows[0]["tier_miss_ms"]) > 0
     assert any("model-a" in n and "rows shrink" in n for n in meta["notes"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "open (issue 14): the per-GPU work is constant (test_weak_scaling_tiny), but the simulated embedding "
+    "forward op varies 35% (model-a) and 15% (model-i) from 1 to 16 nodes: at 1 node it overlaps NVLink-rate "
+    "collectives, which take more of the GPU's HBM bandwidth (sim.interference: with PCIe made free, 0.52 ms "
+    "against 0.28 ms alone; collectives on the copy engines or at normal priority change it by < 1%, so HBM, "
+    "not SMs) than the NIC-bound ones of 16 nodes (0.39 ms)"))
+def test_weak_scaling_simulated_embedding_forward_within_10_percent(weak_tiny):
+    out, result = weak_tiny
+    meta = json.loads((out / "metrics.json").read_text())
+    for model in result.config["models"]:
+        assert meta["metrics"][model]["emb_fwd_ms_spread"] < 0.1, model
 
 
 def test_zion_vs_zionex_tiny(tmp_path):
