@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from neonic.host.experiments import EXPERIMENTS, ExperimentResult, ExperimentUnavailable, run_experiment
+from neonic.host.experiments import VALIDATED, ExperimentResult, ExperimentUnavailable, run_experiment
 
 __all__ = ["Published", "PUBLISHED", "ValidationRow", "validate", "published_rows", "KeyEntry", "KEYS", "register_key",
            "summary_json"]
@@ -318,7 +318,7 @@ def _experiment_rows(name: str, result: ExperimentResult, comparable: bool) -> l
     return rows
 
 
-def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] = EXPERIMENTS,
+def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] = VALIDATED,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the experiments and write the comparison (see the module doc); returns a summary."""
     progress = progress or (lambda message: None)

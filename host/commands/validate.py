@@ -25,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from neonic.host.experiments import EXPERIMENTS
+    from neonic.host.experiments import VALIDATED
     from neonic.host.validate import validate
 
     out = args.out or Path("results") / f"validate-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -35,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         err.print(f"[{time.perf_counter() - t0:7.1f}s] {message}")
 
-    summary = validate(out, quick=args.quick, experiments=tuple(args.only or EXPERIMENTS), progress=progress)
+    summary = validate(out, quick=args.quick, experiments=tuple(args.only or VALIDATED), progress=progress)
     table = Table(title="neonic validate: ours vs published" + (" (--quick: not comparable)" if args.quick else ""))
     for col in ("key", "figure", "ours", "published", "rel. diff", "kind"):
         table.add_column(col, justify="right" if col in ("ours", "published", "rel. diff") else "left")
