@@ -127,6 +127,8 @@ def scenario_fields() -> list[Field]:
           host.sockets_per_node),
         F("system.nic.clock_mhz", "SmartNIC datapath clock", "MHz", nic.clock_mhz),
         F("system.nic.datapath_bytes", "SmartNIC datapath width", "bytes", nic.datapath_bytes),
+        F("system.nic.packetizers", "RoCEv2 packetizers side by side on the NIC (each frames "
+          "clock_mhz x datapath_bytes)", "units", nic.packetizers),
         F("system.nic.local_cache_mib", "NIC cache of the owner's hot rows (0: off)", "MiB",
           nic.local_cache_mib),
         F("system.nic.remote_cache_mib", "NIC cache of remote tables' rows (0: off)", "MiB",

@@ -26,7 +26,7 @@ def nic_config(spec) -> "NICConfig":
     """``sim.nic.NICConfig`` from a system's ``[nic]`` table."""
     from neonic.sim.nic import NICConfig
 
-    return NICConfig(clock_hz=spec.clock_mhz * 1e6, datapath_bytes=spec.datapath_bytes,
+    return NICConfig(clock_hz=spec.clock_mhz * 1e6, datapath_bytes=spec.datapath_bytes, packetizers=spec.packetizers,
                      local_cache_bytes=spec.local_cache_mib * 2**20, remote_cache_bytes=spec.remote_cache_mib * 2**20,
                      cache_ways=spec.cache_ways, memory_bytes_per_s=spec.memory_gbytes_per_s * 1e9,
                      pool_on_nic=spec.pool_on_nic, reorder=spec.reorder)

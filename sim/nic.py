@@ -86,6 +86,7 @@ class NICConfig:
 
     clock_hz: float = 250e6
     datapath_bytes: int = 64
+    packetizers: int = 1              # packetizer instances side by side (messages spread over them)
     local_cache_bytes: float = 64 * 2**20
     remote_cache_bytes: float = 64 * 2**20
     cache_ways: int = 32
@@ -103,6 +104,7 @@ class NICConfig:
     def __post_init__(self) -> None:
         checks = {
             "clock_hz": self.clock_hz > 0, "datapath_bytes": self.datapath_bytes >= 4,
+            "packetizers": self.packetizers >= 1,
             "local_cache_bytes": self.local_cache_bytes >= 0, "remote_cache_bytes": self.remote_cache_bytes >= 0,
             "cache_ways": self.cache_ways >= 1, "memory_bytes_per_s": self.memory_bytes_per_s > 0,
             "memory_latency_cycles": self.memory_latency_cycles >= 1, "lanes": self.lanes >= 1,
@@ -380,11 +382,13 @@ def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0
 
 
 def packetizer_time_s(cfg: NICConfig, message_bytes: Sequence[float]) -> float:
-    """Seconds for the packetizer to frame one RDMA WRITE message per entry (bytes, FP32
-    payload) back to back; long messages are sums of identical MIDDLE frames, so they are
-    priced from the timing model on a short message plus the MIDDLE frames' cycles."""
+    """Seconds for the NIC's packetizers to frame one RDMA WRITE message per entry (bytes, FP32
+    payload); each packetizer frames its messages back to back, and the messages go to the
+    least loaded of ``cfg.packetizers`` instances, longest first. Long messages are sums of
+    identical MIDDLE frames, so they are priced from the timing model on a short message plus
+    the MIDDLE frames' cycles."""
     pm = cfg.pmtu
-    total = 0
+    cycles: list[int] = []
     base3 = estimate_tx([3 * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles
     base2 = estimate_tx([2 * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles
     per_middle = base3 - base2
@@ -393,8 +397,13 @@ def packetizer_time_s(cfg: NICConfig, message_bytes: Sequence[float]) -> float:
         if n <= 0:
             continue
         extra = max(0, (n - 1) // pm - 2)
-        total += estimate_tx([n - extra * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles + extra * per_middle
-    return total / cfg.clock_hz
+        cycles.append(estimate_tx([n - extra * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles + extra * per_middle)
+    if cfg.packetizers == 1 or len(cycles) <= 1:
+        return sum(cycles) / cfg.clock_hz
+    load = [0] * cfg.packetizers
+    for c in sorted(cycles, reverse=True):
+        load[load.index(min(load))] += c
+    return max(load) / cfg.clock_hz
 
 
 # ------------------------------------------------------------------------- engine resources

@@ -26,7 +26,7 @@ Schema (TOML; every field checked, errors name the dotted field)::
     [host]                        # pcie_gbytes_per_s, cpu (sim.resources preset), sockets_per_node,
                                   # dram_gib_per_node, ssd_gib_per_node, ssd_gbytes_per_s (host tiers),
                                   # cache_load_factor, cache_ways, cache_policy (their HBM cache)
-    [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, local_cache_mib,
+    [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, packetizers, local_cache_mib,
                                   # remote_cache_mib, cache_ways, memory_gbytes_per_s,
                                   # pool_on_nic, reorder, trace_samples
 
@@ -46,7 +46,8 @@ The SmartNIC's mechanisms, each switched alone (``host.cluster.nic_effects`` has
 ``trace_samples``     bags traced per table shard to measure hit rates (cost vs accuracy).
 
 With every mechanism off the NIC is a plain RDMA NIC whose packetizer (``clock_mhz`` x
-``datapath_bytes``) frames the inter-node AlltoAll bytes alongside the network.
+``datapath_bytes``, ``packetizers`` of them side by side) frames the inter-node AlltoAll bytes
+alongside the network: enough packetizers to reach the line rate make it the plain NIC.
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ class NICSpec:
 
     clock_mhz: float = 250.0
     datapath_bytes: int = 64
+    packetizers: int = 1
     local_cache_mib: float = 64.0
     remote_cache_mib: float = 64.0
     cache_ways: int = 32
@@ -261,6 +263,7 @@ def _nic(path: str, data: Mapping[str, Any]) -> NICSpec:
     return NICSpec(
         clock_mhz=_num(f"{path}.clock_mhz", data.get("clock_mhz", d.clock_mhz), 0, lo_open=True),
         datapath_bytes=_int(f"{path}.datapath_bytes", data.get("datapath_bytes", d.datapath_bytes), 1),
+        packetizers=_int(f"{path}.packetizers", data.get("packetizers", d.packetizers), 1, 16),
         local_cache_mib=_num(f"{path}.local_cache_mib", data.get("local_cache_mib", d.local_cache_mib), 0),
         remote_cache_mib=_num(f"{path}.remote_cache_mib", data.get("remote_cache_mib", d.remote_cache_mib), 0),
         cache_ways=ways,

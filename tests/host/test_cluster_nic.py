@@ -198,3 +198,36 @@ def test_nic_cache_time_is_hits_streaming_rows_and_misses_probing_tags():
     assert wider > base
     small, small_hits = per_lookup_cycles(1 / 16, 64)
     assert small_hits < wider_hits and small < wider
+
+
+def _bandwidth_bound(nic: dict, mode: str = "training", system: str = "smartnic") -> ClusterRun:
+    """The tiny scenario at 2048 samples per GPU: its AlltoAlls are long enough to be bound by
+    bandwidth (the port's or the packetizers')."""
+    data = tiny(nic, mode)
+    data["workload"]["batch_per_gpu"] = 2048
+    if system != "smartnic":
+        data["system"] = {"preset": system}
+    cr = ClusterRun(scenario_from_dict(data))
+    cr.result = cr.run()
+    return cr
+
+
+def _a2a_ps(cr: ClusterRun) -> int:
+    return sum(op.end - op.start for op in cr.result.graph.ops if op.phase == "pooled_a2a")
+
+
+@pytest.mark.parametrize("mode", ["training", "inference"])
+def test_with_every_mechanism_off_the_smartnic_system_is_the_plain_nic(mode):
+    """The fair baseline: the same cluster, line rate and memory placement; the SmartNIC with
+    nothing on only frames the AlltoAll bytes, and its packetizers (two of 128 Gb/s) keep up
+    with the 200 Gb/s port, so throughput is the plain RDMA NIC's within 1%."""
+    off = _bandwidth_bound(OFF, mode)
+    plain = _bandwidth_bound(OFF, mode, system="zionex")
+    assert off.result.metrics["samples_per_s"] == pytest.approx(plain.result.metrics["samples_per_s"], rel=0.01)
+
+
+def test_one_packetizer_short_of_the_line_rate_slows_the_alltoall():
+    """One 128 Gb/s packetizer behind a 200 Gb/s port: the AlltoAlls wait for the framing."""
+    one, two = _bandwidth_bound({**OFF, "packetizers": 1}), _bandwidth_bound(OFF)
+    assert _a2a_ps(one) > 1.1 * _a2a_ps(two)
+    assert one.result.metrics["samples_per_s"] < two.result.metrics["samples_per_s"]
