@@ -245,7 +245,7 @@ def test_simulate_writes_figures_and_a_waveform(tmp_path):
     from neonic.sim.units.embedding import simulate
     workload = {"kind": "benchmark", "num_bags": 3, "tables": 1, "rows": 40, "dim": 16,
                 "length": 5, "latency": [5, 9], "empty_every": 1}
-    req = SimRequest(sim="amaranth", out=tmp_path, seed=3,
+    req = SimRequest(sim="amaranth", out=tmp_path, seed=3, vcd=tmp_path / "embedding.vcd",
                      params={"data_bytes": "8", "lanes": "2", "max_dim": "16",
                              "elem_types": "fp32"},
                      extra={"workload": workload})

@@ -51,7 +51,7 @@ def _same(topo_fn, start, *, slow=None):
     return net_a, net_f
 
 
-CASES = [(p, g) for p in ("zionex", "zion", "dgx-h100") for g in (16, 64, 256)]
+CASES = [(p, g) for p in ("zionex", "zion", "dgx-h100", "gh200", "mi300a") for g in (16, 64, 256)]
 
 
 def test_presets_are_all_covered():
