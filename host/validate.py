@@ -175,6 +175,17 @@ register_key("c3.dma_max_speedup", "c3", "C3: largest speedup of DMA-offloaded o
              _c3("c3.dma_max_speedup"))
 
 
+def _smartnic(r: Any) -> dict[str, float]:
+    """SmartNIC over the plain RDMA NIC: unloaded inference latency (plain / SmartNIC) and
+    training throughput (SmartNIC / plain), all mechanisms on and each alone."""
+    from neonic.host.experiments.smartnic import validate_keys
+
+    return validate_keys(r)
+
+
+register_key("smartnic", "smartnic", "SmartNIC vs plain RDMA NIC (> 1: the SmartNIC is better):", "x", _smartnic)
+
+
 def _key_rows(entry: KeyEntry, result: Any, comparable: bool) -> list["ValidationRow"]:
     try:
         value = entry.value(result)

@@ -8,6 +8,13 @@ SmartNIC with every mechanism off), ``smartnic:+M`` for each mechanism M alone, 
 The SmartNIC runs need the NIC model (``sim/nic.py``); until the cluster runtime accepts the
 smartnic system the experiment raises :class:`ExperimentUnavailable` with the runtime's reason.
 Every figure is a prediction (REFERENCES.md publishes no SmartNIC figure).
+
+Latency as a service measures it: ``latency_unloaded_ms`` is one query batch alone in the
+system (nothing else in flight); ``latency_at_load_<pct>_ms`` adds the queueing of batches
+offered at that share of the pipeline's capacity (Poisson arrivals, ASSUMPTION, served at the
+pipeline's deterministic rate, one batch per iteration time: the M/D/1 waiting time
+``rho / (2 mu (1 - rho))``); ``latency_back_to_back_ms`` is the mean latency of batches fed
+back to back by the pipelined run (full load, queueing included).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from neonic.host.experiments._common import (
 TITLE = "SmartNIC offload vs plain RDMA NIC: latency, throughput, each mechanism alone"
 MECHANISMS = ("local_cache", "remote_cache", "pool_on_nic", "reorder")
 _KNOWN = ("model", "nodes", "reference_nodes", "table_fraction", "mechanisms", "modes", "local_cache_mib",
-          "remote_cache_mib", "iterations", "warmup", *PLANNER_FIELDS)
+          "remote_cache_mib", "iterations", "warmup", "loads", *PLANNER_FIELDS)
 
 
 #: Why the SmartNIC can be slower than the plain RDMA NIC here: consequences of documented
@@ -66,9 +73,25 @@ def check_config(data: dict[str, Any]) -> dict[str, Any]:
         "local_cache_mib": c.num("local_cache_mib", 64.0, 0),
         "remote_cache_mib": c.num("remote_cache_mib", 64.0, 0),
         "iterations": c.int("iterations", 2, 1),
+        "loads": c.list("loads", _load, [0.5, 0.8, 0.9]),
         "warmup": c.int("warmup", 1, 0),
         **planner_fields(c, data),
     }
+
+
+def _load(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ValueError(f"{where}: expected an offered load in (0, 1) of the pipeline's capacity, got {value!r}")
+    return float(value)
+
+
+def queueing_latency_ms(unloaded_ms: float, iteration_ms: float, load: float) -> float:
+    """Mean latency of query batches arriving as a Poisson stream at ``load`` of the capacity of
+    a pipeline that completes one batch per ``iteration_ms`` (M/D/1): the unloaded latency plus
+    the mean wait ``rho / (2 mu (1 - rho))``."""
+    if not 0 <= load < 1:
+        raise ValueError(f"load: expected in [0, 1), got {load!r}")
+    return unloaded_ms + load * iteration_ms / (2 * (1 - load))
 
 
 def nic_fields(config: dict[str, Any], on: set[str]) -> dict[str, Any]:
@@ -105,8 +128,15 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                                                 planner=planner_table(config)))
             fig = scenario_figures(result)
             row = {"variant": label, "mode": mode, "samples_per_s": fig["samples_per_s"], "iteration_ms": fig["iteration_ms"],
-                   "latency_mean_ms": fig.get("latency_mean_ms"), "latency_max_ms": fig.get("latency_max_ms"),
-                   "exposed_comm_ms": fig["exposed_comm_ms"]}
+                   "latency_back_to_back_ms": fig.get("latency_mean_ms"), "exposed_comm_ms": fig["exposed_comm_ms"]}
+            if mode == "inference":
+                # one batch alone in the system: the latency without queueing
+                alone = run_scenario(scenario_data(f"smartnic-{mode}-alone", workload, system, config["nodes"], mode=mode,
+                                                   iterations=1, warmup=0, planner=planner_table(config)))
+                row["latency_unloaded_ms"] = scenario_figures(alone)["latency_mean_ms"]
+                for load in config["loads"]:
+                    row[f"latency_at_load_{round(load * 100)}_ms"] = queueing_latency_ms(
+                        row["latency_unloaded_ms"], fig["iteration_ms"], load)
             for name, rate in result.metrics.get("cache_hit_rates", {}).items():
                 row[f"hit_rate_{name}"] = rate
             rows.append(row)
@@ -116,9 +146,10 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         b = base.get(r["mode"])
         if b:
             r["throughput_vs_rdma"] = r["samples_per_s"] / b["samples_per_s"]
-            if r.get("latency_mean_ms") and b.get("latency_mean_ms"):
-                r["latency_vs_rdma"] = r["latency_mean_ms"] / b["latency_mean_ms"]
-    metrics = {f"{r['variant']}/{r['mode']}": {k: r[k] for k in ("samples_per_s", "latency_mean_ms", "throughput_vs_rdma", "latency_vs_rdma")
+            if r.get("latency_unloaded_ms") and b.get("latency_unloaded_ms"):
+                r["latency_vs_rdma"] = r["latency_unloaded_ms"] / b["latency_unloaded_ms"]
+    metrics = {f"{r['variant']}/{r['mode']}": {k: r[k] for k in ("samples_per_s", "latency_unloaded_ms", "latency_back_to_back_ms",
+                                                                 "throughput_vs_rdma", "latency_vs_rdma")
                                                if r.get(k) is not None} for r in rows}
     notes = ["Every figure is a prediction; REFERENCES.md publishes no SmartNIC figure.",
              "Each smartnic:+M row switches on mechanism M alone; smartnic:none has every mechanism off.",
@@ -128,14 +159,30 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
     return res
 
 
+def validate_keys(result: ExperimentResult) -> dict[str, float]:
+    """``inference_latency_speedup`` (unloaded latency, plain NIC / SmartNIC) and
+    ``training_throughput_speedup`` (SmartNIC / plain NIC) with every mechanism on, and the same
+    as ``<mechanism>.<key>`` for each mechanism alone (the keys under ``smartnic.`` in
+    ``neonic validate --json``)."""
+    by = {(r["variant"], r["mode"]): r for r in result.rows}
+    out: dict[str, float] = {}
+    for label, prefix in [("smartnic:all", ""), *((f"smartnic:+{m}", f"{m}.") for m in MECHANISMS)]:
+        inf, train = by.get((label, "inference")), by.get((label, "training"))
+        if inf and inf.get("latency_vs_rdma"):
+            out[f"{prefix}inference_latency_speedup"] = 1.0 / inf["latency_vs_rdma"]
+        if train and train.get("throughput_vs_rdma"):
+            out[f"{prefix}training_throughput_speedup"] = train["throughput_vs_rdma"]
+    return out
+
+
 def _plot(fig, rows) -> None:
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     for i, mode in enumerate(modes):
         ax = fig.add_subplot(1, len(modes), i + 1)
         mine = [r for r in rows if r["mode"] == mode]
         if mode == "inference":
-            ax.barh([r["variant"] for r in mine], [r.get("latency_mean_ms") or 0.0 for r in mine])
-            ax.set_xlabel("latency per query batch (ms)")
+            ax.barh([r["variant"] for r in mine], [r.get("latency_unloaded_ms") or 0.0 for r in mine])
+            ax.set_xlabel("unloaded latency per query batch (ms)")
         else:
             ax.barh([r["variant"] for r in mine], [r["samples_per_s"] for r in mine])
             ax.set_xlabel("training samples/s")

@@ -153,7 +153,25 @@ def test_smartnic_tiny(tmp_path):
     variants = list(dict.fromkeys(r["variant"] for r in result.rows))
     assert variants == ["rdma", "smartnic:none", "smartnic:+local_cache", "smartnic:+reorder", "smartnic:all"]
     inference = [r for r in result.rows if r["mode"] == "inference"]
-    assert all(r["latency_mean_ms"] > 0 for r in inference)
+    for r in inference:
+        # unloaded (one batch alone) below every loaded figure, which grow with the load
+        loaded = [r[f"latency_at_load_{round(x * 100)}_ms"] for x in result.config["loads"]]
+        assert 0 < r["latency_unloaded_ms"] < loaded[0] and loaded == sorted(loaded)
+        assert r["latency_back_to_back_ms"] > 0
+    # the fair baseline: with every mechanism off the SmartNIC runs as the plain NIC
+    by = {(r["variant"], r["mode"]): r for r in result.rows}
+    for mode in result.config["modes"]:
+        assert by["smartnic:none", mode]["throughput_vs_rdma"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_queueing_latency_is_m_d_1_waiting_on_top_of_the_unloaded_latency():
+    from neonic.host.experiments.smartnic import queueing_latency_ms
+
+    assert queueing_latency_ms(2.0, 1.0, 0.0) == 2.0
+    assert queueing_latency_ms(2.0, 1.0, 0.5) == pytest.approx(2.5)    # rho / (2 mu (1 - rho)) = 0.5 ms
+    assert queueing_latency_ms(2.0, 1.0, 0.9) == pytest.approx(6.5)
+    with pytest.raises(ValueError, match="load"):
+        queueing_latency_ms(2.0, 1.0, 1.0)
 
 
 def test_smartnic_variants_switch_one_mechanism_at_a_time():
