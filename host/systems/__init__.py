@@ -77,7 +77,7 @@ __all__ = [
     "merge_tables",
 ]
 
-PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic", "gh200", "mi300a")
+PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic", "smartnic-fpga", "gh200", "mi300a")
 EMBEDDING_PLACES = ("gpu", "cpu", "nic")
 
 
