@@ -25,7 +25,7 @@ def test_every_packaged_scenario_validates(name):
 def test_every_system_preset_validates(name):
     spec = preset(name)
     assert spec.name == name
-    assert (spec.nic is not None) == (name == "smartnic")
+    assert (spec.nic is not None) == (spec.embeddings == "nic") == name.startswith("smartnic")
 
 
 def test_system_presets_describe_the_three_systems():
