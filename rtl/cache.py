@@ -64,8 +64,9 @@ Timing
   the queued operations one beat per cycle. The line store has one write port, shared by
   the fills and the executor's writes (so it maps to block RAM): an executor write beat
   takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not
-  behind an unfinished operation has its first data beat valid in cycle 3: hit latency 3
-  cycles (the registered tag read costs the third).
+  behind an unfinished operation has its first data beat valid in cycle 4: hit latency 4
+  cycles (the registered tag read costs one, and the executor reads its operation from the
+  queue's registers, never bypassing the one being queued, another).
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has arrived. Later requests keep being looked up: hits under misses, and requests
   for a row already in flight are *merged* into it (no second fetch). Their data wait in
@@ -658,11 +659,14 @@ class CacheController(wiring.Component):
             m.d.comb += inc["writebacks"].eq(walk_wb)
 
         # ==== operation queue bookkeeping =================================================
+        # The executor takes its operation from the queue's registers only (no bypass of the
+        # operation being pushed): the lookup's decision and the executor's line-store access
+        # are in different cycles, which costs one cycle of hit latency.
         head_stored = q_count != 0
         head = Signal(op_layout)
-        m.d.comb += head.eq(Mux(head_stored, Array(q_raw)[q_head], push_op.as_value()))
-        head_valid = head_stored | push
-        store = push & ~(~head_stored & pop)
+        m.d.comb += head.eq(Array(q_raw)[q_head])
+        head_valid = head_stored
+        store = push
         with m.If(store):
             m.d.sync += [Array(q_raw)[q_tail].eq(push_op),
                          q_valid.bit_select(q_tail, 1).eq(1),

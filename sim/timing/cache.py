@@ -140,7 +140,7 @@ class CacheTiming:
             lookup = t
             if first_lookup is None:
                 first_lookup = t
-            start = max(t, exec_free)
+            start = max(t + 1, exec_free)   # the executor takes it from the queue
             if out.kind == MISS:
                 misses += 1
                 job = max(t + 1, seq_free)
@@ -188,7 +188,7 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
       requests (later misses in its window arrive in its shadow);
     * MSHRs: each miss holds one for ``latency + row_beats + 1`` cycles.
 
-    Plus the first response's latency (3 cycles for a hit, a fill for a miss).
+    Plus the first response's latency (4 cycles for a hit, a fill for a miss).
     """
     if requests <= 0:
         return 0.0
@@ -200,4 +200,4 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
     shortfall = max(0.0, fill - (queue_depth - 1) * row_beats)
     stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
     per_request = max(row_beats + stall, miss_rate * (latency + row_beats + 1) / mshrs, 1.0)
-    return requests * per_request + (fill + 1 if miss_rate > 0 else 3)
+    return requests * per_request + (fill + 1 if miss_rate > 0 else 4)

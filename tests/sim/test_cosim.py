@@ -106,7 +106,7 @@ def test_cache_request_model_serialises_misses_and_answers_hits_at_once():
     assert starts[4] > starts[0] + 20                        # the fifth waits for an MSHR
     assert starts[6] >= starts[5] + 4                        # in-order delivery behind misses
     hit_only = cache_request_starts(nic, [(0, 4)] * 3, [0, 50, 100], memory_latency=20)
-    assert hit_only[1:] == [52.0, 102.0]                     # offer, tag read, lookup
+    assert hit_only[1:] == [53.0, 103.0]                     # offer, tag read, lookup, queue
     with pytest.raises(ValueError, match="offers"):
         cache_request_starts(nic, reqs, [0], memory_latency=20)
 
