@@ -559,12 +559,17 @@ class CacheController(wiring.Component):
         hit, hit_way = ways_sel.hit, ways_sel.hit_way
         victim, victim_state = ways_sel.victim, ways_sel.victim_state
 
+        # An MSHR matches when its (set, way) is the hit way. A set holds a tag in at most one
+        # valid way, so the one-hot hit vector indexed by the MSHR's way says so without the
+        # hit way's priority encoder on this path.
+        hit_vec = Signal(W)
+        m.d.comb += hit_vec.eq(Cat(word[w].valid & (word[w].tag == s1_tag) for w in range(W)))
         mshr_match = Signal(M)
         merged = Signal()
         m.d.comb += [
-            mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s1_set) & (mshr_way[i] == hit_way)
-                              for i in range(M))),
-            merged.eq(hit & mshr_match.any()),
+            mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s1_set)
+                              & hit_vec.bit_select(mshr_way[i], 1) for i in range(M))),
+            merged.eq(mshr_match.any()),
         ]
         merge_seq = Signal(seq_bits)
         for i in reversed(range(M)):
