@@ -56,14 +56,17 @@ Timing
 ======
 
 * The lookup pipeline accepts one request per cycle. Cycle 0: the request is accepted and
-  the tag/state word of its set is read. Cycle 1: tags compared, victim chosen, state word
-  written back (the next request's read of the same set sees it), the operation queued.
+  the tag/state word of its set is read from block RAM (no bypass). Cycle 1: the word is
+  registered. Cycle 2: tags compared, victim chosen, state word written back, the operation
+  queued. A request one or two places behind an update of its set gets the new word
+  forwarded, so outcomes are those of one request at a time.
 * Data are delivered in request order (the port's contract) by one executor that performs
   the queued operations one beat per cycle. The line store has one write port, shared by
   the fills and the executor's writes (so it maps to block RAM): an executor write beat
   takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not
-  behind an unfinished operation has its first data beat valid in cycle 2: hit latency 2
-  cycles.
+  behind an unfinished operation has its first data beat valid in cycle 4: hit latency 4
+  cycles (the registered tag read costs one, and the executor reads its operation from the
+  queue's registers, never bypassing the one being queued, another).
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has arrived. Later requests keep being looked up: hits under misses, and requests
   for a row already in flight are *merged* into it (no second fetch). Their data wait in
@@ -398,7 +401,9 @@ class CacheController(wiring.Component):
         m.submodules.tags = tags = Memory(shape=self.set_layout, depth=self.sets,
                                           init=[self._init_set()] * self.sets)
         tag_wr = tags.write_port()
-        tag_rd = tags.read_port(transparent_for=(tag_wr,))
+        # Not transparent: the lookup forwards its own updates (see stage 1 below), so the
+        # read needs no bypass mux behind the block RAM's output.
+        tag_rd = tags.read_port()
         depth = self.sets * W * RBEATS
         m.submodules.lines = lines = Memory(shape=unsigned(8 * self.data_bytes), depth=depth,
                                             init=[])
@@ -466,7 +471,23 @@ class CacheController(wiring.Component):
         walk_word = Signal(self.set_layout)
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
-        # ==== stage 0 / stage 1: lookup ====================================================
+        # ==== stage 0 / stage 1 / stage 2: lookup ===========================================
+        # Stage 0 accepts a request and reads its set's state word from block RAM; stage 1
+        # ("r") holds the request while the read data arrive and registers them (with the
+        # updates of stage 2 forwarded); stage 2 ("s1_*" below) compares tags, chooses the
+        # way and writes the state word back.
+        r_valid = Signal()
+        r_row = Signal(RB)
+        r_set = Signal(set_w)
+        r_tag = Signal(TB)
+        r_off = Signal(off_bits)
+        r_beats = Signal(self.beats_width)
+        r_write = Signal()
+        r_err = Signal()
+        r_fwd = Signal()                       # r_fwd_word supersedes the block RAM's data
+        r_fwd_word = Signal(self.set_layout)
+        r_adv = Signal()
+        s1_word = Signal(self.set_layout)
         s1_valid = Signal()
         s1_row = Signal(RB)
         s1_set = Signal(set_w)
@@ -482,26 +503,55 @@ class CacheController(wiring.Component):
         req_off = req.addr[:LB] if LB else Const(0, 1)
         accept = Signal()
         m.d.comb += [
-            front.req.ready.eq((~s1_valid | s1_fire) & ~self.cmd.valid & ~cmd_active),
+            r_adv.eq(r_valid & (~s1_valid | s1_fire)),
+            front.req.ready.eq((~r_valid | r_adv) & ~self.cmd.valid & ~cmd_active),
             accept.eq(front.req.valid & front.req.ready),
         ]
+        # Stage 2 writes the state word of its set in the cycle it fires (`upd_now`); a
+        # request behind it that reads the same set gets the new word forwarded, so the
+        # lookup sees exactly the state a one-request-at-a-time cache would.
+        upd_now = Signal()
+        new_word = Signal(self.set_layout)
+        req_set = Signal(set_w)
+        m.d.comb += [upd_now.eq(s1_fire & ~s1_err), req_set.eq(set_of(req_row))]
         with m.If(accept):
             m.d.sync += [
+                r_valid.eq(1),
+                r_row.eq(req_row),
+                r_set.eq(req_set),
+                r_tag.eq(req_row[S:]),
+                r_off.eq(req_off),
+                r_beats.eq(req.beats),
+                r_write.eq(req.write),
+                r_err.eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
+                r_fwd.eq(upd_now & (s1_set == req_set)),
+                r_fwd_word.eq(new_word),
+            ]
+        with m.Else():
+            with m.If(r_adv):
+                m.d.sync += r_valid.eq(0)
+            with m.If(upd_now & (s1_set == r_set)):
+                m.d.sync += [r_fwd.eq(1), r_fwd_word.eq(new_word)]
+        r_word = Signal(self.set_layout)
+        m.d.comb += r_word.eq(Mux(r_fwd, r_fwd_word, tag_rd.data))
+        with m.If(r_adv):
+            m.d.sync += [
                 s1_valid.eq(1),
-                s1_row.eq(req_row),
-                s1_set.eq(set_of(req_row)),
-                s1_tag.eq(req_row[S:]),
-                s1_off.eq(req_off),
-                s1_beats.eq(req.beats),
-                s1_write.eq(req.write),
-                s1_err.eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
+                s1_row.eq(r_row),
+                s1_set.eq(r_set),
+                s1_tag.eq(r_tag),
+                s1_off.eq(r_off),
+                s1_beats.eq(r_beats),
+                s1_write.eq(r_write),
+                s1_err.eq(r_err),
+                s1_word.eq(Mux(upd_now & (s1_set == r_set), new_word, r_word)),
             ]
         with m.Elif(s1_fire):
             m.d.sync += s1_valid.eq(0)
 
-        word = tag_rd.data
+        word = s1_word
         with m.If(~cmd_active):
-            m.d.comb += [tag_rd.addr.eq(set_of(req_row)), tag_rd.en.eq(front.req.ready)]
+            m.d.comb += [tag_rd.addr.eq(req_set), tag_rd.en.eq(front.req.ready)]
 
         m.submodules.way_select = ways_sel = WaySelect(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy)
@@ -509,12 +559,17 @@ class CacheController(wiring.Component):
         hit, hit_way = ways_sel.hit, ways_sel.hit_way
         victim, victim_state = ways_sel.victim, ways_sel.victim_state
 
+        # An MSHR matches when its (set, way) is the hit way. A set holds a tag in at most one
+        # valid way, so the one-hot hit vector indexed by the MSHR's way says so without the
+        # hit way's priority encoder on this path.
+        hit_vec = Signal(W)
+        m.d.comb += hit_vec.eq(Cat(word[w].valid & (word[w].tag == s1_tag) for w in range(W)))
         mshr_match = Signal(M)
         merged = Signal()
         m.d.comb += [
-            mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s1_set) & (mshr_way[i] == hit_way)
-                              for i in range(M))),
-            merged.eq(hit & mshr_match.any()),
+            mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s1_set)
+                              & hit_vec.bit_select(mshr_way[i], 1) for i in range(M))),
+            merged.eq(mshr_match.any()),
         ]
         merge_seq = Signal(seq_bits)
         for i in reversed(range(M)):
@@ -557,8 +612,7 @@ class CacheController(wiring.Component):
         m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy, lfu_bits=self.lfu_bits)
         m.d.comb += [upd.word.eq(word), upd.hit.eq(hit), upd.sel.eq(Mux(hit, hit_way, victim)),
-                     upd.write.eq(s1_write), upd.tag.eq(s1_tag)]
-        new_word = upd.new_word
+                     upd.write.eq(s1_write), upd.tag.eq(s1_tag), new_word.eq(upd.new_word)]
 
         with m.If(~cmd_active):
             m.d.comb += [
@@ -610,11 +664,14 @@ class CacheController(wiring.Component):
             m.d.comb += inc["writebacks"].eq(walk_wb)
 
         # ==== operation queue bookkeeping =================================================
+        # The executor takes its operation from the queue's registers only (no bypass of the
+        # operation being pushed): the lookup's decision and the executor's line-store access
+        # are in different cycles, which costs one cycle of hit latency.
         head_stored = q_count != 0
         head = Signal(op_layout)
-        m.d.comb += head.eq(Mux(head_stored, Array(q_raw)[q_head], push_op.as_value()))
-        head_valid = head_stored | push
-        store = push & ~(~head_stored & pop)
+        m.d.comb += head.eq(Array(q_raw)[q_head])
+        head_valid = head_stored
+        store = push
         with m.If(store):
             m.d.sync += [Array(q_raw)[q_tail].eq(push_op),
                          q_valid.bit_select(q_tail, 1).eq(1),
@@ -755,7 +812,7 @@ class CacheController(wiring.Component):
                     m.next = "IDLE"
 
         # ==== commands: drain, then walk the sets ==============================================
-        drained = ~s1_valid & (q_count == 0) & ~mshr_valid.any() & seq_idle & ~fills.r_rdy
+        drained = ~r_valid & ~s1_valid & (q_count == 0) & ~mshr_valid.any() & seq_idle & ~fills.r_rdy
         m.d.comb += self.idle.eq(drained & ~cmd_active)
         # `cmd.ready` comes from a register: a combinational output of an FSM state that only
         # changes once would never be evaluated by Icarus before its first change.

@@ -104,11 +104,11 @@ class Calibration:
 
 
 def default_calibration(memory_latency: float, mshrs: int) -> Calibration:
-    """Uncalibrated figures from the units' documented pipelines: a hit answers in 2 cycles;
+    """Uncalibrated figures from the units' documented pipelines: a hit answers in 4 cycles;
     a miss's fill adds a few cycles of sequencing to the backing latency; the cache's window
     ends with the reducer's last take; the packetizer's last beats follow the last pooled
     beat. ``memory_latency`` and ``mshrs`` are the cache's, kept in the context."""
-    return Calibration(gather_hit_latency=2.0, gather_miss_cycles=0.0, gather_offset=0.0,
+    return Calibration(gather_hit_latency=4.0, gather_miss_cycles=0.0, gather_offset=0.0,
                        cache_offset=0.0, packetizer_tail=2.0, depacketizer_offset=0.0,
                        context={"source": "default (uncalibrated)",
                                 "memory_latency": memory_latency, "mshrs": mshrs})

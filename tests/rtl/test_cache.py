@@ -175,11 +175,27 @@ def test_invalidate_drops_lines_and_dirty_data(rng):
     assert np.array_equal(mem.contents, memory)              # dirty lines were dropped
 
 
-def test_hits_one_per_cycle_with_two_cycle_latency():
+def test_hits_one_per_cycle_with_four_cycle_latency():
     dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=4)
     figures = measure_hits(dut, 200)       # the measurement `neonic bench cache` reports
     assert figures["hit_lookups_per_cycle"] == 1.0          # one lookup per cycle, no bubble
-    assert figures["hit_latency_cycles"] == 2 and figures["hit_latency_min_cycles"] == 2
+    assert figures["hit_latency_cycles"] == 4 and figures["hit_latency_min_cycles"] == 4
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
+    """The state word is read two cycles before the lookup that updates it: requests one and
+    two places behind an update of their set must get the new word forwarded. Rows of one set
+    offered every cycle (no idle), so every request follows an update of its own set."""
+    dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=2, mshrs=4,
+                          queue_depth=8, policy=policy)
+    rows = [0, 4, 8, 0, 4, 0, 8, 12, 8, 8, 4, 0, 12, 12, 0]   # all in set 0
+    reqs = [Request(r * 4, 4, write=True, wdata=tuple((0x1000 * i + b, 0xF) for b in range(4)))
+            if i % 3 == 1 else Request(r * 4, 4) for i, r in enumerate(rows)]
+    got, kinds, contents, stats, cycles, memory = run_cache(
+        dut, reqs, rng, rows=16, idle=0.0, backpressure=0.0, resp_stall=0.0,
+        accept_stall=0.0)
+    check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -106,11 +106,11 @@ def test_cache_request_model_serialises_misses_and_answers_hits_at_once():
     assert starts[4] > starts[0] + 20                        # the fifth waits for an MSHR
     assert starts[6] >= starts[5] + 4                        # in-order delivery behind misses
     hit_only = cache_request_starts(nic, [(0, 4)] * 3, [0, 50, 100], memory_latency=20)
-    assert hit_only[1:] == [51.0, 101.0]
+    assert hit_only[1:] == [53.0, 103.0]                     # offer, tag read, lookup, queue
     with pytest.raises(ValueError, match="offers"):
         cache_request_starts(nic, reqs, [0], memory_latency=20)
 
 
 def test_default_calibration_uses_the_documented_hit_latency():
     cal = default_calibration(20, 4)
-    assert cal.gather_hit_latency == 2.0 and cal.context["memory_latency"] == 20
+    assert cal.gather_hit_latency == 4.0 and cal.context["memory_latency"] == 20   # rtl/cache.py
