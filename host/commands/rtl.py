@@ -48,11 +48,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from amaranth.back import verilog
+    """Write the unit's Verilog through the export cache (``sim.harness.export_verilog_cached``):
+    a rerun with the same parameters, RTL sources and unit driver converts nothing."""
+    import hashlib
+    import inspect
+
+    from neonic.sim.harness.verilog import export_verilog_cached
 
     entry = get_unit(args.unit)
-    component = entry.build(parse_params(_args.unique_params(args.param)))
-    text = verilog.convert(component, name=entry.name)
+    params = parse_params(_args.unique_params(args.param))
+    # The driver module holds the parameter defaults and their parsing, which the RTL source
+    # hash does not cover: its text is part of the key.
+    driver = inspect.getsourcefile(entry.build)
+    key = {"unit": entry.name, "params": params,
+           "driver": hashlib.sha256(Path(driver).read_bytes()).hexdigest() if driver else ""}
+    cached = export_verilog_cached(lambda: entry.build(params), entry.name, key, emit_src=True)
+    text = cached.read_text()
     output = args.output or Path(f"{entry.name}.v")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,26 @@ def test_export_writes_verilog_of_the_given_parameters(tmp_path):
     assert "frame__payload" in text
 
 
+def test_export_goes_through_the_export_cache(tmp_path, monkeypatch):
+    """A second ``rtl export`` with the same parameters and sources converts nothing: it is
+    served from the cached export (a conversion would raise here); other parameters convert."""
+    import neonic.sim.harness.verilog as verilog_cache
+
+    monkeypatch.setenv(verilog_cache.BUILD_DIR_ENV, str(tmp_path / "build"))
+    args = ["--param", "data_bytes=8", "--param", "pmtu=256"]
+    first, second = tmp_path / "a.v", tmp_path / "b.v"
+    assert main(["rtl", "export", "depacketizer", "-o", str(first), *args]) == 0
+
+    def refuse(*a, **k):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(verilog_cache, "export_verilog", refuse)
+    assert main(["rtl", "export", "depacketizer", "-o", str(second), *args]) == 0
+    assert second.read_text() == first.read_text()
+    with pytest.raises(AssertionError, match="converted again"):
+        main(["rtl", "export", "depacketizer", "-o", str(second), "--param", "data_bytes=16"])
+
+
 def test_simulate_matches_the_reference_receiver(tmp_path, seed):
     pcap = tmp_path / "frames.pcap"
     req = SimRequest(sim="amaranth", out=tmp_path / "out", seed=seed, params=SMALL,
