@@ -18,7 +18,7 @@ import numpy as np
 
 from neonic.sim.units import SimRequest
 from neonic.sim.units.packetizer import (LOCAL_IP, LOCAL_MAC, RxRun, _write_pcap,
-                                         default_messages, load_messages, run_rx)
+                                         default_messages, load_messages, memory_written, run_rx)
 from neonic.rtl.depacketizer import Depacketizer
 from neonic.rtl.roce import DROP_REASONS, check_data_bytes, check_pmtu
 from neonic.rtl.streams import check_int
@@ -220,16 +220,7 @@ def _run_rx_cocotb(req: SimRequest, dut: Depacketizer, frames: list[bytes],
                                  "num_qps": dut.num_qps, "beats_width": dut.beats_width,
                                  "stimulus": str(stimulus.resolve())})
     tb = read_tb_figures(results)
-    W = dut.data_bytes
-    memory: dict[int, int] = {}
-    writes = iter(tb["writes"])
-    for addr, n in tb["requests"]:
-        for k in range(n):
-            value, mask = next(writes)
-            data = int(value).to_bytes(W, "little")
-            for i in range(W):
-                if mask >> i & 1:
-                    memory[(addr + k) * W + i] = data[i]
+    memory = memory_written(tb["requests"], tb["writes"], dut.data_bytes)
     completions = [(q, n, imm) for q, n, imm in tb["completions"]]
     return RxRun(tb["counters"], tb["beat_cycles"], tb["done_cycle"], memory,
                  completions), str(results)

@@ -257,29 +257,20 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
             await ctx.tick()
             clock["n"] += 1
 
+    reqs: list[tuple[int, int]] = []
+    beats_written: list[tuple[int, int]] = []
+
     async def memory_sink(ctx):
         ctx.set(dut.mem.req.ready, 1)
         ctx.set(dut.mem.wdata.ready, 1)
-        reqs: list[list[int]] = []
-        pending: list[tuple[int, int]] = []
         while True:
             _, _, rv, rp, wv, wp = await ctx.tick().sample(dut.mem.req.valid, dut.mem.req.payload,
                                                            dut.mem.wdata.valid, dut.mem.wdata.payload)
             if rv:
-                reqs.append([int(rp.addr), int(rp.beats), 0])
+                reqs.append((int(rp.addr), int(rp.beats)))
             if wv:
-                pending.append((int(wp.data), int(wp.mask)))
+                beats_written.append((int(wp.data), int(wp.mask)))
                 writes["last"] = clock["n"] + 1
-            while reqs and pending:
-                value, mask = pending.pop(0)
-                base = (reqs[0][0] + reqs[0][2]) * W
-                data = value.to_bytes(W, "little")
-                for i in range(W):
-                    if mask >> i & 1:
-                        memory[base + i] = data[i]
-                reqs[0][2] += 1
-                if reqs[0][2] == reqs[0][1]:
-                    reqs.pop(0)
 
     async def source(ctx):
         await stream_send(ctx, dut.qp_init, [{"qp": q, "psn": p, "dim": dim,
@@ -310,7 +301,25 @@ def run_rx(dut: Depacketizer, frames: list[bytes], psns: dict[int, int], *,
     run_amaranth(dut, [source], background=[counter, completions], processes=[memory_sink],
                  vcd=vcd,
                  max_cycles=10000 + 4 * len(beats) + (40 * len(beats) if quant == "int8" else 0))
+    memory.update(memory_written(reqs, beats_written, W))
     return RxRun(counters, beat_cycles, writes["last"], memory, done)
+
+
+def memory_written(requests: list[tuple[int, int]], beats: list[tuple[int, int]], data_bytes: int
+                   ) -> dict[int, int]:
+    """The bytes a memory port's writes leave, by address: write requests ``(addr in beats,
+    beats)`` take the write beats ``(data, byte mask)`` in order (the port contract of
+    ``rtl.streams``); masked-off bytes are not written."""
+    memory: dict[int, int] = {}
+    it = iter(beats)
+    for addr, n in requests:
+        for k in range(n):
+            value, mask = next(it)
+            data = int(value).to_bytes(data_bytes, "little")
+            for i in range(data_bytes):
+                if mask >> i & 1:
+                    memory[(addr + k) * data_bytes + i] = data[i]
+    return memory
 
 
 def simulate(req: SimRequest) -> dict:
