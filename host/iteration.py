@@ -365,6 +365,7 @@ class IterationSpec:
     bucket_mib: float = 25.0
     first_bucket_mib: float = 1.0
     optimizer: str = "after_last"
+    interference: float = 0.10
 
     def __post_init__(self) -> None:
         for name in ("comm_backward", "comm_allreduce"):
@@ -380,7 +381,8 @@ class IterationSpec:
                    pcie_gbytes_per_s=sc.system.host_link_gbytes_per_s, allreduce=sc.allreduce, alltoall=sc.alltoall,
                    warmup=sc.warmup, iterations=sc.iterations, comm_backward=sc.precision("backward"),
                    comm_allreduce=sc.precision("allreduce"), bucket_mib=b.bucket_mib,
-                   first_bucket_mib=b.first_bucket_mib, optimizer=b.optimizer)
+                   first_bucket_mib=b.first_bucket_mib, optimizer=b.optimizer,
+                   interference=sc.system.streams.interference)
 
     def bucket_config(self) -> Any:
         """The dense gradients' bucketing (``host.gradients.BucketConfig``)."""
@@ -553,8 +555,36 @@ class ScheduleTemplate:
                 t = t + 2 * both
         return extra
 
+    def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
+                   kern: dict[int, np.ndarray], cdem: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        """How much later each kernel and each collective end when they share a GPU's HBM
+        (``sim.interference.kernel_comm_hbm_rate``): while a kernel (``spans[i]``: its start
+        and end, ``(T, N)``) overlaps a collective (``S``/``E``, ``(C, T)``) on a rank, both
+        run at the common rate the two demands (``kern[i]``, ``cdem[c]``) leave them, so each
+        ends later by the overlap times (1 - rate); a collective, a barrier, by its slowest
+        rank's. APPROXIMATION: a kernel's collectives are taken one at a time (pairwise), and
+        a collective's demand is its bytes over its isolated time (an average over its
+        phases)."""
+        from neonic.sim.interference import kernel_comm_hbm_rate
+
+        xr: dict[int, np.ndarray] = {}
+        xc = np.zeros_like(S)
+        lo_c, hi_c = S.min(axis=1), E.max(axis=1)
+        for i, (s0, e0) in spans.items():
+            lo, hi = float(np.min(s0)), float(np.max(e0))
+            extra = np.zeros(np.broadcast_shapes(s0.shape, e0.shape))
+            for c, dem in cdem.items():
+                if hi_c[c] <= lo or lo_c[c] >= hi:
+                    continue
+                ov = np.clip(np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None]), 0.0, None)
+                slow = ov * (1.0 - kernel_comm_hbm_rate(kern[i], dem, self.spec.interference))
+                extra = extra + slow
+                xc[c] = np.maximum(xc[c], slow.max(axis=1))
+            xr[i] = extra
+        return xr, xc
+
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
-                    share_network: bool = True) -> np.ndarray:
+                    share_network: bool = True, hbm: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
         ``rank_s[key]``: ``(T, N)`` or ``(N,)``; ``coll_s[key]``: ``(T,)`` or a scalar (keys:
         :attr:`keys`, phases and bucket ops); a key missing from both lasts 0.
@@ -567,7 +597,12 @@ class ScheduleTemplate:
         started (pairwise, summed over a collective's partners). The start times come from the
         schedule, which the stretches change, so the model is solved by a few fixed-point
         passes (:data:`SHARING_PASSES`). ASSUMPTION: concurrent collectives are limited by the
-        same links (the NICs)."""
+        same links (the NICs).
+
+        ``hbm``: HBM demands (``sim.interference``'s): per-rank ops' (``(T, N)``, ``(N,)`` or a
+        scalar: memory time over time) and collectives' (per rank ``(T, N)`` or ``(T,)``: HBM
+        bytes per second over the GPU's achievable bandwidth). Kernels and collectives that
+        overlap then share HBM (:meth:`_hbm_extra`), solved in the same fixed-point passes."""
         shape = None
         for v in rank_s.values():
             v = np.asarray(v)
@@ -585,13 +620,31 @@ class ScheduleTemplate:
                 d = coll_s.get(phase)
                 if d is not None:
                     base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
-        extra = np.zeros((C, T))
-        passes = self.SHARING_PASSES if share_network and self._sharing else 1
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
+        hbm = hbm or {}
+        kern: dict[int, np.ndarray] = {}   # rank op -> its HBM demand
+        cdem: dict[int, np.ndarray] = {}   # collective slot -> its HBM demand per rank
+        for i, (phase, _, collective, _) in enumerate(self.ops):
+            d = hbm.get(phase)
+            if d is None:
+                continue
+            d = np.asarray(d, float)
+            if collective:
+                if d.any():
+                    cdem[self._coll_slot[i]] = d if d.ndim == 2 else d.reshape(-1, 1)
+            elif phase in rank_d and d.any():
+                kern[i] = d
+        contend = bool(kern) and bool(cdem)
+        extra = np.zeros((C, T))
+        xc = np.zeros((C, T))
+        xr: dict[int, Any] = {}
+        sharing = share_network and bool(self._sharing)
+        passes = self.SHARING_PASSES if sharing or contend else 1
         S = np.zeros((C, T))
         E = np.zeros((C, T))
         for p in range(passes):
             ends: list[np.ndarray] = []
+            spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
             it_end = np.zeros((self.iterations, T))
             for i, (phase, it, collective, deps) in enumerate(self.ops):
                 if deps:
@@ -603,23 +656,34 @@ class ScheduleTemplate:
                 if collective:
                     c = self._coll_slot[i]
                     t0 = start.max(axis=1) if start.ndim == 2 else start
-                    t1 = t0 + base[c] + extra[c]
+                    t1 = t0 + base[c] + extra[c] + xc[c]
                     S[c] = t0
                     E[c] = t1
                     end = t1[:, None]
                     it_end[it] = np.maximum(it_end[it], t1)
                 else:
                     d = rank_d.get(phase)
-                    end = start if d is None else start + d
+                    end = start if d is None else start + d + xr.get(i, 0.0)
+                    if i in kern:
+                        spans[i] = (start, end)
                     it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
                 ends.append(end)
-            if passes > 1:
-                new = self._shared_extra(S, base)
-                if np.abs(new - extra).max(initial=0.0) <= 1e-12:
-                    break
-                # the stretches move the starts they came from: average with the last pass
-                # after the first two (the iteration otherwise oscillates)
-                extra = new if p < 1 else (extra + new) / 2
+            if passes == 1:
+                break
+            new = self._shared_extra(S, base) if sharing else extra
+            new_xr, new_xc = self._hbm_extra(spans, S, E, kern, cdem) if contend else (xr, xc)
+            moved = max(np.abs(new - extra).max(initial=0.0), np.abs(new_xc - xc).max(initial=0.0),
+                        max((float(np.abs(v - xr.get(i, 0.0)).max(initial=0.0)) for i, v in new_xr.items()),
+                            default=0.0))
+            if moved <= 1e-12:
+                break
+            # the stretches move the starts they came from: average with the last pass
+            # after the first two (the iteration otherwise oscillates)
+            if p < 1:
+                extra, xc, xr = new, new_xc, new_xr
+            else:
+                extra, xc = (extra + new) / 2, (xc + new_xc) / 2
+                xr = {i: (xr.get(i, 0.0) + v) / 2 for i, v in new_xr.items()}
         w = self.spec.warmup
         lo = it_end[w - 1] if w > 0 else 0.0
         return (it_end[-1] - lo) / self.spec.iterations

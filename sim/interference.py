@@ -102,6 +102,8 @@ __all__ = [
     "gemm_ctas",
     "collective_links",
     "REDUCE_FRACTION",
+    "comm_hbm_bytes",
+    "kernel_comm_hbm_rate",
 ]
 
 Done = Callable[[int, int], None]
@@ -478,7 +480,7 @@ class GPUDevice:
                 cap = min(cap, held * self.channel_bps / (rf * self._rx))
         else:
             cap = min(1.0, held * self.channel_bps / need)
-        return cap, (self._tx + self._rx * (1 + 3 * rf)) / self.hbm_bps
+        return cap, comm_hbm_bytes(self._tx, self._rx, rf) / self.hbm_bps
 
     def _rates(self) -> None:
         """Roofline rates of the compute kernels and the collectives' fraction (HBM filling)."""
@@ -591,6 +593,33 @@ class GPUDevice:
         for k in finished:
             if k.on_done is not None:
                 k.on_done(k.start, now)
+
+
+def comm_hbm_bytes(tx: "float | np.ndarray", rx: "float | np.ndarray",
+                   reduce_fraction: "float | np.ndarray") -> "float | np.ndarray":
+    """HBM bytes (or bytes per second) a GPU's collectives move for ``tx`` sent and ``rx``
+    received (module doc: each byte sent read once, each received written once, a reduced one
+    also read with its local operand and the result written)."""
+    return tx + rx * (1 + 3 * reduce_fraction)
+
+
+def kernel_comm_hbm_rate(kernel_demand: "float | np.ndarray", comm_demand: "float | np.ndarray",
+                         interference: float) -> "float | np.ndarray":
+    """The common rate (fraction of isolated speed, <= 1) of one compute kernel and the GPU's
+    collectives while they share HBM and neither is limited by anything else: the two-client
+    case of the progressive filling :class:`GPUDevice` runs (``kernel_demand``: the kernel's
+    memory time over its time, ``comm_demand``: the collectives' HBM bytes per second over the
+    achievable streaming bandwidth). While both run, HBM loses ``interference`` of its capacity.
+    Vectorised over numpy arrays; the planner's fast evaluation (``host.iteration``) prices the
+    overlap of kernels and collectives with it."""
+    a = np.asarray(kernel_demand, float)
+    b = np.asarray(comm_demand, float)
+    both = (a > 0) & (b > 0)
+    cap = np.where(both, 1.0 - interference, 1.0)
+    total = a + b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(total > cap, cap / total, 1.0)
+    return np.minimum(rate, 1.0)
 
 
 def _water_level(clients: list[tuple[float, float, object]], capacity: float) -> float:

@@ -60,6 +60,13 @@ from neonic.host.planner.plan import Plan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
 from neonic.host.workloads.spec import WorkloadSpec
+from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
+
+def _kernel_hbm(cost) -> float:
+    """A kernel's HBM demand in the interference model: memory time over time."""
+    t = cost.time_s
+    return float(cost.memory_s / t) if t > 0 else 0.0
+
 
 __all__ = ["CostModel", "Contribution", "State", "PlanCost", "COST_COLUMNS"]
 
@@ -206,6 +213,9 @@ class CostModel:
         self._agg_scale[COLLECTIVES.index("grad")] = b
         self._agg_scale[COLLECTIVES.index("ag")] = b
         self._fixed = dense_phase_s(self.dense, spec.mode)
+        # HBM demands of the fixed kernels (the interference model's, ``sim.interference``)
+        self._hbm_bps = system.gpu.hbm_bytes_per_s * eff.hbm_stream
+        self._fixed_hbm = {p: _kernel_hbm(getattr(self.dense, p)) for p in self._fixed}
         self._fixed["h2d"] = h2d_bytes(workload, system.index_bytes, system.length_bytes) / self._pcie
         self.bucketed = spec.bucketed
         self._bucket_cache: dict[float, dict[str, float]] = {}
@@ -222,19 +232,43 @@ class CostModel:
 
     def _buckets(self, dp_bytes: float):
         """The iteration's gradient buckets for ``dp_bytes`` of data-parallel tables, with each
-        bucket's AllReduce as its seconds."""
-        return iteration_buckets(self.spec, self.dense, dp_bytes, lambda n: self._allreduce_s(n * self._ar_wire))
+        bucket's AllReduce as its wire bytes."""
+        return iteration_buckets(self.spec, self.dense, dp_bytes, lambda n: float(n * self._ar_wire))
 
-    def bucket_times(self, dp_bytes: float) -> dict[str, float]:
-        """Seconds of every bucket op of the template (keys of ``host.iteration.keyed_buckets``)
-        for ``dp_bytes`` of data-parallel tables."""
+    def _bucket_table(self, dp_bytes: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Seconds and HBM demands of every bucket op of the template (keys of
+        ``host.iteration.keyed_buckets``) for ``dp_bytes`` of data-parallel tables."""
         key = round(float(dp_bytes), 3)
         out = self._bucket_cache.get(key)
         if out is None:
             _, table = keyed_buckets(self._buckets(float(dp_bytes)))
-            out = {k: float(v if isinstance(v, (int, float)) else v.time_s) for k, v in table.items()}
+            times: dict[str, float] = {}
+            hbm: dict[str, float] = {}
+            for k, v in table.items():
+                if isinstance(v, (int, float)):  # an AllReduce's wire bytes
+                    times[k] = self._allreduce_s(float(v))
+                    hbm[k] = self._allreduce_hbm(float(v), times[k])
+                else:
+                    times[k] = float(v.time_s)
+                    hbm[k] = _kernel_hbm(v)
+            out = (times, hbm)
             self._bucket_cache[key] = out
         return out
+
+    def bucket_times(self, dp_bytes: float) -> dict[str, float]:
+        """Seconds of every bucket op of the template (keys of ``host.iteration.keyed_buckets``)
+        for ``dp_bytes`` of data-parallel tables."""
+        return self._bucket_table(dp_bytes)[0]
+
+    def _allreduce_hbm(self, nbytes: float, seconds: float) -> float:
+        """HBM demand of an AllReduce of ``nbytes`` lasting ``seconds`` on each rank: every
+        algorithm sends and receives ``2 (p - 1) / p`` of the buffer per rank, half of what it
+        receives reduced (``sim.interference.REDUCE_FRACTION``), over its time."""
+        if seconds <= 0 or nbytes <= 0:
+            return 0.0
+        p = self.world
+        moved = 2.0 * (p - 1) / p * nbytes
+        return float(comm_hbm_bytes(moved, moved, REDUCE_FRACTION["allreduce"])) / seconds / self._hbm_bps
 
     # ----------------------------------------------------------------- the GPU model (one call site)
     def _kernel_times_uncached(self, lookups: int, pooled_rows: int, row_bytes: int, out_row_bytes: int,
@@ -335,20 +369,57 @@ class CostModel:
             rank["grad_d2h"] = recv
         return rank, coll
 
+    def hbm_demands(self, vecs: np.ndarray, dps, coll: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """HBM demands of ``T`` states' ops (``sim.interference``'s terms, for the template's
+        kernel/collective sharing): each kernel's memory time over its time (the fused embedding
+        kernels are memory-bound: their time less the launch overheads), each collective's HBM
+        bytes per second on each rank over the achievable bandwidth (AlltoAllvs: the bytes the
+        rank sends and receives over the collective's time ``coll``)."""
+        vecs = np.asarray(vecs)
+        T = vecs.shape[0]
+        out: dict[str, np.ndarray] = dict(self._fixed_hbm)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for key, row, over in (("emb_fwd", 0, self._fwd_overhead), ("emb_bwd", 1, self._bwd_overhead)):
+                k = vecs[:, row]
+                out[key] = np.where(k > 0, k / (k + over), 0.0)
+            agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
+            for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a", "pooled_rs", "grad_ag")):
+                sent = agg[:, c, 0] + agg[:, c, 1]
+                recv = agg[:, c, 2] + agg[:, c, 3]
+                t = np.asarray(coll[name], float)[:, None]
+                out[name] = np.where(t > 0, comm_hbm_bytes(sent, recv, REDUCE_FRACTION["alltoallv"]) / (t * self._hbm_bps), 0.0)
+        if self.bucketed:
+            tables = [self._bucket_table(d)[1] for d in np.broadcast_to(np.asarray(dps, float), (T,))]
+            for key in dict.fromkeys(k for t in tables for k in t):
+                out[key] = np.array([t.get(key, 0.0) for t in tables])
+                if not key.startswith("allreduce#"):
+                    out[key] = out[key][:, None]
+        elif "allreduce" in coll:
+            nbytes = [self._dense_ar_bytes + d for d in np.broadcast_to(np.asarray(dps, float), (T,))]
+            out["allreduce"] = np.array([self._allreduce_hbm(n, t) for n, t in zip(nbytes, coll["allreduce"])])
+        return out
+
     def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
         rank, coll = self.phase_times(vecs, dps)
+        hbm = self.hbm_demands(vecs, dps, coll)
         if not self.bucketed:
-            return self.template.iteration_s(rank, coll)
+            return self.template.iteration_s(rank, coll, hbm=hbm)
         T = next(iter(rank.values())).shape[0]
         has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
         out = np.empty(T)
+
+        def pick(v, idx):
+            v = np.asarray(v)
+            return v[idx] if v.ndim >= 1 and v.shape[0] == T and T > 1 else v
+
         for flag in (False, True):
             idx = np.nonzero(has == flag)[0]
             if idx.size == 0:
                 continue
             out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
-                                                         {k: np.asarray(v)[idx] for k, v in coll.items()})
+                                                         {k: np.asarray(v)[idx] for k, v in coll.items()},
+                                                         hbm={k: pick(v, idx) for k, v in hbm.items()})
         return out
 
     def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
