@@ -157,6 +157,9 @@ def scenario_fields() -> list[Field]:
         F("dense.first_bucket_mib", "DDP's first-bucket cap", "MiB", DDP_FIRST_BUCKET_MIB),
         F("dense.optimizer", "when the dense optimizer steps", "", "after_last",
           choices=("after_last", "per_bucket")),
+        F("dense.next_batch", "when the next batch's compute may start: after the optimizer step "
+          "(PyTorch DDP's program order on one stream) or when the data it reads is ready", "",
+          "after_step", choices=("after_step", "when_ready")),
         F("comm_precision.forward", "wire precision of the pooled AlltoAll and the row-wise "
           "reduce-scatter", "", None, derived="system.comm_dtype", choices=("fp32", "fp16", "bf16")),
         F("comm_precision.backward", "wire precision of the gradient AlltoAll and the all-gather",

@@ -15,8 +15,20 @@ backward. Facts used (PyTorch ``torch.nn.parallel.DistributedDataParallel``):
   on the wire depends on the communication hook (an FP16/BF16 compression hook halves it).
 
 Scenarios set it in ``[dense]``: ``bucket_mib`` (25; 0 = one AllReduce after the backward),
-``first_bucket_mib`` (1) and ``optimizer`` (``after_last``, PyTorch's ``optimizer.step()`` after
-``backward()``, or ``per_bucket``). Only Neo's pipelined training graph is bucketed; the
+``first_bucket_mib`` (1), ``optimizer`` (``after_last``, PyTorch's ``optimizer.step()`` after
+``backward()``, or ``per_bucket``) and ``next_batch``:
+
+* ``after_step`` (default): the next batch's first compute kernel waits for the optimizer step,
+  as in PyTorch's training loop on one compute stream. DDP's backward does not finish until
+  every bucket's AllReduce has (PyTorch's DDP design note, "Internal Design": "When all buckets
+  are ready, the Reducer will block waiting for all allreduce operations to finish"; the wait
+  makes the compute stream wait for the NCCL stream), ``optimizer.step()`` is issued after
+  ``backward()``, and the next batch's forward, embedding lookups included, is issued after the
+  step on the same stream (CUDA: a stream runs its operations in issue order). Neo's pipeline
+  runs only the next batch's *input* AlltoAll ahead on its own stream (REFERENCES.md).
+* ``when_ready``: each op of the next batch waits only for the data it reads (its own
+  parameters' optimizer step; the embedding lookups for the embedding backward), as a runtime
+  with the embedding work on its own stream could schedule it. Only Neo's pipelined training graph is bucketed; the
 serialized baseline (``pipelined = false``) keeps one AllReduce in program order.
 
 :func:`assign_buckets` applies those rules to a list of parameter counts; :func:`gradient_buckets`
@@ -32,8 +44,10 @@ from typing import Any, Callable, Sequence
 
 from neonic.host.schedule import GradientBuckets
 
-__all__ = ["BucketConfig", "DDP_BUCKET_CAP_MIB", "DDP_FIRST_BUCKET_MIB", "assign_buckets", "gradient_buckets"]
+__all__ = ["BucketConfig", "NEXT_BATCH", "DDP_BUCKET_CAP_MIB", "DDP_FIRST_BUCKET_MIB", "assign_buckets", "gradient_buckets"]
 
+#: When the next batch's compute may start (see the module docstring).
+NEXT_BATCH = ("after_step", "when_ready")
 #: PyTorch DDP's default ``bucket_cap_mb`` (MiB).
 DDP_BUCKET_CAP_MIB = 25.0
 #: PyTorch DDP's first-bucket cap, ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB).
@@ -54,6 +68,7 @@ class BucketConfig:
     first_bucket_mib: float = DDP_FIRST_BUCKET_MIB
     optimizer: str = "after_last"
     grad_bytes: int = 4
+    next_batch: str = "after_step"
 
     def __post_init__(self) -> None:
         for name in ("bucket_mib", "first_bucket_mib"):
@@ -62,6 +77,8 @@ class BucketConfig:
                 raise ValueError(f"dense.{name}: expected a number >= 0, got {value!r}")
         if self.optimizer not in ("after_last", "per_bucket"):
             raise ValueError(f"dense.optimizer: expected 'after_last' or 'per_bucket', got {self.optimizer!r}")
+        if self.next_batch not in NEXT_BATCH:
+            raise ValueError(f"dense.next_batch: expected one of {', '.join(NEXT_BATCH)}, got {self.next_batch!r}")
         if self.grad_bytes not in (2, 4):
             raise ValueError(f"grad_bytes: expected 2 or 4, got {self.grad_bytes!r}")
 
@@ -142,4 +159,5 @@ def gradient_buckets(
         opt = tuple(step_cost(p) for p in steps)
     else:
         opt = (step_cost(sum(steps)),)
-    return GradientBuckets(tuple(segments), tuple(payloads), tuple(parts), opt, config.optimizer, tables_bucket)
+    return GradientBuckets(tuple(segments), tuple(payloads), tuple(parts), opt, config.optimizer, tables_bucket,
+                           next_batch=config.next_batch)

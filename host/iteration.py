@@ -365,6 +365,7 @@ class IterationSpec:
     bucket_mib: float = 25.0
     first_bucket_mib: float = 1.0
     optimizer: str = "after_last"
+    next_batch: str = "after_step"
     interference: float = 0.10
 
     def __post_init__(self) -> None:
@@ -381,7 +382,7 @@ class IterationSpec:
                    pcie_gbytes_per_s=sc.system.host_link_gbytes_per_s, allreduce=sc.allreduce, alltoall=sc.alltoall,
                    warmup=sc.warmup, iterations=sc.iterations, comm_backward=sc.precision("backward"),
                    comm_allreduce=sc.precision("allreduce"), bucket_mib=b.bucket_mib,
-                   first_bucket_mib=b.first_bucket_mib, optimizer=b.optimizer,
+                   first_bucket_mib=b.first_bucket_mib, optimizer=b.optimizer, next_batch=b.next_batch,
                    interference=sc.system.streams.interference)
 
     def bucket_config(self) -> Any:
@@ -389,7 +390,7 @@ class IterationSpec:
         from neonic.host.gradients import BucketConfig
 
         return BucketConfig(bucket_mib=self.bucket_mib, first_bucket_mib=self.first_bucket_mib,
-                            optimizer=self.optimizer)
+                            optimizer=self.optimizer, next_batch=self.next_batch)
 
     @property
     def bucketed(self) -> bool:

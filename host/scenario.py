@@ -34,6 +34,7 @@ Scenario schema (TOML)::
                                      # the backward), host.gradients
     first_bucket_mib = 1.0           # DDP's first-bucket cap (MiB)
     optimizer = "after_last"         # after_last | per_bucket: the dense optimizer's steps
+    next_batch = "after_step"        # after_step (PyTorch DDP's program order) | when_ready
     [comm_precision]                 # wire precision of each float collective, fp32|fp16|bf16
     forward = "fp16"                 # pooled AlltoAll and row-wise reduce-scatter
     backward = "fp16"                # gradient AlltoAll and all-gather
@@ -138,7 +139,8 @@ class Scenario:
 
     def _bucket_fields(self) -> dict[str, Any]:
         b = self.bucket_config()
-        return {"bucket_mib": b.bucket_mib, "first_bucket_mib": b.first_bucket_mib, "optimizer": b.optimizer}
+        return {"bucket_mib": b.bucket_mib, "first_bucket_mib": b.first_bucket_mib, "optimizer": b.optimizer,
+                "next_batch": b.next_batch}
 
 
 # the shared config vocabulary (one wording of every error: neonic.sim.schema)
@@ -178,12 +180,13 @@ def scenario_from_dict(data: Mapping[str, Any], base: Path | None = None) -> Sce
         from neonic.sim.schema import number
         number("planner.time_budget_s", budget, 0.0, 600.0, lo_open=True)
     dense = check_table("dense", data.get("dense", {}))
-    check_known_fields("dense", dense, ("dtype", "bucket_mib", "first_bucket_mib", "optimizer"))
+    check_known_fields("dense", dense, ("dtype", "bucket_mib", "first_bucket_mib", "optimizer", "next_batch"))
     from neonic.host.gradients import DDP_BUCKET_CAP_MIB, DDP_FIRST_BUCKET_MIB, BucketConfig
 
     buckets = BucketConfig(bucket_mib=dense.get("bucket_mib", DDP_BUCKET_CAP_MIB),
                            first_bucket_mib=dense.get("first_bucket_mib", DDP_FIRST_BUCKET_MIB),
-                           optimizer=dense.get("optimizer", "after_last"))
+                           optimizer=dense.get("optimizer", "after_last"),
+                           next_batch=dense.get("next_batch", "after_step"))
     cp = check_table("comm_precision", data.get("comm_precision", {}))
     check_known_fields("comm_precision", cp, ("forward", "backward", "allreduce"))
     comm_precision = {k: _choice(f"comm_precision.{k}", v, tuple(COMM_PRECISIONS)) for k, v in cp.items()}

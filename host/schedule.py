@@ -459,6 +459,9 @@ class GradientBuckets:
     dense optimizer steps a bucket's parameters as soon as its AllReduce ends) or
     ``after_last`` (one step after the last bucket, as ``optimizer.step()`` after the backward);
     ``opt_payloads``: one per bucket (per_bucket) or a single one (after_last).
+    ``next_batch``: ``after_step`` (the next batch's first compute op waits for the last
+    optimizer step: PyTorch's program order, ``host.gradients``) or ``when_ready`` (only for the
+    steps of the parameters each op reads).
     """
 
     segments: tuple[tuple[str, Any, int | None], ...]
@@ -467,10 +470,13 @@ class GradientBuckets:
     opt_payloads: tuple[Any, ...]
     optimizer: str = "per_bucket"
     tables_bucket: int | None = None
+    next_batch: str = "after_step"
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("per_bucket", "after_last"):
             raise ValueError(f"optimizer: expected 'per_bucket' or 'after_last', got {self.optimizer!r}")
+        if self.next_batch not in ("after_step", "when_ready"):
+            raise ValueError(f"next_batch: expected 'after_step' or 'when_ready', got {self.next_batch!r}")
         if not self.buckets:
             raise ValueError("buckets: expected at least one gradient bucket")
         if len(self.parts) != len(self.buckets):
@@ -618,6 +624,10 @@ def bucket_gradients(graph: OpGraph, spec: GradientBuckets) -> OpGraph:
                 first = _first(graph, it + 1, r, "emb_fwd", "bot_fwd")
                 if emb_bwd is not None and first is not None and emb_bwd.stream == first.stream:
                     first.depends_on(emb_bwd)
+                if spec.next_batch == "after_step" and first is not None:
+                    # PyTorch's loop on one compute stream: the next batch is issued after the
+                    # step, which follows DDP's wait for every bucket (host.gradients)
+                    first.depends_on(step_ops[r][-1])
     graph.ops = [op for op in graph.ops if op.id not in removed]
     for i, op in enumerate(graph.ops):
         op.id = i

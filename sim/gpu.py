@@ -15,7 +15,8 @@ slow kernels down when they overlap; a kernel alone on the GPU takes ``cost.time
 API (stable; the planner and the schedule code against it)
     ``GPU_PRESETS`` (``"a100-40gb"``, ``"h100-sxm-80gb"``, ``"v100-32gb"``); ``gpu_preset(name)``.
     ``GPUSpec.peak_flops(dtype)``, ``.hbm_bytes``, ``.hbm_bytes_per_s``, ``.num_sms``.
-    ``gemm_cost(spec, m, n, k, dtype="fp16")`` -> KernelCost (one GEMM, C[m,n] = A[m,k] B[k,n]).
+    ``gemm_cost(spec, m, n, k, dtype="fp16")`` -> KernelCost (one GEMM, C[m,n] = A[m,k] B[k,n]);
+    ``gemm_tile`` / ``gemm_ctas`` / ``gemm_wave_efficiency`` (its tile grid on the SMs).
     ``mlp_cost(spec, batch, widths, dtype, backward=False)`` -> KernelCost (a stack of layers).
     ``interaction_cost(spec, batch, num_features, dim, dtype)`` -> KernelCost (pairwise dots).
     ``embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)``.
@@ -44,12 +45,17 @@ __all__ = [
     "KernelCost",
     "gpu_preset",
     "gemm_cost",
+    "gemm_tile",
+    "gemm_ctas",
+    "gemm_wave_efficiency",
+    "GEMM_TILES",
     "mlp_cost",
     "interaction_cost",
     "embedding_forward_cost",
     "embedding_backward_cost",
     "embedding_unfused_forward_cost",
     "embedding_unfused_backward_cost",
+    "UNFUSED_BACKWARD_KERNELS",
     "hbm_capacity_bytes",
     "fits_in_hbm",
 ]
@@ -87,41 +93,60 @@ class GPUEfficiency:
     are never fitted. None of them was chosen to reach a published figure with this model.
     """
 
-    gemm: float = 0.60
-    """Fraction of dense tensor-core peak reached by the MLP GEMMs. ASSUMPTION: NVIDIA's Matrix
-    Multiplication Background guide (DU-09799-001) explains why thin GEMMs (here M = the local
-    batch, 512..2048) fall short of large-GEMM throughput (tile and wave quantization, lower
-    arithmetic intensity); no public measurement at these exact shapes on A100 was found, so
-    0.60 is a round figure below the large-GEMM range. Not fitted."""
+    gemm: float = 0.869
+    """Fraction of dense tensor-core peak reached by a GEMM large enough to fill every SM with
+    whole waves of tiles. SOURCE (A100 SXM): 271.2 of 312 TFLOP/s BF16, 86.9%, the Maximum
+    Achievable Matmul FLOPS table of S. Bekman's *Machine Learning Engineering*
+    (github.com/stas00/ml-engineering, compute/accelerator/README.md; mean of 100 matmuls, best
+    shape 1024x10240x5120, torch 2.6 / CUDA 12.6). The GEMMs of a DLRM are thinner (M = the local
+    batch): :func:`gemm_cost` multiplies this by :func:`gemm_wave_efficiency`, the share of SM
+    slots a GEMM's tile grid keeps busy (tile and wave quantization, NVIDIA *Matrix
+    Multiplication Background User's Guide*, DU-09799-001, sections 3.1-3.2). Other presets:
+    their own row of the same table (:data:`GPU_PRESETS`). Not fitted."""
 
     hbm_stream: float = 0.90
-    """Fraction of HBM bandwidth reached by streaming (sequential) kernels. Typical STREAM-like
-    results on A100/H100 reach ~90% of the data-sheet figure. Assumption."""
+    """Fraction of HBM bandwidth reached by streaming (sequential) kernels. SOURCE: NVIDIA
+    developer forum, "Trouble to reach peak bandwidth of A100" (forums.developer.nvidia.com,
+    topic 339083): a read kernel reaches 88% of an A100 80GB's data-sheet bandwidth (1.80 of
+    2.04 TB/s, confirmed by Nsight Compute), and the thread cites a GTC talk in which no kernel
+    exceeded ~90%. FBGEMM's gather/scatter benchmarks on H100 SXM reach 76-83% (FBGEMM pull
+    request 3993: gather_scale_dense_tokens 2771 GB/s, scatter_add_along_first_dim 2536 GB/s of
+    3350). 0.90 is the top of that range (a plain stream). Not fitted."""
 
     embedding_random: float = 0.55
     """Fraction of HBM bandwidth reached by the fused embedding gather (random row reads, each
-    rounded up to 32-byte sectors by ``sector_bytes``). FBGEMM's table-batched kernels are
-    bandwidth bound with short, scattered bursts. Starting value: ASSUMPTION (no public
-    achieved-bandwidth figure of the fused kernel at Model-A's row sizes was found); the
-    calibration's one fitted factor scales it."""
+    rounded up to 32-byte sectors by ``sector_bytes``). ASSUMPTION: no public achieved-bandwidth
+    figure of FBGEMM's table-batched forward on A100 at Model-A's row sizes was found (searched:
+    FBGEMM and TorchRec issues and pull requests, FBGEMM's benchmark scripts, MLPerf DLRM notes).
+    Bounds from public figures: FBGEMM's row gathers of long rows on H100 reach 79% of HBM
+    (pull request 3993, gather_along_first_dim 2646 GB/s of 3350); short rows (Model-A averages
+    93 dims) reach less, as each row is a separate burst. The calibration's fitted factor scales
+    it (and reports how far it moves)."""
 
     embedding_backward: float = 0.45
-    """Fraction of HBM bandwidth reached by the fused backward (read-modify-write of rows and
-    optimizer state after the sort): below the forward's, as every row is read and written.
-    Starting value: ASSUMPTION; scaled by the calibration's fitted factor with
-    ``embedding_random``."""
+    """Fraction of HBM bandwidth reached by the fused backward's row updates (read-modify-write
+    of rows and optimizer state after the sort). ASSUMPTION (no public achieved-bandwidth figure
+    of FBGEMM's fused backward + row-wise AdaGrad on A100 was found): below ``embedding_random``
+    as every row is read and written and the writes are scattered; FBGEMM's scatter-add on H100
+    reaches 76% with long rows (pull request 3993), an upper bound. Scaled by the calibration's
+    fitted factor with ``embedding_random``."""
 
     sector_bytes: int = 32
     """HBM access granularity: NVIDIA GPUs fetch DRAM in 32-byte sectors, so a row read costs
-    its size rounded up to a sector. Architecture fact."""
+    its size rounded up to a sector. SOURCE: CUDA C++ Best Practices Guide, "Coalesced Access to
+    Global Memory" (32-byte segments). Architecture fact."""
 
     launch_overhead_s: float = 4e-6
-    """Fixed per-kernel cost (launch + tail). A few microseconds is the usual measured CUDA
-    launch latency. Assumption."""
+    """Fixed per-kernel cost (launch + tail). SOURCES for the range: asynchronous launches of an
+    empty kernel measured at ~3 us each (up to ~334,000 calls/s; M. Boyer, University of Virginia,
+    "CUDA Kernel Overhead", cs.virginia.edu/~mwb7w/cuda_support/kernel_overhead.html, older GPUs);
+    NVIDIA's Nsight Systems user guide shows ~20 us from a PyTorch element-wise op's call to its
+    kernel's start on a V100 (framework dispatch included). 4 us: ASSUMPTION within that range
+    for a kernel issued ahead by a framework that keeps the GPU's queue full."""
 
     sort_bytes_per_key: float = 16.0
     """HBM bytes moved per gradient key by the backward's sort (radix sort of (row, position)
-    pairs, ~2 passes of 8-byte key-value reads and writes). Assumption."""
+    pairs, ~2 passes of 8-byte key-value reads and writes). ASSUMPTION (no public figure)."""
 
     def __post_init__(self) -> None:
         _fraction("efficiency.gemm", self.gemm)
@@ -224,6 +249,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         num_sms=132,
         nvlink_gbytes_per_s=450.0,
         pcie_gbytes_per_s=64.0,
+        # MAMF table (see GPUEfficiency.gemm): H100 SXM BF16 794.5 of 989 TFLOP/s
+        efficiency=GPUEfficiency(gemm=0.803),
     ),
     # GH200's Hopper GPU: the H100's SMs and tensor peaks (NVIDIA GH200 Grace Hopper Superchip data
     # sheet / H100 data sheet: FP16/BF16 dense 990 TFLOP/s, FP8 1,979), with 96 GB of HBM3 at
@@ -238,6 +265,9 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         num_sms=132,
         nvlink_gbytes_per_s=450.0,
         pcie_gbytes_per_s=64.0,
+        # MAMF table (see GPUEfficiency.gemm): GH200 SXM BF16 828.6 of 989 TFLOP/s (the 900 W,
+        # 141 GiB HBM3e part; the 96 GB part's figure is not published)
+        efficiency=GPUEfficiency(gemm=0.838),
     ),
     # AMD Instinct MI300A (AMD data sheet): 228 CDNA 3 compute units, FP16/BF16 dense matrix
     # 980.6 TFLOP/s, FP8 1,961.2, TF32 490.3, FP32 122.6; 128 GB of HBM3 at 5.3 TB/s shared with
@@ -255,6 +285,10 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         nvlink_gbytes_per_s=128.0,
         pcie_gbytes_per_s=64.0,
         hbm_reserved_fraction=0.25,
+        # MAMF table (see GPUEfficiency.gemm) has MI300X, not MI300A: 668.4 of 1300 TFLOP/s BF16
+        # (51.4%, PYTORCH_TUNABLEOP_ENABLED=1). ASSUMPTION: the same CDNA 3 compute dies reach the
+        # same fraction on MI300A.
+        efficiency=GPUEfficiency(gemm=0.514),
     ),
     "v100-32gb": GPUSpec(
         name="v100-32gb",
@@ -264,6 +298,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         num_sms=80,
         nvlink_gbytes_per_s=150.0,
         pcie_gbytes_per_s=16.0,
+        # ASSUMPTION: V100 is not in the MAMF table; the A100 fraction is kept
     ),
 }
 
@@ -340,9 +375,49 @@ def _dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
+#: Output tiles cuBLAS picks among, largest first (NVIDIA DU-09799-001 section 2.3 lists 256x128,
+#: 128x256, 128x128, 64x128, 128x64 and 64x64 as typical on A100).
+GEMM_TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 128), (128, 64), (64, 64))
+
+
+def gemm_tile(spec: GPUSpec, m: int, n: int) -> tuple[int, int, int]:
+    """``(tile_m, tile_n, ctas)`` of a GEMM ``C[m, n]``: the largest tile of :data:`GEMM_TILES`
+    whose grid still gives every SM a tile, else the smallest (ASSUMPTION: cuBLAS-like tile
+    heuristics; cuBLAS's real choice also weighs split-K and per-tile efficiency)."""
+    for tm, tn in GEMM_TILES:
+        ctas = math.ceil(m / tm) * math.ceil(n / tn)
+        if ctas >= spec.num_sms:
+            return tm, tn, ctas
+    tm, tn = GEMM_TILES[-1]
+    return tm, tn, math.ceil(m / tm) * math.ceil(n / tn)
+
+
+def gemm_ctas(spec: GPUSpec, m: int, n: int) -> int:
+    """CTAs (output tiles) of a GEMM ``C[m, n]`` (:func:`gemm_tile`)."""
+    return gemm_tile(spec, m, n)[2]
+
+
+def gemm_wave_efficiency(spec: GPUSpec, m: int, n: int) -> float:
+    """Share of the GPU's tile slots that a GEMM ``C[m, n]`` keeps doing useful work: tile
+    quantization (the last row and column of tiles are partly padding) times wave quantization
+    (tiles run in waves of one per SM; a last, partial wave leaves SMs idle). NVIDIA *Matrix
+    Multiplication Background User's Guide* (DU-09799-001), sections 3.1 and 3.2. Example: on
+    A100's 108 SMs, a 512 x 3696 output takes 116 tiles of 128x128, two waves, 54% busy."""
+    if m <= 0 or n <= 0:
+        return 1.0
+    tm, tn, ctas = gemm_tile(spec, m, n)
+    # a dimension thinner than the tile runs in a narrower kernel (cuBLAS's small-M / GEMV paths),
+    # padded to the tensor cores' 16-wide MMA shape (ASSUMPTION)
+    tm, tn = min(tm, 16 * math.ceil(m / 16)), min(tn, 16 * math.ceil(n / 16))
+    tile = (m * n) / (math.ceil(m / tm) * tm * math.ceil(n / tn) * tn)
+    waves = math.ceil(ctas / spec.num_sms)
+    return tile * ctas / (waves * spec.num_sms)
+
+
 def gemm_cost(spec: GPUSpec, m: int, n: int, k: int, dtype: str = "fp16") -> KernelCost:
-    """One GEMM ``C[m,n] = A[m,k] @ B[k,n]``: 2mnk FLOPs against peak x ``efficiency.gemm``;
-    reading A, B and writing C once against HBM at ``efficiency.hbm_stream``."""
+    """One GEMM ``C[m,n] = A[m,k] @ B[k,n]``: 2mnk FLOPs against peak x ``efficiency.gemm`` (the
+    large-GEMM fraction) x :func:`gemm_wave_efficiency` (the share of SM slots its tile grid
+    fills); reading A, B and writing C once against HBM at ``efficiency.hbm_stream``."""
     for name, value in (("m", m), ("n", n), ("k", k)):
         _count(name, value, 0)
     if m == 0 or n == 0 or k == 0:
@@ -353,7 +428,7 @@ def gemm_cost(spec: GPUSpec, m: int, n: int, k: int, dtype: str = "fp16") -> Ker
     return KernelCost(
         flops=flops,
         hbm_bytes=nbytes,
-        compute_s=flops / (spec.peak_flops(dtype) * eff.gemm),
+        compute_s=flops / (spec.peak_flops(dtype) * eff.gemm * gemm_wave_efficiency(spec, m, n)),
         memory_s=nbytes / (spec.hbm_bytes_per_s * eff.hbm_stream),
         overhead_s=eff.launch_overhead_s,
     )
@@ -492,10 +567,25 @@ def fits_in_hbm(spec: GPUSpec, nbytes: float) -> bool:
 def embedding_unfused_forward_cost(spec: GPUSpec, lookups: int, row_bytes: float, pooled_rows: int,
                                    out_row_bytes: float) -> KernelCost:
     """One table's embedding-bag forward as its own kernel (PyTorch ``nn.EmbeddingBag`` per
-    table, no table batching): the same HBM traffic as its share of the fused kernel, plus a
-    launch of its own. A model's unfused forward is the sum over its tables, so it pays one
+    table, no table batching): the same HBM traffic as its share of the fused kernel, a launch
+    of its own, and the copy of its pooled output into the one buffer that the pooled AlltoAll
+    sends (``torch.cat`` of the tables' outputs: read and written once; the fused kernel writes
+    its output in place). A model's unfused forward is the sum over its tables, so it pays one
     ``launch_overhead_s`` per table where the fused kernel pays one in all."""
-    return embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)
+    lookup = embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)
+    if lookup.hbm_bytes == 0:
+        return lookup
+    copy = 2.0 * pooled_rows * out_row_bytes
+    return lookup + KernelCost(hbm_bytes=copy, memory_s=copy / (spec.hbm_bytes_per_s * spec.efficiency.hbm_stream))
+
+
+#: Kernels of the unfused backward of one table, in order (see :func:`embedding_unfused_backward_cost`).
+UNFUSED_BACKWARD_KERNELS: tuple[str, ...] = (
+    "bag_backward_gather", "bag_backward_indices",          # nn.EmbeddingBag(sparse=True) backward
+    "coalesce_sort", "coalesce_unique", "coalesce_reduce",  # grad.coalesce()
+    "grad_square", "state_add", "state_mask", "std_sqrt", "std_add_eps", "grad_div_std",
+    "param_add",                                            # the Adagrad step's sparse branch
+)
 
 
 def embedding_unfused_backward_cost(
@@ -506,18 +596,27 @@ def embedding_unfused_backward_cost(
     grad_row_bytes: float,
     optimizer_state_bytes_per_row: float = 4.0,
 ) -> KernelCost:
-    """One table's embedding backward and sparse optimizer as separate kernels, without Neo's
-    fusion (``embedding_backward_cost`` is the fused one):
+    """One table's embedding backward and sparse optimizer as separate PyTorch operators, without
+    Neo's fusion (``embedding_backward_cost`` is the fused one). It follows PyTorch's sparse path
+    pass by pass (``nn.EmbeddingBag(sparse=True)``'s backward, then the sparse branch of
+    ``torch.optim.Adagrad``'s step in torch/optim/adagrad.py: ``grad.coalesce()``, the squared
+    values added into the state, the state masked to the gradient's rows, its square root plus
+    eps, the values divided by it, and the sparse add into the weights), with the same row-wise
+    state as the fused kernel so that only the fusion differs (``g`` = ``grad_row_bytes``,
+    ``s`` = ``optimizer_state_bytes_per_row``, ``u`` = ``unique_rows``):
 
-    1. backward: each lookup's gradient row is materialised in HBM (the bag's pooled gradient
-       read, ``grad_row_bytes`` written per lookup);
-    2. coalesce: the gradient rows are sorted by row (``sort_bytes_per_key`` per lookup) and
-       duplicates summed: every gradient row read once more, one row per unique row written;
-    3. optimizer: the coalesced gradients are read and each touched row's weights and state are
-       read and written (the same row traffic as the fused kernel).
+    1. bag backward: each lookup's gradient row is materialised (its bag's pooled gradient read,
+       the row written: ``2 g`` per lookup) and the indices copied (8 B per lookup, int64);
+    2. coalesce: the indices sorted (``sort_bytes_per_key`` per lookup), duplicates found
+       (an index read per lookup) and summed (every gradient row read once more, ``u`` written);
+    3. step: square (``u g`` read and written), state add (``u g`` read, ``u s`` read and
+       written), mask (``u s`` read and written), square root and eps (``u s`` read and written
+       twice), divide (``u g + u s`` read, ``u g`` written): all streaming;
+    4. the sparse add into the weights: ``u g`` read, each touched row read and written (the
+       same scattered row traffic as the fused kernel, at ``embedding_backward``); the state
+       updates of step 3 touch the state rows at the same scattered efficiency.
 
-    Kernels 1 and 2 stream at ``hbm_stream``, the row updates at ``embedding_backward``; four
-    launches per table (backward, sort, reduce, optimizer)."""
+    Streams run at ``hbm_stream``; one launch per kernel of :data:`UNFUSED_BACKWARD_KERNELS`."""
     _count("lookups", lookups, 0)
     _count("unique_rows", unique_rows, 0)
     if unique_rows > lookups:
@@ -527,17 +626,18 @@ def embedding_unfused_backward_cost(
     if lookups == 0:
         return ZERO_COST
     eff = spec.efficiency
-    materialise = lookups * (grad_row_bytes + grad_row_bytes + 4.0)   # pooled grad read, row written, index
-    coalesce = lookups * (eff.sort_bytes_per_key + grad_row_bytes) + unique_rows * grad_row_bytes
-    optimizer_stream = unique_rows * grad_row_bytes
-    stream_bytes = materialise + coalesce + optimizer_stream
-    row_traffic = unique_rows * 2.0 * (_sectors(spec, row_bytes) + _sectors(spec, optimizer_state_bytes_per_row))
-    flops = 4.0 * unique_rows * row_bytes / 2.0 + lookups * grad_row_bytes / 2.0
+    g, s, u = float(grad_row_bytes), float(optimizer_state_bytes_per_row), float(unique_rows)
+    materialise = lookups * (2.0 * g + 8.0 + 8.0)                              # rows; indices read and written
+    coalesce = lookups * (eff.sort_bytes_per_key + 8.0 + g) + u * g            # sort, unique, reduce
+    step_stream = 2 * u * g + u * g + 2 * u * s + 4 * u * s + (u * g + u * s + u * g) + u * g
+    stream_bytes = materialise + coalesce + step_stream
+    row_traffic = u * 2.0 * _sectors(spec, row_bytes) + u * 2.0 * _sectors(spec, s)   # weights; state add
+    flops = 4.0 * u * row_bytes / 2.0 + lookups * g / 2.0
     return KernelCost(
         flops=flops,
         hbm_bytes=stream_bytes + row_traffic,
         compute_s=flops / (spec.peak_flops("fp32") * eff.gemm),
         memory_s=stream_bytes / (spec.hbm_bytes_per_s * eff.hbm_stream)
         + row_traffic / (spec.hbm_bytes_per_s * eff.embedding_backward),
-        overhead_s=4 * eff.launch_overhead_s,
+        overhead_s=len(UNFUSED_BACKWARD_KERNELS) * eff.launch_overhead_s,
     )

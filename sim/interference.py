@@ -92,7 +92,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from neonic.sim.engine import Engine, EventHandle, ps_from_s
-from neonic.sim.gpu import GPUSpec, KernelCost
+from neonic.sim.gpu import GPUSpec, KernelCost, gemm_ctas  # noqa: F401  (gemm_ctas: re-exported)
 
 __all__ = [
     "CommEngineSpec",
@@ -148,16 +148,6 @@ class CommEngineSpec:
             raise ValueError(f"comm.copy_engine_gbytes_per_s: expected a number > 0 or None, got {self.copy_engine_gbytes_per_s!r}")
         if isinstance(self.default_waves, bool) or not isinstance(self.default_waves, int) or self.default_waves < 1:
             raise ValueError(f"comm.default_waves: expected an integer >= 1, got {self.default_waves!r}")
-
-
-def gemm_ctas(spec: GPUSpec, m: int, n: int) -> int:
-    """CTAs of a GEMM ``C[m, n]``: the largest output tile of 256x128, 128x128, 128x64, 64x64
-    whose grid still fills every SM, else 64x64 (ASSUMPTION: cuBLAS-like tile heuristics)."""
-    for tm, tn in ((256, 128), (128, 128), (128, 64), (64, 64)):
-        ctas = math.ceil(m / tm) * math.ceil(n / tn)
-        if ctas >= spec.num_sms:
-            return ctas
-    return math.ceil(m / 64) * math.ceil(n / 64)
 
 
 def collective_links(topology, ranks: Sequence[int]) -> np.ndarray:

@@ -42,18 +42,18 @@ def _run(spec: GradientBuckets | None, iterations=3, ranks=2):
     return graph, end
 
 
-def _spec(optimizer="after_last"):
+def _spec(optimizer="after_last", next_batch="when_ready"):
     # top backward in 2 pieces (bucket 0 closes after the first), bottom backward in 2 (bucket 1, 2)
     segments = (("top_bwd", 700, 0), ("top_bwd", 700, None), ("inter_bwd", 200, None), ("bot_bwd", 600, 1),
                 ("bot_bwd", 600, 2))
     opt = (40, 40, 40) if optimizer == "per_bucket" else (100,)
     return GradientBuckets(segments, (300, 300, 300), (frozenset({"top"}), frozenset({"top", "bottom"}), frozenset({"bottom"})),
-                           opt, optimizer)
+                           opt, optimizer, next_batch=next_batch)
 
 
 @pytest.mark.parametrize("optimizer", ["after_last", "per_bucket"])
 def test_buckets_launch_as_the_backward_produces_them_and_overlap_it(optimizer):
-    graph, end = _run(_spec(optimizer))
+    graph, end = _run(_spec(optimizer, "when_ready"))
     _, end_single = _run(None)
     for op in graph.ops:
         for dep in op.deps:
@@ -73,6 +73,29 @@ def test_buckets_launch_as_the_backward_produces_them_and_overlap_it(optimizer):
     nxt = graph.get("emb_fwd", it + 1, r)
     assert not any(d.phase in ("allreduce", "dense_opt") for d in nxt.deps)
     assert end < end_single
+
+
+@pytest.mark.parametrize("optimizer", ["after_last", "per_bucket"])
+def test_pytorch_program_order_makes_the_next_batch_wait_for_the_optimizer_step(optimizer):
+    """DDP's backward ends after every bucket's AllReduce, optimizer.step() follows, and the
+    next batch's kernels are issued after it on the same compute stream: its embedding forward
+    starts only after the last optimizer step (and so after the last bucket); the buckets still
+    overlap the backward."""
+    graph, end = _run(_spec(optimizer, "after_step"))
+    _, end_ready = _run(_spec(optimizer, "when_ready"))
+    _, end_single = _run(None)
+    it, r = 1, 0
+    nxt = graph.get("emb_fwd", it + 1, r)
+    last_step = max((op for op in graph.of_rank(r) if op.iteration == it and op.phase == "dense_opt"), key=lambda o: o.end)
+    last_bucket = max((op for op in graph.ops if op.phase == "allreduce" and op.iteration == it), key=lambda o: o.end)
+    assert last_step in nxt.deps
+    assert nxt.start >= last_step.end >= last_bucket.end
+    bwd_end = max(op.end for op in graph.of_rank(r) if op.iteration == it and op.phase.endswith("_bwd"))
+    first_bucket = min((op for op in graph.ops if op.phase == "allreduce" and op.iteration == it), key=lambda o: o.start)
+    assert first_bucket.start < bwd_end
+    assert end_ready <= end < end_single
+    with pytest.raises(ValueError, match="next_batch"):
+        BucketConfig(next_batch="eventually")
 
 
 def test_bucketing_is_refused_where_it_does_not_apply():

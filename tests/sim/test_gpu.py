@@ -13,6 +13,7 @@ from neonic.sim.gpu import (
     embedding_forward_cost,
     fits_in_hbm,
     gemm_cost,
+    gemm_wave_efficiency,
     gpu_preset,
     hbm_capacity_bytes,
     interaction_cost,
@@ -56,8 +57,28 @@ def test_large_gemm_is_compute_bound_at_efficiency_times_peak():
     c = gemm_cost(gpu, 8192, 8192, 8192, "fp16")
     assert c.flops == 2 * 8192**3
     assert c.compute_s > c.memory_s
-    expected = c.flops / (312e12 * gpu.efficiency.gemm) + gpu.efficiency.launch_overhead_s
+    # 2048 tiles of 256x128 fill 19 waves of 108 SMs all but 4 slots
+    assert gemm_wave_efficiency(gpu, 8192, 8192) == pytest.approx(2048 / (19 * 108))
+    expected = c.flops / (312e12 * gpu.efficiency.gemm * 2048 / (19 * 108)) + gpu.efficiency.launch_overhead_s
     assert c.time_s == pytest.approx(expected)
+
+
+def test_gemm_efficiency_starts_from_the_published_large_gemm_fraction():
+    """A100 SXM BF16: 271.2 of 312 TFLOP/s (the MAMF table cited in GPUEfficiency.gemm)."""
+    assert gpu_preset("a100-40gb").efficiency.gemm == pytest.approx(271.2 / 312, abs=1e-3)
+    assert gpu_preset("h100-sxm-80gb").efficiency.gemm == pytest.approx(794.5 / 989, abs=1e-3)
+
+
+def test_thin_gemms_lose_to_wave_quantization():
+    """A DLRM layer at local batch 512: 512 x 3696 outputs are 116 tiles of 128x128 on 108 SMs,
+    two waves of which the second is nearly empty (NVIDIA DU-09799-001, section 3.2)."""
+    gpu = gpu_preset("a100-40gb")
+    tile = 3696 / 3712  # the last column of tiles is partly padding
+    assert gemm_wave_efficiency(gpu, 512, 3696) == pytest.approx(tile * 116 / 216)
+    # exactly one full wave: 108 tiles of 256x128 (a 27 x 4 grid)
+    assert gemm_wave_efficiency(gpu, 27 * 256, 4 * 128) == pytest.approx(1.0)
+    thin = gemm_cost(gpu, 512, 3696, 3696)
+    assert thin.compute_s == pytest.approx(thin.flops / (312e12 * gpu.efficiency.gemm * tile * 116 / 216))
 
 
 def test_skinny_gemm_is_memory_bound():
@@ -126,3 +147,19 @@ def test_capacity_reserves_a_share_of_hbm():
     assert fits_in_hbm(gpu, 30 * 2**30)
     assert not fits_in_hbm(gpu, 40 * 2**30)
     assert set(GPU_PRESETS) >= {"a100-40gb", "h100-sxm-80gb"}
+
+
+def test_unfused_backward_follows_pytorchs_sparse_path_and_costs_more_than_the_fused_one():
+    """nn.EmbeddingBag(sparse=True) backward + torch.optim.Adagrad's sparse branch: twelve
+    kernels per table, each lookup's gradient materialised, the coalesced gradient and the
+    state streamed several times; the row traffic is the fused kernel's."""
+    from neonic.sim.gpu import UNFUSED_BACKWARD_KERNELS, embedding_unfused_backward_cost
+
+    gpu = gpu_preset("a100-40gb")
+    fused = embedding_backward_cost(gpu, 100_000, 30_000, 186, 186, 4)
+    unfused = embedding_unfused_backward_cost(gpu, 100_000, 30_000, 186, 186, 4)
+    assert len(UNFUSED_BACKWARD_KERNELS) == 12
+    assert unfused.overhead_s == pytest.approx(12 * gpu.efficiency.launch_overhead_s)
+    # at least the gradient rows written and read back once more than the fused kernel does
+    assert unfused.hbm_bytes - fused.hbm_bytes >= 100_000 * 2 * 186
+    assert unfused.time_s > fused.time_s

@@ -16,7 +16,7 @@ from neonic.sim.network.network import Network
 from neonic.sim.network.topology import Topology
 
 SPEC = gpu_preset("a100-40gb")
-BIG = gemm_cost(SPEC, 8192, 8192, 8192)
+BIG = gemm_cost(SPEC, 8192, 8192, 12288)  # ~4 ms alone: longer than the 2 GiB AllGather's first part
 BIG_CTAS = gemm_ctas(SPEC, 8192, 8192)
 
 
