@@ -347,8 +347,9 @@ def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_by
 class IterationSpec:
     """What one iteration's op graph depends on besides the plan: the mode and Neo's pipeline
     (``host.schedule``), where the embeddings run, the MLPs' GEMM datatype, the PCIe link of a
-    GPU, the collectives' algorithms, and the iterations a run simulates (``warmup`` first, not
-    measured). A scenario gives one (:meth:`from_scenario`); the defaults are the scenario
+    GPU, the collectives' algorithms, the iterations a run simulates (``warmup`` first, not
+    measured), and the HBM capacity a GPU loses while kernels and collectives share it
+    (``interference``: the system's ``streams.interference``, ``sim.interference``). A scenario gives one (:meth:`from_scenario`); the defaults are the scenario
     schema's."""
 
     mode: str = "training"
@@ -488,9 +489,10 @@ class ScheduleTemplate:
     ``T`` candidate plans at once: per-rank ops give ``(T, N)`` seconds, collectives ``(T,)``.
 
     Left out (measured by ``neonic bench planner``, predicted vs simulated): contention for a
-    GPU's SMs and HBM between kernels and collectives (``sim.interference``), flow-level
-    contention inside a collective, and queueing; concurrent collectives share the network only
-    as :meth:`iteration_s` describes.
+    GPU's SMs between kernels and collectives, and between concurrent kernels
+    (``sim.interference``), flow-level contention inside a collective, and queueing; HBM
+    sharing between a kernel and a collective, and concurrent collectives sharing the network,
+    only as :meth:`iteration_s` describes.
     """
 
     def __init__(self, spec: IterationSpec, buckets: "GradientBuckets | None" = None) -> None:

@@ -36,8 +36,8 @@ next batch behind this one's MLPs, the AllReduce behind the embedding backward, 
 What the fast evaluation leaves out (the simulator has it; ``neonic bench planner`` measures the
 difference for every plan): contention between concurrent flows on shared links and NICs (the
 next batch's input AlltoAll shares the NICs with this batch's pooled AlltoAll and AllReduce),
-the GPU share a collective holds while kernels run (SMs, HBM) and the interference between
-concurrent kernels, the flow-level network's queueing and max-min fair rates (the direct
+the SMs a collective holds while kernels run and the interference between concurrent kernels
+(HBM shared by a kernel and a collective is priced: ``ScheduleTemplate.iteration_s``), the flow-level network's queueing and max-min fair rates (the direct
 AlltoAll is priced by each rank's busiest link class, alpha-beta), the CPU sockets' sharing on
 Zion (embedding jobs are priced as GPU kernels) and the SmartNIC's units and caches.
 
