@@ -279,3 +279,29 @@ def test_bad_inputs_name_the_field():
 
 def test_runs_are_deterministic():
     assert _pair(1, "compute_first", nbytes=64 << 20) == _pair(1, "compute_first", nbytes=64 << 20)
+
+
+@pytest.mark.parametrize("traffic", [50e9, 150e9, 300e9])
+def test_the_planners_kernel_and_collective_rate_is_the_gpu_models(traffic):
+    """The planner's fast evaluation prices a kernel beside a collective with
+    kernel_comm_hbm_rate; the event-driven GPU gives the kernel exactly that rate."""
+    from neonic.sim.interference import comm_hbm_bytes, kernel_comm_hbm_rate
+
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC, interference=0.1)
+    gpu.comm_begin(300, 0.0)
+    gpu.set_traffic(traffic, traffic)
+    ends = {}
+    kernel = _memory_kernel(1e-3)
+    gpu.launch(kernel, _end(ends, "k"))
+    eng.run()
+    hbm = SPEC.hbm_bytes_per_s * SPEC.efficiency.hbm_stream
+    rate = kernel_comm_hbm_rate(kernel.memory_s / kernel.time_s, comm_hbm_bytes(traffic, traffic, 0.0) / hbm, 0.1)
+    assert rate < 1.0 and ends["k"] == pytest.approx(ps_from_s(1e-3 / float(rate)), rel=1e-3)
+
+
+def test_two_client_rate_vectorises_and_leaves_a_lone_client_alone():
+    from neonic.sim.interference import kernel_comm_hbm_rate
+
+    r = kernel_comm_hbm_rate(np.array([1.0, 0.5, 0.0, 1.0]), np.array([0.5, 0.2, 0.9, 0.0]), 0.1)
+    assert r == pytest.approx([0.9 / 1.5, 1.0, 1.0, 1.0])
