@@ -558,32 +558,47 @@ class ScheduleTemplate:
                 t = t + 2 * both
         return extra
 
-    def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
-                   kern: dict[int, np.ndarray], cdem: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], np.ndarray]:
-        """How much later each kernel and each collective end when they share a GPU's HBM
-        (``sim.interference.kernel_comm_hbm_rate``): while a kernel (``spans[i]``: its start
-        and end, ``(T, N)``) overlaps a collective (``S``/``E``, ``(C, T)``) on a rank, both
-        run at the common rate the two demands (``kern[i]``, ``cdem[c]``) leave them, so each
-        ends later by the overlap times (1 - rate); a collective, a barrier, by its slowest
-        rank's. APPROXIMATION: a kernel's collectives are taken one at a time (pairwise), and
-        a collective's demand is its bytes over its isolated time (an average over its
-        phases)."""
+    def _hbm_pairs(self, kern: dict[int, np.ndarray], cdem: dict[int, np.ndarray], T: int,
+                   N: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """For each kernel op, the collectives of its own and the neighbouring iterations whose
+        HBM sharing can slow it (``sim.interference.kernel_comm_hbm_rate`` below 1 somewhere),
+        as (slots, 1 - rate ``(K, T, N)``); the rates depend on the demands only, so they are
+        found once per evaluation."""
         from neonic.sim.interference import kernel_comm_hbm_rate
 
+        its = {self._coll_slot[i]: op[1] for i, op in enumerate(self.ops) if op[2]}
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for i, a in kern.items():
+            it = self.ops[i][1]
+            slots, loss = [], []
+            for c, dem in cdem.items():
+                if abs(its[c] - it) > 1:
+                    continue
+                lost = 1.0 - np.broadcast_to(kernel_comm_hbm_rate(a, dem, self.spec.interference), (T, N))
+                if lost.max() > 0:
+                    slots.append(c)
+                    loss.append(lost)
+            if slots:
+                out[i] = (np.array(slots), np.stack(loss))
+        return out
+
+    def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
+                   pairs: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        """How much later each kernel and each collective end when they share a GPU's HBM: while
+        a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
+        ``(C, T)``) on a rank, both run at the common rate their demands leave them
+        (:meth:`_hbm_pairs`), so each ends later by the overlap times (1 - rate); a collective,
+        a barrier, by its slowest rank's. APPROXIMATION: a kernel's collectives are taken one at
+        a time (pairwise), and a collective's demand is its bytes over its isolated time (an
+        average over its phases)."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
-        lo_c, hi_c = S.min(axis=1), E.max(axis=1)
-        for i, (s0, e0) in spans.items():
-            lo, hi = float(np.min(s0)), float(np.max(e0))
-            extra = np.zeros(np.broadcast_shapes(s0.shape, e0.shape))
-            for c, dem in cdem.items():
-                if hi_c[c] <= lo or lo_c[c] >= hi:
-                    continue
-                ov = np.clip(np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None]), 0.0, None)
-                slow = ov * (1.0 - kernel_comm_hbm_rate(kern[i], dem, self.spec.interference))
-                extra = extra + slow
-                xc[c] = np.maximum(xc[c], slow.max(axis=1))
-            xr[i] = extra
+        for i, (slots, loss) in pairs.items():
+            s0, e0 = spans[i]
+            ov = np.minimum(e0[None], E[slots][:, :, None]) - np.maximum(s0[None], S[slots][:, :, None])
+            slow = np.maximum(ov, 0.0) * loss                      # (K, T, N)
+            xr[i] = slow.sum(axis=0)
+            np.maximum.at(xc, slots, slow.max(axis=2))
         return xr, xc
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
@@ -637,7 +652,8 @@ class ScheduleTemplate:
                     cdem[self._coll_slot[i]] = d if d.ndim == 2 else d.reshape(-1, 1)
             elif phase in rank_d and d.any():
                 kern[i] = d
-        contend = bool(kern) and bool(cdem)
+        pairs = self._hbm_pairs(kern, cdem, T, N) if kern and cdem else {}
+        contend = bool(pairs)
         extra = np.zeros((C, T))
         xc = np.zeros((C, T))
         xr: dict[int, Any] = {}
@@ -667,14 +683,14 @@ class ScheduleTemplate:
                 else:
                     d = rank_d.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
-                    if i in kern:
-                        spans[i] = (start, end)
+                    if i in pairs:
+                        spans[i] = (np.broadcast_to(start, (T, N)), np.broadcast_to(end, (T, N)))
                     it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
                 ends.append(end)
             if passes == 1:
                 break
             new = self._shared_extra(S, base) if sharing else extra
-            new_xr, new_xc = self._hbm_extra(spans, S, E, kern, cdem) if contend else (xr, xc)
+            new_xr, new_xc = self._hbm_extra(spans, S, E, pairs) if contend else (xr, xc)
             moved = max(np.abs(new - extra).max(initial=0.0), np.abs(new_xc - xc).max(initial=0.0),
                         max((float(np.abs(v - xr.get(i, 0.0)).max(initial=0.0)) for i, v in new_xr.items()),
                             default=0.0))
