@@ -512,6 +512,7 @@ class ScheduleTemplate:
         self.streams = [op.stream for op in ops]
         colls = [i for i, op in enumerate(ops) if op.collective]
         self._coll_slot = {i: n for n, i in enumerate(colls)}
+        self._coll_it = [ops[i].iteration for i in colls]
         its_of = [op.iteration for op in ops]
         # each collective and the collectives of later streams (input < grad < comm) of
         # neighbouring iterations it can run beside, in graph (= each stream's) order: a batch's
@@ -566,20 +567,18 @@ class ScheduleTemplate:
         found once per evaluation."""
         from neonic.sim.interference import kernel_comm_hbm_rate
 
-        its = {self._coll_slot[i]: op[1] for i, op in enumerate(self.ops) if op[2]}
+        slots_all = np.array(sorted(cdem))
+        dem = np.stack([np.broadcast_to(cdem[c], (T, N)) for c in slots_all])   # (C', T, N)
+        it_of = np.array([self._coll_it[c] for c in slots_all])
         out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for i, a in kern.items():
-            it = self.ops[i][1]
-            slots, loss = [], []
-            for c, dem in cdem.items():
-                if abs(its[c] - it) > 1:
-                    continue
-                lost = 1.0 - np.broadcast_to(kernel_comm_hbm_rate(a, dem, self.spec.interference), (T, N))
-                if lost.max() > 0:
-                    slots.append(c)
-                    loss.append(lost)
-            if slots:
-                out[i] = (np.array(slots), np.stack(loss))
+            near = np.nonzero(np.abs(it_of - self.ops[i][1]) <= 1)[0]
+            if near.size == 0:
+                continue
+            lost = 1.0 - kernel_comm_hbm_rate(np.broadcast_to(a, (T, N))[None], dem[near], self.spec.interference)
+            keep = lost.reshape(near.size, -1).max(axis=1) > 0
+            if keep.any():
+                out[i] = (slots_all[near[keep]], lost[keep])
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
@@ -595,10 +594,14 @@ class ScheduleTemplate:
         xc = np.zeros_like(S)
         for i, (slots, loss) in pairs.items():
             s0, e0 = spans[i]
-            ov = np.minimum(e0[None], E[slots][:, :, None]) - np.maximum(s0[None], S[slots][:, :, None])
-            slow = np.maximum(ov, 0.0) * loss                      # (K, T, N)
+            hit = (E[slots].max(axis=1) > s0.min()) & (S[slots].min(axis=1) < e0.max())
+            if not hit.any():
+                continue
+            sl = slots[hit]
+            ov = np.minimum(e0[None], E[sl][:, :, None]) - np.maximum(s0[None], S[sl][:, :, None])
+            slow = np.maximum(ov, 0.0) * loss[hit]                 # (K, T, N)
             xr[i] = slow.sum(axis=0)
-            np.maximum.at(xc, slots, slow.max(axis=2))
+            np.maximum.at(xc, sl, slow.max(axis=2))
         return xr, xc
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
