@@ -682,13 +682,15 @@ class ScheduleTemplate:
                     S[c] = t0
                     E[c] = t1
                     end = t1[:, None]
-                    it_end[it] = np.maximum(it_end[it], t1)
+                    if it < self.iterations:
+                        it_end[it] = np.maximum(it_end[it], t1)
                 else:
                     d = rank_d.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
                     if i in pairs:
                         spans[i] = (np.broadcast_to(start, (T, N)), np.broadcast_to(end, (T, N)))
-                    it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
+                    if it < self.iterations:
+                        it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
                 ends.append(end)
             if passes == 1:
                 break

@@ -53,6 +53,8 @@ def collect_metrics(sc: "Scenario", graph: OpGraph, engine: Engine, end_ps: int,
     it_end = [0] * graph.iterations
     it_start = [None] * graph.iterations
     for op in graph.ops:
+        if op.iteration >= graph.iterations:  # the next batch's prefetch (host.schedule.build_graph)
+            continue
         it_end[op.iteration] = max(it_end[op.iteration], op.end)
         s = it_start[op.iteration]
         it_start[op.iteration] = op.start if s is None else min(s, op.start)

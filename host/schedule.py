@@ -141,6 +141,10 @@ class OpGraph:
 PayloadFn = Callable[[str, int, int], Any]
 
 
+#: The phases of a batch's prefetch (Neo's pipeline runs them one batch ahead).
+PREFETCH_PHASES = ("h2d", "input_a2a")
+
+
 def build_graph(
     num_ranks: int,
     iterations: int,
@@ -150,7 +154,8 @@ def build_graph(
     emb_stream: str = "compute",
     phases: Iterable[str] | None = None,
 ) -> OpGraph:
-    """Build the op graph of ``iterations`` batches on ``num_ranks`` ranks.
+    """Build the op graph of ``iterations`` batches on ``num_ranks`` ranks (pipelined: and the
+    prefetch of the batch after them, :data:`PREFETCH_PHASES` labelled iteration ``iterations``).
 
     ``payloads`` gives each op's payload: a mapping ``phase -> payload`` (collectives: one
     payload; other phases: a payload or a per-rank sequence), or a function
@@ -225,6 +230,27 @@ def build_graph(
                         op.depends_on(prev)
                     last_on_stream[(r, stream)] = op
         # data dependencies, per rank
+        for r in all_ranks:
+            _wire_rank(graph, it, r, mode, pipelined)
+    if pipelined:
+        # the prefetch of the batch after the last (its input copy and index AlltoAll, labelled
+        # iteration ``iterations``, part of no iteration's time): without it the last batch would
+        # run alone, faster than in the steady state the measured window stands for, and every
+        # batch but the last would wait for its successor's prefetch (an input-bound pipeline
+        # then measured its tail only)
+        it = iterations
+        for phase in (p for p in active if p in PREFETCH_PHASES):
+            stream = stream_of(phase)
+            if phase in COLLECTIVE_PHASES:
+                created = [graph.add(phase, it, all_ranks, stream, get_payload(phase, it - 1, -1))]
+            else:
+                created = [graph.add(phase, it, (r,), stream, get_payload(phase, it - 1, r)) for r in all_ranks]
+            for op in created:
+                for r in op.ranks:
+                    prev = last_on_stream.get((r, stream))
+                    if prev is not None:
+                        op.depends_on(prev)
+                    last_on_stream[(r, stream)] = op
         for r in all_ranks:
             _wire_rank(graph, it, r, mode, pipelined)
     return graph
