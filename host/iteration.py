@@ -559,30 +559,36 @@ class ScheduleTemplate:
                 t = t + 2 * both
         return extra
 
-    def _hbm_pairs(self, kern: dict[int, np.ndarray], cdem: dict[int, np.ndarray], T: int,
-                   N: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _hbm_pairs(self, kern: dict[int, np.ndarray], cdem: dict[int, np.ndarray]) -> dict[int, list[tuple[int, np.ndarray]]]:
         """For each kernel op, the collectives of its own and the neighbouring iterations whose
-        HBM sharing can slow it (``sim.interference.kernel_comm_hbm_rate`` below 1 somewhere),
-        as (slots, 1 - rate ``(K, T, N)``); the rates depend on the demands only, so they are
-        found once per evaluation."""
+        HBM sharing can slow it, each with 1 - the rate they share
+        (``sim.interference.kernel_comm_hbm_rate``, where it is below 1 somewhere). The rates
+        depend on the demands only, which depend on the op's key (phase or bucket op), so each
+        pair of keys is priced once per evaluation."""
         from neonic.sim.interference import kernel_comm_hbm_rate
 
-        slots_all = np.array(sorted(cdem))
-        dem = np.stack([np.broadcast_to(cdem[c], (T, N)) for c in slots_all])   # (C', T, N)
-        it_of = np.array([self._coll_it[c] for c in slots_all])
-        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        key = [op[0] for op in self.ops]
+        cslot_key = {self._coll_slot[i]: key[i] for i, op in enumerate(self.ops) if op[2]}
+        lost: dict[tuple[str, str], np.ndarray | None] = {}
+        out: dict[int, list[tuple[int, np.ndarray]]] = {}
         for i, a in kern.items():
-            near = np.nonzero(np.abs(it_of - self.ops[i][1]) <= 1)[0]
-            if near.size == 0:
-                continue
-            lost = 1.0 - kernel_comm_hbm_rate(np.broadcast_to(a, (T, N))[None], dem[near], self.spec.interference)
-            keep = lost.reshape(near.size, -1).max(axis=1) > 0
-            if keep.any():
-                out[i] = (slots_all[near[keep]], lost[keep])
+            it = self.ops[i][1]
+            found = []
+            for c, dem in cdem.items():
+                if abs(self._coll_it[c] - it) > 1:
+                    continue
+                pair = (key[i], cslot_key[c])
+                if pair not in lost:
+                    x = 1.0 - kernel_comm_hbm_rate(a, dem, self.spec.interference)
+                    lost[pair] = x if x.max(initial=0.0) > 0 else None
+                if lost[pair] is not None:
+                    found.append((c, lost[pair]))
+            if found:
+                out[i] = found
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
-                   pairs: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
+                   pairs: dict[int, list[tuple[int, np.ndarray]]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
         ``(C, T)``) on a rank, both run at the common rate their demands leave them
@@ -592,16 +598,18 @@ class ScheduleTemplate:
         average over its phases)."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
-        for i, (slots, loss) in pairs.items():
+        for i, found in pairs.items():
             s0, e0 = spans[i]
-            hit = (E[slots].max(axis=1) > s0.min()) & (S[slots].min(axis=1) < e0.max())
-            if not hit.any():
-                continue
-            sl = slots[hit]
-            ov = np.minimum(e0[None], E[sl][:, :, None]) - np.maximum(s0[None], S[sl][:, :, None])
-            slow = np.maximum(ov, 0.0) * loss[hit]                 # (K, T, N)
-            xr[i] = slow.sum(axis=0)
-            np.maximum.at(xc, sl, slow.max(axis=2))
+            lo, hi = float(s0.min()), float(e0.max())
+            extra = 0.0
+            for c, loss in found:
+                if E[c].max() <= lo or S[c].min() >= hi:
+                    continue
+                ov = np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None])
+                slow = np.maximum(ov, 0.0) * loss
+                extra = extra + slow
+                xc[c] = np.maximum(xc[c], slow.max(axis=-1))
+            xr[i] = extra
         return xr, xc
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
@@ -655,7 +663,7 @@ class ScheduleTemplate:
                     cdem[self._coll_slot[i]] = d if d.ndim == 2 else d.reshape(-1, 1)
             elif phase in rank_d and d.any():
                 kern[i] = d
-        pairs = self._hbm_pairs(kern, cdem, T, N) if kern and cdem else {}
+        pairs = self._hbm_pairs(kern, cdem) if kern and cdem else {}
         contend = bool(pairs)
         extra = np.zeros((C, T))
         xc = np.zeros((C, T))
@@ -688,7 +696,7 @@ class ScheduleTemplate:
                     d = rank_d.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
                     if i in pairs:
-                        spans[i] = (np.broadcast_to(start, (T, N)), np.broadcast_to(end, (T, N)))
+                        spans[i] = (start, end)
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
                 ends.append(end)
