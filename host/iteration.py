@@ -529,6 +529,14 @@ class ScheduleTemplate:
             if partners:
                 self._sharing.append((self._coll_slot[a], partners))
         self.iterations = its
+        # the same pairs as padded arrays (partners of every collective side by side)
+        width = max((len(p) for _, p in self._sharing), default=0)
+        part = np.zeros((len(self._sharing), width), dtype=int)
+        valid = np.zeros((len(self._sharing), width), dtype=bool)
+        for n, (_, p) in enumerate(self._sharing):
+            part[n, :len(p)] = p
+            valid[n, :len(p)] = True
+        self._sharing_arrays = (np.array([a for a, _ in self._sharing], dtype=int), part, valid)
 
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
     SHARING_PASSES = 8
@@ -543,20 +551,24 @@ class ScheduleTemplate:
         (a bucket's AllReduce beside the gradient AlltoAll, both beside an input AlltoAll) the
         three-way share is priced as two pairwise ones."""
         extra = np.zeros_like(base)
-        for a, partners in self._sharing:
-            t = S[a].copy()                 # the input AlltoAll's clock
-            left = base[a].copy()           # its work left
-            for b in partners:
-                alone = np.clip(S[b] - t, 0.0, None)
-                done = np.minimum(left, alone)
-                left = left - done
-                t = np.maximum(t, S[b])
-                both = np.where(S[b] + base[b] > t, np.minimum(left, S[b] + base[b] - t), 0.0)
-                both = np.clip(both, 0.0, None)
-                extra[a] += both
-                extra[b] += both
-                left = left - both
-                t = t + 2 * both
+        if not self._sharing:
+            return extra
+        a, part, valid = self._sharing_arrays
+        t = S[a].copy()                     # each input AlltoAll's clock
+        left = base[a].copy()               # its work left
+        for j in range(part.shape[1]):      # partners in graph order, every collective at once
+            b, ok = part[:, j], valid[:, j][:, None]
+            sb = S[b]
+            eb = sb + base[b]
+            alone = np.maximum(sb - t, 0.0)
+            left = left - np.where(ok, np.minimum(left, alone), 0.0)
+            t = np.where(ok, np.maximum(t, sb), t)
+            both = np.where(ok & (eb > t), np.minimum(left, eb - t), 0.0)
+            both = np.maximum(both, 0.0)
+            np.add.at(extra, a, both)
+            np.add.at(extra, b, both)
+            left = left - both
+            t = t + 2 * both
         return extra
 
     def _hbm_pairs(self, kern: dict[int, np.ndarray], cdem: dict[int, np.ndarray]) -> dict[int, list[tuple[int, np.ndarray]]]:

@@ -79,7 +79,7 @@ def _che(p_head: np.ndarray, tail: Callable[[float], tuple[float, float]] | None
         hi *= 2.0
         if hi > 1e30:
             return occ(hi)[1]
-    for _ in range(100):
+    while hi - lo > 1e-12 * hi:  # occupancy is monotone in T: bisect to double precision
         mid = 0.5 * (lo + hi)
         if occ(mid)[0] < lines:
             lo = mid
