@@ -28,7 +28,8 @@ Schema (TOML; every field checked, errors name the dotted field)::
                                   # cache_load_factor, cache_ways, cache_policy (their HBM cache)
     [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, packetizers, local_cache_mib,
                                   # remote_cache_mib, cache_ways, memory_gbytes_per_s,
-                                  # pool_on_nic, reorder, trace_samples
+                                  # pool_on_nic, reorder, trace_samples, kernels, cores,
+                                  # core_rows_per_s
 
 The SmartNIC's mechanisms, each switched alone (``host.cluster.nic_effects`` has the model):
 
@@ -77,7 +78,7 @@ __all__ = [
     "merge_tables",
 ]
 
-PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic", "smartnic-fpga", "gh200", "mi300a")
+PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic", "smartnic-fpga", "smartnic-soc", "gh200", "mi300a")
 EMBEDDING_PLACES = ("gpu", "cpu", "nic")
 
 
@@ -168,6 +169,9 @@ class NICSpec:
     pool_on_nic: bool = True
     reorder: bool = True
     trace_samples: int = 4096
+    kernels: str = "rtl"           # rtl (FPGA: neonic's RTL units) | cores (SoC: Arm cores, a memory-bound roofline)
+    cores: int = 0                 # kernels = "cores": cores running the embedding kernels
+    core_rows_per_s: float = 0.0   # kernels = "cores": rows one core gathers per second
 
 
 @dataclass(frozen=True)
@@ -271,7 +275,22 @@ def _nic(path: str, data: Mapping[str, Any]) -> NICSpec:
         pool_on_nic=_bool(f"{path}.pool_on_nic", data.get("pool_on_nic", d.pool_on_nic)),
         reorder=_bool(f"{path}.reorder", data.get("reorder", d.reorder)),
         trace_samples=_int(f"{path}.trace_samples", data.get("trace_samples", d.trace_samples), 16),
+        **_nic_kernels(path, data, d),
     )
+
+
+def _nic_kernels(path: str, data: Mapping[str, Any], d: NICSpec) -> dict[str, Any]:
+    """``kernels`` and, for ``cores``, the cores and their row rate (both required then)."""
+    from neonic.sim.nic import KERNEL_MODELS
+
+    kernels = _choice(f"{path}.kernels", data.get("kernels", d.kernels), KERNEL_MODELS)
+    if kernels != "cores":
+        return {"kernels": kernels}
+    for key in ("cores", "core_rows_per_s"):
+        if key not in data:
+            raise ValueError(f"{path}.{key}: required when kernels = 'cores'")
+    return {"kernels": kernels, "cores": _int(f"{path}.cores", data["cores"], 1),
+            "core_rows_per_s": _num(f"{path}.core_rows_per_s", data["core_rows_per_s"], 0, lo_open=True)}
 
 
 def system_from_dict(data: Mapping[str, Any], path: str = "system") -> SystemSpec:
