@@ -138,6 +138,15 @@ class _State:
         t = self.rank_times(v)
         return float(t.max(initial=0.0)), float(t.sum())
 
+    def bottleneck(self, nic_limit: str = "NIC") -> str:
+        """The resource that bounds the slowest rank: the largest of its terms (GPU HBM, PCIe,
+        the NIC's limit, the network)."""
+        v = self.v
+        r = int(np.argmax(self.rank_times()))
+        terms = {"GPU": v["gf"][r] + v["gb"][r], "PCIe": v["pf"][r] + v["pb"][r], nic_limit: v["nf"][r] + v["nb"][r],
+                 "network": max(v["sent"][r], v["recv"][r]) / self.net_bw}
+        return max(terms, key=terms.get)
+
     def try_move(self, delta: dict[str, np.ndarray]) -> bool:
         """Apply ``delta`` if it lowers the objective (see the module doc); True if kept."""
         new = {k: self.v[k] + delta[k] if k in delta else self.v[k] for k in _RES}
@@ -159,6 +168,20 @@ class _Move:
     apply: Any
     gain: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def nic_limit(cfg: Any, shapes: list[tuple[int, int, float, float]]) -> str:
+    """What bounds a NIC's gather of ``shapes``: its memory's bandwidth, or its datapath (an
+    FPGA NIC's RTL units) / cores (an SoC's); the name the win/lose map reports."""
+    from neonic.sim.nic import gather_time_s
+
+    shapes = [s for s in shapes if s[2] > 0]
+    logic = "NIC cores" if cfg.kernels == "cores" else "NIC datapath"
+    if not shapes:
+        return logic
+    nbytes = sum(bags * per_bag * dim * eb for dim, eb, bags, per_bag in shapes)
+    t = gather_time_s(cfg, shapes)
+    return "NIC memory" if t > 0 and nbytes / cfg.memory_bytes_per_s >= 0.999 * t else logic
 
 
 def _bag_any(p: float, h: float) -> float:
@@ -244,6 +267,7 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
             v[key][:] = 0.0
     state = _State(v, net_bw)
     base_obj = state.objective()
+    figures_bottleneck_before = state.bottleneck()
 
     def gpu_delta(r: int, i: int, fewer: float) -> float:
         """Forward kernel seconds saved on rank r's shard i when ``fewer`` lookups leave it."""
@@ -369,8 +393,10 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                             fwd_pcie[q] += rows_nic * rb
                             gpu_pool[q] += rows_nic * rb
 
-            moves.append(_Move(t.name, d, apply, details={"hit_rate": h}))
-        kept = _keep(state, moves)
+            moves.append(_Move(t.name, d, apply, details={"hit_rate": h, "nic_limit": nic_limit(
+                cfg, [rq[1] for p_ in plan_ for rq in p_[6] if rq[1] is not None])}))
+        kept, refused = _keep(state, moves)
+        figures["remote_cache_refused_by"] = refused
         hit_rates["nic_remote"] = (float(np.average([mv.details["hit_rate"] for mv in moves])) if moves else 0.0)
         figures["remote_cache_tables"] = len(remote)
         figures["remote_cache_tables_on_nic"] = len(kept)
@@ -381,7 +407,9 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
         moves = []
         considered = 0
         for r in range(world):
-            cand = [i for i, (n, _, k) in enumerate(owned[r]) if reach_off[r][i] > 0]
+            # a host-tier shard's lookups all pass the NIC's level (behind the HBM cache, on the
+            # PCIe path); an HBM-resident shard's only those from other nodes (on the network path)
+            cand = [i for i, (_, _, k) in enumerate(owned[r]) if reach_off[r][i] > 0 or (host_cached(k) and gl[r][i] > 0)]
             host = [i for i in cand if host_cached(owned[r][i][2])]
             pool = host or cand     # the NIC holds rows that would cross PCIe where there are any
             held = sum(owned[r][i][1].rows * owned[r][i][2].row_bytes for i in pool)
@@ -390,23 +418,39 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                 name, shard, k = owned[r][i]
                 considered += 1
                 if host_cached(k):
-                    lf1 = mem.cache_load_factor
-                    h = max(0.0, hit(name, lf1 + lf2, policy) - hit(name, lf1, policy))
+                    # behind the HBM cache: the hot rows it misses (nested hot sets, see the module doc)
+                    h = max(0.0, hit(name, mem.cache_load_factor + lf2, policy) - psys.tier_hit_rate(tables[name]))
                 else:
                     h = hit(name, lf2, policy)
                 if h <= 0:
                     continue
-                l_off = reach_off[r][i]
-                n = l_off * h
                 per_bag = k.lookups / max(1, k.pooled_rows)
-                bags_hit = k.pooled_rows * off_frac * _bag_any(per_bag, h)
                 d = {key: np.zeros(world) for key in _RES}
+                if host_cached(k):
+                    # on the PCIe path, behind the HBM cache: the GPU's misses of every requester's
+                    # lookups reach the NIC; the NIC returns partial pools (one vector per bag
+                    # with a hit) or, without pooling on the NIC, the rows, to the GPU over PCIe
+                    looked = gl[r][i] * (1.0 - psys.tier_hit_rate(tables[name]))
+                    n = gl[r][i] * h
+                    bags = k.pooled_rows * gl[r][i] / k.lookups if k.lookups else 0.0
+                    n_off = 0.0
+                    miss = n * k.row_bytes                  # fetches over PCIe the NIC saves
+                    to_gpu = bags * _bag_any(per_bag, h) * shard.cols * 4 if cfg.pool_on_nic else miss
+                else:
+                    # on the network path: the lookups of requesters on other nodes; partial pools
+                    # merge on the NIC with the GPU's on their way out
+                    looked = reach_off[r][i]
+                    n = n_off = looked * h
+                    bags = k.pooled_rows * looked / k.lookups if k.lookups else 0.0
+                    miss = to_gpu = 0.0
+                bags_hit = bags * _bag_any(per_bag, h)
                 d["gf"][r] += gpu_delta(r, i, n)
-                probe = cache_lookup_time_s(cfg, l_off, hit_rate=h, row_bytes=k.row_bytes, misses_elsewhere=True)
+                probe = cache_lookup_time_s(cfg, looked, hit_rate=min(1.0, n / looked) if looked else 0.0,
+                                            row_bytes=k.row_bytes, misses_elsewhere=True)
                 shape = (shard.cols, k.row_bytes // max(1, shard.cols), bags_hit, n / bags_hit if bags_hit else 0.0)
                 d["nf"][r] += probe + nic_s([shape])
-                miss = n * k.row_bytes if host_cached(k) else 0.0   # fetches over PCIe the NIC saves
-                d["pf"][r] -= miss / link
+                d["pf"][r] += (to_gpu - miss) / link
+                limit = nic_limit(cfg, [shape])
                 upd = grads = 0.0
                 if not inference:
                     if host_cached(k):
@@ -421,16 +465,18 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                     d["nb"][r] += upd
                 raw = 0.0
                 if not cfg.pool_on_nic:
-                    raw = n * k.row_bytes       # the hit rows themselves go to the remote requesters
+                    raw = n_off * k.row_bytes   # the hit rows themselves go to the remote requesters
                     d["sent"][r] += raw
                     d["recv"] += spread(r, raw)
 
-                def apply(r=r, i=i, n=n, l_off=l_off, rb=k.row_bytes, shape=shape, miss=miss, grads=grads, upd=upd,
-                          raw=raw):
+                def apply(r=r, i=i, n=n, looked=looked, rb=k.row_bytes, shape=shape, miss=miss, grads=grads,
+                          upd=upd, raw=raw, to_gpu=to_gpu, rows_to_gpu=0.0 if cfg.pool_on_nic else miss):
                     gl[r][i] -= n
-                    probes[r] += l_off
+                    probes[r] += looked
                     probe_hits[r] += n
-                    probe_bytes[r] += l_off * rb
+                    probe_bytes[r] += looked * rb
+                    fwd_pcie[r] += to_gpu
+                    gpu_pool[r] += rows_to_gpu
                     nic_rows[r].append(shape)
                     tier_fwd[r] -= miss
                     if not inference:
@@ -441,8 +487,10 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                         pooled_delta[r] += raw
                         gpu_pool[:] += spread(r, raw)
 
-                moves.append(_Move(f"r{r}:{name}#{i}", d, apply, details={"hit_rate": h, "lookups": l_off}))
-        kept = _keep(state, moves)
+                moves.append(_Move(f"r{r}:{name}#{i}", d, apply, details={"hit_rate": n / looked if looked else 0.0, "lookups": looked,
+                                                                "nic_limit": limit}))
+        kept, refused = _keep(state, moves)
+        figures["local_cache_refused_by"] = refused
         looked = sum(mv.details["lookups"] for mv in moves)
         hit_rates["nic_local"] = (float(sum(mv.details["hit_rate"] * mv.details["lookups"] for mv in moves) / looked)
                                   if looked else 0.0)
@@ -479,6 +527,8 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
         figures["adjacent_reuse"] = adjacent_reuse(tl.lengths, tl.indices, cfg.reuse_window)
         figures["adjacent_reuse_reordered"] = adjacent_reuse(tl.lengths, tl.indices, cfg.reuse_window, reorder=True)
     figures["split_objective_ms"] = {"before": base_obj[0] * 1e3, "after": state.objective()[0] * 1e3}
+    figures["bottleneck_before"] = figures_bottleneck_before
+    figures["bottleneck_after"] = state.bottleneck(nic_limit(cfg, [s for rows in nic_rows for s in rows]))
     figures["host_tier_shards"] = int(sum(1 for ks in owned for _, _, k in ks if k.tier != "hbm"))
     figures["pcie_fwd_bytes_per_rank"] = float(fwd_pcie.mean())
     figures["pcie_bwd_bytes_per_rank"] = float(bwd_pcie.mean())
@@ -489,18 +539,26 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                       bwd_units=bwd_units, tier_fwd_bytes=np.maximum(tier_fwd, 0.0), tier_bwd_bytes=np.maximum(tier_bwd, 0.0))
 
 
-def _keep(state: _State, moves: list[_Move]) -> list[_Move]:
+def _keep(state: _State, moves: list[_Move]) -> tuple[list[_Move], str | None]:
     """The moves kept, tried in order of their own gain (the ranks' summed time they save
-    alone), each against the state the earlier ones left."""
+    alone), each against the state the earlier ones left; and, when some were refused, the
+    resource that refused the best of them (the one its move lengthened most)."""
     base = state.objective()[1]
     for mv in moves:
         new = {k: state.v[k] + mv.delta[k] if k in mv.delta else state.v[k] for k in _RES}
         mv.gain = base - state.objective(new)[1]
     kept = []
+    refused: _Move | None = None
     for mv in sorted(moves, key=lambda x: -x.gain):
-        if mv.gain <= 0:
-            break
-        if state.try_move(mv.delta):
+        if mv.gain > 0 and state.try_move(mv.delta):
             mv.apply()
             kept.append(mv)
-    return kept
+        elif refused is None:
+            refused = mv
+    if refused is None:
+        return kept, None
+    d = refused.delta
+    grew = {"GPU": float((d["gf"] + d["gb"]).max()), "PCIe": float((d["pf"] + d["pb"]).max()),
+            refused.details.get("nic_limit", "NIC"): float((d["nf"] + d["nb"]).max()),
+            "network": float(np.maximum(d["sent"], d["recv"]).max()) / state.net_bw}
+    return kept, max(grew, key=grew.get)
