@@ -48,7 +48,7 @@ def nothing():
 
 def beyond_hbm(nic: dict | None = None, mode: str = "training", system: str = "smartnic-fpga",
                alpha: float = 0.7) -> ClusterRun:
-    """Tables of ~4x the HBM of 4 GPUs (host DRAM behind the HBM cache), skew 0.7: misses of
+    """Tables of ~1.2x the HBM of 4 GPUs (host DRAM behind the HBM cache), skew 0.7: misses of
     the HBM cache cross PCIe, the regime the SmartNIC system was built for."""
     data = {
         "scenario": {"name": "beyond-hbm", "iterations": 1, "warmup": 1, "mode": mode},
@@ -155,6 +155,32 @@ def test_without_pooling_on_the_nic_rows_cross_pcie_and_nothing_is_saved(regime_
     rows = beyond_hbm({**OFF, "local_cache_mib": 4096.0, "pool_on_nic": False})
     assert rows.result.metrics["nic"]["local_cache_shards_on_nic"] == 0
     assert rows.result.metrics["samples_per_s"] == pytest.approx(regime_plain.result.metrics["samples_per_s"], rel=0.01)
+
+
+def test_remote_cache_in_inference_serves_hot_remote_rows_on_the_requesters_nic():
+    """Tables too large to replicate (8x the cluster's HBM), inference: the requesters' NICs
+    hold hot rows of other nodes' tables and pool them; their indices never cross the network
+    and the owners gather fewer rows. Unpooled, the hits would cross PCIe as rows: refused."""
+    from neonic.host.experiments import experiment_config
+    from neonic.host.experiments.smartnic_map import _scenario, workload
+
+    cfg = experiment_config("smartnic_map", "tiny")
+    wl = workload(cfg, 8.0)
+
+    def remote(nic: dict) -> ClusterRun:
+        cr = ClusterRun(scenario_from_dict(_scenario(cfg, wl, {"preset": "smartnic-fpga", "nic": nic}, 0.6, "inference")))
+        cr.result = cr.run()
+        return cr
+
+    base, pooled = remote(OFF), remote({**OFF, "remote_cache_mib": 4096.0, "pool_on_nic": True})
+    rows = remote({**OFF, "remote_cache_mib": 4096.0})
+    node = np.arange(4) // 2
+    inter = node[:, None] != node[None, :]
+    assert pooled.result.metrics["nic"]["remote_cache_tables_on_nic"] > 0
+    assert 0 < pooled.result.metrics["cache_hit_rates"]["nic_remote"] < 1
+    assert pooled.nic_effects.matrices["input"][inter].sum() < base.nic_effects.matrices["input"][inter].sum()
+    assert sum(map(sum, pooled.nic_effects.gpu_lookups)) < sum(map(sum, base.nic_effects.gpu_lookups))
+    assert rows.result.metrics["nic"]["remote_cache_tables_on_nic"] == 0
 
 
 def test_an_soc_nic_runs_the_kernels_on_its_cores():
