@@ -31,19 +31,24 @@ Schema (TOML; every field checked, errors name the dotted field)::
                                   # pool_on_nic, reorder, trace_samples, kernels, cores,
                                   # core_rows_per_s
 
-The SmartNIC's mechanisms, each switched alone (``host.cluster.nic_effects`` has the model):
+The SmartNIC's mechanisms, each switched alone (``host.nic_effects`` has the model; every
+shard or table goes to the NIC only where the simulator's costs say it pays):
 
-``local_cache_mib``   > 0: the owner's NIC caches hot rows of its GPU's shards (LRU, one line
-                      per row); hits are gathered on the NIC, misses on the GPU and filled over
-                      PCIe; in training, updated cached rows are written through over PCIe.
-``remote_cache_mib``  > 0: the requester's NIC caches rows of tables owned on other nodes and
-                      fetches rows (misses) instead of pooled vectors; training invalidates it
-                      every batch (rows change every step).
-``pool_on_nic``       rows served by a NIC are pooled on it (pooled vectors cross the network);
-                      off, the rows themselves go to the GPU that pools them. Nothing to pool
-                      without a cache.
-``reorder``           each batch's bags are grouped by their hottest row before the caches see
-                      them (``sim.nic.reorder_bags``); no effect without a cache.
+``local_cache_mib``   > 0: the owner's NIC holds hot rows of its GPU's shards: behind the HBM
+                      cache on the PCIe path for host-tier shards (the rows the HBM cache
+                      misses), on the network path for HBM-resident ones (lookups of other
+                      nodes); in training the NIC applies the updates of the rows it holds.
+``remote_cache_mib``  > 0: the requester's NIC holds hot rows of tables owned on other nodes
+                      (inference: warm, their indices never leave; training: invalidated every
+                      batch, misses arrive as rows instead of pooled vectors).
+``pool_on_nic``       rows served by a NIC are pooled on it (partial pools, not rows, cross
+                      PCIe and the network); off, the rows go to the GPU that pools them.
+                      Nothing to pool without a cache.
+``reorder``           each batch's bags are grouped by their hottest row before an
+                      order-dependent cache sees them (``sim.nic.reorder_bags``).
+``kernels``           ``rtl`` (FPGA: neonic's RTL units) or ``cores`` (SoC: ``cores`` cores at
+                      ``core_rows_per_s`` rows each, a memory-bound roofline; framing by the
+                      hardware NIC at line rate).
 ``trace_samples``     bags traced per table shard to measure hit rates (cost vs accuracy).
 
 With every mechanism off the NIC is a plain RDMA NIC whose packetizer (``clock_mhz`` x
