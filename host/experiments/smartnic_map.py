@@ -229,6 +229,9 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         "simulator's own cost functions and keeps only those that shorten the slowest rank.",
         f"Centre point of the slices: x{c_size:g} HBM, Zipf {c_alpha:g}, {c_line:g} Gb/s; nic_memory: the local and "
         "remote caches share the NIC memory half and half.",
+        "nic_memory: an FPGA preset's gather runs on its RTL datapath (64 B x 250 MHz = 16 GB/s), so NIC memory "
+        "faster than that cannot show; preset = 'smartnic-soc' (Arm cores, a memory-bound roofline) shows the "
+        "memory-bound cells.",
         "line_rate_vs_skew: the FPGA NIC gets ceil(line / 128 Gb/s) packetizers (at least the preset's two); a "
         "message (one per destination) is framed by one packetizer, so with few destinations per rank the framing "
         "can still fall short of the line: such cells read 'loses: NIC packetizers'.",
