@@ -68,10 +68,16 @@ class ClusterRun:
     ``nic_backend`` (SmartNIC systems): a callable ``(run, nic_effects, work) -> nic_effects``
     that replaces the timing-model backend's NIC figures, e.g. ``sim.cosim.RTLNICBackend``
     (the NICs co-simulated in RTL; ``neonic run --backend rtl``); None: the timing models.
+    ``line_gbps``: the NICs' line rate per port (Gb/s each way) in place of the network
+    preset's (a sweep over line rates; None: the preset's).
     """
 
     def __init__(self, scenario: Scenario, progress: Progress | None = None,
-                 nic_backend: Callable[[Any, Any, Any], Any] | None = None, plan: Any = None) -> None:
+                 nic_backend: Callable[[Any, Any, Any], Any] | None = None, plan: Any = None,
+                 line_gbps: float | None = None) -> None:
+        if line_gbps is not None and not (isinstance(line_gbps, (int, float)) and line_gbps > 0):
+            raise ValueError(f"line_gbps: expected a line rate > 0 Gb/s, got {line_gbps!r}")
+        self.line_gbps = line_gbps
         self.scenario = scenario
         self.progress = progress or (lambda message, fraction: None)
         self.nic_backend = nic_backend
@@ -100,6 +106,8 @@ class ClusterRun:
         from dataclasses import replace as _replace
 
         cfg = _replace(cfg, host_link=_replace(cfg.host_link, bandwidth_gbps=sc.system.host_link_gbytes_per_s * 8))
+        if self.line_gbps is not None:
+            cfg = _replace(cfg, nic=_replace(cfg.nic, bandwidth_gbps=float(self.line_gbps)))
         return Topology(cfg)
 
     def make_planner_system(self, topo) -> Any:

@@ -140,6 +140,13 @@ def scenario_fields() -> list[Field]:
         F("system.nic.reorder", "group each batch's bags by their hottest row", "", nic.reorder),
         F("system.nic.trace_samples", "bags traced per table shard to measure hit rates",
           "bags", nic.trace_samples),
+        F("system.nic.kernels", "how the NIC runs its embedding kernels: rtl (FPGA, neonic's RTL "
+          "units) or cores (SoC, a memory-bound roofline of its cores)", "", nic.kernels,
+          choices=("rtl", "cores")),
+        F("system.nic.cores", "cores running the embedding kernels (kernels = cores)", "cores",
+          None, derived="required with cores"),
+        F("system.nic.core_rows_per_s", "rows one core gathers per second (kernels = cores)",
+          "rows/s", None, derived="required with cores"),
         F("planner.name", "the sharding planner: neo, a baseline (size-greedy, ...) or "
           "force:<type>", "", "neo"),
         F("planner.max_steps", "Neo's refinement steps at most (deterministic plans)", "steps",

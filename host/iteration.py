@@ -225,11 +225,16 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     if nic is not None:
         def gpu_of(job):
             return job.gpu if isinstance(job, NICJob) else job
-        # DRAM-tier misses and NIC fills share the GPU's PCIe link (counted together)
-        fwd = [NICJob(nic.fwd_units[r], gpu_of(fwd[r]), float(nic.fwd_pcie_bytes[r] + tier_miss[r] / 2))
+        # the host-tier misses the NICs left and the bytes between GPU and NIC share the GPU's
+        # PCIe link: towards the GPU in the forward (fetches, rows or partial pools from the
+        # NIC), away from it in the backward (write-backs, gradients and write-through to the NIC)
+        t_fwd = tier_miss / 2 if nic.tier_fwd_bytes is None else nic.tier_fwd_bytes
+        t_bwd = tier_miss / 2 if nic.tier_bwd_bytes is None else nic.tier_bwd_bytes
+        bwd_units = nic.bwd_units or [()] * world
+        fwd = [NICJob(nic.fwd_units[r], gpu_of(fwd[r]), float(nic.fwd_pcie_bytes[r] + t_fwd[r]), to_gpu=True)
                for r in range(world)]
-        bwd = [NICJob((), gpu_of(bwd[r]), float(nic.bwd_pcie_bytes[r] + tier_miss[r] / 2))
-               if nic.bwd_pcie_bytes[r] + tier_miss[r] > 0 else bwd[r] for r in range(world)]
+        bwd = [NICJob(bwd_units[r], gpu_of(bwd[r]), float(nic.bwd_pcie_bytes[r] + t_bwd[r]))
+               if nic.bwd_pcie_bytes[r] + t_bwd[r] > 0 or bwd_units[r] else bwd[r] for r in range(world)]
     payloads["tier_miss_bytes"] = tier_miss
     if sys_.embeddings == "cpu":
         # pooled embeddings reach the GPU over PCIe, gradients leave it the same way

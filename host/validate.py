@@ -318,6 +318,12 @@ def _experiment_rows(name: str, result: ExperimentResult, comparable: bool) -> l
             if "latency_vs_rdma" in mm:
                 rows.append(ValidationRow(name, f"{key}: latency per query batch vs plain RDMA NIC", mm["latency_vs_rdma"], "x",
                                           "prediction"))
+    elif name == "smartnic_map":
+        for key, mm in m.items():
+            rows.append(ValidationRow(name, f"{key}: cells the SmartNIC wins (of {mm['cells']})", float(mm["wins"]),
+                                      "cells", "prediction"))
+            rows.append(ValidationRow(name, f"{key}: best speedup over the plain RDMA NIC", mm["best_speedup"], "x",
+                                      "prediction"))
     elif name == "node_classes":
         for key, value in m.items():
             if not isinstance(value, float):

@@ -69,10 +69,18 @@ __all__ = [
     "packetizer_time_s",
     "cache_lookup_time_s",
     "cache_cycles",
+    "cores_time_s",
+    "update_time_s",
+    "KERNEL_MODELS",
     "NIC",
 ]
 
 NIC_UNITS: tuple[str, ...] = ("cache", "gather", "packetizer")
+#: How a NIC runs its embedding kernels: ``rtl`` (an FPGA SmartNIC: neonic's RTL units and
+#: their timing models) or ``cores`` (an SoC SmartNIC: software on general-purpose cores, priced
+#: by :func:`cores_time_s`'s memory-bound roofline; its packets are framed by the hardware NIC
+#: at line rate, like a plain RDMA NIC).
+KERNEL_MODELS: tuple[str, ...] = ("rtl", "cores")
 _ELEM = {4: "fp32", 2: "fp16"}
 
 
@@ -100,6 +108,9 @@ class NICConfig:
     reuse_window: int = 8             # lookups back counted as "adjacent" reuse
     cache_mshrs: int = 16             # the cache's miss registers (rtl/cache.py's default)
     cache_queue_depth: int = 32       # its in-order delivery queue (2 x mshrs, the default)
+    kernels: str = "rtl"              # how the NIC runs its embedding kernels: "rtl" (neonic's units) | "cores"
+    cores: int = 0                    # "cores": general-purpose cores running the kernels (an SoC SmartNIC)
+    core_rows_per_s: float = 0.0      # "cores": rows one core gathers (or probes, or updates) per second
 
     def __post_init__(self) -> None:
         checks = {
@@ -110,6 +121,9 @@ class NICConfig:
             "memory_latency_cycles": self.memory_latency_cycles >= 1, "lanes": self.lanes >= 1,
             "outstanding": self.outstanding >= 1, "reuse_window": self.reuse_window >= 1,
             "cache_mshrs": self.cache_mshrs >= 1, "cache_queue_depth": self.cache_queue_depth >= 1,
+            "kernels": self.kernels in KERNEL_MODELS,
+            "cores": self.kernels != "cores" or self.cores >= 1,
+            "core_rows_per_s": self.kernels != "cores" or self.core_rows_per_s > 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -338,6 +352,9 @@ def gather_time_s(cfg: NICConfig, shards: Sequence[tuple[int, int, float, float]
     shards = [s for s in shards if s[2] > 0]
     if not shards:
         return 0.0
+    if cfg.kernels == "cores":
+        rows = sum(bags * per_bag for _, _, bags, per_bag in shards)
+        return cores_time_s(cfg, rows, sum(bags * per_bag * dim * eb for dim, eb, bags, per_bag in shards))
     memo = {} if memo is None else memo
     timing = None
     cycles = 0.0
@@ -347,7 +364,10 @@ def gather_time_s(cfg: NICConfig, shards: Sequence[tuple[int, int, float, float]
                round(float(per_bag), 1), sample_bags)
         if key not in memo:
             if timing is None:
-                timing = _unit_timing(cfg, 4096)
+                tkey = ("timing", cfg.datapath_bytes, cfg.lanes, cfg.outstanding)
+                if tkey not in memo:
+                    memo[tkey] = _unit_timing(cfg, 4096)
+                timing = memo[tkey]
             rng = np.random.default_rng([seed, int(dim), int(eb), int(round(per_bag * 10))])
             sizes = rng.poisson(per_bag, sample_bags) if per_bag > 0 else np.zeros(sample_bags, np.int64)
             shapes = [BagShape(int(dim), _ELEM.get(int(eb), "fp32"), (True,) * int(n)) for n in sizes]
@@ -370,6 +390,10 @@ def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0
     their rows out."""
     if lookups <= 0:
         return 0.0
+    if cfg.kernels == "cores":
+        # a software cache: every lookup probes its tag (one row's work on a core); the hits'
+        # rows are read by the gather (priced there)
+        return cores_time_s(cfg, lookups, 0.0)
     beats = 1 if row_bytes is None else max(1, math.ceil(row_bytes / cfg.datapath_bytes))
     if misses_elsewhere:
         hits = lookups * hit_rate
@@ -381,12 +405,40 @@ def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0
     return cycles / cfg.clock_hz
 
 
+def cores_time_s(cfg: NICConfig, rows: float, nbytes: float) -> float:
+    """Seconds for an SoC SmartNIC's cores to handle ``rows`` rows (gather, probe or update)
+    moving ``nbytes`` of NIC memory: a memory-bound roofline, the larger of the memory's
+    bandwidth for the bytes and the cores' row rate (``cores`` x ``core_rows_per_s``; a random
+    row access per row, each core keeping a few in flight)."""
+    if cfg.kernels != "cores":
+        raise ValueError(f"nic.kernels: cores_time_s needs 'cores', got {cfg.kernels!r}")
+    if rows <= 0 and nbytes <= 0:
+        return 0.0
+    return max(rows / (cfg.cores * cfg.core_rows_per_s), nbytes / cfg.memory_bytes_per_s)
+
+
+def update_time_s(cfg: NICConfig, rows: float, row_bytes: float, state_bytes: float) -> float:
+    """Seconds for the NIC to apply a training step's sparse update to ``rows`` rows it holds
+    (read and write each row and its optimizer state in NIC memory): memory-bound at
+    ``memory_bytes_per_s`` (ASSUMPTION for the FPGA NIC: neonic's RTL has no optimizer unit, so
+    it is priced as a streaming kernel at the memory's bandwidth), or :func:`cores_time_s`."""
+    if rows <= 0:
+        return 0.0
+    nbytes = 2.0 * rows * (row_bytes + state_bytes)
+    if cfg.kernels == "cores":
+        return cores_time_s(cfg, rows, nbytes)
+    return nbytes / cfg.memory_bytes_per_s
+
+
 def packetizer_time_s(cfg: NICConfig, message_bytes: Sequence[float]) -> float:
     """Seconds for the NIC's packetizers to frame one RDMA WRITE message per entry (bytes, FP32
     payload); each packetizer frames its messages back to back, and the messages go to the
     least loaded of ``cfg.packetizers`` instances, longest first. Long messages are sums of
     identical MIDDLE frames, so they are priced from the timing model on a short message plus
-    the MIDDLE frames' cycles."""
+    the MIDDLE frames' cycles. An SoC NIC (``kernels = "cores"``) frames in its hardware NIC
+    at line rate, like a plain RDMA NIC: 0 here (the network's time is the collective's)."""
+    if cfg.kernels == "cores":
+        return 0.0
     pm = cfg.pmtu
     cycles: list[int] = []
     base3 = estimate_tx([3 * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles

@@ -28,21 +28,27 @@ Schema (TOML; every field checked, errors name the dotted field)::
                                   # cache_load_factor, cache_ways, cache_policy (their HBM cache)
     [nic]                         # SmartNIC only: clock_mhz, datapath_bytes, packetizers, local_cache_mib,
                                   # remote_cache_mib, cache_ways, memory_gbytes_per_s,
-                                  # pool_on_nic, reorder, trace_samples
+                                  # pool_on_nic, reorder, trace_samples, kernels, cores,
+                                  # core_rows_per_s
 
-The SmartNIC's mechanisms, each switched alone (``host.cluster.nic_effects`` has the model):
+The SmartNIC's mechanisms, each switched alone (``host.nic_effects`` has the model; every
+shard or table goes to the NIC only where the simulator's costs say it pays):
 
-``local_cache_mib``   > 0: the owner's NIC caches hot rows of its GPU's shards (LRU, one line
-                      per row); hits are gathered on the NIC, misses on the GPU and filled over
-                      PCIe; in training, updated cached rows are written through over PCIe.
-``remote_cache_mib``  > 0: the requester's NIC caches rows of tables owned on other nodes and
-                      fetches rows (misses) instead of pooled vectors; training invalidates it
-                      every batch (rows change every step).
-``pool_on_nic``       rows served by a NIC are pooled on it (pooled vectors cross the network);
-                      off, the rows themselves go to the GPU that pools them. Nothing to pool
-                      without a cache.
-``reorder``           each batch's bags are grouped by their hottest row before the caches see
-                      them (``sim.nic.reorder_bags``); no effect without a cache.
+``local_cache_mib``   > 0: the owner's NIC holds hot rows of its GPU's shards: behind the HBM
+                      cache on the PCIe path for host-tier shards (the rows the HBM cache
+                      misses), on the network path for HBM-resident ones (lookups of other
+                      nodes); in training the NIC applies the updates of the rows it holds.
+``remote_cache_mib``  > 0: the requester's NIC holds hot rows of tables owned on other nodes
+                      (inference: warm, their indices never leave; training: invalidated every
+                      batch, misses arrive as rows instead of pooled vectors).
+``pool_on_nic``       rows served by a NIC are pooled on it (partial pools, not rows, cross
+                      PCIe and the network); off, the rows go to the GPU that pools them.
+                      Nothing to pool without a cache.
+``reorder``           each batch's bags are grouped by their hottest row before an
+                      order-dependent cache sees them (``sim.nic.reorder_bags``).
+``kernels``           ``rtl`` (FPGA: neonic's RTL units) or ``cores`` (SoC: ``cores`` cores at
+                      ``core_rows_per_s`` rows each, a memory-bound roofline; framing by the
+                      hardware NIC at line rate).
 ``trace_samples``     bags traced per table shard to measure hit rates (cost vs accuracy).
 
 With every mechanism off the NIC is a plain RDMA NIC whose packetizer (``clock_mhz`` x
@@ -77,7 +83,7 @@ __all__ = [
     "merge_tables",
 ]
 
-PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic", "smartnic-fpga", "gh200", "mi300a")
+PRESET_NAMES: tuple[str, ...] = ("zionex", "zion", "smartnic", "smartnic-fpga", "smartnic-soc", "gh200", "mi300a")
 EMBEDDING_PLACES = ("gpu", "cpu", "nic")
 
 
@@ -168,6 +174,9 @@ class NICSpec:
     pool_on_nic: bool = True
     reorder: bool = True
     trace_samples: int = 4096
+    kernels: str = "rtl"           # rtl (FPGA: neonic's RTL units) | cores (SoC: Arm cores, a memory-bound roofline)
+    cores: int = 0                 # kernels = "cores": cores running the embedding kernels
+    core_rows_per_s: float = 0.0   # kernels = "cores": rows one core gathers per second
 
 
 @dataclass(frozen=True)
@@ -271,7 +280,22 @@ def _nic(path: str, data: Mapping[str, Any]) -> NICSpec:
         pool_on_nic=_bool(f"{path}.pool_on_nic", data.get("pool_on_nic", d.pool_on_nic)),
         reorder=_bool(f"{path}.reorder", data.get("reorder", d.reorder)),
         trace_samples=_int(f"{path}.trace_samples", data.get("trace_samples", d.trace_samples), 16),
+        **_nic_kernels(path, data, d),
     )
+
+
+def _nic_kernels(path: str, data: Mapping[str, Any], d: NICSpec) -> dict[str, Any]:
+    """``kernels`` and, for ``cores``, the cores and their row rate (both required then)."""
+    from neonic.sim.nic import KERNEL_MODELS
+
+    kernels = _choice(f"{path}.kernels", data.get("kernels", d.kernels), KERNEL_MODELS)
+    if kernels != "cores":
+        return {"kernels": kernels}
+    for key in ("cores", "core_rows_per_s"):
+        if key not in data:
+            raise ValueError(f"{path}.{key}: required when kernels = 'cores'")
+    return {"kernels": kernels, "cores": _int(f"{path}.cores", data["cores"], 1),
+            "core_rows_per_s": _num(f"{path}.core_rows_per_s", data["core_rows_per_s"], 0, lo_open=True)}
 
 
 def system_from_dict(data: Mapping[str, Any], path: str = "system") -> SystemSpec:

@@ -138,3 +138,17 @@ def test_the_planner_defaults_to_a_deterministic_neo_search():
     for name in PLANNER_NAMES:
         data["planner"] = {"name": name}
         assert scenario_from_dict(data).planner == name
+
+
+def test_an_soc_smartnic_needs_its_cores_and_their_row_rate():
+    from neonic.host.systems import preset, system_from_dict
+
+    soc = preset("smartnic-soc")
+    assert soc.nic.kernels == "cores" and soc.nic.cores == 8 and soc.nic.memory_gbytes_per_s == 25.6
+    base = {"name": "x", "embeddings": "nic", "network": "zionex", "gpu": "a100-40gb"}
+    with pytest.raises(ValueError, match=r"system\.nic\.cores: required"):
+        system_from_dict({**base, "nic": {"kernels": "cores", "core_rows_per_s": 1e7}})
+    with pytest.raises(ValueError, match=r"system\.nic\.kernels"):
+        system_from_dict({**base, "nic": {"kernels": "asic"}})
+    with pytest.raises(ValueError, match=r"system\.nic\.cores"):
+        system_from_dict({**base, "nic": {"kernels": "cores", "cores": 0, "core_rows_per_s": 1e7}})

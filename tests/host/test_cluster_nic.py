@@ -46,13 +46,43 @@ def nothing():
     return run(OFF)
 
 
-def test_smartnic_run_writes_results_with_nic_tracks_and_hit_rates(everything, tmp_path):
-    res = everything.result
+def beyond_hbm(nic: dict | None = None, mode: str = "training", system: str = "smartnic-fpga",
+               alpha: float = 0.7) -> ClusterRun:
+    """Tables of ~1.2x the HBM of 4 GPUs (host DRAM behind the HBM cache), skew 0.7: misses of
+    the HBM cache cross PCIe, the regime the SmartNIC system was built for."""
+    data = {
+        "scenario": {"name": "beyond-hbm", "iterations": 1, "warmup": 1, "mode": mode},
+        "cluster": {"nodes": 2, "gpus_per_node": 2},
+        "workload": {"name": "big", "batch_per_gpu": 256,
+                     "tables": [{"name": f"t{i}", "rows": 80_000_000, "dim": 64, "pooling": 20.0} for i in range(8)],
+                     "dense": {"bottom_mlp": [64, 128, 64], "interaction": "dot", "top_mlp": [128, 1]}},
+        "system": {"preset": system, **({"nic": nic} if nic is not None else {})},
+        "planner": {"max_steps": 10},
+        "lookups": {"alpha": alpha},
+    }
+    if system == "zionex":
+        data["system"] = {"preset": "zionex"}
+    cr = ClusterRun(scenario_from_dict(data))
+    cr.result = cr.run()
+    return cr
+
+
+@pytest.fixture(scope="module")
+def regime_plain():
+    return beyond_hbm(system="zionex")
+
+
+@pytest.fixture(scope="module")
+def regime_local():
+    return beyond_hbm({**OFF, "local_cache_mib": 4096.0, "pool_on_nic": True})
+
+
+def test_smartnic_run_writes_results_with_nic_tracks_and_hit_rates(regime_local, tmp_path):
+    res = regime_local.result
     out = write_results(res, tmp_path / "r")
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["system"] == "smartnic"
+    assert metrics["system"] == "smartnic-fpga"
     assert 0 < metrics["cache_hit_rates"]["nic_local"] <= 1
-    assert 0 <= metrics["cache_hit_rates"]["nic_remote"] <= 1
     assert metrics["utilization"]["nic_gather"] > 0
     trace = json.loads((out / "trace.json").read_text())
     procs = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
@@ -78,46 +108,89 @@ def test_with_every_mechanism_off_the_nic_changes_no_work(nothing):
     assert all(dict(u).keys() <= {"cache"} for u in nic.fwd_units)  # nothing to gather
 
 
-def test_local_cache_serves_hits_on_the_nic_and_cuts_gpu_memory_traffic(nothing):
+def test_hbm_resident_tables_keep_their_lookups_on_the_gpu(nothing):
+    """Tables in HBM (1.5 TB/s): a NIC cache behind a 16 GB/s datapath would stretch the
+    embedding forward, so the cost split sends no shard to it and the run is the plain NIC's;
+    the figures name the resource that refused the offload."""
     on = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True})
-    assert on.result.metrics["cache_hit_rates"]["nic_local"] > 0
-    gpu_on = sum(map(sum, on.nic_effects.gpu_lookups))
-    gpu_off = sum(map(sum, nothing.nic_effects.gpu_lookups))
-    assert gpu_on < gpu_off
-    hbm = lambda cr: sum(op.payload.gpu.hbm_bytes for op in cr.result.graph.ops if op.phase == "emb_fwd")  # noqa: E731
-    assert hbm(on) < hbm(nothing)
-    assert on.nic_effects.fwd_pcie_bytes.sum() > 0  # misses fill the cache over PCIe
-    assert on.result.metrics["utilization"]["nic_gather"] > 0
+    figures = on.result.metrics["nic"]
+    assert figures["local_cache_shards"] > 0 and figures["local_cache_shards_on_nic"] == 0
+    assert figures["local_cache_refused_by"] in ("NIC datapath", "NIC memory")
+    assert [sum(x) for x in on.nic_effects.gpu_lookups] == [sum(x) for x in nothing.nic_effects.gpu_lookups]
+    assert on.result.metrics["iteration_time_s"] == pytest.approx(nothing.result.metrics["iteration_time_s"], rel=1e-9)
 
 
-def test_pooling_on_the_nic_sends_pooled_vectors_instead_of_rows(nothing):
-    base = nothing.work.matrices["pooled"]
-    pooled = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True})
-    rows = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": False})
-    extra_pooled = pooled.nic_effects.matrices["pooled"].sum() - base.sum()
-    extra_rows = rows.nic_effects.matrices["pooled"].sum() - base.sum()
-    assert extra_rows > 0
-    # inter-node partials merge on the NIC, so pooling adds only intra-node vectors
-    node = np.arange(base.shape[0]) // 8
+def test_beyond_hbm_the_local_cache_serves_hbm_misses_and_cuts_pcie_bytes(regime_plain, regime_local):
+    """Behind the HBM cache, the NIC holds the next-hottest rows: the lookups it serves no
+    longer fetch rows over PCIe, only partial pools come back, and the run is faster."""
+    nic = regime_local.nic_effects
+    figures = regime_local.result.metrics["nic"]
+    assert figures["host_tier_shards"] > 0 and figures["local_cache_shards_on_nic"] > 0
+    plain_miss = regime_plain.tier_miss_bytes.sum()
+    assert nic.tier_fwd_bytes.sum() + nic.tier_bwd_bytes.sum() < plain_miss
+    pcie = lambda cr: cr.result.metrics["memory_tiers"]["pcie"]["bytes"]  # noqa: E731
+    assert pcie(regime_local) < pcie(regime_plain)
+    assert figures["bottleneck_before"] == "PCIe"
+    assert regime_local.result.metrics["samples_per_s"] > regime_plain.result.metrics["samples_per_s"]
+
+
+def test_with_every_mechanism_off_beyond_hbm_the_smartnic_is_the_plain_nic(regime_plain):
+    off = beyond_hbm(OFF)
+    assert off.result.metrics["samples_per_s"] == pytest.approx(regime_plain.result.metrics["samples_per_s"], rel=0.01)
+
+
+def test_the_split_is_by_cost_a_slow_nic_memory_gets_no_shard(regime_local):
+    """The same cache behind 0.5 GB/s of NIC memory would take longer than the PCIe fetches it
+    saves: the split keeps every lookup on the GPU and names the NIC's memory."""
+    slow = beyond_hbm({**OFF, "local_cache_mib": 4096.0, "pool_on_nic": True, "memory_gbytes_per_s": 0.5})
+    figures = slow.result.metrics["nic"]
+    assert figures["local_cache_shards_on_nic"] == 0
+    assert figures["local_cache_refused_by"] == "NIC memory"
+    assert regime_local.result.metrics["nic"]["local_cache_shards_on_nic"] > 0
+
+
+def test_without_pooling_on_the_nic_rows_cross_pcie_and_nothing_is_saved(regime_plain):
+    """Unpooled, the NIC's hits go to the GPU as rows over the same PCIe link: no bytes saved,
+    so the split leaves the lookups on the GPU."""
+    rows = beyond_hbm({**OFF, "local_cache_mib": 4096.0, "pool_on_nic": False})
+    assert rows.result.metrics["nic"]["local_cache_shards_on_nic"] == 0
+    assert rows.result.metrics["samples_per_s"] == pytest.approx(regime_plain.result.metrics["samples_per_s"], rel=0.01)
+
+
+def test_remote_cache_in_inference_serves_hot_remote_rows_on_the_requesters_nic():
+    """Tables too large to replicate (8x the cluster's HBM), inference: the requesters' NICs
+    hold hot rows of other nodes' tables and pool them; their indices never cross the network
+    and the owners gather fewer rows. Unpooled, the hits would cross PCIe as rows: refused."""
+    from neonic.host.experiments import experiment_config
+    from neonic.host.experiments.smartnic_map import _scenario, workload
+
+    cfg = experiment_config("smartnic_map", "tiny")
+    wl = workload(cfg, 8.0)
+
+    def remote(nic: dict) -> ClusterRun:
+        cr = ClusterRun(scenario_from_dict(_scenario(cfg, wl, {"preset": "smartnic-fpga", "nic": nic}, 0.6, "inference")))
+        cr.result = cr.run()
+        return cr
+
+    base, pooled = remote(OFF), remote({**OFF, "remote_cache_mib": 4096.0, "pool_on_nic": True})
+    rows = remote({**OFF, "remote_cache_mib": 4096.0})
+    node = np.arange(4) // 2
     inter = node[:, None] != node[None, :]
-    assert np.allclose(pooled.nic_effects.matrices["pooled"][inter], base[inter])
-    # rows cost about (rows per bag) x the vectors: the pooling factor (pooling_mean 8 here)
-    per_bag = extra_rows / max(extra_pooled, 1.0)
-    assert per_bag > 3
-    assert rows.nic_effects.gpu_pool_bytes.sum() == pytest.approx(extra_rows)
+    assert pooled.result.metrics["nic"]["remote_cache_tables_on_nic"] > 0
+    assert 0 < pooled.result.metrics["cache_hit_rates"]["nic_remote"] < 1
+    assert pooled.nic_effects.matrices["input"][inter].sum() < base.nic_effects.matrices["input"][inter].sum()
+    assert sum(map(sum, pooled.nic_effects.gpu_lookups)) < sum(map(sum, base.nic_effects.gpu_lookups))
+    assert rows.result.metrics["nic"]["remote_cache_tables_on_nic"] == 0
 
 
-def test_remote_cache_in_inference_cuts_input_bytes_between_nodes(nothing):
-    base = run(OFF, mode="inference")
-    on = run({**OFF, "remote_cache_mib": 4.0, "pool_on_nic": True}, mode="inference")
-    h = on.result.metrics["cache_hit_rates"]["nic_remote"]
-    assert 0 < h < 1
-    node = np.arange(16) // 8
-    inter = node[:, None] != node[None, :]
-    got = on.nic_effects.matrices["input"][inter].sum()
-    assert got == pytest.approx(base.nic_effects.matrices["input"][inter].sum() * (1 - h))
-    # fewer lookups reach the owners' GPUs
-    assert sum(map(sum, on.nic_effects.gpu_lookups)) < sum(map(sum, base.nic_effects.gpu_lookups))
+def test_an_soc_nic_runs_the_kernels_on_its_cores():
+    """smartnic-soc (BlueField-2 class): kernels on 8 Arm cores bounded by 25.6 GB/s of DDR4;
+    its packets are framed by the hardware NIC, so no packetizer time on the AlltoAll path."""
+    cr = beyond_hbm({"local_cache_mib": 4096.0, "remote_cache_mib": 0.0}, system="smartnic-soc")
+    assert cr.nic_effects.cfg.kernels == "cores" and cr.nic_effects.cfg.cores == 8
+    ops = [op for op in cr.result.graph.ops if op.phase == "pooled_a2a"]
+    assert all(op.payload.nic_ps is None or max(op.payload.nic_ps) == 0 for op in ops)
+    assert cr.result.metrics["nic"]["kernels"] == "cores"
 
 
 def test_reorder_alone_changes_nothing_and_with_a_cache_reports_its_reuse(nothing):
@@ -139,65 +212,6 @@ def test_smartnic_runs_are_deterministic():
     b = run().result.metrics
     assert a["iteration_time_s"] == b["iteration_time_s"]
     assert a["cache_hit_rates"] == b["cache_hit_rates"]
-
-
-def _off_node_lookups(cr: ClusterRun) -> float:
-    """Forward lookups of sharded (not data-parallel) tables requested from other nodes: the
-    only lookups whose indices pass an owner's NIC (2 nodes: half of every shard's)."""
-    from neonic.host.planner.plan import ShardingType
-
-    dp = {n for n, tp in cr.plan.tables.items() if tp.sharding == ShardingType.DATA_PARALLEL}
-    total = 0.0
-    for t in cr.scenario.workload.tables:
-        if t.name not in dp:
-            total += sum(k.lookups for k in cr.work.tables[t.name].kernels) * 0.5
-    return total
-
-
-def test_local_cache_serves_only_lookups_that_pass_the_nic(nothing):
-    """Lookups from the owner's own node (NVLink) and of data-parallel replicas never pass the
-    NIC, so the local cache takes from the GPU exactly its hits among off-node lookups."""
-    on = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True})
-    h = on.result.metrics["cache_hit_rates"]["nic_local"]
-    saved = sum(map(sum, nothing.nic_effects.gpu_lookups)) - sum(map(sum, on.nic_effects.gpu_lookups))
-    assert saved == pytest.approx(h * _off_node_lookups(on), rel=1e-6)
-    # pooled on the NIC, the hits' partials merge with the GPU's on the way out: no extra bytes
-    assert np.array_equal(on.nic_effects.matrices["pooled"], nothing.nic_effects.matrices["pooled"])
-
-
-def test_inference_local_cache_stays_warm_and_fills_nothing_over_pcie():
-    """Inference tables are read-only: the cache holds profiled hot rows, is not refilled on
-    misses, and nothing crosses PCIe for it; training's LRU cache fills every miss."""
-    inf = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True}, mode="inference")
-    assert inf.result.metrics["cache_hit_rates"]["nic_local"] > 0
-    assert not inf.nic_effects.fwd_pcie_bytes.any() and not inf.nic_effects.bwd_pcie_bytes.any()
-    train = run({**OFF, "local_cache_mib": 1.0, "pool_on_nic": True})
-    assert train.nic_effects.fwd_pcie_bytes.sum() > 0 and train.nic_effects.bwd_pcie_bytes.sum() > 0
-
-
-def test_nic_cache_time_is_hits_streaming_rows_and_misses_probing_tags():
-    """A local-cache miss is gathered by the GPU, so the cache spends one tag-probe cycle on
-    it; a hit streams its row (datapath beats). Per off-node lookup: a smaller cache (fewer
-    hits) takes less time, wider rows take more, and the total matches the closed form."""
-    def per_lookup_cycles(local_cache_mib: float, dim: int) -> tuple[float, float]:
-        data = tiny({**OFF, "local_cache_mib": local_cache_mib})
-        data["workload"]["synthesize"].update(dim_min=dim, dim_max=dim, dim_avg=dim)
-        # whole rows on the NIC (a column-wise plan would split them into narrower shards)
-        data["planner"] = {"name": "force:table-wise"}
-        cr = ClusterRun(scenario_from_dict(data))
-        cr.result = cr.run()
-        cache_ps = sum(dict(u).get("cache", 0) for u in cr.nic_effects.fwd_units)
-        return cache_ps * 250e6 / 1e12 / _off_node_lookups(cr), cr.result.metrics["cache_hit_rates"]["nic_local"]
-
-    base, base_hits = per_lookup_cycles(1.0, 16)            # 64-byte rows: one beat per hit
-    fewer, fewer_hits = per_lookup_cycles(1 / 64, 16)
-    wider, wider_hits = per_lookup_cycles(1.0, 64)          # 256-byte rows: four beats per hit
-    assert fewer_hits < base_hits
-    assert base == pytest.approx(1.0, rel=0.02)              # one cycle a lookup, hit or miss
-    assert wider == pytest.approx(4 * wider_hits + (1 - wider_hits), rel=0.02)
-    assert wider > base
-    small, small_hits = per_lookup_cycles(1 / 16, 64)
-    assert small_hits < wider_hits and small < wider
 
 
 def _bandwidth_bound(nic: dict, mode: str = "training", system: str = "smartnic") -> ClusterRun:

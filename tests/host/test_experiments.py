@@ -162,6 +162,31 @@ def test_smartnic_tiny(tmp_path):
     by = {(r["variant"], r["mode"]): r for r in result.rows}
     for mode in result.config["modes"]:
         assert by["smartnic:none", mode]["throughput_vs_rdma"] == pytest.approx(1.0, abs=0.01)
+        # the regime: tables beyond the cluster's HBM live in host DRAM behind the HBM cache
+        assert by["rdma", mode]["host_tier_shards"] > 0 and 0 < by["rdma", mode]["hbm_cache_hit_rate"] < 1
+        # the split by cost says how many shards it gave the NIC and what refused the rest
+        on = by["smartnic:+local_cache", mode]
+        assert 0 <= on["local_cache_shards_on_nic"] <= on["local_cache_shards"]
+        assert on["local_cache_shards_on_nic"] == on["local_cache_shards"] or on["local_cache_refused_by"]
+
+
+def test_smartnic_map_tiny(tmp_path):
+    """The win/lose map: a heatmap per map and mode, every cell with its speedup and the
+    resource that decides it; beyond HBM at low skew the SmartNIC relieves PCIe."""
+    result = run_experiment("smartnic_map", tmp_path, size="tiny")
+    _folder_complete(tmp_path, "smartnic_map")
+    assert {p.name for p in tmp_path.glob("*.png")} == {"size_vs_skew_training.png", "size_vs_skew_inference.png"}
+    cells = {(r["mode"], r["size_x_hbm"], r["alpha"]): r for r in result.rows}
+    assert len(cells) == 2 * 2 * 2
+    for r in result.rows:
+        assert r["speedup"] > 0
+        verdict, _, resource = r["reason"].partition(": ")
+        assert verdict in ("wins", "even", "loses") and resource
+    # tables in HBM: nothing for the NIC to relieve (its datapath is far slower than HBM)
+    assert all(r["reason"].startswith("even") for r in result.rows if r["size_x_hbm"] < 1)
+    # beyond HBM with low skew the HBM cache misses a lot: the NIC's cache relieves PCIe
+    assert cells["inference", 4.0, 0.7]["reason"] == "wins: relieves PCIe"
+    assert result.metrics["size_vs_skew/inference"]["wins"] >= 1
 
 
 def test_queueing_latency_is_m_d_1_waiting_on_top_of_the_unloaded_latency():

@@ -67,7 +67,9 @@ def test_a_trace_file_drives_hit_rates_and_per_rank_embedding_work(tmp_path):
     lookups = traced.work.lookups
     assert lookups[0] == lookups.sum()
     t_traced, t_zipf = emb_fwd_s(traced), emb_fwd_s(zipf)
-    assert t_traced[0] > 10 * t_traced[1:].max()
+    # the other ranks gather nothing: their op is the launch overhead alone (HBM-resident
+    # tables: the split keeps the lookups on the GPU)
+    assert t_traced[0] > 2 * t_traced[1:].max() and np.ptp(t_traced[1:]) == 0
     assert t_zipf.max() < 2 * t_zipf.min()
 
 

@@ -241,3 +241,29 @@ def test_a_job_with_nothing_to_do_completes_at_once():
     engine.after(10, lambda: nic.run({}, lambda s, e: ends.append((s, e))))
     engine.run()
     assert ends == [(10, 10)]
+
+
+def test_an_soc_nic_prices_its_kernels_by_a_memory_bound_roofline():
+    """kernels = "cores": the larger of the memory's bandwidth for the bytes and the cores'
+    row rate; cache probes are rows on the cores; framing is the hardware NIC's (no time)."""
+    soc = NICConfig(kernels="cores", cores=8, core_rows_per_s=20e6, memory_bytes_per_s=25.6e9)
+    # 1e6 rows of 64 FP32 (256 MB): the DDR4 (10 ms) bounds, not the cores (6.25 ms)
+    assert gather_time_s(soc, [(64, 4, 1e5, 10.0)]) == pytest.approx(1e6 * 256 / 25.6e9)
+    # 4-byte rows: the cores' 160 M rows/s bound
+    assert gather_time_s(soc, [(1, 4, 1e5, 10.0)]) == pytest.approx(1e6 / 160e6)
+    assert cache_lookup_time_s(soc, 1.6e6, hit_rate=0.5, misses_elsewhere=True) == pytest.approx(0.01)
+    assert packetizer_time_s(soc, [1e6, 2e6]) == 0.0
+    with pytest.raises(ValueError, match="nic.cores"):
+        NICConfig(kernels="cores", core_rows_per_s=1e6)
+    with pytest.raises(ValueError, match="nic.kernels"):
+        NICConfig(kernels="gpu")
+
+
+def test_a_nic_update_reads_and_writes_rows_and_state_at_its_memory_bandwidth():
+    from neonic.sim.nic import update_time_s
+
+    fpga = NICConfig(memory_bytes_per_s=460e9)
+    assert update_time_s(fpga, 1e6, 256, 4) == pytest.approx(2 * 1e6 * 260 / 460e9)
+    assert update_time_s(fpga, 0, 256, 4) == 0.0
+    soc = NICConfig(kernels="cores", cores=2, core_rows_per_s=1e6, memory_bytes_per_s=1e12)
+    assert update_time_s(soc, 1e6, 256, 4) == pytest.approx(0.5)   # the cores bound
