@@ -117,7 +117,7 @@ class ClusterRun:
         from neonic.host.planner.system import PlannerSystem
 
         sc = self.scenario
-        comm = _planner_comm(topo, sc.allreduce)
+        comm = _planner_comm(topo, sc.allreduce, sc.alltoall)
         memory = _memory_tiers(sc.system, topo)
         # the run's one lookup batch (drawn once: planner, SmartNIC caches, RTL backend)
         self.lookups = build_lookups(sc.workload, sc.lookups or LookupsSpec(), world=topo.nodes * topo.gpus_per_node,
@@ -339,10 +339,10 @@ def _memory_tiers(system, topo):
                        host_link_gbytes_per_s=topo.config.host_link.bandwidth_gbps / 8, link=h.link)
 
 
-def _planner_comm(topo, allreduce: str = "hierarchical"):
+def _planner_comm(topo, allreduce: str = "hierarchical", alltoall: str = "direct"):
     """The planner's alpha-beta view of the topology (``host.planner``'s one home of it: the
     network model's closed-form estimates for the algorithms the run uses, or the topology's
     configured figures)."""
     from neonic.host.planner.system import AlphaBetaComm
 
-    return AlphaBetaComm.from_topology(topo, allreduce_algorithm=allreduce)
+    return AlphaBetaComm.from_topology(topo, allreduce_algorithm=allreduce, alltoall_algorithm=alltoall)

@@ -546,18 +546,42 @@ class ScheduleTemplate:
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
     SHARING_PASSES = 8
 
-    def _shared_extra(self, S: np.ndarray, base: np.ndarray) -> np.ndarray:
-        """How much later each collective ends when an input AlltoAll shares the network fairly
-        with the comm stream's collectives it overlaps (starts ``S``, isolated times ``base``,
-        each ``(C, T)``): a fluid model, partner by partner in graph order. Alone, a collective
-        progresses at full rate; beside a partner both progress at half rate until the one with
-        less work left is done, and each ends later by that amount. APPROXIMATION: partners are
-        taken one after the other, so when two partners of one collective overlap each other
-        (a bucket's AllReduce beside the gradient AlltoAll, both beside an input AlltoAll) the
-        three-way share is priced as two pairwise ones."""
+    def _shared_extra(self, S: np.ndarray, base: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        """How much later each collective ends when an input AlltoAll shares the network with
+        the comm stream's collectives it overlaps (starts ``S``, isolated times ``base``, each
+        ``(C, T)``; ``weight`` ``(C,)``: the flows each keeps open through a NIC): a fluid model,
+        partner by partner in graph order. Alone, a collective progresses at full rate; beside a
+        partner each gets its share of the NIC in proportion to its flows (max-min fairness per
+        flow; equal weights: half each) until one of them is done, and each ends later by the
+        time it lost. APPROXIMATION: partners are taken one after the other, so when two
+        partners of one collective overlap each other (a bucket's AllReduce beside the gradient
+        AlltoAll, both beside an input AlltoAll) the three-way share is priced as two pairwise
+        ones; a partner's work left is its isolated end minus the clock."""
         extra = np.zeros_like(base)
         if not self._sharing:
             return extra
+        a, part, valid = self._sharing_arrays
+        t = S[a].copy()                     # each collective's clock
+        left = base[a].copy()               # its work left
+        wa = weight[a][:, None]
+        for j in range(part.shape[1]):      # partners in graph order, every collective at once
+            b, ok = part[:, j], valid[:, j][:, None]
+            sb = S[b]
+            eb = sb + base[b]
+            alone = np.maximum(sb - t, 0.0)
+            left = left - np.where(ok, np.minimum(left, alone), 0.0)
+            t = np.where(ok, np.maximum(t, sb), t)
+            fa = wa / (wa + weight[b][:, None])   # a's share while both run
+            fb = 1.0 - fa
+            left_b = np.where(ok, np.maximum(eb - t, 0.0), 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                span = np.minimum(np.where(fa > 0, left / fa, np.inf), np.where(fb > 0, left_b / fb, np.inf))
+            span = np.where(ok & np.isfinite(span), np.maximum(span, 0.0), 0.0)
+            np.add.at(extra, a, span * fb)
+            np.add.at(extra, b, span * fa)
+            left = left - span * fa
+            t = t + span
+        return extra
         a, part, valid = self._sharing_arrays
         t = S[a].copy()                     # each input AlltoAll's clock
         left = base[a].copy()               # its work left
@@ -630,7 +654,8 @@ class ScheduleTemplate:
         return xr, xc
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
-                    share_network: bool = True, hbm: dict[str, np.ndarray] | None = None) -> np.ndarray:
+                    share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,
+                    flows: dict[str, float] | None = None) -> np.ndarray:
         """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
         ``rank_s[key]``: ``(T, N)`` or ``(N,)``; ``coll_s[key]``: ``(T,)`` or a scalar (keys:
         :attr:`keys`, phases and bucket ops); a key missing from both lasts 0.
@@ -638,9 +663,10 @@ class ScheduleTemplate:
         ``share_network``: collectives on different streams that overlap in time (Neo's
         pipeline: the next batch's input AlltoAll beside this batch's pooled and gradient
         AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll)
-        share the network fairly: while two overlap, each progresses at
-        half its rate, so each ends later by the shorter of the two's work left when the second
-        started (pairwise, summed over a collective's partners). The start times come from the
+        share the network: while two overlap, each progresses at its share of the rate, in
+        proportion to ``flows[key]`` (the flows it keeps open through a NIC; equal shares where
+        not given), and each ends later by what it lost (pairwise, summed over a collective's
+        partners, :meth:`_shared_extra`). The start times come from the
         schedule, which the stretches change, so the model is solved by a few fixed-point
         passes (:data:`SHARING_PASSES`). ASSUMPTION: concurrent collectives are limited by the
         same links (the NICs).
@@ -667,6 +693,10 @@ class ScheduleTemplate:
                 if d is not None:
                     base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
+        weight = np.ones(C)
+        for i, (phase, _, collective, _) in enumerate(self.ops):
+            if collective and flows:
+                weight[self._coll_slot[i]] = max(float(flows.get(phase, 1.0)), 1.0)
         hbm = hbm or {}
         kern: dict[int, np.ndarray] = {}   # rank op -> its HBM demand
         cdem: dict[int, np.ndarray] = {}   # collective slot -> its HBM demand per rank
@@ -719,7 +749,7 @@ class ScheduleTemplate:
                 ends.append(end)
             if passes == 1:
                 break
-            new = self._shared_extra(S, base) if sharing else extra
+            new = self._shared_extra(S, base, weight) if sharing else extra
             new_xr, new_xc = self._hbm_extra(spans, S, E, pairs) if contend else (xr, xc)
             moved = max(np.abs(new - extra).max(initial=0.0), np.abs(new_xc - xc).max(initial=0.0),
                         max((float(np.abs(v - xr.get(i, 0.0)).max(initial=0.0)) for i, v in new_xr.items()),

@@ -62,6 +62,10 @@ from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, Ta
 from neonic.host.workloads.spec import WorkloadSpec
 from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 
+#: The iteration's AlltoAll(v) ops (the plan's matrices).
+COLLECTIVE_KEYS = ("input_a2a", "pooled_a2a", "grad_a2a", "pooled_rs", "grad_ag")
+
+
 def _kernel_hbm(cost) -> float:
     """A kernel's HBM demand in the interference model: memory time over time."""
     t = cost.time_s
@@ -229,6 +233,12 @@ class CostModel:
             t = ScheduleTemplate(spec)
             self._templates = {False: t, True: t}
         self.template = self._templates[False]
+        # how the iteration's collectives share a NIC (flows each keeps open through it)
+        nf = getattr(system.comm, "nic_flows", {}) or {}
+        self._flows = {k: float(nf.get("alltoallv", 1)) for k in COLLECTIVE_KEYS}
+        self._flows.update({k: float(nf.get("allreduce", 1)) for k in self.template.keys if k.startswith("allreduce")})
+        for t in self._templates.values():
+            self._flows.update({k: float(nf.get("allreduce", 1)) for k in t.keys if k.startswith("allreduce")})
 
     def _buckets(self, dp_bytes: float):
         """The iteration's gradient buckets for ``dp_bytes`` of data-parallel tables, with each
@@ -404,7 +414,8 @@ class CostModel:
         rank, coll = self.phase_times(vecs, dps)
         hbm = self.hbm_demands(vecs, dps, coll)
         if not self.bucketed:
-            return self.template.iteration_s(rank, coll, hbm=hbm)
+            return self.template.iteration_s(rank, coll, hbm=hbm, flows=self._flows)
+        flows = self._flows
         T = next(iter(rank.values())).shape[0]
         has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
         out = np.empty(T)
@@ -419,7 +430,7 @@ class CostModel:
                 continue
             out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
                                                          {k: np.asarray(v)[idx] for k, v in coll.items()},
-                                                         hbm={k: pick(v, idx) for k, v in hbm.items()})
+                                                         hbm={k: pick(v, idx) for k, v in hbm.items()}, flows=flows)
         return out
 
     def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:

@@ -46,6 +46,10 @@ class AlphaBetaComm:
     bw_inter_bytes_per_s: float
     allreduce: Any = None
     source: str = "explicit"
+    #: flows a collective keeps open from one GPU through its NIC (``alltoallv``, ``allreduce``:
+    #: ``sim.network.collectives.nic_flows_per_gpu`` for the run's algorithms): concurrent
+    #: collectives share a NIC in proportion to them (max-min fairness per flow); empty: equally
+    nic_flows: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("bw_intra_bytes_per_s", "bw_inter_bytes_per_s"):
@@ -61,7 +65,8 @@ class AlphaBetaComm:
         return self.nodes * self.gpus_per_node
 
     @classmethod
-    def from_topology(cls, topology: Any, nodes: int | None = None, allreduce_algorithm: str = "hierarchical") -> "AlphaBetaComm":
+    def from_topology(cls, topology: Any, nodes: int | None = None, allreduce_algorithm: str = "hierarchical",
+                      alltoall_algorithm: str = "direct") -> "AlphaBetaComm":
         """Calibrate from ``sim.network``'s closed-form estimates for ``topology``. AllReduce
         times are the network model's closed form for ``allreduce_algorithm`` (the algorithm the
         simulator runs), fitted as alpha + bytes / bandwidth per rank count from two probes
@@ -100,9 +105,14 @@ class AlphaBetaComm:
             alpha, slope = fits[ranks]
             return alpha + slope * nbytes
 
+        from neonic.sim.network.collectives import nic_flows_per_gpu
+
+        flows = {"alltoallv": nic_flows_per_gpu(topology, "alltoallv", alltoall_algorithm),
+                 "allreduce": nic_flows_per_gpu(topology, "allreduce", allreduce_algorithm)}
         return cls(nodes=nodes or n_nodes, gpus_per_node=g, alpha_intra_s=a_intra, bw_intra_bytes_per_s=bw_intra,
                    alpha_inter_s=a_inter, bw_inter_bytes_per_s=bw_inter, allreduce=allreduce,
-                   source=f"sim.network:{getattr(topology, 'name', 'topology')} (allreduce {allreduce_algorithm})")
+                   source=f"sim.network:{getattr(topology, 'name', 'topology')} (allreduce {allreduce_algorithm})",
+                   nic_flows=flows)
 
     @classmethod
     def _from_config(cls, topology: Any) -> "AlphaBetaComm":

@@ -46,6 +46,7 @@ __all__ = [
     "reduce_scatter",
     "all_gather",
     "build_phases",
+    "nic_flows_per_gpu",
     "double_binary_trees",
     "split_bytes",
 ]
@@ -461,3 +462,25 @@ def all_gather(net: Network, ranks, nbytes: int, *, algorithm: str = "ring", chu
                on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
     """AllGather into an ``nbytes`` buffer (each rank contributes its n/p slice)."""
     return _run(net, "all_gather", ranks, on_done, algorithm, nbytes=nbytes, chunks=chunks)
+
+
+def nic_flows_per_gpu(topology: Topology, kind: str, algorithm: str, ranks=None) -> int:
+    """How many flows a collective keeps open at once from one GPU to other nodes (through its
+    NIC), at most over its phases and GPUs: a direct AlltoAll(v) one per off-node peer, a ring
+    step one, a hierarchical AllReduce's inter-node rings one. Under max-min fair sharing, two
+    collectives on the same NIC get its bandwidth in proportion to these counts (the planner's
+    fast evaluation weighs concurrent collectives with them). Every pair of ranks is taken to
+    exchange bytes in an AlltoAll(v)."""
+    r = _ranks(topology, ranks)
+    if kind in ("alltoallv", "alltoall"):
+        sizes = np.ones((r.size, r.size), dtype=np.int64)
+        np.fill_diagonal(sizes, 0)
+        _, phases = build_phases(topology, "alltoallv", r, sizes=sizes, algorithm=algorithm)
+    else:
+        _, phases = build_phases(topology, kind, r, nbytes=1 << 20, algorithm=algorithm)
+    most = 0
+    for ph in phases:
+        off = topology.node_of(ph.src) != topology.node_of(ph.dst)
+        if off.any():
+            most = max(most, int(np.bincount(ph.src[off]).max()))
+    return most
