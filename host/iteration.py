@@ -565,13 +565,15 @@ class ScheduleTemplate:
         left = base[a].copy()               # its work left
         wa = weight[a][:, None]
         for j in range(part.shape[1]):      # partners in graph order, every collective at once
-            b, ok = part[:, j], valid[:, j][:, None]
+            b = part[:, j]
+            ok = (valid[:, j] & (weight[a] > 0) & (weight[b] > 0))[:, None]  # a NIC-less one shares nothing
             sb = S[b]
             eb = sb + base[b]
             alone = np.maximum(sb - t, 0.0)
             left = left - np.where(ok, np.minimum(left, alone), 0.0)
             t = np.where(ok, np.maximum(t, sb), t)
-            fa = wa / (wa + weight[b][:, None])   # a's share while both run
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fa = np.where(ok, wa / (wa + weight[b][:, None]), 0.5)   # a's share while both run
             fb = 1.0 - fa
             left_b = np.where(ok, np.maximum(eb - t, 0.0), 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -586,7 +588,8 @@ class ScheduleTemplate:
         t = S[a].copy()                     # each input AlltoAll's clock
         left = base[a].copy()               # its work left
         for j in range(part.shape[1]):      # partners in graph order, every collective at once
-            b, ok = part[:, j], valid[:, j][:, None]
+            b = part[:, j]
+            ok = (valid[:, j] & (weight[a] > 0) & (weight[b] > 0))[:, None]  # a NIC-less one shares nothing
             sb = S[b]
             eb = sb + base[b]
             alone = np.maximum(sb - t, 0.0)
@@ -665,7 +668,8 @@ class ScheduleTemplate:
         AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll)
         share the network: while two overlap, each progresses at its share of the rate, in
         proportion to ``flows[key]`` (the flows it keeps open through a NIC; equal shares where
-        not given), and each ends later by what it lost (pairwise, summed over a collective's
+        not given or where no collective crosses a NIC; one with none, a node-local collective
+        beside NIC-bound ones, shares nothing), and each ends later by what it lost (pairwise, summed over a collective's
         partners, :meth:`_shared_extra`). The start times come from the
         schedule, which the stretches change, so the model is solved by a few fixed-point
         passes (:data:`SHARING_PASSES`). ASSUMPTION: concurrent collectives are limited by the
@@ -694,9 +698,10 @@ class ScheduleTemplate:
                     base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
         weight = np.ones(C)
-        for i, (phase, _, collective, _) in enumerate(self.ops):
-            if collective and flows:
-                weight[self._coll_slot[i]] = max(float(flows.get(phase, 1.0)), 1.0)
+        if flows and any(v > 0 for v in flows.values()):
+            for i, (phase, _, collective, _) in enumerate(self.ops):
+                if collective:
+                    weight[self._coll_slot[i]] = float(flows.get(phase, 1.0))
         hbm = hbm or {}
         kern: dict[int, np.ndarray] = {}   # rank op -> its HBM demand
         cdem: dict[int, np.ndarray] = {}   # collective slot -> its HBM demand per rank
