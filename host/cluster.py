@@ -123,8 +123,13 @@ class ClusterRun:
         self.lookups = build_lookups(sc.workload, sc.lookups or LookupsSpec(), world=topo.nodes * topo.gpus_per_node,
                                      mode=sc.mode, seed=sc.seed,
                                      min_bags=sc.system.nic.trace_samples if sc.system.embeddings == "nic" else 0)
+        from dataclasses import replace
+
+        from neonic.host.iteration import comm_sm_share
+
+        spec = replace(IterationSpec.from_scenario(sc), comm_sm_share=comm_sm_share(sc.system, topo))
         return PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.precision("forward"),
-                             iteration=IterationSpec.from_scenario(sc), lookups=self.lookups)
+                             iteration=spec, lookups=self.lookups)
 
     def _plan(self, topo):
         """The plan the run executes: the one given (``plan=``), the scenario's plan file

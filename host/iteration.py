@@ -353,8 +353,11 @@ class IterationSpec:
     """What one iteration's op graph depends on besides the plan: the mode and Neo's pipeline
     (``host.schedule``), where the embeddings run, the MLPs' GEMM datatype, the PCIe link of a
     GPU, the collectives' algorithms, the iterations a run simulates (``warmup`` first, not
-    measured), and the HBM capacity a GPU loses while kernels and collectives share it
-    (``interference``: the system's ``streams.interference``, ``sim.interference``). A scenario gives one (:meth:`from_scenario`); the defaults are the scenario
+    measured), the HBM capacity a GPU loses while kernels and collectives share it
+    (``interference``: the system's ``streams.interference``, ``sim.interference``), and the
+    share of a GPU's SMs a running collective's channels hold ahead of compute kernels
+    (``comm_sm_share``: 0 where collectives run on the copy engines or at normal priority; the
+    cluster sets it from its topology, :func:`comm_sm_share`). A scenario gives one (:meth:`from_scenario`); the defaults are the scenario
     schema's."""
 
     mode: str = "training"
@@ -373,6 +376,7 @@ class IterationSpec:
     optimizer: str = "after_last"
     next_batch: str = "after_step"
     interference: float = 0.10
+    comm_sm_share: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("comm_backward", "comm_allreduce"):
@@ -603,30 +607,40 @@ class ScheduleTemplate:
             t = t + 2 * both
         return extra
 
-    def _hbm_pairs(self, kern: dict[int, np.ndarray], cdem: dict[int, np.ndarray]) -> dict[int, list[tuple[int, np.ndarray]]]:
-        """For each kernel op, the collectives of its own and the neighbouring iterations whose
-        HBM sharing can slow it, each with 1 - the rate they share
-        (``sim.interference.kernel_comm_hbm_rate``, where it is below 1 somewhere). The rates
+    def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
+                   cdem: dict[int, np.ndarray]) -> dict[int, list[tuple[int, np.ndarray, np.ndarray]]]:
+        """For each kernel op, the collectives of its own and the neighbouring iterations that
+        slow it while they overlap, each with what the kernel and the collective lose of their
+        rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
+        demands ``kern`` and ``cdem``), the kernel also what the collective's channels leave it
+        of the SMs (``kernel_sm_rate``, demand ``ksm``, ``spec.comm_sm_share``). The rates
         depend on the demands only, which depend on the op's key (phase or bucket op), so each
         pair of keys is priced once per evaluation."""
-        from neonic.sim.interference import kernel_comm_hbm_rate
+        from neonic.sim.interference import kernel_comm_hbm_rate, kernel_sm_rate
 
         key = [op[0] for op in self.ops]
         cslot_key = {self._coll_slot[i]: key[i] for i, op in enumerate(self.ops) if op[2]}
-        lost: dict[tuple[str, str], np.ndarray | None] = {}
-        out: dict[int, list[tuple[int, np.ndarray]]] = {}
-        for i, a in kern.items():
+        share = self.spec.comm_sm_share
+        colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
+        lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
+        out: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+        for i in set(kern) | set(ksm):
             it = self.ops[i][1]
             found = []
-            for c, dem in cdem.items():
+            for c in colls:
                 if abs(self._coll_it[c] - it) > 1:
                     continue
                 pair = (key[i], cslot_key[c])
                 if pair not in lost:
-                    x = 1.0 - kernel_comm_hbm_rate(a, dem, self.spec.interference)
-                    lost[pair] = x if x.max(initial=0.0) > 0 else None
+                    a, d = kern.get(i), cdem.get(c)
+                    both = (1.0 - kernel_comm_hbm_rate(a, d, self.spec.interference)
+                            if a is not None and d is not None else np.zeros(1))
+                    k_loss = both
+                    if share > 0 and i in ksm:
+                        k_loss = np.maximum(both, 1.0 - kernel_sm_rate(ksm[i], share))
+                    lost[pair] = (k_loss, both) if k_loss.max(initial=0.0) > 0 else None
                 if lost[pair] is not None:
-                    found.append((c, lost[pair]))
+                    found.append((c, *lost[pair]))
             if found:
                 out[i] = found
         return out
@@ -646,19 +660,19 @@ class ScheduleTemplate:
             s0, e0 = spans[i]
             lo, hi = float(s0.min()), float(e0.max())
             extra = 0.0
-            for c, loss in found:
+            for c, k_loss, c_loss in found:
                 if E[c].max() <= lo or S[c].min() >= hi:
                     continue
-                ov = np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None])
-                slow = np.maximum(ov, 0.0) * loss
-                extra = extra + slow
-                xc[c] = np.maximum(xc[c], slow.max(axis=-1))
+                ov = np.maximum(np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None]), 0.0)
+                extra = extra + ov * k_loss
+                if c_loss.max(initial=0.0) > 0:
+                    xc[c] = np.maximum(xc[c], (ov * c_loss).max(axis=-1))
             xr[i] = extra
         return xr, xc
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,
-                    flows: dict[str, float] | None = None) -> np.ndarray:
+                    flows: dict[str, float] | None = None, sm: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
         ``rank_s[key]``: ``(T, N)`` or ``(N,)``; ``coll_s[key]``: ``(T,)`` or a scalar (keys:
         :attr:`keys`, phases and bucket ops); a key missing from both lasts 0.
@@ -678,7 +692,9 @@ class ScheduleTemplate:
         ``hbm``: HBM demands (``sim.interference``'s): per-rank ops' (``(T, N)``, ``(N,)`` or a
         scalar: memory time over time) and collectives' (per rank ``(T, N)`` or ``(T,)``: HBM
         bytes per second over the GPU's achievable bandwidth). Kernels and collectives that
-        overlap then share HBM (:meth:`_hbm_extra`), solved in the same fixed-point passes."""
+        overlap then share HBM (:meth:`_hbm_extra`), solved in the same fixed-point passes.
+        ``sm``: per-rank ops' SM demands (compute time over time): while a collective runs, a
+        kernel has the SMs its channels leave (``spec.comm_sm_share``)."""
         shape = None
         for v in rank_s.values():
             v = np.asarray(v)
@@ -715,7 +731,13 @@ class ScheduleTemplate:
                     cdem[self._coll_slot[i]] = d if d.ndim == 2 else d.reshape(-1, 1)
             elif phase in rank_d and d.any():
                 kern[i] = d
-        pairs = self._hbm_pairs(kern, cdem) if kern and cdem else {}
+        ksm: dict[int, np.ndarray] = {}    # rank op -> its SM demand (compute time over time)
+        if self.spec.comm_sm_share > 0 and sm:
+            for i, (phase, _, collective, _) in enumerate(self.ops):
+                d = sm.get(phase)
+                if not collective and d is not None and phase in rank_d and np.any(d):
+                    ksm[i] = np.asarray(d, float)
+        pairs = self._hbm_pairs(kern, ksm, cdem) if (kern and cdem) or ksm else {}
         contend = bool(pairs)
         extra = np.zeros((C, T))
         xc = np.zeros((C, T))
@@ -771,6 +793,21 @@ class ScheduleTemplate:
         w = self.spec.warmup
         lo = it_end[w - 1] if w > 0 else 0.0
         return (it_end[-1] - lo) / self.spec.iterations
+
+
+def comm_sm_share(system: Any, topo: Any) -> float:
+    """Share of a GPU's SMs a running collective's channels hold ahead of compute kernels in a
+    run of ``system`` (``host.systems.SystemSpec``) on ``topo``: the channels for the links it
+    drives (``sim.interference.comm_channels`` of ``collective_links``, the busiest rank's), at
+    high priority on the SMs; 0 with the collectives on the copy engines or at normal priority
+    (they then wait for the kernels' CTAs to retire instead)."""
+    st = system.streams
+    if st.collectives_on_dma or st.comm_priority != "high" or topo.num_gpus < 2:
+        return 0.0
+    from neonic.sim.interference import collective_links, comm_channels
+
+    links = collective_links(topo, list(range(topo.num_gpus)))
+    return min(1.0, comm_channels(float(links.max())) / system.gpu_spec.num_sms)
 
 
 def dense_phase_s(dense: DenseCosts, mode: str) -> dict[str, float]:

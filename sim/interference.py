@@ -103,7 +103,9 @@ __all__ = [
     "collective_links",
     "REDUCE_FRACTION",
     "comm_hbm_bytes",
+    "comm_channels",
     "kernel_comm_hbm_rate",
+    "kernel_sm_rate",
 ]
 
 Done = Callable[[int, int], None]
@@ -296,7 +298,7 @@ class GPUDevice:
         if not (isinstance(reduce_fraction, (int, float)) and 0 <= reduce_fraction <= 1):
             raise ValueError(f"reduce_fraction: expected a number in [0, 1], got {reduce_fraction!r}")
         rate = link_gbytes_per_s * (reduce_fraction if self.on_dma else 1.0)
-        channels = min(self.comm.max_channels, math.ceil(rate / self.comm.channel_gbytes_per_s - 1e-9)) if rate > 0 else 0
+        channels = comm_channels(rate, self.comm)
         if not self.on_dma:
             channels = max(1, channels)
         k = _Kernel("comm", self.comm_priority, self._next_seq(), float(min(channels, self.sms)), self.engine.now,
@@ -583,6 +585,24 @@ class GPUDevice:
         for k in finished:
             if k.on_done is not None:
                 k.on_done(k.start, now)
+
+
+def comm_channels(link_gbytes_per_s: float, comm: CommEngineSpec | None = None) -> int:
+    """NCCL channels (one CTA, one SM each) a collective launches for the links it drives from
+    a GPU (module doc: enough to feed them, at most ``max_channels``)."""
+    comm = comm or CommEngineSpec()
+    if link_gbytes_per_s <= 0:
+        return 0
+    return min(comm.max_channels, math.ceil(link_gbytes_per_s / comm.channel_gbytes_per_s - 1e-9))
+
+
+def kernel_sm_rate(sm_demand: "float | np.ndarray", sm_share_taken: float) -> "float | np.ndarray":
+    """Fraction of its isolated speed a compute kernel keeps while a higher-priority collective
+    holds ``sm_share_taken`` of the SMs (``sm_demand``: its compute time over its time; module
+    doc, roofline per kernel). Vectorised; the planner's fast evaluation uses it."""
+    d = np.asarray(sm_demand, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d > 0, np.minimum(1.0, (1.0 - sm_share_taken) / d), 1.0)
 
 
 def comm_hbm_bytes(tx: "float | np.ndarray", rx: "float | np.ndarray",

@@ -66,6 +66,12 @@ from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 COLLECTIVE_KEYS = ("input_a2a", "pooled_a2a", "grad_a2a", "pooled_rs", "grad_ag")
 
 
+def _kernel_sm(cost) -> float:
+    """A kernel's SM demand in the interference model: compute time over time."""
+    t = cost.time_s
+    return float(cost.compute_s / t) if t > 0 else 0.0
+
+
 def _kernel_hbm(cost) -> float:
     """A kernel's HBM demand in the interference model: memory time over time."""
     t = cost.time_s
@@ -220,6 +226,7 @@ class CostModel:
         # HBM demands of the fixed kernels (the interference model's, ``sim.interference``)
         self._hbm_bps = system.gpu.hbm_bytes_per_s * eff.hbm_stream
         self._fixed_hbm = {p: _kernel_hbm(getattr(self.dense, p)) for p in self._fixed}
+        self._fixed_sm = {p: _kernel_sm(getattr(self.dense, p)) for p in self._fixed}
         self._fixed["h2d"] = h2d_bytes(workload, system.index_bytes, system.length_bytes) / self._pcie
         self.bucketed = spec.bucketed
         self._bucket_cache: dict[float, dict[str, float]] = {}
@@ -247,8 +254,8 @@ class CostModel:
         bucket's AllReduce as its wire bytes."""
         return iteration_buckets(self.spec, self.dense, dp_bytes, lambda n: float(n * self._ar_wire))
 
-    def _bucket_table(self, dp_bytes: float) -> tuple[dict[str, float], dict[str, float]]:
-        """Seconds and HBM demands of every bucket op of the template (keys of
+    def _bucket_table(self, dp_bytes: float) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """Seconds, HBM and SM demands of every bucket op of the template (keys of
         ``host.iteration.keyed_buckets``) for ``dp_bytes`` of data-parallel tables."""
         key = round(float(dp_bytes), 3)
         out = self._bucket_cache.get(key)
@@ -256,6 +263,7 @@ class CostModel:
             _, table = keyed_buckets(self._buckets(float(dp_bytes)))
             times: dict[str, float] = {}
             hbm: dict[str, float] = {}
+            sm: dict[str, float] = {}
             for k, v in table.items():
                 if isinstance(v, (int, float)):  # an AllReduce's wire bytes
                     times[k] = self._allreduce_s(float(v))
@@ -263,7 +271,8 @@ class CostModel:
                 else:
                     times[k] = float(v.time_s)
                     hbm[k] = _kernel_hbm(v)
-            out = (times, hbm)
+                    sm[k] = _kernel_sm(v)
+            out = (times, hbm, sm)
             self._bucket_cache[key] = out
         return out
 
@@ -411,12 +420,23 @@ class CostModel:
             out["allreduce"] = np.array([self._allreduce_hbm(n, t) for n, t in zip(nbytes, coll["allreduce"])])
         return out
 
+    def sm_demands(self, T: int, dps) -> dict[str, np.ndarray]:
+        """SM demands (compute time over time) of the dense kernels of ``T`` states (the fused
+        embedding kernels are memory-bound: none)."""
+        out: dict[str, np.ndarray] = {k: np.float64(v) for k, v in self._fixed_sm.items()}
+        if self.bucketed:
+            tables = [self._bucket_table(d)[2] for d in np.broadcast_to(np.asarray(dps, float), (T,))]
+            for key in dict.fromkeys(k for t in tables for k in t):
+                out[key] = np.array([t.get(key, 0.0) for t in tables])[:, None]
+        return out
+
     def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
         rank, coll = self.phase_times(vecs, dps)
         hbm = self.hbm_demands(vecs, dps, coll)
+        sm = self.sm_demands(np.asarray(vecs).shape[0], dps) if self.spec.comm_sm_share > 0 else None
         if not self.bucketed:
-            return self.template.iteration_s(rank, coll, hbm=hbm, flows=self._flows)
+            return self.template.iteration_s(rank, coll, hbm=hbm, flows=self._flows, sm=sm)
         flows = self._flows
         T = next(iter(rank.values())).shape[0]
         has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
@@ -432,7 +452,8 @@ class CostModel:
                 continue
             out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
                                                          {k: np.asarray(v)[idx] for k, v in coll.items()},
-                                                         hbm={k: pick(v, idx) for k, v in hbm.items()}, flows=flows)
+                                                         hbm={k: pick(v, idx) for k, v in hbm.items()}, flows=flows,
+                                                         sm=None if sm is None else {k: pick(v, idx) for k, v in sm.items()})
         return out
 
     def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
