@@ -147,6 +147,10 @@ register_key("zionex_over_zion", "zion_vs_zionex", "Model-A throughput, ZionEX o
 register_key("fused_embedding_speedup", "fused_embedding", "Fused over unfused embedding kernels, Model-A's tables (slowest GPU)",
              "x", lambda r: r.metrics["speedup"], published="fused_embedding_speedup",
              note="published as 'up to 7x'")
+register_key("fused_embedding.unfused_launch_share", "fused_embedding",
+             "Share of the slowest GPU's unfused embedding time spent in kernel launches (Model-A's tables)", "fraction",
+             lambda r: r.metrics.get("unfused_launch_share_slowest_gpu"),
+             note="small: Model-A's shards each see the global batch, so fusion gains by traffic, not launches")
 register_key("dense_mflops_per_sample.model-a", None, "Model-A dense forward MFLOP per sample (MLPs + interaction)", "MFLOP",
              lambda r: _dense_mflops("model-a"), kind="model arithmetic", published="model_a_mflops")
 register_key("dense_mflops_per_sample.model-f", None, "Model-F dense forward MFLOP per sample (MLPs + interaction)", "MFLOP",
