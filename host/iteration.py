@@ -86,8 +86,11 @@ def dense_costs(system: "SystemSpec | GPUSpec", workload: WorkloadSpec, dtype: s
         return cost
 
     params = sum(lc.params for lc in layers)
-    # the optimizer step streams weights, gradients and two moments (fp32) once
-    step_bytes = params * 4 * 4
+    # the dense optimizer (ASSUMPTION: Adam, FP32 state; Neo does not name it) in one fused pass:
+    # Adam's update reads the gradient, the weights and both moments and writes back the weights
+    # and both moments (Kingma & Ba 2015; torch.optim.Adam), 4 reads + 3 writes of FP32 per
+    # parameter. PyTorch's unfused (foreach) step makes several passes and costs more.
+    step_bytes = params * 4 * (4 + 3)
     step = KernelCost(hbm_bytes=step_bytes, memory_s=step_bytes / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream),
                       overhead_s=gpu.efficiency.launch_overhead_s)
     return DenseCosts(

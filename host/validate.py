@@ -147,6 +147,10 @@ register_key("zionex_over_zion", "zion_vs_zionex", "Model-A throughput, ZionEX o
 register_key("fused_embedding_speedup", "fused_embedding", "Fused over unfused embedding kernels, Model-A's tables (slowest GPU)",
              "x", lambda r: r.metrics["speedup"], published="fused_embedding_speedup",
              note="published as 'up to 7x'")
+register_key("fused_embedding.unfused_launch_share", "fused_embedding",
+             "Share of the slowest GPU's unfused embedding time spent in kernel launches (Model-A's tables)", "fraction",
+             lambda r: r.metrics.get("unfused_launch_share_slowest_gpu"),
+             note="small: Model-A's shards each see the global batch, so fusion gains by traffic, not launches")
 register_key("dense_mflops_per_sample.model-a", None, "Model-A dense forward MFLOP per sample (MLPs + interaction)", "MFLOP",
              lambda r: _dense_mflops("model-a"), kind="model arithmetic", published="model_a_mflops")
 register_key("dense_mflops_per_sample.model-f", None, "Model-F dense forward MFLOP per sample (MLPs + interaction)", "MFLOP",
@@ -335,37 +339,85 @@ def _experiment_rows(name: str, result: ExperimentResult, comparable: bool) -> l
     return rows
 
 
+def _progress_line(t0: float, name: str, message: str) -> None:
+    """A worker's progress line on stderr (``--jobs`` > 1: experiments run side by side)."""
+    import sys
+
+    print(f"[{time.time() - t0:7.1f}s] [{name}] {message}", file=sys.stderr, flush=True)
+
+
+def _run_one(name: str, out: Path, size: str, t0: float) -> tuple[str, Any, float]:
+    """Run one experiment in a worker process: ``(status, result or reason, wall_s)``. The
+    result's plots and files are already written to its folder; only their names travel back."""
+    from functools import partial
+
+    start = time.perf_counter()
+    try:
+        result = run_experiment(name, out / name, size=size, progress=partial(_progress_line, t0, name))
+    except ExperimentUnavailable as error:
+        return "not run", str(error), time.perf_counter() - start
+    # what is drawn or written is in the folder already: only the names travel back
+    result.plots = {plot: None for plot in result.plots}
+    result.files = {name: None for name in result.files}
+    return "ok", result, time.perf_counter() - start
+
+
 def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] = VALIDATED,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run the experiments and write the comparison (see the module doc); returns a summary."""
+             progress: Callable[[str], None] | None = None, jobs: int = 1) -> dict[str, Any]:
+    """Run the experiments and write the comparison (see the module doc); returns a summary.
+
+    ``jobs`` > 1 runs that many experiments side by side in worker processes (each experiment
+    is deterministic and independent of the others, so the figures are the same; only the wall
+    time changes). The report lists the experiments in the order given either way."""
     progress = progress or (lambda message: None)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected an integer >= 1, got {jobs!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     size = "tiny" if quick else "validate"
     rows = published_rows()
     runs: list[dict[str, Any]] = []
+    outcomes: dict[str, tuple[str, Any, float]] = {}
+    if jobs > 1 and len(experiments) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        t0 = time.time()
+        progress(f"experiments {', '.join(experiments)} ({size} size), {jobs} at a time")
+        with ProcessPoolExecutor(min(jobs, len(experiments)), mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {name: pool.submit(_run_one, name, out, size, t0) for name in experiments}
+            for name, future in futures.items():
+                outcomes[name] = future.result()
+                progress(f"experiment {name}: {outcomes[name][0]} in {outcomes[name][2]:.1f} s")
     for name in experiments:
-        progress(f"experiment {name} ({size} size)")
-        t0 = time.perf_counter()
-        try:
-            result = run_experiment(name, out / name, size=size, progress=progress)
-        except ExperimentUnavailable as error:
-            runs.append({"experiment": name, "status": "not run", "reason": str(error), "wall_s": time.perf_counter() - t0})
-            rows.append(ValidationRow(name, "every figure", None, "", "prediction", note=f"not run: {error}"))
+        if name in outcomes:
+            status, value, wall = outcomes[name]
+        else:
+            progress(f"experiment {name} ({size} size)")
+            t0 = time.perf_counter()
+            try:
+                status, value = "ok", run_experiment(name, out / name, size=size, progress=progress)
+            except ExperimentUnavailable as error:
+                status, value = "not run", str(error)
+            wall = time.perf_counter() - t0
+        if status != "ok":
+            runs.append({"experiment": name, "status": "not run", "reason": value, "wall_s": wall})
+            rows.append(ValidationRow(name, "every figure", None, "", "prediction", note=f"not run: {value}"))
             for entry in KEYS.values():
                 if entry.experiment == name:
-                    rows.append(ValidationRow(name, entry.figure, None, entry.unit, entry.kind, note=f"not run: {error}",
+                    rows.append(ValidationRow(name, entry.figure, None, entry.unit, entry.kind, note=f"not run: {value}",
                                               key=entry.key))
-            progress(f"experiment {name}: not run: {error}")
+            progress(f"experiment {name}: not run: {value}")
             continue
-        wall = time.perf_counter() - t0
+        result = value
         runs.append({"experiment": name, "status": "ok", "wall_s": wall, "title": result.title, "scale": _scale(result),
                      "plots": sorted(result.plots), "notes": result.notes})
         rows.extend(_experiment_rows(name, result, comparable=not quick))
         for entry in KEYS.values():
             if entry.experiment == name:
                 rows.extend(_key_rows(entry, result, comparable=not quick))
-        progress(f"experiment {name}: done in {wall:.1f} s")
+        if name not in outcomes:
+            progress(f"experiment {name}: done in {wall:.1f} s")
     _unique_keys(rows)
     _write(out, rows, runs, quick)
     return {"rows": [r.as_dict() for r in rows], "runs": runs, "size": size, "figures": summary_json(rows)}

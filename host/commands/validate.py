@@ -1,9 +1,10 @@
-"""``neonic validate [--quick] [--out DIR] [--only NAME ...]``: reproduce the published results
+"""``neonic validate [--quick] [--out DIR] [--only NAME ...] [--jobs N] [--json]``: reproduce the published results
 and set our figures beside them (see :mod:`host.validate`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -17,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: every experiment at its tiny size (not comparable)")
     parser.add_argument("--out", metavar="DIR", type=_args.output_folder, help="output folder (default results/validate-<timestamp>/)")
     parser.add_argument("--only", metavar="NAME", nargs="+", choices=EXPERIMENTS, help="run only these experiments")
+    parser.add_argument("--jobs", metavar="N", type=int, default=min(2, os.cpu_count() or 1),
+                        help="experiments run side by side (default: 2, or 1 on a one-core machine); the figures "
+                             "do not depend on it")
     parser.add_argument("--json", action="store_true",
                         help="print {key: figure} for every row as one JSON object on the last line")
 
@@ -35,7 +39,11 @@ def main(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         err.print(f"[{time.perf_counter() - t0:7.1f}s] {message}")
 
-    summary = validate(out, quick=args.quick, experiments=tuple(args.only or VALIDATED), progress=progress)
+    jobs = getattr(args, "jobs", 1)
+    if jobs < 1:
+        err.print(f"neonic validate: --jobs: expected an integer >= 1, got {jobs}")
+        return 2
+    summary = validate(out, quick=args.quick, experiments=tuple(args.only or VALIDATED), progress=progress, jobs=jobs)
     table = Table(title="neonic validate: ours vs published" + (" (--quick: not comparable)" if args.quick else ""))
     for col in ("key", "figure", "ours", "published", "rel. diff", "kind"):
         table.add_column(col, justify="right" if col in ("ours", "published", "rel. diff") else "left")

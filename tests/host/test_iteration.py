@@ -188,3 +188,16 @@ def test_planner_template_holds_the_buckets_of_the_simulated_run():
     keys = [k for k in times if k.startswith("allreduce#")]
     assert len(keys) == len(ars)
     assert [times[k] for k in keys] == pytest.approx([op.payload.estimate_s for op in ars])
+
+
+def test_dense_optimizer_step_reads_and_writes_adams_state():
+    """One fused Adam step per iteration: gradient, weights and both moments read, weights and
+    both moments written back, FP32 each (7 x 4 bytes per dense parameter)."""
+    from neonic.host.iteration import dense_costs
+    from neonic.host.workloads import preset
+    from neonic.sim.gpu import gpu_preset
+
+    gpu = gpu_preset("a100-40gb")
+    d = dense_costs(gpu, preset("model-i"))
+    assert d.dense_opt.hbm_bytes == d.params * 28
+    assert d.dense_opt.memory_s == pytest.approx(d.params * 28 / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream))

@@ -114,7 +114,9 @@ def test_model_f_at_12t_parameters_runs_on_16x8_gpus_with_dram_traffic_on_pcie()
 
 def test_the_planner_prices_the_embedding_ops_with_host_tier_misses_as_the_simulator_runs_them(big_run):
     """The misses overlap the fused kernel in both views (fetch in the forward, write-back in
-    the backward): the planner's slowest-rank embedding phases match the simulated ops'."""
+    the backward): the planner's slowest-rank embedding phases match the simulated ops'. (The
+    next batch's embedding forward no longer shares the GPU with the previous dense optimizer
+    step: it waits for it, as PyTorch's program order runs it, dense.next_batch.)"""
     from neonic.host.planner.cost import CostModel
 
     phase = CostModel(big_run.scenario.workload, big_run.planner_system).evaluate(big_run.plan).phase_s

@@ -83,3 +83,17 @@ def test_validate_json_prints_every_key_last(tmp_path, capsys):
     rows = json.loads((tmp_path / "validation.json").read_text())["rows"]
     keys = [r["key"] for r in rows]
     assert all(keys) and len(set(keys)) == len(keys) and set(keys) == set(figures)
+
+
+def test_experiments_side_by_side_give_the_same_figures(tmp_path):
+    """`--jobs 2` runs experiments in worker processes: the same figures, in the same order,
+    and every experiment's folder (plots included) written."""
+    one = validate(tmp_path / "one", quick=True, experiments=("c3", "fused_embedding"), jobs=1)
+    two = validate(tmp_path / "two", quick=True, experiments=("c3", "fused_embedding"), jobs=2)
+    assert two["figures"] == one["figures"]
+    assert [r["key"] for r in two["rows"]] == [r["key"] for r in one["rows"]]
+    assert [run["experiment"] for run in two["runs"]] == ["c3", "fused_embedding"]
+    assert [run["plots"] for run in two["runs"]] == [run["plots"] for run in one["runs"]]
+    assert (tmp_path / "two" / "fused_embedding" / "speedup.png").exists()
+    with pytest.raises(ValueError, match="jobs"):
+        validate(tmp_path / "bad", quick=True, experiments=("c3",), jobs=0)

@@ -148,18 +148,3 @@ def test_capacity_reserves_a_share_of_hbm():
     assert not fits_in_hbm(gpu, 40 * 2**30)
     assert set(GPU_PRESETS) >= {"a100-40gb", "h100-sxm-80gb"}
 
-
-def test_unfused_backward_follows_pytorchs_sparse_path_and_costs_more_than_the_fused_one():
-    """nn.EmbeddingBag(sparse=True) backward + torch.optim.Adagrad's sparse branch: twelve
-    kernels per table, each lookup's gradient materialised, the coalesced gradient and the
-    state streamed several times; the row traffic is the fused kernel's."""
-    from neonic.sim.gpu import UNFUSED_BACKWARD_KERNELS, embedding_unfused_backward_cost
-
-    gpu = gpu_preset("a100-40gb")
-    fused = embedding_backward_cost(gpu, 100_000, 30_000, 186, 186, 4)
-    unfused = embedding_unfused_backward_cost(gpu, 100_000, 30_000, 186, 186, 4)
-    assert len(UNFUSED_BACKWARD_KERNELS) == 12
-    assert unfused.overhead_s == pytest.approx(12 * gpu.efficiency.launch_overhead_s)
-    # at least the gradient rows written and read back once more than the fused kernel does
-    assert unfused.hbm_bytes - fused.hbm_bytes >= 100_000 * 2 * 186
-    assert unfused.time_s > fused.time_s

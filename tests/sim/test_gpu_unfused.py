@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from neonic.sim.gpu import (embedding_backward_cost, embedding_forward_cost, embedding_unfused_backward_cost,
-                            embedding_unfused_forward_cost, gpu_preset)
+from neonic.sim.gpu import (UNFUSED_BACKWARD_KERNELS, embedding_backward_cost, embedding_forward_cost,
+                            embedding_unfused_backward_cost, embedding_unfused_forward_cost, gpu_preset)
 
 GPU = gpu_preset("a100-40gb")
 
@@ -24,8 +24,18 @@ def test_unfused_backward_materialises_gradients_and_runs_a_separate_optimizer()
     unfused = embedding_unfused_backward_cost(GPU, lookups, unique, row, grad, state)
     # the per-lookup gradient rows are written and read back (at least 2 x lookups x grad more bytes)
     assert unfused.hbm_bytes - fused.hbm_bytes >= 2 * lookups * grad
-    assert unfused.overhead_s == pytest.approx(2 * fused.overhead_s)
+    # PyTorch's sparse path: EmbeddingBag's backward, coalesce, Adagrad's sparse-branch passes
+    assert len(UNFUSED_BACKWARD_KERNELS) == 12
+    assert unfused.overhead_s == pytest.approx(len(UNFUSED_BACKWARD_KERNELS) * GPU.efficiency.launch_overhead_s)
+    assert fused.overhead_s == pytest.approx(2 * GPU.efficiency.launch_overhead_s)
     assert unfused.time_s > fused.time_s
     assert embedding_unfused_backward_cost(GPU, 0, 0, row, grad).time_s == 0
     with pytest.raises(ValueError, match="unique_rows"):
         embedding_unfused_backward_cost(GPU, 10, 11, row, grad)
+
+
+def test_unfused_forward_copies_its_output_into_the_alltoall_buffer():
+    """torch.cat of the tables' outputs: each table's pooled output read and written once more."""
+    t = (20000, 128, 1000, 256)
+    assert embedding_unfused_forward_cost(GPU, *t).hbm_bytes == pytest.approx(
+        embedding_forward_cost(GPU, *t).hbm_bytes + 2 * 1000 * 256)
