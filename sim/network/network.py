@@ -336,7 +336,7 @@ class Network:
             g = groups[0]
             cl = g._cls
             if g._index is None:
-                g._index = FlowMajorIndex(cl.q_links, cl.lclass_capacity.shape[0])
+                g._index = FlowMajorIndex(cl.q_links, g._factor, cl.lclass_capacity, cl.q_weight)
             all_alive = g._remaining == g._alive.size
             g._rate = maxmin_rates_fm(cl.q_links, g._factor, cl.lclass_wire, cl.lclass_capacity,
                                       alive=None if all_alive else g._alive, index=g._index, weight=cl.q_weight)
@@ -362,7 +362,7 @@ class Network:
         gb = groups[big]
         if gb._findex is None:
             same = gb._cls.identity and gb._index is not None  # its own index is per flow already
-            gb._findex = gb._index if same else FlowMajorIndex(gb._links, topo.num_links + 1)
+            gb._findex = gb._index if same else FlowMajorIndex(gb._links, gb._factorf, topo.capacity)
         rest = [i for i in range(len(groups)) if i != big]
         links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
         factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
