@@ -12,7 +12,8 @@ import numpy as np
 
 from .maxmin import HAVE_NUMBA
 
-__all__ = ["advance", "predict", "mark", "void", "credit", "account", "advance_cls", "mark_cls", "void_cls"]
+__all__ = ["advance", "predict", "mark", "void", "credit", "account", "advance_cls", "mark_cls", "void_cls",
+           "finish_cls"]
 
 
 def _advance_np(pred, alive, rem, rate, now, dt, links_fh, acct_fh, factor, wire, nbytes, link_bytes, link_wire):
@@ -48,7 +49,9 @@ def _predict_np(alive, rem, rate, now, pred, rate_old, span):
         _credit_np(alive, rem, rate, rate_old, span)
     with np.errstate(divide="ignore", invalid="ignore"):
         pred[:] = np.where(alive, now + rem / np.where(alive, rate, 1.0), np.inf)
-    return float(pred.min()) if pred.size else math.inf
+    if not alive.any():
+        return math.inf, -math.inf
+    return float(pred.min()), float(pred[alive].max())
 
 
 def _mark_np(alive, pred, horizon, lat, orig, finish_ps):
@@ -110,8 +113,10 @@ if HAVE_NUMBA:
 
     @njit(cache=True, nogil=True)
     def _predict_nb(alive, rem, rate, now, pred, rate_old, span):  # pragma: no cover
-        """Credit (see Network) when ``span`` > 0, then predicted ends; returns the earliest."""
+        """Credit (see Network) when ``span`` > 0, then predicted ends; returns the earliest and
+        the latest."""
         t_min = np.inf
+        t_max = -np.inf
         for f in range(alive.shape[0]):
             if alive[f]:
                 if span > 0.0:
@@ -123,9 +128,11 @@ if HAVE_NUMBA:
                 pred[f] = p
                 if p < t_min:
                     t_min = p
+                if p > t_max or p != p:  # NaN (0 / 0) stays: such a flow never counts as ending
+                    t_max = p
             else:
                 pred[f] = np.inf
-        return t_min
+        return t_min, t_max
 
     @njit(cache=True, nogil=True)
     def _mark_nb(alive, pred, horizon, lat, orig, finish_ps):  # pragma: no cover
@@ -188,6 +195,13 @@ def _mark_cls_np(alive, pred, horizon, members, starts, lat, orig, finish_ps):
         fl = members[starts[c]:starts[c + 1]]
         finish_ps[orig[fl]] = int(np.ceil(min(pred[c], horizon))) + lat[fl]
     return int(fin.size)
+
+
+def _finish_cls_np(done_cls, pred, members, starts, lat, orig, finish_ps):
+    """Arrival times of the member flows of classes ``done_cls`` that finished at ``pred``."""
+    for c in done_cls:
+        fl = members[starts[c]:starts[c + 1]]
+        finish_ps[orig[fl]] = int(np.ceil(pred[c])) + lat[fl]
 
 
 def _void_cls_np(alive, members, starts, orig, finish_ps):
@@ -255,12 +269,23 @@ if HAVE_NUMBA:
         return n
 
     @njit(cache=True, nogil=True)
+    def _finish_cls_nb(done_cls, pred, members, starts, lat, orig, finish_ps):  # pragma: no cover
+        for i in range(done_cls.shape[0]):
+            c = done_cls[i]
+            t = np.int64(np.ceil(pred[c]))
+            for e in range(starts[c], starts[c + 1]):
+                f = members[e]
+                finish_ps[orig[f]] = t + lat[f]
+
+    @njit(cache=True, nogil=True)
     def _void_cls_nb(alive, members, starts, orig, finish_ps):  # pragma: no cover
         for c in range(alive.shape[0]):
             if alive[c]:
                 for e in range(starts[c], starts[c + 1]):
                     finish_ps[orig[members[e]]] = -1
 
-    account, advance_cls, mark_cls, void_cls = _account_nb, _advance_cls_nb, _mark_cls_nb, _void_cls_nb
+    account, advance_cls, mark_cls, void_cls, finish_cls = (_account_nb, _advance_cls_nb, _mark_cls_nb, _void_cls_nb,
+                                                            _finish_cls_nb)
 else:  # pragma: no cover
-    account, advance_cls, mark_cls, void_cls = _account_np, _advance_cls_np, _mark_cls_np, _void_cls_np
+    account, advance_cls, mark_cls, void_cls, finish_cls = (_account_np, _advance_cls_np, _mark_cls_np, _void_cls_np,
+                                                            _finish_cls_np)

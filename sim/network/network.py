@@ -38,7 +38,7 @@ from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .classes import FlowClasses, equitable_classes, identity_classes
-from .maxmin import FlowMajorIndex, maxmin_rates_fm, maxmin_rates_parts
+from .maxmin import LinkEntries, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -272,6 +272,11 @@ class Network:
             if done.size:
                 K.account(done, cl.members, cl.starts, g._links, g._acct, g._factorf, topo.wire, g._nbf,
                           self.link_bytes, self.link_wire_bytes)
+                if g._index is not None:  # finished classes leave the solver's index
+                    g._index.kill(done)
+                # they arrive one route latency after their predicted end (pred <= now <= the
+                # horizon they were predicted under)
+                K.finish_cls(done, g._pred, cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
             g._remaining -= done.size
             freed += sr
             freed_t += srt
@@ -336,10 +341,10 @@ class Network:
             g = groups[0]
             cl = g._cls
             if g._index is None:
-                g._index = FlowMajorIndex(cl.q_links, g._factor, cl.lclass_capacity, cl.q_weight)
-            all_alive = g._remaining == g._alive.size
-            g._rate = maxmin_rates_fm(cl.q_links, g._factor, cl.lclass_wire, cl.lclass_capacity,
-                                      alive=None if all_alive else g._alive, index=g._index, weight=cl.q_weight)
+                g._index = LinkEntries(cl.q_links, g._factor, cl.lclass_capacity, cl.q_weight)
+                g._index.set_alive(g._alive)  # afterwards kept by kill() as classes finish
+            level, order = link_levels(g._index, cl.lclass_wire, cl.lclass_capacity)
+            g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
             self.solved_classes += g._remaining
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
         else:
@@ -362,7 +367,7 @@ class Network:
         gb = groups[big]
         if gb._findex is None:
             same = gb._cls.identity and gb._index is not None  # its own index is per flow already
-            gb._findex = gb._index if same else FlowMajorIndex(gb._links, gb._factorf, topo.capacity)
+            gb._findex = gb._index if same else LinkEntries(gb._links, gb._factorf, topo.capacity)
         rest = [i for i in range(len(groups)) if i != big]
         links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
         factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
@@ -459,10 +464,12 @@ class Network:
         groups = self._groups
         t_min = math.inf
         youngest = -math.inf
+        last: list[float] = []
         for g in groups:
             old = previous.get(id(g))
-            t = K.predict(g._alive, g._rem, g._rate, float(now), g._pred,
-                          g._rate if old is None else old, span if old is not None else 0.0)
+            t, t_last = K.predict(g._alive, g._rem, g._rate, float(now), g._pred,
+                                  g._rate if old is None else old, span if old is not None else 0.0)
+            last.append(t_last)
             if t < t_min:
                 t_min = t
             youngest = max(youngest, g.start_ps)
@@ -471,9 +478,12 @@ class Network:
         else:
             age = max(t_min - youngest, 0.0)
             horizon = max(math.ceil(t_min + self.coalesce_rel * age), now + 1)
-        for g in groups:
-            cl = g._cls
-            n_fin = K.mark_cls(g._alive, g._pred, float(horizon), cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
-            if g._remaining == n_fin:
+        # Flows predicted to end before the horizon get their arrival times when the next
+        # recompute retires them (K.finish_cls); a group whose every flow ends before it is
+        # marked now, so that its completion can be scheduled.
+        for g, t_last in zip(groups, last):
+            if t_last <= horizon:
+                cl = g._cls
+                K.mark_cls(g._alive, g._pred, float(horizon), cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
                 self._schedule_done(g)
         self._request_recompute(horizon)
