@@ -54,7 +54,7 @@ class FlowGroup:
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
-        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex",
+        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -68,6 +68,7 @@ class FlowGroup:
         self.on_done = on_done
         self._event: EventHandle | None = None
         self._findex = None  # per-flow link index, for solves shared with other groups
+        self._cand = np.empty(0, dtype=np.int64)  # classes that may end by the next recompute
 
     @property
     def size(self) -> int:
@@ -120,6 +121,7 @@ class Network:
         self._groups: list[FlowGroup] = []  # groups with flows in the solver
         self._pending: list[FlowGroup] = []
         self._t_last = engine.now
+        self._dt = 0.0  # length of the window that ended at the last recompute
         self._recompute_event: EventHandle | None = None
         self._recompute_at: int | None = None
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
@@ -268,7 +270,9 @@ class Network:
         freed_t = 0.0
         for g in self._groups:
             cl = g._cls
-            done, sr, srt = K.advance_cls(g._pred, g._alive, g._rem, g._rate, g._mult, float(now), float(dt))
+            # the classes predicted to end by now retire (the others drain in _predict)
+            done, sr, srt = K.retire(g._cand, g._pred, g._alive, g._rem, g._rate, g._mult, float(now))
+            g._cand = done[:0]
             if done.size:
                 K.account(done, cl.members, cl.starts, g._links, g._acct, g._factorf, topo.wire, g._nbf,
                           self.link_bytes, self.link_wire_bytes)
@@ -296,6 +300,7 @@ class Network:
             return
         previous = {id(g): g._rate for g in old}
         self._solve(now, previous)
+        self._dt = float(dt)
         # Coalescing left the capacity freed inside the last window idle until now. Credit the
         # flows that existed then with the extra progress their new rates would have made since
         # the (rate-weighted) mean time that capacity was freed; new flows get no credit.
@@ -463,16 +468,18 @@ class Network:
         """Credit, predicted ends, the next recompute, and group completions due before it."""
         groups = self._groups
         t_min = math.inf
-        youngest = -math.inf
         last: list[float] = []
+        youngest = float(max(g.start_ps for g in groups))
         for g in groups:
+            # the groups that were running drain their past window at their old rates, get the
+            # credit, and predict; new groups only predict
             old = previous.get(id(g))
-            t, t_last = K.predict(g._alive, g._rem, g._rate, float(now), g._pred,
-                                  g._rate if old is None else old, span if old is not None else 0.0)
+            t, t_last, g._cand = K.step(g._alive, g._rem, g._rate if old is None else old,
+                                        self._dt if old is not None else 0.0, span if old is not None else 0.0,
+                                        float(now), g._rate, g._pred, self.coalesce_rel, youngest)
             last.append(t_last)
             if t < t_min:
                 t_min = t
-            youngest = max(youngest, g.start_ps)
         if not math.isfinite(t_min):  # only flows on infinite-capacity links: finish now
             horizon = now
         else:
