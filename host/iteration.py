@@ -32,6 +32,7 @@ import numpy as np
 
 from neonic.host.systems import SystemSpec
 from neonic.host.workloads import WorkloadSpec
+from neonic.sim.compiled import jit
 from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 from neonic.sim.memory_tiers import host_transfer_s
@@ -522,6 +523,10 @@ class ScheduleTemplate:
                         if order.get(self.streams[b], -1) > sa and abs(its_of[a] - its_of[b]) <= 1]
             if partners:
                 self._sharing.append((self._coll_slot[a], partners))
+        # the same pairs flattened for the compiled kernel: collective a, partners[starts[i]:...]
+        self._share_a = np.array([a for a, _ in self._sharing], dtype=np.int64)
+        self._share_starts = np.cumsum([0] + [len(p) for _, p in self._sharing]).astype(np.int64)
+        self._share_b = np.array([b for _, p in self._sharing for b in p], dtype=np.int64)
         self.iterations = its
 
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
@@ -537,20 +542,8 @@ class ScheduleTemplate:
         (a bucket's AllReduce beside the gradient AlltoAll, both beside an input AlltoAll) the
         three-way share is priced as two pairwise ones."""
         extra = np.zeros_like(base)
-        for a, partners in self._sharing:
-            t = S[a].copy()                 # the input AlltoAll's clock
-            left = base[a].copy()           # its work left
-            for b in partners:
-                alone = np.clip(S[b] - t, 0.0, None)
-                done = np.minimum(left, alone)
-                left = left - done
-                t = np.maximum(t, S[b])
-                both = np.where(S[b] + base[b] > t, np.minimum(left, S[b] + base[b] - t), 0.0)
-                both = np.clip(both, 0.0, None)
-                extra[a] += both
-                extra[b] += both
-                left = left - both
-                t = t + 2 * both
+        _shared_extra_kernel(self._share_a, self._share_starts, self._share_b, np.ascontiguousarray(S, dtype=np.float64),
+                             np.ascontiguousarray(base, dtype=np.float64), extra)
         return extra
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
@@ -623,6 +616,35 @@ class ScheduleTemplate:
         w = self.spec.warmup
         lo = it_end[w - 1] if w > 0 else 0.0
         return (it_end[-1] - lo) / self.spec.iterations
+
+
+@jit(cache=True, nogil=True)
+def _shared_extra_kernel(share_a, starts, share_b, S, base, extra):  # pragma: no cover - compiled
+    """:meth:`ScheduleTemplate._shared_extra` for every candidate column ``j`` (the same
+    arithmetic, element by element: clip, minimum, maximum, where)."""
+    T = S.shape[1]
+    for i in range(share_a.shape[0]):
+        a = share_a[i]
+        for j in range(T):
+            t = S[a, j]  # the input AlltoAll's clock
+            left = base[a, j]  # its work left
+            for q in range(starts[i], starts[i + 1]):
+                b = share_b[q]
+                alone = S[b, j] - t
+                alone = alone if alone > 0.0 else 0.0
+                done = left if left < alone else alone
+                left = left - done
+                t = t if t > S[b, j] else S[b, j]
+                end_b = S[b, j] + base[b, j]
+                both = 0.0
+                if end_b > t:
+                    rest = end_b - t
+                    both = left if left < rest else rest
+                both = both if both > 0.0 else 0.0
+                extra[a, j] += both
+                extra[b, j] += both
+                left = left - both
+                t = t + 2 * both
 
 
 def dense_phase_s(dense: DenseCosts, mode: str) -> dict[str, float]:

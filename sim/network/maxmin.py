@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from neonic.sim.compiled import HAVE_NUMBA, jit
+
 __all__ = ["FlowLinkIndex", "FlowMajorIndex", "LinkEntries", "link_levels", "rates_from_levels", "maxmin_rates", "maxmin_rates_fast",
            "maxmin_rates_fm", "maxmin_rates_parts", "HAVE_NUMBA"]
 
@@ -150,27 +152,6 @@ def maxmin_rates(
 # every read is sequential), and each round finds its minimum share with a vectorisable scan of
 # the live links' shares kept in a dense array. Ties: every live link whose share is within
 # ``_REL_TOL`` of the minimum saturates in the same round, at the minimum.
-import os
-
-try:  # numba is a dependency; NEONIC_NO_NUMBA runs the same kernels as plain Python (slow)
-    if os.environ.get("NEONIC_NO_NUMBA"):
-        raise ImportError("disabled by NEONIC_NO_NUMBA")
-    from numba import njit as _njit
-except ImportError:  # pragma: no cover - exercised only without numba
-    _njit = None
-
-HAVE_NUMBA = _njit is not None
-
-
-def jit(*args, **kwargs):
-    """``numba.njit`` when numba is enabled, else the function itself (identical arithmetic)."""
-    if _njit is not None:
-        return _njit(*args, **kwargs)
-    if args and callable(args[0]):
-        return args[0]
-    return lambda fn: fn
-
-
 @jit(cache=True, nogil=True, fastmath=True)
 def _block_min(a, lo, hi):  # pragma: no cover - compiled
     """min(a[lo:hi]) (exact in any order; eight accumulators so that it vectorises)."""
