@@ -131,9 +131,14 @@ def _retire_np(cand, pred, alive, rem, rate, mult, now):
     return c, sr, srt
 
 
-def _step_np(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest):
+def _step_np(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest, has_levels, links, level, order):
     """For the live classes: drain ``rate_old * dt``, credit ``span``, predict; returns (t_min,
-    t_max, candidates): a superset of the classes that can end by the next recompute."""
+    t_max, candidates): a superset of the classes that can end by the next recompute. With
+    ``has_levels`` the new rates are first derived from the solver's link levels into ``rate``."""
+    if has_levels:
+        from .maxmin import rates_from_levels
+
+        rates_from_levels(links, alive, level, order, out=rate)
     if dt:
         rem[alive] -= rate_old[alive] * dt
         np.maximum(rem, 0.0, out=rem)
@@ -183,8 +188,11 @@ if HAVE_NUMBA:
         return max(np.ceil(t + coalesce * max(t - youngest, 0.0)), now + 1.0)
 
     @njit(cache=True, nogil=True)
-    def _step_nb(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest):  # pragma: no cover
+    def _step_nb(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest, has_levels, links, level,
+                 order):  # pragma: no cover
         C = alive.shape[0]
+        H = links.shape[1]
+        big = np.iinfo(np.int64).max
         cand = np.empty(C, dtype=np.int64)
         n = 0
         t_min = np.inf
@@ -193,7 +201,19 @@ if HAVE_NUMBA:
         for c in range(C):
             if not alive[c]:
                 pred[c] = np.inf
+                if has_levels:
+                    rate[c] = 0.0
                 continue
+            if has_levels:  # the rate: the level of the first of its links to saturate
+                best = big
+                x = np.inf
+                for h in range(H):
+                    k = links[c, h]
+                    o = order[k]
+                    if o < best:
+                        best = o
+                        x = level[k]
+                rate[c] = x
             r = rem[c]
             if dt != 0:
                 r = r - rate_old[c] * dt

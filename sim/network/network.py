@@ -122,6 +122,7 @@ class Network:
         self._pending: list[FlowGroup] = []
         self._t_last = engine.now
         self._dt = 0.0  # length of the window that ended at the last recompute
+        self._levels: tuple[np.ndarray, np.ndarray] | None = None  # a lone group's link levels
         self._recompute_event: EventHandle | None = None
         self._recompute_at: int | None = None
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
@@ -349,7 +350,11 @@ class Network:
                 g._index = LinkEntries(cl.q_links, g._factor, cl.lclass_capacity, cl.q_weight)
                 g._index.set_alive(g._alive)  # afterwards kept by kill() as classes finish
             level, order = link_levels(g._index, cl.lclass_wire, cl.lclass_capacity)
-            g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
+            if self._throttle is None:  # the rates are derived in _predict's pass over the classes
+                g._rate = np.empty(g._alive.size)
+                self._levels = (level, order)
+            else:
+                g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
             self.solved_classes += g._remaining
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
         else:
@@ -470,13 +475,17 @@ class Network:
         t_min = math.inf
         last: list[float] = []
         youngest = float(max(g.start_ps for g in groups))
+        levels, self._levels = self._levels, None
+        no = np.zeros(1, dtype=np.int64)
         for g in groups:
             # the groups that were running drain their past window at their old rates, get the
             # credit, and predict; new groups only predict
             old = previous.get(id(g))
             t, t_last, g._cand = K.step(g._alive, g._rem, g._rate if old is None else old,
                                         self._dt if old is not None else 0.0, span if old is not None else 0.0,
-                                        float(now), g._rate, g._pred, self.coalesce_rel, youngest)
+                                        float(now), g._rate, g._pred, self.coalesce_rel, youngest,
+                                        levels is not None, g._cls.q_links if levels else g._links,
+                                        levels[0] if levels else g._pred, levels[1] if levels else no)
             last.append(t_last)
             if t < t_min:
                 t_min = t
