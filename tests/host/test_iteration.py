@@ -188,3 +188,28 @@ def test_planner_template_holds_the_buckets_of_the_simulated_run():
     keys = [k for k in times if k.startswith("allreduce#")]
     assert len(keys) == len(ars)
     assert [times[k] for k in keys] == pytest.approx([op.payload.estimate_s for op in ars])
+
+
+def test_the_compiled_network_sharing_is_the_pairwise_fluid_model():
+    """ScheduleTemplate._shared_extra (compiled) computes, for every candidate, the pairwise
+    fluid model its docstring states, written here with numpy."""
+    spec = IterationSpec(warmup=2, iterations=3)
+    t = ScheduleTemplate(spec)
+    rng = np.random.default_rng(9)
+    C, T = len(t._coll_slot), 7
+    S = rng.uniform(0, 1e-2, (C, T))
+    base = rng.uniform(0, 5e-3, (C, T))
+    ref = np.zeros_like(base)
+    for a, partners in t._sharing:
+        clock, left = S[a].copy(), base[a].copy()
+        for b in partners:
+            done = np.minimum(left, np.clip(S[b] - clock, 0.0, None))
+            left = left - done
+            clock = np.maximum(clock, S[b])
+            both = np.clip(np.where(S[b] + base[b] > clock, np.minimum(left, S[b] + base[b] - clock), 0.0), 0.0, None)
+            ref[a] += both
+            ref[b] += both
+            left = left - both
+            clock = clock + 2 * both
+    assert t._sharing
+    np.testing.assert_array_equal(t._shared_extra(S, base), ref)
