@@ -591,24 +591,6 @@ class ScheduleTemplate:
             left = left - span * fa
             t = t + span
         return extra
-        a, part, valid = self._sharing_arrays
-        t = S[a].copy()                     # each input AlltoAll's clock
-        left = base[a].copy()               # its work left
-        for j in range(part.shape[1]):      # partners in graph order, every collective at once
-            b = part[:, j]
-            ok = (valid[:, j] & (weight[a] > 0) & (weight[b] > 0))[:, None]  # a NIC-less one shares nothing
-            sb = S[b]
-            eb = sb + base[b]
-            alone = np.maximum(sb - t, 0.0)
-            left = left - np.where(ok, np.minimum(left, alone), 0.0)
-            t = np.where(ok, np.maximum(t, sb), t)
-            both = np.where(ok & (eb > t), np.minimum(left, eb - t), 0.0)
-            both = np.maximum(both, 0.0)
-            np.add.at(extra, a, both)
-            np.add.at(extra, b, both)
-            left = left - both
-            t = t + 2 * both
-        return extra
 
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
                    cdem: dict[int, np.ndarray]) -> dict[int, list[tuple[int, np.ndarray, np.ndarray]]]:

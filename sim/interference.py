@@ -261,6 +261,10 @@ class GPUDevice:
         self._hbm_busy = 0.0
         self._net = None
         self._ncomm = 0
+        # set by couple(): a (2, n) array the network's throttle reads without visiting every
+        # GPU: row 0 this GPU's running collectives, row 1 its collectives' fraction (_comm_rate)
+        self._board: np.ndarray | None = None
+        self._slot = 0
         self._plan: tuple[bool, float, float, float, float] = (True, 0.0, 0, 0.0, 0.0)
 
     # ---------------------------------------------------------------------------- public API
@@ -305,6 +309,8 @@ class GPUDevice:
                     reduce_fraction=float(reduce_fraction))
         self.collectives += 1
         self._ncomm += 1
+        if self._board is not None:
+            self._board[0, self._slot] = self._ncomm
         self._advance()
         self._ks.append(k)
         self._update()
@@ -451,6 +457,8 @@ class GPUDevice:
         k.alive = False
         if k.kind == "comm":
             self._ncomm -= 1
+            if self._board is not None:
+                self._board[0, self._slot] = self._ncomm
         self._ks.remove(k)
         for t in list(self._transfers):
             if t.donor is k:
@@ -511,6 +519,8 @@ class GPUDevice:
             else:
                 k.rate = r
         self._comm_rate = comm_cap if moving else 1.0
+        if self._board is not None:
+            self._board[1, self._slot] = self._comm_rate
         # what set_traffic needs to skip a re-plan while HBM does not bind
         self._plan = (math.isinf(level), compute_use, compute_busy, held, rf)
 
@@ -528,6 +538,8 @@ class GPUDevice:
             return False
         self._comm_hbm = hbm
         self._comm_rate = 1.0
+        if self._board is not None:
+            self._board[1, self._slot] = 1.0
         return True
 
     def _update(self) -> None:
@@ -657,25 +669,30 @@ def couple(net, gpus: Sequence[GPUDevice]) -> None:
         raise ValueError(f"gpus: expected at most {net.topology.num_gpus} GPUs for this topology, got {len(gpus)}")
     n = len(gpus)
     last = np.zeros((2, n))
+    board = np.zeros((2, n))  # per GPU: running collectives, their fraction (kept by the GPUs)
 
     def throttle(tx: np.ndarray, rx: np.ndarray) -> np.ndarray | None:
         t = tx[:n] * 1e12  # bytes/ps -> bytes/s
         r = rx[:n] * 1e12
-        comm = np.fromiter((g._ncomm > 0 for g in gpus), dtype=bool, count=n)
+        comm = board[0] > 0
         changed = (np.abs(t - last[0]) > _RETUNE * np.maximum(t, last[0])) | \
                   (np.abs(r - last[1]) > _RETUNE * np.maximum(r, last[1]))
-        for i in np.flatnonzero(changed):
-            g = gpus[i]
-            last[0, i], last[1, i] = t[i], r[i]
-            if comm[i]:
-                g.set_traffic(float(t[i]), float(r[i]))
-            else:  # traffic costs nothing on a GPU without a collective kernel: remember it
-                g._tx, g._rx = float(t[i]), float(r[i])
+        idx = np.flatnonzero(changed)
+        if idx.size:
+            last[0, idx] = t[idx]
+            last[1, idx] = r[idx]
+            for i, ti, ri, ci in zip(idx.tolist(), t[idx].tolist(), r[idx].tolist(), comm[idx].tolist()):
+                g = gpus[i]
+                if ci:
+                    g.set_traffic(ti, ri)
+                else:  # traffic costs nothing on a GPU without a collective kernel: remember it
+                    g._tx, g._rx = ti, ri
         scale = np.ones(tx.size)
-        for i in np.flatnonzero(comm):
-            scale[i] = gpus[i]._comm_rate
+        scale[:n] = np.where(comm, board[1], 1.0)
         return scale if np.any(scale < 1.0) else None
 
-    for g in gpus:
+    for i, g in enumerate(gpus):
         g._net = net
+        g._board, g._slot = board, i
+        board[0, i], board[1, i] = g._ncomm, g._comm_rate
     net.set_throttle(throttle)

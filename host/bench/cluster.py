@@ -24,6 +24,9 @@ Figures (measured when the command runs):
                                       matrices are uneven, so the network solves per flow: 16.8M
                                       flows per AlltoAllv), else null with the reason
 ``*_peak_rss_gib``                    the process's peak resident memory after that run
+``*_iteration_cpu_s``                 the same run's CPU seconds per simulated iteration (what the
+                                      wall time would be on an idle core; a shared machine
+                                      inflates wall times)
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ def _one(ctx: BenchContext, preset: str, label: str, **overrides) -> dict[str, f
     import neonic.sim.network.network  # noqa: F401
 
     t0 = time.perf_counter()
+    c0 = time.process_time()
     result = ClusterRun(scenario, progress=progress).run()
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     simulated = scenario.warmup + scenario.iterations
     m = result.metrics
     split = m.get("wall_breakdown_s", {})
@@ -64,6 +69,7 @@ def _one(ctx: BenchContext, preset: str, label: str, **overrides) -> dict[str, f
                  f"{wall:.1f} s wall for {simulated} iterations (planning {planning:.1f} s, engine {engine:.1f} s)")
     return {
         f"{label}_iteration_wall_s": wall / simulated,
+        f"{label}_iteration_cpu_s": cpu / simulated,
         f"{label}_planning_wall_s": planning,
         f"{label}_engine_wall_s_per_iteration": engine / simulated,
         f"{label}_other_wall_s": wall - planning - engine,

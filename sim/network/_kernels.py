@@ -1,7 +1,9 @@
 """Per-flow bookkeeping of :class:`sim.network.network.Network`, compiled when numba is present.
 
 Each function has a numpy twin with identical results; the compiled form avoids a dozen O(F)
-temporary arrays per recompute, which dominate at a million flows.
+temporary arrays per recompute, which dominate at a million flows. Per recompute a group costs
+one pass over its classes (:func:`step`: drain, credit, predict, and the candidates that may end
+by the next recompute); retiring (:func:`retire`) and marking touch only those.
 """
 
 from __future__ import annotations
@@ -12,140 +14,12 @@ import numpy as np
 
 from .maxmin import HAVE_NUMBA
 
-__all__ = ["advance", "predict", "mark", "void", "credit", "account", "advance_cls", "mark_cls", "void_cls"]
-
-
-def _advance_np(pred, alive, rem, rate, now, dt, links_fh, acct_fh, factor, wire, nbytes, link_bytes, link_wire):
-    done = alive & (pred <= now)
-    n = int(done.sum())
-    sr = float(rate[done].sum()) if n else 0.0
-    srt = float((rate[done] * pred[done]).sum()) if n else 0.0
-    if n:
-        L = link_bytes.size
-        lk = np.concatenate([links_fh[done], acct_fh[done]], axis=1)
-        nb = nbytes[done]
-        fac = factor[done]
-        for h in range(lk.shape[1]):
-            row = lk[:, h]
-            link_bytes += np.bincount(row, nb, minlength=L + 1)[:L]
-            link_wire += np.bincount(row, np.where(wire[row], fac, 1.0) * nb, minlength=L + 1)[:L]
-        alive[done] = False
-        rem[done] = 0.0
-        rate[done] = 0.0
-    if dt:
-        rem[alive] -= rate[alive] * dt
-        np.maximum(rem, 0.0, out=rem)
-    return n, sr, srt
+__all__ = ["account", "mark_cls", "void_cls", "finish_cls", "retire", "step"]
 
 
 def _credit_np(alive, rem, rate_new, rate_old, span):
     gain = np.maximum(rate_new - rate_old, 0.0) * span
     rem[alive] = np.maximum(rem[alive] - gain[alive], 0.0)
-
-
-def _predict_np(alive, rem, rate, now, pred, rate_old, span):
-    if span > 0.0:
-        _credit_np(alive, rem, rate, rate_old, span)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pred[:] = np.where(alive, now + rem / np.where(alive, rate, 1.0), np.inf)
-    return float(pred.min()) if pred.size else math.inf
-
-
-def _mark_np(alive, pred, horizon, lat, orig, finish_ps):
-    fin = alive & (pred <= horizon)
-    if fin.any():
-        finish_ps[orig[fin]] = np.ceil(np.minimum(pred[fin], horizon)).astype(np.int64) + lat[fin]
-    return int(fin.sum())
-
-
-def _void_np(alive, orig, finish_ps):
-    finish_ps[orig[alive]] = -1
-
-
-if HAVE_NUMBA:
-    from numba import njit
-
-    @njit(cache=True, nogil=True)
-    def _advance_nb(pred, alive, rem, rate, now, dt, links_fh, acct_fh, factor, wire, nbytes, link_bytes, link_wire):  # pragma: no cover
-        F, H = links_fh.shape
-        A = acct_fh.shape[1]
-        L = link_bytes.shape[0]
-        n = 0
-        sr = 0.0
-        srt = 0.0
-        for f in range(F):
-            if not alive[f]:
-                continue
-            if pred[f] <= now:
-                n += 1
-                sr += rate[f]
-                srt += rate[f] * pred[f]
-                nb = nbytes[f]
-                for h in range(H):
-                    k = links_fh[f, h]
-                    if k < L:
-                        link_bytes[k] += nb
-                        link_wire[k] += nb * factor[f] if wire[k] else nb
-                for h in range(A):
-                    k = acct_fh[f, h]
-                    if k < L:
-                        link_bytes[k] += nb
-                        link_wire[k] += nb * factor[f] if wire[k] else nb
-                alive[f] = False
-                rem[f] = 0.0
-                rate[f] = 0.0
-            elif dt != 0:
-                r = rem[f] - rate[f] * dt
-                rem[f] = r if r > 0.0 else 0.0
-        return n, sr, srt
-
-    @njit(cache=True, nogil=True)
-    def _credit_nb(alive, rem, rate_new, rate_old, span):  # pragma: no cover
-        for f in range(alive.shape[0]):
-            if alive[f]:
-                d = rate_new[f] - rate_old[f]
-                if d > 0.0:
-                    r = rem[f] - d * span
-                    rem[f] = r if r > 0.0 else 0.0
-
-    @njit(cache=True, nogil=True)
-    def _predict_nb(alive, rem, rate, now, pred, rate_old, span):  # pragma: no cover
-        """Credit (see Network) when ``span`` > 0, then predicted ends; returns the earliest."""
-        t_min = np.inf
-        for f in range(alive.shape[0]):
-            if alive[f]:
-                if span > 0.0:
-                    d = rate[f] - rate_old[f]
-                    if d > 0.0:
-                        r = rem[f] - d * span
-                        rem[f] = r if r > 0.0 else 0.0
-                p = now + rem[f] / rate[f]
-                pred[f] = p
-                if p < t_min:
-                    t_min = p
-            else:
-                pred[f] = np.inf
-        return t_min
-
-    @njit(cache=True, nogil=True)
-    def _mark_nb(alive, pred, horizon, lat, orig, finish_ps):  # pragma: no cover
-        n = 0
-        for f in range(alive.shape[0]):
-            if alive[f] and pred[f] <= horizon:
-                p = pred[f] if pred[f] < horizon else horizon
-                finish_ps[orig[f]] = np.int64(np.ceil(p)) + lat[f]
-                n += 1
-        return n
-
-    @njit(cache=True, nogil=True)
-    def _void_nb(alive, orig, finish_ps):  # pragma: no cover
-        for f in range(alive.shape[0]):
-            if alive[f]:
-                finish_ps[orig[f]] = -1
-
-    advance, predict, mark, void, credit = _advance_nb, _predict_nb, _mark_nb, _void_nb, _credit_nb
-else:  # pragma: no cover
-    advance, predict, mark, void, credit = _advance_np, _predict_np, _mark_np, _void_np, _credit_np
 
 
 # ------------------------------------------------------------------ flow classes (members)
@@ -166,22 +40,6 @@ def _account_np(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nb
         link_wire += np.bincount(row, np.where(wire[row], fac, 1.0) * nb, minlength=L + 1)[:L]
 
 
-def _advance_cls_np(pred, alive, rem, rate, mult, now, dt):
-    """Class-level :func:`advance` without the byte accounting: returns (done classes, sr, srt)."""
-    done = alive & (pred <= now)
-    idx = np.flatnonzero(done)
-    sr = float((rate[idx] * mult[idx]).sum()) if idx.size else 0.0
-    srt = float((rate[idx] * pred[idx] * mult[idx]).sum()) if idx.size else 0.0
-    if idx.size:
-        alive[idx] = False
-        rem[idx] = 0.0
-        rate[idx] = 0.0
-    if dt:
-        rem[alive] -= rate[alive] * dt
-        np.maximum(rem, 0.0, out=rem)
-    return idx, sr, srt
-
-
 def _mark_cls_np(alive, pred, horizon, members, starts, lat, orig, finish_ps):
     fin = np.flatnonzero(alive & (pred <= horizon))
     for c in fin:
@@ -190,12 +48,21 @@ def _mark_cls_np(alive, pred, horizon, members, starts, lat, orig, finish_ps):
     return int(fin.size)
 
 
+def _finish_cls_np(done_cls, pred, members, starts, lat, orig, finish_ps):
+    """Arrival times of the member flows of classes ``done_cls`` that finished at ``pred``."""
+    for c in done_cls:
+        fl = members[starts[c]:starts[c + 1]]
+        finish_ps[orig[fl]] = int(np.ceil(pred[c])) + lat[fl]
+
+
 def _void_cls_np(alive, members, starts, orig, finish_ps):
     for c in np.flatnonzero(alive):
         finish_ps[orig[members[starts[c]:starts[c + 1]]]] = -1
 
 
 if HAVE_NUMBA:
+    from numba import njit
+
 
     @njit(cache=True, nogil=True)
     def _account_nb(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nbytes_f, link_bytes, link_wire):  # pragma: no cover
@@ -219,29 +86,6 @@ if HAVE_NUMBA:
                         link_wire[k] += nb * factor_f[f] if wire[k] else nb
 
     @njit(cache=True, nogil=True)
-    def _advance_cls_nb(pred, alive, rem, rate, mult, now, dt):  # pragma: no cover
-        C = alive.shape[0]
-        out = np.empty(C, dtype=np.int64)
-        n = 0
-        sr = 0.0
-        srt = 0.0
-        for c in range(C):
-            if not alive[c]:
-                continue
-            if pred[c] <= now:
-                out[n] = c
-                n += 1
-                sr += rate[c] * mult[c]
-                srt += rate[c] * pred[c] * mult[c]
-                alive[c] = False
-                rem[c] = 0.0
-                rate[c] = 0.0
-            elif dt != 0:
-                r = rem[c] - rate[c] * dt
-                rem[c] = r if r > 0.0 else 0.0
-        return out[:n], sr, srt
-
-    @njit(cache=True, nogil=True)
     def _mark_cls_nb(alive, pred, horizon, members, starts, lat, orig, finish_ps):  # pragma: no cover
         n = 0
         for c in range(alive.shape[0]):
@@ -255,12 +99,150 @@ if HAVE_NUMBA:
         return n
 
     @njit(cache=True, nogil=True)
+    def _finish_cls_nb(done_cls, pred, members, starts, lat, orig, finish_ps):  # pragma: no cover
+        for i in range(done_cls.shape[0]):
+            c = done_cls[i]
+            t = np.int64(np.ceil(pred[c]))
+            for e in range(starts[c], starts[c + 1]):
+                f = members[e]
+                finish_ps[orig[f]] = t + lat[f]
+
+    @njit(cache=True, nogil=True)
     def _void_cls_nb(alive, members, starts, orig, finish_ps):  # pragma: no cover
         for c in range(alive.shape[0]):
             if alive[c]:
                 for e in range(starts[c], starts[c + 1]):
                     finish_ps[orig[members[e]]] = -1
 
-    account, advance_cls, mark_cls, void_cls = _account_nb, _advance_cls_nb, _mark_cls_nb, _void_cls_nb
+    account, mark_cls, void_cls, finish_cls = _account_nb, _mark_cls_nb, _void_cls_nb, _finish_cls_nb
 else:  # pragma: no cover
-    account, advance_cls, mark_cls, void_cls = _account_np, _advance_cls_np, _mark_cls_np, _void_cls_np
+    account, mark_cls, void_cls, finish_cls = _account_np, _mark_cls_np, _void_cls_np, _finish_cls_np
+
+
+# ------------------------------------------------ retire candidates, fused advance + predict
+def _retire_np(cand, pred, alive, rem, rate, mult, now):
+    """Classes among ``cand`` (ascending) predicted to end by ``now``: retired; (done, sr, srt)."""
+    c = cand[alive[cand] & (pred[cand] <= now)]
+    sr = float((rate[c] * mult[c]).sum()) if c.size else 0.0
+    srt = float((rate[c] * pred[c] * mult[c]).sum()) if c.size else 0.0
+    alive[c] = False
+    rem[c] = 0.0
+    rate[c] = 0.0
+    return c, sr, srt
+
+
+def _step_np(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest, has_levels, links, level, order):
+    """For the live classes: drain ``rate_old * dt``, credit ``span``, predict; returns (t_min,
+    t_max, candidates): a superset of the classes that can end by the next recompute. With
+    ``has_levels`` the new rates are first derived from the solver's link levels into ``rate``."""
+    if has_levels:
+        from .maxmin import rates_from_levels
+
+        rates_from_levels(links, alive, level, order, out=rate)
+    if dt:
+        rem[alive] -= rate_old[alive] * dt
+        np.maximum(rem, 0.0, out=rem)
+    if span > 0.0:
+        _credit_np(alive, rem, rate, rate_old, span)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pred[:] = np.where(alive, now + rem / np.where(alive, rate, 1.0), np.inf)
+    if not alive.any():
+        return math.inf, -math.inf, np.empty(0, dtype=np.int64)
+    t_min = float(pred.min())
+    t_max = float(pred[alive].max())
+    bound = _horizon(t_min, now, coalesce, youngest)
+    return t_min, t_max, np.flatnonzero(alive & (pred <= bound))
+
+
+def _horizon(t_min, now, coalesce, youngest):
+    """The next recompute for an earliest end ``t_min`` (see Network._predict)."""
+    if not math.isfinite(t_min):
+        return now
+    return max(math.ceil(t_min + coalesce * max(t_min - youngest, 0.0)), now + 1)
+
+
+if HAVE_NUMBA:
+
+    @njit(cache=True, nogil=True)
+    def _retire_nb(cand, pred, alive, rem, rate, mult, now):  # pragma: no cover
+        out = np.empty(cand.shape[0], dtype=np.int64)
+        n = 0
+        sr = 0.0
+        srt = 0.0
+        for i in range(cand.shape[0]):
+            c = cand[i]
+            if alive[c] and pred[c] <= now:
+                out[n] = c
+                n += 1
+                sr += rate[c] * mult[c]
+                srt += rate[c] * pred[c] * mult[c]
+                alive[c] = False
+                rem[c] = 0.0
+                rate[c] = 0.0
+        return out[:n], sr, srt
+
+    @njit(cache=True, nogil=True)
+    def _bound_nb(t, now, coalesce, youngest):  # pragma: no cover
+        if not np.isfinite(t):
+            return np.inf  # no end known yet: everything is a candidate
+        return max(np.ceil(t + coalesce * max(t - youngest, 0.0)), now + 1.0)
+
+    @njit(cache=True, nogil=True)
+    def _step_nb(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest, has_levels, links, level,
+                 order):  # pragma: no cover
+        C = alive.shape[0]
+        H = links.shape[1]
+        big = np.iinfo(np.int64).max
+        cand = np.empty(C, dtype=np.int64)
+        n = 0
+        t_min = np.inf
+        t_max = -np.inf
+        bound = np.inf
+        for c in range(C):
+            if not alive[c]:
+                pred[c] = np.inf
+                if has_levels:
+                    rate[c] = 0.0
+                continue
+            if has_levels:  # the rate: the level of the first of its links to saturate
+                best = big
+                x = np.inf
+                for h in range(H):
+                    k = links[c, h]
+                    o = order[k]
+                    if o < best:
+                        best = o
+                        x = level[k]
+                rate[c] = x
+            r = rem[c]
+            if dt != 0:
+                r = r - rate_old[c] * dt
+                r = r if r > 0.0 else 0.0
+            if span > 0.0:
+                d = rate[c] - rate_old[c]
+                if d > 0.0:
+                    r = r - d * span
+                    r = r if r > 0.0 else 0.0
+            rem[c] = r
+            p = now + r / rate[c]
+            pred[c] = p
+            if p < t_min:
+                t_min = p
+                bound = _bound_nb(t_min, now, coalesce, youngest)
+            if p > t_max or p != p:
+                t_max = p
+            if p <= bound:
+                cand[n] = c
+                n += 1
+        # drop the early ones the final bound excludes
+        bound = _bound_nb(t_min, now, coalesce, youngest)
+        j = 0
+        for i in range(n):
+            if pred[cand[i]] <= bound:
+                cand[j] = cand[i]
+                j += 1
+        return t_min, t_max, cand[:j].copy()
+
+    retire, step = _retire_nb, _step_nb
+else:  # pragma: no cover
+    retire, step = _retire_np, _step_np

@@ -85,6 +85,7 @@ class CollectiveHandle:
             for d in p.deps:
                 self._children[d].append(i)
         self._left = len(phases)
+        self._routes: dict[tuple[bytes, bytes], Any] = {}  # routes by (src, dst) of its phases
 
     @property
     def done(self) -> bool:
@@ -119,7 +120,13 @@ class CollectiveHandle:
         L = topo.num_links
         route = None
         if p.src.size:
-            route = topo.route(p.src, p.dst, p.nbytes)
+            # phases of one collective often repeat their pairs (ring steps): route them once
+            key = (p.src.tobytes(), p.dst.tobytes())
+            known = self._routes.get(key)
+            if known is None:
+                route = self._routes[key] = topo.route(p.src, p.dst, p.nbytes)
+            else:
+                route = topo.resized(known, p.nbytes)
             self.link_bytes += topo.payload_loads(route, p.nbytes)[:L]
             self.link_wire_bytes += topo.link_loads(route, p.nbytes)[:L]
         self.groups[i] = self.net.start_flows(p.src, p.dst, p.nbytes, self._phase_done, tag=(self, i), route=route)

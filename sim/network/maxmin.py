@@ -14,13 +14,20 @@ Cost: each round does O(L) work on the link arrays (a few thousand entries) plus
 flows it freezes, found through a link -> flow index (CSR) built once per flow set
 (:class:`FlowLinkIndex`). Each flow is touched O(H) times per solve, so a solve costs
 O(F * H + rounds * L) with small constants; no per-round pass over all flows.
+
+:func:`maxmin_rates` is the numpy reference; the simulator uses the link-level form below
+(:class:`LinkEntries`, :func:`link_levels`, :func:`rates_from_levels`), the same algorithm
+organised so that its inner loops read memory sequentially (tested equal within 1e-9).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FlowLinkIndex", "FlowMajorIndex", "maxmin_rates", "maxmin_rates_fast", "maxmin_rates_fm", "maxmin_rates_parts", "HAVE_NUMBA"]
+from neonic.sim.compiled import HAVE_NUMBA, jit
+
+__all__ = ["FlowLinkIndex", "FlowMajorIndex", "LinkEntries", "link_levels", "rates_from_levels", "maxmin_rates", "maxmin_rates_fast",
+           "maxmin_rates_fm", "maxmin_rates_parts", "HAVE_NUMBA"]
 
 _REL_TOL = 1e-12
 
@@ -134,169 +141,332 @@ def maxmin_rates(
     return rates
 
 
-# ------------------------------------------------------------------- compiled (optional)
-import os
+# ------------------------------------------------------------------- compiled (link levels)
+#
+# The compiled solver is the same progressive filling organised around *link levels*: a flow's
+# rate is the share ``s_min`` of the round in which the first of its links saturates, so the
+# filling only needs, per link, the level it saturated at and the order it was processed in;
+# rates follow in one pass over the flows (``rate = level of its first-processed link``). The
+# filling visits each (live flow, hop) entry once through a link -> entry index whose rows copy
+# the flow's whole path (so "is this flow frozen?" is a look-up of its other links' flags, and
+# every read is sequential), and each round finds its minimum share with a vectorisable scan of
+# the live links' shares kept in a dense array. Ties: every live link whose share is within
+# ``_REL_TOL`` of the minimum saturates in the same round, at the minimum.
+@jit(cache=True, nogil=True, fastmath=True)
+def _block_min(a, lo, hi):  # pragma: no cover - compiled
+    """min(a[lo:hi]) (exact in any order; eight accumulators so that it vectorises)."""
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = np.inf
+    i = lo
+    while i + 8 <= hi:
+        m0 = min(m0, a[i])
+        m1 = min(m1, a[i + 1])
+        m2 = min(m2, a[i + 2])
+        m3 = min(m3, a[i + 3])
+        m4 = min(m4, a[i + 4])
+        m5 = min(m5, a[i + 5])
+        m6 = min(m6, a[i + 6])
+        m7 = min(m7, a[i + 7])
+        i += 8
+    while i < hi:
+        m0 = min(m0, a[i])
+        i += 1
+    return min(min(min(m0, m1), min(m2, m3)), min(min(m4, m5), min(m6, m7)))
 
-try:  # numba is optional: the same algorithm compiled, ~100x fewer interpreter round trips
-    if os.environ.get("NEONIC_NO_NUMBA"):
-        raise ImportError("disabled by NEONIC_NO_NUMBA")
-    from numba import njit as _njit
-except ImportError:  # pragma: no cover - exercised only without numba
-    _njit = None
 
-HAVE_NUMBA = _njit is not None
-
-if HAVE_NUMBA:
-
-    @_njit(cache=True, nogil=True, inline="always")
-    def _load_part(links_fh, factor, frozen, weight, has_w, wire, load, count):  # pragma: no cover
-        F, H = links_fh.shape
-        for f in range(F):
-            if frozen[f]:
+@jit(cache=True, nogil=True)
+def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cover - compiled
+    """Counting sort of the (flow, hop) entries on finite-capacity links by link. Per entry: its
+    flow, the flow's *other* finite hops (``oth``, padded with the scratch index L), its factor,
+    and with weights its multiplicity on this hop (column 0) and on the others; ``pos[f, h]`` is
+    the entry of flow f's hop h (-1 on an infinite link)."""
+    F, H = links_fh.shape
+    L = capacity.shape[0]
+    counts = np.zeros(L + 1, dtype=np.int64)
+    for f in range(F):
+        for h in range(H):
+            k = links_fh[f, h]
+            if np.isfinite(capacity[k]):
+                counts[k + 1] += 1
+    starts = np.cumsum(counts)
+    fill = starts[:-1].copy()
+    E = starts[L]
+    O = max(H - 1, 1)
+    ent_flow = np.empty(E, dtype=np.int64)
+    oth = np.full((E, O), L, dtype=np.int32)
+    ent_fac = np.empty(E)
+    mw = np.ones((E if has_w else 1, H))
+    pos = np.full((F, H), -1, dtype=np.int64)
+    for f in range(F):
+        for h in range(H):
+            k = links_fh[f, h]
+            if not np.isfinite(capacity[k]):
                 continue
-            fac = factor[f]
-            for h in range(H):
-                k = links_fh[f, h]
-                w = fac if wire[k] else 1.0
-                if has_w:
-                    w *= weight[f, h]
-                load[k] += w
-                count[k] += 1
-
-    @_njit(cache=True, nogil=True, inline="always")
-    def _freeze_link(l, s_min, ent_links, factor, frozen, starts, order, rates, weight, has_w, wire, load, cap, count, share):  # pragma: no cover
-        """Freeze every unfrozen flow of one part on bottleneck link ``l`` at ``s_min``.
-        ``ent_links[e]`` is the hop list of entry e's flow, stored in index order so that this
-        loop reads the links sequentially (the flows of a link are scattered in memory)."""
-        H = ent_links.shape[1]
-        for e in range(starts[l], starts[l + 1]):
-            f = order[e] // H
-            if frozen[f]:
-                continue
-            frozen[f] = True
-            rates[f] = s_min
-            fac = factor[f]
-            for h in range(H):
-                k = ent_links[e, h]
-                w = fac if wire[k] else 1.0
-                if has_w:
-                    w *= weight[f, h]
-                load[k] -= w
-                cap[k] -= w * s_min
-                count[k] -= 1
-                if k != l and np.isfinite(share[k]):
-                    if count[k] <= 0:
-                        share[k] = np.inf
-                    else:
-                        c = cap[k] if cap[k] > 0.0 else 0.0
-                        share[k] = c / (load[k] if load[k] > 1e-300 else 1e-300)
-
-    @_njit(cache=True, nogil=True)
-    def _maxmin_parts(links_a, factor_a, frozen_a, starts_a, order_a, ent_a, rates_a, weight_a, has_w,
-                      links_b, factor_b, frozen_b, starts_b, order_b, ent_b, rates_b, wire, capacity):  # pragma: no cover
-        """Sequential progressive filling over two flow sets sharing the links (part ``b`` has no
-        weights; it may be empty): each keeps its own (F, H) links and link -> entry index
-        (entries f*H+h), so a large set's index is built once and reused across solves."""
-        L = capacity.shape[0]
-        load = np.zeros(L)
-        count = np.zeros(L, dtype=np.int64)
-        _load_part(links_a, factor_a, frozen_a, weight_a, has_w, wire, load, count)
-        _load_part(links_b, factor_b, frozen_b, weight_a, False, wire, load, count)
-        cap = capacity.copy()
-        share = np.full(L, np.inf)
-        live = np.empty(L, dtype=np.int64)  # links that still carry unfrozen flows
-        n_live = 0
-        for k in range(L):
-            if count[k] > 0 and np.isfinite(cap[k]):
-                share[k] = cap[k] / load[k]
-                live[n_live] = k
-                n_live += 1
-        picked = np.empty(L, dtype=np.int64)
-        while n_live > 0:
-            # one pass: drop dead links, find the minimum share and the links at it
-            s_min = np.inf
-            n_pick = 0
+            e = fill[k]
+            fill[k] += 1
+            ent_flow[e] = f
+            ent_fac[e] = factor[f]
+            pos[f, h] = e
+            if has_w:
+                mw[e, 0] = weight[f, h]
             j = 0
-            for i in range(n_live):
-                k = live[i]
-                sk = share[k]
-                if not np.isfinite(sk):
+            for h2 in range(H):
+                if h2 == h:
                     continue
-                live[j] = k
-                j += 1
-                if sk < s_min * (1.0 - 1e-12):
-                    s_min = sk
-                    n_pick = 0
-                    picked[n_pick] = k
-                    n_pick += 1
-                elif sk <= s_min * (1.0 + 1e-12):
-                    picked[n_pick] = k
-                    n_pick += 1
-            n_live = j
-            if n_pick == 0:
+                k2 = links_fh[f, h2]
+                if np.isfinite(capacity[k2]):
+                    oth[e, j] = k2
+                    if has_w:
+                        mw[e, j + 1] = weight[f, h2]
+                    j += 1
+    return starts, ent_flow, oth, ent_fac, mw, pos
+
+
+@jit(cache=True, nogil=True)
+def _entries_kill(pos, flows, ent_alive):  # pragma: no cover - compiled
+    for i in range(flows.shape[0]):
+        f = flows[i]
+        for h in range(pos.shape[1]):
+            e = pos[f, h]
+            if e >= 0:
+                ent_alive[e] = False
+
+
+@jit(cache=True, nogil=True)
+def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, load, count):  # pragma: no cover - compiled
+    for l in range(starts.shape[0] - 1):
+        wl = wire[l]
+        ld = 0.0
+        c = 0
+        for e in range(starts[l], starts[l + 1]):
+            a = ent_alive[e]
+            w = ent_fac[e] if wl else 1.0
+            if has_w:
+                w *= mw[e, 0]
+            ld += w * a  # branch-free: a finished flow adds an exact zero
+            c += a
+        load[l] += ld
+        count[l] += c
+
+
+@jit(cache=True, nogil=True)
+def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, cap, count, dirty, touched,
+            n_touched):  # pragma: no cover - compiled
+    """Freeze the live, unfrozen flows of one part crossing link ``l`` at level ``s``: take their
+    load off their other links, listed once per round in ``touched`` (shares refreshed after)."""
+    O = oth.shape[1]
+    for e in range(starts[l], starts[l + 1]):
+        if not ent_alive[e]:
+            continue
+        frozen = False
+        for j in range(O):
+            if proc[oth[e, j]]:
+                frozen = True
+        if frozen:
+            continue
+        fac = ent_fac[e]
+        for j in range(O):
+            k = oth[e, j]
+            w = fac if wire[k] else 1.0
+            if has_w:
+                w *= mw[e, j + 1]
+            load[k] -= w
+            cap[k] -= w * s
+            count[k] -= 1
+            if not dirty[k]:
+                dirty[k] = True
+                touched[n_touched] = k
+                n_touched += 1
+    return n_touched
+
+
+_BLOCK = 64
+
+
+@jit(cache=True, nogil=True)
+def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # pragma: no cover - compiled
+    """Progressive filling over two parts (``s`` starts, ``o`` other hops, ``c`` factors, ``m``
+    multiplicities of part a when ``has_w``, ``a`` entry alive) sharing the links. Returns per
+    link its level (inf: never saturated) and its processing order."""
+    L = capacity.shape[0]
+    wx = np.zeros(L + 1, dtype=np.bool_)  # index L: the scratch link of padded hops
+    wx[:L] = wire
+    load = np.zeros(L + 1)
+    count = np.zeros(L + 1, dtype=np.int64)
+    _add_loads(sa, ca, ma, has_w, aa, wx, load, count)
+    _add_loads(sb, cb, ma, False, ab, wx, load, count)
+    cap = np.empty(L + 1)
+    cap[:L] = capacity
+    cap[L] = np.inf
+    pos = np.full(L + 1, -1, dtype=np.int64)  # position of a live link in the dense share array
+    psh = np.empty(L)
+    plink = np.empty(L, dtype=np.int64)
+    n = 0
+    for l in range(L):
+        if count[l] > 0 and np.isfinite(cap[l]):
+            pos[l] = n
+            psh[n] = cap[l] / load[l]
+            plink[n] = l
+            n += 1
+    level = np.full(L, np.inf)
+    big = np.iinfo(np.int64).max
+    porder = np.full(L + 1, big, dtype=np.int64)
+    proc = np.zeros(L + 1, dtype=np.bool_)
+    dirty = np.zeros(L + 1, dtype=np.bool_)
+    touched = np.empty(L + 1, dtype=np.int64)
+    picked = np.empty(L, dtype=np.int64)
+    bmin = np.empty(L // _BLOCK + 1)
+    dead = 0
+    seq = 0
+    while n > 0:
+        if 2 * dead > n:  # compact the dense array (order kept)
+            j = 0
+            for i in range(n):
+                if psh[i] != np.inf:
+                    psh[j] = psh[i]
+                    plink[j] = plink[i]
+                    pos[plink[j]] = j
+                    j += 1
+                else:
+                    pos[plink[i]] = -1
+            n = j
+            dead = 0
+            if n == 0:
                 break
-            for i in range(n_pick):
-                l = picked[i]
-                share[l] = np.inf
-                _freeze_link(l, s_min, ent_a, factor_a, frozen_a, starts_a, order_a, rates_a, weight_a, has_w,
-                             wire, load, cap, count, share)
-                _freeze_link(l, s_min, ent_b, factor_b, frozen_b, starts_b, order_b, rates_b, weight_a, False,
-                             wire, load, cap, count, share)
-        for f in range(frozen_a.shape[0]):
-            if not frozen_a[f]:
-                rates_a[f] = np.inf
-        for f in range(frozen_b.shape[0]):
-            if not frozen_b[f]:
-                rates_b[f] = np.inf
-
-    @_njit(cache=True, nogil=True)
-    def _maxmin_compiled(links_fh, factor, wire, capacity, frozen, starts, order, ent_links, rates, weight, has_w):  # pragma: no cover
-        """Sequential progressive filling; ``links_fh`` is (F, H), ``order`` lists entries f*H+h;
-        ``weight`` (F, H) hop multiplicities when ``has_w`` (else ignored)."""
-        H = links_fh.shape[1]
-        L = capacity.shape[0]
-        eb = np.empty((0, H), dtype=links_fh.dtype)
-        _maxmin_parts(links_fh, factor, frozen, starts, order, ent_links, rates, weight, has_w,
-                      eb, np.empty(0), np.empty(0, dtype=np.bool_), np.zeros(L + 1, dtype=np.int64),
-                      np.empty(0, dtype=np.int64), eb, np.empty(0), wire, capacity)
-        return rates
-
-    @_njit(cache=True, nogil=True)
-    def _csr_compiled(links_fh, n_links):  # pragma: no cover
-        F, H = links_fh.shape
-        counts = np.zeros(n_links + 1, dtype=np.int64)
-        for f in range(F):
-            for h in range(H):
-                counts[links_fh[f, h] + 1] += 1
-        starts = np.cumsum(counts)
-        fill = starts[:-1].copy()
-        order = np.empty(F * H, dtype=np.int64)
-        ent = np.empty((F * H, H), dtype=links_fh.dtype)
-        for f in range(F):
-            for h in range(H):
-                k = links_fh[f, h]
-                e = fill[k]
-                order[e] = f * H + h
-                for j in range(H):
-                    ent[e, j] = links_fh[f, j]
-                fill[k] += 1
-        return starts, order, ent
+        nb = (n + _BLOCK - 1) // _BLOCK
+        s_min = np.inf
+        for b in range(nb):
+            m = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
+            bmin[b] = m
+            if m < s_min:
+                s_min = m
+        if s_min == np.inf:
+            break
+        thr = s_min * (1.0 + _REL_TOL)
+        n_pick = 0
+        for b in range(nb):
+            if bmin[b] <= thr:
+                for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
+                    if psh[i] <= thr:
+                        picked[n_pick] = plink[i]
+                        n_pick += 1
+        n_touched = 0
+        for i in range(n_pick):
+            l = picked[i]
+            proc[l] = True
+            level[l] = s_min
+            porder[l] = seq
+            seq += 1
+            n_touched = _freeze(l, s_min, sa, oa, ca, ma, has_w, aa, wx, proc, load, cap, count, dirty, touched,
+                                n_touched)
+            n_touched = _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, dirty, touched,
+                                n_touched)
+        for i in range(n_pick):
+            psh[pos[picked[i]]] = np.inf
+            dead += 1
+        for i in range(n_touched):
+            k = touched[i]
+            dirty[k] = False
+            p = pos[k]
+            if p < 0 or proc[k] or psh[p] == np.inf:
+                continue
+            if count[k] <= 0:
+                psh[p] = np.inf
+                dead += 1
+            else:
+                c = cap[k] if cap[k] > 0.0 else 0.0
+                psh[p] = c / (load[k] if load[k] > 1e-300 else 1e-300)
+    return level[:L], porder[:L]
 
 
-class FlowMajorIndex:
-    """Link -> entry index of a (F, H) links matrix (counting sort); entries are ``f * H + h``."""
+@jit(cache=True, nogil=True)
+def _rates_from_levels(links_fh, alive, level, porder, rates):  # pragma: no cover - compiled
+    """Each live flow's rate: the level of the first of its links to saturate (inf if none)."""
+    F, H = links_fh.shape
+    big = np.iinfo(np.int64).max
+    for f in range(F):
+        best = big
+        r = np.inf
+        for h in range(H):
+            k = links_fh[f, h]
+            o = porder[k]
+            if o < best:
+                best = o
+                r = level[k]
+        rates[f] = r if alive[f] else 0.0
 
-    __slots__ = ("starts", "order", "ent_links")
 
-    def __init__(self, links_fh: np.ndarray, n_links: int) -> None:
-        if HAVE_NUMBA:
-            self.starts, self.order, self.ent_links = _csr_compiled(links_fh, n_links)
-        else:
-            flat = links_fh.ravel()
-            self.order = np.argsort(flat, kind="stable").astype(np.int64)
-            self.ent_links = links_fh[self.order // max(links_fh.shape[1], 1)]
-            self.starts = np.zeros(n_links + 1, dtype=np.int64)
-            np.cumsum(np.bincount(flat, minlength=n_links), out=self.starts[1:])
+_NO_W = np.ones((1, 1))
+
+
+class LinkEntries:
+    """Link -> entry index of a flow-major (F, H) ``links`` matrix, for repeated solves.
+
+    Entries ``starts[l]:starts[l+1]`` are the (flow, hop) pairs on finite link ``l``; each keeps
+    its flow (``flow``), the flow's other finite links (``oth``), its factor (``fac``), its hop
+    multiplicities with ``weight`` (``mw``) and whether the flow is still in the solve
+    (``alive``; :meth:`kill` drops finished flows in O(their hops)). ``pos[f, h]``: the entry of
+    flow ``f``'s hop ``h`` (-1 on an infinite link). Built for one capacity vector (which links
+    are infinite) and one ``weight``.
+    """
+
+    __slots__ = ("starts", "flow", "oth", "fac", "mw", "has_w", "pos", "alive")
+
+    def __init__(self, links_fh: np.ndarray, factor: np.ndarray, capacity: np.ndarray,
+                 weight: np.ndarray | None = None) -> None:
+        links_fh = np.ascontiguousarray(links_fh)
+        self.has_w = weight is not None
+        w = np.ascontiguousarray(weight, dtype=np.float64) if self.has_w else _NO_W
+        self.starts, self.flow, self.oth, self.fac, self.mw, self.pos = _entries_build(
+            links_fh, np.ascontiguousarray(factor, dtype=np.float64), w, self.has_w,
+            np.ascontiguousarray(capacity, dtype=np.float64))
+        self.alive = np.ones(self.flow.size, dtype=np.bool_)
+
+    def kill(self, flows: np.ndarray) -> None:
+        """Drop flows (indices) from later solves."""
+        _entries_kill(self.pos, np.asarray(flows, dtype=np.int64), self.alive)
+
+    def set_alive(self, alive: np.ndarray) -> None:
+        """Make exactly the flows ``alive`` (F,) bool take part."""
+        self.alive = np.ascontiguousarray(alive[self.flow])
+
+
+def _widen(oth: np.ndarray, width: int, pad: int) -> np.ndarray:
+    out = np.full((oth.shape[0], width), pad, dtype=np.int32)
+    out[:, : oth.shape[1]] = oth
+    return out
+
+
+def link_levels(index: LinkEntries, wire: np.ndarray, capacity: np.ndarray,
+                other: LinkEntries | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(level, order) of every link for the live flows of ``index`` (and of ``other``, a second
+    flow set on the same links, without weights): the progressive filling described above."""
+    L = capacity.shape[0]
+    width = index.oth.shape[1]
+    if other is None:
+        ob = (np.zeros(L + 1, dtype=np.int64), np.empty((0, width), dtype=np.int32), np.empty(0),
+              np.empty(0, dtype=np.bool_))
+    else:
+        if other.has_w:
+            raise ValueError("other: expected a flow set without weights")
+        width = max(width, other.oth.shape[1])
+        ob = (other.starts, other.oth if other.oth.shape[1] == width else _widen(other.oth, width, L), other.fac,
+              other.alive)
+        if index.oth.shape[1] < width:
+            index.oth = _widen(index.oth, width, L)
+    return _fill_levels(index.starts, index.oth, index.fac, index.mw, index.has_w, index.alive, *ob,
+                        np.ascontiguousarray(wire, dtype=np.bool_), np.ascontiguousarray(capacity, dtype=np.float64))
+
+
+def rates_from_levels(links_fh: np.ndarray, alive: np.ndarray, level: np.ndarray, order: np.ndarray,
+                      out: np.ndarray | None = None) -> np.ndarray:
+    """Rates of flows ``links_fh`` (0 where not ``alive``) from :func:`link_levels`."""
+    rates = np.empty(links_fh.shape[0]) if out is None else out
+    _rates_from_levels(links_fh, alive, level, order, rates)
+    return rates
+
+
+# kept under its former name: the flow-major index
+FlowMajorIndex = LinkEntries
 
 
 def maxmin_rates_fm(
@@ -306,67 +476,48 @@ def maxmin_rates_fm(
     capacity: np.ndarray,
     *,
     alive: np.ndarray | None = None,
-    index: FlowMajorIndex | None = None,
+    index: LinkEntries | None = None,
     weight: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix (and (F, H) ``weight``);
-    compiled when numba is installed (same algorithm, same results), else the numpy one."""
+    """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix (and (F, H) ``weight``)
+    through the link-level solver (compiled; plain Python under NEONIC_NO_NUMBA). A given
+    ``index`` must have been built from the same links, factors, capacities and weights."""
     n_flows = links_fh.shape[0]
-    if not HAVE_NUMBA:
-        wt = None if weight is None else np.ascontiguousarray(weight.T)
-        rates = maxmin_rates(np.ascontiguousarray(links_fh.T), factor, wire, capacity, alive=alive, weight=wt)
-        return rates
-    rates = np.zeros(n_flows, dtype=np.float64)
     if n_flows == 0:
-        return rates
+        return np.zeros(0)
     if index is None:
-        index = FlowMajorIndex(links_fh, capacity.shape[0])
-    frozen = np.zeros(n_flows, dtype=bool) if alive is None else ~alive
-    has_w = weight is not None
-    w = np.ascontiguousarray(weight, dtype=np.float64) if has_w else np.ones((1, 1))
-    _maxmin_compiled(links_fh, factor, wire, capacity, frozen, index.starts, index.order, index.ent_links, rates, w, has_w)
-    if alive is not None:
-        rates[~alive] = 0.0
-    return rates
+        index = LinkEntries(links_fh, factor, capacity, weight)
+    a = np.ones(n_flows, dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
+    index.set_alive(a)
+    level, order = link_levels(index, wire, capacity)
+    return rates_from_levels(np.ascontiguousarray(links_fh), a, level, order)
 
 
 def maxmin_rates_parts(
     big_links: np.ndarray,
     big_factor: np.ndarray,
     big_alive: np.ndarray,
-    big_index: FlowMajorIndex | None,
+    big_index: LinkEntries | None,
     links_fh: np.ndarray,
     factor: np.ndarray,
     wire: np.ndarray,
     capacity: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Max-min rates of two flow sets solved together (same result as one concatenated solve):
-    a large one (``big_*``, its :class:`FlowMajorIndex` reused across solves, ``big_alive``
+    a large one (``big_*``, its :class:`LinkEntries` reused across solves, ``big_alive``
     marking its live flows) and a small one built on the fly. Returns (rates big, rates small);
     dead flows of the big set get 0."""
-    if not HAVE_NUMBA:
-        n = int(big_alive.sum())
-        rates = maxmin_rates_fm(np.concatenate([big_links[big_alive], links_fh]),
-                                np.concatenate([big_factor[big_alive], factor]), wire, capacity)
-        ra = np.zeros(big_alive.size)
-        ra[big_alive] = rates[:n]
-        return ra, rates[n:]
-    L = capacity.shape[0]
     if big_index is None:
-        big_index = FlowMajorIndex(big_links, L)
-    links_fh = links_fh.astype(big_links.dtype, copy=False)
-    small = FlowMajorIndex(links_fh, L)
-    ra = np.zeros(big_alive.size)
-    rb = np.zeros(links_fh.shape[0])
-    _maxmin_parts(big_links, big_factor, ~big_alive, big_index.starts, big_index.order, big_index.ent_links, ra,
-                  np.ones((1, 1)), False, links_fh, factor, np.zeros(links_fh.shape[0], dtype=bool), small.starts,
-                  small.order, small.ent_links, rb, wire, capacity)
-    ra[~big_alive] = 0.0
+        big_index = LinkEntries(big_links, big_factor, capacity)
+    big_index.set_alive(np.ascontiguousarray(big_alive, dtype=bool))
+    links_fh = np.ascontiguousarray(links_fh.astype(big_links.dtype, copy=False))
+    small = LinkEntries(links_fh, factor, capacity)
+    level, order = link_levels(big_index, wire, capacity, other=small)
+    ra = rates_from_levels(big_links, np.ascontiguousarray(big_alive, dtype=bool), level, order)
+    rb = rates_from_levels(links_fh, np.ones(links_fh.shape[0], dtype=bool), level, order)
     return ra, rb
 
 
 def maxmin_rates_fast(links, factor, wire, capacity, *, alive=None, index=None):
-    """:func:`maxmin_rates` (hop-major input) through the compiled solver when available."""
-    if not HAVE_NUMBA:
-        return maxmin_rates(links, factor, wire, capacity, alive=alive, index=index)
+    """:func:`maxmin_rates` (hop-major input) through the compiled solver."""
     return maxmin_rates_fm(np.ascontiguousarray(links.T), factor, wire, capacity, alive=alive)

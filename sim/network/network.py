@@ -38,7 +38,7 @@ from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .classes import FlowClasses, equitable_classes, identity_classes
-from .maxmin import FlowMajorIndex, maxmin_rates_fm, maxmin_rates_parts
+from .maxmin import LinkEntries, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -54,7 +54,7 @@ class FlowGroup:
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
-        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex",
+        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -68,6 +68,7 @@ class FlowGroup:
         self.on_done = on_done
         self._event: EventHandle | None = None
         self._findex = None  # per-flow link index, for solves shared with other groups
+        self._cand = np.empty(0, dtype=np.int64)  # classes that may end by the next recompute
 
     @property
     def size(self) -> int:
@@ -120,6 +121,8 @@ class Network:
         self._groups: list[FlowGroup] = []  # groups with flows in the solver
         self._pending: list[FlowGroup] = []
         self._t_last = engine.now
+        self._dt = 0.0  # length of the window that ended at the last recompute
+        self._levels: tuple[np.ndarray, np.ndarray] | None = None  # a lone group's link levels
         self._recompute_event: EventHandle | None = None
         self._recompute_at: int | None = None
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
@@ -268,10 +271,17 @@ class Network:
         freed_t = 0.0
         for g in self._groups:
             cl = g._cls
-            done, sr, srt = K.advance_cls(g._pred, g._alive, g._rem, g._rate, g._mult, float(now), float(dt))
+            # the classes predicted to end by now retire (the others drain in _predict)
+            done, sr, srt = K.retire(g._cand, g._pred, g._alive, g._rem, g._rate, g._mult, float(now))
+            g._cand = done[:0]
             if done.size:
                 K.account(done, cl.members, cl.starts, g._links, g._acct, g._factorf, topo.wire, g._nbf,
                           self.link_bytes, self.link_wire_bytes)
+                if g._index is not None:  # finished classes leave the solver's index
+                    g._index.kill(done)
+                # they arrive one route latency after their predicted end (pred <= now <= the
+                # horizon they were predicted under)
+                K.finish_cls(done, g._pred, cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
             g._remaining -= done.size
             freed += sr
             freed_t += srt
@@ -291,6 +301,7 @@ class Network:
             return
         previous = {id(g): g._rate for g in old}
         self._solve(now, previous)
+        self._dt = float(dt)
         # Coalescing left the capacity freed inside the last window idle until now. Credit the
         # flows that existed then with the extra progress their new rates would have made since
         # the (rate-weighted) mean time that capacity was freed; new flows get no credit.
@@ -336,10 +347,14 @@ class Network:
             g = groups[0]
             cl = g._cls
             if g._index is None:
-                g._index = FlowMajorIndex(cl.q_links, cl.lclass_capacity.shape[0])
-            all_alive = g._remaining == g._alive.size
-            g._rate = maxmin_rates_fm(cl.q_links, g._factor, cl.lclass_wire, cl.lclass_capacity,
-                                      alive=None if all_alive else g._alive, index=g._index, weight=cl.q_weight)
+                g._index = LinkEntries(cl.q_links, g._factor, cl.lclass_capacity, cl.q_weight)
+                g._index.set_alive(g._alive)  # afterwards kept by kill() as classes finish
+            level, order = link_levels(g._index, cl.lclass_wire, cl.lclass_capacity)
+            if self._throttle is None:  # the rates are derived in _predict's pass over the classes
+                g._rate = np.empty(g._alive.size)
+                self._levels = (level, order)
+            else:
+                g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
             self.solved_classes += g._remaining
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
         else:
@@ -362,7 +377,7 @@ class Network:
         gb = groups[big]
         if gb._findex is None:
             same = gb._cls.identity and gb._index is not None  # its own index is per flow already
-            gb._findex = gb._index if same else FlowMajorIndex(gb._links, topo.num_links + 1)
+            gb._findex = gb._index if same else LinkEntries(gb._links, gb._factorf, topo.capacity)
         rest = [i for i in range(len(groups)) if i != big]
         links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
         factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
@@ -458,22 +473,33 @@ class Network:
         """Credit, predicted ends, the next recompute, and group completions due before it."""
         groups = self._groups
         t_min = math.inf
-        youngest = -math.inf
+        last: list[float] = []
+        youngest = float(max(g.start_ps for g in groups))
+        levels, self._levels = self._levels, None
+        no = np.zeros(1, dtype=np.int64)
         for g in groups:
+            # the groups that were running drain their past window at their old rates, get the
+            # credit, and predict; new groups only predict
             old = previous.get(id(g))
-            t = K.predict(g._alive, g._rem, g._rate, float(now), g._pred,
-                          g._rate if old is None else old, span if old is not None else 0.0)
+            t, t_last, g._cand = K.step(g._alive, g._rem, g._rate if old is None else old,
+                                        self._dt if old is not None else 0.0, span if old is not None else 0.0,
+                                        float(now), g._rate, g._pred, self.coalesce_rel, youngest,
+                                        levels is not None, g._cls.q_links if levels else g._links,
+                                        levels[0] if levels else g._pred, levels[1] if levels else no)
+            last.append(t_last)
             if t < t_min:
                 t_min = t
-            youngest = max(youngest, g.start_ps)
         if not math.isfinite(t_min):  # only flows on infinite-capacity links: finish now
             horizon = now
         else:
             age = max(t_min - youngest, 0.0)
             horizon = max(math.ceil(t_min + self.coalesce_rel * age), now + 1)
-        for g in groups:
-            cl = g._cls
-            n_fin = K.mark_cls(g._alive, g._pred, float(horizon), cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
-            if g._remaining == n_fin:
+        # Flows predicted to end before the horizon get their arrival times when the next
+        # recompute retires them (K.finish_cls); a group whose every flow ends before it is
+        # marked now, so that its completion can be scheduled.
+        for g, t_last in zip(groups, last):
+            if t_last <= horizon:
+                cl = g._cls
+                K.mark_cls(g._alive, g._pred, float(horizon), cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
                 self._schedule_done(g)
         self._request_recompute(horizon)

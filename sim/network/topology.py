@@ -280,6 +280,13 @@ class Topology:
             factor = framing_factor(nb, self.protocol, self.mtu)
         return Route(links=links, latency_ps=latency, factor=factor, acct=acct)
 
+    def resized(self, route: Route, nbytes: np.ndarray) -> Route:
+        """``route`` (of the same messages, from :meth:`route`) for new payload sizes: only the
+        framing factors depend on the sizes."""
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
+        return Route(links=route.links, latency_ps=route.latency_ps, factor=framing_factor(nb, self.protocol, self.mtu),
+                     acct=route.acct)
+
     def _asymptotic_factor(self) -> float:
         big = np.array([self.mtu * 10**6 if self.protocol == "rdma" else (self.mtu - 40) * 10**6], dtype=np.float64)
         return float(framing_factor(big, self.protocol, self.mtu)[0])

@@ -201,3 +201,46 @@ def test_dense_optimizer_step_reads_and_writes_adams_state():
     d = dense_costs(gpu, preset("model-i"))
     assert d.dense_opt.hbm_bytes == d.params * 28
     assert d.dense_opt.memory_s == pytest.approx(d.params * 28 / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream))
+
+
+def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
+    """ScheduleTemplate._shared_extra with equal weights computes, for every candidate, the
+    pairwise fluid model (both at half rate while they overlap), written here with numpy."""
+    spec = IterationSpec(warmup=2, iterations=3)
+    t = ScheduleTemplate(spec)
+    rng = np.random.default_rng(9)
+    C, T = len(t._coll_slot), 7
+    S = rng.uniform(0, 1e-2, (C, T))
+    base = rng.uniform(0, 5e-3, (C, T))
+    ref = np.zeros_like(base)
+    for a, partners in t._sharing:
+        clock, left = S[a].copy(), base[a].copy()
+        for b in partners:
+            done = np.minimum(left, np.clip(S[b] - clock, 0.0, None))
+            left = left - done
+            clock = np.maximum(clock, S[b])
+            both = np.clip(np.where(S[b] + base[b] > clock, np.minimum(left, S[b] + base[b] - clock), 0.0), 0.0, None)
+            ref[a] += both
+            ref[b] += both
+            left = left - both
+            clock = clock + 2 * both
+    assert t._sharing
+    np.testing.assert_allclose(t._shared_extra(S, base, np.ones(C)), ref, rtol=1e-12, atol=1e-18)
+
+
+def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners():
+    """Concurrent collectives share a NIC in proportion to the flows each keeps open (max-min
+    per flow): giving the comm stream's AlltoAlls 120 flows against 1 for every other
+    collective takes most of their delay away and hands it to their partners."""
+    spec = IterationSpec(warmup=2, iterations=3)
+    t = ScheduleTemplate(spec)
+    rng = np.random.default_rng(3)
+    C, T = len(t._coll_slot), 5
+    S = rng.uniform(0, 1e-2, (C, T))
+    base = rng.uniform(1e-3, 5e-3, (C, T))
+    comm = np.array([t.streams[i] == "comm" for i in sorted(t._coll_slot, key=t._coll_slot.get)])
+    even = t._shared_extra(S, base, np.ones(C))
+    heavy = t._shared_extra(S, base, np.where(comm, 120.0, 1.0))
+    assert even[comm].sum() > 0
+    assert heavy[comm].sum() < 0.05 * even[comm].sum()
+    assert heavy[~comm].sum() > even[~comm].sum()

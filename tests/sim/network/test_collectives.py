@@ -212,3 +212,17 @@ def test_zion_tcp_through_host_nics_runs_and_uses_host_links():
 def test_bad_arguments_name_the_parameter(topo, call, field):
     with pytest.raises(ValueError, match=field):
         call(Network(Engine(), topo))
+
+
+def test_a_route_resized_is_the_route_of_the_new_sizes():
+    """Collectives route a phase's (src, dst) pairs once and resize them for later phases with
+    the same pairs: only the framing factors depend on the sizes."""
+    topo = small_topology(nodes=4, gpus=2)
+    rng = np.random.default_rng(4)
+    src = rng.integers(0, topo.num_gpus, 40)
+    dst = (src + rng.integers(1, topo.num_gpus, 40)) % topo.num_gpus
+    a, b = rng.integers(1, 1 << 20, 40), rng.integers(1, 1 << 16, 40)
+    resized = topo.resized(topo.route(src, dst, a), b)
+    fresh = topo.route(src, dst, b)
+    for field in ("links", "latency_ps", "factor", "acct"):
+        np.testing.assert_array_equal(getattr(resized, field), getattr(fresh, field))

@@ -83,3 +83,35 @@ def test_random_instances_satisfy_the_max_min_definition_and_solvers_agree():
         _check_maxmin(*prob, r)
         if HAVE_NUMBA:
             np.testing.assert_allclose(maxmin_rates_fast(*prob), r, rtol=1e-9)
+
+
+def test_link_entries_follow_finished_flows_and_a_second_flow_set():
+    """The simulator's index (sim.network.maxmin.LinkEntries): dropping finished flows with
+    kill() gives the rates of a solve over the live flows only, and solving two flow sets
+    together (parts) gives the rates of one solve over their union."""
+    from neonic.sim.network.maxmin import LinkEntries, link_levels, maxmin_rates_parts, rates_from_levels
+
+    rng = np.random.default_rng(11)
+    L, F = 15, 200
+    paths = [list(rng.choice(L, size=rng.integers(1, 4), replace=False)) for _ in range(F)]
+    links, fac, w, cap = _problem(paths, rng.uniform(1, 10, L), factors=rng.uniform(1, 1.1, F),
+                                  wire=rng.random(L) < 0.5)
+    links_fh = np.ascontiguousarray(links.T)
+    index = LinkEntries(links_fh, fac, cap)
+    alive = np.ones(F, dtype=bool)
+    for _ in range(4):
+        gone = rng.choice(np.flatnonzero(alive), 30, replace=False)
+        alive[gone] = False
+        index.kill(gone)
+        level, order = link_levels(index, w, cap)
+        r = rates_from_levels(links_fh, alive, level, order)
+        ref = maxmin_rates(links, fac, w, cap, alive=alive)
+        np.testing.assert_allclose(r[alive], ref[alive], rtol=1e-9)
+        assert np.all(r[~alive] == 0)
+    half = F // 2
+    big_alive = np.ones(half, dtype=bool)
+    big_alive[:10] = False
+    ra, rb = maxmin_rates_parts(links_fh[:half], fac[:half], big_alive, None, links_fh[half:], fac[half:], w, cap)
+    union = np.concatenate([big_alive, np.ones(F - half, dtype=bool)])
+    ref = maxmin_rates(links, fac, w, cap, alive=union)
+    np.testing.assert_allclose(np.concatenate([ra, rb])[union], ref[union], rtol=1e-9)
