@@ -557,7 +557,7 @@ class ScheduleTemplate:
         """How much later each collective ends when an input AlltoAll shares the network with
         the comm stream's collectives it overlaps (starts ``S``, isolated times ``base``, each
         ``(C, T)``; ``weight`` ``(C,)``: the flows each keeps open through a NIC): a fluid model,
-        partner by partner in graph order. Alone, a collective progresses at full rate; beside a
+        partner by partner in the order they start. Alone, a collective progresses at full rate; beside a
         partner each gets its share of the NIC in proportion to its flows (max-min fairness per
         flow; equal weights: half each) until one of them is done, and each ends later by the
         time it lost. APPROXIMATION: partners are taken one after the other, so when two
@@ -568,26 +568,35 @@ class ScheduleTemplate:
         if not self._sharing:
             return extra
         a, part, valid = self._sharing_arrays
+        cols = np.arange(S.shape[1])
+        # each collective's partners in the order they start (per candidate)
+        starts = np.where(valid[:, :, None], S[part], np.inf)                 # (A, P, T)
+        order = np.argsort(starts, axis=1, kind="stable")
+        pb = np.take_along_axis(np.broadcast_to(part[:, :, None], starts.shape), order, axis=1)
+        pv = np.take_along_axis(np.broadcast_to(valid[:, :, None], starts.shape), order, axis=1)
+        ai = np.broadcast_to(a[:, None], (a.size, cols.size))
+        ci = np.broadcast_to(cols, (a.size, cols.size))
         t = S[a].copy()                     # each collective's clock
         left = base[a].copy()               # its work left
         wa = weight[a][:, None]
-        for j in range(part.shape[1]):      # partners in graph order, every collective at once
-            b = part[:, j]
-            ok = (valid[:, j] & (weight[a] > 0) & (weight[b] > 0))[:, None]  # a NIC-less one shares nothing
-            sb = S[b]
-            eb = sb + base[b]
+        for j in range(part.shape[1]):      # every collective's j-th partner at once
+            b = pb[:, j, :]                                     # (A, T)
+            wb = weight[b]
+            ok = pv[:, j, :] & (wa > 0) & (wb > 0)              # a NIC-less one shares nothing
+            sb = S[b, ci]
+            eb = sb + base[b, ci]
             alone = np.maximum(sb - t, 0.0)
             left = left - np.where(ok, np.minimum(left, alone), 0.0)
             t = np.where(ok, np.maximum(t, sb), t)
             with np.errstate(divide="ignore", invalid="ignore"):
-                fa = np.where(ok, wa / (wa + weight[b][:, None]), 0.5)   # a's share while both run
+                fa = np.where(ok, wa / (wa + wb), 0.5)          # a's share while both run
             fb = 1.0 - fa
             left_b = np.where(ok, np.maximum(eb - t, 0.0), 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 span = np.minimum(np.where(fa > 0, left / fa, np.inf), np.where(fb > 0, left_b / fb, np.inf))
             span = np.where(ok & np.isfinite(span), np.maximum(span, 0.0), 0.0)
-            np.add.at(extra, a, span * fb)
-            np.add.at(extra, b, span * fa)
+            np.add.at(extra, (ai, ci), span * fb)
+            np.add.at(extra, (b, ci), span * fa)
             left = left - span * fa
             t = t + span
         return extra

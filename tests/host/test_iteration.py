@@ -205,7 +205,8 @@ def test_dense_optimizer_step_reads_and_writes_adams_state():
 
 def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
     """ScheduleTemplate._shared_extra with equal weights computes, for every candidate, the
-    pairwise fluid model (both at half rate while they overlap), written here with numpy."""
+    pairwise fluid model (partners in the order they start, both at half rate while they
+    overlap), written here in plain Python."""
     spec = IterationSpec(warmup=2, iterations=3)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(9)
@@ -214,16 +215,16 @@ def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
     base = rng.uniform(0, 5e-3, (C, T))
     ref = np.zeros_like(base)
     for a, partners in t._sharing:
-        clock, left = S[a].copy(), base[a].copy()
-        for b in partners:
-            done = np.minimum(left, np.clip(S[b] - clock, 0.0, None))
-            left = left - done
-            clock = np.maximum(clock, S[b])
-            both = np.clip(np.where(S[b] + base[b] > clock, np.minimum(left, S[b] + base[b] - clock), 0.0), 0.0, None)
-            ref[a] += both
-            ref[b] += both
-            left = left - both
-            clock = clock + 2 * both
+        for j in range(T):  # partners in the order they start
+            clock, left = S[a, j], base[a, j]
+            for b in sorted(partners, key=lambda b: S[b, j]):
+                left -= min(left, max(S[b, j] - clock, 0.0))
+                clock = max(clock, S[b, j])
+                both = max(min(left, S[b, j] + base[b, j] - clock), 0.0) if S[b, j] + base[b, j] > clock else 0.0
+                ref[a, j] += both
+                ref[b, j] += both
+                left -= both
+                clock += 2 * both
     assert t._sharing
     np.testing.assert_allclose(t._shared_extra(S, base, np.ones(C)), ref, rtol=1e-12, atol=1e-18)
 
