@@ -3,7 +3,9 @@ them through cached per-table contributions, tracking the accumulated state.
 
 Contributions of a table placed on a rank (table-wise) or on a node (table-row-wise,
 table-column-wise over the node's first ranks) are computed once, on rank / node 0, and
-relabeled: every rank has the same GPU and links, so the figures move with the placement.
+relabeled: every rank has the same GPU and links, so the figures move with the placement. A
+data-parallel table with every replica in one tier is its replica on rank 0, on every rank
+(replicas exchange no AlltoAll traffic).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class Placer:
         # of the same workload, system and cost model (the baselines the search starts from)
         # (the other caches ride along in the same dict, under their own keys)
         self._tw_cache: dict = {} if tw_cache is None else tw_cache
+        self._everywhere = np.zeros(self.world, dtype=np.int64)  # every rank takes rank 0's figures
         self._cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__plans__", {})
         self._node_cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__nodes__", {})
         self._hbm_plans: dict[tuple, tuple[TablePlan, np.ndarray]] = self._tw_cache.setdefault("__hbm_plans__", {})
@@ -168,6 +171,18 @@ class Placer:
                 at0 = TablePlan(tp.table, ST.TABLE_WISE, (Shard(0, s.row_start, s.row_end, s.col_start, s.col_end, s.tier),))
                 base = self._tw_cache[key] = self._contribution(at0)
             return base.relabeled(self._inv[s.rank])
+        if tp.sharding == ST.DATA_PARALLEL and len(tp.shards) == self.world:
+            s0 = tp.shards[0]
+            tier, piece = s0.tier, (s0.row_start, s0.row_end, s0.col_start, s0.col_end)
+            if (all(s.tier == tier and (s.row_start, s.row_end, s.col_start, s.col_end) == piece for s in tp.shards)
+                    and len({s.rank for s in tp.shards}) == self.world):
+                # one replica per rank, all in one tier: the replica on rank 0, copied to every rank
+                key = ("__dp__", tp.table, tier, piece)
+                base = self._tw_cache.get(key)
+                if base is None:
+                    one = TablePlan(tp.table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
+                    base = self._tw_cache[key] = self._contribution(one)
+                return base.relabeled(self._everywhere)
         if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             first = tp.shards[0].rank
             if first % self.g == 0 and [s.rank for s in tp.shards] == list(range(first, first + len(tp.shards))):
