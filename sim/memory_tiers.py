@@ -63,25 +63,76 @@ def uses_cache(link: str) -> bool:
 _HEAD = 1 << 16
 
 
-def _che(p_head: np.ndarray, tail: Callable[[float], tuple[float, float]] | None, lines: float) -> float:
+def _che(p_head: np.ndarray, tail: Callable[[float], tuple[float, float, float]] | None, lines: float) -> float:
     """LRU hit rate by Che's approximation over head popularities ``p_head`` plus an optional
-    tail ``tail(T) -> (occupancy, hit mass)``."""
+    tail ``tail(T) -> (occupancy, hit mass, occupancy slope)``.
+
+    The characteristic time is the end point of a bisection of the occupancy on ``T`` (from
+    ``[0, 1]``, doubling the upper end, to double precision). Each evaluation costs a pass over
+    the popularities, and the bisection takes some 60, so the root is first found by a
+    safeguarded Newton iteration (a dozen passes); the bisection is then replayed, each step
+    decided by which side of the root its point lies, except the points so close to the root
+    that rounding could decide the comparison, which are evaluated as the bisection evaluates
+    them. The result is the bisection's, bit for bit, at a fraction of its passes."""
     def occ(T: float) -> tuple[float, float]:
         e = -np.expm1(-p_head * T)
         o, h = float(e.sum()), float((p_head * e).sum())
         if tail is not None:
-            to, th = tail(T)
+            to, th, _ = tail(T)
             o, h = o + to, h + th
         return o, h
 
+    def occ_slope(T: float) -> tuple[float, float]:
+        """Occupancy (as :func:`occ` computes it) and its derivative in ``T``."""
+        e = -np.expm1(-p_head * T)
+        o, d = float(e.sum()), float((p_head * (1.0 - e)).sum())
+        if tail is not None:
+            to, _, td = tail(T)
+            o, d = o + to, d + td
+        return o, d
+
+    # the root, bracketed by points of computed occupancy below (a) and at or above (b) it
+    a, b, T, slope = 0.0, math.inf, float(lines), 1.0
+    for _ in range(200):
+        if not (1e-300 < T < 1e30):
+            a = b = math.nan
+            break
+        o, d = occ_slope(T)
+        if o < lines:
+            a = T
+        else:
+            b = T
+        slope = d * T / o if o > 0 and d > 0 else 0.0  # d log occupancy / d log T
+        if b < math.inf and b - a <= 1e-14 * b:
+            break
+        if slope > 0:  # Newton on log occupancy against log T (a power law is a line there)
+            nxt = T * math.exp(min(50.0, max(-50.0, (math.log(lines) - math.log(o)) / slope)))
+        else:
+            nxt = math.nan
+        if abs(nxt - T) <= 1e-15 * T:  # converged to rounding: probe the side still open
+            nxt = T * (1 + 5e-15) if o < lines else T * (1 - 5e-15)
+        if not (a < nxt < b):
+            nxt = 2.0 * T if math.isinf(b) else (math.sqrt(a * b) if a > 0 else 0.5 * b)
+        T = nxt
+    # comparisons farther than ``band`` (relative) from the bracket cannot be turned by rounding
+    # (occupancy sums to ~1e-15 relative; its relative change is ``slope`` times T's)
+    band = 1e-12 / max(slope, 1e-4)
+    exact = not math.isfinite(a) or not math.isfinite(b)
+    lo_t, hi_t = a * (1 - band), b * (1 + band)
+
+    def below(T: float) -> bool:
+        if exact or lo_t < T < hi_t:
+            return occ(T)[0] < lines
+        return T <= lo_t
+
     lo, hi = 0.0, 1.0
-    while occ(hi)[0] < lines:
+    while below(hi):
         hi *= 2.0
         if hi > 1e30:
             return occ(hi)[1]
     while hi - lo > 1e-12 * hi:  # occupancy is monotone in T: bisect to double precision
         mid = 0.5 * (lo + hi)
-        if occ(mid)[0] < lines:
+        if below(mid):
             lo = mid
         else:
             hi = mid
@@ -119,9 +170,9 @@ def zipf_hit_rate(alpha: float, rows: int, lines: float, policy: str = "lru") ->
     widths = np.diff(xs)
     pt = mids ** -alpha / total
 
-    def tail(T: float) -> tuple[float, float]:
+    def tail(T: float) -> tuple[float, float, float]:
         e = -np.expm1(-pt * T)
-        return float((widths * e).sum()), float((widths * pt * e).sum())
+        return float((widths * e).sum()), float((widths * pt * e).sum()), float((widths * pt * (1.0 - e)).sum())
 
     return _che(p, tail, lines)
 

@@ -42,9 +42,10 @@ def place_forced(p: Placer, tables: list[TableSpec], st: ShardingType) -> int | 
     world, g = p.world, p.g
     fallbacks = 0
     for table in sorted(tables, key=lambda t: -float(p.workload.table_memory_bytes(t))):
-        totals = p.totals()
-        order = [int(r) for r in np.argsort(totals, kind="stable")]
         tp = None
+        if st not in (ST.ROW_WISE, ST.DATA_PARALLEL):  # the others go by the ranks' load
+            totals = p.totals()
+            order = np.argsort(totals, kind="stable").tolist()
         if st == ST.TABLE_WISE:
             size = p.shard_bytes(table, table.rows, table.dim)
             room = (p.caps[0] - p.state.hbm)[order] >= size

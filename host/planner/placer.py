@@ -3,7 +3,9 @@ them through cached per-table contributions, tracking the accumulated state.
 
 Contributions of a table placed on a rank (table-wise) or on a node (table-row-wise,
 table-column-wise over the node's first ranks) are computed once, on rank / node 0, and
-relabeled: every rank has the same GPU and links, so the figures move with the placement.
+relabeled: every rank has the same GPU and links, so the figures move with the placement. A
+data-parallel table with every replica in one tier is its replica on rank 0, on every rank
+(replicas exchange no AlltoAll traffic).
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int, tier: str) -> Shard:
+    """A :class:`Shard` of a piece :meth:`Placer.make` has already checked (a rank >= 0,
+    non-empty ranges from :func:`_split`, a known tier), built without the constructor's
+    checks: a plan over 128 ranks makes 128 shards per placement tried."""
+    out = object.__new__(Shard)
+    out.__dict__.update(rank=rank, row_start=row_start, row_end=row_end, col_start=col_start, col_end=col_end, tier=tier)
+    return out
+
+
 class Placer:
     """Shared machinery of the planners: building table plans, costing them, tracking memory."""
 
@@ -69,17 +80,45 @@ class Placer:
         # of the same workload, system and cost model (the baselines the search starts from)
         # (the other caches ride along in the same dict, under their own keys)
         self._tw_cache: dict = {} if tw_cache is None else tw_cache
+        self._everywhere = np.zeros(self.world, dtype=np.int64)  # every rank takes rank 0's figures
         self._cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__plans__", {})
         self._node_cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__nodes__", {})
         self._hbm_plans: dict[tuple, tuple[TablePlan, np.ndarray]] = self._tw_cache.setdefault("__hbm_plans__", {})
+        self._tiered_plans: dict[tuple, TablePlan] = self._tw_cache.setdefault("__tiered_plans__", {})
+        self._geoms: dict[tuple, tuple] = self._tw_cache.setdefault("__geometry__", {})
 
     # ------------------------------------------------------------------ building table plans
     def shard_bytes(self, table: TableSpec, rows: int, cols: int) -> float:
         state = self.workload.optimizer.state_bytes_per_row(cols)
         return float(rows * (cols * table.elem_bytes + state))
 
+    def _geometry(self, table: TableSpec, kind: ST, m: int) -> tuple[list[tuple[int, int, int, int]], np.ndarray, np.ndarray]:
+        """The pieces ``(row_start, row_end, col_start, col_end)`` of ``table`` split ``kind``
+        over ``m`` ranks (non-empty: ``m`` is at most the rows or columns split), the bytes each needs in its tier and the bytes of its HBM cache
+        (remembered: they depend on the table, the type and ``m`` only)."""
+        key = (table.name, kind, m)
+        hit = self._geoms.get(key)
+        if hit is not None:
+            return hit
+        if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
+            pieces = [(0, table.rows, a, b) for a, b in _split(table.dim, m, 4)]
+        elif kind in (ST.ROW_WISE, ST.TABLE_ROW_WISE):
+            pieces = [(a, b, 0, table.dim) for a, b in _split(table.rows, m)]
+        else:
+            pieces = [(0, table.rows, 0, table.dim)] * m
+        lf = self.system.memory.cache_load_factor
+        dims = [(r1 - r0, c1 - c0) for r0, r1, c0, c1 in pieces]
+        shapes = {(r, c): (self.shard_bytes(table, r, c), float(math.ceil(r * lf) * c * table.elem_bytes))
+                  for r, c in set(dims)}
+        need = np.array([shapes[d][0] for d in dims])
+        cache = np.array([shapes[d][1] for d in dims])
+        hit = self._geoms[key] = (pieces, need, cache)
+        return hit
+
     def make(self, table: TableSpec, kind: ST, ranks: list[int], state: State | None = None) -> TablePlan | None:
-        """A table plan of ``kind`` over ``ranks`` with tiers chosen to fit, or None if it cannot."""
+        """A table plan of ``kind`` over ``ranks`` with tiers chosen to fit, or None if it cannot:
+        each shard in HBM if it fits there (beside the HBM the host tiers' caches keep), else
+        in DRAM, else on SSD behind its HBM cache."""
         state = state or self.state
         if kind == ST.DATA_PARALLEL:
             ranks = list(range(self.world))
@@ -88,42 +127,39 @@ class Placer:
         if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
             if len(ranks) > table.dim:
                 return None
-            pieces = [(0, table.rows, a, b) for a, b in _split(table.dim, len(ranks), 4)]
         elif kind in (ST.ROW_WISE, ST.TABLE_ROW_WISE):
             if len(ranks) > table.rows:
                 return None
-            pieces = [(a, b, 0, table.dim) for a, b in _split(table.rows, len(ranks))]
-        else:
-            pieces = [(0, table.rows, 0, table.dim)] * len(ranks)
-        hbm_free = self.caps[0] - state.hbm
+        at = np.asarray(ranks, dtype=np.int64)
+        hbm_free = self.caps[0] - state.hbm[at]
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
-        reserve = self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0])
+        reserve = self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
         # fast path: every shard fits in HBM (the same plan as before, built once)
         key = (table.name, kind, tuple(ranks))
         hit = self._hbm_plans.get(key)
         if hit is not None:
             tp, need = hit
-            if (need <= (hbm_free - reserve)[list(ranks)]).all():
+            if (need <= hbm_free - reserve).all():
                 return tp
-        dram_free = self.caps[1] - state.host[0]
-        ssd_free = self.caps[2] - state.host[1]
-        lf = self.system.memory.cache_load_factor
-        shards = []
-        for rank, (r0, r1, c0, c1) in zip(ranks, pieces):
-            need = self.shard_bytes(table, r1 - r0, c1 - c0)
-            cache = math.ceil((r1 - r0) * lf) * (c1 - c0) * table.elem_bytes
-            if need <= hbm_free[rank] - reserve[rank]:
-                tier = "hbm"
-            elif cache <= hbm_free[rank] and need <= dram_free[rank]:
-                tier = "dram"
-            elif cache <= hbm_free[rank] and need <= ssd_free[rank]:
-                tier = "ssd"
-            else:
-                return None
-            shards.append(Shard(rank, r0, r1, c0, c1, tier))
-        tp = TablePlan(table.name, kind, tuple(shards))
-        if all(sh.tier == "hbm" for sh in shards):
-            self._hbm_plans[key] = (tp, np.array([self.shard_bytes(table, sh.rows, sh.cols) for sh in shards]))
+        pieces, need, cache = self._geometry(table, kind, len(ranks))
+        in_hbm = need <= hbm_free - reserve
+        cached = ~in_hbm & (cache <= hbm_free)
+        in_dram = cached & (need <= self.caps[1] - state.host[0][at])
+        in_ssd = cached & ~in_dram & (need <= self.caps[2] - state.host[1][at])
+        if not (in_hbm | in_dram | in_ssd).all():
+            return None
+        tiers = tuple("hbm" if h else "dram" if d else "ssd" for h, d in zip(in_hbm.tolist(), in_dram.tolist()))
+        tp = self._tiered_plans.get((key, tiers))
+        if tp is None:
+            if at.size and int(at.min()) < 0:
+                raise ValueError(f"shard: invalid rank {int(at.min())} for table {table.name!r}")
+            tp = TablePlan(table.name, kind, tuple(_shard(int(rank), *piece, tier)
+                                                   for rank, piece, tier in zip(ranks, pieces, tiers)))
+            if len(self._tiered_plans) > 50000:
+                self._tiered_plans.clear()
+            self._tiered_plans[key, tiers] = tp
+        if in_hbm.all():
+            self._hbm_plans[key] = (tp, need)
         return tp
 
     def contribution(self, tp: TablePlan) -> Contribution:
@@ -135,6 +171,18 @@ class Placer:
                 at0 = TablePlan(tp.table, ST.TABLE_WISE, (Shard(0, s.row_start, s.row_end, s.col_start, s.col_end, s.tier),))
                 base = self._tw_cache[key] = self._contribution(at0)
             return base.relabeled(self._inv[s.rank])
+        if tp.sharding == ST.DATA_PARALLEL and len(tp.shards) == self.world:
+            s0 = tp.shards[0]
+            tier, piece = s0.tier, (s0.row_start, s0.row_end, s0.col_start, s0.col_end)
+            if (all(s.tier == tier and (s.row_start, s.row_end, s.col_start, s.col_end) == piece for s in tp.shards)
+                    and len({s.rank for s in tp.shards}) == self.world):
+                # one replica per rank, all in one tier: the replica on rank 0, copied to every rank
+                key = ("__dp__", tp.table, tier, piece)
+                base = self._tw_cache.get(key)
+                if base is None:
+                    one = TablePlan(tp.table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
+                    base = self._tw_cache[key] = self._contribution(one)
+                return base.relabeled(self._everywhere)
         if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             first = tp.shards[0].rank
             if first % self.g == 0 and [s.rank for s in tp.shards] == list(range(first, first + len(tp.shards))):

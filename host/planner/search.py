@@ -42,6 +42,11 @@ ST = ShardingType
 #: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
 DEFAULT_MAX_STEPS = 200
 
+#: States whose batch-evaluated objective is within this fraction of the batch's lowest are
+#: scored alone to pick the best (:meth:`NeoPlanner._first_best`): far above the ~1e-12 by
+#: which a batch figure can differ from the state's own.
+_CONFIRM_REL = 1e-6
+
 
 class NeoPlanner(Placer):
     """Greedy-by-cost placement followed by refinement (see the module doc)."""
@@ -62,6 +67,7 @@ class NeoPlanner(Placer):
         self.stats: dict[str, float] = {}
         self._order = {t.name: i for i, t in enumerate(workload.tables)}
         self.moves: list[str] = []
+        self._scores: dict[tuple[bytes, float], tuple[float, float]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _try(self, changes: list[tuple[str, TablePlan | None]]) -> tuple[tuple[float, float], State, list] | None:
@@ -372,19 +378,45 @@ class NeoPlanner(Placer):
 
     def _best_start(self) -> str:
         """Start from the best (under the objective) of the greedy placement and every start
-        plan; returns its name."""
-        best = self.score(self.state)
-        name = "greedy"
+        plan (the first of them on a tie); returns its name."""
+        cands: list[tuple[str, State, dict | None]] = [("greedy", self.state, None)]
         for other in self.start_plans():
             st = self._adopt(other)
-            if st is None:
-                continue
-            sc = self.score(st)
-            if sc < best:
-                best, name = sc, other.planner
-                self.state = st
-                self.placed = self._adopted
+            if st is not None:
+                cands.append((other.planner, st, self._adopted))
+        i, _ = self._first_best([c[1] for c in cands])
+        name, st, placed = cands[i]
+        if placed is not None:
+            self.state, self.placed = st, placed
         return name
+
+    def score(self, state: State) -> tuple[float, float]:
+        """:meth:`Placer.score`, remembered by the state's figures (the search scores some
+        states more than once: the greedy start, the state refinement stops at)."""
+        key = (state.vec.tobytes(), float(state.dp_bytes))
+        hit = self._scores.get(key)
+        if hit is None:
+            hit = self._scores[key] = super().score(state)
+        return hit
+
+    def _first_best(self, states: list[State]) -> tuple[int, tuple[float, float]] | None:
+        """The index and :meth:`score` of the state with the lowest score, the first on a tie:
+        the one that scoring each state alone, in turn, keeps. All are first evaluated in one
+        batch (:meth:`CostModel.iteration_s_batch`, much cheaper than one call per state);
+        a state's batch figure differs from its own by the fixed-point passes the batch
+        shares (~1e-12 relative), so only the states within :data:`_CONFIRM_REL` of the
+        batch's lowest can be the one, and only they are scored alone."""
+        if not states:
+            return None
+        its = self.cost.iteration_s_batch(np.stack([s.vec for s in states]), [s.dp_bytes for s in states])
+        near = float(its.min()) * (1 + _CONFIRM_REL)
+        best: tuple[int, tuple[float, float]] | None = None
+        for i, st in enumerate(states):
+            if its[i] <= near:
+                sc = self.score(st)
+                if best is None or sc < best[1]:
+                    best = (i, sc)
+        return best
 
     # ------------------------------------------------------------------ class moves
     def _classes(self) -> list[tuple[str, list[str]]]:
@@ -417,7 +449,7 @@ class NeoPlanner(Placer):
 
         current = self.score(self.state)
         saved_state, saved_placed = self.state.copy(), dict(self.placed)
-        best = None
+        moves: list[tuple[State, dict[str, _Placed], str]] = []
         for label, names in self._classes():
             kinds = {self.placed[n].tp.sharding for n in names}
             for target in ShardingType:
@@ -427,15 +459,16 @@ class NeoPlanner(Placer):
                     self.unplace(n)
                 ok = place_forced(self, [self.tables[n] for n in names], target)
                 if ok is not None and self.fits(self.state):
-                    sc = self.score(self.state)
-                    if sc < current and (best is None or sc < best[0]):
-                        best = (sc, {n: self.placed[n] for n in names}, f"{label} -> {target.value}")
+                    moves.append((self.state.copy(), {n: self.placed[n] for n in names}, f"{label} -> {target.value}"))
                 self.state, self.placed = saved_state.copy(), dict(saved_placed)
-        if best is None:
+        # the lowest-scoring move (the first on a tie), if it beats the current state
+        found = self._first_best([m[0] for m in moves])
+        if found is None or not found[1] < current:
             return False
-        for n, placed in best[1].items():
+        _, placed_now, label = moves[found[0]]
+        for n, placed in placed_now.items():
             self.place(placed.tp, placed.contrib)
-        self.moves.append(best[2])
+        self.moves.append(label)
         return True
 
     def run(self) -> Plan:

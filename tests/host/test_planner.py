@@ -143,6 +143,29 @@ def test_incremental_state_agrees_with_the_derived_iteration():
     assert full.max_s == pytest.approx(max(full.total_s)) and full.imbalance >= 1.0
 
 
+def test_the_placers_shortcut_contributions_are_the_cost_models_own():
+    # relabeled table-wise / node / data-parallel contributions and the plans make() remembers
+    # give exactly the figures of the whole table's work priced afresh
+    from neonic.host.planner.work import table_work
+
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(10)
+    cost = CostModel(w, s)
+    p = Placer(w, s, cost)
+    for t in w.tables:
+        for kind, ranks in ((ST.TABLE_WISE, [5]), (ST.DATA_PARALLEL, []), (ST.TABLE_ROW_WISE, [4, 5, 6, 7]),
+                            (ST.ROW_WISE, [0, 3, 6]), (ST.COLUMN_WISE, [1, 2])):
+            tp = p.make(t, kind, ranks)
+            assert tp is not None and p.make(t, kind, ranks) == tp
+            got = p.contribution(tp)
+            want = cost.contribution(table_work(t, tp, w, s))
+            assert np.array_equal(got.vec, want.vec) and got.dp_bytes == want.dp_bytes, (t.name, kind)
+            dram = TablePlan(tp.table, tp.sharding, tuple(Shard(sh.rank, sh.row_start, sh.row_end, sh.col_start,
+                                                                sh.col_end, "dram") for sh in tp.shards))
+            got, want = p.contribution(dram), cost.contribution(table_work(t, dram, w, s))
+            assert np.array_equal(got.vec, want.vec) and got.dp_bytes == want.dp_bytes, (t.name, kind, "dram")
+
+
 def test_the_gpu_model_prices_the_kernels():
     s = _system()
     w = _workload([{"rows": 100_000, "dim": 64, "pooling": 10}])

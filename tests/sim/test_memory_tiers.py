@@ -54,3 +54,35 @@ def test_miss_bytes_and_transfer_time_are_one_formula():
     assert host_transfer_s(32e9, "dram", 32e9, 3e9) == pytest.approx(1.0)
     assert host_transfer_s(3e9, "ssd", 32e9, 3e9) == pytest.approx(1.0)
     assert host_transfer_s(1e9, "hbm", 32e9, 3e9) == 0.0
+
+
+def _plain_bisection_lru(p: np.ndarray, lines: float) -> float:
+    """Che's LRU hit rate by the plain bisection (every step evaluated), the reference."""
+    def occ(T: float) -> tuple[float, float]:
+        e = -np.expm1(-p * T)
+        return float(e.sum()), float((p * e).sum())
+
+    lo, hi = 0.0, 1.0
+    while occ(hi)[0] < lines:
+        hi *= 2.0
+    while hi - lo > 1e-12 * hi:
+        mid = 0.5 * (lo + hi)
+        if occ(mid)[0] < lines:
+            lo = mid
+        else:
+            hi = mid
+    return occ(hi)[1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lru_hit_rate_is_the_plain_bisections_bit_for_bit(seed):
+    # the Newton-guided replay of the bisection (fewer passes) changes no bit of the result
+    rng = np.random.default_rng(seed)
+    for _ in range(8):
+        idx = rng.zipf(float(rng.uniform(1.05, 2.0)), int(rng.integers(100, 20_000))) % int(rng.integers(50, 5000))
+        _, counts = np.unique(idx, return_counts=True)
+        p = np.sort(counts.astype(np.float64))[::-1] / counts.sum()
+        lines = float(rng.uniform(1, max(2, counts.size - 1)))
+        if lines >= counts.size:
+            continue
+        assert empirical_hit_rate(idx, 0, lines) == _plain_bisection_lru(p, lines)
