@@ -595,7 +595,7 @@ class ScheduleTemplate:
             with np.errstate(divide="ignore", invalid="ignore"):
                 span = np.minimum(np.where(fa > 0, left / fa, np.inf), np.where(fb > 0, left_b / fb, np.inf))
             span = np.where(ok & np.isfinite(span), np.maximum(span, 0.0), 0.0)
-            np.add.at(extra, (ai, ci), span * fb)
+            extra[ai, ci] += span * fb          # each collective once per row: no repeats
             np.add.at(extra, (b, ci), span * fa)
             left = left - span * fa
             t = t + span
