@@ -650,13 +650,15 @@ class ScheduleTemplate:
         average over its phases)."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
+        first, last = S.min(axis=1), E.max(axis=1)     # each collective's earliest start, latest end
         for i, found in pairs.items():
             s0, e0 = spans[i]
             lo, hi = float(s0.min()), float(e0.max())
+            slots = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
+            hits = np.flatnonzero((last[slots] > lo) & (first[slots] < hi))
             extra = 0.0
-            for c, k_loss, c_loss in found:
-                if E[c].max() <= lo or S[c].min() >= hi:
-                    continue
+            for h in hits:
+                c, k_loss, c_loss = found[h]
                 ov = np.maximum(np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None]), 0.0)
                 extra = extra + ov * k_loss
                 if c_loss.max(initial=0.0) > 0:
