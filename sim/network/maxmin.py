@@ -314,7 +314,8 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     dirty = np.zeros(L + 1, dtype=np.bool_)
     touched = np.empty(L + 1, dtype=np.int64)
     picked = np.empty(L, dtype=np.int64)
-    bmin = np.empty(L // _BLOCK + 1)
+    bmin = np.empty(L // _BLOCK + 1)  # per block of positions: its minimum share
+    bdirty = np.ones(L // _BLOCK + 1, dtype=np.bool_)  # blocks whose minimum is stale
     dead = 0
     seq = 0
     while n > 0:
@@ -330,15 +331,17 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
                     pos[plink[i]] = -1
             n = j
             dead = 0
+            bdirty[:] = True
             if n == 0:
                 break
         nb = (n + _BLOCK - 1) // _BLOCK
         s_min = np.inf
         for b in range(nb):
-            m = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
-            bmin[b] = m
-            if m < s_min:
-                s_min = m
+            if bdirty[b]:
+                bmin[b] = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
+                bdirty[b] = False
+            if bmin[b] < s_min:
+                s_min = bmin[b]
         if s_min == np.inf:
             break
         thr = s_min * (1.0 + _REL_TOL)
@@ -361,7 +364,9 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             n_touched = _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, dirty, touched,
                                 n_touched)
         for i in range(n_pick):
-            psh[pos[picked[i]]] = np.inf
+            p = pos[picked[i]]
+            psh[p] = np.inf
+            bdirty[p // _BLOCK] = True
             dead += 1
         for i in range(n_touched):
             k = touched[i]
@@ -369,6 +374,7 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             p = pos[k]
             if p < 0 or proc[k] or psh[p] == np.inf:
                 continue
+            bdirty[p // _BLOCK] = True
             if count[k] <= 0:
                 psh[p] = np.inf
                 dead += 1
