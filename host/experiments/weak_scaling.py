@@ -97,10 +97,9 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         "Per-GPU work: lookup_bytes_per_gpu and emb_fwd_kernel_ms (each rank's fused embedding forward alone on its "
         "GPU) hold the work (lookups_per_gpu counts a column-wise shard's row pieces apart, so it grows when the plan "
         "splits a table's columns); tier_miss_ms is the forward's host-tier miss traffic alone on the host link (it overlaps the "
-        "kernel); emb_fwd_ms is the simulated op, which also pays for sharing the "
-        "GPU's HBM with the collectives running beside it (sim.interference): at 1 node every collective is an NVLink "
-        "one, moving (and so reading and writing HBM) at NVLink rate, several times the NIC-bound rate of larger "
-        "clusters' collectives.",
+        "kernel); emb_fwd_ms is the simulated op, which also pays for sharing the GPU's SMs and HBM with any "
+        "collective running beside it (sim.interference; the next batch's forward starts after the optimizer step, "
+        "so the dense AllReduce no longer runs beside it).",
     ]
     smallest = min(config["nodes"])
     for model in config["models"]:
