@@ -216,43 +216,33 @@ def build_graph(
     all_ranks = tuple(range(num_ranks))
     last_on_stream: dict[tuple[int, str], Op] = {}
 
-    for it in range(iterations):
-        for phase in active:
+    def add_batch(it: int, phases: Iterable[str], payload_it: int) -> None:
+        """Batch ``it``'s ops of ``phases`` (payloads of batch ``payload_it``), each after the
+        last op of its stream, then their data dependencies."""
+        for phase in phases:
             stream = stream_of(phase)
             if phase in COLLECTIVE_PHASES:
-                created = [graph.add(phase, it, all_ranks, stream, get_payload(phase, it, -1))]
+                created = [graph.add(phase, it, all_ranks, stream, get_payload(phase, payload_it, -1))]
             else:
-                created = [graph.add(phase, it, (r,), stream, get_payload(phase, it, r)) for r in all_ranks]
+                created = [graph.add(phase, it, (r,), stream, get_payload(phase, payload_it, r)) for r in all_ranks]
             for op in created:
                 for r in op.ranks:
                     prev = last_on_stream.get((r, stream))
                     if prev is not None:
                         op.depends_on(prev)
                     last_on_stream[(r, stream)] = op
-        # data dependencies, per rank
         for r in all_ranks:
             _wire_rank(graph, it, r, mode, pipelined)
+
+    for it in range(iterations):
+        add_batch(it, active, it)
     if pipelined:
         # the prefetch of the batch after the last (its input copy and index AlltoAll, labelled
         # iteration ``iterations``, part of no iteration's time): without it the last batch would
         # run alone, faster than in the steady state the measured window stands for, and every
         # batch but the last would wait for its successor's prefetch (an input-bound pipeline
         # then measured its tail only)
-        it = iterations
-        for phase in (p for p in active if p in PREFETCH_PHASES):
-            stream = stream_of(phase)
-            if phase in COLLECTIVE_PHASES:
-                created = [graph.add(phase, it, all_ranks, stream, get_payload(phase, it - 1, -1))]
-            else:
-                created = [graph.add(phase, it, (r,), stream, get_payload(phase, it - 1, r)) for r in all_ranks]
-            for op in created:
-                for r in op.ranks:
-                    prev = last_on_stream.get((r, stream))
-                    if prev is not None:
-                        op.depends_on(prev)
-                    last_on_stream[(r, stream)] = op
-        for r in all_ranks:
-            _wire_rank(graph, it, r, mode, pipelined)
+        add_batch(iterations, [p for p in active if p in PREFETCH_PHASES], iterations - 1)
     return graph
 
 
