@@ -227,7 +227,8 @@ def _bandwidth_bound(nic: dict, mode: str = "training", system: str = "smartnic"
 
 
 def _a2a_ps(cr: ClusterRun) -> int:
-    return sum(op.end - op.start for op in cr.result.graph.ops if op.phase == "pooled_a2a")
+    """Time spent in the iteration's AlltoAlls (the index, pooled and gradient ones), summed."""
+    return sum(op.end - op.start for op in cr.result.graph.ops if op.phase in ("input_a2a", "pooled_a2a", "grad_a2a"))
 
 
 @pytest.mark.parametrize("mode", ["training", "inference"])
