@@ -339,6 +339,11 @@ def _experiment_rows(name: str, result: ExperimentResult, comparable: bool) -> l
     return rows
 
 
+#: Submission order of ``validate(jobs > 1)``: the experiments that took the most CPU time at
+#: their validate size when measured (the others take a fraction of any of these).
+_LONGEST_FIRST = ("smartnic", "calibration", "sharding", "weak_scaling", "ablation")
+
+
 def _progress_line(t0: float, name: str, message: str) -> None:
     """A worker's progress line on stderr (``--jobs`` > 1: experiments run side by side)."""
     import sys
@@ -385,8 +390,11 @@ def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] 
         t0 = time.time()
         progress(f"experiments {', '.join(experiments)} ({size} size), {jobs} at a time")
         with ProcessPoolExecutor(min(jobs, len(experiments)), mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {name: pool.submit(_run_one, name, out, size, t0) for name in experiments}
-            for name, future in futures.items():
+            # the longest first, so that the workers finish close together
+            ranked = sorted(experiments, key=lambda n: _LONGEST_FIRST.index(n) if n in _LONGEST_FIRST else len(_LONGEST_FIRST))
+            futures = {name: pool.submit(_run_one, name, out, size, t0) for name in ranked}
+            for name in experiments:
+                future = futures[name]
                 outcomes[name] = future.result()
                 progress(f"experiment {name}: {outcomes[name][0]} in {outcomes[name][2]:.1f} s")
     for name in experiments:
