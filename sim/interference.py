@@ -640,8 +640,7 @@ def kernel_comm_hbm_rate(kernel_demand: "float | np.ndarray", comm_demand: "floa
     cap = np.where(both, 1.0 - interference, 1.0)
     total = a + b
     with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(total > cap, cap / total, 1.0)
-    return np.minimum(rate, 1.0)
+        return np.where(total > cap, cap / total, 1.0)
 
 
 def _water_level(clients: list[tuple[float, float, object]], capacity: float) -> float:

@@ -241,11 +241,10 @@ class CostModel:
             self._templates = {False: t, True: t}
         self.template = self._templates[False]
         # how the iteration's collectives share a NIC (flows each keeps open through it)
-        nf = getattr(system.comm, "nic_flows", {}) or {}
+        nf = system.comm.nic_flows
         self._flows = {k: float(nf.get("alltoallv", 1)) for k in COLLECTIVE_KEYS}
         # the node-local reduce-scatter and all-gather of row-wise partials cross no NIC
         self._flows.update({"pooled_rs": 0.0, "grad_ag": 0.0})
-        self._flows.update({k: float(nf.get("allreduce", 1)) for k in self.template.keys if k.startswith("allreduce")})
         for t in self._templates.values():
             self._flows.update({k: float(nf.get("allreduce", 1)) for k in t.keys if k.startswith("allreduce")})
 

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .maxmin import HAVE_NUMBA
+from .maxmin import HAVE_NUMBA, first_saturated_level
 
 __all__ = ["account", "mark_cls", "void_cls", "finish_cls", "retire", "step"]
 
@@ -191,8 +191,6 @@ if HAVE_NUMBA:
     def _step_nb(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest, has_levels, links, level,
                  order):  # pragma: no cover
         C = alive.shape[0]
-        H = links.shape[1]
-        big = np.iinfo(np.int64).max
         cand = np.empty(C, dtype=np.int64)
         n = 0
         t_min = np.inf
@@ -205,15 +203,7 @@ if HAVE_NUMBA:
                     rate[c] = 0.0
                 continue
             if has_levels:  # the rate: the level of the first of its links to saturate
-                best = big
-                x = np.inf
-                for h in range(H):
-                    k = links[c, h]
-                    o = order[k]
-                    if o < best:
-                        best = o
-                        x = level[k]
-                rate[c] = x
+                rate[c] = first_saturated_level(links, c, order, level)
             r = rem[c]
             if dt != 0:
                 r = r - rate_old[c] * dt

@@ -385,20 +385,25 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
 
 
 @jit(cache=True, nogil=True)
+def first_saturated_level(links, f, porder, level):  # pragma: no cover - compiled
+    """Flow ``f``'s rate: the level of the first of its links (row ``f`` of ``links``) to
+    saturate in the filling order ``porder`` (inf if none does)."""
+    best = np.iinfo(np.int64).max
+    r = np.inf
+    for h in range(links.shape[1]):
+        k = links[f, h]
+        o = porder[k]
+        if o < best:
+            best = o
+            r = level[k]
+    return r
+
+
+@jit(cache=True, nogil=True)
 def _rates_from_levels(links_fh, alive, level, porder, rates):  # pragma: no cover - compiled
     """Each live flow's rate: the level of the first of its links to saturate (inf if none)."""
-    F, H = links_fh.shape
-    big = np.iinfo(np.int64).max
-    for f in range(F):
-        best = big
-        r = np.inf
-        for h in range(H):
-            k = links_fh[f, h]
-            o = porder[k]
-            if o < best:
-                best = o
-                r = level[k]
-        rates[f] = r if alive[f] else 0.0
+    for f in range(links_fh.shape[0]):
+        rates[f] = first_saturated_level(links_fh, f, porder, level) if alive[f] else 0.0
 
 
 _NO_W = np.ones((1, 1))
