@@ -135,6 +135,7 @@ class ClusterRun:
         """The plan the run executes: the one given (``plan=``), the scenario's plan file
         (``[planner] plan``), or the named planner's."""
         from neonic.host.planner.api import make_plan
+        from neonic.host.planner.cache import active_plan_cache
         from neonic.host.planner.plan_io import load_plan, plan_from_dict, plan_to_dict
 
         sc = self.scenario
@@ -147,8 +148,14 @@ class ClusterRun:
         elif sc.plan_path is not None:
             plan = load_plan(sc.plan_path, sc.workload, psys)
         else:
-            plan = make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
-                             time_budget_s=sc.planner_budget_s)
+            def make() -> Any:
+                return make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
+                                 time_budget_s=sc.planner_budget_s)
+
+            # runs that share their planning inputs plan once (``neonic validate``, ``sweep``)
+            cache = active_plan_cache()
+            plan = make() if cache is None else cache.plan(sc.workload, psys, sc.planner, sc.planner_max_steps,
+                                                            sc.planner_budget_s, make)
         self.planner_system = psys
         return plan, psys
 

@@ -363,17 +363,21 @@ def _scalars(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in out.items()}
 
 
-def evaluate_point(config: dict[str, Any], base_dir: str | None = None) -> dict[str, Any]:
+def evaluate_point(config: dict[str, Any], base_dir: str | None = None, plan_dir: str | None = None) -> dict[str, Any]:
     """Run one point's scenario; never raises: ``{"status": "ok", "metrics": ...}`` or
-    ``{"status": "error", "error": "..."}`` (runs on a Dask worker)."""
+    ``{"status": "error", "error": "..."}`` (runs on a Dask worker). ``plan_dir``: plan through
+    a ``host.planner.cache.PlanCache`` there (points that differ only in what the planner does
+    not read share one plan); None: plan afresh."""
     t0 = time.perf_counter()
     try:
         if "__invalid__" in config:
             raise ValueError(config["__invalid__"])
         from neonic.host.cluster import ClusterRun, scenario_from_dict
+        from neonic.host.planner.cache import PlanCache, use_plan_cache
 
         scenario = scenario_from_dict(config, base=Path(base_dir) if base_dir else None)
-        result = ClusterRun(scenario).run()
+        with use_plan_cache(PlanCache(plan_dir) if plan_dir else None):
+            result = ClusterRun(scenario).run()
         return {"status": "ok", "metrics": _scalars(result.metrics), "wall_s": time.perf_counter() - t0}
     except Exception as error:  # noqa: BLE001  a failing point is reported, the rest go on
         return {"status": "error", "error": f"{type(error).__name__}: {error}", "wall_s": time.perf_counter() - t0}
@@ -458,6 +462,9 @@ def run_sweep(
     plots of the points finished so far (the others are ``missing``), then propagates.
     """
     t0 = time.perf_counter()
+    from neonic.host.planner.cache import default_plan_dir
+
+    plan_dir = str(default_plan_dir())
     out = Path(out)
     folder = out / "points"
     folder.mkdir(parents=True, exist_ok=True)
@@ -552,7 +559,7 @@ def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, process
                          "Dask dashboard: none (the scheduler serves one when bokeh is installed)")
         futures = {}
         for p in todo:
-            fut = client.submit(evaluate_point, p.config, spec.base_dir, key=f"neonic-point-{p.key}", pure=False,
+            fut = client.submit(evaluate_point, p.config, spec.base_dir, plan_dir, key=f"neonic-point-{p.key}", pure=False,
                                 priority=_cost(p.config))
             futures[fut.key] = (fut, p)
         done = len(result.records)

@@ -351,14 +351,17 @@ def _progress_line(t0: float, name: str, message: str) -> None:
     print(f"[{time.time() - t0:7.1f}s] [{name}] {message}", file=sys.stderr, flush=True)
 
 
-def _run_one(name: str, out: Path, size: str, t0: float) -> tuple[str, Any, float]:
+def _run_one(name: str, out: Path, size: str, t0: float, plan_dir: Path) -> tuple[str, Any, float]:
     """Run one experiment in a worker process: ``(status, result or reason, wall_s)``. The
     result's plots and files are already written to its folder; only their names travel back."""
     from functools import partial
 
+    from neonic.host.planner.cache import PlanCache, use_plan_cache
+
     start = time.perf_counter()
     try:
-        result = run_experiment(name, out / name, size=size, progress=partial(_progress_line, t0, name))
+        with use_plan_cache(PlanCache(plan_dir)):
+            result = run_experiment(name, out / name, size=size, progress=partial(_progress_line, t0, name))
     except ExperimentUnavailable as error:
         return "not run", str(error), time.perf_counter() - start
     # what is drawn or written is in the folder already: only the names travel back
@@ -368,18 +371,26 @@ def _run_one(name: str, out: Path, size: str, t0: float) -> tuple[str, Any, floa
 
 
 def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] = VALIDATED,
-             progress: Callable[[str], None] | None = None, jobs: int = 1) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None, jobs: int = 1,
+             plan_dir: str | Path | None = None) -> dict[str, Any]:
     """Run the experiments and write the comparison (see the module doc); returns a summary.
 
     ``jobs`` > 1 runs that many experiments side by side in worker processes (each experiment
     is deterministic and independent of the others, so the figures are the same; only the wall
-    time changes). The report lists the experiments in the order given either way."""
+    time changes). The report lists the experiments in the order given either way. ``plan_dir``:
+    where the runs keep their plans (``host.planner.cache``; default: ``plans/`` under the build
+    directory)."""
     progress = progress or (lambda message: None)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs: expected an integer >= 1, got {jobs!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     size = "tiny" if quick else "validate"
+    # experiments share plans: runs that differ only in what the planner does not read plan
+    # once (host.planner.cache; the same plan the planner would return, keyed by its inputs)
+    from neonic.host.planner.cache import PlanCache, default_plan_dir, use_plan_cache
+
+    plan_dir = default_plan_dir() if plan_dir is None else Path(plan_dir)
     rows = published_rows()
     runs: list[dict[str, Any]] = []
     outcomes: dict[str, tuple[str, Any, float]] = {}
@@ -392,7 +403,7 @@ def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] 
         with ProcessPoolExecutor(min(jobs, len(experiments)), mp_context=multiprocessing.get_context("fork")) as pool:
             # the longest first, so that the workers finish close together
             ranked = sorted(experiments, key=lambda n: _LONGEST_FIRST.index(n) if n in _LONGEST_FIRST else len(_LONGEST_FIRST))
-            futures = {name: pool.submit(_run_one, name, out, size, t0) for name in ranked}
+            futures = {name: pool.submit(_run_one, name, out, size, t0, plan_dir) for name in ranked}
             for name in experiments:
                 future = futures[name]
                 outcomes[name] = future.result()
@@ -404,7 +415,8 @@ def validate(out: str | Path, quick: bool = False, experiments: tuple[str, ...] 
             progress(f"experiment {name} ({size} size)")
             t0 = time.perf_counter()
             try:
-                status, value = "ok", run_experiment(name, out / name, size=size, progress=progress)
+                with use_plan_cache(PlanCache(plan_dir)):
+                    status, value = "ok", run_experiment(name, out / name, size=size, progress=progress)
             except ExperimentUnavailable as error:
                 status, value = "not run", str(error)
             wall = time.perf_counter() - t0

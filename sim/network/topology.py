@@ -147,6 +147,11 @@ class Topology:
     def from_config(cls, source: str | Path | Mapping[str, Any] | NetworkConfig) -> "Topology":
         return cls(source if isinstance(source, NetworkConfig) else load_config(source))
 
+    def __fingerprint__(self) -> tuple:
+        """What identifies this topology by value (``host.planner.cache``): its config and its
+        links' capacities and latencies (which a study may change after construction)."""
+        return (self.config, self.capacity, self.link_latency_ps)
+
     def __repr__(self) -> str:
         return f"Topology({self.config.name}: {self.nodes} nodes x {self.gpus_per_node} GPUs, {self.num_links} links)"
 
