@@ -19,6 +19,12 @@ The report shows, honestly:
   of the calibration target and of every prediction to the fitted factor: a figure that barely
   responds cannot be fixed by the fit, so a target it meets says little.
 
+Plans: the fit runs one plan throughout, Neo's plan made from the starting values (the pre-fit
+run's): the fitted factor describes the hardware under the plan Neo made, and the figure is a
+smooth function of the factor (a plan re-made at every evaluation would jump between plans, and
+the secant steps with it). Each prediction is planned with the fitted values, and its
+sensitivity holds that plan (a partial derivative in the factor).
+
 The fit searches ``s`` by secant steps in log space (throughput ~ s^alpha locally). Where the
 target cannot be reached within the parameters' range (an efficiency cannot exceed 1), the fit
 stops at the bound and says so (``converged`` false).
@@ -115,7 +121,10 @@ def _max_factor(config) -> float:
     return 1.0 / max(_start(config).values())
 
 
-def _run(config, model: str, nodes: int, table_fraction: float, params_fraction: float, eff: dict[str, float]):
+def _run(config, model: str, nodes: int, table_fraction: float, params_fraction: float, eff: dict[str, float],
+         plan: Any = None) -> tuple[float, Any]:
+    """``(samples/s, the plan run)``: the scenario planned by its planner, or run on ``plan``."""
+    from neonic.host.cluster import ClusterRun
     from neonic.host.experiments.ablation import NEO_SETTINGS
 
     workload = scaled_workload(model, nodes / config["reference_nodes"], table_fraction, params_fraction)
@@ -128,7 +137,13 @@ def _run(config, model: str, nodes: int, table_fraction: float, params_fraction:
                          warmup=config["warmup"], planner=planner)
     if config["neo_settings"]:
         data["comm_precision"] = {k: NEO_SETTINGS[k] for k in ("forward", "backward", "allreduce")}
-    return scenario_figures(run_scenario(data))["samples_per_s"]
+    runs: list[Any] = []
+
+    def make(scenario: Any) -> Any:
+        runs.append(ClusterRun(scenario, plan=plan))
+        return runs[-1]
+
+    return scenario_figures(run_scenario(data, make))["samples_per_s"], runs[-1].plan
 
 
 def _label(p: dict[str, Any]) -> str:
@@ -145,8 +160,16 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
     rows: list[dict[str, Any]] = []
     history: list[tuple[float, float]] = []  # (factor, samples/s)
 
+    # the fit holds one plan: Neo's, made from the sourced starting values (the first
+    # evaluation). A plan re-made at every factor would make the figure jump between plans and
+    # the secant steps with it; the fitted factor is the hardware's, under the plan Neo made
+    fit_plan: list[Any] = []
+
     def target_run(factor: float) -> float:
-        return _run(config, config["model"], config["nodes"], config["table_fraction"], 1.0, _efficiencies(config, factor))
+        sps, plan = _run(config, config["model"], config["nodes"], config["table_fraction"], 1.0,
+                         _efficiencies(config, factor), fit_plan[0] if fit_plan else None)
+        fit_plan[:] = [plan]
+        return sps
 
     factor = 1.0
     flat = False
@@ -199,9 +222,10 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
     for p in config["predictions"]:
         label = _label(p)
         progress(f"calibration: predicting {label}")
-        value = _run(config, p["model"], p["nodes"], p["table_fraction"], p["params_fraction"], fitted)
-        moved = _run(config, p["model"], p["nodes"], p["table_fraction"], p["params_fraction"],
-                     _efficiencies(config, probe))
+        # planned with the fitted values; the sensitivity holds that plan (a partial derivative)
+        value, plan = _run(config, p["model"], p["nodes"], p["table_fraction"], p["params_fraction"], fitted)
+        moved, _ = _run(config, p["model"], p["nodes"], p["table_fraction"], p["params_fraction"],
+                        _efficiencies(config, probe), plan)
         predictions[label] = value
         sensitivity[label] = elasticity(value, moved)
         by_model.setdefault(p["model"], value)
