@@ -602,14 +602,17 @@ class ScheduleTemplate:
         return extra
 
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
-                   cdem: dict[int, np.ndarray]) -> dict[int, list[tuple[int, np.ndarray, np.ndarray]]]:
+                   cdem: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, list, list, np.ndarray]]:
         """For each kernel op, the collectives of its own and the neighbouring iterations that
         slow it while they overlap, each with what the kernel and the collective lose of their
         rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
         demands ``kern`` and ``cdem``), the kernel also what the collective's channels leave it
         of the SMs (``kernel_sm_rate``, demand ``ksm``, ``spec.comm_sm_share``). The rates
         depend on the demands only, which depend on the op's key (phase or bucket op), so each
-        pair of keys is priced once per evaluation."""
+        pair of keys is priced once per evaluation.
+
+        Per kernel op: the collectives' slots ``(H,)``, the kernel's and the collectives'
+        losses (``H`` arrays), and which collectives lose anything ``(H,)``."""
         from neonic.sim.interference import kernel_comm_hbm_rate, kernel_sm_rate
 
         key = [op[0] for op in self.ops]
@@ -617,10 +620,10 @@ class ScheduleTemplate:
         share = self.spec.comm_sm_share
         colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
         lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
-        out: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
-        for i in set(kern) | set(ksm):
+        out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for i in sorted(set(kern) | set(ksm)):
             it = self.ops[i][1]
-            found = []
+            found: list[int] = []
             for c in colls:
                 if abs(self._coll_it[c] - it) > 1:
                     continue
@@ -634,35 +637,49 @@ class ScheduleTemplate:
                         k_loss = np.maximum(both, 1.0 - kernel_sm_rate(ksm[i], share))
                     lost[pair] = (k_loss, both) if k_loss.max(initial=0.0) > 0 else None
                 if lost[pair] is not None:
-                    found.append((c, *lost[pair]))
-            if found:
-                out[i] = found
+                    found.append(c)
+            if not found:
+                continue
+            ks = [lost[key[i], cslot_key[c]] for c in found]
+            out[i] = (np.array(found, dtype=np.int64), [k[0] for k in ks], [k[1] for k in ks],
+                      np.array([k[1].max(initial=0.0) > 0 for k in ks]))
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
-                   pairs: dict[int, list[tuple[int, np.ndarray]]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
+                   pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
         ``(C, T)``) on a rank, both run at the common rate their demands leave them
         (:meth:`_hbm_pairs`), so each ends later by the overlap times (1 - rate); a collective,
         a barrier, by its slowest rank's. APPROXIMATION: a kernel's collectives are taken one at
         a time (pairwise), and a collective's demand is its bytes over its isolated time (an
-        average over its phases)."""
+        average over its phases). Only the (collective, candidate) pairs whose spans meet on some
+        rank are priced (the others add an overlap of 0): the same sums, in the same order."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
-        first, last = S.min(axis=1), E.max(axis=1)     # each collective's earliest start, latest end
-        for i, found in pairs.items():
+        T = S.shape[1]
+        for i, (slots, k_loss, c_loss, c_any) in pairs.items():
             s0, e0 = spans[i]
-            lo, hi = float(s0.min()), float(e0.max())
-            slots = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
-            hits = np.flatnonzero((last[slots] > lo) & (first[slots] < hi))
-            extra = 0.0
-            for h in hits:
-                c, k_loss, c_loss = found[h]
-                ov = np.maximum(np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None]), 0.0)
-                extra = extra + ov * k_loss
-                if c_loss.max(initial=0.0) > 0:
-                    xc[c] = np.maximum(xc[c], (ov * c_loss).max(axis=-1))
+            s0 = np.broadcast_to(s0, e0.shape)
+            # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
+            # them; the others add nothing (an overlap of 0)
+            meet = (E[slots] > s0.min(axis=-1)) & (S[slots] < e0.max(axis=-1))     # (H, T)
+            rows = np.flatnonzero(meet.any(axis=1))
+            if rows.size == 0:
+                xr[i] = 0.0
+                continue
+            extra = np.zeros(e0.shape)
+            for h in rows:                     # in the collectives' order: the same sums as all at once
+                t = np.flatnonzero(meet[h])
+                c = slots[h]
+                ov = np.minimum(e0[t], E[c, t][:, None]) - np.maximum(s0[t], S[c, t][:, None])   # (P, N)
+                np.maximum(ov, 0.0, out=ov)
+                k = k_loss[h]
+                extra[t] += ov * (k[t] if k.ndim == 2 and k.shape[0] == T > 1 else k)
+                if c_any[h]:
+                    cl = c_loss[h]
+                    lost = (ov * (cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 else cl)).max(axis=-1)
+                    xc[c, t] = np.maximum(xc[c, t], lost)
             xr[i] = extra
         return xr, xc
 
