@@ -556,7 +556,7 @@ class ScheduleTemplate:
     def _shared_extra(self, S: np.ndarray, base: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """How much later each collective ends when an input AlltoAll shares the network with
         the comm stream's collectives it overlaps (starts ``S``, isolated times ``base``, each
-        ``(C, T)``; ``weight`` ``(C,)``: the flows each keeps open through a NIC): a fluid model,
+        ``(C, T)``; ``weight`` ``(C, T)`` or ``(C,)``: the flows each keeps open through a NIC): a fluid model,
         partner by partner in the order they start. Alone, a collective progresses at full rate; beside a
         partner each gets its share of the NIC in proportion to its flows (max-min fairness per
         flow; equal weights: half each) until one of them is done, and each ends later by the
@@ -578,10 +578,11 @@ class ScheduleTemplate:
         ci = np.broadcast_to(cols, (a.size, cols.size))
         t = S[a].copy()                     # each collective's clock
         left = base[a].copy()               # its work left
-        wa = weight[a][:, None]
+        weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
+        wa = weight[a]                      # (A, T)
         for j in range(part.shape[1]):      # every collective's j-th partner at once
             b = pb[:, j, :]                                     # (A, T)
-            wb = weight[b]
+            wb = weight[b, ci]
             ok = pv[:, j, :] & (wa > 0) & (wb > 0)              # a NIC-less one shares nothing
             sb = S[b, ci]
             eb = sb + base[b, ci]
@@ -685,7 +686,7 @@ class ScheduleTemplate:
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,
-                    flows: dict[str, float] | None = None, sm: dict[str, np.ndarray] | None = None) -> np.ndarray:
+                    flows: dict[str, Any] | None = None, sm: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
         ``rank_s[key]``: ``(T, N)`` or ``(N,)``; ``coll_s[key]``: ``(T,)`` or a scalar (keys:
         :attr:`keys`, phases and bucket ops); a key missing from both lasts 0.
@@ -694,7 +695,8 @@ class ScheduleTemplate:
         pipeline: the next batch's input AlltoAll beside this batch's pooled and gradient
         AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll)
         share the network: while two overlap, each progresses at its share of the rate, in
-        proportion to ``flows[key]`` (the flows it keeps open through a NIC; equal shares where
+        proportion to ``flows[key]`` (the flows it keeps open through a NIC, a scalar or one per
+        candidate ``(T,)``; equal shares where
         not given or where no collective crosses a NIC; one with none, a node-local collective
         beside NIC-bound ones, shares nothing), and each ends later by what it lost (pairwise, summed over a collective's
         partners, :meth:`_shared_extra`). The start times come from the
@@ -726,11 +728,11 @@ class ScheduleTemplate:
                 if d is not None:
                     base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
-        weight = np.ones(C)
-        if flows and any(v > 0 for v in flows.values()):
+        weight = np.ones((C, T))
+        if flows and any(np.any(np.asarray(v) > 0) for v in flows.values()):
             for i, (phase, _, collective, _) in enumerate(self.ops):
                 if collective:
-                    weight[self._coll_slot[i]] = float(flows.get(phase, 1.0))
+                    weight[self._coll_slot[i]] = np.asarray(flows.get(phase, 1.0), float).reshape(-1)
         hbm = hbm or {}
         kern: dict[int, np.ndarray] = {}   # rank op -> its HBM demand
         cdem: dict[int, np.ndarray] = {}   # collective slot -> its HBM demand per rank

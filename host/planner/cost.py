@@ -58,7 +58,8 @@ from neonic.host.iteration import (WIRE_BYTES, ScheduleTemplate, allreduce_bytes
                                    iteration_buckets, keyed_buckets, shard_kernel_s)
 from neonic.host.planner.plan import Plan
 from neonic.host.planner.system import PlannerSystem
-from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
+from neonic.host.planner.work import (COLLECTIVES, IterationWork, Outer, ShardKernel, TableWork, derive_iteration,
+                                      matrix_aggregates)
 from neonic.host.workloads.spec import WorkloadSpec
 from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 
@@ -87,13 +88,33 @@ COST_COLUMNS = ("fwd_compute", "bwd_compute", "host_transfer", "input_a2a", "poo
 
 # Layout of the flat per-rank vectors of a contribution / state (rows of a (27, N) array).
 _COMP, _KERN, _AGG, _HBM, _HOST = slice(0, 3), 3, slice(4, 24), 24, slice(25, 27)
-_ROWS = 27
+# The pooled AlltoAll's pattern per rank (:func:`pooled_pattern`): how many tables' pooled
+# pieces it sends to every rank, and to one rank per node (its rail).
+_DENSE, _RAIL = 27, 28
+_ROWS = 29
+
+
+def pooled_pattern(tw: TableWork, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, whether ``tw`` makes it send pooled pieces to every rank (an :class:`Outer`
+    term's senders: table-wise, column-wise and row-wise shards) or to one rank per node (a
+    :class:`Pairs` term's senders: a table-row-wise shard finishes the pools of the owners on
+    its rail, ``host.planner.work.table_work``), as 0/1 rows. The NIC flows of the
+    iteration's AlltoAlls follow from them (:meth:`CostModel.alltoall_flows`)."""
+    dense, rail = np.zeros(world), np.zeros(world)
+    for term in tw.traffic.get("pooled", ()):
+        if isinstance(term, Outer):
+            dense[np.asarray(term.src) > 0] = 1.0
+        else:
+            src, dst = np.asarray(term.src), np.asarray(term.dst)
+            rail[src[src != dst]] = 1.0
+    return dense, rail
 
 
 class Contribution:
-    """A table's additive share, as one (27, N) array: compute [fwd, bwd, host] seconds (3),
+    """A table's additive share, as one (29, N) array: compute [fwd, bwd, host] seconds (3),
     kernels per rank (1), comm aggregates (5 collectives x [sent/recv x intra/inter]) bytes (20),
-    HBM bytes (1), host bytes [DRAM, SSD] (2); plus its DP AllReduce bytes."""
+    HBM bytes (1), host bytes [DRAM, SSD] (2), pooled senders [to every rank, on a rail] (2,
+    :func:`pooled_pattern`); plus its DP AllReduce bytes."""
 
     __slots__ = ("vec", "dp_bytes")
 
@@ -313,6 +334,7 @@ class CostModel:
             if k.tier != "hbm":
                 v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
         v[_AGG] = tw.aggregates(self.node_of, self.system.gpus_per_node).reshape(20, -1)
+        v[_DENSE], v[_RAIL] = pooled_pattern(tw, self.world)
         c.dp_bytes = tw.dp_allreduce_bytes
         return c
 
@@ -429,14 +451,51 @@ class CostModel:
                 out[key] = np.array([t.get(key, 0.0) for t in tables])[:, None]
         return out
 
+    def alltoall_flows(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
+        """The flows each of ``T`` states' NIC-crossing AlltoAlls keeps open through the NIC of
+        the rank that bounds it (``(T,)`` per collective): under the simulator's max-min fair
+        sharing per flow, concurrent collectives share a NIC in proportion to them (the
+        template's ``flows``). A rank sends to every off-node rank in the pooled AlltoAll if it
+        holds a table-wise, column-wise or row-wise shard, else to its rail (one rank per other
+        node) if it holds a table-row-wise one (:func:`pooled_pattern`); it receives from the
+        off-node ranks that send to it. The gradient AlltoAll is the pooled one reversed; in the
+        input AlltoAll every rank sends to every shard's rank. The bounding rank is the one
+        with the most busy time (``rank_times_s``); its NIC's direction is the one with more
+        bytes. (``sim.network.collectives.nic_flows_per_gpu`` counts the same flows for a dense
+        AlltoAll: every off-node peer.)"""
+        vecs = np.asarray(vecs)
+        T, N, g = vecs.shape[0], self.world, self.system.gpus_per_node
+        nodes = N // g
+        dense = vecs[:, _DENSE] > 0.5
+        rail = vecs[:, _RAIL] > 0.5
+        owner = dense | rail
+        per_node = lambda a: a.reshape(T, nodes, g).sum(axis=2)  # noqa: E731
+        off = lambda a: np.repeat(per_node(a).sum(axis=1, keepdims=True) - per_node(a), g, axis=1)  # noqa: E731
+        rl = rail.reshape(T, nodes, g)
+        rail_in = (rl.sum(axis=1, keepdims=True) - rl).reshape(T, N)   # rail senders on other nodes
+        pooled_tx = np.where(dense, N - g, np.where(rail, nodes - 1, 0))
+        pooled_rx = off(dense) + rail_in
+        flows = {"input_a2a": (off(owner), np.where(owner, N - g, 0)), "pooled_a2a": (pooled_tx, pooled_rx),
+                 "grad_a2a": (pooled_rx, pooled_tx)}
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
+        times = self.system.comm.rank_times_s(agg)                 # (T, 5, N)
+        rows = np.arange(T)
+        out: dict[str, np.ndarray] = {}
+        for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a")):
+            b = times[:, c].argmax(axis=1)
+            tx, rx = flows[name]
+            send = agg[rows, c, 1, b] >= agg[rows, c, 3, b]
+            out[name] = np.where(send, tx[rows, b], rx[rows, b]).astype(float)
+        return out
+
     def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
         rank, coll = self.phase_times(vecs, dps)
         hbm = self.hbm_demands(vecs, dps, coll)
         sm = self.sm_demands(np.asarray(vecs).shape[0], dps) if self.spec.comm_sm_share > 0 else None
+        flows: dict[str, float | np.ndarray] = {**self._flows, **self.alltoall_flows(vecs)}
         if not self.bucketed:
-            return self.template.iteration_s(rank, coll, hbm=hbm, flows=self._flows, sm=sm)
-        flows = self._flows
+            return self.template.iteration_s(rank, coll, hbm=hbm, flows=flows, sm=sm)
         T = next(iter(rank.values())).shape[0]
         has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
         out = np.empty(T)
@@ -451,7 +510,8 @@ class CostModel:
                 continue
             out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
                                                          {k: np.asarray(v)[idx] for k, v in coll.items()},
-                                                         hbm={k: pick(v, idx) for k, v in hbm.items()}, flows=flows,
+                                                         hbm={k: pick(v, idx) for k, v in hbm.items()},
+                                                         flows={k: pick(v, idx) for k, v in flows.items()},
                                                          sm=None if sm is None else {k: pick(v, idx) for k, v in sm.items()})
         return out
 
@@ -488,6 +548,10 @@ class CostModel:
         for c, name in enumerate(COLLECTIVES):
             v[4 + 4 * c: 8 + 4 * c] = matrix_aggregates(work.matrices[name], self.system.gpus_per_node)
         st.dp_bytes = work.dp_allreduce_bytes
+        for tw in work.tables.values():
+            dense, rail = pooled_pattern(tw, self.world)
+            v[_DENSE] += dense
+            v[_RAIL] += rail
         v[_HBM] = work.hbm_bytes
         v[25] = work.dram_bytes
         v[26] = work.ssd_bytes
