@@ -327,7 +327,21 @@ class CostModel:
         """A table's additive contribution (through its kernels and traffic terms)."""
         c = Contribution.zeros(self.world)
         v = c.vec
-        for k in tw.kernels:
+        ks = tw.kernels
+        if len(ks) > 1:
+            # a table split over many ranks (row-wise over 128 ranks: 128 kernels): scattered at
+            # once, each rank's terms added in the kernels' order (the same sums as one by one)
+            ranks = np.fromiter((k.rank for k in ks), dtype=np.int64, count=len(ks))
+            times = np.array([self.kernel_times(k) for k in ks])
+            for row in range(3):
+                np.add.at(v[row], ranks, times[:, row])
+            np.add.at(v[_KERN], ranks, 1.0)
+            np.add.at(v[_HBM], ranks, np.fromiter((k.hbm_bytes for k in ks), dtype=float, count=len(ks)))
+            for tier, row in (("dram", 25), ("ssd", 26)):
+                on = [i for i, k in enumerate(ks) if k.tier == tier]
+                if on:
+                    np.add.at(v[row], ranks[on], np.array([ks[i].host_bytes for i in on], dtype=float))
+        for k in ks[:1] if len(ks) == 1 else ():
             v[0:3, k.rank] += self.kernel_times(k)
             v[_KERN, k.rank] += 1
             v[_HBM, k.rank] += k.hbm_bytes
