@@ -465,17 +465,15 @@ class CostModel:
                 out[key] = np.array([t.get(key, 0.0) for t in tables])[:, None]
         return out
 
-    def alltoall_flows(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
-        """The flows each of ``T`` states' NIC-crossing AlltoAlls keeps open through the NIC of
-        the rank that bounds it (``(T,)`` per collective): under the simulator's max-min fair
-        sharing per flow, concurrent collectives share a NIC in proportion to them (the
-        template's ``flows``). A rank sends to every off-node rank in the pooled AlltoAll if it
-        holds a table-wise, column-wise or row-wise shard, else to its rail (one rank per other
-        node) if it holds a table-row-wise one (:func:`pooled_pattern`); it receives from the
-        off-node ranks that send to it. The gradient AlltoAll is the pooled one reversed; in the
-        input AlltoAll every rank sends to every shard's rank. The bounding rank is the one
-        with the most busy time (``rank_times_s``); its NIC's direction is the one with more
-        bytes. (``sim.network.collectives.nic_flows_per_gpu`` counts the same flows for a dense
+    def alltoall_peers(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
+        """The off-node peers each rank of ``T`` states exchanges bytes with in each NIC-crossing
+        AlltoAll, on the direction of its NIC with more bytes (``(T, N)`` per collective): the
+        flows it keeps open through its NIC. A rank sends to every off-node rank in the pooled
+        AlltoAll if it holds a table-wise, column-wise or row-wise shard, else to its rail (one
+        rank per other node) if it holds a table-row-wise one (:func:`pooled_pattern`); it
+        receives from the off-node ranks that send to it. The gradient AlltoAll is the pooled
+        one reversed; in the input AlltoAll every rank sends to every shard's rank.
+        (``sim.network.collectives.nic_flows_per_gpu`` counts the same flows for a dense
         AlltoAll: every off-node peer.)"""
         vecs = np.asarray(vecs)
         T, N, g = vecs.shape[0], self.world, self.system.gpus_per_node
@@ -485,21 +483,48 @@ class CostModel:
         owner = dense | rail
         per_node = lambda a: a.reshape(T, nodes, g).sum(axis=2)  # noqa: E731
         off = lambda a: np.repeat(per_node(a).sum(axis=1, keepdims=True) - per_node(a), g, axis=1)  # noqa: E731
-        rl = rail.reshape(T, nodes, g)
-        rail_in = (rl.sum(axis=1, keepdims=True) - rl).reshape(T, N)   # rail senders on other nodes
+        rl = (rail & ~dense).reshape(T, nodes, g)   # rail senders not counted among the dense ones
+        rail_in = (rl.sum(axis=1, keepdims=True) - rl).reshape(T, N)   # on other nodes, on the rank's rail
         pooled_tx = np.where(dense, N - g, np.where(rail, nodes - 1, 0))
         pooled_rx = off(dense) + rail_in
         flows = {"input_a2a": (off(owner), np.where(owner, N - g, 0)), "pooled_a2a": (pooled_tx, pooled_rx),
                  "grad_a2a": (pooled_rx, pooled_tx)}
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1)
+        return {name: np.where(agg[:, c, 1] >= agg[:, c, 3], *flows[name]).astype(float)
+                for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a"))}
+
+    def alltoall_flows(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
+        """The flows each of ``T`` states' NIC-crossing AlltoAlls keeps open through a NIC
+        (``(T,)`` per collective; :meth:`alltoall_peers`), the template's weights: under the
+        simulator's max-min fair sharing per flow, concurrent collectives share a NIC in
+        proportion to them. A collective is a barrier, so it is weighed at the rank that ends it
+        last beside its partner: the pooled AlltoAll beside the next batch's input AlltoAll
+        (and that one beside the pooled one), over the partner's isolated time ``D``, a rank
+        with work ``w`` and share ``f`` of its NIC ending at ``w / f`` if that is within ``D``,
+        else at ``w + D (1 - f)``. (A table-row-wise rank on its rail keeps few flows beside
+        the input AlltoAll's and is starved while it runs, though a table-wise rank bounds the
+        collective alone.) The gradient AlltoAll, whose partners are the buckets' one-flow
+        AllReduces, at its busiest rank. APPROXIMATION: the template then stretches the
+        collective's isolated time (its busiest rank's) at that rank's share."""
+        vecs = np.asarray(vecs)
+        T = vecs.shape[0]
+        peers = self.alltoall_peers(vecs)
         agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
         times = self.system.comm.rank_times_s(agg)                 # (T, 5, N)
         rows = np.arange(T)
         out: dict[str, np.ndarray] = {}
-        for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a")):
-            b = times[:, c].argmax(axis=1)
-            tx, rx = flows[name]
-            send = agg[rows, c, 1, b] >= agg[rows, c, 3, b]
-            out[name] = np.where(send, tx[rows, b], rx[rows, b]).astype(float)
+        for c, name, partner in ((0, "input_a2a", 1), (1, "pooled_a2a", 0), (2, "grad_a2a", None)):
+            f, w = peers[name], times[:, c]
+            if partner is None:
+                last = w.argmax(axis=1)
+            else:
+                fp = peers[("input_a2a", "pooled_a2a")[partner]]
+                D = times[:, partner].max(axis=1, keepdims=True)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    share = np.where(f + fp > 0, f / (f + fp), 1.0)
+                    end = np.where(share > 0, np.where(w <= share * D, w / share, w + D * (1.0 - share)), w)
+                last = end.argmax(axis=1)
+            out[name] = f[rows, last]
         return out
 
     def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
