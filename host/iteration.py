@@ -556,7 +556,7 @@ class ScheduleTemplate:
     def _shared_extra(self, S: np.ndarray, base: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """How much later each collective ends when an input AlltoAll shares the network with
         the comm stream's collectives it overlaps (starts ``S``, isolated times ``base``, each
-        ``(C, T)``; ``weight`` ``(C,)``: the flows each keeps open through a NIC): a fluid model,
+        ``(C, T)``; ``weight`` ``(C, T)`` or ``(C,)``: the flows each keeps open through a NIC): a fluid model,
         partner by partner in the order they start. Alone, a collective progresses at full rate; beside a
         partner each gets its share of the NIC in proportion to its flows (max-min fairness per
         flow; equal weights: half each) until one of them is done, and each ends later by the
@@ -578,10 +578,11 @@ class ScheduleTemplate:
         ci = np.broadcast_to(cols, (a.size, cols.size))
         t = S[a].copy()                     # each collective's clock
         left = base[a].copy()               # its work left
-        wa = weight[a][:, None]
+        weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
+        wa = weight[a]                      # (A, T)
         for j in range(part.shape[1]):      # every collective's j-th partner at once
             b = pb[:, j, :]                                     # (A, T)
-            wb = weight[b]
+            wb = weight[b, ci]
             ok = pv[:, j, :] & (wa > 0) & (wb > 0)              # a NIC-less one shares nothing
             sb = S[b, ci]
             eb = sb + base[b, ci]
@@ -602,14 +603,17 @@ class ScheduleTemplate:
         return extra
 
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
-                   cdem: dict[int, np.ndarray]) -> dict[int, list[tuple[int, np.ndarray, np.ndarray]]]:
+                   cdem: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, list, list, np.ndarray]]:
         """For each kernel op, the collectives of its own and the neighbouring iterations that
         slow it while they overlap, each with what the kernel and the collective lose of their
         rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
         demands ``kern`` and ``cdem``), the kernel also what the collective's channels leave it
         of the SMs (``kernel_sm_rate``, demand ``ksm``, ``spec.comm_sm_share``). The rates
         depend on the demands only, which depend on the op's key (phase or bucket op), so each
-        pair of keys is priced once per evaluation."""
+        pair of keys is priced once per evaluation.
+
+        Per kernel op: the collectives' slots ``(H,)``, the kernel's and the collectives'
+        losses (``H`` arrays), and which collectives lose anything ``(H,)``."""
         from neonic.sim.interference import kernel_comm_hbm_rate, kernel_sm_rate
 
         key = [op[0] for op in self.ops]
@@ -617,10 +621,10 @@ class ScheduleTemplate:
         share = self.spec.comm_sm_share
         colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
         lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
-        out: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
-        for i in set(kern) | set(ksm):
+        out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for i in sorted(set(kern) | set(ksm)):
             it = self.ops[i][1]
-            found = []
+            found: list[int] = []
             for c in colls:
                 if abs(self._coll_it[c] - it) > 1:
                     continue
@@ -634,41 +638,55 @@ class ScheduleTemplate:
                         k_loss = np.maximum(both, 1.0 - kernel_sm_rate(ksm[i], share))
                     lost[pair] = (k_loss, both) if k_loss.max(initial=0.0) > 0 else None
                 if lost[pair] is not None:
-                    found.append((c, *lost[pair]))
-            if found:
-                out[i] = found
+                    found.append(c)
+            if not found:
+                continue
+            ks = [lost[key[i], cslot_key[c]] for c in found]
+            out[i] = (np.array(found, dtype=np.int64), [k[0] for k in ks], [k[1] for k in ks],
+                      np.array([k[1].max(initial=0.0) > 0 for k in ks]))
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
-                   pairs: dict[int, list[tuple[int, np.ndarray]]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
+                   pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
         ``(C, T)``) on a rank, both run at the common rate their demands leave them
         (:meth:`_hbm_pairs`), so each ends later by the overlap times (1 - rate); a collective,
         a barrier, by its slowest rank's. APPROXIMATION: a kernel's collectives are taken one at
         a time (pairwise), and a collective's demand is its bytes over its isolated time (an
-        average over its phases)."""
+        average over its phases). Only the (collective, candidate) pairs whose spans meet on some
+        rank are priced (the others add an overlap of 0): the same sums, in the same order."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
-        first, last = S.min(axis=1), E.max(axis=1)     # each collective's earliest start, latest end
-        for i, found in pairs.items():
+        T = S.shape[1]
+        for i, (slots, k_loss, c_loss, c_any) in pairs.items():
             s0, e0 = spans[i]
-            lo, hi = float(s0.min()), float(e0.max())
-            slots = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
-            hits = np.flatnonzero((last[slots] > lo) & (first[slots] < hi))
-            extra = 0.0
-            for h in hits:
-                c, k_loss, c_loss = found[h]
-                ov = np.maximum(np.minimum(e0, E[c][:, None]) - np.maximum(s0, S[c][:, None]), 0.0)
-                extra = extra + ov * k_loss
-                if c_loss.max(initial=0.0) > 0:
-                    xc[c] = np.maximum(xc[c], (ov * c_loss).max(axis=-1))
+            s0 = np.broadcast_to(s0, e0.shape)
+            # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
+            # them; the others add nothing (an overlap of 0)
+            meet = (E[slots] > s0.min(axis=-1)) & (S[slots] < e0.max(axis=-1))     # (H, T)
+            rows = np.flatnonzero(meet.any(axis=1))
+            if rows.size == 0:
+                xr[i] = 0.0
+                continue
+            extra = np.zeros(e0.shape)
+            for h in rows:                     # in the collectives' order: the same sums as all at once
+                t = np.flatnonzero(meet[h])
+                c = slots[h]
+                ov = np.minimum(e0[t], E[c, t][:, None]) - np.maximum(s0[t], S[c, t][:, None])   # (P, N)
+                np.maximum(ov, 0.0, out=ov)
+                k = k_loss[h]
+                extra[t] += ov * (k[t] if k.ndim == 2 and k.shape[0] == T > 1 else k)
+                if c_any[h]:
+                    cl = c_loss[h]
+                    lost = (ov * (cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 else cl)).max(axis=-1)
+                    xc[c, t] = np.maximum(xc[c, t], lost)
             xr[i] = extra
         return xr, xc
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,
-                    flows: dict[str, float] | None = None, sm: dict[str, np.ndarray] | None = None) -> np.ndarray:
+                    flows: dict[str, Any] | None = None, sm: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Seconds per measured iteration for each of ``T`` candidates (see the class doc).
         ``rank_s[key]``: ``(T, N)`` or ``(N,)``; ``coll_s[key]``: ``(T,)`` or a scalar (keys:
         :attr:`keys`, phases and bucket ops); a key missing from both lasts 0.
@@ -677,7 +695,8 @@ class ScheduleTemplate:
         pipeline: the next batch's input AlltoAll beside this batch's pooled and gradient
         AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll)
         share the network: while two overlap, each progresses at its share of the rate, in
-        proportion to ``flows[key]`` (the flows it keeps open through a NIC; equal shares where
+        proportion to ``flows[key]`` (the flows it keeps open through a NIC, a scalar or one per
+        candidate ``(T,)``; equal shares where
         not given or where no collective crosses a NIC; one with none, a node-local collective
         beside NIC-bound ones, shares nothing), and each ends later by what it lost (pairwise, summed over a collective's
         partners, :meth:`_shared_extra`). The start times come from the
@@ -709,11 +728,11 @@ class ScheduleTemplate:
                 if d is not None:
                     base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
-        weight = np.ones(C)
-        if flows and any(v > 0 for v in flows.values()):
+        weight = np.ones((C, T))
+        if flows and any(np.any(np.asarray(v) > 0) for v in flows.values()):
             for i, (phase, _, collective, _) in enumerate(self.ops):
                 if collective:
-                    weight[self._coll_slot[i]] = float(flows.get(phase, 1.0))
+                    weight[self._coll_slot[i]] = np.asarray(flows.get(phase, 1.0), float).reshape(-1)
         hbm = hbm or {}
         kern: dict[int, np.ndarray] = {}   # rank op -> its HBM demand
         cdem: dict[int, np.ndarray] = {}   # collective slot -> its HBM demand per rank

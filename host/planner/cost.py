@@ -58,7 +58,8 @@ from neonic.host.iteration import (WIRE_BYTES, ScheduleTemplate, allreduce_bytes
                                    iteration_buckets, keyed_buckets, shard_kernel_s)
 from neonic.host.planner.plan import Plan
 from neonic.host.planner.system import PlannerSystem
-from neonic.host.planner.work import COLLECTIVES, IterationWork, ShardKernel, TableWork, derive_iteration, matrix_aggregates
+from neonic.host.planner.work import (COLLECTIVES, IterationWork, Outer, ShardKernel, TableWork, derive_iteration,
+                                      matrix_aggregates)
 from neonic.host.workloads.spec import WorkloadSpec
 from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 
@@ -87,13 +88,33 @@ COST_COLUMNS = ("fwd_compute", "bwd_compute", "host_transfer", "input_a2a", "poo
 
 # Layout of the flat per-rank vectors of a contribution / state (rows of a (27, N) array).
 _COMP, _KERN, _AGG, _HBM, _HOST = slice(0, 3), 3, slice(4, 24), 24, slice(25, 27)
-_ROWS = 27
+# The pooled AlltoAll's pattern per rank (:func:`pooled_pattern`): how many tables' pooled
+# pieces it sends to every rank, and to one rank per node (its rail).
+_DENSE, _RAIL = 27, 28
+_ROWS = 29
+
+
+def pooled_pattern(tw: TableWork, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, whether ``tw`` makes it send pooled pieces to every rank (an :class:`Outer`
+    term's senders: table-wise, column-wise and row-wise shards) or to one rank per node (a
+    :class:`Pairs` term's senders: a table-row-wise shard finishes the pools of the owners on
+    its rail, ``host.planner.work.table_work``), as 0/1 rows. The NIC flows of the
+    iteration's AlltoAlls follow from them (:meth:`CostModel.alltoall_flows`)."""
+    dense, rail = np.zeros(world), np.zeros(world)
+    for term in tw.traffic.get("pooled", ()):
+        if isinstance(term, Outer):
+            dense[np.asarray(term.src) > 0] = 1.0
+        else:
+            src, dst = np.asarray(term.src), np.asarray(term.dst)
+            rail[src[src != dst]] = 1.0
+    return dense, rail
 
 
 class Contribution:
-    """A table's additive share, as one (27, N) array: compute [fwd, bwd, host] seconds (3),
+    """A table's additive share, as one (29, N) array: compute [fwd, bwd, host] seconds (3),
     kernels per rank (1), comm aggregates (5 collectives x [sent/recv x intra/inter]) bytes (20),
-    HBM bytes (1), host bytes [DRAM, SSD] (2); plus its DP AllReduce bytes."""
+    HBM bytes (1), host bytes [DRAM, SSD] (2), pooled senders [to every rank, on a rail] (2,
+    :func:`pooled_pattern`); plus its DP AllReduce bytes."""
 
     __slots__ = ("vec", "dp_bytes")
 
@@ -306,13 +327,28 @@ class CostModel:
         """A table's additive contribution (through its kernels and traffic terms)."""
         c = Contribution.zeros(self.world)
         v = c.vec
-        for k in tw.kernels:
+        ks = tw.kernels
+        if len(ks) > 1:
+            # a table split over many ranks (row-wise over 128 ranks: 128 kernels): scattered at
+            # once, each rank's terms added in the kernels' order (the same sums as one by one)
+            ranks = np.fromiter((k.rank for k in ks), dtype=np.int64, count=len(ks))
+            times = np.array([self.kernel_times(k) for k in ks])
+            for row in range(3):
+                np.add.at(v[row], ranks, times[:, row])
+            np.add.at(v[_KERN], ranks, 1.0)
+            np.add.at(v[_HBM], ranks, np.fromiter((k.hbm_bytes for k in ks), dtype=float, count=len(ks)))
+            for tier, row in (("dram", 25), ("ssd", 26)):
+                on = [i for i, k in enumerate(ks) if k.tier == tier]
+                if on:
+                    np.add.at(v[row], ranks[on], np.array([ks[i].host_bytes for i in on], dtype=float))
+        for k in ks[:1] if len(ks) == 1 else ():
             v[0:3, k.rank] += self.kernel_times(k)
             v[_KERN, k.rank] += 1
             v[_HBM, k.rank] += k.hbm_bytes
             if k.tier != "hbm":
                 v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
         v[_AGG] = tw.aggregates(self.node_of, self.system.gpus_per_node).reshape(20, -1)
+        v[_DENSE], v[_RAIL] = pooled_pattern(tw, self.world)
         c.dp_bytes = tw.dp_allreduce_bytes
         return c
 
@@ -429,14 +465,76 @@ class CostModel:
                 out[key] = np.array([t.get(key, 0.0) for t in tables])[:, None]
         return out
 
+    def alltoall_peers(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
+        """The off-node peers each rank of ``T`` states exchanges bytes with in each NIC-crossing
+        AlltoAll, on the direction of its NIC with more bytes (``(T, N)`` per collective): the
+        flows it keeps open through its NIC. A rank sends to every off-node rank in the pooled
+        AlltoAll if it holds a table-wise, column-wise or row-wise shard, else to its rail (one
+        rank per other node) if it holds a table-row-wise one (:func:`pooled_pattern`); it
+        receives from the off-node ranks that send to it. The gradient AlltoAll is the pooled
+        one reversed; in the input AlltoAll every rank sends to every shard's rank.
+        (``sim.network.collectives.nic_flows_per_gpu`` counts the same flows for a dense
+        AlltoAll: every off-node peer.)"""
+        vecs = np.asarray(vecs)
+        T, N, g = vecs.shape[0], self.world, self.system.gpus_per_node
+        nodes = N // g
+        dense = vecs[:, _DENSE] > 0.5
+        rail = vecs[:, _RAIL] > 0.5
+        owner = dense | rail
+        per_node = lambda a: a.reshape(T, nodes, g).sum(axis=2)  # noqa: E731
+        off = lambda a: np.repeat(per_node(a).sum(axis=1, keepdims=True) - per_node(a), g, axis=1)  # noqa: E731
+        rl = (rail & ~dense).reshape(T, nodes, g)   # rail senders not counted among the dense ones
+        rail_in = (rl.sum(axis=1, keepdims=True) - rl).reshape(T, N)   # on other nodes, on the rank's rail
+        pooled_tx = np.where(dense, N - g, np.where(rail, nodes - 1, 0))
+        pooled_rx = off(dense) + rail_in
+        flows = {"input_a2a": (off(owner), np.where(owner, N - g, 0)), "pooled_a2a": (pooled_tx, pooled_rx),
+                 "grad_a2a": (pooled_rx, pooled_tx)}
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1)
+        return {name: np.where(agg[:, c, 1] >= agg[:, c, 3], *flows[name]).astype(float)
+                for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a"))}
+
+    def alltoall_flows(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
+        """The flows each of ``T`` states' NIC-crossing AlltoAlls keeps open through a NIC
+        (``(T,)`` per collective; :meth:`alltoall_peers`), the template's weights: under the
+        simulator's max-min fair sharing per flow, concurrent collectives share a NIC in
+        proportion to them. A collective is a barrier, so it is weighed at the rank that ends it
+        last beside its partner: the pooled AlltoAll beside the next batch's input AlltoAll
+        (and that one beside the pooled one), over the partner's isolated time ``D``, a rank
+        with work ``w`` and share ``f`` of its NIC ending at ``w / f`` if that is within ``D``,
+        else at ``w + D (1 - f)``. (A table-row-wise rank on its rail keeps few flows beside
+        the input AlltoAll's and is starved while it runs, though a table-wise rank bounds the
+        collective alone.) The gradient AlltoAll, whose partners are the buckets' one-flow
+        AllReduces, at its busiest rank. APPROXIMATION: the template then stretches the
+        collective's isolated time (its busiest rank's) at that rank's share."""
+        vecs = np.asarray(vecs)
+        T = vecs.shape[0]
+        peers = self.alltoall_peers(vecs)
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
+        times = self.system.comm.rank_times_s(agg)                 # (T, 5, N)
+        rows = np.arange(T)
+        out: dict[str, np.ndarray] = {}
+        for c, name, partner in ((0, "input_a2a", 1), (1, "pooled_a2a", 0), (2, "grad_a2a", None)):
+            f, w = peers[name], times[:, c]
+            if partner is None:
+                last = w.argmax(axis=1)
+            else:
+                fp = peers[("input_a2a", "pooled_a2a")[partner]]
+                D = times[:, partner].max(axis=1, keepdims=True)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    share = np.where(f + fp > 0, f / (f + fp), 1.0)
+                    end = np.where(share > 0, np.where(w <= share * D, w / share, w + D * (1.0 - share)), w)
+                last = end.argmax(axis=1)
+            out[name] = f[rows, last]
+        return out
+
     def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
         rank, coll = self.phase_times(vecs, dps)
         hbm = self.hbm_demands(vecs, dps, coll)
         sm = self.sm_demands(np.asarray(vecs).shape[0], dps) if self.spec.comm_sm_share > 0 else None
+        flows: dict[str, float | np.ndarray] = {**self._flows, **self.alltoall_flows(vecs)}
         if not self.bucketed:
-            return self.template.iteration_s(rank, coll, hbm=hbm, flows=self._flows, sm=sm)
-        flows = self._flows
+            return self.template.iteration_s(rank, coll, hbm=hbm, flows=flows, sm=sm)
         T = next(iter(rank.values())).shape[0]
         has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
         out = np.empty(T)
@@ -451,7 +549,8 @@ class CostModel:
                 continue
             out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
                                                          {k: np.asarray(v)[idx] for k, v in coll.items()},
-                                                         hbm={k: pick(v, idx) for k, v in hbm.items()}, flows=flows,
+                                                         hbm={k: pick(v, idx) for k, v in hbm.items()},
+                                                         flows={k: pick(v, idx) for k, v in flows.items()},
                                                          sm=None if sm is None else {k: pick(v, idx) for k, v in sm.items()})
         return out
 
@@ -488,6 +587,10 @@ class CostModel:
         for c, name in enumerate(COLLECTIVES):
             v[4 + 4 * c: 8 + 4 * c] = matrix_aggregates(work.matrices[name], self.system.gpus_per_node)
         st.dp_bytes = work.dp_allreduce_bytes
+        for tw in work.tables.values():
+            dense, rail = pooled_pattern(tw, self.world)
+            v[_DENSE] += dense
+            v[_RAIL] += rail
         v[_HBM] = work.hbm_bytes
         v[25] = work.dram_bytes
         v[26] = work.ssd_bytes

@@ -52,6 +52,10 @@ def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int
 class Placer:
     """Shared machinery of the planners: building table plans, costing them, tracking memory."""
 
+    #: Memory the contributions remembered by table plan may take (bytes; the cache only saves
+    #: recomputing them, so the plans do not depend on it).
+    CACHE_BYTES = 1 << 30
+
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  tw_cache: dict | None = None) -> None:
         self.workload = workload
@@ -86,6 +90,9 @@ class Placer:
         self._hbm_plans: dict[tuple, tuple[TablePlan, np.ndarray]] = self._tw_cache.setdefault("__hbm_plans__", {})
         self._tiered_plans: dict[tuple, TablePlan] = self._tw_cache.setdefault("__tiered_plans__", {})
         self._geoms: dict[tuple, tuple] = self._tw_cache.setdefault("__geometry__", {})
+        # contributions remembered by plan, at most CACHE_BYTES of them (one is 29 x world floats:
+        # 20,000 of them took 4.7 GB at 1024 GPUs)
+        self._cache_limit = max(256, int(self.CACHE_BYTES // (8 * Contribution.zeros(1).vec.shape[0] * self.world)))
 
     # ------------------------------------------------------------------ building table plans
     def shard_bytes(self, table: TableSpec, rows: int, cols: int) -> float:
@@ -195,7 +202,7 @@ class Placer:
                 return base.relabeled(self._inv[first])
         c = self._cache.get(tp)
         if c is None:
-            if len(self._cache) > 20000:
+            if len(self._cache) > self._cache_limit:
                 self._cache.clear()
             c = self._cache[tp] = self._contribution(tp)
         return c

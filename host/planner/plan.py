@@ -68,6 +68,23 @@ class TablePlan:
     def ranks(self) -> tuple[int, ...]:
         return tuple(s.rank for s in self.shards)
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: the planner keys its contribution caches by table
+        plans, and a row-wise plan over 128 ranks hashes 128 shards (immutable, so the hash
+        cannot change)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.table, self.sharding, self.shards))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # a string's hash differs between processes: a pickled plan recomputes its own
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
 
 @dataclass(frozen=True)
 class Plan:

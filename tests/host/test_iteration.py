@@ -245,3 +245,41 @@ def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners
     assert even[comm].sum() > 0
     assert heavy[comm].sum() < 0.05 * even[comm].sum()
     assert heavy[~comm].sum() > even[~comm].sum()
+
+
+def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their_losses():
+    """ScheduleTemplate._hbm_extra: a kernel ends later by the sum, over the collectives it
+    overlaps on its rank, of the overlap times what it loses of its rate; a collective by the
+    largest such product over the kernels and ranks it meets (a barrier: its slowest rank),
+    written here in plain Python over every (kernel, collective, candidate, rank)."""
+    spec = IterationSpec(warmup=1, iterations=2)
+    t = ScheduleTemplate(spec)
+    rng = np.random.default_rng(4)
+    C, T, N = len(t._coll_slot), 5, 6
+    S = rng.uniform(0, 2e-2, (C, T))
+    E = S + rng.uniform(1e-4, 4e-3, (C, T))
+    kernels = [i for i, op in enumerate(t.ops) if not op[2]][:6]
+    spans, pairs = {}, {}
+    for i in kernels:
+        s0 = rng.uniform(0, 2e-2, (T, N))
+        spans[i] = (s0, s0 + rng.uniform(1e-4, 3e-3, (T, N)))
+        slots = np.sort(rng.choice(C, 5, replace=False))
+        k_loss = [rng.uniform(0, 0.5, shape) for shape in [(T, N), (T, 1), (1,), (N,), (T, N)]]
+        c_loss = [rng.uniform(0, 0.5, (T, N)) * (j % 2) for j in range(5)]
+        pairs[i] = (slots, k_loss, c_loss, np.array([c.max() > 0 for c in c_loss]))
+    xr, xc = t._hbm_extra(spans, S, E, pairs)
+    ref_c = np.zeros((C, T))
+    for i, (slots, k_loss, c_loss, _) in pairs.items():
+        s0, e0 = spans[i]
+        ref = np.zeros((T, N))
+        for h, c in enumerate(slots):
+            k = np.broadcast_to(k_loss[h], (T, N))
+            cl = np.broadcast_to(c_loss[h], (T, N))
+            for j in range(T):
+                for r in range(N):
+                    ov = max(min(e0[j, r], E[c, j]) - max(s0[j, r], S[c, j]), 0.0)
+                    ref[j, r] += ov * k[j, r]
+                    ref_c[c, j] = max(ref_c[c, j], ov * cl[j, r])
+        np.testing.assert_allclose(np.broadcast_to(xr[i], (T, N)), ref, rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(xc, ref_c, rtol=1e-12, atol=1e-18)
+    assert ref_c.any() and any(np.any(v) for v in xr.values())

@@ -133,6 +133,48 @@ def test_alpha_beta_rank_times_by_hand():
     assert comm.alltoallv_time_s(m) == pytest.approx(t.max())
 
 
+@pytest.mark.parametrize("kinds", [(ST.TABLE_ROW_WISE,) * 3, (ST.TABLE_WISE,) * 3,
+                                   (ST.TABLE_ROW_WISE, ST.TABLE_WISE, ST.ROW_WISE)])
+def test_the_nic_flows_of_each_alltoall_are_the_off_node_peers_of_the_plans_matrices(kinds):
+    """Concurrent collectives share a NIC by their flows (max-min per flow, as the simulator
+    runs them), so the template weighs each AlltoAll by the off-node peers a rank really
+    exchanges bytes with (every rank's, on its NIC's busier direction, as in the plan's
+    matrices): a table-row-wise pooled AlltoAll sends on its rail only (one peer per other
+    node), a table-wise one to every off-node rank."""
+    s = _system(nodes=4, g=4)
+    w = _workload([{"rows": 800, "dim": 8, "pooling": 2 + i} for i in range(3)], batch=10)
+    g = 4
+    tps = []
+    for i, kind in enumerate(kinds):
+        node = i % 4
+        if kind == ST.TABLE_ROW_WISE:
+            shards = [Shard(node * g + j, 200 * j, 200 * (j + 1), 0, 8) for j in range(g)]
+        elif kind == ST.ROW_WISE:
+            shards = [Shard(r, 50 * r, 50 * (r + 1), 0, 8) for r in range(16)]
+        else:
+            shards = [Shard(node * g + i, 0, 800, 0, 8)]
+        tps.append(_one(kind, shards, name=f"t{i}"))
+    plan = _plan(s, tps)
+    cost = CostModel(w, s)
+    work = derive_iteration(plan, w, s)
+    st = cost.state_of(work)
+    peers = cost.alltoall_peers(st.vec[None])
+    flows = cost.alltoall_flows(st.vec[None])
+    node_of = np.arange(16) // g
+    off = node_of[:, None] != node_of[None, :]
+    from neonic.host.planner.work import matrix_aggregates
+
+    for name, key in (("input", "input_a2a"), ("pooled", "pooled_a2a"), ("grad", "grad_a2a")):
+        m = work.matrices[name].copy()
+        np.fill_diagonal(m, 0.0)
+        agg = matrix_aggregates(m, g)
+        tx, rx = ((m > 0) & off).sum(axis=1), ((m > 0) & off).sum(axis=0)
+        np.testing.assert_array_equal(peers[key][0], np.where(agg[1] >= agg[3], tx, rx), err_msg=name)
+        assert flows[key][0] in peers[key][0]
+    if kinds[0] == kinds[1] == ST.TABLE_ROW_WISE:
+        assert flows["pooled_a2a"][0] == 3  # its rail: one peer on each other node
+
+
 def test_incremental_state_agrees_with_the_derived_iteration():
     s = _system()
     w = _skewed(12)
