@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from neonic.sim.units import SimRequest
-from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.rtl.cache import CacheOp, CacheStats, LookupKind, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
 
@@ -24,7 +24,7 @@ __all__ = ["build", "simulate", "default_workload", "measure_hits", "measure_mis
            "rtl_outcomes"]
 
 _INT_PARAMS = ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats", "sets",
-               "ways", "mshrs", "queue_depth", "lfu_bits", "counter_width")
+               "ways", "mshrs", "queue_depth", "line_outstanding", "lfu_bits", "counter_width")
 _STR_PARAMS = ("index", "policy")
 DEFAULTS = dict(data_bytes=8, addr_width=20, line_beats=4, sets=16, ways=8, mshrs=16)
 _KIND = {LookupKind.HIT: "hit", LookupKind.MERGED: "merged", LookupKind.MISS: "miss",
@@ -47,15 +47,17 @@ def _params(params: dict[str, str]) -> dict:
     return kw
 
 
-def build(params: dict[str, str]) -> CacheController:
-    return CacheController(**_params(params))
+def build(params: dict[str, str]) -> OnChipCache:
+    """The cache with its lines on chip (the RTL SmartNIC's configuration): its ports are
+    the controller's but ``lines``."""
+    return OnChipCache(**_params(params))
 
 
-def config_of(dut: CacheController) -> CacheConfig:
+def config_of(dut: OnChipCache) -> CacheConfig:
     return CacheConfig(dut.sets, dut.ways, dut.policy, dut.index, dut.lfu_bits)
 
 
-def rtl_outcomes(dut: CacheController, requests: list[Request], rng: np.random.Generator, *,
+def rtl_outcomes(dut: OnChipCache, requests: list[Request], rng: np.random.Generator, *,
                  rows: int, latency=(1, 30), idle=0.2, backpressure=0.2, stall=0.1,
                  vcd: Path | None = None, memory: np.ndarray | None = None) -> dict:
     """Run ``requests`` through the RTL in Amaranth's simulator (random idle, backpressure,
@@ -114,10 +116,11 @@ def rtl_outcomes(dut: CacheController, requests: list[Request], rng: np.random.G
             "reference_kinds": exp.kinds}
 
 
-def measure_hits(dut: CacheController, n: int = 400) -> dict:
-    """All-hit stream: warm 4 rows, then ``n`` single-beat reads of them, a request offered
-    every cycle and responses taken at once. Lookups per cycle and request-to-first-beat
-    latency (cycles between the accepting edge and the edge that takes the first beat)."""
+def measure_hits(dut: OnChipCache, n: int = 400, rows: int = 4) -> dict:
+    """All-hit stream: warm ``rows`` rows (consecutive rows: distinct sets), then ``n``
+    single-beat reads of them in turn, a request offered every cycle and responses taken at
+    once. Lookups per cycle and request-to-first-beat latency (cycles between the accepting
+    edge and the edge that takes the first beat)."""
     memory = np.zeros(8 * dut.line_beats * dut.data_bytes, np.uint8)
     mem = AmaranthMemory(dut.back, memory, data_bytes=dut.data_bytes,
                          rng=np.random.default_rng(0), latency=(1, 1))
@@ -125,14 +128,15 @@ def measure_hits(dut: CacheController, n: int = 400) -> dict:
     firsts: list[int] = []
 
     async def tb(ctx):
-        for r in range(4):
+        for r in range(rows):
             await stream_send(ctx, dut.front.req, [{"addr": r * dut.line_beats, "beats": 1}])
             await stream_recv(ctx, dut.front.resp, 1)
         ctx.set(dut.front.resp.ready, 1)
         cycle = sent = recv = 0
         while recv < n:
             if sent < n:
-                ctx.set(dut.front.req.payload, {"addr": (sent % 4) * dut.line_beats, "beats": 1})
+                ctx.set(dut.front.req.payload, {"addr": (sent % rows) * dut.line_beats,
+                                                "beats": 1})
             ctx.set(dut.front.req.valid, int(sent < n))
             _, _, rdy, vld, pv = await ctx.tick().sample(dut.front.req.ready,
                                                          dut.front.req.valid,
@@ -151,7 +155,7 @@ def measure_hits(dut: CacheController, n: int = 400) -> dict:
             "hit_latency_cycles": max(lat), "hit_latency_min_cycles": min(lat)}
 
 
-def measure_misses(dut: CacheController, n: int = 300, latency: int = 200) -> dict:
+def measure_misses(dut: OnChipCache, n: int = 300, latency: int = 200) -> dict:
     """All-miss stream: ``n`` whole-row reads of distinct rows, backing latency ``latency``
     cycles; misses completed per cycle (first request offered to last beat taken)."""
     rows = n + 1
@@ -178,7 +182,7 @@ def measure_misses(dut: CacheController, n: int = 300, latency: int = 200) -> di
 CLI_LATENCY = 20
 
 
-def default_workload(rng: np.random.Generator, dut: CacheController, count: int
+def default_workload(rng: np.random.Generator, dut: OnChipCache, count: int
                      ) -> tuple[np.ndarray, list[Request], int]:
     """The backing memory's initial bytes, ``count`` random requests (Zipf 1.0 over four
     times the cache's lines; a quarter writes, 2% malformed) and the row count."""
@@ -195,7 +199,7 @@ def simulate(req: SimRequest) -> dict:
     against the shadow memory and the reference model; figures.json (the same fields from
     every simulator) and a waveform when asked into ``req.out``."""
     kw = _params(req.params)
-    dut = CacheController(**kw)
+    dut = OnChipCache(**kw)
     text = str(req.extra.get("requests", 600))
     try:
         count = int(text, 10)
