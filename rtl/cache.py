@@ -277,8 +277,8 @@ class LineRAM(wiring.Component):
     responder. It serves one request at a time, strictly in order, so reads and writes take
     effect in request order: a request is registered when accepted, then served one beat per
     cycle from the next cycle on (a read's first beat is valid two cycles after the edge that
-    accepted it: latency 2); the next request is accepted in the cycle of the current one's
-    last beat. The memory has one write port and one read port, so yosys maps it to block RAM.
+    accepted it: latency 2), the next one from the cycle after the current one's last beat. One
+    request waits behind the one being served (``req.ready`` is a register). The memory has one write port and one read port, so yosys maps it to block RAM.
     Write data ``last`` is not checked (the cache generates it from its own count).
 
     Port: ``port`` (In(MemPortSignature)), ``depth`` beats (addresses beyond wrap).
@@ -302,14 +302,19 @@ class LineRAM(wiring.Component):
                                         init=[])
         wr = mem.write_port(granularity=8)
         rd = mem.read_port()
-        cur_valid = Signal()
+        req_layout = p.req.payload.shape()
+        # `cur`: the request being served; `pend`: one accepted behind it. `req.ready` is
+        # `pend`'s emptiness (a register), so no response backpressure reaches it.
+        cur_valid, pend_valid = Signal(), Signal()
         cur_write = Signal()
         cur_addr = Signal.like(p.req.payload.addr)
         cur_left = Signal.like(p.req.payload.beats)
+        pend = Signal(req_layout)
         out_valid = Signal()
         out_last = Signal()
         can_read = Signal()
         step = Signal()
+        cur_free = Signal()   # cur takes a new request at the end of this cycle
         m.d.comb += [
             can_read.eq(~out_valid | p.resp.ready),
             p.resp.valid.eq(out_valid),
@@ -330,14 +335,18 @@ class LineRAM(wiring.Component):
             with m.Elif(can_read):
                 m.d.comb += step.eq(1)
                 m.d.sync += [out_valid.eq(1), out_last.eq(cur_left == 1)]
+        m.d.comb += [cur_free.eq(~cur_valid | (step & (cur_left == 1))),
+                     p.req.ready.eq(~pend_valid)]
         with m.If(step):
             m.d.sync += [cur_addr.eq(cur_addr + 1), cur_left.eq(cur_left - 1)]
-            with m.If(cur_left == 1):
-                m.d.sync += cur_valid.eq(0)
-        m.d.comb += p.req.ready.eq(~cur_valid | (step & (cur_left == 1)))
-        with m.If(p.req.valid & p.req.ready & (p.req.payload.beats != 0)):
-            m.d.sync += [cur_valid.eq(1), cur_write.eq(p.req.payload.write),
-                         cur_addr.eq(p.req.payload.addr), cur_left.eq(p.req.payload.beats)]
+        accept = p.req.valid & ~pend_valid & (p.req.payload.beats != 0)
+        nxt = Signal(req_layout)
+        m.d.comb += nxt.eq(Mux(pend_valid, pend, p.req.payload))
+        with m.If(cur_free):
+            m.d.sync += [cur_valid.eq(pend_valid | accept), cur_write.eq(nxt.write),
+                         cur_addr.eq(nxt.addr), cur_left.eq(nxt.beats), pend_valid.eq(0)]
+        with m.Elif(accept):
+            m.d.sync += [pend_valid.eq(1), pend.eq(p.req.payload)]
         return m
 
 
@@ -774,8 +783,8 @@ class CacheController(wiring.Component):
                          q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
         m.d.sync += q_count.eq(q_count + push - pop)
 
-        # ==== the line port: one request per cycle, fills first, then write-backs, then the ==
-        # ==== executor; each request's route is queued for its data ========================
+        # ==== the line port: one request per cycle, the executor's first (the in-order ======
+        # ==== stream), then fills, then write-backs; each request's route is queued ========
         fill_req = Signal()     # a fill's first beat is waiting on back.resp
         fill_open = Signal()    # the fill at the head of `fills` has its write request out
         wb_req = Signal()       # the back sequencer wants a victim's line read
@@ -788,23 +797,10 @@ class CacheController(wiring.Component):
             dep_ok.eq(~x.dep | (dep_wait >= M)),
             fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroute.w_rdy),
         ]
-        with m.If(fill_req):
-            m.d.comb += [lines.req.valid.eq(1), lines.req.payload.write.eq(1),
-                         lines.req.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
-                                                             Const(0, off_bits))),
-                         lines.req.payload.beats.eq(RBEATS),
-                         wr_in.route.eq(_Route.BACK), wr_in.beats.eq(RBEATS)]
-            with m.If(lines.req.ready):
-                m.d.comb += wroute.w_en.eq(1)
-                m.d.sync += fill_open.eq(1)
-        with m.Elif(wb_req):
-            m.d.comb += [lines.req.valid.eq(rroute.w_rdy),
-                         lines.req.payload.addr.eq(line_addr(job.set, job.way,
-                                                             Const(0, off_bits))),
-                         lines.req.payload.beats.eq(RBEATS),
-                         rr_in.route.eq(_Route.BACK), rr_in.beats.eq(RBEATS),
-                         rroute.w_en.eq(lines.req.ready & rroute.w_rdy)]
-        with m.Elif(x_valid & dep_ok):
+        x_ready = Signal()
+        wb_grant = Signal()
+        m.d.comb += x_ready.eq(x_valid & dep_ok)
+        with m.If(x_ready):
             # a malformed operation needs no line request, only its route
             route_room = Mux(x.write, wroute.w_rdy, rroute.w_rdy)
             with m.If(x.err):
@@ -821,6 +817,23 @@ class CacheController(wiring.Component):
             with m.Else():
                 m.d.comb += [rr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
                              rr_in.beats.eq(x.beats), rroute.w_en.eq(x_go)]
+        with m.Elif(fill_req):
+            m.d.comb += [lines.req.valid.eq(1), lines.req.payload.write.eq(1),
+                         lines.req.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
+                                                             Const(0, off_bits))),
+                         lines.req.payload.beats.eq(RBEATS),
+                         wr_in.route.eq(_Route.BACK), wr_in.beats.eq(RBEATS)]
+            with m.If(lines.req.ready):
+                m.d.comb += wroute.w_en.eq(1)
+                m.d.sync += fill_open.eq(1)
+        with m.Elif(wb_req):
+            m.d.comb += [lines.req.valid.eq(rroute.w_rdy),
+                         lines.req.payload.addr.eq(line_addr(job.set, job.way,
+                                                             Const(0, off_bits))),
+                         lines.req.payload.beats.eq(RBEATS),
+                         rr_in.route.eq(_Route.BACK), rr_in.beats.eq(RBEATS),
+                         wb_grant.eq(lines.req.ready & rroute.w_rdy),
+                         rroute.w_en.eq(wb_grant)]
         # the executor's register takes the queue's head when it is empty or leaving
         load_x = Signal()
         m.d.comb += [load_x.eq((q_count != 0) & (~x_valid | x_go)), pop.eq(load_x)]
@@ -927,7 +940,7 @@ class CacheController(wiring.Component):
                     m.next = "WB_LINE"
             with m.State("WB_LINE"):
                 m.d.comb += wb_req.eq(1)
-                with m.If(~fill_req & lines.req.ready & rroute.w_rdy):
+                with m.If(wb_grant):
                     with m.If(job.rd):
                         m.next = "FILL_REQ"
                     with m.Else():

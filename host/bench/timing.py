@@ -113,8 +113,8 @@ def _gather(params):
 
 
 def _cache(params):
-    from neonic.rtl.cache import CacheController
-    return CacheController(**params)
+    from neonic.rtl.cache import OnChipCache
+    return OnChipCache(**params)
 
 
 def _packetizer(params):
@@ -134,7 +134,8 @@ UNITS: tuple[UnitSpec, ...] = (
     UnitSpec("fp_mul", {}, _fp_mul, "fp", quick=True, note="FPMul32 at its default latency"),
     UnitSpec("cache", dict(data_bytes=16, addr_width=20, beats_width=4, line_beats=8, sets=16,
                            ways=4, mshrs=4), _cache, "cache",
-             note="the SmartNIC RTL top's cache (16 B beats, 16 sets x 4 ways x 8 beats = 8 KiB)"),
+             note="the SmartNIC RTL top's cache with its lines on chip (LineRAM; 16 B beats, "
+                  "16 sets x 4 ways x 8 beats = 8 KiB)"),
     UnitSpec("packetizer", dict(data_bytes=16, pmtu=256, num_dest=16), _packetizer,
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),

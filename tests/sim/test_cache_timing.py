@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neonic.rtl.cache import CacheController
+from neonic.rtl.cache import OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, random_requests
 from neonic.sim.timing.cache import CacheTiming
@@ -38,7 +38,7 @@ def rtl_cycles(dut, requests, rng, rows, latency):
 def test_timing_model_within_5_percent_of_rtl(rng, latency, zipf, write_fraction, mshrs):
     kw = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=4, sets=8, ways=4,
               mshrs=mshrs)
-    dut = CacheController(**kw)
+    dut = OnChipCache(**kw)
     reqs = random_requests(rng, 400, rows=200, line_beats=4, row_beats=4, data_bytes=4,
                            write_fraction=write_fraction, zipf=zipf, partial_fraction=0.5)
     measured = rtl_cycles(dut, reqs, rng, 200, latency)
