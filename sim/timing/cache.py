@@ -3,21 +3,27 @@
 The model follows each request through the controller's resources, at request level rather
 than per cycle, using the outcomes of the reference model (``sim/reference/cache.py``):
 
-* lookup: one request per cycle; a request is looked up two cycles after it is accepted
-  (its set's state word is read from block RAM, then registered), or
-  later while the lookup stalls: operation queue full (``queue_depth`` operations between
-  lookup and the end of their delivery), or, for a miss, no free MSHR;
+* lookup: one request per cycle; a request reaches the last lookup stage three cycles after
+  it is accepted (its set's state word is read from block RAM, registered, compared; the
+  stage updates the word and queues the operation), a request of the same set as the one
+  before it one cycle later still (it waits a cycle in stage 1), or later while the lookup
+  stalls: operation queue full (``queue_depth`` operations between lookup and their move to
+  the executor's register), or, for a miss, no free MSHR, or its victim line still has an
+  operation to issue;
+* executor: operations move to its register in request order the cycle the one before
+  leaves (or the cycle after their lookup), and issue to the line memory from the next
+  cycle, an operation on a row brought in by a miss once that fill is complete;
+* line memory (``lines`` port): the executor's transfers come first, then fills, then
+  write-back reads (the RTL's arbiter); on chip (``line_serial``, ``rtl.cache.LineRAM``) one
+  transfer at a time, one beat per cycle, a read's first beat ``line_latency`` cycles after
+  it is accepted; a DRAM/HBM controller is pipelined (see :class:`_LinePort`);
 * back port: misses leave in lookup order from one sequencer: a clean miss costs one cycle;
-  a dirty one first writes the victim back (request, ``row_beats`` data beats, two cycles of
-  turnaround) before its read request;
-* backing tier: a read's first beat comes ``latency`` cycles after its request, and not
-  before the previous read's beats (responses in order, one beat per cycle); a fill is usable
-  (and its MSHR free) the cycle after its last beat;
-* delivery: operations run in request order, one beat per cycle; an operation on a row
-  brought in by a miss whose fill is not yet usable waits for it (a miss, or a merged miss).
-
-* a miss whose victim line still has an operation waiting for delivery stalls the lookup
-  until that operation is done.
+  a dirty one first sends the write request and reads the victim from the line memory
+  (its beats go to the back tier), then the read request;
+* backing tier: a read's first beat comes ``latency`` cycles after its request, not before
+  the previous read's beats nor before the data of a write-back ahead of it; the fill is
+  written to the line memory from the cycle after its first beat, and is usable (its MSHR
+  free) the cycle after its last beat.
 
 Assumptions: the front offers a request every cycle (or at the cycles given: the
 co-simulation's composed model, ``sim.cosim``, offers each row when the gather model issues
@@ -97,31 +103,36 @@ class _LinePort:
         self.read_free = 0.0                        # pipelined: next read beat slot
         self.write_end = 0.0                        # pipelined: last write beat so far
 
-    def accept(self, ready: float, beats: int) -> float:
+    def accept(self, ready: float, beats: int, background: bool = False) -> float:
+        """The cycle a transfer ready at ``ready`` is accepted. The executor's transfers
+        (taken in request order) fit in the gaps the port leaves; a ``background`` one (a fill
+        or a write-back, known before the later requests' transfers) waits only for the
+        transfer it finds under way, as the RTL's arbiter serves whoever is ready first."""
         if not self.serial:
             return ready
         a = ready
         for lo, hi in self.busy:
             if a + beats < lo:
                 break
-            if a + 1 <= hi:
+            if a + 1 <= hi and (not background or lo <= a + 1):
                 a = hi
         insort(self.busy, (a + 1, a + beats))
         return a
 
-    def read(self, ready: float, beats: int) -> tuple[float, float]:
+    def read(self, ready: float, beats: int, background: bool = False) -> tuple[float, float]:
         """(accept cycle, first beat cycle) of a read ready at ``ready``."""
-        a = self.accept(ready, beats)
+        a = self.accept(ready, beats, background)
         if self.serial:
             return a, a + self.latency
         first = max(a + self.latency, self.read_free, self.write_end + 1)
         self.read_free = first + beats
         return a, first
 
-    def write(self, ready: float, beats: int, data_from: float | None = None) -> float:
+    def write(self, ready: float, beats: int, data_from: float | None = None,
+              background: bool = False) -> float:
         """Cycle of the last data beat of a write ready at ``ready`` whose data can flow
         from ``data_from`` (default: the cycle after acceptance)."""
-        a = self.accept(ready, beats)
+        a = self.accept(ready, beats, background)
         end = max(a + 1, data_from if data_from is not None else a + 1) + beats - 1
         self.write_end = max(self.write_end, end)
         return end
@@ -222,7 +233,7 @@ class CacheTiming:
                 misses += 1
                 job = max(t + 1, seq_free)
                 if out.writeback:
-                    wb, wb_first = port.read(job + 2, rb)
+                    wb, wb_first = port.read(job + 2, rb, background=True)
                     front_free = max(front_free, wb_first + rb)
                     issue = wb + 1
                     seq_free = issue + 1
@@ -231,7 +242,7 @@ class CacheTiming:
                     issue, wb_done = job, -1.0
                     seq_free = issue + 1
                 first = max(issue + lat, back_last + 1, wb_done + 1)
-                done = port.write(first, rb, data_from=first + 1)
+                done = port.write(first, rb, data_from=first + 1, background=True)
                 back_last = done
                 fill_ready[i] = done + 1
                 mshr_free_at.append(done + 1)
@@ -272,32 +283,43 @@ class CacheTiming:
 
 
 def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
-                 mshrs: int = 16, queue_depth: int = 32) -> float:
-    """Cycles the cache controller takes for ``requests`` whole-row reads of ``row_beats``
-    beats with misses spread evenly at ``miss_rate``: a closed form of
+                 mshrs: int = 16, queue_depth: int = 32, same_set: float = 0.0) -> float:
+    """Cycles the cache controller (lines on chip) takes for ``requests`` whole-row reads of
+    ``row_beats`` beats with misses spread evenly at ``miss_rate``: a closed form of
     :meth:`CacheTiming.run` for system-scale runs that have hit rates but no request traces
     (held within 5% of it for ``mshrs`` 16 and ``queue_depth`` 32, the RTL's defaults, by
     ``tests/sim/test_nic.py``).
 
-    Per request, the larger of two rates:
+    Per request, the larger of the MSHRs' rate and the slower of the lookup's and the line
+    memory's plus the stalls of misses:
 
-    * delivery: one beat per cycle in request order (``row_beats``), plus the stalls of
-      misses whose fill (``latency + row_beats + 2`` cycles after lookup) outlasts the work
-      queued ahead of them (``queue_depth - 1`` operations): a stall opens at a miss at least
-      ``queue_depth`` requests after the previous stall's, one per ``queue_depth + 1/miss``
-      requests (later misses in its window arrive in its shadow);
-    * MSHRs: each miss holds one for ``latency + row_beats + 1`` cycles.
+    * lookup: one per cycle, plus one bubble for a request of the same set as the one before
+      it (``same_set``: the fraction of such requests; a repeated row is one);
+    * line memory: one transfer at a time, one beat per cycle: the read (``row_beats``) and,
+      for a miss, the fill (``row_beats``, and a cycle for its write request);
+    * stalls: misses whose fill
+      (``latency + row_beats + 2`` cycles after lookup) outlasts the work queued ahead of them
+      (``queue_depth - 1`` operations at the slower rate): a stall opens at a miss at least ``queue_depth``
+      requests after the previous stall's, one per ``queue_depth + 1/miss`` requests (later
+      misses in its window arrive in its shadow);
+    * MSHRs: each miss holds one for ``latency + row_beats + 2`` cycles.
 
-    Plus the first response's latency (4 cycles for a hit, a fill for a miss).
+    Plus the first response's latency (:attr:`CacheTiming.hit_latency` for a hit, a fill
+    for a miss).
     """
     if requests <= 0:
         return 0.0
     if not 0.0 <= miss_rate <= 1.0:
         raise ValueError(f"miss_rate: expected a value in [0, 1], got {miss_rate!r}")
+    if not 0.0 <= same_set <= 1.0:
+        raise ValueError(f"same_set: expected a value in [0, 1], got {same_set!r}")
     if row_beats < 1:
         raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
-    fill = latency + row_beats + 2          # from lookup (the third cycle after acceptance)
-    shortfall = max(0.0, fill - (queue_depth - 1) * row_beats)
+    hit_latency = CacheTiming(row_beats=row_beats).hit_latency
+    fill = latency + row_beats + 2          # from lookup (the last lookup stage)
+    work = row_beats + miss_rate * (row_beats + 1)
+    rate = max(work, 1.0 + same_set)
+    shortfall = max(0.0, fill - (queue_depth - 1) * rate)
     stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
-    per_request = max(row_beats + stall, miss_rate * (latency + row_beats + 1) / mshrs, 1.0)
-    return requests * per_request + (fill + 1 if miss_rate > 0 else 4)
+    per_request = max(rate + stall, miss_rate * fill / mshrs)
+    return requests * per_request + (fill + hit_latency if miss_rate > 0 else hit_latency)
