@@ -52,29 +52,46 @@ Writes are write-back and write-allocate: a write miss fetches the row, then mer
 written bytes (per the byte mask); a written line is dirty and is written back to ``back``
 when evicted or flushed.
 
+Organisation for NIC sizes
+==========================
+
+The tag store (valid, dirty, tag and replacement state of every way of a set: one word per
+set) is a block RAM with one read and one write port. The lines are not in the controller:
+it reads and writes them through its ``lines`` port (the same memory-port contract as
+``front`` and ``back``, :class:`rtl.streams.MemPortSignature`), so a cache of tens of MiB
+keeps its lines in the card's DRAM/HBM and only its tags on chip (a 64 MiB cache of 512 B
+rows, 32 ways, is 4,096 sets of 32 state words). Line ``(set, way)`` occupies beat addresses
+``((set << ceil(log2(ways))) | way) << log2(line_beats)`` onwards of that port. The small
+configuration (the RTL SmartNIC top, fast tests) is :class:`OnChipCache`: the controller with
+a :class:`LineRAM` (one block RAM) answering its ``lines`` port.
+
 Timing
 ======
 
 * The lookup pipeline accepts one request per cycle. Cycle 0: the request is accepted and
-  the tag/state word of its set is read from block RAM (no bypass). Cycle 1: the word is
-  registered. Cycle 2: tags compared, victim chosen, state word written back, the operation
-  queued. A request one or two places behind an update of its set gets the new word
-  forwarded, so outcomes are those of one request at a time.
-* Data are delivered in request order (the port's contract) by one executor that performs
-  the queued operations one beat per cycle. The line store has one write port, shared by
-  the fills and the executor's writes (so it maps to block RAM): an executor write beat
-  takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not
-  behind an unfinished operation has its first data beat valid in cycle 4: hit latency 4
-  cycles (the registered tag read costs one, and the executor reads its operation from the
-  queue's registers, never bypassing the one being queued, another).
+  the state word of its set is read from block RAM (no bypass). Cycle 1: the word is
+  registered. Cycle 2: tags compared, the way chosen (hit way or victim), a row still in
+  flight found (MSHR merge), all registered. Cycle 3: the new state word is written back,
+  resources are checked and the operation queued. A request of the same set as the one
+  right ahead of it waits one cycle in stage 1 (the word being computed in stage 3 is never
+  forwarded into the compare in the same cycle); stage 3's update is forwarded to stage 1
+  and into the word stage 2 takes, so outcomes are those of one request at a time.
+* Data are delivered in request order: the executor takes the queued operations in order
+  into its register and issues each as one request on ``lines`` (a read's beats go to
+  ``front.resp``, a write's data come from a buffer of ``front.wdata``). The line port
+  serves the executor first, then fills (a missed row's beats from ``back.resp``, written to
+  its line), then write-backs (a victim read from its line, its beats sent to
+  ``back.wdata``); a route FIFO per direction says where each transfer's beats go, so the
+  line memory may have up to ``line_outstanding`` reads in flight. With the on-chip
+  :class:`LineRAM` (latency 2) a hit's first beat is valid 7 cycles after it is accepted.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
-  its row has arrived. Later requests keep being looked up: hits under misses, and requests
-  for a row already in flight are *merged* into it (no second fetch). Their data wait in
-  the in-order queue (``queue_depth`` operations) behind the miss.
-* A miss writes a dirty victim back (write request + ``row_beats`` beats), then requests the
-  new row; back-port requests leave in lookup order.
+  its row has been written to its line. Later requests keep being looked up: hits under
+  misses, and requests for a row already in flight are *merged* into it (no second fetch).
+  Their operations wait in the in-order queue (``queue_depth`` operations) behind the miss.
+* A miss writes a dirty victim back (write request + ``row_beats`` beats read from its line),
+  then requests the new row; back-port requests leave in lookup order.
 * The lookup stalls (``front.req.ready`` low) when the queue is full, when a miss finds no
-  free MSHR, or when the chosen victim still has queued operations (it is in use by an
+  free MSHR, or when the chosen victim still has an operation to issue (it is in use by an
   earlier request). Stalls delay lookups but never change their outcome: hit, miss or merge
   and the replacement state depend only on the order of requests (see
   ``sim/reference/cache.py`` for the exact statement).
