@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from amaranth.utils import ceil_log2
 
 from neonic.sim.units import SimRequest
 from neonic.rtl.cache import CacheOp, CacheStats, LookupKind, OnChipCache
@@ -21,7 +22,7 @@ from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream
 from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
 
 __all__ = ["build", "simulate", "default_workload", "measure_hits", "measure_misses",
-           "rtl_outcomes"]
+           "rtl_outcomes", "nic_cache_params"]
 
 _INT_PARAMS = ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats", "sets",
                "ways", "mshrs", "queue_depth", "line_outstanding", "lfu_bits", "counter_width")
@@ -45,6 +46,31 @@ def _params(params: dict[str, str]) -> dict:
             raise ValueError(f"--param {key}: unknown cache parameter; expected one of "
                              f"{', '.join(_INT_PARAMS + _STR_PARAMS)}")
     return kw
+
+
+def nic_cache_params(nic, *, row_bytes: int, backing_bytes: float) -> dict:
+    """The :class:`rtl.cache.CacheController` parameters of a SmartNIC's local cache
+    (``nic``: a ``sim.nic.NICConfig``, from a preset): its datapath width, ways, MSHRs and
+    queue; one line per row of ``row_bytes`` (the largest row cached, padded to a power of
+    two of beats, like the tables' row stride); as many sets (a power of two) as
+    ``local_cache_bytes`` holds; a beat address wide enough for ``backing_bytes`` of backing
+    tier; the lines in NIC memory, with ``line_outstanding`` covering its latency
+    (``memory_latency_cycles``) so that hits stream at one per cycle."""
+    for name, value in (("row_bytes", row_bytes), ("backing_bytes", backing_bytes)):
+        if not value > 0:
+            raise ValueError(f"{name}: expected > 0, got {value!r}")
+    beats = -(-int(row_bytes) // nic.datapath_bytes)
+    line_beats = 1 << ceil_log2(beats)
+    sets = int(nic.local_cache_bytes // (line_beats * nic.datapath_bytes * nic.cache_ways))
+    if sets < 1:
+        raise ValueError(f"nic.local_cache_bytes: {nic.local_cache_bytes:g} B holds no set of "
+                         f"{nic.cache_ways} ways of {line_beats * nic.datapath_bytes} B lines")
+    return dict(data_bytes=nic.datapath_bytes,
+                addr_width=max(ceil_log2(int(backing_bytes) // nic.datapath_bytes), 1),
+                beats_width=max(ceil_log2(line_beats + 1), 1), line_beats=line_beats,
+                row_beats=beats, sets=1 << (sets.bit_length() - 1), ways=nic.cache_ways,
+                mshrs=nic.cache_mshrs, queue_depth=nic.cache_queue_depth,
+                line_outstanding=min(256, 1 << ceil_log2(nic.memory_latency_cycles + 8)))
 
 
 def build(params: dict[str, str]) -> OnChipCache:
