@@ -705,12 +705,27 @@ class CacheController(wiring.Component):
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
 
-        # stage 3: resources, the new state word, the operation
+        # stage 3: resources, the new state word, the operation. `s3_pinned[w]`: way `w` of
+        # stage 3's set has an operation queued or in the executor's register, computed a cycle
+        # ahead from registers (for the set entering or staying in stage 3): stage 2 never holds
+        # stage 3's set, so no operation of that set is queued in between, and one that leaves
+        # in between keeps its way pinned a cycle longer.
+        s3_pinned = Signal(W)
+        pin_set = Mux(s3_take, s2["set"], s3["set"])
+        pin_vec = [Signal(W, name=f"pin_{i}") for i in range(Q + 1)]
+        holders = [(q_valid[i] & ~q_ops[i].err, q_ops[i]) for i in range(Q)]
+        holders.append((x_valid & ~x.err, x))
+        for vec, (held, op) in zip(pin_vec, holders):
+            hit_set = Signal()
+            m.d.comb += hit_set.eq(held & (op.set == pin_set))
+            m.d.comb += vec.eq(Mux(hit_set, Const(1, W) << op.way[:max(1, ceil_log2(W))], 0)
+                               if W > 1 else hit_set)
+        pin_any = pin_vec[0]
+        for vec in pin_vec[1:]:
+            pin_any = pin_any | vec
+        m.d.sync += s3_pinned.eq(pin_any)
         pinned = Signal()
-        m.d.comb += pinned.eq(
-            Cat(q_valid[i] & ~q_ops[i].err & (q_ops[i].set == s3["set"])
-                & (q_ops[i].way == s3_victim) for i in range(Q)).any()
-            | (x_valid & ~x.err & (x.set == s3["set"]) & (x.way == s3_victim)))
+        m.d.comb += pinned.eq(s3_pinned.bit_select(s3_victim, 1) if W > 1 else s3_pinned[0])
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         for i in reversed(range(M)):
@@ -807,11 +822,18 @@ class CacheController(wiring.Component):
         wb_req = Signal()       # the back sequencer wants a victim's line read
         x_req = Signal()        # the executor's operation needs the line port
         x_go = Signal()         # the executor's operation leaves
-        dep_wait = Signal(seq_bits)
+        # `x_wait`: the executor's operation waits for its fill (a register: the fill
+        # completing in the cycle the operation is loaded, or later, clears it)
+        x_wait = Signal()
         dep_ok = Signal()
+        fill_done_now = Signal()
+        head_wait = Signal()
+        head_gap = Signal(seq_bits)
         m.d.comb += [
-            dep_wait.eq(x.seq - fills_done),
-            dep_ok.eq(~x.dep | (dep_wait >= M)),
+            dep_ok.eq(~x_wait),
+            head_gap.eq(head.seq - fills_done),
+            head_wait.eq(head.dep & (head_gap < M)
+                         & ~(fill_done_now & (fills_done == head.seq))),
             fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroute.w_rdy),
         ]
         x_ready = Signal()
@@ -855,9 +877,12 @@ class CacheController(wiring.Component):
         load_x = Signal()
         m.d.comb += [load_x.eq((q_count != 0) & (~x_valid | x_go)), pop.eq(load_x)]
         with m.If(load_x):
-            m.d.sync += [x_valid.eq(1), x.eq(head)]
-        with m.Elif(x_go):
-            m.d.sync += x_valid.eq(0)
+            m.d.sync += [x_valid.eq(1), x.eq(head), x_wait.eq(head_wait)]
+        with m.Else():
+            with m.If(x_go):
+                m.d.sync += x_valid.eq(0)
+            with m.If(fill_done_now & (fills_done == x.seq)):
+                m.d.sync += x_wait.eq(0)
 
         # ==== read data: front reads to front.resp, victims to back.wdata ====================
         zero_beat = Signal(self.beats_width)
@@ -922,7 +947,8 @@ class CacheController(wiring.Component):
             with m.If(w_last):
                 m.d.comb += wroute.r_en.eq(1)
         # a fill is complete (its row usable, its MSHR free) once its last beat is handed on
-        with m.If(w_step & w_last & (wrt.route == _Route.BACK)):
+        m.d.comb += fill_done_now.eq(w_step & w_last & (wrt.route == _Route.BACK))
+        with m.If(fill_done_now):
             m.d.comb += fills.r_en.eq(1)
             m.d.sync += [fill_open.eq(0), fills_done.eq(fills_done + 1),
                          mshr_valid.bit_select(fill_head.mshr, 1).eq(0)]

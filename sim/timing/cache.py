@@ -217,8 +217,8 @@ class CacheTiming:
                 if out.kind == MISS and len(mshr_free_at) >= self.mshrs:
                     t = mshr_free_at[0]
                     continue
-                if out.kind == MISS and line_issue.get(line, -1) >= t:
-                    t = line_issue[line] + 1     # the victim still has an op to issue
+                if out.kind == MISS and line_issue.get(line, -2) >= t - 1:
+                    t = line_issue[line] + 2     # the victim had an op to issue last cycle
                     continue
                 break
             lookup = t
