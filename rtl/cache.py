@@ -1070,9 +1070,11 @@ class CacheController(wiring.Component):
 class OnChipCache(wiring.Component):
     """A :class:`CacheController` with its lines in a :class:`LineRAM`: the small
     configuration (the RTL SmartNIC top's cache, the fast tests), the same ports as the
-    controller but ``lines``. Keyword arguments are the controller's."""
+    controller but ``lines``. Keyword arguments are the controller's; ``line_outstanding``
+    defaults to 4, which covers the line RAM (a request waiting, one served, one beat out)."""
 
     def __init__(self, **kwargs):
+        kwargs.setdefault("line_outstanding", 4)
         self.controller = CacheController(**kwargs)
         for name in ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats",
                      "sets", "ways", "index", "policy", "mshrs", "queue_depth",
