@@ -593,7 +593,9 @@ class CacheController(wiring.Component):
         seq_idle = Signal()
 
         # ---- the line port: routes of the reads and writes in flight, in request order ------
-        route_layout = data.StructLayout({"route": _Route, "beats": unsigned(self.beats_width)})
+        # (`last`: the transfer's beat count less one, so that its last beat is found by an
+        # equality compare, with no subtraction on the data path)
+        route_layout = data.StructLayout({"route": _Route, "last": unsigned(self.beats_width)})
         m.submodules.rroute = rroute = SyncFIFO(width=route_layout.size,
                                                 depth=self.line_outstanding)
         m.submodules.wroute = wroute = SyncFIFO(width=route_layout.size, depth=4)
@@ -852,16 +854,16 @@ class CacheController(wiring.Component):
                              x_go.eq(route_room & lines.req.ready)]
             with m.If(x.write):
                 m.d.comb += [wr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
-                             wr_in.beats.eq(x.beats), wroute.w_en.eq(x_go)]
+                             wr_in.last.eq(x.beats - 1), wroute.w_en.eq(x_go)]
             with m.Else():
                 m.d.comb += [rr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
-                             rr_in.beats.eq(x.beats), rroute.w_en.eq(x_go)]
+                             rr_in.last.eq(x.beats - 1), rroute.w_en.eq(x_go)]
         with m.Elif(fill_req):
             m.d.comb += [lines.req.valid.eq(1), lines.req.payload.write.eq(1),
                          lines.req.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
                                                              Const(0, off_bits))),
                          lines.req.payload.beats.eq(RBEATS),
-                         wr_in.route.eq(_Route.BACK), wr_in.beats.eq(RBEATS)]
+                         wr_in.route.eq(_Route.BACK), wr_in.last.eq(RBEATS - 1)]
             with m.If(lines.req.ready):
                 m.d.comb += wroute.w_en.eq(1)
                 m.d.sync += fill_open.eq(1)
@@ -870,7 +872,7 @@ class CacheController(wiring.Component):
                          lines.req.payload.addr.eq(line_addr(job.set, job.way,
                                                              Const(0, off_bits))),
                          lines.req.payload.beats.eq(RBEATS),
-                         rr_in.route.eq(_Route.BACK), rr_in.beats.eq(RBEATS),
+                         rr_in.route.eq(_Route.BACK), rr_in.last.eq(RBEATS - 1),
                          wb_grant.eq(lines.req.ready & rroute.w_rdy),
                          rroute.w_en.eq(wb_grant)]
         # the executor's register takes the queue's head when it is empty or leaving
@@ -904,7 +906,7 @@ class CacheController(wiring.Component):
                                  rroute.r_en.eq(lines.resp.valid & back.wdata.ready
                                                 & lines.resp.payload.last)]
                 with m.Case(_Route.NONE):
-                    zlast = zero_beat == rr.beats - 1
+                    zlast = zero_beat == rr.last
                     m.d.comb += [front.resp.valid.eq(1), front.resp.payload.data.eq(0),
                                  front.resp.payload.last.eq(zlast)]
                     with m.If(front.resp.ready):
@@ -921,7 +923,7 @@ class CacheController(wiring.Component):
         w_last = Signal()
         w_step = Signal()
         wlast_err = Signal()
-        m.d.comb += w_last.eq(w_beat == wrt.beats - 1)
+        m.d.comb += w_last.eq(w_beat == wrt.last)
         with m.If(wroute.r_rdy):
             with m.Switch(wrt.route):
                 with m.Case(_Route.FRONT):

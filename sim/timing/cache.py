@@ -101,7 +101,7 @@ class _LinePort:
         self.latency, self.serial = latency, serial
         self.busy: list[tuple[float, float]] = []   # serial: processing intervals, sorted
         self.read_free = 0.0                        # pipelined: next read beat slot
-        self.write_end = 0.0                        # pipelined: last write beat so far
+        self.writes: list[tuple[float, float]] = []  # pipelined: (accept, last data beat)
 
     def accept(self, ready: float, beats: int, background: bool = False) -> float:
         """The cycle a transfer ready at ``ready`` is accepted. The executor's transfers
@@ -124,7 +124,8 @@ class _LinePort:
         a = self.accept(ready, beats, background)
         if self.serial:
             return a, a + self.latency
-        first = max(a + self.latency, self.read_free, self.write_end + 1)
+        before = max((end for acc, end in self.writes if acc < a), default=-1.0)
+        first = max(a + self.latency, self.read_free, before + 1)
         self.read_free = first + beats
         return a, first
 
@@ -134,12 +135,15 @@ class _LinePort:
         from ``data_from`` (default: the cycle after acceptance)."""
         a = self.accept(ready, beats, background)
         end = max(a + 1, data_from if data_from is not None else a + 1) + beats - 1
-        self.write_end = max(self.write_end, end)
+        if not self.serial:
+            insort(self.writes, (a, end))
         return end
 
     def prune(self, before: float) -> None:
         while self.busy and self.busy[0][1] < before:
             self.busy.pop(0)
+        while len(self.writes) > 1 and self.writes[1][0] < before - 1:
+            self.writes.pop(0)
 
 
 @dataclass(frozen=True)
