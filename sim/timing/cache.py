@@ -91,9 +91,11 @@ class _LinePort:
     ``serial`` (the on-chip :class:`rtl.cache.LineRAM`): one transfer at a time, in the order
     accepted; a transfer accepted at ``a`` moves its beats in cycles ``a+1 .. a+beats`` and the
     next one is accepted at ``a+beats`` at the earliest; a read's first beat is visible at
-    ``a + latency``. Otherwise (a pipelined DRAM/HBM controller): a transfer is accepted when
-    offered, a read's first beat comes ``latency`` cycles later and after the previous read's
-    beats, and after the data of every write accepted before it. Transfers are placed at the
+    ``a + latency``. Otherwise (a pipelined DRAM/HBM controller): one request per cycle, a
+    read's first beat ``latency`` cycles after it and after the previous read's beats and
+    the data of every write accepted before it. The pipelined port is held to the RTL on read
+    traffic (``tests/sim/test_cache_timing.py``); with front writes it overestimates (up to
+    1.5x on the traffic tried): the write data's order against the fills is not modelled. Transfers are placed at the
     earliest cycle the port is free from their ready time (the fills' and write-backs' times
     are known before the later requests' operations, which fit around them)."""
 
@@ -108,15 +110,14 @@ class _LinePort:
         (taken in request order) fit in the gaps the port leaves; a ``background`` one (a fill
         or a write-back, known before the later requests' transfers) waits only for the
         transfer it finds under way, as the RTL's arbiter serves whoever is ready first."""
-        if not self.serial:
-            return ready
+        span = beats if self.serial else 1      # a pipelined port: one request per cycle
         a = ready
         for lo, hi in self.busy:
-            if a + beats < lo:
+            if a + span < lo:
                 break
             if a + 1 <= hi and (not background or lo <= a + 1):
                 a = hi
-        insort(self.busy, (a + 1, a + beats))
+        insort(self.busy, (a + 1, a + span))
         return a
 
     def read(self, ready: float, beats: int, background: bool = False) -> tuple[float, float]:
@@ -134,7 +135,8 @@ class _LinePort:
         """Cycle of the last data beat of a write ready at ``ready`` whose data can flow
         from ``data_from`` (default: the cycle after acceptance)."""
         a = self.accept(ready, beats, background)
-        end = max(a + 1, data_from if data_from is not None else a + 1) + beats - 1
+        start = max(a + 1, data_from if data_from is not None else a + 1)
+        end = start + beats - 1
         if not self.serial:
             insort(self.writes, (a, end))
         return end
