@@ -543,10 +543,13 @@ class CacheController(wiring.Component):
         tag_rd = tags.read_port()
 
         # ---- statistics ----------------------------------------------------------------
+        # (the increments are registered, so the counters' carry chains start at a register:
+        # a counter shows an event one cycle after the pulse of `lookup_valid`)
         inc = {name: Signal(range(W + 2), name=f"inc_{name}") for name in CacheStats.FIELDS}
         for name in CacheStats.FIELDS:
             field = getattr(self.stats, name)
-            m.d.sync += field.eq(field + inc[name])
+            inc_r = Signal.like(inc[name], name=f"inc_{name}_r")
+            m.d.sync += [inc_r.eq(inc[name]), field.eq(field + inc_r)]
         error_now = Signal()
         with m.If(error_now):
             m.d.sync += self.error.eq(1)
