@@ -716,19 +716,22 @@ class CacheController(wiring.Component):
         # stage 3's set, so no operation of that set is queued in between, and one that leaves
         # in between keeps its way pinned a cycle longer.
         s3_pinned = Signal(W)
-        pin_set = Mux(s3_take, s2["set"], s3["set"])
-        pin_vec = [Signal(W, name=f"pin_{i}") for i in range(Q + 1)]
         holders = [(q_valid[i] & ~q_ops[i].err, q_ops[i]) for i in range(Q)]
         holders.append((x_valid & ~x.err, x))
-        for vec, (held, op) in zip(pin_vec, holders):
-            hit_set = Signal()
-            m.d.comb += hit_set.eq(held & (op.set == pin_set))
-            m.d.comb += vec.eq(Mux(hit_set, Const(1, W) << op.way[:max(1, ceil_log2(W))], 0)
-                               if W > 1 else hit_set)
-        pin_any = pin_vec[0]
-        for vec in pin_vec[1:]:
-            pin_any = pin_any | vec
-        m.d.sync += s3_pinned.eq(pin_any)
+
+        def pinned_ways(set_idx, tag):
+            """The ways of set ``set_idx`` with an operation queued or in the executor."""
+            out = Const(0, W)
+            for i, (held, op) in enumerate(holders):
+                vec = Signal(W, name=f"pin_{tag}_{i}")
+                hit_set = held & (op.set == set_idx)
+                m.d.comb += vec.eq(Mux(hit_set, Const(1, W) << op.way[:max(1, ceil_log2(W))],
+                                       0) if W > 1 else hit_set)
+                out = out | vec
+            return out
+        # both candidates from registers, the choice last (it waits for stage 3's decision)
+        m.d.sync += s3_pinned.eq(Mux(s3_take, pinned_ways(s2["set"], "s2"),
+                                     pinned_ways(s3["set"], "s3")))
         pinned = Signal()
         m.d.comb += pinned.eq(s3_pinned.bit_select(s3_victim, 1) if W > 1 else s3_pinned[0])
         free_vec = ~mshr_valid
