@@ -248,3 +248,22 @@ def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
 def test_bad_parameters_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
         CacheController(**kwargs)
+
+
+def test_the_smartnic_preset_sizes_a_controller_with_its_lines_in_nic_memory():
+    """64 MiB of 512 B rows, 32 ways: 4,096 sets whose state words (tags) are the on-chip
+    part; the lines (exactly the cache's capacity) are behind the ``lines`` port."""
+    from neonic.sim.nic import NICConfig
+    from neonic.sim.units.cache import nic_cache_params
+
+    nic = NICConfig(local_cache_bytes=64 * 2**20, cache_ways=32, datapath_bytes=64)
+    params = nic_cache_params(nic, row_bytes=512, backing_bytes=1472 * 2**30)
+    dut = CacheController(**params)
+    dut._MustUse__silence = True
+    assert (dut.sets, dut.ways, dut.line_beats, dut.row_beats) == (4096, 32, 8, 8)
+    assert dut.line_memory_beats * dut.data_bytes == 64 * 2**20
+    assert dut.line_outstanding >= nic.memory_latency_cycles       # hits stream at 1/cycle
+    with pytest.raises(ValueError, match="^row_bytes:"):
+        nic_cache_params(nic, row_bytes=0, backing_bytes=2**30)
+    with pytest.raises(ValueError, match="^nic.local_cache_bytes:"):
+        nic_cache_params(NICConfig(local_cache_bytes=1024), row_bytes=512, backing_bytes=2**30)
