@@ -52,29 +52,46 @@ Writes are write-back and write-allocate: a write miss fetches the row, then mer
 written bytes (per the byte mask); a written line is dirty and is written back to ``back``
 when evicted or flushed.
 
+Organisation for NIC sizes
+==========================
+
+The tag store (valid, dirty, tag and replacement state of every way of a set: one word per
+set) is a block RAM with one read and one write port. The lines are not in the controller:
+it reads and writes them through its ``lines`` port (the same memory-port contract as
+``front`` and ``back``, :class:`rtl.streams.MemPortSignature`), so a cache of tens of MiB
+keeps its lines in the card's DRAM/HBM and only its tags on chip (a 64 MiB cache of 512 B
+rows, 32 ways, is 4,096 sets of 32 state words). Line ``(set, way)`` occupies beat addresses
+``((set << ceil(log2(ways))) | way) << log2(line_beats)`` onwards of that port. The small
+configuration (the RTL SmartNIC top, fast tests) is :class:`OnChipCache`: the controller with
+a :class:`LineRAM` (one block RAM) answering its ``lines`` port.
+
 Timing
 ======
 
 * The lookup pipeline accepts one request per cycle. Cycle 0: the request is accepted and
-  the tag/state word of its set is read from block RAM (no bypass). Cycle 1: the word is
-  registered. Cycle 2: tags compared, victim chosen, state word written back, the operation
-  queued. A request one or two places behind an update of its set gets the new word
-  forwarded, so outcomes are those of one request at a time.
-* Data are delivered in request order (the port's contract) by one executor that performs
-  the queued operations one beat per cycle. The line store has one write port, shared by
-  the fills and the executor's writes (so it maps to block RAM): an executor write beat
-  takes it, and a fill beat arriving in the same cycle waits one cycle. A read that is not
-  behind an unfinished operation has its first data beat valid in cycle 4: hit latency 4
-  cycles (the registered tag read costs one, and the executor reads its operation from the
-  queue's registers, never bypassing the one being queued, another).
+  the state word of its set is read from block RAM (no bypass). Cycle 1: the word is
+  registered. Cycle 2: tags compared, the way chosen (hit way or victim), a row still in
+  flight found (MSHR merge), all registered. Cycle 3: the new state word is written back,
+  resources are checked and the operation queued. A request of the same set as the one
+  right ahead of it waits one cycle in stage 1 (the word being computed in stage 3 is never
+  forwarded into the compare in the same cycle); stage 3's update is forwarded to stage 1
+  and into the word stage 2 takes, so outcomes are those of one request at a time.
+* Data are delivered in request order: the executor takes the queued operations in order
+  into its register and issues each as one request on ``lines`` (a read's beats go to
+  ``front.resp``, a write's data come from a buffer of ``front.wdata``). The line port
+  serves the executor first, then fills (a missed row's beats from ``back.resp``, written to
+  its line), then write-backs (a victim read from its line, its beats sent to
+  ``back.wdata``); a route FIFO per direction says where each transfer's beats go, so the
+  line memory may have up to ``line_outstanding`` reads in flight. With the on-chip
+  :class:`LineRAM` (latency 2) a hit's first beat is valid 7 cycles after it is accepted.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
-  its row has arrived. Later requests keep being looked up: hits under misses, and requests
-  for a row already in flight are *merged* into it (no second fetch). Their data wait in
-  the in-order queue (``queue_depth`` operations) behind the miss.
-* A miss writes a dirty victim back (write request + ``row_beats`` beats), then requests the
-  new row; back-port requests leave in lookup order.
+  its row has been written to its line. Later requests keep being looked up: hits under
+  misses, and requests for a row already in flight are *merged* into it (no second fetch).
+  Their operations wait in the in-order queue (``queue_depth`` operations) behind the miss.
+* A miss writes a dirty victim back (write request + ``row_beats`` beats read from its line),
+  then requests the new row; back-port requests leave in lookup order.
 * The lookup stalls (``front.req.ready`` low) when the queue is full, when a miss finds no
-  free MSHR, or when the chosen victim still has queued operations (it is in use by an
+  free MSHR, or when the chosen victim still has an operation to issue (it is in use by an
   earlier request). Stalls delay lookups but never change their outcome: hit, miss or merge
   and the replacement state depend only on the order of requests (see
   ``sim/reference/cache.py`` for the exact statement).
@@ -113,7 +130,8 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .streams import MemPortSignature, check_int
 
-__all__ = ["CacheOp", "LookupKind", "CacheStats", "WaySelect", "StateUpdate", "CacheController"]
+__all__ = ["CacheOp", "LookupKind", "CacheStats", "WaySelect", "StateUpdate", "CacheController",
+           "LineRAM", "OnChipCache"]
 
 
 class CacheOp(enum.Enum, shape=1):
@@ -268,12 +286,101 @@ class StateUpdate(wiring.Component):
         return m
 
 
+class LineRAM(wiring.Component):
+    """On-chip line memory: one block RAM answering a memory port (the small configuration).
+
+    The cache keeps its lines behind its ``lines`` port; at NIC sizes that port goes to the
+    card's DRAM/HBM controller, in small designs (the RTL SmartNIC top, fast tests) to this
+    responder. It serves one request at a time, strictly in order, so reads and writes take
+    effect in request order: a request is registered when accepted, then served one beat per
+    cycle from the next cycle on (a read's first beat is valid two cycles after the edge that
+    accepted it: latency 2), the next one from the cycle after the current one's last beat. One
+    request waits behind the one being served (``req.ready`` is a register). The memory has one write port and one read port, so yosys maps it to block RAM.
+    Write data ``last`` is not checked (the cache generates it from its own count).
+
+    Port: ``port`` (In(MemPortSignature)), ``depth`` beats (addresses beyond wrap).
+    """
+
+    #: cycles from the edge accepting a read to its first beat (the port's latency).
+    LATENCY = 2
+
+    def __init__(self, *, data_bytes: int, addr_width: int, beats_width: int,
+                 depth: int | None = None):
+        sig = MemPortSignature(addr_width=addr_width, beats_width=beats_width,
+                               data_bytes=data_bytes)
+        self.data_bytes = data_bytes
+        self.depth = 2 ** addr_width if depth is None else check_int("depth", depth, minimum=1)
+        super().__init__({"port": In(sig)})
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.port
+        m.submodules.mem = mem = Memory(shape=unsigned(8 * self.data_bytes), depth=self.depth,
+                                        init=[])
+        wr = mem.write_port(granularity=8)
+        rd = mem.read_port()
+        req_layout = p.req.payload.shape()
+        # `cur`: the request being served; `pend`: one accepted behind it. `req.ready` is
+        # `pend`'s emptiness (a register), so no response backpressure reaches it.
+        cur_valid, pend_valid = Signal(), Signal()
+        cur_write = Signal()
+        cur_addr = Signal.like(p.req.payload.addr)
+        cur_left = Signal.like(p.req.payload.beats)
+        pend = Signal(req_layout)
+        out_valid = Signal()
+        out_last = Signal()
+        can_read = Signal()
+        step = Signal()
+        cur_free = Signal()   # cur takes a new request at the end of this cycle
+        m.d.comb += [
+            can_read.eq(~out_valid | p.resp.ready),
+            p.resp.valid.eq(out_valid),
+            p.resp.payload.data.eq(rd.data),
+            p.resp.payload.last.eq(out_last),
+            rd.en.eq(can_read),
+            rd.addr.eq(cur_addr),
+            wr.addr.eq(cur_addr),
+            wr.data.eq(p.wdata.payload.data),
+            p.wdata.ready.eq(cur_valid & cur_write),
+        ]
+        with m.If(can_read):
+            m.d.sync += out_valid.eq(0)
+        with m.If(cur_valid):
+            with m.If(cur_write):
+                with m.If(p.wdata.valid):
+                    m.d.comb += [step.eq(1), wr.en.eq(p.wdata.payload.mask)]
+            with m.Elif(can_read):
+                m.d.comb += step.eq(1)
+                m.d.sync += [out_valid.eq(1), out_last.eq(cur_left == 1)]
+        m.d.comb += [cur_free.eq(~cur_valid | (step & (cur_left == 1))),
+                     p.req.ready.eq(~pend_valid)]
+        with m.If(step):
+            m.d.sync += [cur_addr.eq(cur_addr + 1), cur_left.eq(cur_left - 1)]
+        accept = p.req.valid & ~pend_valid & (p.req.payload.beats != 0)
+        nxt = Signal(req_layout)
+        m.d.comb += nxt.eq(Mux(pend_valid, pend, p.req.payload))
+        with m.If(cur_free):
+            m.d.sync += [cur_valid.eq(pend_valid | accept), cur_write.eq(nxt.write),
+                         cur_addr.eq(nxt.addr), cur_left.eq(nxt.beats), pend_valid.eq(0)]
+        with m.Elif(accept):
+            m.d.sync += [pend_valid.eq(1), pend.eq(p.req.payload)]
+        return m
+
+
+class _Route(enum.Enum, shape=2):
+    """Where the beats of one ``lines``-port transfer go (reads) or come from (writes)."""
+
+    FRONT = 0   # read: a front read's data; write: a front write's data (from the buffer)
+    BACK = 1    # read: a victim's data, to ``back.wdata``; write: a fill, from ``back.resp``
+    NONE = 2    # read: zeros for a malformed read; write: a malformed write's data, dropped
+
+
 class CacheController(wiring.Component):
     """Set-associative write-back cache of embedding rows (see the module docstring).
 
     Parameters
     ----------
-    data_bytes, addr_width, beats_width : the memory port (both sides).
+    data_bytes, addr_width, beats_width : the memory ports (front, back and lines).
     line_beats : beat addresses per row (power of two; row ``r`` starts at ``r*line_beats``).
     row_beats : beats of data per row, cached and transferred (``1..line_beats``; default
         ``line_beats``).
@@ -282,7 +389,10 @@ class CacheController(wiring.Component):
     index : ``"modulo"`` or ``"hash"`` set index.
     policy : ``"lru"`` or ``"lfu"``.
     mshrs : miss-status holding registers (rows in flight), 1..64.
-    queue_depth : operations that may wait for in-order delivery (default ``2 * mshrs``).
+    queue_depth : operations that may wait for their turn at the line memory (default
+        ``2 * mshrs``).
+    line_outstanding : reads in flight on the ``lines`` port (2..256, default 32): the hit
+        rate stays one lookup per cycle while this covers the line memory's latency.
     lfu_bits : width of an LFU use count (2..16).
     counter_width : width of the statistics counters.
 
@@ -290,6 +400,9 @@ class CacheController(wiring.Component):
     -----
     front : In(MemPortSignature) -- requests from the user of the cache.
     back : Out(MemPortSignature) -- requests to the backing tier.
+    lines : Out(MemPortSignature) -- the line memory (``lines_addr_width`` bits of beat
+        address: line of (set, way), beat ``b`` at ``((set << way_bits | way) << log2(line_beats))
+        + b``; the card's DRAM/HBM, or :class:`LineRAM`).
     cmd : In(stream.Signature(CacheOp)) -- maintenance commands; ready on completion.
     lookup_valid, lookup_kind : Out -- one pulse per looked-up request.
     stats : Out(CacheStats) -- counters.
@@ -300,16 +413,19 @@ class CacheController(wiring.Component):
     def __init__(self, *, data_bytes: int = 64, addr_width: int = 32, beats_width: int = 8,
                  line_beats: int = 4, row_beats: int | None = None, sets: int = 64,
                  ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
-                 queue_depth: int | None = None, lfu_bits: int = 8, counter_width: int = 32):
+                 queue_depth: int | None = None, line_outstanding: int = 32,
+                 lfu_bits: int = 8, counter_width: int = 32):
         try:
             self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
-                            ways, index, policy, mshrs, queue_depth, lfu_bits, counter_width)
+                            ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
+                            counter_width)
         except ValueError:
             self._MustUse__silence = True  # a refused design is not an unused one
             raise
 
     def _configure(self, data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
-                   ways, index, policy, mshrs, queue_depth, lfu_bits, counter_width):
+                   ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
+                   counter_width):
         port = MemPortSignature(addr_width=addr_width, beats_width=beats_width,
                                 data_bytes=data_bytes)
         self.data_bytes = data_bytes
@@ -337,6 +453,8 @@ class CacheController(wiring.Component):
         if queue_depth is None:
             queue_depth = max(2 * mshrs, 4)
         self.queue_depth = check_int("queue_depth", queue_depth, minimum=2, maximum=256)
+        self.line_outstanding = check_int("line_outstanding", line_outstanding, minimum=2,
+                                          maximum=256)
         self.lfu_bits = check_int("lfu_bits", lfu_bits, minimum=2, maximum=16)
         self.counter_width = check_int("counter_width", counter_width, minimum=1, maximum=64)
         self.set_bits = exact_log2(sets)
@@ -346,6 +464,10 @@ class CacheController(wiring.Component):
             raise ValueError(f"addr_width: expected more than log2(line_beats) + log2(sets) = "
                              f"{exact_log2(line_beats) + self.set_bits} bits, got {addr_width}")
         self.way_bits = max(1, ceil_log2(ways))
+        self.lines_addr_width = max(1, exact_log2(line_beats) + ceil_log2(ways) + self.set_bits)
+        if self.lines_addr_width > 64:
+            raise ValueError(f"sets: the line memory needs {self.lines_addr_width} address "
+                             f"bits, expected <= 64")
         repl_bits = self.way_bits if policy == "lru" else lfu_bits
         self.way_layout = data.StructLayout({
             "valid": 1, "dirty": 1, "tag": unsigned(self.tag_bits), "repl": unsigned(repl_bits),
@@ -354,6 +476,8 @@ class CacheController(wiring.Component):
         super().__init__({
             "front": In(port),
             "back": Out(port),
+            "lines": Out(MemPortSignature(addr_width=self.lines_addr_width,
+                                          beats_width=beats_width, data_bytes=data_bytes)),
             "cmd": In(stream.Signature(CacheOp)),
             "lookup_valid": Out(1),
             "lookup_kind": Out(LookupKind),
@@ -361,6 +485,11 @@ class CacheController(wiring.Component):
             "error": Out(1),
             "idle": Out(1),
         })
+
+    @property
+    def line_memory_beats(self) -> int:
+        """Beats the line memory must hold (the ``lines`` port's address space)."""
+        return 2 ** self.lines_addr_width
 
     # Initial (and post-INVALIDATE) state of one set: all invalid, LRU ranks = way numbers.
     def _init_set(self) -> list[dict]:
@@ -372,11 +501,12 @@ class CacheController(wiring.Component):
         W, S, RB, TB = self.ways, self.set_bits, self.row_bits, self.tag_bits
         WB, Q, M, RBEATS = self.way_bits, self.queue_depth, self.mshrs, self.row_beats
         LB = exact_log2(self.line_beats)
+        WA = ceil_log2(W)             # way bits of a line address (0 for one way)
         seq_bits = ceil_log2(Q + 2 * M) + 1
         set_w = max(1, S)
         mshr_bits = max(1, ceil_log2(M))
         off_bits = max(1, LB)
-        front, back = self.front, self.back
+        front, back, lines = self.front, self.back, self.lines
 
         def set_of(row):
             if S == 0:
@@ -393,36 +523,33 @@ class CacheController(wiring.Component):
                 low = low ^ _xor_fold(tag, TB, S)
             return Cat(low, tag)
 
-        def line_base(set_idx, way):
-            return (set_idx * W + way) * RBEATS
+        def line_addr(set_idx, way, beat):
+            parts = []
+            if LB:
+                parts.append(beat[:LB])
+            if WA:
+                parts.append(way[:WA])
+            if S:
+                parts.append(set_idx[:S])
+            return Cat(*parts) if parts else Const(0, 1)
 
-        # ---- storage -------------------------------------------------------------------
+        # ---- the tag store: one state word per set, in block RAM --------------------------
         init_word = self.set_layout.const(self._init_set())
         m.submodules.tags = tags = Memory(shape=self.set_layout, depth=self.sets,
                                           init=[self._init_set()] * self.sets)
         tag_wr = tags.write_port()
-        # Not transparent: the lookup forwards its own updates (see stage 1 below), so the
+        # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so the
         # read needs no bypass mux behind the block RAM's output.
         tag_rd = tags.read_port()
-        depth = self.sets * W * RBEATS
-        m.submodules.lines = lines = Memory(shape=unsigned(8 * self.data_bytes), depth=depth,
-                                            init=[])
-        # One write port, shared by the executor's writes and the fills (an executor write
-        # beat takes it, a fill beat waits that cycle with ``back.resp.ready`` low): with one
-        # write port the line store maps to block RAM (two write ports would make it
-        # flip-flops). The executor goes first because every later request waits for it in
-        # order, while a fill only delays the requests that depend on its row.
-        line_wr = lines.write_port(granularity=8)
-        fill_writing = Signal()
-        exec_writing = Signal()
-        exec_rd = lines.read_port()
-        wb_rd = lines.read_port()
 
         # ---- statistics ----------------------------------------------------------------
+        # (the increments are registered, so the counters' carry chains start at a register:
+        # a counter shows an event one cycle after the pulse of `lookup_valid`)
         inc = {name: Signal(range(W + 2), name=f"inc_{name}") for name in CacheStats.FIELDS}
         for name in CacheStats.FIELDS:
             field = getattr(self.stats, name)
-            m.d.sync += field.eq(field + inc[name])
+            inc_r = Signal.like(inc[name], name=f"inc_{name}_r")
+            m.d.sync += [inc_r.eq(inc[name]), field.eq(field + inc_r)]
         error_now = Signal()
         with m.If(error_now):
             m.d.sync += self.error.eq(1)
@@ -449,6 +576,9 @@ class CacheController(wiring.Component):
         push = Signal()
         push_op = Signal(op_layout)
         pop = Signal()
+        # the executor's register: the operation being handed to the line memory
+        x_valid = Signal()
+        x = Signal(op_layout)
 
         # ---- back-port jobs (one per miss or flushed line) and fills in flight -----------------
         job_layout = data.StructLayout({
@@ -465,119 +595,145 @@ class CacheController(wiring.Component):
         fill_head = fill_layout(fills.r_data)
         seq_idle = Signal()
 
+        # ---- the line port: routes of the reads and writes in flight, in request order ------
+        # (`last`: the transfer's beat count less one, so that its last beat is found by an
+        # equality compare, with no subtraction on the data path)
+        route_layout = data.StructLayout({"route": _Route, "last": unsigned(self.beats_width)})
+        m.submodules.rroute = rroute = SyncFIFO(width=route_layout.size,
+                                                depth=self.line_outstanding)
+        m.submodules.wroute = wroute = SyncFIFO(width=route_layout.size, depth=4)
+        rr_in, wr_in = Signal(route_layout), Signal(route_layout)
+        m.d.comb += [rroute.w_data.eq(rr_in), wroute.w_data.eq(wr_in)]
+        rr, wrt = route_layout(rroute.r_data), route_layout(wroute.r_data)
+
         # ---- command state ---------------------------------------------------------------
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
         walk_word = Signal(self.set_layout)
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
-        # ==== stage 0 / stage 1 / stage 2: lookup ===========================================
-        # Stage 0 accepts a request and reads its set's state word from block RAM; stage 1
-        # ("r") holds the request while the read data arrive and registers them (with the
-        # updates of stage 2 forwarded); stage 2 ("s1_*" below) compares tags, chooses the
-        # way and writes the state word back.
-        r_valid = Signal()
-        r_row = Signal(RB)
-        r_set = Signal(set_w)
-        r_tag = Signal(TB)
-        r_off = Signal(off_bits)
-        r_beats = Signal(self.beats_width)
-        r_write = Signal()
-        r_err = Signal()
+        # ==== lookup: stage 0 (accept, read the tag store), 1 ("r": the word arrives), ======
+        # ==== 2 ("s2": compare and choose), 3 ("s3": update the word, queue the operation) ==
+        def stage(prefix):
+            return {
+                "valid": Signal(name=f"{prefix}_valid"), "row": Signal(RB, name=f"{prefix}_row"),
+                "set": Signal(set_w, name=f"{prefix}_set"), "tag": Signal(TB, name=f"{prefix}_tag"),
+                "off": Signal(off_bits, name=f"{prefix}_off"),
+                "beats": Signal(self.beats_width, name=f"{prefix}_beats"),
+                "write": Signal(name=f"{prefix}_write"), "err": Signal(name=f"{prefix}_err"),
+            }
+        r, s2, s3 = stage("r"), stage("s2"), stage("s3")
         r_fwd = Signal()                       # r_fwd_word supersedes the block RAM's data
         r_fwd_word = Signal(self.set_layout)
-        r_adv = Signal()
-        s1_word = Signal(self.set_layout)
-        s1_valid = Signal()
-        s1_row = Signal(RB)
-        s1_set = Signal(set_w)
-        s1_tag = Signal(TB)
-        s1_off = Signal(off_bits)
-        s1_beats = Signal(self.beats_width)
-        s1_write = Signal()
-        s1_err = Signal()
-        s1_fire = Signal()
+        s2_word = Signal(self.set_layout)
+        s3_word = Signal(self.set_layout)
+        s3_hit, s3_merged = Signal(), Signal()
+        s3_sel, s3_victim = Signal(WB), Signal(WB)
+        s3_victim_state = Signal(self.way_layout)
+        s3_merge_seq = Signal(seq_bits)
+        s3_fire = Signal()
+        s3_take = Signal()     # stage 3 takes stage 2's request
+        s2_take = Signal()     # stage 2 takes stage 1's request
 
         req = front.req.payload
         req_row = req.addr[LB:]
         req_off = req.addr[:LB] if LB else Const(0, 1)
         accept = Signal()
-        m.d.comb += [
-            r_adv.eq(r_valid & (~s1_valid | s1_fire)),
-            front.req.ready.eq((~r_valid | r_adv) & ~self.cmd.valid & ~cmd_active),
-            accept.eq(front.req.valid & front.req.ready),
-        ]
-        # Stage 2 writes the state word of its set in the cycle it fires (`upd_now`); a
-        # request behind it that reads the same set gets the new word forwarded, so the
-        # lookup sees exactly the state a one-request-at-a-time cache would.
+        # Stage 3 writes the state word of its set in the cycle it fires (`upd_now`). Stage 2
+        # never holds a request of the set stage 3 holds (stage 1 waits a cycle instead), so
+        # the compare never waits for an update in the same cycle; a request in stage 1 gets
+        # the new word forwarded, so every lookup sees exactly the state a
+        # one-request-at-a-time cache would.
         upd_now = Signal()
         new_word = Signal(self.set_layout)
         req_set = Signal(set_w)
-        m.d.comb += [upd_now.eq(s1_fire & ~s1_err), req_set.eq(set_of(req_row))]
+        hold = Signal()
+        m.d.comb += [
+            upd_now.eq(s3_fire & ~s3["err"]),
+            req_set.eq(set_of(req_row)),
+            s3_take.eq(s2["valid"] & (~s3["valid"] | s3_fire)),
+            hold.eq((s2["valid"] & (s2["set"] == r["set"]))
+                    | (s3["valid"] & ~s3_fire & (s3["set"] == r["set"]))),
+            s2_take.eq(r["valid"] & (~s2["valid"] | s3_take) & ~hold),
+            front.req.ready.eq((~r["valid"] | s2_take) & ~self.cmd.valid & ~cmd_active),
+            accept.eq(front.req.valid & front.req.ready),
+        ]
         with m.If(accept):
             m.d.sync += [
-                r_valid.eq(1),
-                r_row.eq(req_row),
-                r_set.eq(req_set),
-                r_tag.eq(req_row[S:]),
-                r_off.eq(req_off),
-                r_beats.eq(req.beats),
-                r_write.eq(req.write),
-                r_err.eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
-                r_fwd.eq(upd_now & (s1_set == req_set)),
+                r["valid"].eq(1), r["row"].eq(req_row), r["set"].eq(req_set),
+                r["tag"].eq(req_row[S:]), r["off"].eq(req_off), r["beats"].eq(req.beats),
+                r["write"].eq(req.write),
+                r["err"].eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
+                r_fwd.eq(upd_now & (s3["set"] == req_set)),
                 r_fwd_word.eq(new_word),
             ]
         with m.Else():
-            with m.If(r_adv):
-                m.d.sync += r_valid.eq(0)
-            with m.If(upd_now & (s1_set == r_set)):
+            with m.If(s2_take):
+                m.d.sync += r["valid"].eq(0)
+            with m.If(upd_now & (s3["set"] == r["set"])):
                 m.d.sync += [r_fwd.eq(1), r_fwd_word.eq(new_word)]
         r_word = Signal(self.set_layout)
         m.d.comb += r_word.eq(Mux(r_fwd, r_fwd_word, tag_rd.data))
-        with m.If(r_adv):
-            m.d.sync += [
-                s1_valid.eq(1),
-                s1_row.eq(r_row),
-                s1_set.eq(r_set),
-                s1_tag.eq(r_tag),
-                s1_off.eq(r_off),
-                s1_beats.eq(r_beats),
-                s1_write.eq(r_write),
-                s1_err.eq(r_err),
-                s1_word.eq(Mux(upd_now & (s1_set == r_set), new_word, r_word)),
-            ]
-        with m.Elif(s1_fire):
-            m.d.sync += s1_valid.eq(0)
-
-        word = s1_word
+        with m.If(s2_take):
+            m.d.sync += [s2[k].eq(r[k]) for k in r]
+            m.d.sync += s2_word.eq(Mux(upd_now & (s3["set"] == r["set"]), new_word, r_word))
+        with m.Elif(s3_take):
+            m.d.sync += s2["valid"].eq(0)
         with m.If(~cmd_active):
             m.d.comb += [tag_rd.addr.eq(req_set), tag_rd.en.eq(front.req.ready)]
 
+        # stage 2: compare the tags, choose the way, find a row still in flight
         m.submodules.way_select = ways_sel = WaySelect(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy)
-        m.d.comb += [ways_sel.word.eq(word), ways_sel.tag.eq(s1_tag)]
-        hit, hit_way = ways_sel.hit, ways_sel.hit_way
-        victim, victim_state = ways_sel.victim, ways_sel.victim_state
-
+        m.d.comb += [ways_sel.word.eq(s2_word), ways_sel.tag.eq(s2["tag"])]
         # An MSHR matches when its (set, way) is the hit way. A set holds a tag in at most one
         # valid way, so the one-hot hit vector indexed by the MSHR's way says so without the
         # hit way's priority encoder on this path.
         hit_vec = Signal(W)
-        m.d.comb += hit_vec.eq(Cat(word[w].valid & (word[w].tag == s1_tag) for w in range(W)))
+        m.d.comb += hit_vec.eq(Cat(s2_word[w].valid & (s2_word[w].tag == s2["tag"])
+                                   for w in range(W)))
         mshr_match = Signal(M)
-        merged = Signal()
-        m.d.comb += [
-            mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s1_set)
-                              & hit_vec.bit_select(mshr_way[i], 1) for i in range(M))),
-            merged.eq(mshr_match.any()),
-        ]
+        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s2["set"])
+                                      & hit_vec.bit_select(mshr_way[i], 1) for i in range(M)))
         merge_seq = Signal(seq_bits)
         for i in reversed(range(M)):
             with m.If(mshr_match[i]):
                 m.d.comb += merge_seq.eq(mshr_seq[i])
+        with m.If(s3_take):
+            m.d.sync += [s3[k].eq(s2[k]) for k in s2]
+            m.d.sync += [
+                s3_word.eq(s2_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
+                s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
+                s3_victim.eq(ways_sel.victim), s3_victim_state.eq(ways_sel.victim_state),
+                s3_merge_seq.eq(merge_seq),
+            ]
+        with m.Elif(s3_fire):
+            m.d.sync += s3["valid"].eq(0)
+
+        # stage 3: resources, the new state word, the operation. `s3_pinned[w]`: way `w` of
+        # stage 3's set has an operation queued or in the executor's register, computed a cycle
+        # ahead from registers (for the set entering or staying in stage 3): stage 2 never holds
+        # stage 3's set, so no operation of that set is queued in between, and one that leaves
+        # in between keeps its way pinned a cycle longer.
+        s3_pinned = Signal(W)
+        holders = [(q_valid[i] & ~q_ops[i].err, q_ops[i]) for i in range(Q)]
+        holders.append((x_valid & ~x.err, x))
+
+        def pinned_ways(set_idx, tag):
+            """The ways of set ``set_idx`` with an operation queued or in the executor."""
+            out = Const(0, W)
+            for i, (held, op) in enumerate(holders):
+                vec = Signal(W, name=f"pin_{tag}_{i}")
+                hit_set = held & (op.set == set_idx)
+                m.d.comb += vec.eq(Mux(hit_set, Const(1, W) << op.way[:max(1, ceil_log2(W))],
+                                       0) if W > 1 else hit_set)
+                out = out | vec
+            return out
+        # both candidates from registers, the choice last (it waits for stage 3's decision)
+        m.d.sync += s3_pinned.eq(Mux(s3_take, pinned_ways(s2["set"], "s2"),
+                                     pinned_ways(s3["set"], "s3")))
         pinned = Signal()
-        m.d.comb += pinned.eq(Cat(q_valid[i] & ~q_ops[i].err & (q_ops[i].set == s1_set)
-                                  & (q_ops[i].way == victim) for i in range(Q)).any())
+        m.d.comb += pinned.eq(s3_pinned.bit_select(s3_victim, 1) if W > 1 else s3_pinned[0])
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         for i in reversed(range(M)):
@@ -585,191 +741,232 @@ class CacheController(wiring.Component):
                 m.d.comb += free_mshr.eq(i)
         q_room = Signal()
         m.d.comb += q_room.eq(q_count < Q)
-
         is_miss = Signal()
-        m.d.comb += is_miss.eq(~s1_err & ~hit)
-        with m.If(s1_valid):
-            with m.If(s1_err):
-                m.d.comb += s1_fire.eq(q_room | (s1_beats == 0))
-            with m.Elif(hit):
-                m.d.comb += s1_fire.eq(q_room)
+        m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
+        with m.If(s3["valid"]):
+            with m.If(s3["err"]):
+                m.d.comb += s3_fire.eq(q_room | (s3["beats"] == 0))
+            with m.Elif(s3_hit):
+                m.d.comb += s3_fire.eq(q_room)
             with m.Else():
-                m.d.comb += s1_fire.eq(q_room & free_vec.any() & ~pinned & jobs.w_rdy)
-
+                m.d.comb += s3_fire.eq(q_room & free_vec.any() & ~pinned & jobs.w_rdy)
         m.d.comb += [
-            push_op.write.eq(s1_write),
-            push_op.err.eq(s1_err),
-            push_op.dep.eq(~s1_err & (merged | ~hit)),
-            push_op.seq.eq(Mux(hit, merge_seq, miss_seq)),
-            push_op.set.eq(s1_set),
-            push_op.way.eq(Mux(hit, hit_way, victim)),
-            push_op.off.eq(s1_off),
-            push_op.beats.eq(s1_beats),
-            push.eq(s1_fire & (s1_beats != 0)),
+            push_op.write.eq(s3["write"]),
+            push_op.err.eq(s3["err"]),
+            push_op.dep.eq(~s3["err"] & (s3_merged | ~s3_hit)),
+            push_op.seq.eq(Mux(s3_hit, s3_merge_seq, miss_seq)),
+            push_op.set.eq(s3["set"]),
+            push_op.way.eq(s3_sel),
+            push_op.off.eq(s3["off"]),
+            push_op.beats.eq(s3["beats"]),
+            push.eq(s3_fire & (s3["beats"] != 0)),
         ]
-
-        # New state word of the set.
         m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy, lfu_bits=self.lfu_bits)
-        m.d.comb += [upd.word.eq(word), upd.hit.eq(hit), upd.sel.eq(Mux(hit, hit_way, victim)),
-                     upd.write.eq(s1_write), upd.tag.eq(s1_tag), new_word.eq(upd.new_word)]
-
+        m.d.comb += [upd.word.eq(s3_word), upd.hit.eq(s3_hit), upd.sel.eq(s3_sel),
+                     upd.write.eq(s3["write"]), upd.tag.eq(s3["tag"]), new_word.eq(upd.new_word)]
         with m.If(~cmd_active):
-            m.d.comb += [
-                tag_wr.addr.eq(s1_set),
-                tag_wr.data.eq(new_word),
-                tag_wr.en.eq(s1_fire & ~s1_err),
-            ]
+            m.d.comb += [tag_wr.addr.eq(s3["set"]), tag_wr.data.eq(new_word),
+                         tag_wr.en.eq(upd_now)]
 
         dirty_victim = Signal()
-        m.d.comb += dirty_victim.eq(victim_state.valid & victim_state.dirty)
-        with m.If(s1_fire & is_miss):
+        m.d.comb += dirty_victim.eq(s3_victim_state.valid & s3_victim_state.dirty)
+        with m.If(s3_fire & is_miss):
             m.d.sync += [
                 mshr_valid.bit_select(free_mshr, 1).eq(1),
-                mshr_set[free_mshr].eq(s1_set),
-                mshr_way[free_mshr].eq(victim),
+                mshr_set[free_mshr].eq(s3["set"]),
+                mshr_way[free_mshr].eq(s3_victim),
                 mshr_seq[free_mshr].eq(miss_seq),
                 miss_seq.eq(miss_seq + 1),
             ]
             m.d.comb += [
                 job_in.wb.eq(dirty_victim),
                 job_in.rd.eq(1),
-                job_in.wb_row.eq(row_of(victim_state.tag, s1_set)),
-                job_in.rd_row.eq(s1_row),
-                job_in.set.eq(s1_set),
-                job_in.way.eq(victim),
+                job_in.wb_row.eq(row_of(s3_victim_state.tag, s3["set"])),
+                job_in.rd_row.eq(s3["row"]),
+                job_in.set.eq(s3["set"]),
+                job_in.way.eq(s3_victim),
                 job_in.mshr.eq(free_mshr),
                 jobs.w_en.eq(1),
             ]
 
         kind = Signal(LookupKind)
-        with m.If(s1_err):
+        with m.If(s3["err"]):
             m.d.comb += kind.eq(LookupKind.ERROR)
-        with m.Elif(merged):
+        with m.Elif(s3_merged & s3_hit):
             m.d.comb += kind.eq(LookupKind.MERGED)
-        with m.Elif(hit):
+        with m.Elif(s3_hit):
             m.d.comb += kind.eq(LookupKind.HIT)
         with m.Else():
             m.d.comb += kind.eq(LookupKind.MISS)
-        m.d.comb += [self.lookup_valid.eq(s1_fire), self.lookup_kind.eq(kind)]
-        with m.If(s1_fire):
+        m.d.comb += [self.lookup_valid.eq(s3_fire), self.lookup_kind.eq(kind)]
+        with m.If(s3_fire):
             m.d.comb += [
-                inc["hits"].eq(~s1_err & hit & ~merged),
+                inc["hits"].eq(~s3["err"] & s3_hit & ~s3_merged),
                 inc["misses"].eq(is_miss),
-                inc["merged"].eq(~s1_err & merged),
-                inc["evictions"].eq(is_miss & victim_state.valid),
+                inc["merged"].eq(~s3["err"] & s3_hit & s3_merged),
+                inc["evictions"].eq(is_miss & s3_victim_state.valid),
                 inc["writebacks"].eq((is_miss & dirty_victim) | walk_wb),
             ]
         with m.Else():
             m.d.comb += inc["writebacks"].eq(walk_wb)
 
         # ==== operation queue bookkeeping =================================================
-        # The executor takes its operation from the queue's registers only (no bypass of the
-        # operation being pushed): the lookup's decision and the executor's line-store access
-        # are in different cycles, which costs one cycle of hit latency.
-        head_stored = q_count != 0
         head = Signal(op_layout)
         m.d.comb += head.eq(Array(q_raw)[q_head])
-        head_valid = head_stored
-        store = push
-        with m.If(store):
+        with m.If(push):
             m.d.sync += [Array(q_raw)[q_tail].eq(push_op),
                          q_valid.bit_select(q_tail, 1).eq(1),
                          q_tail.eq(Mux(q_tail == Q - 1, 0, q_tail + 1))]
-        with m.If(pop & head_stored):
+        with m.If(pop):
             m.d.sync += [q_valid.bit_select(q_head, 1).eq(0),
                          q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
-        m.d.sync += q_count.eq(q_count + store - (pop & head_stored))
+        m.d.sync += q_count.eq(q_count + push - pop)
 
-        # ==== executor: performs the head operation, one beat per cycle ===================
-        ex_beat = Signal(self.beats_width)
-        dep_wait = Signal(seq_bits)
-        m.d.comb += dep_wait.eq(head.seq - fills_done)
+        # ==== the line port: one request per cycle, the executor's first (the in-order ======
+        # ==== stream), then fills, then write-backs; each request's route is queued ========
+        fill_req = Signal()     # a fill's first beat is waiting on back.resp
+        fill_open = Signal()    # the fill at the head of `fills` has its write request out
+        wb_req = Signal()       # the back sequencer wants a victim's line read
+        x_req = Signal()        # the executor's operation needs the line port
+        x_go = Signal()         # the executor's operation leaves
+        # `x_wait`: the executor's operation waits for its fill (a register: the fill
+        # completing in the cycle the operation is loaded, or later, clears it)
+        x_wait = Signal()
         dep_ok = Signal()
-        last_beat = Signal()
-        m.d.comb += [dep_ok.eq(~head.dep | (dep_wait >= M)), last_beat.eq(ex_beat == head.beats - 1)]
-        out_valid = Signal()
-        out_last = Signal()
-        out_zero = Signal()
-        can_issue = Signal()
-        m.d.comb += can_issue.eq(~out_valid | front.resp.ready)
+        fill_done_now = Signal()
+        head_wait = Signal()
+        head_gap = Signal(seq_bits)
         m.d.comb += [
-            front.resp.valid.eq(out_valid),
-            front.resp.payload.data.eq(Mux(out_zero, 0, exec_rd.data)),
-            front.resp.payload.last.eq(out_last),
-            exec_rd.en.eq(can_issue),
-            exec_rd.addr.eq(line_base(head.set, head.way) + head.off + ex_beat),
+            dep_ok.eq(~x_wait),
+            head_gap.eq(head.seq - fills_done),
+            head_wait.eq(head.dep & (head_gap < M)
+                         & ~(fill_done_now & (fills_done == head.seq))),
+            fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroute.w_rdy),
         ]
-        with m.If(can_issue):
-            m.d.sync += out_valid.eq(0)
+        x_ready = Signal()
+        wb_grant = Signal()
+        m.d.comb += x_ready.eq(x_valid & dep_ok)
+        with m.If(x_ready):
+            # a malformed operation needs no line request, only its route
+            route_room = Mux(x.write, wroute.w_rdy, rroute.w_rdy)
+            with m.If(x.err):
+                m.d.comb += x_go.eq(route_room)
+            with m.Else():
+                m.d.comb += [x_req.eq(1), lines.req.valid.eq(route_room),
+                             lines.req.payload.write.eq(x.write),
+                             lines.req.payload.addr.eq(line_addr(x.set, x.way, x.off)),
+                             lines.req.payload.beats.eq(x.beats),
+                             x_go.eq(route_room & lines.req.ready)]
+            with m.If(x.write):
+                m.d.comb += [wr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
+                             wr_in.last.eq(x.beats - 1), wroute.w_en.eq(x_go)]
+            with m.Else():
+                m.d.comb += [rr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
+                             rr_in.last.eq(x.beats - 1), rroute.w_en.eq(x_go)]
+        with m.Elif(fill_req):
+            m.d.comb += [lines.req.valid.eq(1), lines.req.payload.write.eq(1),
+                         lines.req.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
+                                                             Const(0, off_bits))),
+                         lines.req.payload.beats.eq(RBEATS),
+                         wr_in.route.eq(_Route.BACK), wr_in.last.eq(RBEATS - 1)]
+            with m.If(lines.req.ready):
+                m.d.comb += wroute.w_en.eq(1)
+                m.d.sync += fill_open.eq(1)
+        with m.Elif(wb_req):
+            m.d.comb += [lines.req.valid.eq(rroute.w_rdy),
+                         lines.req.payload.addr.eq(line_addr(job.set, job.way,
+                                                             Const(0, off_bits))),
+                         lines.req.payload.beats.eq(RBEATS),
+                         rr_in.route.eq(_Route.BACK), rr_in.last.eq(RBEATS - 1),
+                         wb_grant.eq(lines.req.ready & rroute.w_rdy),
+                         rroute.w_en.eq(wb_grant)]
+        # the executor's register takes the queue's head when it is empty or leaving
+        load_x = Signal()
+        m.d.comb += [load_x.eq((q_count != 0) & (~x_valid | x_go)), pop.eq(load_x)]
+        with m.If(load_x):
+            m.d.sync += [x_valid.eq(1), x.eq(head), x_wait.eq(head_wait)]
+        with m.Else():
+            with m.If(x_go):
+                m.d.sync += x_valid.eq(0)
+            with m.If(fill_done_now & (fills_done == x.seq)):
+                m.d.sync += x_wait.eq(0)
 
+        # ==== read data: front reads to front.resp, victims to back.wdata ====================
+        zero_beat = Signal(self.beats_width)
+        m.d.comb += [back.wdata.payload.data.eq(lines.resp.payload.data),
+                     back.wdata.payload.mask.eq(-1),
+                     back.wdata.payload.last.eq(lines.resp.payload.last),
+                     front.resp.payload.data.eq(lines.resp.payload.data),
+                     front.resp.payload.last.eq(lines.resp.payload.last)]
+        with m.If(rroute.r_rdy):
+            with m.Switch(rr.route):
+                with m.Case(_Route.FRONT):
+                    m.d.comb += [front.resp.valid.eq(lines.resp.valid),
+                                 lines.resp.ready.eq(front.resp.ready),
+                                 rroute.r_en.eq(lines.resp.valid & front.resp.ready
+                                                & lines.resp.payload.last)]
+                with m.Case(_Route.BACK):
+                    m.d.comb += [back.wdata.valid.eq(lines.resp.valid),
+                                 lines.resp.ready.eq(back.wdata.ready),
+                                 rroute.r_en.eq(lines.resp.valid & back.wdata.ready
+                                                & lines.resp.payload.last)]
+                with m.Case(_Route.NONE):
+                    zlast = zero_beat == rr.last
+                    m.d.comb += [front.resp.valid.eq(1), front.resp.payload.data.eq(0),
+                                 front.resp.payload.last.eq(zlast)]
+                    with m.If(front.resp.ready):
+                        m.d.sync += zero_beat.eq(Mux(zlast, 0, zero_beat + 1))
+                        m.d.comb += rroute.r_en.eq(zlast)
+
+        # ==== write data: front writes from the buffer, fills from back.resp =================
         m.submodules.wbuf = wbuf = SyncFIFO(width=front.wdata.payload.shape().size,
                                             depth=RBEATS)
         m.d.comb += [wbuf.w_data.eq(front.wdata.payload), wbuf.w_en.eq(front.wdata.valid),
                      front.wdata.ready.eq(wbuf.w_rdy)]
         wbeat = front.wdata.payload.shape()(wbuf.r_data)
-        advance = Signal()
+        w_beat = Signal(self.beats_width)
+        w_last = Signal()
+        w_step = Signal()
         wlast_err = Signal()
-        with m.If(head_valid & dep_ok):
-            with m.If(head.write):
-                with m.If(wbuf.r_rdy):
-                    m.d.comb += [advance.eq(1), wbuf.r_en.eq(1)]
-                    with m.If(~head.err):
-                        m.d.comb += [exec_writing.eq(1),
-                                     line_wr.addr.eq(line_base(head.set, head.way)
-                                                     + head.off + ex_beat),
-                                     line_wr.data.eq(wbeat.data),
-                                     line_wr.en.eq(wbeat.mask)]
-                    with m.If(wbeat.last != last_beat):
-                        m.d.comb += wlast_err.eq(1)
-            with m.Elif(can_issue):
-                m.d.comb += advance.eq(1)
-                m.d.sync += [out_valid.eq(1), out_last.eq(last_beat), out_zero.eq(head.err)]
-        with m.If(advance):
-            with m.If(last_beat):
-                m.d.comb += pop.eq(1)
-                m.d.sync += ex_beat.eq(0)
-            with m.Else():
-                m.d.sync += ex_beat.eq(ex_beat + 1)
+        m.d.comb += w_last.eq(w_beat == wrt.last)
+        with m.If(wroute.r_rdy):
+            with m.Switch(wrt.route):
+                with m.Case(_Route.FRONT):
+                    m.d.comb += [lines.wdata.valid.eq(wbuf.r_rdy),
+                                 lines.wdata.payload.data.eq(wbeat.data),
+                                 lines.wdata.payload.mask.eq(wbeat.mask),
+                                 lines.wdata.payload.last.eq(w_last),
+                                 w_step.eq(wbuf.r_rdy & lines.wdata.ready),
+                                 wbuf.r_en.eq(lines.wdata.ready)]
+                with m.Case(_Route.NONE):
+                    m.d.comb += [w_step.eq(wbuf.r_rdy), wbuf.r_en.eq(1)]
+                with m.Case(_Route.BACK):
+                    m.d.comb += [lines.wdata.valid.eq(back.resp.valid),
+                                 lines.wdata.payload.data.eq(back.resp.payload.data),
+                                 lines.wdata.payload.mask.eq(-1),
+                                 lines.wdata.payload.last.eq(w_last),
+                                 back.resp.ready.eq(lines.wdata.ready),
+                                 w_step.eq(back.resp.valid & lines.wdata.ready)]
+            with m.If(w_step & (wrt.route != _Route.BACK) & (wbeat.last != w_last)):
+                m.d.comb += wlast_err.eq(1)
+        with m.If(w_step):
+            m.d.sync += w_beat.eq(Mux(w_last, 0, w_beat + 1))
+            with m.If(w_last):
+                m.d.comb += wroute.r_en.eq(1)
+        # a fill is complete (its row usable, its MSHR free) once its last beat is handed on
+        m.d.comb += fill_done_now.eq(w_step & w_last & (wrt.route == _Route.BACK))
+        with m.If(fill_done_now):
+            m.d.comb += fills.r_en.eq(1)
+            m.d.sync += [fill_open.eq(0), fills_done.eq(fills_done + 1),
+                         mshr_valid.bit_select(fill_head.mshr, 1).eq(0)]
         m.d.comb += [
-            inc["errors"].eq((s1_fire & s1_err) + wlast_err),
-            error_now.eq((s1_fire & s1_err) | wlast_err),
+            inc["errors"].eq((s3_fire & s3["err"]) + wlast_err),
+            error_now.eq((s3_fire & s3["err"]) | wlast_err),
         ]
-
-        # ==== fills: back responses, in back-request order ===================================
-        fill_beat = Signal(range(RBEATS))
-        fill_last = fill_beat == RBEATS - 1
-        m.d.comb += [
-            back.resp.ready.eq(fills.r_rdy & ~exec_writing),
-            fill_writing.eq(back.resp.valid & back.resp.ready),
-        ]
-        with m.If(fill_writing):
-            m.d.comb += [
-                line_wr.addr.eq(line_base(fill_head.set, fill_head.way) + fill_beat),
-                line_wr.data.eq(back.resp.payload.data),
-                line_wr.en.eq(-1),
-            ]
-            with m.If(fill_last):
-                m.d.comb += fills.r_en.eq(1)
-                m.d.sync += [fill_beat.eq(0), fills_done.eq(fills_done + 1),
-                             mshr_valid.bit_select(fill_head.mshr, 1).eq(0)]
-            with m.Else():
-                m.d.sync += fill_beat.eq(fill_beat + 1)
 
         # ==== back-port sequencer: write-back of the victim, then the fill request ============
-        wb_issue = Signal(range(RBEATS + 1))
-        wb_valid = Signal()
-        wb_last = Signal()
-        wb_can = ~wb_valid | back.wdata.ready
-        m.d.comb += [
-            back.wdata.valid.eq(wb_valid),
-            back.wdata.payload.data.eq(wb_rd.data),
-            back.wdata.payload.mask.eq(-1),
-            back.wdata.payload.last.eq(wb_last),
-            wb_rd.en.eq(wb_can),
-            wb_rd.addr.eq(line_base(job.set, job.way) + wb_issue),
-            fills.w_data.eq(Cat(job.set, job.way, job.mshr)),
-        ]
+        m.d.comb += fills.w_data.eq(Cat(job.set, job.way, job.mshr))
         with m.FSM(name="back"):
             with m.State("IDLE"):
                 m.d.comb += seq_idle.eq(~jobs.r_rdy)
@@ -779,25 +976,22 @@ class CacheController(wiring.Component):
                     with m.Else():
                         m.d.comb += [back.req.valid.eq(fills.w_rdy),
                                      back.req.payload.addr.eq(job.rd_row << LB),
-                             back.req.payload.beats.eq(RBEATS)]
+                                     back.req.payload.beats.eq(RBEATS)]
                         with m.If(back.req.ready & fills.w_rdy):
                             m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
             with m.State("WB_REQ"):
+                # The write request first: the back tier then takes the victim's data
+                # whatever else it is waiting for, so the line reads ahead of it drain.
                 m.d.comb += [back.req.valid.eq(1), back.req.payload.write.eq(1),
                              back.req.payload.addr.eq(job.wb_row << LB),
                              # (set here, not once outside the FSM: a constant-only
                              # `always @*` never runs in Icarus)
                              back.req.payload.beats.eq(RBEATS)]
                 with m.If(back.req.ready):
-                    m.d.sync += wb_issue.eq(0)
-                    m.next = "WB_DATA"
-            with m.State("WB_DATA"):
-                with m.If(wb_can):
-                    m.d.sync += wb_valid.eq(0)
-                    with m.If(wb_issue != RBEATS):
-                        m.d.sync += [wb_valid.eq(1), wb_last.eq(wb_issue == RBEATS - 1),
-                                     wb_issue.eq(wb_issue + 1)]
-                with m.If(wb_valid & back.wdata.ready & wb_last):
+                    m.next = "WB_LINE"
+            with m.State("WB_LINE"):
+                m.d.comb += wb_req.eq(1)
+                with m.If(wb_grant):
                     with m.If(job.rd):
                         m.next = "FILL_REQ"
                     with m.Else():
@@ -812,7 +1006,9 @@ class CacheController(wiring.Component):
                     m.next = "IDLE"
 
         # ==== commands: drain, then walk the sets ==============================================
-        drained = ~r_valid & ~s1_valid & (q_count == 0) & ~mshr_valid.any() & seq_idle & ~fills.r_rdy
+        lines_quiet = ~rroute.r_rdy & ~wroute.r_rdy
+        drained = (~r["valid"] & ~s2["valid"] & ~s3["valid"] & (q_count == 0) & ~x_valid
+                   & ~mshr_valid.any() & seq_idle & ~fills.r_rdy & lines_quiet)
         m.d.comb += self.idle.eq(drained & ~cmd_active)
         # `cmd.ready` comes from a register: a combinational output of an FSM state that only
         # changes once would never be evaluated by Icarus before its first change.
@@ -870,10 +1066,46 @@ class CacheController(wiring.Component):
                     with m.Else():
                         m.next = "READ_SET"
             with m.State("WAIT_WB"):
-                with m.If(seq_idle):
+                with m.If(seq_idle & lines_quiet):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("DONE"):
                 m.d.sync += [cmd_active.eq(0), cmd_ready.eq(0)]
                 m.next = "IDLE"
+        return m
+
+
+class OnChipCache(wiring.Component):
+    """A :class:`CacheController` with its lines in a :class:`LineRAM`: the small
+    configuration (the RTL SmartNIC top's cache, the fast tests), the same ports as the
+    controller but ``lines``. Keyword arguments are the controller's; ``line_outstanding``
+    defaults to 4, which covers the line RAM (a request waiting, one served, one beat out)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("line_outstanding", 4)
+        self.controller = CacheController(**kwargs)
+        for name in ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats",
+                     "sets", "ways", "index", "policy", "mshrs", "queue_depth",
+                     "line_outstanding", "lfu_bits", "counter_width"):
+            setattr(self, name, getattr(self.controller, name))
+        c = self.controller
+        self.line_ram = LineRAM(data_bytes=c.data_bytes, addr_width=c.lines_addr_width,
+                                beats_width=c.beats_width)
+        members = dict(c.signature.members)
+        del members["lines"]
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.controller = c = self.controller
+        m.submodules.line_ram = ram = self.line_ram
+        wiring.connect(m, c.lines, ram.port)
+        for name in self.signature.members:
+            ours, theirs = getattr(self, name), getattr(c, name)
+            if name in ("front", "cmd"):
+                wiring.connect(m, wiring.flipped(ours), theirs)
+            elif name == "back":
+                wiring.connect(m, theirs, wiring.flipped(ours))
+            else:
+                m.d.comb += ours.eq(theirs)
         return m

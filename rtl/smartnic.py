@@ -6,7 +6,7 @@ Data path
 
 ::
 
-    bags ──► EmbeddingBagUnit ──mem──► CacheController ──back──► mem (NIC DRAM / host tier)
+    bags ──► EmbeddingBagUnit ──mem──► OnChipCache ──back──► mem (NIC DRAM / host tier)
                    │ pooled (lanes FP32 per beat = one payload beat)
                    ▼
     send ──► Packetizer ──► tx_frame                   (RoCEv2 RC RDMA WRITE frames)
@@ -15,8 +15,10 @@ Data path
                       └────────► completion
 
 * The gather/pool unit (:class:`rtl.embedding.EmbeddingBagUnit`) reads rows through the cache
-  controller (:class:`rtl.cache.CacheController`); the cache's back port is the top's ``mem``
-  port. The unit's memory port is the cache's front port unchanged (same address width, beat
+  controller with its lines in on-chip block RAM (:class:`rtl.cache.OnChipCache`: a
+  :class:`rtl.cache.CacheController` and a :class:`rtl.cache.LineRAM`; at NIC sizes the lines
+  are in the card's DRAM behind the controller's ``lines`` port); the cache's back port is the
+  top's ``mem`` port. The unit's memory port is the cache's front port unchanged (same address width, beat
   count width and beat size).
 * Each pooled beat (``lanes`` FP32 values, ``lanes * 4 == data_bytes``) is one payload beat of
   the packetizer (:class:`rtl.packetizer.Packetizer`). The host posts one *send* (an RDMA WRITE
@@ -92,7 +94,7 @@ from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .cache import CacheController, CacheOp, CacheStats
+from .cache import CacheOp, CacheStats, OnChipCache
 from .depacketizer import Completion, Counters as RxCounters, Depacketizer, QPInit
 from .embedding import COUNTER_NAMES, EmbeddingBagUnit
 from .packetizer import DestEntry, Packetizer, SendDescriptor
@@ -173,7 +175,7 @@ class SmartNIC(wiring.Component):
             raise ValueError(f"line_beats: a row of max_dim={max_dim} FP32 elements needs "
                              f"{max_stride} beats, expected line_beats >= {max_stride}, "
                              f"got {line_beats}")
-        self.cache = CacheController(
+        self.cache = OnChipCache(
             data_bytes=data_bytes, addr_width=addr_width, beats_width=beats_width,
             line_beats=line_beats, sets=cache_sets, ways=cache_ways, index=cache_index,
             policy=cache_policy, mshrs=mshrs)

@@ -113,8 +113,31 @@ def _gather(params):
 
 
 def _cache(params):
+    from neonic.rtl.cache import OnChipCache
+    return OnChipCache(**params)
+
+
+def _cache_nic(params):
     from neonic.rtl.cache import CacheController
     return CacheController(**params)
+
+
+#: ASSUMPTION: the largest row the SmartNIC's cache holds is 512 B (a 128-dimension FP32
+#: row, DLRM's common embedding width); the backing tier's address space is the preset's host
+#: DRAM per node.
+NIC_CACHE_ROW_BYTES = 512
+
+
+def nic_cache_params(preset: str = "smartnic") -> dict:
+    """The controller's parameters for the local cache of a SmartNIC system preset
+    (``sim.units.cache.nic_cache_params``): 64 MiB, 32 ways of 512 B lines on ``smartnic``."""
+    from neonic.host.nic_effects import nic_config
+    from neonic.host.systems import preset_dict, system_from_dict
+    from neonic.sim.units.cache import nic_cache_params as params
+
+    system = system_from_dict(preset_dict(preset))
+    return params(nic_config(system.nic), row_bytes=NIC_CACHE_ROW_BYTES,
+                  backing_bytes=system.host.dram_gib_per_node * 2**30)
 
 
 def _packetizer(params):
@@ -134,7 +157,12 @@ UNITS: tuple[UnitSpec, ...] = (
     UnitSpec("fp_mul", {}, _fp_mul, "fp", quick=True, note="FPMul32 at its default latency"),
     UnitSpec("cache", dict(data_bytes=16, addr_width=20, beats_width=4, line_beats=8, sets=16,
                            ways=4, mshrs=4), _cache, "cache",
-             note="the SmartNIC RTL top's cache (16 B beats, 16 sets x 4 ways x 8 beats = 8 KiB)"),
+             note="the SmartNIC RTL top's cache with its lines on chip (LineRAM; 16 B beats, "
+                  "16 sets x 4 ways x 8 beats = 8 KiB)"),
+    UnitSpec("cache_nic", nic_cache_params(), _cache_nic, "cache",
+             note="the smartnic preset's local cache: 64 MiB of 512 B lines in NIC memory "
+                  "behind the lines port (not in the shell), tags in block RAM (4,096 sets x "
+                  "32 ways)"),
     UnitSpec("packetizer", dict(data_bytes=16, pmtu=256, num_dest=16), _packetizer,
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),

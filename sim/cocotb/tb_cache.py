@@ -2,7 +2,10 @@
 
 Started through ``sim.harness.run_cocotb`` (``tests/rtl/test_cache_cocotb.py``, the soak, and
 ``neonic rtl sim cache --sim icarus|verilator``). ``tb_params()`` carries the controller's
-constructor parameters (``unit``) and a workload (``workload``: ``episodes``, ``count``
+constructor parameters (``unit``), the device (``device``: ``"chip"``, the default, for
+:class:`rtl.cache.OnChipCache`, lines in block RAM; ``"port"`` for the bare
+:class:`rtl.cache.CacheController`, its ``lines`` port answered by a second harness memory with
+the same random latency and stalls) and a workload (``workload``: ``episodes``, ``count``
 requests each, ``rows``, ``write_fraction``, ``error_fraction``, ``zipf``, ``latency``,
 ``idle``, ``backpressure``, ``resp_stall``, ``accept_stall``; ``stimulus``: a JSON file with
 the backing memory's bytes and the requests of one episode, as ``neonic rtl sim cache`` writes
@@ -27,7 +30,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, with_timeout
 
-from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind, OnChipCache
 from neonic.rtl.streams import MemRequest, MemWriteBeat
 from neonic.sim.harness.cocotb_streams import (CocotbMemory, StreamDriver, StreamMonitor,
                                         start_clock_and_reset, tb_params, tb_record, tb_rng,
@@ -43,7 +46,10 @@ async def cache_scoreboard(dut):
     """Random traffic: shadow memory, reference outcomes and counters all agree."""
     p = tb_params()
     unit_kw = p.get("unit", {})
-    unit = CacheController(**unit_kw)
+    device = p.get("device", "chip")
+    if device not in ("chip", "port"):
+        raise ValueError(f"device: expected 'chip' or 'port', got {device!r}")
+    unit = (OnChipCache if device == "chip" else CacheController)(**unit_kw)
     wl = {"episodes": 1, "count": 300, "rows": 64, "write_fraction": 0.25,
           "error_fraction": 0.02, "zipf": 0.9, "latency": [1, 30], "idle": 0.2,
           "backpressure": 0.2, "resp_stall": 0.1, "accept_stall": 0.1, **p.get("workload", {})}
@@ -58,6 +64,14 @@ async def cache_scoreboard(dut):
     mem = CocotbMemory(dut, "back", memory.copy(), data_bytes=unit.data_bytes, rng=tb_rng(1),
                        latency=tuple(wl["latency"]), resp_stall=wl["resp_stall"],
                        accept_stall=wl["accept_stall"], beats_width=unit.beats_width)
+    mems = [mem]
+    if device == "port":   # the line memory: random contents (a line is filled before use)
+        lines = rng.integers(0, 256, unit.line_memory_beats * unit.data_bytes, dtype="uint8")
+        mems.append(CocotbMemory(dut, "lines", lines, data_bytes=unit.data_bytes,
+                                 rng=tb_rng(6), latency=tuple(wl["latency"]),
+                                 resp_stall=wl["resp_stall"], accept_stall=wl["accept_stall"],
+                                 beats_width=unit.beats_width,
+                                 max_outstanding=unit.line_outstanding))
     req = StreamDriver(dut, "front__req", MemRequest(unit.addr_width, unit.beats_width),
                        dut.clk, rng=tb_rng(2), idle=wl["idle"])
     wdata = StreamDriver(dut, "front__wdata", MemWriteBeat(unit.data_bytes), dut.clk,
@@ -149,7 +163,8 @@ async def cache_scoreboard(dut):
             assert delta[f] == ref[f], (f, delta, ref)
         episodes.append({"cycles": t1 - t0, "wall_s": time.perf_counter() - w0,
                          "requests": len(reqs), "counters": delta})
-    mem.check_idle()
+    for m_ in mems:
+        m_.check_idle()
     tb_record(episodes=episodes, total_cycles=cycle["n"],
               total_wall_s=time.perf_counter() - wall0,
               requests=sum(e["requests"] for e in episodes))

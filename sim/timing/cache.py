@@ -3,21 +3,27 @@
 The model follows each request through the controller's resources, at request level rather
 than per cycle, using the outcomes of the reference model (``sim/reference/cache.py``):
 
-* lookup: one request per cycle; a request is looked up two cycles after it is accepted
-  (its set's state word is read from block RAM, then registered), or
-  later while the lookup stalls: operation queue full (``queue_depth`` operations between
-  lookup and the end of their delivery), or, for a miss, no free MSHR;
+* lookup: one request per cycle; a request reaches the last lookup stage three cycles after
+  it is accepted (its set's state word is read from block RAM, registered, compared; the
+  stage updates the word and queues the operation), a request of the same set as the one
+  before it one cycle later still (it waits a cycle in stage 1), or later while the lookup
+  stalls: operation queue full (``queue_depth`` operations between lookup and their move to
+  the executor's register), or, for a miss, no free MSHR, or its victim line still has an
+  operation to issue;
+* executor: operations move to its register in request order the cycle the one before
+  leaves (or the cycle after their lookup), and issue to the line memory from the next
+  cycle, an operation on a row brought in by a miss once that fill is complete;
+* line memory (``lines`` port): the executor's transfers come first, then fills, then
+  write-back reads (the RTL's arbiter); on chip (``line_serial``, ``rtl.cache.LineRAM``) one
+  transfer at a time, one beat per cycle, a read's first beat ``line_latency`` cycles after
+  it is accepted; a DRAM/HBM controller is pipelined (see :class:`_LinePort`);
 * back port: misses leave in lookup order from one sequencer: a clean miss costs one cycle;
-  a dirty one first writes the victim back (request, ``row_beats`` data beats, two cycles of
-  turnaround) before its read request;
-* backing tier: a read's first beat comes ``latency`` cycles after its request, and not
-  before the previous read's beats (responses in order, one beat per cycle); a fill is usable
-  (and its MSHR free) the cycle after its last beat;
-* delivery: operations run in request order, one beat per cycle; an operation on a row
-  brought in by a miss whose fill is not yet usable waits for it (a miss, or a merged miss).
-
-* a miss whose victim line still has an operation waiting for delivery stalls the lookup
-  until that operation is done.
+  a dirty one first sends the write request and reads the victim from the line memory
+  (its beats go to the back tier), then the read request;
+* backing tier: a read's first beat comes ``latency`` cycles after its request, not before
+  the previous read's beats nor before the data of a write-back ahead of it; the fill is
+  written to the line memory from the cycle after its first beat, and is usable (its MSHR
+  free) the cycle after its last beat.
 
 Assumptions: the front offers a request every cycle (or at the cycles given: the
 co-simulation's composed model, ``sim.cosim``, offers each row when the gather model issues
@@ -31,13 +37,19 @@ that know hit rates but not request traces (``sim.nic``).
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from neonic.rtl.cache import LineRAM
 from neonic.sim.reference.cache import ERROR, MISS, CacheConfig, CacheModel, Request, set_index
 
-__all__ = ["CacheTiming", "TimingResult", "Schedule", "cache_cycles"]
+__all__ = ["CacheTiming", "TimingResult", "Schedule", "cache_cycles", "LOOKUP_STAGES"]
+
+#: Cycles from the edge accepting a request to its last lookup stage (tag read, word
+#: registered, compare; the update and the queueing happen in the stage itself).
+LOOKUP_STAGES = 3
 
 
 @dataclass(frozen=True)
@@ -72,14 +84,84 @@ class Schedule:
     hits: int
 
 
+class _LinePort:
+    """The ``lines`` port as the model sees it: when each transfer is accepted and when a
+    read's first beat comes back.
+
+    ``serial`` (the on-chip :class:`rtl.cache.LineRAM`): one transfer at a time, in the order
+    accepted; a transfer accepted at ``a`` moves its beats in cycles ``a+1 .. a+beats`` and the
+    next one is accepted at ``a+beats`` at the earliest; a read's first beat is visible at
+    ``a + latency``. Otherwise (a pipelined DRAM/HBM controller): one request per cycle, a
+    read's first beat ``latency`` cycles after it and after the previous read's beats and
+    the data of every write accepted before it. The pipelined port is held to the RTL on read
+    traffic (``tests/sim/test_cache_timing.py``); with front writes it overestimates (up to
+    1.5x on the traffic tried): the write data's order against the fills is not modelled. Transfers are placed at the
+    earliest cycle the port is free from their ready time (the fills' and write-backs' times
+    are known before the later requests' operations, which fit around them)."""
+
+    def __init__(self, latency: int, serial: bool):
+        self.latency, self.serial = latency, serial
+        self.busy: list[tuple[float, float]] = []   # serial: processing intervals, sorted
+        self.read_free = 0.0                        # pipelined: next read beat slot
+        self.writes: list[tuple[float, float]] = []  # pipelined: (accept, last data beat)
+
+    def accept(self, ready: float, beats: int, background: bool = False) -> float:
+        """The cycle a transfer ready at ``ready`` is accepted. The executor's transfers
+        (taken in request order) fit in the gaps the port leaves; a ``background`` one (a fill
+        or a write-back, known before the later requests' transfers) waits only for the
+        transfer it finds under way, as the RTL's arbiter serves whoever is ready first."""
+        span = beats if self.serial else 1      # a pipelined port: one request per cycle
+        a = ready
+        for lo, hi in self.busy:
+            if a + span < lo:
+                break
+            if a + 1 <= hi and (not background or lo <= a + 1):
+                a = hi
+        insort(self.busy, (a + 1, a + span))
+        return a
+
+    def read(self, ready: float, beats: int, background: bool = False) -> tuple[float, float]:
+        """(accept cycle, first beat cycle) of a read ready at ``ready``."""
+        a = self.accept(ready, beats, background)
+        if self.serial:
+            return a, a + self.latency
+        before = max((end for acc, end in self.writes if acc < a), default=-1.0)
+        first = max(a + self.latency, self.read_free, before + 1)
+        self.read_free = first + beats
+        return a, first
+
+    def write(self, ready: float, beats: int, data_from: float | None = None,
+              background: bool = False) -> float:
+        """Cycle of the last data beat of a write ready at ``ready`` whose data can flow
+        from ``data_from`` (default: the cycle after acceptance)."""
+        a = self.accept(ready, beats, background)
+        start = max(a + 1, data_from if data_from is not None else a + 1)
+        end = start + beats - 1
+        if not self.serial:
+            insort(self.writes, (a, end))
+        return end
+
+    def prune(self, before: float) -> None:
+        while self.busy and self.busy[0][1] < before:
+            self.busy.pop(0)
+        while len(self.writes) > 1 and self.writes[1][0] < before - 1:
+            self.writes.pop(0)
+
+
 @dataclass(frozen=True)
 class CacheTiming:
-    """Timing parameters of one controller instance and its backing tier."""
+    """Timing parameters of one controller instance, its line memory and its backing tier.
+
+    ``latency``: the backing tier's read latency; ``line_latency`` and ``line_serial``: the
+    line memory's (default: the on-chip :class:`rtl.cache.LineRAM`, 2 cycles, one transfer
+    at a time; a DRAM/HBM controller behind the ``lines`` port is pipelined)."""
 
     row_beats: int
     mshrs: int = 16
     queue_depth: int = 32
     latency: float = 20.0
+    line_latency: float = LineRAM.LATENCY
+    line_serial: bool = True
 
     def __post_init__(self):
         for name in ("row_beats", "mshrs", "queue_depth"):
@@ -88,77 +170,112 @@ class CacheTiming:
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
         if not self.latency >= 1:
             raise ValueError(f"latency: expected >= 1 cycle, got {self.latency!r}")
+        if not self.line_latency >= 1:
+            raise ValueError(f"line_latency: expected >= 1 cycle, got {self.line_latency!r}")
+
+    @property
+    def hit_latency(self) -> int:
+        """Cycles from the edge accepting a hit (nothing ahead of it) to its first beat."""
+        return LOOKUP_STAGES + 2 + round(self.line_latency)
 
     def schedule(self, requests: Sequence[Request], config: CacheConfig, *, line_beats: int,
                  offers: Sequence[float] | None = None) -> Schedule:
         """Follow ``requests`` through the controller (see the module doc) and return, per
-        request, the cycle its delivery starts. ``offers``: the cycle each request is offered
-        (a request is looked up no earlier than two cycles after its offer); default: one
-        request every cycle from cycle 0, as far as the lookup takes them."""
+        request, the cycle before its first data beat. ``offers``: the cycle each request is
+        offered (it reaches the last lookup stage no earlier than three cycles later);
+        default: one request every cycle from cycle 0, as far as the lookup takes them."""
         if offers is not None and len(offers) != len(requests):
             raise ValueError(f"offers: expected one per request ({len(requests)}), "
                              f"got {len(offers)}")
         model = CacheModel(config)
         rb = self.row_beats
         lat = round(self.latency)
+        port = _LinePort(round(self.line_latency), self.line_serial)
         fill_ready: dict[int, float] = {}   # request index of a miss -> fill usable cycle
-        op_ends: deque[float] = deque()     # last-beat cycles of ops still queued
+        queued: deque[float] = deque()      # cycles the queued ops move to the executor
         mshr_free_at: deque[float] = deque()  # fill-usable cycles of misses in flight
-        lookup = 1.0                        # cycle of the previous lookup (the first is 2)
+        lookup = 0.0                        # last lookup stage of the previous request
+        prev_set = -1
         seq_free = 0.0                      # back-port sequencer free from this cycle
-        last_beat = -1.0                    # last beat of the previous backing read
-        exec_free = 0.0                     # executor free from this cycle
-        line_end: dict[tuple[int, int], float] = {}  # (set, way) -> last beat of its last op
+        back_last = -1.0                    # last beat of the previous backing read
+        x_free = 0.0                        # the executor's register can issue from here
+        front_free = 0.0                    # next front response beat slot
+        line_issue: dict[tuple[int, int], float] = {}  # (set, way) -> its last op's issue
         misses = hits = 0
         first_lookup: float | None = None
         end = 0.0
         starts: list[float] = []
         for i, req in enumerate(requests):
             out = model.request(req.addr, req.beats, req.write, line_beats, rb)
-            if req.beats == 0:
-                starts.append(exec_free)
-                continue
-            t = lookup + 1 if offers is None else max(float(offers[i]) + 2, lookup + 1)
-            line = (-1, -1)
-            if out.kind != ERROR:
-                line = (int(set_index(req.addr // line_beats, config)), out.way)
+            s = int(set_index(req.addr // line_beats, config))
+            t = max(lookup + (2 if s == prev_set else 1),
+                    (0.0 if offers is None else float(offers[i])) + LOOKUP_STAGES)
+            prev_set = s
+            line = (s, out.way) if out.kind != ERROR else (-1, -1)
             while True:
-                while op_ends and op_ends[0] < t:
-                    op_ends.popleft()
+                while queued and queued[0] < t:
+                    queued.popleft()
                 while mshr_free_at and mshr_free_at[0] <= t:
                     mshr_free_at.popleft()
-                if len(op_ends) >= self.queue_depth:
-                    t = op_ends[0] + 1
+                if req.beats and len(queued) >= self.queue_depth:
+                    t = queued[0] + 1
                     continue
                 if out.kind == MISS and len(mshr_free_at) >= self.mshrs:
                     t = mshr_free_at[0]
                     continue
-                if out.kind == MISS and line_end.get(line, -1) >= t:
-                    t = line_end[line] + 1     # the victim is still in use
+                if out.kind == MISS and line_issue.get(line, -2) >= t - 1:
+                    t = line_issue[line] + 2     # the victim had an op to issue last cycle
                     continue
                 break
             lookup = t
+            port.prune(t)
             if first_lookup is None:
                 first_lookup = t
-            start = max(t + 1, exec_free)   # the executor takes it from the queue
+            if req.beats == 0:
+                starts.append(max(t, front_free - 1))
+                continue
+            dep = 0.0
             if out.kind == MISS:
                 misses += 1
                 job = max(t + 1, seq_free)
-                issue = job + (rb + 3 if out.writeback else 0)
-                seq_free = issue + 1
-                first = max(issue + lat, last_beat + 1)
-                last_beat = first + rb - 1
-                fill_ready[i] = last_beat + 1
-                mshr_free_at.append(last_beat + 1)
-                start = max(start, last_beat + 1)
+                if out.writeback:
+                    wb, wb_first = port.read(job + 2, rb, background=True)
+                    front_free = max(front_free, wb_first + rb)
+                    issue = wb + 1
+                    seq_free = issue + 1
+                    wb_done = wb_first + rb - 1
+                else:
+                    issue, wb_done = job, -1.0
+                    seq_free = issue + 1
+                first = max(issue + lat, back_last + 1, wb_done + 1)
+                done = port.write(first, rb, data_from=first + 1, background=True)
+                back_last = done
+                fill_ready[i] = done + 1
+                mshr_free_at.append(done + 1)
+                dep = done + 1
             elif out.kind != ERROR:
                 hits += 1
-                start = max(start, fill_ready.get(out.filled_by, 0))
-            exec_free = start + req.beats
-            line_end[line] = exec_free - 1
-            op_ends.append(exec_free - 1)
-            end = exec_free + 1
-            starts.append(start)
+                dep = fill_ready.get(out.filled_by, 0.0)
+            load = max(t + 1, x_free)           # the executor's register takes it
+            queued.append(load)
+            ready = max(load + 1, dep)
+            if out.kind == ERROR:
+                go, first_beat = ready, max(ready + 1, front_free)
+            elif req.write:
+                go = ready
+                port.write(go, req.beats)
+                first_beat = go + 1
+            else:
+                go, first_beat = port.read(ready, req.beats)
+                first_beat = max(first_beat, front_free)
+            x_free = go
+            line_issue[line] = go
+            if not req.write:
+                front_free = first_beat + req.beats
+                end = max(end, front_free)
+            else:
+                end = max(end, first_beat + req.beats)
+            starts.append(first_beat - 1)
         return Schedule(starts=starts, end=end,
                         lookup_cycles=lookup - (first_lookup or 0) + 1,
                         misses=misses, hits=hits)
@@ -172,32 +289,43 @@ class CacheTiming:
 
 
 def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
-                 mshrs: int = 16, queue_depth: int = 32) -> float:
-    """Cycles the cache controller takes for ``requests`` whole-row reads of ``row_beats``
-    beats with misses spread evenly at ``miss_rate``: a closed form of
+                 mshrs: int = 16, queue_depth: int = 32, same_set: float = 0.0) -> float:
+    """Cycles the cache controller (lines on chip) takes for ``requests`` whole-row reads of
+    ``row_beats`` beats with misses spread evenly at ``miss_rate``: a closed form of
     :meth:`CacheTiming.run` for system-scale runs that have hit rates but no request traces
     (held within 5% of it for ``mshrs`` 16 and ``queue_depth`` 32, the RTL's defaults, by
     ``tests/sim/test_nic.py``).
 
-    Per request, the larger of two rates:
+    Per request, the larger of the MSHRs' rate and the slower of the lookup's and the line
+    memory's plus the stalls of misses:
 
-    * delivery: one beat per cycle in request order (``row_beats``), plus the stalls of
-      misses whose fill (``latency + row_beats + 2`` cycles after lookup) outlasts the work
-      queued ahead of them (``queue_depth - 1`` operations): a stall opens at a miss at least
-      ``queue_depth`` requests after the previous stall's, one per ``queue_depth + 1/miss``
-      requests (later misses in its window arrive in its shadow);
-    * MSHRs: each miss holds one for ``latency + row_beats + 1`` cycles.
+    * lookup: one per cycle, plus one bubble for a request of the same set as the one before
+      it (``same_set``: the fraction of such requests; a repeated row is one);
+    * line memory: one transfer at a time, one beat per cycle: the read (``row_beats``) and,
+      for a miss, the fill (``row_beats``, and a cycle for its write request);
+    * stalls: misses whose fill
+      (``latency + row_beats + 2`` cycles after lookup) outlasts the work queued ahead of them
+      (``queue_depth - 1`` operations at the slower rate): a stall opens at a miss at least ``queue_depth``
+      requests after the previous stall's, one per ``queue_depth + 1/miss`` requests (later
+      misses in its window arrive in its shadow);
+    * MSHRs: each miss holds one for ``latency + row_beats + 2`` cycles.
 
-    Plus the first response's latency (4 cycles for a hit, a fill for a miss).
+    Plus the first response's latency (:attr:`CacheTiming.hit_latency` for a hit, a fill
+    for a miss).
     """
     if requests <= 0:
         return 0.0
     if not 0.0 <= miss_rate <= 1.0:
         raise ValueError(f"miss_rate: expected a value in [0, 1], got {miss_rate!r}")
+    if not 0.0 <= same_set <= 1.0:
+        raise ValueError(f"same_set: expected a value in [0, 1], got {same_set!r}")
     if row_beats < 1:
         raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
-    fill = latency + row_beats + 2          # from lookup (the third cycle after acceptance)
-    shortfall = max(0.0, fill - (queue_depth - 1) * row_beats)
+    hit_latency = CacheTiming(row_beats=row_beats).hit_latency
+    fill = latency + row_beats + 2          # from lookup (the last lookup stage)
+    work = row_beats + miss_rate * (row_beats + 1)
+    rate = max(work, 1.0 + same_set)
+    shortfall = max(0.0, fill - (queue_depth - 1) * rate)
     stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
-    per_request = max(row_beats + stall, miss_rate * (latency + row_beats + 1) / mshrs, 1.0)
-    return requests * per_request + (fill + 1 if miss_rate > 0 else 4)
+    per_request = max(rate + stall, miss_rate * fill / mshrs)
+    return requests * per_request + (fill + hit_latency if miss_rate > 0 else hit_latency)

@@ -14,17 +14,18 @@ import time
 from pathlib import Path
 
 import numpy as np
+from amaranth.utils import ceil_log2
 
 from neonic.sim.units import SimRequest
-from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.rtl.cache import CacheOp, CacheStats, LookupKind, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
 
 __all__ = ["build", "simulate", "default_workload", "measure_hits", "measure_misses",
-           "rtl_outcomes"]
+           "rtl_outcomes", "nic_cache_params"]
 
 _INT_PARAMS = ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats", "sets",
-               "ways", "mshrs", "queue_depth", "lfu_bits", "counter_width")
+               "ways", "mshrs", "queue_depth", "line_outstanding", "lfu_bits", "counter_width")
 _STR_PARAMS = ("index", "policy")
 DEFAULTS = dict(data_bytes=8, addr_width=20, line_beats=4, sets=16, ways=8, mshrs=16)
 _KIND = {LookupKind.HIT: "hit", LookupKind.MERGED: "merged", LookupKind.MISS: "miss",
@@ -47,15 +48,42 @@ def _params(params: dict[str, str]) -> dict:
     return kw
 
 
-def build(params: dict[str, str]) -> CacheController:
-    return CacheController(**_params(params))
+def nic_cache_params(nic, *, row_bytes: int, backing_bytes: float) -> dict:
+    """The :class:`rtl.cache.CacheController` parameters of a SmartNIC's local cache
+    (``nic``: a ``sim.nic.NICConfig``, from a preset): its datapath width, ways, MSHRs and
+    queue; one line per row of ``row_bytes`` (the largest row cached, padded to a power of
+    two of beats, like the tables' row stride); as many sets (a power of two) as
+    ``local_cache_bytes`` holds; a beat address wide enough for ``backing_bytes`` of backing
+    tier; the lines in NIC memory, with ``line_outstanding`` covering its latency
+    (``memory_latency_cycles``) so that hits stream at one per cycle."""
+    for name, value in (("row_bytes", row_bytes), ("backing_bytes", backing_bytes)):
+        if not value > 0:
+            raise ValueError(f"{name}: expected > 0, got {value!r}")
+    beats = -(-int(row_bytes) // nic.datapath_bytes)
+    line_beats = 1 << ceil_log2(beats)
+    sets = int(nic.local_cache_bytes // (line_beats * nic.datapath_bytes * nic.cache_ways))
+    if sets < 1:
+        raise ValueError(f"nic.local_cache_bytes: {nic.local_cache_bytes:g} B holds no set of "
+                         f"{nic.cache_ways} ways of {line_beats * nic.datapath_bytes} B lines")
+    return dict(data_bytes=nic.datapath_bytes,
+                addr_width=max(ceil_log2(int(backing_bytes) // nic.datapath_bytes), 1),
+                beats_width=max(ceil_log2(line_beats + 1), 1), line_beats=line_beats,
+                row_beats=beats, sets=1 << (sets.bit_length() - 1), ways=nic.cache_ways,
+                mshrs=nic.cache_mshrs, queue_depth=nic.cache_queue_depth,
+                line_outstanding=min(256, 1 << ceil_log2(nic.memory_latency_cycles + 8)))
 
 
-def config_of(dut: CacheController) -> CacheConfig:
+def build(params: dict[str, str]) -> OnChipCache:
+    """The cache with its lines on chip (the RTL SmartNIC's configuration): its ports are
+    the controller's but ``lines``."""
+    return OnChipCache(**_params(params))
+
+
+def config_of(dut: OnChipCache) -> CacheConfig:
     return CacheConfig(dut.sets, dut.ways, dut.policy, dut.index, dut.lfu_bits)
 
 
-def rtl_outcomes(dut: CacheController, requests: list[Request], rng: np.random.Generator, *,
+def rtl_outcomes(dut: OnChipCache, requests: list[Request], rng: np.random.Generator, *,
                  rows: int, latency=(1, 30), idle=0.2, backpressure=0.2, stall=0.1,
                  vcd: Path | None = None, memory: np.ndarray | None = None) -> dict:
     """Run ``requests`` through the RTL in Amaranth's simulator (random idle, backpressure,
@@ -114,10 +142,11 @@ def rtl_outcomes(dut: CacheController, requests: list[Request], rng: np.random.G
             "reference_kinds": exp.kinds}
 
 
-def measure_hits(dut: CacheController, n: int = 400) -> dict:
-    """All-hit stream: warm 4 rows, then ``n`` single-beat reads of them, a request offered
-    every cycle and responses taken at once. Lookups per cycle and request-to-first-beat
-    latency (cycles between the accepting edge and the edge that takes the first beat)."""
+def measure_hits(dut: OnChipCache, n: int = 400, rows: int = 4) -> dict:
+    """All-hit stream: warm ``rows`` rows (consecutive rows: distinct sets), then ``n``
+    single-beat reads of them in turn, a request offered every cycle and responses taken at
+    once. Lookups per cycle and request-to-first-beat latency (cycles between the accepting
+    edge and the edge that takes the first beat)."""
     memory = np.zeros(8 * dut.line_beats * dut.data_bytes, np.uint8)
     mem = AmaranthMemory(dut.back, memory, data_bytes=dut.data_bytes,
                          rng=np.random.default_rng(0), latency=(1, 1))
@@ -125,14 +154,15 @@ def measure_hits(dut: CacheController, n: int = 400) -> dict:
     firsts: list[int] = []
 
     async def tb(ctx):
-        for r in range(4):
+        for r in range(rows):
             await stream_send(ctx, dut.front.req, [{"addr": r * dut.line_beats, "beats": 1}])
             await stream_recv(ctx, dut.front.resp, 1)
         ctx.set(dut.front.resp.ready, 1)
         cycle = sent = recv = 0
         while recv < n:
             if sent < n:
-                ctx.set(dut.front.req.payload, {"addr": (sent % 4) * dut.line_beats, "beats": 1})
+                ctx.set(dut.front.req.payload, {"addr": (sent % rows) * dut.line_beats,
+                                                "beats": 1})
             ctx.set(dut.front.req.valid, int(sent < n))
             _, _, rdy, vld, pv = await ctx.tick().sample(dut.front.req.ready,
                                                          dut.front.req.valid,
@@ -151,7 +181,7 @@ def measure_hits(dut: CacheController, n: int = 400) -> dict:
             "hit_latency_cycles": max(lat), "hit_latency_min_cycles": min(lat)}
 
 
-def measure_misses(dut: CacheController, n: int = 300, latency: int = 200) -> dict:
+def measure_misses(dut: OnChipCache, n: int = 300, latency: int = 200) -> dict:
     """All-miss stream: ``n`` whole-row reads of distinct rows, backing latency ``latency``
     cycles; misses completed per cycle (first request offered to last beat taken)."""
     rows = n + 1
@@ -178,7 +208,7 @@ def measure_misses(dut: CacheController, n: int = 300, latency: int = 200) -> di
 CLI_LATENCY = 20
 
 
-def default_workload(rng: np.random.Generator, dut: CacheController, count: int
+def default_workload(rng: np.random.Generator, dut: OnChipCache, count: int
                      ) -> tuple[np.ndarray, list[Request], int]:
     """The backing memory's initial bytes, ``count`` random requests (Zipf 1.0 over four
     times the cache's lines; a quarter writes, 2% malformed) and the row count."""
@@ -195,7 +225,7 @@ def simulate(req: SimRequest) -> dict:
     against the shadow memory and the reference model; figures.json (the same fields from
     every simulator) and a waveform when asked into ``req.out``."""
     kw = _params(req.params)
-    dut = CacheController(**kw)
+    dut = OnChipCache(**kw)
     text = str(req.extra.get("requests", 600))
     try:
         count = int(text, 10)

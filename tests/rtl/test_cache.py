@@ -1,5 +1,9 @@
 """The cache controller in Amaranth's simulator: data correctness against a shadow memory,
-hit/miss sequence against the reference model, commands, timing, and parameter checks."""
+hit/miss sequence against the reference model, commands, timing, and parameter checks.
+
+A test's device is either the controller alone, its ``lines`` port answered by a behavioural
+memory with random latency and stalls (the line memory in the card's DRAM), or
+:class:`OnChipCache` (lines in one block RAM, the RTL SmartNIC's configuration)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import numpy as np
 import pytest
 
 from neonic.sim.units.cache import measure_hits
-from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LookupKind
+from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LineRAM, LookupKind, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import (CacheConfig, Request, expected_results, random_requests)
 
@@ -15,17 +19,31 @@ KIND = {LookupKind.HIT: "hit", LookupKind.MERGED: "merged", LookupKind.MISS: "mi
         LookupKind.ERROR: "error"}
 
 
-def run_cache(dut: CacheController, requests: list[Request], rng: np.random.Generator, *,
+def line_memory(dut, rng: np.random.Generator, *, latency=(1, 12), stall: float = 0.1):
+    """The behavioural line memory behind a bare controller's ``lines`` port (random
+    contents: the cache must never read a line it has not filled); empty for
+    :class:`OnChipCache`."""
+    if isinstance(dut, OnChipCache):
+        return []
+    lines = rng.integers(0, 256, dut.line_memory_beats * dut.data_bytes, dtype=np.uint8)
+    return [AmaranthMemory(dut.lines, lines, data_bytes=dut.data_bytes, rng=rng,
+                           latency=latency, resp_stall=stall, accept_stall=stall,
+                           max_outstanding=dut.line_outstanding)]
+
+
+def run_cache(dut, requests: list[Request], rng: np.random.Generator, *,
               rows: int, latency=(1, 20), idle: float = 0.2, backpressure: float = 0.2,
               resp_stall: float = 0.1, accept_stall: float = 0.1, flush: bool = True,
               max_cycles: int = 200_000, memory: np.ndarray | None = None):
     """Drive ``requests`` into ``dut`` with random idle/backpressure against a random-latency
-    backing memory; returns (read beats, lookup kinds, backing memory, stats dict, cycles)."""
+    backing memory (and line memory, for a bare controller); returns (read beats, lookup
+    kinds, backing memory, stats dict, cycles)."""
     nbytes = rows * dut.line_beats * dut.data_bytes
     if memory is None:
         memory = rng.integers(0, 256, nbytes, dtype=np.uint8)
     mem = AmaranthMemory(dut.back, memory.copy(), data_bytes=dut.data_bytes, rng=rng,
                          latency=latency, resp_stall=resp_stall, accept_stall=accept_stall)
+    lmem = line_memory(dut, rng, stall=resp_stall)
     n_read = sum(r.beats for r in requests if not r.write)
     kinds: list[str] = []
     got: list[int] = []
@@ -65,9 +83,12 @@ def run_cache(dut: CacheController, requests: list[Request], rng: np.random.Gene
             if valid:
                 kinds.append(KIND[LookupKind(kind)])
 
-    cycles = run_amaranth(dut, [requester, writer, reader], [mem.process],
-                          background=[monitor], max_cycles=max_cycles)
+    cycles = run_amaranth(dut, [requester, writer, reader], [mem.process]
+                          + [lm.process for lm in lmem], background=[monitor],
+                          max_cycles=max_cycles)
     mem.check_idle()
+    for lm in lmem:
+        lm.check_idle()
     return got, kinds, mem.contents, stats, cycles, memory
 
 
@@ -94,13 +115,18 @@ def check_against_reference(dut, requests, got, kinds, contents, stats, memory, 
     assert stats["error"] == int(exp.counters["errors"] > 0)
 
 
+#: Cycles from the edge accepting a hit to its first data beat, lines on chip: stages 1-3 of
+#: the lookup, the queue, the executor's register, then ``LineRAM.LATENCY``.
+HIT_LATENCY = 5 + LineRAM.LATENCY
+
 SMALL = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=3, sets=4, ways=4,
              mshrs=4, queue_depth=8)
 
 
-@pytest.mark.parametrize("policy,index", [("lru", "modulo"), ("lfu", "hash")])
-def test_random_traffic_matches_shadow_and_reference(rng, policy, index):
-    dut = CacheController(**SMALL, policy=policy, index=index)
+@pytest.mark.parametrize("policy,index,device", [("lru", "modulo", CacheController),
+                                                 ("lfu", "hash", OnChipCache)])
+def test_random_traffic_matches_shadow_and_reference(rng, policy, index, device):
+    dut = device(**SMALL, policy=policy, index=index)
     reqs = random_requests(rng, 400, rows=40, line_beats=4, row_beats=3, data_bytes=4,
                            write_fraction=0.3, error_fraction=0.03, zipf=0.9)
     got, kinds, contents, stats, cycles, memory = run_cache(dut, reqs, rng, rows=40)
@@ -134,7 +160,7 @@ def test_direct_mapped_single_set_lru(rng):
 
 def test_invalidate_drops_lines_and_dirty_data(rng):
     """After INVALIDATE every row misses again, and unflushed writes never reach memory."""
-    dut = CacheController(**SMALL)
+    dut = OnChipCache(**SMALL)
     rows = 8
     memory = rng.integers(0, 256, rows * 4 * 4, dtype=np.uint8)
     full = (1 << 4) - 1
@@ -175,11 +201,24 @@ def test_invalidate_drops_lines_and_dirty_data(rng):
     assert np.array_equal(mem.contents, memory)              # dirty lines were dropped
 
 
-def test_hits_one_per_cycle_with_four_cycle_latency():
-    dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=4)
+def test_hits_one_per_cycle_with_the_documented_latency():
+    """Hits in distinct sets, one offered every cycle: one lookup per cycle, and the first
+    beat after the lookup pipeline (accept, tag read, compare, update), the executor's
+    register and the on-chip line memory's latency (``HIT_LATENCY`` cycles)."""
+    dut = OnChipCache(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=4)
     figures = measure_hits(dut, 200)       # the measurement `neonic bench cache` reports
     assert figures["hit_lookups_per_cycle"] == 1.0          # one lookup per cycle, no bubble
-    assert figures["hit_latency_cycles"] == 4 and figures["hit_latency_min_cycles"] == 4
+    assert figures["hit_latency_cycles"] == HIT_LATENCY
+    assert figures["hit_latency_min_cycles"] == HIT_LATENCY
+
+
+def test_back_to_back_hits_to_one_set_cost_one_bubble():
+    """A request right behind one of its own set waits one cycle in stage 1 (the state word
+    is never forwarded into the compare in the cycle it is computed): hits to one row offered
+    every cycle are looked up every other cycle."""
+    dut = OnChipCache(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=4)
+    figures = measure_hits(dut, 100, rows=1)
+    assert figures["hit_lookups_per_cycle"] == pytest.approx(0.5, abs=0.01)
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
@@ -204,7 +243,27 @@ def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
     (dict(line_beats=2, row_beats=4), "row_beats"), (dict(mshrs=0), "mshrs"),
     (dict(policy="fifo"), "policy"), (dict(index="crc"), "index"),
     (dict(addr_width=8, sets=64, line_beats=4), "addr_width"), (dict(lfu_bits=1), "lfu_bits"),
+    (dict(line_outstanding=1), "line_outstanding"), (dict(queue_depth=1), "queue_depth"),
 ])
 def test_bad_parameters_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
         CacheController(**kwargs)
+
+
+def test_the_smartnic_preset_sizes_a_controller_with_its_lines_in_nic_memory():
+    """64 MiB of 512 B rows, 32 ways: 4,096 sets whose state words (tags) are the on-chip
+    part; the lines (exactly the cache's capacity) are behind the ``lines`` port."""
+    from neonic.sim.nic import NICConfig
+    from neonic.sim.units.cache import nic_cache_params
+
+    nic = NICConfig(local_cache_bytes=64 * 2**20, cache_ways=32, datapath_bytes=64)
+    params = nic_cache_params(nic, row_bytes=512, backing_bytes=1472 * 2**30)
+    dut = CacheController(**params)
+    dut._MustUse__silence = True
+    assert (dut.sets, dut.ways, dut.line_beats, dut.row_beats) == (4096, 32, 8, 8)
+    assert dut.line_memory_beats * dut.data_bytes == 64 * 2**20
+    assert dut.line_outstanding >= nic.memory_latency_cycles       # hits stream at 1/cycle
+    with pytest.raises(ValueError, match="^row_bytes:"):
+        nic_cache_params(nic, row_bytes=0, backing_bytes=2**30)
+    with pytest.raises(ValueError, match="^nic.local_cache_bytes:"):
+        nic_cache_params(NICConfig(local_cache_bytes=1024), row_bytes=512, backing_bytes=2**30)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from neonic.rtl.cache import CacheController
+from neonic.rtl.cache import CacheController, OnChipCache
 from neonic.sim.harness import available_simulators, read_tb_figures, run_cocotb
 
 UNIT = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=3, sets=4, ways=4, mshrs=4,
@@ -13,18 +13,21 @@ UNIT = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=3, sets=4, ways
 SIMS = available_simulators() or [pytest.param("icarus", marks=pytest.mark.skip("no simulator"))]
 
 
-def run_bench(sim, seed, unit: dict, workload: dict, **kw):
-    results = run_cocotb(CacheController(**unit), "cache_" + "_".join(
+def run_bench(sim, seed, unit: dict, workload: dict, device: str = "chip", **kw):
+    dut = (OnChipCache if device == "chip" else CacheController)(**unit)
+    results = run_cocotb(dut, f"cache_{device}_" + "_".join(
         f"{v}" for v in unit.values()).replace(" ", ""), "tb_cache", sim=sim, seed=seed,
-        params={"unit": unit, "workload": workload}, **kw)
+        params={"unit": unit, "workload": workload, "device": device}, **kw)
     return read_tb_figures(results)
 
 
 @pytest.mark.parametrize("sim", SIMS)
 def test_cache_bench_scoreboards_random_traffic(sim, seed):
+    """The bare controller: the front, back and lines streams all under random idle,
+    backpressure, latency and stalls."""
     figures = run_bench(sim, seed, UNIT,
                         {"episodes": 2, "count": 120, "rows": 40, "write_fraction": 0.3,
-                         "error_fraction": 0.03, "latency": [1, 40]})
+                         "error_fraction": 0.03, "latency": [1, 40]}, device="port")
     assert [e["requests"] for e in figures["episodes"]] == [120, 120]
     for ep in figures["episodes"]:
         assert ep["counters"]["misses"] > 0 and ep["counters"]["hits"] > 0

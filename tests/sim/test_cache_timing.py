@@ -1,17 +1,18 @@
-"""The cache timing model against the RTL (Amaranth simulator): within 5% of its cycles."""
+"""The cache timing model against the RTL (Amaranth simulator): within 5% of its cycles, with
+the lines on chip (``OnChipCache``) and, on read traffic, behind a pipelined line memory."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from neonic.rtl.cache import CacheController
+from neonic.rtl.cache import CacheController, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, random_requests
 from neonic.sim.timing.cache import CacheTiming
 
 
-def rtl_cycles(dut, requests, rng, rows, latency):
+def rtl_cycles(dut, requests, rng, rows, latency, extra=()):
     memory = rng.integers(0, 256, rows * dut.line_beats * dut.data_bytes, dtype=np.uint8)
     mem = AmaranthMemory(dut.back, memory, data_bytes=dut.data_bytes, rng=rng,
                          latency=(latency, latency), max_outstanding=64)
@@ -29,7 +30,8 @@ def rtl_cycles(dut, requests, rng, rows, latency):
     async def reader(ctx):
         await stream_recv(ctx, dut.front.resp, n_read)
 
-    return run_amaranth(dut, [requester, writer, reader], [mem.process], max_cycles=400_000)
+    return run_amaranth(dut, [requester, writer, reader], [mem.process, *extra],
+                        max_cycles=400_000)
 
 
 @pytest.mark.parametrize("latency,zipf,write_fraction,mshrs", [
@@ -38,7 +40,7 @@ def rtl_cycles(dut, requests, rng, rows, latency):
 def test_timing_model_within_5_percent_of_rtl(rng, latency, zipf, write_fraction, mshrs):
     kw = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=4, sets=8, ways=4,
               mshrs=mshrs)
-    dut = CacheController(**kw)
+    dut = OnChipCache(**kw)
     reqs = random_requests(rng, 400, rows=200, line_beats=4, row_beats=4, data_bytes=4,
                            write_fraction=write_fraction, zipf=zipf, partial_fraction=0.5)
     measured = rtl_cycles(dut, reqs, rng, 200, latency)
@@ -71,3 +73,22 @@ def test_the_closed_form_lives_beside_the_model():
     from neonic.sim.timing import cache
 
     assert nic.cache_cycles is cache.cache_cycles
+
+
+@pytest.mark.parametrize("latency,line_latency,zipf,mshrs", [(40, 10, 1.1, 16), (20, 40, 1.0, 8)])
+def test_timing_model_with_lines_in_dram_within_5_percent_of_rtl(rng, latency, line_latency,
+                                                                  zipf, mshrs):
+    """The bare controller, its lines behind a pipelined memory (one request per cycle, a
+    fixed latency, as a DRAM controller answers), on read traffic."""
+    dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, row_beats=4, sets=8,
+                          ways=4, mshrs=mshrs)
+    reqs = random_requests(rng, 300, rows=200, line_beats=4, row_beats=4, data_bytes=4,
+                           write_fraction=0.0, zipf=zipf, partial_fraction=0.5)
+    lines = AmaranthMemory(dut.lines, np.zeros(dut.line_memory_beats * 4, np.uint8),
+                           data_bytes=4, rng=rng, latency=(line_latency, line_latency),
+                           max_outstanding=64)
+    measured = rtl_cycles(dut, reqs, rng, 200, latency, extra=[lines.process])
+    model = CacheTiming(row_beats=4, mshrs=mshrs, queue_depth=dut.queue_depth, latency=latency,
+                        line_latency=line_latency, line_serial=False
+                        ).run(reqs, CacheConfig(8, 4), line_beats=4)
+    assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)

@@ -9,6 +9,7 @@ import pytest
 
 from neonic.sim.calibration import default_calibration
 from neonic.rtl.smartnic import SmartNIC
+from neonic.sim.timing.cache import CacheTiming
 from neonic.sim.cosim import (CosimReport, cache_request_starts, format_report, route_frames, run_cosim,
                        synthetic_traffic, traffic_from_plan)
 
@@ -102,11 +103,14 @@ def test_cache_request_model_serialises_misses_and_answers_hits_at_once():
     starts = cache_request_starts(nic, reqs, list(range(7)), memory_latency=20)
     assert starts[0] >= 20
     gaps = np.diff(starts[:4])
-    assert np.all(gaps == nic.cache.row_beats)              # fills share the back port
+    # each fill is written through the one on-chip line memory (a cycle for its request,
+    # row_beats beats), then its 4-beat read follows
+    assert np.all(gaps == nic.cache.row_beats + 1 + 4)
     assert starts[4] > starts[0] + 20                        # the fifth waits for an MSHR
     assert starts[6] >= starts[5] + 4                        # in-order delivery behind misses
     hit_only = cache_request_starts(nic, [(0, 4)] * 3, [0, 50, 100], memory_latency=20)
-    assert hit_only[1:] == [53.0, 103.0]                     # offer, tag read, lookup, queue
+    hit = CacheTiming(row_beats=nic.cache.row_beats).hit_latency   # offer to first beat
+    assert hit_only[1:] == [50.0 + hit - 1, 100.0 + hit - 1]
     with pytest.raises(ValueError, match="offers"):
         cache_request_starts(nic, reqs, [0], memory_latency=20)
 

@@ -144,7 +144,8 @@ def test_cache_misses_served_elsewhere_cost_one_tag_probe():
     all_hit = cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows)
     assert cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows, misses_elsewhere=True) == pytest.approx(all_hit)
     half = cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows, misses_elsewhere=True)
-    assert half == pytest.approx((500 * 4 + 4 + 500) / cfg.clock_hz)
+    hit_latency = CacheTiming(row_beats=4).hit_latency
+    assert half == pytest.approx((500 * 4 + hit_latency + 500) / cfg.clock_hz)
     # the RTL cache filling its own misses from NIC memory takes longer
     assert cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows) > half
 
@@ -175,7 +176,8 @@ def test_packetizer_time_agrees_with_the_timing_model():
 
 def test_cache_lookup_pipeline_takes_one_lookup_per_cycle():
     cfg = NICConfig(clock_hz=100e6)
-    assert cache_lookup_time_s(cfg, 1000) == pytest.approx(1004 / 100e6)
+    hit_latency = CacheTiming(row_beats=1).hit_latency   # the first response's
+    assert cache_lookup_time_s(cfg, 1000) == pytest.approx((1000 + hit_latency) / 100e6)
     assert cache_lookup_time_s(cfg, 0) == 0.0
     # whole rows are delivered one beat per cycle; misses cost time
     row = cache_lookup_time_s(cfg, 1000, row_bytes=6 * cfg.datapath_bytes)
@@ -196,9 +198,10 @@ def test_cache_closed_form_within_5_percent_of_the_timing_model(rng, row_beats, 
     timing = CacheTiming(row_beats=row_beats, mshrs=16, queue_depth=32, latency=latency)
     for miss in (0.0, 0.02, 0.1, 0.3, 1.0):
         reqs = _reads(rng, 5000, miss, row_beats)
-        ref = timing.run(reqs, CacheConfig(sets=1, ways=64), line_beats=row_beats)
+        ref = timing.run(reqs, CacheConfig(sets=1024, ways=4), line_beats=row_beats)
+        # consecutive rows are in different sets; a repeated row is in the same set
         got = cache_cycles(len(reqs), ref.misses / len(reqs), row_beats, latency=latency,
-                           mshrs=16, queue_depth=32)
+                           mshrs=16, queue_depth=32, same_set=1 - ref.misses / len(reqs))
         assert got == pytest.approx(ref.cycles, rel=0.05), (miss, got, ref.cycles)
 
 
@@ -207,6 +210,8 @@ def test_cache_closed_form_rejects_bad_values():
         cache_cycles(10, 1.5, 1, latency=40)
     with pytest.raises(ValueError, match="row_beats"):
         cache_cycles(10, 0.5, 0, latency=40)
+    with pytest.raises(ValueError, match="same_set"):
+        cache_cycles(10, 0.5, 1, latency=40, same_set=2.0)
     with pytest.raises(ValueError, match="nic.cache_mshrs"):
         NICConfig(cache_mshrs=0)
 
