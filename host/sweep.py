@@ -482,7 +482,7 @@ def run_sweep(
     if todo:
         try:
             _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point,
-                         client, total, announce, finish=lambda c: write_outputs(result, c))
+                         client, total, announce, finish=lambda c: write_outputs(result, c), plan_dir=plan_dir)
         except KeyboardInterrupt:
             result.interrupted = True
             result.wall_s = time.perf_counter() - t0
@@ -537,7 +537,7 @@ def _cost(config: Mapping[str, Any]) -> int:
 
 
 def _run_on_dask(spec, todo, by_key, folder, result, scheduler, workers, processes, progress, on_point, client, total,
-                 announce=None, finish=None) -> None:
+                 announce=None, finish=None, plan_dir=None) -> None:
     from dask.distributed import Client, LocalCluster, as_completed
 
     own_cluster = own_client = None
