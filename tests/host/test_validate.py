@@ -97,3 +97,16 @@ def test_experiments_side_by_side_give_the_same_figures(tmp_path):
     assert (tmp_path / "two" / "fused_embedding" / "speedup.png").exists()
     with pytest.raises(ValueError, match="jobs"):
         validate(tmp_path / "bad", quick=True, experiments=("c3",), jobs=0)
+
+
+def test_validate_plans_through_the_plan_cache_and_a_rerun_plans_nothing(tmp_path):
+    """The experiments' runs keep their plans in ``plan_dir``; a second validate finds them
+    all there and gives the same figures."""
+    plans = tmp_path / "plans"
+    first = validate(tmp_path / "one", quick=True, experiments=("zion_vs_zionex",), plan_dir=plans)
+    kept = sorted(p.name for p in plans.glob("*.json"))
+    assert kept  # ZionEX and Zion plan differently: at least one plan each
+    stamps = {p.name: p.stat().st_mtime_ns for p in plans.glob("*.json")}
+    second = validate(tmp_path / "two", quick=True, experiments=("zion_vs_zionex",), plan_dir=plans)
+    assert {p.name: p.stat().st_mtime_ns for p in plans.glob("*.json")} == stamps  # nothing re-planned
+    assert first["figures"] == second["figures"]
