@@ -86,20 +86,18 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .roce import (BASE_HEADER_LEN, BTH_PKEY, ETH_LEN, ETHERTYPE_IPV4, FrameBeat, ICRC_LEN,
-                   ICRCEngine, IMM_LEN, IP_FLAGS_DF, IP_LEN, IP_TTL, MAX_HEADER_LEN,
-                   OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM, OP_WRITE_MIDDLE,
-                   OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, RETH_LEN, ROCE_UDP_PORT, check_data_bytes,
-                   check_pmtu)
+from .roce import (BASE_HEADER_LEN, BTH_PKEY, ETH_LEN, ETHERTYPE_IPV4, FrameBeat,
+                   HLEN_BY_HTYPE, ICRC_LEN, ICRCEngine, IP_FLAGS_DF, IP_LEN, IP_TTL,
+                   MAX_HEADER_LEN, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
+                   OP_WRITE_MIDDLE, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, ROCE_UDP_PORT,
+                   check_data_bytes, check_pmtu)
 from .streams import check_int
 
 __all__ = ["SendDescriptor", "DestEntry", "Packetizer", "QUANT_FORMATS"]
 
 QUANT_FORMATS = ("none", "fp16", "bf16", "int8")
 
-#: Header bytes before the payload by header type ``{reth, immf}`` (bit 1: RETH, FIRST and
-#: ONLY; bit 0: immediate, LAST and ONLY WITH IMMEDIATE).
-_HLEN = tuple(BASE_HEADER_LEN + RETH_LEN * (ht >> 1) + IMM_LEN * (ht & 1) for ht in range(4))
+_HLEN = HLEN_BY_HTYPE
 
 class SendDescriptor(data.StructLayout):
     """One RDMA WRITE to send (see :class:`Packetizer`)."""

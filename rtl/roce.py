@@ -38,6 +38,7 @@ __all__ = [
     "BTH_LEN", "RETH_LEN", "IMM_LEN", "ICRC_LEN", "BASE_HEADER_LEN", "MAX_HEADER_LEN",
     "IP_TTL", "IP_FLAGS_DF", "BTH_PKEY", "DROP_REASONS", "header_len", "check_data_bytes",
     "check_pmtu", "FrameBeat", "ICRC_ALGORITHM", "ICRCEngine", "icrc_step_matrix",
+    "HLEN_BY_HTYPE", "header_type",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -74,6 +75,20 @@ DROP_REASONS = (
     "psn",           # PSN is not the next one expected for the QP
     "length",        # payload length disagrees with the RETH DMA length / path MTU
 )
+
+
+#: Header bytes before the payload by header type ``{reth, immf}`` (:func:`header_type`).
+HLEN_BY_HTYPE = tuple(BASE_HEADER_LEN + RETH_LEN * (ht >> 1) + IMM_LEN * (ht & 1)
+                      for ht in range(4))
+
+
+def header_type(opcode):
+    """The header type of an RC WRITE opcode (an Amaranth value): bit 1, a RETH follows the
+    BTH (FIRST, ONLY, ONLY WITH IMMEDIATE); bit 0, an immediate (LAST and ONLY WITH
+    IMMEDIATE). Index :data:`HLEN_BY_HTYPE` with it."""
+    reth = (opcode == OP_WRITE_FIRST) | (opcode == OP_WRITE_ONLY) | (opcode == OP_WRITE_ONLY_IMM)
+    immf = (opcode == OP_WRITE_LAST_IMM) | (opcode == OP_WRITE_ONLY_IMM)
+    return Cat(immf, reth)
 
 
 def header_len(opcode: int) -> int:
