@@ -38,20 +38,27 @@ LAST: the rest of the DMA length). A dropped frame changes no QP state and write
 Timing
 ======
 
-Store and forward per packet: the payload is realigned to beat boundaries as it arrives and
-held in a FIFO (two path MTUs) until the frame's verdict, one cycle after its last beat (the
-ICRC is checked through the CRC residue, so no field must be known in advance; the ICRC result
-is kept from that cycle, so a verdict that waits for room in the verdict FIFO stays the frame's
-own while the next frame's first beats enter). ``frame`` takes
-one beat per cycle; it pauses one cycle after a frame whose payload ends in its last beat with
-another payload beat to write, and a last beat waits while the previous verdict is pending
-(back-to-back one-beat frames: the verdict updates the QP state the next frame is checked
-against; only frames of at most ``data_bytes`` bytes, i.e. payloads of up to 6 bytes at 64
-bytes per beat, are affected). The drain writes one beat per cycle with one cycle between
-packets; FP16/BF16 write two FP32 beats per payload beat, INT8 one FP32 beat per
-``data_bytes / 4`` codes plus a cycle per row for its scale and bias. The drain leaves reset
-through a one-cycle ``Start`` state (so that Icarus evaluates the combinational blocks
-derived from its state).
+Store and forward per packet, pipelined for the clock (``Depacketizer._front``,
+``_checks``, ``_verdict``, ``_drain``):
+
+* the input beat is registered before anything is decided about it; the header type and the
+  payload's end are decoded from the registered header beat, and the payload is realigned to
+  beat boundaries and written to a FIFO (two path MTUs) from registers. ``frame`` takes one
+  beat per cycle while the FIFOs have room (a registered test of their levels); a last beat
+  waits one cycle when the previous beat was also a frame's last (back-to-back one-beat frames,
+  at most ``data_bytes`` bytes: the verdict of one updates the QP state the next is checked
+  against);
+* the ICRC is computed in two stages (the engine registers its feed) and checked through the
+  CRC residue, so no field must be known in advance;
+* the checks that need only the frame run in four stages after its last beat (the IP checksum
+  as pairwise sums, a carry-save step and one adder), the QP's state is read and compared in a
+  fifth, and the verdict updates the QP, the counters and the verdict FIFO in a sixth;
+* the drain writes one beat per cycle with one cycle between packets; FP16/BF16 write two FP32
+  beats per payload beat, INT8 one FP32 beat per ``data_bytes / 4`` codes plus a cycle per row
+  for its scale and bias. The drain leaves reset through a one-cycle ``Start`` state.
+
+A packet's first memory write follows its last beat by about ten cycles
+(``sim.timing.packetizer.RX_VERDICT_LATENCY`` is the timing model's figure).
 """
 
 from __future__ import annotations

@@ -29,11 +29,12 @@ the immediate on LAST/ONLY. PSNs count per destination, modulo 2**24, continuing
 table's value; AckReq is set on the last packet of each message. The payload is padded to a
 multiple of 4 bytes (BTH pad count). Constant fields are those of :mod:`rtl.roce`.
 
-Timing: each packet's plan (its cut of the message, opcode and lengths; then the IP header
-checksum) is computed in two register stages ahead of the frame generator while the previous
-frame streams, so the header the generator loads at a frame's last beat is already registered.
-A message's first frame leaves two cycles later than a combinational plan would; back-to-back
-packets keep one frame beat a cycle (65 cycles per 4096 B packet at 64 B).
+Timing: each packet's plan is computed in three register stages ahead of the frame generator
+while the previous frame streams (A: the cut of the message, opcode and every length, each one
+adder from the message registers; B: the IP checksum's terms; C: its fold), so the header the
+generator loads at a frame's last beat is already registered. A message's first frame beat
+shows seven cycles after its descriptor is taken; back-to-back packets keep one frame beat a
+cycle (65 cycles per 4096 B packet at 64 B).
 
 With ``quant="fp16"`` or ``"bf16"`` each FP32 element is rounded to nearest even by
 :mod:`rtl.fp` converters on the fly; the wire carries ``length / 2`` bytes (``length`` a
@@ -67,16 +68,18 @@ Timing
 ======
 
 The frame is assembled as it is sent: the header (computed while the previous frame is still
-going out) is overlaid on the payload beats, shifted by the header length; the ICRC is
-computed (:class:`rtl.roce.ICRCEngine`, the CRC of ``amaranth.lib.crc``'s
-Algorithm) on a copy of each beat rotated so that the covered bytes end
+going out) shifts out of a register a beat at a time, overlaid on the payload beats shifted by
+the header length; which bytes are header, payload or zero and whether a beat takes a payload
+beat are registered flags stepped at each beat (no beat counter is compared with lengths).
+The ICRC is computed (:class:`rtl.roce.ICRCEngine` in two stages, the CRC of
+``amaranth.lib.crc``'s Algorithm) on a copy of each beat rotated so that the covered bytes end
 on a beat boundary (leading zeros are free because the CRC register starts at zero after the
-first four 0xFF bytes of the pseudo-header). One register stage before ``frame`` holds a beat
-until its ICRC is known. Frames leave back to back, one beat per cycle, while ``payload``
-keeps up and ``frame`` is ready: a packet of ``F`` frame bytes takes ``ceil(F / data_bytes)``
-cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per beat). A new message's first packet
-follows the previous one without a gap when its descriptor arrived in time; latency from a
-descriptor to the first beat is 2 cycles.
+first four 0xFF bytes of the pseudo-header). Two register stages follow the generator (``r``,
+then ``o``, where the ICRC is overlaid once the engine holds it). Frames leave back to back,
+one beat per cycle, while ``payload`` keeps up and ``frame`` is ready: a packet of ``F`` frame
+bytes takes ``ceil(F / data_bytes)`` cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per
+beat). The plan passes a packet on at most every two cycles, so one-beat frames (payloads of up
+to 6 bytes at 64 bytes per beat) go every other cycle.
 """
 
 from __future__ import annotations

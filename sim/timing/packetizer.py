@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from neonic.rtl.roce import (BASE_HEADER_LEN, ICRC_LEN, OP_WRITE_MIDDLE, check_data_bytes, check_pmtu,
-                             header_len)
+from neonic.rtl.roce import (BASE_HEADER_LEN, ICRC_LEN, OP_WRITE_MIDDLE, check_data_bytes,
+                             check_pmtu, header_len)
 from neonic.sim.reference.roce import INT8_ROW_EXTRA, segment, wire_length
 
 __all__ = ["packet_cycles", "payload_gbps", "TX_STARTUP", "RX_VERDICT_LATENCY", "RX_TAIL", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
