@@ -456,37 +456,43 @@ class Depacketizer(wiring.Component):
         qp = k4["qp"]
         start = k4["is_first"] | k4["is_only"]
         in_msg, rem = tables["in"][qp], tables["rem"][qp]
-        len_ok = Signal()
-        with m.If(k4["plen_neg"]):
-            m.d.comb += len_ok.eq(0)
-        with m.Elif(k4["is_only"]):
-            m.d.comb += len_ok.eq(k4["only_ok"])
-        with m.Elif(k4["is_first"]):
-            m.d.comb += len_ok.eq(k4["first_ok"])
-        with m.Elif(k4["is_middle"]):
-            m.d.comb += len_ok.eq(k4["plen_pmtu"] & (rem > pmtu))
-        with m.Else():
-            m.d.comb += len_ok.eq((k4["plen"] == rem) & ~k4["plen_zero"])
+        # v1 registers each comparison with the QP's state on its own; v2 combines them.
+        v1_flags = {
+            "qp_ok": k4["qp_ok"],
+            "seq_bad": Mux(in_msg, ~(k4["is_middle"] | k4["is_last"]), ~start),
+            "psn_ok": k4["psn"] == tables["psn"][qp],
+            # the length check by opcode (FIRST/ONLY: from the frame alone; MIDDLE: a full
+            # packet with more than a packet left; LAST: exactly what is left)
+            "len_frame": ~k4["plen_neg"] & ((k4["is_only"] & k4["only_ok"])
+                                            | (k4["is_first"] & k4["first_ok"])),
+            "len_middle": ~k4["plen_neg"] & k4["is_middle"] & k4["plen_pmtu"] & (rem > pmtu),
+            "len_last": ~k4["plen_neg"] & ~(k4["is_only"] | k4["is_first"] | k4["is_middle"])
+                        & (k4["plen"] == rem) & ~k4["plen_zero"],
+        }
+        f1 = {k: Signal(name=f"v1_{k}") for k in v1_flags}
+        m.d.sync += [f1[k].eq(v) for k, v in v1_flags.items()]
+        len_ok = f1["len_frame"] | f1["len_middle"] | f1["len_last"]
         post = Signal(range(5))            # 0 qp, 1 opcode, 2 psn, 3 length, 4 pass
-        with m.If(~k4["qp_ok"]):
+        with m.If(~f1["qp_ok"]):
             m.d.comb += post.eq(0)
-        with m.Elif(Mux(in_msg, ~(k4["is_middle"] | k4["is_last"]), ~start)):
+        with m.Elif(f1["seq_bad"]):
             m.d.comb += post.eq(1)
-        with m.Elif(k4["psn"] != tables["psn"][qp]):
+        with m.Elif(~f1["psn_ok"]):
             m.d.comb += post.eq(2)
         with m.Elif(~len_ok):
             m.d.comb += post.eq(3)
         with m.Else():
             m.d.comb += post.eq(4)
+        passed = f1["qp_ok"] & ~f1["seq_bad"] & f1["psn_ok"] & len_ok
         wr_va = Mux(start, k4["va"], tables["va"][qp])
         v1 = {k: Signal.like(k4[k], name=f"v1_{k}") for k in
               ("qp", "icrc_ok", "wbeats", "imm", "immf", "out_bytes", "fmt", "dim", "rows",
                "plen13")}
-        v1_valid, v1_pre, v1_post = Signal(), Signal.like(pre), Signal.like(post)
+        v1_valid, v1_pre, v1_pre_ok = Signal(), Signal.like(pre), Signal()
         v1_cont, v1_start = Signal(), Signal()
         v1_va, v1_len, v1_rem = Signal(64), Signal(32), Signal(32)
         v1_psn = Signal(24)
-        m.d.sync += [v1_valid.eq(k4["valid"]), v1_pre.eq(pre), v1_post.eq(post),
+        m.d.sync += [v1_valid.eq(k4["valid"]), v1_pre.eq(pre), v1_pre_ok.eq(pre == n_pre),
                      v1_cont.eq(k4["is_first"] | k4["is_middle"]), v1_start.eq(start),
                      v1_va.eq(wr_va), v1_len.eq(Mux(start, k4["dmalen"], tables["len"][qp])),
                      v1_rem.eq(Mux(start, k4["dmalen"], rem) - k4["plen13"]),
@@ -497,7 +503,7 @@ class Depacketizer(wiring.Component):
         counters = {name: Signal(32, name=f"n_{name}") for name in ("accepted",) + DROP_REASONS}
         for name, sig in counters.items():
             m.d.comb += getattr(self.counters, name).eq(sig)
-        accept = (v1_pre == n_pre) & v1["icrc_ok"] & (v1_post == 4)
+        accept = v1_pre_ok & v1["icrc_ok"] & passed
         out_bytes = v1["out_bytes"]
         v = Signal(verdict)
         m.d.comb += [
@@ -511,15 +517,15 @@ class Depacketizer(wiring.Component):
         ]
         q = v1["qp"]
         with m.If(v1_valid):
-            with m.If(v1_pre != n_pre):
+            with m.If(~v1_pre_ok):
                 with m.Switch(v1_pre):
                     for i in range(n_pre):
                         with m.Case(i):
                             m.d.sync += counters[DROP_REASONS[i]].eq(counters[DROP_REASONS[i]] + 1)
             with m.Elif(~v1["icrc_ok"]):
                 m.d.sync += counters["icrc"].eq(counters["icrc"] + 1)
-            with m.Elif(v1_post != 4):
-                with m.Switch(v1_post):
+            with m.Elif(~passed):
+                with m.Switch(post):
                     for i, name in enumerate(("qp", "opcode", "psn", "length")):
                         with m.Case(i):
                             m.d.sync += counters[name].eq(counters[name] + 1)
