@@ -33,7 +33,7 @@ Every field is checked: Ethertype, IP version and IHL, IP total length against t
 IP header checksum, UDP protocol and port, the ICRC, the destination QP, the opcode sequence
 per QP (FIRST/ONLY outside a message, MIDDLE/LAST inside), the PSN (the next one expected,
 modulo 2**24), and the payload length (ONLY: the RETH DMA length; FIRST/MIDDLE: the path MTU;
-LAST: the rest of the DMA length). A dropped frame changes no QP state and writes nothing.
+LAST: the rest of the DMA length; none more than the path MTU). A dropped frame changes no QP state and writes nothing.
 
 Timing
 ======
@@ -403,7 +403,7 @@ class Depacketizer(wiring.Component):
             **{k: k2[k] for k in keep + ("icrc_ok", "short", "ip_long", "ip_bad")},
             "sum": csa_x + csa_y, "plen": plen, "plen13": plen[:13], "plen_neg": plen < 0,
             "plen_pmtu": plen == pmtu, "plen_zero": plen == 0,
-            "only_ok": (plen >= 0) & (plen.as_unsigned() == k2["dmalen"]),
+            "only_ok": (plen >= 0) & (plen <= pmtu) & (plen.as_unsigned() == k2["dmalen"]),
             "first_ok": (plen == pmtu) & (k2["dmalen"] > pmtu), "rows": rows,
             "wbeats": frame["wbeats"],
         })
