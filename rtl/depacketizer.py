@@ -173,9 +173,13 @@ class Depacketizer(wiring.Component):
         m.submodules.vfifo = vfifo = SyncFIFOBuffered(width=verdict.size, depth=_VFIFO_DEPTH)
         m.submodules.icrc = icrc = ICRCEngine(W, stages=2)
         tables = self._qp_tables()
+        # the state the verdict stage is writing to a QP this cycle (forwarded to the read)
+        fwd = {"valid": Signal(name="fwd_valid"), "qp": Signal(self.qp_bits, name="fwd_qp"),
+               **{k: Signal(len(tables[k][0]), name=f"fwd_{k}")
+                  for k in ("psn", "in", "va", "rem", "len")}}
         frame = self._front(m, pfifo, vfifo, icrc)
-        checked = self._checks(m, frame, icrc, tables)
-        self._verdict(m, checked, vfifo, verdict, tables)
+        checked = self._checks(m, frame, icrc, tables, fwd)
+        self._verdict(m, checked, vfifo, verdict, tables, fwd)
         self._drain(m, pfifo, vfifo, verdict)
         return m
 
@@ -328,11 +332,13 @@ class Depacketizer(wiring.Component):
         return {"last": v1 & s1["last"], "snap": snap, "b": s1["b"], "count": s1["count"],
                 "wbeats_valid": v3 & s3["last"], "wbeats": wbeats}
 
-    def _checks(self, m, frame, icrc, tables) -> dict:
+    def _checks(self, m, frame, icrc, tables, fwd) -> dict:
         """Every check that does not read a QP's state, in four frame stages after the last
         beat (``k1`` .. ``k4``), each at most one adder or comparator deep: the header fields
         and the pairwise checksum sums, then the ICRC residue, the lengths and the checksum's
-        partial sums, then its full sum (carry-save), then its test."""
+        partial sums, then its full sum (carry-save), then its test. ``k4`` also registers the
+        frame's QP state, read from the tables, or forwarded from ``fwd`` when the verdict stage
+        writes that QP in the same cycle (the previous frame's verdict)."""
         W = self.data_bytes
         LW = W.bit_length() - 1
         pmtu = self.pmtu
@@ -414,7 +420,12 @@ class Depacketizer(wiring.Component):
         out_bytes = Mux(fmt == codes["int8"], k3["rows"] * (k3["dim"] << 2),
                         Mux(fmt == codes["none"], k3["plen13"], k3["plen13"] << 1))[:16]
         s = k3["sum"]
+        qp3 = k3["qp"]
+        hit = fwd["valid"] & (fwd["qp"] == qp3)
+        state = {f"r_{k}": Mux(hit, fwd[k], tables[k][qp3]) for k in ("psn", "in", "va", "rem",
+                                                                          "len")}
         k4v, k4 = stage("k4", k3v, {
+            **state,
             **{k: k3[k] for k in keep + ("icrc_ok", "short", "ip_long", "ip_bad", "plen", "plen13",
                                          "plen_neg", "plen_pmtu", "plen_zero", "only_ok",
                                          "first_ok", "rows", "wbeats")},
@@ -424,13 +435,15 @@ class Depacketizer(wiring.Component):
         })
         return {"valid": k4v, **k4, "busy": k1v | k2v | k3v | k4v}
 
-    def _verdict(self, m, k4, vfifo, verdict, tables):
+    def _verdict(self, m, k4, vfifo, verdict, tables, fwd):
         """The checks that read a QP's state, the verdict, the counters and the QP updates.
 
-        Two stages: ``v1`` reads the QP's state and compares it (PSN, opcode sequence,
-        remaining length) and computes the state the QP would take; ``v2`` decides, counts,
-        writes the verdict and updates the QP. Last beats are at least two cycles apart (see
-        :meth:`_front`), so a frame's ``v1`` reads what the previous frame's ``v2`` wrote.
+        Two stages after ``k4`` (which holds the QP's state as read): ``v1`` compares it (PSN,
+        opcode sequence, remaining length), each comparison registered on its own, and computes
+        the state the QP would take; ``v2`` decides, counts, writes the verdict and updates the
+        QP, and forwards that update to ``k4``'s read of the next frame. Last beats are at
+        least two cycles apart (see :meth:`_front`), so the next frame reads in the cycle of
+        this update at the earliest.
         """
         W = self.data_bytes
         LW = W.bit_length() - 1
@@ -453,14 +466,13 @@ class Depacketizer(wiring.Component):
             m.d.comb += pre.eq(5)
         with m.Else():
             m.d.comb += pre.eq(n_pre)
-        qp = k4["qp"]
         start = k4["is_first"] | k4["is_only"]
-        in_msg, rem = tables["in"][qp], tables["rem"][qp]
+        in_msg, rem = k4["r_in"], k4["r_rem"]
         # v1 registers each comparison with the QP's state on its own; v2 combines them.
         v1_flags = {
             "qp_ok": k4["qp_ok"],
             "seq_bad": Mux(in_msg, ~(k4["is_middle"] | k4["is_last"]), ~start),
-            "psn_ok": k4["psn"] == tables["psn"][qp],
+            "psn_ok": k4["psn"] == k4["r_psn"],
             # the length check by opcode (FIRST/ONLY: from the frame alone; MIDDLE: a full
             # packet with more than a packet left; LAST: exactly what is left)
             "len_frame": ~k4["plen_neg"] & ((k4["is_only"] & k4["only_ok"])
@@ -484,19 +496,20 @@ class Depacketizer(wiring.Component):
         with m.Else():
             m.d.comb += post.eq(4)
         passed = f1["qp_ok"] & ~f1["seq_bad"] & f1["psn_ok"] & len_ok
-        wr_va = Mux(start, k4["va"], tables["va"][qp])
+        wr_va = Mux(start, k4["va"], k4["r_va"])
         v1 = {k: Signal.like(k4[k], name=f"v1_{k}") for k in
               ("qp", "icrc_ok", "wbeats", "imm", "immf", "out_bytes", "fmt", "dim", "rows",
                "plen13")}
         v1_valid, v1_pre, v1_pre_ok = Signal(), Signal.like(pre), Signal()
         v1_cont, v1_start = Signal(), Signal()
-        v1_va, v1_len, v1_rem = Signal(64), Signal(32), Signal(32)
+        v1_va, v1_va_next, v1_len, v1_rem = Signal(64), Signal(64), Signal(32), Signal(32)
         v1_psn = Signal(24)
         m.d.sync += [v1_valid.eq(k4["valid"]), v1_pre.eq(pre), v1_pre_ok.eq(pre == n_pre),
                      v1_cont.eq(k4["is_first"] | k4["is_middle"]), v1_start.eq(start),
-                     v1_va.eq(wr_va), v1_len.eq(Mux(start, k4["dmalen"], tables["len"][qp])),
+                     v1_va.eq(wr_va), v1_va_next.eq(wr_va + k4["out_bytes"]),
+                     v1_len.eq(Mux(start, k4["dmalen"], k4["r_len"])),
                      v1_rem.eq(Mux(start, k4["dmalen"], rem) - k4["plen13"]),
-                     v1_psn.eq(tables["psn"][qp] + 1)]
+                     v1_psn.eq(k4["r_psn"] + 1)]
         m.d.sync += [v1[k].eq(k4[k]) for k in v1]
 
         # ---- v2: decide, count, hand the verdict to the drain, update the QP ----------------
@@ -533,9 +546,12 @@ class Depacketizer(wiring.Component):
                 m.d.sync += [
                     counters["accepted"].eq(counters["accepted"] + 1),
                     tables["psn"][q].eq(v1_psn), tables["in"][q].eq(v1_cont),
-                    tables["va"][q].eq(v1_va + out_bytes), tables["len"][q].eq(v1_len),
+                    tables["va"][q].eq(v1_va_next), tables["len"][q].eq(v1_len),
                     tables["rem"][q].eq(v1_rem),
                 ]
+        m.d.comb += [fwd["valid"].eq(v1_valid & accept), fwd["qp"].eq(q), fwd["psn"].eq(v1_psn),
+                     fwd["in"].eq(v1_cont), fwd["va"].eq(v1_va_next), fwd["rem"].eq(v1_rem),
+                     fwd["len"].eq(v1_len)]
         # Host writes take effect when no frame is being checked.
         m.d.comb += self.qp_init.ready.eq(~(k4["busy"] | v1_valid))
         with m.If(self.qp_init.valid & self.qp_init.ready):
