@@ -178,11 +178,15 @@ class ICRCEngine(wiring.Component):
     ``ICRC_ALGORITHM``'s own software model (``Parameters.compute``).
 
     ``stages = 2`` puts the work in two pipeline stages for the clock: the first registers the
-    word (``data``, ``valid``, ``start``: whatever selects and masks the covered bytes ends
-    there), the second folds it into the register (one parity of at most 32 register bits and
-    the word's bits per register bit). ``crc`` then shows a word two cycles after it was given
-    instead of one.
+    word's bits XORed in groups of four per register bit (one LUT level after whatever selects
+    and masks the covered bytes), the second folds those partial parities into the register
+    (a parity of at most 32 register bits and ``8 * data_bytes / 4`` partials per register
+    bit, the feedback loop). ``crc`` then shows a word two cycles after it was given instead of
+    one.
     """
+
+    #: Word bits XORed into one registered partial parity (``stages = 2``): one LUT4.
+    GROUP = 4
 
     def __init__(self, data_bytes: int, *, stages: int = 1):
         if stages not in (1, 2):
@@ -196,18 +200,27 @@ class ICRCEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         from_state, from_data = icrc_step_matrix(self.data_bytes)
+        data_terms = []
+        for k in range(32):
+            bits = [self.data[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
+            if self.stages == 2:
+                groups = [Cat(*bits[i:i + self.GROUP]).xor()
+                          for i in range(0, len(bits), self.GROUP)]
+                partial = Signal(len(groups), name=f"partial{k}")
+                m.d.sync += partial.eq(Cat(*groups))
+                bits = list(partial)
+            data_terms.append(bits)
         if self.stages == 2:
-            word, valid, start = Signal(8 * self.data_bytes), Signal(), Signal()
-            m.d.sync += [word.eq(self.data), valid.eq(self.valid), start.eq(self.start)]
+            valid, start = Signal(), Signal()
+            m.d.sync += [valid.eq(self.valid), start.eq(self.start)]
         else:
-            word, valid, start = self.data, self.valid, self.start
+            valid, start = self.valid, self.start
         state = Signal(32)
         source = Signal(32)
         m.d.comb += source.eq(state & ~start.replicate(32))
         nxt = Signal(32)
         for k in range(32):
-            terms = [source[i] for i in range(32) if from_state[k] >> i & 1]
-            terms += [word[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
+            terms = [source[i] for i in range(32) if from_state[k] >> i & 1] + data_terms[k]
             m.d.comb += nxt[k].eq(Cat(*terms).xor())
         with m.If(valid):
             m.d.sync += state.eq(nxt)
