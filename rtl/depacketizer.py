@@ -247,23 +247,26 @@ class Depacketizer(wiring.Component):
             m.d.sync += [v.eq(v_in)] + [regs[k].eq(fields[k]) for k in fields]
             return v, regs
 
-        v0, s0 = beat_stage("s0", fire, {"data": fr.payload.data, "last": fr.payload.last,
-                                         "count": fr.payload.count, "b": b})
-        v1, s1 = beat_stage("s1", v0, s0)
+        # the ICRC's masks of this beat are decided on the input and registered with it: which
+        # bytes are inside the frame, and which beat of the header this is
+        special = {p: 0 for p in range(10)}
+        special.update({p: 0xFF for p in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46)})
+        mask_beats = sorted({p // W for p in special})
+        v0, s0 = beat_stage("s0", fire, {
+            "data": fr.payload.data, "last": fr.payload.last, "count": fr.payload.count, "b": b,
+            "keep": Cat(*[~fr.payload.last | (fr.payload.count > i) for i in range(W)]),
+            "first": b == 0, **{f"at{k}": b == k for k in mask_beats}})
+        v1, s1 = beat_stage("s1", v0, {k: s0[k] for k in ("data", "last", "count", "b")})
         v2, s2 = beat_stage("s2", v1, {k: s1[k] for k in ("data", "last", "b")})
 
         # ---- ICRC: the frame as it is, variant fields masked, bytes past the end zeroed ------
         masked = [s0["data"][8 * i: 8 * i + 8] for i in range(W)]
-        special = {p: 0 for p in range(10)}
-        special.update({p: 0xFF for p in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46)})
         for p, value in special.items():
-            masked[p % W] = Mux(s0["b"] == p // W, value, masked[p % W])
+            masked[p % W] = Mux(s0[f"at{p // W}"], value, masked[p % W])
         feed = Signal(8 * W)
         for i in range(W):
-            keep = ~s0["last"] | (s0["count"] > i)
-            m.d.comb += feed[8 * i: 8 * i + 8].eq(Mux(keep, masked[i], 0))
-        m.d.comb += [icrc.data.eq(feed), icrc.valid.eq(v0),
-                     icrc.start.eq(v0 & (s0["b"] == 0))]
+            m.d.comb += feed[8 * i: 8 * i + 8].eq(Mux(s0["keep"][i], masked[i], 0))
+        m.d.comb += [icrc.data.eq(feed), icrc.valid.eq(v0), icrc.start.eq(v0 & s0["first"])]
 
         # ---- the header snapshot the checks read (words past a short frame's end are stale,
         # as they would be in the live header) ------------------------------------------------
