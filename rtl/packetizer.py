@@ -746,7 +746,7 @@ class Packetizer(wiring.Component):
 
         # ICRC, two stages (the engine registers its feed, then updates): feed beat j = frame
         # bytes [jW - d, jW - d + W), ending exactly at E (leading zeros are free).
-        m.submodules.icrc = icrc = ICRCEngine(W, stages=2, group=4)
+        m.submodules.icrc = icrc = ICRCEngine(W, stages=2)
         feed = Signal(8 * W)
         both_crc = Cat(Mux(fb, 0, prev_crc), crc_beat)
         with m.Switch(p_rot):

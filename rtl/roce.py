@@ -178,21 +178,17 @@ class ICRCEngine(wiring.Component):
     ``ICRC_ALGORITHM``'s own software model (``Parameters.compute``).
 
     ``stages = 2`` puts the work in two pipeline stages for the clock: the first registers the
-    word, its bits XORed in groups of ``group`` per register bit (``group = 4``: one LUT level
-    after whatever selects and masks the covered bytes; 1: the word itself), the second folds
-    those partial parities into the register (a parity of at most 32 register bits and
-    ``8 * data_bytes / group`` partials per register bit: the feedback loop, shorter with a
-    larger group). ``crc`` then shows a word two cycles after it was given instead of one.
+    word (``data``, ``valid``, ``start``: whatever selects and masks the covered bytes ends
+    there), the second folds it into the register (one parity of at most 32 register bits and
+    the word's bits per register bit). ``crc`` then shows a word two cycles after it was given
+    instead of one.
     """
 
-    def __init__(self, data_bytes: int, *, stages: int = 1, group: int = 1):
+    def __init__(self, data_bytes: int, *, stages: int = 1):
         if stages not in (1, 2):
             raise ValueError(f"stages: expected 1 or 2, got {stages!r}")
-        if group not in (1, 2, 3, 4):
-            raise ValueError(f"group: expected 1..4 word bits per partial parity, got {group!r}")
         self.data_bytes = data_bytes
         self.stages = stages
-        self.group = group
         super().__init__({
             "start": In(1), "valid": In(1), "data": In(8 * data_bytes), "crc": Out(32),
         })
@@ -200,31 +196,18 @@ class ICRCEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         from_state, from_data = icrc_step_matrix(self.data_bytes)
-        word = self.data
-        if self.stages == 2 and self.group == 1:
-            word = Signal(8 * self.data_bytes)
-            m.d.sync += word.eq(self.data)
-        data_terms = []
-        for k in range(32):
-            bits = [word[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
-            if self.stages == 2 and self.group > 1:
-                groups = [Cat(*bits[i:i + self.group]).xor()
-                          for i in range(0, len(bits), self.group)]
-                partial = Signal(len(groups), name=f"partial{k}")
-                m.d.sync += partial.eq(Cat(*groups))
-                bits = list(partial)
-            data_terms.append(bits)
         if self.stages == 2:
-            valid, start = Signal(), Signal()
-            m.d.sync += [valid.eq(self.valid), start.eq(self.start)]
+            word, valid, start = Signal(8 * self.data_bytes), Signal(), Signal()
+            m.d.sync += [word.eq(self.data), valid.eq(self.valid), start.eq(self.start)]
         else:
-            valid, start = self.valid, self.start
+            word, valid, start = self.data, self.valid, self.start
         state = Signal(32)
         source = Signal(32)
         m.d.comb += source.eq(state & ~start.replicate(32))
         nxt = Signal(32)
         for k in range(32):
-            terms = [source[i] for i in range(32) if from_state[k] >> i & 1] + data_terms[k]
+            terms = [source[i] for i in range(32) if from_state[k] >> i & 1]
+            terms += [word[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
             m.d.comb += nxt[k].eq(Cat(*terms).xor())
         with m.If(valid):
             m.d.sync += state.eq(nxt)

@@ -139,15 +139,15 @@ def test_all_small_sizes(width, rng):
 
 
 @pytest.mark.parametrize("width", [8, 64])
-@pytest.mark.parametrize("stages,group", [(1, 1), (2, 1), (2, 4)])
-def test_icrc_engine_matches_lib_crc(width, stages, group, rng):
+@pytest.mark.parametrize("stages", [1, 2])
+def test_icrc_engine_matches_lib_crc(width, stages, rng):
     """The parallel ICRC engine computes amaranth.lib.crc's algorithm (its software model),
-    ``stages`` cycles after each word (two: the word, or its partial parities, registered
-    first); a restart between words starts a new CRC."""
+    ``stages`` cycles after each word (two: the feed is registered first); a restart between
+    words starts a new CRC."""
     from neonic.rtl.roce import ICRC_ALGORITHM, ICRCEngine
     words = [int(x) for x in rng.integers(0, 1 << 62, 5)] + [(1 << (8 * width)) - 1]
     starts = [True, False, False, True, False, False]
-    dut = ICRCEngine(width, stages=stages, group=group)
+    dut = ICRCEngine(width, stages=stages)
     got = []
 
     async def tb(ctx):
@@ -170,8 +170,6 @@ def test_icrc_engine_stages_are_checked():
     from neonic.rtl.roce import ICRCEngine
     with pytest.raises(ValueError, match="stages"):
         ICRCEngine(8, stages=3)
-    with pytest.raises(ValueError, match="group"):
-        ICRCEngine(8, stages=2, group=5)
 
 
 @pytest.mark.parametrize("width,quant,dim,rows", [(8, "int8", 6, [2, 23]), (32, "int8", 16, [12, 3]),
