@@ -33,42 +33,59 @@ Every field is checked: Ethertype, IP version and IHL, IP total length against t
 IP header checksum, UDP protocol and port, the ICRC, the destination QP, the opcode sequence
 per QP (FIRST/ONLY outside a message, MIDDLE/LAST inside), the PSN (the next one expected,
 modulo 2**24), and the payload length (ONLY: the RETH DMA length; FIRST/MIDDLE: the path MTU;
-LAST: the rest of the DMA length). A dropped frame changes no QP state and writes nothing.
+LAST: the rest of the DMA length; none more than the path MTU). A dropped frame changes no QP state and writes nothing.
 
 Timing
 ======
 
-Store and forward per packet: the payload is realigned to beat boundaries as it arrives and
-held in a FIFO (two path MTUs) until the frame's verdict, one cycle after its last beat (the
-ICRC is checked through the CRC residue, so no field must be known in advance; the ICRC result
-is kept from that cycle, so a verdict that waits for room in the verdict FIFO stays the frame's
-own while the next frame's first beats enter). ``frame`` takes
-one beat per cycle; it pauses one cycle after a frame whose payload ends in its last beat with
-another payload beat to write, and a last beat waits while the previous verdict is pending
-(back-to-back one-beat frames: the verdict updates the QP state the next frame is checked
-against; only frames of at most ``data_bytes`` bytes, i.e. payloads of up to 6 bytes at 64
-bytes per beat, are affected). The drain writes one beat per cycle with one cycle between
-packets; FP16/BF16 write two FP32 beats per payload beat, INT8 one FP32 beat per
-``data_bytes / 4`` codes plus a cycle per row for its scale and bias. The drain leaves reset
-through a one-cycle ``Start`` state (so that Icarus evaluates the combinational blocks
-derived from its state).
+Store and forward per packet, pipelined for the clock (``Depacketizer._front``,
+``_checks``, ``_verdict``, ``_drain``):
+
+* the input beat is registered before anything is decided about it; the header type and the
+  payload's end are decoded from the registered header beat, and the payload is realigned to
+  beat boundaries and written to a FIFO (two path MTUs) from registers. ``frame`` takes one
+  beat per cycle while the FIFOs have room (a registered test of their levels); a last beat
+  waits one cycle when the previous beat was also a frame's last (back-to-back one-beat frames,
+  at most ``data_bytes`` bytes: the verdict of one updates the QP state the next is checked
+  against);
+* the ICRC is computed in two stages (the engine registers its feed) and checked through the
+  CRC residue, so no field must be known in advance;
+* the checks that need only the frame run in four stages after its last beat (the IP checksum
+  as pairwise sums, a carry-save step and one adder), the QP's state is read and compared in a
+  fifth, and the verdict updates the QP, the counters and the verdict FIFO in a sixth;
+* the drain writes one beat per cycle with one cycle between packets; FP16/BF16 write two FP32
+  beats per payload beat, INT8 one FP32 beat per ``data_bytes / 4`` codes plus a cycle per row
+  for its scale and bias. The drain leaves reset through a one-cycle ``Start`` state.
+
+A packet's first memory write follows its last beat by about ten cycles
+(``sim.timing.packetizer.RX_VERDICT_LATENCY`` is the timing model's figure).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .roce import (BASE_HEADER_LEN, DROP_REASONS, ETHERTYPE_IPV4, ICRC_ALGORITHM, FrameBeat,
+from .roce import (DROP_REASONS, ETHERTYPE_IPV4, HLEN_BY_HTYPE, ICRC_ALGORITHM, FrameBeat,
                    ICRCEngine, MAX_HEADER_LEN, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
                    OP_WRITE_MIDDLE, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, ROCE_UDP_PORT,
-                   check_data_bytes, check_pmtu)
+                   check_data_bytes, check_pmtu, header_type)
 from .streams import MemPortSignature, check_int
 
 __all__ = ["QPInit", "Completion", "Counters", "Depacketizer", "icrc_residues"]
 
+
+_HLEN = HLEN_BY_HTYPE
+_htype = header_type
+#: Payload FIFO entries kept free for the words the front's stages may still write after the
+#: input saw room (four beat stages, the pending word, the registered room test).
+_PFIFO_RESERVE = 8
+#: Verdict FIFO depth, and entries kept free for the frames between the input and the verdict
+#: (eight cycles, last beats at least two cycles apart, the registered room test).
+_VFIFO_DEPTH = 16
+_VFIFO_RESERVE = 6
 
 #: Wire formats a QP can be set to (``QPInit.format`` codes 0..3, in this order).
 QUANT_FORMATS = ("none", "fp16", "bf16", "int8")
@@ -94,13 +111,6 @@ class Counters(data.StructLayout):
 
     def __init__(self):
         super().__init__({name: unsigned(32) for name in ("accepted",) + DROP_REASONS})
-
-
-def _or_all(values):
-    out = values[0]
-    for v in values[1:]:
-        out = out | v
-    return out
 
 
 def icrc_residues(data_bytes: int) -> list[int]:
@@ -154,277 +164,410 @@ class Depacketizer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.data_bytes
-        LW = W.bit_length() - 1
-        pmtu = self.pmtu
-        HW = -(-MAX_HEADER_LEN // W)
-        max_beats = pmtu // W
-        fr = self.frame
+        max_beats = self.pmtu // W
+        # Payload FIFO: two path MTUs of realigned payload beats, plus what the front's stages
+        # may still write after the input saw room.
+        m.submodules.pfifo = pfifo = SyncFIFOBuffered(width=8 * W,
+                                                      depth=2 * max_beats + 4 + _PFIFO_RESERVE)
+        verdict = self._verdict_layout()
+        m.submodules.vfifo = vfifo = SyncFIFOBuffered(width=verdict.size, depth=_VFIFO_DEPTH)
+        m.submodules.icrc = icrc = ICRCEngine(W, stages=2)
+        tables = self._qp_tables()
+        # the state the verdict stage is writing to a QP this cycle (forwarded to the read)
+        fwd = {"valid": Signal(name="fwd_valid"), "qp": Signal(self.qp_bits, name="fwd_qp"),
+               **{k: Signal(len(tables[k][0]), name=f"fwd_{k}")
+                  for k in ("psn", "in", "va", "rem", "len")}}
+        frame = self._front(m, pfifo, vfifo, icrc)
+        checked = self._checks(m, frame, icrc, tables, fwd)
+        self._verdict(m, checked, vfifo, verdict, tables, fwd)
+        self._drain(m, pfifo, vfifo, verdict)
+        return m
 
-        # ---- FIFOs between parse and drain ----------------------------------------------------
-        m.submodules.pfifo = pfifo = SyncFIFOBuffered(width=8 * W, depth=2 * max_beats + 4)
-        verdict = data.StructLayout({
+    def _verdict_layout(self) -> data.StructLayout:
+        """What the verdict stage hands the drain for each frame."""
+        return data.StructLayout({
             "accept": 1, "wbeats": self.beats_width + 1, "addr": self.addr_width,
-            "tail": range(W + 1), "complete": 1, "qp": self.qp_bits, "length": 32,
-            "imm": 32, "has_imm": 1, "obeats": self.beats_width + 1, "fmt": 2, "dim": 16,
-            "rows": range(pmtu + 1),
+            "tail": range(self.data_bytes + 1), "complete": 1, "qp": self.qp_bits,
+            "length": 32, "imm": 32, "has_imm": 1, "obeats": self.beats_width + 1, "fmt": 2,
+            "dim": 16, "rows": range(self.pmtu + 1),
         })
-        m.submodules.vfifo = vfifo = SyncFIFOBuffered(width=verdict.size, depth=4)
 
-        # ---- per-QP state --------------------------------------------------------------------
+    def _qp_tables(self) -> dict:
+        """Per-QP state: next PSN, in a message, next address, bytes left, DMA length (set by
+        verdicts); wire format and row length (set by the host through ``qp_init``)."""
         def qtable(name, width):
             return Array(Signal(width, name=f"{name}{i}") for i in range(self.num_qps))
-        q_psn, q_in, q_va = qtable("q_psn", 24), qtable("q_in", 1), qtable("q_va", 64)
-        q_rem, q_len = qtable("q_rem", 32), qtable("q_len", 32)
-        q_fmt, q_dim = qtable("q_fmt", 2), qtable("q_dim", 16)
+        return {"psn": qtable("q_psn", 24), "in": qtable("q_in", 1), "va": qtable("q_va", 64),
+                "rem": qtable("q_rem", 32), "len": qtable("q_len", 32),
+                "fmt": qtable("q_fmt", 2), "dim": qtable("q_dim", 16)}
 
-        # ---- parse stage ---------------------------------------------------------------------
-        b = Signal(10)
-        hdr = Signal(8 * HW * W)
-        view = Signal(8 * HW * W)
-        for k in range(HW):
-            m.d.comb += view.word_select(k, 8 * W).eq(
-                Mux(b == k, fr.payload.data, hdr.word_select(k, 8 * W)))
+    def _front(self, m, pfifo, vfifo, icrc) -> dict:
+        """Input, header capture, ICRC feed and the payload's path into ``pfifo``.
+
+        Four beat stages that advance every cycle (``s0`` the registered input beat, ``s1`` and
+        ``s2`` with the frame's payload bounds decoded from its header beat, ``s3`` the
+        realigned words to write), so no decision about a beat is made on the input wires: the
+        input is ready when the FIFOs have room for everything the stages may still write
+        (a registered comparison of their levels). A frame writes at most one word per beat,
+        and two at its last beat (the word completed there and the tail it leaves): the second
+        waits one cycle in ``pend``, which the next frame's first beat, or any idle cycle,
+        empties (a first beat writes nothing unless it is also the frame's last, and then only
+        one word).
+
+        Returns the signals the checks take at a frame's last beat (in ``s1``): its header
+        snapshot, beat index and byte count, and, in ``s3``, the number of words written.
+        """
+        W = self.data_bytes
+        LW = W.bit_length() - 1
+        HW = -(-MAX_HEADER_LEN // W)
+        KF = 43 // W               # the beat holding the IP total length, opcode and pad count
+        fr = self.frame
+        fire = fr.valid & fr.ready
+
+        # ---- input --------------------------------------------------------------------------
+        room = Signal()
+        last_recent = Signal()     # a last beat was taken in the previous cycle
+        m.d.comb += fr.ready.eq(room & ~(fr.payload.last & last_recent))
+        m.d.sync += [
+            room.eq((pfifo.w_level <= pfifo.depth - _PFIFO_RESERVE)
+                    & (vfifo.w_level <= vfifo.depth - _VFIFO_RESERVE)),
+            last_recent.eq(fire & fr.payload.last),
+        ]
+        b = Signal(10)             # index of the next beat in its frame (saturating)
+        hdr = Signal(8 * HW * W)   # the header beats of the frame coming in
+        with m.If(fire):
+            for k in range(HW):
+                with m.If(b == k):
+                    m.d.sync += hdr.word_select(k, 8 * W).eq(fr.payload.data)
+            m.d.sync += b.eq(Mux(fr.payload.last, 0, Mux(b == (1 << len(b)) - 1, b, b + 1)))
+
+        def beat_stage(name, v_in, fields):
+            regs = {k: Signal(Value.cast(v).shape(), name=f"{name}_{k}") for k, v in fields.items()}
+            v = Signal(name=f"{name}_valid")
+            m.d.sync += [v.eq(v_in)] + [regs[k].eq(fields[k]) for k in fields]
+            return v, regs
+
+        # the ICRC's masks of this beat are decided on the input and registered with it: which
+        # bytes are inside the frame, and which beat of the header this is
+        special = {p: 0 for p in range(10)}
+        special.update({p: 0xFF for p in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46)})
+        mask_beats = sorted({p // W for p in special})
+        v0, s0 = beat_stage("s0", fire, {
+            "data": fr.payload.data, "last": fr.payload.last, "count": fr.payload.count, "b": b,
+            "keep": Cat(*[~fr.payload.last | (fr.payload.count > i) for i in range(W)]),
+            "first": b == 0, **{f"at{k}": b == k for k in mask_beats}})
+        v1, s1 = beat_stage("s1", v0, {k: s0[k] for k in ("data", "last", "count", "b")})
+        v2, s2 = beat_stage("s2", v1, {k: s1[k] for k in ("data", "last", "b")})
+
+        # ---- ICRC: the frame as it is, variant fields masked, bytes past the end zeroed ------
+        masked = [s0["data"][8 * i: 8 * i + 8] for i in range(W)]
+        for p, value in special.items():
+            masked[p % W] = Mux(s0[f"at{p // W}"], value, masked[p % W])
+        feed = Signal(8 * W)
+        for i in range(W):
+            m.d.comb += feed[8 * i: 8 * i + 8].eq(Mux(s0["keep"][i], masked[i], 0))
+        m.d.comb += [icrc.data.eq(feed), icrc.valid.eq(v0), icrc.start.eq(v0 & s0["first"])]
+
+        # ---- the header snapshot the checks read (words past a short frame's end are stale,
+        # as they would be in the live header) ------------------------------------------------
+        snap = Signal(8 * HW * W)
+        with m.If(v0 & (s0["last"] | (s0["b"] == HW - 1))):
+            m.d.sync += snap.eq(hdr)
+
+        # ---- payload bounds: s1 decodes the header type and the payload's end ----------------
+        def hbyte(i):
+            return hdr[8 * i: 8 * i + 8]
+        opcode = hbyte(42)
+        fp1_htype = Signal(2)
+        fp1_payend = Signal(17)    # header + payload bytes: IP total length + 14 - 4 - pad
+        with m.If(v0 & (s0["b"] == KF)):
+            m.d.sync += [fp1_htype.eq(_htype(opcode)),
+                         fp1_payend.eq(Cat(hbyte(17), hbyte(16)) + 10 - hbyte(43)[4:6])]
+        # s2: the last beat that completes a payload word (E1 = ceil((payend - s) / W), with
+        # s = hlen mod W); none when the payload would exceed the path MTU
+        q_of = [_HLEN[ht] >> LW for ht in range(4)]
+        s_of = [_HLEN[ht] % W for ht in range(4)]
+        fp2_htype = Signal(2)
+        fp2_e1 = Signal(13)
+        e1 = Signal(13)
+        too_long = Signal()
+        m.d.comb += [
+            e1.eq((fp1_payend + Array(Const(W - 1 - s, 8) for s in s_of)[fp1_htype]) >> LW),
+            too_long.eq(fp1_payend > Array(Const(self.pmtu + _HLEN[ht], 14)
+                                           for ht in range(4))[fp1_htype]),
+        ]
+        with m.If(v1 & (s1["b"] == KF)):
+            m.d.sync += [fp2_htype.eq(fp1_htype),
+                         fp2_e1.eq(Mux(too_long, Array(Const(q, 4) for q in q_of)[fp1_htype],
+                                       e1))]
+
+        # ---- s3: the words to write ------------------------------------------------------------
+        # payload word j (frame bytes hlen + jW ..) completes at beat q + 1 + j; the last beat
+        # also flushes the word it started
+        b2 = s2["b"]
+        after_q = Array(b2 > q for q in q_of)[fp2_htype]
+        from_q = Array(b2 >= q for q in q_of)[fp2_htype]
+        emit = v2 & after_q & (b2 <= fp2_e1)
+        emit2 = v2 & s2["last"] & from_q & (b2 < fp2_e1)
+        prev = Signal(8 * W)
+        realigned = Signal(8 * W)
+        flushed = Signal(8 * W)
+        both = Cat(prev, s2["data"])
+        with m.Switch(fp2_htype):
+            for ht in range(4):
+                with m.Case(ht):
+                    m.d.comb += [realigned.eq(both.bit_select(8 * s_of[ht], 8 * W)),
+                                 flushed.eq(s2["data"] >> (8 * s_of[ht]))]
+        with m.If(v2):
+            m.d.sync += prev.eq(s2["data"])
+        v3, s3 = beat_stage("s3", v2, {"ea": emit, "wa": realigned, "eb": emit2,
+                                       "wb": flushed, "last": s2["last"]})
+        pend, pend_data = Signal(), Signal(8 * W)
+        m.d.comb += [pfifo.w_en.eq(pend | s3["ea"] | s3["eb"]),
+                     pfifo.w_data.eq(Mux(pend, pend_data, Mux(s3["ea"], s3["wa"], s3["wb"])))]
+        m.d.sync += [pend.eq((pend & (s3["ea"] | s3["eb"])) | (s3["ea"] & s3["eb"])),
+                     pend_data.eq(Mux(pend, Mux(s3["ea"], s3["wa"], s3["wb"]), s3["wb"]))]
+        wcount = Signal(self.beats_width + 1)
+        wbeats = Signal(self.beats_width + 1)
+        m.d.comb += wbeats.eq(wcount + s3["ea"] + s3["eb"])
+        with m.If(v3):
+            m.d.sync += wcount.eq(Mux(s3["last"], 0, wbeats))
+        return {"last": v1 & s1["last"], "snap": snap, "b": s1["b"], "count": s1["count"],
+                "wbeats_valid": v3 & s3["last"], "wbeats": wbeats}
+
+    def _checks(self, m, frame, icrc, tables, fwd) -> dict:
+        """Every check that does not read a QP's state, in four frame stages after the last
+        beat (``k1`` .. ``k4``), each at most one adder or comparator deep: the header fields
+        and the pairwise checksum sums, then the ICRC residue, the lengths and the checksum's
+        partial sums, then its full sum (carry-save), then its test. ``k4`` also registers the
+        frame's QP state, read from the tables, or forwarded from ``fwd`` when the verdict stage
+        writes that QP in the same cycle (the previous frame's verdict)."""
+        W = self.data_bytes
+        LW = W.bit_length() - 1
+        pmtu = self.pmtu
+        snap = frame["snap"]
 
         def byte(i):
-            return view[8 * i: 8 * i + 8]
+            return snap[8 * i: 8 * i + 8]
 
         def field(offset, n):
             return Cat(*[byte(offset + n - 1 - k) for k in range(n)])
 
+        def stage(name, v_in, fields):
+            regs = {k: Signal(Value.cast(v).shape(), name=f"{name}_{k}")
+                    for k, v in fields.items()}
+            v = Signal(name=f"{name}_valid")
+            m.d.sync += [v.eq(v_in)] + [regs[k].eq(fields[k]) for k in fields]
+            return v, regs
+
         opcode = byte(42)
-        reth = (opcode == OP_WRITE_FIRST) | (opcode == OP_WRITE_ONLY) | (opcode == OP_WRITE_ONLY_IMM)
-        immf = (opcode == OP_WRITE_LAST_IMM) | (opcode == OP_WRITE_ONLY_IMM)
-        htype = Cat(immf, reth)
-        ip_len = field(16, 2)
-        pad = byte(43)[4:6]
-        hlen = Signal(7)
-        m.d.comb += hlen.eq(BASE_HEADER_LEN + Mux(reth, 16, 0) + Mux(immf, 4, 0))
-        plen = Signal(range(-1 << 17, 1 << 17))
-        m.d.comb += plen.eq(ip_len + 14 - hlen - 4 - pad)
-        plen_ok = (plen >= 0) & (plen <= pmtu)
-        npay = Signal(range(max_beats + 2))
-        m.d.comb += npay.eq(Mux(plen_ok, (plen[:14] + W - 1) >> LW, 0))
-        q = hlen >> LW
-
-        prev = Signal(8 * W)
-        realigned = Signal(8 * W)
-        flushed = Signal(8 * W)
-        both = Cat(prev, fr.payload.data)
-        with m.Switch(htype):
-            for ht in range(4):
-                s = (BASE_HEADER_LEN + 16 * (ht >> 1) + 4 * (ht & 1)) % W
-                with m.Case(ht):
-                    m.d.comb += [realigned.eq(both.bit_select(8 * s, 8 * W)),
-                                 flushed.eq(fr.payload.data >> (8 * s))]
-
-        flush = Signal()               # one extra cycle to write the frame's last payload beat
-        flush_data = Signal(8 * W)
-        pend = Signal()                # a verdict waits for its ICRC result
-        wcount = Signal(self.beats_width + 1)
-
-        fire = fr.valid & fr.ready
-        idx = b - q - 1                # payload beat completed by this frame beat
-        emit = (b > q) & (idx < npay)
-        emit2 = fr.payload.last & (b >= q) & ((b - q) < npay)
-        m.d.comb += fr.ready.eq(pfifo.w_rdy & ~flush & ~(pend & fr.payload.last))
-
-        with m.If(flush):
-            m.d.comb += [pfifo.w_en.eq(1), pfifo.w_data.eq(flush_data)]
-            with m.If(pfifo.w_rdy):
-                m.d.sync += flush.eq(0)
-        with m.Elif(fire & emit):
-            m.d.comb += [pfifo.w_en.eq(1), pfifo.w_data.eq(realigned)]
-        with m.Elif(fire & emit2):
-            m.d.comb += [pfifo.w_en.eq(1), pfifo.w_data.eq(flushed)]
-        with m.If(fire & emit & emit2):
-            m.d.sync += [flush.eq(1), flush_data.eq(flushed)]
-
-        with m.If(fire):
-            m.d.sync += prev.eq(fr.payload.data)
-            for k in range(HW):
-                with m.If(b == k):
-                    m.d.sync += hdr.word_select(k, 8 * W).eq(fr.payload.data)
-            with m.If(fr.payload.last):
-                m.d.sync += [b.eq(0), wcount.eq(0)]
-            with m.Else():
-                m.d.sync += [b.eq(Mux(b == (1 << len(b)) - 1, b, b + 1)),
-                             wcount.eq(wcount + (emit | emit2))]
-
-        # ICRC: the frame as it is, variant fields masked, bytes past the end zeroed.
-        m.submodules.icrc = icrc = ICRCEngine(W)
-        feed = Signal(8 * W)
-        masked = [fr.payload.data[8 * i: 8 * i + 8] for i in range(W)]
-        special = {p: 0 for p in range(10)}
-        special.update({p: 0xFF for p in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46)})
-        for p, value in special.items():
-            masked[p % W] = Mux(b == p // W, value, masked[p % W])
-        for i in range(W):
-            keep = ~fr.payload.last | (fr.payload.count > i)
-            m.d.comb += feed[8 * i: 8 * i + 8].eq(Mux(keep, masked[i], 0))
-        m.d.comb += [icrc.data.eq(feed), icrc.valid.eq(fire), icrc.start.eq(fire & (b == 0))]
-
-        # ---- checks at the last beat -----------------------------------------------------------
-        flen = Signal(15)
-        m.d.comb += flen.eq((b << LW) + fr.payload.count)
-        csum = Signal(21)
-        m.d.comb += csum.eq(sum(field(14 + 2 * k, 2) for k in range(10)))
-        csum_fold = (csum[:16] + csum[16:])
-        csum_ok = (csum_fold[:16] + csum_fold[16]) == 0xFFFF
+        htype = Signal(2)
+        m.d.comb += htype.eq(_htype(opcode))
         dqpn = field(47, 3)
         qp = dqpn[:self.qp_bits]
-        psn = field(51, 3)
-        dmalen = field(66, 4)
-        in_msg = q_in[qp]
-        rem = q_rem[qp]
+        iplen = field(16, 2)
+        hlen_m10 = Array(Const(h - 10, 7) for h in _HLEN)[htype]
+        k1v, k1 = stage("k1", frame["last"], {
+            "flen_m1": Cat((frame["count"] - 1)[:LW], frame["b"]),
+            "iplen": iplen, "iplen13": iplen + 13,
+            "eth_ok": field(12, 2) == ETHERTYPE_IPV4, "ver_ok": byte(14) == 0x45,
+            "udp_ok": (byte(23) == 17) & (field(36, 2) == ROCE_UDP_PORT),
+            "is_only": (opcode == OP_WRITE_ONLY) | (opcode == OP_WRITE_ONLY_IMM),
+            "is_last": (opcode == OP_WRITE_LAST) | (opcode == OP_WRITE_LAST_IMM),
+            "is_first": opcode == OP_WRITE_FIRST, "is_middle": opcode == OP_WRITE_MIDDLE,
+            "immf": htype[0], "qp": qp, "qp_ok": dqpn < self.num_qps,
+            "psn": field(51, 3), "dmalen": field(66, 4), "va": field(54, 8),
+            "imm": Mux(opcode == OP_WRITE_ONLY_IMM, field(70, 4), field(54, 4)),
+            "pad": byte(43)[4:6], "z": (W - frame["count"])[:max(1, LW)],
+            # IP total length + 14 - hlen - 4 (the payload length before the pad)
+            "x": (iplen - hlen_m10).as_signed(),
+            "fmt": tables["fmt"][qp], "dim": tables["dim"][qp],
+            **{f"c{k}": field(14 + 4 * k, 2) + field(16 + 4 * k, 2) for k in range(5)},
+        })
+        keep = ("is_only", "is_last", "is_first", "is_middle", "immf", "qp", "qp_ok", "psn",
+                "dmalen", "va", "imm", "eth_ok", "ver_ok", "udp_ok", "fmt", "dim")
+        residues = icrc_residues(W)
+        icrc_ok = Signal()
+        with m.Switch(k1["z"]):
+            for z in range(W):
+                with m.Case(z):
+                    m.d.comb += icrc_ok.eq(icrc.crc == residues[z])
+        k2v, k2 = stage("k2", k1v, {
+            **{k: k1[k] for k in keep}, "icrc_ok": icrc_ok,
+            "short": k1["flen_m1"] < 33, "ip_long": k1["iplen13"] > k1["flen_m1"],
+            "ip_bad": (k1["iplen13"] < k1["flen_m1"]) | (k1["iplen"] < 44),
+            "plen": k1["x"] - k1["pad"],
+            "r0": k1["c0"] + k1["c1"], "r1": k1["c2"] + k1["c3"], "r2": k1["c4"],
+        })
+        # checksum: the three partial sums by carry-save, then one adder
+        r0, r1, r2 = (k2[k].as_unsigned() for k in ("r0", "r1", "r2"))
+        csa_x = Signal(20)
+        csa_y = Signal(20)
+        m.d.comb += [csa_x.eq(r0 ^ r1 ^ r2), csa_y.eq(((r0 & r1) | (r0 & r2) | (r1 & r2)) << 1)]
+        plen = k2["plen"]
+        rows = Signal(range(pmtu + 1))
+        if "int8" in self.formats:
+            m.d.comb += rows.eq(plen[:13] // (k2["dim"] + 8))
+        k3v, k3 = stage("k3", k2v, {
+            **{k: k2[k] for k in keep + ("icrc_ok", "short", "ip_long", "ip_bad")},
+            "sum": csa_x + csa_y, "plen": plen, "plen13": plen[:13], "plen_neg": plen < 0,
+            "plen_pmtu": plen == pmtu, "plen_zero": plen == 0,
+            "only_ok": (plen >= 0) & (plen <= pmtu) & (plen.as_unsigned() == k2["dmalen"]),
+            "first_ok": (plen == pmtu) & (k2["dmalen"] > pmtu), "rows": rows,
+            "wbeats": frame["wbeats"],
+        })
+        # What the QP's format makes of the payload: FP32 bytes written.
+        codes = {f: i for i, f in enumerate(QUANT_FORMATS)}
+        built = Const(sum(1 << codes[f] for f in self.formats), 4)
+        fmt = Mux(built.bit_select(k3["fmt"], 1), k3["fmt"], 0)
+        out_bytes = Mux(fmt == codes["int8"], k3["rows"] * (k3["dim"] << 2),
+                        Mux(fmt == codes["none"], k3["plen13"], k3["plen13"] << 1))[:16]
+        s = k3["sum"]
+        qp3 = k3["qp"]
+        hit = fwd["valid"] & (fwd["qp"] == qp3)
+        state = {f"r_{k}": Mux(hit, fwd[k], tables[k][qp3]) for k in ("psn", "in", "va", "rem",
+                                                                          "len")}
+        k4v, k4 = stage("k4", k3v, {
+            **state,
+            **{k: k3[k] for k in keep + ("icrc_ok", "short", "ip_long", "ip_bad", "plen", "plen13",
+                                         "plen_neg", "plen_pmtu", "plen_zero", "only_ok",
+                                         "first_ok", "rows", "wbeats")},
+            # ones' complement sum == 0xFFFF, for a sum of ten words (s[16:] <= 9)
+            "csum_ok": s[:16] == Cat(~s[16:20], Const(0xFFF, 12)),
+            "out_bytes": out_bytes, "fmt": fmt,
+        })
+        return {"valid": k4v, **k4, "busy": k1v | k2v | k3v | k4v}
+
+    def _verdict(self, m, k4, vfifo, verdict, tables, fwd):
+        """The checks that read a QP's state, the verdict, the counters and the QP updates.
+
+        Two stages after ``k4`` (which holds the QP's state as read): ``v1`` compares it (PSN,
+        opcode sequence, remaining length), each comparison registered on its own, and computes
+        the state the QP would take; ``v2`` decides, counts, writes the verdict and updates the
+        QP, and forwards that update to ``k4``'s read of the next frame. Last beats are at
+        least two cycles apart (see :meth:`_front`), so the next frame reads in the cycle of
+        this update at the earliest.
+        """
+        W = self.data_bytes
+        LW = W.bit_length() - 1
+        pmtu = self.pmtu
         n_pre = 6
         pre = Signal(range(n_pre + 1))     # index into DROP_REASONS[:6], n_pre when all pass
-        with m.If(flen < 34):
+        with m.If(k4["short"]):
             m.d.comb += pre.eq(0)
-        with m.Elif(field(12, 2) != ETHERTYPE_IPV4):
+        with m.Elif(~k4["eth_ok"]):
             m.d.comb += pre.eq(1)
-        with m.Elif(byte(14) != 0x45):
+        with m.Elif(~k4["ver_ok"]):
             m.d.comb += pre.eq(2)
-        with m.Elif(ip_len + 14 > flen):
+        with m.Elif(k4["ip_long"]):
             m.d.comb += pre.eq(0)
-        with m.Elif((ip_len + 14 < flen) | (ip_len < 44)):
+        with m.Elif(k4["ip_bad"]):
             m.d.comb += pre.eq(3)
-        with m.Elif(~csum_ok):
+        with m.Elif(~k4["csum_ok"]):
             m.d.comb += pre.eq(4)
-        with m.Elif((byte(23) != 17) | (field(36, 2) != ROCE_UDP_PORT)):
+        with m.Elif(~k4["udp_ok"]):
             m.d.comb += pre.eq(5)
         with m.Else():
             m.d.comb += pre.eq(n_pre)
-        is_only = (opcode == OP_WRITE_ONLY) | (opcode == OP_WRITE_ONLY_IMM)
-        is_last = (opcode == OP_WRITE_LAST) | (opcode == OP_WRITE_LAST_IMM)
-        is_first = opcode == OP_WRITE_FIRST
-        is_middle = opcode == OP_WRITE_MIDDLE
+        start = k4["is_first"] | k4["is_only"]
+        in_msg, rem = k4["r_in"], k4["r_rem"]
+        # v1 registers each comparison with the QP's state on its own; v2 combines them.
+        v1_flags = {
+            "qp_ok": k4["qp_ok"],
+            "seq_bad": Mux(in_msg, ~(k4["is_middle"] | k4["is_last"]), ~start),
+            "psn_ok": k4["psn"] == k4["r_psn"],
+            # the length check by opcode (FIRST/ONLY: from the frame alone; MIDDLE: a full
+            # packet with more than a packet left; LAST: exactly what is left)
+            "len_frame": ~k4["plen_neg"] & ((k4["is_only"] & k4["only_ok"])
+                                            | (k4["is_first"] & k4["first_ok"])),
+            "len_middle": ~k4["plen_neg"] & k4["is_middle"] & k4["plen_pmtu"] & (rem > pmtu),
+            "len_last": ~k4["plen_neg"] & ~(k4["is_only"] | k4["is_first"] | k4["is_middle"])
+                        & (k4["plen"] == rem) & ~k4["plen_zero"],
+        }
+        f1 = {k: Signal(name=f"v1_{k}") for k in v1_flags}
+        m.d.sync += [f1[k].eq(v) for k, v in v1_flags.items()]
+        len_ok = f1["len_frame"] | f1["len_middle"] | f1["len_last"]
         post = Signal(range(5))            # 0 qp, 1 opcode, 2 psn, 3 length, 4 pass
-        len_ok = Signal()
-        with m.If(plen < 0):
-            m.d.comb += len_ok.eq(0)
-        with m.Elif(is_only):
-            m.d.comb += len_ok.eq(plen == dmalen)
-        with m.Elif(is_first):
-            m.d.comb += len_ok.eq((plen == pmtu) & (dmalen > pmtu))
-        with m.Elif(is_middle):
-            m.d.comb += len_ok.eq((plen == pmtu) & (rem > pmtu))
-        with m.Else():
-            m.d.comb += len_ok.eq((plen == rem) & (plen != 0))
-        with m.If(dqpn >= self.num_qps):
+        with m.If(~f1["qp_ok"]):
             m.d.comb += post.eq(0)
-        with m.Elif(Mux(in_msg, ~(is_middle | is_last), ~(is_first | is_only))):
+        with m.Elif(f1["seq_bad"]):
             m.d.comb += post.eq(1)
-        with m.Elif(psn != q_psn[qp]):
+        with m.Elif(~f1["psn_ok"]):
             m.d.comb += post.eq(2)
         with m.Elif(~len_ok):
             m.d.comb += post.eq(3)
         with m.Else():
             m.d.comb += post.eq(4)
+        passed = f1["qp_ok"] & ~f1["seq_bad"] & f1["psn_ok"] & len_ok
+        wr_va = Mux(start, k4["va"], k4["r_va"])
+        v1 = {k: Signal.like(k4[k], name=f"v1_{k}") for k in
+              ("qp", "icrc_ok", "wbeats", "imm", "immf", "out_bytes", "fmt", "dim", "rows",
+               "plen13")}
+        v1_valid, v1_pre, v1_pre_ok = Signal(), Signal.like(pre), Signal()
+        v1_cont, v1_start = Signal(), Signal()
+        v1_va, v1_va_next, v1_len, v1_rem = Signal(64), Signal(64), Signal(32), Signal(32)
+        v1_psn = Signal(24)
+        m.d.sync += [v1_valid.eq(k4["valid"]), v1_pre.eq(pre), v1_pre_ok.eq(pre == n_pre),
+                     v1_cont.eq(k4["is_first"] | k4["is_middle"]), v1_start.eq(start),
+                     v1_va.eq(wr_va), v1_va_next.eq(wr_va + k4["out_bytes"]),
+                     v1_len.eq(Mux(start, k4["dmalen"], k4["r_len"])),
+                     v1_rem.eq(Mux(start, k4["dmalen"], rem) - k4["plen13"]),
+                     v1_psn.eq(k4["r_psn"] + 1)]
+        m.d.sync += [v1[k].eq(k4[k]) for k in v1]
 
-        p_pre, p_post = Signal.like(pre), Signal.like(post)
-        p_z = Signal(range(W))
-        p_qp = Signal(self.qp_bits)
-        p_start = Signal()                 # FIRST/ONLY: take address and length from the RETH
-        p_va, p_dmalen = Signal(64), Signal(32)
-        p_plen = Signal(13)
-        p_cont = Signal()                  # FIRST/MIDDLE: a message continues
-        p_wbeats = Signal(self.beats_width + 1)
-        p_imm, p_has_imm = Signal(32), Signal()
-        p_fresh = Signal()                 # the cycle after the last beat (``icrc.crc`` valid)
-        with m.If(fire & fr.payload.last):
-            m.d.sync += [
-                pend.eq(1), p_fresh.eq(1), p_pre.eq(pre), p_post.eq(post),
-                p_z.eq(W - fr.payload.count),
-                p_qp.eq(qp), p_start.eq(is_first | is_only), p_va.eq(field(54, 8)),
-                p_dmalen.eq(dmalen), p_plen.eq(plen[:13]), p_cont.eq(is_first | is_middle),
-                p_wbeats.eq(wcount + emit + emit2),
-                p_imm.eq(Mux(opcode == OP_WRITE_ONLY_IMM, field(70, 4), field(54, 4))),
-                p_has_imm.eq(immf),
-            ]
-
-        # ---- verdict (the cycle after the last beat) -------------------------------------------
-        # The engine holds the frame's CRC only in the cycle after its last beat: the next
-        # frame's first beat may enter (and restart the engine) while the verdict waits for
-        # room in ``vfifo``, so the comparison is kept from that cycle on.
-        residues = icrc_residues(W)
-        icrc_match = Signal()
-        with m.Switch(p_z):
-            for z in range(W):
-                with m.Case(z):
-                    m.d.comb += icrc_match.eq(icrc.crc == residues[z])
-        p_icrc_ok = Signal()
-        icrc_ok = Signal()
-        m.d.comb += icrc_ok.eq(Mux(p_fresh, icrc_match, p_icrc_ok))
-        with m.If(p_fresh):
-            m.d.sync += [p_fresh.eq(0), p_icrc_ok.eq(icrc_match)]
+        # ---- v2: decide, count, hand the verdict to the drain, update the QP ----------------
         counters = {name: Signal(32, name=f"n_{name}") for name in ("accepted",) + DROP_REASONS}
         for name, sig in counters.items():
             m.d.comb += getattr(self.counters, name).eq(sig)
-        accept = (p_pre == n_pre) & icrc_ok & (p_post == 4)
+        accept = v1_pre_ok & v1["icrc_ok"] & passed
+        out_bytes = v1["out_bytes"]
         v = Signal(verdict)
-        wr_va = Mux(p_start, p_va, q_va[p_qp])
-        length = Mux(p_start, p_dmalen, q_len[p_qp])
-        # What the QP's format makes of the payload: FP32 bytes written (``out_bytes``).
-        # (Plain expressions, no Switch: Icarus never runs an ``always @*`` block whose inputs
-        # keep their initial values, and these would stay X.)
-        codes = {f: i for i, f in enumerate(QUANT_FORMATS)}
-        sel = [p_qp == i for i in range(self.num_qps)]
-        fmt_raw = Signal(2)
-        dim = Signal(16)
         m.d.comb += [
-            fmt_raw.eq(_or_all([sel[i].replicate(2) & q_fmt[i]
-                                for i in range(self.num_qps)])),
-            dim.eq(_or_all([sel[i].replicate(16) & q_dim[i]
-                            for i in range(self.num_qps)])),
-        ]
-        built = Const(sum(1 << codes[f] for f in self.formats), 4)
-        fmt = Signal(2)
-        m.d.comb += fmt.eq(Mux(built.bit_select(fmt_raw, 1), fmt_raw, 0))
-        rows = Signal(range(pmtu + 1))
-        out_bytes = Signal(16)
-        if "int8" in self.formats:
-            m.d.comb += rows.eq(p_plen // (dim + 8))
-        m.d.comb += out_bytes.eq(Mux(fmt == codes["int8"], rows * (dim << 2),
-                                     Mux(fmt == codes["none"], p_plen, p_plen << 1)))
-        m.d.comb += [
-            v.accept.eq(accept), v.wbeats.eq(p_wbeats), v.addr.eq(wr_va[LW:]),
+            v.accept.eq(accept), v.wbeats.eq(v1["wbeats"]), v.addr.eq(v1_va[LW:]),
             v.tail.eq(Mux(out_bytes[:LW] == 0, W, out_bytes[:LW])),
-            v.complete.eq(accept & ~p_cont),
-            v.qp.eq(p_qp), v.length.eq(length), v.imm.eq(p_imm), v.has_imm.eq(p_has_imm),
-            v.obeats.eq((out_bytes + W - 1) >> LW), v.fmt.eq(fmt), v.dim.eq(dim),
-            v.rows.eq(rows),
-            vfifo.w_data.eq(v),
+            v.complete.eq(accept & ~v1_cont),
+            v.qp.eq(v1["qp"]), v.length.eq(v1_len), v.imm.eq(v1["imm"]),
+            v.has_imm.eq(v1["immf"]), v.obeats.eq((out_bytes + W - 1) >> LW),
+            v.fmt.eq(v1["fmt"]), v.dim.eq(v1["dim"]), v.rows.eq(v1["rows"]),
+            vfifo.w_data.eq(v), vfifo.w_en.eq(v1_valid),
         ]
-        with m.If(pend & vfifo.w_rdy):
-            m.d.comb += vfifo.w_en.eq(1)
-            m.d.sync += pend.eq(0)
-            with m.If(p_pre != n_pre):
-                with m.Switch(p_pre):
+        q = v1["qp"]
+        with m.If(v1_valid):
+            with m.If(~v1_pre_ok):
+                with m.Switch(v1_pre):
                     for i in range(n_pre):
                         with m.Case(i):
                             m.d.sync += counters[DROP_REASONS[i]].eq(counters[DROP_REASONS[i]] + 1)
-            with m.Elif(~icrc_ok):
+            with m.Elif(~v1["icrc_ok"]):
                 m.d.sync += counters["icrc"].eq(counters["icrc"] + 1)
-            with m.Elif(p_post != 4):
-                with m.Switch(p_post):
+            with m.Elif(~passed):
+                with m.Switch(post):
                     for i, name in enumerate(("qp", "opcode", "psn", "length")):
                         with m.Case(i):
                             m.d.sync += counters[name].eq(counters[name] + 1)
             with m.Else():
                 m.d.sync += [
                     counters["accepted"].eq(counters["accepted"] + 1),
-                    q_psn[p_qp].eq(q_psn[p_qp] + 1), q_in[p_qp].eq(p_cont),
-                    q_va[p_qp].eq(wr_va + out_bytes), q_len[p_qp].eq(length),
-                    q_rem[p_qp].eq(Mux(p_start, p_dmalen, q_rem[p_qp]) - p_plen),
+                    tables["psn"][q].eq(v1_psn), tables["in"][q].eq(v1_cont),
+                    tables["va"][q].eq(v1_va_next), tables["len"][q].eq(v1_len),
+                    tables["rem"][q].eq(v1_rem),
                 ]
-        # Host writes take effect when no verdict is being applied.
-        m.d.comb += self.qp_init.ready.eq(~pend)
+        m.d.comb += [fwd["valid"].eq(v1_valid & accept), fwd["qp"].eq(q), fwd["psn"].eq(v1_psn),
+                     fwd["in"].eq(v1_cont), fwd["va"].eq(v1_va_next), fwd["rem"].eq(v1_rem),
+                     fwd["len"].eq(v1_len)]
+        # Host writes take effect when no frame is being checked.
+        m.d.comb += self.qp_init.ready.eq(~(k4["busy"] | v1_valid))
         with m.If(self.qp_init.valid & self.qp_init.ready):
             init = self.qp_init.payload
-            m.d.sync += [q_psn[init.qp].eq(init.psn), q_in[init.qp].eq(0),
-                         q_fmt[init.qp].eq(init.format), q_dim[init.qp].eq(init.dim)]
+            m.d.sync += [tables["psn"][init.qp].eq(init.psn), tables["in"][init.qp].eq(0),
+                         tables["fmt"][init.qp].eq(init.format),
+                         tables["dim"][init.qp].eq(init.dim)]
 
-        # ---- drain: memory writes and completions ----------------------------------------------
+    def _drain(self, m, pfifo, vfifo, verdict):
+        """Memory writes and completions: one verdict at a time, its payload from ``pfifo``
+        (written, widened, dequantized or discarded)."""
+        W = self.data_bytes
+        LW = W.bit_length() - 1
         d = Signal(verdict)
         d_left = Signal(self.beats_width + 1)     # memory beats still to write
         in_left = Signal(self.beats_width + 1)    # payload FIFO beats still to take
@@ -522,7 +665,6 @@ class Depacketizer(wiring.Component):
                 m.d.comb += self.completion.valid.eq(1)
                 with m.If(self.completion.ready):
                     m.next = "Idle"
-        return m
 
     def _widen(self, m, d, pfifo, last, wmask, written, d_left, after_write, codes):
         """FP16/BF16 payload beats to FP32: two memory beats per payload beat."""

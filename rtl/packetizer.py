@@ -29,11 +29,12 @@ the immediate on LAST/ONLY. PSNs count per destination, modulo 2**24, continuing
 table's value; AckReq is set on the last packet of each message. The payload is padded to a
 multiple of 4 bytes (BTH pad count). Constant fields are those of :mod:`rtl.roce`.
 
-Timing: each packet's plan (its cut of the message, opcode and lengths; then the IP header
-checksum) is computed in two register stages ahead of the frame generator while the previous
-frame streams, so the header the generator loads at a frame's last beat is already registered.
-A message's first frame leaves two cycles later than a combinational plan would; back-to-back
-packets keep one frame beat a cycle (65 cycles per 4096 B packet at 64 B).
+Timing: each packet's plan is computed in three register stages ahead of the frame generator
+while the previous frame streams (A: the cut of the message, opcode and every length, each one
+adder from the message registers; B: the IP checksum's terms; C: its fold), so the header the
+generator loads at a frame's last beat is already registered. A message's first frame beat
+shows seven cycles after its descriptor is taken; back-to-back packets keep one frame beat a
+cycle (65 cycles per 4096 B packet at 64 B).
 
 With ``quant="fp16"`` or ``"bf16"`` each FP32 element is rounded to nearest even by
 :mod:`rtl.fp` converters on the fly; the wire carries ``length / 2`` bytes (``length`` a
@@ -67,16 +68,18 @@ Timing
 ======
 
 The frame is assembled as it is sent: the header (computed while the previous frame is still
-going out) is overlaid on the payload beats, shifted by the header length; the ICRC is
-computed (:class:`rtl.roce.ICRCEngine`, the CRC of ``amaranth.lib.crc``'s
-Algorithm) on a copy of each beat rotated so that the covered bytes end
+going out) shifts out of a register a beat at a time, overlaid on the payload beats shifted by
+the header length; which bytes are header, payload or zero and whether a beat takes a payload
+beat are registered flags stepped at each beat (no beat counter is compared with lengths).
+The ICRC is computed (:class:`rtl.roce.ICRCEngine` in two stages, the CRC of
+``amaranth.lib.crc``'s Algorithm) on a copy of each beat rotated so that the covered bytes end
 on a beat boundary (leading zeros are free because the CRC register starts at zero after the
-first four 0xFF bytes of the pseudo-header). One register stage before ``frame`` holds a beat
-until its ICRC is known. Frames leave back to back, one beat per cycle, while ``payload``
-keeps up and ``frame`` is ready: a packet of ``F`` frame bytes takes ``ceil(F / data_bytes)``
-cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per beat). A new message's first packet
-follows the previous one without a gap when its descriptor arrived in time; latency from a
-descriptor to the first beat is 2 cycles.
+first four 0xFF bytes of the pseudo-header). Two register stages follow the generator (``r``,
+then ``o``, where the ICRC is overlaid once the engine holds it). Frames leave back to back,
+one beat per cycle, while ``payload`` keeps up and ``frame`` is ready: a packet of ``F`` frame
+bytes takes ``ceil(F / data_bytes)`` cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per
+beat). The plan passes a packet on at most every two cycles, so one-beat frames (payloads of up
+to 6 bytes at 64 bytes per beat) go every other cycle.
 """
 
 from __future__ import annotations
@@ -86,15 +89,18 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .roce import (BASE_HEADER_LEN, BTH_PKEY, ETHERTYPE_IPV4, FrameBeat, IP_FLAGS_DF, IP_TTL,
+from .roce import (BASE_HEADER_LEN, BTH_PKEY, ETH_LEN, ETHERTYPE_IPV4, FrameBeat,
+                   HLEN_BY_HTYPE, ICRC_LEN, ICRCEngine, IP_FLAGS_DF, IP_LEN, IP_TTL,
                    MAX_HEADER_LEN, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
                    OP_WRITE_MIDDLE, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, ROCE_UDP_PORT,
-                   check_data_bytes, check_pmtu, ICRCEngine)
+                   check_data_bytes, check_pmtu)
 from .streams import check_int
 
 __all__ = ["SendDescriptor", "DestEntry", "Packetizer", "QUANT_FORMATS"]
 
 QUANT_FORMATS = ("none", "fp16", "bf16", "int8")
+
+_HLEN = HLEN_BY_HTYPE
 
 class SendDescriptor(data.StructLayout):
     """One RDMA WRITE to send (see :class:`Packetizer`)."""
@@ -486,7 +492,6 @@ class Packetizer(wiring.Component):
         m = Module()
         W = self.data_bytes
         pmtu = self.pmtu
-        HW = -(-MAX_HEADER_LEN // W)          # beats the longest header can touch
 
         # ---- payload source (optionally quantized on the fly) --------------------------------
         cmd_fifo = None
@@ -515,6 +520,7 @@ class Packetizer(wiring.Component):
             return Array(Signal(width, name=f"{name}{i}") for i in range(self.num_dest))
         t_mac, t_ip, t_qpn = table("t_mac", 48), table("t_ip", 32), table("t_qpn", 24)
         t_sport, t_psn = table("t_sport", 16), table("t_psn", 24)
+        t_ipsum = table("t_ipsum", 17)     # the two halves of the IP address, summed on write
 
         # ---- message state --------------------------------------------------------------------
         m_active = Signal()
@@ -522,7 +528,10 @@ class Packetizer(wiring.Component):
         m_va, m_rkey, m_len = Signal(64), Signal(32), Signal(32)
         m_imm, m_has_imm = Signal(32), Signal()
         m_mac, m_ip, m_qpn, m_sport = Signal(48), Signal(32), Signal(24), Signal(16)
+        m_ipsum = Signal(17)
         m_rem = Signal(32)          # wire bytes not yet given to a packet
+        m_rem4 = Signal(32)         # the same rounded up to a multiple of 4 (payload + pad)
+        m_last = Signal()           # m_rem <= pmtu: the next packet is the message's last
         m_first = Signal()
         m_psn = Signal(24)
 
@@ -535,7 +544,7 @@ class Packetizer(wiring.Component):
             e = self.table.payload
             m.d.sync += [t_mac[e.index].eq(e.mac), t_ip[e.index].eq(e.ip),
                          t_qpn[e.index].eq(e.qpn), t_sport[e.index].eq(e.udp_sport),
-                         t_psn[e.index].eq(e.psn)]
+                         t_psn[e.index].eq(e.psn), t_ipsum[e.index].eq(e.ip[16:] + e.ip[:16])]
         with m.If(self.desc.valid & self.desc.ready):
             d = self.desc.payload
             if self.quant == "none":
@@ -554,105 +563,117 @@ class Packetizer(wiring.Component):
                              cmd_fifo.w_data.eq((d.length + W - 1) >> (W.bit_length() - 1))]
             m.d.sync += [
                 m_active.eq(1), m_dest.eq(d.dest), m_va.eq(d.va), m_rkey.eq(d.rkey),
-                m_len.eq(wire_len), m_rem.eq(wire_len), m_imm.eq(d.imm),
+                m_len.eq(wire_len), m_rem.eq(wire_len), m_rem4.eq((wire_len + 3)[2:] << 2),
+                m_last.eq(wire_len <= pmtu), m_imm.eq(d.imm),
                 m_has_imm.eq(d.has_imm), m_first.eq(1), m_psn.eq(t_psn[d.dest]),
                 m_mac.eq(t_mac[d.dest]), m_ip.eq(t_ip[d.dest]), m_qpn.eq(t_qpn[d.dest]),
-                m_sport.eq(t_sport[d.dest]),
+                m_sport.eq(t_sport[d.dest]), m_ipsum.eq(t_ipsum[d.dest]),
             ]
 
-        # ---- plan of the next packets: two register stages ahead of the generator --------------
-        # Stage A cuts the message state into the next packet (length, opcode, lengths, PSN) and
-        # copies the message's fields, so a new descriptor may be accepted while earlier packets
-        # are still planned; stage B adds the IP checksum. Both run while the previous frame
-        # streams (a 4096 B packet is 65 beats at 64 B), so the generator loads a finished
-        # header the cycle it ends a frame: the header path is three short stages, not one.
-        last_pkt = Signal()
-        plen_c = Signal(13)
+        # ---- plan of the next packets: three register stages ahead of the generator -----------
+        # A cuts the message into the next packet (opcode, lengths, PSN; every length one adder
+        # from the message registers), B adds the IP checksum's terms, C folds the checksum.
+        # They run while earlier frames stream (a 4096 B packet is 65 beats at 64 B), so the
+        # generator loads finished header fields when it ends a frame. A stage takes a packet
+        # when it is empty or passes its own on in the same cycle; C is emptied by the
+        # generator's load, and B waits for C to be empty (the load does not reach back into the
+        # plan: a packet at most every two cycles, which no frame of two beats or more notices).
+        LW = W.bit_length() - 1
+        lip_sum = Signal(18)           # the constant IP header terms and the source address
+        m.d.sync += lip_sum.eq(0x4500 + IP_FLAGS_DF + ((IP_TTL << 8) | 17)
+                               + self.local_ip[16:] + self.local_ip[:16])
         immf_c = Signal()
-        hlen_c = Signal(7)
-        m.d.comb += [
-            last_pkt.eq(m_rem <= pmtu),
-            plen_c.eq(Mux(last_pkt, m_rem, pmtu)),
-            immf_c.eq(m_has_imm & last_pkt),
-            hlen_c.eq(BASE_HEADER_LEN + Mux(m_first, 16, 0) + Mux(immf_c, 4, 0)),
-        ]
+        htype_c = Signal(2)            # {reth, immf}: one of the four header lengths
+        m.d.comb += [immf_c.eq(m_has_imm & m_last), htype_c.eq(Cat(immf_c, m_first))]
         opcode_c = Signal(8)
-        with m.If(m_first & last_pkt):
+        with m.If(m_first & m_last):
             m.d.comb += opcode_c.eq(Mux(immf_c, OP_WRITE_ONLY_IMM, OP_WRITE_ONLY))
         with m.Elif(m_first):
             m.d.comb += opcode_c.eq(OP_WRITE_FIRST)
-        with m.Elif(last_pkt):
+        with m.Elif(m_last):
             m.d.comb += opcode_c.eq(Mux(immf_c, OP_WRITE_LAST_IMM, OP_WRITE_LAST))
         with m.Else():
             m.d.comb += opcode_c.eq(OP_WRITE_MIDDLE)
 
-        fields = {"last": 1, "plen": 13, "reth": 1, "immf": 1, "opcode": 8, "hlen": 7,
-                  "psn": 24, "mac": 48, "ip": 32, "qpn": 24, "sport": 16, "va": 64, "rkey": 32,
-                  "len": 32, "imm": 32, "csum_part": 19}
-        a_r = {k: Signal(w, name=f"a_{k}") for k, w in fields.items()}
-        b_r = {k: Signal(w, name=f"b_{k}") for k, w in fields.items()}
-        a_valid, b_valid = Signal(), Signal()
-        b_csum = Signal(16)
-        p_active = Signal()
+        def by_htype(f):
+            """A constant per header type, selected by the packet's {reth, immf}."""
+            return Array(Const(f(_HLEN[ht]), 16) for ht in range(4))[htype_c]
+
+        plen_c = Mux(m_last, m_rem[:13], pmtu)
+        plen4_c = Mux(m_last, m_rem4[:14], pmtu)
+        fields = {"last": 1, "plen": 13, "htype": 2, "opcode": 8, "psn": 24, "mac": 48,
+                  "ip": 32, "qpn": 24, "sport": 16, "va": 64, "rkey": 32, "len": 32, "imm": 32,
+                  "pad": 2, "iplen": 16, "elen": 14, "flen_m1": 14, "payend": 14, "npay": 11,
+                  "csum": 19}
+        st = {n: {k: Signal(w, name=f"{n}_{k}") for k, w in fields.items()} for n in "abc"}
+        valid = {n: Signal(name=f"{n}_valid") for n in "abc"}
         load = Signal()
-        a_to_b = a_valid & (~b_valid | load)
-        a_go = m_active & (~a_valid | a_to_b)
-        with m.If(a_to_b):
-            m.d.sync += b_valid.eq(1)
-        with m.Elif(load):
-            m.d.sync += b_valid.eq(0)
-        with m.If(a_go):
-            m.d.sync += a_valid.eq(1)
-        with m.Elif(a_to_b):
-            m.d.sync += a_valid.eq(0)
+        b_to_c = valid["b"] & ~valid["c"]
+        a_to_b = valid["a"] & (~valid["b"] | b_to_c)
+        a_go = m_active & (~valid["a"] | a_to_b)
+        for n, take, give in (("a", a_go, a_to_b), ("b", a_to_b, b_to_c), ("c", b_to_c, load)):
+            with m.If(take):
+                m.d.sync += valid[n].eq(1)
+            with m.Elif(give):
+                m.d.sync += valid[n].eq(0)
+        a, b_, c = st["a"], st["b"], st["c"]
         with m.If(a_go):
             m.d.sync += [
-                a_r["last"].eq(last_pkt), a_r["plen"].eq(plen_c), a_r["reth"].eq(m_first),
-                a_r["immf"].eq(immf_c), a_r["opcode"].eq(opcode_c), a_r["hlen"].eq(hlen_c),
-                a_r["psn"].eq(m_psn), a_r["mac"].eq(m_mac), a_r["ip"].eq(m_ip),
-                a_r["qpn"].eq(m_qpn), a_r["sport"].eq(m_sport), a_r["va"].eq(m_va),
-                a_r["rkey"].eq(m_rkey), a_r["len"].eq(m_len), a_r["imm"].eq(m_imm),
-                # IP header checksum terms that do not depend on the packet length
-                a_r["csum_part"].eq(0x4500 + IP_FLAGS_DF + ((IP_TTL << 8) | 17)
-                                    + self.local_ip[16:] + self.local_ip[:16]
-                                    + m_ip[16:] + m_ip[:16]),
-                m_rem.eq(m_rem - plen_c), m_first.eq(0), m_psn.eq(m_psn + 1),
+                a["last"].eq(m_last), a["plen"].eq(plen_c), a["htype"].eq(htype_c),
+                a["opcode"].eq(opcode_c), a["psn"].eq(m_psn), a["mac"].eq(m_mac),
+                a["ip"].eq(m_ip), a["qpn"].eq(m_qpn), a["sport"].eq(m_sport), a["va"].eq(m_va),
+                a["rkey"].eq(m_rkey), a["len"].eq(m_len), a["imm"].eq(m_imm),
+                a["pad"].eq(Mux(m_last, -m_rem[:2], 0)),
+                # lengths of the frame, each one adder from the message registers
+                a["iplen"].eq(plen4_c + by_htype(lambda h: h + ICRC_LEN - ETH_LEN)),
+                a["elen"].eq(plen4_c + by_htype(lambda h: h)),
+                a["flen_m1"].eq(plen4_c + by_htype(lambda h: h + ICRC_LEN - 1)),
+                a["payend"].eq(plen_c + by_htype(lambda h: h)),
+                a["npay"].eq((plen4_c + (W - 1)) >> LW),
+                a["csum"].eq(lip_sum + m_ipsum),
+                m_rem.eq(m_rem - pmtu), m_rem4.eq(m_rem4 - pmtu), m_last.eq(m_rem <= 2 * pmtu),
+                m_first.eq(0), m_psn.eq(m_psn + 1),
             ]
-            with m.If(last_pkt):
+            with m.If(m_last):
                 m.d.sync += [m_active.eq(0), t_psn[m_dest].eq(m_psn + 1)]
-
-        a_pad = Signal(2)
-        a_elen = Signal(14)
-        a_iplen = Signal(16)
-        csum_sum = Signal(20)
-        csum_fold = Signal(17)
-        m.d.comb += [
-            a_pad.eq(-a_r["plen"]),
-            a_elen.eq(a_r["hlen"] + a_r["plen"] + a_pad),
-            a_iplen.eq(a_elen + 4 - 14),
-            csum_sum.eq(a_r["csum_part"] + a_iplen),
-            csum_fold.eq(csum_sum[:16] + csum_sum[16:]),
-        ]
         with m.If(a_to_b):
-            m.d.sync += [b_r[k].eq(a_r[k]) for k in fields]
-            m.d.sync += b_csum.eq(~(csum_fold[:16] + csum_fold[16]))
+            m.d.sync += [b_[k].eq(a[k]) for k in fields if k != "csum"]
+            m.d.sync += b_["csum"].eq(a["csum"] + a["iplen"])
+        csum_fold = Signal(17)
+        m.d.comb += csum_fold.eq(b_["csum"][:16] + b_["csum"][16:])
+        with m.If(b_to_c):
+            m.d.sync += [c[k].eq(b_[k]) for k in fields if k != "csum"]
+            m.d.sync += c["csum"].eq(~(csum_fold[:16] + csum_fold[16])[:16])
 
-        # Stage B's packet, as the generator loads it.
-        plen, reth, immf, hlen = b_r["plen"], b_r["reth"], b_r["immf"], b_r["hlen"]
-        m_mac, m_ip, m_qpn, m_sport = b_r["mac"], b_r["ip"], b_r["qpn"], b_r["sport"]
-        m_va, m_rkey, m_len, m_imm = b_r["va"], b_r["rkey"], b_r["len"], b_r["imm"]
-        opcode, csum = b_r["opcode"], b_csum
-        pad = Signal(2)
-        e_len = Signal(14)            # bytes covered by the ICRC: header + payload + pad
-        ip_len = Signal(16)
-        m.d.comb += [pad.eq(-plen), e_len.eq(hlen + plen + pad), ip_len.eq(e_len + 4 - 14)]
-        udp_len = ip_len - 20
-        head = (_be(m_mac, 6) + _be(self.local_mac, 6) + _c(ETHERTYPE_IPV4, 2)
+        # ---- the generator ---------------------------------------------------------------------
+        self._generator(m, c, valid["c"], load, pl)
+        return m
+
+    def _generator(self, m, c, c_valid, load, pl):
+        """Frames out of planned packets: the header overlaid on the payload, the ICRC
+        computed in two stages and overlaid in the output register.
+
+        Every decision about the current beat is a registered flag, updated when a beat is
+        sent (no beat counter compared against lengths): the header and its ICRC copy shift
+        out of registers a beat at a time, ``hm`` marks the header bytes, the payload counters
+        say whether this beat takes a payload beat and whether the payload ends here.
+        """
+        W = self.data_bytes
+        LW = W.bit_length() - 1
+        HW = -(-MAX_HEADER_LEN // W)          # beats the longest header can touch
+        # Stage C's packet, as the generator loads it.
+        reth, immf = c["htype"][1], c["htype"][0]
+        m_va, m_rkey, m_len, m_imm = c["va"], c["rkey"], c["len"], c["imm"]
+        ip_len, pad = c["iplen"], c["pad"]
+        udp_len = Signal(16)
+        m.d.comb += udp_len.eq(ip_len - IP_LEN)
+        head = (_be(c["mac"], 6) + _be(self.local_mac, 6) + _c(ETHERTYPE_IPV4, 2)
                 + _c(0x45, 1) + _c(0, 1) + _be(ip_len, 2) + _c(0, 2) + _c(IP_FLAGS_DF, 2)
-                + _c(IP_TTL, 1) + _c(17, 1) + _be(csum, 2) + _be(self.local_ip, 4) + _be(m_ip, 4)
-                + _be(m_sport, 2) + _c(ROCE_UDP_PORT, 2) + _be(udp_len[:16], 2) + _c(0, 2)
-                + [opcode, Cat(Const(0, 4), pad, Const(0, 2))] + _c(BTH_PKEY, 2) + _c(0, 1)
-                + _be(m_qpn, 3) + [Cat(Const(0, 7), b_r["last"])] + _be(b_r["psn"], 3))
+                + _c(IP_TTL, 1) + _c(17, 1) + _be(c["csum"], 2) + _be(self.local_ip, 4)
+                + _be(c["ip"], 4) + _be(c["sport"], 2) + _c(ROCE_UDP_PORT, 2)
+                + _be(udp_len, 2) + _c(0, 2)
+                + [c["opcode"], Cat(Const(0, 4), pad, Const(0, 2))] + _c(BTH_PKEY, 2) + _c(0, 1)
+                + _be(c["qpn"], 3) + [Cat(Const(0, 7), c["last"])] + _be(c["psn"], 3))
         assert len(head) == BASE_HEADER_LEN
         ext_reth = Cat(*(_be(m_va, 8) + _be(m_rkey, 4) + _be(m_len, 4) + _be(m_imm, 4)))
         ext_imm = Cat(*(_be(m_imm, 4) + _c(0, 16)))
@@ -664,132 +685,146 @@ class Packetizer(wiring.Component):
             crc_head[i] = Const(0xFF, 8)
         crc_hdr_next = Cat(*crc_head, Mux(reth, ext_reth, ext_imm),
                            Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
+        hmask_next = Array(Const((1 << _HLEN[ht]) - 1, HW * W) for ht in range(4))[c["htype"]]
+        beats_m1 = c["flen_m1"] >> LW
+        pe_beat = (c["payend"] - 1)[:14] >> LW
+        in_first = Array(Const(_HLEN[ht] >> LW, 4) for ht in range(4))[c["htype"]]
+        rot_next = Signal(range(W))
+        m.d.comb += rot_next.eq(-c["elen"])
+        tail = c["payend"][:LW]
 
-        # ---- packet registers (loaded when a packet starts) ----------------------------------
-        p_hdr = Signal(8 * HW * W)
-        p_crc_hdr = Signal(8 * HW * W)
-        p_htype = Signal(2)            # {reth, immf}: selects the header length
-        p_hlen = Signal(7)
-        p_pay_end = Signal(14)         # header + payload bytes
-        p_beats = Signal(10)           # frame beats
-        p_feed = Signal(10)            # beats of CRC feed
-        p_rot = Signal(range(W))       # d = (-E) mod W: CRC feed rotation
-        p_in_first = Signal(10)        # frame beat that takes payload beat 0 (H // W)
-        p_in_end = Signal(10)          # p_in_first + payload beats
+        # ---- packet registers: loaded when a packet starts, stepped at each beat -------------
+        p_active = Signal()
+        p_hdr = Signal(8 * HW * W)     # header bytes not yet sent (shift register)
+        p_crc_hdr = Signal(8 * HW * W) # the same with the ICRC's variant fields masked
+        hm = Signal(HW * W)            # which of them are header bytes
+        p_htype = Signal(2)
+        p_rot = Signal(range(W))       # d = (-E) mod W: CRC feed rotation, ICRC lane W - d
+        p_spill = Signal()             # d == 2: the ICRC's last two bytes take one more beat
         p_last_count = Signal(range(W + 1))
-        b = Signal(10)                 # current frame beat
+        p_tail_mask = Signal(W)        # payload bytes of the beat where the payload ends
+        left = Signal(10)              # beats after this one
+        lb, pb = Signal(), Signal()    # this beat is the last / the one before the last
+        fb = Signal()                  # this beat is the first
+        pre_left = Signal(4)           # beats before the first payload beat is taken
+        pay_left = Signal(11)          # payload beats still to take
+        ni = Signal()                  # this beat takes a payload beat
+        pe_left = Signal(10)           # beats before the one where the payload ends
+        pe_now, pe_past = Signal(), Signal()
 
-        f_len = e_len + 4
-        nbeats = (f_len + W - 1) >> (W.bit_length() - 1)
-        nfeed = (e_len + W - 1) >> (W.bit_length() - 1)
-        npay = (plen + W - 1) >> (W.bit_length() - 1)
-        in_first = hlen >> (W.bit_length() - 1)
-
-        # ---- the generator ---------------------------------------------------------------------
-        r_valid = Signal()
-        r_data = Signal(8 * W)
-        r_count = Signal(range(W + 1))
-        r_last = Signal()
-        r_mode = Signal(2)             # 0: no ICRC byte here, 1: ICRC from lane W-d, 2: spill
-        r_rot = Signal(range(W))
-        r_ready = ~r_valid | self.frame.ready
+        # ---- output: two registers (r, then o, which carries the ICRC) -----------------------
+        r_valid, o_valid, o_first = Signal(), Signal(), Signal()
+        r_data, o_data = Signal(8 * W), Signal(8 * W)
+        r_count, o_count = Signal(range(W + 1)), Signal(range(W + 1))
+        r_last, o_last = Signal(), Signal()
+        r_mode, o_mode = Signal(2), Signal(2)   # 0: no ICRC byte, 1: ICRC at lane W-d, 2: spill
+        r_rot, o_rot = Signal(range(W)), Signal(range(W))
+        o_ready = ~o_valid | self.frame.ready
+        r_ready = ~r_valid | o_ready
 
         prev = Signal(8 * W)           # previous payload beat
         prev_crc = Signal(8 * W)       # previous CRC-variant frame beat
-        need_in = p_active & (b >= p_in_first) & (b < p_in_end)
-        gen_valid = p_active & (~need_in | pl.valid)
-        advance = gen_valid & r_ready
-        m.d.comb += pl.ready.eq(p_active & need_in & r_ready)
+        advance = p_active & (~ni | pl.valid) & r_ready
+        m.d.comb += pl.ready.eq(p_active & ni & r_ready)
 
         shifted = Signal(8 * W)
         both = Cat(prev, pl.payload)
         with m.Switch(p_htype):
-            for htype in range(4):
-                h = BASE_HEADER_LEN + 16 * (htype >> 1) + 4 * (htype & 1)
-                s = h % W
-                with m.Case(htype):
+            for ht in range(4):
+                s = _HLEN[ht] % W
+                with m.Case(ht):
                     m.d.comb += shifted.eq(both.bit_select(8 * (W - s), 8 * W))
-
-        pos0 = b * W
-        lo = Signal(range(-1 << 14, 1 << 14))
-        hi = Signal(range(-1 << 14, 1 << 14))
-        m.d.comb += [lo.eq(p_hlen - pos0), hi.eq(p_pay_end - pos0)]
-        hword = Signal(8 * W)
-        crc_hword = Signal(8 * W)
-        with m.Switch(b):
-            for k in range(HW):
-                with m.Case(k):
-                    m.d.comb += [hword.eq(p_hdr.word_select(k, 8 * W)),
-                                 crc_hword.eq(p_crc_hdr.word_select(k, 8 * W))]
         beat = Signal(8 * W)
         crc_beat = Signal(8 * W)
         for i in range(W):
             sl = slice(8 * i, 8 * i + 8)
-            is_hdr = lo > i
-            is_pay = hi > i
+            is_pay = ~pe_past & (~pe_now | p_tail_mask[i])
             m.d.comb += [
-                beat[sl].eq(Mux(is_hdr, hword[sl], Mux(is_pay, shifted[sl], 0))),
-                crc_beat[sl].eq(Mux(is_hdr, crc_hword[sl], Mux(is_pay, shifted[sl], 0))),
+                beat[sl].eq(Mux(hm[i], p_hdr[sl], Mux(is_pay, shifted[sl], 0))),
+                crc_beat[sl].eq(Mux(hm[i], p_crc_hdr[sl], Mux(is_pay, shifted[sl], 0))),
             ]
 
-        # ICRC: feed beat j = frame bytes [jW - d, jW - d + W), ending exactly at E.
-        m.submodules.icrc = icrc = ICRCEngine(W)
+        # ICRC, two stages (the engine registers its feed, then updates): feed beat j = frame
+        # bytes [jW - d, jW - d + W), ending exactly at E (leading zeros are free).
+        m.submodules.icrc = icrc = ICRCEngine(W, stages=2)
         feed = Signal(8 * W)
-        prev_feed = Mux(b == 0, 0, prev_crc)
-        both_crc = Cat(prev_feed, crc_beat)
+        both_crc = Cat(Mux(fb, 0, prev_crc), crc_beat)
         with m.Switch(p_rot):
             for rot in range(2, W, 4):
                 with m.Case(rot):
                     m.d.comb += feed.eq(both_crc.bit_select(8 * (W - rot), 8 * W))
         m.d.comb += [
             icrc.data.eq(feed),
-            icrc.valid.eq(advance & (b < p_feed)),
-            icrc.start.eq(advance & (b == 0)),
+            icrc.valid.eq(advance & ~(p_spill & lb)),
+            icrc.start.eq(advance & fb),
         ]
 
-        last_beat = b == p_beats - 1
-        with m.If(self.frame.valid & self.frame.ready):
-            m.d.sync += r_valid.eq(0)
         with m.If(advance):
             m.d.sync += [
-                r_valid.eq(1), r_data.eq(beat), r_last.eq(last_beat),
-                r_count.eq(Mux(last_beat, p_last_count, W)), r_rot.eq(p_rot),
-                r_mode.eq(Mux(b == p_feed - 1, 1, Mux(b == p_feed, 2, 0))),
-                prev_crc.eq(crc_beat), b.eq(b + 1),
+                r_valid.eq(1), r_data.eq(beat), r_last.eq(lb),
+                r_count.eq(Mux(lb, p_last_count, W)), r_rot.eq(p_rot),
+                r_mode.eq(Mux(p_spill, Mux(pb, 1, Mux(lb, 2, 0)), Mux(lb, 1, 0))),
+                prev_crc.eq(crc_beat), fb.eq(0),
+                p_hdr.eq(p_hdr >> (8 * W)), p_crc_hdr.eq(p_crc_hdr >> (8 * W)),
+                hm.eq(hm >> W),
+                left.eq(left - 1), lb.eq(left == 1), pb.eq(left == 2),
+                pe_left.eq(pe_left - 1), pe_now.eq(pe_left == 1), pe_past.eq(pe_past | pe_now),
             ]
-            with m.If(need_in):
-                m.d.sync += prev.eq(pl.payload)
+            with m.If(ni):
+                m.d.sync += [prev.eq(pl.payload), pay_left.eq(pay_left - 1),
+                             ni.eq(pay_left != 1)]
+            with m.Else():
+                m.d.sync += [pre_left.eq(pre_left - 1),
+                             ni.eq((pre_left == 1) & (pay_left != 0))]
+        with m.Elif(o_ready):
+            m.d.sync += r_valid.eq(0)
+        with m.If(o_ready):
+            m.d.sync += [o_valid.eq(r_valid), o_data.eq(r_data), o_count.eq(r_count),
+                         o_last.eq(r_last), o_mode.eq(r_mode), o_rot.eq(r_rot)]
+        m.d.sync += o_first.eq(o_ready & r_valid)
 
         # Start the next packet when the generator is idle or finishing a frame.
-        m.d.comb += load.eq(b_valid & (~p_active | (advance & last_beat)))
-        with m.If(advance & last_beat):
+        m.d.comb += load.eq(c_valid & (~p_active | (advance & lb)))
+        with m.If(advance & lb):
             m.d.sync += p_active.eq(0)
         with m.If(load):
             m.d.sync += [
-                p_active.eq(1), b.eq(0), p_hdr.eq(hdr_next), p_crc_hdr.eq(crc_hdr_next),
-                p_htype.eq(Cat(immf, reth)), p_hlen.eq(hlen), p_pay_end.eq(hlen + plen),
-                p_beats.eq(nbeats), p_feed.eq(nfeed), p_rot.eq(-e_len),
-                p_in_first.eq(in_first), p_in_end.eq(in_first + npay),
-                p_last_count.eq(f_len - ((nbeats - 1) * W)),
+                p_active.eq(1), p_hdr.eq(hdr_next), p_crc_hdr.eq(crc_hdr_next),
+                hm.eq(hmask_next), p_htype.eq(c["htype"]), p_rot.eq(rot_next),
+                p_spill.eq(rot_next == 2), p_last_count.eq(c["flen_m1"][:LW] + 1),
+                left.eq(beats_m1), lb.eq(beats_m1 == 0), pb.eq(beats_m1 == 1), fb.eq(1),
+                pre_left.eq(in_first), pay_left.eq(c["npay"]),
+                ni.eq((in_first == 0) & (c["npay"] != 0)),
+                pe_left.eq(pe_beat), pe_now.eq(pe_beat == 0), pe_past.eq(0),
             ]
+            with m.Switch(tail):
+                for t in range(W):
+                    with m.Case(t):
+                        m.d.sync += p_tail_mask.eq((1 << (t or W)) - 1)
 
         # ---- output stage: overlay the ICRC ----------------------------------------------------
+        # The engine's register holds the frame's ICRC in the cycle a beat that carries it
+        # enters ``o`` (it took the beat's feed at least one cycle before, and the next frame
+        # restarts it at the earliest one cycle later); ``crc_keep`` holds it while ``o`` waits.
+        crc_keep = Signal(32)
+        crc_val = Signal(32)
+        m.d.comb += crc_val.eq(Mux(o_first, icrc.crc, crc_keep))
+        with m.If(o_first):
+            m.d.sync += crc_keep.eq(icrc.crc)
         out = Signal(8 * W)
-        crc_val = icrc.crc
-        with m.Switch(Cat(r_rot, r_mode)):
+        with m.Switch(Cat(o_rot, o_mode)):
             for rot in range(2, W, 4):
-                with m.Case(rot | (1 << len(r_rot))):
+                with m.Case(rot | (1 << len(o_rot))):
                     lane = W - rot
                     n = min(4, rot)
-                    m.d.comb += out.eq(r_data | (crc_val[:8 * n] << (8 * lane)))
-            with m.Case(2 | (2 << len(r_rot))):
-                m.d.comb += out.eq(r_data | crc_val[16:32])
+                    m.d.comb += out.eq(o_data | (crc_val[:8 * n] << (8 * lane)))
+            with m.Case(2 | (2 << len(o_rot))):
+                m.d.comb += out.eq(o_data | crc_val[16:32])
             with m.Default():
-                m.d.comb += out.eq(r_data)
+                m.d.comb += out.eq(o_data)
         m.d.comb += [
-            self.frame.valid.eq(r_valid),
+            self.frame.valid.eq(o_valid),
             self.frame.payload.data.eq(out),
-            self.frame.payload.count.eq(r_count),
-            self.frame.payload.last.eq(r_last),
+            self.frame.payload.count.eq(o_count),
+            self.frame.payload.last.eq(o_last),
         ]
-        return m

@@ -38,6 +38,7 @@ __all__ = [
     "BTH_LEN", "RETH_LEN", "IMM_LEN", "ICRC_LEN", "BASE_HEADER_LEN", "MAX_HEADER_LEN",
     "IP_TTL", "IP_FLAGS_DF", "BTH_PKEY", "DROP_REASONS", "header_len", "check_data_bytes",
     "check_pmtu", "FrameBeat", "ICRC_ALGORITHM", "ICRCEngine", "icrc_step_matrix",
+    "HLEN_BY_HTYPE", "header_type",
 ]
 
 ROCE_UDP_PORT = 4791
@@ -74,6 +75,20 @@ DROP_REASONS = (
     "psn",           # PSN is not the next one expected for the QP
     "length",        # payload length disagrees with the RETH DMA length / path MTU
 )
+
+
+#: Header bytes before the payload by header type ``{reth, immf}`` (:func:`header_type`).
+HLEN_BY_HTYPE = tuple(BASE_HEADER_LEN + RETH_LEN * (ht >> 1) + IMM_LEN * (ht & 1)
+                      for ht in range(4))
+
+
+def header_type(opcode):
+    """The header type of an RC WRITE opcode (an Amaranth value): bit 1, a RETH follows the
+    BTH (FIRST, ONLY, ONLY WITH IMMEDIATE); bit 0, an immediate (LAST and ONLY WITH
+    IMMEDIATE). Index :data:`HLEN_BY_HTYPE` with it."""
+    reth = (opcode == OP_WRITE_FIRST) | (opcode == OP_WRITE_ONLY) | (opcode == OP_WRITE_ONLY_IMM)
+    immf = (opcode == OP_WRITE_LAST_IMM) | (opcode == OP_WRITE_ONLY_IMM)
+    return Cat(immf, reth)
 
 
 def header_len(opcode: int) -> int:
@@ -161,10 +176,19 @@ class ICRCEngine(wiring.Component):
     a chain of hundreds of nested XORs at 512 bits per word, which overflows Python's recursion
     limit in the simulator; here each bit is one parity reduction. The tests hold this engine to
     ``ICRC_ALGORITHM``'s own software model (``Parameters.compute``).
+
+    ``stages = 2`` puts the work in two pipeline stages for the clock: the first registers the
+    word (``data``, ``valid``, ``start``: whatever selects and masks the covered bytes ends
+    there), the second folds it into the register (one parity of at most 32 register bits and
+    the word's bits per register bit). ``crc`` then shows a word two cycles after it was given
+    instead of one.
     """
 
-    def __init__(self, data_bytes: int):
+    def __init__(self, data_bytes: int, *, stages: int = 1):
+        if stages not in (1, 2):
+            raise ValueError(f"stages: expected 1 or 2, got {stages!r}")
         self.data_bytes = data_bytes
+        self.stages = stages
         super().__init__({
             "start": In(1), "valid": In(1), "data": In(8 * data_bytes), "crc": Out(32),
         })
@@ -172,17 +196,22 @@ class ICRCEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         from_state, from_data = icrc_step_matrix(self.data_bytes)
+        if self.stages == 2:
+            word, valid, start = Signal(8 * self.data_bytes), Signal(), Signal()
+            m.d.sync += [word.eq(self.data), valid.eq(self.valid), start.eq(self.start)]
+        else:
+            word, valid, start = self.data, self.valid, self.start
         state = Signal(32)
         source = Signal(32)
-        m.d.comb += source.eq(state & ~self.start.replicate(32))
+        m.d.comb += source.eq(state & ~start.replicate(32))
         nxt = Signal(32)
         for k in range(32):
             terms = [source[i] for i in range(32) if from_state[k] >> i & 1]
-            terms += [self.data[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
+            terms += [word[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
             m.d.comb += nxt[k].eq(Cat(*terms).xor())
-        with m.If(self.valid):
+        with m.If(valid):
             m.d.sync += state.eq(nxt)
-        with m.Elif(self.start):
+        with m.Elif(start):
             m.d.sync += state.eq(0)
         m.d.comb += self.crc.eq(~state)
         return m

@@ -109,7 +109,7 @@ def default_calibration(memory_latency: float, mshrs: int) -> Calibration:
     ends with the reducer's last take; the packetizer's last beats follow the last pooled
     beat. ``memory_latency`` and ``mshrs`` are the cache's, kept in the context."""
     return Calibration(gather_hit_latency=4.0, gather_miss_cycles=0.0, gather_offset=0.0,
-                       cache_offset=0.0, packetizer_tail=2.0, depacketizer_offset=0.0,
+                       cache_offset=0.0, packetizer_tail=3.0, depacketizer_offset=0.0,
                        context={"source": "default (uncalibrated)",
                                 "memory_latency": memory_latency, "mshrs": mshrs})
 

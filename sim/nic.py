@@ -53,7 +53,7 @@ from neonic.sim.reference.cache import CacheConfig, simulate_trace
 from neonic.sim.resources import ServerPool
 from neonic.sim.timing.cache import cache_cycles
 from neonic.sim.timing.embedding import BagShape, predict
-from neonic.sim.timing.packetizer import estimate_tx
+from neonic.sim.timing.packetizer import estimate_tx, payload_gbps
 
 __all__ = [
     "NIC_UNITS",
@@ -428,6 +428,15 @@ def update_time_s(cfg: NICConfig, rows: float, row_bytes: float, state_bytes: fl
     if cfg.kernels == "cores":
         return cores_time_s(cfg, rows, nbytes)
     return nbytes / cfg.memory_bytes_per_s
+
+
+def framing_gbps(cfg: NICConfig) -> float:
+    """Payload Gb/s the NIC's packetizers frame side by side in the steady state
+    (``cfg.packetizers`` x :func:`sim.timing.packetizer.payload_gbps` at the datapath's width
+    and clock); 0 for an SoC NIC, whose hardware NIC frames at line rate."""
+    if cfg.kernels == "cores":
+        return 0.0
+    return cfg.packetizers * payload_gbps(cfg.datapath_bytes, cfg.pmtu, cfg.clock_hz)
 
 
 def packetizer_time_s(cfg: NICConfig, message_bytes: Sequence[float]) -> float:

@@ -15,8 +15,9 @@ Three maps, each a 2-D slice through the regime around one centre point:
                       bandwidth (the sourced points: BlueField-2 DDR4 25.6, U280 DDR4 38.4,
                       U280 HBM2 460 GB/s);
 ``line_rate_vs_skew`` the NICs' line rate x the Zipf exponent (the FPGA NIC gets as many
-                      128 Gb/s packetizers as the line rate needs, so framing is not the
-                      question here).
+                      packetizers as the line rate needs, each framing
+                      ``sim.timing.packetizer.payload_gbps`` at the preset's datapath, so
+                      framing is not the question here).
 
 Each cell is labelled with its deciding resource (``host.nic_effects``' figures):
 ``wins: relieves R`` when the SmartNIC shortened the baseline's bound R (PCIe, network, GPU),
@@ -50,8 +51,6 @@ MAPS = ("size_vs_skew", "nic_memory", "line_rate_vs_skew")
 _KNOWN = ("preset", "nodes", "gpus_per_node", "batch_per_gpu", "tables", "dim", "table_dtype", "pooling", "sizes_x_hbm",
           "alphas", "nic_memory_gib", "nic_memory_gbytes_per_s", "line_gbps", "modes", "maps", "even_within",
           *PLANNER_FIELDS)
-#: Gb/s one RTL packetizer frames (64 B x 250 MHz; rtl/packetizer.py, the smartnic presets)
-PACKETIZER_GBPS = 128.0
 
 
 def check_config(data: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +142,17 @@ def reason(speedup: float, figures: dict[str, Any], even_within: float, framing_
     return f"even: {refused or figures.get('bottleneck_before', '?')}"
 
 
+def _packetizer_gbps(preset_name: str) -> float:
+    """Payload Gb/s one RTL packetizer of the preset's datapath frames (its width, clock and
+    the NIC's path MTU: ``sim.timing.packetizer.payload_gbps``, 126 Gb/s at 64 B x 250 MHz)."""
+    from neonic.host.nic_effects import nic_config
+    from neonic.host.systems import preset
+    from neonic.sim.timing.packetizer import payload_gbps
+
+    cfg = nic_config(preset(preset_name).nic)
+    return payload_gbps(cfg.datapath_bytes, cfg.pmtu, cfg.clock_hz)
+
+
 def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentResult:
     from neonic.host.cluster import ClusterRun
 
@@ -150,6 +160,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
     sizes, alphas = config["sizes_x_hbm"], config["alphas"]
     mems, bws, lines = config["nic_memory_gib"], config["nic_memory_gbytes_per_s"], config["line_gbps"]
     c_size, c_alpha, c_line = _centre(sizes), _centre(alphas), 200.0 if 200.0 in lines else _centre(lines)
+    per_packetizer = _packetizer_gbps(config["preset"])
     base_cache: dict[tuple, float] = {}
     rows: list[dict[str, Any]] = []
 
@@ -161,7 +172,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         if key not in base_cache:
             progress(f"smartnic_map: rdma, {mode}, x{size:g} HBM, alpha {alpha:g}, {line:g} Gb/s")
             base_cache[key] = _figure(run_scenario(_scenario(config, wl, {"preset": "zionex"}, alpha, mode), run_cls), mode)
-        nic: dict[str, Any] = {"packetizers": max(2, min(16, math.ceil(line / PACKETIZER_GBPS)))}
+        nic: dict[str, Any] = {"packetizers": max(2, min(16, math.ceil(line / per_packetizer)))}
         if mem_gib is not None:
             nic["local_cache_mib"] = nic["remote_cache_mib"] = mem_gib * 1024 / 2
         if bw is not None:
@@ -232,7 +243,8 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         "nic_memory: an FPGA preset's gather runs on its RTL datapath (64 B x 250 MHz = 16 GB/s), so NIC memory "
         "faster than that cannot show; preset = 'smartnic-soc' (Arm cores, a memory-bound roofline) shows the "
         "memory-bound cells.",
-        "line_rate_vs_skew: the FPGA NIC gets ceil(line / 128 Gb/s) packetizers (at least the preset's two); a "
+        f"line_rate_vs_skew: the FPGA NIC gets ceil(line / {per_packetizer:.0f} Gb/s) packetizers (at least the "
+        "preset's two; one packetizer's payload rate at the preset's datapath width and clock); a "
         "message (one per destination) is framed by one packetizer, so with few destinations per rank the framing "
         "can still fall short of the line: such cells read 'loses: NIC packetizers'.",
     ]

@@ -106,6 +106,7 @@ async def stimulus_run(dut):
     qp_bits = max(1, (num_qps - 1).bit_length())
     frames = [bytes.fromhex(f) for f in stim["frames"]]
     psns = {int(q): v for q, v in stim["psns"].items()}
+    dut.frame__valid.value = 0            # no frame while the QPs are set up (not left X)
     await start_clock_and_reset(dut)
     qp_init = StreamDriver(dut, "qp_init", QPInit(qp_bits), dut.clk, rng=tb_rng(1))
     completion = StreamMonitor(dut, "completion", Completion(qp_bits), dut.clk, rng=tb_rng(3))

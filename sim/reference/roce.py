@@ -316,7 +316,8 @@ class Receiver:
         if plen < 0:
             return "length"
         if opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM):
-            if plen != int.from_bytes(frame[66:70], "big"):
+            # a packet never carries more than the path MTU (the receiver holds two)
+            if plen != int.from_bytes(frame[66:70], "big") or plen > self.pmtu:
                 return "length"
         elif opcode == OP_WRITE_FIRST:
             if plen != self.pmtu or int.from_bytes(frame[66:70], "big") <= self.pmtu:

@@ -4,11 +4,10 @@ sizes, without simulating the RTL.
 The packetizer sends one frame beat per cycle; a frame of ``F`` bytes (header, payload, pad,
 ICRC) is ``ceil(F / data_bytes)`` beats, and frames follow each other without gaps while
 payload and descriptors keep up. Starting from idle costs ``TX_STARTUP`` cycles (descriptor
-accepted, packet planned, first beat registered). The depacketizer takes one beat per cycle
-and pauses a cycle after a frame whose payload tail and the previous payload beat both complete
-on its last beat; its drain writes each packet's payload beats plus one cycle per packet
-(FP16/BF16: two FP32 beats per payload beat), after the packet's last beat and after the
-previous packet's drain (the payload FIFO holds two packets, so a slower drain decides the
+accepted, packet planned, first beat registered). The depacketizer takes one beat per cycle;
+its drain writes each packet's payload beats plus one cycle per packet (FP16/BF16: two FP32
+beats per payload beat), ``RX_VERDICT_LATENCY`` cycles after the packet's last beat and after
+the previous packet's drain (the payload FIFO holds two packets, so a slower drain decides the
 end).
 
 INT8 (rows of ``dim`` elements, ``L = data_bytes / 4`` elements a beat, ``R = dim / L``
@@ -31,13 +30,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from neonic.rtl.roce import BASE_HEADER_LEN, ICRC_LEN, check_data_bytes, check_pmtu, header_len
+from neonic.rtl.roce import (BASE_HEADER_LEN, ICRC_LEN, OP_WRITE_MIDDLE, check_data_bytes,
+                             check_pmtu, header_len)
 from neonic.sim.reference.roce import INT8_ROW_EXTRA, segment, wire_length
 
-__all__ = ["TX_STARTUP", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
+__all__ = ["packet_cycles", "payload_gbps", "TX_STARTUP", "RX_VERDICT_LATENCY", "RX_TAIL", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
            "estimate_tx", "estimate_rx"]
 
-TX_STARTUP = 3
+#: From idle to the first frame beat: descriptor accepted, three plan stages, the generator's
+#: load, two output registers (measured on the RTL, `tests/rtl/test_packetizer_loopback.py`).
+TX_STARTUP = 6
+#: Depacketizer cycles from the end of a frame's beats to its drain starting (the checks'
+#: and verdict's stages, the verdict FIFO), and from the last drained packet to its last memory
+#: write leaving (both measured on the RTL, `neonic bench packetizer`'s timing-model error).
+RX_VERDICT_LATENCY = 4
+RX_TAIL = 3
 #: Pipeline fill of the INT8 quantizer beyond a row's ingest and the divider latency (range
 #: register, launch, hand-off to the output stage, gearbox).
 INT8_LATENCY = 3
@@ -50,6 +57,22 @@ INT8_RX_PACKET = 3
 def frame_bytes(opcode: int, payload: int) -> int:
     """Bytes of one frame (no FCS): header + payload + pad + ICRC."""
     return header_len(opcode) + payload + (-payload) % 4 + ICRC_LEN
+
+
+def packet_cycles(data_bytes: int, pmtu: int) -> int:
+    """Cycles one packetizer takes per full path-MTU packet in a long message (a WRITE MIDDLE
+    frame, one beat per cycle; 65 for 4096 B at 64 B per beat)."""
+    return -(-frame_bytes(OP_WRITE_MIDDLE, check_pmtu(pmtu)) // check_data_bytes(data_bytes))
+
+
+def payload_gbps(data_bytes: int, pmtu: int, clock_hz: float) -> float:
+    """Payload Gb/s one packetizer frames in the steady state of a long message at
+    ``clock_hz``: ``8 * pmtu`` bits per :func:`packet_cycles` (126 Gb/s at 64 B x 250 MHz,
+    4096 B packets). The one figure the cluster model's framing rate and the experiments'
+    packetizer counts come from."""
+    if not clock_hz > 0:
+        raise ValueError(f"clock_hz: expected a number > 0, got {clock_hz!r}")
+    return 8 * pmtu * clock_hz / packet_cycles(data_bytes, pmtu) / 1e9
 
 
 @dataclass(frozen=True)
@@ -135,17 +158,14 @@ def estimate_rx(lengths: list[int], *, data_bytes: int, pmtu: int,
     for opcode, plen in _frames(lengths, pmtu, with_imm, quant, dim):
         f = frame_bytes(opcode, plen)
         fb = -(-f // W)
-        h = header_len(opcode)
         npay = -(-plen // W)
-        q = h // W
-        flush = fb - 1 - q < npay and fb - 2 - q >= 0
-        cycles += fb + int(flush)
+        cycles += fb
         if quant == "int8":
             work = _int8_rows(plen, dim) * (1 + dim // (W // 4)) + INT8_RX_PACKET
         elif quant != "none":
             work = -(-2 * plen // W) + 1          # two FP32 beats per payload beat
         else:
             work = npay + 1
-        # store and forward: a packet drains after its last beat and after the one before
-        drain_free = max(drain_free, cycles) + work
-    return drain_free + 3 if cycles else 0
+        # store and forward: a packet drains after its verdict and after the one before
+        drain_free = max(drain_free, cycles + RX_VERDICT_LATENCY) + work
+    return drain_free + RX_TAIL if cycles else 0

@@ -246,3 +246,37 @@ def test_mixed_good_and_broken_frames_at_pmtu_4096(stall, rng):
     rx = check_against_reference(Depacketizer(data_bytes=64, pmtu=4096, num_qps=4), frames,
                                  psns, rng, idle=stall, backpressure=stall, accept_stall=stall)
     assert rx.accepted > 0 and sum(rx.drops.values()) > 0
+
+
+@pytest.mark.parametrize("width", [8, 64])
+def test_frames_longer_than_the_path_mtu_are_dropped_and_the_next_passes(width, rng):
+    """WRITE ONLY frames carrying 4 KiB and 1 KiB to a receiver at a 256 B path MTU (16x and
+    4x what its payload FIFO holds at 8 B a beat) are dropped as ``length`` without filling the
+    FIFO, and the frames after them pass, under idle and backpressure."""
+    frames = []
+    for i, n in enumerate((4096, 100, 1024, 200)):
+        msg = Message(dest=1, va=0x1000 * (i + 1), rkey=1,
+                      payload=rng.integers(0, 256, n, np.uint8).tobytes(), imm=i)
+        frames += scapy_message(msg, _dest(1), i // 2, 4096)    # a dropped frame uses no PSN
+    rx = check_against_reference(Depacketizer(data_bytes=width, pmtu=256, num_qps=4), frames,
+                                 {1: 0}, rng, idle=0.25, backpressure=0.25, accept_stall=0.25)
+    assert rx.drops["length"] == 2 and rx.accepted == 2
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.25])
+def test_back_to_back_one_and_two_beat_frames_on_one_qp(stall, rng):
+    """WRITE ONLY messages of 1..60 bytes on one QP at 64 B a beat: two- and three-beat frames
+    (the shortest a WRITE ONLY can be) whose verdicts follow each other as closely as the input
+    allows, each checked against the PSN and address the previous one left (the verdict's
+    update forwarded to the next frame's read)."""
+    frames, va = [], 0x400
+    for psn in range(24):
+        n = int(rng.integers(1, 61))
+        msg = Message(dest=2, va=va, rkey=3, payload=rng.integers(0, 256, n, np.uint8).tobytes(),
+                      imm=psn if psn % 3 else None)
+        frames += scapy_message(msg, _dest(2), psn, 256)
+        va += 64 * (-(-n // 64) + 1)
+    assert {-(-len(f) // 64) for f in frames} == {2, 3}
+    rx = check_against_reference(Depacketizer(data_bytes=64, pmtu=256, num_qps=4), frames,
+                                 {2: 0}, rng, idle=stall, backpressure=stall, accept_stall=stall)
+    assert rx.accepted == len(frames)
