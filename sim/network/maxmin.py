@@ -390,13 +390,22 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             p = pos[k]
             if p < 0 or proc[k] or psh[p] == np.inf:
                 continue
-            bdirty[p // _BLOCK] = True
+            old = psh[p]
             if count[k] <= 0:
-                psh[p] = np.inf
+                v = np.inf
                 dead += 1
             else:
                 c = cap[k] if cap[k] > 0.0 else 0.0
-                psh[p] = c / (load[k] if load[k] > 1e-300 else 1e-300)
+                v = c / (load[k] if load[k] > 1e-300 else 1e-300)
+            psh[p] = v
+            # keep the block's minimum exact without a rescan where possible: a lower share is
+            # the new minimum; only a raised share that was the minimum makes the block stale
+            b = p // _BLOCK
+            if not bdirty[b]:
+                if v < bmin[b]:
+                    bmin[b] = v
+                elif old == bmin[b] and v != old:
+                    bdirty[b] = True
     return level[:L], porder[:L]
 
 
