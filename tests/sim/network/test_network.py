@@ -237,6 +237,44 @@ def test_compacting_finished_flows_changes_nothing():
     np.testing.assert_array_equal(out[0][1], out[1][1])
 
 
+class _FreshThrottleIndex(Network):
+    """A network that rebuilds the throttled solve's problem for every solve (the reference)."""
+
+    def _throttled_solve(self, previous):
+        self._tcache = None
+        super()._throttled_solve(previous)
+
+
+def test_reusing_the_throttled_solves_index_changes_nothing():
+    """The throttled (GPU-capped) solve keeps its link index while the groups stay the same;
+    with flows finishing, groups overlapping and the caps changing every solve, the times and
+    bytes equal those of a problem built afresh for each solve."""
+    topo = small_topology(nodes=4, gpus=4)
+    rng = np.random.default_rng(5)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    sizes = rng.integers(1, 1 << 20, src.size)
+    out = []
+    for cls in (Network, _FreshThrottleIndex):
+        eng = Engine()
+        net = cls(eng, topo)
+        calls = [0]
+
+        def throttle(tx, rx):
+            calls[0] += 1  # caps that change from solve to solve, some GPUs left unlimited
+            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+
+        net.set_throttle(throttle)
+        a = net.start_flows(src, dst, sizes)
+        eng.run(until_ps=20_000_000)
+        b = net.start_flows(dst[::3], src[::3], sizes[::3] // 2)  # a second group mid-way
+        eng.run()
+        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), calls[0]))
+    assert out[0][3] > 10
+    for x, y in zip(out[0][:3], out[1][:3]):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_numpy_fallback_gives_the_same_picoseconds():
     """Without numba (NEONIC_NO_NUMBA=1) the numpy implementation yields identical results."""
     import os
