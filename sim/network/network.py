@@ -127,6 +127,8 @@ class Network:
         self._recompute_at: int | None = None
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
         self._tcache: dict[str, Any] | None = None  # the throttled solve's flows (_throttle_flows)
+        # called with the network after every solve (progress reports on long runs; None: off)
+        self.on_solve: Callable[["Network"], Any] | None = None
 
     # ------------------------------------------------------------- GPU-side feed (issue 16)
     def set_throttle(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None) -> None:
@@ -362,6 +364,8 @@ class Network:
             self._solve_shared(previous)
         if self._throttle is not None:
             self._throttled_solve(previous)
+        if self.on_solve is not None:
+            self.on_solve(self)
 
     def _live_flows(self, g: FlowGroup) -> np.ndarray:
         """Mask over a group's flows (rows of ``_links``) whose class is still alive."""

@@ -301,3 +301,15 @@ def test_numpy_fallback_gives_the_same_picoseconds():
         outs.append(res.stdout.split())
     assert outs[0][0] == "False"
     assert outs[0][1:] == outs[1][1:]
+
+
+def test_on_solve_reports_every_solve():
+    """Long runs report progress from the network: ``on_solve`` sees every solve."""
+    topo = small_topology(nodes=2, gpus=2)
+    eng = Engine()
+    net = Network(eng, topo)
+    seen = []
+    net.on_solve = lambda n: seen.append((n.solves, n.active_flows))
+    net.start_flows([0, 1, 2], [2, 3, 0], [1 << 20, 1 << 19, 1 << 18])
+    eng.run()
+    assert [s for s, _ in seen] == list(range(1, net.solves + 1)) and seen[0][1] == 3
