@@ -539,19 +539,26 @@ def maxmin_rates_parts(
     factor: np.ndarray,
     wire: np.ndarray,
     capacity: np.ndarray,
+    *,
+    index: LinkEntries | None = None,
+    alive: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Max-min rates of two flow sets solved together (same result as one concatenated solve):
     a large one (``big_*``, its :class:`LinkEntries` reused across solves, ``big_alive``
-    marking its live flows) and a small one built on the fly. Returns (rates big, rates small);
-    dead flows of the big set get 0."""
+    marking its live flows) and a second one, built on the fly unless its ``index`` (of the
+    same ``links_fh``, ``factor`` and capacities) is given, ``alive`` marking its live flows
+    (default: all). Returns (rates big, rates second); dead flows get 0."""
     if big_index is None:
         big_index = LinkEntries(big_links, big_factor, capacity)
     big_index.set_alive(np.ascontiguousarray(big_alive, dtype=bool))
     links_fh = np.ascontiguousarray(links_fh.astype(big_links.dtype, copy=False))
-    small = LinkEntries(links_fh, factor, capacity)
+    small = LinkEntries(links_fh, factor, capacity) if index is None else index
+    live = np.ones(links_fh.shape[0], dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
+    if alive is not None:
+        small.set_alive(live)
     level, order = link_levels(big_index, wire, capacity, other=small)
     ra = rates_from_levels(big_links, np.ascontiguousarray(big_alive, dtype=bool), level, order)
-    rb = rates_from_levels(links_fh, np.ones(links_fh.shape[0], dtype=bool), level, order)
+    rb = rates_from_levels(links_fh, live, level, order)
     return ra, rb
 
 

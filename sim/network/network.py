@@ -127,6 +127,7 @@ class Network:
         self._recompute_at: int | None = None
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
         self._tcache: dict[str, Any] | None = None  # the throttled solve's flows (_throttle_flows)
+        self._rcache: dict[str, Any] | None = None  # the groups solved beside the largest (_rest_problem)
         # called with the network after every solve (progress reports on long runs; None: off)
         self.on_solve: Callable[["Network"], Any] | None = None
 
@@ -384,10 +385,11 @@ class Network:
             same = gb._cls.identity and gb._index is not None  # its own index is per flow already
             gb._findex = gb._index if same else LinkEntries(gb._links, gb._factorf, topo.capacity)
         rest = [i for i in range(len(groups)) if i != big]
-        links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
-        factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
-        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, links, factor, topo.wire,
-                                       topo.capacity)
+        rc = self._rest_problem([groups[i] for i in rest])
+        alive = np.concatenate([masks[i] for i in rest])
+        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, rc["links"], rc["factor"],
+                                       topo.wire, topo.capacity, index=rc["index"], alive=alive)
+        rates = rates[alive]
         n_live = rates.size + int(masks[big].sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
@@ -400,6 +402,23 @@ class Network:
                 parts.append(rates[pos : pos + int(m.sum())])
                 pos += parts[-1].size
         self._set_flow_rates(masks, parts, previous)
+
+    def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
+        """Every flow (live or not) of the groups solved beside the largest one, with its link
+        index, kept while those groups and their arrays stay the same: between solves only
+        which flows are live changes, and an index's dead flows add exact zeros and are skipped,
+        so the rates equal those of a problem built from the live flows alone."""
+        key = [(g, g._links) for g in groups]
+        c = self._rcache
+        if c is not None and len(c["key"]) == len(key) and all(
+                a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
+            return c
+        topo = self.topology
+        links = np.ascontiguousarray(np.concatenate([g._links for g in groups], axis=0))
+        factor = np.concatenate([g._factorf for g in groups])
+        self._rcache = {"key": key, "links": links, "factor": factor,
+                        "index": LinkEntries(links, factor, topo.capacity)}
+        return self._rcache
 
     def _set_flow_rates(self, masks: list[np.ndarray], parts: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
         """Install per-flow rates ``parts[i]`` (over the live flows ``masks[i]`` of group ``i``);

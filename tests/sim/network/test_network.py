@@ -237,25 +237,26 @@ def test_compacting_finished_flows_changes_nothing():
     np.testing.assert_array_equal(out[0][1], out[1][1])
 
 
-class _FreshThrottleIndex(Network):
-    """A network that rebuilds the throttled solve's problem for every solve (the reference)."""
+class _FreshIndexes(Network):
+    """A network that rebuilds the shared and throttled solves' problems for every solve."""
 
-    def _throttled_solve(self, previous):
+    def _solve(self, now, previous):
         self._tcache = None
-        super()._throttled_solve(previous)
+        self._rcache = None
+        super()._solve(now, previous)
 
 
-def test_reusing_the_throttled_solves_index_changes_nothing():
-    """The throttled (GPU-capped) solve keeps its link index while the groups stay the same;
-    with flows finishing, groups overlapping and the caps changing every solve, the times and
-    bytes equal those of a problem built afresh for each solve."""
+def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
+    """The solve of several groups and the throttled (GPU-capped) solve keep their link indexes
+    while the groups stay the same; with flows finishing, groups overlapping and the caps
+    changing every solve, the times and bytes equal those of problems built afresh per solve."""
     topo = small_topology(nodes=4, gpus=4)
     rng = np.random.default_rng(5)
     p = topo.num_gpus
     src, dst = np.nonzero(~np.eye(p, dtype=bool))
     sizes = rng.integers(1, 1 << 20, src.size)
     out = []
-    for cls in (Network, _FreshThrottleIndex):
+    for cls in (Network, _FreshIndexes):
         eng = Engine()
         net = cls(eng, topo)
         calls = [0]
