@@ -205,6 +205,18 @@ class ClusterRun:
                 self.progress(f"simulated {done_ops[0]}/{n_ops} ops in {spent:.1f} s, about {left:.0f} s left",
                               0.35 + 0.55 * done_ops[0] / n_ops)
 
+        # one collective on thousands of GPUs can take minutes between op completions: every
+        # 15 s of wall time, say where the network is (flows in flight, solves, simulated time)
+        heartbeat = [time.perf_counter()]
+
+        def on_solve(net) -> None:
+            now = time.perf_counter()
+            if now - heartbeat[0] >= 15.0:
+                heartbeat[0] = now
+                self.progress(f"simulated {done_ops[0]}/{n_ops} ops, {engine.now * 1e-9:.3f} ms simulated; network: "
+                              f"{net.active_flows:,} flows in flight, {net.solves:,} solves", 0.35 + 0.55 * done_ops[0] / n_ops)
+
+        resources_["net"].on_solve = on_solve
         runner = ScheduleRunner(engine, graph, backend, on_op_done)
         t_engine = time.perf_counter()
         end_ps = runner.run()

@@ -248,14 +248,30 @@ def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, load, count):  # pra
         count[l] += c
 
 
-@jit(cache=True, nogil=True)
+@jit(cache=True, nogil=True, inline="always")
 def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, cap, count, dirty, touched,
             n_touched):  # pragma: no cover - compiled
     """Freeze the live, unfrozen flows of one part crossing link ``l`` at level ``s``: take their
-    load off their other links, listed once per round in ``touched`` (shares refreshed after)."""
+    load off their other links, listed once per round in ``touched`` (shares refreshed after).
+    Inlined, with a branch for flows of two finite links (one other link: the common case)."""
     O = oth.shape[1]
     for e in range(starts[l], starts[l + 1]):
         if not ent_alive[e]:
+            continue
+        if O == 1:
+            k = oth[e, 0]
+            if proc[k]:
+                continue
+            w = ent_fac[e] if wire[k] else 1.0
+            if has_w:
+                w *= mw[e, 1]
+            load[k] -= w
+            cap[k] -= w * s
+            count[k] -= 1
+            if not dirty[k]:
+                dirty[k] = True
+                touched[n_touched] = k
+                n_touched += 1
             continue
         frozen = False
         for j in range(O):
@@ -374,20 +390,30 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             p = pos[k]
             if p < 0 or proc[k] or psh[p] == np.inf:
                 continue
-            bdirty[p // _BLOCK] = True
+            old = psh[p]
             if count[k] <= 0:
-                psh[p] = np.inf
+                v = np.inf
                 dead += 1
             else:
                 c = cap[k] if cap[k] > 0.0 else 0.0
-                psh[p] = c / (load[k] if load[k] > 1e-300 else 1e-300)
+                v = c / (load[k] if load[k] > 1e-300 else 1e-300)
+            psh[p] = v
+            # keep the block's minimum exact without a rescan where possible: a lower share is
+            # the new minimum; only a raised share that was the minimum makes the block stale
+            b = p // _BLOCK
+            if not bdirty[b]:
+                if v < bmin[b]:
+                    bmin[b] = v
+                elif old == bmin[b] and v != old:
+                    bdirty[b] = True
     return level[:L], porder[:L]
 
 
-@jit(cache=True, nogil=True)
+@jit(cache=True, nogil=True, inline="always")
 def first_saturated_level(links, f, porder, level):  # pragma: no cover - compiled
     """Flow ``f``'s rate: the level of the first of its links (row ``f`` of ``links``) to
-    saturate in the filling order ``porder`` (inf if none does)."""
+    saturate in the filling order ``porder`` (inf if none does). Inlined into its callers: a
+    call per flow cost three times the rest of the per-class pass at a million flows."""
     best = np.iinfo(np.int64).max
     r = np.inf
     for h in range(links.shape[1]):
@@ -513,19 +539,26 @@ def maxmin_rates_parts(
     factor: np.ndarray,
     wire: np.ndarray,
     capacity: np.ndarray,
+    *,
+    index: LinkEntries | None = None,
+    alive: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Max-min rates of two flow sets solved together (same result as one concatenated solve):
     a large one (``big_*``, its :class:`LinkEntries` reused across solves, ``big_alive``
-    marking its live flows) and a small one built on the fly. Returns (rates big, rates small);
-    dead flows of the big set get 0."""
+    marking its live flows) and a second one, built on the fly unless its ``index`` (of the
+    same ``links_fh``, ``factor`` and capacities) is given, ``alive`` marking its live flows
+    (default: all). Returns (rates big, rates second); dead flows get 0."""
     if big_index is None:
         big_index = LinkEntries(big_links, big_factor, capacity)
     big_index.set_alive(np.ascontiguousarray(big_alive, dtype=bool))
     links_fh = np.ascontiguousarray(links_fh.astype(big_links.dtype, copy=False))
-    small = LinkEntries(links_fh, factor, capacity)
+    small = LinkEntries(links_fh, factor, capacity) if index is None else index
+    live = np.ones(links_fh.shape[0], dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
+    if alive is not None:
+        small.set_alive(live)
     level, order = link_levels(big_index, wire, capacity, other=small)
     ra = rates_from_levels(big_links, np.ascontiguousarray(big_alive, dtype=bool), level, order)
-    rb = rates_from_levels(links_fh, np.ones(links_fh.shape[0], dtype=bool), level, order)
+    rb = rates_from_levels(links_fh, live, level, order)
     return ra, rb
 
 

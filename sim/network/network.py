@@ -126,6 +126,10 @@ class Network:
         self._recompute_event: EventHandle | None = None
         self._recompute_at: int | None = None
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
+        self._tcache: dict[str, Any] | None = None  # the throttled solve's flows (_throttle_flows)
+        self._rcache: dict[str, Any] | None = None  # the groups solved beside the largest (_rest_problem)
+        # called with the network after every solve (progress reports on long runs; None: off)
+        self.on_solve: Callable[["Network"], Any] | None = None
 
     # ------------------------------------------------------------- GPU-side feed (issue 16)
     def set_throttle(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None) -> None:
@@ -361,6 +365,8 @@ class Network:
             self._solve_shared(previous)
         if self._throttle is not None:
             self._throttled_solve(previous)
+        if self.on_solve is not None:
+            self.on_solve(self)
 
     def _live_flows(self, g: FlowGroup) -> np.ndarray:
         """Mask over a group's flows (rows of ``_links``) whose class is still alive."""
@@ -379,10 +385,11 @@ class Network:
             same = gb._cls.identity and gb._index is not None  # its own index is per flow already
             gb._findex = gb._index if same else LinkEntries(gb._links, gb._factorf, topo.capacity)
         rest = [i for i in range(len(groups)) if i != big]
-        links = np.concatenate([groups[i]._links[masks[i]] for i in rest], axis=0)
-        factor = np.concatenate([groups[i]._factorf[masks[i]] for i in rest])
-        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, links, factor, topo.wire,
-                                       topo.capacity)
+        rc = self._rest_problem([groups[i] for i in rest])
+        alive = np.concatenate([masks[i] for i in rest])
+        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, rc["links"], rc["factor"],
+                                       topo.wire, topo.capacity, index=rc["index"], alive=alive)
+        rates = rates[alive]
         n_live = rates.size + int(masks[big].sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
@@ -395,6 +402,23 @@ class Network:
                 parts.append(rates[pos : pos + int(m.sum())])
                 pos += parts[-1].size
         self._set_flow_rates(masks, parts, previous)
+
+    def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
+        """Every flow (live or not) of the groups solved beside the largest one, with its link
+        index, kept while those groups and their arrays stay the same: between solves only
+        which flows are live changes, and an index's dead flows add exact zeros and are skipped,
+        so the rates equal those of a problem built from the live flows alone."""
+        key = [(g, g._links) for g in groups]
+        c = self._rcache
+        if c is not None and len(c["key"]) == len(key) and all(
+                a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
+            return c
+        topo = self.topology
+        links = np.ascontiguousarray(np.concatenate([g._links for g in groups], axis=0))
+        factor = np.concatenate([g._factorf for g in groups])
+        self._rcache = {"key": key, "links": links, "factor": factor,
+                        "index": LinkEntries(links, factor, topo.capacity)}
+        return self._rcache
 
     def _set_flow_rates(self, masks: list[np.ndarray], parts: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
         """Install per-flow rates ``parts[i]`` (over the live flows ``masks[i]`` of group ``i``);
@@ -433,8 +457,9 @@ class Network:
         R = topo.num_gpus
         groups = self._groups
         masks = [self._live_flows(g) for g in groups]
-        src = np.concatenate([g.src[g._orig][m] for g, m in zip(groups, masks)])
-        dst = np.concatenate([g.dst[g._orig][m] for g, m in zip(groups, masks)])
+        alive = np.concatenate(masks)
+        flows = self._throttle_flows(groups)
+        src, dst = flows["src"][alive], flows["dst"][alive]
         rate = np.concatenate([(g._rate if g._cls.identity else g._rate[g._cls.cls])[m]
                                for g, m in zip(groups, masks)])
         finite = np.where(np.isfinite(rate), rate, 0.0)
@@ -450,17 +475,15 @@ class Network:
         if np.all(scale >= 1.0):
             return
         endpoints = topo.num_endpoints
-        base = topo.capacity.size  # virtual links: tx of GPU i at base + i, rx at base + endpoints + i
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
         cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
         cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
-        wire = np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)])
-        links = np.concatenate([np.concatenate([g._links[m] for g, m in zip(groups, masks)], axis=0),
-                                (base + src)[:, None], (base + endpoints + dst)[:, None]], axis=1)
-        factor = np.concatenate([g._factorf[m] for g, m in zip(groups, masks)])
-        rates = maxmin_rates_fm(np.ascontiguousarray(links), factor, wire, capacity)
+        if "index" not in flows:
+            self._throttle_index(flows, groups)
+        rates = maxmin_rates_fm(flows["links"], flows["factor"], flows["wire"], capacity, alive=alive,
+                                index=flows["index"])[alive]
         self.solved_classes += rates.size
         self.solved_flows += rates.size
         parts, pos = [], 0
@@ -468,6 +491,37 @@ class Network:
             parts.append(rates[pos : pos + int(m.sum())])
             pos += parts[-1].size
         self._set_flow_rates(masks, parts, previous)
+
+    def _throttle_flows(self, groups: list[FlowGroup]) -> dict[str, Any]:
+        """Sources and destinations of every flow of ``groups`` (live or not), kept while the
+        groups and their arrays stay the same (later solves differ only in the live flows)."""
+        key = [(g, g._links) for g in groups]
+        c = self._tcache
+        if c is not None and len(c["key"]) == len(key) and all(
+                a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
+            return c
+        self._tcache = {"key": key, "src": np.concatenate([g.src[g._orig] for g in groups]),
+                        "dst": np.concatenate([g.dst[g._orig] for g in groups])}
+        return self._tcache
+
+    def _throttle_index(self, flows: dict[str, Any], groups: list[FlowGroup]) -> None:
+        """The throttled solve's problem over ``flows`` (:meth:`_throttle_flows`): each flow's
+        links plus its two virtual links (GPU ``i``'s transmit at ``L + 1 + i``, receive at
+        ``L + 1 + endpoints + i``), its factor, and their link index. The index takes every
+        virtual link as finite; one left unlimited (capacity inf) in a solve is never processed
+        and only collects load nobody reads, so the rates equal those of an index built for
+        that solve's capacities and live flows alone."""
+        topo = self.topology
+        endpoints = topo.num_endpoints
+        base = topo.capacity.size
+        dt = groups[0]._links.dtype
+        links = np.ascontiguousarray(np.concatenate([np.concatenate([g._links for g in groups], axis=0),
+                                                     (base + flows["src"])[:, None].astype(dt),
+                                                     (base + endpoints + flows["dst"])[:, None].astype(dt)], axis=1))
+        factor = np.concatenate([g._factorf for g in groups])
+        finite = np.concatenate([topo.capacity, np.ones(2 * endpoints)])
+        flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite),
+                     wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
 
     def _predict(self, now: int, previous: dict[int, np.ndarray], span: float) -> None:
         """Credit, predicted ends, the next recompute, and group completions due before it."""

@@ -237,6 +237,45 @@ def test_compacting_finished_flows_changes_nothing():
     np.testing.assert_array_equal(out[0][1], out[1][1])
 
 
+class _FreshIndexes(Network):
+    """A network that rebuilds the shared and throttled solves' problems for every solve."""
+
+    def _solve(self, now, previous):
+        self._tcache = None
+        self._rcache = None
+        super()._solve(now, previous)
+
+
+def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
+    """The solve of several groups and the throttled (GPU-capped) solve keep their link indexes
+    while the groups stay the same; with flows finishing, groups overlapping and the caps
+    changing every solve, the times and bytes equal those of problems built afresh per solve."""
+    topo = small_topology(nodes=4, gpus=4)
+    rng = np.random.default_rng(5)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    sizes = rng.integers(1, 1 << 20, src.size)
+    out = []
+    for cls in (Network, _FreshIndexes):
+        eng = Engine()
+        net = cls(eng, topo)
+        calls = [0]
+
+        def throttle(tx, rx):
+            calls[0] += 1  # caps that change from solve to solve, some GPUs left unlimited
+            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+
+        net.set_throttle(throttle)
+        a = net.start_flows(src, dst, sizes)
+        eng.run(until_ps=20_000_000)
+        b = net.start_flows(dst[::3], src[::3], sizes[::3] // 2)  # a second group mid-way
+        eng.run()
+        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), calls[0]))
+    assert out[0][3] > 10
+    for x, y in zip(out[0][:3], out[1][:3]):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_numpy_fallback_gives_the_same_picoseconds():
     """Without numba (NEONIC_NO_NUMBA=1) the numpy implementation yields identical results."""
     import os
@@ -263,3 +302,15 @@ def test_numpy_fallback_gives_the_same_picoseconds():
         outs.append(res.stdout.split())
     assert outs[0][0] == "False"
     assert outs[0][1:] == outs[1][1:]
+
+
+def test_on_solve_reports_every_solve():
+    """Long runs report progress from the network: ``on_solve`` sees every solve."""
+    topo = small_topology(nodes=2, gpus=2)
+    eng = Engine()
+    net = Network(eng, topo)
+    seen = []
+    net.on_solve = lambda n: seen.append((n.solves, n.active_flows))
+    net.start_flows([0, 1, 2], [2, 3, 0], [1 << 20, 1 << 19, 1 << 18])
+    eng.run()
+    assert [s for s, _ in seen] == list(range(1, net.solves + 1)) and seen[0][1] == 3
