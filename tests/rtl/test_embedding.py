@@ -33,6 +33,9 @@ from neonic.sim.reference import embedding as ref
     (dict(add_latency=0), "add_latency"),
     (dict(add_latency=10), "add_latency"),
     (dict(mul_latency=11), "mul_latency"),
+    (dict(interleave=3), "interleave"),
+    (dict(interleave=16), "interleave"),
+    (dict(slot_depth=2), "slot_depth"),
 ])
 def test_bad_parameters_are_refused_naming_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
@@ -59,6 +62,9 @@ CONFIGS = {
     "lanes2_full_fp_pipelines": dict(data_bytes=8, lanes=2, max_dim=12, tables=2,
                                      outstanding=4, max_bag_length=7, add_latency=9,
                                      mul_latency=10),
+    # no interleaving: one bag accumulates at a time (the read-add-write hazard shows)
+    "lanes2_no_interleave": dict(data_bytes=8, lanes=2, max_dim=8, tables=2, outstanding=4,
+                                 max_bag_length=7, interleave=1, slot_depth=4),
     "lanes1_fp32_bf16": pytest.param(
         dict(data_bytes=8, lanes=1, max_dim=5, tables=2, outstanding=2, max_bag_length=7,
              elem_types=("fp32", "bf16")), marks=pytest.mark.slow),
@@ -92,6 +98,24 @@ def test_random_workloads_are_bit_exact_under_random_stalls(config, rng):
     results = run_amaranth_episodes(unit, workloads, rng=rng)   # scoreboards every episode
     for wl, res in zip(workloads, results):
         _check_counters(unit, wl, res.counters)
+
+
+def test_interleaved_bags_hide_the_adder_and_stay_bit_exact(rng):
+    """Short rows (one word each) of consecutive bags: with one bag at a time each row waits
+    ``add_latency + 1`` cycles for the previous row's sum; interleaving four bags' rows shares
+    that distance between them. Both runs are scoreboarded (every beat, in bag order)."""
+    from neonic.sim.units.embedding import benchmark_workload
+    cycles = {}
+    for k in (1, 4):
+        unit = EmbeddingBagUnit(data_bytes=16, lanes=4, max_dim=8, tables=1, outstanding=8,
+                                max_bag_length=15, elem_types=("fp32",), interleave=k)
+        wl = benchmark_workload(np.random.default_rng(3), num_bags=8, tables=1, rows=50,
+                                dim=4, length=10, latency=(4, 4))
+        res = run_amaranth_episodes(unit, [wl], rng=rng)[0]
+        _check_counters(unit, wl, res.counters)
+        cycles[k] = res.cycles
+    assert cycles[1] >= 8 * 9 * (unit.add_latency + 1)
+    assert cycles[4] * 2 <= cycles[1]
 
 
 # -- edge cases ----------------------------------------------------------------------------------
