@@ -49,7 +49,7 @@ Interface
     bag in the unit or waiting at its input), ``beats_read``, ``rows_requested``, ``bags_in``,
     ``bags_out``, stall cycles by cause - ``stall_memory`` (the reducer waits for row data),
     ``stall_hazard`` (a row's word waits for the same word's previous sum to leave the adder),
-    ``stall_bank`` (the parse waits to claim an accumulator bank still being drained),
+    ``stall_bank`` (a bag's first row waits for an accumulator bank still being drained),
     ``stall_output`` (``pooled`` valid and not ready), ``stall_input`` (busy with no input
     offered) - and ``indices_dropped``, ``indices_padding``, ``desc_rejected``,
     ``protocol_errors``.
@@ -113,8 +113,10 @@ stage takes a word only if no word of the same accumulator address was issued in
 register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``,
 ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into their bank, at a
 fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank; the
-accumulator has registered (block-RAM) read ports, read one stage ahead and transparent to the
-write-back. Rows of ``W`` words of ``interleave`` bags cost ``max(W, (add_latency + 1) /
+accumulator has registered (block-RAM) read ports, transparent to the write-back, and the
+adder's input reads it from a register after the memory (read two stages ahead, with a bypass
+from the write-back), so two words of one address are issued at least ``add_latency + 1``
+cycles apart. Rows of ``W`` words of ``interleave`` bags cost ``max(W, (add_latency + 1) /
 interleave)`` cycles each in steady state.
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
@@ -223,8 +225,8 @@ class UnitTiming:
     """Pipeline figures of one unit instance, for the timing model (``sim.timing.embedding``).
 
     ``words_per_beat``: FP32 words per memory beat (16-bit types: twice as many);
-    ``add_latency``: cycles a word spends in the adder; two words of the same accumulator
-    address are issued at least ``add_latency + 1`` cycles apart;
+    ``add_latency``: cycles a word spends in the adder; ``hazard_distance``: two words of the
+    same accumulator address are issued at least this many cycles apart;
     ``interleave``: bags whose rows the arbiter interleaves (one slot queue each, of
     ``slot_depth`` entries); ``banks``: accumulator banks (claimed in bag order);
     ``parse_to_issue``: cycles from an item's parse to the earliest request of its row;
@@ -245,6 +247,7 @@ class UnitTiming:
     bag_queue_depth: int
     info_depth: int
     interleave: int = 1
+    hazard_distance: int = 6
     slot_depth: int = 32
     banks: int = 2
     parse_to_issue: int = 4
@@ -305,7 +308,9 @@ class EmbeddingBagUnit(wiring.Component):
     elem_types : element types to support, a subset of ``("fp32", "fp16", "bf16")``.
     addr_width, beats_width : memory port's beat-address and beat-count widths.
     index_width, tag_width : widths of an index and of a bag tag.
-    bag_queue_depth : finished-at-input bags waiting for their output, at most.
+    bag_queue_depth : bags parsed and not yet drained, at most (default 32): with bags of a
+        few short rows it must cover the memory latency plus the pipeline's (about 50 cycles
+        at the full FP depths) in bags, or the parse waits and the interleave runs dry.
     add_latency, mul_latency : pipeline registers of the FP32 adders (1..``FPAdd32.STEPS``)
         and multipliers (1..``FPMul32.STEPS``); default their full depths (9 and 10), the
         depths at which they close timing (``neonic bench timing``).
@@ -318,7 +323,7 @@ class EmbeddingBagUnit(wiring.Component):
                  tables: int = 8, outstanding: int = 32, max_bag_length: int = 1023,
                  elem_types: tuple[str, ...] = ("fp32", "fp16", "bf16"),
                  addr_width: int = 32, beats_width: int = 8, index_width: int = 32,
-                 tag_width: int = 16, bag_queue_depth: int = 8,
+                 tag_width: int = 16, bag_queue_depth: int = 32,
                  add_latency: int = FPAdd32.STEPS, mul_latency: int = FPMul32.STEPS,
                  interleave: int = 4, slot_depth: int = 32):
         self.data_bytes = check_int("data_bytes", data_bytes, minimum=4, maximum=256,
@@ -370,7 +375,7 @@ class EmbeddingBagUnit(wiring.Component):
         self.banks = 2 * self.interleave
         self.bank_width = max(1, exact_log2(self.banks))
         #: output queue: room for every beat the free-running drain pipeline holds
-        self.out_depth = self.drain_mul_latency + 5
+        self.out_depth = self.drain_mul_latency + 6
 
         self.desc_layout = DescriptorLayout(table_width=self.table_width,
                                             addr_width=self.addr_width,
@@ -400,8 +405,11 @@ class EmbeddingBagUnit(wiring.Component):
             words_per_beat=self.words_per_beat, add_latency=self.add_latency,
             # take -> stage 1 -> mul_latency registers -> the adder's input
             reduce_latency=1 + self.mul_latency,
-            # drain read -> read register -> multiplier -> output queue (2 cycles)
-            drain_latency=self.drain_mul_latency + 3,
+            # drain read -> read register -> data register -> multiplier -> output queue
+            # (2 cycles)
+            drain_latency=self.drain_mul_latency + 4,
+            # issues of one accumulator word: the adder's latency, then the write-back
+            hazard_distance=self.add_latency + 1,
             bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth,
             interleave=self.interleave, slot_depth=self.slot_depth, banks=self.banks,
             # parse -> pe1 -> pe2 (queue write) -> readable 2 cycles later
@@ -583,10 +591,14 @@ class EmbeddingBagUnit(wiring.Component):
                 wr.addr.eq(pe2.base + pe2_off),
                 wr.beats.eq(pe2.info.has_row * pe2.stride),
             ]
-        # A slot has room when two more entries (the ones in pe1 and pe2) still fit.
+        # A slot has room when the entries in pe1 and pe2 and one more still fit; a flip-flop,
+        # from the level one cycle earlier (which is at most one entry lower).
         slot_room = Signal(K)
         for k, q in enumerate(slots):
-            m.d.comb += slot_room[k].eq(q.w_level <= self.slot_depth - 3)
+            m.d.sync += slot_room[k].eq(q.w_level <= self.slot_depth - 4)
+        # Flags kept as flip-flops so that the parse's stall decision is a few LUTs deep.
+        no_rows = Signal()           # the current bag has no contributing row yet
+        last_next = Signal()         # the next item is the bag's last (remaining == 1)
 
         with m.FSM(name="front") as front_fsm:
             with m.State("HEADER"):
@@ -612,6 +624,7 @@ class EmbeddingBagUnit(wiring.Component):
                             cur.eq(desc_rd.data), c_tag.eq(hdr.tag),
                             c_weighted.eq(hdr.weighted), c_error.eq(~hdr_valid_desc),
                             c_dropped.eq(0), remaining.eq(hdr.length), count.eq(0),
+                            no_rows.eq(1), last_next.eq(hdr.length == 1),
                             cnt["bags_in"].eq(cnt["bags_in"] + 1),
                         ]
                         m.next = "ITEMS"
@@ -620,26 +633,22 @@ class EmbeddingBagUnit(wiring.Component):
                 is_pad = cur.pad_valid & (idx.index == cur.pad_index)
                 oob = idx.index >= cur.rows
                 contributes = ~early & ~c_error & ~is_pad & ~oob
-                last = early | (remaining == 1)
-                claim = contributes & (count == 0)
-                bank = Mux(count == 0, next_bank, c_bank)
+                last = early | last_next
+                claim = contributes & no_rows
+                bank = Mux(no_rows, next_bank, c_bank)
                 slot = bank[:max(1, exact_log2(K))] if K > 1 else Const(0, 1)
-                marker = last & ~contributes & (count != 0)
+                marker = last & ~contributes & ~no_rows
                 need_entry = contributes | marker
-                bank_free = ~bank_busy.bit_select(next_bank, 1)
-                can = ((~need_entry | slot_room.bit_select(slot, 1))
-                       & (~claim | bank_free) & (~last | bag_q.w_rdy))
+                # Whether the item may be parsed does not wait for what it is (padding, out of
+                # range): every index needs room in its bag's slot. The stall is then a
+                # function of flip-flops only, and costs nothing but in a full slot.
+                can = slot_room.bit_select(slot, 1) & (~last | bag_q.w_rdy)
                 m.d.comb += bags_in.o.ready.eq(can & ~early)
-                with m.If(bags_in.o.valid & claim & ~bank_free):
-                    m.d.sync += cnt["stall_bank"].eq(cnt["stall_bank"] + 1)
                 with m.If(bags_in.o.valid & can):
                     with m.If(claim):
                         m.d.sync += [c_bank.eq(next_bank), next_bank.eq(next_bank + 1)]
-                        for b in range(nb):
-                            with m.If(next_bank == b):
-                                m.d.sync += bank_busy[b].eq(1)
                     with m.If(contributes):
-                        m.d.sync += count.eq(count + 1)
+                        m.d.sync += [count.eq(count + 1), no_rows.eq(0)]
                     with m.If(~early & ~c_error & oob & ~is_pad):
                         m.d.sync += [c_dropped.eq(1),
                                      cnt["indices_dropped"].eq(cnt["indices_dropped"] + 1)]
@@ -650,7 +659,7 @@ class EmbeddingBagUnit(wiring.Component):
                     m.d.sync += [
                         pe1.valid.eq(need_entry), pe1.slot.eq(slot),
                         pe1.info.has_row.eq(contributes), pe1.info.end.eq(last),
-                        pe1.info.first.eq(count == 0), pe1.info.weighted.eq(c_weighted),
+                        pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
                         pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
                         pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
                         pe1.info.last_word.eq(cur.last_word), pe1.info.bank.eq(bank),
@@ -672,7 +681,7 @@ class EmbeddingBagUnit(wiring.Component):
                         ]
                         m.next = "HEADER"
                     with m.Else():
-                        m.d.sync += remaining.eq(remaining - 1)
+                        m.d.sync += [remaining.eq(remaining - 1), last_next.eq(remaining == 2)]
 
         # ---- arbiter: interleave the slots' rows into the request stream ------------------
         # Round robin over the slots with an entry: consecutive rows of one bag are separated
@@ -680,7 +689,14 @@ class EmbeddingBagUnit(wiring.Component):
         # distance. The reducer sees the rows in request order (responses are in order).
         rr = Signal(max(1, exact_log2(K)))
         pick = Signal(max(1, exact_log2(K)))
-        rdy = Cat(*[q.r_rdy for q in slots])
+        # A bag's first row may go only in bag order (``start``: the slot of the next bag to
+        # start): banks are then claimed in bag order, as the drain frees them, and every bag
+        # holding the bank a starting bag needs has all its rows ahead of it (no deadlock;
+        # needs ``banks > interleave``).
+        start = Signal(max(1, exact_log2(K)))
+        rdy = Cat(*[q.r_rdy & (~data.View(sentry, q.r_data).info.first
+                               | ((start == k) if K > 1 else 1))
+                    for k, q in enumerate(slots)])
         if K == 1:
             m.d.comb += pick.eq(0)
         else:
@@ -717,6 +733,8 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.comb += q.r_en.eq(go & (pick == k))
         with m.If(go):
             m.d.sync += rr.eq(pick + 1)
+        with m.If(go & sel.info.first):
+            m.d.sync += start.eq(start + 1)
 
         # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
         head = data.View(rinfo, info_q.r_data)
@@ -732,8 +750,9 @@ class EmbeddingBagUnit(wiring.Component):
         addr_w = self.word_width + self.bank_width
         head_addr = Cat(word[:self.word_width], head.bank)
         # The words issued in the last ``add_latency`` cycles are still in the adder when this
-        # one reaches it: a word of the same accumulator address must wait (the read-add-write
-        # distance). Only the issue stage looks; everything after it runs free.
+        # one reads its sum: a word of the same accumulator address must wait (the
+        # read-add-write distance, ``add_latency + 1``). Only the issue stage looks;
+        # everything after it runs free.
         recent = [Signal(data.StructLayout({"valid": unsigned(1), "addr": unsigned(addr_w)}),
                          name=f"recent{k}") for k in range(al)]
         hit = Const(0, 1)
@@ -741,9 +760,20 @@ class EmbeddingBagUnit(wiring.Component):
             hit = hit | (r.valid & (r.addr == head_addr))
         hazard = Signal()
         m.d.comb += hazard.eq(head.has_row & ~head.first & hit)
+        # A bag's first word claims its bank (banks go round in bag order): it waits while
+        # the bag that held the bank before is still being drained.
+        claim_bank = head.has_row & head.first & (word == 0)
+        bank_wait = Signal()
+        m.d.comb += bank_wait.eq(claim_bank & bank_busy.bit_select(head.bank, 1))
         take = Signal()
+        with m.If(take & claim_bank):
+            for b in range(nb):
+                with m.If(head.bank == b):
+                    m.d.sync += bank_busy[b].eq(1)
+        with m.If(info_q.r_rdy & bank_wait):
+            m.d.sync += cnt["stall_bank"].eq(cnt["stall_bank"] + 1)
         m.d.comb += [
-            take.eq(info_q.r_rdy & (~head.has_row | rs.valid) & ~hazard),
+            take.eq(info_q.r_rdy & (~head.has_row | rs.valid) & ~hazard & ~bank_wait),
             rs.ready.eq(take & head.has_row & beat_done),
             info_q.r_en.eq(take & (~head.has_row | last_word)),
             row_done.eq(take & head.has_row & last_word),
@@ -817,14 +847,19 @@ class EmbeddingBagUnit(wiring.Component):
             ai_v.append(Mux(ai.weighted & ~ai.is_max, mul.o, ai_x[32 * i:32 * (i + 1)]))
 
         # ---- accumulators: ``banks`` banks of max_words words ---------------------------
-        # Registered reads (block RAM): the add-in stage's word is read one cycle ahead, from
-        # the stage before it, and the read sees a write of the same cycle (transparent).
+        # Registered reads (block RAM) and a register after them: the add-in stage's word is
+        # read two cycles ahead; the read sees a write of the same cycle (transparent), and
+        # the register takes the write-back of the next cycle instead when it is the same word
+        # (a bypass), so the read-add-write distance stays ``add_latency + 1``.
         m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=nb << self.word_width,
                                                init=[])
         acc_wr = acc.write_port()
         acc_rd = acc.read_port(transparent_for=(acc_wr,))
         acc_dr = acc.read_port()
-        m.d.comb += acc_rd.addr.eq(ctx_pipe[-2].addr)
+        # the address of the word two cycles before the add-in stage (issue, then s1, ...)
+        m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 2].addr if ml >= 2 else head_addr)
+        acc_old = Signal(32 * lanes)
+        bypass = Signal()
 
         inflight = []                # words in the adder, youngest first
         for k in range(al):
@@ -843,7 +878,7 @@ class EmbeddingBagUnit(wiring.Component):
         result_lanes = []
         for i in range(lanes):
             lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al)
-            m.d.comb += [lane.old.eq(acc_rd.data[32 * i:32 * (i + 1)]), lane.v.eq(ai_v[i]),
+            m.d.comb += [lane.old.eq(acc_old[32 * i:32 * (i + 1)]), lane.v.eq(ai_v[i]),
                          lane.first.eq(ai.first), lane.is_max.eq(inflight[-1].is_max)]
             result_lanes.append(lane.result)
         wb = inflight[-1]
@@ -853,6 +888,8 @@ class EmbeddingBagUnit(wiring.Component):
             acc_wr.en.eq(wb.valid & wb.has_row),
         ]
         wb_bank = wb.addr[self.word_width:]
+        m.d.comb += bypass.eq(wb.valid & wb.has_row & (wb.addr == ctx_pipe[ml - 1].addr))
+        m.d.sync += acc_old.eq(Mux(bypass, acc_wr.data, acc_rd.data))
 
         # ---- drain: finished bags to `pooled`, in bag order -------------------------------
         # The drain pipeline runs free too: a beat is read only when the output queue has
@@ -891,15 +928,20 @@ class EmbeddingBagUnit(wiring.Component):
             "scale": unsigned(1), "tag": unsigned(self.tag_width), "error": unsigned(1),
             "dropped": unsigned(1), "mask": unsigned(lanes),
         })
-        dctx = Signal(dctx_layout)   # registered with the read: lines up with its data
+        dctx0 = Signal(dctx_layout)  # registered with the read
+        dctx = Signal(dctx_layout)   # and once more, with the read data's register
         lane_mask = Cat(*[(~d_last | (bhead.tail == 0) | (i < bhead.tail)) for i in range(lanes)])
         m.d.sync += [
-            dctx.valid.eq(issue), dctx.first.eq(dword == 0), dctx.last.eq(d_last),
-            dctx.scale.eq(bhead.mean & has_rows), dctx.tag.eq(bhead.tag),
-            dctx.error.eq(bhead.error), dctx.dropped.eq(bhead.dropped),
-            dctx.mask.eq(Mux(has_rows, lane_mask, 0)),
+            dctx0.valid.eq(issue), dctx0.first.eq(dword == 0), dctx0.last.eq(d_last),
+            dctx0.scale.eq(bhead.mean & has_rows), dctx0.tag.eq(bhead.tag),
+            dctx0.error.eq(bhead.error), dctx0.dropped.eq(bhead.dropped),
+            dctx0.mask.eq(Mux(has_rows, lane_mask, 0)),
+            dctx.eq(dctx0),
         ]
-        dctx_pipe, dx_pipe = [dctx], [acc_dr.data]
+        d_data = Signal(32 * lanes)
+        d_recip = Signal(32)
+        m.d.sync += [d_data.eq(acc_dr.data), d_recip.eq(recip_rd.data)]
+        dctx_pipe, dx_pipe = [dctx], [d_data]
         for k in range(dl):
             c = Signal(dctx_layout, name=f"drain_ctx{k}")
             x = Signal(32 * lanes, name=f"drain_x{k}")
@@ -911,7 +953,7 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=dl)
             m.submodules[f"dmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(acc_dr.data[32 * i:32 * (i + 1)]), mul.b.eq(recip_rd.data)]
+            m.d.comb += [mul.a.eq(d_data[32 * i:32 * (i + 1)]), mul.b.eq(d_recip)]
             v = Mux(dend.scale, mul.o, dxend[32 * i:32 * (i + 1)])
             out_lanes.append(Mux(dend.mask[i], v, 0))
         pl = self.pooled_layout

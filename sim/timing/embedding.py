@@ -5,19 +5,18 @@ the cycle its last pooled beat is taken, without simulating the datapath. It ste
 control once per cycle (parse and arbiter) and places each row's reducer and drain cycles by
 event (a few microseconds per cycle of the batch), following the unit's structure:
 
-* Parse: one input item per cycle, one cycle after it is offered (the input skid buffer); a
-  row entry waits for room in its bag's slot queue, a bag's first contributing row for its
-  accumulator bank (``banks`` claimed in bag order, free once the bag that held it drained),
-  a bag's last item for room in the bag queue.
+* Parse: one input item per cycle, one cycle after it is offered (the input skid buffer); an
+  index waits for room in its bag's slot queue, a bag's last item for room in the bag queue.
 * Arbiter: one entry per cycle, round robin over the slots whose head is readable
-  (``parse_to_issue`` cycles after its parse); a row waits while ``outstanding`` rows are in
-  flight or the row queue is full.
+  (``parse_to_issue`` cycles after its parse), bags' first rows in bag order; a row waits
+  while ``outstanding`` rows are in flight or the row queue is full.
 * Memory: a row's read reaches the memory one cycle after its issue and its first beat comes
   back ``latency`` cycles later (plus the response skid buffer), and not before the previous
   row has been consumed (responses are in order), then one beat per cycle.
 * Reducer: one word (``lanes`` elements) per cycle in issue order; a row of a bag starts at
-  least ``add_latency + 1`` cycles after the previous row of the same bag (the read-add-write
-  hazard); an end-only entry costs one cycle.
+  least ``hazard_distance`` cycles after the previous row of the same bag (the read-add-write
+  hazard), a bag's first row once its accumulator bank (``banks``, claimed in bag order) was
+  freed by the drain of the bag that held it; an end-only entry costs one cycle.
 * Drain: in bag order, ``ceil(dim / lanes)`` beats per bag, one per cycle, ``done_latency``
   cycles after the bag's last word was taken; the output is assumed always ready.
 
@@ -88,8 +87,8 @@ def _stride(t: UnitTiming, dim: int, elem_type: str) -> int:
 def steady_state_row_cycles(t: UnitTiming, dim: int) -> float:
     """Reducer cycles per row once memory latency is hidden and ``interleave`` bags of this
     ``dim`` have rows queued: the arbiter alternates their rows, so ``interleave`` rows share
-    one read-add-write distance of ``add_latency + 1`` cycles."""
-    return max(_words(t, dim), (t.add_latency + 1) / t.interleave)
+    one read-add-write distance of ``hazard_distance`` cycles."""
+    return max(_words(t, dim), t.hazard_distance / t.interleave)
 
 
 @dataclass
@@ -176,6 +175,7 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
     last_parse = -1.0
     count = 0                        # contributing rows so far in the current bag
     rr = 0
+    start_slot = 0                   # slot of the next bag whose first row may go
     cycle = 0
     total_entries = sum(g.entries_left for g in bags)
     issued = 0
@@ -184,7 +184,7 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
         pick = -1
         for off in range(K):
             s = (rr + off) % K
-            if slots[s] and slots[s][0][0] <= cycle:
+            if slots[s] and slots[s][0][0] <= cycle and (not slots[s][0][3] or s == start_slot):
                 pick = s
                 break
         if pick >= 0:
@@ -197,6 +197,8 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
                 slots[pick].popleft()
                 pops[pick].append(cycle)
                 rr = (pick + 1) % K
+                if first and is_row:
+                    start_slot = (start_slot + 1) % K
                 issued += 1
                 g.entries_left -= 1
                 avail = cycle + ql
@@ -206,8 +208,11 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
                     issue.append(cycle + 1)
                     arrival = max(cycle + 1 + row_lat + t.resp_latency, prev_beat + 1)
                     start = max(prev_end + 1, avail, arrival)
-                    if not first and g.last_start is not None:
-                        start = max(start, g.last_start + t.add_latency + 1)
+                    if first:                     # claims its bank
+                        start = max(start, bank_free[bank_of[b]])
+                        bank_free[bank_of[b]] = inf
+                    elif g.last_start is not None:
+                        start = max(start, g.last_start + t.hazard_distance)
                     g.last_start = start
                     end = start + _words(t, shape.dim) - 1
                     prev_beat = end
@@ -238,22 +243,19 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
                 last = i == len(shape.contributes) - 1
                 marker = last and not contributes and count > 0
                 claim = contributes and count == 0
-                bank = next_bank if claim else (bank_of[b] if count else -1)
-                if contributes or marker:
-                    s = bank % K
-                    # level: entries written by cycle-1 (parsed by cycle-3) minus read by cycle-1
-                    level = (bisect_right(pushes[s], cycle - 3)
-                             - bisect_right(pops[s], cycle - 1))
-                    ok = level <= depth - 3
-                if claim and bank_free[next_bank] > cycle:
-                    ok = False
+                # Every index waits for room in its bag's slot (the bank it has or will
+                # claim), and, while its bag has no bank, for the next bank to be free.
+                s = (next_bank if count == 0 else bank_of[b]) % K
+                # room: the level one cycle earlier (entries written by cycle-2, i.e. parsed
+                # by cycle-4, minus entries read by cycle-2) at most depth - 4
+                level = bisect_right(pushes[s], cycle - 4) - bisect_right(pops[s], cycle - 2)
+                ok = level <= depth - 4
                 if last and b >= t.bag_queue_depth:
                     prev = bags[b - t.bag_queue_depth].drain_end
                     ok = ok and prev is not None and prev + 1 <= cycle
                 if ok:
                     if claim:
                         bank_of[b] = next_bank
-                        bank_free[next_bank] = inf
                         next_bank = (next_bank + 1) % nb
                     if contributes or marker:
                         s = bank_of[b] % K

@@ -114,7 +114,7 @@ def test_interleaved_bags_hide_the_adder_and_stay_bit_exact(rng):
         res = run_amaranth_episodes(unit, [wl], rng=rng)[0]
         _check_counters(unit, wl, res.counters)
         cycles[k] = res.cycles
-    assert cycles[1] >= 8 * 9 * (unit.add_latency + 1)
+    assert cycles[1] >= 8 * 9 * unit.timing.hazard_distance
     assert cycles[4] * 2 <= cycles[1]
 
 
