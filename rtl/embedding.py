@@ -550,8 +550,9 @@ class EmbeddingBagUnit(wiring.Component):
         info_w = data.View(rinfo, info_q.w_data)
         bag_w = data.View(binfo, bag_q.w_data)
 
-        # Accumulator banks: claimed in order by a bag's first contributing row (parse),
-        # marked done when the bag's last word is written back, freed by the drain.
+        # Accumulator banks: given out in bag order by the parse (a bag's first contributing
+        # row takes ``next_bank``), claimed by the bag's first word at the reducer, marked done
+        # when its last word is written back, freed by the drain.
         bank_busy = Signal(nb)
         bank_done = Signal(nb)
         next_bank = Signal(self.bank_width)

@@ -281,3 +281,43 @@ def test_simulate_writes_figures_and_a_waveform(tmp_path):
     assert figures["max_abs_error_vs_reference"] == 0.0
     assert figures["max_error_vs_float64_over_bound"] <= 1.0
     assert abs(figures["timing_model_rel_error"]) <= 0.05
+
+
+def test_no_combinational_path_crosses_the_units_ports():
+    """Every ``ready`` the unit drives and every ``valid`` it offers comes from a flip-flop:
+    toggling what the other side drives (its ``valid``s and ``ready``s) within a cycle changes
+    none of them. So the unit's stalls (the accumulator hazard, a full queue) never reach the
+    memory or cache on its port, nor the producer of its bags."""
+    from amaranth.sim import Simulator
+
+    unit = EmbeddingBagUnit(data_bytes=16, lanes=4, max_dim=16, tables=2, outstanding=4,
+                            max_bag_length=7, elem_types=("fp32",))
+    rng = np.random.default_rng(7)
+    driven_in = [unit.bags.valid, unit.mem.req.ready, unit.mem.resp.valid, unit.pooled.ready]
+    outputs = [unit.bags.ready, unit.mem.req.valid, unit.mem.resp.ready, unit.pooled.valid]
+
+    async def bench(ctx):
+        ctx.set(unit.desc.valid, 1)
+        ctx.set(unit.desc.payload, {"table": 0, "base": 0, "rows": 100, "dim": 16})
+        await ctx.tick()
+        ctx.set(unit.desc.valid, 0)
+        for cycle in range(300):
+            header = cycle % 5 == 0
+            ctx.set(unit.bags.payload.header, header)
+            ctx.set(unit.bags.payload.body.bag.length, 4) if header else \
+                ctx.set(unit.bags.payload.body.item.index, int(rng.integers(0, 100)))
+            values = [int(rng.integers(0, 2)) for _ in driven_in]
+            for sig, v in zip(driven_in, values):
+                ctx.set(sig, v)
+            before = [ctx.get(o) for o in outputs]
+            for sig, v in zip(driven_in, values):
+                ctx.set(sig, 1 - v)
+            assert [ctx.get(o) for o in outputs] == before, f"cycle {cycle}"
+            for sig, v in zip(driven_in, values):
+                ctx.set(sig, v)
+            await ctx.tick()
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
