@@ -268,23 +268,35 @@ class PoolLane(wiring.Component):
     registers). MAX: ``v if first else (v if v > old else old)``
     (:class:`rtl.fp.FPMax32` with ``nan="compare"``), delayed by the same ``latency`` so both
     results line up. Free running: one operation per cycle, no enable.
+
+    ``direct_add=True`` (what the gather unit uses) takes the adder's operands straight from
+    the ports, so that no logic stands between the caller's registers and the adder: the
+    caller gives ``old = 0`` on a first row and the addend on a separate port ``v_add``
+    (``v`` then feeds only the max).
     """
 
-    def __init__(self, *, latency: int):
+    def __init__(self, *, latency: int, direct_add: bool = False):
         try:
             self.latency = check_int("latency", latency, minimum=1, maximum=FPAdd32.STEPS)
         except ValueError:
             self._MustUse__silence = True  # a refused design is not an unused one
             raise
-        super().__init__({"old": In(32), "v": In(32), "first": In(1), "is_max": In(1),
-                          "result": Out(32)})
+        self.direct_add = bool(direct_add)
+        ports = {"old": In(32), "v": In(32), "first": In(1), "is_max": In(1),
+                 "result": Out(32)}
+        if self.direct_add:
+            ports["v_add"] = In(32)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.add = add = FPAdd32(latency=self.latency)
         m.submodules.max = mx = FPMax32(latency=0, nan="compare")
-        m.d.comb += [add.a.eq(Mux(self.first, 0, self.old)), add.b.eq(self.v),
-                     mx.a.eq(self.old), mx.b.eq(self.v)]
+        if self.direct_add:
+            m.d.comb += [add.a.eq(self.old), add.b.eq(self.v_add)]
+        else:
+            m.d.comb += [add.a.eq(Mux(self.first, 0, self.old)), add.b.eq(self.v)]
+        m.d.comb += [mx.a.eq(self.old), mx.b.eq(self.v)]
         sel = Mux(self.first, self.v, mx.o)
         for k in range(self.latency):
             r = Signal(32, name=f"max_d{k}")
@@ -826,7 +838,10 @@ class EmbeddingBagUnit(wiring.Component):
             s1_ctx.first.eq(head.first), s1_ctx.weighted.eq(head.weighted),
             s1_ctx.is_max.eq(head.is_max),
             s1_ctx.addr.eq(Cat(Mux(head.has_row, word[:self.word_width], 0), head.bank)),
-            s1_x.eq(widened), s1_weight.eq(head.weight),
+            s1_x.eq(widened),
+            # an unweighted row is multiplied by 1.0 (exact, NaNs aside, which the adder makes
+            # the canonical NaN anyway): the adder's addend is always the multiplier's output
+            s1_weight.eq(Mux(head.weighted & ~head.is_max, head.weight, _FP32_ONE)),
         ]
 
         # Multiplier stage: context and unweighted values delayed alongside.
@@ -845,7 +860,7 @@ class EmbeddingBagUnit(wiring.Component):
             mul = FPMul32(latency=ml)
             m.submodules[f"wmul_{i}"] = mul
             m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight)]
-            ai_v.append(Mux(ai.weighted & ~ai.is_max, mul.o, ai_x[32 * i:32 * (i + 1)]))
+            ai_v.append(mul.o)
 
         # ---- accumulators: ``banks`` banks of max_words words ---------------------------
         # Registered reads (block RAM) and a register after them: the add-in stage's word is
@@ -878,8 +893,9 @@ class EmbeddingBagUnit(wiring.Component):
 
         result_lanes = []
         for i in range(lanes):
-            lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al)
-            m.d.comb += [lane.old.eq(acc_old[32 * i:32 * (i + 1)]), lane.v.eq(ai_v[i]),
+            lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al, direct_add=True)
+            m.d.comb += [lane.old.eq(acc_old[32 * i:32 * (i + 1)]),
+                         lane.v.eq(ai_x[32 * i:32 * (i + 1)]), lane.v_add.eq(ai_v[i]),
                          lane.first.eq(ai.first), lane.is_max.eq(inflight[-1].is_max)]
             result_lanes.append(lane.result)
         wb = inflight[-1]
@@ -890,7 +906,10 @@ class EmbeddingBagUnit(wiring.Component):
         ]
         wb_bank = wb.addr[self.word_width:]
         m.d.comb += bypass.eq(wb.valid & wb.has_row & (wb.addr == ctx_pipe[ml - 1].addr))
-        m.d.sync += acc_old.eq(Mux(bypass, acc_wr.data, acc_rd.data))
+        # a bag's first row adds to zero: the register holds it, so the adder's operands
+        # come straight from flip-flops
+        m.d.sync += acc_old.eq(Mux(ctx_pipe[ml - 1].first, 0,
+                                   Mux(bypass, acc_wr.data, acc_rd.data)))
 
         # ---- drain: finished bags to `pooled`, in bag order -------------------------------
         # The drain pipeline runs free too: a beat is read only when the output queue has
