@@ -234,7 +234,8 @@ class UnitTiming:
     ``reduce_latency``: cycles from a word's issue (take) to the adder input;
     ``done_latency``: cycles from the take of a bag's last word to its drain;
     ``drain_latency``: cycles from a drain read to the beat on ``pooled``;
-    ``queue_latency``: cycles from a queue write to the entry being readable.
+    ``queue_latency``: cycles from a queue write to the entry being readable;
+    ``info_latency``: cycles from a row's issue to its entry being readable by the reducer.
     """
 
     data_bytes: int
@@ -254,6 +255,7 @@ class UnitTiming:
     resp_latency: int = 1
     done_latency: int = 0
     queue_latency: int = 2
+    info_latency: int = 2
 
 
 class PoolLane(wiring.Component):
@@ -424,13 +426,16 @@ class EmbeddingBagUnit(wiring.Component):
             hazard_distance=self.add_latency + 1,
             bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth,
             interleave=self.interleave, slot_depth=self.slot_depth, banks=self.banks,
-            # parse -> pe1 -> pe2 (queue write) -> readable 2 cycles later
-            parse_to_issue=4,
+            # parse -> pe1 -> pe2 (queue write) -> readable 2 cycles later -> read slice
+            parse_to_issue=5,
             # response beat -> skid buffer -> take
             resp_latency=1,
             # last take -> adder input -> add_latency -> write-back -> done flag visible
             done_latency=1 + self.mul_latency + self.add_latency + 1,
-            queue_latency=2)
+            # a queue write -> readable 2 cycles later -> its read slice
+            queue_latency=3,
+            # arbiter -> write slice -> row queue -> read slice
+            info_latency=4)
 
     # -- internal layouts ------------------------------------------------------------------
 
@@ -561,6 +566,18 @@ class EmbeddingBagUnit(wiring.Component):
                                                            depth=self.bag_queue_depth)
         info_w = data.View(rinfo, info_q.w_data)
         bag_w = data.View(binfo, bag_q.w_data)
+
+        # Each queue is read through a register slice: what decides to take an entry (the
+        # arbiter, the hazard check, the drain) does not reach into the queue's pointers.
+        def read_slice(q, name):
+            sk = SkidBuffer(unsigned(q.width))
+            m.submodules[name] = sk
+            m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
+                         q.r_en.eq(sk.i.ready)]
+            return sk.o
+        heads = [read_slice(q, f"slot_h{k}") for k, q in enumerate(slots)]
+        info_h = read_slice(info_q, "info_h")
+        bag_h = read_slice(bag_q, "bag_h")
 
         # Accumulator banks: given out in bag order by the parse (a bag's first contributing
         # row takes ``next_bank``), claimed by the bag's first word at the reducer, marked done
@@ -707,9 +724,9 @@ class EmbeddingBagUnit(wiring.Component):
         # holding the bank a starting bag needs has all its rows ahead of it (no deadlock;
         # needs ``banks > interleave``).
         start = Signal(max(1, exact_log2(K)))
-        rdy = Cat(*[q.r_rdy & (~data.View(sentry, q.r_data).info.first
+        rdy = Cat(*[h.valid & (~data.View(sentry, h.payload).info.first
                                | ((start == k) if K > 1 else 1))
-                    for k, q in enumerate(slots)])
+                    for k, h in enumerate(heads)])
         if K == 1:
             m.d.comb += pick.eq(0)
         else:
@@ -719,9 +736,9 @@ class EmbeddingBagUnit(wiring.Component):
                         s = (r + off) % K
                         with m.If(rdy[s]):
                             m.d.comb += pick.eq(s)
-        sel_bits = slots[0].r_data
+        sel_bits = heads[0].payload
         for k in range(1, K):
-            sel_bits = Mux(pick == k, slots[k].r_data, sel_bits)
+            sel_bits = Mux(pick == k, heads[k].payload, sel_bits)
         sel = data.View(sentry, sel_bits)
         outstanding = Signal(range(self.outstanding + 1))
         row_done = Signal()          # the reducer finished consuming a row
@@ -730,8 +747,13 @@ class EmbeddingBagUnit(wiring.Component):
         room = Signal(init=1)
         next_out = outstanding + row_issued - row_done
         m.d.sync += [outstanding.eq(next_out), room.eq(next_out < self.outstanding)]
+        # The arbiter writes the row queue through a register slice too (its ``ready`` is a
+        # flip-flop), as it writes the requests.
+        m.submodules.info_in = info_in = SkidBuffer(rinfo)
+        m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
+                     info_in.o.ready.eq(info_q.w_rdy)]
         go = Signal()
-        m.d.comb += go.eq(rdy.any() & info_q.w_rdy
+        m.d.comb += go.eq(rdy.any() & info_in.i.ready
                           & (~sel.info.has_row | (req_out.i.ready & room)))
         m.d.comb += [
             req_out.i.valid.eq(go & sel.info.has_row),
@@ -739,18 +761,18 @@ class EmbeddingBagUnit(wiring.Component):
             req_out.i.payload.beats.eq(sel.beats),
             req_out.i.payload.write.eq(0),
             row_issued.eq(go & sel.info.has_row),
-            info_q.w_en.eq(go),
-            info_q.w_data.eq(sel.info),
+            info_in.i.valid.eq(go),
+            info_in.i.payload.eq(sel.info),
         ]
-        for k, q in enumerate(slots):
-            m.d.comb += q.r_en.eq(go & (pick == k))
+        for k, h in enumerate(heads):
+            m.d.comb += h.ready.eq(go & (pick == k))
         with m.If(go):
             m.d.sync += rr.eq(pick + 1)
         with m.If(go & sel.info.first):
             m.d.sync += start.eq(start + 1)
 
         # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
-        head = data.View(rinfo, info_q.r_data)
+        head = data.View(rinfo, info_h.payload)
         rs = resp_in.o
         wpb = self.words_per_beat
         al = self.add_latency
@@ -783,12 +805,12 @@ class EmbeddingBagUnit(wiring.Component):
             for b in range(nb):
                 with m.If(head.bank == b):
                     m.d.sync += bank_busy[b].eq(1)
-        with m.If(info_q.r_rdy & bank_wait):
+        with m.If(info_h.valid & bank_wait):
             m.d.sync += cnt["stall_bank"].eq(cnt["stall_bank"] + 1)
         m.d.comb += [
-            take.eq(info_q.r_rdy & (~head.has_row | rs.valid) & ~hazard & ~bank_wait),
+            take.eq(info_h.valid & (~head.has_row | rs.valid) & ~hazard & ~bank_wait),
             rs.ready.eq(take & head.has_row & beat_done),
-            info_q.r_en.eq(take & (~head.has_row | last_word)),
+            info_h.ready.eq(take & (~head.has_row | last_word)),
             row_done.eq(take & head.has_row & last_word),
         ]
         m.d.sync += [recent[0].valid.eq(take & head.has_row), recent[0].addr.eq(head_addr)]
@@ -797,9 +819,9 @@ class EmbeddingBagUnit(wiring.Component):
         with m.If(take & head.has_row):
             m.d.sync += [word.eq(Mux(last_word, 0, word + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
-        with m.If(info_q.r_rdy & hazard):
+        with m.If(info_h.valid & hazard):
             m.d.sync += cnt["stall_hazard"].eq(cnt["stall_hazard"] + 1)
-        with m.Elif(info_q.r_rdy & head.has_row & ~rs.valid):
+        with m.Elif(info_h.valid & head.has_row & ~rs.valid):
             m.d.sync += cnt["stall_memory"].eq(cnt["stall_memory"] + 1)
 
         beat = rs.payload.data
@@ -914,7 +936,7 @@ class EmbeddingBagUnit(wiring.Component):
         # ---- drain: finished bags to `pooled`, in bag order -------------------------------
         # The drain pipeline runs free too: a beat is read only when the output queue has
         # room for it (a credit counter), so ``pooled.ready`` stops nothing but the queue.
-        bhead = data.View(binfo, bag_q.r_data)
+        bhead = data.View(binfo, bag_h.payload)
         pooled = self.pooled
         dword = Signal(self.word_width + 1)
         has_rows = bhead.count != 0
@@ -922,11 +944,11 @@ class EmbeddingBagUnit(wiring.Component):
         dl = self.drain_mul_latency
         odepth = self.out_depth
         credit = Signal(range(odepth + 1))     # beats read and not yet taken from `pooled`
-        bag_ready = bag_q.r_rdy & (~has_rows | bank_done.bit_select(bhead.bank, 1))
+        bag_ready = bag_h.valid & (~has_rows | bank_done.bit_select(bhead.bank, 1))
         issue = Signal()
         m.d.comb += [issue.eq(bag_ready & (credit != odepth)),
                      acc_dr.addr.eq(Cat(dword[:self.word_width], bhead.bank)),
-                     bag_q.r_en.eq(issue & d_last)]
+                     bag_h.ready.eq(issue & d_last)]
         with m.If(issue):
             m.d.sync += dword.eq(Mux(d_last, 0, dword + 1))
         freed = issue & d_last & has_rows
@@ -996,7 +1018,11 @@ class EmbeddingBagUnit(wiring.Component):
 
         # ---- busy and input starvation --------------------------------------------------
         in_flight = (bags_in.o.valid | req_out.o.valid | resp_in.o.valid | pe1.valid
-                     | pe2.valid | rdy.any() | info_q.r_rdy | bag_q.r_rdy | (credit != 0))
+                     | pe2.valid | info_in.o.valid | info_q.r_rdy | info_h.valid | bag_q.r_rdy
+                     | bag_h.valid
+                     | (credit != 0))
+        for q, h in zip(slots, heads):
+            in_flight = in_flight | q.r_rdy | h.valid
         for c in [*ctx_pipe, *inflight]:
             in_flight = in_flight | c.valid
         busy = Signal()

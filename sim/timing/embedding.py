@@ -201,7 +201,7 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
                     start_slot = (start_slot + 1) % K
                 issued += 1
                 g.entries_left -= 1
-                avail = cycle + ql
+                avail = cycle + t.info_latency
                 if is_row:
                     shape = shapes[b]
                     row_lat = lats[rows] if lats is not None else lat
