@@ -49,7 +49,7 @@ Interface
     bag in the unit or waiting at its input), ``beats_read``, ``rows_requested``, ``bags_in``,
     ``bags_out``, stall cycles by cause - ``stall_memory`` (the reducer waits for row data),
     ``stall_hazard`` (a row's word waits for the same word's previous sum to leave the adder),
-    ``stall_bank`` (a bag waits for an accumulator bank still being drained),
+    ``stall_bank`` (a bag's first row waits for an accumulator bank still being drained),
     ``stall_output`` (``pooled`` valid and not ready), ``stall_input`` (busy with no input
     offered) - and ``indices_dropped``, ``indices_padding``, ``desc_rejected``,
     ``protocol_errors``.
@@ -81,25 +81,47 @@ round to nearest even (``rtl.fp``), element by element in index order:
 Microarchitecture and timing
 ============================
 
-Front (one input item per cycle): a header costs one cycle; each index costs one cycle and,
-if it contributes, issues its read request (from an output register) and queues a row
-entry for the reducer. A bag's last item also queues its bag entry for the drain. An empty
-bag costs its header cycle and one reducer slot (an end-only entry); its zero beats come
-from the drain without touching an accumulator, overlapped with the next bag's rows.
+Every stream that enters or leaves the unit (``bags``, ``mem.req``, ``mem.resp``) passes a
+:class:`rtl.streams.SkidBuffer`, and ``pooled`` comes from a queue: no combinational path
+crosses the unit's boundary, so a stall inside it (the accumulator hazard, a full queue) never
+reaches the memory or cache in front of it. Inside, each stage stalls only itself: the
+datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
+the stages that may wait hold queues or credits sized for what is in flight.
+
+Parse (one input item per cycle, behind the input skid buffer): a header costs one cycle;
+each index costs one cycle and, if it contributes, queues a row entry (with its read request;
+two register stages compute ``base + index * stride``) in its bag's *slot*. A bag's first
+contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
+order, waiting if that bank is still draining); the bag's slot is ``bank % interleave``. A
+bag's last item queues its bag entry for the drain, and an end-only entry in its slot when
+that item did not contribute. An empty bag (or one without contributing rows) costs its
+header cycle and its zero beats at the drain; it takes no bank and no reducer slot.
+
+Arbiter: one entry per cycle, round robin over the slots with an entry, into the read
+requests and the reducer's row queue (at most ``outstanding`` rows requested and not fully
+consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag are
+separated by the other bags' rows: this hides the adder's read-add-write distance without
+changing any bag's summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
+of the reducer by that much per slot, so bags longer than about ``slot_depth`` rows are
+interleaved only in part (the parse is in order and waits for room in the long bag's slot).
 
 Reducer: consumes row data ``lanes`` elements ("a word") per cycle: a beat holds
 ``data_bytes / (4 * lanes)`` FP32 words or twice as many 16-bit words, so an FP32 beat takes
-one cycle when ``lanes * 4 == data_bytes`` (the default) and a 16-bit beat two. Words pass a
-widening register, the weight multipliers (``FPMul32``, ``mul_latency``, default 4) and then
-the adders (``FPAdd32``, ``add_latency``, default 4) or the max selectors into one of two
-accumulator banks (a bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank;
-one :class:`PoolLane` per lane). A word may enter the adder only after the previous row's
-sum of the same word has been written back, so a row costs ``max(words, add_latency + 1)``
-cycles: no stall for ``dim >= 5 * lanes`` with the default latencies. Bags alternate
-between the two banks, so one bag accumulates while the previous one drains.
+one cycle when ``lanes * 4 == data_bytes`` (the default) and a 16-bit beat two. The issue
+stage takes a word only if no word of the same accumulator address was issued in the last
+``add_latency`` cycles (a scoreboard of the recent issues); after it the words pass a widening
+register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``,
+``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into their bank, at a
+fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank; the
+accumulator has registered (block-RAM) read ports, transparent to the write-back, and the
+adder's input reads it from a register after the memory (read two stages ahead, with a bypass
+from the write-back), so two words of one address are issued at least ``add_latency + 1``
+cycles apart. Rows of ``W`` words of ``interleave`` bags cost ``max(W, (add_latency + 1) /
+interleave)`` cycles each in steady state.
 
-Drain: reads the finished bag's words, multiplies them by ``1/count`` for MEAN (another
-``FPMul32``) and presents them on ``pooled``, one beat per cycle under backpressure.
+Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
+them by ``1/count`` for MEAN (another ``FPMul32``) and writes them into the output queue, one
+beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
 """
@@ -115,7 +137,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32
-from .streams import MemPortSignature, check_int
+from .streams import MemPortSignature, MemRequest, MemResponseBeat, SkidBuffer, check_int
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -200,13 +222,20 @@ class CountersLayout(data.StructLayout):
 
 @dataclass(frozen=True)
 class UnitTiming:
-    """Pipeline figures of one unit instance, for the timing model.
+    """Pipeline figures of one unit instance, for the timing model (``sim.timing.embedding``).
 
     ``words_per_beat``: FP32 words per memory beat (16-bit types: twice as many);
-    ``add_latency``: cycles from a word entering the adder to its write-back, so a row costs
-    at least ``add_latency + 1`` cycles; ``reduce_latency``: cycles from a beat's acceptance to
-    its word entering the adder; ``drain_latency``: cycles from a drain read to the beat on
-    ``pooled``; ``front_latency``: cycles from an index's acceptance to its request on ``mem``.
+    ``add_latency``: cycles a word spends in the adder; ``hazard_distance``: two words of the
+    same accumulator address are issued at least this many cycles apart;
+    ``interleave``: bags whose rows the arbiter interleaves (one slot queue each, of
+    ``slot_depth`` entries); ``banks``: accumulator banks (claimed in bag order);
+    ``parse_to_issue``: cycles from an item's parse to the earliest request of its row;
+    ``resp_latency``: cycles from a response beat on ``mem`` to the reducer taking it;
+    ``reduce_latency``: cycles from a word's issue (take) to the adder input;
+    ``done_latency``: cycles from the take of a bag's last word to its drain;
+    ``drain_latency``: cycles from a drain read to the beat on ``pooled``;
+    ``queue_latency``: cycles from a queue write to the entry being readable;
+    ``info_latency``: cycles from a row's issue to its entry being readable by the reducer.
     """
 
     data_bytes: int
@@ -216,9 +245,17 @@ class UnitTiming:
     add_latency: int
     reduce_latency: int
     drain_latency: int
-    front_latency: int
     bag_queue_depth: int
     info_depth: int
+    interleave: int = 1
+    hazard_distance: int = 6
+    slot_depth: int = 32
+    banks: int = 2
+    parse_to_issue: int = 4
+    resp_latency: int = 1
+    done_latency: int = 0
+    queue_latency: int = 2
+    info_latency: int = 2
 
 
 class PoolLane(wiring.Component):
@@ -233,23 +270,35 @@ class PoolLane(wiring.Component):
     registers). MAX: ``v if first else (v if v > old else old)``
     (:class:`rtl.fp.FPMax32` with ``nan="compare"``), delayed by the same ``latency`` so both
     results line up. Free running: one operation per cycle, no enable.
+
+    ``direct_add=True`` (what the gather unit uses) takes the adder's operands straight from
+    the ports, so that no logic stands between the caller's registers and the adder: the
+    caller gives ``old = 0`` on a first row and the addend on a separate port ``v_add``
+    (``v`` then feeds only the max).
     """
 
-    def __init__(self, *, latency: int):
+    def __init__(self, *, latency: int, direct_add: bool = False):
         try:
             self.latency = check_int("latency", latency, minimum=1, maximum=FPAdd32.STEPS)
         except ValueError:
             self._MustUse__silence = True  # a refused design is not an unused one
             raise
-        super().__init__({"old": In(32), "v": In(32), "first": In(1), "is_max": In(1),
-                          "result": Out(32)})
+        self.direct_add = bool(direct_add)
+        ports = {"old": In(32), "v": In(32), "first": In(1), "is_max": In(1),
+                 "result": Out(32)}
+        if self.direct_add:
+            ports["v_add"] = In(32)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.add = add = FPAdd32(latency=self.latency)
         m.submodules.max = mx = FPMax32(latency=0, nan="compare")
-        m.d.comb += [add.a.eq(Mux(self.first, 0, self.old)), add.b.eq(self.v),
-                     mx.a.eq(self.old), mx.b.eq(self.v)]
+        if self.direct_add:
+            m.d.comb += [add.a.eq(self.old), add.b.eq(self.v_add)]
+        else:
+            m.d.comb += [add.a.eq(Mux(self.first, 0, self.old)), add.b.eq(self.v)]
+        m.d.comb += [mx.a.eq(self.old), mx.b.eq(self.v)]
         sel = Mux(self.first, self.v, mx.o)
         for k in range(self.latency):
             r = Signal(32, name=f"max_d{k}")
@@ -273,20 +322,24 @@ class EmbeddingBagUnit(wiring.Component):
     elem_types : element types to support, a subset of ``("fp32", "fp16", "bf16")``.
     addr_width, beats_width : memory port's beat-address and beat-count widths.
     index_width, tag_width : widths of an index and of a bag tag.
-    bag_queue_depth : finished-at-input bags waiting for their output, at most.
+    bag_queue_depth : bags parsed and not yet drained, at most (default 32): with bags of a
+        few short rows it must cover the memory latency plus the pipeline's (about 50 cycles
+        at the full FP depths) in bags, or the parse waits and the interleave runs dry.
     add_latency, mul_latency : pipeline registers of the FP32 adders (1..``FPAdd32.STEPS``)
-        and multipliers (1..``FPMul32.STEPS``). The default 4 keeps a row's read-add-write
-        hazard short (a row costs ``max(words, add_latency + 1)`` cycles); the full depths
-        (9 and 10) close timing at a higher clock (``neonic bench timing``) but stall rows of
-        fewer than ``add_latency + 1`` words per lane group.
+        and multipliers (1..``FPMul32.STEPS``); default their full depths (9 and 10), the
+        depths at which they close timing (``neonic bench timing``).
+    interleave : bags whose rows are interleaved (a power of two, 1..8; default 4): rows of
+        ``W`` words cost ``max(W, (add_latency + 1) / interleave)`` cycles.
+    slot_depth : row entries each interleave slot holds (how far the parse runs ahead).
     """
 
     def __init__(self, *, data_bytes: int = 64, lanes: int = 16, max_dim: int = 256,
                  tables: int = 8, outstanding: int = 32, max_bag_length: int = 1023,
                  elem_types: tuple[str, ...] = ("fp32", "fp16", "bf16"),
                  addr_width: int = 32, beats_width: int = 8, index_width: int = 32,
-                 tag_width: int = 16, bag_queue_depth: int = 8, add_latency: int = 4,
-                 mul_latency: int = 4):
+                 tag_width: int = 16, bag_queue_depth: int = 32,
+                 add_latency: int = FPAdd32.STEPS, mul_latency: int = FPMul32.STEPS,
+                 interleave: int = 4, slot_depth: int = 32):
         self.data_bytes = check_int("data_bytes", data_bytes, minimum=4, maximum=256,
                                     power_of_two=True)
         self.lanes = check_int("lanes", lanes, minimum=1, maximum=data_bytes // 4,
@@ -329,6 +382,14 @@ class EmbeddingBagUnit(wiring.Component):
                                      maximum=FPMul32.STEPS)
         self.drain_mul_latency = self.mul_latency
         self.info_depth = self.outstanding + 2
+        self.interleave = check_int("interleave", interleave, minimum=1, maximum=8,
+                                    power_of_two=True)
+        self.slot_depth = check_int("slot_depth", slot_depth, minimum=4, maximum=1024)
+        #: accumulator banks: ``interleave`` bags accumulating, as many draining or waiting
+        self.banks = 2 * self.interleave
+        self.bank_width = max(1, exact_log2(self.banks))
+        #: output queue: room for every beat the free-running drain pipeline holds
+        self.out_depth = self.drain_mul_latency + 6
 
         self.desc_layout = DescriptorLayout(table_width=self.table_width,
                                             addr_width=self.addr_width,
@@ -356,8 +417,25 @@ class EmbeddingBagUnit(wiring.Component):
         return UnitTiming(
             data_bytes=self.data_bytes, lanes=self.lanes, outstanding=self.outstanding,
             words_per_beat=self.words_per_beat, add_latency=self.add_latency,
-            reduce_latency=1 + self.mul_latency, drain_latency=self.drain_mul_latency + 1,
-            front_latency=1, bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth)
+            # take -> stage 1 -> mul_latency registers -> the adder's input
+            reduce_latency=1 + self.mul_latency,
+            # drain read -> read register -> data register -> multiplier -> output queue
+            # (2 cycles)
+            drain_latency=self.drain_mul_latency + 4,
+            # issues of one accumulator word: the adder's latency, then the write-back
+            hazard_distance=self.add_latency + 1,
+            bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth,
+            interleave=self.interleave, slot_depth=self.slot_depth, banks=self.banks,
+            # parse -> pe1 -> pe2 (queue write) -> readable 2 cycles later -> read slice
+            parse_to_issue=5,
+            # response beat -> skid buffer -> take
+            resp_latency=1,
+            # last take -> adder input -> add_latency -> write-back -> done flag visible
+            done_latency=1 + self.mul_latency + self.add_latency + 1,
+            # a queue write -> readable 2 cycles later -> its read slice
+            queue_latency=3,
+            # arbiter -> write slice -> row queue -> read slice
+            info_latency=4)
 
     # -- internal layouts ------------------------------------------------------------------
 
@@ -371,13 +449,13 @@ class EmbeddingBagUnit(wiring.Component):
             "pad_valid": unsigned(1),
             "pad_index": unsigned(self.index_width),
             "stride": unsigned(self.beats_width),
-            "words": unsigned(self.word_width + 1),
+            "last_word": unsigned(self.word_width),      # words - 1
             "tail": unsigned(max(1, exact_log2(self.lanes))),
         })
 
     def _row_info_layout(self):
         # One entry per contributing row, or an end-only entry (has_row=0) closing a bag
-        # whose last item did not contribute.
+        # whose last item did not contribute; ``bank`` is the bag's accumulator bank.
         return data.StructLayout({
             "has_row": unsigned(1),
             "end": unsigned(1),
@@ -386,18 +464,28 @@ class EmbeddingBagUnit(wiring.Component):
             "weight": unsigned(32),
             "elem_type": unsigned(2),
             "is_max": unsigned(1),
-            "words": unsigned(self.word_width + 1),
+            "last_word": unsigned(self.word_width),      # words - 1
+            "bank": unsigned(self.bank_width),
+        })
+
+    def _slot_entry_layout(self):
+        # A row entry waiting in its bag's slot queue, with its read request.
+        return data.StructLayout({
+            "info": self._row_info_layout(),
+            "addr": unsigned(self.addr_width),
+            "beats": unsigned(self.beats_width),
         })
 
     def _bag_info_layout(self):
         return data.StructLayout({
             "tag": unsigned(self.tag_width),
-            "words": unsigned(self.word_width + 1),
+            "last_word": unsigned(self.word_width),      # words - 1
             "tail": unsigned(max(1, exact_log2(self.lanes))),
             "mean": unsigned(1),
             "count": unsigned(self.length_width),
             "error": unsigned(1),
             "dropped": unsigned(1),
+            "bank": unsigned(self.bank_width),
         })
 
     # -- elaboration ---------------------------------------------------------------------
@@ -437,15 +525,41 @@ class EmbeddingBagUnit(wiring.Component):
             desc_wr.data.pad_valid.eq(d.pad_valid),
             desc_wr.data.pad_index.eq(d.pad_index),
             desc_wr.data.stride.eq(((d.dim << dim_bytes_shift) + (db - 1)) >> log_db),
-            desc_wr.data.words.eq((d.dim + (lanes - 1)) >> log_lanes),
+            desc_wr.data.last_word.eq(((d.dim + (lanes - 1)) >> log_lanes) - 1),
             desc_wr.data.tail.eq(d.dim[:max(1, log_lanes)] if log_lanes else 0),
         ]
         with m.If(self.desc.valid & ~(in_range & desc_ok)):
             m.d.sync += cnt["desc_rejected"].eq(cnt["desc_rejected"] + 1)
 
-        # ---- queues between the front, the reducer and the drain -----------------------
+        # ---- register slices on every stream that enters or leaves the unit -------------
+        # No combinational path crosses the unit's boundary: the parse stall does not reach
+        # the producer of ``bags``, the reducer's hazard stall does not reach the memory's
+        # response logic (a cache behind ``mem``), and the cache's ``req.ready`` does not
+        # reach the arbiter.
+        m.submodules.bags_in = bags_in = SkidBuffer(self.item_layout)
+        m.submodules.resp_in = resp_in = SkidBuffer(MemResponseBeat(self.data_bytes))
+        m.submodules.req_out = req_out = SkidBuffer(MemRequest(self.addr_width,
+                                                               self.beats_width))
+        wiring.connect(m, wiring.flipped(self.bags), bags_in.i)
+        wiring.connect(m, wiring.flipped(self.mem.resp), resp_in.i)
+        wiring.connect(m, req_out.o, wiring.flipped(self.mem.req))
+        m.d.comb += self.mem.wdata.valid.eq(0)
+        with m.If(self.mem.req.valid & self.mem.req.ready):
+            m.d.sync += cnt["rows_requested"].eq(cnt["rows_requested"] + 1)
+        with m.If(self.mem.resp.valid & self.mem.resp.ready):
+            m.d.sync += cnt["beats_read"].eq(cnt["beats_read"] + 1)
+
+        # ---- queues ---------------------------------------------------------------------
+        K = self.interleave
+        nb = self.banks
         rinfo = self._row_info_layout()
+        sentry = self._slot_entry_layout()
         binfo = self._bag_info_layout()
+        slots = []
+        for k in range(K):
+            q = fifo.SyncFIFOBuffered(width=sentry.size, depth=self.slot_depth)
+            m.submodules[f"slot_q{k}"] = q
+            slots.append(q)
         m.submodules.info_q = info_q = fifo.SyncFIFOBuffered(width=rinfo.size,
                                                              depth=self.info_depth)
         m.submodules.bag_q = bag_q = fifo.SyncFIFOBuffered(width=binfo.size,
@@ -453,59 +567,94 @@ class EmbeddingBagUnit(wiring.Component):
         info_w = data.View(rinfo, info_q.w_data)
         bag_w = data.View(binfo, bag_q.w_data)
 
-        # ---- front: parse items, issue row reads ---------------------------------------
-        req = self.mem.req
-        m.d.comb += self.mem.wdata.valid.eq(0)
-        item = self.bags.payload
+        # Each queue is read through a register slice: what decides to take an entry (the
+        # arbiter, the hazard check, the drain) does not reach into the queue's pointers.
+        def read_slice(q, name):
+            sk = SkidBuffer(unsigned(q.width))
+            m.submodules[name] = sk
+            m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
+                         q.r_en.eq(sk.i.ready)]
+            return sk.o
+        heads = [read_slice(q, f"slot_h{k}") for k, q in enumerate(slots)]
+        info_h = read_slice(info_q, "info_h")
+        bag_h = read_slice(bag_q, "bag_h")
+
+        # Accumulator banks: given out in bag order by the parse (a bag's first contributing
+        # row takes ``next_bank``), claimed by the bag's first word at the reducer, marked done
+        # when its last word is written back, freed by the drain.
+        bank_busy = Signal(nb)
+        bank_done = Signal(nb)
+        next_bank = Signal(self.bank_width)
+
+        # ---- parse: one input item per cycle, row entries into the bag's slot queue -------
+        item = bags_in.o.payload
         hdr = item.body.bag
         idx = item.body.item
         m.d.comb += desc_rd.addr.eq(hdr.table)
-
-        outstanding = Signal(range(self.outstanding + 1))
-        row_done = Signal()          # the reducer finished consuming a row
-        row_issued = Signal()
-        m.d.sync += outstanding.eq(outstanding + row_issued - row_done)
+        hdr_valid_desc = desc_rd.data.valid & (hdr.table < self.tables)
 
         cur = Signal(sdesc)          # the current bag's descriptor
         c_tag = Signal(self.tag_width)
         c_weighted = Signal()
         c_error = Signal()
         c_dropped = Signal()
+        c_bank = Signal(self.bank_width)
         remaining = Signal(self.length_width)
         count = Signal(self.length_width)
 
-        req_free = ~req.valid | req.ready
-        with m.If(req.ready):
-            m.d.sync += req.valid.eq(0)
-
-        hdr_valid_desc = desc_rd.data.valid & (hdr.table < self.tables)
+        # Two register stages between the parse and the slot queues: the row address
+        # (``base + index * stride``, a multiplier and an adder) is computed there.
+        pe_layout = data.StructLayout({
+            "valid": unsigned(1), "slot": unsigned(max(1, exact_log2(K))),
+            "info": rinfo, "index": unsigned(self.index_width),
+            "stride": unsigned(self.beats_width), "base": unsigned(self.addr_width),
+        })
+        pe1 = Signal(pe_layout)
+        pe2 = Signal(pe_layout)
+        pe2_off = Signal(self.index_width + self.beats_width)
+        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_off.eq(pe1.index * pe1.stride)]
+        for k, q in enumerate(slots):
+            wr = data.View(sentry, q.w_data)
+            m.d.comb += [
+                q.w_en.eq(pe2.valid & (pe2.slot == k)),
+                wr.info.eq(pe2.info),
+                wr.addr.eq(pe2.base + pe2_off),
+                wr.beats.eq(pe2.info.has_row * pe2.stride),
+            ]
+        # A slot has room when the entries in pe1 and pe2 and one more still fit; a flip-flop,
+        # from the level one cycle earlier (which is at most one entry lower).
+        slot_room = Signal(K)
+        for k, q in enumerate(slots):
+            m.d.sync += slot_room[k].eq(q.w_level <= self.slot_depth - 4)
+        # Flags kept as flip-flops so that the parse's stall decision is a few LUTs deep.
+        no_rows = Signal()           # the current bag has no contributing row yet
+        last_next = Signal()         # the next item is the bag's last (remaining == 1)
 
         with m.FSM(name="front") as front_fsm:
             with m.State("HEADER"):
-                with m.If(self.bags.valid & ~item.header):
+                with m.If(bags_in.o.valid & ~item.header):
                     # An index item outside a bag: drop it.
-                    m.d.comb += self.bags.ready.eq(1)
+                    m.d.comb += bags_in.o.ready.eq(1)
                     m.d.sync += cnt["protocol_errors"].eq(cnt["protocol_errors"] + 1)
                 with m.Elif(hdr.length == 0):
-                    # Empty bag: one cycle, an end-only entry and its (zero) bag entry.
-                    ok = info_q.w_rdy & bag_q.w_rdy
-                    m.d.comb += self.bags.ready.eq(ok)
-                    with m.If(self.bags.valid & ok):
+                    # Empty bag: one cycle and its (zero) bag entry; no reducer slot, no bank.
+                    m.d.comb += bags_in.o.ready.eq(bag_q.w_rdy)
+                    with m.If(bags_in.o.valid & bag_q.w_rdy):
                         m.d.comb += [
-                            info_q.w_en.eq(1), info_w.has_row.eq(0), info_w.end.eq(1),
                             bag_q.w_en.eq(1), bag_w.tag.eq(hdr.tag), bag_w.count.eq(0),
-                            bag_w.words.eq(Mux(hdr_valid_desc, desc_rd.data.words, 1)),
+                            bag_w.last_word.eq(Mux(hdr_valid_desc, desc_rd.data.last_word, 0)),
                             bag_w.tail.eq(desc_rd.data.tail),
                             bag_w.error.eq(~hdr_valid_desc),
                         ]
                         m.d.sync += cnt["bags_in"].eq(cnt["bags_in"] + 1)
                 with m.Else():
-                    m.d.comb += self.bags.ready.eq(1)
-                    with m.If(self.bags.valid):
+                    m.d.comb += bags_in.o.ready.eq(1)
+                    with m.If(bags_in.o.valid):
                         m.d.sync += [
                             cur.eq(desc_rd.data), c_tag.eq(hdr.tag),
                             c_weighted.eq(hdr.weighted), c_error.eq(~hdr_valid_desc),
                             c_dropped.eq(0), remaining.eq(hdr.length), count.eq(0),
+                            no_rows.eq(1), last_next.eq(hdr.length == 1),
                             cnt["bags_in"].eq(cnt["bags_in"] + 1),
                         ]
                         m.next = "ITEMS"
@@ -514,21 +663,22 @@ class EmbeddingBagUnit(wiring.Component):
                 is_pad = cur.pad_valid & (idx.index == cur.pad_index)
                 oob = idx.index >= cur.rows
                 contributes = ~early & ~c_error & ~is_pad & ~oob
-                last = early | (remaining == 1)
-                need_req = contributes
-                can = ((~need_req | (req_free & (outstanding < self.outstanding)))
-                       & info_q.w_rdy & (~last | bag_q.w_rdy))
-                m.d.comb += self.bags.ready.eq(can & ~early)
-                with m.If(self.bags.valid & can):
+                last = early | last_next
+                claim = contributes & no_rows
+                bank = Mux(no_rows, next_bank, c_bank)
+                slot = bank[:max(1, exact_log2(K))] if K > 1 else Const(0, 1)
+                marker = last & ~contributes & ~no_rows
+                need_entry = contributes | marker
+                # Whether the item may be parsed does not wait for what it is (padding, out of
+                # range): every index needs room in its bag's slot. The stall is then a
+                # function of flip-flops only, and costs nothing but in a full slot.
+                can = slot_room.bit_select(slot, 1) & (~last | bag_q.w_rdy)
+                m.d.comb += bags_in.o.ready.eq(can & ~early)
+                with m.If(bags_in.o.valid & can):
+                    with m.If(claim):
+                        m.d.sync += [c_bank.eq(next_bank), next_bank.eq(next_bank + 1)]
                     with m.If(contributes):
-                        m.d.comb += row_issued.eq(1)
-                        m.d.sync += [
-                            req.valid.eq(1),
-                            req.payload.addr.eq(cur.base + idx.index * cur.stride),
-                            req.payload.beats.eq(cur.stride),
-                            req.payload.write.eq(0),
-                            count.eq(count + 1),
-                        ]
+                        m.d.sync += [count.eq(count + 1), no_rows.eq(0)]
                     with m.If(~early & ~c_error & oob & ~is_pad):
                         m.d.sync += [c_dropped.eq(1),
                                      cnt["indices_dropped"].eq(cnt["indices_dropped"] + 1)]
@@ -536,69 +686,145 @@ class EmbeddingBagUnit(wiring.Component):
                         m.d.sync += cnt["indices_padding"].eq(cnt["indices_padding"] + 1)
                     with m.If(early):
                         m.d.sync += cnt["protocol_errors"].eq(cnt["protocol_errors"] + 1)
-                    m.d.comb += [
-                        info_q.w_en.eq(contributes | last),
-                        info_w.has_row.eq(contributes),
-                        info_w.end.eq(last),
-                        info_w.first.eq(count == 0),
-                        info_w.weighted.eq(c_weighted),
-                        info_w.weight.eq(idx.weight),
-                        info_w.elem_type.eq(cur.elem_type),
-                        info_w.is_max.eq(cur.pooling == POOLING_CODES["max"]),
-                        info_w.words.eq(cur.words),
+                    m.d.sync += [
+                        pe1.valid.eq(need_entry), pe1.slot.eq(slot),
+                        pe1.info.has_row.eq(contributes), pe1.info.end.eq(last),
+                        pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
+                        pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
+                        pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
+                        pe1.info.last_word.eq(cur.last_word), pe1.info.bank.eq(bank),
+                        pe1.index.eq(idx.index), pe1.stride.eq(cur.stride),
+                        pe1.base.eq(cur.base),
                     ]
                     with m.If(last):
                         final_count = count + contributes
                         m.d.comb += [
                             bag_q.w_en.eq(1),
                             bag_w.tag.eq(c_tag),
-                            bag_w.words.eq(Mux(c_error, 1, cur.words)),
+                            bag_w.last_word.eq(Mux(c_error, 0, cur.last_word)),
                             bag_w.tail.eq(cur.tail),
                             bag_w.mean.eq(cur.pooling == POOLING_CODES["mean"]),
                             bag_w.count.eq(Mux(c_error, 0, final_count)),
                             bag_w.error.eq(c_error | early),
                             bag_w.dropped.eq(c_dropped | (~early & ~c_error & oob & ~is_pad)),
+                            bag_w.bank.eq(bank),
                         ]
                         m.next = "HEADER"
                     with m.Else():
-                        m.d.sync += remaining.eq(remaining - 1)
+                        m.d.sync += [remaining.eq(remaining - 1), last_next.eq(remaining == 2)]
 
-        with m.If(req.valid & req.ready):
-            m.d.sync += cnt["rows_requested"].eq(cnt["rows_requested"] + 1)
+        # ---- arbiter: interleave the slots' rows into the request stream ------------------
+        # Round robin over the slots with an entry: consecutive rows of one bag are separated
+        # by rows of the other bags in flight, which hides the accumulator's read-add-write
+        # distance. The reducer sees the rows in request order (responses are in order).
+        rr = Signal(max(1, exact_log2(K)))
+        pick = Signal(max(1, exact_log2(K)))
+        # A bag's first row may go only in bag order (``start``: the slot of the next bag to
+        # start): banks are then claimed in bag order, as the drain frees them, and every bag
+        # holding the bank a starting bag needs has all its rows ahead of it (no deadlock;
+        # needs ``banks > interleave``).
+        start = Signal(max(1, exact_log2(K)))
+        rdy = Cat(*[h.valid & (~data.View(sentry, h.payload).info.first
+                               | ((start == k) if K > 1 else 1))
+                    for k, h in enumerate(heads)])
+        if K == 1:
+            m.d.comb += pick.eq(0)
+        else:
+            for r in range(K):
+                with m.If(rr == r):
+                    for off in reversed(range(K)):
+                        s = (r + off) % K
+                        with m.If(rdy[s]):
+                            m.d.comb += pick.eq(s)
+        sel_bits = heads[0].payload
+        for k in range(1, K):
+            sel_bits = Mux(pick == k, heads[k].payload, sel_bits)
+        sel = data.View(sentry, sel_bits)
+        outstanding = Signal(range(self.outstanding + 1))
+        row_done = Signal()          # the reducer finished consuming a row
+        row_issued = Signal()
+        # ``room``: fewer than ``outstanding`` rows in flight, as a flip-flop (next state)
+        room = Signal(init=1)
+        next_out = outstanding + row_issued - row_done
+        m.d.sync += [outstanding.eq(next_out), room.eq(next_out < self.outstanding)]
+        # The arbiter writes the row queue through a register slice too (its ``ready`` is a
+        # flip-flop), as it writes the requests.
+        m.submodules.info_in = info_in = SkidBuffer(rinfo)
+        m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
+                     info_in.o.ready.eq(info_q.w_rdy)]
+        go = Signal()
+        m.d.comb += go.eq(rdy.any() & info_in.i.ready
+                          & (~sel.info.has_row | (req_out.i.ready & room)))
+        m.d.comb += [
+            req_out.i.valid.eq(go & sel.info.has_row),
+            req_out.i.payload.addr.eq(sel.addr),
+            req_out.i.payload.beats.eq(sel.beats),
+            req_out.i.payload.write.eq(0),
+            row_issued.eq(go & sel.info.has_row),
+            info_in.i.valid.eq(go),
+            info_in.i.payload.eq(sel.info),
+        ]
+        for k, h in enumerate(heads):
+            m.d.comb += h.ready.eq(go & (pick == k))
+        with m.If(go):
+            m.d.sync += rr.eq(pick + 1)
+        with m.If(go & sel.info.first):
+            m.d.sync += start.eq(start + 1)
 
-        # ---- reducer input: split beats into words, widen ------------------------------
-        head = data.View(rinfo, info_q.r_data)
-        resp = self.mem.resp
+        # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
+        head = data.View(rinfo, info_h.payload)
+        rs = resp_in.o
         wpb = self.words_per_beat
+        al = self.add_latency
+        ml = self.mul_latency
         chunk = Signal(range(2 * wpb))
         word = Signal(self.word_width + 1)
         is16 = head.elem_type != ELEM_TYPE_CODES["fp32"]
-        last_word = word == head.words - 1
+        last_word = word == head.last_word
         beat_done = last_word | (chunk == Mux(is16, 2 * wpb - 1, wpb - 1))
-        en_f = Signal()              # the reducer's front segment advances
+        addr_w = self.word_width + self.bank_width
+        head_addr = Cat(word[:self.word_width], head.bank)
+        # The words issued in the last ``add_latency`` cycles are still in the adder when this
+        # one reads its sum: a word of the same accumulator address must wait (the
+        # read-add-write distance, ``add_latency + 1``). Only the issue stage looks;
+        # everything after it runs free.
+        recent = [Signal(data.StructLayout({"valid": unsigned(1), "addr": unsigned(addr_w)}),
+                         name=f"recent{k}") for k in range(al)]
+        hit = Const(0, 1)
+        for r in recent:
+            hit = hit | (r.valid & (r.addr == head_addr))
+        hazard = Signal()
+        m.d.comb += hazard.eq(head.has_row & ~head.first & hit)
+        # A bag's first word claims its bank (banks go round in bag order): it waits while
+        # the bag that held the bank before is still being drained.
+        claim_bank = head.has_row & head.first & (word == 0)
+        bank_wait = Signal()
+        m.d.comb += bank_wait.eq(claim_bank & bank_busy.bit_select(head.bank, 1))
         take = Signal()
+        with m.If(take & claim_bank):
+            for b in range(nb):
+                with m.If(head.bank == b):
+                    m.d.sync += bank_busy[b].eq(1)
+        with m.If(info_h.valid & bank_wait):
+            m.d.sync += cnt["stall_bank"].eq(cnt["stall_bank"] + 1)
         m.d.comb += [
-            take.eq(en_f & info_q.r_rdy & (~head.has_row | resp.valid)),
-            resp.ready.eq(en_f & info_q.r_rdy & head.has_row & beat_done),
-            info_q.r_en.eq(take & (~head.has_row | last_word)),
+            take.eq(info_h.valid & (~head.has_row | rs.valid) & ~hazard & ~bank_wait),
+            rs.ready.eq(take & head.has_row & beat_done),
+            info_h.ready.eq(take & (~head.has_row | last_word)),
             row_done.eq(take & head.has_row & last_word),
         ]
+        m.d.sync += [recent[0].valid.eq(take & head.has_row), recent[0].addr.eq(head_addr)]
+        for k in range(1, al):
+            m.d.sync += recent[k].eq(recent[k - 1])
         with m.If(take & head.has_row):
             m.d.sync += [word.eq(Mux(last_word, 0, word + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
-        with m.If(en_f & info_q.r_rdy & head.has_row & ~resp.valid):
+        with m.If(info_h.valid & hazard):
+            m.d.sync += cnt["stall_hazard"].eq(cnt["stall_hazard"] + 1)
+        with m.Elif(info_h.valid & head.has_row & ~rs.valid):
             m.d.sync += cnt["stall_memory"].eq(cnt["stall_memory"] + 1)
-        with m.If(resp.valid & resp.ready):
-            m.d.sync += cnt["beats_read"].eq(cnt["beats_read"] + 1)
 
-        # Bank of the row: bags with rows alternate between the two accumulator banks.
-        last_bank = Signal(init=1)
-        bank_in = Signal()
-        m.d.comb += bank_in.eq(Mux(head.first & (word == 0), ~last_bank, last_bank))
-        with m.If(take & head.has_row & head.first & (word == 0)):
-            m.d.sync += last_bank.eq(~last_bank)
-
-        beat = resp.payload.data
+        beat = rs.payload.data
         widened = Signal(32 * lanes)
         w32 = beat.word_select(chunk[:max(1, exact_log2(wpb))] if wpb > 1 else 0, 32 * lanes)
         w16 = beat.word_select(chunk if 2 * wpb > 1 else 0, 16 * lanes)
@@ -623,30 +849,30 @@ class EmbeddingBagUnit(wiring.Component):
         ctx_layout = data.StructLayout({
             "valid": unsigned(1), "has_row": unsigned(1), "end": unsigned(1),
             "first": unsigned(1), "weighted": unsigned(1), "is_max": unsigned(1),
-            "word": unsigned(self.word_width), "bank": unsigned(1),
+            "addr": unsigned(addr_w),
         })
         s1_ctx = Signal(ctx_layout)
         s1_x = Signal(32 * lanes)
         s1_weight = Signal(32)
-        with m.If(en_f):
-            m.d.sync += [
-                s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
-                s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
-                s1_ctx.first.eq(head.first), s1_ctx.weighted.eq(head.weighted),
-                s1_ctx.is_max.eq(head.is_max), s1_ctx.word.eq(word[:self.word_width]),
-                s1_ctx.bank.eq(bank_in),
-                s1_x.eq(widened), s1_weight.eq(head.weight),
-            ]
+        m.d.sync += [
+            s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
+            s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
+            s1_ctx.first.eq(head.first), s1_ctx.weighted.eq(head.weighted),
+            s1_ctx.is_max.eq(head.is_max),
+            s1_ctx.addr.eq(Cat(Mux(head.has_row, word[:self.word_width], 0), head.bank)),
+            s1_x.eq(widened),
+            # an unweighted row is multiplied by 1.0 (exact, NaNs aside, which the adder makes
+            # the canonical NaN anyway): the adder's addend is always the multiplier's output
+            s1_weight.eq(Mux(head.weighted & ~head.is_max, head.weight, _FP32_ONE)),
+        ]
 
         # Multiplier stage: context and unweighted values delayed alongside.
-        ml = self.mul_latency
         ctx_pipe = [s1_ctx]
         x_pipe = [s1_x]
         for k in range(ml):
             c = Signal(ctx_layout, name=f"mul_ctx{k}")
             x = Signal(32 * lanes, name=f"mul_x{k}")
-            with m.If(en_f):
-                m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
+            m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
             ctx_pipe.append(c)
             x_pipe.append(x)
         ai = ctx_pipe[-1]            # the add-in stage
@@ -655,52 +881,43 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=ml)
             m.submodules[f"wmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight),
-                         mul.en.eq(en_f)]
-            ai_v.append(Mux(ai.weighted & ~ai.is_max, mul.o, ai_x[32 * i:32 * (i + 1)]))
+            m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight)]
+            ai_v.append(mul.o)
 
-        # ---- accumulators: two banks of max_words words ---------------------------------
-        m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=2 << self.word_width,
+        # ---- accumulators: ``banks`` banks of max_words words ---------------------------
+        # Registered reads (block RAM) and a register after them: the add-in stage's word is
+        # read two cycles ahead; the read sees a write of the same cycle (transparent), and
+        # the register takes the write-back of the next cycle instead when it is the same word
+        # (a bypass), so the read-add-write distance stays ``add_latency + 1``.
+        m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=nb << self.word_width,
                                                init=[])
-        acc_rd = acc.read_port(domain="comb")
-        acc_dr = acc.read_port(domain="comb")
         acc_wr = acc.write_port()
-        ai_addr = Cat(ai.word, ai.bank)
-        m.d.comb += acc_rd.addr.eq(ai_addr)
+        acc_rd = acc.read_port(transparent_for=(acc_wr,))
+        acc_dr = acc.read_port()
+        # the address of the word two cycles before the add-in stage (issue, then s1, ...)
+        m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 2].addr if ml >= 2 else head_addr)
+        acc_old = Signal(32 * lanes)
+        bypass = Signal()
 
-        al = self.add_latency
         inflight = []                # words in the adder, youngest first
         for k in range(al):
             inflight.append(Signal(data.StructLayout({
                 "valid": unsigned(1), "has_row": unsigned(1), "end": unsigned(1),
-                "is_max": unsigned(1), "addr": unsigned(self.word_width + 1)}),
+                "is_max": unsigned(1), "addr": unsigned(addr_w)}),
                 name=f"add_ctx{k}"))
-        hazard = Const(0, 1)
-        for st in inflight:
-            hazard = hazard | (st.valid & st.has_row & (st.addr == ai_addr))
-        hazard = ai.has_row & ~ai.first & hazard
-        bank_busy = Signal(2)
-        bank_wait = ai.has_row & ai.first & (ai.word == 0) & bank_busy.bit_select(ai.bank, 1)
-        stall = ai.valid & (hazard | bank_wait)
-        fire = ai.valid & ~stall
-        m.d.comb += en_f.eq(~stall)
-        with m.If(ai.valid & hazard):
-            m.d.sync += cnt["stall_hazard"].eq(cnt["stall_hazard"] + 1)
-        with m.Elif(ai.valid & bank_wait):
-            m.d.sync += cnt["stall_bank"].eq(cnt["stall_bank"] + 1)
-
         m.d.sync += [
-            inflight[0].valid.eq(fire), inflight[0].has_row.eq(ai.has_row),
+            inflight[0].valid.eq(ai.valid), inflight[0].has_row.eq(ai.has_row),
             inflight[0].end.eq(ai.end), inflight[0].is_max.eq(ai.is_max),
-            inflight[0].addr.eq(ai_addr),
+            inflight[0].addr.eq(ai.addr),
         ]
         for k in range(1, al):
             m.d.sync += inflight[k].eq(inflight[k - 1])
 
         result_lanes = []
         for i in range(lanes):
-            lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al)
-            m.d.comb += [lane.old.eq(acc_rd.data[32 * i:32 * (i + 1)]), lane.v.eq(ai_v[i]),
+            lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al, direct_add=True)
+            m.d.comb += [lane.old.eq(acc_old[32 * i:32 * (i + 1)]),
+                         lane.v.eq(ai_x[32 * i:32 * (i + 1)]), lane.v_add.eq(ai_v[i]),
                          lane.first.eq(ai.first), lane.is_max.eq(inflight[-1].is_max)]
             result_lanes.append(lane.result)
         wb = inflight[-1]
@@ -709,41 +926,43 @@ class EmbeddingBagUnit(wiring.Component):
             acc_wr.data.eq(Cat(*result_lanes)),
             acc_wr.en.eq(wb.valid & wb.has_row),
         ]
+        wb_bank = wb.addr[self.word_width:]
+        m.d.comb += bypass.eq(wb.valid & wb.has_row & (wb.addr == ctx_pipe[ml - 1].addr))
+        # a bag's first row adds to zero: the register holds it, so the adder's operands
+        # come straight from flip-flops
+        m.d.sync += acc_old.eq(Mux(ctx_pipe[ml - 1].first, 0,
+                                   Mux(bypass, acc_wr.data, acc_rd.data)))
 
-        # ---- drain: finished bags to `pooled` ------------------------------------------
-        done_bags = Signal(range(self.bag_queue_depth + 2))
-        bag_done = wb.valid & wb.end
-        bhead = data.View(binfo, bag_q.r_data)
+        # ---- drain: finished bags to `pooled`, in bag order -------------------------------
+        # The drain pipeline runs free too: a beat is read only when the output queue has
+        # room for it (a credit counter), so ``pooled.ready`` stops nothing but the queue.
+        bhead = data.View(binfo, bag_h.payload)
         pooled = self.pooled
-        en_d = ~pooled.valid | pooled.ready
         dword = Signal(self.word_width + 1)
-        d_last_bank = Signal(init=1)
         has_rows = bhead.count != 0
-        d_bank = Mux(has_rows & (dword == 0), ~d_last_bank, d_last_bank)
-        d_last = dword == bhead.words - 1
-        issue = en_d & bag_q.r_rdy & (done_bags != 0)
-        m.d.comb += [acc_dr.addr.eq(Cat(dword[:self.word_width], d_bank)),
-                     bag_q.r_en.eq(issue & d_last)]
-        m.d.sync += done_bags.eq(done_bags + bag_done - (issue & d_last))
+        d_last = dword == bhead.last_word
+        dl = self.drain_mul_latency
+        odepth = self.out_depth
+        credit = Signal(range(odepth + 1))     # beats read and not yet taken from `pooled`
+        bag_ready = bag_h.valid & (~has_rows | bank_done.bit_select(bhead.bank, 1))
+        issue = Signal()
+        m.d.comb += [issue.eq(bag_ready & (credit != odepth)),
+                     acc_dr.addr.eq(Cat(dword[:self.word_width], bhead.bank)),
+                     bag_h.ready.eq(issue & d_last)]
         with m.If(issue):
             m.d.sync += dword.eq(Mux(d_last, 0, dword + 1))
-            with m.If(has_rows & (dword == 0)):
-                m.d.sync += d_last_bank.eq(~d_last_bank)
-
-        # Accumulator banks: claimed by a bag's first word, freed by its last drain read.
-        claim = fire & ai.has_row & ai.first & (ai.word == 0)
-        free = issue & d_last & has_rows
-        for b in range(2):
-            with m.If(claim & (ai.bank == b)):
-                m.d.sync += bank_busy[b].eq(1)
-            with m.Elif(free & (d_bank == b)):
-                m.d.sync += bank_busy[b].eq(0)
+        freed = issue & d_last & has_rows
+        for b in range(nb):
+            with m.If(freed & (bhead.bank == b)):
+                m.d.sync += [bank_busy[b].eq(0), bank_done[b].eq(0)]
+            with m.Elif(wb.valid & wb.end & (wb_bank == b)):
+                m.d.sync += bank_done[b].eq(1)
 
         # MEAN reciprocals: RNE(1/n) for n = 1 .. 2**length_width - 1.
         n = np.arange(1, 2 ** self.length_width, dtype=np.float32)
         recips = [0] + [int(v) for v in (np.float32(1) / n).view(np.uint32)]
         m.submodules.recip = recip = memory.Memory(shape=32, depth=len(recips), init=recips)
-        recip_rd = recip.read_port(domain="comb")
+        recip_rd = recip.read_port()
         m.d.comb += recip_rd.addr.eq(bhead.count)
 
         dctx_layout = data.StructLayout({
@@ -751,21 +970,24 @@ class EmbeddingBagUnit(wiring.Component):
             "scale": unsigned(1), "tag": unsigned(self.tag_width), "error": unsigned(1),
             "dropped": unsigned(1), "mask": unsigned(lanes),
         })
-        dctx = Signal(dctx_layout)
+        dctx0 = Signal(dctx_layout)  # registered with the read
+        dctx = Signal(dctx_layout)   # and once more, with the read data's register
         lane_mask = Cat(*[(~d_last | (bhead.tail == 0) | (i < bhead.tail)) for i in range(lanes)])
-        m.d.comb += [
-            dctx.valid.eq(issue), dctx.first.eq(dword == 0), dctx.last.eq(d_last),
-            dctx.scale.eq(bhead.mean & has_rows), dctx.tag.eq(bhead.tag),
-            dctx.error.eq(bhead.error), dctx.dropped.eq(bhead.dropped),
-            dctx.mask.eq(Mux(has_rows, lane_mask, 0)),
+        m.d.sync += [
+            dctx0.valid.eq(issue), dctx0.first.eq(dword == 0), dctx0.last.eq(d_last),
+            dctx0.scale.eq(bhead.mean & has_rows), dctx0.tag.eq(bhead.tag),
+            dctx0.error.eq(bhead.error), dctx0.dropped.eq(bhead.dropped),
+            dctx0.mask.eq(Mux(has_rows, lane_mask, 0)),
+            dctx.eq(dctx0),
         ]
-        dl = self.drain_mul_latency
-        dctx_pipe, dx_pipe = [dctx], [acc_dr.data]
+        d_data = Signal(32 * lanes)
+        d_recip = Signal(32)
+        m.d.sync += [d_data.eq(acc_dr.data), d_recip.eq(recip_rd.data)]
+        dctx_pipe, dx_pipe = [dctx], [d_data]
         for k in range(dl):
             c = Signal(dctx_layout, name=f"drain_ctx{k}")
             x = Signal(32 * lanes, name=f"drain_x{k}")
-            with m.If(en_d):
-                m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
+            m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
             dctx_pipe.append(c)
             dx_pipe.append(x)
         dend, dxend = dctx_pipe[-1], dx_pipe[-1]
@@ -773,28 +995,35 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=dl)
             m.submodules[f"dmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(acc_dr.data[32 * i:32 * (i + 1)]), mul.b.eq(recip_rd.data),
-                         mul.en.eq(en_d)]
+            m.d.comb += [mul.a.eq(d_data[32 * i:32 * (i + 1)]), mul.b.eq(d_recip)]
             v = Mux(dend.scale, mul.o, dxend[32 * i:32 * (i + 1)])
             out_lanes.append(Mux(dend.mask[i], v, 0))
-        with m.If(en_d):
-            m.d.sync += [
-                pooled.valid.eq(dend.valid),
-                pooled.payload.data.eq(Cat(*out_lanes)),
-                pooled.payload.tag.eq(dend.tag),
-                pooled.payload.first.eq(dend.first),
-                pooled.payload.last.eq(dend.last),
-                pooled.payload.error.eq(dend.error),
-                pooled.payload.dropped.eq(dend.dropped),
-            ]
-        with m.If(pooled.valid & pooled.ready & pooled.payload.last):
+        pl = self.pooled_layout
+        m.submodules.out_q = out_q = fifo.SyncFIFOBuffered(width=pl.size, depth=odepth)
+        out_w = data.View(pl, out_q.w_data)
+        m.d.comb += [
+            out_q.w_en.eq(dend.valid),
+            out_w.data.eq(Cat(*out_lanes)), out_w.tag.eq(dend.tag),
+            out_w.first.eq(dend.first), out_w.last.eq(dend.last),
+            out_w.error.eq(dend.error), out_w.dropped.eq(dend.dropped),
+            pooled.valid.eq(out_q.r_rdy), pooled.payload.eq(out_q.r_data),
+            out_q.r_en.eq(pooled.ready),
+        ]
+        taken = pooled.valid & pooled.ready
+        m.d.sync += credit.eq(credit + issue - taken)
+        with m.If(taken & pooled.payload.last):
             m.d.sync += cnt["bags_out"].eq(cnt["bags_out"] + 1)
         with m.If(pooled.valid & ~pooled.ready):
             m.d.sync += cnt["stall_output"].eq(cnt["stall_output"] + 1)
 
         # ---- busy and input starvation --------------------------------------------------
-        in_flight = req.valid | (info_q.w_level != 0) | (bag_q.w_level != 0) | pooled.valid
-        for c in [*ctx_pipe, *inflight, *dctx_pipe[1:]]:
+        in_flight = (bags_in.o.valid | req_out.o.valid | resp_in.o.valid | pe1.valid
+                     | pe2.valid | info_in.o.valid | info_q.r_rdy | info_h.valid | bag_q.r_rdy
+                     | bag_h.valid
+                     | (credit != 0))
+        for q, h in zip(slots, heads):
+            in_flight = in_flight | q.r_rdy | h.valid
+        for c in [*ctx_pipe, *inflight]:
             in_flight = in_flight | c.valid
         busy = Signal()
         m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)

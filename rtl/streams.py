@@ -32,11 +32,18 @@ Ordering and timing rules (the contract both sides keep):
   reorder a read ahead of an earlier write to the same address).
 * All streams follow ``lib.stream`` rules: a transfer happens on a cycle where ``valid`` and
   ``ready`` are both high; ``valid`` never depends combinationally on ``ready``.
+
+Register slices
+===============
+
+:class:`SkidBuffer` is the one register slice of the project: put between two units (or on a
+memory port) it cuts every combinational path through the stream, ``valid``/``payload``
+forward and ``ready`` backward, at full throughput and one cycle of latency.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import unsigned
+from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -45,6 +52,7 @@ __all__ = [
     "MemWriteBeat",
     "MemResponseBeat",
     "MemPortSignature",
+    "SkidBuffer",
     "check_int",
 ]
 
@@ -134,3 +142,39 @@ class MemPortSignature(wiring.Signature):
     def __repr__(self):
         return (f"MemPortSignature(addr_width={self.addr_width}, beats_width={self.beats_width}, "
                 f"data_bytes={self.data_bytes})")
+
+
+class SkidBuffer(wiring.Component):
+    """A two-register slice (skid buffer) on a ``lib.stream`` of ``shape``.
+
+    Ports: ``i`` (in stream), ``o`` (out stream). ``o.valid``, ``o.payload`` and ``i.ready``
+    all come straight from flip-flops, so no combinational path crosses the slice in either
+    direction; it still passes one transfer per cycle (when ``o`` stalls, the transfer already
+    accepted on ``i`` waits in the skid register). Latency: one cycle. Order and contents are
+    unchanged: it is a FIFO of depth two whose input side is ready only when it is empty or
+    holds one item that leaves.
+
+    Why: a unit's stall (a hazard compare, a full queue) would otherwise reach the ready input
+    of the unit feeding it, and through that unit the next one: one global combinational
+    stall across the design, the critical path of the whole chip.
+    """
+
+    def __init__(self, shape):
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid = Signal(self.shape)
+        skid_valid = Signal()
+        m.d.comb += self.i.ready.eq(~skid_valid)
+        with m.If(~self.o.valid | self.o.ready):
+            # The output register loads: from the skid register if it holds one, else the input.
+            with m.If(skid_valid):
+                m.d.sync += [self.o.payload.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+        with m.Elif(self.i.valid & ~skid_valid):
+            # The output holds; what arrives waits in the skid register.
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m

@@ -172,15 +172,9 @@ UNITS: tuple[UnitSpec, ...] = (
     UnitSpec("gather", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
                             max_bag_length=63, elem_types=("fp32",), addr_width=20,
                             beats_width=4, index_width=16, tag_width=8), _gather, "embedding",
-             note="2 lanes (preset: 16): per-lane FP pipelines and the control are the same; "
-                  "run time of the flow grows with lanes"),
-    UnitSpec("gather_full_fp", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
-                                    max_bag_length=63, elem_types=("fp32",), addr_width=20,
-                                    beats_width=4, index_width=16, tag_width=8, add_latency=9,
-                                    mul_latency=10), _gather, "embedding",
-             note="as gather, with the FP units at their full depths (add 9, mul 10): the "
-                  "clock the FP pipelines allow; rows shorter than 10 words then stall on the "
-                  "accumulator hazard"),
+             note="2 lanes (preset: 16) at the unit's defaults (FP units at full depth, 4 bags "
+                  "interleaved): per-lane FP pipelines and the control are the same; run time "
+                  "of the flow grows with lanes"),
 )
 
 

@@ -1,23 +1,24 @@
 """Timing model of the embedding gather/pool unit (``rtl.embedding.EmbeddingBagUnit``).
 
 Predicts the cycles a batch of bags takes, from the cycle its first input item is offered to
-the cycle its last pooled beat is taken, without simulating the datapath. It walks the
-batch once, row by row (an event-level recurrence, a few microseconds per row), and follows
-the unit's structure:
+the cycle its last pooled beat is taken, without simulating the datapath. It steps the unit's
+control once per cycle (parse and arbiter) and places each row's reducer and drain cycles by
+event (a few microseconds per cycle of the batch), following the unit's structure:
 
-* Front: one input item per cycle (a header is one item); a contributing index waits while
-  ``outstanding`` rows are in flight or the row queue is full; a bag's last item waits for
-  room in the bag queue.
-* Memory: a row read issued one cycle after its index is accepted returns its first beat
-  ``latency`` cycles later, and not before the previous row has been consumed (responses are
-  in order), then one beat per cycle.
-* Reducer: one word (``lanes`` elements) per cycle; a row of ``W`` words costs
-  ``max(W, add_latency + 1)`` cycles after the first row of its bag (the read-after-write
-  hazard on the accumulator), an end-only entry (a bag whose last index did not contribute,
-  or an empty bag) one cycle; the first row of a bag waits until the accumulator bank it
-  reuses has been drained.
-* Drain: ``ceil(dim / lanes)`` beats per bag, one per cycle, after the bag's last word left
-  the adder; the output is assumed always ready.
+* Parse: one input item per cycle, one cycle after it is offered (the input skid buffer); an
+  index waits for room in its bag's slot queue, a bag's last item for room in the bag queue.
+* Arbiter: one entry per cycle, round robin over the slots whose head is readable
+  (``parse_to_issue`` cycles after its parse), bags' first rows in bag order; a row waits
+  while ``outstanding`` rows are in flight or the row queue is full.
+* Memory: a row's read reaches the memory one cycle after its issue and its first beat comes
+  back ``latency`` cycles later (plus the response skid buffer), and not before the previous
+  row has been consumed (responses are in order), then one beat per cycle.
+* Reducer: one word (``lanes`` elements) per cycle in issue order; a row of a bag starts at
+  least ``hazard_distance`` cycles after the previous row of the same bag (the read-add-write
+  hazard), a bag's first row once its accumulator bank (``banks``, claimed in bag order) was
+  freed by the drain of the bag that held it; an end-only entry costs one cycle.
+* Drain: in bag order, ``ceil(dim / lanes)`` beats per bag, one per cycle, ``done_latency``
+  cycles after the bag's last word was taken; the output is assumed always ready.
 
 Memory latency is one number (a mean, for a random latency) or one number per row (a sequence,
 in issue order: e.g. a cache in front of the unit answers hits quickly and misses late, and
@@ -28,6 +29,8 @@ delays). Other stalls on the streams (idle input, backpressure) are not modelled
 from __future__ import annotations
 
 from collections.abc import Sequence
+from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass
 
 from neonic.rtl.embedding import UnitTiming
@@ -81,9 +84,22 @@ def _stride(t: UnitTiming, dim: int, elem_type: str) -> int:
     return -(-dim * _ELEM_BYTES[elem_type] // t.data_bytes)
 
 
-def steady_state_row_cycles(t: UnitTiming, dim: int) -> int:
-    """Reducer cycles per row inside a bag once memory latency is hidden."""
-    return max(_words(t, dim), t.add_latency + 1)
+def steady_state_row_cycles(t: UnitTiming, dim: int) -> float:
+    """Reducer cycles per row once memory latency is hidden and ``interleave`` bags of this
+    ``dim`` have rows queued: the arbiter alternates their rows, so ``interleave`` rows share
+    one read-add-write distance of ``hazard_distance`` cycles."""
+    return max(_words(t, dim), t.hazard_distance / t.interleave)
+
+
+@dataclass
+class _Bag:
+    words_out: int
+    has_rows: bool
+    parse_last: float = -1.0         # cycle its last item was parsed
+    entries_left: int = 0            # queue entries (rows and end marker) not yet issued
+    last_take: float = -1.0          # take of its last word or end marker
+    last_start: float | None = None  # take of its previous row's first word (the hazard)
+    drain_end: float | None = None
 
 
 def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
@@ -105,97 +121,161 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
         if bad is not None:
             raise ValueError(f"latency: expected >= 1 cycle for every row, got {bad}")
         lat = 0.0
-    issue: list[int] = []
-    lr = t.reduce_latency           # take -> adder input
-    la = t.add_latency
-    n_out = t.outstanding
-    q = t.bag_queue_depth
+    if not shapes:
+        return Prediction(0, 0, 0, 0)
 
-    cycle = 0.0                      # next cycle the front may accept an item
-    take_last_row: list[float] = []  # per row: cycle its last word was taken
-    entry_pop: list[float] = []      # per row-queue entry: cycle it left the queue
-    fire_free = -1.0                 # adder input: last cycle used
-    prev_row_take = -1.0             # reducer: last take cycle of the previous row
-    last_fire_row = None             # fire cycle of the previous row's first word, same bag
-    drain_end: list[float] = []      # per bag: cycle of its last drain read
-    bag_with_rows: list[int] = []    # indices of bags that used an accumulator bank
+    K, nb, depth = t.interleave, t.banks, t.slot_depth
+    ql = t.queue_latency
+    # The input items in order: (bag, kind) with kind -1 a header, else the index position.
+    items = []
+    for b, s in enumerate(shapes):
+        items.append((b, -1))
+        items.extend((b, i) for i in range(len(s.contributes)))
+    bags = []
+    for s in shapes:
+        has_rows = any(s.contributes)
+        bags.append(_Bag(words_out=_words(t, s.dim), has_rows=has_rows,
+                         entries_left=sum(s.contributes) + (has_rows and not s.contributes[-1])))
+
+    slots: list[deque] = [deque() for _ in range(K)]   # (readable cycle, bag, is_row, first)
+    pushes: list[list[float]] = [[] for _ in range(K)]  # parse cycles of each slot's entries
+    pops: list[list[float]] = [[] for _ in range(K)]    # issue cycles of each slot's entries
+    bank_free = [0.0] * nb           # cycle a bank can be claimed again (inf: not known yet)
+    bank_of: list[int] = [-1] * len(shapes)
+    next_bank = 0
+    inf = float("inf")
+
+    issue: list[int] = []
+    take_end_rows: list[float] = []  # per row: take of its last word
+    entry_end: list[float] = []      # per queue entry issued: take of its last word
+    prev_end = -1.0                  # reducer: last take
+    prev_beat = -1.0                 # reducer: last take of a memory beat's row
+    beats = rows = 0
+    drain_next = 0
     drain_free = -1.0
     out_last = 0.0
-    beats = rows = 0
 
-    def queue_room(k: int) -> float:
-        # Row queue of info_depth entries: entry k waits for entry k - depth to leave.
-        j = k - t.info_depth
-        return entry_pop[j] + 1 if j >= 0 else 0.0
+    def settle_drains():
+        nonlocal drain_next, drain_free, out_last
+        while drain_next < len(bags):
+            g = bags[drain_next]
+            if g.parse_last < 0 or g.entries_left:
+                return
+            start = max(g.parse_last + ql, drain_free + 1)
+            if g.has_rows:
+                start = max(start, g.last_take + t.done_latency)
+            g.drain_end = start + g.words_out - 1
+            drain_free = g.drain_end
+            out_last = g.drain_end + t.drain_latency
+            if g.has_rows:
+                bank_free[bank_of[drain_next]] = g.drain_end + 1
+            drain_next += 1
 
-    for b, shape in enumerate(shapes):
-        words = _words(t, shape.dim)
-        stride = _stride(t, shape.dim, shape.elem_type)
-        n = len(shape.contributes)
-        bagq_room = drain_end[b - q] + 1 if b >= q else 0.0
-        bank_ready = 0.0
-        if sum(shape.contributes):
-            if len(bag_with_rows) >= 2:
-                bank_ready = drain_end[bag_with_rows[-2]] + 1
-        # Header.
-        header = cycle
-        if n == 0:
-            header = max(header, queue_room(len(entry_pop)), bagq_room)
-        cycle = header + 1
-        last_write = None
-        first = True
-        if n == 0:
-            ready = header + 2
-            fire = max(fire_free + 1, ready + lr)
-            fire_free = fire
-            entry_pop.append(fire - lr)
-            last_write = fire
-            last_item = header
-        for i, contributes in enumerate(shape.contributes):
-            is_last = i == n - 1
-            accept = cycle
-            if contributes or is_last:
-                accept = max(accept, queue_room(len(entry_pop)))
-            if contributes and len(take_last_row) >= n_out:
-                accept = max(accept, take_last_row[-n_out] + 1)
-            if is_last:
-                accept = max(accept, bagq_room)
-            cycle = accept + 1
-            if contributes:
-                row_lat = lats[rows] if lats is not None else lat
-                issue.append(int(round(accept + 1)))
-                arrival = max(accept + 1 + row_lat, prev_row_take + 1)
-                fire = max(fire_free + 1, arrival + lr)
-                if first:
-                    fire = max(fire, bank_ready)
-                elif last_fire_row is not None:
-                    fire = max(fire, last_fire_row + la + 1)
-                last_fire_row = fire
-                fire_free = fire + words - 1
-                prev_row_take = fire_free - lr
-                take_last_row.append(prev_row_take)
-                entry_pop.append(prev_row_take)
-                last_write = fire_free
-                rows += 1
-                beats += stride
-                first = False
-            elif is_last:
-                fire = max(fire_free + 1, accept + 2 + lr)
-                fire_free = fire
-                entry_pop.append(fire - lr)
-                last_write = fire
-            if is_last:
-                last_item = accept
-        last_fire_row = None
-        done = last_write + la + 1
-        out_words = words
-        d_start = max(done, drain_free + 1, last_item + 2)
-        d_end = d_start + out_words - 1
-        drain_free = d_end
-        drain_end.append(d_end)
-        if sum(shape.contributes):
-            bag_with_rows.append(b)
-        out_last = d_end + t.drain_latency
-    total = int(round(out_last)) + 1 if shapes else 0
+    j = 0                            # next item to parse
+    last_parse = -1.0
+    count = 0                        # contributing rows so far in the current bag
+    rr = 0
+    start_slot = 0                   # slot of the next bag whose first row may go
+    cycle = 0
+    total_entries = sum(g.entries_left for g in bags)
+    issued = 0
+    while j < len(items) or issued < total_entries:
+        # -- arbiter: one entry per cycle, round robin over the slots with a readable head
+        pick = -1
+        for off in range(K):
+            s = (rr + off) % K
+            if slots[s] and slots[s][0][0] <= cycle and (not slots[s][0][3] or s == start_slot):
+                pick = s
+                break
+        if pick >= 0:
+            _, b, is_row, first = slots[pick][0]
+            g = bags[b]
+            ok = len(entry_end) < t.info_depth or entry_end[-t.info_depth] + 1 <= cycle
+            if is_row and len(take_end_rows) >= t.outstanding:
+                ok = ok and take_end_rows[-t.outstanding] + 1 <= cycle
+            if ok:
+                slots[pick].popleft()
+                pops[pick].append(cycle)
+                rr = (pick + 1) % K
+                if first and is_row:
+                    start_slot = (start_slot + 1) % K
+                issued += 1
+                g.entries_left -= 1
+                avail = cycle + t.info_latency
+                if is_row:
+                    shape = shapes[b]
+                    row_lat = lats[rows] if lats is not None else lat
+                    issue.append(cycle + 1)
+                    arrival = max(cycle + 1 + row_lat + t.resp_latency, prev_beat + 1)
+                    start = max(prev_end + 1, avail, arrival)
+                    if first:                     # claims its bank
+                        start = max(start, bank_free[bank_of[b]])
+                        bank_free[bank_of[b]] = inf
+                    elif g.last_start is not None:
+                        start = max(start, g.last_start + t.hazard_distance)
+                    g.last_start = start
+                    end = start + _words(t, shape.dim) - 1
+                    prev_beat = end
+                    take_end_rows.append(end)
+                    rows += 1
+                    beats += _stride(t, shape.dim, shape.elem_type)
+                else:
+                    end = start = max(prev_end + 1, avail)
+                prev_end = end
+                entry_end.append(end)
+                g.last_take = end
+                if not g.entries_left:
+                    settle_drains()
+        # -- parse: one input item per cycle, one cycle after it is offered
+        if j < len(items) and cycle >= j + 1 and cycle > last_parse:
+            b, i = items[j]
+            shape = shapes[b]
+            g = bags[b]
+            ok = True
+            if i < 0:
+                count = 0
+                if not shape.contributes:                # empty bag: needs the bag queue
+                    ok = b < t.bag_queue_depth or (
+                        bags[b - t.bag_queue_depth].drain_end is not None
+                        and bags[b - t.bag_queue_depth].drain_end + 1 <= cycle)
+            else:
+                contributes = shape.contributes[i]
+                last = i == len(shape.contributes) - 1
+                marker = last and not contributes and count > 0
+                claim = contributes and count == 0
+                # Every index waits for room in its bag's slot (the bank it has or will
+                # claim), and, while its bag has no bank, for the next bank to be free.
+                s = (next_bank if count == 0 else bank_of[b]) % K
+                # room: the level one cycle earlier (entries written by cycle-2, i.e. parsed
+                # by cycle-4, minus entries read by cycle-2) at most depth - 4
+                level = bisect_right(pushes[s], cycle - 4) - bisect_right(pops[s], cycle - 2)
+                ok = level <= depth - 4
+                if last and b >= t.bag_queue_depth:
+                    prev = bags[b - t.bag_queue_depth].drain_end
+                    ok = ok and prev is not None and prev + 1 <= cycle
+                if ok:
+                    if claim:
+                        bank_of[b] = next_bank
+                        next_bank = (next_bank + 1) % nb
+                    if contributes or marker:
+                        s = bank_of[b] % K
+                        slots[s].append((cycle + t.parse_to_issue, b, contributes, count == 0))
+                        pushes[s].append(cycle)
+                    if contributes:
+                        count += 1
+            if ok:
+                if i < 0 and not shape.contributes:
+                    g.parse_last = cycle
+                elif i == len(shape.contributes) - 1:
+                    g.parse_last = cycle
+                last_parse = cycle
+                j += 1
+                if g.parse_last >= 0 and not g.entries_left:
+                    settle_drains()
+        cycle += 1
+        if cycle > 10_000_000:
+            raise RuntimeError("timing model did not converge (a bug in the model)")
+    settle_drains()
+    total = int(round(out_last)) + 1
     return Prediction(total, beats, rows, len(shapes), tuple(issue),
-                      int(round(prev_row_take)) if rows else -1)
+                      int(round(prev_beat)) if rows else -1)

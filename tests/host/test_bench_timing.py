@@ -36,7 +36,7 @@ def test_cache_key_follows_the_rtl_a_unit_imports():
 
 def test_every_unit_of_the_issue_is_measured():
     assert {s.name for s in timing.UNITS} == {"fp_add", "fp_mul", "gather", "cache", "cache_nic",
-                                              "packetizer", "depacketizer", "gather_full_fp"}
+                                              "packetizer", "depacketizer"}
     for spec in timing.UNITS:
         spec.build(dict(spec.params))._MustUse__used = True      # parameters are valid
 
