@@ -103,12 +103,18 @@ class Calibration:
         return {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "context"}
 
 
-def default_calibration(memory_latency: float, mshrs: int) -> Calibration:
-    """Uncalibrated figures from the units' documented pipelines: a hit answers in 4 cycles;
-    a miss's fill adds a few cycles of sequencing to the backing latency; the cache's window
-    ends with the reducer's last take; the packetizer's last beats follow the last pooled
-    beat. ``memory_latency`` and ``mshrs`` are the cache's, kept in the context."""
-    return Calibration(gather_hit_latency=4.0, gather_miss_cycles=0.0, gather_offset=0.0,
+def default_calibration(memory_latency: float, mshrs: int, hit_latency: float | None = None) -> Calibration:
+    """Uncalibrated figures from the units' documented pipelines: a hit answers in the cache's
+    documented hit latency (``hit_latency``; default ``sim.timing.cache.CacheTiming``'s, from
+    its lookup stages and the on-chip line memory's latency: 7 cycles); a miss's fill adds a
+    few cycles of sequencing to the backing latency; the cache's window ends with the reducer's
+    last take; the packetizer's last beats follow the last pooled beat. ``memory_latency`` and
+    ``mshrs`` are the cache's, kept in the context."""
+    if hit_latency is None:
+        from neonic.sim.timing.cache import CacheTiming
+
+        hit_latency = CacheTiming(row_beats=1).hit_latency  # the same for every row size
+    return Calibration(gather_hit_latency=float(hit_latency), gather_miss_cycles=0.0, gather_offset=0.0,
                        cache_offset=0.0, packetizer_tail=3.0, depacketizer_offset=0.0,
                        context={"source": "default (uncalibrated)",
                                 "memory_latency": memory_latency, "mshrs": mshrs})

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from neonic.sim.calibration import Calibration, Sample, evaluate, fit, load, save
+from neonic.sim.timing.cache import CacheTiming
 
 
 def _sample(hit_rate: float, true: Calibration, rows: int) -> Sample:
@@ -70,6 +71,7 @@ def test_fit_on_rtl_runs_predicts_held_back_workloads():
                  {"rows": 2048, "dim": 16, "pooling": 3, "alpha": 0.9}]
     cal, fit_err, held_err, report = calibrate(sim="amaranth", batch=1, workloads=workloads)
     assert report.buffers_match
-    assert 1 <= cal.gather_hit_latency <= 4      # the cache's two-cycle hit path, near enough
+    # no slower than the cache's documented hit path (lookup stages, line memory, port registers)
+    assert 1 <= cal.gather_hit_latency <= CacheTiming(row_beats=1).hit_latency
     assert fit_err["max"] < 0.05
     assert held_err["max"] < 0.05

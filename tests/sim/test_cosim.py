@@ -117,4 +117,5 @@ def test_cache_request_model_serialises_misses_and_answers_hits_at_once():
 
 def test_default_calibration_uses_the_documented_hit_latency():
     cal = default_calibration(20, 4)
-    assert cal.gather_hit_latency == 4.0 and cal.context["memory_latency"] == 20   # rtl/cache.py
+    # the cache's documented hit path (rtl/cache.py's lookup stages and line memory)
+    assert cal.gather_hit_latency == CacheTiming(row_beats=1).hit_latency and cal.context["memory_latency"] == 20
