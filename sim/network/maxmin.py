@@ -249,6 +249,20 @@ def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, load, count):  # pra
 
 
 @jit(cache=True, nogil=True, inline="always")
+def _unload(k, w, s, load, cap, count, dirty, touched, n_touched):  # pragma: no cover - compiled
+    """Take a frozen flow's weight ``w`` (at level ``s``) off link ``k``; list ``k`` once in
+    ``touched``. Returns the new count of touched links."""
+    load[k] -= w
+    cap[k] -= w * s
+    count[k] -= 1
+    if not dirty[k]:
+        dirty[k] = True
+        touched[n_touched] = k
+        n_touched += 1
+    return n_touched
+
+
+@jit(cache=True, nogil=True, inline="always")
 def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, cap, count, dirty, touched,
             n_touched):  # pragma: no cover - compiled
     """Freeze the live, unfrozen flows of one part crossing link ``l`` at level ``s``: take their
@@ -265,13 +279,7 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
             w = ent_fac[e] if wire[k] else 1.0
             if has_w:
                 w *= mw[e, 1]
-            load[k] -= w
-            cap[k] -= w * s
-            count[k] -= 1
-            if not dirty[k]:
-                dirty[k] = True
-                touched[n_touched] = k
-                n_touched += 1
+            n_touched = _unload(k, w, s, load, cap, count, dirty, touched, n_touched)
             continue
         frozen = False
         for j in range(O):
@@ -285,13 +293,7 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
             w = fac if wire[k] else 1.0
             if has_w:
                 w *= mw[e, j + 1]
-            load[k] -= w
-            cap[k] -= w * s
-            count[k] -= 1
-            if not dirty[k]:
-                dirty[k] = True
-                touched[n_touched] = k
-                n_touched += 1
+            n_touched = _unload(k, w, s, load, cap, count, dirty, touched, n_touched)
     return n_touched
 
 
