@@ -76,6 +76,24 @@ _COPY_PHASES = frozenset({"h2d", "pooled_h2d", "grad_d2h"})
 _EMB_PHASES = frozenset({"emb_fwd", "emb_bwd"})
 
 
+class OpLinks(dict):
+    """An op's deps or dependents: a list in insertion order (iteration, ``len``, ``append``,
+    ``remove``) whose membership test and removal are O(1), so that a collective over thousands
+    of ranks collects its thousands of per-rank deps in linear time. Removing and re-adding keeps
+    the order a list's ``remove`` and ``append`` would give."""
+
+    __slots__ = ()
+
+    def append(self, op: "Op") -> None:
+        self[op] = None
+
+    def remove(self, op: "Op") -> None:
+        del self[op]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 @dataclass(eq=False)
 class Op:
     """One op of the graph. A collective op spans ``ranks``; every other op has one rank."""
@@ -86,8 +104,8 @@ class Op:
     ranks: tuple[int, ...]
     stream: str
     payload: Any = None
-    deps: list["Op"] = field(default_factory=list)
-    dependents: list["Op"] = field(default_factory=list)
+    deps: OpLinks = field(default_factory=OpLinks)
+    dependents: OpLinks = field(default_factory=OpLinks)
     start: int | None = None
     end: int | None = None
     _waiting: int = 0

@@ -368,19 +368,24 @@ class GPUDevice:
         now = self.engine.now
         dt = now - self._last
         if dt > 0:
+            # the same sums in the same order as one kernel at a time (locals: a hot path)
             hbm = self._comm_hbm * self._comm_rate
+            sm = self._sm_busy
             for k in self._ks:
-                self._sm_busy += k.held * dt
+                sm += k.held * dt
                 if k.kind == "compute":
-                    k.remaining -= k.rate * dt
-                    hbm += k.rate * k.d_hbm
+                    rate = k.rate
+                    k.remaining -= rate * dt
+                    hbm += rate * k.d_hbm
+            self._sm_busy = sm
             self._hbm_busy += hbm * dt
         self._last = now
 
     def _order(self) -> list[_Kernel]:
         return sorted(self._ks, key=lambda k: (-k.priority, k.seq))
 
-    def _targets(self) -> dict[int, float]:
+    def _targets(self, order: list[_Kernel] | None = None) -> dict[int, float]:
+        """SMs each kernel should hold (by ``id``), given in scheduling ``order`` (default: now's)."""
         # a collective wholly on the copy engines runs no SM kernel: it does not start the partition
         has = {"compute": any(k.kind == "compute" for k in self._ks),
                "comm": any(k.kind == "comm" and k.want > 0 for k in self._ks)}
@@ -390,7 +395,7 @@ class GPUDevice:
         avail = self.sms
         used = {"compute": 0.0, "comm": 0.0}
         out: dict[int, float] = {}
-        for k in self._order():
+        for k in (self._order() if order is None else order):
             want = 0.0 if k.draining else k.want
             t = max(0.0, min(want, avail, caps[k.kind] - used[k.kind]))
             out[id(k)] = t
@@ -399,8 +404,8 @@ class GPUDevice:
         return out
 
     def _rebalance(self) -> None:
-        targets = self._targets()
         order = self._order()
+        targets = self._targets(order)
         free = self.sms - sum(k.held for k in self._ks)
         for k in order:  # free SMs go at once, in scheduling order
             need = targets[id(k)] - k.held - k.incoming
@@ -486,11 +491,14 @@ class GPUDevice:
         """Roofline rates of the compute kernels and the collectives' fraction (HBM filling)."""
         clients: list[tuple[float, float, _Kernel | None]] = []  # (cap, hbm demand, kernel or None=comm)
         held = weight = rf = 0.0
+        compute_use = 0  # sum(cap * demand) over the compute clients, in their order (as sum())
+        compute_busy = 0
         for k in self._ks:
             if k.kind != "compute":
                 held += k.held
-                weight += max(k.want, 1.0)
-                rf += k.reduce_fraction * max(k.want, 1.0)
+                w = max(k.want, 1.0)
+                weight += w
+                rf += k.reduce_fraction * w
                 continue
             if k.draining:
                 cap = k.drain_rate
@@ -499,19 +507,23 @@ class GPUDevice:
             else:
                 frac = k.held / k.want
                 cap = 1.0 if k.d_sm <= _EPS else min(1.0, frac / k.d_sm)
-            clients.append((cap, k.d_hbm, k))
+            d = k.d_hbm
+            clients.append((cap, d, k))
+            compute_use += cap * d
+            if cap > 0 and d > 0:
+                compute_busy += 1
         rf = rf / weight if weight else 0.0
-        compute_use = sum(c * d for c, d, _ in clients)
-        compute_busy = sum(1 for c, d, _ in clients if c > 0 and d > 0)
         self._comm_hbm = 0.0
         comm_cap = 1.0
         moving = self._ncomm > 0 and max(self._tx, self._rx) > 0
+        use = compute_use
         if moving:
             comm_cap, self._comm_hbm = self._comm_terms(held, rf)
             clients.append((comm_cap, self._comm_hbm, None))
+            use = compute_use + comm_cap * self._comm_hbm
         busy = compute_busy + (1 if moving and comm_cap > 0 and self._comm_hbm > 0 else 0)
         capacity = 1.0 - self.interference if busy > 1 else 1.0
-        level = _water_level(clients, capacity)
+        level = _water_level(clients, capacity, use)
         for cap, _, k in clients:
             r = min(cap, level)
             if k is None:
@@ -528,11 +540,18 @@ class GPUDevice:
         """New traffic that changes no kernel's rate (HBM still not binding, the collectives
         still fed): only the collectives' HBM demand changes."""
         free, compute_use, compute_busy, held, rf = self._plan
-        if not free or self._ncomm == 0 or max(self._tx, self._rx) <= 0:
+        tx, rx = self._tx, self._rx
+        need = rx if rx > tx else tx  # max(tx, rx)
+        if not free or self._ncomm == 0 or need <= 0:
             return False
-        cap, hbm = self._comm_terms(held, rf)
-        if cap < 1.0:
-            return False
+        if self.on_dma:
+            cap, hbm = self._comm_terms(held, rf)
+            if cap < 1.0:
+                return False
+        else:  # _comm_terms inlined (the same expressions): most calls end here
+            if held * self.channel_bps / need < 1.0:
+                return False
+            hbm = (tx + rx * (1 + 3 * rf)) / self.hbm_bps  # comm_hbm_bytes(tx, rx, rf) / hbm_bps
         capacity = 1.0 - self.interference if compute_busy + (1 if hbm > 0 else 0) > 1 else 1.0
         if compute_use + hbm > capacity + 1e-12:
             return False
@@ -643,9 +662,10 @@ def kernel_comm_hbm_rate(kernel_demand: "float | np.ndarray", comm_demand: "floa
         return np.where(total > cap, cap / total, 1.0)
 
 
-def _water_level(clients: list[tuple[float, float, object]], capacity: float) -> float:
-    """The common rate ``x`` with ``sum(min(cap_i, x) * d_i) = capacity`` (inf if never binding)."""
-    if sum(c * d for c, d, _ in clients) <= capacity + 1e-12:
+def _water_level(clients: list[tuple[float, float, object]], capacity: float, use: float | None = None) -> float:
+    """The common rate ``x`` with ``sum(min(cap_i, x) * d_i) = capacity`` (inf if never binding).
+    ``use``: ``sum(cap_i * d_i)`` in the clients' order, when the caller has it."""
+    if (sum(c * d for c, d, _ in clients) if use is None else use) <= capacity + 1e-12:
         return math.inf
     pts = sorted(clients, key=lambda c: c[0])
     used = 0.0

@@ -276,8 +276,11 @@ class Network:
         for g in self._groups:
             cl = g._cls
             # the classes predicted to end by now retire (the others drain in _predict)
-            done, sr, srt = K.retire(g._cand, g._pred, g._alive, g._rem, g._rate, g._mult, float(now))
-            g._cand = done[:0]
+            if g._cand.size:
+                done, sr, srt = K.retire(g._cand, g._pred, g._alive, g._rem, g._rate, g._mult, float(now))
+                g._cand = done[:0]
+            else:  # no candidate: nothing retires (skips a compiled call per group and solve)
+                done, sr, srt = g._cand, 0.0, 0.0
             if done.size:
                 K.account(done, cl.members, cl.starts, g._links, g._acct, g._factorf, topo.wire, g._nbf,
                           self.link_bytes, self.link_wire_bytes)

@@ -178,3 +178,34 @@ def test_a_backend_that_never_finishes_is_reported():
     eng = Engine()
     with pytest.raises(RuntimeError, match="stalled"):
         ScheduleRunner(eng, graph, lambda op, done: None).run()
+
+
+def test_an_ops_links_keep_list_order_and_take_each_op_once():
+    from neonic.host.schedule import Op
+
+    a, b, c, d = (Op(i, "bot_fwd", 0, (i,), "compute") for i in range(4))
+    for dep in (b, c, b, d):  # a repeated dependency is recorded once
+        a.depends_on(dep)
+    assert list(a.deps) == [b, c, d] and len(a.deps) == 3 and c in a.deps and a not in a.deps
+    assert list(b.dependents) == [a]
+    a.deps.remove(c)  # removing and re-adding puts it last, as a list's remove/append would
+    a.deps.append(c)
+    assert list(a.deps) == [b, d, c] and repr(a.deps) == repr([b, d, c])
+    with pytest.raises(ValueError, match="itself"):
+        a.depends_on(a)
+
+
+def test_graph_building_is_linear_in_ranks():
+    """A collective collects one dependency per rank: building 4096 ranks costs about 8x 512
+    (the dependency lists used to make it quadratic: 64x)."""
+    import time
+
+    def build(ranks):
+        t0 = time.process_time()
+        graph = build_graph(ranks, 1, {p: 1 for p in TRAINING_PHASES})
+        return time.process_time() - t0, graph
+
+    small, _ = build(512)
+    large, graph = build(4096)
+    assert len(graph.get("pooled_a2a", 0, 0).deps) == 4096 + 1  # every rank's emb_fwd and the node's pooled_rs
+    assert large < 24 * max(small, 1e-3)
