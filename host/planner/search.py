@@ -42,10 +42,27 @@ ST = ShardingType
 #: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
 DEFAULT_MAX_STEPS = 200
 
+#: A move is applied only if it lowers the predicted iteration time by at least this fraction,
+#: or, leaving it unchanged (within :data:`_SAME_REL`), lowers the balance tie-breaker (the sum
+#: of squared per-rank times) by at least this fraction. Without a threshold the search applied
+#: "improvements" of floating-point noise: with Neo's settings on model-a it re-applied one
+#: table's unchanged plan for all 200 steps.
+_IMPROVE_REL = 1e-6
+#: Two iteration times within this fraction are the same (a batch figure differs from a state's
+#: own by the fixed-point passes the batch shares, ~1e-12).
+_SAME_REL = 1e-9
+
 #: States whose batch-evaluated objective is within this fraction of the batch's lowest are
 #: scored alone to pick the best (:meth:`NeoPlanner._first_best`): far above the ~1e-12 by
 #: which a batch figure can differ from the state's own.
 _CONFIRM_REL = 1e-6
+
+
+def improves(new: tuple[float, float], current: tuple[float, float]) -> bool:
+    """Whether score ``new`` beats ``current`` by more than noise (:data:`_IMPROVE_REL`)."""
+    if new[0] < current[0] * (1 - _IMPROVE_REL):
+        return True
+    return new[0] <= current[0] * (1 + _SAME_REL) and new[1] < current[1] * (1 - _IMPROVE_REL)
 
 
 class NeoPlanner(Placer):
@@ -139,6 +156,8 @@ class NeoPlanner(Placer):
         for changes in trials:
             if any(tp is None for _, tp in changes):
                 continue
+            if all(n in self.placed and self.placed[n].tp == tp for n, tp in changes):
+                continue  # the plan as it is: no move
             if len(changes) == 1 and changes[0][1].sharding == ST.TABLE_WISE:
                 name, tp = changes[0]
                 shard = tp.shards[0]
@@ -307,7 +326,7 @@ class NeoPlanner(Placer):
                 trials += self._options_for(n, slow, totals)
                 trials += self._swaps(n, slow, light[:3])
             best = self._best(trials)
-            if best is None or not best[0] < current or not best[0][0] <= current[0] * (1 + 1e-12):
+            if best is None or not improves(best[0], current):
                 break
             self._apply(best)
             self._index()
@@ -463,7 +482,7 @@ class NeoPlanner(Placer):
                 self.state, self.placed = saved_state.copy(), dict(saved_placed)
         # the lowest-scoring move (the first on a tie), if it beats the current state
         found = self._first_best([m[0] for m in moves])
-        if found is None or not found[1] < current:
+        if found is None or not improves(found[1], current):
             return False
         _, placed_now, label = moves[found[0]]
         for n, placed in placed_now.items():

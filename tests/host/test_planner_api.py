@@ -67,6 +67,29 @@ def test_the_search_is_bounded_by_steps_not_the_clock_by_default():
         NeoPlanner(w, s, time_budget_s=0)
 
 
+def test_a_move_must_beat_the_current_plan_by_more_than_noise():
+    from neonic.host.planner.search import improves
+
+    assert improves((0.9, 1.0), (1.0, 1.0))
+    assert improves((1.0, 0.9), (1.0, 1.0))             # same time, better balanced
+    assert not improves((1.0 - 1e-12, 1.0), (1.0, 1.0))  # floating-point noise
+    assert not improves((1.0, 1.0 - 1e-12), (1.0, 1.0))
+    assert not improves((1.0 + 1e-6, 0.5), (1.0, 1.0))  # better balanced but slower
+
+
+def test_refinement_converges_and_never_applies_the_plan_it_has():
+    s, w = _system(), _workload()
+    p = NeoPlanner(w, s)
+    p.run()
+    assert p.stats["refine_steps"] < DEFAULT_MAX_STEPS
+    before = {n: pl.tp for n, pl in p.placed.items()}
+    assert p.refine() == 0  # converged: a second refinement finds nothing to apply
+    assert {n: pl.tp for n, pl in p.placed.items()} == before
+    # a trial that gives a table the plan it has is no move
+    name = next(iter(p.placed))
+    assert p._best([[(name, p.placed[name].tp)]]) is None
+
+
 def test_make_plan_by_name_equals_the_planners_themselves():
     s, w = _system(), _workload()
     cost = CostModel(w, s)
