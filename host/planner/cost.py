@@ -527,14 +527,20 @@ class CostModel:
             out[name] = f[rows, last]
         return out
 
-    def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
-        """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
+    def iteration_s_batch(self, vecs: np.ndarray, dps, contention: bool = True) -> np.ndarray:
+        """The objective of ``T`` states at once (see :meth:`iteration_s`). ``contention=False``:
+        the same schedule with every op at its isolated duration (no network or HBM sharing,
+        one pass instead of the fixed point's; a screen the search uses to pick which
+        candidates to price in full)."""
         rank, coll = self.phase_times(vecs, dps)
-        hbm = self.hbm_demands(vecs, dps, coll)
-        sm = self.sm_demands(np.asarray(vecs).shape[0], dps) if self.spec.comm_sm_share > 0 else None
-        flows: dict[str, float | np.ndarray] = {**self._flows, **self.alltoall_flows(vecs)}
+        if contention:
+            hbm = self.hbm_demands(vecs, dps, coll)
+            sm = self.sm_demands(np.asarray(vecs).shape[0], dps) if self.spec.comm_sm_share > 0 else None
+            flows: dict[str, float | np.ndarray] = {**self._flows, **self.alltoall_flows(vecs)}
+        else:
+            hbm, sm, flows = {}, None, {}
         if not self.bucketed:
-            return self.template.iteration_s(rank, coll, hbm=hbm, flows=flows, sm=sm)
+            return self.template.iteration_s(rank, coll, share_network=contention, hbm=hbm, flows=flows, sm=sm)
         T = next(iter(rank.values())).shape[0]
         has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
         out = np.empty(T)
@@ -549,6 +555,7 @@ class CostModel:
                 continue
             out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
                                                          {k: np.asarray(v)[idx] for k, v in coll.items()},
+                                                         share_network=contention,
                                                          hbm={k: pick(v, idx) for k, v in hbm.items()},
                                                          flows={k: pick(v, idx) for k, v in flows.items()},
                                                          sm=None if sm is None else {k: pick(v, idx) for k, v in sm.items()})
@@ -558,8 +565,26 @@ class CostModel:
         """Sum over the plan-dependent phases of each phase's slowest rank, for ``T`` states:
         the iteration as if nothing overlapped (a cheap proxy the greedy start uses; the search
         itself minimises :meth:`iteration_s`)."""
-        rank, coll = self.phase_times(vecs, dps)
-        return rank["emb_fwd"].max(axis=1) + rank["emb_bwd"].max(axis=1) + sum(coll.values())
+        vecs = np.asarray(vecs)
+        T = vecs.shape[0]
+        busy = vecs[:, _KERN] > 0.5
+        host = vecs[:, 2] / 2
+        fwd = np.maximum(vecs[:, 0] + busy * self._fwd_overhead, host).max(axis=1)
+        bwd = np.maximum(vecs[:, 1] + busy * self._bwd_overhead, host).max(axis=1)
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
+        comm = self.system.comm.rank_times_s(agg).max(axis=2).sum(axis=1)
+        dps = np.broadcast_to(np.asarray(dps, float), (T,))
+        return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
+
+    def _allreduce_total_s(self, dp_bytes: float) -> float:
+        """The iteration's AllReduces summed (every bucket's, or the single one) for
+        ``dp_bytes`` of data-parallel tables (:meth:`phase_times`' collectives other than the
+        AlltoAlls)."""
+        if self.bucketed:
+            return float(sum(v for k, v in self.bucket_times(dp_bytes).items() if k.startswith("allreduce#")))
+        if self.spec.mode == "training":
+            return self._allreduce_s(self._dense_ar_bytes + dp_bytes)
+        return 0.0
 
     def iteration_s(self, state: State) -> float:
         """Predicted seconds per iteration of an accumulated state (the objective)."""

@@ -8,7 +8,10 @@
    least-loaded ranks, swaps with lighter tables there, and changes of sharding type
    (column-wise / table-column-wise over 2..8 ranks, row-wise, data-parallel), applying the
    best change that lowers the objective, until none does (convergence) or after
-   ``max_steps`` steps (:data:`DEFAULT_MAX_STEPS`). The search is deterministic: the same
+   ``max_steps`` steps (:data:`DEFAULT_MAX_STEPS`). A step prices at most ``screen`` of its
+   candidates on the full model (network and HBM sharing): those that the same schedule without
+   contention, one pass and much cheaper, ranks lowest. A move must beat the current plan by
+   more than noise (:func:`improves`). The search is deterministic: the same
    workload and system give the same plan on any machine and under any load. A wall-clock
    budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
    reproducible.
@@ -22,6 +25,7 @@ also falls). Every candidate is costed exactly through the additive table contri
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -70,8 +74,13 @@ class NeoPlanner(Placer):
 
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
-                 max_steps: int | None = DEFAULT_MAX_STEPS) -> None:
+                 max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24) -> None:
         super().__init__(workload, system, cost)
+        if isinstance(screen, bool) or not isinstance(screen, int) or screen < 1:
+            raise ValueError(f"screen: expected an integer >= 1, got {screen!r}")
+        #: a refinement step prices at most this many of its candidates in full: those the
+        #: schedule without contention ranks lowest (:meth:`CostModel.iteration_s_batch`)
+        self.screen = screen
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
             raise ValueError(f"max_steps: expected an integer >= 0 or None, got {max_steps!r}")
         if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
@@ -84,7 +93,7 @@ class NeoPlanner(Placer):
         self.stats: dict[str, float] = {}
         self._order = {t.name: i for i, t in enumerate(workload.tables)}
         self.moves: list[str] = []
-        self._scores: dict[tuple[bytes, float], tuple[float, float]] = {}
+        self._scores: dict[tuple[bytes, float], tuple[float, float]] = {}  # by a digest of the state
 
     # ------------------------------------------------------------------ helpers
     def _try(self, changes: list[tuple[str, TablePlan | None]]) -> tuple[tuple[float, float], State, list] | None:
@@ -102,9 +111,11 @@ class NeoPlanner(Placer):
         return [int(r) for r in order if int(r) not in exclude][:k]
 
     def _tw_cost(self, table: TableSpec) -> float:
-        tp = TablePlan(table.name, ST.TABLE_WISE, (Shard(0, 0, table.rows, 0, table.dim),))
-        c = self.contribution(tp)
-        return float(self.cost.totals(_only(c, self.world))[0])
+        """The table's cost table-wise on rank 0 alone (:meth:`CostModel.totals` of rank 0: a
+        rank's total depends on its own column of the state only, so the column is costed
+        alone)."""
+        c = self.tw_base(table.name, "hbm")
+        return float(self.cost.totals(State(c.vec[:, :1].copy(), 0.0))[0])
 
     # ------------------------------------------------------------------ phases
     def greedy(self) -> None:
@@ -162,9 +173,7 @@ class NeoPlanner(Placer):
                 name, tp = changes[0]
                 shard = tp.shards[0]
                 key = (tp.table, shard.tier)
-                if key not in self._tw_cache:
-                    self.contribution(tp)
-                entries.append(("tw", name, tp, key, shard.rank))
+                entries.append(("tw", name, tp, key, shard.rank, self.tw_base(*key)))
             else:
                 new = [(tp, self.contribution(tp)) for _, tp in changes]
                 subs = [self.placed[n].contrib for n, _ in changes if n in self.placed]
@@ -179,7 +188,7 @@ class NeoPlanner(Placer):
             if e[0] == "tw":
                 groups.setdefault((e[1], e[3]), []).append(i)
                 placed = self.placed.get(e[1])
-                dps.append(base.dp_bytes - (placed.contrib.dp_bytes if placed else 0.0) + self._tw_cache[e[3]].dp_bytes)
+                dps.append(base.dp_bytes - (placed.contrib.dp_bytes if placed else 0.0) + e[5].dp_bytes)
                 continue
             _, new, subs = e
             v = base.vec.copy()
@@ -196,13 +205,17 @@ class NeoPlanner(Placer):
             placed = self.placed.get(name)
             start = base.vec - placed.contrib.vec if placed else base.vec
             ranks = [entries[i][4] for i in idx]
-            vecs[idx] = start[None] + self._tw_cache[key].vec[:, self._inv[ranks]].transpose(1, 0, 2)
+            vecs[idx] = start[None] + entries[idx[0]][5].vec[:, self._inv[ranks]].transpose(1, 0, 2)
         eps = 1e-6
         ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
               & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
         if not ok.any():
             return None
         idx = np.nonzero(ok)[0]
+        if not proxy and idx.size > self.screen:
+            # priced in full: the candidates the schedule without contention ranks lowest
+            quick = self.cost.iteration_s_batch(vecs[idx], [dps[i] for i in idx], contention=False)
+            idx = np.sort(idx[np.argsort(quick, kind="stable")[: self.screen]])
         totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
         score_of = self.cost.barrier_sum_batch if proxy else self.cost.iteration_s_batch
         its = score_of(vecs[idx], [dps[i] for i in idx])
@@ -412,7 +425,7 @@ class NeoPlanner(Placer):
     def score(self, state: State) -> tuple[float, float]:
         """:meth:`Placer.score`, remembered by the state's figures (the search scores some
         states more than once: the greedy start, the state refinement stops at)."""
-        key = (state.vec.tobytes(), float(state.dp_bytes))
+        key = (hashlib.blake2b(state.vec.tobytes(), digest_size=16).digest(), float(state.dp_bytes))
         hit = self._scores.get(key)
         if hit is None:
             hit = self._scores[key] = super().score(state)
@@ -427,7 +440,13 @@ class NeoPlanner(Placer):
         batch's lowest can be the one, and only they are scored alone."""
         if not states:
             return None
-        its = self.cost.iteration_s_batch(np.stack([s.vec for s in states]), [s.dp_bytes for s in states])
+        vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
+        keep = np.arange(len(states))
+        if len(states) > self.screen:  # as in a refinement step: the lowest without contention
+            quick = self.cost.iteration_s_batch(vecs, dps, contention=False)
+            keep = np.sort(np.argsort(quick, kind="stable")[: self.screen])
+        its = np.full(len(states), np.inf)
+        its[keep] = self.cost.iteration_s_batch(vecs[keep], [dps[i] for i in keep])
         near = float(its.min()) * (1 + _CONFIRM_REL)
         best: tuple[int, tuple[float, float]] | None = None
         for i, st in enumerate(states):

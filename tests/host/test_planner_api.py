@@ -115,3 +115,28 @@ def test_forced_plans_give_every_table_the_type_or_row_wise(kind):
 def test_unknown_planner_is_named():
     with pytest.raises(ValueError, match=r"^planner: expected one of neo, size-greedy.*force:row-wise.*got 'magic'"):
         make_plan(_workload(4), _system(), "magic")
+
+
+def test_the_placers_caches_are_bounded_by_bytes_and_do_not_change_the_plan():
+    from neonic.host.planner.placer import BytesLRU
+
+    lru = BytesLRU(100, min_entries=2)
+    for k in range(10):
+        lru.put(k, str(k), 30)
+    assert len(lru) == 3 and lru.nbytes <= 100 and 9 in lru and 0 not in lru
+    assert lru.get(7) == "7" and lru.get(0) is None
+    lru.put(10, "10", 30)  # 7 was used last: 8 goes first
+    assert 7 in lru and 8 not in lru
+    s, w = _system(), _workload()
+
+    class Tiny(NeoPlanner):
+        CACHE_BYTES = 1  # every cache keeps only its last few entries
+
+    assert Tiny(w, s).run() == NeoPlanner(w, s).run()
+
+
+def test_screening_the_candidates_keeps_the_search_deterministic():
+    s, w = _system(), _workload()
+    assert NeoPlanner(w, s, screen=4).run() == NeoPlanner(w, s, screen=4).run()
+    with pytest.raises(ValueError, match="screen"):
+        NeoPlanner(w, s, screen=0)
