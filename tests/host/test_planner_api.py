@@ -140,3 +140,18 @@ def test_screening_the_candidates_keeps_the_search_deterministic():
     assert NeoPlanner(w, s, screen=4).run() == NeoPlanner(w, s, screen=4).run()
     with pytest.raises(ValueError, match="screen"):
         NeoPlanner(w, s, screen=0)
+
+
+def test_kicks_out_of_the_local_optimum_are_deterministic_and_never_worse():
+    s, w = _system(), _workload()
+    cm = CostModel(w, s)
+    plain = NeoPlanner(w, s, cm).run()
+    kicked = NeoPlanner(w, s, cm, kicks=3)
+    plan = kicked.run()
+    assert plan == NeoPlanner(w, s, cm, kicks=3).run()
+    assert cm.evaluate(plan).iteration_s <= cm.evaluate(plain).iteration_s * (1 + 1e-9)
+    assert kicked.stats["refine_steps"] <= DEFAULT_MAX_STEPS
+    with pytest.raises(ValueError, match="kicks"):
+        NeoPlanner(w, s, kicks=-1)
+    with pytest.raises(ValueError, match="slow_ranks"):
+        NeoPlanner(w, s, slow_ranks=0)
