@@ -297,11 +297,13 @@ class Placer:
 
     def fits_nowhere(self, table: TableSpec) -> ValueError:
         size = self.shard_bytes(table, table.rows, table.dim)
+        free = self.caps[0] - self.state.hbm
         return ValueError(
-            f"table {table.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest "
-            f"free capacity left is {float((self.caps[0] - self.state.hbm).max()) / GIB:.1f} GiB of HBM and "
-            f"{float((self.caps[1] - self.state.host[0]).max()) / GIB:.1f} GiB of DRAM on one rank, "
-            f"{float((self.caps[:, None] - np.vstack([self.state.hbm, self.state.host])).clip(0).sum()) / GIB:.1f} GiB "
+            f"table {table.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere this planner "
+            f"tried to put it: the largest free capacity left is {float(free.max()) / GIB:.1f} GiB of HBM "
+            f"and {float((self.caps[1] - self.state.host[0]).max()) / GIB:.1f} GiB of DRAM on one rank, "
+            f"the fullest rank (a split over every rank needs room on each) has {float(free.min()) / GIB:.2f} GiB "
+            f"of HBM free, {float((self.caps[:, None] - np.vstack([self.state.hbm, self.state.host])).clip(0).sum()) / GIB:.1f} GiB "
             f"in the whole cluster")
 
     def split_options(self, table: TableSpec) -> list[TablePlan]:

@@ -155,3 +155,13 @@ def test_kicks_out_of_the_local_optimum_are_deterministic_and_never_worse():
         NeoPlanner(w, s, kicks=-1)
     with pytest.raises(ValueError, match="slow_ranks"):
         NeoPlanner(w, s, slow_ranks=0)
+
+
+def test_fits_nowhere_names_the_fullest_rank_a_split_over_every_rank_needs():
+    from neonic.host.planner.placer import Placer
+
+    s, w = _system(), _workload()
+    p = Placer(w, s)
+    p.state.vec[24, 3] = p.caps[0]  # rank 3's HBM full
+    msg = str(p.fits_nowhere(w.tables[0]))
+    assert "'t0'" in msg and "fullest rank" in msg and "has 0.00 GiB of HBM free" in msg
