@@ -165,3 +165,20 @@ def test_fits_nowhere_names_the_fullest_rank_a_split_over_every_rank_needs():
     p.state.vec[24, 3] = p.caps[0]  # rank 3's HBM full
     msg = str(p.fits_nowhere(w.tables[0]))
     assert "'t0'" in msg and "fullest rank" in msg and "has 0.00 GiB of HBM free" in msg
+
+
+def test_a_forced_type_falls_back_to_row_wise_over_the_ranks_with_room_when_one_rank_is_full():
+    from neonic.host.planner.forced import place_forced
+    from neonic.host.planner.placer import Placer
+
+    s, w = _system(), _workload()
+    p = Placer(w, s)
+    p.state.vec[24, 0] = p.caps[0]  # rank 0's HBM full: neither data-parallel nor row-wise over all ranks fits
+    assert place_forced(p, [w.tables[0]], ShardingType.DATA_PARALLEL) == 1
+    tp = p.placed["t0"].tp
+    assert tp.sharding == ShardingType.ROW_WISE and 0 not in tp.ranks and len(tp.ranks) == 4
+    big = Placer(w, _system(nodes=4))
+    big.state.vec[24, 0] = big.caps[0]  # rank 0, the first of the least loaded, is full
+    assert place_forced(big, [w.tables[0]], ShardingType.COLUMN_WISE) == 0
+    tp = big.placed["t0"].tp
+    assert tp.sharding == ShardingType.COLUMN_WISE and 0 not in tp.ranks and len(tp.ranks) == 8
