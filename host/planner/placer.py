@@ -100,10 +100,10 @@ class Placer:
 
     #: Memory each of the placer's caches may take (bytes): contributions of tables placed
     #: table-wise (and data-parallel), on a node, by plan, and the table plans made. A
-    #: contribution is 29 x world floats (1 MB at 4096 ranks; 1000 tables' table-wise and node
-    #: contributions alone took 9 GB there unbounded); the caches only save recomputing them,
-    #: so the plans do not depend on their size.
-    CACHE_BYTES = 512 << 20
+    #: contribution is 29 x world floats (1 MB at 4096 ranks; model-a at 1024 ranks fills 0.4 to
+    #: 0.54 GB of each of the five caches given 512 MiB, at 128 ranks under 0.1 GB); the caches
+    #: only save recomputing, so the plans do not depend on their size.
+    CACHE_BYTES = 256 << 20
 
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  tw_cache: dict | None = None) -> None:
@@ -128,7 +128,7 @@ class Placer:
         r = np.arange(self.world)
         node, local, nodes = r // self.g, r % self.g, system.nodes
         self._inv = np.array([((node - node[k]) % nodes) * self.g + (local - local[k]) % self.g
-                              for k in range(self.world)])
+                              for k in range(self.world)], dtype=np.int32)   # world^2: 64 MiB at 4096 ranks
         # rank-0 contributions of table-wise tables, by (table, tier), and the other caches:
         # shareable between placers of the same workload, system and cost model (the baselines
         # the search starts from), each bounded by CACHE_BYTES
@@ -188,7 +188,8 @@ class Placer:
         at = np.asarray(ranks, dtype=np.int64)
         hbm_free = self.caps[0] - state.hbm[at]
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
-        reserve = self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
+        reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
+                   if self._cache_ratio else 0.0)
         # fast path: every shard fits in HBM (the same plan as before, built once)
         key = (table.name, kind, tuple(ranks))
         hit = self._hbm_plans.get(key)

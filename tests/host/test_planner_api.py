@@ -17,6 +17,7 @@ from neonic.host.planner import (
     PlannerSystem,
     ShardingType,
     forced_fallbacks,
+    derive_iteration,
     make_plan,
     plan_baseline,
 )
@@ -182,3 +183,24 @@ def test_a_forced_type_falls_back_to_row_wise_over_the_ranks_with_room_when_one_
     assert place_forced(big, [w.tables[0]], ShardingType.COLUMN_WISE) == 0
     tp = big.placed["t0"].tp
     assert tp.sharding == ShardingType.COLUMN_WISE and 0 not in tp.ranks and len(tp.ranks) == 8
+
+
+def test_the_plan_does_not_depend_on_how_many_iterations_the_run_measures():
+    from dataclasses import replace
+
+    from neonic.host.planner.cost import PLAN_WINDOW
+
+    s, w = _system(), _workload()
+    plan = NeoPlanner(w, s).run()
+    objective, plans = set(), []
+    for its in (1, 3, 6):
+        sys_its = replace(s, iteration=replace(s.iteration, warmup=1, iterations=its))
+        cm = CostModel(w, sys_its)
+        objective.add(cm.iteration_s(cm.state_of(derive_iteration(plan, w, sys_its))))
+        plans.append(NeoPlanner(w, sys_its, cm).run())
+    assert len(objective) == 1  # the search's objective: the planning window's, exactly
+    assert plans[0] == plans[1] == plans[2]
+    # a plan's prediction is on the run's own window
+    cm = CostModel(w, replace(s, iteration=replace(s.iteration, warmup=PLAN_WINDOW[0], iterations=PLAN_WINDOW[1])))
+    st = cm.state_of(derive_iteration(plan, w, cm.system))
+    assert cm.evaluate(plan).iteration_s == cm.iteration_s(st)
