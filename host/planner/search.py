@@ -230,7 +230,7 @@ class NeoPlanner(Placer):
         idx = np.nonzero(ok)[0]
         if not proxy and idx.size > self.screen:
             # priced in full: the candidates the schedule without contention ranks lowest
-            quick = self.cost.iteration_s_batch(vecs[idx], [dps[i] for i in idx], contention=False)
+            quick = self._quick(vecs[idx], [dps[i] for i in idx])
             idx = np.sort(idx[np.argsort(quick, kind="stable")[: self.screen]])
         totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
         score_of = self.cost.barrier_sum_batch if proxy else self.cost.iteration_s_batch
@@ -489,6 +489,14 @@ class NeoPlanner(Placer):
             hit = self._scores[key] = super().score(state)
         return hit
 
+    def _quick(self, vecs: np.ndarray, dps: list[float]) -> np.ndarray:
+        """The schedule without contention of a stack of states (the screen), ``screen``
+        states at a time: the op graph's per-rank arrays of a batch grow with candidates x
+        ranks (300 ops x 150 candidates x 4096 ranks would be 1.5 GB at once)."""
+        n = self.screen
+        return np.concatenate([self.cost.iteration_s_batch(vecs[i:i + n], dps[i:i + n], contention=False)
+                               for i in range(0, len(vecs), n)])
+
     def _first_best(self, states: list[State]) -> tuple[int, tuple[float, float]] | None:
         """The index and :meth:`score` of the state with the lowest score, the first on a tie:
         the one that scoring each state alone, in turn, keeps. All are first evaluated in one
@@ -501,7 +509,7 @@ class NeoPlanner(Placer):
         vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
         keep = np.arange(len(states))
         if len(states) > self.screen:  # as in a refinement step: the lowest without contention
-            quick = self.cost.iteration_s_batch(vecs, dps, contention=False)
+            quick = self._quick(vecs, dps)
             keep = np.sort(np.argsort(quick, kind="stable")[: self.screen])
         its = np.full(len(states), np.inf)
         its[keep] = self.cost.iteration_s_batch(vecs[keep], [dps[i] for i in keep])
