@@ -10,9 +10,10 @@ and the experiments call; :data:`PLANNER_NAMES` lists the names it takes:
                            :func:`plan_forced`).
 
 A forced plan gives each table, largest first, the type: table-wise onto the least-loaded rank
-with room, row-wise over all ranks, column-wise over up to 8 of the least-loaded ranks,
-table-row-wise / table-column-wise over the least-loaded node, data-parallel on every rank; a
-table that cannot take the type within the memory caps falls back to row-wise over all ranks,
+with room, row-wise over all ranks, column-wise over up to 8 of the least-loaded ranks with
+room, table-row-wise / table-column-wise over the least-loaded node, data-parallel on every rank;
+a table that cannot take the type within the memory caps falls back to row-wise over all ranks
+(where some rank has no room: over the half, quarter... of the ranks with the most HBM free),
 and the plan's notes say how many did.
 """
 

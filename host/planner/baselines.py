@@ -109,6 +109,8 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
             tp = next((x for x in (p.make(table, kind, [r]) for r in order) if x is not None), None)
         if tp is None:
             tp = p.make(table, ST.ROW_WISE, list(range(world)))
+        if tp is None:  # row-wise needs room on every rank: the whole table on one with room
+            tp = next((x for x in (p.make(table, ST.TABLE_WISE, [r]) for r in order) if x is not None), None)
         if tp is None:
             raise p.fits_nowhere(table)
         p.place(tp)

@@ -31,7 +31,9 @@ without) and prices each candidate on the one its plan runs.
 The objective (:meth:`CostModel.iteration_s`) is the list schedule's time per iteration: every
 collective waits for its slowest rank, so an iteration costs the sum along its critical path
 of each phase's slowest rank, less what Neo's pipeline overlaps (the input AlltoAll of the
-next batch behind this one's MLPs, the AllReduce behind the embedding backward, ...).
+next batch behind this one's MLPs, the AllReduce behind the embedding backward, ...), measured
+over the iterations of :data:`PLAN_WINDOW` whatever the run simulates (:meth:`CostModel.evaluate`
+prices a plan over the run's own).
 
 What the fast evaluation leaves out (the simulator has it; ``neonic bench planner`` measures the
 difference for every plan): contention between concurrent flows on shared links and NICs (the
@@ -49,7 +51,7 @@ batch of candidate states is evaluated at once (:meth:`CostModel.iteration_s_bat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -79,7 +81,16 @@ def _kernel_hbm(cost) -> float:
     return float(cost.memory_s / t) if t > 0 else 0.0
 
 
-__all__ = ["CostModel", "Contribution", "State", "PlanCost", "COST_COLUMNS"]
+__all__ = ["CostModel", "Contribution", "State", "PlanCost", "COST_COLUMNS", "PLAN_WINDOW"]
+
+#: The (warm-up, measured) iterations of the search's objective, whatever a run measures: a plan
+#: is made for training's steady state, so it must not depend on how many iterations a scenario
+#: simulates (with the run's window, two scenarios differing only in ``iterations`` gave
+#: different plans). ASSUMPTION: the pipeline's schedule repeats after two iterations (a batch's
+#: prefetch runs one iteration ahead at most), so three measured after two are its steady
+#: state; ``neonic bench planner`` simulates the same window. :meth:`CostModel.evaluate` prices
+#: a plan on the run's own window, to compare with its simulation.
+PLAN_WINDOW = (2, 3)
 
 #: Per-rank cost columns, in report order.
 COST_COLUMNS = ("fwd_compute", "bwd_compute", "host_transfer", "input_a2a", "pooled_a2a", "grad_a2a",
@@ -250,16 +261,14 @@ class CostModel:
         self._fixed_sm = {p: _kernel_sm(getattr(self.dense, p)) for p in self._fixed}
         self._fixed["h2d"] = h2d_bytes(workload, system.index_bytes, system.length_bytes) / self._pcie
         self.bucketed = spec.bucketed
+        self._grad_bytes = spec.bucket_config().grad_bytes if self.bucketed else 0.0
         self._bucket_cache: dict[float, dict[str, float]] = {}
         if self.bucketed:
             for p in ("top_bwd", "inter_bwd", "bot_bwd", "dense_opt"):
                 self._fixed.pop(p, None)  # replaced by the bucket ops' keys
-            # without / with a data-parallel tables' bucket (the plan decides)
-            self._templates = {False: ScheduleTemplate(spec, self._buckets(0.0)),
-                               True: ScheduleTemplate(spec, self._buckets(1.0))}
-        else:
-            t = ScheduleTemplate(spec)
-            self._templates = {False: t, True: t}
+        # the search's templates, on the planning window; the run's own built when first asked
+        self._templates = self._make_templates(replace(spec, warmup=PLAN_WINDOW[0], iterations=PLAN_WINDOW[1]))
+        self._run_templates = (self._templates if (spec.warmup, spec.iterations) == PLAN_WINDOW else None)
         self.template = self._templates[False]
         # how the iteration's collectives share a NIC (flows each keeps open through it)
         nf = system.comm.nic_flows
@@ -268,6 +277,14 @@ class CostModel:
         self._flows.update({"pooled_rs": 0.0, "grad_ag": 0.0})
         for t in self._templates.values():
             self._flows.update({k: float(nf.get("allreduce", 1)) for k in t.keys if k.startswith("allreduce")})
+
+    def _make_templates(self, spec) -> dict[bool, ScheduleTemplate]:
+        """The op graph's templates of ``spec``: without / with a data-parallel tables' gradient
+        bucket (the plan decides), one template if the gradients are not bucketed."""
+        if self.bucketed:
+            return {False: ScheduleTemplate(spec, self._buckets(0.0)), True: ScheduleTemplate(spec, self._buckets(1.0))}
+        t = ScheduleTemplate(spec)
+        return {False: t, True: t}
 
     def _buckets(self, dp_bytes: float):
         """The iteration's gradient buckets for ``dp_bytes`` of data-parallel tables, with each
@@ -363,7 +380,7 @@ class CostModel:
         in the allreduce wire precision (gradient buckets, ``host.gradients``: table bytes /
         4 elements) or their share of the single AllReduce (bytes as the plan gives them)."""
         if self.bucketed:
-            return self._allreduce_s(dp_bytes / self.spec.bucket_config().grad_bytes * self._ar_wire)
+            return self._allreduce_s(dp_bytes / self._grad_bytes * self._ar_wire)
         return self._allreduce_s(dp_bytes)
 
     def columns(self, state: State) -> dict[str, np.ndarray]:
@@ -527,14 +544,26 @@ class CostModel:
             out[name] = f[rows, last]
         return out
 
-    def iteration_s_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
-        """The objective of ``T`` states at once (see :meth:`iteration_s`)."""
+    def iteration_s_batch(self, vecs: np.ndarray, dps, contention: bool = True, run: bool = False) -> np.ndarray:
+        """The objective of ``T`` states at once (see :meth:`iteration_s`). ``contention=False``:
+        the same schedule with every op at its isolated duration (no network or HBM sharing,
+        one pass instead of the fixed point's; a screen the search uses to pick which
+        candidates to price in full). ``run``: on the run's measured window instead of
+        :data:`PLAN_WINDOW`."""
+        templates = self._templates
+        if run:
+            if self._run_templates is None:
+                self._run_templates = self._make_templates(self.spec)
+            templates = self._run_templates
         rank, coll = self.phase_times(vecs, dps)
-        hbm = self.hbm_demands(vecs, dps, coll)
-        sm = self.sm_demands(np.asarray(vecs).shape[0], dps) if self.spec.comm_sm_share > 0 else None
-        flows: dict[str, float | np.ndarray] = {**self._flows, **self.alltoall_flows(vecs)}
+        if contention:
+            hbm = self.hbm_demands(vecs, dps, coll)
+            sm = self.sm_demands(np.asarray(vecs).shape[0], dps) if self.spec.comm_sm_share > 0 else None
+            flows: dict[str, float | np.ndarray] = {**self._flows, **self.alltoall_flows(vecs)}
+        else:
+            hbm, sm, flows = {}, None, {}
         if not self.bucketed:
-            return self.template.iteration_s(rank, coll, hbm=hbm, flows=flows, sm=sm)
+            return templates[False].iteration_s(rank, coll, share_network=contention, hbm=hbm, flows=flows, sm=sm)
         T = next(iter(rank.values())).shape[0]
         has = np.broadcast_to(np.asarray(dps, float), (T,)) > 0
         out = np.empty(T)
@@ -547,8 +576,9 @@ class CostModel:
             idx = np.nonzero(has == flag)[0]
             if idx.size == 0:
                 continue
-            out[idx] = self._templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
+            out[idx] = templates[flag].iteration_s({k: np.asarray(v)[idx] for k, v in rank.items()},
                                                          {k: np.asarray(v)[idx] for k, v in coll.items()},
+                                                         share_network=contention,
                                                          hbm={k: pick(v, idx) for k, v in hbm.items()},
                                                          flows={k: pick(v, idx) for k, v in flows.items()},
                                                          sm=None if sm is None else {k: pick(v, idx) for k, v in sm.items()})
@@ -558,12 +588,31 @@ class CostModel:
         """Sum over the plan-dependent phases of each phase's slowest rank, for ``T`` states:
         the iteration as if nothing overlapped (a cheap proxy the greedy start uses; the search
         itself minimises :meth:`iteration_s`)."""
-        rank, coll = self.phase_times(vecs, dps)
-        return rank["emb_fwd"].max(axis=1) + rank["emb_bwd"].max(axis=1) + sum(coll.values())
+        vecs = np.asarray(vecs)
+        T = vecs.shape[0]
+        busy = vecs[:, _KERN] > 0.5
+        host = vecs[:, 2] / 2
+        fwd = np.maximum(vecs[:, 0] + busy * self._fwd_overhead, host).max(axis=1)
+        bwd = np.maximum(vecs[:, 1] + busy * self._bwd_overhead, host).max(axis=1)
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
+        comm = self.system.comm.rank_times_s(agg).max(axis=2).sum(axis=1)
+        dps = np.broadcast_to(np.asarray(dps, float), (T,))
+        return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
 
-    def iteration_s(self, state: State) -> float:
-        """Predicted seconds per iteration of an accumulated state (the objective)."""
-        return float(self.iteration_s_batch(state.vec[None], [state.dp_bytes])[0])
+    def _allreduce_total_s(self, dp_bytes: float) -> float:
+        """The iteration's AllReduces summed (every bucket's, or the single one) for
+        ``dp_bytes`` of data-parallel tables (:meth:`phase_times`' collectives other than the
+        AlltoAlls)."""
+        if self.bucketed:
+            return float(sum(v for k, v in self.bucket_times(dp_bytes).items() if k.startswith("allreduce#")))
+        if self.spec.mode == "training":
+            return self._allreduce_s(self._dense_ar_bytes + dp_bytes)
+        return 0.0
+
+    def iteration_s(self, state: State, run: bool = False) -> float:
+        """Predicted seconds per iteration of an accumulated state: the objective, on the
+        iterations of :data:`PLAN_WINDOW`; ``run``: on the run's own measured window."""
+        return float(self.iteration_s_batch(state.vec[None], [state.dp_bytes], run=run)[0])
 
     def phase_summary(self, state: State) -> dict[str, float]:
         """Each phase's slowest rank (seconds): per-rank phases' max, collectives' time."""
@@ -602,4 +651,4 @@ class CostModel:
         st = self.state_of(work)
         s = self.system
         return PlanCost(self.columns(st), st.hbm, st.host[0], st.host[1], s.hbm_capacity, s.dram_capacity, s.ssd_capacity,
-                        iteration_s=self.iteration_s(st), phase_s=self.phase_summary(st))
+                        iteration_s=self.iteration_s(st, run=True), phase_s=self.phase_summary(st))

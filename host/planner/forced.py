@@ -2,10 +2,11 @@
 Neo's search (:mod:`host.planner.search`) that retype a whole class of tables at once.
 
 Each table, largest first, takes the type: table-wise onto the least-loaded rank with room,
-row-wise over all ranks, column-wise over up to 8 of the least-loaded ranks, table-row-wise /
-table-column-wise over the least-loaded node, data-parallel on every rank; a table that cannot
-take the type within the memory caps falls back to row-wise over all ranks, and the plan's
-notes say how many did.
+row-wise over all ranks, column-wise over up to 8 of the least-loaded ranks with room,
+table-row-wise / table-column-wise over the least-loaded node, data-parallel on every rank; a
+table that cannot take the type within the memory caps falls back to row-wise over all ranks
+(where some rank has no room: over the half, quarter... of the ranks with the most HBM free),
+and the plan's notes say how many did.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def place_forced(p: Placer, tables: list[TableSpec], st: ShardingType) -> int | 
             tp = p.make(table, st, list(range(world)))
         elif st == ST.COLUMN_WISE:
             m = max(1, min(8, world, table.dim // 4))
-            tp = p.make(table, st, sorted(order[:m]))
+            # the least-loaded ranks with HBM for a column shard (the least-loaded ones if too few)
+            room = (p.caps[0] - p.state.hbm) >= p.shard_bytes(table, table.rows, -(-table.dim // m))
+            fit = [r for r in order if room[r]]
+            tp = p.make(table, st, sorted(fit[:m] if len(fit) >= m else order[:m]))
         elif st in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             node_load = totals.reshape(-1, g).sum(axis=1)
             for node in np.argsort(node_load, kind="stable"):
@@ -72,6 +76,13 @@ def place_forced(p: Placer, tables: list[TableSpec], st: ShardingType) -> int | 
         if tp is None:
             fallbacks += 1
             tp = p.make(table, ST.ROW_WISE, list(range(world)))
+            # row-wise over all ranks needs room on each: else over the half, quarter... of the
+            # ranks with the most HBM free
+            free = np.argsort(-(p.caps[0] - p.state.hbm), kind="stable").tolist()
+            m = world // 2
+            while tp is None and m >= 2:
+                tp = p.make(table, ST.ROW_WISE, sorted(free[:m]))
+                m //= 2
         if tp is None:
             return None
         p.place(tp)

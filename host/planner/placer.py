@@ -11,7 +11,9 @@ data-parallel table with every replica in one tier is its replica on rank 0, on 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +32,50 @@ ST = ShardingType
 class _Placed:
     tp: TablePlan
     contrib: Contribution
+
+
+class BytesLRU:
+    """Values remembered up to a budget of bytes, the least recently used given up first (at
+    least ``min_entries`` are always kept, so that what one search step touches stays). The
+    caches only save recomputing: what they hold never changes a plan."""
+
+    __slots__ = ("limit", "min_entries", "nbytes", "_d")
+
+    def __init__(self, limit: float, min_entries: int = 64) -> None:
+        self.limit = float(limit)
+        self.min_entries = min_entries
+        self.nbytes = 0.0
+        self._d: OrderedDict = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        hit = self._d.get(key)
+        if hit is None:
+            return None
+        self._d.move_to_end(key)
+        return hit[0]
+
+    def put(self, key: Any, value: Any, nbytes: float) -> Any:
+        old = self._d.pop(key, None)
+        if old is not None:
+            self.nbytes -= old[1]
+        self._d[key] = (value, nbytes)
+        self.nbytes += nbytes
+        while self.nbytes > self.limit and len(self._d) > self.min_entries:
+            _, (_, size) = self._d.popitem(last=False)
+            self.nbytes -= size
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+#: Bytes one shard of a remembered table plan takes in memory (a frozen dataclass instance and
+#: its dict of six fields: 56 + 296 bytes measured with ``sys.getsizeof`` on CPython 3.11, plus
+#: its integers).
+_SHARD_BYTES = 400
 
 
 def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
@@ -52,9 +98,12 @@ def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int
 class Placer:
     """Shared machinery of the planners: building table plans, costing them, tracking memory."""
 
-    #: Memory the contributions remembered by table plan may take (bytes; the cache only saves
-    #: recomputing them, so the plans do not depend on it).
-    CACHE_BYTES = 1 << 30
+    #: Memory each of the placer's caches may take (bytes): contributions of tables placed
+    #: table-wise (and data-parallel), on a node, by plan, and the table plans made. A
+    #: contribution is 29 x world floats (1 MB at 4096 ranks; model-a at 1024 ranks fills 0.4 to
+    #: 0.54 GB of each of the five caches given 512 MiB, at 128 ranks under 0.1 GB); the caches
+    #: only save recomputing, so the plans do not depend on their size.
+    CACHE_BYTES = 256 << 20
 
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  tw_cache: dict | None = None) -> None:
@@ -79,20 +128,19 @@ class Placer:
         r = np.arange(self.world)
         node, local, nodes = r // self.g, r % self.g, system.nodes
         self._inv = np.array([((node - node[k]) % nodes) * self.g + (local - local[k]) % self.g
-                              for k in range(self.world)])
-        # rank-0 contributions of table-wise tables, by (table, tier): shareable between placers
-        # of the same workload, system and cost model (the baselines the search starts from)
-        # (the other caches ride along in the same dict, under their own keys)
+                              for k in range(self.world)], dtype=np.int32)   # world^2: 64 MiB at 4096 ranks
+        # rank-0 contributions of table-wise tables, by (table, tier), and the other caches:
+        # shareable between placers of the same workload, system and cost model (the baselines
+        # the search starts from), each bounded by CACHE_BYTES
         self._tw_cache: dict = {} if tw_cache is None else tw_cache
+        lru = lambda name: self._tw_cache.setdefault(name, BytesLRU(self.CACHE_BYTES))  # noqa: E731
         self._everywhere = np.zeros(self.world, dtype=np.int64)  # every rank takes rank 0's figures
-        self._cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__plans__", {})
-        self._node_cache: dict[TablePlan, Contribution] = self._tw_cache.setdefault("__nodes__", {})
-        self._hbm_plans: dict[tuple, tuple[TablePlan, np.ndarray]] = self._tw_cache.setdefault("__hbm_plans__", {})
-        self._tiered_plans: dict[tuple, TablePlan] = self._tw_cache.setdefault("__tiered_plans__", {})
+        self._tw: BytesLRU = lru("__tw__")
+        self._cache: BytesLRU = lru("__plans__")
+        self._node_cache: BytesLRU = lru("__nodes__")
+        self._hbm_plans: BytesLRU = lru("__hbm_plans__")
+        self._tiered_plans: BytesLRU = lru("__tiered_plans__")
         self._geoms: dict[tuple, tuple] = self._tw_cache.setdefault("__geometry__", {})
-        # contributions remembered by plan, at most CACHE_BYTES of them (one is 29 x world floats:
-        # 20,000 of them took 4.7 GB at 1024 GPUs)
-        self._cache_limit = max(256, int(self.CACHE_BYTES // (8 * Contribution.zeros(1).vec.shape[0] * self.world)))
 
     # ------------------------------------------------------------------ building table plans
     def shard_bytes(self, table: TableSpec, rows: int, cols: int) -> float:
@@ -140,7 +188,8 @@ class Placer:
         at = np.asarray(ranks, dtype=np.int64)
         hbm_free = self.caps[0] - state.hbm[at]
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
-        reserve = self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
+        reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
+                   if self._cache_ratio else 0.0)
         # fast path: every shard fits in HBM (the same plan as before, built once)
         key = (table.name, kind, tuple(ranks))
         hit = self._hbm_plans.get(key)
@@ -155,29 +204,34 @@ class Placer:
         in_ssd = cached & ~in_dram & (need <= self.caps[2] - state.host[1][at])
         if not (in_hbm | in_dram | in_ssd).all():
             return None
-        tiers = tuple("hbm" if h else "dram" if d else "ssd" for h, d in zip(in_hbm.tolist(), in_dram.tolist()))
-        tp = self._tiered_plans.get((key, tiers))
+        # the shards' tiers as one byte each (0 HBM, 1 DRAM, 2 SSD): the key of the plan made
+        code = np.where(in_hbm, 0, np.where(in_dram, 1, 2)).astype(np.int8)
+        tp = self._tiered_plans.get((key, code.tobytes()))
         if tp is None:
             if at.size and int(at.min()) < 0:
                 raise ValueError(f"shard: invalid rank {int(at.min())} for table {table.name!r}")
-            tp = TablePlan(table.name, kind, tuple(_shard(int(rank), *piece, tier)
-                                                   for rank, piece, tier in zip(ranks, pieces, tiers)))
-            if len(self._tiered_plans) > 50000:
-                self._tiered_plans.clear()
-            self._tiered_plans[key, tiers] = tp
+            names = ("hbm", "dram", "ssd")
+            tp = TablePlan(table.name, kind, tuple(_shard(int(rank), *piece, names[c])
+                                                   for rank, piece, c in zip(ranks, pieces, code.tolist())))
+            self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
         if in_hbm.all():
-            self._hbm_plans[key] = (tp, need)
+            self._hbm_plans.put(key, (tp, need), _SHARD_BYTES * len(ranks) + need.nbytes)
         return tp
+
+    def tw_base(self, table: str, tier: str) -> Contribution:
+        """The contribution of ``table`` placed table-wise on rank 0 in ``tier`` (remembered)."""
+        key = (table, tier)
+        base = self._tw.get(key)
+        if base is None:
+            t = self.tables[table]
+            at0 = TablePlan(table, ST.TABLE_WISE, (Shard(0, 0, t.rows, 0, t.dim, tier),))
+            base = self._tw.put(key, self._contribution(at0), _nbytes(self.world))
+        return base
 
     def contribution(self, tp: TablePlan) -> Contribution:
         if tp.sharding == ST.TABLE_WISE:
             s = tp.shards[0]
-            key = (tp.table, s.tier)
-            base = self._tw_cache.get(key)
-            if base is None:
-                at0 = TablePlan(tp.table, ST.TABLE_WISE, (Shard(0, s.row_start, s.row_end, s.col_start, s.col_end, s.tier),))
-                base = self._tw_cache[key] = self._contribution(at0)
-            return base.relabeled(self._inv[s.rank])
+            return self.tw_base(tp.table, s.tier).relabeled(self._inv[s.rank])
         if tp.sharding == ST.DATA_PARALLEL and len(tp.shards) == self.world:
             s0 = tp.shards[0]
             tier, piece = s0.tier, (s0.row_start, s0.row_end, s0.col_start, s0.col_end)
@@ -185,10 +239,10 @@ class Placer:
                     and len({s.rank for s in tp.shards}) == self.world):
                 # one replica per rank, all in one tier: the replica on rank 0, copied to every rank
                 key = ("__dp__", tp.table, tier, piece)
-                base = self._tw_cache.get(key)
+                base = self._tw.get(key)
                 if base is None:
                     one = TablePlan(tp.table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
-                    base = self._tw_cache[key] = self._contribution(one)
+                    base = self._tw.put(key, self._contribution(one), _nbytes(self.world))
                 return base.relabeled(self._everywhere)
         if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             first = tp.shards[0].rank
@@ -198,13 +252,12 @@ class Placer:
                     Shard(s.rank - first, s.row_start, s.row_end, s.col_start, s.col_end, s.tier) for s in tp.shards))
                 base = self._node_cache.get(at0)
                 if base is None:
-                    base = self._node_cache[at0] = self._contribution(at0)
+                    base = self._node_cache.put(at0, self._contribution(at0),
+                                                _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
                 return base.relabeled(self._inv[first])
         c = self._cache.get(tp)
         if c is None:
-            if len(self._cache) > self._cache_limit:
-                self._cache.clear()
-            c = self._cache[tp] = self._contribution(tp)
+            c = self._cache.put(tp, self._contribution(tp), _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
         return c
 
     def _contribution(self, tp: TablePlan) -> Contribution:
@@ -245,11 +298,13 @@ class Placer:
 
     def fits_nowhere(self, table: TableSpec) -> ValueError:
         size = self.shard_bytes(table, table.rows, table.dim)
+        free = self.caps[0] - self.state.hbm
         return ValueError(
-            f"table {table.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere: the largest "
-            f"free capacity left is {float((self.caps[0] - self.state.hbm).max()) / GIB:.1f} GiB of HBM and "
-            f"{float((self.caps[1] - self.state.host[0]).max()) / GIB:.1f} GiB of DRAM on one rank, "
-            f"{float((self.caps[:, None] - np.vstack([self.state.hbm, self.state.host])).clip(0).sum()) / GIB:.1f} GiB "
+            f"table {table.name!r} ({size / GIB:.1f} GiB with optimizer state) fits nowhere this planner "
+            f"tried to put it: the largest free capacity left is {float(free.max()) / GIB:.1f} GiB of HBM "
+            f"and {float((self.caps[1] - self.state.host[0]).max()) / GIB:.1f} GiB of DRAM on one rank, "
+            f"the fullest rank (a split over every rank needs room on each) has {float(free.min()) / GIB:.2f} GiB "
+            f"of HBM free, {float((self.caps[:, None] - np.vstack([self.state.hbm, self.state.host])).clip(0).sum()) / GIB:.1f} GiB "
             f"in the whole cluster")
 
     def split_options(self, table: TableSpec) -> list[TablePlan]:
@@ -268,6 +323,11 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _nbytes(world: int) -> int:
+    """Bytes of one contribution's array (:class:`~host.planner.cost.Contribution`)."""
+    return 8 * Contribution.zeros(1).vec.shape[0] * world
 
 
 def check_fits(workload: WorkloadSpec, system: PlannerSystem) -> None:

@@ -8,7 +8,14 @@
    least-loaded ranks, swaps with lighter tables there, and changes of sharding type
    (column-wise / table-column-wise over 2..8 ranks, row-wise, data-parallel), applying the
    best change that lowers the objective, until none does (convergence) or after
-   ``max_steps`` steps (:data:`DEFAULT_MAX_STEPS`). The search is deterministic: the same
+   ``max_steps`` steps (:data:`DEFAULT_MAX_STEPS`). A step prices at most ``screen`` of its
+   candidates on the full model (network and HBM sharing): those that the same schedule without
+   contention, one pass and much cheaper, ranks lowest. A move must beat the current plan by
+   more than noise (:func:`improves`).
+   Optionally (``kicks``), from that local optimum: a perturbation (the best move of a step
+   applied although it does not lower the objective, its tables kept from moving back) and a
+   new descent whose steps look at the ``slow_ranks`` slowest ranks (the slowest overall and
+   the slowest of each phase), kept if it ends lower; all within ``max_steps``. The search is deterministic: the same
    workload and system give the same plan on any machine and under any load. A wall-clock
    budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
    reproducible.
@@ -22,6 +29,7 @@ also falls). Every candidate is costed exactly through the additive table contri
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -42,10 +50,27 @@ ST = ShardingType
 #: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
 DEFAULT_MAX_STEPS = 200
 
+#: A move is applied only if it lowers the predicted iteration time by at least this fraction,
+#: or, leaving it unchanged (within :data:`_SAME_REL`), lowers the balance tie-breaker (the sum
+#: of squared per-rank times) by at least this fraction. Without a threshold the search applied
+#: "improvements" of floating-point noise: with Neo's settings on model-a it re-applied one
+#: table's unchanged plan for all 200 steps.
+_IMPROVE_REL = 1e-6
+#: Two iteration times within this fraction are the same (a batch figure differs from a state's
+#: own by the fixed-point passes the batch shares, ~1e-12).
+_SAME_REL = 1e-9
+
 #: States whose batch-evaluated objective is within this fraction of the batch's lowest are
 #: scored alone to pick the best (:meth:`NeoPlanner._first_best`): far above the ~1e-12 by
 #: which a batch figure can differ from the state's own.
 _CONFIRM_REL = 1e-6
+
+
+def improves(new: tuple[float, float], current: tuple[float, float]) -> bool:
+    """Whether score ``new`` beats ``current`` by more than noise (:data:`_IMPROVE_REL`)."""
+    if new[0] < current[0] * (1 - _IMPROVE_REL):
+        return True
+    return new[0] <= current[0] * (1 + _SAME_REL) and new[1] < current[1] * (1 - _IMPROVE_REL)
 
 
 class NeoPlanner(Placer):
@@ -53,8 +78,25 @@ class NeoPlanner(Placer):
 
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
-                 max_steps: int | None = DEFAULT_MAX_STEPS) -> None:
+                 max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24, slow_ranks: int = 4,
+                 kicks: int = 0) -> None:
         super().__init__(workload, system, cost)
+        if isinstance(screen, bool) or not isinstance(screen, int) or screen < 1:
+            raise ValueError(f"screen: expected an integer >= 1, got {screen!r}")
+        #: a refinement step prices at most this many of its candidates in full: those the
+        #: schedule without contention ranks lowest (:meth:`CostModel.iteration_s_batch`)
+        self.screen = screen
+        for name, value in (("slow_ranks", slow_ranks), ("kicks", kicks)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "slow_ranks" else 0):
+                raise ValueError(f"{name}: expected an integer >= {1 if name == 'slow_ranks' else 0}, got {value!r}")
+        #: the ranks a refinement step moves tables off (:meth:`_slow_ranks`)
+        self.slow_ranks = slow_ranks
+        #: perturbations tried once the refinement converges (:meth:`kick`). Off by default: on
+        #: model-i at 16 x 8 three of them took the predicted iteration from 49.69 to 46.47 ms in
+        #: 6.4 CPU-s, but on model-a each costs about 6 CPU-s, past the planning budget
+        self.kicks = kicks
+        self._tabu: set[str] = set()
+        self._width = 1  # the slow ranks a step looks at: the slowest only in the first descent
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
             raise ValueError(f"max_steps: expected an integer >= 0 or None, got {max_steps!r}")
         if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
@@ -67,7 +109,7 @@ class NeoPlanner(Placer):
         self.stats: dict[str, float] = {}
         self._order = {t.name: i for i, t in enumerate(workload.tables)}
         self.moves: list[str] = []
-        self._scores: dict[tuple[bytes, float], tuple[float, float]] = {}
+        self._scores: dict[tuple[bytes, float], tuple[float, float]] = {}  # by a digest of the state
 
     # ------------------------------------------------------------------ helpers
     def _try(self, changes: list[tuple[str, TablePlan | None]]) -> tuple[tuple[float, float], State, list] | None:
@@ -85,9 +127,11 @@ class NeoPlanner(Placer):
         return [int(r) for r in order if int(r) not in exclude][:k]
 
     def _tw_cost(self, table: TableSpec) -> float:
-        tp = TablePlan(table.name, ST.TABLE_WISE, (Shard(0, 0, table.rows, 0, table.dim),))
-        c = self.contribution(tp)
-        return float(self.cost.totals(_only(c, self.world))[0])
+        """The table's cost table-wise on rank 0 alone (:meth:`CostModel.totals` of rank 0: a
+        rank's total depends on its own column of the state only, so the column is costed
+        alone)."""
+        c = self.tw_base(table.name, "hbm")
+        return float(self.cost.totals(State(c.vec[:, :1].copy(), 0.0))[0])
 
     # ------------------------------------------------------------------ phases
     def greedy(self) -> None:
@@ -139,13 +183,13 @@ class NeoPlanner(Placer):
         for changes in trials:
             if any(tp is None for _, tp in changes):
                 continue
+            if all(n in self.placed and self.placed[n].tp == tp for n, tp in changes):
+                continue  # the plan as it is: no move
             if len(changes) == 1 and changes[0][1].sharding == ST.TABLE_WISE:
                 name, tp = changes[0]
                 shard = tp.shards[0]
                 key = (tp.table, shard.tier)
-                if key not in self._tw_cache:
-                    self.contribution(tp)
-                entries.append(("tw", name, tp, key, shard.rank))
+                entries.append(("tw", name, tp, key, shard.rank, self.tw_base(*key)))
             else:
                 new = [(tp, self.contribution(tp)) for _, tp in changes]
                 subs = [self.placed[n].contrib for n, _ in changes if n in self.placed]
@@ -160,7 +204,7 @@ class NeoPlanner(Placer):
             if e[0] == "tw":
                 groups.setdefault((e[1], e[3]), []).append(i)
                 placed = self.placed.get(e[1])
-                dps.append(base.dp_bytes - (placed.contrib.dp_bytes if placed else 0.0) + self._tw_cache[e[3]].dp_bytes)
+                dps.append(base.dp_bytes - (placed.contrib.dp_bytes if placed else 0.0) + e[5].dp_bytes)
                 continue
             _, new, subs = e
             v = base.vec.copy()
@@ -177,13 +221,17 @@ class NeoPlanner(Placer):
             placed = self.placed.get(name)
             start = base.vec - placed.contrib.vec if placed else base.vec
             ranks = [entries[i][4] for i in idx]
-            vecs[idx] = start[None] + self._tw_cache[key].vec[:, self._inv[ranks]].transpose(1, 0, 2)
+            vecs[idx] = start[None] + entries[idx[0]][5].vec[:, self._inv[ranks]].transpose(1, 0, 2)
         eps = 1e-6
         ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
               & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
         if not ok.any():
             return None
         idx = np.nonzero(ok)[0]
+        if not proxy and idx.size > self.screen:
+            # priced in full: the candidates the schedule without contention ranks lowest
+            quick = self._quick(vecs[idx], [dps[i] for i in idx])
+            idx = np.sort(idx[np.argsort(quick, kind="stable")[: self.screen]])
         totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
         score_of = self.cost.barrier_sum_batch if proxy else self.cost.iteration_s_batch
         its = score_of(vecs[idx], [dps[i] for i in idx])
@@ -298,21 +346,56 @@ class NeoPlanner(Placer):
         while ((deadline is None or time.perf_counter() < deadline)
                and (limit is None or steps < limit)):
             totals = self.totals()
-            slow = int(totals.argmax())
             current = self.score(self.state)
-            light = self._lightest(self.candidates, exclude={slow})
-            names = sorted(self._by_rank.get(slow, ()), key=lambda n: -self._rank_cost(n, slow))[:5]
-            trials = []
-            for n in names:
-                trials += self._options_for(n, slow, totals)
-                trials += self._swaps(n, slow, light[:3])
+            trials = self._trials(totals)
             best = self._best(trials)
-            if best is None or not best[0] < current or not best[0][0] <= current[0] * (1 + 1e-12):
+            if best is None or not improves(best[0], current):
                 break
             self._apply(best)
             self._index()
             steps += 1
         return steps
+
+    def _slow_ranks(self, totals: np.ndarray) -> list[int]:
+        """The ranks a step moves tables off: the slowest by total, then the slowest of each
+        phase (an iteration pays each phase's slowest rank, which need not be the slowest
+        overall), then the next slowest by total, ``slow_ranks`` of them at most."""
+        out = [int(totals.argmax())]
+        if self._width == 1:
+            return out
+        cols = self.cost.columns(self.state)
+        for key in ("fwd_compute", "bwd_compute", "pooled_a2a", "grad_a2a", "input_a2a", "pooled_rs"):
+            out.append(int(cols[key].argmax()))
+        out += [int(r) for r in np.argsort(-totals, kind="stable")[:self.slow_ranks]]
+        return list(dict.fromkeys(r for r in out if self._by_rank.get(r)))[:self._width]
+
+    def _trials(self, totals: np.ndarray) -> list[list[tuple[str, TablePlan | None]]]:
+        """A step's candidate moves: for the heaviest tables of each slow rank
+        (:meth:`_slow_ranks`; 5 on the slowest, 3 on the others), a new placement or type
+        (:meth:`_options_for`) and swaps with lighter tables of the least-loaded ranks."""
+        trials: list[list[tuple[str, TablePlan | None]]] = []
+        for i, slow in enumerate(self._slow_ranks(totals)):
+            light = self._lightest(self.candidates, exclude={slow})
+            names = sorted(self._by_rank.get(slow, ()), key=lambda n: -self._rank_cost(n, slow))[:5 if i == 0 else 3]
+            for n in names:
+                if n in self._tabu:
+                    continue
+                trials += self._options_for(n, slow, totals)
+                trials += self._swaps(n, slow, light[:3])
+        return trials
+
+    def kick(self) -> bool:
+        """A perturbation out of a local optimum: apply the best candidate move of a step
+        (:meth:`_trials`) although it does not lower the objective, and keep its tables from
+        moving back in the refinement that follows. True if one was applied."""
+        self._index()
+        best = self._best(self._trials(self.totals()))
+        if best is None:
+            return False
+        self._apply(best)
+        self._tabu |= {tp.table for tp, _ in best[2]}
+        self._index()
+        return True
 
     def exact(self) -> bool:
         """Exhaustive table-wise search when it is small; keeps it if better. True if run."""
@@ -346,15 +429,21 @@ class NeoPlanner(Placer):
                 self.place(*contribs[t.name, r])
         return True
 
-    def _adopt(self, plan: Plan) -> State | None:
-        """The state of ``plan`` in this placer's contributions (None if it does not fit)."""
+    def _adopt(self, plan: Plan, keep: bool = False) -> State | None:
+        """The state of ``plan`` in this placer's contributions (None if it does not fit);
+        ``keep``: also its placements, as ``self._adopted`` (else the contributions are summed
+        and dropped: one table's is 29 x world floats, a plan's 1000 of them 0.24 GB at 1024
+        ranks, and the search compares a dozen starts)."""
         st = State.empty(self.world)
-        contribs = {tp.table: self.contribution(tp) for tp in plan}
-        for c in contribs.values():
+        placed: dict[str, _Placed] = {}
+        for tp in plan:
+            c = self.contribution(tp)
             st.add(c)
+            if keep:
+                placed[tp.table] = _Placed(tp, c)
         if not self.fits(st):
             return None
-        self._adopted = {n: _Placed(plan.tables[n], c) for n, c in contribs.items()}
+        self._adopted = placed
         return st
 
     def start_plans(self) -> list[Plan]:
@@ -379,25 +468,34 @@ class NeoPlanner(Placer):
     def _best_start(self) -> str:
         """Start from the best (under the objective) of the greedy placement and every start
         plan (the first of them on a tie); returns its name."""
-        cands: list[tuple[str, State, dict | None]] = [("greedy", self.state, None)]
+        cands: list[tuple[str, State, Plan | None]] = [("greedy", self.state, None)]
         for other in self.start_plans():
             st = self._adopt(other)
             if st is not None:
-                cands.append((other.planner, st, self._adopted))
+                cands.append((other.planner, st, other))
         i, _ = self._first_best([c[1] for c in cands])
-        name, st, placed = cands[i]
-        if placed is not None:
-            self.state, self.placed = st, placed
+        name, _, plan = cands[i]
+        if plan is not None:
+            self.state = self._adopt(plan, keep=True)
+            self.placed = self._adopted
         return name
 
     def score(self, state: State) -> tuple[float, float]:
         """:meth:`Placer.score`, remembered by the state's figures (the search scores some
         states more than once: the greedy start, the state refinement stops at)."""
-        key = (state.vec.tobytes(), float(state.dp_bytes))
+        key = (hashlib.blake2b(state.vec.tobytes(), digest_size=16).digest(), float(state.dp_bytes))
         hit = self._scores.get(key)
         if hit is None:
             hit = self._scores[key] = super().score(state)
         return hit
+
+    def _quick(self, vecs: np.ndarray, dps: list[float]) -> np.ndarray:
+        """The schedule without contention of a stack of states (the screen), ``screen``
+        states at a time: the op graph's per-rank arrays of a batch grow with candidates x
+        ranks (300 ops x 150 candidates x 4096 ranks would be 1.5 GB at once)."""
+        n = self.screen
+        return np.concatenate([self.cost.iteration_s_batch(vecs[i:i + n], dps[i:i + n], contention=False)
+                               for i in range(0, len(vecs), n)])
 
     def _first_best(self, states: list[State]) -> tuple[int, tuple[float, float]] | None:
         """The index and :meth:`score` of the state with the lowest score, the first on a tie:
@@ -408,7 +506,13 @@ class NeoPlanner(Placer):
         batch's lowest can be the one, and only they are scored alone."""
         if not states:
             return None
-        its = self.cost.iteration_s_batch(np.stack([s.vec for s in states]), [s.dp_bytes for s in states])
+        vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
+        keep = np.arange(len(states))
+        if len(states) > self.screen:  # as in a refinement step: the lowest without contention
+            quick = self._quick(vecs, dps)
+            keep = np.sort(np.argsort(quick, kind="stable")[: self.screen])
+        its = np.full(len(states), np.inf)
+        its[keep] = self.cost.iteration_s_batch(vecs[keep], [dps[i] for i in keep])
         near = float(its.min()) * (1 + _CONFIRM_REL)
         best: tuple[int, tuple[float, float]] | None = None
         for i, st in enumerate(states):
@@ -449,7 +553,9 @@ class NeoPlanner(Placer):
 
         current = self.score(self.state)
         saved_state, saved_placed = self.state.copy(), dict(self.placed)
-        moves: list[tuple[State, dict[str, _Placed], str]] = []
+        # each move's state and table plans (not its contributions: a class of 900 tables'
+        # took 0.2 GB per move at 1024 ranks)
+        moves: list[tuple[State, dict[str, TablePlan], str]] = []
         for label, names in self._classes():
             kinds = {self.placed[n].tp.sharding for n in names}
             for target in ShardingType:
@@ -459,17 +565,30 @@ class NeoPlanner(Placer):
                     self.unplace(n)
                 ok = place_forced(self, [self.tables[n] for n in names], target)
                 if ok is not None and self.fits(self.state):
-                    moves.append((self.state.copy(), {n: self.placed[n] for n in names}, f"{label} -> {target.value}"))
+                    moves.append((self.state.copy(), {n: self.placed[n].tp for n in names}, f"{label} -> {target.value}"))
                 self.state, self.placed = saved_state.copy(), dict(saved_placed)
         # the lowest-scoring move (the first on a tie), if it beats the current state
         found = self._first_best([m[0] for m in moves])
-        if found is None or not found[1] < current:
+        if found is None or not improves(found[1], current):
             return False
         _, placed_now, label = moves[found[0]]
-        for n, placed in placed_now.items():
-            self.place(placed.tp, placed.contrib)
+        for n, tp in placed_now.items():
+            self.place(tp)
         self.moves.append(label)
         return True
+
+    def _descend(self, deadline: float | None, steps: int) -> int:
+        """Refinement and class moves until neither lowers the objective or the steps run out;
+        returns the steps taken so far (``steps`` on entry)."""
+        while self.max_steps is None or steps < self.max_steps:
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            left = None if self.max_steps is None else self.max_steps - steps
+            steps += self.refine(deadline, left)
+            if (self.max_steps is not None and steps >= self.max_steps) or not self.class_move():
+                break
+            steps += 1
+        return steps
 
     def run(self) -> Plan:
         t0 = time.perf_counter()
@@ -478,21 +597,31 @@ class NeoPlanner(Placer):
         greedy_cost = self.score(self.state)[0]
         start = self._best_start()
         self.moves: list[str] = []
-        steps = 0
-        while self.max_steps is None or steps < self.max_steps:
-            if deadline is not None and time.perf_counter() >= deadline:
+        steps = self._descend(deadline, 0)
+        # perturbations: from the local optimum, a kick and a new descent; kept if better
+        kicks = 0
+        best = (self.score(self.state), self.state.copy(), dict(self.placed), list(self.moves))
+        self._width = self.slow_ranks  # after a kick, steps look at every slow rank
+        for _ in range(self.kicks):
+            if ((self.max_steps is not None and steps >= self.max_steps)
+                    or (deadline is not None and time.perf_counter() >= deadline) or not self.kick()):
                 break
-            left = None if self.max_steps is None else self.max_steps - steps
-            done = self.refine(deadline, left)
-            steps += done
-            if (self.max_steps is not None and steps >= self.max_steps) or not self.class_move():
+            steps = self._descend(deadline, steps + 1)
+            self._tabu.clear()
+            steps = self._descend(deadline, steps)
+            if improves(self.score(self.state), best[0]):
+                kicks += 1
+                best = (self.score(self.state), self.state.copy(), dict(self.placed), list(self.moves))
+            else:
                 break
-            steps += 1
+        _, state, placed, self.moves = best
+        self.state, self.placed = state.copy(), dict(placed)
         exact = self.exact()
         self._index()
-        self.stats = {"greedy_cost_s": greedy_cost, "refine_steps": steps, "exact": float(exact),
+        self.stats = {"greedy_cost_s": greedy_cost, "refine_steps": steps, "exact": float(exact), "kicks": kicks,
                       "planning_s": time.perf_counter() - t0, "start": start, "class_moves": len(self.moves)}
         notes = (f"start {start} (greedy {greedy_cost * 1e3:.3f} ms), {steps} steps"
+                 + (f", {kicks} kicks kept" if kicks else "")
                  + (f", class moves: {'; '.join(self.moves)}" if self.moves else "") + (", exact search" if exact else ""),)
         return self.plan("neo", notes)
 

@@ -17,6 +17,7 @@ from neonic.host.planner import (
     PlannerSystem,
     ShardingType,
     forced_fallbacks,
+    derive_iteration,
     make_plan,
     plan_baseline,
 )
@@ -67,6 +68,29 @@ def test_the_search_is_bounded_by_steps_not_the_clock_by_default():
         NeoPlanner(w, s, time_budget_s=0)
 
 
+def test_a_move_must_beat_the_current_plan_by_more_than_noise():
+    from neonic.host.planner.search import improves
+
+    assert improves((0.9, 1.0), (1.0, 1.0))
+    assert improves((1.0, 0.9), (1.0, 1.0))             # same time, better balanced
+    assert not improves((1.0 - 1e-12, 1.0), (1.0, 1.0))  # floating-point noise
+    assert not improves((1.0, 1.0 - 1e-12), (1.0, 1.0))
+    assert not improves((1.0 + 1e-6, 0.5), (1.0, 1.0))  # better balanced but slower
+
+
+def test_refinement_converges_and_never_applies_the_plan_it_has():
+    s, w = _system(), _workload()
+    p = NeoPlanner(w, s)
+    p.run()
+    assert p.stats["refine_steps"] < DEFAULT_MAX_STEPS
+    before = {n: pl.tp for n, pl in p.placed.items()}
+    assert p.refine() == 0  # converged: a second refinement finds nothing to apply
+    assert {n: pl.tp for n, pl in p.placed.items()} == before
+    # a trial that gives a table the plan it has is no move
+    name = next(iter(p.placed))
+    assert p._best([[(name, p.placed[name].tp)]]) is None
+
+
 def test_make_plan_by_name_equals_the_planners_themselves():
     s, w = _system(), _workload()
     cost = CostModel(w, s)
@@ -92,3 +116,91 @@ def test_forced_plans_give_every_table_the_type_or_row_wise(kind):
 def test_unknown_planner_is_named():
     with pytest.raises(ValueError, match=r"^planner: expected one of neo, size-greedy.*force:row-wise.*got 'magic'"):
         make_plan(_workload(4), _system(), "magic")
+
+
+def test_the_placers_caches_are_bounded_by_bytes_and_do_not_change_the_plan():
+    from neonic.host.planner.placer import BytesLRU
+
+    lru = BytesLRU(100, min_entries=2)
+    for k in range(10):
+        lru.put(k, str(k), 30)
+    assert len(lru) == 3 and lru.nbytes <= 100 and 9 in lru and 0 not in lru
+    assert lru.get(7) == "7" and lru.get(0) is None
+    lru.put(10, "10", 30)  # 7 was used last: 8 goes first
+    assert 7 in lru and 8 not in lru
+    s, w = _system(), _workload()
+
+    class Tiny(NeoPlanner):
+        CACHE_BYTES = 1  # every cache keeps only its last few entries
+
+    assert Tiny(w, s).run() == NeoPlanner(w, s).run()
+
+
+def test_screening_the_candidates_keeps_the_search_deterministic():
+    s, w = _system(), _workload()
+    assert NeoPlanner(w, s, screen=4).run() == NeoPlanner(w, s, screen=4).run()
+    with pytest.raises(ValueError, match="screen"):
+        NeoPlanner(w, s, screen=0)
+
+
+def test_kicks_out_of_the_local_optimum_are_deterministic_and_never_worse():
+    s, w = _system(), _workload()
+    cm = CostModel(w, s)
+    plain = NeoPlanner(w, s, cm).run()
+    kicked = NeoPlanner(w, s, cm, kicks=3)
+    plan = kicked.run()
+    assert plan == NeoPlanner(w, s, cm, kicks=3).run()
+    assert cm.evaluate(plan).iteration_s <= cm.evaluate(plain).iteration_s * (1 + 1e-9)
+    assert kicked.stats["refine_steps"] <= DEFAULT_MAX_STEPS
+    with pytest.raises(ValueError, match="kicks"):
+        NeoPlanner(w, s, kicks=-1)
+    with pytest.raises(ValueError, match="slow_ranks"):
+        NeoPlanner(w, s, slow_ranks=0)
+
+
+def test_fits_nowhere_names_the_fullest_rank_a_split_over_every_rank_needs():
+    from neonic.host.planner.placer import Placer
+
+    s, w = _system(), _workload()
+    p = Placer(w, s)
+    p.state.vec[24, 3] = p.caps[0]  # rank 3's HBM full
+    msg = str(p.fits_nowhere(w.tables[0]))
+    assert "'t0'" in msg and "fullest rank" in msg and "has 0.00 GiB of HBM free" in msg
+
+
+def test_a_forced_type_falls_back_to_row_wise_over_the_ranks_with_room_when_one_rank_is_full():
+    from neonic.host.planner.forced import place_forced
+    from neonic.host.planner.placer import Placer
+
+    s, w = _system(), _workload()
+    p = Placer(w, s)
+    p.state.vec[24, 0] = p.caps[0]  # rank 0's HBM full: neither data-parallel nor row-wise over all ranks fits
+    assert place_forced(p, [w.tables[0]], ShardingType.DATA_PARALLEL) == 1
+    tp = p.placed["t0"].tp
+    assert tp.sharding == ShardingType.ROW_WISE and 0 not in tp.ranks and len(tp.ranks) == 4
+    big = Placer(w, _system(nodes=4))
+    big.state.vec[24, 0] = big.caps[0]  # rank 0, the first of the least loaded, is full
+    assert place_forced(big, [w.tables[0]], ShardingType.COLUMN_WISE) == 0
+    tp = big.placed["t0"].tp
+    assert tp.sharding == ShardingType.COLUMN_WISE and 0 not in tp.ranks and len(tp.ranks) == 8
+
+
+def test_the_plan_does_not_depend_on_how_many_iterations_the_run_measures():
+    from dataclasses import replace
+
+    from neonic.host.planner.cost import PLAN_WINDOW
+
+    s, w = _system(), _workload()
+    plan = NeoPlanner(w, s).run()
+    objective, plans = set(), []
+    for its in (1, 3, 6):
+        sys_its = replace(s, iteration=replace(s.iteration, warmup=1, iterations=its))
+        cm = CostModel(w, sys_its)
+        objective.add(cm.iteration_s(cm.state_of(derive_iteration(plan, w, sys_its))))
+        plans.append(NeoPlanner(w, sys_its, cm).run())
+    assert len(objective) == 1  # the search's objective: the planning window's, exactly
+    assert plans[0] == plans[1] == plans[2]
+    # a plan's prediction is on the run's own window
+    cm = CostModel(w, replace(s, iteration=replace(s.iteration, warmup=PLAN_WINDOW[0], iterations=PLAN_WINDOW[1])))
+    st = cm.state_of(derive_iteration(plan, w, cm.system))
+    assert cm.evaluate(plan).iteration_s == cm.iteration_s(st)
