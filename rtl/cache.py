@@ -535,8 +535,12 @@ class CacheController(wiring.Component):
 
         # ---- the tag store: one state word per set, in block RAM --------------------------
         init_word = self.set_layout.const(self._init_set())
+        # `ram_style`: block RAM at every size (yosys would build a shallow store, such as
+        # the 16 sets of the fast tests, from LUT RAM); the timing measured is then that of
+        # the NIC-size organisation, whose tags only fit in block RAM.
         m.submodules.tags = tags = Memory(shape=self.set_layout, depth=self.sets,
-                                          init=[self._init_set()] * self.sets)
+                                          init=[self._init_set()] * self.sets,
+                                          attrs={"ram_style": "block"})
         tag_wr = tags.write_port()
         # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so the
         # read needs no bypass mux behind the block RAM's output.
@@ -672,11 +676,19 @@ class CacheController(wiring.Component):
                 m.d.sync += r["valid"].eq(0)
             with m.If(upd_now & (s3["set"] == r["set"])):
                 m.d.sync += [r_fwd.eq(1), r_fwd_word.eq(new_word)]
-        r_word = Signal(self.set_layout)
-        m.d.comb += r_word.eq(Mux(r_fwd, r_fwd_word, tag_rd.data))
+        # Stage 2 takes the block RAM's word into a register with no logic in between (the
+        # block RAM's clock-to-output is most of a cycle), and the forwarded word beside it;
+        # the choice between the two is stage 2's first mux.
+        s2_raw = Signal(self.set_layout)
+        s2_fwd = Signal()
+        s2_fwd_word = Signal(self.set_layout)
+        fwd_now = Signal()
+        m.d.comb += [fwd_now.eq(upd_now & (s3["set"] == r["set"])),
+                     s2_word.eq(Mux(s2_fwd, s2_fwd_word, s2_raw))]
         with m.If(s2_take):
             m.d.sync += [s2[k].eq(r[k]) for k in r]
-            m.d.sync += s2_word.eq(Mux(upd_now & (s3["set"] == r["set"]), new_word, r_word))
+            m.d.sync += [s2_raw.eq(tag_rd.data), s2_fwd.eq(r_fwd | fwd_now),
+                         s2_fwd_word.eq(Mux(fwd_now, new_word, r_fwd_word))]
         with m.Elif(s3_take):
             m.d.sync += s2["valid"].eq(0)
         with m.If(~cmd_active):
@@ -765,9 +777,15 @@ class CacheController(wiring.Component):
                                                       policy=self.policy, lfu_bits=self.lfu_bits)
         m.d.comb += [upd.word.eq(s3_word), upd.hit.eq(s3_hit), upd.sel.eq(s3_sel),
                      upd.write.eq(s3["write"]), upd.tag.eq(s3["tag"]), new_word.eq(upd.new_word)]
-        with m.If(~cmd_active):
-            m.d.comb += [tag_wr.addr.eq(s3["set"]), tag_wr.data.eq(new_word),
-                         tag_wr.en.eq(upd_now)]
+        # The walker's writes come from registers (`cw_*`, written the cycle after the walker
+        # decides them); the lookup never updates while a command runs.
+        cw_en = Signal()
+        cw_addr = Signal(set_w)
+        cw_data = Signal(self.set_layout)
+        m.d.sync += cw_en.eq(0)
+        m.d.comb += [tag_wr.addr.eq(Mux(cw_en, cw_addr, s3["set"])),
+                     tag_wr.data.eq(Mux(cw_en, cw_data, new_word)),
+                     tag_wr.en.eq(cw_en | upd_now)]
 
         dirty_victim = Signal()
         m.d.comb += dirty_victim.eq(s3_victim_state.valid & s3_victim_state.dirty)
@@ -1023,9 +1041,8 @@ class CacheController(wiring.Component):
                     with m.Else():
                         m.next = "CLEAR"
             with m.State("CLEAR"):
-                m.d.comb += [tag_wr.addr.eq(walk_set), tag_wr.data.eq(init_word),
-                             tag_wr.en.eq(1)]
-                m.d.sync += walk_set.eq(walk_set + 1)
+                m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), cw_data.eq(init_word),
+                             walk_set.eq(walk_set + 1)]
                 with m.If(walk_set == self.sets - 1):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
@@ -1058,9 +1075,8 @@ class CacheController(wiring.Component):
                             with m.If(dirty_way == w):
                                 m.d.sync += walk_word[w].dirty.eq(0)
                 with m.Else():
-                    m.d.comb += [tag_wr.addr.eq(walk_set), tag_wr.data.eq(walk_word),
-                                 tag_wr.en.eq(1)]
-                    m.d.sync += walk_set.eq(walk_set + 1)
+                    m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), cw_data.eq(walk_word),
+                                 walk_set.eq(walk_set + 1)]
                     with m.If(walk_set == self.sets - 1):
                         m.next = "WAIT_WB"
                     with m.Else():
