@@ -590,7 +590,10 @@ class CacheController(wiring.Component):
             "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits),
         })
         m.submodules.jobs = jobs = SyncFIFO(width=job_layout.size, depth=M)
+        # The job's fields never wait for the decision to push it (only `w_en` does): the
+        # lookup's job, or the walker's while a command runs (a register chooses).
         job_in = Signal(job_layout)
+        walk_job = Signal(job_layout)
         m.d.comb += jobs.w_data.eq(job_in)
         job = job_layout(jobs.r_data)
         fill_layout = data.StructLayout({
@@ -636,6 +639,7 @@ class CacheController(wiring.Component):
         s3_victim_state = Signal(self.way_layout)
         s3_merge_seq = Signal(seq_bits)
         s3_fire = Signal()
+        s3_nobeats = Signal()  # stage 3's request has zero beats (registered with it)
         s3_take = Signal()     # stage 3 takes stage 2's request
         s2_take = Signal()     # stage 2 takes stage 1's request
 
@@ -717,7 +721,7 @@ class CacheController(wiring.Component):
                 s3_word.eq(s2_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
                 s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
                 s3_victim.eq(ways_sel.victim), s3_victim_state.eq(ways_sel.victim_state),
-                s3_merge_seq.eq(merge_seq),
+                s3_merge_seq.eq(merge_seq), s3_nobeats.eq(s2["beats"] == 0),
             ]
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
@@ -751,13 +755,13 @@ class CacheController(wiring.Component):
         for i in reversed(range(M)):
             with m.If(free_vec[i]):
                 m.d.comb += free_mshr.eq(i)
-        q_room = Signal()
-        m.d.comb += q_room.eq(q_count < Q)
+        # `q_room` (the queue has a free entry) is a register, kept beside `q_count`
+        q_room = Signal(init=1)
         is_miss = Signal()
         m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
         with m.If(s3["valid"]):
             with m.If(s3["err"]):
-                m.d.comb += s3_fire.eq(q_room | (s3["beats"] == 0))
+                m.d.comb += s3_fire.eq(q_room | s3_nobeats)
             with m.Elif(s3_hit):
                 m.d.comb += s3_fire.eq(q_room)
             with m.Else():
@@ -771,7 +775,7 @@ class CacheController(wiring.Component):
             push_op.way.eq(s3_sel),
             push_op.off.eq(s3["off"]),
             push_op.beats.eq(s3["beats"]),
-            push.eq(s3_fire & (s3["beats"] != 0)),
+            push.eq(s3_fire & ~s3_nobeats),
         ]
         m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy, lfu_bits=self.lfu_bits)
@@ -789,6 +793,16 @@ class CacheController(wiring.Component):
 
         dirty_victim = Signal()
         m.d.comb += dirty_victim.eq(s3_victim_state.valid & s3_victim_state.dirty)
+        m.d.comb += [
+            job_in.wb.eq(Mux(cmd_active, walk_job.wb, dirty_victim)),
+            job_in.rd.eq(Mux(cmd_active, walk_job.rd, 1)),
+            job_in.wb_row.eq(Mux(cmd_active, walk_job.wb_row,
+                                 row_of(s3_victim_state.tag, s3["set"]))),
+            job_in.rd_row.eq(Mux(cmd_active, walk_job.rd_row, s3["row"])),
+            job_in.set.eq(Mux(cmd_active, walk_job.set, s3["set"])),
+            job_in.way.eq(Mux(cmd_active, walk_job.way, s3_victim)),
+            job_in.mshr.eq(Mux(cmd_active, walk_job.mshr, free_mshr)),
+        ]
         with m.If(s3_fire & is_miss):
             m.d.sync += [
                 mshr_valid.bit_select(free_mshr, 1).eq(1),
@@ -797,16 +811,7 @@ class CacheController(wiring.Component):
                 mshr_seq[free_mshr].eq(miss_seq),
                 miss_seq.eq(miss_seq + 1),
             ]
-            m.d.comb += [
-                job_in.wb.eq(dirty_victim),
-                job_in.rd.eq(1),
-                job_in.wb_row.eq(row_of(s3_victim_state.tag, s3["set"])),
-                job_in.rd_row.eq(s3["row"]),
-                job_in.set.eq(s3["set"]),
-                job_in.way.eq(s3_victim),
-                job_in.mshr.eq(free_mshr),
-                jobs.w_en.eq(1),
-            ]
+            m.d.comb += jobs.w_en.eq(1)
 
         kind = Signal(LookupKind)
         with m.If(s3["err"]):
@@ -839,7 +844,9 @@ class CacheController(wiring.Component):
         with m.If(pop):
             m.d.sync += [q_valid.bit_select(q_head, 1).eq(0),
                          q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
-        m.d.sync += q_count.eq(q_count + push - pop)
+        q_next = Signal.like(q_count)
+        m.d.comb += q_next.eq(q_count + push - pop)
+        m.d.sync += [q_count.eq(q_next), q_room.eq(q_next < Q)]
 
         # ==== the line port: one request per cycle, the executor's first (the in-order ======
         # ==== stream), then fills, then write-backs; each request's route is queued ========
@@ -1063,14 +1070,14 @@ class CacheController(wiring.Component):
                 dirty_state = Signal(self.way_layout)
                 m.d.comb += dirty_state.eq(
                     Array(walk_word[w].as_value() for w in range(W))[dirty_way])
+                m.d.comb += [
+                    walk_job.wb.eq(1), walk_job.rd.eq(0),
+                    walk_job.wb_row.eq(row_of(dirty_state.tag, walk_set[:set_w])),
+                    walk_job.set.eq(walk_set), walk_job.way.eq(dirty_way),
+                ]
                 with m.If(dirty_vec.any()):
                     with m.If(jobs.w_rdy):
-                        m.d.comb += [
-                            job_in.wb.eq(1), job_in.rd.eq(0),
-                            job_in.wb_row.eq(row_of(dirty_state.tag, walk_set[:set_w])),
-                            job_in.set.eq(walk_set), job_in.way.eq(dirty_way),
-                            jobs.w_en.eq(1), walk_wb.eq(1),
-                        ]
+                        m.d.comb += [jobs.w_en.eq(1), walk_wb.eq(1)]
                         for w in range(W):
                             with m.If(dirty_way == w):
                                 m.d.sync += walk_word[w].dirty.eq(0)
