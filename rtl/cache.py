@@ -560,8 +560,7 @@ class CacheController(wiring.Component):
 
         # ---- MSHRs -------------------------------------------------------------------------
         mshr_valid = Signal(M)
-        mshr_set = Array(Signal(set_w, name=f"mshr{i}_set") for i in range(M))
-        mshr_way = Array(Signal(WB, name=f"mshr{i}_way") for i in range(M))
+        mshr_row = Array(Signal(RB, name=f"mshr{i}_row") for i in range(M))
         mshr_seq = Array(Signal(seq_bits, name=f"mshr{i}_seq") for i in range(M))
         miss_seq = Signal(seq_bits)   # sequence number of the next primary miss
         fills_done = Signal(seq_bits)  # fills completed (fills complete in miss order)
@@ -702,19 +701,19 @@ class CacheController(wiring.Component):
         m.submodules.way_select = ways_sel = WaySelect(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy)
         m.d.comb += [ways_sel.word.eq(s2_word), ways_sel.tag.eq(s2["tag"])]
-        # An MSHR matches when its (set, way) is the hit way. A set holds a tag in at most one
-        # valid way, so the one-hot hit vector indexed by the MSHR's way says so without the
-        # hit way's priority encoder on this path.
-        hit_vec = Signal(W)
-        m.d.comb += hit_vec.eq(Cat(s2_word[w].valid & (s2_word[w].tag == s2["tag"])
-                                   for w in range(W)))
+        # An MSHR matches when it fetches stage 2's row: compared with the registered row, not
+        # through the state word. The two agree: while an MSHR is valid its way is pinned (the
+        # miss's operation waits in the queue or the executor until the fill completes), so
+        # the way holds that row's tag, valid, and stage 2's request hits it. At most one MSHR
+        # fetches a row, so the sequence number is an OR of the matching one.
         mshr_match = Signal(M)
-        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s2["set"])
-                                      & hit_vec.bit_select(mshr_way[i], 1) for i in range(M)))
+        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == s2["row"])
+                                      for i in range(M)))
         merge_seq = Signal(seq_bits)
-        for i in reversed(range(M)):
-            with m.If(mshr_match[i]):
-                m.d.comb += merge_seq.eq(mshr_seq[i])
+        merge_terms = Const(0, seq_bits)
+        for i in range(M):
+            merge_terms = merge_terms | Mux(mshr_match[i], mshr_seq[i], 0)
+        m.d.comb += merge_seq.eq(merge_terms)
         with m.If(s3_take):
             m.d.sync += [s3[k].eq(s2[k]) for k in s2]
             m.d.sync += [
@@ -806,8 +805,7 @@ class CacheController(wiring.Component):
         with m.If(s3_fire & is_miss):
             m.d.sync += [
                 mshr_valid.bit_select(free_mshr, 1).eq(1),
-                mshr_set[free_mshr].eq(s3["set"]),
-                mshr_way[free_mshr].eq(s3_victim),
+                mshr_row[free_mshr].eq(s3["row"]),
                 mshr_seq[free_mshr].eq(miss_seq),
                 miss_seq.eq(miss_seq + 1),
             ]
