@@ -83,7 +83,7 @@ Timing
   its line), then write-backs (a victim read from its line, its beats sent to
   ``back.wdata``); a route FIFO per direction says where each transfer's beats go, so the
   line memory may have up to ``line_outstanding`` reads in flight. With the on-chip
-  :class:`LineRAM` (latency 2) a hit's first beat is valid 7 cycles after it is accepted.
+  :class:`LineRAM` (latency 3) a hit's first beat is valid 8 cycles after it is accepted.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has been written to its line. Later requests keep being looked up: hits under
   misses, and requests for a row already in flight are *merged* into it (no second fetch).
@@ -293,8 +293,11 @@ class LineRAM(wiring.Component):
     card's DRAM/HBM controller, in small designs (the RTL SmartNIC top, fast tests) to this
     responder. It serves one request at a time, strictly in order, so reads and writes take
     effect in request order: a request is registered when accepted, then served one beat per
-    cycle from the next cycle on (a read's first beat is valid two cycles after the edge that
-    accepted it: latency 2), the next one from the cycle after the current one's last beat. One
+    cycle from the next cycle on, the next one from the cycle after the current one's last
+    beat. A read beat leaves the block RAM into a register before ``resp`` (the block RAM's
+    clock-to-output, 5.6 ns on an ECP5 at speed grade 6, leaves no room for logic behind
+    it), so a read's first beat is valid three cycles after the edge that accepted it
+    (latency 3). One
     request waits behind the one being served (``req.ready`` is a register). The memory has one write port and one read port, so yosys maps it to block RAM.
     Write data ``last`` is not checked (the cache generates it from its own count).
 
@@ -302,7 +305,7 @@ class LineRAM(wiring.Component):
     """
 
     #: cycles from the edge accepting a read to its first beat (the port's latency).
-    LATENCY = 2
+    LATENCY = 3
 
     def __init__(self, *, data_bytes: int, addr_width: int, beats_width: int,
                  depth: int | None = None):
@@ -327,22 +330,29 @@ class LineRAM(wiring.Component):
         cur_addr = Signal.like(p.req.payload.addr)
         cur_left = Signal.like(p.req.payload.beats)
         pend = Signal(req_layout)
-        out_valid = Signal()
+        out_valid = Signal()   # the block RAM's output holds a beat
         out_last = Signal()
+        # the response register, loaded straight from the block RAM's output
+        b_valid, b_last = Signal(), Signal()
+        b_data = Signal(8 * self.data_bytes)
+        b_free = Signal()
         can_read = Signal()
         step = Signal()
         cur_free = Signal()   # cur takes a new request at the end of this cycle
         m.d.comb += [
-            can_read.eq(~out_valid | p.resp.ready),
-            p.resp.valid.eq(out_valid),
-            p.resp.payload.data.eq(rd.data),
-            p.resp.payload.last.eq(out_last),
+            b_free.eq(~b_valid | p.resp.ready),
+            can_read.eq(~out_valid | b_free),
+            p.resp.valid.eq(b_valid),
+            p.resp.payload.data.eq(b_data),
+            p.resp.payload.last.eq(b_last),
             rd.en.eq(can_read),
             rd.addr.eq(cur_addr),
             wr.addr.eq(cur_addr),
             wr.data.eq(p.wdata.payload.data),
             p.wdata.ready.eq(cur_valid & cur_write),
         ]
+        with m.If(b_free):
+            m.d.sync += [b_valid.eq(out_valid), b_data.eq(rd.data), b_last.eq(out_last)]
         with m.If(can_read):
             m.d.sync += out_valid.eq(0)
         with m.If(cur_valid):
@@ -719,7 +729,7 @@ class CacheController(wiring.Component):
             m.d.sync += [
                 s3_word.eq(s2_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
                 s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
-                s3_victim.eq(ways_sel.victim), s3_victim_state.eq(ways_sel.victim_state),
+                s3_victim.eq(ways_sel.victim),
                 s3_merge_seq.eq(merge_seq), s3_nobeats.eq(s2["beats"] == 0),
             ]
         with m.Elif(s3_fire):
@@ -790,6 +800,10 @@ class CacheController(wiring.Component):
                      tag_wr.data.eq(Mux(cw_en, cw_data, new_word)),
                      tag_wr.en.eq(cw_en | upd_now)]
 
+        # the victim's state is read from stage 3's word (not selected in stage 2 behind the
+        # victim's choice): it only feeds the job's data and the counters
+        m.d.comb += s3_victim_state.eq(
+            Array(s3_word[w].as_value() for w in range(W))[s3_victim])
         dirty_victim = Signal()
         m.d.comb += dirty_victim.eq(s3_victim_state.valid & s3_victim_state.dirty)
         m.d.comb += [
@@ -1100,10 +1114,12 @@ class OnChipCache(wiring.Component):
     """A :class:`CacheController` with its lines in a :class:`LineRAM`: the small
     configuration (the RTL SmartNIC top's cache, the fast tests), the same ports as the
     controller but ``lines``. Keyword arguments are the controller's; ``line_outstanding``
-    defaults to 4, which covers the line RAM (a request waiting, one served, one beat out)."""
+    defaults to 6, which covers the line RAM (a request waiting, one served, a beat at the
+    block RAM's output and one in the response register, and one more because the route FIFO
+    takes no entry in the cycle it frees one)."""
 
     def __init__(self, **kwargs):
-        kwargs.setdefault("line_outstanding", 4)
+        kwargs.setdefault("line_outstanding", 6)
         self.controller = CacheController(**kwargs)
         for name in ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats",
                      "sets", "ways", "index", "policy", "mshrs", "queue_depth",
