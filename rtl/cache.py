@@ -768,13 +768,15 @@ class CacheController(wiring.Component):
         q_room = Signal(init=1)
         is_miss = Signal()
         m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
-        with m.If(s3["valid"]):
-            with m.If(s3["err"]):
-                m.d.comb += s3_fire.eq(q_room | s3_nobeats)
-            with m.Elif(s3_hit):
-                m.d.comb += s3_fire.eq(q_room)
-            with m.Else():
-                m.d.comb += s3_fire.eq(q_room & free_vec.any() & ~pinned & jobs.w_rdy)
+        # Stage 3 fires when its request's resources are there: an error needs a queue entry
+        # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
+        # room for its job and a victim with no operation to issue. `s3_ok` is all of it but
+        # the victim's pin, decided a cycle ahead for the request stage 3 holds next, from the
+        # next values of the queue's count, the MSHRs and the job FIFO's level (see below), so
+        # that the stall which runs back through the lookup to `front.req.ready` starts at a
+        # register.
+        s3_ok = Signal()
+        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & pinned))
         m.d.comb += [
             push_op.write.eq(s3["write"]),
             push_op.err.eq(s3["err"]),
@@ -1041,6 +1043,31 @@ class CacheController(wiring.Component):
                 with m.If(back.req.ready & fills.w_rdy):
                     m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
                     m.next = "IDLE"
+
+        # ==== `s3_ok` for the next cycle ======================================================
+        take_kind = Signal()
+        err_n, hit_n, nobeats_n = Signal(), Signal(), Signal()
+        m.d.comb += [
+            take_kind.eq(s3_take),
+            err_n.eq(Mux(take_kind, s2["err"], s3["err"])),
+            hit_n.eq(Mux(take_kind, ways_sel.hit, s3_hit)),
+            nobeats_n.eq(Mux(take_kind, s2["beats"] == 0, s3_nobeats)),
+        ]
+        mshr_next = Signal(M)
+        alloc_oh = Signal(M)
+        done_oh = Signal(M)
+        m.d.comb += [
+            alloc_oh.eq(Mux(s3_fire & is_miss, Const(1, M) << free_mshr, 0)),
+            done_oh.eq(Mux(fill_done_now, Const(1, M) << fill_head.mshr, 0)),
+            mshr_next.eq((mshr_valid | alloc_oh) & ~done_oh),
+        ]
+        jobs_level_n = Signal.like(jobs.level)
+        m.d.comb += jobs_level_n.eq(jobs.level + (jobs.w_en & jobs.w_rdy)
+                                    - (jobs.r_en & jobs.r_rdy))
+        q_room_n = Signal()
+        m.d.comb += q_room_n.eq(q_next < Q)
+        m.d.sync += s3_ok.eq(Mux(err_n, q_room_n | nobeats_n,
+                                 q_room_n & (hit_n | (~mshr_next.all() & (jobs_level_n != M)))))
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = ~rroute.r_rdy & ~wroute.r_rdy
