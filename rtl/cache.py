@@ -123,7 +123,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -332,27 +332,39 @@ class LineRAM(wiring.Component):
         pend = Signal(req_layout)
         out_valid = Signal()   # the block RAM's output holds a beat
         out_last = Signal()
-        # the response register, loaded straight from the block RAM's output
-        b_valid, b_last = Signal(), Signal()
-        b_data = Signal(8 * self.data_bytes)
-        b_free = Signal()
+        # The response queue: two registers, each loaded straight from the block RAM's output,
+        # `resp` from the older (a mux behind the registers). A beat leaves the block RAM's
+        # output when the queue holds fewer than two (registers only: `resp.ready` reaches
+        # the queue's pointers and nothing else); two entries keep one beat per cycle.
+        b_data = [Signal(8 * self.data_bytes, name=f"b{i}_data") for i in range(2)]
+        b_last = [Signal(name=f"b{i}_last") for i in range(2)]
+        b_wp, b_rp = Signal(), Signal()
+        b_count = Signal(range(3))
+        b_load, b_pop = Signal(), Signal()
         can_read = Signal()
         step = Signal()
         cur_free = Signal()   # cur takes a new request at the end of this cycle
         m.d.comb += [
-            b_free.eq(~b_valid | p.resp.ready),
-            can_read.eq(~out_valid | b_free),
-            p.resp.valid.eq(b_valid),
-            p.resp.payload.data.eq(b_data),
-            p.resp.payload.last.eq(b_last),
+            b_load.eq(out_valid & (b_count != 2)),
+            b_pop.eq(p.resp.valid & p.resp.ready),
+            can_read.eq(~out_valid | (b_count != 2)),
+            p.resp.valid.eq(b_count != 0),
+            p.resp.payload.data.eq(Mux(b_rp, b_data[1], b_data[0])),
+            p.resp.payload.last.eq(Mux(b_rp, b_last[1], b_last[0])),
             rd.en.eq(can_read),
             rd.addr.eq(cur_addr),
             wr.addr.eq(cur_addr),
             wr.data.eq(p.wdata.payload.data),
             p.wdata.ready.eq(cur_valid & cur_write),
         ]
-        with m.If(b_free):
-            m.d.sync += [b_valid.eq(out_valid), b_data.eq(rd.data), b_last.eq(out_last)]
+        for i in range(2):
+            with m.If(b_load & (b_wp == i)):
+                m.d.sync += [b_data[i].eq(rd.data), b_last[i].eq(out_last)]
+        with m.If(b_load):
+            m.d.sync += b_wp.eq(~b_wp)
+        with m.If(b_pop):
+            m.d.sync += b_rp.eq(~b_rp)
+        m.d.sync += b_count.eq(b_count + b_load - b_pop)
         with m.If(can_read):
             m.d.sync += out_valid.eq(0)
         with m.If(cur_valid):
@@ -615,8 +627,10 @@ class CacheController(wiring.Component):
         # (`last`: the transfer's beat count less one, so that its last beat is found by an
         # equality compare, with no subtraction on the data path)
         route_layout = data.StructLayout({"route": _Route, "last": unsigned(self.beats_width)})
-        m.submodules.rroute = rroute = SyncFIFO(width=route_layout.size,
-                                                depth=self.line_outstanding)
+        # (the read routes' head is a register: the route of the next response beat steers
+        # `lines.resp.ready`, with no LUT RAM read on that path)
+        m.submodules.rroute = rroute = SyncFIFOBuffered(width=route_layout.size,
+                                                        depth=self.line_outstanding)
         m.submodules.wroute = wroute = SyncFIFO(width=route_layout.size, depth=4)
         rr_in, wr_in = Signal(route_layout), Signal(route_layout)
         m.d.comb += [rroute.w_data.eq(rr_in), wroute.w_data.eq(wr_in)]
@@ -1070,7 +1084,7 @@ class CacheController(wiring.Component):
                                  q_room_n & (hit_n | (~mshr_next.all() & (jobs_level_n != M)))))
 
         # ==== commands: drain, then walk the sets ==============================================
-        lines_quiet = ~rroute.r_rdy & ~wroute.r_rdy
+        lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
         drained = (~r["valid"] & ~s2["valid"] & ~s3["valid"] & (q_count == 0) & ~x_valid
                    & ~mshr_valid.any() & seq_idle & ~fills.r_rdy & lines_quiet)
         m.d.comb += self.idle.eq(drained & ~cmd_active)
