@@ -77,7 +77,8 @@ Timing
   forwarded into the compare in the same cycle); stage 3's update is forwarded to stage 1
   and into the word stage 2 takes, so outcomes are those of one request at a time.
 * Data are delivered in request order: the executor takes the queued operations in order
-  into its register and issues each as one request on ``lines`` (a read's beats go to
+  into its register (stage 3's own operation in the cycle it is looked up when nothing is
+  queued and the register is free or leaving) and issues each as one request on ``lines`` (a read's beats go to
   ``front.resp``, a write's data come from a buffer of ``front.wdata``). The line port
   serves the executor first, then fills (a missed row's beats from ``back.resp``, written to
   its line), then write-backs (a victim read from its line, its beats sent to
@@ -863,9 +864,15 @@ class CacheController(wiring.Component):
             m.d.comb += inc["writebacks"].eq(walk_wb)
 
         # ==== operation queue bookkeeping =================================================
+        # Stage 3's operation goes straight to the executor's register when the queue is empty
+        # and the register free or leaving (`bypass`), otherwise to the queue (`enq`).
         head = Signal(op_layout)
-        m.d.comb += head.eq(Array(q_raw)[q_head])
-        with m.If(push):
+        q_any = Signal()
+        x_free = Signal()       # the executor's register takes an operation this cycle
+        bypass, enq = Signal(), Signal()
+        m.d.comb += [head.eq(Array(q_raw)[q_head]), q_any.eq(q_count != 0),
+                     bypass.eq(push & ~q_any & x_free), enq.eq(push & ~bypass)]
+        with m.If(enq):
             m.d.sync += [Array(q_raw)[q_tail].eq(push_op),
                          q_valid.bit_select(q_tail, 1).eq(1),
                          q_tail.eq(Mux(q_tail == Q - 1, 0, q_tail + 1))]
@@ -873,7 +880,7 @@ class CacheController(wiring.Component):
             m.d.sync += [q_valid.bit_select(q_head, 1).eq(0),
                          q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
         q_next = Signal.like(q_count)
-        m.d.comb += q_next.eq(q_count + push - pop)
+        m.d.comb += q_next.eq(q_count + enq - pop)
         m.d.sync += [q_count.eq(q_next), q_room.eq(q_next < Q)]
 
         # ==== the line port: one request per cycle, the executor's first (the in-order ======
@@ -934,11 +941,21 @@ class CacheController(wiring.Component):
                          rr_in.route.eq(_Route.BACK), rr_in.last.eq(RBEATS - 1),
                          wb_grant.eq(lines.req.ready & rroute.w_rdy),
                          rroute.w_en.eq(wb_grant)]
-        # the executor's register takes the queue's head when it is empty or leaving
+        # the executor's register takes the queue's head (or stage 3's operation, the queue
+        # being empty) when it is empty or leaving
         load_x = Signal()
-        m.d.comb += [load_x.eq((q_count != 0) & (~x_valid | x_go)), pop.eq(load_x)]
+        push_gap = Signal(seq_bits)
+        push_wait = Signal()
+        m.d.comb += [
+            x_free.eq(~x_valid | x_go),
+            load_x.eq((q_any | push) & x_free), pop.eq(q_any & x_free),
+            push_gap.eq(push_op.seq - fills_done),
+            push_wait.eq(push_op.dep & (push_gap < M)
+                         & ~(fill_done_now & (fills_done == push_op.seq))),
+        ]
         with m.If(load_x):
-            m.d.sync += [x_valid.eq(1), x.eq(head), x_wait.eq(head_wait)]
+            m.d.sync += [x_valid.eq(1), x.eq(Mux(q_any, head, push_op)),
+                         x_wait.eq(Mux(q_any, head_wait, push_wait))]
         with m.Else():
             with m.If(x_go):
                 m.d.sync += x_valid.eq(0)
