@@ -333,39 +333,41 @@ class LineRAM(wiring.Component):
         pend = Signal(req_layout)
         out_valid = Signal()   # the block RAM's output holds a beat
         out_last = Signal()
-        # The response queue: two registers, each loaded straight from the block RAM's output,
-        # `resp` from the older (a mux behind the registers). A beat leaves the block RAM's
-        # output when the queue holds fewer than two (registers only: `resp.ready` reaches
-        # the queue's pointers and nothing else); two entries keep one beat per cycle.
-        b_data = [Signal(8 * self.data_bytes, name=f"b{i}_data") for i in range(2)]
-        b_last = [Signal(name=f"b{i}_last") for i in range(2)]
-        b_wp, b_rp = Signal(), Signal()
-        b_count = Signal(range(3))
-        b_load, b_pop = Signal(), Signal()
+        # The response queue: `b`, the only register loaded from the block RAM's output (one
+        # flip-flop per output bit), and `s`, an older beat moved out of `b` while `resp`
+        # waits; `resp` is `s` when it holds one, else `b` (a mux behind the registers). A
+        # beat leaves the block RAM's output when `b` or `s` is empty (registers only:
+        # `resp.ready` moves beats between the two and reaches nothing else); one beat per
+        # cycle while `resp` takes them.
+        b_valid, b_last, s_valid, s_last = Signal(), Signal(), Signal(), Signal()
+        b_data = Signal(8 * self.data_bytes)
+        s_data = Signal(8 * self.data_bytes)
+        b_load, b_pop, s_load = Signal(), Signal(), Signal()
         can_read = Signal()
         step = Signal()
         cur_free = Signal()   # cur takes a new request at the end of this cycle
         m.d.comb += [
-            b_load.eq(out_valid & (b_count != 2)),
+            b_load.eq(out_valid & ~(b_valid & s_valid)),
             b_pop.eq(p.resp.valid & p.resp.ready),
-            can_read.eq(~out_valid | (b_count != 2)),
-            p.resp.valid.eq(b_count != 0),
-            p.resp.payload.data.eq(Mux(b_rp, b_data[1], b_data[0])),
-            p.resp.payload.last.eq(Mux(b_rp, b_last[1], b_last[0])),
+            s_load.eq(Mux(s_valid, b_pop, b_valid & ~b_pop)),
+            can_read.eq(~out_valid | ~(b_valid & s_valid)),
+            p.resp.valid.eq(b_valid | s_valid),
+            p.resp.payload.data.eq(Mux(s_valid, s_data, b_data)),
+            p.resp.payload.last.eq(Mux(s_valid, s_last, b_last)),
             rd.en.eq(can_read),
             rd.addr.eq(cur_addr),
             wr.addr.eq(cur_addr),
             wr.data.eq(p.wdata.payload.data),
             p.wdata.ready.eq(cur_valid & cur_write),
         ]
-        for i in range(2):
-            with m.If(b_load & (b_wp == i)):
-                m.d.sync += [b_data[i].eq(rd.data), b_last[i].eq(out_last)]
         with m.If(b_load):
-            m.d.sync += b_wp.eq(~b_wp)
-        with m.If(b_pop):
-            m.d.sync += b_rp.eq(~b_rp)
-        m.d.sync += b_count.eq(b_count + b_load - b_pop)
+            m.d.sync += [b_data.eq(rd.data), b_last.eq(out_last)]
+        with m.If(s_load):
+            m.d.sync += [s_data.eq(b_data), s_last.eq(b_last), s_valid.eq(b_valid)]
+        with m.Elif(~s_valid):
+            m.d.sync += s_valid.eq(0)
+        # `b` keeps its beat only while `s` waits ahead of it
+        m.d.sync += b_valid.eq(b_load | (b_valid & s_valid & ~b_pop))
         with m.If(can_read):
             m.d.sync += out_valid.eq(0)
         with m.If(cur_valid):
