@@ -1111,6 +1111,12 @@ class CacheController(wiring.Component):
         # changes once would never be evaluated by Icarus before its first change.
         cmd_ready = Signal()
         m.d.comb += self.cmd.ready.eq(cmd_ready)
+        # The walker's write-back jobs pass a register (`walk_job`, valid `wj_valid`) on their
+        # way to the job FIFO: the FIFO's data come from registers while a command runs.
+        wj_valid = Signal()
+        with m.If(wj_valid & jobs.w_rdy):
+            m.d.comb += [jobs.w_en.eq(1), walk_wb.eq(1)]
+            m.d.sync += wj_valid.eq(0)
         with m.FSM(name="command"):
             with m.State("IDLE"):
                 with m.If(self.cmd.valid & drained):
@@ -1142,14 +1148,15 @@ class CacheController(wiring.Component):
                 dirty_state = Signal(self.way_layout)
                 m.d.comb += dirty_state.eq(
                     Array(walk_word[w].as_value() for w in range(W))[dirty_way])
-                m.d.comb += [
-                    walk_job.wb.eq(1), walk_job.rd.eq(0),
-                    walk_job.wb_row.eq(row_of(dirty_state.tag, walk_set[:set_w])),
-                    walk_job.set.eq(walk_set), walk_job.way.eq(dirty_way),
-                ]
                 with m.If(dirty_vec.any()):
-                    with m.If(jobs.w_rdy):
-                        m.d.comb += [jobs.w_en.eq(1), walk_wb.eq(1)]
+                    with m.If(~wj_valid | jobs.w_rdy):
+                        m.d.sync += [
+                            wj_valid.eq(1),
+                            walk_job.wb.eq(1), walk_job.rd.eq(0),
+                            walk_job.wb_row.eq(row_of(dirty_state.tag, walk_set[:set_w])),
+                            walk_job.set.eq(walk_set), walk_job.way.eq(dirty_way),
+                            walk_job.mshr.eq(0), walk_job.rd_row.eq(0),
+                        ]
                         for w in range(W):
                             with m.If(dirty_way == w):
                                 m.d.sync += walk_word[w].dirty.eq(0)
@@ -1161,7 +1168,7 @@ class CacheController(wiring.Component):
                     with m.Else():
                         m.next = "READ_SET"
             with m.State("WAIT_WB"):
-                with m.If(seq_idle & lines_quiet):
+                with m.If(seq_idle & lines_quiet & ~wj_valid):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("DONE"):
