@@ -643,6 +643,8 @@ class CacheController(wiring.Component):
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
         walk_word = Signal(self.set_layout)
+        walk_rest = Signal(self.set_layout)     # the ways not yet looked at, from way 0 on
+        walk_way = Signal(WB)
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
         # ==== lookup: stage 0 (accept, read the tag store), 1 ("r": the word arrives), ======
@@ -1135,38 +1137,37 @@ class CacheController(wiring.Component):
                 m.d.comb += [tag_rd.addr.eq(walk_set), tag_rd.en.eq(1)]
                 m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.sync += walk_word.eq(tag_rd.data)
+                m.d.sync += [walk_word.eq(tag_rd.data), walk_rest.eq(tag_rd.data),
+                             walk_way.eq(0)]
                 m.next = "SCAN"
             with m.State("SCAN"):
-                dirty_vec = Signal(W)
-                m.d.comb += dirty_vec.eq(
-                    Cat(walk_word[w].valid & walk_word[w].dirty for w in range(W)))
-                dirty_way = Signal(WB)
-                for w in reversed(range(W)):
-                    with m.If(dirty_vec[w]):
-                        m.d.comb += dirty_way.eq(w)
-                dirty_state = Signal(self.way_layout)
-                m.d.comb += dirty_state.eq(
-                    Array(walk_word[w].as_value() for w in range(W))[dirty_way])
-                with m.If(dirty_vec.any()):
-                    with m.If(~wj_valid | jobs.w_rdy):
+                # one way per cycle: `walk_rest` shifts the set's ways past way 0, so the
+                # way looked at and its tag come from registers with no way mux
+                head = walk_rest[0]
+                need_wb = Signal()
+                m.d.comb += need_wb.eq(head.valid & head.dirty)
+                with m.If(~need_wb | ~wj_valid | jobs.w_rdy):
+                    with m.If(need_wb):
                         m.d.sync += [
                             wj_valid.eq(1),
                             walk_job.wb.eq(1), walk_job.rd.eq(0),
-                            walk_job.wb_row.eq(row_of(dirty_state.tag, walk_set[:set_w])),
-                            walk_job.set.eq(walk_set), walk_job.way.eq(dirty_way),
+                            walk_job.wb_row.eq(row_of(head.tag, walk_set[:set_w])),
+                            walk_job.set.eq(walk_set), walk_job.way.eq(walk_way),
                             walk_job.mshr.eq(0), walk_job.rd_row.eq(0),
                         ]
-                        for w in range(W):
-                            with m.If(dirty_way == w):
-                                m.d.sync += walk_word[w].dirty.eq(0)
-                with m.Else():
-                    m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), cw_data.eq(walk_word),
-                                 walk_set.eq(walk_set + 1)]
-                    with m.If(walk_set == self.sets - 1):
-                        m.next = "WAIT_WB"
-                    with m.Else():
-                        m.next = "READ_SET"
+                    m.d.sync += [walk_rest.eq(walk_rest.as_value() >> self.way_layout.size),
+                                 walk_way.eq(walk_way + 1)]
+                    with m.If(walk_way == W - 1):
+                        # every line of the set is clean once its write-back is queued
+                        m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), walk_set.eq(walk_set + 1),
+                                     cw_data.eq(Cat(
+                                         Cat(walk_word[w].valid, Const(0, 1),
+                                             walk_word[w].tag, walk_word[w].repl)
+                                         for w in range(W)))]
+                        with m.If(walk_set == self.sets - 1):
+                            m.next = "WAIT_WB"
+                        with m.Else():
+                            m.next = "READ_SET"
             with m.State("WAIT_WB"):
                 with m.If(seq_idle & lines_quiet & ~wj_valid):
                     m.d.sync += cmd_ready.eq(1)
