@@ -1137,8 +1137,12 @@ class CacheController(wiring.Component):
                 m.d.comb += [tag_rd.addr.eq(walk_set), tag_rd.en.eq(1)]
                 m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.sync += [walk_word.eq(tag_rd.data), walk_rest.eq(tag_rd.data),
-                             walk_way.eq(0)]
+                # the block RAM's word lands in stage 2's register (empty while a command
+                # runs), so each block-RAM output bit drives one flip-flop
+                m.d.sync += s2_raw.eq(tag_rd.data)
+                m.next = "PREP"
+            with m.State("PREP"):
+                m.d.sync += [walk_word.eq(s2_raw), walk_rest.eq(s2_raw), walk_way.eq(0)]
                 m.next = "SCAN"
             with m.State("SCAN"):
                 # one way per cycle: `walk_rest` shifts the set's ways past way 0, so the
