@@ -754,12 +754,11 @@ class CacheController(wiring.Component):
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
 
-        # stage 3: resources, the new state word, the operation. `s3_pinned[w]`: way `w` of
+        # stage 3: resources, the new state word, the operation. `pinned`: the victim way of
         # stage 3's set has an operation queued or in the executor's register, computed a cycle
         # ahead from registers (for the set entering or staying in stage 3): stage 2 never holds
         # stage 3's set, so no operation of that set is queued in between, and one that leaves
         # in between keeps its way pinned a cycle longer.
-        s3_pinned = Signal(W)
         holders = [(q_valid[i] & ~q_ops[i].err, q_ops[i]) for i in range(Q)]
         holders.append((x_valid & ~x.err, x))
 
@@ -773,11 +772,16 @@ class CacheController(wiring.Component):
                                        0) if W > 1 else hit_set)
                 out = out | vec
             return out
-        # both candidates from registers, the choice last (it waits for stage 3's decision)
-        m.d.sync += s3_pinned.eq(Mux(s3_take, pinned_ways(s2["set"], "s2"),
-                                     pinned_ways(s3["set"], "s3")))
+        # both candidates from registers, each at its victim (stage 2's choice for the request
+        # entering stage 3, stage 3's for the one staying), the choice last (it waits for
+        # stage 3's decision): `pinned` is a register
+        pin_s2, pin_s3 = pinned_ways(s2["set"], "s2"), pinned_ways(s3["set"], "s3")
         pinned = Signal()
-        m.d.comb += pinned.eq(s3_pinned.bit_select(s3_victim, 1) if W > 1 else s3_pinned[0])
+        if W > 1:
+            m.d.sync += pinned.eq(Mux(s3_take, pin_s2.bit_select(ways_sel.victim, 1),
+                                      pin_s3.bit_select(s3_victim, 1)))
+        else:
+            m.d.sync += pinned.eq(Mux(s3_take, pin_s2[0], pin_s3[0]))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         for i in reversed(range(M)):
