@@ -77,13 +77,14 @@ Timing
   forwarded into the compare in the same cycle); stage 3's update is forwarded to stage 1
   and into the word stage 2 takes, so outcomes are those of one request at a time.
 * Data are delivered in request order: the executor takes the queued operations in order
-  into its register and issues each as one request on ``lines`` (a read's beats go to
+  into its register (stage 3's own operation in the cycle it is looked up when nothing is
+  queued and the register is free or leaving) and issues each as one request on ``lines`` (a read's beats go to
   ``front.resp``, a write's data come from a buffer of ``front.wdata``). The line port
   serves the executor first, then fills (a missed row's beats from ``back.resp``, written to
   its line), then write-backs (a victim read from its line, its beats sent to
   ``back.wdata``); a route FIFO per direction says where each transfer's beats go, so the
   line memory may have up to ``line_outstanding`` reads in flight. With the on-chip
-  :class:`LineRAM` (latency 2) a hit's first beat is valid 7 cycles after it is accepted.
+  :class:`LineRAM` (latency 3) a hit's first beat is valid 8 cycles after it is accepted.
 * Misses are non-blocking: each holds one of ``mshrs`` miss-status holding registers until
   its row has been written to its line. Later requests keep being looked up: hits under
   misses, and requests for a row already in flight are *merged* into it (no second fetch).
@@ -123,7 +124,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -293,8 +294,11 @@ class LineRAM(wiring.Component):
     card's DRAM/HBM controller, in small designs (the RTL SmartNIC top, fast tests) to this
     responder. It serves one request at a time, strictly in order, so reads and writes take
     effect in request order: a request is registered when accepted, then served one beat per
-    cycle from the next cycle on (a read's first beat is valid two cycles after the edge that
-    accepted it: latency 2), the next one from the cycle after the current one's last beat. One
+    cycle from the next cycle on, the next one from the cycle after the current one's last
+    beat. A read beat leaves the block RAM into a register before ``resp`` (the block RAM's
+    clock-to-output, 5.6 ns on an ECP5 at speed grade 6, leaves no room for logic behind
+    it), so a read's first beat is valid three cycles after the edge that accepted it
+    (latency 3). One
     request waits behind the one being served (``req.ready`` is a register). The memory has one write port and one read port, so yosys maps it to block RAM.
     Write data ``last`` is not checked (the cache generates it from its own count).
 
@@ -302,7 +306,7 @@ class LineRAM(wiring.Component):
     """
 
     #: cycles from the edge accepting a read to its first beat (the port's latency).
-    LATENCY = 2
+    LATENCY = 3
 
     def __init__(self, *, data_bytes: int, addr_width: int, beats_width: int,
                  depth: int | None = None):
@@ -327,22 +331,43 @@ class LineRAM(wiring.Component):
         cur_addr = Signal.like(p.req.payload.addr)
         cur_left = Signal.like(p.req.payload.beats)
         pend = Signal(req_layout)
-        out_valid = Signal()
+        out_valid = Signal()   # the block RAM's output holds a beat
         out_last = Signal()
+        # The response queue: `b`, the only register loaded from the block RAM's output (one
+        # flip-flop per output bit), and `s`, an older beat moved out of `b` while `resp`
+        # waits; `resp` is `s` when it holds one, else `b` (a mux behind the registers). A
+        # beat leaves the block RAM's output when `b` or `s` is empty (registers only:
+        # `resp.ready` moves beats between the two and reaches nothing else); one beat per
+        # cycle while `resp` takes them.
+        b_valid, b_last, s_valid, s_last = Signal(), Signal(), Signal(), Signal()
+        b_data = Signal(8 * self.data_bytes)
+        s_data = Signal(8 * self.data_bytes)
+        b_load, b_pop, s_load = Signal(), Signal(), Signal()
         can_read = Signal()
         step = Signal()
         cur_free = Signal()   # cur takes a new request at the end of this cycle
         m.d.comb += [
-            can_read.eq(~out_valid | p.resp.ready),
-            p.resp.valid.eq(out_valid),
-            p.resp.payload.data.eq(rd.data),
-            p.resp.payload.last.eq(out_last),
+            b_load.eq(out_valid & ~(b_valid & s_valid)),
+            b_pop.eq(p.resp.valid & p.resp.ready),
+            s_load.eq(Mux(s_valid, b_pop, b_valid & ~b_pop)),
+            can_read.eq(~out_valid | ~(b_valid & s_valid)),
+            p.resp.valid.eq(b_valid | s_valid),
+            p.resp.payload.data.eq(Mux(s_valid, s_data, b_data)),
+            p.resp.payload.last.eq(Mux(s_valid, s_last, b_last)),
             rd.en.eq(can_read),
             rd.addr.eq(cur_addr),
             wr.addr.eq(cur_addr),
             wr.data.eq(p.wdata.payload.data),
             p.wdata.ready.eq(cur_valid & cur_write),
         ]
+        with m.If(b_load):
+            m.d.sync += [b_data.eq(rd.data), b_last.eq(out_last)]
+        with m.If(s_load):
+            m.d.sync += [s_data.eq(b_data), s_last.eq(b_last), s_valid.eq(b_valid)]
+        with m.Elif(~s_valid):
+            m.d.sync += s_valid.eq(0)
+        # `b` keeps its beat only while `s` waits ahead of it
+        m.d.sync += b_valid.eq(b_load | (b_valid & s_valid & ~b_pop))
         with m.If(can_read):
             m.d.sync += out_valid.eq(0)
         with m.If(cur_valid):
@@ -535,8 +560,12 @@ class CacheController(wiring.Component):
 
         # ---- the tag store: one state word per set, in block RAM --------------------------
         init_word = self.set_layout.const(self._init_set())
+        # `ram_style`: block RAM at every size (yosys would build a shallow store, such as
+        # the 16 sets of the fast tests, from LUT RAM); the timing measured is then that of
+        # the NIC-size organisation, whose tags only fit in block RAM.
         m.submodules.tags = tags = Memory(shape=self.set_layout, depth=self.sets,
-                                          init=[self._init_set()] * self.sets)
+                                          init=[self._init_set()] * self.sets,
+                                          attrs={"ram_style": "block"})
         tag_wr = tags.write_port()
         # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so the
         # read needs no bypass mux behind the block RAM's output.
@@ -556,8 +585,7 @@ class CacheController(wiring.Component):
 
         # ---- MSHRs -------------------------------------------------------------------------
         mshr_valid = Signal(M)
-        mshr_set = Array(Signal(set_w, name=f"mshr{i}_set") for i in range(M))
-        mshr_way = Array(Signal(WB, name=f"mshr{i}_way") for i in range(M))
+        mshr_row = Array(Signal(RB, name=f"mshr{i}_row") for i in range(M))
         mshr_seq = Array(Signal(seq_bits, name=f"mshr{i}_seq") for i in range(M))
         miss_seq = Signal(seq_bits)   # sequence number of the next primary miss
         fills_done = Signal(seq_bits)  # fills completed (fills complete in miss order)
@@ -586,7 +614,10 @@ class CacheController(wiring.Component):
             "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits),
         })
         m.submodules.jobs = jobs = SyncFIFO(width=job_layout.size, depth=M)
+        # The job's fields never wait for the decision to push it (only `w_en` does): the
+        # lookup's job, or the walker's while a command runs (a register chooses).
         job_in = Signal(job_layout)
+        walk_job = Signal(job_layout)
         m.d.comb += jobs.w_data.eq(job_in)
         job = job_layout(jobs.r_data)
         fill_layout = data.StructLayout({
@@ -599,8 +630,10 @@ class CacheController(wiring.Component):
         # (`last`: the transfer's beat count less one, so that its last beat is found by an
         # equality compare, with no subtraction on the data path)
         route_layout = data.StructLayout({"route": _Route, "last": unsigned(self.beats_width)})
-        m.submodules.rroute = rroute = SyncFIFO(width=route_layout.size,
-                                                depth=self.line_outstanding)
+        # (the read routes' head is a register: the route of the next response beat steers
+        # `lines.resp.ready`, with no LUT RAM read on that path)
+        m.submodules.rroute = rroute = SyncFIFOBuffered(width=route_layout.size,
+                                                        depth=self.line_outstanding)
         m.submodules.wroute = wroute = SyncFIFO(width=route_layout.size, depth=4)
         rr_in, wr_in = Signal(route_layout), Signal(route_layout)
         m.d.comb += [rroute.w_data.eq(rr_in), wroute.w_data.eq(wr_in)]
@@ -610,6 +643,8 @@ class CacheController(wiring.Component):
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
         walk_word = Signal(self.set_layout)
+        walk_rest = Signal(self.set_layout)     # the ways not yet looked at, from way 0 on
+        walk_way = Signal(WB)
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
         # ==== lookup: stage 0 (accept, read the tag store), 1 ("r": the word arrives), ======
@@ -632,6 +667,7 @@ class CacheController(wiring.Component):
         s3_victim_state = Signal(self.way_layout)
         s3_merge_seq = Signal(seq_bits)
         s3_fire = Signal()
+        s3_nobeats = Signal()  # stage 3's request has zero beats (registered with it)
         s3_take = Signal()     # stage 3 takes stage 2's request
         s2_take = Signal()     # stage 2 takes stage 1's request
 
@@ -672,11 +708,19 @@ class CacheController(wiring.Component):
                 m.d.sync += r["valid"].eq(0)
             with m.If(upd_now & (s3["set"] == r["set"])):
                 m.d.sync += [r_fwd.eq(1), r_fwd_word.eq(new_word)]
-        r_word = Signal(self.set_layout)
-        m.d.comb += r_word.eq(Mux(r_fwd, r_fwd_word, tag_rd.data))
+        # Stage 2 takes the block RAM's word into a register with no logic in between (the
+        # block RAM's clock-to-output is most of a cycle), and the forwarded word beside it;
+        # the choice between the two is stage 2's first mux.
+        s2_raw = Signal(self.set_layout)
+        s2_fwd = Signal()
+        s2_fwd_word = Signal(self.set_layout)
+        fwd_now = Signal()
+        m.d.comb += [fwd_now.eq(upd_now & (s3["set"] == r["set"])),
+                     s2_word.eq(Mux(s2_fwd, s2_fwd_word, s2_raw))]
         with m.If(s2_take):
             m.d.sync += [s2[k].eq(r[k]) for k in r]
-            m.d.sync += s2_word.eq(Mux(upd_now & (s3["set"] == r["set"]), new_word, r_word))
+            m.d.sync += [s2_raw.eq(tag_rd.data), s2_fwd.eq(r_fwd | fwd_now),
+                         s2_fwd_word.eq(Mux(fwd_now, new_word, r_fwd_word))]
         with m.Elif(s3_take):
             m.d.sync += s2["valid"].eq(0)
         with m.If(~cmd_active):
@@ -686,36 +730,35 @@ class CacheController(wiring.Component):
         m.submodules.way_select = ways_sel = WaySelect(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy)
         m.d.comb += [ways_sel.word.eq(s2_word), ways_sel.tag.eq(s2["tag"])]
-        # An MSHR matches when its (set, way) is the hit way. A set holds a tag in at most one
-        # valid way, so the one-hot hit vector indexed by the MSHR's way says so without the
-        # hit way's priority encoder on this path.
-        hit_vec = Signal(W)
-        m.d.comb += hit_vec.eq(Cat(s2_word[w].valid & (s2_word[w].tag == s2["tag"])
-                                   for w in range(W)))
+        # An MSHR matches when it fetches stage 2's row: compared with the registered row, not
+        # through the state word. The two agree: while an MSHR is valid its way is pinned (the
+        # miss's operation waits in the queue or the executor until the fill completes), so
+        # the way holds that row's tag, valid, and stage 2's request hits it. At most one MSHR
+        # fetches a row, so the sequence number is an OR of the matching one.
         mshr_match = Signal(M)
-        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_set[i] == s2["set"])
-                                      & hit_vec.bit_select(mshr_way[i], 1) for i in range(M)))
+        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == s2["row"])
+                                      for i in range(M)))
         merge_seq = Signal(seq_bits)
-        for i in reversed(range(M)):
-            with m.If(mshr_match[i]):
-                m.d.comb += merge_seq.eq(mshr_seq[i])
+        merge_terms = Const(0, seq_bits)
+        for i in range(M):
+            merge_terms = merge_terms | Mux(mshr_match[i], mshr_seq[i], 0)
+        m.d.comb += merge_seq.eq(merge_terms)
         with m.If(s3_take):
             m.d.sync += [s3[k].eq(s2[k]) for k in s2]
             m.d.sync += [
                 s3_word.eq(s2_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
                 s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
-                s3_victim.eq(ways_sel.victim), s3_victim_state.eq(ways_sel.victim_state),
-                s3_merge_seq.eq(merge_seq),
+                s3_victim.eq(ways_sel.victim),
+                s3_merge_seq.eq(merge_seq), s3_nobeats.eq(s2["beats"] == 0),
             ]
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
 
-        # stage 3: resources, the new state word, the operation. `s3_pinned[w]`: way `w` of
+        # stage 3: resources, the new state word, the operation. `pinned`: the victim way of
         # stage 3's set has an operation queued or in the executor's register, computed a cycle
         # ahead from registers (for the set entering or staying in stage 3): stage 2 never holds
         # stage 3's set, so no operation of that set is queued in between, and one that leaves
         # in between keeps its way pinned a cycle longer.
-        s3_pinned = Signal(W)
         holders = [(q_valid[i] & ~q_ops[i].err, q_ops[i]) for i in range(Q)]
         holders.append((x_valid & ~x.err, x))
 
@@ -729,27 +772,34 @@ class CacheController(wiring.Component):
                                        0) if W > 1 else hit_set)
                 out = out | vec
             return out
-        # both candidates from registers, the choice last (it waits for stage 3's decision)
-        m.d.sync += s3_pinned.eq(Mux(s3_take, pinned_ways(s2["set"], "s2"),
-                                     pinned_ways(s3["set"], "s3")))
+        # both candidates from registers, each at its victim (stage 2's choice for the request
+        # entering stage 3, stage 3's for the one staying), the choice last (it waits for
+        # stage 3's decision): `pinned` is a register
+        pin_s2, pin_s3 = pinned_ways(s2["set"], "s2"), pinned_ways(s3["set"], "s3")
         pinned = Signal()
-        m.d.comb += pinned.eq(s3_pinned.bit_select(s3_victim, 1) if W > 1 else s3_pinned[0])
+        if W > 1:
+            m.d.sync += pinned.eq(Mux(s3_take, pin_s2.bit_select(ways_sel.victim, 1),
+                                      pin_s3.bit_select(s3_victim, 1)))
+        else:
+            m.d.sync += pinned.eq(Mux(s3_take, pin_s2[0], pin_s3[0]))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         for i in reversed(range(M)):
             with m.If(free_vec[i]):
                 m.d.comb += free_mshr.eq(i)
-        q_room = Signal()
-        m.d.comb += q_room.eq(q_count < Q)
+        # `q_room` (the queue has a free entry) is a register, kept beside `q_count`
+        q_room = Signal(init=1)
         is_miss = Signal()
         m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
-        with m.If(s3["valid"]):
-            with m.If(s3["err"]):
-                m.d.comb += s3_fire.eq(q_room | (s3["beats"] == 0))
-            with m.Elif(s3_hit):
-                m.d.comb += s3_fire.eq(q_room)
-            with m.Else():
-                m.d.comb += s3_fire.eq(q_room & free_vec.any() & ~pinned & jobs.w_rdy)
+        # Stage 3 fires when its request's resources are there: an error needs a queue entry
+        # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
+        # room for its job and a victim with no operation to issue. `s3_ok` is all of it but
+        # the victim's pin, decided a cycle ahead for the request stage 3 holds next, from the
+        # next values of the queue's count, the MSHRs and the job FIFO's level (see below), so
+        # that the stall which runs back through the lookup to `front.req.ready` starts at a
+        # register.
+        s3_ok = Signal()
+        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & pinned))
         m.d.comb += [
             push_op.write.eq(s3["write"]),
             push_op.err.eq(s3["err"]),
@@ -759,36 +809,46 @@ class CacheController(wiring.Component):
             push_op.way.eq(s3_sel),
             push_op.off.eq(s3["off"]),
             push_op.beats.eq(s3["beats"]),
-            push.eq(s3_fire & (s3["beats"] != 0)),
+            push.eq(s3_fire & ~s3_nobeats),
         ]
         m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
                                                       policy=self.policy, lfu_bits=self.lfu_bits)
         m.d.comb += [upd.word.eq(s3_word), upd.hit.eq(s3_hit), upd.sel.eq(s3_sel),
                      upd.write.eq(s3["write"]), upd.tag.eq(s3["tag"]), new_word.eq(upd.new_word)]
-        with m.If(~cmd_active):
-            m.d.comb += [tag_wr.addr.eq(s3["set"]), tag_wr.data.eq(new_word),
-                         tag_wr.en.eq(upd_now)]
+        # The walker's writes come from registers (`cw_*`, written the cycle after the walker
+        # decides them); the lookup never updates while a command runs.
+        cw_en = Signal()
+        cw_addr = Signal(set_w)
+        cw_data = Signal(self.set_layout)
+        m.d.sync += cw_en.eq(0)
+        m.d.comb += [tag_wr.addr.eq(Mux(cw_en, cw_addr, s3["set"])),
+                     tag_wr.data.eq(Mux(cw_en, cw_data, new_word)),
+                     tag_wr.en.eq(cw_en | upd_now)]
 
+        # the victim's state is read from stage 3's word (not selected in stage 2 behind the
+        # victim's choice): it only feeds the job's data and the counters
+        m.d.comb += s3_victim_state.eq(
+            Array(s3_word[w].as_value() for w in range(W))[s3_victim])
         dirty_victim = Signal()
         m.d.comb += dirty_victim.eq(s3_victim_state.valid & s3_victim_state.dirty)
+        m.d.comb += [
+            job_in.wb.eq(Mux(cmd_active, walk_job.wb, dirty_victim)),
+            job_in.rd.eq(Mux(cmd_active, walk_job.rd, 1)),
+            job_in.wb_row.eq(Mux(cmd_active, walk_job.wb_row,
+                                 row_of(s3_victim_state.tag, s3["set"]))),
+            job_in.rd_row.eq(Mux(cmd_active, walk_job.rd_row, s3["row"])),
+            job_in.set.eq(Mux(cmd_active, walk_job.set, s3["set"])),
+            job_in.way.eq(Mux(cmd_active, walk_job.way, s3_victim)),
+            job_in.mshr.eq(Mux(cmd_active, walk_job.mshr, free_mshr)),
+        ]
         with m.If(s3_fire & is_miss):
             m.d.sync += [
                 mshr_valid.bit_select(free_mshr, 1).eq(1),
-                mshr_set[free_mshr].eq(s3["set"]),
-                mshr_way[free_mshr].eq(s3_victim),
+                mshr_row[free_mshr].eq(s3["row"]),
                 mshr_seq[free_mshr].eq(miss_seq),
                 miss_seq.eq(miss_seq + 1),
             ]
-            m.d.comb += [
-                job_in.wb.eq(dirty_victim),
-                job_in.rd.eq(1),
-                job_in.wb_row.eq(row_of(s3_victim_state.tag, s3["set"])),
-                job_in.rd_row.eq(s3["row"]),
-                job_in.set.eq(s3["set"]),
-                job_in.way.eq(s3_victim),
-                job_in.mshr.eq(free_mshr),
-                jobs.w_en.eq(1),
-            ]
+            m.d.comb += jobs.w_en.eq(1)
 
         kind = Signal(LookupKind)
         with m.If(s3["err"]):
@@ -812,16 +872,24 @@ class CacheController(wiring.Component):
             m.d.comb += inc["writebacks"].eq(walk_wb)
 
         # ==== operation queue bookkeeping =================================================
+        # Stage 3's operation goes straight to the executor's register when the queue is empty
+        # and the register free or leaving (`bypass`), otherwise to the queue (`enq`).
         head = Signal(op_layout)
-        m.d.comb += head.eq(Array(q_raw)[q_head])
-        with m.If(push):
+        q_any = Signal()
+        x_free = Signal()       # the executor's register takes an operation this cycle
+        bypass, enq = Signal(), Signal()
+        m.d.comb += [head.eq(Array(q_raw)[q_head]), q_any.eq(q_count != 0),
+                     bypass.eq(push & ~q_any & x_free), enq.eq(push & ~bypass)]
+        with m.If(enq):
             m.d.sync += [Array(q_raw)[q_tail].eq(push_op),
                          q_valid.bit_select(q_tail, 1).eq(1),
                          q_tail.eq(Mux(q_tail == Q - 1, 0, q_tail + 1))]
         with m.If(pop):
             m.d.sync += [q_valid.bit_select(q_head, 1).eq(0),
                          q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
-        m.d.sync += q_count.eq(q_count + push - pop)
+        q_next = Signal.like(q_count)
+        m.d.comb += q_next.eq(q_count + enq - pop)
+        m.d.sync += [q_count.eq(q_next), q_room.eq(q_next < Q)]
 
         # ==== the line port: one request per cycle, the executor's first (the in-order ======
         # ==== stream), then fills, then write-backs; each request's route is queued ========
@@ -881,11 +949,21 @@ class CacheController(wiring.Component):
                          rr_in.route.eq(_Route.BACK), rr_in.last.eq(RBEATS - 1),
                          wb_grant.eq(lines.req.ready & rroute.w_rdy),
                          rroute.w_en.eq(wb_grant)]
-        # the executor's register takes the queue's head when it is empty or leaving
+        # the executor's register takes the queue's head (or stage 3's operation, the queue
+        # being empty) when it is empty or leaving
         load_x = Signal()
-        m.d.comb += [load_x.eq((q_count != 0) & (~x_valid | x_go)), pop.eq(load_x)]
+        push_gap = Signal(seq_bits)
+        push_wait = Signal()
+        m.d.comb += [
+            x_free.eq(~x_valid | x_go),
+            load_x.eq((q_any | push) & x_free), pop.eq(q_any & x_free),
+            push_gap.eq(push_op.seq - fills_done),
+            push_wait.eq(push_op.dep & (push_gap < M)
+                         & ~(fill_done_now & (fills_done == push_op.seq))),
+        ]
         with m.If(load_x):
-            m.d.sync += [x_valid.eq(1), x.eq(head), x_wait.eq(head_wait)]
+            m.d.sync += [x_valid.eq(1), x.eq(Mux(q_any, head, push_op)),
+                         x_wait.eq(Mux(q_any, head_wait, push_wait))]
         with m.Else():
             with m.If(x_go):
                 m.d.sync += x_valid.eq(0)
@@ -1005,8 +1083,33 @@ class CacheController(wiring.Component):
                     m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
                     m.next = "IDLE"
 
+        # ==== `s3_ok` for the next cycle ======================================================
+        take_kind = Signal()
+        err_n, hit_n, nobeats_n = Signal(), Signal(), Signal()
+        m.d.comb += [
+            take_kind.eq(s3_take),
+            err_n.eq(Mux(take_kind, s2["err"], s3["err"])),
+            hit_n.eq(Mux(take_kind, ways_sel.hit, s3_hit)),
+            nobeats_n.eq(Mux(take_kind, s2["beats"] == 0, s3_nobeats)),
+        ]
+        mshr_next = Signal(M)
+        alloc_oh = Signal(M)
+        done_oh = Signal(M)
+        m.d.comb += [
+            alloc_oh.eq(Mux(s3_fire & is_miss, Const(1, M) << free_mshr, 0)),
+            done_oh.eq(Mux(fill_done_now, Const(1, M) << fill_head.mshr, 0)),
+            mshr_next.eq((mshr_valid | alloc_oh) & ~done_oh),
+        ]
+        jobs_level_n = Signal.like(jobs.level)
+        m.d.comb += jobs_level_n.eq(jobs.level + (jobs.w_en & jobs.w_rdy)
+                                    - (jobs.r_en & jobs.r_rdy))
+        q_room_n = Signal()
+        m.d.comb += q_room_n.eq(q_next < Q)
+        m.d.sync += s3_ok.eq(Mux(err_n, q_room_n | nobeats_n,
+                                 q_room_n & (hit_n | (~mshr_next.all() & (jobs_level_n != M)))))
+
         # ==== commands: drain, then walk the sets ==============================================
-        lines_quiet = ~rroute.r_rdy & ~wroute.r_rdy
+        lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
         drained = (~r["valid"] & ~s2["valid"] & ~s3["valid"] & (q_count == 0) & ~x_valid
                    & ~mshr_valid.any() & seq_idle & ~fills.r_rdy & lines_quiet)
         m.d.comb += self.idle.eq(drained & ~cmd_active)
@@ -1014,6 +1117,12 @@ class CacheController(wiring.Component):
         # changes once would never be evaluated by Icarus before its first change.
         cmd_ready = Signal()
         m.d.comb += self.cmd.ready.eq(cmd_ready)
+        # The walker's write-back jobs pass a register (`walk_job`, valid `wj_valid`) on their
+        # way to the job FIFO: the FIFO's data come from registers while a command runs.
+        wj_valid = Signal()
+        with m.If(wj_valid & jobs.w_rdy):
+            m.d.comb += [jobs.w_en.eq(1), walk_wb.eq(1)]
+            m.d.sync += wj_valid.eq(0)
         with m.FSM(name="command"):
             with m.State("IDLE"):
                 with m.If(self.cmd.valid & drained):
@@ -1023,9 +1132,8 @@ class CacheController(wiring.Component):
                     with m.Else():
                         m.next = "CLEAR"
             with m.State("CLEAR"):
-                m.d.comb += [tag_wr.addr.eq(walk_set), tag_wr.data.eq(init_word),
-                             tag_wr.en.eq(1)]
-                m.d.sync += walk_set.eq(walk_set + 1)
+                m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), cw_data.eq(init_word),
+                             walk_set.eq(walk_set + 1)]
                 with m.If(walk_set == self.sets - 1):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
@@ -1033,40 +1141,43 @@ class CacheController(wiring.Component):
                 m.d.comb += [tag_rd.addr.eq(walk_set), tag_rd.en.eq(1)]
                 m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.sync += walk_word.eq(tag_rd.data)
+                # the block RAM's word lands in stage 2's register (empty while a command
+                # runs), so each block-RAM output bit drives one flip-flop
+                m.d.sync += s2_raw.eq(tag_rd.data)
+                m.next = "PREP"
+            with m.State("PREP"):
+                m.d.sync += [walk_word.eq(s2_raw), walk_rest.eq(s2_raw), walk_way.eq(0)]
                 m.next = "SCAN"
             with m.State("SCAN"):
-                dirty_vec = Signal(W)
-                m.d.comb += dirty_vec.eq(
-                    Cat(walk_word[w].valid & walk_word[w].dirty for w in range(W)))
-                dirty_way = Signal(WB)
-                for w in reversed(range(W)):
-                    with m.If(dirty_vec[w]):
-                        m.d.comb += dirty_way.eq(w)
-                dirty_state = Signal(self.way_layout)
-                m.d.comb += dirty_state.eq(
-                    Array(walk_word[w].as_value() for w in range(W))[dirty_way])
-                with m.If(dirty_vec.any()):
-                    with m.If(jobs.w_rdy):
-                        m.d.comb += [
-                            job_in.wb.eq(1), job_in.rd.eq(0),
-                            job_in.wb_row.eq(row_of(dirty_state.tag, walk_set[:set_w])),
-                            job_in.set.eq(walk_set), job_in.way.eq(dirty_way),
-                            jobs.w_en.eq(1), walk_wb.eq(1),
+                # one way per cycle: `walk_rest` shifts the set's ways past way 0, so the
+                # way looked at and its tag come from registers with no way mux
+                head = walk_rest[0]
+                need_wb = Signal()
+                m.d.comb += need_wb.eq(head.valid & head.dirty)
+                with m.If(~need_wb | ~wj_valid | jobs.w_rdy):
+                    with m.If(need_wb):
+                        m.d.sync += [
+                            wj_valid.eq(1),
+                            walk_job.wb.eq(1), walk_job.rd.eq(0),
+                            walk_job.wb_row.eq(row_of(head.tag, walk_set[:set_w])),
+                            walk_job.set.eq(walk_set), walk_job.way.eq(walk_way),
+                            walk_job.mshr.eq(0), walk_job.rd_row.eq(0),
                         ]
-                        for w in range(W):
-                            with m.If(dirty_way == w):
-                                m.d.sync += walk_word[w].dirty.eq(0)
-                with m.Else():
-                    m.d.comb += [tag_wr.addr.eq(walk_set), tag_wr.data.eq(walk_word),
-                                 tag_wr.en.eq(1)]
-                    m.d.sync += walk_set.eq(walk_set + 1)
-                    with m.If(walk_set == self.sets - 1):
-                        m.next = "WAIT_WB"
-                    with m.Else():
-                        m.next = "READ_SET"
+                    m.d.sync += [walk_rest.eq(walk_rest.as_value() >> self.way_layout.size),
+                                 walk_way.eq(walk_way + 1)]
+                    with m.If(walk_way == W - 1):
+                        # every line of the set is clean once its write-back is queued
+                        m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), walk_set.eq(walk_set + 1),
+                                     cw_data.eq(Cat(
+                                         Cat(walk_word[w].valid, Const(0, 1),
+                                             walk_word[w].tag, walk_word[w].repl)
+                                         for w in range(W)))]
+                        with m.If(walk_set == self.sets - 1):
+                            m.next = "WAIT_WB"
+                        with m.Else():
+                            m.next = "READ_SET"
             with m.State("WAIT_WB"):
-                with m.If(seq_idle & lines_quiet):
+                with m.If(seq_idle & lines_quiet & ~wj_valid):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("DONE"):
@@ -1079,10 +1190,12 @@ class OnChipCache(wiring.Component):
     """A :class:`CacheController` with its lines in a :class:`LineRAM`: the small
     configuration (the RTL SmartNIC top's cache, the fast tests), the same ports as the
     controller but ``lines``. Keyword arguments are the controller's; ``line_outstanding``
-    defaults to 4, which covers the line RAM (a request waiting, one served, one beat out)."""
+    defaults to 6, which covers the line RAM (a request waiting, one served, a beat at the
+    block RAM's output and one in the response register, and one more because the route FIFO
+    takes no entry in the cycle it frees one)."""
 
     def __init__(self, **kwargs):
-        kwargs.setdefault("line_outstanding", 4)
+        kwargs.setdefault("line_outstanding", 6)
         self.controller = CacheController(**kwargs)
         for name in ("data_bytes", "addr_width", "beats_width", "line_beats", "row_beats",
                      "sets", "ways", "index", "policy", "mshrs", "queue_depth",

@@ -12,7 +12,8 @@ Figures:
   trace through the RTL (random latency, idle, backpressure); goal 0.
 * ``hit_lookups_per_cycle`` (goal >= 0.95) and ``hit_latency_cycles`` on an all-hit stream
   of single-beat reads of rows in distinct sets, lines on chip (``rtl.cache.OnChipCache``:
-  three lookup stages, the queue, the executor's register, the line RAM's 2 cycles = 7);
+  three lookup stages, the executor's register (taken from the last stage when nothing is
+  queued), the line RAM's 3 cycles = 7);
   ``hit_lookups_per_cycle_one_set``: the same stream on one row (a request of the set right
   ahead of it waits a cycle: 0.5).
 * ``miss_throughput``: misses completed per cycle with 16 MSHRs at a backing latency of 200

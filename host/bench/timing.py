@@ -41,8 +41,8 @@ number of lanes (widths add fan-out and routing, so the preset's width would be 
 slower); ``--quick`` measures only the FP units.
 
 Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
-RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the cache's
-tag store at 16 sets, for example); ``luts`` counts LUT4 cells plus two per CCU2C carry cell.
+RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the FIFOs of
+the cache's routes and jobs, for example; its tag store asks for block RAM at every size); ``luts`` counts LUT4 cells plus two per CCU2C carry cell.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ UNITS: tuple[UnitSpec, ...] = (
     UnitSpec("cache", dict(data_bytes=16, addr_width=20, beats_width=4, line_beats=8, sets=16,
                            ways=4, mshrs=4), _cache, "cache",
              note="the SmartNIC RTL top's cache with its lines on chip (LineRAM; 16 B beats, "
-                  "16 sets x 4 ways x 8 beats = 8 KiB)"),
+                  "16 sets x 4 ways x 8 beats = 8 KiB) and its tags in block RAM"),
     UnitSpec("cache_nic", nic_cache_params(), _cache_nic, "cache",
              note="the smartnic preset's local cache: 64 MiB of 512 B lines in NIC memory "
                   "behind the lines port (not in the shell), tags in block RAM (4,096 sets x "

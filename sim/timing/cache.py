@@ -11,7 +11,7 @@ than per cycle, using the outcomes of the reference model (``sim/reference/cache
   the executor's register), or, for a miss, no free MSHR, or its victim line still has an
   operation to issue;
 * executor: operations move to its register in request order the cycle the one before
-  leaves (or the cycle after their lookup), and issue to the line memory from the next
+  leaves (or in their last lookup stage, nothing being queued ahead), and issue to the line memory from the next
   cycle, an operation on a row brought in by a miss once that fill is complete;
 * line memory (``lines`` port): the executor's transfers come first, then fills, then
   write-back reads (the RTL's arbiter); on chip (``line_serial``, ``rtl.cache.LineRAM``) one
@@ -153,7 +153,7 @@ class CacheTiming:
     """Timing parameters of one controller instance, its line memory and its backing tier.
 
     ``latency``: the backing tier's read latency; ``line_latency`` and ``line_serial``: the
-    line memory's (default: the on-chip :class:`rtl.cache.LineRAM`, 2 cycles, one transfer
+    line memory's (default: the on-chip :class:`rtl.cache.LineRAM`, 3 cycles, one transfer
     at a time; a DRAM/HBM controller behind the ``lines`` port is pipelined)."""
 
     row_beats: int
@@ -176,7 +176,7 @@ class CacheTiming:
     @property
     def hit_latency(self) -> int:
         """Cycles from the edge accepting a hit (nothing ahead of it) to its first beat."""
-        return LOOKUP_STAGES + 2 + round(self.line_latency)
+        return LOOKUP_STAGES + 1 + round(self.line_latency)
 
     def schedule(self, requests: Sequence[Request], config: CacheConfig, *, line_beats: int,
                  offers: Sequence[float] | None = None) -> Schedule:
@@ -256,7 +256,8 @@ class CacheTiming:
             elif out.kind != ERROR:
                 hits += 1
                 dep = fill_ready.get(out.filled_by, 0.0)
-            load = max(t + 1, x_free)           # the executor's register takes it
+            load = max(t, x_free)   # the executor's register takes it (from stage 3 itself
+            #                         when nothing is queued ahead of it)
             queued.append(load)
             ready = max(load + 1, dep)
             if out.kind == ERROR:

@@ -116,8 +116,9 @@ def check_against_reference(dut, requests, got, kinds, contents, stats, memory, 
 
 
 #: Cycles from the edge accepting a hit to its first data beat, lines on chip: stages 1-3 of
-#: the lookup, the queue, the executor's register, then ``LineRAM.LATENCY``.
-HIT_LATENCY = 5 + LineRAM.LATENCY
+#: the lookup, the executor's register (taken from stage 3 when nothing is queued), then
+#: ``LineRAM.LATENCY``.
+HIT_LATENCY = 4 + LineRAM.LATENCY
 
 SMALL = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=3, sets=4, ways=4,
              mshrs=4, queue_depth=8)
