@@ -44,10 +44,10 @@ Store and forward per packet, pipelined for the clock (``Depacketizer._front``,
 * the input beat is registered before anything is decided about it; the header type and the
   payload's end are decoded from the registered header beat, and the payload is realigned to
   beat boundaries and written to a FIFO (two path MTUs) from registers. ``frame`` takes one
-  beat per cycle while the FIFOs have room (a registered test of their levels); a last beat
-  waits one cycle when the previous beat was also a frame's last (back-to-back one-beat frames,
-  at most ``data_bytes`` bytes: the verdict of one updates the QP state the next is checked
-  against);
+  beat per cycle while the FIFOs have room (a registered test of their levels); last beats are
+  taken at least three cycles apart (a frame of one or two beats, at most ``2 * data_bytes``
+  bytes, waits: the verdict of one updates the QP state the next is checked against, one
+  cycle after the decision);
 * the ICRC is computed in three stages (the engine registers its feed, then the feed's
   contribution) and checked through the CRC residue, so no field must be known in advance:
   the register is compared with every residue at once, then the frame's one is picked;
@@ -84,7 +84,7 @@ _htype = header_type
 #: input saw room (four beat stages, the pending word, the registered room test).
 _PFIFO_RESERVE = 8
 #: Verdict FIFO depth, and entries kept free for the frames between the input and the verdict
-#: (eight cycles, last beats at least two cycles apart, the registered room test).
+#: (eight cycles, last beats at least three cycles apart, the registered room test).
 _VFIFO_DEPTH = 16
 _VFIFO_RESERVE = 6
 
@@ -192,7 +192,7 @@ class Depacketizer(wiring.Component):
         m.submodules.vfifo = vfifo = SyncFIFOBuffered(width=verdict.size, depth=_VFIFO_DEPTH)
         m.submodules.icrc = icrc = ICRCEngine(W, stages=3)
         tables = self._qp_tables()
-        # the state the verdict stage is writing to a QP this cycle (forwarded to the read)
+        # the state the verdict's write-back is writing to a QP this cycle (forwarded to the read)
         fwd = {"valid": Signal(name="fwd_valid"), "qp": Signal(self.qp_bits, name="fwd_qp"),
                **{k: Signal(len(tables[k][0]), name=f"fwd_{k}")
                   for k in ("psn", "in", "va", "rem", "len")}}
@@ -245,12 +245,12 @@ class Depacketizer(wiring.Component):
 
         # ---- input --------------------------------------------------------------------------
         room = Signal()
-        last_recent = Signal()     # a last beat was taken in the previous cycle
-        m.d.comb += fr.ready.eq(room & ~(fr.payload.last & last_recent))
+        last_recent = Signal(2)    # a last beat was taken one / two cycles ago
+        m.d.comb += fr.ready.eq(room & ~(fr.payload.last & last_recent.any()))
         m.d.sync += [
             room.eq((pfifo.w_level <= pfifo.depth - _PFIFO_RESERVE)
                     & (vfifo.w_level <= vfifo.depth - _VFIFO_RESERVE)),
-            last_recent.eq(fire & fr.payload.last),
+            last_recent.eq(Cat(fire & fr.payload.last, last_recent[0])),
         ]
         b = Signal(10)             # index of the next beat in its frame (saturating)
         hdr = Signal(8 * HW * W)   # the header beats of the frame coming in
@@ -360,8 +360,8 @@ class Depacketizer(wiring.Component):
         and the pairwise checksum sums, then the lengths and the checksum's partial sums, then
         its full sum (carry-save) and the ICRC register against every residue, then the
         checksum's test and the frame's residue. ``k4`` also registers the
-        frame's QP state, read from the tables, or forwarded from ``fwd`` when the verdict stage
-        writes that QP in the same cycle (the previous frame's verdict)."""
+        frame's QP state, read from the tables, or forwarded from ``fwd`` when the verdict's
+        write-back stage writes that QP in the same cycle (the previous frame's update)."""
         W = self.data_bytes
         LW = W.bit_length() - 1
         pmtu = self.pmtu
@@ -456,17 +456,20 @@ class Depacketizer(wiring.Component):
             "csum_ok": s[:16] == Cat(~s[16:20], Const(0xFFF, 12)),
             "out_bytes": out_bytes, "fmt": fmt,
         })
-        return {"valid": k4v, **k4, "busy": k1v | k2v | k3v | k4v}
+        # a frame is in the checks, or enters them next cycle
+        return {"valid": k4v, **k4, "busy": frame["last"] | k1v | k2v | k3v | k4v}
 
     def _verdict(self, m, k4, vfifo, verdict, tables, fwd):
         """The checks that read a QP's state, the verdict, the counters and the QP updates.
 
-        Two stages after ``k4`` (which holds the QP's state as read): ``v1`` compares it (PSN,
-        opcode sequence, remaining length), each comparison registered on its own, and computes
-        the state the QP would take; ``v2`` decides, counts, writes the verdict and updates the
-        QP, and forwards that update to ``k4``'s read of the next frame. Last beats are at
-        least two cycles apart (see :meth:`_front`), so the next frame reads in the cycle of
-        this update at the earliest.
+        Three stages after ``k4`` (which holds the QP's state as read): ``v1`` compares it
+        (PSN, opcode sequence, remaining length), each comparison registered on its own, and
+        computes the state the QP would take; ``v2`` decides, counts, writes the verdict and
+        registers the QP's update (``w``: the new state and a one-hot select of the QP, so the
+        decision drives 16 flip-flops, not every QP's table); ``w`` writes the table and
+        forwards the update to ``k4``'s read of the next frame. Last beats are at least three
+        cycles apart (see :meth:`_front`), so the next frame reads in ``w``'s cycle at the
+        earliest.
         """
         W = self.data_bytes
         LW = W.bit_length() - 1
@@ -566,17 +569,26 @@ class Depacketizer(wiring.Component):
                         with m.Case(i):
                             m.d.sync += counters[name].eq(counters[name] + 1)
             with m.Else():
-                m.d.sync += [
-                    counters["accepted"].eq(counters["accepted"] + 1),
-                    tables["psn"][q].eq(v1_psn), tables["in"][q].eq(v1_cont),
-                    tables["va"][q].eq(v1_va_next), tables["len"][q].eq(v1_len),
-                    tables["rem"][q].eq(v1_rem),
-                ]
-        m.d.comb += [fwd["valid"].eq(v1_valid & accept), fwd["qp"].eq(q), fwd["psn"].eq(v1_psn),
-                     fwd["in"].eq(v1_cont), fwd["va"].eq(v1_va_next), fwd["rem"].eq(v1_rem),
-                     fwd["len"].eq(v1_len)]
-        # Host writes take effect when no frame is being checked.
-        m.d.comb += self.qp_init.ready.eq(~(k4["busy"] | v1_valid))
+                m.d.sync += counters["accepted"].eq(counters["accepted"] + 1)
+        # w: the accepted frame's update of its QP, registered, written the next cycle
+        w_sel = Signal(self.num_qps)
+        w = {"psn": Signal(24, name="w_psn"), "in": Signal(name="w_in"),
+             "va": Signal(64, name="w_va"), "rem": Signal(32, name="w_rem"),
+             "len": Signal(32, name="w_len")}
+        w_valid, w_qp = Signal(), Signal(self.qp_bits)
+        m.d.sync += [w_sel.eq(Mux(v1_valid & accept, 1 << q, 0)), w_valid.eq(v1_valid & accept),
+                     w_qp.eq(q), w["psn"].eq(v1_psn), w["in"].eq(v1_cont),
+                     w["va"].eq(v1_va_next), w["rem"].eq(v1_rem), w["len"].eq(v1_len)]
+        for i in range(self.num_qps):
+            with m.If(w_sel[i]):
+                m.d.sync += [tables[k][i].eq(w[k]) for k in w]
+        m.d.comb += [fwd["valid"].eq(w_valid), fwd["qp"].eq(w_qp),
+                     *[fwd[k].eq(w[k]) for k in w]]
+        # Host writes take effect when no frame is being checked or written back: ready is
+        # registered, from the stages one cycle earlier (each moves on every cycle).
+        init_ready = Signal()
+        m.d.sync += init_ready.eq(~(k4["busy"] | v1_valid))
+        m.d.comb += self.qp_init.ready.eq(init_ready)
         with m.If(self.qp_init.valid & self.qp_init.ready):
             init = self.qp_init.payload
             m.d.sync += [tables["psn"][init.qp].eq(init.psn), tables["in"][init.qp].eq(0),
