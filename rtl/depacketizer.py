@@ -44,12 +44,13 @@ Store and forward per packet, pipelined for the clock (``Depacketizer._front``,
 * the input beat is registered before anything is decided about it; the header type and the
   payload's end are decoded from the registered header beat, and the payload is realigned to
   beat boundaries and written to a FIFO (two path MTUs) from registers. ``frame`` takes one
-  beat per cycle while the FIFOs have room (a registered test of their levels); a last beat
-  waits one cycle when the previous beat was also a frame's last (back-to-back one-beat frames,
-  at most ``data_bytes`` bytes: the verdict of one updates the QP state the next is checked
-  against);
-* the ICRC is computed in two stages (the engine registers its feed) and checked through the
-  CRC residue, so no field must be known in advance;
+  beat per cycle while the FIFOs have room (a registered test of their levels); last beats are
+  taken at least three cycles apart (a frame of one or two beats, at most ``2 * data_bytes``
+  bytes, waits: the verdict of one updates the QP state the next is checked against, one
+  cycle after the decision);
+* the ICRC is computed in three stages (the engine registers its feed, then the feed's
+  contribution) and checked through the CRC residue, so no field must be known in advance:
+  the register is compared with every residue at once, then the frame's one is picked;
 * the checks that need only the frame run in four stages after its last beat (the IP checksum
   as pairwise sums, a carry-save step and one adder), the QP's state is read and compared in a
   fifth, and the verdict updates the QP, the counters and the verdict FIFO in a sixth;
@@ -83,7 +84,7 @@ _htype = header_type
 #: input saw room (four beat stages, the pending word, the registered room test).
 _PFIFO_RESERVE = 8
 #: Verdict FIFO depth, and entries kept free for the frames between the input and the verdict
-#: (eight cycles, last beats at least two cycles apart, the registered room test).
+#: (eight cycles, last beats at least three cycles apart, the registered room test).
 _VFIFO_DEPTH = 16
 _VFIFO_RESERVE = 6
 
@@ -121,6 +122,24 @@ def icrc_residues(data_bytes: int) -> list[int]:
     code = params.compute(body)
     stream_ = body + list(code.to_bytes(4, "little"))
     return [params.compute(stream_ + [0] * z) for z in range(data_bytes)]
+
+
+class _Countdown:
+    """A down-counter with its ``== 0`` and ``== 1`` tests registered beside it (updated by
+    :meth:`load` and :meth:`step`, the only writes), so what reads them sees a flip-flop."""
+
+    def __init__(self, name: str, width: int):
+        self.value = Signal(width, name=name)
+        self.zero = Signal(name=f"{name}_zero", init=1)
+        self.one = Signal(name=f"{name}_one")
+
+    def load(self, n):
+        return [self.value.eq(n), self.zero.eq(n == 0), self.one.eq(n == 1)]
+
+    def step(self):
+        """Count one down (the caller makes sure it is not zero)."""
+        return [self.value.eq(self.value - 1), self.zero.eq(self.one),
+                self.one.eq(self.value == 2)]
 
 
 class Depacketizer(wiring.Component):
@@ -171,9 +190,9 @@ class Depacketizer(wiring.Component):
                                                       depth=2 * max_beats + 4 + _PFIFO_RESERVE)
         verdict = self._verdict_layout()
         m.submodules.vfifo = vfifo = SyncFIFOBuffered(width=verdict.size, depth=_VFIFO_DEPTH)
-        m.submodules.icrc = icrc = ICRCEngine(W, stages=2)
+        m.submodules.icrc = icrc = ICRCEngine(W, stages=3)
         tables = self._qp_tables()
-        # the state the verdict stage is writing to a QP this cycle (forwarded to the read)
+        # the state the verdict's write-back is writing to a QP this cycle (forwarded to the read)
         fwd = {"valid": Signal(name="fwd_valid"), "qp": Signal(self.qp_bits, name="fwd_qp"),
                **{k: Signal(len(tables[k][0]), name=f"fwd_{k}")
                   for k in ("psn", "in", "va", "rem", "len")}}
@@ -226,12 +245,12 @@ class Depacketizer(wiring.Component):
 
         # ---- input --------------------------------------------------------------------------
         room = Signal()
-        last_recent = Signal()     # a last beat was taken in the previous cycle
-        m.d.comb += fr.ready.eq(room & ~(fr.payload.last & last_recent))
+        last_recent = Signal(2)    # a last beat was taken one / two cycles ago
+        m.d.comb += fr.ready.eq(room & ~(fr.payload.last & last_recent.any()))
         m.d.sync += [
             room.eq((pfifo.w_level <= pfifo.depth - _PFIFO_RESERVE)
                     & (vfifo.w_level <= vfifo.depth - _VFIFO_RESERVE)),
-            last_recent.eq(fire & fr.payload.last),
+            last_recent.eq(Cat(fire & fr.payload.last, last_recent[0])),
         ]
         b = Signal(10)             # index of the next beat in its frame (saturating)
         hdr = Signal(8 * HW * W)   # the header beats of the frame coming in
@@ -338,10 +357,11 @@ class Depacketizer(wiring.Component):
     def _checks(self, m, frame, icrc, tables, fwd) -> dict:
         """Every check that does not read a QP's state, in four frame stages after the last
         beat (``k1`` .. ``k4``), each at most one adder or comparator deep: the header fields
-        and the pairwise checksum sums, then the ICRC residue, the lengths and the checksum's
-        partial sums, then its full sum (carry-save), then its test. ``k4`` also registers the
-        frame's QP state, read from the tables, or forwarded from ``fwd`` when the verdict stage
-        writes that QP in the same cycle (the previous frame's verdict)."""
+        and the pairwise checksum sums, then the lengths and the checksum's partial sums, then
+        its full sum (carry-save) and the ICRC register against every residue, then the
+        checksum's test and the frame's residue. ``k4`` also registers the
+        frame's QP state, read from the tables, or forwarded from ``fwd`` when the verdict's
+        write-back stage writes that QP in the same cycle (the previous frame's update)."""
         W = self.data_bytes
         LW = W.bit_length() - 1
         pmtu = self.pmtu
@@ -386,14 +406,12 @@ class Depacketizer(wiring.Component):
         })
         keep = ("is_only", "is_last", "is_first", "is_middle", "immf", "qp", "qp_ok", "psn",
                 "dmalen", "va", "imm", "eth_ok", "ver_ok", "udp_ok", "fmt", "dim")
+        # the ICRC register holds the frame's CRC in k2's cycle (three engine stages after the
+        # last beat's feed in s0; the next frame's feed reaches it one cycle later at the
+        # earliest): k3 registers its comparison with each residue, k4 the frame's one
         residues = icrc_residues(W)
-        icrc_ok = Signal()
-        with m.Switch(k1["z"]):
-            for z in range(W):
-                with m.Case(z):
-                    m.d.comb += icrc_ok.eq(icrc.crc == residues[z])
         k2v, k2 = stage("k2", k1v, {
-            **{k: k1[k] for k in keep}, "icrc_ok": icrc_ok,
+            **{k: k1[k] for k in keep}, "z": k1["z"],
             "short": k1["flen_m1"] < 33, "ip_long": k1["iplen13"] > k1["flen_m1"],
             "ip_bad": (k1["iplen13"] < k1["flen_m1"]) | (k1["iplen"] < 44),
             "plen": k1["x"] - k1["pad"],
@@ -409,7 +427,8 @@ class Depacketizer(wiring.Component):
         if "int8" in self.formats:
             m.d.comb += rows.eq(plen[:13] // (k2["dim"] + 8))
         k3v, k3 = stage("k3", k2v, {
-            **{k: k2[k] for k in keep + ("icrc_ok", "short", "ip_long", "ip_bad")},
+            **{k: k2[k] for k in keep + ("z", "short", "ip_long", "ip_bad")},
+            "icrc_eq": Cat(*[icrc.crc == r for r in residues]),
             "sum": csa_x + csa_y, "plen": plen, "plen13": plen[:13], "plen_neg": plen < 0,
             "plen_pmtu": plen == pmtu, "plen_zero": plen == 0,
             "only_ok": (plen >= 0) & (plen <= pmtu) & (plen.as_unsigned() == k2["dmalen"]),
@@ -429,24 +448,28 @@ class Depacketizer(wiring.Component):
                                                                           "len")}
         k4v, k4 = stage("k4", k3v, {
             **state,
-            **{k: k3[k] for k in keep + ("icrc_ok", "short", "ip_long", "ip_bad", "plen", "plen13",
+            "icrc_ok": k3["icrc_eq"].bit_select(k3["z"], 1),
+            **{k: k3[k] for k in keep + ("short", "ip_long", "ip_bad", "plen", "plen13",
                                          "plen_neg", "plen_pmtu", "plen_zero", "only_ok",
                                          "first_ok", "rows", "wbeats")},
             # ones' complement sum == 0xFFFF, for a sum of ten words (s[16:] <= 9)
             "csum_ok": s[:16] == Cat(~s[16:20], Const(0xFFF, 12)),
             "out_bytes": out_bytes, "fmt": fmt,
         })
-        return {"valid": k4v, **k4, "busy": k1v | k2v | k3v | k4v}
+        # a frame is in the checks, or enters them next cycle
+        return {"valid": k4v, **k4, "busy": frame["last"] | k1v | k2v | k3v | k4v}
 
     def _verdict(self, m, k4, vfifo, verdict, tables, fwd):
         """The checks that read a QP's state, the verdict, the counters and the QP updates.
 
-        Two stages after ``k4`` (which holds the QP's state as read): ``v1`` compares it (PSN,
-        opcode sequence, remaining length), each comparison registered on its own, and computes
-        the state the QP would take; ``v2`` decides, counts, writes the verdict and updates the
-        QP, and forwards that update to ``k4``'s read of the next frame. Last beats are at
-        least two cycles apart (see :meth:`_front`), so the next frame reads in the cycle of
-        this update at the earliest.
+        Three stages after ``k4`` (which holds the QP's state as read): ``v1`` compares it
+        (PSN, opcode sequence, remaining length), each comparison registered on its own, and
+        computes the state the QP would take; ``v2`` decides, counts, writes the verdict and
+        registers the QP's update (``w``: the new state and a one-hot select of the QP, so the
+        decision drives 16 flip-flops, not every QP's table); ``w`` writes the table and
+        forwards the update to ``k4``'s read of the next frame. Last beats are at least three
+        cycles apart (see :meth:`_front`), so the next frame reads in ``w``'s cycle at the
+        earliest.
         """
         W = self.data_bytes
         LW = W.bit_length() - 1
@@ -546,17 +569,26 @@ class Depacketizer(wiring.Component):
                         with m.Case(i):
                             m.d.sync += counters[name].eq(counters[name] + 1)
             with m.Else():
-                m.d.sync += [
-                    counters["accepted"].eq(counters["accepted"] + 1),
-                    tables["psn"][q].eq(v1_psn), tables["in"][q].eq(v1_cont),
-                    tables["va"][q].eq(v1_va_next), tables["len"][q].eq(v1_len),
-                    tables["rem"][q].eq(v1_rem),
-                ]
-        m.d.comb += [fwd["valid"].eq(v1_valid & accept), fwd["qp"].eq(q), fwd["psn"].eq(v1_psn),
-                     fwd["in"].eq(v1_cont), fwd["va"].eq(v1_va_next), fwd["rem"].eq(v1_rem),
-                     fwd["len"].eq(v1_len)]
-        # Host writes take effect when no frame is being checked.
-        m.d.comb += self.qp_init.ready.eq(~(k4["busy"] | v1_valid))
+                m.d.sync += counters["accepted"].eq(counters["accepted"] + 1)
+        # w: the accepted frame's update of its QP, registered, written the next cycle
+        w_sel = Signal(self.num_qps)
+        w = {"psn": Signal(24, name="w_psn"), "in": Signal(name="w_in"),
+             "va": Signal(64, name="w_va"), "rem": Signal(32, name="w_rem"),
+             "len": Signal(32, name="w_len")}
+        w_valid, w_qp = Signal(), Signal(self.qp_bits)
+        m.d.sync += [w_sel.eq(Mux(v1_valid & accept, 1 << q, 0)), w_valid.eq(v1_valid & accept),
+                     w_qp.eq(q), w["psn"].eq(v1_psn), w["in"].eq(v1_cont),
+                     w["va"].eq(v1_va_next), w["rem"].eq(v1_rem), w["len"].eq(v1_len)]
+        for i in range(self.num_qps):
+            with m.If(w_sel[i]):
+                m.d.sync += [tables[k][i].eq(w[k]) for k in w]
+        m.d.comb += [fwd["valid"].eq(w_valid), fwd["qp"].eq(w_qp),
+                     *[fwd[k].eq(w[k]) for k in w]]
+        # Host writes take effect when no frame is being checked or written back: ready is
+        # registered, from the stages one cycle earlier (each moves on every cycle).
+        init_ready = Signal()
+        m.d.sync += init_ready.eq(~(k4["busy"] | v1_valid))
+        m.d.comb += self.qp_init.ready.eq(init_ready)
         with m.If(self.qp_init.valid & self.qp_init.ready):
             init = self.qp_init.payload
             m.d.sync += [tables["psn"][init.qp].eq(init.psn), tables["in"][init.qp].eq(0),
@@ -565,12 +597,16 @@ class Depacketizer(wiring.Component):
 
     def _drain(self, m, pfifo, vfifo, verdict):
         """Memory writes and completions: one verdict at a time, its payload from ``pfifo``
-        (written, widened, dequantized or discarded)."""
+        (written, widened, dequantized or discarded).
+
+        The counters' tests (last memory beat, payload left) and the last beat's byte mask are
+        registered flags, updated with the counters, so the memory port's outputs and the
+        FIFO's read enable are a state decode and a mux from registers."""
         W = self.data_bytes
         LW = W.bit_length() - 1
         d = Signal(verdict)
-        d_left = Signal(self.beats_width + 1)     # memory beats still to write
-        in_left = Signal(self.beats_width + 1)    # payload FIFO beats still to take
+        d_left = _Countdown("d_left", self.beats_width + 1)   # memory beats still to write
+        in_left = _Countdown("in_left", self.beats_width + 1)  # payload FIFO beats to take
         req_pending = Signal()
         mem = self.mem
         m.d.comb += [
@@ -584,12 +620,8 @@ class Depacketizer(wiring.Component):
         ]
         with m.If(mem.req.valid & mem.req.ready):
             m.d.sync += req_pending.eq(0)
-        tail_mask = Signal(W)
-        with m.Switch(d.tail):
-            for t in range(1, W + 1):
-                with m.Case(t):
-                    m.d.comb += tail_mask.eq((1 << t) - 1)
-        last = d_left == 1
+        tail_mask = Signal(W)                     # the last memory beat's bytes
+        last = d_left.one
         wmask = Mux(last, tail_mask, (1 << W) - 1)
         written = mem.wdata.valid & mem.wdata.ready
 
@@ -613,8 +645,12 @@ class Depacketizer(wiring.Component):
                 m.d.comb += vfifo.r_en.eq(1)
                 with m.If(vfifo.r_rdy):
                     nv = verdict(vfifo.r_data)
-                    m.d.sync += [d.eq(vfifo.r_data), d_left.eq(nv.obeats),
-                                 in_left.eq(nv.wbeats)]
+                    m.d.sync += [d.eq(vfifo.r_data), *d_left.load(nv.obeats),
+                                 *in_left.load(nv.wbeats)]
+                    with m.Switch(nv.tail):
+                        for t in range(1, W + 1):
+                            with m.Case(t):
+                                m.d.sync += tail_mask.eq((1 << t) - 1)
                     with m.If(nv.accept & (nv.obeats != 0)):
                         m.d.sync += req_pending.eq(1)
                         with m.Switch(nv.fmt):
@@ -632,7 +668,7 @@ class Depacketizer(wiring.Component):
                     mem.wdata.payload.last.eq(last), pfifo.r_en.eq(mem.wdata.ready),
                 ]
                 with m.If(written):
-                    m.d.sync += d_left.eq(d_left - 1)
+                    m.d.sync += d_left.step()
                     with m.If(last):
                         after_write()
             if "fp16" in self.formats or "bf16" in self.formats:
@@ -640,10 +676,10 @@ class Depacketizer(wiring.Component):
             if "int8" in self.formats:
                 self._dequant(m, d, pfifo, last, written, d_left, in_left, req_pending)
             with m.State("Finish"):       # take what is left of the payload, then the request
-                m.d.comb += pfifo.r_en.eq(in_left != 0)
-                with m.If(pfifo.r_rdy & (in_left != 0)):
-                    m.d.sync += in_left.eq(in_left - 1)
-                with m.If(((in_left == 0) | ((in_left == 1) & pfifo.r_rdy))
+                m.d.comb += pfifo.r_en.eq(~in_left.zero)
+                with m.If(pfifo.r_rdy & ~in_left.zero):
+                    m.d.sync += in_left.step()
+                with m.If((in_left.zero | (in_left.one & pfifo.r_rdy))
                           & (~req_pending | mem.req.ready)):
                     m.next = "Request"
             with m.State("Request"):      # the request may still be waiting
@@ -655,8 +691,8 @@ class Depacketizer(wiring.Component):
             with m.State("Discard"):
                 m.d.comb += pfifo.r_en.eq(1)
                 with m.If(pfifo.r_rdy):
-                    m.d.sync += in_left.eq(in_left - 1)
-                    with m.If(in_left == 1):
+                    m.d.sync += in_left.step()
+                    with m.If(in_left.one):
                         with m.If(d.complete):
                             m.next = "Complete"
                         with m.Else():
@@ -692,7 +728,7 @@ class Depacketizer(wiring.Component):
                 pfifo.r_en.eq(self.mem.wdata.ready & (half | last)),
             ]
             with m.If(written):
-                m.d.sync += [d_left.eq(d_left - 1), half.eq(~half & ~last)]
+                m.d.sync += [*d_left.step(), half.eq(~half & ~last)]
                 with m.If(last):
                     after_write()
 
@@ -730,7 +766,7 @@ class Depacketizer(wiring.Component):
         m.d.comb += joined.eq(rest | shifted[rest_fill // gran])
         with m.State("Dequant"):
             m.d.comb += [
-                refill.eq((rest_fill <= W) & (in_left != 0) & pfifo.r_rdy),
+                refill.eq((rest_fill <= W) & ~in_left.zero & pfifo.r_rdy),
                 pfifo.r_en.eq(refill),
                 self.mem.wdata.valid.eq(~header & have), self.mem.wdata.payload.data.eq(out),
                 self.mem.wdata.payload.mask.eq((1 << W) - 1),
@@ -740,12 +776,12 @@ class Depacketizer(wiring.Component):
             m.d.sync += [buf.eq(Mux(refill, joined, rest)),
                          fill.eq(rest_fill + Mux(refill, W, 0))]
             with m.If(refill):
-                m.d.sync += in_left.eq(in_left - 1)
+                m.d.sync += in_left.step()
             with m.If(pop & header):
                 m.d.sync += [scale.eq(buf[:32]), bias.eq(buf[32:64]), header.eq(0),
                              code_left.eq(d.dim >> (L.bit_length() - 1))]
             with m.If(written):
-                m.d.sync += [d_left.eq(d_left - 1), code_left.eq(code_left - 1)]
+                m.d.sync += [*d_left.step(), code_left.eq(code_left - 1)]
                 with m.If(code_left == 1):
                     m.d.sync += header.eq(1)
                 with m.If(last):

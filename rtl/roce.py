@@ -177,41 +177,69 @@ class ICRCEngine(wiring.Component):
     limit in the simulator; here each bit is one parity reduction. The tests hold this engine to
     ``ICRC_ALGORITHM``'s own software model (``Parameters.compute``).
 
-    ``stages = 2`` puts the work in two pipeline stages for the clock: the first registers the
-    word (``data``, ``valid``, ``start``: whatever selects and masks the covered bytes ends
-    there), the second folds it into the register (one parity of at most 32 register bits and
-    the word's bits per register bit). ``crc`` then shows a word two cycles after it was given
-    instead of one.
+    The register's next value is linear: ``A·register xor B·word``. ``stages`` splits it for
+    the clock:
+
+    * 1: one cycle, ``crc`` shows a word the cycle after it was given;
+    * 2: the word is registered first (``data``, ``valid``, ``start``: whatever selects and
+      masks the covered bytes ends there), then folded in (a parity of at most 32 register bits
+      and the word's bits per register bit);
+    * 3: the word is registered, then its contribution ``B·word`` (32 parities of the word
+      alone, no feedback), then the register takes ``A·register xor contribution``: the
+      feedback loop is a parity of about 20 register bits and one contribution bit (three
+      LUT4 levels at any width).
+
+    ``en`` (one bit per stage, all set unless driven) lets a stage hold: stage ``i`` takes
+    its input only when ``en[i]`` is set, so a caller can move the engine in lockstep with the
+    registers its beats travel through (the packetizer's output registers, which stall on
+    backpressure). As in such a chain, a stage may take a new word only when it holds none or
+    its word moves on in the same cycle (``en[i + 1]``); the register (the last stage) takes
+    its word when ``en[-1]`` is set. With ``en`` all set, ``crc`` shows a word ``stages``
+    cycles after it was given.
     """
 
     def __init__(self, data_bytes: int, *, stages: int = 1):
-        if stages not in (1, 2):
-            raise ValueError(f"stages: expected 1 or 2, got {stages!r}")
+        if stages not in (1, 2, 3):
+            raise ValueError(f"stages: expected 1, 2 or 3, got {stages!r}")
         self.data_bytes = data_bytes
         self.stages = stages
         super().__init__({
             "start": In(1), "valid": In(1), "data": In(8 * data_bytes), "crc": Out(32),
+            "en": In(stages, init=(1 << stages) - 1),
         })
 
     def elaborate(self, platform):
         m = Module()
         from_state, from_data = icrc_step_matrix(self.data_bytes)
-        if self.stages == 2:
-            word, valid, start = Signal(8 * self.data_bytes), Signal(), Signal()
-            m.d.sync += [word.eq(self.data), valid.eq(self.valid), start.eq(self.start)]
-        else:
-            word, valid, start = self.data, self.valid, self.start
+        nbits = 8 * self.data_bytes
+
+        def word_terms(word, k):
+            return [word[j] for j in range(nbits) if from_data[k] >> j & 1]
+
+        word, valid, start = self.data, self.valid, self.start
+        if self.stages >= 2:
+            r_word, r_valid, r_start = Signal(nbits), Signal(), Signal()
+            with m.If(self.en[0]):
+                m.d.sync += [r_word.eq(word), r_valid.eq(valid), r_start.eq(start)]
+            word, valid, start = r_word, r_valid, r_start
+        if self.stages == 3:
+            part, p_valid, p_start = Signal(32), Signal(), Signal()
+            with m.If(self.en[1]):
+                m.d.sync += [part.eq(Cat(*[Cat(*word_terms(word, k)).xor() for k in range(32)])),
+                             p_valid.eq(valid), p_start.eq(start)]
+            valid, start = p_valid, p_start
         state = Signal(32)
         source = Signal(32)
         m.d.comb += source.eq(state & ~start.replicate(32))
         nxt = Signal(32)
         for k in range(32):
             terms = [source[i] for i in range(32) if from_state[k] >> i & 1]
-            terms += [word[j] for j in range(8 * self.data_bytes) if from_data[k] >> j & 1]
+            terms += [part[k]] if self.stages == 3 else word_terms(word, k)
             m.d.comb += nxt[k].eq(Cat(*terms).xor())
-        with m.If(valid):
-            m.d.sync += state.eq(nxt)
-        with m.Elif(start):
-            m.d.sync += state.eq(0)
+        with m.If(self.en[-1]):
+            with m.If(valid):
+                m.d.sync += state.eq(nxt)
+            with m.Elif(start):
+                m.d.sync += state.eq(0)
         m.d.comb += self.crc.eq(~state)
         return m

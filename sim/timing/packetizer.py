@@ -4,9 +4,9 @@ sizes, without simulating the RTL.
 The packetizer sends one frame beat per cycle; a frame of ``F`` bytes (header, payload, pad,
 ICRC) is ``ceil(F / data_bytes)`` beats, and frames follow each other without gaps while
 payload and descriptors keep up. Starting from idle costs ``TX_STARTUP`` cycles (descriptor
-accepted, packet planned, first beat registered). The depacketizer takes one beat per cycle;
-its drain writes each packet's payload beats plus one cycle per packet (FP16/BF16: two FP32
-beats per payload beat), ``RX_VERDICT_LATENCY`` cycles after the packet's last beat and after
+accepted, packet planned, first beat registered). The depacketizer takes one beat per cycle (at
+least ``RX_MIN_FRAME_CYCLES`` cycles a frame); its drain writes each packet's payload beats
+plus one cycle per packet (FP16/BF16: two FP32 beats per payload beat), ``RX_VERDICT_LATENCY`` cycles after the packet's last beat and after
 the previous packet's drain (the payload FIFO holds two packets, so a slower drain decides the
 end).
 
@@ -34,17 +34,22 @@ from neonic.rtl.roce import (BASE_HEADER_LEN, ICRC_LEN, OP_WRITE_MIDDLE, check_d
                              check_pmtu, header_len)
 from neonic.sim.reference.roce import INT8_ROW_EXTRA, segment, wire_length
 
-__all__ = ["packet_cycles", "payload_gbps", "TX_STARTUP", "RX_VERDICT_LATENCY", "RX_TAIL", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
+__all__ = ["packet_cycles", "payload_gbps", "TX_STARTUP", "RX_VERDICT_LATENCY", "RX_TAIL", "RX_MIN_FRAME_CYCLES", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
            "estimate_tx", "estimate_rx"]
 
 #: From idle to the first frame beat: descriptor accepted, three plan stages, the generator's
-#: load, two output registers (measured on the RTL, `tests/rtl/test_packetizer_loopback.py`).
-TX_STARTUP = 6
+#: load, three output registers (measured on the RTL, `tests/rtl/test_packetizer_loopback.py`).
+TX_STARTUP = 7
 #: Depacketizer cycles from the end of a frame's beats to its drain starting (the checks'
 #: and verdict's stages, the verdict FIFO), and from the last drained packet to its last memory
 #: write leaving (both measured on the RTL, `neonic bench packetizer`'s timing-model error).
 RX_VERDICT_LATENCY = 4
 RX_TAIL = 3
+#: Depacketizer input cycles a frame takes at least: its last beat waits until three cycles
+#: after the previous frame's (the QP state a frame is checked against is written back one
+#: cycle after the previous frame's verdict; `rtl.depacketizer`). Only frames of one or two
+#: beats notice.
+RX_MIN_FRAME_CYCLES = 3
 #: Pipeline fill of the INT8 quantizer beyond a row's ingest and the divider latency (range
 #: register, launch, hand-off to the output stage, gearbox).
 INT8_LATENCY = 3
@@ -159,7 +164,7 @@ def estimate_rx(lengths: list[int], *, data_bytes: int, pmtu: int,
         f = frame_bytes(opcode, plen)
         fb = -(-f // W)
         npay = -(-plen // W)
-        cycles += fb
+        cycles += max(fb, RX_MIN_FRAME_CYCLES)
         if quant == "int8":
             work = _int8_rows(plen, dim) * (1 + dim // (W // 4)) + INT8_RX_PACKET
         elif quant != "none":

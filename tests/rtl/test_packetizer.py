@@ -113,9 +113,9 @@ def test_back_to_back_4096_at_64_bytes(rng):
     assert frames == expected(msgs, {}, 4096)
     beats = sum(-(-len(f) // 64) for f in frames)
     assert [-(-len(f) // 64) for f in frames[1:]] == [65] * 3
-    # setup: table write, descriptor, three plan stages and two output registers; then one
+    # setup: table write, descriptor, three plan stages and three output registers; then one
     # beat per cycle
-    assert cycles - beats <= 8, (cycles, beats)
+    assert cycles - beats <= 9, (cycles, beats)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -139,11 +139,11 @@ def test_all_small_sizes(width, rng):
 
 
 @pytest.mark.parametrize("width", [8, 64])
-@pytest.mark.parametrize("stages", [1, 2])
+@pytest.mark.parametrize("stages", [1, 2, 3])
 def test_icrc_engine_matches_lib_crc(width, stages, rng):
     """The parallel ICRC engine computes amaranth.lib.crc's algorithm (its software model),
-    ``stages`` cycles after each word (two: the feed is registered first); a restart between
-    words starts a new CRC."""
+    ``stages`` cycles after each word (two: the feed is registered first; three: then the
+    word's contribution); a restart between words starts a new CRC."""
     from neonic.rtl.roce import ICRC_ALGORITHM, ICRCEngine
     words = [int(x) for x in rng.integers(0, 1 << 62, 5)] + [(1 << (8 * width)) - 1]
     starts = [True, False, False, True, False, False]
@@ -165,11 +165,57 @@ def test_icrc_engine_matches_lib_crc(width, stages, rng):
     assert got[stages - 1:] == want
 
 
+@pytest.mark.parametrize("stages", [2, 3])
+def test_icrc_engine_stages_hold_with_en(stages, rng):
+    """Stages moved by ``en`` like a chain of registers with valid/ready (a stage takes a new
+    word when it holds none or its word moves on; the last one under random backpressure,
+    words offered at random): the register still ends at the CRC of the words in order, and
+    ``crc`` changes exactly once per word, to the CRC of the words so far."""
+    from neonic.rtl.roce import ICRC_ALGORITHM, ICRCEngine
+    width = 8
+    words = [int(x) for x in rng.integers(0, 1 << 62, 12)]
+    dut = ICRCEngine(width, stages=stages)
+    seen = []
+
+    async def tb(ctx):
+        i = 0
+        full = [False] * (stages - 1)      # stages before the register hold a word
+        for _ in range(300):
+            offer = i < len(words) and bool(rng.integers(0, 2))
+            en = [False] * stages
+            en[-1] = bool(rng.integers(0, 2))
+            for s in reversed(range(stages - 1)):
+                en[s] = not full[s] or en[s + 1]
+            for s in reversed(range(stages - 1)):
+                if en[s]:
+                    full[s] = offer if s == 0 else full[s - 1]
+            ctx.set(dut.en, sum(int(e) << s for s, e in enumerate(en)))
+            ctx.set(dut.valid, offer)
+            ctx.set(dut.start, offer and i == 0)
+            ctx.set(dut.data, words[i] if offer else 0)
+            await ctx.tick()
+            if offer and en[0]:
+                i += 1
+            seen.append(ctx.get(dut.crc))
+        assert i == len(words)
+        ctx.set(dut.en, (1 << stages) - 1)
+        ctx.set(dut.valid, 0)
+        for _ in range(stages):
+            await ctx.tick()
+        seen.append(ctx.get(dut.crc))
+
+    run_amaranth(dut, [tb], max_cycles=400)
+    params = ICRC_ALGORITHM(8 * width)
+    prefixes = [params.compute(words[:n]) for n in range(1, len(words) + 1)]
+    changes = [c for a, c in zip(seen, seen[1:]) if c != a]
+    assert changes == prefixes
+
+
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_icrc_engine_stages_are_checked():
     from neonic.rtl.roce import ICRCEngine
     with pytest.raises(ValueError, match="stages"):
-        ICRCEngine(8, stages=3)
+        ICRCEngine(8, stages=4)
 
 
 @pytest.mark.parametrize("width,quant,dim,rows", [(8, "int8", 6, [2, 23]), (32, "int8", 16, [12, 3]),
