@@ -5,8 +5,9 @@ the cycle its last pooled beat is taken, without simulating the datapath. It ste
 control once per cycle (parse and arbiter) and places each row's reducer and drain cycles by
 event (a few microseconds per cycle of the batch), following the unit's structure:
 
-* Parse: one input item per cycle, one cycle after it is offered (the input skid buffer); an
-  index waits for room in its bag's slot queue, a bag's last item for room in the bag queue.
+* Parse: one input item per cycle, ``input_latency`` cycles after it is offered (the input
+  skid buffer and the pre-decode register); an index waits for room in its bag's slot
+  queue, a bag's last item for room in the bag queue.
 * Arbiter: one entry per cycle, round robin over the slots whose head is readable
   (``parse_to_issue`` cycles after its parse), bags' first rows in bag order; a row waits
   while ``outstanding`` rows are in flight or the row queue is full.
@@ -16,7 +17,8 @@ event (a few microseconds per cycle of the batch), following the unit's structur
 * Reducer: one word (``lanes`` elements) per cycle in issue order; a row of a bag starts at
   least ``hazard_distance`` cycles after the previous row of the same bag (the read-add-write
   hazard), a bag's first row once its accumulator bank (``banks``, claimed in bag order) was
-  freed by the drain of the bag that held it; an end-only entry costs one cycle.
+  freed by the drain of the bag that held it (``bank_free_latency`` cycles after its last
+  drain read); an end-only entry costs one cycle.
 * Drain: in bag order, ``ceil(dim / lanes)`` beats per bag, one per cycle, ``done_latency``
   cycles after the bag's last word was taken; the output is assumed always ready.
 
@@ -168,7 +170,7 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
             drain_free = g.drain_end
             out_last = g.drain_end + t.drain_latency
             if g.has_rows:
-                bank_free[bank_of[drain_next]] = g.drain_end + 1
+                bank_free[bank_of[drain_next]] = g.drain_end + t.bank_free_latency
             drain_next += 1
 
     j = 0                            # next item to parse
@@ -226,8 +228,8 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
                 g.last_take = end
                 if not g.entries_left:
                     settle_drains()
-        # -- parse: one input item per cycle, one cycle after it is offered
-        if j < len(items) and cycle >= j + 1 and cycle > last_parse:
+        # -- parse: one input item per cycle, ``input_latency`` cycles after it is offered
+        if j < len(items) and cycle >= j + t.input_latency and cycle > last_parse:
             b, i = items[j]
             shape = shapes[b]
             g = bags[b]
