@@ -13,8 +13,9 @@ Interface
     One write per table id: ``base`` (beat address of row 0), ``rows``, ``dim``,
     ``elem_type`` (0 fp32, 1 fp16, 2 bf16; see :data:`ELEM_TYPE_CODES`), ``pooling``
     (0 SUM, 1 MEAN, 2 MAX; :data:`POOLING_CODES`), ``pad_valid``/``pad_index`` (the padding
-    index, if any). Always ready. A write takes effect for bags whose header is accepted on a
-    later cycle (a bag latches its descriptor at its header). A descriptor with ``dim`` outside
+    index, if any). Always ready. A write takes effect for bags whose header enters the
+    pre-decode stage (the cycle after the unit accepts it, or later) on a later cycle (a bag
+    latches its descriptor there). A descriptor with ``dim`` outside
     ``1..max_dim``, an element type this instance was not built for, or an unknown pooling code
     is stored as *invalid* (bags on that table become error bags), a table id
     ``>= tables`` is ignored; both count in ``counters.desc_rejected``.
@@ -88,7 +89,9 @@ reaches the memory or cache in front of it. Inside, each stage stalls only itsel
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
 the stages that may wait hold queues or credits sized for what is in flight.
 
-Parse (one input item per cycle, behind the input skid buffer): a header costs one cycle;
+Pre-decode (one register stage behind the input skid buffer): a header reads its table's
+descriptor, an index is compared with the bag's padding index and row count, so that the
+parse decides from flip-flops. Parse (one input item per cycle): a header costs one cycle;
 each index costs one cycle and, if it contributes, queues a row entry (with its read request;
 two register stages compute ``base + index * stride``) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
@@ -97,7 +100,8 @@ bag's last item queues its bag entry for the drain, and an end-only entry in its
 that item did not contribute. An empty bag (or one without contributing rows) costs its
 header cycle and its zero beats at the drain; it takes no bank and no reducer slot.
 
-Arbiter: one entry per cycle, round robin over the slots with an entry, into the read
+Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant,
+each bit a function of the round-robin pointer and the slots' ready bits), into the read
 requests and the reducer's row queue (at most ``outstanding`` rows requested and not fully
 consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag are
 separated by the other bags' rows: this hides the adder's read-add-write distance without
@@ -109,10 +113,14 @@ Reducer: consumes row data ``lanes`` elements ("a word") per cycle: a beat holds
 ``data_bytes / (4 * lanes)`` FP32 words or twice as many 16-bit words, so an FP32 beat takes
 one cycle when ``lanes * 4 == data_bytes`` (the default) and a 16-bit beat two. The issue
 stage takes a word only if no word of the same accumulator address was issued in the last
-``add_latency`` cycles (a scoreboard of the recent issues); after it the words pass a widening
-register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``,
-``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into their bank, at a
-fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank; the
+``add_latency`` cycles (a scoreboard of the recent issues). Its stall flags (this hazard,
+a bank still draining) are flip-flops, computed a cycle ahead for each thing the head can be
+next (the same word, the row's next word, or the next queue entry's first word, seen through
+the read slice's look-ahead), so that no long path runs from the accumulator state through
+the handshake; a bank freed by the drain is seen one cycle later. After it the words pass
+a widening register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
+(``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
+their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank; the
 accumulator has registered (block-RAM) read ports, transparent to the write-back, and the
 adder's input reads it from a register after the memory (read two stages ahead, with a bypass
 from the write-back), so two words of one address are issued at least ``add_latency + 1``
@@ -238,7 +246,9 @@ class UnitTiming:
     ``info_latency``: cycles from a row's issue to its entry being readable by the reducer;
     ``input_latency``: cycles from an item offered on ``bags`` to its parse (the input skid
     buffer and the pre-decode stage); ``bank_free_latency``: cycles from the drain's read of
-    a bag's last word to the first take that may claim the freed bank.
+    a bag's last word to the first take that may claim the freed bank; ``pace_rows``: rows
+    in flight from which the arbiter does not serve a row of the slot it served last
+    (0: never).
     """
 
     data_bytes: int
@@ -261,6 +271,7 @@ class UnitTiming:
     info_latency: int = 2
     input_latency: int = 2
     bank_free_latency: int = 2
+    pace_rows: int = 0
 
 
 class PoolLane(wiring.Component):
@@ -274,7 +285,8 @@ class PoolLane(wiring.Component):
     SUM/MEAN: ``(0 if first else old) + v`` (:class:`rtl.fp.FPAdd32` with ``latency``
     registers). MAX: ``v if first else (v if v > old else old)``
     (:class:`rtl.fp.FPMax32` with ``nan="compare"``), delayed by the same ``latency`` so both
-    results line up. Free running: one operation per cycle, no enable.
+    results line up; at ``latency >= 2`` the compare (into a one-bit choice) and the
+    selection are in separate stages. Free running: one operation per cycle, no enable.
 
     ``direct_add=True`` (what the gather unit uses) takes the adder's operands straight from
     the ports, so that no logic stands between the caller's registers and the adder: the
@@ -401,6 +413,9 @@ class EmbeddingBagUnit(wiring.Component):
         self.interleave = check_int("interleave", interleave, minimum=1, maximum=8,
                                     power_of_two=True)
         self.slot_depth = check_int("slot_depth", slot_depth, minimum=4, maximum=1024)
+        #: rows in flight from which the arbiter no longer serves one slot twice in a row
+        #: (half the read budget: the other half still covers the memory's latency)
+        self.pace_rows = max(1, self.outstanding // 2)
         #: accumulator banks: ``interleave`` bags accumulating, as many draining or waiting
         self.banks = 2 * self.interleave
         self.bank_width = max(1, exact_log2(self.banks))
@@ -455,7 +470,8 @@ class EmbeddingBagUnit(wiring.Component):
             # input skid buffer -> pre-decode register -> parse
             input_latency=2,
             # drain read -> bank_busy cleared -> the reducer's registered bank-wait flag
-            bank_free_latency=2)
+            bank_free_latency=2,
+            pace_rows=self.pace_rows if self.interleave > 1 else 0)
 
     # -- internal layouts ------------------------------------------------------------------
 
@@ -773,8 +789,21 @@ class EmbeddingBagUnit(wiring.Component):
         # needs ``banks > interleave``).
         start = Signal(max(1, exact_log2(K)))
         hviews = [data.View(sentry, h.payload) for h in heads]
-        rdy = Cat(*[h.valid & (~hv.info.first | ((start == k) if K > 1 else 1))
-                    for k, (h, hv) in enumerate(zip(heads, hviews))])
+        # Pacing: a row of the slot served last (``rr - 1``) waits while ``pace_rows`` rows
+        # or more are in flight, so that another bag's row, when one comes, goes between two
+        # rows of one bag: back to back, two rows of a bag cost the adder's read-add-write
+        # distance instead of their words (the first bag of a batch, whose rows the parse
+        # produces before any other bag's, would otherwise run alone). With fewer rows in
+        # flight the memory is kept busy first.
+        pace = Signal()              # at least ``pace_rows`` rows in flight (a flip-flop)
+        rr_prev = Signal(K, init=1 << (K - 1))   # one-hot: the slot served last
+        rdy_bits = []
+        for k, (h, hv) in enumerate(zip(heads, hviews)):
+            r = h.valid
+            if K > 1:
+                r = r & (~hv.info.first | (start == k)) & ~(pace & hv.info.has_row & rr_prev[k])
+            rdy_bits.append(r)
+        rdy = Cat(*rdy_bits)
         # The grant, one-hot: slot ``k`` when it is ready and no slot before it in the round
         # robin order (``rr``, ``rr + 1``, ...) is. Each grant bit is a function of ``rr`` and
         # the ``rdy`` bits only, and the payload is an AND-OR of the granted head: no binary
@@ -798,10 +827,13 @@ class EmbeddingBagUnit(wiring.Component):
         # the compares are made on the count alone, the handshakes only select among them
         room = Signal(init=1)
         up, down = row_issued & ~row_done, row_done & ~row_issued
+        pr = self.pace_rows
         m.d.sync += [
             outstanding.eq(outstanding + row_issued - row_done),
             room.eq(Mux(up, outstanding < self.outstanding - 1,
                         Mux(down, 1, outstanding < self.outstanding))),
+            pace.eq(Mux(up, outstanding >= pr - 1, Mux(down, outstanding >= pr + 1,
+                                                      outstanding >= pr))),
         ]
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests.
@@ -827,6 +859,7 @@ class EmbeddingBagUnit(wiring.Component):
         for k, h in enumerate(heads):
             m.d.comb += h.ready.eq(go_k[k])
         with m.If(go):
+            m.d.sync += rr_prev.eq(grant)
             for k in range(K):
                 with m.If(grant[k]):
                     m.d.sync += rr.eq((k + 1) % K)

@@ -10,7 +10,8 @@ event (a few microseconds per cycle of the batch), following the unit's structur
   queue, a bag's last item for room in the bag queue.
 * Arbiter: one entry per cycle, round robin over the slots whose head is readable
   (``parse_to_issue`` cycles after its parse), bags' first rows in bag order; a row waits
-  while ``outstanding`` rows are in flight or the row queue is full.
+  while ``outstanding`` rows are in flight or the row queue is full, and a row of the slot
+  served last while ``pace_rows`` rows are in flight.
 * Memory: a row's read reaches the memory one cycle after its issue and its first beat comes
   back ``latency`` cycles later (plus the response skid buffer), and not before the previous
   row has been consumed (responses are in order), then one beat per cycle.
@@ -31,7 +32,7 @@ delays). Other stalls on the streams (idle input, backpressure) are not modelled
 from __future__ import annotations
 
 from collections.abc import Sequence
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -184,9 +185,14 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
     while j < len(items) or issued < total_entries:
         # -- arbiter: one entry per cycle, round robin over the slots with a readable head
         pick = -1
+        # pacing: the slot served last gives no row while pace_rows rows or more are in flight
+        paced = -1
+        if t.pace_rows and len(issue) - bisect_left(take_end_rows, cycle) >= t.pace_rows:
+            paced = (rr - 1) % K
         for off in range(K):
             s = (rr + off) % K
-            if slots[s] and slots[s][0][0] <= cycle and (not slots[s][0][3] or s == start_slot):
+            if slots[s] and slots[s][0][0] <= cycle and (not slots[s][0][3] or s == start_slot) \
+                    and not (s == paced and slots[s][0][2]):
                 pick = s
                 break
         if pick >= 0:
