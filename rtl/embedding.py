@@ -13,8 +13,9 @@ Interface
     One write per table id: ``base`` (beat address of row 0), ``rows``, ``dim``,
     ``elem_type`` (0 fp32, 1 fp16, 2 bf16; see :data:`ELEM_TYPE_CODES`), ``pooling``
     (0 SUM, 1 MEAN, 2 MAX; :data:`POOLING_CODES`), ``pad_valid``/``pad_index`` (the padding
-    index, if any). Always ready. A write takes effect for bags whose header is accepted on a
-    later cycle (a bag latches its descriptor at its header). A descriptor with ``dim`` outside
+    index, if any). Always ready. A write takes effect for bags whose header enters the
+    pre-decode stage (the cycle after the unit accepts it, or later) on a later cycle (a bag
+    latches its descriptor there). A descriptor with ``dim`` outside
     ``1..max_dim``, an element type this instance was not built for, or an unknown pooling code
     is stored as *invalid* (bags on that table become error bags), a table id
     ``>= tables`` is ignored; both count in ``counters.desc_rejected``.
@@ -88,7 +89,9 @@ reaches the memory or cache in front of it. Inside, each stage stalls only itsel
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
 the stages that may wait hold queues or credits sized for what is in flight.
 
-Parse (one input item per cycle, behind the input skid buffer): a header costs one cycle;
+Pre-decode (one register stage behind the input skid buffer): a header reads its table's
+descriptor, an index is compared with the bag's padding index and row count, so that the
+parse decides from flip-flops. Parse (one input item per cycle): a header costs one cycle;
 each index costs one cycle and, if it contributes, queues a row entry (with its read request;
 two register stages compute ``base + index * stride``) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
@@ -97,7 +100,8 @@ bag's last item queues its bag entry for the drain, and an end-only entry in its
 that item did not contribute. An empty bag (or one without contributing rows) costs its
 header cycle and its zero beats at the drain; it takes no bank and no reducer slot.
 
-Arbiter: one entry per cycle, round robin over the slots with an entry, into the read
+Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant,
+each bit a function of the round-robin pointer and the slots' ready bits), into the read
 requests and the reducer's row queue (at most ``outstanding`` rows requested and not fully
 consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag are
 separated by the other bags' rows: this hides the adder's read-add-write distance without
@@ -109,10 +113,14 @@ Reducer: consumes row data ``lanes`` elements ("a word") per cycle: a beat holds
 ``data_bytes / (4 * lanes)`` FP32 words or twice as many 16-bit words, so an FP32 beat takes
 one cycle when ``lanes * 4 == data_bytes`` (the default) and a 16-bit beat two. The issue
 stage takes a word only if no word of the same accumulator address was issued in the last
-``add_latency`` cycles (a scoreboard of the recent issues); after it the words pass a widening
-register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``,
-``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into their bank, at a
-fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank; the
+``add_latency`` cycles (a scoreboard of the recent issues). Its stall flags (this hazard,
+a bank still draining) are flip-flops, computed a cycle ahead for each thing the head can be
+next (the same word, the row's next word, or the next queue entry's first word, seen through
+the read slice's look-ahead), so that no long path runs from the accumulator state through
+the handshake; a bank freed by the drain is seen one cycle later. After it the words pass
+a widening register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
+(``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
+their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank; the
 accumulator has registered (block-RAM) read ports, transparent to the write-back, and the
 adder's input reads it from a register after the memory (read two stages ahead, with a bypass
 from the write-back), so two words of one address are issued at least ``add_latency + 1``
@@ -235,7 +243,12 @@ class UnitTiming:
     ``done_latency``: cycles from the take of a bag's last word to its drain;
     ``drain_latency``: cycles from a drain read to the beat on ``pooled``;
     ``queue_latency``: cycles from a queue write to the entry being readable;
-    ``info_latency``: cycles from a row's issue to its entry being readable by the reducer.
+    ``info_latency``: cycles from a row's issue to its entry being readable by the reducer;
+    ``input_latency``: cycles from an item offered on ``bags`` to its parse (the input skid
+    buffer and the pre-decode stage); ``bank_free_latency``: cycles from the drain's read of
+    a bag's last word to the first take that may claim the freed bank; ``pace_rows``: rows
+    in flight from which the arbiter does not serve a row of the slot it served last
+    (0: never).
     """
 
     data_bytes: int
@@ -256,6 +269,9 @@ class UnitTiming:
     done_latency: int = 0
     queue_latency: int = 2
     info_latency: int = 2
+    input_latency: int = 2
+    bank_free_latency: int = 2
+    pace_rows: int = 0
 
 
 class PoolLane(wiring.Component):
@@ -269,7 +285,8 @@ class PoolLane(wiring.Component):
     SUM/MEAN: ``(0 if first else old) + v`` (:class:`rtl.fp.FPAdd32` with ``latency``
     registers). MAX: ``v if first else (v if v > old else old)``
     (:class:`rtl.fp.FPMax32` with ``nan="compare"``), delayed by the same ``latency`` so both
-    results line up. Free running: one operation per cycle, no enable.
+    results line up; at ``latency >= 2`` the compare (into a one-bit choice) and the
+    selection are in separate stages. Free running: one operation per cycle, no enable.
 
     ``direct_add=True`` (what the gather unit uses) takes the adder's operands straight from
     the ports, so that no logic stands between the caller's registers and the adder: the
@@ -299,8 +316,19 @@ class PoolLane(wiring.Component):
         else:
             m.d.comb += [add.a.eq(Mux(self.first, 0, self.old)), add.b.eq(self.v)]
         m.d.comb += [mx.a.eq(self.old), mx.b.eq(self.v)]
-        sel = Mux(self.first, self.v, mx.o)
-        for k in range(self.latency):
+        if self.latency >= 2:
+            # Two stages: the compare into a flag (with both operands registered beside it),
+            # then the selection; the rest of the latency is a delay line.
+            take_v = Signal(name="max_take_v")
+            v_r = Signal(32, name="max_v")
+            old_r = Signal(32, name="max_old")
+            m.d.sync += [take_v.eq(self.first | mx.sel_b), v_r.eq(self.v), old_r.eq(self.old)]
+            sel = Mux(take_v, v_r, old_r)
+            stages = self.latency - 1
+        else:
+            sel = Mux(self.first, self.v, mx.o)
+            stages = self.latency
+        for k in range(stages):
             r = Signal(32, name=f"max_d{k}")
             m.d.sync += r.eq(sel)
             sel = r
@@ -385,6 +413,9 @@ class EmbeddingBagUnit(wiring.Component):
         self.interleave = check_int("interleave", interleave, minimum=1, maximum=8,
                                     power_of_two=True)
         self.slot_depth = check_int("slot_depth", slot_depth, minimum=4, maximum=1024)
+        #: rows in flight from which the arbiter no longer serves one slot twice in a row
+        #: (half the read budget: the other half still covers the memory's latency)
+        self.pace_rows = max(1, self.outstanding // 2)
         #: accumulator banks: ``interleave`` bags accumulating, as many draining or waiting
         self.banks = 2 * self.interleave
         self.bank_width = max(1, exact_log2(self.banks))
@@ -435,7 +466,12 @@ class EmbeddingBagUnit(wiring.Component):
             # a queue write -> readable 2 cycles later -> its read slice
             queue_latency=3,
             # arbiter -> write slice -> row queue -> read slice
-            info_latency=4)
+            info_latency=4,
+            # input skid buffer -> pre-decode register -> parse
+            input_latency=2,
+            # drain read -> bank_busy cleared -> the reducer's registered bank-wait flag
+            bank_free_latency=2,
+            pace_rows=self.pace_rows if self.interleave > 1 else 0)
 
     # -- internal layouts ------------------------------------------------------------------
 
@@ -569,15 +605,16 @@ class EmbeddingBagUnit(wiring.Component):
 
         # Each queue is read through a register slice: what decides to take an entry (the
         # arbiter, the hazard check, the drain) does not reach into the queue's pointers.
-        def read_slice(q, name):
-            sk = SkidBuffer(unsigned(q.width))
+        def read_slice(q, name, peek=False):
+            sk = SkidBuffer(unsigned(q.width), peek=peek)
             m.submodules[name] = sk
             m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
                          q.r_en.eq(sk.i.ready)]
-            return sk.o
-        heads = [read_slice(q, f"slot_h{k}") for k, q in enumerate(slots)]
-        info_h = read_slice(info_q, "info_h")
-        bag_h = read_slice(bag_q, "bag_h")
+            return sk
+        heads = [read_slice(q, f"slot_h{k}").o for k, q in enumerate(slots)]
+        info_sk = read_slice(info_q, "info_h", peek=True)
+        info_h = info_sk.o
+        bag_h = read_slice(bag_q, "bag_h").o
 
         # Accumulator banks: given out in bag order by the parse (a bag's first contributing
         # row takes ``next_bank``), claimed by the bag's first word at the reducer, marked done
@@ -586,12 +623,37 @@ class EmbeddingBagUnit(wiring.Component):
         bank_done = Signal(nb)
         next_bank = Signal(self.bank_width)
 
+        # ---- pre-decode: one register stage between the input skid buffer and the parse ----
+        # A header reads its table's descriptor here; an index is compared here with the
+        # padding index and the row count of the bag's descriptor (that of the last header to
+        # pass this stage), so that the parse's decisions start from flip-flops.
+        parse_take = Signal()        # the parse consumes the pre-decoded item
+        p_valid = Signal()
+        p_item = Signal(self.item_layout)
+        p_desc = Signal(sdesc)       # a header's descriptor
+        p_desc_ok = Signal()         # ... valid, on a table that exists
+        p_pad = Signal()             # an index equal to the bag's padding index
+        p_oob = Signal()             # an index >= the bag's row count
+        cur_p = Signal(sdesc)        # the descriptor of the last header through this stage
+        in_item = bags_in.o.payload
+        in_hdr = in_item.body.bag
+        in_idx = in_item.body.item
+        p_ready = ~p_valid | parse_take
+        m.d.comb += [bags_in.o.ready.eq(p_ready), desc_rd.addr.eq(in_hdr.table)]
+        with m.If(p_ready):
+            m.d.sync += [p_valid.eq(bags_in.o.valid), p_item.eq(in_item),
+                         p_desc.eq(desc_rd.data),
+                         p_desc_ok.eq(desc_rd.data.valid & (in_hdr.table < self.tables)),
+                         p_pad.eq(cur_p.pad_valid & (in_idx.index == cur_p.pad_index)),
+                         p_oob.eq(in_idx.index >= cur_p.rows)]
+            with m.If(bags_in.o.valid & in_item.header):
+                m.d.sync += cur_p.eq(desc_rd.data)
+
         # ---- parse: one input item per cycle, row entries into the bag's slot queue -------
-        item = bags_in.o.payload
+        item = p_item
         hdr = item.body.bag
         idx = item.body.item
-        m.d.comb += desc_rd.addr.eq(hdr.table)
-        hdr_valid_desc = desc_rd.data.valid & (hdr.table < self.tables)
+        hdr_valid_desc = p_desc_ok
 
         cur = Signal(sdesc)          # the current bag's descriptor
         c_tag = Signal(self.tag_width)
@@ -601,6 +663,7 @@ class EmbeddingBagUnit(wiring.Component):
         c_bank = Signal(self.bank_width)
         remaining = Signal(self.length_width)
         count = Signal(self.length_width)
+        count_inc = Signal(self.length_width + 1, init=1)   # count + 1, as a flip-flop
 
         # Two register stages between the parse and the slot queues: the row address
         # (``base + index * stride``, a multiplier and an adder) is computed there.
@@ -632,36 +695,37 @@ class EmbeddingBagUnit(wiring.Component):
 
         with m.FSM(name="front") as front_fsm:
             with m.State("HEADER"):
-                with m.If(bags_in.o.valid & ~item.header):
+                with m.If(p_valid & ~item.header):
                     # An index item outside a bag: drop it.
-                    m.d.comb += bags_in.o.ready.eq(1)
+                    m.d.comb += parse_take.eq(1)
                     m.d.sync += cnt["protocol_errors"].eq(cnt["protocol_errors"] + 1)
                 with m.Elif(hdr.length == 0):
                     # Empty bag: one cycle and its (zero) bag entry; no reducer slot, no bank.
-                    m.d.comb += bags_in.o.ready.eq(bag_q.w_rdy)
-                    with m.If(bags_in.o.valid & bag_q.w_rdy):
+                    m.d.comb += parse_take.eq(bag_q.w_rdy)
+                    with m.If(p_valid & bag_q.w_rdy):
                         m.d.comb += [
                             bag_q.w_en.eq(1), bag_w.tag.eq(hdr.tag), bag_w.count.eq(0),
-                            bag_w.last_word.eq(Mux(hdr_valid_desc, desc_rd.data.last_word, 0)),
-                            bag_w.tail.eq(desc_rd.data.tail),
+                            bag_w.last_word.eq(Mux(hdr_valid_desc, p_desc.last_word, 0)),
+                            bag_w.tail.eq(p_desc.tail),
                             bag_w.error.eq(~hdr_valid_desc),
                         ]
                         m.d.sync += cnt["bags_in"].eq(cnt["bags_in"] + 1)
                 with m.Else():
-                    m.d.comb += bags_in.o.ready.eq(1)
-                    with m.If(bags_in.o.valid):
+                    m.d.comb += parse_take.eq(1)
+                    with m.If(p_valid):
                         m.d.sync += [
-                            cur.eq(desc_rd.data), c_tag.eq(hdr.tag),
+                            cur.eq(p_desc), c_tag.eq(hdr.tag),
                             c_weighted.eq(hdr.weighted), c_error.eq(~hdr_valid_desc),
                             c_dropped.eq(0), remaining.eq(hdr.length), count.eq(0),
+                            count_inc.eq(1),
                             no_rows.eq(1), last_next.eq(hdr.length == 1),
                             cnt["bags_in"].eq(cnt["bags_in"] + 1),
                         ]
                         m.next = "ITEMS"
             with m.State("ITEMS"):
                 early = item.header     # a header inside a bag closes it (protocol error)
-                is_pad = cur.pad_valid & (idx.index == cur.pad_index)
-                oob = idx.index >= cur.rows
+                is_pad = p_pad
+                oob = p_oob
                 contributes = ~early & ~c_error & ~is_pad & ~oob
                 last = early | last_next
                 claim = contributes & no_rows
@@ -673,12 +737,13 @@ class EmbeddingBagUnit(wiring.Component):
                 # range): every index needs room in its bag's slot. The stall is then a
                 # function of flip-flops only, and costs nothing but in a full slot.
                 can = slot_room.bit_select(slot, 1) & (~last | bag_q.w_rdy)
-                m.d.comb += bags_in.o.ready.eq(can & ~early)
-                with m.If(bags_in.o.valid & can):
+                m.d.comb += parse_take.eq(can & ~early)
+                with m.If(p_valid & can):
                     with m.If(claim):
                         m.d.sync += [c_bank.eq(next_bank), next_bank.eq(next_bank + 1)]
                     with m.If(contributes):
-                        m.d.sync += [count.eq(count + 1), no_rows.eq(0)]
+                        m.d.sync += [count.eq(count_inc), count_inc.eq(count_inc + 1),
+                                     no_rows.eq(0)]
                     with m.If(~early & ~c_error & oob & ~is_pad):
                         m.d.sync += [c_dropped.eq(1),
                                      cnt["indices_dropped"].eq(cnt["indices_dropped"] + 1)]
@@ -697,7 +762,7 @@ class EmbeddingBagUnit(wiring.Component):
                         pe1.base.eq(cur.base),
                     ]
                     with m.If(last):
-                        final_count = count + contributes
+                        final_count = Mux(contributes, count_inc, count)
                         m.d.comb += [
                             bag_q.w_en.eq(1),
                             bag_w.tag.eq(c_tag),
@@ -718,56 +783,86 @@ class EmbeddingBagUnit(wiring.Component):
         # by rows of the other bags in flight, which hides the accumulator's read-add-write
         # distance. The reducer sees the rows in request order (responses are in order).
         rr = Signal(max(1, exact_log2(K)))
-        pick = Signal(max(1, exact_log2(K)))
         # A bag's first row may go only in bag order (``start``: the slot of the next bag to
         # start): banks are then claimed in bag order, as the drain frees them, and every bag
         # holding the bank a starting bag needs has all its rows ahead of it (no deadlock;
         # needs ``banks > interleave``).
         start = Signal(max(1, exact_log2(K)))
-        rdy = Cat(*[h.valid & (~data.View(sentry, h.payload).info.first
-                               | ((start == k) if K > 1 else 1))
-                    for k, h in enumerate(heads)])
-        if K == 1:
-            m.d.comb += pick.eq(0)
-        else:
+        hviews = [data.View(sentry, h.payload) for h in heads]
+        # Pacing: a row of the slot served last (``rr - 1``) waits while ``pace_rows`` rows
+        # or more are in flight, so that another bag's row, when one comes, goes between two
+        # rows of one bag: back to back, two rows of a bag cost the adder's read-add-write
+        # distance instead of their words (the first bag of a batch, whose rows the parse
+        # produces before any other bag's, would otherwise run alone). With fewer rows in
+        # flight the memory is kept busy first.
+        pace = Signal()              # at least ``pace_rows`` rows in flight (a flip-flop)
+        rr_prev = Signal(K, init=1 << (K - 1))   # one-hot: the slot served last
+        rdy_bits = []
+        for k, (h, hv) in enumerate(zip(heads, hviews)):
+            r = h.valid
+            if K > 1:
+                r = r & (~hv.info.first | (start == k)) & ~(pace & hv.info.has_row & rr_prev[k])
+            rdy_bits.append(r)
+        rdy = Cat(*rdy_bits)
+        # The grant, one-hot: slot ``k`` when it is ready and no slot before it in the round
+        # robin order (``rr``, ``rr + 1``, ...) is. Each grant bit is a function of ``rr`` and
+        # the ``rdy`` bits only, and the payload is an AND-OR of the granted head: no binary
+        # index and no multiplexer chain between the heads' flip-flops and the handshake.
+        grant = Signal(K)
+        for k in range(K):
+            ahead = Const(0, 1)
             for r in range(K):
-                with m.If(rr == r):
-                    for off in reversed(range(K)):
-                        s = (r + off) % K
-                        with m.If(rdy[s]):
-                            m.d.comb += pick.eq(s)
-        sel_bits = heads[0].payload
-        for k in range(1, K):
-            sel_bits = Mux(pick == k, heads[k].payload, sel_bits)
+                before = [(r + off) % K for off in range((k - r) % K)]
+                if before:
+                    ahead = ahead | ((rr == r) & Cat(*[rdy[j] for j in before]).any())
+            m.d.comb += grant[k].eq(rdy[k] & ~ahead)
+        sel_bits = Const(0, sentry.size)
+        for k in range(K):
+            sel_bits = sel_bits | Mux(grant[k], heads[k].payload, 0)
         sel = data.View(sentry, sel_bits)
         outstanding = Signal(range(self.outstanding + 1))
         row_done = Signal()          # the reducer finished consuming a row
         row_issued = Signal()
-        # ``room``: fewer than ``outstanding`` rows in flight, as a flip-flop (next state)
+        # ``room``: fewer than ``outstanding`` rows in flight, as a flip-flop (next state);
+        # the compares are made on the count alone, the handshakes only select among them
         room = Signal(init=1)
-        next_out = outstanding + row_issued - row_done
-        m.d.sync += [outstanding.eq(next_out), room.eq(next_out < self.outstanding)]
+        up, down = row_issued & ~row_done, row_done & ~row_issued
+        pr = self.pace_rows
+        m.d.sync += [
+            outstanding.eq(outstanding + row_issued - row_done),
+            room.eq(Mux(up, outstanding < self.outstanding - 1,
+                        Mux(down, 1, outstanding < self.outstanding))),
+            pace.eq(Mux(up, outstanding >= pr - 1, Mux(down, outstanding >= pr + 1,
+                                                      outstanding >= pr))),
+        ]
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests.
         m.submodules.info_in = info_in = SkidBuffer(rinfo)
         m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
                      info_in.o.ready.eq(info_q.w_rdy)]
+        # Per slot: whether its head could go if granted (flip-flops only), then the grant.
+        can_go = Cat(*[info_in.i.ready & (~hv.info.has_row | (req_out.i.ready & room))
+                       for hv in hviews])
+        go_k = Signal(K)
+        m.d.comb += go_k.eq(grant & can_go)
         go = Signal()
-        m.d.comb += go.eq(rdy.any() & info_in.i.ready
-                          & (~sel.info.has_row | (req_out.i.ready & room)))
+        m.d.comb += go.eq(go_k.any())
         m.d.comb += [
-            req_out.i.valid.eq(go & sel.info.has_row),
+            req_out.i.valid.eq((go_k & Cat(*[hv.info.has_row for hv in hviews])).any()),
             req_out.i.payload.addr.eq(sel.addr),
             req_out.i.payload.beats.eq(sel.beats),
             req_out.i.payload.write.eq(0),
-            row_issued.eq(go & sel.info.has_row),
+            row_issued.eq(req_out.i.valid),
             info_in.i.valid.eq(go),
             info_in.i.payload.eq(sel.info),
         ]
         for k, h in enumerate(heads):
-            m.d.comb += h.ready.eq(go & (pick == k))
+            m.d.comb += h.ready.eq(go_k[k])
         with m.If(go):
-            m.d.sync += rr.eq(pick + 1)
+            m.d.sync += rr_prev.eq(grant)
+            for k in range(K):
+                with m.If(grant[k]):
+                    m.d.sync += rr.eq((k + 1) % K)
         with m.If(go & sel.info.first):
             m.d.sync += start.eq(start + 1)
 
@@ -779,9 +874,8 @@ class EmbeddingBagUnit(wiring.Component):
         ml = self.mul_latency
         chunk = Signal(range(2 * wpb))
         word = Signal(self.word_width + 1)
+        word_inc = Signal(self.word_width + 1, init=1)     # word + 1, kept as a flip-flop
         is16 = head.elem_type != ELEM_TYPE_CODES["fp32"]
-        last_word = word == head.last_word
-        beat_done = last_word | (chunk == Mux(is16, 2 * wpb - 1, wpb - 1))
         addr_w = self.word_width + self.bank_width
         head_addr = Cat(word[:self.word_width], head.bank)
         # The words issued in the last ``add_latency`` cycles are still in the adder when this
@@ -790,17 +884,50 @@ class EmbeddingBagUnit(wiring.Component):
         # everything after it runs free.
         recent = [Signal(data.StructLayout({"valid": unsigned(1), "addr": unsigned(addr_w)}),
                          name=f"recent{k}") for k in range(al)]
-        hit = Const(0, 1)
-        for r in recent:
-            hit = hit | (r.valid & (r.addr == head_addr))
+        # The stall flags of the head word (hazard, bank wait) and whether it is its row's last
+        # word are flip-flops, computed one cycle ahead for each thing the head can be on the
+        # next cycle: the same word (no take), the row's next word (a take inside the row), or
+        # word 0 of the entry that follows (``peek``: the head advances). Against the window
+        # as it will be then: ``recent[0 .. al-2]`` moved one place, plus this cycle's word
+        # if it is taken. ``take`` only selects among the three at the end, so no long path
+        # runs from the accumulator state through the handshake into the skid buffers.
+        # A bank freed by the drain is seen one cycle later than the drain frees it.
         hazard = Signal()
-        m.d.comb += hazard.eq(head.has_row & ~head.first & hit)
+        bank_wait = Signal()
+        last_word = Signal()
+        peek = data.View(rinfo, info_sk.peek_payload)
+
+        def window_hit(addr):
+            hit = Const(0, 1)
+            for r in recent[:al - 1]:
+                hit = hit | (r.valid & (r.addr == addr))
+            return hit
+
+        take = Signal()
+        advance = Signal()           # the head loads the next entry (or is empty)
+        m.d.comb += advance.eq(~info_h.valid | (take & (~head.has_row | last_word)))
+        claim_bank = head.has_row & head.first & (word == 0)
+        # same word, no take
+        stay_hazard = head.has_row & ~head.first & window_hit(head_addr)
+        stay_wait = claim_bank & bank_busy.bit_select(head.bank, 1)
+        # the row's next word, after a take inside the row
+        next_addr = Cat(word_inc[:self.word_width], head.bank)
+        step_hazard = ~head.first & window_hit(next_addr)
+        step_last = word_inc == head.last_word
+        # word 0 of the next entry
+        peek_addr = Cat(Const(0, self.word_width), peek.bank)
+        peek_hazard = peek.has_row & ~peek.first & (
+            window_hit(peek_addr) | (take & head.has_row & (head_addr == peek_addr)))
+        peek_wait = peek.has_row & peek.first & bank_busy.bit_select(peek.bank, 1)
+        peek_last = peek.last_word == 0
+        m.d.sync += [
+            hazard.eq(Mux(advance, peek_hazard, Mux(take, step_hazard, stay_hazard))),
+            bank_wait.eq(Mux(advance, peek_wait, Mux(take, 0, stay_wait))),
+            last_word.eq(Mux(advance, peek_last, Mux(take, step_last, last_word))),
+        ]
+        beat_done = last_word | (chunk == Mux(is16, 2 * wpb - 1, wpb - 1))
         # A bag's first word claims its bank (banks go round in bag order): it waits while
         # the bag that held the bank before is still being drained.
-        claim_bank = head.has_row & head.first & (word == 0)
-        bank_wait = Signal()
-        m.d.comb += bank_wait.eq(claim_bank & bank_busy.bit_select(head.bank, 1))
-        take = Signal()
         with m.If(take & claim_bank):
             for b in range(nb):
                 with m.If(head.bank == b):
@@ -817,7 +944,8 @@ class EmbeddingBagUnit(wiring.Component):
         for k in range(1, al):
             m.d.sync += recent[k].eq(recent[k - 1])
         with m.If(take & head.has_row):
-            m.d.sync += [word.eq(Mux(last_word, 0, word + 1)),
+            m.d.sync += [word.eq(Mux(last_word, 0, word_inc)),
+                         word_inc.eq(Mux(last_word, 1, word_inc + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
         with m.If(info_h.valid & hazard):
             m.d.sync += cnt["stall_hazard"].eq(cnt["stall_hazard"] + 1)
@@ -1017,7 +1145,7 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += cnt["stall_output"].eq(cnt["stall_output"] + 1)
 
         # ---- busy and input starvation --------------------------------------------------
-        in_flight = (bags_in.o.valid | req_out.o.valid | resp_in.o.valid | pe1.valid
+        in_flight = (bags_in.o.valid | p_valid | req_out.o.valid | resp_in.o.valid | pe1.valid
                      | pe2.valid | info_in.o.valid | info_q.r_rdy | info_h.valid | bag_q.r_rdy
                      | bag_h.valid
                      | (credit != 0))

@@ -43,7 +43,7 @@ forward and ``ready`` backward, at full throughput and one cycle of latency.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -157,17 +157,33 @@ class SkidBuffer(wiring.Component):
     Why: a unit's stall (a hazard compare, a full queue) would otherwise reach the ready input
     of the unit feeding it, and through that unit the next one: one global combinational
     stall across the design, the critical path of the whole chip.
+
+    With ``peek=True`` it also shows the entry that follows the output's (``peek_valid``,
+    ``peek_payload``: the skid register's entry if it holds one, else the input's): what
+    ``o`` holds on the cycle after it advances. A consumer that must decide one cycle ahead
+    (a stall flag kept in a flip-flop) computes it from there. Both are one multiplexer from
+    flip-flops when the input comes from flip-flops.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, peek: bool = False):
         self.shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+        self.peek = bool(peek)
+        ports = {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))}
+        if self.peek:
+            ports.update(peek_valid=Out(1), peek_payload=Out(shape))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         skid = Signal(self.shape)
         skid_valid = Signal()
         m.d.comb += self.i.ready.eq(~skid_valid)
+        if self.peek:
+            m.d.comb += [
+                self.peek_valid.eq(skid_valid | self.i.valid),
+                self.peek_payload.eq(Mux(skid_valid, Value.cast(skid),
+                                         Value.cast(self.i.payload))),
+            ]
         with m.If(~self.o.valid | self.o.ready):
             # The output register loads: from the skid register if it holds one, else the input.
             with m.If(skid_valid):

@@ -5,18 +5,21 @@ the cycle its last pooled beat is taken, without simulating the datapath. It ste
 control once per cycle (parse and arbiter) and places each row's reducer and drain cycles by
 event (a few microseconds per cycle of the batch), following the unit's structure:
 
-* Parse: one input item per cycle, one cycle after it is offered (the input skid buffer); an
-  index waits for room in its bag's slot queue, a bag's last item for room in the bag queue.
+* Parse: one input item per cycle, ``input_latency`` cycles after it is offered (the input
+  skid buffer and the pre-decode register); an index waits for room in its bag's slot
+  queue, a bag's last item for room in the bag queue.
 * Arbiter: one entry per cycle, round robin over the slots whose head is readable
   (``parse_to_issue`` cycles after its parse), bags' first rows in bag order; a row waits
-  while ``outstanding`` rows are in flight or the row queue is full.
+  while ``outstanding`` rows are in flight or the row queue is full, and a row of the slot
+  served last while ``pace_rows`` rows are in flight.
 * Memory: a row's read reaches the memory one cycle after its issue and its first beat comes
   back ``latency`` cycles later (plus the response skid buffer), and not before the previous
   row has been consumed (responses are in order), then one beat per cycle.
 * Reducer: one word (``lanes`` elements) per cycle in issue order; a row of a bag starts at
   least ``hazard_distance`` cycles after the previous row of the same bag (the read-add-write
   hazard), a bag's first row once its accumulator bank (``banks``, claimed in bag order) was
-  freed by the drain of the bag that held it; an end-only entry costs one cycle.
+  freed by the drain of the bag that held it (``bank_free_latency`` cycles after its last
+  drain read); an end-only entry costs one cycle.
 * Drain: in bag order, ``ceil(dim / lanes)`` beats per bag, one per cycle, ``done_latency``
   cycles after the bag's last word was taken; the output is assumed always ready.
 
@@ -29,7 +32,7 @@ delays). Other stalls on the streams (idle input, backpressure) are not modelled
 from __future__ import annotations
 
 from collections.abc import Sequence
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -168,7 +171,7 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
             drain_free = g.drain_end
             out_last = g.drain_end + t.drain_latency
             if g.has_rows:
-                bank_free[bank_of[drain_next]] = g.drain_end + 1
+                bank_free[bank_of[drain_next]] = g.drain_end + t.bank_free_latency
             drain_next += 1
 
     j = 0                            # next item to parse
@@ -182,9 +185,14 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
     while j < len(items) or issued < total_entries:
         # -- arbiter: one entry per cycle, round robin over the slots with a readable head
         pick = -1
+        # pacing: the slot served last gives no row while pace_rows rows or more are in flight
+        paced = -1
+        if t.pace_rows and len(issue) - bisect_left(take_end_rows, cycle) >= t.pace_rows:
+            paced = (rr - 1) % K
         for off in range(K):
             s = (rr + off) % K
-            if slots[s] and slots[s][0][0] <= cycle and (not slots[s][0][3] or s == start_slot):
+            if slots[s] and slots[s][0][0] <= cycle and (not slots[s][0][3] or s == start_slot) \
+                    and not (s == paced and slots[s][0][2]):
                 pick = s
                 break
         if pick >= 0:
@@ -226,8 +234,8 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
                 g.last_take = end
                 if not g.entries_left:
                     settle_drains()
-        # -- parse: one input item per cycle, one cycle after it is offered
-        if j < len(items) and cycle >= j + 1 and cycle > last_parse:
+        # -- parse: one input item per cycle, ``input_latency`` cycles after it is offered
+        if j < len(items) and cycle >= j + t.input_latency and cycle > last_parse:
             b, i = items[j]
             shape = shapes[b]
             g = bags[b]

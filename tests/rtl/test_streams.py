@@ -51,3 +51,35 @@ def test_one_transfer_per_cycle_when_both_sides_always_go():
     _, got, cycles = _run(1.0, 1.0, 100, 0)
     assert got == list(range(100))
     assert cycles <= 100 + 2          # one cycle of latency, then one item per cycle
+
+
+def test_peek_shows_what_the_output_holds_after_it_advances():
+    rng = np.random.default_rng(7)
+    dut = SkidBuffer(16, peek=True)
+    checked = {"n": 0}
+
+    async def bench(ctx):
+        nxt, expect = 0, None
+        for _ in range(400):
+            offer = rng.random() < 0.6
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, nxt)
+            ready = rng.random() < 0.5
+            ctx.set(dut.o.ready, ready)
+            if offer and ctx.get(dut.i.ready):
+                nxt += 1
+            advances = not ctx.get(dut.o.valid) or ready
+            expect = ((ctx.get(dut.peek_valid), ctx.get(dut.peek_payload))
+                      if advances else None)
+            await ctx.tick()
+            if expect is not None:
+                assert ctx.get(dut.o.valid) == expect[0]
+                if expect[0]:
+                    assert ctx.get(dut.o.payload) == expect[1]
+                    checked["n"] += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert checked["n"] > 50
