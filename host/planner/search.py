@@ -30,14 +30,13 @@ also falls). Every candidate is costed exactly through the additive table contri
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 
-from neonic.host.planner.cost import Contribution, CostModel, State
+from neonic.host.planner.cost import CostModel, State
 from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
@@ -644,12 +643,6 @@ def _totals_batch(cost: CostModel, vecs: np.ndarray, dps: list[float]) -> np.nda
     busy = vecs[:, 3] > 0.5
     ar = np.array([cost._allreduce_s(d) for d in dps])[:, None]
     return (vecs[:, 0] + vecs[:, 1] + vecs[:, 2] + busy * (cost._fwd_overhead + cost._bwd_overhead) + comm + ar)
-
-
-def _only(c: Contribution, world: int) -> State:
-    st = State.empty(world)
-    st.add(c)
-    return st
 
 
 def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float | None = None,
