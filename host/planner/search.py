@@ -30,13 +30,13 @@ also falls). Every candidate is costed exactly through the additive table contri
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 
-from neonic.host.planner.cost import Contribution, CostModel, State
+from neonic.host.planner.cost import CostModel, State
 from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
@@ -446,37 +446,47 @@ class NeoPlanner(Placer):
         self._adopted = placed
         return st
 
-    def start_plans(self) -> list[Plan]:
-        """The other starts of the search: every baseline's plan and every forced sharding
-        type's (those that fit), so that the result is never worse than any of them."""
+    def start_plans(self) -> Iterator[Plan]:
+        """The other starts of the search, one at a time: every baseline's plan and every forced
+        sharding type's (those that fit), so that the result is never worse than any of them.
+        (Made one at a time and dropped once costed: a plan of 1000 tables row-wise over 4096
+        ranks is 4M shards, 1.6 GB.)"""
+        for make in self._start_makers():
+            plan = make()
+            if plan is not None:
+                yield plan
+
+    def _start_makers(self) -> list[Callable[[], Plan | None]]:
+        """Functions that make each start plan (None where it cannot be made): deterministic,
+        so the winning start is made again rather than kept."""
         from neonic.host.planner.baselines import BASELINES, plan_baseline
         from neonic.host.planner.forced import plan_forced
 
-        out: list[Plan] = []
-        for name in BASELINES:
-            try:
-                out.append(plan_baseline(name, self.workload, self.system, self.cost, tw_cache=self._tw_cache))
-            except ValueError:
-                continue
-        for kind in ShardingType:
-            try:
-                out.append(plan_forced(kind, self.workload, self.system, self.cost, tw_cache=self._tw_cache))
-            except ValueError:
-                continue
-        return out
+        def maker(f, *args):
+            def make() -> Plan | None:
+                try:
+                    return f(*args, self.workload, self.system, self.cost, tw_cache=self._tw_cache)
+                except ValueError:
+                    return None
+            return make
+
+        return ([maker(plan_baseline, name) for name in BASELINES]
+                + [maker(plan_forced, kind) for kind in ShardingType])
 
     def _best_start(self) -> str:
         """Start from the best (under the objective) of the greedy placement and every start
         plan (the first of them on a tie); returns its name."""
-        cands: list[tuple[str, State, Plan | None]] = [("greedy", self.state, None)]
-        for other in self.start_plans():
-            st = self._adopt(other)
+        cands: list[tuple[str, State, Callable[[], Plan | None] | None]] = [("greedy", self.state, None)]
+        for make in self._start_makers():
+            other = make()
+            st = None if other is None else self._adopt(other)
             if st is not None:
-                cands.append((other.planner, st, other))
+                cands.append((other.planner, st, make))
+            del other
         i, _ = self._first_best([c[1] for c in cands])
-        name, _, plan = cands[i]
-        if plan is not None:
-            self.state = self._adopt(plan, keep=True)
+        name, _, make = cands[i]
+        if make is not None:
+            self.state = self._adopt(make(), keep=True)
             self.placed = self._adopted
         return name
 
@@ -633,12 +643,6 @@ def _totals_batch(cost: CostModel, vecs: np.ndarray, dps: list[float]) -> np.nda
     busy = vecs[:, 3] > 0.5
     ar = np.array([cost._allreduce_s(d) for d in dps])[:, None]
     return (vecs[:, 0] + vecs[:, 1] + vecs[:, 2] + busy * (cost._fwd_overhead + cost._bwd_overhead) + comm + ar)
-
-
-def _only(c: Contribution, world: int) -> State:
-    st = State.empty(world)
-    st.add(c)
-    return st
 
 
 def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float | None = None,
