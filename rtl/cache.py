@@ -775,7 +775,19 @@ class CacheController(wiring.Component):
         # both candidates from registers, each at its victim (stage 2's choice for the request
         # entering stage 3, stage 3's for the one staying), the choice last (it waits for
         # stage 3's decision): `pinned` is a register
-        pin_s2, pin_s3 = pinned_ways(s2["set"], "s2"), pinned_ways(s3["set"], "s3")
+        # Stage 2's candidate is itself a register (`pin_s2`: the pinned ways of stage 2's set,
+        # from the holders a cycle earlier, plus the operation stage 3 handed on in that cycle,
+        # which may be of the set entering stage 2); an operation that leaves in between keeps
+        # its way pinned one cycle longer still.
+        def pushed_way(set_idx):
+            hit_set = push & (s3["set"] == set_idx)
+            if W == 1:
+                return hit_set
+            return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
+        pin_s2 = Signal(W)
+        m.d.sync += pin_s2.eq(Mux(s2_take, pinned_ways(r["set"], "r") | pushed_way(r["set"]),
+                                  pinned_ways(s2["set"], "s2") | pushed_way(s2["set"])))
+        pin_s3 = pinned_ways(s3["set"], "s3")
         pinned = Signal()
         if W > 1:
             m.d.sync += pinned.eq(Mux(s3_take, pin_s2.bit_select(ways_sel.victim, 1),
