@@ -788,12 +788,17 @@ class CacheController(wiring.Component):
         m.d.sync += pin_s2.eq(Mux(s2_take, pinned_ways(r["set"], "r") | pushed_way(r["set"]),
                                   pinned_ways(s2["set"], "s2") | pushed_way(s2["set"])))
         pin_s3 = pinned_ways(s3["set"], "s3")
-        pinned = Signal()
+        # both candidates are registered and chosen after the registers (`took`: stage 3 took
+        # a request at the last edge), so stage 3's decision is not on their paths
+        pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         if W > 1:
-            m.d.sync += pinned.eq(Mux(s3_take, pin_s2.bit_select(ways_sel.victim, 1),
-                                      pin_s3.bit_select(s3_victim, 1)))
+            m.d.sync += [pin_enter.eq(pin_s2.bit_select(ways_sel.victim, 1)),
+                         pin_stay.eq(pin_s3.bit_select(s3_victim, 1))]
         else:
-            m.d.sync += pinned.eq(Mux(s3_take, pin_s2[0], pin_s3[0]))
+            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3[0])]
+        m.d.sync += took.eq(s3_take)
+        pinned = Signal()
+        m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         for i in reversed(range(M)):
