@@ -1109,13 +1109,13 @@ class CacheController(wiring.Component):
             hit_n.eq(Mux(take_kind, ways_sel.hit, s3_hit)),
             nobeats_n.eq(Mux(take_kind, s2["beats"] == 0, s3_nobeats)),
         ]
+        # (an MSHR freed by a fill completing in this cycle counts from the cycle after next:
+        # the fill's last beat is a line-port path that would otherwise end here)
         mshr_next = Signal(M)
         alloc_oh = Signal(M)
-        done_oh = Signal(M)
         m.d.comb += [
             alloc_oh.eq(Mux(s3_fire & is_miss, Const(1, M) << free_mshr, 0)),
-            done_oh.eq(Mux(fill_done_now, Const(1, M) << fill_head.mshr, 0)),
-            mshr_next.eq((mshr_valid | alloc_oh) & ~done_oh),
+            mshr_next.eq(mshr_valid | alloc_oh),
         ]
         jobs_level_n = Signal.like(jobs.level)
         m.d.comb += jobs_level_n.eq(jobs.level + (jobs.w_en & jobs.w_rdy)
