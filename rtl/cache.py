@@ -810,13 +810,15 @@ class CacheController(wiring.Component):
         m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
         # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
-        # room for its job and a victim with no operation to issue. `s3_ok` is all of it but
-        # the victim's pin, decided a cycle ahead for the request stage 3 holds next, from the
-        # next values of the queue's count, the MSHRs and the job FIFO's level (see below), so
+        # room for its job and a victim with no operation to issue. `s3_ok` (the queue entry) and
+        # `s3_res` (a miss's MSHR and job room) are decided a cycle ahead for the request stage
+        # 3 holds next, from the next values of the queue's count, the MSHRs and the job FIFO's
+        # level (see below); the victim's pin is a register too (`pinned`), so
         # that the stall which runs back through the lookup to `front.req.ready` starts at a
         # register.
         s3_ok = Signal()
-        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & pinned))
+        s3_res = Signal()   # a miss's MSHR and job room
+        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & (pinned | ~s3_res)))
         m.d.comb += [
             push_op.write.eq(s3["write"]),
             push_op.err.eq(s3["err"]),
@@ -1102,11 +1104,10 @@ class CacheController(wiring.Component):
 
         # ==== `s3_ok` for the next cycle ======================================================
         take_kind = Signal()
-        err_n, hit_n, nobeats_n = Signal(), Signal(), Signal()
+        err_n, nobeats_n = Signal(), Signal()
         m.d.comb += [
             take_kind.eq(s3_take),
             err_n.eq(Mux(take_kind, s2["err"], s3["err"])),
-            hit_n.eq(Mux(take_kind, ways_sel.hit, s3_hit)),
             nobeats_n.eq(Mux(take_kind, s2["beats"] == 0, s3_nobeats)),
         ]
         # (an MSHR freed by a fill completing in this cycle counts from the cycle after next:
@@ -1122,8 +1123,10 @@ class CacheController(wiring.Component):
                                     - (jobs.r_en & jobs.r_rdy))
         q_room_n = Signal()
         m.d.comb += q_room_n.eq(q_next < Q)
-        m.d.sync += s3_ok.eq(Mux(err_n, q_room_n | nobeats_n,
-                                 q_room_n & (hit_n | (~mshr_next.all() & (jobs_level_n != M)))))
+        # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
+        # hit, the end of its compare, is not on these registers' paths)
+        m.d.sync += [s3_ok.eq(Mux(err_n, q_room_n | nobeats_n, q_room_n)),
+                     s3_res.eq(~mshr_next.all() & (jobs_level_n != M))]
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
