@@ -775,13 +775,30 @@ class CacheController(wiring.Component):
         # both candidates from registers, each at its victim (stage 2's choice for the request
         # entering stage 3, stage 3's for the one staying), the choice last (it waits for
         # stage 3's decision): `pinned` is a register
-        pin_s2, pin_s3 = pinned_ways(s2["set"], "s2"), pinned_ways(s3["set"], "s3")
-        pinned = Signal()
+        # Stage 2's candidate is itself a register (`pin_s2`: the pinned ways of stage 2's set,
+        # from the holders a cycle earlier, plus the operation stage 3 handed on in that cycle,
+        # which may be of the set entering stage 2); an operation that leaves in between keeps
+        # its way pinned one cycle longer still.
+        def pushed_way(set_idx):
+            hit_set = push & (s3["set"] == set_idx)
+            if W == 1:
+                return hit_set
+            return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
+        pin_s2 = Signal(W)
+        m.d.sync += pin_s2.eq(Mux(s2_take, pinned_ways(r["set"], "r") | pushed_way(r["set"]),
+                                  pinned_ways(s2["set"], "s2") | pushed_way(s2["set"])))
+        pin_s3 = pinned_ways(s3["set"], "s3")
+        # both candidates are registered and chosen after the registers (`took`: stage 3 took
+        # a request at the last edge), so stage 3's decision is not on their paths
+        pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         if W > 1:
-            m.d.sync += pinned.eq(Mux(s3_take, pin_s2.bit_select(ways_sel.victim, 1),
-                                      pin_s3.bit_select(s3_victim, 1)))
+            m.d.sync += [pin_enter.eq(pin_s2.bit_select(ways_sel.victim, 1)),
+                         pin_stay.eq(pin_s3.bit_select(s3_victim, 1))]
         else:
-            m.d.sync += pinned.eq(Mux(s3_take, pin_s2[0], pin_s3[0]))
+            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3[0])]
+        m.d.sync += took.eq(s3_take)
+        pinned = Signal()
+        m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         for i in reversed(range(M)):
@@ -793,13 +810,15 @@ class CacheController(wiring.Component):
         m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
         # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
-        # room for its job and a victim with no operation to issue. `s3_ok` is all of it but
-        # the victim's pin, decided a cycle ahead for the request stage 3 holds next, from the
-        # next values of the queue's count, the MSHRs and the job FIFO's level (see below), so
+        # room for its job and a victim with no operation to issue. `s3_ok` (the queue entry) and
+        # `s3_res` (a miss's MSHR and job room) are decided a cycle ahead for the request stage
+        # 3 holds next, from the next values of the queue's count, the MSHRs and the job FIFO's
+        # level (see below); the victim's pin is a register too (`pinned`), so
         # that the stall which runs back through the lookup to `front.req.ready` starts at a
         # register.
         s3_ok = Signal()
-        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & pinned))
+        s3_res = Signal()   # a miss's MSHR and job room
+        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & (pinned | ~s3_res)))
         m.d.comb += [
             push_op.write.eq(s3["write"]),
             push_op.err.eq(s3["err"]),
@@ -1085,28 +1104,29 @@ class CacheController(wiring.Component):
 
         # ==== `s3_ok` for the next cycle ======================================================
         take_kind = Signal()
-        err_n, hit_n, nobeats_n = Signal(), Signal(), Signal()
+        err_n, nobeats_n = Signal(), Signal()
         m.d.comb += [
             take_kind.eq(s3_take),
             err_n.eq(Mux(take_kind, s2["err"], s3["err"])),
-            hit_n.eq(Mux(take_kind, ways_sel.hit, s3_hit)),
             nobeats_n.eq(Mux(take_kind, s2["beats"] == 0, s3_nobeats)),
         ]
+        # (an MSHR freed by a fill completing in this cycle counts from the cycle after next:
+        # the fill's last beat is a line-port path that would otherwise end here)
         mshr_next = Signal(M)
         alloc_oh = Signal(M)
-        done_oh = Signal(M)
         m.d.comb += [
             alloc_oh.eq(Mux(s3_fire & is_miss, Const(1, M) << free_mshr, 0)),
-            done_oh.eq(Mux(fill_done_now, Const(1, M) << fill_head.mshr, 0)),
-            mshr_next.eq((mshr_valid | alloc_oh) & ~done_oh),
+            mshr_next.eq(mshr_valid | alloc_oh),
         ]
         jobs_level_n = Signal.like(jobs.level)
         m.d.comb += jobs_level_n.eq(jobs.level + (jobs.w_en & jobs.w_rdy)
                                     - (jobs.r_en & jobs.r_rdy))
         q_room_n = Signal()
         m.d.comb += q_room_n.eq(q_next < Q)
-        m.d.sync += s3_ok.eq(Mux(err_n, q_room_n | nobeats_n,
-                                 q_room_n & (hit_n | (~mshr_next.all() & (jobs_level_n != M)))))
+        # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
+        # hit, the end of its compare, is not on these registers' paths)
+        m.d.sync += [s3_ok.eq(Mux(err_n, q_room_n | nobeats_n, q_room_n)),
+                     s3_res.eq(~mshr_next.all() & (jobs_level_n != M))]
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy

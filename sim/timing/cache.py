@@ -22,8 +22,8 @@ than per cycle, using the outcomes of the reference model (``sim/reference/cache
   (its beats go to the back tier), then the read request;
 * backing tier: a read's first beat comes ``latency`` cycles after its request, not before
   the previous read's beats nor before the data of a write-back ahead of it; the fill is
-  written to the line memory from the cycle after its first beat, and is usable (its MSHR
-  free) the cycle after its last beat.
+  written to the line memory from the cycle after its first beat, and is usable the cycle after its last beat; its
+  MSHR counts as free for the lookup a cycle later still.
 
 Assumptions: the front offers a request every cycle (or at the cycles given: the
 co-simulation's composed model, ``sim.cosim``, offers each row when the gather model issues
@@ -251,7 +251,7 @@ class CacheTiming:
                 done = port.write(first, rb, data_from=first + 1, background=True)
                 back_last = done
                 fill_ready[i] = done + 1
-                mshr_free_at.append(done + 1)
+                mshr_free_at.append(done + 2)   # the lookup sees it free a cycle later
                 dep = done + 1
             elif out.kind != ERROR:
                 hits += 1
