@@ -53,7 +53,8 @@ Store and forward per packet, pipelined for the clock (``Depacketizer._front``,
   the register is compared with every residue at once, then the frame's one is picked;
 * the checks that need only the frame run in four stages after its last beat (the IP checksum
   as pairwise sums, a carry-save step and one adder), the QP's state is read and compared in a
-  fifth, and the verdict updates the QP, the counters and the verdict FIFO in a sixth;
+  fifth, the verdict updates the counters and the verdict FIFO in a sixth, and the QP's state
+  is written back (and forwarded to the next frame's read) in a seventh;
 * the drain writes one beat per cycle with one cycle between packets; FP16/BF16 write two FP32
   beats per payload beat, INT8 one FP32 beat per ``data_bytes / 4`` codes plus a cycle per row
   for its scale and bias. The drain leaves reset through a one-cycle ``Start`` state.
