@@ -519,6 +519,7 @@ class EmbeddingBagUnit(wiring.Component):
             "tail": unsigned(max(1, exact_log2(self.lanes))),
             "mean": unsigned(1),
             "count": unsigned(self.length_width),
+            "has_rows": unsigned(1),                     # count != 0, kept as a bit
             "error": unsigned(1),
             "dropped": unsigned(1),
             "bank": unsigned(self.bank_width),
@@ -614,7 +615,8 @@ class EmbeddingBagUnit(wiring.Component):
         heads = [read_slice(q, f"slot_h{k}").o for k, q in enumerate(slots)]
         info_sk = read_slice(info_q, "info_h", peek=True)
         info_h = info_sk.o
-        bag_h = read_slice(bag_q, "bag_h").o
+        bag_sk = read_slice(bag_q, "bag_h", peek=True)
+        bag_h = bag_sk.o
 
         # Accumulator banks: given out in bag order by the parse (a bag's first contributing
         # row takes ``next_bank``), claimed by the bag's first word at the reducer, marked done
@@ -770,6 +772,7 @@ class EmbeddingBagUnit(wiring.Component):
                             bag_w.tail.eq(cur.tail),
                             bag_w.mean.eq(cur.pooling == POOLING_CODES["mean"]),
                             bag_w.count.eq(Mux(c_error, 0, final_count)),
+                            bag_w.has_rows.eq(~no_rows | contributes),
                             bag_w.error.eq(c_error | early),
                             bag_w.dropped.eq(c_dropped | (~early & ~c_error & oob & ~is_pad)),
                             bag_w.bank.eq(bank),
@@ -1067,18 +1070,27 @@ class EmbeddingBagUnit(wiring.Component):
         bhead = data.View(binfo, bag_h.payload)
         pooled = self.pooled
         dword = Signal(self.word_width + 1)
-        has_rows = bhead.count != 0
-        d_last = dword == bhead.last_word
+        dword_inc = Signal(self.word_width + 1, init=1)   # dword + 1, as a flip-flop
+        has_rows = bhead.has_rows
+        # whether ``dword`` is the head bag's last word: a flip-flop, computed a cycle ahead
+        # (the next word of the same bag, or word 0 of the entry that follows, ``peek``)
+        d_last = Signal()
+        bpeek = data.View(binfo, bag_sk.peek_payload)
         dl = self.drain_mul_latency
         odepth = self.out_depth
         credit = Signal(range(odepth + 1))     # beats read and not yet taken from `pooled`
+        credit_ok = Signal(init=1)             # credit != odepth, as a flip-flop
         bag_ready = bag_h.valid & (~has_rows | bank_done.bit_select(bhead.bank, 1))
         issue = Signal()
-        m.d.comb += [issue.eq(bag_ready & (credit != odepth)),
+        m.d.comb += [issue.eq(bag_ready & credit_ok),
                      acc_dr.addr.eq(Cat(dword[:self.word_width], bhead.bank)),
                      bag_h.ready.eq(issue & d_last)]
         with m.If(issue):
-            m.d.sync += dword.eq(Mux(d_last, 0, dword + 1))
+            m.d.sync += [dword.eq(Mux(d_last, 0, dword_inc)),
+                         dword_inc.eq(Mux(d_last, 1, dword_inc + 1))]
+        d_advance = ~bag_h.valid | (issue & d_last)
+        m.d.sync += d_last.eq(Mux(d_advance, bpeek.last_word == 0,
+                                  Mux(issue, dword_inc == bhead.last_word, d_last)))
         freed = issue & d_last & has_rows
         for b in range(nb):
             with m.If(freed & (bhead.bank == b)):
@@ -1138,7 +1150,11 @@ class EmbeddingBagUnit(wiring.Component):
             out_q.r_en.eq(pooled.ready),
         ]
         taken = pooled.valid & pooled.ready
-        m.d.sync += credit.eq(credit + issue - taken)
+        m.d.sync += [
+            credit.eq(credit + issue - taken),
+            credit_ok.eq(Mux(issue & ~taken, credit != odepth - 1,
+                             Mux(taken & ~issue, 1, credit != odepth))),
+        ]
         with m.If(taken & pooled.payload.last):
             m.d.sync += cnt["bags_out"].eq(cnt["bags_out"] + 1)
         with m.If(pooled.valid & ~pooled.ready):
