@@ -198,12 +198,23 @@ def test_an_ops_links_keep_list_order_and_take_each_op_once():
 def test_graph_building_is_linear_in_ranks():
     """A collective collects one dependency per rank: building 4096 ranks costs about 8x 512
     (the dependency lists used to make it quadratic: 64x)."""
+    import gc
     import time
 
     def build(ranks):
-        t0 = time.process_time()
-        graph = build_graph(ranks, 1, {p: 1 for p in TRAINING_PHASES})
-        return time.process_time() - t0, graph
+        # the fastest of three CPU-time samples with the collector paused: the figure is the
+        # work, not what else this machine or the collector did meanwhile
+        best, graph = float("inf"), None
+        for _ in range(3):
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.process_time()
+                graph = build_graph(ranks, 1, {p: 1 for p in TRAINING_PHASES})
+                best = min(best, time.process_time() - t0)
+            finally:
+                gc.enable()
+        return best, graph
 
     small, _ = build(512)
     large, graph = build(4096)
