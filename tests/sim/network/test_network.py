@@ -144,6 +144,12 @@ def test_empty_and_self_messages_cost_only_latency():
     assert net.link_bytes.sum() == 0
 
 
+def _all_pairs(gpus: int, *, seed: int, low: int = 1, high: int = 1 << 20):
+    """An AlltoAllv's flows: every ordered pair of distinct GPUs, sizes uniform in [low, high)."""
+    src, dst = np.nonzero(~np.eye(gpus, dtype=bool))
+    return src, dst, np.random.default_rng(seed).integers(low, high, src.size)
+
+
 @pytest.mark.parametrize("seed", [3, 4, 5, 6])
 def test_coalesced_recomputes_stay_within_1_percent_of_the_exact_fluid_model(seed):
     topo = small_topology(nodes=4, gpus=4)
@@ -164,10 +170,7 @@ def test_coalesced_recomputes_stay_within_1_percent_of_the_exact_fluid_model(see
 
 def test_same_inputs_same_picoseconds():
     topo = small_topology()
-    rng = np.random.default_rng(11)
-    p = topo.num_gpus
-    src, dst = np.nonzero(~np.eye(p, dtype=bool))
-    sizes = rng.integers(0, 1 << 18, src.size)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=11, low=0, high=1 << 18)
     runs = []
     for _ in range(2):
         eng = Engine()
@@ -207,10 +210,7 @@ def test_non_blocking_spine_is_left_out_of_the_solve_without_changing_any_rate()
     full.spine_redundant = False
     full.max_hops = full._max_hops()
     assert fast.spine_redundant and fast.max_hops < full.max_hops
-    rng = np.random.default_rng(2)
-    p = fast.num_gpus
-    src, dst = np.nonzero(~np.eye(p, dtype=bool))
-    sizes = rng.integers(1, 1 << 20, src.size)
+    src, dst, sizes = _all_pairs(fast.num_gpus, seed=2)
     out = []
     for topo in (fast, full):
         net, g = run(topo, list(zip(src, dst, sizes)))
@@ -221,10 +221,7 @@ def test_non_blocking_spine_is_left_out_of_the_solve_without_changing_any_rate()
 
 def test_compacting_finished_flows_changes_nothing():
     topo = small_topology(nodes=4, gpus=4)
-    rng = np.random.default_rng(8)
-    p = topo.num_gpus
-    src, dst = np.nonzero(~np.eye(p, dtype=bool))
-    sizes = rng.integers(1, 1 << 20, src.size)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=8)
     out = []
     for threshold in (10**9, 8):
         eng = Engine()
@@ -251,10 +248,7 @@ def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
     while the groups stay the same; with flows finishing, groups overlapping and the caps
     changing every solve, the times and bytes equal those of problems built afresh per solve."""
     topo = small_topology(nodes=4, gpus=4)
-    rng = np.random.default_rng(5)
-    p = topo.num_gpus
-    src, dst = np.nonzero(~np.eye(p, dtype=bool))
-    sizes = rng.integers(1, 1 << 20, src.size)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
     out = []
     for cls in (Network, _FreshIndexes):
         eng = Engine()
