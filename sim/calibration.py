@@ -15,7 +15,9 @@ cost in the hardware. The figures fitted from RTL runs:
 
 ``gather_hit_latency``
     Cycles from a row's request to its first beat at the reducer when the cache can answer at
-    once (the cache's two-cycle hit path plus the port's registers).
+    once (the cache's documented hit path, ``CacheTiming.hit_latency``, plus whatever the port
+    between the units adds). Each row's latency is this plus only the wait the cache model
+    adds beyond its own hit path (queueing, fills), so the hit path is counted once.
 ``gather_miss_cycles``
     Cycles a miss's backing read takes beyond the backing memory's latency (request
     sequencing, the fill's last beat, the refill of the line).

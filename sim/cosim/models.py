@@ -78,14 +78,15 @@ def memory_model(nic: SmartNIC, job: NICJob, bases: list[int],
     """The composed gather + cache model of one NIC's job: ``(hit_latency, miss_cycles) ->
     (gather cycles, memory window cycles)`` (see ``sim.calibration``).
 
-    Each row's latency is the cache's delay for its request (:func:`cache_request_starts` at
-    ``memory_latency + miss_cycles``, from the cycle the gather model issues it) plus
-    ``hit_latency``; the gather model (``sim.timing.embedding.predict``) and the cache model
+    Each row's latency is ``hit_latency`` plus the wait the cache adds beyond its own hit path
+    (:func:`cache_request_starts` at ``memory_latency + miss_cycles``, from the cycle the gather
+    model issues it: queueing behind other requests, fills); the gather model (``sim.timing.embedding.predict``) and the cache model
     are iterated until the issue times stop changing. The memory window runs from the first
     request to the last beat the reducer takes."""
     timing = nic.gather.timing
     shapes = shapes_from_bags(job.tables, job.bags)
     reqs = _requests(nic, job, bases)
+    path = CacheTiming(row_beats=nic.cache.row_beats).hit_latency
     memo: dict[tuple[float, float], tuple[float, float]] = {}
 
     def run(hit_latency: float, miss_cycles: float) -> tuple[float, float]:
@@ -106,7 +107,9 @@ def memory_model(nic: SmartNIC, job: NICJob, bases: list[int],
                 break
             starts = cache_request_starts(nic, reqs, pr.issue,
                                           memory_latency=memory_latency + miss_cycles)
-            new = [max(1.0, hit + s - (o + 1)) for s, o in zip(starts, pr.issue)]
+            # a start already holds the cache's own hit path (an unqueued hit starts at
+            # offer + path - 1): only the wait beyond it is added to the hit latency
+            new = [max(1.0, hit + s + 1 - o - path) for s, o in zip(starts, pr.issue)]
             if new == lats:
                 break
             lats = new

@@ -71,7 +71,9 @@ def test_fit_on_rtl_runs_predicts_held_back_workloads():
                  {"rows": 2048, "dim": 16, "pooling": 3, "alpha": 0.9}]
     cal, fit_err, held_err, report = calibrate(sim="amaranth", batch=1, workloads=workloads)
     assert report.buffers_match
-    # no slower than the cache's documented hit path (lookup stages, line memory, port registers)
-    assert 1 <= cal.gather_hit_latency <= CacheTiming(row_beats=1).hit_latency
+    # the cache's documented hit path (lookup stages, line memory), give or take the two
+    # registers of the port between the units: more would be a mechanism the model misses
+    path = CacheTiming(row_beats=1).hit_latency
+    assert path - 2 <= cal.gather_hit_latency <= path + 2
     assert fit_err["max"] < 0.05
     assert held_err["max"] < 0.05
