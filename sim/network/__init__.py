@@ -17,8 +17,8 @@ Public API::
     h = coll.alltoallv(net, ranks, sizes, algorithm="direct" | "hierarchical", on_done=cb)
     h = coll.alltoall(net, ranks, nbytes_per_pair, ...)
     h = coll.allreduce(net, ranks, nbytes, algorithm="ring" | "double_binary_tree" | "hierarchical",
-                       chunks=1, on_done=cb)
-    h = coll.reduce_scatter(net, ranks, nbytes, chunks=1); h = coll.all_gather(net, ranks, nbytes)
+                       chunks=1, on_done=cb)     # chunks: the tree's pipeline; rings are streamed
+    h = coll.reduce_scatter(net, ranks, nbytes); h = coll.all_gather(net, ranks, nbytes)
     eng.run(); h.end_ps, h.time_ps, h.time_s, h.link_bytes, h.link_class_bytes()
     # ranks=None means all GPUs; collectives start at the engine's current time and share links
     # with everything else in flight.
@@ -26,7 +26,7 @@ Public API::
     # closed-form (alpha-beta) estimates, no engine, for planners' cost models:
     estimate_alltoallv_time_s(topo, sizes, ranks=None, algorithm="direct")
     estimate_allreduce_time_s(topo, nbytes, ranks=None, algorithm="ring", chunks=1)
-    estimate_reduce_scatter_time_s / estimate_all_gather_time_s (same arguments)
+    estimate_reduce_scatter_time_s / estimate_all_gather_time_s(topo, nbytes, ranks=None)
 
 Model assumptions (details in each module's docstring):
 - Flows are fluids on fixed routes; no packets, queues, losses, congestion-control dynamics or
@@ -42,7 +42,9 @@ Model assumptions (details in each module's docstring):
   bytes on NIC and spine links; ECMP over spines is a perfect even split (one bundle per leaf).
 - GPUDirect RDMA with NICs on GPUs bypasses the host PCIe link; NICs on hosts or TCP cross
   PCIe (and, for TCP, one host-memory copy link per node at each end).
-- Collectives are bulk-synchronous phases; reductions cost no time.
+- Collectives are DAGs of phases (a phase ends with its last message); ring collectives are
+  streamed: one phase of concurrent hop flows per ring stage, each hop carrying all of its ring
+  steps' bytes, plus the pipeline fill (sim.network.collectives). Reductions cost no time.
 """
 
 from .collectives import CollectiveHandle

@@ -1,4 +1,4 @@
-"""Collectives as DAGs of bulk-synchronous phases of messages, run on a :class:`Network`.
+"""Collectives as DAGs of phases of messages, run on a :class:`Network`.
 
 A *phase* is a set of messages started together; it completes when its last message arrives.
 A phase starts when all the phases it depends on have completed (at that engine time), so
@@ -8,6 +8,35 @@ computed faster than the links deliver (no compute time). Data a rank keeps for 
 sent. Sizes are in bytes; a buffer of ``n`` bytes split into ``k`` parts gives parts of
 ``floor`` / ``ceil`` (n / k) bytes that sum to ``n`` exactly.
 
+Streamed rings
+    NCCL runs a ring collective as a pipeline of small chunks: every rank sends, receives (and
+    reduces) at once, and forwards a chunk as soon as it has it; no ring step waits for the
+    whole ring (``runRing`` in NVIDIA/nccl ``src/device/all_reduce.h``: per chunk a ``send``,
+    ``recvReduceSend`` steps, ``directRecvReduceCopySend``, ``directRecvCopySend`` steps and a
+    final ``directRecv``, with the chunks of a loop in flight through every hop). A ring of
+    ``p`` ranks over a buffer of ``S`` bytes (split into ``p`` segments) is therefore ONE phase
+    of ``p`` concurrent hop flows (rank ``i`` -> rank ``i + 1``), each carrying the bytes all of
+    that hop's ring steps carry: a reduce-scatter or all-gather step ``s`` (0..p-2) has rank
+    ``i`` send segment ``(i - s) mod p``, so a hop carries every segment but ``(i + 1) mod p``,
+    ``S - seg[(i + 1) mod p]`` bytes ((p-1)/p of S; NCCL-tests' bus-bandwidth factor (n-1)/n,
+    NVIDIA/nccl-tests ``doc/PERFORMANCE.md``); an all-reduce (reduce-scatter, then all-gather
+    of the reduced segments) carries ``2 S - seg[(i + 1) mod p] - seg[(i + 2) mod p]`` (2(p-1)/p
+    of S, the factor 2(n-1)/n). On the wire a hop is framed as the step messages it stands for
+    (``p - 1`` resp. ``2 (p - 1)`` messages of one segment each), so every link carries the
+    same payload and wire bytes as a ring run step by step.
+    Pipeline fill: the last byte through a hop has crossed the ``p - 1`` (all-reduce: ``2 (p -
+    1)``) consecutive hops of the ring that end there, so a hop's message arrives that many
+    hops' route latencies after its last byte leaves (each hop's latency is what the network
+    applies to one message on that route). This is NCCL's ring latency model, per-step
+    latencies summed along the ring's ``nsteps`` steps, its ``nInterSteps`` at the network's
+    latency (``src/graph/tuning.cc``). The form is the limit of a ring pipelined in ``c`` chunks
+    as ``c`` grows, with each chunk's latency hidden behind the chunks in flight but the fill's:
+    the bandwidth term is the hops' bytes at their max-min rates, the latency term the fill. On
+    an uncontended ring of equal segments and equal hop latencies it equals the step form,
+    ``steps * (latency + segment / bandwidth)``. Each hop's flow gets its own max-min rate, so a
+    hop faster than the ring's slowest finishes early and frees its links; the ring ends with
+    its slowest hop (in a real pipeline every hop runs at the slowest hop's rate throughout).
+
 Algorithms
     alltoallv ``direct``: every rank sends each peer its block at once (one phase).
     alltoallv ``hierarchical``: (1) inside each node, every GPU sends each local peer the data
@@ -16,15 +45,14 @@ Algorithms
       ``(i_n + i_m) mod k`` of node n to the same local rank of node m (this spreads senders
       and receivers evenly over the NICs); (3) inside each node, that GPU scatters the data to
       its final owners. It needs the same number of participating ranks on every node.
-    allreduce ``ring``: reduce-scatter then all-gather around the ring of ``ranks`` (2(p-1)
-      steps of n/p bytes per rank). ``double_binary_tree``: two complementary binary trees
-      (NCCL-style: a rank that is interior in one is a leaf in the other) each reduce then
-      broadcast half of the buffer. ``hierarchical``: ring reduce-scatter inside each node,
-      ring all-reduce of each 1/k slice among the same local ranks of all nodes, ring
-      all-gather inside each node.
-    reduce_scatter / all_gather: ring (p-1 steps of n/p bytes). ``nbytes`` is the full buffer.
-    ``chunks=c`` splits the data into c pipelined chunks: phase (chunk j, step s) waits for
-      (j, s-1) and (j-1, s).
+    allreduce ``ring``: a streamed ring all-reduce over ``ranks``. ``double_binary_tree``: two
+      complementary binary trees (NCCL-style: a rank that is interior in one is a leaf in the
+      other) each reduce then broadcast half of the buffer, level by level; ``chunks=c`` splits
+      each half into c pipelined chunks: phase (chunk j, level step s) waits for (j, s-1) and
+      (j-1, s). ``hierarchical``: a streamed ring reduce-scatter inside each node, a streamed
+      ring all-reduce of each 1/k slice among the same local ranks of all nodes (the k rings
+      side by side in one phase), a streamed ring all-gather inside each node.
+    reduce_scatter / all_gather: a streamed ring. ``nbytes`` is the full buffer.
 """
 
 from __future__ import annotations
@@ -35,10 +63,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .network import FlowGroup, Network
-from .topology import Topology
+from .transport import wire_bytes
+from .topology import Route, Topology
 
 __all__ = [
     "Phase",
+    "phase_route",
     "CollectiveHandle",
     "alltoallv",
     "alltoall",
@@ -54,11 +84,51 @@ __all__ = [
 
 @dataclass
 class Phase:
+    """Messages ``src[i] -> dst[i]`` of ``nbytes[i]`` payload bytes started together, after the
+    phases ``deps`` (indices in the collective's phase list) have completed.
+
+    ``ring`` = 0: plain messages, each framed as one message and arriving one route latency
+    after its last byte. ``ring`` = p >= 2: a streamed ring phase; the messages are the hops of
+    rings of ``p`` ranks, listed ring by ring in ring order (hop ``h`` of a ring goes from its
+    member ``h`` to member ``(h + 1) mod p``); a hop that carries bytes arrives ``fill``
+    consecutive hops' route latencies (those ending at it) after its last byte, and is framed as
+    the step messages whose on-the-wire bytes ``wire_bytes`` gives (module doc).
+    """
+
     src: np.ndarray
     dst: np.ndarray
     nbytes: np.ndarray
     deps: list[int] = field(default_factory=list)
     label: str = ""
+    ring: int = 0
+    fill: int = 1
+    wire_bytes: np.ndarray | None = None
+
+
+def phase_route(topology: Topology, phase: Phase, route: Route | None = None) -> Route:
+    """The route of ``phase``'s messages as the network runs them: ``route`` (or
+    ``topology.route``) of its pairs, with a streamed ring's pipeline-fill latencies and
+    step-message framing."""
+    if route is None:
+        route = topology.route(phase.src, phase.dst, phase.nbytes)
+    elif route.factor.shape != phase.nbytes.shape:
+        raise ValueError(f"route: expected the route of the phase's {phase.nbytes.size} messages")
+    if not phase.ring:
+        return route
+    p = phase.ring
+    lat = route.latency_ps.reshape(-1, p)
+    # the fill hops ending at hop h: q whole turns of the ring, then the r hops h, h-1, .., h-r+1
+    q, r = divmod(int(phase.fill), p)
+    turns = np.cumsum(np.concatenate([np.zeros((lat.shape[0], 1), dtype=np.int64), lat, lat], axis=1), axis=1)
+    h = np.arange(p)
+    fill = q * turns[:, p:p + 1] + turns[:, h + p + 1] - turns[:, h + p + 1 - r]
+    moving = phase.nbytes > 0
+    latency = np.where(moving, fill.ravel(), 0)  # a hop with nothing to carry arrives at once
+    factor = route.factor
+    if phase.wire_bytes is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.where(moving, phase.wire_bytes / phase.nbytes, 1.0)
+    return Route(links=route.links, latency_ps=latency, factor=factor, acct=route.acct)
 
 
 class CollectiveHandle:
@@ -120,13 +190,14 @@ class CollectiveHandle:
         L = topo.num_links
         route = None
         if p.src.size:
-            # phases of one collective often repeat their pairs (ring steps): route them once
+            # phases of one collective often repeat their pairs (a tree's pipelined chunks): route them once
             key = (p.src.tobytes(), p.dst.tobytes())
             known = self._routes.get(key)
             if known is None:
                 route = self._routes[key] = topo.route(p.src, p.dst, p.nbytes)
             else:
                 route = topo.resized(known, p.nbytes)
+            route = phase_route(topo, p, route)
             self.link_bytes += topo.payload_loads(route, p.nbytes)[:L]
             self.link_wire_bytes += topo.link_loads(route, p.nbytes)[:L]
         self.groups[i] = self.net.start_flows(p.src, p.dst, p.nbytes, self._phase_done, tag=(self, i), route=route)
@@ -193,51 +264,33 @@ def _node_groups(topology: Topology, ranks: np.ndarray, what: str) -> np.ndarray
 
 
 # ---------------------------------------------------------------------------- ring phases
-def _ring_phases(ring_sets: list[np.ndarray], nbytes: int, steps_kind: str, chunks: int,
-                 base: int = 0, entry_deps: list[int] | None = None) -> list[Phase]:
-    """Ring reduce-scatter / all-gather / all-reduce run concurrently on several rings.
-
-    ``ring_sets``: rings (arrays of global ranks); each ring handles ``nbytes`` per rank.
-    Phases are shared by all rings (bulk-synchronous across rings). Phase indices start at
-    ``base``; the first step of each chunk also depends on ``entry_deps``.
-    """
-    p = ring_sets[0].size
-    if p < 2 or nbytes == 0:
+def _ring_phase(topology: Topology, rings: np.ndarray, sizes: np.ndarray, kind: str,
+                deps: list[int]) -> list[Phase]:
+    """One streamed ring reduce-scatter (``kind`` "rs"), all-gather ("ag") or all-reduce ("ar")
+    phase of the rings ``rings`` (R, p) of global ranks side by side, ring ``j`` over a buffer
+    of ``sizes[j]`` bytes (module doc); no phase when there is nothing to send."""
+    R, p = rings.shape
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if p < 2 or not sizes.any():
         return []
-    n_steps = {"rs": p - 1, "ag": p - 1, "ar": 2 * (p - 1)}[steps_kind]
-    seg = split_bytes(nbytes, p)  # bytes of each of the p segments
-    chunk_parts = np.stack([split_bytes(int(s), chunks) for s in seg])  # (p, chunks)
-    phases: list[Phase] = []
-    idx = {}
-    for j in range(chunks):
-        for s in range(n_steps):
-            srcs, dsts, sizes = [], [], []
-            for ring in ring_sets:
-                i = np.arange(p)
-                # rank i sends segment (i - s) mod p in a reduce-scatter / all-gather step; in the
-                # all-gather half of an all-reduce it forwards the segment it completed last
-                if steps_kind == "ar" and s >= p - 1:
-                    seg_idx = (i + 1 - (s - (p - 1))) % p
-                else:
-                    seg_idx = (i - s) % p
-                sz = chunk_parts[seg_idx, j]
-                srcs.append(ring)
-                dsts.append(np.roll(ring, -1))
-                sizes.append(sz)
-            deps = []
-            if s > 0:
-                deps.append(idx[(j, s - 1)])
-            elif entry_deps:
-                deps.extend(entry_deps)
-            if j > 0:
-                deps.append(idx[(j - 1, s)])
-            idx[(j, s)] = base + len(phases)
-            src = np.concatenate(srcs)
-            dst = np.concatenate(dsts)
-            nb = np.concatenate(sizes)
-            keep = nb > 0
-            phases.append(Phase(src[keep], dst[keep], nb[keep], deps, f"{steps_kind} chunk {j} step {s}"))
-    return phases
+    base, extra = np.divmod(sizes, p)
+    seg = base[:, None] + (np.arange(p)[None, :] < extra[:, None])  # (R, p), as split_bytes
+    wseg = wire_bytes(seg, topology.protocol, topology.mtu)
+    h = np.arange(p)
+    # hop h (member h -> h + 1) sends segment (h - s) mod p at reduce-scatter / all-gather step
+    # s = 0..p-2: every segment but (h + 1) mod p. In an all-reduce's all-gather half it
+    # forwards the segment it completed last, (h + 1 - t) mod p at t = 0..p-2: all but (h + 2).
+    nb = sizes[:, None] - seg[:, (h + 1) % p]
+    wb = wseg.sum(axis=1)[:, None] - wseg[:, (h + 1) % p]
+    fill = p - 1
+    if kind == "ar":
+        nb = nb + sizes[:, None] - seg[:, (h + 2) % p]
+        wb = wb + wseg.sum(axis=1)[:, None] - wseg[:, (h + 2) % p]
+        fill = 2 * (p - 1)
+    label = {"rs": "ring reduce-scatter", "ag": "ring all-gather", "ar": "ring all-reduce"}[kind]
+    return [Phase(rings.ravel(), np.roll(rings, -1, axis=1).ravel(), nb.ravel(), list(deps),
+                  f"{label} (streamed, {R} ring{'s' if R > 1 else ''} of {p})", ring=p, fill=fill,
+                  wire_bytes=wb.ravel())]
 
 
 def _terminal(phases: list[Phase], base: int) -> list[int]:
@@ -374,40 +427,37 @@ def _alltoallv_phases(topology: Topology, ranks: np.ndarray, sizes: np.ndarray, 
 
 
 def _allreduce_phases(topology: Topology, ranks: np.ndarray, nbytes: int, algorithm: str, chunks: int) -> list[Phase]:
-    if algorithm == "ring":
-        return _ring_phases([ranks], nbytes, "ar", chunks)
     if algorithm == "double_binary_tree":
         return _tree_phases(ranks, nbytes, chunks)
-    if algorithm != "hierarchical":
+    if algorithm not in ("ring", "hierarchical"):
         raise ValueError(f"algorithm: expected 'ring', 'double_binary_tree' or 'hierarchical', got {algorithm!r}")
+    _streamed(chunks, algorithm)
+    if algorithm == "ring":
+        return _ring_phase(topology, ranks[None, :], np.array([nbytes]), "ar", [])
     groups = _node_groups(topology, ranks, "hierarchical allreduce")
     M, k = groups.shape
-    gr = ranks[groups]
-    phases = _ring_phases([gr[n] for n in range(M)], nbytes, "rs", chunks)
-    ends = _terminal(phases, 0)
-    # after the reduce-scatter, local rank i owns segment (i + 1) mod k of the node's buffer
-    seg = split_bytes(nbytes, k)
+    gr = ranks[groups]  # (M, k): node n's ranks in order
+    whole = np.full(M, nbytes, dtype=np.int64)
+    phases = _ring_phase(topology, gr, whole, "rs", [])
     if M > 1:
-        inter_rings = []
-        sizes = []
-        for i in range(k):
-            inter_rings.append(gr[:, i])
-            sizes.append(int(seg[(i + 1) % k]))
-        # rings of different sizes run as separate phase chains, started together
-        base = len(phases)
-        for i in range(k):
-            sub = _ring_phases([inter_rings[i]], sizes[i], "ar", chunks, base=base, entry_deps=ends)
-            phases.extend(sub)
-            base = len(phases)
-        ends = _terminal(phases, 0)
-    ag = _ring_phases([gr[n] for n in range(M)], nbytes, "ag", chunks, base=len(phases), entry_deps=ends)
-    phases.extend(ag)
+        # after the reduce-scatter, local rank i owns segment (i + 1) mod k of its node's buffer;
+        # the k rings of equal local ranks all-reduce their slices side by side
+        seg = split_bytes(nbytes, k)
+        phases += _ring_phase(topology, gr.T, seg[(np.arange(k) + 1) % k], "ar", _terminal(phases, 0))
+    phases += _ring_phase(topology, gr, whole, "ag", _terminal(phases, 0))
     return phases
+
+
+def _streamed(chunks: int, algorithm: str) -> None:
+    if chunks != 1:
+        raise ValueError(f"chunks: the {algorithm!r} algorithm streams its rings (the limit of ever smaller "
+                         f"chunks, module doc); chunks applies to 'double_binary_tree' only, got {chunks}")
 
 
 def build_phases(topology: Topology, kind: str, ranks=None, *, sizes=None, nbytes=None,
                  algorithm: str = "ring", chunks: int = 1) -> tuple[np.ndarray, list[Phase]]:
-    """The phases of a collective (used by the runners here and by the estimates)."""
+    """The phases of a collective (used by the runners here and by the estimates); ``chunks``
+    pipelines the double binary tree (the rings are streamed)."""
     r = _ranks(topology, ranks)
     chunks = _chunks(chunks)
     if kind == "alltoallv":
@@ -425,7 +475,8 @@ def build_phases(topology: Topology, kind: str, ranks=None, *, sizes=None, nbyte
     if kind in ("reduce_scatter", "all_gather"):
         if algorithm != "ring":
             raise ValueError(f"algorithm: expected 'ring', got {algorithm!r}")
-        return r, _ring_phases([r], n, "rs" if kind == "reduce_scatter" else "ag", chunks)
+        _streamed(chunks, algorithm)
+        return r, _ring_phase(topology, r[None, :], np.array([n]), "rs" if kind == "reduce_scatter" else "ag", [])
     raise ValueError(f"kind: unknown collective {kind!r}")
 
 
@@ -455,20 +506,21 @@ def alltoall(net: Network, ranks, nbytes_per_pair: int, *, algorithm: str = "dir
 
 def allreduce(net: Network, ranks, nbytes: int, *, algorithm: str = "ring", chunks: int = 1,
               on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
-    """AllReduce of an ``nbytes`` buffer on every rank."""
+    """AllReduce of an ``nbytes`` buffer on every rank (``chunks``: the double binary tree's
+    pipeline; the ring algorithms are streamed)."""
     return _run(net, "allreduce", ranks, on_done, algorithm, nbytes=nbytes, chunks=chunks)
 
 
-def reduce_scatter(net: Network, ranks, nbytes: int, *, algorithm: str = "ring", chunks: int = 1,
+def reduce_scatter(net: Network, ranks, nbytes: int, *, algorithm: str = "ring",
                    on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
-    """ReduceScatter of an ``nbytes`` buffer (each rank ends with its n/p slice)."""
-    return _run(net, "reduce_scatter", ranks, on_done, algorithm, nbytes=nbytes, chunks=chunks)
+    """ReduceScatter of an ``nbytes`` buffer (each rank ends with its n/p slice): a streamed ring."""
+    return _run(net, "reduce_scatter", ranks, on_done, algorithm, nbytes=nbytes)
 
 
-def all_gather(net: Network, ranks, nbytes: int, *, algorithm: str = "ring", chunks: int = 1,
+def all_gather(net: Network, ranks, nbytes: int, *, algorithm: str = "ring",
                on_done: Callable[[CollectiveHandle], Any] | None = None) -> CollectiveHandle:
-    """AllGather into an ``nbytes`` buffer (each rank contributes its n/p slice)."""
-    return _run(net, "all_gather", ranks, on_done, algorithm, nbytes=nbytes, chunks=chunks)
+    """AllGather into an ``nbytes`` buffer (each rank contributes its n/p slice): a streamed ring."""
+    return _run(net, "all_gather", ranks, on_done, algorithm, nbytes=nbytes)
 
 
 def nic_flows_per_gpu(topology: Topology, kind: str, algorithm: str, ranks=None) -> int:

@@ -1,9 +1,10 @@
 """Closed-form (alpha-beta) collective times, without running the engine.
 
-Each collective is the same DAG of bulk-synchronous phases that :mod:`.collectives` runs. A
-phase's closed-form time is ``alpha + beta``: ``alpha`` = the largest route latency among its
-messages, ``beta`` = the largest over links of (bytes the phase puts on the link, framing
-included) / (link capacity). The collective's time is the longest path through the DAG.
+Each collective is the same DAG of phases that :mod:`.collectives` runs. A phase's closed-form
+time is ``alpha + beta``: ``alpha`` = the largest latency among its messages (as the network
+applies it: a message's route latency, a streamed ring hop's pipeline fill), ``beta`` = the
+largest over links of (bytes the phase puts on the link, framing included) / (link capacity).
+The collective's time is the longest path through the DAG.
 
 This equals the flow-level simulation whenever, in every phase, the messages through the
 busiest link are limited by that link alone (uniform or symmetric patterns without cross-phase
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .collectives import Phase, build_phases
+from .collectives import Phase, build_phases, phase_route
 from .topology import Topology
 
 __all__ = [
@@ -32,7 +33,7 @@ def phase_time_s(topology: Topology, phase: Phase) -> float:
     """alpha + beta of one phase, in seconds."""
     if phase.src.size == 0:
         return 0.0
-    route = topology.route(phase.src, phase.dst, phase.nbytes)
+    route = phase_route(topology, phase)
     moving = phase.nbytes > 0
     alpha_ps = float(route.latency_ps[moving].max()) if moving.any() else float(route.latency_ps.max())
     loads = topology.link_loads(route, phase.nbytes)[: topology.num_links]
@@ -45,7 +46,8 @@ def estimate_phases_time_s(topology: Topology, phases: list[Phase]) -> float:
     finish = np.zeros(len(phases))
     cache: dict[tuple, float] = {}
     for i, ph in enumerate(phases):  # phases are listed after their dependencies
-        key = (ph.src.tobytes(), ph.dst.tobytes(), ph.nbytes.tobytes())
+        key = (ph.src.tobytes(), ph.dst.tobytes(), ph.nbytes.tobytes(), ph.ring, ph.fill,
+               None if ph.wire_bytes is None else ph.wire_bytes.tobytes())
         t = cache.get(key)
         if t is None:
             t = cache[key] = phase_time_s(topology, ph)
@@ -60,43 +62,21 @@ def estimate_alltoallv_time_s(topology: Topology, sizes, ranks=None, *, algorith
     return estimate_phases_time_s(topology, phases)
 
 
-def _ring_fast(topology: Topology, ranks, nbytes: int, kind: str, algorithm: str, chunks: int) -> float | None:
-    """Ring collectives repeat one message pattern; cost one step and multiply (chunks = 1)."""
-    if algorithm != "ring" or chunks != 1:
-        return None
-    r, _ = build_phases(topology, "all_gather", ranks, nbytes=0)
-    p = r.size
-    if p < 2 or nbytes == 0:
-        return 0.0
-    steps = 2 * (p - 1) if kind == "allreduce" else p - 1
-    seg = -(-int(nbytes) // p)  # the largest segment bounds every step
-    step = Phase(r, np.roll(r, -1), np.full(p, seg, dtype=np.int64))
-    return steps * phase_time_s(topology, step)
-
-
 def estimate_allreduce_time_s(topology: Topology, nbytes: int, ranks=None, *, algorithm: str = "ring",
                               chunks: int = 1) -> float:
-    """Closed-form AllReduce time of an ``nbytes`` buffer (default: all GPUs)."""
-    fast = _ring_fast(topology, ranks, nbytes, "allreduce", algorithm, chunks)
-    if fast is not None:
-        return fast
+    """Closed-form AllReduce time of an ``nbytes`` buffer (default: all GPUs); ``chunks``: the
+    double binary tree's pipeline (the ring algorithms are streamed)."""
     _, phases = build_phases(topology, "allreduce", ranks, nbytes=nbytes, algorithm=algorithm, chunks=chunks)
     return estimate_phases_time_s(topology, phases)
 
 
-def estimate_reduce_scatter_time_s(topology: Topology, nbytes: int, ranks=None, *, algorithm: str = "ring",
-                                   chunks: int = 1) -> float:
-    fast = _ring_fast(topology, ranks, nbytes, "reduce_scatter", algorithm, chunks)
-    if fast is not None:
-        return fast
-    _, phases = build_phases(topology, "reduce_scatter", ranks, nbytes=nbytes, algorithm=algorithm, chunks=chunks)
+def estimate_reduce_scatter_time_s(topology: Topology, nbytes: int, ranks=None, *, algorithm: str = "ring") -> float:
+    """Closed-form ReduceScatter time of an ``nbytes`` buffer (a streamed ring)."""
+    _, phases = build_phases(topology, "reduce_scatter", ranks, nbytes=nbytes, algorithm=algorithm)
     return estimate_phases_time_s(topology, phases)
 
 
-def estimate_all_gather_time_s(topology: Topology, nbytes: int, ranks=None, *, algorithm: str = "ring",
-                               chunks: int = 1) -> float:
-    fast = _ring_fast(topology, ranks, nbytes, "all_gather", algorithm, chunks)
-    if fast is not None:
-        return fast
-    _, phases = build_phases(topology, "all_gather", ranks, nbytes=nbytes, algorithm=algorithm, chunks=chunks)
+def estimate_all_gather_time_s(topology: Topology, nbytes: int, ranks=None, *, algorithm: str = "ring") -> float:
+    """Closed-form AllGather time into an ``nbytes`` buffer (a streamed ring)."""
+    _, phases = build_phases(topology, "all_gather", ranks, nbytes=nbytes, algorithm=algorithm)
     return estimate_phases_time_s(topology, phases)

@@ -76,29 +76,90 @@ def test_hierarchical_alltoall_closed_form(topo):
     assert est == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.parametrize("kind, steps", [("allreduce", 2 * (P - 1)), ("reduce_scatter", P - 1), ("all_gather", P - 1)])
-def test_ring_closed_forms(topo, kind, steps):
-    """Ring over ranks 0..p-1: every step a node-boundary edge moves n/p bytes over a NIC.
+def _hop_latencies(ranks) -> list[float]:
+    """Latency of each hop ranks[i] -> ranks[i + 1] of a ring on the test cluster (seconds)."""
+    r = list(ranks)
+    return [A_INTRA if r[i] // G == r[(i + 1) % len(r)] // G else A_INTER for i in range(len(r))]
 
-    allreduce: T = 2 (p - 1) (alpha_inter + W(n/p) / B_nic); reduce_scatter and all_gather:
-    T = (p - 1) (alpha_inter + W(n/p) / B_nic).
+
+def _fill(ranks, hops: int) -> float:
+    """The pipeline fill: the largest latency sum of ``hops`` consecutive hops around the ring."""
+    lat = _hop_latencies(ranks)
+    return max(sum(lat[(end - k) % len(lat)] for k in range(hops)) for end in range(len(lat)))
+
+
+@pytest.mark.parametrize("kind, steps", [("allreduce", 2 * (P - 1)), ("reduce_scatter", P - 1), ("all_gather", P - 1)])
+def test_streamed_ring_closed_forms(topo, kind, steps):
+    """Ring over ranks 0..p-1, streamed: each hop carries all its steps' bytes (steps messages of
+    n/p bytes, framed as such) at once; the 4 node-boundary hops are limited by their NICs; the
+    collective ends one pipeline fill (the latencies of ``steps`` consecutive hops: 12 NVLink
+    hops of alpha_intra and 4 NIC hops of alpha_inter around the ring) after their last byte:
+
+    T = steps W(n/p) / B_nic + fill; fill = 15.5 us (reduce-scatter, all-gather: every hop but
+    one NVLink hop), 31 us (all-reduce: the ring once, then all but two NVLink hops).
     """
     n = P * (1 << 16)
     h, _ = run(topo, getattr(coll, kind), None, n)
-    expected = steps * (A_INTER + W(n / P) / B_NIC)
+    fill = _fill(range(P), steps)
+    assert fill == pytest.approx({P - 1: 15.5e-6, 2 * (P - 1): 31e-6}[steps])
+    expected = steps * W(n / P) / B_NIC + fill
     assert h.time_s == pytest.approx(expected, rel=1e-6)
+    assert len(h.phases) == 1  # one phase of concurrent hops, no step barriers
     est = {"allreduce": estimate_allreduce_time_s, "reduce_scatter": estimate_reduce_scatter_time_s,
            "all_gather": estimate_all_gather_time_s}[kind](topo, n)
     assert est == pytest.approx(expected, rel=1e-6)
 
 
+def _step_form(ranks, n: int, kind: str) -> list[tuple[int, int, int]]:
+    """The ring run step by step: (src, dst, bytes) of every message. Segment k of the buffer
+    has n // p bytes, plus one for k < n % p; at reduce-scatter / all-gather step s rank i sends
+    segment (i - s) mod p; in an all-reduce's all-gather half (step p - 1 + t) it forwards
+    segment (i + 1 - t) mod p, the one it completed last."""
+    p = len(ranks)
+    seg = [n // p + (1 if k < n % p else 0) for k in range(p)]
+    msgs = []
+    for s in range(2 * (p - 1) if kind == "allreduce" else p - 1):
+        for i in range(p):
+            k = (i - s) % p if s < p - 1 else (i + 1 - (s - (p - 1))) % p
+            if seg[k]:
+                msgs.append((ranks[i], ranks[(i + 1) % p], seg[k]))
+    return msgs
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("n", [P * 1000 + 7, 3 * P + 5, 5])
+def test_streamed_rings_move_the_step_forms_bytes_over_every_link(topo, kind, n):
+    """Per link, the payload bytes of the streamed ring are exactly those of the ring run step
+    by step (uneven segments included), and its wire bytes those of the step form's messages."""
+    ranks = [3, 0, 9, 14, 5, 6, 12, 1]
+    h, _ = run(topo, getattr(coll, kind), ranks, n)
+    msgs = _step_form(ranks, n, kind)
+    src, dst, nb = (np.array(x) for x in zip(*msgs))
+    route = topo.route(src, dst, nb)
+    L = topo.num_links
+    np.testing.assert_array_equal(h.link_bytes, topo.payload_loads(route, nb)[:L])
+    np.testing.assert_allclose(h.link_wire_bytes, topo.link_loads(route, nb)[:L], rtol=1e-12)
+
+
+def test_streamed_ring_equals_the_step_form_on_an_even_uncontended_ring(topo):
+    """Equal segments and equal hop latencies (one GPU per node): the streamed ring takes what
+    its steps would, steps (alpha_inter + W(n/p) / B_nic)."""
+    ranks = [0, 4, 8, 12]
+    n = 4 * (1 << 18)
+    h, _ = run(topo, coll.allreduce, ranks, n)
+    assert h.time_s == pytest.approx(2 * 3 * (A_INTER + W(n / 4) / B_NIC), rel=1e-6)
+
+
 def test_hierarchical_allreduce_closed_form(topo):
-    """T = 2 (G-1)(alpha_intra + (n/G) / B_nvl) + 2 (N-1)(alpha_inter + W(n/(G N)) / B_nic)."""
+    """Three streamed phases (node rings' reduce-scatter, the inter-node rings' all-reduce of
+    each 1/G slice, node rings' all-gather), every ring even and of equal hop latencies:
+    T = 2 (G-1)(alpha_intra + (n/G) / B_nvl) + 2 (N-1)(alpha_inter + W(n/(G N)) / B_nic)."""
     n = P * (1 << 16)
     h, _ = run(topo, coll.allreduce, None, n, algorithm="hierarchical")
     expected = 2 * (G - 1) * (A_INTRA + n / G / B_NVL) + 2 * (N - 1) * (A_INTER + W(n / (G * N)) / B_NIC)
     assert h.time_s == pytest.approx(expected, rel=1e-6)
     assert estimate_allreduce_time_s(topo, n, algorithm="hierarchical") == pytest.approx(expected, rel=1e-6)
+    assert len(h.phases) == 3
 
 
 def test_double_binary_tree_matches_its_phase_closed_form(topo):
@@ -203,6 +264,8 @@ def test_zion_tcp_through_host_nics_runs_and_uses_host_links():
         (lambda net: coll.alltoall(net, None, 10, algorithm="ring"), "algorithm"),
         (lambda net: coll.allreduce(net, None, 10, algorithm="butterfly"), "algorithm"),
         (lambda net: coll.allreduce(net, None, 10, chunks=0), "chunks"),
+        (lambda net: coll.allreduce(net, None, 10, chunks=2), "chunks"),
+        (lambda net: coll.allreduce(net, None, 10, algorithm="hierarchical", chunks=2), "chunks"),
         (lambda net: coll.allreduce(net, None, -1), "nbytes"),
         (lambda net: coll.allreduce(net, [0, 0], 10), "ranks"),
         (lambda net: coll.allreduce(net, [0, 1, 4], 10, algorithm="hierarchical"), "ranks"),
