@@ -3,7 +3,10 @@
 A deterministic planner (Neo's search bounded by steps, a baseline, a forced type) returns the
 same plan for the same inputs: the workload, the planner's view of the cluster
 (``host.planner.PlannerSystem``: GPU, network figures, memory tiers, lookups, iteration), the
-planner's name and its step bound, and the code that plans. Experiments and sweeps often run
+planner's name and its step bound, and the code that plans. Not the iterations a run warms up
+and measures: the search prices plans on a fixed window (``host.planner.cost.PLAN_WINDOW``)
+whatever the run simulates, so the key takes the system with that window
+(:func:`planning_view`). Experiments and sweeps often run
 many scenarios that differ only in what the planner does not read (iterations, a SmartNIC
 mechanism, the dense part's precision, the backend), and Neo's search on Model-A costs tens of
 CPU seconds: :class:`PlanCache` makes each distinct plan once.
@@ -46,7 +49,7 @@ import numpy as np
 from neonic.host.planner.plan import Plan
 from neonic.host.planner.plan_io import plan_from_dict, plan_to_dict
 
-__all__ = ["PlanCache", "fingerprint", "code_version", "use_plan_cache", "active_plan_cache", "default_plan_dir",
+__all__ = ["PlanCache", "fingerprint", "planning_view", "code_version", "use_plan_cache", "active_plan_cache", "default_plan_dir",
            "Unfingerprintable"]
 
 _PACKAGES = ("host", "sim", "rtl")
@@ -152,6 +155,21 @@ def code_version() -> str:
     return _code_version(str(Path(__file__).resolve().parents[2]))
 
 
+def planning_view(system: Any) -> Any:
+    """``system`` as the planner reads it: its iteration's warm-up and measured iterations set
+    to :data:`~host.planner.cost.PLAN_WINDOW`, the window every planner prices plans on (a run's
+    own window only matters to :meth:`~host.planner.cost.CostModel.evaluate`, which is not
+    planning). Two runs that differ only in ``warmup`` / ``iterations`` share a key."""
+    from neonic.host.planner.cost import PLAN_WINDOW
+
+    spec = getattr(system, "iteration", None)
+    if (dataclasses.is_dataclass(system) and not isinstance(system, type) and dataclasses.is_dataclass(spec)
+            and hasattr(spec, "warmup") and hasattr(spec, "iterations")):
+        window = dataclasses.replace(spec, warmup=PLAN_WINDOW[0], iterations=PLAN_WINDOW[1])
+        return dataclasses.replace(system, iteration=window)
+    return system
+
+
 class PlanCache:
     """Plans by the fingerprint of their inputs, in memory and (with ``directory``) on disk."""
 
@@ -164,7 +182,7 @@ class PlanCache:
     def key(self, workload: Any, system: Any, planner: str, max_steps: int | None) -> str | None:
         """The key of a plan, or None where an input cannot be fingerprinted."""
         try:
-            return fingerprint((code_version(), workload, system, planner, max_steps))
+            return fingerprint((code_version(), workload, planning_view(system), planner, max_steps))
         except Unfingerprintable:
             return None
 

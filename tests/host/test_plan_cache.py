@@ -101,6 +101,18 @@ def test_a_changed_input_plans_afresh(tmp_path):
     assert (cache.misses, cache.hits) == (4, 0)
 
 
+def test_the_iterations_a_run_measures_are_not_a_planning_input(tmp_path):
+    # plans are priced on a fixed window (PLAN_WINDOW) whatever a run warms up and measures, so a
+    # longer run takes the cached plan, and it is the plan that planning afresh gives it
+    longer = dict(SCENARIO, scenario=dict(SCENARIO["scenario"], warmup=2, iterations=3))
+    cache = PlanCache(tmp_path)
+    with use_plan_cache(cache):
+        _plan(SCENARIO)
+        cached = _plan(longer)
+    assert (cache.misses, cache.hits) == (1, 1)
+    assert plan_to_dict(cached) == plan_to_dict(_plan(longer))
+
+
 def test_a_slowed_link_is_an_input(fresh):
     runner, _ = fresh
     topo = runner.topology
