@@ -60,8 +60,8 @@ from neonic.host.iteration import (WIRE_BYTES, ScheduleTemplate, allreduce_bytes
                                    iteration_buckets, keyed_buckets, shard_kernel_s)
 from neonic.host.planner.plan import Plan
 from neonic.host.planner.system import PlannerSystem
-from neonic.host.planner.work import (COLLECTIVES, IterationWork, Outer, ShardKernel, TableWork, derive_iteration,
-                                      matrix_aggregates)
+from neonic.host.planner.work import (COLLECTIVES, CompactWork, IterationWork, Outer, ShardKernel, TableWork,
+                                      derive_iteration, matrix_aggregates)
 from neonic.host.workloads.spec import WorkloadSpec
 from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 
@@ -340,30 +340,56 @@ class CostModel:
                                   k.state_bytes_per_row, k.tier, k.miss_bytes)
 
     # ----------------------------------------------------------------- contributions and states
-    def contribution(self, tw: TableWork) -> Contribution:
-        """A table's additive contribution (through its kernels and traffic terms)."""
+    def contribution(self, tw: TableWork | CompactWork) -> Contribution:
+        """A table's additive contribution (through its kernels and traffic terms); from a
+        :class:`~host.planner.work.CompactWork`, each kernel shape is priced once (the same
+        figures, added in the same order)."""
         c = Contribution.zeros(self.world)
         v = c.vec
-        ks = tw.kernels
-        if len(ks) > 1:
-            # a table split over many ranks (row-wise over 128 ranks: 128 kernels): scattered at
-            # once, each rank's terms added in the kernels' order (the same sums as one by one)
-            ranks = np.fromiter((k.rank for k in ks), dtype=np.int64, count=len(ks))
-            times = np.array([self.kernel_times(k) for k in ks])
-            for row in range(3):
-                np.add.at(v[row], ranks, times[:, row])
-            np.add.at(v[_KERN], ranks, 1.0)
-            np.add.at(v[_HBM], ranks, np.fromiter((k.hbm_bytes for k in ks), dtype=float, count=len(ks)))
-            for tier, row in (("dram", 25), ("ssd", 26)):
-                on = [i for i, k in enumerate(ks) if k.tier == tier]
-                if on:
-                    np.add.at(v[row], ranks[on], np.array([ks[i].host_bytes for i in on], dtype=float))
-        for k in ks[:1] if len(ks) == 1 else ():
-            v[0:3, k.rank] += self.kernel_times(k)
-            v[_KERN, k.rank] += 1
-            v[_HBM, k.rank] += k.hbm_bytes
-            if k.tier != "hbm":
-                v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
+        if isinstance(tw, CompactWork):
+            ranks, shapes = tw.ranks, tw.shapes
+            n = len(ranks)
+            shape_times = [self.kernel_times(k) for k in shapes]
+            if n == 1:
+                k = shapes[0]
+                v[0:3, int(ranks[0])] += shape_times[0]
+                v[_KERN, int(ranks[0])] += 1
+                v[_HBM, int(ranks[0])] += k.hbm_bytes
+                if k.tier != "hbm":
+                    v[25 if k.tier == "dram" else 26, int(ranks[0])] += k.host_bytes
+            else:
+                times = np.array(shape_times)[tw.shape_of]
+                for row in range(3):
+                    np.add.at(v[row], ranks, times[:, row])
+                np.add.at(v[_KERN], ranks, 1.0)
+                np.add.at(v[_HBM], ranks, np.array([k.hbm_bytes for k in shapes], dtype=float)[tw.shape_of])
+                tiers = [k.tier for k in shapes]
+                for tier, row in (("dram", 25), ("ssd", 26)):
+                    if tier in tiers:
+                        on = np.nonzero(np.array([t == tier for t in tiers])[tw.shape_of])[0]
+                        host = np.array([k.host_bytes for k in shapes], dtype=float)[tw.shape_of]
+                        np.add.at(v[row], ranks[on], host[on])
+        else:
+            ks = tw.kernels
+            if len(ks) > 1:
+                # a table split over many ranks (row-wise over 128 ranks: 128 kernels): scattered at
+                # once, each rank's terms added in the kernels' order (the same sums as one by one)
+                ranks = np.fromiter((k.rank for k in ks), dtype=np.int64, count=len(ks))
+                times = np.array([self.kernel_times(k) for k in ks])
+                for row in range(3):
+                    np.add.at(v[row], ranks, times[:, row])
+                np.add.at(v[_KERN], ranks, 1.0)
+                np.add.at(v[_HBM], ranks, np.fromiter((k.hbm_bytes for k in ks), dtype=float, count=len(ks)))
+                for tier, row in (("dram", 25), ("ssd", 26)):
+                    on = [i for i, k in enumerate(ks) if k.tier == tier]
+                    if on:
+                        np.add.at(v[row], ranks[on], np.array([ks[i].host_bytes for i in on], dtype=float))
+            for k in ks[:1] if len(ks) == 1 else ():
+                v[0:3, k.rank] += self.kernel_times(k)
+                v[_KERN, k.rank] += 1
+                v[_HBM, k.rank] += k.hbm_bytes
+                if k.tier != "hbm":
+                    v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
         v[_AGG] = tw.aggregates(self.node_of, self.system.gpus_per_node).reshape(20, -1)
         v[_DENSE], v[_RAIL] = pooled_pattern(tw, self.world)
         c.dp_bytes = tw.dp_allreduce_bytes

@@ -20,7 +20,7 @@ import numpy as np
 from neonic.host.planner.cost import Contribution, CostModel, State
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
-from neonic.host.planner.work import table_work
+from neonic.host.planner.work import compact_work
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 
 __all__ = ["Placer", "check_fits"]
@@ -261,7 +261,7 @@ class Placer:
         return c
 
     def _contribution(self, tp: TablePlan) -> Contribution:
-        return self.cost.contribution(table_work(self.tables[tp.table], tp, self.workload, self.system))
+        return self.cost.contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
 
     # ------------------------------------------------------------------ state
     def place(self, tp: TablePlan, contrib: Contribution | None = None) -> None:

@@ -48,6 +48,8 @@ __all__ = [
     "TableWork",
     "IterationWork",
     "table_work",
+    "CompactWork",
+    "compact_work",
     "derive_iteration",
     "matrix_aggregates",
 ]
@@ -110,12 +112,7 @@ class TableWork:
 
     def aggregates(self, node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
         """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes."""
-        world = len(node_of)
-        agg = np.zeros((len(COLLECTIVES), 4, world))
-        for c, name in enumerate(COLLECTIVES):
-            for term in self.traffic.get(name, ()):
-                _term_aggregates(agg[c], term, node_of, gpus_per_node)
-        return agg
+        return _aggregates(self.traffic, node_of, gpus_per_node)
 
 
 def _add_term(m: np.ndarray, term: Term) -> None:
@@ -216,8 +213,52 @@ def _onehot(world: int, ranks, values) -> np.ndarray:
     return v
 
 
+@dataclass(frozen=True)
+class CompactWork:
+    """:class:`TableWork` without a kernel object per shard: the shards' ranks, and per shard
+    the index of its kernel's shape in ``shapes`` (a shard's kernel is its shape's on its rank;
+    shards of one table mostly share a shape, and a row-wise table over 128 ranks would make
+    128 kernels per placement the search tries). The search's contributions are built from it
+    (:meth:`host.planner.cost.CostModel.contribution`); :meth:`expand` gives the table work."""
+
+    table: str
+    ranks: np.ndarray             # int64, one per shard, in the plan's shard order
+    shape_of: np.ndarray          # intp, one per shard: its kernel's index in ``shapes``
+    shapes: tuple[ShardKernel, ...]  # each on the rank of the first shard of its shape
+    traffic: dict[str, tuple[Term, ...]]
+    dp_allreduce_bytes: float = 0.0
+
+    def kernels(self) -> tuple[ShardKernel, ...]:
+        """One kernel per shard, in shard order (a shape's own object on its first rank)."""
+        out = []
+        for r, i in zip(self.ranks.tolist(), self.shape_of.tolist()):
+            k = self.shapes[i]
+            out.append(k if k.rank == r else _on_rank(k, r))
+        return tuple(out)
+
+    def expand(self) -> TableWork:
+        return TableWork(self.table, self.kernels(), self.traffic, dp_allreduce_bytes=self.dp_allreduce_bytes)
+
+    def aggregates(self, node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
+        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes."""
+        return _aggregates(self.traffic, node_of, gpus_per_node)
+
+
+def _aggregates(traffic: dict[str, tuple[Term, ...]], node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    agg = np.zeros((len(COLLECTIVES), 4, len(node_of)))
+    for c, name in enumerate(COLLECTIVES):
+        for term in traffic.get(name, ()):
+            _term_aggregates(agg[c], term, node_of, gpus_per_node)
+    return agg
+
+
 def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: PlannerSystem) -> TableWork:
     """The kernels and traffic of one placed table (see the module doc for the model)."""
+    return compact_work(table, tp, workload, system).expand()
+
+
+def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: PlannerSystem) -> CompactWork:
+    """:func:`table_work` as a :class:`CompactWork` (the same kernels and traffic)."""
     world, g = system.world_size, system.gpus_per_node
     b = workload.batch_per_gpu
     pool = system.pooling_of(table)
@@ -228,15 +269,20 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
     len_per_owner = b * system.length_bytes
     mem = system.memory
 
-    made: dict[tuple, ShardKernel] = {}
+    index: dict[tuple, int] = {}
+    shapes: list[ShardKernel] = []
 
-    def kernel(shard, lookups: float, bags: int) -> ShardKernel:
-        # shards of one table mostly share their shape: build each shape once, then per rank
-        key = (shard.rows, shard.cols, shard.tier, lookups, bags)
-        k = made.get(key)
-        if k is None:
-            k = made[key] = _kernel(shard, lookups, bags)
-        return k if k.rank == shard.rank else _on_rank(k, shard.rank)
+    def kernels(lookups: list[float], bags: int) -> np.ndarray:
+        # shards of one table mostly share their shape: each shape's kernel is built once
+        out = np.empty(len(shards), dtype=np.intp)
+        for j, (s, lk) in enumerate(zip(shards, lookups)):
+            key = (s.rows, s.cols, s.tier, lk, bags)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(shapes)
+                shapes.append(_kernel(s, lk, bags))
+            out[j] = i
+        return out
 
     def _kernel(shard, lookups: float, bags: int) -> ShardKernel:
         weights = shard.rows * shard.cols * eb + shard.rows * _state_for(shard.cols)
@@ -268,22 +314,25 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
     traffic: dict[str, tuple[Term, ...]] = {}
     global_bags = b * world
 
+    def work(shape_of: np.ndarray, dp: float = 0.0) -> CompactWork:
+        return CompactWork(table.name, ranks, shape_of, tuple(shapes), traffic, dp_allreduce_bytes=dp)
+
     if kind == ShardingType.DATA_PARALLEL:
-        kernels = tuple(kernel(s, b * pool, b) for s in shards)
-        return TableWork(table.name, kernels, {}, dp_allreduce_bytes=float(table.rows * table.dim * eb))
+        shape_of = kernels([b * pool] * len(shards), b)
+        return work(shape_of, float(table.rows * table.dim * eb))
 
     if kind in (ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE):
-        kernels = tuple(kernel(s, global_bags * pool, global_bags) for s in shards)
+        shape_of = kernels([global_bags * pool] * len(shards), global_bags)
         # indices (and lengths) go to every column shard; each shard returns its columns
         traffic["input"] = (Outer(ones * (idx_per_owner + len_per_owner), _onehot(world, ranks, 1.0)),)
         pooled = Outer(_onehot(world, ranks, [s.cols * b * ob for s in shards]), ones)
         traffic["pooled"] = (pooled,)
         traffic["grad"] = (Outer(pooled.dst, pooled.src),)
-        return TableWork(table.name, kernels, traffic)
+        return work(shape_of)
 
     # row-wise families: lookups spread over row shards in proportion to their rows
     frac = system.row_shares(table, [(s.row_start, s.row_end) for s in shards])
-    kernels = tuple(kernel(s, global_bags * pool * f, global_bags) for s, f in zip(shards, frac))
+    shape_of = kernels([global_bags * pool * f for f in frac], global_bags)
     traffic["input"] = (Outer(ones, _onehot(world, ranks, idx_per_owner * frac + len_per_owner)),)
     partial = table.dim * b * ob  # one owner's partial pools from one shard
     if kind == ShardingType.ROW_WISE:
@@ -292,7 +341,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
         rs = Outer(_onehot(world, ranks, 1.0), ones * partial)
         traffic["pooled"] = (rs,)
         traffic["grad"] = (Outer(rs.dst, rs.src),)
-        return TableWork(table.name, kernels, traffic)
+        return work(shape_of)
     if kind != ShardingType.TABLE_ROW_WISE:
         raise ValueError(f"sharding: unknown type {kind!r}")
     owners = np.arange(world)
@@ -304,7 +353,7 @@ def table_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: 
     nbytes = np.full(world, float(partial))
     traffic["pooled"] = (Pairs(forward_rank, owners, nbytes),)
     traffic["grad"] = (Pairs(owners, forward_rank, nbytes),)
-    return TableWork(table.name, kernels, traffic)
+    return work(shape_of)
 
 
 @dataclass

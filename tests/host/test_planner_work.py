@@ -69,3 +69,53 @@ def test_derived_matrices_equal_the_term_by_term_sum(rng):
             np.testing.assert_allclose(work.matrices[name], ref[name], rtol=1e-12, atol=0.0, err_msg=name)
             assert np.all(np.diag(work.matrices[name]) == 0.0)
     assert kinds == set(ShardingType)
+
+
+def test_a_compact_table_work_prices_exactly_as_its_kernels(rng):
+    """The search's contributions come from :class:`CompactWork` (one kernel per shard shape):
+    element for element the figures of the table work with one kernel per shard, for every
+    sharding type, uneven splits and host-tier shards."""
+    from dataclasses import replace
+
+    from neonic.host.planner import CostModel
+    from neonic.host.planner.plan import TablePlan
+    from neonic.host.planner.work import CompactWork, compact_work, table_work
+
+    nodes, g = 2, 4
+    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
+                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
+    system = PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm,
+                           memory=MemoryTiers(dram_gib_per_node=64, ssd_gib_per_node=256))
+    n = 12
+    workload = workload_from_dict({
+        "name": "w", "batch_per_gpu": 64, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in
+                   enumerate(zip(rng.integers(1001, 90_001, n), rng.choice([12, 36, 100], n),
+                                 rng.lognormal(1.0, 0.5, n).round(2) + 1))],
+    })
+    cost = CostModel(workload, system)
+    placer = Placer(workload, system, cost)
+    world = nodes * g
+    checked = set()
+    for i, table in enumerate(workload.tables):
+        for kind in ShardingType:
+            if kind in (ShardingType.TABLE_ROW_WISE, ShardingType.TABLE_COLUMN_WISE):
+                ranks = list(range(g, 2 * g))
+            elif kind == ShardingType.TABLE_WISE:
+                ranks = [i % world]
+            else:
+                ranks = sorted(rng.choice(world, int(rng.integers(2, world + 1)), replace=False).tolist())
+            tp = placer.make(table, kind, ranks)
+            assert tp is not None
+            # some shards in DRAM and on SSD (behind their HBM cache)
+            tiers = rng.choice(["hbm", "dram", "ssd"], len(tp.shards))
+            mixed = TablePlan(tp.table, tp.sharding, tuple(replace(s, tier=str(t)) for s, t in zip(tp.shards, tiers)))
+            for plan in (tp, mixed):
+                compact = compact_work(table, plan, workload, system)
+                ref = table_work(table, plan, workload, system)
+                assert isinstance(compact, CompactWork) and compact.expand().kernels == ref.kernels
+                full = cost.contribution(compact.expand())
+                fast = cost.contribution(compact)
+                assert np.array_equal(fast.vec, full.vec) and fast.dp_bytes == full.dp_bytes, (kind, plan)
+                checked.add((kind, any(s.tier != "hbm" for s in plan.shards)))
+    assert len(checked) == 2 * len(ShardingType)
