@@ -138,6 +138,7 @@ class Placer:
         self._tw: BytesLRU = lru("__tw__")
         self._cache: BytesLRU = lru("__plans__")
         self._node_cache: BytesLRU = lru("__nodes__")
+        self._relabel: BytesLRU = lru("__relabel__")  # how a plan's contribution follows from another
         self._hbm_plans: BytesLRU = lru("__hbm_plans__")
         self._tiered_plans: BytesLRU = lru("__tiered_plans__")
         self._geoms: dict[tuple, tuple] = self._tw_cache.setdefault("__geometry__", {})
@@ -176,7 +177,18 @@ class Placer:
         in DRAM, else on SSD behind its HBM cache."""
         state = state or self.state
         if kind == ST.DATA_PARALLEL:
-            ranks = list(range(self.world))
+            ranks = range(self.world)
+        key = (table.name, kind, tuple(ranks))
+        hit = self._hbm_plans.get(key)
+        if hit is not None:
+            # made before, every shard in HBM: the same plan if it still fits there
+            tp, need, at = hit
+            hbm_free = self.caps[0] - state.hbm[at]
+            reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
+                       if self._cache_ratio else 0.0)
+            if (need <= hbm_free - reserve).all():
+                return tp
+        ranks = list(ranks)
         if len(set(ranks)) != len(ranks):
             return None
         if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
@@ -190,13 +202,6 @@ class Placer:
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
         reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
                    if self._cache_ratio else 0.0)
-        # fast path: every shard fits in HBM (the same plan as before, built once)
-        key = (table.name, kind, tuple(ranks))
-        hit = self._hbm_plans.get(key)
-        if hit is not None:
-            tp, need = hit
-            if (need <= hbm_free - reserve).all():
-                return tp
         pieces, need, cache = self._geometry(table, kind, len(ranks))
         in_hbm = need <= hbm_free - reserve
         cached = ~in_hbm & (cache <= hbm_free)
@@ -215,7 +220,7 @@ class Placer:
                                                    for rank, piece, c in zip(ranks, pieces, code.tolist())))
             self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
         if in_hbm.all():
-            self._hbm_plans.put(key, (tp, need), _SHARD_BYTES * len(ranks) + need.nbytes)
+            self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
         return tp
 
     def tw_base(self, table: str, tier: str) -> Contribution:
@@ -232,24 +237,22 @@ class Placer:
         if tp.sharding == ST.TABLE_WISE:
             s = tp.shards[0]
             return self.tw_base(tp.table, s.tier).relabeled(self._inv[s.rank])
-        if tp.sharding == ST.DATA_PARALLEL and len(tp.shards) == self.world:
-            s0 = tp.shards[0]
-            tier, piece = s0.tier, (s0.row_start, s0.row_end, s0.col_start, s0.col_end)
-            if (all(s.tier == tier and (s.row_start, s.row_end, s.col_start, s.col_end) == piece for s in tp.shards)
-                    and len({s.rank for s in tp.shards}) == self.world):
+        if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            how = self._relabel.get(tp)
+            if how is None:
+                how = self._relabel.put(tp, self._relabeling(tp), _SHARD_BYTES * len(tp.shards))
+            if how[0] == "dp":
                 # one replica per rank, all in one tier: the replica on rank 0, copied to every rank
-                key = ("__dp__", tp.table, tier, piece)
+                key = how[1]
                 base = self._tw.get(key)
                 if base is None:
-                    one = TablePlan(tp.table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
+                    _, table, tier, piece = key
+                    one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
                     base = self._tw.put(key, self._contribution(one), _nbytes(self.world))
                 return base.relabeled(self._everywhere)
-        if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
-            first = tp.shards[0].rank
-            if first % self.g == 0 and [s.rank for s in tp.shards] == list(range(first, first + len(tp.shards))):
+            if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
-                at0 = TablePlan(tp.table, tp.sharding, tuple(
-                    Shard(s.rank - first, s.row_start, s.row_end, s.col_start, s.col_end, s.tier) for s in tp.shards))
+                _, at0, first = how
                 base = self._node_cache.get(at0)
                 if base is None:
                     base = self._node_cache.put(at0, self._contribution(at0),
@@ -259,6 +262,27 @@ class Placer:
         if c is None:
             c = self._cache.put(tp, self._contribution(tp), _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
         return c
+
+    def _relabeling(self, tp: TablePlan) -> tuple:
+        """How ``tp``'s contribution follows from a remembered one: ``("dp", key)`` for one
+        replica per rank in one tier (rank 0's replica, on every rank), ``("node", plan, first)``
+        for a node-bound plan on a node's first ranks (the same plan on node 0, relabeled), else
+        ``("own",)``."""
+        shards = tp.shards
+        if tp.sharding == ST.DATA_PARALLEL:
+            s0 = shards[0]
+            tier, piece = s0.tier, (s0.row_start, s0.row_end, s0.col_start, s0.col_end)
+            if (len(shards) == self.world
+                    and all(s.tier == tier and (s.row_start, s.row_end, s.col_start, s.col_end) == piece for s in shards)
+                    and len({s.rank for s in shards}) == self.world):
+                return ("dp", ("__dp__", tp.table, tier, piece))
+            return ("own",)
+        first = shards[0].rank
+        if first % self.g == 0 and [s.rank for s in shards] == list(range(first, first + len(shards))):
+            at0 = TablePlan(tp.table, tp.sharding, tuple(
+                Shard(s.rank - first, s.row_start, s.row_end, s.col_start, s.col_end, s.tier) for s in shards))
+            return ("node", at0, first)
+        return ("own",)
 
     def _contribution(self, tp: TablePlan) -> Contribution:
         return self.cost.contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
