@@ -258,10 +258,51 @@ class Placer:
                     base = self._node_cache.put(at0, self._contribution(at0),
                                                 _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
                 return base.relabeled(self._inv[first])
+        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
+            key, inv = self._column_class(tp)
+            base = self._tw.get(key)
+            if base is None:
+                _, table, nodes = key
+                at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
+                    Shard(i * self.g + j, 0, rows, 0, cols, tier)
+                    for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
+                base = self._tw.put(key, self._contribution(at0), _nbytes(self.world))
+            return base.relabeled(inv)
         c = self._cache.get(tp)
         if c is None:
             c = self._cache.put(tp, self._contribution(tp), _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
         return c
+
+    def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
+        """The class of a column-wise (or table-column-wise) plan under relabelings that keep
+        the node structure, and the relabeling: its contribution is that of the class's plan
+        (each node's shard shapes, sorted, on the first nodes' first ranks, nodes sorted by
+        them) with rank ``i`` taking the figures of rank ``inv[i]``. Exact: such a table's
+        figures on a rank follow from the rank's own shard (rows, columns, tier), its node's
+        sums and the cluster's sums of the outer-product terms (``host.planner.work``), and
+        those sums are of whole numbers of bytes, of ones, or of one repeated figure (the
+        indices every rank sends), the same whatever order they are added in."""
+        g = self.g
+        by_node: dict[int, list[tuple[tuple, int]]] = {}
+        for sh in tp.shards:
+            by_node.setdefault(sh.rank // g, []).append(((sh.rows, sh.cols, sh.tier), sh.rank))
+        groups = [(members, n) for _, members, n in
+                  sorted((tuple(shape for shape, _ in sorted(v)), tuple(sorted(v)), n) for n, v in by_node.items())]
+        nodes = self.system.nodes
+        node_map = np.empty(nodes, dtype=np.int64)  # real node -> its class's node
+        fill = np.zeros(nodes, dtype=np.int64)      # a class rank holding no shard, per node
+        for i, (members, n) in enumerate(groups):
+            node_map[n] = i
+            fill[n] = len(members) % g
+        rest = [n for n in range(nodes) if n not in by_node]
+        node_map[rest] = np.arange(len(groups), nodes)
+        r = np.arange(self.world)
+        inv = node_map[r // g] * g + fill[r // g]
+        for i, (members, _) in enumerate(groups):
+            for j, (_, rank) in enumerate(members):
+                inv[rank] = i * g + j
+        key = ("__cw__", tp.table, tuple(tuple(shape for shape, _ in members) for members, _ in groups))
+        return key, inv
 
     def _relabeling(self, tp: TablePlan) -> tuple:
         """How ``tp``'s contribution follows from a remembered one: ``("dp", key)`` for one

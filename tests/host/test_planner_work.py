@@ -119,3 +119,45 @@ def test_a_compact_table_work_prices_exactly_as_its_kernels(rng):
                 assert np.array_equal(fast.vec, full.vec) and fast.dp_bytes == full.dp_bytes, (kind, plan)
                 checked.add((kind, any(s.tier != "hbm" for s in plan.shards)))
     assert len(checked) == 2 * len(ShardingType)
+
+
+def test_column_wise_contributions_are_their_class_plans_relabeled(rng):
+    """A column-wise plan's contribution is its class plan's (shard shapes per node, nodes
+    sorted) relabeled: element for element the contribution computed for the plan itself, for
+    uneven column splits, several shards on a node, whole nodes and host-tier shards."""
+    from dataclasses import replace
+
+    from neonic.host.planner import CostModel
+    from neonic.host.planner.plan import TablePlan
+
+    nodes, g = 4, 4
+    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
+                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
+    system = PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm,
+                           memory=MemoryTiers(dram_gib_per_node=64, ssd_gib_per_node=256))
+    workload = workload_from_dict({
+        "name": "w", "batch_per_gpu": 64, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": f"t{i}", "rows": 5000 + 37 * i, "dim": dim, "pooling": 2.3 + i}
+                   for i, dim in enumerate((36, 64, 100, 12))],
+    })
+    cost = CostModel(workload, system)
+    world = nodes * g
+    classes = set()
+    for trial in range(60):
+        placer = Placer(workload, system, cost)  # a fresh cache: the class plan is made for this plan
+        table = workload.tables[trial % len(workload.tables)]
+        kind = ShardingType.COLUMN_WISE if trial % 3 else ShardingType.TABLE_COLUMN_WISE
+        m = int(rng.integers(2, min(world, table.dim // 4) + 1))
+        ranks = sorted(rng.choice(world, m, replace=False).tolist())
+        if trial % 5 == 0:
+            ranks = list(range(g, g + min(g, m)))  # a whole node's first ranks
+        tp = placer.make(table, kind, ranks)
+        assert tp is not None
+        if trial % 2:
+            tiers = rng.choice(["hbm", "dram", "ssd"], len(tp.shards))
+            tp = TablePlan(tp.table, tp.sharding, tuple(replace(s, tier=str(t)) for s, t in zip(tp.shards, tiers)))
+        direct = placer._contribution(tp)
+        via = placer.contribution(tp)
+        assert np.array_equal(via.vec, direct.vec) and via.dp_bytes == direct.dp_bytes, tp
+        classes.add(placer._column_class(tp)[0])
+    assert len(classes) > 10
