@@ -82,8 +82,11 @@ def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
     """``parts`` contiguous ranges covering ``[0, total)``, as even as multiples of ``unit`` allow."""
     units = total // unit if total % unit == 0 and total // unit >= parts else total
     step = unit if units != total else 1
-    bounds = np.linspace(0, units, parts + 1).round().astype(int) * step
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    # numpy's linspace(0, units, parts + 1) rounded half to even, element for element (its
+    # i-th point is i * (units / parts), its last ``units``), without an array per call
+    width = units / parts
+    bounds = [round(i * width) * step for i in range(parts)] + [units * step]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int, tier: str) -> Shard:

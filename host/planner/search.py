@@ -587,11 +587,16 @@ class NeoPlanner(Placer):
         moves: list[tuple[State, dict[str, TablePlan], str]] = []
         for label, names in self._classes():
             kinds = {self.placed[n].tp.sharding for n in names}
+            removed: tuple[State, dict] | None = None  # the state without the class, made once
             for target in ShardingType:
                 if kinds == {target} and target not in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
                     continue  # nothing to change (node-bound types are re-balanced over the nodes)
-                for n in names:
-                    self.unplace(n)
+                if removed is None:
+                    for n in names:
+                        self.unplace(n)
+                    removed = (self.state.copy(), dict(self.placed))
+                else:
+                    self.state, self.placed = removed[0].copy(), dict(removed[1])
                 ok = place_forced(self, [self.tables[n] for n in names], target)
                 if ok is not None and self.fits(self.state):
                     moves.append((self.state.copy(), {n: self.placed[n].tp for n in names}, f"{label} -> {target.value}"))
