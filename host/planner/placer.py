@@ -261,7 +261,8 @@ class Placer:
                     base = self._node_cache.put(at0, self._contribution(at0),
                                                 _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
                 return base.relabeled(self._inv[first])
-        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
+        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and len({s.rank for s in tp.shards}) == len(tp.shards):
+            # (two column pieces on one rank add up on it: such a plan is costed as it is)
             key, inv = self._column_class(tp)
             base = self._tw.get(key)
             if base is None:

@@ -161,3 +161,8 @@ def test_column_wise_contributions_are_their_class_plans_relabeled(rng):
         assert np.array_equal(via.vec, direct.vec) and via.dp_bytes == direct.dp_bytes, tp
         classes.add(placer._column_class(tp)[0])
     assert len(classes) > 10
+    # two column pieces on one rank add up there
+    placer = Placer(workload, system, cost)
+    tp = placer.make(workload.tables[1], ShardingType.COLUMN_WISE, [1, 2, 9])
+    doubled = TablePlan(tp.table, tp.sharding, (tp.shards[0], replace(tp.shards[1], rank=1), tp.shards[2]))
+    assert np.array_equal(placer.contribution(doubled).vec, placer._contribution(doubled).vec)
