@@ -448,7 +448,7 @@ class LinkEntries:
     are infinite) and one ``weight``.
     """
 
-    __slots__ = ("starts", "flow", "oth", "fac", "mw", "has_w", "pos", "alive")
+    __slots__ = ("starts", "flow", "oth", "fac", "mw", "has_w", "pos", "alive", "_flows_alive")
 
     def __init__(self, links_fh: np.ndarray, factor: np.ndarray, capacity: np.ndarray,
                  weight: np.ndarray | None = None) -> None:
@@ -459,14 +459,30 @@ class LinkEntries:
             links_fh, np.ascontiguousarray(factor, dtype=np.float64), w, self.has_w,
             np.ascontiguousarray(capacity, dtype=np.float64))
         self.alive = np.ones(self.flow.size, dtype=np.bool_)
+        self._flows_alive: np.ndarray | None = None  # per flow, once set_alive has been called
 
     def kill(self, flows: np.ndarray) -> None:
         """Drop flows (indices) from later solves."""
-        _entries_kill(self.pos, np.asarray(flows, dtype=np.int64), self.alive)
+        flows = np.asarray(flows, dtype=np.int64)
+        _entries_kill(self.pos, flows, self.alive)
+        if self._flows_alive is not None:
+            self._flows_alive[flows] = False
 
     def set_alive(self, alive: np.ndarray) -> None:
         """Make exactly the flows ``alive`` (F,) bool take part."""
         self.alive = np.ascontiguousarray(alive[self.flow])
+        self._flows_alive = np.array(alive, dtype=np.bool_)
+
+    def update_alive(self, alive: np.ndarray) -> None:
+        """:meth:`set_alive`, in O(flows) plus the hops of the flows that left since the last
+        call when none came back (between solves flows only finish): the same entry flags."""
+        last = self._flows_alive
+        if last is None or last.shape != alive.shape or np.any(alive & ~last):
+            self.set_alive(alive)
+            return
+        gone = np.flatnonzero(last & ~alive)
+        if gone.size:
+            self.kill(gone)
 
 
 def _widen(oth: np.ndarray, width: int, pad: int) -> np.ndarray:
@@ -527,7 +543,7 @@ def maxmin_rates_fm(
     if index is None:
         index = LinkEntries(links_fh, factor, capacity, weight)
     a = np.ones(n_flows, dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
-    index.set_alive(a)
+    index.update_alive(a)
     level, order = link_levels(index, wire, capacity)
     return rates_from_levels(np.ascontiguousarray(links_fh), a, level, order)
 
@@ -552,12 +568,12 @@ def maxmin_rates_parts(
     (default: all). Returns (rates big, rates second); dead flows get 0."""
     if big_index is None:
         big_index = LinkEntries(big_links, big_factor, capacity)
-    big_index.set_alive(np.ascontiguousarray(big_alive, dtype=bool))
+    big_index.update_alive(np.ascontiguousarray(big_alive, dtype=bool))
     links_fh = np.ascontiguousarray(links_fh.astype(big_links.dtype, copy=False))
     small = LinkEntries(links_fh, factor, capacity) if index is None else index
     live = np.ones(links_fh.shape[0], dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
     if alive is not None:
-        small.set_alive(live)
+        small.update_alive(live)
     level, order = link_levels(big_index, wire, capacity, other=small)
     ra = rates_from_levels(big_links, np.ascontiguousarray(big_alive, dtype=bool), level, order)
     rb = rates_from_levels(links_fh, live, level, order)

@@ -392,19 +392,18 @@ class Network:
         alive = np.concatenate([masks[i] for i in rest])
         rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, rc["links"], rc["factor"],
                                        topo.wire, topo.capacity, index=rc["index"], alive=alive)
-        rates = rates[alive]
-        n_live = rates.size + int(masks[big].sum())
+        n_live = int(alive.sum()) + int(masks[big].sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
-        parts = []
+        full = []  # each group's rates over all its flows (0 where not live)
         pos = 0
-        for i, m in enumerate(masks):
+        for i, g in enumerate(groups):
             if i == big:
-                parts.append(rb[m])
+                full.append(rb)
             else:
-                parts.append(rates[pos : pos + int(m.sum())])
-                pos += parts[-1].size
-        self._set_flow_rates(masks, parts, previous)
+                full.append(rates[pos : pos + g._links.shape[0]])
+                pos += g._links.shape[0]
+        self._set_flow_rates(masks, full, previous)
 
     def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Every flow (live or not) of the groups solved beside the largest one, with its link
@@ -423,17 +422,18 @@ class Network:
                         "index": LinkEntries(links, factor, topo.capacity)}
         return self._rcache
 
-    def _set_flow_rates(self, masks: list[np.ndarray], parts: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
-        """Install per-flow rates ``parts[i]`` (over the live flows ``masks[i]`` of group ``i``);
-        a class whose flows got different rates is refined by (class, rate), its state moving over."""
+    def _set_flow_rates(self, masks: list[np.ndarray], full: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
+        """Install per-flow rates ``full[i]`` (over every flow of group ``i``, 0 where not live;
+        ``masks[i]`` its live flows); a class whose flows got different rates is refined by
+        (class, rate), its state moving over."""
         topo = self.topology
-        for g, m, fr in zip(self._groups, masks, parts):
+        for g, m, ff in zip(self._groups, masks, full):
             cl = g._cls
             a = g._alive
-            if cl.identity:
-                g._rate = np.zeros(a.size)
-                g._rate[a] = fr
+            if cl.identity:  # one class per flow: the solve's rates as they are (0 for the dead)
+                g._rate = ff
                 continue
+            fr = ff[m]
             c = cl.cls[m]
             rate = np.zeros(a.size)
             rate[c] = fr
@@ -459,15 +459,12 @@ class Network:
         topo = self.topology
         R = topo.num_gpus
         groups = self._groups
-        masks = [self._live_flows(g) for g in groups]
-        alive = np.concatenate(masks)
         flows = self._throttle_flows(groups)
-        src, dst = flows["src"][alive], flows["dst"][alive]
-        rate = np.concatenate([(g._rate if g._cls.identity else g._rate[g._cls.cls])[m]
-                               for g, m in zip(groups, masks)])
-        finite = np.where(np.isfinite(rate), rate, 0.0)
-        tx = np.bincount(src, finite, minlength=topo.num_endpoints)[:R]
-        rx = np.bincount(dst, finite, minlength=topo.num_endpoints)[:R]
+        tx = np.zeros(topo.num_endpoints)
+        rx = np.zeros(topo.num_endpoints)
+        for g, (s, d) in zip(groups, flows["parts"]):  # the live flows' rates, summed in flow order
+            K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
+        tx, rx = tx[:R], rx[:R]
         scale = self._throttle(tx, rx)
         if scale is None:
             return
@@ -485,15 +482,18 @@ class Network:
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
         if "index" not in flows:
             self._throttle_index(flows, groups)
+        masks = [self._live_flows(g) for g in groups]
+        alive = np.concatenate(masks)
         rates = maxmin_rates_fm(flows["links"], flows["factor"], flows["wire"], capacity, alive=alive,
-                                index=flows["index"])[alive]
-        self.solved_classes += rates.size
-        self.solved_flows += rates.size
-        parts, pos = [], 0
-        for m in masks:
-            parts.append(rates[pos : pos + int(m.sum())])
-            pos += parts[-1].size
-        self._set_flow_rates(masks, parts, previous)
+                                index=flows["index"])
+        n_live = int(alive.sum())
+        self.solved_classes += n_live
+        self.solved_flows += n_live
+        full, pos = [], 0
+        for g in groups:
+            full.append(rates[pos : pos + g._links.shape[0]])
+            pos += g._links.shape[0]
+        self._set_flow_rates(masks, full, previous)
 
     def _throttle_flows(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Sources and destinations of every flow of ``groups`` (live or not), kept while the
@@ -503,8 +503,9 @@ class Network:
         if c is not None and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
-        self._tcache = {"key": key, "src": np.concatenate([g.src[g._orig] for g in groups]),
-                        "dst": np.concatenate([g.dst[g._orig] for g in groups])}
+        parts = [(g.src[g._orig], g.dst[g._orig]) for g in groups]
+        self._tcache = {"key": key, "parts": parts, "src": np.concatenate([s for s, _ in parts]),
+                        "dst": np.concatenate([d for _, d in parts])}
         return self._tcache
 
     def _throttle_index(self, flows: dict[str, Any], groups: list[FlowGroup]) -> None:
