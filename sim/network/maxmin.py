@@ -232,8 +232,10 @@ def _entries_kill(pos, flows, ent_alive):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, load, count):  # pragma: no cover - compiled
+def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, cap, load, count):  # pragma: no cover - compiled
     for l in range(starts.shape[0] - 1):
+        if cap[l] == np.inf:  # never saturates: its load is never read (a throttle left off)
+            continue
         wl = wire[l]
         ld = 0.0
         c = 0
@@ -274,7 +276,7 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
             continue
         if O == 1:
             k = oth[e, 0]
-            if proc[k]:
+            if proc[k] or cap[k] == np.inf:
                 continue
             w = ent_fac[e] if wire[k] else 1.0
             if has_w:
@@ -290,6 +292,8 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
         fac = ent_fac[e]
         for j in range(O):
             k = oth[e, j]
+            if cap[k] == np.inf:  # an infinite link's load is never read: skip the update
+                continue
             w = fac if wire[k] else 1.0
             if has_w:
                 w *= mw[e, j + 1]
@@ -310,11 +314,11 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     wx[:L] = wire
     load = np.zeros(L + 1)
     count = np.zeros(L + 1, dtype=np.int64)
-    _add_loads(sa, ca, ma, has_w, aa, wx, load, count)
-    _add_loads(sb, cb, ma, False, ab, wx, load, count)
     cap = np.empty(L + 1)
     cap[:L] = capacity
     cap[L] = np.inf
+    _add_loads(sa, ca, ma, has_w, aa, wx, cap, load, count)
+    _add_loads(sb, cb, ma, False, ab, wx, cap, load, count)
     pos = np.full(L + 1, -1, dtype=np.int64)  # position of a live link in the dense share array
     psh = np.empty(L)
     plink = np.empty(L, dtype=np.int64)
