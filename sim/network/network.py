@@ -18,13 +18,15 @@ flows; on skewed AlltoAllv the end time stays within 1% of the exact fluid model
 picosecond. New flows always trigger a recompute at their start time; flows started at the same
 picosecond are solved together.
 
-Flow classes (``aggregate``, default on): at its start a group's flows are partitioned into
+Flow classes (``aggregate``, default on): at its first solve a group's flows are partitioned into
 classes that max-min fair sharing must treat identically (same size, and the same number of
 links of each kind of link, :mod:`sim.network.classes`); a group alone in the network is solved
 over its classes (cost grows with the classes, not the flows) and all per-flow state lives per
 class. With other groups in flight the solve is per flow, and a group one of whose classes got
 different rates goes on per flow (its state moves over), so results never depend on the
-aggregation. ``aggregate=False`` keeps one class per flow (the reference).
+aggregation. A group that starts beside another large group is not partitioned at all: that
+group would split its classes at once. ``aggregate=False`` keeps one class per flow (the
+reference).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class FlowGroup:
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
-        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand",
+        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -201,11 +203,9 @@ class Network:
         g._lat = route.latency_ps[idx]
         g._nbf = nb[idx]
         topo = self.topology
-        if self.aggregate and idx.size >= self.aggregate_min_flows:
-            cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
-        else:
-            cl = identity_classes(g._links, topo.capacity, topo.wire)
-        self._set_classes(g, cl, None)
+        # its classes are found at its first solve, when it is known what runs beside it
+        g._agg = self.aggregate and idx.size >= self.aggregate_min_flows
+        self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire), None)
         g._remaining = g._alive.size
         if idx.size == 0:
             self._schedule_done(g)
@@ -302,6 +302,9 @@ class Network:
                 survivors.append(g)
         old = survivors
         survivors = survivors + self._pending
+        for g in self._pending:
+            if g._agg:
+                self._classes_at_start(g, survivors)
         self._pending = []
         self._groups = survivors
         if not survivors:
@@ -316,6 +319,22 @@ class Network:
         if self.coalesce_rel and freed > 0.0:
             span = max(now - freed_t / freed, 0.0)
         self._predict(now, previous, span)
+
+    def _classes_at_start(self, g: FlowGroup, groups: list[FlowGroup]) -> None:
+        """Before a new group's first solve: its flow classes, unless another large group
+        (``aggregate_min_flows`` flows or more) runs beside it. The shared solve is per flow, and
+        in the collectives DLRM runs such a group crosses the same links, so the classes would
+        be split at once; finding them costs seconds at a million flows. A cost decision only:
+        the per-flow and the class solve give the same rates."""
+        g._agg = False
+        for h in groups:
+            if h is not g and int(h._mult[h._alive].sum()) >= self.aggregate_min_flows:
+                return
+        topo = self.topology
+        cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
+        if not cl.identity:  # nothing has moved yet: the classes start from the flows' sizes
+            self._set_classes(g, cl, None)
+            g._remaining = g._alive.size
 
     @staticmethod
     def _compact(g: FlowGroup) -> None:
