@@ -14,7 +14,7 @@ import numpy as np
 
 from .maxmin import HAVE_NUMBA, first_saturated_level
 
-__all__ = ["account", "mark_cls", "void_cls", "finish_cls", "retire", "step"]
+__all__ = ["account", "mark_cls", "void_cls", "finish_cls", "retire", "step", "traffic"]
 
 
 def _credit_np(alive, rem, rate_new, rate_old, span):
@@ -60,8 +60,30 @@ def _void_cls_np(alive, members, starts, orig, finish_ps):
         finish_ps[orig[members[starts[c]:starts[c + 1]]]] = -1
 
 
+def _traffic_np(src, dst, cls, identity, alive, rate, tx, rx):
+    """Add each live flow's rate (its class's; 0 where not finite) to ``tx[src]`` and
+    ``rx[dst]``, flow by flow in order (the sums of a bincount over the live flows)."""
+    c = np.arange(src.size) if identity else cls
+    live = alive[c]
+    r = rate[c][live]
+    r = np.where(np.isfinite(r), r, 0.0)
+    np.add.at(tx, src[live], r)  # unbuffered: in flow order, as the compiled loop
+    np.add.at(rx, dst[live], r)
+
+
 if HAVE_NUMBA:
     from numba import njit
+
+    @njit(cache=True, nogil=True)
+    def _traffic_nb(src, dst, cls, identity, alive, rate, tx, rx):  # pragma: no cover
+        for f in range(src.shape[0]):
+            c = f if identity else cls[f]
+            if alive[c]:
+                r = rate[c]
+                if not np.isfinite(r):
+                    r = 0.0
+                tx[src[f]] += r
+                rx[dst[f]] += r
 
 
     @njit(cache=True, nogil=True)
@@ -115,8 +137,10 @@ if HAVE_NUMBA:
                     finish_ps[orig[members[e]]] = -1
 
     account, mark_cls, void_cls, finish_cls = _account_nb, _mark_cls_nb, _void_cls_nb, _finish_cls_nb
+    traffic = _traffic_nb
 else:  # pragma: no cover
     account, mark_cls, void_cls, finish_cls = _account_np, _mark_cls_np, _void_cls_np, _finish_cls_np
+    traffic = _traffic_np
 
 
 # ------------------------------------------------ retire candidates, fused advance + predict

@@ -232,8 +232,10 @@ def _entries_kill(pos, flows, ent_alive):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, load, count):  # pragma: no cover - compiled
+def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, cap, load, count):  # pragma: no cover - compiled
     for l in range(starts.shape[0] - 1):
+        if cap[l] == np.inf:  # never saturates: its load is never read (a throttle left off)
+            continue
         wl = wire[l]
         ld = 0.0
         c = 0
@@ -274,7 +276,7 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
             continue
         if O == 1:
             k = oth[e, 0]
-            if proc[k]:
+            if proc[k] or cap[k] == np.inf:
                 continue
             w = ent_fac[e] if wire[k] else 1.0
             if has_w:
@@ -290,6 +292,8 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
         fac = ent_fac[e]
         for j in range(O):
             k = oth[e, j]
+            if cap[k] == np.inf:  # an infinite link's load is never read: skip the update
+                continue
             w = fac if wire[k] else 1.0
             if has_w:
                 w *= mw[e, j + 1]
@@ -310,11 +314,11 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     wx[:L] = wire
     load = np.zeros(L + 1)
     count = np.zeros(L + 1, dtype=np.int64)
-    _add_loads(sa, ca, ma, has_w, aa, wx, load, count)
-    _add_loads(sb, cb, ma, False, ab, wx, load, count)
     cap = np.empty(L + 1)
     cap[:L] = capacity
     cap[L] = np.inf
+    _add_loads(sa, ca, ma, has_w, aa, wx, cap, load, count)
+    _add_loads(sb, cb, ma, False, ab, wx, cap, load, count)
     pos = np.full(L + 1, -1, dtype=np.int64)  # position of a live link in the dense share array
     psh = np.empty(L)
     plink = np.empty(L, dtype=np.int64)
@@ -448,7 +452,7 @@ class LinkEntries:
     are infinite) and one ``weight``.
     """
 
-    __slots__ = ("starts", "flow", "oth", "fac", "mw", "has_w", "pos", "alive")
+    __slots__ = ("starts", "flow", "oth", "fac", "mw", "has_w", "pos", "alive", "_flows_alive")
 
     def __init__(self, links_fh: np.ndarray, factor: np.ndarray, capacity: np.ndarray,
                  weight: np.ndarray | None = None) -> None:
@@ -459,14 +463,30 @@ class LinkEntries:
             links_fh, np.ascontiguousarray(factor, dtype=np.float64), w, self.has_w,
             np.ascontiguousarray(capacity, dtype=np.float64))
         self.alive = np.ones(self.flow.size, dtype=np.bool_)
+        self._flows_alive: np.ndarray | None = None  # per flow, once set_alive has been called
 
     def kill(self, flows: np.ndarray) -> None:
         """Drop flows (indices) from later solves."""
-        _entries_kill(self.pos, np.asarray(flows, dtype=np.int64), self.alive)
+        flows = np.asarray(flows, dtype=np.int64)
+        _entries_kill(self.pos, flows, self.alive)
+        if self._flows_alive is not None:
+            self._flows_alive[flows] = False
 
     def set_alive(self, alive: np.ndarray) -> None:
         """Make exactly the flows ``alive`` (F,) bool take part."""
         self.alive = np.ascontiguousarray(alive[self.flow])
+        self._flows_alive = np.array(alive, dtype=np.bool_)
+
+    def update_alive(self, alive: np.ndarray) -> None:
+        """:meth:`set_alive`, in O(flows) plus the hops of the flows that left since the last
+        call when none came back (between solves flows only finish): the same entry flags."""
+        last = self._flows_alive
+        if last is None or last.shape != alive.shape or np.any(alive & ~last):
+            self.set_alive(alive)
+            return
+        gone = np.flatnonzero(last & ~alive)
+        if gone.size:
+            self.kill(gone)
 
 
 def _widen(oth: np.ndarray, width: int, pad: int) -> np.ndarray:
@@ -527,7 +547,7 @@ def maxmin_rates_fm(
     if index is None:
         index = LinkEntries(links_fh, factor, capacity, weight)
     a = np.ones(n_flows, dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
-    index.set_alive(a)
+    index.update_alive(a)
     level, order = link_levels(index, wire, capacity)
     return rates_from_levels(np.ascontiguousarray(links_fh), a, level, order)
 
@@ -552,12 +572,12 @@ def maxmin_rates_parts(
     (default: all). Returns (rates big, rates second); dead flows get 0."""
     if big_index is None:
         big_index = LinkEntries(big_links, big_factor, capacity)
-    big_index.set_alive(np.ascontiguousarray(big_alive, dtype=bool))
+    big_index.update_alive(np.ascontiguousarray(big_alive, dtype=bool))
     links_fh = np.ascontiguousarray(links_fh.astype(big_links.dtype, copy=False))
     small = LinkEntries(links_fh, factor, capacity) if index is None else index
     live = np.ones(links_fh.shape[0], dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
     if alive is not None:
-        small.set_alive(live)
+        small.update_alive(live)
     level, order = link_levels(big_index, wire, capacity, other=small)
     ra = rates_from_levels(big_links, np.ascontiguousarray(big_alive, dtype=bool), level, order)
     rb = rates_from_levels(links_fh, live, level, order)

@@ -18,13 +18,15 @@ flows; on skewed AlltoAllv the end time stays within 1% of the exact fluid model
 picosecond. New flows always trigger a recompute at their start time; flows started at the same
 picosecond are solved together.
 
-Flow classes (``aggregate``, default on): at its start a group's flows are partitioned into
+Flow classes (``aggregate``, default on): at its first solve a group's flows are partitioned into
 classes that max-min fair sharing must treat identically (same size, and the same number of
 links of each kind of link, :mod:`sim.network.classes`); a group alone in the network is solved
 over its classes (cost grows with the classes, not the flows) and all per-flow state lives per
 class. With other groups in flight the solve is per flow, and a group one of whose classes got
 different rates goes on per flow (its state moves over), so results never depend on the
-aggregation. ``aggregate=False`` keeps one class per flow (the reference).
+aggregation. A group that starts beside another large group is not partitioned at all: that
+group would split its classes at once. ``aggregate=False`` keeps one class per flow (the
+reference).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class FlowGroup:
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
-        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand",
+        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -201,11 +203,9 @@ class Network:
         g._lat = route.latency_ps[idx]
         g._nbf = nb[idx]
         topo = self.topology
-        if self.aggregate and idx.size >= self.aggregate_min_flows:
-            cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
-        else:
-            cl = identity_classes(g._links, topo.capacity, topo.wire)
-        self._set_classes(g, cl, None)
+        # its classes are found at its first solve, when it is known what runs beside it
+        g._agg = self.aggregate and idx.size >= self.aggregate_min_flows
+        self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire), None)
         g._remaining = g._alive.size
         if idx.size == 0:
             self._schedule_done(g)
@@ -302,6 +302,9 @@ class Network:
                 survivors.append(g)
         old = survivors
         survivors = survivors + self._pending
+        for g in self._pending:
+            if g._agg:
+                self._classes_at_start(g, survivors)
         self._pending = []
         self._groups = survivors
         if not survivors:
@@ -316,6 +319,22 @@ class Network:
         if self.coalesce_rel and freed > 0.0:
             span = max(now - freed_t / freed, 0.0)
         self._predict(now, previous, span)
+
+    def _classes_at_start(self, g: FlowGroup, groups: list[FlowGroup]) -> None:
+        """Before a new group's first solve: its flow classes, unless another large group
+        (``aggregate_min_flows`` flows or more) runs beside it. The shared solve is per flow, and
+        in the collectives DLRM runs such a group crosses the same links, so the classes would
+        be split at once; finding them costs seconds at a million flows. A cost decision only:
+        the per-flow and the class solve give the same rates."""
+        g._agg = False
+        for h in groups:
+            if h is not g and int(h._mult[h._alive].sum()) >= self.aggregate_min_flows:
+                return
+        topo = self.topology
+        cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
+        if not cl.identity:  # nothing has moved yet: the classes start from the flows' sizes
+            self._set_classes(g, cl, None)
+            g._remaining = g._alive.size
 
     @staticmethod
     def _compact(g: FlowGroup) -> None:
@@ -392,19 +411,18 @@ class Network:
         alive = np.concatenate([masks[i] for i in rest])
         rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, rc["links"], rc["factor"],
                                        topo.wire, topo.capacity, index=rc["index"], alive=alive)
-        rates = rates[alive]
-        n_live = rates.size + int(masks[big].sum())
+        n_live = int(alive.sum()) + int(masks[big].sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
-        parts = []
+        full = []  # each group's rates over all its flows (0 where not live)
         pos = 0
-        for i, m in enumerate(masks):
+        for i, g in enumerate(groups):
             if i == big:
-                parts.append(rb[m])
+                full.append(rb)
             else:
-                parts.append(rates[pos : pos + int(m.sum())])
-                pos += parts[-1].size
-        self._set_flow_rates(masks, parts, previous)
+                full.append(rates[pos : pos + g._links.shape[0]])
+                pos += g._links.shape[0]
+        self._set_flow_rates(masks, full, previous)
 
     def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Every flow (live or not) of the groups solved beside the largest one, with its link
@@ -423,17 +441,18 @@ class Network:
                         "index": LinkEntries(links, factor, topo.capacity)}
         return self._rcache
 
-    def _set_flow_rates(self, masks: list[np.ndarray], parts: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
-        """Install per-flow rates ``parts[i]`` (over the live flows ``masks[i]`` of group ``i``);
-        a class whose flows got different rates is refined by (class, rate), its state moving over."""
+    def _set_flow_rates(self, masks: list[np.ndarray], full: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
+        """Install per-flow rates ``full[i]`` (over every flow of group ``i``, 0 where not live;
+        ``masks[i]`` its live flows); a class whose flows got different rates is refined by
+        (class, rate), its state moving over."""
         topo = self.topology
-        for g, m, fr in zip(self._groups, masks, parts):
+        for g, m, ff in zip(self._groups, masks, full):
             cl = g._cls
             a = g._alive
-            if cl.identity:
-                g._rate = np.zeros(a.size)
-                g._rate[a] = fr
+            if cl.identity:  # one class per flow: the solve's rates as they are (0 for the dead)
+                g._rate = ff
                 continue
+            fr = ff[m]
             c = cl.cls[m]
             rate = np.zeros(a.size)
             rate[c] = fr
@@ -459,15 +478,12 @@ class Network:
         topo = self.topology
         R = topo.num_gpus
         groups = self._groups
-        masks = [self._live_flows(g) for g in groups]
-        alive = np.concatenate(masks)
         flows = self._throttle_flows(groups)
-        src, dst = flows["src"][alive], flows["dst"][alive]
-        rate = np.concatenate([(g._rate if g._cls.identity else g._rate[g._cls.cls])[m]
-                               for g, m in zip(groups, masks)])
-        finite = np.where(np.isfinite(rate), rate, 0.0)
-        tx = np.bincount(src, finite, minlength=topo.num_endpoints)[:R]
-        rx = np.bincount(dst, finite, minlength=topo.num_endpoints)[:R]
+        tx = np.zeros(topo.num_endpoints)
+        rx = np.zeros(topo.num_endpoints)
+        for g, (s, d) in zip(groups, flows["parts"]):  # the live flows' rates, summed in flow order
+            K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
+        tx, rx = tx[:R], rx[:R]
         scale = self._throttle(tx, rx)
         if scale is None:
             return
@@ -485,15 +501,18 @@ class Network:
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
         if "index" not in flows:
             self._throttle_index(flows, groups)
+        masks = [self._live_flows(g) for g in groups]
+        alive = np.concatenate(masks)
         rates = maxmin_rates_fm(flows["links"], flows["factor"], flows["wire"], capacity, alive=alive,
-                                index=flows["index"])[alive]
-        self.solved_classes += rates.size
-        self.solved_flows += rates.size
-        parts, pos = [], 0
-        for m in masks:
-            parts.append(rates[pos : pos + int(m.sum())])
-            pos += parts[-1].size
-        self._set_flow_rates(masks, parts, previous)
+                                index=flows["index"])
+        n_live = int(alive.sum())
+        self.solved_classes += n_live
+        self.solved_flows += n_live
+        full, pos = [], 0
+        for g in groups:
+            full.append(rates[pos : pos + g._links.shape[0]])
+            pos += g._links.shape[0]
+        self._set_flow_rates(masks, full, previous)
 
     def _throttle_flows(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Sources and destinations of every flow of ``groups`` (live or not), kept while the
@@ -503,8 +522,9 @@ class Network:
         if c is not None and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
-        self._tcache = {"key": key, "src": np.concatenate([g.src[g._orig] for g in groups]),
-                        "dst": np.concatenate([g.dst[g._orig] for g in groups])}
+        parts = [(g.src[g._orig], g.dst[g._orig]) for g in groups]
+        self._tcache = {"key": key, "parts": parts, "src": np.concatenate([s for s, _ in parts]),
+                        "dst": np.concatenate([d for _, d in parts])}
         return self._tcache
 
     def _throttle_index(self, flows: dict[str, Any], groups: list[FlowGroup]) -> None:
