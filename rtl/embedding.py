@@ -91,7 +91,8 @@ the stages that may wait hold queues or credits sized for what is in flight.
 
 Pre-decode (one register stage behind the input skid buffer): a header reads its table's
 descriptor, an index is compared with the bag's padding index and row count, so that the
-parse decides from flip-flops. Parse (one input item per cycle): a header costs one cycle;
+parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
+chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
 each index costs one cycle and, if it contributes, queues a row entry (with its read request;
 two register stages compute ``base + index * stride``) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
@@ -100,12 +101,14 @@ bag's last item queues its bag entry for the drain, and an end-only entry in its
 that item did not contribute. An empty bag (or one without contributing rows) costs its
 header cycle and its zero beats at the drain; it takes no bank and no reducer slot.
 
-Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant,
-each bit a function of the round-robin pointer and the slots' ready bits), into the read
-requests and the reducer's row queue (at most ``outstanding`` rows requested and not fully
-consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag are
-separated by the other bags' rows: this hides the adder's read-add-write distance without
-changing any bag's summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
+Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
+held in flip-flops, computed a cycle ahead from the slot heads' look-ahead for both outcomes
+of the current grant and of the reducer's row completion; on its cycle only the downstream
+room decides whether the granted head goes), into the read requests and the reducer's row
+queue (at most ``outstanding`` rows requested and not fully consumed). Rows of up to
+``interleave`` bags alternate, so consecutive rows of one bag are separated by the other
+bags' rows: this hides the adder's read-add-write distance without changing any bag's
+summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
 of the reducer by that much per slot, so bags longer than about ``slot_depth`` rows are
 interleaved only in part (the parse is in order and waits for room in the long bag's slot).
 
