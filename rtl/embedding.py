@@ -91,7 +91,8 @@ the stages that may wait hold queues or credits sized for what is in flight.
 
 Pre-decode (one register stage behind the input skid buffer): a header reads its table's
 descriptor, an index is compared with the bag's padding index and row count, so that the
-parse decides from flip-flops. Parse (one input item per cycle): a header costs one cycle;
+parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
+chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
 each index costs one cycle and, if it contributes, queues a row entry (with its read request;
 two register stages compute ``base + index * stride``) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
@@ -100,12 +101,14 @@ bag's last item queues its bag entry for the drain, and an end-only entry in its
 that item did not contribute. An empty bag (or one without contributing rows) costs its
 header cycle and its zero beats at the drain; it takes no bank and no reducer slot.
 
-Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant,
-each bit a function of the round-robin pointer and the slots' ready bits), into the read
-requests and the reducer's row queue (at most ``outstanding`` rows requested and not fully
-consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag are
-separated by the other bags' rows: this hides the adder's read-add-write distance without
-changing any bag's summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
+Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
+held in flip-flops, computed a cycle ahead from the slot heads' look-ahead for both outcomes
+of the current grant and of the reducer's row completion; on its cycle only the downstream
+room decides whether the granted head goes), into the read requests and the reducer's row
+queue (at most ``outstanding`` rows requested and not fully consumed). Rows of up to
+``interleave`` bags alternate, so consecutive rows of one bag are separated by the other
+bags' rows: this hides the adder's read-add-write distance without changing any bag's
+summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
 of the reducer by that much per slot, so bags longer than about ``slot_depth`` rows are
 interleaved only in part (the parse is in order and waits for room in the long bag's slot).
 
@@ -612,10 +615,24 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
                          q.r_en.eq(sk.i.ready)]
             return sk
-        heads = [read_slice(q, f"slot_h{k}").o for k, q in enumerate(slots)]
+        head_sks = [read_slice(q, f"slot_h{k}", peek=True) for k, q in enumerate(slots)]
+        heads = [sk.o for sk in head_sks]
         info_sk = read_slice(info_q, "info_h", peek=True)
         info_h = info_sk.o
         bag_sk = read_slice(bag_q, "bag_h", peek=True)
+        # ``bag_room``: the bag queue's ``w_rdy`` on this cycle, as a flip-flop computed a
+        # cycle ahead, so that the parse's stall does not wait for the queue's level compare.
+        # ``SyncFIFOBuffered`` is a FIFO of ``depth - 1`` entries (``level - r_rdy``) ahead of
+        # an output register; it is ready while that FIFO is not full, and it moves an entry
+        # into the output register when it holds one and the register is empty or read.
+        bag_room = Signal(init=1)
+        bq_inner = Signal(range(self.bag_queue_depth + 1))
+        bq_write = Signal()
+        m.d.comb += bq_inner.eq(bag_q.level - bag_q.r_rdy)
+        bq_read = (bq_inner != 0) & (~bag_q.r_rdy | bag_q.r_en)
+        bq_full = self.bag_queue_depth - 1
+        m.d.sync += bag_room.eq(Mux(bq_write & ~bq_read, bq_inner != bq_full - 1,
+                                    Mux(bq_read & ~bq_write, 1, bq_inner != bq_full)))
         bag_h = bag_sk.o
 
         # Accumulator banks: given out in bag order by the parse (a bag's first contributing
@@ -636,6 +653,8 @@ class EmbeddingBagUnit(wiring.Component):
         p_desc_ok = Signal()         # ... valid, on a table that exists
         p_pad = Signal()             # an index equal to the bag's padding index
         p_oob = Signal()             # an index >= the bag's row count
+        p_len0 = Signal()            # a header of an empty bag
+        p_len1 = Signal()            # a header of a one-item bag
         cur_p = Signal(sdesc)        # the descriptor of the last header through this stage
         in_item = bags_in.o.payload
         in_hdr = in_item.body.bag
@@ -647,7 +666,8 @@ class EmbeddingBagUnit(wiring.Component):
                          p_desc.eq(desc_rd.data),
                          p_desc_ok.eq(desc_rd.data.valid & (in_hdr.table < self.tables)),
                          p_pad.eq(cur_p.pad_valid & (in_idx.index == cur_p.pad_index)),
-                         p_oob.eq(in_idx.index >= cur_p.rows)]
+                         p_oob.eq(in_idx.index >= cur_p.rows),
+                         p_len0.eq(in_hdr.length == 0), p_len1.eq(in_hdr.length == 1)]
             with m.If(bags_in.o.valid & in_item.header):
                 m.d.sync += cur_p.eq(desc_rd.data)
 
@@ -686,11 +706,12 @@ class EmbeddingBagUnit(wiring.Component):
                 wr.addr.eq(pe2.base + pe2_off),
                 wr.beats.eq(pe2.info.has_row * pe2.stride),
             ]
-        # A slot has room when the entries in pe1 and pe2 and one more still fit; a flip-flop,
-        # from the level one cycle earlier (which is at most one entry lower).
-        slot_room = Signal(K)
-        for k, q in enumerate(slots):
-            m.d.sync += slot_room[k].eq(q.w_level <= self.slot_depth - 4)
+        # A slot has room when the entries in pe1 and pe2 and one more still fit, from the
+        # level one cycle earlier (which is at most one entry lower). ``room_ok`` is that flag
+        # for the slot of the item parsed on this cycle, chosen a cycle ahead (see below), so
+        # that the parse's stall is a function of flip-flops a LUT or two deep.
+        room_ok = Signal()
+        lvl_ok = Cat(*[q.w_level <= self.slot_depth - 4 for q in slots])
         # Flags kept as flip-flops so that the parse's stall decision is a few LUTs deep.
         no_rows = Signal()           # the current bag has no contributing row yet
         last_next = Signal()         # the next item is the bag's last (remaining == 1)
@@ -701,12 +722,12 @@ class EmbeddingBagUnit(wiring.Component):
                     # An index item outside a bag: drop it.
                     m.d.comb += parse_take.eq(1)
                     m.d.sync += cnt["protocol_errors"].eq(cnt["protocol_errors"] + 1)
-                with m.Elif(hdr.length == 0):
+                with m.Elif(p_len0):
                     # Empty bag: one cycle and its (zero) bag entry; no reducer slot, no bank.
-                    m.d.comb += parse_take.eq(bag_q.w_rdy)
-                    with m.If(p_valid & bag_q.w_rdy):
+                    m.d.comb += parse_take.eq(bag_room)
+                    with m.If(p_valid & bag_room):
                         m.d.comb += [
-                            bag_q.w_en.eq(1), bag_w.tag.eq(hdr.tag), bag_w.count.eq(0),
+                            bag_w.tag.eq(hdr.tag), bag_w.count.eq(0),
                             bag_w.last_word.eq(Mux(hdr_valid_desc, p_desc.last_word, 0)),
                             bag_w.tail.eq(p_desc.tail),
                             bag_w.error.eq(~hdr_valid_desc),
@@ -720,7 +741,7 @@ class EmbeddingBagUnit(wiring.Component):
                             c_weighted.eq(hdr.weighted), c_error.eq(~hdr_valid_desc),
                             c_dropped.eq(0), remaining.eq(hdr.length), count.eq(0),
                             count_inc.eq(1),
-                            no_rows.eq(1), last_next.eq(hdr.length == 1),
+                            no_rows.eq(1), last_next.eq(p_len1),
                             cnt["bags_in"].eq(cnt["bags_in"] + 1),
                         ]
                         m.next = "ITEMS"
@@ -738,7 +759,7 @@ class EmbeddingBagUnit(wiring.Component):
                 # Whether the item may be parsed does not wait for what it is (padding, out of
                 # range): every index needs room in its bag's slot. The stall is then a
                 # function of flip-flops only, and costs nothing but in a full slot.
-                can = slot_room.bit_select(slot, 1) & (~last | bag_q.w_rdy)
+                can = room_ok & (~last | bag_room)
                 m.d.comb += parse_take.eq(can & ~early)
                 with m.If(p_valid & can):
                     with m.If(claim):
@@ -766,7 +787,6 @@ class EmbeddingBagUnit(wiring.Component):
                     with m.If(last):
                         final_count = Mux(contributes, count_inc, count)
                         m.d.comb += [
-                            bag_q.w_en.eq(1),
                             bag_w.tag.eq(c_tag),
                             bag_w.last_word.eq(Mux(c_error, 0, cur.last_word)),
                             bag_w.tail.eq(cur.tail),
@@ -781,44 +801,52 @@ class EmbeddingBagUnit(wiring.Component):
                     with m.Else():
                         m.d.sync += [remaining.eq(remaining - 1), last_next.eq(remaining == 2)]
 
+        # The bag entry is written by an empty bag's header (HEADER) or a bag's last item
+        # (ITEMS: the last index, or a header closing the bag early), as the FSM says; the
+        # write enable stated on its own, from flip-flops (``bag_room`` for the queue).
+        m.d.comb += bag_q.w_en.eq(bq_write)
+        m.d.comb += bq_write.eq(p_valid & bag_room & Mux(
+            front_fsm.ongoing("ITEMS"), room_ok & (item.header | last_next),
+            item.header & p_len0))
+
+        # The slot of the next cycle's index item: ``next_bank``'s while the bag has no bank
+        # (a header now, or no contributing row yet: an item claiming the bank now makes
+        # ``c_bank`` this ``next_bank``), else ``c_bank``'s (unchanged: only a bag without a
+        # bank claims one).
+        kb = max(1, exact_log2(K))
+        m.d.sync += room_ok.eq(Mux(no_rows | front_fsm.ongoing("HEADER"),
+                                   lvl_ok.bit_select(next_bank[:kb] if K > 1 else 0, 1),
+                                   lvl_ok.bit_select(c_bank[:kb] if K > 1 else 0, 1)))
+
         # ---- arbiter: interleave the slots' rows into the request stream ------------------
         # Round robin over the slots with an entry: consecutive rows of one bag are separated
         # by rows of the other bags in flight, which hides the accumulator's read-add-write
         # distance. The reducer sees the rows in request order (responses are in order).
-        rr = Signal(max(1, exact_log2(K)))
+        #
+        # The grant is a flip-flop (one-hot), computed a cycle ahead from what every slot's
+        # head will be on the next cycle (the same entry, or the one after it seen through
+        # the read slice's look-ahead when the head goes or is empty) and the arbiter's next
+        # state; on its cycle only the downstream room (flip-flops) decides whether the
+        # granted head goes. So no path runs from the heads through a priority network into
+        # the heads' own ``ready``, and the payload is an AND-OR of the heads under a
+        # registered select. It is the same grant, cycle for cycle, as one computed from the
+        # heads of its own cycle.
+        rr = Signal(max(1, exact_log2(K)))      # the slot the round robin looks at first
         # A bag's first row may go only in bag order (``start``: the slot of the next bag to
-        # start): banks are then claimed in bag order, as the drain frees them, and every bag
-        # holding the bank a starting bag needs has all its rows ahead of it (no deadlock;
-        # needs ``banks > interleave``).
-        start = Signal(max(1, exact_log2(K)))
+        # start, one-hot): banks are then claimed in bag order, as the drain frees them, and
+        # every bag holding the bank a starting bag needs has all its rows ahead of it (no
+        # deadlock; needs ``banks > interleave``).
+        start = Signal(K, init=1)
         hviews = [data.View(sentry, h.payload) for h in heads]
-        # Pacing: a row of the slot served last (``rr - 1``) waits while ``pace_rows`` rows
+        pviews = [data.View(sentry, sk.peek_payload) for sk in head_sks]
+        # Pacing: a row of the slot served last (``rr_prev``) waits while ``pace_rows`` rows
         # or more are in flight, so that another bag's row, when one comes, goes between two
         # rows of one bag: back to back, two rows of a bag cost the adder's read-add-write
         # distance instead of their words (the first bag of a batch, whose rows the parse
         # produces before any other bag's, would otherwise run alone). With fewer rows in
         # flight the memory is kept busy first.
-        pace = Signal()              # at least ``pace_rows`` rows in flight (a flip-flop)
         rr_prev = Signal(K, init=1 << (K - 1))   # one-hot: the slot served last
-        rdy_bits = []
-        for k, (h, hv) in enumerate(zip(heads, hviews)):
-            r = h.valid
-            if K > 1:
-                r = r & (~hv.info.first | (start == k)) & ~(pace & hv.info.has_row & rr_prev[k])
-            rdy_bits.append(r)
-        rdy = Cat(*rdy_bits)
-        # The grant, one-hot: slot ``k`` when it is ready and no slot before it in the round
-        # robin order (``rr``, ``rr + 1``, ...) is. Each grant bit is a function of ``rr`` and
-        # the ``rdy`` bits only, and the payload is an AND-OR of the granted head: no binary
-        # index and no multiplexer chain between the heads' flip-flops and the handshake.
-        grant = Signal(K)
-        for k in range(K):
-            ahead = Const(0, 1)
-            for r in range(K):
-                before = [(r + off) % K for off in range((k - r) % K)]
-                if before:
-                    ahead = ahead | ((rr == r) & Cat(*[rdy[j] for j in before]).any())
-            m.d.comb += grant[k].eq(rdy[k] & ~ahead)
+        grant = Signal(K)                        # one-hot (or zero): this cycle's grant
         sel_bits = Const(0, sentry.size)
         for k in range(K):
             sel_bits = sel_bits | Mux(grant[k], heads[k].payload, 0)
@@ -831,12 +859,15 @@ class EmbeddingBagUnit(wiring.Component):
         room = Signal(init=1)
         up, down = row_issued & ~row_done, row_done & ~row_issued
         pr = self.pace_rows
+        # the counter's next value: both neighbours computed from the flip-flops, the
+        # handshakes only pick one
+        out_up = Signal.like(outstanding)
+        out_down = Signal.like(outstanding)
+        m.d.comb += [out_up.eq(outstanding + 1), out_down.eq(outstanding - 1)]
         m.d.sync += [
-            outstanding.eq(outstanding + row_issued - row_done),
+            outstanding.eq(Mux(up, out_up, Mux(down, out_down, outstanding))),
             room.eq(Mux(up, outstanding < self.outstanding - 1,
                         Mux(down, 1, outstanding < self.outstanding))),
-            pace.eq(Mux(up, outstanding >= pr - 1, Mux(down, outstanding >= pr + 1,
-                                                      outstanding >= pr))),
         ]
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests.
@@ -844,6 +875,8 @@ class EmbeddingBagUnit(wiring.Component):
         m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
                      info_in.o.ready.eq(info_q.w_rdy)]
         # Per slot: whether its head could go if granted (flip-flops only), then the grant.
+        has_row_bits = Cat(*[hv.info.has_row for hv in hviews])
+        first_bits = Cat(*[hv.info.first for hv in hviews])
         can_go = Cat(*[info_in.i.ready & (~hv.info.has_row | (req_out.i.ready & room))
                        for hv in hviews])
         go_k = Signal(K)
@@ -851,7 +884,7 @@ class EmbeddingBagUnit(wiring.Component):
         go = Signal()
         m.d.comb += go.eq(go_k.any())
         m.d.comb += [
-            req_out.i.valid.eq((go_k & Cat(*[hv.info.has_row for hv in hviews])).any()),
+            req_out.i.valid.eq((go_k & has_row_bits).any()),
             req_out.i.payload.addr.eq(sel.addr),
             req_out.i.payload.beats.eq(sel.beats),
             req_out.i.payload.write.eq(0),
@@ -861,13 +894,64 @@ class EmbeddingBagUnit(wiring.Component):
         ]
         for k, h in enumerate(heads):
             m.d.comb += h.ready.eq(go_k[k])
-        with m.If(go):
-            m.d.sync += rr_prev.eq(grant)
+        # The arbiter's next state.
+        rr_prev_next = Signal(K)
+        start_next = Signal(K)
+        rr_next = Signal.like(rr)
+        m.d.comb += [
+            rr_prev_next.eq(Mux(go, grant, rr_prev)),
+            start_next.eq(Mux((go_k & first_bits).any(), start.rotate_left(1), start)),
+        ]
+        rr_after = Const(0, len(rr))
+        for k in range(K):
+            rr_after = rr_after | Mux(grant[k], (k + 1) % K, 0)
+        m.d.comb += rr_next.eq(Mux(go, rr_after, rr))
+        # The next grant, computed for both outcomes of this cycle's grant (it goes, or it
+        # does not) and of the reducer's ``row_done`` from flip-flops; the two handshakes
+        # pick one at the end. Per outcome, a slot's head may be granted on the next cycle when it
+        # will hold an entry (the same one, or the next, seen through the read slice's
+        # look-ahead when the head goes or is empty), a bag's first row only in bag order,
+        # a row of the slot served last not while paced; then the round robin: slot ``k``
+        # when it is ready and no slot before it in the order ``rr``, ``rr + 1``, ... is.
+        def round_robin(first_slot, ready):
+            g = []
             for k in range(K):
-                with m.If(grant[k]):
-                    m.d.sync += rr.eq((k + 1) % K)
-        with m.If(go & sel.info.first):
-            m.d.sync += start.eq(start + 1)
+                ahead = Const(0, 1)
+                for r in range(K):
+                    before = [(r + off) % K for off in range((k - r) % K)]
+                    if before:
+                        ahead = ahead | ((first_slot == r)
+                                         & Cat(*[ready[j] for j in before]).any())
+                g.append(ready[k] & ~ahead)
+            return Cat(*g)
+
+        def grant_after(went: bool, done: bool):
+            issued = (grant & has_row_bits).any() if went else Const(0, 1)
+            if done:
+                pace_n = Mux(issued, outstanding >= pr, outstanding >= pr + 1)
+            else:
+                pace_n = Mux(issued, outstanding >= pr - 1, outstanding >= pr)
+            served = grant if went else rr_prev
+            st = Mux((grant & first_bits).any(), start.rotate_left(1), start) if went else start
+            ready = []
+            for k, (h, hv, pv, sk) in enumerate(zip(heads, hviews, pviews, head_sks)):
+                adv = (grant[k] | ~h.valid) if went else ~h.valid
+                nv = Mux(adv, sk.peek_valid, h.valid)
+                nfirst = Mux(adv, pv.info.first, hv.info.first)
+                nrow = Mux(adv, pv.info.has_row, hv.info.has_row)
+                r = nv
+                if K > 1:
+                    r = r & (~nfirst | st[k]) & ~(pace_n & served[k] & nrow)
+                ready.append(r)
+            return round_robin(rr_after if went else rr, ready)
+
+        grant_next = Signal(K)
+        m.d.comb += grant_next.eq(Mux(go, Mux(row_done, grant_after(True, True),
+                                                  grant_after(True, False)),
+                                      Mux(row_done, grant_after(False, True),
+                                          grant_after(False, False))))
+        m.d.sync += [grant.eq(grant_next), rr.eq(rr_next), rr_prev.eq(rr_prev_next),
+                     start.eq(start_next)]
 
         # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
         head = data.View(rinfo, info_h.payload)
@@ -1080,7 +1164,13 @@ class EmbeddingBagUnit(wiring.Component):
         odepth = self.out_depth
         credit = Signal(range(odepth + 1))     # beats read and not yet taken from `pooled`
         credit_ok = Signal(init=1)             # credit != odepth, as a flip-flop
-        bag_ready = bag_h.valid & (~has_rows | bank_done.bit_select(bhead.bank, 1))
+        # whether the head bag's words are all written back (or it has none): a flip-flop,
+        # computed a cycle ahead like ``d_last`` (with this cycle's write-back; the bank the
+        # drain frees is never the next bag's, whose bank is the next one claimed)
+        head_ok = Signal()
+        wb_end = Signal()
+        m.d.comb += wb_end.eq(wb.valid & wb.end)
+        bag_ready = bag_h.valid & head_ok
         issue = Signal()
         m.d.comb += [issue.eq(bag_ready & credit_ok),
                      acc_dr.addr.eq(Cat(dword[:self.word_width], bhead.bank)),
@@ -1091,6 +1181,11 @@ class EmbeddingBagUnit(wiring.Component):
         d_advance = ~bag_h.valid | (issue & d_last)
         m.d.sync += d_last.eq(Mux(d_advance, bpeek.last_word == 0,
                                   Mux(issue, dword_inc == bhead.last_word, d_last)))
+
+        def done_after(bag):
+            return ~bag.has_rows | bank_done.bit_select(bag.bank, 1) | (
+                wb_end & (wb.addr[self.word_width:] == bag.bank))
+        m.d.sync += head_ok.eq(Mux(d_advance, done_after(bpeek), done_after(bhead)))
         freed = issue & d_last & has_rows
         for b in range(nb):
             with m.If(freed & (bhead.bank == b)):

@@ -184,6 +184,13 @@ class SkidBuffer(wiring.Component):
                 self.peek_payload.eq(Mux(skid_valid, Value.cast(skid),
                                          Value.cast(self.i.payload))),
             ]
+        # The skid register copies the input on every cycle it is empty, whether or not the
+        # output holds: its (wide) enable is then the flip-flop ``~skid_valid``, not the
+        # consumer's ``ready``, which only reaches the output register and two flags. What it
+        # holds matters only once ``skid_valid`` is set, and it is set on the cycle the copy
+        # is taken.
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(self.i.payload)
         with m.If(~self.o.valid | self.o.ready):
             # The output register loads: from the skid register if it holds one, else the input.
             with m.If(skid_valid):
@@ -191,6 +198,6 @@ class SkidBuffer(wiring.Component):
             with m.Else():
                 m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
         with m.Elif(self.i.valid & ~skid_valid):
-            # The output holds; what arrives waits in the skid register.
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+            # The output holds; what arrives waits in the skid register (copied above).
+            m.d.sync += skid_valid.eq(1)
         return m
