@@ -641,52 +641,69 @@ class Packetizer(wiring.Component):
             m.d.sync += [b_[k].eq(a[k]) for k in fields if k != "csum"]
             m.d.sync += b_["csum"].eq(a["csum"] + a["iplen"])
         csum_fold = Signal(17)
-        m.d.comb += csum_fold.eq(b_["csum"][:16] + b_["csum"][16:])
+        csum_b = Signal(16)            # B's packet's IP checksum, folded
+        m.d.comb += [csum_fold.eq(b_["csum"][:16] + b_["csum"][16:]),
+                     csum_b.eq(~(csum_fold[:16] + csum_fold[16])[:16])]
         with m.If(b_to_c):
             m.d.sync += [c[k].eq(b_[k]) for k in fields if k != "csum"]
-            m.d.sync += c["csum"].eq(~(csum_fold[:16] + csum_fold[16])[:16])
+            m.d.sync += c["csum"].eq(csum_b)
 
         # ---- the generator ---------------------------------------------------------------------
-        self._generator(m, c, valid["c"], load, pl)
+        self._generator(m, c, valid["c"], load, pl, b_, csum_b, b_to_c)
         return m
 
-    def _generator(self, m, c, c_valid, load, pl):
+    def _header(self, f, csum):
+        """The packet's header bytes (``HW * W`` of them, zero past its end) from a plan
+        stage's fields ``f`` and its folded IP checksum ``csum``."""
+        W = self.data_bytes
+        HW = -(-MAX_HEADER_LEN // W)
+        ip_len = f["iplen"]
+        head = (_be(f["mac"], 6) + _be(self.local_mac, 6) + _c(ETHERTYPE_IPV4, 2)
+                + _c(0x45, 1) + _c(0, 1) + _be(ip_len, 2) + _c(0, 2) + _c(IP_FLAGS_DF, 2)
+                + _c(IP_TTL, 1) + _c(17, 1) + _be(csum, 2) + _be(self.local_ip, 4)
+                + _be(f["ip"], 4) + _be(f["sport"], 2) + _c(ROCE_UDP_PORT, 2)
+                + _be((ip_len - IP_LEN)[:16], 2) + _c(0, 2)
+                + [f["opcode"], Cat(Const(0, 4), f["pad"], Const(0, 2))] + _c(BTH_PKEY, 2)
+                + _c(0, 1) + _be(f["qpn"], 3) + [Cat(Const(0, 7), f["last"])]
+                + _be(f["psn"], 3))
+        assert len(head) == BASE_HEADER_LEN
+        reth, immf = f["htype"][1], f["htype"][0]
+        ext_reth = Cat(*(_be(f["va"], 8) + _be(f["rkey"], 4) + _be(f["len"], 4)
+                         + _be(f["imm"], 4)))
+        ext_imm = Cat(*(_be(f["imm"], 4) + _c(0, 16)))
+        return Cat(*head, Mux(reth, ext_reth, ext_imm),
+                   Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
+
+    def _generator(self, m, c, c_valid, load, pl, b_, csum_b, b_to_c):
         """Frames out of planned packets: the header overlaid on the payload, the ICRC
         computed in three stages and overlaid in the output register.
 
         Every decision about the current beat is a registered flag, updated when a beat is
-        sent (no beat counter compared against lengths): the header and its ICRC copy shift
-        out of registers a beat at a time, ``hm`` marks the header bytes, the payload counters
-        say whether this beat takes a payload beat and whether the payload ends here.
+        sent (no beat counter compared against lengths): the payload counters say whether this
+        beat takes a payload beat and whether the payload ends here.
+
+        The header: two buffers, the active frame's (``cur``) and the next packet's. The next
+        packet's header is written into the other buffer when the plan's stage C takes the
+        packet (from stage B's fields: the buffer's enable is a decision of the plan's
+        registers, not of this frame's flow), and a beat reads its header bytes from the active
+        buffer by the header beat's index ``hidx``; which bytes are header, and which of them
+        the ICRC sees as ones or zeros (the variant fields), are constants of the header type,
+        the index and the lane. No wide register steps with the frame's beats, so the beat's
+        handshake (``advance``) and the generator's load drive only the frame's small state.
         """
         W = self.data_bytes
         LW = W.bit_length() - 1
         HW = -(-MAX_HEADER_LEN // W)          # beats the longest header can touch
         # Stage C's packet, as the generator loads it.
-        reth, immf = c["htype"][1], c["htype"][0]
-        m_va, m_rkey, m_len, m_imm = c["va"], c["rkey"], c["len"], c["imm"]
-        ip_len, pad = c["iplen"], c["pad"]
-        udp_len = Signal(16)
-        m.d.comb += udp_len.eq(ip_len - IP_LEN)
-        head = (_be(c["mac"], 6) + _be(self.local_mac, 6) + _c(ETHERTYPE_IPV4, 2)
-                + _c(0x45, 1) + _c(0, 1) + _be(ip_len, 2) + _c(0, 2) + _c(IP_FLAGS_DF, 2)
-                + _c(IP_TTL, 1) + _c(17, 1) + _be(c["csum"], 2) + _be(self.local_ip, 4)
-                + _be(c["ip"], 4) + _be(c["sport"], 2) + _c(ROCE_UDP_PORT, 2)
-                + _be(udp_len, 2) + _c(0, 2)
-                + [c["opcode"], Cat(Const(0, 4), pad, Const(0, 2))] + _c(BTH_PKEY, 2) + _c(0, 1)
-                + _be(c["qpn"], 3) + [Cat(Const(0, 7), c["last"])] + _be(c["psn"], 3))
-        assert len(head) == BASE_HEADER_LEN
-        ext_reth = Cat(*(_be(m_va, 8) + _be(m_rkey, 4) + _be(m_len, 4) + _be(m_imm, 4)))
-        ext_imm = Cat(*(_be(m_imm, 4) + _c(0, 16)))
-        hdr_next = Cat(*head, Mux(reth, ext_reth, ext_imm), Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
-        crc_head = list(head)
-        for i in range(10):
-            crc_head[i] = Const(0, 8)
-        for i in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46):
-            crc_head[i] = Const(0xFF, 8)
-        crc_hdr_next = Cat(*crc_head, Mux(reth, ext_reth, ext_imm),
-                           Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
-        hmask_next = Array(Const((1 << _HLEN[ht]) - 1, HW * W) for ht in range(4))[c["htype"]]
+        # which of a header beat's bytes are header, and of those which the ICRC covers as
+        # ones (the variant fields) or zeros (the MACs and the EtherType: the LRH's place)
+        crc_ff = (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46)
+        hm_tab = [[Const(sum(1 << i for i in range(W) if j * W + i < _HLEN[ht]), W)
+                   for j in range(HW + 1)] for ht in range(4)]
+        zero_tab = [Const(sum(1 << i for i in range(W) if j * W + i < 10), W)
+                    for j in range(HW + 1)]
+        ff_tab = [Const(sum(1 << i for i in range(W) if j * W + i in crc_ff), W)
+                  for j in range(HW + 1)]
         beats_m1 = c["flen_m1"] >> LW
         pe_beat = (c["payend"] - 1)[:14] >> LW
         in_first = Array(Const(_HLEN[ht] >> LW, 4) for ht in range(4))[c["htype"]]
@@ -696,9 +713,9 @@ class Packetizer(wiring.Component):
 
         # ---- packet registers: loaded when a packet starts, stepped at each beat -------------
         p_active = Signal()
-        p_hdr = Signal(8 * HW * W)     # header bytes not yet sent (shift register)
-        p_crc_hdr = Signal(8 * HW * W) # the same with the ICRC's variant fields masked
-        hm = Signal(HW * W)            # which of them are header bytes
+        hbuf = [Signal(8 * HW * W, name=f"hbuf{i}") for i in range(2)]
+        cur = Signal()                 # the buffer holding the active frame's header
+        hidx = Signal(range(HW + 1))   # the header beat this beat is (HW: past the header)
         p_htype = Signal(2)
         p_rot = Signal(range(W))       # d = (-E) mod W: CRC feed rotation, ICRC lane W - d
         p_spill = Signal()             # d == 2: the ICRC's last two bytes take one more beat
@@ -731,6 +748,23 @@ class Packetizer(wiring.Component):
         advance = p_active & (~ni | pl.valid) & r_ready
         m.d.comb += pl.ready.eq(p_active & ni & r_ready)
 
+        # the next packet's header goes into the buffer the active frame does not use
+        nxt_hdr = self._header(b_, csum_b)
+        for i in range(2):
+            with m.If(b_to_c & (cur != i)):
+                m.d.sync += hbuf[i].eq(nxt_hdr)
+        hwords = Array([*(Mux(cur, hbuf[1], hbuf[0]).word_select(j, 8 * W) for j in range(HW)),
+                        Const(0, 8 * W)])
+        h_beat = Signal(8 * W)
+        hm, zm, fm = Signal(W), Signal(W), Signal(W)
+        m.d.comb += h_beat.eq(hwords[hidx])
+        with m.Switch(Cat(hidx, p_htype)):
+            for ht in range(4):
+                for j in range(HW + 1):
+                    with m.Case(j | (ht << len(hidx))):
+                        m.d.comb += [hm.eq(hm_tab[ht][j]), zm.eq(zero_tab[j]),
+                                     fm.eq(ff_tab[j])]
+
         shifted = Signal(8 * W)
         both = Cat(prev, pl.payload)
         with m.Switch(p_htype):
@@ -743,9 +777,10 @@ class Packetizer(wiring.Component):
         for i in range(W):
             sl = slice(8 * i, 8 * i + 8)
             is_pay = ~pe_past & (~pe_now | p_tail_mask[i])
+            crc_hbyte = Mux(fm[i], 0xFF, Mux(zm[i], 0, h_beat[sl]))
             m.d.comb += [
-                beat[sl].eq(Mux(hm[i], p_hdr[sl], Mux(is_pay, shifted[sl], 0))),
-                crc_beat[sl].eq(Mux(hm[i], p_crc_hdr[sl], Mux(is_pay, shifted[sl], 0))),
+                beat[sl].eq(Mux(hm[i], h_beat[sl], Mux(is_pay, shifted[sl], 0))),
+                crc_beat[sl].eq(Mux(hm[i], crc_hbyte, Mux(is_pay, shifted[sl], 0))),
             ]
 
         # ICRC, three stages (the engine registers its feed, then the feed's contribution, then
@@ -771,9 +806,7 @@ class Packetizer(wiring.Component):
                 r_valid.eq(1), r_data.eq(beat), r_last.eq(lb),
                 r_count.eq(Mux(lb, p_last_count, W)), r_rot.eq(p_rot),
                 r_mode.eq(Mux(p_spill, Mux(pb, 1, Mux(lb, 2, 0)), Mux(lb, 1, 0))),
-                prev_crc.eq(crc_beat), fb.eq(0),
-                p_hdr.eq(p_hdr >> (8 * W)), p_crc_hdr.eq(p_crc_hdr >> (8 * W)),
-                hm.eq(hm >> W),
+                prev_crc.eq(crc_beat), fb.eq(0), hidx.eq(Mux(hidx == HW, HW, hidx + 1)),
                 left.eq(left - 1), lb.eq(left == 1), pb.eq(left == 2),
                 pe_left.eq(pe_left - 1), pe_now.eq(pe_left == 1), pe_past.eq(pe_past | pe_now),
             ]
@@ -798,8 +831,8 @@ class Packetizer(wiring.Component):
             m.d.sync += p_active.eq(0)
         with m.If(load):
             m.d.sync += [
-                p_active.eq(1), p_hdr.eq(hdr_next), p_crc_hdr.eq(crc_hdr_next),
-                hm.eq(hmask_next), p_htype.eq(c["htype"]), p_rot.eq(rot_next),
+                p_active.eq(1), cur.eq(~cur), hidx.eq(0),
+                p_htype.eq(c["htype"]), p_rot.eq(rot_next),
                 p_spill.eq(rot_next == 2), p_last_count.eq(c["flen_m1"][:LW] + 1),
                 left.eq(beats_m1), lb.eq(beats_m1 == 0), pb.eq(beats_m1 == 1), fb.eq(1),
                 pre_left.eq(in_first), pay_left.eq(c["npay"]),
