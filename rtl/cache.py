@@ -783,23 +783,34 @@ class CacheController(wiring.Component):
         # from the holders a cycle earlier, plus the operation stage 3 handed on in that cycle,
         # which may be of the set entering stage 2); an operation that leaves in between keeps
         # its way pinned one cycle longer still.
+        # The four candidates (stage 2 takes a request or not; stage 3 pushes its operation or
+        # not) come from registers, and the decisions pick one last.
         def pushed_way(set_idx):
-            hit_set = push & (s3["set"] == set_idx)
+            """The way stage 3's operation pins in set ``set_idx`` if it is pushed."""
+            hit_set = s3["set"] == set_idx
             if W == 1:
                 return hit_set
             return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
+        pin_r, pin_2 = pinned_ways(r["set"], "r"), pinned_ways(s2["set"], "s2")
         pin_s2 = Signal(W)
-        m.d.sync += pin_s2.eq(Mux(s2_take, pinned_ways(r["set"], "r") | pushed_way(r["set"]),
-                                  pinned_ways(s2["set"], "s2") | pushed_way(s2["set"])))
-        pin_s3 = pinned_ways(s3["set"], "s3")
+        m.d.sync += pin_s2.eq(Mux(s2_take, Mux(push, pin_r | pushed_way(r["set"]), pin_r),
+                                  Mux(push, pin_2 | pushed_way(s2["set"]), pin_2)))
+        # stage 3's victim is pinned when a holder's operation is of its set and way: one
+        # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
+        pin_s3 = Const(0, 1)
+        for held, op in holders:
+            same = held & (op.set == s3["set"])
+            if W > 1:
+                same = same & (op.way[:max(1, ceil_log2(W))] == s3_victim)
+            pin_s3 = pin_s3 | same
         # both candidates are registered and chosen after the registers (`took`: stage 3 took
         # a request at the last edge), so stage 3's decision is not on their paths
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         if W > 1:
             m.d.sync += [pin_enter.eq(pin_s2.bit_select(ways_sel.victim, 1)),
-                         pin_stay.eq(pin_s3.bit_select(s3_victim, 1))]
+                         pin_stay.eq(pin_s3)]
         else:
-            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3[0])]
+            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3)]
         m.d.sync += took.eq(s3_take)
         pinned = Signal()
         m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
