@@ -754,27 +754,21 @@ class Packetizer(wiring.Component):
         for i in range(2):
             with m.If(b_to_c & (cur != i)):
                 m.d.sync += hbuf[i].eq(nxt_hdr)
-        # The beat's header bytes, its ICRC copy and the header mask are registers (``hb``,
-        # ``hb_crc``, ``hm``), loaded with the next beat's when a beat is sent or a frame
-        # starts: the ICRC's feed starts at registers, as it did from the shift registers.
+        # The beat's header bytes are read from the active buffer by the header beat's index;
+        # which of them are header (``hm``), and which the ICRC sees as ones (``fm``) or zeros
+        # (``zm``), are registers loaded with the next beat's when a beat is sent or a frame
+        # starts (constants of the header type and the index).
         def words(buf):
             """The buffer's header beats, then a zero beat (past the header)."""
             return [buf.word_select(j, 8 * W) for j in range(HW)] + [Const(0, 8 * W)]
 
-        def crc_word(word, j):
-            """Header beat ``j`` as the ICRC covers it: variant fields ones, LRH zeros."""
-            return Cat(*(Const(0xFF, 8) if ff_tab[j].value >> i & 1
-                         else Const(0, 8) if zero_tab[j].value >> i & 1
-                         else word[8 * i:8 * i + 8] for i in range(W)))
-
-        hb, hb_crc, hm = Signal(8 * W), Signal(8 * W), Signal(W)
+        hm, zm, fm = Signal(W), Signal(W), Signal(W)
         h_next = Signal(range(HW + 1))
         m.d.comb += h_next.eq(Mux(hidx == HW, HW, hidx + 1))
-        cur_words = words(Mux(cur, hbuf[1], hbuf[0]))
-        new_words = words(Mux(cur, hbuf[0], hbuf[1]))
-        hb_step = Array(cur_words)[h_next]
-        hb_crc_step = Array(crc_word(w, j) for j, w in enumerate(cur_words))[h_next]
+        hb = Signal(8 * W)
+        m.d.comb += hb.eq(Array(words(Mux(cur, hbuf[1], hbuf[0])))[hidx])
         hm_step = Array(Array(hm_tab[ht]) for ht in range(4))[p_htype][h_next]
+        zm_step, fm_step = Array(zero_tab)[h_next], Array(ff_tab)[h_next]
 
         shifted = Signal(8 * W)
         both = Cat(prev, pl.payload)
@@ -790,7 +784,8 @@ class Packetizer(wiring.Component):
             is_pay = ~pe_past & (~pe_now | p_tail_mask[i])
             m.d.comb += [
                 beat[sl].eq(Mux(hm[i], hb[sl], Mux(is_pay, shifted[sl], 0))),
-                crc_beat[sl].eq(Mux(hm[i], hb_crc[sl], Mux(is_pay, shifted[sl], 0))),
+                crc_beat[sl].eq(Mux(hm[i], Mux(fm[i], 0xFF, Mux(zm[i], 0, hb[sl])),
+                                    Mux(is_pay, shifted[sl], 0))),
             ]
 
         # ICRC, three stages (the engine registers its feed, then the feed's contribution, then
@@ -817,7 +812,7 @@ class Packetizer(wiring.Component):
                 r_count.eq(Mux(lb, p_last_count, W)), r_rot.eq(p_rot),
                 r_mode.eq(Mux(p_spill, Mux(pb, 1, Mux(lb, 2, 0)), Mux(lb, 1, 0))),
                 prev_crc.eq(crc_beat), fb.eq(0), hidx.eq(h_next),
-                hb.eq(hb_step), hb_crc.eq(hb_crc_step), hm.eq(hm_step),
+                hm.eq(hm_step), zm.eq(zm_step), fm.eq(fm_step),
                 left.eq(left - 1), lb.eq(left == 1), pb.eq(left == 2),
                 pe_left.eq(pe_left - 1), pe_now.eq(pe_left == 1), pe_past.eq(pe_past | pe_now),
             ]
@@ -843,8 +838,8 @@ class Packetizer(wiring.Component):
         with m.If(load):
             m.d.sync += [
                 p_active.eq(1), cur.eq(~cur), hidx.eq(0),
-                hb.eq(new_words[0]), hb_crc.eq(crc_word(new_words[0], 0)),
                 hm.eq(Array(hm_tab[ht][0] for ht in range(4))[c["htype"]]),
+                zm.eq(zero_tab[0]), fm.eq(ff_tab[0]),
                 p_htype.eq(c["htype"]), p_rot.eq(rot_next),
                 p_spill.eq(rot_next == 2), p_last_count.eq(c["flen_m1"][:LW] + 1),
                 left.eq(beats_m1), lb.eq(beats_m1 == 0), pb.eq(beats_m1 == 1), fb.eq(1),
