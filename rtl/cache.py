@@ -1147,7 +1147,7 @@ class CacheController(wiring.Component):
         lvl_other = Signal.like(jobs.level)
         m.d.comb += [lvl_miss.eq(jobs.level + jobs.w_rdy - jobs_read),
                      lvl_other.eq(jobs.level + (wj_valid & jobs.w_rdy) - jobs_read)]
-        res_miss = ~(mshr_valid | (Const(1, M) << free_mshr)).all() & (lvl_miss != M)
+        res_miss = ~(mshr_valid | (Const(1, M) << free_mshr)[:M]).all() & (lvl_miss != M)
         res_other = ~mshr_valid.all() & (lvl_other != M)
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
