@@ -33,7 +33,7 @@ Timing: each packet's plan is computed in three register stages ahead of the fra
 while the previous frame streams (A: the cut of the message, opcode and every length, each one
 adder from the message registers; B: the IP checksum's terms; C: its fold), so the header the
 generator loads at a frame's last beat is already registered. A message's first frame beat
-shows eight cycles after its descriptor is taken; back-to-back packets keep one frame beat a
+shows seven cycles after its descriptor is taken; back-to-back packets keep one frame beat a
 cycle (65 cycles per 4096 B packet at 64 B).
 
 With ``quant="fp16"`` or ``"bf16"`` each FP32 element is rounded to nearest even by
@@ -71,12 +71,11 @@ The frame is assembled as it is sent: the header (computed while the previous fr
 going out) shifts out of a register a beat at a time, overlaid on the payload beats shifted by
 the header length; which bytes are header, payload or zero and whether a beat takes a payload
 beat are registered flags stepped at each beat (no beat counter is compared with lengths).
-The ICRC is computed (:class:`rtl.roce.ICRCEngine` in three stages, the CRC of
+The ICRC is computed (:class:`rtl.roce.ICRCEngine` in two stages, the CRC of
 ``amaranth.lib.crc``'s Algorithm) on a copy of each beat rotated so that the covered bytes end
 on a beat boundary (leading zeros are free because the CRC register starts at zero after the
-first four 0xFF bytes of the pseudo-header). Three register stages follow the generator
-(``r``, ``q``, then ``o``, where the ICRC is overlaid); the engine's three stages move with
-them, so its register holds the CRC up to the beat in ``o`` however long ``o`` waits. Frames leave back to back,
+first four 0xFF bytes of the pseudo-header). Two register stages follow the generator (``r``,
+then ``o``, where the ICRC is overlaid once the engine holds it). Frames leave back to back,
 one beat per cycle, while ``payload`` keeps up and ``frame`` is ready: a packet of ``F`` frame
 bytes takes ``ceil(F / data_bytes)`` cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per
 beat). The plan passes a packet on at most every two cycles, so one-beat frames (payloads of up
@@ -641,70 +640,52 @@ class Packetizer(wiring.Component):
             m.d.sync += [b_[k].eq(a[k]) for k in fields if k != "csum"]
             m.d.sync += b_["csum"].eq(a["csum"] + a["iplen"])
         csum_fold = Signal(17)
-        csum_b = Signal(16)            # B's packet's IP checksum, folded
-        m.d.comb += [csum_fold.eq(b_["csum"][:16] + b_["csum"][16:]),
-                     csum_b.eq(~(csum_fold[:16] + csum_fold[16])[:16])]
+        m.d.comb += csum_fold.eq(b_["csum"][:16] + b_["csum"][16:])
         with m.If(b_to_c):
             m.d.sync += [c[k].eq(b_[k]) for k in fields if k != "csum"]
-            m.d.sync += c["csum"].eq(csum_b)
+            m.d.sync += c["csum"].eq(~(csum_fold[:16] + csum_fold[16])[:16])
 
         # ---- the generator ---------------------------------------------------------------------
-        self._generator(m, c, valid["c"], load, pl, b_, csum_b, b_to_c)
+        self._generator(m, c, valid["c"], load, pl)
         return m
 
-    def _header(self, f, csum):
-        """The packet's header bytes (``HW * W`` of them, zero past its end) from a plan
-        stage's fields ``f`` and its folded IP checksum ``csum``."""
-        W = self.data_bytes
-        HW = -(-MAX_HEADER_LEN // W)
-        ip_len = f["iplen"]
-        head = (_be(f["mac"], 6) + _be(self.local_mac, 6) + _c(ETHERTYPE_IPV4, 2)
-                + _c(0x45, 1) + _c(0, 1) + _be(ip_len, 2) + _c(0, 2) + _c(IP_FLAGS_DF, 2)
-                + _c(IP_TTL, 1) + _c(17, 1) + _be(csum, 2) + _be(self.local_ip, 4)
-                + _be(f["ip"], 4) + _be(f["sport"], 2) + _c(ROCE_UDP_PORT, 2)
-                + _be((ip_len - IP_LEN)[:16], 2) + _c(0, 2)
-                + [f["opcode"], Cat(Const(0, 4), f["pad"], Const(0, 2))] + _c(BTH_PKEY, 2)
-                + _c(0, 1) + _be(f["qpn"], 3) + [Cat(Const(0, 7), f["last"])]
-                + _be(f["psn"], 3))
-        assert len(head) == BASE_HEADER_LEN
-        reth, immf = f["htype"][1], f["htype"][0]
-        ext_reth = Cat(*(_be(f["va"], 8) + _be(f["rkey"], 4) + _be(f["len"], 4)
-                         + _be(f["imm"], 4)))
-        ext_imm = Cat(*(_be(f["imm"], 4) + _c(0, 16)))
-        return Cat(*head, Mux(reth, ext_reth, ext_imm),
-                   Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
-
-    def _generator(self, m, c, c_valid, load, pl, b_, csum_b, b_to_c):
+    def _generator(self, m, c, c_valid, load, pl):
         """Frames out of planned packets: the header overlaid on the payload, the ICRC
-        computed in three stages and overlaid in the output register.
+        computed in two stages and overlaid in the output register.
 
         Every decision about the current beat is a registered flag, updated when a beat is
-        sent (no beat counter compared against lengths): the payload counters say whether this
-        beat takes a payload beat and whether the payload ends here.
-
-        The header: two buffers, the active frame's (``cur``) and the next packet's. The next
-        packet's header is written into the other buffer when the plan's stage C takes the
-        packet (from stage B's fields: the buffer's enable is a decision of the plan's
-        registers, not of this frame's flow), and a beat reads its header bytes from the active
-        buffer by the header beat's index ``hidx`` into a one-beat register (with its ICRC copy
-        and which of its bytes are header), a beat ahead; which bytes are header, and which of
-        them the ICRC sees as ones or zeros (the variant fields), are constants of the header
-        type, the index and the lane. The beat's handshake (``advance``) and the generator's
-        load drive one beat's registers, not the whole header's.
+        sent (no beat counter compared against lengths): the header and its ICRC copy shift
+        out of registers a beat at a time, ``hm`` marks the header bytes, the payload counters
+        say whether this beat takes a payload beat and whether the payload ends here.
         """
         W = self.data_bytes
         LW = W.bit_length() - 1
         HW = -(-MAX_HEADER_LEN // W)          # beats the longest header can touch
         # Stage C's packet, as the generator loads it.
-        # which of a header beat's bytes are header, and of those which the ICRC covers as
-        # ones (the variant fields) or zeros (the MACs and the EtherType: the LRH's place)
-        crc_ff = (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46)
-        hm_tab = [[Const(sum(1 << i for i in range(W) if j * W + i < _HLEN[ht]), W)
-                   for j in range(HW + 1)] for ht in range(4)]
-        zero_tab = [Const(sum(1 << i for i in range(W) if j * W + i < 10), W)
-                    for j in range(HW + 1)]
-        ff_tab = [Const(sum(1 << i for i in range(W) if j * W + i in crc_ff), W)
-                  for j in range(HW + 1)]
+        reth, immf = c["htype"][1], c["htype"][0]
+        m_va, m_rkey, m_len, m_imm = c["va"], c["rkey"], c["len"], c["imm"]
+        ip_len, pad = c["iplen"], c["pad"]
+        udp_len = Signal(16)
+        m.d.comb += udp_len.eq(ip_len - IP_LEN)
+        head = (_be(c["mac"], 6) + _be(self.local_mac, 6) + _c(ETHERTYPE_IPV4, 2)
+                + _c(0x45, 1) + _c(0, 1) + _be(ip_len, 2) + _c(0, 2) + _c(IP_FLAGS_DF, 2)
+                + _c(IP_TTL, 1) + _c(17, 1) + _be(c["csum"], 2) + _be(self.local_ip, 4)
+                + _be(c["ip"], 4) + _be(c["sport"], 2) + _c(ROCE_UDP_PORT, 2)
+                + _be(udp_len, 2) + _c(0, 2)
+                + [c["opcode"], Cat(Const(0, 4), pad, Const(0, 2))] + _c(BTH_PKEY, 2) + _c(0, 1)
+                + _be(c["qpn"], 3) + [Cat(Const(0, 7), c["last"])] + _be(c["psn"], 3))
+        assert len(head) == BASE_HEADER_LEN
+        ext_reth = Cat(*(_be(m_va, 8) + _be(m_rkey, 4) + _be(m_len, 4) + _be(m_imm, 4)))
+        ext_imm = Cat(*(_be(m_imm, 4) + _c(0, 16)))
+        hdr_next = Cat(*head, Mux(reth, ext_reth, ext_imm), Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
+        crc_head = list(head)
+        for i in range(10):
+            crc_head[i] = Const(0, 8)
+        for i in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46):
+            crc_head[i] = Const(0xFF, 8)
+        crc_hdr_next = Cat(*crc_head, Mux(reth, ext_reth, ext_imm),
+                           Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
+        hmask_next = Array(Const((1 << _HLEN[ht]) - 1, HW * W) for ht in range(4))[c["htype"]]
         beats_m1 = c["flen_m1"] >> LW
         pe_beat = (c["payend"] - 1)[:14] >> LW
         in_first = Array(Const(_HLEN[ht] >> LW, 4) for ht in range(4))[c["htype"]]
@@ -714,9 +695,9 @@ class Packetizer(wiring.Component):
 
         # ---- packet registers: loaded when a packet starts, stepped at each beat -------------
         p_active = Signal()
-        hbuf = [Signal(8 * HW * W, name=f"hbuf{i}") for i in range(2)]
-        cur = Signal()                 # the buffer holding the active frame's header
-        hidx = Signal(range(HW + 1))   # the header beat this beat is (HW: past the header)
+        p_hdr = Signal(8 * HW * W)     # header bytes not yet sent (shift register)
+        p_crc_hdr = Signal(8 * HW * W) # the same with the ICRC's variant fields masked
+        hm = Signal(HW * W)            # which of them are header bytes
         p_htype = Signal(2)
         p_rot = Signal(range(W))       # d = (-E) mod W: CRC feed rotation, ICRC lane W - d
         p_spill = Signal()             # d == 2: the ICRC's last two bytes take one more beat
@@ -731,44 +712,20 @@ class Packetizer(wiring.Component):
         pe_left = Signal(10)           # beats before the one where the payload ends
         pe_now, pe_past = Signal(), Signal()
 
-        # ---- output: three registers (r, q, then o, which carries the ICRC), each moving
-        # with one of the ICRC engine's three stages --------------------------------------------
-        r_valid, q_valid, o_valid = Signal(), Signal(), Signal()
-        r_data, q_data, o_data = Signal(8 * W), Signal(8 * W), Signal(8 * W)
-        r_count, q_count, o_count = (Signal(range(W + 1)) for _ in range(3))
-        r_last, q_last, o_last = Signal(), Signal(), Signal()
-        # 0: no ICRC byte, 1: ICRC at lane W-d, 2: spill
-        r_mode, q_mode, o_mode = Signal(2), Signal(2), Signal(2)
-        r_rot, q_rot, o_rot = (Signal(range(W)) for _ in range(3))
+        # ---- output: two registers (r, then o, which carries the ICRC) -----------------------
+        r_valid, o_valid, o_first = Signal(), Signal(), Signal()
+        r_data, o_data = Signal(8 * W), Signal(8 * W)
+        r_count, o_count = Signal(range(W + 1)), Signal(range(W + 1))
+        r_last, o_last = Signal(), Signal()
+        r_mode, o_mode = Signal(2), Signal(2)   # 0: no ICRC byte, 1: ICRC at lane W-d, 2: spill
+        r_rot, o_rot = Signal(range(W)), Signal(range(W))
         o_ready = ~o_valid | self.frame.ready
-        q_ready = ~q_valid | o_ready
-        r_ready = ~r_valid | q_ready
+        r_ready = ~r_valid | o_ready
 
         prev = Signal(8 * W)           # previous payload beat
         prev_crc = Signal(8 * W)       # previous CRC-variant frame beat
         advance = p_active & (~ni | pl.valid) & r_ready
         m.d.comb += pl.ready.eq(p_active & ni & r_ready)
-
-        # the next packet's header goes into the buffer the active frame does not use
-        nxt_hdr = self._header(b_, csum_b)
-        for i in range(2):
-            with m.If(b_to_c & (cur != i)):
-                m.d.sync += hbuf[i].eq(nxt_hdr)
-        # The beat's header bytes are read from the active buffer by the header beat's index;
-        # which of them are header (``hm``), and which the ICRC sees as ones (``fm``) or zeros
-        # (``zm``), are registers loaded with the next beat's when a beat is sent or a frame
-        # starts (constants of the header type and the index).
-        def words(buf):
-            """The buffer's header beats, then a zero beat (past the header)."""
-            return [buf.word_select(j, 8 * W) for j in range(HW)] + [Const(0, 8 * W)]
-
-        hm, zm, fm = Signal(W), Signal(W), Signal(W)
-        h_next = Signal(range(HW + 1))
-        m.d.comb += h_next.eq(Mux(hidx == HW, HW, hidx + 1))
-        hb = Signal(8 * W)
-        m.d.comb += hb.eq(Array(words(Mux(cur, hbuf[1], hbuf[0])))[hidx])
-        hm_step = Array(Array(hm_tab[ht]) for ht in range(4))[p_htype][h_next]
-        zm_step, fm_step = Array(zero_tab)[h_next], Array(ff_tab)[h_next]
 
         shifted = Signal(8 * W)
         both = Cat(prev, pl.payload)
@@ -783,16 +740,13 @@ class Packetizer(wiring.Component):
             sl = slice(8 * i, 8 * i + 8)
             is_pay = ~pe_past & (~pe_now | p_tail_mask[i])
             m.d.comb += [
-                beat[sl].eq(Mux(hm[i], hb[sl], Mux(is_pay, shifted[sl], 0))),
-                crc_beat[sl].eq(Mux(hm[i], Mux(fm[i], 0xFF, Mux(zm[i], 0, hb[sl])),
-                                    Mux(is_pay, shifted[sl], 0))),
+                beat[sl].eq(Mux(hm[i], p_hdr[sl], Mux(is_pay, shifted[sl], 0))),
+                crc_beat[sl].eq(Mux(hm[i], p_crc_hdr[sl], Mux(is_pay, shifted[sl], 0))),
             ]
 
-        # ICRC, three stages (the engine registers its feed, then the feed's contribution, then
-        # updates), each taking its word when r, q and o take theirs: the register holds the
-        # CRC up to the beat in o. Feed beat j = frame bytes [jW - d, jW - d + W), ending
-        # exactly at E (leading zeros are free).
-        m.submodules.icrc = icrc = ICRCEngine(W, stages=3)
+        # ICRC, two stages (the engine registers its feed, then updates): feed beat j = frame
+        # bytes [jW - d, jW - d + W), ending exactly at E (leading zeros are free).
+        m.submodules.icrc = icrc = ICRCEngine(W, stages=2)
         feed = Signal(8 * W)
         both_crc = Cat(Mux(fb, 0, prev_crc), crc_beat)
         with m.Switch(p_rot):
@@ -803,7 +757,6 @@ class Packetizer(wiring.Component):
             icrc.data.eq(feed),
             icrc.valid.eq(advance & ~(p_spill & lb)),
             icrc.start.eq(advance & fb),
-            icrc.en.eq(Cat(r_ready, q_ready, o_ready)),
         ]
 
         with m.If(advance):
@@ -811,8 +764,9 @@ class Packetizer(wiring.Component):
                 r_valid.eq(1), r_data.eq(beat), r_last.eq(lb),
                 r_count.eq(Mux(lb, p_last_count, W)), r_rot.eq(p_rot),
                 r_mode.eq(Mux(p_spill, Mux(pb, 1, Mux(lb, 2, 0)), Mux(lb, 1, 0))),
-                prev_crc.eq(crc_beat), fb.eq(0), hidx.eq(h_next),
-                hm.eq(hm_step), zm.eq(zm_step), fm.eq(fm_step),
+                prev_crc.eq(crc_beat), fb.eq(0),
+                p_hdr.eq(p_hdr >> (8 * W)), p_crc_hdr.eq(p_crc_hdr >> (8 * W)),
+                hm.eq(hm >> W),
                 left.eq(left - 1), lb.eq(left == 1), pb.eq(left == 2),
                 pe_left.eq(pe_left - 1), pe_now.eq(pe_left == 1), pe_past.eq(pe_past | pe_now),
             ]
@@ -822,14 +776,12 @@ class Packetizer(wiring.Component):
             with m.Else():
                 m.d.sync += [pre_left.eq(pre_left - 1),
                              ni.eq((pre_left == 1) & (pay_left != 0))]
-        with m.Elif(r_ready):
+        with m.Elif(o_ready):
             m.d.sync += r_valid.eq(0)
-        with m.If(q_ready):
-            m.d.sync += [q_valid.eq(r_valid), q_data.eq(r_data), q_count.eq(r_count),
-                         q_last.eq(r_last), q_mode.eq(r_mode), q_rot.eq(r_rot)]
         with m.If(o_ready):
-            m.d.sync += [o_valid.eq(q_valid), o_data.eq(q_data), o_count.eq(q_count),
-                         o_last.eq(q_last), o_mode.eq(q_mode), o_rot.eq(q_rot)]
+            m.d.sync += [o_valid.eq(r_valid), o_data.eq(r_data), o_count.eq(r_count),
+                         o_last.eq(r_last), o_mode.eq(r_mode), o_rot.eq(r_rot)]
+        m.d.sync += o_first.eq(o_ready & r_valid)
 
         # Start the next packet when the generator is idle or finishing a frame.
         m.d.comb += load.eq(c_valid & (~p_active | (advance & lb)))
@@ -837,10 +789,8 @@ class Packetizer(wiring.Component):
             m.d.sync += p_active.eq(0)
         with m.If(load):
             m.d.sync += [
-                p_active.eq(1), cur.eq(~cur), hidx.eq(0),
-                hm.eq(Array(hm_tab[ht][0] for ht in range(4))[c["htype"]]),
-                zm.eq(zero_tab[0]), fm.eq(ff_tab[0]),
-                p_htype.eq(c["htype"]), p_rot.eq(rot_next),
+                p_active.eq(1), p_hdr.eq(hdr_next), p_crc_hdr.eq(crc_hdr_next),
+                hm.eq(hmask_next), p_htype.eq(c["htype"]), p_rot.eq(rot_next),
                 p_spill.eq(rot_next == 2), p_last_count.eq(c["flen_m1"][:LW] + 1),
                 left.eq(beats_m1), lb.eq(beats_m1 == 0), pb.eq(beats_m1 == 1), fb.eq(1),
                 pre_left.eq(in_first), pay_left.eq(c["npay"]),
@@ -853,10 +803,14 @@ class Packetizer(wiring.Component):
                         m.d.sync += p_tail_mask.eq((1 << (t or W)) - 1)
 
         # ---- output stage: overlay the ICRC ----------------------------------------------------
-        # The engine's register moves with ``o``: while a beat that carries the ICRC is in
-        # ``o``, the register holds the CRC of the frame's feed up to that beat (the spill
-        # beat feeds nothing), and the next frame's feed reaches it only when the beat leaves.
-        crc_val = icrc.crc
+        # The engine's register holds the frame's ICRC in the cycle a beat that carries it
+        # enters ``o`` (it took the beat's feed at least one cycle before, and the next frame
+        # restarts it at the earliest one cycle later); ``crc_keep`` holds it while ``o`` waits.
+        crc_keep = Signal(32)
+        crc_val = Signal(32)
+        m.d.comb += crc_val.eq(Mux(o_first, icrc.crc, crc_keep))
+        with m.If(o_first):
+            m.d.sync += crc_keep.eq(icrc.crc)
         out = Signal(8 * W)
         with m.Switch(Cat(o_rot, o_mode)):
             for rot in range(2, W, 4):
