@@ -105,7 +105,7 @@ PNR_CPU_LIMIT_S = 1500
 PNR_TIMEOUT_S = 4 * 3600
 #: nextpnr's routers; the flow uses ``PNR_ROUTER`` (see the module docstring for why).
 ROUTERS = ("router1", "router2")
-PNR_ROUTER = "router2"
+PNR_ROUTER = "router1"
 #: The placement seeds tried for every unit; the figures are the best seed's.
 PNR_SEEDS = (1, 2, 3)
 #: Bumped whenever the flow (shell, scripts, figures) changes, to invalidate cached results.
