@@ -654,12 +654,9 @@ class Packetizer(wiring.Component):
         computed in two stages and overlaid in the output register.
 
         Every decision about the current beat is a registered flag, updated when a beat is
-        sent (no beat counter compared against lengths): the header shifts out of a register a
-        beat at a time, ``hm`` marks the header bytes, ``zm`` and ``fm`` the bytes the ICRC
-        sees as zeros or ones (registered a beat ahead from the header beat's index: one
-        shift register for the header instead of two, so a frame's load and each beat drive
-        half as many flip-flops), the payload counters say whether this beat takes a payload
-        beat and whether the payload ends here.
+        sent (no beat counter compared against lengths): the header and its ICRC copy shift
+        out of registers a beat at a time, ``hm`` marks the header bytes, the payload counters
+        say whether this beat takes a payload beat and whether the payload ends here.
         """
         W = self.data_bytes
         LW = W.bit_length() - 1
@@ -681,13 +678,13 @@ class Packetizer(wiring.Component):
         ext_reth = Cat(*(_be(m_va, 8) + _be(m_rkey, 4) + _be(m_len, 4) + _be(m_imm, 4)))
         ext_imm = Cat(*(_be(m_imm, 4) + _c(0, 16)))
         hdr_next = Cat(*head, Mux(reth, ext_reth, ext_imm), Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
-        # which bytes of header beat j the ICRC covers as ones (the variant fields) or zeros
-        # (the MACs and the EtherType: the LRH's place): constants of j and the lane
-        crc_ff = (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46)
-        zero_tab = [Const(sum(1 << i for i in range(W) if j * W + i < 10), W)
-                    for j in range(HW + 1)]
-        ff_tab = [Const(sum(1 << i for i in range(W) if j * W + i in crc_ff), W)
-                  for j in range(HW + 1)]
+        crc_head = list(head)
+        for i in range(10):
+            crc_head[i] = Const(0, 8)
+        for i in (10, 11, 12, 13, 15, 22, 24, 25, 40, 41, 46):
+            crc_head[i] = Const(0xFF, 8)
+        crc_hdr_next = Cat(*crc_head, Mux(reth, ext_reth, ext_imm),
+                           Const(0, 8 * (HW * W - MAX_HEADER_LEN)))
         hmask_next = Array(Const((1 << _HLEN[ht]) - 1, HW * W) for ht in range(4))[c["htype"]]
         beats_m1 = c["flen_m1"] >> LW
         pe_beat = (c["payend"] - 1)[:14] >> LW
@@ -699,8 +696,7 @@ class Packetizer(wiring.Component):
         # ---- packet registers: loaded when a packet starts, stepped at each beat -------------
         p_active = Signal()
         p_hdr = Signal(8 * HW * W)     # header bytes not yet sent (shift register)
-        hidx = Signal(range(HW + 1))   # the header beat this beat is (HW: past the header)
-        zm, fm = Signal(W), Signal(W)  # this beat's bytes the ICRC sees as zeros / ones
+        p_crc_hdr = Signal(8 * HW * W) # the same with the ICRC's variant fields masked
         hm = Signal(HW * W)            # which of them are header bytes
         p_htype = Signal(2)
         p_rot = Signal(range(W))       # d = (-E) mod W: CRC feed rotation, ICRC lane W - d
@@ -745,8 +741,7 @@ class Packetizer(wiring.Component):
             is_pay = ~pe_past & (~pe_now | p_tail_mask[i])
             m.d.comb += [
                 beat[sl].eq(Mux(hm[i], p_hdr[sl], Mux(is_pay, shifted[sl], 0))),
-                crc_beat[sl].eq(Mux(hm[i], Mux(fm[i], 0xFF, Mux(zm[i], 0, p_hdr[sl])),
-                                    Mux(is_pay, shifted[sl], 0))),
+                crc_beat[sl].eq(Mux(hm[i], p_crc_hdr[sl], Mux(is_pay, shifted[sl], 0))),
             ]
 
         # ICRC, two stages (the engine registers its feed, then updates): feed beat j = frame
@@ -770,10 +765,8 @@ class Packetizer(wiring.Component):
                 r_count.eq(Mux(lb, p_last_count, W)), r_rot.eq(p_rot),
                 r_mode.eq(Mux(p_spill, Mux(pb, 1, Mux(lb, 2, 0)), Mux(lb, 1, 0))),
                 prev_crc.eq(crc_beat), fb.eq(0),
-                p_hdr.eq(p_hdr >> (8 * W)), hm.eq(hm >> W),
-                hidx.eq(Mux(hidx == HW, HW, hidx + 1)),
-                zm.eq(Array(zero_tab)[Mux(hidx == HW, HW, hidx + 1)]),
-                fm.eq(Array(ff_tab)[Mux(hidx == HW, HW, hidx + 1)]),
+                p_hdr.eq(p_hdr >> (8 * W)), p_crc_hdr.eq(p_crc_hdr >> (8 * W)),
+                hm.eq(hm >> W),
                 left.eq(left - 1), lb.eq(left == 1), pb.eq(left == 2),
                 pe_left.eq(pe_left - 1), pe_now.eq(pe_left == 1), pe_past.eq(pe_past | pe_now),
             ]
@@ -796,8 +789,7 @@ class Packetizer(wiring.Component):
             m.d.sync += p_active.eq(0)
         with m.If(load):
             m.d.sync += [
-                p_active.eq(1), p_hdr.eq(hdr_next), hidx.eq(0), zm.eq(zero_tab[0]),
-                fm.eq(ff_tab[0]),
+                p_active.eq(1), p_hdr.eq(hdr_next), p_crc_hdr.eq(crc_hdr_next),
                 hm.eq(hmask_next), p_htype.eq(c["htype"]), p_rot.eq(rot_next),
                 p_spill.eq(rot_next == 2), p_last_count.eq(c["flen_m1"][:LW] + 1),
                 left.eq(beats_m1), lb.eq(beats_m1 == 0), pb.eq(beats_m1 == 1), fb.eq(1),
