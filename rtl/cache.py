@@ -340,8 +340,11 @@ class LineRAM(wiring.Component):
         # `resp.ready` moves beats between the two and reaches nothing else); one beat per
         # cycle while `resp` takes them.
         b_valid, b_last, s_valid, s_last = Signal(), Signal(), Signal(), Signal()
-        b_data = Signal(8 * self.data_bytes)
-        s_data = Signal(8 * self.data_bytes)
+        # (no reset: a data register with a synchronous reset and an enable takes a LUT in
+        # front of its flip-flop on ECP5, and the block RAM's 5.8 ns clock-to-output leaves
+        # room for routing only)
+        b_data = Signal(8 * self.data_bytes, reset_less=True)
+        s_data = Signal(8 * self.data_bytes, reset_less=True)
         b_load, b_pop, s_load = Signal(), Signal(), Signal()
         can_read = Signal()
         step = Signal()
@@ -614,6 +617,7 @@ class CacheController(wiring.Component):
             "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits),
         })
         m.submodules.jobs = jobs = SyncFIFO(width=job_layout.size, depth=M)
+        wj_valid = Signal()     # the FLUSH walker's write-back job waits for the job FIFO
         # The job's fields never wait for the decision to push it (only `w_en` does): the
         # lookup's job, or the walker's while a command runs (a register chooses).
         job_in = Signal(job_layout)
@@ -779,23 +783,34 @@ class CacheController(wiring.Component):
         # from the holders a cycle earlier, plus the operation stage 3 handed on in that cycle,
         # which may be of the set entering stage 2); an operation that leaves in between keeps
         # its way pinned one cycle longer still.
+        # The four candidates (stage 2 takes a request or not; stage 3 pushes its operation or
+        # not) come from registers, and the decisions pick one last.
         def pushed_way(set_idx):
-            hit_set = push & (s3["set"] == set_idx)
+            """The way stage 3's operation pins in set ``set_idx`` if it is pushed."""
+            hit_set = s3["set"] == set_idx
             if W == 1:
                 return hit_set
             return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
+        pin_r, pin_2 = pinned_ways(r["set"], "r"), pinned_ways(s2["set"], "s2")
         pin_s2 = Signal(W)
-        m.d.sync += pin_s2.eq(Mux(s2_take, pinned_ways(r["set"], "r") | pushed_way(r["set"]),
-                                  pinned_ways(s2["set"], "s2") | pushed_way(s2["set"])))
-        pin_s3 = pinned_ways(s3["set"], "s3")
+        m.d.sync += pin_s2.eq(Mux(s2_take, Mux(push, pin_r | pushed_way(r["set"]), pin_r),
+                                  Mux(push, pin_2 | pushed_way(s2["set"]), pin_2)))
+        # stage 3's victim is pinned when a holder's operation is of its set and way: one
+        # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
+        pin_s3 = Const(0, 1)
+        for held, op in holders:
+            same = held & (op.set == s3["set"])
+            if W > 1:
+                same = same & (op.way[:max(1, ceil_log2(W))] == s3_victim)
+            pin_s3 = pin_s3 | same
         # both candidates are registered and chosen after the registers (`took`: stage 3 took
         # a request at the last edge), so stage 3's decision is not on their paths
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         if W > 1:
             m.d.sync += [pin_enter.eq(pin_s2.bit_select(ways_sel.victim, 1)),
-                         pin_stay.eq(pin_s3.bit_select(s3_victim, 1))]
+                         pin_stay.eq(pin_s3)]
         else:
-            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3[0])]
+            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3)]
         m.d.sync += took.eq(s3_take)
         pinned = Signal()
         m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
@@ -804,8 +819,6 @@ class CacheController(wiring.Component):
         for i in reversed(range(M)):
             with m.If(free_vec[i]):
                 m.d.comb += free_mshr.eq(i)
-        # `q_room` (the queue has a free entry) is a register, kept beside `q_count`
-        q_room = Signal(init=1)
         is_miss = Signal()
         m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
@@ -908,7 +921,7 @@ class CacheController(wiring.Component):
                          q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
         q_next = Signal.like(q_count)
         m.d.comb += q_next.eq(q_count + enq - pop)
-        m.d.sync += [q_count.eq(q_next), q_room.eq(q_next < Q)]
+        m.d.sync += q_count.eq(q_next)
 
         # ==== the line port: one request per cycle, the executor's first (the in-order ======
         # ==== stream), then fills, then write-backs; each request's route is queued ========
@@ -1102,31 +1115,44 @@ class CacheController(wiring.Component):
                     m.d.comb += [jobs.r_en.eq(1), fills.w_en.eq(1)]
                     m.next = "IDLE"
 
-        # ==== `s3_ok` for the next cycle ======================================================
-        take_kind = Signal()
-        err_n, nobeats_n = Signal(), Signal()
-        m.d.comb += [
-            take_kind.eq(s3_take),
-            err_n.eq(Mux(take_kind, s2["err"], s3["err"])),
-            nobeats_n.eq(Mux(take_kind, s2["beats"] == 0, s3_nobeats)),
-        ]
+        # ==== `s3_ok` and `s3_res` for the next cycle ========================================
+        # Both are computed for either outcome of stage 3's decision (it fires or not) from
+        # registers and the other ports' handshakes, and the decision picks one last: it is
+        # the end of the stall's path, so it passes one LUT here instead of the queue's count
+        # and the MSHR and job-FIFO arithmetic.
+        # Stage 3 holds stage 2's request next if it takes it (stage 2 holds one and stage 3
+        # fires or is empty), else its own.
+        s2_nobeats = s2["beats"] == 0
+        err_f = Mux(s2["valid"], s2["err"], s3["err"])
+        nobeats_f = Mux(s2["valid"], s2_nobeats, s3_nobeats)
+        take_h = s2["valid"] & ~s3["valid"]
+        err_h = Mux(take_h, s2["err"], s3["err"])
+        nobeats_h = Mux(take_h, s2_nobeats, s3_nobeats)
+        # the queue's count after this cycle: firing pushes unless the request has no beats,
+        # and the push enters the queue unless it bypasses it into an empty, free executor
+        q_gone = Signal.like(q_count)
+        q_fire = Signal.like(q_count)
+        m.d.comb += [q_gone.eq(q_count - pop),
+                     q_fire.eq(q_count + (~s3_nobeats & ~(~q_any & x_free)) - pop)]
+        room_f, room_h = Signal(), Signal()
+        m.d.comb += [room_f.eq(q_fire < Q), room_h.eq(q_gone < Q)]
+        ok_f = Mux(err_f, room_f | nobeats_f, room_f)
+        ok_h = Mux(err_h, room_h | nobeats_h, room_h)
         # (an MSHR freed by a fill completing in this cycle counts from the cycle after next:
-        # the fill's last beat is a line-port path that would otherwise end here)
-        mshr_next = Signal(M)
-        alloc_oh = Signal(M)
-        m.d.comb += [
-            alloc_oh.eq(Mux(s3_fire & is_miss, Const(1, M) << free_mshr, 0)),
-            mshr_next.eq(mshr_valid | alloc_oh),
-        ]
-        jobs_level_n = Signal.like(jobs.level)
-        m.d.comb += jobs_level_n.eq(jobs.level + (jobs.w_en & jobs.w_rdy)
-                                    - (jobs.r_en & jobs.r_rdy))
-        q_room_n = Signal()
-        m.d.comb += q_room_n.eq(q_next < Q)
+        # the fill's last beat is a line-port path that would otherwise end here). A miss that
+        # fires takes the free MSHR `free_mshr` and writes a job; the walker's job (only while
+        # a command runs, when no request fires) is written otherwise.
+        jobs_read = jobs.r_en & jobs.r_rdy
+        lvl_miss = Signal.like(jobs.level)
+        lvl_other = Signal.like(jobs.level)
+        m.d.comb += [lvl_miss.eq(jobs.level + jobs.w_rdy - jobs_read),
+                     lvl_other.eq(jobs.level + (wj_valid & jobs.w_rdy) - jobs_read)]
+        res_miss = ~(mshr_valid | (Const(1, M) << free_mshr)[:M]).all() & (lvl_miss != M)
+        res_other = ~mshr_valid.all() & (lvl_other != M)
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
-        m.d.sync += [s3_ok.eq(Mux(err_n, q_room_n | nobeats_n, q_room_n)),
-                     s3_res.eq(~mshr_next.all() & (jobs_level_n != M))]
+        m.d.sync += [s3_ok.eq(Mux(s3_fire, ok_f, ok_h)),
+                     s3_res.eq(Mux(s3_fire & is_miss, res_miss, res_other))]
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
@@ -1139,7 +1165,6 @@ class CacheController(wiring.Component):
         m.d.comb += self.cmd.ready.eq(cmd_ready)
         # The walker's write-back jobs pass a register (`walk_job`, valid `wj_valid`) on their
         # way to the job FIFO: the FIFO's data come from registers while a command runs.
-        wj_valid = Signal()
         with m.If(wj_valid & jobs.w_rdy):
             m.d.comb += [jobs.w_en.eq(1), walk_wb.eq(1)]
             m.d.sync += wj_valid.eq(0)

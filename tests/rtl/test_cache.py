@@ -34,7 +34,8 @@ def line_memory(dut, rng: np.random.Generator, *, latency=(1, 12), stall: float 
 def run_cache(dut, requests: list[Request], rng: np.random.Generator, *,
               rows: int, latency=(1, 20), idle: float = 0.2, backpressure: float = 0.2,
               resp_stall: float = 0.1, accept_stall: float = 0.1, flush: bool = True,
-              max_cycles: int = 200_000, memory: np.ndarray | None = None):
+              max_cycles: int = 200_000, memory: np.ndarray | None = None,
+              monitors: tuple = ()):
     """Drive ``requests`` into ``dut`` with random idle/backpressure against a random-latency
     backing memory (and line memory, for a bare controller); returns (read beats, lookup
     kinds, backing memory, stats dict, cycles)."""
@@ -84,7 +85,7 @@ def run_cache(dut, requests: list[Request], rng: np.random.Generator, *,
                 kinds.append(KIND[LookupKind(kind)])
 
     cycles = run_amaranth(dut, [requester, writer, reader], [mem.process]
-                          + [lm.process for lm in lmem], background=[monitor],
+                          + [lm.process for lm in lmem], background=[monitor, *monitors],
                           max_cycles=max_cycles)
     mem.check_idle()
     for lm in lmem:
@@ -211,6 +212,32 @@ def test_hits_one_per_cycle_with_the_documented_latency():
     assert figures["hit_lookups_per_cycle"] == 1.0          # one lookup per cycle, no bubble
     assert figures["hit_latency_cycles"] == HIT_LATENCY
     assert figures["hit_latency_min_cycles"] == HIT_LATENCY
+
+
+def test_no_more_misses_wait_for_fills_than_there_are_mshrs(rng):
+    """Every miss holds an MSHR from its lookup to its fill's last beat: with slow backing
+    memory and misses to distinct lines, at most ``mshrs`` misses are waiting for their fills
+    at once (a miss that fired without a free MSHR would be one more), and the results match
+    the reference."""
+    dut = CacheController(**{**SMALL, "mshrs": 2})
+    rows = 64
+    requests = [Request(addr=r * SMALL["row_beats"], beats=SMALL["row_beats"])
+                for r in rng.permutation(rows)[:24]]
+    in_flight = [0, 0]                                  # now, most
+
+    async def fills(ctx):
+        async for _, _, lv, kind, pv, pr, last in ctx.tick().sample(
+                dut.lookup_valid, dut.lookup_kind,
+                dut.back.resp.valid, dut.back.resp.ready, dut.back.resp.payload.last):
+            in_flight[0] += (int(lv and LookupKind(kind) == LookupKind.MISS)
+                             - int(pv and pr and last))
+            in_flight[1] = max(in_flight[1], in_flight[0])
+
+    got, kinds, contents, stats, _, memory = run_cache(
+        dut, requests, rng, rows=rows, latency=(30, 40), idle=0.0, backpressure=0.0,
+        resp_stall=0.0, accept_stall=0.0, monitors=(fills,))
+    check_against_reference(dut, requests, got, kinds, contents, stats, memory)
+    assert in_flight[1] == dut.mshrs
 
 
 def test_back_to_back_hits_to_one_set_cost_one_bubble():
