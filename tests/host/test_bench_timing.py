@@ -79,8 +79,8 @@ def test_cache_key_names_the_seeds_and_the_router():
 
 
 def _fake_flow(monkeypatch, outcomes):
-    """Synthesis and place and route replaced: ``outcomes`` maps a seed to its Fmax (or to
-    None: that seed did not finish)."""
+    """Synthesis and place and route replaced: ``outcomes`` maps a seed (router1) or a
+    ``(router, seed)`` to its Fmax (or to None: that run did not finish)."""
     class Shell:
         in_bits, out_bits = 3, 2
 
@@ -88,7 +88,7 @@ def _fake_flow(monkeypatch, outcomes):
         return Shell(), {"LUT4": 10, "CCU2C": 1, "TRELLIS_FF": 5, "DP16KD": 2}, True
 
     def pnr(work, seed, router, timeout, cpu_limit):
-        fmax = outcomes[seed]
+        fmax = outcomes.get((router, seed), outcomes.get(seed) if router == "router1" else None)
         if fmax is None:
             return {"seed": seed, "router": router, "error": "did not finish", "pnr_s": 9.0,
                     "pnr_cpu_s": 8.0}
@@ -112,12 +112,27 @@ def test_the_best_seed_gives_the_figures_and_every_seed_is_recorded(tmp_path, mo
     assert again["cached"] and again["fmax_mhz"] == 118.2
 
 
-def test_a_unit_no_seed_routes_is_an_error(tmp_path, monkeypatch):
+def test_a_unit_no_run_routes_is_an_error(tmp_path, monkeypatch):
     _fake_flow(monkeypatch, {1: None, 2: None})
     spec = next(s for s in timing.UNITS if s.name == "fp_add")
-    with pytest.raises(RuntimeError, match=r"fp_add finished for none of the seeds \[1, 2\]"):
+    with pytest.raises(RuntimeError,
+                       match=r"fp_add finished for none of the seeds \[1, 2\] nor router2"):
         timing.measure_unit(spec, build_root=tmp_path, seeds=(1, 2))
     assert not list((tmp_path / "timing").glob("*.json"))
+
+
+def test_the_fallback_router_runs_only_when_no_seed_finishes_and_is_named(tmp_path, monkeypatch):
+    _fake_flow(monkeypatch, {1: None, 2: None, ("router2", 1): 99.4})
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    r = timing.measure_unit(spec, build_root=tmp_path, seeds=(1, 2))
+    assert (r["fmax_mhz"], r["seed"], r["router"]) == (99.4, 1, "router2")
+    assert [(a["router"], a["seed"]) for a in r["pnr_attempts"]] == [
+        ("router1", 1), ("router1", 2), ("router2", 1)]
+    _fake_flow(monkeypatch, {1: None, 2: 118.0, ("router2", 1): 140.0})
+    r = timing.measure_unit(spec, build_root=tmp_path / "b", seeds=(1, 2))
+    assert (r["fmax_mhz"], r["router"], len(r["pnr_attempts"])) == (118.0, "router1", 2)
+    with pytest.raises(ValueError, match="fallback: expected None or a router other than"):
+        timing.measure_unit(spec, build_root=tmp_path, fallback="router1")
 
 
 def test_bad_flow_settings_name_the_field(tmp_path):
