@@ -251,25 +251,24 @@ def _add_loads(starts, ent_fac, mw, has_w, ent_alive, wire, cap, load, count):  
 
 
 @jit(cache=True, nogil=True, inline="always")
-def _unload(k, w, s, load, cap, count, dirty, touched, n_touched):  # pragma: no cover - compiled
-    """Take a frozen flow's weight ``w`` (at level ``s``) off link ``k``; list ``k`` once in
-    ``touched``. Returns the new count of touched links."""
+def _unload(k, w, s, load, cap, count, stale, bstale, pos):  # pragma: no cover - compiled
+    """Take a frozen flow's weight ``w`` (at level ``s``) off link ``k``; its share is stale
+    (recomputed only if it comes near the minimum, :func:`_fill_levels`)."""
     load[k] -= w
     cap[k] -= w * s
     count[k] -= 1
-    if not dirty[k]:
-        dirty[k] = True
-        touched[n_touched] = k
-        n_touched += 1
-    return n_touched
+    stale[k] = True
+    p = pos[k]
+    if p >= 0:
+        bstale[p >> _BLOCK_SHIFT] = True
 
 
 @jit(cache=True, nogil=True, inline="always")
-def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, cap, count, dirty, touched,
-            n_touched):  # pragma: no cover - compiled
+def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, cap, count, stale, bstale,
+            pos):  # pragma: no cover - compiled
     """Freeze the live, unfrozen flows of one part crossing link ``l`` at level ``s``: take their
-    load off their other links, listed once per round in ``touched`` (shares refreshed after).
-    Inlined, with a branch for flows of two finite links (one other link: the common case)."""
+    load off their other links. Inlined, with a branch for flows of two finite links (one other
+    link: the common case)."""
     O = oth.shape[1]
     for e in range(starts[l], starts[l + 1]):
         if not ent_alive[e]:
@@ -281,7 +280,7 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
             w = ent_fac[e] if wire[k] else 1.0
             if has_w:
                 w *= mw[e, 1]
-            n_touched = _unload(k, w, s, load, cap, count, dirty, touched, n_touched)
+            _unload(k, w, s, load, cap, count, stale, bstale, pos)
             continue
         frozen = False
         for j in range(O):
@@ -297,18 +296,49 @@ def _freeze(l, s, starts, oth, ent_fac, mw, has_w, ent_alive, wire, proc, load, 
             w = fac if wire[k] else 1.0
             if has_w:
                 w *= mw[e, j + 1]
-            n_touched = _unload(k, w, s, load, cap, count, dirty, touched, n_touched)
-    return n_touched
+            _unload(k, w, s, load, cap, count, stale, bstale, pos)
 
 
-_BLOCK = 64
+_BLOCK_SHIFT = 6
+_BLOCK = 1 << _BLOCK_SHIFT
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _refresh_block(b, n, psh, plink, stale, proc, cap, load, count):  # pragma: no cover - compiled
+    """Recompute the stale shares of block ``b`` of the dense share array; returns (the block's
+    minimum, the number of links that left the filling: no unfrozen flow)."""
+    dead = 0
+    lo = b * _BLOCK
+    hi = min(n, lo + _BLOCK)
+    for i in range(lo, hi):
+        k = plink[i]
+        if not stale[k]:
+            continue
+        stale[k] = False
+        if proc[k] or psh[i] == np.inf:
+            continue
+        if count[k] <= 0:
+            psh[i] = np.inf
+            dead += 1
+        else:
+            c = cap[k] if cap[k] > 0.0 else 0.0
+            psh[i] = c / (load[k] if load[k] > 1e-300 else 1e-300)
+    return _block_min(psh, lo, hi), dead
 
 
 @jit(cache=True, nogil=True)
 def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # pragma: no cover - compiled
     """Progressive filling over two parts (``s`` starts, ``o`` other hops, ``c`` factors, ``m``
     multiplicities of part a when ``has_w``, ``a`` entry alive) sharing the links. Returns per
-    link its level (inf: never saturated) and its processing order."""
+    link its level (inf: never saturated) and its processing order.
+
+    Shares are refreshed lazily: freezing a flow only marks its other links stale (a link's share
+    only rises when a flow frozen at the current level leaves it: ``(c - w s) / (l - w) >= c / l``
+    since ``c / l >= s``), so a stale share is a lower bound of the true one. A round refreshes
+    the stale shares of the blocks whose lower bound reaches the minimum until the minimum is a
+    true share, then those of the blocks within the tie threshold; each share is computed from
+    the same link capacity and load as an eager refresh after every round would, so levels and
+    order are identical to that."""
     L = capacity.shape[0]
     wx = np.zeros(L + 1, dtype=np.bool_)  # index L: the scratch link of padded hops
     wx[:L] = wire
@@ -333,15 +363,16 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     big = np.iinfo(np.int64).max
     porder = np.full(L + 1, big, dtype=np.int64)
     proc = np.zeros(L + 1, dtype=np.bool_)
-    dirty = np.zeros(L + 1, dtype=np.bool_)
-    touched = np.empty(L + 1, dtype=np.int64)
+    stale = np.zeros(L + 1, dtype=np.bool_)
     picked = np.empty(L, dtype=np.int64)
-    bmin = np.empty(L // _BLOCK + 1)  # per block of positions: its minimum share
-    bdirty = np.ones(L // _BLOCK + 1, dtype=np.bool_)  # blocks whose minimum is stale
+    nblk = L // _BLOCK + 1
+    bmin = np.empty(nblk)  # per block of positions: the minimum of its (lower-bound) shares
+    bdirty = np.ones(nblk, dtype=np.bool_)  # blocks whose minimum must be rescanned
+    bstale = np.zeros(nblk, dtype=np.bool_)  # blocks with a stale share
     dead = 0
     seq = 0
     while n > 0:
-        if 2 * dead > n:  # compact the dense array (order kept)
+        if 2 * dead > n:  # compact the dense array (order kept; stale shares stay stale)
             j = 0
             for i in range(n):
                 if psh[i] != np.inf:
@@ -354,64 +385,57 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             n = j
             dead = 0
             bdirty[:] = True
+            bstale[:] = True
             if n == 0:
                 break
         nb = (n + _BLOCK - 1) // _BLOCK
-        s_min = np.inf
-        for b in range(nb):
-            if bdirty[b]:
-                bmin[b] = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
-                bdirty[b] = False
-            if bmin[b] < s_min:
-                s_min = bmin[b]
+        # the true minimum: refresh the block holding the least lower bound until it is clean
+        while True:
+            s_min = np.inf
+            bsel = -1
+            for b in range(nb):
+                if bdirty[b]:
+                    bmin[b] = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
+                    bdirty[b] = False
+                if bmin[b] < s_min:
+                    s_min = bmin[b]
+                    bsel = b
+            if bsel < 0 or not bstale[bsel]:
+                break
+            m, d = _refresh_block(bsel, n, psh, plink, stale, proc, cap, load, count)
+            bmin[bsel] = m
+            bstale[bsel] = False
+            dead += d
         if s_min == np.inf:
             break
         thr = s_min * (1.0 + _REL_TOL)
         n_pick = 0
         for b in range(nb):
             if bmin[b] <= thr:
+                if bstale[b]:
+                    m, d = _refresh_block(b, n, psh, plink, stale, proc, cap, load, count)
+                    bmin[b] = m
+                    bstale[b] = False
+                    dead += d
+                    if bmin[b] > thr:
+                        continue
                 for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
                     if psh[i] <= thr:
                         picked[n_pick] = plink[i]
                         n_pick += 1
-        n_touched = 0
         for i in range(n_pick):
             l = picked[i]
             proc[l] = True
             level[l] = s_min
             porder[l] = seq
             seq += 1
-            n_touched = _freeze(l, s_min, sa, oa, ca, ma, has_w, aa, wx, proc, load, cap, count, dirty, touched,
-                                n_touched)
-            n_touched = _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, dirty, touched,
-                                n_touched)
+            _freeze(l, s_min, sa, oa, ca, ma, has_w, aa, wx, proc, load, cap, count, stale, bstale, pos)
+            _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, stale, bstale, pos)
         for i in range(n_pick):
             p = pos[picked[i]]
             psh[p] = np.inf
-            bdirty[p // _BLOCK] = True
+            bdirty[p >> _BLOCK_SHIFT] = True
             dead += 1
-        for i in range(n_touched):
-            k = touched[i]
-            dirty[k] = False
-            p = pos[k]
-            if p < 0 or proc[k] or psh[p] == np.inf:
-                continue
-            old = psh[p]
-            if count[k] <= 0:
-                v = np.inf
-                dead += 1
-            else:
-                c = cap[k] if cap[k] > 0.0 else 0.0
-                v = c / (load[k] if load[k] > 1e-300 else 1e-300)
-            psh[p] = v
-            # keep the block's minimum exact without a rescan where possible: a lower share is
-            # the new minimum; only a raised share that was the minimum makes the block stale
-            b = p // _BLOCK
-            if not bdirty[b]:
-                if v < bmin[b]:
-                    bmin[b] = v
-                elif old == bmin[b] and v != old:
-                    bdirty[b] = True
     return level[:L], porder[:L]
 
 
