@@ -14,7 +14,7 @@ import numpy as np
 
 from .maxmin import HAVE_NUMBA, first_saturated_level
 
-__all__ = ["account", "mark_cls", "void_cls", "finish_cls", "retire", "step", "traffic"]
+__all__ = ["account", "components", "drain", "mark_cls", "void_cls", "finish_cls", "retire", "step", "step_range", "traffic"]
 
 
 def _credit_np(alive, rem, rate_new, rate_old, span):
@@ -260,3 +260,174 @@ if HAVE_NUMBA:
     retire, step = _retire_nb, _step_nb
 else:  # pragma: no cover
     retire, step = _retire_np, _step_np
+
+
+# ------------------------------------------------------------ link-disjoint components
+def _components_np(links_fh, finite):
+    """Per flow, the id of its connected component of the flow-link graph over ``finite``
+    links (flows sharing a finite link, transitively); ids dense in order of first flow. A flow
+    on no finite link is a component of its own."""
+    F, H = links_fh.shape
+    parent = list(range(finite.shape[0]))
+
+    def root(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for f in range(F):
+        first = -1
+        for h in range(H):
+            k = int(links_fh[f, h])
+            if not finite[k]:
+                continue
+            r = root(k)
+            if first < 0:
+                first = r
+            elif r != first:
+                parent[r] = first
+    out = np.empty(F, dtype=np.int64)
+    ids: dict[int, int] = {}
+    for f in range(F):
+        key = -1 - f
+        for h in range(H):
+            k = int(links_fh[f, h])
+            if finite[k]:
+                key = root(k)
+                break
+        out[f] = ids.setdefault(key, len(ids))
+    return out
+
+
+def _drain_np(alive, rem, rate, dts, lo, hi):
+    """For the live classes ``lo:hi``: ``rem -= rate * dt`` (clamped at 0) for each window
+    ``dt`` of ``dts`` in turn (the drains :func:`step` would have made window by window)."""
+    for c in range(lo, hi):
+        if alive[c]:
+            r = rem[c]
+            for dt in dts:
+                if dt != 0:
+                    r = r - rate[c] * dt
+                    r = r if r > 0.0 else 0.0
+            rem[c] = r
+
+
+def _step_range_np(alive, rem, rate, dt, span, now, pred, coalesce, youngest, links, level, order, lo, hi):
+    """:func:`step` with link levels for the classes ``lo:hi`` only, the rates updated in place
+    (each class's old rate read before its new one is written); candidates as global indices."""
+    from .maxmin import rates_from_levels
+
+    sl = slice(lo, hi)
+    old = rate[sl].copy()
+    new = rates_from_levels(links[sl], alive[sl], level, order)
+    t_min, t_max, cand = _step_np(alive[sl], rem[sl], old, dt, span, now, new, pred[sl], coalesce, youngest, False,
+                                  links[sl], level, order)
+    rate[sl] = new
+    return t_min, t_max, cand + lo
+
+
+if HAVE_NUMBA:
+
+    @njit(cache=True, nogil=True)
+    def _root_nb(parent, k):  # pragma: no cover
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    @njit(cache=True, nogil=True)
+    def _components_nb(links_fh, finite):  # pragma: no cover
+        F, H = links_fh.shape
+        parent = np.arange(finite.shape[0])
+        for f in range(F):
+            first = -1
+            for h in range(H):
+                k = links_fh[f, h]
+                if not finite[k]:
+                    continue
+                r = _root_nb(parent, k)
+                if first < 0:
+                    first = r
+                elif r != first:
+                    parent[r] = first
+        out = np.empty(F, dtype=np.int64)
+        rid = np.full(finite.shape[0], -1, dtype=np.int64)  # dense id of each root
+        n = 0
+        for f in range(F):
+            r = -1
+            for h in range(H):
+                k = links_fh[f, h]
+                if finite[k]:
+                    r = _root_nb(parent, k)
+                    break
+            if r < 0:
+                out[f] = n
+                n += 1
+            else:
+                if rid[r] < 0:
+                    rid[r] = n
+                    n += 1
+                out[f] = rid[r]
+        return out
+
+    @njit(cache=True, nogil=True)
+    def _drain_nb(alive, rem, rate, dts, lo, hi):  # pragma: no cover
+        for c in range(lo, hi):
+            if alive[c]:
+                r = rem[c]
+                x = rate[c]
+                for i in range(dts.shape[0]):
+                    dt = dts[i]
+                    if dt != 0:
+                        r = r - x * dt
+                        r = r if r > 0.0 else 0.0
+                rem[c] = r
+
+    @njit(cache=True, nogil=True)
+    def _step_range_nb(alive, rem, rate, dt, span, now, pred, coalesce, youngest, links, level, order, lo,
+                       hi):  # pragma: no cover
+        cand = np.empty(hi - lo, dtype=np.int64)
+        n = 0
+        t_min = np.inf
+        t_max = -np.inf
+        bound = np.inf
+        for c in range(lo, hi):
+            if not alive[c]:
+                pred[c] = np.inf
+                rate[c] = 0.0
+                continue
+            old = rate[c]
+            new = first_saturated_level(links, c, order, level)
+            rate[c] = new
+            r = rem[c]
+            if dt != 0:
+                r = r - old * dt
+                r = r if r > 0.0 else 0.0
+            if span > 0.0:
+                d = new - old
+                if d > 0.0:
+                    r = r - d * span
+                    r = r if r > 0.0 else 0.0
+            rem[c] = r
+            p = now + r / new
+            pred[c] = p
+            if p < t_min:
+                t_min = p
+                bound = _bound_nb(t_min, now, coalesce, youngest)
+            if p > t_max or p != p:
+                t_max = p
+            if p <= bound:
+                cand[n] = c
+                n += 1
+        bound = _bound_nb(t_min, now, coalesce, youngest)
+        j = 0
+        for i in range(n):
+            if pred[cand[i]] <= bound:
+                cand[j] = cand[i]
+                j += 1
+        return t_min, t_max, cand[:j].copy()
+
+    components, drain, step_range = _components_nb, _drain_nb, _step_range_nb
+else:  # pragma: no cover
+    components, drain, step_range = _components_np, _drain_np, _step_range_np

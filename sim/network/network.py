@@ -31,6 +31,7 @@ reference).
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any, Callable
 
@@ -56,7 +57,7 @@ class FlowGroup:
     __slots__ = (
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
-        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg",
+        "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -71,6 +72,7 @@ class FlowGroup:
         self._event: EventHandle | None = None
         self._findex = None  # per-flow link index, for solves shared with other groups
         self._cand = np.empty(0, dtype=np.int64)  # classes that may end by the next recompute
+        self._comp: _Components | None | bool = None  # link-disjoint parts (None: not looked for; False: none)
 
     @property
     def size(self) -> int:
@@ -88,6 +90,37 @@ class FlowGroup:
         return f"FlowGroup(tag={self.tag!r}, flows={self.size}, start={self.start_ps}, end={self.end_ps})"
 
 
+def g_comp_mode(g: "FlowGroup", throttle) -> bool:
+    """Whether ``g`` (alone in the network) is solved by its link-disjoint parts."""
+    return bool(g._comp) and throttle is None
+
+
+class _Components:
+    """The link-disjoint parts of a lone per-flow group (its flows sorted by part, stably).
+
+    Parts share no finite link, so the max-min rates of one part do not depend on the others:
+    while a group runs alone, a recompute re-solves only the parts where flows finished
+    (``dirty``); the others keep their rates, predictions and candidates, and their remaining
+    bytes are drained lazily from ``t_ref`` (the time they were last brought up to date) when
+    they are next solved.
+    """
+
+    __slots__ = ("starts", "cflow", "link_comp", "dirty", "t_ref", "tmin", "tlast", "cand", "level", "order")
+
+    def __init__(self, starts: np.ndarray, cflow: np.ndarray, link_comp: np.ndarray, now: int) -> None:
+        C = starts.size - 1
+        self.starts = starts  # flows of part c: starts[c]:starts[c + 1]
+        self.cflow = cflow  # part of each flow
+        self.link_comp = link_comp  # part of each link (-1: no flow of the group crosses it)
+        self.dirty = np.ones(C, dtype=bool)
+        self.t_ref = np.full(C, now, dtype=np.int64)
+        self.tmin = np.full(C, np.inf)
+        self.tlast = np.full(C, -np.inf)
+        self.cand: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * C
+        self.level = np.full(link_comp.size, np.inf)
+        self.order = np.full(link_comp.size, np.iinfo(np.int64).max, dtype=np.int64)  # never saturated
+
+
 class Network:
     """Flows over a :class:`Topology`, advanced by an :class:`Engine`.
 
@@ -95,7 +128,8 @@ class Network:
     (counted when each message finishes transmitting); ``link_class_bytes()`` sums them by class.
     """
 
-    def __init__(self, engine: Engine, topology: Topology, *, coalesce_rel: float = 0.02, aggregate: bool = True) -> None:
+    def __init__(self, engine: Engine, topology: Topology, *, coalesce_rel: float = 0.02, aggregate: bool = True,
+                 components: bool = True) -> None:
         if not isinstance(engine, Engine):
             raise ValueError(f"engine: expected a sim.engine.Engine, got {type(engine).__name__}")
         if not isinstance(topology, Topology):
@@ -108,6 +142,10 @@ class Network:
         self.topology = topology
         self.coalesce_rel = float(coalesce_rel)
         self.aggregate = aggregate
+        if not isinstance(components, bool):
+            raise ValueError(f"components: expected True or False, got {components!r}")
+        # a lone per-flow group re-solves only its link-disjoint parts where flows finished
+        self.components = components
         # groups with fewer flows than this are solved per flow: one solve of them costs about
         # what finding their classes does (collective steps of one message per rank, e.g.)
         self.aggregate_min_flows = 4 * topology.num_endpoints
@@ -123,6 +161,7 @@ class Network:
         self._groups: list[FlowGroup] = []  # groups with flows in the solver
         self._pending: list[FlowGroup] = []
         self._t_last = engine.now
+        self._recomputes: list[int] = []  # the times of every recompute (parts sitting out catch up)
         self._dt = 0.0  # length of the window that ended at the last recompute
         self._levels: tuple[np.ndarray, np.ndarray] | None = None  # a lone group's link levels
         self._recompute_event: EventHandle | None = None
@@ -269,6 +308,7 @@ class Network:
         self._recompute_at = None
         dt = now - self._t_last
         self._t_last = now
+        self._recomputes.append(now)
         survivors: list[FlowGroup] = []
         topo = self.topology
         freed = 0.0
@@ -276,6 +316,8 @@ class Network:
         for g in self._groups:
             cl = g._cls
             # the classes predicted to end by now retire (the others drain in _predict)
+            if g._comp and g._cand.size:
+                self._recheck_candidates(g)
             if g._cand.size:
                 done, sr, srt = K.retire(g._cand, g._pred, g._alive, g._rem, g._rate, g._mult, float(now))
                 g._cand = done[:0]
@@ -286,6 +328,8 @@ class Network:
                           self.link_bytes, self.link_wire_bytes)
                 if g._index is not None:  # finished classes leave the solver's index
                     g._index.kill(done)
+                if g._comp:  # their parts are re-solved
+                    g._comp.dirty[g._comp.cflow[done]] = True
                 # they arrive one route latency after their predicted end (pred <= now <= the
                 # horizon they were predicted under)
                 K.finish_cls(done, g._pred, cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
@@ -305,6 +349,12 @@ class Network:
         for g in self._pending:
             if g._agg:
                 self._classes_at_start(g, survivors)
+        lone = len(survivors) == 1 and self._throttle is None
+        for g in old:
+            if g._comp and not lone:  # solved with others from now on: every part up to date
+                self._leave_components(g, now - int(dt))
+        if lone and self._pending and self.components:
+            self._find_components(survivors[0], now)
         self._pending = []
         self._groups = survivors
         if not survivors:
@@ -336,6 +386,72 @@ class Network:
             self._set_classes(g, cl, None)
             g._remaining = g._alive.size
 
+    def _find_components(self, g: FlowGroup, now: int) -> None:
+        """Before a lone per-flow group's first solve: its link-disjoint parts (e.g. an
+        AlltoAllv's intra-node flows per node, on NVLink, and its inter-node flows, on the NICs).
+        The flows are sorted by part, stably, so that each link's flows keep their order (its
+        loads are summed as before). Groups of one part, aggregated groups and small groups are
+        left as they are (``g._comp = False``)."""
+        g._comp = False
+        cl = g._cls
+        if not cl.identity or g._alive.size < self.aggregate_min_flows:
+            return
+        topo = self.topology
+        finite = np.isfinite(topo.capacity)
+        cflow = K.components(g._links, finite)
+        C = int(cflow.max()) + 1 if cflow.size else 0
+        if C < 2:
+            return
+        order = np.argsort(cflow, kind="stable")
+        for name in ("_orig", "_links", "_acct", "_factorf", "_lat", "_nbf", "_factor", "_nb", "_rem", "_rate", "_pred",
+                     "_alive", "_mult"):
+            setattr(g, name, np.ascontiguousarray(getattr(g, name)[order]))
+        cflow = cflow[order]
+        g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
+        g._index = None
+        g._findex = None
+        starts = np.zeros(C + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cflow, minlength=C), out=starts[1:])
+        link_comp = np.full(topo.capacity.size, -1, dtype=np.int64)
+        on = finite[g._links]
+        link_comp[g._links[on]] = np.broadcast_to(cflow[:, None], g._links.shape)[on]
+        g._comp = _Components(starts, cflow, link_comp, now)
+
+    def _windows(self, t0: int, t1: int) -> np.ndarray:
+        """Lengths of the windows between consecutive recomputes from ``t0`` to ``t1``."""
+        r = self._recomputes
+        i, j = bisect.bisect_left(r, t0), bisect.bisect_left(r, t1)
+        return np.diff(np.asarray(r[i:j + 1], dtype=np.float64))
+
+    def _catch_up(self, g: FlowGroup, i: int, t: int) -> None:
+        """Drain part ``i`` of ``g`` window by window from its ``t_ref`` to ``t`` (the same
+        arithmetic as a drain at every recompute)."""
+        c = g._comp
+        if t > c.t_ref[i]:
+            K.drain(g._alive, g._rem, g._rate, self._windows(int(c.t_ref[i]), t), int(c.starts[i]),
+                    int(c.starts[i + 1]))
+            c.t_ref[i] = t
+
+    def _recheck_candidates(self, g: FlowGroup) -> None:
+        """Before retiring: the candidates of parts that sat out the last recomputes get the
+        predictions a re-solve at the last recompute would have made (their remaining bytes
+        drained window by window; the rates are the same), so that they retire and arrive at
+        the same picoseconds as when every part is solved at every recompute."""
+        c = g._comp
+        t = self._recomputes[-2]
+        for i in np.flatnonzero(c.t_ref < t):
+            cand = c.cand[i]
+            if cand.size:
+                self._catch_up(g, int(i), t)
+                g._pred[cand] = float(t) + g._rem[cand] / g._rate[cand]
+
+    def _leave_components(self, g: FlowGroup, t: int) -> None:
+        """Bring every part's remaining bytes up to ``t`` (the last recompute) and solve the
+        group as a whole from now on."""
+        for i in range(g._comp.starts.size - 1):
+            self._catch_up(g, i, t)
+        g._comp = False
+
     @staticmethod
     def _compact(g: FlowGroup) -> None:
         """Drop finished classes (and their flows) from a group's arrays (the index is rebuilt)."""
@@ -353,6 +469,12 @@ class Network:
         g._alive = np.ones(int(a.sum()), dtype=bool)
         g._index = None
         g._findex = None
+        c = g._comp
+        if c:  # the parts keep their flows' order; each is brought up to date at its next solve
+            c.cflow = c.cflow[keep]
+            np.cumsum(np.bincount(c.cflow, minlength=c.dirty.size), out=c.starts[1:])
+            c.dirty[:] = True
+            c.cand = [np.empty(0, dtype=np.int64)] * c.dirty.size
         if cl.identity:
             g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
             return
@@ -369,7 +491,21 @@ class Network:
         topo = self.topology
         groups = self._groups
         self.solves += 1
-        if len(groups) == 1:
+        if len(groups) == 1 and g_comp_mode(groups[0], self._throttle):
+            g = groups[0]
+            c = g._comp
+            if g._index is None:
+                g._index = LinkEntries(g._links, g._factor, g._cls.lclass_capacity)
+                g._index.set_alive(g._alive)
+            use = c.link_comp >= 0
+            use[use] = c.dirty[c.link_comp[use]]  # the links of the parts to re-solve
+            level, order = link_levels(g._index, topo.wire, np.where(use, topo.capacity, np.inf))
+            c.level[use] = level[use]
+            c.order[use] = order[use]
+            # every live flow's rate is known after it; the solver saw those of the re-solved parts
+            self.solved_classes += sum(int(g._alive[c.starts[i]:c.starts[i + 1]].sum()) for i in np.flatnonzero(c.dirty))
+            self.solved_flows += g._remaining
+        elif len(groups) == 1:
             g = groups[0]
             cl = g._cls
             if g._index is None:
@@ -546,6 +682,25 @@ class Network:
         flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite),
                      wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
 
+    def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,
+                       youngest: float) -> tuple[float, float]:
+        """:meth:`_predict`'s pass for a lone group by parts: the re-solved parts drain from
+        their ``t_ref``, get the credit, and predict; the others keep their predictions."""
+        c = g._comp
+        running = id(g) in previous
+        for i in np.flatnonzero(c.dirty):
+            lo, hi = int(c.starts[i]), int(c.starts[i + 1])
+            if running:  # the windows it sat out, then the last one in the pass
+                self._catch_up(g, i, self._recomputes[-2])
+            dt = float(now - c.t_ref[i]) if running else 0.0
+            c.tmin[i], c.tlast[i], c.cand[i] = K.step_range(
+                g._alive, g._rem, g._rate, dt, span if running else 0.0, float(now), g._pred, self.coalesce_rel,
+                youngest, g._links, c.level, c.order, lo, hi)
+            c.t_ref[i] = now
+        c.dirty[:] = False
+        g._cand = np.concatenate(c.cand) if len(c.cand) > 1 else c.cand[0]
+        return float(c.tmin.min()), float(np.max(c.tlast))
+
     def _predict(self, now: int, previous: dict[int, np.ndarray], span: float) -> None:
         """Credit, predicted ends, the next recompute, and group completions due before it."""
         groups = self._groups
@@ -555,6 +710,11 @@ class Network:
         levels, self._levels = self._levels, None
         no = np.zeros(1, dtype=np.int64)
         for g in groups:
+            if g_comp_mode(g, self._throttle) and len(groups) == 1:
+                t, t_last = self._predict_parts(g, now, previous, span, youngest)
+                last.append(t_last)
+                t_min = min(t_min, t)
+                continue
             # the groups that were running drain their past window at their old rates, get the
             # credit, and predict; new groups only predict
             old = previous.get(id(g))
