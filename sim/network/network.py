@@ -439,11 +439,19 @@ class Network:
         the same picoseconds as when every part is solved at every recompute."""
         c = g._comp
         t = self._recomputes[-2]
-        for i in np.flatnonzero(c.t_ref < t):
+        now = self._recomputes[-1]
+        # a part whose earliest prediction is clearly after now retires nothing (the two
+        # predictions differ in their last bits only)
+        for i in np.flatnonzero((c.t_ref < t) & (c.tmin <= now * (1.0 + 1e-9) + 1.0)):
             cand = c.cand[i]
             if cand.size:
-                self._catch_up(g, int(i), t)
-                g._pred[cand] = float(t) + g._rem[cand] / g._rate[cand]
+                rate = g._rate[cand]
+                r = g._rem[cand]  # its remaining bytes stay at t_ref: only the predictions move
+                for dt in self._windows(int(c.t_ref[i]), t):
+                    if dt != 0:
+                        r = r - rate * dt
+                        r = np.where(r > 0.0, r, 0.0)
+                g._pred[cand] = float(t) + r / rate
 
     def _leave_components(self, g: FlowGroup, t: int) -> None:
         """Bring every part's remaining bytes up to ``t`` (the last recompute) and solve the
