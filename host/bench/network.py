@@ -69,11 +69,34 @@ def _peak_rss_gib() -> float:
     return kib / (1 << 30) if sys.platform == "darwin" else kib / (1 << 20)
 
 
-def _timed(topo: Topology, start, *, aggregate: bool = True) -> tuple[float, float, Network]:
+def _heartbeat(ctx: BenchContext | None, label: str, t0: float, every_s: float = 30.0):
+    """An ``on_solve`` hook: every ``every_s`` seconds of wall time a progress line with the
+    solves so far, the flows in flight and a time estimate (the wall time so far scaled by the
+    ratio of flows in flight to flows finished: a rough guide, as later solves see fewer flows)."""
+    last = [time.perf_counter()]
+
+    def on_solve(net: Network) -> None:
+        now = time.perf_counter()
+        if ctx is None or now - last[0] < every_s:
+            return
+        last[0] = now
+        left = net.active_flows
+        done = net.flows_started - left
+        spent = now - t0
+        guess = f"roughly {spent * left / done:.0f} s left" if done > 0.01 * net.flows_started else "no estimate yet"
+        ctx.progress(f"{label}: {net.solves:,} solves, {net.engine.now * 1e-9:.3f} ms simulated, {left:,} of "
+                     f"{net.flows_started:,} flows in flight, {spent:.0f} s so far, {guess}")
+
+    return on_solve
+
+
+def _timed(topo: Topology, start, *, aggregate: bool = True, ctx: BenchContext | None = None,
+           label: str = "") -> tuple[float, float, Network]:
     t0 = time.perf_counter()
     c0 = time.process_time()
     eng = Engine()
     net = Network(eng, topo, aggregate=aggregate)
+    net.on_solve = _heartbeat(ctx, label, t0)
     h = start(net)
     eng.run()
     net.cpu_s = time.process_time() - c0  # CPU seconds: what wall would be on an idle core
@@ -128,7 +151,7 @@ def run(ctx: BenchContext) -> dict:
     big = zionex_family(128)
     sizes = skewed_sizes(big.num_gpus, ctx.seed)
     ctx.progress("alltoallv 1024 GPUs (1,047,552 flows) ...")
-    wall, sim, net = _timed(big, lambda net: coll.alltoallv(net, None, sizes))
+    wall, sim, net = _timed(big, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="alltoallv 1024")
     out.update(alltoallv_1024_wall_s=wall, alltoallv_1024_cpu_s=net.cpu_s, alltoallv_1024_sim_s=sim,
                alltoallv_1024_solves=net.solves)
     ctx.progress(f"alltoallv 1024 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, "
@@ -146,7 +169,7 @@ def run(ctx: BenchContext) -> dict:
     out["alltoall_1024_peak_rss_gib"] = _peak_rss_gib()
     huge = zionex_family(512)
     ctx.progress("uniform alltoall 4096 GPUs (16,773,120 flows) ...")
-    wall, sim, net = _timed(huge, lambda net: coll.alltoall(net, None, 65536))
+    wall, sim, net = _timed(huge, lambda net: coll.alltoall(net, None, 65536), ctx=ctx, label="alltoall 4096")
     out.update(alltoall_4096_wall_s=wall, alltoall_4096_cpu_s=net.cpu_s, alltoall_4096_sim_s=sim,
                alltoall_4096_classes=net.solved_classes / max(net.solves, 1), alltoall_4096_peak_rss_gib=_peak_rss_gib())
     ctx.progress(f"uniform alltoall 4096 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU, "
@@ -158,7 +181,9 @@ def run(ctx: BenchContext) -> dict:
         return out
     sizes = skewed_sizes(huge.num_gpus, ctx.seed)
     ctx.progress("skewed alltoallv 4096 GPUs (16,773,120 flows, per flow) ...")
-    wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes))
+    wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="alltoallv 4096")
     out.update(alltoallv_4096_wall_s=wall, alltoallv_4096_cpu_s=net.cpu_s, alltoallv_4096_sim_s=sim,
                alltoallv_4096_solves=net.solves, alltoallv_4096_peak_rss_gib=_peak_rss_gib())
+    ctx.progress(f"skewed alltoallv 4096 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU "
+                 f"({net.solves} solves), peak RSS {out['alltoallv_4096_peak_rss_gib']:.2f} GiB")
     return out

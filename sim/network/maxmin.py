@@ -439,6 +439,201 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     return level[:L], porder[:L]
 
 
+@jit(cache=True, nogil=True)
+def _row_sums(M, load, count, base):  # pragma: no cover - compiled
+    """``load[base + r]`` = the sum of row ``r`` of ``M`` in column order (from 0.0), and
+    ``count`` its positive entries; four rows at a time (independent sums, each in order)."""
+    R, C = M.shape
+    r = 0
+    while r + 4 <= R:
+        l0 = l1 = l2 = l3 = 0.0
+        c0 = c1 = c2 = c3 = 0
+        for j in range(C):
+            w0 = M[r, j]
+            w1 = M[r + 1, j]
+            w2 = M[r + 2, j]
+            w3 = M[r + 3, j]
+            l0 += w0
+            l1 += w1
+            l2 += w2
+            l3 += w3
+            c0 += w0 > 0.0
+            c1 += w1 > 0.0
+            c2 += w2 > 0.0
+            c3 += w3 > 0.0
+        load[base + r] = l0
+        load[base + r + 1] = l1
+        load[base + r + 2] = l2
+        load[base + r + 3] = l3
+        count[base + r] = c0
+        count[base + r + 1] = c1
+        count[base + r + 2] = c2
+        count[base + r + 3] = c3
+        r += 4
+    while r < R:
+        ld = 0.0
+        c = 0
+        for j in range(C):
+            w = M[r, j]
+            ld += w
+            c += w > 0.0
+        load[base + r] = ld
+        count[base + r] = c
+        r += 1
+
+
+@jit(cache=True, nogil=True)
+def _side_ranges(plink, n, nA, plo, phi):  # pragma: no cover - compiled
+    """The first and last position of side A's (local id < nA) and side B's links in the dense
+    share array (a side with no live link: an empty range)."""
+    plo[0] = plo[1] = n
+    phi[0] = phi[1] = -1
+    for i in range(n):
+        s = 0 if plink[i] < nA else 1
+        if i < plo[s]:
+            plo[s] = i
+        phi[s] = i
+
+
+@jit(cache=True, nogil=True)
+def _unload_row(row, act, load, cap, count, stale, s):  # pragma: no cover - compiled
+    """Freeze at level ``s`` the live flows of one link (``row``: their weights on the other
+    side's links, 0 for none) onto the other side's links not yet processed (``act`` 1.0),
+    branch-free: a masked or absent flow takes off exact zeros."""
+    for t in range(row.shape[0]):
+        w = row[t] * act[t]
+        load[t] -= w
+        cap[t] -= w * s
+        hit = w > 0.0
+        count[t] -= hit
+        stale[t] |= hit
+
+
+@jit(cache=True, nogil=True)
+def _fill_dense(W, WT, la, lb, capacity):  # pragma: no cover - compiled
+    """:func:`_fill_levels` for a bipartite flow set given densely: flow (i, j) crosses link
+    ``la[i]`` and link ``lb[j]`` (no others with finite capacity) with weight ``W[i, j]`` on
+    both (0: no live flow); ``WT`` is ``W.T`` (contiguous). Local link ``u``: ``la[u]`` for
+    ``u < nA``, else ``lb[u - nA]``. The loads are summed in column order, the rounds, ties
+    (in link id order), lazy shares and unloads are those of :func:`_fill_levels`, so with each
+    link's flows in that order the levels and the processing order are the same. Returns per
+    local link its level (inf: never saturated) and order."""
+    nA, nB = W.shape
+    N = nA + nB
+    lid = np.empty(N, dtype=np.int64)
+    lid[:nA] = la
+    lid[nA:] = lb
+    load = np.zeros(N + 1)
+    count = np.zeros(N + 1, dtype=np.int64)
+    cap = np.empty(N + 1)
+    for u in range(N):
+        cap[u] = capacity[lid[u]]
+    cap[N] = np.inf
+    _row_sums(W, load, count, 0)
+    _row_sums(WT, load, count, nA)
+    srt = np.argsort(lid)
+    pos = np.full(N + 1, -1, dtype=np.int64)
+    psh = np.empty(N)
+    plink = np.empty(N, dtype=np.int64)
+    n = 0
+    for t in range(N):
+        u = srt[t]
+        if count[u] > 0 and np.isfinite(cap[u]):
+            pos[u] = n
+            psh[n] = cap[u] / load[u]
+            plink[n] = u
+            n += 1
+    level = np.full(N, np.inf)
+    big = np.iinfo(np.int64).max
+    porder = np.full(N, big, dtype=np.int64)
+    proc = np.zeros(N + 1, dtype=np.bool_)
+    act = np.ones(N)  # 1.0 while a link is not processed: unloads onto it are multiplied by it
+    stale = np.zeros(N + 1, dtype=np.bool_)
+    picked = np.empty(N, dtype=np.int64)
+    plo = np.zeros(2, dtype=np.int64)  # per side (A, B): the range of its links' positions
+    phi = np.zeros(2, dtype=np.int64)
+    _side_ranges(plink, n, nA, plo, phi)
+    nblk = N // _BLOCK + 1
+    bmin = np.empty(nblk)
+    bdirty = np.ones(nblk, dtype=np.bool_)
+    bstale = np.zeros(nblk, dtype=np.bool_)
+    dead = 0
+    seq = 0
+    while n > 0:
+        if 2 * dead > n:
+            j = 0
+            for i in range(n):
+                if psh[i] != np.inf:
+                    psh[j] = psh[i]
+                    plink[j] = plink[i]
+                    pos[plink[j]] = j
+                    j += 1
+                else:
+                    pos[plink[i]] = -1
+            n = j
+            dead = 0
+            bdirty[:] = True
+            bstale[:] = True
+            _side_ranges(plink, n, nA, plo, phi)
+            if n == 0:
+                break
+        nb = (n + _BLOCK - 1) // _BLOCK
+        while True:
+            s_min = np.inf
+            bsel = -1
+            for b in range(nb):
+                if bdirty[b]:
+                    bmin[b] = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
+                    bdirty[b] = False
+                if bmin[b] < s_min:
+                    s_min = bmin[b]
+                    bsel = b
+            if bsel < 0 or not bstale[bsel]:
+                break
+            m, d = _refresh_block(bsel, n, psh, plink, stale, proc, cap, load, count)
+            bmin[bsel] = m
+            bstale[bsel] = False
+            dead += d
+        if s_min == np.inf:
+            break
+        thr = s_min * (1.0 + _REL_TOL)
+        n_pick = 0
+        for b in range(nb):
+            if bmin[b] <= thr:
+                if bstale[b]:
+                    m, d = _refresh_block(b, n, psh, plink, stale, proc, cap, load, count)
+                    bmin[b] = m
+                    bstale[b] = False
+                    dead += d
+                    if bmin[b] > thr:
+                        continue
+                for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
+                    if psh[i] <= thr:
+                        picked[n_pick] = plink[i]
+                        n_pick += 1
+        for i in range(n_pick):
+            u = picked[i]
+            proc[u] = True
+            act[u] = 0.0
+            level[u] = s_min
+            porder[u] = seq
+            seq += 1
+            if u < nA:
+                _unload_row(W[u], act[nA:N], load[nA:N], cap[nA:N], count[nA:N], stale[nA:N], s_min)
+                lo, hi = plo[1], phi[1]
+            else:
+                _unload_row(WT[u - nA], act[:nA], load[:nA], cap[:nA], count[:nA], stale[:nA], s_min)
+                lo, hi = plo[0], phi[0]
+            for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):  # the other side's blocks
+                bstale[b] = True
+        for i in range(n_pick):
+            p = pos[picked[i]]
+            psh[p] = np.inf
+            bdirty[p >> _BLOCK_SHIFT] = True
+            dead += 1
+    return level, porder
+
+
 @jit(cache=True, nogil=True, inline="always")
 def first_saturated_level(links, f, porder, level):  # pragma: no cover - compiled
     """Flow ``f``'s rate: the level of the first of its links (row ``f`` of ``links``) to

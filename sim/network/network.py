@@ -41,7 +41,7 @@ from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .classes import FlowClasses, equitable_classes, identity_classes
-from .maxmin import LinkEntries, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
+from .maxmin import LinkEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -105,7 +105,8 @@ class _Components:
     they are next solved.
     """
 
-    __slots__ = ("starts", "cflow", "link_comp", "dirty", "t_ref", "tmin", "tlast", "cand", "level", "order")
+    __slots__ = ("starts", "cflow", "link_comp", "dirty", "t_ref", "tmin", "tlast", "cand", "level", "order", "dense",
+                 "cell")
 
     def __init__(self, starts: np.ndarray, cflow: np.ndarray, link_comp: np.ndarray, now: int) -> None:
         C = starts.size - 1
@@ -118,6 +119,10 @@ class _Components:
         self.tlast = np.full(C, -np.inf)
         self.cand: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * C
         self.level = np.full(link_comp.size, np.inf)
+        # per part, its dense form (maxmin._fill_dense: W, W.T, A links, B links) or None; per
+        # flow its cell (row, column) in its part's W (-1: not in a dense part)
+        self.dense: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * C
+        self.cell = np.full((cflow.size, 2), -1, dtype=np.int64)
         self.order = np.full(link_comp.size, np.iinfo(np.int64).max, dtype=np.int64)  # never saturated
 
 
@@ -146,6 +151,8 @@ class Network:
             raise ValueError(f"components: expected True or False, got {components!r}")
         # a lone per-flow group re-solves only its link-disjoint parts where flows finished
         self.components = components
+        self.dense_min_flows = 4096  # parts this large get a dense form where they are bipartite
+        self.dense_max_cells = 1 << 25  # ... of at most this many flow slots (2 x 256 MiB)
         # groups with fewer flows than this are solved per flow: one solve of them costs about
         # what finding their classes does (collective steps of one message per rank, e.g.)
         self.aggregate_min_flows = 4 * topology.num_endpoints
@@ -328,8 +335,17 @@ class Network:
                           self.link_bytes, self.link_wire_bytes)
                 if g._index is not None:  # finished classes leave the solver's index
                     g._index.kill(done)
-                if g._comp:  # their parts are re-solved
-                    g._comp.dirty[g._comp.cflow[done]] = True
+                if g._comp:  # their parts are re-solved (dense parts lose their cells)
+                    c = g._comp
+                    parts = c.cflow[done]
+                    c.dirty[parts] = True
+                    cells = c.cell[done]
+                    dense = cells[:, 0] >= 0
+                    if dense.any():
+                        for i in np.flatnonzero(np.bincount(parts[dense], minlength=c.dirty.size)):
+                            sel = cells[dense & (parts == i)]
+                            c.dense[i][0][sel[:, 0], sel[:, 1]] = 0.0
+                            c.dense[i][1][sel[:, 1], sel[:, 0]] = 0.0
                 # they arrive one route latency after their predicted end (pred <= now <= the
                 # horizon they were predicted under)
                 K.finish_cls(done, g._pred, cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
@@ -415,7 +431,52 @@ class Network:
         link_comp = np.full(topo.capacity.size, -1, dtype=np.int64)
         on = finite[g._links]
         link_comp[g._links[on]] = np.broadcast_to(cflow[:, None], g._links.shape)[on]
-        g._comp = _Components(starts, cflow, link_comp, now)
+        g._comp = comp = _Components(starts, cflow, link_comp, now)
+        for i in range(C):
+            if starts[i + 1] - starts[i] >= self.dense_min_flows:
+                self._dense_part(g, comp, i)
+
+    def _dense_part(self, g: FlowGroup, comp: _Components, i: int) -> None:
+        """Give part ``i`` its dense form when it is bipartite (every flow crosses exactly two
+        finite links, a first one from a set A and a second from a set B disjoint from A, both
+        framed alike), has at most one flow per pair, fills at least a quarter of the A x B
+        pairs, and every link's flows, in flow order, go to increasing partners (its load is
+        then summed in the sparse solve's order): an AlltoAllv's NIC flows with one NIC per
+        GPU. The dense filling (``maxmin._fill_dense``) gives the same levels at a fraction of
+        the cost."""
+        topo = self.topology
+        lo, hi = int(comp.starts[i]), int(comp.starts[i + 1])
+        links = g._links[lo:hi]
+        fin = np.isfinite(topo.capacity)[links]
+        if not np.all(fin.sum(axis=1) == 2):
+            return
+        first = np.argmax(fin, axis=1)
+        second = fin.shape[1] - 1 - np.argmax(fin[:, ::-1], axis=1)
+        rows = np.arange(links.shape[0])
+        a, b = links[rows, first].astype(np.int64), links[rows, second].astype(np.int64)
+        L = topo.capacity.size
+        in_a = np.bincount(a, minlength=L) > 0
+        in_b = np.bincount(b, minlength=L) > 0
+        if np.any(in_a & in_b) or not np.array_equal(topo.wire[a], topo.wire[b]):
+            return
+        A, B = np.flatnonzero(in_a), np.flatnonzero(in_b)
+        if a.size < 0.25 * A.size * B.size or A.size * B.size > self.dense_max_cells:
+            return
+        ia, jb = np.searchsorted(A, a), np.searchsorted(B, b)
+        if np.bincount(ia * B.size + jb, minlength=A.size * B.size).max() > 1:  # one flow per pair
+            return
+        for x, y in ((ia, jb), (jb, ia)):  # per link, partners increasing in flow order
+            o = np.argsort(x, kind="stable")
+            xs, ys = x[o], y[o]
+            if np.any((xs[1:] == xs[:-1]) & (ys[1:] <= ys[:-1])):
+                return
+        W = np.zeros((A.size, B.size))
+        live = g._alive[lo:hi]
+        w = np.where(topo.wire[a], g._factorf[lo:hi], 1.0)
+        W[ia[live], jb[live]] = w[live]
+        comp.dense[i] = (W, np.ascontiguousarray(W.T), A, B)
+        comp.cell[lo:hi, 0] = ia
+        comp.cell[lo:hi, 1] = jb
 
     def _windows(self, t0: int, t1: int) -> np.ndarray:
         """Lengths of the windows between consecutive recomputes from ``t0`` to ``t1``."""
@@ -480,6 +541,7 @@ class Network:
         c = g._comp
         if c:  # the parts keep their flows' order; each is brought up to date at its next solve
             c.cflow = c.cflow[keep]
+            c.cell = c.cell[keep]
             np.cumsum(np.bincount(c.cflow, minlength=c.dirty.size), out=c.starts[1:])
             c.dirty[:] = True
             c.cand = [np.empty(0, dtype=np.int64)] * c.dirty.size
@@ -505,11 +567,18 @@ class Network:
             if g._index is None:
                 g._index = LinkEntries(g._links, g._factor, g._cls.lclass_capacity)
                 g._index.set_alive(g._alive)
+            sparse = c.dirty & np.array([d is None for d in c.dense])
             use = c.link_comp >= 0
-            use[use] = c.dirty[c.link_comp[use]]  # the links of the parts to re-solve
-            level, order = link_levels(g._index, topo.wire, np.where(use, topo.capacity, np.inf))
-            c.level[use] = level[use]
-            c.order[use] = order[use]
+            use[use] = sparse[c.link_comp[use]]  # the links of the sparse parts to re-solve
+            if use.any():
+                level, order = link_levels(g._index, topo.wire, np.where(use, topo.capacity, np.inf))
+                c.level[use] = level[use]
+                c.order[use] = order[use]
+            for i in np.flatnonzero(c.dirty & ~sparse):
+                W, WT, A, B = c.dense[i]
+                level, order = _fill_dense(W, WT, A, B, topo.capacity)
+                c.level[A], c.level[B] = level[:A.size], level[A.size:]
+                c.order[A], c.order[B] = order[:A.size], order[A.size:]
             # every live flow's rate is known after it; the solver saw those of the re-solved parts
             self.solved_classes += sum(int(g._alive[c.starts[i]:c.starts[i + 1]].sum()) for i in np.flatnonzero(c.dirty))
             self.solved_flows += g._remaining

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neonic.sim.network.maxmin import HAVE_NUMBA, maxmin_rates, maxmin_rates_fast
+from neonic.sim.network.maxmin import HAVE_NUMBA, LinkEntries, link_levels, maxmin_rates, maxmin_rates_fast
 
 SOLVERS = [maxmin_rates] + ([maxmin_rates_fast] if HAVE_NUMBA else [])
 
@@ -115,3 +115,33 @@ def test_link_entries_follow_finished_flows_and_a_second_flow_set():
     union = np.concatenate([big_alive, np.ones(F - half, dtype=bool)])
     ref = maxmin_rates(links, fac, w, cap, alive=union)
     np.testing.assert_allclose(np.concatenate([ra, rb])[union], ref[union], rtol=1e-9)
+
+
+def test_dense_bipartite_filling_gives_the_sparse_levels_and_order():
+    """``_fill_dense`` (flow (i, j) on link A[i] and link B[j], weight W[i, j], 0 for none)
+    gives bit for bit the levels and processing order of the sparse filling of the same flows
+    (each link's flows listed in increasing partner order), with finished flows, framing
+    weights, exact ties (equal capacities and loads) and links that never saturate."""
+    from neonic.sim.network.maxmin import _fill_dense
+
+    rng = np.random.default_rng(7)
+    nA, nB = 9, 7
+    A = np.arange(nA) * 2  # interleaved link ids: ties are picked in link id order
+    B = np.arange(nB) * 2 + 1
+    L = 2 * max(nA, nB) + 1
+    capacity = np.concatenate([np.where(np.arange(L - 1) % 5 == 0, 3.0, 1.0 + rng.random(L - 1)), [np.inf]])
+    ia, jb = np.nonzero(rng.random((nA, nB)) < 0.8)  # flow order: by A link, then B link
+    factor = np.where(rng.random(ia.size) < 0.5, 1.0, 1.0 + rng.random(ia.size) / 10)
+    factor[: ia.size // 3] = 1.0  # many equal weights: exact ties
+    alive = rng.random(ia.size) < 0.85
+    links = np.stack([A[ia], B[jb]], axis=1).astype(np.int32)
+    for w_a in (np.arange(L) < L - 1, np.zeros(L, dtype=bool)):  # framed links, or none
+        idx = LinkEntries(links, factor, capacity)
+        idx.set_alive(alive)
+        level, order = link_levels(idx, w_a, capacity)
+        W = np.zeros((nA, nB))
+        W[ia[alive], jb[alive]] = np.where(w_a[A[ia]], factor, 1.0)[alive]
+        lv, od = _fill_dense(W, np.ascontiguousarray(W.T), A, B, capacity)
+        np.testing.assert_array_equal(lv, np.concatenate([level[A], level[B]]))
+        np.testing.assert_array_equal(od, np.concatenate([order[A], order[B]]))
+        assert np.isfinite(lv).sum() >= 2

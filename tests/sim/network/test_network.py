@@ -324,24 +324,27 @@ def test_link_disjoint_parts_of_a_lone_group_are_solved_apart_without_changing_r
         topo.capacity[topo._base["nic_tx"] + 5] *= 0.37
     src, dst, sizes = _all_pairs(topo.num_gpus, seed=11)
     out = []
-    for parts in (True, False):
+    for parts, dense in ((False, False), (True, False), (True, True)):
         eng = Engine()
         net = Network(eng, topo, components=parts)
+        net.dense_min_flows = 16 if dense else 10**9  # the NIC part (192 flows) is bipartite
         a = net.start_flows(src, dst, sizes)
         groups = [a]
         if case == "second_group":  # joins mid-way: from then on the group is solved whole
             eng.run(until_ps=30_000_000)
             assert bool(a._comp) == parts and not a.done
+            assert not parts or any(d is not None for d in a._comp.dense) == dense
             groups.append(net.start_flows(dst[::2], src[::2], sizes[::2] // 3))
         eng.run()
         out.append((groups, net))
-    (ga, na), (gb, nb) = out
-    assert [g.end_ps for g in ga] == [g.end_ps for g in gb]
-    for x, y in zip(ga, gb):
-        assert np.abs(x.finish_ps - y.finish_ps).max() <= 1
-    np.testing.assert_allclose(na.link_bytes, nb.link_bytes, rtol=1e-12)
-    np.testing.assert_allclose(na.link_wire_bytes, nb.link_wire_bytes, rtol=1e-12)
-    assert na.solved_flows == nb.solved_flows and na.solved_classes < nb.solved_classes
+    gb, nb = out[0]
+    for ga, na in out[1:]:
+        assert [g.end_ps for g in ga] == [g.end_ps for g in gb]
+        for x, y in zip(ga, gb):
+            assert np.abs(x.finish_ps - y.finish_ps).max() <= 1
+        np.testing.assert_allclose(na.link_bytes, nb.link_bytes, rtol=1e-12)
+        np.testing.assert_allclose(na.link_wire_bytes, nb.link_wire_bytes, rtol=1e-12)
+        assert na.solved_flows == nb.solved_flows and na.solved_classes < nb.solved_classes
 
 
 def test_components_kernel_finds_the_link_disjoint_parts():
