@@ -122,7 +122,7 @@ class _Components:
         # per part, its dense form (maxmin._fill_dense: W, W.T, A links, B links) or None; per
         # flow its cell (row, column) in its part's W (-1: not in a dense part)
         self.dense: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * C
-        self.cell = np.full((cflow.size, 2), -1, dtype=np.int64)
+        self.cell = np.full((cflow.size, 2), -1, dtype=np.int32)
         self.order = np.full(link_comp.size, np.iinfo(np.int64).max, dtype=np.int64)  # never saturated
 
 
@@ -519,6 +519,9 @@ class Network:
         group as a whole from now on."""
         for i in range(g._comp.starts.size - 1):
             self._catch_up(g, i, t)
+        if any(d is not None for d in g._comp.dense):  # its index leaves the dense parts out
+            g._index = None
+            g._findex = None
         g._comp = False
 
     @staticmethod
@@ -564,8 +567,12 @@ class Network:
         if len(groups) == 1 and g_comp_mode(groups[0], self._throttle):
             g = groups[0]
             c = g._comp
-            if g._index is None:
-                g._index = LinkEntries(g._links, g._factor, g._cls.lclass_capacity)
+            if g._index is None:  # over the sparse parts' links only (the dense parts keep their W)
+                dense_link = np.zeros(topo.capacity.size, dtype=bool)
+                for d in c.dense:
+                    if d is not None:
+                        dense_link[d[2]] = dense_link[d[3]] = True
+                g._index = LinkEntries(g._links, g._factor, np.where(dense_link, np.inf, topo.capacity))
                 g._index.set_alive(g._alive)
             sparse = c.dirty & np.array([d is None for d in c.dense])
             use = c.link_comp >= 0
