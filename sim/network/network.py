@@ -27,6 +27,20 @@ different rates goes on per flow (its state moves over), so results never depend
 aggregation. A group that starts beside another large group is not partitioned at all: that
 group would split its classes at once. ``aggregate=False`` keeps one class per flow (the
 reference).
+
+Link-disjoint parts (``components``, default on): a lone per-flow group (no other group, no
+throttle) is split at its first solve into the parts of its flow-link graph that share no
+finite link (an AlltoAllv: each node's NVLink flows, and the NIC flows). The max-min rates of
+a part depend on its own flows only, so a recompute re-solves only the parts where flows
+finished; the others keep their rates, predictions and candidates, drain their bytes window by
+window when they are next solved (the same arithmetic as a drain at every recompute), and
+their candidates are re-predicted as at the last recompute before they may retire. A part that
+is a dense bipartite flow set (an AlltoAllv's NIC flows with one NIC per GPU) is filled from a
+weight matrix (``maxmin._fill_dense``, levels and order bit-identical to the sparse filling).
+Collective times and link bytes are those of solving every part at every recompute; a flow's
+arrival may move by 1 ps where its prediction is mathematically a whole picosecond (a tie
+between parts in the filling's 1e-12 tolerance, or a last-bit difference, rounds it the other
+way). ``components=False`` solves the group whole (the reference).
 """
 
 from __future__ import annotations
