@@ -91,12 +91,12 @@ def _heartbeat(ctx: BenchContext | None, label: str, t0: float, every_s: float =
 
 
 def _timed(topo: Topology, start, *, aggregate: bool = True, ctx: BenchContext | None = None,
-           label: str = "") -> tuple[float, float, Network]:
+           label: str = "", heartbeat_s: float = 30.0) -> tuple[float, float, Network]:
     t0 = time.perf_counter()
     c0 = time.process_time()
     eng = Engine()
     net = Network(eng, topo, aggregate=aggregate)
-    net.on_solve = _heartbeat(ctx, label, t0)
+    net.on_solve = _heartbeat(ctx, label, t0, heartbeat_s)
     h = start(net)
     eng.run()
     net.cpu_s = time.process_time() - c0  # CPU seconds: what wall would be on an idle core

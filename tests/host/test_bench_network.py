@@ -1,0 +1,28 @@
+"""``neonic bench network``: long network runs say where they are, with a rough time estimate."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from neonic.host.bench import BenchContext
+from neonic.host.bench.network import _timed, zionex_family
+from neonic.sim.network import collectives as coll
+
+
+def test_long_runs_report_solves_flows_and_an_estimate():
+    """Every ``every_s`` of wall time (here: every solve) a line names the run, the solves so far,
+    the simulated time and the flows in flight; once 1% of the flows have finished it adds a
+    time estimate (none before: it would be a division by almost nothing)."""
+    topo = zionex_family(2)
+    out = io.StringIO()
+    ctx = BenchContext(stream=out)
+    sizes = np.random.default_rng(0).integers(1, 1 << 20, (topo.num_gpus, topo.num_gpus))
+    wall, sim, net = _timed(topo, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="probe",
+                            heartbeat_s=0.0)
+    lines = [x for x in out.getvalue().splitlines() if "probe:" in x]
+    assert len(lines) == net.solves
+    assert all("solves" in x and "ms simulated" in x and "flows in flight" in x for x in lines)
+    assert "no estimate yet" in lines[0] and any("s left" in x for x in lines)
+    assert sim > 0 and net.cpu_s > 0
