@@ -477,13 +477,17 @@ class Network:
         if a.size < 0.25 * A.size * B.size or A.size * B.size > self.dense_max_cells:
             return
         ia, jb = np.searchsorted(A, a), np.searchsorted(B, b)
-        if np.bincount(ia * B.size + jb, minlength=A.size * B.size).max() > 1:  # one flow per pair
-            return
-        for x, y in ((ia, jb), (jb, ia)):  # per link, partners increasing in flow order
-            o = np.argsort(x, kind="stable")
-            xs, ys = x[o], y[o]
-            if np.any((xs[1:] == xs[:-1]) & (ys[1:] <= ys[:-1])):
+        key = ia * B.size + jb
+        # flows in increasing (A, B) order (an AlltoAllv's, source-major) are one per pair and
+        # every link's flows go to increasing partners; otherwise check both directly
+        if not np.all(key[1:] > key[:-1]):
+            if np.bincount(key, minlength=A.size * B.size).max() > 1:  # one flow per pair
                 return
+            for x, y in ((ia, jb), (jb, ia)):  # per link, partners increasing in flow order
+                o = np.argsort(x, kind="stable")
+                xs, ys = x[o], y[o]
+                if np.any((xs[1:] == xs[:-1]) & (ys[1:] <= ys[:-1])):
+                    return
         W = np.zeros((A.size, B.size))
         live = g._alive[lo:hi]
         w = np.where(topo.wire[a], g._factorf[lo:hi], 1.0)

@@ -310,7 +310,7 @@ def test_on_solve_reports_every_solve():
     assert [s for s, _ in seen] == list(range(1, net.solves + 1)) and seen[0][1] == 3
 
 
-@pytest.mark.parametrize("case", ["uneven", "slowed_nic", "second_group"])
+@pytest.mark.parametrize("case", ["uneven", "slowed_nic", "second_group", "dst_major", "shuffled"])
 def test_link_disjoint_parts_of_a_lone_group_are_solved_apart_without_changing_results(case):
     """A lone per-flow group whose flows fall into link-disjoint parts (an AlltoAllv: each node's
     NVLink flows, and the NIC flows) re-solves only the parts where flows finished; the others
@@ -323,6 +323,12 @@ def test_link_disjoint_parts_of_a_lone_group_are_solved_apart_without_changing_r
         topo.capacity = topo.capacity.copy()
         topo.capacity[topo._base["nic_tx"] + 5] *= 0.37
     src, dst, sizes = _all_pairs(topo.num_gpus, seed=11)
+    if case == "dst_major":  # still dense: every link's flows go to increasing partners
+        o = np.lexsort((src, dst))
+        src, dst, sizes = src[o], dst[o], sizes[o]
+    if case == "shuffled":  # not: a link's load would be summed in another order
+        o = np.random.default_rng(2).permutation(src.size)
+        src, dst, sizes = src[o], dst[o], sizes[o]
     out = []
     for parts, dense in ((False, False), (True, False), (True, True)):
         eng = Engine()
@@ -330,6 +336,9 @@ def test_link_disjoint_parts_of_a_lone_group_are_solved_apart_without_changing_r
         net.dense_min_flows = 16 if dense else 10**9  # the NIC part (192 flows) is bipartite
         a = net.start_flows(src, dst, sizes)
         groups = [a]
+        if parts and case in ("dst_major", "shuffled"):
+            eng.run(until_ps=1)
+            assert any(d is not None for d in a._comp.dense) == (dense and case == "dst_major")
         if case == "second_group":  # joins mid-way: from then on the group is solved whole
             eng.run(until_ps=30_000_000)
             assert bool(a._comp) == parts and not a.done
