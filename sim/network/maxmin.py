@@ -191,11 +191,11 @@ def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cov
     fill = starts[:-1].copy()
     E = starts[L]
     O = max(H - 1, 1)
-    ent_flow = np.empty(E, dtype=np.int64)
+    ent_flow = np.empty(E, dtype=np.int32)  # int32: the index holds < 2**31 entries (checked)
     oth = np.full((E, O), L, dtype=np.int32)
     ent_fac = np.empty(E)
     mw = np.ones((E if has_w else 1, H))
-    pos = np.full((F, H), -1, dtype=np.int64)
+    pos = np.full((F, H), -1, dtype=np.int32)
     for f in range(F):
         for h in range(H):
             k = links_fh[f, h]
@@ -676,6 +676,8 @@ class LinkEntries:
     def __init__(self, links_fh: np.ndarray, factor: np.ndarray, capacity: np.ndarray,
                  weight: np.ndarray | None = None) -> None:
         links_fh = np.ascontiguousarray(links_fh)
+        if links_fh.size >= 2**31:
+            raise ValueError(f"links: expected fewer than 2**31 (flow, hop) entries, got {links_fh.size}")
         self.has_w = weight is not None
         w = np.ascontiguousarray(weight, dtype=np.float64) if self.has_w else _NO_W
         self.starts, self.flow, self.oth, self.fac, self.mw, self.pos = _entries_build(
