@@ -55,7 +55,7 @@ from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .classes import FlowClasses, equitable_classes, identity_classes
-from .maxmin import LinkEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
+from .maxmin import LinkEntries, MergedEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -165,6 +165,8 @@ class Network:
             raise ValueError(f"components: expected True or False, got {components!r}")
         # a lone per-flow group re-solves only its link-disjoint parts where flows finished
         self.components = components
+        # the throttled solve merges flows that cross the same links (maxmin.MergedEntries)
+        self.merge_rows = True
         self.dense_min_flows = 4096  # parts this large get a dense form where they are bipartite
         self.dense_max_cells = 1 << 25  # ... of at most this many flow slots (2 x 256 MiB)
         # groups with fewer flows than this are solved per flow: one solve of them costs about
@@ -781,8 +783,16 @@ class Network:
                                                      (base + endpoints + flows["dst"])[:, None].astype(dt)], axis=1))
         factor = np.concatenate([g._factorf for g in groups])
         finite = np.concatenate([topo.capacity, np.ones(2 * endpoints)])
-        flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite),
-                     wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
+        wire = np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)])
+        index = None
+        if self.merge_rows and links.shape[0] >= self.aggregate_min_flows:
+            # flows of the same GPU pair in overlapping collectives cross the same links: one
+            # variable each (maxmin.MergedEntries) when that removes a quarter of the flows or more
+            rows = MergedEntries.row_vars(links, finite.size)
+            if rows[1] <= 0.75 * links.shape[0]:
+                index = MergedEntries(links, factor, finite, wire, rows)
+        flows.update(links=links, factor=factor, wire=wire,
+                     index=LinkEntries(links, factor, finite) if index is None else index)
 
     def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,
                        youngest: float) -> tuple[float, float]:
