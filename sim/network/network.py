@@ -165,7 +165,7 @@ class Network:
             raise ValueError(f"components: expected True or False, got {components!r}")
         # a lone per-flow group re-solves only its link-disjoint parts where flows finished
         self.components = components
-        # the throttled solve merges flows that cross the same links (maxmin.MergedEntries)
+        # the shared and throttled solves merge flows that cross the same links (maxmin.MergedEntries)
         self.merge_rows = True
         self.dense_min_flows = 4096  # parts this large get a dense form where they are bipartite
         self.dense_max_cells = 1 << 25  # ... of at most this many flow slots (2 x 256 MiB)
@@ -192,6 +192,7 @@ class Network:
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
         self._tcache: dict[str, Any] | None = None  # the throttled solve's flows (_throttle_flows)
         self._rcache: dict[str, Any] | None = None  # the groups solved beside the largest (_rest_problem)
+        self._mcache: dict[str, Any] | None = None  # the groups' merged rows (_merged_problem)
         # called with the network after every solve (progress reports on long runs; None: off)
         self.on_solve: Callable[["Network"], Any] | None = None
 
@@ -641,6 +642,20 @@ class Network:
         # within each group; other traffic may break that symmetry). The largest group keeps
         # its link index across solves; the others are gathered afresh.
         masks = [self._live_flows(g) for g in groups]
+        mc = self._merged_problem(groups) if self.merge_rows else None
+        if mc is not None:  # flows on the same links (overlapping collectives) as one variable
+            alive = np.concatenate(masks)
+            rates = maxmin_rates_fm(mc["links"], mc["factor"], topo.wire, topo.capacity, alive=alive,
+                                    index=mc["index"])
+            n_live = int(alive.sum())
+            self.solved_classes += mc["index"].n_vars
+            self.solved_flows += n_live
+            full, pos = [], 0
+            for g in groups:
+                full.append(rates[pos : pos + g._links.shape[0]])
+                pos += g._links.shape[0]
+            self._set_flow_rates(masks, full, previous)
+            return
         big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
         gb = groups[big]
         if gb._findex is None:
@@ -663,6 +678,25 @@ class Network:
                 full.append(rates[pos : pos + g._links.shape[0]])
                 pos += g._links.shape[0]
         self._set_flow_rates(masks, full, previous)
+
+    def _merged_problem(self, groups: list[FlowGroup]) -> dict[str, Any] | None:
+        """Every flow (live or not) of ``groups`` as variables of distinct link rows
+        (``maxmin.MergedEntries``), kept while the groups and their arrays stay the same; None
+        when that would remove less than a quarter of the flows (then the solve is per flow)."""
+        key = [(g, g._links) for g in groups]
+        c = self._mcache
+        if c is None or len(c["key"]) != len(key) or not all(
+                a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
+            topo = self.topology
+            links = np.ascontiguousarray(np.concatenate([g._links for g in groups], axis=0))
+            c = self._mcache = {"key": key, "index": None}
+            if links.shape[0] >= self.aggregate_min_flows:
+                rows = MergedEntries.row_vars(links, topo.capacity.size)
+                if rows[1] <= 0.75 * links.shape[0]:
+                    factor = np.concatenate([g._factorf for g in groups])
+                    c.update(links=links, factor=factor,
+                             index=MergedEntries(links, factor, topo.capacity, topo.wire, rows))
+        return c if c["index"] is not None else None
 
     def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Every flow (live or not) of the groups solved beside the largest one, with its link
