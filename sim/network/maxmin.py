@@ -26,7 +26,7 @@ import numpy as np
 
 from neonic.sim.compiled import HAVE_NUMBA, jit
 
-__all__ = ["FlowLinkIndex", "FlowMajorIndex", "LinkEntries", "MergedEntries", "link_levels", "rates_from_levels", "maxmin_rates", "maxmin_rates_fast",
+__all__ = ["FlowLinkIndex", "FlowMajorIndex", "LinkEntries", "link_levels", "rates_from_levels", "maxmin_rates", "maxmin_rates_fast",
            "maxmin_rates_fm", "maxmin_rates_parts", "HAVE_NUMBA"]
 
 _REL_TOL = 1e-12
@@ -710,105 +710,6 @@ class LinkEntries:
             self.kill(gone)
 
 
-@jit(cache=True, nogil=True)
-def _var_weights(vs, vstarts, members, alive, factor, wire_hop, wt, cnt):  # pragma: no cover - compiled
-    """Per variable ``v`` of ``vs``: its live flows (``cnt``) and its weight per hop (``wt``): the
-    sum of its live flows' factors (in member order) on framed hops, their number elsewhere."""
-    for i in range(vs.shape[0]):
-        v = vs[i]
-        c = 0
-        sf = 0.0
-        for m in range(vstarts[v], vstarts[v + 1]):
-            f = members[m]
-            if alive[f]:
-                c += 1
-                sf += factor[f]
-        cnt[v] = c
-        for h in range(wt.shape[1]):
-            wt[v, h] = sf if wire_hop[v, h] else float(c)
-
-
-@jit(cache=True, nogil=True)
-def _entries_reweight(vs, links_fh, capacity, pos, mw, wt):  # pragma: no cover - compiled
-    """Rewrite the multiplicities of the entries of variables ``vs`` from ``wt`` (the layout of
-    :func:`_entries_build`: column 0 its own hop, then the other finite hops in order)."""
-    H = links_fh.shape[1]
-    for i in range(vs.shape[0]):
-        v = vs[i]
-        for h in range(H):
-            e = pos[v, h]
-            if e < 0:
-                continue
-            mw[e, 0] = wt[v, h]
-            j = 0
-            for h2 in range(H):
-                if h2 == h:
-                    continue
-                if np.isfinite(capacity[links_fh[v, h2]]):
-                    mw[e, j + 1] = wt[v, h2]
-                    j += 1
-
-
-class MergedEntries:
-    """A :class:`LinkEntries` over the distinct link rows of a flow set: flows that cross the
-    same links always get the same max-min rate (they freeze in the same round whatever their
-    weights), so each row is one variable whose weight on a hop is the sum of its live flows'
-    (their factors on framed links, their number elsewhere) -- e.g. the same GPU pair in two
-    overlapping AlltoAllvs. The rates equal the per-flow solve's up to the order of those sums
-    (relative differences of order 1e-15). :meth:`update_alive` re-weighs only the variables
-    whose flows finished."""
-
-    @staticmethod
-    def row_vars(links_fh: np.ndarray, n_links: int) -> tuple[np.ndarray, int]:
-        """Per flow, the id of its link row among the distinct rows, and their number."""
-        key = links_fh[:, 0].astype(np.int64)
-        rad = n_links
-        for h in range(1, links_fh.shape[1]):
-            if rad * n_links >= 2**62:
-                key = np.unique(key, return_inverse=True)[1].astype(np.int64).ravel()
-                rad = int(key.max()) + 1
-            key = key * n_links + links_fh[:, h]
-            rad *= n_links
-        uniq, var = np.unique(key, return_inverse=True)
-        return var.astype(np.int64).ravel(), int(uniq.size)
-
-    def __init__(self, links_fh: np.ndarray, factor: np.ndarray, capacity: np.ndarray, wire: np.ndarray,
-                 rows: tuple[np.ndarray, int] | None = None) -> None:
-        links_fh = np.ascontiguousarray(links_fh)
-        F, H = links_fh.shape
-        var, V = self.row_vars(links_fh, capacity.shape[0]) if rows is None else rows
-        self.n_vars = V
-        self.members = np.argsort(var, kind="stable").astype(np.int64)
-        self.vstarts = np.zeros(V + 1, dtype=np.int64)
-        np.cumsum(np.bincount(var, minlength=V), out=self.vstarts[1:])
-        self.var = var
-        self.vlinks = np.ascontiguousarray(links_fh[self.members[self.vstarts[:-1]]])
-        self.factor = np.ascontiguousarray(factor, dtype=np.float64)
-        self.wire_hop = np.ascontiguousarray(wire[self.vlinks])
-        self.capacity = np.ascontiguousarray(capacity, dtype=np.float64)
-        self.wt = np.empty((V, H))
-        self.cnt = np.empty(V, dtype=np.int64)
-        self._last = np.ones(F, dtype=np.bool_)
-        _var_weights(np.arange(V, dtype=np.int64), self.vstarts, self.members, self._last, self.factor,
-                     self.wire_hop, self.wt, self.cnt)
-        self.index = LinkEntries(self.vlinks, np.ones(V), capacity, weight=self.wt)
-
-    def update_alive(self, alive: np.ndarray) -> None:
-        """Make exactly the flows ``alive`` take part (their variables re-weighed)."""
-        alive = np.ascontiguousarray(alive, dtype=np.bool_)
-        if np.any(alive & ~self._last):
-            vs = np.arange(self.n_vars, dtype=np.int64)
-        else:
-            gone = np.flatnonzero(self._last & ~alive)
-            if gone.size == 0:
-                return
-            vs = np.flatnonzero(np.bincount(self.var[gone], minlength=self.n_vars))
-        self._last = alive.copy()
-        _var_weights(vs, self.vstarts, self.members, alive, self.factor, self.wire_hop, self.wt, self.cnt)
-        _entries_reweight(vs, self.vlinks, self.capacity, self.index.pos, self.index.mw, self.wt)
-        self.index.update_alive(self.cnt > 0)
-
-
 def _widen(oth: np.ndarray, width: int, pad: int) -> np.ndarray:
     out = np.full((oth.shape[0], width), pad, dtype=np.int32)
     out[:, : oth.shape[1]] = oth
@@ -855,13 +756,12 @@ def maxmin_rates_fm(
     capacity: np.ndarray,
     *,
     alive: np.ndarray | None = None,
-    index: "LinkEntries | MergedEntries | None" = None,
+    index: LinkEntries | None = None,
     weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix (and (F, H) ``weight``)
     through the link-level solver (compiled; plain Python under NEONIC_NO_NUMBA). A given
-    ``index`` must have been built from the same links, factors, capacities and weights (a
-    :class:`MergedEntries`: from the same links, factors, capacities and framing)."""
+    ``index`` must have been built from the same links, factors, capacities and weights."""
     n_flows = links_fh.shape[0]
     if n_flows == 0:
         return np.zeros(0)
@@ -869,7 +769,7 @@ def maxmin_rates_fm(
         index = LinkEntries(links_fh, factor, capacity, weight)
     a = np.ones(n_flows, dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
     index.update_alive(a)
-    level, order = link_levels(index.index if isinstance(index, MergedEntries) else index, wire, capacity)
+    level, order = link_levels(index, wire, capacity)
     return rates_from_levels(np.ascontiguousarray(links_fh), a, level, order)
 
 

@@ -55,7 +55,7 @@ from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
 from .classes import FlowClasses, equitable_classes, identity_classes
-from .maxmin import LinkEntries, MergedEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
+from .maxmin import LinkEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -165,8 +165,6 @@ class Network:
             raise ValueError(f"components: expected True or False, got {components!r}")
         # a lone per-flow group re-solves only its link-disjoint parts where flows finished
         self.components = components
-        # the shared and throttled solves merge flows that cross the same links (maxmin.MergedEntries)
-        self.merge_rows = True
         self.dense_min_flows = 4096  # parts this large get a dense form where they are bipartite
         self.dense_max_cells = 1 << 25  # ... of at most this many flow slots (2 x 256 MiB)
         # groups with fewer flows than this are solved per flow: one solve of them costs about
@@ -192,7 +190,6 @@ class Network:
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
         self._tcache: dict[str, Any] | None = None  # the throttled solve's flows (_throttle_flows)
         self._rcache: dict[str, Any] | None = None  # the groups solved beside the largest (_rest_problem)
-        self._mcache: dict[str, Any] | None = None  # the groups' merged rows (_merged_problem)
         # called with the network after every solve (progress reports on long runs; None: off)
         self.on_solve: Callable[["Network"], Any] | None = None
 
@@ -642,20 +639,6 @@ class Network:
         # within each group; other traffic may break that symmetry). The largest group keeps
         # its link index across solves; the others are gathered afresh.
         masks = [self._live_flows(g) for g in groups]
-        mc = self._merged_problem(groups) if self.merge_rows else None
-        if mc is not None:  # flows on the same links (overlapping collectives) as one variable
-            alive = np.concatenate(masks)
-            rates = maxmin_rates_fm(mc["links"], mc["factor"], topo.wire, topo.capacity, alive=alive,
-                                    index=mc["index"])
-            n_live = int(alive.sum())
-            self.solved_classes += mc["index"].n_vars
-            self.solved_flows += n_live
-            full, pos = [], 0
-            for g in groups:
-                full.append(rates[pos : pos + g._links.shape[0]])
-                pos += g._links.shape[0]
-            self._set_flow_rates(masks, full, previous)
-            return
         big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
         gb = groups[big]
         if gb._findex is None:
@@ -678,25 +661,6 @@ class Network:
                 full.append(rates[pos : pos + g._links.shape[0]])
                 pos += g._links.shape[0]
         self._set_flow_rates(masks, full, previous)
-
-    def _merged_problem(self, groups: list[FlowGroup]) -> dict[str, Any] | None:
-        """Every flow (live or not) of ``groups`` as variables of distinct link rows
-        (``maxmin.MergedEntries``), kept while the groups and their arrays stay the same; None
-        when that would remove less than a quarter of the flows (then the solve is per flow)."""
-        key = [(g, g._links) for g in groups]
-        c = self._mcache
-        if c is None or len(c["key"]) != len(key) or not all(
-                a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
-            topo = self.topology
-            links = np.ascontiguousarray(np.concatenate([g._links for g in groups], axis=0))
-            c = self._mcache = {"key": key, "index": None}
-            if links.shape[0] >= self.aggregate_min_flows:
-                rows = MergedEntries.row_vars(links, topo.capacity.size)
-                if rows[1] <= 0.75 * links.shape[0]:
-                    factor = np.concatenate([g._factorf for g in groups])
-                    c.update(links=links, factor=factor,
-                             index=MergedEntries(links, factor, topo.capacity, topo.wire, rows))
-        return c if c["index"] is not None else None
 
     def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Every flow (live or not) of the groups solved beside the largest one, with its link
@@ -817,16 +781,8 @@ class Network:
                                                      (base + endpoints + flows["dst"])[:, None].astype(dt)], axis=1))
         factor = np.concatenate([g._factorf for g in groups])
         finite = np.concatenate([topo.capacity, np.ones(2 * endpoints)])
-        wire = np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)])
-        index = None
-        if self.merge_rows and links.shape[0] >= self.aggregate_min_flows:
-            # flows of the same GPU pair in overlapping collectives cross the same links: one
-            # variable each (maxmin.MergedEntries) when that removes a quarter of the flows or more
-            rows = MergedEntries.row_vars(links, finite.size)
-            if rows[1] <= 0.75 * links.shape[0]:
-                index = MergedEntries(links, factor, finite, wire, rows)
-        flows.update(links=links, factor=factor, wire=wire,
-                     index=LinkEntries(links, factor, finite) if index is None else index)
+        flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite),
+                     wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
 
     def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,
                        youngest: float) -> tuple[float, float]:

@@ -240,7 +240,6 @@ class _FreshIndexes(Network):
     def _solve(self, now, previous):
         self._tcache = None
         self._rcache = None
-        self._mcache = None
         super()._solve(now, previous)
 
 
@@ -367,43 +366,3 @@ def test_components_kernel_finds_the_link_disjoint_parts():
     expect = [0, 0, 1, 1, 1, 2, 3, 0]  # flows 2 and 3 share no link, but both share one with flow 4
     assert K.components(links, finite).tolist() == expect
     assert K._components_np(links, finite).tolist() == expect
-
-
-@pytest.mark.parametrize("throttled", [True, False])
-def test_solves_of_several_groups_merge_flows_on_the_same_links_without_changing_results(throttled):
-    """Flows of the same GPU pair in two overlapping AlltoAllvs cross the same links and always
-    get the same rate: the solve of several groups and the throttled (GPU-capped) solve take them
-    as one variable weighted by their live flows (``maxmin.MergedEntries``). Against one
-    variable per flow, with flows
-    finishing and caps changing every solve: every arrival within 2 ps (the rates differ in their
-    last bits, the order of the weights' sums), collective ends within 1e-6, link bytes within
-    1e-12."""
-    topo = small_topology(nodes=4, gpus=4)
-    src, dst, sizes = _all_pairs(topo.num_gpus, seed=6)
-    out = []
-    for merge in (True, False):
-        eng = Engine()
-        net = Network(eng, topo)
-        net.merge_rows = merge
-        calls = [0]
-
-        def throttle(tx, rx):
-            calls[0] += 1
-            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
-
-        if throttled:
-            net.set_throttle(throttle)
-        a = net.start_flows(src, dst, sizes)
-        eng.run(until_ps=20_000_000)
-        b = net.start_flows(src, dst, sizes[::-1] // 2)  # the same pairs, other sizes
-        eng.run(until_ps=20_000_001)
-        from neonic.sim.network.maxmin import MergedEntries
-
-        assert (net._mcache is not None and net._mcache["index"] is not None) == merge
-        assert not throttled or isinstance(net._tcache["index"], MergedEntries) == merge
-        eng.run()
-        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), net.link_wire_bytes.copy()))
-    for x, y in zip(out[0][:2], out[1][:2]):  # rates differ in their last bits: a ps may round apart
-        assert np.abs(x - y).max() <= 2 and abs(x.max() / y.max() - 1) < 1e-6
-    np.testing.assert_allclose(out[0][2], out[1][2], rtol=1e-12)
-    np.testing.assert_allclose(out[0][3], out[1][3], rtol=1e-12)
