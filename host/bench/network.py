@@ -11,8 +11,10 @@ Figures (all measured when the command runs):
   (``sim.network.classes``); ``*_classes`` is the number of classes the solver saw per solve.
   ``alltoall_1024_per_flow_wall_s``: the same 1024-GPU run with one class per flow.
 - ``alltoallv_4096_wall_s``: the skewed AlltoAllv (sizes as above) on 4096 GPUs, 16.8M flows of
-  distinct sizes, so solved per flow: measured only with ``--large`` (it takes tens of minutes
-  and several GiB), else null, with the reason in ``alltoallv_4096_skipped``.
+  distinct sizes, so solved per flow (by link-disjoint part, the NIC part densely:
+  ``sim.network.network``): measured only with ``--large`` (minutes and several GiB), else
+  null, with the reason in ``alltoallv_4096_skipped``. Runs this long print a progress line
+  every 30 s with a rough estimate of the time left.
 - ``*_peak_rss_gib``: the process's peak resident memory after that run (it only grows).
 - ``*_cpu_s``: the same runs' CPU seconds (the wall time they would take on an idle core; the
   shared 2-core machine inflates wall times when busy).
@@ -177,7 +179,7 @@ def run(ctx: BenchContext) -> dict:
     if not ctx.large:
         out["alltoallv_4096_wall_s"] = None
         out["alltoallv_4096_skipped"] = ("skewed sizes are all distinct, so the solve is per flow (16.8M flows, "
-                                         "hundreds of solves): run with --large")
+                                         "hundreds of solves, several GiB): run with --large")
         return out
     sizes = skewed_sizes(huge.num_gpus, ctx.seed)
     ctx.progress("skewed alltoallv 4096 GPUs (16,773,120 flows, per flow) ...")
