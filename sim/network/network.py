@@ -433,6 +433,7 @@ class Network:
         if C < 2:
             return
         order = np.argsort(cflow, kind="stable")
+        cflow = cflow.astype(np.int32)
         for name in ("_orig", "_links", "_acct", "_factorf", "_lat", "_nbf", "_factor", "_nb", "_rem", "_rate", "_pred",
                      "_alive", "_mult"):
             setattr(g, name, np.ascontiguousarray(getattr(g, name)[order]))
@@ -443,8 +444,10 @@ class Network:
         starts = np.zeros(C + 1, dtype=np.int64)
         np.cumsum(np.bincount(cflow, minlength=C), out=starts[1:])
         link_comp = np.full(topo.capacity.size, -1, dtype=np.int64)
-        on = finite[g._links]
-        link_comp[g._links[on]] = np.broadcast_to(cflow[:, None], g._links.shape)[on]
+        for h in range(g._links.shape[1]):  # hop by hop (no (flows x hops) temporaries)
+            on = finite[g._links[:, h]]
+            link_comp[g._links[on, h]] = cflow[on]
+        del on
         g._comp = comp = _Components(starts, cflow, link_comp, now)
         for i in range(C):
             if starts[i + 1] - starts[i] >= self.dense_min_flows:
@@ -461,28 +464,46 @@ class Network:
         topo = self.topology
         lo, hi = int(comp.starts[i]), int(comp.starts[i + 1])
         links = g._links[lo:hi]
-        fin = np.isfinite(topo.capacity)[links]
-        if not np.all(fin.sum(axis=1) == 2):
+        finite = np.isfinite(topo.capacity)
+        # (a million-flow part: int32 and per-hop temporaries, no (flows x hops) int64 arrays)
+        n_fin = np.zeros(links.shape[0], dtype=np.uint8)
+        for h in range(links.shape[1]):
+            n_fin += finite[links[:, h]]
+        if np.any(n_fin != 2):
             return
-        first = np.argmax(fin, axis=1)
-        second = fin.shape[1] - 1 - np.argmax(fin[:, ::-1], axis=1)
-        rows = np.arange(links.shape[0])
-        a, b = links[rows, first].astype(np.int64), links[rows, second].astype(np.int64)
+        del n_fin
+        if links.shape[1] == 2:
+            a, b = links[:, 0], links[:, 1]
+        else:
+            fin = finite[links]
+            rows = np.arange(links.shape[0])
+            a = links[rows, np.argmax(fin, axis=1)]
+            b = links[rows, fin.shape[1] - 1 - np.argmax(fin[:, ::-1], axis=1)]
+            del fin, rows
         L = topo.capacity.size
         in_a = np.bincount(a, minlength=L) > 0
         in_b = np.bincount(b, minlength=L) > 0
-        if np.any(in_a & in_b) or not np.array_equal(topo.wire[a], topo.wire[b]):
+        if np.any(in_a & in_b):
             return
         A, B = np.flatnonzero(in_a), np.flatnonzero(in_b)
+        framed = topo.wire[A[0]]
+        if np.any(topo.wire[A] != framed) or np.any(topo.wire[B] != framed):  # all framed alike
+            return
         if a.size < 0.25 * A.size * B.size or A.size * B.size > self.dense_max_cells:
             return
-        ia, jb = np.searchsorted(A, a), np.searchsorted(B, b)
-        key = ia * B.size + jb
+        slot = np.full(L, -1, dtype=np.int32)
+        slot[A] = np.arange(A.size, dtype=np.int32)
+        ia = slot[a]
+        slot[B] = np.arange(B.size, dtype=np.int32)
+        jb = slot[b]
+        del slot
         # flows in increasing (A, B) order (an AlltoAllv's, source-major) are one per pair and
         # every link's flows go to increasing partners; otherwise check both directly
-        if not np.all(key[1:] > key[:-1]):
+        if not np.all((ia[1:] > ia[:-1]) | ((ia[1:] == ia[:-1]) & (jb[1:] > jb[:-1]))):
+            key = ia.astype(np.int64) * B.size + jb
             if np.bincount(key, minlength=A.size * B.size).max() > 1:  # one flow per pair
                 return
+            del key
             for x, y in ((ia, jb), (jb, ia)):  # per link, partners increasing in flow order
                 o = np.argsort(x, kind="stable")
                 xs, ys = x[o], y[o]
@@ -490,8 +511,7 @@ class Network:
                     return
         W = np.zeros((A.size, B.size))
         live = g._alive[lo:hi]
-        w = np.where(topo.wire[a], g._factorf[lo:hi], 1.0)
-        W[ia[live], jb[live]] = w[live]
+        W[ia[live], jb[live]] = g._factorf[lo:hi][live] if framed else 1.0
         comp.dense[i] = (W, np.ascontiguousarray(W.T), A, B)
         comp.cell[lo:hi, 0] = ia
         comp.cell[lo:hi, 1] = jb
