@@ -361,7 +361,14 @@ class IterationSpec:
     share of a GPU's SMs a running collective's channels hold ahead of compute kernels
     (``comm_sm_share``: 0 where collectives run on the copy engines or at normal priority; the
     cluster sets it from its topology, :func:`comm_sm_share`). A scenario gives one (:meth:`from_scenario`); the defaults are the scenario
-    schema's."""
+    schema's.
+
+    What the topology says about the NVLink (the cluster sets these, :func:`allreduce_terms`;
+    the defaults keep a hierarchical AllReduce one NIC-bound op and give the node-local
+    collectives no share of any link): ``ar_intra_time`` and ``ar_intra_bytes``, the shares of
+    a hierarchical AllReduce's time and bytes in its intra-node phases; ``ar_intra_flows``, the
+    flows those rings keep open on a GPU's NVLink port; ``local_flows``, the flows a node-local
+    AlltoAll (``pooled_rs``, ``grad_ag``) keeps open there (one per local peer)."""
 
     mode: str = "training"
     pipelined: bool = True
@@ -380,6 +387,10 @@ class IterationSpec:
     next_batch: str = "after_step"
     interference: float = 0.10
     comm_sm_share: float = 0.0
+    ar_intra_time: float = 0.0
+    ar_intra_bytes: float = 0.0
+    ar_intra_flows: float = 1.0
+    local_flows: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("comm_backward", "comm_allreduce"):
@@ -457,6 +468,11 @@ def keyed_buckets(buckets: "GradientBuckets") -> tuple["GradientBuckets", dict[s
 #: Order of the streams whose collectives can overlap (a batch's input AlltoAll one iteration
 #: ahead, the gradient buckets' AllReduces, the comm stream's AlltoAlls).
 _SHARED_STREAMS = ("input", "grad", "comm")
+#: The links concurrent collectives share in the template: a GPU's NIC, or its NVLink port.
+_NIC, _NVLINK = 0, 1
+#: Collectives that stay inside a node (``host.schedule``: the table-row-wise reduce-scatter
+#: and all-gather): they move their bytes over the NVLink only.
+NODE_LOCAL_COLLECTIVES = frozenset({"pooled_rs", "grad_ag"})
 
 
 def _topological(ops: list) -> list:
@@ -516,16 +532,42 @@ class ScheduleTemplate:
             keyed, self.bucket_payloads = keyed_buckets(buckets)
         graph = build_iteration_graph(spec, 1, lambda phase, it, rank: phase, emb_stream, keyed, phases=spec.phases())
         its = spec.warmup + spec.iterations
-        ops = _topological(graph.ops)
-        index = {op.id: i for i, op in enumerate(ops)}
-        self.ops: list[tuple[str, int, bool, tuple[int, ...]]] = [
-            (op.payload, op.iteration, op.collective, tuple(index[d.id] for d in op.deps)) for op in ops]
+        # each op of the graph; a hierarchical AllReduce as its three phases in sequence (its
+        # intra-node reduce-scatter on the NVLink, the inter-node rings on the NIC, the intra-node
+        # all-gather on the NVLink: sim.network.collectives runs them one after the other), each
+        # phase a collective of its own with its share of the AllReduce's time and HBM bytes
+        phases_of = self._allreduce_phases(spec)
+        self.ops: list[tuple[str, int, bool, tuple[int, ...]]] = []
+        self.streams: list[str] = []
+        last: dict[int, int] = {}        # graph op id -> index of its (last) op here
+        parts: list[tuple[str, float, float, int]] = []   # per collective: (tag, time, bytes, resource)
+        for op in _topological(graph.ops):
+            deps = tuple(last[d.id] for d in op.deps)
+            if not op.collective:
+                self.ops.append((op.payload, op.iteration, False, deps))
+                self.streams.append(op.stream)
+                last[op.id] = len(self.ops) - 1
+                continue
+            split = phases_of if str(op.payload).startswith("allreduce") and phases_of else None
+            if split is None:
+                res = _NVLINK if op.phase in NODE_LOCAL_COLLECTIVES else _NIC
+                split = ((str(op.payload), 1.0, 1.0, res),)
+            for j, (tag, f_time, f_bytes, res) in enumerate(split):
+                self.ops.append((op.payload, op.iteration, True, deps if j == 0 else (len(self.ops) - 1,)))
+                self.streams.append(op.stream)
+                parts.append((f"{op.payload}:{tag}" if len(split) > 1 else tag, f_time, f_bytes, res))
+            last[op.id] = len(self.ops) - 1
         self.keys = tuple(dict.fromkeys(op[0] for op in self.ops))
-        self.streams = [op.stream for op in ops]
-        colls = [i for i, op in enumerate(ops) if op.collective]
+        colls = [i for i, op in enumerate(self.ops) if op[2]]
         self._coll_slot = {i: n for n, i in enumerate(colls)}
-        self._coll_it = [ops[i].iteration for i in colls]
-        its_of = [op.iteration for op in ops]
+        self._coll_it = [self.ops[i][1] for i in colls]
+        #: per collective slot: a name (its key, ``:rs``/``:ar``/``:ag`` for an AllReduce's
+        #: phases), its share of its op's time and HBM bytes, the link it shares (NIC or NVLink)
+        self._coll_tag = [t for t, _, _, _ in parts]
+        self._coll_time = np.array([f for _, f, _, _ in parts])
+        self._coll_bytes = np.array([b for _, _, b, _ in parts])
+        self._coll_res = np.array([r for _, _, _, r in parts], dtype=np.int64)
+        its_of = [op[1] for op in self.ops]
         # each collective and the collectives of later streams (input < grad < comm) of
         # neighbouring iterations it can run beside, in graph (= each stream's) order: a batch's
         # input AlltoAll runs one iteration ahead at most; the gradient buckets beside the
@@ -552,6 +594,17 @@ class ScheduleTemplate:
 
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
     SHARING_PASSES = 8
+
+    @staticmethod
+    def _allreduce_phases(spec: IterationSpec) -> tuple[tuple[str, float, float, int], ...] | None:
+        """A hierarchical AllReduce's phases as the template runs them, or None to keep it one
+        NIC-bound op: (name, share of the AllReduce's time, share of its HBM bytes, link), from
+        the spec's :func:`allreduce_terms` (the reduce-scatter and the all-gather each half of
+        the intra-node share: the same ring over the same bytes)."""
+        t, b = spec.ar_intra_time, spec.ar_intra_bytes
+        if spec.allreduce != "hierarchical" or not 0 < t < 1:
+            return None
+        return (("rs", t / 2, b / 2, _NVLINK), ("ar", 1 - t, 1 - b, _NIC), ("ag", t / 2, b / 2, _NVLINK))
 
     def _shared_extra(self, S: np.ndarray, base: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """How much later each collective ends when an input AlltoAll shares the network with
@@ -580,10 +633,13 @@ class ScheduleTemplate:
         left = base[a].copy()               # its work left
         weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
         wa = weight[a]                      # (A, T)
+        res = self._coll_res
+        ra = res[a][:, None]
         for j in range(part.shape[1]):      # every collective's j-th partner at once
             b = pb[:, j, :]                                     # (A, T)
             wb = weight[b, ci]
-            ok = pv[:, j, :] & (wa > 0) & (wb > 0)              # a NIC-less one shares nothing
+            # partners on the same link only; one without flows on it shares nothing
+            ok = pv[:, j, :] & (res[b] == ra) & (wa > 0) & (wb > 0)
             sb = S[b, ci]
             eb = sb + base[b, ci]
             alone = np.maximum(sb - t, 0.0)
@@ -617,7 +673,7 @@ class ScheduleTemplate:
         from neonic.sim.interference import kernel_comm_hbm_rate, kernel_sm_rate
 
         key = [op[0] for op in self.ops]
-        cslot_key = {self._coll_slot[i]: key[i] for i, op in enumerate(self.ops) if op[2]}
+        cslot_key = self._coll_tag
         share = self.spec.comm_sm_share
         colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
         lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
@@ -726,13 +782,19 @@ class ScheduleTemplate:
             if collective:
                 d = coll_s.get(phase)
                 if d is not None:
-                    base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
+                    c = self._coll_slot[i]
+                    base[c] = np.asarray(d, float).reshape(-1) * self._coll_time[c]
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
         weight = np.ones((C, T))
         if flows and any(np.any(np.asarray(v) > 0) for v in flows.values()):
             for i, (phase, _, collective, _) in enumerate(self.ops):
                 if collective:
                     weight[self._coll_slot[i]] = np.asarray(flows.get(phase, 1.0), float).reshape(-1)
+        # on the NVLink: an AllReduce's intra-node rings and the node-local AlltoAlls' peers
+        for i, (phase, _, collective, _) in enumerate(self.ops):
+            if collective and self._coll_res[self._coll_slot[i]] == _NVLINK:
+                local = str(phase) in NODE_LOCAL_COLLECTIVES
+                weight[self._coll_slot[i]] = self.spec.local_flows if local else self.spec.ar_intra_flows
         hbm = hbm or {}
         kern: dict[int, np.ndarray] = {}   # rank op -> its HBM demand
         cdem: dict[int, np.ndarray] = {}   # collective slot -> its HBM demand per rank
@@ -743,7 +805,10 @@ class ScheduleTemplate:
             d = np.asarray(d, float)
             if collective:
                 if d.any():
-                    cdem[self._coll_slot[i]] = d if d.ndim == 2 else d.reshape(-1, 1)
+                    c = self._coll_slot[i]
+                    d = d if d.ndim == 2 else d.reshape(-1, 1)
+                    # a phase's demand: its share of the bytes over its share of the time
+                    cdem[c] = d * (self._coll_bytes[c] / self._coll_time[c]) if self._coll_time[c] != 1.0 else d
             elif phase in rank_d and d.any():
                 kern[i] = d
         ksm: dict[int, np.ndarray] = {}    # rank op -> its SM demand (compute time over time)
@@ -823,6 +888,37 @@ def comm_sm_share(system: Any, topo: Any) -> float:
 
     links = collective_links(topo, list(range(topo.num_gpus)))
     return min(1.0, comm_channels(float(links.max())) / system.gpu_spec.num_sms)
+
+
+def allreduce_terms(topo: Any, allreduce: str = "hierarchical", probe_bytes: int = 1 << 30) -> dict[str, float]:
+    """The NVLink fields of :class:`IterationSpec` for a run on ``topo`` with the AllReduce
+    algorithm ``allreduce``, from the network model's own phases and closed forms
+    (``sim.network.collectives.build_phases``, ``sim.network.estimate.phase_time_s``): the
+    shares of a hierarchical AllReduce of ``probe_bytes`` (large: the shares of the bandwidth
+    term, which every bucket of tens of MB is close to) in time and bytes spent in its phases
+    that stay inside the nodes, the flows those phases keep open from one GPU, and the flows a
+    node-local AlltoAll keeps open from one GPU (every other GPU of its node). Empty where
+    nothing is node-local (one node, one GPU per node) or the AllReduce is not hierarchical."""
+    from neonic.sim.network.collectives import build_phases
+    from neonic.sim.network.estimate import phase_time_s
+
+    g, nodes = int(topo.gpus_per_node), int(topo.nodes)
+    if g < 2:
+        return {}
+    out: dict[str, float] = {"local_flows": float(g - 1)}
+    if allreduce != "hierarchical" or nodes < 2:
+        return out
+    _, phases = build_phases(topo, "allreduce", nbytes=probe_bytes, algorithm=allreduce)
+    intra = [bool(np.all(topo.node_of(ph.src) == topo.node_of(ph.dst))) for ph in phases]
+    times = np.array([phase_time_s(topo, ph) for ph in phases])
+    moved = np.array([float(np.sum(ph.nbytes)) for ph in phases])
+    inside = np.array(intra)
+    if not inside.any() or inside.all() or times.sum() <= 0:
+        return out
+    flows = max(int(np.bincount(ph.src).max()) for ph, i in zip(phases, intra) if i)
+    out.update(ar_intra_time=float(times[inside].sum() / times.sum()),
+               ar_intra_bytes=float(moved[inside].sum() / moved.sum()), ar_intra_flows=float(flows))
+    return out
 
 
 def dense_phase_s(dense: DenseCosts, mode: str) -> dict[str, float]:

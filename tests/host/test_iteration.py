@@ -206,7 +206,7 @@ def test_dense_optimizer_step_reads_and_writes_adams_state():
 def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
     """ScheduleTemplate._shared_extra with equal weights computes, for every candidate, the
     pairwise fluid model (partners in the order they start, both at half rate while they
-    overlap), written here in plain Python."""
+    overlap; only partners on the same link, NIC or NVLink), written here in plain Python."""
     spec = IterationSpec(warmup=2, iterations=3)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(9)
@@ -218,6 +218,8 @@ def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
         for j in range(T):  # partners in the order they start
             clock, left = S[a, j], base[a, j]
             for b in sorted(partners, key=lambda b: S[b, j]):
+                if t._coll_res[b] != t._coll_res[a]:
+                    continue
                 left -= min(left, max(S[b, j] - clock, 0.0))
                 clock = max(clock, S[b, j])
                 both = max(min(left, S[b, j] + base[b, j] - clock), 0.0) if S[b, j] + base[b, j] > clock else 0.0
