@@ -516,11 +516,16 @@ class ScheduleTemplate:
     minus the end of the warm-up, over the measured iterations) on that schedule, for a batch of
     ``T`` candidate plans at once: per-rank ops give ``(T, N)`` seconds, collectives ``(T,)``.
 
+    A hierarchical AllReduce is folded into its three phases (intra-node reduce-scatter,
+    inter-node rings, intra-node all-gather) as three collectives in sequence, so that each
+    shares the link it uses (:meth:`_allreduce_phases`); the simulator runs the same phases
+    inside one op.
+
     Left out (measured by ``neonic bench planner``, predicted vs simulated): contention for a
     GPU's SMs between kernels and collectives, and between concurrent kernels
     (``sim.interference``), flow-level contention inside a collective, and queueing; HBM
-    sharing between a kernel and a collective, and concurrent collectives sharing the network,
-    only as :meth:`iteration_s` describes.
+    sharing between a kernel and a collective, and concurrent collectives sharing the NIC and
+    the NVLink, only as :meth:`iteration_s` describes.
     """
 
     def __init__(self, spec: IterationSpec, buckets: "GradientBuckets | None" = None) -> None:
@@ -710,7 +715,8 @@ class ScheduleTemplate:
         (:meth:`_hbm_pairs`), so each ends later by the overlap times (1 - rate); a collective,
         a barrier, by its slowest rank's. APPROXIMATION: a kernel's collectives are taken one at
         a time (pairwise), and a collective's demand is its bytes over its isolated time (an
-        average over its phases). Only the (collective, candidate) pairs whose spans meet on some
+        average over its phases; a hierarchical AllReduce's phases each have their own,
+        :meth:`_allreduce_phases`). Only the (collective, candidate) pairs whose spans meet on some
         rank are priced (the others add an overlap of 0): the same sums, in the same order."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
@@ -749,16 +755,25 @@ class ScheduleTemplate:
 
         ``share_network``: collectives on different streams that overlap in time (Neo's
         pipeline: the next batch's input AlltoAll beside this batch's pooled and gradient
-        AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll)
-        share the network: while two overlap, each progresses at its share of the rate, in
-        proportion to ``flows[key]`` (the flows it keeps open through a NIC, a scalar or one per
-        candidate ``(T,)``; equal shares where
-        not given or where no collective crosses a NIC; one with none, a node-local collective
-        beside NIC-bound ones, shares nothing), and each ends later by what it lost (pairwise, summed over a collective's
-        partners, :meth:`_shared_extra`). The start times come from the
+        AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll
+        and the table-row-wise all-gather) share the link they both use: while two overlap,
+        each progresses at its share of the rate, in proportion to the flows it keeps open on
+        that link, and each ends later by what it lost (pairwise, summed over a collective's
+        partners, :meth:`_shared_extra`). The links: a GPU's NIC, which the AlltoAlls that
+        cross nodes and a hierarchical AllReduce's inter-node rings use (their weights:
+        ``flows[key]``, the flows through a NIC, a scalar or one per candidate ``(T,)``; equal
+        shares where not given), and its NVLink port, which the node-local AlltoAlls
+        (:data:`NODE_LOCAL_COLLECTIVES`, ``spec.local_flows``: one flow per local peer) and a
+        hierarchical AllReduce's intra-node reduce-scatter and all-gather use
+        (``spec.ar_intra_flows``); the AllReduce runs its three phases one after the other
+        (:meth:`_allreduce_phases`), with the shares of its time and bytes that the network's
+        phases give (:func:`allreduce_terms`; without them it is one NIC-bound op). A
+        collective with no flows on the link shares nothing. The start times come from the
         schedule, which the stretches change, so the model is solved by a few fixed-point
         passes (:data:`SHARING_PASSES`). ASSUMPTION: concurrent collectives are limited by the
-        same links (the NICs).
+        links they share (max-min fair per flow, as ``sim.network`` shares them); an AlltoAll
+        that crosses nodes is NIC-bound (its NVLink bytes, a few percent at most, are not
+        shared).
 
         ``hbm``: HBM demands (``sim.interference``'s): per-rank ops' (``(T, N)``, ``(N,)`` or a
         scalar: memory time over time) and collectives' (per rank ``(T, N)`` or ``(T,)``: HBM

@@ -285,3 +285,70 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
         np.testing.assert_allclose(np.broadcast_to(xr[i], (T, N)), ref, rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(xc, ref_c, rtol=1e-12, atol=1e-18)
     assert ref_c.any() and any(np.any(v) for v in xr.values())
+
+
+def _local_alltoall(n: int, g: int, nbytes: int) -> np.ndarray:
+    """Sizes of a node-local AlltoAll (the table-row-wise all-gather's pattern): every GPU sends
+    ``nbytes`` to each other GPU of its node."""
+    m = np.zeros((n, n), dtype=np.int64)
+    for node in range(n // g):
+        m[node * g:(node + 1) * g, node * g:(node + 1) * g] = nbytes
+    np.fill_diagonal(m, 0)
+    return m
+
+
+def test_allreduce_terms_are_the_networks_own_phases():
+    """A hierarchical AllReduce spends its intra-node share of the bytes in the node's rings
+    (reduce-scatter and all-gather: 2 (k - 1) / k of the buffer per GPU, against 2 (M - 1) / M
+    of a 1/k slice in the inter-node rings), and its intra-node share of the time as the
+    network's closed forms price those phases; a node-local AlltoAll keeps one flow per local
+    peer. A ring AllReduce, or a single node, has no intra-node phases of its own."""
+    from neonic.host.iteration import allreduce_terms
+    from neonic.sim.network import Topology, estimate_allreduce_time_s
+
+    topo = Topology.from_preset("zionex", nodes=2)
+    k, M = topo.gpus_per_node, topo.nodes
+    terms = allreduce_terms(topo, "hierarchical")
+    intra, inter = 2 * (k - 1) / k, 2 * (M - 1) / M / k
+    assert terms["ar_intra_bytes"] == pytest.approx(intra / (intra + inter), rel=1e-6)
+    assert terms["local_flows"] == k - 1 and terms["ar_intra_flows"] == 1
+    # the inter-node rings alone: an AllReduce of a 1/k slice over one GPU per node
+    total = estimate_allreduce_time_s(topo, 1 << 30, algorithm="hierarchical")
+    rings = estimate_allreduce_time_s(topo, (1 << 30) // k, list(range(0, topo.num_gpus, k)), algorithm="ring")
+    assert terms["ar_intra_time"] == pytest.approx(1 - rings / total, rel=1e-3)
+    assert set(allreduce_terms(topo, "ring")) == {"local_flows"}
+    assert set(allreduce_terms(Topology.from_preset("zionex", nodes=1), "hierarchical")) == {"local_flows"}
+
+
+@pytest.mark.parametrize("ar_mib,local_mib", [(54, 40), (54, 10), (200, 20)])
+def test_an_allreduce_beside_a_node_local_alltoall_shares_the_nvlink_as_the_network_does(ar_mib, local_mib):
+    """A gradient bucket's hierarchical AllReduce that starts with the table-row-wise all-gather
+    (a node-local AlltoAll) shares the GPUs' NVLink ports with it in its intra-node phases, one
+    ring flow against seven peers' flows, and runs at full rate on the NIC in its inter-node
+    phase: the template ends both when the flow-level network does (within 2%), where pricing
+    the AllReduce as one NIC-bound op misses 20-40%."""
+    from neonic.host.iteration import allreduce_terms
+    from neonic.host.schedule import GradientBuckets
+    from neonic.sim.network import Network, Topology, collectives, estimate_allreduce_time_s, estimate_alltoallv_time_s
+
+    topo = Topology.from_preset("zionex", nodes=2)
+    n, g = topo.num_gpus, topo.gpus_per_node
+    sizes = _local_alltoall(n, g, local_mib << 20)
+    eng = Engine()
+    net = Network(eng, topo)
+    ends = []
+    collectives.allreduce(net, list(range(n)), ar_mib << 20, algorithm="hierarchical", on_done=lambda h: ends.append(eng.now))
+    collectives.alltoallv(net, list(range(n)), sizes, algorithm="direct", on_done=lambda h: ends.append(eng.now))
+    eng.run()
+    simulated = max(ends) * 1e-12
+    # one bucket, closed by the first backward piece: its AllReduce and the all-gather start
+    # together when every other op lasts 0
+    bucket = GradientBuckets((("top_bwd", 0, 0),), (0,), (frozenset({"top", "interaction", "bottom"}),), (0,),
+                             "after_last", None)
+    coll = {"grad_ag": estimate_alltoallv_time_s(topo, sizes),
+            "allreduce#0": estimate_allreduce_time_s(topo, ar_mib << 20, algorithm="hierarchical")}
+    rank = {p: np.zeros(n) for p in IterationSpec().phases() if p not in COLLECTIVE_PHASES}
+    seen = ScheduleTemplate(IterationSpec(warmup=1, iterations=1, **allreduce_terms(topo)), bucket)
+    blind = ScheduleTemplate(IterationSpec(warmup=1, iterations=1), bucket)
+    assert seen.iteration_s(rank, coll)[0] == pytest.approx(simulated, rel=0.02)
+    assert blind.iteration_s(rank, coll)[0] < 0.85 * simulated
