@@ -473,6 +473,9 @@ _NIC, _NVLINK = 0, 1
 #: Collectives that stay inside a node (``host.schedule``: the table-row-wise reduce-scatter
 #: and all-gather): they move their bytes over the NVLink only.
 NODE_LOCAL_COLLECTIVES = frozenset({"pooled_rs", "grad_ag"})
+#: Streams whose ops are GPU kernels that can run beside each other (``host.schedule``: the
+#: compute stream and the dense optimizer's).
+_KERNEL_STREAMS = frozenset({"compute", "opt"})
 
 
 def _topological(ops: list) -> list:
@@ -521,11 +524,10 @@ class ScheduleTemplate:
     shares the link it uses (:meth:`_allreduce_phases`); the simulator runs the same phases
     inside one op.
 
-    Left out (measured by ``neonic bench planner``, predicted vs simulated): contention for a
-    GPU's SMs between kernels and collectives, and between concurrent kernels
-    (``sim.interference``), flow-level contention inside a collective, and queueing; HBM
-    sharing between a kernel and a collective, and concurrent collectives sharing the NIC and
-    the NVLink, only as :meth:`iteration_s` describes.
+    Left out (measured by ``neonic bench planner``, predicted vs simulated): flow-level
+    contention inside a collective, and queueing; SMs and HBM shared between kernels and
+    collectives, between two concurrent kernels, and concurrent collectives sharing the NIC
+    and the NVLink, only as :meth:`iteration_s` describes.
     """
 
     def __init__(self, spec: IterationSpec, buckets: "GradientBuckets | None" = None) -> None:
@@ -573,6 +575,7 @@ class ScheduleTemplate:
         self._coll_bytes = np.array([b for _, _, b, _ in parts])
         self._coll_res = np.array([r for _, _, _, r in parts], dtype=np.int64)
         its_of = [op[1] for op in self.ops]
+        self._kernel_pairs = self._concurrent_kernels()
         # each collective and the collectives of later streams (input < grad < comm) of
         # neighbouring iterations it can run beside, in graph (= each stream's) order: a batch's
         # input AlltoAll runs one iteration ahead at most; the gradient buckets beside the
@@ -599,6 +602,65 @@ class ScheduleTemplate:
 
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
     SHARING_PASSES = 8
+
+    def _concurrent_kernels(self) -> list[tuple[int, int]]:
+        """The pairs of GPU kernels (ops on the ``compute`` and ``opt`` streams, neighbouring
+        iterations) that can run at once on a rank: neither depends on the other, directly or
+        through other ops (e.g. the dense optimizer's step beside the embedding backward)."""
+        kernels = [i for i, (_, _, coll, _) in enumerate(self.ops) if not coll and self.streams[i] in _KERNEL_STREAMS]
+        if len({self.streams[i] for i in kernels}) < 2:
+            return []
+        before: list[int] = []          # per op: a bit set of the ops it (transitively) follows
+        for _, _, _, deps in self.ops:
+            b = 0
+            for d in deps:
+                b |= before[d] | (1 << d)
+            before.append(b)
+        return [(i, j) for n, i in enumerate(kernels) for j in kernels[n + 1:]
+                if self.streams[i] != self.streams[j] and abs(self.ops[i][1] - self.ops[j][1]) <= 1
+                and not (before[j] >> i) & 1 and not (before[i] >> j) & 1]
+
+    def _kernel_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], kern: dict[int, np.ndarray],
+                      pairs: list[tuple[int, int]], own: dict[tuple[int, int], tuple[Any, Any]]
+                      ) -> tuple[dict[int, Any], dict[tuple[int, int], tuple[Any, Any]]]:
+        """How much later two kernels that overlap on a rank end (``spans``: each one's start
+        and end, ``(T, N)``; ``kern``: its HBM demand; ``own``: what each pair added to its
+        kernels' ends last pass, taken out here), by ``sim.interference``'s block scheduling:
+        every kernel is launched as a grid over every SM in ``default_waves`` waves, so the one
+        launched second gets SMs only once the first one's last wave (its last ``1 / waves``)
+        has started (left-over policy, equal priority) and waits until then; from there both
+        share HBM at the two-client common rate (``kernel_comm_hbm_rate``) until one of them
+        is done, and each ends later by that time times what it loses. Returns each kernel's
+        delay and each pair's share of it. APPROXIMATION: the hand-over of the SMs as the first
+        kernel's CTAs retire is taken as instant, and each pair apart from the kernels' other
+        partners (collectives: :meth:`_hbm_extra`)."""
+        from neonic.sim.interference import CommEngineSpec, kernel_comm_hbm_rate
+
+        waves = CommEngineSpec().default_waves
+        out: dict[int, Any] = {}
+        per_pair: dict[tuple[int, int], tuple[Any, Any]] = {}
+        for i, j in pairs:
+            xi, xj = own.get((i, j), (0.0, 0.0))
+            si, ei = spans[i]
+            sj, ej = spans[j]
+            ei, ej = ei - xi, ej - xj                          # their ends without each other
+            first = si <= sj
+            sa, ea = np.where(first, si, sj), np.where(first, ei, ej)
+            sb, eb = np.where(first, sj, si), np.where(first, ej, ei)
+            meet = sb < ea
+            if not np.any(meet):
+                continue
+            last = ea - (ea - sa) / waves                      # the first one's last wave starts
+            go = np.maximum(sb, last)
+            wait = np.where(meet, np.maximum(np.minimum(last, ea) - sb, 0.0), 0.0)
+            di, dj = kern.get(i, 0.0), kern.get(j, 0.0)
+            rate = kernel_comm_hbm_rate(np.where(first, di, dj), np.where(first, dj, di), self.spec.interference)
+            work = np.minimum(np.maximum(ea - go, 0.0), np.maximum(eb - sb, 0.0))   # done side by side
+            lost = np.where(meet, work / rate - work, 0.0)
+            per_pair[i, j] = (np.where(first, lost, wait + lost), np.where(first, wait + lost, lost))
+            out[i] = out.get(i, 0.0) + per_pair[i, j][0]
+            out[j] = out.get(j, 0.0) + per_pair[i, j][1]
+        return out, per_pair
 
     @staticmethod
     def _allreduce_phases(spec: IterationSpec) -> tuple[tuple[str, float, float, int], ...] | None:
@@ -778,7 +840,10 @@ class ScheduleTemplate:
         ``hbm``: HBM demands (``sim.interference``'s): per-rank ops' (``(T, N)``, ``(N,)`` or a
         scalar: memory time over time) and collectives' (per rank ``(T, N)`` or ``(T,)``: HBM
         bytes per second over the GPU's achievable bandwidth). Kernels and collectives that
-        overlap then share HBM (:meth:`_hbm_extra`), solved in the same fixed-point passes.
+        overlap then share HBM (:meth:`_hbm_extra`), solved in the same fixed-point passes; so
+        do two kernels that overlap on a rank (the compute stream's and the dense optimizer's:
+        the second waits for the first one's last wave, then both share HBM,
+        :meth:`_kernel_extra`).
         ``sm``: per-rank ops' SM demands (compute time over time): while a collective runs, a
         kernel has the SMs its channels leave (``spec.comm_sm_share``)."""
         shape = None
@@ -833,7 +898,11 @@ class ScheduleTemplate:
                 if not collective and d is not None and phase in rank_d and np.any(d):
                     ksm[i] = np.asarray(d, float)
         pairs = self._hbm_pairs(kern, ksm, cdem) if (kern and cdem) or ksm else {}
-        contend = bool(pairs)
+        kpairs = [(i, j) for i, j in self._kernel_pairs if self.ops[i][0] in rank_d and self.ops[j][0] in rank_d] \
+            if hbm else []
+        kops = {i for pair in kpairs for i in pair}
+        kx: dict[tuple[int, int], tuple[Any, Any]] = {}   # each kernel pair's delays (last pass)
+        contend = bool(pairs) or bool(kpairs)
         extra = np.zeros((C, T))
         xc = np.zeros((C, T))
         xr: dict[int, Any] = {}
@@ -864,7 +933,7 @@ class ScheduleTemplate:
                 else:
                     d = rank_d.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
-                    if i in pairs:
+                    if i in pairs or i in kops:
                         spans[i] = (start, end)
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
@@ -872,7 +941,12 @@ class ScheduleTemplate:
             if passes == 1:
                 break
             new = self._shared_extra(S, base, weight) if sharing else extra
-            new_xr, new_xc = self._hbm_extra(spans, S, E, pairs) if contend else (xr, xc)
+            new_xr, new_xc = self._hbm_extra(spans, S, E, pairs) if pairs else ({}, xc)
+            if kpairs:
+                new_xr = dict(new_xr)
+                kext, new_kx = self._kernel_extra(spans, kern, kpairs, kx)
+                for i, v in kext.items():
+                    new_xr[i] = new_xr.get(i, 0.0) + v
             moved = max(np.abs(new - extra).max(initial=0.0), np.abs(new_xc - xc).max(initial=0.0),
                         max((float(np.abs(v - xr.get(i, 0.0)).max(initial=0.0)) for i, v in new_xr.items()),
                             default=0.0))
@@ -882,9 +956,13 @@ class ScheduleTemplate:
             # after the first two (the iteration otherwise oscillates)
             if p < 1:
                 extra, xc, xr = new, new_xc, new_xr
+                if kpairs:
+                    kx = new_kx
             else:
                 extra, xc = (extra + new) / 2, (xc + new_xc) / 2
                 xr = {i: (xr.get(i, 0.0) + v) / 2 for i, v in new_xr.items()}
+                if kpairs:
+                    kx = {k: tuple((u + v) / 2 for u, v in zip(kx.get(k, (0.0, 0.0)), x)) for k, x in new_kx.items()}
         w = self.spec.warmup
         lo = it_end[w - 1] if w > 0 else 0.0
         return (it_end[-1] - lo) / self.spec.iterations
