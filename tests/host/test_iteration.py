@@ -252,8 +252,10 @@ def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners
 def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their_losses():
     """ScheduleTemplate._hbm_extra: a kernel ends later by the sum, over the collectives it
     overlaps on its rank, of the overlap times what it loses of its rate; a collective by the
-    largest such product over the kernels and ranks it meets (a barrier: its slowest rank),
-    written here in plain Python over every (kernel, collective, candidate, rank)."""
+    largest loss over the kernels and ranks it meets (a barrier: its slowest rank), each loss
+    its own work from where they meet (its span less what it lost last pass, ``own``) at its
+    rate beside the kernel, until the kernel ends; written here in plain Python over every
+    (kernel, collective, candidate, rank)."""
     spec = IterationSpec(warmup=1, iterations=2)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(4)
@@ -269,7 +271,8 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
         k_loss = [rng.uniform(0, 0.5, shape) for shape in [(T, N), (T, 1), (1,), (N,), (T, N)]]
         c_loss = [rng.uniform(0, 0.5, (T, N)) * (j % 2) for j in range(5)]
         pairs[i] = (slots, k_loss, c_loss, np.array([c.max() > 0 for c in c_loss]))
-    xr, xc = t._hbm_extra(spans, S, E, pairs)
+    own = rng.uniform(0, 0.5, (C, T)) * (E - S)
+    xr, xc = t._hbm_extra(spans, S, E, pairs, own)
     ref_c = np.zeros((C, T))
     for i, (slots, k_loss, c_loss, _) in pairs.items():
         s0, e0 = spans[i]
@@ -281,7 +284,10 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
                 for r in range(N):
                     ov = max(min(e0[j, r], E[c, j]) - max(s0[j, r], S[c, j]), 0.0)
                     ref[j, r] += ov * k[j, r]
-                    ref_c[c, j] = max(ref_c[c, j], ov * cl[j, r])
+                    at = max(s0[j, r], S[c, j])
+                    work = max(E[c, j] - own[c, j] - at, 0.0)     # the collective's own, from there
+                    lost = min(work / (1 - cl[j, r]), max(e0[j, r] - at, 0.0)) * cl[j, r]
+                    ref_c[c, j] = max(ref_c[c, j], lost)
         np.testing.assert_allclose(np.broadcast_to(xr[i], (T, N)), ref, rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(xc, ref_c, rtol=1e-12, atol=1e-18)
     assert ref_c.any() and any(np.any(v) for v in xr.values())
