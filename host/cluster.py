@@ -125,9 +125,10 @@ class ClusterRun:
                                      min_bags=sc.system.nic.trace_samples if sc.system.embeddings == "nic" else 0)
         from dataclasses import replace
 
-        from neonic.host.iteration import comm_sm_share
+        from neonic.host.iteration import allreduce_terms, comm_sm_share
 
-        spec = replace(IterationSpec.from_scenario(sc), comm_sm_share=comm_sm_share(sc.system, topo))
+        spec = replace(IterationSpec.from_scenario(sc), comm_sm_share=comm_sm_share(sc.system, topo),
+                       **allreduce_terms(topo, sc.allreduce))
         return PlannerSystem(gpu=sc.system.gpu_spec, comm=comm, memory=memory, comm_dtype=sc.precision("forward"),
                              iteration=spec, lookups=self.lookups)
 

@@ -361,7 +361,14 @@ class IterationSpec:
     share of a GPU's SMs a running collective's channels hold ahead of compute kernels
     (``comm_sm_share``: 0 where collectives run on the copy engines or at normal priority; the
     cluster sets it from its topology, :func:`comm_sm_share`). A scenario gives one (:meth:`from_scenario`); the defaults are the scenario
-    schema's."""
+    schema's.
+
+    What the topology says about the NVLink (the cluster sets these, :func:`allreduce_terms`;
+    the defaults keep a hierarchical AllReduce one NIC-bound op and give the node-local
+    collectives no share of any link): ``ar_intra_time`` and ``ar_intra_bytes``, the shares of
+    a hierarchical AllReduce's time and bytes in its intra-node phases; ``ar_intra_flows``, the
+    flows those rings keep open on a GPU's NVLink port; ``local_flows``, the flows a node-local
+    AlltoAll (``pooled_rs``, ``grad_ag``) keeps open there (one per local peer)."""
 
     mode: str = "training"
     pipelined: bool = True
@@ -380,6 +387,10 @@ class IterationSpec:
     next_batch: str = "after_step"
     interference: float = 0.10
     comm_sm_share: float = 0.0
+    ar_intra_time: float = 0.0
+    ar_intra_bytes: float = 0.0
+    ar_intra_flows: float = 1.0
+    local_flows: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("comm_backward", "comm_allreduce"):
@@ -457,6 +468,14 @@ def keyed_buckets(buckets: "GradientBuckets") -> tuple["GradientBuckets", dict[s
 #: Order of the streams whose collectives can overlap (a batch's input AlltoAll one iteration
 #: ahead, the gradient buckets' AllReduces, the comm stream's AlltoAlls).
 _SHARED_STREAMS = ("input", "grad", "comm")
+#: The links concurrent collectives share in the template: a GPU's NIC, or its NVLink port.
+_NIC, _NVLINK = 0, 1
+#: Collectives that stay inside a node (``host.schedule``: the table-row-wise reduce-scatter
+#: and all-gather): they move their bytes over the NVLink only.
+NODE_LOCAL_COLLECTIVES = frozenset({"pooled_rs", "grad_ag"})
+#: Streams whose ops are GPU kernels that can run beside each other (``host.schedule``: the
+#: compute stream and the dense optimizer's).
+_KERNEL_STREAMS = frozenset({"compute", "opt"})
 
 
 def _topological(ops: list) -> list:
@@ -500,11 +519,15 @@ class ScheduleTemplate:
     minus the end of the warm-up, over the measured iterations) on that schedule, for a batch of
     ``T`` candidate plans at once: per-rank ops give ``(T, N)`` seconds, collectives ``(T,)``.
 
-    Left out (measured by ``neonic bench planner``, predicted vs simulated): contention for a
-    GPU's SMs between kernels and collectives, and between concurrent kernels
-    (``sim.interference``), flow-level contention inside a collective, and queueing; HBM
-    sharing between a kernel and a collective, and concurrent collectives sharing the network,
-    only as :meth:`iteration_s` describes.
+    A hierarchical AllReduce is folded into its three phases (intra-node reduce-scatter,
+    inter-node rings, intra-node all-gather) as three collectives in sequence, so that each
+    shares the link it uses (:meth:`_allreduce_phases`); the simulator runs the same phases
+    inside one op.
+
+    Left out (measured by ``neonic bench planner``, predicted vs simulated): flow-level
+    contention inside a collective, and queueing; SMs and HBM shared between kernels and
+    collectives, between two concurrent kernels, and concurrent collectives sharing the NIC
+    and the NVLink, only as :meth:`iteration_s` describes.
     """
 
     def __init__(self, spec: IterationSpec, buckets: "GradientBuckets | None" = None) -> None:
@@ -516,16 +539,43 @@ class ScheduleTemplate:
             keyed, self.bucket_payloads = keyed_buckets(buckets)
         graph = build_iteration_graph(spec, 1, lambda phase, it, rank: phase, emb_stream, keyed, phases=spec.phases())
         its = spec.warmup + spec.iterations
-        ops = _topological(graph.ops)
-        index = {op.id: i for i, op in enumerate(ops)}
-        self.ops: list[tuple[str, int, bool, tuple[int, ...]]] = [
-            (op.payload, op.iteration, op.collective, tuple(index[d.id] for d in op.deps)) for op in ops]
+        # each op of the graph; a hierarchical AllReduce as its three phases in sequence (its
+        # intra-node reduce-scatter on the NVLink, the inter-node rings on the NIC, the intra-node
+        # all-gather on the NVLink: sim.network.collectives runs them one after the other), each
+        # phase a collective of its own with its share of the AllReduce's time and HBM bytes
+        phases_of = self._allreduce_phases(spec)
+        self.ops: list[tuple[str, int, bool, tuple[int, ...]]] = []
+        self.streams: list[str] = []
+        last: dict[int, int] = {}        # graph op id -> index of its (last) op here
+        parts: list[tuple[str, float, float, int]] = []   # per collective: (tag, time, bytes, resource)
+        for op in _topological(graph.ops):
+            deps = tuple(last[d.id] for d in op.deps)
+            if not op.collective:
+                self.ops.append((op.payload, op.iteration, False, deps))
+                self.streams.append(op.stream)
+                last[op.id] = len(self.ops) - 1
+                continue
+            split = phases_of if str(op.payload).startswith("allreduce") and phases_of else None
+            if split is None:
+                res = _NVLINK if op.phase in NODE_LOCAL_COLLECTIVES else _NIC
+                split = ((str(op.payload), 1.0, 1.0, res),)
+            for j, (tag, f_time, f_bytes, res) in enumerate(split):
+                self.ops.append((op.payload, op.iteration, True, deps if j == 0 else (len(self.ops) - 1,)))
+                self.streams.append(op.stream)
+                parts.append((f"{op.payload}:{tag}" if len(split) > 1 else tag, f_time, f_bytes, res))
+            last[op.id] = len(self.ops) - 1
         self.keys = tuple(dict.fromkeys(op[0] for op in self.ops))
-        self.streams = [op.stream for op in ops]
-        colls = [i for i, op in enumerate(ops) if op.collective]
+        colls = [i for i, op in enumerate(self.ops) if op[2]]
         self._coll_slot = {i: n for n, i in enumerate(colls)}
-        self._coll_it = [ops[i].iteration for i in colls]
-        its_of = [op.iteration for op in ops]
+        self._coll_it = [self.ops[i][1] for i in colls]
+        #: per collective slot: a name (its key, ``:rs``/``:ar``/``:ag`` for an AllReduce's
+        #: phases), its share of its op's time and HBM bytes, the link it shares (NIC or NVLink)
+        self._coll_tag = [t for t, _, _, _ in parts]
+        self._coll_time = np.array([f for _, f, _, _ in parts])
+        self._coll_bytes = np.array([b for _, _, b, _ in parts])
+        self._coll_res = np.array([r for _, _, _, r in parts], dtype=np.int64)
+        its_of = [op[1] for op in self.ops]
+        self._kernel_pairs = self._concurrent_kernels()
         # each collective and the collectives of later streams (input < grad < comm) of
         # neighbouring iterations it can run beside, in graph (= each stream's) order: a batch's
         # input AlltoAll runs one iteration ahead at most; the gradient buckets beside the
@@ -552,6 +602,76 @@ class ScheduleTemplate:
 
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
     SHARING_PASSES = 8
+
+    def _concurrent_kernels(self) -> list[tuple[int, int]]:
+        """The pairs of GPU kernels (ops on the ``compute`` and ``opt`` streams, neighbouring
+        iterations) that can run at once on a rank: neither depends on the other, directly or
+        through other ops (e.g. the dense optimizer's step beside the embedding backward)."""
+        kernels = [i for i, (_, _, coll, _) in enumerate(self.ops) if not coll and self.streams[i] in _KERNEL_STREAMS]
+        if len({self.streams[i] for i in kernels}) < 2:
+            return []
+        before: list[int] = []          # per op: a bit set of the ops it (transitively) follows
+        for _, _, _, deps in self.ops:
+            b = 0
+            for d in deps:
+                b |= before[d] | (1 << d)
+            before.append(b)
+        return [(i, j) for n, i in enumerate(kernels) for j in kernels[n + 1:]
+                if self.streams[i] != self.streams[j] and abs(self.ops[i][1] - self.ops[j][1]) <= 1
+                and not (before[j] >> i) & 1 and not (before[i] >> j) & 1]
+
+    def _kernel_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], kern: dict[int, np.ndarray],
+                      pairs: list[tuple[int, int]], own: dict[tuple[int, int], tuple[Any, Any]]
+                      ) -> tuple[dict[int, Any], dict[tuple[int, int], tuple[Any, Any]]]:
+        """How much later two kernels that overlap on a rank end (``spans``: each one's start
+        and end, ``(T, N)``; ``kern``: its HBM demand; ``own``: what each pair added to its
+        kernels' ends last pass, taken out here), by ``sim.interference``'s block scheduling:
+        every kernel is launched as a grid over every SM in ``default_waves`` waves, so the one
+        launched second gets SMs only once the first one's last wave (its last ``1 / waves``)
+        has started (left-over policy, equal priority) and waits until then; from there both
+        share HBM at the two-client common rate (``kernel_comm_hbm_rate``) until one of them
+        is done, and each ends later by that time times what it loses. Returns each kernel's
+        delay and each pair's share of it. APPROXIMATION: the hand-over of the SMs as the first
+        kernel's CTAs retire is taken as instant, and each pair apart from the kernels' other
+        partners (collectives: :meth:`_hbm_extra`)."""
+        from neonic.sim.interference import CommEngineSpec, kernel_comm_hbm_rate
+
+        waves = CommEngineSpec().default_waves
+        out: dict[int, Any] = {}
+        per_pair: dict[tuple[int, int], tuple[Any, Any]] = {}
+        for i, j in pairs:
+            xi, xj = own.get((i, j), (0.0, 0.0))
+            si, ei = spans[i]
+            sj, ej = spans[j]
+            ei, ej = ei - xi, ej - xj                          # their ends without each other
+            first = si <= sj
+            sa, ea = np.where(first, si, sj), np.where(first, ei, ej)
+            sb, eb = np.where(first, sj, si), np.where(first, ej, ei)
+            meet = sb < ea
+            if not np.any(meet):
+                continue
+            last = ea - (ea - sa) / waves                      # the first one's last wave starts
+            go = np.maximum(sb, last)
+            wait = np.where(meet, np.maximum(np.minimum(last, ea) - sb, 0.0), 0.0)
+            di, dj = kern.get(i, 0.0), kern.get(j, 0.0)
+            rate = kernel_comm_hbm_rate(np.where(first, di, dj), np.where(first, dj, di), self.spec.interference)
+            work = np.minimum(np.maximum(ea - go, 0.0), np.maximum(eb - sb, 0.0))   # done side by side
+            lost = np.where(meet, work / rate - work, 0.0)
+            per_pair[i, j] = (np.where(first, lost, wait + lost), np.where(first, wait + lost, lost))
+            out[i] = out.get(i, 0.0) + per_pair[i, j][0]
+            out[j] = out.get(j, 0.0) + per_pair[i, j][1]
+        return out, per_pair
+
+    @staticmethod
+    def _allreduce_phases(spec: IterationSpec) -> tuple[tuple[str, float, float, int], ...] | None:
+        """A hierarchical AllReduce's phases as the template runs them, or None to keep it one
+        NIC-bound op: (name, share of the AllReduce's time, share of its HBM bytes, link), from
+        the spec's :func:`allreduce_terms` (the reduce-scatter and the all-gather each half of
+        the intra-node share: the same ring over the same bytes)."""
+        t, b = spec.ar_intra_time, spec.ar_intra_bytes
+        if spec.allreduce != "hierarchical" or not 0 < t < 1:
+            return None
+        return (("rs", t / 2, b / 2, _NVLINK), ("ar", 1 - t, 1 - b, _NIC), ("ag", t / 2, b / 2, _NVLINK))
 
     def _shared_extra(self, S: np.ndarray, base: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """How much later each collective ends when an input AlltoAll shares the network with
@@ -580,10 +700,13 @@ class ScheduleTemplate:
         left = base[a].copy()               # its work left
         weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
         wa = weight[a]                      # (A, T)
+        res = self._coll_res
+        ra = res[a][:, None]
         for j in range(part.shape[1]):      # every collective's j-th partner at once
             b = pb[:, j, :]                                     # (A, T)
             wb = weight[b, ci]
-            ok = pv[:, j, :] & (wa > 0) & (wb > 0)              # a NIC-less one shares nothing
+            # partners on the same link only; one without flows on it shares nothing
+            ok = pv[:, j, :] & (res[b] == ra) & (wa > 0) & (wb > 0)
             sb = S[b, ci]
             eb = sb + base[b, ci]
             alone = np.maximum(sb - t, 0.0)
@@ -617,7 +740,7 @@ class ScheduleTemplate:
         from neonic.sim.interference import kernel_comm_hbm_rate, kernel_sm_rate
 
         key = [op[0] for op in self.ops]
-        cslot_key = {self._coll_slot[i]: key[i] for i, op in enumerate(self.ops) if op[2]}
+        cslot_key = self._coll_tag
         share = self.spec.comm_sm_share
         colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
         lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
@@ -647,15 +770,21 @@ class ScheduleTemplate:
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
-                   pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]]) -> tuple[dict[int, np.ndarray], np.ndarray]:
+                   pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]],
+                   own: np.ndarray | None = None) -> tuple[dict[int, np.ndarray], np.ndarray]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
         ``(C, T)``) on a rank, both run at the common rate their demands leave them
         (:meth:`_hbm_pairs`), so each ends later by the overlap times (1 - rate); a collective,
-        a barrier, by its slowest rank's. APPROXIMATION: a kernel's collectives are taken one at
+        a barrier, by its slowest rank's: its work from where they meet (its span less ``own``,
+        what it lost last pass) at that rate, until the kernel ends. APPROXIMATION: a kernel's collectives are taken one at
         a time (pairwise), and a collective's demand is its bytes over its isolated time (an
-        average over its phases). Only the (collective, candidate) pairs whose spans meet on some
-        rank are priced (the others add an overlap of 0): the same sums, in the same order."""
+        average over its phases; a hierarchical AllReduce's phases each have their own,
+        :meth:`_allreduce_phases`). Only the (collective, candidate) pairs whose spans meet on some
+        rank are priced (the others add an overlap of 0): the same sums, in the same order.
+        Left out: a high-priority collective launched while a kernel holds every SM gets its
+        channels only as the kernel's CTAs retire (``sim.interference``; measured on model-a,
+        a gradient bucket launched during the embedding backward: 0.06 ms of its 1.39)."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
         T = S.shape[1]
@@ -677,10 +806,18 @@ class ScheduleTemplate:
                 np.maximum(ov, 0.0, out=ov)
                 k = k_loss[h]
                 extra[t] += ov * (k[t] if k.ndim == 2 and k.shape[0] == T > 1 else k)
-                if c_any[h]:
-                    cl = c_loss[h]
-                    lost = (ov * (cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 else cl)).max(axis=-1)
-                    xc[c, t] = np.maximum(xc[c, t], lost)
+                cl = c_loss[h] if c_any[h] else None
+                lost = 0.0
+                if cl is not None:
+                    cl = cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 else cl
+                    # the collective's own work from where they meet, at its rate beside the
+                    # kernel, until the kernel ends: its end without this loss (``own``: what
+                    # it lost last pass) makes the loss exact in one pass
+                    at = np.maximum(s0[t], S[c, t][:, None])
+                    work = np.maximum(E[c, t][:, None] - (0.0 if own is None else own[c, t][:, None]) - at, 0.0)
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        lost = np.minimum(work / np.maximum(1.0 - cl, 1e-12), np.maximum(e0[t] - at, 0.0)) * cl
+                    xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
             xr[i] = extra
         return xr, xc
 
@@ -693,21 +830,33 @@ class ScheduleTemplate:
 
         ``share_network``: collectives on different streams that overlap in time (Neo's
         pipeline: the next batch's input AlltoAll beside this batch's pooled and gradient
-        AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll)
-        share the network: while two overlap, each progresses at its share of the rate, in
-        proportion to ``flows[key]`` (the flows it keeps open through a NIC, a scalar or one per
-        candidate ``(T,)``; equal shares where
-        not given or where no collective crosses a NIC; one with none, a node-local collective
-        beside NIC-bound ones, shares nothing), and each ends later by what it lost (pairwise, summed over a collective's
-        partners, :meth:`_shared_extra`). The start times come from the
+        AlltoAlls and AllReduce; the gradient buckets' AllReduces beside the gradient AlltoAll
+        and the table-row-wise all-gather) share the link they both use: while two overlap,
+        each progresses at its share of the rate, in proportion to the flows it keeps open on
+        that link, and each ends later by what it lost (pairwise, summed over a collective's
+        partners, :meth:`_shared_extra`). The links: a GPU's NIC, which the AlltoAlls that
+        cross nodes and a hierarchical AllReduce's inter-node rings use (their weights:
+        ``flows[key]``, the flows through a NIC, a scalar or one per candidate ``(T,)``; equal
+        shares where not given), and its NVLink port, which the node-local AlltoAlls
+        (:data:`NODE_LOCAL_COLLECTIVES`, ``spec.local_flows``: one flow per local peer) and a
+        hierarchical AllReduce's intra-node reduce-scatter and all-gather use
+        (``spec.ar_intra_flows``); the AllReduce runs its three phases one after the other
+        (:meth:`_allreduce_phases`), with the shares of its time and bytes that the network's
+        phases give (:func:`allreduce_terms`; without them it is one NIC-bound op). A
+        collective with no flows on the link shares nothing. The start times come from the
         schedule, which the stretches change, so the model is solved by a few fixed-point
         passes (:data:`SHARING_PASSES`). ASSUMPTION: concurrent collectives are limited by the
-        same links (the NICs).
+        links they share (max-min fair per flow, as ``sim.network`` shares them); an AlltoAll
+        that crosses nodes is NIC-bound (its NVLink bytes, a few percent at most, are not
+        shared).
 
         ``hbm``: HBM demands (``sim.interference``'s): per-rank ops' (``(T, N)``, ``(N,)`` or a
         scalar: memory time over time) and collectives' (per rank ``(T, N)`` or ``(T,)``: HBM
         bytes per second over the GPU's achievable bandwidth). Kernels and collectives that
-        overlap then share HBM (:meth:`_hbm_extra`), solved in the same fixed-point passes.
+        overlap then share HBM (:meth:`_hbm_extra`), solved in the same fixed-point passes; so
+        do two kernels that overlap on a rank (the compute stream's and the dense optimizer's:
+        the second waits for the first one's last wave, then both share HBM,
+        :meth:`_kernel_extra`).
         ``sm``: per-rank ops' SM demands (compute time over time): while a collective runs, a
         kernel has the SMs its channels leave (``spec.comm_sm_share``)."""
         shape = None
@@ -726,13 +875,19 @@ class ScheduleTemplate:
             if collective:
                 d = coll_s.get(phase)
                 if d is not None:
-                    base[self._coll_slot[i]] = np.asarray(d, float).reshape(-1)
+                    c = self._coll_slot[i]
+                    base[c] = np.asarray(d, float).reshape(-1) * self._coll_time[c]
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
         weight = np.ones((C, T))
         if flows and any(np.any(np.asarray(v) > 0) for v in flows.values()):
             for i, (phase, _, collective, _) in enumerate(self.ops):
                 if collective:
                     weight[self._coll_slot[i]] = np.asarray(flows.get(phase, 1.0), float).reshape(-1)
+        # on the NVLink: an AllReduce's intra-node rings and the node-local AlltoAlls' peers
+        for i, (phase, _, collective, _) in enumerate(self.ops):
+            if collective and self._coll_res[self._coll_slot[i]] == _NVLINK:
+                local = str(phase) in NODE_LOCAL_COLLECTIVES
+                weight[self._coll_slot[i]] = self.spec.local_flows if local else self.spec.ar_intra_flows
         hbm = hbm or {}
         kern: dict[int, np.ndarray] = {}   # rank op -> its HBM demand
         cdem: dict[int, np.ndarray] = {}   # collective slot -> its HBM demand per rank
@@ -743,7 +898,10 @@ class ScheduleTemplate:
             d = np.asarray(d, float)
             if collective:
                 if d.any():
-                    cdem[self._coll_slot[i]] = d if d.ndim == 2 else d.reshape(-1, 1)
+                    c = self._coll_slot[i]
+                    d = d if d.ndim == 2 else d.reshape(-1, 1)
+                    # a phase's demand: its share of the bytes over its share of the time
+                    cdem[c] = d * (self._coll_bytes[c] / self._coll_time[c]) if self._coll_time[c] != 1.0 else d
             elif phase in rank_d and d.any():
                 kern[i] = d
         ksm: dict[int, np.ndarray] = {}    # rank op -> its SM demand (compute time over time)
@@ -753,7 +911,11 @@ class ScheduleTemplate:
                 if not collective and d is not None and phase in rank_d and np.any(d):
                     ksm[i] = np.asarray(d, float)
         pairs = self._hbm_pairs(kern, ksm, cdem) if (kern and cdem) or ksm else {}
-        contend = bool(pairs)
+        kpairs = [(i, j) for i, j in self._kernel_pairs if self.ops[i][0] in rank_d and self.ops[j][0] in rank_d] \
+            if hbm else []
+        kops = {i for pair in kpairs for i in pair}
+        kx: dict[tuple[int, int], tuple[Any, Any]] = {}   # each kernel pair's delays (last pass)
+        contend = bool(pairs) or bool(kpairs)
         extra = np.zeros((C, T))
         xc = np.zeros((C, T))
         xr: dict[int, Any] = {}
@@ -784,7 +946,7 @@ class ScheduleTemplate:
                 else:
                     d = rank_d.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
-                    if i in pairs:
+                    if i in pairs or i in kops:
                         spans[i] = (start, end)
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
@@ -792,7 +954,12 @@ class ScheduleTemplate:
             if passes == 1:
                 break
             new = self._shared_extra(S, base, weight) if sharing else extra
-            new_xr, new_xc = self._hbm_extra(spans, S, E, pairs) if contend else (xr, xc)
+            new_xr, new_xc = self._hbm_extra(spans, S, E, pairs, xc) if pairs else ({}, xc)
+            if kpairs:
+                new_xr = dict(new_xr)
+                kext, new_kx = self._kernel_extra(spans, kern, kpairs, kx)
+                for i, v in kext.items():
+                    new_xr[i] = new_xr.get(i, 0.0) + v
             moved = max(np.abs(new - extra).max(initial=0.0), np.abs(new_xc - xc).max(initial=0.0),
                         max((float(np.abs(v - xr.get(i, 0.0)).max(initial=0.0)) for i, v in new_xr.items()),
                             default=0.0))
@@ -802,9 +969,13 @@ class ScheduleTemplate:
             # after the first two (the iteration otherwise oscillates)
             if p < 1:
                 extra, xc, xr = new, new_xc, new_xr
+                if kpairs:
+                    kx = new_kx
             else:
                 extra, xc = (extra + new) / 2, (xc + new_xc) / 2
                 xr = {i: (xr.get(i, 0.0) + v) / 2 for i, v in new_xr.items()}
+                if kpairs:
+                    kx = {k: tuple((u + v) / 2 for u, v in zip(kx.get(k, (0.0, 0.0)), x)) for k, x in new_kx.items()}
         w = self.spec.warmup
         lo = it_end[w - 1] if w > 0 else 0.0
         return (it_end[-1] - lo) / self.spec.iterations
@@ -823,6 +994,37 @@ def comm_sm_share(system: Any, topo: Any) -> float:
 
     links = collective_links(topo, list(range(topo.num_gpus)))
     return min(1.0, comm_channels(float(links.max())) / system.gpu_spec.num_sms)
+
+
+def allreduce_terms(topo: Any, allreduce: str = "hierarchical", probe_bytes: int = 1 << 30) -> dict[str, float]:
+    """The NVLink fields of :class:`IterationSpec` for a run on ``topo`` with the AllReduce
+    algorithm ``allreduce``, from the network model's own phases and closed forms
+    (``sim.network.collectives.build_phases``, ``sim.network.estimate.phase_time_s``): the
+    shares of a hierarchical AllReduce of ``probe_bytes`` (large: the shares of the bandwidth
+    term, which every bucket of tens of MB is close to) in time and bytes spent in its phases
+    that stay inside the nodes, the flows those phases keep open from one GPU, and the flows a
+    node-local AlltoAll keeps open from one GPU (every other GPU of its node). Empty where
+    nothing is node-local (one node, one GPU per node) or the AllReduce is not hierarchical."""
+    from neonic.sim.network.collectives import build_phases
+    from neonic.sim.network.estimate import phase_time_s
+
+    g, nodes = int(topo.gpus_per_node), int(topo.nodes)
+    if g < 2:
+        return {}
+    out: dict[str, float] = {"local_flows": float(g - 1)}
+    if allreduce != "hierarchical" or nodes < 2:
+        return out
+    _, phases = build_phases(topo, "allreduce", nbytes=probe_bytes, algorithm=allreduce)
+    intra = [bool(np.all(topo.node_of(ph.src) == topo.node_of(ph.dst))) for ph in phases]
+    times = np.array([phase_time_s(topo, ph) for ph in phases])
+    moved = np.array([float(np.sum(ph.nbytes)) for ph in phases])
+    inside = np.array(intra)
+    if not inside.any() or inside.all() or times.sum() <= 0:
+        return out
+    flows = max(int(np.bincount(ph.src).max()) for ph, i in zip(phases, intra) if i)
+    out.update(ar_intra_time=float(times[inside].sum() / times.sum()),
+               ar_intra_bytes=float(moved[inside].sum() / moved.sum()), ar_intra_flows=float(flows))
+    return out
 
 
 def dense_phase_s(dense: DenseCosts, mode: str) -> dict[str, float]:

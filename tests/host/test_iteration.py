@@ -206,7 +206,7 @@ def test_dense_optimizer_step_reads_and_writes_adams_state():
 def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
     """ScheduleTemplate._shared_extra with equal weights computes, for every candidate, the
     pairwise fluid model (partners in the order they start, both at half rate while they
-    overlap), written here in plain Python."""
+    overlap; only partners on the same link, NIC or NVLink), written here in plain Python."""
     spec = IterationSpec(warmup=2, iterations=3)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(9)
@@ -218,6 +218,8 @@ def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
         for j in range(T):  # partners in the order they start
             clock, left = S[a, j], base[a, j]
             for b in sorted(partners, key=lambda b: S[b, j]):
+                if t._coll_res[b] != t._coll_res[a]:
+                    continue
                 left -= min(left, max(S[b, j] - clock, 0.0))
                 clock = max(clock, S[b, j])
                 both = max(min(left, S[b, j] + base[b, j] - clock), 0.0) if S[b, j] + base[b, j] > clock else 0.0
@@ -250,8 +252,10 @@ def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners
 def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their_losses():
     """ScheduleTemplate._hbm_extra: a kernel ends later by the sum, over the collectives it
     overlaps on its rank, of the overlap times what it loses of its rate; a collective by the
-    largest such product over the kernels and ranks it meets (a barrier: its slowest rank),
-    written here in plain Python over every (kernel, collective, candidate, rank)."""
+    largest loss over the kernels and ranks it meets (a barrier: its slowest rank), each loss
+    its own work from where they meet (its span less what it lost last pass, ``own``) at its
+    rate beside the kernel, until the kernel ends; written here in plain Python over every
+    (kernel, collective, candidate, rank)."""
     spec = IterationSpec(warmup=1, iterations=2)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(4)
@@ -267,7 +271,8 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
         k_loss = [rng.uniform(0, 0.5, shape) for shape in [(T, N), (T, 1), (1,), (N,), (T, N)]]
         c_loss = [rng.uniform(0, 0.5, (T, N)) * (j % 2) for j in range(5)]
         pairs[i] = (slots, k_loss, c_loss, np.array([c.max() > 0 for c in c_loss]))
-    xr, xc = t._hbm_extra(spans, S, E, pairs)
+    own = rng.uniform(0, 0.5, (C, T)) * (E - S)
+    xr, xc = t._hbm_extra(spans, S, E, pairs, own)
     ref_c = np.zeros((C, T))
     for i, (slots, k_loss, c_loss, _) in pairs.items():
         s0, e0 = spans[i]
@@ -279,7 +284,127 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
                 for r in range(N):
                     ov = max(min(e0[j, r], E[c, j]) - max(s0[j, r], S[c, j]), 0.0)
                     ref[j, r] += ov * k[j, r]
-                    ref_c[c, j] = max(ref_c[c, j], ov * cl[j, r])
+                    at = max(s0[j, r], S[c, j])
+                    work = max(E[c, j] - own[c, j] - at, 0.0)     # the collective's own, from there
+                    lost = min(work / (1 - cl[j, r]), max(e0[j, r] - at, 0.0)) * cl[j, r]
+                    ref_c[c, j] = max(ref_c[c, j], lost)
         np.testing.assert_allclose(np.broadcast_to(xr[i], (T, N)), ref, rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(xc, ref_c, rtol=1e-12, atol=1e-18)
     assert ref_c.any() and any(np.any(v) for v in xr.values())
+
+
+def _local_alltoall(n: int, g: int, nbytes: int) -> np.ndarray:
+    """Sizes of a node-local AlltoAll (the table-row-wise all-gather's pattern): every GPU sends
+    ``nbytes`` to each other GPU of its node."""
+    m = np.zeros((n, n), dtype=np.int64)
+    for node in range(n // g):
+        m[node * g:(node + 1) * g, node * g:(node + 1) * g] = nbytes
+    np.fill_diagonal(m, 0)
+    return m
+
+
+def test_allreduce_terms_are_the_networks_own_phases():
+    """A hierarchical AllReduce spends its intra-node share of the bytes in the node's rings
+    (reduce-scatter and all-gather: 2 (k - 1) / k of the buffer per GPU, against 2 (M - 1) / M
+    of a 1/k slice in the inter-node rings), and its intra-node share of the time as the
+    network's closed forms price those phases; a node-local AlltoAll keeps one flow per local
+    peer. A ring AllReduce, or a single node, has no intra-node phases of its own."""
+    from neonic.host.iteration import allreduce_terms
+    from neonic.sim.network import Topology, estimate_allreduce_time_s
+
+    topo = Topology.from_preset("zionex", nodes=2)
+    k, M = topo.gpus_per_node, topo.nodes
+    terms = allreduce_terms(topo, "hierarchical")
+    intra, inter = 2 * (k - 1) / k, 2 * (M - 1) / M / k
+    assert terms["ar_intra_bytes"] == pytest.approx(intra / (intra + inter), rel=1e-6)
+    assert terms["local_flows"] == k - 1 and terms["ar_intra_flows"] == 1
+    # the inter-node rings alone: an AllReduce of a 1/k slice over one GPU per node
+    total = estimate_allreduce_time_s(topo, 1 << 30, algorithm="hierarchical")
+    rings = estimate_allreduce_time_s(topo, (1 << 30) // k, list(range(0, topo.num_gpus, k)), algorithm="ring")
+    assert terms["ar_intra_time"] == pytest.approx(1 - rings / total, rel=1e-3)
+    assert set(allreduce_terms(topo, "ring")) == {"local_flows"}
+    assert set(allreduce_terms(Topology.from_preset("zionex", nodes=1), "hierarchical")) == {"local_flows"}
+
+
+@pytest.mark.parametrize("ar_mib,local_mib", [(54, 40), (54, 10), (200, 20)])
+def test_an_allreduce_beside_a_node_local_alltoall_shares_the_nvlink_as_the_network_does(ar_mib, local_mib):
+    """A gradient bucket's hierarchical AllReduce that starts with the table-row-wise all-gather
+    (a node-local AlltoAll) shares the GPUs' NVLink ports with it in its intra-node phases, one
+    ring flow against seven peers' flows, and runs at full rate on the NIC in its inter-node
+    phase: the template ends both when the flow-level network does (within 2%), where pricing
+    the AllReduce as one NIC-bound op misses 20-40%."""
+    from neonic.host.iteration import allreduce_terms
+    from neonic.host.schedule import GradientBuckets
+    from neonic.sim.network import Network, Topology, collectives, estimate_allreduce_time_s, estimate_alltoallv_time_s
+
+    topo = Topology.from_preset("zionex", nodes=2)
+    n, g = topo.num_gpus, topo.gpus_per_node
+    sizes = _local_alltoall(n, g, local_mib << 20)
+    eng = Engine()
+    net = Network(eng, topo)
+    ends = []
+    collectives.allreduce(net, list(range(n)), ar_mib << 20, algorithm="hierarchical", on_done=lambda h: ends.append(eng.now))
+    collectives.alltoallv(net, list(range(n)), sizes, algorithm="direct", on_done=lambda h: ends.append(eng.now))
+    eng.run()
+    simulated = max(ends) * 1e-12
+    # one bucket, closed by the first backward piece: its AllReduce and the all-gather start
+    # together when every other op lasts 0
+    bucket = GradientBuckets((("top_bwd", 0, 0),), (0,), (frozenset({"top", "interaction", "bottom"}),), (0,),
+                             "after_last", None)
+    coll = {"grad_ag": estimate_alltoallv_time_s(topo, sizes),
+            "allreduce#0": estimate_allreduce_time_s(topo, ar_mib << 20, algorithm="hierarchical")}
+    rank = {p: np.zeros(n) for p in IterationSpec().phases() if p not in COLLECTIVE_PHASES}
+    seen = ScheduleTemplate(IterationSpec(warmup=1, iterations=1, **allreduce_terms(topo)), bucket)
+    blind = ScheduleTemplate(IterationSpec(warmup=1, iterations=1), bucket)
+    assert seen.iteration_s(rank, coll)[0] == pytest.approx(simulated, rel=0.02)
+    assert blind.iteration_s(rank, coll)[0] < 0.85 * simulated
+
+
+@pytest.mark.parametrize("second_at_ms,second_ms", [(5.0, 4.0), (9.5, 4.0), (2.0, 1.0), (0.0, 6.0)])
+def test_a_kernel_launched_beside_another_waits_for_its_last_wave_then_shares_hbm(second_at_ms, second_ms):
+    """Two memory-bound kernels on one GPU (the dense optimizer's step launched while the
+    embedding backward runs): the second gets SMs once the first one's last wave has started
+    and then both share HBM; the template's pairwise delays end both where sim.interference's
+    GPU ends them (within 3%), where ignoring the pair ends the second one more than 3% early."""
+    from neonic.sim.engine import ps_from_s
+    from neonic.sim.gpu import KernelCost, gpu_preset
+    from neonic.sim.interference import GPUDevice
+
+    first = KernelCost(compute_s=1e-3, memory_s=10e-3)
+    second = KernelCost(compute_s=0.2e-3, memory_s=second_ms * 1e-3)
+    eng = Engine()
+    gpu = GPUDevice(eng, gpu_preset("a100-40gb"), interference=0.1)
+    ends = {}
+    gpu.launch(first, lambda s, e: ends.__setitem__(0, e * 1e-12))
+    eng.after(ps_from_s(second_at_ms * 1e-3), lambda: gpu.launch(second, lambda s, e: ends.__setitem__(1, e * 1e-12)))
+    eng.run()
+    t = ScheduleTemplate(IterationSpec(interference=0.1))
+    start = {0: np.zeros((1, 1)), 1: np.full((1, 1), second_at_ms * 1e-3)}
+    dur = {0: first.time_s, 1: second.time_s}
+    kern = {0: np.float64(first.memory_s / first.time_s), 1: np.float64(second.memory_s / second.time_s)}
+    x, own = {0: 0.0, 1: 0.0}, {}
+    for p in range(30):  # the template's fixed point: each pass from the last one's spans
+        spans = {i: (start[i], start[i] + dur[i] + x[i]) for i in (0, 1)}
+        new, new_own = t._kernel_extra(spans, kern, [(0, 1)], own)
+        w = 1.0 if p == 0 else 0.5
+        x = {i: (1 - w) * x[i] + w * new.get(i, 0.0) for i in (0, 1)}
+        own = {k: tuple((1 - w) * a + w * b for a, b in zip(own.get(k, (0.0, 0.0)), v)) for k, v in new_own.items()}
+    for i in (0, 1):
+        assert float(np.squeeze(start[i] + dur[i] + x[i])) == pytest.approx(ends[i], rel=0.03)
+    assert ends[1] - (second_at_ms * 1e-3 + second.time_s) > 0.03 * ends[1]   # alone: more than 3% early
+
+
+def test_the_kernels_that_can_run_at_once_are_the_unordered_ones_on_two_streams():
+    """The template pairs a compute-stream kernel with a dense optimizer step only where
+    neither waits for the other through the graph: the step after the last bucket beside the
+    same iteration's embedding backward, never beside the backward pieces whose gradients it
+    steps, nor beside the next batch's forward (which waits for the step)."""
+    rng = np.random.default_rng(2)
+    t = ScheduleTemplate(IterationSpec(warmup=1, iterations=2), _buckets(rng, "after_last", False))
+    names = {(t.ops[i][0].split("#")[0], t.ops[i][1], t.ops[j][0].split("#")[0], t.ops[j][1])
+             for i, j in t._kernel_pairs}
+    for it in range(3):
+        assert ("emb_bwd", it, "dense_opt", it) in names
+        assert not any(a == "bot_bwd" and b == "dense_opt" and i == k == it for a, i, b, k in names)
+        assert not any(a in ("emb_fwd", "bot_fwd") and i == it + 1 and b == "dense_opt" and k == it
+                       for a, i, b, k in names)
