@@ -79,8 +79,9 @@ class TablePlan:
         return h
 
     def __getstate__(self) -> dict:
-        # a string's hash differs between processes: a pickled plan recomputes its own
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        # a string's hash differs between processes: a pickled plan recomputes its own (and
+        # the planner's note of what built it, ``_made``, stays with the planner)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_made")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

@@ -150,7 +150,7 @@ class NeoPlanner(Placer):
         rank's total depends on its own column of the state only, so the column is costed
         alone)."""
         c = self.tw_base(table.name, "hbm")
-        return float(self.cost.totals(State(c.vec[:, :1].copy(), 0.0))[0])
+        return float(self.cost.totals(State(c.columns(slice(0, 1)).copy(), 0.0))[0])
 
     # ------------------------------------------------------------------ phases
     def greedy(self) -> None:
@@ -240,7 +240,7 @@ class NeoPlanner(Placer):
             placed = self.placed.get(name)
             start = base.vec - placed.contrib.vec if placed else base.vec
             ranks = [entries[i][4] for i in idx]
-            vecs[idx] = start[None] + entries[idx[0]][5].vec[:, self._inv[ranks]].transpose(1, 0, 2)
+            vecs[idx] = start[None] + entries[idx[0]][5].columns(self._inv[ranks]).transpose(1, 0, 2)
         eps = 1e-6
         ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
               & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
