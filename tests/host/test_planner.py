@@ -247,6 +247,32 @@ def test_packed_caches_give_the_contributions_of_the_unpacked_ones():
                 assert got.vec.tobytes() == want.vec.tobytes() and got.dp_bytes == want.dp_bytes, (t.name, kind)
 
 
+def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
+    # candidates of one batch converge at different fixed-point passes (some at the first);
+    # each keeps the figure of its own pass, so the search need not score any of them again
+    from neonic.host.planner import PLANNER_NAMES, make_plan
+    from neonic.host.planner.cost import State
+
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(12)
+    cost = CostModel(w, s)
+    p = Placer(w, s, cost)
+    states = []
+    for name in PLANNER_NAMES:
+        try:
+            plan = make_plan(w, s, name, cost=cost)
+        except ValueError:
+            continue
+        st = State.empty(s.world_size)
+        for tp in plan:
+            st.add(p.contribution(tp))
+        states.append(st)
+    assert len(states) >= 8
+    batch = cost.iteration_s_batch(np.stack([st.vec for st in states]), [st.dp_bytes for st in states])
+    alone = np.array([cost.iteration_s(st) for st in states])
+    assert batch.tobytes() == alone.tobytes()
+
+
 def test_the_gpu_model_prices_the_kernels():
     s = _system()
     w = _workload([{"rows": 100_000, "dim": 64, "pooling": 10}])
