@@ -259,10 +259,12 @@ class NeoPlanner(Placer):
             t = totals[j]
             score = (float(its[j]), float(np.dot(t, t)))
             if best is None or score < best[0]:
-                best = (score, int(i))
+                best = (score, int(i), j)
         i = best[1]
         e = entries[i]
         new = [(e[2], self.contribution(e[2]))] if e[0] == "tw" else e[1]
+        if not proxy:  # the state applying it makes (bit for bit where one table moves)
+            self._remember(vecs[i], dps[i], its[best[2]])
         return best[0], State(vecs[i], dps[i]), new
 
     def _apply(self, result) -> None:
@@ -509,14 +511,29 @@ class NeoPlanner(Placer):
             self.placed = self._adopted
         return name
 
+    @staticmethod
+    def _score_key(vec: np.ndarray, dp_bytes: float) -> tuple[bytes, float]:
+        return hashlib.blake2b(vec.tobytes(), digest_size=16).digest(), float(dp_bytes)
+
     def score(self, state: State) -> tuple[float, float]:
         """:meth:`Placer.score`, remembered by the state's figures (the search scores some
-        states more than once: the greedy start, the state refinement stops at)."""
-        key = (hashlib.blake2b(state.vec.tobytes(), digest_size=16).digest(), float(state.dp_bytes))
+        states more than once: the greedy start, the state refinement stops at, and the states
+        a batch has evaluated, :meth:`_remember`)."""
+        key = self._score_key(state.vec, state.dp_bytes)
         hit = self._scores.get(key)
         if hit is None:
             hit = self._scores[key] = super().score(state)
         return hit
+
+    def _remember(self, vec: np.ndarray, dp_bytes: float, iteration_s: float) -> None:
+        """Remember the :meth:`score` of the state ``(vec, dp_bytes)`` whose objective a batch
+        (:meth:`CostModel.iteration_s_batch`) gave as ``iteration_s``: the state's own figure,
+        bit for bit (``host.iteration.ScheduleTemplate.iteration_s`` gives every candidate of a
+        batch the passes it takes alone), so scoring it alone again would only repeat it."""
+        key = self._score_key(vec, dp_bytes)
+        if key not in self._scores:
+            t = self.cost.totals(State(vec, dp_bytes))
+            self._scores[key] = (float(iteration_s), float(np.dot(t, t)))
 
     def _quick(self, vecs: np.ndarray, dps: list[float]) -> np.ndarray:
         """The schedule without contention of a stack of states (the screen), ``screen``
@@ -528,11 +545,12 @@ class NeoPlanner(Placer):
 
     def _first_best(self, states: list[State]) -> tuple[int, tuple[float, float]] | None:
         """The index and :meth:`score` of the state with the lowest score, the first on a tie:
-        the one that scoring each state alone, in turn, keeps. All are first evaluated in one
-        batch (:meth:`CostModel.iteration_s_batch`, much cheaper than one call per state);
-        a state's batch figure differs from its own by the fixed-point passes the batch
-        shares (~1e-12 relative), so only the states within :data:`_CONFIRM_REL` of the
-        batch's lowest can be the one, and only they are scored alone."""
+        the one that scoring each state alone, in turn, keeps. All are evaluated in one
+        batch (:meth:`CostModel.iteration_s_batch`, much cheaper than one call per state),
+        which gives each state its own figure (``ScheduleTemplate.iteration_s``: a candidate
+        keeps the figure of the pass at which it converges alone), remembered as its score
+        (:meth:`_remember`); the states within :data:`_CONFIRM_REL` of the batch's lowest are
+        then compared by their whole score (the balance tie-breaker too)."""
         if not states:
             return None
         vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
@@ -543,6 +561,8 @@ class NeoPlanner(Placer):
         its = np.full(len(states), np.inf)
         its[keep] = self.cost.iteration_s_batch(vecs[keep], [dps[i] for i in keep])
         near = float(its.min()) * (1 + _CONFIRM_REL)
+        for i in keep:
+            self._remember(states[i].vec, states[i].dp_bytes, its[i])
         best: tuple[int, tuple[float, float]] | None = None
         for i, st in enumerate(states):
             if its[i] <= near:
@@ -632,8 +652,9 @@ class NeoPlanner(Placer):
         t0 = time.perf_counter()
         deadline = None if self.time_budget_s is None else t0 + self.time_budget_s
         self.greedy()
-        greedy_cost = self.score(self.state)[0]
+        greedy = self.state
         start = self._best_start()
+        greedy_cost = self.score(greedy)[0]  # (scored among the starts: remembered)
         self.moves: list[str] = []
         steps = self._descend(deadline, 0)
         # perturbations: from the local optimum, a kick and a new descent; kept if better
