@@ -16,7 +16,10 @@
    applied although it does not lower the objective, its tables kept from moving back) and a
    new descent whose steps look at the ``slow_ranks`` slowest ranks (the slowest overall and
    the slowest of each phase), kept if it ends lower; all within ``max_steps``. The search is deterministic: the same
-   workload and system give the same plan on any machine and under any load. A wall-clock
+   workload and system give the same plan on any machine and under any load. Its independent
+   pieces (the start plans, a step's class moves) are computed by two processes where two CPUs
+   are free to it (``workers``; :mod:`host.planner.parallel`), merged in a fixed order: the
+   plan is the same with one. A wall-clock
    budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
    reproducible.
 4. Where the problem is small (few tables and ranks), an exhaustive search over table-wise
@@ -39,6 +42,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from neonic.host.planner.cost import CostModel, State
+from neonic.host.planner.parallel import available_workers, map_forked
 from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
@@ -98,8 +102,14 @@ class NeoPlanner(Placer):
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
                  max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24, slow_ranks: int = 4,
-                 kicks: int = 0) -> None:
+                 kicks: int = 0, workers: int | None = None) -> None:
         super().__init__(workload, system, cost)
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers: expected an integer >= 1 or None (the CPUs available, up to 2), got {workers!r}")
+        #: processes that compute the start plans and each step's class moves (this one and
+        #: forked copies, :func:`host.planner.parallel.map_forked`): the plan is the same
+        #: whatever their number, which only changes how long it takes
+        self.workers = available_workers(2) if workers is None else workers
         if isinstance(screen, bool) or not isinstance(screen, int) or screen < 1:
             raise ValueError(f"screen: expected an integer >= 1, got {screen!r}")
         #: a refinement step prices at most this many of its candidates in full: those the
@@ -472,14 +482,17 @@ class NeoPlanner(Placer):
         sharding type's (those that fit), so that the result is never worse than any of them.
         (Made one at a time and dropped once costed: a plan of 1000 tables row-wise over 4096
         ranks is 4M shards, 1.6 GB.)"""
-        for make in self._start_makers():
+        for _, make, _ in self._start_makers():
             plan = make()
             if plan is not None:
                 yield plan
 
-    def _start_makers(self) -> list[Callable[[], Plan | None]]:
-        """Functions that make each start plan (None where it cannot be made): deterministic,
-        so the winning start is made again rather than kept."""
+    def _start_makers(self) -> list[tuple[str, Callable[[], Plan | None], float]]:
+        """Each start plan's name, a function that makes it (None where it cannot be made:
+        deterministic, so the winning start is made again rather than kept) and its relative
+        cost (to split the starts between processes: TorchRec's greedy prices seven ways of
+        sharding every table; forced row-wise and data-parallel plans price every table over
+        every rank)."""
         from neonic.host.planner.baselines import BASELINES, plan_baseline
         from neonic.host.planner.forced import plan_forced
 
@@ -491,19 +504,29 @@ class NeoPlanner(Placer):
                     return None
             return make
 
-        return ([maker(plan_baseline, name) for name in BASELINES]
-                + [maker(plan_forced, kind) for kind in ShardingType])
+        weight = {"torchrec-greedy": 6.0, ST.ROW_WISE: 1.0, ST.COLUMN_WISE: 1.0, ST.TABLE_COLUMN_WISE: 1.0,
+                  ST.DATA_PARALLEL: 0.5, ST.TABLE_ROW_WISE: 0.5}
+        return ([(name, maker(plan_baseline, name), weight.get(name, 0.25)) for name in BASELINES]
+                + [(f"force:{kind.value}", maker(plan_forced, kind), weight.get(kind, 0.25)) for kind in ShardingType])
 
-    def _best_start(self) -> str:
+    def _best_start(self, before: Callable[[], None] | None = None) -> str:
         """Start from the best (under the objective) of the greedy placement and every start
-        plan (the first of them on a tie); returns its name."""
-        cands: list[tuple[str, State, Callable[[], Plan | None] | None]] = [("greedy", self.state, None)]
-        for make in self._start_makers():
-            other = make()
+        plan (the first of them on a tie); returns its name. ``before``: what makes the greedy
+        placement (run while other processes make start plans, :attr:`workers`); the greedy
+        state is kept as ``_greedy_state``."""
+        makers = self._start_makers()
+
+        def start(i: int) -> tuple[str, np.ndarray, float] | None:
+            other = makers[i][1]()
             st = None if other is None else self._adopt(other)
-            if st is not None:
-                cands.append((other.planner, st, make))
-            del other
+            return None if st is None else (other.planner, st.vec, st.dp_bytes)
+
+        found = map_forked(start, len(makers), self.workers, [m[2] for m in makers], alongside=before)
+        self._greedy_state = self.state
+        cands: list[tuple[str, State, Callable[[], Plan | None] | None]] = [("greedy", self.state, None)]
+        for (_, make, _), f in zip(makers, found):
+            if f is not None:
+                cands.append((f[0], State(f[1], f[2]), make))
         i, _ = self._first_best([c[1] for c in cands])
         name, _, make = cands[i]
         if make is not None:
@@ -602,33 +625,54 @@ class NeoPlanner(Placer):
 
         current = self.score(self.state)
         saved_state, saved_placed = self.state.copy(), dict(self.placed)
-        # each move's state and table plans (not its contributions: a class of 900 tables'
-        # took 0.2 GB per move at 1024 ranks)
-        moves: list[tuple[State, dict[str, TablePlan], str]] = []
-        for label, names in self._classes():
+        tasks: list[tuple[int, str, list[str], ShardingType]] = []   # (class, label, its tables, target)
+        for ci, (label, names) in enumerate(self._classes()):
             kinds = {self.placed[n].tp.sharding for n in names}
-            removed: tuple[State, dict] | None = None  # the state without the class, made once
             for target in ShardingType:
                 if kinds == {target} and target not in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
                     continue  # nothing to change (node-bound types are re-balanced over the nodes)
-                if removed is None:
-                    for n in names:
-                        self.unplace(n)
-                    removed = (self.state.copy(), dict(self.placed))
-                else:
-                    self.state, self.placed = removed[0].copy(), dict(removed[1])
-                ok = place_forced(self, [self.tables[n] for n in names], target)
-                if ok is not None and self.fits(self.state):
-                    moves.append((self.state.copy(), {n: self.placed[n].tp for n in names}, f"{label} -> {target.value}"))
+                tasks.append((ci, label, names, target))
+        removed: dict[int, tuple[State, dict]] = {}   # the state without each class, made once (per process)
+        made: dict[int, dict[str, TablePlan]] = {}     # the table plans of the moves made here
+
+        def move(i: int) -> tuple[np.ndarray, float] | None:
+            """The state of move ``i`` (its figures; its table plans in ``made``), None if it
+            does not fit; the search's state as it was after."""
+            ci, _, names, target = tasks[i]
+            if ci not in removed:
                 self.state, self.placed = saved_state.copy(), dict(saved_placed)
+                for n in names:
+                    self.unplace(n)
+                removed[ci] = (self.state.copy(), dict(self.placed))
+            else:
+                self.state, self.placed = removed[ci][0].copy(), dict(removed[ci][1])
+            try:
+                ok = place_forced(self, [self.tables[n] for n in names], target)
+                if ok is None or not self.fits(self.state):
+                    return None
+                made[i] = {n: self.placed[n].tp for n in names}
+                return self.state.vec.copy(), self.state.dp_bytes
+            finally:
+                self.state, self.placed = saved_state.copy(), dict(saved_placed)
+
+        # a move's cost grows with its tables; new column-wise placements are priced afresh
+        cost = {ST.COLUMN_WISE: 3.0, ST.TABLE_COLUMN_WISE: 1.5}
+        found = map_forked(move, len(tasks), self.workers, [len(t[2]) * cost.get(t[3], 1.0) for t in tasks])
+        # each move's state (not its contributions: a class of 900 tables' took 0.2 GB per move
+        # at 1024 ranks), in the order of the moves
+        moves = [(State(f[0], f[1]), i) for i, f in enumerate(found) if f is not None]
         # the lowest-scoring move (the first on a tie), if it beats the current state
-        found = self._first_best([m[0] for m in moves])
-        if found is None or not improves(found[1], current):
+        best = self._first_best([m[0] for m in moves])
+        if best is None or not improves(best[1], current):
             return False
-        _, placed_now, label = moves[found[0]]
-        for n, tp in placed_now.items():
+        i = moves[best[0]][1]
+        if i not in made:  # made by another process: made again here (deterministic: the same state)
+            again = move(i)
+            if again is None or again[0].tobytes() != moves[best[0]][0].vec.tobytes():
+                raise RuntimeError(f"class move {tasks[i][1]!r} -> {tasks[i][3].value}: made again, it differs")
+        for n, tp in made[i].items():
             self.place(tp)
-        self.moves.append(label)
+        self.moves.append(f"{tasks[i][1]} -> {tasks[i][3].value}")
         return True
 
     def _descend(self, deadline: float | None, steps: int) -> int:
@@ -651,10 +695,8 @@ class NeoPlanner(Placer):
     def _run(self) -> Plan:
         t0 = time.perf_counter()
         deadline = None if self.time_budget_s is None else t0 + self.time_budget_s
-        self.greedy()
-        greedy = self.state
-        start = self._best_start()
-        greedy_cost = self.score(greedy)[0]  # (scored among the starts: remembered)
+        start = self._best_start(before=self.greedy)
+        greedy_cost = self.score(self._greedy_state)[0]  # (scored among the starts: remembered)
         self.moves: list[str] = []
         steps = self._descend(deadline, 0)
         # perturbations: from the local optimum, a kick and a new descent; kept if better
