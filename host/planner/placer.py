@@ -72,10 +72,9 @@ class BytesLRU:
         return len(self._d)
 
 
-#: Bytes one shard of a remembered table plan takes in memory (a frozen dataclass instance and
-#: its dict of six fields: 56 + 296 bytes measured with ``sys.getsizeof`` on CPython 3.11, plus
-#: its integers).
-_SHARD_BYTES = 400
+#: Bytes one shard of a remembered table plan takes in memory (a frozen dataclass instance with
+#: slots and its integers: 184 bytes measured with ``tracemalloc`` on CPython 3.11).
+_SHARD_BYTES = 200
 
 
 def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
@@ -94,8 +93,16 @@ def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int
     non-empty ranges from :func:`_split`, a known tier), built without the constructor's
     checks: a plan over 128 ranks makes 128 shards per placement tried."""
     out = object.__new__(Shard)
-    out.__dict__.update(rank=rank, row_start=row_start, row_end=row_end, col_start=col_start, col_end=col_end, tier=tier)
+    _set(out, "rank", rank)
+    _set(out, "row_start", row_start)
+    _set(out, "row_end", row_end)
+    _set(out, "col_start", col_start)
+    _set(out, "col_end", col_end)
+    _set(out, "tier", tier)
     return out
+
+
+_set = object.__setattr__  # (a frozen dataclass's fields are set through object's own setter)
 
 
 class Placer:
