@@ -66,6 +66,11 @@ _IMPROVE_REL = 1e-6
 #: own by the fixed-point passes the batch shares, ~1e-12).
 _SAME_REL = 1e-9
 
+#: A start plan with at most this many shards per table on average is kept once made (else
+#: made again if it wins): table-wise, column-wise and node-bound plans, not row-wise or
+#: data-parallel ones over every rank.
+_KEEP_SHARDS = 16
+
 #: States whose batch-evaluated objective is within this fraction of the batch's lowest are
 #: scored alone to pick the best (:meth:`NeoPlanner._first_best`): far above the ~1e-12 by
 #: which a batch figure can differ from the state's own.
@@ -516,21 +521,29 @@ class NeoPlanner(Placer):
         state is kept as ``_greedy_state``."""
         makers = self._start_makers()
 
-        def start(i: int) -> tuple[str, np.ndarray, float] | None:
+        def start(i: int) -> tuple[str, np.ndarray, float, Plan | None] | None:
             other = makers[i][1]()
             st = None if other is None else self._adopt(other)
-            return None if st is None else (other.planner, st.vec, st.dp_bytes)
+            if st is None:
+                return None
+            # a small plan comes along (else the winner is made again: a row-wise plan over 1024
+            # ranks is a million shards)
+            small = sum(len(tp.shards) for tp in other) <= _KEEP_SHARDS * len(other.tables)
+            return other.planner, st.vec, st.dp_bytes, other if small else None
 
         found = map_forked(start, len(makers), self.workers, [m[2] for m in makers], alongside=before)
         self._greedy_state = self.state
-        cands: list[tuple[str, State, Callable[[], Plan | None] | None]] = [("greedy", self.state, None)]
+        cands: list[tuple[str, State, Callable[[], Plan | None] | None, Plan | None]] = [
+            ("greedy", self.state, None, None)]
         for (_, make, _), f in zip(makers, found):
             if f is not None:
-                cands.append((f[0], State(f[1], f[2]), make))
+                cands.append((f[0], State(f[1], f[2]), make, f[3]))
         i, _ = self._first_best([c[1] for c in cands])
-        name, _, make = cands[i]
+        name, st, make, plan = cands[i]
         if make is not None:
-            self.state = self._adopt(make(), keep=True)
+            self.state = self._adopt(plan if plan is not None else make(), keep=True)
+            if self.state.vec.tobytes() != st.vec.tobytes() or self.state.dp_bytes != st.dp_bytes:
+                raise RuntimeError(f"start {name!r}: adopted again, its state differs")
             self.placed = self._adopted
         return name
 

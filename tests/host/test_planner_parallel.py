@@ -89,5 +89,10 @@ def test_the_plan_is_the_same_with_one_process_or_two(monkeypatch):
     monkeypatch.setattr(parallel, "_split", lambda weights, workers: [[], list(range(len(weights)))])
     far = NeoPlanner(w, s, workers=2)
     assert far.run() == plan and far.moves == one.moves
+    # and no start plan comes back with its state: the winning one is made again
+    import neonic.host.planner.search as search
+
+    monkeypatch.setattr(search, "_KEEP_SHARDS", -1)
+    assert NeoPlanner(w, s, workers=2).run() == plan
     with pytest.raises(ValueError, match="workers"):
         NeoPlanner(w, s, workers=0)
