@@ -35,24 +35,18 @@ def available_workers(limit: int = 2) -> int:
     return max(1, min(limit, cpus))
 
 
-def _split(weights: Sequence[float], workers: int) -> list[list[int]]:
-    """Task indices per process: heaviest first onto the least-loaded process (the first on a
-    tie), so that the processes finish together. Deterministic."""
-    load = [0.0] * workers
-    bins: list[list[int]] = [[] for _ in range(workers)]
-    for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
-        k = min(range(workers), key=lambda k: (load[k], k))
-        bins[k].append(i)
-        load[k] += weights[i]
-    return [sorted(b) for b in bins]
+#: Whether this process takes tasks too (tests set it False to have the workers compute all).
+_MAIN_TAKES = True
 
 
 def map_forked(fn: Callable[[int], Any], n: int, workers: int = 1, weights: Sequence[float] | None = None,
                alongside: Callable[[], None] | None = None) -> list[Any]:
     """``[fn(0), ..., fn(n - 1)]``, computed by ``workers`` processes (this one and
-    ``workers - 1`` forked ones; see the module doc). ``weights``: each task's expected cost
-    (equal if None), to split them evenly; ``alongside``: work of this process's own run
-    while the workers compute (called first, here only: its effects stay in this process).
+    ``workers - 1`` forked ones; see the module doc). Each process takes the next task not yet
+    taken (a counter in shared memory), heaviest first by ``weights`` (each task's expected
+    cost; equal if None), so the processes finish together whatever the load; which process
+    computes a task changes nothing in its result. ``alongside``: work of this process's own,
+    run while the workers compute (first, here only: its effects stay in this process).
     ``fn`` must be deterministic and leave this process's state as it found it."""
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
@@ -64,14 +58,26 @@ def map_forked(fn: Callable[[int], Any], n: int, workers: int = 1, weights: Sequ
         if alongside is not None:
             alongside()
         return [fn(i) for i in range(n)]
-    # this process takes the lightest share when it also runs ``alongside``
-    bins = _split(weights, workers)
-    if alongside is not None:
-        bins.sort(key=lambda b: (sum(weights[i] for i in b), b))
-    mine, others = bins[0], bins[1:]
-    children: list[tuple[int, int, list[int]]] = []
+    import multiprocessing
+
+    order = sorted(range(n), key=lambda i: (-weights[i], i))
+    ticket = multiprocessing.Value("i", 0)  # the next place in ``order`` to take, shared
+
+    def take() -> int | None:
+        with ticket.get_lock():
+            k = ticket.value
+            ticket.value = k + 1
+        return order[k] if k < n else None
+
+    def work() -> dict[int, Any]:
+        out: dict[int, Any] = {}
+        while (i := take()) is not None:
+            out[i] = fn(i)
+        return out
+
+    children: list[tuple[int, int]] = []
     try:
-        for tasks in others:
+        for _ in range(workers - 1):
             r, w = os.pipe()
             pid = os.fork()
             if pid == 0:  # the worker: compute, send back, leave without running this process's exit code
@@ -79,8 +85,8 @@ def map_forked(fn: Callable[[int], Any], n: int, workers: int = 1, weights: Sequ
                 try:
                     os.close(r)
                     try:
-                        data = pickle.dumps(("ok", {i: fn(i) for i in tasks}), protocol=pickle.HIGHEST_PROTOCOL)
-                    except BaseException as error:  # noqa: BLE001  (reported, then computed by the parent)
+                        data = pickle.dumps(("ok", work()), protocol=pickle.HIGHEST_PROTOCOL)
+                    except BaseException as error:  # noqa: BLE001  (its tasks are computed by the parent)
                         data = pickle.dumps(("error", repr(error)))
                     with os.fdopen(w, "wb") as out:
                         out.write(data)
@@ -89,25 +95,25 @@ def map_forked(fn: Callable[[int], Any], n: int, workers: int = 1, weights: Sequ
                 finally:
                     os._exit(code)
             os.close(w)
-            children.append((pid, r, tasks))
+            children.append((pid, r))
         if alongside is not None:
             alongside()
-        results = {i: fn(i) for i in mine}
+        results = work() if _MAIN_TAKES else {}
         while children:
-            pid, r, tasks = children.pop(0)
+            pid, r = children.pop(0)
             try:
                 with os.fdopen(r, "rb") as f:
                     data = f.read()
             finally:
                 os.waitpid(pid, 0)
             got = pickle.loads(data) if data else ("error", "no result")
-            if got[0] == "ok" and set(got[1]) == set(tasks):
+            if got[0] == "ok":
                 results.update(got[1])
-            else:  # the same results, computed here
-                results.update({i: fn(i) for i in tasks})
+        # what a failed worker took: the same results, computed here
+        results.update({i: fn(i) for i in range(n) if i not in results})
         return [results[i] for i in range(n)]
     finally:
-        for pid, r, _ in children:  # left by an error here: stop them (none is reaped yet)
+        for pid, r in children:  # left by an error here: stop them (none is reaped yet)
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)

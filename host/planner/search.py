@@ -266,15 +266,18 @@ class NeoPlanner(Placer):
             # priced in full: the candidates the schedule without contention ranks lowest
             quick = self._quick(vecs[idx], [dps[i] for i in idx])
             idx = np.sort(idx[np.argsort(quick, kind="stable")[: self.screen]])
-        totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
         score_of = self.cost.barrier_sum_batch if proxy else self.cost.iteration_s_batch
         its = score_of(vecs[idx], [dps[i] for i in idx])
+        # the lowest (objective, balance) score, the first on a tie: the balance tie-breaker
+        # (per-rank totals) only of the candidates at the lowest objective
+        low = min(float(x) for x in its)
+        tied = [j for j in range(len(idx)) if float(its[j]) == low]
+        totals = _totals_batch(self.cost, vecs[idx[tied]], [dps[idx[j]] for j in tied])
         best = None
-        for j, i in enumerate(idx):
-            t = totals[j]
+        for t, j in zip(totals, tied):
             score = (float(its[j]), float(np.dot(t, t)))
             if best is None or score < best[0]:
-                best = (score, int(i), j)
+                best = (score, int(idx[j]), j)
         i = best[1]
         e = entries[i]
         new = [(e[2], self.contribution(e[2]))] if e[0] == "tw" else e[1]

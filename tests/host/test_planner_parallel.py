@@ -8,23 +8,22 @@ import numpy as np
 import pytest
 
 from neonic.host.planner import AlphaBetaComm, MemoryTiers, NeoPlanner, PlannerSystem
-from neonic.host.planner.parallel import _split, available_workers, map_forked
+from neonic.host.planner.parallel import available_workers, map_forked
 from neonic.host.workloads import workload_from_dict
 from neonic.sim.gpu import gpu_preset
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 
 
-def test_results_come_in_task_order_whichever_process_computed_them():
+def test_results_come_in_task_order_whichever_process_computed_them(monkeypatch):
+    import neonic.host.planner.parallel as parallel
+
     squares = map_forked(lambda i: (i * i, os.getpid()), 7, workers=2, weights=[5, 1, 1, 1, 1, 1, 1])
     assert [v for v, _ in squares] == [i * i for i in range(7)]
     if available_workers(2) == 2:
-        assert len({pid for _, pid in squares}) == 2  # both processes took tasks
-
-
-def test_the_split_is_deterministic_and_balanced():
-    assert _split([6, 1, 1, 1, 1, 1, 1], 2) == [[0], [1, 2, 3, 4, 5, 6]]
-    assert _split([1, 1, 1, 1], 2) == [[0, 2], [1, 3]]
+        monkeypatch.setattr(parallel, "_MAIN_TAKES", False)  # the worker computes every task
+        far = map_forked(lambda i: (i * i, os.getpid()), 7, workers=2)
+        assert [v for v, _ in far] == [i * i for i in range(7)] and {pid for _, pid in far} != {os.getpid()}
     with pytest.raises(ValueError, match="workers"):
         map_forked(lambda i: i, 3, workers=0)
 
@@ -86,7 +85,7 @@ def test_the_plan_is_the_same_with_one_process_or_two(monkeypatch):
     two = NeoPlanner(w, s, workers=2)
     assert two.run() == plan and two.moves == one.moves
     # every task computed by the worker: the winning starts and moves are made again here
-    monkeypatch.setattr(parallel, "_split", lambda weights, workers: [[], list(range(len(weights)))])
+    monkeypatch.setattr(parallel, "_MAIN_TAKES", False)
     far = NeoPlanner(w, s, workers=2)
     assert far.run() == plan and far.moves == one.moves
     # and no start plan comes back with its state: the winning one is made again
