@@ -25,8 +25,12 @@ __all__ = ["available_workers", "map_forked"]
 
 
 def available_workers(limit: int = 2) -> int:
-    """The CPUs this process may run on, at most ``limit`` (1 where ``fork`` is missing)."""
-    if not hasattr(os, "fork"):
+    """The CPUs this process may run on, at most ``limit``; 1 where ``fork`` is missing or
+    where this process runs other Python threads (a forked copy of a threaded process may find
+    a lock held by a thread it does not have: a Dask worker's, say)."""
+    import threading
+
+    if not hasattr(os, "fork") or threading.active_count() > 1:
         return 1
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -95,3 +95,17 @@ def test_the_plan_is_the_same_with_one_process_or_two(monkeypatch):
     assert NeoPlanner(w, s, workers=2).run() == plan
     with pytest.raises(ValueError, match="workers"):
         NeoPlanner(w, s, workers=0)
+
+
+def test_a_threaded_process_plans_in_one_process():
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert available_workers(2) == 1
+        assert map_forked(lambda i: os.getpid(), 3, workers=2) == [os.getpid()] * 3
+    finally:
+        stop.set()
+        t.join()
