@@ -501,6 +501,21 @@ def _topological(ops: list) -> list:
     return out
 
 
+def _moved_per_candidate(T: int, per_collective: list[tuple[np.ndarray, np.ndarray]],
+                         per_rank: list[tuple[Any, Any]]) -> np.ndarray:
+    """How far a fixed-point pass moved each of ``T`` candidates: the largest ``|new - old|``
+    of its own entries, over the collectives' stretches (``(C, T)``) and the per-rank ops'
+    (``(T, N)``; a scalar or a ``(1, N)`` row is every candidate's)."""
+    out = np.zeros(T)
+    for new, old in per_collective:
+        np.maximum(out, np.abs(new - old).max(axis=0, initial=0.0), out=out)
+    for new, old in per_rank:
+        d = np.abs(np.asarray(new, float) - np.asarray(old, float))
+        np.maximum(out, d.max(axis=1, initial=0.0) if d.ndim == 2 and d.shape[0] == T else d.max(initial=0.0),
+                   out=out)
+    return out
+
+
 class ScheduleTemplate:
     """The op graph of a run (:func:`build_iteration_graph`: same phases, streams and
     dependencies, same iterations, the same gradient buckets) with the ranks folded into a
@@ -923,6 +938,7 @@ class ScheduleTemplate:
         passes = self.SHARING_PASSES if sharing or contend else 1
         S = np.zeros((C, T))
         E = np.zeros((C, T))
+        settled: tuple[np.ndarray, np.ndarray] | None = None   # (figure, whether kept) per candidate
         for p in range(passes):
             ends: list[np.ndarray] = []
             spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -960,11 +976,20 @@ class ScheduleTemplate:
                 kext, new_kx = self._kernel_extra(spans, kern, kpairs, kx)
                 for i, v in kext.items():
                     new_xr[i] = new_xr.get(i, 0.0) + v
-            moved = max(np.abs(new - extra).max(initial=0.0), np.abs(new_xc - xc).max(initial=0.0),
-                        max((float(np.abs(v - xr.get(i, 0.0)).max(initial=0.0)) for i, v in new_xr.items()),
-                            default=0.0))
-            if moved <= 1e-12:
+            moved = _moved_per_candidate(T, [(new, extra), (new_xc, xc)],
+                                         [(v, xr.get(i, 0.0)) for i, v in new_xr.items()])
+            if moved.max(initial=0.0) <= 1e-12:
                 break
+            # a candidate whose own stretches have converged keeps this pass's figure, as it
+            # would evaluated alone (the batch's passes go on for the others): a batch gives
+            # each candidate its own figure, bit for bit
+            now = moved <= 1e-12
+            if now.any():
+                if settled is None:
+                    settled = (np.zeros(T), np.zeros(T, dtype=bool))
+                fresh = now & ~settled[1]
+                settled[0][fresh] = self._measured(it_end)[fresh]
+                settled[1][fresh] = True
             # the stretches move the starts they came from: average with the last pass
             # after the first two (the iteration otherwise oscillates)
             if p < 1:
@@ -976,6 +1001,11 @@ class ScheduleTemplate:
                 xr = {i: (xr.get(i, 0.0) + v) / 2 for i, v in new_xr.items()}
                 if kpairs:
                     kx = {k: tuple((u + v) / 2 for u, v in zip(kx.get(k, (0.0, 0.0)), x)) for k, x in new_kx.items()}
+        out = self._measured(it_end)
+        return out if settled is None else np.where(settled[1], settled[0], out)
+
+    def _measured(self, it_end: np.ndarray) -> np.ndarray:
+        """Seconds per measured iteration from each iteration's end ``(iterations, T)``."""
         w = self.spec.warmup
         lo = it_end[w - 1] if w > 0 else 0.0
         return (it_end[-1] - lo) / self.spec.iterations

@@ -10,7 +10,7 @@ simulator (``simulated_ms``), both in milliseconds per iteration. A plan that ca
 
 Last line (``--json``), one object: ``planning_s`` (wall time of Neo's search on model-a, 128
 GPUs; it depends on the machine's load, the plan does not) and ``planning_cpu_s`` (its CPU
-time); under each model: ``predicted_ms`` and ``simulated_ms`` (plan name -> ms),
+time, the search's worker processes included; ``planning_workers``: how many processes); under each model: ``predicted_ms`` and ``simulated_ms`` (plan name -> ms),
 ``errors``, ``prediction_error`` (predicted / simulated - 1, per plan),
 ``best_alternative``, ``neo_below_best_alternative`` (1 - neo / best other plan, simulated) and
 ``neo_lowest_simulated`` (no other plan simulates faster, ties within :data:`TIE` included).
@@ -65,12 +65,13 @@ def run(ctx) -> dict:
                 if name == "neo":
                     # a fresh cost model: the search's time includes building its caches
                     cost = CostModel(w, psys)
-                    t0, c0 = time.perf_counter(), time.process_time()
+                    t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu_s()
                     planner = NeoPlanner(w, psys, cost)
                     plan = planner.run()
                     if model == "model-a":
                         out["planning_s"] = time.perf_counter() - t0
-                        out["planning_cpu_s"] = time.process_time() - c0
+                        out["planning_cpu_s"] = time.process_time() - c0 + _children_cpu_s() - k0
+                        out["planning_workers"] = planner.workers
                         out["planning_notes"] = list(plan.notes)
                 else:
                     plan = make_plan(w, psys, name, cost=cost)
@@ -90,6 +91,14 @@ def run(ctx) -> dict:
     errs = [abs(e) for m in MODELS for e in out.get(m, {}).get("prediction_error", {}).values()]
     out["max_abs_prediction_error"] = max(errs) if errs else None
     return out
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's ended children (the search's worker processes)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def neo_against_alternatives(simulated: dict[str, float]) -> dict:

@@ -81,7 +81,7 @@ def _kernel_hbm(cost) -> float:
     return float(cost.memory_s / t) if t > 0 else 0.0
 
 
-__all__ = ["CostModel", "Contribution", "State", "PlanCost", "COST_COLUMNS", "PLAN_WINDOW"]
+__all__ = ["CostModel", "Contribution", "PackedContribution", "State", "PlanCost", "COST_COLUMNS", "PLAN_WINDOW"]
 
 #: The (warm-up, measured) iterations of the search's objective, whatever a run measures: a plan
 #: is made for training's steady state, so it must not depend on how many iterations a scenario
@@ -146,6 +146,69 @@ class Contribution:
     def relabeled(self, inv: np.ndarray) -> "Contribution":
         """The same contribution with rank ``i`` taking the figures of rank ``inv[i]``."""
         return Contribution(self.vec[:, inv], self.dp_bytes)
+
+    def columns(self, sel) -> np.ndarray:
+        """``vec[:, sel]`` (``sel``: rank indices of any shape, or a slice)."""
+        return self.vec[:, sel]
+
+    def unpacked(self) -> "Contribution":
+        return self
+
+
+class PackedContribution:
+    """A :class:`Contribution` kept by its distinct columns: ``cols[:, index]`` is its ``vec``,
+    bit for bit. A table's figures take few distinct values over the ranks (a table-wise table:
+    its rank, the other ranks of its node, every other node's; row-wise over all ranks: the
+    shards of each size), so at 1024 ranks a contribution packs into a few KiB instead of
+    0.24 MB and the planner's caches hold every table's (unpacked, model-a at 1024 ranks
+    overflowed them and recomputed most contributions several times)."""
+
+    __slots__ = ("cols", "index", "dp_bytes")
+
+    def __init__(self, cols: np.ndarray, index: np.ndarray, dp_bytes: float) -> None:
+        self.cols = cols
+        self.index = index
+        self.dp_bytes = dp_bytes
+
+    #: weights of the columns' fingerprints (:meth:`pack`): any fixed figures do
+    _WEIGHTS = np.random.default_rng(0).random(_ROWS) + 0.5
+
+    @classmethod
+    def pack(cls, c: Contribution) -> "PackedContribution":
+        """``c`` packed, exactly: columns grouped by a fingerprint (a weighted sum of their
+        figures, each column's computed alike), the result checked byte for byte against
+        ``c`` (so -0.0 and 0.0 stay apart), and where two different columns share a
+        fingerprint, grouped by their bytes instead (slower: a sort of whole columns)."""
+        vec = c.vec
+        fp = (cls._WEIGHTS[:, None] * vec).sum(axis=0)
+        _, first, index = np.unique(fp, return_index=True, return_inverse=True)
+        index = index.reshape(-1).astype(np.intp, copy=False)
+        cols = vec[:, first]
+        if cols[:, index].tobytes() != vec.tobytes():
+            v = np.ascontiguousarray(vec.T)
+            keys = v.view(np.dtype((np.void, v.shape[1] * v.itemsize))).ravel()
+            _, first, index = np.unique(keys, return_index=True, return_inverse=True)
+            index = index.reshape(-1).astype(np.intp, copy=False)
+            cols = vec[:, first]
+        return cls(cols, index, c.dp_bytes)
+
+    @property
+    def vec(self) -> np.ndarray:
+        return self.cols[:, self.index]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.cols.nbytes + self.index.nbytes)
+
+    def columns(self, sel) -> np.ndarray:
+        """``vec[:, sel]`` without unpacking first."""
+        return self.cols[:, self.index[sel]]
+
+    def relabeled(self, inv: np.ndarray) -> Contribution:
+        return Contribution(self.cols[:, self.index[inv]], self.dp_bytes)
+
+    def unpacked(self) -> Contribution:
+        return Contribution(self.vec, self.dp_bytes)
 
 
 class State(Contribution):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from neonic.host.planner.cost import Contribution, CostModel, State
+from neonic.host.planner.cost import Contribution, CostModel, PackedContribution, State
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
@@ -72,10 +72,9 @@ class BytesLRU:
         return len(self._d)
 
 
-#: Bytes one shard of a remembered table plan takes in memory (a frozen dataclass instance and
-#: its dict of six fields: 56 + 296 bytes measured with ``sys.getsizeof`` on CPython 3.11, plus
-#: its integers).
-_SHARD_BYTES = 400
+#: Bytes one shard of a remembered table plan takes in memory (a frozen dataclass instance with
+#: slots and its integers: 184 bytes measured with ``tracemalloc`` on CPython 3.11).
+_SHARD_BYTES = 200
 
 
 def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
@@ -94,8 +93,16 @@ def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int
     non-empty ranges from :func:`_split`, a known tier), built without the constructor's
     checks: a plan over 128 ranks makes 128 shards per placement tried."""
     out = object.__new__(Shard)
-    out.__dict__.update(rank=rank, row_start=row_start, row_end=row_end, col_start=col_start, col_end=col_end, tier=tier)
+    _set(out, "rank", rank)
+    _set(out, "row_start", row_start)
+    _set(out, "row_end", row_end)
+    _set(out, "col_start", col_start)
+    _set(out, "col_end", col_end)
+    _set(out, "tier", tier)
     return out
+
+
+_set = object.__setattr__  # (a frozen dataclass's fields are set through object's own setter)
 
 
 class Placer:
@@ -145,6 +152,11 @@ class Placer:
         self._hbm_plans: BytesLRU = lru("__hbm_plans__")
         self._tiered_plans: BytesLRU = lru("__tiered_plans__")
         self._geoms: dict[tuple, tuple] = self._tw_cache.setdefault("__geometry__", {})
+        #: whether the caches keep contributions packed (:class:`PackedContribution`): where one
+        #: contribution per table would take more than half a cache's budget (model-a: 1000
+        #: tables, at 1024 ranks and up), so that every table's stays (packing sorts a
+        #: contribution's columns, which costs more than it saves where everything fits)
+        self._pack = len(workload.tables) * _nbytes(self.world) > self.CACHE_BYTES // 2
 
     # ------------------------------------------------------------------ building table plans
     def shard_bytes(self, table: TableSpec, rows: int, cols: int) -> float:
@@ -221,29 +233,50 @@ class Placer:
             names = ("hbm", "dram", "ssd")
             tp = TablePlan(table.name, kind, tuple(_shard(int(rank), *piece, names[c])
                                                    for rank, piece, c in zip(ranks, pieces, code.tolist())))
+            # what determines it (its pieces follow from the table, the type and the count):
+            # the caches by plan key it by this, far smaller than its shards
+            object.__setattr__(tp, "_made", (key, code.tobytes()))
             self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
         if in_hbm.all():
             self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
         return tp
 
-    def tw_base(self, table: str, tier: str) -> Contribution:
-        """The contribution of ``table`` placed table-wise on rank 0 in ``tier`` (remembered)."""
+    def _keep(self, cache: "BytesLRU", key: Any, c: Contribution, extra: float = 0.0) -> "Contribution | PackedContribution":
+        """Remember ``c`` in ``cache`` (packed where :attr:`_pack`); returns what is kept."""
+        if self._pack:
+            p = PackedContribution.pack(c)
+            return cache.put(key, p, p.nbytes + extra)
+        return cache.put(key, c, _nbytes(self.world) + extra)
+
+    def tw_base(self, table: str, tier: str) -> "Contribution | PackedContribution":
+        """The contribution of ``table`` placed table-wise on rank 0 in ``tier`` (remembered;
+        packed where :attr:`_pack`: read it through ``relabeled`` / ``columns``)."""
         key = (table, tier)
         base = self._tw.get(key)
         if base is None:
             t = self.tables[table]
             at0 = TablePlan(table, ST.TABLE_WISE, (Shard(0, 0, t.rows, 0, t.dim, tier),))
-            base = self._tw.put(key, self._contribution(at0), _nbytes(self.world))
+            base = self._keep(self._tw, key, self._contribution(at0))
         return base
+
+    @staticmethod
+    def _plan_key(tp: TablePlan) -> tuple[Any, int]:
+        """A cache key of ``tp`` and the bytes it takes: what :meth:`make` built it from, else
+        the plan itself."""
+        made = tp.__dict__.get("_made")
+        if made is not None:
+            return made, 16 * len(tp.shards)
+        return tp, _SHARD_BYTES * len(tp.shards)
 
     def contribution(self, tp: TablePlan) -> Contribution:
         if tp.sharding == ST.TABLE_WISE:
             s = tp.shards[0]
             return self.tw_base(tp.table, s.tier).relabeled(self._inv[s.rank])
         if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
-            how = self._relabel.get(tp)
+            pkey, size = self._plan_key(tp)
+            how = self._relabel.get(pkey)
             if how is None:
-                how = self._relabel.put(tp, self._relabeling(tp), _SHARD_BYTES * len(tp.shards))
+                how = self._relabel.put(pkey, self._relabeling(tp), size)
             if how[0] == "dp":
                 # one replica per rank, all in one tier: the replica on rank 0, copied to every rank
                 key = how[1]
@@ -251,15 +284,14 @@ class Placer:
                 if base is None:
                     _, table, tier, piece = key
                     one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
-                    base = self._tw.put(key, self._contribution(one), _nbytes(self.world))
+                    base = self._keep(self._tw, key, self._contribution(one))
                 return base.relabeled(self._everywhere)
             if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
                 _, at0, first = how
                 base = self._node_cache.get(at0)
                 if base is None:
-                    base = self._node_cache.put(at0, self._contribution(at0),
-                                                _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
+                    base = self._keep(self._node_cache, at0, self._contribution(at0), _SHARD_BYTES * len(tp.shards))
                 return base.relabeled(self._inv[first])
         if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and len({s.rank for s in tp.shards}) == len(tp.shards):
             # (two column pieces on one rank add up on it: such a plan is costed as it is)
@@ -270,12 +302,13 @@ class Placer:
                 at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
                     Shard(i * self.g + j, 0, rows, 0, cols, tier)
                     for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
-                base = self._tw.put(key, self._contribution(at0), _nbytes(self.world))
+                base = self._keep(self._tw, key, self._contribution(at0))
             return base.relabeled(inv)
-        c = self._cache.get(tp)
+        pkey, size = self._plan_key(tp)
+        c = self._cache.get(pkey)
         if c is None:
-            c = self._cache.put(tp, self._contribution(tp), _nbytes(self.world) + _SHARD_BYTES * len(tp.shards))
-        return c
+            c = self._keep(self._cache, pkey, self._contribution(tp), size)
+        return c.unpacked()
 
     def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
         """The class of a column-wise (or table-column-wise) plan under relabelings that keep

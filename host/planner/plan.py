@@ -29,10 +29,12 @@ class ShardingType(str, Enum):
                 "table_row_wise": "TWRW", "table_column_wise": "TWCW"}[self.value]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shard:
     """One piece of a table: rows ``[row_start, row_end)`` and columns ``[col_start, col_end)`` on
-    ``rank``, its weights and optimizer state stored in ``tier``."""
+    ``rank``, its weights and optimizer state stored in ``tier``. (Slots: a plan of 1000 tables
+    row-wise over 1024 ranks holds a million of them; 184 bytes each with their integers
+    instead of 431 with a dict, measured with ``tracemalloc`` on CPython 3.11.)"""
 
     rank: int
     row_start: int
@@ -79,8 +81,9 @@ class TablePlan:
         return h
 
     def __getstate__(self) -> dict:
-        # a string's hash differs between processes: a pickled plan recomputes its own
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        # a string's hash differs between processes: a pickled plan recomputes its own (and
+        # the planner's note of what built it, ``_made``, stays with the planner)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_made")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

@@ -16,7 +16,10 @@
    applied although it does not lower the objective, its tables kept from moving back) and a
    new descent whose steps look at the ``slow_ranks`` slowest ranks (the slowest overall and
    the slowest of each phase), kept if it ends lower; all within ``max_steps``. The search is deterministic: the same
-   workload and system give the same plan on any machine and under any load. A wall-clock
+   workload and system give the same plan on any machine and under any load. Its independent
+   pieces (the start plans, a step's class moves) are computed by two processes where two CPUs
+   are free to it (``workers``; :mod:`host.planner.parallel`), merged in a fixed order: the
+   plan is the same with one. A wall-clock
    budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
    reproducible.
 4. Where the problem is small (few tables and ranks), an exhaustive search over table-wise
@@ -39,6 +42,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from neonic.host.planner.cost import CostModel, State
+from neonic.host.planner.parallel import available_workers, map_forked
 from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
@@ -61,6 +65,11 @@ _IMPROVE_REL = 1e-6
 #: Two iteration times within this fraction are the same (a batch figure differs from a state's
 #: own by the fixed-point passes the batch shares, ~1e-12).
 _SAME_REL = 1e-9
+
+#: A start plan with at most this many shards per table on average is kept once made (else
+#: made again if it wins): table-wise, column-wise and node-bound plans, not row-wise or
+#: data-parallel ones over every rank.
+_KEEP_SHARDS = 16
 
 #: States whose batch-evaluated objective is within this fraction of the batch's lowest are
 #: scored alone to pick the best (:meth:`NeoPlanner._first_best`): far above the ~1e-12 by
@@ -98,8 +107,14 @@ class NeoPlanner(Placer):
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
                  max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24, slow_ranks: int = 4,
-                 kicks: int = 0) -> None:
+                 kicks: int = 0, workers: int | None = None) -> None:
         super().__init__(workload, system, cost)
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers: expected an integer >= 1 or None (the CPUs available, up to 2), got {workers!r}")
+        #: processes that compute the start plans and each step's class moves (this one and
+        #: forked copies, :func:`host.planner.parallel.map_forked`): the plan is the same
+        #: whatever their number, which only changes how long it takes
+        self.workers = available_workers(2) if workers is None else workers
         if isinstance(screen, bool) or not isinstance(screen, int) or screen < 1:
             raise ValueError(f"screen: expected an integer >= 1, got {screen!r}")
         #: a refinement step prices at most this many of its candidates in full: those the
@@ -150,7 +165,7 @@ class NeoPlanner(Placer):
         rank's total depends on its own column of the state only, so the column is costed
         alone)."""
         c = self.tw_base(table.name, "hbm")
-        return float(self.cost.totals(State(c.vec[:, :1].copy(), 0.0))[0])
+        return float(self.cost.totals(State(c.columns(slice(0, 1)).copy(), 0.0))[0])
 
     # ------------------------------------------------------------------ phases
     def greedy(self) -> None:
@@ -240,7 +255,7 @@ class NeoPlanner(Placer):
             placed = self.placed.get(name)
             start = base.vec - placed.contrib.vec if placed else base.vec
             ranks = [entries[i][4] for i in idx]
-            vecs[idx] = start[None] + entries[idx[0]][5].vec[:, self._inv[ranks]].transpose(1, 0, 2)
+            vecs[idx] = start[None] + entries[idx[0]][5].columns(self._inv[ranks]).transpose(1, 0, 2)
         eps = 1e-6
         ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
               & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
@@ -251,18 +266,23 @@ class NeoPlanner(Placer):
             # priced in full: the candidates the schedule without contention ranks lowest
             quick = self._quick(vecs[idx], [dps[i] for i in idx])
             idx = np.sort(idx[np.argsort(quick, kind="stable")[: self.screen]])
-        totals = _totals_batch(self.cost, vecs[idx], [dps[i] for i in idx])
         score_of = self.cost.barrier_sum_batch if proxy else self.cost.iteration_s_batch
         its = score_of(vecs[idx], [dps[i] for i in idx])
+        # the lowest (objective, balance) score, the first on a tie: the balance tie-breaker
+        # (per-rank totals) only of the candidates at the lowest objective
+        low = min(float(x) for x in its)
+        tied = [j for j in range(len(idx)) if float(its[j]) == low]
+        totals = _totals_batch(self.cost, vecs[idx[tied]], [dps[idx[j]] for j in tied])
         best = None
-        for j, i in enumerate(idx):
-            t = totals[j]
+        for t, j in zip(totals, tied):
             score = (float(its[j]), float(np.dot(t, t)))
             if best is None or score < best[0]:
-                best = (score, int(i))
+                best = (score, int(idx[j]), j)
         i = best[1]
         e = entries[i]
         new = [(e[2], self.contribution(e[2]))] if e[0] == "tw" else e[1]
+        if not proxy:  # the state applying it makes (bit for bit where one table moves)
+            self._remember(vecs[i], dps[i], its[best[2]])
         return best[0], State(vecs[i], dps[i]), new
 
     def _apply(self, result) -> None:
@@ -470,14 +490,17 @@ class NeoPlanner(Placer):
         sharding type's (those that fit), so that the result is never worse than any of them.
         (Made one at a time and dropped once costed: a plan of 1000 tables row-wise over 4096
         ranks is 4M shards, 1.6 GB.)"""
-        for make in self._start_makers():
+        for _, make, _ in self._start_makers():
             plan = make()
             if plan is not None:
                 yield plan
 
-    def _start_makers(self) -> list[Callable[[], Plan | None]]:
-        """Functions that make each start plan (None where it cannot be made): deterministic,
-        so the winning start is made again rather than kept."""
+    def _start_makers(self) -> list[tuple[str, Callable[[], Plan | None], float]]:
+        """Each start plan's name, a function that makes it (None where it cannot be made:
+        deterministic, so the winning start is made again rather than kept) and its relative
+        cost (to split the starts between processes: TorchRec's greedy prices seven ways of
+        sharding every table; forced row-wise and data-parallel plans price every table over
+        every rank)."""
         from neonic.host.planner.baselines import BASELINES, plan_baseline
         from neonic.host.planner.forced import plan_forced
 
@@ -489,34 +512,67 @@ class NeoPlanner(Placer):
                     return None
             return make
 
-        return ([maker(plan_baseline, name) for name in BASELINES]
-                + [maker(plan_forced, kind) for kind in ShardingType])
+        weight = {"torchrec-greedy": 6.0, ST.ROW_WISE: 1.0, ST.COLUMN_WISE: 1.0, ST.TABLE_COLUMN_WISE: 1.0,
+                  ST.DATA_PARALLEL: 0.5, ST.TABLE_ROW_WISE: 0.5}
+        return ([(name, maker(plan_baseline, name), weight.get(name, 0.25)) for name in BASELINES]
+                + [(f"force:{kind.value}", maker(plan_forced, kind), weight.get(kind, 0.25)) for kind in ShardingType])
 
-    def _best_start(self) -> str:
+    def _best_start(self, before: Callable[[], None] | None = None) -> str:
         """Start from the best (under the objective) of the greedy placement and every start
-        plan (the first of them on a tie); returns its name."""
-        cands: list[tuple[str, State, Callable[[], Plan | None] | None]] = [("greedy", self.state, None)]
-        for make in self._start_makers():
-            other = make()
+        plan (the first of them on a tie); returns its name. ``before``: what makes the greedy
+        placement (run while other processes make start plans, :attr:`workers`); the greedy
+        state is kept as ``_greedy_state``."""
+        makers = self._start_makers()
+
+        def start(i: int) -> tuple[str, np.ndarray, float, Plan | None] | None:
+            other = makers[i][1]()
             st = None if other is None else self._adopt(other)
-            if st is not None:
-                cands.append((other.planner, st, make))
-            del other
+            if st is None:
+                return None
+            # a small plan comes along (else the winner is made again: a row-wise plan over 1024
+            # ranks is a million shards)
+            small = sum(len(tp.shards) for tp in other) <= _KEEP_SHARDS * len(other.tables)
+            return other.planner, st.vec, st.dp_bytes, other if small else None
+
+        found = map_forked(start, len(makers), self.workers, [m[2] for m in makers], alongside=before)
+        self._greedy_state = self.state
+        cands: list[tuple[str, State, Callable[[], Plan | None] | None, Plan | None]] = [
+            ("greedy", self.state, None, None)]
+        for (_, make, _), f in zip(makers, found):
+            if f is not None:
+                cands.append((f[0], State(f[1], f[2]), make, f[3]))
         i, _ = self._first_best([c[1] for c in cands])
-        name, _, make = cands[i]
+        name, st, make, plan = cands[i]
         if make is not None:
-            self.state = self._adopt(make(), keep=True)
+            self.state = self._adopt(plan if plan is not None else make(), keep=True)
+            if self.state.vec.tobytes() != st.vec.tobytes() or self.state.dp_bytes != st.dp_bytes:
+                raise RuntimeError(f"start {name!r}: adopted again, its state differs")
             self.placed = self._adopted
         return name
 
+    @staticmethod
+    def _score_key(vec: np.ndarray, dp_bytes: float) -> tuple[bytes, float]:
+        return hashlib.blake2b(vec.tobytes(), digest_size=16).digest(), float(dp_bytes)
+
     def score(self, state: State) -> tuple[float, float]:
         """:meth:`Placer.score`, remembered by the state's figures (the search scores some
-        states more than once: the greedy start, the state refinement stops at)."""
-        key = (hashlib.blake2b(state.vec.tobytes(), digest_size=16).digest(), float(state.dp_bytes))
+        states more than once: the greedy start, the state refinement stops at, and the states
+        a batch has evaluated, :meth:`_remember`)."""
+        key = self._score_key(state.vec, state.dp_bytes)
         hit = self._scores.get(key)
         if hit is None:
             hit = self._scores[key] = super().score(state)
         return hit
+
+    def _remember(self, vec: np.ndarray, dp_bytes: float, iteration_s: float) -> None:
+        """Remember the :meth:`score` of the state ``(vec, dp_bytes)`` whose objective a batch
+        (:meth:`CostModel.iteration_s_batch`) gave as ``iteration_s``: the state's own figure,
+        bit for bit (``host.iteration.ScheduleTemplate.iteration_s`` gives every candidate of a
+        batch the passes it takes alone), so scoring it alone again would only repeat it."""
+        key = self._score_key(vec, dp_bytes)
+        if key not in self._scores:
+            t = self.cost.totals(State(vec, dp_bytes))
+            self._scores[key] = (float(iteration_s), float(np.dot(t, t)))
 
     def _quick(self, vecs: np.ndarray, dps: list[float]) -> np.ndarray:
         """The schedule without contention of a stack of states (the screen), ``screen``
@@ -528,11 +584,12 @@ class NeoPlanner(Placer):
 
     def _first_best(self, states: list[State]) -> tuple[int, tuple[float, float]] | None:
         """The index and :meth:`score` of the state with the lowest score, the first on a tie:
-        the one that scoring each state alone, in turn, keeps. All are first evaluated in one
-        batch (:meth:`CostModel.iteration_s_batch`, much cheaper than one call per state);
-        a state's batch figure differs from its own by the fixed-point passes the batch
-        shares (~1e-12 relative), so only the states within :data:`_CONFIRM_REL` of the
-        batch's lowest can be the one, and only they are scored alone."""
+        the one that scoring each state alone, in turn, keeps. All are evaluated in one
+        batch (:meth:`CostModel.iteration_s_batch`, much cheaper than one call per state),
+        which gives each state its own figure (``ScheduleTemplate.iteration_s``: a candidate
+        keeps the figure of the pass at which it converges alone), remembered as its score
+        (:meth:`_remember`); the states within :data:`_CONFIRM_REL` of the batch's lowest are
+        then compared by their whole score (the balance tie-breaker too)."""
         if not states:
             return None
         vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
@@ -543,6 +600,8 @@ class NeoPlanner(Placer):
         its = np.full(len(states), np.inf)
         its[keep] = self.cost.iteration_s_batch(vecs[keep], [dps[i] for i in keep])
         near = float(its.min()) * (1 + _CONFIRM_REL)
+        for i in keep:
+            self._remember(states[i].vec, states[i].dp_bytes, its[i])
         best: tuple[int, tuple[float, float]] | None = None
         for i, st in enumerate(states):
             if its[i] <= near:
@@ -582,33 +641,54 @@ class NeoPlanner(Placer):
 
         current = self.score(self.state)
         saved_state, saved_placed = self.state.copy(), dict(self.placed)
-        # each move's state and table plans (not its contributions: a class of 900 tables'
-        # took 0.2 GB per move at 1024 ranks)
-        moves: list[tuple[State, dict[str, TablePlan], str]] = []
-        for label, names in self._classes():
+        tasks: list[tuple[int, str, list[str], ShardingType]] = []   # (class, label, its tables, target)
+        for ci, (label, names) in enumerate(self._classes()):
             kinds = {self.placed[n].tp.sharding for n in names}
-            removed: tuple[State, dict] | None = None  # the state without the class, made once
             for target in ShardingType:
                 if kinds == {target} and target not in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
                     continue  # nothing to change (node-bound types are re-balanced over the nodes)
-                if removed is None:
-                    for n in names:
-                        self.unplace(n)
-                    removed = (self.state.copy(), dict(self.placed))
-                else:
-                    self.state, self.placed = removed[0].copy(), dict(removed[1])
-                ok = place_forced(self, [self.tables[n] for n in names], target)
-                if ok is not None and self.fits(self.state):
-                    moves.append((self.state.copy(), {n: self.placed[n].tp for n in names}, f"{label} -> {target.value}"))
+                tasks.append((ci, label, names, target))
+        removed: dict[int, tuple[State, dict]] = {}   # the state without each class, made once (per process)
+        made: dict[int, dict[str, TablePlan]] = {}     # the table plans of the moves made here
+
+        def move(i: int) -> tuple[np.ndarray, float] | None:
+            """The state of move ``i`` (its figures; its table plans in ``made``), None if it
+            does not fit; the search's state as it was after."""
+            ci, _, names, target = tasks[i]
+            if ci not in removed:
                 self.state, self.placed = saved_state.copy(), dict(saved_placed)
+                for n in names:
+                    self.unplace(n)
+                removed[ci] = (self.state.copy(), dict(self.placed))
+            else:
+                self.state, self.placed = removed[ci][0].copy(), dict(removed[ci][1])
+            try:
+                ok = place_forced(self, [self.tables[n] for n in names], target)
+                if ok is None or not self.fits(self.state):
+                    return None
+                made[i] = {n: self.placed[n].tp for n in names}
+                return self.state.vec.copy(), self.state.dp_bytes
+            finally:
+                self.state, self.placed = saved_state.copy(), dict(saved_placed)
+
+        # a move's cost grows with its tables; new column-wise placements are priced afresh
+        cost = {ST.COLUMN_WISE: 3.0, ST.TABLE_COLUMN_WISE: 1.5}
+        found = map_forked(move, len(tasks), self.workers, [len(t[2]) * cost.get(t[3], 1.0) for t in tasks])
+        # each move's state (not its contributions: a class of 900 tables' took 0.2 GB per move
+        # at 1024 ranks), in the order of the moves
+        moves = [(State(f[0], f[1]), i) for i, f in enumerate(found) if f is not None]
         # the lowest-scoring move (the first on a tie), if it beats the current state
-        found = self._first_best([m[0] for m in moves])
-        if found is None or not improves(found[1], current):
+        best = self._first_best([m[0] for m in moves])
+        if best is None or not improves(best[1], current):
             return False
-        _, placed_now, label = moves[found[0]]
-        for n, tp in placed_now.items():
+        i = moves[best[0]][1]
+        if i not in made:  # made by another process: made again here (deterministic: the same state)
+            again = move(i)
+            if again is None or again[0].tobytes() != moves[best[0]][0].vec.tobytes():
+                raise RuntimeError(f"class move {tasks[i][1]!r} -> {tasks[i][3].value}: made again, it differs")
+        for n, tp in made[i].items():
             self.place(tp)
-        self.moves.append(label)
+        self.moves.append(f"{tasks[i][1]} -> {tasks[i][3].value}")
         return True
 
     def _descend(self, deadline: float | None, steps: int) -> int:
@@ -631,9 +711,8 @@ class NeoPlanner(Placer):
     def _run(self) -> Plan:
         t0 = time.perf_counter()
         deadline = None if self.time_budget_s is None else t0 + self.time_budget_s
-        self.greedy()
-        greedy_cost = self.score(self.state)[0]
-        start = self._best_start()
+        start = self._best_start(before=self.greedy)
+        greedy_cost = self.score(self._greedy_state)[0]  # (scored among the starts: remembered)
         self.moves: list[str] = []
         steps = self._descend(deadline, 0)
         # perturbations: from the local optimum, a kick and a new descent; kept if better

@@ -208,6 +208,71 @@ def test_the_placers_shortcut_contributions_are_the_cost_models_own():
             assert np.array_equal(got.vec, want.vec) and got.dp_bytes == want.dp_bytes, (t.name, kind, "dram")
 
 
+def test_packed_contributions_are_their_columns_bit_for_bit():
+    from neonic.host.planner.cost import Contribution, PackedContribution
+
+    rng = np.random.default_rng(1)
+    vec = rng.choice([0.0, -0.0, 1.5, 2.0, 1e-300], size=(29, 16))
+    vec[:, 8:] = vec[:, :8]  # half the columns repeat
+    c = Contribution(vec, 3.0)
+    packed = PackedContribution.pack(c)
+    assert packed.cols.shape[1] <= 8 and packed.dp_bytes == 3.0
+    assert packed.vec.tobytes() == vec.tobytes()  # -0.0 stays -0.0
+    inv = rng.permutation(16)
+    assert packed.relabeled(inv).vec.tobytes() == c.relabeled(inv).vec.tobytes()
+    sel = rng.integers(0, 16, size=(3, 16))
+    assert packed.columns(sel).tobytes() == c.columns(sel).tobytes()
+
+
+def test_packed_caches_give_the_contributions_of_the_unpacked_ones():
+    # where a cache cannot hold one contribution per table it keeps them packed: the same
+    # figures, bit for bit, as priced afresh
+    from neonic.host.planner.work import table_work
+
+    class Packing(Placer):
+        CACHE_BYTES = 1
+
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(6)
+    cost = CostModel(w, s)
+    p = Packing(w, s, cost)
+    assert p._pack and not Placer(w, s, cost)._pack
+    for t in w.tables:
+        for kind, ranks in ((ST.TABLE_WISE, [5]), (ST.DATA_PARALLEL, []), (ST.TABLE_ROW_WISE, [4, 5, 6, 7]),
+                            (ST.ROW_WISE, [0, 3, 6]), (ST.ROW_WISE, list(range(8))), (ST.COLUMN_WISE, [1, 6])):
+            tp = p.make(t, kind, ranks)
+            want = cost.contribution(table_work(t, tp, w, s))
+            for _ in range(2):  # priced, then from the cache
+                got = p.contribution(tp)
+                assert got.vec.tobytes() == want.vec.tobytes() and got.dp_bytes == want.dp_bytes, (t.name, kind)
+
+
+def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
+    # candidates of one batch converge at different fixed-point passes (some at the first);
+    # each keeps the figure of its own pass, so the search need not score any of them again
+    from neonic.host.planner import PLANNER_NAMES, make_plan
+    from neonic.host.planner.cost import State
+
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(12)
+    cost = CostModel(w, s)
+    p = Placer(w, s, cost)
+    states = []
+    for name in PLANNER_NAMES:
+        try:
+            plan = make_plan(w, s, name, cost=cost)
+        except ValueError:
+            continue
+        st = State.empty(s.world_size)
+        for tp in plan:
+            st.add(p.contribution(tp))
+        states.append(st)
+    assert len(states) >= 8
+    batch = cost.iteration_s_batch(np.stack([st.vec for st in states]), [st.dp_bytes for st in states])
+    alone = np.array([cost.iteration_s(st) for st in states])
+    assert batch.tobytes() == alone.tobytes()
+
+
 def test_the_gpu_model_prices_the_kernels():
     s = _system()
     w = _workload([{"rows": 100_000, "dim": 64, "pooling": 10}])

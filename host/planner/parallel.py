@@ -1,0 +1,129 @@
+"""Independent pieces of the search computed by two processes, merged in a fixed order.
+
+The search's start plans and the class moves of a step (:mod:`host.planner.search`) are
+independent of one another: each is a deterministic function of the state the search is in.
+:func:`map_forked` computes such a list of tasks with ``workers`` processes (this one and
+forked copies of it, which see its state and caches as they are at the fork) and returns the
+results in task order, whichever process computed each. The plan therefore depends neither on
+the machine's load nor on the scheduling of the processes, nor on how the tasks were split
+(a test plans with one process and with two). A worker that fails (no ``fork`` on the
+platform, out of memory, ...) costs time, not the result: its tasks are computed here instead.
+
+What a worker computes is sent back pickled, so tasks return small results (a state's figures,
+not the table plans of 1000 tables over 1024 ranks); a caller that needs more of a winning task
+computes it again here. What the workers put in their caches is lost with them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from typing import Any, Callable, Sequence
+
+__all__ = ["available_workers", "map_forked"]
+
+
+def available_workers(limit: int = 2) -> int:
+    """The CPUs this process may run on, at most ``limit``; 1 where ``fork`` is missing or
+    where this process runs other Python threads (a forked copy of a threaded process may find
+    a lock held by a thread it does not have: a Dask worker's, say)."""
+    import threading
+
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(limit, cpus))
+
+
+#: Whether this process takes tasks too (tests set it False to have the workers compute all).
+_MAIN_TAKES = True
+
+
+def map_forked(fn: Callable[[int], Any], n: int, workers: int = 1, weights: Sequence[float] | None = None,
+               alongside: Callable[[], None] | None = None) -> list[Any]:
+    """``[fn(0), ..., fn(n - 1)]``, computed by ``workers`` processes (this one and
+    ``workers - 1`` forked ones; see the module doc). Each process takes the next task not yet
+    taken (a counter in shared memory), heaviest first by ``weights`` (each task's expected
+    cost; equal if None), so the processes finish together whatever the load; which process
+    computes a task changes nothing in its result. ``alongside``: work of this process's own,
+    run while the workers compute (first, here only: its effects stay in this process).
+    ``fn`` must be deterministic and leave this process's state as it found it."""
+    if workers < 1:
+        raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
+    weights = [1.0] * n if weights is None else list(weights)
+    if len(weights) != n:
+        raise ValueError(f"weights: expected {n} figures, got {len(weights)}")
+    workers = min(workers, n + (alongside is not None), available_workers(workers))
+    if workers < 2 or n == 0:
+        if alongside is not None:
+            alongside()
+        return [fn(i) for i in range(n)]
+    import multiprocessing
+
+    order = sorted(range(n), key=lambda i: (-weights[i], i))
+    ticket = multiprocessing.Value("i", 0)  # the next place in ``order`` to take, shared
+
+    def take() -> int | None:
+        with ticket.get_lock():
+            k = ticket.value
+            ticket.value = k + 1
+        return order[k] if k < n else None
+
+    def work() -> dict[int, Any]:
+        out: dict[int, Any] = {}
+        while (i := take()) is not None:
+            out[i] = fn(i)
+        return out
+
+    children: list[tuple[int, int]] = []
+    try:
+        for _ in range(workers - 1):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker: compute, send back, leave without running this process's exit code
+                code = 0
+                try:
+                    os.close(r)
+                    try:
+                        data = pickle.dumps(("ok", work()), protocol=pickle.HIGHEST_PROTOCOL)
+                    except BaseException as error:  # noqa: BLE001  (its tasks are computed by the parent)
+                        data = pickle.dumps(("error", repr(error)))
+                    with os.fdopen(w, "wb") as out:
+                        out.write(data)
+                except BaseException:  # noqa: BLE001
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(w)
+            children.append((pid, r))
+        if alongside is not None:
+            alongside()
+        results = work() if _MAIN_TAKES else {}
+        while children:
+            pid, r = children.pop(0)
+            try:
+                with os.fdopen(r, "rb") as f:
+                    data = f.read()
+            finally:
+                os.waitpid(pid, 0)
+            got = pickle.loads(data) if data else ("error", "no result")
+            if got[0] == "ok":
+                results.update(got[1])
+        # what a failed worker took: the same results, computed here
+        results.update({i: fn(i) for i in range(n) if i not in results})
+        return [results[i] for i in range(n)]
+    finally:
+        for pid, r in children:  # left by an error here: stop them (none is reaped yet)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            try:
+                os.close(r)
+            except OSError:
+                pass

@@ -1,0 +1,111 @@
+"""The search's work split between processes: the same results, in task order, whatever the split."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from neonic.host.planner import AlphaBetaComm, MemoryTiers, NeoPlanner, PlannerSystem
+from neonic.host.planner.parallel import available_workers, map_forked
+from neonic.host.workloads import workload_from_dict
+from neonic.sim.gpu import gpu_preset
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+
+
+def test_results_come_in_task_order_whichever_process_computed_them(monkeypatch):
+    import neonic.host.planner.parallel as parallel
+
+    squares = map_forked(lambda i: (i * i, os.getpid()), 7, workers=2, weights=[5, 1, 1, 1, 1, 1, 1])
+    assert [v for v, _ in squares] == [i * i for i in range(7)]
+    if available_workers(2) == 2:
+        monkeypatch.setattr(parallel, "_MAIN_TAKES", False)  # the worker computes every task
+        far = map_forked(lambda i: (i * i, os.getpid()), 7, workers=2)
+        assert [v for v, _ in far] == [i * i for i in range(7)] and {pid for _, pid in far} != {os.getpid()}
+    with pytest.raises(ValueError, match="workers"):
+        map_forked(lambda i: i, 3, workers=0)
+
+
+@needs_fork
+def test_a_failing_worker_costs_time_not_the_result():
+    parent = os.getpid()
+
+    def fn(i):
+        if os.getpid() != parent:
+            raise MemoryError("worker")
+        return i + 1
+
+    assert map_forked(fn, 6, workers=2) == [1, 2, 3, 4, 5, 6]
+
+
+def test_alongside_runs_here_while_the_workers_compute():
+    seen = []
+    out = map_forked(lambda i: i, 3, workers=2, alongside=lambda: seen.append(os.getpid()))
+    assert out == [0, 1, 2] and seen == [os.getpid()]
+
+
+def _system(nodes=2, g=4) -> PlannerSystem:
+    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
+                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
+    return PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm, memory=MemoryTiers())
+
+
+def _workload(n=40, seed=3):
+    rng = np.random.default_rng(seed)
+    return workload_from_dict({
+        "name": "w", "batch_per_gpu": 256, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in enumerate(zip(
+            rng.integers(10_000, 2_000_000, n), rng.choice([16, 32, 64, 128], n),
+            rng.lognormal(2.5, 1.0, n).round(1) + 1))],
+    })
+
+
+def _with_class_moves(n=30, seed=3):
+    # a few tables 20x larger and heavier lookups: the search applies two class moves here
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(10_000, 2_000_000, n)
+    rows[:3] *= 20
+    return workload_from_dict({
+        "name": "w", "batch_per_gpu": 1024, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in enumerate(zip(
+            rows, rng.choice([64, 128, 256], n), rng.lognormal(3, 1.0, n).round(1) + 1))],
+    })
+
+
+@needs_fork
+def test_the_plan_is_the_same_with_one_process_or_two(monkeypatch):
+    import neonic.host.planner.parallel as parallel
+
+    s, w = _system(), _with_class_moves()
+    one = NeoPlanner(w, s, workers=1)
+    plan = one.run()
+    assert len(one.moves) == 2  # class moves were applied
+    two = NeoPlanner(w, s, workers=2)
+    assert two.run() == plan and two.moves == one.moves
+    # every task computed by the worker: the winning starts and moves are made again here
+    monkeypatch.setattr(parallel, "_MAIN_TAKES", False)
+    far = NeoPlanner(w, s, workers=2)
+    assert far.run() == plan and far.moves == one.moves
+    # and no start plan comes back with its state: the winning one is made again
+    import neonic.host.planner.search as search
+
+    monkeypatch.setattr(search, "_KEEP_SHARDS", -1)
+    assert NeoPlanner(w, s, workers=2).run() == plan
+    with pytest.raises(ValueError, match="workers"):
+        NeoPlanner(w, s, workers=0)
+
+
+def test_a_threaded_process_plans_in_one_process():
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert available_workers(2) == 1
+        assert map_forked(lambda i: os.getpid(), 3, workers=2) == [os.getpid()] * 3
+    finally:
+        stop.set()
+        t.join()
