@@ -756,7 +756,10 @@ class CacheController(wiring.Component):
         # Stage 2 takes the block RAM's word into a register with no logic in between (the
         # block RAM's clock-to-output is most of a cycle), and the forwarded word beside it;
         # the choice between the two is stage 2's first mux.
-        s2_raw = Signal(self.set_layout)
+        # (no reset: a register with a synchronous reset and an enable takes a LUT in front of
+        # its flip-flop on ECP5, and the block RAM's clock-to-output leaves room for routing
+        # only)
+        s2_raw = Signal(self.set_layout, reset_less=True)
         s2_fwd = Signal()
         s2_fwd_word = Signal(self.set_layout)
         fwd_now = Signal()
@@ -977,12 +980,18 @@ class CacheController(wiring.Component):
         dep_ok = Signal()
         fill_done_now = Signal()
         head_wait = Signal()
-        head_gap = Signal(seq_bits)
+        # (the head's wait is each entry's, selected by `q_head`: the compares run on the
+        # entries' registers beside the selection, not behind it)
+        q_gap_wait = Signal(Q)
+        q_seq_next = Signal(Q)
+        for i in range(Q):
+            m.d.comb += [q_gap_wait[i].eq(q_ops[i].dep & ((q_ops[i].seq - fills_done)[:seq_bits]
+                                                          < M)),
+                         q_seq_next[i].eq(q_ops[i].seq == fills_done)]
         m.d.comb += [
             dep_ok.eq(~x_wait),
-            head_gap.eq(head.seq - fills_done),
-            head_wait.eq(head.dep & (head_gap < M)
-                         & ~(fill_done_now & (fills_done == head.seq))),
+            head_wait.eq(q_gap_wait.bit_select(q_head, 1)
+                         & ~(fill_done_now & q_seq_next.bit_select(q_head, 1))),
             fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroute.w_rdy),
         ]
         x_ready = Signal()
