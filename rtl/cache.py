@@ -705,9 +705,17 @@ class CacheController(wiring.Component):
         r, s2, s3 = stage("r"), stage("s2"), stage("s3")
         r_fwd = Signal()                       # r_fwd_word supersedes the block RAM's data
         r_fwd_word = Signal(self.set_layout)
+        # `r_fwd_word` is not a register loaded on `accept` (the end of the lookup's stall
+        # path): `fw_last` is the last cycle's new word (loaded every cycle), `fw_hit` (one
+        # flip-flop) says whether that update was of stage 1's set, and `fw_hold` keeps the
+        # word stage 1 saw before (loaded every cycle with the choice of the two).
+        fw_last = Signal(self.set_layout, reset_less=True)
+        fw_hold = Signal(self.set_layout, reset_less=True)
+        fw_hit = Signal()
         s2_word = Signal(self.set_layout)
         s3_word = Signal(self.set_layout)
         s3_hit, s3_merged = Signal(), Signal()
+        s3_miss = Signal()     # a miss (neither a hit nor an error), registered with s3_hit
         s3_sel, s3_victim = Signal(WB), Signal(WB)
         s3_victim_state = Signal(self.way_layout)
         s3_merge_seq = Signal(seq_bits)
@@ -739,20 +747,29 @@ class CacheController(wiring.Component):
             front.req.ready.eq((~r["valid"] | s2_take) & ~self.cmd.valid & ~cmd_active),
             accept.eq(front.req.valid & front.req.ready),
         ]
-        with m.If(accept):
+        # Stage 1's fields load whenever it is empty or passes its request on, a request or
+        # not (`valid` says whether they hold one): their enable is not behind `accept`.
+        with m.If(~r["valid"] | s2_take):
             m.d.sync += [
-                r["valid"].eq(1), r["row"].eq(req_row), r["set"].eq(req_set),
+                r["row"].eq(req_row), r["set"].eq(req_set),
                 r["tag"].eq(req_row[S:]), r["off"].eq(req_off), r["beats"].eq(req.beats),
                 r["write"].eq(req.write),
                 r["err"].eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
+            ]
+        with m.If(accept):
+            m.d.sync += [
+                r["valid"].eq(1),
                 r_fwd.eq(upd_now & (s3["set"] == req_set)),
-                r_fwd_word.eq(new_word),
+                fw_hit.eq(upd_now & (s3["set"] == req_set)),
             ]
         with m.Else():
             with m.If(s2_take):
                 m.d.sync += r["valid"].eq(0)
             with m.If(upd_now & (s3["set"] == r["set"])):
-                m.d.sync += [r_fwd.eq(1), r_fwd_word.eq(new_word)]
+                m.d.sync += r_fwd.eq(1)
+            m.d.sync += fw_hit.eq(upd_now & (s3["set"] == r["set"]))
+        m.d.comb += r_fwd_word.eq(Mux(fw_hit, fw_last, fw_hold))
+        m.d.sync += [fw_last.eq(new_word), fw_hold.eq(r_fwd_word)]
         # Stage 2 takes the block RAM's word into a register with no logic in between (the
         # block RAM's clock-to-output is most of a cycle), and the forwarded word beside it;
         # the choice between the two is stage 2's first mux.
@@ -798,6 +815,7 @@ class CacheController(wiring.Component):
                 s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
                 s3_victim.eq(ways_sel.victim),
                 s3_merge_seq.eq(merge_seq), s3_nobeats.eq(s2["beats"] == 0),
+                s3_miss.eq(~s2["err"] & ~ways_sel.hit),
             ]
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
@@ -863,8 +881,7 @@ class CacheController(wiring.Component):
         for i in reversed(range(M)):
             with m.If(free_vec[i]):
                 m.d.comb += free_mshr.eq(i)
-        is_miss = Signal()
-        m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
+        is_miss = s3_miss       # (== ~s3.err & ~s3_hit, registered with them)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
         # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
         # room for its job and a victim with no operation to issue. `s3_ok` (the queue entry) and
@@ -875,7 +892,8 @@ class CacheController(wiring.Component):
         # register.
         s3_ok = Signal()
         s3_res = Signal()   # a miss's MSHR and job room
-        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & (pinned | ~s3_res)))
+        # (`s3_ok` includes stage 3's `valid`: both are decided a cycle ahead)
+        m.d.comb += s3_fire.eq(s3_ok & ~(is_miss & (pinned | ~s3_res)))
         m.d.comb += [
             push_op.write.eq(s3["write"]),
             push_op.err.eq(s3["err"]),
@@ -1201,7 +1219,8 @@ class CacheController(wiring.Component):
         res_other = ~mshr_valid.all() & (lvl_other != M)
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
-        m.d.sync += [s3_ok.eq(Mux(s3_fire, ok_f, ok_h)),
+        s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
+        m.d.sync += [s3_ok.eq(Mux(s3_fire, ok_f, ok_h) & s3_valid_next),
                      s3_res.eq(Mux(s3_fire & is_miss, res_miss, res_other))]
 
         # ==== commands: drain, then walk the sets ==============================================
