@@ -695,11 +695,6 @@ class Packetizer(wiring.Component):
         rot_next = Signal(range(W))
         m.d.comb += rot_next.eq(-c["elen"])
         tail = c["payend"][:LW]
-        tail_mask = Signal(W)          # payload bytes of the beat where the payload ends
-        with m.Switch(tail):
-            for t in range(W):
-                with m.Case(t):
-                    m.d.comb += tail_mask.eq((1 << (t or W)) - 1)
 
         # ---- packet registers: loaded when a packet starts, stepped at each beat -------------
         p_active = Signal()
@@ -719,8 +714,6 @@ class Packetizer(wiring.Component):
         ni = Signal()                  # this beat takes a payload beat
         pe_left = Signal(10)           # beats before the one where the payload ends
         pe_now, pe_past = Signal(), Signal()
-        p_pay = Signal(W)              # which bytes of this beat are payload (a register per
-                                       # byte: the byte muxes start from flip-flops of fan-out 16)
 
         # ---- output: two registers (r, then o, which carries the ICRC), then a skid register
         # ``s`` that takes o's beat when ``frame`` is not ready. o moves whenever ``s`` is empty,
@@ -757,7 +750,7 @@ class Packetizer(wiring.Component):
         crc_beat = Signal(8 * W)
         for i in range(W):
             sl = slice(8 * i, 8 * i + 8)
-            is_pay = p_pay[i]
+            is_pay = ~pe_past & (~pe_now | p_tail_mask[i])
             m.d.comb += [
                 beat[sl].eq(Mux(hm[i], p_hdr[sl], Mux(is_pay, shifted[sl], 0))),
                 crc_beat[sl].eq(Mux(hm[i], p_crc_hdr[sl], Mux(is_pay, shifted[sl], 0))),
@@ -788,7 +781,6 @@ class Packetizer(wiring.Component):
                 hm.eq(hm >> W),
                 left.eq(left - 1), lb.eq(left == 1), pb.eq(left == 2),
                 pe_left.eq(pe_left - 1), pe_now.eq(pe_left == 1), pe_past.eq(pe_past | pe_now),
-                p_pay.eq(Mux(pe_past | pe_now, 0, Mux(pe_left == 1, p_tail_mask, (1 << W) - 1))),
             ]
             with m.If(ni):
                 m.d.sync += [prev.eq(pl.payload), pay_left.eq(pay_left - 1),
@@ -824,8 +816,11 @@ class Packetizer(wiring.Component):
                 pre_left.eq(in_first), pay_left.eq(c["npay"]),
                 ni.eq((in_first == 0) & (c["npay"] != 0)),
                 pe_left.eq(pe_beat), pe_now.eq(pe_beat == 0), pe_past.eq(0),
-                p_tail_mask.eq(tail_mask), p_pay.eq(Mux(pe_beat == 0, tail_mask, (1 << W) - 1)),
             ]
+            with m.Switch(tail):
+                for t in range(W):
+                    with m.Case(t):
+                        m.d.sync += p_tail_mask.eq((1 << (t or W)) - 1)
 
         # ---- output stage: overlay the ICRC ----------------------------------------------------
         # The engine's register holds the frame's ICRC in the cycle a beat that carries it
