@@ -773,9 +773,11 @@ class CacheController(wiring.Component):
         # Stage 2 takes the block RAM's word into a register with no logic in between (the
         # block RAM's clock-to-output is most of a cycle), and the forwarded word beside it;
         # the choice between the two is stage 2's first mux.
-        # (no reset: a register with a synchronous reset and an enable takes a LUT in front of
-        # its flip-flop on ECP5, and the block RAM's clock-to-output leaves room for routing
-        # only)
+        # (no reset: it holds a word only with a request. A LUT still sits between the block
+        # RAM and this register on ECP5: yosys's emulation of the read port's old-data-on-
+        # collision semantics, which Amaranth's RTLIL back end always asks for
+        # (COLLISION_X_MASK 0) and the DP16KD's separate write and read ports do not have;
+        # the lookup never uses a colliding read, it forwards stage 3's word instead.)
         s2_raw = Signal(self.set_layout, reset_less=True)
         s2_fwd = Signal()
         s2_fwd_word = Signal(self.set_layout)
