@@ -395,6 +395,45 @@ class LineRAM(wiring.Component):
         return m
 
 
+class _HeadFIFO(wiring.Component):
+    """A first-word-fall-through queue like :class:`amaranth.lib.fifo.SyncFIFO` (same
+    interface subset and same cycles: an entry written at one edge can be read from the next
+    cycle on, ``w_rdy`` is ``level != depth``), whose head (``r_data``, ``r_rdy``) is a
+    register: the entries behind the head sit in a ``depth - 1`` entry ``SyncFIFO`` (LUT RAM)
+    whose read feeds only the head register, and a write into an empty queue goes straight
+    to the head. The logic the head steers starts from flip-flops, not from a LUT RAM read.
+    """
+
+    def __init__(self, *, width: int, depth: int):
+        self.width = check_int("width", width, minimum=1)
+        self.depth = check_int("depth", depth, minimum=2)
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = SyncFIFO(width=self.width, depth=self.depth - 1)
+        head_valid = Signal()
+        head = Signal(self.width)
+        free = ~head_valid | self.r_en          # the head is empty or read this cycle
+        bypass = free & ~inner.r_rdy & self.w_en
+        m.d.comb += [
+            self.r_data.eq(head), self.r_rdy.eq(head_valid),
+            self.w_rdy.eq(inner.w_rdy),
+            self.level.eq(inner.level + head_valid),
+            inner.w_data.eq(self.w_data),
+            inner.w_en.eq(self.w_en & ~bypass),
+            inner.r_en.eq(free),
+        ]
+        with m.If(free):
+            m.d.sync += [head_valid.eq(inner.r_rdy | self.w_en),
+                         head.eq(Mux(inner.r_rdy, inner.r_data, self.w_data))]
+        return m
+
+
 class _Route(enum.Enum, shape=2):
     """Where the beats of one ``lines``-port transfer go (reads) or come from (writes)."""
 
@@ -626,7 +665,8 @@ class CacheController(wiring.Component):
         job = job_layout(jobs.r_data)
         fill_layout = data.StructLayout({
             "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits)})
-        m.submodules.fills = fills = SyncFIFO(width=fill_layout.size, depth=M)
+        m.submodules.fills = fills = (_HeadFIFO(width=fill_layout.size, depth=M) if M > 1
+                                      else SyncFIFO(width=fill_layout.size, depth=M))
         fill_head = fill_layout(fills.r_data)
         seq_idle = Signal()
 
@@ -638,7 +678,8 @@ class CacheController(wiring.Component):
         # `lines.resp.ready`, with no LUT RAM read on that path)
         m.submodules.rroute = rroute = SyncFIFOBuffered(width=route_layout.size,
                                                         depth=self.line_outstanding)
-        m.submodules.wroute = wroute = SyncFIFO(width=route_layout.size, depth=4)
+        # (so is the write routes' head: a fill's last beat is found from registers)
+        m.submodules.wroute = wroute = _HeadFIFO(width=route_layout.size, depth=4)
         rr_in, wr_in = Signal(route_layout), Signal(route_layout)
         m.d.comb += [rroute.w_data.eq(rr_in), wroute.w_data.eq(wr_in)]
         rr, wrt = route_layout(rroute.r_data), route_layout(wroute.r_data)
@@ -664,9 +705,17 @@ class CacheController(wiring.Component):
         r, s2, s3 = stage("r"), stage("s2"), stage("s3")
         r_fwd = Signal()                       # r_fwd_word supersedes the block RAM's data
         r_fwd_word = Signal(self.set_layout)
+        # `r_fwd_word` is not a register loaded on `accept` (the end of the lookup's stall
+        # path): `fw_last` is the last cycle's new word (loaded every cycle), `fw_hit` (one
+        # flip-flop) says whether that update was of stage 1's set, and `fw_hold` keeps the
+        # word stage 1 saw before (loaded every cycle with the choice of the two).
+        fw_last = Signal(self.set_layout, reset_less=True)
+        fw_hold = Signal(self.set_layout, reset_less=True)
+        fw_hit = Signal()
         s2_word = Signal(self.set_layout)
         s3_word = Signal(self.set_layout)
         s3_hit, s3_merged = Signal(), Signal()
+        s3_miss = Signal()     # a miss (neither a hit nor an error), registered with s3_hit
         s3_sel, s3_victim = Signal(WB), Signal(WB)
         s3_victim_state = Signal(self.way_layout)
         s3_merge_seq = Signal(seq_bits)
@@ -698,24 +747,38 @@ class CacheController(wiring.Component):
             front.req.ready.eq((~r["valid"] | s2_take) & ~self.cmd.valid & ~cmd_active),
             accept.eq(front.req.valid & front.req.ready),
         ]
-        with m.If(accept):
+        # Stage 1's fields load whenever it is empty or passes its request on, a request or
+        # not (`valid` says whether they hold one): their enable is not behind `accept`.
+        with m.If(~r["valid"] | s2_take):
             m.d.sync += [
-                r["valid"].eq(1), r["row"].eq(req_row), r["set"].eq(req_set),
+                r["row"].eq(req_row), r["set"].eq(req_set),
                 r["tag"].eq(req_row[S:]), r["off"].eq(req_off), r["beats"].eq(req.beats),
                 r["write"].eq(req.write),
                 r["err"].eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
+            ]
+        with m.If(accept):
+            m.d.sync += [
+                r["valid"].eq(1),
                 r_fwd.eq(upd_now & (s3["set"] == req_set)),
-                r_fwd_word.eq(new_word),
+                fw_hit.eq(upd_now & (s3["set"] == req_set)),
             ]
         with m.Else():
             with m.If(s2_take):
                 m.d.sync += r["valid"].eq(0)
             with m.If(upd_now & (s3["set"] == r["set"])):
-                m.d.sync += [r_fwd.eq(1), r_fwd_word.eq(new_word)]
+                m.d.sync += r_fwd.eq(1)
+            m.d.sync += fw_hit.eq(upd_now & (s3["set"] == r["set"]))
+        m.d.comb += r_fwd_word.eq(Mux(fw_hit, fw_last, fw_hold))
+        m.d.sync += [fw_last.eq(new_word), fw_hold.eq(r_fwd_word)]
         # Stage 2 takes the block RAM's word into a register with no logic in between (the
         # block RAM's clock-to-output is most of a cycle), and the forwarded word beside it;
         # the choice between the two is stage 2's first mux.
-        s2_raw = Signal(self.set_layout)
+        # (no reset: it holds a word only with a request. A LUT still sits between the block
+        # RAM and this register on ECP5: yosys's emulation of the read port's old-data-on-
+        # collision semantics, which Amaranth's RTLIL back end always asks for
+        # (COLLISION_X_MASK 0) and the DP16KD's separate write and read ports do not have;
+        # the lookup never uses a colliding read, it forwards stage 3's word instead.)
+        s2_raw = Signal(self.set_layout, reset_less=True)
         s2_fwd = Signal()
         s2_fwd_word = Signal(self.set_layout)
         fwd_now = Signal()
@@ -754,6 +817,7 @@ class CacheController(wiring.Component):
                 s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
                 s3_victim.eq(ways_sel.victim),
                 s3_merge_seq.eq(merge_seq), s3_nobeats.eq(s2["beats"] == 0),
+                s3_miss.eq(~s2["err"] & ~ways_sel.hit),
             ]
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
@@ -819,8 +883,7 @@ class CacheController(wiring.Component):
         for i in reversed(range(M)):
             with m.If(free_vec[i]):
                 m.d.comb += free_mshr.eq(i)
-        is_miss = Signal()
-        m.d.comb += is_miss.eq(~s3["err"] & ~s3_hit)
+        is_miss = s3_miss       # (== ~s3.err & ~s3_hit, registered with them)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
         # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
         # room for its job and a victim with no operation to issue. `s3_ok` (the queue entry) and
@@ -831,7 +894,8 @@ class CacheController(wiring.Component):
         # register.
         s3_ok = Signal()
         s3_res = Signal()   # a miss's MSHR and job room
-        m.d.comb += s3_fire.eq(s3["valid"] & s3_ok & ~(is_miss & (pinned | ~s3_res)))
+        # (`s3_ok` includes stage 3's `valid`: both are decided a cycle ahead)
+        m.d.comb += s3_fire.eq(s3_ok & ~(is_miss & (pinned | ~s3_res)))
         m.d.comb += [
             push_op.write.eq(s3["write"]),
             push_op.err.eq(s3["err"]),
@@ -936,12 +1000,18 @@ class CacheController(wiring.Component):
         dep_ok = Signal()
         fill_done_now = Signal()
         head_wait = Signal()
-        head_gap = Signal(seq_bits)
+        # (the head's wait is each entry's, selected by `q_head`: the compares run on the
+        # entries' registers beside the selection, not behind it)
+        q_gap_wait = Signal(Q)
+        q_seq_next = Signal(Q)
+        for i in range(Q):
+            m.d.comb += [q_gap_wait[i].eq(q_ops[i].dep & ((q_ops[i].seq - fills_done)[:seq_bits]
+                                                          < M)),
+                         q_seq_next[i].eq(q_ops[i].seq == fills_done)]
         m.d.comb += [
             dep_ok.eq(~x_wait),
-            head_gap.eq(head.seq - fills_done),
-            head_wait.eq(head.dep & (head_gap < M)
-                         & ~(fill_done_now & (fills_done == head.seq))),
+            head_wait.eq(q_gap_wait.bit_select(q_head, 1)
+                         & ~(fill_done_now & q_seq_next.bit_select(q_head, 1))),
             fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroute.w_rdy),
         ]
         x_ready = Signal()
@@ -1151,7 +1221,8 @@ class CacheController(wiring.Component):
         res_other = ~mshr_valid.all() & (lvl_other != M)
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
-        m.d.sync += [s3_ok.eq(Mux(s3_fire, ok_f, ok_h)),
+        s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
+        m.d.sync += [s3_ok.eq(Mux(s3_fire, ok_f, ok_h) & s3_valid_next),
                      s3_res.eq(Mux(s3_fire & is_miss, res_miss, res_other))]
 
         # ==== commands: drain, then walk the sets ==============================================

@@ -75,7 +75,10 @@ The ICRC is computed (:class:`rtl.roce.ICRCEngine` in two stages, the CRC of
 ``amaranth.lib.crc``'s Algorithm) on a copy of each beat rotated so that the covered bytes end
 on a beat boundary (leading zeros are free because the CRC register starts at zero after the
 first four 0xFF bytes of the pseudo-header). Two register stages follow the generator (``r``,
-then ``o``, where the ICRC is overlaid once the engine holds it). Frames leave back to back,
+then ``o``, where the ICRC is overlaid once the engine holds it), and a skid register takes
+``o``'s beat when ``frame`` is not ready, so that ``frame.ready`` reaches no stage's move in the
+same cycle (the generator's advance starts from flip-flops only; the skid adds no latency).
+Frames leave back to back,
 one beat per cycle, while ``payload`` keeps up and ``frame`` is ready: a packet of ``F`` frame
 bytes takes ``ceil(F / data_bytes)`` cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per
 beat). The plan passes a packet on at most every two cycles, so one-beat frames (payloads of up
@@ -712,15 +715,24 @@ class Packetizer(wiring.Component):
         pe_left = Signal(10)           # beats before the one where the payload ends
         pe_now, pe_past = Signal(), Signal()
 
-        # ---- output: two registers (r, then o, which carries the ICRC) -----------------------
+        # ---- output: two registers (r, then o, which carries the ICRC), then a skid register
+        # ``s`` that takes o's beat when ``frame`` is not ready. o moves whenever ``s`` is empty,
+        # so no stage's move depends on ``frame.ready`` in the same cycle, and r's room is a
+        # flip-flop (``r_room``, computed from the next state): the generator's advance and the
+        # load of the wide header registers start from flip-flops only.
         r_valid, o_valid, o_first = Signal(), Signal(), Signal()
         r_data, o_data = Signal(8 * W), Signal(8 * W)
         r_count, o_count = Signal(range(W + 1)), Signal(range(W + 1))
         r_last, o_last = Signal(), Signal()
         r_mode, o_mode = Signal(2), Signal(2)   # 0: no ICRC byte, 1: ICRC at lane W-d, 2: spill
         r_rot, o_rot = Signal(range(W)), Signal(range(W))
-        o_ready = ~o_valid | self.frame.ready
-        r_ready = ~r_valid | o_ready
+        s_valid = Signal()
+        s_data = Signal(8 * W)
+        s_count = Signal(range(W + 1))
+        s_last = Signal()
+        o_ready = ~o_valid | ~s_valid
+        r_room = Signal(init=1)        # == ~r_valid | ~o_valid | ~s_valid, a cycle ahead
+        r_ready = r_room
 
         prev = Signal(8 * W)           # previous payload beat
         prev_crc = Signal(8 * W)       # previous CRC-variant frame beat
@@ -782,6 +794,14 @@ class Packetizer(wiring.Component):
             m.d.sync += [o_valid.eq(r_valid), o_data.eq(r_data), o_count.eq(r_count),
                          o_last.eq(r_last), o_mode.eq(r_mode), o_rot.eq(r_rot)]
         m.d.sync += o_first.eq(o_ready & r_valid)
+        # the next state of the three valid flags, for ``r_room``
+        r_valid_n, o_valid_n, s_valid_n = Signal(), Signal(), Signal()
+        m.d.comb += [
+            r_valid_n.eq(advance | (r_valid & ~o_ready)),
+            o_valid_n.eq(Mux(o_ready, r_valid, o_valid)),
+            s_valid_n.eq(Mux(s_valid, ~self.frame.ready, o_valid & ~self.frame.ready)),
+        ]
+        m.d.sync += r_room.eq(~r_valid_n | ~o_valid_n | ~s_valid_n)
 
         # Start the next packet when the generator is idle or finishing a frame.
         m.d.comb += load.eq(c_valid & (~p_active | (advance & lb)))
@@ -822,9 +842,13 @@ class Packetizer(wiring.Component):
                 m.d.comb += out.eq(o_data | crc_val[16:32])
             with m.Default():
                 m.d.comb += out.eq(o_data)
+        # ---- skid register: o's beat (ICRC overlaid) when ``frame`` does not take it ---------
+        m.d.sync += s_valid.eq(s_valid_n)
+        with m.If(~s_valid):
+            m.d.sync += [s_data.eq(out), s_count.eq(o_count), s_last.eq(o_last)]
         m.d.comb += [
-            self.frame.valid.eq(o_valid),
-            self.frame.payload.data.eq(out),
-            self.frame.payload.count.eq(o_count),
-            self.frame.payload.last.eq(o_last),
+            self.frame.valid.eq(s_valid | o_valid),
+            self.frame.payload.data.eq(Mux(s_valid, s_data, out)),
+            self.frame.payload.count.eq(Mux(s_valid, s_count, o_count)),
+            self.frame.payload.last.eq(Mux(s_valid, s_last, o_last)),
         ]
