@@ -35,7 +35,9 @@ class AlphaBetaComm:
     """Per-rank AlltoAllv times and AllReduce times for one topology (see module doc).
 
     ``allreduce`` (optional) is ``f(nbytes, ranks) -> seconds`` from the network model; without
-    it a ring form ``2 (n-1) (alpha + nbytes / (n bw))`` over the slower class is used.
+    it a flat ring over the slower class is used: ``2 (n-1) (alpha + nbytes / (n bw))``, the
+    uncontended time of the network's streamed ring (every hop carries ``2 (n-1)/n`` of the
+    bytes at once, and the pipeline fill is the ``2 (n-1)`` hop latencies).
     """
 
     nodes: int
