@@ -460,6 +460,9 @@ def absorb_bram_output_registers(netlist: dict) -> int:
                     ok = False
                     break
                 cemux = str(fp.get("CEMUX", "CE")).strip()
+                if cemux not in ("CE", "1"):                  # an inverted or held enable
+                    ok = False
+                    break
                 enables.add("1" if cemux == "1" else tuple(fc.get("CE", [])))
                 plan.append((port, sinks[0][0]))
             if not ok or not plan or len(enables) != 1:

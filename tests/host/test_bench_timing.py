@@ -149,12 +149,13 @@ def test_a_tool_past_its_cpu_limit_is_stopped_and_says_so(tmp_path):
         timing._run(spin, tmp_path, 60, tmp_path / "log", cpu_limit=1)
 
 
-def _bram_netlist(*, ff_lsr="0", ce_b=7, extra_load=False):
+def _bram_netlist(*, ff_lsr="0", ce_b=7, extra_load=False, cemux="CE"):
     """A DP16KD whose two used read-data bits (nets 10, 11) each feed one flip-flop (Q: nets
     20, 21; enables net 7 and ``ce_b``), clock net 3."""
     def ff(d, q, ce):
         return {"type": "TRELLIS_FF",
-                "parameters": {"CEMUX": "CE", "CLKMUX": "CLK", "LSRMUX": "LSR", "REGSET": "RESET"},
+                "parameters": {"CEMUX": cemux, "CLKMUX": "CLK", "LSRMUX": "LSR",
+                               "REGSET": "RESET"},
                 "port_directions": {"CE": "input", "CLK": "input", "DI": "input",
                                     "LSR": "input", "Q": "output"},
                 "connections": {"CE": [ce], "CLK": [3], "DI": [d], "LSR": [ff_lsr], "Q": [q]}}
@@ -190,10 +191,11 @@ def test_registers_behind_a_block_ram_move_into_its_output_register():
     assert ram["connections"]["DOB1"] == [12]          # unused bit untouched
 
 
-@pytest.mark.parametrize("change", [{"ff_lsr": 5}, {"ce_b": 8}, {"extra_load": True}])
+@pytest.mark.parametrize("change", [{"ff_lsr": 5}, {"ce_b": 8}, {"extra_load": True},
+                                    {"cemux": "INV"}])
 def test_a_block_ram_whose_registers_differ_from_its_output_register_is_left_alone(change):
-    """A reset in use, two different enables, or a read bit with another load: the output
-    register could not stand for the flip-flops, so nothing changes."""
+    """A reset in use, two different enables, a read bit with another load, or an inverted
+    enable: the output register could not stand for the flip-flops, so nothing changes."""
     net = _bram_netlist(**change)
     before = json.dumps(net, sort_keys=True)
     assert timing.absorb_bram_output_registers(net) == 0
