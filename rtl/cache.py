@@ -129,7 +129,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .streams import MemPortSignature, check_int
+from .streams import COLLISION_X_ATTR, MemPortSignature, check_int
 
 __all__ = ["CacheOp", "LookupKind", "CacheStats", "WaySelect", "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
@@ -295,10 +295,11 @@ class LineRAM(wiring.Component):
     responder. It serves one request at a time, strictly in order, so reads and writes take
     effect in request order: a request is registered when accepted, then served one beat per
     cycle from the next cycle on, the next one from the cycle after the current one's last
-    beat. A read beat leaves the block RAM into a register before ``resp`` (the block RAM's
-    clock-to-output, 5.6 ns on an ECP5 at speed grade 6, leaves no room for logic behind
-    it), so a read's first beat is valid three cycles after the edge that accepted it
-    (latency 3). One
+    beat. A read beat leaves the block RAM into a register before ``resp`` (``b``, with
+    nothing between the two: on an ECP5 the FPGA flow maps it into the DP16KD's own output
+    register, ``REGMODE`` ``"OUTREG"``, whose clock-to-output is short, where the unregistered
+    output's 5.8 ns at speed grade 6 would leave no room for logic or routing behind it), so
+    a read's first beat is valid three cycles after the edge that accepted it (latency 3). One
     request waits behind the one being served (``req.ready`` is a register). The memory has one write port and one read port, so yosys maps it to block RAM.
     Write data ``last`` is not checked (the cache generates it from its own count).
 
@@ -319,8 +320,10 @@ class LineRAM(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.port
+        # (`COLLISION_X_ATTR`: a read of the address written in the same cycle happens only
+        # while a write is served, and its data are never loaded into `b`)
         m.submodules.mem = mem = Memory(shape=unsigned(8 * self.data_bytes), depth=self.depth,
-                                        init=[])
+                                        init=[], attrs={COLLISION_X_ATTR: "1"})
         wr = mem.write_port(granularity=8)
         rd = mem.read_port()
         req_layout = p.req.payload.shape()
@@ -340,9 +343,8 @@ class LineRAM(wiring.Component):
         # `resp.ready` moves beats between the two and reaches nothing else); one beat per
         # cycle while `resp` takes them.
         b_valid, b_last, s_valid, s_last = Signal(), Signal(), Signal(), Signal()
-        # (no reset: a data register with a synchronous reset and an enable takes a LUT in
-        # front of its flip-flop on ECP5, and the block RAM's 5.8 ns clock-to-output leaves
-        # room for routing only)
+        # (no reset, no logic in front: `b_data` is the block RAM's output register on ECP5,
+        # see the class docstring; a synchronous reset would keep it in the fabric)
         b_data = Signal(8 * self.data_bytes, reset_less=True)
         s_data = Signal(8 * self.data_bytes, reset_less=True)
         b_load, b_pop, s_load = Signal(), Signal(), Signal()
@@ -607,10 +609,14 @@ class CacheController(wiring.Component):
         # the NIC-size organisation, whose tags only fit in block RAM.
         m.submodules.tags = tags = Memory(shape=self.set_layout, depth=self.sets,
                                           init=[self._init_set()] * self.sets,
-                                          attrs={"ram_style": "block"})
+                                          attrs={"ram_style": "block", COLLISION_X_ATTR: "1"})
         tag_wr = tags.write_port()
         # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so the
-        # read needs no bypass mux behind the block RAM's output.
+        # read needs no bypass mux behind the block RAM's output, and a read of the set
+        # written in the same cycle is never used (`COLLISION_X_ATTR`): at accept, `r_fwd`
+        # takes stage 3's word; while stage 1 holds, the read is not enabled and later
+        # updates of its set are forwarded; the FLUSH walker reads a set other than the one
+        # it writes.
         tag_rd = tags.read_port()
 
         # ---- statistics ----------------------------------------------------------------
@@ -770,14 +776,14 @@ class CacheController(wiring.Component):
             m.d.sync += fw_hit.eq(upd_now & (s3["set"] == r["set"]))
         m.d.comb += r_fwd_word.eq(Mux(fw_hit, fw_last, fw_hold))
         m.d.sync += [fw_last.eq(new_word), fw_hold.eq(r_fwd_word)]
-        # Stage 2 takes the block RAM's word into a register with no logic in between (the
-        # block RAM's clock-to-output is most of a cycle), and the forwarded word beside it;
-        # the choice between the two is stage 2's first mux.
-        # (no reset: it holds a word only with a request. A LUT still sits between the block
-        # RAM and this register on ECP5: yosys's emulation of the read port's old-data-on-
-        # collision semantics, which Amaranth's RTLIL back end always asks for
-        # (COLLISION_X_MASK 0) and the DP16KD's separate write and read ports do not have;
-        # the lookup never uses a colliding read, it forwards stage 3's word instead.)
+        # Stage 2 takes the block RAM's word into a register with no logic in between, and
+        # the forwarded word beside it; the choice between the two is stage 2's first mux.
+        # On ECP5 the FPGA flow maps `s2_raw` into the DP16KD's output register (REGMODE
+        # "OUTREG"; the unregistered output's 5.8 ns clock-to-output was most of a cycle).
+        # (no reset: it holds a word only with a request. The tag store is marked
+        # `COLLISION_X_ATTR`: a read of the set stage 3 writes in the same cycle is never
+        # used, stage 3's word is forwarded instead, so yosys need not emulate old-data-on-
+        # collision with a LUT in front of this register.)
         s2_raw = Signal(self.set_layout, reset_less=True)
         s2_fwd = Signal()
         s2_fwd_word = Signal(self.set_layout)

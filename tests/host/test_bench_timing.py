@@ -147,3 +147,67 @@ def test_a_tool_past_its_cpu_limit_is_stopped_and_says_so(tmp_path):
     spin = [sys.executable, "-c", "while True: pass"]
     with pytest.raises(timing.CPULimitExceeded, match=r"did not finish in 1 CPU-s"):
         timing._run(spin, tmp_path, 60, tmp_path / "log", cpu_limit=1)
+
+
+def _bram_netlist(*, ff_lsr="0", ce_b=7, extra_load=False, cemux="CE"):
+    """A DP16KD whose two used read-data bits (nets 10, 11) each feed one flip-flop (Q: nets
+    20, 21; enables net 7 and ``ce_b``), clock net 3."""
+    def ff(d, q, ce):
+        return {"type": "TRELLIS_FF",
+                "parameters": {"CEMUX": cemux, "CLKMUX": "CLK", "LSRMUX": "LSR",
+                               "REGSET": "RESET"},
+                "port_directions": {"CE": "input", "CLK": "input", "DI": "input",
+                                    "LSR": "input", "Q": "output"},
+                "connections": {"CE": [ce], "CLK": [3], "DI": [d], "LSR": [ff_lsr], "Q": [q]}}
+    cells = {
+        "ram": {"type": "DP16KD",
+                "parameters": {"REGMODE_A": "NOREG", "REGMODE_B": "NOREG"},
+                "port_directions": {"CLKA": "input", "CLKB": "input", "OCEA": "input",
+                                    "OCEB": "input", "RSTA": "input", "RSTB": "input",
+                                    "DOA0": "output", "DOB0": "output", "DOB1": "output"},
+                "connections": {"CLKA": [3], "CLKB": [3], "OCEA": ["0"], "OCEB": ["1"],
+                                "RSTA": ["0"], "RSTB": ["0"], "DOA0": [10], "DOB0": [11],
+                                "DOB1": [12]}},
+        "ff0": ff(10, 20, 7), "ff1": ff(11, 21, ce_b),
+    }
+    if extra_load:
+        cells["lut"] = {"type": "LUT4", "parameters": {},
+                        "port_directions": {"A": "input", "Z": "output"},
+                        "connections": {"A": [11], "Z": [30]}}
+    return {"modules": {"top": {"ports": {}, "cells": cells}}}
+
+
+def test_registers_behind_a_block_ram_move_into_its_output_register():
+    net = _bram_netlist()
+    assert timing.absorb_bram_output_registers(net) == 2
+    cells = net["modules"]["top"]["cells"]
+    ram = cells["ram"]
+    assert set(cells) == {"ram"}
+    assert (ram["parameters"]["REGMODE_A"], ram["parameters"]["REGMODE_B"]) == ("OUTREG",
+                                                                                 "OUTREG")
+    # the registers' outputs now come from the block RAM, enabled by their enable
+    assert ram["connections"]["DOA0"] == [20] and ram["connections"]["DOB0"] == [21]
+    assert ram["connections"]["OCEA"] == [7] and ram["connections"]["OCEB"] == [7]
+    assert ram["connections"]["DOB1"] == [12]          # unused bit untouched
+
+
+@pytest.mark.parametrize("change", [{"ff_lsr": 5}, {"ce_b": 8}, {"extra_load": True},
+                                    {"cemux": "INV"}])
+def test_a_block_ram_whose_registers_differ_from_its_output_register_is_left_alone(change):
+    """A reset in use, two different enables, a read bit with another load, or an inverted
+    enable: the output register could not stand for the flip-flops, so nothing changes."""
+    net = _bram_netlist(**change)
+    before = json.dumps(net, sort_keys=True)
+    assert timing.absorb_bram_output_registers(net) == 0
+    assert json.dumps(net, sort_keys=True) == before
+
+
+def test_the_cache_marks_only_its_block_ram_memories_collision_undefined():
+    from neonic.rtl.cache import OnChipCache
+    from neonic.rtl.streams import COLLISION_X_ATTR
+
+    spec = next(s for s in timing.UNITS if s.name == "cache")
+    dut = spec.build(dict(spec.params))
+    assert isinstance(dut, OnChipCache)
+    text = rtlil.convert(dut)
+    assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2   # the tag store, the lines
