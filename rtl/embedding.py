@@ -725,11 +725,13 @@ class EmbeddingBagUnit(wiring.Component):
         pe1 = Signal(pe_layout)
         pe2 = Signal(pe_layout)
         pe2_off = Signal(self.index_width + self.beats_width)
-        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_off.eq(pe1.index * pe1.stride)]
+        pe2_wen = Signal(K)          # pe2's slot write enables, decoded a stage ahead
+        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_off.eq(pe1.index * pe1.stride),
+                     pe2_wen.eq(Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)]))]
         for k, q in enumerate(slots):
             wr = data.View(sentry, q.w_data)
             m.d.comb += [
-                q.w_en.eq(pe2.valid & (pe2.slot == k)),
+                q.w_en.eq(pe2_wen[k]),
                 wr.info.eq(pe2.info),
                 wr.addr.eq(pe2.base + pe2_off),
                 wr.beats.eq(pe2.info.has_row * pe2.stride),
@@ -1136,6 +1138,10 @@ class EmbeddingBagUnit(wiring.Component):
         # write-backs since the read (this cycle's, or one or two cycles old, kept in
         # registers), so the read-add-write distance stays ``add_latency + 1``. Which one it
         # takes is a flip-flop per write-back age, compared a cycle ahead.
+        # (what a read of the word written on the same cycle returns is never used: the
+        # operand register takes the write-back then (``hit2``), and the drain reads only
+        # banks whose words are all written back; yosys 0.70 still adds its collision logic,
+        # a mux after each block RAM output, ``no_rw_check`` on the memory or not)
         m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=nb << self.word_width,
                                                init=[])
         acc_wr = acc.write_port()
