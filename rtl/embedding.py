@@ -82,8 +82,9 @@ round to nearest even (``rtl.fp``), element by element in index order:
 Microarchitecture and timing
 ============================
 
-Every stream that enters or leaves the unit (``bags``, ``mem.req``, ``mem.resp``) passes a
-:class:`rtl.streams.SkidBuffer`, and ``pooled`` comes from a queue: no combinational path
+Every stream that enters or leaves the unit passes a register slice (``bags`` and ``mem.req``
+a :class:`rtl.streams.SkidBuffer`, ``mem.resp`` a :class:`rtl.streams.PingPongBuffer`, which
+behaves the same, cycle for cycle), and ``pooled`` comes from a queue: no combinational path
 crosses the unit's boundary, so a stall inside it (the accumulator hazard, a full queue) never
 reaches the memory or cache in front of it. Inside, each stage stalls only itself: the
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
@@ -149,7 +150,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
-from .streams import MemPortSignature, MemRequest, MemResponseBeat, SkidBuffer, check_int
+from .streams import (MemPortSignature, MemRequest, MemResponseBeat, PingPongBuffer,
+                      SkidBuffer, check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -605,7 +607,10 @@ class EmbeddingBagUnit(wiring.Component):
         # response logic (a cache behind ``mem``), and the cache's ``req.ready`` does not
         # reach the arbiter.
         m.submodules.bags_in = bags_in = SkidBuffer(self.item_layout)
-        m.submodules.resp_in = resp_in = SkidBuffer(MemResponseBeat(self.data_bytes))
+        # (the responses' slice is a two-entry queue read through a multiplexer: the
+        # reducer's take, at the end of its stall logic, then enables three flip-flops
+        # instead of every bit of the beat)
+        m.submodules.resp_in = resp_in = PingPongBuffer(MemResponseBeat(self.data_bytes))
         m.submodules.req_out = req_out = SkidBuffer(MemRequest(self.addr_width,
                                                                self.beats_width))
         wiring.connect(m, wiring.flipped(self.bags), bags_in.i)
