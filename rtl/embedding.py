@@ -129,8 +129,9 @@ of its bank; the accumulator has registered (block-RAM) read ports, each followe
 register with no logic before it, and the adder's input takes the word read three stages
 ahead or, when the word was written back since (in the last two cycles or on this one), the
 newest write-back (kept in registers, selected by flags compared a cycle ahead), so two words
-of one address are issued at least ``add_latency + 1`` cycles apart. Rows of ``W`` words of ``interleave`` bags cost ``max(W, (add_latency + 1) /
-interleave)`` cycles each in steady state.
+of one address are issued at least ``add_latency + 1`` cycles apart. Rows of ``W`` words of
+``interleave`` bags cost ``max(W, (add_latency + 1) / interleave)`` cycles each in steady
+state.
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
 them by ``1/count`` for MEAN (another ``FPMul32``) and writes them into the output queue, one

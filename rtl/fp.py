@@ -70,7 +70,8 @@ __all__ = [
     "FP32_QNAN", "FP16_QNAN", "BF16_QNAN",
     "FPAdd32", "FPSub32", "FPMul32", "FPDiv32", "FPMax32", "FPMin32",
     "FP16ToFP32", "BF16ToFP32", "FP32ToFP16", "FP32ToBF16", "FP32ToInt", "IntToFP32",
-    "fp32_greater", "fp32_greater_terms", "fp32_less", "count_leading_zeros", "int8_rowwise_formula",
+    "fp32_greater", "fp32_greater_terms", "fp32_less", "count_leading_zeros",
+    "int8_rowwise_formula",
 ]
 
 #: Canonical quiet NaN produced by binary32 arithmetic.
