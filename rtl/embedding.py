@@ -335,25 +335,25 @@ class PoolLane(wiring.Component):
             # Three stages: the compare's terms (both operands registered beside them), the
             # choice, then the selection; the rest of the latency is a delay line.
             ordered, comparable = fp32_greater_terms(self.v, old)
-            t_ord = Signal(name="max_ordered", reset_less=True)
-            t_cmp = Signal(name="max_comparable", reset_less=True)
-            t_first = Signal(name="max_first", reset_less=True)
-            v_1 = Signal(32, name="max_v1", reset_less=True)
-            old_1 = Signal(32, name="max_old1", reset_less=True)
+            t_ord = Signal(name="max_ordered")
+            t_cmp = Signal(name="max_comparable")
+            t_first = Signal(name="max_first")
+            v_1 = Signal(32, name="max_v1")
+            old_1 = Signal(32, name="max_old1")
             m.d.sync += [t_ord.eq(ordered), t_cmp.eq(comparable), t_first.eq(self.first),
                          v_1.eq(self.v), old_1.eq(old)]
-            take_v = Signal(name="max_take_v", reset_less=True)
-            v_r = Signal(32, name="max_v", reset_less=True)
-            old_r = Signal(32, name="max_old", reset_less=True)
+            take_v = Signal(name="max_take_v")
+            v_r = Signal(32, name="max_v")
+            old_r = Signal(32, name="max_old")
             m.d.sync += [take_v.eq(t_first | (t_cmp & t_ord)), v_r.eq(v_1), old_r.eq(old_1)]
             sel = Mux(take_v, v_r, old_r)
             stages = self.latency - 2
         elif self.latency == 2:
             # Two stages: the compare into a flag (with both operands registered beside it),
             # then the selection; the rest of the latency is a delay line.
-            take_v = Signal(name="max_take_v", reset_less=True)
-            v_r = Signal(32, name="max_v", reset_less=True)
-            old_r = Signal(32, name="max_old", reset_less=True)
+            take_v = Signal(name="max_take_v")
+            v_r = Signal(32, name="max_v")
+            old_r = Signal(32, name="max_old")
             m.d.sync += [take_v.eq(self.first | mx.sel_b), v_r.eq(self.v), old_r.eq(old)]
             sel = Mux(take_v, v_r, old_r)
             stages = self.latency - 1
@@ -361,7 +361,7 @@ class PoolLane(wiring.Component):
             sel = Mux(self.first, self.v, mx.o)
             stages = self.latency
         for k in range(stages):
-            r = Signal(32, name=f"max_d{k}", reset_less=True)
+            r = Signal(32, name=f"max_d{k}")
             m.d.sync += r.eq(sel)
             sel = r
         m.d.comb += self.result.eq(Mux(self.is_max, sel, add.o))
@@ -894,7 +894,6 @@ class EmbeddingBagUnit(wiring.Component):
         # the compares are made on the count alone, the handshakes only select among them
         room = Signal(init=1)
         up, down = row_issued & ~row_done, row_done & ~row_issued
-        pr = self.pace_rows
         # the counter's next value: both neighbours computed from the flip-flops, the
         # handshakes only pick one
         out_up = Signal.like(outstanding)
@@ -905,6 +904,14 @@ class EmbeddingBagUnit(wiring.Component):
             room.eq(Mux(up, outstanding < self.outstanding - 1,
                         Mux(down, 1, outstanding < self.outstanding))),
         ]
+        # ``outstanding >= t`` for the pacing thresholds the next grant compares with, kept
+        # as flip-flops the same way (so the grant's next state does not wait for a compare)
+        pr = self.pace_rows
+        at_least = {}
+        for t in (pr - 1, pr, pr + 1):
+            at_least[t] = Signal(name=f"outstanding_ge{t}", init=int(t <= 0))
+            m.d.sync += at_least[t].eq(Mux(up, outstanding >= t - 1,
+                                           Mux(down, outstanding >= t + 1, outstanding >= t)))
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests.
         m.submodules.info_in = info_in = SkidBuffer(rinfo)
@@ -964,9 +971,9 @@ class EmbeddingBagUnit(wiring.Component):
         def grant_after(went: bool, done: bool):
             issued = (grant & has_row_bits).any() if went else Const(0, 1)
             if done:
-                pace_n = Mux(issued, outstanding >= pr, outstanding >= pr + 1)
+                pace_n = Mux(issued, at_least[pr], at_least[pr + 1])
             else:
-                pace_n = Mux(issued, outstanding >= pr - 1, outstanding >= pr)
+                pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
             served = grant if went else rr_prev
             st = Mux((grant & first_bits).any(), start.rotate_left(1), start) if went else start
             ready = []
@@ -1103,9 +1110,8 @@ class EmbeddingBagUnit(wiring.Component):
             "addr": unsigned(addr_w),
         })
         s1_ctx = Signal(ctx_layout)
-        # datapath registers have no reset (their valid flags do)
-        s1_x = Signal(32 * lanes, reset_less=True)
-        s1_weight = Signal(32, reset_less=True)
+        s1_x = Signal(32 * lanes)
+        s1_weight = Signal(32)
         m.d.sync += [
             s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
             s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
@@ -1123,7 +1129,7 @@ class EmbeddingBagUnit(wiring.Component):
         x_pipe = [s1_x]
         for k in range(ml):
             c = Signal(ctx_layout, name=f"mul_ctx{k}")
-            x = Signal(32 * lanes, name=f"mul_x{k}", reset_less=True)
+            x = Signal(32 * lanes, name=f"mul_x{k}")
             m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
             ctx_pipe.append(c)
             x_pipe.append(x)
@@ -1155,11 +1161,11 @@ class EmbeddingBagUnit(wiring.Component):
         acc_dr = acc.read_port()
         # the address of the word three cycles before the add-in stage
         m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 3].addr)
-        acc_raw = Signal(32 * lanes, reset_less=True)     # the memory's word, registered
-        wb_d1 = Signal(32 * lanes, reset_less=True)       # the write-back one cycle ago
-        wb_d2 = Signal(32 * lanes, reset_less=True)       # ... and two cycles ago
-        acc_old = Signal(32 * lanes, reset_less=True)     # the adders' operand
-        acc_max = Signal(32 * lanes, reset_less=True)     # the max selectors' operand
+        acc_raw = Signal(32 * lanes)     # the memory's word, registered
+        wb_d1 = Signal(32 * lanes)       # the write-back one cycle ago
+        wb_d2 = Signal(32 * lanes)       # ... and two cycles ago
+        acc_old = Signal(32 * lanes)     # the adders' operand
+        acc_max = Signal(32 * lanes)     # the max selectors' operand
         hit0 = Signal()      # this cycle's write-back is the operand's word
         hit1 = Signal()      # the write-back one cycle ago is
         hit2 = Signal()      # the write-back two cycles ago is
@@ -1283,13 +1289,13 @@ class EmbeddingBagUnit(wiring.Component):
             dctx0.mask.eq(Mux(has_rows, lane_mask, 0)),
             dctx.eq(dctx0),
         ]
-        d_data = Signal(32 * lanes, reset_less=True)
-        d_recip = Signal(32, reset_less=True)
+        d_data = Signal(32 * lanes)
+        d_recip = Signal(32)
         m.d.sync += [d_data.eq(acc_dr.data), d_recip.eq(recip_rd.data)]
         dctx_pipe, dx_pipe = [dctx], [d_data]
         for k in range(dl):
             c = Signal(dctx_layout, name=f"drain_ctx{k}")
-            x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
+            x = Signal(32 * lanes, name=f"drain_x{k}")
             m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
             dctx_pipe.append(c)
             dx_pipe.append(x)

@@ -227,7 +227,7 @@ class PingPongBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        entries = [Signal(self.shape, name=f"entry{k}", reset_less=True) for k in range(2)]
+        entries = [Signal(self.shape, name=f"entry{k}") for k in range(2)]
         wp = Signal()                # the entry the next accepted item goes to
         rp = Signal()                # the entry ``o`` presents
         full = Signal()              # both entries hold an item
