@@ -82,8 +82,9 @@ round to nearest even (``rtl.fp``), element by element in index order:
 Microarchitecture and timing
 ============================
 
-Every stream that enters or leaves the unit (``bags``, ``mem.req``, ``mem.resp``) passes a
-:class:`rtl.streams.SkidBuffer`, and ``pooled`` comes from a queue: no combinational path
+Every stream that enters or leaves the unit passes a register slice (``bags`` and ``mem.req``
+a :class:`rtl.streams.SkidBuffer`, ``mem.resp`` a :class:`rtl.streams.PingPongBuffer`, which
+behaves the same, cycle for cycle), and ``pooled`` comes from a queue: no combinational path
 crosses the unit's boundary, so a stall inside it (the accumulator hazard, a full queue) never
 reaches the memory or cache in front of it. Inside, each stage stalls only itself: the
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
@@ -123,12 +124,14 @@ the read slice's look-ahead), so that no long path runs from the accumulator sta
 the handshake; a bank freed by the drain is seen one cycle later. After it the words pass
 a widening register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
 (``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
-their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1`` of its bank; the
-accumulator has registered (block-RAM) read ports, transparent to the write-back, and the
-adder's input reads it from a register after the memory (read two stages ahead, with a bypass
-from the write-back), so two words of one address are issued at least ``add_latency + 1``
-cycles apart. Rows of ``W`` words of ``interleave`` bags cost ``max(W, (add_latency + 1) /
-interleave)`` cycles each in steady state.
+their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1``
+of its bank; the accumulator has registered (block-RAM) read ports, each followed by a
+register with no logic before it, and the adder's input takes the word read three stages
+ahead or, when the word was written back since (in the last two cycles or on this one), the
+newest write-back (kept in registers, selected by flags compared a cycle ahead), so two words
+of one address are issued at least ``add_latency + 1`` cycles apart. Rows of ``W`` words of
+``interleave`` bags cost ``max(W, (add_latency + 1) / interleave)`` cycles each in steady
+state.
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
 them by ``1/count`` for MEAN (another ``FPMul32``) and writes them into the output queue, one
@@ -147,8 +150,9 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
-from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32
-from .streams import MemPortSignature, MemRequest, MemResponseBeat, SkidBuffer, check_int
+from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
+from .streams import (MemPortSignature, MemRequest, MemResponseBeat, PingPongBuffer,
+                      SkidBuffer, check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -289,12 +293,17 @@ class PoolLane(wiring.Component):
     registers). MAX: ``v if first else (v if v > old else old)``
     (:class:`rtl.fp.FPMax32` with ``nan="compare"``), delayed by the same ``latency`` so both
     results line up; at ``latency >= 2`` the compare (into a one-bit choice) and the
-    selection are in separate stages. Free running: one operation per cycle, no enable.
+    selection are in separate stages, and at ``latency >= 3`` the compare itself takes two:
+    its ordered-key carry chain and its NaN/zero terms (:func:`rtl.fp.fp32_greater_terms`)
+    are registered apart and combined with ``first`` into the choice on the next cycle.
+    Free running: one operation per cycle, no enable.
 
     ``direct_add=True`` (what the gather unit uses) takes the adder's operands straight from
     the ports, so that no logic stands between the caller's registers and the adder: the
     caller gives ``old = 0`` on a first row and the addend on a separate port ``v_add``
-    (``v`` then feeds only the max).
+    (``v`` then feeds only the max), and the max's accumulator word on its own port
+    ``old_max`` (``old`` then feeds only the adder): two registers in the caller, so that
+    the adder's operand and the comparator's are not one net pulled two ways.
     """
 
     def __init__(self, *, latency: int, direct_add: bool = False):
@@ -308,6 +317,7 @@ class PoolLane(wiring.Component):
                  "result": Out(32)}
         if self.direct_add:
             ports["v_add"] = In(32)
+            ports["old_max"] = In(32)
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -316,16 +326,35 @@ class PoolLane(wiring.Component):
         m.submodules.max = mx = FPMax32(latency=0, nan="compare")
         if self.direct_add:
             m.d.comb += [add.a.eq(self.old), add.b.eq(self.v_add)]
+            old = self.old_max
         else:
             m.d.comb += [add.a.eq(Mux(self.first, 0, self.old)), add.b.eq(self.v)]
-        m.d.comb += [mx.a.eq(self.old), mx.b.eq(self.v)]
-        if self.latency >= 2:
+            old = self.old
+        m.d.comb += [mx.a.eq(old), mx.b.eq(self.v)]
+        if self.latency >= 3:
+            # Three stages: the compare's terms (both operands registered beside them), the
+            # choice, then the selection; the rest of the latency is a delay line.
+            ordered, comparable = fp32_greater_terms(self.v, old)
+            t_ord = Signal(name="max_ordered")
+            t_cmp = Signal(name="max_comparable")
+            t_first = Signal(name="max_first")
+            v_1 = Signal(32, name="max_v1")
+            old_1 = Signal(32, name="max_old1")
+            m.d.sync += [t_ord.eq(ordered), t_cmp.eq(comparable), t_first.eq(self.first),
+                         v_1.eq(self.v), old_1.eq(old)]
+            take_v = Signal(name="max_take_v")
+            v_r = Signal(32, name="max_v")
+            old_r = Signal(32, name="max_old")
+            m.d.sync += [take_v.eq(t_first | (t_cmp & t_ord)), v_r.eq(v_1), old_r.eq(old_1)]
+            sel = Mux(take_v, v_r, old_r)
+            stages = self.latency - 2
+        elif self.latency == 2:
             # Two stages: the compare into a flag (with both operands registered beside it),
             # then the selection; the rest of the latency is a delay line.
             take_v = Signal(name="max_take_v")
             v_r = Signal(32, name="max_v")
             old_r = Signal(32, name="max_old")
-            m.d.sync += [take_v.eq(self.first | mx.sel_b), v_r.eq(self.v), old_r.eq(self.old)]
+            m.d.sync += [take_v.eq(self.first | mx.sel_b), v_r.eq(self.v), old_r.eq(old)]
             sel = Mux(take_v, v_r, old_r)
             stages = self.latency - 1
         else:
@@ -357,8 +386,9 @@ class EmbeddingBagUnit(wiring.Component):
         few short rows it must cover the memory latency plus the pipeline's (about 50 cycles
         at the full FP depths) in bags, or the parse waits and the interleave runs dry.
     add_latency, mul_latency : pipeline registers of the FP32 adders (1..``FPAdd32.STEPS``)
-        and multipliers (1..``FPMul32.STEPS``); default their full depths (9 and 10), the
-        depths at which they close timing (``neonic bench timing``).
+        and multipliers (3..``FPMul32.STEPS``: the accumulator is read during the last three
+        multiplier stages); default their full depths (9 and 10), the depths at which they
+        close timing (``neonic bench timing``).
     interleave : bags whose rows are interleaved (a power of two, 1..8; default 4): rows of
         ``W`` words cost ``max(W, (add_latency + 1) / interleave)`` cycles.
     slot_depth : row entries each interleave slot holds (how far the parse runs ahead).
@@ -409,7 +439,8 @@ class EmbeddingBagUnit(wiring.Component):
 
         self.add_latency = check_int("add_latency", add_latency, minimum=1,
                                      maximum=FPAdd32.STEPS)
-        self.mul_latency = check_int("mul_latency", mul_latency, minimum=1,
+        # (at least 3: the accumulator is read three stages before the adder's input)
+        self.mul_latency = check_int("mul_latency", mul_latency, minimum=3,
                                      maximum=FPMul32.STEPS)
         self.drain_mul_latency = self.mul_latency
         self.info_depth = self.outstanding + 2
@@ -577,7 +608,10 @@ class EmbeddingBagUnit(wiring.Component):
         # response logic (a cache behind ``mem``), and the cache's ``req.ready`` does not
         # reach the arbiter.
         m.submodules.bags_in = bags_in = SkidBuffer(self.item_layout)
-        m.submodules.resp_in = resp_in = SkidBuffer(MemResponseBeat(self.data_bytes))
+        # (the responses' slice is a two-entry queue read through a multiplexer: the
+        # reducer's take, at the end of its stall logic, then enables three flip-flops
+        # instead of every bit of the beat)
+        m.submodules.resp_in = resp_in = PingPongBuffer(MemResponseBeat(self.data_bytes))
         m.submodules.req_out = req_out = SkidBuffer(MemRequest(self.addr_width,
                                                                self.beats_width))
         wiring.connect(m, wiring.flipped(self.bags), bags_in.i)
@@ -697,11 +731,13 @@ class EmbeddingBagUnit(wiring.Component):
         pe1 = Signal(pe_layout)
         pe2 = Signal(pe_layout)
         pe2_off = Signal(self.index_width + self.beats_width)
-        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_off.eq(pe1.index * pe1.stride)]
+        pe2_wen = Signal(K)          # pe2's slot write enables, decoded a stage ahead
+        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_off.eq(pe1.index * pe1.stride),
+                     pe2_wen.eq(Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)]))]
         for k, q in enumerate(slots):
             wr = data.View(sentry, q.w_data)
             m.d.comb += [
-                q.w_en.eq(pe2.valid & (pe2.slot == k)),
+                q.w_en.eq(pe2_wen[k]),
                 wr.info.eq(pe2.info),
                 wr.addr.eq(pe2.base + pe2_off),
                 wr.beats.eq(pe2.info.has_row * pe2.stride),
@@ -858,7 +894,6 @@ class EmbeddingBagUnit(wiring.Component):
         # the compares are made on the count alone, the handshakes only select among them
         room = Signal(init=1)
         up, down = row_issued & ~row_done, row_done & ~row_issued
-        pr = self.pace_rows
         # the counter's next value: both neighbours computed from the flip-flops, the
         # handshakes only pick one
         out_up = Signal.like(outstanding)
@@ -869,6 +904,14 @@ class EmbeddingBagUnit(wiring.Component):
             room.eq(Mux(up, outstanding < self.outstanding - 1,
                         Mux(down, 1, outstanding < self.outstanding))),
         ]
+        # ``outstanding >= t`` for the pacing thresholds the next grant compares with, kept
+        # as flip-flops the same way (so the grant's next state does not wait for a compare)
+        pr = self.pace_rows
+        at_least = {}
+        for t in (pr - 1, pr, pr + 1):
+            at_least[t] = Signal(name=f"outstanding_ge{t}", init=int(t <= 0))
+            m.d.sync += at_least[t].eq(Mux(up, outstanding >= t - 1,
+                                           Mux(down, outstanding >= t + 1, outstanding >= t)))
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests.
         m.submodules.info_in = info_in = SkidBuffer(rinfo)
@@ -928,9 +971,9 @@ class EmbeddingBagUnit(wiring.Component):
         def grant_after(went: bool, done: bool):
             issued = (grant & has_row_bits).any() if went else Const(0, 1)
             if done:
-                pace_n = Mux(issued, outstanding >= pr, outstanding >= pr + 1)
+                pace_n = Mux(issued, at_least[pr], at_least[pr + 1])
             else:
-                pace_n = Mux(issued, outstanding >= pr - 1, outstanding >= pr)
+                pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
             served = grant if went else rr_prev
             st = Mux((grant & first_bits).any(), start.rotate_left(1), start) if went else start
             ready = []
@@ -1100,19 +1143,33 @@ class EmbeddingBagUnit(wiring.Component):
             ai_v.append(mul.o)
 
         # ---- accumulators: ``banks`` banks of max_words words ---------------------------
-        # Registered reads (block RAM) and a register after them: the add-in stage's word is
-        # read two cycles ahead; the read sees a write of the same cycle (transparent), and
-        # the register takes the write-back of the next cycle instead when it is the same word
-        # (a bypass), so the read-add-write distance stays ``add_latency + 1``.
+        # Registered reads (block RAM, not transparent), a register straight after the
+        # memory's output (its clock-to-output is most of a cycle on ECP5), and the operand
+        # register: the add-in stage's word is read three cycles ahead, and the operand
+        # register takes, instead of the memory's word, the newest of the same word's
+        # write-backs since the read (this cycle's, or one or two cycles old, kept in
+        # registers), so the read-add-write distance stays ``add_latency + 1``. Which one it
+        # takes is a flip-flop per write-back age, compared a cycle ahead.
+        # (what a read of the word written on the same cycle returns is never used: the
+        # operand register takes the write-back then (``hit2``), and the drain reads only
+        # banks whose words are all written back; yosys 0.70 still adds its collision logic,
+        # a mux after each block RAM output, ``no_rw_check`` on the memory or not)
         m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=nb << self.word_width,
                                                init=[])
         acc_wr = acc.write_port()
-        acc_rd = acc.read_port(transparent_for=(acc_wr,))
+        acc_rd = acc.read_port()
         acc_dr = acc.read_port()
-        # the address of the word two cycles before the add-in stage (issue, then s1, ...)
-        m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 2].addr if ml >= 2 else head_addr)
-        acc_old = Signal(32 * lanes)
-        bypass = Signal()
+        # the address of the word three cycles before the add-in stage
+        m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 3].addr)
+        acc_raw = Signal(32 * lanes)     # the memory's word, registered
+        wb_d1 = Signal(32 * lanes)       # the write-back one cycle ago
+        wb_d2 = Signal(32 * lanes)       # ... and two cycles ago
+        acc_old = Signal(32 * lanes)     # the adders' operand
+        acc_max = Signal(32 * lanes)     # the max selectors' operand
+        hit0 = Signal()      # this cycle's write-back is the operand's word
+        hit1 = Signal()      # the write-back one cycle ago is
+        hit2 = Signal()      # the write-back two cycles ago is
+        hit2_pre = Signal()
 
         inflight = []                # words in the adder, youngest first
         for k in range(al):
@@ -1132,6 +1189,7 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al, direct_add=True)
             m.d.comb += [lane.old.eq(acc_old[32 * i:32 * (i + 1)]),
+                         lane.old_max.eq(acc_max[32 * i:32 * (i + 1)]),
                          lane.v.eq(ai_x[32 * i:32 * (i + 1)]), lane.v_add.eq(ai_v[i]),
                          lane.first.eq(ai.first), lane.is_max.eq(inflight[-1].is_max)]
             result_lanes.append(lane.result)
@@ -1142,11 +1200,27 @@ class EmbeddingBagUnit(wiring.Component):
             acc_wr.en.eq(wb.valid & wb.has_row),
         ]
         wb_bank = wb.addr[self.word_width:]
-        m.d.comb += bypass.eq(wb.valid & wb.has_row & (wb.addr == ctx_pipe[ml - 1].addr))
+        # the write-back of the next cycle: the adder's second-to-last stage (or, with a
+        # one-stage adder, the add-in stage)
+        pre_wb = inflight[-2] if al >= 2 else ai
+
+        def writes(stage, addr):
+            return stage.valid & stage.has_row & (stage.addr == addr)
+        m.d.sync += [
+            acc_raw.eq(acc_rd.data), wb_d1.eq(acc_wr.data), wb_d2.eq(wb_d1),
+            # for the word entering the operand stage next cycle (``ctx_pipe[ml - 2]`` now):
+            hit0.eq(writes(pre_wb, ctx_pipe[ml - 2].addr)),   # its write-back then
+            hit1.eq(writes(wb, ctx_pipe[ml - 2].addr)),       # this cycle's write-back
+            # the write-back of the read's own cycle (the read does not see it)
+            hit2_pre.eq(writes(wb, ctx_pipe[ml - 3].addr)), hit2.eq(hit2_pre),
+        ]
+        acc_word = Mux(hit0, acc_wr.data, Mux(hit1, wb_d1, Mux(hit2, wb_d2, acc_raw)))
         # a bag's first row adds to zero: the register holds it, so the adder's operands
         # come straight from flip-flops
-        m.d.sync += acc_old.eq(Mux(ctx_pipe[ml - 1].first, 0,
-                                   Mux(bypass, acc_wr.data, acc_rd.data)))
+        # (the max selectors read the same word without the zero: a first row takes ``v``
+        # whatever the word; the two registers are apart so that each sits by its consumer)
+        m.d.sync += [acc_old.eq(Mux(ctx_pipe[ml - 1].first, 0, acc_word)),
+                     acc_max.eq(acc_word)]
 
         # ---- drain: finished bags to `pooled`, in bag order -------------------------------
         # The drain pipeline runs free too: a beat is read only when the output queue has

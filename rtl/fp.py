@@ -70,7 +70,8 @@ __all__ = [
     "FP32_QNAN", "FP16_QNAN", "BF16_QNAN",
     "FPAdd32", "FPSub32", "FPMul32", "FPDiv32", "FPMax32", "FPMin32",
     "FP16ToFP32", "BF16ToFP32", "FP32ToFP16", "FP32ToBF16", "FP32ToInt", "IntToFP32",
-    "fp32_greater", "fp32_less", "count_leading_zeros", "int8_rowwise_formula",
+    "fp32_greater", "fp32_greater_terms", "fp32_less", "count_leading_zeros",
+    "int8_rowwise_formula",
 ]
 
 #: Canonical quiet NaN produced by binary32 arithmetic.
@@ -117,6 +118,9 @@ class _Pipeline:
         for name, v in values.items():
             v = Value.cast(v)
             if k in self.cuts:
+                # (with reset: without it, synth_ecp5 maps more of the steps' logic into
+                # the flip-flops' set/reset inputs, and the standalone adder and multiplier
+                # measured 4-7% slower on every placement seed)
                 reg = Signal(v.shape(), name=f"p{k}_{name}")
                 with self._m.If(self._en):
                     self._m.d.sync += reg.eq(v)
@@ -414,8 +418,9 @@ class FPMul32(_Binary32):
     shifted to a leading one and its exponent lowered), so that the product of two normalised
     24-bit significands has its leading one at bit 47 or 46 and the result needs at most a
     one-bit normalisation; only results below the normal range take the separate right-shift
-    path. (1) classify, resolve the special results, count the leading zeros of subnormal
-    significands; (2) normalise the significands, add the exponents; (3) four 12x12-bit partial
+    path. (1) classify each operand's fields, count the leading zeros of subnormal
+    significands; (2) normalise the significands, add the exponents, resolve the special
+    results; (3) four 12x12-bit partial
     products (each fits one 18x18 DSP block, and the step's register is the DSP's output
     register); (4) add the two middle partial products; (5) the 48-bit product; (6) one-bit
     normalisation and the right shift of a result below the subnormal exponent; (7) and (8) that
@@ -439,28 +444,32 @@ class FPMul32(_Binary32):
 
         sa, ea, fa, ma, xa = _fp32_fields(self.a)
         sb, eb, fb, mb, xb = _fp32_fields(self.b)
-        a_nan, b_nan = _is_nan(ea, fa, _EXP_MAX), _is_nan(eb, fb, _EXP_MAX)
-        a_inf, b_inf = _is_inf(ea, fa, _EXP_MAX), _is_inf(eb, fb, _EXP_MAX)
-        a_zero, b_zero = self.a[:31] == 0, self.b[:31] == 0
-        sign = sa ^ sb
-        nan = a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)
-        # Step 1: classify; leading zeros of the (possibly subnormal) significands.
+        # Step 1: per-operand field flags (each a function of at most 23 bits) and the
+        # leading zeros of the (possibly subnormal) significands; the flags are combined
+        # into the special result in step 2, so that step 1 holds only the count.
         s1 = pipe.boundary(
             1,
-            special=nan | a_inf | b_inf | a_zero | b_zero,
-            special_o=Mux(nan, FP32_QNAN,
-                          Cat(Mux(a_inf | b_inf, Const(_FP32_INF, 31), Const(0, 31)), sign)),
-            sign=sign, ma=ma, mb=mb, xa=xa, xb=xb,
+            a_emax=ea == _EXP_MAX, b_emax=eb == _EXP_MAX,
+            a_ezero=ea == 0, b_ezero=eb == 0,
+            a_fzero=fa == 0, b_fzero=fb == 0,
+            sign=sa ^ sb, ma=ma, mb=mb, xa=xa, xb=xb,
             lza=count_leading_zeros(m, ma, "lza")[:5],
             lzb=count_leading_zeros(m, mb, "lzb")[:5],
         )
+        a_nan, b_nan = s1.a_emax & ~s1.a_fzero, s1.b_emax & ~s1.b_fzero
+        a_inf, b_inf = s1.a_emax & s1.a_fzero, s1.b_emax & s1.b_fzero
+        a_zero, b_zero = s1.a_ezero & s1.a_fzero, s1.b_ezero & s1.b_fzero
+        nan = a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)
+        special = nan | a_inf | b_inf | a_zero | b_zero
+        special_o = Mux(nan, FP32_QNAN,
+                        Cat(Mux(a_inf | b_inf, Const(_FP32_INF, 31), Const(0, 31)), s1.sign))
 
         # Step 2: normalised significands; exponent of the product with its leading one at
         # bit 47 (value = P / 2**47 * 2**(E - 127)).
         exp0 = Signal(signed(12), name="exp0")
         m.d.comb += exp0.eq(s1.xa + s1.xb - 126 - s1.lza - s1.lzb)
         s2 = pipe.boundary(2, na=(s1.ma << s1.lza)[:24], nb=(s1.mb << s1.lzb)[:24], exp0=exp0,
-                           sign=s1.sign, special=s1.special, special_o=s1.special_o)
+                           sign=s1.sign, special=special, special_o=special_o)
 
         # Step 3: partial products, 12 x 12 bits each.
         a_lo, a_hi, b_lo, b_hi = s2.na[:12], s2.na[12:], s2.nb[:12], s2.nb[12:]
@@ -526,12 +535,21 @@ def _order_key(x: Value) -> Value:
     return Mux(x[31], ~x, x | 0x80000000)[:32]
 
 
-def fp32_greater(a: Value, b: Value) -> Value:
-    """``a > b`` in IEEE order: false if either is NaN; ``+0 > -0`` is false."""
+def fp32_greater_terms(a: Value, b: Value) -> tuple[Value, Value]:
+    """The two independent terms of ``a > b`` in IEEE order: ``(ordered, comparable)``, where
+    ``ordered`` compares the bit patterns as ordered keys (a carry chain) and ``comparable``
+    is false when either is NaN or both are zeros; ``a > b`` is ``ordered & comparable``. A
+    pipelined caller registers the two apart so that neither waits for the other."""
     a, b = Value.cast(a), Value.cast(b)
     nan = _is_nan(a[23:31], a[:23], _EXP_MAX) | _is_nan(b[23:31], b[:23], _EXP_MAX)
     both_zero = (a[:31] == 0) & (b[:31] == 0)
-    return ~nan & ~both_zero & (_order_key(a) > _order_key(b))
+    return _order_key(a) > _order_key(b), ~nan & ~both_zero
+
+
+def fp32_greater(a: Value, b: Value) -> Value:
+    """``a > b`` in IEEE order: false if either is NaN; ``+0 > -0`` is false."""
+    ordered, comparable = fp32_greater_terms(a, b)
+    return comparable & ordered
 
 
 def fp32_less(a: Value, b: Value) -> Value:

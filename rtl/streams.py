@@ -53,6 +53,7 @@ __all__ = [
     "MemResponseBeat",
     "MemPortSignature",
     "SkidBuffer",
+    "PingPongBuffer",
     "check_int",
     "COLLISION_X_ATTR",
 ]
@@ -211,4 +212,56 @@ class SkidBuffer(wiring.Component):
         with m.Elif(self.i.valid & ~skid_valid):
             # The output holds; what arrives waits in the skid register (copied above).
             m.d.sync += skid_valid.eq(1)
+        return m
+
+
+class PingPongBuffer(wiring.Component):
+    """A two-entry register queue on a ``lib.stream`` of ``shape``, read through a multiplexer.
+
+    Ports and cycle behaviour are those of :class:`SkidBuffer` (without ``peek``): ``i.ready``
+    and ``o.valid`` come from flip-flops, one transfer per cycle, one cycle of latency, order
+    kept; on every cycle it accepts, holds and presents exactly what a ``SkidBuffer`` given the
+    same inputs would. The difference is where the consumer's ``o.ready`` goes: here only to
+    the read pointer and the two occupancy flags (three flip-flops), while the payload
+    registers load from the producer's side (``i.valid`` and the registered ``i.ready``, into
+    the entry the write pointer names). ``o.payload`` is then one 2:1 multiplexer from
+    flip-flops instead of a flip-flop. Why: in a ``SkidBuffer`` the consumer's ``ready``
+    is the enable of every payload bit of the output register, a net whose fan-out grows
+    with the payload (512 bits of a 64-byte memory beat) at the end of the consumer's stall
+    logic; here the wide nets are the write enables (from flip-flops and the producer's
+    valid) and the read pointer (a flip-flop).
+    """
+
+    def __init__(self, shape):
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        entries = [Signal(self.shape, name=f"entry{k}") for k in range(2)]
+        wp = Signal()                # the entry the next accepted item goes to
+        rp = Signal()                # the entry ``o`` presents
+        full = Signal()              # both entries hold an item
+        nonempty = Signal()          # at least one does
+        push = Signal()
+        pop = Signal()
+        m.d.comb += [
+            self.i.ready.eq(~full),
+            self.o.valid.eq(nonempty),
+            self.o.payload.eq(Mux(rp, Value.cast(entries[1]), Value.cast(entries[0]))),
+            push.eq(self.i.valid & ~full),
+            pop.eq(nonempty & self.o.ready),
+        ]
+        for k in range(2):
+            with m.If(push & (wp == k)):
+                m.d.sync += entries[k].eq(self.i.payload)
+        with m.If(push):
+            m.d.sync += wp.eq(~wp)
+        with m.If(pop):
+            m.d.sync += rp.eq(~rp)
+        # occupancy: 0, 1 or 2 items; the two flags are its next value's compares
+        with m.If(push & ~pop):
+            m.d.sync += [nonempty.eq(1), full.eq(nonempty)]
+        with m.Elif(pop & ~push):
+            m.d.sync += [full.eq(0), nonempty.eq(full)]
         return m

@@ -33,6 +33,7 @@ from neonic.sim.reference import embedding as ref
     (dict(add_latency=0), "add_latency"),
     (dict(add_latency=10), "add_latency"),
     (dict(mul_latency=11), "mul_latency"),
+    (dict(mul_latency=2), "mul_latency"),     # the accumulator is read 3 stages ahead
     (dict(interleave=3), "interleave"),
     (dict(interleave=16), "interleave"),
     (dict(slot_depth=2), "slot_depth"),

@@ -15,7 +15,7 @@ def _f32_bits(x):
     return np.asarray(x, dtype=np.float32).view(np.uint32)
 
 
-@pytest.mark.parametrize("latency", [1, 4, 9])
+@pytest.mark.parametrize("latency", [1, 2, 3, 4, 9])
 def test_lane_sums_and_maxes_with_its_latency(latency, rng):
     n = 60
     old = rng.standard_normal(n).astype(np.float32)
@@ -23,8 +23,9 @@ def test_lane_sums_and_maxes_with_its_latency(latency, rng):
     old[3], v[4] = np.nan, np.nan                      # NaN acc stays; NaN row is ignored
     first = rng.random(n) < 0.2
     is_max = rng.random(n) < 0.5
-    first[3] = first[4] = False
-    is_max[3] = is_max[4] = True           # MAX: NaN accumulator stays, NaN row is ignored
+    old[5], v[5], old[6], v[6] = 0.0, -0.0, -0.0, 0.0  # +0 and -0 are equal: the old stays
+    first[3:7] = False
+    is_max[3:7] = True                     # MAX: NaN accumulator stays, NaN row is ignored
     expect = np.where(is_max,
                       np.where(first, v, np.where(v > old, v, old)),
                       np.where(first, np.float32(0), old) + v).astype(np.float32)
