@@ -326,6 +326,82 @@ def _refresh_block(b, n, psh, plink, stale, proc, cap, load, count):  # pragma: 
     return _block_min(psh, lo, hi), dead
 
 
+@jit(cache=True, nogil=True, inline="always")
+def _compact(n, psh, plink, pos, bdirty, bstale):  # pragma: no cover - compiled
+    """Drop the retired links (share inf) from the first ``n`` places of the dense share array,
+    order kept; every block's minimum is to be rescanned and its shares checked. Returns the
+    new ``n``."""
+    j = 0
+    for i in range(n):
+        if psh[i] != np.inf:
+            psh[j] = psh[i]
+            plink[j] = plink[i]
+            pos[plink[j]] = j
+            j += 1
+        else:
+            pos[plink[i]] = -1
+    bdirty[:] = True
+    bstale[:] = True
+    return j
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _next_level(n, psh, plink, stale, proc, cap, load, count, bmin, bdirty, bstale,
+                picked):  # pragma: no cover - compiled
+    """One round of the filling: the least true share ``s_min`` (the block holding the least
+    lower bound is refreshed until it is clean), then the links within the tie threshold of
+    it (stale blocks in reach refreshed first) written to ``picked``, in position order.
+    Returns (``s_min``: inf when no link is left, the number picked, the number of links that
+    left the filling while refreshing)."""
+    dead = 0
+    nb = (n + _BLOCK - 1) // _BLOCK
+    while True:
+        s_min = np.inf
+        bsel = -1
+        for b in range(nb):
+            if bdirty[b]:
+                bmin[b] = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
+                bdirty[b] = False
+            if bmin[b] < s_min:
+                s_min = bmin[b]
+                bsel = b
+        if bsel < 0 or not bstale[bsel]:
+            break
+        m, d = _refresh_block(bsel, n, psh, plink, stale, proc, cap, load, count)
+        bmin[bsel] = m
+        bstale[bsel] = False
+        dead += d
+    if s_min == np.inf:
+        return s_min, 0, dead
+    thr = s_min * (1.0 + _REL_TOL)
+    n_pick = 0
+    for b in range(nb):
+        if bmin[b] <= thr:
+            if bstale[b]:
+                m, d = _refresh_block(b, n, psh, plink, stale, proc, cap, load, count)
+                bmin[b] = m
+                bstale[b] = False
+                dead += d
+                if bmin[b] > thr:
+                    continue
+            for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
+                if psh[i] <= thr:
+                    picked[n_pick] = plink[i]
+                    n_pick += 1
+    return s_min, n_pick, dead
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _retire(n_pick, picked, pos, psh, bdirty):  # pragma: no cover - compiled
+    """Take the ``n_pick`` links just frozen out of the dense share array (share inf, their
+    blocks' minima to be rescanned); returns how many left."""
+    for i in range(n_pick):
+        p = pos[picked[i]]
+        psh[p] = np.inf
+        bdirty[p >> _BLOCK_SHIFT] = True
+    return n_pick
+
+
 @jit(cache=True, nogil=True)
 def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # pragma: no cover - compiled
     """Progressive filling over two parts (``s`` starts, ``o`` other hops, ``c`` factors, ``m``
@@ -373,56 +449,15 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     seq = 0
     while n > 0:
         if 2 * dead > n:  # compact the dense array (order kept; stale shares stay stale)
-            j = 0
-            for i in range(n):
-                if psh[i] != np.inf:
-                    psh[j] = psh[i]
-                    plink[j] = plink[i]
-                    pos[plink[j]] = j
-                    j += 1
-                else:
-                    pos[plink[i]] = -1
-            n = j
+            n = _compact(n, psh, plink, pos, bdirty, bstale)
             dead = 0
-            bdirty[:] = True
-            bstale[:] = True
             if n == 0:
                 break
-        nb = (n + _BLOCK - 1) // _BLOCK
-        # the true minimum: refresh the block holding the least lower bound until it is clean
-        while True:
-            s_min = np.inf
-            bsel = -1
-            for b in range(nb):
-                if bdirty[b]:
-                    bmin[b] = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
-                    bdirty[b] = False
-                if bmin[b] < s_min:
-                    s_min = bmin[b]
-                    bsel = b
-            if bsel < 0 or not bstale[bsel]:
-                break
-            m, d = _refresh_block(bsel, n, psh, plink, stale, proc, cap, load, count)
-            bmin[bsel] = m
-            bstale[bsel] = False
-            dead += d
+        s_min, n_pick, d = _next_level(n, psh, plink, stale, proc, cap, load, count, bmin, bdirty,
+                                       bstale, picked)
+        dead += d
         if s_min == np.inf:
             break
-        thr = s_min * (1.0 + _REL_TOL)
-        n_pick = 0
-        for b in range(nb):
-            if bmin[b] <= thr:
-                if bstale[b]:
-                    m, d = _refresh_block(b, n, psh, plink, stale, proc, cap, load, count)
-                    bmin[b] = m
-                    bstale[b] = False
-                    dead += d
-                    if bmin[b] > thr:
-                        continue
-                for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
-                    if psh[i] <= thr:
-                        picked[n_pick] = plink[i]
-                        n_pick += 1
         for i in range(n_pick):
             l = picked[i]
             proc[l] = True
@@ -431,11 +466,7 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             seq += 1
             _freeze(l, s_min, sa, oa, ca, ma, has_w, aa, wx, proc, load, cap, count, stale, bstale, pos)
             _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, stale, bstale, pos)
-        for i in range(n_pick):
-            p = pos[picked[i]]
-            psh[p] = np.inf
-            bdirty[p >> _BLOCK_SHIFT] = True
-            dead += 1
+        dead += _retire(n_pick, picked, pos, psh, bdirty)
     return level[:L], porder[:L]
 
 
@@ -561,56 +592,16 @@ def _fill_dense(W, WT, la, lb, capacity):  # pragma: no cover - compiled
     seq = 0
     while n > 0:
         if 2 * dead > n:
-            j = 0
-            for i in range(n):
-                if psh[i] != np.inf:
-                    psh[j] = psh[i]
-                    plink[j] = plink[i]
-                    pos[plink[j]] = j
-                    j += 1
-                else:
-                    pos[plink[i]] = -1
-            n = j
+            n = _compact(n, psh, plink, pos, bdirty, bstale)
             dead = 0
-            bdirty[:] = True
-            bstale[:] = True
             _side_ranges(plink, n, nA, plo, phi)
             if n == 0:
                 break
-        nb = (n + _BLOCK - 1) // _BLOCK
-        while True:
-            s_min = np.inf
-            bsel = -1
-            for b in range(nb):
-                if bdirty[b]:
-                    bmin[b] = _block_min(psh, b * _BLOCK, min(n, (b + 1) * _BLOCK))
-                    bdirty[b] = False
-                if bmin[b] < s_min:
-                    s_min = bmin[b]
-                    bsel = b
-            if bsel < 0 or not bstale[bsel]:
-                break
-            m, d = _refresh_block(bsel, n, psh, plink, stale, proc, cap, load, count)
-            bmin[bsel] = m
-            bstale[bsel] = False
-            dead += d
+        s_min, n_pick, d = _next_level(n, psh, plink, stale, proc, cap, load, count, bmin, bdirty,
+                                       bstale, picked)
+        dead += d
         if s_min == np.inf:
             break
-        thr = s_min * (1.0 + _REL_TOL)
-        n_pick = 0
-        for b in range(nb):
-            if bmin[b] <= thr:
-                if bstale[b]:
-                    m, d = _refresh_block(b, n, psh, plink, stale, proc, cap, load, count)
-                    bmin[b] = m
-                    bstale[b] = False
-                    dead += d
-                    if bmin[b] > thr:
-                        continue
-                for i in range(b * _BLOCK, min(n, (b + 1) * _BLOCK)):
-                    if psh[i] <= thr:
-                        picked[n_pick] = plink[i]
-                        n_pick += 1
         for i in range(n_pick):
             u = picked[i]
             proc[u] = True
@@ -626,11 +617,7 @@ def _fill_dense(W, WT, la, lb, capacity):  # pragma: no cover - compiled
                 lo, hi = plo[0], phi[0]
             for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):  # the other side's blocks
                 bstale[b] = True
-        for i in range(n_pick):
-            p = pos[picked[i]]
-            psh[p] = np.inf
-            bdirty[p >> _BLOCK_SHIFT] = True
-            dead += 1
+        dead += _retire(n_pick, picked, pos, psh, bdirty)
     return level, porder
 
 
