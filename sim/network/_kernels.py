@@ -212,6 +212,18 @@ if HAVE_NUMBA:
         return max(np.ceil(t + coalesce * max(t - youngest, 0.0)), now + 1.0)
 
     @njit(cache=True, nogil=True)
+    def _due_nb(cand, n, pred, t_min, now, coalesce, youngest):  # pragma: no cover
+        """The first ``n`` candidates whose prediction is within the final bound (the bound
+        tightens as earlier predictions are found, so early candidates may fall out of it)."""
+        bound = _bound_nb(t_min, now, coalesce, youngest)
+        j = 0
+        for i in range(n):
+            if pred[cand[i]] <= bound:
+                cand[j] = cand[i]
+                j += 1
+        return cand[:j].copy()
+
+    @njit(cache=True, nogil=True)
     def _step_nb(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest, has_levels, links, level,
                  order):  # pragma: no cover
         C = alive.shape[0]
@@ -248,14 +260,7 @@ if HAVE_NUMBA:
             if p <= bound:
                 cand[n] = c
                 n += 1
-        # drop the early ones the final bound excludes
-        bound = _bound_nb(t_min, now, coalesce, youngest)
-        j = 0
-        for i in range(n):
-            if pred[cand[i]] <= bound:
-                cand[j] = cand[i]
-                j += 1
-        return t_min, t_max, cand[:j].copy()
+        return t_min, t_max, _due_nb(cand, n, pred, t_min, now, coalesce, youngest)
 
     retire, step = _retire_nb, _step_nb
 else:  # pragma: no cover
@@ -420,13 +425,7 @@ if HAVE_NUMBA:
             if p <= bound:
                 cand[n] = c
                 n += 1
-        bound = _bound_nb(t_min, now, coalesce, youngest)
-        j = 0
-        for i in range(n):
-            if pred[cand[i]] <= bound:
-                cand[j] = cand[i]
-                j += 1
-        return t_min, t_max, cand[:j].copy()
+        return t_min, t_max, _due_nb(cand, n, pred, t_min, now, coalesce, youngest)
 
     components, drain, step_range = _components_nb, _drain_nb, _step_range_nb
 else:  # pragma: no cover
