@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from planner_cases import skewed_workload, small_system
+
 from neonic.host.planner import (
     BASELINES,
-    AlphaBetaComm,
     CostModel,
-    MemoryTiers,
     NeoPlanner,
     Plan,
-    PlannerSystem,
     Shard,
     ShardingType,
     TablePlan,
@@ -23,15 +22,11 @@ from neonic.host.planner import (
 from neonic.host.planner.search import Placer
 from neonic.host.planner.system import GIB
 from neonic.host.workloads import TableSpec, workload_from_dict
-from neonic.sim.gpu import gpu_preset
 
 ST = ShardingType
 
 
-def _system(nodes=2, g=4, dram=0.0, **kw) -> PlannerSystem:
-    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
-                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
-    return PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm, memory=MemoryTiers(dram_gib_per_node=dram), **kw)
+_system = small_system
 
 
 def _workload(tables, batch=256):
@@ -42,9 +37,7 @@ def _workload(tables, batch=256):
 
 
 def _skewed(n=24, seed=0):
-    rng = np.random.default_rng(seed)
-    return _workload([{"rows": int(r), "dim": int(d), "pooling": float(p)} for r, d, p in zip(
-        rng.integers(10_000, 2_000_000, n), rng.choice([16, 32, 64, 128], n), rng.lognormal(2.5, 1.0, n).round(1) + 1)])
+    return skewed_workload(n, seed)
 
 
 def _one(kind, shards, name="t0"):

@@ -7,10 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from neonic.host.planner import AlphaBetaComm, MemoryTiers, NeoPlanner, PlannerSystem
+from planner_cases import skewed_workload, small_system
+
+from neonic.host.planner import NeoPlanner
 from neonic.host.planner.parallel import available_workers, map_forked
 from neonic.host.workloads import workload_from_dict
-from neonic.sim.gpu import gpu_preset
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 
@@ -46,20 +47,7 @@ def test_alongside_runs_here_while_the_workers_compute():
     assert out == [0, 1, 2] and seen == [os.getpid()]
 
 
-def _system(nodes=2, g=4) -> PlannerSystem:
-    comm = AlphaBetaComm(nodes=nodes, gpus_per_node=g, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9,
-                         alpha_inter_s=5e-6, bw_inter_bytes_per_s=25e9)
-    return PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=comm, memory=MemoryTiers())
-
-
-def _workload(n=40, seed=3):
-    rng = np.random.default_rng(seed)
-    return workload_from_dict({
-        "name": "w", "batch_per_gpu": 256, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
-        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in enumerate(zip(
-            rng.integers(10_000, 2_000_000, n), rng.choice([16, 32, 64, 128], n),
-            rng.lognormal(2.5, 1.0, n).round(1) + 1))],
-    })
+_system, _workload = small_system, skewed_workload
 
 
 def _with_class_moves(n=30, seed=3):
