@@ -211,6 +211,20 @@ if HAVE_NUMBA:
             return np.inf  # no end known yet: everything is a candidate
         return max(np.ceil(t + coalesce * max(t - youngest, 0.0)), now + 1.0)
 
+    @njit(cache=True, nogil=True, inline="always")
+    def _left_nb(r, old, new, dt, span):  # pragma: no cover
+        """A flow's bytes left: ``r`` less ``dt`` at its old rate, less what a rate rise to
+        ``new`` over the last ``span`` already carried (never below 0)."""
+        if dt != 0:
+            r = r - old * dt
+            r = r if r > 0.0 else 0.0
+        if span > 0.0:
+            d = new - old
+            if d > 0.0:
+                r = r - d * span
+                r = r if r > 0.0 else 0.0
+        return r
+
     @njit(cache=True, nogil=True)
     def _due_nb(cand, n, pred, t_min, now, coalesce, youngest):  # pragma: no cover
         """The first ``n`` candidates whose prediction is within the final bound (the bound
@@ -240,15 +254,7 @@ if HAVE_NUMBA:
                 continue
             if has_levels:  # the rate: the level of the first of its links to saturate
                 rate[c] = first_saturated_level(links, c, order, level)
-            r = rem[c]
-            if dt != 0:
-                r = r - rate_old[c] * dt
-                r = r if r > 0.0 else 0.0
-            if span > 0.0:
-                d = rate[c] - rate_old[c]
-                if d > 0.0:
-                    r = r - d * span
-                    r = r if r > 0.0 else 0.0
+            r = _left_nb(rem[c], rate_old[c], rate[c], dt, span)
             rem[c] = r
             p = now + r / rate[c]
             pred[c] = p
@@ -405,15 +411,7 @@ if HAVE_NUMBA:
             old = rate[c]
             new = first_saturated_level(links, c, order, level)
             rate[c] = new
-            r = rem[c]
-            if dt != 0:
-                r = r - old * dt
-                r = r if r > 0.0 else 0.0
-            if span > 0.0:
-                d = new - old
-                if d > 0.0:
-                    r = r - d * span
-                    r = r if r > 0.0 else 0.0
+            r = _left_nb(rem[c], old, new, dt, span)
             rem[c] = r
             p = now + r / new
             pred[c] = p
