@@ -129,7 +129,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .streams import COLLISION_X_ATTR, MemPortSignature, check_int
+from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
 
 __all__ = ["CacheOp", "LookupKind", "CacheStats", "WaySelect", "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
@@ -397,45 +397,6 @@ class LineRAM(wiring.Component):
         return m
 
 
-class _HeadFIFO(wiring.Component):
-    """A first-word-fall-through queue like :class:`amaranth.lib.fifo.SyncFIFO` (same
-    interface subset and same cycles: an entry written at one edge can be read from the next
-    cycle on, ``w_rdy`` is ``level != depth``), whose head (``r_data``, ``r_rdy``) is a
-    register: the entries behind the head sit in a ``depth - 1`` entry ``SyncFIFO`` (LUT RAM)
-    whose read feeds only the head register, and a write into an empty queue goes straight
-    to the head. The logic the head steers starts from flip-flops, not from a LUT RAM read.
-    """
-
-    def __init__(self, *, width: int, depth: int):
-        self.width = check_int("width", width, minimum=1)
-        self.depth = check_int("depth", depth, minimum=2)
-        super().__init__({
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
-            "level": Out(range(depth + 1)),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.inner = inner = SyncFIFO(width=self.width, depth=self.depth - 1)
-        head_valid = Signal()
-        head = Signal(self.width)
-        free = ~head_valid | self.r_en          # the head is empty or read this cycle
-        bypass = free & ~inner.r_rdy & self.w_en
-        m.d.comb += [
-            self.r_data.eq(head), self.r_rdy.eq(head_valid),
-            self.w_rdy.eq(inner.w_rdy),
-            self.level.eq(inner.level + head_valid),
-            inner.w_data.eq(self.w_data),
-            inner.w_en.eq(self.w_en & ~bypass),
-            inner.r_en.eq(free),
-        ]
-        with m.If(free):
-            m.d.sync += [head_valid.eq(inner.r_rdy | self.w_en),
-                         head.eq(Mux(inner.r_rdy, inner.r_data, self.w_data))]
-        return m
-
-
 class _Route(enum.Enum, shape=2):
     """Where the beats of one ``lines``-port transfer go (reads) or come from (writes)."""
 
@@ -671,7 +632,7 @@ class CacheController(wiring.Component):
         job = job_layout(jobs.r_data)
         fill_layout = data.StructLayout({
             "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits)})
-        m.submodules.fills = fills = (_HeadFIFO(width=fill_layout.size, depth=M) if M > 1
+        m.submodules.fills = fills = (HeadFIFO(width=fill_layout.size, depth=M) if M > 1
                                       else SyncFIFO(width=fill_layout.size, depth=M))
         fill_head = fill_layout(fills.r_data)
         seq_idle = Signal()
@@ -685,7 +646,7 @@ class CacheController(wiring.Component):
         m.submodules.rroute = rroute = SyncFIFOBuffered(width=route_layout.size,
                                                         depth=self.line_outstanding)
         # (so is the write routes' head: a fill's last beat is found from registers)
-        m.submodules.wroute = wroute = _HeadFIFO(width=route_layout.size, depth=4)
+        m.submodules.wroute = wroute = HeadFIFO(width=route_layout.size, depth=4)
         rr_in, wr_in = Signal(route_layout), Signal(route_layout)
         m.d.comb += [rroute.w_data.eq(rr_in), wroute.w_data.eq(wr_in)]
         rr, wrt = route_layout(rroute.r_data), route_layout(wroute.r_data)

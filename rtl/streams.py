@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "MemPortSignature",
     "SkidBuffer",
     "PingPongBuffer",
+    "HeadFIFO",
     "check_int",
     "COLLISION_X_ATTR",
 ]
@@ -264,4 +266,43 @@ class PingPongBuffer(wiring.Component):
             m.d.sync += [nonempty.eq(1), full.eq(nonempty)]
         with m.Elif(pop & ~push):
             m.d.sync += [full.eq(0), nonempty.eq(full)]
+        return m
+
+
+class HeadFIFO(wiring.Component):
+    """A first-word-fall-through queue like :class:`amaranth.lib.fifo.SyncFIFO` (same
+    interface subset and same cycles: an entry written at one edge can be read from the next
+    cycle on, ``w_rdy`` is ``level != depth``), whose head (``r_data``, ``r_rdy``) is a
+    register: the entries behind the head sit in a ``depth - 1`` entry ``SyncFIFO`` (LUT RAM)
+    whose read feeds only the head register, and a write into an empty queue goes straight
+    to the head. The logic the head steers starts from flip-flops, not from a LUT RAM read.
+    """
+
+    def __init__(self, *, width: int, depth: int):
+        self.width = check_int("width", width, minimum=1)
+        self.depth = check_int("depth", depth, minimum=2)
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = SyncFIFO(width=self.width, depth=self.depth - 1)
+        head_valid = Signal()
+        head = Signal(self.width)
+        free = ~head_valid | self.r_en          # the head is empty or read this cycle
+        bypass = free & ~inner.r_rdy & self.w_en
+        m.d.comb += [
+            self.r_data.eq(head), self.r_rdy.eq(head_valid),
+            self.w_rdy.eq(inner.w_rdy),
+            self.level.eq(inner.level + head_valid),
+            inner.w_data.eq(self.w_data),
+            inner.w_en.eq(self.w_en & ~bypass),
+            inner.r_en.eq(free),
+        ]
+        with m.If(free):
+            m.d.sync += [head_valid.eq(inner.r_rdy | self.w_en),
+                         head.eq(Mux(inner.r_rdy, inner.r_data, self.w_data))]
         return m

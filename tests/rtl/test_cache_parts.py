@@ -113,39 +113,3 @@ def test_way_select_and_state_update_follow_the_rules(policy, rng):
 def test_bad_policy_is_refused():
     with pytest.raises(ValueError, match=r"^policy:"):
         WaySelect(way_layout=_layout("lru"), ways=WAYS, policy="fifo")
-
-
-def test_head_fifo_matches_syncfifo_cycle_for_cycle(rng):
-    """The route queues' registered-head FIFO behaves as amaranth's ``SyncFIFO`` of the same
-    depth, every cycle (``r_rdy``, ``r_data`` when ready, ``w_rdy``, ``level``), under random
-    writes and reads: the change moves the head into a register, not the cycles."""
-    from amaranth.lib.fifo import SyncFIFO
-
-    from neonic.rtl.cache import _HeadFIFO
-
-    for depth in (2, 4):
-        m = Module()
-        m.submodules.ref = ref = SyncFIFO(width=8, depth=depth)
-        m.submodules.dut = dut = _HeadFIFO(width=8, depth=depth)
-        draws = rng.random((600, 2))
-        data_in = rng.integers(0, 256, 600)
-        mismatches = []
-
-        async def bench(ctx):
-            for cyc in range(600):
-                w_en, r_en = int(draws[cyc, 0] < 0.6), int(draws[cyc, 1] < 0.5)
-                for f in (ref, dut):
-                    ctx.set(f.w_en, w_en)
-                    ctx.set(f.w_data, int(data_in[cyc]))
-                    ctx.set(f.r_en, r_en)
-                got = [(ctx.get(f.r_rdy), ctx.get(f.r_data) if ctx.get(f.r_rdy) else None,
-                        ctx.get(f.w_rdy), ctx.get(f.level)) for f in (ref, dut)]
-                if got[0] != got[1]:
-                    mismatches.append((cyc, got))
-                await ctx.tick()
-
-        sim = Simulator(m)
-        sim.add_clock(1e-6)
-        sim.add_testbench(bench)
-        sim.run()
-        assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
