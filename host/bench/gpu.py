@@ -1,0 +1,638 @@
+"""``neonic bench gpu``: the GPU figures behind neonic's GPU presets, measured on this
+machine's CUDA device with PyTorch (and Triton, where installed).
+
+neonic's GPU model (``sim.gpu``, ``sim.interference``) prices kernels from data-sheet peaks
+times achieved fractions, and concurrent kernels and collectives by block scheduling and HBM
+sharing. Most of those fractions come from public figures; this benchmark measures them on a
+real GPU, so that a preset can cite a measurement and the mechanisms can be checked against
+one. It needs PyTorch with a CUDA device (``pip install torch``); neonic itself does not. The
+module imports nothing else of neonic, so a GPU machine without neonic's dependencies runs it
+as a file: ``python3 host/bench/gpu.py --json``.
+
+Figures (each a median over repetitions, timed with CUDA events after warm-up):
+
+* ``gemm.<dtype>.<m>x<n>x<k>``: ms and TFLOP/s of one ``torch.matmul`` (cuBLAS) of that shape:
+  the large square product (the achievable peak) and Model-A's dense layers at local batches
+  512..4096 (``host/workloads/presets/model-a.toml``: width 3696, the 96,696-wide layer after
+  the concatenation, and the weight gradients, whose inner dimension is the batch).
+* ``hbm_copy_gbytes_per_s``: a device-to-device copy of 2 GiB, bytes read plus written.
+* ``embedding_bag.<dtype>.d<dim>``: ``torch.nn.functional.embedding_bag`` (mode ``sum``) over a
+  table of 4M rows with uniformly random indices, bags of 15 (Model-A's mean pooling): ms and
+  achieved GB/s, counting each row read rounded up to 32-byte sectors, the indices, and the
+  pooled output (``sim.gpu.embedding_forward_cost``'s bytes).
+* ``row_update.<dtype>.d<dim>``: ``index_add_`` of one gradient row into each of 1M distinct
+  sorted rows (the read-modify-write of an embedding backward after its sort and
+  de-duplication): GB/s counting the row read, the gradient read and the row written.
+* ``pcie.h2d_gbytes_per_s`` / ``d2h`` / ``bidir``: pinned host memory copies of 1 GiB.
+* ``cta_copy.<n>``: GB/s of a persistent Triton copy kernel of ``n`` CTAs (how much one
+  collective channel, one CTA, can move through HBM), where Triton is installed.
+* ``concurrent.*``: two kernels on two streams started together, each one's end (ms from the
+  common start) beside its time alone: a GEMM beside an SM copy kernel at equal and at high
+  priority, a GEMM beside a persistent 16-CTA copy (NCCL-like), two HBM-bound copies of 66 CTAs
+  each, a GEMM beside a pinned host-to-device DMA copy, and an embedding bag beside a GEMM.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+SUMMARY = ("GPU figures measured with PyTorch on this machine's CUDA device: GEMM, embedding bag, "
+           "row updates, HBM and PCIe copies, per-CTA copy rate, concurrent kernels")
+
+#: Model-A's dense widths (host/workloads/presets/model-a.toml): the uniform layer width, the
+#: width after the concatenation and the concatenation's width (93,000 + 3,696).
+MODEL_A_WIDTH, MODEL_A_W1, MODEL_A_CAT = 3696, 971, 96696
+SECTOR = 32          # HBM sector bytes (CUDA C++ Best Practices Guide)
+POOLING = 15         # Model-A's mean pooling factor (Neo, Table 3)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ValueError("gpu: needs PyTorch with a CUDA device (pip install torch); "
+                         "PyTorch is not installed here") from exc
+    if not torch.cuda.is_available():
+        raise ValueError("gpu: needs a CUDA device; torch.cuda.is_available() is False here")
+    return torch
+
+
+class _Timer:
+    """Milliseconds per call of a callable on the current stream: ``reps`` calls back to back
+    between two events (the queue stays full, as in training, so no call waits for the CPU to
+    dispatch it), the median of ``rounds`` such runs, after warm-up."""
+
+    def __init__(self, torch) -> None:
+        self.torch = torch
+
+    def __call__(self, fn: Callable[[], Any], reps: int = 10, warmup: int = 3, rounds: int = 5) -> float:
+        torch = self.torch
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(rounds):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(reps):
+                fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / reps)
+        return statistics.median(times)
+
+
+def _sectors(row_bytes: int) -> int:
+    return -(-row_bytes // SECTOR) * SECTOR
+
+
+def measure_gemm(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    shapes = [("bf16", 8192, 8192, 8192), ("fp16", 8192, 8192, 8192)]
+    for batch in ((512, 2048) if quick else (512, 1024, 2048, 4096)):
+        shapes += [("fp16", batch, MODEL_A_WIDTH, MODEL_A_WIDTH),          # forward layer
+                   ("fp16", MODEL_A_WIDTH, MODEL_A_WIDTH, batch)]          # weight gradient
+    shapes += [("fp16", 512, MODEL_A_W1, MODEL_A_CAT), ("fp16", MODEL_A_CAT, MODEL_A_W1, 512)]
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    for dtype, m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=dt[dtype])
+        b = torch.randn(k, n, device="cuda", dtype=dt[dtype])
+        ms = timer(lambda: torch.matmul(a, b), reps=10 if m * n * k < 1e11 else 5)
+        key = f"gemm.{dtype}.{m}x{n}x{k}"
+        out[f"{key}.ms"] = ms
+        out[f"{key}.tflops"] = 2.0 * m * n * k / (ms * 1e-3) / 1e12
+        del a, b
+    return out
+
+
+def measure_gemm_sweep(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    """How a GEMM's efficiency falls with a short inner dimension (weight gradients: K = batch)
+    and a thin output (forward layers: M = batch), at Model-A's width."""
+    out: dict[str, float] = {}
+    w = MODEL_A_WIDTH
+    shapes = [(w, w, k) for k in (128, 256, 512, 1024, 2048, 4096, 8192, 16384)]
+    shapes += [(m, w, w) for m in (64, 128, 256, 384, 768, 1536, 3072, 6144)]
+    shapes += [(m, 971, 96696) for m in (512, 2048)] + [(8192, 8192, k) for k in (512, 2048)]
+    if quick:
+        shapes = shapes[::3]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        ms = timer(lambda: torch.matmul(a, b), reps=10)
+        key = f"gemm.fp16.{m}x{n}x{k}"
+        out[f"{key}.ms"] = ms
+        out[f"{key}.tflops"] = 2.0 * m * n * k / (ms * 1e-3) / 1e12
+        del a, b
+    return out
+
+
+def measure_copies(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    n = (1 << 29) // (2 if quick else 1)                  # fp32 elements: 2 GiB (1 GiB quick)
+    src = torch.empty(n, device="cuda", dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src))
+    out["hbm_copy_gbytes_per_s"] = 2 * 4 * n / (ms * 1e-3) / 1e9
+    ms = timer(lambda: torch.mul(src, 1.0, out=dst))    # an SM kernel, whatever copy_ uses
+    out["hbm_kernel_copy_gbytes_per_s"] = 2 * 4 * n / (ms * 1e-3) / 1e9
+    del src, dst
+    pin = torch.empty(1 << 28, dtype=torch.float32).pin_memory()     # 1 GiB
+    pin2 = torch.empty(1 << 28, dtype=torch.float32).pin_memory()
+    dev = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
+    dev2 = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
+    nbytes = 4 * (1 << 28)
+    out["pcie.h2d_gbytes_per_s"] = nbytes / (timer(lambda: dev.copy_(pin, non_blocking=True), reps=5) * 1e-3) / 1e9
+    out["pcie.d2h_gbytes_per_s"] = nbytes / (timer(lambda: pin.copy_(dev, non_blocking=True), reps=5) * 1e-3) / 1e9
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def both():
+        cur = torch.cuda.current_stream()
+        s1.wait_stream(cur)
+        s2.wait_stream(cur)
+        with torch.cuda.stream(s1):
+            dev.copy_(pin, non_blocking=True)
+        with torch.cuda.stream(s2):
+            pin2.copy_(dev2, non_blocking=True)
+        cur.wait_stream(s1)
+        cur.wait_stream(s2)
+    out["pcie.bidir_gbytes_per_s"] = 2 * nbytes / (timer(both, reps=5) * 1e-3) / 1e9
+    del pin, pin2, dev, dev2
+    return out
+
+
+def measure_embedding(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    rows = 1 << 22
+    bags = 1 << (14 if quick else 16)
+    F = torch.nn.functional
+    cases = [("fp32", 32), ("fp32", 64), ("fp32", 92), ("fp32", 128), ("fp32", 256),
+             ("fp16", 64), ("fp16", 128)]
+    if quick:
+        cases = [("fp32", 64), ("fp32", 128)]
+    dt = {"fp32": (torch.float32, 4), "fp16": (torch.float16, 2)}
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1)
+    for dtype, dim in cases:
+        tdt, size = dt[dtype]
+        table = torch.empty(rows, dim, device="cuda", dtype=tdt).uniform_()
+        n = bags * POOLING
+        idx = torch.randint(0, rows, (n,), device="cuda", generator=g)
+        offsets = torch.arange(0, n, POOLING, device="cuda")
+        ms = timer(lambda: F.embedding_bag(idx, table, offsets, mode="sum"))
+        nbytes = n * _sectors(dim * size) + 8 * n + bags * dim * size      # int64 indices
+        out[f"embedding_bag.{dtype}.d{dim}.ms"] = ms
+        out[f"embedding_bag.{dtype}.d{dim}.gbytes_per_s"] = nbytes / (ms * 1e-3) / 1e9
+        uniq = torch.randperm(rows, device="cuda", generator=g)[: 1 << 20].sort().values
+        grad = torch.empty(uniq.numel(), dim, device="cuda", dtype=tdt).uniform_()
+        ms = timer(lambda: table.index_add_(0, uniq, grad))
+        nbytes = uniq.numel() * (2 * _sectors(dim * size) + dim * size + 8)
+        out[f"row_update.{dtype}.d{dim}.ms"] = ms
+        out[f"row_update.{dtype}.d{dim}.gbytes_per_s"] = nbytes / (ms * 1e-3) / 1e9
+        del table, idx, offsets, uniq, grad
+    out["embedding_bag.bags"] = float(bags)
+    out["embedding_bag.pooling"] = float(POOLING)
+    return out
+
+
+def _triton_copy():
+    """A persistent copy kernel: ``grid`` CTAs stride over the buffer (as a collective's
+    channels do), or None where Triton is missing."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        step = tl.num_programs(0) * BLOCK
+        for start in range(pid * BLOCK, n, step):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+    def launch(src, dst, ctas: int) -> None:
+        copy_kernel[(ctas,)](src, dst, src.numel(), BLOCK=4096, num_warps=8)
+    return launch
+
+
+def _triton_gather():
+    """A persistent gather kernel: ``grid`` CTAs copy rows of a table at random indices into a
+    dense output (an embedding lookup's memory pattern), or None where Triton is missing."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def gather_kernel(table, idx, out, n, D: tl.constexpr, ROWS: tl.constexpr):
+        pid = tl.program_id(0)
+        step = tl.num_programs(0) * ROWS
+        cols = tl.arange(0, D)[None, :]
+        for start in range(pid * ROWS, n, step):
+            r = start + tl.arange(0, ROWS)
+            m = r < n
+            i = tl.load(idx + r, mask=m, other=0)
+            v = tl.load(table + i[:, None] * D + cols, mask=m[:, None], other=0.0)
+            tl.store(out + r[:, None] * D + cols, v, mask=m[:, None])
+
+    def launch(table, idx, out, ctas: int) -> None:
+        gather_kernel[(ctas,)](table, idx, out, idx.numel(), D=table.shape[1], ROWS=64, num_warps=8)
+    return launch
+
+
+_EXCLUSIVE_COPY = r"""
+extern "C" __global__ void copy_exclusive(const float4* __restrict__ src, float4* __restrict__ dst,
+                                          long long n) {
+    extern __shared__ float4 reserve[];          // taken, not used: one CTA per SM, alone
+    if (n < 0) reserve[threadIdx.x] = src[0];
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = src[i];
+}
+"""
+
+
+def _exclusive_copy(torch):
+    """A persistent copy kernel whose CTAs each reserve 200 KiB of shared memory, so that no
+    other kernel's CTA (a GEMM's included) can share an SM with one, as NCCL's channels do
+    (NVIDIA/nccl#1656); or None where CuPy is missing."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    kern = cupy.RawKernel(_EXCLUSIVE_COPY, "copy_exclusive")
+    kern.max_dynamic_shared_size_bytes = 200 * 1024
+
+    def launch(src, dst, ctas: int) -> None:
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        with stream:
+            kern((ctas,), (512,), (src.data_ptr(), dst.data_ptr(), cupy.int64(src.numel() // 4)),
+                 shared_mem=200 * 1024)
+    return launch
+
+
+def measure_cta_copy(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    launch = _triton_copy()
+    if launch is None:
+        return {"cta_copy.available": 0.0}
+    out: dict[str, float] = {"cta_copy.available": 1.0}
+    n = 1 << 27                                         # 512 MiB of fp32
+    src = torch.empty(n, device="cuda", dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    for ctas in ((1, 16, 132) if quick else (1, 2, 4, 8, 16, 32, 66, 132, 264)):
+        m = n if ctas >= 8 else n // 16                 # few CTAs: a smaller buffer
+        s, d = src[:m], dst[:m]
+        ms = timer(lambda: launch(s, d, ctas), reps=5, warmup=2)
+        out[f"cta_copy.{ctas}.gbytes_per_s"] = 2 * 4 * m / (ms * 1e-3) / 1e9
+    excl = _exclusive_copy(torch)
+    if excl is not None:
+        for ctas in ((1, 16) if quick else (1, 2, 4, 8, 16, 32, 132)):
+            m = n if ctas >= 8 else n // 16
+            s, d = src[:m], dst[:m]
+            ms = timer(lambda: excl(s, d, ctas), reps=5, warmup=2)
+            out[f"cta_copy_exclusive.{ctas}.gbytes_per_s"] = 2 * 4 * m / (ms * 1e-3) / 1e9
+    return out
+
+
+def _together(torch, first: Callable[[], Any], second: Callable[[], Any], s1, s2) -> tuple[float, float]:
+    """Start ``first`` on ``s1`` and, about 50 us later, ``second`` on ``s2``, from one common
+    event; each one's end in ms after it."""
+    torch.cuda.synchronize()
+    t0 = torch.cuda.Event(enable_timing=True)
+    e1, e2 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gate = torch.cuda.Event()
+    cur = torch.cuda.current_stream()
+    torch.cuda._sleep(2_000_000)          # hold both streams until both launches are queued
+    t0.record(cur)
+    gate.record(cur)
+    s1.wait_event(gate)
+    s2.wait_event(gate)
+    with torch.cuda.stream(s1):
+        first()
+        e1.record(s1)
+    with torch.cuda.stream(s2):
+        torch.cuda._sleep(100_000)        # ~50 us: the second kernel arrives behind the first
+        second()
+        e2.record(s2)
+    torch.cuda.synchronize()
+    return t0.elapsed_time(e1), t0.elapsed_time(e2)
+
+
+def measure_concurrent(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    sz = 12288 if quick else 16384
+    a = torch.randn(sz, sz, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(sz, sz, device="cuda", dtype=torch.bfloat16)
+    n = 1 << 28                                          # 1 GiB of fp32
+    src = torch.empty(n, device="cuda", dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    gemm = lambda: torch.matmul(a, b)  # noqa: E731
+    kcopy = lambda: torch.mul(src, 1.0, out=dst)  # noqa: E731
+    out["concurrent.gemm_alone_ms"] = timer(gemm, reps=5)
+    out["concurrent.copy_alone_ms"] = timer(kcopy, reps=5)
+    out["concurrent.gemm_flops"] = 2.0 * sz ** 3
+    out["concurrent.copy_bytes"] = 8.0 * n
+    lo, hi = torch.cuda.Stream(), torch.cuda.Stream()
+    top = torch.cuda.Stream(priority=-1)
+    reps = 3
+
+    def med(first, second, s1, s2):
+        ends = [_together(torch, first, second, s1, s2) for _ in range(reps)]
+        return statistics.median(e[0] for e in ends), statistics.median(e[1] for e in ends)
+
+    noop = lambda: None  # noqa: E731
+    # each kernel alone in the same harness (clocks and power as in the pairs below)
+    out["concurrent.harness.gemm_alone_ms"] = med(gemm, noop, lo, hi)[0]
+    out["concurrent.harness.copy_alone_ms"] = med(kcopy, noop, lo, hi)[0]
+    excl = _exclusive_copy(torch)
+    if excl is not None:
+        for ctas in (8, 16, 32):
+            out[f"concurrent.excl{ctas}_alone_ms"] = med(lambda: excl(src, dst, ctas), noop, top, lo)[0]
+            c, g = med(lambda: excl(src, dst, ctas), gemm, top, lo)
+            out[f"concurrent.excl{ctas}_then_gemm.copy_end_ms"] = c
+            out[f"concurrent.excl{ctas}_then_gemm.gemm_end_ms"] = g
+        out["concurrent.harness.gemm_alone_after_ms"] = med(gemm, noop, lo, hi)[0]
+
+    g, c = med(gemm, kcopy, lo, hi)
+    out["concurrent.gemm_then_copy.gemm_end_ms"], out["concurrent.gemm_then_copy.copy_end_ms"] = g, c
+    g, c = med(gemm, kcopy, lo, top)
+    out["concurrent.gemm_then_copy_high.gemm_end_ms"], out["concurrent.gemm_then_copy_high.copy_end_ms"] = g, c
+    # the same with a GEMM that is not a persistent grid (FP32 on the CUDA cores, many waves of
+    # short CTAs): does stream priority then let the copy in ahead of the GEMM's tail?
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a32 = torch.randn(8192, 8192, device="cuda", dtype=torch.float32)
+    b32 = torch.randn(8192, 8192, device="cuda", dtype=torch.float32)
+    gemm32 = lambda: torch.matmul(a32, b32)  # noqa: E731
+    out["concurrent.harness.gemm32_alone_ms"] = med(gemm32, noop, lo, hi)[0]
+    g, c = med(gemm32, kcopy, lo, hi)
+    out["concurrent.gemm32_then_copy.gemm_end_ms"], out["concurrent.gemm32_then_copy.copy_end_ms"] = g, c
+    g, c = med(gemm32, kcopy, lo, top)
+    out["concurrent.gemm32_then_copy_high.gemm_end_ms"], out["concurrent.gemm32_then_copy_high.copy_end_ms"] = g, c
+    del a32, b32
+    launch = _triton_copy()
+    if launch is not None:
+        out["concurrent.copy16_alone_ms"] = timer(lambda: launch(src, dst, 16), reps=3, warmup=1)
+        c, g = med(lambda: launch(src, dst, 16), gemm, top, lo)
+        out["concurrent.copy16_then_gemm.copy_end_ms"], out["concurrent.copy16_then_gemm.gemm_end_ms"] = c, g
+        src2, dst2 = torch.empty_like(src).uniform_(), torch.empty_like(src)
+        out["concurrent.copy66_alone_ms"] = timer(lambda: launch(src, dst, 66), reps=3, warmup=1)
+        out["concurrent.copy132_alone_ms"] = timer(lambda: launch(src, dst, 132), reps=3, warmup=1)
+        x, y = med(lambda: launch(src, dst, 66), lambda: launch(src2, dst2, 66), lo, hi)
+        out["concurrent.copy66_pair.first_end_ms"], out["concurrent.copy66_pair.second_end_ms"] = x, y
+        del src2, dst2
+    pin = torch.empty(1 << 28, dtype=torch.float32).pin_memory()
+    dev = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
+    out["concurrent.h2d_alone_ms"] = timer(lambda: dev.copy_(pin, non_blocking=True), reps=3)
+    g, h = med(gemm, lambda: dev.copy_(pin, non_blocking=True), lo, hi)
+    out["concurrent.gemm_with_h2d.gemm_end_ms"], out["concurrent.gemm_with_h2d.h2d_end_ms"] = g, h
+    del pin, dev
+    rows, dim = 1 << 22, 128
+    table = torch.empty(rows, dim, device="cuda", dtype=torch.float32).uniform_()
+    nl = (1 << 18) * POOLING
+    idx = torch.randint(0, rows, (nl,), device="cuda")
+    offs = torch.arange(0, nl, POOLING, device="cuda")
+    emb = lambda: torch.nn.functional.embedding_bag(idx, table, offs, mode="sum")  # noqa: E731
+    out["concurrent.embedding_alone_ms"] = timer(emb, reps=5)
+    e, g = med(emb, gemm, lo, hi)
+    out["concurrent.embedding_then_gemm.embedding_end_ms"], out["concurrent.embedding_then_gemm.gemm_end_ms"] = e, g
+    del table, idx, offs
+    gather = _triton_gather()
+    if launch is not None and gather is not None:
+        # HBM sharing between a random gather and a stream, each on half the SMs, against each
+        # alone on the whole GPU: time together / (sum of the times alone at full width) - 1
+        rows, dim = 1 << 23, 32
+        tab = torch.empty(rows, dim, device="cuda", dtype=torch.float32).uniform_()
+        gidx = torch.randint(0, rows, (1 << 23,), device="cuda")
+        gout = torch.empty(gidx.numel(), dim, device="cuda", dtype=torch.float32)
+        out["concurrent.gather_bytes"] = float(gidx.numel() * (dim * 4 * 2 + 8))
+        out["concurrent.gather132_alone_ms"] = med(lambda: gather(tab, gidx, gout, 132), noop, lo, hi)[0]
+        out["concurrent.gather66_alone_ms"] = med(lambda: gather(tab, gidx, gout, 66), noop, lo, hi)[0]
+        out["concurrent.copy132_harness_alone_ms"] = med(lambda: launch(src, dst, 132), noop, lo, hi)[0]
+        x, y = med(lambda: gather(tab, gidx, gout, 66), lambda: launch(src, dst, 66), lo, hi)
+        out["concurrent.gather66_copy66.gather_end_ms"], out["concurrent.gather66_copy66.copy_end_ms"] = x, y
+        del tab, gidx, gout
+    return out
+
+
+SECTIONS: dict[str, Callable] = {"gemm": measure_gemm, "gemm_sweep": measure_gemm_sweep,
+                                 "copies": measure_copies,
+                                 "embedding": measure_embedding, "cta_copy": measure_cta_copy,
+                                 "concurrent": measure_concurrent}
+
+
+def measure(quick: bool = False, progress: Callable[[str], None] = print,
+            sections: tuple[str, ...] = tuple(SECTIONS)) -> dict[str, Any]:
+    """Every section's figures, with the device and software they were measured on. A section
+    that fails reports its error under ``<section>.error`` and the others still run."""
+    torch = _torch()
+    props = torch.cuda.get_device_properties(0)
+    out: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0), "sms": props.multi_processor_count,
+        "memory_gib": props.total_memory / 2**30, "torch": torch.__version__,
+        "cuda": torch.version.cuda, "quick": quick,
+    }
+    try:
+        import triton
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = None
+    timer = _Timer(torch)
+    for name in sections:
+        t0 = time.perf_counter()
+        progress(f"{name} ...")
+        try:
+            out.update(SECTIONS[name](torch, timer, quick))
+        except Exception as exc:  # one failed section must not lose the others' figures
+            out[f"{name}.error"] = f"{type(exc).__name__}: {exc}"
+        torch.cuda.empty_cache()
+        progress(f"{name} done in {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def recorded(device: str = "nvidia-h200") -> dict[str, Any]:
+    """A measurement this benchmark recorded on a lent GPU, kept as a source of the GPU presets
+    (``sim/data/<device>.json``; the file says when and on what machine)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "sim" / "data" / f"{device}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"device: no recorded measurement {path.name} in {path.parent}")
+    return json.loads(path.read_text())
+
+
+#: Which GPU preset of ``sim.gpu`` a device's name stands for (the first match wins).
+DEVICE_PRESETS: tuple[tuple[str, str], ...] = (("GH200", "gh200-96gb"), ("H200", "h200-141gb"),
+                                               ("H100", "h100-sxm-80gb"), ("A100", "a100-40gb"),
+                                               ("V100", "v100-32gb"))
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def preset_for(device: str) -> str | None:
+    """The ``sim.gpu`` preset named for a CUDA device (``None`` if neonic has none)."""
+    for needle, preset in DEVICE_PRESETS:
+        if needle in device:
+            return preset
+    return None
+
+
+def compare(measured: dict[str, Any], preset: str) -> dict[str, Any]:
+    """neonic's GPU model beside a measurement: for every measured GEMM and embedding bag, the
+    time ``sim.gpu`` predicts for the preset, and measured / model (above 1: the model is
+    optimistic); the model's streaming copy rate beside the measured one."""
+    from neonic.sim.gpu import embedding_forward_cost, gemm_cost, gpu_preset
+
+    spec = gpu_preset(preset)
+    out: dict[str, Any] = {}
+    for key, value in measured.items():
+        parts = key.split(".")
+        if parts[0] == "gemm" and parts[-1] == "ms":
+            dtype = parts[1]
+            m, n, k = (int(x) for x in parts[2].split("x"))
+            model_ms = gemm_cost(spec, m, n, k, dtype).time_s * 1e3
+        elif parts[0] == "embedding_bag" and parts[-1] == "ms" and "embedding_bag.bags" in measured:
+            dtype, dim = parts[1], int(parts[2][1:])
+            bags = int(measured["embedding_bag.bags"])
+            row = dim * DTYPE_BYTES[dtype]
+            lookups = bags * int(measured["embedding_bag.pooling"])
+            model_ms = embedding_forward_cost(spec, lookups, row, bags, row).time_s * 1e3
+        else:
+            continue
+        name = ".".join(parts[:-1])
+        out[name] = {"measured_ms": value, "model_ms": model_ms, "measured_over_model": value / model_ms}
+    if "hbm_copy_gbytes_per_s" in measured:
+        model = spec.hbm_gbytes_per_s * spec.efficiency.hbm_stream
+        out["hbm_copy"] = {"measured_gbytes_per_s": measured["hbm_copy_gbytes_per_s"],
+                           "model_gbytes_per_s": model,
+                           "measured_over_model": measured["hbm_copy_gbytes_per_s"] / model}
+    return out
+
+
+#: The measured pairs of ``measure_concurrent``, for :func:`compare_concurrency`: name, the
+#: first kernel, the second kernel (launched 50 us later), and whether the second's stream has
+#: the higher priority (the excl* copies are first and on the high-priority stream).
+PAIRS: tuple[tuple[str, str, str, bool], ...] = (
+    ("gemm32_then_copy", "gemm32", "copy", False),
+    ("gemm32_then_copy_high", "gemm32", "copy", True),
+    ("gemm_then_copy", "gemm", "copy", False),
+    ("gemm_then_copy_high", "gemm", "copy", True),
+    ("embedding_then_gemm", "embedding", "gemm", False),
+    ("excl8_then_gemm", "excl8", "gemm", False),
+    ("excl16_then_gemm", "excl16", "gemm", False),
+    ("excl32_then_gemm", "excl32", "gemm", False),
+    ("copy66_pair", "copy66", "copy66", False),
+    ("gather66_copy66", "gather66", "copy66", False),
+)
+#: Each measured pair's end-time keys (first kernel, second kernel).
+_ENDS = {"gemm32_then_copy": ("gemm_end_ms", "copy_end_ms"), "gemm_then_copy": ("gemm_end_ms", "copy_end_ms"),
+         "embedding_then_gemm": ("embedding_end_ms", "gemm_end_ms"), "copy66_pair": ("first_end_ms", "second_end_ms"),
+         "gather66_copy66": ("gather_end_ms", "copy_end_ms")}
+
+
+def _pair_ends(name: str) -> tuple[str, str]:
+    base = name.removesuffix("_high")
+    if base.startswith("excl"):
+        return "copy_end_ms", "gemm_end_ms"
+    return _ENDS[base]
+
+
+def _kernels(measured: dict[str, Any], spec, gemm_grid: str):
+    """Each measured kernel as ``sim.interference`` sees it: ``(KernelCost, ctas)`` with its
+    measured time alone (so that only the sharing law is compared), split into SM and HBM time:
+    a kernel's HBM time is what its bytes take at the rate the same kind of kernel reaches on
+    the whole GPU (a copy's at 132 CTAs, a gather's at 132 CTAs), its SM time its whole time
+    when it is SM- or latency-bound (a GEMM; a copy or gather on fewer CTAs).
+    ``gemm_grid``: ``"persistent"`` (one CTA per SM, as Hopper's cuBLAS kernels behave) or
+    ``"tiles"`` (``sim.gpu.gemm_ctas``'s grid of output tiles)."""
+    from neonic.sim.gpu import KernelCost, gemm_cost, gemm_tile
+
+    c = "concurrent."
+    ms = 1e-3
+    size = int(round((measured[c + "gemm_flops"] / 2) ** (1 / 3)))
+    g = gemm_cost(spec, size, size, size, "bf16")
+    gemm_t = measured[c + "harness.gemm_alone_ms"] * ms
+    out = {"gemm": (KernelCost(compute_s=gemm_t, memory_s=g.memory_s),
+                    spec.num_sms if gemm_grid == "persistent" else gemm_tile(spec, size, size)[2])}
+    if c + "harness.gemm32_alone_ms" in measured:
+        # FP32 on the CUDA cores: a classic grid of 128 x 128 output tiles (ASSUMPTION)
+        out["gemm32"] = (KernelCost(compute_s=measured[c + "harness.gemm32_alone_ms"] * ms,
+                                    memory_s=3 * 8192 * 8192 * 4 / spec.hbm_bytes_per_s), (8192 // 128) ** 2)
+    copy_t = measured[c + "harness.copy_alone_ms"] * ms
+    out["copy"] = (KernelCost(memory_s=copy_t), None)                 # a grid of many waves
+    out["embedding"] = (KernelCost(memory_s=measured[c + "embedding_alone_ms"] * ms), None)
+    full_copy = measured.get(c + "copy132_harness_alone_ms", measured.get(c + "copy132_alone_ms")) * ms
+    for n in (8, 16, 32):
+        if f"{c}excl{n}_alone_ms" in measured:
+            out[f"excl{n}"] = (KernelCost(compute_s=measured[f"{c}excl{n}_alone_ms"] * ms, memory_s=copy_t), n)
+    out["copy66"] = (KernelCost(compute_s=measured[c + "copy66_alone_ms"] * ms, memory_s=full_copy), 66)
+    if c + "gather66_alone_ms" in measured:
+        out["gather66"] = (KernelCost(compute_s=measured[c + "gather66_alone_ms"] * ms,
+                                      memory_s=measured[c + "gather132_alone_ms"] * ms), 66)
+    return out
+
+
+def compare_concurrency(measured: dict[str, Any], preset: str, interference: float = 0.0,
+                        gemm_grid: str = "persistent") -> dict[str, Any]:
+    """``sim.interference``'s end times for each measured pair of concurrent kernels (built from
+    the kernels' measured times alone, see :func:`_kernels`) beside the measured ones, in ms
+    from the first kernel's start; ``interference`` is the HBM capacity lost while kernels
+    overlap (a system preset's ``streams.interference``)."""
+    from neonic.sim.engine import Engine, ps_from_s, s_from_ps
+    from neonic.sim.gpu import gpu_preset
+    from neonic.sim.interference import GPUDevice
+
+    spec = gpu_preset(preset)
+    kernels = _kernels(measured, spec, gemm_grid)
+    out: dict[str, Any] = {}
+    for name, first, second, second_high in PAIRS:
+        keys = _pair_ends(name)
+        mkeys = [f"concurrent.{name}.{k}" for k in keys]
+        if first not in kernels or second not in kernels or any(k not in measured for k in mkeys):
+            continue
+        engine = Engine()
+        gpu = GPUDevice(engine, spec, interference=interference)
+        ends: dict[int, float] = {}
+        first_high = first.startswith("excl")
+
+        def launch(which: str, slot: int, priority: int) -> None:
+            cost, ctas = kernels[which]
+            gpu.launch(cost, lambda _s, e, slot=slot: ends.__setitem__(slot, s_from_ps(e) * 1e3),
+                       priority=priority, ctas=ctas)
+
+        launch(first, 0, 1 if first_high else 0)
+        engine.after(ps_from_s(50e-6), launch, second, 1, 1 if second_high else 0)
+        engine.run()
+        out[name] = {"measured_ms": [measured[k] for k in mkeys], "model_ms": [ends[0], ends[1]]}
+    return out
+
+
+def run(ctx) -> dict[str, Any]:
+    figures = measure(quick=ctx.quick, progress=ctx.progress)
+    preset = preset_for(str(figures["device"]))
+    if preset is not None:
+        figures["model"] = {"preset": preset, **compare(figures, preset)}
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry for a GPU machine without neonic's dependencies."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    quick = "--quick" in argv
+    picked = tuple(a.split("=", 1)[1] for a in argv if a.startswith("--sections="))
+    sections = tuple(picked[0].split(",")) if picked else tuple(SECTIONS)
+    res = measure(quick=quick, progress=lambda m: print(m, file=sys.stderr, flush=True), sections=sections)
+    for key, value in res.items():
+        print(f"{key:60s} {value:.4g}" if isinstance(value, float) else f"{key:60s} {value}")
+    if "--json" in argv:
+        print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""`neonic bench gpu`: GPU figures measured with PyTorch, and neonic's GPU model beside them.
+
+CI has no GPU: these tests check the command's behaviour without one, and check neonic's model
+against the measurement recorded on a lent H200 (sim/data/nvidia-h200.json)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from neonic.host.bench import gpu as bench_gpu
+from neonic.host.cli import main as cli_main
+
+
+def test_without_pytorch_the_command_says_what_it_needs(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)          # import torch -> ImportError
+    with pytest.raises(ValueError, match="PyTorch"):
+        bench_gpu.measure()
+    assert cli_main(["bench", "gpu"]) == 2
+    assert "needs PyTorch with a CUDA device" in capsys.readouterr().err
+
+
+def test_device_names_map_to_presets():
+    assert bench_gpu.preset_for("NVIDIA H200") == "h200-141gb"
+    assert bench_gpu.preset_for("NVIDIA H100 80GB HBM3") == "h100-sxm-80gb"
+    assert bench_gpu.preset_for("NVIDIA GH200 480GB") == "gh200-96gb"
+    assert bench_gpu.preset_for("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    assert bench_gpu.preset_for("AMD Instinct MI300A") is None
+
+
+def test_recorded_h200_measurement_is_complete():
+    m = bench_gpu.recorded("nvidia-h200")
+    assert m["device"] == "NVIDIA H200" and m["sms"] == 132
+    for key in ("gemm.bf16.8192x8192x8192.ms", "hbm_copy_gbytes_per_s", "pcie.h2d_gbytes_per_s",
+                "embedding_bag.fp32.d92.ms", "cta_copy.1.gbytes_per_s",
+                "concurrent.gemm_then_copy_high.copy_end_ms", "concurrent.copy66_pair.second_end_ms"):
+        assert math.isfinite(m[key]) and m[key] > 0, key
+    with pytest.raises(FileNotFoundError, match="device"):
+        bench_gpu.recorded("no-such-gpu")
+
+
+def test_model_beside_the_h200_measurement():
+    m = bench_gpu.recorded("nvidia-h200")
+    c = bench_gpu.compare(m, "h200-141gb")
+    # the preset's large-GEMM fraction and streaming rate are these measurements
+    assert c["gemm.bf16.8192x8192x8192"]["measured_over_model"] == pytest.approx(1.0, abs=0.05)
+    assert c["hbm_copy"]["measured_over_model"] == pytest.approx(1.0, abs=0.01)
+    # Model-A's 3696-wide layers at batch 512 are predicted within 20%
+    for shape in ("512x3696x3696", "3696x3696x512"):
+        assert c[f"gemm.fp16.{shape}"]["measured_over_model"] == pytest.approx(1.0, abs=0.2)
+    # and every measured GEMM and embedding bag is compared
+    assert sum(key.startswith("gemm.") for key in c) == sum(
+        key.startswith("gemm.") and key.endswith(".ms") for key in m)
+    assert all(math.isfinite(v["measured_over_model"]) for k, v in c.items())
+
+
+def test_persistent_gemms_explain_why_priority_did_not_act_on_the_h200():
+    m = bench_gpu.recorded("nvidia-h200")
+    persistent = bench_gpu.compare_concurrency(m, "h200-141gb", gemm_grid="persistent")
+    tiles = bench_gpu.compare_concurrency(m, "h200-141gb", gemm_grid="tiles")
+    pair = "gemm_then_copy_high"
+    measured_copy_end = persistent[pair]["measured_ms"][1]
+    assert persistent[pair]["model_ms"][1] == pytest.approx(measured_copy_end, rel=0.05)
+    assert tiles[pair]["model_ms"][1] < 0.1 * measured_copy_end       # a tile grid would let it in
+    # behind an FP32 GEMM (a classic grid) the high-priority copy does get in early
+    assert persistent["gemm32_then_copy_high"]["measured_ms"][1] < 0.2 * measured_copy_end
+
+
+def test_two_hbm_bound_kernels_lose_about_one_percent_of_hbm_together():
+    """The system presets' ``streams.interference`` is this measurement."""
+    from neonic.host.systems import resolve_system
+
+    m = bench_gpu.recorded("nvidia-h200")
+    loss = resolve_system("zionex").streams.interference
+    c = bench_gpu.compare_concurrency(m, "h200-141gb", interference=loss)
+    for end_model, end_measured in zip(c["copy66_pair"]["model_ms"], c["copy66_pair"]["measured_ms"]):
+        assert end_model == pytest.approx(end_measured, rel=0.02)
+    high = bench_gpu.compare_concurrency(m, "h200-141gb", interference=0.10)
+    assert high["copy66_pair"]["model_ms"][1] > 1.05 * high["copy66_pair"]["measured_ms"][1]
