@@ -13,7 +13,8 @@ and its *isolated* duration split into a compute part (at the whole GPU's SMs) a
 slow kernels down when they overlap; a kernel alone on the GPU takes ``cost.time_s``.
 
 API (stable; the planner and the schedule code against it)
-    ``GPU_PRESETS`` (``"a100-40gb"``, ``"h100-sxm-80gb"``, ``"v100-32gb"``); ``gpu_preset(name)``.
+    ``GPU_PRESETS`` (``"a100-40gb"``, ``"h100-sxm-80gb"``, ``"h200-141gb"``, ``"v100-32gb"``, ...);
+    ``gpu_preset(name)``.
     ``GPUSpec.peak_flops(dtype)``, ``.hbm_bytes``, ``.hbm_bytes_per_s``, ``.num_sms``.
     ``gemm_cost(spec, m, n, k, dtype="fp16")`` -> KernelCost (one GEMM, C[m,n] = A[m,k] B[k,n]);
     ``gemm_tile`` / ``gemm_ctas`` / ``gemm_wave_efficiency`` (its tile grid on the SMs).
@@ -181,6 +182,17 @@ class GPUSpec:
     pcie_gbytes_per_s: float = 32.0
     hbm_reserved_fraction: float = 0.15
     efficiency: GPUEfficiency = field(default_factory=GPUEfficiency)
+    persistent_gemm: bool = False
+    """Tensor-core GEMMs run as persistent grids, one CTA per SM taking output tiles in turn,
+    so they release no SM before they end (stream priority cannot let another kernel in).
+    SOURCE: CUTLASS 3's SM90 kernels are persistent (CUTLASS documentation, "Blackwell Cluster
+    Launch Control": persistent CTAs "stay on the GPU throughout kernel execution" and cannot
+    know which SMs another kernel occupies); MEASURED on an H200 (sim/data/nvidia-h200.json):
+    a copy kernel launched 50 us behind a 16384^3 BF16 GEMM ended with the GEMM at equal and at
+    high stream priority (12.53 and 12.56 ms; 0.51 ms alone), while behind an FP32 GEMM on the
+    CUDA cores, a classic grid of many waves, the high-priority copy ended at 1.87 ms. True for
+    the Hopper presets (H100 and GH200: the same die and libraries, ASSUMPTION); False for
+    Ampere and Volta, whose cuBLAS kernels launch one CTA per output tile (ASSUMPTION)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -200,6 +212,8 @@ class GPUSpec:
         _positive("gpu.pcie_gbytes_per_s", self.pcie_gbytes_per_s)
         if not isinstance(self.hbm_reserved_fraction, (int, float)) or not 0 <= self.hbm_reserved_fraction < 1:
             raise ValueError(f"gpu.hbm_reserved_fraction: expected a number in [0, 1), got {self.hbm_reserved_fraction!r}")
+        if not isinstance(self.persistent_gemm, bool):
+            raise ValueError(f"gpu.persistent_gemm: expected true or false, got {self.persistent_gemm!r}")
         if not isinstance(self.efficiency, GPUEfficiency):
             raise ValueError(f"gpu.efficiency: expected a GPUEfficiency, got {type(self.efficiency).__name__}")
 
@@ -250,6 +264,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         nvlink_gbytes_per_s=450.0,
         pcie_gbytes_per_s=64.0,
         # MAMF table (see GPUEfficiency.gemm): H100 SXM BF16 794.5 of 989 TFLOP/s
+        persistent_gemm=True,
         efficiency=GPUEfficiency(gemm=0.803),
     ),
     # GH200's Hopper GPU: the H100's SMs and tensor peaks (NVIDIA GH200 Grace Hopper Superchip data
@@ -267,7 +282,29 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         pcie_gbytes_per_s=64.0,
         # MAMF table (see GPUEfficiency.gemm): GH200 SXM BF16 828.6 of 989 TFLOP/s (the 900 W,
         # 141 GiB HBM3e part; the 96 GB part's figure is not published)
+        persistent_gemm=True,
         efficiency=GPUEfficiency(gemm=0.838),
+    ),
+    # H200 SXM (NVIDIA H200 Tensor Core GPU data sheet): the H100's GH100 die and tensor peaks
+    # (FP16/BF16 dense 989.5 TFLOP/s, FP8 1,979, TF32 494.5, FP32 67), 141 GB of HBM3e at
+    # 4.8 TB/s, NVLink 4 at 900 GB/s (450 each way), PCIe Gen5 x16 at 128 GB/s (64 each way).
+    # MEASURED (sim/data/nvidia-h200.json, `neonic bench gpu` on one H200 SXM, 700 W, torch 2.11 /
+    # CUDA 13.0, 2026-11-26): 132 SMs; 143,771 MiB of HBM (nvidia-smi); efficiency.gemm is the
+    # measured 8192^3 BF16 product, 800.4 of 989.5 TFLOP/s (MAMF's H100 SXM figure is 0.803);
+    # efficiency.hbm_stream the measured device-to-device copy, 4,272 of 4,800 GB/s. Not fitted
+    # to any result of neonic. The embedding fractions keep their A100 ASSUMPTIONs: PyTorch's own
+    # embedding_bag reached 1,477 GB/s (0.31 of HBM) at FP32, D=92, and index_add_'s row
+    # updates 1,718 GB/s (0.36), lower bounds for FBGEMM's fused kernels, which were not measured.
+    "h200-141gb": GPUSpec(
+        name="h200-141gb",
+        peak_tflops={"fp16": 989.5, "bf16": 989.5, "tf32": 494.5, "fp32": 67.0, "fp8": 1979.0},
+        hbm_gbytes_per_s=4800.0,
+        hbm_gib=143771 / 1024,
+        num_sms=132,
+        nvlink_gbytes_per_s=450.0,
+        pcie_gbytes_per_s=64.0,
+        persistent_gemm=True,
+        efficiency=GPUEfficiency(gemm=0.809, hbm_stream=0.890),
     ),
     # AMD Instinct MI300A (AMD data sheet): 228 CDNA 3 compute units, FP16/BF16 dense matrix
     # 980.6 TFLOP/s, FP8 1,961.2, TF32 490.3, FP32 122.6; 128 GB of HBM3 at 5.3 TB/s shared with
@@ -393,8 +430,10 @@ def gemm_tile(spec: GPUSpec, m: int, n: int) -> tuple[int, int, int]:
 
 
 def gemm_ctas(spec: GPUSpec, m: int, n: int) -> int:
-    """CTAs (output tiles) of a GEMM ``C[m, n]`` (:func:`gemm_tile`)."""
-    return gemm_tile(spec, m, n)[2]
+    """CTAs of a GEMM ``C[m, n]``: one per output tile (:func:`gemm_tile`), or at most one per SM
+    where the GPU's GEMMs are persistent (:attr:`GPUSpec.persistent_gemm`)."""
+    tiles = gemm_tile(spec, m, n)[2]
+    return min(tiles, spec.num_sms) if spec.persistent_gemm else tiles
 
 
 def gemm_wave_efficiency(spec: GPUSpec, m: int, n: int) -> float:

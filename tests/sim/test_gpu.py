@@ -148,3 +148,33 @@ def test_capacity_reserves_a_share_of_hbm():
     assert not fits_in_hbm(gpu, 40 * 2**30)
     assert set(GPU_PRESETS) >= {"a100-40gb", "h100-sxm-80gb"}
 
+
+
+def test_h200_preset_is_its_data_sheet_and_the_recorded_measurement():
+    """sim/data/nvidia-h200.json (`neonic bench gpu` on a lent H200) is the preset's source."""
+    import json
+    from pathlib import Path
+
+    import neonic.sim
+
+    m = json.loads((Path(neonic.sim.__file__).parent / "data" / "nvidia-h200.json").read_text())
+    h200 = gpu_preset("h200-141gb")
+    assert h200.num_sms == m["sms"]
+    assert h200.hbm_bytes_per_s == 4800e9 and h200.peak_flops("bf16") == 989.5e12
+    assert h200.efficiency.gemm == pytest.approx(m["gemm.bf16.8192x8192x8192.tflops"] / 989.5, abs=5e-4)
+    assert h200.efficiency.hbm_stream == pytest.approx(m["hbm_copy_gbytes_per_s"] / 4800, abs=5e-4)
+
+
+def test_hopper_gemms_are_persistent_grids_and_ampere_gemms_are_tile_grids():
+    from neonic.sim.gpu import gemm_ctas, gemm_tile
+
+    for name in ("h100-sxm-80gb", "h200-141gb", "gh200-96gb"):
+        spec = gpu_preset(name)
+        assert spec.persistent_gemm
+        assert gemm_ctas(spec, 8192, 8192) == spec.num_sms < gemm_tile(spec, 8192, 8192)[2]
+        assert gemm_ctas(spec, 256, 512) == gemm_tile(spec, 256, 512)[2] < spec.num_sms
+    a100 = gpu_preset("a100-40gb")
+    assert not a100.persistent_gemm and gemm_ctas(a100, 8192, 8192) == 32 * 64
+    with pytest.raises(ValueError, match="gpu.persistent_gemm"):
+        GPUSpec(name="x", peak_tflops={"fp16": 1.0}, hbm_gbytes_per_s=1.0, hbm_gib=1.0, num_sms=1,
+                persistent_gemm=1)

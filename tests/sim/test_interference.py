@@ -305,3 +305,23 @@ def test_two_client_rate_vectorises_and_leaves_a_lone_client_alone():
 
     r = kernel_comm_hbm_rate(np.array([1.0, 0.5, 0.0, 1.0]), np.array([0.5, 0.2, 0.9, 0.0]), 0.1)
     assert r == pytest.approx([0.9 / 1.5, 1.0, 1.0, 1.0])
+
+
+def test_a_persistent_gemm_keeps_its_sms_from_a_high_priority_kernel():
+    """Hopper's GEMMs are persistent (one CTA per SM): a kernel behind one waits for its end
+    whatever its priority; behind a tile grid a high-priority kernel gets SMs as CTAs retire."""
+    h200 = gpu_preset("h200-141gb")
+    gemm = gemm_cost(h200, 16384, 16384, 16384, "bf16")
+    copy = KernelCost(memory_s=0.5e-3)
+    ends = {}
+    for grid in ("persistent", "tiles"):
+        ctas = gemm_ctas(h200, 16384, 16384) if grid == "persistent" else 64 * 128
+        eng = Engine()
+        gpu = GPUDevice(eng, h200)
+        log = {}
+        gpu.launch(gemm, _end(log, "gemm"), ctas=ctas)
+        eng.after(ps_from_s(50e-6), lambda: gpu.launch(copy, _end(log, "copy"), priority=1))
+        eng.run()
+        ends[grid] = log["copy"]
+    assert ends["persistent"] >= ps_from_s(gemm.time_s)
+    assert ends["tiles"] < ps_from_s(0.1 * gemm.time_s)
