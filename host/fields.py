@@ -102,8 +102,8 @@ def scenario_fields() -> list[Field]:
           "fraction", streams.comm_hbm_fraction),
         F("system.streams.sm_partition_comm", "SMs reserved for communication (0: shared)",
           "fraction", streams.sm_partition_comm),
-        F("system.streams.interference", "slow-down of kernels that share the GPU with a "
-          "collective", "fraction", streams.interference),
+        F("system.streams.interference", "HBM capacity lost while kernels and collectives "
+          "overlap on a GPU (measured on an H200: `neonic bench gpu`)", "fraction", streams.interference),
         F("system.host.link", "what joins CPU memory and GPU: pcie (ZionEX), c2c (GH200's "
           "NVLink-C2C) or shared_hbm (MI300A: one HBM pool, host-tier rows read in place)", "",
           host.link, choices=("pcie", "c2c", "shared_hbm")),

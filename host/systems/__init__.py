@@ -129,7 +129,7 @@ class StreamsSpec:
     comm_sm_fraction: float = 0.08
     comm_hbm_fraction: float = 0.05
     sm_partition_comm: float = 0.0
-    interference: float = 0.10
+    interference: float = 0.01
 
 
 @dataclass(frozen=True)
