@@ -626,7 +626,16 @@ def main(argv: list[str] | None = None) -> int:
     quick = "--quick" in argv
     picked = tuple(a.split("=", 1)[1] for a in argv if a.startswith("--sections="))
     sections = tuple(picked[0].split(",")) if picked else tuple(SECTIONS)
-    res = measure(quick=quick, progress=lambda m: print(m, file=sys.stderr, flush=True), sections=sections)
+    unknown = [name for name in sections if name not in SECTIONS]
+    if unknown:
+        print(f"gpu.py: error: --sections: unknown {', '.join(unknown)}; expected some of {', '.join(SECTIONS)}",
+              file=sys.stderr)
+        return 2
+    try:
+        res = measure(quick=quick, progress=lambda m: print(m, file=sys.stderr, flush=True), sections=sections)
+    except ValueError as error:
+        print(f"gpu.py: error: {error}", file=sys.stderr)
+        return 2
     for key, value in res.items():
         print(f"{key:60s} {value:.4g}" if isinstance(value, float) else f"{key:60s} {value}")
     if "--json" in argv:

@@ -79,3 +79,11 @@ def test_two_hbm_bound_kernels_lose_about_one_percent_of_hbm_together():
         assert end_model == pytest.approx(end_measured, rel=0.02)
     high = bench_gpu.compare_concurrency(m, "h200-141gb", interference=0.10)
     assert high["copy66_pair"]["model_ms"][1] > 1.05 * high["copy66_pair"]["measured_ms"][1]
+
+
+def test_the_standalone_file_names_bad_sections_and_a_missing_pytorch(monkeypatch, capsys):
+    assert bench_gpu.main(["--sections=gemm,foo"]) == 2
+    assert "--sections: unknown foo" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert bench_gpu.main(["--json"]) == 2
+    assert "needs PyTorch" in capsys.readouterr().err
