@@ -190,7 +190,9 @@ class GPUSpec:
     know which SMs another kernel occupies); MEASURED on an H200 (sim/data/nvidia-h200.json):
     a copy kernel launched 50 us behind a 16384^3 BF16 GEMM ended with the GEMM at equal and at
     high stream priority (12.53 and 12.56 ms; 0.51 ms alone), while behind an FP32 GEMM on the
-    CUDA cores, a classic grid of many waves, the high-priority copy ended at 1.87 ms. True for
+    CUDA cores, a classic grid of many waves, the high-priority copy ended at 1.87 ms; Nsight
+    Compute showed the BF16 and FP16 GEMMs' cuBLAS kernels (nvjet_sm90_*) launch 120 or 132
+    CTAs whatever their tiles, and the FP32 one (sm80_xmma_gemm) 2,048. True for
     the Hopper presets (H100 and GH200: the same die and libraries, ASSUMPTION); False for
     Ampere and Volta, whose cuBLAS kernels launch one CTA per output tile (ASSUMPTION)."""
 

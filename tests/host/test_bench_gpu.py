@@ -87,3 +87,17 @@ def test_the_standalone_file_names_bad_sections_and_a_missing_pytorch(monkeypatc
     monkeypatch.setitem(sys.modules, "torch", None)
     assert bench_gpu.main(["--json"]) == 2
     assert "needs PyTorch" in capsys.readouterr().err
+
+
+def test_an_aligned_concatenation_layer_is_where_the_model_puts_it():
+    """The 971-wide layer (odd: unaligned FP16 rows) ran on a legacy kernel; its aligned
+    neighbours are within 20% of the model, as the model assumes aligned layers."""
+    m = bench_gpu.recorded("nvidia-h200")
+    c = bench_gpu.compare(m, "h200-141gb")
+    assert c["gemm.fp16.512x971x96696"]["measured_over_model"] > 4
+    for width in (968, 976):
+        assert c[f"gemm.fp16.512x{width}x96696"]["measured_over_model"] == pytest.approx(1.0, abs=0.2)
+    kernels = m["ncu"]
+    assert "cutlass_75" in kernels["gemm.fp16.512x971x96696"][0]["kernel"]
+    assert kernels["gemm.bf16.16384x16384x16384"][0]["grid"] == m["sms"]
+    assert kernels["gemm.fp32.8192x8192x8192"][0]["grid"] == 2048
