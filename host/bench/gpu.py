@@ -91,12 +91,17 @@ def _sectors(row_bytes: int) -> int:
 
 
 def measure_gemm(torch, timer: _Timer, quick: bool) -> dict[str, float]:
-    out: dict[str, float] = {}
     shapes = [("bf16", 8192, 8192, 8192), ("fp16", 8192, 8192, 8192)]
     for batch in ((512, 2048) if quick else (512, 1024, 2048, 4096)):
         shapes += [("fp16", batch, MODEL_A_WIDTH, MODEL_A_WIDTH),          # forward layer
                    ("fp16", MODEL_A_WIDTH, MODEL_A_WIDTH, batch)]          # weight gradient
     shapes += [("fp16", 512, MODEL_A_W1, MODEL_A_CAT), ("fp16", MODEL_A_CAT, MODEL_A_W1, 512)]
+    return _time_gemms(torch, timer, shapes)
+
+
+def _time_gemms(torch, timer: _Timer, shapes: list[tuple[str, int, int, int]]) -> dict[str, float]:
+    """ms and TFLOP/s of one ``torch.matmul`` of each ``(dtype, m, n, k)``."""
+    out: dict[str, float] = {}
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for dtype, m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=dt[dtype])
@@ -112,7 +117,6 @@ def measure_gemm(torch, timer: _Timer, quick: bool) -> dict[str, float]:
 def measure_gemm_sweep(torch, timer: _Timer, quick: bool) -> dict[str, float]:
     """How a GEMM's efficiency falls with a short inner dimension (weight gradients: K = batch)
     and a thin output (forward layers: M = batch), at Model-A's width."""
-    out: dict[str, float] = {}
     w = MODEL_A_WIDTH
     shapes = [(w, w, k) for k in (128, 256, 512, 1024, 2048, 4096, 8192, 16384)]
     shapes += [(m, w, w) for m in (64, 128, 256, 384, 768, 1536, 3072, 6144)]
@@ -122,15 +126,7 @@ def measure_gemm_sweep(torch, timer: _Timer, quick: bool) -> dict[str, float]:
     shapes += [(512, 968, 96696), (512, 976, 96696)]
     if quick:
         shapes = shapes[::3]
-    for m, n, k in shapes:
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
-        ms = timer(lambda: torch.matmul(a, b), reps=10)
-        key = f"gemm.fp16.{m}x{n}x{k}"
-        out[f"{key}.ms"] = ms
-        out[f"{key}.tflops"] = 2.0 * m * n * k / (ms * 1e-3) / 1e12
-        del a, b
-    return out
+    return _time_gemms(torch, timer, [("fp16", m, n, k) for m, n, k in shapes])
 
 
 def measure_copies(torch, timer: _Timer, quick: bool) -> dict[str, float]:
