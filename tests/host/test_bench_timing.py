@@ -211,3 +211,67 @@ def test_the_cache_marks_only_its_block_ram_memories_collision_undefined():
     assert isinstance(dut, OnChipCache)
     text = rtlil.convert(dut)
     assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2   # the tag store, the lines
+
+
+def _fake_flow_with_netlist(monkeypatch, outcomes, netlist_text='{"modules": {}}'):
+    """As _fake_flow, with synthesis writing a netlist and place and route counting its runs."""
+    _fake_flow(monkeypatch, outcomes)
+    synth, pnr = timing._synthesize, timing._place_and_route
+    runs = []
+
+    def synth_writing(spec, work, timeout, progress):
+        (work / "top.json").write_text(netlist_text)
+        return synth(spec, work, timeout, progress)
+
+    def pnr_counting(work, seed, router, timeout, cpu_limit):
+        runs.append((seed, router))
+        return pnr(work, seed, router, timeout, cpu_limit)
+
+    monkeypatch.setattr(timing, "_synthesize", synth_writing)
+    monkeypatch.setattr(timing, "_place_and_route", pnr_counting)
+    return runs
+
+
+def test_a_flow_change_that_leaves_the_netlist_reuses_its_place_and_route(tmp_path, monkeypatch):
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    runs = _fake_flow_with_netlist(monkeypatch, {1: 101.5, 2: 99.0, 3: 118.2})
+    first = timing.measure_unit(spec, build_root=tmp_path, key="flow3")
+    assert len(runs) == 3 and first["pnr_reused"] == 0
+    again = timing.measure_unit(spec, build_root=tmp_path, key="flow4")      # new key, same netlist
+    assert len(runs) == 3 and again["pnr_reused"] == 3 and not again["cached"]
+    assert (again["fmax_mhz"], again["seed"]) == (118.2, 3) and again["pnr_cpu_s"] == 0
+    assert all(a["reused"] for a in again["pnr_attempts"])
+    runs_b = _fake_flow_with_netlist(monkeypatch, {1: 90.0, 2: 91.0, 3: 92.0}, '{"modules": {"x": {}}}')
+    other = timing.measure_unit(spec, build_root=tmp_path, key="flow5")      # another netlist
+    assert len(runs_b) == 3 and other["fmax_mhz"] == 92.0
+
+
+def test_a_run_stopped_by_its_cpu_limit_is_reused_only_under_a_limit_no_higher(tmp_path, monkeypatch):
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    runs = _fake_flow_with_netlist(monkeypatch, {1: 100.0})
+    stopped = {"seed": 2, "router": "router1", "error": "place and route did not finish in 500 CPU-s",
+               "pnr_s": 600.0, "pnr_cpu_s": 500.0}
+    netlist_dir = tmp_path / "timing" / "probe"
+    netlist_dir.mkdir(parents=True)
+    (netlist_dir / "top.json").write_text('{"modules": {}}')
+    timing._record_attempt(tmp_path / "timing", timing._netlist_key(netlist_dir), stopped, 500.0)
+    timing.measure_unit(spec, build_root=tmp_path, key="a", seeds=(1, 2), pnr_cpu_limit=500.0)
+    assert runs == [(1, "router1")]                       # seed 2 known to stop at 500 CPU-s
+    timing.measure_unit(spec, build_root=tmp_path, key="b", seeds=(1, 2), pnr_cpu_limit=1500.0)
+    assert runs == [(1, "router1"), (2, "router1")]       # a higher limit runs it again
+    assert timing._earlier_attempt(tmp_path / "timing", timing._netlist_key(netlist_dir), 1,
+                                   "router1", 0.5) is None   # routed in 1 CPU-s: not within 0.5
+
+
+def test_results_measured_before_reuse_existed_are_indexed_by_their_netlist(tmp_path, monkeypatch):
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    root = tmp_path / "timing"
+    (root / "fp_add-old").mkdir(parents=True)
+    (root / "fp_add-old" / "top.json").write_text('{"modules": {}}')
+    (root / "fp_add-old.json").write_text(json.dumps({
+        "pnr_cpu_limit_s": 1500, "pnr_attempts": [
+            {"seed": 1, "router": "router1", "fmax_mhz": 130.0, "pnr_s": 3.0, "pnr_cpu_s": 2.0},
+            {"seed": 2, "router": "router1", "fmax_mhz": 131.0, "pnr_s": 3.0, "pnr_cpu_s": 2.0}]}))
+    runs = _fake_flow_with_netlist(monkeypatch, {1: 1.0, 2: 1.0, 3: 140.0})
+    r = timing.measure_unit(spec, build_root=tmp_path, key="new")
+    assert runs == [(3, "router1")] and r["pnr_reused"] == 2 and r["fmax_mhz"] == 140.0
