@@ -614,6 +614,13 @@ class ScheduleTemplate:
             part[n, :len(p)] = p
             valid[n, :len(p)] = True
         self._sharing_arrays = (np.array([a for a, _ in self._sharing], dtype=int), part, valid)
+        # the same pairs as one flat list, row by row (:meth:`_shared_extra`): each pair's row,
+        # partner slot and whether both use the same link; where each row's pairs begin
+        self._pair_row = np.repeat(np.arange(len(self._sharing)), [len(p) for _, p in self._sharing]).astype(np.int64)
+        self._pair_b = np.array([b for _, p in self._sharing for b in p], dtype=np.int64)
+        self._pair_same = (self._coll_res[self._pair_b] == self._coll_res[self._sharing_arrays[0][self._pair_row]]
+                           if self._pair_b.size else np.zeros(0, dtype=bool))
+        self._row_first = np.concatenate([[0], np.cumsum([len(p) for _, p in self._sharing])]).astype(np.int64)
 
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
     SHARING_PASSES = 8
@@ -698,46 +705,86 @@ class ScheduleTemplate:
         time it lost. APPROXIMATION: partners are taken one after the other, so when two
         partners of one collective overlap each other (a bucket's AllReduce beside the gradient
         AlltoAll, both beside an input AlltoAll) the three-way share is priced as two pairwise
-        ones; a partner's work left is its isolated end minus the clock."""
+        ones; a partner's work left is its isolated end minus the clock.
+
+        Evaluation: each (collective, candidate) walks its partners in the order they start
+        (ties: the partners' order), but only those that can change anything: on the same
+        link, both with flows on it, the partner ending after the collective starts, while the
+        collective has work left (every other step leaves its clock's effect, its work and all
+        delays as they are). The delays are then summed per collective and candidate in the
+        order of the steps (the partner's place in the start order, the collective's own share
+        before its partners', rows in order): the same sums, in the same order, as stepping
+        every partner of every row at once."""
         extra = np.zeros_like(base)
         if not self._sharing:
             return extra
-        a, part, valid = self._sharing_arrays
-        cols = np.arange(S.shape[1])
-        # each collective's partners in the order they start (per candidate)
-        starts = np.where(valid[:, :, None], S[part], np.inf)                 # (A, P, T)
-        order = np.argsort(starts, axis=1, kind="stable")
-        pb = np.take_along_axis(np.broadcast_to(part[:, :, None], starts.shape), order, axis=1)
-        pv = np.take_along_axis(np.broadcast_to(valid[:, :, None], starts.shape), order, axis=1)
-        ai = np.broadcast_to(a[:, None], (a.size, cols.size))
-        ci = np.broadcast_to(cols, (a.size, cols.size))
-        t = S[a].copy()                     # each collective's clock
-        left = base[a].copy()               # its work left
+        a = self._sharing_arrays[0]
+        C, T = S.shape
+        A = a.size
+        pr, pb = self._pair_row, self._pair_b
         weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
-        wa = weight[a]                      # (A, T)
-        res = self._coll_res
-        ra = res[a][:, None]
-        for j in range(part.shape[1]):      # every collective's j-th partner at once
-            b = pb[:, j, :]                                     # (A, T)
-            wb = weight[b, ci]
-            # partners on the same link only; one without flows on it shares nothing
-            ok = pv[:, j, :] & (res[b] == ra) & (wa > 0) & (wb > 0)
-            sb = S[b, ci]
-            eb = sb + base[b, ci]
-            alone = np.maximum(sb - t, 0.0)
-            left = left - np.where(ok, np.minimum(left, alone), 0.0)
-            t = np.where(ok, np.maximum(t, sb), t)
+        # per candidate: the pairs row by row, each row's partners in the order they start
+        perm = np.lexsort((S[pb].T, np.broadcast_to(pr, (T, pr.size))))           # (T, NP)
+        rows = pr                                                                  # row at each place
+        place = np.arange(pr.size) - self._row_first[rows]                         # place in the row's order
+        b = pb[perm]                                                               # (T, NP) partner slots
+        tt = np.broadcast_to(np.arange(T)[:, None], b.shape)
+        ra = np.broadcast_to(a[rows], b.shape)
+        wa, wb = weight[ra, tt], weight[b, tt]
+        sa = S[ra, tt]
+        useful = self._pair_same[perm] & (wa > 0) & (wb > 0) & (S[b, tt] + base[b, tt] > sa) & (base[ra, tt] > 0)
+        t_of, q_of = np.nonzero(useful)                # by candidate, row, start order
+        if t_of.size == 0:
+            return extra
+        n_of = rows[q_of]
+        j_of = place[q_of]
+        b_of = b[t_of, q_of]
+        lane = t_of * A + n_of
+        first = np.flatnonzero(np.r_[True, lane[1:] != lane[:-1]])               # each lane's first step
+        length = np.diff(np.r_[first, lane.size])
+        lt, ln = t_of[first], n_of[first]
+        la = a[ln]
+        clock = S[la, lt].copy()            # each (collective, candidate)'s clock
+        left = base[la, lt].copy()          # its work left
+        w_a = weight[la, lt]
+        live = np.arange(first.size)
+        out_t: list[np.ndarray] = []
+        out_v: list[np.ndarray] = []
+        out_k: list[np.ndarray] = []
+        k = 0
+        while live.size:
+            e = first[live] + k
+            bt, tc = b_of[e], lt[live]
+            sb = S[bt, tc]
+            eb = sb + base[bt, tc]
+            lf, ck = left[live], clock[live]
+            alone = np.maximum(sb - ck, 0.0)
+            lf = lf - np.minimum(lf, alone)
+            ck = np.maximum(ck, sb)
+            wa_, wb_ = w_a[live], weight[bt, tc]
             with np.errstate(divide="ignore", invalid="ignore"):
-                fa = np.where(ok, wa / (wa + wb), 0.5)          # a's share while both run
+                fa = wa_ / (wa_ + wb_)                          # a's share while both run
             fb = 1.0 - fa
-            left_b = np.where(ok, np.maximum(eb - t, 0.0), 0.0)
+            left_b = np.maximum(eb - ck, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
-                span = np.minimum(np.where(fa > 0, left / fa, np.inf), np.where(fb > 0, left_b / fb, np.inf))
-            span = np.where(ok & np.isfinite(span), np.maximum(span, 0.0), 0.0)
-            extra[ai, ci] += span * fb          # each collective once per row: no repeats
-            np.add.at(extra, (b, ci), span * fa)
-            left = left - span * fa
-            t = t + span
+                span = np.minimum(np.where(fa > 0, lf / fa, np.inf), np.where(fb > 0, left_b / fb, np.inf))
+            span = np.where(np.isfinite(span), np.maximum(span, 0.0), 0.0)
+            got = span > 0
+            if got.any():
+                g = np.flatnonzero(got)
+                n = ln[live[g]]
+                order = (j_of[e[g]] * 2) * A + n                 # the step's place: the collective first
+                out_t += [la[live[g]] * T + tc[g], bt[g] * T + tc[g]]
+                out_v += [span[g] * fb[g], span[g] * fa[g]]
+                out_k += [order, order + A]
+            left[live] = lf - span * fa
+            clock[live] = ck + span
+            k += 1
+            live = live[(length[live] > k) & (left[live] > 0)]
+        if out_t:
+            key = np.concatenate(out_k)
+            order = np.argsort(key, kind="stable")
+            np.add.at(extra.reshape(-1), np.concatenate(out_t)[order], np.concatenate(out_v)[order])
         return extra
 
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
