@@ -805,14 +805,18 @@ class ScheduleTemplate:
         cslot_key = self._coll_tag
         share = self.spec.comm_sm_share
         colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
-        lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
+        near: dict[int, list[int]] = {}   # an iteration -> the collectives of it and its neighbours
+        # per pair of keys: the kernel's and the collective's losses and whether the collective
+        # loses anything, or None where the kernel loses nothing
+        lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, bool] | None] = {}
         out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         for i in sorted(set(kern) | set(ksm)):
             it = self.ops[i][1]
+            if it not in near:
+                near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
             found: list[int] = []
-            for c in colls:
-                if abs(self._coll_it[c] - it) > 1:
-                    continue
+            ks: list[tuple[np.ndarray, np.ndarray, bool]] = []
+            for c in near[it]:
                 pair = (key[i], cslot_key[c])
                 if pair not in lost:
                     a, d = kern.get(i), cdem.get(c)
@@ -821,14 +825,15 @@ class ScheduleTemplate:
                     k_loss = both
                     if share > 0 and i in ksm:
                         k_loss = np.maximum(both, 1.0 - kernel_sm_rate(ksm[i], share))
-                    lost[pair] = (k_loss, both) if k_loss.max(initial=0.0) > 0 else None
-                if lost[pair] is not None:
+                    lost[pair] = (k_loss, both, bool(both.max(initial=0.0) > 0)) if k_loss.max(initial=0.0) > 0 else None
+                got = lost[pair]
+                if got is not None:
                     found.append(c)
+                    ks.append(got)
             if not found:
                 continue
-            ks = [lost[key[i], cslot_key[c]] for c in found]
             out[i] = (np.array(found, dtype=np.int64), [k[0] for k in ks], [k[1] for k in ks],
-                      np.array([k[1].max(initial=0.0) > 0 for k in ks]))
+                      np.array([k[2] for k in ks]))
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
