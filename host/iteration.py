@@ -855,6 +855,7 @@ class ScheduleTemplate:
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
         T = S.shape[1]
+        every = np.arange(T)
         for i, (slots, k_loss, c_loss, c_any) in pairs.items():
             s0, e0 = spans[i]
             s0 = np.broadcast_to(s0, e0.shape)
@@ -866,25 +867,38 @@ class ScheduleTemplate:
                 xr[i] = 0.0
                 continue
             extra = np.zeros(e0.shape)
-            for h in rows:                     # in the collectives' order: the same sums as all at once
-                t = np.flatnonzero(meet[h])
+            # in the collectives' order: the same sums as all at once; a collective that meets
+            # every candidate takes the kernel's arrays as they are (no copy of the candidates)
+            for h, whole in zip(rows.tolist(), meet[rows].all(axis=1).tolist()):
                 c = slots[h]
-                ov = np.minimum(e0[t], E[c, t][:, None]) - np.maximum(s0[t], S[c, t][:, None])   # (P, N)
+                if whole:
+                    t, e0t, s0t, Sc, Ec = every, e0, s0, S[c][:, None], E[c][:, None]
+                else:
+                    t = np.flatnonzero(meet[h])
+                    e0t, s0t, Sc, Ec = e0[t], s0[t], S[c, t][:, None], E[c, t][:, None]
+                at = np.maximum(s0t, Sc)
+                ov = np.minimum(e0t, Ec) - at                                       # (P, N)
                 np.maximum(ov, 0.0, out=ov)
                 k = k_loss[h]
-                extra[t] += ov * (k[t] if k.ndim == 2 and k.shape[0] == T > 1 else k)
-                cl = c_loss[h] if c_any[h] else None
-                lost = 0.0
-                if cl is not None:
-                    cl = cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 else cl
+                ov *= (k if whole else k[t]) if k.ndim == 2 and k.shape[0] == T > 1 else k
+                if whole:
+                    extra += ov
+                else:
+                    extra[t] += ov
+                if c_any[h]:
+                    cl = c_loss[h]
+                    cl = cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 and not whole else cl
                     # the collective's own work from where they meet, at its rate beside the
                     # kernel, until the kernel ends: its end without this loss (``own``: what
                     # it lost last pass) makes the loss exact in one pass
-                    at = np.maximum(s0[t], S[c, t][:, None])
-                    work = np.maximum(E[c, t][:, None] - (0.0 if own is None else own[c, t][:, None]) - at, 0.0)
+                    mine = 0.0 if own is None else (own[c] if whole else own[c, t])[:, None]
+                    work = np.maximum(Ec - mine - at, 0.0)
                     with np.errstate(divide="ignore", invalid="ignore"):
-                        lost = np.minimum(work / np.maximum(1.0 - cl, 1e-12), np.maximum(e0[t] - at, 0.0)) * cl
-                    xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
+                        lost = np.minimum(work / np.maximum(1.0 - cl, 1e-12), np.maximum(e0t - at, 0.0)) * cl
+                    if whole:
+                        np.maximum(xc[c], lost.max(axis=-1), out=xc[c])
+                    else:
+                        xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
             xr[i] = extra
         return xr, xc
 
