@@ -806,34 +806,50 @@ class ScheduleTemplate:
         share = self.spec.comm_sm_share
         colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
         near: dict[int, list[int]] = {}   # an iteration -> the collectives of it and its neighbours
-        # per pair of keys: the kernel's and the collective's losses and whether the collective
-        # loses anything, or None where the kernel loses nothing
-        lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, bool] | None] = {}
-        out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        # each pair of keys met, with the first (kernel, collective) that meets it: its demands
+        # are every such pair's (the demands follow the keys)
+        first: dict[tuple[str, str], tuple[int, int]] = {}
+        met: list[tuple[int, list[tuple[int, tuple[str, str]]]]] = []
         for i in sorted(set(kern) | set(ksm)):
             it = self.ops[i][1]
             if it not in near:
                 near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
-            found: list[int] = []
-            ks: list[tuple[np.ndarray, np.ndarray, bool]] = []
-            for c in near[it]:
-                pair = (key[i], cslot_key[c])
-                if pair not in lost:
-                    a, d = kern.get(i), cdem.get(c)
-                    both = (1.0 - kernel_comm_hbm_rate(a, d, self.spec.interference)
-                            if a is not None and d is not None else np.zeros(1))
-                    k_loss = both
-                    if share > 0 and i in ksm:
-                        k_loss = np.maximum(both, 1.0 - kernel_sm_rate(ksm[i], share))
-                    lost[pair] = (k_loss, both, bool(both.max(initial=0.0) > 0)) if k_loss.max(initial=0.0) > 0 else None
-                got = lost[pair]
-                if got is not None:
-                    found.append(c)
-                    ks.append(got)
+            row = [(c, (key[i], cslot_key[c])) for c in near[it]]
+            for c, pair in row:
+                if pair not in first:
+                    first[pair] = (i, c)
+            met.append((i, row))
+        # the losses, each kernel key's against all its collectives' demands of one shape at once
+        # (elementwise: the same figures as pair by pair): the kernel's and the collective's,
+        # and whether the collective loses anything; None where the kernel loses nothing
+        lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, bool] | None] = {}
+        groups: dict[tuple[str, Any], list[tuple[str, str]]] = {}
+        for pair, (i, c) in first.items():
+            d = cdem.get(c)
+            groups.setdefault((pair[0], None if d is None or kern.get(i) is None else d.shape), []).append(pair)
+        for (_, shape), members in groups.items():
+            i = first[members[0]][0]
+            sm_loss = 1.0 - kernel_sm_rate(ksm[i], share) if share > 0 and i in ksm else None
+            if shape is None:   # no HBM shared: the SMs only, the same for every member
+                both = np.zeros(1)
+                k_loss = both if sm_loss is None else np.maximum(both, sm_loss)
+                got = (k_loss, both, False) if k_loss.max(initial=0.0) > 0 else None
+                lost.update((pair, got) for pair in members)
+                continue
+            demands = np.stack([cdem[first[pair][1]] for pair in members])
+            both = 1.0 - kernel_comm_hbm_rate(kern[i], demands, self.spec.interference)
+            k_loss = both if sm_loss is None else np.maximum(both, sm_loss)
+            k_any = k_loss.reshape(len(members), -1).max(axis=1, initial=0.0) > 0
+            c_any = both.reshape(len(members), -1).max(axis=1, initial=0.0) > 0
+            for j, pair in enumerate(members):
+                lost[pair] = (k_loss[j], both[j], bool(c_any[j])) if k_any[j] else None
+        out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for i, row in met:
+            found = [(c, lost[pair]) for c, pair in row if lost[pair] is not None]
             if not found:
                 continue
-            out[i] = (np.array(found, dtype=np.int64), [k[0] for k in ks], [k[1] for k in ks],
-                      np.array([k[2] for k in ks]))
+            out[i] = (np.array([c for c, _ in found], dtype=np.int64), [k[0] for _, k in found],
+                      [k[1] for _, k in found], np.array([k[2] for _, k in found]))
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
