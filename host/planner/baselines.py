@@ -121,11 +121,12 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
 
 
 def _alone(p: Placer, tp):
+    """The state of ``tp``'s table alone: its contribution's figures as they are (the sum of
+    an empty state and the contribution is the contribution; the cost model only reads it)."""
     from neonic.host.planner.cost import State
 
-    st = State.empty(p.world)
-    st.add(p.contribution(tp))
-    return st
+    c = p.contribution(tp)
+    return State(c.vec, c.dp_bytes)
 
 
 BASELINES: dict[str, Callable[..., Plan]] = {
