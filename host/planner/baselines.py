@@ -121,12 +121,11 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
 
 
 def _alone(p: Placer, tp):
-    """The state of ``tp``'s table alone: its contribution's figures as they are (the sum of
-    an empty state and the contribution is the contribution; the cost model only reads it)."""
     from neonic.host.planner.cost import State
 
-    c = p.contribution(tp)
-    return State(c.vec, c.dp_bytes)
+    st = State.empty(p.world)
+    st.add(p.contribution(tp))
+    return st
 
 
 BASELINES: dict[str, Callable[..., Plan]] = {
