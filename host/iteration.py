@@ -975,6 +975,10 @@ class ScheduleTemplate:
                     c = self._coll_slot[i]
                     base[c] = np.asarray(d, float).reshape(-1) * self._coll_time[c]
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
+        # an op whose seconds are the same on every rank (a broadcast row: the dense ops and
+        # the buckets' pieces) runs on one column: the same figures, without N copies of them
+        flat = {p: (v[..., :1] if v.ndim >= 1 and v.shape[-1] > 1 and v.strides[-1] == 0 else v)
+                for p, v in rank_d.items()}
         weight = np.ones((C, T))
         if flows and any(np.any(np.asarray(v) > 0) for v in flows.values()):
             for i, (phase, _, collective, _) in enumerate(self.ops):
@@ -1042,10 +1046,11 @@ class ScheduleTemplate:
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], t1)
                 else:
-                    d = rank_d.get(phase)
+                    d = flat.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
                     if i in pairs or i in kops:
-                        spans[i] = (start, end)
+                        # the sharing models take every rank's span
+                        spans[i] = (start, end if end.shape[-1] == N else np.broadcast_to(end, (end.shape[0], N)))
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
                 ends.append(end)
