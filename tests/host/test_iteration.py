@@ -231,6 +231,66 @@ def test_network_sharing_with_equal_flows_is_the_pairwise_half_rate_model():
     np.testing.assert_allclose(t._shared_extra(S, base, np.ones(C)), ref, rtol=1e-12, atol=1e-18)
 
 
+def _shared_extra_stepwise(t: ScheduleTemplate, S: np.ndarray, base: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The network-sharing model stepped as its definition reads, in plain Python: every
+    collective with partners walks all of them in the order they start (ties: the partners'
+    order), each step on every (collective, candidate) at once, the collective's own delay
+    added before its partners' (rows in order); a step with a partner on another link or
+    without flows changes nothing."""
+    C, T = S.shape
+    w = np.broadcast_to(np.asarray(weight, float).reshape(C, -1), (C, T))
+    extra = np.zeros((C, T))
+    rows = list(t._sharing)
+    order = {(a, c): sorted(p, key=lambda b: (S[b, c], p.index(b))) for a, p in rows for c in range(T)}
+    clock = {(a, c): S[a, c] for a, _ in rows for c in range(T)}
+    left = {(a, c): base[a, c] for a, _ in rows for c in range(T)}
+    for j in range(max(len(p) for _, p in rows)):
+        deltas = []
+        for a, p in rows:
+            for c in range(T):
+                if j >= len(p):
+                    continue
+                b = order[a, c][j]
+                if t._coll_res[b] != t._coll_res[a] or not (w[a, c] > 0 and w[b, c] > 0):
+                    continue
+                k = (a, c)
+                left[k] -= min(left[k], max(S[b, c] - clock[k], 0.0))
+                clock[k] = max(clock[k], S[b, c])
+                fa = w[a, c] / (w[a, c] + w[b, c])
+                fb = 1.0 - fa
+                span = min(left[k] / fa if fa > 0 else np.inf,
+                           max(S[b, c] + base[b, c] - clock[k], 0.0) / fb if fb > 0 else np.inf)
+                span = max(span, 0.0) if np.isfinite(span) else 0.0
+                extra[a, c] += span * fb
+                deltas.append((b, c, span * fa))
+                left[k] -= span * fa
+                clock[k] += span
+        for b, c, d in deltas:
+            extra[b, c] += d
+    return extra
+
+
+@pytest.mark.parametrize("seed,T,grid,scale", [(0, 8, 3, 6), (1, 4, 6, 4), (2, 8, 10, 10)])
+def test_network_sharing_sums_each_collectives_delays_in_the_steps_order(seed, T, grid, scale):
+    """ScheduleTemplate._shared_extra, which walks each (collective, candidate) only through
+    the partners that can change anything, gives bit for bit the model stepped through every
+    partner of every collective (:func:`_shared_extra_stepwise`): the same delays, summed in
+    the same order; with ties in the starts (on a grid), collectives without work, and flows
+    that differ per collective and candidate, some zero. (Summed per collective in another
+    order, e.g. by row before step, these cases differ in the last bits.)"""
+    spec = IterationSpec(warmup=1, iterations=2, allreduce="hierarchical", ar_intra_time=0.3, ar_intra_bytes=0.4)
+    t = ScheduleTemplate(spec)
+    rng = np.random.default_rng(seed)
+    C = len(t._coll_slot)
+    S = rng.integers(0, grid, (C, T)) * 1e-3
+    base = rng.uniform(0, scale * 1e-3, (C, T)) * (rng.uniform(size=(C, T)) > 0.2)
+    weight = rng.integers(0, 4, (C, T)).astype(float)
+    got = t._shared_extra(S, base, weight)
+    ref = _shared_extra_stepwise(t, S, base, weight)
+    assert ref.any()
+    assert got.tobytes() == ref.tobytes()
+
+
 def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners():
     """Concurrent collectives share a NIC in proportion to the flows each keeps open (max-min
     per flow): giving the comm stream's AlltoAlls 120 flows against 1 for every other

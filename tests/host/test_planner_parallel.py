@@ -10,7 +10,7 @@ import pytest
 from planner_cases import skewed_workload, small_system
 
 from neonic.host.planner import NeoPlanner
-from neonic.host.planner.parallel import available_workers, map_forked
+from neonic.host.planner.parallel import ForkedServer, available_workers, map_forked
 from neonic.host.workloads import workload_from_dict
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
@@ -83,6 +83,40 @@ def test_the_plan_is_the_same_with_one_process_or_two(monkeypatch):
     assert NeoPlanner(w, s, workers=2).run() == plan
     with pytest.raises(ValueError, match="workers"):
         NeoPlanner(w, s, workers=0)
+
+
+@needs_fork
+def test_a_forked_server_answers_from_its_copy_and_stops_when_closed():
+    """ForkedServer: each request answered by the copy (its own process), in turn; a request
+    whose call fails is answered None (the caller computes it); closed, the copy is gone."""
+    def fn(x, y):
+        if x < 0:
+            raise ValueError("negative")
+        return x * y, os.getpid()
+
+    with ForkedServer(fn) as server:
+        pid = server._pid
+        assert pid is not None and pid != os.getpid()
+        for x in (2, 3):
+            assert server.ask(x, np.arange(3))
+            value, where = server.answer()
+            assert np.array_equal(value, x * np.arange(3)) and where == pid
+        assert server.ask(-1, 0) and server.answer() is None
+        assert server.ask(1, 5) and server.answer()[0] == 5   # still serving after a failure
+    with pytest.raises(OSError):
+        os.kill(pid, 0)   # stopped and reaped
+    assert not server.ask(1, 1) and server.answer() is None
+
+
+@needs_fork
+def test_the_plan_is_the_same_when_the_batch_copy_fails(monkeypatch):
+    """A refinement step's batch is split with a forked copy (NeoPlanner._batch); where the
+    copy's call fails, the step computes the half itself: the same plan."""
+    s, w = _system(), _with_class_moves()
+    plan = NeoPlanner(w, s, workers=1).run()
+    init = ForkedServer.__init__
+    monkeypatch.setattr(ForkedServer, "__init__", lambda self, fn: init(self, lambda *a: 1 / 0))
+    assert NeoPlanner(w, s, workers=2).run() == plan
 
 
 def test_a_threaded_process_plans_in_one_process():
