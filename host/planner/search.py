@@ -762,7 +762,7 @@ class NeoPlanner(Placer):
             if best is None or improves(found[0], best[0]):
                 best = found
         start = best[4]
-        self.state, self.placed = best[1].copy(), dict(best[2])
+        self.state, self.placed, self.moves = best[1].copy(), dict(best[2]), list(best[3])
         # perturbations: from the local optimum, a kick and a new descent; kept if better
         kicks = 0
         best = best[:4]
