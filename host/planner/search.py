@@ -13,9 +13,9 @@
    contention, one pass and much cheaper, ranks lowest. A move must beat the current plan by
    more than noise (:func:`improves`). Between refinements, class moves retype or move a
    whole class of tables at once (:meth:`NeoPlanner.class_move`). The search descends so from
-   each of the ``descents`` best starts (:data:`DEFAULT_DESCENTS`: the greedy placement and
-   every baseline's and forced type's plan, ranked by the objective), the steps shared, and
-   keeps the lowest local optimum (the first on a tie).
+   each of the ``descents`` best starts (:data:`DEFAULT_DESCENTS`; the starts: the greedy
+   placement and every baseline's and forced type's plan, ranked by the objective), the steps
+   shared, and keeps the lowest local optimum (the first on a tie).
    Optionally (``kicks``), from that local optimum: a perturbation (the best move of a step
    applied although it does not lower the objective, its tables kept from moving back) and a
    new descent whose steps look at the ``slow_ranks`` slowest ranks (the slowest overall and
@@ -57,10 +57,13 @@ __all__ = ["Placer", "NeoPlanner", "plan_neo", "check_fits", "DEFAULT_MAX_STEPS"
 ST = ShardingType
 
 #: The best starts each descended (refinement and class moves) to a local optimum, the lowest
-#: kept. The best start alone missed plans its own objective prefers: on model-a (session 7's
-#: model) the greedy start was a local optimum at 52.52 ms while the forced table-row-wise
-#: start (53.49) descends to an all table-row-wise plan the objective rates at 52.44.
-DEFAULT_DESCENTS = 2
+#: kept. The best start alone misses plans its own objective prefers: on 16 small skewed cases
+#: (2 x 4 GPUs, 20-40 tables) the second-best start's descent ended lower in 10, by up to 8%.
+#: One by default: on the bench's model-a, model-i and model-f at 16 x 8 a second descent
+#: found nothing lower (the same plans) for 5.4 more CPU-s on model-a, and the objective's own
+#: fixed point is ~1-2% from converged at :data:`host.iteration.ScheduleTemplate.SHARING_PASSES`
+#: passes on model-a, as much as the differences a second descent finds there.
+DEFAULT_DESCENTS = 1
 
 #: Refinement steps at most (the search usually converges well before: Model-A on 128 GPUs
 #: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
