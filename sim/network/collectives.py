@@ -104,7 +104,7 @@ __all__ = [
 class NicConnections:
     """The connections (RDMA queue pairs, QPs) a collective keeps open on a NIC for each of its
     messages that crosses nodes: concurrent collectives share the NIC in proportion to them
-    (module doc). The defaults are NCCL 2.10.3's (tag ``v2.10.3-1`` of github.com/NVIDIA/nccl;
+    (module doc). The defaults are NCCL 2.10.3's (tag ``v2.10.3-1``, commit 7e51592, of github.com/NVIDIA/nccl;
     ASSUMPTION: the NCCL a 2021-22 ZionEX training job ran, Neo's era) on a node with one NIC
     per GPU (ZionEX: one 200 Gb/s RoCE NIC per A100).
 
