@@ -1138,7 +1138,10 @@ def allreduce_terms(topo: Any, allreduce: str = "hierarchical", probe_bytes: int
     inside = np.array(intra)
     if not inside.any() or inside.all() or times.sum() <= 0:
         return out
-    flows = max(int(np.bincount(ph.src).max()) for ph, i in zip(phases, intra) if i)
+    # the flows a GPU keeps open on its NVLink port: its messages' connections (one each there,
+    # ``sim.network.collectives.NicConnections``)
+    flows = max(int(np.bincount(ph.src, weights=None if ph.conns is None else ph.conns).max())
+                for ph, i in zip(phases, intra) if i)
     out.update(ar_intra_time=float(times[inside].sum() / times.sum()),
                ar_intra_bytes=float(moved[inside].sum() / moved.sum()), ar_intra_flows=float(flows))
     return out

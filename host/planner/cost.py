@@ -63,6 +63,7 @@ from neonic.host.planner.system import PlannerSystem
 from neonic.host.planner.work import (COLLECTIVES, CompactWork, IterationWork, Outer, ShardKernel, TableWork,
                                       derive_iteration, matrix_aggregates)
 from neonic.host.workloads.spec import WorkloadSpec
+from neonic.sim.network.collectives import NCCL_CONNECTIONS
 from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 
 #: The iteration's AlltoAll(v) ops (the plan's matrices).
@@ -573,8 +574,10 @@ class CostModel:
 
     def alltoall_peers(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
         """The off-node peers each rank of ``T`` states exchanges bytes with in each NIC-crossing
-        AlltoAll, on the direction of its NIC with more bytes (``(T, N)`` per collective): the
-        flows it keeps open through its NIC. A rank sends to every off-node rank in the pooled
+        AlltoAll, on the direction of its NIC with more bytes (``(T, N)`` per collective), times
+        the queue pairs a message to an off-node peer takes
+        (``sim.network.collectives.NCCL_CONNECTIONS.p2p``): the flows it keeps open through
+        its NIC. A rank sends to every off-node rank in the pooled
         AlltoAll if it holds a table-wise, column-wise or row-wise shard, else to its rail (one
         rank per other node) if it holds a table-row-wise one (:func:`pooled_pattern`); it
         receives from the off-node ranks that send to it. The gradient AlltoAll is the pooled
@@ -596,7 +599,9 @@ class CostModel:
         flows = {"input_a2a": (off(owner), np.where(owner, N - g, 0)), "pooled_a2a": (pooled_tx, pooled_rx),
                  "grad_a2a": (pooled_rx, pooled_tx)}
         agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1)
-        return {name: np.where(agg[:, c, 1] >= agg[:, c, 3], *flows[name]).astype(float)
+        # each off-node peer's messages go on NCCL_CONNECTIONS.p2p queue pairs of the NIC
+        qps = float(NCCL_CONNECTIONS.p2p)
+        return {name: qps * np.where(agg[:, c, 1] >= agg[:, c, 3], *flows[name]).astype(float)
                 for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a"))}
 
     def alltoall_flows(self, vecs: np.ndarray) -> dict[str, np.ndarray]:

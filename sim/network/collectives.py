@@ -37,6 +37,21 @@ Streamed rings
     hop faster than the ring's slowest finishes early and frees its links; the ring ends with
     its slowest hop (in a real pipeline every hop runs at the slowest hop's rate throughout).
 
+Connections: how concurrent collectives share a NIC
+    Flows share every link max-min fairly per flow (:mod:`.network`). What a real NIC shares
+    fairly is its send queues: NCCL gives every channel of a collective its own connection to
+    each peer, an RDMA queue pair (QP) on the NIC (``NCCL_IB_QPS_PER_CONNECTION`` of them,
+    default 1), and the NIC serves its backlogged QPs in turn. So a message that crosses
+    nodes is run as :data:`NCCL_CONNECTIONS`'s count of equal flows (each with its share of
+    the bytes; ``Phase.conns``): a ring or tree hop as the ring channels that cross one NIC,
+    an AlltoAll's message to an off-node peer as the point-to-point channels per network
+    peer. Alone a collective runs exactly as before (its flows split a link between them);
+    beside another it gets the NIC in proportion to its QPs. :func:`nic_flows_per_gpu` counts
+    them for the planner's fast evaluation: one definition for both views. Node-local
+    messages (NVLink) stay one flow each: NVLink traffic is moved by the channels' thread
+    blocks, not served by QP arbitration, and its sharing is not modelled here (ASSUMPTION:
+    per message).
+
 Algorithms
     alltoallv ``direct``: every rank sends each peer its block at once (one phase).
     alltoallv ``hierarchical``: (1) inside each node, every GPU sends each local peer the data
@@ -79,7 +94,65 @@ __all__ = [
     "nic_flows_per_gpu",
     "double_binary_trees",
     "split_bytes",
+    "NicConnections",
+    "NCCL_CONNECTIONS",
+    "split_connections",
 ]
+
+
+@dataclass(frozen=True)
+class NicConnections:
+    """The connections (RDMA queue pairs, QPs) a collective keeps open on a NIC for each of its
+    messages that crosses nodes: concurrent collectives share the NIC in proportion to them
+    (module doc). The defaults are NCCL 2.10.3's (tag ``v2.10.3-1``, commit 7e51592, of github.com/NVIDIA/nccl;
+    ASSUMPTION: the NCCL a 2021-22 ZionEX training job ran, Neo's era) on a node with one NIC
+    per GPU (ZionEX: one 200 Gb/s RoCE NIC per A100).
+
+    ``ring_channels_per_nic``: the ring (and tree) channels that cross one NIC. NCCL's
+    topology search builds one ring channel per NIC when each channel runs at the NIC's speed
+    (``src/graph/search.cc``; as reported for a node with 8 ConnectX-6 NICs and 8 GPUs, 8
+    channels: github.com/NVIDIA/nccl/issues/977), and ``ncclTopoPostset`` then doubles the
+    channels (``src/graph/connect.cc``: ``nChannels = min(MAXCHANNELS, nChannels*2)``): 2.
+
+    ``p2p_channels_per_net_peer``: the channels a send/recv (an AlltoAll's message) to an
+    off-node peer uses: ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) sets
+    ``p2pnChannelsPerPeer`` to the next power of two of the fewest channels over all peers,
+    and a remote (network) peer has 1 (``ncclTopoGetNchannels``); ``src/group.cc`` puts every
+    chunk of a peer's send on ``p2pChannels[chunk % p2pnChannelsPerPeer]``: 1. Every peer's
+    send is in flight at once: the peers go round the ``p2pnChannels`` channels by ``delta``
+    and each channel's work runs up to ``NCCL_MAX_WORK_ELEMENTS`` (8) of them side by side
+    (``src/enqueue.cc``, ``src/collectives/device/sendrecv.h``); 127 peers on 16 channels is
+    8 per channel.
+
+    ``qps_per_connection``: ``NCCL_IB_QPS_PER_CONNECTION``, default 1
+    (``src/transport/net_ib.cc``).
+
+    ASSUMPTION: the NIC serves its backlogged QPs round-robin with equal shares (one traffic
+    class); no public ConnectX document of its send-queue arbitration was found."""
+
+    ring_channels_per_nic: int = 2
+    p2p_channels_per_net_peer: int = 1
+    qps_per_connection: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("ring_channels_per_nic", "p2p_channels_per_net_peer", "qps_per_connection"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {v!r}")
+
+    @property
+    def ring(self) -> int:
+        """QPs on a NIC per ring or tree hop that crosses it."""
+        return int(self.ring_channels_per_nic * self.qps_per_connection)
+
+    @property
+    def p2p(self) -> int:
+        """QPs on a NIC per AlltoAll message to an off-node peer."""
+        return int(self.p2p_channels_per_net_peer * self.qps_per_connection)
+
+
+#: NCCL 2.10.3's defaults (:class:`NicConnections`): what the network and the planner use.
+NCCL_CONNECTIONS = NicConnections()
 
 
 @dataclass
@@ -93,6 +166,9 @@ class Phase:
     member ``h`` to member ``(h + 1) mod p``); a hop that carries bytes arrives ``fill``
     consecutive hops' route latencies (those ending at it) after its last byte, and is framed as
     the step messages whose on-the-wire bytes ``wire_bytes`` gives (module doc).
+
+    ``conns``: the connections (NIC queue pairs) each message is carried on (None: one each);
+    the network runs message ``i`` as ``conns[i]`` equal flows (:func:`split_connections`).
     """
 
     src: np.ndarray
@@ -103,6 +179,7 @@ class Phase:
     ring: int = 0
     fill: int = 1
     wire_bytes: np.ndarray | None = None
+    conns: np.ndarray | None = None
 
 
 def phase_route(topology: Topology, phase: Phase, route: Route | None = None) -> Route:
@@ -200,7 +277,10 @@ class CollectiveHandle:
             route = phase_route(topo, p, route)
             self.link_bytes += topo.payload_loads(route, p.nbytes)[:L]
             self.link_wire_bytes += topo.link_loads(route, p.nbytes)[:L]
-        self.groups[i] = self.net.start_flows(p.src, p.dst, p.nbytes, self._phase_done, tag=(self, i), route=route)
+            src, dst, nbytes, route = split_connections(p, route)
+        else:
+            src, dst, nbytes = p.src, p.dst, p.nbytes
+        self.groups[i] = self.net.start_flows(src, dst, nbytes, self._phase_done, tag=(self, i), route=route)
 
     def _phase_done(self, g: FlowGroup) -> None:
         i = g.tag[1]
@@ -226,6 +306,33 @@ def split_bytes(n: int, k: int) -> np.ndarray:
     out = np.full(k, base, dtype=np.int64)
     out[:extra] += 1
     return out
+
+
+def split_connections(phase: Phase, route: Route) -> tuple[np.ndarray, np.ndarray, np.ndarray, Route]:
+    """``phase``'s messages as the flows the network runs (``src``, ``dst``, ``nbytes``,
+    ``route``): message ``i`` as ``phase.conns[i]`` flows on its route with its latency and
+    framing, its bytes split as :func:`split_bytes` splits them (module doc, "Connections")."""
+    c = None if phase.conns is None else np.asarray(phase.conns, dtype=np.int64)
+    if c is None or not np.any(c > 1):
+        return phase.src, phase.dst, phase.nbytes, route
+    idx = np.repeat(np.arange(c.size), c)
+    first = np.repeat(np.cumsum(c) - c, c)
+    k = np.arange(idx.size) - first                      # the flow's place among its message's
+    nb = np.asarray(phase.nbytes, dtype=np.int64)[idx]
+    cc = c[idx]
+    parts = nb // cc + (k < nb % cc)
+    return (phase.src[idx], phase.dst[idx], parts,
+            Route(links=route.links[:, idx], latency_ps=route.latency_ps[idx], factor=route.factor[idx],
+                  acct=route.acct[:, idx]))
+
+
+def _conns(topology: Topology, src: np.ndarray, dst: np.ndarray, per_nic: int) -> np.ndarray | None:
+    """``per_nic`` connections for the messages that cross nodes, one for the others (None:
+    one each)."""
+    off = topology.node_of(src) != topology.node_of(dst)
+    if per_nic == 1 or not off.any():
+        return None
+    return np.where(off, per_nic, 1).astype(np.int64)
 
 
 def _ranks(topology: Topology, ranks: Sequence[int] | np.ndarray | None) -> np.ndarray:
@@ -288,9 +395,10 @@ def _ring_phase(topology: Topology, rings: np.ndarray, sizes: np.ndarray, kind: 
         wb = wb + wseg.sum(axis=1)[:, None] - wseg[:, (h + 2) % p]
         fill = 2 * (p - 1)
     label = {"rs": "ring reduce-scatter", "ag": "ring all-gather", "ar": "ring all-reduce"}[kind]
-    return [Phase(rings.ravel(), np.roll(rings, -1, axis=1).ravel(), nb.ravel(), list(deps),
+    src, dst = rings.ravel(), np.roll(rings, -1, axis=1).ravel()
+    return [Phase(src, dst, nb.ravel(), list(deps),
                   f"{label} (streamed, {R} ring{'s' if R > 1 else ''} of {p})", ring=p, fill=fill,
-                  wire_bytes=wb.ravel())]
+                  wire_bytes=wb.ravel(), conns=_conns(topology, src, dst, NCCL_CONNECTIONS.ring))]
 
 
 def _terminal(phases: list[Phase], base: int) -> list[int]:
@@ -344,7 +452,7 @@ def _depths(parent: np.ndarray) -> np.ndarray:
     return d
 
 
-def _tree_phases(ranks: np.ndarray, nbytes: int, chunks: int) -> list[Phase]:
+def _tree_phases(topology: Topology, ranks: np.ndarray, nbytes: int, chunks: int) -> list[Phase]:
     p = ranks.size
     if p < 2 or nbytes == 0:
         return []
@@ -373,7 +481,8 @@ def _tree_phases(ranks: np.ndarray, nbytes: int, chunks: int) -> list[Phase]:
                     deps.append(idx[(j - 1, s)])
                 idx[(j, s)] = len(phases)
                 phases.append(Phase(src, dst, np.full(src.size, parts[j], dtype=np.int64), deps,
-                                    f"tree {t} chunk {j} {kind} depth {d}"))
+                                    f"tree {t} chunk {j} {kind} depth {d}",
+                                    conns=_conns(topology, src, dst, NCCL_CONNECTIONS.ring)))
     return phases
 
 
@@ -384,7 +493,8 @@ def _alltoallv_phases(topology: Topology, ranks: np.ndarray, sizes: np.ndarray, 
         i, j = np.nonzero(sizes)
         keep = i != j
         i, j = i[keep], j[keep]
-        return [Phase(ranks[i], ranks[j], sizes[i, j].astype(np.int64), [], "direct")]
+        return [Phase(ranks[i], ranks[j], sizes[i, j].astype(np.int64), [], "direct",
+                      conns=_conns(topology, ranks[i], ranks[j], NCCL_CONNECTIONS.p2p))]
     if algorithm != "hierarchical":
         raise ValueError(f"algorithm: expected 'direct' or 'hierarchical', got {algorithm!r}")
     groups = _node_groups(topology, ranks, "hierarchical alltoallv")  # (M nodes, k) positions
@@ -421,14 +531,15 @@ def _alltoallv_phases(topology: Topology, ranks: np.ndarray, sizes: np.ndarray, 
     intra(p1, "hierarchical: intra-node gather", [])
     n, m = np.nonzero(offnode & (node_pair > 0))
     r = relay[n, m]
-    phases.append(Phase(gr[n, r], gr[m, r], node_pair[n, m], [0], "hierarchical: inter-node"))
+    phases.append(Phase(gr[n, r], gr[m, r], node_pair[n, m], [0], "hierarchical: inter-node",
+                        conns=_conns(topology, gr[n, r], gr[m, r], NCCL_CONNECTIONS.p2p)))
     intra(p3, "hierarchical: intra-node scatter", [1])
     return phases
 
 
 def _allreduce_phases(topology: Topology, ranks: np.ndarray, nbytes: int, algorithm: str, chunks: int) -> list[Phase]:
     if algorithm == "double_binary_tree":
-        return _tree_phases(ranks, nbytes, chunks)
+        return _tree_phases(topology, ranks, nbytes, chunks)
     if algorithm not in ("ring", "hierarchical"):
         raise ValueError(f"algorithm: expected 'ring', 'double_binary_tree' or 'hierarchical', got {algorithm!r}")
     _streamed(chunks, algorithm)
@@ -524,12 +635,15 @@ def all_gather(net: Network, ranks, nbytes: int, *, algorithm: str = "ring",
 
 
 def nic_flows_per_gpu(topology: Topology, kind: str, algorithm: str, ranks=None) -> int:
-    """How many flows a collective keeps open at once from one GPU to other nodes (through its
-    NIC), at most over its phases and GPUs: a direct AlltoAll(v) one per off-node peer, a ring
-    step one, a hierarchical AllReduce's inter-node rings one. Under max-min fair sharing, two
-    collectives on the same NIC get its bandwidth in proportion to these counts (the planner's
-    fast evaluation weighs concurrent collectives with them). Every pair of ranks is taken to
-    exchange bytes in an AlltoAll(v)."""
+    """How many flows -- connections, the NIC's queue pairs (:class:`NicConnections`) -- a
+    collective keeps open at once from one GPU to other nodes (through its NIC), at most over
+    its phases and GPUs: a direct AlltoAll(v) ``NCCL_CONNECTIONS.p2p`` per off-node peer, a
+    ring hop that crosses nodes ``NCCL_CONNECTIONS.ring``, a hierarchical AllReduce's
+    inter-node rings one hop each. The network runs a message as that many flows
+    (:func:`split_connections`), so under max-min fair sharing two collectives on the same NIC
+    get its bandwidth in proportion to these counts (the planner's fast evaluation weighs
+    concurrent collectives with them). Every pair of ranks is taken to exchange bytes in an
+    AlltoAll(v)."""
     r = _ranks(topology, ranks)
     if kind in ("alltoallv", "alltoall"):
         sizes = np.ones((r.size, r.size), dtype=np.int64)
@@ -541,5 +655,6 @@ def nic_flows_per_gpu(topology: Topology, kind: str, algorithm: str, ranks=None)
     for ph in phases:
         off = topology.node_of(ph.src) != topology.node_of(ph.dst)
         if off.any():
-            most = max(most, int(np.bincount(ph.src[off]).max()))
+            conns = np.ones(ph.src.size, dtype=np.int64) if ph.conns is None else np.asarray(ph.conns)
+            most = max(most, int(np.bincount(ph.src[off], weights=conns[off]).max()))
     return most

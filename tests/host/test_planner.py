@@ -412,3 +412,16 @@ def test_neonic_plan_reports_bad_scenario_as_an_error(tmp_path, capsys):
     cfg.write_text(_SCENARIO.replace("nodes = 1", "nodes = 0"))
     assert main(["plan", str(cfg)]) == 2
     assert "cluster.nodes" in capsys.readouterr().err
+
+
+def test_the_planner_weighs_collectives_on_a_nic_by_the_networks_queue_pairs():
+    """One definition of how collectives share a NIC: the planner's weights are the queue pairs
+    the flow-level network opens for them (``sim.network.collectives.NCCL_CONNECTIONS``): a
+    direct AlltoAll one set per off-node peer, a hierarchical AllReduce its ring channels."""
+    from neonic.host.planner.system import AlphaBetaComm
+    from neonic.sim.network import Topology
+    from neonic.sim.network.collectives import NCCL_CONNECTIONS
+
+    topo = Topology.from_preset("zionex", nodes=2)
+    comm = AlphaBetaComm.from_topology(topo)
+    assert comm.nic_flows == {"alltoallv": 8 * NCCL_CONNECTIONS.p2p, "allreduce": NCCL_CONNECTIONS.ring}

@@ -187,3 +187,21 @@ def test_the_plan_does_not_depend_on_how_many_iterations_the_run_measures():
     cm = CostModel(w, replace(s, iteration=replace(s.iteration, warmup=PLAN_WINDOW[0], iterations=PLAN_WINDOW[1])))
     st = cm.state_of(derive_iteration(plan, w, cm.system))
     assert cm.evaluate(plan).iteration_s == cm.iteration_s(st)
+
+
+def test_descending_from_the_second_best_start_finds_what_the_best_start_misses():
+    """The best start's local optimum is not the best one the objective can reach: on this
+    skewed workload the greedy start descends to 0.369 ms while the forced table-row-wise start
+    descends to 0.340 (8% lower). Descending from each of the two best starts keeps the lower,
+    deterministically, within the planner's step bound."""
+    s, w = _system(nodes=2, g=4), _workload(20, seed=6)
+    cm = CostModel(w, s)
+    one = NeoPlanner(w, s, cm, descents=1, workers=1)
+    one_plan = one.run()
+    two = NeoPlanner(w, s, cm, descents=2, workers=1)
+    plan = two.run()
+    assert cm.evaluate(plan).iteration_s < 0.95 * cm.evaluate(one_plan).iteration_s
+    assert two.stats["start"] != one.stats["start"] and two.stats["refine_steps"] <= DEFAULT_MAX_STEPS
+    assert plan == NeoPlanner(w, s, cm, descents=2, workers=2).run()
+    with pytest.raises(ValueError, match="descents"):
+        NeoPlanner(w, s, descents=0)

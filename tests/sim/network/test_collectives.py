@@ -289,3 +289,52 @@ def test_a_route_resized_is_the_route_of_the_new_sizes():
     fresh = topo.route(src, dst, b)
     for field in ("links", "latency_ps", "factor", "acct"):
         np.testing.assert_array_equal(getattr(resized, field), getattr(fresh, field))
+
+
+def test_a_ring_beside_an_alltoall_gets_the_nic_in_proportion_to_its_queue_pairs():
+    """A message that crosses nodes runs on NCCL's connections (module doc, "Connections"): a
+    ring hop on the ring channels through its NIC, an AlltoAll message on the point-to-point
+    channels per network peer; the NIC is shared per queue pair. Two GPUs on two nodes, an
+    AllReduce of S bytes (a ring of 2: each hop carries S) and an AlltoAll (S per pair) started together: while both run
+    the ring gets ring / (ring + p2p) of the NIC, then the AlltoAll has it alone."""
+    topo2 = small_topology(2, 1)
+    s = 1 << 27
+    eng = Engine()
+    net = Network(eng, topo2)
+    ring = coll.allreduce(net, [0, 1], s)
+    a2a = coll.alltoall(net, [0, 1], s)
+    eng.run()
+    q_ring, q_p2p = coll.NCCL_CONNECTIONS.ring, coll.NCCL_CONNECTIONS.p2p
+    t = W(s) / B_NIC
+    assert ring.time_s == pytest.approx(t * (q_ring + q_p2p) / q_ring, rel=2e-3)
+    assert a2a.time_s == pytest.approx(2 * t, rel=2e-3)
+    # alone, a collective moves its bytes as before (its connections split the NIC among them)
+    alone, _ = run(topo2, coll.allreduce, [0, 1], s)
+    assert alone.time_s == pytest.approx(t, rel=2e-3)
+
+
+def test_connections_split_a_message_into_equal_flows_that_sum_to_it(topo):
+    _, phases = coll.build_phases(topo, "allreduce", nbytes=(1 << 20) + 3, algorithm="hierarchical")
+    inter = [ph for ph in phases if ph.conns is not None]
+    assert len(inter) == 1 and np.all(inter[0].conns == coll.NCCL_CONNECTIONS.ring)
+    ph = inter[0]
+    src, dst, nb, route = coll.split_connections(ph, coll.phase_route(topo, ph))
+    k = coll.NCCL_CONNECTIONS.ring
+    assert src.size == k * ph.src.size and route.links.shape[1] == src.size
+    assert nb.reshape(-1, k).sum(axis=1).tolist() == ph.nbytes.tolist()
+    assert nb.max() - nb.min() <= max(1, int(ph.nbytes.max() - ph.nbytes.min()))
+    # node-local messages keep one flow each
+    assert all(p.conns is None for p in phases if p is not ph)
+
+
+def test_nic_flows_per_gpu_counts_queue_pairs(topo):
+    c = coll.NCCL_CONNECTIONS
+    assert coll.nic_flows_per_gpu(topo, "alltoallv", "direct") == (P - G) * c.p2p
+    assert coll.nic_flows_per_gpu(topo, "allreduce", "hierarchical") == c.ring
+    assert coll.nic_flows_per_gpu(topo, "allreduce", "ring") == c.ring
+
+
+@pytest.mark.parametrize("field", ["ring_channels_per_nic", "p2p_channels_per_net_peer", "qps_per_connection"])
+def test_bad_connection_counts_name_the_field(field):
+    with pytest.raises(ValueError, match=field):
+        coll.NicConnections(**{field: 0})
