@@ -403,10 +403,71 @@ def _retire(n_pick, picked, pos, psh, bdirty):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # pragma: no cover - compiled
+def _dense_loads(Ws, WTs, load, count, a0, b0):  # pragma: no cover - compiled
+    """Add the loads of the dense flow sets ``Ws`` (K, nA, nB) onto links ``a0 + r`` and
+    ``b0 + c``: per link one running sum over the sets in order, each in column order, as
+    :func:`_add_loads` sums one entry set's flows in flow order (from 0.0, then added)."""
+    K, nA, nB = Ws.shape
+    if K == 0:
+        return
+    for r in range(nA):
+        ld = 0.0
+        c = 0
+        for k in range(K):
+            for j in range(nB):
+                w = Ws[k, r, j]
+                ld += w
+                c += w > 0.0
+        load[a0 + r] += ld
+        count[a0 + r] += c
+    for j in range(nB):
+        ld = 0.0
+        c = 0
+        for k in range(K):
+            for r in range(nA):
+                w = WTs[k, j, r]
+                ld += w
+                c += w > 0.0
+        load[b0 + j] += ld
+        count[b0 + j] += c
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _pos_range(plink, n, lo_link, hi_link):  # pragma: no cover - compiled
+    """The positions (first, last) of the live links ``lo_link <= l < hi_link`` in the dense
+    share array (ordered by link id): two binary searches; (0, -1) when none is live."""
+    lo, hi = 0, n
+    while lo < hi:
+        m = (lo + hi) >> 1
+        if plink[m] < lo_link:
+            lo = m + 1
+        else:
+            hi = m
+    first = lo
+    hi = n
+    while lo < hi:
+        m = (lo + hi) >> 1
+        if plink[m] < hi_link:
+            lo = m + 1
+        else:
+            hi = m
+    return first, lo - 1
+
+
+@jit(cache=True, nogil=True)
+def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa, dWTa, dWb, dWTb, a0,
+                 b0):  # pragma: no cover - compiled
     """Progressive filling over two parts (``s`` starts, ``o`` other hops, ``c`` factors, ``m``
     multiplicities of part a when ``has_w``, ``a`` entry alive) sharing the links. Returns per
     link its level (inf: never saturated) and its processing order.
+
+    Dense flow sets (``dWa``, ``dWb``: (K, nA, nB), K = 0 for none, with ``dWTa``/``dWTb`` their
+    transposes): flow (r, c) of a set crosses link ``a0 + r`` and link ``b0 + c`` (no other
+    finite link) with weight ``W[r, c]`` on both (0: no live flow); no entry of parts a and b is
+    on those links. The sets of ``dWa`` belong to part a, those of ``dWb`` to part b: each
+    link's load is part a's running sum then part b's, and a saturated link unloads part a's
+    flows then part b's, as if those flows were entries (with each link's flows in order of
+    their partner), so levels and order are those of the same flows given as entries.
 
     Shares are refreshed lazily: freezing a flow only marks its other links stale (a link's share
     only rises when a flow frozen at the current level leaves it: ``(c - w s) / (l - w) >= c / l``
@@ -425,6 +486,13 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     cap[L] = np.inf
     _add_loads(sa, ca, ma, has_w, aa, wx, cap, load, count)
     _add_loads(sb, cb, ma, False, ab, wx, cap, load, count)
+    nA = dWa.shape[1] if dWa.shape[0] > 0 else dWb.shape[1]
+    nB = dWa.shape[2] if dWa.shape[0] > 0 else dWb.shape[2]
+    dense = dWa.shape[0] + dWb.shape[0] > 0
+    act = np.ones(L + 1 if dense else 1)  # 1.0 while a link is not processed (dense unloads)
+    if dense:
+        _dense_loads(dWa, dWTa, load, count, a0, b0)
+        _dense_loads(dWb, dWTb, load, count, a0, b0)
     pos = np.full(L + 1, -1, dtype=np.int64)  # position of a live link in the dense share array
     psh = np.empty(L)
     plink = np.empty(L, dtype=np.int64)
@@ -466,6 +534,30 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             seq += 1
             _freeze(l, s_min, sa, oa, ca, ma, has_w, aa, wx, proc, load, cap, count, stale, bstale, pos)
             _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, stale, bstale, pos)
+            if dense:
+                act[l] = 0.0
+                if a0 <= l < a0 + nA:  # a dense A link: its flows leave their B links
+                    r = l - a0
+                    for k in range(dWa.shape[0]):
+                        _unload_row(dWa[k, r], act[b0:b0 + nB], load[b0:b0 + nB], cap[b0:b0 + nB],
+                                    count[b0:b0 + nB], stale[b0:b0 + nB], s_min)
+                    for k in range(dWb.shape[0]):
+                        _unload_row(dWb[k, r], act[b0:b0 + nB], load[b0:b0 + nB], cap[b0:b0 + nB],
+                                    count[b0:b0 + nB], stale[b0:b0 + nB], s_min)
+                    lo, hi = _pos_range(plink, n, b0, b0 + nB)
+                    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
+                        bstale[b] = True
+                elif b0 <= l < b0 + nB:
+                    c = l - b0
+                    for k in range(dWTa.shape[0]):
+                        _unload_row(dWTa[k, c], act[a0:a0 + nA], load[a0:a0 + nA], cap[a0:a0 + nA],
+                                    count[a0:a0 + nA], stale[a0:a0 + nA], s_min)
+                    for k in range(dWTb.shape[0]):
+                        _unload_row(dWTb[k, c], act[a0:a0 + nA], load[a0:a0 + nA], cap[a0:a0 + nA],
+                                    count[a0:a0 + nA], stale[a0:a0 + nA], s_min)
+                    lo, hi = _pos_range(plink, n, a0, a0 + nA)
+                    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
+                        bstale[b] = True
         dead += _retire(n_pick, picked, pos, psh, bdirty)
     return level[:L], porder[:L]
 
@@ -703,11 +795,21 @@ def _widen(oth: np.ndarray, width: int, pad: int) -> np.ndarray:
     return out
 
 
+_NO_DENSE = np.zeros((0, 1, 1))
+
+
 def link_levels(index: LinkEntries, wire: np.ndarray, capacity: np.ndarray,
-                other: LinkEntries | None = None) -> tuple[np.ndarray, np.ndarray]:
+                other: LinkEntries | None = None, dense: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(level, order) of every link for the live flows of ``index`` (and of ``other``, a second
-    flow set on the same links, without weights): the progressive filling described above."""
+    flow set on the same links, without weights): the progressive filling described above.
+
+    ``dense``: optionally ``(Wa, WTa, Wb, WTb, a0, b0)``, bipartite flow sets given as weight
+    matrices (:func:`_fill_levels`) that belong to ``index`` (``Wa``, (K, nA, nB)) and to
+    ``other`` (``Wb``), on links ``a0 .. a0 + nA - 1`` and ``b0 .. b0 + nB - 1`` which no entry
+    of either index crosses (they were built with those links infinite)."""
     L = capacity.shape[0]
+    if dense is None:
+        dense = (_NO_DENSE, _NO_DENSE, _NO_DENSE, _NO_DENSE, -1, -1)
     width = index.oth.shape[1]
     if other is None:
         ob = (np.zeros(L + 1, dtype=np.int64), np.empty((0, width), dtype=np.int32), np.empty(0),
@@ -721,7 +823,8 @@ def link_levels(index: LinkEntries, wire: np.ndarray, capacity: np.ndarray,
         if index.oth.shape[1] < width:
             index.oth = _widen(index.oth, width, L)
     return _fill_levels(index.starts, index.oth, index.fac, index.mw, index.has_w, index.alive, *ob,
-                        np.ascontiguousarray(wire, dtype=np.bool_), np.ascontiguousarray(capacity, dtype=np.float64))
+                        np.ascontiguousarray(wire, dtype=np.bool_), np.ascontiguousarray(capacity, dtype=np.float64),
+                        *dense)
 
 
 def rates_from_levels(links_fh: np.ndarray, alive: np.ndarray, level: np.ndarray, order: np.ndarray,
@@ -772,12 +875,14 @@ def maxmin_rates_parts(
     *,
     index: LinkEntries | None = None,
     alive: np.ndarray | None = None,
+    dense: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Max-min rates of two flow sets solved together (same result as one concatenated solve):
     a large one (``big_*``, its :class:`LinkEntries` reused across solves, ``big_alive``
     marking its live flows) and a second one, built on the fly unless its ``index`` (of the
     same ``links_fh``, ``factor`` and capacities) is given, ``alive`` marking its live flows
-    (default: all). Returns (rates big, rates second); dead flows get 0."""
+    (default: all). ``dense``: bipartite flow sets of both as weight matrices (:func:`link_levels`;
+    the indexes then leave their links out). Returns (rates big, rates second); dead flows get 0."""
     if big_index is None:
         big_index = LinkEntries(big_links, big_factor, capacity)
     big_index.update_alive(np.ascontiguousarray(big_alive, dtype=bool))
@@ -786,7 +891,7 @@ def maxmin_rates_parts(
     live = np.ones(links_fh.shape[0], dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
     if alive is not None:
         small.update_alive(live)
-    level, order = link_levels(big_index, wire, capacity, other=small)
+    level, order = link_levels(big_index, wire, capacity, other=small, dense=dense)
     ra = rates_from_levels(big_links, np.ascontiguousarray(big_alive, dtype=bool), level, order)
     rb = rates_from_levels(links_fh, live, level, order)
     return ra, rb

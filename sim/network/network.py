@@ -72,6 +72,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
+        "_dense", "_dindex", "_span",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -87,6 +88,9 @@ class FlowGroup:
         self._findex = None  # per-flow link index, for solves shared with other groups
         self._cand = np.empty(0, dtype=np.int64)  # classes that may end by the next recompute
         self._comp: _Components | None | bool = None  # link-disjoint parts (None: not looked for; False: none)
+        self._dense: _SharedDense | None | bool = None  # its dense part in shared solves (as _comp)
+        self._dindex = None  # its link index without the dense part's links (shared solves)
+        self._span: tuple | None = None  # (spans, links, whether its flows cross them)
 
     @property
     def size(self) -> int:
@@ -138,6 +142,35 @@ class _Components:
         self.dense: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * C
         self.cell = np.full((cflow.size, 2), -1, dtype=np.int32)
         self.order = np.full(link_comp.size, np.iinfo(np.int64).max, dtype=np.int64)  # never saturated
+
+
+class _SharedDense:
+    """A group's bipartite part (an AlltoAllv's NIC flows with one NIC per GPU) as a weight
+    matrix, for the solves it shares with other groups or a throttle: flow ``f`` of the part
+    crosses link ``a0 + cell[f, 0]`` and link ``b0 + cell[f, 1]`` with weight ``W[0][cell[f]]``
+    (0 once it has finished; ``cell[f] = -1`` for the group's other flows, which cross neither
+    range). ``W`` and ``WT`` are (1, nA, nB) and (1, nB, nA) (``maxmin._fill_levels``'s dense sets)."""
+
+    __slots__ = ("W", "WT", "a0", "b0", "cell")
+
+    def __init__(self, W: np.ndarray, a0: int, b0: int, cell: np.ndarray) -> None:
+        self.W = W
+        self.WT = np.ascontiguousarray(W.transpose(0, 2, 1))
+        self.a0 = a0
+        self.b0 = b0
+        self.cell = cell
+
+    @property
+    def spans(self) -> tuple[int, int, int, int]:
+        return self.a0, self.W.shape[1], self.b0, self.W.shape[2]
+
+    def drop(self, flows: np.ndarray) -> None:
+        """Finished flows leave the matrix."""
+        cells = self.cell[flows]
+        cells = cells[cells[:, 0] >= 0]
+        if cells.size:
+            self.W[0][cells[:, 0], cells[:, 1]] = 0.0
+            self.WT[0][cells[:, 1], cells[:, 0]] = 0.0
 
 
 class Network:
@@ -349,6 +382,8 @@ class Network:
                           self.link_bytes, self.link_wire_bytes)
                 if g._index is not None:  # finished classes leave the solver's index
                     g._index.kill(done)
+                if g._dense:
+                    g._dense.drop(done)
                 if g._comp:  # their parts are re-solved (dense parts lose their cells)
                     c = g._comp
                     parts = c.cflow[done]
@@ -441,6 +476,7 @@ class Network:
         g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
         g._index = None
         g._findex = None
+        g._dense, g._dindex, g._span = None, None, None
         starts = np.zeros(C + 1, dtype=np.int64)
         np.cumsum(np.bincount(cflow, minlength=C), out=starts[1:])
         link_comp = np.full(topo.capacity.size, -1, dtype=np.int64)
@@ -454,23 +490,33 @@ class Network:
                 self._dense_part(g, comp, i)
 
     def _dense_part(self, g: FlowGroup, comp: _Components, i: int) -> None:
-        """Give part ``i`` its dense form when it is bipartite (every flow crosses exactly two
-        finite links, a first one from a set A and a second from a set B disjoint from A, both
-        framed alike), has at most one flow per pair, fills at least a quarter of the A x B
-        pairs, and every link's flows, in flow order, go to increasing partners (its load is
-        then summed in the sparse solve's order): an AlltoAllv's NIC flows with one NIC per
-        GPU. The dense filling (``maxmin._fill_dense``) gives the same levels at a fraction of
-        the cost."""
-        topo = self.topology
+        """Give part ``i`` its dense form when it is bipartite (:meth:`_bipartite`). The dense
+        filling (``maxmin._fill_dense``) gives the same levels at a fraction of the cost."""
         lo, hi = int(comp.starts[i]), int(comp.starts[i + 1])
-        links = g._links[lo:hi]
+        f = self._bipartite(g._links[lo:hi], g._factorf[lo:hi], g._alive[lo:hi])
+        if f is None:
+            return
+        W, A, B, ia, jb = f
+        comp.dense[i] = (W[0], np.ascontiguousarray(W[0].T), A, B)
+        comp.cell[lo:hi, 0] = ia
+        comp.cell[lo:hi, 1] = jb
+
+    def _bipartite(self, links: np.ndarray, factorf: np.ndarray, live: np.ndarray):
+        """The dense form of a part (its flows' ``links``, factors, live flags) when it is
+        bipartite (every flow crosses exactly two finite links, a first one from a set A and a
+        second from a set B disjoint from A, both framed alike), has at most one flow per pair,
+        fills at least a quarter of the A x B pairs, and every link's flows, in flow order, go
+        to increasing partners (its load is then summed in the sparse solve's order): an
+        AlltoAllv's NIC flows with one NIC per GPU. Returns (W (1, |A|, |B|) of the live flows'
+        weights, A, B, each flow's row, each flow's column) or None."""
+        topo = self.topology
         finite = np.isfinite(topo.capacity)
         # (a million-flow part: int32 and per-hop temporaries, no (flows x hops) int64 arrays)
         n_fin = np.zeros(links.shape[0], dtype=np.uint8)
         for h in range(links.shape[1]):
             n_fin += finite[links[:, h]]
         if np.any(n_fin != 2):
-            return
+            return None
         del n_fin
         if links.shape[1] == 2:
             a, b = links[:, 0], links[:, 1]
@@ -484,13 +530,13 @@ class Network:
         in_a = np.bincount(a, minlength=L) > 0
         in_b = np.bincount(b, minlength=L) > 0
         if np.any(in_a & in_b):
-            return
+            return None
         A, B = np.flatnonzero(in_a), np.flatnonzero(in_b)
         framed = topo.wire[A[0]]
         if np.any(topo.wire[A] != framed) or np.any(topo.wire[B] != framed):  # all framed alike
-            return
+            return None
         if a.size < 0.25 * A.size * B.size or A.size * B.size > self.dense_max_cells:
-            return
+            return None
         slot = np.full(L, -1, dtype=np.int32)
         slot[A] = np.arange(A.size, dtype=np.int32)
         ia = slot[a]
@@ -502,19 +548,43 @@ class Network:
         if not np.all((ia[1:] > ia[:-1]) | ((ia[1:] == ia[:-1]) & (jb[1:] > jb[:-1]))):
             key = ia.astype(np.int64) * B.size + jb
             if np.bincount(key, minlength=A.size * B.size).max() > 1:  # one flow per pair
-                return
+                return None
             del key
             for x, y in ((ia, jb), (jb, ia)):  # per link, partners increasing in flow order
                 o = np.argsort(x, kind="stable")
                 xs, ys = x[o], y[o]
                 if np.any((xs[1:] == xs[:-1]) & (ys[1:] <= ys[:-1])):
-                    return
-        W = np.zeros((A.size, B.size))
-        live = g._alive[lo:hi]
-        W[ia[live], jb[live]] = g._factorf[lo:hi][live] if framed else 1.0
-        comp.dense[i] = (W, np.ascontiguousarray(W.T), A, B)
-        comp.cell[lo:hi, 0] = ia
-        comp.cell[lo:hi, 1] = jb
+                    return None
+        W = np.zeros((1, A.size, B.size))
+        W[0, ia[live], jb[live]] = factorf[live] if framed else 1.0
+        return W, A, B, ia, jb
+
+    def _shared_dense(self, g: FlowGroup) -> _SharedDense | None | bool:
+        """A large per-flow group's largest link-disjoint part in dense form (:meth:`_bipartite`)
+        when its two link sets are each a range of link ids, for the solves it shares (None:
+        not per flow, look again later; False: none)."""
+        if not g._cls.identity:
+            return None
+        if not self.components or g._alive.size < self.dense_min_flows:
+            return False
+        finite = np.isfinite(self.topology.capacity)
+        cflow = K.components(g._links, finite)
+        counts = np.bincount(cflow)
+        part = int(np.argmax(counts))
+        if counts[part] < self.dense_min_flows:
+            return False
+        idx = np.flatnonzero(cflow == part)
+        del cflow
+        f = self._bipartite(g._links[idx], g._factorf[idx], g._alive[idx])
+        if f is None:
+            return False
+        W, A, B, ia, jb = f
+        if A[-1] - A[0] + 1 != A.size or B[-1] - B[0] + 1 != B.size:
+            return False
+        cell = np.full((g._alive.size, 2), -1, dtype=np.int32)
+        cell[idx, 0] = ia
+        cell[idx, 1] = jb
+        return _SharedDense(W, int(A[0]), int(B[0]), cell)
 
     def _windows(self, t0: int, t1: int) -> np.ndarray:
         """Lengths of the windows between consecutive recomputes from ``t0`` to ``t1``."""
@@ -579,6 +649,9 @@ class Network:
         g._alive = np.ones(int(a.sum()), dtype=bool)
         g._index = None
         g._findex = None
+        g._dindex = None
+        if g._dense:
+            g._dense.cell = g._dense.cell[keep]
         c = g._comp
         if c:  # the parts keep their flows' order; each is brought up to date at its next solve
             c.cflow = c.cflow[keep]
@@ -661,14 +734,18 @@ class Network:
         masks = [self._live_flows(g) for g in groups]
         big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
         gb = groups[big]
-        if gb._findex is None:
-            same = gb._cls.identity and gb._index is not None  # its own index is per flow already
-            gb._findex = gb._index if same else LinkEntries(gb._links, gb._factorf, topo.capacity)
         rest = [i for i in range(len(groups)) if i != big]
-        rc = self._rest_problem([groups[i] for i in rest])
+        # dense parts (an AlltoAllv's NIC flows) join the filling as weight matrices
+        dense = self._dense_sets(groups, big) if self.components else None
+        if dense is None:
+            bindex = self._full_index(gb)
+            rc = self._rest_problem([groups[i] for i in rest], None)
+        else:  # the indexes leave out the dense links (no other flow crosses them)
+            bindex, rc = dense.pop(), self._rest_problem([groups[i] for i in rest], dense[-2:])
+            dense = tuple(dense[:4]) + (dense[4][0], dense[4][2])
         alive = np.concatenate([masks[i] for i in rest])
-        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, rc["links"], rc["factor"],
-                                       topo.wire, topo.capacity, index=rc["index"], alive=alive)
+        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], bindex, rc["links"], rc["factor"],
+                                       topo.wire, topo.capacity, index=rc["index"], alive=alive, dense=dense)
         n_live = int(alive.sum()) + int(masks[big].sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
@@ -682,22 +759,91 @@ class Network:
                 pos += g._links.shape[0]
         self._set_flow_rates(masks, full, previous)
 
-    def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
+    def _full_index(self, g: FlowGroup) -> LinkEntries:
+        """The largest group's per-flow link index for shared solves, kept across them."""
+        if g._findex is None:
+            same = g._cls.identity and g._index is not None  # its own index is per flow already
+            g._findex = g._index if same else LinkEntries(g._links, g._factorf, self.topology.capacity)
+        return g._findex
+
+    def _rest_problem(self, groups: list[FlowGroup], dense: tuple | None) -> dict[str, Any]:
         """Every flow (live or not) of the groups solved beside the largest one, with its link
         index, kept while those groups and their arrays stay the same: between solves only
         which flows are live changes, and an index's dead flows add exact zeros and are skipped,
-        so the rates equal those of a problem built from the live flows alone."""
+        so the rates equal those of a problem built from the live flows alone. ``dense``: (the
+        dense links' spans, whether a group of ``groups`` has a dense part); the index then
+        leaves those links out."""
         key = [(g, g._links) for g in groups]
         c = self._rcache
-        if c is not None and len(c["key"]) == len(key) and all(
+        if c is not None and c["dense"] == dense and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
         topo = self.topology
         links = np.ascontiguousarray(np.concatenate([g._links for g in groups], axis=0))
         factor = np.concatenate([g._factorf for g in groups])
-        self._rcache = {"key": key, "links": links, "factor": factor,
-                        "index": LinkEntries(links, factor, topo.capacity)}
+        cap = self._without_spans(dense[0]) if dense is not None and dense[1] else topo.capacity
+        self._rcache = {"key": key, "dense": dense, "links": links, "factor": factor,
+                        "index": LinkEntries(links, factor, cap)}
         return self._rcache
+
+    def _without_spans(self, spans: tuple[int, int, int, int]) -> np.ndarray:
+        """The capacities with the links of two ranges ``(a0, nA, b0, nB)`` taken as infinite."""
+        a0, nA, b0, nB = spans
+        cap = self.topology.capacity.copy()
+        cap[a0:a0 + nA] = np.inf
+        cap[b0:b0 + nB] = np.inf
+        return cap
+
+    def _dense_sets(self, groups: list[FlowGroup], big: int) -> list | None:
+        """For a solve of several groups: their dense parts (:class:`_SharedDense`) as the
+        filling's dense sets, when every dense part spans the same two link ranges and no
+        other flow crosses them (else None: the solve is all sparse, with the same result).
+        Returns [Wa, WTa, Wb, WTb, spans, whether the others have a dense part, the largest
+        group's index without the dense links]."""
+        for g in groups:
+            if g._dense is None and g._alive.size >= self.dense_min_flows:
+                g._dense = self._shared_dense(g)
+        forms = [g._dense if g._dense else None for g in groups]
+        have = [f for f in forms if f is not None]
+        if not have:
+            return None
+        spans = have[0].spans
+        if any(f.spans != spans for f in have):
+            return None
+        a0, nA, b0, nB = spans
+        for g, f in zip(groups, forms):
+            if f is not None:
+                continue
+            if g._span is None or g._span[0] != spans or g._span[1] is not g._links:
+                inspan = np.zeros(self.topology.capacity.size, dtype=bool)
+                inspan[a0:a0 + nA] = True
+                inspan[b0:b0 + nB] = True
+                hit = False
+                for h in range(g._links.shape[1]):
+                    if inspan[g._links[:, h]].any():
+                        hit = True
+                        break
+                g._span = (spans, g._links, hit)
+            if g._span[2]:
+                return None
+        gb = groups[big]
+        fb = forms[big]
+        none = np.zeros((0, nA, nB))
+        rest = [f for i, f in enumerate(forms) if i != big and f is not None]
+        if len(rest) > 1:
+            Wb, WTb = np.concatenate([f.W for f in rest]), np.concatenate([f.WT for f in rest])
+        elif rest:
+            Wb, WTb = rest[0].W, rest[0].WT
+        else:
+            Wb, WTb = none, np.zeros((0, nB, nA))
+        if fb is None:  # its flows cross no dense link: its usual index
+            bindex = self._full_index(gb)
+        else:
+            if gb._dindex is None:
+                gb._dindex = LinkEntries(gb._links, gb._factorf, self._without_spans(spans))
+            bindex = gb._dindex
+        Wa, WTa = (fb.W, fb.WT) if fb is not None else (none, np.zeros((0, nB, nA)))
+        return [Wa, WTa, Wb, WTb, spans, bool(rest), bindex]
 
     def _set_flow_rates(self, masks: list[np.ndarray], full: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
         """Install per-flow rates ``full[i]`` (over every flow of group ``i``, 0 where not live;
