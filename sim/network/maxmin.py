@@ -174,7 +174,7 @@ def _block_min(a, lo, hi):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cover - compiled
+def _entries_build(links_fh, factor, weight, has_w, capacity, skip):  # pragma: no cover - compiled
     """Counting sort of the (flow, hop) entries on finite-capacity links by link. Per entry: its
     flow, the flow's *other* finite hops (``oth``, padded with the scratch index L), its factor,
     and with weights its multiplicity on this hop (column 0) and on the others; ``pos[f, h]`` is
@@ -185,7 +185,7 @@ def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cov
     for f in range(F):
         for h in range(H):
             k = links_fh[f, h]
-            if np.isfinite(capacity[k]):
+            if np.isfinite(capacity[k]) and not skip[k]:
                 counts[k + 1] += 1
     starts = np.cumsum(counts)
     fill = starts[:-1].copy()
@@ -199,7 +199,7 @@ def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cov
     for f in range(F):
         for h in range(H):
             k = links_fh[f, h]
-            if not np.isfinite(capacity[k]):
+            if not np.isfinite(capacity[k]) or skip[k]:
                 continue
             e = fill[k]
             fill[k] += 1
@@ -403,33 +403,36 @@ def _retire(n_pick, picked, pos, psh, bdirty):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _dense_loads(Ws, WTs, load, count, a0, b0):  # pragma: no cover - compiled
-    """Add the loads of the dense flow sets ``Ws`` (K, nA, nB) onto links ``a0 + r`` and
-    ``b0 + c``: per link one running sum over the sets in order, each in column order, as
-    :func:`_add_loads` sums one entry set's flows in flow order (from 0.0, then added)."""
-    K, nA, nB = Ws.shape
-    if K == 0:
-        return
-    for r in range(nA):
-        ld = 0.0
-        c = 0
-        for k in range(K):
-            for j in range(nB):
-                w = Ws[k, r, j]
-                ld += w
-                c += w > 0.0
-        load[a0 + r] += ld
-        count[a0 + r] += c
-    for j in range(nB):
-        ld = 0.0
-        c = 0
-        for k in range(K):
-            for r in range(nA):
-                w = WTs[k, j, r]
-                ld += w
-                c += w > 0.0
-        load[b0 + j] += ld
-        count[b0 + j] += c
+def _dense_loads(Wa, WTa, Wb, WTb, load, count, a0, b0, nA, nB, joint):  # pragma: no cover - compiled
+    """Add the loads of the dense flow sets ``Wa`` then ``Wb`` (each (K, nA, nB)) onto links
+    ``a0 + r`` and ``b0 + c``, each set's flows in column order, as :func:`_add_loads` sums an
+    entry set's flows in flow order: per set a running sum from 0.0, then added (``joint``:
+    one running sum over both sets, as one entry set holding both)."""
+    Ka = Wa.shape[0]
+    Kb = Wb.shape[0]
+    for side in range(2):
+        n = nA if side == 0 else nB
+        m = nB if side == 0 else nA
+        base = a0 if side == 0 else b0
+        for r in range(n):
+            ld = 0.0
+            c = 0
+            for k in range(Ka + Kb):
+                if k == Ka and not joint:
+                    load[base + r] += ld
+                    count[base + r] += c
+                    ld = 0.0
+                    c = 0
+                if side == 0:
+                    row = Wa[k, r] if k < Ka else Wb[k - Ka, r]
+                else:
+                    row = WTa[k, r] if k < Ka else WTb[k - Ka, r]
+                for j in range(m):
+                    w = row[j]
+                    ld += w
+                    c += w > 0.0
+            load[base + r] += ld
+            count[base + r] += c
 
 
 @jit(cache=True, nogil=True, inline="always")
@@ -455,8 +458,43 @@ def _pos_range(plink, n, lo_link, hi_link):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
+def _unload_row_v(row, k0, act, load, cap, count, stale, s, vfar, vnear):  # pragma: no cover - compiled
+    """:func:`_unload_row` for dense flows that also cross two more links (unframed: weight 1
+    there): the far side's link of each flow (``vfar[t]``, by partner) and one near link
+    (``vnear``), taken off flow by flow in partner order (a frozen flow, any of its links
+    processed, takes off zeros)."""
+    for t in range(row.shape[0]):
+        v = vfar[t]
+        x = row[t]
+        on = act[k0 + t] * act[v]
+        hit = x > 0.0 and on != 0.0
+        w = x * on
+        u = 1.0 if hit else 0.0
+        load[k0 + t] -= w
+        cap[k0 + t] -= w * s
+        count[k0 + t] -= hit
+        stale[k0 + t] |= hit
+        load[v] -= u
+        cap[v] -= u * s
+        count[v] -= hit
+        stale[v] |= hit
+        load[vnear] -= u
+        cap[vnear] -= u * s
+        count[vnear] -= hit
+        stale[vnear] |= hit
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _stale_range(plink, n, lo_link, hi_link, bstale):  # pragma: no cover - compiled
+    """Mark the blocks holding the live links ``lo_link <= l < hi_link`` as stale."""
+    lo, hi = _pos_range(plink, n, lo_link, hi_link)
+    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
+        bstale[b] = True
+
+
+@jit(cache=True, nogil=True)
 def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa, dWTa, dWb, dWTb, a0,
-                 b0):  # pragma: no cover - compiled
+                 b0, va, vb):  # pragma: no cover - compiled
     """Progressive filling over two parts (``s`` starts, ``o`` other hops, ``c`` factors, ``m``
     multiplicities of part a when ``has_w``, ``a`` entry alive) sharing the links. Returns per
     link its level (inf: never saturated) and its processing order.
@@ -468,6 +506,10 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa,
     link's load is part a's running sum then part b's, and a saturated link unloads part a's
     flows then part b's, as if those flows were entries (with each link's flows in order of
     their partner), so levels and order are those of the same flows given as entries.
+    With ``va`` / ``vb`` (per row / column, a link id; empty for none) every flow (r, c) also
+    crosses links ``va[r]`` and ``vb[c]``, which part a's entries cover (their flows list the
+    dense links among their other links, the dense links get no entries); ``dWa`` and ``dWb``
+    are then both part a's, in that order (one running sum per link).
 
     Shares are refreshed lazily: freezing a flow only marks its other links stale (a link's share
     only rises when a flow frozen at the current level leaves it: ``(c - w s) / (l - w) >= c / l``
@@ -491,8 +533,7 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa,
     dense = dWa.shape[0] + dWb.shape[0] > 0
     act = np.ones(L + 1 if dense else 1)  # 1.0 while a link is not processed (dense unloads)
     if dense:
-        _dense_loads(dWa, dWTa, load, count, a0, b0)
-        _dense_loads(dWb, dWTb, load, count, a0, b0)
+        _dense_loads(dWa, dWTa, dWb, dWTb, load, count, a0, b0, nA, nB, va.shape[0] > 0)
     pos = np.full(L + 1, -1, dtype=np.int64)  # position of a live link in the dense share array
     psh = np.empty(L)
     plink = np.empty(L, dtype=np.int64)
@@ -536,7 +577,31 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa,
             _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, stale, bstale, pos)
             if dense:
                 act[l] = 0.0
-                if a0 <= l < a0 + nA:  # a dense A link: its flows leave their B links
+                if va.shape[0] > 0 and a0 <= l < a0 + nA:  # with their rows' and columns' links
+                    r = l - a0
+                    if act[va[r]] != 0.0:  # else its flows were frozen there
+                        for k in range(dWa.shape[0]):
+                            _unload_row_v(dWa[k, r], b0, act, load, cap, count, stale, s_min, vb, va[r])
+                        for k in range(dWb.shape[0]):
+                            _unload_row_v(dWb[k, r], b0, act, load, cap, count, stale, s_min, vb, va[r])
+                        _stale_range(plink, n, b0, b0 + nB, bstale)
+                        _stale_range(plink, n, vb.min(), vb.max() + 1, bstale)
+                        p = pos[va[r]]
+                        if p >= 0:
+                            bstale[p >> _BLOCK_SHIFT] = True
+                elif va.shape[0] > 0 and b0 <= l < b0 + nB:
+                    c = l - b0
+                    if act[vb[c]] != 0.0:
+                        for k in range(dWTa.shape[0]):
+                            _unload_row_v(dWTa[k, c], a0, act, load, cap, count, stale, s_min, va, vb[c])
+                        for k in range(dWTb.shape[0]):
+                            _unload_row_v(dWTb[k, c], a0, act, load, cap, count, stale, s_min, va, vb[c])
+                        _stale_range(plink, n, a0, a0 + nA, bstale)
+                        _stale_range(plink, n, va.min(), va.max() + 1, bstale)
+                        p = pos[vb[c]]
+                        if p >= 0:
+                            bstale[p >> _BLOCK_SHIFT] = True
+                elif a0 <= l < a0 + nA:  # a dense A link: its flows leave their B links
                     r = l - a0
                     for k in range(dWa.shape[0]):
                         _unload_row(dWa[k, r], act[b0:b0 + nB], load[b0:b0 + nB], cap[b0:b0 + nB],
@@ -753,15 +818,18 @@ class LinkEntries:
     __slots__ = ("starts", "flow", "oth", "fac", "mw", "has_w", "pos", "alive", "_flows_alive")
 
     def __init__(self, links_fh: np.ndarray, factor: np.ndarray, capacity: np.ndarray,
-                 weight: np.ndarray | None = None) -> None:
+                 weight: np.ndarray | None = None, skip: np.ndarray | None = None) -> None:
         links_fh = np.ascontiguousarray(links_fh)
         if links_fh.size >= 2**31:
             raise ValueError(f"links: expected fewer than 2**31 (flow, hop) entries, got {links_fh.size}")
         self.has_w = weight is not None
         w = np.ascontiguousarray(weight, dtype=np.float64) if self.has_w else _NO_W
+        # skip: finite links that get no entries but stay among the flows' other links (links
+        # whose flows a dense set of the filling stands for, _fill_levels)
+        sk = np.zeros(capacity.shape[0], dtype=np.bool_) if skip is None else np.ascontiguousarray(skip, dtype=np.bool_)
         self.starts, self.flow, self.oth, self.fac, self.mw, self.pos = _entries_build(
             links_fh, np.ascontiguousarray(factor, dtype=np.float64), w, self.has_w,
-            np.ascontiguousarray(capacity, dtype=np.float64))
+            np.ascontiguousarray(capacity, dtype=np.float64), sk)
         self.alive = np.ones(self.flow.size, dtype=np.bool_)
         self._flows_alive: np.ndarray | None = None  # per flow, once set_alive has been called
 
@@ -796,6 +864,7 @@ def _widen(oth: np.ndarray, width: int, pad: int) -> np.ndarray:
 
 
 _NO_DENSE = np.zeros((0, 1, 1))
+_NO_V = np.zeros(0, dtype=np.int64)
 
 
 def link_levels(index: LinkEntries, wire: np.ndarray, capacity: np.ndarray,
@@ -806,10 +875,15 @@ def link_levels(index: LinkEntries, wire: np.ndarray, capacity: np.ndarray,
     ``dense``: optionally ``(Wa, WTa, Wb, WTb, a0, b0)``, bipartite flow sets given as weight
     matrices (:func:`_fill_levels`) that belong to ``index`` (``Wa``, (K, nA, nB)) and to
     ``other`` (``Wb``), on links ``a0 .. a0 + nA - 1`` and ``b0 .. b0 + nB - 1`` which no entry
-    of either index crosses (they were built with those links infinite)."""
+    of either index crosses (they were built with those links infinite); or ``(Wa, WTa, Wb,
+    WTb, a0, b0, va, vb)``: every dense flow also crosses link ``va[row]`` and ``vb[column]``
+    (ranges of link ids), where ``index`` (built with the dense links in ``skip``) has their
+    entries, and ``Wa`` then ``Wb`` are all ``index``'s (``other`` is None)."""
     L = capacity.shape[0]
     if dense is None:
         dense = (_NO_DENSE, _NO_DENSE, _NO_DENSE, _NO_DENSE, -1, -1)
+    if len(dense) == 6:
+        dense = tuple(dense) + (_NO_V, _NO_V)
     width = index.oth.shape[1]
     if other is None:
         ob = (np.zeros(L + 1, dtype=np.int64), np.empty((0, width), dtype=np.int32), np.empty(0),
@@ -848,10 +922,13 @@ def maxmin_rates_fm(
     alive: np.ndarray | None = None,
     index: LinkEntries | None = None,
     weight: np.ndarray | None = None,
+    dense: tuple | None = None,
 ) -> np.ndarray:
     """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix (and (F, H) ``weight``)
     through the link-level solver (compiled; plain Python under NEONIC_NO_NUMBA). A given
-    ``index`` must have been built from the same links, factors, capacities and weights."""
+    ``index`` must have been built from the same links, factors, capacities and weights.
+    ``dense``: flows given as weight matrices (:func:`link_levels`; ``index`` leaves their
+    links out)."""
     n_flows = links_fh.shape[0]
     if n_flows == 0:
         return np.zeros(0)
@@ -859,7 +936,7 @@ def maxmin_rates_fm(
         index = LinkEntries(links_fh, factor, capacity, weight)
     a = np.ones(n_flows, dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
     index.update_alive(a)
-    level, order = link_levels(index, wire, capacity)
+    level, order = link_levels(index, wire, capacity, dense=dense)
     return rates_from_levels(np.ascontiguousarray(links_fh), a, level, order)
 
 

@@ -561,8 +561,10 @@ class Network:
 
     def _shared_dense(self, g: FlowGroup) -> _SharedDense | None | bool:
         """A large per-flow group's largest link-disjoint part in dense form (:meth:`_bipartite`)
-        when its two link sets are each a range of link ids, for the solves it shares (None:
-        not per flow, look again later; False: none)."""
+        over the two blocks of links (``Topology.link_block``, e.g. every NIC's transmit and
+        every NIC's receive link) that hold its two link sets, when no other flow of the group
+        crosses them, for the solves it shares (None: not per flow, look again later; False:
+        none). Spanning whole blocks, the dense parts of different groups share their spans."""
         if not g._cls.identity:
             return None
         if not self.components or g._alive.size < self.dense_min_flows:
@@ -573,18 +575,35 @@ class Network:
         part = int(np.argmax(counts))
         if counts[part] < self.dense_min_flows:
             return False
-        idx = np.flatnonzero(cflow == part)
+        inpart = cflow == part
+        idx = np.flatnonzero(inpart)
         del cflow
         f = self._bipartite(g._links[idx], g._factorf[idx], g._alive[idx])
         if f is None:
             return False
         W, A, B, ia, jb = f
-        if A[-1] - A[0] + 1 != A.size or B[-1] - B[0] + 1 != B.size:
+        topo = self.topology
+        a0, nA = topo.link_block(int(A[0]))
+        b0, nB = topo.link_block(int(B[0]))
+        if A[-1] >= a0 + nA or B[-1] >= b0 + nB or a0 == b0 or nA * nB > self.dense_max_cells:
             return False
+        inspan = np.zeros(topo.capacity.size, dtype=bool)
+        inspan[a0:a0 + nA] = True
+        inspan[b0:b0 + nB] = True
+        rest = ~inpart
+        for h in range(g._links.shape[1]):  # the group's other flows stay off both blocks
+            if inspan[g._links[rest, h]].any():
+                return False
+        if nA != A.size or nB != B.size:  # the part's matrix within the blocks' (zero elsewhere)
+            Wf = np.zeros((1, nA, nB))
+            Wf[0][np.ix_(A - a0, B - b0)] = W[0]
+            W = Wf
+            ia = (A - a0)[ia].astype(np.int32)
+            jb = (B - b0)[jb].astype(np.int32)
         cell = np.full((g._alive.size, 2), -1, dtype=np.int32)
         cell[idx, 0] = ia
         cell[idx, 1] = jb
-        return _SharedDense(W, int(A[0]), int(B[0]), cell)
+        return _SharedDense(W, a0, b0, cell)
 
     def _windows(self, t0: int, t1: int) -> np.ndarray:
         """Lengths of the windows between consecutive recomputes from ``t0`` to ``t1``."""
@@ -794,12 +813,10 @@ class Network:
         cap[b0:b0 + nB] = np.inf
         return cap
 
-    def _dense_sets(self, groups: list[FlowGroup], big: int) -> list | None:
-        """For a solve of several groups: their dense parts (:class:`_SharedDense`) as the
-        filling's dense sets, when every dense part spans the same two link ranges and no
-        other flow crosses them (else None: the solve is all sparse, with the same result).
-        Returns [Wa, WTa, Wb, WTb, spans, whether the others have a dense part, the largest
-        group's index without the dense links]."""
+    def _dense_forms(self, groups: list[FlowGroup]) -> tuple[list, tuple[int, int, int, int]] | None:
+        """Each group's dense part (:class:`_SharedDense`, or None) and their common link spans,
+        when every dense part spans the same two link ranges and no other flow crosses them;
+        else None (the solve is all sparse, with the same result)."""
         for g in groups:
             if g._dense is None and g._alive.size >= self.dense_min_flows:
                 g._dense = self._shared_dense(g)
@@ -826,6 +843,19 @@ class Network:
                 g._span = (spans, g._links, hit)
             if g._span[2]:
                 return None
+        return forms, spans
+
+    def _dense_sets(self, groups: list[FlowGroup], big: int) -> list | None:
+        """For a solve of several groups: their dense parts (:class:`_SharedDense`) as the
+        filling's dense sets, when every dense part spans the same two link ranges and no
+        other flow crosses them (else None: the solve is all sparse, with the same result).
+        Returns [Wa, WTa, Wb, WTb, spans, whether the others have a dense part, the largest
+        group's index without the dense links]."""
+        found = self._dense_forms(groups)
+        if found is None:
+            return None
+        forms, spans = found
+        a0, nA, b0, nB = spans
         gb = groups[big]
         fb = forms[big]
         none = np.zeros((0, nA, nB))
@@ -903,12 +933,13 @@ class Network:
         cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
         cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
+        dense = self._throttle_dense(flows, groups) if self.components else None
         if "index" not in flows:
-            self._throttle_index(flows, groups)
+            self._throttle_index(flows, groups, dense)
         masks = [self._live_flows(g) for g in groups]
         alive = np.concatenate(masks)
         rates = maxmin_rates_fm(flows["links"], flows["factor"], flows["wire"], capacity, alive=alive,
-                                index=flows["index"])
+                                index=flows["index"], dense=None if dense is None else self._dense_args(*dense))
         n_live = int(alive.sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
@@ -931,7 +962,57 @@ class Network:
                         "dst": np.concatenate([d for _, d in parts])}
         return self._tcache
 
-    def _throttle_index(self, flows: dict[str, Any], groups: list[FlowGroup]) -> None:
+    def _throttle_dense(self, flows: dict[str, Any], groups: list[FlowGroup]) -> tuple | None:
+        """The throttled solve's dense sets (``maxmin.link_levels``): the groups' dense parts
+        (:meth:`_dense_forms`) in group order, each flow also on its source GPU's transmit and
+        its destination GPU's receive link, when every row of the matrices has one source GPU
+        and every column one destination (one NIC per GPU). Kept with ``flows``; None: sparse."""
+        if "dense" in flows:
+            return flows["dense"]
+        flows["dense"] = None
+        found = self._dense_forms(groups)
+        if found is None:
+            return None
+        forms, spans = found
+        a0, nA, b0, nB = spans
+        topo = self.topology
+        base = topo.capacity.size
+        endpoints = topo.num_endpoints
+        va = np.full(nA, -1, dtype=np.int64)
+        vb = np.full(nB, -1, dtype=np.int64)
+        for g, f in zip(groups, forms):
+            if f is None:
+                continue
+            on = f.cell[:, 0] >= 0
+            src = g.src[g._orig[on]] + base
+            dst = g.dst[g._orig[on]] + base + endpoints
+            for v, c, x in ((va, f.cell[on, 0], src), (vb, f.cell[on, 1], dst)):
+                prev = v[c]
+                v[c] = x
+                if np.any(v[c] != x) or np.any((prev >= 0) & (prev != x)):  # a row (column) with
+                    return None  # two source (destination) GPUs
+        # a row or column without flows (a NIC the parts leave idle) names the scratch link:
+        # its cells are 0, so it only ever takes off exact zeros there
+        va[va < 0] = base + 2 * endpoints
+        vb[vb < 0] = base + 2 * endpoints
+        flows["dense"] = ([f for f in forms if f is not None], a0, b0, va, vb)
+        return flows["dense"]
+
+    @staticmethod
+    def _dense_args(forms: list[_SharedDense], a0: int, b0: int, va: np.ndarray, vb: np.ndarray) -> tuple:
+        """``maxmin.link_levels``'s dense sets for the throttled solve: the first part, then the
+        others (copied together when there are more than two; the matrices change between
+        solves as flows finish, so a copy is never kept)."""
+        Wa, WTa = forms[0].W, forms[0].WT
+        if len(forms) == 1:
+            Wb, WTb = np.zeros((0,) + Wa.shape[1:]), np.zeros((0,) + WTa.shape[1:])
+        elif len(forms) == 2:
+            Wb, WTb = forms[1].W, forms[1].WT
+        else:
+            Wb, WTb = np.concatenate([f.W for f in forms[1:]]), np.concatenate([f.WT for f in forms[1:]])
+        return Wa, WTa, Wb, WTb, a0, b0, va, vb
+
+    def _throttle_index(self, flows: dict[str, Any], groups: list[FlowGroup], dense: tuple | None = None) -> None:
         """The throttled solve's problem over ``flows`` (:meth:`_throttle_flows`): each flow's
         links plus its two virtual links (GPU ``i``'s transmit at ``L + 1 + i``, receive at
         ``L + 1 + endpoints + i``), its factor, and their link index. The index takes every
@@ -947,7 +1028,13 @@ class Network:
                                                      (base + endpoints + flows["dst"])[:, None].astype(dt)], axis=1))
         factor = np.concatenate([g._factorf for g in groups])
         finite = np.concatenate([topo.capacity, np.ones(2 * endpoints)])
-        flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite),
+        skip = None
+        if dense is not None:  # the dense links get no entries (the matrices stand for them)
+            skip = np.zeros(finite.size, dtype=bool)
+            forms, a0, b0 = dense[:3]
+            skip[a0:a0 + forms[0].W.shape[1]] = True
+            skip[b0:b0 + forms[0].W.shape[2]] = True
+        flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite, skip=skip),
                      wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
 
     def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,
