@@ -463,25 +463,28 @@ def _unload_row_v(row, k0, act, load, cap, count, stale, s, vfar, vnear):  # pra
     there): the far side's link of each flow (``vfar[t]``, by partner) and one near link
     (``vnear``), taken off flow by flow in partner order (a frozen flow, any of its links
     processed, takes off zeros)."""
+    near = cap[vnear] != np.inf  # an unlimited GPU's link is never read: left alone
     for t in range(row.shape[0]):
-        v = vfar[t]
         x = row[t]
-        on = act[k0 + t] * act[v]
-        hit = x > 0.0 and on != 0.0
-        w = x * on
-        u = 1.0 if hit else 0.0
-        load[k0 + t] -= w
-        cap[k0 + t] -= w * s
-        count[k0 + t] -= hit
-        stale[k0 + t] |= hit
-        load[v] -= u
-        cap[v] -= u * s
-        count[v] -= hit
-        stale[v] |= hit
-        load[vnear] -= u
-        cap[vnear] -= u * s
-        count[vnear] -= hit
-        stale[vnear] |= hit
+        if x == 0.0:  # no live flow
+            continue
+        v = vfar[t]
+        if act[k0 + t] == 0.0 or act[v] == 0.0:  # frozen already
+            continue
+        load[k0 + t] -= x
+        cap[k0 + t] -= x * s
+        count[k0 + t] -= 1
+        stale[k0 + t] = True
+        if cap[v] != np.inf:
+            load[v] -= 1.0
+            cap[v] -= s
+            count[v] -= 1
+            stale[v] = True
+        if near:
+            load[vnear] -= 1.0
+            cap[vnear] -= s
+            count[vnear] -= 1
+            stale[vnear] = True
 
 
 @jit(cache=True, nogil=True, inline="always")

@@ -957,7 +957,8 @@ class Network:
         if c is not None and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
-        parts = [(g.src[g._orig], g.dst[g._orig]) for g in groups]
+        # int32 (endpoint ids): the per-solve traffic sums read them for every flow
+        parts = [(g.src[g._orig].astype(np.int32), g.dst[g._orig].astype(np.int32)) for g in groups]
         self._tcache = {"key": key, "parts": parts, "src": np.concatenate([s for s, _ in parts]),
                         "dst": np.concatenate([d for _, d in parts])}
         return self._tcache
