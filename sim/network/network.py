@@ -223,6 +223,12 @@ class Network:
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
         self._tcache: dict[str, Any] | None = None  # the throttled solve's flows (_throttle_flows)
         self._rcache: dict[str, Any] | None = None  # the groups solved beside the largest (_rest_problem)
+        # the flow set's version: bumped whenever a flow finishes or starts, or a group's arrays
+        # or classes change. A throttled recompute at an unchanged version (only the GPUs'
+        # scales moved) reuses the unthrottled rates of the last solve: the same problem
+        self._flow_set = 0
+        self._base: tuple[int, list[np.ndarray], int, int] | None = None  # (version, rates, counts)
+        self.base_reused = 0  # solves that reused them
         # called with the network after every solve (progress reports on long runs; None: off)
         self.on_solve: Callable[["Network"], Any] | None = None
 
@@ -401,6 +407,8 @@ class Network:
             g._remaining -= done.size
             freed += sr
             freed_t += srt
+            if done.size:
+                self._flow_set += 1
             if g._remaining:
                 if g._event is not None:  # its completion prediction is void: rates change now
                     g._event.cancel()
@@ -408,8 +416,11 @@ class Network:
                     K.void_cls(g._alive, cl.members, cl.starts, g._orig, g.finish_ps)
                 if g._remaining < 0.5 * g._alive.size and g._alive.size > self.compact_min_flows:
                     self._compact(g)
+                    self._flow_set += 1
                 survivors.append(g)
         old = survivors
+        if self._pending:
+            self._flow_set += 1
         survivors = survivors + self._pending
         for g in self._pending:
             if g._agg:
@@ -691,6 +702,31 @@ class Network:
                              lclass_wire=cl.lclass_wire, identity=False)
 
     def _solve(self, now: int, previous: dict[int, np.ndarray]) -> None:
+        groups = self._groups
+        base = self._base
+        if self._throttle is not None and base is not None and base[0] == self._flow_set:
+            # only the throttle's scales changed since the last solve: the unthrottled rates are
+            # those of the same problem (the throttled solve gave the groups new arrays)
+            self.solves += 1
+            self.base_reused += 1
+            for g, r in zip(groups, base[1]):
+                g._rate = r
+            self.solved_classes += base[2]
+            self.solved_flows += base[3]
+        else:
+            counts = (self.solved_classes, self.solved_flows)
+            self._solve_links(now, previous)
+            self._base = None
+            if self._throttle is not None:
+                self._base = (self._flow_set, [g._rate for g in groups], self.solved_classes - counts[0],
+                              self.solved_flows - counts[1])
+        if self._throttle is not None:
+            self._throttled_solve(previous)
+        if self.on_solve is not None:
+            self.on_solve(self)
+
+    def _solve_links(self, now: int, previous: dict[int, np.ndarray]) -> None:
+        """The solve of the links alone (unthrottled): rates into each group's ``_rate``."""
         topo = self.topology
         groups = self._groups
         self.solves += 1
@@ -735,10 +771,6 @@ class Network:
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
         else:
             self._solve_shared(previous)
-        if self._throttle is not None:
-            self._throttled_solve(previous)
-        if self.on_solve is not None:
-            self.on_solve(self)
 
     def _live_flows(self, g: FlowGroup) -> np.ndarray:
         """Mask over a group's flows (rows of ``_links``) whose class is still alive."""
@@ -896,6 +928,7 @@ class Network:
             # the class's flows got different rates: the group goes on per flow (its state moves
             # over; refining again costs more than it saves while other traffic keeps breaking it)
             self.splits += 1
+            self._flow_set += 1
             flow_rate = np.full(cl.cls.size, -1.0)
             flow_rate[m] = fr
             new = identity_classes(g._links, topo.capacity, topo.wire)
