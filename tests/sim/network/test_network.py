@@ -410,3 +410,39 @@ def test_dense_nic_parts_in_shared_and_throttled_solves_change_nothing(case, thr
         np.testing.assert_array_equal(x.finish_ps, y.finish_ps)
     np.testing.assert_array_equal(n0.link_bytes, n1.link_bytes)
     np.testing.assert_array_equal(n0.link_wire_bytes, n1.link_wire_bytes)
+
+
+class _NoReuse(Network):
+    """Solves the links at every recompute (the reference for the reuse below)."""
+
+    def _solve(self, now, previous):
+        self._flow_set += 1
+        super()._solve(now, previous)
+
+
+def test_recomputes_for_new_scales_alone_reuse_the_unthrottled_rates():
+    """A recompute requested because the GPUs' scales changed, with no flow finished or
+    started since the last solve, has the same unthrottled problem: its rates are reused, and
+    every arrival and link byte equals solving it again."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
+    out = []
+    for cls in (_NoReuse, Network):
+        eng = Engine()
+        net = cls(eng, topo)
+        calls = [0]
+
+        def throttle(tx, rx):
+            calls[0] += 1
+            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+
+        net.set_throttle(throttle)
+        a = net.start_flows(src, dst, sizes)
+        b = net.start_flows(dst[::2], src[::2], sizes[::2] // 3, tag="second")
+        for t in range(1, 40):  # the scales change between flow completions too
+            eng.schedule(t * 700_000, net.request_recompute)
+        eng.run()
+        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), net.solves, net.base_reused))
+    assert out[0][4] == 0 and out[1][4] > 10 and out[0][3] == out[1][3]
+    for x, y in zip(out[0][:3], out[1][:3]):
+        np.testing.assert_array_equal(x, y)
