@@ -41,6 +41,18 @@ Collective times and link bytes are those of solving every part at every recompu
 arrival may move by 1 ps where its prediction is mathematically a whole picosecond (a tie
 between parts in the filling's 1e-12 tolerance, or a last-bit difference, rounds it the other
 way). ``components=False`` solves the group whole (the reference).
+
+Dense parts beside other traffic (``components``): in a solve of several groups, and in the
+throttled solve, a large per-flow group's bipartite part (an AlltoAllv's NIC flows, one NIC per
+GPU) joins the one filling as a weight matrix over two whole blocks of links (every NIC's
+transmit and receive link), when no other flow crosses those blocks; in the throttled solve its
+flows keep their entries on the GPUs' virtual links. The filling's rounds, ties, load sums and
+unload order are those of the same flows given as entries, so every rate is bit-identical to
+``components=False`` (tested), unlike the lone group's parts above.
+
+Throttled recomputes: a recompute requested because the GPUs' scales changed, with no flow
+finished or started and no group changed since the last solve, reuses that solve's unthrottled
+rates and the GPUs' sums of them (the same problem) and solves only the throttled problem.
 """
 
 from __future__ import annotations
