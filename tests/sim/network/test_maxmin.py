@@ -196,7 +196,8 @@ def test_dense_sets_inside_the_sparse_filling_give_its_levels_and_order(virtual)
         idx = LinkEntries(links, factor, capacity, skip=skip)
         idx.set_alive(alive)
         va, vb = v0 + np.arange(nA), v0 + nA + np.arange(nB)
-        lv, od = link_levels(idx, wire, capacity, dense=(sets[0][3], sets[0][4], sets[1][3], sets[1][4], a0, b0, va, vb))
+        lv, od = link_levels(idx, wire, capacity,
+                             dense=(sets[0][3], sets[0][4], sets[1][3], sets[1][4], a0, b0, va, vb))
     else:
         refs, idxs = [], []
         cap_x = np.where(skip, np.inf, capacity)
