@@ -446,3 +446,15 @@ def test_recomputes_for_new_scales_alone_reuse_the_unthrottled_rates():
     assert out[0][4] == 0 and out[1][4] > 10 and out[0][3] == out[1][3]
     for x, y in zip(out[0][:3], out[1][:3]):
         np.testing.assert_array_equal(x, y)
+
+
+def test_link_block_names_the_links_built_together():
+    """``Topology.link_block``: the consecutive ids of one kind of link (every NIC's transmit
+    link, ...), which a dense NIC part spans; an id out of range is refused by name."""
+    topo = small_topology(nodes=4, gpus=4)
+    b = topo._base
+    assert topo.link_block(b["nic_tx"] + 5) == (b["nic_tx"], b["nic_rx"] - b["nic_tx"])
+    assert topo.link_block(b["nic_rx"]) == (b["nic_rx"], 16)
+    assert topo.link_block(0) == (0, 16)
+    with pytest.raises(ValueError, match="link"):
+        topo.link_block(topo.num_links)
