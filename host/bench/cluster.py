@@ -16,10 +16,10 @@ Figures (measured when the command runs):
                                       embedding_backward) are calibrated to it, so this figure
                                       checks the calibration; every other figure is a prediction
 ``model_a_128gpu_iteration_ms``       the simulated iteration time
-``model_a_1024gpu_iteration_wall_s``  the same on 128 x 8 GPUs (goal <= 120 s), with its
+``model_a_1024gpu_iteration_wall_s``  the same on 128 x 8 GPUs (goal <= 10 s, issue 19), with its
                                       planning / engine / other split; skipped with ``--quick``
 ``model_a_1024gpu_samples_per_s``     its simulated throughput (a prediction)
-``model_a_4096gpu_iteration_wall_s``  the same on 512 x 8 GPUs (``model-a-1024`` with 512 nodes), and
+``model_a_4096gpu_iteration_wall_s``  the same on 512 x 8 GPUs (``model-a-1024`` with 512 nodes; goal <= 60 s), and
 ``model_a_4096gpu_samples_per_s``     its throughput: run only with ``--large`` (its AlltoAllv
                                       matrices are uneven, so the network solves per flow: 16.8M
                                       flows per AlltoAllv), else null with the reason. Its plan

@@ -174,7 +174,7 @@ def _block_min(a, lo, hi):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cover - compiled
+def _entries_build(links_fh, factor, weight, has_w, capacity, skip):  # pragma: no cover - compiled
     """Counting sort of the (flow, hop) entries on finite-capacity links by link. Per entry: its
     flow, the flow's *other* finite hops (``oth``, padded with the scratch index L), its factor,
     and with weights its multiplicity on this hop (column 0) and on the others; ``pos[f, h]`` is
@@ -185,7 +185,7 @@ def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cov
     for f in range(F):
         for h in range(H):
             k = links_fh[f, h]
-            if np.isfinite(capacity[k]):
+            if np.isfinite(capacity[k]) and not skip[k]:
                 counts[k + 1] += 1
     starts = np.cumsum(counts)
     fill = starts[:-1].copy()
@@ -199,7 +199,7 @@ def _entries_build(links_fh, factor, weight, has_w, capacity):  # pragma: no cov
     for f in range(F):
         for h in range(H):
             k = links_fh[f, h]
-            if not np.isfinite(capacity[k]):
+            if not np.isfinite(capacity[k]) or skip[k]:
                 continue
             e = fill[k]
             fill[k] += 1
@@ -403,10 +403,116 @@ def _retire(n_pick, picked, pos, psh, bdirty):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # pragma: no cover - compiled
+def _dense_loads(Wa, WTa, Wb, WTb, load, count, a0, b0, nA, nB, joint):  # pragma: no cover - compiled
+    """Add the loads of the dense flow sets ``Wa`` then ``Wb`` (each (K, nA, nB)) onto links
+    ``a0 + r`` and ``b0 + c``, each set's flows in column order, as :func:`_add_loads` sums an
+    entry set's flows in flow order: per set a running sum from 0.0, then added (``joint``:
+    one running sum over both sets, as one entry set holding both)."""
+    Ka = Wa.shape[0]
+    Kb = Wb.shape[0]
+    for side in range(2):
+        n = nA if side == 0 else nB
+        m = nB if side == 0 else nA
+        base = a0 if side == 0 else b0
+        for r in range(n):
+            ld = 0.0
+            c = 0
+            for k in range(Ka + Kb):
+                if k == Ka and not joint:
+                    load[base + r] += ld
+                    count[base + r] += c
+                    ld = 0.0
+                    c = 0
+                if side == 0:
+                    row = Wa[k, r] if k < Ka else Wb[k - Ka, r]
+                else:
+                    row = WTa[k, r] if k < Ka else WTb[k - Ka, r]
+                for j in range(m):
+                    w = row[j]
+                    ld += w
+                    c += w > 0.0
+            load[base + r] += ld
+            count[base + r] += c
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _pos_range(plink, n, lo_link, hi_link):  # pragma: no cover - compiled
+    """The positions (first, last) of the live links ``lo_link <= l < hi_link`` in the dense
+    share array (ordered by link id): two binary searches; (0, -1) when none is live."""
+    lo, hi = 0, n
+    while lo < hi:
+        m = (lo + hi) >> 1
+        if plink[m] < lo_link:
+            lo = m + 1
+        else:
+            hi = m
+    first = lo
+    hi = n
+    while lo < hi:
+        m = (lo + hi) >> 1
+        if plink[m] < hi_link:
+            lo = m + 1
+        else:
+            hi = m
+    return first, lo - 1
+
+
+@jit(cache=True, nogil=True)
+def _unload_row_v(row, k0, act, load, cap, count, stale, s, vfar, vnear):  # pragma: no cover - compiled
+    """:func:`_unload_row` for dense flows that also cross two more links (unframed: weight 1
+    there): the far side's link of each flow (``vfar[t]``, by partner) and one near link
+    (``vnear``), taken off flow by flow in partner order (a frozen flow, any of its links
+    processed, takes off zeros)."""
+    near = cap[vnear] != np.inf  # an unlimited GPU's link is never read: left alone
+    for t in range(row.shape[0]):
+        x = row[t]
+        if x == 0.0:  # no live flow
+            continue
+        v = vfar[t]
+        if act[k0 + t] == 0.0 or act[v] == 0.0:  # frozen already
+            continue
+        load[k0 + t] -= x
+        cap[k0 + t] -= x * s
+        count[k0 + t] -= 1
+        stale[k0 + t] = True
+        if cap[v] != np.inf:
+            load[v] -= 1.0
+            cap[v] -= s
+            count[v] -= 1
+            stale[v] = True
+        if near:
+            load[vnear] -= 1.0
+            cap[vnear] -= s
+            count[vnear] -= 1
+            stale[vnear] = True
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _stale_range(plink, n, lo_link, hi_link, bstale):  # pragma: no cover - compiled
+    """Mark the blocks holding the live links ``lo_link <= l < hi_link`` as stale."""
+    lo, hi = _pos_range(plink, n, lo_link, hi_link)
+    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
+        bstale[b] = True
+
+
+@jit(cache=True, nogil=True)
+def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa, dWTa, dWb, dWTb, a0,
+                 b0, va, vb):  # pragma: no cover - compiled
     """Progressive filling over two parts (``s`` starts, ``o`` other hops, ``c`` factors, ``m``
     multiplicities of part a when ``has_w``, ``a`` entry alive) sharing the links. Returns per
     link its level (inf: never saturated) and its processing order.
+
+    Dense flow sets (``dWa``, ``dWb``: (K, nA, nB), K = 0 for none, with ``dWTa``/``dWTb`` their
+    transposes): flow (r, c) of a set crosses link ``a0 + r`` and link ``b0 + c`` (no other
+    finite link) with weight ``W[r, c]`` on both (0: no live flow); no entry of parts a and b is
+    on those links. The sets of ``dWa`` belong to part a, those of ``dWb`` to part b: each
+    link's load is part a's running sum then part b's, and a saturated link unloads part a's
+    flows then part b's, as if those flows were entries (with each link's flows in order of
+    their partner), so levels and order are those of the same flows given as entries.
+    With ``va`` / ``vb`` (per row / column, a link id; empty for none) every flow (r, c) also
+    crosses links ``va[r]`` and ``vb[c]``, which part a's entries cover (their flows list the
+    dense links among their other links, the dense links get no entries); ``dWa`` and ``dWb``
+    are then both part a's, in that order (one running sum per link).
 
     Shares are refreshed lazily: freezing a flow only marks its other links stale (a link's share
     only rises when a flow frozen at the current level leaves it: ``(c - w s) / (l - w) >= c / l``
@@ -425,6 +531,12 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
     cap[L] = np.inf
     _add_loads(sa, ca, ma, has_w, aa, wx, cap, load, count)
     _add_loads(sb, cb, ma, False, ab, wx, cap, load, count)
+    nA = dWa.shape[1] if dWa.shape[0] > 0 else dWb.shape[1]
+    nB = dWa.shape[2] if dWa.shape[0] > 0 else dWb.shape[2]
+    dense = dWa.shape[0] + dWb.shape[0] > 0
+    act = np.ones(L + 1 if dense else 1)  # 1.0 while a link is not processed (dense unloads)
+    if dense:
+        _dense_loads(dWa, dWTa, dWb, dWTb, load, count, a0, b0, nA, nB, va.shape[0] > 0)
     pos = np.full(L + 1, -1, dtype=np.int64)  # position of a live link in the dense share array
     psh = np.empty(L)
     plink = np.empty(L, dtype=np.int64)
@@ -466,6 +578,54 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity):  # 
             seq += 1
             _freeze(l, s_min, sa, oa, ca, ma, has_w, aa, wx, proc, load, cap, count, stale, bstale, pos)
             _freeze(l, s_min, sb, ob, cb, ma, False, ab, wx, proc, load, cap, count, stale, bstale, pos)
+            if dense:
+                act[l] = 0.0
+                if va.shape[0] > 0 and a0 <= l < a0 + nA:  # with their rows' and columns' links
+                    r = l - a0
+                    if act[va[r]] != 0.0:  # else its flows were frozen there
+                        for k in range(dWa.shape[0]):
+                            _unload_row_v(dWa[k, r], b0, act, load, cap, count, stale, s_min, vb, va[r])
+                        for k in range(dWb.shape[0]):
+                            _unload_row_v(dWb[k, r], b0, act, load, cap, count, stale, s_min, vb, va[r])
+                        _stale_range(plink, n, b0, b0 + nB, bstale)
+                        _stale_range(plink, n, vb.min(), vb.max() + 1, bstale)
+                        p = pos[va[r]]
+                        if p >= 0:
+                            bstale[p >> _BLOCK_SHIFT] = True
+                elif va.shape[0] > 0 and b0 <= l < b0 + nB:
+                    c = l - b0
+                    if act[vb[c]] != 0.0:
+                        for k in range(dWTa.shape[0]):
+                            _unload_row_v(dWTa[k, c], a0, act, load, cap, count, stale, s_min, va, vb[c])
+                        for k in range(dWTb.shape[0]):
+                            _unload_row_v(dWTb[k, c], a0, act, load, cap, count, stale, s_min, va, vb[c])
+                        _stale_range(plink, n, a0, a0 + nA, bstale)
+                        _stale_range(plink, n, va.min(), va.max() + 1, bstale)
+                        p = pos[vb[c]]
+                        if p >= 0:
+                            bstale[p >> _BLOCK_SHIFT] = True
+                elif a0 <= l < a0 + nA:  # a dense A link: its flows leave their B links
+                    r = l - a0
+                    for k in range(dWa.shape[0]):
+                        _unload_row(dWa[k, r], act[b0:b0 + nB], load[b0:b0 + nB], cap[b0:b0 + nB],
+                                    count[b0:b0 + nB], stale[b0:b0 + nB], s_min)
+                    for k in range(dWb.shape[0]):
+                        _unload_row(dWb[k, r], act[b0:b0 + nB], load[b0:b0 + nB], cap[b0:b0 + nB],
+                                    count[b0:b0 + nB], stale[b0:b0 + nB], s_min)
+                    lo, hi = _pos_range(plink, n, b0, b0 + nB)
+                    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
+                        bstale[b] = True
+                elif b0 <= l < b0 + nB:
+                    c = l - b0
+                    for k in range(dWTa.shape[0]):
+                        _unload_row(dWTa[k, c], act[a0:a0 + nA], load[a0:a0 + nA], cap[a0:a0 + nA],
+                                    count[a0:a0 + nA], stale[a0:a0 + nA], s_min)
+                    for k in range(dWTb.shape[0]):
+                        _unload_row(dWTb[k, c], act[a0:a0 + nA], load[a0:a0 + nA], cap[a0:a0 + nA],
+                                    count[a0:a0 + nA], stale[a0:a0 + nA], s_min)
+                    lo, hi = _pos_range(plink, n, a0, a0 + nA)
+                    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
+                        bstale[b] = True
         dead += _retire(n_pick, picked, pos, psh, bdirty)
     return level[:L], porder[:L]
 
@@ -661,15 +821,18 @@ class LinkEntries:
     __slots__ = ("starts", "flow", "oth", "fac", "mw", "has_w", "pos", "alive", "_flows_alive")
 
     def __init__(self, links_fh: np.ndarray, factor: np.ndarray, capacity: np.ndarray,
-                 weight: np.ndarray | None = None) -> None:
+                 weight: np.ndarray | None = None, skip: np.ndarray | None = None) -> None:
         links_fh = np.ascontiguousarray(links_fh)
         if links_fh.size >= 2**31:
             raise ValueError(f"links: expected fewer than 2**31 (flow, hop) entries, got {links_fh.size}")
         self.has_w = weight is not None
         w = np.ascontiguousarray(weight, dtype=np.float64) if self.has_w else _NO_W
+        # skip: finite links that get no entries but stay among the flows' other links (links
+        # whose flows a dense set of the filling stands for, _fill_levels)
+        sk = np.zeros(capacity.shape[0], dtype=np.bool_) if skip is None else np.ascontiguousarray(skip, dtype=np.bool_)
         self.starts, self.flow, self.oth, self.fac, self.mw, self.pos = _entries_build(
             links_fh, np.ascontiguousarray(factor, dtype=np.float64), w, self.has_w,
-            np.ascontiguousarray(capacity, dtype=np.float64))
+            np.ascontiguousarray(capacity, dtype=np.float64), sk)
         self.alive = np.ones(self.flow.size, dtype=np.bool_)
         self._flows_alive: np.ndarray | None = None  # per flow, once set_alive has been called
 
@@ -703,11 +866,27 @@ def _widen(oth: np.ndarray, width: int, pad: int) -> np.ndarray:
     return out
 
 
+_NO_DENSE = np.zeros((0, 1, 1))
+_NO_V = np.zeros(0, dtype=np.int64)
+
+
 def link_levels(index: LinkEntries, wire: np.ndarray, capacity: np.ndarray,
-                other: LinkEntries | None = None) -> tuple[np.ndarray, np.ndarray]:
+                other: LinkEntries | None = None, dense: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(level, order) of every link for the live flows of ``index`` (and of ``other``, a second
-    flow set on the same links, without weights): the progressive filling described above."""
+    flow set on the same links, without weights): the progressive filling described above.
+
+    ``dense``: optionally ``(Wa, WTa, Wb, WTb, a0, b0)``, bipartite flow sets given as weight
+    matrices (:func:`_fill_levels`) that belong to ``index`` (``Wa``, (K, nA, nB)) and to
+    ``other`` (``Wb``), on links ``a0 .. a0 + nA - 1`` and ``b0 .. b0 + nB - 1`` which no entry
+    of either index crosses (they were built with those links infinite); or ``(Wa, WTa, Wb,
+    WTb, a0, b0, va, vb)``: every dense flow also crosses link ``va[row]`` and ``vb[column]``
+    (ranges of link ids), where ``index`` (built with the dense links in ``skip``) has their
+    entries, and ``Wa`` then ``Wb`` are all ``index``'s (``other`` is None)."""
     L = capacity.shape[0]
+    if dense is None:
+        dense = (_NO_DENSE, _NO_DENSE, _NO_DENSE, _NO_DENSE, -1, -1)
+    if len(dense) == 6:
+        dense = tuple(dense) + (_NO_V, _NO_V)
     width = index.oth.shape[1]
     if other is None:
         ob = (np.zeros(L + 1, dtype=np.int64), np.empty((0, width), dtype=np.int32), np.empty(0),
@@ -721,7 +900,8 @@ def link_levels(index: LinkEntries, wire: np.ndarray, capacity: np.ndarray,
         if index.oth.shape[1] < width:
             index.oth = _widen(index.oth, width, L)
     return _fill_levels(index.starts, index.oth, index.fac, index.mw, index.has_w, index.alive, *ob,
-                        np.ascontiguousarray(wire, dtype=np.bool_), np.ascontiguousarray(capacity, dtype=np.float64))
+                        np.ascontiguousarray(wire, dtype=np.bool_), np.ascontiguousarray(capacity, dtype=np.float64),
+                        *dense)
 
 
 def rates_from_levels(links_fh: np.ndarray, alive: np.ndarray, level: np.ndarray, order: np.ndarray,
@@ -745,10 +925,13 @@ def maxmin_rates_fm(
     alive: np.ndarray | None = None,
     index: LinkEntries | None = None,
     weight: np.ndarray | None = None,
+    dense: tuple | None = None,
 ) -> np.ndarray:
     """:func:`maxmin_rates` for a flow-major (F, H) ``links`` matrix (and (F, H) ``weight``)
     through the link-level solver (compiled; plain Python under NEONIC_NO_NUMBA). A given
-    ``index`` must have been built from the same links, factors, capacities and weights."""
+    ``index`` must have been built from the same links, factors, capacities and weights.
+    ``dense``: flows given as weight matrices (:func:`link_levels`; ``index`` leaves their
+    links out)."""
     n_flows = links_fh.shape[0]
     if n_flows == 0:
         return np.zeros(0)
@@ -756,7 +939,7 @@ def maxmin_rates_fm(
         index = LinkEntries(links_fh, factor, capacity, weight)
     a = np.ones(n_flows, dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
     index.update_alive(a)
-    level, order = link_levels(index, wire, capacity)
+    level, order = link_levels(index, wire, capacity, dense=dense)
     return rates_from_levels(np.ascontiguousarray(links_fh), a, level, order)
 
 
@@ -772,12 +955,14 @@ def maxmin_rates_parts(
     *,
     index: LinkEntries | None = None,
     alive: np.ndarray | None = None,
+    dense: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Max-min rates of two flow sets solved together (same result as one concatenated solve):
     a large one (``big_*``, its :class:`LinkEntries` reused across solves, ``big_alive``
     marking its live flows) and a second one, built on the fly unless its ``index`` (of the
     same ``links_fh``, ``factor`` and capacities) is given, ``alive`` marking its live flows
-    (default: all). Returns (rates big, rates second); dead flows get 0."""
+    (default: all). ``dense``: bipartite flow sets of both as weight matrices (:func:`link_levels`;
+    the indexes then leave their links out). Returns (rates big, rates second); dead flows get 0."""
     if big_index is None:
         big_index = LinkEntries(big_links, big_factor, capacity)
     big_index.update_alive(np.ascontiguousarray(big_alive, dtype=bool))
@@ -786,7 +971,7 @@ def maxmin_rates_parts(
     live = np.ones(links_fh.shape[0], dtype=bool) if alive is None else np.ascontiguousarray(alive, dtype=bool)
     if alive is not None:
         small.update_alive(live)
-    level, order = link_levels(big_index, wire, capacity, other=small)
+    level, order = link_levels(big_index, wire, capacity, other=small, dense=dense)
     ra = rates_from_levels(big_links, np.ascontiguousarray(big_alive, dtype=bool), level, order)
     rb = rates_from_levels(links_fh, live, level, order)
     return ra, rb

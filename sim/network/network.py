@@ -41,6 +41,18 @@ Collective times and link bytes are those of solving every part at every recompu
 arrival may move by 1 ps where its prediction is mathematically a whole picosecond (a tie
 between parts in the filling's 1e-12 tolerance, or a last-bit difference, rounds it the other
 way). ``components=False`` solves the group whole (the reference).
+
+Dense parts beside other traffic (``components``): in a solve of several groups, and in the
+throttled solve, a large per-flow group's bipartite part (an AlltoAllv's NIC flows, one NIC per
+GPU) joins the one filling as a weight matrix over two whole blocks of links (every NIC's
+transmit and receive link), when no other flow crosses those blocks; in the throttled solve its
+flows keep their entries on the GPUs' virtual links. The filling's rounds, ties, load sums and
+unload order are those of the same flows given as entries, so every rate is bit-identical to
+``components=False`` (tested), unlike the lone group's parts above.
+
+Throttled recomputes: a recompute requested because the GPUs' scales changed, with no flow
+finished or started and no group changed since the last solve, reuses that solve's unthrottled
+rates and the GPUs' sums of them (the same problem) and solves only the throttled problem.
 """
 
 from __future__ import annotations
@@ -72,6 +84,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
+        "_dense", "_dindex", "_span",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -87,6 +100,9 @@ class FlowGroup:
         self._findex = None  # per-flow link index, for solves shared with other groups
         self._cand = np.empty(0, dtype=np.int64)  # classes that may end by the next recompute
         self._comp: _Components | None | bool = None  # link-disjoint parts (None: not looked for; False: none)
+        self._dense: _SharedDense | None | bool = None  # its dense part in shared solves (as _comp)
+        self._dindex = None  # its link index without the dense part's links (shared solves)
+        self._span: tuple | None = None  # (spans, links, whether its flows cross them)
 
     @property
     def size(self) -> int:
@@ -140,6 +156,35 @@ class _Components:
         self.order = np.full(link_comp.size, np.iinfo(np.int64).max, dtype=np.int64)  # never saturated
 
 
+class _SharedDense:
+    """A group's bipartite part (an AlltoAllv's NIC flows with one NIC per GPU) as a weight
+    matrix, for the solves it shares with other groups or a throttle: flow ``f`` of the part
+    crosses link ``a0 + cell[f, 0]`` and link ``b0 + cell[f, 1]`` with weight ``W[0][cell[f]]``
+    (0 once it has finished; ``cell[f] = -1`` for the group's other flows, which cross neither
+    range). ``W`` and ``WT`` are (1, nA, nB) and (1, nB, nA) (``maxmin._fill_levels``'s dense sets)."""
+
+    __slots__ = ("W", "WT", "a0", "b0", "cell")
+
+    def __init__(self, W: np.ndarray, a0: int, b0: int, cell: np.ndarray) -> None:
+        self.W = W
+        self.WT = np.ascontiguousarray(W.transpose(0, 2, 1))
+        self.a0 = a0
+        self.b0 = b0
+        self.cell = cell
+
+    @property
+    def spans(self) -> tuple[int, int, int, int]:
+        return self.a0, self.W.shape[1], self.b0, self.W.shape[2]
+
+    def drop(self, flows: np.ndarray) -> None:
+        """Finished flows leave the matrix."""
+        cells = self.cell[flows]
+        cells = cells[cells[:, 0] >= 0]
+        if cells.size:
+            self.W[0][cells[:, 0], cells[:, 1]] = 0.0
+            self.WT[0][cells[:, 1], cells[:, 0]] = 0.0
+
+
 class Network:
     """Flows over a :class:`Topology`, advanced by an :class:`Engine`.
 
@@ -190,6 +235,13 @@ class Network:
         self._throttle: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None
         self._tcache: dict[str, Any] | None = None  # the throttled solve's flows (_throttle_flows)
         self._rcache: dict[str, Any] | None = None  # the groups solved beside the largest (_rest_problem)
+        # the flow set's version: bumped whenever a flow finishes or starts, or a group's arrays
+        # or classes change. A throttled recompute at an unchanged version (only the GPUs'
+        # scales moved) reuses the unthrottled rates of the last solve: the same problem
+        self._flow_set = 0
+        self._base: tuple[int, list[np.ndarray], int, int] | None = None  # (version, rates, counts)
+        self.base_reused = 0  # solves that reused them
+        self._sums: tuple | None = None  # (version, tx, rx): the GPUs' sums of those rates
         # called with the network after every solve (progress reports on long runs; None: off)
         self.on_solve: Callable[["Network"], Any] | None = None
 
@@ -349,6 +401,8 @@ class Network:
                           self.link_bytes, self.link_wire_bytes)
                 if g._index is not None:  # finished classes leave the solver's index
                     g._index.kill(done)
+                if g._dense:
+                    g._dense.drop(done)
                 if g._comp:  # their parts are re-solved (dense parts lose their cells)
                     c = g._comp
                     parts = c.cflow[done]
@@ -366,6 +420,8 @@ class Network:
             g._remaining -= done.size
             freed += sr
             freed_t += srt
+            if done.size:
+                self._flow_set += 1
             if g._remaining:
                 if g._event is not None:  # its completion prediction is void: rates change now
                     g._event.cancel()
@@ -373,8 +429,11 @@ class Network:
                     K.void_cls(g._alive, cl.members, cl.starts, g._orig, g.finish_ps)
                 if g._remaining < 0.5 * g._alive.size and g._alive.size > self.compact_min_flows:
                     self._compact(g)
+                    self._flow_set += 1
                 survivors.append(g)
         old = survivors
+        if self._pending:
+            self._flow_set += 1
         survivors = survivors + self._pending
         for g in self._pending:
             if g._agg:
@@ -441,6 +500,7 @@ class Network:
         g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
         g._index = None
         g._findex = None
+        g._dense, g._dindex, g._span = None, None, None
         starts = np.zeros(C + 1, dtype=np.int64)
         np.cumsum(np.bincount(cflow, minlength=C), out=starts[1:])
         link_comp = np.full(topo.capacity.size, -1, dtype=np.int64)
@@ -454,23 +514,33 @@ class Network:
                 self._dense_part(g, comp, i)
 
     def _dense_part(self, g: FlowGroup, comp: _Components, i: int) -> None:
-        """Give part ``i`` its dense form when it is bipartite (every flow crosses exactly two
-        finite links, a first one from a set A and a second from a set B disjoint from A, both
-        framed alike), has at most one flow per pair, fills at least a quarter of the A x B
-        pairs, and every link's flows, in flow order, go to increasing partners (its load is
-        then summed in the sparse solve's order): an AlltoAllv's NIC flows with one NIC per
-        GPU. The dense filling (``maxmin._fill_dense``) gives the same levels at a fraction of
-        the cost."""
-        topo = self.topology
+        """Give part ``i`` its dense form when it is bipartite (:meth:`_bipartite`). The dense
+        filling (``maxmin._fill_dense``) gives the same levels at a fraction of the cost."""
         lo, hi = int(comp.starts[i]), int(comp.starts[i + 1])
-        links = g._links[lo:hi]
+        f = self._bipartite(g._links[lo:hi], g._factorf[lo:hi], g._alive[lo:hi])
+        if f is None:
+            return
+        W, A, B, ia, jb = f
+        comp.dense[i] = (W[0], np.ascontiguousarray(W[0].T), A, B)
+        comp.cell[lo:hi, 0] = ia
+        comp.cell[lo:hi, 1] = jb
+
+    def _bipartite(self, links: np.ndarray, factorf: np.ndarray, live: np.ndarray):
+        """The dense form of a part (its flows' ``links``, factors, live flags) when it is
+        bipartite (every flow crosses exactly two finite links, a first one from a set A and a
+        second from a set B disjoint from A, both framed alike), has at most one flow per pair,
+        fills at least a quarter of the A x B pairs, and every link's flows, in flow order, go
+        to increasing partners (its load is then summed in the sparse solve's order): an
+        AlltoAllv's NIC flows with one NIC per GPU. Returns (W (1, |A|, |B|) of the live flows'
+        weights, A, B, each flow's row, each flow's column) or None."""
+        topo = self.topology
         finite = np.isfinite(topo.capacity)
         # (a million-flow part: int32 and per-hop temporaries, no (flows x hops) int64 arrays)
         n_fin = np.zeros(links.shape[0], dtype=np.uint8)
         for h in range(links.shape[1]):
             n_fin += finite[links[:, h]]
         if np.any(n_fin != 2):
-            return
+            return None
         del n_fin
         if links.shape[1] == 2:
             a, b = links[:, 0], links[:, 1]
@@ -484,13 +554,13 @@ class Network:
         in_a = np.bincount(a, minlength=L) > 0
         in_b = np.bincount(b, minlength=L) > 0
         if np.any(in_a & in_b):
-            return
+            return None
         A, B = np.flatnonzero(in_a), np.flatnonzero(in_b)
         framed = topo.wire[A[0]]
         if np.any(topo.wire[A] != framed) or np.any(topo.wire[B] != framed):  # all framed alike
-            return
+            return None
         if a.size < 0.25 * A.size * B.size or A.size * B.size > self.dense_max_cells:
-            return
+            return None
         slot = np.full(L, -1, dtype=np.int32)
         slot[A] = np.arange(A.size, dtype=np.int32)
         ia = slot[a]
@@ -502,19 +572,62 @@ class Network:
         if not np.all((ia[1:] > ia[:-1]) | ((ia[1:] == ia[:-1]) & (jb[1:] > jb[:-1]))):
             key = ia.astype(np.int64) * B.size + jb
             if np.bincount(key, minlength=A.size * B.size).max() > 1:  # one flow per pair
-                return
+                return None
             del key
             for x, y in ((ia, jb), (jb, ia)):  # per link, partners increasing in flow order
                 o = np.argsort(x, kind="stable")
                 xs, ys = x[o], y[o]
                 if np.any((xs[1:] == xs[:-1]) & (ys[1:] <= ys[:-1])):
-                    return
-        W = np.zeros((A.size, B.size))
-        live = g._alive[lo:hi]
-        W[ia[live], jb[live]] = g._factorf[lo:hi][live] if framed else 1.0
-        comp.dense[i] = (W, np.ascontiguousarray(W.T), A, B)
-        comp.cell[lo:hi, 0] = ia
-        comp.cell[lo:hi, 1] = jb
+                    return None
+        W = np.zeros((1, A.size, B.size))
+        W[0, ia[live], jb[live]] = factorf[live] if framed else 1.0
+        return W, A, B, ia, jb
+
+    def _shared_dense(self, g: FlowGroup) -> _SharedDense | None | bool:
+        """A large per-flow group's largest link-disjoint part in dense form (:meth:`_bipartite`)
+        over the two blocks of links (``Topology.link_block``, e.g. every NIC's transmit and
+        every NIC's receive link) that hold its two link sets, when no other flow of the group
+        crosses them, for the solves it shares (None: not per flow, look again later; False:
+        none). Spanning whole blocks, the dense parts of different groups share their spans."""
+        if not g._cls.identity:
+            return None
+        if not self.components or g._alive.size < self.dense_min_flows:
+            return False
+        finite = np.isfinite(self.topology.capacity)
+        cflow = K.components(g._links, finite)
+        counts = np.bincount(cflow)
+        part = int(np.argmax(counts))
+        if counts[part] < self.dense_min_flows:
+            return False
+        inpart = cflow == part
+        idx = np.flatnonzero(inpart)
+        del cflow
+        f = self._bipartite(g._links[idx], g._factorf[idx], g._alive[idx])
+        if f is None:
+            return False
+        W, A, B, ia, jb = f
+        topo = self.topology
+        a0, nA = topo.link_block(int(A[0]))
+        b0, nB = topo.link_block(int(B[0]))
+        if A[-1] >= a0 + nA or B[-1] >= b0 + nB or a0 == b0 or nA * nB > self.dense_max_cells:
+            return False
+        inspan = np.zeros(topo.capacity.size, dtype=bool)
+        inspan[a0:a0 + nA] = True
+        inspan[b0:b0 + nB] = True
+        rest = ~inpart
+        for h in range(g._links.shape[1]):  # the group's other flows stay off both blocks
+            if inspan[g._links[rest, h]].any():
+                return False
+        if nA != A.size or nB != B.size:  # the part's matrix within the blocks' (zero elsewhere)
+            Wf = np.zeros((1, nA, nB))
+            Wf[0][np.ix_(A - a0, B - b0)] = W[0]
+            W = Wf
+            ia = (A - a0)[ia].astype(np.int32)
+            jb = (B - b0)[jb].astype(np.int32)
+        cell = np.full((g._alive.size, 2), -1, dtype=np.int32)
+        cell[idx, 0] = ia
+        cell[idx, 1] = jb
+        return _SharedDense(W, a0, b0, cell)
 
     def _windows(self, t0: int, t1: int) -> np.ndarray:
         """Lengths of the windows between consecutive recomputes from ``t0`` to ``t1``."""
@@ -579,6 +692,9 @@ class Network:
         g._alive = np.ones(int(a.sum()), dtype=bool)
         g._index = None
         g._findex = None
+        g._dindex = None
+        if g._dense:
+            g._dense.cell = g._dense.cell[keep]
         c = g._comp
         if c:  # the parts keep their flows' order; each is brought up to date at its next solve
             c.cflow = c.cflow[keep]
@@ -599,6 +715,31 @@ class Network:
                              lclass_wire=cl.lclass_wire, identity=False)
 
     def _solve(self, now: int, previous: dict[int, np.ndarray]) -> None:
+        groups = self._groups
+        base = self._base
+        if self._throttle is not None and base is not None and base[0] == self._flow_set:
+            # only the throttle's scales changed since the last solve: the unthrottled rates are
+            # those of the same problem (the throttled solve gave the groups new arrays)
+            self.solves += 1
+            self.base_reused += 1
+            for g, r in zip(groups, base[1]):
+                g._rate = r
+            self.solved_classes += base[2]
+            self.solved_flows += base[3]
+        else:
+            counts = (self.solved_classes, self.solved_flows)
+            self._solve_links(now, previous)
+            self._base = None
+            if self._throttle is not None:
+                self._base = (self._flow_set, [g._rate for g in groups], self.solved_classes - counts[0],
+                              self.solved_flows - counts[1])
+        if self._throttle is not None:
+            self._throttled_solve(previous)
+        if self.on_solve is not None:
+            self.on_solve(self)
+
+    def _solve_links(self, now: int, previous: dict[int, np.ndarray]) -> None:
+        """The solve of the links alone (unthrottled): rates into each group's ``_rate``."""
         topo = self.topology
         groups = self._groups
         self.solves += 1
@@ -643,10 +784,6 @@ class Network:
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
         else:
             self._solve_shared(previous)
-        if self._throttle is not None:
-            self._throttled_solve(previous)
-        if self.on_solve is not None:
-            self.on_solve(self)
 
     def _live_flows(self, g: FlowGroup) -> np.ndarray:
         """Mask over a group's flows (rows of ``_links``) whose class is still alive."""
@@ -661,14 +798,18 @@ class Network:
         masks = [self._live_flows(g) for g in groups]
         big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
         gb = groups[big]
-        if gb._findex is None:
-            same = gb._cls.identity and gb._index is not None  # its own index is per flow already
-            gb._findex = gb._index if same else LinkEntries(gb._links, gb._factorf, topo.capacity)
         rest = [i for i in range(len(groups)) if i != big]
-        rc = self._rest_problem([groups[i] for i in rest])
+        # dense parts (an AlltoAllv's NIC flows) join the filling as weight matrices
+        dense = self._dense_sets(groups, big) if self.components else None
+        if dense is None:
+            bindex = self._full_index(gb)
+            rc = self._rest_problem([groups[i] for i in rest], None)
+        else:  # the indexes leave out the dense links (no other flow crosses them)
+            bindex, rc = dense.pop(), self._rest_problem([groups[i] for i in rest], dense[-2:])
+            dense = tuple(dense[:4]) + (dense[4][0], dense[4][2])
         alive = np.concatenate([masks[i] for i in rest])
-        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], gb._findex, rc["links"], rc["factor"],
-                                       topo.wire, topo.capacity, index=rc["index"], alive=alive)
+        rb, rates = maxmin_rates_parts(gb._links, gb._factorf, masks[big], bindex, rc["links"], rc["factor"],
+                                       topo.wire, topo.capacity, index=rc["index"], alive=alive, dense=dense)
         n_live = int(alive.sum()) + int(masks[big].sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
@@ -682,22 +823,102 @@ class Network:
                 pos += g._links.shape[0]
         self._set_flow_rates(masks, full, previous)
 
-    def _rest_problem(self, groups: list[FlowGroup]) -> dict[str, Any]:
+    def _full_index(self, g: FlowGroup) -> LinkEntries:
+        """The largest group's per-flow link index for shared solves, kept across them."""
+        if g._findex is None:
+            same = g._cls.identity and g._index is not None  # its own index is per flow already
+            g._findex = g._index if same else LinkEntries(g._links, g._factorf, self.topology.capacity)
+        return g._findex
+
+    def _rest_problem(self, groups: list[FlowGroup], dense: tuple | None) -> dict[str, Any]:
         """Every flow (live or not) of the groups solved beside the largest one, with its link
         index, kept while those groups and their arrays stay the same: between solves only
         which flows are live changes, and an index's dead flows add exact zeros and are skipped,
-        so the rates equal those of a problem built from the live flows alone."""
+        so the rates equal those of a problem built from the live flows alone. ``dense``: (the
+        dense links' spans, whether a group of ``groups`` has a dense part); the index then
+        leaves those links out."""
         key = [(g, g._links) for g in groups]
         c = self._rcache
-        if c is not None and len(c["key"]) == len(key) and all(
+        if c is not None and c["dense"] == dense and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
         topo = self.topology
         links = np.ascontiguousarray(np.concatenate([g._links for g in groups], axis=0))
         factor = np.concatenate([g._factorf for g in groups])
-        self._rcache = {"key": key, "links": links, "factor": factor,
-                        "index": LinkEntries(links, factor, topo.capacity)}
+        cap = self._without_spans(dense[0]) if dense is not None and dense[1] else topo.capacity
+        self._rcache = {"key": key, "dense": dense, "links": links, "factor": factor,
+                        "index": LinkEntries(links, factor, cap)}
         return self._rcache
+
+    def _without_spans(self, spans: tuple[int, int, int, int]) -> np.ndarray:
+        """The capacities with the links of two ranges ``(a0, nA, b0, nB)`` taken as infinite."""
+        a0, nA, b0, nB = spans
+        cap = self.topology.capacity.copy()
+        cap[a0:a0 + nA] = np.inf
+        cap[b0:b0 + nB] = np.inf
+        return cap
+
+    def _dense_forms(self, groups: list[FlowGroup]) -> tuple[list, tuple[int, int, int, int]] | None:
+        """Each group's dense part (:class:`_SharedDense`, or None) and their common link spans,
+        when every dense part spans the same two link ranges and no other flow crosses them;
+        else None (the solve is all sparse, with the same result)."""
+        for g in groups:
+            if g._dense is None and g._alive.size >= self.dense_min_flows:
+                g._dense = self._shared_dense(g)
+        forms = [g._dense if g._dense else None for g in groups]
+        have = [f for f in forms if f is not None]
+        if not have:
+            return None
+        spans = have[0].spans
+        if any(f.spans != spans for f in have):
+            return None
+        a0, nA, b0, nB = spans
+        for g, f in zip(groups, forms):
+            if f is not None:
+                continue
+            if g._span is None or g._span[0] != spans or g._span[1] is not g._links:
+                inspan = np.zeros(self.topology.capacity.size, dtype=bool)
+                inspan[a0:a0 + nA] = True
+                inspan[b0:b0 + nB] = True
+                hit = False
+                for h in range(g._links.shape[1]):
+                    if inspan[g._links[:, h]].any():
+                        hit = True
+                        break
+                g._span = (spans, g._links, hit)
+            if g._span[2]:
+                return None
+        return forms, spans
+
+    def _dense_sets(self, groups: list[FlowGroup], big: int) -> list | None:
+        """For a solve of several groups: their dense parts (:class:`_SharedDense`) as the
+        filling's dense sets, when every dense part spans the same two link ranges and no
+        other flow crosses them (else None: the solve is all sparse, with the same result).
+        Returns [Wa, WTa, Wb, WTb, spans, whether the others have a dense part, the largest
+        group's index without the dense links]."""
+        found = self._dense_forms(groups)
+        if found is None:
+            return None
+        forms, spans = found
+        a0, nA, b0, nB = spans
+        gb = groups[big]
+        fb = forms[big]
+        none = np.zeros((0, nA, nB))
+        rest = [f for i, f in enumerate(forms) if i != big and f is not None]
+        if len(rest) > 1:
+            Wb, WTb = np.concatenate([f.W for f in rest]), np.concatenate([f.WT for f in rest])
+        elif rest:
+            Wb, WTb = rest[0].W, rest[0].WT
+        else:
+            Wb, WTb = none, np.zeros((0, nB, nA))
+        if fb is None:  # its flows cross no dense link: its usual index
+            bindex = self._full_index(gb)
+        else:
+            if gb._dindex is None:
+                gb._dindex = LinkEntries(gb._links, gb._factorf, self._without_spans(spans))
+            bindex = gb._dindex
+        Wa, WTa = (fb.W, fb.WT) if fb is not None else (none, np.zeros((0, nB, nA)))
+        return [Wa, WTa, Wb, WTb, spans, bool(rest), bindex]
 
     def _set_flow_rates(self, masks: list[np.ndarray], full: list[np.ndarray], previous: dict[int, np.ndarray]) -> None:
         """Install per-flow rates ``full[i]`` (over every flow of group ``i``, 0 where not live;
@@ -720,6 +941,7 @@ class Network:
             # the class's flows got different rates: the group goes on per flow (its state moves
             # over; refining again costs more than it saves while other traffic keeps breaking it)
             self.splits += 1
+            self._flow_set += 1
             flow_rate = np.full(cl.cls.size, -1.0)
             flow_rate[m] = fr
             new = identity_classes(g._links, topo.capacity, topo.wire)
@@ -737,11 +959,16 @@ class Network:
         R = topo.num_gpus
         groups = self._groups
         flows = self._throttle_flows(groups)
-        tx = np.zeros(topo.num_endpoints)
-        rx = np.zeros(topo.num_endpoints)
-        for g, (s, d) in zip(groups, flows["parts"]):  # the live flows' rates, summed in flow order
-            K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
-        tx, rx = tx[:R], rx[:R]
+        same = self._base is not None and self._base[0] == self._flow_set  # the unthrottled rates' problem
+        if same and self._sums is not None and self._sums[0] == self._flow_set:
+            tx, rx = self._sums[1].copy(), self._sums[2].copy()  # sums of the same rates
+        else:
+            tx = np.zeros(topo.num_endpoints)
+            rx = np.zeros(topo.num_endpoints)
+            for g, (s, d) in zip(groups, flows["parts"]):  # the live flows' rates, summed in flow order
+                K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
+            tx, rx = tx[:R], rx[:R]
+            self._sums = (self._flow_set, tx.copy(), rx.copy()) if same else None
         scale = self._throttle(tx, rx)
         if scale is None:
             return
@@ -751,18 +978,19 @@ class Network:
             raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
         if np.all(scale >= 1.0):
             return
+        masks = [self._live_flows(g) for g in groups]
         endpoints = topo.num_endpoints
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
         cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
         cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
+        dense = self._throttle_dense(flows, groups) if self.components else None
         if "index" not in flows:
-            self._throttle_index(flows, groups)
-        masks = [self._live_flows(g) for g in groups]
+            self._throttle_index(flows, groups, dense)
         alive = np.concatenate(masks)
         rates = maxmin_rates_fm(flows["links"], flows["factor"], flows["wire"], capacity, alive=alive,
-                                index=flows["index"])
+                                index=flows["index"], dense=None if dense is None else self._dense_args(*dense))
         n_live = int(alive.sum())
         self.solved_classes += n_live
         self.solved_flows += n_live
@@ -780,12 +1008,63 @@ class Network:
         if c is not None and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
-        parts = [(g.src[g._orig], g.dst[g._orig]) for g in groups]
+        # int32 (endpoint ids): the per-solve traffic sums read them for every flow
+        parts = [(g.src[g._orig].astype(np.int32), g.dst[g._orig].astype(np.int32)) for g in groups]
         self._tcache = {"key": key, "parts": parts, "src": np.concatenate([s for s, _ in parts]),
                         "dst": np.concatenate([d for _, d in parts])}
         return self._tcache
 
-    def _throttle_index(self, flows: dict[str, Any], groups: list[FlowGroup]) -> None:
+    def _throttle_dense(self, flows: dict[str, Any], groups: list[FlowGroup]) -> tuple | None:
+        """The throttled solve's dense sets (``maxmin.link_levels``): the groups' dense parts
+        (:meth:`_dense_forms`) in group order, each flow also on its source GPU's transmit and
+        its destination GPU's receive link, when every row of the matrices has one source GPU
+        and every column one destination (one NIC per GPU). Kept with ``flows``; None: sparse."""
+        if "dense" in flows:
+            return flows["dense"]
+        flows["dense"] = None
+        found = self._dense_forms(groups)
+        if found is None:
+            return None
+        forms, spans = found
+        a0, nA, b0, nB = spans
+        topo = self.topology
+        base = topo.capacity.size
+        endpoints = topo.num_endpoints
+        va = np.full(nA, -1, dtype=np.int64)
+        vb = np.full(nB, -1, dtype=np.int64)
+        for g, f in zip(groups, forms):
+            if f is None:
+                continue
+            on = f.cell[:, 0] >= 0
+            src = g.src[g._orig[on]] + base
+            dst = g.dst[g._orig[on]] + base + endpoints
+            for v, c, x in ((va, f.cell[on, 0], src), (vb, f.cell[on, 1], dst)):
+                prev = v[c]
+                v[c] = x
+                if np.any(v[c] != x) or np.any((prev >= 0) & (prev != x)):  # a row (column) with
+                    return None  # two source (destination) GPUs
+        # a row or column without flows (a NIC the parts leave idle) names the scratch link:
+        # its cells are 0, so it only ever takes off exact zeros there
+        va[va < 0] = base + 2 * endpoints
+        vb[vb < 0] = base + 2 * endpoints
+        flows["dense"] = ([f for f in forms if f is not None], a0, b0, va, vb)
+        return flows["dense"]
+
+    @staticmethod
+    def _dense_args(forms: list[_SharedDense], a0: int, b0: int, va: np.ndarray, vb: np.ndarray) -> tuple:
+        """``maxmin.link_levels``'s dense sets for the throttled solve: the first part, then the
+        others (copied together when there are more than two; the matrices change between
+        solves as flows finish, so a copy is never kept)."""
+        Wa, WTa = forms[0].W, forms[0].WT
+        if len(forms) == 1:
+            Wb, WTb = np.zeros((0,) + Wa.shape[1:]), np.zeros((0,) + WTa.shape[1:])
+        elif len(forms) == 2:
+            Wb, WTb = forms[1].W, forms[1].WT
+        else:
+            Wb, WTb = np.concatenate([f.W for f in forms[1:]]), np.concatenate([f.WT for f in forms[1:]])
+        return Wa, WTa, Wb, WTb, a0, b0, va, vb
+
+    def _throttle_index(self, flows: dict[str, Any], groups: list[FlowGroup], dense: tuple | None = None) -> None:
         """The throttled solve's problem over ``flows`` (:meth:`_throttle_flows`): each flow's
         links plus its two virtual links (GPU ``i``'s transmit at ``L + 1 + i``, receive at
         ``L + 1 + endpoints + i``), its factor, and their link index. The index takes every
@@ -801,7 +1080,13 @@ class Network:
                                                      (base + endpoints + flows["dst"])[:, None].astype(dt)], axis=1))
         factor = np.concatenate([g._factorf for g in groups])
         finite = np.concatenate([topo.capacity, np.ones(2 * endpoints)])
-        flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite),
+        skip = None
+        if dense is not None:  # the dense links get no entries (the matrices stand for them)
+            skip = np.zeros(finite.size, dtype=bool)
+            forms, a0, b0 = dense[:3]
+            skip[a0:a0 + forms[0].W.shape[1]] = True
+            skip[b0:b0 + forms[0].W.shape[2]] = True
+        flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite, skip=skip),
                      wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
 
     def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,

@@ -26,6 +26,8 @@ or leaf / leaf-spine-leaf) + TCP's per-message overhead; it is added once per me
 
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -79,9 +81,11 @@ class Topology:
         lat: list[np.ndarray] = []
         cls: list[np.ndarray] = []
         self._base: dict[str, int] = {}
+        self._block_starts: list[int] = []  # the first link of each block, in order
 
         def block(key: str, count: int, klass: str, gbps: float, latency_ns: float, label) -> None:
             self._base[key] = sum(len(x) for x in cap)
+            self._block_starts.append(self._base[key])
             cap.append(np.full(count, gbps_to_bytes_per_ps(gbps)))
             lat.append(np.full(count, int(round(latency_ns * 1000)), dtype=np.int64))
             cls.append(np.full(count, LINK_CLASSES.index(klass), dtype=np.int8))
@@ -179,6 +183,15 @@ class Topology:
 
     def link_class_names(self) -> list[str]:
         return [LINK_CLASSES[k] for k in self.link_class[: self.num_links]]
+
+    def link_block(self, link: int) -> tuple[int, int]:
+        """(first link id, number of links) of the block of links built together with ``link``
+        (e.g. every NIC's transmit link, or every GPU's PCIe uplink): ids are consecutive."""
+        if not 0 <= link < self.num_links:
+            raise ValueError(f"link: expected an id in 0..{self.num_links - 1}, got {link}")
+        i = bisect.bisect_right(self._block_starts, link) - 1
+        end = self._block_starts[i + 1] if i + 1 < len(self._block_starts) else self.num_links
+        return self._block_starts[i], end - self._block_starts[i]
 
     def class_totals(self, per_link: np.ndarray) -> dict[str, float]:
         """Sum a per-link array by link class (classes absent from the topology are left out)."""

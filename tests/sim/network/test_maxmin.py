@@ -145,3 +145,70 @@ def test_dense_bipartite_filling_gives_the_sparse_levels_and_order():
         np.testing.assert_array_equal(lv, np.concatenate([level[A], level[B]]))
         np.testing.assert_array_equal(od, np.concatenate([order[A], order[B]]))
         assert np.isfinite(lv).sum() >= 2
+
+
+@pytest.mark.parametrize("virtual", [False, True])
+def test_dense_sets_inside_the_sparse_filling_give_its_levels_and_order(virtual):
+    """Flows given as weight matrices beside entries (``link_levels(dense=...)``: flow (i, j)
+    of a matrix on links a0 + i and b0 + j, the indexes without entries there) fill bit for
+    bit as the same flows given as entries: two flow sets each with a matrix and sparse flows
+    of their own, exact ties, framing weights, finished flows. ``virtual``: every flow also
+    crosses a per-source and a per-destination link (a GPU's caps), which the sparse flows
+    share with the matrices' flows and whose entries stay sparse (one index, both matrices
+    its own, the dense links skipped)."""
+    rng = np.random.default_rng(11)
+    nA, nB, S = 6, 5, 7
+    a0, b0, s0 = 0, nA, nA + nB
+    v0 = s0 + S  # virtual links: one per row, then one per column
+    L = v0 + nA + nB + 1
+    pad = L  # the scratch link of padded hops (capacity inf)
+    capacity = np.concatenate([np.where(np.arange(L) % 4 == 0, 2.0, 1.0 + rng.random(L)), [np.inf]])
+    wire = np.arange(L + 1) < s0  # the matrices' links framed, the others not
+    sets = []
+    for k in range(2):
+        ia, jb = np.nonzero(rng.random((nA, nB)) < 0.8)
+        dense = np.stack([a0 + ia, b0 + jb], axis=1)
+        sp = s0 + rng.integers(0, S, (9, 2))
+        sp[:, 1] = np.where(sp[:, 1] == sp[:, 0], pad, sp[:, 1])
+        if virtual:  # the sparse flows start at rows' / end at columns' GPUs too
+            r, c = rng.integers(0, nA, 9), rng.integers(0, nB, 9)
+            sp = np.concatenate([sp, (v0 + r)[:, None], (v0 + nA + c)[:, None]], axis=1)
+            dense = np.concatenate([dense, (v0 + ia)[:, None], (v0 + nA + jb)[:, None]], axis=1)
+        at = np.sort(rng.choice(ia.size + 9, 9, replace=False))  # sparse flows among the dense ones
+        is_sp = np.zeros(ia.size + 9, dtype=bool)
+        is_sp[at] = True
+        links = np.empty((ia.size + 9, dense.shape[1]), dtype=np.int32)
+        links[is_sp], links[~is_sp] = sp, dense
+        factor = np.where(rng.random(links.shape[0]) < 0.5, 1.0, 1.0 + rng.random(links.shape[0]) / 10)
+        alive = rng.random(links.shape[0]) < 0.85
+        W = np.zeros((1, nA, nB))
+        W[0, ia[alive[~is_sp]], jb[alive[~is_sp]]] = factor[~is_sp][alive[~is_sp]]
+        sets.append((links, factor, alive, W, np.ascontiguousarray(W.transpose(0, 2, 1))))
+    skip = np.zeros(L + 1, dtype=bool)
+    skip[a0:a0 + nA] = skip[b0:b0 + nB] = True
+    if virtual:
+        links = np.concatenate([s[0] for s in sets])
+        factor = np.concatenate([s[1] for s in sets])
+        alive = np.concatenate([s[2] for s in sets])
+        ref = LinkEntries(links, factor, capacity)
+        ref.set_alive(alive)
+        level, order = link_levels(ref, wire, capacity)
+        idx = LinkEntries(links, factor, capacity, skip=skip)
+        idx.set_alive(alive)
+        va, vb = v0 + np.arange(nA), v0 + nA + np.arange(nB)
+        lv, od = link_levels(idx, wire, capacity,
+                             dense=(sets[0][3], sets[0][4], sets[1][3], sets[1][4], a0, b0, va, vb))
+    else:
+        refs, idxs = [], []
+        cap_x = np.where(skip, np.inf, capacity)
+        for links, factor, alive, _, _ in sets:
+            refs.append(LinkEntries(links, factor, capacity))
+            idxs.append(LinkEntries(links, factor, cap_x))
+            for i in (refs[-1], idxs[-1]):
+                i.set_alive(alive)
+        level, order = link_levels(refs[0], wire, capacity, other=refs[1])
+        lv, od = link_levels(idxs[0], wire, capacity, other=idxs[1],
+                             dense=(sets[0][3], sets[0][4], sets[1][3], sets[1][4], a0, b0))
+    np.testing.assert_array_equal(lv, level)
+    np.testing.assert_array_equal(od, order)
+    assert np.isfinite(level[a0:b0 + nB]).sum() >= 2 and np.isfinite(level[s0:]).sum() >= 1

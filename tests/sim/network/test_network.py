@@ -366,3 +366,95 @@ def test_components_kernel_finds_the_link_disjoint_parts():
     expect = [0, 0, 1, 1, 1, 2, 3, 0]  # flows 2 and 3 share no link, but both share one with flow 4
     assert K.components(links, finite).tolist() == expect
     assert K._components_np(links, finite).tolist() == expect
+
+
+@pytest.mark.parametrize("case", ["plain", "slowed_nic"])
+@pytest.mark.parametrize("throttled", [False, True])
+def test_dense_nic_parts_in_shared_and_throttled_solves_change_nothing(case, throttled):
+    """Overlapping AlltoAllvs (solved together, and with GPU caps: each flow also on its GPUs'
+    virtual links) fill their NIC flows as weight matrices; the rounds, ties, load sums and
+    unload order are those of the sparse filling, so every flow's arrival and the link bytes
+    are bit-identical to solving them as entries (``components=False``). Three groups: the
+    third leaves some NICs idle (its matrix spans the whole block of NIC links)."""
+    topo = small_topology(nodes=4, gpus=4)
+    if case == "slowed_nic":
+        topo.capacity = topo.capacity.copy()
+        topo.capacity[topo._base["nic_rx"] + 3] *= 0.37
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=11)
+    out = []
+    for parts in (False, True):
+        eng = Engine()
+        net = Network(eng, topo, components=parts)
+        net.dense_min_flows = 16
+        calls = [0]
+
+        def throttle(tx, rx):
+            calls[0] += 1
+            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+
+        # unthrottled: a throttle that never limits (the lone first group is then solved whole,
+        # not by its link-disjoint parts, whose arrivals may move by 1 ps)
+        net.set_throttle(throttle if throttled else lambda tx, rx: None)
+        a = net.start_flows(src, dst, sizes)
+        eng.run(until_ps=3_000_000)
+        b = net.start_flows(dst, src, sizes[::-1] // 2)
+        eng.run(until_ps=9_000_000)
+        c = net.start_flows(src[::3], dst[::3], sizes[::3] // 3)
+        eng.run()
+        out.append(([a, b, c], net))
+        if parts:
+            assert all(bool(g._dense) for g in (a, b, c))
+    (g0, n0), (g1, n1) = out
+    for x, y in zip(g0, g1):
+        assert x.end_ps == y.end_ps
+        np.testing.assert_array_equal(x.finish_ps, y.finish_ps)
+    np.testing.assert_array_equal(n0.link_bytes, n1.link_bytes)
+    np.testing.assert_array_equal(n0.link_wire_bytes, n1.link_wire_bytes)
+
+
+class _NoReuse(Network):
+    """Solves the links at every recompute (the reference for the reuse below)."""
+
+    def _solve(self, now, previous):
+        self._flow_set += 1
+        super()._solve(now, previous)
+
+
+def test_recomputes_for_new_scales_alone_reuse_the_unthrottled_rates():
+    """A recompute requested because the GPUs' scales changed, with no flow finished or
+    started since the last solve, has the same unthrottled problem: its rates are reused, and
+    every arrival and link byte equals solving it again."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
+    out = []
+    for cls in (_NoReuse, Network):
+        eng = Engine()
+        net = cls(eng, topo)
+        calls = [0]
+
+        def throttle(tx, rx):
+            calls[0] += 1
+            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+
+        net.set_throttle(throttle)
+        a = net.start_flows(src, dst, sizes)
+        b = net.start_flows(dst[::2], src[::2], sizes[::2] // 3, tag="second")
+        for t in range(1, 40):  # the scales change between flow completions too
+            eng.schedule(t * 700_000, net.request_recompute)
+        eng.run()
+        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), net.solves, net.base_reused))
+    assert out[0][4] == 0 and out[1][4] > 10 and out[0][3] == out[1][3]
+    for x, y in zip(out[0][:3], out[1][:3]):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_link_block_names_the_links_built_together():
+    """``Topology.link_block``: the consecutive ids of one kind of link (every NIC's transmit
+    link, ...), which a dense NIC part spans; an id out of range is refused by name."""
+    topo = small_topology(nodes=4, gpus=4)
+    b = topo._base
+    assert topo.link_block(b["nic_tx"] + 5) == (b["nic_tx"], b["nic_rx"] - b["nic_tx"])
+    assert topo.link_block(b["nic_rx"]) == (b["nic_rx"], 16)
+    assert topo.link_block(0) == (0, 16)
+    with pytest.raises(ValueError, match="link"):
+        topo.link_block(topo.num_links)
