@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Fragment, Module, Mux, Signal
+from amaranth.hdl import Cat, Elaboratable, Fragment, Module, Mux, Signal
 from amaranth.hdl._mem import MemoryInstance
 
 from neonic.rtl.streams import COLLISION_X_ATTR
@@ -82,13 +82,15 @@ class CollisionCheck:
 
     Attributes
     ----------
-    design : the ``Fragment`` to simulate (``Simulator(design)``, ``run_amaranth(design, ...)``).
+    design : the ``Fragment`` to simulate (``Simulator(design)``, ``run_amaranth(design, ...)``);
+        one elaboration of ``dut``, so a check serves one simulation or one export.
     memories : the hierarchical names of the marked memories found.
     collisions : per memory name, the cycles counted so far where an enabled read of it
         collided with a write (filled by :meth:`monitor`).
     """
 
     def __init__(self, dut, *, poison: bool = True, require_marked: bool = True):
+        self._dut = dut
         self.design = Fragment.get(dut, None)
         marked = marked_memories(self.design)
         if require_marked and not marked:
@@ -130,6 +132,14 @@ class CollisionCheck:
                 m.d[rp._domain] += poisoned.eq(collide)
             m.d.comb += data.eq(Mux(poisoned, ~raw, raw))
 
+    @property
+    def component(self) -> "_Checked":
+        """``dut`` with the check inside, for a Verilog export (``run_cocotb``): the same
+        signature and port signals as ``dut``, elaborating to :attr:`design`, so a cocotb
+        bench's scoreboard sees the poisoned reads too (the counts are the Amaranth
+        simulator's only)."""
+        return _Checked(self._dut, self.design)
+
     async def monitor(self, ctx) -> None:
         """A background testbench: counts the collisions of every marked memory, per cycle
         (the values the flip-flops see at each edge)."""
@@ -145,3 +155,17 @@ class CollisionCheck:
         """One line per marked memory: its name and the collisions counted."""
         return "; ".join(f"{path}: {n} colliding read(s)" for path, n in self.collisions.items())
 
+
+class _Checked(Elaboratable):
+    """A unit's ports (its signature, its port signals) over its rewired design."""
+
+    def __init__(self, dut, design: Fragment):
+        self._dut = dut
+        self._design = design
+        self.signature = dut.signature
+
+    def __getattr__(self, name):
+        return getattr(self._dut, name)
+
+    def elaborate(self, platform):
+        return self._design

@@ -4,8 +4,11 @@ counted and poisoned; other reads, unmarked memories and defined collisions are 
 from __future__ import annotations
 
 import pytest
-from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.back import rtlil
+from amaranth.hdl import Module
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
 
 from neonic.rtl.streams import COLLISION_X_ATTR
 from neonic.sim.harness import run_amaranth
@@ -14,14 +17,14 @@ from neonic.sim.harness.collisions import CollisionCheck
 OLD, NEW = 0x5A, 0xC3
 
 
-class _RAM(Elaboratable):
+class _RAM(wiring.Component):
     """One memory (16 x 8 bit, every word ``OLD``), one write and one synchronous read port,
     the read data straight out (``q``): the design that uses every read it makes."""
 
     def __init__(self, *, marked: bool = True, transparent: bool = False):
         self.marked, self.transparent = marked, transparent
-        self.waddr, self.wdata, self.we = Signal(4), Signal(8), Signal()
-        self.raddr, self.re, self.q = Signal(4), Signal(), Signal(8)
+        super().__init__({"waddr": In(4), "wdata": In(8), "we": In(1), "raddr": In(4),
+                          "re": In(1), "q": Out(8)})
 
     def elaborate(self, platform):
         m = Module()
@@ -93,3 +96,19 @@ def test_a_design_without_marked_memories_is_refused_unless_allowed():
         CollisionCheck(_RAM(marked=False))
     check = CollisionCheck(_RAM(marked=False), require_marked=False)
     assert check.memories == [] and check.collisions == {}
+
+
+def test_the_checked_component_exports_with_the_units_ports_and_the_poison():
+    """For a cocotb bench: the Verilog of ``component`` has the unit's ports and the poison."""
+    plain = rtlil.convert(_RAM(), name="top")
+    checked = rtlil.convert(CollisionCheck(_RAM()).component, name="top")
+
+    def ports(text):                       # the top module's input and output wires
+        top = text[text.index("module \\top\n"):]
+        top = top[:top.index("\nend\n")]
+        return sorted(line.split()[-1] for line in top.splitlines()
+                      if line.strip().startswith("wire") and (" input " in line
+                                                              or " output " in line))
+
+    assert ports(checked) == ports(plain) and len(ports(plain)) == 8   # with clk and rst
+    assert "poisoned" in checked and "poisoned" not in plain
