@@ -13,6 +13,7 @@ import pytest
 from neonic.sim.units.cache import measure_hits
 from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LineRAM, LookupKind, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+from neonic.sim.harness.collisions import CollisionCheck
 from neonic.sim.reference.cache import (CacheConfig, Request, expected_results, random_requests)
 
 KIND = {LookupKind.HIT: "hit", LookupKind.MERGED: "merged", LookupKind.MISS: "miss",
@@ -35,10 +36,16 @@ def run_cache(dut, requests: list[Request], rng: np.random.Generator, *,
               rows: int, latency=(1, 20), idle: float = 0.2, backpressure: float = 0.2,
               resp_stall: float = 0.1, accept_stall: float = 0.1, flush: bool = True,
               max_cycles: int = 200_000, memory: np.ndarray | None = None,
-              monitors: tuple = ()):
+              monitors: tuple = (), check: CollisionCheck | None = None):
     """Drive ``requests`` into ``dut`` with random idle/backpressure against a random-latency
     backing memory (and line memory, for a bare controller); returns (read beats, lookup
-    kinds, backing memory, stats dict, cycles)."""
+    kinds, backing memory, stats dict, cycles).
+
+    Every run poisons the reads of the tag store and line memory that collide with a write
+    (``check``, a :class:`CollisionCheck` of ``dut``, made here if not given): their
+    ``COLLISION_X_ATTR`` claims that the cache never uses such a read, and if it did, the
+    poisoned data would fail the test's comparison with the shadow memory and reference."""
+    check = CollisionCheck(dut) if check is None else check
     nbytes = rows * dut.line_beats * dut.data_bytes
     if memory is None:
         memory = rng.integers(0, 256, nbytes, dtype=np.uint8)
@@ -84,8 +91,9 @@ def run_cache(dut, requests: list[Request], rng: np.random.Generator, *,
             if valid:
                 kinds.append(KIND[LookupKind(kind)])
 
-    cycles = run_amaranth(dut, [requester, writer, reader], [mem.process]
-                          + [lm.process for lm in lmem], background=[monitor, *monitors],
+    cycles = run_amaranth(check.design, [requester, writer, reader], [mem.process]
+                          + [lm.process for lm in lmem],
+                          background=[monitor, check.monitor, *monitors],
                           max_cycles=max_cycles)
     mem.check_idle()
     for lm in lmem:
@@ -131,9 +139,14 @@ def test_random_traffic_matches_shadow_and_reference(rng, policy, index, device)
     dut = device(**SMALL, policy=policy, index=index)
     reqs = random_requests(rng, 400, rows=40, line_beats=4, row_beats=3, data_bytes=4,
                            write_fraction=0.3, error_fraction=0.03, zipf=0.9)
-    got, kinds, contents, stats, cycles, memory = run_cache(dut, reqs, rng, rows=40)
+    check = CollisionCheck(dut)
+    got, kinds, contents, stats, cycles, memory = run_cache(dut, reqs, rng, rows=40,
+                                                            check=check)
     check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
     assert stats["misses"] > 20 and stats["hits"] + stats["merged"] > 100  # exercised both
+    # The tag store's and line memory's reads that collided with a write (poisoned, and
+    # still every result right): the traffic did exercise the `COLLISION_X_ATTR` claims.
+    assert all(n > 10 for n in check.collisions.values()), check.summary()
 
 
 def test_many_ways_lfu_aging_and_small_queue(rng):
@@ -194,7 +207,9 @@ def test_invalidate_drops_lines_and_dirty_data(rng):
             if valid:
                 kinds.append(KIND[LookupKind(kind)])
 
-    run_amaranth(dut, [tb], [mem.process], background=[monitor], max_cycles=5000)
+    check = CollisionCheck(dut)        # colliding reads poisoned (see `run_cache`)
+    run_amaranth(check.design, [tb], [mem.process], background=[monitor, check.monitor],
+                 max_cycles=5000)
     # The reads right behind the write misses may merge into those misses (timing).
     assert [k.replace("merged", "hit") for k in kinds] == ["miss"] * 4 + ["hit"] * 4 + ["miss"] * 4
     assert all(v == 0xA5A5A5A5 for v in got[:12])          # written data, from the cache
@@ -259,10 +274,13 @@ def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
     rows = [0, 4, 8, 0, 4, 0, 8, 12, 8, 8, 4, 0, 12, 12, 0]   # all in set 0
     reqs = [Request(r * 4, 4, write=True, wdata=tuple((0x1000 * i + b, 0xF) for b in range(4)))
             if i % 3 == 1 else Request(r * 4, 4) for i, r in enumerate(rows)]
+    check = CollisionCheck(dut)
     got, kinds, contents, stats, cycles, memory = run_cache(
         dut, reqs, rng, rows=16, idle=0.0, backpressure=0.0, resp_stall=0.0,
-        accept_stall=0.0)
+        accept_stall=0.0, check=check)
     check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
+    # every update of the set collides with the next request's tag read (poisoned, unused)
+    assert check.collisions["tags"] > 5, check.summary()
 
 
 @pytest.mark.parametrize("kwargs,name", [
