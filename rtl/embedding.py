@@ -151,8 +151,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
-from .streams import (MemPortSignature, MemRequest, MemResponseBeat, PingPongBuffer,
-                      SkidBuffer, check_int)
+from .streams import (COLLISION_X_ATTR, MemPortSignature, MemRequest, MemResponseBeat,
+                      PingPongBuffer, SkidBuffer, check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -1150,18 +1150,42 @@ class EmbeddingBagUnit(wiring.Component):
         # write-backs since the read (this cycle's, or one or two cycles old, kept in
         # registers), so the read-add-write distance stays ``add_latency + 1``. Which one it
         # takes is a flip-flop per write-back age, compared a cycle ahead.
-        # (what a read of the word written on the same cycle returns is never used: the
-        # operand register takes the write-back then (``hit2``), and the drain reads only
-        # banks whose words are all written back; yosys 0.70 still adds its collision logic,
-        # a mux after each block RAM output, ``no_rw_check`` on the memory or not)
+        # Two copies of the accumulator with the same writes, one read port each (the
+        # reducer's ``acc``, the drain's ``acc_d``): a block RAM has one write and one read
+        # port in the mode yosys uses, so a memory with two read ports is duplicated anyway,
+        # and with one read port each the copies can be marked ``COLLISION_X_ATTR``:
+        # - ``acc``: a read of the address written on the same cycle is never used. The read
+        #   of cycle t (address ``ctx_pipe[ml - 3].addr``) reaches ``acc_raw`` at t + 2, when
+        #   the same word is the operand stage's (the pipeline after the issue stage runs
+        #   free); ``hit2_pre`` at t + 1 records that cycle t's write-back was to that
+        #   address, so ``hit2`` (or a younger write-back's ``hit1``/``hit0``, which take
+        #   precedence) selects a write-back register instead of ``acc_raw`` at t + 2.
+        # - ``acc_d``: the drain's read data are used only when it issues, and it issues only
+        #   for a bag whose last word was written back on an earlier cycle (``head_ok`` is a
+        #   flip-flop set the cycle after that write-back); the bag's bank is written again
+        #   only after the drain frees it and a later bag claims it, whose first word then
+        #   passes the issue, multiplier and adder stages before its write-back. The
+        #   reads of the cycles it does not issue (the address is read every cycle) are
+        #   dropped with ``dctx.valid`` low.
+        # ``ram_style``: block RAM at every size (yosys puts a shallow, wide accumulator such
+        # as the 16-lane unit's into distributed RAM otherwise, thousands of LUTs).
+        acc_attrs = {"ram_style": "block", COLLISION_X_ATTR: "1"}
         m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=nb << self.word_width,
-                                               init=[])
+                                               init=[], attrs=acc_attrs)
+        m.submodules.acc_d = acc_d = memory.Memory(shape=32 * lanes,
+                                                   depth=nb << self.word_width, init=[],
+                                                   attrs=acc_attrs)
         acc_wr = acc.write_port()
+        acc_dwr = acc_d.write_port()
         acc_rd = acc.read_port()
-        acc_dr = acc.read_port()
+        acc_dr = acc_d.read_port()
+        m.d.comb += [acc_dwr.addr.eq(acc_wr.addr), acc_dwr.data.eq(acc_wr.data),
+                     acc_dwr.en.eq(acc_wr.en)]
         # the address of the word three cycles before the add-in stage
         m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 3].addr)
-        acc_raw = Signal(32 * lanes)     # the memory's word, registered
+        # the memory's word, registered (no reset: the flow moves it into the block RAM's
+        # output register, ``host.bench.timing.absorb_bram_output_registers``)
+        acc_raw = Signal(32 * lanes, reset_less=True)
         wb_d1 = Signal(32 * lanes)       # the write-back one cycle ago
         wb_d2 = Signal(32 * lanes)       # ... and two cycles ago
         acc_old = Signal(32 * lanes)     # the adders' operand
@@ -1289,7 +1313,7 @@ class EmbeddingBagUnit(wiring.Component):
             dctx0.mask.eq(Mux(has_rows, lane_mask, 0)),
             dctx.eq(dctx0),
         ]
-        d_data = Signal(32 * lanes)
+        d_data = Signal(32 * lanes, reset_less=True)   # (into the block RAM, like acc_raw)
         d_recip = Signal(32)
         m.d.sync += [d_data.eq(acc_dr.data), d_recip.eq(recip_rd.data)]
         dctx_pipe, dx_pipe = [dctx], [d_data]
