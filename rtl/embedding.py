@@ -1044,10 +1044,25 @@ class EmbeddingBagUnit(wiring.Component):
         next_addr = Cat(word_inc[:self.word_width], head.bank)
         step_hazard = ~head.first & window_hit(next_addr)
         step_last = word_inc == head.last_word
-        # word 0 of the next entry
-        peek_addr = Cat(Const(0, self.word_width), peek.bank)
-        peek_hazard = peek.has_row & ~peek.first & (
-            window_hit(peek_addr) | (take & head.has_row & (head_addr == peek_addr)))
+        # word 0 of the next entry: the read slice's skid register's entry if it holds one,
+        # else the queue's head. The hazard is computed for both and chosen at the end, so
+        # that the slice's ``skid_valid`` (which also enables the slice's registers) selects
+        # one flag instead of the compared address. ``in_skid`` copies the fields compared
+        # from the queue's head on every cycle the skid register is empty, as the skid
+        # register does (``rtl.streams.SkidBuffer``), so it holds the same entry.
+        skid_full = ~info_sk.i.ready                 # the slice's skid register holds one
+        queue_head = data.View(rinfo, info_q.r_data)
+        in_skid = Signal(data.StructLayout({"has_row": unsigned(1), "first": unsigned(1),
+                                            "bank": unsigned(self.bank_width)}))
+        with m.If(~skid_full):
+            m.d.sync += [in_skid.has_row.eq(queue_head.has_row),
+                         in_skid.first.eq(queue_head.first), in_skid.bank.eq(queue_head.bank)]
+
+        def hazard_of(entry):
+            addr = Cat(Const(0, self.word_width), entry.bank)
+            return entry.has_row & ~entry.first & (
+                window_hit(addr) | (take & head.has_row & (head_addr == addr)))
+        peek_hazard = Mux(skid_full, hazard_of(in_skid), hazard_of(queue_head))
         peek_wait = peek.has_row & peek.first & bank_busy.bit_select(peek.bank, 1)
         peek_last = peek.last_word == 0
         m.d.sync += [
