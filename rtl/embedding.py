@@ -535,6 +535,8 @@ class EmbeddingBagUnit(wiring.Component):
             "elem_type": unsigned(2),
             "is_max": unsigned(1),
             "last_word": unsigned(self.word_width),      # words - 1
+            # lanes used in the last word (0: all), for the lanes' weight copies
+            "tail": unsigned(max(1, exact_log2(self.lanes))),
             "bank": unsigned(self.bank_width),
         })
 
@@ -816,7 +818,8 @@ class EmbeddingBagUnit(wiring.Component):
                         pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
                         pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
                         pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
-                        pe1.info.last_word.eq(cur.last_word), pe1.info.bank.eq(bank),
+                        pe1.info.last_word.eq(cur.last_word), pe1.info.tail.eq(cur.tail),
+                        pe1.info.bank.eq(bank),
                         pe1.index.eq(idx.index), pe1.stride.eq(cur.stride),
                         pe1.base.eq(cur.base),
                     ]
@@ -1126,7 +1129,12 @@ class EmbeddingBagUnit(wiring.Component):
         })
         s1_ctx = Signal(ctx_layout)
         s1_x = Signal(32 * lanes)
-        s1_weight = Signal(32)
+        # One weight register per lane, each logically distinct so that synthesis keeps them
+        # apart (it merges identical registers, ``keep`` or not) and no one register drives
+        # every lane's multiplier: a lane past the row's last element (in its last word)
+        # multiplies by 1.0 instead of the weight. What such a lane accumulates is never
+        # output (the drain zeroes it, ``lane_mask``), so the results are unchanged.
+        s1_weight = [Signal(32, name=f"s1_weight{i}") for i in range(lanes)]
         m.d.sync += [
             s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
             s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
@@ -1134,10 +1142,13 @@ class EmbeddingBagUnit(wiring.Component):
             s1_ctx.is_max.eq(head.is_max),
             s1_ctx.addr.eq(Cat(Mux(head.has_row, word[:self.word_width], 0), head.bank)),
             s1_x.eq(widened),
+        ]
+        for i in range(lanes):
             # an unweighted row is multiplied by 1.0 (exact, NaNs aside, which the adder makes
             # the canonical NaN anyway): the adder's addend is always the multiplier's output
-            s1_weight.eq(Mux(head.weighted & ~head.is_max, head.weight, _FP32_ONE)),
-        ]
+            lane_used = (~last_word | (head.tail == 0) | (head.tail > i)) if i else 1
+            m.d.sync += s1_weight[i].eq(Mux(head.weighted & ~head.is_max & lane_used,
+                                            head.weight, _FP32_ONE))
 
         # Multiplier stage: context and unweighted values delayed alongside.
         ctx_pipe = [s1_ctx]
@@ -1154,7 +1165,7 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=ml)
             m.submodules[f"wmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight)]
+            m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight[i])]
             ai_v.append(mul.o)
 
         # ---- accumulators: ``banks`` banks of max_words words ---------------------------
