@@ -535,9 +535,12 @@ def absorb_dsp_registers(netlist: dict) -> int:
     absorbing the registers around it, so a pipelined multiply (register, multiply,
     register) is timed as fabric clock-to-output, routing into the DSP, its combinational
     18x18 multiply and routing out to a fabric register. The sysDSP block has the same
-    registers inside (Lattice TN1267, "ECP5 and ECP5-5G sysDSP Usage Guide": input registers
-    on A and B, a pipeline and an output register, each with its clock ``CLK0..3``, clock
-    enable ``CE0..3`` and reset ``RST0..3`` chosen by ``REG_<group>_CLK/_CE/_RST``), which
+    registers inside: input registers on A and B, a pipeline and an output register, each
+    with its clock, clock enable and reset selected from ``CLK0..3``, ``CE0..3`` and
+    ``RST0..3`` (``REG_<group>_CLK/_CE/_RST`` of the MULT18X18D primitive, yosys's
+    ``cells_bb_ecp5.v``; the register selection is described in Lattice's LatticeECP2/M
+    family data sheet and LatticeECP3 sysDSP usage guide TN1182, whose sysDSP the ECP5's
+    follows; the ECP5 guide, TN1267, was not at hand when this was written), which
     nextpnr-ecp5 times as such (its timing classes ``MULT18X18D_REGS_INPUT``, ``_OUTPUT``,
     ``_ALL``; registers count only when both inputs or the output are registered, all on
     ``CLK0``). yosys's own library has only a black box for MULT18X18D (no simulation
