@@ -401,6 +401,10 @@ def _synthesize(spec: UnitSpec, work: Path, timeout: float,
         (work / "top.json").write_text(json.dumps(netlist))
     cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
     cells["TRELLIS_FF"] = cells.get("TRELLIS_FF", 0) - absorbed - in_dsps
+    # (the LUTs that synchronous clears of flip-flops taken into DSPs became)
+    cells["LUT4"] = cells.get("LUT4", 0) + sum(
+        name.endswith(_DSP_CLEAR_SUFFIX) for module in (netlist.get("modules") or {}).values()
+        for name in (module.get("cells") or {}))
     cells["bram_output_regs"] = absorbed
     cells["dsp_regs"] = in_dsps
     return shell, cells, flatten
@@ -522,6 +526,8 @@ def _plain_ff(cell: dict, *, sync_clear: bool = False) -> tuple | None:
     return None
 
 
+#: Suffix of the LUT a synchronous clear becomes (named after its flip-flop).
+_DSP_CLEAR_SUFFIX = "$dsp_clear"
 #: ``LUT4`` truth table of ``A & ~B`` (``Z = INIT[{D, C, B, A}]``; C and D tied low).
 _LUT_A_AND_NOT_B = "0010001000100010"          # 0x2222, most significant bit first
 
@@ -662,7 +668,7 @@ def absorb_dsp_registers(netlist: dict) -> int:
                     if clear is not None:
                         # a synchronous clear becomes a LUT in front of the register
                         # (one per flip-flop, shared by the DSPs it feeds)
-                        lut_name = f"{ff_name}$dsp_clear"
+                        lut_name = ff_name + _DSP_CLEAR_SUFFIX
                         if lut_name not in cells:
                             next_net[0] += 1
                             cells[lut_name] = {
