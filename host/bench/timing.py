@@ -532,7 +532,7 @@ _DSP_CLEAR_SUFFIX = "$dsp_clear"
 _LUT_A_AND_NOT_B = "0010001000100010"          # 0x2222, most significant bit first
 
 
-def absorb_dsp_registers(netlist: dict) -> int:
+def absorb_dsp_registers(netlist: dict, *, inputs: bool = True) -> int:
     """Move the flip-flops around each MULT18X18D into its input and output registers, in
     place in yosys's JSON ``netlist``; returns how many fabric flip-flops it removed.
 
@@ -567,7 +567,8 @@ def absorb_dsp_registers(netlist: dict) -> int:
       the DSP's output register.
 
     All registers taken into one DSP share one clock (``CLK0``); each distinct enable gets
-    one of ``CE0..3`` (``"1"`` for a flip-flop without enable)."""
+    one of ``CE0..3`` (``"1"`` for a flip-flop without enable). ``inputs=False`` takes the
+    output registers only."""
     removed = 0
     for module in (netlist.get("modules") or {}).values():
         cells = module.get("cells") or {}
@@ -620,7 +621,7 @@ def absorb_dsp_registers(netlist: dict) -> int:
                 clocks.add(ff[0])
                 in_en.add(ff[1])
                 in_plan.append((p, src[0], ff[2]))
-            if not in_plan or len(in_en) != 1 or len(clocks) != 1:
+            if not inputs or not in_plan or len(in_en) != 1 or len(clocks) != 1:
                 in_ok = False
             in_clocks = set(clocks) if in_ok else set()
             # output: (pin, flip-flop) for every used P bit

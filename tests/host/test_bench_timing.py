@@ -329,3 +329,12 @@ def test_the_gather_marks_its_two_accumulator_copies_collision_undefined():
     spec = next(s for s in timing.UNITS if s.name == "gather")
     text = rtlil.convert(spec.build(dict(spec.params)))
     assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2
+
+
+def test_the_dsp_pass_can_take_the_output_registers_only():
+    net = _dsp_netlist()
+    assert timing.absorb_dsp_registers(net, inputs=False) == 2
+    cells = net["modules"]["top"]["cells"]
+    par = cells["dsp"]["parameters"]
+    assert par["REG_INPUTA_CLK"] == par["REG_INPUTB_CLK"] == "NONE"
+    assert par["REG_OUTPUT_CLK"] == "CLK0" and {"fa", "fb"} <= set(cells)
