@@ -473,8 +473,9 @@ class FPMul32(_Binary32):
         # bit 47 (value = P / 2**47 * 2**(E - 127)).
         exp0 = Signal(signed(12), name="exp0")
         m.d.comb += exp0.eq(s1.xa + s1.xb - 126 - s1.lza - s1.lzb)
-        # (the significands' registers and the partial products' are the DSP blocks' input
-        # and output registers on an FPGA: no reset)
+        # (no reset on the partial products' registers, which are the DSP blocks' output
+        # registers on an FPGA, nor on the significands', which can be their input
+        # registers: `host.bench.timing.absorb_dsp_registers`)
         s2 = pipe.boundary(2, exp0=exp0, sign=s1.sign, special=special, special_o=special_o)
         s2n = pipe.boundary(2, reset_less=True, na=(s1.ma << s1.lza)[:24],
                             nb=(s1.mb << s1.lzb)[:24])

