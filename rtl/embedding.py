@@ -151,8 +151,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
-from .streams import (MemPortSignature, MemRequest, MemResponseBeat, PingPongBuffer,
-                      SkidBuffer, check_int)
+from .streams import (COLLISION_X_ATTR, MemPortSignature, MemRequest, MemResponseBeat,
+                      PingPongBuffer, SkidBuffer, check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -535,6 +535,8 @@ class EmbeddingBagUnit(wiring.Component):
             "elem_type": unsigned(2),
             "is_max": unsigned(1),
             "last_word": unsigned(self.word_width),      # words - 1
+            # lanes used in the last word (0: all), for the lanes' weight copies
+            "tail": unsigned(max(1, exact_log2(self.lanes))),
             "bank": unsigned(self.bank_width),
         })
 
@@ -816,7 +818,8 @@ class EmbeddingBagUnit(wiring.Component):
                         pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
                         pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
                         pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
-                        pe1.info.last_word.eq(cur.last_word), pe1.info.bank.eq(bank),
+                        pe1.info.last_word.eq(cur.last_word), pe1.info.tail.eq(cur.tail),
+                        pe1.info.bank.eq(bank),
                         pe1.index.eq(idx.index), pe1.stride.eq(cur.stride),
                         pe1.base.eq(cur.base),
                     ]
@@ -1044,10 +1047,25 @@ class EmbeddingBagUnit(wiring.Component):
         next_addr = Cat(word_inc[:self.word_width], head.bank)
         step_hazard = ~head.first & window_hit(next_addr)
         step_last = word_inc == head.last_word
-        # word 0 of the next entry
-        peek_addr = Cat(Const(0, self.word_width), peek.bank)
-        peek_hazard = peek.has_row & ~peek.first & (
-            window_hit(peek_addr) | (take & head.has_row & (head_addr == peek_addr)))
+        # word 0 of the next entry: the read slice's skid register's entry if it holds one,
+        # else the queue's head. The hazard is computed for both and chosen at the end, so
+        # that the slice's ``skid_valid`` (which also enables the slice's registers) selects
+        # one flag instead of the compared address. ``in_skid`` copies the fields compared
+        # from the queue's head on every cycle the skid register is empty, as the skid
+        # register does (``rtl.streams.SkidBuffer``), so it holds the same entry.
+        skid_full = ~info_sk.i.ready                 # the slice's skid register holds one
+        queue_head = data.View(rinfo, info_q.r_data)
+        in_skid = Signal(data.StructLayout({"has_row": unsigned(1), "first": unsigned(1),
+                                            "bank": unsigned(self.bank_width)}))
+        with m.If(~skid_full):
+            m.d.sync += [in_skid.has_row.eq(queue_head.has_row),
+                         in_skid.first.eq(queue_head.first), in_skid.bank.eq(queue_head.bank)]
+
+        def hazard_of(entry):
+            addr = Cat(Const(0, self.word_width), entry.bank)
+            return entry.has_row & ~entry.first & (
+                window_hit(addr) | (take & head.has_row & (head_addr == addr)))
+        peek_hazard = Mux(skid_full, hazard_of(in_skid), hazard_of(queue_head))
         peek_wait = peek.has_row & peek.first & bank_busy.bit_select(peek.bank, 1)
         peek_last = peek.last_word == 0
         m.d.sync += [
@@ -1111,7 +1129,12 @@ class EmbeddingBagUnit(wiring.Component):
         })
         s1_ctx = Signal(ctx_layout)
         s1_x = Signal(32 * lanes)
-        s1_weight = Signal(32)
+        # One weight register per lane, each logically distinct so that synthesis keeps them
+        # apart (it merges identical registers, ``keep`` or not) and no one register drives
+        # every lane's multiplier: a lane past the row's last element (in its last word)
+        # multiplies by 1.0 instead of the weight. What such a lane accumulates is never
+        # output (the drain zeroes it, ``lane_mask``), so the results are unchanged.
+        s1_weight = [Signal(32, name=f"s1_weight{i}") for i in range(lanes)]
         m.d.sync += [
             s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
             s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
@@ -1119,10 +1142,13 @@ class EmbeddingBagUnit(wiring.Component):
             s1_ctx.is_max.eq(head.is_max),
             s1_ctx.addr.eq(Cat(Mux(head.has_row, word[:self.word_width], 0), head.bank)),
             s1_x.eq(widened),
+        ]
+        for i in range(lanes):
             # an unweighted row is multiplied by 1.0 (exact, NaNs aside, which the adder makes
             # the canonical NaN anyway): the adder's addend is always the multiplier's output
-            s1_weight.eq(Mux(head.weighted & ~head.is_max, head.weight, _FP32_ONE)),
-        ]
+            lane_used = (~last_word | (head.tail == 0) | (head.tail > i)) if i else 1
+            m.d.sync += s1_weight[i].eq(Mux(head.weighted & ~head.is_max & lane_used,
+                                            head.weight, _FP32_ONE))
 
         # Multiplier stage: context and unweighted values delayed alongside.
         ctx_pipe = [s1_ctx]
@@ -1139,7 +1165,7 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=ml)
             m.submodules[f"wmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight)]
+            m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight[i])]
             ai_v.append(mul.o)
 
         # ---- accumulators: ``banks`` banks of max_words words ---------------------------
@@ -1150,18 +1176,42 @@ class EmbeddingBagUnit(wiring.Component):
         # write-backs since the read (this cycle's, or one or two cycles old, kept in
         # registers), so the read-add-write distance stays ``add_latency + 1``. Which one it
         # takes is a flip-flop per write-back age, compared a cycle ahead.
-        # (what a read of the word written on the same cycle returns is never used: the
-        # operand register takes the write-back then (``hit2``), and the drain reads only
-        # banks whose words are all written back; yosys 0.70 still adds its collision logic,
-        # a mux after each block RAM output, ``no_rw_check`` on the memory or not)
+        # Two copies of the accumulator with the same writes, one read port each (the
+        # reducer's ``acc``, the drain's ``acc_d``): a block RAM has one write and one read
+        # port in the mode yosys uses, so a memory with two read ports is duplicated anyway,
+        # and with one read port each the copies can be marked ``COLLISION_X_ATTR``:
+        # - ``acc``: a read of the address written on the same cycle is never used. The read
+        #   of cycle t (address ``ctx_pipe[ml - 3].addr``) reaches ``acc_raw`` at t + 2, when
+        #   the same word is the operand stage's (the pipeline after the issue stage runs
+        #   free); ``hit2_pre`` at t + 1 records that cycle t's write-back was to that
+        #   address, so ``hit2`` (or a younger write-back's ``hit1``/``hit0``, which take
+        #   precedence) selects a write-back register instead of ``acc_raw`` at t + 2.
+        # - ``acc_d``: the drain's read data are used only when it issues, and it issues only
+        #   for a bag whose last word was written back on an earlier cycle (``head_ok`` is a
+        #   flip-flop set the cycle after that write-back); the bag's bank is written again
+        #   only after the drain frees it and a later bag claims it, whose first word then
+        #   passes the issue, multiplier and adder stages before its write-back. The
+        #   reads of the cycles it does not issue (the address is read every cycle) are
+        #   dropped with ``dctx.valid`` low.
+        # ``ram_style``: block RAM at every size (yosys puts a shallow, wide accumulator such
+        # as the 16-lane unit's into distributed RAM otherwise, thousands of LUTs).
+        acc_attrs = {"ram_style": "block", COLLISION_X_ATTR: "1"}
         m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=nb << self.word_width,
-                                               init=[])
+                                               init=[], attrs=acc_attrs)
+        m.submodules.acc_d = acc_d = memory.Memory(shape=32 * lanes,
+                                                   depth=nb << self.word_width, init=[],
+                                                   attrs=acc_attrs)
         acc_wr = acc.write_port()
+        acc_dwr = acc_d.write_port()
         acc_rd = acc.read_port()
-        acc_dr = acc.read_port()
+        acc_dr = acc_d.read_port()
+        m.d.comb += [acc_dwr.addr.eq(acc_wr.addr), acc_dwr.data.eq(acc_wr.data),
+                     acc_dwr.en.eq(acc_wr.en)]
         # the address of the word three cycles before the add-in stage
         m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 3].addr)
-        acc_raw = Signal(32 * lanes)     # the memory's word, registered
+        # the memory's word, registered (no reset: the flow moves it into the block RAM's
+        # output register, ``host.bench.timing.absorb_bram_output_registers``)
+        acc_raw = Signal(32 * lanes, reset_less=True)
         wb_d1 = Signal(32 * lanes)       # the write-back one cycle ago
         wb_d2 = Signal(32 * lanes)       # ... and two cycles ago
         acc_old = Signal(32 * lanes)     # the adders' operand
@@ -1289,7 +1339,7 @@ class EmbeddingBagUnit(wiring.Component):
             dctx0.mask.eq(Mux(has_rows, lane_mask, 0)),
             dctx.eq(dctx0),
         ]
-        d_data = Signal(32 * lanes)
+        d_data = Signal(32 * lanes, reset_less=True)   # (into the block RAM, like acc_raw)
         d_recip = Signal(32)
         m.d.sync += [d_data.eq(acc_dr.data), d_recip.eq(recip_rd.data)]
         dctx_pipe, dx_pipe = [dctx], [d_data]

@@ -113,7 +113,12 @@ class _Pipeline:
             if latency else set()
         assert len(self.cuts) == latency
 
-    def boundary(self, k: int, **values: Value) -> _Stage:
+    def boundary(self, k: int, *, reset_less: bool = False, **values: Value) -> _Stage:
+        """The values after step ``k``: registers if ``k`` is a cut, else wires.
+        ``reset_less``: registers without reset, for those that the FPGA flow moves into a
+        DSP block (``host.bench.timing.absorb_dsp_registers`` takes only registers without a
+        reset in use); their contents after a reset are the pipeline's, whose results are
+        ignored until the operands of that cycle arrive, as with the others."""
         regs = {}
         for name, v in values.items():
             v = Value.cast(v)
@@ -121,7 +126,7 @@ class _Pipeline:
                 # (with reset: without it, synth_ecp5 maps more of the steps' logic into
                 # the flip-flops' set/reset inputs, and the standalone adder and multiplier
                 # measured 4-7% slower on every placement seed)
-                reg = Signal(v.shape(), name=f"p{k}_{name}")
+                reg = Signal(v.shape(), name=f"p{k}_{name}", reset_less=reset_less)
                 with self._m.If(self._en):
                     self._m.d.sync += reg.eq(v)
             else:
@@ -468,16 +473,21 @@ class FPMul32(_Binary32):
         # bit 47 (value = P / 2**47 * 2**(E - 127)).
         exp0 = Signal(signed(12), name="exp0")
         m.d.comb += exp0.eq(s1.xa + s1.xb - 126 - s1.lza - s1.lzb)
-        s2 = pipe.boundary(2, na=(s1.ma << s1.lza)[:24], nb=(s1.mb << s1.lzb)[:24], exp0=exp0,
-                           sign=s1.sign, special=special, special_o=special_o)
+        # (no reset on the partial products' registers, which are the DSP blocks' output
+        # registers on an FPGA, nor on the significands', which can be their input
+        # registers: `host.bench.timing.absorb_dsp_registers`)
+        s2 = pipe.boundary(2, exp0=exp0, sign=s1.sign, special=special, special_o=special_o)
+        s2n = pipe.boundary(2, reset_less=True, na=(s1.ma << s1.lza)[:24],
+                            nb=(s1.mb << s1.lzb)[:24])
 
         # Step 3: partial products, 12 x 12 bits each.
-        a_lo, a_hi, b_lo, b_hi = s2.na[:12], s2.na[12:], s2.nb[:12], s2.nb[12:]
-        s3 = pipe.boundary(3, ll=a_lo * b_lo, lh=a_lo * b_hi, hl=a_hi * b_lo, hh=a_hi * b_hi,
-                           exp0=s2.exp0, sign=s2.sign, special=s2.special,
+        a_lo, a_hi, b_lo, b_hi = s2n.na[:12], s2n.na[12:], s2n.nb[:12], s2n.nb[12:]
+        s3 = pipe.boundary(3, exp0=s2.exp0, sign=s2.sign, special=s2.special,
                            special_o=s2.special_o)
+        s3p = pipe.boundary(3, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
+                            hl=a_hi * b_lo, hh=a_hi * b_hi)
         # Step 4: the middle terms.
-        s4 = pipe.boundary(4, outer=Cat(s3.ll[:24], s3.hh[:24]), mid=(s3.lh + s3.hl)[:25],
+        s4 = pipe.boundary(4, outer=Cat(s3p.ll[:24], s3p.hh[:24]), mid=(s3p.lh + s3p.hl)[:25],
                            exp0=s3.exp0, sign=s3.sign, special=s3.special,
                            special_o=s3.special_o)
         # Step 5: the product (its leading one at bit 47 or 46); beside it, the result's

@@ -275,3 +275,130 @@ def test_results_measured_before_reuse_existed_are_indexed_by_their_netlist(tmp_
     runs = _fake_flow_with_netlist(monkeypatch, {1: 1.0, 2: 1.0, 3: 140.0})
     r = timing.measure_unit(spec, build_root=tmp_path, key="new")
     assert runs == [(3, "router1")] and r["pnr_reused"] == 2 and r["fmax_mhz"] == 140.0
+
+
+def _dsp_netlist(*, in_lsr="0", in_cemux="1", in_srmode="LSR_OVER_CE", out_extra_load=False,
+                 b_driver="ff", a_fanout=False, out_cemux="1", const_a="0"):
+    """A MULT18X18D with A0 from flip-flop ``fa`` (input net 40, output 10), B0 from ``fb``
+    (41 -> 11), A1 tied to ``const_a``, P0 and P1 into flip-flops ``fp0``/``fp1`` (Q nets
+    20, 21), P2 unused; clock net 3."""
+    def ff(d, q, *, lsr="0", cemux="1", ce="1", srmode="LSR_OVER_CE"):
+        return {"type": "TRELLIS_FF",
+                "parameters": {"CEMUX": cemux, "CLKMUX": "CLK", "LSRMUX": "LSR",
+                               "REGSET": "RESET", "SRMODE": srmode},
+                "port_directions": {"CE": "input", "CLK": "input", "DI": "input",
+                                    "LSR": "input", "Q": "output"},
+                "connections": {"CE": [ce], "CLK": [3], "DI": [d], "LSR": [lsr], "Q": [q]}}
+    cells = {
+        "dsp": {"type": "MULT18X18D",
+                "parameters": {"REG_INPUTA_CLK": "NONE", "REG_INPUTB_CLK": "NONE",
+                               "REG_OUTPUT_CLK": "NONE"},
+                "port_directions": {"A0": "input", "A1": "input", "B0": "input",
+                                    "C0": "input", "SOURCEA": "input", "SOURCEB": "input",
+                                    "P0": "output", "P1": "output", "P2": "output"},
+                "connections": {"A0": [10], "A1": [const_a], "B0": [11], "C0": ["0"],
+                                "SOURCEA": ["0"], "SOURCEB": ["0"],
+                                "P0": [12], "P1": [13], "P2": [14]}},
+        "fa": ff(40, 10, lsr=in_lsr, cemux=in_cemux, ce=8, srmode=in_srmode), "fp0": ff(12, 20, cemux=out_cemux, ce=7),
+        "fp1": ff(13, 21, cemux=out_cemux, ce=7),
+    }
+    if b_driver == "ff":
+        cells["fb"] = ff(41, 11)
+    else:
+        cells["fb"] = {"type": "LUT4", "parameters": {},
+                       "port_directions": {"A": "input", "Z": "output"},
+                       "connections": {"A": [41], "Z": [11]}}
+    if a_fanout:
+        cells["other"] = {"type": "LUT4", "parameters": {},
+                          "port_directions": {"A": "input", "Z": "output"},
+                          "connections": {"A": [10], "Z": [31]}}
+    if out_extra_load:
+        cells["lut"] = {"type": "LUT4", "parameters": {},
+                        "port_directions": {"A": "input", "Z": "output"},
+                        "connections": {"A": [13], "Z": [30]}}
+    return {"modules": {"top": {"ports": {}, "cells": cells}}}
+
+
+def test_registers_around_a_dsp_move_into_its_input_and_output_registers():
+    net = _dsp_netlist(out_cemux="CE")
+    assert timing.absorb_dsp_registers(net) == 4
+    cells = net["modules"]["top"]["cells"]
+    assert set(cells) == {"dsp"}
+    par, con = cells["dsp"]["parameters"], cells["dsp"]["connections"]
+    # the input registers take the flip-flops' inputs, the output register drives their
+    # outputs, all on CLK0 with the reset unused; each enable has its own CE
+    assert (con["A0"], con["A1"], con["B0"]) == ([40], ["0"], [41])
+    assert (con["P0"], con["P1"], con["P2"]) == ([20], [21], [14])
+    assert {par[f"REG_{g}_CLK"] for g in ("INPUTA", "INPUTB", "OUTPUT")} == {"CLK0"}
+    assert con["CLK0"] == [3] and con["RST0"] == ["0"]
+    assert con[par["REG_INPUTA_CE"]] == ["1"] and con[par["REG_OUTPUT_CE"]] == [7]
+    assert par["REG_INPUTA_CE"] == par["REG_INPUTB_CE"] != par["REG_OUTPUT_CE"]
+
+
+def test_an_input_flip_flop_with_other_loads_is_copied_into_the_dsp_and_kept():
+    net = _dsp_netlist(a_fanout=True)
+    assert timing.absorb_dsp_registers(net) == 3          # fb, fp0, fp1
+    cells = net["modules"]["top"]["cells"]
+    assert "fa" in cells and cells["dsp"]["connections"]["A0"] == [40]
+    assert cells["other"]["connections"]["A"] == [10]      # still the flip-flop's output
+
+
+def test_a_synchronous_clear_of_an_input_flip_flop_becomes_a_lut_before_the_dsp():
+    net = _dsp_netlist(in_lsr=5)
+    assert timing.absorb_dsp_registers(net) == 4
+    cells = net["modules"]["top"]["cells"]
+    lut = next(c for c in cells.values() if c["type"] == "LUT4")
+    # Z = A & ~B: the flip-flop's input, cleared when its clear is high
+    assert lut["connections"]["A"] == [40] and lut["connections"]["B"] == [5]
+    assert [int(lut["parameters"]["INIT"][15 - i]) for i in range(4)] == [0, 1, 0, 0]
+    assert cells["dsp"]["connections"]["A0"] == lut["connections"]["Z"]
+    assert cells["dsp"]["connections"]["B0"] == [41]
+
+
+@pytest.mark.parametrize("change", [{"in_lsr": 5, "in_cemux": "CE"},
+                                    {"in_lsr": 5, "in_srmode": "ASYNC"},
+                                    {"b_driver": "lut"}, {"const_a": "1"}])
+def test_dsp_inputs_are_absorbed_only_both_and_only_from_plain_flip_flops(change):
+    """A clear beside an enable (the clear wins over the enable in the flip-flop) or an
+    asynchronous one, an input from logic, or an input tied high (the input register would
+    read 0 until the first edge): the inputs stay; the output registers still move."""
+    net = _dsp_netlist(**change)
+    assert timing.absorb_dsp_registers(net) == 2
+    cells = net["modules"]["top"]["cells"]
+    par = cells["dsp"]["parameters"]
+    assert par["REG_INPUTA_CLK"] == par["REG_INPUTB_CLK"] == "NONE"
+    assert par["REG_OUTPUT_CLK"] == "CLK0" and "fa" in cells and "fb" in cells
+
+
+def test_a_dsp_output_with_another_load_keeps_its_flip_flops():
+    net = _dsp_netlist(out_extra_load=True)
+    assert timing.absorb_dsp_registers(net) == 2          # fa, fb
+    cells = net["modules"]["top"]["cells"]
+    assert cells["dsp"]["parameters"]["REG_OUTPUT_CLK"] == "NONE"
+    assert "fp0" in cells and "fp1" in cells
+
+
+def test_a_dsp_with_nothing_to_absorb_is_left_alone():
+    net = _dsp_netlist(out_extra_load=True, b_driver="lut")
+    before = json.dumps(net, sort_keys=True)
+    assert timing.absorb_dsp_registers(net) == 0
+    assert json.dumps(net, sort_keys=True) == before
+
+
+def test_the_gather_marks_its_two_accumulator_copies_collision_undefined():
+    """The reducer's and the drain's copy of the accumulator, one read port each (the flow
+    asserts one write and one read port per marked memory)."""
+    from neonic.rtl.streams import COLLISION_X_ATTR
+
+    spec = next(s for s in timing.UNITS if s.name == "gather")
+    text = rtlil.convert(spec.build(dict(spec.params)))
+    assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2
+
+
+def test_the_dsp_pass_can_take_the_output_registers_only():
+    net = _dsp_netlist()
+    assert timing.absorb_dsp_registers(net, inputs=False) == 2
+    cells = net["modules"]["top"]["cells"]
+    par = cells["dsp"]["parameters"]
+    assert par["REG_INPUTA_CLK"] == par["REG_INPUTB_CLK"] == "NONE"
+    assert par["REG_OUTPUT_CLK"] == "CLK0" and {"fa", "fb"} <= set(cells)
