@@ -605,27 +605,11 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa,
                         if p >= 0:
                             bstale[p >> _BLOCK_SHIFT] = True
                 elif a0 <= l < a0 + nA:  # a dense A link: its flows leave their B links
-                    r = l - a0
-                    for k in range(dWa.shape[0]):
-                        _unload_row(dWa[k, r], act[b0:b0 + nB], load[b0:b0 + nB], cap[b0:b0 + nB],
-                                    count[b0:b0 + nB], stale[b0:b0 + nB], s_min)
-                    for k in range(dWb.shape[0]):
-                        _unload_row(dWb[k, r], act[b0:b0 + nB], load[b0:b0 + nB], cap[b0:b0 + nB],
-                                    count[b0:b0 + nB], stale[b0:b0 + nB], s_min)
-                    lo, hi = _pos_range(plink, n, b0, b0 + nB)
-                    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
-                        bstale[b] = True
+                    _unload_dense(dWa, dWb, l - a0, b0, b0 + nB, act, load, cap, count, stale, s_min)
+                    _stale_range(plink, n, b0, b0 + nB, bstale)
                 elif b0 <= l < b0 + nB:
-                    c = l - b0
-                    for k in range(dWTa.shape[0]):
-                        _unload_row(dWTa[k, c], act[a0:a0 + nA], load[a0:a0 + nA], cap[a0:a0 + nA],
-                                    count[a0:a0 + nA], stale[a0:a0 + nA], s_min)
-                    for k in range(dWTb.shape[0]):
-                        _unload_row(dWTb[k, c], act[a0:a0 + nA], load[a0:a0 + nA], cap[a0:a0 + nA],
-                                    count[a0:a0 + nA], stale[a0:a0 + nA], s_min)
-                    lo, hi = _pos_range(plink, n, a0, a0 + nA)
-                    for b in range(lo >> _BLOCK_SHIFT, (hi >> _BLOCK_SHIFT) + 1):
-                        bstale[b] = True
+                    _unload_dense(dWTa, dWTb, l - b0, a0, a0 + nA, act, load, cap, count, stale, s_min)
+                    _stale_range(plink, n, a0, a0 + nA, bstale)
         dead += _retire(n_pick, picked, pos, psh, bdirty)
     return level[:L], porder[:L]
 
@@ -684,6 +668,16 @@ def _side_ranges(plink, n, nA, plo, phi):  # pragma: no cover - compiled
         if i < plo[s]:
             plo[s] = i
         phi[s] = i
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _unload_dense(W1, W2, r, lo, hi, act, load, cap, count, stale, s):  # pragma: no cover - compiled
+    """Freeze at level ``s`` the flows of a dense link (row ``r`` of each matrix, in ``W1``'s
+    then ``W2``'s order) onto the other side's links ``lo <= l < hi``."""
+    for k in range(W1.shape[0]):
+        _unload_row(W1[k, r], act[lo:hi], load[lo:hi], cap[lo:hi], count[lo:hi], stale[lo:hi], s)
+    for k in range(W2.shape[0]):
+        _unload_row(W2[k, r], act[lo:hi], load[lo:hi], cap[lo:hi], count[lo:hi], stale[lo:hi], s)
 
 
 @jit(cache=True, nogil=True)
