@@ -581,29 +581,11 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa,
             if dense:
                 act[l] = 0.0
                 if va.shape[0] > 0 and a0 <= l < a0 + nA:  # with their rows' and columns' links
-                    r = l - a0
-                    if act[va[r]] != 0.0:  # else its flows were frozen there
-                        for k in range(dWa.shape[0]):
-                            _unload_row_v(dWa[k, r], b0, act, load, cap, count, stale, s_min, vb, va[r])
-                        for k in range(dWb.shape[0]):
-                            _unload_row_v(dWb[k, r], b0, act, load, cap, count, stale, s_min, vb, va[r])
-                        _stale_range(plink, n, b0, b0 + nB, bstale)
-                        _stale_range(plink, n, vb.min(), vb.max() + 1, bstale)
-                        p = pos[va[r]]
-                        if p >= 0:
-                            bstale[p >> _BLOCK_SHIFT] = True
+                    _unload_dense_v(dWa, dWb, l - a0, b0, nB, vb, va[l - a0], act, load, cap, count, stale,
+                                    s_min, plink, n, bstale, pos)
                 elif va.shape[0] > 0 and b0 <= l < b0 + nB:
-                    c = l - b0
-                    if act[vb[c]] != 0.0:
-                        for k in range(dWTa.shape[0]):
-                            _unload_row_v(dWTa[k, c], a0, act, load, cap, count, stale, s_min, va, vb[c])
-                        for k in range(dWTb.shape[0]):
-                            _unload_row_v(dWTb[k, c], a0, act, load, cap, count, stale, s_min, va, vb[c])
-                        _stale_range(plink, n, a0, a0 + nA, bstale)
-                        _stale_range(plink, n, va.min(), va.max() + 1, bstale)
-                        p = pos[vb[c]]
-                        if p >= 0:
-                            bstale[p >> _BLOCK_SHIFT] = True
+                    _unload_dense_v(dWTa, dWTb, l - b0, a0, nA, va, vb[l - b0], act, load, cap, count, stale,
+                                    s_min, plink, n, bstale, pos)
                 elif a0 <= l < a0 + nA:  # a dense A link: its flows leave their B links
                     _unload_dense(dWa, dWb, l - a0, b0, b0 + nB, act, load, cap, count, stale, s_min)
                     _stale_range(plink, n, b0, b0 + nB, bstale)
@@ -678,6 +660,26 @@ def _unload_dense(W1, W2, r, lo, hi, act, load, cap, count, stale, s):  # pragma
         _unload_row(W1[k, r], act[lo:hi], load[lo:hi], cap[lo:hi], count[lo:hi], stale[lo:hi], s)
     for k in range(W2.shape[0]):
         _unload_row(W2[k, r], act[lo:hi], load[lo:hi], cap[lo:hi], count[lo:hi], stale[lo:hi], s)
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _unload_dense_v(W1, W2, r, o0, n_o, vo, vself, act, load, cap, count, stale, s, plink, n, bstale,
+                    pos):  # pragma: no cover - compiled
+    """As :func:`_unload_dense` where each dense flow also crosses its GPUs' virtual links: row
+    ``r``'s flows leave the other side's links ``o0 <= l < o0 + n_o`` and their virtual links
+    ``vo``, unless this side's virtual link ``vself`` froze them already; the blocks of every
+    link touched become stale."""
+    if act[vself] == 0.0:
+        return
+    for k in range(W1.shape[0]):
+        _unload_row_v(W1[k, r], o0, act, load, cap, count, stale, s, vo, vself)
+    for k in range(W2.shape[0]):
+        _unload_row_v(W2[k, r], o0, act, load, cap, count, stale, s, vo, vself)
+    _stale_range(plink, n, o0, o0 + n_o, bstale)
+    _stale_range(plink, n, vo.min(), vo.max() + 1, bstale)
+    p = pos[vself]
+    if p >= 0:
+        bstale[p >> _BLOCK_SHIFT] = True
 
 
 @jit(cache=True, nogil=True)
