@@ -436,25 +436,24 @@ def _dense_loads(Wa, WTa, Wb, WTb, load, count, a0, b0, nA, nB, joint):  # pragm
 
 
 @jit(cache=True, nogil=True, inline="always")
-def _pos_range(plink, n, lo_link, hi_link):  # pragma: no cover - compiled
-    """The positions (first, last) of the live links ``lo_link <= l < hi_link`` in the dense
-    share array (ordered by link id): two binary searches; (0, -1) when none is live."""
-    lo, hi = 0, n
-    while lo < hi:
-        m = (lo + hi) >> 1
-        if plink[m] < lo_link:
-            lo = m + 1
-        else:
-            hi = m
-    first = lo
+def _first_at_least(plink, lo, n, link):  # pragma: no cover - compiled
+    """The first position ``>= lo`` of ``plink[:n]`` (sorted) holding a link id ``>= link``."""
     hi = n
     while lo < hi:
         m = (lo + hi) >> 1
-        if plink[m] < hi_link:
+        if plink[m] < link:
             lo = m + 1
         else:
             hi = m
-    return first, lo - 1
+    return lo
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _pos_range(plink, n, lo_link, hi_link):  # pragma: no cover - compiled
+    """The positions (first, last) of the live links ``lo_link <= l < hi_link`` in the dense
+    share array (ordered by link id): two binary searches; (0, -1) when none is live."""
+    first = _first_at_least(plink, 0, n, lo_link)
+    return first, _first_at_least(plink, first, n, hi_link) - 1
 
 
 @jit(cache=True, nogil=True)
