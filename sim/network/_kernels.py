@@ -225,6 +225,21 @@ if HAVE_NUMBA:
                 r = r if r > 0.0 else 0.0
         return r
 
+    @njit(cache=True, nogil=True, inline="always")
+    def _note_nb(p, c, t_min, t_max, bound, cand, n, now, coalesce, youngest):  # pragma: no cover
+        """Take flow ``c``'s predicted end ``p`` into the step's earliest and latest ends (a NaN
+        counts as latest) and, if it falls within the coalescing bound, among the candidates;
+        returns the updated ``(t_min, t_max, bound, n)``."""
+        if p < t_min:
+            t_min = p
+            bound = _bound_nb(t_min, now, coalesce, youngest)
+        if p > t_max or p != p:
+            t_max = p
+        if p <= bound:
+            cand[n] = c
+            n += 1
+        return t_min, t_max, bound, n
+
     @njit(cache=True, nogil=True)
     def _due_nb(cand, n, pred, t_min, now, coalesce, youngest):  # pragma: no cover
         """The first ``n`` candidates whose prediction is within the final bound (the bound
@@ -258,14 +273,7 @@ if HAVE_NUMBA:
             rem[c] = r
             p = now + r / rate[c]
             pred[c] = p
-            if p < t_min:
-                t_min = p
-                bound = _bound_nb(t_min, now, coalesce, youngest)
-            if p > t_max or p != p:
-                t_max = p
-            if p <= bound:
-                cand[n] = c
-                n += 1
+            t_min, t_max, bound, n = _note_nb(p, c, t_min, t_max, bound, cand, n, now, coalesce, youngest)
         return t_min, t_max, _due_nb(cand, n, pred, t_min, now, coalesce, youngest)
 
     retire, step = _retire_nb, _step_nb
@@ -415,14 +423,7 @@ if HAVE_NUMBA:
             rem[c] = r
             p = now + r / new
             pred[c] = p
-            if p < t_min:
-                t_min = p
-                bound = _bound_nb(t_min, now, coalesce, youngest)
-            if p > t_max or p != p:
-                t_max = p
-            if p <= bound:
-                cand[n] = c
-                n += 1
+            t_min, t_max, bound, n = _note_nb(p, c, t_min, t_max, bound, cand, n, now, coalesce, youngest)
         return t_min, t_max, _due_nb(cand, n, pred, t_min, now, coalesce, youngest)
 
     components, drain, step_range = _components_nb, _drain_nb, _step_range_nb
