@@ -436,6 +436,26 @@ def _dense_loads(Wa, WTa, Wb, WTb, load, count, a0, b0, nA, nB, joint):  # pragm
 
 
 @jit(cache=True, nogil=True, inline="always")
+def _share_array(links, count, cap, load):  # pragma: no cover - compiled
+    """The dense share array of the live links (flows left and a finite capacity), taken in
+    the order of ``links``: each link's position in it (-1: not live; one slot more than links),
+    the shares ``cap / load``, the links in that order, and how many are live."""
+    L = links.shape[0]
+    pos = np.full(L + 1, -1, dtype=np.int64)
+    psh = np.empty(L)
+    plink = np.empty(L, dtype=np.int64)
+    n = 0
+    for t in range(L):
+        u = links[t]
+        if count[u] > 0 and np.isfinite(cap[u]):
+            pos[u] = n
+            psh[n] = cap[u] / load[u]
+            plink[n] = u
+            n += 1
+    return pos, psh, plink, n
+
+
+@jit(cache=True, nogil=True, inline="always")
 def _first_at_least(plink, lo, n, link):  # pragma: no cover - compiled
     """The first position ``>= lo`` of ``plink[:n]`` (sorted) holding a link id ``>= link``."""
     hi = n
@@ -536,16 +556,8 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa,
     act = np.ones(L + 1 if dense else 1)  # 1.0 while a link is not processed (dense unloads)
     if dense:
         _dense_loads(dWa, dWTa, dWb, dWTb, load, count, a0, b0, nA, nB, va.shape[0] > 0)
-    pos = np.full(L + 1, -1, dtype=np.int64)  # position of a live link in the dense share array
-    psh = np.empty(L)
-    plink = np.empty(L, dtype=np.int64)
-    n = 0
-    for l in range(L):
-        if count[l] > 0 and np.isfinite(cap[l]):
-            pos[l] = n
-            psh[n] = cap[l] / load[l]
-            plink[n] = l
-            n += 1
+    # position of a live link in the dense share array, the shares, the links in that order
+    pos, psh, plink, n = _share_array(np.arange(L), count, cap, load)
     level = np.full(L, np.inf)
     big = np.iinfo(np.int64).max
     porder = np.full(L + 1, big, dtype=np.int64)
@@ -718,17 +730,7 @@ def _fill_dense(W, WT, la, lb, capacity):  # pragma: no cover - compiled
     _row_sums(W, load, count, 0)
     _row_sums(WT, load, count, nA)
     srt = np.argsort(lid)
-    pos = np.full(N + 1, -1, dtype=np.int64)
-    psh = np.empty(N)
-    plink = np.empty(N, dtype=np.int64)
-    n = 0
-    for t in range(N):
-        u = srt[t]
-        if count[u] > 0 and np.isfinite(cap[u]):
-            pos[u] = n
-            psh[n] = cap[u] / load[u]
-            plink[n] = u
-            n += 1
+    pos, psh, plink, n = _share_array(srt, count, cap, load)
     level = np.full(N, np.inf)
     big = np.iinfo(np.int64).max
     porder = np.full(N, big, dtype=np.int64)
