@@ -622,8 +622,19 @@ class ScheduleTemplate:
                            if self._pair_b.size else np.zeros(0, dtype=bool))
         self._row_first = np.concatenate([[0], np.cumsum([len(p) for _, p in self._sharing])]).astype(np.int64)
 
-    #: Fixed-point passes of the network-sharing model (see :meth:`iteration_s`).
-    SHARING_PASSES = 8
+    #: Fixed-point passes of the sharing models at most (see :meth:`iteration_s`). Each pass
+    #: takes the stretches the last one gave, undamped: with the kernels' HBM losses in closed
+    #: form (:meth:`_hbm_extra`) every plan of ``neonic bench planner`` (model-a, -i, -f at
+    #: 16 x 8) and every batch of model-a's search reaches :data:`SHARING_TOL` in 2-20 passes.
+    #: (Averaging each pass with the last, as before, halved the steps of modes that had
+    #: settled: 8 passes left force:table-row-wise 0.7 ms and Neo's plan 0.3 ms from the
+    #: fixed point on model-a, enough to rank them the wrong way round.)
+    SHARING_PASSES = 64
+    #: A candidate's fixed point is reached when no stretch moves by more than this (seconds)
+    #: in a pass; its figure is then within a few times this of the fixed point's (model-a:
+    #: ~1e-10 s), far below the search's :data:`host.planner.search._IMPROVE_REL` of an
+    #: iteration.
+    SHARING_TOL = 1e-9
 
     def _concurrent_kernels(self) -> list[tuple[int, int]]:
         """The pairs of GPU kernels (ops on the ``compute`` and ``opt`` streams, neighbouring
@@ -854,13 +865,20 @@ class ScheduleTemplate:
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
                    pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]],
-                   own: np.ndarray | None = None) -> tuple[dict[int, np.ndarray], np.ndarray]:
+                   own: np.ndarray | None = None, kown: dict[tuple[int, int], np.ndarray] | None = None
+                   ) -> tuple[dict[int, np.ndarray], np.ndarray, dict[tuple[int, int], np.ndarray]]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
         ``(C, T)``) on a rank, both run at the common rate their demands leave them
-        (:meth:`_hbm_pairs`), so each ends later by the overlap times (1 - rate); a collective,
-        a barrier, by its slowest rank's: its work from where they meet (its span less ``own``,
-        what it lost last pass) at that rate, until the kernel ends. APPROXIMATION: a kernel's collectives are taken one at
+        (:meth:`_hbm_pairs`), each ending later by what it loses of its rate while they overlap.
+        Each side's loss is in closed form from its own work left where they meet (its span less
+        what this loss added to it last pass), at its rate beside the other, until the other
+        ends: a kernel's per pair (``kown[i, c]``, ``(T, N)``; returned as the third value), a
+        collective's (a barrier) at its slowest rank, its span less ``own`` (``(C, T)``). So
+        the loss is the fixed point's in one pass, given the spans (an overlap times the loss
+        of rate, taken on the span that the loss itself stretches, moves toward it by only that
+        fraction a pass: 0.4 on model-a's embedding backward, the fixed point's slowest mode).
+        APPROXIMATION: a kernel's collectives are taken one at
         a time (pairwise), and a collective's demand is its bytes over its isolated time (an
         average over its phases; a hierarchical AllReduce's phases each have their own,
         :meth:`_allreduce_phases`). Only the (collective, candidate) pairs whose spans meet on some
@@ -870,6 +888,7 @@ class ScheduleTemplate:
         a gradient bucket launched during the embedding backward: 0.06 ms of its 1.39)."""
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
+        got: dict[tuple[int, int], np.ndarray] = {}
         T = S.shape[1]
         every = np.arange(T)
         for i, (slots, k_loss, c_loss, c_any) in pairs.items():
@@ -893,14 +912,24 @@ class ScheduleTemplate:
                     t = np.flatnonzero(meet[h])
                     e0t, s0t, Sc, Ec = e0[t], s0[t], S[c, t][:, None], E[c, t][:, None]
                 at = np.maximum(s0t, Sc)
-                ov = np.minimum(e0t, Ec) - at                                       # (P, N)
-                np.maximum(ov, 0.0, out=ov)
                 k = k_loss[h]
-                ov *= (k if whole else k[t]) if k.ndim == 2 and k.shape[0] == T > 1 else k
+                k = (k if whole else k[t]) if k.ndim == 2 and k.shape[0] == T > 1 else k
+                # the kernel's work from where they meet (its span less this pair's loss last
+                # pass) at its rate beside the collective, until the collective ends
+                mine = None if kown is None else kown.get((i, c))
+                work = e0t - at if mine is None else e0t - (mine if whole else mine[t]) - at
+                np.maximum(work, 0.0, out=work)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ov = np.minimum(work / np.maximum(1.0 - k, 1e-12), np.maximum(Ec - at, 0.0))   # (P, N)
+                ov *= k
                 if whole:
                     extra += ov
+                    got[i, c] = ov
                 else:
                     extra[t] += ov
+                    full = np.zeros(e0.shape)
+                    full[t] = ov
+                    got[i, c] = full
                 if c_any[h]:
                     cl = c_loss[h]
                     cl = cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 and not whole else cl
@@ -916,7 +945,7 @@ class ScheduleTemplate:
                     else:
                         xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
             xr[i] = extra
-        return xr, xc
+        return xr, xc, got
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,
@@ -941,8 +970,9 @@ class ScheduleTemplate:
         (:meth:`_allreduce_phases`), with the shares of its time and bytes that the network's
         phases give (:func:`allreduce_terms`; without them it is one NIC-bound op). A
         collective with no flows on the link shares nothing. The start times come from the
-        schedule, which the stretches change, so the model is solved by a few fixed-point
-        passes (:data:`SHARING_PASSES`). ASSUMPTION: concurrent collectives are limited by the
+        schedule, which the stretches change, so the model is solved by fixed-point passes,
+        each candidate until its stretches move by at most :data:`SHARING_TOL` in a pass (its
+        figure is that pass's), at most :data:`SHARING_PASSES`. ASSUMPTION: concurrent collectives are limited by the
         links they share (max-min fair per flow, as ``sim.network`` shares them); an AlltoAll
         that crosses nodes is NIC-bound (its NVLink bytes, a few percent at most, are not
         shared).
@@ -1016,6 +1046,7 @@ class ScheduleTemplate:
             if hbm else []
         kops = {i for pair in kpairs for i in pair}
         kx: dict[tuple[int, int], tuple[Any, Any]] = {}   # each kernel pair's delays (last pass)
+        kh: dict[tuple[int, int], Any] = {}   # each (kernel, collective)'s delay of the kernel (last pass)
         contend = bool(pairs) or bool(kpairs)
         extra = np.zeros((C, T))
         xc = np.zeros((C, T))
@@ -1057,37 +1088,31 @@ class ScheduleTemplate:
             if passes == 1:
                 break
             new = self._shared_extra(S, base, weight) if sharing else extra
-            new_xr, new_xc = self._hbm_extra(spans, S, E, pairs, xc) if pairs else ({}, xc)
+            new_xr, new_xc, new_kh = self._hbm_extra(spans, S, E, pairs, xc, kh) if pairs else ({}, xc, {})
             if kpairs:
                 new_xr = dict(new_xr)
                 kext, new_kx = self._kernel_extra(spans, kern, kpairs, kx)
                 for i, v in kext.items():
                     new_xr[i] = new_xr.get(i, 0.0) + v
             moved = _moved_per_candidate(T, [(new, extra), (new_xc, xc)],
-                                         [(v, xr.get(i, 0.0)) for i, v in new_xr.items()])
-            if moved.max(initial=0.0) <= 1e-12:
+                                         [(v, xr.get(i, 0.0)) for i, v in new_xr.items()]
+                                         + [(0.0, v) for i, v in xr.items() if i not in new_xr])
+            done = moved <= self.SHARING_TOL
+            if done.all():
                 break
             # a candidate whose own stretches have converged keeps this pass's figure, as it
             # would evaluated alone (the batch's passes go on for the others): a batch gives
             # each candidate its own figure, bit for bit
-            now = moved <= 1e-12
-            if now.any():
+            if done.any():
                 if settled is None:
                     settled = (np.zeros(T), np.zeros(T, dtype=bool))
-                fresh = now & ~settled[1]
+                fresh = done & ~settled[1]
                 settled[0][fresh] = self._measured(it_end)[fresh]
                 settled[1][fresh] = True
-            # the stretches move the starts they came from: average with the last pass
-            # after the first two (the iteration otherwise oscillates)
-            if p < 1:
-                extra, xc, xr = new, new_xc, new_xr
-                if kpairs:
-                    kx = new_kx
-            else:
-                extra, xc = (extra + new) / 2, (xc + new_xc) / 2
-                xr = {i: (xr.get(i, 0.0) + v) / 2 for i, v in new_xr.items()}
-                if kpairs:
-                    kx = {k: tuple((u + v) / 2 for u, v in zip(kx.get(k, (0.0, 0.0)), x)) for k, x in new_kx.items()}
+            # the next pass from the new stretches (undamped: see :data:`SHARING_PASSES`)
+            extra, xc, xr, kh = new, new_xc, new_xr, new_kh
+            if kpairs:
+                kx = new_kx
         out = self._measured(it_end)
         return out if settled is None else np.where(settled[1], settled[0], out)
 

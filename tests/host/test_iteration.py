@@ -309,13 +309,14 @@ def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners
     assert heavy[~comm].sum() > even[~comm].sum()
 
 
-def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their_losses():
-    """ScheduleTemplate._hbm_extra: a kernel ends later by the sum, over the collectives it
-    overlaps on its rank, of the overlap times what it loses of its rate; a collective by the
-    largest loss over the kernels and ranks it meets (a barrier: its slowest rank), each loss
-    its own work from where they meet (its span less what it lost last pass, ``own``) at its
-    rate beside the kernel, until the kernel ends; written here in plain Python over every
-    (kernel, collective, candidate, rank)."""
+def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form():
+    """ScheduleTemplate._hbm_extra: while a kernel and a collective overlap on a rank, each loses
+    its fraction of its rate, so each ends later by its own work from where they meet, at its
+    rate beside the other, until the other ends: a kernel by the sum over its collectives
+    (its work: its span less what this pair added to it last pass, ``kown``), a collective by
+    the largest loss over the kernels and ranks it meets (a barrier: its slowest rank; its work:
+    its span less ``own``); written here in plain Python over every (kernel, collective,
+    candidate, rank). The kernel's losses per pair come back for the next pass."""
     spec = IterationSpec(warmup=1, iterations=2)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(4)
@@ -323,7 +324,7 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
     S = rng.uniform(0, 2e-2, (C, T))
     E = S + rng.uniform(1e-4, 4e-3, (C, T))
     kernels = [i for i, op in enumerate(t.ops) if not op[2]][:6]
-    spans, pairs = {}, {}
+    spans, pairs, kown = {}, {}, {}
     for i in kernels:
         s0 = rng.uniform(0, 2e-2, (T, N))
         spans[i] = (s0, s0 + rng.uniform(1e-4, 3e-3, (T, N)))
@@ -331,8 +332,10 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
         k_loss = [rng.uniform(0, 0.5, shape) for shape in [(T, N), (T, 1), (1,), (N,), (T, N)]]
         c_loss = [rng.uniform(0, 0.5, (T, N)) * (j % 2) for j in range(5)]
         pairs[i] = (slots, k_loss, c_loss, np.array([c.max() > 0 for c in c_loss]))
+        for c in slots[::2]:
+            kown[i, int(c)] = rng.uniform(0, 0.3, (T, N)) * (spans[i][1] - s0)
     own = rng.uniform(0, 0.5, (C, T)) * (E - S)
-    xr, xc = t._hbm_extra(spans, S, E, pairs, own)
+    xr, xc, got = t._hbm_extra(spans, S, E, pairs, own, kown)
     ref_c = np.zeros((C, T))
     for i, (slots, k_loss, c_loss, _) in pairs.items():
         s0, e0 = spans[i]
@@ -340,17 +343,49 @@ def test_hbm_sharing_sums_each_kernels_overlaps_with_its_collectives_times_their
         for h, c in enumerate(slots):
             k = np.broadcast_to(k_loss[h], (T, N))
             cl = np.broadcast_to(c_loss[h], (T, N))
+            mine = kown.get((i, int(c)), np.zeros((T, N)))
+            pair = np.zeros((T, N))
             for j in range(T):
                 for r in range(N):
-                    ov = max(min(e0[j, r], E[c, j]) - max(s0[j, r], S[c, j]), 0.0)
-                    ref[j, r] += ov * k[j, r]
                     at = max(s0[j, r], S[c, j])
+                    work = max(e0[j, r] - mine[j, r] - at, 0.0)    # the kernel's own, from there
+                    pair[j, r] = min(work / (1 - k[j, r]), max(E[c, j] - at, 0.0)) * k[j, r]
                     work = max(E[c, j] - own[c, j] - at, 0.0)     # the collective's own, from there
                     lost = min(work / (1 - cl[j, r]), max(e0[j, r] - at, 0.0)) * cl[j, r]
                     ref_c[c, j] = max(ref_c[c, j], lost)
+            ref += pair
+            np.testing.assert_allclose(got.get((i, int(c)), np.zeros((T, N))), pair, rtol=1e-12, atol=1e-18)
         np.testing.assert_allclose(np.broadcast_to(xr[i], (T, N)), ref, rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(xc, ref_c, rtol=1e-12, atol=1e-18)
     assert ref_c.any() and any(np.any(v) for v in xr.values())
+
+
+def test_a_kernel_beside_a_collective_ends_where_the_gpu_ends_it():
+    """A memory-bound kernel that a collective's HBM traffic slows for part of its span (the
+    embedding backward beside a gradient bucket's AllReduce): the template's fixed point ends
+    the kernel where a fluid model of the shared rate does, and in a pass or two (its loss is
+    in closed form), not by a fraction of the way a pass."""
+    from neonic.sim.interference import kernel_comm_hbm_rate
+
+    t = ScheduleTemplate(IterationSpec(warmup=1, iterations=1))
+    k_dem, c_dem = 0.9, 0.6
+    loss = 1.0 - float(kernel_comm_hbm_rate(np.float64(k_dem), np.float64(c_dem), 0.01))
+    assert 0.2 < loss < 0.8
+    kernel = next(i for i, op in enumerate(t.ops) if not op[2])
+    c = 0
+    for coll_ms in (2.0, 9.0):   # the kernel ends inside the collective, or after it
+        s0, d0 = np.zeros((1, 1)), 4e-3
+        S, E = np.full((1, 1), 1e-3), np.full((1, 1), 1e-3 + coll_ms * 1e-3)
+        pairs = {kernel: (np.array([c]), [np.full((1, 1), loss)], [np.zeros((1, 1))], np.array([False]))}
+        x, kown = 0.0, {}
+        for p in range(2):
+            xr, _, kown = t._hbm_extra({kernel: (s0, s0 + d0 + x)}, S, E, pairs, np.zeros((1, 1)), kown)
+            x = xr[kernel]
+        # fluid: full rate until 1 ms, then (1 - loss) until the collective ends or the work is done
+        left = d0 - 1e-3
+        inside = E[0, 0] - 1e-3
+        end = 1e-3 + (left / (1 - loss) if left / (1 - loss) <= inside else inside + left - inside * (1 - loss))
+        assert float(np.squeeze(d0 + x)) == pytest.approx(end, rel=1e-12)
 
 
 def _local_alltoall(n: int, g: int, nbytes: int) -> np.ndarray:
