@@ -516,6 +516,15 @@ def _moved_per_candidate(T: int, per_collective: list[tuple[np.ndarray, np.ndarr
     return out
 
 
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` (``(T, N)``: one figure per candidate and rank) as ``(T, 1)`` where every rank's
+    figure is the same (the same numbers, broadcast: a kernel priced against it then runs on
+    one column instead of N)."""
+    if a.ndim == 2 and a.shape[1] > 1 and (a == a[:, :1]).all():
+        return np.ascontiguousarray(a[:, :1])
+    return a
+
+
 class ScheduleTemplate:
     """The op graph of a run (:func:`build_iteration_graph`: same phases, streams and
     dependencies, same iterations, the same gradient buckets) with the ranks folded into a
@@ -853,7 +862,7 @@ class ScheduleTemplate:
             k_any = k_loss.reshape(len(members), -1).max(axis=1, initial=0.0) > 0
             c_any = both.reshape(len(members), -1).max(axis=1, initial=0.0) > 0
             for j, pair in enumerate(members):
-                lost[pair] = (k_loss[j], both[j], bool(c_any[j])) if k_any[j] else None
+                lost[pair] = (_narrow(k_loss[j]), _narrow(both[j]), bool(c_any[j])) if k_any[j] else None
         out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         for i, row in met:
             found = [(c, lost[pair]) for c, pair in row if lost[pair] is not None]
@@ -865,8 +874,8 @@ class ScheduleTemplate:
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
                    pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]],
-                   own: np.ndarray | None = None, kown: dict[tuple[int, int], np.ndarray] | None = None
-                   ) -> tuple[dict[int, np.ndarray], np.ndarray, dict[tuple[int, int], np.ndarray]]:
+                   own: np.ndarray | None = None, kown: dict[tuple[int, int], np.ndarray] | None = None,
+                   rates: dict | None = None) -> tuple[dict[int, np.ndarray], np.ndarray, dict[tuple[int, int], np.ndarray]]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
         ``(C, T)``) on a rank, both run at the common rate their demands leave them
@@ -889,11 +898,11 @@ class ScheduleTemplate:
         xr: dict[int, np.ndarray] = {}
         xc = np.zeros_like(S)
         got: dict[tuple[int, int], np.ndarray] = {}
+        rates = {} if rates is None else rates
         T = S.shape[1]
         every = np.arange(T)
         for i, (slots, k_loss, c_loss, c_any) in pairs.items():
             s0, e0 = spans[i]
-            s0 = np.broadcast_to(s0, e0.shape)
             # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
             # them; the others add nothing (an overlap of 0)
             meet = (E[slots] > s0.min(axis=-1)) & (S[slots] < e0.max(axis=-1))     # (H, T)
@@ -901,9 +910,10 @@ class ScheduleTemplate:
             if rows.size == 0:
                 xr[i] = 0.0
                 continue
-            extra = np.zeros(e0.shape)
+            extra = None
             # in the collectives' order: the same sums as all at once; a collective that meets
-            # every candidate takes the kernel's arrays as they are (no copy of the candidates)
+            # every candidate takes the kernel's arrays as they are (no copy of the candidates).
+            # Arrays are (T, N), or (T, 1) where every rank's figure is the same.
             for h, whole in zip(rows.tolist(), meet[rows].all(axis=1).tolist()):
                 c = slots[h]
                 if whole:
@@ -912,34 +922,37 @@ class ScheduleTemplate:
                     t = np.flatnonzero(meet[h])
                     e0t, s0t, Sc, Ec = e0[t], s0[t], S[c, t][:, None], E[c, t][:, None]
                 at = np.maximum(s0t, Sc)
-                k = k_loss[h]
-                k = (k if whole else k[t]) if k.ndim == 2 and k.shape[0] == T > 1 else k
+                # each side's loss of rate k and k / (1 - k), the same every pass
+                if (i, h) not in rates:
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        rates[i, h] = tuple((v, v / np.maximum(1.0 - v, 1e-12)) if v is not None else None
+                                            for v in (np.asarray(k_loss[h], float),
+                                                      np.asarray(c_loss[h], float) if c_any[h] else None))
+                (k, rk), cside = rates[i, h]
+                if not whole and k.ndim == 2 and k.shape[0] == T > 1:
+                    k, rk = k[t], rk[t]
                 # the kernel's work from where they meet (its span less this pair's loss last
-                # pass) at its rate beside the collective, until the collective ends
+                # pass) at its rate beside the collective, until the collective ends: it loses
+                # work k / (1 - k) if it ends first, else what the collective's span leaves
                 mine = None if kown is None else kown.get((i, c))
                 work = e0t - at if mine is None else e0t - (mine if whole else mine[t]) - at
                 np.maximum(work, 0.0, out=work)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ov = np.minimum(work / np.maximum(1.0 - k, 1e-12), np.maximum(Ec - at, 0.0))   # (P, N)
-                ov *= k
-                if whole:
-                    extra += ov
-                    got[i, c] = ov
-                else:
-                    extra[t] += ov
-                    full = np.zeros(e0.shape)
+                ov = np.minimum(work * rk, np.maximum(Ec - at, 0.0) * k)               # (P, N) or (P, 1)
+                if not whole:
+                    full = np.zeros((T, ov.shape[-1]))
                     full[t] = ov
-                    got[i, c] = full
-                if c_any[h]:
-                    cl = c_loss[h]
-                    cl = cl[t] if cl.ndim == 2 and cl.shape[0] == T > 1 and not whole else cl
+                    ov = full
+                extra = ov if extra is None else extra + ov
+                got[i, c] = ov
+                if cside is not None:
+                    cl, rc = cside
+                    if not whole and cl.ndim == 2 and cl.shape[0] == T > 1:
+                        cl, rc = cl[t], rc[t]
                     # the collective's own work from where they meet, at its rate beside the
                     # kernel, until the kernel ends: its end without this loss (``own``: what
                     # it lost last pass) makes the loss exact in one pass
                     mine = 0.0 if own is None else (own[c] if whole else own[c, t])[:, None]
-                    work = np.maximum(Ec - mine - at, 0.0)
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        lost = np.minimum(work / np.maximum(1.0 - cl, 1e-12), np.maximum(e0t - at, 0.0)) * cl
+                    lost = np.minimum(np.maximum(Ec - mine - at, 0.0) * rc, np.maximum(e0t - at, 0.0) * cl)
                     if whole:
                         np.maximum(xc[c], lost.max(axis=-1), out=xc[c])
                     else:
@@ -1047,6 +1060,7 @@ class ScheduleTemplate:
         kops = {i for pair in kpairs for i in pair}
         kx: dict[tuple[int, int], tuple[Any, Any]] = {}   # each kernel pair's delays (last pass)
         kh: dict[tuple[int, int], Any] = {}   # each (kernel, collective)'s delay of the kernel (last pass)
+        rates: dict = {}                      # the HBM pairs' rates, the same every pass (:meth:`_hbm_extra`)
         contend = bool(pairs) or bool(kpairs)
         extra = np.zeros((C, T))
         xc = np.zeros((C, T))
@@ -1080,15 +1094,18 @@ class ScheduleTemplate:
                     d = flat.get(phase)
                     end = start if d is None else start + d + xr.get(i, 0.0)
                     if i in pairs or i in kops:
-                        # the sharing models take every rank's span
-                        spans[i] = (start, end if end.shape[-1] == N else np.broadcast_to(end, (end.shape[0], N)))
+                        # the sharing models take every rank's span: ``(T, N)``, or ``(T, 1)``
+                        # where every rank's is the same (the dense ops' after a barrier: the
+                        # same numbers, priced on one column)
+                        start, end = _narrow(start), _narrow(end)
+                        spans[i] = (start, end)
                     if it < self.iterations:
                         it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
                 ends.append(end)
             if passes == 1:
                 break
             new = self._shared_extra(S, base, weight) if sharing else extra
-            new_xr, new_xc, new_kh = self._hbm_extra(spans, S, E, pairs, xc, kh) if pairs else ({}, xc, {})
+            new_xr, new_xc, new_kh = self._hbm_extra(spans, S, E, pairs, xc, kh, rates) if pairs else ({}, xc, {})
             if kpairs:
                 new_xr = dict(new_xr)
                 kext, new_kx = self._kernel_extra(spans, kern, kpairs, kx)
