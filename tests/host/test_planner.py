@@ -240,6 +240,40 @@ def test_packed_caches_give_the_contributions_of_the_unpacked_ones():
                 assert got.vec.tobytes() == want.vec.tobytes() and got.dp_bytes == want.dp_bytes, (t.name, kind)
 
 
+def test_the_objective_is_the_fixed_point_of_the_sharing_models(monkeypatch):
+    """Every plan's figure is the template's fixed point (network, HBM and SM sharing): reached
+    before the pass bound, and a tolerance 1000 times tighter moves it by less than 1e-9 of
+    an iteration (the search tells apart moves of 1e-6)."""
+    from neonic.host.iteration import ScheduleTemplate
+    from neonic.host.planner import PLANNER_NAMES, make_plan
+
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(12)
+    cost = CostModel(w, s)
+    passes = [0]
+    shared = ScheduleTemplate._shared_extra
+
+    def counted(self, *args):
+        passes[0] += 1
+        return shared(self, *args)
+
+    monkeypatch.setattr(ScheduleTemplate, "_shared_extra", counted)
+    figures = {}
+    for name in PLANNER_NAMES:
+        try:
+            plan = make_plan(w, s, name, cost=cost)
+        except ValueError:
+            continue
+        passes[0] = 0
+        figures[name] = cost.evaluate(plan).iteration_s
+        assert passes[0] < ScheduleTemplate.SHARING_PASSES, name
+    assert len(figures) >= 8
+    monkeypatch.setattr(ScheduleTemplate, "SHARING_TOL", ScheduleTemplate.SHARING_TOL / 1000)
+    for name, figure in figures.items():
+        tight = cost.evaluate(make_plan(w, s, name, cost=cost)).iteration_s
+        assert tight == pytest.approx(figure, rel=1e-9), name
+
+
 def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
     # candidates of one batch converge at different fixed-point passes (some at the first);
     # each keeps the figure of its own pass, so the search need not score any of them again
