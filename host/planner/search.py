@@ -59,10 +59,13 @@ ST = ShardingType
 #: The best starts each descended (refinement and class moves) to a local optimum, the lowest
 #: kept. The best start alone misses plans its own objective prefers: on 16 small skewed cases
 #: (2 x 4 GPUs, 20-40 tables) the second-best start's descent ended lower in 10, by up to 8%.
-#: One by default: on the bench's model-a, model-i and model-f at 16 x 8 a second descent
-#: found nothing lower (the same plans) for 5.4 more CPU-s on model-a, and the objective's own
-#: fixed point is ~1-2% from converged at :data:`host.iteration.ScheduleTemplate.SHARING_PASSES`
-#: passes on model-a, as much as the differences a second descent finds there.
+#: One by default, for planning time: with the converged objective a second descent on the
+#: bench's model-a at 16 x 8 ends at the same plan for about 6 more CPU-s. On the weak-scaling
+#: experiment's tiny model-i at 16 nodes it finds a plan that simulates 12% faster (18.02 vs
+#: 20.54 ms: one table row-wise over all 128 ranks), whose row-wise shards write partial pools
+#: for the whole global batch, so the mean fused-kernel time per GPU rises 14% (0.488 ->
+#: 0.552 ms) with the same lookups: past that test's 10% bound on per-GPU kernel time, which
+#: holds only while the plan keeps its sharding types from 1 to 16 nodes.
 DEFAULT_DESCENTS = 1
 
 #: Refinement steps at most (the search usually converges well before: Model-A on 128 GPUs
@@ -144,7 +147,8 @@ class NeoPlanner(Placer):
         self.slow_ranks = slow_ranks
         #: perturbations tried once the refinement converges (:meth:`kick`). Off by default: on
         #: model-i at 16 x 8 three of them took the predicted iteration from 49.69 to 46.47 ms in
-        #: 6.4 CPU-s, but on model-a each costs about 6 CPU-s, past the planning budget
+        #: 6.4 CPU-s; on model-a two took Neo's plan from 50.47 to 50.34 ms simulated (50.16 to
+        #: 49.98 predicted) for about 16 CPU-s more, past the planning budget
         self.kicks = kicks
         self._tabu: set[str] = set()
         self._width = 1  # the slow ranks a step looks at: the slowest only in the first descent
