@@ -458,3 +458,39 @@ def test_link_block_names_the_links_built_together():
     assert topo.link_block(0) == (0, 16)
     with pytest.raises(ValueError, match="link"):
         topo.link_block(topo.num_links)
+
+
+class _CheckedSums(Network):
+    """A network whose throttled solves also sum the traffic group by group, one compiled call
+    each, and check that the batched sums are the same to the bit."""
+
+    batched = 0
+
+    def _traffic_sums(self, groups, flows, tx, rx):
+        from neonic.sim.network import _kernels as K
+
+        tx0, rx0 = tx.copy(), rx.copy()
+        for g, (s, d) in zip(groups, flows["parts"]):
+            K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx0, rx0)
+        super()._traffic_sums(groups, flows, tx, rx)
+        np.testing.assert_array_equal(tx, tx0)
+        np.testing.assert_array_equal(rx, rx0)
+        small = [g._cls.identity and g._links.shape[0] <= self.small_group_flows for g in groups]
+        self.batched += any(a and b for a, b in zip(small, small[1:]))
+
+
+def test_runs_of_small_groups_sum_their_traffic_as_group_by_group():
+    """Lone messages (a rank's copy each) started one after another beside a large group: the
+    throttled solve sums the small groups' traffic in one call, the same sums as one per group."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=3)
+    eng = Engine()
+    net = _CheckedSums(eng, topo)
+    net.set_throttle(lambda tx, rx: np.where(np.arange(tx.size) % 2 == 0, 0.7, 1.0))
+    rng = np.random.default_rng(4)
+    for i in range(12):  # staggered lone messages, some before and some after the large group
+        eng.schedule(i * 2_000_000, net.start_flow, int(rng.integers(0, 16)), int(rng.integers(0, 16)),
+                     int(rng.integers(1 << 16, 1 << 20)))
+    eng.schedule(9_000_000, net.start_flows, src, dst, sizes)
+    eng.run()
+    assert net.batched > 0
