@@ -1171,6 +1171,15 @@ class Network:
             # the groups that were running drain their past window at their old rates, get the
             # credit, and predict; new groups only predict
             old = previous.get(id(g))
+            if levels is None and g._alive.size == 1:  # a lone message: no compiled call
+                t, t_last, g._cand = K.step_one(g._alive, g._rem, g._rate if old is None else old,
+                                                self._dt if old is not None else 0.0,
+                                                span if old is not None else 0.0, float(now), g._rate, g._pred,
+                                                self.coalesce_rel, youngest)
+                last.append(t_last)
+                if t < t_min:
+                    t_min = t
+                continue
             t, t_last, g._cand = K.step(g._alive, g._rem, g._rate if old is None else old,
                                         self._dt if old is not None else 0.0, span if old is not None else 0.0,
                                         float(now), g._rate, g._pred, self.coalesce_rel, youngest,

@@ -494,3 +494,31 @@ def test_runs_of_small_groups_sum_their_traffic_as_group_by_group():
     eng.schedule(9_000_000, net.start_flows, src, dst, sizes)
     eng.run()
     assert net.batched > 0
+
+
+def test_the_one_class_step_equals_the_compiled_step_to_the_bit():
+    """A lone message's step in plain Python (``_kernels.step_one``) gives the compiled step's
+    remaining bytes, prediction, earliest/latest ends and candidates, bit for bit: drains,
+    credits, rate rises and falls, finished classes, new groups (no window)."""
+    from neonic.sim.network import _kernels as K
+
+    rng = np.random.default_rng(7)
+    no = np.zeros(1, dtype=np.int64)
+    for case in range(400):
+        alive = np.array([case % 9 != 0])
+        rem = rng.uniform(0, 1e7, 1) * (case % 13 != 1)
+        old = rng.uniform(1e-3, 0.1, 1)
+        new = old * rng.choice([0.5, 1.0, 1.7])
+        dt = float(rng.choice([0.0, rng.uniform(0, 1e8)]))
+        span = float(rng.choice([0.0, rng.uniform(0, 1e6)]))
+        now = float(rng.integers(0, 10 ** int(rng.choice([3, 12]))))  # small: every bit of r / rate shows
+        youngest = now - float(rng.integers(0, 10**9))
+        coalesce = float(rng.choice([0.0, 0.02]))
+        a = [alive.copy(), rem.copy(), new.copy(), np.full(1, -5.0)]
+        b = [alive.copy(), rem.copy(), new.copy(), np.full(1, -5.0)]
+        got = K.step_one(a[0], a[1], old, dt, span, now, a[2], a[3], coalesce, youngest)
+        want = K.step(b[0], b[1], old, dt, span, now, b[2], b[3], coalesce, youngest, False, no[None, :], b[3], no)
+        assert repr(got[:2]) == repr(tuple(float(x) for x in want[:2]))
+        np.testing.assert_array_equal(got[2], want[2])
+        for x, y in zip(a, b):
+            assert x.tobytes() == y.tobytes()
