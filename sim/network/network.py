@@ -87,7 +87,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
-        "_dense", "_dindex", "_span",
+        "_dense", "_dindex", "_span", "_ends",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -106,6 +106,7 @@ class FlowGroup:
         self._dense: _SharedDense | None | bool = None  # its dense part in shared solves (as _comp)
         self._dindex = None  # its link index without the dense part's links (shared solves)
         self._span: tuple | None = None  # (spans, links, whether its flows cross them)
+        self._ends: tuple | None = None  # (links, its flows' int32 sources, destinations): throttled solves
 
     @property
     def size(self) -> int:
@@ -1054,8 +1055,15 @@ class Network:
         if c is not None and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
-        # int32 (endpoint ids): the per-solve traffic sums read them for every flow
-        parts = [(g.src[g._orig].astype(np.int32), g.dst[g._orig].astype(np.int32)) for g in groups]
+        # int32 (endpoint ids): the per-solve traffic sums read them for every flow. Each
+        # group keeps its own while its arrays stay the same (lone messages come and go at
+        # every solve at 1024 GPUs: the set changes, the groups in it mostly do not)
+        parts = []
+        for g in groups:
+            e = g._ends
+            if e is None or e[0] is not g._links:
+                e = g._ends = (g._links, g.src[g._orig].astype(np.int32), g.dst[g._orig].astype(np.int32))
+            parts.append(e[1:])
         self._tcache = {"key": key, "parts": parts, "src": np.concatenate([s for s, _ in parts]),
                         "dst": np.concatenate([d for _, d in parts])}
         return self._tcache
