@@ -288,7 +288,7 @@ def step_one(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest
     more than its work, and a solve at 1024 GPUs can carry a thousand of them."""
     if not alive[0]:
         pred[0] = math.inf
-        return math.inf, -math.inf, np.empty(0, dtype=np.int64)
+        return math.inf, -math.inf, _NONE
     old = float(rate_old[0])
     new = float(rate[0])
     r = float(rem[0])
@@ -308,15 +308,20 @@ def step_one(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest
         t_min = p
     if p > t_max or p != p:
         t_max = p
-    due = p <= _bound(t_min, now, coalesce, youngest)
-    return t_min, t_max, np.zeros(1, dtype=np.int64) if due else np.empty(0, dtype=np.int64)
+    if not math.isfinite(t_min):  # _bound_nb in plain Python (a float, as there)
+        bound = math.inf
+    else:
+        age = t_min - youngest
+        bound = float(math.ceil(t_min + coalesce * (age if age > 0.0 else 0.0)))
+        if bound < now + 1.0:
+            bound = now + 1.0
+    return t_min, t_max, _FIRST if p <= bound else _NONE
 
 
-def _bound(t, now, coalesce, youngest):
-    """``_bound_nb`` in plain Python (a float, as there)."""
-    if not math.isfinite(t):
-        return math.inf
-    return max(float(math.ceil(t + coalesce * max(t - youngest, 0.0))), now + 1.0)
+# step_one's candidate arrays, shared: a group's candidates are only read, then replaced (left
+# writeable so that the compiled retire sees the array type it always has)
+_NONE = np.empty(0, dtype=np.int64)
+_FIRST = np.zeros(1, dtype=np.int64)
 
 
 # ------------------------------------------------------------ link-disjoint components

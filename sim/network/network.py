@@ -796,9 +796,10 @@ class Network:
         else:
             self._solve_shared(previous)
 
-    def _live_flows(self, g: FlowGroup) -> np.ndarray:
-        """Mask over a group's flows (rows of ``_links``) whose class is still alive."""
-        return g._alive if g._cls.identity else g._alive[g._cls.cls]
+    @staticmethod
+    def _live_flows(groups: list[FlowGroup]) -> list[np.ndarray]:
+        """Per group, the mask over its flows (rows of ``_links``) whose class is still alive."""
+        return [g._alive if g._cls.identity else g._alive[g._cls.cls] for g in groups]
 
     def _solve_shared(self, previous: dict[int, np.ndarray]) -> None:
         topo = self.topology
@@ -806,8 +807,9 @@ class Network:
         # several groups: one per-flow solve over every live flow (their classes were found
         # within each group; other traffic may break that symmetry). The largest group keeps
         # its link index across solves; the others are gathered afresh.
-        masks = [self._live_flows(g) for g in groups]
-        big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
+        masks = self._live_flows(groups)
+        sizes = [g._links.shape[0] for g in groups]
+        big = sizes.index(max(sizes))  # the first of the largest
         gb = groups[big]
         rest = [i for i in range(len(groups)) if i != big]
         # dense parts (an AlltoAllv's NIC flows) join the filling as weight matrices
@@ -988,7 +990,7 @@ class Network:
             raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
         if np.all(scale >= 1.0):
             return
-        masks = [self._live_flows(g) for g in groups]
+        masks = self._live_flows(groups)
         endpoints = topo.num_endpoints
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
