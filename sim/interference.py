@@ -203,6 +203,12 @@ class _Kernel:
     rate: float = 0.0
     reduce_fraction: float = 0.0
     alive: bool = True
+    target: float = 0.0  # SMs it should hold (set by GPUDevice._rebalance)
+
+
+def _order_key(k: _Kernel) -> tuple[int, int]:
+    """Scheduling order: higher stream priority first, then launch order."""
+    return (-k.priority, k.seq)
 
 
 CommHandle = _Kernel
@@ -381,54 +387,69 @@ class GPUDevice:
             self._hbm_busy += hbm * dt
         self._last = now
 
-    def _order(self) -> list[_Kernel]:
-        return sorted(self._ks, key=lambda k: (-k.priority, k.seq))
-
-    def _targets(self, order: list[_Kernel] | None = None) -> dict[int, float]:
-        """SMs each kernel should hold (by ``id``), given in scheduling ``order`` (default: now's)."""
-        # a collective wholly on the copy engines runs no SM kernel: it does not start the partition
-        has = {"compute": any(k.kind == "compute" for k in self._ks),
-               "comm": any(k.kind == "comm" and k.want > 0 for k in self._ks)}
-        caps = {"compute": self.sms, "comm": self.sms}
-        if self.partition > 0 and has["compute"] and has["comm"]:
-            caps = {"compute": (1 - self.partition) * self.sms, "comm": self.partition * self.sms}
-        avail = self.sms
-        used = {"compute": 0.0, "comm": 0.0}
-        out: dict[int, float] = {}
-        for k in (self._order() if order is None else order):
+    def _set_targets(self, order: list[_Kernel]) -> None:
+        """The SMs each kernel should hold (``k.target``), given in scheduling ``order``: the
+        caps (partitioning only while both sides run), then each kernel in order takes what it
+        wants of what is left (runs at every change of every GPU: plain locals, no dicts)."""
+        sms = self.sms
+        cap_compute = cap_comm = sms
+        if self.partition > 0:  # a collective wholly on the copy engines does not start it
+            has_compute = has_comm = False
+            for k in self._ks:
+                if k.kind == "compute":
+                    has_compute = True
+                elif k.want > 0:
+                    has_comm = True
+            if has_compute and has_comm:
+                cap_compute, cap_comm = (1 - self.partition) * sms, self.partition * sms
+        avail = sms
+        used_compute = used_comm = 0.0
+        for k in order:
             want = 0.0 if k.draining else k.want
-            t = max(0.0, min(want, avail, caps[k.kind] - used[k.kind]))
-            out[id(k)] = t
+            if k.kind == "compute":
+                t = max(0.0, min(want, avail, cap_compute - used_compute))
+                used_compute += t
+            else:
+                t = max(0.0, min(want, avail, cap_comm - used_comm))
+                used_comm += t
+            k.target = t
             avail -= t
-            used[k.kind] += t
-        return out
 
     def _rebalance(self) -> None:
-        order = self._order()
-        targets = self._targets(order)
-        free = self.sms - sum(k.held for k in self._ks)
+        """Move SMs toward each kernel's target: free SMs at once, the rest as donors' CTAs retire."""
+        ks = self._ks
+        if not ks:
+            return
+        order = sorted(ks, key=_order_key) if len(ks) > 1 else ks
+        self._set_targets(order)
+        held_sum = 0
+        for k in ks:
+            held_sum += k.held
+        free = self.sms - held_sum
         for k in order:  # free SMs go at once, in scheduling order
-            need = targets[id(k)] - k.held - k.incoming
+            need = k.target - k.held - k.incoming
             if need > _EPS and free > _EPS:
                 g = min(need, free)
                 k.held += g
                 free -= g
-        donors = [k for k in reversed(order) if k.kind == "compute" and math.isfinite(k.tau)
+        donors = [k for k in reversed(order) if k.kind == "compute" and k.tau != math.inf
                   and (k.waves > 1 or k.draining)]
+        if not donors:
+            return
         for k in order:  # the rest as the donors' CTAs retire
-            need = targets[id(k)] - k.held - k.incoming
+            need = k.target - k.held - k.incoming
             for d in donors:
                 if need <= _EPS:
                     break
                 if d is k:
                     continue
-                over = d.held - d.outgoing - targets[id(d)]
+                over = d.held - d.outgoing - d.target
                 if over > _EPS:
                     n = min(need, over)
                     self._transfer(d, k, n)
                     need -= n
         for d in donors:  # SMs over a donor's target that nobody takes are released as well
-            over = d.held - d.outgoing - targets[id(d)]
+            over = d.held - d.outgoing - d.target
             if over > _EPS:
                 self._transfer(d, None, over)
 

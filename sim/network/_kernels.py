@@ -14,7 +14,7 @@ import numpy as np
 
 from .maxmin import HAVE_NUMBA, first_saturated_level
 
-__all__ = ["account", "components", "drain", "mark_cls", "void_cls", "finish_cls", "retire", "step", "step_range", "traffic"]
+__all__ = ["account", "components", "drain", "mark_cls", "void_cls", "finish_cls", "retire", "step", "step_one", "step_range", "traffic"]
 
 
 def _credit_np(alive, rem, rate_new, rate_old, span):
@@ -279,6 +279,49 @@ if HAVE_NUMBA:
     retire, step = _retire_nb, _step_nb
 else:  # pragma: no cover
     retire, step = _retire_np, _step_np
+
+
+def step_one(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest):
+    """:func:`step` for a group of one class, without link levels, in plain Python: the same
+    operations in the same order as the compiled loop (IEEE doubles either way), so the same
+    bits. A lone message's group (a rank's copy) costs a compiled call's overhead per solve,
+    more than its work, and a solve at 1024 GPUs can carry a thousand of them."""
+    if not alive[0]:
+        pred[0] = math.inf
+        return math.inf, -math.inf, _NONE
+    old = float(rate_old[0])
+    new = float(rate[0])
+    r = float(rem[0])
+    if dt != 0:  # _left_nb
+        r = r - old * dt
+        r = r if r > 0.0 else 0.0
+    if span > 0.0:
+        d = new - old
+        if d > 0.0:
+            r = r - d * span
+            r = r if r > 0.0 else 0.0
+    rem[0] = r
+    p = now + r / new
+    pred[0] = p
+    t_min, t_max = math.inf, -math.inf  # _note_nb from the loop's start values, then _due_nb
+    if p < t_min:
+        t_min = p
+    if p > t_max or p != p:
+        t_max = p
+    if not math.isfinite(t_min):  # _bound_nb in plain Python (a float, as there)
+        bound = math.inf
+    else:
+        age = t_min - youngest
+        bound = float(math.ceil(t_min + coalesce * (age if age > 0.0 else 0.0)))
+        if bound < now + 1.0:
+            bound = now + 1.0
+    return t_min, t_max, _FIRST if p <= bound else _NONE
+
+
+# step_one's candidate arrays, shared: a group's candidates are only read, then replaced (left
+# writeable so that the compiled retire sees the array type it always has)
+_NONE = np.empty(0, dtype=np.int64)
+_FIRST = np.zeros(1, dtype=np.int64)
 
 
 # ------------------------------------------------------------ link-disjoint components

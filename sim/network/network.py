@@ -73,6 +73,9 @@ from .topology import Route, Topology
 __all__ = ["Network", "FlowGroup"]
 
 
+_NO_CLS = np.zeros(0, dtype=np.int64)  # the class array of a one-class-per-flow call (unread)
+
+
 class FlowGroup:
     """Messages started together by one :meth:`Network.start_flows` call.
 
@@ -84,7 +87,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
-        "_dense", "_dindex", "_span",
+        "_dense", "_dindex", "_span", "_ends",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -103,6 +106,7 @@ class FlowGroup:
         self._dense: _SharedDense | None | bool = None  # its dense part in shared solves (as _comp)
         self._dindex = None  # its link index without the dense part's links (shared solves)
         self._span: tuple | None = None  # (spans, links, whether its flows cross them)
+        self._ends: tuple | None = None  # (links, its flows' int32 sources, destinations): throttled solves
 
     @property
     def size(self) -> int:
@@ -386,16 +390,23 @@ class Network:
         topo = self.topology
         freed = 0.0
         freed_t = 0.0
+        fnow = float(now)
         for g in self._groups:
             cl = g._cls
             # the classes predicted to end by now retire (the others drain in _predict)
             if g._comp and g._cand.size:
                 self._recheck_candidates(g)
-            if g._cand.size:
-                done, sr, srt = K.retire(g._cand, g._pred, g._alive, g._rem, g._rate, g._mult, float(now))
+            cand = g._cand
+            if cand.size == 1 and not (g._alive[cand[0]] and g._pred[cand[0]] <= fnow):
+                # one candidate, not due: what K.retire would find, without a compiled call (a
+                # lone message's group is always its own candidate; a thousand such per solve)
+                done, sr, srt = cand[:0], 0.0, 0.0
+                g._cand = done
+            elif cand.size:
+                done, sr, srt = K.retire(cand, g._pred, g._alive, g._rem, g._rate, g._mult, fnow)
                 g._cand = done[:0]
             else:  # no candidate: nothing retires (skips a compiled call per group and solve)
-                done, sr, srt = g._cand, 0.0, 0.0
+                done, sr, srt = cand, 0.0, 0.0
             if done.size:
                 K.account(done, cl.members, cl.starts, g._links, g._acct, g._factorf, topo.wire, g._nbf,
                           self.link_bytes, self.link_wire_bytes)
@@ -785,9 +796,10 @@ class Network:
         else:
             self._solve_shared(previous)
 
-    def _live_flows(self, g: FlowGroup) -> np.ndarray:
-        """Mask over a group's flows (rows of ``_links``) whose class is still alive."""
-        return g._alive if g._cls.identity else g._alive[g._cls.cls]
+    @staticmethod
+    def _live_flows(groups: list[FlowGroup]) -> list[np.ndarray]:
+        """Per group, the mask over its flows (rows of ``_links``) whose class is still alive."""
+        return [g._alive if g._cls.identity else g._alive[g._cls.cls] for g in groups]
 
     def _solve_shared(self, previous: dict[int, np.ndarray]) -> None:
         topo = self.topology
@@ -795,8 +807,9 @@ class Network:
         # several groups: one per-flow solve over every live flow (their classes were found
         # within each group; other traffic may break that symmetry). The largest group keeps
         # its link index across solves; the others are gathered afresh.
-        masks = [self._live_flows(g) for g in groups]
-        big = max(range(len(groups)), key=lambda i: groups[i]._links.shape[0])
+        masks = self._live_flows(groups)
+        sizes = [g._links.shape[0] for g in groups]
+        big = sizes.index(max(sizes))  # the first of the largest
         gb = groups[big]
         rest = [i for i in range(len(groups)) if i != big]
         # dense parts (an AlltoAllv's NIC flows) join the filling as weight matrices
@@ -965,8 +978,7 @@ class Network:
         else:
             tx = np.zeros(topo.num_endpoints)
             rx = np.zeros(topo.num_endpoints)
-            for g, (s, d) in zip(groups, flows["parts"]):  # the live flows' rates, summed in flow order
-                K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
+            self._traffic_sums(groups, flows, tx, rx)
             tx, rx = tx[:R], rx[:R]
             self._sums = (self._flow_set, tx.copy(), rx.copy()) if same else None
         scale = self._throttle(tx, rx)
@@ -978,7 +990,7 @@ class Network:
             raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
         if np.all(scale >= 1.0):
             return
-        masks = [self._live_flows(g) for g in groups]
+        masks = self._live_flows(groups)
         endpoints = topo.num_endpoints
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
@@ -1000,6 +1012,43 @@ class Network:
             pos += g._links.shape[0]
         self._set_flow_rates(masks, full, previous)
 
+    #: groups of at most this many flows, one class per flow, are summed together by
+    #: :meth:`_traffic_sums` when they follow one another
+    small_group_flows = 64
+
+    def _traffic_sums(self, groups: list[FlowGroup], flows: dict[str, Any], tx: np.ndarray, rx: np.ndarray) -> None:
+        """Add every live flow's rate to ``tx[src]`` and ``rx[dst]``, flow by flow in group order.
+        A run of small one-class-per-flow groups (a rank's lone copy each) is summed by one
+        compiled call over their flows in the same order: the same sums, without a call per
+        group (a thousand per solve at 1024 GPUs)."""
+        small = self.small_group_flows
+        off = 0
+        run: list[FlowGroup] = []
+        run_lo = 0
+
+        def flush() -> None:
+            if len(run) == 1:
+                g = run[0]
+                K.traffic(flows["src"][run_lo:off], flows["dst"][run_lo:off], g._cls.cls, True, g._alive, g._rate,
+                          tx, rx)
+            elif run:
+                K.traffic(flows["src"][run_lo:off], flows["dst"][run_lo:off], _NO_CLS, True,
+                          np.concatenate([g._alive for g in run]), np.concatenate([g._rate for g in run]), tx, rx)
+            run.clear()
+
+        for g, (s, d) in zip(groups, flows["parts"]):
+            n = s.size
+            if g._cls.identity and n <= small:
+                if not run:
+                    run_lo = off
+                run.append(g)
+                off += n
+                continue
+            flush()
+            K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
+            off += n
+        flush()
+
     def _throttle_flows(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Sources and destinations of every flow of ``groups`` (live or not), kept while the
         groups and their arrays stay the same (later solves differ only in the live flows)."""
@@ -1008,8 +1057,15 @@ class Network:
         if c is not None and len(c["key"]) == len(key) and all(
                 a is b and x is y for (a, x), (b, y) in zip(c["key"], key)):
             return c
-        # int32 (endpoint ids): the per-solve traffic sums read them for every flow
-        parts = [(g.src[g._orig].astype(np.int32), g.dst[g._orig].astype(np.int32)) for g in groups]
+        # int32 (endpoint ids): the per-solve traffic sums read them for every flow. Each
+        # group keeps its own while its arrays stay the same (lone messages come and go at
+        # every solve at 1024 GPUs: the set changes, the groups in it mostly do not)
+        parts = []
+        for g in groups:
+            e = g._ends
+            if e is None or e[0] is not g._links:
+                e = g._ends = (g._links, g.src[g._orig].astype(np.int32), g.dst[g._orig].astype(np.int32))
+            parts.append(e[1:])
         self._tcache = {"key": key, "parts": parts, "src": np.concatenate([s for s, _ in parts]),
                         "dst": np.concatenate([d for _, d in parts])}
         return self._tcache
@@ -1125,6 +1181,15 @@ class Network:
             # the groups that were running drain their past window at their old rates, get the
             # credit, and predict; new groups only predict
             old = previous.get(id(g))
+            if levels is None and g._alive.size == 1:  # a lone message: no compiled call
+                t, t_last, g._cand = K.step_one(g._alive, g._rem, g._rate if old is None else old,
+                                                self._dt if old is not None else 0.0,
+                                                span if old is not None else 0.0, float(now), g._rate, g._pred,
+                                                self.coalesce_rel, youngest)
+                last.append(t_last)
+                if t < t_min:
+                    t_min = t
+                continue
             t, t_last, g._cand = K.step(g._alive, g._rem, g._rate if old is None else old,
                                         self._dt if old is not None else 0.0, span if old is not None else 0.0,
                                         float(now), g._rate, g._pred, self.coalesce_rel, youngest,

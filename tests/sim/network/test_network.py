@@ -458,3 +458,67 @@ def test_link_block_names_the_links_built_together():
     assert topo.link_block(0) == (0, 16)
     with pytest.raises(ValueError, match="link"):
         topo.link_block(topo.num_links)
+
+
+class _CheckedSums(Network):
+    """A network whose throttled solves also sum the traffic group by group, one compiled call
+    each, and check that the batched sums are the same to the bit."""
+
+    batched = 0
+
+    def _traffic_sums(self, groups, flows, tx, rx):
+        from neonic.sim.network import _kernels as K
+
+        tx0, rx0 = tx.copy(), rx.copy()
+        for g, (s, d) in zip(groups, flows["parts"]):
+            K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx0, rx0)
+        super()._traffic_sums(groups, flows, tx, rx)
+        np.testing.assert_array_equal(tx, tx0)
+        np.testing.assert_array_equal(rx, rx0)
+        small = [g._cls.identity and g._links.shape[0] <= self.small_group_flows for g in groups]
+        self.batched += any(a and b for a, b in zip(small, small[1:]))
+
+
+def test_runs_of_small_groups_sum_their_traffic_as_group_by_group():
+    """Lone messages (a rank's copy each) started one after another beside a large group: the
+    throttled solve sums the small groups' traffic in one call, the same sums as one per group."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=3)
+    eng = Engine()
+    net = _CheckedSums(eng, topo)
+    net.set_throttle(lambda tx, rx: np.where(np.arange(tx.size) % 2 == 0, 0.7, 1.0))
+    rng = np.random.default_rng(4)
+    for i in range(12):  # staggered lone messages, some before and some after the large group
+        eng.schedule(i * 2_000_000, net.start_flow, int(rng.integers(0, 16)), int(rng.integers(0, 16)),
+                     int(rng.integers(1 << 16, 1 << 20)))
+    eng.schedule(9_000_000, net.start_flows, src, dst, sizes)
+    eng.run()
+    assert net.batched > 0
+
+
+def test_the_one_class_step_equals_the_compiled_step_to_the_bit():
+    """A lone message's step in plain Python (``_kernels.step_one``) gives the compiled step's
+    remaining bytes, prediction, earliest/latest ends and candidates, bit for bit: drains,
+    credits, rate rises and falls, finished classes, new groups (no window)."""
+    from neonic.sim.network import _kernels as K
+
+    rng = np.random.default_rng(7)
+    no = np.zeros(1, dtype=np.int64)
+    for case in range(400):
+        alive = np.array([case % 9 != 0])
+        rem = rng.uniform(0, 1e7, 1) * (case % 13 != 1)
+        old = rng.uniform(1e-3, 0.1, 1)
+        new = old * rng.choice([0.5, 1.0, 1.7])
+        dt = float(rng.choice([0.0, rng.uniform(0, 1e8)]))
+        span = float(rng.choice([0.0, rng.uniform(0, 1e6)]))
+        now = float(rng.integers(0, 10 ** int(rng.choice([3, 12]))))  # small: every bit of r / rate shows
+        youngest = now - float(rng.integers(0, 10**9))
+        coalesce = float(rng.choice([0.0, 0.02]))
+        a = [alive.copy(), rem.copy(), new.copy(), np.full(1, -5.0)]
+        b = [alive.copy(), rem.copy(), new.copy(), np.full(1, -5.0)]
+        got = K.step_one(a[0], a[1], old, dt, span, now, a[2], a[3], coalesce, youngest)
+        want = K.step(b[0], b[1], old, dt, span, now, b[2], b[3], coalesce, youngest, False, no[None, :], b[3], no)
+        assert repr(got[:2]) == repr(tuple(float(x) for x in want[:2]))
+        np.testing.assert_array_equal(got[2], want[2])
+        for x, y in zip(a, b):
+            assert x.tobytes() == y.tobytes()
