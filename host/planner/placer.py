@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from neonic.host.planner.cost import Contribution, CostModel, PackedContribution, State
-from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
+from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
@@ -109,6 +109,64 @@ _rank, _row_start, _row_end, _col_start, _col_end, _tier = (
     getattr(Shard, f).__set__ for f in ("rank", "row_start", "row_end", "col_start", "col_end", "tier"))
 
 
+class _MadePlan(TablePlan):
+    """A :class:`TablePlan` made by :meth:`Placer.make`, equal to the plan with its shards
+    spelled out, whose shards are built only when first read (``shards``): the search makes
+    thousands of plans over every rank (row-wise, data-parallel: a shard per rank, 4096 at 512
+    nodes) and prices most of them through their figures alone (``ranks``, ``shard_count``,
+    ``shard_arrays`` and the caches' keys need no shard objects)."""
+
+    @classmethod
+    def new(cls, table: str, kind: ST, recipe: tuple, made: tuple) -> "_MadePlan":
+        """The plan of ``table`` split ``kind``: ``recipe`` = (ranks, the pieces
+        ``(row_start, row_end, col_start, col_end)`` in shard order, the same as a ``(4, m)``
+        array, each shard's tier index in ``TIERS`` as an int8 array); ``made``: what
+        :meth:`Placer.make` keys it by (the table, type and ranks, and the tiers)."""
+        out = object.__new__(cls)
+        d = out.__dict__
+        d["table"], d["sharding"], d["_recipe"], d["_made"] = table, kind, recipe, made
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached while ``shards`` is not built (and for attributes nobody has)
+        recipe = self.__dict__.get("_recipe") if name == "shards" else None
+        if recipe is None:
+            raise AttributeError(name)
+        ranks, pieces, _, code = recipe
+        shards = tuple([_shard(int(rank), r0, r1, c0, c1, TIERS[c])
+                        for rank, (r0, r1, c0, c1), c in zip(ranks, pieces, code.tolist())])
+        self.__dict__["shards"] = shards
+        return shards
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(int(r) for r in self.__dict__["_recipe"][0])
+
+    @property
+    def shard_count(self) -> int:
+        return len(self.__dict__["_recipe"][0])
+
+    def shard_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ranks, _, arr, code = self.__dict__["_recipe"]
+        return np.asarray(ranks, dtype=np.int64), arr, code
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a plan of the same table, type and shards. Two plans :meth:`Placer.make`
+        made are compared by what made them (the shards follow from it, one to one)."""
+        if other is self:
+            return True
+        if not isinstance(other, TablePlan):
+            return NotImplemented
+        if self.table != other.table or self.sharding != other.sharding:
+            return False
+        a, b = self.__dict__.get("_made"), other.__dict__.get("_made")
+        if a is not None and b is not None:
+            return a == b
+        return self.shards == other.shards
+
+    __hash__ = TablePlan.__hash__
+
+
 class Placer:
     """Shared machinery of the planners: building table plans, costing them, tracking memory."""
 
@@ -167,10 +225,11 @@ class Placer:
         state = self.workload.optimizer.state_bytes_per_row(cols)
         return float(rows * (cols * table.elem_bytes + state))
 
-    def _geometry(self, table: TableSpec, kind: ST, m: int) -> tuple[list[tuple[int, int, int, int]], np.ndarray, np.ndarray]:
+    def _geometry(self, table: TableSpec, kind: ST, m: int) -> tuple[list[tuple[int, int, int, int]], np.ndarray, np.ndarray, np.ndarray]:
         """The pieces ``(row_start, row_end, col_start, col_end)`` of ``table`` split ``kind``
-        over ``m`` ranks (non-empty: ``m`` is at most the rows or columns split), the bytes each needs in its tier and the bytes of its HBM cache
-        (remembered: they depend on the table, the type and ``m`` only)."""
+        over ``m`` ranks (non-empty: ``m`` is at most the rows or columns split), the bytes each needs in its tier and the bytes of its HBM cache,
+        and the pieces as a ``(4, m)`` array (remembered: they depend on the table, the type
+        and ``m`` only)."""
         key = (table.name, kind, m)
         hit = self._geoms.get(key)
         if hit is not None:
@@ -187,7 +246,7 @@ class Placer:
                   for r, c in set(dims)}
         need = np.array([shapes[d][0] for d in dims])
         cache = np.array([shapes[d][1] for d in dims])
-        hit = self._geoms[key] = (pieces, need, cache)
+        hit = self._geoms[key] = (pieces, need, cache, np.array(pieces, dtype=np.int64).reshape(m, 4).T.copy())
         return hit
 
     def make(self, table: TableSpec, kind: ST, ranks: list[int], state: State | None = None) -> TablePlan | None:
@@ -221,7 +280,7 @@ class Placer:
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
         reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
                    if self._cache_ratio else 0.0)
-        pieces, need, cache = self._geometry(table, kind, len(ranks))
+        pieces, need, cache, arr = self._geometry(table, kind, len(ranks))
         in_hbm = need <= hbm_free - reserve
         cached = ~in_hbm & (cache <= hbm_free)
         in_dram = cached & (need <= self.caps[1] - state.host[0][at])
@@ -234,12 +293,10 @@ class Placer:
         if tp is None:
             if at.size and int(at.min()) < 0:
                 raise ValueError(f"shard: invalid rank {int(at.min())} for table {table.name!r}")
-            names = ("hbm", "dram", "ssd")
-            tp = TablePlan(table.name, kind, tuple([_shard(int(rank), r0, r1, c0, c1, names[c])
-                                                    for rank, (r0, r1, c0, c1), c in zip(ranks, pieces, code.tolist())]))
-            # what determines it (its pieces follow from the table, the type and the count):
-            # the caches by plan key it by this, far smaller than its shards
-            object.__setattr__(tp, "_made", (key, code.tobytes()))
+            # its shards are built when first read (a plan over every rank is a shard per rank):
+            # what determines it (its pieces follow from the table, the type and the count)
+            # keys the caches by plan, far smaller than its shards
+            tp = _MadePlan.new(table.name, kind, (ranks, pieces, arr, code), (key, code.tobytes()))
             self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
         if in_hbm.all():
             self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
@@ -269,13 +326,36 @@ class Placer:
         the plan itself."""
         made = tp.__dict__.get("_made")
         if made is not None:
-            return made, 16 * len(tp.shards)
+            return made, 16 * tp.shard_count
         return tp, _SHARD_BYTES * len(tp.shards)
 
     def contribution(self, tp: TablePlan) -> Contribution:
+        """The additive contribution of ``tp`` (remembered where it follows from another by
+        relabeling ranks: :meth:`_contribution_base`)."""
+        base, inv = self._contribution_base(tp)
+        return base.unpacked() if inv is None else base.relabeled(inv)
+
+    def distinct_columns(self, tp: TablePlan) -> Contribution:
+        """The distinct columns of :meth:`contribution` (each once, at least two: a state of
+        them has the per-rank figures of the whole contribution, so any per-column function
+        of it, maxed over the columns, gives the maximum over the ranks, exactly), without
+        the 29 x world array: a table's figures take a few distinct values over the ranks."""
+        base, inv = self._contribution_base(tp)
+        if not isinstance(base, PackedContribution):
+            return base.unpacked() if inv is None else base.relabeled(inv)
+        idx = np.unique(base.index if inv is None else base.index[inv])
+        if idx.size == 1:
+            # two columns, as any world has: numpy then reduces the rows of a column as it
+            # does for the whole state (one column would take another summation path)
+            idx = np.repeat(idx, 2)
+        return Contribution(base.cols[:, idx], base.dp_bytes)
+
+    def _contribution_base(self, tp: TablePlan) -> "tuple[Contribution | PackedContribution, np.ndarray | None]":
+        """A remembered contribution and the relabeling (``inv``: rank ``i`` takes the figures
+        of rank ``inv[i]``; None: as it is) that give ``tp``'s."""
         if tp.sharding == ST.TABLE_WISE:
             s = tp.shards[0]
-            return self.tw_base(tp.table, s.tier).relabeled(self._inv[s.rank])
+            return self.tw_base(tp.table, s.tier), self._inv[s.rank]
         if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             pkey, size = self._plan_key(tp)
             how = self._relabel.get(pkey)
@@ -289,14 +369,14 @@ class Placer:
                     _, table, tier, piece = key
                     one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
                     base = self._keep(self._tw, key, self._contribution(one))
-                return base.relabeled(self._everywhere)
+                return base, self._everywhere
             if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
                 _, at0, first = how
                 base = self._node_cache.get(at0)
                 if base is None:
                     base = self._keep(self._node_cache, at0, self._contribution(at0), _SHARD_BYTES * len(tp.shards))
-                return base.relabeled(self._inv[first])
+                return base, self._inv[first]
         if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and len({s.rank for s in tp.shards}) == len(tp.shards):
             # (two column pieces on one rank add up on it: such a plan is costed as it is)
             key, inv = self._column_class(tp)
@@ -307,12 +387,12 @@ class Placer:
                     Shard(i * self.g + j, 0, rows, 0, cols, tier)
                     for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
                 base = self._keep(self._tw, key, self._contribution(at0))
-            return base.relabeled(inv)
+            return base, inv
         pkey, size = self._plan_key(tp)
         c = self._cache.get(pkey)
         if c is None:
             c = self._keep(self._cache, pkey, self._contribution(tp), size)
-        return c.unpacked()
+        return c, None
 
     def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
         """The class of a column-wise (or table-column-wise) plan under relabelings that keep
@@ -350,15 +430,14 @@ class Placer:
         replica per rank in one tier (rank 0's replica, on every rank), ``("node", plan, first)``
         for a node-bound plan on a node's first ranks (the same plan on node 0, relabeled), else
         ``("own",)``."""
-        shards = tp.shards
         if tp.sharding == ST.DATA_PARALLEL:
-            s0 = shards[0]
-            tier, piece = s0.tier, (s0.row_start, s0.row_end, s0.col_start, s0.col_end)
-            if (len(shards) == self.world
-                    and all(s.tier == tier and (s.row_start, s.row_end, s.col_start, s.col_end) == piece for s in shards)
-                    and len({s.rank for s in shards}) == self.world):
-                return ("dp", ("__dp__", tp.table, tier, piece))
+            ranks, arr, code = tp.shard_arrays()
+            # (the same test as shard by shard, on the arrays: a plan over every rank)
+            if (ranks.size == self.world and (arr == arr[:, :1]).all() and (code == code[0]).all()
+                    and np.unique(ranks).size == self.world):
+                return ("dp", ("__dp__", tp.table, TIERS[int(code[0])], tuple(int(x) for x in arr[:, 0])))
             return ("own",)
+        shards = tp.shards
         first = shards[0].rank
         if first % self.g == 0 and [s.rank for s in shards] == list(range(first, first + len(shards))):
             at0 = TablePlan(tp.table, tp.sharding, tuple(

@@ -549,7 +549,7 @@ class NeoPlanner(Placer):
                 return None
             # a small plan comes along (else the winner is made again: a row-wise plan over 1024
             # ranks is a million shards)
-            small = sum(len(tp.shards) for tp in other) <= _KEEP_SHARDS * len(other.tables)
+            small = sum(tp.shard_count for tp in other) <= _KEEP_SHARDS * len(other.tables)
             return other.planner, st.vec, st.dp_bytes, other if small else None
 
         found = map_forked(start, len(makers), self.workers, [m[2] for m in makers], alongside=before)
