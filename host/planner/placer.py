@@ -77,15 +77,18 @@ class BytesLRU:
 _SHARD_BYTES = 200
 
 
-def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering ``[0, total)``, as even as multiples of ``unit`` allow."""
+def _split(total: int, parts: int, unit: int = 1) -> np.ndarray:
+    """The bounds of ``parts`` contiguous ranges covering ``[0, total)``, as even as multiples
+    of ``unit`` allow (``parts + 1`` of them, int64)."""
     units = total // unit if total % unit == 0 and total // unit >= parts else total
     step = unit if units != total else 1
     # numpy's linspace(0, units, parts + 1) rounded half to even, element for element (its
-    # i-th point is i * (units / parts), its last ``units``), without an array per call
-    width = units / parts
-    bounds = [round(i * width) * step for i in range(parts)] + [units * step]
-    return list(zip(bounds[:-1], bounds[1:]))
+    # i-th point is i * (units / parts), its last ``units``): each product as Python's
+    # ``i * width``, rounded as its ``round`` (half to even)
+    bounds = np.empty(parts + 1, dtype=np.int64)
+    bounds[:-1] = np.rint(np.arange(parts) * (units / parts)).astype(np.int64) * step
+    bounds[-1] = units * step
+    return bounds
 
 
 def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int, tier: str) -> Shard:
@@ -119,7 +122,7 @@ class _MadePlan(TablePlan):
     @classmethod
     def new(cls, table: str, kind: ST, recipe: tuple, made: tuple) -> "_MadePlan":
         """The plan of ``table`` split ``kind``: ``recipe`` = (ranks, the pieces
-        ``(row_start, row_end, col_start, col_end)`` in shard order, the same as a ``(4, m)``
+        ``(row_start, row_end, col_start, col_end)`` in shard order as a ``(4, m)`` int64
         array, each shard's tier index in ``TIERS`` as an int8 array); ``made``: what
         :meth:`Placer.make` keys it by (the table, type and ranks, and the tiers)."""
         out = object.__new__(cls)
@@ -132,9 +135,9 @@ class _MadePlan(TablePlan):
         recipe = self.__dict__.get("_recipe") if name == "shards" else None
         if recipe is None:
             raise AttributeError(name)
-        ranks, pieces, _, code = recipe
+        ranks, arr, code = recipe
         shards = tuple([_shard(int(rank), r0, r1, c0, c1, TIERS[c])
-                        for rank, (r0, r1, c0, c1), c in zip(ranks, pieces, code.tolist())])
+                        for rank, (r0, r1, c0, c1), c in zip(ranks, arr.T.tolist(), code.tolist())])
         self.__dict__["shards"] = shards
         return shards
 
@@ -147,7 +150,7 @@ class _MadePlan(TablePlan):
         return len(self.__dict__["_recipe"][0])
 
     def shard_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ranks, _, arr, code = self.__dict__["_recipe"]
+        ranks, arr, code = self.__dict__["_recipe"]
         return np.asarray(ranks, dtype=np.int64), arr, code
 
     def __eq__(self, other: object) -> bool:
@@ -225,28 +228,32 @@ class Placer:
         state = self.workload.optimizer.state_bytes_per_row(cols)
         return float(rows * (cols * table.elem_bytes + state))
 
-    def _geometry(self, table: TableSpec, kind: ST, m: int) -> tuple[list[tuple[int, int, int, int]], np.ndarray, np.ndarray, np.ndarray]:
-        """The pieces ``(row_start, row_end, col_start, col_end)`` of ``table`` split ``kind``
-        over ``m`` ranks (non-empty: ``m`` is at most the rows or columns split), the bytes each needs in its tier and the bytes of its HBM cache,
-        and the pieces as a ``(4, m)`` array (remembered: they depend on the table, the type
-        and ``m`` only)."""
+    def _geometry(self, table: TableSpec, kind: ST, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pieces of ``table`` split ``kind`` over ``m`` ranks as a ``(4, m)`` int64 array
+        (rows ``row_start, row_end, col_start, col_end``; non-empty: ``m`` is at most the rows
+        or columns split), the bytes each needs in its tier and the bytes of its HBM cache
+        (remembered: they depend on the table, the type and ``m`` only)."""
         key = (table.name, kind, m)
         hit = self._geoms.get(key)
         if hit is not None:
             return hit
+        arr = np.empty((4, m), dtype=np.int64)
+        arr[:] = np.array([0, table.rows, 0, table.dim])[:, None]
         if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
-            pieces = [(0, table.rows, a, b) for a, b in _split(table.dim, m, 4)]
+            b = _split(table.dim, m, 4)
+            arr[2], arr[3] = b[:-1], b[1:]
         elif kind in (ST.ROW_WISE, ST.TABLE_ROW_WISE):
-            pieces = [(a, b, 0, table.dim) for a, b in _split(table.rows, m)]
-        else:
-            pieces = [(0, table.rows, 0, table.dim)] * m
+            b = _split(table.rows, m)
+            arr[0], arr[1] = b[:-1], b[1:]
         lf = self.system.memory.cache_load_factor
-        dims = [(r1 - r0, c1 - c0) for r0, r1, c0, c1 in pieces]
-        shapes = {(r, c): (self.shard_bytes(table, r, c), float(math.ceil(r * lf) * c * table.elem_bytes))
-                  for r, c in set(dims)}
-        need = np.array([shapes[d][0] for d in dims])
-        cache = np.array([shapes[d][1] for d in dims])
-        hit = self._geoms[key] = (pieces, need, cache, np.array(pieces, dtype=np.int64).reshape(m, 4).T.copy())
+        # each distinct piece shape's bytes (a split has two sizes at most), then per piece
+        rows, ri = np.unique(arr[1] - arr[0], return_inverse=True)
+        cols, ci = np.unique(arr[3] - arr[2], return_inverse=True)
+        need = np.array([[self.shard_bytes(table, r, c) for c in cols.tolist()] for r in rows.tolist()])[ri, ci]
+        cache = np.array([[float(math.ceil(r * lf) * c * table.elem_bytes) for c in cols.tolist()]
+                          for r in rows.tolist()])[ri, ci]
+        arr.flags.writeable = False   # shared by every plan made of it
+        hit = self._geoms[key] = (arr, need, cache)
         return hit
 
     def make(self, table: TableSpec, kind: ST, ranks: list[int], state: State | None = None) -> TablePlan | None:
@@ -280,7 +287,7 @@ class Placer:
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
         reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
                    if self._cache_ratio else 0.0)
-        pieces, need, cache, arr = self._geometry(table, kind, len(ranks))
+        arr, need, cache = self._geometry(table, kind, len(ranks))
         in_hbm = need <= hbm_free - reserve
         cached = ~in_hbm & (cache <= hbm_free)
         in_dram = cached & (need <= self.caps[1] - state.host[0][at])
@@ -296,7 +303,7 @@ class Placer:
             # its shards are built when first read (a plan over every rank is a shard per rank):
             # what determines it (its pieces follow from the table, the type and the count)
             # keys the caches by plan, far smaller than its shards
-            tp = _MadePlan.new(table.name, kind, (ranks, pieces, arr, code), (key, code.tobytes()))
+            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, code.tobytes()))
             self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
         if in_hbm.all():
             self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)

@@ -282,12 +282,22 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
                       and (lookups == lookups[0]).all()):
             first, shape_of = np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
         else:
-            keys = np.stack([rows.astype(float), cols.astype(float), tiers.astype(float), lookups], axis=1)
-            _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable")      # the shapes in order of first appearance
-            number = np.empty(order.size, dtype=np.intp)
-            number[order] = np.arange(order.size)
-            first, shape_of = first[order], number[inverse.reshape(-1)]
+            # shards sorted by their key (stable: a group's first is its first shard), a group
+            # starting wherever a field changes (== on the figures, as a dict's keys compare)
+            keys = (rows, cols, tiers, lookups)
+            order = np.lexsort(keys[::-1])
+            starts = np.zeros(n, dtype=bool)
+            starts[0] = True
+            for k in keys:
+                ks = k[order]
+                starts[1:] |= ks[1:] != ks[:-1]
+            inverse = np.empty(n, dtype=np.intp)
+            inverse[order] = np.cumsum(starts) - 1
+            first = order[starts]
+            appear = np.argsort(first, kind="stable")     # the shapes in order of first appearance
+            number = np.empty(appear.size, dtype=np.intp)
+            number[appear] = np.arange(appear.size)
+            first, shape_of = first[appear], number[inverse]
         for f in first.tolist():
             shapes.append(_kernel(int(ranks[f]), int(rows[f]), int(cols[f]), TIERS[int(tiers[f])], float(lookups[f]), bags))
         return shape_of
