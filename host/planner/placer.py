@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from neonic.host.planner.cost import Contribution, CostModel, PackedContribution, State
+from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, PackedContribution, State
 from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
@@ -454,6 +454,130 @@ class Placer:
 
     def _contribution(self, tp: TablePlan) -> Contribution:
         return self.cost.contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
+
+    # ------------------------------------------------------------------ the greedy's proxy, by node
+    def best_by_nodes(self, trials: list[list[tuple[str, TablePlan | None]]]) -> Any:
+        """The greedy's choice among ``trials`` by the barrier-sum proxy: exactly what the search's
+        array evaluation (``NeoPlanner._best(trials, proxy=True)``: a stack of candidate states,
+        ``CostModel.barrier_sum_batch``) returns, without a ``29 x world`` array per candidate:
+        NotImplemented where it does not apply (contributions kept unpacked, a trial that moves
+        a placed table or several tables).
+
+        Why it is exact: a candidate is the state plus a table's contribution, whose ranks fall
+        in few column classes (:class:`PackedContribution`: a whole node usually takes one
+        column; the ranks of a node holding a shard take a few). Over a class of whole nodes
+        the column added is one constant per row, and each phase's slowest rank is a maximum of
+        functions each nondecreasing in one row of the state (``x + c``, ``x * s``, ``x / bw``,
+        ``alpha + x``, ``x > 0``, ``max``: floating-point rounding keeps their order), so it is
+        the function of the class's largest figure per row, the same bits; the per-node largest
+        figures of the state are taken once per call. The forward and backward kernels' term
+        (launch overheads where a rank has kernels) is nondecreasing in each row where the
+        column adds a kernel, and the state's own where it adds nothing there; any other class
+        (the nodes whose ranks differ) is priced rank by rank. The figures are then combined as
+        ``barrier_sum_batch`` combines them, and ties are broken as the search breaks them."""
+        if not self._pack:
+            return NotImplemented
+        specs = []
+        for changes in trials:
+            if any(tp is None for _, tp in changes):
+                continue
+            if all(n in self.placed and self.placed[n].tp == tp for n, tp in changes):
+                continue  # the plan as it is: no move
+            if len(changes) != 1 or changes[0][0] in self.placed:
+                return NotImplemented
+            tp = changes[0][1]
+            base, inv = self._contribution_base(tp)
+            if not isinstance(base, PackedContribution):
+                return NotImplemented
+            specs.append((tp, base, base.index if inv is None else base.index[inv]))
+        if not specs:
+            return None
+        ok, its, dps = self.barrier_by_nodes([(base, col) for _, base, col in specs])
+        idx = np.nonzero(ok)[0]
+        if not idx.size:
+            return None
+        its = its[idx]
+        cost, B = self.cost, self.state.vec
+        # the lowest (objective, balance) score, the first on a tie, as NeoPlanner._best picks it
+        from neonic.host.planner.search import _totals_batch
+
+        vec = lambda i: B + specs[i][1].cols[:, specs[i][2]]  # noqa: E731  (a candidate's state)
+        low = min(float(x) for x in its)
+        tied = [j for j in range(len(idx)) if float(its[j]) == low]
+        totals = _totals_batch(cost, np.stack([vec(idx[j]) for j in tied]), [dps[idx[j]] for j in tied])
+        best = None
+        for t, j in zip(totals, tied):
+            score = (float(its[j]), float(np.dot(t, t)))
+            if best is None or score < best[0]:
+                best = (score, int(idx[j]))
+        i = best[1]
+        tp = specs[i][0]
+        return best[0], State(vec(i), dps[i]), [(tp, self.contribution(tp))]
+
+    def barrier_by_nodes(self, cands: "list[tuple[PackedContribution, np.ndarray]]") -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """For each candidate (a packed contribution and each rank's column of it, added to the
+        state): whether the state then fits the memory caps, its barrier-sum proxy
+        (``CostModel.barrier_sum_batch`` of the whole state, bit for bit; NaN where it does not
+        fit) and its data-parallel bytes, taken by node (see :meth:`best_by_nodes`)."""
+        cost, state = self.cost, self.state
+        B, g = state.vec, self.g
+        nodes = self.world // g
+        fo, bo, scale = cost._fwd_overhead, cost._bwd_overhead, cost._agg_scale[:, None, None]
+        node_max = B.reshape(B.shape[0], nodes, g).max(axis=2)     # per node, each row's largest
+        busy, host = B[_KERN] > 0.5, B[2] / 2
+        fwd_node = np.maximum(B[0] + busy * fo, host).reshape(nodes, g).max(axis=1)
+        bwd_node = np.maximum(B[1] + busy * bo, host).reshape(nodes, g).max(axis=1)
+        eps = 1e-6
+        cap = (self.caps[0] + eps, self.caps[1] + eps, self.caps[2] + eps)
+        rank_times = self.system.comm.rank_times_s
+        ok = np.zeros(len(cands), dtype=bool)
+        figures = []
+        dps = []
+        for j, (base, col) in enumerate(cands):
+            dps.append(state.dp_bytes + base.dp_bytes)
+            by_node = col.reshape(nodes, g)
+            whole = (by_node == by_node[:, :1]).all(axis=1)
+            fwd = bwd = -np.inf
+            comm = np.full(len(scale), -np.inf)
+            fits = True
+            apart = [np.nonzero(~whole)[0]]         # nodes priced rank by rank
+            on = np.nonzero(whole)[0]
+            of = by_node[on, 0]
+            for q in np.unique(of).tolist():
+                sel = on[of == q]
+                c = base.cols[:, q]
+                if not (c[_KERN] > 0.5 or not c[:_KERN + 1].any()):
+                    apart.append(sel)
+                    continue
+                X = node_max[:, sel].max(axis=1) + c   # the class's largest figures, the column added
+                fits = fits and X[24] <= cap[0] and X[25] <= cap[1] and X[26] <= cap[2]
+                if c[_KERN] > 0.5:   # a kernel on every rank of the class: the overheads apply
+                    fwd = max(fwd, np.maximum(X[0] + fo, X[2] / 2))
+                    bwd = max(bwd, np.maximum(X[1] + bo, X[2] / 2))
+                else:                # nothing added to the kernels: the state's own figures
+                    fwd = max(fwd, fwd_node[sel].max())
+                    bwd = max(bwd, bwd_node[sel].max())
+                comm = np.maximum(comm, rank_times(X[_AGG].reshape(len(scale), 4, 1) * scale)[:, 0])
+            rest = np.concatenate(apart)
+            if rest.size:
+                ranks = (rest[:, None] * g + np.arange(g)).reshape(-1)
+                X = B[:, ranks] + base.cols[:, col[ranks]]
+                fits = fits and bool((X[24] <= cap[0]).all() and (X[25] <= cap[1]).all() and (X[26] <= cap[2]).all())
+                busy_r, host_r = X[_KERN] > 0.5, X[2] / 2
+                fwd = max(fwd, np.maximum(X[0] + busy_r * fo, host_r).max())
+                bwd = max(bwd, np.maximum(X[1] + busy_r * bo, host_r).max())
+                comm = np.maximum(comm, rank_times(X[_AGG].reshape(len(scale), 4, -1) * scale).max(axis=1))
+            ok[j] = fits
+            figures.append((fwd, bwd, comm))
+        idx = np.nonzero(ok)[0]
+        its = np.full(len(cands), np.nan)
+        if idx.size:
+            # combined as CostModel.barrier_sum_batch combines each phase's slowest rank
+            fwd = np.array([figures[i][0] for i in idx], dtype=float)
+            bwd = np.array([figures[i][1] for i in idx], dtype=float)
+            comm = np.array([figures[i][2] for i in idx], dtype=float).sum(axis=1)
+            its[idx] = fwd + bwd + comm + np.array([cost._allreduce_total_s(float(dps[i])) for i in idx])
+        return ok, its, dps
 
     # ------------------------------------------------------------------ state
     def place(self, tp: TablePlan, contrib: Contribution | None = None) -> None:

@@ -230,7 +230,13 @@ class NeoPlanner(Placer):
         returns it, or None. The trials are scored together: one stack of candidate states,
         costed with array operations (element by element the arithmetic of :meth:`_try`).
         Single table-wise moves, most of the trials, are built straight from the table's
-        rank-0 contribution relabeled (no per-trial contribution object)."""
+        rank-0 contribution relabeled (no per-trial contribution object). The greedy's proxy is
+        taken by node where the contributions are packed (:meth:`Placer.best_by_nodes`: the
+        same result without the stack)."""
+        if proxy:
+            by_nodes = self.best_by_nodes(trials)
+            if by_nodes is not NotImplemented:
+                return by_nodes
         entries: list[tuple] = []
         for changes in trials:
             if any(tp is None for _, tp in changes):

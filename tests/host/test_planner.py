@@ -333,6 +333,66 @@ def test_an_options_figures_alone_from_its_distinct_columns_are_the_whole_states
             assert _alone(p, p.make(w.tables[0], ST.TABLE_WISE, [5])).vec.shape[1] == 3   # its rank, its node, the rest
 
 
+def test_the_greedys_proxy_by_node_gives_the_stacked_evaluations_choice(monkeypatch):
+    # the greedy's barrier-sum choice taken by node (Placer.best_by_nodes) is the choice of
+    # the stacked evaluation (CostModel.barrier_sum_batch over whole candidate states), score,
+    # state and plan alike, on states half filled at random and trials of every kind
+    class Packing(NeoPlanner):
+        CACHE_BYTES = 1
+
+    s = _system(nodes=4, g=4, dram=50)
+    w = _skewed(24)
+    rng = np.random.default_rng(5)
+    p = Packing(w, s, workers=1)
+    assert p._pack
+    stacked = lambda self, trials: NotImplemented  # noqa: E731
+    compared = 0
+    for _ in range(6):
+        p.state, p.placed = type(p.state).empty(p.world), {}
+        for t in w.tables[: len(w.tables) // 2]:
+            tp = p.make(t, ST.TABLE_WISE, [int(rng.integers(p.world))])
+            if tp is not None:
+                p.place(tp)
+        for t in w.tables[len(w.tables) // 2:]:
+            trials = [[(t.name, p.make(t, ST.TABLE_WISE, [int(r)]))] for r in rng.choice(p.world, 4, replace=False)]
+            for m in (2, 4, 8):
+                ranks = sorted(rng.choice(p.world, m, replace=False).tolist())
+                trials += [[(t.name, p.make(t, ST.COLUMN_WISE, ranks))], [(t.name, p.make(t, ST.ROW_WISE, ranks))]]
+            trials += [[(t.name, p.make(t, ST.DATA_PARALLEL, []))], [(t.name, p.make(t, ST.TABLE_ROW_WISE, [4, 5, 6, 7]))]]
+            # every candidate's proxy, not only the choice: the whole state's, bit for bit
+            tps = [tr[0][1] for tr in trials if tr[0][1] is not None]
+            cands = []
+            for tp in tps:
+                base, inv = p._contribution_base(tp)
+                cands.append((base, base.index if inv is None else base.index[inv]))
+            ok, its, _ = p.barrier_by_nodes(cands)
+            for tp, fits, it in zip(tps, ok, its):
+                c = p.contribution(tp)
+                whole = type(p.state)(p.state.vec + c.vec, p.state.dp_bytes + c.dp_bytes)
+                assert fits == p.fits(whole)
+                if fits:
+                    assert it.tobytes() == p.cost.barrier_sum_batch(whole.vec[None], [whole.dp_bytes])[0].tobytes()
+            got = p.best_by_nodes(trials)
+            assert got is not NotImplemented
+            with monkeypatch.context() as m:
+                m.setattr(Placer, "best_by_nodes", stacked)
+                want = p._best(trials, proxy=True)
+            assert (got is None) == (want is None)
+            if got is not None:
+                assert got[0] == want[0] and got[1].vec.tobytes() == want[1].vec.tobytes()
+                assert got[1].dp_bytes == want[1].dp_bytes and got[2][0][0] == want[2][0][0]
+                compared += 1
+    assert compared > 50
+    # and a whole greedy start: the same placements and state
+    a = Packing(w, s, workers=1)
+    a.greedy()
+    monkeypatch.setattr(Placer, "best_by_nodes", stacked)
+    b = Packing(w, s, workers=1)
+    b.greedy()
+    assert a.state.vec.tobytes() == b.state.vec.tobytes()
+    assert {n: x.tp for n, x in a.placed.items()} == {n: x.tp for n, x in b.placed.items()}
+
+
 def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
     # candidates of one batch converge at different fixed-point passes (some at the first);
     # each keeps the figure of its own pass, so the search need not score any of them again
