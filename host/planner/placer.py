@@ -200,14 +200,14 @@ class Placer:
         # Relabelings that keep the node structure and map rank 0 to rank k: a table-wise
         # table's contribution on rank k is its contribution on rank 0, relabeled (exact, as
         # every rank has the same GPU and links).
-        r = np.arange(self.world)
-        node, local, nodes = r // self.g, r % self.g, system.nodes
-        self._inv = np.array([((node - node[k]) % nodes) * self.g + (local - local[k]) % self.g
-                              for k in range(self.world)], dtype=np.int32)   # world^2: 64 MiB at 4096 ranks
         # rank-0 contributions of table-wise tables, by (table, tier), and the other caches:
         # shareable between placers of the same workload, system and cost model (the baselines
         # the search starts from), each bounded by CACHE_BYTES
         self._tw_cache: dict = {} if tw_cache is None else tw_cache
+        # (world^2: 64 MiB at 4096 ranks, made once for the placers sharing the caches)
+        self._inv = self._tw_cache.get("__inv__")
+        if self._inv is None or self._inv.shape != (self.world, self.world):
+            self._inv = self._tw_cache["__inv__"] = _relabelings(self.world, self.g)
         lru = lambda name: self._tw_cache.setdefault(name, BytesLRU(self.CACHE_BYTES))  # noqa: E731
         self._everywhere = np.zeros(self.world, dtype=np.int64)  # every rank takes rank 0's figures
         self._tw: BytesLRU = lru("__tw__")
@@ -639,6 +639,22 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _relabelings(world: int, g: int) -> np.ndarray:
+    """Row ``k``: the relabeling that keeps the node structure and maps rank 0 to rank ``k``
+    (rank ``i`` takes the figures of rank ``inv[k, i]``: node and local index shifted back by
+    rank ``k``'s, modulo the nodes and the node's ranks), as int32, built row block by row block
+    (no world^2 int64 temporary)."""
+    nodes = world // g
+    r = np.arange(world, dtype=np.int32)
+    node, local = r // g, r % g
+    out = np.empty((world, world), dtype=np.int32)
+    step = max(1, (1 << 22) // max(world, 1))
+    for k0 in range(0, world, step):
+        k = r[k0:k0 + step, None]
+        out[k0:k0 + step] = ((node[None, :] - k // g) % nodes) * g + (local[None, :] - k % g) % g
+    return out
 
 
 def _nbytes(world: int) -> int:
