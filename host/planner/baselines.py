@@ -90,7 +90,7 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
                 continue
             est = float(p.cost.totals(_alone(p, tp)).max())
             if best is None or est < best[0]:
-                best = (est, kind, len(tp.shards))
+                best = (est, kind, tp.shard_count)
         if best is None:
             raise p.fits_nowhere(table)
         choices.append((best[0], table, best[1], best[2]))

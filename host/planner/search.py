@@ -354,7 +354,7 @@ class NeoPlanner(Placer):
                 opt(ST.TABLE_COLUMN_WISE, node_ranks[: min(self.g, table.dim // 4)])
         if tp.sharding in (ST.ROW_WISE, ST.TABLE_ROW_WISE, ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
             kind = {ST.TABLE_ROW_WISE: ST.ROW_WISE, ST.TABLE_COLUMN_WISE: ST.COLUMN_WISE}.get(tp.sharding, tp.sharding)
-            m = len(tp.shards)
+            m = tp.shard_count
             keep = [r for r in tp.ranks if r != slow]
             spare = self._light_for(size / m, 2, set(tp.ranks), totals)
             if spare:  # move the slow rank's shard to a light rank, or add a shard there
