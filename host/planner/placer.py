@@ -275,11 +275,18 @@ class Placer:
             arr[0], arr[1] = b[:-1], b[1:]
         lf = self.system.memory.cache_load_factor
         # each distinct piece shape's bytes (a split has two sizes at most), then per piece
-        rows, ri = np.unique(arr[1] - arr[0], return_inverse=True)
-        cols, ci = np.unique(arr[3] - arr[2], return_inverse=True)
-        need = np.array([[self.shard_bytes(table, r, c) for c in cols.tolist()] for r in rows.tolist()])[ri, ci]
-        cache = np.array([[float(math.ceil(r * lf) * c * table.elem_bytes) for c in cols.tolist()]
-                          for r in rows.tolist()])[ri, ci]
+        if m <= 32:   # (few pieces: one by one, cheaper than array operations)
+            dims = list(zip((arr[1] - arr[0]).tolist(), (arr[3] - arr[2]).tolist()))
+            shapes = {(r, c): (self.shard_bytes(table, r, c), float(math.ceil(r * lf) * c * table.elem_bytes))
+                      for r, c in set(dims)}
+            need = np.array([shapes[d][0] for d in dims])
+            cache = np.array([shapes[d][1] for d in dims])
+        else:
+            rows, ri = np.unique(arr[1] - arr[0], return_inverse=True)
+            cols, ci = np.unique(arr[3] - arr[2], return_inverse=True)
+            need = np.array([[self.shard_bytes(table, r, c) for c in cols.tolist()] for r in rows.tolist()])[ri, ci]
+            cache = np.array([[float(math.ceil(r * lf) * c * table.elem_bytes) for c in cols.tolist()]
+                              for r in rows.tolist()])[ri, ci]
         arr.flags.writeable = False   # shared by every plan made of it
         hit = self._geoms[key] = (arr, need, cache)
         return hit

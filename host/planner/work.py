@@ -56,6 +56,10 @@ __all__ = [
 
 COLLECTIVES = ("input", "pooled", "grad", "rs", "ag")
 
+#: Up to this many shards a table's kernel shapes are found shard by shard, beyond it with array
+#: operations (the same shapes, numbered alike: :func:`compact_work`).
+_FEW_SHARDS = 32
+
 
 @dataclass(frozen=True)
 class ShardKernel:
@@ -278,8 +282,20 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
         """Each shard's kernel shape (its rows, columns, tier and lookups; the bags are the
         table's): the index of the shape in ``shapes``, numbered in order of first appearance,
         each shape's kernel built once, on the rank of its first shard."""
-        if n == 1 or ((rows == rows[0]).all() and (cols == cols[0]).all() and (tiers == tiers[0]).all()
-                      and (lookups == lookups[0]).all()):
+        if n <= _FEW_SHARDS:
+            # few shards: keyed one by one (array operations cost more than they save)
+            index: dict[tuple, int] = {}
+            firsts: list[int] = []
+            of: list[int] = []
+            for i, key in enumerate(zip(rows.tolist(), cols.tolist(), tiers.tolist(), lookups.tolist())):
+                j = index.get(key)
+                if j is None:
+                    j = index[key] = len(firsts)
+                    firsts.append(i)
+                of.append(j)
+            first, shape_of = np.array(firsts, dtype=np.intp), np.array(of, dtype=np.intp)
+        elif ((rows == rows[0]).all() and (cols == cols[0]).all() and (tiers == tiers[0]).all()
+              and (lookups == lookups[0]).all()):
             first, shape_of = np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
         else:
             # shards sorted by their key (stable: a group's first is its first shard), a group
