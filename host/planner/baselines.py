@@ -60,8 +60,10 @@ def _weight_greedy(name: str, weight: Callable[[TableSpec, WorkloadSpec], float]
             if tp is None:
                 raise p.fits_nowhere(table)
             p.place(tp)
-            for s in tp.shards:
-                load[s.rank] += w * (s.rows * s.cols) / (table.rows * table.dim)
+            # (each shard's share of the weight, added rank by rank as one shard at a time
+            # would: without a shard object per rank of a row-wise plan)
+            ranks, pieces, _ = tp.shard_arrays()
+            np.add.at(load, ranks, w * ((pieces[1] - pieces[0]) * (pieces[3] - pieces[2])) / (table.rows * table.dim))
         return p.plan(name)
 
     return run
@@ -88,7 +90,7 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
                 continue
             est = float(p.cost.totals(_alone(p, tp)).max())
             if best is None or est < best[0]:
-                best = (est, kind, len(tp.shards))
+                best = (est, kind, tp.shard_count)
         if best is None:
             raise p.fits_nowhere(table)
         choices.append((best[0], table, best[1], best[2]))
@@ -114,17 +116,20 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
         if tp is None:
             raise p.fits_nowhere(table)
         p.place(tp)
-        per_shard = est / len(tp.shards) if kind != ST.DATA_PARALLEL else est
-        for s in tp.shards:
-            load[s.rank] += per_shard
+        per_shard = est / tp.shard_count if kind != ST.DATA_PARALLEL else est
+        np.add.at(load, tp.shard_arrays()[0], per_shard)
     return p.plan("torchrec-greedy")
 
 
 def _alone(p: Placer, tp):
+    """The state of ``tp`` alone, by its distinct columns (:meth:`Placer.distinct_columns`):
+    its per-rank totals' maximum is the whole state's, bit for bit, without a 29 x world
+    array per option (TorchRec's estimate prices 7 options of every table)."""
     from neonic.host.planner.cost import State
 
-    st = State.empty(p.world)
-    st.add(p.contribution(tp))
+    c = p.distinct_columns(tp)
+    st = State.empty(c.vec.shape[1])
+    st.add(c)
     return st
 
 

@@ -46,22 +46,31 @@ def place_forced(p: Placer, tables: list[TableSpec], st: ShardingType) -> int | 
         tp = None
         if st not in (ST.ROW_WISE, ST.DATA_PARALLEL):  # the others go by the ranks' load
             totals = p.totals()
-            order = np.argsort(totals, kind="stable").tolist()
         if st == ST.TABLE_WISE:
             size = p.shard_bytes(table, table.rows, table.dim)
-            room = (p.caps[0] - p.state.hbm)[order] >= size
-            if room.any():
-                tp = p.make(table, st, [order[int(room.argmax())]])
+            room = (p.caps[0] - p.state.hbm) >= size
+            # the first rank in load order (a stable sort of the totals) with room: the least
+            # loaded with room, the lowest on a tie (no sort where the totals are finite)
+            low = np.where(room, totals, np.inf)
+            r = int(np.argmin(low))
+            if room.any() and np.isfinite(low[r]):
+                tp = p.make(table, st, [r])
             else:
-                tp = next((x for x in (p.make(table, st, [r]) for r in order) if x is not None), None)
+                order = np.argsort(totals, kind="stable")
+                room = room[order]
+                if room.any():
+                    tp = p.make(table, st, [int(order[int(room.argmax())])])
+                else:
+                    tp = next((x for x in (p.make(table, st, [r]) for r in order.tolist()) if x is not None), None)
         elif st == ST.ROW_WISE:
             tp = p.make(table, st, list(range(world)))
         elif st == ST.COLUMN_WISE:
             m = max(1, min(8, world, table.dim // 4))
+            order = np.argsort(totals, kind="stable")
             # the least-loaded ranks with HBM for a column shard (the least-loaded ones if too few)
             room = (p.caps[0] - p.state.hbm) >= p.shard_bytes(table, table.rows, -(-table.dim // m))
-            fit = [r for r in order if room[r]]
-            tp = p.make(table, st, sorted(fit[:m] if len(fit) >= m else order[:m]))
+            fit = order[room[order]]
+            tp = p.make(table, st, sorted((fit[:m] if len(fit) >= m else order[:m]).tolist()))
         elif st in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             node_load = totals.reshape(-1, g).sum(axis=1)
             for node in np.argsort(node_load, kind="stable"):

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from neonic.host.planner.cost import Contribution, CostModel, PackedContribution, State
-from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
+from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, PackedContribution, State
+from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
@@ -77,15 +77,18 @@ class BytesLRU:
 _SHARD_BYTES = 200
 
 
-def _split(total: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering ``[0, total)``, as even as multiples of ``unit`` allow."""
+def _split(total: int, parts: int, unit: int = 1) -> np.ndarray:
+    """The bounds of ``parts`` contiguous ranges covering ``[0, total)``, as even as multiples
+    of ``unit`` allow (``parts + 1`` of them, int64)."""
     units = total // unit if total % unit == 0 and total // unit >= parts else total
     step = unit if units != total else 1
     # numpy's linspace(0, units, parts + 1) rounded half to even, element for element (its
-    # i-th point is i * (units / parts), its last ``units``), without an array per call
-    width = units / parts
-    bounds = [round(i * width) * step for i in range(parts)] + [units * step]
-    return list(zip(bounds[:-1], bounds[1:]))
+    # i-th point is i * (units / parts), its last ``units``): each product as Python's
+    # ``i * width``, rounded as its ``round`` (half to even)
+    bounds = np.empty(parts + 1, dtype=np.int64)
+    bounds[:-1] = np.rint(np.arange(parts) * (units / parts)).astype(np.int64) * step
+    bounds[-1] = units * step
+    return bounds
 
 
 def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int, tier: str) -> Shard:
@@ -107,6 +110,83 @@ def _shard(rank: int, row_start: int, row_end: int, col_start: int, col_end: int
 _new = object.__new__
 _rank, _row_start, _row_end, _col_start, _col_end, _tier = (
     getattr(Shard, f).__set__ for f in ("rank", "row_start", "row_end", "col_start", "col_end", "tier"))
+
+
+class _Relabeled(Contribution):
+    """A contribution kept as a remembered packed one and the relabeling that gives it
+    (``inv``: rank ``i`` takes the figures of rank ``inv[i]``; None: as it is), its figures
+    (``vec``) built when read, each read the same array as ``base.relabeled(inv)`` gives: the
+    search holds a contribution per placed table (and per table of its starts), 29 x world
+    floats each, 0.95 GiB for 1000 tables at 4096 ranks, where this holds KiB."""
+
+    __slots__ = ("base", "inv")
+
+    def __init__(self, base: PackedContribution, inv: np.ndarray | None) -> None:
+        self.base, self.inv = base, inv
+        self.dp_bytes = base.dp_bytes
+
+    @property
+    def vec(self) -> np.ndarray:  # type: ignore[override]
+        base = self.base
+        return base.vec if self.inv is None else base.cols[:, base.index[self.inv]]
+
+
+class _MadePlan(TablePlan):
+    """A :class:`TablePlan` made by :meth:`Placer.make`, equal to the plan with its shards
+    spelled out, whose shards are built only when first read (``shards``): the search makes
+    thousands of plans over every rank (row-wise, data-parallel: a shard per rank, 4096 at 512
+    nodes) and prices most of them through their figures alone (``ranks``, ``shard_count``,
+    ``shard_arrays`` and the caches' keys need no shard objects)."""
+
+    @classmethod
+    def new(cls, table: str, kind: ST, recipe: tuple, made: tuple) -> "_MadePlan":
+        """The plan of ``table`` split ``kind``: ``recipe`` = (ranks, the pieces
+        ``(row_start, row_end, col_start, col_end)`` in shard order as a ``(4, m)`` int64
+        array, each shard's tier index in ``TIERS`` as an int8 array); ``made``: what
+        :meth:`Placer.make` keys it by (the table, type and ranks, and the tiers)."""
+        out = object.__new__(cls)
+        d = out.__dict__
+        d["table"], d["sharding"], d["_recipe"], d["_made"] = table, kind, recipe, made
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached while ``shards`` is not built (and for attributes nobody has)
+        recipe = self.__dict__.get("_recipe") if name == "shards" else None
+        if recipe is None:
+            raise AttributeError(name)
+        ranks, arr, code = recipe
+        shards = tuple([_shard(int(rank), r0, r1, c0, c1, TIERS[c])
+                        for rank, (r0, r1, c0, c1), c in zip(ranks, arr.T.tolist(), code.tolist())])
+        self.__dict__["shards"] = shards
+        return shards
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(int(r) for r in self.__dict__["_recipe"][0])
+
+    @property
+    def shard_count(self) -> int:
+        return len(self.__dict__["_recipe"][0])
+
+    def shard_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ranks, arr, code = self.__dict__["_recipe"]
+        return np.asarray(ranks, dtype=np.int64), arr, code
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a plan of the same table, type and shards. Two plans :meth:`Placer.make`
+        made are compared by what made them (the shards follow from it, one to one)."""
+        if other is self:
+            return True
+        if not isinstance(other, TablePlan):
+            return NotImplemented
+        if self.table != other.table or self.sharding != other.sharding:
+            return False
+        a, b = self.__dict__.get("_made"), other.__dict__.get("_made")
+        if a is not None and b is not None:
+            return a == b
+        return self.shards == other.shards
+
+    __hash__ = TablePlan.__hash__
 
 
 class Placer:
@@ -139,14 +219,14 @@ class Placer:
         # Relabelings that keep the node structure and map rank 0 to rank k: a table-wise
         # table's contribution on rank k is its contribution on rank 0, relabeled (exact, as
         # every rank has the same GPU and links).
-        r = np.arange(self.world)
-        node, local, nodes = r // self.g, r % self.g, system.nodes
-        self._inv = np.array([((node - node[k]) % nodes) * self.g + (local - local[k]) % self.g
-                              for k in range(self.world)], dtype=np.int32)   # world^2: 64 MiB at 4096 ranks
         # rank-0 contributions of table-wise tables, by (table, tier), and the other caches:
         # shareable between placers of the same workload, system and cost model (the baselines
         # the search starts from), each bounded by CACHE_BYTES
         self._tw_cache: dict = {} if tw_cache is None else tw_cache
+        # (world^2: 64 MiB at 4096 ranks, made once for the placers sharing the caches)
+        self._inv = self._tw_cache.get("__inv__")
+        if self._inv is None or self._inv.shape != (self.world, self.world):
+            self._inv = self._tw_cache["__inv__"] = _relabelings(self.world, self.g)
         lru = lambda name: self._tw_cache.setdefault(name, BytesLRU(self.CACHE_BYTES))  # noqa: E731
         self._everywhere = np.zeros(self.world, dtype=np.int64)  # every rank takes rank 0's figures
         self._tw: BytesLRU = lru("__tw__")
@@ -167,27 +247,48 @@ class Placer:
         state = self.workload.optimizer.state_bytes_per_row(cols)
         return float(rows * (cols * table.elem_bytes + state))
 
-    def _geometry(self, table: TableSpec, kind: ST, m: int) -> tuple[list[tuple[int, int, int, int]], np.ndarray, np.ndarray]:
-        """The pieces ``(row_start, row_end, col_start, col_end)`` of ``table`` split ``kind``
-        over ``m`` ranks (non-empty: ``m`` is at most the rows or columns split), the bytes each needs in its tier and the bytes of its HBM cache
-        (remembered: they depend on the table, the type and ``m`` only)."""
+    def _geometry(self, table: TableSpec, kind: ST, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pieces of ``table`` split ``kind`` over ``m`` ranks as a ``(4, m)`` int64 array
+        (rows ``row_start, row_end, col_start, col_end``; non-empty: ``m`` is at most the rows
+        or columns split), the bytes each needs in its tier and the bytes of its HBM cache
+        (remembered: they depend on the table, the type and ``m`` only; a data-parallel
+        table's m whole pieces are one, broadcast: 4096 of them per table otherwise)."""
         key = (table.name, kind, m)
         hit = self._geoms.get(key)
         if hit is not None:
             return hit
+        whole = np.array([0, table.rows, 0, table.dim], dtype=np.int64)
+        if kind not in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE, ST.ROW_WISE, ST.TABLE_ROW_WISE):
+            # every piece the whole table (a replica per rank): one piece, read as m
+            lf = self.system.memory.cache_load_factor
+            need = np.broadcast_to(np.float64(self.shard_bytes(table, table.rows, table.dim)), (m,))
+            cache = np.broadcast_to(np.float64(float(math.ceil(table.rows * lf) * table.dim * table.elem_bytes)), (m,))
+            hit = self._geoms[key] = (np.broadcast_to(whole[:, None], (4, m)), need, cache)
+            return hit
+        arr = np.empty((4, m), dtype=np.int64)
+        arr[:] = whole[:, None]
         if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
-            pieces = [(0, table.rows, a, b) for a, b in _split(table.dim, m, 4)]
+            b = _split(table.dim, m, 4)
+            arr[2], arr[3] = b[:-1], b[1:]
         elif kind in (ST.ROW_WISE, ST.TABLE_ROW_WISE):
-            pieces = [(a, b, 0, table.dim) for a, b in _split(table.rows, m)]
-        else:
-            pieces = [(0, table.rows, 0, table.dim)] * m
+            b = _split(table.rows, m)
+            arr[0], arr[1] = b[:-1], b[1:]
         lf = self.system.memory.cache_load_factor
-        dims = [(r1 - r0, c1 - c0) for r0, r1, c0, c1 in pieces]
-        shapes = {(r, c): (self.shard_bytes(table, r, c), float(math.ceil(r * lf) * c * table.elem_bytes))
-                  for r, c in set(dims)}
-        need = np.array([shapes[d][0] for d in dims])
-        cache = np.array([shapes[d][1] for d in dims])
-        hit = self._geoms[key] = (pieces, need, cache)
+        # each distinct piece shape's bytes (a split has two sizes at most), then per piece
+        if m <= 32:   # (few pieces: one by one, cheaper than array operations)
+            dims = list(zip((arr[1] - arr[0]).tolist(), (arr[3] - arr[2]).tolist()))
+            shapes = {(r, c): (self.shard_bytes(table, r, c), float(math.ceil(r * lf) * c * table.elem_bytes))
+                      for r, c in set(dims)}
+            need = np.array([shapes[d][0] for d in dims])
+            cache = np.array([shapes[d][1] for d in dims])
+        else:
+            rows, ri = np.unique(arr[1] - arr[0], return_inverse=True)
+            cols, ci = np.unique(arr[3] - arr[2], return_inverse=True)
+            need = np.array([[self.shard_bytes(table, r, c) for c in cols.tolist()] for r in rows.tolist()])[ri, ci]
+            cache = np.array([[float(math.ceil(r * lf) * c * table.elem_bytes) for c in cols.tolist()]
+                              for r in rows.tolist()])[ri, ci]
+        arr.flags.writeable = False   # shared by every plan made of it
+        hit = self._geoms[key] = (arr, need, cache)
         return hit
 
     def make(self, table: TableSpec, kind: ST, ranks: list[int], state: State | None = None) -> TablePlan | None:
@@ -221,7 +322,7 @@ class Placer:
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
         reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
                    if self._cache_ratio else 0.0)
-        pieces, need, cache = self._geometry(table, kind, len(ranks))
+        arr, need, cache = self._geometry(table, kind, len(ranks))
         in_hbm = need <= hbm_free - reserve
         cached = ~in_hbm & (cache <= hbm_free)
         in_dram = cached & (need <= self.caps[1] - state.host[0][at])
@@ -234,12 +335,10 @@ class Placer:
         if tp is None:
             if at.size and int(at.min()) < 0:
                 raise ValueError(f"shard: invalid rank {int(at.min())} for table {table.name!r}")
-            names = ("hbm", "dram", "ssd")
-            tp = TablePlan(table.name, kind, tuple([_shard(int(rank), r0, r1, c0, c1, names[c])
-                                                    for rank, (r0, r1, c0, c1), c in zip(ranks, pieces, code.tolist())]))
-            # what determines it (its pieces follow from the table, the type and the count):
-            # the caches by plan key it by this, far smaller than its shards
-            object.__setattr__(tp, "_made", (key, code.tobytes()))
+            # its shards are built when first read (a plan over every rank is a shard per rank):
+            # what determines it (its pieces follow from the table, the type and the count)
+            # keys the caches by plan, far smaller than its shards
+            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, code.tobytes()))
             self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
         if in_hbm.all():
             self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
@@ -269,13 +368,38 @@ class Placer:
         the plan itself."""
         made = tp.__dict__.get("_made")
         if made is not None:
-            return made, 16 * len(tp.shards)
+            return made, 16 * tp.shard_count
         return tp, _SHARD_BYTES * len(tp.shards)
 
     def contribution(self, tp: TablePlan) -> Contribution:
+        """The additive contribution of ``tp`` (remembered where it follows from another by
+        relabeling ranks: :meth:`_contribution_base`)."""
+        base, inv = self._contribution_base(tp)
+        if isinstance(base, PackedContribution):
+            return _Relabeled(base, inv)  # (its figures when read: no 29 x world array held)
+        return base.unpacked() if inv is None else base.relabeled(inv)
+
+    def distinct_columns(self, tp: TablePlan) -> Contribution:
+        """The distinct columns of :meth:`contribution` (each once, at least two: a state of
+        them has the per-rank figures of the whole contribution, so any per-column function
+        of it, maxed over the columns, gives the maximum over the ranks, exactly), without
+        the 29 x world array: a table's figures take a few distinct values over the ranks."""
+        base, inv = self._contribution_base(tp)
+        if not isinstance(base, PackedContribution):
+            return base.unpacked() if inv is None else base.relabeled(inv)
+        idx = np.unique(base.index if inv is None else base.index[inv])
+        if idx.size == 1:
+            # two columns, as any world has: numpy then reduces the rows of a column as it
+            # does for the whole state (one column would take another summation path)
+            idx = np.repeat(idx, 2)
+        return Contribution(base.cols[:, idx], base.dp_bytes)
+
+    def _contribution_base(self, tp: TablePlan) -> "tuple[Contribution | PackedContribution, np.ndarray | None]":
+        """A remembered contribution and the relabeling (``inv``: rank ``i`` takes the figures
+        of rank ``inv[i]``; None: as it is) that give ``tp``'s."""
         if tp.sharding == ST.TABLE_WISE:
             s = tp.shards[0]
-            return self.tw_base(tp.table, s.tier).relabeled(self._inv[s.rank])
+            return self.tw_base(tp.table, s.tier), self._inv[s.rank]
         if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             pkey, size = self._plan_key(tp)
             how = self._relabel.get(pkey)
@@ -289,14 +413,14 @@ class Placer:
                     _, table, tier, piece = key
                     one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
                     base = self._keep(self._tw, key, self._contribution(one))
-                return base.relabeled(self._everywhere)
+                return base, self._everywhere
             if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
                 _, at0, first = how
                 base = self._node_cache.get(at0)
                 if base is None:
                     base = self._keep(self._node_cache, at0, self._contribution(at0), _SHARD_BYTES * len(tp.shards))
-                return base.relabeled(self._inv[first])
+                return base, self._inv[first]
         if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and len({s.rank for s in tp.shards}) == len(tp.shards):
             # (two column pieces on one rank add up on it: such a plan is costed as it is)
             key, inv = self._column_class(tp)
@@ -307,12 +431,12 @@ class Placer:
                     Shard(i * self.g + j, 0, rows, 0, cols, tier)
                     for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
                 base = self._keep(self._tw, key, self._contribution(at0))
-            return base.relabeled(inv)
+            return base, inv
         pkey, size = self._plan_key(tp)
         c = self._cache.get(pkey)
         if c is None:
             c = self._keep(self._cache, pkey, self._contribution(tp), size)
-        return c.unpacked()
+        return c, None
 
     def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
         """The class of a column-wise (or table-column-wise) plan under relabelings that keep
@@ -350,15 +474,14 @@ class Placer:
         replica per rank in one tier (rank 0's replica, on every rank), ``("node", plan, first)``
         for a node-bound plan on a node's first ranks (the same plan on node 0, relabeled), else
         ``("own",)``."""
-        shards = tp.shards
         if tp.sharding == ST.DATA_PARALLEL:
-            s0 = shards[0]
-            tier, piece = s0.tier, (s0.row_start, s0.row_end, s0.col_start, s0.col_end)
-            if (len(shards) == self.world
-                    and all(s.tier == tier and (s.row_start, s.row_end, s.col_start, s.col_end) == piece for s in shards)
-                    and len({s.rank for s in shards}) == self.world):
-                return ("dp", ("__dp__", tp.table, tier, piece))
+            ranks, arr, code = tp.shard_arrays()
+            # (the same test as shard by shard, on the arrays: a plan over every rank)
+            if (ranks.size == self.world and (arr == arr[:, :1]).all() and (code == code[0]).all()
+                    and np.unique(ranks).size == self.world):
+                return ("dp", ("__dp__", tp.table, TIERS[int(code[0])], tuple(int(x) for x in arr[:, 0])))
             return ("own",)
+        shards = tp.shards
         first = shards[0].rank
         if first % self.g == 0 and [s.rank for s in shards] == list(range(first, first + len(shards))):
             at0 = TablePlan(tp.table, tp.sharding, tuple(
@@ -368,6 +491,130 @@ class Placer:
 
     def _contribution(self, tp: TablePlan) -> Contribution:
         return self.cost.contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
+
+    # ------------------------------------------------------------------ the greedy's proxy, by node
+    def best_by_nodes(self, trials: list[list[tuple[str, TablePlan | None]]]) -> Any:
+        """The greedy's choice among ``trials`` by the barrier-sum proxy: exactly what the search's
+        array evaluation (``NeoPlanner._best(trials, proxy=True)``: a stack of candidate states,
+        ``CostModel.barrier_sum_batch``) returns, without a ``29 x world`` array per candidate:
+        NotImplemented where it does not apply (contributions kept unpacked, a trial that moves
+        a placed table or several tables).
+
+        Why it is exact: a candidate is the state plus a table's contribution, whose ranks fall
+        in few column classes (:class:`PackedContribution`: a whole node usually takes one
+        column; the ranks of a node holding a shard take a few). Over a class of whole nodes
+        the column added is one constant per row, and each phase's slowest rank is a maximum of
+        functions each nondecreasing in one row of the state (``x + c``, ``x * s``, ``x / bw``,
+        ``alpha + x``, ``x > 0``, ``max``: floating-point rounding keeps their order), so it is
+        the function of the class's largest figure per row, the same bits; the per-node largest
+        figures of the state are taken once per call. The forward and backward kernels' term
+        (launch overheads where a rank has kernels) is nondecreasing in each row where the
+        column adds a kernel, and the state's own where it adds nothing there; any other class
+        (the nodes whose ranks differ) is priced rank by rank. The figures are then combined as
+        ``barrier_sum_batch`` combines them, and ties are broken as the search breaks them."""
+        if not self._pack:
+            return NotImplemented
+        specs = []
+        for changes in trials:
+            if any(tp is None for _, tp in changes):
+                continue
+            if all(n in self.placed and self.placed[n].tp == tp for n, tp in changes):
+                continue  # the plan as it is: no move
+            if len(changes) != 1 or changes[0][0] in self.placed:
+                return NotImplemented
+            tp = changes[0][1]
+            base, inv = self._contribution_base(tp)
+            if not isinstance(base, PackedContribution):
+                return NotImplemented
+            specs.append((tp, base, base.index if inv is None else base.index[inv]))
+        if not specs:
+            return None
+        ok, its, dps = self.barrier_by_nodes([(base, col) for _, base, col in specs])
+        idx = np.nonzero(ok)[0]
+        if not idx.size:
+            return None
+        its = its[idx]
+        cost, B = self.cost, self.state.vec
+        # the lowest (objective, balance) score, the first on a tie, as NeoPlanner._best picks it
+        from neonic.host.planner.search import _totals_batch
+
+        vec = lambda i: B + specs[i][1].cols[:, specs[i][2]]  # noqa: E731  (a candidate's state)
+        low = min(float(x) for x in its)
+        tied = [j for j in range(len(idx)) if float(its[j]) == low]
+        totals = _totals_batch(cost, np.stack([vec(idx[j]) for j in tied]), [dps[idx[j]] for j in tied])
+        best = None
+        for t, j in zip(totals, tied):
+            score = (float(its[j]), float(np.dot(t, t)))
+            if best is None or score < best[0]:
+                best = (score, int(idx[j]))
+        i = best[1]
+        tp = specs[i][0]
+        return best[0], State(vec(i), dps[i]), [(tp, self.contribution(tp))]
+
+    def barrier_by_nodes(self, cands: "list[tuple[PackedContribution, np.ndarray]]") -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """For each candidate (a packed contribution and each rank's column of it, added to the
+        state): whether the state then fits the memory caps, its barrier-sum proxy
+        (``CostModel.barrier_sum_batch`` of the whole state, bit for bit; NaN where it does not
+        fit) and its data-parallel bytes, taken by node (see :meth:`best_by_nodes`)."""
+        cost, state = self.cost, self.state
+        B, g = state.vec, self.g
+        nodes = self.world // g
+        fo, bo, scale = cost._fwd_overhead, cost._bwd_overhead, cost._agg_scale[:, None, None]
+        node_max = B.reshape(B.shape[0], nodes, g).max(axis=2)     # per node, each row's largest
+        busy, host = B[_KERN] > 0.5, B[2] / 2
+        fwd_node = np.maximum(B[0] + busy * fo, host).reshape(nodes, g).max(axis=1)
+        bwd_node = np.maximum(B[1] + busy * bo, host).reshape(nodes, g).max(axis=1)
+        eps = 1e-6
+        cap = (self.caps[0] + eps, self.caps[1] + eps, self.caps[2] + eps)
+        rank_times = self.system.comm.rank_times_s
+        ok = np.zeros(len(cands), dtype=bool)
+        figures = []
+        dps = []
+        for j, (base, col) in enumerate(cands):
+            dps.append(state.dp_bytes + base.dp_bytes)
+            by_node = col.reshape(nodes, g)
+            whole = (by_node == by_node[:, :1]).all(axis=1)
+            fwd = bwd = -np.inf
+            comm = np.full(len(scale), -np.inf)
+            fits = True
+            apart = [np.nonzero(~whole)[0]]         # nodes priced rank by rank
+            on = np.nonzero(whole)[0]
+            of = by_node[on, 0]
+            for q in np.unique(of).tolist():
+                sel = on[of == q]
+                c = base.cols[:, q]
+                if not (c[_KERN] > 0.5 or not c[:_KERN + 1].any()):
+                    apart.append(sel)
+                    continue
+                X = node_max[:, sel].max(axis=1) + c   # the class's largest figures, the column added
+                fits = fits and X[24] <= cap[0] and X[25] <= cap[1] and X[26] <= cap[2]
+                if c[_KERN] > 0.5:   # a kernel on every rank of the class: the overheads apply
+                    fwd = max(fwd, np.maximum(X[0] + fo, X[2] / 2))
+                    bwd = max(bwd, np.maximum(X[1] + bo, X[2] / 2))
+                else:                # nothing added to the kernels: the state's own figures
+                    fwd = max(fwd, fwd_node[sel].max())
+                    bwd = max(bwd, bwd_node[sel].max())
+                comm = np.maximum(comm, rank_times(X[_AGG].reshape(len(scale), 4, 1) * scale)[:, 0])
+            rest = np.concatenate(apart)
+            if rest.size:
+                ranks = (rest[:, None] * g + np.arange(g)).reshape(-1)
+                X = B[:, ranks] + base.cols[:, col[ranks]]
+                fits = fits and bool((X[24] <= cap[0]).all() and (X[25] <= cap[1]).all() and (X[26] <= cap[2]).all())
+                busy_r, host_r = X[_KERN] > 0.5, X[2] / 2
+                fwd = max(fwd, np.maximum(X[0] + busy_r * fo, host_r).max())
+                bwd = max(bwd, np.maximum(X[1] + busy_r * bo, host_r).max())
+                comm = np.maximum(comm, rank_times(X[_AGG].reshape(len(scale), 4, -1) * scale).max(axis=1))
+            ok[j] = fits
+            figures.append((fwd, bwd, comm))
+        idx = np.nonzero(ok)[0]
+        its = np.full(len(cands), np.nan)
+        if idx.size:
+            # combined as CostModel.barrier_sum_batch combines each phase's slowest rank
+            fwd = np.array([figures[i][0] for i in idx], dtype=float)
+            bwd = np.array([figures[i][1] for i in idx], dtype=float)
+            comm = np.array([figures[i][2] for i in idx], dtype=float).sum(axis=1)
+            its[idx] = fwd + bwd + comm + np.array([cost._allreduce_total_s(float(dps[i])) for i in idx])
+        return ok, its, dps
 
     # ------------------------------------------------------------------ state
     def place(self, tp: TablePlan, contrib: Contribution | None = None) -> None:
@@ -429,6 +676,22 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _relabelings(world: int, g: int) -> np.ndarray:
+    """Row ``k``: the relabeling that keeps the node structure and maps rank 0 to rank ``k``
+    (rank ``i`` takes the figures of rank ``inv[k, i]``: node and local index shifted back by
+    rank ``k``'s, modulo the nodes and the node's ranks), as int32, built row block by row block
+    (no world^2 int64 temporary)."""
+    nodes = world // g
+    r = np.arange(world, dtype=np.int32)
+    node, local = r // g, r % g
+    out = np.empty((world, world), dtype=np.int32)
+    step = max(1, (1 << 22) // max(world, 1))
+    for k0 in range(0, world, step):
+        k = r[k0:k0 + step, None]
+        out[k0:k0 + step] = ((node[None, :] - k // g) % nodes) * g + (local[None, :] - k % g) % g
+    return out
 
 
 def _nbytes(world: int) -> int:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterator, Mapping
 
+import numpy as np
+
 __all__ = ["ShardingType", "Shard", "TablePlan", "Plan", "TIERS"]
 
 #: Memory tiers a shard's weights and optimizer state may live in. ``dram`` and ``ssd`` shards
@@ -69,6 +71,23 @@ class TablePlan:
     @property
     def ranks(self) -> tuple[int, ...]:
         return tuple(s.rank for s in self.shards)
+
+    @property
+    def shard_count(self) -> int:
+        """How many shards (``len(shards)``; a planner's plan answers without building them)."""
+        return len(self.shards)
+
+    def shard_arrays(self) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+        """The shards as arrays, in shard order: ranks (int64), ``(row_start, row_end,
+        col_start, col_end)`` as a ``(4, shards)`` int64 array, and each tier's index in
+        :data:`TIERS` (int8): what ``host.planner.work.compact_work`` reads (a planner's plan
+        gives them without building a shard object per rank)."""
+        shards = self.shards
+        n = len(shards)
+        ranks = np.fromiter((s.rank for s in shards), dtype=np.int64, count=n)
+        pieces = np.array([(s.row_start, s.row_end, s.col_start, s.col_end) for s in shards], dtype=np.int64).reshape(n, 4).T
+        tiers = np.fromiter((TIERS.index(s.tier) for s in shards), dtype=np.int8, count=n)
+        return ranks, pieces, tiers
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: the planner keys its contribution caches by table

@@ -234,7 +234,13 @@ class NeoPlanner(Placer):
         returns it, or None. The trials are scored together: one stack of candidate states,
         costed with array operations (element by element the arithmetic of :meth:`_try`).
         Single table-wise moves, most of the trials, are built straight from the table's
-        rank-0 contribution relabeled (no per-trial contribution object)."""
+        rank-0 contribution relabeled (no per-trial contribution object). The greedy's proxy is
+        taken by node where the contributions are packed (:meth:`Placer.best_by_nodes`: the
+        same result without the stack)."""
+        if proxy:
+            by_nodes = self.best_by_nodes(trials)
+            if by_nodes is not NotImplemented:
+                return by_nodes
         entries: list[tuple] = []
         for changes in trials:
             if any(tp is None for _, tp in changes):
@@ -352,7 +358,7 @@ class NeoPlanner(Placer):
                 opt(ST.TABLE_COLUMN_WISE, node_ranks[: min(self.g, table.dim // 4)])
         if tp.sharding in (ST.ROW_WISE, ST.TABLE_ROW_WISE, ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
             kind = {ST.TABLE_ROW_WISE: ST.ROW_WISE, ST.TABLE_COLUMN_WISE: ST.COLUMN_WISE}.get(tp.sharding, tp.sharding)
-            m = len(tp.shards)
+            m = tp.shard_count
             keep = [r for r in tp.ranks if r != slow]
             spare = self._light_for(size / m, 2, set(tp.ranks), totals)
             if spare:  # move the slow rank's shard to a light rank, or add a shard there
@@ -553,7 +559,7 @@ class NeoPlanner(Placer):
                 return None
             # a small plan comes along (else the winner is made again: a row-wise plan over 1024
             # ranks is a million shards)
-            small = sum(len(tp.shards) for tp in other) <= _KEEP_SHARDS * len(other.tables)
+            small = sum(tp.shard_count for tp in other) <= _KEEP_SHARDS * len(other.tables)
             return other.planner, st.vec, st.dp_bytes, other if small else None
 
         found = map_forked(start, len(makers), self.workers, [m[2] for m in makers], alongside=before)

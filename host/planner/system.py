@@ -272,6 +272,15 @@ class PlannerSystem:
             return np.array([(b - a) / table.rows for a, b in bounds])
         return tl.row_share(bounds)
 
+    def row_shares_of(self, table: Any, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """:meth:`row_shares` of the row ranges ``[starts[i], ends[i])`` given as arrays
+        (the same figures: in proportion to rows, ``(end - start) / rows`` divided as doubles,
+        exact as Python's division of the integers, all below 2**53; a traced table's from its trace)."""
+        tl = None if self.lookups is None else self.lookups.tables.get(table.name)
+        if tl is None or tl.source.startswith("zipf"):
+            return (np.asarray(ends, dtype=np.int64) - np.asarray(starts, dtype=np.int64)) / table.rows
+        return tl.row_share(list(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist())))
+
     @property
     def nodes(self) -> int:
         return self.comm.nodes

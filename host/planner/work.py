@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neonic.host.planner.plan import Plan, ShardingType, TablePlan
+from neonic.host.planner.plan import TIERS, Plan, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 from neonic.sim.memory_tiers import miss_bytes as tier_miss_bytes
@@ -55,6 +55,10 @@ __all__ = [
 ]
 
 COLLECTIVES = ("input", "pooled", "grad", "rs", "ag")
+
+#: Up to this many shards a table's kernel shapes are found shard by shard, beyond it with array
+#: operations (the same shapes, numbered alike: :func:`compact_work`).
+_FEW_SHARDS = 32
 
 
 @dataclass(frozen=True)
@@ -269,38 +273,68 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
     len_per_owner = b * system.length_bytes
     mem = system.memory
 
-    index: dict[tuple, int] = {}
     shapes: list[ShardKernel] = []
+    ranks, pieces, tiers = tp.shard_arrays()
+    n = ranks.size
+    rows, cols = pieces[1] - pieces[0], pieces[3] - pieces[2]
 
-    def kernels(lookups: list[float], bags: int) -> np.ndarray:
-        # shards of one table mostly share their shape: each shape's kernel is built once
-        out = []
-        for s, lk in zip(shards, lookups):
-            key = (s.row_end - s.row_start, s.col_end - s.col_start, s.tier, lk, bags)
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(shapes)
-                shapes.append(_kernel(s, lk, bags))
-            out.append(i)
-        return np.array(out, dtype=np.intp)
+    def kernels(lookups: np.ndarray, bags: int) -> np.ndarray:
+        """Each shard's kernel shape (its rows, columns, tier and lookups; the bags are the
+        table's): the index of the shape in ``shapes``, numbered in order of first appearance,
+        each shape's kernel built once, on the rank of its first shard."""
+        if n <= _FEW_SHARDS:
+            # few shards: keyed one by one (array operations cost more than they save)
+            index: dict[tuple, int] = {}
+            firsts: list[int] = []
+            of: list[int] = []
+            for i, key in enumerate(zip(rows.tolist(), cols.tolist(), tiers.tolist(), lookups.tolist())):
+                j = index.get(key)
+                if j is None:
+                    j = index[key] = len(firsts)
+                    firsts.append(i)
+                of.append(j)
+            first, shape_of = np.array(firsts, dtype=np.intp), np.array(of, dtype=np.intp)
+        elif ((rows == rows[0]).all() and (cols == cols[0]).all() and (tiers == tiers[0]).all()
+              and (lookups == lookups[0]).all()):
+            first, shape_of = np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
+        else:
+            # shards sorted by their key (stable: a group's first is its first shard), a group
+            # starting wherever a field changes (== on the figures, as a dict's keys compare)
+            keys = (rows, cols, tiers, lookups)
+            order = np.lexsort(keys[::-1])
+            starts = np.zeros(n, dtype=bool)
+            starts[0] = True
+            for k in keys:
+                ks = k[order]
+                starts[1:] |= ks[1:] != ks[:-1]
+            inverse = np.empty(n, dtype=np.intp)
+            inverse[order] = np.cumsum(starts) - 1
+            first = order[starts]
+            appear = np.argsort(first, kind="stable")     # the shapes in order of first appearance
+            number = np.empty(appear.size, dtype=np.intp)
+            number[appear] = np.arange(appear.size)
+            first, shape_of = first[appear], number[inverse]
+        for f in first.tolist():
+            shapes.append(_kernel(int(ranks[f]), int(rows[f]), int(cols[f]), TIERS[int(tiers[f])], float(lookups[f]), bags))
+        return shape_of
 
-    def _kernel(shard, lookups: float, bags: int) -> ShardKernel:
-        weights = shard.rows * shard.cols * eb + shard.rows * _state_for(shard.cols)
-        row_bytes = shard.cols * eb
+    def _kernel(rank: int, shard_rows: int, shard_cols: int, tier: str, lookups: float, bags: int) -> ShardKernel:
+        weights = shard_rows * shard_cols * eb + shard_rows * _state_for(shard_cols)
+        row_bytes = shard_cols * eb
         lookups_i = int(round(lookups))
-        if shard.tier == "hbm":
+        if tier == "hbm":
             hbm, host, miss = float(weights), 0.0, 0.0
         elif not mem.cached:
             # shared HBM: the "host" rows are in the same HBM, read in place (no cache, no copy)
             hbm, host, miss = 0.0, float(weights), 0.0
         else:
-            hbm = float(math.ceil(shard.rows * mem.cache_load_factor) * row_bytes)
+            hbm = float(math.ceil(shard_rows * mem.cache_load_factor) * row_bytes)
             host = float(weights)
             miss = tier_miss_bytes(lookups, row_bytes, system.tier_hit_rate(table))
         return ShardKernel(
-            rank=shard.rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
-            out_row_bytes=shard.cols * 4, unique_rows=_unique_rows(shard.rows, lookups_i),
-            state_bytes_per_row=_state_for(shard.cols), tier=shard.tier, miss_bytes=miss,
+            rank=rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
+            out_row_bytes=shard_cols * 4, unique_rows=_unique_rows(shard_rows, lookups_i),
+            state_bytes_per_row=_state_for(shard_cols), tier=tier, miss_bytes=miss,
             hbm_bytes=hbm, host_bytes=host,
         )
 
@@ -309,8 +343,6 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
         return state if workload.optimizer.kind != "adagrad" else 4 * cols
 
     kind = tp.sharding
-    shards = tp.shards
-    ranks = np.array([s.rank for s in shards], dtype=np.int64)
     traffic: dict[str, tuple[Term, ...]] = {}
     global_bags = b * world
 
@@ -318,21 +350,21 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
         return CompactWork(table.name, ranks, shape_of, tuple(shapes), traffic, dp_allreduce_bytes=dp)
 
     if kind == ShardingType.DATA_PARALLEL:
-        shape_of = kernels([b * pool] * len(shards), b)
+        shape_of = kernels(np.full(n, b * pool), b)
         return work(shape_of, float(table.rows * table.dim * eb))
 
     if kind in (ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE):
-        shape_of = kernels([global_bags * pool] * len(shards), global_bags)
+        shape_of = kernels(np.full(n, global_bags * pool), global_bags)
         # indices (and lengths) go to every column shard; each shard returns its columns
         traffic["input"] = (Outer(ones * (idx_per_owner + len_per_owner), _onehot(world, ranks, 1.0)),)
-        pooled = Outer(_onehot(world, ranks, [s.cols * b * ob for s in shards]), ones)
+        pooled = Outer(_onehot(world, ranks, cols * b * ob), ones)
         traffic["pooled"] = (pooled,)
         traffic["grad"] = (Outer(pooled.dst, pooled.src),)
         return work(shape_of)
 
     # row-wise families: lookups spread over row shards in proportion to their rows
-    frac = system.row_shares(table, [(s.row_start, s.row_end) for s in shards])
-    shape_of = kernels([global_bags * pool * f for f in frac], global_bags)
+    frac = system.row_shares_of(table, pieces[0], pieces[1])
+    shape_of = kernels(global_bags * pool * frac, global_bags)
     traffic["input"] = (Outer(ones, _onehot(world, ranks, idx_per_owner * frac + len_per_owner)),)
     partial = table.dim * b * ob  # one owner's partial pools from one shard
     if kind == ShardingType.ROW_WISE:
