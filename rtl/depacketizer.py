@@ -44,7 +44,9 @@ Store and forward per packet, pipelined for the clock (``Depacketizer._front``,
 * the input beat is registered before anything is decided about it; the header type and the
   payload's end are decoded from the registered header beat, and the payload is realigned to
   beat boundaries and written to a FIFO (two path MTUs) from registers. ``frame`` takes one
-  beat per cycle while the FIFOs have room (a registered test of their levels); last beats are
+  beat per cycle while the FIFOs have room (a registered test of their levels, with a reserve
+  for what the stages still hold); the FIFOs are :class:`rtl.streams.CreditFIFO`, whose write
+  enables are the writers' own, without a full check of their own; last beats are
   taken at least three cycles apart (a frame of one or two beats, at most ``2 * data_bytes``
   bytes, waits: the verdict of one updates the QP state the next is checked against, one
   cycle after the decision);
@@ -67,14 +69,13 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .roce import (DROP_REASONS, ETHERTYPE_IPV4, HLEN_BY_HTYPE, ICRC_ALGORITHM, FrameBeat,
                    ICRCEngine, MAX_HEADER_LEN, OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_LAST_IMM,
                    OP_WRITE_MIDDLE, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, ROCE_UDP_PORT,
                    check_data_bytes, check_pmtu, header_type)
-from .streams import MemPortSignature, check_int
+from .streams import CreditFIFO, MemPortSignature, check_int
 
 __all__ = ["QPInit", "Completion", "Counters", "Depacketizer", "icrc_residues"]
 
@@ -186,11 +187,16 @@ class Depacketizer(wiring.Component):
         W = self.data_bytes
         max_beats = self.pmtu // W
         # Payload FIFO: two path MTUs of realigned payload beats, plus what the front's stages
-        # may still write after the input saw room.
-        m.submodules.pfifo = pfifo = SyncFIFOBuffered(width=8 * W,
-                                                      depth=2 * max_beats + 4 + _PFIFO_RESERVE)
+        # may still write after the input saw room. Both queues are ``CreditFIFO``s: the input's
+        # registered room test keeps them from overflowing, so their write enables are the
+        # writers' own (no level compare in front of the memory's write enable).
+        m.submodules.pfifo = pfifo = CreditFIFO(width=8 * W,
+                                                depth=2 * max_beats + 4 + _PFIFO_RESERVE)
         verdict = self._verdict_layout()
-        m.submodules.vfifo = vfifo = SyncFIFOBuffered(width=verdict.size, depth=_VFIFO_DEPTH)
+        m.submodules.vfifo = vfifo = CreditFIFO(width=verdict.size, depth=_VFIFO_DEPTH)
+        # the two queues of the latest elaboration, for simulations that check their writers'
+        # contract (no write while ``w_rdy`` is low)
+        self.queues = {"payload": pfifo, "verdict": vfifo}
         m.submodules.icrc = icrc = ICRCEngine(W, stages=3)
         tables = self._qp_tables()
         # the state the verdict's write-back is writing to a QP this cycle (forwarded to the read)
@@ -249,8 +255,8 @@ class Depacketizer(wiring.Component):
         last_recent = Signal(2)    # a last beat was taken one / two cycles ago
         m.d.comb += fr.ready.eq(room & ~(fr.payload.last & last_recent.any()))
         m.d.sync += [
-            room.eq((pfifo.w_level <= pfifo.depth - _PFIFO_RESERVE)
-                    & (vfifo.w_level <= vfifo.depth - _VFIFO_RESERVE)),
+            room.eq((pfifo.level <= pfifo.depth - _PFIFO_RESERVE)
+                    & (vfifo.level <= vfifo.depth - _VFIFO_RESERVE)),
             last_recent.eq(Cat(fire & fr.payload.last, last_recent[0])),
         ]
         b = Signal(10)             # index of the next beat in its frame (saturating)
