@@ -326,9 +326,13 @@ class CreditFIFO(wiring.Component):
     the level, the compare, then about 6 ns of routing to 124 LUT-RAM cells, its critical
     path at 124.9 MHz). A write on a cycle where ``w_rdy`` is low overwrites an unread entry.
 
-    The memory is marked :data:`COLLISION_X_ATTR`: it is never read at the address written in
-    the same cycle (a read needs an entry in memory, a write a free slot, and the two pointers
-    are equal only when it is empty or full).
+    The memory is never read at the address written in the same cycle (a read needs an entry
+    in memory, a write a free slot, and the two pointers are equal only when it is empty or
+    full), but it is not marked :data:`COLLISION_X_ATTR`: marked, yosys moved the 16 B
+    depacketizer's payload queue (43 x 128 bits) from LUT RAM into four DP16KD whose read data,
+    unregistered, feed the drain's logic, and that netlist's first place and route had not
+    finished routing after 520 CPU-s (stopped; not measured further). Unmarked, a shallow queue
+    stays in LUT RAM with its read register beside the logic, as before.
     """
 
     def __init__(self, *, width: int, depth: int):
@@ -343,8 +347,7 @@ class CreditFIFO(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         inner = self.depth - 1
-        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[],
-                                                attrs={COLLISION_X_ATTR: "1"})
+        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[])
         w_port = storage.write_port()
         r_port = storage.read_port(domain="sync")
         produce = Signal(range(inner))
