@@ -470,8 +470,9 @@ class Depacketizer(wiring.Component):
         """The checks that read a QP's state, the verdict, the counters and the QP updates.
 
         Three stages after ``k4`` (which holds the QP's state as read): ``v1`` compares it
-        (PSN, opcode sequence, remaining length), each comparison registered on its own, and
-        computes the state the QP would take; ``v2`` decides, counts, writes the verdict and
+        (PSN, opcode sequence, remaining length), each comparison registered on its own beside
+        two flags for the checks passed so far and the QP's one-hot select, and computes the
+        state the QP would take; ``v2`` decides, counts, writes the verdict and
         registers the QP's update (``w``: the new state and a one-hot select of the QP, so the
         decision drives 16 flip-flops, not every QP's table); ``w`` writes the table and
         forwards the update to ``k4``'s read of the next frame. Last beats are at least three
@@ -517,18 +518,20 @@ class Depacketizer(wiring.Component):
         f1 = {k: Signal(name=f"v1_{k}") for k in v1_flags}
         m.d.sync += [f1[k].eq(v) for k, v in v1_flags.items()]
         len_ok = f1["len_frame"] | f1["len_middle"] | f1["len_last"]
-        post = Signal(range(5))            # 0 qp, 1 opcode, 2 psn, 3 length, 4 pass
-        with m.If(~f1["qp_ok"]):
-            m.d.comb += post.eq(0)
-        with m.Elif(f1["seq_bad"]):
-            m.d.comb += post.eq(1)
-        with m.Elif(~f1["psn_ok"]):
-            m.d.comb += post.eq(2)
-        with m.Elif(~len_ok):
-            m.d.comb += post.eq(3)
-        with m.Else():
-            m.d.comb += post.eq(4)
-        passed = f1["qp_ok"] & ~f1["seq_bad"] & f1["psn_ok"] & len_ok
+        # The checks a verdict's frame has already passed, combined in v1 from k4's flags (two
+        # LUT levels, beside the PSN and length compares), so that v2's decision is these
+        # flags and the two compares: ``v1_front`` (a frame, every check up to and including
+        # the ICRC passed), ``v1_upto_psn`` (and its QP is valid, its opcode in sequence).
+        # Why: v2 combined every flag and then the QP's one-hot select (the last critical path:
+        # v1_icrc_ok -> five LUTs -> w_sel, 115.3 MHz).
+        front_ok = k4["valid"] & (pre == n_pre) & k4["icrc_ok"]
+        v1_front, v1_upto_psn = Signal(), Signal()
+        v1_sel = Signal(self.num_qps)      # the frame's QP, one-hot
+        m.d.sync += [v1_front.eq(front_ok),
+                     v1_upto_psn.eq(front_ok & v1_flags["qp_ok"] & ~v1_flags["seq_bad"]),
+                     v1_sel.eq(1 << k4["qp"])]
+        accept = Signal()                  # a frame, and it passes every check
+        m.d.comb += accept.eq(v1_upto_psn & f1["psn_ok"] & len_ok)
         wr_va = Mux(start, k4["va"], k4["r_va"])
         v1 = {k: Signal.like(k4[k], name=f"v1_{k}") for k in
               ("qp", "icrc_ok", "wbeats", "imm", "immf", "out_bytes", "fmt", "dim", "rows",
@@ -549,7 +552,6 @@ class Depacketizer(wiring.Component):
         counters = {name: Signal(32, name=f"n_{name}") for name in ("accepted",) + DROP_REASONS}
         for name, sig in counters.items():
             m.d.comb += getattr(self.counters, name).eq(sig)
-        accept = v1_pre_ok & v1["icrc_ok"] & passed
         out_bytes = v1["out_bytes"]
         v = Signal(verdict)
         m.d.comb += [
@@ -562,28 +564,26 @@ class Depacketizer(wiring.Component):
             vfifo.w_data.eq(v), vfifo.w_en.eq(v1_valid),
         ]
         q = v1["qp"]
-        with m.If(v1_valid):
-            with m.If(~v1_pre_ok):
-                with m.Switch(v1_pre):
-                    for i in range(n_pre):
-                        with m.Case(i):
-                            m.d.sync += counters[DROP_REASONS[i]].eq(counters[DROP_REASONS[i]] + 1)
-            with m.Elif(~v1["icrc_ok"]):
-                m.d.sync += counters["icrc"].eq(counters["icrc"] + 1)
-            with m.Elif(~passed):
-                with m.Switch(post):
-                    for i, name in enumerate(("qp", "opcode", "psn", "length")):
-                        with m.Case(i):
-                            m.d.sync += counters[name].eq(counters[name] + 1)
-            with m.Else():
-                m.d.sync += counters["accepted"].eq(counters["accepted"] + 1)
+        # each frame counted once, under the first reason it fails (DROP_REASONS' order)
+        counted = {
+            **{DROP_REASONS[i]: v1_valid & ~v1_pre_ok & (v1_pre == i) for i in range(n_pre)},
+            "icrc": v1_valid & v1_pre_ok & ~v1["icrc_ok"],
+            "qp": v1_front & ~f1["qp_ok"],
+            "opcode": v1_front & f1["qp_ok"] & f1["seq_bad"],
+            "psn": v1_upto_psn & ~f1["psn_ok"],
+            "length": v1_upto_psn & f1["psn_ok"] & ~len_ok,
+            "accepted": accept,
+        }
+        for name, en in counted.items():
+            with m.If(en):
+                m.d.sync += counters[name].eq(counters[name] + 1)
         # w: the accepted frame's update of its QP, registered, written the next cycle
         w_sel = Signal(self.num_qps)
         w = {"psn": Signal(24, name="w_psn"), "in": Signal(name="w_in"),
              "va": Signal(64, name="w_va"), "rem": Signal(32, name="w_rem"),
              "len": Signal(32, name="w_len")}
         w_valid, w_qp = Signal(), Signal(self.qp_bits)
-        m.d.sync += [w_sel.eq(Mux(v1_valid & accept, 1 << q, 0)), w_valid.eq(v1_valid & accept),
+        m.d.sync += [w_sel.eq(Mux(accept, v1_sel, 0)), w_valid.eq(accept),
                      w_qp.eq(q), w["psn"].eq(v1_psn), w["in"].eq(v1_cont),
                      w["va"].eq(v1_va_next), w["rem"].eq(v1_rem), w["len"].eq(v1_len)]
         for i in range(self.num_qps):
