@@ -563,13 +563,6 @@ class Packetizer(wiring.Component):
             self.desc.ready.eq(~m_active & ~self.table.valid
                                & (cmd_fifo.w_rdy if cmd_fifo is not None else 1)),
         ]
-        with m.If(self.table.valid & self.table.ready):
-            e = self.table.payload
-            for i in range(self.num_dest):
-                with m.If(e.index == i):
-                    m.d.sync += [t_mac[i].eq(e.mac), t_ip[i].eq(e.ip), t_qpn[i].eq(e.qpn),
-                                 t_sport[i].eq(e.udp_sport), t_psn[i].eq(e.psn),
-                                 t_ipsum[i].eq(e.ip[16:] + e.ip[:16])]
         with m.If(self.desc.valid & self.desc.ready):
             d = self.desc.payload
             if self.quant == "none":
@@ -661,9 +654,24 @@ class Packetizer(wiring.Component):
             ]
             with m.If(m_last):
                 m.d.sync += m_active.eq(0)
-                for i in range(self.num_dest):
-                    with m.If(m_sel[i]):
-                        m.d.sync += t_psn[i].eq(psn_c + 1)
+        # The PSN after a message goes back to its row a cycle later, from registers (``wb_*``):
+        # in time for the next message's read of the row (its take is a cycle after this one,
+        # its read a cycle after that), and a host write to the row in that cycle wins, as it
+        # came later. Written straight from ``psn_c + 1`` it was the critical path
+        # (``m_first`` -> the PSN's multiplexer and incrementer -> ``t_psn``, 125.1 MHz).
+        wb_en, wb_psn, wb_sel = Signal(), Signal(24), Signal(self.num_dest)
+        m.d.sync += [wb_en.eq(a_go & m_last), wb_psn.eq(psn_c + 1), wb_sel.eq(m_sel)]
+        for i in range(self.num_dest):
+            with m.If(wb_en & wb_sel[i]):
+                m.d.sync += t_psn[i].eq(wb_psn)
+        # host writes of the table (after the write-back: the later statement wins)
+        with m.If(self.table.valid & self.table.ready):
+            e = self.table.payload
+            for i in range(self.num_dest):
+                with m.If(e.index == i):
+                    m.d.sync += [t_mac[i].eq(e.mac), t_ip[i].eq(e.ip), t_qpn[i].eq(e.qpn),
+                                 t_sport[i].eq(e.udp_sport), t_psn[i].eq(e.psn),
+                                 t_ipsum[i].eq(e.ip[16:] + e.ip[:16])]
         with m.If(a_to_b):
             m.d.sync += [b_[k].eq(a[k]) for k in fields if k != "csum"]
             m.d.sync += b_["csum"].eq(a["csum"] + a["iplen"])

@@ -322,3 +322,14 @@ def test_a_row_rewritten_between_messages_is_used_by_the_next(rng):
     assert len(frames) == len(want)
     for i, (got, exp) in enumerate(zip(frames, want)):
         assert got == exp, f"frame {i}: got {got.hex()} want {exp.hex()}"
+
+
+@pytest.mark.parametrize("width", [8, 64])
+def test_back_to_back_messages_to_one_row_continue_its_psn(width, rng):
+    """Messages to one row with no idle and no backpressure: each descriptor is taken the
+    cycle after the previous message's last packet is planned, while that message's PSN is
+    still on its way back to the row (written a cycle later, from registers); every frame's
+    PSN continues the row's count."""
+    msgs = make_messages(rng, [1, 40, 300, 8, 600, 2], [0, 1, 0, 0, 1, 1], num_dest=1)
+    check(Packetizer(data_bytes=width, pmtu=256, num_dest=2), msgs, {0: (1 << 24) - 2}, rng,
+          idle=0.0, backpressure=0.0)
