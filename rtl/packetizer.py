@@ -79,6 +79,10 @@ first four 0xFF bytes of the pseudo-header). Two register stages follow the gene
 then ``o``, where the ICRC is overlaid once the engine holds it), and a skid register takes
 ``o``'s beat when ``frame`` is not ready, so that ``frame.ready`` reaches no stage's move in the
 same cycle (the generator's advance starts from flip-flops only; the skid adds no latency).
+The wide data registers (the destination table, the message, row and plan registers, the
+header shift registers, the output beats) have no reset: what they hold matters only under a
+valid flag or state that does, and the reset net no longer reaches thousands of flip-flops
+(it reached 6,214 cell inputs, the design's largest net after the clock).
 Frames leave back to back,
 one beat per cycle, while ``payload`` keeps up and ``frame`` is ready: a packet of ``F`` frame
 bytes takes ``ceil(F / data_bytes)`` cycles (65 for a 4096-byte MIDDLE or LAST at 64 bytes per
@@ -521,7 +525,7 @@ class Packetizer(wiring.Component):
 
         # ---- destination table ---------------------------------------------------------------
         def table(name, width):
-            return [Signal(width, name=f"{name}{i}") for i in range(self.num_dest)]
+            return [Signal(width, name=f"{name}{i}", reset_less=True) for i in range(self.num_dest)]
         t_mac, t_ip, t_qpn = table("t_mac", 48), table("t_ip", 32), table("t_qpn", 24)
         t_sport, t_psn = table("t_sport", 16), table("t_psn", 24)
         t_ipsum = table("t_ipsum", 17)     # the two halves of the IP address, summed on write
@@ -535,17 +539,17 @@ class Packetizer(wiring.Component):
         # cycle (the last critical path, 122.1 MHz: the take's enable -> 2.7 ns of routing ->
         # four LUTs of the table's multiplexer -> ``m_psn``). Costs one cycle per message.
         m_active = Signal()
-        m_sel = Signal(self.num_dest)    # the destination row, one-hot
-        m_va, m_rkey, m_len = Signal(64), Signal(32), Signal(32)
-        m_imm, m_has_imm = Signal(32), Signal()
-        m_rem = Signal(32)          # wire bytes not yet given to a packet
-        m_rem4 = Signal(32)         # the same rounded up to a multiple of 4 (payload + pad)
+        m_sel = Signal(self.num_dest, reset_less=True)    # the destination row, one-hot
+        m_va, m_rkey, m_len = (Signal(n, reset_less=True) for n in (64, 32, 32))
+        m_imm, m_has_imm = Signal(32, reset_less=True), Signal(reset_less=True)
+        m_rem = Signal(32, reset_less=True)     # wire bytes not yet given to a packet
+        m_rem4 = Signal(32, reset_less=True)    # the same rounded up to a multiple of 4 (payload + pad)
         m_last = Signal()           # m_rem <= pmtu: the next packet is the message's last
         m_first = Signal()
-        m_psn = Signal(24)          # the next packet's PSN after the first
+        m_psn = Signal(24, reset_less=True)     # the next packet's PSN after the first
         l_ok = Signal()             # l_* hold the message's row (a cycle after the take)
-        l_mac, l_ip, l_qpn = Signal(48), Signal(32), Signal(24)
-        l_sport, l_psn, l_ipsum = Signal(16), Signal(24), Signal(17)
+        l_mac, l_ip, l_qpn = (Signal(n, reset_less=True) for n in (48, 32, 24))
+        l_sport, l_psn, l_ipsum = (Signal(n, reset_less=True) for n in (16, 24, 17))
 
         def row(entries):
             """The entry ``m_sel`` selects: an AND-OR over the rows (one LUT level per four
@@ -595,7 +599,7 @@ class Packetizer(wiring.Component):
         # generator's load, and B waits for C to be empty (the load does not reach back into the
         # plan: a packet at most every two cycles, which no frame of two beats or more notices).
         LW = W.bit_length() - 1
-        lip_sum = Signal(18)           # the constant IP header terms and the source address
+        lip_sum = Signal(18, reset_less=True)  # the constant IP header terms and the source address
         m.d.sync += lip_sum.eq(0x4500 + IP_FLAGS_DF + ((IP_TTL << 8) | 17)
                                + self.local_ip[16:] + self.local_ip[:16])
         immf_c = Signal()
@@ -621,7 +625,8 @@ class Packetizer(wiring.Component):
                   "ip": 32, "qpn": 24, "sport": 16, "va": 64, "rkey": 32, "len": 32, "imm": 32,
                   "pad": 2, "iplen": 16, "elen": 14, "flen_m1": 14, "payend": 14, "npay": 11,
                   "csum": 19}
-        st = {n: {k: Signal(w, name=f"{n}_{k}") for k, w in fields.items()} for n in "abc"}
+        st = {n: {k: Signal(w, name=f"{n}_{k}", reset_less=True) for k, w in fields.items()}
+              for n in "abc"}
         valid = {n: Signal(name=f"{n}_valid") for n in "abc"}
         load = Signal()
         b_to_c = valid["b"] & ~valid["c"]
@@ -659,7 +664,8 @@ class Packetizer(wiring.Component):
         # its read a cycle after that), and a host write to the row in that cycle wins, as it
         # came later. Written straight from ``psn_c + 1`` it was the critical path
         # (``m_first`` -> the PSN's multiplexer and incrementer -> ``t_psn``, 125.1 MHz).
-        wb_en, wb_psn, wb_sel = Signal(), Signal(24), Signal(self.num_dest)
+        wb_en = Signal()
+        wb_psn, wb_sel = Signal(24, reset_less=True), Signal(self.num_dest, reset_less=True)
         m.d.sync += [wb_en.eq(a_go & m_last), wb_psn.eq(psn_c + 1), wb_sel.eq(m_sel)]
         for i in range(self.num_dest):
             with m.If(wb_en & wb_sel[i]):
@@ -731,9 +737,9 @@ class Packetizer(wiring.Component):
 
         # ---- packet registers: loaded when a packet starts, stepped at each beat -------------
         p_active = Signal()
-        p_hdr = Signal(8 * HW * W)     # header bytes not yet sent (shift register)
-        p_crc_hdr = Signal(8 * HW * W) # the same with the ICRC's variant fields masked
-        hm = Signal(HW * W)            # which of them are header bytes
+        p_hdr = Signal(8 * HW * W, reset_less=True)      # header bytes not yet sent (shift register)
+        p_crc_hdr = Signal(8 * HW * W, reset_less=True)  # the same with the ICRC's variant fields masked
+        hm = Signal(HW * W, reset_less=True)             # which of them are header bytes
         p_htype = Signal(2)
         p_rot = Signal(range(W))       # d = (-E) mod W: CRC feed rotation, ICRC lane W - d
         p_spill = Signal()             # d == 2: the ICRC's last two bytes take one more beat
@@ -754,21 +760,21 @@ class Packetizer(wiring.Component):
         # flip-flop (``r_room``, computed from the next state): the generator's advance and the
         # load of the wide header registers start from flip-flops only.
         r_valid, o_valid, o_first = Signal(), Signal(), Signal()
-        r_data, o_data = Signal(8 * W), Signal(8 * W)
+        r_data, o_data = Signal(8 * W, reset_less=True), Signal(8 * W, reset_less=True)
         r_count, o_count = Signal(range(W + 1)), Signal(range(W + 1))
         r_last, o_last = Signal(), Signal()
         r_mode, o_mode = Signal(2), Signal(2)   # 0: no ICRC byte, 1: ICRC at lane W-d, 2: spill
         r_rot, o_rot = Signal(range(W)), Signal(range(W))
         s_valid = Signal()
-        s_data = Signal(8 * W)
+        s_data = Signal(8 * W, reset_less=True)
         s_count = Signal(range(W + 1))
         s_last = Signal()
         o_ready = ~o_valid | ~s_valid
         r_room = Signal(init=1)        # == ~r_valid | ~o_valid | ~s_valid, a cycle ahead
         r_ready = r_room
 
-        prev = Signal(8 * W)           # previous payload beat
-        prev_crc = Signal(8 * W)       # previous CRC-variant frame beat
+        prev = Signal(8 * W, reset_less=True)        # previous payload beat
+        prev_crc = Signal(8 * W, reset_less=True)    # previous CRC-variant frame beat
         advance = p_active & (~ni | pl.valid) & r_ready
         m.d.comb += pl.ready.eq(p_active & ni & r_ready)
 
@@ -859,7 +865,7 @@ class Packetizer(wiring.Component):
         # The engine's register holds the frame's ICRC in the cycle a beat that carries it
         # enters ``o`` (it took the beat's feed at least one cycle before, and the next frame
         # restarts it at the earliest one cycle later); ``crc_keep`` holds it while ``o`` waits.
-        crc_keep = Signal(32)
+        crc_keep = Signal(32, reset_less=True)
         crc_val = Signal(32)
         m.d.comb += crc_val.eq(Mux(o_first, icrc.crc, crc_keep))
         with m.If(o_first):
