@@ -61,6 +61,11 @@ Store and forward per packet, pipelined for the clock (``Depacketizer._front``,
   beats per payload beat, INT8 one FP32 beat per ``data_bytes / 4`` codes plus a cycle per row
   for its scale and bias. The drain leaves reset through a one-cycle ``Start`` state.
 
+The wide data registers (the beat, header and check stages' fields, the verdict's values,
+each QP's address, bytes left and DMA length) have no reset: what they hold matters only
+under a valid flag, a write enable or a QP's ``in`` flag, all of which reset; the reset net
+no longer reaches every flip-flop of the datapath.
+
 A packet's first memory write follows its last beat by about ten cycles
 (``sim.timing.packetizer.RX_VERDICT_LATENCY`` is the timing model's figure).
 """
@@ -233,10 +238,14 @@ class Depacketizer(wiring.Component):
     def _qp_tables(self) -> dict:
         """Per-QP state: next PSN, in a message, next address, bytes left, DMA length (set by
         verdicts); wire format and row length (set by the host through ``qp_init``)."""
-        def qtable(name, width):
-            return Array(Signal(width, name=f"{name}{i}") for i in range(self.num_qps))
-        return {"psn": qtable("q_psn", 24), "in": qtable("q_in", 1), "va": qtable("q_va", 64),
-                "rem": qtable("q_rem", 32), "len": qtable("q_len", 32),
+        def qtable(name, width, reset_less=False):
+            return Array(Signal(width, name=f"{name}{i}", reset_less=reset_less)
+                         for i in range(self.num_qps))
+        # the address, bytes left and DMA length are read only inside a message (``in``), and
+        # set by its FIRST or ONLY packet: no reset
+        return {"psn": qtable("q_psn", 24), "in": qtable("q_in", 1),
+                "va": qtable("q_va", 64, True), "rem": qtable("q_rem", 32, True),
+                "len": qtable("q_len", 32, True),
                 "fmt": qtable("q_fmt", 2), "dim": qtable("q_dim", 16)}
 
     def _front(self, m, pfifo, vfifo, icrc) -> dict:
@@ -272,7 +281,7 @@ class Depacketizer(wiring.Component):
             last_recent.eq(Cat(fire & fr.payload.last, last_recent[0])),
         ]
         b = Signal(10)             # index of the next beat in its frame (saturating)
-        hdr = Signal(8 * HW * W)   # the header beats of the frame coming in
+        hdr = Signal(8 * HW * W, reset_less=True)   # the header beats of the frame coming in
         with m.If(fire):
             for k in range(HW):
                 with m.If(b == k):
@@ -280,7 +289,9 @@ class Depacketizer(wiring.Component):
             m.d.sync += b.eq(Mux(fr.payload.last, 0, Mux(b == (1 << len(b)) - 1, b, b + 1)))
 
         def beat_stage(name, v_in, fields):
-            regs = {k: Signal(Value.cast(v).shape(), name=f"{name}_{k}") for k, v in fields.items()}
+            # only the write enables keep a reset; the rest matters only under ``v``
+            regs = {k: Signal(Value.cast(v).shape(), name=f"{name}_{k}",
+                              reset_less=k not in ("ea", "eb")) for k, v in fields.items()}
             v = Signal(name=f"{name}_valid")
             m.d.sync += [v.eq(v_in)] + [regs[k].eq(fields[k]) for k in fields]
             return v, regs
@@ -308,7 +319,7 @@ class Depacketizer(wiring.Component):
 
         # ---- the header snapshot the checks read (words past a short frame's end are stale,
         # as they would be in the live header) ------------------------------------------------
-        snap = Signal(8 * HW * W)
+        snap = Signal(8 * HW * W, reset_less=True)
         with m.If(v0 & (s0["last"] | (s0["b"] == HW - 1))):
             m.d.sync += snap.eq(hdr)
 
@@ -347,7 +358,7 @@ class Depacketizer(wiring.Component):
         from_q = Array(b2 >= q for q in q_of)[fp2_htype]
         emit = v2 & after_q & (b2 <= fp2_e1)
         emit2 = v2 & s2["last"] & from_q & (b2 < fp2_e1)
-        prev = Signal(8 * W)
+        prev = Signal(8 * W, reset_less=True)
         realigned = Signal(8 * W)
         flushed = Signal(8 * W)
         both = Cat(prev, s2["data"])
@@ -360,7 +371,7 @@ class Depacketizer(wiring.Component):
             m.d.sync += prev.eq(s2["data"])
         v3, s3 = beat_stage("s3", v2, {"ea": emit, "wa": realigned, "eb": emit2,
                                        "wb": flushed, "last": s2["last"]})
-        pend, pend_data = Signal(), Signal(8 * W)
+        pend, pend_data = Signal(), Signal(8 * W, reset_less=True)
         m.d.comb += [pfifo.w_en.eq(pend | s3["ea"] | s3["eb"]),
                      pfifo.w_data.eq(Mux(pend, pend_data, Mux(s3["ea"], s3["wa"], s3["wb"])))]
         m.d.sync += [pend.eq((pend & (s3["ea"] | s3["eb"])) | (s3["ea"] & s3["eb"])),
@@ -393,7 +404,7 @@ class Depacketizer(wiring.Component):
             return Cat(*[byte(offset + n - 1 - k) for k in range(n)])
 
         def stage(name, v_in, fields):
-            regs = {k: Signal(Value.cast(v).shape(), name=f"{name}_{k}")
+            regs = {k: Signal(Value.cast(v).shape(), name=f"{name}_{k}", reset_less=True)
                     for k, v in fields.items()}
             v = Signal(name=f"{name}_valid")
             m.d.sync += [v.eq(v_in)] + [regs[k].eq(fields[k]) for k in fields]
@@ -550,8 +561,8 @@ class Depacketizer(wiring.Component):
                "plen13")}
         v1_valid, v1_pre, v1_pre_ok = Signal(), Signal.like(pre), Signal()
         v1_cont, v1_start = Signal(), Signal()
-        v1_va, v1_va_next, v1_len, v1_rem = Signal(64), Signal(64), Signal(32), Signal(32)
-        v1_psn = Signal(24)
+        v1_va, v1_va_next, v1_len, v1_rem = (Signal(n, reset_less=True) for n in (64, 64, 32, 32))
+        v1_psn = Signal(24, reset_less=True)
         m.d.sync += [v1_valid.eq(k4["valid"]), v1_pre.eq(pre), v1_pre_ok.eq(pre == n_pre),
                      v1_cont.eq(k4["is_first"] | k4["is_middle"]), v1_start.eq(start),
                      v1_va.eq(wr_va), v1_va_next.eq(wr_va + k4["out_bytes"]),
@@ -591,9 +602,11 @@ class Depacketizer(wiring.Component):
                 m.d.sync += counters[name].eq(counters[name] + 1)
         # w: the accepted frame's update of its QP, registered, written the next cycle
         w_sel = Signal(self.num_qps)
-        w = {"psn": Signal(24, name="w_psn"), "in": Signal(name="w_in"),
-             "va": Signal(64, name="w_va"), "rem": Signal(32, name="w_rem"),
-             "len": Signal(32, name="w_len")}
+        w = {"psn": Signal(24, name="w_psn", reset_less=True),
+             "in": Signal(name="w_in", reset_less=True),
+             "va": Signal(64, name="w_va", reset_less=True),
+             "rem": Signal(32, name="w_rem", reset_less=True),
+             "len": Signal(32, name="w_len", reset_less=True)}
         w_valid, w_qp = Signal(), Signal(self.qp_bits)
         m.d.sync += [w_sel.eq(Mux(accept, v1_sel, 0)), w_valid.eq(accept),
                      w_qp.eq(q), w["psn"].eq(v1_psn), w["in"].eq(v1_cont),

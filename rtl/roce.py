@@ -218,12 +218,12 @@ class ICRCEngine(wiring.Component):
 
         word, valid, start = self.data, self.valid, self.start
         if self.stages >= 2:
-            r_word, r_valid, r_start = Signal(nbits), Signal(), Signal()
+            r_word, r_valid, r_start = Signal(nbits, reset_less=True), Signal(), Signal()
             with m.If(self.en[0]):
                 m.d.sync += [r_word.eq(word), r_valid.eq(valid), r_start.eq(start)]
             word, valid, start = r_word, r_valid, r_start
         if self.stages == 3:
-            part, p_valid, p_start = Signal(32), Signal(), Signal()
+            part, p_valid, p_start = Signal(32, reset_less=True), Signal(), Signal()
             with m.If(self.en[1]):
                 m.d.sync += [part.eq(Cat(*[Cat(*word_terms(word, k)).xor() for k in range(32)])),
                              p_valid.eq(valid), p_start.eq(start)]
