@@ -113,9 +113,9 @@ def test_back_to_back_4096_at_64_bytes(rng):
     assert frames == expected(msgs, {}, 4096)
     beats = sum(-(-len(f) // 64) for f in frames)
     assert [-(-len(f) // 64) for f in frames[1:]] == [65] * 3
-    # setup: table write, descriptor, the destination row's read, three plan stages and two
+    # setup: table write, descriptor, the destination row's read, three plan stages and three
     # output registers; then one beat per cycle
-    assert cycles - beats <= 9, (cycles, beats)
+    assert cycles - beats <= 10, (cycles, beats)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
