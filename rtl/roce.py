@@ -25,7 +25,7 @@ of a beat is bits ``8i..8i+7`` of ``data``; ``count`` says how many bytes of the
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.crc import Algorithm
 from amaranth.lib.wiring import In, Out
@@ -184,10 +184,10 @@ class ICRCEngine(wiring.Component):
     * 2: the word is registered first (``data``, ``valid``, ``start``: whatever selects and
       masks the covered bytes ends there), then folded in (a parity of at most 32 register bits
       and the word's bits per register bit);
-    * 3: the word is registered, then its contribution ``B·word`` (32 parities of the word
-      alone, no feedback), then the register takes ``A·register xor contribution``: the
-      feedback loop is a parity of about 20 register bits and one contribution bit (three
-      LUT4 levels at any width).
+    * 3: the word is registered, then its contribution ``B·word`` (per register bit, one
+      parity per ``GROUP_BITS`` bits of the word, no feedback), then the register takes
+      ``A·register xor contribution``: the feedback loop is a parity of about 20 register bits
+      and the contribution's group parities (``8 * data_bytes / GROUP_BITS`` of them).
 
     ``en`` (one bit per stage, all set unless driven) lets a stage hold: stage ``i`` takes
     its input only when ``en[i]`` is set, so a caller can move the engine in lockstep with the
@@ -197,6 +197,13 @@ class ICRCEngine(wiring.Component):
     its word when ``en[-1]`` is set. With ``en`` all set, ``crc`` shows a word ``stages``
     cycles after it was given.
     """
+
+    #: (three stages) word bits per partial parity of the contribution: each register bit's
+    #: contribution is registered as one parity per group of this many word bits, and the update
+    #: folds the groups' parities in with the register's terms. One parity over the whole word
+    #: (about 64 of 128 bits at 16 bytes) mapped to five LUT levels and was the packetizer's
+    #: critical path (121.3 MHz, 6.5 ns of routing).
+    GROUP_BITS = 32
 
     def __init__(self, data_bytes: int, *, stages: int = 1):
         if stages not in (1, 2, 3):
@@ -222,11 +229,20 @@ class ICRCEngine(wiring.Component):
             with m.If(self.en[0]):
                 m.d.sync += [r_word.eq(word), r_valid.eq(valid), r_start.eq(start)]
             word, valid, start = r_word, r_valid, r_start
+        groups = -(-nbits // self.GROUP_BITS)
         if self.stages == 3:
-            part, p_valid, p_start = Signal(32, reset_less=True), Signal(), Signal()
+            # the contribution as ``groups`` partial parities per register bit, one per
+            # ``GROUP_BITS`` bits of the word, which the update then folds in
+            part = Signal(32 * groups, reset_less=True)
+            p_valid, p_start = Signal(), Signal()
+            parts = []
+            for k in range(32):
+                for g in range(groups):
+                    lo, hi = g * self.GROUP_BITS, (g + 1) * self.GROUP_BITS
+                    sub = [word[j] for j in range(lo, min(hi, nbits)) if from_data[k] >> j & 1]
+                    parts.append(Cat(*sub).xor() if sub else Const(0, 1))
             with m.If(self.en[1]):
-                m.d.sync += [part.eq(Cat(*[Cat(*word_terms(word, k)).xor() for k in range(32)])),
-                             p_valid.eq(valid), p_start.eq(start)]
+                m.d.sync += [part.eq(Cat(*parts)), p_valid.eq(valid), p_start.eq(start)]
             valid, start = p_valid, p_start
         state = Signal(32)
         source = Signal(32)
@@ -234,7 +250,8 @@ class ICRCEngine(wiring.Component):
         nxt = Signal(32)
         for k in range(32):
             terms = [source[i] for i in range(32) if from_state[k] >> i & 1]
-            terms += [part[k]] if self.stages == 3 else word_terms(word, k)
+            terms += ([part[k * groups + g] for g in range(groups)] if self.stages == 3
+                      else word_terms(word, k))
             m.d.comb += nxt[k].eq(Cat(*terms).xor())
         with m.If(self.en[-1]):
             with m.If(valid):
