@@ -803,7 +803,7 @@ class Packetizer(wiring.Component):
         # j = frame bytes [jW - d, jW - d + W), ending exactly at E (leading zeros are free).
         # With two stages the update folded the registered feed and the register in one parity
         # of about 90 bits, the critical path (123.8 MHz: five LUTs, 6.3 ns of routing).
-        m.submodules.icrc = icrc = ICRCEngine(W, stages=3)
+        m.submodules.icrc = icrc = ICRCEngine(W, stages=3, group_bits=32)
         feed = Signal(8 * W)
         both_crc = Cat(Mux(fb, 0, prev_crc), crc_beat)
         with m.Switch(p_rot):

@@ -185,9 +185,9 @@ class ICRCEngine(wiring.Component):
       masks the covered bytes ends there), then folded in (a parity of at most 32 register bits
       and the word's bits per register bit);
     * 3: the word is registered, then its contribution ``B·word`` (per register bit, one
-      parity per ``GROUP_BITS`` bits of the word, no feedback), then the register takes
-      ``A·register xor contribution``: the feedback loop is a parity of about 20 register bits
-      and the contribution's group parities (``8 * data_bytes / GROUP_BITS`` of them).
+      parity of the word, or one per ``group_bits`` bits of it; no feedback), then the
+      register takes ``A·register xor contribution``: the feedback loop is a parity of about
+      20 register bits and the contribution's parities.
 
     ``en`` (one bit per stage, all set unless driven) lets a stage hold: stage ``i`` takes
     its input only when ``en[i]`` is set, so a caller can move the engine in lockstep with the
@@ -198,18 +198,22 @@ class ICRCEngine(wiring.Component):
     cycles after it was given.
     """
 
-    #: (three stages) word bits per partial parity of the contribution: each register bit's
-    #: contribution is registered as one parity per group of this many word bits, and the update
-    #: folds the groups' parities in with the register's terms. One parity over the whole word
-    #: (about 64 of 128 bits at 16 bytes) mapped to five LUT levels and was the packetizer's
-    #: critical path (121.3 MHz, 6.5 ns of routing).
-    GROUP_BITS = 32
-
-    def __init__(self, data_bytes: int, *, stages: int = 1):
+    def __init__(self, data_bytes: int, *, stages: int = 1, group_bits: int | None = None):
+        """``group_bits`` (three stages): word bits per partial parity of the contribution,
+        registered one parity per group per register bit and folded in by the update beside
+        the register's terms; ``None``: one parity over the whole word. In the packetizer one
+        parity over the word (about 64 of 128 bits at 16 bytes) mapped to five LUT levels and
+        was the critical path (121.3 MHz; 32-bit groups: 124.8 MHz, another path). In the
+        depacketizer the same groups changed yosys's mapping of the whole unit (7,529 LUT4
+        against 5,574): it keeps one parity."""
         if stages not in (1, 2, 3):
             raise ValueError(f"stages: expected 1, 2 or 3, got {stages!r}")
+        if group_bits is not None and (stages != 3 or group_bits < 1):
+            raise ValueError(f"group_bits: expected None, or a positive integer with stages=3, "
+                             f"got {group_bits!r} with stages={stages}")
         self.data_bytes = data_bytes
         self.stages = stages
+        self.group_bits = group_bits
         super().__init__({
             "start": In(1), "valid": In(1), "data": In(8 * data_bytes), "crc": Out(32),
             "en": In(stages, init=(1 << stages) - 1),
@@ -229,7 +233,8 @@ class ICRCEngine(wiring.Component):
             with m.If(self.en[0]):
                 m.d.sync += [r_word.eq(word), r_valid.eq(valid), r_start.eq(start)]
             word, valid, start = r_word, r_valid, r_start
-        groups = -(-nbits // self.GROUP_BITS)
+        group_bits = self.group_bits or nbits
+        groups = -(-nbits // group_bits)
         if self.stages == 3:
             # the contribution as ``groups`` partial parities per register bit, one per
             # ``GROUP_BITS`` bits of the word, which the update then folds in
@@ -238,7 +243,7 @@ class ICRCEngine(wiring.Component):
             parts = []
             for k in range(32):
                 for g in range(groups):
-                    lo, hi = g * self.GROUP_BITS, (g + 1) * self.GROUP_BITS
+                    lo, hi = g * group_bits, (g + 1) * group_bits
                     sub = [word[j] for j in range(lo, min(hi, nbits)) if from_data[k] >> j & 1]
                     parts.append(Cat(*sub).xor() if sub else Const(0, 1))
             with m.If(self.en[1]):
