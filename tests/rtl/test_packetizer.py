@@ -139,15 +139,18 @@ def test_all_small_sizes(width, rng):
 
 
 @pytest.mark.parametrize("width", [8, 64])
-@pytest.mark.parametrize("stages", [1, 2, 3])
-def test_icrc_engine_matches_lib_crc(width, stages, rng):
+@pytest.mark.parametrize("stages,group_bits", [(1, None), (2, None), (3, None), (3, 32),
+                                               (3, 24)])
+def test_icrc_engine_matches_lib_crc(width, stages, group_bits, rng):
     """The parallel ICRC engine computes amaranth.lib.crc's algorithm (its software model),
     ``stages`` cycles after each word (two: the feed is registered first; three: then the
-    word's contribution); a restart between words starts a new CRC."""
+    word's contribution, as one parity or one per ``group_bits`` bits of the word); a restart
+    between words starts a new CRC."""
     from neonic.rtl.roce import ICRC_ALGORITHM, ICRCEngine
-    words = [int(x) for x in rng.integers(0, 1 << 62, 5)] + [(1 << (8 * width)) - 1]
+    words = [int.from_bytes(rng.integers(0, 256, width, dtype=np.uint8).tobytes(), "little")
+             for _ in range(5)] + [(1 << (8 * width)) - 1]
     starts = [True, False, False, True, False, False]
-    dut = ICRCEngine(width, stages=stages)
+    dut = ICRCEngine(width, stages=stages, group_bits=group_bits)
     got = []
 
     async def tb(ctx):
@@ -216,6 +219,8 @@ def test_icrc_engine_stages_are_checked():
     from neonic.rtl.roce import ICRCEngine
     with pytest.raises(ValueError, match="stages"):
         ICRCEngine(8, stages=4)
+    with pytest.raises(ValueError, match="group_bits"):
+        ICRCEngine(8, stages=2, group_bits=32)
 
 
 @pytest.mark.parametrize("width,quant,dim,rows", [(8, "int8", 6, [2, 23]), (32, "int8", 16, [12, 3]),
