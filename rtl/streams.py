@@ -46,6 +46,7 @@ from __future__ import annotations
 from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "SkidBuffer",
     "PingPongBuffer",
     "HeadFIFO",
+    "CreditFIFO",
     "check_int",
     "COLLISION_X_ATTR",
 ]
@@ -305,4 +307,75 @@ class HeadFIFO(wiring.Component):
         with m.If(free):
             m.d.sync += [head_valid.eq(inner.r_rdy | self.w_en),
                          head.eq(Mux(inner.r_rdy, inner.r_data, self.w_data))]
+        return m
+
+
+class CreditFIFO(wiring.Component):
+    """A first-word-fall-through queue for a writer that keeps count of its room (credits).
+
+    Interface and cycles are those of :class:`amaranth.lib.fifo.SyncFIFOBuffered` of the same
+    ``depth`` (``depth - 1`` entries in memory with a synchronous read port, block-RAM
+    compatible, and the head in the read port's register; ``r_data``, ``r_rdy``, ``level``
+    and ``w_rdy`` identical on every cycle) as long as the writer keeps the contract: no
+    ``w_en`` on a cycle where ``w_rdy`` is low. The difference is the write: the memory's
+    write enable and the write pointer's step are ``w_en`` alone, where ``SyncFIFOBuffered``
+    gates them with ``w_rdy`` (a compare of the level). Why: a writer that must never lose an
+    entry checks room ahead anyway (a registered test of ``level`` against a reserve for what
+    is in flight), so the queue's own full check only puts the level compare in front of the
+    write enable, a net that reaches every memory cell (on the depacketizer's payload queue:
+    the level, the compare, then about 6 ns of routing to 124 LUT-RAM cells, its critical
+    path at 124.9 MHz). A write on a cycle where ``w_rdy`` is low overwrites an unread entry.
+
+    The memory is never read at the address written in the same cycle (a read needs an entry
+    in memory, a write a free slot, and the two pointers are equal only when it is empty or
+    full), but it is not marked :data:`COLLISION_X_ATTR`: marked, yosys moved the 16 B
+    depacketizer's payload queue (43 x 128 bits) from LUT RAM into four DP16KD whose read data,
+    unregistered, feed the drain's logic, and that netlist's first place and route had not
+    finished routing after 520 CPU-s (stopped; not measured further). Unmarked, a shallow queue
+    stays in LUT RAM with its read register beside the logic, as before.
+    """
+
+    def __init__(self, *, width: int, depth: int):
+        self.width = check_int("width", width, minimum=1)
+        self.depth = check_int("depth", depth, minimum=2)
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        inner = self.depth - 1
+        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="sync")
+        produce = Signal(range(inner))
+        consume = Signal(range(inner))
+        inner_level = Signal(range(inner + 1))
+        inner_r_rdy = inner_level != 0
+        do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
+
+        def step(p):
+            return Mux(p == inner - 1, 0, p + 1) if inner & (inner - 1) else (p + 1)[:len(p)]
+
+        m.d.comb += [
+            self.w_rdy.eq(inner_level != inner),
+            w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(self.w_en),
+            r_port.addr.eq(consume), r_port.en.eq(do_inner_read),
+            self.r_data.eq(r_port.data),
+            self.level.eq(inner_level + self.r_rdy),
+        ]
+        with m.If(self.w_en):
+            m.d.sync += produce.eq(step(produce))
+        with m.If(do_inner_read):
+            m.d.sync += consume.eq(step(consume))
+        with m.If(self.w_en & ~do_inner_read):
+            m.d.sync += inner_level.eq(inner_level + 1)
+        with m.If(do_inner_read & ~self.w_en):
+            m.d.sync += inner_level.eq(inner_level - 1)
+        with m.If(do_inner_read):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
         return m

@@ -37,9 +37,10 @@ from neonic.sim.reference.roce import INT8_ROW_EXTRA, segment, wire_length
 __all__ = ["packet_cycles", "payload_gbps", "TX_STARTUP", "RX_VERDICT_LATENCY", "RX_TAIL", "RX_MIN_FRAME_CYCLES", "INT8_LATENCY", "INT8_DIV_BITS", "INT8_RX_PACKET", "int8_divider_latency", "frame_bytes", "TxEstimate",
            "estimate_tx", "estimate_rx"]
 
-#: From idle to the first frame beat: descriptor accepted, three plan stages, the generator's
-#: load, two output registers (measured on the RTL, `tests/rtl/test_packetizer_loopback.py`).
-TX_STARTUP = 6
+#: From idle to the first frame beat: descriptor accepted, the destination row's read, three
+#: plan stages, the generator's load, three output registers (measured on the RTL,
+#: `tests/rtl/test_packetizer_loopback.py`).
+TX_STARTUP = 8
 #: Depacketizer cycles from the end of a frame's beats to its drain starting (the checks'
 #: and verdict's stages, the verdict FIFO), and from the last drained packet to its last memory
 #: write leaving (both measured on the RTL, `neonic bench packetizer`'s timing-model error).

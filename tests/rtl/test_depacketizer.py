@@ -84,8 +84,20 @@ def run_depacketizer(dut: Depacketizer, frames: list[bytes], psns: dict[int, int
             completions.append(Completion(int(c.qp), int(c.length),
                                           int(c.imm) if c.has_imm else None))
 
+    overruns = []
+
+    async def queue_contract(ctx):
+        """The payload and verdict queues have no full check in their write paths: the
+        input's registered room test must keep every write to a cycle with room."""
+        while True:
+            for name, q in dut.queues.items():
+                if ctx.get(q.w_en) and not ctx.get(q.w_rdy):
+                    overruns.append(name)
+            await ctx.tick()
+
     cycles = run_amaranth(dut, [source, sink], processes=[mem.process],
-                          max_cycles=20000 + 8 * len(beats))
+                          background=[queue_contract], max_cycles=20000 + 8 * len(beats))
+    assert not overruns, f"writes into a full queue: {overruns[:5]}"
     mem.check_idle()
     return mem.contents, completions, counters, cycles
 
@@ -280,3 +292,14 @@ def test_back_to_back_one_and_two_beat_frames_on_one_qp(stall, rng):
     rx = check_against_reference(Depacketizer(data_bytes=64, pmtu=256, num_qps=4), frames,
                                  {2: 0}, rng, idle=stall, backpressure=stall, accept_stall=stall)
     assert rx.accepted == len(frames)
+
+
+def test_a_slow_memory_fills_the_payload_queue_without_overrunning_it(rng):
+    """Frames back to back into a memory that takes a write one cycle in five: the payload
+    queue runs full, the input's registered room test holds the frames back, and no write
+    reaches a full queue (``run_depacketizer`` checks every cycle; with three entries less in
+    reserve, ``_PFIFO_RESERVE`` = 5, this sequence overruns it)."""
+    frames, psns = mixed_sequence(rng, 256, 6, 0x2000 + 0x40)
+    rx = check_against_reference(Depacketizer(data_bytes=16, pmtu=256, num_qps=4), frames,
+                                 psns, rng, accept_stall=0.8)
+    assert rx.accepted > 0

@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 
 from amaranth.hdl import Elaboratable, Module
 
-from neonic.rtl.streams import HeadFIFO, PingPongBuffer, SkidBuffer
+from neonic.rtl.streams import CreditFIFO, HeadFIFO, PingPongBuffer, SkidBuffer
 
 
 def _run(p_valid: float, p_ready: float, n: int, seed: int):
@@ -174,3 +174,72 @@ def test_head_fifo_matches_syncfifo_cycle_for_cycle(rng):
         sim.add_testbench(bench)
         sim.run()
         assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
+
+
+def test_credit_fifo_matches_syncfifobuffered_when_the_writer_keeps_its_contract(rng):
+    """The payload queue without a full check in its write path (``CreditFIFO``) behaves as
+    amaranth's ``SyncFIFOBuffered`` of the same depth on every cycle (``r_rdy``, ``r_data``
+    when ready, ``w_rdy``, ``level``) under random writes and reads, as long as nothing is
+    written while ``w_rdy`` is low; the queues run full often (writes 70%, reads 40%)."""
+    from amaranth.lib.fifo import SyncFIFOBuffered
+
+    for depth in (3, 5, 8):
+        m = Module()
+        m.submodules.ref = ref = SyncFIFOBuffered(width=8, depth=depth)
+        m.submodules.dut = dut = CreditFIFO(width=8, depth=depth)
+        draws = rng.random((800, 2))
+        data_in = rng.integers(0, 256, 800)
+        seen = {"mismatch": [], "full": 0}
+
+        async def bench(ctx):
+            for cyc in range(800):
+                w_en = int(draws[cyc, 0] < 0.7) & ctx.get(dut.w_rdy)
+                r_en = int(draws[cyc, 1] < 0.4)
+                seen["full"] += ctx.get(dut.level) == depth
+                for f in (ref, dut):
+                    ctx.set(f.w_en, w_en)
+                    ctx.set(f.w_data, int(data_in[cyc]))
+                    ctx.set(f.r_en, r_en)
+                got = [(ctx.get(f.r_rdy), ctx.get(f.r_data) if ctx.get(f.r_rdy) else None,
+                        ctx.get(f.w_rdy), ctx.get(f.level)) for f in (ref, dut)]
+                if got[0] != got[1]:
+                    seen["mismatch"].append((cyc, got))
+                await ctx.tick()
+
+        sim = Simulator(m)
+        sim.add_clock(1e-6)
+        sim.add_testbench(bench)
+        sim.run()
+        assert not seen["mismatch"], f"depth {depth}: first differences {seen['mismatch'][:3]}"
+        assert seen["full"] > 20
+
+
+def test_credit_fifo_write_enable_does_not_depend_on_the_level():
+    """The reason for ``CreditFIFO``: its memory's write enable is the writer's ``w_en``
+    alone. With the queue full, a write still reaches the memory (and overwrites the oldest
+    unread entry, the documented cost of breaking the contract)."""
+    dut = CreditFIFO(width=8, depth=3)
+    out = []
+
+    async def bench(ctx):
+        for v in (1, 2, 3):                       # fill: two in memory, one in the head
+            ctx.set(dut.w_en, 1)
+            ctx.set(dut.w_data, v)
+            await ctx.tick()
+        ctx.set(dut.w_en, 0)
+        await ctx.tick()
+        assert ctx.get(dut.level) == 3 and not ctx.get(dut.w_rdy)
+        ctx.set(dut.w_en, 1)                      # the contract broken: written all the same
+        ctx.set(dut.w_data, 9)
+        await ctx.tick()
+        ctx.set(dut.w_en, 0)
+        ctx.set(dut.r_en, 1)
+        for _ in range(3):
+            await ctx.tick()
+            out.append(ctx.get(dut.r_data))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert 9 in out
