@@ -1406,15 +1406,24 @@ class EmbeddingBagUnit(wiring.Component):
             v = Mux(dend.scale, mul.o, dxend[32 * i:32 * (i + 1)])
             out_lanes.append(Mux(dend.mask[i], v, 0))
         pl = self.pooled_layout
-        m.submodules.out_q = out_q = fifo.SyncFIFOBuffered(width=pl.size, depth=odepth)
+        # The output queue: a LUT-RAM queue of ``odepth - 1`` entries read into a
+        # :class:`rtl.streams.PingPongBuffer`, so that ``pooled.ready`` reaches only the
+        # buffer's pointer and flags, and the beat-wide registers load on enables that are
+        # flip-flops (a ``SyncFIFOBuffered``'s output register loads on the consumer's
+        # ``ready`` and its level). Same cycles as a ``SyncFIFOBuffered``: a beat written on
+        # one cycle is on ``pooled`` two cycles later; the credit bounds what it holds.
+        m.submodules.out_q = out_q = fifo.SyncFIFO(width=pl.size, depth=odepth - 1)
+        m.submodules.out_b = out_b = PingPongBuffer(unsigned(pl.size))
         out_w = data.View(pl, out_q.w_data)
         m.d.comb += [
             out_q.w_en.eq(dend.valid),
             out_w.data.eq(Cat(*out_lanes)), out_w.tag.eq(dend.tag),
             out_w.first.eq(dend.first), out_w.last.eq(dend.last),
             out_w.error.eq(dend.error), out_w.dropped.eq(dend.dropped),
-            pooled.valid.eq(out_q.r_rdy), pooled.payload.eq(out_q.r_data),
-            out_q.r_en.eq(pooled.ready),
+            out_b.i.valid.eq(out_q.r_rdy), out_b.i.payload.eq(out_q.r_data),
+            out_q.r_en.eq(out_b.i.ready),
+            pooled.valid.eq(out_b.o.valid), pooled.payload.eq(out_b.o.payload),
+            out_b.o.ready.eq(pooled.ready),
         ]
         taken = pooled.valid & pooled.ready
         m.d.sync += [
