@@ -53,7 +53,9 @@ Interface
     ``stall_bank`` (a bag's first row waits for an accumulator bank still being drained),
     ``stall_output`` (``pooled`` valid and not ready), ``stall_input`` (busy with no input
     offered) - and ``indices_dropped``, ``indices_padding``, ``desc_rejected``,
-    ``protocol_errors``.
+    ``protocol_errors``. A counter adds an event one cycle after it happens (from a
+    registered flag), and ``busy`` (a bag in the unit or at its input) stays high while an
+    event waits to be counted, so counters read once ``busy`` is low are complete.
 
 Numbers and reduction order
 ===========================
@@ -84,7 +86,8 @@ Microarchitecture and timing
 
 Every stream that enters or leaves the unit passes a register slice (``bags`` and ``mem.req``
 a :class:`rtl.streams.SkidBuffer`, ``mem.resp`` a :class:`rtl.streams.PingPongBuffer`, which
-behaves the same, cycle for cycle), and ``pooled`` comes from a queue: no combinational path
+behaves the same, cycle for cycle), and ``pooled`` comes from a queue (a LUT-RAM queue read
+into a ``PingPongBuffer``, so ``pooled.ready`` enables no beat-wide register): no combinational path
 crosses the unit's boundary, so a stall inside it (the accumulator hazard, a full queue) never
 reaches the memory or cache in front of it. Inside, each stage stalls only itself: the
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
@@ -94,8 +97,10 @@ Pre-decode (one register stage behind the input skid buffer): a header reads its
 descriptor, an index is compared with the bag's padding index and row count, so that the
 parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
 chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
-each index costs one cycle and, if it contributes, queues a row entry (with its read request;
-two register stages compute ``base + index * stride``) in its bag's *slot*. A bag's first
+each index costs one cycle and, if it contributes, queues a row entry (with its read request,
+``base + index * stride``, computed in two register stages: the product of the parse's item
+and its bag's stride runs free into a register with no reset or enable, the DSP block's
+output register on an FPGA, and the next stage adds the base) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
 order, waiting if that bank is still draining); the bag's slot is ``bank % interleave``. A
 bag's last item queues its bag entry for the drain, and an end-only entry in its slot when
@@ -128,13 +133,15 @@ their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/
 of its bank; the accumulator has registered (block-RAM) read ports, each followed by a
 register with no logic before it, and the adder's input takes the word read three stages
 ahead or, when the word was written back since (in the last two cycles or on this one), the
-newest write-back (kept in registers, selected by flags compared a cycle ahead), so two words
+newest write-back (kept in registers, selected by flags compared a cycle ahead, one set per
+lane, so that no one flag selects every lane's operand), so two words
 of one address are issued at least ``add_latency + 1`` cycles apart. Rows of ``W`` words of
 ``interleave`` bags cost ``max(W, (add_latency + 1) / interleave)`` cycles each in steady
 state.
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
-them by ``1/count`` for MEAN (another ``FPMul32``) and writes them into the output queue, one
+them by ``1/count`` for MEAN (another ``FPMul32`` per lane, each with its own copy of the
+reciprocal) and writes them into the output queue, one
 beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
