@@ -145,6 +145,16 @@ reciprocal) and writes them into the output queue, one
 beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
+
+Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
+grade 6, ``router2``, placement seed 1; the ``bench timing`` gather parameters with
+``data_bytes=64, lanes=16``): 69.8 MHz (60.0 before the row offset's DSP output register,
+the per-lane reciprocals and operand flags, the registered counter events and the
+``PingPongBuffer`` enables), 53,365 LUTs, 53,306 FFs, 30 DP16KD, 129 MULT18X18D, 69% of the
+slices. Its critical path is 12.0 ns of routing in 14.3 ns (a row's last-word flag to the
+lanes' weight registers), and about 4,000 register inputs are over 8 ns, spread over the
+lanes' FP units and the accumulator's write data: at this size the routing across the
+device, not a logic depth, sets the clock; 125 MHz is not reached.
 """
 
 from __future__ import annotations
