@@ -152,9 +152,14 @@ grade 6, ``router2``, placement seed 1; the ``bench timing`` gather parameters w
 the per-lane reciprocals and operand flags, the registered counter events and the
 ``PingPongBuffer`` enables), 53,365 LUTs, 53,306 FFs, 30 DP16KD, 129 MULT18X18D, 69% of the
 slices. Its critical path is 12.0 ns of routing in 14.3 ns (a row's last-word flag to the
-lanes' weight registers), and about 4,000 register inputs are over 8 ns, spread over the
-lanes' FP units and the accumulator's write data: at this size the routing across the
-device, not a logic depth, sets the clock; 125 MHz is not reached.
+lanes' weight registers), and about 4,000 sink pins (flip-flop, block RAM and DSP inputs,
+the IO shell's included; nextpnr's detailed report) are over 8 ns, spread over the lanes' FP
+units and the accumulator's write data: at this size the routing across the
+device, not a logic depth, sets the clock; 125 MHz is not reached. At the ``bench timing``
+size (2 lanes, 8 B beats), seeds 1 and 2: 85.4 and 99.4 MHz (before: 101.3 and 94.7; the
+changes above address fan-out across lanes, and the spread between seeds is larger than
+what they moved), 9,458 LUTs, 9,628 FFs, 4 DP16KD, 17 MULT18X18D; seed 1's critical path is
+the arbiter's grant to a slot head's register enable, 10.7 of 11.7 ns routing.
 """
 
 from __future__ import annotations
