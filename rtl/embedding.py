@@ -53,7 +53,9 @@ Interface
     ``stall_bank`` (a bag's first row waits for an accumulator bank still being drained),
     ``stall_output`` (``pooled`` valid and not ready), ``stall_input`` (busy with no input
     offered) - and ``indices_dropped``, ``indices_padding``, ``desc_rejected``,
-    ``protocol_errors``.
+    ``protocol_errors``. A counter adds an event one cycle after it happens (from a
+    registered flag), and ``busy`` (a bag in the unit or at its input) stays high while an
+    event waits to be counted, so counters read once ``busy`` is low are complete.
 
 Numbers and reduction order
 ===========================
@@ -84,7 +86,8 @@ Microarchitecture and timing
 
 Every stream that enters or leaves the unit passes a register slice (``bags`` and ``mem.req``
 a :class:`rtl.streams.SkidBuffer`, ``mem.resp`` a :class:`rtl.streams.PingPongBuffer`, which
-behaves the same, cycle for cycle), and ``pooled`` comes from a queue: no combinational path
+behaves the same, cycle for cycle), and ``pooled`` comes from a queue (a LUT-RAM queue read
+into a ``PingPongBuffer``, so ``pooled.ready`` enables no beat-wide register): no combinational path
 crosses the unit's boundary, so a stall inside it (the accumulator hazard, a full queue) never
 reaches the memory or cache in front of it. Inside, each stage stalls only itself: the
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
@@ -94,8 +97,10 @@ Pre-decode (one register stage behind the input skid buffer): a header reads its
 descriptor, an index is compared with the bag's padding index and row count, so that the
 parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
 chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
-each index costs one cycle and, if it contributes, queues a row entry (with its read request;
-two register stages compute ``base + index * stride``) in its bag's *slot*. A bag's first
+each index costs one cycle and, if it contributes, queues a row entry (with its read request,
+``base + index * stride``, computed in two register stages: the product of the parse's item
+and its bag's stride runs free into a register with no reset or enable, the DSP block's
+output register on an FPGA, and the next stage adds the base) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
 order, waiting if that bank is still draining); the bag's slot is ``bank % interleave``. A
 bag's last item queues its bag entry for the drain, and an end-only entry in its slot when
@@ -128,16 +133,33 @@ their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/
 of its bank; the accumulator has registered (block-RAM) read ports, each followed by a
 register with no logic before it, and the adder's input takes the word read three stages
 ahead or, when the word was written back since (in the last two cycles or on this one), the
-newest write-back (kept in registers, selected by flags compared a cycle ahead), so two words
+newest write-back (kept in registers, selected by flags compared a cycle ahead, one set per
+lane, so that no one flag selects every lane's operand), so two words
 of one address are issued at least ``add_latency + 1`` cycles apart. Rows of ``W`` words of
 ``interleave`` bags cost ``max(W, (add_latency + 1) / interleave)`` cycles each in steady
 state.
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
-them by ``1/count`` for MEAN (another ``FPMul32``) and writes them into the output queue, one
+them by ``1/count`` for MEAN (another ``FPMul32`` per lane, each with its own copy of the
+reciprocal) and writes them into the output queue, one
 beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
+
+Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
+grade 6, ``router2``, placement seed 1; the ``bench timing`` gather parameters with
+``data_bytes=64, lanes=16``): 69.8 MHz (60.0 before the row offset's DSP output register,
+the per-lane reciprocals and operand flags, the registered counter events and the
+``PingPongBuffer`` enables), 53,365 LUTs, 53,306 FFs, 30 DP16KD, 129 MULT18X18D, 69% of the
+slices. Its critical path is 12.0 ns of routing in 14.3 ns (a row's last-word flag to the
+lanes' weight registers), and about 4,000 sink pins (flip-flop, block RAM and DSP inputs,
+the IO shell's included; nextpnr's detailed report) are over 8 ns, spread over the lanes' FP
+units and the accumulator's write data: at this size the routing across the
+device, not a logic depth, sets the clock; 125 MHz is not reached. At the ``bench timing``
+size (2 lanes, 8 B beats), seeds 1 and 2: 85.4 and 99.4 MHz (before: 101.3 and 94.7; the
+changes above address fan-out across lanes, and the spread between seeds is larger than
+what they moved), 9,458 LUTs, 9,628 FFs, 4 DP16KD, 17 MULT18X18D; seed 1's critical path is
+the arbiter's grant to a slot head's register enable, 10.7 of 11.7 ns routing.
 """
 
 from __future__ import annotations
@@ -569,8 +591,18 @@ class EmbeddingBagUnit(wiring.Component):
         db = self.data_bytes
         log_lanes = exact_log2(lanes)
         log_db = exact_log2(db)
+        # Counters: each event sets its ``inc`` flag (a counter counts at most one event a
+        # cycle); the flag is registered and the counter adds it one cycle later, so that the
+        # event's logic (often a wide OR, such as ``busy``) ends at one flip-flop instead of
+        # the enables of 32. ``busy`` stays high while an event waits to be counted, so a
+        # counter read once the unit is idle has every event counted.
         cnt = {name: Signal(32, name=f"cnt_{name}") for name in COUNTER_NAMES}
+        inc = {name: Signal(name=f"inc_{name}") for name in COUNTER_NAMES}
+        inc_q = {name: Signal(name=f"inc_{name}_q") for name in COUNTER_NAMES}
         for name, sig in cnt.items():
+            m.d.sync += inc_q[name].eq(inc[name])
+            with m.If(inc_q[name]):
+                m.d.sync += sig.eq(sig + 1)
             m.d.comb += getattr(self.counters, name).eq(sig)
 
         # ---- descriptor store ----------------------------------------------------------
@@ -602,7 +634,7 @@ class EmbeddingBagUnit(wiring.Component):
             desc_wr.data.tail.eq(d.dim[:max(1, log_lanes)] if log_lanes else 0),
         ]
         with m.If(self.desc.valid & ~(in_range & desc_ok)):
-            m.d.sync += cnt["desc_rejected"].eq(cnt["desc_rejected"] + 1)
+            m.d.comb += inc["desc_rejected"].eq(1)
 
         # ---- register slices on every stream that enters or leaves the unit -------------
         # No combinational path crosses the unit's boundary: the parse stall does not reach
@@ -621,9 +653,9 @@ class EmbeddingBagUnit(wiring.Component):
         wiring.connect(m, req_out.o, wiring.flipped(self.mem.req))
         m.d.comb += self.mem.wdata.valid.eq(0)
         with m.If(self.mem.req.valid & self.mem.req.ready):
-            m.d.sync += cnt["rows_requested"].eq(cnt["rows_requested"] + 1)
+            m.d.comb += inc["rows_requested"].eq(1)
         with m.If(self.mem.resp.valid & self.mem.resp.ready):
-            m.d.sync += cnt["beats_read"].eq(cnt["beats_read"] + 1)
+            m.d.comb += inc["beats_read"].eq(1)
 
         # ---- queues ---------------------------------------------------------------------
         K = self.interleave
@@ -723,25 +755,38 @@ class EmbeddingBagUnit(wiring.Component):
         count = Signal(self.length_width)
         count_inc = Signal(self.length_width + 1, init=1)   # count + 1, as a flip-flop
 
-        # Two register stages between the parse and the slot queues: the row address
-        # (``base + index * stride``, a multiplier and an adder) is computed there.
+        # Two register stages between the parse and the slot queues, where the row address
+        # ``base + index * stride`` is computed. The product runs free: ``p_off`` is, on every
+        # cycle, the product of the item the parse looked at on the cycle before and its bag's
+        # stride (``cur``), so when that item went into ``pe1`` it is ``pe1``'s offset. It is
+        # a register without reset or enable straight after the multiplier (on an FPGA, the
+        # DSP block's output register: ``host.bench.timing.absorb_dsp_registers``), so no
+        # fabric routing lies between the multiplier and its register; ``pe2`` adds the base.
+        # An index wider than a DSP block's 18-bit operand is multiplied in 18-bit pieces,
+        # each into its own register, and ``pe2`` adds the pieces with the base.
         pe_layout = data.StructLayout({
             "valid": unsigned(1), "slot": unsigned(max(1, exact_log2(K))),
-            "info": rinfo, "index": unsigned(self.index_width),
-            "stride": unsigned(self.beats_width), "base": unsigned(self.addr_width),
+            "info": rinfo, "stride": unsigned(self.beats_width),
+            "base": unsigned(self.addr_width),
         })
         pe1 = Signal(pe_layout)
         pe2 = Signal(pe_layout)
-        pe2_off = Signal(self.index_width + self.beats_width)
+        pe2_addr = Signal(self.addr_width)
         pe2_wen = Signal(K)          # pe2's slot write enables, decoded a stage ahead
-        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_off.eq(pe1.index * pe1.stride),
+        off_sum = pe1.base
+        for lo in range(0, self.index_width, 18):
+            piece = p_item.body.item.index[lo:lo + 18]
+            p_off = Signal(len(piece) + self.beats_width, name=f"p_off{lo}", reset_less=True)
+            m.d.sync += p_off.eq(piece * cur.stride)
+            off_sum = off_sum + (p_off << lo)
+        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_addr.eq(off_sum[:self.addr_width]),
                      pe2_wen.eq(Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)]))]
         for k, q in enumerate(slots):
             wr = data.View(sentry, q.w_data)
             m.d.comb += [
                 q.w_en.eq(pe2_wen[k]),
                 wr.info.eq(pe2.info),
-                wr.addr.eq(pe2.base + pe2_off),
+                wr.addr.eq(pe2_addr),
                 wr.beats.eq(pe2.info.has_row * pe2.stride),
             ]
         # A slot has room when the entries in pe1 and pe2 and one more still fit, from the
@@ -759,7 +804,7 @@ class EmbeddingBagUnit(wiring.Component):
                 with m.If(p_valid & ~item.header):
                     # An index item outside a bag: drop it.
                     m.d.comb += parse_take.eq(1)
-                    m.d.sync += cnt["protocol_errors"].eq(cnt["protocol_errors"] + 1)
+                    m.d.comb += inc["protocol_errors"].eq(1)
                 with m.Elif(p_len0):
                     # Empty bag: one cycle and its (zero) bag entry; no reducer slot, no bank.
                     m.d.comb += parse_take.eq(bag_room)
@@ -770,7 +815,7 @@ class EmbeddingBagUnit(wiring.Component):
                             bag_w.tail.eq(p_desc.tail),
                             bag_w.error.eq(~hdr_valid_desc),
                         ]
-                        m.d.sync += cnt["bags_in"].eq(cnt["bags_in"] + 1)
+                        m.d.comb += inc["bags_in"].eq(1)
                 with m.Else():
                     m.d.comb += parse_take.eq(1)
                     with m.If(p_valid):
@@ -780,8 +825,8 @@ class EmbeddingBagUnit(wiring.Component):
                             c_dropped.eq(0), remaining.eq(hdr.length), count.eq(0),
                             count_inc.eq(1),
                             no_rows.eq(1), last_next.eq(p_len1),
-                            cnt["bags_in"].eq(cnt["bags_in"] + 1),
                         ]
+                        m.d.comb += inc["bags_in"].eq(1)
                         m.next = "ITEMS"
             with m.State("ITEMS"):
                 early = item.header     # a header inside a bag closes it (protocol error)
@@ -806,12 +851,12 @@ class EmbeddingBagUnit(wiring.Component):
                         m.d.sync += [count.eq(count_inc), count_inc.eq(count_inc + 1),
                                      no_rows.eq(0)]
                     with m.If(~early & ~c_error & oob & ~is_pad):
-                        m.d.sync += [c_dropped.eq(1),
-                                     cnt["indices_dropped"].eq(cnt["indices_dropped"] + 1)]
+                        m.d.sync += c_dropped.eq(1)
+                        m.d.comb += inc["indices_dropped"].eq(1)
                     with m.If(~early & ~c_error & is_pad):
-                        m.d.sync += cnt["indices_padding"].eq(cnt["indices_padding"] + 1)
+                        m.d.comb += inc["indices_padding"].eq(1)
                     with m.If(early):
-                        m.d.sync += cnt["protocol_errors"].eq(cnt["protocol_errors"] + 1)
+                        m.d.comb += inc["protocol_errors"].eq(1)
                     m.d.sync += [
                         pe1.valid.eq(need_entry), pe1.slot.eq(slot),
                         pe1.info.has_row.eq(contributes), pe1.info.end.eq(last),
@@ -820,8 +865,7 @@ class EmbeddingBagUnit(wiring.Component):
                         pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
                         pe1.info.last_word.eq(cur.last_word), pe1.info.tail.eq(cur.tail),
                         pe1.info.bank.eq(bank),
-                        pe1.index.eq(idx.index), pe1.stride.eq(cur.stride),
-                        pe1.base.eq(cur.base),
+                        pe1.stride.eq(cur.stride), pe1.base.eq(cur.base),
                     ]
                     with m.If(last):
                         final_count = Mux(contributes, count_inc, count)
@@ -1081,7 +1125,7 @@ class EmbeddingBagUnit(wiring.Component):
                 with m.If(head.bank == b):
                     m.d.sync += bank_busy[b].eq(1)
         with m.If(info_h.valid & bank_wait):
-            m.d.sync += cnt["stall_bank"].eq(cnt["stall_bank"] + 1)
+            m.d.comb += inc["stall_bank"].eq(1)
         m.d.comb += [
             take.eq(info_h.valid & (~head.has_row | rs.valid) & ~hazard & ~bank_wait),
             rs.ready.eq(take & head.has_row & beat_done),
@@ -1096,9 +1140,9 @@ class EmbeddingBagUnit(wiring.Component):
                          word_inc.eq(Mux(last_word, 1, word_inc + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
         with m.If(info_h.valid & hazard):
-            m.d.sync += cnt["stall_hazard"].eq(cnt["stall_hazard"] + 1)
+            m.d.comb += inc["stall_hazard"].eq(1)
         with m.Elif(info_h.valid & head.has_row & ~rs.valid):
-            m.d.sync += cnt["stall_memory"].eq(cnt["stall_memory"] + 1)
+            m.d.comb += inc["stall_memory"].eq(1)
 
         beat = rs.payload.data
         widened = Signal(32 * lanes)
@@ -1126,6 +1170,8 @@ class EmbeddingBagUnit(wiring.Component):
             "valid": unsigned(1), "has_row": unsigned(1), "end": unsigned(1),
             "first": unsigned(1), "weighted": unsigned(1), "is_max": unsigned(1),
             "addr": unsigned(addr_w),
+            # the lanes holding elements of the row (all but in a row's last word)
+            "used": unsigned(lanes),
         })
         s1_ctx = Signal(ctx_layout)
         s1_x = Signal(32 * lanes)
@@ -1147,8 +1193,9 @@ class EmbeddingBagUnit(wiring.Component):
             # an unweighted row is multiplied by 1.0 (exact, NaNs aside, which the adder makes
             # the canonical NaN anyway): the adder's addend is always the multiplier's output
             lane_used = (~last_word | (head.tail == 0) | (head.tail > i)) if i else 1
-            m.d.sync += s1_weight[i].eq(Mux(head.weighted & ~head.is_max & lane_used,
-                                            head.weight, _FP32_ONE))
+            m.d.sync += [s1_weight[i].eq(Mux(head.weighted & ~head.is_max & lane_used,
+                                             head.weight, _FP32_ONE)),
+                         s1_ctx.used[i].eq(lane_used)]
 
         # Multiplier stage: context and unweighted values delayed alongside.
         ctx_pipe = [s1_ctx]
@@ -1216,10 +1263,15 @@ class EmbeddingBagUnit(wiring.Component):
         wb_d2 = Signal(32 * lanes)       # ... and two cycles ago
         acc_old = Signal(32 * lanes)     # the adders' operand
         acc_max = Signal(32 * lanes)     # the max selectors' operand
-        hit0 = Signal()      # this cycle's write-back is the operand's word
-        hit1 = Signal()      # the write-back one cycle ago is
-        hit2 = Signal()      # the write-back two cycles ago is
-        hit2_pre = Signal()
+        # The flags that select the operand, one per lane (each selects 64 bits, not all
+        # lanes' 2 x 32), made logically distinct like the weights so that synthesis keeps
+        # them apart: a lane outside the row (``used``) takes the memory's word and adds to
+        # zero, which changes nothing that is output (the drain zeroes such lanes).
+        hit0 = Signal(lanes)   # this cycle's write-back is the operand's word
+        hit1 = Signal(lanes)   # the write-back one cycle ago is
+        hit2 = Signal(lanes)   # the write-back two cycles ago is
+        hit2_pre = Signal(lanes)
+        zero = Signal(lanes)   # the operand of the adders is zero (a bag's first row)
 
         inflight = []                # words in the adder, youngest first
         for k in range(al):
@@ -1244,33 +1296,44 @@ class EmbeddingBagUnit(wiring.Component):
                          lane.first.eq(ai.first), lane.is_max.eq(inflight[-1].is_max)]
             result_lanes.append(lane.result)
         wb = inflight[-1]
-        m.d.comb += [
-            acc_wr.addr.eq(wb.addr),
-            acc_wr.data.eq(Cat(*result_lanes)),
-            acc_wr.en.eq(wb.valid & wb.has_row),
-        ]
-        wb_bank = wb.addr[self.word_width:]
         # the write-back of the next cycle: the adder's second-to-last stage (or, with a
         # one-stage adder, the add-in stage)
         pre_wb = inflight[-2] if al >= 2 else ai
+        # the write enable, ``wb.valid & wb.has_row`` as one flip-flop computed a cycle ahead:
+        # it reaches every block RAM of both copies (their byte enables) without a LUT
+        wb_wen = Signal()
+        m.d.sync += wb_wen.eq(pre_wb.valid & pre_wb.has_row)
+        m.d.comb += [
+            acc_wr.addr.eq(wb.addr),
+            acc_wr.data.eq(Cat(*result_lanes)),
+            acc_wr.en.eq(wb_wen),
+        ]
+        wb_bank = wb.addr[self.word_width:]
 
         def writes(stage, addr):
             return stage.valid & stage.has_row & (stage.addr == addr)
+        # for the word entering the operand stage next cycle (``ctx_pipe[ml - 2]`` now): its
+        # write-back then, this cycle's write-back; and the write-back of the read's own
+        # cycle (the read does not see it)
+        w_pre, w_now = writes(pre_wb, ctx_pipe[ml - 2].addr), writes(wb, ctx_pipe[ml - 2].addr)
+        w_read = writes(wb, ctx_pipe[ml - 3].addr)
+        u_next, u_read = ctx_pipe[ml - 2].used, ctx_pipe[ml - 3].used
         m.d.sync += [
             acc_raw.eq(acc_rd.data), wb_d1.eq(acc_wr.data), wb_d2.eq(wb_d1),
-            # for the word entering the operand stage next cycle (``ctx_pipe[ml - 2]`` now):
-            hit0.eq(writes(pre_wb, ctx_pipe[ml - 2].addr)),   # its write-back then
-            hit1.eq(writes(wb, ctx_pipe[ml - 2].addr)),       # this cycle's write-back
-            # the write-back of the read's own cycle (the read does not see it)
-            hit2_pre.eq(writes(wb, ctx_pipe[ml - 3].addr)), hit2.eq(hit2_pre),
+            hit0.eq(Cat(*[w_pre & u_next[i] for i in range(lanes)])),
+            hit1.eq(Cat(*[w_now & u_next[i] for i in range(lanes)])),
+            hit2_pre.eq(Cat(*[w_read & u_read[i] for i in range(lanes)])), hit2.eq(hit2_pre),
+            zero.eq(Cat(*[ctx_pipe[ml - 2].first | ~u_next[i] for i in range(lanes)])),
         ]
-        acc_word = Mux(hit0, acc_wr.data, Mux(hit1, wb_d1, Mux(hit2, wb_d2, acc_raw)))
         # a bag's first row adds to zero: the register holds it, so the adder's operands
         # come straight from flip-flops
         # (the max selectors read the same word without the zero: a first row takes ``v``
         # whatever the word; the two registers are apart so that each sits by its consumer)
-        m.d.sync += [acc_old.eq(Mux(ctx_pipe[ml - 1].first, 0, acc_word)),
-                     acc_max.eq(acc_word)]
+        for i in range(lanes):
+            lane = slice(32 * i, 32 * (i + 1))
+            word_i = Mux(hit0[i], acc_wr.data[lane],
+                         Mux(hit1[i], wb_d1[lane], Mux(hit2[i], wb_d2[lane], acc_raw[lane])))
+            m.d.sync += [acc_old[lane].eq(Mux(zero[i], 0, word_i)), acc_max[lane].eq(word_i)]
 
         # ---- drain: finished bags to `pooled`, in bag order -------------------------------
         # The drain pipeline runs free too: a beat is read only when the output queue has
@@ -1340,8 +1403,15 @@ class EmbeddingBagUnit(wiring.Component):
             dctx.eq(dctx0),
         ]
         d_data = Signal(32 * lanes, reset_less=True)   # (into the block RAM, like acc_raw)
-        d_recip = Signal(32)
-        m.d.sync += [d_data.eq(acc_dr.data), d_recip.eq(recip_rd.data)]
+        # One reciprocal register per lane, each logically distinct (as the weights'): a lane
+        # the drain zeroes (``mask``) multiplies by 1.0 instead. One register feeding every
+        # lane's multiplier would be one register after synthesis all the way into the
+        # multipliers' first stage (identical logic is merged), whose outputs then fan out
+        # across the lanes.
+        d_recip = [Signal(32, name=f"d_recip{i}") for i in range(lanes)]
+        m.d.sync += d_data.eq(acc_dr.data)
+        for i in range(lanes):
+            m.d.sync += d_recip[i].eq(Mux(dctx0.mask[i], recip_rd.data, _FP32_ONE))
         dctx_pipe, dx_pipe = [dctx], [d_data]
         for k in range(dl):
             c = Signal(dctx_layout, name=f"drain_ctx{k}")
@@ -1354,19 +1424,28 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=dl)
             m.submodules[f"dmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(d_data[32 * i:32 * (i + 1)]), mul.b.eq(d_recip)]
+            m.d.comb += [mul.a.eq(d_data[32 * i:32 * (i + 1)]), mul.b.eq(d_recip[i])]
             v = Mux(dend.scale, mul.o, dxend[32 * i:32 * (i + 1)])
             out_lanes.append(Mux(dend.mask[i], v, 0))
         pl = self.pooled_layout
-        m.submodules.out_q = out_q = fifo.SyncFIFOBuffered(width=pl.size, depth=odepth)
+        # The output queue: a LUT-RAM queue of ``odepth - 1`` entries read into a
+        # :class:`rtl.streams.PingPongBuffer`, so that ``pooled.ready`` reaches only the
+        # buffer's pointer and flags, and the beat-wide registers load on enables that are
+        # flip-flops (a ``SyncFIFOBuffered``'s output register loads on the consumer's
+        # ``ready`` and its level). Same cycles as a ``SyncFIFOBuffered``: a beat written on
+        # one cycle is on ``pooled`` two cycles later; the credit bounds what it holds.
+        m.submodules.out_q = out_q = fifo.SyncFIFO(width=pl.size, depth=odepth - 1)
+        m.submodules.out_b = out_b = PingPongBuffer(unsigned(pl.size))
         out_w = data.View(pl, out_q.w_data)
         m.d.comb += [
             out_q.w_en.eq(dend.valid),
             out_w.data.eq(Cat(*out_lanes)), out_w.tag.eq(dend.tag),
             out_w.first.eq(dend.first), out_w.last.eq(dend.last),
             out_w.error.eq(dend.error), out_w.dropped.eq(dend.dropped),
-            pooled.valid.eq(out_q.r_rdy), pooled.payload.eq(out_q.r_data),
-            out_q.r_en.eq(pooled.ready),
+            out_b.i.valid.eq(out_q.r_rdy), out_b.i.payload.eq(out_q.r_data),
+            out_q.r_en.eq(out_b.i.ready),
+            pooled.valid.eq(out_b.o.valid), pooled.payload.eq(out_b.o.payload),
+            out_b.o.ready.eq(pooled.ready),
         ]
         taken = pooled.valid & pooled.ready
         m.d.sync += [
@@ -1375,9 +1454,9 @@ class EmbeddingBagUnit(wiring.Component):
                              Mux(taken & ~issue, 1, credit != odepth))),
         ]
         with m.If(taken & pooled.payload.last):
-            m.d.sync += cnt["bags_out"].eq(cnt["bags_out"] + 1)
+            m.d.comb += inc["bags_out"].eq(1)
         with m.If(pooled.valid & ~pooled.ready):
-            m.d.sync += cnt["stall_output"].eq(cnt["stall_output"] + 1)
+            m.d.comb += inc["stall_output"].eq(1)
 
         # ---- busy and input starvation --------------------------------------------------
         in_flight = (bags_in.o.valid | p_valid | req_out.o.valid | resp_in.o.valid | pe1.valid
@@ -1390,9 +1469,11 @@ class EmbeddingBagUnit(wiring.Component):
             in_flight = in_flight | c.valid
         busy = Signal()
         m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)
-        m.d.comb += self.busy.eq(busy)
+        # (and while an event waits to be counted: ``inc_busy_cycles_q`` is ``busy`` one
+        # cycle late)
+        m.d.comb += self.busy.eq(busy | Cat(*inc_q.values()).any())
         with m.If(busy):
-            m.d.sync += cnt["busy_cycles"].eq(cnt["busy_cycles"] + 1)
+            m.d.comb += inc["busy_cycles"].eq(1)
             with m.If(~self.bags.valid):
-                m.d.sync += cnt["stall_input"].eq(cnt["stall_input"] + 1)
+                m.d.comb += inc["stall_input"].eq(1)
         return m

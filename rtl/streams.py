@@ -232,8 +232,12 @@ class PingPongBuffer(wiring.Component):
     flip-flops instead of a flip-flop. Why: in a ``SkidBuffer`` the consumer's ``ready``
     is the enable of every payload bit of the output register, a net whose fan-out grows
     with the payload (512 bits of a 64-byte memory beat) at the end of the consumer's stall
-    logic; here the wide nets are the write enables (from flip-flops and the producer's
-    valid) and the read pointer (a flip-flop).
+    logic; here the wide nets are the write enables and the read pointer, each a flip-flop.
+    An entry loads the producer's payload on every cycle it is free (it holds no item still
+    to be taken: the entry the write pointer names while the queue is not full, the other
+    one while it is empty) and keeps it from the cycle the item is accepted, so its write
+    enable does not wait for the producer's ``valid``: it is a flip-flop, computed a cycle
+    ahead from the pointers' and flags' next values.
     """
 
     def __init__(self, shape):
@@ -256,18 +260,21 @@ class PingPongBuffer(wiring.Component):
             push.eq(self.i.valid & ~full),
             pop.eq(nonempty & self.o.ready),
         ]
+        # next values: the pointers, and the occupancy (0, 1 or 2 items) as its two compares
+        wp_n, full_n, nonempty_n = Signal(), Signal(), Signal()
+        m.d.comb += [
+            wp_n.eq(wp ^ push),
+            full_n.eq(Mux(push & ~pop, nonempty, Mux(pop & ~push, 0, full))),
+            nonempty_n.eq(Mux(push & ~pop, 1, Mux(pop & ~push, full, nonempty))),
+        ]
+        m.d.sync += [wp.eq(wp_n), rp.eq(rp ^ pop), full.eq(full_n), nonempty.eq(nonempty_n)]
+        # ``load[k]``: entry ``k`` is free on this cycle (see the class docstring); with both
+        # entries free, the one ``wp`` names takes the item and the other's copy is unused
+        load = [Signal(name=f"load{k}", init=1) for k in range(2)]
         for k in range(2):
-            with m.If(push & (wp == k)):
+            m.d.sync += load[k].eq(Mux(wp_n == k, ~full_n, ~nonempty_n))
+            with m.If(load[k]):
                 m.d.sync += entries[k].eq(self.i.payload)
-        with m.If(push):
-            m.d.sync += wp.eq(~wp)
-        with m.If(pop):
-            m.d.sync += rp.eq(~rp)
-        # occupancy: 0, 1 or 2 items; the two flags are its next value's compares
-        with m.If(push & ~pop):
-            m.d.sync += [nonempty.eq(1), full.eq(nonempty)]
-        with m.Elif(pop & ~push):
-            m.d.sync += [full.eq(0), nonempty.eq(full)]
         return m
 
 
