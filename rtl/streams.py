@@ -278,14 +278,9 @@ class PingPongBuffer(wiring.Component):
         return m
 
 
-class HeadFIFO(wiring.Component):
-    """A first-word-fall-through queue like :class:`amaranth.lib.fifo.SyncFIFO` (same
-    interface subset and same cycles: an entry written at one edge can be read from the next
-    cycle on, ``w_rdy`` is ``level != depth``), whose head (``r_data``, ``r_rdy``) is a
-    register: the entries behind the head sit in a ``depth - 1`` entry ``SyncFIFO`` (LUT RAM)
-    whose read feeds only the head register, and a write into an empty queue goes straight
-    to the head. The logic the head steers starts from flip-flops, not from a LUT RAM read.
-    """
+class _QueueComponent(wiring.Component):
+    """The interface subset of :class:`amaranth.lib.fifo.SyncFIFO` that the queues below
+    share: ``width``-bit entries, ``depth`` entries (at least 2), write, read and level."""
 
     def __init__(self, *, width: int, depth: int):
         self.width = check_int("width", width, minimum=1)
@@ -295,6 +290,16 @@ class HeadFIFO(wiring.Component):
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
             "level": Out(range(depth + 1)),
         })
+
+
+class HeadFIFO(_QueueComponent):
+    """A first-word-fall-through queue like :class:`amaranth.lib.fifo.SyncFIFO` (same
+    interface subset and same cycles: an entry written at one edge can be read from the next
+    cycle on, ``w_rdy`` is ``level != depth``), whose head (``r_data``, ``r_rdy``) is a
+    register: the entries behind the head sit in a ``depth - 1`` entry ``SyncFIFO`` (LUT RAM)
+    whose read feeds only the head register, and a write into an empty queue goes straight
+    to the head. The logic the head steers starts from flip-flops, not from a LUT RAM read.
+    """
 
     def elaborate(self, platform):
         m = Module()
@@ -317,7 +322,7 @@ class HeadFIFO(wiring.Component):
         return m
 
 
-class CreditFIFO(wiring.Component):
+class CreditFIFO(_QueueComponent):
     """A first-word-fall-through queue for a writer that keeps count of its room (credits).
 
     Interface and cycles are those of :class:`amaranth.lib.fifo.SyncFIFOBuffered` of the same
@@ -341,15 +346,6 @@ class CreditFIFO(wiring.Component):
     finished routing after 520 CPU-s (stopped; not measured further). Unmarked, a shallow queue
     stays in LUT RAM with its read register beside the logic, as before.
     """
-
-    def __init__(self, *, width: int, depth: int):
-        self.width = check_int("width", width, minimum=1)
-        self.depth = check_int("depth", depth, minimum=2)
-        super().__init__({
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
-            "level": Out(range(depth + 1)),
-        })
 
     def elaborate(self, platform):
         m = Module()

@@ -143,37 +143,53 @@ def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle():
     assert checked["n"] == 3000 and checked["moved"] > 1000
 
 
+def _queues_side_by_side(ref, dut, rng, *, cycles: int, p_write: float, p_read: float,
+                         keep_contract: bool) -> tuple[list, int]:
+    """Drive two queues with the same random writes and reads for ``cycles`` cycles and
+    compare what they show on every cycle (``r_rdy``, ``r_data`` when ready, ``w_rdy``,
+    ``level``). ``keep_contract``: no write while ``dut.w_rdy`` is low. Returns the first
+    differences (cycle, both views) and the number of cycles the queue was full."""
+    m = Module()
+    m.submodules.ref, m.submodules.dut = ref, dut
+    draws = rng.random((cycles, 2))
+    data_in = rng.integers(0, 256, cycles)
+    seen = {"mismatch": [], "full": 0}
+
+    async def bench(ctx):
+        for cyc in range(cycles):
+            w_en = int(draws[cyc, 0] < p_write)
+            if keep_contract:
+                w_en &= ctx.get(dut.w_rdy)
+            r_en = int(draws[cyc, 1] < p_read)
+            seen["full"] += ctx.get(dut.level) == dut.depth
+            for f in (ref, dut):
+                ctx.set(f.w_en, w_en)
+                ctx.set(f.w_data, int(data_in[cyc]))
+                ctx.set(f.r_en, r_en)
+            got = [(ctx.get(f.r_rdy), ctx.get(f.r_data) if ctx.get(f.r_rdy) else None,
+                    ctx.get(f.w_rdy), ctx.get(f.level)) for f in (ref, dut)]
+            if got[0] != got[1]:
+                seen["mismatch"].append((cyc, got))
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen["mismatch"], seen["full"]
+
+
 def test_head_fifo_matches_syncfifo_cycle_for_cycle(rng):
-    """The registered-head FIFO (the cache's route and fill queues) behaves as amaranth's ``SyncFIFO`` of the same
-    depth, every cycle (``r_rdy``, ``r_data`` when ready, ``w_rdy``, ``level``), under random
-    writes and reads: the change moves the head into a register, not the cycles."""
+    """The registered-head FIFO (the cache's route and fill queues) behaves as amaranth's
+    ``SyncFIFO`` of the same depth, every cycle (``r_rdy``, ``r_data`` when ready, ``w_rdy``,
+    ``level``), under random writes and reads: the change moves the head into a register, not
+    the cycles."""
     from amaranth.lib.fifo import SyncFIFO
 
     for depth in (2, 4):
-        m = Module()
-        m.submodules.ref = ref = SyncFIFO(width=8, depth=depth)
-        m.submodules.dut = dut = HeadFIFO(width=8, depth=depth)
-        draws = rng.random((600, 2))
-        data_in = rng.integers(0, 256, 600)
-        mismatches = []
-
-        async def bench(ctx):
-            for cyc in range(600):
-                w_en, r_en = int(draws[cyc, 0] < 0.6), int(draws[cyc, 1] < 0.5)
-                for f in (ref, dut):
-                    ctx.set(f.w_en, w_en)
-                    ctx.set(f.w_data, int(data_in[cyc]))
-                    ctx.set(f.r_en, r_en)
-                got = [(ctx.get(f.r_rdy), ctx.get(f.r_data) if ctx.get(f.r_rdy) else None,
-                        ctx.get(f.w_rdy), ctx.get(f.level)) for f in (ref, dut)]
-                if got[0] != got[1]:
-                    mismatches.append((cyc, got))
-                await ctx.tick()
-
-        sim = Simulator(m)
-        sim.add_clock(1e-6)
-        sim.add_testbench(bench)
-        sim.run()
+        mismatches, _ = _queues_side_by_side(
+            SyncFIFO(width=8, depth=depth), HeadFIFO(width=8, depth=depth), rng,
+            cycles=600, p_write=0.6, p_read=0.5, keep_contract=False)
         assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
 
 
@@ -185,34 +201,11 @@ def test_credit_fifo_matches_syncfifobuffered_when_the_writer_keeps_its_contract
     from amaranth.lib.fifo import SyncFIFOBuffered
 
     for depth in (3, 5, 8):
-        m = Module()
-        m.submodules.ref = ref = SyncFIFOBuffered(width=8, depth=depth)
-        m.submodules.dut = dut = CreditFIFO(width=8, depth=depth)
-        draws = rng.random((800, 2))
-        data_in = rng.integers(0, 256, 800)
-        seen = {"mismatch": [], "full": 0}
-
-        async def bench(ctx):
-            for cyc in range(800):
-                w_en = int(draws[cyc, 0] < 0.7) & ctx.get(dut.w_rdy)
-                r_en = int(draws[cyc, 1] < 0.4)
-                seen["full"] += ctx.get(dut.level) == depth
-                for f in (ref, dut):
-                    ctx.set(f.w_en, w_en)
-                    ctx.set(f.w_data, int(data_in[cyc]))
-                    ctx.set(f.r_en, r_en)
-                got = [(ctx.get(f.r_rdy), ctx.get(f.r_data) if ctx.get(f.r_rdy) else None,
-                        ctx.get(f.w_rdy), ctx.get(f.level)) for f in (ref, dut)]
-                if got[0] != got[1]:
-                    seen["mismatch"].append((cyc, got))
-                await ctx.tick()
-
-        sim = Simulator(m)
-        sim.add_clock(1e-6)
-        sim.add_testbench(bench)
-        sim.run()
-        assert not seen["mismatch"], f"depth {depth}: first differences {seen['mismatch'][:3]}"
-        assert seen["full"] > 20
+        mismatches, full = _queues_side_by_side(
+            SyncFIFOBuffered(width=8, depth=depth), CreditFIFO(width=8, depth=depth), rng,
+            cycles=800, p_write=0.7, p_read=0.4, keep_contract=True)
+        assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
+        assert full > 20
 
 
 def test_credit_fifo_write_enable_does_not_depend_on_the_level():
