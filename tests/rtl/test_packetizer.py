@@ -14,31 +14,26 @@ DESTS = [Destination(mac=0x02_00_00_00_10_00 + i, ip=0x0A_00_01_00 + i, qpn=0x10
                      udp_sport=0xC000 + i) for i in range(4)]
 
 
-def run_packetizer(dut: Packetizer, messages: list[Message], psns: dict[int, int], *,
-                   rng=None, idle=0.0, backpressure=0.0, max_cycles=None, vcd=None):
-    """Drive ``messages`` through ``dut``; returns (frames as bytes, cycles, beat count)."""
+def descriptor(msg: Message) -> dict:
+    """The packetizer's descriptor of ``msg``."""
+    return {"dest": msg.dest, "va": msg.va, "rkey": msg.rkey, "length": len(msg.payload),
+            "imm": msg.imm or 0, "has_imm": int(msg.imm is not None)}
+
+
+def payload_beats(messages: list[Message], W: int) -> list[int]:
+    """The messages' payloads as ``W``-byte beats, each message padded to whole beats."""
+    beats = []
+    for msg in messages:
+        padded = msg.payload + bytes(-len(msg.payload) % W)
+        beats += [int.from_bytes(padded[i:i + W], "little") for i in range(0, len(padded), W)]
+    return beats
+
+
+def frame_sink(dut: Packetizer, frames: list[bytes], n_frames: int, *, rng=None,
+               backpressure=0.0):
+    """A process that receives ``n_frames`` frames from ``dut.frame`` into ``frames`` (with
+    random backpressure), checking that only a frame's last beat is partial."""
     W = dut.data_bytes
-    n_frames = sum(len(segment(len(msg.payload), dut.pmtu, msg.imm is not None))
-                   for msg in messages)
-
-    async def setup_and_descs(ctx):
-        ctx.set(dut.local_mac, LOCAL_MAC)
-        ctx.set(dut.local_ip, LOCAL_IP)
-        rows = [{"index": i, "mac": d.mac, "ip": d.ip, "qpn": d.qpn, "udp_sport": d.udp_sport,
-                 "psn": psns.get(i, 0)} for i, d in enumerate(DESTS[:dut.num_dest])]
-        await stream_send(ctx, dut.table, rows)
-        descs = [{"dest": msg.dest, "va": msg.va, "rkey": msg.rkey, "length": len(msg.payload),
-                  "imm": msg.imm or 0, "has_imm": int(msg.imm is not None)} for msg in messages]
-        await stream_send(ctx, dut.desc, descs, rng=rng, idle=idle)
-
-    async def payload(ctx):
-        beats = []
-        for msg in messages:
-            padded = msg.payload + bytes(-len(msg.payload) % W)
-            beats += [int.from_bytes(padded[i:i + W], "little") for i in range(0, len(padded), W)]
-        await stream_send(ctx, dut.payload, beats, rng=rng, idle=idle)
-
-    frames: list[bytes] = []
 
     async def sink(ctx):
         current = b""
@@ -52,6 +47,29 @@ def run_packetizer(dut: Packetizer, messages: list[Message], psns: dict[int, int
             else:
                 assert beat.count == W
                 current += data
+    return sink
+
+
+def run_packetizer(dut: Packetizer, messages: list[Message], psns: dict[int, int], *,
+                   rng=None, idle=0.0, backpressure=0.0, max_cycles=None, vcd=None):
+    """Drive ``messages`` through ``dut``; returns (frames as bytes, cycles, beat count)."""
+    W = dut.data_bytes
+    n_frames = sum(len(segment(len(msg.payload), dut.pmtu, msg.imm is not None))
+                   for msg in messages)
+
+    async def setup_and_descs(ctx):
+        ctx.set(dut.local_mac, LOCAL_MAC)
+        ctx.set(dut.local_ip, LOCAL_IP)
+        rows = [{"index": i, "mac": d.mac, "ip": d.ip, "qpn": d.qpn, "udp_sport": d.udp_sport,
+                 "psn": psns.get(i, 0)} for i, d in enumerate(DESTS[:dut.num_dest])]
+        await stream_send(ctx, dut.table, rows)
+        await stream_send(ctx, dut.desc, [descriptor(m) for m in messages], rng=rng, idle=idle)
+
+    async def payload(ctx):
+        await stream_send(ctx, dut.payload, payload_beats(messages, W), rng=rng, idle=idle)
+
+    frames: list[bytes] = []
+    sink = frame_sink(dut, frames, n_frames, rng=rng, backpressure=backpressure)
 
     total = sum(len(msg.payload) for msg in messages)
     limit = max_cycles or 2000 + 4 * (total // W + 10 * n_frames) * (1 + int(idle + backpressure > 0))
@@ -258,17 +276,7 @@ def test_quantized_frames_match_reference(width, quant, dim, rows, rng):
         psn = (psn + len(fr)) % (1 << 24)
         golden += [f.data for f in fr]
 
-    async def sink(ctx):
-        current = b""
-        while len(frames) < len(golden):
-            (beat,) = await stream_recv(ctx, dut.frame, 1, rng=rng, backpressure=0.25)
-            data = int(beat.data).to_bytes(width, "little")
-            if beat.last:
-                frames.append(current + data[:beat.count])
-                current = b""
-            else:
-                current += data
-
+    sink = frame_sink(dut, frames, len(golden), rng=rng, backpressure=0.25)
     run_amaranth(dut, [host, payload, sink], max_cycles=20000)
     assert len(golden) == (3 if quant == "int8" else 2)
     assert frames == golden
@@ -287,42 +295,24 @@ def test_a_row_rewritten_between_messages_is_used_by_the_next(rng):
              "psn": 10 * i} for i, d in enumerate(DESTS)]
     frames: list[bytes] = []
 
-    def desc(msg):
-        return {"dest": msg.dest, "va": msg.va, "rkey": msg.rkey, "length": len(msg.payload),
-                "imm": msg.imm or 0, "has_imm": int(msg.imm is not None)}
-
     async def host(ctx):
         ctx.set(dut.local_mac, LOCAL_MAC)
         ctx.set(dut.local_ip, LOCAL_IP)
         await stream_send(ctx, dut.table, rows)
-        await stream_send(ctx, dut.desc, [desc(msgs[0]), desc(msgs[1])])
+        await stream_send(ctx, dut.desc, [descriptor(msgs[0]), descriptor(msgs[1])])
         # the rewrite is offered while message 1 is still being planned
         await stream_send(ctx, dut.table, [{"index": 0, "mac": new.mac, "ip": new.ip,
                                             "qpn": new.qpn, "udp_sport": new.udp_sport,
                                             "psn": 5000}])
-        await stream_send(ctx, dut.desc, [desc(msgs[2]), desc(msgs[3])])
+        await stream_send(ctx, dut.desc, [descriptor(msgs[2]), descriptor(msgs[3])])
 
     async def payload(ctx):
-        beats = []
-        for msg in msgs:
-            padded = msg.payload + bytes(-len(msg.payload) % W)
-            beats += [int.from_bytes(padded[i:i + W], "little") for i in range(0, len(padded), W)]
-        await stream_send(ctx, dut.payload, beats, rng=rng, idle=0.2)
+        await stream_send(ctx, dut.payload, payload_beats(msgs, W), rng=rng, idle=0.2)
 
     want = (scapy_message(msgs[0], DESTS[0], 0, 256) + scapy_message(msgs[1], DESTS[0], 2, 256)
             + scapy_message(msgs[2], new, 5000, 256) + scapy_message(msgs[3], new, 5001, 256))
 
-    async def sink(ctx):
-        current = b""
-        while len(frames) < len(want):
-            (beat,) = await stream_recv(ctx, dut.frame, 1, rng=rng, backpressure=0.2)
-            data = int(beat.data).to_bytes(W, "little")
-            if beat.last:
-                frames.append(current + data[:beat.count])
-                current = b""
-            else:
-                current += data
-
+    sink = frame_sink(dut, frames, len(want), rng=rng, backpressure=0.2)
     run_amaranth(dut, [host, payload, sink], max_cycles=5000)
     assert len(frames) == len(want)
     for i, (got, exp) in enumerate(zip(frames, want)):
