@@ -217,18 +217,20 @@ def test_packed_contributions_are_their_columns_bit_for_bit():
     assert packed.columns(sel).tobytes() == c.columns(sel).tobytes()
 
 
+class _PackingPlacer(Placer):
+    """A placer whose caches cannot hold one contribution per table: it keeps them packed."""
+    CACHE_BYTES = 1
+
+
 def test_packed_caches_give_the_contributions_of_the_unpacked_ones():
     # where a cache cannot hold one contribution per table it keeps them packed: the same
     # figures, bit for bit, as priced afresh
     from neonic.host.planner.work import table_work
 
-    class Packing(Placer):
-        CACHE_BYTES = 1
-
     s = _system(nodes=2, g=4, dram=50)
     w = _skewed(6)
     cost = CostModel(w, s)
-    p = Packing(w, s, cost)
+    p = _PackingPlacer(w, s, cost)
     assert p._pack and not Placer(w, s, cost)._pack
     for t in w.tables:
         for kind, ranks in ((ST.TABLE_WISE, [5]), (ST.DATA_PARALLEL, []), (ST.TABLE_ROW_WISE, [4, 5, 6, 7]),
@@ -347,13 +349,10 @@ def test_an_options_figures_alone_from_its_distinct_columns_are_the_whole_states
     from neonic.host.planner.baselines import _alone
     from neonic.host.planner.cost import State
 
-    class Packing(Placer):
-        CACHE_BYTES = 1
-
     s = _system(nodes=2, g=4, dram=50)
     w = _skewed(8)
     cost = CostModel(w, s)
-    for p in (Packing(w, s, cost), Placer(w, s, cost)):
+    for p in (_PackingPlacer(w, s, cost), Placer(w, s, cost)):
         for t in w.tables:
             for kind, ranks in ((ST.TABLE_WISE, [0]), (ST.TABLE_WISE, [5]), (ST.DATA_PARALLEL, []),
                                 (ST.ROW_WISE, list(range(8))), (ST.TABLE_ROW_WISE, [0, 1, 2, 3]), (ST.COLUMN_WISE, [0, 1])):

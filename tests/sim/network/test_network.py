@@ -243,6 +243,17 @@ class _FreshIndexes(Network):
         super()._solve(now, previous)
 
 
+def _changing_caps():
+    """A throttle whose caps change from solve to solve (a third of the GPUs capped at 0.5-0.8
+    of their rate, the rest left unlimited, the third moving each call), and its call count."""
+    calls = [0]
+
+    def throttle(tx, rx):
+        calls[0] += 1
+        return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+    return throttle, calls
+
+
 def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
     """The solve of several groups and the throttled (GPU-capped) solve keep their link indexes
     while the groups stay the same; with flows finishing, groups overlapping and the caps
@@ -253,11 +264,7 @@ def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
     for cls in (Network, _FreshIndexes):
         eng = Engine()
         net = cls(eng, topo)
-        calls = [0]
-
-        def throttle(tx, rx):
-            calls[0] += 1  # caps that change from solve to solve, some GPUs left unlimited
-            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+        throttle, calls = _changing_caps()
 
         net.set_throttle(throttle)
         a = net.start_flows(src, dst, sizes)
@@ -386,11 +393,7 @@ def test_dense_nic_parts_in_shared_and_throttled_solves_change_nothing(case, thr
         eng = Engine()
         net = Network(eng, topo, components=parts)
         net.dense_min_flows = 16
-        calls = [0]
-
-        def throttle(tx, rx):
-            calls[0] += 1
-            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+        throttle, calls = _changing_caps()
 
         # unthrottled: a throttle that never limits (the lone first group is then solved whole,
         # not by its link-disjoint parts, whose arrivals may move by 1 ps)
@@ -430,11 +433,7 @@ def test_recomputes_for_new_scales_alone_reuse_the_unthrottled_rates():
     for cls in (_NoReuse, Network):
         eng = Engine()
         net = cls(eng, topo)
-        calls = [0]
-
-        def throttle(tx, rx):
-            calls[0] += 1
-            return np.where(np.arange(tx.size) % 3 == calls[0] % 3, 0.5 + 0.1 * (calls[0] % 4), 1.0)
+        throttle, calls = _changing_caps()
 
         net.set_throttle(throttle)
         a = net.start_flows(src, dst, sizes)
