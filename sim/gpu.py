@@ -261,13 +261,22 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         name="h100-sxm-80gb",
         peak_tflops={"fp16": 990.0, "bf16": 990.0, "tf32": 495.0, "fp32": 67.0, "fp8": 1979.0},
         hbm_gbytes_per_s=3350.0,
-        hbm_gib=80.0,
+        hbm_gib=81559 / 1024,
         num_sms=132,
         nvlink_gbytes_per_s=450.0,
         pcie_gbytes_per_s=64.0,
-        # MAMF table (see GPUEfficiency.gemm): H100 SXM BF16 794.5 of 989 TFLOP/s
+        # MEASURED (sim/data/nvidia-h100.json, `neonic bench gpu` three times on one H100 80GB
+        # HBM3 SXM, 700 W, torch 2.11 / CUDA 13.0, 2026-11-26; medians): 132 SMs; 81,559 MiB of
+        # HBM (nvidia-smi); efficiency.gemm is the measured 8192^3 BF16 product, 791.7 of 990
+        # TFLOP/s (the MAMF table, see GPUEfficiency.gemm, has 794.5 of 989 for H100 SXM);
+        # efficiency.hbm_stream the measured device-to-device copy, 3,024 of 3,350 GB/s;
+        # persistent_gemm: a high-priority copy kernel behind a 16384^3 BF16 GEMM ended with it
+        # (12.46 and 12.40 ms; 0.72 ms alone), behind an FP32 GEMM at 3.38 ms. Not fitted to any
+        # result of neonic. PyTorch's embedding_bag reached 1,350 GB/s (0.40 of HBM) at FP32,
+        # D=92, and index_add_'s row updates 1,600 GB/s: lower bounds for FBGEMM's fused kernels;
+        # the embedding fractions keep their A100 ASSUMPTIONs.
         persistent_gemm=True,
-        efficiency=GPUEfficiency(gemm=0.803),
+        efficiency=GPUEfficiency(gemm=0.800, hbm_stream=0.903),
     ),
     # GH200's Hopper GPU: the H100's SMs and tensor peaks (NVIDIA GH200 Grace Hopper Superchip data
     # sheet / H100 data sheet: FP16/BF16 dense 990 TFLOP/s, FP8 1,979), with 96 GB of HBM3 at
