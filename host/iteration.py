@@ -35,6 +35,7 @@ from neonic.host.workloads import WorkloadSpec
 from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 from neonic.sim.memory_tiers import host_transfer_s
+from neonic.sim.compiled import jit
 
 if TYPE_CHECKING:
     from neonic.host.nic_effects import NICEffects
@@ -525,6 +526,52 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a
 
 
+@jit(cache=True, nogil=True)
+def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, brow, mine, mrow, side,
+                  extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """The HBM losses of ``ScheduleTemplate._hbm_extra`` for every meeting (pair, candidate)
+    ``m`` (its kernel's row ``kp[m]`` of ``ks0``/``ke0``, its pair ``mr[m]``, candidate
+    ``mt[m]``, collective ``cm[m]``; its rates: row ``brow[m]`` of ``kk``, ``rk``, ``cl``, ``rc``;
+    what it added last pass: row ``mrow[m]`` of ``mine``, none where -1), rank by rank: numpy's
+    arithmetic, element by element (``np.maximum(a, b)`` is ``a if a >= b else b``), so the
+    same figures. The kernel's loss
+    is added to ``extra`` in the order of ``m`` (a kernel's pairs in order: its sum in that
+    order) and put in ``full``; the collective's slowest rank's loss taken into ``xc``."""
+    M = kp.shape[0]
+    W = kk.shape[2]
+    for m in range(M):
+        k, t, c, r, b, q = kp[m], mt[m], cm[m], mr[m], brow[m], mrow[m]
+        sc, ec = S[c, t], E[c, t]
+        ecm = ec - own[c, t] if has_own else ec - 0.0
+        lmax = -np.inf
+        for w in range(W):
+            s0 = ks0[k, t, w]
+            e0 = ke0[k, t, w]
+            at = s0 if s0 >= sc else sc
+            work = e0 - (mine[q, t, w] if q >= 0 else 0.0) - at
+            work = work if work >= 0.0 else 0.0
+            left = ec - at
+            left = left if left >= 0.0 else 0.0
+            pa = work * rk[b, t, w]
+            pb = left * kk[b, t, w]
+            ov = pa if pa <= pb else pb
+            extra[k, t, w] += ov
+            full[r, t, w] = ov
+            if side[m]:
+                x = ecm - at
+                x = x if x >= 0.0 else 0.0
+                y = e0 - at
+                y = y if y >= 0.0 else 0.0
+                pa = x * rc[b, t, w]
+                pb = y * cl[b, t, w]
+                lost = pa if pa <= pb else pb
+                if lost > lmax or w == 0:
+                    lmax = lost
+        if side[m]:
+            cur = xc[c, t]
+            xc[c, t] = cur if cur >= lmax else lmax
+
+
 class ScheduleTemplate:
     """The op graph of a run (:func:`build_iteration_graph`: same phases, streams and
     dependencies, same iterations, the same gradient buckets) with the ranks folded into a
@@ -895,70 +942,150 @@ class ScheduleTemplate:
         Left out: a high-priority collective launched while a kernel holds every SM gets its
         channels only as the kernel's CTAs retire (``sim.interference``; measured on model-a,
         a gradient bucket launched during the embedding backward: 0.06 ms of its 1.39)."""
-        xr: dict[int, np.ndarray] = {}
+        xr: dict[int, Any] = {}
         xc = np.zeros_like(S)
         got: dict[tuple[int, int], np.ndarray] = {}
         rates = {} if rates is None else rates
         T = S.shape[1]
-        every = np.arange(T)
-        for i, (slots, k_loss, c_loss, c_any) in pairs.items():
-            s0, e0 = spans[i]
-            # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
-            # them; the others add nothing (an overlap of 0)
-            meet = (E[slots] > s0.min(axis=-1)) & (S[slots] < e0.max(axis=-1))     # (H, T)
-            rows = np.flatnonzero(meet.any(axis=1))
-            if rows.size == 0:
-                xr[i] = 0.0
+        if not pairs:
+            return xr, xc, got
+        # every (kernel, collective) pair once, flat (the same every pass of an evaluation):
+        # the kernels in order, each one's collectives in order; which pairs' losses differ
+        # between ranks
+        prep = rates.get("__flat__")
+        if prep is None or prep[0] is not pairs:
+            order = list(pairs)
+            sizes = [len(pairs[i][0]) for i in order]
+            wide_rate = [np.ndim(k) > 0 and np.shape(k)[-1] > 1 or bool(a) and np.ndim(c) > 0 and np.shape(c)[-1] > 1
+                         for i in order for k, c, a in zip(pairs[i][1], pairs[i][2], pairs[i][3])]
+            prep = (pairs, order, np.concatenate([np.asarray(pairs[i][0], dtype=np.int64) for i in order]),
+                    np.repeat(np.arange(len(order)), sizes), np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                    np.concatenate([np.asarray(pairs[i][3], dtype=bool).reshape(-1) for i in order]),
+                    np.array(wide_rate, dtype=bool))
+            rates["__flat__"] = prep
+        _, order, flat_c, kidx, _, _, wide_rate = prep
+        # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
+        # them; the others add nothing (an overlap of 0)
+        lo = np.stack([spans[i][0].min(axis=-1) for i in order])          # (K, T)
+        hi = np.stack([spans[i][1].max(axis=-1) for i in order])
+        meet = (E[flat_c] > lo[kidx]) & (S[flat_c] < hi[kidx])           # (P, T)
+        rows = np.flatnonzero(meet.any(axis=1))
+        for i in order:
+            xr[i] = 0.0
+        if rows.size == 0:
+            return xr, xc, got
+        row_k = kidx[rows]
+        # each kernel's width: every rank (N) where any of its arrays has one figure per rank,
+        # else 1 (a kernel whose figures are the same on every rank is priced on one column)
+        wide = np.array([max(spans[i][0].shape[-1], spans[i][1].shape[-1]) > 1 for i in order])
+        wide[row_k[wide_rate[rows]]] = True
+        if kown:
+            last = rates.get("__got__")
+            if last is not None and last[0] is kown:
+                wide |= last[1]
+            else:
+                for (i, _), m in kown.items():
+                    if np.shape(m)[-1] > 1 and i in pairs:
+                        wide[order.index(i)] = True
+        N = max(max(spans[i][0].shape[-1], spans[i][1].shape[-1]) for i in order)
+        for flag in (False, True):
+            sel = rows[wide[row_k] == flag]
+            if sel.size == 0:
                 continue
-            extra = None
-            # in the collectives' order: the same sums as all at once; a collective that meets
-            # every candidate takes the kernel's arrays as they are (no copy of the candidates).
-            # Arrays are (T, N), or (T, 1) where every rank's figure is the same.
-            for h, whole in zip(rows.tolist(), meet[rows].all(axis=1).tolist()):
-                c = slots[h]
-                if whole:
-                    t, e0t, s0t, Sc, Ec = every, e0, s0, S[c][:, None], E[c][:, None]
-                else:
-                    t = np.flatnonzero(meet[h])
-                    e0t, s0t, Sc, Ec = e0[t], s0[t], S[c, t][:, None], E[c, t][:, None]
-                at = np.maximum(s0t, Sc)
-                # each side's loss of rate k and k / (1 - k), the same every pass
-                if (i, h) not in rates:
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        rates[i, h] = tuple((v, v / np.maximum(1.0 - v, 1e-12)) if v is not None else None
-                                            for v in (np.asarray(k_loss[h], float),
-                                                      np.asarray(c_loss[h], float) if c_any[h] else None))
-                (k, rk), cside = rates[i, h]
-                if not whole and k.ndim == 2 and k.shape[0] == T > 1:
-                    k, rk = k[t], rk[t]
-                # the kernel's work from where they meet (its span less this pair's loss last
-                # pass) at its rate beside the collective, until the collective ends: it loses
-                # work k / (1 - k) if it ends first, else what the collective's span leaves
-                mine = None if kown is None else kown.get((i, c))
-                work = e0t - at if mine is None else e0t - (mine if whole else mine[t]) - at
-                np.maximum(work, 0.0, out=work)
-                ov = np.minimum(work * rk, np.maximum(Ec - at, 0.0) * k)               # (P, N) or (P, 1)
-                if not whole:
-                    full = np.zeros((T, ov.shape[-1]))
-                    full[t] = ov
-                    ov = full
-                extra = ov if extra is None else extra + ov
-                got[i, c] = ov
-                if cside is not None:
-                    cl, rc = cside
-                    if not whole and cl.ndim == 2 and cl.shape[0] == T > 1:
-                        cl, rc = cl[t], rc[t]
-                    # the collective's own work from where they meet, at its rate beside the
-                    # kernel, until the kernel ends: its end without this loss (``own``: what
-                    # it lost last pass) makes the loss exact in one pass
-                    mine = 0.0 if own is None else (own[c] if whole else own[c, t])[:, None]
-                    lost = np.minimum(np.maximum(Ec - mine - at, 0.0) * rc, np.maximum(e0t - at, 0.0) * cl)
-                    if whole:
-                        np.maximum(xc[c], lost.max(axis=-1), out=xc[c])
-                    else:
-                        xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
-            xr[i] = extra
+            # in pieces of at most HBM_CHUNK elements per array (thousands of ranks), in order
+            W = N if flag else 1
+            step = max(1, self.HBM_CHUNK // (T * W))
+            for n, at in enumerate(range(0, sel.size, step)):
+                part = sel[at:at + step]
+                self._hbm_rows((flag, n), W, part, meet[part], prep, spans, S, E, own, kown, rates, xr, xc, got)
+        rates["__got__"] = (got, wide)
         return xr, xc, got
+
+    #: Elements of one array of :meth:`_hbm_rows` at most (meeting pairs x ranks): the pairs
+    #: are priced in pieces beyond it (thousands of ranks).
+    HBM_CHUNK = 1 << 20
+
+    def _hbm_rows(self, tag: tuple, W: int, rows: np.ndarray, meet: np.ndarray, prep: tuple,
+                  spans: dict, S: np.ndarray, E: np.ndarray, own: np.ndarray | None,
+                  kown: dict | None, rates: dict, xr: dict, xc: np.ndarray, got: dict) -> None:
+        """:meth:`_hbm_extra` for the (kernel, collective) pairs ``rows`` (flat indices, in
+        order; ``meet``: the candidates each meets, ``(rows, T)``) of kernels ``W`` ranks wide,
+        all at once (:func:`_hbm_meetings`, rank by rank over every (pair, candidate) that
+        meets): each kernel's losses are added to ``xr`` in the order of its pairs, the
+        collectives' taken into ``xc`` (a maximum), each pair's put in ``got`` (``(T, W)``, 0
+        for the candidates it does not meet). ``tag``: which call of the pass (what is kept
+        from the last pass is kept per tag)."""
+        pairs, order, flat_c, kidx, first, flat_any, _ = prep
+        T = S.shape[1]
+        R = rows.size
+        row_k = kidx[rows]
+        row_c = flat_c[rows]
+        kern = np.unique(row_k)                                   # the kernels, in order
+        kpos = np.searchsorted(kern, row_k)
+        names = [order[k] for k in row_k.tolist()]
+        ks0 = np.empty((kern.size, T, W))
+        ke0 = np.empty((kern.size, T, W))
+        extra = np.zeros((kern.size, T, W))
+        for n, ki in enumerate(kern.tolist()):
+            ks0[n], ke0[n] = spans[order[ki]]
+            so_far = xr.get(order[ki], 0.0)       # (a kernel's sum so far, from an earlier call)
+            if not np.isscalar(so_far):
+                extra[n] = so_far
+        # each pair's loss of rate k and k / (1 - k), the kernel's and the collective's (0 where
+        # the collective loses nothing), ``(T, W)``: the same every pass, so each pair's is
+        # made once an evaluation, in a bank of them (its row: ``bank[0][pair]``)
+        bank = rates.get(("__bank__", W))
+        if bank is None:
+            bank = rates[("__bank__", W)] = [{}, np.zeros((0, T, W)), np.zeros((0, T, W)),
+                                             np.zeros((0, T, W)), np.zeros((0, T, W))]
+        at = bank[0]
+        new = [(g, ki, i) for g, ki, i in zip(rows.tolist(), row_k.tolist(), names) if g not in at]
+        if new:
+            add = [np.zeros((len(new), T, W)) for _ in range(4)]
+            for n, (g, ki, i) in enumerate(new):
+                h = g - int(first[ki])
+                _, k_loss, c_loss, c_any = pairs[i]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    k = np.asarray(k_loss[h], float)
+                    add[0][n], add[1][n] = k, k / np.maximum(1.0 - k, 1e-12)
+                    if c_any[h]:
+                        c = np.asarray(c_loss[h], float)
+                        add[2][n], add[3][n] = c, c / np.maximum(1.0 - c, 1e-12)
+                at[g] = len(at)
+            for j in range(4):
+                bank[j + 1] = np.concatenate([bank[j + 1], add[j]])
+        brow = np.array([at[g] for g in rows.tolist()], dtype=np.int64)
+        # what each pair added to its kernel last pass (none: 0): the last pass's own where it
+        # met there (its row of the last pass's ``full``), else from ``kown`` as given
+        last = rates.get(("__mine__", tag))
+        mrow = np.full(R, -1, dtype=np.int64)
+        src = np.zeros((0, T, W))
+        if kown is not None and last is not None and last[1] is kown:
+            src = last[2]
+            where = np.searchsorted(last[0], rows)
+            hit = where < last[0].size
+            hit[hit] = last[0][where[hit]] == rows[hit]
+            mrow[hit] = where[hit]
+        if kown:
+            # (a pair that met in another call of the last pass, or kown as the caller gives it)
+            more = [(r, m) for r in np.flatnonzero(mrow < 0).tolist()
+                    if (m := kown.get((names[r], int(row_c[r])))) is not None]
+            if more:
+                extra_src = np.zeros((len(more), T, W))
+                for n, (r, m) in enumerate(more):
+                    extra_src[n] = m
+                    mrow[r] = src.shape[0] + n
+                src = np.concatenate([src, extra_src])
+        mr, mt = np.nonzero(meet)                                 # the (pair, candidate)s, pair by pair
+        full = np.zeros((R, T, W))
+        _hbm_meetings(ks0, ke0, kpos[mr], mr, mt, row_c[mr], S, E, np.zeros((1, 1)) if own is None else own,
+                      own is not None, bank[1], bank[2], bank[3], bank[4], brow[mr], src, mrow[mr],
+                      flat_any[rows][mr], extra, full, xc)
+        for n, ki in enumerate(kern.tolist()):
+            xr[order[ki]] = extra[n]
+        for r, (i, c) in enumerate(zip(names, row_c.tolist())):
+            got[i, c] = full[r]
+        rates[("__mine__", tag)] = (rows, got, full)
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,
