@@ -527,20 +527,24 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 
 
 @jit(cache=True, nogil=True)
-def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, brow, mine, mrow, side,
-                  extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, kk1, rk1, cl1, rc1, brow,
+                  mine, mrow, side, extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
     """The HBM losses of ``ScheduleTemplate._hbm_extra`` for every meeting (pair, candidate)
     ``m`` (its kernel's row ``kp[m]`` of ``ks0``/``ke0``, its pair ``mr[m]``, candidate
-    ``mt[m]``, collective ``cm[m]``; its rates: row ``brow[m]`` of ``kk``, ``rk``, ``cl``, ``rc``;
+    ``mt[m]``, collective ``cm[m]``; its rates: row ``brow[m]`` of ``kk``, ``rk``, ``cl``, ``rc``,
+    or where it is negative, row ``-1 - brow[m]`` of ``kk1``... (the same on every rank);
     what it added last pass: row ``mrow[m]`` of ``mine``, none where -1), rank by rank: numpy's
     arithmetic, element by element (``np.maximum(a, b)`` is ``a if a >= b else b``), so the
     same figures. The kernel's loss
     is added to ``extra`` in the order of ``m`` (a kernel's pairs in order: its sum in that
     order) and put in ``full``; the collective's slowest rank's loss taken into ``xc``."""
     M = kp.shape[0]
-    W = kk.shape[2]
+    W = ks0.shape[2]
     for m in range(M):
         k, t, c, r, b, q = kp[m], mt[m], cm[m], mr[m], brow[m], mrow[m]
+        one = b < 0
+        if one:
+            b = -1 - b
         sc, ec = S[c, t], E[c, t]
         ecm = ec - own[c, t] if has_own else ec - 0.0
         lmax = -np.inf
@@ -552,8 +556,8 @@ def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, 
             work = work if work >= 0.0 else 0.0
             left = ec - at
             left = left if left >= 0.0 else 0.0
-            pa = work * rk[b, t, w]
-            pb = left * kk[b, t, w]
+            pa = work * (rk1[b, t, 0] if one else rk[b, t, w])
+            pb = left * (kk1[b, t, 0] if one else kk[b, t, w])
             ov = pa if pa <= pb else pb
             extra[k, t, w] += ov
             full[r, t, w] = ov
@@ -562,8 +566,8 @@ def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, 
                 x = x if x >= 0.0 else 0.0
                 y = e0 - at
                 y = y if y >= 0.0 else 0.0
-                pa = x * rc[b, t, w]
-                pb = y * cl[b, t, w]
+                pa = x * (rc1[b, t, 0] if one else rc[b, t, w])
+                pb = y * (cl1[b, t, 0] if one else cl[b, t, w])
                 lost = pa if pa <= pb else pb
                 if lost > lmax or w == 0:
                     lmax = lost
@@ -956,14 +960,12 @@ class ScheduleTemplate:
         if prep is None or prep[0] is not pairs:
             order = list(pairs)
             sizes = [len(pairs[i][0]) for i in order]
-            wide_rate = [np.ndim(k) > 0 and np.shape(k)[-1] > 1 or bool(a) and np.ndim(c) > 0 and np.shape(c)[-1] > 1
-                         for i in order for k, c, a in zip(pairs[i][1], pairs[i][2], pairs[i][3])]
             prep = (pairs, order, np.concatenate([np.asarray(pairs[i][0], dtype=np.int64) for i in order]),
                     np.repeat(np.arange(len(order)), sizes), np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                     np.concatenate([np.asarray(pairs[i][3], dtype=bool).reshape(-1) for i in order]),
-                    np.array(wide_rate, dtype=bool))
+                    np.zeros(sum(sizes), dtype=np.int8))   # per pair: its rates' width (0: not yet seen, 1, 2: N)
             rates["__flat__"] = prep
-        _, order, flat_c, kidx, _, _, wide_rate = prep
+        _, order, flat_c, kidx, first, _, wide_rate = prep
         # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
         # them; the others add nothing (an overlap of 0)
         lo = np.stack([spans[i][0].min(axis=-1) for i in order])          # (K, T)
@@ -978,7 +980,13 @@ class ScheduleTemplate:
         # each kernel's width: every rank (N) where any of its arrays has one figure per rank,
         # else 1 (a kernel whose figures are the same on every rank is priced on one column)
         wide = np.array([max(spans[i][0].shape[-1], spans[i][1].shape[-1]) > 1 for i in order])
-        wide[row_k[wide_rate[rows]]] = True
+        for g in rows[wide_rate[rows] == 0].tolist():
+            ki = int(kidx[g])
+            _, k_loss, c_loss, c_any = pairs[order[ki]]
+            h = g - int(first[ki])
+            k, c = np.asarray(k_loss[h]), np.asarray(c_loss[h])
+            wide_rate[g] = 2 if (k.ndim and k.shape[-1] > 1) or (c_any[h] and c.ndim and c.shape[-1] > 1) else 1
+        wide[row_k[wide_rate[rows] == 2]] = True
         if kown:
             last = rates.get("__got__")
             if last is not None and last[0] is kown:
@@ -1015,7 +1023,7 @@ class ScheduleTemplate:
         collectives' taken into ``xc`` (a maximum), each pair's put in ``got`` (``(T, W)``, 0
         for the candidates it does not meet). ``tag``: which call of the pass (what is kept
         from the last pass is kept per tag)."""
-        pairs, order, flat_c, kidx, first, flat_any, _ = prep
+        pairs, order, flat_c, kidx, first, flat_any, wide_rate = prep
         T = S.shape[1]
         R = rows.size
         row_k = kidx[rows]
@@ -1034,27 +1042,37 @@ class ScheduleTemplate:
         # each pair's loss of rate k and k / (1 - k), the kernel's and the collective's (0 where
         # the collective loses nothing), ``(T, W)``: the same every pass, so each pair's is
         # made once an evaluation, in a bank of them (its row: ``bank[0][pair]``)
-        bank = rates.get(("__bank__", W))
-        if bank is None:
-            bank = rates[("__bank__", W)] = [{}, np.zeros((0, T, W)), np.zeros((0, T, W)),
-                                             np.zeros((0, T, W)), np.zeros((0, T, W))]
-        at = bank[0]
-        new = [(g, ki, i) for g, ki, i in zip(rows.tolist(), row_k.tolist(), names) if g not in at]
-        if new:
-            add = [np.zeros((len(new), T, W)) for _ in range(4)]
-            for n, (g, ki, i) in enumerate(new):
-                h = g - int(first[ki])
-                _, k_loss, c_loss, c_any = pairs[i]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    k = np.asarray(k_loss[h], float)
-                    add[0][n], add[1][n] = k, k / np.maximum(1.0 - k, 1e-12)
-                    if c_any[h]:
-                        c = np.asarray(c_loss[h], float)
-                        add[2][n], add[3][n] = c, c / np.maximum(1.0 - c, 1e-12)
-                at[g] = len(at)
-            for j in range(4):
-                bank[j + 1] = np.concatenate([bank[j + 1], add[j]])
+        # (rates that are the same on every rank in a bank one column wide: row -1 - b there)
+        banks = rates.get("__bank__")
+        if banks is None:
+            banks = rates["__bank__"] = ({}, {1: [0] + [np.zeros((16, T, 1)) for _ in range(4)]})
+        at, held = banks
+        if W not in held:
+            held[W] = [0] + [np.zeros((16, T, W)) for _ in range(4)]
+        for g, ki, i in zip(rows.tolist(), row_k.tolist(), names):
+            if g in at:
+                continue
+            h = g - int(first[ki])
+            _, k_loss, c_loss, c_any = pairs[i]
+            width = W if wide_rate[g] == 2 else 1
+            bank = held[width]
+            n = bank[0]
+            if n == bank[1].shape[0]:   # (room for a quarter more)
+                for j in range(1, 5):
+                    grown = np.zeros((n + max(16, n // 4), T, width))
+                    grown[:n] = bank[j][:n]
+                    bank[j] = grown
+            bank[0] = n + 1
+            at[g] = n if width > 1 else -1 - n
+            with np.errstate(divide="ignore", invalid="ignore"):
+                k = np.asarray(k_loss[h], float)
+                bank[1][n], bank[2][n] = k, k / np.maximum(1.0 - k, 1e-12)
+                if c_any[h]:
+                    c = np.asarray(c_loss[h], float)
+                    bank[3][n], bank[4][n] = c, c / np.maximum(1.0 - c, 1e-12)
         brow = np.array([at[g] for g in rows.tolist()], dtype=np.int64)
+        one = held[1]
+        wide_bank = held[W] if W > 1 else one
         # what each pair added to its kernel last pass (none: 0): the last pass's own where it
         # met there (its row of the last pass's ``full``), else from ``kown`` as given
         last = rates.get(("__mine__", tag))
@@ -1079,7 +1097,8 @@ class ScheduleTemplate:
         mr, mt = np.nonzero(meet)                                 # the (pair, candidate)s, pair by pair
         full = np.zeros((R, T, W))
         _hbm_meetings(ks0, ke0, kpos[mr], mr, mt, row_c[mr], S, E, np.zeros((1, 1)) if own is None else own,
-                      own is not None, bank[1], bank[2], bank[3], bank[4], brow[mr], src, mrow[mr],
+                      own is not None, wide_bank[1], wide_bank[2], wide_bank[3], wide_bank[4],
+                      one[1], one[2], one[3], one[4], brow[mr], src, mrow[mr],
                       flat_any[rows][mr], extra, full, xc)
         for n, ki in enumerate(kern.tolist()):
             xr[order[ki]] = extra[n]
