@@ -696,6 +696,31 @@ class ScheduleTemplate:
     #: iteration.
     SHARING_TOL = 1e-9
 
+    def _before(self) -> list[int]:
+        """Per op, a bit set of the ops it follows, directly or through other ops (made once)."""
+        got = self.__dict__.get("_before_sets")
+        if got is None:
+            got = []
+            for _, _, _, deps in self.ops:
+                b = 0
+                for d in deps:
+                    b |= got[d] | (1 << d)
+                got.append(b)
+            self.__dict__["_before_sets"] = got
+        return got
+
+    def _concurrent_colls(self, i: int) -> frozenset[int]:
+        """The collectives (slots) that op ``i`` can run beside: neither follows the other. (A
+        collective that follows a kernel starts after the kernel ends on every rank, and one it
+        follows ends before the kernel starts on any: such a pair never meets.)"""
+        memo = self.__dict__.setdefault("_concurrent_memo", {})
+        got = memo.get(i)
+        if got is None:
+            before = self._before()
+            got = memo[i] = frozenset(c for j, c in self._coll_slot.items()
+                                      if not (before[j] >> i) & 1 and not (before[i] >> j) & 1)
+        return got
+
     def _concurrent_kernels(self) -> list[tuple[int, int]]:
         """The pairs of GPU kernels (ops on the ``compute`` and ``opt`` streams, neighbouring
         iterations) that can run at once on a rank: neither depends on the other, directly or
@@ -703,12 +728,7 @@ class ScheduleTemplate:
         kernels = [i for i, (_, _, coll, _) in enumerate(self.ops) if not coll and self.streams[i] in _KERNEL_STREAMS]
         if len({self.streams[i] for i in kernels}) < 2:
             return []
-        before: list[int] = []          # per op: a bit set of the ops it (transitively) follows
-        for _, _, _, deps in self.ops:
-            b = 0
-            for d in deps:
-                b |= before[d] | (1 << d)
-            before.append(b)
+        before = self._before()
         return [(i, j) for n, i in enumerate(kernels) for j in kernels[n + 1:]
                 if self.streams[i] != self.streams[j] and abs(self.ops[i][1] - self.ops[j][1]) <= 1
                 and not (before[j] >> i) & 1 and not (before[i] >> j) & 1]
@@ -861,7 +881,7 @@ class ScheduleTemplate:
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
                    cdem: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, list, list, np.ndarray]]:
         """For each kernel op, the collectives of its own and the neighbouring iterations that
-        slow it while they overlap, each with what the kernel and the collective lose of their
+        can run beside it (:meth:`_concurrent_colls`) and slow it while they overlap, each with what the kernel and the collective lose of their
         rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
         demands ``kern`` and ``cdem``), the kernel also what the collective's channels leave it
         of the SMs (``kernel_sm_rate``, demand ``ksm``, ``spec.comm_sm_share``). The rates
@@ -885,7 +905,8 @@ class ScheduleTemplate:
             it = self.ops[i][1]
             if it not in near:
                 near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
-            row = [(c, (key[i], cslot_key[c])) for c in near[it]]
+            conc = self._concurrent_colls(i)
+            row = [(c, (key[i], cslot_key[c])) for c in near[it] if c in conc]
             for c, pair in row:
                 if pair not in first:
                     first[pair] = (i, c)
