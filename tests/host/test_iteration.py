@@ -503,3 +503,36 @@ def test_the_kernels_that_can_run_at_once_are_the_unordered_ones_on_two_streams(
         assert not any(a == "bot_bwd" and b == "dense_opt" and i == k == it for a, i, b, k in names)
         assert not any(a in ("emb_fwd", "bot_fwd") and i == it + 1 and b == "dense_opt" and k == it
                        for a, i, b, k in names)
+
+
+def test_a_kernel_is_priced_beside_only_the_collectives_it_can_run_beside(monkeypatch):
+    """A kernel's HBM pairs leave out the collectives that follow it or that it follows (in the
+    op graph, directly or through other ops): such a collective starts after the kernel ends on
+    every rank, or ends before it starts on any, so they never meet. Pricing every pair of
+    neighbouring iterations instead gives every plan the same figure, bit for bit."""
+    from planner_cases import skewed_workload, small_system
+
+    from neonic.host.planner import PLANNER_NAMES, CostModel, make_plan
+
+    s = small_system(nodes=2, g=4, dram=50)
+    w = skewed_workload(12)
+    cost = CostModel(w, s)
+    t = cost.template
+    before = t._before()
+    kernel = next(i for i, op in enumerate(t.ops) if op[0] == "emb_bwd")
+    near = t._concurrent_colls(kernel)
+    slots = {c: j for j, c in t._coll_slot.items()}
+    assert near and len(near) < len(slots)
+    for c, j in slots.items():
+        ordered = (before[j] >> kernel) & 1 or (before[kernel] >> j) & 1
+        assert bool(ordered) == (c not in near)
+    plans = []
+    for name in PLANNER_NAMES:
+        try:
+            plans.append(make_plan(w, s, name, cost=cost))
+        except ValueError:
+            continue
+    pruned = [cost.evaluate(p).iteration_s for p in plans]
+    monkeypatch.setattr(ScheduleTemplate, "_concurrent_colls", lambda self, i: frozenset(range(len(self._coll_slot))))
+    every = [CostModel(w, s).evaluate(p).iteration_s for p in plans]
+    assert len(plans) >= 8 and pruned == every
