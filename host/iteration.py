@@ -530,14 +530,14 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, kk1, rk1, cl1, rc1, brow,
                   mine, mrow, side, extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
     """The HBM losses of ``ScheduleTemplate._hbm_extra`` for every meeting (pair, candidate)
-    ``m`` (its kernel's row ``kp[m]`` of ``ks0``/``ke0``, its pair ``mr[m]``, candidate
-    ``mt[m]``, collective ``cm[m]``; its rates: row ``brow[m]`` of ``kk``, ``rk``, ``cl``, ``rc``,
-    or where it is negative, row ``-1 - brow[m]`` of ``kk1``... (the same on every rank);
-    what it added last pass: row ``mrow[m]`` of ``mine``, none where -1), rank by rank: numpy's
-    arithmetic, element by element (``np.maximum(a, b)`` is ``a if a >= b else b``), so the
-    same figures. The kernel's loss
-    is added to ``extra`` in the order of ``m`` (a kernel's pairs in order: its sum in that
-    order) and put in ``full``; the collective's slowest rank's loss taken into ``xc``."""
+    ``m``: its kernel's row ``kp[m]`` of ``ks0``/``ke0``, its pair ``mr[m]``, candidate
+    ``mt[m]``, collective ``cm[m]``; its rates row ``brow[m]`` of ``kk``, ``rk``, ``cl``,
+    ``rc`` (where negative, row ``-1 - brow[m]`` of ``kk1``, ``rk1``, ``cl1``, ``rc1``: rates
+    the same on every rank); what it added last pass row ``mrow[m]`` of ``mine`` (none where
+    -1). Rank by rank with numpy's arithmetic, element by element (``np.maximum(a, b)`` is
+    ``a if a >= b else b``): the same figures. The kernel's loss is added to ``extra`` in the
+    order of ``m`` (a kernel's pairs in order: its sum in that order) and put in ``full``; the
+    collective's slowest rank's loss is taken into ``xc``."""
     M = kp.shape[0]
     W = ks0.shape[2]
     for m in range(M):
@@ -881,8 +881,8 @@ class ScheduleTemplate:
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
                    cdem: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, list, list, np.ndarray]]:
         """For each kernel op, the collectives of its own and the neighbouring iterations that
-        can run beside it (:meth:`_concurrent_colls`) and slow it while they overlap, each with what the kernel and the collective lose of their
-        rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
+        can run beside it (:meth:`_concurrent_colls`) and slow it while they overlap, each with
+        what the kernel and the collective lose of their rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
         demands ``kern`` and ``cdem``), the kernel also what the collective's channels leave it
         of the SMs (``kernel_sm_rate``, demand ``ksm``, ``spec.comm_sm_share``). The rates
         depend on the demands only, which depend on the op's key (phase or bucket op), so each
