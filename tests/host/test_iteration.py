@@ -536,3 +536,35 @@ def test_a_kernel_is_priced_beside_only_the_collectives_it_can_run_beside(monkey
     monkeypatch.setattr(ScheduleTemplate, "_concurrent_colls", lambda self, i: frozenset(range(len(self._coll_slot))))
     every = [CostModel(w, s).evaluate(p).iteration_s for p in plans]
     assert len(plans) >= 8 and pruned == every
+
+
+def test_the_compiled_hbm_loop_gives_python_s_figures_bit_for_bit():
+    """host.iteration._hbm_meetings compiled (numba) and run as plain Python (what
+    NEONIC_NO_NUMBA runs) give the same losses, sums and maxima, bit for bit."""
+    from neonic.host.iteration import _hbm_meetings
+    from neonic.sim.compiled import HAVE_NUMBA
+
+    if not HAVE_NUMBA:
+        pytest.skip("numba disabled: only the plain-Python loop runs")
+    rng = np.random.default_rng(7)
+    K, T, W, C, R, B = 3, 4, 5, 6, 7, 5
+    M = 20
+    ks0 = rng.uniform(0, 1e-2, (K, T, W))
+    ke0 = ks0 + rng.uniform(0, 3e-3, (K, T, W))
+    S = rng.uniform(0, 1e-2, (C, T))
+    E = S + rng.uniform(1e-4, 4e-3, (C, T))
+    own = rng.uniform(0, 1e-4, (C, T))
+    kk, rk, cl, rc = (rng.uniform(0, 0.6, (B, T, W)) for _ in range(4))
+    kk1, rk1, cl1, rc1 = (rng.uniform(0, 0.6, (B, T, 1)) for _ in range(4))
+    args = (ks0, ke0, rng.integers(0, K, M), rng.integers(0, R, M), rng.integers(0, T, M), rng.integers(0, C, M),
+            S, E, own, True, kk, rk, cl, rc, kk1, rk1, cl1, rc1, rng.integers(-B, B, M),
+            rng.uniform(0, 1e-4, (2, T, W)), rng.integers(-1, 2, M), rng.uniform(size=M) < 0.6)
+    outs = []
+    for fn in (_hbm_meetings, _hbm_meetings.py_func):
+        extra, full, xc = np.zeros((K, T, W)), np.zeros((R, T, W)), rng.uniform(0, 1e-5, (C, T))
+        xc[:] = 1e-6
+        fn(*args, extra, full, xc)
+        outs.append((extra, full, xc))
+    for a, b in zip(*outs):
+        assert a.tobytes() == b.tobytes()
+    assert outs[0][0].any() and (outs[0][2] > 1e-6).any()
