@@ -984,7 +984,7 @@ class ScheduleTemplate:
             prep = (pairs, order, np.concatenate([np.asarray(pairs[i][0], dtype=np.int64) for i in order]),
                     np.repeat(np.arange(len(order)), sizes), np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                     np.concatenate([np.asarray(pairs[i][3], dtype=bool).reshape(-1) for i in order]),
-                    np.zeros(sum(sizes), dtype=np.int8))   # per pair: its rates' width (0: not yet seen, 1, 2: N)
+                    np.zeros(sum(sizes), dtype=np.int64))   # per pair: its rates' width (ranks; 0: not yet seen)
             rates["__flat__"] = prep
         _, order, flat_c, kidx, first, _, wide_rate = prep
         # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
@@ -1006,17 +1006,20 @@ class ScheduleTemplate:
             _, k_loss, c_loss, c_any = pairs[order[ki]]
             h = g - int(first[ki])
             k, c = np.asarray(k_loss[h]), np.asarray(c_loss[h])
-            wide_rate[g] = 2 if (k.ndim and k.shape[-1] > 1) or (c_any[h] and c.ndim and c.shape[-1] > 1) else 1
-        wide[row_k[wide_rate[rows] == 2]] = True
+            wide_rate[g] = max(k.shape[-1] if k.ndim else 1, c.shape[-1] if c_any[h] and c.ndim else 1)
+        wide[row_k[wide_rate[rows] > 1]] = True
+        # (the ranks: the widest of the spans, the rates and what the pairs added last pass)
+        N = max(max(max(spans[i][0].shape[-1], spans[i][1].shape[-1]) for i in order), int(wide_rate[rows].max()))
         if kown:
             last = rates.get("__got__")
             if last is not None and last[0] is kown:
                 wide |= last[1]
+                N = max(N, last[2])
             else:
                 for (i, _), m in kown.items():
                     if np.shape(m)[-1] > 1 and i in pairs:
                         wide[order.index(i)] = True
-        N = max(max(spans[i][0].shape[-1], spans[i][1].shape[-1]) for i in order)
+                        N = max(N, np.shape(m)[-1])
         for flag in (False, True):
             sel = rows[wide[row_k] == flag]
             if sel.size == 0:
@@ -1027,7 +1030,7 @@ class ScheduleTemplate:
             for n, at in enumerate(range(0, sel.size, step)):
                 part = sel[at:at + step]
                 self._hbm_rows((flag, n), W, part, meet[part], prep, spans, S, E, own, kown, rates, xr, xc, got)
-        rates["__got__"] = (got, wide)
+        rates["__got__"] = (got, wide, N)
         return xr, xc, got
 
     #: Elements of one array of :meth:`_hbm_rows` at most (meeting pairs x ranks): the pairs
@@ -1075,7 +1078,7 @@ class ScheduleTemplate:
                 continue
             h = g - int(first[ki])
             _, k_loss, c_loss, c_any = pairs[i]
-            width = W if wide_rate[g] == 2 else 1
+            width = W if wide_rate[g] > 1 else 1
             bank = held[width]
             n = bank[0]
             if n == bank[1].shape[0]:   # (room for a quarter more)

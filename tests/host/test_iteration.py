@@ -309,14 +309,16 @@ def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners
     assert heavy[~comm].sum() > even[~comm].sum()
 
 
-def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form():
+@pytest.mark.parametrize("span_ranks", [6, 1])
+def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form(span_ranks):
     """ScheduleTemplate._hbm_extra: while a kernel and a collective overlap on a rank, each loses
     its fraction of its rate, so each ends later by its own work from where they meet, at its
     rate beside the other, until the other ends: a kernel by the sum over its collectives
     (its work: its span less what this pair added to it last pass, ``kown``), a collective by
     the largest loss over the kernels and ranks it meets (a barrier: its slowest rank; its work:
     its span less ``own``); written here in plain Python over every (kernel, collective,
-    candidate, rank). The kernel's losses per pair come back for the next pass."""
+    candidate, rank). The kernel's losses per pair come back for the next pass. Also where
+    the kernels' spans are the same on every rank (one column) and their rates are not."""
     spec = IterationSpec(warmup=1, iterations=2)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(4)
@@ -326,8 +328,8 @@ def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form(
     kernels = [i for i, op in enumerate(t.ops) if not op[2]][:6]
     spans, pairs, kown = {}, {}, {}
     for i in kernels:
-        s0 = rng.uniform(0, 2e-2, (T, N))
-        spans[i] = (s0, s0 + rng.uniform(1e-4, 3e-3, (T, N)))
+        s0 = rng.uniform(0, 2e-2, (T, span_ranks))
+        spans[i] = (s0, s0 + rng.uniform(1e-4, 3e-3, (T, span_ranks)))
         slots = np.sort(rng.choice(C, 5, replace=False))
         k_loss = [rng.uniform(0, 0.5, shape) for shape in [(T, N), (T, 1), (1,), (N,), (T, N)]]
         c_loss = [rng.uniform(0, 0.5, (T, N)) * (j % 2) for j in range(5)]
@@ -338,7 +340,7 @@ def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form(
     xr, xc, got = t._hbm_extra(spans, S, E, pairs, own, kown)
     ref_c = np.zeros((C, T))
     for i, (slots, k_loss, c_loss, _) in pairs.items():
-        s0, e0 = spans[i]
+        s0, e0 = (np.broadcast_to(a, (T, N)) for a in spans[i])
         ref = np.zeros((T, N))
         for h, c in enumerate(slots):
             k = np.broadcast_to(k_loss[h], (T, N))
