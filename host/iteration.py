@@ -35,6 +35,7 @@ from neonic.host.workloads import WorkloadSpec
 from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 from neonic.sim.memory_tiers import host_transfer_s
+from neonic.sim.compiled import jit
 
 if TYPE_CHECKING:
     from neonic.host.nic_effects import NICEffects
@@ -525,6 +526,56 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a
 
 
+@jit(cache=True, nogil=True)
+def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, kk1, rk1, cl1, rc1, brow,
+                  mine, mrow, side, extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """The HBM losses of ``ScheduleTemplate._hbm_extra`` for every meeting (pair, candidate)
+    ``m``: its kernel's row ``kp[m]`` of ``ks0``/``ke0``, its pair ``mr[m]``, candidate
+    ``mt[m]``, collective ``cm[m]``; its rates row ``brow[m]`` of ``kk``, ``rk``, ``cl``,
+    ``rc`` (where negative, row ``-1 - brow[m]`` of ``kk1``, ``rk1``, ``cl1``, ``rc1``: rates
+    the same on every rank); what it added last pass row ``mrow[m]`` of ``mine`` (none where
+    -1). Rank by rank with numpy's arithmetic, element by element (``np.maximum(a, b)`` is
+    ``a if a >= b else b``): the same figures. The kernel's loss is added to ``extra`` in the
+    order of ``m`` (a kernel's pairs in order: its sum in that order) and put in ``full``; the
+    collective's slowest rank's loss is taken into ``xc``."""
+    M = kp.shape[0]
+    W = ks0.shape[2]
+    for m in range(M):
+        k, t, c, r, b, q = kp[m], mt[m], cm[m], mr[m], brow[m], mrow[m]
+        one = b < 0
+        if one:
+            b = -1 - b
+        sc, ec = S[c, t], E[c, t]
+        ecm = ec - own[c, t] if has_own else ec - 0.0
+        lmax = -np.inf
+        for w in range(W):
+            s0 = ks0[k, t, w]
+            e0 = ke0[k, t, w]
+            at = s0 if s0 >= sc else sc
+            work = e0 - (mine[q, t, w] if q >= 0 else 0.0) - at
+            work = work if work >= 0.0 else 0.0
+            left = ec - at
+            left = left if left >= 0.0 else 0.0
+            pa = work * (rk1[b, t, 0] if one else rk[b, t, w])
+            pb = left * (kk1[b, t, 0] if one else kk[b, t, w])
+            ov = pa if pa <= pb else pb
+            extra[k, t, w] += ov
+            full[r, t, w] = ov
+            if side[m]:
+                x = ecm - at
+                x = x if x >= 0.0 else 0.0
+                y = e0 - at
+                y = y if y >= 0.0 else 0.0
+                pa = x * (rc1[b, t, 0] if one else rc[b, t, w])
+                pb = y * (cl1[b, t, 0] if one else cl[b, t, w])
+                lost = pa if pa <= pb else pb
+                if lost > lmax or w == 0:
+                    lmax = lost
+        if side[m]:
+            cur = xc[c, t]
+            xc[c, t] = cur if cur >= lmax else lmax
+
+
 class ScheduleTemplate:
     """The op graph of a run (:func:`build_iteration_graph`: same phases, streams and
     dependencies, same iterations, the same gradient buckets) with the ranks folded into a
@@ -645,6 +696,31 @@ class ScheduleTemplate:
     #: iteration.
     SHARING_TOL = 1e-9
 
+    def _before(self) -> list[int]:
+        """Per op, a bit set of the ops it follows, directly or through other ops (made once)."""
+        got = self.__dict__.get("_before_sets")
+        if got is None:
+            got = []
+            for _, _, _, deps in self.ops:
+                b = 0
+                for d in deps:
+                    b |= got[d] | (1 << d)
+                got.append(b)
+            self.__dict__["_before_sets"] = got
+        return got
+
+    def _concurrent_colls(self, i: int) -> frozenset[int]:
+        """The collectives (slots) that op ``i`` can run beside: neither follows the other. (A
+        collective that follows a kernel starts after the kernel ends on every rank, and one it
+        follows ends before the kernel starts on any: such a pair never meets.)"""
+        memo = self.__dict__.setdefault("_concurrent_memo", {})
+        got = memo.get(i)
+        if got is None:
+            before = self._before()
+            got = memo[i] = frozenset(c for j, c in self._coll_slot.items()
+                                      if not (before[j] >> i) & 1 and not (before[i] >> j) & 1)
+        return got
+
     def _concurrent_kernels(self) -> list[tuple[int, int]]:
         """The pairs of GPU kernels (ops on the ``compute`` and ``opt`` streams, neighbouring
         iterations) that can run at once on a rank: neither depends on the other, directly or
@@ -652,12 +728,7 @@ class ScheduleTemplate:
         kernels = [i for i, (_, _, coll, _) in enumerate(self.ops) if not coll and self.streams[i] in _KERNEL_STREAMS]
         if len({self.streams[i] for i in kernels}) < 2:
             return []
-        before: list[int] = []          # per op: a bit set of the ops it (transitively) follows
-        for _, _, _, deps in self.ops:
-            b = 0
-            for d in deps:
-                b |= before[d] | (1 << d)
-            before.append(b)
+        before = self._before()
         return [(i, j) for n, i in enumerate(kernels) for j in kernels[n + 1:]
                 if self.streams[i] != self.streams[j] and abs(self.ops[i][1] - self.ops[j][1]) <= 1
                 and not (before[j] >> i) & 1 and not (before[i] >> j) & 1]
@@ -810,8 +881,8 @@ class ScheduleTemplate:
     def _hbm_pairs(self, kern: dict[int, np.ndarray], ksm: dict[int, np.ndarray],
                    cdem: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, list, list, np.ndarray]]:
         """For each kernel op, the collectives of its own and the neighbouring iterations that
-        slow it while they overlap, each with what the kernel and the collective lose of their
-        rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
+        can run beside it (:meth:`_concurrent_colls`) and slow it while they overlap, each with
+        what the kernel and the collective lose of their rates: both the common rate of a shared HBM (``sim.interference.kernel_comm_hbm_rate``,
         demands ``kern`` and ``cdem``), the kernel also what the collective's channels leave it
         of the SMs (``kernel_sm_rate``, demand ``ksm``, ``spec.comm_sm_share``). The rates
         depend on the demands only, which depend on the op's key (phase or bucket op), so each
@@ -834,7 +905,8 @@ class ScheduleTemplate:
             it = self.ops[i][1]
             if it not in near:
                 near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
-            row = [(c, (key[i], cslot_key[c])) for c in near[it]]
+            conc = self._concurrent_colls(i)
+            row = [(c, (key[i], cslot_key[c])) for c in near[it] if c in conc]
             for c, pair in row:
                 if pair not in first:
                     first[pair] = (i, c)
@@ -895,70 +967,168 @@ class ScheduleTemplate:
         Left out: a high-priority collective launched while a kernel holds every SM gets its
         channels only as the kernel's CTAs retire (``sim.interference``; measured on model-a,
         a gradient bucket launched during the embedding backward: 0.06 ms of its 1.39)."""
-        xr: dict[int, np.ndarray] = {}
+        xr: dict[int, Any] = {}
         xc = np.zeros_like(S)
         got: dict[tuple[int, int], np.ndarray] = {}
         rates = {} if rates is None else rates
         T = S.shape[1]
-        every = np.arange(T)
-        for i, (slots, k_loss, c_loss, c_any) in pairs.items():
-            s0, e0 = spans[i]
-            # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
-            # them; the others add nothing (an overlap of 0)
-            meet = (E[slots] > s0.min(axis=-1)) & (S[slots] < e0.max(axis=-1))     # (H, T)
-            rows = np.flatnonzero(meet.any(axis=1))
-            if rows.size == 0:
-                xr[i] = 0.0
+        if not pairs:
+            return xr, xc, got
+        # every (kernel, collective) pair once, flat (the same every pass of an evaluation):
+        # the kernels in order, each one's collectives in order; which pairs' losses differ
+        # between ranks
+        prep = rates.get("__flat__")
+        if prep is None or prep[0] is not pairs:
+            order = list(pairs)
+            sizes = [len(pairs[i][0]) for i in order]
+            prep = (pairs, order, np.concatenate([np.asarray(pairs[i][0], dtype=np.int64) for i in order]),
+                    np.repeat(np.arange(len(order)), sizes), np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                    np.concatenate([np.asarray(pairs[i][3], dtype=bool).reshape(-1) for i in order]),
+                    np.zeros(sum(sizes), dtype=np.int64))   # per pair: its rates' width (ranks; 0: not yet seen)
+            rates["__flat__"] = prep
+        _, order, flat_c, kidx, first, _, wide_rate = prep
+        # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
+        # them; the others add nothing (an overlap of 0)
+        lo = np.stack([spans[i][0].min(axis=-1) for i in order])          # (K, T)
+        hi = np.stack([spans[i][1].max(axis=-1) for i in order])
+        meet = (E[flat_c] > lo[kidx]) & (S[flat_c] < hi[kidx])           # (P, T)
+        rows = np.flatnonzero(meet.any(axis=1))
+        for i in order:
+            xr[i] = 0.0
+        if rows.size == 0:
+            return xr, xc, got
+        row_k = kidx[rows]
+        # each kernel's width: every rank (N) where any of its arrays has one figure per rank,
+        # else 1 (a kernel whose figures are the same on every rank is priced on one column)
+        wide = np.array([max(spans[i][0].shape[-1], spans[i][1].shape[-1]) > 1 for i in order])
+        for g in rows[wide_rate[rows] == 0].tolist():
+            ki = int(kidx[g])
+            _, k_loss, c_loss, c_any = pairs[order[ki]]
+            h = g - int(first[ki])
+            k, c = np.asarray(k_loss[h]), np.asarray(c_loss[h])
+            wide_rate[g] = max(k.shape[-1] if k.ndim else 1, c.shape[-1] if c_any[h] and c.ndim else 1)
+        wide[row_k[wide_rate[rows] > 1]] = True
+        # (the ranks: the widest of the spans, the rates and what the pairs added last pass)
+        N = max(max(max(spans[i][0].shape[-1], spans[i][1].shape[-1]) for i in order), int(wide_rate[rows].max()))
+        if kown:
+            last = rates.get("__got__")
+            if last is not None and last[0] is kown:
+                wide |= last[1]
+                N = max(N, last[2])
+            else:
+                for (i, _), m in kown.items():
+                    if np.shape(m)[-1] > 1 and i in pairs:
+                        wide[order.index(i)] = True
+                        N = max(N, np.shape(m)[-1])
+        for flag in (False, True):
+            sel = rows[wide[row_k] == flag]
+            if sel.size == 0:
                 continue
-            extra = None
-            # in the collectives' order: the same sums as all at once; a collective that meets
-            # every candidate takes the kernel's arrays as they are (no copy of the candidates).
-            # Arrays are (T, N), or (T, 1) where every rank's figure is the same.
-            for h, whole in zip(rows.tolist(), meet[rows].all(axis=1).tolist()):
-                c = slots[h]
-                if whole:
-                    t, e0t, s0t, Sc, Ec = every, e0, s0, S[c][:, None], E[c][:, None]
-                else:
-                    t = np.flatnonzero(meet[h])
-                    e0t, s0t, Sc, Ec = e0[t], s0[t], S[c, t][:, None], E[c, t][:, None]
-                at = np.maximum(s0t, Sc)
-                # each side's loss of rate k and k / (1 - k), the same every pass
-                if (i, h) not in rates:
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        rates[i, h] = tuple((v, v / np.maximum(1.0 - v, 1e-12)) if v is not None else None
-                                            for v in (np.asarray(k_loss[h], float),
-                                                      np.asarray(c_loss[h], float) if c_any[h] else None))
-                (k, rk), cside = rates[i, h]
-                if not whole and k.ndim == 2 and k.shape[0] == T > 1:
-                    k, rk = k[t], rk[t]
-                # the kernel's work from where they meet (its span less this pair's loss last
-                # pass) at its rate beside the collective, until the collective ends: it loses
-                # work k / (1 - k) if it ends first, else what the collective's span leaves
-                mine = None if kown is None else kown.get((i, c))
-                work = e0t - at if mine is None else e0t - (mine if whole else mine[t]) - at
-                np.maximum(work, 0.0, out=work)
-                ov = np.minimum(work * rk, np.maximum(Ec - at, 0.0) * k)               # (P, N) or (P, 1)
-                if not whole:
-                    full = np.zeros((T, ov.shape[-1]))
-                    full[t] = ov
-                    ov = full
-                extra = ov if extra is None else extra + ov
-                got[i, c] = ov
-                if cside is not None:
-                    cl, rc = cside
-                    if not whole and cl.ndim == 2 and cl.shape[0] == T > 1:
-                        cl, rc = cl[t], rc[t]
-                    # the collective's own work from where they meet, at its rate beside the
-                    # kernel, until the kernel ends: its end without this loss (``own``: what
-                    # it lost last pass) makes the loss exact in one pass
-                    mine = 0.0 if own is None else (own[c] if whole else own[c, t])[:, None]
-                    lost = np.minimum(np.maximum(Ec - mine - at, 0.0) * rc, np.maximum(e0t - at, 0.0) * cl)
-                    if whole:
-                        np.maximum(xc[c], lost.max(axis=-1), out=xc[c])
-                    else:
-                        xc[c, t] = np.maximum(xc[c, t], lost.max(axis=-1))
-            xr[i] = extra
+            # in pieces of at most HBM_CHUNK elements per array (thousands of ranks), in order
+            W = N if flag else 1
+            step = max(1, self.HBM_CHUNK // (T * W))
+            for n, at in enumerate(range(0, sel.size, step)):
+                part = sel[at:at + step]
+                self._hbm_rows((flag, n), W, part, meet[part], prep, spans, S, E, own, kown, rates, xr, xc, got)
+        rates["__got__"] = (got, wide, N)
         return xr, xc, got
+
+    #: Elements of one array of :meth:`_hbm_rows` at most (meeting pairs x ranks): the pairs
+    #: are priced in pieces beyond it (thousands of ranks).
+    HBM_CHUNK = 1 << 20
+
+    def _hbm_rows(self, tag: tuple, W: int, rows: np.ndarray, meet: np.ndarray, prep: tuple,
+                  spans: dict, S: np.ndarray, E: np.ndarray, own: np.ndarray | None,
+                  kown: dict | None, rates: dict, xr: dict, xc: np.ndarray, got: dict) -> None:
+        """:meth:`_hbm_extra` for the (kernel, collective) pairs ``rows`` (flat indices, in
+        order; ``meet``: the candidates each meets, ``(rows, T)``) of kernels ``W`` ranks wide,
+        all at once (:func:`_hbm_meetings`, rank by rank over every (pair, candidate) that
+        meets): each kernel's losses are added to ``xr`` in the order of its pairs, the
+        collectives' taken into ``xc`` (a maximum), each pair's put in ``got`` (``(T, W)``, 0
+        for the candidates it does not meet). ``tag``: which call of the pass (what is kept
+        from the last pass is kept per tag)."""
+        pairs, order, flat_c, kidx, first, flat_any, wide_rate = prep
+        T = S.shape[1]
+        R = rows.size
+        row_k = kidx[rows]
+        row_c = flat_c[rows]
+        kern = np.unique(row_k)                                   # the kernels, in order
+        kpos = np.searchsorted(kern, row_k)
+        names = [order[k] for k in row_k.tolist()]
+        ks0 = np.empty((kern.size, T, W))
+        ke0 = np.empty((kern.size, T, W))
+        extra = np.zeros((kern.size, T, W))
+        for n, ki in enumerate(kern.tolist()):
+            ks0[n], ke0[n] = spans[order[ki]]
+            so_far = xr.get(order[ki], 0.0)       # (a kernel's sum so far, from an earlier call)
+            if not np.isscalar(so_far):
+                extra[n] = so_far
+        # each pair's loss of rate k and k / (1 - k), the kernel's and the collective's (0 where
+        # the collective loses nothing), ``(T, W)``: the same every pass, so each pair's is
+        # made once an evaluation, in a bank of them (its row: ``bank[0][pair]``)
+        # (rates that are the same on every rank in a bank one column wide: row -1 - b there)
+        banks = rates.get("__bank__")
+        if banks is None:
+            banks = rates["__bank__"] = ({}, {1: [0] + [np.zeros((16, T, 1)) for _ in range(4)]})
+        at, held = banks
+        if W not in held:
+            held[W] = [0] + [np.zeros((16, T, W)) for _ in range(4)]
+        for g, ki, i in zip(rows.tolist(), row_k.tolist(), names):
+            if g in at:
+                continue
+            h = g - int(first[ki])
+            _, k_loss, c_loss, c_any = pairs[i]
+            width = W if wide_rate[g] > 1 else 1
+            bank = held[width]
+            n = bank[0]
+            if n == bank[1].shape[0]:   # (room for a quarter more)
+                for j in range(1, 5):
+                    grown = np.zeros((n + max(16, n // 4), T, width))
+                    grown[:n] = bank[j][:n]
+                    bank[j] = grown
+            bank[0] = n + 1
+            at[g] = n if width > 1 else -1 - n
+            with np.errstate(divide="ignore", invalid="ignore"):
+                k = np.asarray(k_loss[h], float)
+                bank[1][n], bank[2][n] = k, k / np.maximum(1.0 - k, 1e-12)
+                if c_any[h]:
+                    c = np.asarray(c_loss[h], float)
+                    bank[3][n], bank[4][n] = c, c / np.maximum(1.0 - c, 1e-12)
+        brow = np.array([at[g] for g in rows.tolist()], dtype=np.int64)
+        one = held[1]
+        wide_bank = held[W] if W > 1 else one
+        # what each pair added to its kernel last pass (none: 0): the last pass's own where it
+        # met there (its row of the last pass's ``full``), else from ``kown`` as given
+        last = rates.get(("__mine__", tag))
+        mrow = np.full(R, -1, dtype=np.int64)
+        src = np.zeros((0, T, W))
+        if kown is not None and last is not None and last[1] is kown:
+            src = last[2]
+            where = np.searchsorted(last[0], rows)
+            hit = where < last[0].size
+            hit[hit] = last[0][where[hit]] == rows[hit]
+            mrow[hit] = where[hit]
+        if kown:
+            # (a pair that met in another call of the last pass, or kown as the caller gives it)
+            more = [(r, m) for r in np.flatnonzero(mrow < 0).tolist()
+                    if (m := kown.get((names[r], int(row_c[r])))) is not None]
+            if more:
+                extra_src = np.zeros((len(more), T, W))
+                for n, (r, m) in enumerate(more):
+                    extra_src[n] = m
+                    mrow[r] = src.shape[0] + n
+                src = np.concatenate([src, extra_src])
+        mr, mt = np.nonzero(meet)                                 # the (pair, candidate)s, pair by pair
+        full = np.zeros((R, T, W))
+        _hbm_meetings(ks0, ke0, kpos[mr], mr, mt, row_c[mr], S, E, np.zeros((1, 1)) if own is None else own,
+                      own is not None, wide_bank[1], wide_bank[2], wide_bank[3], wide_bank[4],
+                      one[1], one[2], one[3], one[4], brow[mr], src, mrow[mr],
+                      flat_any[rows][mr], extra, full, xc)
+        for n, ki in enumerate(kern.tolist()):
+            xr[order[ki]] = extra[n]
+        for r, (i, c) in enumerate(zip(names, row_c.tolist())):
+            got[i, c] = full[r]
+        rates[("__mine__", tag)] = (rows, got, full)
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,

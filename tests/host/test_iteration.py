@@ -309,14 +309,16 @@ def test_a_collective_with_more_flows_through_the_nic_loses_less_to_its_partners
     assert heavy[~comm].sum() > even[~comm].sum()
 
 
-def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form():
+@pytest.mark.parametrize("span_ranks", [6, 1])
+def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form(span_ranks):
     """ScheduleTemplate._hbm_extra: while a kernel and a collective overlap on a rank, each loses
     its fraction of its rate, so each ends later by its own work from where they meet, at its
     rate beside the other, until the other ends: a kernel by the sum over its collectives
     (its work: its span less what this pair added to it last pass, ``kown``), a collective by
     the largest loss over the kernels and ranks it meets (a barrier: its slowest rank; its work:
     its span less ``own``); written here in plain Python over every (kernel, collective,
-    candidate, rank). The kernel's losses per pair come back for the next pass."""
+    candidate, rank). The kernel's losses per pair come back for the next pass. Also where
+    the kernels' spans are the same on every rank (one column) and their rates are not."""
     spec = IterationSpec(warmup=1, iterations=2)
     t = ScheduleTemplate(spec)
     rng = np.random.default_rng(4)
@@ -326,8 +328,8 @@ def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form(
     kernels = [i for i, op in enumerate(t.ops) if not op[2]][:6]
     spans, pairs, kown = {}, {}, {}
     for i in kernels:
-        s0 = rng.uniform(0, 2e-2, (T, N))
-        spans[i] = (s0, s0 + rng.uniform(1e-4, 3e-3, (T, N)))
+        s0 = rng.uniform(0, 2e-2, (T, span_ranks))
+        spans[i] = (s0, s0 + rng.uniform(1e-4, 3e-3, (T, span_ranks)))
         slots = np.sort(rng.choice(C, 5, replace=False))
         k_loss = [rng.uniform(0, 0.5, shape) for shape in [(T, N), (T, 1), (1,), (N,), (T, N)]]
         c_loss = [rng.uniform(0, 0.5, (T, N)) * (j % 2) for j in range(5)]
@@ -338,7 +340,7 @@ def test_hbm_sharing_sums_each_kernels_losses_to_its_collectives_in_closed_form(
     xr, xc, got = t._hbm_extra(spans, S, E, pairs, own, kown)
     ref_c = np.zeros((C, T))
     for i, (slots, k_loss, c_loss, _) in pairs.items():
-        s0, e0 = spans[i]
+        s0, e0 = (np.broadcast_to(a, (T, N)) for a in spans[i])
         ref = np.zeros((T, N))
         for h, c in enumerate(slots):
             k = np.broadcast_to(k_loss[h], (T, N))
@@ -503,3 +505,68 @@ def test_the_kernels_that_can_run_at_once_are_the_unordered_ones_on_two_streams(
         assert not any(a == "bot_bwd" and b == "dense_opt" and i == k == it for a, i, b, k in names)
         assert not any(a in ("emb_fwd", "bot_fwd") and i == it + 1 and b == "dense_opt" and k == it
                        for a, i, b, k in names)
+
+
+def test_a_kernel_is_priced_beside_only_the_collectives_it_can_run_beside(monkeypatch):
+    """A kernel's HBM pairs leave out the collectives that follow it or that it follows (in the
+    op graph, directly or through other ops): such a collective starts after the kernel ends on
+    every rank, or ends before it starts on any, so they never meet. Pricing every pair of
+    neighbouring iterations instead gives every plan the same figure, bit for bit."""
+    from planner_cases import skewed_workload, small_system
+
+    from neonic.host.planner import PLANNER_NAMES, CostModel, make_plan
+
+    s = small_system(nodes=2, g=4, dram=50)
+    w = skewed_workload(12)
+    cost = CostModel(w, s)
+    t = cost.template
+    before = t._before()
+    kernel = next(i for i, op in enumerate(t.ops) if op[0] == "emb_bwd")
+    near = t._concurrent_colls(kernel)
+    slots = {c: j for j, c in t._coll_slot.items()}
+    assert near and len(near) < len(slots)
+    for c, j in slots.items():
+        ordered = (before[j] >> kernel) & 1 or (before[kernel] >> j) & 1
+        assert bool(ordered) == (c not in near)
+    plans = []
+    for name in PLANNER_NAMES:
+        try:
+            plans.append(make_plan(w, s, name, cost=cost))
+        except ValueError:
+            continue
+    pruned = [cost.evaluate(p).iteration_s for p in plans]
+    monkeypatch.setattr(ScheduleTemplate, "_concurrent_colls", lambda self, i: frozenset(range(len(self._coll_slot))))
+    every = [CostModel(w, s).evaluate(p).iteration_s for p in plans]
+    assert len(plans) >= 8 and pruned == every
+
+
+def test_the_compiled_hbm_loop_gives_python_s_figures_bit_for_bit():
+    """host.iteration._hbm_meetings compiled (numba) and run as plain Python (what
+    NEONIC_NO_NUMBA runs) give the same losses, sums and maxima, bit for bit."""
+    from neonic.host.iteration import _hbm_meetings
+    from neonic.sim.compiled import HAVE_NUMBA
+
+    if not HAVE_NUMBA:
+        pytest.skip("numba disabled: only the plain-Python loop runs")
+    rng = np.random.default_rng(7)
+    K, T, W, C, R, B = 3, 4, 5, 6, 7, 5
+    M = 20
+    ks0 = rng.uniform(0, 1e-2, (K, T, W))
+    ke0 = ks0 + rng.uniform(0, 3e-3, (K, T, W))
+    S = rng.uniform(0, 1e-2, (C, T))
+    E = S + rng.uniform(1e-4, 4e-3, (C, T))
+    own = rng.uniform(0, 1e-4, (C, T))
+    kk, rk, cl, rc = (rng.uniform(0, 0.6, (B, T, W)) for _ in range(4))
+    kk1, rk1, cl1, rc1 = (rng.uniform(0, 0.6, (B, T, 1)) for _ in range(4))
+    args = (ks0, ke0, rng.integers(0, K, M), rng.integers(0, R, M), rng.integers(0, T, M), rng.integers(0, C, M),
+            S, E, own, True, kk, rk, cl, rc, kk1, rk1, cl1, rc1, rng.integers(-B, B, M),
+            rng.uniform(0, 1e-4, (2, T, W)), rng.integers(-1, 2, M), rng.uniform(size=M) < 0.6)
+    outs = []
+    for fn in (_hbm_meetings, _hbm_meetings.py_func):
+        extra, full, xc = np.zeros((K, T, W)), np.zeros((R, T, W)), rng.uniform(0, 1e-5, (C, T))
+        xc[:] = 1e-6
+        fn(*args, extra, full, xc)
+        outs.append((extra, full, xc))
+    for a, b in zip(*outs):
+        assert a.tobytes() == b.tobytes()
+    assert outs[0][0].any() and (outs[0][2] > 1e-6).any()

@@ -166,3 +166,24 @@ def test_column_wise_contributions_are_their_class_plans_relabeled(rng):
     tp = placer.make(workload.tables[1], ShardingType.COLUMN_WISE, [1, 2, 9])
     doubled = TablePlan(tp.table, tp.sharding, (tp.shards[0], replace(tp.shards[1], rank=1), tp.shards[2]))
     assert np.array_equal(placer.contribution(doubled).vec, placer._contribution(doubled).vec)
+
+
+def test_rank_totals_compiled_equal_the_array_formula_bit_for_bit():
+    """CostModel.totals (one compiled loop over the ranks) gives CostModel.totals_np's figures
+    (numpy's array operations), bit for bit, on random states: kernels on some ranks only,
+    empty and full AlltoAll terms, with and without data-parallel bytes."""
+    from planner_cases import skewed_workload, small_system
+
+    from neonic.host.planner import CostModel
+    from neonic.host.planner.cost import State
+
+    cost = CostModel(skewed_workload(6), small_system(nodes=2, g=4))
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        st = State.empty(cost.world)
+        v = st.vec
+        v[0:3] = rng.uniform(0, 1e-3, (3, cost.world)) * (rng.uniform(size=(3, cost.world)) < 0.8)
+        v[3] = rng.integers(0, 3, cost.world)
+        v[4:24] = rng.uniform(0, 1e7, (20, cost.world)) * (rng.uniform(size=(20, cost.world)) < 0.6)
+        st.dp_bytes = float(rng.choice([0.0, 1e8]))
+        assert cost.totals(st).tobytes() == cost.totals_np(st).tobytes()
