@@ -375,12 +375,17 @@ def _drain_np(alive, rem, rate, dts, lo, hi):
             rem[c] = r
 
 
-def _step_range_np(alive, rem, rate, dt, span, now, pred, coalesce, youngest, links, level, order, lo, hi):
+def _step_range_np(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order, lo, hi):
     """:func:`step` with link levels for the classes ``lo:hi`` only, the rates updated in place
-    (each class's old rate read before its new one is written); candidates as global indices."""
+    (each class's old rate read before its new one is written); candidates as global indices.
+    ``dts``: the windows since the classes were last brought up to date, drained at the old
+    rates one after the other (:func:`drain`), the last one in the step itself."""
     from .maxmin import rates_from_levels
 
     sl = slice(lo, hi)
+    if dts.size > 1:
+        _drain_np(alive, rem, rate, dts[:-1], lo, hi)
+    dt = float(dts[-1]) if dts.size else 0.0
     old = rate[sl].copy()
     new = rates_from_levels(links[sl], alive[sl], level, order)
     t_min, t_max, cand = _step_np(alive[sl], rem[sl], old, dt, span, now, new, pred[sl], coalesce, youngest, False,
@@ -449,9 +454,10 @@ if HAVE_NUMBA:
     _STEP_BLOCK = 512  # flows per block of _step_range_nb (a few KiB of each array: in L1)
 
     @njit(cache=True, nogil=True, error_model="numpy")
-    def _step_range_nb(alive, rem, rate, dt, span, now, pred, coalesce, youngest, links, level, order, lo,
+    def _step_range_nb(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order, lo,
                        hi):  # pragma: no cover
-        # Block by block: first every flow's rate, bytes left and prediction, branch-free (a
+        # Block by block: first every flow's rate, bytes left (drained window by window over
+        # ``dts``, as _drain_nb then _left_nb would, in one pass) and prediction, branch-free (a
         # finished flow's values are computed and discarded by a select), then the block's
         # candidates against the bound of the earliest end so far. The per-flow arithmetic is
         # _left_nb's and first_saturated_level's; the candidates are those of _step_nb (a
@@ -485,9 +491,11 @@ if HAVE_NUMBA:
                 rate[c] = new
                 r0 = rem[c]
                 r = r0
-                if dt != 0:  # _left_nb, its rise credit as a select
-                    r = r - old * dt
-                    r = r if r > 0.0 else 0.0
+                for w in range(dts.shape[0]):  # _drain_nb's windows, then _left_nb (its credit a select)
+                    dt = dts[w]
+                    if dt != 0:
+                        r = r - old * dt
+                        r = r if r > 0.0 else 0.0
                 if span > 0.0:
                     d = new - old
                     r2 = r - d * span

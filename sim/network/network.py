@@ -1151,13 +1151,18 @@ class Network:
         their ``t_ref``, get the credit, and predict; the others keep their predictions."""
         c = g._comp
         running = id(g) in previous
+        t = self._recomputes[-2] if running else now
+        none = np.zeros(1)
         for i in np.flatnonzero(c.dirty):
             lo, hi = int(c.starts[i]), int(c.starts[i + 1])
-            if running:  # the windows it sat out, then the last one in the pass
-                self._catch_up(g, i, self._recomputes[-2])
-            dt = float(now - c.t_ref[i]) if running else 0.0
+            if running:  # the windows it sat out, then the last one, drained in the step's pass
+                t_ref = int(c.t_ref[i])
+                last = np.array([float(now - max(t, t_ref))])
+                dts = np.concatenate([self._windows(t_ref, t), last]) if t > t_ref else last
+            else:
+                dts = none
             c.tmin[i], c.tlast[i], c.cand[i] = K.step_range(
-                g._alive, g._rem, g._rate, dt, span if running else 0.0, float(now), g._pred, self.coalesce_rel,
+                g._alive, g._rem, g._rate, dts, span if running else 0.0, float(now), g._pred, self.coalesce_rel,
                 youngest, g._links, c.level, c.order, lo, hi)
             c.t_ref[i] = now
         c.dirty[:] = False

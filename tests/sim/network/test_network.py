@@ -375,6 +375,46 @@ def test_components_kernel_finds_the_link_disjoint_parts():
     assert K._components_np(links, finite).tolist() == expect
 
 
+def test_the_compiled_part_step_equals_its_numpy_twin_bit_for_bit():
+    """``_kernels.step_range`` (a lone group's part: drain the windows it sat out and the last
+    one at the old rates, credit, new rates from the link levels, predictions, candidates) is
+    compiled block by block with selects; on random states (finished flows, flows whose bytes
+    run out in a window, rises and falls of rate, two and three links per flow, links that never
+    saturate) it gives the numpy twin's rates, bytes, predictions and candidates to the bit."""
+    from neonic.sim.network import _kernels as K
+
+    if K.step_range is K._step_range_np:
+        pytest.skip("numba not installed: the twin is the kernel")
+    rng = np.random.default_rng(7)
+    big = np.iinfo(np.int64).max
+    for _ in range(200):
+        F, H, L = int(rng.integers(1, 3000)), int(rng.integers(2, 4)), 40
+        links = rng.integers(0, L, size=(F, H)).astype(np.int32)
+        level = rng.uniform(0.1, 2.0, L)
+        order = rng.permutation(L).astype(np.int64)
+        never = rng.random(L) < 0.2
+        level[never], order[never] = np.inf, big
+        alive = rng.random(F) < 0.8
+        rem = np.where(rng.random(F) < 0.05, 0.0, rng.uniform(0, 1e6, F))
+        rate = rng.uniform(0.01, 2.0, F)
+        pred = rng.uniform(0, 1e6, F)
+        dts = rng.choice([0.0, 10.0, 3e5], size=int(rng.integers(1, 4)))
+        span = float(rng.choice([0.0, 50.0]))
+        lo = int(rng.integers(0, F))
+        hi = int(rng.integers(lo, F + 1))
+        args = (dts, span, 1e6, None, 0.02, float(rng.uniform(0, 1e6)), links, level, order, lo, hi)
+        a = [alive.copy(), rem.copy(), rate.copy(), pred.copy()]
+        b = [alive.copy(), rem.copy(), rate.copy(), pred.copy()]
+        out = []
+        for fn, (al, rm, rt, pr) in ((K.step_range, a), (K._step_range_np, b)):
+            d, sp, now, _, co, yo, lk, lv, od, l0, h0 = args
+            out.append(fn(al, rm, rt, d, sp, now, pr, co, yo, lk, lv, od, l0, h0))
+        assert out[0][0] == out[1][0] and out[0][1] == out[1][1]
+        np.testing.assert_array_equal(out[0][2], out[1][2])
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
 @pytest.mark.parametrize("case", ["plain", "slowed_nic"])
 @pytest.mark.parametrize("throttled", [False, True])
 def test_dense_nic_parts_in_shared_and_throttled_solves_change_nothing(case, throttled):
