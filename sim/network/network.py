@@ -140,7 +140,7 @@ class _Components:
     """
 
     __slots__ = ("starts", "cflow", "link_comp", "dirty", "t_ref", "tmin", "tlast", "cand", "level", "order", "dense",
-                 "cell")
+                 "cell", "live")
 
     def __init__(self, starts: np.ndarray, cflow: np.ndarray, link_comp: np.ndarray, now: int) -> None:
         C = starts.size - 1
@@ -157,6 +157,8 @@ class _Components:
         # flow its cell (row, column) in its part's W (-1: not in a dense part)
         self.dense: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * C
         self.cell = np.full((cflow.size, 2), -1, dtype=np.int32)
+        # per dense part, the live flows in each row and each column of its W
+        self.live: list[tuple[np.ndarray, np.ndarray] | None] = [None] * C
         self.order = np.full(link_comp.size, np.iinfo(np.int64).max, dtype=np.int64)  # never saturated
 
 
@@ -425,6 +427,7 @@ class Network:
                             sel = cells[dense & (parts == i)]
                             c.dense[i][0][sel[:, 0], sel[:, 1]] = 0.0
                             c.dense[i][1][sel[:, 1], sel[:, 0]] = 0.0
+                            self._dense_finished(c, i, sel)
                 # they arrive one route latency after their predicted end (pred <= now <= the
                 # horizon they were predicted under)
                 K.finish_cls(done, g._pred, cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
@@ -535,6 +538,48 @@ class Network:
         comp.dense[i] = (W[0], np.ascontiguousarray(W[0].T), A, B)
         comp.cell[lo:hi, 0] = ia
         comp.cell[lo:hi, 1] = jb
+        live = g._alive[lo:hi]
+        comp.live[i] = (np.bincount(ia[live], minlength=A.size), np.bincount(jb[live], minlength=B.size))
+
+    #: a dense part's matrix is cut down to its live rows and columns once they span at most this
+    #: fraction of it (0: never)
+    dense_shrink_at = 0.5
+
+    def _dense_finished(self, comp: _Components, i: int, cells: np.ndarray) -> None:
+        """Flows of dense part ``i`` at ``cells`` (row, column) finished (their weights are 0
+        now). Once the rows and columns that still hold a live flow span at most
+        ``dense_shrink_at`` of the matrix, the matrix keeps only those: every other link of the
+        part has no live flow, so it never takes part in the filling (``maxmin._fill_dense``
+        leaves a link without flows out, at level inf), and a sum that skips exact zeros is the
+        same sum. The levels and orders are those of the whole matrix, at a fraction of the cost
+        (an AlltoAllv's last solves have a few sources left)."""
+        rows, cols = comp.live[i]
+        rows -= np.bincount(cells[:, 0], minlength=rows.size)
+        cols -= np.bincount(cells[:, 1], minlength=cols.size)
+        W, WT, A, B = comp.dense[i]
+        r, k = np.flatnonzero(rows), np.flatnonzero(cols)
+        if r.size == 0 or k.size == 0 or r.size * k.size > self.dense_shrink_at * W.size:
+            return
+        rmap = np.full(A.size, -1, dtype=np.int32)
+        rmap[r] = np.arange(r.size, dtype=np.int32)
+        kmap = np.full(B.size, -1, dtype=np.int32)
+        kmap[k] = np.arange(k.size, dtype=np.int32)
+        lo, hi = int(comp.starts[i]), int(comp.starts[i + 1])
+        cell = comp.cell[lo:hi]
+        on = cell[:, 0] >= 0
+        nr = np.where(on, rmap[np.where(on, cell[:, 0], 0)], -1)
+        nk = np.where(on, kmap[np.where(on, cell[:, 1], 0)], -1)
+        gone = (nr < 0) | (nk < 0)  # finished flows of the rows and columns left out
+        nr[gone] = -1
+        nk[gone] = -1
+        cell[:, 0] = nr
+        cell[:, 1] = nk
+        out = np.concatenate([A[rows == 0], B[cols == 0]])
+        comp.level[out] = np.inf
+        comp.order[out] = np.iinfo(np.int64).max
+        W2 = np.ascontiguousarray(W[np.ix_(r, k)])
+        comp.dense[i] = (W2, np.ascontiguousarray(W2.T), A[r], B[k])
+        comp.live[i] = (rows[r].copy(), cols[k].copy())
 
     def _bipartite(self, links: np.ndarray, factorf: np.ndarray, live: np.ndarray):
         """The dense form of a part (its flows' ``links``, factors, live flags) when it is
@@ -758,10 +803,8 @@ class Network:
             g = groups[0]
             c = g._comp
             if g._index is None:  # over the sparse parts' links only (the dense parts keep their W)
-                dense_link = np.zeros(topo.capacity.size, dtype=bool)
-                for d in c.dense:
-                    if d is not None:
-                        dense_link[d[2]] = dense_link[d[3]] = True
+                is_dense = np.array([d is not None for d in c.dense])
+                dense_link = (c.link_comp >= 0) & is_dense[np.maximum(c.link_comp, 0)]
                 g._index = LinkEntries(g._links, g._factor, np.where(dense_link, np.inf, topo.capacity))
                 g._index.set_alive(g._alive)
             sparse = c.dirty & np.array([d is None for d in c.dense])

@@ -363,6 +363,36 @@ def test_link_disjoint_parts_of_a_lone_group_are_solved_apart_without_changing_r
         assert na.solved_flows == nb.solved_flows and na.solved_classes < nb.solved_classes
 
 
+@pytest.mark.parametrize("case", ["uneven", "slowed_nic"])
+def test_a_dense_part_cut_to_its_live_rows_and_columns_changes_no_bit(case):
+    """As an AlltoAllv's sources finish, its dense NIC part keeps only the rows and columns that
+    still hold a live flow (``dense_shrink_at``): the same arrival of every flow and the same
+    link bytes, to the bit, as the whole matrix to the end; and the matrix does shrink."""
+    topo = small_topology(nodes=4, gpus=4)
+    if case == "slowed_nic":
+        topo.capacity = topo.capacity.copy()
+        topo.capacity[topo._base["nic_rx"] + 3] *= 0.37
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
+    out = []
+    for shrink in (0.0, 0.5):
+        eng = Engine()
+        net = Network(eng, topo)
+        net.dense_min_flows = 16  # the NIC part (192 flows) is dense
+        net.dense_shrink_at = shrink
+        g = net.start_flows(src, dst, sizes)
+        cells = []
+        while eng.step():
+            if g._comp:
+                d = [x for x in g._comp.dense if x is not None]
+                cells.append(d[0][0].size if d else 0)
+        out.append((g.finish_ps.copy(), net.link_bytes.copy(), net.link_wire_bytes.copy(), cells))
+    (fa, la, wa, ca), (fb, lb, wb, cb) = out
+    np.testing.assert_array_equal(fa, fb)
+    np.testing.assert_array_equal(la, lb)
+    np.testing.assert_array_equal(wa, wb)
+    assert set(ca) == {ca[0]} and min(cb) <= ca[0] // 2
+
+
 def test_components_kernel_finds_the_link_disjoint_parts():
     """Flows sharing a finite link (transitively) are one part; infinite links join nothing; a
     flow on infinite links only is a part of its own. The numpy twin agrees."""
