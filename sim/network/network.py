@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -140,7 +141,7 @@ class _Components:
     """
 
     __slots__ = ("starts", "cflow", "link_comp", "dirty", "t_ref", "tmin", "tlast", "cand", "level", "order", "dense",
-                 "cell", "live")
+                 "cell", "live", "nlive")
 
     def __init__(self, starts: np.ndarray, cflow: np.ndarray, link_comp: np.ndarray, now: int) -> None:
         C = starts.size - 1
@@ -148,6 +149,7 @@ class _Components:
         self.cflow = cflow  # part of each flow
         self.link_comp = link_comp  # part of each link (-1: no flow of the group crosses it)
         self.dirty = np.ones(C, dtype=bool)
+        self.nlive = np.bincount(cflow, minlength=C)  # live flows per part (all, at the start)
         self.t_ref = np.full(C, now, dtype=np.int64)
         self.tmin = np.full(C, np.inf)
         self.tlast = np.full(C, -np.inf)
@@ -420,6 +422,7 @@ class Network:
                     c = g._comp
                     parts = c.cflow[done]
                     c.dirty[parts] = True
+                    c.nlive -= np.bincount(parts, minlength=c.nlive.size)
                     cells = c.cell[done]
                     dense = cells[:, 0] >= 0
                     if dense.any():
@@ -820,7 +823,7 @@ class Network:
                 c.level[A], c.level[B] = level[:A.size], level[A.size:]
                 c.order[A], c.order[B] = order[:A.size], order[A.size:]
             # every live flow's rate is known after it; the solver saw those of the re-solved parts
-            self.solved_classes += sum(int(g._alive[c.starts[i]:c.starts[i + 1]].sum()) for i in np.flatnonzero(c.dirty))
+            self.solved_classes += int(c.nlive[c.dirty].sum())
             self.solved_flows += g._remaining
         elif len(groups) == 1:
             g = groups[0]
@@ -1188,6 +1191,43 @@ class Network:
         flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite, skip=skip),
                      wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
 
+    #: parts of at least this many flows are stepped in two threads, one half each (the compiled
+    #: step holds no lock); fewer: in one call
+    step_split_flows = 1 << 16
+
+    @staticmethod
+    def _step_halves(args: tuple, lo: int, hi: int) -> tuple[float, float, np.ndarray]:
+        """``K.step_range(*args, lo, hi)`` as two calls on the halves of ``lo:hi``, the second in
+        a thread of its own: each flow's arithmetic is its own, so the arrays get the same bits;
+        the earliest end is the smaller, the latest the larger (NaN if either is: the step's
+        rule), and the candidates are both halves' (each a superset, as the step's own) kept
+        where their prediction is within the bound of the earliest end, in flow order, as the
+        step's final filter keeps them."""
+        mid = (lo + hi) // 2
+        box: list = []
+
+        def second() -> None:
+            try:
+                box.append(K.step_range(*args, mid, hi))
+            except BaseException as e:  # raised again in the caller's thread
+                box.append(e)
+
+        th = threading.Thread(target=second, name="neonic-step-half")
+        th.start()
+        try:
+            a = K.step_range(*args, lo, mid)
+        finally:
+            th.join()
+        b = box[0]
+        if isinstance(b, BaseException):
+            raise b
+        t_min = min(a[0], b[0])
+        t_max = math.nan if (a[1] != a[1] or b[1] != b[1]) else max(a[1], b[1])
+        now, pred, coalesce, youngest = args[5], args[6], args[7], args[8]
+        bound = K._bound_nb(t_min, now, coalesce, youngest)
+        cand = np.concatenate([a[2], b[2]])
+        return t_min, t_max, cand[pred[cand] <= bound]
+
     def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,
                        youngest: float) -> tuple[float, float]:
         """:meth:`_predict`'s pass for a lone group by parts: the re-solved parts drain from
@@ -1204,9 +1244,12 @@ class Network:
                 dts = np.concatenate([self._windows(t_ref, t), last]) if t > t_ref else last
             else:
                 dts = none
-            c.tmin[i], c.tlast[i], c.cand[i] = K.step_range(
-                g._alive, g._rem, g._rate, dts, span if running else 0.0, float(now), g._pred, self.coalesce_rel,
-                youngest, g._links, c.level, c.order, lo, hi)
+            args = (g._alive, g._rem, g._rate, dts, span if running else 0.0, float(now), g._pred, self.coalesce_rel,
+                    youngest, g._links, c.level, c.order)
+            if hi - lo >= self.step_split_flows and K.step_range is not K._step_range_np:
+                c.tmin[i], c.tlast[i], c.cand[i] = self._step_halves(args, lo, hi)
+            else:
+                c.tmin[i], c.tlast[i], c.cand[i] = K.step_range(*args, lo, hi)
             c.t_ref[i] = now
         c.dirty[:] = False
         g._cand = np.concatenate(c.cand) if len(c.cand) > 1 else c.cand[0]

@@ -393,6 +393,24 @@ def test_a_dense_part_cut_to_its_live_rows_and_columns_changes_no_bit(case):
     assert set(ca) == {ca[0]} and min(cb) <= ca[0] // 2
 
 
+def test_a_large_part_stepped_in_two_threads_changes_no_bit():
+    """A part of ``step_split_flows`` flows or more is stepped as two halves, one in a thread of
+    its own: every flow's arrival, the link bytes and the solves are those of one call."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=9)
+    out = []
+    for split in (10**9, 16):
+        eng = Engine()
+        net = Network(eng, topo)
+        net.dense_min_flows = 16
+        net.step_split_flows = split
+        g = net.start_flows(src, dst, sizes)
+        eng.run()
+        out.append((g.finish_ps, net.link_bytes, net.link_wire_bytes, net.solves))
+    for x, y in zip(*out):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_components_kernel_finds_the_link_disjoint_parts():
     """Flows sharing a finite link (transitively) are one part; infinite links join nothing; a
     flow on infinite links only is a part of its own. The numpy twin agrees."""
