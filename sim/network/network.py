@@ -36,7 +36,10 @@ finished; the others keep their rates, predictions and candidates, drain their b
 window when they are next solved (the same arithmetic as a drain at every recompute), and
 their candidates are re-predicted as at the last recompute before they may retire. A part that
 is a dense bipartite flow set (an AlltoAllv's NIC flows with one NIC per GPU) is filled from a
-weight matrix (``maxmin._fill_dense``, levels and order bit-identical to the sparse filling).
+weight matrix (``maxmin._fill_dense``, levels and order bit-identical to the sparse filling);
+once its live flows' rows and columns span half the matrix or less, the matrix keeps only
+those (the same levels). A part of ``step_split_flows`` flows or more is stepped in two threads,
+one half each (the same bits).
 Collective times and link bytes are those of solving every part at every recompute; a flow's
 arrival may move by 1 ps where its prediction is mathematically a whole picosecond (a tie
 between parts in the filling's 1e-12 tolerance, or a last-bit difference, rounds it the other
