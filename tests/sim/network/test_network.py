@@ -411,6 +411,20 @@ def test_a_large_part_stepped_in_two_threads_changes_no_bit():
         np.testing.assert_array_equal(x, y)
 
 
+def test_node_of_names_each_endpoints_node_for_gpus_and_hosts_alike():
+    """GPU ``e`` is on node ``e // gpus_per_node``, host ``num_gpus + n`` on node ``n``: for a
+    large array of GPU ids (a shift), a mixed one, int32 ids and one id."""
+    topo = small_topology(nodes=4, gpus=4)
+    rng = np.random.default_rng(0)
+    gpus = rng.integers(0, topo.num_gpus, 10_000)
+    mixed = rng.integers(0, topo.num_endpoints, 10_000)
+    for e in (gpus, gpus.astype(np.int32), mixed, np.int64(13), np.int64(topo.num_gpus + 2)):
+        e = np.asarray(e)
+        expect = np.where(e < topo.num_gpus, e // 4, e - topo.num_gpus)
+        np.testing.assert_array_equal(topo.node_of(e), expect)
+        assert topo.node_of(e).dtype == expect.dtype
+
+
 def test_components_kernel_finds_the_link_disjoint_parts():
     """Flows sharing a finite link (transitively) are one part; infinite links join nothing; a
     flow on infinite links only is a part of its own. The numpy twin agrees."""
