@@ -375,12 +375,17 @@ def _drain_np(alive, rem, rate, dts, lo, hi):
             rem[c] = r
 
 
-def _step_range_np(alive, rem, rate, dt, span, now, pred, coalesce, youngest, links, level, order, lo, hi):
+def _step_range_np(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order, lo, hi):
     """:func:`step` with link levels for the classes ``lo:hi`` only, the rates updated in place
-    (each class's old rate read before its new one is written); candidates as global indices."""
+    (each class's old rate read before its new one is written); candidates as global indices.
+    ``dts``: the windows since the classes were last brought up to date, drained at the old
+    rates one after the other (:func:`drain`), the last one in the step itself."""
     from .maxmin import rates_from_levels
 
     sl = slice(lo, hi)
+    if dts.size > 1:
+        _drain_np(alive, rem, rate, dts[:-1], lo, hi)
+    dt = float(dts[-1]) if dts.size else 0.0
     old = rate[sl].copy()
     new = rates_from_levels(links[sl], alive[sl], level, order)
     t_min, t_max, cand = _step_np(alive[sl], rem[sl], old, dt, span, now, new, pred[sl], coalesce, youngest, False,
@@ -446,27 +451,76 @@ if HAVE_NUMBA:
                         r = r if r > 0.0 else 0.0
                 rem[c] = r
 
-    @njit(cache=True, nogil=True)
-    def _step_range_nb(alive, rem, rate, dt, span, now, pred, coalesce, youngest, links, level, order, lo,
+    _STEP_BLOCK = 512  # flows per block of _step_range_nb (a few KiB of each array: in L1)
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def _step_range_nb(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order, lo,
                        hi):  # pragma: no cover
+        # Block by block: first every flow's rate, bytes left (drained window by window over
+        # ``dts``, as _drain_nb then _left_nb would, in one pass) and prediction, branch-free (a
+        # finished flow's values are computed and discarded by a select), then the block's
+        # candidates against the bound of the earliest end so far. The per-flow arithmetic is
+        # _left_nb's and first_saturated_level's; the candidates are those of _step_nb (a
+        # superset filtered by _due_nb's final bound), so the results are the same bits. At a
+        # million flows this runs about a third faster than one branchy loop.
         cand = np.empty(hi - lo, dtype=np.int64)
         n = 0
         t_min = np.inf
         t_max = -np.inf
+        nan = False
         bound = np.inf
-        for c in range(lo, hi):
-            if not alive[c]:
-                pred[c] = np.inf
-                rate[c] = 0.0
-                continue
-            old = rate[c]
-            new = first_saturated_level(links, c, order, level)
-            rate[c] = new
-            r = _left_nb(rem[c], old, new, dt, span)
-            rem[c] = r
-            p = now + r / new
-            pred[c] = p
-            t_min, t_max, bound, n = _note_nb(p, c, t_min, t_max, bound, cand, n, now, coalesce, youngest)
+        H = links.shape[1]
+        big = np.iinfo(np.int64).max
+        for b0 in range(lo, hi, _STEP_BLOCK):
+            b1 = min(b0 + _STEP_BLOCK, hi)
+            bmin = np.inf
+            bmax = -np.inf
+            bnan = False
+            for c in range(b0, b1):
+                a = alive[c]
+                old = rate[c]
+                if H == 2:  # first_saturated_level over two links, as selects
+                    k0 = links[c, 0]
+                    k1 = links[c, 1]
+                    o0 = order[k0]
+                    new = level[k0] if o0 < big else np.inf
+                    new = level[k1] if order[k1] < o0 else new
+                else:
+                    new = first_saturated_level(links, c, order, level)
+                new = new if a else 0.0
+                rate[c] = new
+                r0 = rem[c]
+                r = r0
+                for w in range(dts.shape[0]):  # _drain_nb's windows, then _left_nb (its credit a select)
+                    dt = dts[w]
+                    if dt != 0:
+                        r = r - old * dt
+                        r = r if r > 0.0 else 0.0
+                if span > 0.0:
+                    d = new - old
+                    r2 = r - d * span
+                    r2 = r2 if r2 > 0.0 else 0.0
+                    r = r2 if d > 0.0 else r
+                r = r if a else r0
+                rem[c] = r
+                p = now + r / new
+                p = p if a else np.inf
+                pred[c] = p
+                bmin = p if p < bmin else bmin
+                bmax = p if (p > bmax and a) else bmax
+                bnan = bnan | (p != p)
+            if bmin < t_min:
+                t_min = bmin
+                bound = _bound_nb(t_min, now, coalesce, youngest)
+            if bmax > t_max:
+                t_max = bmax
+            nan = nan | bnan
+            for c in range(b0, b1):
+                if alive[c] and pred[c] <= bound:
+                    cand[n] = c
+                    n += 1
+        if nan:  # _note_nb: a NaN prediction is the latest end
+            t_max = np.nan
         return t_min, t_max, _due_nb(cand, n, pred, t_min, now, coalesce, youngest)
 
     components, drain, step_range = _components_nb, _drain_nb, _step_range_nb

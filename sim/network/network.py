@@ -36,7 +36,10 @@ finished; the others keep their rates, predictions and candidates, drain their b
 window when they are next solved (the same arithmetic as a drain at every recompute), and
 their candidates are re-predicted as at the last recompute before they may retire. A part that
 is a dense bipartite flow set (an AlltoAllv's NIC flows with one NIC per GPU) is filled from a
-weight matrix (``maxmin._fill_dense``, levels and order bit-identical to the sparse filling).
+weight matrix (``maxmin._fill_dense``, levels and order bit-identical to the sparse filling);
+once its live flows' rows and columns span half the matrix or less, the matrix keeps only
+those (the same levels). A part of ``step_split_flows`` flows or more is stepped in two threads,
+one half each (the same bits).
 Collective times and link bytes are those of solving every part at every recompute; a flow's
 arrival may move by 1 ps where its prediction is mathematically a whole picosecond (a tie
 between parts in the filling's 1e-12 tolerance, or a last-bit difference, rounds it the other
@@ -59,6 +62,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -140,7 +144,7 @@ class _Components:
     """
 
     __slots__ = ("starts", "cflow", "link_comp", "dirty", "t_ref", "tmin", "tlast", "cand", "level", "order", "dense",
-                 "cell")
+                 "cell", "live", "nlive")
 
     def __init__(self, starts: np.ndarray, cflow: np.ndarray, link_comp: np.ndarray, now: int) -> None:
         C = starts.size - 1
@@ -148,6 +152,7 @@ class _Components:
         self.cflow = cflow  # part of each flow
         self.link_comp = link_comp  # part of each link (-1: no flow of the group crosses it)
         self.dirty = np.ones(C, dtype=bool)
+        self.nlive = np.bincount(cflow, minlength=C)  # live flows per part (all, at the start)
         self.t_ref = np.full(C, now, dtype=np.int64)
         self.tmin = np.full(C, np.inf)
         self.tlast = np.full(C, -np.inf)
@@ -157,6 +162,8 @@ class _Components:
         # flow its cell (row, column) in its part's W (-1: not in a dense part)
         self.dense: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * C
         self.cell = np.full((cflow.size, 2), -1, dtype=np.int32)
+        # per dense part, the live flows in each row and each column of its W
+        self.live: list[tuple[np.ndarray, np.ndarray] | None] = [None] * C
         self.order = np.full(link_comp.size, np.iinfo(np.int64).max, dtype=np.int64)  # never saturated
 
 
@@ -418,6 +425,7 @@ class Network:
                     c = g._comp
                     parts = c.cflow[done]
                     c.dirty[parts] = True
+                    c.nlive -= np.bincount(parts, minlength=c.nlive.size)
                     cells = c.cell[done]
                     dense = cells[:, 0] >= 0
                     if dense.any():
@@ -425,6 +433,7 @@ class Network:
                             sel = cells[dense & (parts == i)]
                             c.dense[i][0][sel[:, 0], sel[:, 1]] = 0.0
                             c.dense[i][1][sel[:, 1], sel[:, 0]] = 0.0
+                            self._dense_finished(c, i, sel)
                 # they arrive one route latency after their predicted end (pred <= now <= the
                 # horizon they were predicted under)
                 K.finish_cls(done, g._pred, cl.members, cl.starts, g._lat, g._orig, g.finish_ps)
@@ -535,6 +544,48 @@ class Network:
         comp.dense[i] = (W[0], np.ascontiguousarray(W[0].T), A, B)
         comp.cell[lo:hi, 0] = ia
         comp.cell[lo:hi, 1] = jb
+        live = g._alive[lo:hi]
+        comp.live[i] = (np.bincount(ia[live], minlength=A.size), np.bincount(jb[live], minlength=B.size))
+
+    #: a dense part's matrix is cut down to its live rows and columns once they span at most this
+    #: fraction of it (0: never)
+    dense_shrink_at = 0.5
+
+    def _dense_finished(self, comp: _Components, i: int, cells: np.ndarray) -> None:
+        """Flows of dense part ``i`` at ``cells`` (row, column) finished (their weights are 0
+        now). Once the rows and columns that still hold a live flow span at most
+        ``dense_shrink_at`` of the matrix, the matrix keeps only those: every other link of the
+        part has no live flow, so it never takes part in the filling (``maxmin._fill_dense``
+        leaves a link without flows out, at level inf), and a sum that skips exact zeros is the
+        same sum. The levels and orders are those of the whole matrix, at a fraction of the cost
+        (an AlltoAllv's last solves have a few sources left)."""
+        rows, cols = comp.live[i]
+        rows -= np.bincount(cells[:, 0], minlength=rows.size)
+        cols -= np.bincount(cells[:, 1], minlength=cols.size)
+        W, WT, A, B = comp.dense[i]
+        r, k = np.flatnonzero(rows), np.flatnonzero(cols)
+        if r.size == 0 or k.size == 0 or r.size * k.size > self.dense_shrink_at * W.size:
+            return
+        rmap = np.full(A.size, -1, dtype=np.int32)
+        rmap[r] = np.arange(r.size, dtype=np.int32)
+        kmap = np.full(B.size, -1, dtype=np.int32)
+        kmap[k] = np.arange(k.size, dtype=np.int32)
+        lo, hi = int(comp.starts[i]), int(comp.starts[i + 1])
+        cell = comp.cell[lo:hi]
+        on = cell[:, 0] >= 0
+        nr = np.where(on, rmap[np.where(on, cell[:, 0], 0)], -1)
+        nk = np.where(on, kmap[np.where(on, cell[:, 1], 0)], -1)
+        gone = (nr < 0) | (nk < 0)  # finished flows of the rows and columns left out
+        nr[gone] = -1
+        nk[gone] = -1
+        cell[:, 0] = nr
+        cell[:, 1] = nk
+        out = np.concatenate([A[rows == 0], B[cols == 0]])
+        comp.level[out] = np.inf
+        comp.order[out] = np.iinfo(np.int64).max
+        W2 = np.ascontiguousarray(W[np.ix_(r, k)])
+        comp.dense[i] = (W2, np.ascontiguousarray(W2.T), A[r], B[k])
+        comp.live[i] = (rows[r].copy(), cols[k].copy())
 
     def _bipartite(self, links: np.ndarray, factorf: np.ndarray, live: np.ndarray):
         """The dense form of a part (its flows' ``links``, factors, live flags) when it is
@@ -758,10 +809,8 @@ class Network:
             g = groups[0]
             c = g._comp
             if g._index is None:  # over the sparse parts' links only (the dense parts keep their W)
-                dense_link = np.zeros(topo.capacity.size, dtype=bool)
-                for d in c.dense:
-                    if d is not None:
-                        dense_link[d[2]] = dense_link[d[3]] = True
+                is_dense = np.array([d is not None for d in c.dense])
+                dense_link = (c.link_comp >= 0) & is_dense[np.maximum(c.link_comp, 0)]
                 g._index = LinkEntries(g._links, g._factor, np.where(dense_link, np.inf, topo.capacity))
                 g._index.set_alive(g._alive)
             sparse = c.dirty & np.array([d is None for d in c.dense])
@@ -777,7 +826,7 @@ class Network:
                 c.level[A], c.level[B] = level[:A.size], level[A.size:]
                 c.order[A], c.order[B] = order[:A.size], order[A.size:]
             # every live flow's rate is known after it; the solver saw those of the re-solved parts
-            self.solved_classes += sum(int(g._alive[c.starts[i]:c.starts[i + 1]].sum()) for i in np.flatnonzero(c.dirty))
+            self.solved_classes += int(c.nlive[c.dirty].sum())
             self.solved_flows += g._remaining
         elif len(groups) == 1:
             g = groups[0]
@@ -1145,20 +1194,65 @@ class Network:
         flows.update(links=links, factor=factor, index=LinkEntries(links, factor, finite, skip=skip),
                      wire=np.concatenate([topo.wire, np.zeros(2 * endpoints, dtype=bool)]))
 
+    #: parts of at least this many flows are stepped in two threads, one half each (the compiled
+    #: step holds no lock); fewer: in one call
+    step_split_flows = 1 << 16
+
+    @staticmethod
+    def _step_halves(args: tuple, lo: int, hi: int) -> tuple[float, float, np.ndarray]:
+        """``K.step_range(*args, lo, hi)`` as two calls on the halves of ``lo:hi``, the second in
+        a thread of its own: each flow's arithmetic is its own, so the arrays get the same bits;
+        the earliest end is the smaller, the latest the larger (NaN if either is: the step's
+        rule), and the candidates are both halves' (each a superset, as the step's own) kept
+        where their prediction is within the bound of the earliest end, in flow order, as the
+        step's final filter keeps them."""
+        mid = (lo + hi) // 2
+        box: list = []
+
+        def second() -> None:
+            try:
+                box.append(K.step_range(*args, mid, hi))
+            except BaseException as e:  # raised again in the caller's thread
+                box.append(e)
+
+        th = threading.Thread(target=second, name="neonic-step-half")
+        th.start()
+        try:
+            a = K.step_range(*args, lo, mid)
+        finally:
+            th.join()
+        b = box[0]
+        if isinstance(b, BaseException):
+            raise b
+        t_min = min(a[0], b[0])
+        t_max = math.nan if (a[1] != a[1] or b[1] != b[1]) else max(a[1], b[1])
+        now, pred, coalesce, youngest = args[5], args[6], args[7], args[8]
+        bound = K._bound_nb(t_min, now, coalesce, youngest)
+        cand = np.concatenate([a[2], b[2]])
+        return t_min, t_max, cand[pred[cand] <= bound]
+
     def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,
                        youngest: float) -> tuple[float, float]:
         """:meth:`_predict`'s pass for a lone group by parts: the re-solved parts drain from
         their ``t_ref``, get the credit, and predict; the others keep their predictions."""
         c = g._comp
         running = id(g) in previous
+        t = self._recomputes[-2] if running else now
+        none = np.zeros(1)
         for i in np.flatnonzero(c.dirty):
             lo, hi = int(c.starts[i]), int(c.starts[i + 1])
-            if running:  # the windows it sat out, then the last one in the pass
-                self._catch_up(g, i, self._recomputes[-2])
-            dt = float(now - c.t_ref[i]) if running else 0.0
-            c.tmin[i], c.tlast[i], c.cand[i] = K.step_range(
-                g._alive, g._rem, g._rate, dt, span if running else 0.0, float(now), g._pred, self.coalesce_rel,
-                youngest, g._links, c.level, c.order, lo, hi)
+            if running:  # the windows it sat out, then the last one, drained in the step's pass
+                t_ref = int(c.t_ref[i])
+                last = np.array([float(now - max(t, t_ref))])
+                dts = np.concatenate([self._windows(t_ref, t), last]) if t > t_ref else last
+            else:
+                dts = none
+            args = (g._alive, g._rem, g._rate, dts, span if running else 0.0, float(now), g._pred, self.coalesce_rel,
+                    youngest, g._links, c.level, c.order)
+            if hi - lo >= self.step_split_flows and K.step_range is not K._step_range_np:
+                c.tmin[i], c.tlast[i], c.cand[i] = self._step_halves(args, lo, hi)
+            else:
+                c.tmin[i], c.tlast[i], c.cand[i] = K.step_range(*args, lo, hi)
             c.t_ref[i] = now
         c.dirty[:] = False
         g._cand = np.concatenate(c.cand) if len(c.cand) > 1 else c.cand[0]

@@ -363,6 +363,68 @@ def test_link_disjoint_parts_of_a_lone_group_are_solved_apart_without_changing_r
         assert na.solved_flows == nb.solved_flows and na.solved_classes < nb.solved_classes
 
 
+@pytest.mark.parametrize("case", ["uneven", "slowed_nic"])
+def test_a_dense_part_cut_to_its_live_rows_and_columns_changes_no_bit(case):
+    """As an AlltoAllv's sources finish, its dense NIC part keeps only the rows and columns that
+    still hold a live flow (``dense_shrink_at``): the same arrival of every flow and the same
+    link bytes, to the bit, as the whole matrix to the end; and the matrix does shrink."""
+    topo = small_topology(nodes=4, gpus=4)
+    if case == "slowed_nic":
+        topo.capacity = topo.capacity.copy()
+        topo.capacity[topo._base["nic_rx"] + 3] *= 0.37
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
+    out = []
+    for shrink in (0.0, 0.5):
+        eng = Engine()
+        net = Network(eng, topo)
+        net.dense_min_flows = 16  # the NIC part (192 flows) is dense
+        net.dense_shrink_at = shrink
+        g = net.start_flows(src, dst, sizes)
+        cells = []
+        while eng.step():
+            if g._comp:
+                d = [x for x in g._comp.dense if x is not None]
+                cells.append(d[0][0].size if d else 0)
+        out.append((g.finish_ps.copy(), net.link_bytes.copy(), net.link_wire_bytes.copy(), cells))
+    (fa, la, wa, ca), (fb, lb, wb, cb) = out
+    np.testing.assert_array_equal(fa, fb)
+    np.testing.assert_array_equal(la, lb)
+    np.testing.assert_array_equal(wa, wb)
+    assert set(ca) == {ca[0]} and min(cb) <= ca[0] // 2
+
+
+def test_a_large_part_stepped_in_two_threads_changes_no_bit():
+    """A part of ``step_split_flows`` flows or more is stepped as two halves, one in a thread of
+    its own: every flow's arrival, the link bytes and the solves are those of one call."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=9)
+    out = []
+    for split in (10**9, 16):
+        eng = Engine()
+        net = Network(eng, topo)
+        net.dense_min_flows = 16
+        net.step_split_flows = split
+        g = net.start_flows(src, dst, sizes)
+        eng.run()
+        out.append((g.finish_ps, net.link_bytes, net.link_wire_bytes, net.solves))
+    for x, y in zip(*out):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_node_of_names_each_endpoints_node_for_gpus_and_hosts_alike():
+    """GPU ``e`` is on node ``e // gpus_per_node``, host ``num_gpus + n`` on node ``n``: for a
+    large array of GPU ids (a shift), a mixed one, int32 ids and one id."""
+    topo = small_topology(nodes=4, gpus=4)
+    rng = np.random.default_rng(0)
+    gpus = rng.integers(0, topo.num_gpus, 10_000)
+    mixed = rng.integers(0, topo.num_endpoints, 10_000)
+    for e in (gpus, gpus.astype(np.int32), mixed, np.int64(13), np.int64(topo.num_gpus + 2)):
+        e = np.asarray(e)
+        expect = np.where(e < topo.num_gpus, e // 4, e - topo.num_gpus)
+        np.testing.assert_array_equal(topo.node_of(e), expect)
+        assert topo.node_of(e).dtype == expect.dtype
+
+
 def test_components_kernel_finds_the_link_disjoint_parts():
     """Flows sharing a finite link (transitively) are one part; infinite links join nothing; a
     flow on infinite links only is a part of its own. The numpy twin agrees."""
@@ -373,6 +435,46 @@ def test_components_kernel_finds_the_link_disjoint_parts():
     expect = [0, 0, 1, 1, 1, 2, 3, 0]  # flows 2 and 3 share no link, but both share one with flow 4
     assert K.components(links, finite).tolist() == expect
     assert K._components_np(links, finite).tolist() == expect
+
+
+def test_the_compiled_part_step_equals_its_numpy_twin_bit_for_bit():
+    """``_kernels.step_range`` (a lone group's part: drain the windows it sat out and the last
+    one at the old rates, credit, new rates from the link levels, predictions, candidates) is
+    compiled block by block with selects; on random states (finished flows, flows whose bytes
+    run out in a window, rises and falls of rate, two and three links per flow, links that never
+    saturate) it gives the numpy twin's rates, bytes, predictions and candidates to the bit."""
+    from neonic.sim.network import _kernels as K
+
+    if K.step_range is K._step_range_np:
+        pytest.skip("numba not installed: the twin is the kernel")
+    rng = np.random.default_rng(7)
+    big = np.iinfo(np.int64).max
+    for _ in range(200):
+        F, H, L = int(rng.integers(1, 3000)), int(rng.integers(2, 4)), 40
+        links = rng.integers(0, L, size=(F, H)).astype(np.int32)
+        level = rng.uniform(0.1, 2.0, L)
+        order = rng.permutation(L).astype(np.int64)
+        never = rng.random(L) < 0.2
+        level[never], order[never] = np.inf, big
+        alive = rng.random(F) < 0.8
+        rem = np.where(rng.random(F) < 0.05, 0.0, rng.uniform(0, 1e6, F))
+        rate = rng.uniform(0.01, 2.0, F)
+        pred = rng.uniform(0, 1e6, F)
+        dts = rng.choice([0.0, 10.0, 3e5], size=int(rng.integers(1, 4)))
+        span = float(rng.choice([0.0, 50.0]))
+        lo = int(rng.integers(0, F))
+        hi = int(rng.integers(lo, F + 1))
+        args = (dts, span, 1e6, None, 0.02, float(rng.uniform(0, 1e6)), links, level, order, lo, hi)
+        a = [alive.copy(), rem.copy(), rate.copy(), pred.copy()]
+        b = [alive.copy(), rem.copy(), rate.copy(), pred.copy()]
+        out = []
+        for fn, (al, rm, rt, pr) in ((K.step_range, a), (K._step_range_np, b)):
+            d, sp, now, _, co, yo, lk, lv, od, l0, h0 = args
+            out.append(fn(al, rm, rt, d, sp, now, pr, co, yo, lk, lv, od, l0, h0))
+        assert out[0][0] == out[1][0] and out[0][1] == out[1][1]
+        np.testing.assert_array_equal(out[0][2], out[1][2])
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
 
 
 @pytest.mark.parametrize("case", ["plain", "slowed_nic"])
