@@ -68,6 +68,20 @@ ST = ShardingType
 #: holds only while the plan keeps its sharding types from 1 to 16 nodes.
 DEFAULT_DESCENTS = 1
 
+#: Steps of the balancing search (:meth:`NeoPlanner.balance`) at most, per call: each moves or
+#: swaps whole tables between the slowest and the lightest nodes (node-bound tables) or ranks
+#: (table-wise ones), chosen on the schedule without contention, so a step costs about a
+#: hundredth of a refinement step. (Model-a at 16 x 8 from forced table-row-wise: about 35
+#: steps until no move lowers that schedule.)
+DEFAULT_BALANCE_STEPS = 64
+
+#: The phases whose slowest node (or rank) a balancing step moves tables off, each with the
+#: rows of a table's contribution that count toward it (:data:`host.planner.cost` layout: the
+#: forward and backward kernels, then the input, pooled and reduce-scatter AlltoAlls' bytes;
+#: the gradient AlltoAll and the all-gather mirror the pooled one and the reduce-scatter).
+_BALANCE_PHASES = (("fwd_compute", slice(0, 1)), ("bwd_compute", slice(1, 2)), ("input_a2a", slice(4, 8)),
+                   ("pooled_a2a", slice(8, 12)), ("pooled_rs", slice(16, 20)))
+
 #: Refinement steps at most (the search usually converges well before: Model-A on 128 GPUs
 #: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
 DEFAULT_MAX_STEPS = 200
@@ -123,7 +137,8 @@ class NeoPlanner(Placer):
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
                  max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24, slow_ranks: int = 4,
-                 kicks: int = 0, workers: int | None = None, descents: int = DEFAULT_DESCENTS) -> None:
+                 kicks: int = 0, workers: int | None = None, descents: int = DEFAULT_DESCENTS,
+                 balance_steps: int = DEFAULT_BALANCE_STEPS) -> None:
         super().__init__(workload, system, cost)
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers: expected an integer >= 1 or None (the CPUs available, up to 2), got {workers!r}")
@@ -136,13 +151,18 @@ class NeoPlanner(Placer):
         #: a refinement step prices at most this many of its candidates in full: those the
         #: schedule without contention ranks lowest (:meth:`CostModel.iteration_s_batch`)
         self.screen = screen
-        for name, value in (("slow_ranks", slow_ranks), ("kicks", kicks), ("descents", descents)):
-            low = 0 if name == "kicks" else 1
+        for name, value in (("slow_ranks", slow_ranks), ("kicks", kicks), ("descents", descents),
+                            ("balance_steps", balance_steps)):
+            low = 0 if name in ("kicks", "balance_steps") else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
         #: the best starts (by the objective, distinct states) each descended to its local
         #: optimum, the lowest kept (:meth:`_run`)
         self.descents = descents
+        #: steps of the balancing search at most (:meth:`balance`; 0: none)
+        self.balance_steps = balance_steps
+        self._balance_screen = 48
+        self._balance_shape = (2, 3, 2)
         #: the ranks a refinement step moves tables off (:meth:`_slow_ranks`)
         self.slow_ranks = slow_ranks
         #: perturbations tried once the refinement converges (:meth:`kick`). Off by default: on
@@ -679,6 +699,137 @@ class NeoPlanner(Placer):
                     best = (i, sc)
         return best
 
+    # ------------------------------------------------------------------ balancing
+    def _unit_of(self, name: str) -> tuple[str, int] | None:
+        """Where table ``name`` sits as one movable unit: ``("node", n)`` for a node-bound table
+        (table-row-wise or table-column-wise on node ``n``'s first ranks), ``("rank", r)`` for
+        a table-wise one, None for the others (split over nodes, data-parallel)."""
+        tp = self.placed[name].tp
+        if tp.sharding == ST.TABLE_WISE:
+            return ("rank", tp.ranks[0])
+        if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            ranks = tp.ranks
+            first = ranks[0]
+            if first % self.g == 0 and list(ranks) == list(range(first, first + len(ranks))):
+                return ("node", first // self.g)
+        return None
+
+    def _moved(self, name: str, unit: tuple[str, int], base: State) -> TablePlan | None:
+        """Table ``name``'s plan moved to ``unit`` (its type and shard count kept), tiers chosen
+        to fit ``base``."""
+        tp = self.placed[name].tp
+        if unit[0] == "rank":
+            return self.make(self.tables[name], ST.TABLE_WISE, [unit[1]], base)
+        first = unit[1] * self.g
+        return self.make(self.tables[name], tp.sharding, list(range(first, first + tp.shard_count)), base)
+
+    def _balance_trials(self, units: dict[tuple[str, int], list[str]], light_k: int = 3, top: int = 4,
+                        swaps: int = 4) -> list[list[tuple[str, TablePlan | None]]]:
+        """A balancing step's candidates: for each phase of :data:`_BALANCE_PHASES`, the
+        ``top`` tables that weigh most in it on its slowest node (node-bound tables) and on its
+        slowest rank (table-wise ones), each moved to one of the ``light_k`` nodes (ranks)
+        lightest in that phase, or swapped there with one of the ``swaps`` heaviest tables that
+        weigh less."""
+        cols = self.cost.columns(self.state)
+        g, nodes = self.g, self.world // self.g
+        out: list[list[tuple[str, TablePlan | None]]] = []
+        seen: set[tuple] = set()
+        for phase, rows in _BALANCE_PHASES:
+            per_rank = cols[phase]
+            per_node = per_rank.reshape(nodes, g).max(axis=1)
+            for kind, per in (("node", per_node), ("rank", per_rank)):
+                slow = int(per.argmax())
+                if not per[slow] > 0:
+                    continue
+                at = slice(slow * g, (slow + 1) * g) if kind == "node" else slice(slow, slow + 1)
+
+                def weight(n: str, at=at) -> float:
+                    return float(self.placed[n].contrib.columns(at)[rows].sum())
+
+                mine = sorted(units.get((kind, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
+                light = [int(x) for x in np.argsort(per, kind="stable")[:light_k + 1] if int(x) != slow][:light_k]
+                for name in mine:
+                    wn = weight(name)
+                    base = self._without(name)
+                    for dest in light:
+                        if (name, dest) not in seen:
+                            seen.add((name, dest))
+                            out.append([(name, self._moved(name, (kind, dest), base))])
+                        there = slice(dest * g, (dest + 1) * g) if kind == "node" else slice(dest, dest + 1)
+                        lighter = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
+                                   for o in units.get((kind, dest), ())]
+                        lighter = sorted((x for x in lighter if x[0] < wn), key=lambda x: (-x[0], self._order[x[1]]))
+                        for _, other in lighter[:swaps]:
+                            key = tuple(sorted((name, other)))
+                            if key in seen:
+                                continue
+                            seen.add(key)
+                            both = self.state.plus([], [self.placed[name].contrib, self.placed[other].contrib])
+                            out.append([(name, self._moved(name, (kind, dest), both)),
+                                        (other, self._moved(other, (kind, slow), both))])
+        return out
+
+    def balance(self) -> bool:
+        """Balance the phases over the nodes and ranks by moving whole tables: a local search on
+        the schedule without contention (:meth:`CostModel.iteration_s_batch`, ``contention=False``:
+        the same op graph at isolated durations, a hundredth of the full evaluation's cost), each
+        step applying the candidate of :meth:`_balance_trials` that lowers it most (screened by
+        the barrier-sum proxy, the ``screen`` best priced), at most :attr:`balance_steps` steps;
+        then the states it passed through are priced in full and the best kept if it lowers the
+        objective. Moves of one table at a time around the slowest rank (:meth:`refine`) need a
+        full evaluation per step and cannot move a node-bound table to another node; a
+        table-row-wise plan of model-a is balanced over its 16 nodes in about 35 such steps.
+        True if the plan changed."""
+        if self.balance_steps == 0:
+            return False
+        current = self.score(self.state)
+        saved_state, saved_placed = self.state.copy(), dict(self.placed)
+        trail: list[tuple[State, dict]] = []
+        quick = float(self._quick(self.state.vec[None], [self.state.dp_bytes])[0])
+        for _ in range(self.balance_steps):
+            units: dict[tuple[str, int], list[str]] = {}
+            for n in self.placed:
+                u = self._unit_of(n)
+                if u is not None:
+                    units.setdefault(u, []).append(n)
+            if not units:
+                break
+            trials = [t for t in self._balance_trials(units, *self._balance_shape) if all(tp is not None for _, tp in t)]
+            states, news = [], []
+            for changes in trials:
+                new = [(tp, self.contribution(tp)) for _, tp in changes]
+                st = self.state.plus([c for _, c in new], [self.placed[n].contrib for n, _ in changes])
+                if self.fits(st):
+                    states.append(st)
+                    news.append(new)
+            if not states:
+                break
+            vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
+            idx = np.arange(len(states))
+            if len(states) > self._balance_screen:
+                proxy = self.cost.barrier_sum_batch(vecs, dps)
+                idx = np.sort(np.argsort(proxy, kind="stable")[: self._balance_screen])
+            q = self._quick(vecs[idx], [dps[i] for i in idx])
+            j = int(np.argmin(q))   # the first on a tie
+            if not q[j] < quick * (1 - _IMPROVE_REL):
+                break
+            quick = float(q[j])
+            for tp, c in news[int(idx[j])]:
+                self.place(tp, c)
+            trail.append((self.state.copy(), dict(self.placed)))
+        self.state, self.placed = saved_state, saved_placed
+        if not trail:
+            return False
+        # the states passed through, priced in full: the last, and about every eighth of the way
+        picks = sorted({len(trail) - 1, *(len(trail) * k // 8 for k in range(1, 8))})
+        best = self._first_best([trail[i][0] for i in picks])
+        if best is None or not improves(best[1], current):
+            return False
+        state, placed = trail[picks[best[0]]]
+        self.state, self.placed = state.copy(), dict(placed)
+        self.moves.append(f"balance ({picks[best[0]] + 1} steps)")
+        return True
+
     # ------------------------------------------------------------------ class moves
     def _classes(self) -> list[tuple[str, list[str]]]:
         """Classes of tables a move changes at once: the tables of each sharding type, the
@@ -766,6 +917,10 @@ class NeoPlanner(Placer):
         while self.max_steps is None or steps < self.max_steps:
             if deadline is not None and time.perf_counter() >= deadline:
                 break
+            if self.balance():
+                steps += 1
+                if self.max_steps is not None and steps >= self.max_steps:
+                    break
             left = None if self.max_steps is None else self.max_steps - steps
             steps += self.refine(deadline, left)
             if (self.max_steps is not None and steps >= self.max_steps) or not self.class_move():
