@@ -161,7 +161,8 @@ class NeoPlanner(Placer):
         self.descents = descents
         #: steps of the balancing search at most (:meth:`balance`; 0: none)
         self.balance_steps = balance_steps
-        self._balance_screen = 48
+        self._balance_screen = 1 << 30
+        self._balance_score = "proxy"
         self._balance_shape = (2, 3, 2)
         #: the ranks a refinement step moves tables off (:meth:`_slow_ranks`)
         self.slow_ranks = slow_ranks
@@ -172,6 +173,7 @@ class NeoPlanner(Placer):
         self.kicks = kicks
         self._tabu: set[str] = set()
         self._width = 1  # the slow ranks a step looks at: the slowest only in the first descent
+        self._regrouped = False  # whether this descent has tried :meth:`regroup`
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
             raise ValueError(f"max_steps: expected an integer >= 0 or None, got {max_steps!r}")
         if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
@@ -700,64 +702,80 @@ class NeoPlanner(Placer):
         return best
 
     # ------------------------------------------------------------------ balancing
-    def _unit_of(self, name: str) -> tuple[str, int] | None:
-        """Where table ``name`` sits as one movable unit: ``("node", n)`` for a node-bound table
-        (table-row-wise or table-column-wise on node ``n``'s first ranks), ``("rank", r)`` for
-        a table-wise one, None for the others (split over nodes, data-parallel)."""
+    def _unit_of(self, name: str) -> tuple[int, int] | None:
+        """Where table ``name`` sits as one movable unit, ``(m, k)``: on ranks ``k m .. k m + m -
+        1`` of one node (a table-wise table: ``m`` 1; a table-row-wise or table-column-wise one
+        on a node, or on an aligned half, quarter... of a node: ``m`` its shards), None for the
+        others (split over nodes, data-parallel)."""
         tp = self.placed[name].tp
         if tp.sharding == ST.TABLE_WISE:
-            return ("rank", tp.ranks[0])
+            return (1, tp.ranks[0])
         if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             ranks = tp.ranks
-            first = ranks[0]
-            if first % self.g == 0 and list(ranks) == list(range(first, first + len(ranks))):
-                return ("node", first // self.g)
+            m, first = len(ranks), ranks[0]
+            if (first % self.g == 0 or (self.g % m == 0 and first % m == 0)) and \
+                    list(ranks) == list(range(first, first + m)):
+                return (m, first // m) if first % m == 0 else None
         return None
 
-    def _moved(self, name: str, unit: tuple[str, int], base: State) -> TablePlan | None:
-        """Table ``name``'s plan moved to ``unit`` (its type and shard count kept), tiers chosen
-        to fit ``base``."""
+    def _moved(self, name: str, unit: tuple[int, int], base: State) -> TablePlan | None:
+        """Table ``name``'s plan on ``unit`` (:meth:`_unit_of`; its type kept, its shards as
+        many as the unit's ranks), tiers chosen to fit ``base``."""
+        m, k = unit
         tp = self.placed[name].tp
-        if unit[0] == "rank":
-            return self.make(self.tables[name], ST.TABLE_WISE, [unit[1]], base)
-        first = unit[1] * self.g
-        return self.make(self.tables[name], tp.sharding, list(range(first, first + tp.shard_count)), base)
+        kind = ST.TABLE_WISE if m == 1 else tp.sharding
+        return self.make(self.tables[name], kind, list(range(k * m, k * m + m)), base)
 
-    def _balance_trials(self, units: dict[tuple[str, int], list[str]], light_k: int = 3, top: int = 4,
+    def _group_sizes(self, m: int, sharding: ShardingType) -> list[int]:
+        """The unit sizes a table on ``m`` ranks may be re-split to: half and twice as many
+        ranks of a node (a table-row-wise or table-column-wise table, 2 ranks at least)."""
+        if sharding not in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE) or m < 2:
+            return []
+        return [x for x in (m // 2, 2 * m) if 2 <= x <= self.g and self.g % x == 0 and x != m]
+
+    def _balance_trials(self, units: dict[tuple[int, int], list[str]], light_k: int = 3, top: int = 4,
                         swaps: int = 4) -> list[list[tuple[str, TablePlan | None]]]:
-        """A balancing step's candidates: for each phase of :data:`_BALANCE_PHASES`, the
-        ``top`` tables that weigh most in it on its slowest node (node-bound tables) and on its
-        slowest rank (table-wise ones), each moved to one of the ``light_k`` nodes (ranks)
-        lightest in that phase, or swapped there with one of the ``swaps`` heaviest tables that
-        weigh less."""
+        """A balancing step's candidates: for each phase of :data:`_BALANCE_PHASES`, on its
+        slowest rank, the ``top`` tables of each unit size (:meth:`_unit_of`) that weigh most
+        there in that phase, each moved to one of the ``light_k`` units of its size lightest in
+        that phase (their slowest rank's), or swapped there with one of the ``swaps`` heaviest
+        tables that weigh less, or re-split over half or twice as many ranks of a node
+        (:meth:`_group_sizes`) on one of the ``light_k`` lightest units of that size."""
         cols = self.cost.columns(self.state)
-        g, nodes = self.g, self.world // self.g
         out: list[list[tuple[str, TablePlan | None]]] = []
         seen: set[tuple] = set()
+        sizes = sorted({u[0] for u in units})
         for phase, rows in _BALANCE_PHASES:
             per_rank = cols[phase]
-            per_node = per_rank.reshape(nodes, g).max(axis=1)
-            for kind, per in (("node", per_node), ("rank", per_rank)):
-                slow = int(per.argmax())
-                if not per[slow] > 0:
-                    continue
-                at = slice(slow * g, (slow + 1) * g) if kind == "node" else slice(slow, slow + 1)
+            slow_rank = int(per_rank.argmax())
+            if not per_rank[slow_rank] > 0:
+                continue
+            per_size = {m: per_rank.reshape(-1, m).max(axis=1) for m in
+                        sorted(set(sizes) | {x for m in sizes for x in (m // 2, 2 * m) if 1 <= x <= self.g})
+                        if self.g % m == 0}
+
+            def lightest(m: int, skip: int) -> list[int]:
+                return [int(x) for x in np.argsort(per_size[m], kind="stable")[:light_k + 1] if int(x) != skip][:light_k]
+
+            for m in sizes:
+                slow = slow_rank // m
+                at = slice(slow * m, slow * m + m)
 
                 def weight(n: str, at=at) -> float:
                     return float(self.placed[n].contrib.columns(at)[rows].sum())
 
-                mine = sorted(units.get((kind, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
-                light = [int(x) for x in np.argsort(per, kind="stable")[:light_k + 1] if int(x) != slow][:light_k]
+                mine = sorted(units.get((m, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
+                light = lightest(m, slow)
                 for name in mine:
                     wn = weight(name)
                     base = self._without(name)
                     for dest in light:
-                        if (name, dest) not in seen:
-                            seen.add((name, dest))
-                            out.append([(name, self._moved(name, (kind, dest), base))])
-                        there = slice(dest * g, (dest + 1) * g) if kind == "node" else slice(dest, dest + 1)
+                        if (name, m, dest) not in seen:
+                            seen.add((name, m, dest))
+                            out.append([(name, self._moved(name, (m, dest), base))])
+                        there = slice(dest * m, dest * m + m)
                         lighter = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
-                                   for o in units.get((kind, dest), ())]
+                                   for o in units.get((m, dest), ())]
                         lighter = sorted((x for x in lighter if x[0] < wn), key=lambda x: (-x[0], self._order[x[1]]))
                         for _, other in lighter[:swaps]:
                             key = tuple(sorted((name, other)))
@@ -765,8 +783,13 @@ class NeoPlanner(Placer):
                                 continue
                             seen.add(key)
                             both = self.state.plus([], [self.placed[name].contrib, self.placed[other].contrib])
-                            out.append([(name, self._moved(name, (kind, dest), both)),
-                                        (other, self._moved(other, (kind, slow), both))])
+                            out.append([(name, self._moved(name, (m, dest), both)),
+                                        (other, self._moved(other, (m, slow), both))])
+                    for x in self._group_sizes(m, self.placed[name].tp.sharding):
+                        for dest in lightest(x, -1):
+                            if (name, x, dest) not in seen:
+                                seen.add((name, x, dest))
+                                out.append([(name, self._moved(name, (x, dest), base))])
         return out
 
     def balance(self) -> bool:
@@ -785,9 +808,12 @@ class NeoPlanner(Placer):
         current = self.score(self.state)
         saved_state, saved_placed = self.state.copy(), dict(self.placed)
         trail: list[tuple[State, dict]] = []
-        quick = float(self._quick(self.state.vec[None], [self.state.dp_bytes])[0])
+        if self._balance_score == "proxy":
+            quick = float(self.cost.barrier_sum_batch(self.state.vec[None], [self.state.dp_bytes])[0])
+        else:
+            quick = float(self._quick(self.state.vec[None], [self.state.dp_bytes])[0])
         for _ in range(self.balance_steps):
-            units: dict[tuple[str, int], list[str]] = {}
+            units: dict[tuple[int, int], list[str]] = {}
             for n in self.placed:
                 u = self._unit_of(n)
                 if u is not None:
@@ -809,7 +835,10 @@ class NeoPlanner(Placer):
             if len(states) > self._balance_screen:
                 proxy = self.cost.barrier_sum_batch(vecs, dps)
                 idx = np.sort(np.argsort(proxy, kind="stable")[: self._balance_screen])
-            q = self._quick(vecs[idx], [dps[i] for i in idx])
+            if self._balance_score == "proxy":
+                q = self.cost.barrier_sum_batch(vecs[idx], [dps[i] for i in idx])
+            else:
+                q = self._quick(vecs[idx], [dps[i] for i in idx])
             j = int(np.argmin(q))   # the first on a tie
             if not q[j] < quick * (1 - _IMPROVE_REL):
                 break
@@ -828,6 +857,42 @@ class NeoPlanner(Placer):
         state, placed = trail[picks[best[0]]]
         self.state, self.placed = state.copy(), dict(placed)
         self.moves.append(f"balance ({picks[best[0]] + 1} steps)")
+        return True
+
+    def regroup(self) -> bool:
+        """Re-split every table-row-wise table held by one node or an aligned group of its ranks
+        over half, then a quarter, of a node's ranks (:func:`host.planner.forced.place_forced`
+        with ``group``, at least 2 ranks), each followed by :meth:`balance`, and keep the best
+        if it lowers the objective. Fewer shards per table write fewer partial pools and
+        reduce-scatter fewer bytes inside the node, at the price of coarser pieces to balance:
+        a change of the whole class at once, which no move of one table lowers (a table over
+        half the ranks doubles their share of it). True if the plan changed."""
+        from neonic.host.planner.forced import place_forced
+
+        names = [n for n in self.placed if self.placed[n].tp.sharding == ST.TABLE_ROW_WISE and self._unit_of(n)]
+        if not names or self.g < 4:
+            return False
+        current = self.score(self.state)
+        saved = (self.state.copy(), dict(self.placed), list(self.moves))
+        best = None
+        for x in (self.g // 2, self.g // 4):
+            if x < 2 or self.g % x:
+                continue
+            self.state, self.placed, self.moves = saved[0].copy(), dict(saved[1]), []
+            for n in names:
+                self.unplace(n)
+            ok = place_forced(self, [self.tables[n] for n in names], ST.TABLE_ROW_WISE, group=x)
+            if ok is None or ok > 0 or not self.fits(self.state):
+                continue
+            self.balance()
+            sc = self.score(self.state)
+            if best is None or improves(sc, best[0]):
+                best = (sc, self.state.copy(), dict(self.placed), x, list(self.moves))
+        self.state, self.placed, self.moves = saved[0], saved[1], saved[2]
+        if best is None or not improves(best[0], current):
+            return False
+        self.state, self.placed = best[1], best[2]
+        self.moves.append(f"table_row_wise over {best[3]} ranks of a node" + "".join(f", {m}" for m in best[4]))
         return True
 
     # ------------------------------------------------------------------ class moves
@@ -923,8 +988,13 @@ class NeoPlanner(Placer):
                     break
             left = None if self.max_steps is None else self.max_steps - steps
             steps += self.refine(deadline, left)
-            if (self.max_steps is not None and steps >= self.max_steps) or not self.class_move():
+            if self.max_steps is not None and steps >= self.max_steps:
                 break
+            if not self.class_move():
+                # at the local optimum, once per descent: the class re-split over fewer ranks
+                if self._regrouped or not self.regroup():
+                    break
+                self._regrouped = True
             steps += 1
         return steps
 
@@ -952,6 +1022,7 @@ class NeoPlanner(Placer):
                     break
                 self._adopt_start(cand)
             self.moves = []
+            self._regrouped = False
             steps = self._descend(deadline, steps)
             found = (self.score(self.state), self.state.copy(), dict(self.placed), list(self.moves), cand[0])
             if best is None or improves(found[0], best[0]):

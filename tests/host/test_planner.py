@@ -179,7 +179,7 @@ def test_incremental_state_agrees_with_the_derived_iteration():
 
 
 def test_the_placers_shortcut_contributions_are_the_cost_models_own():
-    # relabeled table-wise / node / data-parallel contributions and the plans make() remembers
+    # relabeled table-wise / node / node-group / data-parallel contributions and the plans make() remembers
     # give exactly the figures of the whole table's work priced afresh
     from neonic.host.planner.work import table_work
 
@@ -189,6 +189,7 @@ def test_the_placers_shortcut_contributions_are_the_cost_models_own():
     p = Placer(w, s, cost)
     for t in w.tables:
         for kind, ranks in ((ST.TABLE_WISE, [5]), (ST.DATA_PARALLEL, []), (ST.TABLE_ROW_WISE, [4, 5, 6, 7]),
+                            (ST.TABLE_ROW_WISE, [6, 7]), (ST.TABLE_ROW_WISE, [2, 3]), (ST.TABLE_COLUMN_WISE, [6, 7]),
                             (ST.ROW_WISE, [0, 3, 6]), (ST.COLUMN_WISE, [1, 2])):
             tp = p.make(t, kind, ranks)
             assert tp is not None and p.make(t, kind, ranks) == tp
