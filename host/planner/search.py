@@ -812,12 +812,12 @@ class NeoPlanner(Placer):
             quick = float(self.cost.barrier_sum_batch(self.state.vec[None], [self.state.dp_bytes])[0])
         else:
             quick = float(self._quick(self.state.vec[None], [self.state.dp_bytes])[0])
+        units: dict[tuple[int, int], list[str]] = {}
+        for n in self.placed:   # (in table order, kept so as tables move)
+            u = self._unit_of(n)
+            if u is not None:
+                units.setdefault(u, []).append(n)
         for _ in range(self.balance_steps):
-            units: dict[tuple[int, int], list[str]] = {}
-            for n in self.placed:
-                u = self._unit_of(n)
-                if u is not None:
-                    units.setdefault(u, []).append(n)
             if not units:
                 break
             trials = [t for t in self._balance_trials(units, *self._balance_shape) if all(tp is not None for _, tp in t)]
@@ -844,7 +844,10 @@ class NeoPlanner(Placer):
                 break
             quick = float(q[j])
             for tp, c in news[int(idx[j])]:
+                units[self._unit_of(tp.table)].remove(tp.table)
                 self.place(tp, c)
+                mine = units.setdefault(self._unit_of(tp.table), [])
+                mine.insert(int(np.searchsorted([self._order[n] for n in mine], self._order[tp.table])), tp.table)
             trail.append((self.state.copy(), dict(self.placed)))
         self.state, self.placed = saved_state, saved_placed
         if not trail:
@@ -861,9 +864,9 @@ class NeoPlanner(Placer):
 
     def regroup(self) -> bool:
         """Re-split every table-row-wise table held by one node or an aligned group of its ranks
-        over half, then a quarter, of a node's ranks (:func:`host.planner.forced.place_forced`
-        with ``group``, at least 2 ranks), each followed by :meth:`balance`, and keep the best
-        if it lowers the objective. Fewer shards per table write fewer partial pools and
+        over half, then (if half lowered the objective) a quarter, of a node's ranks
+        (:func:`host.planner.forced.place_forced` with ``group``, at least 2 ranks), each
+        followed by :meth:`balance`, and keep the best if it lowers the objective. Fewer shards per table write fewer partial pools and
         reduce-scatter fewer bytes inside the node, at the price of coarser pieces to balance:
         a change of the whole class at once, which no move of one table lowers (a table over
         half the ranks doubles their share of it). True if the plan changed."""
@@ -886,8 +889,9 @@ class NeoPlanner(Placer):
                 continue
             self.balance()
             sc = self.score(self.state)
-            if best is None or improves(sc, best[0]):
-                best = (sc, self.state.copy(), dict(self.placed), x, list(self.moves))
+            if not improves(sc, current if best is None else best[0]):
+                break   # fewer ranks per table stopped paying: a quarter of a node is not tried
+            best = (sc, self.state.copy(), dict(self.placed), x, list(self.moves))
         self.state, self.placed, self.moves = saved[0], saved[1], saved[2]
         if best is None or not improves(best[0], current):
             return False
