@@ -11,8 +11,14 @@
    ``max_steps`` steps (:data:`DEFAULT_MAX_STEPS`). A step prices at most ``screen`` of its
    candidates on the full model (network and HBM sharing): those that the same schedule without
    contention, one pass and much cheaper, ranks lowest. A move must beat the current plan by
-   more than noise (:func:`improves`). Between refinements, class moves retype or move a
-   whole class of tables at once (:meth:`NeoPlanner.class_move`). The search descends so from
+   more than noise (:func:`improves`). Before each refinement, a balancing search
+   (:meth:`NeoPlanner.balance`) moves, swaps and re-splits whole tables between the slowest and
+   the lightest nodes, aligned groups of a node's ranks and ranks on the barrier-sum proxy
+   (hundreds of candidates a step for about what one full evaluation costs), its states then
+   priced in full. Between refinements, class moves retype or move a whole class of tables at
+   once (:meth:`NeoPlanner.class_move`); at the local optimum, once per descent, the
+   table-row-wise class is re-split over half (then a quarter) of a node's ranks and balanced
+   (:meth:`NeoPlanner.regroup`). The search descends so from
    each of the ``descents`` best starts (:data:`DEFAULT_DESCENTS`; the starts: the greedy
    placement and every baseline's and forced type's plan, ranked by the objective), the steps
    shared, and keeps the lowest local optimum (the first on a tie).
@@ -68,12 +74,20 @@ ST = ShardingType
 #: holds only while the plan keeps its sharding types from 1 to 16 nodes.
 DEFAULT_DESCENTS = 1
 
-#: Steps of the balancing search (:meth:`NeoPlanner.balance`) at most, per call: each moves or
-#: swaps whole tables between the slowest and the lightest nodes (node-bound tables) or ranks
-#: (table-wise ones), chosen on the schedule without contention, so a step costs about a
-#: hundredth of a refinement step. (Model-a at 16 x 8 from forced table-row-wise: about 35
-#: steps until no move lowers that schedule.)
-DEFAULT_BALANCE_STEPS = 64
+#: Steps of the balancing search (:meth:`NeoPlanner.balance`) at most, per call: each moves,
+#: swaps or re-splits whole tables between the slowest and the lightest units (a node, an
+#: aligned group of its ranks, a rank) on the barrier-sum proxy, so a step costs about a
+#: hundredth of a refinement step. (Model-a at 16 x 8: about 45 steps from forced
+#: table-row-wise, about 100 after re-splitting it over half nodes; 64 stopped that one early,
+#: 48.22 against 47.97 ms predicted.)
+DEFAULT_BALANCE_STEPS = 160
+
+#: A balancing step's neighbourhood (:meth:`NeoPlanner._balance_trials`): the lightest units a
+#: table may go to, the tables per unit size moved off the slowest rank, the swaps per
+#: destination. Measured on model-a at 16 x 8 (re-split over half nodes, then balanced; CPU
+#: seconds on the loaded 2-core machine): (2, 3, 2) 47.97 ms predicted in 4.9 s, (3, 3, 2)
+#: 47.53 ms in 5.8 s, (3, 4, 4) 47.43 ms in 10.1 s.
+_BALANCE_NEIGHBOURHOOD = (3, 3, 2)
 
 #: The phases whose slowest node (or rank) a balancing step moves tables off, each with the
 #: rows of a table's contribution that count toward it (:data:`host.planner.cost` layout: the
@@ -161,9 +175,6 @@ class NeoPlanner(Placer):
         self.descents = descents
         #: steps of the balancing search at most (:meth:`balance`; 0: none)
         self.balance_steps = balance_steps
-        self._balance_screen = 1 << 30
-        self._balance_score = "proxy"
-        self._balance_shape = (2, 3, 2)
         #: the ranks a refinement step moves tables off (:meth:`_slow_ranks`)
         self.slow_ranks = slow_ranks
         #: perturbations tried once the refinement converges (:meth:`kick`). Off by default: on
@@ -794,24 +805,23 @@ class NeoPlanner(Placer):
 
     def balance(self) -> bool:
         """Balance the phases over the nodes and ranks by moving whole tables: a local search on
-        the schedule without contention (:meth:`CostModel.iteration_s_batch`, ``contention=False``:
-        the same op graph at isolated durations, a hundredth of the full evaluation's cost), each
-        step applying the candidate of :meth:`_balance_trials` that lowers it most (screened by
-        the barrier-sum proxy, the ``screen`` best priced), at most :attr:`balance_steps` steps;
-        then the states it passed through are priced in full and the best kept if it lowers the
-        objective. Moves of one table at a time around the slowest rank (:meth:`refine`) need a
-        full evaluation per step and cannot move a node-bound table to another node; a
-        table-row-wise plan of model-a is balanced over its 16 nodes in about 35 such steps.
-        True if the plan changed."""
+        the barrier-sum proxy (:meth:`CostModel.barrier_sum_batch`: each phase's slowest rank,
+        summed, as if nothing overlapped; about a thousandth of a full evaluation), each step
+        applying the candidate of :meth:`_balance_trials` that lowers it most, at most
+        :attr:`balance_steps` steps; then the states it passed through are priced in full
+        (:meth:`_first_best`: the last, and about every eighth of the way) and the best kept if
+        it lowers the objective. Moves of one table at a time around the slowest rank
+        (:meth:`refine`) need a full evaluation per step and cannot move a node-bound table to
+        another node. (The schedule without contention, tried as this search's score, stopped
+        earlier and ended higher under the full objective on model-a: it sees no gain in
+        balancing the input AlltoAll, which the full model does, as the next batch's input
+        AlltoAll shares the NICs with the pooled one.) True if the plan changed."""
         if self.balance_steps == 0:
             return False
         current = self.score(self.state)
         saved_state, saved_placed = self.state.copy(), dict(self.placed)
         trail: list[tuple[State, dict]] = []
-        if self._balance_score == "proxy":
-            quick = float(self.cost.barrier_sum_batch(self.state.vec[None], [self.state.dp_bytes])[0])
-        else:
-            quick = float(self._quick(self.state.vec[None], [self.state.dp_bytes])[0])
+        proxy = float(self.cost.barrier_sum_batch(self.state.vec[None], [self.state.dp_bytes])[0])
         units: dict[tuple[int, int], list[str]] = {}
         for n in self.placed:   # (in table order, kept so as tables move)
             u = self._unit_of(n)
@@ -820,29 +830,38 @@ class NeoPlanner(Placer):
         for _ in range(self.balance_steps):
             if not units:
                 break
-            trials = [t for t in self._balance_trials(units, *self._balance_shape) if all(tp is not None for _, tp in t)]
-            states, news = [], []
-            for changes in trials:
+            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD) if all(tp is not None for _, tp in t)]
+            if not trials:
+                break
+            # each candidate's state, as State.plus makes it (removals first), in one stack
+            vecs = np.empty((len(trials),) + self.state.vec.shape)
+            dps: list[float] = []
+            news = []
+            for i, changes in enumerate(trials):
                 new = [(tp, self.contribution(tp)) for _, tp in changes]
-                st = self.state.plus([c for _, c in new], [self.placed[n].contrib for n, _ in changes])
-                if self.fits(st):
-                    states.append(st)
-                    news.append(new)
-            if not states:
+                v = vecs[i]
+                v[...] = self.state.vec
+                dp = self.state.dp_bytes
+                for n, _ in changes:
+                    c = self.placed[n].contrib
+                    v -= c.vec
+                    dp -= c.dp_bytes
+                for _, c in new:
+                    v += c.vec
+                    dp += c.dp_bytes
+                dps.append(dp)
+                news.append(new)
+            eps = 1e-6
+            ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
+                  & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
+            idx = np.nonzero(ok)[0]
+            if not idx.size:
                 break
-            vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
-            idx = np.arange(len(states))
-            if len(states) > self._balance_screen:
-                proxy = self.cost.barrier_sum_batch(vecs, dps)
-                idx = np.sort(np.argsort(proxy, kind="stable")[: self._balance_screen])
-            if self._balance_score == "proxy":
-                q = self.cost.barrier_sum_batch(vecs[idx], [dps[i] for i in idx])
-            else:
-                q = self._quick(vecs[idx], [dps[i] for i in idx])
+            q = self.cost.barrier_sum_batch(vecs[idx], [dps[i] for i in idx])
             j = int(np.argmin(q))   # the first on a tie
-            if not q[j] < quick * (1 - _IMPROVE_REL):
+            if not q[j] < proxy * (1 - _IMPROVE_REL):
                 break
-            quick = float(q[j])
+            proxy = float(q[j])
             for tp, c in news[int(idx[j])]:
                 units[self._unit_of(tp.table)].remove(tp.table)
                 self.place(tp, c)
