@@ -179,59 +179,6 @@ def test_the_nic_flows_of_each_alltoall_are_its_bytes_over_its_largest_message_i
         assert 0 < flows["pooled_a2a"][0].min() < 12
 
 
-@pytest.mark.parametrize("kinds", [(ST.TABLE_ROW_WISE, ST.TABLE_WISE, ST.ROW_WISE), (ST.TABLE_WISE,) * 3])
-def test_the_pooled_alltoall_shares_its_nic_with_the_input_one_as_their_ranks_end_them(kinds):
-    """The template gives the pooled AlltoAll and the next batch's input AlltoAll one share of
-    the NIC; it is the share at which the one that ends first ends where its ranks put it: a
-    rank with ``f`` flows and work ``w`` beside ``fp`` partner flows of work ``wp`` on the same
-    side of its NIC ends at ``w + min(wp, w fp / f)`` (one link shared per flow: the partner's
-    flows each move at most the collective's largest message), and the template ends the
-    collective at its isolated time over the share."""
-    s = _system(nodes=4, g=4)
-    w = _workload([{"rows": 800, "dim": 8 * (1 + i), "pooling": 2 + 3 * i} for i in range(3)], batch=10)
-    g = 4
-    tps = []
-    for i, kind in enumerate(kinds):
-        if kind == ST.TABLE_ROW_WISE:
-            shards = [Shard(g + j, 200 * j, 200 * (j + 1), 0, 8 * (1 + i)) for j in range(g)]
-        elif kind == ST.ROW_WISE:
-            shards = [Shard(r, 50 * r, 50 * (r + 1), 0, 8 * (1 + i)) for r in range(16)]
-        else:
-            shards = [Shard(5 * i, 0, 800, 0, 8 * (1 + i))]
-        tps.append(_one(kind, shards, name=f"t{i}"))
-    plan = _plan(s, tps)
-    cost = CostModel(w, s)
-    work = derive_iteration(plan, w, s)
-    vec = cost.state_of(work).vec[None]
-    flows = cost.alltoall_flows(vec)
-    from neonic.host.planner.work import matrix_aggregates
-
-    node_of = np.arange(16) // g
-    off = node_of[:, None] != node_of[None, :]
-    scale = dict(zip(("input", "pooled"), cost._agg_scale[:2]))
-    side, count, t = {}, {}, {}
-    for name in ("input", "pooled"):
-        m = np.where(off, work.matrices[name], 0.0)
-        agg = matrix_aggregates(work.matrices[name], g)
-        side[name] = agg[1] >= agg[3]
-        with np.errstate(invalid="ignore"):
-            count[name] = (np.nan_to_num(m.sum(axis=1) / m.max(axis=1)), np.nan_to_num(m.sum(axis=0) / m.max(axis=0)))
-        t[name] = (cost.system.comm.rank_times_s((agg * scale[name])[None])[0], agg[1], agg[3])
-    W = {n: t[n][0].max() for n in t}
-    ends = {}
-    for a, b in (("pooled", "input"), ("input", "pooled")):
-        f = np.where(side[a], *count[a])
-        fp = np.where(side[a], *count[b])
-        wb, tx, rx = t[b]
-        wp = wb * np.where(side[a], tx, rx) / np.maximum(tx, rx)
-        ends[a] = (t[a][0] + np.where(f > 0, np.minimum(wp, t[a][0] * fp / np.where(f > 0, f, 1)), 0)).max()
-    first = "pooled" if W["pooled"] <= W["input"] else "input"
-    share = flows["pooled_a2a"][0] / (flows["pooled_a2a"][0] + flows["input_a2a"][0])
-    want = W[first] / ends[first]
-    assert want < 1.0  # the pair does share the NIC here
-    assert (share if first == "pooled" else 1 - share) == pytest.approx(want, rel=1e-9)
-
-
 def test_incremental_state_agrees_with_the_derived_iteration():
     s = _system()
     w = _skewed(12)
