@@ -583,16 +583,9 @@ class CostModel:
         return out
 
     def alltoall_peers(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
-        """Each rank's flows (:meth:`alltoall_counts`) on the direction of its NIC with more bytes."""
-        vecs = np.asarray(vecs)
-        agg = vecs[:, _AGG].reshape(vecs.shape[0], len(COLLECTIVES), 4, self.world)
-        return {name: np.where(agg[:, c, 1] >= agg[:, c, 3], *txrx)
-                for c, (name, txrx) in enumerate(self.alltoall_counts(vecs).items())}
-
-    def alltoall_counts(self, vecs: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The flows each rank of ``T`` states keeps through its NIC in each NIC-crossing
-        AlltoAll, on each direction of its NIC (sending, receiving: ``(T, N)`` each, per
-        collective), counted as max-min fair sharing sees them over the collective's time: its off-node
+        AlltoAll, on the direction of its NIC with more bytes (``(T, N)`` per collective),
+        counted as max-min fair sharing sees them over the collective's time: its off-node
         bytes ``W`` over its largest off-node message ``s``, times the queue pairs a message to
         an off-node peer takes (``sim.network.collectives.NCCL_CONNECTIONS.p2p``).
 
@@ -652,60 +645,41 @@ class CostModel:
         grad = (count(agg[:, 2, 1], pooled_rx_s), count(agg[:, 2, 3], pooled_tx_s))
         inp = (count(agg[:, 0, 1], input_tx_s), count(agg[:, 0, 3], per_owner))
         qps = float(NCCL_CONNECTIONS.p2p)
-        return {name: (qps * tx, qps * rx) for name, (tx, rx) in
-                (("input_a2a", inp), ("pooled_a2a", pooled), ("grad_a2a", grad))}
+        return {name: qps * np.where(agg[:, c, 1] >= agg[:, c, 3], *flows)
+                for c, (name, flows) in enumerate((("input_a2a", inp), ("pooled_a2a", pooled), ("grad_a2a", grad)))}
 
     def alltoall_flows(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
-        """The template's weights of ``T`` states' NIC-crossing AlltoAlls (``(T,)`` per
-        collective): concurrent collectives share a NIC in proportion to them, as the
-        simulator's max-min fair sharing per flow shares it. The input and gradient AlltoAlls:
-        the flows (:meth:`alltoall_counts`) at their busiest rank. The pooled AlltoAll, whose
-        only NIC partner is the next batch's input AlltoAll: a weight that gives the pair the
-        share at which the one that ends first ends where its ranks put it (the other, outlasting
-        it, loses that one's work whatever the share). At a rank, on the busier side of its NIC,
-        a collective of ``f`` flows and work ``w`` beside a partner of ``fp`` flows and work
-        ``wp`` there (starting together) ends at ``w + min(wp, w fp / f)``: with one link
-        shared per flow, a collective's largest flow (``s = W / f``, :meth:`alltoall_counts`)
-        ends once every flow has moved ``min(its bytes, s)``, and the partner's ``fp`` flows of
-        ``wp / fp`` seconds each move ``min(wp, fp s)``. The pair's end is its slowest rank's
-        ``E``; the template ends it at ``W / share`` (``W``: its isolated, busiest rank's time), so
-        the share is ``W / E``. (The partner's work is the rank's own, not the partner's
-        slowest rank's: a rank's input flows end when its own bytes are through.)
-        APPROXIMATION: both start together; the partner's flows are taken equal in size."""
+        """The flows each of ``T`` states' NIC-crossing AlltoAlls keeps open through a NIC
+        (``(T,)`` per collective; :meth:`alltoall_peers`), the template's weights: under the
+        simulator's max-min fair sharing per flow, concurrent collectives share a NIC in
+        proportion to them. A collective is a barrier, so it is weighed at the rank that ends it
+        last beside its partner: the pooled AlltoAll beside the next batch's input AlltoAll
+        (and that one beside the pooled one), over the partner's isolated time ``D``, a rank
+        with work ``w`` and share ``f`` of its NIC ending at ``w / f`` if that is within ``D``,
+        else at ``w + D (1 - f)``. (A table-row-wise rank on its rail keeps few flows beside
+        the input AlltoAll's and is starved while it runs, though a table-wise rank bounds the
+        collective alone.) The gradient AlltoAll, whose partners are the buckets' one-flow
+        AllReduces, at its busiest rank. APPROXIMATION: the template then stretches the
+        collective's isolated time (its busiest rank's) at that rank's share."""
         vecs = np.asarray(vecs)
         T = vecs.shape[0]
-        counts = self.alltoall_counts(vecs)
-        raw = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1)
-        times = self.system.comm.rank_times_s(raw * self._agg_scale[None, :, None, None])   # (T, 5, N)
+        peers = self.alltoall_peers(vecs)
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
+        times = self.system.comm.rank_times_s(agg)                 # (T, 5, N)
         rows = np.arange(T)
-        names = ("input_a2a", "pooled_a2a", "grad_a2a")
-        busier = {n: raw[:, c, 1] >= raw[:, c, 3] for c, n in enumerate(names)}
-        own = {n: np.where(busier[n], *counts[n]) for n in names}
-        out: dict[str, np.ndarray] = {"grad_a2a": own["grad_a2a"][rows, times[:, 2].argmax(axis=1)]}
-        ends: dict[str, np.ndarray] = {}
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for c, name, partner, p in ((0, "input_a2a", "pooled_a2a", 1), (1, "pooled_a2a", "input_a2a", 0)):
-                d = busier[name]
-                f, w = own[name], times[:, c]
-                fp = np.where(d, *counts[partner])                 # the partner's flows on the same side
-                # the partner's time on that side of the rank's NIC: its time scaled by its bytes there
-                pb = np.where(d, raw[:, p, 1], raw[:, p, 3])
-                pm = np.maximum(raw[:, p, 1], raw[:, p, 3])
-                wp = np.where(pm > 0, times[:, p] * pb / pm, 0.0)
-                lost = np.where(f > 0, np.minimum(wp, w * fp / f), 0.0)
-                ends[name] = (w + lost).max(axis=1)
-            out["input_a2a"] = w_in = own["input_a2a"][rows, times[:, 0].argmax(axis=1)]
-            # the template gives the pair one share (input's weight against the pooled one's); it
-            # decides the end of the one that ends first (the other loses that one's work whatever
-            # the share): the pooled AlltoAll's weight, whose only NIC partner is the input one,
-            # is set so that the template's share ends it (W / share) where the ranks' ends put it
-            W = times[:, :2].max(axis=2)                           # (T, 2) isolated times
-            first = np.where(W[:, 1] <= W[:, 0], 1, 0)
-            E = np.where(first == 1, ends["pooled_a2a"], ends["input_a2a"])
-            share = np.clip(np.where(E > 0, W[rows, first] / E, 1.0), 1e-6, 1.0 - 1e-9)
-            w_po = np.where(first == 1, w_in * share / (1.0 - share), w_in * (1.0 - share) / share)
-            has = own["pooled_a2a"].max(axis=1) > 0
-            out["pooled_a2a"] = np.where(has & (w_in > 0), w_po, own["pooled_a2a"].max(axis=1))
+        out: dict[str, np.ndarray] = {}
+        for c, name, partner in ((0, "input_a2a", 1), (1, "pooled_a2a", 0), (2, "grad_a2a", None)):
+            f, w = peers[name], times[:, c]
+            if partner is None:
+                last = w.argmax(axis=1)
+            else:
+                fp = peers[("input_a2a", "pooled_a2a")[partner]]
+                D = times[:, partner].max(axis=1, keepdims=True)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    share = np.where(f + fp > 0, f / (f + fp), 1.0)
+                    end = np.where(share > 0, np.where(w <= share * D, w / share, w + D * (1.0 - share)), w)
+                last = end.argmax(axis=1)
+            out[name] = f[rows, last]
         return out
 
     def iteration_s_batch(self, vecs: np.ndarray, dps, contention: bool = True, run: bool = False) -> np.ndarray:
