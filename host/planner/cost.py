@@ -101,32 +101,42 @@ COST_COLUMNS = ("fwd_compute", "bwd_compute", "host_transfer", "input_a2a", "poo
 
 # Layout of the flat per-rank vectors of a contribution / state (rows of a (27, N) array).
 _COMP, _KERN, _AGG, _HBM, _HOST = slice(0, 3), 3, slice(4, 24), 24, slice(25, 27)
-# The pooled AlltoAll's pattern per rank (:func:`pooled_pattern`): how many tables' pooled
-# pieces it sends to every rank, and to one rank per node (its rail).
-_DENSE, _RAIL = 27, 28
-_ROWS = 29
+# The pooled AlltoAll's messages per rank (:func:`pooled_pattern`): the bytes it sends to every
+# other rank, the bytes it sends to each owner its table-row-wise shards finish (its rail), and
+# its table-row-wise shards' sum of ``g / m - 1`` (0: every one over a whole node).
+_DENSE, _RAIL, _SUB = 27, 28, 29
+_ROWS = 30
 
 
-def pooled_pattern(tw: TableWork, world: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank, whether ``tw`` makes it send pooled pieces to every rank (an :class:`Outer`
-    term's senders: table-wise, column-wise and row-wise shards) or to one rank per node (a
-    :class:`Pairs` term's senders: a table-row-wise shard finishes the pools of the owners on
-    its rail, ``host.planner.work.table_work``), as 0/1 rows. The NIC flows of the
-    iteration's AlltoAlls follow from them (:meth:`CostModel.alltoall_flows`)."""
-    dense, rail = np.zeros(world), np.zeros(world)
+def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per rank, the bytes of one of its pooled-AlltoAll messages under ``tw``: to every rank
+    (an :class:`Outer` term's senders: table-wise, column-wise and row-wise shards send each
+    owner the same bytes), and to each owner it finishes the pools of (a :class:`Pairs`
+    term's senders: a table-row-wise shard over ``m`` ranks of a node sends ``partial`` bytes
+    to the owners ``j`` with ``j % m`` its place, ``host.planner.work.table_work``: ``g / m``
+    ranks per other node, among them the one on its own rail, which every table-row-wise shard
+    of an aligned group sends to), and for those shards ``g / m - 1`` (how many more ranks
+    per other node than its rail it sends to). Summed over tables they give the rank's largest
+    off-node message (:meth:`CostModel.alltoall_peers`)."""
+    dense, rail, sub = np.zeros(world), np.zeros(world), np.zeros(world)
     for term in tw.traffic.get("pooled", ()):
         if isinstance(term, Outer):
-            dense[np.asarray(term.src) > 0] = 1.0
+            src = np.asarray(term.src, dtype=float)
+            dense += src * float(np.max(term.dst))
         else:
-            src, dst = np.asarray(term.src), np.asarray(term.dst)
-            rail[src[src != dst]] = 1.0
-    return dense, rail
+            src, dst, nb = np.asarray(term.src), np.asarray(term.dst), np.asarray(term.nbytes, dtype=float)
+            keep = src != dst
+            np.maximum.at(rail, src[keep], np.broadcast_to(nb, src.shape)[keep])
+            senders = np.unique(src)
+            sub[senders] += gpus_per_node / senders.size - 1.0
+    return dense, rail, sub
 
 
 class Contribution:
-    """A table's additive share, as one (29, N) array: compute [fwd, bwd, host] seconds (3),
+    """A table's additive share, as one (30, N) array: compute [fwd, bwd, host] seconds (3),
     kernels per rank (1), comm aggregates (5 collectives x [sent/recv x intra/inter]) bytes (20),
-    HBM bytes (1), host bytes [DRAM, SSD] (2), pooled senders [to every rank, on a rail] (2,
+    HBM bytes (1), host bytes [DRAM, SSD] (2), pooled messages [bytes to every rank, bytes on a
+    rail, sub-node groups] (3,
     :func:`pooled_pattern`); plus its DP AllReduce bytes."""
 
     __slots__ = ("vec", "dp_bytes")
@@ -487,7 +497,7 @@ class CostModel:
                 if k.tier != "hbm":
                     v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
         v[_AGG] = tw.aggregates(self.node_of, self.system.gpus_per_node).reshape(20, -1)
-        v[_DENSE], v[_RAIL] = pooled_pattern(tw, self.world)
+        v[_DENSE], v[_RAIL], v[_SUB] = pooled_pattern(tw, self.world, self.system.gpus_per_node)
         c.dp_bytes = tw.dp_allreduce_bytes
         return c
 
@@ -619,36 +629,70 @@ class CostModel:
         return out
 
     def alltoall_peers(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
-        """The off-node peers each rank of ``T`` states exchanges bytes with in each NIC-crossing
-        AlltoAll, on the direction of its NIC with more bytes (``(T, N)`` per collective), times
-        the queue pairs a message to an off-node peer takes
-        (``sim.network.collectives.NCCL_CONNECTIONS.p2p``): the flows it keeps open through
-        its NIC. A rank sends to every off-node rank in the pooled
-        AlltoAll if it holds a table-wise, column-wise or row-wise shard, else to its rail (one
-        rank per other node) if it holds a table-row-wise one (:func:`pooled_pattern`); it
-        receives from the off-node ranks that send to it. The gradient AlltoAll is the pooled
-        one reversed; in the input AlltoAll every rank sends to every shard's rank.
-        (``sim.network.collectives.nic_flows_per_gpu`` counts the same flows for a dense
-        AlltoAll: every off-node peer.)"""
+        """The flows each rank of ``T`` states keeps through its NIC in each NIC-crossing
+        AlltoAll, on the direction of its NIC with more bytes (``(T, N)`` per collective),
+        counted as max-min fair sharing sees them over the collective's time: its off-node
+        bytes ``W`` over its largest off-node message ``s``, times the queue pairs a message to
+        an off-node peer takes (``sim.network.collectives.NCCL_CONNECTIONS.p2p``).
+
+        Why ``W / s``: the simulator runs each message as its own flow(s), and on the NIC every
+        live flow gets an equal share; a flow holds it only while it has bytes left. Beside a
+        partner of ``m`` flows that outlasts it, a collective whose flows carry ``s_1 <= ... <=
+        s_n`` bytes ends when its largest does, at ``(W + m s_n) / R`` (between two finishes
+        each live flow moves ``R / (live + m)``: the increments sum to ``W`` for the
+        collective's flows and to ``m s_n`` for the partner's), which is the time a collective
+        of ``w`` equal flows takes exactly when ``w = W / s_n`` -- the peer count when every
+        message is the same size, fewer when small ones (a row-wise table's partial pools to
+        every rank beside the table-row-wise ones on the rail) finish early. APPROXIMATION:
+        the template gives a collective that weight for its whole time, also where it outlasts
+        its partner.
+
+        The messages, from the plan's terms (``host.planner.work``, the matrices the simulator
+        runs): in the pooled AlltoAll a rank sends its :func:`pooled_pattern` dense bytes to
+        every other rank, plus its table-row-wise bytes to the owners it finishes the pools of
+        (``g / m`` per other node for a group of ``m`` ranks, its rail among them, which gets
+        them all); an owner's largest received message is the largest of another node's rank
+        on its rail (dense plus table-row-wise bytes), any other node's dense bytes, and, from
+        a rank with table-row-wise shards over part of a node (which also finish the pools of
+        ranks off its rail), its dense plus table-row-wise bytes (APPROXIMATION: as if it sent
+        all of them to every owner; exact where its groups' owners include the owner's rank).
+        The gradient AlltoAll is the pooled one reversed. In the input AlltoAll every rank sends an owner the same bytes
+        (its received bytes over the ``N - 1`` senders)."""
         vecs = np.asarray(vecs)
         T, N, g = vecs.shape[0], self.world, self.system.gpus_per_node
         nodes = N // g
-        dense = vecs[:, _DENSE] > 0.5
-        rail = vecs[:, _RAIL] > 0.5
-        owner = dense | rail
-        per_node = lambda a: a.reshape(T, nodes, g).sum(axis=2)  # noqa: E731
-        off = lambda a: np.repeat(per_node(a).sum(axis=1, keepdims=True) - per_node(a), g, axis=1)  # noqa: E731
-        rl = (rail & ~dense).reshape(T, nodes, g)   # rail senders not counted among the dense ones
-        rail_in = (rl.sum(axis=1, keepdims=True) - rl).reshape(T, N)   # on other nodes, on the rank's rail
-        pooled_tx = np.where(dense, N - g, np.where(rail, nodes - 1, 0))
-        pooled_rx = off(dense) + rail_in
-        flows = {"input_a2a": (off(owner), np.where(owner, N - g, 0)), "pooled_a2a": (pooled_tx, pooled_rx),
-                 "grad_a2a": (pooled_rx, pooled_tx)}
-        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1)
-        # each off-node peer's messages go on NCCL_CONNECTIONS.p2p queue pairs of the NIC
+        agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, N)
+        node = np.arange(nodes)
+
+        def others_max(a: np.ndarray) -> np.ndarray:
+            """``(T, nodes, ...)`` -> for each node, the max over the other nodes (0 if none)."""
+            if nodes < 2:
+                return np.zeros_like(a)
+            order = np.argsort(-a, axis=1, kind="stable")
+            top = np.take_along_axis(a, order[:, :1], axis=1)
+            second = np.take_along_axis(a, order[:, 1:2], axis=1)
+            own_top = order[:, :1] == node.reshape((1, nodes) + (1,) * (a.ndim - 2))
+            return np.where(own_top, second, top)
+
+        dense, rail = vecs[:, _DENSE], vecs[:, _RAIL]
+        pooled_tx_s = np.where(rail > 0, dense + rail, dense)
+        by_rail = others_max((dense + rail).reshape(T, nodes, g))                       # (T, nodes, g)
+        part = np.where(vecs[:, _SUB] > 1e-9, dense + rail, dense)        # sub-node senders: to owners off their rail
+        by_any = others_max(part.reshape(T, nodes, g).max(axis=2))[:, :, None]          # (T, nodes, 1)
+        pooled_rx_s = np.maximum(by_rail, by_any).reshape(T, N)
+        per_owner = (agg[:, 0, 2] + agg[:, 0, 3]) / max(N - 1, 1)                     # input bytes per sender
+        input_tx_s = np.repeat(others_max(per_owner.reshape(T, nodes, g).max(axis=2)[:, :, None])[:, :, 0], g, axis=1)
+
+        def count(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where((w > 0) & (s > 0), w / s, 0.0)
+
+        pooled = (count(agg[:, 1, 1], pooled_tx_s), count(agg[:, 1, 3], pooled_rx_s))
+        grad = (count(agg[:, 2, 1], pooled_rx_s), count(agg[:, 2, 3], pooled_tx_s))
+        inp = (count(agg[:, 0, 1], input_tx_s), count(agg[:, 0, 3], per_owner))
         qps = float(NCCL_CONNECTIONS.p2p)
-        return {name: qps * np.where(agg[:, c, 1] >= agg[:, c, 3], *flows[name]).astype(float)
-                for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a"))}
+        return {name: qps * np.where(agg[:, c, 1] >= agg[:, c, 3], *flows)
+                for c, (name, flows) in enumerate((("input_a2a", inp), ("pooled_a2a", pooled), ("grad_a2a", grad)))}
 
     def alltoall_flows(self, vecs: np.ndarray) -> dict[str, np.ndarray]:
         """The flows each of ``T`` states' NIC-crossing AlltoAlls keeps open through a NIC
@@ -777,9 +821,10 @@ class CostModel:
             v[4 + 4 * c: 8 + 4 * c] = matrix_aggregates(work.matrices[name], self.system.gpus_per_node)
         st.dp_bytes = work.dp_allreduce_bytes
         for tw in work.tables.values():
-            dense, rail = pooled_pattern(tw, self.world)
+            dense, rail, sub = pooled_pattern(tw, self.world, self.system.gpus_per_node)
             v[_DENSE] += dense
             v[_RAIL] += rail
+            v[_SUB] += sub
         v[_HBM] = work.hbm_bytes
         v[25] = work.dram_bytes
         v[26] = work.ssd_bytes

@@ -36,11 +36,16 @@ def forced_fallbacks(plan: Plan) -> int:
     return 0
 
 
-def place_forced(p: Placer, tables: list[TableSpec], st: ShardingType) -> int | None:
+def place_forced(p: Placer, tables: list[TableSpec], st: ShardingType, group: int | None = None) -> int | None:
     """Place ``tables`` on ``p``'s current state with type ``st`` (see the module doc); the
     number of fallbacks to row-wise, or None if a table fits nowhere (``p`` then holds the
-    tables placed so far)."""
+    tables placed so far). ``group``: table-row-wise / table-column-wise tables go over that
+    many consecutive ranks of a node (a divisor of the node's ranks, from a multiple of it: an
+    aligned half, quarter... of a node), the least-loaded such group with room; None: a whole
+    node."""
     world, g = p.world, p.g
+    if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1 or g % group):
+        raise ValueError(f"group: expected a divisor of the {g} GPUs per node, got {group!r}")
     fallbacks = 0
     for table in sorted(tables, key=lambda t: -float(p.workload.table_memory_bytes(t))):
         tp = None
@@ -71,6 +76,12 @@ def place_forced(p: Placer, tables: list[TableSpec], st: ShardingType) -> int | 
             room = (p.caps[0] - p.state.hbm) >= p.shard_bytes(table, table.rows, -(-table.dim // m))
             fit = order[room[order]]
             tp = p.make(table, st, sorted((fit[:m] if len(fit) >= m else order[:m]).tolist()))
+        elif st in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE) and group is not None and group != g:
+            m = group if st == ST.TABLE_ROW_WISE else max(1, min(group, table.dim // 4))
+            for k in np.argsort(totals.reshape(-1, group).sum(axis=1), kind="stable"):
+                tp = p.make(table, st, list(range(int(k) * group, int(k) * group + m)))
+                if tp is not None:
+                    break
         elif st in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
             node_load = totals.reshape(-1, g).sum(axis=1)
             for node in np.argsort(node_load, kind="stable"):

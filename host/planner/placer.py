@@ -472,7 +472,8 @@ class Placer:
     def _relabeling(self, tp: TablePlan) -> tuple:
         """How ``tp``'s contribution follows from a remembered one: ``("dp", key)`` for one
         replica per rank in one tier (rank 0's replica, on every rank), ``("node", plan, first)``
-        for a node-bound plan on a node's first ranks (the same plan on node 0, relabeled), else
+        for a node-bound plan on a node's first ranks or on an aligned group of a node's ranks
+        (the same plan from rank 0, relabeled), else
         ``("own",)``."""
         if tp.sharding == ST.DATA_PARALLEL:
             ranks, arr, code = tp.shard_arrays()
@@ -482,8 +483,13 @@ class Placer:
                 return ("dp", ("__dp__", tp.table, TIERS[int(code[0])], tuple(int(x) for x in arr[:, 0])))
             return ("own",)
         shards = tp.shards
-        first = shards[0].rank
-        if first % self.g == 0 and [s.rank for s in shards] == list(range(first, first + len(shards))):
+        first, m = shards[0].rank, len(shards)
+        # on consecutive ranks from a multiple of their number that divides the node's ranks (a
+        # node's first ranks, or an aligned half, quarter... of a node): the relabeling shifts
+        # nodes and local indices cyclically, and a table-row-wise shard's owners (local index
+        # modulo the shards) shift with it
+        if (first % self.g == 0 or (self.g % m == 0 and first % m == 0)) and \
+                [s.rank for s in shards] == list(range(first, first + m)):
             at0 = TablePlan(tp.table, tp.sharding, tuple(
                 Shard(s.rank - first, s.row_start, s.row_end, s.col_start, s.col_end, s.tier) for s in shards))
             return ("node", at0, first)

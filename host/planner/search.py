@@ -11,8 +11,14 @@
    ``max_steps`` steps (:data:`DEFAULT_MAX_STEPS`). A step prices at most ``screen`` of its
    candidates on the full model (network and HBM sharing): those that the same schedule without
    contention, one pass and much cheaper, ranks lowest. A move must beat the current plan by
-   more than noise (:func:`improves`). Between refinements, class moves retype or move a
-   whole class of tables at once (:meth:`NeoPlanner.class_move`). The search descends so from
+   more than noise (:func:`improves`). Before each refinement, a balancing search
+   (:meth:`NeoPlanner.balance`) moves, swaps and re-splits whole tables between the slowest and
+   the lightest nodes, aligned groups of a node's ranks and ranks on the barrier-sum proxy
+   (hundreds of candidates a step for about what one full evaluation costs), its states then
+   priced in full. Between refinements, class moves retype or move a whole class of tables at
+   once (:meth:`NeoPlanner.class_move`); at the local optimum, once per descent, the
+   table-row-wise class is re-split over half (then a quarter) of a node's ranks and balanced
+   (:meth:`NeoPlanner.regroup`). The search descends so from
    each of the ``descents`` best starts (:data:`DEFAULT_DESCENTS`; the starts: the greedy
    placement and every baseline's and forced type's plan, ranked by the objective), the steps
    shared, and keeps the lowest local optimum (the first on a tie).
@@ -67,6 +73,28 @@ ST = ShardingType
 #: 0.552 ms) with the same lookups: past that test's 10% bound on per-GPU kernel time, which
 #: holds only while the plan keeps its sharding types from 1 to 16 nodes.
 DEFAULT_DESCENTS = 1
+
+#: Steps of the balancing search (:meth:`NeoPlanner.balance`) at most, per call: each moves,
+#: swaps or re-splits whole tables between the slowest and the lightest units (a node, an
+#: aligned group of its ranks, a rank) on the barrier-sum proxy, so a step costs about a
+#: hundredth of a refinement step. (Model-a at 16 x 8: about 45 steps from forced
+#: table-row-wise, about 100 after re-splitting it over half nodes; 64 stopped that one early,
+#: 48.22 against 47.97 ms predicted.)
+DEFAULT_BALANCE_STEPS = 160
+
+#: A balancing step's neighbourhood (:meth:`NeoPlanner._balance_trials`): the lightest units a
+#: table may go to, the tables per unit size moved off the slowest rank, the swaps per
+#: destination. Measured on model-a at 16 x 8 (re-split over half nodes, then balanced; CPU
+#: seconds on the loaded 2-core machine): (2, 3, 2) 47.97 ms predicted in 4.9 s, (3, 3, 2)
+#: 47.53 ms in 5.8 s, (3, 4, 4) 47.43 ms in 10.1 s.
+_BALANCE_NEIGHBOURHOOD = (3, 3, 2)
+
+#: The phases whose slowest node (or rank) a balancing step moves tables off, each with the
+#: rows of a table's contribution that count toward it (:data:`host.planner.cost` layout: the
+#: forward and backward kernels, then the input, pooled and reduce-scatter AlltoAlls' bytes;
+#: the gradient AlltoAll and the all-gather mirror the pooled one and the reduce-scatter).
+_BALANCE_PHASES = (("fwd_compute", slice(0, 1)), ("bwd_compute", slice(1, 2)), ("input_a2a", slice(4, 8)),
+                   ("pooled_a2a", slice(8, 12)), ("pooled_rs", slice(16, 20)))
 
 #: Refinement steps at most (the search usually converges well before: Model-A on 128 GPUs
 #: converges at once after the greedy start, on 1024 GPUs in about a dozen steps).
@@ -123,7 +151,8 @@ class NeoPlanner(Placer):
     def __init__(self, workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | None = None,
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
                  max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24, slow_ranks: int = 4,
-                 kicks: int = 0, workers: int | None = None, descents: int = DEFAULT_DESCENTS) -> None:
+                 kicks: int = 0, workers: int | None = None, descents: int = DEFAULT_DESCENTS,
+                 balance_steps: int = DEFAULT_BALANCE_STEPS) -> None:
         super().__init__(workload, system, cost)
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers: expected an integer >= 1 or None (the CPUs available, up to 2), got {workers!r}")
@@ -136,13 +165,16 @@ class NeoPlanner(Placer):
         #: a refinement step prices at most this many of its candidates in full: those the
         #: schedule without contention ranks lowest (:meth:`CostModel.iteration_s_batch`)
         self.screen = screen
-        for name, value in (("slow_ranks", slow_ranks), ("kicks", kicks), ("descents", descents)):
-            low = 0 if name == "kicks" else 1
+        for name, value in (("slow_ranks", slow_ranks), ("kicks", kicks), ("descents", descents),
+                            ("balance_steps", balance_steps)):
+            low = 0 if name in ("kicks", "balance_steps") else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
         #: the best starts (by the objective, distinct states) each descended to its local
         #: optimum, the lowest kept (:meth:`_run`)
         self.descents = descents
+        #: steps of the balancing search at most (:meth:`balance`; 0: none)
+        self.balance_steps = balance_steps
         #: the ranks a refinement step moves tables off (:meth:`_slow_ranks`)
         self.slow_ranks = slow_ranks
         #: perturbations tried once the refinement converges (:meth:`kick`). Off by default: on
@@ -152,6 +184,7 @@ class NeoPlanner(Placer):
         self.kicks = kicks
         self._tabu: set[str] = set()
         self._width = 1  # the slow ranks a step looks at: the slowest only in the first descent
+        self._regrouped = False  # whether this descent has tried :meth:`regroup`
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
             raise ValueError(f"max_steps: expected an integer >= 0 or None, got {max_steps!r}")
         if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
@@ -679,6 +712,212 @@ class NeoPlanner(Placer):
                     best = (i, sc)
         return best
 
+    # ------------------------------------------------------------------ balancing
+    def _unit_of(self, name: str) -> tuple[int, int] | None:
+        """Where table ``name`` sits as one movable unit, ``(m, k)``: on ranks ``k m .. k m + m -
+        1`` of one node (a table-wise table: ``m`` 1; a table-row-wise or table-column-wise one
+        on a node, or on an aligned half, quarter... of a node: ``m`` its shards), None for the
+        others (split over nodes, data-parallel)."""
+        tp = self.placed[name].tp
+        if tp.sharding == ST.TABLE_WISE:
+            return (1, tp.ranks[0])
+        if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            ranks = tp.ranks
+            m, first = len(ranks), ranks[0]
+            if (first % self.g == 0 or (self.g % m == 0 and first % m == 0)) and \
+                    list(ranks) == list(range(first, first + m)):
+                return (m, first // m) if first % m == 0 else None
+        return None
+
+    def _moved(self, name: str, unit: tuple[int, int], base: State) -> TablePlan | None:
+        """Table ``name``'s plan on ``unit`` (:meth:`_unit_of`; its type kept, its shards as
+        many as the unit's ranks), tiers chosen to fit ``base``."""
+        m, k = unit
+        tp = self.placed[name].tp
+        kind = ST.TABLE_WISE if m == 1 else tp.sharding
+        return self.make(self.tables[name], kind, list(range(k * m, k * m + m)), base)
+
+    def _group_sizes(self, m: int, sharding: ShardingType) -> list[int]:
+        """The unit sizes a table on ``m`` ranks may be re-split to: half and twice as many
+        ranks of a node (a table-row-wise or table-column-wise table, 2 ranks at least)."""
+        if sharding not in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE) or m < 2:
+            return []
+        return [x for x in (m // 2, 2 * m) if 2 <= x <= self.g and self.g % x == 0 and x != m]
+
+    def _balance_trials(self, units: dict[tuple[int, int], list[str]], light_k: int = 3, top: int = 4,
+                        swaps: int = 4) -> list[list[tuple[str, TablePlan | None]]]:
+        """A balancing step's candidates: for each phase of :data:`_BALANCE_PHASES`, on its
+        slowest rank, the ``top`` tables of each unit size (:meth:`_unit_of`) that weigh most
+        there in that phase, each moved to one of the ``light_k`` units of its size lightest in
+        that phase (their slowest rank's), or swapped there with one of the ``swaps`` heaviest
+        tables that weigh less, or re-split over half or twice as many ranks of a node
+        (:meth:`_group_sizes`) on one of the ``light_k`` lightest units of that size."""
+        cols = self.cost.columns(self.state)
+        out: list[list[tuple[str, TablePlan | None]]] = []
+        seen: set[tuple] = set()
+        sizes = sorted({u[0] for u in units})
+        for phase, rows in _BALANCE_PHASES:
+            per_rank = cols[phase]
+            slow_rank = int(per_rank.argmax())
+            if not per_rank[slow_rank] > 0:
+                continue
+            per_size = {m: per_rank.reshape(-1, m).max(axis=1) for m in
+                        sorted(set(sizes) | {x for m in sizes for x in (m // 2, 2 * m) if 1 <= x <= self.g})
+                        if self.g % m == 0}
+
+            def lightest(m: int, skip: int) -> list[int]:
+                return [int(x) for x in np.argsort(per_size[m], kind="stable")[:light_k + 1] if int(x) != skip][:light_k]
+
+            for m in sizes:
+                slow = slow_rank // m
+                at = slice(slow * m, slow * m + m)
+
+                def weight(n: str, at=at) -> float:
+                    return float(self.placed[n].contrib.columns(at)[rows].sum())
+
+                mine = sorted(units.get((m, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
+                light = lightest(m, slow)
+                for name in mine:
+                    wn = weight(name)
+                    base = self._without(name)
+                    for dest in light:
+                        if (name, m, dest) not in seen:
+                            seen.add((name, m, dest))
+                            out.append([(name, self._moved(name, (m, dest), base))])
+                        there = slice(dest * m, dest * m + m)
+                        lighter = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
+                                   for o in units.get((m, dest), ())]
+                        lighter = sorted((x for x in lighter if x[0] < wn), key=lambda x: (-x[0], self._order[x[1]]))
+                        for _, other in lighter[:swaps]:
+                            key = tuple(sorted((name, other)))
+                            if key in seen:
+                                continue
+                            seen.add(key)
+                            both = self.state.plus([], [self.placed[name].contrib, self.placed[other].contrib])
+                            out.append([(name, self._moved(name, (m, dest), both)),
+                                        (other, self._moved(other, (m, slow), both))])
+                    for x in self._group_sizes(m, self.placed[name].tp.sharding):
+                        for dest in lightest(x, -1):
+                            if (name, x, dest) not in seen:
+                                seen.add((name, x, dest))
+                                out.append([(name, self._moved(name, (x, dest), base))])
+        return out
+
+    def balance(self) -> bool:
+        """Balance the phases over the nodes and ranks by moving whole tables: a local search on
+        the barrier-sum proxy (:meth:`CostModel.barrier_sum_batch`: each phase's slowest rank,
+        summed, as if nothing overlapped; about a thousandth of a full evaluation), each step
+        applying the candidate of :meth:`_balance_trials` that lowers it most, at most
+        :attr:`balance_steps` steps; then the states it passed through are priced in full
+        (:meth:`_first_best`: the last, and about every eighth of the way) and the best kept if
+        it lowers the objective. Moves of one table at a time around the slowest rank
+        (:meth:`refine`) need a full evaluation per step and cannot move a node-bound table to
+        another node. (The schedule without contention, tried as this search's score, stopped
+        earlier and ended higher under the full objective on model-a: it sees no gain in
+        balancing the input AlltoAll, which the full model does, as the next batch's input
+        AlltoAll shares the NICs with the pooled one.) True if the plan changed."""
+        if self.balance_steps == 0:
+            return False
+        current = self.score(self.state)
+        saved_state, saved_placed = self.state.copy(), dict(self.placed)
+        trail: list[tuple[State, dict]] = []
+        proxy = float(self.cost.barrier_sum_batch(self.state.vec[None], [self.state.dp_bytes])[0])
+        units: dict[tuple[int, int], list[str]] = {}
+        for n in self.placed:   # (in table order, kept so as tables move)
+            u = self._unit_of(n)
+            if u is not None:
+                units.setdefault(u, []).append(n)
+        for _ in range(self.balance_steps):
+            if not units:
+                break
+            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD) if all(tp is not None for _, tp in t)]
+            if not trials:
+                break
+            # each candidate's state, as State.plus makes it (removals first), in one stack
+            vecs = np.empty((len(trials),) + self.state.vec.shape)
+            dps: list[float] = []
+            news = []
+            for i, changes in enumerate(trials):
+                new = [(tp, self.contribution(tp)) for _, tp in changes]
+                v = vecs[i]
+                v[...] = self.state.vec
+                dp = self.state.dp_bytes
+                for n, _ in changes:
+                    c = self.placed[n].contrib
+                    v -= c.vec
+                    dp -= c.dp_bytes
+                for _, c in new:
+                    v += c.vec
+                    dp += c.dp_bytes
+                dps.append(dp)
+                news.append(new)
+            eps = 1e-6
+            ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
+                  & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
+            idx = np.nonzero(ok)[0]
+            if not idx.size:
+                break
+            q = self.cost.barrier_sum_batch(vecs[idx], [dps[i] for i in idx])
+            j = int(np.argmin(q))   # the first on a tie
+            if not q[j] < proxy * (1 - _IMPROVE_REL):
+                break
+            proxy = float(q[j])
+            for tp, c in news[int(idx[j])]:
+                units[self._unit_of(tp.table)].remove(tp.table)
+                self.place(tp, c)
+                mine = units.setdefault(self._unit_of(tp.table), [])
+                mine.insert(int(np.searchsorted([self._order[n] for n in mine], self._order[tp.table])), tp.table)
+            trail.append((self.state.copy(), dict(self.placed)))
+        self.state, self.placed = saved_state, saved_placed
+        if not trail:
+            return False
+        # the states passed through, priced in full: the last, and about every eighth of the way
+        picks = sorted({len(trail) - 1, *(len(trail) * k // 8 for k in range(1, 8))})
+        best = self._first_best([trail[i][0] for i in picks])
+        if best is None or not improves(best[1], current):
+            return False
+        state, placed = trail[picks[best[0]]]
+        self.state, self.placed = state.copy(), dict(placed)
+        self.moves.append(f"balance ({picks[best[0]] + 1} steps)")
+        return True
+
+    def regroup(self) -> bool:
+        """Re-split every table-row-wise table held by one node or an aligned group of its ranks
+        over half, then (if half lowered the objective) a quarter, of a node's ranks
+        (:func:`host.planner.forced.place_forced` with ``group``, at least 2 ranks), each
+        followed by :meth:`balance`, and keep the best if it lowers the objective. Fewer shards per table write fewer partial pools and
+        reduce-scatter fewer bytes inside the node, at the price of coarser pieces to balance:
+        a change of the whole class at once, which no move of one table lowers (a table over
+        half the ranks doubles their share of it). True if the plan changed."""
+        from neonic.host.planner.forced import place_forced
+
+        names = [n for n in self.placed if self.placed[n].tp.sharding == ST.TABLE_ROW_WISE and self._unit_of(n)]
+        if not names or self.g < 4:
+            return False
+        current = self.score(self.state)
+        saved = (self.state.copy(), dict(self.placed), list(self.moves))
+        best = None
+        for x in (self.g // 2, self.g // 4):
+            if x < 2 or self.g % x:
+                continue
+            self.state, self.placed, self.moves = saved[0].copy(), dict(saved[1]), []
+            for n in names:
+                self.unplace(n)
+            ok = place_forced(self, [self.tables[n] for n in names], ST.TABLE_ROW_WISE, group=x)
+            if ok is None or ok > 0 or not self.fits(self.state):
+                continue
+            self.balance()
+            sc = self.score(self.state)
+            if not improves(sc, current if best is None else best[0]):
+                break   # fewer ranks per table stopped paying: a quarter of a node is not tried
+            best = (sc, self.state.copy(), dict(self.placed), x, list(self.moves))
+        self.state, self.placed, self.moves = saved[0], saved[1], saved[2]
+        if best is None or not improves(best[0], current):
+            return False
+        self.state, self.placed = best[1], best[2]
+        self.moves.append(f"table_row_wise over {best[3]} ranks of a node" + "".join(f", {m}" for m in best[4]))
+        return True
+
     # ------------------------------------------------------------------ class moves
     def _classes(self) -> list[tuple[str, list[str]]]:
         """Classes of tables a move changes at once: the tables of each sharding type, the
@@ -766,10 +1005,19 @@ class NeoPlanner(Placer):
         while self.max_steps is None or steps < self.max_steps:
             if deadline is not None and time.perf_counter() >= deadline:
                 break
+            if self.balance():
+                steps += 1
+                if self.max_steps is not None and steps >= self.max_steps:
+                    break
             left = None if self.max_steps is None else self.max_steps - steps
             steps += self.refine(deadline, left)
-            if (self.max_steps is not None and steps >= self.max_steps) or not self.class_move():
+            if self.max_steps is not None and steps >= self.max_steps:
                 break
+            if not self.class_move():
+                # at the local optimum, once per descent: the class re-split over fewer ranks
+                if self._regrouped or not self.regroup():
+                    break
+                self._regrouped = True
             steps += 1
         return steps
 
@@ -797,6 +1045,7 @@ class NeoPlanner(Placer):
                     break
                 self._adopt_start(cand)
             self.moves = []
+            self._regrouped = False
             steps = self._descend(deadline, steps)
             found = (self.score(self.state), self.state.copy(), dict(self.placed), list(self.moves), cand[0])
             if best is None or improves(found[0], best[0]):

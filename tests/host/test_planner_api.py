@@ -205,3 +205,73 @@ def test_descending_from_the_second_best_start_finds_what_the_best_start_misses(
     assert plan == NeoPlanner(w, s, cm, descents=2, workers=2).run()
     with pytest.raises(ValueError, match="descents"):
         NeoPlanner(w, s, descents=0)
+
+
+def _adopted(w, s, cm, plan, **kw):
+    """A search whose state is ``plan`` (its tables placed as the plan has them)."""
+    p = NeoPlanner(w, s, cm, workers=1, **kw)
+    p.state = p._adopt(plan, keep=True)
+    p.placed = p._adopted
+    return p
+
+
+def test_balancing_moves_whole_tables_off_the_crowded_node_and_never_raises_the_objective():
+    """Every table table-row-wise on node 0 of four: refinement's moves cannot take a
+    node-bound table to another node, the balancing search moves and swaps them between nodes
+    (and aligned groups of a node's ranks), on the proxy, keeping a state the full objective
+    prices lower; deterministically, and not at all with ``balance_steps=0``."""
+    from neonic.host.planner import Plan
+    from neonic.host.planner.plan import Shard, TablePlan
+
+    s, w = _system(nodes=4, g=4), _workload(24, seed=5)
+    cm = CostModel(w, s)
+    stacked = Plan(s.world_size, 4, {t.name: TablePlan(t.name, ShardingType.TABLE_ROW_WISE, tuple(
+        Shard(r, r * t.rows // 4, (r + 1) * t.rows // 4, 0, t.dim) for r in range(4))) for t in w.tables})
+    p = _adopted(w, s, cm, stacked)
+    before = p.score(p.state)[0]
+    assert p.balance() and p.moves[-1].startswith("balance")
+    after = p.score(p.state)[0]
+    assert after < 0.6 * before
+    plan = p.plan("neo")
+    nodes = set()
+    for tp in plan:
+        ranks = list(tp.ranks)
+        assert tp.sharding == ShardingType.TABLE_ROW_WISE and ranks == list(range(ranks[0], ranks[0] + len(ranks)))
+        assert 4 % len(ranks) == 0 and ranks[0] % len(ranks) == 0   # an aligned group of one node's ranks
+        nodes.add(ranks[0] // 4)
+    assert len(nodes) == 4
+    again = _adopted(w, s, cm, stacked)
+    again.balance()
+    assert again.plan("neo") == plan
+    assert not _adopted(w, s, cm, stacked, balance_steps=0).balance()
+    with pytest.raises(ValueError, match="balance_steps"):
+        NeoPlanner(w, s, balance_steps=-1)
+
+
+def test_regrouping_splits_table_row_wise_tables_over_half_a_node_where_that_lowers_the_objective():
+    """Over half a node each table writes half the partial pools and reduce-scatters fewer
+    bytes inside the node: from forced table-row-wise on 2 x 8 GPUs the search's objective
+    prefers the whole class over 4 ranks (no single table's move shows it: a table over half
+    the ranks doubles their share of it), balanced; and a quarter of a node (2 ranks) is
+    priced but not kept here."""
+    s, w = _system(nodes=2, g=8), _workload(24, seed=2, batch=2048)
+    cm = CostModel(w, s)
+    p = _adopted(w, s, cm, make_plan(w, s, "force:table-row-wise", cost=cm))
+    before = p.score(p.state)[0]
+    assert p.regroup() and p.moves[-1].startswith("table_row_wise over 4 ranks of a node")
+    assert p.score(p.state)[0] < 0.9 * before
+    assert {len(tp.ranks) for tp in p.plan("neo")} == {4}
+
+
+def test_forced_table_row_wise_over_aligned_groups_of_a_node():
+    from neonic.host.planner.forced import place_forced
+    from neonic.host.planner.placer import Placer
+
+    s, w = _system(nodes=2, g=4), _workload(12, seed=4)
+    p = Placer(w, s)
+    assert place_forced(p, list(w.tables), ShardingType.TABLE_ROW_WISE, group=2) == 0
+    groups = [tuple(p.placed[t.name].tp.ranks) for t in w.tables]
+    assert all(len(g) == 2 and g[0] % 2 == 0 and g[1] == g[0] + 1 for g in groups)
+    assert len(set(groups)) == 4   # the least-loaded group each time: every group is used
+    with pytest.raises(ValueError, match="group"):
+        place_forced(Placer(w, s), list(w.tables), ShardingType.TABLE_ROW_WISE, group=3)
