@@ -127,21 +127,28 @@ a bank still draining) are flip-flops, computed a cycle ahead for each thing the
 next (the same word, the row's next word, or the next queue entry's first word, seen through
 the read slice's look-ahead), so that no long path runs from the accumulator state through
 the handshake; a bank freed by the drain is seen one cycle later. After it the words pass
-a widening register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
-(``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
-their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1``
-of its bank; the accumulator has registered (block-RAM) read ports, each followed by a
-register with no logic before it, and the adder's input takes the word read three stages
-ahead or, when the word was written back since (in the last two cycles or on this one), the
-newest write-back (kept in registers, selected by flags compared a cycle ahead, one set per
-lane, so that no one flag selects every lane's operand), so two words
-of one address are issued at least ``add_latency + 1`` cycles apart. Rows of ``W`` words of
-``interleave`` bags cost ``max(W, (add_latency + 1) / interleave)`` cycles each in steady
-state.
+a widening register, ``fanout_stages`` fan-out registers, the weight multipliers
+(``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``, ``add_latency``) or the max
+selectors (one :class:`PoolLane` per lane) into their bank, at a fixed latency. Each lane is
+a self-contained slice: its multiplier, adder and max selector, its own accumulator memories
+(one block RAM per copy on ECP5) with their own registered addresses and write enable, and its
+own copy of every flag it reads; what all lanes need from the issue stage (the row's weight)
+reaches them through a register tree of fan-out 4 (``fanout_stages`` levels, one per factor
+of 4 in ``lanes``), so no net from one register spans every lane in one cycle. Synthesis
+merges registers with equal inputs, so the copies are made logically distinct: each is gated
+by whether the first lane it serves holds an element of the row, and a lane outside the row
+gets a value that changes nothing that is output. A bag's words live at addresses
+``0 .. ceil(dim/lanes)-1`` of its bank; the accumulator has registered (block-RAM) read ports,
+each followed by a register with no logic before it, and the adder's input takes the word read
+three stages ahead or, when the word was written back since (in the last two cycles or on this
+one), the newest write-back (kept in registers, selected by flags compared two cycles ahead
+and copied per lane), so two words of one address are issued at least ``add_latency + 1``
+cycles apart. Rows of ``W`` words of ``interleave`` bags cost
+``max(W, (add_latency + 1) / interleave)`` cycles each in steady state.
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
-them by ``1/count`` for MEAN (another ``FPMul32`` per lane, each with its own copy of the
-reciprocal) and writes them into the output queue, one
+them by ``1/count`` for MEAN (another ``FPMul32`` per lane, the reciprocal copied to the lanes
+through a register tree like the weight's) and writes them into the output queue, one
 beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
@@ -479,7 +486,7 @@ class EmbeddingBagUnit(wiring.Component):
         self.banks = 2 * self.interleave
         self.bank_width = max(1, exact_log2(self.banks))
         #: output queue: room for every beat the free-running drain pipeline holds
-        self.out_depth = self.drain_mul_latency + 6
+        self.out_depth = self.drain_mul_latency + self.fanout_stages + 5
 
         self.desc_layout = DescriptorLayout(table_width=self.table_width,
                                             addr_width=self.addr_width,
@@ -509,9 +516,9 @@ class EmbeddingBagUnit(wiring.Component):
             words_per_beat=self.words_per_beat, add_latency=self.add_latency,
             # take -> stage 1 -> fan-out stages -> mul_latency registers -> the adder's input
             reduce_latency=1 + self.fanout_stages + self.mul_latency,
-            # drain read -> read register -> data register -> multiplier -> output queue
-            # (2 cycles)
-            drain_latency=self.drain_mul_latency + 4,
+            # drain read -> read register -> data register -> the reciprocal's further
+            # fan-out levels (``fanout_stages - 1``) -> multiplier -> output queue (2 cycles)
+            drain_latency=self.drain_mul_latency + self.fanout_stages + 3,
             # issues of one accumulator word: the adder's latency, then the write-back
             hazard_distance=self.add_latency + 1,
             bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth,
@@ -1456,16 +1463,32 @@ class EmbeddingBagUnit(wiring.Component):
             dctx.eq(dctx0),
         ]
         d_data = Signal(32 * lanes, reset_less=True)   # (into the block RAM, like acc_raw)
-        # One reciprocal register per lane, each logically distinct (as the weights'): a lane
-        # the drain zeroes (``mask``) multiplies by 1.0 instead. One register feeding every
-        # lane's multiplier would be one register after synthesis all the way into the
-        # multipliers' first stage (identical logic is merged), whose outputs then fan out
-        # across the lanes.
-        d_recip = [Signal(32, name=f"d_recip{i}") for i in range(lanes)]
+        # The reciprocal reaches each lane's multiplier through a fan-out tree like the
+        # weight's (``fanout_stages`` levels of degree 4, each copy gated by whether the first
+        # lane it serves is in the output, ``mask``, else 1.0, so that synthesis keeps the
+        # copies apart; a lane the drain zeroes multiplies by 1.0). The read data and the
+        # context wait beside it.
         m.d.sync += d_data.eq(Cat(*[r.data for r in acc_drs]))
-        for i in range(lanes):
-            m.d.sync += d_recip[i].eq(Mux(dctx0.mask[i], recip_rd.data, _FP32_ONE))
         dctx_pipe, dx_pipe = [dctx], [d_data]
+        masks = [dctx0, dctx]        # the context each tree level gates with
+        recips, span = [recip_rd.data], lanes
+        for j in range(1, P + 1):
+            nspan = 1 if j == P else max(1, lanes >> (2 * j))
+            copies = []
+            for g in range(lanes // nspan):
+                r = Signal(32, name=f"d_recip{j}_{g}", reset_less=True)
+                m.d.sync += r.eq(Mux(masks[j - 1].mask[g * nspan], recips[g * nspan // span],
+                                     _FP32_ONE))
+                copies.append(r)
+            recips, span = copies, nspan
+            if j < P:
+                c = Signal(dctx_layout, name=f"drain_fan_ctx{j}")
+                x = Signal(32 * lanes, name=f"drain_fan_x{j}", reset_less=True)
+                m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
+                dctx_pipe.append(c)
+                dx_pipe.append(x)
+                masks.append(c)
+        dmul_x = dx_pipe[-1]
         for k in range(dl):
             c = Signal(dctx_layout, name=f"drain_ctx{k}")
             x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
@@ -1477,7 +1500,7 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=dl)
             m.submodules[f"dmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(d_data[32 * i:32 * (i + 1)]), mul.b.eq(d_recip[i])]
+            m.d.comb += [mul.a.eq(dmul_x[32 * i:32 * (i + 1)]), mul.b.eq(recips[i])]
             v = Mux(dend.scalel[i], mul.o, dxend[32 * i:32 * (i + 1)])
             out_lanes.append(Mux(dend.mask[i], v, 0))
         pl = self.pooled_layout
