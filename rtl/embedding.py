@@ -154,19 +154,24 @@ beat per cycle while the queue has room for everything in flight (a credit count
 (``sim.timing.embedding``) uses.
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
-grade 6, ``router2``, placement seed 1; the ``bench timing`` gather parameters with
-``data_bytes=64, lanes=16``): 69.8 MHz (60.0 before the row offset's DSP output register,
-the per-lane reciprocals and operand flags, the registered counter events and the
-``PingPongBuffer`` enables), 53,365 LUTs, 53,306 FFs, 30 DP16KD, 129 MULT18X18D, 69% of the
-slices. Its critical path is 12.0 ns of routing in 14.3 ns (a row's last-word flag to the
-lanes' weight registers), and about 4,000 sink pins (flip-flop, block RAM and DSP inputs,
-the IO shell's included; nextpnr's detailed report) are over 8 ns, spread over the lanes' FP
-units and the accumulator's write data: at this size the routing across the
-device, not a logic depth, sets the clock; 125 MHz is not reached. At the ``bench timing``
-size (2 lanes, 8 B beats), seeds 1 and 2: 85.4 and 99.4 MHz (before: 101.3 and 94.7; the
-changes above address fan-out across lanes, and the spread between seeds is larger than
-what they moved), 9,458 LUTs, 9,628 FFs, 4 DP16KD, 17 MULT18X18D; seed 1's critical path is
-the arbiter's grant to a slot head's register enable, 10.7 of 11.7 ns routing.
+grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds
+1 / 2 / 3: 99.8 / 100.6 / 101.4 MHz (the RTL before the lane slices: 85.4 and 99.4 on seeds
+1 and 2), 9,508 LUTs, 9,937 FFs, 4 DP16KD, 17 MULT18X18D. The critical paths are control,
+mostly routing: the arbiter's next grant (seed 1, 7 levels, 7.7 ns routing), the reducer's
+hazard flag from its word counter (seed 2, 9 levels, 7.4 ns), the grant to a slot head's
+register enable (seed 3, 2 levels, 8.9 ns); on seed 1 about 200 sink pins (flip-flop,
+block RAM and DSP inputs; nextpnr's detailed report) are over 8 ns, spread over the arbiter,
+the reducer's stall flags, the input slice, the slot heads' enables and the FP units' first
+stages: 125 MHz is not reached. At ``data_bytes=64, lanes=16`` synthesis gives 53,534 LUTs,
+57,126 FFs, 32 DP16KD and 129 MULT18X18D; the weight and the reciprocal reach the lanes
+through two levels of fan-out 4, the per-lane flags, addresses and write enables are one
+register from the shared context (16 loads), and the only nets of over 140 loads besides
+the clock and reset are the load and pointer flags of the two ``PingPongBuffer`` slices
+(512-526 loads, the response input and the output). Its place and route on this RTL was
+not completed (stopped in placement). The RTL before the lane slices reached
+69.8 MHz there (seed 1): 12.0 ns of routing in 14.3 ns, from a row's last-word flag to the
+lanes' weight registers (now the fan-out tree), with about 4,000 sink pins over 8 ns spread
+over the lanes' FP units and the accumulator's shared write data.
 """
 
 from __future__ import annotations
