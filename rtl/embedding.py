@@ -127,39 +127,51 @@ a bank still draining) are flip-flops, computed a cycle ahead for each thing the
 next (the same word, the row's next word, or the next queue entry's first word, seen through
 the read slice's look-ahead), so that no long path runs from the accumulator state through
 the handshake; a bank freed by the drain is seen one cycle later. After it the words pass
-a widening register, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
-(``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
-their bank, at a fixed latency. A bag's words live at addresses ``0 .. ceil(dim/lanes)-1``
-of its bank; the accumulator has registered (block-RAM) read ports, each followed by a
-register with no logic before it, and the adder's input takes the word read three stages
-ahead or, when the word was written back since (in the last two cycles or on this one), the
-newest write-back (kept in registers, selected by flags compared a cycle ahead, one set per
-lane, so that no one flag selects every lane's operand), so two words
-of one address are issued at least ``add_latency + 1`` cycles apart. Rows of ``W`` words of
-``interleave`` bags cost ``max(W, (add_latency + 1) / interleave)`` cycles each in steady
-state.
+a widening register, ``fanout_stages`` fan-out registers, the weight multipliers
+(``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``, ``add_latency``) or the max
+selectors (one :class:`PoolLane` per lane) into their bank, at a fixed latency. Each lane is
+a self-contained slice: its multiplier, adder and max selector, its own accumulator memories
+(one block RAM per copy on ECP5) with their own registered addresses and write enable, and its
+own copy of every flag it reads; what all lanes need from the issue stage (the row's weight)
+reaches them through a register tree of fan-out 4 (``fanout_stages`` levels, one per factor
+of 4 in ``lanes``), so no net from one register spans every lane in one cycle. Synthesis
+merges registers with equal inputs, so the copies are made logically distinct: each is gated
+by whether the first lane it serves holds an element of the row, and a lane outside the row
+gets a value that changes nothing that is output. A bag's words live at addresses
+``0 .. ceil(dim/lanes)-1`` of its bank; the accumulator has registered (block-RAM) read ports,
+each followed by a register with no logic before it, and the adder's input takes the word read
+three stages ahead or, when the word was written back since (in the last two cycles or on this
+one), the newest write-back (kept in registers, selected by flags compared two cycles ahead
+and copied per lane), so two words of one address are issued at least ``add_latency + 1``
+cycles apart. Rows of ``W`` words of ``interleave`` bags cost
+``max(W, (add_latency + 1) / interleave)`` cycles each in steady state.
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
-them by ``1/count`` for MEAN (another ``FPMul32`` per lane, each with its own copy of the
-reciprocal) and writes them into the output queue, one
+them by ``1/count`` for MEAN (another ``FPMul32`` per lane, the reciprocal copied to the lanes
+through a register tree like the weight's) and writes them into the output queue, one
 beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
-grade 6, ``router2``, placement seed 1; the ``bench timing`` gather parameters with
-``data_bytes=64, lanes=16``): 69.8 MHz (60.0 before the row offset's DSP output register,
-the per-lane reciprocals and operand flags, the registered counter events and the
-``PingPongBuffer`` enables), 53,365 LUTs, 53,306 FFs, 30 DP16KD, 129 MULT18X18D, 69% of the
-slices. Its critical path is 12.0 ns of routing in 14.3 ns (a row's last-word flag to the
-lanes' weight registers), and about 4,000 sink pins (flip-flop, block RAM and DSP inputs,
-the IO shell's included; nextpnr's detailed report) are over 8 ns, spread over the lanes' FP
-units and the accumulator's write data: at this size the routing across the
-device, not a logic depth, sets the clock; 125 MHz is not reached. At the ``bench timing``
-size (2 lanes, 8 B beats), seeds 1 and 2: 85.4 and 99.4 MHz (before: 101.3 and 94.7; the
-changes above address fan-out across lanes, and the spread between seeds is larger than
-what they moved), 9,458 LUTs, 9,628 FFs, 4 DP16KD, 17 MULT18X18D; seed 1's critical path is
-the arbiter's grant to a slot head's register enable, 10.7 of 11.7 ns routing.
+grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds
+1 / 2 / 3: 99.8 / 100.6 / 101.4 MHz (the RTL before the lane slices: 85.4 and 99.4 on seeds
+1 and 2), 9,508 LUTs, 9,937 FFs, 4 DP16KD, 17 MULT18X18D. The critical paths are control,
+mostly routing: the arbiter's next grant (seed 1, 7 levels, 7.7 ns routing), the reducer's
+hazard flag from its word counter (seed 2, 9 levels, 7.4 ns), the grant to a slot head's
+register enable (seed 3, 2 levels, 8.9 ns); on seed 1 about 200 sink pins (flip-flop,
+block RAM and DSP inputs; nextpnr's detailed report) are over 8 ns, spread over the arbiter,
+the reducer's stall flags, the input slice, the slot heads' enables and the FP units' first
+stages: 125 MHz is not reached. At ``data_bytes=64, lanes=16`` synthesis gives 53,534 LUTs,
+57,126 FFs, 32 DP16KD and 129 MULT18X18D; the weight and the reciprocal reach the lanes
+through two levels of fan-out 4, the per-lane flags, addresses and write enables are one
+register from the shared context (16 loads), and the only nets of over 140 loads besides
+the clock and reset are the load and pointer flags of the two ``PingPongBuffer`` slices
+(512-526 loads, the response input and the output). Its place and route on this RTL was
+not completed (stopped in placement). The RTL before the lane slices reached
+69.8 MHz there (seed 1): 12.0 ns of routing in 14.3 ns, from a row's last-word flag to the
+lanes' weight registers (now the fan-out tree), with about 4,000 sink pins over 8 ns spread
+over the lanes' FP units and the accumulator's shared write data.
 """
 
 from __future__ import annotations
@@ -465,6 +477,9 @@ class EmbeddingBagUnit(wiring.Component):
         self.mul_latency = check_int("mul_latency", mul_latency, minimum=3,
                                      maximum=FPMul32.STEPS)
         self.drain_mul_latency = self.mul_latency
+        #: register levels between the issue stage's registers and the multipliers' inputs:
+        #: a fan-out tree of degree 4 from one register to ``lanes`` copies (at least one)
+        self.fanout_stages = max(1, (exact_log2(self.lanes) + 1) // 2)
         self.info_depth = self.outstanding + 2
         self.interleave = check_int("interleave", interleave, minimum=1, maximum=8,
                                     power_of_two=True)
@@ -476,7 +491,7 @@ class EmbeddingBagUnit(wiring.Component):
         self.banks = 2 * self.interleave
         self.bank_width = max(1, exact_log2(self.banks))
         #: output queue: room for every beat the free-running drain pipeline holds
-        self.out_depth = self.drain_mul_latency + 6
+        self.out_depth = self.drain_mul_latency + self.fanout_stages + 5
 
         self.desc_layout = DescriptorLayout(table_width=self.table_width,
                                             addr_width=self.addr_width,
@@ -504,11 +519,11 @@ class EmbeddingBagUnit(wiring.Component):
         return UnitTiming(
             data_bytes=self.data_bytes, lanes=self.lanes, outstanding=self.outstanding,
             words_per_beat=self.words_per_beat, add_latency=self.add_latency,
-            # take -> stage 1 -> mul_latency registers -> the adder's input
-            reduce_latency=1 + self.mul_latency,
-            # drain read -> read register -> data register -> multiplier -> output queue
-            # (2 cycles)
-            drain_latency=self.drain_mul_latency + 4,
+            # take -> stage 1 -> fan-out stages -> mul_latency registers -> the adder's input
+            reduce_latency=1 + self.fanout_stages + self.mul_latency,
+            # drain read -> read register -> data register -> the reciprocal's further
+            # fan-out levels (``fanout_stages - 1``) -> multiplier -> output queue (2 cycles)
+            drain_latency=self.drain_mul_latency + self.fanout_stages + 3,
             # issues of one accumulator word: the adder's latency, then the write-back
             hazard_distance=self.add_latency + 1,
             bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth,
@@ -518,7 +533,7 @@ class EmbeddingBagUnit(wiring.Component):
             # response beat -> skid buffer -> take
             resp_latency=1,
             # last take -> adder input -> add_latency -> write-back -> done flag visible
-            done_latency=1 + self.mul_latency + self.add_latency + 1,
+            done_latency=1 + self.fanout_stages + self.mul_latency + self.add_latency + 1,
             # a queue write -> readable 2 cycles later -> its read slice
             queue_latency=3,
             # arbiter -> write slice -> row queue -> read slice
@@ -1165,44 +1180,78 @@ class EmbeddingBagUnit(wiring.Component):
             conv_lanes.append(choice)
         m.d.comb += widened.eq(Cat(*conv_lanes))
 
-        # Stage 1 register (widened words + their row context), then the multipliers.
+        # Stage 1 register (widened words + their row context), then the fan-out stages and
+        # the multipliers.
+        # The lanes are self-contained slices: each has its own multiplier, adder/max
+        # selector, accumulator memories (one block RAM per copy) and its own copy of every
+        # control flag it reads. What every lane needs from the issue stage reaches it
+        # through ``fanout_stages`` register levels (a tree of fan-out 4: the stage 1
+        # register feeds 4 copies, each of those 4 more, ...), so that no net from one
+        # register spans all lanes in one cycle. Synthesis merges registers with the same
+        # input, so every copy is made logically distinct: the copy of a group of lanes is
+        # gated by whether the group's first lane holds an element of the row (``used``),
+        # and a lane outside the row gets a value that changes nothing that is output (the
+        # drain zeroes such lanes, ``lane_mask``; a later bag that uses the lane starts it
+        # from its first row, which ignores the accumulator's word).
         ctx_layout = data.StructLayout({
             "valid": unsigned(1), "has_row": unsigned(1), "end": unsigned(1),
-            "first": unsigned(1), "weighted": unsigned(1), "is_max": unsigned(1),
+            "first": unsigned(1),
             "addr": unsigned(addr_w),
-            # the lanes holding elements of the row (all but in a row's last word)
+            # per lane: whether it holds an element of the row (all but in a row's last word)
             "used": unsigned(lanes),
+            # per lane: multiply by the row's weight (weighted, not MAX, used), else by 1.0
+            "wgate": unsigned(lanes),
+            # per lane: the max selector's "first row" (or a lane outside the row)
+            "firstl": unsigned(lanes),
+            # per lane: the result is the max selector's (MAX pooling, lane used)
+            "maxl": unsigned(lanes),
         })
         s1_ctx = Signal(ctx_layout)
-        s1_x = Signal(32 * lanes)
-        # One weight register per lane, each logically distinct so that synthesis keeps them
-        # apart (it merges identical registers, ``keep`` or not) and no one register drives
-        # every lane's multiplier: a lane past the row's last element (in its last word)
-        # multiplies by 1.0 instead of the weight. What such a lane accumulates is never
-        # output (the drain zeroes it, ``lane_mask``), so the results are unchanged.
-        s1_weight = [Signal(32, name=f"s1_weight{i}") for i in range(lanes)]
+        s1_x = Signal(32 * lanes, reset_less=True)
+        s1_w = Signal(32, reset_less=True, name="s1_w")
         m.d.sync += [
             s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
             s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
-            s1_ctx.first.eq(head.first), s1_ctx.weighted.eq(head.weighted),
-            s1_ctx.is_max.eq(head.is_max),
+            s1_ctx.first.eq(head.first),
             s1_ctx.addr.eq(Cat(Mux(head.has_row, word[:self.word_width], 0), head.bank)),
-            s1_x.eq(widened),
+            s1_x.eq(widened), s1_w.eq(head.weight),
         ]
         for i in range(lanes):
             # an unweighted row is multiplied by 1.0 (exact, NaNs aside, which the adder makes
             # the canonical NaN anyway): the adder's addend is always the multiplier's output
-            lane_used = (~last_word | (head.tail == 0) | (head.tail > i)) if i else 1
-            m.d.sync += [s1_weight[i].eq(Mux(head.weighted & ~head.is_max & lane_used,
-                                             head.weight, _FP32_ONE)),
-                         s1_ctx.used[i].eq(lane_used)]
+            lane_used = (~last_word | (head.tail == 0) | (head.tail > i)) if i else Const(1, 1)
+            m.d.sync += [s1_ctx.used[i].eq(lane_used),
+                         s1_ctx.wgate[i].eq(head.weighted & ~head.is_max & lane_used),
+                         s1_ctx.firstl[i].eq(head.first | ~lane_used),
+                         s1_ctx.maxl[i].eq(head.is_max & lane_used)]
 
-        # Multiplier stage: context and unweighted values delayed alongside.
+        # Fan-out stages: the context (central) and the words (per lane, distinct bits)
+        # delayed ``fanout_stages`` cycles; the weight copied down the tree.
+        P = self.fanout_stages
         ctx_pipe = [s1_ctx]
         x_pipe = [s1_x]
+        weights = [s1_w]             # the copies of the current level
+        span = lanes                 # lanes served by each copy of the current level
+        for j in range(1, P + 1):
+            c = Signal(ctx_layout, name=f"fan_ctx{j}")
+            x = Signal(32 * lanes, name=f"fan_x{j}", reset_less=True)
+            m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
+            nspan = 1 if j == P else max(1, lanes >> (2 * j))
+            copies = []
+            for g in range(lanes // nspan):
+                lane0 = g * nspan
+                w = Signal(32, name=f"fan_w{j}_{g}", reset_less=True)
+                m.d.sync += w.eq(Mux(ctx_pipe[-1].wgate[lane0], weights[lane0 // span],
+                                     _FP32_ONE))
+                copies.append(w)
+            ctx_pipe.append(c)
+            x_pipe.append(x)
+            weights, span = copies, nspan
+        mul_x = x_pipe[-1]
+        # Multiplier stage: context and unweighted values delayed alongside.
         for k in range(ml):
             c = Signal(ctx_layout, name=f"mul_ctx{k}")
-            x = Signal(32 * lanes, name=f"mul_x{k}")
+            x = Signal(32 * lanes, name=f"mul_x{k}", reset_less=True)
             m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
             ctx_pipe.append(c)
             x_pipe.append(x)
@@ -1212,128 +1261,140 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=ml)
             m.submodules[f"wmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(s1_x[32 * i:32 * (i + 1)]), mul.b.eq(s1_weight[i])]
+            m.d.comb += [mul.a.eq(mul_x[32 * i:32 * (i + 1)]), mul.b.eq(weights[i])]
             ai_v.append(mul.o)
 
-        # ---- accumulators: ``banks`` banks of max_words words ---------------------------
+        # ---- accumulators: ``banks`` banks of max_words words, per lane -----------------
         # Registered reads (block RAM, not transparent), a register straight after the
         # memory's output (its clock-to-output is most of a cycle on ECP5), and the operand
         # register: the add-in stage's word is read three cycles ahead, and the operand
         # register takes, instead of the memory's word, the newest of the same word's
         # write-backs since the read (this cycle's, or one or two cycles old, kept in
         # registers), so the read-add-write distance stays ``add_latency + 1``. Which one it
-        # takes is a flip-flop per write-back age, compared a cycle ahead.
+        # takes is a flip-flop per lane and write-back age, compared two cycles ahead (the
+        # compare in one register, the lane's copy in the next).
+        # Each lane has its own memories (32 bits wide, one block RAM each on ECP5), with
+        # its own registered read address, write address and write enable (a lane outside
+        # the row neither writes nor uses what it reads).
         # Two copies of the accumulator with the same writes, one read port each (the
         # reducer's ``acc``, the drain's ``acc_d``): a block RAM has one write and one read
         # port in the mode yosys uses, so a memory with two read ports is duplicated anyway,
         # and with one read port each the copies can be marked ``COLLISION_X_ATTR``:
         # - ``acc``: a read of the address written on the same cycle is never used. The read
-        #   of cycle t (address ``ctx_pipe[ml - 3].addr``) reaches ``acc_raw`` at t + 2, when
-        #   the same word is the operand stage's (the pipeline after the issue stage runs
-        #   free); ``hit2_pre`` at t + 1 records that cycle t's write-back was to that
-        #   address, so ``hit2`` (or a younger write-back's ``hit1``/``hit0``, which take
-        #   precedence) selects a write-back register instead of ``acc_raw`` at t + 2.
+        #   of cycle t (the address of the word three stages before the add-in stage)
+        #   reaches ``acc_raw`` at t + 2, when the same word is the operand stage's (the
+        #   pipeline after the issue stage runs free); ``hit2_pre`` at t + 1 records that
+        #   cycle t's write-back was to that address, so ``hit2`` (or a younger
+        #   write-back's ``hit1``/``hit0``, which take precedence) selects a write-back
+        #   register instead of ``acc_raw`` at t + 2.
         # - ``acc_d``: the drain's read data are used only when it issues, and it issues only
         #   for a bag whose last word was written back on an earlier cycle (``head_ok`` is a
         #   flip-flop set the cycle after that write-back); the bag's bank is written again
         #   only after the drain frees it and a later bag claims it, whose first word then
-        #   passes the issue, multiplier and adder stages before its write-back. The
+        #   passes the issue, fan-out, multiplier and adder stages before its write-back. The
         #   reads of the cycles it does not issue (the address is read every cycle) are
         #   dropped with ``dctx.valid`` low.
-        # ``ram_style``: block RAM at every size (yosys puts a shallow, wide accumulator such
-        # as the 16-lane unit's into distributed RAM otherwise, thousands of LUTs).
+        # ``ram_style``: block RAM at every size (yosys puts a shallow accumulator into
+        # distributed RAM otherwise).
         acc_attrs = {"ram_style": "block", COLLISION_X_ATTR: "1"}
-        m.submodules.acc = acc = memory.Memory(shape=32 * lanes, depth=nb << self.word_width,
-                                               init=[], attrs=acc_attrs)
-        m.submodules.acc_d = acc_d = memory.Memory(shape=32 * lanes,
-                                                   depth=nb << self.word_width, init=[],
-                                                   attrs=acc_attrs)
-        acc_wr = acc.write_port()
-        acc_dwr = acc_d.write_port()
-        acc_rd = acc.read_port()
-        acc_dr = acc_d.read_port()
-        m.d.comb += [acc_dwr.addr.eq(acc_wr.addr), acc_dwr.data.eq(acc_wr.data),
-                     acc_dwr.en.eq(acc_wr.en)]
-        # the address of the word three cycles before the add-in stage
-        m.d.comb += acc_rd.addr.eq(ctx_pipe[ml - 3].addr)
-        # the memory's word, registered (no reset: the flow moves it into the block RAM's
-        # output register, ``host.bench.timing.absorb_bram_output_registers``)
-        acc_raw = Signal(32 * lanes, reset_less=True)
-        wb_d1 = Signal(32 * lanes)       # the write-back one cycle ago
-        wb_d2 = Signal(32 * lanes)       # ... and two cycles ago
-        acc_old = Signal(32 * lanes)     # the adders' operand
-        acc_max = Signal(32 * lanes)     # the max selectors' operand
-        # The flags that select the operand, one per lane (each selects 64 bits, not all
-        # lanes' 2 x 32), made logically distinct like the weights so that synthesis keeps
-        # them apart: a lane outside the row (``used``) takes the memory's word and adds to
-        # zero, which changes nothing that is output (the drain zeroes such lanes).
-        hit0 = Signal(lanes)   # this cycle's write-back is the operand's word
-        hit1 = Signal(lanes)   # the write-back one cycle ago is
-        hit2 = Signal(lanes)   # the write-back two cycles ago is
-        hit2_pre = Signal(lanes)
-        zero = Signal(lanes)   # the operand of the adders is zero (a bag's first row)
-
+        depth = nb << self.word_width
         inflight = []                # words in the adder, youngest first
         for k in range(al):
             inflight.append(Signal(data.StructLayout({
                 "valid": unsigned(1), "has_row": unsigned(1), "end": unsigned(1),
-                "is_max": unsigned(1), "addr": unsigned(addr_w)}),
+                "addr": unsigned(addr_w), "used": unsigned(lanes), "maxl": unsigned(lanes)}),
                 name=f"add_ctx{k}"))
         m.d.sync += [
             inflight[0].valid.eq(ai.valid), inflight[0].has_row.eq(ai.has_row),
-            inflight[0].end.eq(ai.end), inflight[0].is_max.eq(ai.is_max),
-            inflight[0].addr.eq(ai.addr),
+            inflight[0].end.eq(ai.end), inflight[0].addr.eq(ai.addr),
+            inflight[0].used.eq(ai.used), inflight[0].maxl.eq(ai.maxl),
         ]
         for k in range(1, al):
             m.d.sync += inflight[k].eq(inflight[k - 1])
-
-        result_lanes = []
-        for i in range(lanes):
-            lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al, direct_add=True)
-            m.d.comb += [lane.old.eq(acc_old[32 * i:32 * (i + 1)]),
-                         lane.old_max.eq(acc_max[32 * i:32 * (i + 1)]),
-                         lane.v.eq(ai_x[32 * i:32 * (i + 1)]), lane.v_add.eq(ai_v[i]),
-                         lane.first.eq(ai.first), lane.is_max.eq(inflight[-1].is_max)]
-            result_lanes.append(lane.result)
-        wb = inflight[-1]
+        # every stage of a word's context after the issue, oldest last (stage k + 1 holds on
+        # this cycle what stage k held on the last)
+        chain = [*ctx_pipe, *inflight]
+        wb = chain[-1]
         # the write-back of the next cycle: the adder's second-to-last stage (or, with a
         # one-stage adder, the add-in stage)
-        pre_wb = inflight[-2] if al >= 2 else ai
-        # the write enable, ``wb.valid & wb.has_row`` as one flip-flop computed a cycle ahead:
-        # it reaches every block RAM of both copies (their byte enables) without a LUT
-        wb_wen = Signal()
-        m.d.sync += wb_wen.eq(pre_wb.valid & pre_wb.has_row)
-        m.d.comb += [
-            acc_wr.addr.eq(wb.addr),
-            acc_wr.data.eq(Cat(*result_lanes)),
-            acc_wr.en.eq(wb_wen),
-        ]
-        wb_bank = wb.addr[self.word_width:]
+        pre_wb = chain[-2]
+
+        def before_ai(n):
+            """The context ``n`` stages before the add-in stage."""
+            return ctx_pipe[-1 - n]
 
         def writes(stage, addr):
             return stage.valid & stage.has_row & (stage.addr == addr)
-        # for the word entering the operand stage next cycle (``ctx_pipe[ml - 2]`` now): its
-        # write-back then, this cycle's write-back; and the write-back of the read's own
-        # cycle (the read does not see it)
-        w_pre, w_now = writes(pre_wb, ctx_pipe[ml - 2].addr), writes(wb, ctx_pipe[ml - 2].addr)
-        w_read = writes(wb, ctx_pipe[ml - 3].addr)
-        u_next, u_read = ctx_pipe[ml - 2].used, ctx_pipe[ml - 3].used
-        m.d.sync += [
-            acc_raw.eq(acc_rd.data), wb_d1.eq(acc_wr.data), wb_d2.eq(wb_d1),
-            hit0.eq(Cat(*[w_pre & u_next[i] for i in range(lanes)])),
-            hit1.eq(Cat(*[w_now & u_next[i] for i in range(lanes)])),
-            hit2_pre.eq(Cat(*[w_read & u_read[i] for i in range(lanes)])), hit2.eq(hit2_pre),
-            zero.eq(Cat(*[ctx_pipe[ml - 2].first | ~u_next[i] for i in range(lanes)])),
-        ]
-        # a bag's first row adds to zero: the register holds it, so the adder's operands
-        # come straight from flip-flops
-        # (the max selectors read the same word without the zero: a first row takes ``v``
-        # whatever the word; the two registers are apart so that each sits by its consumer)
+        # Two cycles ahead, in one register each: for the word entering the operand stage in
+        # two cycles (``before_ai(3)`` now), its write-back then (``chain[-3]`` now) and the
+        # write-back of the cycle after (``chain[-2]``); for the word read then
+        # (``before_ai(4)`` now), the write-back of the read's own cycle (the read does not
+        # see it).
+        e_pre, e_now, e_read = Signal(), Signal(), Signal()
+        m.d.sync += [e_pre.eq(writes(chain[-3], before_ai(3).addr)),
+                     e_now.eq(writes(chain[-2], before_ai(3).addr)),
+                     e_read.eq(writes(chain[-2], before_ai(4).addr))]
+        u_next, u_read = before_ai(2).used, before_ai(3).used
+        rd_src = before_ai(4)        # the read address of the next cycle
+
+        result_lanes = []
+        acc_drs = []                 # the drain's read ports, one per lane
         for i in range(lanes):
-            lane = slice(32 * i, 32 * (i + 1))
-            word_i = Mux(hit0[i], acc_wr.data[lane],
-                         Mux(hit1[i], wb_d1[lane], Mux(hit2[i], wb_d2[lane], acc_raw[lane])))
-            m.d.sync += [acc_old[lane].eq(Mux(zero[i], 0, word_i)), acc_max[lane].eq(word_i)]
+            lane_bits = slice(32 * i, 32 * (i + 1))
+            acc = memory.Memory(shape=32, depth=depth, init=[], attrs=acc_attrs)
+            acc_d = memory.Memory(shape=32, depth=depth, init=[], attrs=acc_attrs)
+            m.submodules[f"acc_{i}"] = acc
+            m.submodules[f"acc_d_{i}"] = acc_d
+            acc_wr, acc_dwr = acc.write_port(), acc_d.write_port()
+            acc_rd = acc.read_port()
+            acc_dr = acc_d.read_port()
+            acc_drs.append(acc_dr)
+            lane = m.submodules[f"pool_{i}"] = PoolLane(latency=al, direct_add=True)
+            # the lane's copies of the write enable (``pre_wb.valid & pre_wb.has_row``, and
+            # the lane used) and addresses, one cycle ahead, as flip-flops
+            w_en = Signal(name=f"acc_wen{i}")
+            w_addr = Signal(addr_w, name=f"acc_waddr{i}")
+            r_addr = Signal(addr_w, name=f"acc_raddr{i}")
+            m.d.sync += [
+                w_en.eq(pre_wb.valid & pre_wb.has_row & pre_wb.used[i]),
+                w_addr.eq(Mux(pre_wb.used[i], pre_wb.addr, 0)),
+                r_addr.eq(Mux(rd_src.used[i], rd_src.addr, 0)),
+            ]
+            result = lane.result
+            m.d.comb += [
+                acc_wr.addr.eq(w_addr), acc_wr.data.eq(result), acc_wr.en.eq(w_en),
+                acc_dwr.addr.eq(w_addr), acc_dwr.data.eq(result), acc_dwr.en.eq(w_en),
+                acc_rd.addr.eq(r_addr),
+            ]
+            # the memory's word, registered (no reset: the flow moves it into the block RAM's
+            # output register, ``host.bench.timing.absorb_bram_output_registers``)
+            acc_raw = Signal(32, name=f"acc_raw{i}", reset_less=True)
+            wb_d1 = Signal(32, name=f"wb_d1_{i}", reset_less=True)   # the write-back 1 cycle ago
+            wb_d2 = Signal(32, name=f"wb_d2_{i}", reset_less=True)   # ... and two cycles ago
+            acc_old = Signal(32, name=f"acc_old{i}")     # the adder's operand
+            acc_max = Signal(32, name=f"acc_max{i}")     # the max selector's operand
+            # this cycle's write-back, the one of one and two cycles ago, is the operand's word
+            hit0, hit1, hit2 = (Signal(name=f"hit0_{i}"), Signal(name=f"hit1_{i}"),
+                                Signal(name=f"hit2_{i}"))
+            hit2_pre = Signal(name=f"hit2_pre{i}")
+            zero = Signal(name=f"zero{i}")   # the adder's operand is zero (a first row)
+            m.d.sync += [
+                acc_raw.eq(acc_rd.data), wb_d1.eq(result), wb_d2.eq(wb_d1),
+                hit0.eq(e_pre & u_next[i]), hit1.eq(e_now & u_next[i]),
+                hit2_pre.eq(e_read & u_read[i]), hit2.eq(hit2_pre),
+                zero.eq(before_ai(2).firstl[i]),
+            ]
+            # a bag's first row adds to zero: the register holds it, so the adder's operands
+            # come straight from flip-flops (the max selector reads the same word without the
+            # zero: a first row takes ``v`` whatever the word; the two registers are apart so
+            # that each sits by its consumer)
+            word_i = Mux(hit0, result, Mux(hit1, wb_d1, Mux(hit2, wb_d2, acc_raw)))
+            m.d.sync += [acc_old.eq(Mux(zero, 0, word_i)), acc_max.eq(word_i)]
+            m.d.comb += [lane.old.eq(acc_old), lane.old_max.eq(acc_max),
+                         lane.v.eq(ai_x[lane_bits]), lane.v_add.eq(ai_v[i]),
+                         lane.first.eq(ai.firstl[i]), lane.is_max.eq(wb.maxl[i])]
+            result_lanes.append(result)
+        wb_bank = wb.addr[self.word_width:]
 
         # ---- drain: finished bags to `pooled`, in bag order -------------------------------
         # The drain pipeline runs free too: a beat is read only when the output queue has
@@ -1360,7 +1421,7 @@ class EmbeddingBagUnit(wiring.Component):
         bag_ready = bag_h.valid & head_ok
         issue = Signal()
         m.d.comb += [issue.eq(bag_ready & credit_ok),
-                     acc_dr.addr.eq(Cat(dword[:self.word_width], bhead.bank)),
+                     *[r.addr.eq(Cat(dword[:self.word_width], bhead.bank)) for r in acc_drs],
                      bag_h.ready.eq(issue & d_last)]
         with m.If(issue):
             m.d.sync += [dword.eq(Mux(d_last, 0, dword_inc)),
@@ -1389,33 +1450,53 @@ class EmbeddingBagUnit(wiring.Component):
 
         dctx_layout = data.StructLayout({
             "valid": unsigned(1), "first": unsigned(1), "last": unsigned(1),
-            "scale": unsigned(1), "tag": unsigned(self.tag_width), "error": unsigned(1),
+            "tag": unsigned(self.tag_width), "error": unsigned(1),
             "dropped": unsigned(1), "mask": unsigned(lanes),
+            # per lane: scaled by the reciprocal (MEAN, lane in the output), as each lane's
+            # own flag
+            "scalel": unsigned(lanes),
         })
         dctx0 = Signal(dctx_layout)  # registered with the read
         dctx = Signal(dctx_layout)   # and once more, with the read data's register
         lane_mask = Cat(*[(~d_last | (bhead.tail == 0) | (i < bhead.tail)) for i in range(lanes)])
         m.d.sync += [
             dctx0.valid.eq(issue), dctx0.first.eq(dword == 0), dctx0.last.eq(d_last),
-            dctx0.scale.eq(bhead.mean & has_rows), dctx0.tag.eq(bhead.tag),
+            dctx0.tag.eq(bhead.tag),
             dctx0.error.eq(bhead.error), dctx0.dropped.eq(bhead.dropped),
             dctx0.mask.eq(Mux(has_rows, lane_mask, 0)),
+            dctx0.scalel.eq(Mux(bhead.mean & has_rows, lane_mask, 0)),
             dctx.eq(dctx0),
         ]
         d_data = Signal(32 * lanes, reset_less=True)   # (into the block RAM, like acc_raw)
-        # One reciprocal register per lane, each logically distinct (as the weights'): a lane
-        # the drain zeroes (``mask``) multiplies by 1.0 instead. One register feeding every
-        # lane's multiplier would be one register after synthesis all the way into the
-        # multipliers' first stage (identical logic is merged), whose outputs then fan out
-        # across the lanes.
-        d_recip = [Signal(32, name=f"d_recip{i}") for i in range(lanes)]
-        m.d.sync += d_data.eq(acc_dr.data)
-        for i in range(lanes):
-            m.d.sync += d_recip[i].eq(Mux(dctx0.mask[i], recip_rd.data, _FP32_ONE))
+        # The reciprocal reaches each lane's multiplier through a fan-out tree like the
+        # weight's (``fanout_stages`` levels of degree 4, each copy gated by whether the first
+        # lane it serves is in the output, ``mask``, else 1.0, so that synthesis keeps the
+        # copies apart; a lane the drain zeroes multiplies by 1.0). The read data and the
+        # context wait beside it.
+        m.d.sync += d_data.eq(Cat(*[r.data for r in acc_drs]))
         dctx_pipe, dx_pipe = [dctx], [d_data]
+        masks = [dctx0, dctx]        # the context each tree level gates with
+        recips, span = [recip_rd.data], lanes
+        for j in range(1, P + 1):
+            nspan = 1 if j == P else max(1, lanes >> (2 * j))
+            copies = []
+            for g in range(lanes // nspan):
+                r = Signal(32, name=f"d_recip{j}_{g}", reset_less=True)
+                m.d.sync += r.eq(Mux(masks[j - 1].mask[g * nspan], recips[g * nspan // span],
+                                     _FP32_ONE))
+                copies.append(r)
+            recips, span = copies, nspan
+            if j < P:
+                c = Signal(dctx_layout, name=f"drain_fan_ctx{j}")
+                x = Signal(32 * lanes, name=f"drain_fan_x{j}", reset_less=True)
+                m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
+                dctx_pipe.append(c)
+                dx_pipe.append(x)
+                masks.append(c)
+        dmul_x = dx_pipe[-1]
         for k in range(dl):
             c = Signal(dctx_layout, name=f"drain_ctx{k}")
-            x = Signal(32 * lanes, name=f"drain_x{k}")
+            x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
             m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
             dctx_pipe.append(c)
             dx_pipe.append(x)
@@ -1424,8 +1505,8 @@ class EmbeddingBagUnit(wiring.Component):
         for i in range(lanes):
             mul = FPMul32(latency=dl)
             m.submodules[f"dmul_{i}"] = mul
-            m.d.comb += [mul.a.eq(d_data[32 * i:32 * (i + 1)]), mul.b.eq(d_recip[i])]
-            v = Mux(dend.scale, mul.o, dxend[32 * i:32 * (i + 1)])
+            m.d.comb += [mul.a.eq(dmul_x[32 * i:32 * (i + 1)]), mul.b.eq(recips[i])]
+            v = Mux(dend.scalel[i], mul.o, dxend[32 * i:32 * (i + 1)])
             out_lanes.append(Mux(dend.mask[i], v, 0))
         pl = self.pooled_layout
         # The output queue: a LUT-RAM queue of ``odepth - 1`` entries read into a

@@ -66,6 +66,10 @@ CONFIGS = {
     # no interleaving: one bag accumulates at a time (the read-add-write hazard shows)
     "lanes2_no_interleave": dict(data_bytes=8, lanes=2, max_dim=8, tables=2, outstanding=4,
                                  max_bag_length=7, interleave=1, slot_depth=4),
+    # eight lanes: the control flags, weights and reciprocals reach the lanes through two
+    # fan-out register levels (``fanout_stages``), weighted and MEAN bags among the random ones
+    "lanes8_fanout_tree": dict(data_bytes=32, lanes=8, max_dim=20, tables=3, outstanding=4,
+                               max_bag_length=7, add_latency=3, mul_latency=3),
     "lanes1_fp32_bf16": pytest.param(
         dict(data_bytes=8, lanes=1, max_dim=5, tables=2, outstanding=2, max_bag_length=7,
              elem_types=("fp32", "bf16")), marks=pytest.mark.slow),
