@@ -65,6 +65,26 @@ rows, 32 ways, is 4,096 sets of 32 state words). Line ``(set, way)`` occupies be
 configuration (the RTL SmartNIC top, fast tests) is :class:`OnChipCache`: the controller with
 a :class:`LineRAM` (one block RAM) answering its ``lines`` port.
 
+A tag store of thousands of sets spans many block RAMs, so two things change with its size
+(both elaboration parameters; ``sim.units.cache.nic_cache_params`` sets them for the NIC
+presets):
+
+* the store is split into slices of ``tag_slice_sets`` sets (default 512, one ECP5 DP16KD
+  deep at its 36-bit port), each read on every lookup into a register of its own (which the
+  FPGA flow maps into the block RAM's output register), the slice chosen by the set's high
+  bits behind those registers. A single memory that deep is cascaded in depth by synthesis,
+  its block RAMs' unregistered outputs multiplexed before any register;
+* ``compare_stages=2``: the per-way compare (:class:`WayMatch`: valid and tag equal, invalid,
+  least recent, each from its own way's state) ends at registers, and the set-wide choice
+  (:class:`WayChoose`: the hit's OR, the priority encoders of hit, invalid and victim ways)
+  runs in a stage of its own. A request of the set one or two places ahead then waits in
+  stage 1 until that one's update can be forwarded (see Timing).
+
+Sizes, for the record: the smartnic preset's 64 MiB of 512 B rows in 32 ways is 4,096 sets
+of 32 way states of 27 bits (20-bit tag from the preset's 1,472 GiB of host DRAM per node,
+valid, dirty, a 5-bit LRU rank): 3,538,944 bits, exactly 192 DP16KD of 18 Kibit whatever
+their shape (4K x 4 would need 216), 92% of an LFE5U-85F's 208.
+
 Timing
 ======
 
@@ -76,6 +96,10 @@ Timing
   right ahead of it waits one cycle in stage 1 (the word being computed in stage 3 is never
   forwarded into the compare in the same cycle); stage 3's update is forwarded to stage 1
   and into the word stage 2 takes, so outcomes are those of one request at a time.
+  With ``compare_stages=2`` cycle 2 compares (per-way flags registered) and cycle 3 chooses
+  the way and finds the MSHR; the update is in cycle 4 (``lookup_stages``: 4). A request
+  waits in stage 1 while one of its set is in either compare stage or has not left the last
+  (right behind one of its set: two cycles; one place behind: one).
 * Data are delivered in request order: the executor takes the queued operations in order
   into its register (stage 3's own operation in the cycle it is looked up when nothing is
   queued and the register is free or leaving) and issues each as one request on ``lines`` (a read's beats go to

@@ -115,6 +115,9 @@ __all__ = ["PART", "PACKAGE", "SPEED", "TARGET_MHZ", "UnitSpec", "UNITS", "IOShe
 PART = "LFE5U-85F"
 PACKAGE = "CABGA756"
 SPEED = 6
+#: DP16KD block RAMs of the part (Lattice FPGA-DS-02012, ECP5 family data sheet, Table 1.1:
+#: 208 sysMEM blocks of 18 Kbit on the LFE5U-85; nextpnr's utilisation report agrees)
+PART_DP16KD = 208
 #: nextpnr's target clock (the result is the achieved Fmax, whatever the target).
 TARGET_MHZ = 150.0
 #: Seconds allowed for synthesis of one unit (wall). One place-and-route run (one seed) may
@@ -154,6 +157,10 @@ class UnitSpec:
     router: str = PNR_ROUTER
     pnr_cpu_limit_s: float = PNR_CPU_LIMIT_S
     fallback: str | None = FALLBACK_ROUTER
+    #: the preset's parameters where the unit is placed and routed at a smaller size
+    #: (``params``): that size is synthesised too, and its cells reported beside the
+    #: measured ones (``preset_synth``), so what the preset's size needs is on record
+    preset_params: dict | None = None
 
 
 def _fp_add(params):
@@ -358,6 +365,9 @@ def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] | None = None,
     # such a unit was an error, never cached, before it existed)
     blob = json.dumps({"rtl": _rtl_source_hash(spec.module), "unit": spec.name,
                        "params": {k: repr(v) for k, v in sorted(spec.params.items())},
+                       "preset_params": (None if spec.preset_params is None else
+                                         {k: repr(v) for k, v in
+                                          sorted(spec.preset_params.items())}),
                        "part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
                        "seeds": list(seeds), "router": router, "pnr_cpu_s": cpu_limit,
                        "flow": FLOW_VERSION, "tools": _tool_versions()}, sort_keys=True)
@@ -872,6 +882,9 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         raise RuntimeError(f"place and route of {spec.name} finished for none of {tried}: "
                            + "; ".join(a.get("error", "no Fmax") for a in attempts))
     best = max(done, key=lambda a: a["fmax_mhz"])
+    preset = None
+    if spec.preset_params is not None:
+        preset = _synthesize_preset(spec, work / "preset", synth_timeout, progress)
     result = {
         "unit": spec.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
                                       for k, v in spec.params.items()},
@@ -894,8 +907,37 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         "pnr_cpu_s": round(sum(a["pnr_cpu_s"] for a in attempts if not a.get("reused")), 1),
         "pnr_reused": sum(bool(a.get("reused")) for a in attempts), "cached": False,
     }
+    if preset is not None:
+        result["preset_synth"] = preset
     write_if_changed(cached, json.dumps(result, indent=1))
     return result
+
+
+def _synthesize_preset(spec: UnitSpec, work: Path, timeout: float,
+                       progress: Callable[[str], None]) -> dict:
+    """Synthesis only of ``spec`` at its ``preset_params``: the preset's parameters and
+    cells (LUTs, FFs, DP16KD, with the block RAMs' share of the part), or the error that
+    ended it."""
+    from dataclasses import replace
+
+    work.mkdir(parents=True, exist_ok=True)
+    t0, c0 = time.perf_counter(), _children_cpu_s()
+    out: dict = {"params": {k: (list(v) if isinstance(v, tuple) else v)
+                            for k, v in spec.preset_params.items()}}
+    progress(f"[{spec.name}] synthesis at the preset's size (not placed)")
+    try:
+        _, cells, _ = _synthesize(replace(spec, params=dict(spec.preset_params)), work, timeout,
+                                  progress)
+    except (subprocess.TimeoutExpired, RuntimeError) as error:
+        out["error"] = str(error).splitlines()[0][:300]
+    else:
+        out.update({"luts": cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
+                    "ffs": cells.get("TRELLIS_FF", 0), "brams": cells.get("DP16KD", 0),
+                    "brams_of_part": PART_DP16KD, "dsps": cells.get("MULT18X18D", 0),
+                    "lutram_cells": cells.get("TRELLIS_DPR16X4", 0)})
+    out["synth_s"] = round(time.perf_counter() - t0, 1)
+    out["synth_cpu_s"] = round(_children_cpu_s() - c0, 1)
+    return out
 
 
 def _netlist_key(work: Path) -> str | None:
@@ -1040,7 +1082,7 @@ def run(ctx: BenchContext) -> dict:
                  "params": {},
                  "critical_path": {},
                  "seed": {}, "router_of": {}, "pnr_attempts": {}, "pnr_reused": {}, "errors": {},
-                 "cached": {}}
+                 "cached": {}, "synth_cpu_s": {}, "pnr_cpu_s": {}, "preset_synth": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -1054,6 +1096,10 @@ def run(ctx: BenchContext) -> dict:
                   "critical_path", "seed", "pnr_attempts", "pnr_reused", "cached"):
             out[k][spec.name] = r.get(k)
         out["router_of"][spec.name] = r.get("router", spec.router)
+        out["synth_cpu_s"][spec.name] = r.get("synth_cpu_s")
+        out["pnr_cpu_s"][spec.name] = r.get("pnr_cpu_s")
+        if r.get("preset_synth") is not None:
+            out["preset_synth"][spec.name] = r["preset_synth"]
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
                      f"{r['brams']} DP16KD, {r['dsps']} MULT18 "
                      f"({'cached' if r['cached'] else 'measured'})")

@@ -453,3 +453,30 @@ def test_a_units_own_flow_settings_make_its_key_and_its_runs(tmp_path, monkeypat
     _fake_flow(monkeypatch, {})
     with pytest.raises(RuntimeError, match=r"none of the seeds \[4\]: did not finish$"):
         timing.measure_unit(mine, build_root=tmp_path / "b")        # no fallback
+
+
+def test_a_unit_measured_below_its_presets_size_reports_the_presets_synthesis(tmp_path,
+                                                                              monkeypatch):
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    small = timing.UnitSpec(spec.name, {"latency": 2}, spec.build, spec.module,
+                            preset_params={"latency": 9})
+    assert timing._cache_key(small) != timing._cache_key(
+        timing.UnitSpec(spec.name, {"latency": 2}, spec.build, spec.module))
+    _fake_flow(monkeypatch, {1: 120.0})
+    seen = []
+
+    class Shell:
+        in_bits, out_bits = 3, 2
+
+    def synth(spec, work, timeout, progress):
+        seen.append(spec.params)
+        return Shell(), {"LUT4": 10, "TRELLIS_FF": 5, "DP16KD": 200 if spec.params["latency"] == 9
+                      else 2}, True
+
+    monkeypatch.setattr(timing, "_synthesize", synth)
+    r = timing.measure_unit(small, build_root=tmp_path, seeds=(1,), fallback=None,
+                            synth_timeout=10)
+    assert seen == [{"latency": 2}, {"latency": 9}]           # the measured size, then the preset's
+    assert r["brams"] == 2
+    assert r["preset_synth"]["brams"] == 200 and r["preset_synth"]["params"] == {"latency": 9}
+    assert r["preset_synth"]["brams_of_part"] == timing.PART_DP16KD == 208
