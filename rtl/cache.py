@@ -195,6 +195,23 @@ def _xor_fold(value, width: int, chunk: int):
     return out[:chunk] if width >= chunk else out
 
 
+def lowest_one(vec):
+    """The lowest set bit of ``vec`` alone (one-hot, zero if none): ``vec & -vec``, one carry
+    chain, where a priority ``If`` chain over many ways would become that many muxes in a
+    row."""
+    return (vec & (~vec + 1))[:len(vec)]
+
+
+def one_hot_index(onehot, width: int):
+    """The index of the set bit of a one-hot (or zero) vector: each index bit the OR of the
+    positions that have it, a tree of ORs of half the vector."""
+    bits = []
+    for k in range(width):
+        terms = [onehot[i] for i in range(len(onehot)) if (i >> k) & 1]
+        bits.append(Cat(*terms).any() if terms else Const(0, 1))
+    return Cat(*bits)
+
+
 class WayMatch(wiring.Component):
     """The per-way half of the lookup's decision (combinational, one slice per way).
 
@@ -234,7 +251,8 @@ class WayChoose(wiring.Component):
     """The set-wide half of the lookup's decision (combinational), from :class:`WayMatch`'s
     flags: ``hit`` and ``hit_way`` (the lowest way of ``hit_vec``), ``victim`` (the lowest
     invalid way, else the policy's: LRU the lowest way of ``old_vec``, LFU the smallest count
-    of ``word``, lowest way on a tie) and ``victim_state`` (that way's state in ``word``)."""
+    of ``word``, lowest way on a tie) and ``victim_state`` (that way's state in ``word``);
+    ``hit_oh`` and ``victim_oh`` are the two ways one-hot."""
 
     def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str):
         if policy not in ("lru", "lfu"):
@@ -251,25 +269,27 @@ class WayChoose(wiring.Component):
             "hit_way": Out(way_bits),
             "victim": Out(way_bits),
             "victim_state": Out(way_layout),
+            "hit_oh": Out(ways),
+            "victim_oh": Out(ways),
         })
 
     def elaborate(self, platform):
         m = Module()
         W, word = self.ways, self.word
         WB = len(self.hit_way)
-        m.d.comb += self.hit.eq(self.hit_vec.any())
-        for w in reversed(range(W)):
-            with m.If(self.hit_vec[w]):
-                m.d.comb += self.hit_way.eq(w)
+        # (one-hot vectors first, their indices from OR trees: no priority chain of W muxes)
+        hit_oh, inv_oh = Signal(W), Signal(W)
+        m.d.comb += [self.hit.eq(self.hit_vec.any()), hit_oh.eq(lowest_one(self.hit_vec)),
+                     inv_oh.eq(lowest_one(self.inv_vec)), self.hit_oh.eq(hit_oh),
+                     self.hit_way.eq(one_hot_index(hit_oh, WB))]
         inv_way = Signal(WB)
-        for w in reversed(range(W)):
-            with m.If(self.inv_vec[w]):
-                m.d.comb += inv_way.eq(w)
+        m.d.comb += inv_way.eq(one_hot_index(inv_oh, WB))
         policy_way = Signal(WB)
         if self.policy == "lru":
-            for w in reversed(range(W)):
-                with m.If(self.old_vec[w]):
-                    m.d.comb += policy_way.eq(w)
+            old_oh = Signal(W)
+            m.d.comb += [old_oh.eq(lowest_one(self.old_vec)),
+                         policy_way.eq(one_hot_index(old_oh, WB)),
+                         self.victim_oh.eq(Mux(self.inv_vec.any(), inv_oh, old_oh))]
         else:
             def argmin(items):
                 if len(items) == 1:
@@ -279,7 +299,9 @@ class WayChoose(wiring.Component):
                 take_b = vb < va
                 return Mux(take_b, vb, va), Mux(take_b, ib, ia)
             _, best = argmin([(word[w].repl, Const(w, WB)) for w in range(W)])
-            m.d.comb += policy_way.eq(best)
+            m.d.comb += [policy_way.eq(best),
+                         self.victim_oh.eq(Mux(self.inv_vec.any(), inv_oh,
+                                               (Const(1, W) << best)[:W]))]
         m.d.comb += [
             self.victim.eq(Mux(self.inv_vec.any(), inv_way, policy_way)),
             self.victim_state.eq(Array(word[w].as_value() for w in range(W))[self.victim]),
@@ -334,44 +356,58 @@ class StateUpdate(wiring.Component):
     hit adds one to ``sel``'s count, after halving every count of the set if ``sel``'s was
     saturated; a fill sets ``sel``'s count to 1. A hit marks ``sel`` dirty on a write; a miss
     makes ``sel`` valid with ``tag``, dirty if the request writes.
+
+    With ``given_sel=True`` the selected way also comes as ``sel_oh`` (one-hot) and its
+    replacement state as ``sel_repl`` (both in; they must agree with ``sel`` and ``word``):
+    a stage ahead can register them, so no way multiplexer and no compare with ``sel`` lie
+    on the update's path.
     """
 
     def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str,
-                 lfu_bits: int = 8):
+                 lfu_bits: int = 8, given_sel: bool = False):
         if policy not in ("lru", "lfu"):
             self._MustUse__silence = True  # a refused design is not an unused one
             raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
         self.ways, self.policy, self.lfu_bits = ways, policy, lfu_bits
-        super().__init__({
+        self.given_sel = given_sel
+        members = {
             "word": In(data.ArrayLayout(way_layout, ways)),
             "hit": In(1),
             "sel": In(max(1, ceil_log2(ways))),
             "write": In(1),
             "tag": In(way_layout.members["tag"]),
             "new_word": Out(data.ArrayLayout(way_layout, ways)),
-        })
+        }
+        if given_sel:
+            members.update(sel_oh=In(ways), sel_repl=In(way_layout.members["repl"]))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        W, word, new_word, sel, hit = self.ways, self.word, self.new_word, self.sel, self.hit
-        sel_repl = Signal.like(word[0].repl)
-        m.d.comb += sel_repl.eq(Array(word[w].repl for w in range(W))[sel])
+        W, word, new_word, hit = self.ways, self.word, self.new_word, self.hit
+        if self.given_sel:
+            sel_repl, is_sel = self.sel_repl, self.sel_oh
+        else:
+            sel_repl = Signal.like(word[0].repl)
+            is_sel = Signal(W)
+            m.d.comb += [sel_repl.eq(Array(word[w].repl for w in range(W))[self.sel]),
+                         is_sel.eq(Cat(self.sel == w for w in range(W)))]
         repl_max = (1 << self.lfu_bits) - 1
         for w in range(W):
             old, new = word[w], new_word[w]
             m.d.comb += new.eq(old)
             if self.policy == "lru":
-                with m.If(w == sel):
+                with m.If(is_sel[w]):
                     m.d.comb += new.repl.eq(0)
                 with m.Elif(old.repl < sel_repl):
                     m.d.comb += new.repl.eq(old.repl + 1)
             else:
                 with m.If(hit):
                     aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
-                    m.d.comb += new.repl.eq(Mux(w == sel, aged + 1, aged))
-                with m.Elif(w == sel):
+                    m.d.comb += new.repl.eq(Mux(is_sel[w], aged + 1, aged))
+                with m.Elif(is_sel[w]):
                     m.d.comb += new.repl.eq(1)
-            with m.If(w == sel):
+            with m.If(is_sel[w]):
                 with m.If(hit):
                     m.d.comb += new.dirty.eq(old.dirty | self.write)
                 with m.Else():
@@ -1011,7 +1047,8 @@ class CacheController(wiring.Component):
         # a request at the last edge), so stage 3's decision is not on their paths
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         if W > 1:
-            m.d.sync += [pin_enter.eq(pin_s2.bit_select(ways_sel.victim, 1)),
+            m.d.sync += [pin_enter.eq((pin_s2 & ways_sel.victim_oh).any() if CS == 2
+                                      else pin_s2.bit_select(ways_sel.victim, 1)),
                          pin_stay.eq(pin_s3)]
         else:
             m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3)]
@@ -1020,9 +1057,9 @@ class CacheController(wiring.Component):
         m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
-        for i in reversed(range(M)):
-            with m.If(free_vec[i]):
-                m.d.comb += free_mshr.eq(i)
+        free_oh = Signal(M)
+        m.d.comb += [free_oh.eq(lowest_one(free_vec)),
+                     free_mshr.eq(one_hot_index(free_oh, mshr_bits))]
         is_miss = s3_miss       # (== ~s3.err & ~s3_hit, registered with them)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
         # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
@@ -1048,9 +1085,23 @@ class CacheController(wiring.Component):
             push.eq(s3_fire & ~s3_nobeats),
         ]
         m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
-                                                      policy=self.policy, lfu_bits=self.lfu_bits)
+                                                      policy=self.policy, lfu_bits=self.lfu_bits,
+                                                      given_sel=CS == 2)
         m.d.comb += [upd.word.eq(s3_word), upd.hit.eq(s3_hit), upd.sel.eq(s3_sel),
                      upd.write.eq(s3["write"]), upd.tag.eq(s3["tag"]), new_word.eq(upd.new_word)]
+        if CS == 2:
+            # the selected way one-hot and its replacement state, registered with stage 3's
+            # request (from stage "c"'s one-hot vectors: an AND-OR, no way multiplexer)
+            s3_sel_oh = Signal(W)
+            s3_sel_repl = Signal.like(upd.sel_repl)
+            sel_oh_c = Signal(W)
+            m.d.comb += sel_oh_c.eq(Mux(ways_sel.hit, ways_sel.hit_oh, ways_sel.victim_oh))
+            repl_terms = Const(0, len(s3_sel_repl))
+            for w in range(W):
+                repl_terms = repl_terms | Mux(sel_oh_c[w], pre_word[w].repl, 0)
+            with m.If(s3_take):
+                m.d.sync += [s3_sel_oh.eq(sel_oh_c), s3_sel_repl.eq(repl_terms)]
+            m.d.comb += [upd.sel_oh.eq(s3_sel_oh), upd.sel_repl.eq(s3_sel_repl)]
         # The walker's writes come from registers (`cw_*`, written the cycle after the walker
         # decides them); the lookup never updates while a command runs.
         cw_en = Signal()
@@ -1360,7 +1411,7 @@ class CacheController(wiring.Component):
         lvl_other = Signal.like(jobs.level)
         m.d.comb += [lvl_miss.eq(jobs.level + jobs.w_rdy - jobs_read),
                      lvl_other.eq(jobs.level + (wj_valid & jobs.w_rdy) - jobs_read)]
-        res_miss = ~(mshr_valid | (Const(1, M) << free_mshr)[:M]).all() & (lvl_miss != M)
+        res_miss = ~(mshr_valid | free_oh).all() & (lvl_miss != M)
         res_other = ~mshr_valid.all() & (lvl_other != M)
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
