@@ -1394,12 +1394,15 @@ class CacheController(wiring.Component):
         nobeats_h = Mux(take_h, s2_nobeats, s3_nobeats)
         # the queue's count after this cycle: firing pushes unless the request has no beats,
         # and the push enters the queue unless it bypasses it into an empty, free executor
-        q_gone = Signal.like(q_count)
-        q_fire = Signal.like(q_count)
-        m.d.comb += [q_gone.eq(q_count - pop),
-                     q_fire.eq(q_count + (~s3_nobeats & ~(~q_any & x_free)) - pop)]
+        # (`room_f`: `q_count + enters - pop < Q`, `room_h`: `q_count - pop < Q`, written as
+        # compares of the registered count with constants, then one LUT with the handshakes:
+        # no adder between the executor's handshake and these registers)
+        q_enters = Signal()
+        m.d.comb += q_enters.eq(~s3_nobeats & ~(~q_any & x_free))
         room_f, room_h = Signal(), Signal()
-        m.d.comb += [room_f.eq(q_fire < Q), room_h.eq(q_gone < Q)]
+        m.d.comb += [room_f.eq((q_count < Q - 1) | ((q_count == Q - 1) & (~q_enters | pop))
+                               | ((q_count == Q) & pop & ~q_enters)),
+                     room_h.eq((q_count < Q) | pop)]
         ok_f = Mux(err_f, room_f | nobeats_f, room_f)
         ok_h = Mux(err_h, room_h | nobeats_h, room_h)
         # (an MSHR freed by a fill completing in this cycle counts from the cycle after next:
@@ -1407,12 +1410,12 @@ class CacheController(wiring.Component):
         # fires takes the free MSHR `free_mshr` and writes a job; the walker's job (only while
         # a command runs, when no request fires) is written otherwise.
         jobs_read = jobs.r_en & jobs.r_rdy
-        lvl_miss = Signal.like(jobs.level)
-        lvl_other = Signal.like(jobs.level)
-        m.d.comb += [lvl_miss.eq(jobs.level + jobs.w_rdy - jobs_read),
-                     lvl_other.eq(jobs.level + (wj_valid & jobs.w_rdy) - jobs_read)]
-        res_miss = ~(mshr_valid | free_oh).all() & (lvl_miss != M)
-        res_other = ~mshr_valid.all() & (lvl_other != M)
+        # (the job FIFO's next level is not M: `level + w_rdy - read != M` and `level +
+        # (wj_valid & w_rdy) - read != M`, written as compares of the level with constants)
+        lvl_low = jobs.level < M - 1
+        lvl_top = jobs.level == M - 1
+        res_miss = ~(mshr_valid | free_oh).all() & (lvl_low | jobs_read)
+        res_other = ~mshr_valid.all() & (lvl_low | jobs_read | (lvl_top & ~wj_valid))
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
         s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
