@@ -188,6 +188,15 @@ def _cache_nic(params):
     return CacheController(**params)
 
 
+#: Sets of the ``cache_nic`` unit as placed and routed: a quarter of the smartnic preset's
+#: 4,096. A decision, on measurements: the preset's tag store is 3,538,944 bits (4,096 sets
+#: of 32 ways of a 20-bit tag, valid, dirty and a 5-bit LRU rank), 192 DP16KD whatever their
+#: shape, 92% of the LFE5U-85F's 208, and that design did not route (session 9: router1 seed
+#: 1 still ~30,000 arcs to route after 690 s). 1,024 sets keep every path of the organisation
+#: (two slices, so the slice choice behind the block RAMs' output registers is in) in 48
+#: DP16KD; the preset's size is synthesised beside it (``preset_synth``).
+NIC_CACHE_PLACED_SETS = 1024
+
 #: ASSUMPTION: the largest row the SmartNIC's cache holds is 512 B (a 128-dimension FP32
 #: row, DLRM's common embedding width); the backing tier's address space is the preset's host
 #: DRAM per node.
@@ -247,10 +256,13 @@ UNITS: tuple[UnitSpec, ...] = (
                            ways=4, mshrs=4), _cache, "cache",
              note="the SmartNIC RTL top's cache with its lines on chip (LineRAM; 16 B beats, "
                   "16 sets x 4 ways x 8 beats = 8 KiB) and its tags in block RAM"),
-    UnitSpec("cache_nic", nic_cache_params(), _cache_nic, "cache",
-             note="the smartnic preset's local cache: 64 MiB of 512 B lines in NIC memory "
-                  "behind the lines port (not in the shell), tags in block RAM (4,096 sets x "
-                  "32 ways)"),
+    UnitSpec("cache_nic", {**nic_cache_params(), "sets": NIC_CACHE_PLACED_SETS}, _cache_nic,
+             "cache", preset_params=nic_cache_params(),
+             note="the smartnic preset's local cache organisation (64 B beats, 512 B lines "
+                  "in NIC memory behind the lines port, not in the shell; 32 ways, 16 MSHRs, "
+                  "two compare stages, tags in block RAM in slices of 512 sets) placed at "
+                  "1,024 sets (16 MiB); the preset's 4,096 sets (64 MiB) are synthesised only "
+                  "(preset_synth: their tags alone take 192 of the part's 208 DP16KD)"),
     UnitSpec("packetizer", dict(data_bytes=16, pmtu=256, num_dest=16), _packetizer,
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),
