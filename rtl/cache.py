@@ -765,8 +765,11 @@ class CacheController(wiring.Component):
 
         # ---- MSHRs -------------------------------------------------------------------------
         mshr_valid = Signal(M)
-        mshr_row = Array(Signal(RB, name=f"mshr{i}_row") for i in range(M))
-        mshr_seq = Array(Signal(seq_bits, name=f"mshr{i}_seq") for i in range(M))
+        # (data registers that are read only beside a valid flag have no reset: the reset net
+        # would otherwise reach every bit of the wide state words and queues)
+        mshr_row = Array(Signal(RB, name=f"mshr{i}_row", reset_less=True) for i in range(M))
+        mshr_seq = Array(Signal(seq_bits, name=f"mshr{i}_seq", reset_less=True)
+                         for i in range(M))
         miss_seq = Signal(seq_bits)   # sequence number of the next primary miss
         fills_done = Signal(seq_bits)  # fills completed (fills complete in miss order)
 
@@ -775,7 +778,7 @@ class CacheController(wiring.Component):
             "write": 1, "err": 1, "dep": 1, "seq": unsigned(seq_bits), "set": unsigned(set_w),
             "way": unsigned(WB), "off": unsigned(off_bits), "beats": unsigned(self.beats_width),
         })
-        q_raw = [Signal(op_layout.size, name=f"q{i}") for i in range(Q)]
+        q_raw = [Signal(op_layout.size, name=f"q{i}", reset_less=True) for i in range(Q)]
         q_ops = [op_layout(s) for s in q_raw]
         q_valid = Signal(Q)
         q_head = Signal(range(Q))
@@ -786,7 +789,7 @@ class CacheController(wiring.Component):
         pop = Signal()
         # the executor's register: the operation being handed to the line memory
         x_valid = Signal()
-        x = Signal(op_layout)
+        x = Signal(op_layout, reset_less=True)
 
         # ---- back-port jobs (one per miss or flushed line) and fills in flight -----------------
         job_layout = data.StructLayout({
@@ -798,7 +801,7 @@ class CacheController(wiring.Component):
         # The job's fields never wait for the decision to push it (only `w_en` does): the
         # lookup's job, or the walker's while a command runs (a register chooses).
         job_in = Signal(job_layout)
-        walk_job = Signal(job_layout)
+        walk_job = Signal(job_layout, reset_less=True)
         m.d.comb += jobs.w_data.eq(job_in)
         job = job_layout(jobs.r_data)
         fill_layout = data.StructLayout({
@@ -825,8 +828,8 @@ class CacheController(wiring.Component):
         # ---- command state ---------------------------------------------------------------
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
-        walk_word = Signal(self.set_layout)
-        walk_rest = Signal(self.set_layout)     # the ways not yet looked at, from way 0 on
+        walk_word = Signal(self.set_layout, reset_less=True)
+        walk_rest = Signal(self.set_layout, reset_less=True)     # the ways not yet looked at, from way 0 on
         walk_way = Signal(WB)
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
@@ -834,11 +837,14 @@ class CacheController(wiring.Component):
         # ==== 2 ("s2": compare and choose), 3 ("s3": update the word, queue the operation) ==
         def stage(prefix):
             return {
-                "valid": Signal(name=f"{prefix}_valid"), "row": Signal(RB, name=f"{prefix}_row"),
-                "set": Signal(set_w, name=f"{prefix}_set"), "tag": Signal(TB, name=f"{prefix}_tag"),
-                "off": Signal(off_bits, name=f"{prefix}_off"),
-                "beats": Signal(self.beats_width, name=f"{prefix}_beats"),
-                "write": Signal(name=f"{prefix}_write"), "err": Signal(name=f"{prefix}_err"),
+                "valid": Signal(name=f"{prefix}_valid"),
+                "row": Signal(RB, name=f"{prefix}_row", reset_less=True),
+                "set": Signal(set_w, name=f"{prefix}_set", reset_less=True),
+                "tag": Signal(TB, name=f"{prefix}_tag", reset_less=True),
+                "off": Signal(off_bits, name=f"{prefix}_off", reset_less=True),
+                "beats": Signal(self.beats_width, name=f"{prefix}_beats", reset_less=True),
+                "write": Signal(name=f"{prefix}_write", reset_less=True),
+                "err": Signal(name=f"{prefix}_err", reset_less=True),
             }
         r, s2, s3 = stage("r"), stage("s2"), stage("s3")
         CS = self.compare_stages
@@ -856,12 +862,12 @@ class CacheController(wiring.Component):
         fw_hold = Signal(self.set_layout, reset_less=True)
         fw_hit = Signal()
         s2_word = Signal(self.set_layout)
-        s3_word = Signal(self.set_layout)
+        s3_word = Signal(self.set_layout, reset_less=True)
         s3_hit, s3_merged = Signal(), Signal()
         s3_miss = Signal()     # a miss (neither a hit nor an error), registered with s3_hit
         s3_sel, s3_victim = Signal(WB), Signal(WB)
         s3_victim_state = Signal(self.way_layout)
-        s3_merge_seq = Signal(seq_bits)
+        s3_merge_seq = Signal(seq_bits, reset_less=True)
         s3_fire = Signal()
         s3_nobeats = Signal()  # stage 3's request has zero beats (registered with it)
         s3_take = Signal()     # stage 3 takes stage 2's request
@@ -925,7 +931,7 @@ class CacheController(wiring.Component):
         s2_raw = [Signal(self.set_layout, reset_less=True, name=f"s2_raw{d}")
                   for d in range(NS)]
         s2_fwd = Signal()
-        s2_fwd_word = Signal(self.set_layout)
+        s2_fwd_word = Signal(self.set_layout, reset_less=True)
         fwd_now = Signal()
         s2_raw_word = Signal(self.set_layout)   # the word of stage 2's slice
         m.d.comb += [fwd_now.eq(upd_now & (s3["set"] == r["set"])),
@@ -958,7 +964,8 @@ class CacheController(wiring.Component):
             m.submodules.way_match = match = WayMatch(**kw)
             m.submodules.way_choose = ways_sel = WayChoose(**kw)
             pre_word = Signal(self.set_layout, reset_less=True)
-            c_hit, c_inv, c_old = Signal(W), Signal(W), Signal(W)
+            c_hit, c_inv, c_old = (Signal(W, reset_less=True), Signal(W, reset_less=True),
+                                   Signal(W, reset_less=True))
             m.d.comb += [match.word.eq(s2_word), match.tag.eq(s2["tag"]),
                          s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take)),
                          ways_sel.word.eq(pre_word), ways_sel.hit_vec.eq(c_hit),
@@ -1092,8 +1099,8 @@ class CacheController(wiring.Component):
         if CS == 2:
             # the selected way one-hot and its replacement state, registered with stage 3's
             # request (from stage "c"'s one-hot vectors: an AND-OR, no way multiplexer)
-            s3_sel_oh = Signal(W)
-            s3_sel_repl = Signal.like(upd.sel_repl)
+            s3_sel_oh = Signal(W, reset_less=True)
+            s3_sel_repl = Signal.like(upd.sel_repl, reset_less=True)
             sel_oh_c = Signal(W)
             m.d.comb += sel_oh_c.eq(Mux(ways_sel.hit, ways_sel.hit_oh, ways_sel.victim_oh))
             repl_terms = Const(0, len(s3_sel_repl))
@@ -1106,7 +1113,7 @@ class CacheController(wiring.Component):
         # decides them); the lookup never updates while a command runs.
         cw_en = Signal()
         cw_addr = Signal(set_w)
-        cw_data = Signal(self.set_layout)
+        cw_data = Signal(self.set_layout, reset_less=True)
         m.d.sync += cw_en.eq(0)
         wr_set = Signal(set_w)
         m.d.comb += wr_set.eq(Mux(cw_en, cw_addr, s3["set"]))
@@ -1454,6 +1461,9 @@ class CacheController(wiring.Component):
             with m.State("READ_SET"):
                 m.d.comb += [rd.addr.eq(in_slice(walk_set)) for rd in tag_rds]
                 m.d.comb += [rd.en.eq(1) for rd in tag_rds]
+                # (stage 2 is empty while a command runs: its set register chooses the
+                # walked set's slice, through the lookup's own slice multiplexer)
+                m.d.sync += s2["set"].eq(walk_set)
                 m.next = "LOAD"
             with m.State("LOAD"):
                 # the block RAM's word lands in stage 2's register (empty while a command
@@ -1461,8 +1471,8 @@ class CacheController(wiring.Component):
                 m.d.sync += [raw.eq(rd.data) for raw, rd in zip(s2_raw, tag_rds)]
                 m.next = "PREP"
             with m.State("PREP"):
-                walked = Array(s2_raw)[slice_of(walk_set)] if NS > 1 else s2_raw[0]
-                m.d.sync += [walk_word.eq(walked), walk_rest.eq(walked), walk_way.eq(0)]
+                m.d.sync += [walk_word.eq(s2_raw_word), walk_rest.eq(s2_raw_word),
+                             walk_way.eq(0)]
                 m.next = "SCAN"
             with m.State("SCAN"):
                 # one way per cycle: `walk_rest` shifts the set's ways past way 0, so the
