@@ -262,7 +262,10 @@ UNITS: tuple[UnitSpec, ...] = (
                   "in NIC memory behind the lines port, not in the shell; 32 ways, 16 MSHRs, "
                   "two compare stages, tags in block RAM in slices of 512 sets) placed at "
                   "1,024 sets (16 MiB); the preset's 4,096 sets (64 MiB) are synthesised only "
-                  "(preset_synth: their tags alone take 192 of the part's 208 DP16KD)"),
+                  "(preset_synth: their tags alone take 192 of the part's 208 DP16KD); one "
+                  "seed, router2 (router1 had 77,000 of 94,000 arcs left after 530 s of "
+                  "routing at 1,024 sets)",
+             seeds=(1,), router="router2", pnr_cpu_limit_s=3000, fallback=None),
     UnitSpec("packetizer", dict(data_bytes=16, pmtu=256, num_dest=16), _packetizer,
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),
