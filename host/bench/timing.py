@@ -64,7 +64,10 @@ about 2,000 CPU-s with ``router2``). The packetizer and depacketizer run at a 16
 (preset: 64 B), because the flow's run time grows with area; ``params.<unit>`` in the result
 names what was measured and ``flow_of.<unit>`` how. Their critical paths are control paths
 whose depth does not grow with the width (widths add fan-out and routing, so the preset's
-width would be somewhat slower); ``--quick`` measures only the FP units.
+width would be somewhat slower); ``--quick`` measures only the FP units. ``cache_nic`` is the
+smartnic preset's cache organisation placed at a quarter of its sets
+(:data:`NIC_CACHE_PLACED_SETS`, with the reasons); the preset's size is synthesised beside
+it and reported as ``preset_synth`` (its tag store alone is 192 of the part's 208 DP16KD).
 
 Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
 RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the FIFOs of
