@@ -895,14 +895,17 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
                     else attempt["error"]) + f" ({attempt['pnr_cpu_s']:.0f} CPU-s)")
         attempts.append(attempt)
     done = [a for a in attempts if a.get("fmax_mhz") is not None]
-    if not done:
-        tried = f"the seeds {list(seeds)}" + (f" nor {fallback}" if fallback else "")
-        raise RuntimeError(f"place and route of {spec.name} finished for none of {tried}: "
-                           + "; ".join(a.get("error", "no Fmax") for a in attempts))
-    best = max(done, key=lambda a: a["fmax_mhz"])
     preset = None
     if spec.preset_params is not None:
         preset = _synthesize_preset(spec, work / "preset", synth_timeout, progress)
+    if not done:
+        tried = f"the seeds {list(seeds)}" + (f" nor {fallback}" if fallback else "")
+        raise RuntimeError(f"place and route of {spec.name} finished for none of {tried}: "
+                           + "; ".join(a.get("error", "no Fmax") for a in attempts)
+                           + ("" if preset is None or "brams" not in preset else
+                              f" (at the preset's size, synthesis only: {preset['luts']} LUTs, "
+                              f"{preset['brams']} of {PART_DP16KD} DP16KD)"))
+    best = max(done, key=lambda a: a["fmax_mhz"])
     result = {
         "unit": spec.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
                                       for k, v in spec.params.items()},

@@ -480,6 +480,10 @@ def test_a_unit_measured_below_its_presets_size_reports_the_presets_synthesis(tm
     assert r["brams"] == 2
     assert r["preset_synth"]["brams"] == 200 and r["preset_synth"]["params"] == {"latency": 9}
     assert r["preset_synth"]["brams_of_part"] == timing.PART_DP16KD == 208
+    _fake_flow(monkeypatch, {})                     # nothing routes: the preset's size still says
+    monkeypatch.setattr(timing, "_synthesize", synth)
+    with pytest.raises(RuntimeError, match=r"synthesis only: 10 LUTs, 200 of 208 DP16KD\)$"):
+        timing.measure_unit(small, build_root=tmp_path / "b", seeds=(1,), fallback=None)
 
 
 def test_cache_nic_is_the_presets_organisation_placed_at_fewer_sets_and_synthesised_at_its():
