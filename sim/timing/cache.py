@@ -3,10 +3,13 @@
 The model follows each request through the controller's resources, at request level rather
 than per cycle, using the outcomes of the reference model (``sim/reference/cache.py``):
 
-* lookup: one request per cycle; a request reaches the last lookup stage three cycles after
-  it is accepted (its set's state word is read from block RAM, registered, compared; the
-  stage updates the word and queues the operation), a request of the same set as the one
-  before it one cycle later still (it waits a cycle in stage 1), or later while the lookup
+* lookup: one request per cycle; a request reaches the last lookup stage
+  ``2 + compare_stages`` cycles after it is accepted (its set's state word is read from block
+  RAM, registered, compared in one or two stages; the last stage updates the word and
+  queues the operation), and no earlier than ``compare_stages + 1`` cycles after the last
+  request of its set (it waits in stage 1 while one of its set is in a compare stage or
+  has not left the last: with one compare stage, a request right behind one of its set
+  waits one cycle, with two, two cycles, and one cycle behind the one before), or later while the lookup
   stalls: operation queue full (``queue_depth`` operations between lookup and their move to
   the executor's register), or, for a miss, no free MSHR, or its victim line still has an
   operation to issue;
@@ -48,7 +51,8 @@ from neonic.sim.reference.cache import ERROR, MISS, CacheConfig, CacheModel, Req
 __all__ = ["CacheTiming", "TimingResult", "Schedule", "cache_cycles", "LOOKUP_STAGES"]
 
 #: Cycles from the edge accepting a request to its last lookup stage (tag read, word
-#: registered, compare; the update and the queueing happen in the stage itself).
+#: registered, compare; the update and the queueing happen in the stage itself), with one
+#: compare stage (``rtl.cache.CacheController.lookup_stages``; two compare stages add one).
 LOOKUP_STAGES = 3
 
 
@@ -154,7 +158,8 @@ class CacheTiming:
 
     ``latency``: the backing tier's read latency; ``line_latency`` and ``line_serial``: the
     line memory's (default: the on-chip :class:`rtl.cache.LineRAM`, 3 cycles, one transfer
-    at a time; a DRAM/HBM controller behind the ``lines`` port is pipelined)."""
+    at a time; a DRAM/HBM controller behind the ``lines`` port is pipelined);
+    ``compare_stages``: the controller's (one, or two at NIC sizes)."""
 
     row_beats: int
     mshrs: int = 16
@@ -162,8 +167,12 @@ class CacheTiming:
     latency: float = 20.0
     line_latency: float = LineRAM.LATENCY
     line_serial: bool = True
+    #: the controller's ``compare_stages`` (1 or 2)
+    compare_stages: int = 1
 
     def __post_init__(self):
+        if self.compare_stages not in (1, 2):
+            raise ValueError(f"compare_stages: expected 1 or 2, got {self.compare_stages!r}")
         for name in ("row_beats", "mshrs", "queue_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -176,13 +185,19 @@ class CacheTiming:
     @property
     def hit_latency(self) -> int:
         """Cycles from the edge accepting a hit (nothing ahead of it) to its first beat."""
-        return LOOKUP_STAGES + 1 + round(self.line_latency)
+        return self.lookup_stages + 1 + round(self.line_latency)
+
+    @property
+    def lookup_stages(self) -> int:
+        """Cycles from the edge accepting a request to its last lookup stage."""
+        return LOOKUP_STAGES - 1 + self.compare_stages
 
     def schedule(self, requests: Sequence[Request], config: CacheConfig, *, line_beats: int,
                  offers: Sequence[float] | None = None) -> Schedule:
         """Follow ``requests`` through the controller (see the module doc) and return, per
         request, the cycle before its first data beat. ``offers``: the cycle each request is
-        offered (it reaches the last lookup stage no earlier than three cycles later);
+        offered (it reaches the last lookup stage no earlier than :attr:`lookup_stages`
+        cycles later);
         default: one request every cycle from cycle 0, as far as the lookup takes them."""
         if offers is not None and len(offers) != len(requests):
             raise ValueError(f"offers: expected one per request ({len(requests)}), "
@@ -195,7 +210,8 @@ class CacheTiming:
         queued: deque[float] = deque()      # cycles the queued ops move to the executor
         mshr_free_at: deque[float] = deque()  # fill-usable cycles of misses in flight
         lookup = 0.0                        # last lookup stage of the previous request
-        prev_set = -1
+        last_of_set: dict[int, float] = {}  # set -> last lookup stage of its latest request
+        gap = self.compare_stages + 1       # cycles between two lookups of one set
         seq_free = 0.0                      # back-port sequencer free from this cycle
         back_last = -1.0                    # last beat of the previous backing read
         x_free = 0.0                        # the executor's register can issue from here
@@ -208,9 +224,8 @@ class CacheTiming:
         for i, req in enumerate(requests):
             out = model.request(req.addr, req.beats, req.write, line_beats, rb)
             s = int(set_index(req.addr // line_beats, config))
-            t = max(lookup + (2 if s == prev_set else 1),
-                    (0.0 if offers is None else float(offers[i])) + LOOKUP_STAGES)
-            prev_set = s
+            t = max(lookup + 1, last_of_set.get(s, -gap) + gap,
+                    (0.0 if offers is None else float(offers[i])) + self.lookup_stages)
             line = (s, out.way) if out.kind != ERROR else (-1, -1)
             while True:
                 while queued and queued[0] < t:
@@ -228,6 +243,7 @@ class CacheTiming:
                     continue
                 break
             lookup = t
+            last_of_set[s] = t
             port.prune(t)
             if first_lookup is None:
                 first_lookup = t
@@ -290,7 +306,8 @@ class CacheTiming:
 
 
 def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
-                 mshrs: int = 16, queue_depth: int = 32, same_set: float = 0.0) -> float:
+                 mshrs: int = 16, queue_depth: int = 32, same_set: float = 0.0,
+                 compare_stages: int = 1) -> float:
     """Cycles the cache controller (lines on chip) takes for ``requests`` whole-row reads of
     ``row_beats`` beats with misses spread evenly at ``miss_rate``: a closed form of
     :meth:`CacheTiming.run` for system-scale runs that have hit rates but no request traces
@@ -300,8 +317,8 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
     Per request, the larger of the MSHRs' rate and the slower of the lookup's and the line
     memory's plus the stalls of misses:
 
-    * lookup: one per cycle, plus one bubble for a request of the same set as the one before
-      it (``same_set``: the fraction of such requests; a repeated row is one);
+    * lookup: one per cycle, plus ``compare_stages`` bubbles for a request of the same set as
+      the one before it (``same_set``: the fraction of such requests; a repeated row is one);
     * line memory: one transfer at a time, one beat per cycle: the read (``row_beats``) and,
       for a miss, the fill (``row_beats``, and a cycle for its write request);
     * stalls: misses whose fill
@@ -322,10 +339,10 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
         raise ValueError(f"same_set: expected a value in [0, 1], got {same_set!r}")
     if row_beats < 1:
         raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
-    hit_latency = CacheTiming(row_beats=row_beats).hit_latency
+    hit_latency = CacheTiming(row_beats=row_beats, compare_stages=compare_stages).hit_latency
     fill = latency + row_beats + 2          # from lookup (the last lookup stage)
     work = row_beats + miss_rate * (row_beats + 1)
-    rate = max(work, 1.0 + same_set)
+    rate = max(work, 1.0 + same_set * compare_stages)
     shortfall = max(0.0, fill - (queue_depth - 1) * rate)
     stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
     per_request = max(rate + stall, miss_rate * fill / mshrs)

@@ -55,7 +55,8 @@ def nic_cache_params(nic, *, row_bytes: int, backing_bytes: float) -> dict:
     two of beats, like the tables' row stride); as many sets (a power of two) as
     ``local_cache_bytes`` holds; a beat address wide enough for ``backing_bytes`` of backing
     tier; the lines in NIC memory, with ``line_outstanding`` covering its latency
-    (``memory_latency_cycles``) so that hits stream at one per cycle."""
+    (``memory_latency_cycles``) so that hits stream at one per cycle; two compare stages
+    (the organisation for a tag store of thousands of sets, see ``rtl.cache``)."""
     for name, value in (("row_bytes", row_bytes), ("backing_bytes", backing_bytes)):
         if not value > 0:
             raise ValueError(f"{name}: expected > 0, got {value!r}")
@@ -70,7 +71,8 @@ def nic_cache_params(nic, *, row_bytes: int, backing_bytes: float) -> dict:
                 beats_width=max(ceil_log2(line_beats + 1), 1), line_beats=line_beats,
                 row_beats=beats, sets=1 << (sets.bit_length() - 1), ways=nic.cache_ways,
                 mshrs=nic.cache_mshrs, queue_depth=nic.cache_queue_depth,
-                line_outstanding=min(256, 1 << ceil_log2(nic.memory_latency_cycles + 8)))
+                line_outstanding=min(256, 1 << ceil_log2(nic.memory_latency_cycles + 8)),
+                compare_stages=2)
 
 
 def build(params: dict[str, str]) -> OnChipCache:

@@ -426,3 +426,69 @@ def test_a_netlist_from_another_checkout_has_the_same_place_and_route_key(tmp_pa
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "top.json").write_text("{not json")
     assert timing._netlist_key(tmp_path / "bad") is None
+
+
+def test_the_gather_is_measured_at_the_smartnic_presets_datapath_and_lanes():
+    from neonic.host.nic_effects import nic_config
+    from neonic.host.systems import preset_dict, system_from_dict
+
+    nic = nic_config(system_from_dict(preset_dict("smartnic")).nic)
+    gather = next(s for s in timing.UNITS if s.name == "gather")
+    assert (gather.params["data_bytes"], gather.params["lanes"]) == (nic.datapath_bytes,
+                                                                      nic.lanes) == (64, 16)
+    assert timing.nic_gather_params()["lanes"] == 16
+
+
+def test_a_units_own_flow_settings_make_its_key_and_its_runs(tmp_path, monkeypatch):
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    mine = timing.UnitSpec(spec.name, spec.params, spec.build, spec.module, seeds=(4,),
+                           router="router2", pnr_cpu_limit_s=99, fallback=None)
+    assert timing._cache_key(mine) == timing._cache_key(spec, seeds=(4,), router="router2",
+                                                        cpu_limit=99)
+    assert timing._cache_key(mine) != timing._cache_key(spec)
+    _fake_flow(monkeypatch, {("router2", 4): 120.0, ("router2", 1): 130.0})
+    r = timing.measure_unit(mine, build_root=tmp_path)
+    assert (r["fmax_mhz"], r["seed"], r["router"], r["pnr_cpu_limit_s"]) == (120.0, 4,
+                                                                             "router2", 99)
+    _fake_flow(monkeypatch, {})
+    with pytest.raises(RuntimeError, match=r"none of the seeds \[4\]: did not finish$"):
+        timing.measure_unit(mine, build_root=tmp_path / "b")        # no fallback
+
+
+def test_a_unit_measured_below_its_presets_size_reports_the_presets_synthesis(tmp_path,
+                                                                              monkeypatch):
+    spec = next(s for s in timing.UNITS if s.name == "fp_add")
+    small = timing.UnitSpec(spec.name, {"latency": 2}, spec.build, spec.module,
+                            preset_params={"latency": 9})
+    assert timing._cache_key(small) != timing._cache_key(
+        timing.UnitSpec(spec.name, {"latency": 2}, spec.build, spec.module))
+    _fake_flow(monkeypatch, {1: 120.0})
+    seen = []
+
+    class Shell:
+        in_bits, out_bits = 3, 2
+
+    def synth(spec, work, timeout, progress):
+        seen.append(spec.params)
+        return Shell(), {"LUT4": 10, "TRELLIS_FF": 5, "DP16KD": 200 if spec.params["latency"] == 9
+                      else 2}, True
+
+    monkeypatch.setattr(timing, "_synthesize", synth)
+    r = timing.measure_unit(small, build_root=tmp_path, seeds=(1,), fallback=None,
+                            synth_timeout=10)
+    assert seen == [{"latency": 2}, {"latency": 9}]           # the measured size, then the preset's
+    assert r["brams"] == 2
+    assert r["preset_synth"]["brams"] == 200 and r["preset_synth"]["params"] == {"latency": 9}
+    assert r["preset_synth"]["brams_of_part"] == timing.PART_DP16KD == 208
+    _fake_flow(monkeypatch, {})                     # nothing routes: the preset's size still says
+    monkeypatch.setattr(timing, "_synthesize", synth)
+    with pytest.raises(RuntimeError, match=r"synthesis only: 10 LUTs, 200 of 208 DP16KD\)$"):
+        timing.measure_unit(small, build_root=tmp_path / "b", seeds=(1,), fallback=None)
+
+
+def test_cache_nic_is_the_presets_organisation_placed_at_fewer_sets_and_synthesised_at_its():
+    spec = next(s for s in timing.UNITS if s.name == "cache_nic")
+    preset = timing.nic_cache_params()
+    assert spec.preset_params == preset and preset["sets"] == 4096
+    assert spec.params == {**preset, "sets": timing.NIC_CACHE_PLACED_SETS}
+    assert preset["compare_stages"] == 2

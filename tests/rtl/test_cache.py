@@ -15,6 +15,7 @@ from neonic.rtl.cache import CacheController, CacheOp, CacheStats, LineRAM, Look
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.harness.collisions import CollisionCheck
 from neonic.sim.reference.cache import (CacheConfig, Request, expected_results, random_requests)
+from neonic.sim.timing.cache import CacheTiming
 
 KIND = {LookupKind.HIT: "hit", LookupKind.MERGED: "merged", LookupKind.MISS: "miss",
         LookupKind.ERROR: "error"}
@@ -149,6 +150,39 @@ def test_random_traffic_matches_shadow_and_reference(rng, policy, index, device)
     assert all(n > 10 for n in check.collisions.values()), check.summary()
 
 
+@pytest.mark.parametrize("policy,index", [("lru", "hash"), ("lfu", "modulo")])
+def test_the_nic_organisation_matches_shadow_and_reference(rng, policy, index):
+    """Two compare stages and a tag store in slices (here 4 slices of 2 sets, as the preset's
+    4,096 sets are 8 slices of 512): the same results as one request at a time, with the
+    reads that collide with a write poisoned in every slice."""
+    dut = CacheController(**{**SMALL, "sets": 8}, policy=policy, index=index,
+                          compare_stages=2, tag_slice_sets=2)
+    assert (dut.tag_slices, dut.lookup_stages) == (4, 4)
+    reqs = random_requests(rng, 400, rows=60, line_beats=4, row_beats=3, data_bytes=4,
+                           write_fraction=0.3, error_fraction=0.03, zipf=0.9)
+    check = CollisionCheck(dut)
+    got, kinds, contents, stats, cycles, memory = run_cache(dut, reqs, rng, rows=60,
+                                                            check=check)
+    check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
+    assert stats["misses"] > 20 and stats["hits"] + stats["merged"] > 100
+    assert {f"tags{d}" for d in range(4)} <= set(check.collisions), check.summary()
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_two_compare_stages_see_each_others_updates_in_one_set(rng, policy):
+    """Requests of one set back to back through two compare stages: each must wait until the
+    update ahead of it is forwarded, and the outcomes are those of one request at a time."""
+    dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=2, mshrs=4,
+                          queue_depth=8, policy=policy, compare_stages=2, tag_slice_sets=2)
+    rows = [0, 4, 8, 0, 4, 0, 8, 12, 8, 8, 4, 0, 12, 12, 0, 1, 0, 5, 4, 1]
+    reqs = [Request(r * 4, 4, write=True, wdata=tuple((0x1000 * i + b, 0xF) for b in range(4)))
+            if i % 3 == 1 else Request(r * 4, 4) for i, r in enumerate(rows)]
+    got, kinds, contents, stats, cycles, memory = run_cache(
+        dut, reqs, rng, rows=16, idle=0.0, backpressure=0.0, resp_stall=0.0,
+        accept_stall=0.0)
+    check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
+
+
 def test_many_ways_lfu_aging_and_small_queue(rng):
     """32 ways, 2-bit LFU counts (aging by halving happens often), few MSHRs and a short
     queue (frequent stalls), full-row reads and writes."""
@@ -229,6 +263,17 @@ def test_hits_one_per_cycle_with_the_documented_latency():
     assert figures["hit_latency_min_cycles"] == HIT_LATENCY
 
 
+def test_two_compare_stages_keep_one_hit_per_cycle_one_cycle_later():
+    """The NIC organisation (two compare stages, tags in slices): still one lookup per cycle
+    on hits in distinct sets, each one cycle later than with one compare stage."""
+    dut = OnChipCache(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=4,
+                      compare_stages=2, tag_slice_sets=2)
+    figures = measure_hits(dut, 200)
+    assert figures["hit_lookups_per_cycle"] == 1.0
+    assert figures["hit_latency_cycles"] == figures["hit_latency_min_cycles"] == HIT_LATENCY + 1
+    assert CacheTiming(row_beats=4, compare_stages=2).hit_latency == HIT_LATENCY + 1
+
+
 def test_no_more_misses_wait_for_fills_than_there_are_mshrs(rng):
     """Every miss holds an MSHR from its lookup to its fill's last beat: with slow backing
     memory and misses to distinct lines, at most ``mshrs`` misses are waiting for their fills
@@ -290,6 +335,7 @@ def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
     (dict(policy="fifo"), "policy"), (dict(index="crc"), "index"),
     (dict(addr_width=8, sets=64, line_beats=4), "addr_width"), (dict(lfu_bits=1), "lfu_bits"),
     (dict(line_outstanding=1), "line_outstanding"), (dict(queue_depth=1), "queue_depth"),
+    (dict(compare_stages=3), "compare_stages"), (dict(tag_slice_sets=48), "tag_slice_sets"),
 ])
 def test_bad_parameters_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
@@ -307,6 +353,8 @@ def test_the_smartnic_preset_sizes_a_controller_with_its_lines_in_nic_memory():
     dut = CacheController(**params)
     dut._MustUse__silence = True
     assert (dut.sets, dut.ways, dut.line_beats, dut.row_beats) == (4096, 32, 8, 8)
+    # the organisation for this size: two compare stages, the tags in 8 slices of 512 sets
+    assert (dut.compare_stages, dut.tag_slices) == (2, 8)
     assert dut.line_memory_beats * dut.data_bytes == 64 * 2**20
     assert dut.line_outstanding >= nic.memory_latency_cycles       # hits stream at 1/cycle
     with pytest.raises(ValueError, match="^row_bytes:"):

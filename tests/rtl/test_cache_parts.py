@@ -10,7 +10,7 @@ from amaranth.hdl import Module
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from neonic.rtl.cache import StateUpdate, WaySelect
+from neonic.rtl.cache import StateUpdate, WayChoose, WayMatch, WaySelect
 
 WAYS, TAG_BITS, LFU_BITS = 4, 5, 3
 
@@ -68,6 +68,12 @@ def test_way_select_and_state_update_follow_the_rules(policy, rng):
     layout = _layout(policy)
     sel_dut = WaySelect(way_layout=layout, ways=WAYS, policy=policy)
     upd_dut = StateUpdate(way_layout=layout, ways=WAYS, policy=policy, lfu_bits=LFU_BITS)
+    # the same update with the selected way given one-hot and its state registered ahead
+    given = StateUpdate(way_layout=layout, ways=WAYS, policy=policy, lfu_bits=LFU_BITS,
+                        given_sel=True)
+    # the two halves of the choice, as two compare stages use them
+    match = WayMatch(way_layout=layout, ways=WAYS, policy=policy)
+    choose = WayChoose(way_layout=layout, ways=WAYS, policy=policy)
     cases = [(_random_word(rng, policy), int(rng.integers(0, 4)), int(rng.integers(0, 2)))
              for _ in range(150)]
     for word, tag, write in cases[:2]:            # a full set with a saturated LFU count
@@ -91,19 +97,34 @@ def test_way_select_and_state_update_follow_the_rules(policy, rng):
             assert victim == exp_victim
             assert ctx.get(sel_dut.victim_state.tag) == word[victim]["tag"]
             sel = hit_way if hit else victim
-            ctx.set(upd_dut.word, set_layout.const(word))
-            ctx.set(upd_dut.hit, hit)
-            ctx.set(upd_dut.sel, sel)
-            ctx.set(upd_dut.write, write)
-            ctx.set(upd_dut.tag, tag)
-            got = [{k: ctx.get(getattr(upd_dut.new_word[w], k))
-                    for k in ("valid", "dirty", "tag", "repl")} for w in range(WAYS)]
-            assert got == _expected_update(word, bool(hit), sel, write, tag, policy)
+            ctx.set(match.word, set_layout.const(word))
+            ctx.set(match.tag, tag)
+            ctx.set(choose.word, set_layout.const(word))
+            for vec in ("hit_vec", "inv_vec", "old_vec"):
+                ctx.set(getattr(choose, vec), ctx.get(getattr(match, vec)))
+            assert (ctx.get(choose.hit), ctx.get(choose.victim)) == (hit, victim)
+            assert ctx.get(choose.victim_oh) == 1 << victim
+            assert ctx.get(choose.hit_oh) == (1 << hit_way if hit else 0)
+            for dut in (upd_dut, given):
+                ctx.set(dut.word, set_layout.const(word))
+                ctx.set(dut.hit, hit)
+                ctx.set(dut.sel, sel)
+                ctx.set(dut.write, write)
+                ctx.set(dut.tag, tag)
+            ctx.set(given.sel_oh, 1 << sel)
+            ctx.set(given.sel_repl, word[sel]["repl"])
+            for dut in (upd_dut, given):
+                got = [{k: ctx.get(getattr(dut.new_word[w], k))
+                        for k in ("valid", "dirty", "tag", "repl")} for w in range(WAYS)]
+                assert got == _expected_update(word, bool(hit), sel, write, tag, policy)
             seen.append((bool(hit), policy))
 
     top = Module()
     top.submodules.sel = sel_dut
     top.submodules.upd = upd_dut
+    top.submodules.given = given
+    top.submodules.match = match
+    top.submodules.choose = choose
     sim = Simulator(top)
     sim.add_testbench(bench)
     sim.run()

@@ -95,3 +95,29 @@ def test_timing_model_with_lines_in_dram_within_5_percent_of_rtl(rng, latency, l
                         line_latency=line_latency, line_serial=False
                         ).run(reqs, CacheConfig(8, 4), line_beats=4)
     assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)
+
+
+@pytest.mark.parametrize("zipf,same", [(1.1, False), (1.0, True)])
+def test_timing_model_of_two_compare_stages_within_5_percent_of_rtl(rng, zipf, same):
+    """The NIC organisation (two compare stages, a sliced tag store), its lines behind a
+    pipelined memory: hits and misses spread over sets, and (``same``) runs of one set, where
+    each request waits for the update two stages ahead of it."""
+    dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, row_beats=4, sets=8,
+                          ways=4, mshrs=16, compare_stages=2, tag_slice_sets=2)
+    reqs = random_requests(rng, 300, rows=200, line_beats=4, row_beats=4, data_bytes=4,
+                           write_fraction=0.0, zipf=zipf, partial_fraction=0.5)
+    if same:                        # one-beat hits on four rows of set 0, back to back
+        reqs = [type(reqs[0])(addr=32 * (i % 4), beats=1) for i in range(300)]
+    lines = AmaranthMemory(dut.lines, np.zeros(dut.line_memory_beats * 4, np.uint8),
+                           data_bytes=4, rng=rng, latency=(10, 10), max_outstanding=64)
+    measured = rtl_cycles(dut, reqs, rng, 200, 30, extra=[lines.process])
+    model = CacheTiming(row_beats=4, mshrs=16, queue_depth=dut.queue_depth, latency=30,
+                        line_latency=10, line_serial=False, compare_stages=2
+                        ).run(reqs, CacheConfig(8, 4), line_beats=4)
+    assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)
+    one = CacheTiming(row_beats=4, mshrs=16, queue_depth=dut.queue_depth, latency=30,
+                      line_latency=10, line_serial=False).run(reqs, CacheConfig(8, 4),
+                                                              line_beats=4)
+    assert model.lookup_cycles >= one.lookup_cycles
+    with pytest.raises(ValueError, match="^compare_stages:"):
+        CacheTiming(row_beats=4, compare_stages=3)
