@@ -51,7 +51,7 @@ import numpy as np
 from neonic.sim.engine import Engine, cycles_to_ps
 from neonic.sim.reference.cache import CacheConfig, simulate_trace
 from neonic.sim.resources import ServerPool
-from neonic.sim.timing.cache import cache_cycles
+from neonic.sim.timing.cache import NIC_COMPARE_STAGES, cache_cycles
 from neonic.sim.timing.embedding import BagShape, predict
 from neonic.sim.timing.packetizer import estimate_tx, payload_gbps
 
@@ -398,10 +398,12 @@ def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0
     if misses_elsewhere:
         hits = lookups * hit_rate
         cycles = (cache_cycles(hits, 0.0, beats, latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
-                               queue_depth=cfg.cache_queue_depth) if hits > 0 else 0.0)
+                               queue_depth=cfg.cache_queue_depth, compare_stages=NIC_COMPARE_STAGES)
+                  if hits > 0 else 0.0)
         return (cycles + (lookups - hits)) / cfg.clock_hz
     cycles = cache_cycles(lookups, 1.0 - hit_rate, beats, latency=cfg.memory_latency_cycles,
-                          mshrs=cfg.cache_mshrs, queue_depth=cfg.cache_queue_depth)
+                          mshrs=cfg.cache_mshrs, queue_depth=cfg.cache_queue_depth,
+                          compare_stages=NIC_COMPARE_STAGES)
     return cycles / cfg.clock_hz
 
 

@@ -152,6 +152,12 @@ class _LinePort:
             self.writes.pop(0)
 
 
+#: Compare stages of a SmartNIC's local cache (``sim.units.cache.nic_cache_params``, the
+#: organisation for a tag store of thousands of sets, ``rtl.cache``): the system model's cache
+#: (``sim.nic.cache_lookup_time_s``) and the RTL built for it use this one figure.
+NIC_COMPARE_STAGES = 2
+
+
 @dataclass(frozen=True)
 class CacheTiming:
     """Timing parameters of one controller instance, its line memory and its backing tier.

@@ -20,6 +20,7 @@ from neonic.sim.units import SimRequest
 from neonic.rtl.cache import CacheOp, CacheStats, LookupKind, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
+from neonic.sim.timing.cache import NIC_COMPARE_STAGES
 
 __all__ = ["build", "simulate", "default_workload", "measure_hits", "measure_misses",
            "rtl_outcomes", "nic_cache_params"]
@@ -72,7 +73,7 @@ def nic_cache_params(nic, *, row_bytes: int, backing_bytes: float) -> dict:
                 row_beats=beats, sets=1 << (sets.bit_length() - 1), ways=nic.cache_ways,
                 mshrs=nic.cache_mshrs, queue_depth=nic.cache_queue_depth,
                 line_outstanding=min(256, 1 << ceil_log2(nic.memory_latency_cycles + 8)),
-                compare_stages=2)
+                compare_stages=NIC_COMPARE_STAGES)
 
 
 def build(params: dict[str, str]) -> OnChipCache:

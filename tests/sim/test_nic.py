@@ -21,7 +21,7 @@ from neonic.sim.nic import (
     trace_stats,
 )
 from neonic.sim.reference.cache import CacheConfig, CacheModel, Request
-from neonic.sim.timing.cache import CacheTiming
+from neonic.sim.timing.cache import NIC_COMPARE_STAGES, CacheTiming
 from neonic.sim.timing.packetizer import estimate_tx
 
 
@@ -144,7 +144,7 @@ def test_cache_misses_served_elsewhere_cost_one_tag_probe():
     all_hit = cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows)
     assert cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows, misses_elsewhere=True) == pytest.approx(all_hit)
     half = cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows, misses_elsewhere=True)
-    hit_latency = CacheTiming(row_beats=4).hit_latency
+    hit_latency = CacheTiming(row_beats=4, compare_stages=NIC_COMPARE_STAGES).hit_latency
     assert half == pytest.approx((500 * 4 + hit_latency + 500) / cfg.clock_hz)
     # the RTL cache filling its own misses from NIC memory takes longer
     assert cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows) > half
@@ -176,7 +176,7 @@ def test_packetizer_time_agrees_with_the_timing_model():
 
 def test_cache_lookup_pipeline_takes_one_lookup_per_cycle():
     cfg = NICConfig(clock_hz=100e6)
-    hit_latency = CacheTiming(row_beats=1).hit_latency   # the first response's
+    hit_latency = CacheTiming(row_beats=1, compare_stages=NIC_COMPARE_STAGES).hit_latency   # the first response's
     assert cache_lookup_time_s(cfg, 1000) == pytest.approx((1000 + hit_latency) / 100e6)
     assert cache_lookup_time_s(cfg, 0) == 0.0
     # whole rows are delivered one beat per cycle; misses cost time
@@ -272,3 +272,17 @@ def test_a_nic_update_reads_and_writes_rows_and_state_at_its_memory_bandwidth():
     assert update_time_s(fpga, 0, 256, 4) == 0.0
     soc = NICConfig(kernels="cores", cores=2, core_rows_per_s=1e6, memory_bytes_per_s=1e12)
     assert update_time_s(soc, 1e6, 256, 4) == pytest.approx(0.5)   # the cores bound
+
+
+def test_the_nic_cache_model_has_the_compare_stages_of_the_rtl_built_for_it():
+    """The system model's cache and the RTL organisation for the preset's cache
+    (``nic_cache_params``) use one figure; a hit costs its extra compare stage in the model."""
+    from neonic.sim.nic import NICConfig, cache_lookup_time_s
+    from neonic.sim.timing.cache import cache_cycles
+    from neonic.sim.units.cache import nic_cache_params
+
+    cfg = NICConfig()
+    assert nic_cache_params(cfg, row_bytes=256, backing_bytes=2**30)["compare_stages"] == NIC_COMPARE_STAGES == 2
+    one = cache_cycles(10, 0.0, 1, latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
+                       queue_depth=cfg.cache_queue_depth, compare_stages=1)
+    assert cache_lookup_time_s(cfg, 10) * cfg.clock_hz == pytest.approx(one + 1)
