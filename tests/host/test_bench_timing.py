@@ -386,13 +386,15 @@ def test_a_dsp_with_nothing_to_absorb_is_left_alone():
 
 
 def test_the_gather_marks_its_two_accumulator_copies_collision_undefined():
-    """The reducer's and the drain's copy of the accumulator, one read port each (the flow
-    asserts one write and one read port per marked memory)."""
+    """Each lane's reducer's and drain's copy of the accumulator (every lane holds its own,
+    ``rtl.embedding``), one read port each (the flow asserts one write and one read port per
+    marked memory)."""
     from neonic.rtl.streams import COLLISION_X_ATTR
 
     spec = next(s for s in timing.UNITS if s.name == "gather")
-    text = rtlil.convert(spec.build(dict(spec.params)))
-    assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2
+    unit = spec.build(dict(spec.params))
+    text = rtlil.convert(unit)
+    assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2 * dict(spec.params)["lanes"] == 32
 
 
 def test_the_dsp_pass_can_take_the_output_registers_only():
