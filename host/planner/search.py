@@ -827,6 +827,17 @@ class NeoPlanner(Placer):
             u = self._unit_of(n)
             if u is not None:
                 units.setdefault(u, []).append(n)
+        # the contribution of each table plan a step tries, by the plan (kept, so its id stays
+        # its own): the steps try mostly the same moves, and a plan's contribution is the same
+        # figures whenever it is made (:meth:`Placer.contribution`)
+        contribs: dict[int, tuple[TablePlan, object]] = {}
+
+        def contribution(tp: TablePlan):
+            hit = contribs.get(id(tp))
+            if hit is None:
+                hit = contribs[id(tp)] = (tp, self.contribution(tp))
+            return hit[1]
+
         for _ in range(self.balance_steps):
             if not units:
                 break
@@ -838,7 +849,7 @@ class NeoPlanner(Placer):
             dps: list[float] = []
             news = []
             for i, changes in enumerate(trials):
-                new = [(tp, self.contribution(tp)) for _, tp in changes]
+                new = [(tp, contribution(tp)) for _, tp in changes]
                 v = vecs[i]
                 v[...] = self.state.vec
                 dp = self.state.dp_bytes
