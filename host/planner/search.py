@@ -777,6 +777,7 @@ class NeoPlanner(Placer):
 
                 mine = sorted(units.get((m, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
                 light = lightest(m, slow)
+                there_w: dict[int, list[tuple[float, str]]] = {}   # each destination's tables' weights, once
                 for name in mine:
                     wn = weight(name)
                     base = self._without(name)
@@ -784,9 +785,11 @@ class NeoPlanner(Placer):
                         if (name, m, dest) not in seen:
                             seen.add((name, m, dest))
                             out.append([(name, self._moved(name, (m, dest), base))])
-                        there = slice(dest * m, dest * m + m)
-                        lighter = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
-                                   for o in units.get((m, dest), ())]
+                        lighter = there_w.get(dest)
+                        if lighter is None:
+                            there = slice(dest * m, dest * m + m)
+                            lighter = there_w[dest] = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
+                                                       for o in units.get((m, dest), ())]
                         lighter = sorted((x for x in lighter if x[0] < wn), key=lambda x: (-x[0], self._order[x[1]]))
                         for _, other in lighter[:swaps]:
                             key = tuple(sorted((name, other)))
@@ -848,18 +851,29 @@ class NeoPlanner(Placer):
             vecs = np.empty((len(trials),) + self.state.vec.shape)
             dps: list[float] = []
             news = []
+            # the state less each moved table, once per table (the same bits as the state copied
+            # and the table subtracted: every candidate subtracts its first table first)
+            less: dict[str, np.ndarray] = {}
             for i, changes in enumerate(trials):
                 new = [(tp, contribution(tp)) for _, tp in changes]
                 v = vecs[i]
-                v[...] = self.state.vec
-                dp = self.state.dp_bytes
-                for n, _ in changes:
-                    c = self.placed[n].contrib
-                    v -= c.vec
-                    dp -= c.dp_bytes
-                for _, c in new:
-                    v += c.vec
-                    dp += c.dp_bytes
+                first = changes[0][0]
+                minus = less.get(first)
+                if minus is None:
+                    minus = less[first] = self.state.vec - self.placed[first].contrib.vec
+                dp = self.state.dp_bytes - self.placed[first].contrib.dp_bytes
+                if len(changes) == 1:
+                    np.add(minus, new[0][1].vec, out=v)
+                    dp += new[0][1].dp_bytes
+                else:
+                    v[...] = minus
+                    for n, _ in changes[1:]:
+                        c = self.placed[n].contrib
+                        v -= c.vec
+                        dp -= c.dp_bytes
+                    for _, c in new:
+                        v += c.vec
+                        dp += c.dp_bytes
                 dps.append(dp)
                 news.append(new)
             eps = 1e-6
