@@ -882,7 +882,8 @@ class NeoPlanner(Placer):
             idx = np.nonzero(ok)[0]
             if not idx.size:
                 break
-            q = self.cost.barrier_sum_batch(vecs[idx], [dps[i] for i in idx])
+            # (the stack itself where every candidate fits: the same figures, no copy of it)
+            q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[i] for i in idx])
             j = int(np.argmin(q))   # the first on a tie
             if not q[j] < proxy * (1 - _IMPROVE_REL):
                 break
