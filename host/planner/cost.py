@@ -346,6 +346,9 @@ class CostModel:
         self._bwd_overhead = 2 * eff.launch_overhead_s
         self._kernel_cache = lru_cache(maxsize=65536)(self._kernel_times_uncached)
         self._allreduce_cache: dict[float, float] = {}
+        #: :meth:`_allreduce_total_s` by its exact ``dp_bytes`` (the balancing search asks it for
+        #: every candidate of every step, a few distinct figures among hundreds)
+        self._allreduce_total_cache: dict[float, float] = {}
         spec = system.iteration
         self.spec = spec
         # the one GPU-host link figure of the run (the scenario's [host]; else the system's host link)
@@ -786,7 +789,13 @@ class CostModel:
     def _allreduce_total_s(self, dp_bytes: float) -> float:
         """The iteration's AllReduces summed (every bucket's, or the single one) for
         ``dp_bytes`` of data-parallel tables (:meth:`phase_times`' collectives other than the
-        AlltoAlls)."""
+        AlltoAlls); remembered by ``dp_bytes``, the same figure."""
+        hit = self._allreduce_total_cache.get(dp_bytes)
+        if hit is None:
+            hit = self._allreduce_total_cache[dp_bytes] = self._allreduce_total_uncached_s(dp_bytes)
+        return hit
+
+    def _allreduce_total_uncached_s(self, dp_bytes: float) -> float:
         if self.bucketed:
             return float(sum(v for k, v in self.bucket_times(dp_bytes).items() if k.startswith("allreduce#")))
         if self.spec.mode == "training":

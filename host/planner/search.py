@@ -777,6 +777,7 @@ class NeoPlanner(Placer):
 
                 mine = sorted(units.get((m, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
                 light = lightest(m, slow)
+                there_w: dict[int, list[tuple[float, str]]] = {}   # each destination's tables' weights, once
                 for name in mine:
                     wn = weight(name)
                     base = self._without(name)
@@ -784,9 +785,11 @@ class NeoPlanner(Placer):
                         if (name, m, dest) not in seen:
                             seen.add((name, m, dest))
                             out.append([(name, self._moved(name, (m, dest), base))])
-                        there = slice(dest * m, dest * m + m)
-                        lighter = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
-                                   for o in units.get((m, dest), ())]
+                        lighter = there_w.get(dest)
+                        if lighter is None:
+                            there = slice(dest * m, dest * m + m)
+                            lighter = there_w[dest] = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
+                                                       for o in units.get((m, dest), ())]
                         lighter = sorted((x for x in lighter if x[0] < wn), key=lambda x: (-x[0], self._order[x[1]]))
                         for _, other in lighter[:swaps]:
                             key = tuple(sorted((name, other)))
@@ -827,6 +830,17 @@ class NeoPlanner(Placer):
             u = self._unit_of(n)
             if u is not None:
                 units.setdefault(u, []).append(n)
+        # the contribution of each table plan a step tries, by the plan (kept, so its id stays
+        # its own): the steps try mostly the same moves, and a plan's contribution is the same
+        # figures whenever it is made (:meth:`Placer.contribution`)
+        contribs: dict[int, tuple[TablePlan, object]] = {}
+
+        def contribution(tp: TablePlan):
+            hit = contribs.get(id(tp))
+            if hit is None:
+                hit = contribs[id(tp)] = (tp, self.contribution(tp))
+            return hit[1]
+
         for _ in range(self.balance_steps):
             if not units:
                 break
@@ -837,18 +851,29 @@ class NeoPlanner(Placer):
             vecs = np.empty((len(trials),) + self.state.vec.shape)
             dps: list[float] = []
             news = []
+            # the state less each moved table, once per table (the same bits as the state copied
+            # and the table subtracted: every candidate subtracts its first table first)
+            less: dict[str, np.ndarray] = {}
             for i, changes in enumerate(trials):
-                new = [(tp, self.contribution(tp)) for _, tp in changes]
+                new = [(tp, contribution(tp)) for _, tp in changes]
                 v = vecs[i]
-                v[...] = self.state.vec
-                dp = self.state.dp_bytes
-                for n, _ in changes:
-                    c = self.placed[n].contrib
-                    v -= c.vec
-                    dp -= c.dp_bytes
-                for _, c in new:
-                    v += c.vec
-                    dp += c.dp_bytes
+                first = changes[0][0]
+                minus = less.get(first)
+                if minus is None:
+                    minus = less[first] = self.state.vec - self.placed[first].contrib.vec
+                dp = self.state.dp_bytes - self.placed[first].contrib.dp_bytes
+                if len(changes) == 1:
+                    np.add(minus, new[0][1].vec, out=v)
+                    dp += new[0][1].dp_bytes
+                else:
+                    v[...] = minus
+                    for n, _ in changes[1:]:
+                        c = self.placed[n].contrib
+                        v -= c.vec
+                        dp -= c.dp_bytes
+                    for _, c in new:
+                        v += c.vec
+                        dp += c.dp_bytes
                 dps.append(dp)
                 news.append(new)
             eps = 1e-6
@@ -857,7 +882,8 @@ class NeoPlanner(Placer):
             idx = np.nonzero(ok)[0]
             if not idx.size:
                 break
-            q = self.cost.barrier_sum_batch(vecs[idx], [dps[i] for i in idx])
+            # (the stack itself where every candidate fits: the same figures, no copy of it)
+            q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[i] for i in idx])
             j = int(np.argmin(q))   # the first on a tie
             if not q[j] < proxy * (1 - _IMPROVE_REL):
                 break
