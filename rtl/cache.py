@@ -212,6 +212,14 @@ def one_hot_index(onehot, width: int):
     return Cat(*bits)
 
 
+def _replacement_policy(component, policy: str) -> str:
+    """``policy``, checked: ``lru`` or ``lfu`` (a refused design is not an unused one)."""
+    if policy not in ("lru", "lfu"):
+        component._MustUse__silence = True
+        raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+    return policy
+
+
 class WayMatch(wiring.Component):
     """The per-way half of the lookup's decision (combinational, one slice per way).
 
@@ -223,9 +231,7 @@ class WayMatch(wiring.Component):
     """
 
     def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str):
-        if policy not in ("lru", "lfu"):
-            self._MustUse__silence = True  # a refused design is not an unused one
-            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        policy = _replacement_policy(self, policy)
         self.ways, self.policy, self.way_layout = ways, policy, way_layout
         super().__init__({
             "word": In(data.ArrayLayout(way_layout, ways)),
@@ -255,9 +261,7 @@ class WayChoose(wiring.Component):
     ``hit_oh`` and ``victim_oh`` are the two ways one-hot."""
 
     def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str):
-        if policy not in ("lru", "lfu"):
-            self._MustUse__silence = True  # a refused design is not an unused one
-            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        policy = _replacement_policy(self, policy)
         self.ways, self.policy, self.way_layout = ways, policy, way_layout
         way_bits = max(1, ceil_log2(ways))
         super().__init__({
@@ -320,9 +324,7 @@ class WaySelect(wiring.Component):
     """
 
     def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str):
-        if policy not in ("lru", "lfu"):
-            self._MustUse__silence = True  # a refused design is not an unused one
-            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        policy = _replacement_policy(self, policy)
         self.ways, self.policy, self.way_layout = ways, policy, way_layout
         way_bits = max(1, ceil_log2(ways))
         super().__init__({
@@ -365,9 +367,7 @@ class StateUpdate(wiring.Component):
 
     def __init__(self, *, way_layout: data.StructLayout, ways: int, policy: str,
                  lfu_bits: int = 8, given_sel: bool = False):
-        if policy not in ("lru", "lfu"):
-            self._MustUse__silence = True  # a refused design is not an unused one
-            raise ValueError(f"policy: expected 'lru' or 'lfu', got {policy!r}")
+        policy = _replacement_policy(self, policy)
         self.ways, self.policy, self.lfu_bits = ways, policy, lfu_bits
         self.given_sel = given_sel
         members = {

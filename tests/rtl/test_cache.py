@@ -134,17 +134,24 @@ SMALL = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=3, sets=4, way
              mshrs=4, queue_depth=8)
 
 
+def _random_traffic_checked(dut, rng, *, rows: int) -> "CollisionCheck":
+    """400 random reads and writes (30% writes, 3% errored, Zipf 0.9) over ``rows`` rows,
+    checked against the shadow memory and the reference; both hits and misses exercised.
+    Returns the run's collision check."""
+    reqs = random_requests(rng, 400, rows=rows, line_beats=4, row_beats=3, data_bytes=4,
+                           write_fraction=0.3, error_fraction=0.03, zipf=0.9)
+    check = CollisionCheck(dut)
+    got, kinds, contents, stats, cycles, memory = run_cache(dut, reqs, rng, rows=rows, check=check)
+    check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
+    assert stats["misses"] > 20 and stats["hits"] + stats["merged"] > 100  # exercised both
+    return check
+
+
 @pytest.mark.parametrize("policy,index,device", [("lru", "modulo", CacheController),
                                                  ("lfu", "hash", OnChipCache)])
 def test_random_traffic_matches_shadow_and_reference(rng, policy, index, device):
     dut = device(**SMALL, policy=policy, index=index)
-    reqs = random_requests(rng, 400, rows=40, line_beats=4, row_beats=3, data_bytes=4,
-                           write_fraction=0.3, error_fraction=0.03, zipf=0.9)
-    check = CollisionCheck(dut)
-    got, kinds, contents, stats, cycles, memory = run_cache(dut, reqs, rng, rows=40,
-                                                            check=check)
-    check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
-    assert stats["misses"] > 20 and stats["hits"] + stats["merged"] > 100  # exercised both
+    check = _random_traffic_checked(dut, rng, rows=40)
     # The tag store's and line memory's reads that collided with a write (poisoned, and
     # still every result right): the traffic did exercise the `COLLISION_X_ATTR` claims.
     assert all(n > 10 for n in check.collisions.values()), check.summary()
@@ -158,13 +165,7 @@ def test_the_nic_organisation_matches_shadow_and_reference(rng, policy, index):
     dut = CacheController(**{**SMALL, "sets": 8}, policy=policy, index=index,
                           compare_stages=2, tag_slice_sets=2)
     assert (dut.tag_slices, dut.lookup_stages) == (4, 4)
-    reqs = random_requests(rng, 400, rows=60, line_beats=4, row_beats=3, data_bytes=4,
-                           write_fraction=0.3, error_fraction=0.03, zipf=0.9)
-    check = CollisionCheck(dut)
-    got, kinds, contents, stats, cycles, memory = run_cache(dut, reqs, rng, rows=60,
-                                                            check=check)
-    check_against_reference(dut, reqs, got, kinds, contents, stats, memory)
-    assert stats["misses"] > 20 and stats["hits"] + stats["merged"] > 100
+    check = _random_traffic_checked(dut, rng, rows=60)
     assert {f"tags{d}" for d in range(4)} <= set(check.collisions), check.summary()
 
 

@@ -363,15 +363,22 @@ def test_link_disjoint_parts_of_a_lone_group_are_solved_apart_without_changing_r
         assert na.solved_flows == nb.solved_flows and na.solved_classes < nb.solved_classes
 
 
+def _four_by_four(case: str):
+    """4 nodes of 4 GPUs; ``case`` ``"slowed_nic"``: one NIC's receive link at 0.37 of its
+    capacity (breaks the symmetry)."""
+    topo = small_topology(nodes=4, gpus=4)
+    if case == "slowed_nic":
+        topo.capacity = topo.capacity.copy()
+        topo.capacity[topo._base["nic_rx"] + 3] *= 0.37
+    return topo
+
+
 @pytest.mark.parametrize("case", ["uneven", "slowed_nic"])
 def test_a_dense_part_cut_to_its_live_rows_and_columns_changes_no_bit(case):
     """As an AlltoAllv's sources finish, its dense NIC part keeps only the rows and columns that
     still hold a live flow (``dense_shrink_at``): the same arrival of every flow and the same
     link bytes, to the bit, as the whole matrix to the end; and the matrix does shrink."""
-    topo = small_topology(nodes=4, gpus=4)
-    if case == "slowed_nic":
-        topo.capacity = topo.capacity.copy()
-        topo.capacity[topo._base["nic_rx"] + 3] *= 0.37
+    topo = _four_by_four(case)
     src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
     out = []
     for shrink in (0.0, 0.5):
@@ -485,10 +492,7 @@ def test_dense_nic_parts_in_shared_and_throttled_solves_change_nothing(case, thr
     unload order are those of the sparse filling, so every flow's arrival and the link bytes
     are bit-identical to solving them as entries (``components=False``). Three groups: the
     third leaves some NICs idle (its matrix spans the whole block of NIC links)."""
-    topo = small_topology(nodes=4, gpus=4)
-    if case == "slowed_nic":
-        topo.capacity = topo.capacity.copy()
-        topo.capacity[topo._base["nic_rx"] + 3] *= 0.37
+    topo = _four_by_four(case)
     src, dst, sizes = _all_pairs(topo.num_gpus, seed=11)
     out = []
     for parts in (False, True):
