@@ -62,6 +62,63 @@ __all__ = [
 Progress = Callable[[str, float], None]
 
 
+class EngineProgress:
+    """Where the engine is in a run's op graph (ops and iterations ended) and an estimate of
+    the wall time it has left, for progress reports on long runs.
+
+    The estimate: once iteration 0 has ended (every op labelled with it), the wall time per
+    ended iteration so far times the iterations of the graph, less the time spent; before
+    that, the wall time per ended op times the ops left, which is rough (a collective on
+    thousands of GPUs costs far more wall time than a kernel) and said to be so."""
+
+    def __init__(self, graph: Any, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.n_ops = len(graph.ops)
+        self.iterations = graph.iterations
+        labels = [op.iteration for op in graph.ops]
+        self._left = [0] * (max(labels, default=0) + 1)
+        for it in labels:
+            self._left[it] += 1
+        self.done = 0
+        self.iterations_done = 0
+        self._clock = clock
+        self.t0 = clock()
+        self._t_iteration = self.t0
+
+    def start(self) -> float:
+        """Start the clock (now); returns the time."""
+        self.t0 = self._t_iteration = self._clock()
+        return self.t0
+
+    def op_done(self, op: Any) -> None:
+        self.done += 1
+        self._left[op.iteration] -= 1
+        while self.iterations_done < self.iterations and self._left[self.iterations_done] == 0:
+            self.iterations_done += 1
+            self._t_iteration = self._clock()
+
+    def left_s(self) -> tuple[float | None, str]:
+        """Seconds of wall time left (None: no estimate yet) and what the estimate rests on
+        (``iterations`` or ``ops``)."""
+        spent = self._clock() - self.t0
+        if self.iterations_done:
+            per = (self._t_iteration - self.t0) / self.iterations_done
+            return max(0.0, per * self.iterations - spent), "iterations"
+        if self.done:
+            return spent * (self.n_ops - self.done) / self.done, "ops"
+        return None, ""
+
+    def describe(self) -> str:
+        """``N s so far, about M s left`` with the estimate's basis."""
+        spent = self._clock() - self.t0
+        left, basis = self.left_s()
+        its = f"{self.iterations_done}/{self.iterations} iterations ended, {spent:.0f} s so far"
+        if left is None:
+            return f"{its}, no estimate yet"
+        if basis == "ops":
+            return f"{its}, about {left:.0f} s left (from the ops ended: rough until an iteration has ended)"
+        return f"{its}, about {left:.0f} s left"
+
+
 class ClusterRun:
     """Plan, build and execute one scenario. ``progress(message, fraction)`` reports along.
 
@@ -140,6 +197,7 @@ class ClusterRun:
         from neonic.host.planner.plan_io import load_plan, plan_from_dict, plan_to_dict
 
         sc = self.scenario
+        self.progress("the lookup batch and the planner's view of the cluster", 0.05)
         psys = self.make_planner_system(topo)
         if self.given_plan is not None:
             # checked like a file: the same errors for a plan made elsewhere
@@ -149,6 +207,8 @@ class ClusterRun:
         elif sc.plan_path is not None:
             plan = load_plan(sc.plan_path, sc.workload, psys)
         else:
+            self.progress(f"planning the sharding ({sc.planner})", 0.1)
+
             def make() -> Any:
                 return make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
                                  time_budget_s=sc.planner_budget_s)
@@ -194,17 +254,15 @@ class ClusterRun:
         self.graph = graph
         self.progress(f"simulating {total_its} iterations on {world} GPUs", 0.35)
         engine, backend, resources_ = self._build_resources(topo, world)
-        done_ops = [0]
-        n_ops = len(graph.ops)
+        clock = EngineProgress(graph)
+
+        def report(message: str) -> None:
+            self.progress(f"{message}; {clock.describe()}", 0.35 + 0.55 * clock.done / max(1, clock.n_ops))
 
         def on_op_done(op: Op) -> None:
-            done_ops[0] += 1
-            if done_ops[0] % max(1, n_ops // 20) == 0:
-                # time estimate: the engine's wall time so far, extrapolated over the ops left
-                spent = time.perf_counter() - t_engine
-                left = spent * (n_ops - done_ops[0]) / done_ops[0]
-                self.progress(f"simulated {done_ops[0]}/{n_ops} ops in {spent:.1f} s, about {left:.0f} s left",
-                              0.35 + 0.55 * done_ops[0] / n_ops)
+            clock.op_done(op)
+            if clock.done % max(1, clock.n_ops // 20) == 0:
+                report(f"simulated {clock.done}/{clock.n_ops} ops")
 
         # one collective on thousands of GPUs can take minutes between op completions: every
         # 15 s of wall time, say where the network is (flows in flight, solves, simulated time)
@@ -214,12 +272,12 @@ class ClusterRun:
             now = time.perf_counter()
             if now - heartbeat[0] >= 15.0:
                 heartbeat[0] = now
-                self.progress(f"simulated {done_ops[0]}/{n_ops} ops, {engine.now * 1e-9:.3f} ms simulated; network: "
-                              f"{net.active_flows:,} flows in flight, {net.solves:,} solves", 0.35 + 0.55 * done_ops[0] / n_ops)
+                report(f"simulated {clock.done}/{clock.n_ops} ops, {engine.now * 1e-9:.3f} ms simulated; network: "
+                       f"{net.active_flows:,} flows in flight, {net.solves:,} solves")
 
         resources_["net"].on_solve = on_solve
         runner = ScheduleRunner(engine, graph, backend, on_op_done)
-        t_engine = time.perf_counter()
+        t_engine = clock.start()
         end_ps = runner.run()
         t_end = time.perf_counter()
         # where the wall time went: the planner, everything else before the engine (topology,

@@ -144,3 +144,40 @@ def test_plans_without_a_time_budget_are_identical():
     a, b = ClusterRun(scenario_from_dict(data)), ClusterRun(scenario_from_dict(data))
     a.run(), b.run()
     assert a.plan == b.plan
+
+
+def test_engine_progress_estimates_the_time_left_from_ended_iterations():
+    from neonic.host.cluster import EngineProgress
+    from neonic.host.schedule import build_graph
+
+    graph = build_graph(2, 2, {"h2d": 1, "bot_fwd": 1, "top_fwd": 1}, mode="inference")
+    now = [0.0]
+    clock = EngineProgress(graph, clock=lambda: now[0])
+    assert clock.left_s() == (None, "") and "no estimate" in clock.describe()
+    clock.start()
+    ops = graph.ops  # creation order: iteration 0's, then iteration 1's, then the prefetch
+    first = [op for op in ops if op.iteration == 0]
+    now[0] = 1.0
+    clock.op_done(first[0])
+    # before an iteration has ended: per op, and said to be rough
+    assert clock.left_s() == (pytest.approx(1.0 * (len(ops) - 1)), "ops")
+    assert "rough" in clock.describe()
+    for op in first[1:]:
+        now[0] += 1.0
+        clock.op_done(op)
+    # iteration 0 ended after len(first) s: the other iteration takes as long again
+    assert clock.iterations_done == 1
+    assert clock.left_s() == (pytest.approx(len(first)), "iterations")
+    now[0] += 2.0
+    assert clock.left_s()[0] == pytest.approx(len(first) - 2.0)
+    assert "1/2 iterations ended" in clock.describe()
+
+
+def test_a_run_reports_its_progress_with_a_time_estimate():
+    messages = []
+    ClusterRun(scenario_from_dict(tiny()), progress=lambda message, fraction: messages.append((message, fraction))).run()
+    fractions = [f for _, f in messages]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    engine = [m for m, _ in messages if m.startswith("simulated ")]
+    assert engine and all(" s left" in m or "no estimate" in m for m in engine)
+    assert any("iterations ended" in m and "rough" not in m for m in engine[len(engine) // 2:])
