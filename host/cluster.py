@@ -66,10 +66,11 @@ class EngineProgress:
     """Where the engine is in a run's op graph (ops and iterations ended) and an estimate of
     the wall time it has left, for progress reports on long runs.
 
-    The estimate: once iteration 0 has ended (every op labelled with it), the wall time per
-    ended iteration so far times the iterations of the graph, less the time spent; before
-    that, the wall time per ended op times the ops left, which is rough (a collective on
-    thousands of GPUs costs far more wall time than a kernel) and said to be so."""
+    The estimate: the wall time per ended op times the ops left, which is rough (a collective
+    on thousands of GPUs costs far more wall time than a kernel) and said to be so until
+    iteration 0 has ended (every op labelled with it); from then on, the smaller of that and
+    the wall time per ended iteration times the iterations left (both overestimate a
+    pipelined run, whose first iteration ends after the next one has started)."""
 
     def __init__(self, graph: Any, clock: Callable[[], float] = time.perf_counter) -> None:
         self.n_ops = len(graph.ops)
@@ -100,12 +101,13 @@ class EngineProgress:
         """Seconds of wall time left (None: no estimate yet) and what the estimate rests on
         (``iterations`` or ``ops``)."""
         spent = self._clock() - self.t0
+        if not self.done:
+            return None, ""
+        by_ops = spent * (self.n_ops - self.done) / self.done
         if self.iterations_done:
             per = (self._t_iteration - self.t0) / self.iterations_done
-            return max(0.0, per * self.iterations - spent), "iterations"
-        if self.done:
-            return spent * (self.n_ops - self.done) / self.done, "ops"
-        return None, ""
+            return min(by_ops, max(0.0, per * self.iterations - spent)), "iterations"
+        return by_ops, "ops"
 
     def describe(self) -> str:
         """``N s so far, about M s left`` with the estimate's basis."""
