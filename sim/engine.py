@@ -154,9 +154,21 @@ class Engine:
 
     def after(self, delay_ps: int, callback: Callable[..., Any], *args: Any) -> EventHandle:
         """Run ``callback(*args)`` ``delay_ps`` picoseconds from now (an int >= 0)."""
-        if not isinstance(delay_ps, int) or delay_ps < 0:
+        if type(delay_ps) is not int:  # bool, numpy ints: normalise (a hot path: one check)
+            if not isinstance(delay_ps, int):
+                raise ValueError(f"delay_ps: expected an integer >= 0, got {delay_ps!r}")
+            delay_ps = int(delay_ps)
+        if delay_ps < 0:
             raise ValueError(f"delay_ps: expected an integer >= 0, got {delay_ps!r}")
-        return self.schedule(self.now + int(delay_ps), callback, *args)
+        if not callable(callback):
+            raise ValueError(f"callback: expected a callable, got {callback!r}")
+        # schedule()'s work, inline (the engine's most frequent call)
+        time_ps = self.now + delay_ps
+        entry = [time_ps, self._seq, callback, args, False]
+        self._seq += 1
+        self._live += 1
+        heapq.heappush(self._heap, entry)
+        return EventHandle(time_ps, entry, self)
 
     # ------------------------------------------------------------------------------ running
     @property

@@ -99,6 +99,8 @@ def test_step_runs_one_event():
         (lambda e: e.schedule(-1, print), "time_ps"),
         (lambda e: e.schedule(1.5, print), "time_ps"),
         (lambda e: e.after(-3, print), "delay_ps"),
+        (lambda e: e.after(2.0, print), "delay_ps"),
+        (lambda e: e.after(2, "not callable"), "callback"),
         (lambda e: e.schedule(5, "not callable"), "callback"),
         (lambda e: e.run(until_ps=-1), "until_ps"),
     ],
