@@ -36,7 +36,10 @@ class FlowClasses:
     infinite pad), ``q_weight`` (C, Q) its multiplicity (flows of that class per link of that link
     class, times hops), ``lclass_capacity`` (K+1,) capacity of each link class (pad: inf),
     ``lclass_wire`` (K+1,) whether it carries framing. ``identity``: one class per flow (the
-    per-flow solve).
+    per-flow solve). ``vlinks``: with ``ends`` (:func:`equitable_classes`), per endpoint the
+    link class of its virtual transmit link and of its receive link (infinite in
+    ``lclass_capacity``: the throttled solve gives them their capacities); else None.
+    ``link_class``: per link its class (an equitable partition's; None for the identity).
     """
 
     cls: np.ndarray
@@ -47,6 +50,8 @@ class FlowClasses:
     lclass_capacity: np.ndarray
     lclass_wire: np.ndarray
     identity: bool
+    vlinks: tuple[np.ndarray, np.ndarray] | None = None
+    link_class: np.ndarray | None = None
 
     @property
     def n_classes(self) -> int:
@@ -108,13 +113,21 @@ def identity_classes(links_fh: np.ndarray, capacity: np.ndarray, wire: np.ndarra
 
 
 def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np.ndarray, wire: np.ndarray,
-                      *, max_fraction: float = 0.25, max_rounds: int = 32) -> FlowClasses:
+                      *, max_fraction: float = 0.25, max_rounds: int = 32,
+                      ends: tuple[np.ndarray, np.ndarray, int] | None = None) -> FlowClasses:
     """The coarsest equitable partition refining ``flow_color`` (flows) and (capacity, wire) (links).
 
     links_fh: (F, H) link per hop, padded with the last link (infinite capacity).
     Falls back to :func:`identity_classes` once the flow classes exceed ``max_fraction * F``
     (too little symmetry to pay for the quotient).
+    ends: optionally (each flow's source endpoint, destination endpoint, the number of
+    endpoints): every flow also crosses its source's virtual transmit link and its
+    destination's virtual receive link (the throttled solve's GPU caps), which are partitioned
+    with the links (transmit and receive links apart from each other and from the real links);
+    the result's ``vlinks`` names their classes, whose capacities it leaves infinite.
     """
+    if ends is not None:
+        return _with_ends(links_fh, flow_color, capacity, wire, ends, max_fraction, max_rounds)
     F, H = links_fh.shape
     n_links = capacity.shape[0]  # includes the pad (last)
     pad = n_links - 1
@@ -206,4 +219,29 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
     q_links[qc, slot] = qk
     q_weight[qc, slot] = n_per_link
     return FlowClasses(cls=fc, members=order.astype(np.int64), starts=starts, q_links=q_links, q_weight=q_weight,
-                       lclass_capacity=lcap, lclass_wire=lwire, identity=False)
+                       lclass_capacity=lcap, lclass_wire=lwire, identity=False, link_class=lc)
+
+
+def _with_ends(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np.ndarray, wire: np.ndarray,
+               ends: tuple[np.ndarray, np.ndarray, int], max_fraction: float, max_rounds: int) -> FlowClasses:
+    """:func:`equitable_classes` with two virtual hops per flow: links ``0 .. L-2`` stay, the
+    endpoints' transmit links follow, then their receive links, then the pad (coloured by the
+    capacities -2 and -3, which no real link has, so each kind is a class set of its own)."""
+    src, dst, E = ends
+    L = capacity.shape[0]
+    pad = L - 1
+    new_pad = L - 1 + 2 * E
+    dt = np.int32 if new_pad < 2**31 - 1 else np.int64
+    ext = np.empty((links_fh.shape[0], links_fh.shape[1] + 2), dtype=dt)
+    ext[:, :-2] = np.where(links_fh == pad, new_pad, links_fh)
+    ext[:, -2] = pad + np.asarray(src)
+    ext[:, -1] = pad + E + np.asarray(dst)
+    cap = np.concatenate([capacity[:-1], np.full(E, -2.0), np.full(E, -3.0), capacity[-1:]])
+    wr = np.concatenate([wire[:-1], np.zeros(2 * E, dtype=bool), wire[-1:]])
+    cl = equitable_classes(ext, flow_color, cap, wr, max_fraction=max_fraction, max_rounds=max_rounds)
+    if cl.identity:
+        return cl
+    virtual = cl.lclass_capacity < 0  # the virtual links' classes: infinite until throttled
+    cl.lclass_capacity[virtual] = np.inf
+    cl.vlinks = (cl.link_class[pad:pad + E], cl.link_class[pad + E:pad + 2 * E])
+    return cl

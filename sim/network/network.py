@@ -91,7 +91,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
-        "_dense", "_dindex", "_span", "_ends",
+        "_dense", "_dindex", "_span", "_ends", "_vends",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -111,6 +111,7 @@ class FlowGroup:
         self._dindex = None  # its link index without the dense part's links (shared solves)
         self._span: tuple | None = None  # (spans, links, whether its flows cross them)
         self._ends: tuple | None = None  # (links, its flows' int32 sources, destinations): throttled solves
+        self._vends: tuple | None = None  # (classes, their throttled index or None: none found): throttled solves
 
     @property
     def size(self) -> int:
@@ -229,6 +230,8 @@ class Network:
         self.solved_flows = 0  # sum over solves of the flows they covered
         self.solved_classes = 0  # ... and of the variables the solver saw (classes or flows)
         self.splits = 0  # classes refined because other traffic broke their symmetry
+        self.throttled_by_class = 0  # throttled solves of an aggregated group over its classes
+        self.throttled_per_flow = 0  # ... and those solved per flow (GPU caps differ within a class)
         L = topology.num_links
         self.link_bytes = np.zeros(L)
         self.link_wire_bytes = np.zeros(L)
@@ -767,6 +770,7 @@ class Network:
         if cl.identity:
             g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
             return
+        failed = g._vends is not None and g._vends[0] is cl and g._vends[1] is None
         new_id = np.cumsum(a) - 1
         c = new_id[cl.cls[keep]]
         order = np.argsort(c, kind="stable").astype(np.int64)
@@ -774,7 +778,9 @@ class Network:
         np.cumsum(np.bincount(c, minlength=g._alive.size), out=starts[1:])
         g._cls = FlowClasses(cls=c, members=order, starts=starts, q_links=np.ascontiguousarray(cl.q_links[a]),
                              q_weight=np.ascontiguousarray(cl.q_weight[a]), lclass_capacity=cl.lclass_capacity,
-                             lclass_wire=cl.lclass_wire, identity=False)
+                             lclass_wire=cl.lclass_wire, identity=False, vlinks=cl.vlinks,
+                             link_class=cl.link_class)
+        g._vends = (g._cls, None) if failed else None
 
     def _solve(self, now: int, previous: dict[int, np.ndarray]) -> None:
         groups = self._groups
@@ -1039,12 +1045,17 @@ class Network:
             raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
         if np.all(scale >= 1.0):
             return
-        masks = self._live_flows(groups)
         endpoints = topo.num_endpoints
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
         cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
         cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
+        if len(groups) == 1 and not groups[0]._cls.identity:
+            if self._throttled_classes(groups[0], cap_tx, cap_rx, previous):
+                self.throttled_by_class += 1
+                return
+            self.throttled_per_flow += 1
+        masks = self._live_flows(groups)
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
         dense = self._throttle_dense(flows, groups) if self.components else None
         if "index" not in flows:
@@ -1060,6 +1071,64 @@ class Network:
             full.append(rates[pos : pos + g._links.shape[0]])
             pos += g._links.shape[0]
         self._set_flow_rates(masks, full, previous)
+
+    #: virtual links of one class whose capacities agree within this relative difference are
+    #: solved at the smallest (the GPUs' sums of equal class rates differ in rounding only)
+    endpoint_cap_rel = 1e-9
+
+    def _throttled_classes(self, g: FlowGroup, cap_tx: np.ndarray, cap_rx: np.ndarray,
+                           previous: dict[int, np.ndarray]) -> bool:
+        """The throttled solve of a lone aggregated group over its classes (``cap_tx``,
+        ``cap_rx``: each endpoint's virtual link capacities, inf where unlimited).
+
+        Its classes are first refined with the endpoints' virtual links in the flow-link graph
+        (``equitable_classes(..., ends=...)``, once per partition; the state moves over as when
+        other traffic splits a class). They are then an equitable partition of the throttled
+        problem wherever each virtual link class has one capacity, and its quotient gives every
+        flow its max-min rate (:mod:`sim.network.classes`). Returns False, solving nothing, when
+        the refinement finds too little symmetry (``max_fraction``) or the capacities within a
+        virtual link class differ (GPUs of one class capped differently): the per-flow solve
+        runs then, and splits the classes whose flows get different rates."""
+        cl = g._cls
+        if cl.vlinks is None:
+            if g._vends is not None and g._vends[0] is cl:  # refined before: too little symmetry
+                return False
+            topo = self.topology
+            new = equitable_classes(g._links, cl.cls, topo.capacity, topo.wire,
+                                    ends=(g.src[g._orig], g.dst[g._orig], topo.num_endpoints))
+            if new.identity:
+                g._vends = (cl, None)
+                return False
+            old_rate = previous.get(id(g))
+            rep_old = cl.cls[new.members[new.starts[:-1]]]
+            self._set_classes(g, new, cl)
+            g._remaining = int(g._alive.sum())
+            if old_rate is not None:
+                previous[id(g)] = old_rate[rep_old]
+            self._flow_set += 1
+            cl = new
+        capacity = cl.lclass_capacity.copy()
+        for cap, of in zip((cap_tx, cap_rx), cl.vlinks):
+            lo = np.full(capacity.size, np.inf)
+            hi = np.full(capacity.size, -np.inf)
+            np.minimum.at(lo, of, cap)
+            np.maximum.at(hi, of, cap)
+            if np.any(hi > lo * (1.0 + self.endpoint_cap_rel)):  # (inf > inf is False: unlimited agree)
+                return False
+            used = np.isfinite(lo)
+            capacity[used] = lo[used]
+        if g._vends is None or g._vends[0] is not cl or g._vends[1] is None:
+            finite = cl.lclass_capacity.copy()  # the index takes every virtual link class as finite
+            finite[cl.vlinks[0]] = 1.0
+            finite[cl.vlinks[1]] = 1.0
+            g._vends = (cl, LinkEntries(cl.q_links, g._factor, finite, cl.q_weight))
+        index = g._vends[1]
+        index.update_alive(g._alive)
+        level, order = link_levels(index, cl.lclass_wire, capacity)
+        g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
+        self.solved_classes += g._remaining
+        self.solved_flows += int(g._mult[g._alive].sum())
+        return True
 
     #: groups of at most this many flows, one class per flow, are summed together by
     #: :meth:`_traffic_sums` when they follow one another
