@@ -56,6 +56,14 @@ unload order are those of the same flows given as entries, so every rate is bit-
 Throttled recomputes: a recompute requested because the GPUs' scales changed, with no flow
 finished or started and no group changed since the last solve, reuses that solve's unthrottled
 rates and the GPUs' sums of them (the same problem) and solves only the throttled problem.
+A lone aggregated group's throttled problem is solved over its classes: at its first
+throttled solve they are refined once with the GPUs' virtual links in the flow-link graph
+(``equitable_classes(..., ends=...)``), and wherever every class of virtual links has one
+capacity (the GPUs of a class capped alike) that partition is equitable for the throttled
+problem, so the quotient's rates are the per-flow rates (within rounding: the per-GPU caps of
+one class, sums of equal rates, may differ in their last bits and are taken at their minimum).
+Where GPUs of one class are capped differently, or the refinement finds too little symmetry,
+the throttled solve is per flow and splits the classes whose flows get different rates.
 """
 
 from __future__ import annotations
@@ -265,9 +273,10 @@ class Network:
 
         After every solve, ``fn(tx, rx)`` gets each GPU's summed send and receive rates (bytes per
         ps, as the links alone allow) and returns one scale in [0, 1] per GPU (or None: no
-        limit); the flows are then re-solved per flow with each GPU's sends and receives capped
-        at that scale times those rates (two virtual links per GPU), and a flow class whose
-        flows got different rates is split as with other traffic. Call
+        limit); the flows are then re-solved with each GPU's sends and receives capped at that
+        scale times those rates (two virtual links per GPU): over a lone aggregated group's
+        classes where its GPUs' caps allow (module doc), else per flow, where a flow class
+        whose flows got different rates is split as with other traffic. Call
         :meth:`request_recompute` when the scales change between solves.
         """
         if fn is not None and not callable(fn):
