@@ -1085,6 +1085,47 @@ class Network:
     #: solved at the smallest (the GPUs' sums of equal class rates differ in rounding only)
     endpoint_cap_rel = 1e-9
 
+    def _with_endpoints(self, g: FlowGroup) -> FlowClasses | None:
+        """An aggregated group's classes with the endpoints' virtual links added, when they need
+        no refinement: endpoints that send (receive) the same number of flows of each class form
+        a class of virtual links, and every flow class must send from (receive at) one such class
+        -- then the partition is already equitable with them (what ``equitable_classes(...,
+        ends=...)`` would return, found in one pass over the flows; a symmetric AlltoAll). None
+        where a class spans two endpoint classes (the refinement is needed)."""
+        cl = g._cls
+        C = cl.n_classes
+        E = self.topology.num_endpoints
+        K1 = cl.lclass_capacity.size  # the link classes and the pad; the virtual classes follow
+        cols, weights, per_end = [], [], []
+        base = K1
+        for ends in (g.src[g._orig], g.dst[g._orig]):
+            uk, cnt = np.unique(ends.astype(np.int64) * C + cl.cls, return_counts=True)
+            ep, c = uk // C, uk % C  # per endpoint (ascending), its classes and their flows
+            bounds = np.searchsorted(ep, np.arange(E + 1))
+            pairs = np.stack([c, cnt], axis=1)
+            sig: dict[bytes, int] = {}
+            of = np.empty(E, dtype=np.int64)
+            for i in range(E):  # endpoints with the same (class, flows) pairs share a class
+                of[i] = sig.setdefault(pairs[bounds[i]:bounds[i + 1]].tobytes(), len(sig))
+            per_flow = of[ends]
+            v = np.zeros(C, dtype=np.int64)
+            v[cl.cls] = per_flow
+            if not np.array_equal(v[cl.cls], per_flow):  # a class spans two endpoint classes
+                return None
+            w = np.zeros(C)
+            w[c] = cnt  # the same at every endpoint of the class's endpoint class
+            cols.append(base + v)
+            weights.append(w)
+            per_end.append(base + of)
+            base += len(sig)
+        n_v = base - K1
+        q_links = np.concatenate([cl.q_links, cols[0][:, None], cols[1][:, None]], axis=1).astype(cl.q_links.dtype)
+        return FlowClasses(cls=cl.cls, members=cl.members, starts=cl.starts, q_links=np.ascontiguousarray(q_links),
+                           q_weight=np.concatenate([cl.q_weight, weights[0][:, None], weights[1][:, None]], axis=1),
+                           lclass_capacity=np.concatenate([cl.lclass_capacity, np.full(n_v, np.inf)]),
+                           lclass_wire=np.concatenate([cl.lclass_wire, np.zeros(n_v, dtype=bool)]), identity=False,
+                           vlinks=(per_end[0], per_end[1]), link_class=cl.link_class)
+
     def _throttled_classes(self, g: FlowGroup, cap_tx: np.ndarray, cap_rx: np.ndarray,
                            previous: dict[int, np.ndarray]) -> bool:
         """The throttled solve of a lone aggregated group over its classes (``cap_tx``,
@@ -1103,8 +1144,10 @@ class Network:
             if g._vends is not None and g._vends[0] is cl:  # refined before: too little symmetry
                 return False
             topo = self.topology
-            new = equitable_classes(g._links, cl.cls, topo.capacity, topo.wire,
-                                    ends=(g.src[g._orig], g.dst[g._orig], topo.num_endpoints))
+            new = self._with_endpoints(g)
+            if new is None:
+                new = equitable_classes(g._links, cl.cls, topo.capacity, topo.wire,
+                                        ends=(g.src[g._orig], g.dst[g._orig], topo.num_endpoints))
             if new.identity:
                 g._vends = (cl, None)
                 return False

@@ -162,7 +162,7 @@ def test_throttled_alltoall_is_solved_over_classes_and_agrees(preset, gpus):
             assert net_a.solved_classes * 8 < net_a.solved_flows
 
 
-@pytest.mark.parametrize("preset,gpus", [("zionex", 64), ("dgx-h100", 64),
+@pytest.mark.parametrize("preset,gpus", [("zionex", 64), ("zion", 64),
                                          pytest.param("zion", 256, marks=pytest.mark.slow)])
 def test_throttled_uneven_alltoallv_and_slowed_link_agree(preset, gpus):
     rng = np.random.default_rng(gpus)
@@ -209,3 +209,18 @@ def test_equitable_partition_with_endpoints_properties():
     # the refinement keeps the plain classes' distinctions (it refines them)
     assert np.all(np.array([np.unique(plain.cls[cl.members[cl.starts[c]:cl.starts[c + 1]]]).size
                             for c in range(cl.n_classes)]) == 1)
+    # where the plain classes need no refinement (a uniform AlltoAll), the network's one-pass
+    # check finds the same partition (flows and virtual links alike); where they do, it declines
+    net = Network(Engine(), topo)
+    g = net.start_flows(src, dst, nb)
+    g._cls = plain
+    assert net._with_endpoints(g) is None and cl.n_classes > plain.n_classes
+    same = np.full(src.size, 1000.0)
+    g = net.start_flows(src, dst, same)
+    g._cls = plain = equitable_classes(links, same, topo.capacity, topo.wire)
+    fast = net._with_endpoints(g)
+    refined = equitable_classes(links, plain.cls, topo.capacity, topo.wire, ends=(src, dst, topo.num_endpoints))
+    assert fast is not None and fast.n_classes == refined.n_classes == plain.n_classes
+    for a, b in zip(fast.vlinks, refined.vlinks):
+        pairs = np.unique(np.stack([a, b], axis=1), axis=0)
+        assert pairs.shape[0] == np.unique(a).size == np.unique(b).size  # the same grouping
