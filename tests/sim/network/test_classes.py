@@ -224,3 +224,57 @@ def test_equitable_partition_with_endpoints_properties():
     for a, b in zip(fast.vlinks, refined.vlinks):
         pairs = np.unique(np.stack([a, b], axis=1), axis=0)
         assert pairs.shape[0] == np.unique(a).size == np.unique(b).size  # the same grouping
+
+
+def _partition_fields(cl):
+    out = [cl.identity, cl.cls, cl.members, cl.starts, cl.q_links, cl.q_weight, cl.lclass_capacity,
+           cl.lclass_wire, cl.link_class]
+    return out + (list(cl.vlinks) if cl.vlinks is not None else [None])
+
+
+def _assert_same_classes(a, b):
+    for x, y in zip(_partition_fields(a), _partition_fields(b), strict=True):
+        assert (x is None and y is None) or np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("preset", ["zionex", "dgx-h100"])
+def test_compiled_refinement_gives_the_numpy_refinements_classes(preset, monkeypatch):
+    """The compiled colour refinement returns exactly the numpy rounds' partition, ids and
+    quotient (so results cannot depend on which ran): on random small graphs (with and without
+    the endpoints' virtual links, whole and capped by ``max_fraction``) and on AlltoAll(v) flow
+    sets of a symmetric topology (uniform, two sizes, a slowed link, uneven: identity)."""
+    from neonic.sim.network import classes
+
+    def both(*args, **kw):
+        monkeypatch.setattr(classes, "HAVE_NUMBA", False)
+        ref = equitable_classes(*args, **kw)
+        monkeypatch.setattr(classes, "HAVE_NUMBA", True)  # the kernel (plain Python under NEONIC_NO_NUMBA)
+        got = equitable_classes(*args, **kw)
+        _assert_same_classes(ref, got)
+        return ref
+
+    rng = np.random.default_rng(19)
+    refined = 0
+    for _ in range(40):
+        n_links, F, H = int(rng.integers(2, 24)), int(rng.integers(1, 50)), int(rng.integers(1, 5))
+        links = rng.integers(0, n_links, (F, H))
+        links[rng.random((F, H)) < 0.2] = n_links  # padded hops
+        cap = np.append(rng.choice([1.0, 2.0], n_links), np.inf)
+        wire = np.append(rng.random(n_links) < 0.3, False)
+        color = rng.integers(0, 3, F)
+        refined += not both(links, color, cap, wire, max_fraction=1.0).identity
+        both(links, color, cap, wire)
+        E = int(rng.integers(1, 6))
+        both(links, color, cap, wire, max_fraction=1.0, ends=(rng.integers(0, E, F), rng.integers(0, E, F), E))
+    assert refined > 20
+    topo = _topology(preset, 32)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    links = np.ascontiguousarray(topo.route(src, dst, np.ones(src.size)).links.T)
+    for nb in (np.full(src.size, 1000.0), np.where(dst % 2 == 0, 1000.0, 2000.0), rng.integers(1, 10**6, src.size)):
+        cl = both(links, nb, topo.capacity, topo.wire)
+        assert cl.identity == (np.unique(nb).size > 2)
+        both(links, nb, topo.capacity, topo.wire, ends=(src, dst, topo.num_endpoints))
+    slow = topo.capacity.copy()
+    slow[topo.num_links // 2] *= 0.37
+    assert not both(links, np.full(src.size, 1000.0), slow, topo.wire).identity
