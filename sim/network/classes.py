@@ -151,12 +151,8 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
     lc, nl = _row_ids([cap_id, wire.astype(np.int64)], [ncap, 2])
     lc[pad] = nl  # the pad is a class of its own
     nl += 1
-    flat_links = links_fh.ravel().astype(np.int64)
-    real = flat_links != pad
-    ent_link = flat_links[real]
-    ent_flow = np.repeat(np.arange(F, dtype=np.int64), H)[real]
     refine = _refine_compiled if HAVE_NUMBA else _refine_np
-    out = refine(links_fh, fc, nf, lc, nl, ent_link, ent_flow, limit, max_rounds)
+    out = refine(links_fh, fc, nf, lc, nl, pad, limit, max_rounds)
     if out is None:
         return identity_classes(links_fh, capacity, wire)
     fc, nf, lc, nl = out
@@ -226,15 +222,19 @@ def _with_ends(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np.ndarra
     return cl
 
 
-def _refine_np(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl: int, ent_link: np.ndarray,
-               ent_flow: np.ndarray, limit: int, max_rounds: int) -> tuple[np.ndarray, int, np.ndarray, int] | None:
+def _refine_np(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl: int, pad: int, limit: int,
+               max_rounds: int) -> tuple[np.ndarray, int, np.ndarray, int] | None:
     """Colour refinement in rounds (numpy): per round the links take (old colour, sorted multiset
     of the colours of the flows crossing them; ids in order of first appearance, idle links after
     by old colour), then the flows (old colour, sorted colours of their hops; ids in
     lexicographic order), until neither count grows. None where the flow classes exceed
     ``limit`` or ``max_rounds`` pass without convergence (the caller solves per flow)."""
-    H = links_fh.shape[1]
+    F, H = links_fh.shape
     n_links = lc.shape[0]
+    flat_links = links_fh.ravel().astype(np.int64)
+    real = flat_links != pad  # the pad's hops are no entries
+    ent_link = flat_links[real]
+    ent_flow = np.repeat(np.arange(F, dtype=np.int64), H)[real]
     for _ in range(max_rounds):
         # links: (old colour, sorted multiset of flow colours crossing it)
         key = ent_link * nf + fc[ent_flow]
@@ -458,23 +458,31 @@ def _refine_kernel(links_fh, fc, nf, lc, nl, used, seg_starts, seg_flows, limit,
     return 0, fc, nf, lc, nl
 
 
-def _refine_compiled(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl: int, ent_link: np.ndarray,
-                     ent_flow: np.ndarray, limit: int, max_rounds: int) -> tuple[np.ndarray, int, np.ndarray, int] | None:
+def _refine_compiled(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl: int, pad: int, limit: int,
+                     max_rounds: int) -> tuple[np.ndarray, int, np.ndarray, int] | None:
     """:func:`_refine_np`'s rounds and ids, compiled (the entries grouped by link once)."""
-    used, seg_starts, seg_flows = _by_link(ent_link, ent_flow, lc.shape[0])
-    status, fc, nf, lc, nl = _refine_kernel(np.ascontiguousarray(links_fh), fc.astype(np.int64), int(nf),
+    links_fh = np.ascontiguousarray(links_fh)
+    used, seg_starts, seg_flows = _by_link(links_fh, int(pad), lc.shape[0])
+    status, fc, nf, lc, nl = _refine_kernel(links_fh, fc.astype(np.int64), int(nf),
                                             lc.astype(np.int64), int(nl), used, seg_starts, seg_flows, int(limit),
                                             int(max_rounds))
     return (fc, int(nf), lc, int(nl)) if status else None
 
 
 @jit(cache=True, nogil=True)
-def _by_link(ent_link, ent_flow, n_links):  # pragma: no cover - compiled
-    """The entries' flows grouped by link (a counting sort, stable): the links crossed, in
-    increasing order, and per such link its flows ``seg_flows[seg_starts[i]:seg_starts[i + 1]]``."""
+def _by_link(links_fh, pad, n_links):  # pragma: no cover - compiled
+    """The flows' hops grouped by link (a counting sort, stable; the pad's hops left out): the
+    links crossed, in increasing order, and per such link its flows
+    ``seg_flows[seg_starts[i]:seg_starts[i + 1]]`` (a flow once per hop onto it)."""
+    F, H = links_fh.shape
     count = np.zeros(n_links + 1, dtype=np.int64)
-    for j in range(ent_link.shape[0]):
-        count[ent_link[j] + 1] += 1
+    n_ent = 0
+    for f in range(F):
+        for h in range(H):
+            l = links_fh[f, h]
+            if l != pad:
+                count[l + 1] += 1
+                n_ent += 1
     n_used = 0
     for l in range(n_links):
         if count[l + 1] > 0:
@@ -488,9 +496,11 @@ def _by_link(ent_link, ent_flow, n_links):  # pragma: no cover - compiled
             seg_starts[i + 1] = seg_starts[i] + count[l + 1]
             i += 1
         count[l + 1] += count[l]
-    seg_flows = np.empty(ent_link.shape[0], dtype=np.int64)
-    for j in range(ent_link.shape[0]):
-        l = ent_link[j]
-        seg_flows[count[l]] = ent_flow[j]
-        count[l] += 1
+    seg_flows = np.empty(n_ent, dtype=np.int64)
+    for f in range(F):
+        for h in range(H):
+            l = links_fh[f, h]
+            if l != pad:
+                seg_flows[count[l]] = f
+                count[l] += 1
     return used, seg_starts, seg_flows
