@@ -245,6 +245,8 @@ def test_compiled_refinement_gives_the_numpy_refinements_classes(preset, monkeyp
     sets of a symmetric topology (uniform, two sizes, a slowed link, uneven: identity)."""
     from neonic.sim.network import classes
 
+    monkeypatch.setattr(classes, "_COMPILED_MIN_HOPS", 0)  # the kernel on small inputs too
+
     def both(*args, **kw):
         monkeypatch.setattr(classes, "HAVE_NUMBA", False)
         ref = equitable_classes(*args, **kw)
