@@ -327,7 +327,7 @@ def _refine_kernel(links_fh, fc, nf, lc, nl, used, seg_starts, seg_flows, limit,
     lhash = np.empty(n_used, dtype=np.int64)
     lid = np.empty(n_used, dtype=np.int64)
     prov = np.empty(F, dtype=np.int64)
-    sv = np.empty(seg_flows.shape[0], dtype=np.int64)  # per entry (link-major) its flow's colour
+    sv = np.empty(seg_flows.shape[0], dtype=np.int32)  # per entry (link-major) its flow's colour (< F)
     rep_rows = np.empty((1024, H + 1), dtype=np.int64)
     rep_hash = np.empty(1024, dtype=np.int64)
     hop = np.empty(H, dtype=np.int64)
@@ -467,6 +467,8 @@ def _refine_compiled(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarr
                      max_rounds: int) -> tuple[np.ndarray, int, np.ndarray, int] | None:
     """:func:`_refine_np`'s rounds and ids, compiled (the entries grouped by link once)."""
     links_fh = np.ascontiguousarray(links_fh)
+    if links_fh.shape[0] >= 2**31:
+        return _refine_np(links_fh, fc, nf, lc, nl, pad, limit, max_rounds)
     used, seg_starts, seg_flows = _by_link(links_fh, int(pad), lc.shape[0])
     status, fc, nf, lc, nl = _refine_kernel(links_fh, fc.astype(np.int64), int(nf),
                                             lc.astype(np.int64), int(nl), used, seg_starts, seg_flows, int(limit),
@@ -501,7 +503,7 @@ def _by_link(links_fh, pad, n_links):  # pragma: no cover - compiled
             seg_starts[i + 1] = seg_starts[i] + count[l + 1]
             i += 1
         count[l + 1] += count[l]
-    seg_flows = np.empty(n_ent, dtype=np.int64)
+    seg_flows = np.empty(n_ent, dtype=np.int32)  # flow indices (< 2**31: the caller checks)
     for f in range(F):
         for h in range(H):
             l = links_fh[f, h]
