@@ -17,8 +17,8 @@ The partition is computed by colour refinement, exact: a signature is compared e
 element (a hash only finds the candidates), never identified by its hash alone. Large flow sets
 refine in a compiled kernel (numba; 0.3 s CPU for a 1M-flow AlltoAllv beside a 7,168-flow group
 with the GPUs' virtual links, against 1.6 s in numpy), small ones and ``NEONIC_NO_NUMBA`` in
-numpy; both give the same classes and ids (tested). Where symmetry is broken (uneven AlltoAllv sizes, a
-slowed link) the partition is fine and the caller falls back to one class per flow.
+numpy; both give the same classes and ids (tested). Where symmetry is broken (uneven AlltoAllv
+sizes, a slowed link) the partition is fine and the caller falls back to one class per flow.
 """
 
 from __future__ import annotations
@@ -156,7 +156,8 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
     lc, nl = _row_ids([cap_id, wire.astype(np.int64)], [ncap, 2])
     lc[pad] = nl  # the pad is a class of its own
     nl += 1
-    refine = _refine_compiled if HAVE_NUMBA and F * H >= _COMPILED_MIN_HOPS else _refine_np
+    compiled = HAVE_NUMBA and F * H >= _COMPILED_MIN_HOPS
+    refine = _refine_compiled if compiled else _refine_np
     out = refine(links_fh, fc, nf, lc, nl, pad, limit, max_rounds)
     if out is None:
         return identity_classes(links_fh, capacity, wire)
@@ -178,7 +179,7 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
     # quotient entries: per flow class c, per link class k: hops of class-c flows onto class-k
     # links divided by the links of class k = class-c flows per class-k link; the partition is
     # equitable, so the hops of all class-c flows are its size times those of its first flow
-    order = np.argsort(fc, kind="stable")
+    order = _by_class(fc, nf) if compiled else np.argsort(fc, kind="stable")
     size = np.bincount(fc, minlength=nf)
     starts = np.zeros(nf + 1, dtype=np.int64)
     np.cumsum(size, out=starts[1:])
@@ -511,3 +512,18 @@ def _by_link(links_fh, pad, n_links):  # pragma: no cover - compiled
                 seg_flows[count[l]] = f
                 count[l] += 1
     return used, seg_starts, seg_flows
+
+
+@jit(cache=True, nogil=True)
+def _by_class(fc, nf):  # pragma: no cover - compiled
+    """``np.argsort(fc, kind="stable")`` for colours ``0 .. nf-1``, by counting (O(F), no sort)."""
+    start = np.zeros(nf + 1, dtype=np.int64)
+    for f in range(fc.shape[0]):
+        start[fc[f] + 1] += 1
+    for c in range(nf):
+        start[c + 1] += start[c]
+    order = np.empty(fc.shape[0], dtype=np.int64)
+    for f in range(fc.shape[0]):
+        order[start[fc[f]]] = f
+        start[fc[f]] += 1
+    return order
