@@ -10,6 +10,10 @@ Figures (all measured when the command runs):
   1024 / 4096 GPUs (the same zionex family, 512 nodes at 4096), solved by flow class
   (``sim.network.classes``); ``*_classes`` is the number of classes the solver saw per solve.
   ``alltoall_1024_per_flow_wall_s``: the same 1024-GPU run with one class per flow.
+- ``alltoall_1024_throttled_wall_s``: that AlltoAll under a GPU throttle (every GPU's
+  collectives at 0.4-0.85 of their link-allowed rate, changing at every solve, and a re-solve
+  requested every 2 us: ``Network.set_throttle``), whose throttled solves run over the classes;
+  ``alltoall_1024_throttled_by_class`` counts them (a synthetic throttle: a speed case only).
 - ``alltoallv_4096_wall_s``: the skewed AlltoAllv (sizes as above) on 4096 GPUs, 16.8M flows of
   distinct sizes, so solved per flow (by link-disjoint part, the NIC part densely:
   ``sim.network.network``): measured only with ``--large`` (minutes and several GiB), else
@@ -110,6 +114,23 @@ def _timed(topo: Topology, start, *, aggregate: bool = True, ctx: BenchContext |
     return time.perf_counter() - t0, h.time_s, net
 
 
+def _throttled_alltoall(net: Network):
+    """A uniform AlltoAll (64 KiB per pair) under a synthetic GPU throttle: every GPU's
+    collectives at 0.4, 0.55, 0.7 or 0.85 of their link-allowed rate, in turn at each solve,
+    with a re-solve requested every 2 us (the scales then change between completions too)."""
+    calls = [0]
+
+    def throttle(tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
+        calls[0] += 1
+        return np.full(tx.size, 0.4 + 0.15 * (calls[0] % 4))
+
+    net.set_throttle(throttle)
+    h = coll.alltoall(net, None, 65536)
+    for k in range(1, 40):
+        net.engine.schedule(k * 2_000_000, net.request_recompute)
+    return h
+
+
 #: the warm-up's topology: leaf/spine (as at 1024 and 4096 GPUs), and enough GPUs (32 x 8) that
 #: an AlltoAllv's NIC flows (63,488) take the dense paths of the solver
 WARMUP_NODES = 32
@@ -119,13 +140,14 @@ def warm_up(nodes: int = WARMUP_NODES) -> None:
     """Run every kind of measured case once on a small topology, so that the compiled solver
     (numba: compiled on first use, or loaded from its on-disk cache) is ready before anything
     is timed: a skewed AlltoAllv (per flow, link-disjoint parts, a dense NIC part), a ring
-    AllReduce, a uniform AlltoAll by class and per flow."""
+    AllReduce, a uniform AlltoAll by class and per flow, and throttled."""
     topo = zionex_family(nodes)
     sizes = skewed_sizes(topo.num_gpus, 0)
     _timed(topo, lambda net: coll.alltoallv(net, None, sizes))
     _timed(topo, lambda net: coll.allreduce(net, None, 1 << 20))
     for aggregate in (False, True):
         _timed(topo, lambda net: coll.alltoall(net, None, 65536), aggregate=aggregate)
+    _timed(topo, _throttled_alltoall)
 
 
 def run(ctx: BenchContext) -> dict:
@@ -190,6 +212,12 @@ def run(ctx: BenchContext) -> dict:
         ctx.progress(f"uniform alltoall 1024 GPUs ({'by class' if aggregate else 'per flow'}): simulated {sim * 1e3:.3f} ms "
                      f"in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU, {net.solved_classes / max(net.solves, 1):,.0f} "
                      f"variables per solve")
+    wall, sim, net = _timed(big, _throttled_alltoall)
+    out.update(alltoall_1024_throttled_wall_s=wall, alltoall_1024_throttled_cpu_s=net.cpu_s,
+               alltoall_1024_throttled_sim_s=sim, alltoall_1024_throttled_by_class=net.throttled_by_class,
+               alltoall_1024_throttled_solves=net.solves)
+    ctx.progress(f"uniform alltoall 1024 GPUs, throttled: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, "
+                 f"{net.cpu_s:.2f} s CPU ({net.throttled_by_class} of {net.solves} throttled solves by class)")
     out["alltoall_1024_peak_rss_gib"] = _peak_rss_gib()
     huge = zionex_family(512)
     ctx.progress("uniform alltoall 4096 GPUs (16,773,120 flows) ...")

@@ -56,6 +56,14 @@ unload order are those of the same flows given as entries, so every rate is bit-
 Throttled recomputes: a recompute requested because the GPUs' scales changed, with no flow
 finished or started and no group changed since the last solve, reuses that solve's unthrottled
 rates and the GPUs' sums of them (the same problem) and solves only the throttled problem.
+A lone aggregated group's throttled problem is solved over its classes: at its first
+throttled solve they are refined once with the GPUs' virtual links in the flow-link graph
+(``equitable_classes(..., ends=...)``), and wherever every class of virtual links has one
+capacity (the GPUs of a class capped alike) that partition is equitable for the throttled
+problem, so the quotient's rates are the per-flow rates (within rounding: the per-GPU caps of
+one class, sums of equal rates, may differ in their last bits and are taken at their minimum).
+Where GPUs of one class are capped differently, or the refinement finds too little symmetry,
+the throttled solve is per flow and splits the classes whose flows get different rates.
 """
 
 from __future__ import annotations
@@ -91,7 +99,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
-        "_dense", "_dindex", "_span", "_ends",
+        "_dense", "_dindex", "_span", "_ends", "_vends",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -111,6 +119,7 @@ class FlowGroup:
         self._dindex = None  # its link index without the dense part's links (shared solves)
         self._span: tuple | None = None  # (spans, links, whether its flows cross them)
         self._ends: tuple | None = None  # (links, its flows' int32 sources, destinations): throttled solves
+        self._vends: tuple | None = None  # (classes, their throttled index or None: none found): throttled solves
 
     @property
     def size(self) -> int:
@@ -229,6 +238,8 @@ class Network:
         self.solved_flows = 0  # sum over solves of the flows they covered
         self.solved_classes = 0  # ... and of the variables the solver saw (classes or flows)
         self.splits = 0  # classes refined because other traffic broke their symmetry
+        self.throttled_by_class = 0  # throttled solves of an aggregated group over its classes
+        self.throttled_per_flow = 0  # ... and those solved per flow (GPU caps differ within a class)
         L = topology.num_links
         self.link_bytes = np.zeros(L)
         self.link_wire_bytes = np.zeros(L)
@@ -262,9 +273,10 @@ class Network:
 
         After every solve, ``fn(tx, rx)`` gets each GPU's summed send and receive rates (bytes per
         ps, as the links alone allow) and returns one scale in [0, 1] per GPU (or None: no
-        limit); the flows are then re-solved per flow with each GPU's sends and receives capped
-        at that scale times those rates (two virtual links per GPU), and a flow class whose
-        flows got different rates is split as with other traffic. Call
+        limit); the flows are then re-solved with each GPU's sends and receives capped at that
+        scale times those rates (two virtual links per GPU): over a lone aggregated group's
+        classes where its GPUs' caps allow (module doc), else per flow, where a flow class
+        whose flows got different rates is split as with other traffic. Call
         :meth:`request_recompute` when the scales change between solves.
         """
         if fn is not None and not callable(fn):
@@ -767,6 +779,7 @@ class Network:
         if cl.identity:
             g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
             return
+        failed = g._vends is not None and g._vends[0] is cl and g._vends[1] is None
         new_id = np.cumsum(a) - 1
         c = new_id[cl.cls[keep]]
         order = np.argsort(c, kind="stable").astype(np.int64)
@@ -774,7 +787,9 @@ class Network:
         np.cumsum(np.bincount(c, minlength=g._alive.size), out=starts[1:])
         g._cls = FlowClasses(cls=c, members=order, starts=starts, q_links=np.ascontiguousarray(cl.q_links[a]),
                              q_weight=np.ascontiguousarray(cl.q_weight[a]), lclass_capacity=cl.lclass_capacity,
-                             lclass_wire=cl.lclass_wire, identity=False)
+                             lclass_wire=cl.lclass_wire, identity=False, vlinks=cl.vlinks,
+                             link_class=cl.link_class)
+        g._vends = (g._cls, None) if failed else None
 
     def _solve(self, now: int, previous: dict[int, np.ndarray]) -> None:
         groups = self._groups
@@ -1039,12 +1054,17 @@ class Network:
             raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
         if np.all(scale >= 1.0):
             return
-        masks = self._live_flows(groups)
         endpoints = topo.num_endpoints
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
         cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
         cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
+        if len(groups) == 1 and not groups[0]._cls.identity:
+            if self._throttled_classes(groups[0], cap_tx, cap_rx, previous):
+                self.throttled_by_class += 1
+                return
+            self.throttled_per_flow += 1
+        masks = self._live_flows(groups)
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
         dense = self._throttle_dense(flows, groups) if self.components else None
         if "index" not in flows:
@@ -1060,6 +1080,107 @@ class Network:
             full.append(rates[pos : pos + g._links.shape[0]])
             pos += g._links.shape[0]
         self._set_flow_rates(masks, full, previous)
+
+    #: virtual links of one class whose capacities agree within this relative difference are
+    #: solved at the smallest (the GPUs' sums of equal class rates differ in rounding only)
+    endpoint_cap_rel = 1e-9
+
+    def _with_endpoints(self, g: FlowGroup) -> FlowClasses | None:
+        """An aggregated group's classes with the endpoints' virtual links added, when they need
+        no refinement: endpoints that send (receive) the same number of flows of each class form
+        a class of virtual links, and every flow class must send from (receive at) one such class
+        -- then the partition is already equitable with them (what ``equitable_classes(...,
+        ends=...)`` would return, found in one pass over the flows; a symmetric AlltoAll). None
+        where a class spans two endpoint classes (the refinement is needed)."""
+        cl = g._cls
+        C = cl.n_classes
+        E = self.topology.num_endpoints
+        K1 = cl.lclass_capacity.size  # the link classes and the pad; the virtual classes follow
+        cols, weights, per_end = [], [], []
+        base = K1
+        for ends in (g.src[g._orig], g.dst[g._orig]):
+            uk, cnt = np.unique(ends.astype(np.int64) * C + cl.cls, return_counts=True)
+            ep, c = uk // C, uk % C  # per endpoint (ascending), its classes and their flows
+            bounds = np.searchsorted(ep, np.arange(E + 1))
+            pairs = np.stack([c, cnt], axis=1)
+            sig: dict[bytes, int] = {}
+            of = np.empty(E, dtype=np.int64)
+            for i in range(E):  # endpoints with the same (class, flows) pairs share a class
+                of[i] = sig.setdefault(pairs[bounds[i]:bounds[i + 1]].tobytes(), len(sig))
+            per_flow = of[ends]
+            v = np.zeros(C, dtype=np.int64)
+            v[cl.cls] = per_flow
+            if not np.array_equal(v[cl.cls], per_flow):  # a class spans two endpoint classes
+                return None
+            w = np.zeros(C)
+            w[c] = cnt  # the same at every endpoint of the class's endpoint class
+            cols.append(base + v)
+            weights.append(w)
+            per_end.append(base + of)
+            base += len(sig)
+        n_v = base - K1
+        q_links = np.concatenate([cl.q_links, cols[0][:, None], cols[1][:, None]], axis=1).astype(cl.q_links.dtype)
+        return FlowClasses(cls=cl.cls, members=cl.members, starts=cl.starts, q_links=np.ascontiguousarray(q_links),
+                           q_weight=np.concatenate([cl.q_weight, weights[0][:, None], weights[1][:, None]], axis=1),
+                           lclass_capacity=np.concatenate([cl.lclass_capacity, np.full(n_v, np.inf)]),
+                           lclass_wire=np.concatenate([cl.lclass_wire, np.zeros(n_v, dtype=bool)]), identity=False,
+                           vlinks=(per_end[0], per_end[1]), link_class=cl.link_class)
+
+    def _throttled_classes(self, g: FlowGroup, cap_tx: np.ndarray, cap_rx: np.ndarray,
+                           previous: dict[int, np.ndarray]) -> bool:
+        """The throttled solve of a lone aggregated group over its classes (``cap_tx``,
+        ``cap_rx``: each endpoint's virtual link capacities, inf where unlimited).
+
+        Its classes are first refined with the endpoints' virtual links in the flow-link graph
+        (``equitable_classes(..., ends=...)``, once per partition; the state moves over as when
+        other traffic splits a class). They are then an equitable partition of the throttled
+        problem wherever each virtual link class has one capacity, and its quotient gives every
+        flow its max-min rate (:mod:`sim.network.classes`). Returns False, solving nothing, when
+        the refinement finds too little symmetry (``max_fraction``) or the capacities within a
+        virtual link class differ (GPUs of one class capped differently): the per-flow solve
+        runs then, and splits the classes whose flows get different rates."""
+        cl = g._cls
+        if cl.vlinks is None:
+            if g._vends is not None and g._vends[0] is cl:  # refined before: too little symmetry
+                return False
+            topo = self.topology
+            new = self._with_endpoints(g)
+            if new is None:
+                new = equitable_classes(g._links, cl.cls, topo.capacity, topo.wire,
+                                        ends=(g.src[g._orig], g.dst[g._orig], topo.num_endpoints))
+            if new.identity:
+                g._vends = (cl, None)
+                return False
+            old_rate = previous.get(id(g))
+            rep_old = cl.cls[new.members[new.starts[:-1]]]
+            self._set_classes(g, new, cl)
+            g._remaining = int(g._alive.sum())
+            if old_rate is not None:
+                previous[id(g)] = old_rate[rep_old]
+            self._flow_set += 1
+            cl = new
+        capacity = cl.lclass_capacity.copy()
+        for cap, of in zip((cap_tx, cap_rx), cl.vlinks):
+            lo = np.full(capacity.size, np.inf)
+            hi = np.full(capacity.size, -np.inf)
+            np.minimum.at(lo, of, cap)
+            np.maximum.at(hi, of, cap)
+            if np.any(hi > lo * (1.0 + self.endpoint_cap_rel)):  # (inf > inf is False: unlimited agree)
+                return False
+            used = np.isfinite(lo)
+            capacity[used] = lo[used]
+        if g._vends is None or g._vends[0] is not cl or g._vends[1] is None:
+            finite = cl.lclass_capacity.copy()  # the index takes every virtual link class as finite
+            finite[cl.vlinks[0]] = 1.0
+            finite[cl.vlinks[1]] = 1.0
+            g._vends = (cl, LinkEntries(cl.q_links, g._factor, finite, cl.q_weight))
+        index = g._vends[1]
+        index.update_alive(g._alive)
+        level, order = link_levels(index, cl.lclass_wire, capacity)
+        g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
+        self.solved_classes += g._remaining
+        self.solved_flows += int(g._mult[g._alive].sum())
+        return True
 
     #: groups of at most this many flows, one class per flow, are summed together by
     #: :meth:`_traffic_sums` when they follow one another

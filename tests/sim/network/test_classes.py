@@ -6,6 +6,9 @@ bytes (per link, payload and wire) agree between ``Network(aggregate=True)`` and
 are few), uneven AlltoAllv (where they are not), with a slowed link (symmetry broken in one
 place), and with collectives overlapping (another group breaks a group's symmetry, so classes
 are split). The uniform cases must actually aggregate (far fewer classes than flows solved).
+The same holds with the GPUs' throttle on (each GPU's sends and receives capped, the caps
+changing from solve to solve): the throttled solve runs over the classes (refined by the
+GPUs' virtual links) where every class's GPUs share their caps, and per flow where they do not.
 """
 
 from __future__ import annotations
@@ -30,20 +33,24 @@ def _topology(preset: str, gpus: int) -> Topology:
     return Topology.from_config(d)
 
 
-def _run(topo: Topology, start, *, aggregate: bool, slow: int | None = None):
+def _run(topo: Topology, start, *, aggregate: bool, slow: int | None = None, throttle=None, rescale_ps: int = 0):
     if slow is not None:
         topo.capacity = topo.capacity.copy()
         topo.capacity[slow] *= 0.37
     eng = Engine()
     net = Network(eng, topo, aggregate=aggregate)
+    if throttle is not None:
+        net.set_throttle(throttle())
     handles = start(net)
+    for t in range(1, 40 if rescale_ps else 0):  # the GPUs' scales change between completions too
+        eng.schedule(t * rescale_ps, net.request_recompute)
     eng.run()
     return net, handles
 
 
-def _same(topo_fn, start, *, slow=None):
-    net_a, ha = _run(topo_fn(), start, aggregate=True, slow=slow)
-    net_f, hf = _run(topo_fn(), start, aggregate=False, slow=slow)
+def _same(topo_fn, start, *, slow=None, throttle=None, rescale_ps=0):
+    net_a, ha = _run(topo_fn(), start, aggregate=True, slow=slow, throttle=throttle, rescale_ps=rescale_ps)
+    net_f, hf = _run(topo_fn(), start, aggregate=False, slow=slow, throttle=throttle, rescale_ps=rescale_ps)
     for a, f in zip(ha, hf):
         assert a.time_ps == pytest.approx(f.time_ps, rel=1e-6)
     np.testing.assert_allclose(net_a.link_bytes, net_f.link_bytes, rtol=1e-6)
@@ -116,3 +123,160 @@ def test_equitable_partition_properties():
     np.testing.assert_allclose(w, np.round(w))
     uneven = np.arange(src.size, dtype=float)
     assert equitable_classes(links, uneven, topo.capacity, topo.wire).identity
+
+
+def _uniform_scales():
+    """Every GPU's collectives at 0.4-0.85 of their link-allowed rate, changing every solve."""
+    calls = [0]
+
+    def throttle(tx, rx):
+        calls[0] += 1
+        return np.full(tx.size, 0.4 + 0.15 * (calls[0] % 4))
+    return throttle
+
+
+def _scales_by_traffic():
+    """Each GPU's scale rises with its traffic (GPUs that move less are capped harder)."""
+    def throttle(tx, rx):
+        top = max(tx.max(), rx.max())
+        return None if top <= 0 else np.where(tx > 0, 0.45 + 0.5 * (tx / top) ** 2, 1.0)
+    return throttle
+
+
+def _every_other_node():
+    """The GPUs of every other node (8 GPUs each) capped at half their rate: a class's GPUs differ."""
+    return lambda tx, rx: np.where((np.arange(tx.size) // 8) % 2 == 0, 0.5, 1.0)
+
+
+THROTTLED = [(p, g) for p in ("zionex", "zion", "dgx-h100", "gh200", "mi300a") for g in (16, 64)] + \
+    [("zionex", 256), ("mi300a", 256)]
+
+
+@pytest.mark.parametrize("preset,gpus", THROTTLED)
+def test_throttled_alltoall_is_solved_over_classes_and_agrees(preset, gpus):
+    for throttle in (_uniform_scales, _scales_by_traffic):
+        net_a, _ = _same(lambda: _topology(preset, gpus), lambda net: [coll.alltoall(net, None, 300_000)],
+                         throttle=throttle, rescale_ps=300_000)
+        assert net_a.throttled_by_class > 0 and net_a.throttled_per_flow == 0 and net_a.splits == 0
+        if gpus >= 64:
+            assert net_a.solved_classes * 8 < net_a.solved_flows
+
+
+@pytest.mark.parametrize("preset,gpus", [("zionex", 64), ("zion", 64),
+                                         pytest.param("zion", 256, marks=pytest.mark.slow)])
+def test_throttled_uneven_alltoallv_and_slowed_link_agree(preset, gpus):
+    rng = np.random.default_rng(gpus)
+    p = _topology(preset, gpus).num_gpus
+    sizes = np.tile(rng.integers(1, 8, p) * 50_000, (p, 1))
+    rows = rng.choice(p, max(1, p // 8), replace=False)
+    sizes[rows] = rng.integers(1_000, 400_000, (rows.size, p))
+    _same(lambda: _topology(preset, gpus), lambda net: [coll.alltoallv(net, None, sizes)], throttle=_scales_by_traffic)
+    slow = _topology(preset, gpus).num_links // 2
+    net_a, _ = _same(lambda: _topology(preset, gpus), lambda net: [coll.alltoall(net, None, 200_000)], slow=slow,
+                     throttle=_uniform_scales, rescale_ps=300_000)
+    assert net_a.throttled_by_class > 0 and net_a.solved_classes < net_a.solved_flows
+
+
+@pytest.mark.parametrize("preset,gpus", [("zionex", 64), ("gh200", 64)])
+def test_gpus_of_one_class_capped_differently_are_solved_per_flow_and_agree(preset, gpus):
+    net_a, _ = _same(lambda: _topology(preset, gpus), lambda net: [coll.alltoall(net, None, 300_000)],
+                     throttle=_every_other_node)
+    assert net_a.throttled_per_flow >= 1 and net_a.throttled_by_class == 0 and net_a.splits >= 1
+
+
+def test_equitable_partition_with_endpoints_properties():
+    """With the endpoints' virtual links: every flow of a class sends from one class of
+    endpoints and receives at one; every endpoint of a class sends (receives) the same number
+    of flows of each flow class; those link classes are left infinite."""
+    topo = _topology("zionex", 64)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    nb = np.where(dst % 2 == 0, 1000.0, 2000.0)
+    links = np.ascontiguousarray(topo.route(src, dst, nb).links.T)
+    plain = equitable_classes(links, nb, topo.capacity, topo.wire)
+    cl = equitable_classes(links, nb, topo.capacity, topo.wire, ends=(src, dst, topo.num_endpoints))
+    assert plain.vlinks is None and not cl.identity and cl.n_classes < src.size // 8
+    for per_end, ends in zip(cl.vlinks, (src, dst)):
+        assert np.all(np.isinf(cl.lclass_capacity[per_end]))
+        flow_vclass = per_end[ends]
+        for c in range(cl.n_classes):
+            m = cl.members[cl.starts[c]:cl.starts[c + 1]]
+            assert np.unique(flow_vclass[m]).size == 1
+        counts = np.zeros((topo.num_endpoints, cl.n_classes), dtype=np.int64)
+        np.add.at(counts, (ends, cl.cls), 1)
+        for k in np.unique(per_end):
+            assert np.unique(counts[per_end == k], axis=0).shape[0] == 1
+    # the refinement keeps the plain classes' distinctions (it refines them)
+    assert np.all(np.array([np.unique(plain.cls[cl.members[cl.starts[c]:cl.starts[c + 1]]]).size
+                            for c in range(cl.n_classes)]) == 1)
+    # where the plain classes need no refinement (a uniform AlltoAll), the network's one-pass
+    # check finds the same partition (flows and virtual links alike); where they do, it declines
+    net = Network(Engine(), topo)
+    g = net.start_flows(src, dst, nb)
+    g._cls = plain
+    assert net._with_endpoints(g) is None and cl.n_classes > plain.n_classes
+    same = np.full(src.size, 1000.0)
+    g = net.start_flows(src, dst, same)
+    g._cls = plain = equitable_classes(links, same, topo.capacity, topo.wire)
+    fast = net._with_endpoints(g)
+    refined = equitable_classes(links, plain.cls, topo.capacity, topo.wire, ends=(src, dst, topo.num_endpoints))
+    assert fast is not None and fast.n_classes == refined.n_classes == plain.n_classes
+    for a, b in zip(fast.vlinks, refined.vlinks):
+        pairs = np.unique(np.stack([a, b], axis=1), axis=0)
+        assert pairs.shape[0] == np.unique(a).size == np.unique(b).size  # the same grouping
+
+
+def _partition_fields(cl):
+    out = [cl.identity, cl.cls, cl.members, cl.starts, cl.q_links, cl.q_weight, cl.lclass_capacity,
+           cl.lclass_wire, cl.link_class]
+    return out + (list(cl.vlinks) if cl.vlinks is not None else [None])
+
+
+def _assert_same_classes(a, b):
+    for x, y in zip(_partition_fields(a), _partition_fields(b), strict=True):
+        assert (x is None and y is None) or np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("preset", ["zionex", "dgx-h100"])
+def test_compiled_refinement_gives_the_numpy_refinements_classes(preset, monkeypatch):
+    """The compiled colour refinement returns exactly the numpy rounds' partition, ids and
+    quotient (so results cannot depend on which ran): on random small graphs (with and without
+    the endpoints' virtual links, whole and capped by ``max_fraction``) and on AlltoAll(v) flow
+    sets of a symmetric topology (uniform, two sizes, a slowed link, uneven: identity)."""
+    from neonic.sim.network import classes
+
+    monkeypatch.setattr(classes, "_COMPILED_MIN_HOPS", 0)  # the kernel on small inputs too
+
+    def both(*args, **kw):
+        monkeypatch.setattr(classes, "HAVE_NUMBA", False)
+        ref = equitable_classes(*args, **kw)
+        monkeypatch.setattr(classes, "HAVE_NUMBA", True)  # the kernel (plain Python under NEONIC_NO_NUMBA)
+        got = equitable_classes(*args, **kw)
+        _assert_same_classes(ref, got)
+        return ref
+
+    rng = np.random.default_rng(19)
+    refined = 0
+    for _ in range(40):
+        n_links, F, H = int(rng.integers(2, 24)), int(rng.integers(1, 50)), int(rng.integers(1, 5))
+        links = rng.integers(0, n_links, (F, H))
+        links[rng.random((F, H)) < 0.2] = n_links  # padded hops
+        cap = np.append(rng.choice([1.0, 2.0], n_links), np.inf)
+        wire = np.append(rng.random(n_links) < 0.3, False)
+        color = rng.integers(0, 3, F)
+        refined += not both(links, color, cap, wire, max_fraction=1.0).identity
+        both(links, color, cap, wire)
+        E = int(rng.integers(1, 6))
+        both(links, color, cap, wire, max_fraction=1.0, ends=(rng.integers(0, E, F), rng.integers(0, E, F), E))
+    assert refined > 20
+    topo = _topology(preset, 32)
+    p = topo.num_gpus
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    links = np.ascontiguousarray(topo.route(src, dst, np.ones(src.size)).links.T)
+    for nb in (np.full(src.size, 1000.0), np.where(dst % 2 == 0, 1000.0, 2000.0), rng.integers(1, 10**6, src.size)):
+        cl = both(links, nb, topo.capacity, topo.wire)
+        assert cl.identity == (np.unique(nb).size > 2)
+        both(links, nb, topo.capacity, topo.wire, ends=(src, dst, topo.num_endpoints))
+    slow = topo.capacity.copy()
+    slow[topo.num_links // 2] *= 0.37
+    assert not both(links, np.full(src.size, 1000.0), slow, topo.wire).identity
