@@ -124,6 +124,45 @@ def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.nd
             src = np.asarray(term.src, dtype=float)
             dense += src * float(np.max(term.dst))
         else:
+            src = np.ascontiguousarray(term.src, dtype=np.int64)
+            nb = np.ascontiguousarray(np.broadcast_to(np.asarray(term.nbytes, dtype=float), src.shape))
+            _pairs_pattern(src, np.ascontiguousarray(term.dst, dtype=np.int64), nb, gpus_per_node, rail, sub)
+    return dense, rail, sub
+
+
+@jit(cache=True, nogil=True)
+def _pairs_pattern(src, dst, nbytes, g, rail, sub):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`pooled_pattern` of a :class:`~host.planner.work.Pairs` term: each sender's largest
+    message to another rank into ``rail`` (``np.maximum.at`` in order: ``np.maximum(a, b)`` is
+    ``a if a >= b else b`` for numbers), and ``g / senders - 1`` added to each distinct
+    sender's ``sub``."""
+    n = rail.shape[0]
+    seen = np.zeros(n, dtype=np.bool_)
+    senders = 0
+    for k in range(src.shape[0]):
+        s = src[k]
+        if s < 0 or s >= n:
+            raise IndexError("rank out of range")
+        if not seen[s]:
+            seen[s] = True
+            senders += 1
+        if s != dst[k]:
+            r, w = rail[s], nbytes[k]
+            rail[s] = r if r >= w else w
+    extra = g / senders - 1.0
+    for i in range(n):
+        if seen[i]:
+            sub[i] += extra
+
+
+def pooled_pattern_np(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pooled_pattern` with numpy's array operations (the specification of the loop)."""
+    dense, rail, sub = np.zeros(world), np.zeros(world), np.zeros(world)
+    for term in tw.traffic.get("pooled", ()):
+        if isinstance(term, Outer):
+            src = np.asarray(term.src, dtype=float)
+            dense += src * float(np.max(term.dst))
+        else:
             src, dst, nb = np.asarray(term.src), np.asarray(term.dst), np.asarray(term.nbytes, dtype=float)
             keep = src != dst
             np.maximum.at(rail, src[keep], np.broadcast_to(nb, src.shape)[keep])
@@ -333,6 +372,29 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (com
     return out
 
 
+#: The row of a contribution a shard's host bytes go to, by its tier (-1: none, in HBM).
+_HOST_ROW = {"hbm": -1, "dram": 25, "ssd": 26}
+
+
+@jit(cache=True, nogil=True)
+def _add_shards(v, ranks, shape_of, times, hbm, host, host_row):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Add each shard's kernel figures (those of its shape: ``times[shape]`` = (forward,
+    backward, host transfer) seconds, HBM bytes, host bytes into row ``host_row[shape]``) and
+    one kernel to its rank's column of ``v``, shard by shard in order (``np.add.at``'s sums)."""
+    n = v.shape[1]
+    for k in range(ranks.shape[0]):
+        r, s = ranks[k], shape_of[k]
+        if r < 0 or r >= n:
+            raise IndexError("rank out of range")
+        v[0, r] += times[s, 0]
+        v[1, r] += times[s, 1]
+        v[2, r] += times[s, 2]
+        v[3, r] += 1.0
+        v[24, r] += hbm[s]
+        if host_row[s] >= 0:
+            v[host_row[s], r] += host[s]
+
+
 class CostModel:
     """Costs plans (and table contributions) for one workload on one system."""
 
@@ -457,27 +519,12 @@ class CostModel:
         v = c.vec
         if isinstance(tw, CompactWork):
             ranks, shapes = tw.ranks, tw.shapes
-            n = len(ranks)
-            shape_times = [self.kernel_times(k) for k in shapes]
-            if n == 1:
-                k = shapes[0]
-                v[0:3, int(ranks[0])] += shape_times[0]
-                v[_KERN, int(ranks[0])] += 1
-                v[_HBM, int(ranks[0])] += k.hbm_bytes
-                if k.tier != "hbm":
-                    v[25 if k.tier == "dram" else 26, int(ranks[0])] += k.host_bytes
-            else:
-                times = np.array(shape_times)[tw.shape_of]
-                for row in range(3):
-                    np.add.at(v[row], ranks, times[:, row])
-                np.add.at(v[_KERN], ranks, 1.0)
-                np.add.at(v[_HBM], ranks, np.array([k.hbm_bytes for k in shapes], dtype=float)[tw.shape_of])
-                tiers = [k.tier for k in shapes]
-                for tier, row in (("dram", 25), ("ssd", 26)):
-                    if tier in tiers:
-                        on = np.nonzero(np.array([t == tier for t in tiers])[tw.shape_of])[0]
-                        host = np.array([k.host_bytes for k in shapes], dtype=float)[tw.shape_of]
-                        np.add.at(v[row], ranks[on], host[on])
+            shape_times = np.array([self.kernel_times(k) for k in shapes], dtype=np.float64).reshape(-1, 3)
+            hbm = np.array([k.hbm_bytes for k in shapes], dtype=np.float64)
+            host = np.array([k.host_bytes for k in shapes], dtype=np.float64)
+            host_row = np.array([_HOST_ROW[k.tier] for k in shapes], dtype=np.int64)
+            _add_shards(v, np.ascontiguousarray(ranks, dtype=np.int64), np.ascontiguousarray(tw.shape_of, dtype=np.int64),
+                        shape_times, hbm, host, host_row)
         else:
             ks = tw.kernels
             if len(ks) > 1:
