@@ -21,6 +21,7 @@ from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, Packe
 from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
+from neonic.sim.compiled import jit
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 
 __all__ = ["Placer", "check_fits"]
@@ -189,6 +190,55 @@ class _MadePlan(TablePlan):
     __hash__ = TablePlan.__hash__
 
 
+@jit(cache=True, nogil=True)
+def _tier_codes(v, at, need, cache, cap_hbm, cap_dram, cap_ssd, ratio, reserve, code):  # pragma: no cover  (compiled)
+    """Each shard's tier for :meth:`Placer.make` into ``code`` (0 HBM, 1 DRAM, 2 SSD), shard by
+    shard with :meth:`Placer._tier_codes_np`'s arithmetic: in HBM if its bytes ``need`` fit
+    the rank's free HBM (``v``: a state's figures, row 24 HBM, 25 DRAM, 26 SSD bytes) less
+    the HBM the rank keeps for the caches of host memory it may still take (``ratio`` times
+    what is left of ``reserve``: ``np.maximum(0.0, x)`` is ``0.0 if 0.0 >= x else x``), else,
+    if its HBM cache fits, in DRAM, else on SSD. Returns -1 if a shard fits nowhere, 1 if
+    every shard is in HBM, else 0."""
+    every = 1
+    for k in range(at.shape[0]):
+        r = at[k]
+        hbm_free = cap_hbm - v[24, r]
+        if ratio:
+            x = reserve - v[25, r]
+            keep = ratio * (0.0 if 0.0 >= x else x)
+        else:
+            keep = 0.0
+        if need[k] <= hbm_free - keep:
+            code[k] = 0
+            continue
+        every = 0
+        if not cache[k] <= hbm_free:
+            return -1
+        if need[k] <= cap_dram - v[25, r]:
+            code[k] = 1
+        elif need[k] <= cap_ssd - v[26, r]:
+            code[k] = 2
+        else:
+            return -1
+    return every
+
+
+@jit(cache=True, nogil=True)
+def _all_in_hbm(v, at, need, cap_hbm, ratio, reserve):  # pragma: no cover  (compiled)
+    """Whether every shard still fits HBM (:func:`_tier_codes`' first test on each)."""
+    for k in range(at.shape[0]):
+        r = at[k]
+        hbm_free = cap_hbm - v[24, r]
+        if ratio:
+            x = reserve - v[25, r]
+            keep = ratio * (0.0 if 0.0 >= x else x)
+        else:
+            keep = 0.0
+        if not need[k] <= hbm_free - keep:
+            return False
+    return True
+
+
 class Placer:
     """Shared machinery of the planners: building table plans, costing them, tracking memory."""
 
@@ -299,14 +349,12 @@ class Placer:
         if kind == ST.DATA_PARALLEL:
             ranks = range(self.world)
         key = (table.name, kind, tuple(ranks))
+        vec = state.vec
         hit = self._hbm_plans.get(key)
         if hit is not None:
             # made before, every shard in HBM: the same plan if it still fits there
             tp, need, at = hit
-            hbm_free = self.caps[0] - state.hbm[at]
-            reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
-                       if self._cache_ratio else 0.0)
-            if (need <= hbm_free - reserve).all():
+            if _all_in_hbm(vec, at, need, self.caps[0], self._cache_ratio, self._cache_reserve):
                 return tp
         ranks = list(ranks)
         if len(set(ranks)) != len(ranks):
@@ -318,31 +366,41 @@ class Placer:
             if len(ranks) > table.rows:
                 return None
         at = np.asarray(ranks, dtype=np.int64)
+        if at.size and (int(at.min()) < 0 or int(at.max()) >= vec.shape[1]):
+            raise ValueError(f"shard: invalid rank {int(at.min()) if int(at.min()) < 0 else int(at.max())} "
+                             f"for table {table.name!r} (expected 0..{vec.shape[1] - 1})")
+        arr, need, cache = self._geometry(table, kind, len(ranks))
+        # each shard's tier (0 HBM, 1 DRAM, 2 SSD), -1 where none fits: the key of the plan made
+        code = np.empty(at.size, dtype=np.int8)
+        fits = _tier_codes(vec, at, need, cache, self.caps[0], self.caps[1], self.caps[2], self._cache_ratio,
+                           self._cache_reserve, code)
+        if fits < 0:
+            return None
+        tp = self._tiered_plans.get((key, code.tobytes()))
+        if tp is None:
+            # its shards are built when first read (a plan over every rank is a shard per rank):
+            # what determines it (its pieces follow from the table, the type and the count)
+            # keys the caches by plan, far smaller than its shards
+            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, code.tobytes()))
+            self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
+        if fits == 1:
+            self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
+        return tp
+
+    def _tier_codes_np(self, state: State, at: np.ndarray, need: np.ndarray, cache: np.ndarray) -> np.ndarray | None:
+        """:func:`_tier_codes` with numpy's array operations (the specification of the loop):
+        each shard's tier code, or None where a shard fits no tier."""
         hbm_free = self.caps[0] - state.hbm[at]
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
         reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
                    if self._cache_ratio else 0.0)
-        arr, need, cache = self._geometry(table, kind, len(ranks))
         in_hbm = need <= hbm_free - reserve
         cached = ~in_hbm & (cache <= hbm_free)
         in_dram = cached & (need <= self.caps[1] - state.host[0][at])
         in_ssd = cached & ~in_dram & (need <= self.caps[2] - state.host[1][at])
         if not (in_hbm | in_dram | in_ssd).all():
             return None
-        # the shards' tiers as one byte each (0 HBM, 1 DRAM, 2 SSD): the key of the plan made
-        code = np.where(in_hbm, 0, np.where(in_dram, 1, 2)).astype(np.int8)
-        tp = self._tiered_plans.get((key, code.tobytes()))
-        if tp is None:
-            if at.size and int(at.min()) < 0:
-                raise ValueError(f"shard: invalid rank {int(at.min())} for table {table.name!r}")
-            # its shards are built when first read (a plan over every rank is a shard per rank):
-            # what determines it (its pieces follow from the table, the type and the count)
-            # keys the caches by plan, far smaller than its shards
-            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, code.tobytes()))
-            self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
-        if in_hbm.all():
-            self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
-        return tp
+        return np.where(in_hbm, 0, np.where(in_dram, 1, 2)).astype(np.int8)
 
     def _keep(self, cache: "BytesLRU", key: Any, c: Contribution, extra: float = 0.0) -> "Contribution | PackedContribution":
         """Remember ``c`` in ``cache`` (packed where :attr:`_pack`); returns what is kept."""
