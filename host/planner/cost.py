@@ -171,6 +171,21 @@ def pooled_pattern_np(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np
     return dense, rail, sub
 
 
+@jit(cache=True, nogil=True)
+def _gather_columns(v, idx):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``v[:, idx]`` of a 2-D array (an index out of range refused)."""
+    rows, n = v.shape
+    out = np.empty((rows, idx.shape[0]))
+    for i in range(idx.shape[0]):
+        if idx[i] < -n or idx[i] >= n:
+            raise IndexError("column out of range")
+    for r in range(rows):
+        for i in range(idx.shape[0]):
+            j = idx[i]
+            out[r, i] = v[r, j if j >= 0 else j + n]
+    return out
+
+
 class Contribution:
     """A table's additive share, as one (30, N) array: compute [fwd, bwd, host] seconds (3),
     kernels per rank (1), comm aggregates (5 collectives x [sent/recv x intra/inter]) bytes (20),
@@ -195,8 +210,12 @@ class Contribution:
     host = property(lambda self: self.vec[_HOST])
 
     def relabeled(self, inv: np.ndarray) -> "Contribution":
-        """The same contribution with rank ``i`` taking the figures of rank ``inv[i]``."""
-        return Contribution(self.vec[:, inv], self.dp_bytes)
+        """The same contribution with rank ``i`` taking the figures of rank ``inv[i]``
+        (``vec[:, inv]``, gathered in one compiled loop)."""
+        vec = self.vec
+        if vec.dtype != np.float64 or vec.ndim != 2 or np.ndim(inv) != 1:
+            return Contribution(vec[:, inv], self.dp_bytes)
+        return Contribution(_gather_columns(vec, np.asarray(inv)), self.dp_bytes)
 
     def columns(self, sel) -> np.ndarray:
         """``vec[:, sel]`` (``sel``: rank indices of any shape, or a slice)."""
@@ -395,6 +414,48 @@ def _add_shards(v, ranks, shape_of, times, hbm, host, host_row):  # pragma: no c
             v[host_row[s], r] += host[s]
 
 
+@jit(cache=True, nogil=True)
+def _phase_maxima(vecs, scale, alpha, bw, fo, bo, fwd, bwd, comm):  # pragma: no cover  (compiled)
+    """For each of ``T`` states ``vecs[t]`` (a state's figures): the slowest rank's forward and
+    backward embedding kernels (launch overheads where a rank has kernels; host-tier misses
+    overlapping them) into ``fwd[t]``, ``bwd[t]``, and the sum over the five AlltoAlls of each
+    one's slowest rank (``rank_times_s``: the busier direction of each link class, ``alpha +
+    bytes / bw``, the slower class) into ``comm[t]``, with :meth:`CostModel.barrier_sum_batch_np`'s
+    arithmetic (``np.maximum(a, b)``: ``a if a >= b else b``; the five added in order from 0,
+    as numpy sums a short row)."""
+    T, n = vecs.shape[0], vecs.shape[2]
+    for t in range(T):
+        v = vecs[t]
+        f = -np.inf
+        b = -np.inf
+        for r in range(n):
+            half = v[2, r] / 2
+            busy = 1.0 if v[3, r] > 0.5 else 0.0
+            a = v[0, r] + busy * fo
+            a = a if a >= half else half
+            f = a if a > f else f
+            a = v[1, r] + busy * bo
+            a = a if a >= half else half
+            b = a if a > b else b
+        fwd[t] = f
+        bwd[t] = b
+        total = 0.0
+        for c in range(5):
+            worst = -np.inf
+            for r in range(n):
+                best = 0.0
+                for k in range(2):
+                    sent = v[4 + 4 * c + k, r] * scale[c]
+                    recv = v[6 + 4 * c + k, r] * scale[c]
+                    busiest = sent if sent >= recv else recv
+                    tk = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
+                    if k == 0 or tk > best:
+                        best = tk
+                worst = best if best > worst else worst
+            total += worst
+        comm[t] = total
+
+
 class CostModel:
     """Costs plans (and table contributions) for one workload on one system."""
 
@@ -583,14 +644,11 @@ class CostModel:
         """Per-rank total seconds (the fast path of :meth:`columns`): :meth:`totals_np`'s
         arithmetic in one compiled loop (:func:`_rank_totals`; the search asks for it some 30k
         times a plan)."""
-        ab = self.system.comm.__dict__.get("_alpha_bw")
-        if ab is None:
-            self.system.comm.rank_times_s(np.zeros((4, 1)))       # (makes the figures it keeps)
-            ab = self.system.comm.__dict__["_alpha_bw"]
+        alpha, bw = self._alpha_bw()
         v = state.vec
         if v.dtype != np.float64 or not v.flags.c_contiguous:
             return self.totals_np(state)
-        return _rank_totals(v, self._agg_scale, ab[0][:, 0], ab[1][:, 0], self._fwd_overhead, self._bwd_overhead,
+        return _rank_totals(v, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead,
                             self._dp_allreduce_s(state.dp_bytes))
 
     def totals_np(self, state: State) -> np.ndarray:
@@ -821,7 +879,21 @@ class CostModel:
     def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """Sum over the plan-dependent phases of each phase's slowest rank, for ``T`` states:
         the iteration as if nothing overlapped (a cheap proxy the greedy start uses; the search
-        itself minimises :meth:`iteration_s`)."""
+        itself minimises :meth:`iteration_s`). Each phase's slowest rank in one compiled loop
+        (:func:`_phase_maxima`), combined as :meth:`barrier_sum_batch_np` combines them: the
+        same figures, bit for bit."""
+        vecs = np.asarray(vecs)
+        if vecs.dtype != np.float64:
+            return self.barrier_sum_batch_np(vecs, dps)
+        T = vecs.shape[0]
+        alpha, bw = self._alpha_bw()
+        fwd, bwd, comm = np.empty(T), np.empty(T), np.empty(T)
+        _phase_maxima(vecs, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead, fwd, bwd, comm)
+        dps = np.broadcast_to(np.asarray(dps, float), (T,))
+        return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
+
+    def barrier_sum_batch_np(self, vecs: np.ndarray, dps) -> np.ndarray:
+        """:meth:`barrier_sum_batch` with numpy's array operations (the specification)."""
         vecs = np.asarray(vecs)
         T = vecs.shape[0]
         busy = vecs[:, _KERN] > 0.5
@@ -832,6 +904,15 @@ class CostModel:
         comm = self.system.comm.rank_times_s(agg).max(axis=2).sum(axis=1)
         dps = np.broadcast_to(np.asarray(dps, float), (T,))
         return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
+
+    def _alpha_bw(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (intra, inter)-node latency and bandwidth ``PlannerSystem.comm.rank_times_s``
+        prices a rank's busiest link class with."""
+        ab = self.system.comm.__dict__.get("_alpha_bw")
+        if ab is None:
+            self.system.comm.rank_times_s(np.zeros((4, 1)))       # (makes the figures it keeps)
+            ab = self.system.comm.__dict__["_alpha_bw"]
+        return ab[0][:, 0], ab[1][:, 0]
 
     def _allreduce_total_s(self, dp_bytes: float) -> float:
         """The iteration's AllReduces summed (every bucket's, or the single one) for

@@ -249,3 +249,26 @@ def test_pooled_pattern_compiled_equals_the_array_formula_bit_for_bit(rng):
                 assert all(a.tobytes() == b.tobytes() for a, b in zip(fast, ref)), (kind, ranks)
                 seen.add(kind)
     assert seen == set(ShardingType)
+
+
+def test_barrier_sums_compiled_equal_the_array_formula_bit_for_bit():
+    """CostModel.barrier_sum_batch (each phase's slowest rank in one compiled loop) gives
+    CostModel.barrier_sum_batch_np's figures (numpy's array operations), bit for bit, on random
+    stacks of states: kernels on some ranks only, host-tier misses that outlast a kernel, empty
+    and full AlltoAll terms, with and without data-parallel bytes."""
+    from planner_cases import skewed_workload, small_system
+
+    from neonic.host.planner import CostModel
+
+    for nodes, g in ((2, 4), (4, 8)):
+        cost = CostModel(skewed_workload(6), small_system(nodes=nodes, g=g))
+        rng = np.random.default_rng(7)
+        for _ in range(20):
+            T = int(rng.integers(1, 9))
+            vecs = np.zeros((T, 30, cost.world))
+            vecs[:, 0:2] = rng.uniform(0, 1e-3, (T, 2, cost.world)) * (rng.uniform(size=(T, 2, cost.world)) < 0.8)
+            vecs[:, 2] = rng.uniform(0, 3e-3, (T, cost.world)) * (rng.uniform(size=(T, cost.world)) < 0.3)
+            vecs[:, 3] = rng.integers(0, 3, (T, cost.world))
+            vecs[:, 4:24] = rng.uniform(0, 1e7, (T, 20, cost.world)) * (rng.uniform(size=(T, 20, cost.world)) < 0.6)
+            dps = rng.choice([0.0, 1e8], T)
+            assert cost.barrier_sum_batch(vecs, dps).tobytes() == cost.barrier_sum_batch_np(vecs, dps).tobytes()
