@@ -456,13 +456,14 @@ class Placer:
         """A remembered contribution and the relabeling (``inv``: rank ``i`` takes the figures
         of rank ``inv[i]``; None: as it is) that give ``tp``'s."""
         if tp.sharding == ST.TABLE_WISE:
-            s = tp.shards[0]
-            return self.tw_base(tp.table, s.tier), self._inv[s.rank]
-        if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            ranks, _, code = tp.shard_arrays()
+            return self.tw_base(tp.table, TIERS[int(code[0])]), self._inv[int(ranks[0])]
+        if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE, ST.COLUMN_WISE):
             pkey, size = self._plan_key(tp)
             how = self._relabel.get(pkey)
             if how is None:
-                how = self._relabel.put(pkey, self._relabeling(tp), size)
+                how = self._relabeling(tp)
+                self._relabel.put(pkey, how, size + sum(getattr(x, "nbytes", 0) for x in how))
             if how[0] == "dp":
                 # one replica per rank, all in one tier: the replica on rank 0, copied to every rank
                 key = how[1]
@@ -474,22 +475,22 @@ class Placer:
                 return base, self._everywhere
             if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
-                _, at0, first = how
-                base = self._node_cache.get(at0)
+                _, key, at0, first = how
+                base = self._node_cache.get(key)
                 if base is None:
-                    base = self._keep(self._node_cache, at0, self._contribution(at0), _SHARD_BYTES * len(tp.shards))
+                    base = self._keep(self._node_cache, key, self._contribution(at0), _SHARD_BYTES * tp.shard_count)
                 return base, self._inv[first]
-        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and len({s.rank for s in tp.shards}) == len(tp.shards):
-            # (two column pieces on one rank add up on it: such a plan is costed as it is)
-            key, inv = self._column_class(tp)
-            base = self._tw.get(key)
-            if base is None:
-                _, table, nodes = key
-                at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
-                    Shard(i * self.g + j, 0, rows, 0, cols, tier)
-                    for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
-                base = self._keep(self._tw, key, self._contribution(at0))
-            return base, inv
+            if how[0] == "cw":
+                # a column-wise plan's class plan, relabeled
+                _, key, inv = how
+                base = self._tw.get(key)
+                if base is None:
+                    _, table, nodes = key
+                    at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
+                        Shard(i * self.g + j, 0, rows, 0, cols, tier)
+                        for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
+                    base = self._keep(self._tw, key, self._contribution(at0))
+                return base, inv
         pkey, size = self._plan_key(tp)
         c = self._cache.get(pkey)
         if c is None:
@@ -506,9 +507,11 @@ class Placer:
         those sums are of whole numbers of bytes, of ones, or of one repeated figure (the
         indices every rank sends), the same whatever order they are added in."""
         g = self.g
+        ranks, arr, code = tp.shard_arrays()
         by_node: dict[int, list[tuple[tuple, int]]] = {}
-        for sh in tp.shards:
-            by_node.setdefault(sh.rank // g, []).append(((sh.rows, sh.cols, sh.tier), sh.rank))
+        for rank, rows, cols, c in zip(ranks.tolist(), (arr[1] - arr[0]).tolist(), (arr[3] - arr[2]).tolist(),
+                                       code.tolist()):
+            by_node.setdefault(rank // g, []).append(((rows, cols, TIERS[c]), rank))
         groups = [(members, n) for _, members, n in
                   sorted((tuple(shape for shape, _ in sorted(v)), tuple(sorted(v)), n) for n, v in by_node.items())]
         nodes = self.system.nodes
@@ -529,28 +532,36 @@ class Placer:
 
     def _relabeling(self, tp: TablePlan) -> tuple:
         """How ``tp``'s contribution follows from a remembered one: ``("dp", key)`` for one
-        replica per rank in one tier (rank 0's replica, on every rank), ``("node", plan, first)``
-        for a node-bound plan on a node's first ranks or on an aligned group of a node's ranks
-        (the same plan from rank 0, relabeled), else
-        ``("own",)``."""
+        replica per rank in one tier (rank 0's replica, on every rank), ``("node", key, plan,
+        first)`` for a node-bound plan on a node's first ranks or on an aligned group of a
+        node's ranks (the same plan from rank 0, relabeled; ``key`` names it in the cache),
+        ``("cw", key, inv)`` for a column-wise plan over distinct ranks (its class plan,
+        relabeled: :meth:`_column_class`), else ``("own",)``. Read from the plan's arrays
+        (no shard objects)."""
+        ranks, arr, code = tp.shard_arrays()
         if tp.sharding == ST.DATA_PARALLEL:
-            ranks, arr, code = tp.shard_arrays()
             # (the same test as shard by shard, on the arrays: a plan over every rank)
             if (ranks.size == self.world and (arr == arr[:, :1]).all() and (code == code[0]).all()
                     and np.unique(ranks).size == self.world):
                 return ("dp", ("__dp__", tp.table, TIERS[int(code[0])], tuple(int(x) for x in arr[:, 0])))
             return ("own",)
-        shards = tp.shards
-        first, m = shards[0].rank, len(shards)
-        # on consecutive ranks from a multiple of their number that divides the node's ranks (a
-        # node's first ranks, or an aligned half, quarter... of a node): the relabeling shifts
-        # nodes and local indices cyclically, and a table-row-wise shard's owners (local index
-        # modulo the shards) shift with it
-        if (first % self.g == 0 or (self.g % m == 0 and first % m == 0)) and \
-                [s.rank for s in shards] == list(range(first, first + m)):
-            at0 = TablePlan(tp.table, tp.sharding, tuple(
-                Shard(s.rank - first, s.row_start, s.row_end, s.col_start, s.col_end, s.tier) for s in shards))
-            return ("node", at0, first)
+        if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            listed = ranks.tolist()
+            first, m = listed[0], len(listed)
+            # on consecutive ranks from a multiple of their number that divides the node's ranks
+            # (a node's first ranks, or an aligned half, quarter... of a node): the relabeling
+            # shifts nodes and local indices cyclically, and a table-row-wise shard's owners
+            # (local index modulo the shards) shift with it
+            if (first % self.g == 0 or (self.g % m == 0 and first % m == 0)) and listed == list(range(first, first + m)):
+                arr = np.array(arr, dtype=np.int64)
+                code = np.array(code, dtype=np.int8)
+                at0 = _MadePlan.new(tp.table, tp.sharding, (list(range(m)), arr, code), None)
+                key = ("__node__", tp.table, tp.sharding, arr.tobytes(), code.tobytes())
+                return ("node", key, at0, first)
+        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and np.unique(ranks).size == ranks.size:
+            # (two column pieces on one rank add up on it: such a plan is costed as it is)
+            key, inv = self._column_class(tp)
+            return ("cw", key, inv)
         return ("own",)
 
     def _contribution(self, tp: TablePlan) -> Contribution:
