@@ -171,21 +171,6 @@ def pooled_pattern_np(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np
     return dense, rail, sub
 
 
-@jit(cache=True, nogil=True)
-def _gather_columns(v, idx):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
-    """``v[:, idx]`` of a 2-D array (an index out of range refused)."""
-    rows, n = v.shape
-    out = np.empty((rows, idx.shape[0]))
-    for i in range(idx.shape[0]):
-        if idx[i] < -n or idx[i] >= n:
-            raise IndexError("column out of range")
-    for r in range(rows):
-        for i in range(idx.shape[0]):
-            j = idx[i]
-            out[r, i] = v[r, j if j >= 0 else j + n]
-    return out
-
-
 class Contribution:
     """A table's additive share, as one (30, N) array: compute [fwd, bwd, host] seconds (3),
     kernels per rank (1), comm aggregates (5 collectives x [sent/recv x intra/inter]) bytes (20),
@@ -211,11 +196,8 @@ class Contribution:
 
     def relabeled(self, inv: np.ndarray) -> "Contribution":
         """The same contribution with rank ``i`` taking the figures of rank ``inv[i]``
-        (``vec[:, inv]``, gathered in one compiled loop)."""
-        vec = self.vec
-        if vec.dtype != np.float64 or vec.ndim != 2 or np.ndim(inv) != 1:
-            return Contribution(vec[:, inv], self.dp_bytes)
-        return Contribution(_gather_columns(vec, np.asarray(inv)), self.dp_bytes)
+        (``vec[:, inv]``, through ``take``: the same gather, cheaper)."""
+        return Contribution(self.vec.take(inv, axis=1), self.dp_bytes)
 
     def columns(self, sel) -> np.ndarray:
         """``vec[:, sel]`` (``sel``: rank indices of any shape, or a slice)."""

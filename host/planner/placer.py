@@ -198,7 +198,11 @@ def _tier_codes(v, at, need, cache, cap_hbm, cap_dram, cap_ssd, ratio, reserve, 
     the HBM the rank keeps for the caches of host memory it may still take (``ratio`` times
     what is left of ``reserve``: ``np.maximum(0.0, x)`` is ``0.0 if 0.0 >= x else x``), else,
     if its HBM cache fits, in DRAM, else on SSD. Returns -1 if a shard fits nowhere, 1 if
-    every shard is in HBM, else 0."""
+    every shard is in HBM, else 0; -2 if a rank is out of range (no figure read)."""
+    n = v.shape[1]
+    for k in range(at.shape[0]):
+        if at[k] < 0 or at[k] >= n:
+            return -2
     every = 1
     for k in range(at.shape[0]):
         r = at[k]
@@ -366,23 +370,24 @@ class Placer:
             if len(ranks) > table.rows:
                 return None
         at = np.asarray(ranks, dtype=np.int64)
-        if at.size and (int(at.min()) < 0 or int(at.max()) >= vec.shape[1]):
-            raise ValueError(f"shard: invalid rank {int(at.min()) if int(at.min()) < 0 else int(at.max())} "
-                             f"for table {table.name!r} (expected 0..{vec.shape[1] - 1})")
         arr, need, cache = self._geometry(table, kind, len(ranks))
-        # each shard's tier (0 HBM, 1 DRAM, 2 SSD), -1 where none fits: the key of the plan made
+        # each shard's tier (0 HBM, 1 DRAM, 2 SSD): the key of the plan made
         code = np.empty(at.size, dtype=np.int8)
         fits = _tier_codes(vec, at, need, cache, self.caps[0], self.caps[1], self.caps[2], self._cache_ratio,
                            self._cache_reserve, code)
+        if fits == -2:
+            bad = next(r for r in ranks if not 0 <= r < vec.shape[1])
+            raise ValueError(f"shard: invalid rank {bad} for table {table.name!r} (expected 0..{vec.shape[1] - 1})")
         if fits < 0:
             return None
-        tp = self._tiered_plans.get((key, code.tobytes()))
+        tiers = code.tobytes()
+        tp = self._tiered_plans.get((key, tiers))
         if tp is None:
             # its shards are built when first read (a plan over every rank is a shard per rank):
             # what determines it (its pieces follow from the table, the type and the count)
             # keys the caches by plan, far smaller than its shards
-            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, code.tobytes()))
-            self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
+            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, tiers))
+            self._tiered_plans.put((key, tiers), tp, _SHARD_BYTES * len(ranks))
         if fits == 1:
             self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
         return tp

@@ -666,3 +666,11 @@ def test_the_placers_tier_choice_is_the_array_formulas(rng):
         assert _all_in_hbm(st.vec, at, need, caps[0], p._cache_ratio, p._cache_reserve) == (ref is not None and bool((ref == 0).all()))
         seen.add(-1 if ref is None else 9)
     assert seen == {-1, 0, 1, 2, 9}
+
+
+def test_a_shard_on_a_rank_out_of_range_is_refused_by_name():
+    s = _system(nodes=2, g=4)
+    p = Placer(_skewed(4), s)
+    for ranks in ([8], [3, -1]):
+        with pytest.raises(ValueError, match=r"invalid rank .* table 't0'"):
+            p.make(p.workload.tables[0], ST.ROW_WISE if len(ranks) > 1 else ST.TABLE_WISE, ranks)
