@@ -108,7 +108,8 @@ _DENSE, _RAIL, _SUB = 27, 28, 29
 _ROWS = 30
 
 
-def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int,
+                   out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per rank, the bytes of one of its pooled-AlltoAll messages under ``tw``: to every rank
     (an :class:`Outer` term's senders: table-wise, column-wise and row-wise shards send each
     owner the same bytes), and to each owner it finishes the pools of (a :class:`Pairs`
@@ -117,15 +118,17 @@ def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.nd
     ranks per other node, among them the one on its own rail, which every table-row-wise shard
     of an aligned group sends to), and for those shards ``g / m - 1`` (how many more ranks
     per other node than its rail it sends to). Summed over tables they give the rank's largest
-    off-node message (:meth:`CostModel.alltoall_peers`)."""
-    dense, rail, sub = np.zeros(world), np.zeros(world), np.zeros(world)
+    off-node message (:meth:`CostModel.alltoall_peers`). ``out``: three zero rows to add them
+    to (else new ones)."""
+    dense, rail, sub = (np.zeros(world), np.zeros(world), np.zeros(world)) if out is None else out
     for term in tw.traffic.get("pooled", ()):
         if isinstance(term, Outer):
             src = np.asarray(term.src, dtype=float)
             dense += src * float(np.max(term.dst))
         else:
             src = np.ascontiguousarray(term.src, dtype=np.int64)
-            nb = np.ascontiguousarray(np.broadcast_to(np.asarray(term.nbytes, dtype=float), src.shape))
+            nb = np.asarray(term.nbytes, dtype=float)
+            nb = np.ascontiguousarray(nb if nb.shape == src.shape else np.broadcast_to(nb, src.shape))
             _pairs_pattern(src, np.ascontiguousarray(term.dst, dtype=np.int64), nb, gpus_per_node, rail, sub)
     return dense, rail, sub
 
@@ -589,8 +592,9 @@ class CostModel:
                 v[_HBM, k.rank] += k.hbm_bytes
                 if k.tier != "hbm":
                     v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
-        v[_AGG] = tw.aggregates(self.node_of, self.system.gpus_per_node).reshape(20, -1)
-        v[_DENSE], v[_RAIL], v[_SUB] = pooled_pattern(tw, self.world, self.system.gpus_per_node)
+        # (added in place to the zero rows: the same sums as into new zero arrays)
+        tw.aggregates(self.node_of, self.system.gpus_per_node, out=v[_AGG].reshape(len(COLLECTIVES), 4, -1))
+        pooled_pattern(tw, self.world, self.system.gpus_per_node, out=(v[_DENSE], v[_RAIL], v[_SUB]))
         c.dp_bytes = tw.dp_allreduce_bytes
         return c
 

@@ -115,9 +115,10 @@ class TableWork:
                 _add_term(out[name], term)
         return out
 
-    def aggregates(self, node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
-        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes."""
-        return _aggregates(self.traffic, node_of, gpus_per_node)
+    def aggregates(self, node_of: np.ndarray, gpus_per_node: int, out: np.ndarray | None = None) -> np.ndarray:
+        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes (added to
+        ``out`` where given: a ``(5, 4, N)`` array, a view of a contribution's rows)."""
+        return _aggregates(self.traffic, node_of, gpus_per_node, out)
 
 
 def _add_term(m: np.ndarray, term: Term) -> None:
@@ -159,7 +160,9 @@ def _term_aggregates(out: np.ndarray, term: Term, node_of: np.ndarray, g: int) -
     if isinstance(term, Outer):
         _outer_rows(_f64(term.src), _f64(term.dst), _i64(node_of), g, out)
     else:
-        nb = np.broadcast_to(np.asarray(term.nbytes, dtype=np.float64), np.shape(term.src))
+        nb = np.asarray(term.nbytes, dtype=np.float64)
+        if nb.shape != np.shape(term.src):
+            nb = np.broadcast_to(nb, np.shape(term.src))
         _pairs_rows(_i64(term.src), _i64(term.dst), np.ascontiguousarray(nb), _i64(node_of), out)
 
 
@@ -268,6 +271,9 @@ def _on_rank(k: ShardKernel, rank: int) -> ShardKernel:
     return out
 
 
+_new_kernel = object.__new__
+
+
 def _unique_rows(rows: int, lookups: float) -> int:
     if lookups <= 0:
         return 0
@@ -283,7 +289,7 @@ def _onehot(world: int, ranks, values) -> np.ndarray:
     if vals.ndim == 0:
         _add_scalar_at(v, idx, float(vals))
     else:
-        _add_at(v, idx, np.ascontiguousarray(np.broadcast_to(vals, idx.shape)))
+        _add_at(v, idx, np.ascontiguousarray(vals if vals.shape == idx.shape else np.broadcast_to(vals, idx.shape)))
     return v
 
 
@@ -335,13 +341,17 @@ class CompactWork:
     def expand(self) -> TableWork:
         return TableWork(self.table, self.kernels(), self.traffic, dp_allreduce_bytes=self.dp_allreduce_bytes)
 
-    def aggregates(self, node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
-        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes."""
-        return _aggregates(self.traffic, node_of, gpus_per_node)
+    def aggregates(self, node_of: np.ndarray, gpus_per_node: int, out: np.ndarray | None = None) -> np.ndarray:
+        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes (added to
+        ``out`` where given: a ``(5, 4, N)`` array, a view of a contribution's rows)."""
+        return _aggregates(self.traffic, node_of, gpus_per_node, out)
 
 
-def _aggregates(traffic: dict[str, tuple[Term, ...]], node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
-    agg = np.zeros((len(COLLECTIVES), 4, len(node_of)))
+def _aggregates(traffic: dict[str, tuple[Term, ...]], node_of: np.ndarray, gpus_per_node: int,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes of the
+    terms, added to ``out`` (zeros when not given)."""
+    agg = np.zeros((len(COLLECTIVES), 4, len(node_of))) if out is None else out
     for c, name in enumerate(COLLECTIVES):
         for term in traffic.get(name, ()):
             _term_aggregates(agg[c], term, node_of, gpus_per_node)
@@ -423,12 +433,15 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
             hbm = float(math.ceil(shard_rows * mem.cache_load_factor) * row_bytes)
             host = float(weights)
             miss = tier_miss_bytes(lookups, row_bytes, system.tier_hit_rate(table))
-        return ShardKernel(
+        # (its fields set at once: a frozen dataclass's constructor sets them one by one)
+        out = _new_kernel(ShardKernel)
+        out.__dict__.update(
             rank=rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
             out_row_bytes=shard_cols * 4, unique_rows=_unique_rows(shard_rows, lookups_i),
             state_bytes_per_row=_state_for(shard_cols), tier=tier, miss_bytes=miss,
             hbm_bytes=hbm, host_bytes=host,
         )
+        return out
 
     def _state_for(cols: int) -> int:
         # row-wise state is per row of every shard; element-wise state follows the columns
