@@ -1,7 +1,8 @@
 """One home for compiled kernels: ``jit`` is ``numba.njit`` (numba is a dependency), or, with the
 environment variable ``NEONIC_NO_NUMBA`` set, the undecorated function, so that the same kernel
 runs as plain Python with identical arithmetic (slowly; used to check that results do not
-depend on the compiler)."""
+depend on the compiler). Also the pieces compiled kernels share to stay bit for bit equal to the
+numpy formulas they replace: :func:`pairwise_sum`, numpy's summation order."""
 
 from __future__ import annotations
 
