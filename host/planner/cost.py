@@ -108,7 +108,8 @@ _DENSE, _RAIL, _SUB = 27, 28, 29
 _ROWS = 30
 
 
-def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int,
+                   out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per rank, the bytes of one of its pooled-AlltoAll messages under ``tw``: to every rank
     (an :class:`Outer` term's senders: table-wise, column-wise and row-wise shards send each
     owner the same bytes), and to each owner it finishes the pools of (a :class:`Pairs`
@@ -117,7 +118,48 @@ def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.nd
     ranks per other node, among them the one on its own rail, which every table-row-wise shard
     of an aligned group sends to), and for those shards ``g / m - 1`` (how many more ranks
     per other node than its rail it sends to). Summed over tables they give the rank's largest
-    off-node message (:meth:`CostModel.alltoall_peers`)."""
+    off-node message (:meth:`CostModel.alltoall_peers`). ``out``: three zero rows to add them
+    to (else new ones)."""
+    dense, rail, sub = (np.zeros(world), np.zeros(world), np.zeros(world)) if out is None else out
+    for term in tw.traffic.get("pooled", ()):
+        if isinstance(term, Outer):
+            src = np.asarray(term.src, dtype=float)
+            dense += src * float(np.max(term.dst))
+        else:
+            src = np.ascontiguousarray(term.src, dtype=np.int64)
+            nb = np.asarray(term.nbytes, dtype=float)
+            nb = np.ascontiguousarray(nb if nb.shape == src.shape else np.broadcast_to(nb, src.shape))
+            _pairs_pattern(src, np.ascontiguousarray(term.dst, dtype=np.int64), nb, gpus_per_node, rail, sub)
+    return dense, rail, sub
+
+
+@jit(cache=True, nogil=True)
+def _pairs_pattern(src, dst, nbytes, g, rail, sub):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`pooled_pattern` of a :class:`~host.planner.work.Pairs` term: each sender's largest
+    message to another rank into ``rail`` (``np.maximum.at`` in order: ``np.maximum(a, b)`` is
+    ``a if a >= b else b`` for numbers), and ``g / senders - 1`` added to each distinct
+    sender's ``sub``."""
+    n = rail.shape[0]
+    seen = np.zeros(n, dtype=np.bool_)
+    senders = 0
+    for k in range(src.shape[0]):
+        s = src[k]
+        if s < 0 or s >= n:
+            raise IndexError("rank out of range")
+        if not seen[s]:
+            seen[s] = True
+            senders += 1
+        if s != dst[k]:
+            r, w = rail[s], nbytes[k]
+            rail[s] = r if r >= w else w
+    extra = g / senders - 1.0
+    for i in range(n):
+        if seen[i]:
+            sub[i] += extra
+
+
+def pooled_pattern_np(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`pooled_pattern` with numpy's array operations (the specification of the loop)."""
     dense, rail, sub = np.zeros(world), np.zeros(world), np.zeros(world)
     for term in tw.traffic.get("pooled", ()):
         if isinstance(term, Outer):
@@ -156,8 +198,9 @@ class Contribution:
     host = property(lambda self: self.vec[_HOST])
 
     def relabeled(self, inv: np.ndarray) -> "Contribution":
-        """The same contribution with rank ``i`` taking the figures of rank ``inv[i]``."""
-        return Contribution(self.vec[:, inv], self.dp_bytes)
+        """The same contribution with rank ``i`` taking the figures of rank ``inv[i]``
+        (``vec[:, inv]``, through ``take``: the same gather, cheaper)."""
+        return Contribution(self.vec.take(inv, axis=1), self.dp_bytes)
 
     def columns(self, sel) -> np.ndarray:
         """``vec[:, sel]`` (``sel``: rank indices of any shape, or a slice)."""
@@ -333,6 +376,71 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (com
     return out
 
 
+#: The row of a contribution a shard's host bytes go to, by its tier (-1: none, in HBM).
+_HOST_ROW = {"hbm": -1, "dram": 25, "ssd": 26}
+
+
+@jit(cache=True, nogil=True)
+def _add_shards(v, ranks, shape_of, times, hbm, host, host_row):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Add each shard's kernel figures (those of its shape: ``times[shape]`` = (forward,
+    backward, host transfer) seconds, HBM bytes, host bytes into row ``host_row[shape]``) and
+    one kernel to its rank's column of ``v``, shard by shard in order (``np.add.at``'s sums)."""
+    n = v.shape[1]
+    for k in range(ranks.shape[0]):
+        r, s = ranks[k], shape_of[k]
+        if r < 0 or r >= n:
+            raise IndexError("rank out of range")
+        v[0, r] += times[s, 0]
+        v[1, r] += times[s, 1]
+        v[2, r] += times[s, 2]
+        v[3, r] += 1.0
+        v[24, r] += hbm[s]
+        if host_row[s] >= 0:
+            v[host_row[s], r] += host[s]
+
+
+@jit(cache=True, nogil=True)
+def _phase_maxima(vecs, scale, alpha, bw, fo, bo, fwd, bwd, comm):  # pragma: no cover  (compiled)
+    """For each of ``T`` states ``vecs[t]`` (a state's figures): the slowest rank's forward and
+    backward embedding kernels (launch overheads where a rank has kernels; host-tier misses
+    overlapping them) into ``fwd[t]``, ``bwd[t]``, and the sum over the five AlltoAlls of each
+    one's slowest rank (``rank_times_s``: the busier direction of each link class, ``alpha +
+    bytes / bw``, the slower class) into ``comm[t]``, with :meth:`CostModel.barrier_sum_batch_np`'s
+    arithmetic (``np.maximum(a, b)``: ``a if a >= b else b``; the five added in order from 0,
+    as numpy sums a short row)."""
+    T, n = vecs.shape[0], vecs.shape[2]
+    for t in range(T):
+        v = vecs[t]
+        f = -np.inf
+        b = -np.inf
+        for r in range(n):
+            half = v[2, r] / 2
+            busy = 1.0 if v[3, r] > 0.5 else 0.0
+            a = v[0, r] + busy * fo
+            a = a if a >= half else half
+            f = a if a > f else f
+            a = v[1, r] + busy * bo
+            a = a if a >= half else half
+            b = a if a > b else b
+        fwd[t] = f
+        bwd[t] = b
+        total = 0.0
+        for c in range(5):
+            worst = -np.inf
+            for r in range(n):
+                best = 0.0
+                for k in range(2):
+                    sent = v[4 + 4 * c + k, r] * scale[c]
+                    recv = v[6 + 4 * c + k, r] * scale[c]
+                    busiest = sent if sent >= recv else recv
+                    tk = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
+                    if k == 0 or tk > best:
+                        best = tk
+                worst = best if best > worst else worst
+            total += worst
+        comm[t] = total
+
+
 class CostModel:
     """Costs plans (and table contributions) for one workload on one system."""
 
@@ -457,27 +565,12 @@ class CostModel:
         v = c.vec
         if isinstance(tw, CompactWork):
             ranks, shapes = tw.ranks, tw.shapes
-            n = len(ranks)
-            shape_times = [self.kernel_times(k) for k in shapes]
-            if n == 1:
-                k = shapes[0]
-                v[0:3, int(ranks[0])] += shape_times[0]
-                v[_KERN, int(ranks[0])] += 1
-                v[_HBM, int(ranks[0])] += k.hbm_bytes
-                if k.tier != "hbm":
-                    v[25 if k.tier == "dram" else 26, int(ranks[0])] += k.host_bytes
-            else:
-                times = np.array(shape_times)[tw.shape_of]
-                for row in range(3):
-                    np.add.at(v[row], ranks, times[:, row])
-                np.add.at(v[_KERN], ranks, 1.0)
-                np.add.at(v[_HBM], ranks, np.array([k.hbm_bytes for k in shapes], dtype=float)[tw.shape_of])
-                tiers = [k.tier for k in shapes]
-                for tier, row in (("dram", 25), ("ssd", 26)):
-                    if tier in tiers:
-                        on = np.nonzero(np.array([t == tier for t in tiers])[tw.shape_of])[0]
-                        host = np.array([k.host_bytes for k in shapes], dtype=float)[tw.shape_of]
-                        np.add.at(v[row], ranks[on], host[on])
+            shape_times = np.array([self.kernel_times(k) for k in shapes], dtype=np.float64).reshape(-1, 3)
+            hbm = np.array([k.hbm_bytes for k in shapes], dtype=np.float64)
+            host = np.array([k.host_bytes for k in shapes], dtype=np.float64)
+            host_row = np.array([_HOST_ROW[k.tier] for k in shapes], dtype=np.int64)
+            _add_shards(v, np.ascontiguousarray(ranks, dtype=np.int64), np.ascontiguousarray(tw.shape_of, dtype=np.int64),
+                        shape_times, hbm, host, host_row)
         else:
             ks = tw.kernels
             if len(ks) > 1:
@@ -499,8 +592,9 @@ class CostModel:
                 v[_HBM, k.rank] += k.hbm_bytes
                 if k.tier != "hbm":
                     v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
-        v[_AGG] = tw.aggregates(self.node_of, self.system.gpus_per_node).reshape(20, -1)
-        v[_DENSE], v[_RAIL], v[_SUB] = pooled_pattern(tw, self.world, self.system.gpus_per_node)
+        # (added in place to the zero rows: the same sums as into new zero arrays)
+        tw.aggregates(self.node_of, self.system.gpus_per_node, out=v[_AGG].reshape(len(COLLECTIVES), 4, -1))
+        pooled_pattern(tw, self.world, self.system.gpus_per_node, out=(v[_DENSE], v[_RAIL], v[_SUB]))
         c.dp_bytes = tw.dp_allreduce_bytes
         return c
 
@@ -536,14 +630,11 @@ class CostModel:
         """Per-rank total seconds (the fast path of :meth:`columns`): :meth:`totals_np`'s
         arithmetic in one compiled loop (:func:`_rank_totals`; the search asks for it some 30k
         times a plan)."""
-        ab = self.system.comm.__dict__.get("_alpha_bw")
-        if ab is None:
-            self.system.comm.rank_times_s(np.zeros((4, 1)))       # (makes the figures it keeps)
-            ab = self.system.comm.__dict__["_alpha_bw"]
+        alpha, bw = self._alpha_bw()
         v = state.vec
         if v.dtype != np.float64 or not v.flags.c_contiguous:
             return self.totals_np(state)
-        return _rank_totals(v, self._agg_scale, ab[0][:, 0], ab[1][:, 0], self._fwd_overhead, self._bwd_overhead,
+        return _rank_totals(v, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead,
                             self._dp_allreduce_s(state.dp_bytes))
 
     def totals_np(self, state: State) -> np.ndarray:
@@ -774,7 +865,21 @@ class CostModel:
     def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """Sum over the plan-dependent phases of each phase's slowest rank, for ``T`` states:
         the iteration as if nothing overlapped (a cheap proxy the greedy start uses; the search
-        itself minimises :meth:`iteration_s`)."""
+        itself minimises :meth:`iteration_s`). Each phase's slowest rank in one compiled loop
+        (:func:`_phase_maxima`), combined as :meth:`barrier_sum_batch_np` combines them: the
+        same figures, bit for bit."""
+        vecs = np.asarray(vecs)
+        if vecs.dtype != np.float64:
+            return self.barrier_sum_batch_np(vecs, dps)
+        T = vecs.shape[0]
+        alpha, bw = self._alpha_bw()
+        fwd, bwd, comm = np.empty(T), np.empty(T), np.empty(T)
+        _phase_maxima(vecs, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead, fwd, bwd, comm)
+        dps = np.broadcast_to(np.asarray(dps, float), (T,))
+        return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
+
+    def barrier_sum_batch_np(self, vecs: np.ndarray, dps) -> np.ndarray:
+        """:meth:`barrier_sum_batch` with numpy's array operations (the specification)."""
         vecs = np.asarray(vecs)
         T = vecs.shape[0]
         busy = vecs[:, _KERN] > 0.5
@@ -785,6 +890,15 @@ class CostModel:
         comm = self.system.comm.rank_times_s(agg).max(axis=2).sum(axis=1)
         dps = np.broadcast_to(np.asarray(dps, float), (T,))
         return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
+
+    def _alpha_bw(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (intra, inter)-node latency and bandwidth ``PlannerSystem.comm.rank_times_s``
+        prices a rank's busiest link class with."""
+        ab = self.system.comm.__dict__.get("_alpha_bw")
+        if ab is None:
+            self.system.comm.rank_times_s(np.zeros((4, 1)))       # (makes the figures it keeps)
+            ab = self.system.comm.__dict__["_alpha_bw"]
+        return ab[0][:, 0], ab[1][:, 0]
 
     def _allreduce_total_s(self, dp_bytes: float) -> float:
         """The iteration's AllReduces summed (every bucket's, or the single one) for

@@ -21,6 +21,7 @@ from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, Packe
 from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
+from neonic.sim.compiled import jit
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 
 __all__ = ["Placer", "check_fits"]
@@ -189,6 +190,59 @@ class _MadePlan(TablePlan):
     __hash__ = TablePlan.__hash__
 
 
+@jit(cache=True, nogil=True)
+def _tier_codes(v, at, need, cache, cap_hbm, cap_dram, cap_ssd, ratio, reserve, code):  # pragma: no cover  (compiled)
+    """Each shard's tier for :meth:`Placer.make` into ``code`` (0 HBM, 1 DRAM, 2 SSD), shard by
+    shard with :meth:`Placer._tier_codes_np`'s arithmetic: in HBM if its bytes ``need`` fit
+    the rank's free HBM (``v``: a state's figures, row 24 HBM, 25 DRAM, 26 SSD bytes) less
+    the HBM the rank keeps for the caches of host memory it may still take (``ratio`` times
+    what is left of ``reserve``: ``np.maximum(0.0, x)`` is ``0.0 if 0.0 >= x else x``), else,
+    if its HBM cache fits, in DRAM, else on SSD. Returns -1 if a shard fits nowhere, 1 if
+    every shard is in HBM, else 0; -2 if a rank is out of range (no figure read)."""
+    n = v.shape[1]
+    for k in range(at.shape[0]):
+        if at[k] < 0 or at[k] >= n:
+            return -2
+    every = 1
+    for k in range(at.shape[0]):
+        r = at[k]
+        hbm_free = cap_hbm - v[24, r]
+        if ratio:
+            x = reserve - v[25, r]
+            keep = ratio * (0.0 if 0.0 >= x else x)
+        else:
+            keep = 0.0
+        if need[k] <= hbm_free - keep:
+            code[k] = 0
+            continue
+        every = 0
+        if not cache[k] <= hbm_free:
+            return -1
+        if need[k] <= cap_dram - v[25, r]:
+            code[k] = 1
+        elif need[k] <= cap_ssd - v[26, r]:
+            code[k] = 2
+        else:
+            return -1
+    return every
+
+
+@jit(cache=True, nogil=True)
+def _all_in_hbm(v, at, need, cap_hbm, ratio, reserve):  # pragma: no cover  (compiled)
+    """Whether every shard still fits HBM (:func:`_tier_codes`' first test on each)."""
+    for k in range(at.shape[0]):
+        r = at[k]
+        hbm_free = cap_hbm - v[24, r]
+        if ratio:
+            x = reserve - v[25, r]
+            keep = ratio * (0.0 if 0.0 >= x else x)
+        else:
+            keep = 0.0
+        if not need[k] <= hbm_free - keep:
+            return False
+    return True
+
+
 class Placer:
     """Shared machinery of the planners: building table plans, costing them, tracking memory."""
 
@@ -299,14 +353,12 @@ class Placer:
         if kind == ST.DATA_PARALLEL:
             ranks = range(self.world)
         key = (table.name, kind, tuple(ranks))
+        vec = state.vec
         hit = self._hbm_plans.get(key)
         if hit is not None:
             # made before, every shard in HBM: the same plan if it still fits there
             tp, need, at = hit
-            hbm_free = self.caps[0] - state.hbm[at]
-            reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
-                       if self._cache_ratio else 0.0)
-            if (need <= hbm_free - reserve).all():
+            if _all_in_hbm(vec, at, need, self.caps[0], self._cache_ratio, self._cache_reserve):
                 return tp
         ranks = list(ranks)
         if len(set(ranks)) != len(ranks):
@@ -318,31 +370,42 @@ class Placer:
             if len(ranks) > table.rows:
                 return None
         at = np.asarray(ranks, dtype=np.int64)
+        arr, need, cache = self._geometry(table, kind, len(ranks))
+        # each shard's tier (0 HBM, 1 DRAM, 2 SSD): the key of the plan made
+        code = np.empty(at.size, dtype=np.int8)
+        fits = _tier_codes(vec, at, need, cache, self.caps[0], self.caps[1], self.caps[2], self._cache_ratio,
+                           self._cache_reserve, code)
+        if fits == -2:
+            bad = next(r for r in ranks if not 0 <= r < vec.shape[1])
+            raise ValueError(f"shard: invalid rank {bad} for table {table.name!r} (expected 0..{vec.shape[1] - 1})")
+        if fits < 0:
+            return None
+        tiers = code.tobytes()
+        tp = self._tiered_plans.get((key, tiers))
+        if tp is None:
+            # its shards are built when first read (a plan over every rank is a shard per rank):
+            # what determines it (its pieces follow from the table, the type and the count)
+            # keys the caches by plan, far smaller than its shards
+            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, tiers))
+            self._tiered_plans.put((key, tiers), tp, _SHARD_BYTES * len(ranks))
+        if fits == 1:
+            self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
+        return tp
+
+    def _tier_codes_np(self, state: State, at: np.ndarray, need: np.ndarray, cache: np.ndarray) -> np.ndarray | None:
+        """:func:`_tier_codes` with numpy's array operations (the specification of the loop):
+        each shard's tier code, or None where a shard fits no tier."""
         hbm_free = self.caps[0] - state.hbm[at]
         # HBM a rank keeps for the caches of the host memory it may still take (0 while the model fits HBM)
         reserve = (self._cache_ratio * np.maximum(0.0, self._cache_reserve - state.host[0][at])
                    if self._cache_ratio else 0.0)
-        arr, need, cache = self._geometry(table, kind, len(ranks))
         in_hbm = need <= hbm_free - reserve
         cached = ~in_hbm & (cache <= hbm_free)
         in_dram = cached & (need <= self.caps[1] - state.host[0][at])
         in_ssd = cached & ~in_dram & (need <= self.caps[2] - state.host[1][at])
         if not (in_hbm | in_dram | in_ssd).all():
             return None
-        # the shards' tiers as one byte each (0 HBM, 1 DRAM, 2 SSD): the key of the plan made
-        code = np.where(in_hbm, 0, np.where(in_dram, 1, 2)).astype(np.int8)
-        tp = self._tiered_plans.get((key, code.tobytes()))
-        if tp is None:
-            if at.size and int(at.min()) < 0:
-                raise ValueError(f"shard: invalid rank {int(at.min())} for table {table.name!r}")
-            # its shards are built when first read (a plan over every rank is a shard per rank):
-            # what determines it (its pieces follow from the table, the type and the count)
-            # keys the caches by plan, far smaller than its shards
-            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, code.tobytes()))
-            self._tiered_plans.put((key, code.tobytes()), tp, _SHARD_BYTES * len(ranks))
-        if in_hbm.all():
-            self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
-        return tp
+        return np.where(in_hbm, 0, np.where(in_dram, 1, 2)).astype(np.int8)
 
     def _keep(self, cache: "BytesLRU", key: Any, c: Contribution, extra: float = 0.0) -> "Contribution | PackedContribution":
         """Remember ``c`` in ``cache`` (packed where :attr:`_pack`); returns what is kept."""
@@ -398,13 +461,14 @@ class Placer:
         """A remembered contribution and the relabeling (``inv``: rank ``i`` takes the figures
         of rank ``inv[i]``; None: as it is) that give ``tp``'s."""
         if tp.sharding == ST.TABLE_WISE:
-            s = tp.shards[0]
-            return self.tw_base(tp.table, s.tier), self._inv[s.rank]
-        if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            ranks, _, code = tp.shard_arrays()
+            return self.tw_base(tp.table, TIERS[int(code[0])]), self._inv[int(ranks[0])]
+        if tp.sharding in (ST.DATA_PARALLEL, ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE, ST.COLUMN_WISE):
             pkey, size = self._plan_key(tp)
             how = self._relabel.get(pkey)
             if how is None:
-                how = self._relabel.put(pkey, self._relabeling(tp), size)
+                how = self._relabeling(tp)
+                self._relabel.put(pkey, how, size + sum(getattr(x, "nbytes", 0) for x in how))
             if how[0] == "dp":
                 # one replica per rank, all in one tier: the replica on rank 0, copied to every rank
                 key = how[1]
@@ -416,22 +480,22 @@ class Placer:
                 return base, self._everywhere
             if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
-                _, at0, first = how
-                base = self._node_cache.get(at0)
+                _, key, at0, first = how
+                base = self._node_cache.get(key)
                 if base is None:
-                    base = self._keep(self._node_cache, at0, self._contribution(at0), _SHARD_BYTES * len(tp.shards))
+                    base = self._keep(self._node_cache, key, self._contribution(at0), _SHARD_BYTES * tp.shard_count)
                 return base, self._inv[first]
-        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and len({s.rank for s in tp.shards}) == len(tp.shards):
-            # (two column pieces on one rank add up on it: such a plan is costed as it is)
-            key, inv = self._column_class(tp)
-            base = self._tw.get(key)
-            if base is None:
-                _, table, nodes = key
-                at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
-                    Shard(i * self.g + j, 0, rows, 0, cols, tier)
-                    for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
-                base = self._keep(self._tw, key, self._contribution(at0))
-            return base, inv
+            if how[0] == "cw":
+                # a column-wise plan's class plan, relabeled
+                _, key, inv = how
+                base = self._tw.get(key)
+                if base is None:
+                    _, table, nodes = key
+                    at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
+                        Shard(i * self.g + j, 0, rows, 0, cols, tier)
+                        for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
+                    base = self._keep(self._tw, key, self._contribution(at0))
+                return base, inv
         pkey, size = self._plan_key(tp)
         c = self._cache.get(pkey)
         if c is None:
@@ -448,9 +512,11 @@ class Placer:
         those sums are of whole numbers of bytes, of ones, or of one repeated figure (the
         indices every rank sends), the same whatever order they are added in."""
         g = self.g
+        ranks, arr, code = tp.shard_arrays()
         by_node: dict[int, list[tuple[tuple, int]]] = {}
-        for sh in tp.shards:
-            by_node.setdefault(sh.rank // g, []).append(((sh.rows, sh.cols, sh.tier), sh.rank))
+        for rank, rows, cols, c in zip(ranks.tolist(), (arr[1] - arr[0]).tolist(), (arr[3] - arr[2]).tolist(),
+                                       code.tolist()):
+            by_node.setdefault(rank // g, []).append(((rows, cols, TIERS[c]), rank))
         groups = [(members, n) for _, members, n in
                   sorted((tuple(shape for shape, _ in sorted(v)), tuple(sorted(v)), n) for n, v in by_node.items())]
         nodes = self.system.nodes
@@ -471,28 +537,36 @@ class Placer:
 
     def _relabeling(self, tp: TablePlan) -> tuple:
         """How ``tp``'s contribution follows from a remembered one: ``("dp", key)`` for one
-        replica per rank in one tier (rank 0's replica, on every rank), ``("node", plan, first)``
-        for a node-bound plan on a node's first ranks or on an aligned group of a node's ranks
-        (the same plan from rank 0, relabeled), else
-        ``("own",)``."""
+        replica per rank in one tier (rank 0's replica, on every rank), ``("node", key, plan,
+        first)`` for a node-bound plan on a node's first ranks or on an aligned group of a
+        node's ranks (the same plan from rank 0, relabeled; ``key`` names it in the cache),
+        ``("cw", key, inv)`` for a column-wise plan over distinct ranks (its class plan,
+        relabeled: :meth:`_column_class`), else ``("own",)``. Read from the plan's arrays
+        (no shard objects)."""
+        ranks, arr, code = tp.shard_arrays()
         if tp.sharding == ST.DATA_PARALLEL:
-            ranks, arr, code = tp.shard_arrays()
             # (the same test as shard by shard, on the arrays: a plan over every rank)
             if (ranks.size == self.world and (arr == arr[:, :1]).all() and (code == code[0]).all()
                     and np.unique(ranks).size == self.world):
                 return ("dp", ("__dp__", tp.table, TIERS[int(code[0])], tuple(int(x) for x in arr[:, 0])))
             return ("own",)
-        shards = tp.shards
-        first, m = shards[0].rank, len(shards)
-        # on consecutive ranks from a multiple of their number that divides the node's ranks (a
-        # node's first ranks, or an aligned half, quarter... of a node): the relabeling shifts
-        # nodes and local indices cyclically, and a table-row-wise shard's owners (local index
-        # modulo the shards) shift with it
-        if (first % self.g == 0 or (self.g % m == 0 and first % m == 0)) and \
-                [s.rank for s in shards] == list(range(first, first + m)):
-            at0 = TablePlan(tp.table, tp.sharding, tuple(
-                Shard(s.rank - first, s.row_start, s.row_end, s.col_start, s.col_end, s.tier) for s in shards))
-            return ("node", at0, first)
+        if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
+            listed = ranks.tolist()
+            first, m = listed[0], len(listed)
+            # on consecutive ranks from a multiple of their number that divides the node's ranks
+            # (a node's first ranks, or an aligned half, quarter... of a node): the relabeling
+            # shifts nodes and local indices cyclically, and a table-row-wise shard's owners
+            # (local index modulo the shards) shift with it
+            if (first % self.g == 0 or (self.g % m == 0 and first % m == 0)) and listed == list(range(first, first + m)):
+                arr = np.array(arr, dtype=np.int64)
+                code = np.array(code, dtype=np.int8)
+                at0 = _MadePlan.new(tp.table, tp.sharding, (list(range(m)), arr, code), None)
+                key = ("__node__", tp.table, tp.sharding, arr.tobytes(), code.tobytes())
+                return ("node", key, at0, first)
+        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and np.unique(ranks).size == ranks.size:
+            # (two column pieces on one rank add up on it: such a plan is costed as it is)
+            key, inv = self._column_class(tp)
+            return ("cw", key, inv)
         return ("own",)
 
     def _contribution(self, tp: TablePlan) -> Contribution:

@@ -38,6 +38,7 @@ import numpy as np
 from neonic.host.planner.plan import TIERS, Plan, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
+from neonic.sim.compiled import jit, pairwise_sum
 from neonic.sim.memory_tiers import miss_bytes as tier_miss_bytes
 
 __all__ = [
@@ -114,9 +115,10 @@ class TableWork:
                 _add_term(out[name], term)
         return out
 
-    def aggregates(self, node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
-        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes."""
-        return _aggregates(self.traffic, node_of, gpus_per_node)
+    def aggregates(self, node_of: np.ndarray, gpus_per_node: int, out: np.ndarray | None = None) -> np.ndarray:
+        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes (added to
+        ``out`` where given: a ``(5, 4, N)`` array, a view of a contribution's rows)."""
+        return _aggregates(self.traffic, node_of, gpus_per_node, out)
 
 
 def _add_term(m: np.ndarray, term: Term) -> None:
@@ -152,6 +154,70 @@ def _sum_terms(world: int, terms: list[Term], chunk: int = 512) -> np.ndarray:
 
 
 def _term_aggregates(out: np.ndarray, term: Term, node_of: np.ndarray, g: int) -> None:
+    """Add ``term``'s bytes per rank to ``out`` (rows: sent intra-node, sent inter-node,
+    received intra-node, received inter-node), in one compiled loop (:func:`_outer_rows`,
+    :func:`_pairs_rows`: :func:`_term_aggregates_np`'s figures, bit for bit)."""
+    if isinstance(term, Outer):
+        _outer_rows(_f64(term.src), _f64(term.dst), _i64(node_of), g, out)
+    else:
+        nb = np.asarray(term.nbytes, dtype=np.float64)
+        if nb.shape != np.shape(term.src):
+            nb = np.broadcast_to(nb, np.shape(term.src))
+        _pairs_rows(_i64(term.src), _i64(term.dst), np.ascontiguousarray(nb), _i64(node_of), out)
+
+
+def _f64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+@jit(cache=True, nogil=True)
+def _outer_rows(a, b, node_of, g, out):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`_term_aggregates_np` of an :class:`Outer` term, rank by rank: each node's sums and
+    the whole sums summed as numpy sums them (:func:`sim.compiled.pairwise_sum`), then the
+    same products and differences, each added to ``out`` as numpy adds the arrays."""
+    n = a.shape[0]
+    nodes = n // g
+    na = np.empty(nodes)
+    nb = np.empty(nodes)
+    for k in range(nodes):
+        na[k] = pairwise_sum(a, k * g, g)
+        nb[k] = pairwise_sum(b, k * g, g)
+    sa = pairwise_sum(a, 0, n)
+    sb = pairwise_sum(b, 0, n)
+    for i in range(n):
+        ai, bi = a[i], b[i]
+        k = node_of[i]
+        send_intra = ai * (nb[k] - bi)
+        recv_intra = bi * (na[k] - ai)
+        out[0, i] += send_intra
+        out[1, i] += ai * (sb - bi) - send_intra
+        out[2, i] += recv_intra
+        out[3, i] += bi * (sa - ai) - recv_intra
+
+
+@jit(cache=True, nogil=True)
+def _pairs_rows(src, dst, nbytes, node_of, out):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`_term_aggregates_np` of a :class:`Pairs` term: each transfer added in order (as
+    ``np.add.at`` and ``np.bincount`` add them)."""
+    for k in range(src.shape[0]):
+        s, d = src[k], dst[k]
+        if s == d:
+            continue
+        w = nbytes[k]
+        if node_of[s] == node_of[d]:
+            out[0, s] += w
+            out[2, d] += w
+        else:
+            out[1, s] += w
+            out[3, d] += w
+
+
+def _term_aggregates_np(out: np.ndarray, term: Term, node_of: np.ndarray, g: int) -> None:
+    """:func:`_term_aggregates` with numpy's array operations (the specification of the loops)."""
     if isinstance(term, Outer):
         a, b = term.src, term.dst
         node_b = b.reshape(-1, g).sum(axis=1)[node_of]
@@ -164,7 +230,7 @@ def _term_aggregates(out: np.ndarray, term: Term, node_of: np.ndarray, g: int) -
         out[3] += b * (a.sum() - a) - recv_intra
     else:
         keep = term.src != term.dst
-        src, dst, nb = term.src[keep], term.dst[keep], term.nbytes[keep]
+        src, dst, nb = term.src[keep], term.dst[keep], np.broadcast_to(term.nbytes, term.src.shape)[keep]
         intra = node_of[src] == node_of[dst]
         _scatter_add(out[0], src[intra], nb[intra])
         _scatter_add(out[1], src[~intra], nb[~intra])
@@ -205,6 +271,9 @@ def _on_rank(k: ShardKernel, rank: int) -> ShardKernel:
     return out
 
 
+_new_kernel = object.__new__
+
+
 def _unique_rows(rows: int, lookups: float) -> int:
     if lookups <= 0:
         return 0
@@ -212,9 +281,38 @@ def _unique_rows(rows: int, lookups: float) -> int:
 
 
 def _onehot(world: int, ranks, values) -> np.ndarray:
+    """A vector of ``world`` zeros with ``values`` (one per rank listed, or one for all) added
+    at ``ranks``, in order (``np.add.at``'s sums)."""
     v = np.zeros(world)
-    _scatter_add(v, np.asarray(ranks, dtype=np.int64), np.broadcast_to(np.asarray(values, dtype=float), np.shape(ranks)))
+    vals = np.asarray(values, dtype=np.float64)
+    idx = _i64(ranks)
+    if vals.ndim == 0:
+        _add_scalar_at(v, idx, float(vals))
+    else:
+        _add_at(v, idx, np.ascontiguousarray(vals if vals.shape == idx.shape else np.broadcast_to(vals, idx.shape)))
     return v
+
+
+@jit(cache=True, nogil=True)
+def _add_at(row, idx, vals):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``np.add.at(row, idx, vals)`` (each value added in order; an index out of range refused)."""
+    n = row.shape[0]
+    for k in range(idx.shape[0]):
+        i = idx[k]
+        if i < 0 or i >= n:
+            raise IndexError("rank out of range")
+        row[i] += vals[k]
+
+
+@jit(cache=True, nogil=True)
+def _add_scalar_at(row, idx, val):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``np.add.at(row, idx, val)``."""
+    n = row.shape[0]
+    for k in range(idx.shape[0]):
+        i = idx[k]
+        if i < 0 or i >= n:
+            raise IndexError("rank out of range")
+        row[i] += val
 
 
 @dataclass(frozen=True)
@@ -243,13 +341,17 @@ class CompactWork:
     def expand(self) -> TableWork:
         return TableWork(self.table, self.kernels(), self.traffic, dp_allreduce_bytes=self.dp_allreduce_bytes)
 
-    def aggregates(self, node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
-        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes."""
-        return _aggregates(self.traffic, node_of, gpus_per_node)
+    def aggregates(self, node_of: np.ndarray, gpus_per_node: int, out: np.ndarray | None = None) -> np.ndarray:
+        """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes (added to
+        ``out`` where given: a ``(5, 4, N)`` array, a view of a contribution's rows)."""
+        return _aggregates(self.traffic, node_of, gpus_per_node, out)
 
 
-def _aggregates(traffic: dict[str, tuple[Term, ...]], node_of: np.ndarray, gpus_per_node: int) -> np.ndarray:
-    agg = np.zeros((len(COLLECTIVES), 4, len(node_of)))
+def _aggregates(traffic: dict[str, tuple[Term, ...]], node_of: np.ndarray, gpus_per_node: int,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """(collective, [sent_intra, sent_inter, recv_intra, recv_inter], rank) bytes of the
+    terms, added to ``out`` (zeros when not given)."""
+    agg = np.zeros((len(COLLECTIVES), 4, len(node_of))) if out is None else out
     for c, name in enumerate(COLLECTIVES):
         for term in traffic.get(name, ()):
             _term_aggregates(agg[c], term, node_of, gpus_per_node)
@@ -331,12 +433,15 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
             hbm = float(math.ceil(shard_rows * mem.cache_load_factor) * row_bytes)
             host = float(weights)
             miss = tier_miss_bytes(lookups, row_bytes, system.tier_hit_rate(table))
-        return ShardKernel(
+        # (its fields set at once: a frozen dataclass's constructor sets them one by one)
+        out = _new_kernel(ShardKernel)
+        out.__dict__.update(
             rank=rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
             out_row_bytes=shard_cols * 4, unique_rows=_unique_rows(shard_rows, lookups_i),
             state_bytes_per_row=_state_for(shard_cols), tier=tier, miss_bytes=miss,
             hbm_bytes=hbm, host_bytes=host,
         )
+        return out
 
     def _state_for(cols: int) -> int:
         # row-wise state is per row of every shard; element-wise state follows the columns

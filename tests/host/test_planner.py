@@ -623,3 +623,54 @@ def test_the_planner_weighs_collectives_on_a_nic_by_the_networks_queue_pairs():
     topo = Topology.from_preset("zionex", nodes=2)
     comm = AlphaBetaComm.from_topology(topo)
     assert comm.nic_flows == {"alltoallv": 8 * NCCL_CONNECTIONS.p2p, "allreduce": NCCL_CONNECTIONS.ring}
+
+
+def test_the_placers_tier_choice_is_the_array_formulas(rng):
+    """``Placer.make`` picks each shard's tier in one compiled loop; on random states near
+    the capacities (HBM kept for host-tier caches, DRAM and SSD partly full), over every
+    sharding type, it is the array formula's (``Placer._tier_codes_np``): the same tiers, or
+    no plan where a shard fits nowhere."""
+    from neonic.host.planner import MemoryTiers, PlannerSystem
+    from neonic.host.planner.cost import State
+    from neonic.host.planner.placer import _all_in_hbm, _tier_codes
+
+    base = _system(nodes=2, g=4)
+    s = PlannerSystem(gpu=base.gpu, comm=base.comm, memory=MemoryTiers(dram_gib_per_node=120, ssd_gib_per_node=400))
+    big = int(30 * GIB / (64 * 4 + 4))   # tables that outgrow HBM: the placer keeps HBM for caches
+    w = _workload([{"rows": big, "dim": 64, "pooling": 2}] * 10 + [{"rows": 200_000 + 7 * i, "dim": 32, "pooling": 3}
+                                                                  for i in range(6)])
+    p = Placer(w, s)
+    assert p._cache_ratio > 0
+    caps, reserve = p.caps, p._cache_reserve
+    seen = set()
+    for _ in range(300):
+        st = State.empty(s.world_size)
+        st.vec[24] = caps[0] * rng.uniform(0.0, 1.0, s.world_size) ** 0.3
+        st.vec[25] = caps[1] * rng.uniform(0.0, 1.0, s.world_size) ** 0.5
+        st.vec[26] = caps[2] * rng.uniform(0.0, 1.0, s.world_size)
+        # the host bytes HBM keeps caches for: the workload's, or below some ranks' DRAM use
+        p._cache_reserve = reserve if rng.uniform() < 0.5 else caps[1] * rng.uniform(0.0, 1.2)
+        table = w.tables[int(rng.integers(0, len(w.tables)))]
+        kind = list(ST)[int(rng.integers(0, len(ST)))]
+        m = 1 if kind == ST.TABLE_WISE else s.world_size if kind == ST.DATA_PARALLEL else int(rng.integers(1, s.world_size + 1))
+        at = np.sort(rng.choice(s.world_size, m, replace=False)).astype(np.int64)
+        _, need, cache = p._geometry(table, kind, m)
+        code = np.empty(m, dtype=np.int8)
+        fits = _tier_codes(st.vec, at, need, cache, caps[0], caps[1], caps[2], p._cache_ratio, p._cache_reserve, code)
+        ref = p._tier_codes_np(st, at, need, cache)
+        assert (fits < 0) == (ref is None)
+        if ref is not None:
+            assert code.tobytes() == ref.tobytes()
+            assert (fits == 1) == bool((ref == 0).all())
+            seen |= set(ref.tolist())
+        assert _all_in_hbm(st.vec, at, need, caps[0], p._cache_ratio, p._cache_reserve) == (ref is not None and bool((ref == 0).all()))
+        seen.add(-1 if ref is None else 9)
+    assert seen == {-1, 0, 1, 2, 9}
+
+
+def test_a_shard_on_a_rank_out_of_range_is_refused_by_name():
+    s = _system(nodes=2, g=4)
+    p = Placer(_skewed(4), s)
+    for ranks in ([8], [3, -1]):
+        with pytest.raises(ValueError, match=r"invalid rank .* table 't0'"):
+            p.make(p.workload.tables[0], ST.ROW_WISE if len(ranks) > 1 else ST.TABLE_WISE, ranks)

@@ -187,3 +187,88 @@ def test_rank_totals_compiled_equal_the_array_formula_bit_for_bit():
         v[4:24] = rng.uniform(0, 1e7, (20, cost.world)) * (rng.uniform(size=(20, cost.world)) < 0.6)
         st.dp_bytes = float(rng.choice([0.0, 1e8]))
         assert cost.totals(st).tobytes() == cost.totals_np(st).tobytes()
+
+
+def test_term_aggregates_compiled_equal_the_array_formula_bit_for_bit(rng):
+    """A traffic term's bytes per rank (sent / received, inside / across nodes), added in one
+    compiled loop, are numpy's array formula's (:func:`_term_aggregates_np`) bit for bit: outer
+    products of random, one-hot and constant vectors (whose node and cluster sums numpy adds
+    pairwise) and explicit pairs with self-transfers and repeats, into empty and used rows,
+    from 8 to 1024 ranks."""
+    from neonic.host.planner.work import Pairs, _term_aggregates, _term_aggregates_np
+
+    for world, g in ((8, 4), (16, 8), (128, 8), (136, 8), (1024, 8)):
+        node_of = np.arange(world) // g
+        for trial in range(8):
+            shape = rng.integers(0, 3, 2)
+            vecs = []
+            for s in shape:
+                if s == 0:
+                    v = rng.uniform(0, 1e6, world) * 10.0 ** rng.integers(-3, 4, world)
+                elif s == 1:
+                    v = np.zeros(world)
+                    v[rng.choice(world, int(rng.integers(1, 9)), replace=False)] = rng.uniform(1, 1e5)
+                else:
+                    v = np.full(world, rng.uniform(1, 1e5))
+                vecs.append(v)
+            k = int(rng.integers(1, 3 * world))
+            pairs = Pairs(rng.integers(0, world, k), rng.integers(0, world, k), rng.uniform(0, 1e6, k))
+            for term in (Outer(*vecs), pairs):
+                start = rng.uniform(0, 1e6, (4, world)) if trial % 2 else np.zeros((4, world))
+                fast, ref = start.copy(), start.copy()
+                _term_aggregates(fast, term, node_of, g)
+                _term_aggregates_np(ref, term, node_of, g)
+                assert fast.tobytes() == ref.tobytes(), (world, trial, type(term).__name__)
+
+
+def test_pooled_pattern_compiled_equals_the_array_formula_bit_for_bit(rng):
+    """The pooled AlltoAll's message pattern of every sharding type's table work (table-row-wise
+    over whole, half and quarter nodes among them) is numpy's array formula's, bit for bit."""
+    from planner_cases import skewed_workload, small_system
+
+    from neonic.host.planner.cost import pooled_pattern, pooled_pattern_np
+    from neonic.host.planner.work import table_work
+
+    system = small_system(nodes=2, g=4)
+    workload = skewed_workload(6)
+    placer = Placer(workload, system)
+    world = system.world_size
+    seen = set()
+    for table in workload.tables:
+        for kind in ShardingType:
+            options = {ShardingType.TABLE_ROW_WISE: [[4, 5, 6, 7], [0, 1], [6]],
+                       ShardingType.TABLE_COLUMN_WISE: [[0, 1, 2, 3]], ShardingType.TABLE_WISE: [[5]]}.get(
+                kind, [sorted(rng.choice(world, int(rng.integers(2, world + 1)), replace=False).tolist())])
+            for ranks in options:
+                tp = placer.make(table, kind, ranks)
+                if tp is None:
+                    continue
+                tw = table_work(table, tp, workload, system)
+                fast = pooled_pattern(tw, world, 4)
+                ref = pooled_pattern_np(tw, world, 4)
+                assert all(a.tobytes() == b.tobytes() for a, b in zip(fast, ref)), (kind, ranks)
+                seen.add(kind)
+    assert seen == set(ShardingType)
+
+
+def test_barrier_sums_compiled_equal_the_array_formula_bit_for_bit():
+    """CostModel.barrier_sum_batch (each phase's slowest rank in one compiled loop) gives
+    CostModel.barrier_sum_batch_np's figures (numpy's array operations), bit for bit, on random
+    stacks of states: kernels on some ranks only, host-tier misses that outlast a kernel, empty
+    and full AlltoAll terms, with and without data-parallel bytes."""
+    from planner_cases import skewed_workload, small_system
+
+    from neonic.host.planner import CostModel
+
+    for nodes, g in ((2, 4), (4, 8)):
+        cost = CostModel(skewed_workload(6), small_system(nodes=nodes, g=g))
+        rng = np.random.default_rng(7)
+        for _ in range(20):
+            T = int(rng.integers(1, 9))
+            vecs = np.zeros((T, 30, cost.world))
+            vecs[:, 0:2] = rng.uniform(0, 1e-3, (T, 2, cost.world)) * (rng.uniform(size=(T, 2, cost.world)) < 0.8)
+            vecs[:, 2] = rng.uniform(0, 3e-3, (T, cost.world)) * (rng.uniform(size=(T, cost.world)) < 0.3)
+            vecs[:, 3] = rng.integers(0, 3, (T, cost.world))
+            vecs[:, 4:24] = rng.uniform(0, 1e7, (T, 20, cost.world)) * (rng.uniform(size=(T, 20, cost.world)) < 0.6)
+            dps = rng.choice([0.0, 1e8], T)
+            assert cost.barrier_sum_batch(vecs, dps).tobytes() == cost.barrier_sum_batch_np(vecs, dps).tobytes()
