@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -914,7 +915,10 @@ class NeoPlanner(Placer):
         followed by :meth:`balance`, and keep the best if it lowers the objective. Fewer shards per table write fewer partial pools and
         reduce-scatter fewer bytes inside the node, at the price of coarser pieces to balance:
         a change of the whole class at once, which no move of one table lowers (a table over
-        half the ranks doubles their share of it). True if the plan changed."""
+        half the ranks doubles their share of it). Where two processes are free to it
+        (:attr:`workers`), the quarter is made by a forked copy while this one makes the half,
+        and used exactly where the serial order would have (only if the half lowered the
+        objective): the same plan, for the wall time of the half. True if the plan changed."""
         from neonic.host.planner.forced import place_forced
 
         names = [n for n in self.placed if self.placed[n].tp.sharding == ST.TABLE_ROW_WISE and self._unit_of(n)]
@@ -922,26 +926,60 @@ class NeoPlanner(Placer):
             return False
         current = self.score(self.state)
         saved = (self.state.copy(), dict(self.placed), list(self.moves))
-        best = None
-        for x in (self.g // 2, self.g // 4):
-            if x < 2 or self.g % x:
-                continue
+        sizes = [x for x in (self.g // 2, self.g // 4) if x >= 2 and self.g % x == 0]
+        here = os.getpid()
+        made: dict[int, tuple] = {}   # the attempts made in this process, by their place in ``sizes``
+
+        def attempt(i: int) -> tuple[tuple[float, float], np.ndarray, float] | None:
+            """The class over ``sizes[i]`` ranks, balanced, from the saved state: its score and
+            figures (the whole attempt in ``made`` where made here), None if it does not fit;
+            the search's state as it was after."""
+            server, workers = self._server, self.workers
+            if os.getpid() != here:   # a forked copy: no processes of its own (the parent's server is not its)
+                self._server, self.workers = None, 1
             self.state, self.placed, self.moves = saved[0].copy(), dict(saved[1]), []
-            for n in names:
-                self.unplace(n)
-            ok = place_forced(self, [self.tables[n] for n in names], ST.TABLE_ROW_WISE, group=x)
-            if ok is None or ok > 0 or not self.fits(self.state):
+            try:
+                for n in names:
+                    self.unplace(n)
+                ok = place_forced(self, [self.tables[n] for n in names], ST.TABLE_ROW_WISE, group=sizes[i])
+                if ok is None or ok > 0 or not self.fits(self.state):
+                    return None
+                self.balance()
+                sc = self.score(self.state)
+                made[i] = (sc, self.state.copy(), dict(self.placed), list(self.moves))
+                return sc, self.state.vec.copy(), self.state.dp_bytes
+            finally:
+                self._server, self.workers = server, workers
+                self.state, self.placed, self.moves = saved[0].copy(), dict(saved[1]), list(saved[2])
+
+        found: dict[int, tuple | None] = {}
+        if self.workers >= 2 and len(sizes) == 2:
+            # the quarter by a forked copy (its figures only), the half here meanwhile
+            def half() -> None:
+                found[0] = attempt(0)
+
+            found[1] = map_forked(lambda _: attempt(1), 1, self.workers, alongside=half)[0]
+        best = None
+        for i in range(len(sizes)):
+            if i not in found:
+                found[i] = attempt(i)
+            if found[i] is None:
                 continue
-            self.balance()
-            sc = self.score(self.state)
+            sc = found[i][0]
             if not improves(sc, current if best is None else best[0]):
-                break   # fewer ranks per table stopped paying: a quarter of a node is not tried
-            best = (sc, self.state.copy(), dict(self.placed), x, list(self.moves))
+                break   # fewer ranks per table stopped paying: a quarter of a node is not used
+            best = (sc, i)
         self.state, self.placed, self.moves = saved[0], saved[1], saved[2]
         if best is None or not improves(best[0], current):
             return False
-        self.state, self.placed = best[1], best[2]
-        self.moves.append(f"table_row_wise over {best[3]} ranks of a node" + "".join(f", {m}" for m in best[4]))
+        i = best[1]
+        if i not in made:  # made by the forked copy: made again here (deterministic: the same state)
+            again = attempt(i)
+            if again is None or again[1].tobytes() != found[i][1].tobytes() or again[2] != found[i][2]:
+                raise RuntimeError(f"regroup over {sizes[i]} ranks: made again, it differs")
+        _, state, placed, moves = made[i]
+        self.state, self.placed = state, placed
+        self.moves.append(f"table_row_wise over {sizes[i]} ranks of a node" + "".join(f", {m}" for m in moves))
         return True
 
     # ------------------------------------------------------------------ class moves
