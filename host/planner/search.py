@@ -746,18 +746,36 @@ class NeoPlanner(Placer):
         return [x for x in (m // 2, 2 * m) if 2 <= x <= self.g and self.g % x == 0 and x != m]
 
     def _balance_trials(self, units: dict[tuple[int, int], list[str]], light_k: int = 3, top: int = 4,
-                        swaps: int = 4) -> list[list[tuple[str, TablePlan | None]]]:
+                        swaps: int = 4, weights: dict | None = None) -> list[list[tuple[str, TablePlan | None]]]:
         """A balancing step's candidates: for each phase of :data:`_BALANCE_PHASES`, on its
         slowest rank, the ``top`` tables of each unit size (:meth:`_unit_of`) that weigh most
         there in that phase, each moved to one of the ``light_k`` units of its size lightest in
         that phase (their slowest rank's), or swapped there with one of the ``swaps`` heaviest
         tables that weigh less, or re-split over half or twice as many ranks of a node
-        (:meth:`_group_sizes`) on one of the ``light_k`` lightest units of that size."""
+        (:meth:`_group_sizes`) on one of the ``light_k`` lightest units of that size.
+        ``weights``: each table's weight in a phase on its unit, kept between the steps of one
+        balancing search (a table's weight changes only with its placement: checked by its
+        contribution, the same object while it stays)."""
         cols = self.cost.columns(self.state)
         out: list[list[tuple[str, TablePlan | None]]] = []
         seen: set[tuple] = set()
         sizes = sorted({u[0] for u in units})
-        for phase, rows in _BALANCE_PHASES:
+        weights = {} if weights is None else weights
+        placed = self.placed
+
+        def weight(n: str, ph: int, rows: slice, first: int, m: int) -> float:
+            """Table ``n``'s figures of phase ``rows`` summed over its unit's ranks ``first ..
+            first + m - 1``."""
+            c = placed[n].contrib
+            key = (ph, n, first, m)
+            hit = weights.get(key)
+            if hit is not None and hit[0] is c:
+                return hit[1]
+            w = float(c.columns(slice(first, first + m))[rows].sum())
+            weights[key] = (c, w)
+            return w
+
+        for ph, (phase, rows) in enumerate(_BALANCE_PHASES):
             per_rank = cols[phase]
             slow_rank = int(per_rank.argmax())
             if not per_rank[slow_rank] > 0:
@@ -771,36 +789,34 @@ class NeoPlanner(Placer):
 
             for m in sizes:
                 slow = slow_rank // m
-                at = slice(slow * m, slow * m + m)
-
-                def weight(n: str, at=at) -> float:
-                    return float(self.placed[n].contrib.columns(at)[rows].sum())
-
-                mine = sorted(units.get((m, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
+                mine_w = {n: weight(n, ph, rows, slow * m, m) for n in units.get((m, slow), ())}
+                mine = sorted(mine_w, key=lambda n: (-mine_w[n], self._order[n]))[:top]
                 light = lightest(m, slow)
-                there_w: dict[int, list[tuple[float, str]]] = {}   # each destination's tables' weights, once
+                # each destination's tables by weight, heaviest first (the first in table order
+                # on a tie), once
+                there_w: dict[int, list[tuple[float, str]]] = {}
                 for name in mine:
-                    wn = weight(name)
+                    wn = mine_w[name]
                     base = self._without(name)
                     for dest in light:
                         if (name, m, dest) not in seen:
                             seen.add((name, m, dest))
                             out.append([(name, self._moved(name, (m, dest), base))])
-                        lighter = there_w.get(dest)
-                        if lighter is None:
-                            there = slice(dest * m, dest * m + m)
-                            lighter = there_w[dest] = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
-                                                       for o in units.get((m, dest), ())]
-                        lighter = sorted((x for x in lighter if x[0] < wn), key=lambda x: (-x[0], self._order[x[1]]))
-                        for _, other in lighter[:swaps]:
+                        there = there_w.get(dest)
+                        if there is None:
+                            there = there_w[dest] = sorted(
+                                ((weight(o, ph, rows, dest * m, m), o) for o in units.get((m, dest), ())),
+                                key=lambda x: (-x[0], self._order[x[1]]))
+                        lighter = [x for x in there if x[0] < wn][:swaps]
+                        for _, other in lighter:
                             key = tuple(sorted((name, other)))
                             if key in seen:
                                 continue
                             seen.add(key)
-                            both = self.state.plus([], [self.placed[name].contrib, self.placed[other].contrib])
+                            both = self.state.plus([], [placed[name].contrib, placed[other].contrib])
                             out.append([(name, self._moved(name, (m, dest), both)),
                                         (other, self._moved(other, (m, slow), both))])
-                    for x in self._group_sizes(m, self.placed[name].tp.sharding):
+                    for x in self._group_sizes(m, placed[name].tp.sharding):
                         for dest in lightest(x, -1):
                             if (name, x, dest) not in seen:
                                 seen.add((name, x, dest))
@@ -842,10 +858,12 @@ class NeoPlanner(Placer):
                 hit = contribs[id(tp)] = (tp, self.contribution(tp))
             return hit[1]
 
+        weights: dict = {}   # the tables' weights by phase, kept between steps (:meth:`_balance_trials`)
         for _ in range(self.balance_steps):
             if not units:
                 break
-            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD) if all(tp is not None for _, tp in t)]
+            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD, weights=weights)
+                      if all(tp is not None for _, tp in t)]
             if not trials:
                 break
             # each candidate's state, as State.plus makes it (removals first), in one stack
