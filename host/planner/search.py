@@ -813,7 +813,8 @@ class NeoPlanner(Placer):
                             if key in seen:
                                 continue
                             seen.add(key)
-                            both = self.state.plus([], [placed[name].contrib, placed[other].contrib])
+                            # (the same bits as the state less both: the removals in the same order)
+                            both = base.plus([], [placed[other].contrib])
                             out.append([(name, self._moved(name, (m, dest), both)),
                                         (other, self._moved(other, (m, slow), both))])
                     for x in self._group_sizes(m, placed[name].tp.sharding):
@@ -858,6 +859,21 @@ class NeoPlanner(Placer):
                 hit = contribs[id(tp)] = (tp, self.contribution(tp))
             return hit[1]
 
+        # each contribution's figures, by the contribution (kept, so its id stays its own), up to
+        # about 64 MiB of them: a remembered contribution builds its figures when read
+        # (:meth:`Placer.contribution`), and a step reads mostly the figures the last one read
+        figures: dict[int, tuple[object, np.ndarray]] = {}
+        room = max(64, (64 << 20) // max(1, self.state.vec.nbytes))
+
+        def vec_of(c) -> np.ndarray:
+            hit = figures.get(id(c))
+            if hit is not None:
+                return hit[1]
+            v = c.vec
+            if len(figures) < room:
+                figures[id(c)] = (c, v)
+            return v
+
         weights: dict = {}   # the tables' weights by phase, kept between steps (:meth:`_balance_trials`)
         for _ in range(self.balance_steps):
             if not units:
@@ -879,19 +895,19 @@ class NeoPlanner(Placer):
                 first = changes[0][0]
                 minus = less.get(first)
                 if minus is None:
-                    minus = less[first] = self.state.vec - self.placed[first].contrib.vec
+                    minus = less[first] = self.state.vec - vec_of(self.placed[first].contrib)
                 dp = self.state.dp_bytes - self.placed[first].contrib.dp_bytes
                 if len(changes) == 1:
-                    np.add(minus, new[0][1].vec, out=v)
+                    np.add(minus, vec_of(new[0][1]), out=v)
                     dp += new[0][1].dp_bytes
                 else:
                     v[...] = minus
                     for n, _ in changes[1:]:
                         c = self.placed[n].contrib
-                        v -= c.vec
+                        v -= vec_of(c)
                         dp -= c.dp_bytes
                     for _, c in new:
-                        v += c.vec
+                        v += vec_of(c)
                         dp += c.dp_bytes
                 dps.append(dp)
                 news.append(new)
