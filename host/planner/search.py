@@ -770,7 +770,8 @@ class NeoPlanner(Placer):
         return [x for x in (m // 2, 2 * m) if 2 <= x <= self.g and self.g % x == 0 and x != m]
 
     def _balance_trials(self, units: dict[tuple[int, int], list[str]], light_k: int = 3, top: int = 4,
-                        swaps: int = 4, weights: dict | None = None) -> list[list[tuple[str, TablePlan | None]]]:
+                        swaps: int = 4, weights: dict | None = None,
+                        versions: dict | None = None) -> list[list[tuple[str, TablePlan | None]]]:
         """A balancing step's candidates: for each phase of :data:`_BALANCE_PHASES`, on its
         slowest rank, the ``top`` tables of each unit size (:meth:`_unit_of`) that weigh most
         there in that phase, each moved to one of the ``light_k`` units of its size lightest in
@@ -779,12 +780,15 @@ class NeoPlanner(Placer):
         (:meth:`_group_sizes`) on one of the ``light_k`` lightest units of that size.
         ``weights``: each table's weight in a phase on its unit, kept between the steps of one
         balancing search (a table's weight changes only with its placement: checked by its
-        contribution, the same object while it stays)."""
+        contribution, the same object while it stays), and each unit's tables ranked by them
+        while ``versions`` (by unit: moved on by the caller whenever a table leaves or joins
+        it) stays."""
         cols = self.cost.columns(self.state)
         out: list[list[tuple[str, TablePlan | None]]] = []
         seen: set[tuple] = set()
         sizes = sorted({u[0] for u in units})
         weights = {} if weights is None else weights
+        versions = {} if versions is None else versions
         placed = self.placed
 
         def weight(n: str, ph: int, rows: slice, first: int, m: int) -> float:
@@ -811,27 +815,31 @@ class NeoPlanner(Placer):
             def lightest(m: int, skip: int) -> list[int]:
                 return [int(x) for x in np.argsort(per_size[m], kind="stable")[:light_k + 1] if int(x) != skip][:light_k]
 
+            def ranked(m: int, k: int, ph: int = ph, rows: slice = rows) -> list[tuple[float, str]]:
+                """Unit ``(m, k)``'s tables by weight, heaviest first (the first in table order
+                on a tie); kept while the unit's tables stay (``versions``, which the balancing
+                search moves on whenever a table leaves or joins the unit)."""
+                key = ("ranked", ph, m, k)
+                v = versions.get((m, k), 0)
+                hit = weights.get(key)
+                if hit is not None and hit[0] == v:
+                    return hit[1]
+                out_k = sorted(((weight(o, ph, rows, k * m, m), o) for o in units.get((m, k), ())),
+                               key=lambda x: (-x[0], self._order[x[1]]))
+                weights[key] = (v, out_k)
+                return out_k
+
             for m in sizes:
                 slow = slow_rank // m
-                mine_w = {n: weight(n, ph, rows, slow * m, m) for n in units.get((m, slow), ())}
-                mine = sorted(mine_w, key=lambda n: (-mine_w[n], self._order[n]))[:top]
+                mine = ranked(m, slow)[:top]
                 light = lightest(m, slow)
-                # each destination's tables by weight, heaviest first (the first in table order
-                # on a tie), once
-                there_w: dict[int, list[tuple[float, str]]] = {}
-                for name in mine:
-                    wn = mine_w[name]
+                for wn, name in mine:
                     base = self._without(name)
                     for dest in light:
                         if (name, m, dest) not in seen:
                             seen.add((name, m, dest))
                             out.append([(name, self._moved(name, (m, dest), base))])
-                        there = there_w.get(dest)
-                        if there is None:
-                            there = there_w[dest] = sorted(
-                                ((weight(o, ph, rows, dest * m, m), o) for o in units.get((m, dest), ())),
-                                key=lambda x: (-x[0], self._order[x[1]]))
-                        lighter = [x for x in there if x[0] < wn][:swaps]
+                        lighter = [x for x in ranked(m, dest) if x[0] < wn][:swaps]
                         for _, other in lighter:
                             key = tuple(sorted((name, other)))
                             if key in seen:
@@ -899,10 +907,12 @@ class NeoPlanner(Placer):
             return v
 
         weights: dict = {}   # the tables' weights by phase, kept between steps (:meth:`_balance_trials`)
+        versions: dict[tuple[int, int], int] = {}   # by unit: moved on when a table leaves or joins it
         for _ in range(self.balance_steps):
             if not units:
                 break
-            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD, weights=weights)
+            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD, weights=weights,
+                                                      versions=versions)
                       if all(tp is not None for _, tp in t)]
             if not trials:
                 break
@@ -948,9 +958,13 @@ class NeoPlanner(Placer):
                 break
             proxy = float(q[j])
             for tp, c in news[int(idx[j])]:
-                units[self._unit_of(tp.table)].remove(tp.table)
+                left = self._unit_of(tp.table)
+                units[left].remove(tp.table)
+                versions[left] = versions.get(left, 0) + 1
                 self.place(tp, c)
-                mine = units.setdefault(self._unit_of(tp.table), [])
+                joined = self._unit_of(tp.table)
+                versions[joined] = versions.get(joined, 0) + 1
+                mine = units.setdefault(joined, [])
                 mine.insert(int(np.searchsorted([self._order[n] for n in mine], self._order[tp.table])), tp.table)
             trail.append((self.state.copy(), dict(self.placed)))
         self.state, self.placed = saved_state, saved_placed
