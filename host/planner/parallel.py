@@ -1,7 +1,7 @@
 """Independent pieces of the search computed by two processes, merged in a fixed order.
 
-The search's start plans and the class moves of a step (:mod:`host.planner.search`) are
-independent of one another: each is a deterministic function of the state the search is in.
+The search's start plans, the class moves of a step and the regrouping's attempts over half
+and a quarter of a node (:mod:`host.planner.search`) are independent of one another: each is a deterministic function of the state the search is in.
 :func:`map_forked` computes such a list of tasks with ``workers`` processes (this one and
 forked copies of it, which see its state and caches as they are at the fork) and returns the
 results in task order, whichever process computed each. The plan therefore depends neither on

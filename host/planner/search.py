@@ -27,9 +27,10 @@
    new descent whose steps look at the ``slow_ranks`` slowest ranks (the slowest overall and
    the slowest of each phase), kept if it ends lower; all within ``max_steps``. The search is deterministic: the same
    workload and system give the same plan on any machine and under any load. Its independent
-   pieces (the start plans, a step's class moves) are computed by two processes where two CPUs
-   are free to it (``workers``; :mod:`host.planner.parallel`), merged in a fixed order: the
-   plan is the same with one. A wall-clock
+   pieces (the start plans, a step's class moves, the regrouping's quarter-node attempt beside
+   its half-node one, and each step's candidates priced in full) are computed by two processes
+   where two CPUs are free to it (``workers``; :mod:`host.planner.parallel`), merged in a fixed
+   order: the plan is the same with one. A wall-clock
    budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
    reproducible.
 4. Where the problem is small (few tables and ranks), an exhaustive search over table-wise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from planner_cases import skewed_workload, small_system
@@ -261,6 +263,31 @@ def test_regrouping_splits_table_row_wise_tables_over_half_a_node_where_that_low
     assert p.regroup() and p.moves[-1].startswith("table_row_wise over 4 ranks of a node")
     assert p.score(p.state)[0] < 0.9 * before
     assert {len(tp.ranks) for tp in p.plan("neo")} == {4}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_regrouping_with_two_processes_keeps_what_one_process_keeps(monkeypatch):
+    """With two processes the quarter-node attempt is made by a forked copy while this process
+    makes the half; the choice is the serial one, whether the half is kept (2 x 8, 24 tables)
+    or the quarter (16 tables: made again here, from the copy's figures), bit for bit."""
+    import neonic.host.planner.parallel as parallel
+
+    monkeypatch.setattr(parallel, "_MAIN_TAKES", False)   # the copy makes the quarter
+    for seed, n, batch, kept in ((2, 24, 2048, 4), (1, 16, 1024, 2)):
+        s, w = _system(nodes=2, g=8), _workload(n, seed=seed, batch=batch)
+        cm = CostModel(w, s)
+        start = make_plan(w, s, "force:table-row-wise", cost=cm)
+        one = _adopted(w, s, cm, start)
+        assert one.regroup() and one.moves[-1].startswith(f"table_row_wise over {kept} ranks of a node")
+        two = _adopted(w, s, cm, start)
+        two.workers = 2
+        try:
+            assert two.regroup()
+        finally:
+            if two._server is not None:
+                two._server.close()
+        assert two.moves == one.moves and two.plan("neo") == one.plan("neo")
+        assert two.state.vec.tobytes() == one.state.vec.tobytes()
 
 
 def test_forced_table_row_wise_over_aligned_groups_of_a_node():
