@@ -28,7 +28,8 @@
    the slowest of each phase), kept if it ends lower; all within ``max_steps``. The search is deterministic: the same
    workload and system give the same plan on any machine and under any load. Its independent
    pieces (the start plans, a step's class moves, the regrouping's quarter-node attempt beside
-   its half-node one, and each step's candidates priced in full) are computed by two processes
+   its half-node one, each step's candidates priced in full, and half of each balancing step's
+   candidates) are computed by two processes
    where two CPUs are free to it (``workers``; :mod:`host.planner.parallel`), merged in a fixed
    order: the plan is the same with one. A wall-clock
    budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
@@ -54,7 +55,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from neonic.host.planner.cost import CostModel, State
-from neonic.host.planner.parallel import ForkedServer, available_workers, map_forked
+from neonic.host.planner.parallel import ForkedServer, Lockstep, available_workers, map_forked
 from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
@@ -857,7 +858,7 @@ class NeoPlanner(Placer):
                                 out.append([(name, self._moved(name, (x, dest), base))])
         return out
 
-    def balance(self) -> bool:
+    def balance(self, lockstep: bool = False) -> bool:
         """Balance the phases over the nodes and ranks by moving whole tables: a local search on
         the barrier-sum proxy (:meth:`CostModel.barrier_sum_batch`: each phase's slowest rank,
         summed, as if nothing overlapped; about a thousandth of a full evaluation), each step
@@ -869,7 +870,11 @@ class NeoPlanner(Placer):
         another node. (The schedule without contention, tried as this search's score, stopped
         earlier and ended higher under the full objective on model-a: it sees no gain in
         balancing the input AlltoAll, which the full model does, as the next batch's input
-        AlltoAll shares the NICs with the pooled one.) True if the plan changed."""
+        AlltoAll shares the NICs with the pooled one.) ``lockstep`` (the descent's own balancing,
+        where no other process is busy): with two processes free to it (:attr:`workers`), a
+        forked copy (:class:`host.planner.parallel.Lockstep`) follows the search from its second
+        step and prices half of each step's candidates; the moves are the serial ones. True if
+        the plan changed."""
         if self.balance_steps == 0:
             return False
         current = self.score(self.state)
@@ -909,24 +914,18 @@ class NeoPlanner(Placer):
 
         weights: dict = {}   # the tables' weights by phase, kept between steps (:meth:`_balance_trials`)
         versions: dict[tuple[int, int], int] = {}   # by unit: moved on when a table leaves or joins it
-        for _ in range(self.balance_steps):
-            if not units:
-                break
-            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD, weights=weights,
-                                                      versions=versions)
-                      if all(tp is not None for _, tp in t)]
-            if not trials:
-                break
-            # each candidate's state, as State.plus makes it (removals first), in one stack
-            vecs = np.empty((len(trials),) + self.state.vec.shape)
+        def best_of(trials: list, part: range, news: list) -> tuple[float, int] | None:
+            """The lowest proxy of the candidates ``part`` of ``trials`` that fit and its index
+            (the first on a tie), None if none fits; their contributions in ``news``."""
+            vecs = np.empty((len(part),) + self.state.vec.shape)
             dps: list[float] = []
-            news = []
             # the state less each moved table, once per table (the same bits as the state copied
             # and the table subtracted: every candidate subtracts its first table first)
             less: dict[str, np.ndarray] = {}
-            for i, changes in enumerate(trials):
-                new = [(tp, contribution(tp)) for _, tp in changes]
-                v = vecs[i]
+            for k, i in enumerate(part):
+                changes = trials[i]
+                new = news[i] = [(tp, contribution(tp)) for _, tp in changes]
+                v = vecs[k]
                 first = changes[0][0]
                 minus = less.get(first)
                 if minus is None:
@@ -945,29 +944,81 @@ class NeoPlanner(Placer):
                         v += vec_of(c)
                         dp += c.dp_bytes
                 dps.append(dp)
-                news.append(new)
             eps = 1e-6
             ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
                   & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
             idx = np.nonzero(ok)[0]
             if not idx.size:
-                break
-            # (the stack itself where every candidate fits: the same figures, no copy of it)
-            q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[i] for i in idx])
+                return None
+            # (the stack itself where every candidate fits: the same figures, no copy of it; each
+            # candidate's figure is its own, whatever else is in the stack)
+            q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[k] for k in idx])
             j = int(np.argmin(q))   # the first on a tie
-            if not q[j] < proxy * (1 - _IMPROVE_REL):
-                break
-            proxy = float(q[j])
-            for tp, c in news[int(idx[j])]:
-                left = self._unit_of(tp.table)
-                units[left].remove(tp.table)
-                versions[left] = versions.get(left, 0) + 1
-                self.place(tp, c)
-                joined = self._unit_of(tp.table)
-                versions[joined] = versions.get(joined, 0) + 1
-                mine = units.setdefault(joined, [])
-                mine.insert(int(np.searchsorted([self._order[n] for n in mine], self._order[tp.table])), tp.table)
-            trail.append((self.state.copy(), dict(self.placed)))
+            return float(q[j]), part[int(idx[j])]
+
+        # with two processes free to it (``lockstep``), a forked copy follows the search step by
+        # step from its second step on (the same trials, the same moves applied) and prices the
+        # second half of each step's candidates: the lowest of the two halves (the first on a
+        # tie) is the lowest of all, so the moves are the serial ones (and where the copy fails,
+        # its half is priced here)
+        copy: Lockstep | None = None       # (here) this process's end of the copy's pipes
+        follower: Lockstep | None = None   # (in the copy) its end
+        try:
+            for step in range(self.balance_steps):
+                if not units:
+                    break
+                trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD, weights=weights,
+                                                          versions=versions)
+                          if all(tp is not None for _, tp in t)]
+                if not trials:
+                    break
+                if step == 1 and lockstep and trail and self.workers >= 2 and copy is None:
+                    copy, follower = Lockstep.fork()
+                    if follower is not None:   # the copy: no processes of its own
+                        self._server, self.workers = None, 1
+                news: list = [None] * len(trials)
+                cut = (len(trials) + 1) // 2 if (copy is not None or follower is not None) else len(trials)
+                if follower is not None:
+                    follower.tell(best_of(trials, range(cut, len(trials)), news))
+                    j = follower.hear()
+                    if j is None:
+                        break
+                else:
+                    best = best_of(trials, range(cut), news)
+                    if cut < len(trials):
+                        other = copy.hear() if copy is not None else Lockstep.LOST
+                        if other is Lockstep.LOST:   # the copy is gone: its half priced here
+                            copy = None
+                            other = best_of(trials, range(cut, len(trials)), news)
+                        if other is not None and (best is None or other[0] < best[0]):
+                            best = other
+                    j = None if best is None or not best[0] < proxy * (1 - _IMPROVE_REL) else best[1]
+                    if copy is not None and not copy.tell(j):
+                        copy = None
+                    if j is None:
+                        break
+                    proxy = best[0]
+                new = news[j] if news[j] is not None else [(tp, contribution(tp)) for _, tp in trials[j]]
+                for tp, c in new:
+                    left = self._unit_of(tp.table)
+                    units[left].remove(tp.table)
+                    versions[left] = versions.get(left, 0) + 1
+                    self.place(tp, c)
+                    joined = self._unit_of(tp.table)
+                    versions[joined] = versions.get(joined, 0) + 1
+                    mine = units.setdefault(joined, [])
+                    mine.insert(int(np.searchsorted([self._order[n] for n in mine], self._order[tp.table])), tp.table)
+                if follower is None:
+                    trail.append((self.state.copy(), dict(self.placed)))
+        except BaseException:
+            if follower is not None:
+                os._exit(1)
+            raise
+        finally:
+            if copy is not None:
+                copy.close()
+        if follower is not None:
+            os._exit(0)
         self.state, self.placed = saved_state, saved_placed
         if not trail:
             return False
@@ -1142,7 +1193,7 @@ class NeoPlanner(Placer):
         while self.max_steps is None or steps < self.max_steps:
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            if self.balance():
+            if self.balance(lockstep=True):
                 steps += 1
                 if self.max_steps is not None and steps >= self.max_steps:
                     break

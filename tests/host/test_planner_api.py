@@ -250,6 +250,39 @@ def test_balancing_moves_whole_tables_off_the_crowded_node_and_never_raises_the_
         NeoPlanner(w, s, balance_steps=-1)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_balancing_in_lockstep_with_a_forked_copy_makes_the_serial_moves(monkeypatch):
+    """With two processes (``lockstep``) a forked copy follows the balancing search and prices
+    half of each step's candidates: the same moves and state as one process, bit for bit; and
+    where the copy is lost, this process prices its half: the same again."""
+    from neonic.host.planner import Plan
+    from neonic.host.planner.parallel import Lockstep
+    from neonic.host.planner.plan import Shard, TablePlan
+
+    s, w = _system(nodes=4, g=4), _workload(24, seed=5)
+    cm = CostModel(w, s)
+    stacked = Plan(s.world_size, 4, {t.name: TablePlan(t.name, ShardingType.TABLE_ROW_WISE, tuple(
+        Shard(r, r * t.rows // 4, (r + 1) * t.rows // 4, 0, t.dim) for r in range(4))) for t in w.tables})
+    one = _adopted(w, s, cm, stacked)
+    assert one.balance(lockstep=True)   # one process: no copy
+    forks = []
+    fork = Lockstep.fork
+    monkeypatch.setattr(Lockstep, "fork", classmethod(lambda cls: forks.append(1) or fork.__func__(cls)))
+    for lost in (False, True):
+        if lost:  # every answer of the copy lost (the copy then stops at its next step)
+            monkeypatch.setattr(Lockstep, "hear", lambda self: Lockstep.LOST)
+        two = _adopted(w, s, cm, stacked)
+        two.workers = 2
+        try:
+            assert two.balance(lockstep=True)
+        finally:
+            if two._server is not None:
+                two._server.close()
+        assert two.moves == one.moves and two.state.vec.tobytes() == one.state.vec.tobytes()
+        assert two.plan("neo") == one.plan("neo")
+    assert len(forks) == 2   # a copy was made each time
+
+
 def test_regrouping_splits_table_row_wise_tables_over_half_a_node_where_that_lowers_the_objective():
     """Over half a node each table writes half the partial pools and reduce-scatters fewer
     bytes inside the node: from forced table-row-wise on 2 x 8 GPUs the search's objective
