@@ -617,6 +617,9 @@ class NeoPlanner(Placer):
             small = sum(tp.shard_count for tp in other) <= _KEEP_SHARDS * len(other.tables)
             return other.planner, st.vec, st.dp_bytes, other if small else None
 
+        # the per-rank totals' compiled loop loaded here before the workers fork (0.15-0.2 CPU-s
+        # from numba's cache, which each process would pay for itself; the greedy start needs it)
+        self.totals()
         made = map_forked(lambda k: [start(i) for i in groups[k]], len(groups), self.workers,
                           [sum(makers[i][2] for i in g) for g in groups], alongside=before)
         found: list = [None] * len(makers)
