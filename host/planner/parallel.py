@@ -1,13 +1,17 @@
 """Independent pieces of the search computed by two processes, merged in a fixed order.
 
-The search's start plans and the class moves of a step (:mod:`host.planner.search`) are
-independent of one another: each is a deterministic function of the state the search is in.
+The search's start plans, the class moves of a step and the regrouping's attempts over half
+and a quarter of a node (:mod:`host.planner.search`) are independent of one another: each is a deterministic function of the state the search is in.
 :func:`map_forked` computes such a list of tasks with ``workers`` processes (this one and
 forked copies of it, which see its state and caches as they are at the fork) and returns the
 results in task order, whichever process computed each. The plan therefore depends neither on
 the machine's load nor on the scheduling of the processes, nor on how the tasks were split
 (a test plans with one process and with two). A worker that fails (no ``fork`` on the
 platform, out of memory, ...) costs time, not the result: its tasks are computed here instead.
+
+A balancing search's steps depend each on the last, so there a forked copy follows this
+process step by step instead (:class:`Lockstep`): both make the same candidates, each prices
+half of them, and both apply the move this process picks from the two halves' best.
 
 What a worker computes is sent back pickled, so tasks return small results (a state's figures,
 not the table plans of 1000 tables over 1024 ranks); a caller that needs more of a winning task
@@ -21,7 +25,7 @@ import pickle
 import signal
 from typing import Any, Callable, Sequence
 
-__all__ = ["available_workers", "map_forked", "ForkedServer"]
+__all__ = ["available_workers", "map_forked", "ForkedServer", "Lockstep"]
 
 
 def available_workers(limit: int = 2) -> int:
@@ -234,3 +238,78 @@ class ForkedServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class Lockstep:
+    """One end of a pipe pair between this process and a forked copy that follows it step by
+    step (:meth:`fork`): each step, the copy :meth:`tell`\\ s its share of the work and
+    :meth:`hear`\\ s what this process decided, so both apply the same decision. The copy
+    must end with ``os._exit`` (it never returns past the caller's loop). Whatever goes wrong
+    with the copy (no ``fork``, a failed step, a lost pipe) makes :meth:`hear` here return
+    :data:`LOST` (the end closed, the copy stopped): the caller does the copy's share itself,
+    so a result never depends on the copy."""
+
+    #: what :meth:`hear` returns here where the copy could not answer
+    LOST = object()
+
+    def __init__(self, pid: int | None, out, inp) -> None:
+        self._pid, self._out, self._in = pid, out, inp
+
+    @classmethod
+    def fork(cls) -> "tuple[Lockstep | None, Lockstep | None]":
+        """``(this process's end, None)`` here and ``(None, the copy's end)`` in the copy;
+        ``(None, None)`` where no copy could be made (the caller then works alone)."""
+        if not hasattr(os, "fork"):
+            return None, None
+        up_r, up_w = os.pipe()      # copy -> here
+        down_r, down_w = os.pipe()  # here -> copy
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (up_r, up_w, down_r, down_w):
+                os.close(fd)
+            return None, None
+        if pid == 0:
+            os.close(up_r)
+            os.close(down_w)
+            return None, cls(None, os.fdopen(up_w, "wb"), os.fdopen(down_r, "rb"))
+        os.close(up_w)
+        os.close(down_r)
+        return cls(pid, os.fdopen(down_w, "wb"), os.fdopen(up_r, "rb")), None
+
+    def tell(self, message: Any) -> bool:
+        """Send ``message`` to the other end; False (the end closed) if it is gone."""
+        try:
+            pickle.dump(message, self._out, protocol=pickle.HIGHEST_PROTOCOL)
+            self._out.flush()
+            return True
+        except (OSError, pickle.PicklingError, ValueError):
+            self.close()
+            return False
+
+    def hear(self) -> Any:
+        """The other end's next message: here :data:`LOST` where the copy could not give it
+        (the end then closed); in the copy None where this process is gone (stop)."""
+        try:
+            return pickle.load(self._in)
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+            self.close()
+            return self.LOST if self._pid is not None else None
+
+    def close(self) -> None:
+        """Close this end; here, also stop the copy and wait for it."""
+        for f in (self._out, self._in):
+            try:
+                f.close()
+            except OSError:
+                pass
+        pid, self._pid = self._pid, None
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass

@@ -27,9 +27,11 @@
    new descent whose steps look at the ``slow_ranks`` slowest ranks (the slowest overall and
    the slowest of each phase), kept if it ends lower; all within ``max_steps``. The search is deterministic: the same
    workload and system give the same plan on any machine and under any load. Its independent
-   pieces (the start plans, a step's class moves) are computed by two processes where two CPUs
-   are free to it (``workers``; :mod:`host.planner.parallel`), merged in a fixed order: the
-   plan is the same with one. A wall-clock
+   pieces (the start plans, a step's class moves, the regrouping's quarter-node attempt beside
+   its half-node one, each step's candidates priced in full, and half of each balancing step's
+   candidates) are computed by two processes
+   where two CPUs are free to it (``workers``; :mod:`host.planner.parallel`), merged in a fixed
+   order: the plan is the same with one. A wall-clock
    budget (``time_budget_s``) is an opt-in safety, off by default; a run it ends is not
    reproducible.
 4. Where the problem is small (few tables and ranks), an exhaustive search over table-wise
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,7 +55,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from neonic.host.planner.cost import CostModel, State
-from neonic.host.planner.parallel import ForkedServer, available_workers, map_forked
+from neonic.host.planner.parallel import ForkedServer, Lockstep, available_workers, map_forked
 from neonic.host.planner.placer import Placer, _Placed, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
@@ -119,6 +122,14 @@ _KEEP_SHARDS = 16
 #: scored alone to pick the best (:meth:`NeoPlanner._first_best`): far above the ~1e-12 by
 #: which a batch figure can differ from the state's own.
 _CONFIRM_REL = 1e-6
+
+
+#: Start plans made after another, in the same process (:meth:`NeoPlanner._best_start`): the
+#: forced row-wise and data-parallel plans price every table over every rank, as TorchRec's
+#: greedy does among its options, so made after it they cost little (model-a at 16 x 8, CPU
+#: seconds on the loaded machine: 0.04 and 0.03 after it, 0.41 and 0.03 beside the greedy
+#: start). The plans are the same wherever they are made.
+_STARTS_TOGETHER = {"force:row_wise": "torchrec-greedy", "force:data_parallel": "torchrec-greedy"}
 
 
 @contextmanager
@@ -584,6 +595,17 @@ class NeoPlanner(Placer):
         placement (run while other processes make start plans, :attr:`workers`); the greedy
         state is kept as ``_greedy_state``."""
         makers = self._start_makers()
+        # the starts made in one process, in turn: those that price what another prices
+        # (:data:`_STARTS_TOGETHER`) made after it, from the same caches
+        groups: list[list[int]] = []
+        first: dict[str, int] = {}
+        for i, (name, _, _) in enumerate(makers):
+            lead = _STARTS_TOGETHER.get(name)
+            if lead in first:
+                groups[first[lead]].append(i)
+            else:
+                first[name] = len(groups)
+                groups.append([i])
 
         def start(i: int) -> tuple[str, np.ndarray, float, Plan | None] | None:
             other = makers[i][1]()
@@ -595,7 +617,15 @@ class NeoPlanner(Placer):
             small = sum(tp.shard_count for tp in other) <= _KEEP_SHARDS * len(other.tables)
             return other.planner, st.vec, st.dp_bytes, other if small else None
 
-        found = map_forked(start, len(makers), self.workers, [m[2] for m in makers], alongside=before)
+        # the per-rank totals' compiled loop loaded here before the workers fork (0.15-0.2 CPU-s
+        # from numba's cache, which each process would pay for itself; the greedy start needs it)
+        self.totals()
+        made = map_forked(lambda k: [start(i) for i in groups[k]], len(groups), self.workers,
+                          [sum(makers[i][2] for i in g) for g in groups], alongside=before)
+        found: list = [None] * len(makers)
+        for g, got in zip(groups, made):
+            for i, f in zip(g, got):
+                found[i] = f
         self._greedy_state = self.state
         self._greedy_placed = dict(self.placed)
         cands: list[tuple[str, State, Callable[[], Plan | None] | None, Plan | None]] = [
@@ -745,18 +775,40 @@ class NeoPlanner(Placer):
         return [x for x in (m // 2, 2 * m) if 2 <= x <= self.g and self.g % x == 0 and x != m]
 
     def _balance_trials(self, units: dict[tuple[int, int], list[str]], light_k: int = 3, top: int = 4,
-                        swaps: int = 4) -> list[list[tuple[str, TablePlan | None]]]:
+                        swaps: int = 4, weights: dict | None = None,
+                        versions: dict | None = None) -> list[list[tuple[str, TablePlan | None]]]:
         """A balancing step's candidates: for each phase of :data:`_BALANCE_PHASES`, on its
         slowest rank, the ``top`` tables of each unit size (:meth:`_unit_of`) that weigh most
         there in that phase, each moved to one of the ``light_k`` units of its size lightest in
         that phase (their slowest rank's), or swapped there with one of the ``swaps`` heaviest
         tables that weigh less, or re-split over half or twice as many ranks of a node
-        (:meth:`_group_sizes`) on one of the ``light_k`` lightest units of that size."""
+        (:meth:`_group_sizes`) on one of the ``light_k`` lightest units of that size.
+        ``weights``: each table's weight in a phase on its unit, kept between the steps of one
+        balancing search (a table's weight changes only with its placement: checked by its
+        contribution, the same object while it stays), and each unit's tables ranked by them
+        while ``versions`` (by unit: moved on by the caller whenever a table leaves or joins
+        it) stays."""
         cols = self.cost.columns(self.state)
         out: list[list[tuple[str, TablePlan | None]]] = []
         seen: set[tuple] = set()
         sizes = sorted({u[0] for u in units})
-        for phase, rows in _BALANCE_PHASES:
+        weights = {} if weights is None else weights
+        versions = {} if versions is None else versions
+        placed = self.placed
+
+        def weight(n: str, ph: int, rows: slice, first: int, m: int) -> float:
+            """Table ``n``'s figures of phase ``rows`` summed over its unit's ranks ``first ..
+            first + m - 1``."""
+            c = placed[n].contrib
+            key = (ph, n, first, m)
+            hit = weights.get(key)
+            if hit is not None and hit[0] is c:
+                return hit[1]
+            w = float(c.columns(slice(first, first + m))[rows].sum())
+            weights[key] = (c, w)
+            return w
+
+        for ph, (phase, rows) in enumerate(_BALANCE_PHASES):
             per_rank = cols[phase]
             slow_rank = int(per_rank.argmax())
             if not per_rank[slow_rank] > 0:
@@ -768,45 +820,48 @@ class NeoPlanner(Placer):
             def lightest(m: int, skip: int) -> list[int]:
                 return [int(x) for x in np.argsort(per_size[m], kind="stable")[:light_k + 1] if int(x) != skip][:light_k]
 
+            def ranked(m: int, k: int, ph: int = ph, rows: slice = rows) -> list[tuple[float, str]]:
+                """Unit ``(m, k)``'s tables by weight, heaviest first (the first in table order
+                on a tie); kept while the unit's tables stay (``versions``, which the balancing
+                search moves on whenever a table leaves or joins the unit)."""
+                key = ("ranked", ph, m, k)
+                v = versions.get((m, k), 0)
+                hit = weights.get(key)
+                if hit is not None and hit[0] == v:
+                    return hit[1]
+                out_k = sorted(((weight(o, ph, rows, k * m, m), o) for o in units.get((m, k), ())),
+                               key=lambda x: (-x[0], self._order[x[1]]))
+                weights[key] = (v, out_k)
+                return out_k
+
             for m in sizes:
                 slow = slow_rank // m
-                at = slice(slow * m, slow * m + m)
-
-                def weight(n: str, at=at) -> float:
-                    return float(self.placed[n].contrib.columns(at)[rows].sum())
-
-                mine = sorted(units.get((m, slow), ()), key=lambda n: (-weight(n), self._order[n]))[:top]
+                mine = ranked(m, slow)[:top]
                 light = lightest(m, slow)
-                there_w: dict[int, list[tuple[float, str]]] = {}   # each destination's tables' weights, once
-                for name in mine:
-                    wn = weight(name)
+                for wn, name in mine:
                     base = self._without(name)
                     for dest in light:
                         if (name, m, dest) not in seen:
                             seen.add((name, m, dest))
                             out.append([(name, self._moved(name, (m, dest), base))])
-                        lighter = there_w.get(dest)
-                        if lighter is None:
-                            there = slice(dest * m, dest * m + m)
-                            lighter = there_w[dest] = [(float(self.placed[o].contrib.columns(there)[rows].sum()), o)
-                                                       for o in units.get((m, dest), ())]
-                        lighter = sorted((x for x in lighter if x[0] < wn), key=lambda x: (-x[0], self._order[x[1]]))
-                        for _, other in lighter[:swaps]:
+                        lighter = [x for x in ranked(m, dest) if x[0] < wn][:swaps]
+                        for _, other in lighter:
                             key = tuple(sorted((name, other)))
                             if key in seen:
                                 continue
                             seen.add(key)
-                            both = self.state.plus([], [self.placed[name].contrib, self.placed[other].contrib])
+                            # (the same bits as the state less both: the removals in the same order)
+                            both = base.plus([], [placed[other].contrib])
                             out.append([(name, self._moved(name, (m, dest), both)),
                                         (other, self._moved(other, (m, slow), both))])
-                    for x in self._group_sizes(m, self.placed[name].tp.sharding):
+                    for x in self._group_sizes(m, placed[name].tp.sharding):
                         for dest in lightest(x, -1):
                             if (name, x, dest) not in seen:
                                 seen.add((name, x, dest))
                                 out.append([(name, self._moved(name, (x, dest), base))])
         return out
 
-    def balance(self) -> bool:
+    def balance(self, lockstep: bool = False) -> bool:
         """Balance the phases over the nodes and ranks by moving whole tables: a local search on
         the barrier-sum proxy (:meth:`CostModel.barrier_sum_batch`: each phase's slowest rank,
         summed, as if nothing overlapped; about a thousandth of a full evaluation), each step
@@ -818,7 +873,11 @@ class NeoPlanner(Placer):
         another node. (The schedule without contention, tried as this search's score, stopped
         earlier and ended higher under the full objective on model-a: it sees no gain in
         balancing the input AlltoAll, which the full model does, as the next batch's input
-        AlltoAll shares the NICs with the pooled one.) True if the plan changed."""
+        AlltoAll shares the NICs with the pooled one.) ``lockstep`` (the descent's own balancing,
+        where no other process is busy): with two processes free to it (:attr:`workers`), a
+        forked copy (:class:`host.planner.parallel.Lockstep`) follows the search from its second
+        step and prices half of each step's candidates; the moves are the serial ones. True if
+        the plan changed."""
         if self.balance_steps == 0:
             return False
         current = self.score(self.state)
@@ -841,59 +900,128 @@ class NeoPlanner(Placer):
                 hit = contribs[id(tp)] = (tp, self.contribution(tp))
             return hit[1]
 
-        for _ in range(self.balance_steps):
-            if not units:
-                break
-            trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD) if all(tp is not None for _, tp in t)]
-            if not trials:
-                break
-            # each candidate's state, as State.plus makes it (removals first), in one stack
-            vecs = np.empty((len(trials),) + self.state.vec.shape)
+        # each contribution's figures, by the contribution (kept, so its id stays its own), up to
+        # about 64 MiB of them: a remembered contribution builds its figures when read
+        # (:meth:`Placer.contribution`), and a step reads mostly the figures the last one read
+        figures: dict[int, tuple[object, np.ndarray]] = {}
+        room = max(64, (64 << 20) // max(1, self.state.vec.nbytes))
+
+        def vec_of(c) -> np.ndarray:
+            hit = figures.get(id(c))
+            if hit is not None:
+                return hit[1]
+            v = c.vec
+            if len(figures) < room:
+                figures[id(c)] = (c, v)
+            return v
+
+        weights: dict = {}   # the tables' weights by phase, kept between steps (:meth:`_balance_trials`)
+        versions: dict[tuple[int, int], int] = {}   # by unit: moved on when a table leaves or joins it
+        def best_of(trials: list, part: range, news: list) -> tuple[float, int] | None:
+            """The lowest proxy of the candidates ``part`` of ``trials`` that fit and its index
+            (the first on a tie), None if none fits; their contributions in ``news``."""
+            vecs = np.empty((len(part),) + self.state.vec.shape)
             dps: list[float] = []
-            news = []
             # the state less each moved table, once per table (the same bits as the state copied
             # and the table subtracted: every candidate subtracts its first table first)
             less: dict[str, np.ndarray] = {}
-            for i, changes in enumerate(trials):
-                new = [(tp, contribution(tp)) for _, tp in changes]
-                v = vecs[i]
+            for k, i in enumerate(part):
+                changes = trials[i]
+                new = news[i] = [(tp, contribution(tp)) for _, tp in changes]
+                v = vecs[k]
                 first = changes[0][0]
                 minus = less.get(first)
                 if minus is None:
-                    minus = less[first] = self.state.vec - self.placed[first].contrib.vec
+                    minus = less[first] = self.state.vec - vec_of(self.placed[first].contrib)
                 dp = self.state.dp_bytes - self.placed[first].contrib.dp_bytes
                 if len(changes) == 1:
-                    np.add(minus, new[0][1].vec, out=v)
+                    np.add(minus, vec_of(new[0][1]), out=v)
                     dp += new[0][1].dp_bytes
                 else:
                     v[...] = minus
                     for n, _ in changes[1:]:
                         c = self.placed[n].contrib
-                        v -= c.vec
+                        v -= vec_of(c)
                         dp -= c.dp_bytes
                     for _, c in new:
-                        v += c.vec
+                        v += vec_of(c)
                         dp += c.dp_bytes
                 dps.append(dp)
-                news.append(new)
             eps = 1e-6
             ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
                   & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
             idx = np.nonzero(ok)[0]
             if not idx.size:
-                break
-            # (the stack itself where every candidate fits: the same figures, no copy of it)
-            q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[i] for i in idx])
+                return None
+            # (the stack itself where every candidate fits: the same figures, no copy of it; each
+            # candidate's figure is its own, whatever else is in the stack)
+            q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[k] for k in idx])
             j = int(np.argmin(q))   # the first on a tie
-            if not q[j] < proxy * (1 - _IMPROVE_REL):
-                break
-            proxy = float(q[j])
-            for tp, c in news[int(idx[j])]:
-                units[self._unit_of(tp.table)].remove(tp.table)
-                self.place(tp, c)
-                mine = units.setdefault(self._unit_of(tp.table), [])
-                mine.insert(int(np.searchsorted([self._order[n] for n in mine], self._order[tp.table])), tp.table)
-            trail.append((self.state.copy(), dict(self.placed)))
+            return float(q[j]), part[int(idx[j])]
+
+        # with two processes free to it (``lockstep``), a forked copy follows the search step by
+        # step from its second step on (the same trials, the same moves applied) and prices the
+        # second half of each step's candidates: the lowest of the two halves (the first on a
+        # tie) is the lowest of all, so the moves are the serial ones (and where the copy fails,
+        # its half is priced here)
+        copy: Lockstep | None = None       # (here) this process's end of the copy's pipes
+        follower: Lockstep | None = None   # (in the copy) its end
+        try:
+            for step in range(self.balance_steps):
+                if not units:
+                    break
+                trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD, weights=weights,
+                                                          versions=versions)
+                          if all(tp is not None for _, tp in t)]
+                if not trials:
+                    break
+                if step == 1 and lockstep and trail and self.workers >= 2 and copy is None:
+                    copy, follower = Lockstep.fork()
+                    if follower is not None:   # the copy: no processes of its own
+                        self._server, self.workers = None, 1
+                news: list = [None] * len(trials)
+                cut = (len(trials) + 1) // 2 if (copy is not None or follower is not None) else len(trials)
+                if follower is not None:
+                    follower.tell(best_of(trials, range(cut, len(trials)), news))
+                    j = follower.hear()
+                    if j is None:
+                        break
+                else:
+                    best = best_of(trials, range(cut), news)
+                    if cut < len(trials):
+                        other = copy.hear() if copy is not None else Lockstep.LOST
+                        if other is Lockstep.LOST:   # the copy is gone: its half priced here
+                            copy = None
+                            other = best_of(trials, range(cut, len(trials)), news)
+                        if other is not None and (best is None or other[0] < best[0]):
+                            best = other
+                    j = None if best is None or not best[0] < proxy * (1 - _IMPROVE_REL) else best[1]
+                    if copy is not None and not copy.tell(j):
+                        copy = None
+                    if j is None:
+                        break
+                    proxy = best[0]
+                new = news[j] if news[j] is not None else [(tp, contribution(tp)) for _, tp in trials[j]]
+                for tp, c in new:
+                    left = self._unit_of(tp.table)
+                    units[left].remove(tp.table)
+                    versions[left] = versions.get(left, 0) + 1
+                    self.place(tp, c)
+                    joined = self._unit_of(tp.table)
+                    versions[joined] = versions.get(joined, 0) + 1
+                    mine = units.setdefault(joined, [])
+                    mine.insert(int(np.searchsorted([self._order[n] for n in mine], self._order[tp.table])), tp.table)
+                if follower is None:
+                    trail.append((self.state.copy(), dict(self.placed)))
+        except BaseException:
+            if follower is not None:
+                os._exit(1)
+            raise
+        finally:
+            if copy is not None:
+                copy.close()
+        if follower is not None:
+            os._exit(0)
         self.state, self.placed = saved_state, saved_placed
         if not trail:
             return False
@@ -914,7 +1042,10 @@ class NeoPlanner(Placer):
         followed by :meth:`balance`, and keep the best if it lowers the objective. Fewer shards per table write fewer partial pools and
         reduce-scatter fewer bytes inside the node, at the price of coarser pieces to balance:
         a change of the whole class at once, which no move of one table lowers (a table over
-        half the ranks doubles their share of it). True if the plan changed."""
+        half the ranks doubles their share of it). Where two processes are free to it
+        (:attr:`workers`), the quarter is made by a forked copy while this one makes the half,
+        and used exactly where the serial order would have (only if the half lowered the
+        objective): the same plan, for the wall time of the half. True if the plan changed."""
         from neonic.host.planner.forced import place_forced
 
         names = [n for n in self.placed if self.placed[n].tp.sharding == ST.TABLE_ROW_WISE and self._unit_of(n)]
@@ -922,26 +1053,60 @@ class NeoPlanner(Placer):
             return False
         current = self.score(self.state)
         saved = (self.state.copy(), dict(self.placed), list(self.moves))
-        best = None
-        for x in (self.g // 2, self.g // 4):
-            if x < 2 or self.g % x:
-                continue
+        sizes = [x for x in (self.g // 2, self.g // 4) if x >= 2 and self.g % x == 0]
+        here = os.getpid()
+        made: dict[int, tuple] = {}   # the attempts made in this process, by their place in ``sizes``
+
+        def attempt(i: int) -> tuple[tuple[float, float], np.ndarray, float] | None:
+            """The class over ``sizes[i]`` ranks, balanced, from the saved state: its score and
+            figures (the whole attempt in ``made`` where made here), None if it does not fit;
+            the search's state as it was after."""
+            server, workers = self._server, self.workers
+            if os.getpid() != here:   # a forked copy: no processes of its own (the parent's server is not its)
+                self._server, self.workers = None, 1
             self.state, self.placed, self.moves = saved[0].copy(), dict(saved[1]), []
-            for n in names:
-                self.unplace(n)
-            ok = place_forced(self, [self.tables[n] for n in names], ST.TABLE_ROW_WISE, group=x)
-            if ok is None or ok > 0 or not self.fits(self.state):
+            try:
+                for n in names:
+                    self.unplace(n)
+                ok = place_forced(self, [self.tables[n] for n in names], ST.TABLE_ROW_WISE, group=sizes[i])
+                if ok is None or ok > 0 or not self.fits(self.state):
+                    return None
+                self.balance()
+                sc = self.score(self.state)
+                made[i] = (sc, self.state.copy(), dict(self.placed), list(self.moves))
+                return sc, self.state.vec.copy(), self.state.dp_bytes
+            finally:
+                self._server, self.workers = server, workers
+                self.state, self.placed, self.moves = saved[0].copy(), dict(saved[1]), list(saved[2])
+
+        found: dict[int, tuple | None] = {}
+        if self.workers >= 2 and len(sizes) == 2:
+            # the quarter by a forked copy (its figures only), the half here meanwhile
+            def half() -> None:
+                found[0] = attempt(0)
+
+            found[1] = map_forked(lambda _: attempt(1), 1, self.workers, alongside=half)[0]
+        best = None
+        for i in range(len(sizes)):
+            if i not in found:
+                found[i] = attempt(i)
+            if found[i] is None:
                 continue
-            self.balance()
-            sc = self.score(self.state)
+            sc = found[i][0]
             if not improves(sc, current if best is None else best[0]):
-                break   # fewer ranks per table stopped paying: a quarter of a node is not tried
-            best = (sc, self.state.copy(), dict(self.placed), x, list(self.moves))
+                break   # fewer ranks per table stopped paying: a quarter of a node is not used
+            best = (sc, i)
         self.state, self.placed, self.moves = saved[0], saved[1], saved[2]
         if best is None or not improves(best[0], current):
             return False
-        self.state, self.placed = best[1], best[2]
-        self.moves.append(f"table_row_wise over {best[3]} ranks of a node" + "".join(f", {m}" for m in best[4]))
+        i = best[1]
+        if i not in made:  # made by the forked copy: made again here (deterministic: the same state)
+            again = attempt(i)
+            if again is None or again[1].tobytes() != found[i][1].tobytes() or again[2] != found[i][2]:
+                raise RuntimeError(f"regroup over {sizes[i]} ranks: made again, it differs")
+        _, state, placed, moves = made[i]
+        self.state, self.placed = state, placed
+        self.moves.append(f"table_row_wise over {sizes[i]} ranks of a node" + "".join(f", {m}" for m in moves))
         return True
 
     # ------------------------------------------------------------------ class moves
@@ -1031,7 +1196,7 @@ class NeoPlanner(Placer):
         while self.max_steps is None or steps < self.max_steps:
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            if self.balance():
+            if self.balance(lockstep=True):
                 steps += 1
                 if self.max_steps is not None and steps >= self.max_steps:
                     break

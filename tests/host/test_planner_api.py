@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from planner_cases import skewed_workload, small_system
@@ -248,6 +250,39 @@ def test_balancing_moves_whole_tables_off_the_crowded_node_and_never_raises_the_
         NeoPlanner(w, s, balance_steps=-1)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_balancing_in_lockstep_with_a_forked_copy_makes_the_serial_moves(monkeypatch):
+    """With two processes (``lockstep``) a forked copy follows the balancing search and prices
+    half of each step's candidates: the same moves and state as one process, bit for bit; and
+    where the copy is lost, this process prices its half: the same again."""
+    from neonic.host.planner import Plan
+    from neonic.host.planner.parallel import Lockstep
+    from neonic.host.planner.plan import Shard, TablePlan
+
+    s, w = _system(nodes=4, g=4), _workload(24, seed=5)
+    cm = CostModel(w, s)
+    stacked = Plan(s.world_size, 4, {t.name: TablePlan(t.name, ShardingType.TABLE_ROW_WISE, tuple(
+        Shard(r, r * t.rows // 4, (r + 1) * t.rows // 4, 0, t.dim) for r in range(4))) for t in w.tables})
+    one = _adopted(w, s, cm, stacked)
+    assert one.balance(lockstep=True)   # one process: no copy
+    forks = []
+    fork = Lockstep.fork
+    monkeypatch.setattr(Lockstep, "fork", classmethod(lambda cls: forks.append(1) or fork.__func__(cls)))
+    for lost in (False, True):
+        if lost:  # every answer of the copy lost (the copy then stops at its next step)
+            monkeypatch.setattr(Lockstep, "hear", lambda self: Lockstep.LOST)
+        two = _adopted(w, s, cm, stacked)
+        two.workers = 2
+        try:
+            assert two.balance(lockstep=True)
+        finally:
+            if two._server is not None:
+                two._server.close()
+        assert two.moves == one.moves and two.state.vec.tobytes() == one.state.vec.tobytes()
+        assert two.plan("neo") == one.plan("neo")
+    assert len(forks) == 2   # a copy was made each time
+
+
 def test_regrouping_splits_table_row_wise_tables_over_half_a_node_where_that_lowers_the_objective():
     """Over half a node each table writes half the partial pools and reduce-scatters fewer
     bytes inside the node: from forced table-row-wise on 2 x 8 GPUs the search's objective
@@ -261,6 +296,31 @@ def test_regrouping_splits_table_row_wise_tables_over_half_a_node_where_that_low
     assert p.regroup() and p.moves[-1].startswith("table_row_wise over 4 ranks of a node")
     assert p.score(p.state)[0] < 0.9 * before
     assert {len(tp.ranks) for tp in p.plan("neo")} == {4}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_regrouping_with_two_processes_keeps_what_one_process_keeps(monkeypatch):
+    """With two processes the quarter-node attempt is made by a forked copy while this process
+    makes the half; the choice is the serial one, whether the half is kept (2 x 8, 24 tables)
+    or the quarter (16 tables: made again here, from the copy's figures), bit for bit."""
+    import neonic.host.planner.parallel as parallel
+
+    monkeypatch.setattr(parallel, "_MAIN_TAKES", False)   # the copy makes the quarter
+    for seed, n, batch, kept in ((2, 24, 2048, 4), (1, 16, 1024, 2)):
+        s, w = _system(nodes=2, g=8), _workload(n, seed=seed, batch=batch)
+        cm = CostModel(w, s)
+        start = make_plan(w, s, "force:table-row-wise", cost=cm)
+        one = _adopted(w, s, cm, start)
+        assert one.regroup() and one.moves[-1].startswith(f"table_row_wise over {kept} ranks of a node")
+        two = _adopted(w, s, cm, start)
+        two.workers = 2
+        try:
+            assert two.regroup()
+        finally:
+            if two._server is not None:
+                two._server.close()
+        assert two.moves == one.moves and two.plan("neo") == one.plan("neo")
+        assert two.state.vec.tobytes() == one.state.vec.tobytes()
 
 
 def test_forced_table_row_wise_over_aligned_groups_of_a_node():
