@@ -80,6 +80,17 @@ presets):
   runs in a stage of its own. A request of the set one or two places ahead then waits in
   stage 1 until that one's update can be forwarded (see Timing).
 
+* the state travels through the lookup in *way slices*: each way's part of its bank's
+  memory and output register (a bank is ``bank_ways`` ways with a memory of their own per
+  slice), its forwarding of stage 3's updates, its compare, its registered words of the
+  later stages and its update are one slice, whose enables and selects the slice computes
+  from its own copies of the lookup's control registers (stage valids, stage 3's resource
+  flags and pins, stage 1's set-equality flags with the stages ahead). The copies are loaded
+  with the central registers' next values, so every slice moves exactly as the central
+  control does, and no select or enable of the wide words is one net to every way (the 864
+  bits of a 32-way set word behind ~1,000-load enables did not route on an ECP5; one copy now
+  drives one way's 27 bits). The FPGA flow keeps the copies (:data:`KEEP_COPY_ATTR`).
+
 Sizes, for the record: the smartnic preset's 64 MiB of 512 B rows in 32 ways is 4,096 sets
 of 32 way states of 27 bits (20-bit tag from the preset's 1,472 GiB of host DRAM per node,
 valid, dirty, a 5-bit LRU rank): 3,538,944 bits, exactly 192 DP16KD of 18 Kibit whatever
@@ -146,6 +157,8 @@ valid lines, write-backs, errors); ``idle`` is high when nothing is in flight.
 
 from __future__ import annotations
 
+from math import gcd
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
@@ -155,9 +168,16 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
 
-__all__ = ["CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
+__all__ = ["KEEP_COPY_ATTR", "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
            "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
+
+
+#: Attribute of a signal that is a deliberate copy of another register (the same next value,
+#: loaded into a flip-flop of its own so that its loads are split among the copies). Synthesis
+#: merges flip-flops with equal inputs; the FPGA flow (``host.bench.timing``) marks the
+#: flip-flops driving such signals ``keep``, as a designer's replicated registers are.
+KEEP_COPY_ATTR = "neonic_keep_copy"
 
 
 class CacheOp(enum.Enum, shape=1):
@@ -241,15 +261,21 @@ class WayMatch(wiring.Component):
             "old_vec": Out(ways),
         })
 
+    @staticmethod
+    def way_flags(state, tag, *, ways: int, policy: str):
+        """One way's flags from its own state alone: (hit, invalid, least recent); the rule
+        every way of :class:`WayMatch` applies, and each way slice of the controller."""
+        old = (state.repl == ways - 1) if policy == "lru" else Const(0, 1)
+        return state.valid & (state.tag == tag), ~state.valid, old
+
     def elaborate(self, platform):
         m = Module()
         W, word = self.ways, self.word
-        m.d.comb += [
-            self.hit_vec.eq(Cat(word[w].valid & (word[w].tag == self.tag) for w in range(W))),
-            self.inv_vec.eq(Cat(~word[w].valid for w in range(W))),
-        ]
-        if self.policy == "lru":
-            m.d.comb += self.old_vec.eq(Cat(word[w].repl == W - 1 for w in range(W)))
+        flags = [self.way_flags(word[w], self.tag, ways=W, policy=self.policy)
+                 for w in range(W)]
+        m.d.comb += [self.hit_vec.eq(Cat(f[0] for f in flags)),
+                     self.inv_vec.eq(Cat(f[1] for f in flags)),
+                     self.old_vec.eq(Cat(f[2] for f in flags))]
         return m
 
 
@@ -392,28 +418,37 @@ class StateUpdate(wiring.Component):
             is_sel = Signal(W)
             m.d.comb += [sel_repl.eq(Array(word[w].repl for w in range(W))[self.sel]),
                          is_sel.eq(Cat(self.sel == w for w in range(W)))]
-        repl_max = (1 << self.lfu_bits) - 1
         for w in range(W):
-            old, new = word[w], new_word[w]
-            m.d.comb += new.eq(old)
-            if self.policy == "lru":
-                with m.If(is_sel[w]):
-                    m.d.comb += new.repl.eq(0)
-                with m.Elif(old.repl < sel_repl):
-                    m.d.comb += new.repl.eq(old.repl + 1)
-            else:
-                with m.If(hit):
-                    aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
-                    m.d.comb += new.repl.eq(Mux(is_sel[w], aged + 1, aged))
-                with m.Elif(is_sel[w]):
-                    m.d.comb += new.repl.eq(1)
-            with m.If(is_sel[w]):
-                with m.If(hit):
-                    m.d.comb += new.dirty.eq(old.dirty | self.write)
-                with m.Else():
-                    m.d.comb += [new.valid.eq(1), new.dirty.eq(self.write),
-                                 new.tag.eq(self.tag)]
+            self.way_next(m, word[w], new_word[w], is_sel=is_sel[w], sel_repl=sel_repl,
+                          hit=hit, write=self.write, tag=self.tag, policy=self.policy,
+                          lfu_bits=self.lfu_bits)
         return m
+
+    @staticmethod
+    def way_next(m, old, new, *, is_sel, sel_repl, hit, write, tag, policy: str,
+                 lfu_bits: int):
+        """Drives ``new`` (comb) with one way's next state from its own state ``old`` and
+        what the set's update shares (the selected way's flag ``is_sel`` and replacement
+        state ``sel_repl``, ``hit``, ``write``, ``tag``): the rule every way of
+        :class:`StateUpdate` applies, and each way slice of the controller."""
+        repl_max = (1 << lfu_bits) - 1
+        m.d.comb += new.eq(old)
+        if policy == "lru":
+            with m.If(is_sel):
+                m.d.comb += new.repl.eq(0)
+            with m.Elif(old.repl < sel_repl):
+                m.d.comb += new.repl.eq(old.repl + 1)
+        else:
+            with m.If(hit):
+                aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
+                m.d.comb += new.repl.eq(Mux(is_sel, aged + 1, aged))
+            with m.Elif(is_sel):
+                m.d.comb += new.repl.eq(1)
+        with m.If(is_sel):
+            with m.If(hit):
+                m.d.comb += new.dirty.eq(old.dirty | write)
+            with m.Else():
+                m.d.comb += [new.valid.eq(1), new.dirty.eq(write), new.tag.eq(tag)]
 
 
 class LineRAM(wiring.Component):
@@ -557,6 +592,10 @@ class CacheController(wiring.Component):
     compare_stages : 1 or 2 (default 1): with 2, the per-way compare (:class:`WayMatch`) and
         the set-wide choice (:class:`WayChoose`) are stages of their own (one lookup more in
         flight, one cycle more of hit latency; see "Organisation for NIC sizes").
+    bank_ways : ways per tag-store bank (a divisor of ``ways``; default the largest of 4, 2, 1
+        that divides ``ways``): each bank of ways has its own memory per slice and output
+        registers (4 ways of the NIC preset's 27-bit states are 108 bits, three 36-bit DP16KD
+        ports exactly).
     tag_slice_sets : sets per tag-store slice (a power of two, default 512, the depth of an
         ECP5 DP16KD block RAM at its widest port): a larger tag store is split into slices by
         its set's high bits, each read on every lookup into a register of its own (the block
@@ -581,7 +620,7 @@ class CacheController(wiring.Component):
                  ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
                  queue_depth: int | None = None, line_outstanding: int = 32,
                  lfu_bits: int = 8, counter_width: int = 32, compare_stages: int = 1,
-                 tag_slice_sets: int = 512):
+                 tag_slice_sets: int = 512, bank_ways: int | None = None):
         try:
             self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
                             ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
@@ -590,6 +629,12 @@ class CacheController(wiring.Component):
                                             maximum=2)
             self.tag_slice_sets = check_int("tag_slice_sets", tag_slice_sets, minimum=1,
                                             power_of_two=True)
+            if bank_ways is None:
+                bank_ways = gcd(self.ways, 4)
+            self.bank_ways = check_int("bank_ways", bank_ways, minimum=1, maximum=self.ways)
+            if self.ways % self.bank_ways:
+                raise ValueError(f"bank_ways: expected a divisor of ways={self.ways}, "
+                                 f"got {bank_ways}")
         except ValueError:
             self._MustUse__silence = True  # a refused design is not an unused one
             raise
@@ -736,20 +781,30 @@ class CacheController(wiring.Component):
         def in_slice(set_idx):
             return set_idx[:LOB] if LOB else Const(0, 0)
 
-        tag_rds, tag_wrs = [], []
-        for d in range(NS):
-            mem = Memory(shape=self.set_layout, depth=self.sets // NS,
-                         init=[self._init_set()] * (self.sets // NS),
-                         attrs={"ram_style": "block", COLLISION_X_ATTR: "1"})
-            m.submodules["tags" if NS == 1 else f"tags{d}"] = mem
-            tag_wrs.append(mem.write_port())
-            # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so
-            # the read needs no bypass mux behind the block RAM's output, and a read of the
-            # set written in the same cycle is never used (`COLLISION_X_ATTR`): at accept,
-            # `r_fwd` takes stage 3's word; while stage 1 holds, the read is not enabled and
-            # later updates of its set are forwarded; the FLUSH walker reads a set other than
-            # the one it writes.
-            tag_rds.append(mem.read_port())
+        # Banked by ways: the ways of bank `g` (`bank_ways` of them, `g * G` onwards) have
+        # their own memory per slice, its own output register, and each way its own copies
+        # of the lookup's control (see "Way slices" below).
+        G = self.bank_ways
+        NG = W // G
+        bank_layout = data.ArrayLayout(self.way_layout, G)
+        tag_ports = []      # [bank][slice] -> (read port, write port)
+        for g in range(NG):
+            row = []
+            for d in range(NS):
+                init = self._init_set()[g * G:(g + 1) * G]
+                mem = Memory(shape=bank_layout, depth=self.sets // NS,
+                             init=[init] * (self.sets // NS),
+                             attrs={"ram_style": "block", COLLISION_X_ATTR: "1"})
+                name = ("tags" if NS == 1 else f"tags{d}") if NG == 1 else f"tags{d}_b{g}"
+                m.submodules[name] = mem
+                # Not transparent: the lookup forwards its own updates (each way slice, below),
+                # so the read needs no bypass mux behind the block RAM's output, and a read of
+                # the set written in the same cycle is never used (`COLLISION_X_ATTR`): at
+                # accept, the forwarded word takes stage 3's; while stage 1 holds, the read is
+                # not enabled and later updates of its set are forwarded; the FLUSH walker
+                # reads a set other than the one it writes.
+                row.append((mem.read_port(), mem.write_port()))
+            tag_ports.append(row)
 
         # ---- statistics ----------------------------------------------------------------
         # (the increments are registered, so the counters' carry chains start at a register:
@@ -828,9 +883,9 @@ class CacheController(wiring.Component):
         # ---- command state ---------------------------------------------------------------
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
-        walk_word = Signal(self.set_layout, reset_less=True)
-        walk_rest = Signal(self.set_layout, reset_less=True)     # the ways not yet looked at, from way 0 on
         walk_way = Signal(WB)
+        walk_read = Signal()    # the walker reads a set (its stage-2 set register takes it)
+        walk_load = Signal()    # the walker's set word lands in the output registers
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
         # ==== lookup: stage 0 (accept, read the tag store), 1 ("r": the word arrives), ======
@@ -852,17 +907,17 @@ class CacheController(wiring.Component):
         c = stage("c") if CS == 2 else None
         pre = c if CS == 2 else s2             # the stage stage 3 takes its request from
         s2_leave = Signal()    # stage 2's request moves on (to stage 3, or to "c")
-        r_fwd = Signal()                       # r_fwd_word supersedes the block RAM's data
-        r_fwd_word = Signal(self.set_layout)
-        # `r_fwd_word` is not a register loaded on `accept` (the end of the lookup's stall
-        # path): `fw_last` is the last cycle's new word (loaded every cycle), `fw_hit` (one
-        # flip-flop) says whether that update was of stage 1's set, and `fw_hold` keeps the
-        # word stage 1 saw before (loaded every cycle with the choice of the two).
-        fw_last = Signal(self.set_layout, reset_less=True)
-        fw_hold = Signal(self.set_layout, reset_less=True)
-        fw_hit = Signal()
-        s2_word = Signal(self.set_layout)
-        s3_word = Signal(self.set_layout, reset_less=True)
+        # The state words themselves live in the way slices (below): per way, its stage-2
+        # word (`way_s2`), the word stage 3 takes (`way_pre`), stage 3's (`way_s3`) and the
+        # word its output registers hold (`way_raw`, the walker's view).
+        way_s2 = [Signal(self.way_layout, name=f"w{w}_s2_word") for w in range(W)]
+        way_pre = [Signal(self.way_layout, name=f"w{w}_pre_word", reset_less=True)
+                   for w in range(W)]
+        way_s3 = [Signal(self.way_layout, name=f"w{w}_s3_word", reset_less=True)
+                  for w in range(W)]
+        way_raw = [Signal(self.way_layout, name=f"w{w}_raw_word") for w in range(W)]
+        pre_word = self.set_layout(Cat(*way_pre))
+        s3_word = self.set_layout(Cat(*way_s3))
         s3_hit, s3_merged = Signal(), Signal()
         s3_miss = Signal()     # a miss (neither a hit nor an error), registered with s3_hit
         s3_sel, s3_victim = Signal(WB), Signal(WB)
@@ -883,7 +938,6 @@ class CacheController(wiring.Component):
         # the new word forwarded, so every lookup sees exactly the state a
         # one-request-at-a-time cache would.
         upd_now = Signal()
-        new_word = Signal(self.set_layout)
         req_set = Signal(set_w)
         hold = Signal()
         m.d.comb += [
@@ -907,73 +961,29 @@ class CacheController(wiring.Component):
                 r["err"].eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
             ]
         with m.If(accept):
-            m.d.sync += [
-                r["valid"].eq(1),
-                r_fwd.eq(upd_now & (s3["set"] == req_set)),
-                fw_hit.eq(upd_now & (s3["set"] == req_set)),
-            ]
-        with m.Else():
-            with m.If(s2_take):
-                m.d.sync += r["valid"].eq(0)
-            with m.If(upd_now & (s3["set"] == r["set"])):
-                m.d.sync += r_fwd.eq(1)
-            m.d.sync += fw_hit.eq(upd_now & (s3["set"] == r["set"]))
-        m.d.comb += r_fwd_word.eq(Mux(fw_hit, fw_last, fw_hold))
-        m.d.sync += [fw_last.eq(new_word), fw_hold.eq(r_fwd_word)]
-        # Stage 2 takes the block RAM's word into a register with no logic in between, and
-        # the forwarded word beside it; the choice between the two is stage 2's first mux.
-        # On ECP5 the FPGA flow maps `s2_raw` into the DP16KD's output register (REGMODE
-        # "OUTREG"; the unregistered output's 5.8 ns clock-to-output was most of a cycle).
-        # (no reset: it holds a word only with a request. The tag store is marked
-        # `COLLISION_X_ATTR`: a read of the set stage 3 writes in the same cycle is never
-        # used, stage 3's word is forwarded instead, so yosys need not emulate old-data-on-
-        # collision with a LUT in front of this register.)
-        s2_raw = [Signal(self.set_layout, reset_less=True, name=f"s2_raw{d}")
-                  for d in range(NS)]
-        s2_fwd = Signal()
-        s2_fwd_word = Signal(self.set_layout, reset_less=True)
-        fwd_now = Signal()
-        s2_raw_word = Signal(self.set_layout)   # the word of stage 2's slice
-        m.d.comb += [fwd_now.eq(upd_now & (s3["set"] == r["set"])),
-                     s2_raw_word.eq(Array(s2_raw)[slice_of(s2["set"])] if NS > 1
-                                    else s2_raw[0]),
-                     s2_word.eq(Mux(s2_fwd, s2_fwd_word, s2_raw_word))]
+            m.d.sync += r["valid"].eq(1)
+        with m.Elif(s2_take):
+            m.d.sync += r["valid"].eq(0)
         with m.If(s2_take):
             m.d.sync += [s2[k].eq(r[k]) for k in r]
-            m.d.sync += [raw.eq(rd.data) for raw, rd in zip(s2_raw, tag_rds)]
-            m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
-                         s2_fwd_word.eq(Mux(fwd_now, new_word, r_fwd_word))]
         with m.Elif(s2_leave):
             m.d.sync += s2["valid"].eq(0)
-        with m.If(~cmd_active):
-            m.d.comb += [rd.addr.eq(in_slice(req_set)) for rd in tag_rds]
-            m.d.comb += [rd.en.eq(front.req.ready) for rd in tag_rds]
 
         # stage 2: compare the tags (then, with two compare stages, stage "c": choose the
         # way); the stage before 3 (`pre`) finds a row still in flight
         kw = dict(way_layout=self.way_layout, ways=W, policy=self.policy)
+        m.submodules.way_choose = ways_sel = WayChoose(**kw)
+        # the per-way flags: from the way slices' compares, registered there with two
+        # compare stages (so the set-wide choice starts at registers), else combinational
+        c_hit, c_inv, c_old = Signal(W), Signal(W), Signal(W)
+        m.d.comb += [ways_sel.word.eq(pre_word), ways_sel.hit_vec.eq(c_hit),
+                     ways_sel.inv_vec.eq(c_inv), ways_sel.old_vec.eq(c_old)]
         if CS == 1:
-            m.submodules.way_select = ways_sel = WaySelect(**kw)
-            m.d.comb += [ways_sel.word.eq(s2_word), ways_sel.tag.eq(s2["tag"]),
-                         s2_leave.eq(s3_take)]
-            pre_word = s2_word
+            m.d.comb += s2_leave.eq(s3_take)
         else:
-            # the per-way flags are registered, so each way's compare ends at a flip-flop
-            # beside its slice of the tag store, and the set-wide choice (priority encoders,
-            # the hit's OR) starts at registers
-            m.submodules.way_match = match = WayMatch(**kw)
-            m.submodules.way_choose = ways_sel = WayChoose(**kw)
-            pre_word = Signal(self.set_layout, reset_less=True)
-            c_hit, c_inv, c_old = (Signal(W, reset_less=True), Signal(W, reset_less=True),
-                                   Signal(W, reset_less=True))
-            m.d.comb += [match.word.eq(s2_word), match.tag.eq(s2["tag"]),
-                         s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take)),
-                         ways_sel.word.eq(pre_word), ways_sel.hit_vec.eq(c_hit),
-                         ways_sel.inv_vec.eq(c_inv), ways_sel.old_vec.eq(c_old)]
+            m.d.comb += s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take))
             with m.If(s2_leave):
                 m.d.sync += [c[k].eq(s2[k]) for k in s2]
-                m.d.sync += [pre_word.eq(s2_word), c_hit.eq(match.hit_vec),
-                             c_inv.eq(match.inv_vec), c_old.eq(match.old_vec)]
             with m.Elif(s3_take):
                 m.d.sync += c["valid"].eq(0)
         # An MSHR matches when it fetches stage 2's row: compared with the registered row, not
@@ -992,7 +1002,7 @@ class CacheController(wiring.Component):
         with m.If(s3_take):
             m.d.sync += [s3[k].eq(pre[k]) for k in pre]
             m.d.sync += [
-                s3_word.eq(pre_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
+                s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
                 s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
                 s3_victim.eq(ways_sel.victim),
                 s3_merge_seq.eq(merge_seq), s3_nobeats.eq(pre["beats"] == 0),
@@ -1053,13 +1063,14 @@ class CacheController(wiring.Component):
         # both candidates are registered and chosen after the registers (`took`: stage 3 took
         # a request at the last edge), so stage 3's decision is not on their paths
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
+        pin_enter_n, pin_stay_n = Signal(), Signal()     # their next values (way slices copy)
         if W > 1:
-            m.d.sync += [pin_enter.eq((pin_s2 & ways_sel.victim_oh).any() if CS == 2
-                                      else pin_s2.bit_select(ways_sel.victim, 1)),
-                         pin_stay.eq(pin_s3)]
+            m.d.comb += [pin_enter_n.eq((pin_s2 & ways_sel.victim_oh).any() if CS == 2
+                                        else pin_s2.bit_select(ways_sel.victim, 1)),
+                         pin_stay_n.eq(pin_s3)]
         else:
-            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3)]
-        m.d.sync += took.eq(s3_take)
+            m.d.comb += [pin_enter_n.eq(pin_s2[0]), pin_stay_n.eq(pin_s3)]
+        m.d.sync += [pin_enter.eq(pin_enter_n), pin_stay.eq(pin_stay_n), took.eq(s3_take)]
         pinned = Signal()
         m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
         free_vec = ~mshr_valid
@@ -1091,36 +1102,23 @@ class CacheController(wiring.Component):
             push_op.beats.eq(s3["beats"]),
             push.eq(s3_fire & ~s3_nobeats),
         ]
-        m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
-                                                      policy=self.policy, lfu_bits=self.lfu_bits,
-                                                      given_sel=CS == 2)
-        m.d.comb += [upd.word.eq(s3_word), upd.hit.eq(s3_hit), upd.sel.eq(s3_sel),
-                     upd.write.eq(s3["write"]), upd.tag.eq(s3["tag"]), new_word.eq(upd.new_word)]
-        if CS == 2:
-            # the selected way one-hot and its replacement state, registered with stage 3's
-            # request (from stage "c"'s one-hot vectors: an AND-OR, no way multiplexer)
-            s3_sel_oh = Signal(W, reset_less=True)
-            s3_sel_repl = Signal.like(upd.sel_repl, reset_less=True)
-            sel_oh_c = Signal(W)
-            m.d.comb += sel_oh_c.eq(Mux(ways_sel.hit, ways_sel.hit_oh, ways_sel.victim_oh))
-            repl_terms = Const(0, len(s3_sel_repl))
-            for w in range(W):
-                repl_terms = repl_terms | Mux(sel_oh_c[w], pre_word[w].repl, 0)
-            with m.If(s3_take):
-                m.d.sync += [s3_sel_oh.eq(sel_oh_c), s3_sel_repl.eq(repl_terms)]
-            m.d.comb += [upd.sel_oh.eq(s3_sel_oh), upd.sel_repl.eq(s3_sel_repl)]
-        # The walker's writes come from registers (`cw_*`, written the cycle after the walker
-        # decides them); the lookup never updates while a command runs.
-        cw_en = Signal()
+        # the selected way one-hot and its replacement state, registered in each way slice
+        # with stage 3's request (from the one-hot vectors: an AND-OR, no way multiplexer)
+        sel_oh_c = Signal(W)
+        m.d.comb += sel_oh_c.eq(Mux(ways_sel.hit, ways_sel.hit_oh, ways_sel.victim_oh))
+        repl_terms = Const(0, len(pre_word[0].repl))
+        for w in range(W):
+            repl_terms = repl_terms | Mux(sel_oh_c[w], pre_word[w].repl, 0)
+        sel_repl_c = Signal(len(pre_word[0].repl))
+        m.d.comb += sel_repl_c.eq(repl_terms)
+        # The walker's writes come from registers (`cw_en`, `cw_clear`, `cw_addr`, set the
+        # cycle after the walker decides them); the lookup never updates while a command runs.
+        cw_en, cw_en_n = Signal(), Signal()
+        cw_clear, cw_clear_n = Signal(), Signal()
         cw_addr = Signal(set_w)
-        cw_data = Signal(self.set_layout, reset_less=True)
-        m.d.sync += cw_en.eq(0)
+        m.d.sync += [cw_en.eq(cw_en_n), cw_clear.eq(cw_clear_n)]
         wr_set = Signal(set_w)
         m.d.comb += wr_set.eq(Mux(cw_en, cw_addr, s3["set"]))
-        for d, wr in enumerate(tag_wrs):
-            m.d.comb += [wr.addr.eq(in_slice(wr_set)),
-                         wr.data.eq(Mux(cw_en, cw_data, new_word)),
-                         wr.en.eq((cw_en | upd_now) & (slice_of(wr_set) == d))]
 
         # the victim's state is read from stage 3's word (not selected in stage 2 behind the
         # victim's choice): it only feeds the job's data and the counters
@@ -1426,8 +1424,10 @@ class CacheController(wiring.Component):
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
         s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
-        m.d.sync += [s3_ok.eq(Mux(s3_fire, ok_f, ok_h) & s3_valid_next),
-                     s3_res.eq(Mux(s3_fire & is_miss, res_miss, res_other))]
+        s3_ok_n, s3_res_n = Signal(), Signal()
+        m.d.comb += [s3_ok_n.eq(Mux(s3_fire, ok_f, ok_h) & s3_valid_next),
+                     s3_res_n.eq(Mux(s3_fire & is_miss, res_miss, res_other))]
+        m.d.sync += [s3_ok.eq(s3_ok_n), s3_res.eq(s3_res_n)]
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
@@ -1453,31 +1453,31 @@ class CacheController(wiring.Component):
                     with m.Else():
                         m.next = "CLEAR"
             with m.State("CLEAR"):
-                m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), cw_data.eq(init_word),
-                             walk_set.eq(walk_set + 1)]
+                m.d.comb += [cw_en_n.eq(1), cw_clear_n.eq(1)]
+                m.d.sync += [cw_addr.eq(walk_set), walk_set.eq(walk_set + 1)]
                 with m.If(walk_set == self.sets - 1):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("READ_SET"):
-                m.d.comb += [rd.addr.eq(in_slice(walk_set)) for rd in tag_rds]
-                m.d.comb += [rd.en.eq(1) for rd in tag_rds]
-                # (stage 2 is empty while a command runs: its set register chooses the
-                # walked set's slice, through the lookup's own slice multiplexer)
-                m.d.sync += s2["set"].eq(walk_set)
+                # (the tag store's read address is the walked set while a command runs, and
+                # stage 1 is empty, so its read is enabled; the way slices' copies of stage
+                # 2's slice bits take the walked set's, choosing its slice behind the output
+                # registers)
+                m.d.comb += walk_read.eq(1)
                 m.next = "LOAD"
             with m.State("LOAD"):
-                # the block RAM's word lands in stage 2's register (empty while a command
-                # runs), so each block-RAM output bit drives one flip-flop
-                m.d.sync += [raw.eq(rd.data) for raw, rd in zip(s2_raw, tag_rds)]
+                # the block RAM's word lands in the banks' output registers (stage 2 is
+                # empty while a command runs), so each block-RAM output bit drives one
+                # flip-flop
+                m.d.comb += walk_load.eq(1)
                 m.next = "PREP"
             with m.State("PREP"):
-                m.d.sync += [walk_word.eq(s2_raw_word), walk_rest.eq(s2_raw_word),
-                             walk_way.eq(0)]
+                m.d.sync += walk_way.eq(0)
                 m.next = "SCAN"
             with m.State("SCAN"):
-                # one way per cycle: `walk_rest` shifts the set's ways past way 0, so the
-                # way looked at and its tag come from registers with no way mux
-                head = walk_rest[0]
+                # one way per cycle: the way looked at is chosen from the output registers
+                # (which hold the set until the next one is read)
+                head = self.way_layout(Array(v.as_value() for v in way_raw)[walk_way])
                 need_wb = Signal()
                 m.d.comb += need_wb.eq(head.valid & head.dirty)
                 with m.If(~need_wb | ~wj_valid | jobs.w_rdy):
@@ -1489,15 +1489,11 @@ class CacheController(wiring.Component):
                             walk_job.set.eq(walk_set), walk_job.way.eq(walk_way),
                             walk_job.mshr.eq(0), walk_job.rd_row.eq(0),
                         ]
-                    m.d.sync += [walk_rest.eq(walk_rest.as_value() >> self.way_layout.size),
-                                 walk_way.eq(walk_way + 1)]
+                    m.d.sync += walk_way.eq(walk_way + 1)
                     with m.If(walk_way == W - 1):
                         # every line of the set is clean once its write-back is queued
-                        m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), walk_set.eq(walk_set + 1),
-                                     cw_data.eq(Cat(
-                                         Cat(walk_word[w].valid, Const(0, 1),
-                                             walk_word[w].tag, walk_word[w].repl)
-                                         for w in range(W)))]
+                        m.d.comb += cw_en_n.eq(1)
+                        m.d.sync += [cw_addr.eq(walk_set), walk_set.eq(walk_set + 1)]
                         with m.If(walk_set == self.sets - 1):
                             m.next = "WAIT_WB"
                         with m.Else():
@@ -1509,6 +1505,158 @@ class CacheController(wiring.Component):
             with m.State("DONE"):
                 m.d.sync += [cmd_active.eq(0), cmd_ready.eq(0)]
                 m.next = "IDLE"
+
+        # ==== way slices ========================================================================
+        # Each way's state word passes through the lookup in a slice of its own: its part of
+        # its bank's output registers, the forwarding of stage 3's updates, the compare, the
+        # registered words of the later stages and the update, all under enables and selects
+        # that the slice computes itself from its own copies of the lookup's control
+        # registers (the stage valids, stage 3's resource flags and pins, the set-equality
+        # flags of the stages). No select or enable of the wide words is then one net to
+        # every way: each copy drives one way's ~27 bits. The copies are registers loaded
+        # with the same next value as the lookup's own (flagged `KEEP_COPY_ATTR`, so that
+        # synthesis does not merge them back into one), so every slice takes the same
+        # decisions in the same cycle as the central control.
+        r_valid_n, s2_valid_n = Signal(), Signal()
+        m.d.comb += [r_valid_n.eq(accept | (r["valid"] & ~s2_take)),
+                     s2_valid_n.eq(s2_take | (s2["valid"] & ~s2_leave))]
+        # Set-equality flags of stage 1 with the stages ahead (a register each: the compares
+        # are made for every way the stages may move and the moves choose last). Exact while
+        # the stage ahead holds a request, which is when they are used.
+        r_load = ~r["valid"] | s2_take
+        eq_req = {k: st["set"] == req_set for k, st in (("r", r), ("s2", s2), ("s3", s3))
+                  if st is not None}
+        eq_req["pre"] = pre["set"] == req_set
+        eq_r = {"s2": s2["set"] == r["set"], "pre": pre["set"] == r["set"],
+                "s3": s3["set"] == r["set"]}
+        e2r_n, ecr_n, e3r_n = Signal(), Signal(), Signal()
+        m.d.comb += [
+            e2r_n.eq(Mux(s2_take, eq_req["r"], Mux(r_load, eq_req["s2"], eq_r["s2"]))),
+            e3r_n.eq(Mux(s3_take, Mux(r_load, eq_req["pre"], eq_r["pre"]),
+                         Mux(r_load, eq_req["s3"], eq_r["s3"]))),
+        ]
+        if CS == 2:
+            m.d.comb += ecr_n.eq(Mux(s2_leave, Mux(r_load, eq_req["s2"], eq_r["s2"]),
+                                     Mux(r_load, eq_req["pre"], eq_r["pre"])))
+        # stage 3's flags, next
+        s3_miss_n, s3_err_n, s3_hit_n, s3_write_n = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [s3_miss_n.eq(Mux(s3_take, ~pre["err"] & ~ways_sel.hit, s3_miss)),
+                     s3_err_n.eq(Mux(s3_take, pre["err"], s3["err"])),
+                     s3_hit_n.eq(Mux(s3_take, ways_sel.hit, s3_hit)),
+                     s3_write_n.eq(Mux(s3_take, pre["write"], s3["write"]))]
+        eq3_req = s3["set"] == req_set
+
+        def copy(name, w, nxt, *, reset_less=False, init=0):
+            reg = Signal(name=f"w{w}_{name}", reset_less=reset_less, init=init,
+                         attrs={KEEP_COPY_ATTR: "1"})
+            m.d.sync += reg.eq(nxt)
+            return reg
+
+        raw = [[Signal(bank_layout, name=f"raw{d}_b{g}", reset_less=True) for d in range(NS)]
+               for g in range(NG)]
+        for w in range(W):
+            g, j = divmod(w, G)
+            k = {n: copy(n, w, v) for n, v in (
+                ("r_v", r_valid_n), ("s2_v", s2_valid_n), ("s3_v", s3_valid_next),
+                ("s3_ok", s3_ok_n), ("s3_res", s3_res_n), ("took", s3_take),
+                ("pin_enter", pin_enter_n), ("pin_stay", pin_stay_n), ("s3_miss", s3_miss_n),
+                ("s3_hit", s3_hit_n), ("cw_en", cw_en_n), ("cw_clear", cw_clear_n))}
+            k.update({n: copy(n, w, v, reset_less=True) for n, v in (
+                ("s3_err", s3_err_n), ("s3_write", s3_write_n))})
+            k.update({n: copy(n, w, v, reset_less=True, init=1) for n, v in (
+                ("e2r", e2r_n), ("e3r", e3r_n))})
+            if CS == 2:
+                k["c_v"] = copy("c_v", w, s2_leave | (c["valid"] & ~s3_take))
+                k["ecr"] = copy("ecr", w, ecr_n, reset_less=True, init=1)
+            # the slice's own stall and moves (the central ones' equals)
+            fire, upd, take3, leave2, hold_w, take2 = (
+                Signal(name=f"w{w}_{n}") for n in ("fire", "upd", "take3", "leave2", "hold",
+                                                   "take2"))
+            pre_v = k["c_v"] if CS == 2 else k["s2_v"]
+            m.d.comb += [
+                fire.eq(k["s3_ok"] & ~(k["s3_miss"] & (Mux(k["took"], k["pin_enter"],
+                                                           k["pin_stay"]) | ~k["s3_res"]))),
+                upd.eq(fire & ~k["s3_err"]),
+                take3.eq(pre_v & (~k["s3_v"] | fire)),
+                leave2.eq((k["s2_v"] & (~k["c_v"] | take3)) if CS == 2 else take3),
+                hold_w.eq((k["s2_v"] & k["e2r"])
+                          | ((k["c_v"] & k["ecr"]) if CS == 2 else 0)
+                          | (k["s3_v"] & ~fire & k["e3r"])),
+                take2.eq(k["r_v"] & (~k["s2_v"] | leave2) & ~hold_w),
+            ]
+            ready1 = ~k["r_v"] | take2          # stage 1 takes a request (or is empty)
+            accept_w = front.req.valid & ready1 & ~self.cmd.valid & ~cmd_active
+            if j == 0:
+                # the bank's memories: read on every lookup accepted (and while stage 1 is
+                # empty, when the data are not used), their words into the output registers
+                for d, (rd, wr) in enumerate(tag_ports[g]):
+                    m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                                in_slice(req_set))),
+                                 rd.en.eq(ready1)]
+                    with m.If(take2 | walk_load):
+                        m.d.sync += raw[g][d].eq(rd.data)
+                bank_upd = k["cw_en"] | upd
+            # the slice of the output registers holding this way's word: the slice bits of
+            # stage 2's set (or of the walked set), copied
+            if NS > 1:
+                sl = Signal(S - LOB, name=f"w{w}_slice", reset_less=True)
+                with m.If(take2 | walk_read):
+                    m.d.sync += sl.eq(Mux(walk_read, walk_set[LOB:S], r["set"][LOB:S]))
+                m.d.comb += way_raw[w].eq(Array(raw[g][d][j] for d in range(NS))[sl])
+            else:
+                m.d.comb += way_raw[w].eq(raw[g][0][j])
+            # forwarding: the last cycle's new state of this way (`fw_last`), whether that
+            # update was of stage 1's set (`fw_hit`), the state stage 1 saw before (`fw_hold`)
+            new = Signal(self.way_layout, name=f"w{w}_new")
+            fw_last = Signal(self.way_layout, name=f"w{w}_fw_last", reset_less=True)
+            fw_hold = Signal(self.way_layout, name=f"w{w}_fw_hold", reset_less=True)
+            fw_word = Signal(self.way_layout, name=f"w{w}_fw_word")
+            fw_hit, r_fwd, s2_fwd = (Signal(name=f"w{w}_{n}")
+                                     for n in ("fw_hit", "r_fwd", "s2_fwd"))
+            s2_fwd_word = Signal(self.way_layout, name=f"w{w}_s2_fwd_word", reset_less=True)
+            fwd_now = upd & k["e3r"]
+            m.d.comb += fw_word.eq(Mux(fw_hit, fw_last, fw_hold))
+            m.d.sync += [fw_last.eq(new), fw_hold.eq(fw_word)]
+            with m.If(accept_w):
+                m.d.sync += [r_fwd.eq(upd & eq3_req), fw_hit.eq(upd & eq3_req)]
+            with m.Else():
+                with m.If(fwd_now):
+                    m.d.sync += r_fwd.eq(1)
+                m.d.sync += fw_hit.eq(fwd_now)
+            with m.If(take2):
+                m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
+                             s2_fwd_word.eq(Mux(fwd_now, new, fw_word))]
+            m.d.comb += way_s2[w].eq(Mux(s2_fwd, s2_fwd_word, way_raw[w]))
+            # stage 2: this way's flags (registered with two compare stages)
+            hit_f, inv_f, old_f = WayMatch.way_flags(way_s2[w], s2["tag"], ways=W,
+                                                      policy=self.policy)
+            if CS == 2:
+                with m.If(leave2):
+                    m.d.sync += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
+                                 c_inv[w].eq(inv_f), c_old[w].eq(old_f)]
+            else:
+                m.d.comb += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
+                             c_inv[w].eq(inv_f), c_old[w].eq(old_f)]
+            # stage 3: this way's word, whether it is the selected way, the selected way's
+            # replacement state; the new state
+            sel_oh = Signal(name=f"w{w}_sel_oh", reset_less=True)
+            sel_repl = Signal(len(sel_repl_c), name=f"w{w}_sel_repl", reset_less=True)
+            with m.If(take3):
+                m.d.sync += [way_s3[w].eq(way_pre[w]), sel_oh.eq(sel_oh_c[w]),
+                             sel_repl.eq(sel_repl_c)]
+            StateUpdate.way_next(m, way_s3[w], new, is_sel=sel_oh, sel_repl=sel_repl,
+                                 hit=k["s3_hit"], write=k["s3_write"], tag=s3["tag"],
+                                 policy=self.policy, lfu_bits=self.lfu_bits)
+            # the word written: the update, or the walker's (initial state, or this way's
+            # word as read, made clean)
+            raw_w = way_raw[w]
+            clean = Cat(raw_w.valid, Const(0, 1), raw_w.tag, raw_w.repl)
+            wdata = Mux(k["cw_en"], Mux(k["cw_clear"], init_word[w].as_value(), clean), new)
+            for d, (rd, wr) in enumerate(tag_ports[g]):
+                m.d.comb += wr.data[j].eq(wdata)
+                if j == 0:
+                    m.d.comb += [wr.addr.eq(in_slice(wr_set)),
+                                 wr.en.eq(bank_upd & (slice_of(wr_set) == d))]
         return m
 
 
