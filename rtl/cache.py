@@ -216,10 +216,18 @@ def _xor_fold(value, width: int, chunk: int):
 
 
 def lowest_one(vec):
-    """The lowest set bit of ``vec`` alone (one-hot, zero if none): ``vec & -vec``, one carry
-    chain, where a priority ``If`` chain over many ways would become that many muxes in a
-    row."""
-    return (vec & (~vec + 1))[:len(vec)]
+    """The lowest set bit of ``vec`` alone (one-hot, zero if none): bit ``i`` is set when
+    ``vec[i]`` is and no bit below it, the ORs below each bit from a parallel prefix
+    (``log2(len)`` levels of 2-input ORs), where a priority ``If`` chain (or the carry of
+    ``vec & -vec``, which synthesis may lay out as a ripple of LUTs) would be as deep as the
+    vector is long."""
+    n = len(vec)
+    ors = [vec[i] for i in range(n)]          # ors[i]: OR of vec[0..i], by doubling spans
+    span = 1
+    while span < n:
+        ors = [ors[i] | ors[i - span] if i >= span else ors[i] for i in range(n)]
+        span *= 2
+    return Cat(vec[0], *[vec[i] & ~ors[i - 1] for i in range(1, n)])
 
 
 def one_hot_index(onehot, width: int):
@@ -971,21 +979,48 @@ class CacheController(wiring.Component):
 
         # stage 2: compare the tags (then, with two compare stages, stage "c": choose the
         # way); the stage before 3 (`pre`) finds a row still in flight
-        kw = dict(way_layout=self.way_layout, ways=W, policy=self.policy)
-        m.submodules.way_choose = ways_sel = WayChoose(**kw)
-        # the per-way flags: from the way slices' compares, registered there with two
-        # compare stages (so the set-wide choice starts at registers), else combinational
-        c_hit, c_inv, c_old = Signal(W), Signal(W), Signal(W)
-        m.d.comb += [ways_sel.word.eq(pre_word), ways_sel.hit_vec.eq(c_hit),
-                     ways_sel.inv_vec.eq(c_inv), ways_sel.old_vec.eq(c_old)]
+        # The choice (:class:`WaySelect`'s rule) from the per-way flags of the way slices'
+        # compares, registered there with two compare stages (so the set-wide choice starts
+        # at registers), else combinational: `c_hit` (hit), `c_invf` (the lowest invalid
+        # way alone, found in stage 2 from its invalid flags, `c_anyinv` whether there is
+        # one) and `c_old` (LRU: rank `ways - 1`). The rule's "lowest" is needed only there:
+        # a row is in at most one way of its set (a miss allocates only a row its set does
+        # not hold), so `c_hit` has at most one bit; LRU ranks are a permutation of the ways
+        # (the initial ranks are, and an update keeps them so), so `c_old` has exactly one.
+        c_hit, c_invf, c_old = Signal(W), Signal(W), Signal(W)
+        c_anyinv = Signal()
+        s2_inv = Signal(W)          # stage 2's invalid flags (from the way slices)
+        s2_invf = Signal(W)
+        m.d.comb += s2_invf.eq(lowest_one(s2_inv))
         if CS == 1:
-            m.d.comb += s2_leave.eq(s3_take)
+            m.d.comb += [s2_leave.eq(s3_take), c_anyinv.eq(s2_inv.any())]
         else:
             m.d.comb += s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take))
             with m.If(s2_leave):
                 m.d.sync += [c[k].eq(s2[k]) for k in s2]
+                m.d.sync += c_anyinv.eq(s2_inv.any())
             with m.Elif(s3_take):
                 m.d.sync += c["valid"].eq(0)
+        ch_hit = Signal()
+        ch_hit_way, ch_victim = Signal(WB), Signal(WB)
+        ch_victim_oh = Signal(W)
+        policy_oh = Signal(W)
+        if self.policy == "lru":
+            m.d.comb += policy_oh.eq(c_old)
+        else:
+            def argmin(items):
+                if len(items) == 1:
+                    return items[0]
+                half = len(items) // 2
+                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
+                take_b = vb < va
+                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
+            _, best = argmin([(pre_word[w].repl, Const(w, WB)) for w in range(W)])
+            m.d.comb += policy_oh.eq((Const(1, W) << best)[:W])
+        m.d.comb += [ch_hit.eq(c_hit.any()),
+                     ch_victim_oh.eq(Mux(c_anyinv, c_invf, policy_oh)),
+                     ch_hit_way.eq(one_hot_index(c_hit, WB)),
+                     ch_victim.eq(one_hot_index(ch_victim_oh, WB))]
         # An MSHR matches when it fetches stage 2's row: compared with the registered row, not
         # through the state word. The two agree: while an MSHR is valid its way is pinned (the
         # miss's operation waits in the queue or the executor until the fill completes), so
@@ -1002,11 +1037,11 @@ class CacheController(wiring.Component):
         with m.If(s3_take):
             m.d.sync += [s3[k].eq(pre[k]) for k in pre]
             m.d.sync += [
-                s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
-                s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
-                s3_victim.eq(ways_sel.victim),
+                s3_hit.eq(ch_hit), s3_merged.eq(mshr_match.any()),
+                s3_sel.eq(Mux(ch_hit, ch_hit_way, ch_victim)),
+                s3_victim.eq(ch_victim),
                 s3_merge_seq.eq(merge_seq), s3_nobeats.eq(pre["beats"] == 0),
-                s3_miss.eq(~pre["err"] & ~ways_sel.hit),
+                s3_miss.eq(~pre["err"] & ~ch_hit),
             ]
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
@@ -1065,8 +1100,7 @@ class CacheController(wiring.Component):
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         pin_enter_n, pin_stay_n = Signal(), Signal()     # their next values (way slices copy)
         if W > 1:
-            m.d.comb += [pin_enter_n.eq((pin_s2 & ways_sel.victim_oh).any() if CS == 2
-                                        else pin_s2.bit_select(ways_sel.victim, 1)),
+            m.d.comb += [pin_enter_n.eq((pin_s2 & ch_victim_oh).any()),
                          pin_stay_n.eq(pin_s3)]
         else:
             m.d.comb += [pin_enter_n.eq(pin_s2[0]), pin_stay_n.eq(pin_s3)]
@@ -1102,15 +1136,17 @@ class CacheController(wiring.Component):
             push_op.beats.eq(s3["beats"]),
             push.eq(s3_fire & ~s3_nobeats),
         ]
-        # the selected way one-hot and its replacement state, registered in each way slice
-        # with stage 3's request (from the one-hot vectors: an AND-OR, no way multiplexer)
-        sel_oh_c = Signal(W)
-        m.d.comb += sel_oh_c.eq(Mux(ways_sel.hit, ways_sel.hit_oh, ways_sel.victim_oh))
-        repl_terms = Const(0, len(pre_word[0].repl))
+        # the hit way and the victim one-hot and their replacement states, registered in
+        # each way slice with stage 3's request, which chooses between them by its own copy
+        # of the hit flag (AND-ORs over the one-hot vectors, no way multiplexer, and not
+        # behind the hit's OR)
+        repl_w = len(pre_word[0].repl)
+        hit_repl_c, vic_repl_c = Signal(repl_w), Signal(repl_w)
+        hit_terms, vic_terms = Const(0, repl_w), Const(0, repl_w)
         for w in range(W):
-            repl_terms = repl_terms | Mux(sel_oh_c[w], pre_word[w].repl, 0)
-        sel_repl_c = Signal(len(pre_word[0].repl))
-        m.d.comb += sel_repl_c.eq(repl_terms)
+            hit_terms = hit_terms | Mux(c_hit[w], pre_word[w].repl, 0)
+            vic_terms = vic_terms | Mux(ch_victim_oh[w], pre_word[w].repl, 0)
+        m.d.comb += [hit_repl_c.eq(hit_terms), vic_repl_c.eq(vic_terms)]
         # The walker's writes come from registers (`cw_en`, `cw_clear`, `cw_addr`, set the
         # cycle after the walker decides them); the lookup never updates while a command runs.
         cw_en, cw_en_n = Signal(), Signal()
@@ -1540,9 +1576,9 @@ class CacheController(wiring.Component):
                                      Mux(r_load, eq_req["pre"], eq_r["pre"])))
         # stage 3's flags, next
         s3_miss_n, s3_err_n, s3_hit_n, s3_write_n = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [s3_miss_n.eq(Mux(s3_take, ~pre["err"] & ~ways_sel.hit, s3_miss)),
+        m.d.comb += [s3_miss_n.eq(Mux(s3_take, ~pre["err"] & ~ch_hit, s3_miss)),
                      s3_err_n.eq(Mux(s3_take, pre["err"], s3["err"])),
-                     s3_hit_n.eq(Mux(s3_take, ways_sel.hit, s3_hit)),
+                     s3_hit_n.eq(Mux(s3_take, ch_hit, s3_hit)),
                      s3_write_n.eq(Mux(s3_take, pre["write"], s3["write"]))]
         eq3_req = s3["set"] == req_set
 
@@ -1630,20 +1666,27 @@ class CacheController(wiring.Component):
             # stage 2: this way's flags (registered with two compare stages)
             hit_f, inv_f, old_f = WayMatch.way_flags(way_s2[w], s2["tag"], ways=W,
                                                       policy=self.policy)
+            m.d.comb += s2_inv[w].eq(inv_f)
             if CS == 2:
                 with m.If(leave2):
                     m.d.sync += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
-                                 c_inv[w].eq(inv_f), c_old[w].eq(old_f)]
+                                 c_invf[w].eq(s2_invf[w]), c_old[w].eq(old_f)]
             else:
                 m.d.comb += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
-                             c_inv[w].eq(inv_f), c_old[w].eq(old_f)]
-            # stage 3: this way's word, whether it is the selected way, the selected way's
-            # replacement state; the new state
-            sel_oh = Signal(name=f"w{w}_sel_oh", reset_less=True)
-            sel_repl = Signal(len(sel_repl_c), name=f"w{w}_sel_repl", reset_less=True)
+                             c_invf[w].eq(s2_invf[w]), c_old[w].eq(old_f)]
+            # stage 3: this way's word, whether it is the hit way or the victim, their
+            # replacement states; the selected way by the slice's copy of the hit flag; the
+            # new state
+            hit_oh, vic_oh = (Signal(name=f"w{w}_{n}", reset_less=True)
+                              for n in ("hit_oh", "vic_oh"))
+            hit_repl, vic_repl = (Signal(repl_w, name=f"w{w}_{n}", reset_less=True)
+                                  for n in ("hit_repl", "vic_repl"))
             with m.If(take3):
-                m.d.sync += [way_s3[w].eq(way_pre[w]), sel_oh.eq(sel_oh_c[w]),
-                             sel_repl.eq(sel_repl_c)]
+                m.d.sync += [way_s3[w].eq(way_pre[w]), hit_oh.eq(c_hit[w]),
+                             vic_oh.eq(ch_victim_oh[w]), hit_repl.eq(hit_repl_c),
+                             vic_repl.eq(vic_repl_c)]
+            sel_oh = Mux(k["s3_hit"], hit_oh, vic_oh)
+            sel_repl = Mux(k["s3_hit"], hit_repl, vic_repl)
             StateUpdate.way_next(m, way_s3[w], new, is_sel=sel_oh, sel_repl=sel_repl,
                                  hit=k["s3_hit"], write=k["s3_write"], tag=s3["tag"],
                                  policy=self.policy, lfu_bits=self.lfu_bits)
