@@ -168,7 +168,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
 
-__all__ = ["KEEP_COPY_ATTR", "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
+__all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index", "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
            "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
 
@@ -228,6 +228,19 @@ def lowest_one(vec):
         ors = [ors[i] | ors[i - span] if i >= span else ors[i] for i in range(n)]
         span *= 2
     return Cat(vec[0], *[vec[i] & ~ors[i - 1] for i in range(1, n)])
+
+
+def at_least_two(vec):
+    """Whether two or more bits of ``vec`` are set: a balanced tree over (any, two or more)
+    pairs, ``log2(len)`` levels, not a count."""
+    pairs = [(vec[i], Const(0, 1)) for i in range(len(vec))]
+    while len(pairs) > 1:
+        nxt = [(a1 | b1, a2 | b2 | (a1 & b1))
+               for (a1, a2), (b1, b2) in zip(pairs[::2], pairs[1::2])]
+        if len(pairs) % 2:
+            nxt.append(pairs[-1])
+        pairs = nxt
+    return pairs[0][1]
 
 
 def one_hot_index(onehot, width: int):
@@ -1173,12 +1186,12 @@ class CacheController(wiring.Component):
             job_in.mshr.eq(Mux(cmd_active, walk_job.mshr, free_mshr)),
         ]
         with m.If(s3_fire & is_miss):
-            m.d.sync += [
-                mshr_valid.bit_select(free_mshr, 1).eq(1),
-                mshr_row[free_mshr].eq(s3["row"]),
-                mshr_seq[free_mshr].eq(miss_seq),
-                miss_seq.eq(miss_seq + 1),
-            ]
+            # (each MSHR's enable is its bit of the one-hot `free_oh`, no decoder)
+            for i in range(M):
+                with m.If(free_oh[i]):
+                    m.d.sync += [mshr_valid[i].eq(1), mshr_row[i].eq(s3["row"]),
+                                 mshr_seq[i].eq(miss_seq)]
+            m.d.sync += miss_seq.eq(miss_seq + 1)
             m.d.comb += jobs.w_en.eq(1)
 
         kind = Signal(LookupKind)
@@ -1450,13 +1463,14 @@ class CacheController(wiring.Component):
         # the fill's last beat is a line-port path that would otherwise end here). A miss that
         # fires takes the free MSHR `free_mshr` and writes a job; the walker's job (only while
         # a command runs, when no request fires) is written otherwise.
-        jobs_read = jobs.r_en & jobs.r_rdy
-        # (the job FIFO's next level is not M: `level + w_rdy - read != M` and `level +
-        # (wj_valid & w_rdy) - read != M`, written as compares of the level with constants)
-        lvl_low = jobs.level < M - 1
-        lvl_top = jobs.level == M - 1
-        res_miss = ~(mshr_valid | free_oh).all() & (lvl_low | jobs_read)
-        res_other = ~mshr_valid.all() & (lvl_low | jobs_read | (lvl_top & ~wj_valid))
+        # The job FIFO needs no check of its own: during lookups it holds at most one job per
+        # valid MSHR (a miss writes its job as it takes its MSHR, the job leaves when the
+        # back request is issued, before the fill that frees the MSHR; the walker's jobs are
+        # all gone before a command completes), and it is `mshrs` deep, so a free MSHR
+        # means room. Next cycle's miss needs a free MSHR besides the one a miss firing now
+        # takes: two free now (`at_least_two`, a tree of depth log2(mshrs)).
+        res_miss = at_least_two(~mshr_valid)
+        res_other = ~mshr_valid.all()
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
         s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
