@@ -1066,15 +1066,38 @@ class CacheController(wiring.Component):
         # in between keeps its way pinned a cycle longer.
         holders = [(q_valid[i] & ~q_ops[i].err, q_ops[i]) for i in range(Q)]
         holders.append((x_valid & ~x.err, x))
+        # (`pre`: the stage before 3; `into_pre`, the stage before it, and `pre_take`: `pre`
+        # takes its request; `into_src`: the set `into_pre` takes when it takes one)
+        into_pre, pre_take = (r, s2_take) if CS == 1 else (s2, s2_leave)
+        into_src, into_take = (req_set, ~r["valid"] | s2_take) if CS == 1 else (r["set"], s2_take)
+        # Each queue entry's set compared with the sets of `into_pre`, `pre` and stage 3, as
+        # registers (`q_eq[i][stage]`): the next value for each way the entry and the stages
+        # may change (the entry written with stage 3's operation or not, the stage taking a
+        # request or not), chosen last. Exact for an entry that holds an operation.
+        stage_sets = {"into": (into_pre["set"], into_take, into_src),
+                      "pre": (pre["set"], pre_take, into_pre["set"]),
+                      "s3": (s3["set"], s3_take, pre["set"])}
+        q_wr = [Signal(name=f"q{i}_wr") for i in range(Q)]     # entry i takes the push
+        q_eq = [{} for _ in range(Q)]
+        for key, (cur, take, src) in stage_sets.items():
+            for i in range(Q):
+                flag = Signal(name=f"q{i}_eq_{key}", reset_less=True)
+                q_eq[i][key] = flag
+                entry = q_ops[i].set
+                m.d.sync += flag.eq(Mux(q_wr[i], Mux(take, s3["set"] == src, s3["set"] == cur),
+                                        Mux(take, entry == src, entry == cur)))
 
-        def pinned_ways(set_idx, tag):
-            """The ways of set ``set_idx`` with an operation queued or in the executor."""
+        def way_oh(op):
+            return Const(1, W) << op.way[:max(1, ceil_log2(W))] if W > 1 else Const(1, 1)
+
+        def pinned_ways(key, set_idx):
+            """The ways of the set of stage ``key`` (``set_idx``) with an operation queued
+            (from the entries' compare registers) or in the executor (compared here)."""
             out = Const(0, W)
             for i, (held, op) in enumerate(holders):
-                vec = Signal(W, name=f"pin_{tag}_{i}")
-                hit_set = held & (op.set == set_idx)
-                m.d.comb += vec.eq(Mux(hit_set, Const(1, W) << op.way[:max(1, ceil_log2(W))],
-                                       0) if W > 1 else hit_set)
+                hit_set = held & (q_eq[i][key] if i < Q else (op.set == set_idx))
+                vec = Signal(W, name=f"pin_{key}_{i}")
+                m.d.comb += vec.eq(Mux(hit_set, way_oh(op), 0))
                 out = out | vec
             return out
         # both candidates from registers, each at its victim (stage 2's choice for the request
@@ -1092,10 +1115,7 @@ class CacheController(wiring.Component):
             if W == 1:
                 return hit_set
             return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
-        # (`pre`: the stage before 3; `into_pre`, the stage before it, and `pre_take`: `pre`
-        # takes its request)
-        into_pre, pre_take = (r, s2_take) if CS == 1 else (s2, s2_leave)
-        pin_r, pin_2 = pinned_ways(into_pre["set"], "r"), pinned_ways(pre["set"], "s2")
+        pin_r, pin_2 = pinned_ways("into", into_pre["set"]), pinned_ways("pre", pre["set"])
         pin_s2 = Signal(W)
         m.d.sync += pin_s2.eq(Mux(pre_take,
                                   Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
@@ -1103,8 +1123,8 @@ class CacheController(wiring.Component):
         # stage 3's victim is pinned when a holder's operation is of its set and way: one
         # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
         pin_s3 = Const(0, 1)
-        for held, op in holders:
-            same = held & (op.set == s3["set"])
+        for i, (held, op) in enumerate(holders):
+            same = held & (q_eq[i]["s3"] if i < Q else (op.set == s3["set"]))
             if W > 1:
                 same = same & (op.way[:max(1, ceil_log2(W))] == s3_victim)
             pin_s3 = pin_s3 | same
@@ -1222,6 +1242,7 @@ class CacheController(wiring.Component):
         q_any = Signal()
         x_free = Signal()       # the executor's register takes an operation this cycle
         bypass, enq = Signal(), Signal()
+        m.d.comb += [q_wr[i].eq(enq & (q_tail == i)) for i in range(Q)]
         m.d.comb += [head.eq(Array(q_raw)[q_head]), q_any.eq(q_count != 0),
                      bypass.eq(push & ~q_any & x_free), enq.eq(push & ~bypass)]
         with m.If(enq):
