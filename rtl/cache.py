@@ -85,9 +85,10 @@ presets):
   slice), its forwarding of stage 3's updates, its compare, its registered words of the
   later stages and its update are one slice, whose enables and selects the slice computes
   from its own copies of the lookup's control registers (stage valids, stage 3's resource
-  flags and pins, stage 1's set-equality flags with the stages ahead). The copies are loaded
-  with the central registers' next values, so every slice moves exactly as the central
-  control does, and no select or enable of the wide words is one net to every way (the 864
+  flags and pins, stage 1's set-equality flags with the stages ahead). Each slice keeps its
+  copies by the central registers' rules, its own moves and stall choosing, so every slice
+  moves exactly as the central control does, and no select or enable of the wide words is
+  one net to every way (the 864
   bits of a 32-way set word behind ~1,000-load enables did not route on an ECP5; one copy now
   drives one way's 27 bits). The FPGA flow keeps the copies (:data:`KEEP_COPY_ATTR`).
 
@@ -1496,8 +1497,11 @@ class CacheController(wiring.Component):
         # hit, the end of its compare, is not on these registers' paths)
         s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
         s3_ok_n, s3_res_n = Signal(), Signal()
-        m.d.comb += [s3_ok_n.eq(Mux(s3_fire, ok_f, ok_h) & s3_valid_next),
-                     s3_res_n.eq(Mux(s3_fire & is_miss, res_miss, res_other))]
+        ok_f_c, ok_h_c, res_miss_c, res_other_c = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [ok_f_c.eq(ok_f), ok_h_c.eq(ok_h), res_miss_c.eq(res_miss),
+                     res_other_c.eq(res_other),
+                     s3_ok_n.eq(Mux(s3_fire, ok_f_c, ok_h_c) & s3_valid_next),
+                     s3_res_n.eq(Mux(s3_fire & is_miss, res_miss_c, res_other_c))]
         m.d.sync += [s3_ok.eq(s3_ok_n), s3_res.eq(s3_res_n)]
 
         # ==== commands: drain, then walk the sets ==============================================
@@ -1584,61 +1588,40 @@ class CacheController(wiring.Component):
         # that the slice computes itself from its own copies of the lookup's control
         # registers (the stage valids, stage 3's resource flags and pins, the set-equality
         # flags of the stages). No select or enable of the wide words is then one net to
-        # every way: each copy drives one way's ~27 bits. The copies are registers loaded
-        # with the same next value as the lookup's own (flagged `KEEP_COPY_ATTR`, so that
-        # synthesis does not merge them back into one), so every slice takes the same
-        # decisions in the same cycle as the central control.
-        r_valid_n, s2_valid_n = Signal(), Signal()
-        m.d.comb += [r_valid_n.eq(accept | (r["valid"] & ~s2_take)),
-                     s2_valid_n.eq(s2_take | (s2["valid"] & ~s2_leave))]
-        # Set-equality flags of stage 1 with the stages ahead (a register each: the compares
-        # are made for every way the stages may move and the moves choose last). Exact while
-        # the stage ahead holds a request, which is when they are used.
-        r_load = ~r["valid"] | s2_take
-        eq_req = {k: st["set"] == req_set for k, st in (("r", r), ("s2", s2), ("s3", s3))
-                  if st is not None}
-        eq_req["pre"] = pre["set"] == req_set
-        eq_r = {"s2": s2["set"] == r["set"], "pre": pre["set"] == r["set"],
-                "s3": s3["set"] == r["set"]}
-        e2r_n, ecr_n, e3r_n = Signal(), Signal(), Signal()
-        m.d.comb += [
-            e2r_n.eq(Mux(s2_take, eq_req["r"], Mux(r_load, eq_req["s2"], eq_r["s2"]))),
-            e3r_n.eq(Mux(s3_take, Mux(r_load, eq_req["pre"], eq_r["pre"]),
-                         Mux(r_load, eq_req["s3"], eq_r["s3"]))),
-        ]
-        if CS == 2:
-            m.d.comb += ecr_n.eq(Mux(s2_leave, Mux(r_load, eq_req["s2"], eq_r["s2"]),
-                                     Mux(r_load, eq_req["pre"], eq_r["pre"])))
-        # stage 3's flags, next
-        s3_miss_n, s3_err_n, s3_hit_n, s3_write_n = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [s3_miss_n.eq(Mux(s3_take, ~pre["err"] & ~ch_hit, s3_miss)),
-                     s3_err_n.eq(Mux(s3_take, pre["err"], s3["err"])),
-                     s3_hit_n.eq(Mux(s3_take, ch_hit, s3_hit)),
-                     s3_write_n.eq(Mux(s3_take, pre["write"], s3["write"]))]
-        eq3_req = s3["set"] == req_set
+        # every way: each copy drives one way's ~27 bits. Each slice keeps its copies by the
+        # central registers' rules, with its own moves and stall (computed from its copies)
+        # as the selects, so every slice takes the same decisions in the same cycle as the
+        # central control; what the slices share reaches them from registers and ports
+        # through shallow logic, not from behind the stall. (The copies are flagged
+        # `KEEP_COPY_ATTR`: the FPGA flow keeps them as they are.)
+        # Stage 1's set compared with the sets ahead of it (the slices keep these as flags,
+        # for every way the stages may move, the moves choosing last; exact while the stage
+        # ahead holds a request, which is when they are used).
+        eq_req, eq_r = {}, {}
+        for key, st in (("r", r), ("s2", s2), ("pre", pre), ("s3", s3)):
+            eq_req[key] = Signal(name=f"eq_{key}_req")
+            m.d.comb += eq_req[key].eq(st["set"] == req_set)
+            if key != "r":
+                eq_r[key] = Signal(name=f"eq_{key}_r")
+                m.d.comb += eq_r[key].eq(st["set"] == r["set"])
+        eq3_req = eq_req["s3"]
 
-        def copy(name, w, nxt, *, reset_less=False, init=0):
-            reg = Signal(name=f"w{w}_{name}", reset_less=reset_less, init=init,
-                         attrs={KEEP_COPY_ATTR: "1"})
-            m.d.sync += reg.eq(nxt)
-            return reg
+        def copy(name, w, *, reset_less=False, init=0):
+            return Signal(name=f"w{w}_{name}", reset_less=reset_less, init=init,
+                          attrs={KEEP_COPY_ATTR: "1"})
 
         raw = [[Signal(bank_layout, name=f"raw{d}_b{g}", reset_less=True) for d in range(NS)]
                for g in range(NG)]
         for w in range(W):
             g, j = divmod(w, G)
-            k = {n: copy(n, w, v) for n, v in (
-                ("r_v", r_valid_n), ("s2_v", s2_valid_n), ("s3_v", s3_valid_next),
-                ("s3_ok", s3_ok_n), ("s3_res", s3_res_n), ("took", s3_take),
-                ("pin_enter", pin_enter_n), ("pin_stay", pin_stay_n), ("s3_miss", s3_miss_n),
-                ("s3_hit", s3_hit_n), ("cw_en", cw_en_n), ("cw_clear", cw_clear_n))}
-            k.update({n: copy(n, w, v, reset_less=True) for n, v in (
-                ("s3_err", s3_err_n), ("s3_write", s3_write_n))})
-            k.update({n: copy(n, w, v, reset_less=True, init=1) for n, v in (
-                ("e2r", e2r_n), ("e3r", e3r_n))})
+            k = {n: copy(n, w) for n in ("r_v", "s2_v", "s3_v", "s3_ok", "s3_res", "took",
+                                         "pin_enter", "pin_stay", "s3_miss", "s3_hit",
+                                         "cw_en", "cw_clear")}
+            k.update({n: copy(n, w, reset_less=True) for n in ("s3_err", "s3_write")})
+            k.update({n: copy(n, w, reset_less=True, init=1) for n in ("e2r", "e3r")})
             if CS == 2:
-                k["c_v"] = copy("c_v", w, s2_leave | (c["valid"] & ~s3_take))
-                k["ecr"] = copy("ecr", w, ecr_n, reset_less=True, init=1)
+                k["c_v"] = copy("c_v", w)
+                k["ecr"] = copy("ecr", w, reset_less=True, init=1)
             # the slice's own stall and moves (the central ones' equals)
             fire, upd, take3, leave2, hold_w, take2 = (
                 Signal(name=f"w{w}_{n}") for n in ("fire", "upd", "take3", "leave2", "hold",
@@ -1657,6 +1640,32 @@ class CacheController(wiring.Component):
             ]
             ready1 = ~k["r_v"] | take2          # stage 1 takes a request (or is empty)
             accept_w = front.req.valid & ready1 & ~self.cmd.valid & ~cmd_active
+            # The copies' next values: the central registers' rules, with the slice's own
+            # moves and stall as the selects (what is shared reaches the slices from
+            # registers and ports through shallow logic, not behind the stall).
+            m.d.sync += [
+                k["r_v"].eq(accept_w | (k["r_v"] & ~take2)),
+                k["s2_v"].eq(take2 | (k["s2_v"] & ~leave2)),
+                k["s3_v"].eq(take3 | (k["s3_v"] & ~fire)),
+                k["took"].eq(take3),
+                k["s3_ok"].eq(Mux(fire, ok_f_c, ok_h_c) & (take3 | (k["s3_v"] & ~fire))),
+                k["s3_res"].eq(Mux(fire & k["s3_miss"], res_miss_c, res_other_c)),
+                k["pin_enter"].eq(pin_enter_n), k["pin_stay"].eq(pin_stay_n),
+                k["s3_miss"].eq(Mux(take3, ~pre["err"] & ~ch_hit, k["s3_miss"])),
+                k["s3_hit"].eq(Mux(take3, ch_hit, k["s3_hit"])),
+                k["s3_err"].eq(Mux(take3, pre["err"], k["s3_err"])),
+                k["s3_write"].eq(Mux(take3, pre["write"], k["s3_write"])),
+                k["cw_en"].eq(cw_en_n), k["cw_clear"].eq(cw_clear_n),
+                k["e2r"].eq(Mux(take2, eq_req["r"], Mux(ready1, eq_req["s2"], eq_r["s2"]))),
+                k["e3r"].eq(Mux(take3, Mux(ready1, eq_req["pre"], eq_r["pre"]),
+                                Mux(ready1, eq_req["s3"], eq_r["s3"]))),
+            ]
+            if CS == 2:
+                m.d.sync += [
+                    k["c_v"].eq(leave2 | (k["c_v"] & ~take3)),
+                    k["ecr"].eq(Mux(leave2, Mux(ready1, eq_req["s2"], eq_r["s2"]),
+                                    Mux(ready1, eq_req["pre"], eq_r["pre"]))),
+                ]
             if j == 0:
                 # the bank's memories: read on every lookup accepted (and while stage 1 is
                 # empty, when the data are not used), their words into the output registers
