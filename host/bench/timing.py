@@ -264,7 +264,9 @@ UNITS: tuple[UnitSpec, ...] = (
              "cache", preset_params=nic_cache_params(),
              note="the smartnic preset's local cache organisation (64 B beats, 512 B lines "
                   "in NIC memory behind the lines port, not in the shell; 32 ways, 16 MSHRs, "
-                  "two compare stages, tags in block RAM in slices of 512 sets) placed at "
+                  "two compare stages, tags in block RAM in slices of 512 sets and banks "
+                  "of 4 ways, the state words in way slices with their own control "
+                  "copies) placed at "
                   "1,024 sets (16 MiB); the preset's 4,096 sets (64 MiB) are synthesised only "
                   "(preset_synth: their tags alone take 192 of the part's 208 DP16KD); one "
                   "seed, router2 (router1 had 77,000 of 94,000 arcs left after 530 s of "
