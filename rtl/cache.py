@@ -169,7 +169,8 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
 
-__all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index", "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
+__all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index",
+           "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
            "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
 
@@ -1070,7 +1071,8 @@ class CacheController(wiring.Component):
         # (`pre`: the stage before 3; `into_pre`, the stage before it, and `pre_take`: `pre`
         # takes its request; `into_src`: the set `into_pre` takes when it takes one)
         into_pre, pre_take = (r, s2_take) if CS == 1 else (s2, s2_leave)
-        into_src, into_take = (req_set, ~r["valid"] | s2_take) if CS == 1 else (r["set"], s2_take)
+        into_src, into_take = ((req_set, ~r["valid"] | s2_take) if CS == 1
+                               else (r["set"], s2_take))
         # Each queue entry's set compared with the sets of `into_pre`, `pre` and stage 3, as
         # registers (`q_eq[i][stage]`): the next value for each way the entry and the stages
         # may change (the entry written with stage 3's operation or not, the stage taking a
