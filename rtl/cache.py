@@ -80,6 +80,18 @@ presets):
   runs in a stage of its own. A request of the set one or two places ahead then waits in
   stage 1 until that one's update can be forwarded (see Timing).
 
+* the state travels through the lookup in *way slices*: each way's part of its bank's
+  memory and output register (a bank is ``bank_ways`` ways with a memory of their own per
+  slice), its forwarding of stage 3's updates, its compare, its registered words of the
+  later stages and its update are one slice, whose enables and selects the slice computes
+  from its own copies of the lookup's control registers (stage valids, stage 3's resource
+  flags and pins, stage 1's set-equality flags with the stages ahead). Each slice keeps its
+  copies by the central registers' rules, its own moves and stall choosing, so every slice
+  moves exactly as the central control does, and no select or enable of the wide words is
+  one net to every way (the 864
+  bits of a 32-way set word behind ~1,000-load enables did not route on an ECP5; one copy now
+  drives one way's 27 bits). The FPGA flow keeps the copies (:data:`KEEP_COPY_ATTR`).
+
 Sizes, for the record: the smartnic preset's 64 MiB of 512 B rows in 32 ways is 4,096 sets
 of 32 way states of 27 bits (20-bit tag from the preset's 1,472 GiB of host DRAM per node,
 valid, dirty, a 5-bit LRU rank): 3,538,944 bits, exactly 192 DP16KD of 18 Kibit whatever
@@ -146,6 +158,8 @@ valid lines, write-backs, errors); ``idle`` is high when nothing is in flight.
 
 from __future__ import annotations
 
+from math import gcd
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
@@ -155,9 +169,17 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
 
-__all__ = ["CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
+__all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index",
+           "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
            "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
+
+
+#: Attribute of a signal that is a deliberate copy of another register (the same next value,
+#: loaded into a flip-flop of its own so that its loads are split among the copies). Synthesis
+#: merges flip-flops with equal inputs; the FPGA flow (``host.bench.timing``) marks the
+#: flip-flops driving such signals ``keep``, as a designer's replicated registers are.
+KEEP_COPY_ATTR = "neonic_keep_copy"
 
 
 class CacheOp(enum.Enum, shape=1):
@@ -196,10 +218,31 @@ def _xor_fold(value, width: int, chunk: int):
 
 
 def lowest_one(vec):
-    """The lowest set bit of ``vec`` alone (one-hot, zero if none): ``vec & -vec``, one carry
-    chain, where a priority ``If`` chain over many ways would become that many muxes in a
-    row."""
-    return (vec & (~vec + 1))[:len(vec)]
+    """The lowest set bit of ``vec`` alone (one-hot, zero if none): bit ``i`` is set when
+    ``vec[i]`` is and no bit below it, the ORs below each bit from a parallel prefix
+    (``log2(len)`` levels of 2-input ORs), where a priority ``If`` chain (or the carry of
+    ``vec & -vec``, which synthesis may lay out as a ripple of LUTs) would be as deep as the
+    vector is long."""
+    n = len(vec)
+    ors = [vec[i] for i in range(n)]          # ors[i]: OR of vec[0..i], by doubling spans
+    span = 1
+    while span < n:
+        ors = [ors[i] | ors[i - span] if i >= span else ors[i] for i in range(n)]
+        span *= 2
+    return Cat(vec[0], *[vec[i] & ~ors[i - 1] for i in range(1, n)])
+
+
+def at_least_two(vec):
+    """Whether two or more bits of ``vec`` are set: a balanced tree over (any, two or more)
+    pairs, ``log2(len)`` levels, not a count."""
+    pairs = [(vec[i], Const(0, 1)) for i in range(len(vec))]
+    while len(pairs) > 1:
+        nxt = [(a1 | b1, a2 | b2 | (a1 & b1))
+               for (a1, a2), (b1, b2) in zip(pairs[::2], pairs[1::2])]
+        if len(pairs) % 2:
+            nxt.append(pairs[-1])
+        pairs = nxt
+    return pairs[0][1]
 
 
 def one_hot_index(onehot, width: int):
@@ -241,15 +284,21 @@ class WayMatch(wiring.Component):
             "old_vec": Out(ways),
         })
 
+    @staticmethod
+    def way_flags(state, tag, *, ways: int, policy: str):
+        """One way's flags from its own state alone: (hit, invalid, least recent); the rule
+        every way of :class:`WayMatch` applies, and each way slice of the controller."""
+        old = (state.repl == ways - 1) if policy == "lru" else Const(0, 1)
+        return state.valid & (state.tag == tag), ~state.valid, old
+
     def elaborate(self, platform):
         m = Module()
         W, word = self.ways, self.word
-        m.d.comb += [
-            self.hit_vec.eq(Cat(word[w].valid & (word[w].tag == self.tag) for w in range(W))),
-            self.inv_vec.eq(Cat(~word[w].valid for w in range(W))),
-        ]
-        if self.policy == "lru":
-            m.d.comb += self.old_vec.eq(Cat(word[w].repl == W - 1 for w in range(W)))
+        flags = [self.way_flags(word[w], self.tag, ways=W, policy=self.policy)
+                 for w in range(W)]
+        m.d.comb += [self.hit_vec.eq(Cat(f[0] for f in flags)),
+                     self.inv_vec.eq(Cat(f[1] for f in flags)),
+                     self.old_vec.eq(Cat(f[2] for f in flags))]
         return m
 
 
@@ -392,28 +441,37 @@ class StateUpdate(wiring.Component):
             is_sel = Signal(W)
             m.d.comb += [sel_repl.eq(Array(word[w].repl for w in range(W))[self.sel]),
                          is_sel.eq(Cat(self.sel == w for w in range(W)))]
-        repl_max = (1 << self.lfu_bits) - 1
         for w in range(W):
-            old, new = word[w], new_word[w]
-            m.d.comb += new.eq(old)
-            if self.policy == "lru":
-                with m.If(is_sel[w]):
-                    m.d.comb += new.repl.eq(0)
-                with m.Elif(old.repl < sel_repl):
-                    m.d.comb += new.repl.eq(old.repl + 1)
-            else:
-                with m.If(hit):
-                    aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
-                    m.d.comb += new.repl.eq(Mux(is_sel[w], aged + 1, aged))
-                with m.Elif(is_sel[w]):
-                    m.d.comb += new.repl.eq(1)
-            with m.If(is_sel[w]):
-                with m.If(hit):
-                    m.d.comb += new.dirty.eq(old.dirty | self.write)
-                with m.Else():
-                    m.d.comb += [new.valid.eq(1), new.dirty.eq(self.write),
-                                 new.tag.eq(self.tag)]
+            self.way_next(m, word[w], new_word[w], is_sel=is_sel[w], sel_repl=sel_repl,
+                          hit=hit, write=self.write, tag=self.tag, policy=self.policy,
+                          lfu_bits=self.lfu_bits)
         return m
+
+    @staticmethod
+    def way_next(m, old, new, *, is_sel, sel_repl, hit, write, tag, policy: str,
+                 lfu_bits: int):
+        """Drives ``new`` (comb) with one way's next state from its own state ``old`` and
+        what the set's update shares (the selected way's flag ``is_sel`` and replacement
+        state ``sel_repl``, ``hit``, ``write``, ``tag``): the rule every way of
+        :class:`StateUpdate` applies, and each way slice of the controller."""
+        repl_max = (1 << lfu_bits) - 1
+        m.d.comb += new.eq(old)
+        if policy == "lru":
+            with m.If(is_sel):
+                m.d.comb += new.repl.eq(0)
+            with m.Elif(old.repl < sel_repl):
+                m.d.comb += new.repl.eq(old.repl + 1)
+        else:
+            with m.If(hit):
+                aged = Mux(sel_repl == repl_max, old.repl >> 1, old.repl)
+                m.d.comb += new.repl.eq(Mux(is_sel, aged + 1, aged))
+            with m.Elif(is_sel):
+                m.d.comb += new.repl.eq(1)
+        with m.If(is_sel):
+            with m.If(hit):
+                m.d.comb += new.dirty.eq(old.dirty | write)
+            with m.Else():
+                m.d.comb += [new.valid.eq(1), new.dirty.eq(write), new.tag.eq(tag)]
 
 
 class LineRAM(wiring.Component):
@@ -557,6 +615,10 @@ class CacheController(wiring.Component):
     compare_stages : 1 or 2 (default 1): with 2, the per-way compare (:class:`WayMatch`) and
         the set-wide choice (:class:`WayChoose`) are stages of their own (one lookup more in
         flight, one cycle more of hit latency; see "Organisation for NIC sizes").
+    bank_ways : ways per tag-store bank (a divisor of ``ways``; default the largest of 4, 2, 1
+        that divides ``ways``): each bank of ways has its own memory per slice and output
+        registers (4 ways of the NIC preset's 27-bit states are 108 bits, three 36-bit DP16KD
+        ports exactly).
     tag_slice_sets : sets per tag-store slice (a power of two, default 512, the depth of an
         ECP5 DP16KD block RAM at its widest port): a larger tag store is split into slices by
         its set's high bits, each read on every lookup into a register of its own (the block
@@ -581,7 +643,7 @@ class CacheController(wiring.Component):
                  ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
                  queue_depth: int | None = None, line_outstanding: int = 32,
                  lfu_bits: int = 8, counter_width: int = 32, compare_stages: int = 1,
-                 tag_slice_sets: int = 512):
+                 tag_slice_sets: int = 512, bank_ways: int | None = None):
         try:
             self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
                             ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
@@ -590,6 +652,12 @@ class CacheController(wiring.Component):
                                             maximum=2)
             self.tag_slice_sets = check_int("tag_slice_sets", tag_slice_sets, minimum=1,
                                             power_of_two=True)
+            if bank_ways is None:
+                bank_ways = gcd(self.ways, 4)
+            self.bank_ways = check_int("bank_ways", bank_ways, minimum=1, maximum=self.ways)
+            if self.ways % self.bank_ways:
+                raise ValueError(f"bank_ways: expected a divisor of ways={self.ways}, "
+                                 f"got {bank_ways}")
         except ValueError:
             self._MustUse__silence = True  # a refused design is not an unused one
             raise
@@ -736,20 +804,30 @@ class CacheController(wiring.Component):
         def in_slice(set_idx):
             return set_idx[:LOB] if LOB else Const(0, 0)
 
-        tag_rds, tag_wrs = [], []
-        for d in range(NS):
-            mem = Memory(shape=self.set_layout, depth=self.sets // NS,
-                         init=[self._init_set()] * (self.sets // NS),
-                         attrs={"ram_style": "block", COLLISION_X_ATTR: "1"})
-            m.submodules["tags" if NS == 1 else f"tags{d}"] = mem
-            tag_wrs.append(mem.write_port())
-            # Not transparent: the lookup forwards its own updates (stages 1 and 2 below), so
-            # the read needs no bypass mux behind the block RAM's output, and a read of the
-            # set written in the same cycle is never used (`COLLISION_X_ATTR`): at accept,
-            # `r_fwd` takes stage 3's word; while stage 1 holds, the read is not enabled and
-            # later updates of its set are forwarded; the FLUSH walker reads a set other than
-            # the one it writes.
-            tag_rds.append(mem.read_port())
+        # Banked by ways: the ways of bank `g` (`bank_ways` of them, `g * G` onwards) have
+        # their own memory per slice, its own output register, and each way its own copies
+        # of the lookup's control (see "Way slices" below).
+        G = self.bank_ways
+        NG = W // G
+        bank_layout = data.ArrayLayout(self.way_layout, G)
+        tag_ports = []      # [bank][slice] -> (read port, write port)
+        for g in range(NG):
+            row = []
+            for d in range(NS):
+                init = self._init_set()[g * G:(g + 1) * G]
+                mem = Memory(shape=bank_layout, depth=self.sets // NS,
+                             init=[init] * (self.sets // NS),
+                             attrs={"ram_style": "block", COLLISION_X_ATTR: "1"})
+                name = ("tags" if NS == 1 else f"tags{d}") if NG == 1 else f"tags{d}_b{g}"
+                m.submodules[name] = mem
+                # Not transparent: the lookup forwards its own updates (each way slice, below),
+                # so the read needs no bypass mux behind the block RAM's output, and a read of
+                # the set written in the same cycle is never used (`COLLISION_X_ATTR`): at
+                # accept, the forwarded word takes stage 3's; while stage 1 holds, the read is
+                # not enabled and later updates of its set are forwarded; the FLUSH walker
+                # reads a set other than the one it writes.
+                row.append((mem.read_port(), mem.write_port()))
+            tag_ports.append(row)
 
         # ---- statistics ----------------------------------------------------------------
         # (the increments are registered, so the counters' carry chains start at a register:
@@ -828,9 +906,9 @@ class CacheController(wiring.Component):
         # ---- command state ---------------------------------------------------------------
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
-        walk_word = Signal(self.set_layout, reset_less=True)
-        walk_rest = Signal(self.set_layout, reset_less=True)     # the ways not yet looked at, from way 0 on
         walk_way = Signal(WB)
+        walk_read = Signal()    # the walker reads a set (its stage-2 set register takes it)
+        walk_load = Signal()    # the walker's set word lands in the output registers
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
 
         # ==== lookup: stage 0 (accept, read the tag store), 1 ("r": the word arrives), ======
@@ -852,17 +930,17 @@ class CacheController(wiring.Component):
         c = stage("c") if CS == 2 else None
         pre = c if CS == 2 else s2             # the stage stage 3 takes its request from
         s2_leave = Signal()    # stage 2's request moves on (to stage 3, or to "c")
-        r_fwd = Signal()                       # r_fwd_word supersedes the block RAM's data
-        r_fwd_word = Signal(self.set_layout)
-        # `r_fwd_word` is not a register loaded on `accept` (the end of the lookup's stall
-        # path): `fw_last` is the last cycle's new word (loaded every cycle), `fw_hit` (one
-        # flip-flop) says whether that update was of stage 1's set, and `fw_hold` keeps the
-        # word stage 1 saw before (loaded every cycle with the choice of the two).
-        fw_last = Signal(self.set_layout, reset_less=True)
-        fw_hold = Signal(self.set_layout, reset_less=True)
-        fw_hit = Signal()
-        s2_word = Signal(self.set_layout)
-        s3_word = Signal(self.set_layout, reset_less=True)
+        # The state words themselves live in the way slices (below): per way, its stage-2
+        # word (`way_s2`), the word stage 3 takes (`way_pre`), stage 3's (`way_s3`) and the
+        # word its output registers hold (`way_raw`, the walker's view).
+        way_s2 = [Signal(self.way_layout, name=f"w{w}_s2_word") for w in range(W)]
+        way_pre = [Signal(self.way_layout, name=f"w{w}_pre_word", reset_less=True)
+                   for w in range(W)]
+        way_s3 = [Signal(self.way_layout, name=f"w{w}_s3_word", reset_less=True)
+                  for w in range(W)]
+        way_raw = [Signal(self.way_layout, name=f"w{w}_raw_word") for w in range(W)]
+        pre_word = self.set_layout(Cat(*way_pre))
+        s3_word = self.set_layout(Cat(*way_s3))
         s3_hit, s3_merged = Signal(), Signal()
         s3_miss = Signal()     # a miss (neither a hit nor an error), registered with s3_hit
         s3_sel, s3_victim = Signal(WB), Signal(WB)
@@ -883,7 +961,6 @@ class CacheController(wiring.Component):
         # the new word forwarded, so every lookup sees exactly the state a
         # one-request-at-a-time cache would.
         upd_now = Signal()
-        new_word = Signal(self.set_layout)
         req_set = Signal(set_w)
         hold = Signal()
         m.d.comb += [
@@ -907,75 +984,58 @@ class CacheController(wiring.Component):
                 r["err"].eq((req.beats == 0) | (req_off + req.beats > RBEATS)),
             ]
         with m.If(accept):
-            m.d.sync += [
-                r["valid"].eq(1),
-                r_fwd.eq(upd_now & (s3["set"] == req_set)),
-                fw_hit.eq(upd_now & (s3["set"] == req_set)),
-            ]
-        with m.Else():
-            with m.If(s2_take):
-                m.d.sync += r["valid"].eq(0)
-            with m.If(upd_now & (s3["set"] == r["set"])):
-                m.d.sync += r_fwd.eq(1)
-            m.d.sync += fw_hit.eq(upd_now & (s3["set"] == r["set"]))
-        m.d.comb += r_fwd_word.eq(Mux(fw_hit, fw_last, fw_hold))
-        m.d.sync += [fw_last.eq(new_word), fw_hold.eq(r_fwd_word)]
-        # Stage 2 takes the block RAM's word into a register with no logic in between, and
-        # the forwarded word beside it; the choice between the two is stage 2's first mux.
-        # On ECP5 the FPGA flow maps `s2_raw` into the DP16KD's output register (REGMODE
-        # "OUTREG"; the unregistered output's 5.8 ns clock-to-output was most of a cycle).
-        # (no reset: it holds a word only with a request. The tag store is marked
-        # `COLLISION_X_ATTR`: a read of the set stage 3 writes in the same cycle is never
-        # used, stage 3's word is forwarded instead, so yosys need not emulate old-data-on-
-        # collision with a LUT in front of this register.)
-        s2_raw = [Signal(self.set_layout, reset_less=True, name=f"s2_raw{d}")
-                  for d in range(NS)]
-        s2_fwd = Signal()
-        s2_fwd_word = Signal(self.set_layout, reset_less=True)
-        fwd_now = Signal()
-        s2_raw_word = Signal(self.set_layout)   # the word of stage 2's slice
-        m.d.comb += [fwd_now.eq(upd_now & (s3["set"] == r["set"])),
-                     s2_raw_word.eq(Array(s2_raw)[slice_of(s2["set"])] if NS > 1
-                                    else s2_raw[0]),
-                     s2_word.eq(Mux(s2_fwd, s2_fwd_word, s2_raw_word))]
+            m.d.sync += r["valid"].eq(1)
+        with m.Elif(s2_take):
+            m.d.sync += r["valid"].eq(0)
         with m.If(s2_take):
             m.d.sync += [s2[k].eq(r[k]) for k in r]
-            m.d.sync += [raw.eq(rd.data) for raw, rd in zip(s2_raw, tag_rds)]
-            m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
-                         s2_fwd_word.eq(Mux(fwd_now, new_word, r_fwd_word))]
         with m.Elif(s2_leave):
             m.d.sync += s2["valid"].eq(0)
-        with m.If(~cmd_active):
-            m.d.comb += [rd.addr.eq(in_slice(req_set)) for rd in tag_rds]
-            m.d.comb += [rd.en.eq(front.req.ready) for rd in tag_rds]
 
         # stage 2: compare the tags (then, with two compare stages, stage "c": choose the
         # way); the stage before 3 (`pre`) finds a row still in flight
-        kw = dict(way_layout=self.way_layout, ways=W, policy=self.policy)
+        # The choice (:class:`WaySelect`'s rule) from the per-way flags of the way slices'
+        # compares, registered there with two compare stages (so the set-wide choice starts
+        # at registers), else combinational: `c_hit` (hit), `c_invf` (the lowest invalid
+        # way alone, found in stage 2 from its invalid flags, `c_anyinv` whether there is
+        # one) and `c_old` (LRU: rank `ways - 1`). The rule's "lowest" is needed only there:
+        # a row is in at most one way of its set (a miss allocates only a row its set does
+        # not hold), so `c_hit` has at most one bit; LRU ranks are a permutation of the ways
+        # (the initial ranks are, and an update keeps them so), so `c_old` has exactly one.
+        c_hit, c_invf, c_old = Signal(W), Signal(W), Signal(W)
+        c_anyinv = Signal()
+        s2_inv = Signal(W)          # stage 2's invalid flags (from the way slices)
+        s2_invf = Signal(W)
+        m.d.comb += s2_invf.eq(lowest_one(s2_inv))
         if CS == 1:
-            m.submodules.way_select = ways_sel = WaySelect(**kw)
-            m.d.comb += [ways_sel.word.eq(s2_word), ways_sel.tag.eq(s2["tag"]),
-                         s2_leave.eq(s3_take)]
-            pre_word = s2_word
+            m.d.comb += [s2_leave.eq(s3_take), c_anyinv.eq(s2_inv.any())]
         else:
-            # the per-way flags are registered, so each way's compare ends at a flip-flop
-            # beside its slice of the tag store, and the set-wide choice (priority encoders,
-            # the hit's OR) starts at registers
-            m.submodules.way_match = match = WayMatch(**kw)
-            m.submodules.way_choose = ways_sel = WayChoose(**kw)
-            pre_word = Signal(self.set_layout, reset_less=True)
-            c_hit, c_inv, c_old = (Signal(W, reset_less=True), Signal(W, reset_less=True),
-                                   Signal(W, reset_less=True))
-            m.d.comb += [match.word.eq(s2_word), match.tag.eq(s2["tag"]),
-                         s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take)),
-                         ways_sel.word.eq(pre_word), ways_sel.hit_vec.eq(c_hit),
-                         ways_sel.inv_vec.eq(c_inv), ways_sel.old_vec.eq(c_old)]
+            m.d.comb += s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take))
             with m.If(s2_leave):
                 m.d.sync += [c[k].eq(s2[k]) for k in s2]
-                m.d.sync += [pre_word.eq(s2_word), c_hit.eq(match.hit_vec),
-                             c_inv.eq(match.inv_vec), c_old.eq(match.old_vec)]
+                m.d.sync += c_anyinv.eq(s2_inv.any())
             with m.Elif(s3_take):
                 m.d.sync += c["valid"].eq(0)
+        ch_hit = Signal()
+        ch_hit_way, ch_victim = Signal(WB), Signal(WB)
+        ch_victim_oh = Signal(W)
+        policy_oh = Signal(W)
+        if self.policy == "lru":
+            m.d.comb += policy_oh.eq(c_old)
+        else:
+            def argmin(items):
+                if len(items) == 1:
+                    return items[0]
+                half = len(items) // 2
+                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
+                take_b = vb < va
+                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
+            _, best = argmin([(pre_word[w].repl, Const(w, WB)) for w in range(W)])
+            m.d.comb += policy_oh.eq((Const(1, W) << best)[:W])
+        m.d.comb += [ch_hit.eq(c_hit.any()),
+                     ch_victim_oh.eq(Mux(c_anyinv, c_invf, policy_oh)),
+                     ch_hit_way.eq(one_hot_index(c_hit, WB)),
+                     ch_victim.eq(one_hot_index(ch_victim_oh, WB))]
         # An MSHR matches when it fetches stage 2's row: compared with the registered row, not
         # through the state word. The two agree: while an MSHR is valid its way is pinned (the
         # miss's operation waits in the queue or the executor until the fill completes), so
@@ -992,11 +1052,11 @@ class CacheController(wiring.Component):
         with m.If(s3_take):
             m.d.sync += [s3[k].eq(pre[k]) for k in pre]
             m.d.sync += [
-                s3_word.eq(pre_word), s3_hit.eq(ways_sel.hit), s3_merged.eq(mshr_match.any()),
-                s3_sel.eq(Mux(ways_sel.hit, ways_sel.hit_way, ways_sel.victim)),
-                s3_victim.eq(ways_sel.victim),
+                s3_hit.eq(ch_hit), s3_merged.eq(mshr_match.any()),
+                s3_sel.eq(Mux(ch_hit, ch_hit_way, ch_victim)),
+                s3_victim.eq(ch_victim),
                 s3_merge_seq.eq(merge_seq), s3_nobeats.eq(pre["beats"] == 0),
-                s3_miss.eq(~pre["err"] & ~ways_sel.hit),
+                s3_miss.eq(~pre["err"] & ~ch_hit),
             ]
         with m.Elif(s3_fire):
             m.d.sync += s3["valid"].eq(0)
@@ -1008,15 +1068,39 @@ class CacheController(wiring.Component):
         # in between keeps its way pinned a cycle longer.
         holders = [(q_valid[i] & ~q_ops[i].err, q_ops[i]) for i in range(Q)]
         holders.append((x_valid & ~x.err, x))
+        # (`pre`: the stage before 3; `into_pre`, the stage before it, and `pre_take`: `pre`
+        # takes its request; `into_src`: the set `into_pre` takes when it takes one)
+        into_pre, pre_take = (r, s2_take) if CS == 1 else (s2, s2_leave)
+        into_src, into_take = ((req_set, ~r["valid"] | s2_take) if CS == 1
+                               else (r["set"], s2_take))
+        # Each queue entry's set compared with the sets of `into_pre`, `pre` and stage 3, as
+        # registers (`q_eq[i][stage]`): the next value for each way the entry and the stages
+        # may change (the entry written with stage 3's operation or not, the stage taking a
+        # request or not), chosen last. Exact for an entry that holds an operation.
+        stage_sets = {"into": (into_pre["set"], into_take, into_src),
+                      "pre": (pre["set"], pre_take, into_pre["set"]),
+                      "s3": (s3["set"], s3_take, pre["set"])}
+        q_wr = [Signal(name=f"q{i}_wr") for i in range(Q)]     # entry i takes the push
+        q_eq = [{} for _ in range(Q)]
+        for key, (cur, take, src) in stage_sets.items():
+            for i in range(Q):
+                flag = Signal(name=f"q{i}_eq_{key}", reset_less=True)
+                q_eq[i][key] = flag
+                entry = q_ops[i].set
+                m.d.sync += flag.eq(Mux(q_wr[i], Mux(take, s3["set"] == src, s3["set"] == cur),
+                                        Mux(take, entry == src, entry == cur)))
 
-        def pinned_ways(set_idx, tag):
-            """The ways of set ``set_idx`` with an operation queued or in the executor."""
+        def way_oh(op):
+            return Const(1, W) << op.way[:max(1, ceil_log2(W))] if W > 1 else Const(1, 1)
+
+        def pinned_ways(key, set_idx):
+            """The ways of the set of stage ``key`` (``set_idx``) with an operation queued
+            (from the entries' compare registers) or in the executor (compared here)."""
             out = Const(0, W)
             for i, (held, op) in enumerate(holders):
-                vec = Signal(W, name=f"pin_{tag}_{i}")
-                hit_set = held & (op.set == set_idx)
-                m.d.comb += vec.eq(Mux(hit_set, Const(1, W) << op.way[:max(1, ceil_log2(W))],
-                                       0) if W > 1 else hit_set)
+                hit_set = held & (q_eq[i][key] if i < Q else (op.set == set_idx))
+                vec = Signal(W, name=f"pin_{key}_{i}")
+                m.d.comb += vec.eq(Mux(hit_set, way_oh(op), 0))
                 out = out | vec
             return out
         # both candidates from registers, each at its victim (stage 2's choice for the request
@@ -1034,10 +1118,7 @@ class CacheController(wiring.Component):
             if W == 1:
                 return hit_set
             return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
-        # (`pre`: the stage before 3; `into_pre`, the stage before it, and `pre_take`: `pre`
-        # takes its request)
-        into_pre, pre_take = (r, s2_take) if CS == 1 else (s2, s2_leave)
-        pin_r, pin_2 = pinned_ways(into_pre["set"], "r"), pinned_ways(pre["set"], "s2")
+        pin_r, pin_2 = pinned_ways("into", into_pre["set"]), pinned_ways("pre", pre["set"])
         pin_s2 = Signal(W)
         m.d.sync += pin_s2.eq(Mux(pre_take,
                                   Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
@@ -1045,21 +1126,21 @@ class CacheController(wiring.Component):
         # stage 3's victim is pinned when a holder's operation is of its set and way: one
         # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
         pin_s3 = Const(0, 1)
-        for held, op in holders:
-            same = held & (op.set == s3["set"])
+        for i, (held, op) in enumerate(holders):
+            same = held & (q_eq[i]["s3"] if i < Q else (op.set == s3["set"]))
             if W > 1:
                 same = same & (op.way[:max(1, ceil_log2(W))] == s3_victim)
             pin_s3 = pin_s3 | same
         # both candidates are registered and chosen after the registers (`took`: stage 3 took
         # a request at the last edge), so stage 3's decision is not on their paths
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
+        pin_enter_n, pin_stay_n = Signal(), Signal()     # their next values (way slices copy)
         if W > 1:
-            m.d.sync += [pin_enter.eq((pin_s2 & ways_sel.victim_oh).any() if CS == 2
-                                      else pin_s2.bit_select(ways_sel.victim, 1)),
-                         pin_stay.eq(pin_s3)]
+            m.d.comb += [pin_enter_n.eq((pin_s2 & ch_victim_oh).any()),
+                         pin_stay_n.eq(pin_s3)]
         else:
-            m.d.sync += [pin_enter.eq(pin_s2[0]), pin_stay.eq(pin_s3)]
-        m.d.sync += took.eq(s3_take)
+            m.d.comb += [pin_enter_n.eq(pin_s2[0]), pin_stay_n.eq(pin_s3)]
+        m.d.sync += [pin_enter.eq(pin_enter_n), pin_stay.eq(pin_stay_n), took.eq(s3_take)]
         pinned = Signal()
         m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
         free_vec = ~mshr_valid
@@ -1091,36 +1172,25 @@ class CacheController(wiring.Component):
             push_op.beats.eq(s3["beats"]),
             push.eq(s3_fire & ~s3_nobeats),
         ]
-        m.submodules.state_update = upd = StateUpdate(way_layout=self.way_layout, ways=W,
-                                                      policy=self.policy, lfu_bits=self.lfu_bits,
-                                                      given_sel=CS == 2)
-        m.d.comb += [upd.word.eq(s3_word), upd.hit.eq(s3_hit), upd.sel.eq(s3_sel),
-                     upd.write.eq(s3["write"]), upd.tag.eq(s3["tag"]), new_word.eq(upd.new_word)]
-        if CS == 2:
-            # the selected way one-hot and its replacement state, registered with stage 3's
-            # request (from stage "c"'s one-hot vectors: an AND-OR, no way multiplexer)
-            s3_sel_oh = Signal(W, reset_less=True)
-            s3_sel_repl = Signal.like(upd.sel_repl, reset_less=True)
-            sel_oh_c = Signal(W)
-            m.d.comb += sel_oh_c.eq(Mux(ways_sel.hit, ways_sel.hit_oh, ways_sel.victim_oh))
-            repl_terms = Const(0, len(s3_sel_repl))
-            for w in range(W):
-                repl_terms = repl_terms | Mux(sel_oh_c[w], pre_word[w].repl, 0)
-            with m.If(s3_take):
-                m.d.sync += [s3_sel_oh.eq(sel_oh_c), s3_sel_repl.eq(repl_terms)]
-            m.d.comb += [upd.sel_oh.eq(s3_sel_oh), upd.sel_repl.eq(s3_sel_repl)]
-        # The walker's writes come from registers (`cw_*`, written the cycle after the walker
-        # decides them); the lookup never updates while a command runs.
-        cw_en = Signal()
+        # the hit way and the victim one-hot and their replacement states, registered in
+        # each way slice with stage 3's request, which chooses between them by its own copy
+        # of the hit flag (AND-ORs over the one-hot vectors, no way multiplexer, and not
+        # behind the hit's OR)
+        repl_w = len(pre_word[0].repl)
+        hit_repl_c, vic_repl_c = Signal(repl_w), Signal(repl_w)
+        hit_terms, vic_terms = Const(0, repl_w), Const(0, repl_w)
+        for w in range(W):
+            hit_terms = hit_terms | Mux(c_hit[w], pre_word[w].repl, 0)
+            vic_terms = vic_terms | Mux(ch_victim_oh[w], pre_word[w].repl, 0)
+        m.d.comb += [hit_repl_c.eq(hit_terms), vic_repl_c.eq(vic_terms)]
+        # The walker's writes come from registers (`cw_en`, `cw_clear`, `cw_addr`, set the
+        # cycle after the walker decides them); the lookup never updates while a command runs.
+        cw_en, cw_en_n = Signal(), Signal()
+        cw_clear, cw_clear_n = Signal(), Signal()
         cw_addr = Signal(set_w)
-        cw_data = Signal(self.set_layout, reset_less=True)
-        m.d.sync += cw_en.eq(0)
+        m.d.sync += [cw_en.eq(cw_en_n), cw_clear.eq(cw_clear_n)]
         wr_set = Signal(set_w)
         m.d.comb += wr_set.eq(Mux(cw_en, cw_addr, s3["set"]))
-        for d, wr in enumerate(tag_wrs):
-            m.d.comb += [wr.addr.eq(in_slice(wr_set)),
-                         wr.data.eq(Mux(cw_en, cw_data, new_word)),
-                         wr.en.eq((cw_en | upd_now) & (slice_of(wr_set) == d))]
 
         # the victim's state is read from stage 3's word (not selected in stage 2 behind the
         # victim's choice): it only feeds the job's data and the counters
@@ -1139,12 +1209,12 @@ class CacheController(wiring.Component):
             job_in.mshr.eq(Mux(cmd_active, walk_job.mshr, free_mshr)),
         ]
         with m.If(s3_fire & is_miss):
-            m.d.sync += [
-                mshr_valid.bit_select(free_mshr, 1).eq(1),
-                mshr_row[free_mshr].eq(s3["row"]),
-                mshr_seq[free_mshr].eq(miss_seq),
-                miss_seq.eq(miss_seq + 1),
-            ]
+            # (each MSHR's enable is its bit of the one-hot `free_oh`, no decoder)
+            for i in range(M):
+                with m.If(free_oh[i]):
+                    m.d.sync += [mshr_valid[i].eq(1), mshr_row[i].eq(s3["row"]),
+                                 mshr_seq[i].eq(miss_seq)]
+            m.d.sync += miss_seq.eq(miss_seq + 1)
             m.d.comb += jobs.w_en.eq(1)
 
         kind = Signal(LookupKind)
@@ -1175,6 +1245,7 @@ class CacheController(wiring.Component):
         q_any = Signal()
         x_free = Signal()       # the executor's register takes an operation this cycle
         bypass, enq = Signal(), Signal()
+        m.d.comb += [q_wr[i].eq(enq & (q_tail == i)) for i in range(Q)]
         m.d.comb += [head.eq(Array(q_raw)[q_head]), q_any.eq(q_count != 0),
                      bypass.eq(push & ~q_any & x_free), enq.eq(push & ~bypass)]
         with m.If(enq):
@@ -1416,18 +1487,24 @@ class CacheController(wiring.Component):
         # the fill's last beat is a line-port path that would otherwise end here). A miss that
         # fires takes the free MSHR `free_mshr` and writes a job; the walker's job (only while
         # a command runs, when no request fires) is written otherwise.
-        jobs_read = jobs.r_en & jobs.r_rdy
-        # (the job FIFO's next level is not M: `level + w_rdy - read != M` and `level +
-        # (wj_valid & w_rdy) - read != M`, written as compares of the level with constants)
-        lvl_low = jobs.level < M - 1
-        lvl_top = jobs.level == M - 1
-        res_miss = ~(mshr_valid | free_oh).all() & (lvl_low | jobs_read)
-        res_other = ~mshr_valid.all() & (lvl_low | jobs_read | (lvl_top & ~wj_valid))
+        # The job FIFO needs no check of its own: during lookups it holds at most one job per
+        # valid MSHR (a miss writes its job as it takes its MSHR, the job leaves when the
+        # back request is issued, before the fill that frees the MSHR; the walker's jobs are
+        # all gone before a command completes), and it is `mshrs` deep, so a free MSHR
+        # means room. Next cycle's miss needs a free MSHR besides the one a miss firing now
+        # takes: two free now (`at_least_two`, a tree of depth log2(mshrs)).
+        res_miss = at_least_two(~mshr_valid)
+        res_other = ~mshr_valid.all()
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
         s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
-        m.d.sync += [s3_ok.eq(Mux(s3_fire, ok_f, ok_h) & s3_valid_next),
-                     s3_res.eq(Mux(s3_fire & is_miss, res_miss, res_other))]
+        s3_ok_n, s3_res_n = Signal(), Signal()
+        ok_f_c, ok_h_c, res_miss_c, res_other_c = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [ok_f_c.eq(ok_f), ok_h_c.eq(ok_h), res_miss_c.eq(res_miss),
+                     res_other_c.eq(res_other),
+                     s3_ok_n.eq(Mux(s3_fire, ok_f_c, ok_h_c) & s3_valid_next),
+                     s3_res_n.eq(Mux(s3_fire & is_miss, res_miss_c, res_other_c))]
+        m.d.sync += [s3_ok.eq(s3_ok_n), s3_res.eq(s3_res_n)]
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
@@ -1453,31 +1530,31 @@ class CacheController(wiring.Component):
                     with m.Else():
                         m.next = "CLEAR"
             with m.State("CLEAR"):
-                m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), cw_data.eq(init_word),
-                             walk_set.eq(walk_set + 1)]
+                m.d.comb += [cw_en_n.eq(1), cw_clear_n.eq(1)]
+                m.d.sync += [cw_addr.eq(walk_set), walk_set.eq(walk_set + 1)]
                 with m.If(walk_set == self.sets - 1):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("READ_SET"):
-                m.d.comb += [rd.addr.eq(in_slice(walk_set)) for rd in tag_rds]
-                m.d.comb += [rd.en.eq(1) for rd in tag_rds]
-                # (stage 2 is empty while a command runs: its set register chooses the
-                # walked set's slice, through the lookup's own slice multiplexer)
-                m.d.sync += s2["set"].eq(walk_set)
+                # (the tag store's read address is the walked set while a command runs, and
+                # stage 1 is empty, so its read is enabled; the way slices' copies of stage
+                # 2's slice bits take the walked set's, choosing its slice behind the output
+                # registers)
+                m.d.comb += walk_read.eq(1)
                 m.next = "LOAD"
             with m.State("LOAD"):
-                # the block RAM's word lands in stage 2's register (empty while a command
-                # runs), so each block-RAM output bit drives one flip-flop
-                m.d.sync += [raw.eq(rd.data) for raw, rd in zip(s2_raw, tag_rds)]
+                # the block RAM's word lands in the banks' output registers (stage 2 is
+                # empty while a command runs), so each block-RAM output bit drives one
+                # flip-flop
+                m.d.comb += walk_load.eq(1)
                 m.next = "PREP"
             with m.State("PREP"):
-                m.d.sync += [walk_word.eq(s2_raw_word), walk_rest.eq(s2_raw_word),
-                             walk_way.eq(0)]
+                m.d.sync += walk_way.eq(0)
                 m.next = "SCAN"
             with m.State("SCAN"):
-                # one way per cycle: `walk_rest` shifts the set's ways past way 0, so the
-                # way looked at and its tag come from registers with no way mux
-                head = walk_rest[0]
+                # one way per cycle: the way looked at is chosen from the output registers
+                # (which hold the set until the next one is read)
+                head = self.way_layout(Array(v.as_value() for v in way_raw)[walk_way])
                 need_wb = Signal()
                 m.d.comb += need_wb.eq(head.valid & head.dirty)
                 with m.If(~need_wb | ~wj_valid | jobs.w_rdy):
@@ -1489,15 +1566,11 @@ class CacheController(wiring.Component):
                             walk_job.set.eq(walk_set), walk_job.way.eq(walk_way),
                             walk_job.mshr.eq(0), walk_job.rd_row.eq(0),
                         ]
-                    m.d.sync += [walk_rest.eq(walk_rest.as_value() >> self.way_layout.size),
-                                 walk_way.eq(walk_way + 1)]
+                    m.d.sync += walk_way.eq(walk_way + 1)
                     with m.If(walk_way == W - 1):
                         # every line of the set is clean once its write-back is queued
-                        m.d.sync += [cw_en.eq(1), cw_addr.eq(walk_set), walk_set.eq(walk_set + 1),
-                                     cw_data.eq(Cat(
-                                         Cat(walk_word[w].valid, Const(0, 1),
-                                             walk_word[w].tag, walk_word[w].repl)
-                                         for w in range(W)))]
+                        m.d.comb += cw_en_n.eq(1)
+                        m.d.sync += [cw_addr.eq(walk_set), walk_set.eq(walk_set + 1)]
                         with m.If(walk_set == self.sets - 1):
                             m.next = "WAIT_WB"
                         with m.Else():
@@ -1509,6 +1582,170 @@ class CacheController(wiring.Component):
             with m.State("DONE"):
                 m.d.sync += [cmd_active.eq(0), cmd_ready.eq(0)]
                 m.next = "IDLE"
+
+        # ==== way slices ========================================================================
+        # Each way's state word passes through the lookup in a slice of its own: its part of
+        # its bank's output registers, the forwarding of stage 3's updates, the compare, the
+        # registered words of the later stages and the update, all under enables and selects
+        # that the slice computes itself from its own copies of the lookup's control
+        # registers (the stage valids, stage 3's resource flags and pins, the set-equality
+        # flags of the stages). No select or enable of the wide words is then one net to
+        # every way: each copy drives one way's ~27 bits. Each slice keeps its copies by the
+        # central registers' rules, with its own moves and stall (computed from its copies)
+        # as the selects, so every slice takes the same decisions in the same cycle as the
+        # central control; what the slices share reaches them from registers and ports
+        # through shallow logic, not from behind the stall. (The copies are flagged
+        # `KEEP_COPY_ATTR`: the FPGA flow keeps them as they are.)
+        # Stage 1's set compared with the sets ahead of it (the slices keep these as flags,
+        # for every way the stages may move, the moves choosing last; exact while the stage
+        # ahead holds a request, which is when they are used).
+        eq_req, eq_r = {}, {}
+        for key, st in (("r", r), ("s2", s2), ("pre", pre), ("s3", s3)):
+            eq_req[key] = Signal(name=f"eq_{key}_req")
+            m.d.comb += eq_req[key].eq(st["set"] == req_set)
+            if key != "r":
+                eq_r[key] = Signal(name=f"eq_{key}_r")
+                m.d.comb += eq_r[key].eq(st["set"] == r["set"])
+        eq3_req = eq_req["s3"]
+
+        def copy(name, w, *, reset_less=False, init=0):
+            return Signal(name=f"w{w}_{name}", reset_less=reset_less, init=init,
+                          attrs={KEEP_COPY_ATTR: "1"})
+
+        raw = [[Signal(bank_layout, name=f"raw{d}_b{g}", reset_less=True) for d in range(NS)]
+               for g in range(NG)]
+        for w in range(W):
+            g, j = divmod(w, G)
+            k = {n: copy(n, w) for n in ("r_v", "s2_v", "s3_v", "s3_ok", "s3_res", "took",
+                                         "pin_enter", "pin_stay", "s3_miss", "s3_hit",
+                                         "cw_en", "cw_clear")}
+            k.update({n: copy(n, w, reset_less=True) for n in ("s3_err", "s3_write")})
+            k.update({n: copy(n, w, reset_less=True, init=1) for n in ("e2r", "e3r")})
+            if CS == 2:
+                k["c_v"] = copy("c_v", w)
+                k["ecr"] = copy("ecr", w, reset_less=True, init=1)
+            # the slice's own stall and moves (the central ones' equals)
+            fire, upd, take3, leave2, hold_w, take2 = (
+                Signal(name=f"w{w}_{n}") for n in ("fire", "upd", "take3", "leave2", "hold",
+                                                   "take2"))
+            pre_v = k["c_v"] if CS == 2 else k["s2_v"]
+            m.d.comb += [
+                fire.eq(k["s3_ok"] & ~(k["s3_miss"] & (Mux(k["took"], k["pin_enter"],
+                                                           k["pin_stay"]) | ~k["s3_res"]))),
+                upd.eq(fire & ~k["s3_err"]),
+                take3.eq(pre_v & (~k["s3_v"] | fire)),
+                leave2.eq((k["s2_v"] & (~k["c_v"] | take3)) if CS == 2 else take3),
+                hold_w.eq((k["s2_v"] & k["e2r"])
+                          | ((k["c_v"] & k["ecr"]) if CS == 2 else 0)
+                          | (k["s3_v"] & ~fire & k["e3r"])),
+                take2.eq(k["r_v"] & (~k["s2_v"] | leave2) & ~hold_w),
+            ]
+            ready1 = ~k["r_v"] | take2          # stage 1 takes a request (or is empty)
+            accept_w = front.req.valid & ready1 & ~self.cmd.valid & ~cmd_active
+            # The copies' next values: the central registers' rules, with the slice's own
+            # moves and stall as the selects (what is shared reaches the slices from
+            # registers and ports through shallow logic, not behind the stall).
+            m.d.sync += [
+                k["r_v"].eq(accept_w | (k["r_v"] & ~take2)),
+                k["s2_v"].eq(take2 | (k["s2_v"] & ~leave2)),
+                k["s3_v"].eq(take3 | (k["s3_v"] & ~fire)),
+                k["took"].eq(take3),
+                k["s3_ok"].eq(Mux(fire, ok_f_c, ok_h_c) & (take3 | (k["s3_v"] & ~fire))),
+                k["s3_res"].eq(Mux(fire & k["s3_miss"], res_miss_c, res_other_c)),
+                k["pin_enter"].eq(pin_enter_n), k["pin_stay"].eq(pin_stay_n),
+                k["s3_miss"].eq(Mux(take3, ~pre["err"] & ~ch_hit, k["s3_miss"])),
+                k["s3_hit"].eq(Mux(take3, ch_hit, k["s3_hit"])),
+                k["s3_err"].eq(Mux(take3, pre["err"], k["s3_err"])),
+                k["s3_write"].eq(Mux(take3, pre["write"], k["s3_write"])),
+                k["cw_en"].eq(cw_en_n), k["cw_clear"].eq(cw_clear_n),
+                k["e2r"].eq(Mux(take2, eq_req["r"], Mux(ready1, eq_req["s2"], eq_r["s2"]))),
+                k["e3r"].eq(Mux(take3, Mux(ready1, eq_req["pre"], eq_r["pre"]),
+                                Mux(ready1, eq_req["s3"], eq_r["s3"]))),
+            ]
+            if CS == 2:
+                m.d.sync += [
+                    k["c_v"].eq(leave2 | (k["c_v"] & ~take3)),
+                    k["ecr"].eq(Mux(leave2, Mux(ready1, eq_req["s2"], eq_r["s2"]),
+                                    Mux(ready1, eq_req["pre"], eq_r["pre"]))),
+                ]
+            if j == 0:
+                # the bank's memories: read on every lookup accepted (and while stage 1 is
+                # empty, when the data are not used), their words into the output registers
+                for d, (rd, wr) in enumerate(tag_ports[g]):
+                    m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                                in_slice(req_set))),
+                                 rd.en.eq(ready1)]
+                    with m.If(take2 | walk_load):
+                        m.d.sync += raw[g][d].eq(rd.data)
+                bank_upd = k["cw_en"] | upd
+            # the slice of the output registers holding this way's word: the slice bits of
+            # stage 2's set (or of the walked set), copied
+            if NS > 1:
+                sl = Signal(S - LOB, name=f"w{w}_slice", reset_less=True)
+                with m.If(take2 | walk_read):
+                    m.d.sync += sl.eq(Mux(walk_read, walk_set[LOB:S], r["set"][LOB:S]))
+                m.d.comb += way_raw[w].eq(Array(raw[g][d][j] for d in range(NS))[sl])
+            else:
+                m.d.comb += way_raw[w].eq(raw[g][0][j])
+            # forwarding: the last cycle's new state of this way (`fw_last`), whether that
+            # update was of stage 1's set (`fw_hit`), the state stage 1 saw before (`fw_hold`)
+            new = Signal(self.way_layout, name=f"w{w}_new")
+            fw_last = Signal(self.way_layout, name=f"w{w}_fw_last", reset_less=True)
+            fw_hold = Signal(self.way_layout, name=f"w{w}_fw_hold", reset_less=True)
+            fw_word = Signal(self.way_layout, name=f"w{w}_fw_word")
+            fw_hit, r_fwd, s2_fwd = (Signal(name=f"w{w}_{n}")
+                                     for n in ("fw_hit", "r_fwd", "s2_fwd"))
+            s2_fwd_word = Signal(self.way_layout, name=f"w{w}_s2_fwd_word", reset_less=True)
+            fwd_now = upd & k["e3r"]
+            m.d.comb += fw_word.eq(Mux(fw_hit, fw_last, fw_hold))
+            m.d.sync += [fw_last.eq(new), fw_hold.eq(fw_word)]
+            with m.If(accept_w):
+                m.d.sync += [r_fwd.eq(upd & eq3_req), fw_hit.eq(upd & eq3_req)]
+            with m.Else():
+                with m.If(fwd_now):
+                    m.d.sync += r_fwd.eq(1)
+                m.d.sync += fw_hit.eq(fwd_now)
+            with m.If(take2):
+                m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
+                             s2_fwd_word.eq(Mux(fwd_now, new, fw_word))]
+            m.d.comb += way_s2[w].eq(Mux(s2_fwd, s2_fwd_word, way_raw[w]))
+            # stage 2: this way's flags (registered with two compare stages)
+            hit_f, inv_f, old_f = WayMatch.way_flags(way_s2[w], s2["tag"], ways=W,
+                                                      policy=self.policy)
+            m.d.comb += s2_inv[w].eq(inv_f)
+            if CS == 2:
+                with m.If(leave2):
+                    m.d.sync += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
+                                 c_invf[w].eq(s2_invf[w]), c_old[w].eq(old_f)]
+            else:
+                m.d.comb += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
+                             c_invf[w].eq(s2_invf[w]), c_old[w].eq(old_f)]
+            # stage 3: this way's word, whether it is the hit way or the victim, their
+            # replacement states; the selected way by the slice's copy of the hit flag; the
+            # new state
+            hit_oh, vic_oh = (Signal(name=f"w{w}_{n}", reset_less=True)
+                              for n in ("hit_oh", "vic_oh"))
+            hit_repl, vic_repl = (Signal(repl_w, name=f"w{w}_{n}", reset_less=True)
+                                  for n in ("hit_repl", "vic_repl"))
+            with m.If(take3):
+                m.d.sync += [way_s3[w].eq(way_pre[w]), hit_oh.eq(c_hit[w]),
+                             vic_oh.eq(ch_victim_oh[w]), hit_repl.eq(hit_repl_c),
+                             vic_repl.eq(vic_repl_c)]
+            sel_oh = Mux(k["s3_hit"], hit_oh, vic_oh)
+            sel_repl = Mux(k["s3_hit"], hit_repl, vic_repl)
+            StateUpdate.way_next(m, way_s3[w], new, is_sel=sel_oh, sel_repl=sel_repl,
+                                 hit=k["s3_hit"], write=k["s3_write"], tag=s3["tag"],
+                                 policy=self.policy, lfu_bits=self.lfu_bits)
+            # the word written: the update, or the walker's (initial state, or this way's
+            # word as read, made clean)
+            raw_w = way_raw[w]
+            clean = Cat(raw_w.valid, Const(0, 1), raw_w.tag, raw_w.repl)
+            wdata = Mux(k["cw_en"], Mux(k["cw_clear"], init_word[w].as_value(), clean), new)
+            for d, (rd, wr) in enumerate(tag_ports[g]):
+                m.d.comb += wr.data[j].eq(wdata)
+                if j == 0:
+                    m.d.comb += [wr.addr.eq(in_slice(wr_set)),
+                                 wr.en.eq(bank_upd & (slice_of(wr_set) == d))]
         return m
 
 

@@ -106,6 +106,7 @@ from amaranth.hdl import Cat, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 from neonic.host.bench import BenchContext
+from neonic.rtl.cache import KEEP_COPY_ATTR
 from neonic.rtl.streams import COLLISION_X_ATTR
 
 SUMMARY = ("per-unit LUTs, FFs, block RAMs, DSPs and Fmax on an ECP5 LFE5U-85F speed grade 6 "
@@ -263,7 +264,9 @@ UNITS: tuple[UnitSpec, ...] = (
              "cache", preset_params=nic_cache_params(),
              note="the smartnic preset's local cache organisation (64 B beats, 512 B lines "
                   "in NIC memory behind the lines port, not in the shell; 32 ways, 16 MSHRs, "
-                  "two compare stages, tags in block RAM in slices of 512 sets) placed at "
+                  "two compare stages, tags in block RAM in slices of 512 sets and banks "
+                  "of 4 ways, the state words in way slices with their own control "
+                  "copies) placed at "
                   "1,024 sets (16 MiB); the preset's 4,096 sets (64 MiB) are synthesised only "
                   "(preset_synth: their tags alone take 192 of the part's 208 DP16KD); one "
                   "seed, router2 (router1 had 77,000 of 94,000 arcs left after 530 s of "
@@ -440,7 +443,13 @@ def _synthesize(spec: UnitSpec, work: Path, timeout: float,
     # Memories marked with `COLLISION_X_ATTR` (one write and one read port, asserted) get
     # undefined read data on a same-cycle collision (see `rtl.streams.COLLISION_X_ATTR`).
     marked = f"t:$mem_v2 a:{COLLISION_X_ATTR} %i"
+    # Flip-flops driving a signal marked `KEEP_COPY_ATTR` are deliberate copies of a register
+    # (replicated to split its loads): marked `keep`, so that `opt_merge` does not merge them
+    # back into one (a no-op for a design without such signals).
+    copies = (f"a:{KEEP_COPY_ATTR} %ci1:+$dff,$adff,$sdff,$dffe,$sdffe,$sdffce,$adffe[Q] "
+              f"a:{KEEP_COPY_ATTR} %d")
     script = ("read_rtlil top.il; hierarchy -top top; proc; memory_collect; "
+              f"setattr -set keep 1 {copies}; "
               f"select -assert-none {marked} r:RD_PORTS=1 r:WR_PORTS=1 %i %d; "
               f"setparam -set RD_COLLISION_X_MASK 1'1 {marked}; "
               "synth_ecp5 -abc9 -top top -json top.json; "

@@ -169,6 +169,20 @@ def test_the_nic_organisation_matches_shadow_and_reference(rng, policy, index):
     assert {f"tags{d}" for d in range(4)} <= set(check.collisions), check.summary()
 
 
+@pytest.mark.parametrize("policy,index", [("lru", "modulo"), ("lfu", "hash")])
+def test_the_nic_organisation_in_banks_of_ways_matches_shadow_and_reference(rng, policy, index):
+    """The tag store in banks of ways (here 4 banks of 2 ways, each in 2 slices of 4 sets, as
+    the preset's 32 ways are 8 banks of 4): every way slice takes the lookup's decisions from
+    its own copies of the control registers, and the results are those of one request at a
+    time, with the reads that collide with a write poisoned in every bank and slice."""
+    dut = CacheController(**{**SMALL, "sets": 8, "ways": 8}, policy=policy, index=index,
+                          compare_stages=2, tag_slice_sets=4, bank_ways=2)
+    assert (dut.tag_slices, dut.bank_ways) == (2, 2)
+    check = _random_traffic_checked(dut, rng, rows=90)
+    assert {f"tags{d}_b{g}" for d in range(2) for g in range(4)} <= set(check.collisions), \
+        check.summary()
+
+
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
 def test_two_compare_stages_see_each_others_updates_in_one_set(rng, policy):
     """Requests of one set back to back through two compare stages: each must wait until the
@@ -337,6 +351,7 @@ def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
     (dict(addr_width=8, sets=64, line_beats=4), "addr_width"), (dict(lfu_bits=1), "lfu_bits"),
     (dict(line_outstanding=1), "line_outstanding"), (dict(queue_depth=1), "queue_depth"),
     (dict(compare_stages=3), "compare_stages"), (dict(tag_slice_sets=48), "tag_slice_sets"),
+    (dict(bank_ways=3), "bank_ways"), (dict(bank_ways=0), "bank_ways"),
 ])
 def test_bad_parameters_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):

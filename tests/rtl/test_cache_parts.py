@@ -134,3 +134,33 @@ def test_way_select_and_state_update_follow_the_rules(policy, rng):
 def test_bad_policy_is_refused():
     with pytest.raises(ValueError, match=r"^policy:"):
         WaySelect(way_layout=_layout("lru"), ways=WAYS, policy="fifo")
+
+
+def test_the_set_wide_helpers_follow_their_rules(rng):
+    """``lowest_one`` (the lowest set bit alone), ``at_least_two`` and ``one_hot_index`` over
+    every 5-bit vector and random 16- and 32-bit ones (odd widths: the trees' leftovers)."""
+    from amaranth.hdl import Signal
+
+    from neonic.rtl.cache import at_least_two, lowest_one, one_hot_index
+    cases = {n: [int(v) for v in rng.integers(0, 2 ** n, 60)] for n in (16, 32)}
+    cases[5] = list(range(32))
+    top = Module()
+    probes = {}
+    for n in cases:
+        vec, low, two, idx = Signal(n), Signal(n), Signal(), Signal(range(n))
+        top.d.comb += [low.eq(lowest_one(vec)), two.eq(at_least_two(vec)),
+                       idx.eq(one_hot_index(low, (n - 1).bit_length()))]
+        probes[n] = (vec, low, two, idx)
+
+    async def bench(ctx):
+        for n, values in cases.items():
+            vec, low, two, idx = probes[n]
+            for v in values:
+                ctx.set(vec, v)
+                assert ctx.get(low) == (v & -v)
+                assert ctx.get(two) == (bin(v).count("1") >= 2)
+                assert ctx.get(idx) == ((v & -v).bit_length() - 1 if v else 0)
+
+    sim = Simulator(top)
+    sim.add_testbench(bench)
+    sim.run()
