@@ -185,8 +185,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
-from .streams import (COLLISION_X_ATTR, MemPortSignature, MemRequest, MemResponseBeat,
-                      PingPongBuffer, SkidBuffer, check_int)
+from .streams import (COLLISION_X_ATTR, CreditFIFO, MemPortSignature, MemRequest,
+                      MemResponseBeat, PingPongBuffer, SkidBuffer, check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -679,26 +679,33 @@ class EmbeddingBagUnit(wiring.Component):
         sentry = self._slot_entry_layout()
         binfo = self._bag_info_layout()
         slots = []
+        # The slot and bag queues are ``CreditFIFO``s (``SyncFIFOBuffered``'s cycles, with a
+        # write enable that is the writer's alone): the parse writes a slot only with room
+        # (``room_ok``) and the bag queue only with ``bag_room``, so the queues' own full
+        # compares need not sit in front of their write pointers and levels.
         for k in range(K):
-            q = fifo.SyncFIFOBuffered(width=sentry.size, depth=self.slot_depth)
+            q = CreditFIFO(width=sentry.size, depth=self.slot_depth)
             m.submodules[f"slot_q{k}"] = q
             slots.append(q)
         m.submodules.info_q = info_q = fifo.SyncFIFOBuffered(width=rinfo.size,
                                                              depth=self.info_depth)
-        m.submodules.bag_q = bag_q = fifo.SyncFIFOBuffered(width=binfo.size,
-                                                           depth=self.bag_queue_depth)
+        m.submodules.bag_q = bag_q = CreditFIFO(width=binfo.size, depth=self.bag_queue_depth)
         info_w = data.View(rinfo, info_q.w_data)
         bag_w = data.View(binfo, bag_q.w_data)
 
         # Each queue is read through a register slice: what decides to take an entry (the
         # arbiter, the hazard check, the drain) does not reach into the queue's pointers.
-        def read_slice(q, name, peek=False):
-            sk = SkidBuffer(unsigned(q.width), peek=peek)
+        def read_slice(q, name, peek=False, pingpong=False):
+            sk = (PingPongBuffer if pingpong else SkidBuffer)(unsigned(q.width), peek=peek)
             m.submodules[name] = sk
             m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
                          q.r_en.eq(sk.i.ready)]
             return sk
-        head_sks = [read_slice(q, f"slot_h{k}", peek=True) for k, q in enumerate(slots)]
+        # (the slots' heads are two-entry queues read through a multiplexer: the arbiter's
+        # grant, at the end of its logic, then steers three flip-flops per slot instead of
+        # the enable of every bit of the head's entry)
+        head_sks = [read_slice(q, f"slot_h{k}", peek=True, pingpong=True)
+                    for k, q in enumerate(slots)]
         heads = [sk.o for sk in head_sks]
         info_sk = read_slice(info_q, "info_h", peek=True)
         info_h = info_sk.o
@@ -809,7 +816,16 @@ class EmbeddingBagUnit(wiring.Component):
         # for the slot of the item parsed on this cycle, chosen a cycle ahead (see below), so
         # that the parse's stall is a function of flip-flops a LUT or two deep.
         room_ok = Signal()
-        lvl_ok = Cat(*[q.w_level <= self.slot_depth - 4 for q in slots])
+        # ``lvl_ok[k]``: slot ``k``'s level is at most ``slot_depth - 4``, a flip-flop kept
+        # like ``room`` (the compares of the level with its three neighbouring thresholds,
+        # chosen by whether the slot gains or loses an entry), so that ``room_ok``'s next
+        # value is a multiplexer of flip-flops
+        lvl_ok = Signal(K, init=(1 << K) - 1)
+        for k, q in enumerate(slots):
+            w, r = q.w_en, q.r_rdy & q.r_en
+            lim = self.slot_depth - 4
+            m.d.sync += lvl_ok[k].eq(Mux(w & ~r, q.level <= lim - 1,
+                                         Mux(r & ~w, q.level <= lim + 1, q.level <= lim)))
         # Flags kept as flip-flops so that the parse's stall decision is a few LUTs deep.
         no_rows = Signal()           # the current bag has no contributing row yet
         last_next = Signal()         # the next item is the bag's last (remaining == 1)
@@ -1023,24 +1039,35 @@ class EmbeddingBagUnit(wiring.Component):
             for k in range(K):
                 ahead = Const(0, 1)
                 for r in range(K):
+                    if isinstance(first_slot, int) and r != first_slot:
+                        continue
                     before = [(r + off) % K for off in range((k - r) % K)]
                     if before:
-                        ahead = ahead | ((first_slot == r)
-                                         & Cat(*[ready[j] for j in before]).any())
+                        hit = Cat(*[ready[j] for j in before]).any()
+                        ahead = ahead | (hit if isinstance(first_slot, int)
+                                         else (first_slot == r) & hit)
                 g.append(ready[k] & ~ahead)
             return Cat(*g)
 
-        def grant_after(went: bool, done: bool):
-            issued = (grant & has_row_bits).any() if went else Const(0, 1)
+        # The next grant is computed for each slot ``j`` whose head could go on this cycle
+        # (``went=j``) and for no head going (``went=None``), each for both values of
+        # ``row_done``: with the slot that goes a constant, what the next grant depends on
+        # (the heads as they will be, the round robin's first slot, the slot served last) is
+        # a function of flip-flops alone, and this cycle's one-hot grant, the slots' room
+        # (``can_go``) and ``row_done`` select among the candidates at the end (an AND-OR two
+        # LUTs deep). So the grant's own flip-flops start no long path.
+        def grant_after(went, done: bool):
+            issued = has_row_bits[went] if went is not None else Const(0, 1)
             if done:
                 pace_n = Mux(issued, at_least[pr], at_least[pr + 1])
             else:
                 pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
-            served = grant if went else rr_prev
-            st = Mux((grant & first_bits).any(), start.rotate_left(1), start) if went else start
+            served = Const(1 << went, K) if went is not None else rr_prev
+            st = (Mux(first_bits[went], start.rotate_left(1), start) if went is not None
+                  else start)
             ready = []
             for k, (h, hv, pv, sk) in enumerate(zip(heads, hviews, pviews, head_sks)):
-                adv = (grant[k] | ~h.valid) if went else ~h.valid
+                adv = Const(1, 1) if went == k else ~h.valid
                 nv = Mux(adv, sk.peek_valid, h.valid)
                 nfirst = Mux(adv, pv.info.first, hv.info.first)
                 nrow = Mux(adv, pv.info.has_row, hv.info.has_row)
@@ -1048,13 +1075,23 @@ class EmbeddingBagUnit(wiring.Component):
                 if K > 1:
                     r = r & (~nfirst | st[k]) & ~(pace_n & served[k] & nrow)
                 ready.append(r)
-            return round_robin(rr_after if went else rr, ready)
+            return round_robin((went + 1) % K if went is not None else rr, ready)
 
+        def by_done(went):
+            return Mux(row_done, grant_after(went, True), grant_after(went, False))
+
+        stay = Signal(K)             # the next grant when no head goes
+        m.d.comb += stay.eq(by_done(None))
         grant_next = Signal(K)
-        m.d.comb += grant_next.eq(Mux(go, Mux(row_done, grant_after(True, True),
-                                                  grant_after(True, False)),
-                                      Mux(row_done, grant_after(False, True),
-                                          grant_after(False, False))))
+        nxt = Mux(grant.any(), 0, stay)
+        for j in range(K):
+            # slot ``j``'s candidate: chosen among flip-flop-only terms by ``can_go[j]``
+            # (also flip-flops) first, then by ``row_done``, then gated by ``grant[j]``
+            cand = Mux(row_done,
+                       Mux(can_go[j], grant_after(j, True), grant_after(None, True)),
+                       Mux(can_go[j], grant_after(j, False), grant_after(None, False)))
+            nxt = nxt | Mux(grant[j], cand, 0)
+        m.d.comb += grant_next.eq(nxt)
         m.d.sync += [grant.eq(grant_next), rr.eq(rr_next), rr_prev.eq(rr_prev_next),
                      start.eq(start_next)]
 
@@ -1096,8 +1133,6 @@ class EmbeddingBagUnit(wiring.Component):
             return hit
 
         take = Signal()
-        advance = Signal()           # the head loads the next entry (or is empty)
-        m.d.comb += advance.eq(~info_h.valid | (take & (~head.has_row | last_word)))
         claim_bank = head.has_row & head.first & (word == 0)
         # same word, no take
         stay_hazard = head.has_row & ~head.first & window_hit(head_addr)
@@ -1120,17 +1155,27 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += [in_skid.has_row.eq(queue_head.has_row),
                          in_skid.first.eq(queue_head.first), in_skid.bank.eq(queue_head.bank)]
 
-        def hazard_of(entry):
+        def hazard_of(entry, taken: bool):
             addr = Cat(Const(0, self.word_width), entry.bank)
-            return entry.has_row & ~entry.first & (
-                window_hit(addr) | (take & head.has_row & (head_addr == addr)))
-        peek_hazard = Mux(skid_full, hazard_of(in_skid), hazard_of(queue_head))
+            hit = window_hit(addr)
+            if taken:
+                hit = hit | (head.has_row & (head_addr == addr))
+            return entry.has_row & ~entry.first & hit
+
+        def peek_hazard(taken: bool):
+            return Mux(skid_full, hazard_of(in_skid, taken), hazard_of(queue_head, taken))
         peek_wait = peek.has_row & peek.first & bank_busy.bit_select(peek.bank, 1)
         peek_last = peek.last_word == 0
+        # ``take`` is the last select: the head advances (loads the next entry) with a take
+        # when its entry ends (``fin``), without one when it is empty
+        fin = ~head.has_row | last_word
         m.d.sync += [
-            hazard.eq(Mux(advance, peek_hazard, Mux(take, step_hazard, stay_hazard))),
-            bank_wait.eq(Mux(advance, peek_wait, Mux(take, 0, stay_wait))),
-            last_word.eq(Mux(advance, peek_last, Mux(take, step_last, last_word))),
+            hazard.eq(Mux(take, Mux(fin, peek_hazard(True), step_hazard),
+                          Mux(info_h.valid, stay_hazard, peek_hazard(False)))),
+            bank_wait.eq(Mux(take, Mux(fin, peek_wait, 0),
+                             Mux(info_h.valid, stay_wait, peek_wait))),
+            last_word.eq(Mux(take, Mux(fin, peek_last, step_last),
+                             Mux(info_h.valid, last_word, peek_last))),
         ]
         beat_done = last_word | (chunk == Mux(is16, 2 * wpb - 1, wpb - 1))
         # A bag's first word claims its bank (banks go round in bag order): it waits while

@@ -222,7 +222,7 @@ class SkidBuffer(wiring.Component):
 class PingPongBuffer(wiring.Component):
     """A two-entry register queue on a ``lib.stream`` of ``shape``, read through a multiplexer.
 
-    Ports and cycle behaviour are those of :class:`SkidBuffer` (without ``peek``): ``i.ready``
+    Ports and cycle behaviour are those of :class:`SkidBuffer` (``peek`` included): ``i.ready``
     and ``o.valid`` come from flip-flops, one transfer per cycle, one cycle of latency, order
     kept; on every cycle it accepts, holds and presents exactly what a ``SkidBuffer`` given the
     same inputs would. The difference is where the consumer's ``o.ready`` goes: here only to
@@ -240,9 +240,13 @@ class PingPongBuffer(wiring.Component):
     ahead from the pointers' and flags' next values.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, peek: bool = False):
         self.shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+        self.peek = bool(peek)
+        ports = {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))}
+        if self.peek:
+            ports.update(peek_valid=Out(1), peek_payload=Out(shape))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -268,6 +272,15 @@ class PingPongBuffer(wiring.Component):
             nonempty_n.eq(Mux(push & ~pop, 1, Mux(pop & ~push, full, nonempty))),
         ]
         m.d.sync += [wp.eq(wp_n), rp.eq(rp ^ pop), full.eq(full_n), nonempty.eq(nonempty_n)]
+        if self.peek:
+            # the item behind the head (``SkidBuffer``'s ``peek``): the other entry while both
+            # hold one (then ``wp == rp``), else the input
+            m.d.comb += [
+                self.peek_valid.eq(full | self.i.valid),
+                self.peek_payload.eq(Mux(full, Mux(rp, Value.cast(entries[0]),
+                                                   Value.cast(entries[1])),
+                                         Value.cast(self.i.payload))),
+            ]
         # ``load[k]``: entry ``k`` is free on this cycle (see the class docstring); with both
         # entries free, the one ``wp`` names takes the item and the other's copy is unused
         load = [Signal(name=f"load{k}", init=1) for k in range(2)]
