@@ -707,7 +707,23 @@ class EmbeddingBagUnit(wiring.Component):
         head_sks = [read_slice(q, f"slot_h{k}", peek=True, pingpong=True)
                     for k, q in enumerate(slots)]
         heads = [sk.o for sk in head_sks]
-        info_sk = read_slice(info_q, "info_h", peek=True)
+        # The row queue's head, in two slices that see the same handshakes and hold the same
+        # entry on every cycle: its control fields (what ``take`` and the issue's stall flags
+        # read) through a SkidBuffer with peek, whose register enables are few; the whole
+        # entry (the weight and the rest the lanes' stage-1 register copies) through a
+        # PingPongBuffer, on which ``take`` steers three flip-flops instead of the enable of
+        # every bit of the entry.
+        ctl_layout = data.StructLayout({
+            "has_row": unsigned(1), "first": unsigned(1), "bank": unsigned(self.bank_width),
+            "last_word": unsigned(self.word_width), "elem_type": unsigned(2)})
+        m.submodules.info_h = info_sk = SkidBuffer(ctl_layout, peek=True)
+        m.submodules.info_hd = info_pp = PingPongBuffer(unsigned(info_q.width))
+        q_head = data.View(rinfo, info_q.r_data)
+        m.d.comb += [info_sk.i.valid.eq(info_q.r_rdy), info_pp.i.valid.eq(info_q.r_rdy),
+                     info_pp.i.payload.eq(info_q.r_data), info_q.r_en.eq(info_sk.i.ready),
+                     info_pp.o.ready.eq(info_sk.o.ready)]
+        for f in ("has_row", "first", "bank", "last_word", "elem_type"):
+            m.d.comb += getattr(info_sk.i.payload, f).eq(getattr(q_head, f))
         info_h = info_sk.o
         bag_sk = read_slice(bag_q, "bag_h", peek=True)
         # ``bag_room``: the bag queue's ``w_rdy`` on this cycle, as a flip-flop computed a
@@ -1096,7 +1112,8 @@ class EmbeddingBagUnit(wiring.Component):
                      start.eq(start_next)]
 
         # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
-        head = data.View(rinfo, info_h.payload)
+        head = data.View(rinfo, info_pp.o.payload)
+        hc = info_h.payload          # the head's control fields (flip-flops)
         rs = resp_in.o
         wpb = self.words_per_beat
         al = self.add_latency
@@ -1104,9 +1121,9 @@ class EmbeddingBagUnit(wiring.Component):
         chunk = Signal(range(2 * wpb))
         word = Signal(self.word_width + 1)
         word_inc = Signal(self.word_width + 1, init=1)     # word + 1, kept as a flip-flop
-        is16 = head.elem_type != ELEM_TYPE_CODES["fp32"]
+        is16 = hc.elem_type != ELEM_TYPE_CODES["fp32"]
         addr_w = self.word_width + self.bank_width
-        head_addr = Cat(word[:self.word_width], head.bank)
+        head_addr = Cat(word[:self.word_width], hc.bank)
         # The words issued in the last ``add_latency`` cycles are still in the adder when this
         # one reads its sum: a word of the same accumulator address must wait (the
         # read-add-write distance, ``add_latency + 1``). Only the issue stage looks;
@@ -1124,7 +1141,7 @@ class EmbeddingBagUnit(wiring.Component):
         hazard = Signal()
         bank_wait = Signal()
         last_word = Signal()
-        peek = data.View(rinfo, info_sk.peek_payload)
+        peek = info_sk.peek_payload
 
         def window_hit(addr):
             hit = Const(0, 1)
@@ -1133,14 +1150,14 @@ class EmbeddingBagUnit(wiring.Component):
             return hit
 
         take = Signal()
-        claim_bank = head.has_row & head.first & (word == 0)
+        claim_bank = hc.has_row & hc.first & (word == 0)
         # same word, no take
-        stay_hazard = head.has_row & ~head.first & window_hit(head_addr)
-        stay_wait = claim_bank & bank_busy.bit_select(head.bank, 1)
+        stay_hazard = hc.has_row & ~hc.first & window_hit(head_addr)
+        stay_wait = claim_bank & bank_busy.bit_select(hc.bank, 1)
         # the row's next word, after a take inside the row
-        next_addr = Cat(word_inc[:self.word_width], head.bank)
-        step_hazard = ~head.first & window_hit(next_addr)
-        step_last = word_inc == head.last_word
+        next_addr = Cat(word_inc[:self.word_width], hc.bank)
+        step_hazard = ~hc.first & window_hit(next_addr)
+        step_last = word_inc == hc.last_word
         # word 0 of the next entry: the read slice's skid register's entry if it holds one,
         # else the queue's head. The hazard is computed for both and chosen at the end, so
         # that the slice's ``skid_valid`` (which also enables the slice's registers) selects
@@ -1159,7 +1176,7 @@ class EmbeddingBagUnit(wiring.Component):
             addr = Cat(Const(0, self.word_width), entry.bank)
             hit = window_hit(addr)
             if taken:
-                hit = hit | (head.has_row & (head_addr == addr))
+                hit = hit | (hc.has_row & (head_addr == addr))
             return entry.has_row & ~entry.first & hit
 
         def peek_hazard(taken: bool):
@@ -1168,7 +1185,7 @@ class EmbeddingBagUnit(wiring.Component):
         peek_last = peek.last_word == 0
         # ``take`` is the last select: the head advances (loads the next entry) with a take
         # when its entry ends (``fin``), without one when it is empty
-        fin = ~head.has_row | last_word
+        fin = ~hc.has_row | last_word
         m.d.sync += [
             hazard.eq(Mux(take, Mux(fin, peek_hazard(True), step_hazard),
                           Mux(info_h.valid, stay_hazard, peek_hazard(False)))),
@@ -1182,26 +1199,26 @@ class EmbeddingBagUnit(wiring.Component):
         # the bag that held the bank before is still being drained.
         with m.If(take & claim_bank):
             for b in range(nb):
-                with m.If(head.bank == b):
+                with m.If(hc.bank == b):
                     m.d.sync += bank_busy[b].eq(1)
         with m.If(info_h.valid & bank_wait):
             m.d.comb += inc["stall_bank"].eq(1)
         m.d.comb += [
-            take.eq(info_h.valid & (~head.has_row | rs.valid) & ~hazard & ~bank_wait),
-            rs.ready.eq(take & head.has_row & beat_done),
-            info_h.ready.eq(take & (~head.has_row | last_word)),
-            row_done.eq(take & head.has_row & last_word),
+            take.eq(info_h.valid & (~hc.has_row | rs.valid) & ~hazard & ~bank_wait),
+            rs.ready.eq(take & hc.has_row & beat_done),
+            info_h.ready.eq(take & (~hc.has_row | last_word)),
+            row_done.eq(take & hc.has_row & last_word),
         ]
-        m.d.sync += [recent[0].valid.eq(take & head.has_row), recent[0].addr.eq(head_addr)]
+        m.d.sync += [recent[0].valid.eq(take & hc.has_row), recent[0].addr.eq(head_addr)]
         for k in range(1, al):
             m.d.sync += recent[k].eq(recent[k - 1])
-        with m.If(take & head.has_row):
+        with m.If(take & hc.has_row):
             m.d.sync += [word.eq(Mux(last_word, 0, word_inc)),
                          word_inc.eq(Mux(last_word, 1, word_inc + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
         with m.If(info_h.valid & hazard):
             m.d.comb += inc["stall_hazard"].eq(1)
-        with m.Elif(info_h.valid & head.has_row & ~rs.valid):
+        with m.Elif(info_h.valid & hc.has_row & ~rs.valid):
             m.d.comb += inc["stall_memory"].eq(1)
 
         beat = rs.payload.data
@@ -1216,12 +1233,12 @@ class EmbeddingBagUnit(wiring.Component):
                 cv = FP16ToFP32(latency=0)
                 m.submodules[f"fp16_{i}"] = cv
                 m.d.comb += cv.a.eq(h)
-                choice = Mux(head.elem_type == ELEM_TYPE_CODES["fp16"], cv.o, choice)
+                choice = Mux(hc.elem_type == ELEM_TYPE_CODES["fp16"], cv.o, choice)
             if "bf16" in self.elem_types:
                 cv = BF16ToFP32(latency=0)
                 m.submodules[f"bf16_{i}"] = cv
                 m.d.comb += cv.a.eq(h)
-                choice = Mux(head.elem_type == ELEM_TYPE_CODES["bf16"], cv.o, choice)
+                choice = Mux(hc.elem_type == ELEM_TYPE_CODES["bf16"], cv.o, choice)
             conv_lanes.append(choice)
         m.d.comb += widened.eq(Cat(*conv_lanes))
 
@@ -1255,10 +1272,10 @@ class EmbeddingBagUnit(wiring.Component):
         s1_x = Signal(32 * lanes, reset_less=True)
         s1_w = Signal(32, reset_less=True, name="s1_w")
         m.d.sync += [
-            s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
-            s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
-            s1_ctx.first.eq(head.first),
-            s1_ctx.addr.eq(Cat(Mux(head.has_row, word[:self.word_width], 0), head.bank)),
+            s1_ctx.valid.eq(take), s1_ctx.has_row.eq(hc.has_row),
+            s1_ctx.end.eq(head.end & (~hc.has_row | last_word)),
+            s1_ctx.first.eq(hc.first),
+            s1_ctx.addr.eq(Cat(Mux(hc.has_row, word[:self.word_width], 0), hc.bank)),
             s1_x.eq(widened), s1_w.eq(head.weight),
         ]
         for i in range(lanes):
@@ -1267,7 +1284,7 @@ class EmbeddingBagUnit(wiring.Component):
             lane_used = (~last_word | (head.tail == 0) | (head.tail > i)) if i else Const(1, 1)
             m.d.sync += [s1_ctx.used[i].eq(lane_used),
                          s1_ctx.wgate[i].eq(head.weighted & ~head.is_max & lane_used),
-                         s1_ctx.firstl[i].eq(head.first | ~lane_used),
+                         s1_ctx.firstl[i].eq(hc.first | ~lane_used),
                          s1_ctx.maxl[i].eq(head.is_max & lane_used)]
 
         # Fan-out stages: the context (central) and the words (per lane, distinct bits)
