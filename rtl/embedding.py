@@ -108,13 +108,16 @@ that item did not contribute. An empty bag (or one without contributing rows) co
 header cycle and its zero beats at the drain; it takes no bank and no reducer slot.
 
 Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
-held in flip-flops, computed a cycle ahead from the slot heads' look-ahead for both outcomes
-of the current grant and of the reducer's row completion; on its cycle only the downstream
-room decides whether the granted head goes), into the read requests and the reducer's row
-queue (at most ``outstanding`` rows requested and not fully consumed). Rows of up to
-``interleave`` bags alternate, so consecutive rows of one bag are separated by the other
-bags' rows: this hides the adder's read-add-write distance without changing any bag's
-summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
+held in flip-flops, computed a cycle ahead from the slot heads' look-ahead: one candidate per
+slot that may go on this cycle, with that slot a constant, and one for no slot going, each for
+both outcomes of the reducer's row completion, all from flip-flops; the current grant, the
+slots' room and the row completion only select among them at the end; on its cycle only the
+downstream room decides whether the granted head goes; each slot's head is a
+``PingPongBuffer``, so the grant steers its pointers, not its entries' enables), into the
+read requests and the reducer's row queue (at most ``outstanding`` rows requested and not
+fully consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag
+are separated by the other bags' rows: this hides the adder's read-add-write distance without
+changing any bag's summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
 of the reducer by that much per slot, so bags longer than about ``slot_depth`` rows are
 interleaved only in part (the parse is in order and waits for room in the long bag's slot).
 
@@ -125,11 +128,14 @@ stage takes a word only if no word of the same accumulator address was issued in
 ``add_latency`` cycles (a scoreboard of the recent issues). Its stall flags (this hazard,
 a bank still draining) are flip-flops, computed a cycle ahead for each thing the head can be
 next (the same word, the row's next word, or the next queue entry's first word, seen through
-the read slice's look-ahead), so that no long path runs from the accumulator state through
-the handshake; a bank freed by the drain is seen one cycle later. After it the words pass
-a widening register, ``fanout_stages`` fan-out registers, the weight multipliers
-(``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``, ``add_latency``) or the max
-selectors (one :class:`PoolLane` per lane) into their bank, at a fixed latency. Each lane is
+the read slice's look-ahead), with ``take`` the last select, so that no long path runs from
+the accumulator state through the handshake; a bank freed by the drain is seen one cycle
+later. The row queue's head is read through two slices holding the same entry: its control
+fields through a ``SkidBuffer`` (few enables), the whole entry through a ``PingPongBuffer``.
+After the issue stage the words pass a widening register, ``fanout_stages`` fan-out
+registers, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
+(``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
+their bank, at a fixed latency. Each lane is
 a self-contained slice: its multiplier, adder and max selector, its own accumulator memories
 (one block RAM per copy on ECP5) with their own registered addresses and write enable, and its
 own copy of every flag it reads; what all lanes need from the issue stage (the row's weight)
