@@ -910,16 +910,7 @@ class EmbeddingBagUnit(wiring.Component):
                         m.d.comb += inc["indices_padding"].eq(1)
                     with m.If(early):
                         m.d.comb += inc["protocol_errors"].eq(1)
-                    m.d.sync += [
-                        pe1.valid.eq(need_entry), pe1.slot.eq(slot),
-                        pe1.info.has_row.eq(contributes), pe1.info.end.eq(last),
-                        pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
-                        pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
-                        pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
-                        pe1.info.last_word.eq(cur.last_word), pe1.info.tail.eq(cur.tail),
-                        pe1.info.bank.eq(bank),
-                        pe1.stride.eq(cur.stride), pe1.base.eq(cur.base),
-                    ]
+                    m.d.sync += pe1.valid.eq(need_entry)
                     with m.If(last):
                         final_count = Mux(contributes, count_inc, count)
                         m.d.comb += [
@@ -936,6 +927,19 @@ class EmbeddingBagUnit(wiring.Component):
                         m.next = "HEADER"
                     with m.Else():
                         m.d.sync += [remaining.eq(remaining - 1), last_next.eq(remaining == 2)]
+                # ``pe1``'s fields load on every cycle (what this item's entry would be): only
+                # its ``valid`` waits for the parse's decision, so that decision enables one
+                # flip-flop instead of every bit of the entry
+                m.d.sync += [
+                    pe1.slot.eq(slot),
+                    pe1.info.has_row.eq(contributes), pe1.info.end.eq(last),
+                    pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
+                    pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
+                    pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
+                    pe1.info.last_word.eq(cur.last_word), pe1.info.tail.eq(cur.tail),
+                    pe1.info.bank.eq(bank),
+                    pe1.stride.eq(cur.stride), pe1.base.eq(cur.base),
+                ]
 
         # The bag entry is written by an empty bag's header (HEADER) or a bag's last item
         # (ITEMS: the last index, or a header closing the bag early), as the FSM says; the
@@ -993,16 +997,21 @@ class EmbeddingBagUnit(wiring.Component):
         # ``room``: fewer than ``outstanding`` rows in flight, as a flip-flop (next state);
         # the compares are made on the count alone, the handshakes only select among them
         room = Signal(init=1)
-        up, down = row_issued & ~row_done, row_done & ~row_issued
+
+        def pick(v_up, v_down, v_same):
+            # the next value for one more row in flight, one fewer, or as many: the issue
+            # picks first, the reducer's ``row_done`` (later in the cycle) last
+            return Mux(row_done, Mux(row_issued, v_same, v_down),
+                       Mux(row_issued, v_up, v_same))
         # the counter's next value: both neighbours computed from the flip-flops, the
         # handshakes only pick one
         out_up = Signal.like(outstanding)
         out_down = Signal.like(outstanding)
         m.d.comb += [out_up.eq(outstanding + 1), out_down.eq(outstanding - 1)]
         m.d.sync += [
-            outstanding.eq(Mux(up, out_up, Mux(down, out_down, outstanding))),
-            room.eq(Mux(up, outstanding < self.outstanding - 1,
-                        Mux(down, 1, outstanding < self.outstanding))),
+            outstanding.eq(pick(out_up, out_down, outstanding)),
+            room.eq(pick(outstanding < self.outstanding - 1, 1,
+                         outstanding < self.outstanding)),
         ]
         # ``outstanding >= t`` for the pacing thresholds the next grant compares with, kept
         # as flip-flops the same way (so the grant's next state does not wait for a compare)
@@ -1010,8 +1019,8 @@ class EmbeddingBagUnit(wiring.Component):
         at_least = {}
         for t in (pr - 1, pr, pr + 1):
             at_least[t] = Signal(name=f"outstanding_ge{t}", init=int(t <= 0))
-            m.d.sync += at_least[t].eq(Mux(up, outstanding >= t - 1,
-                                           Mux(down, outstanding >= t + 1, outstanding >= t)))
+            m.d.sync += at_least[t].eq(pick(outstanding >= t - 1, outstanding >= t + 1,
+                                            outstanding >= t))
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests.
         m.submodules.info_in = info_in = SkidBuffer(rinfo)

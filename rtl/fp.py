@@ -504,10 +504,14 @@ class FPMul32(_Binary32):
         # Step 5: the product (its leading one at bit 47 or 46); beside it, the result's
         # exponent and right shift for either position of the leading one.
         def underflow(exp):
+            # ``1 - exp``, and its two compares made on ``exp`` itself (beside the
+            # subtraction, not after it): ``1 - exp > 0`` is ``exp <= 0``, ``> 56`` is
+            # ``exp < -55``
+            exp = Value.cast(exp)
             under = Signal(signed(13), name="under")
             m.d.comb += under.eq(1 - exp)
-            return (Mux(under > 0, Mux(under > 56, 56, under), 0)[:6],
-                    Mux(under > 0, 1, exp))
+            below = exp[len(exp) - 1] | (exp == 0)
+            return (Mux(below, Mux(exp < -55, 56, under[:6]), 0)[:6], Mux(below, 1, exp))
         right_hi, exp_hi = underflow(s4.exp0)
         right_lo, exp_lo = underflow(s4.exp0 - 1)
         s5 = pipe.boundary(5, product=(s4.outer + (s4.mid << 12))[:48], right_hi=right_hi,
