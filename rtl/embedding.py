@@ -108,13 +108,16 @@ that item did not contribute. An empty bag (or one without contributing rows) co
 header cycle and its zero beats at the drain; it takes no bank and no reducer slot.
 
 Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
-held in flip-flops, computed a cycle ahead from the slot heads' look-ahead for both outcomes
-of the current grant and of the reducer's row completion; on its cycle only the downstream
-room decides whether the granted head goes), into the read requests and the reducer's row
-queue (at most ``outstanding`` rows requested and not fully consumed). Rows of up to
-``interleave`` bags alternate, so consecutive rows of one bag are separated by the other
-bags' rows: this hides the adder's read-add-write distance without changing any bag's
-summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
+held in flip-flops, computed a cycle ahead from the slot heads' look-ahead: one candidate per
+slot that may go on this cycle, with that slot a constant, and one for no slot going, each for
+both outcomes of the reducer's row completion, all from flip-flops; the current grant, the
+slots' room and the row completion only select among them at the end; on its cycle only the
+downstream room decides whether the granted head goes; each slot's head is a
+``PingPongBuffer``, so the grant steers its pointers, not its entries' enables), into the
+read requests and the reducer's row queue (at most ``outstanding`` rows requested and not
+fully consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag
+are separated by the other bags' rows: this hides the adder's read-add-write distance without
+changing any bag's summation order. A slot holds ``slot_depth`` entries; the parse runs ahead
 of the reducer by that much per slot, so bags longer than about ``slot_depth`` rows are
 interleaved only in part (the parse is in order and waits for room in the long bag's slot).
 
@@ -125,11 +128,14 @@ stage takes a word only if no word of the same accumulator address was issued in
 ``add_latency`` cycles (a scoreboard of the recent issues). Its stall flags (this hazard,
 a bank still draining) are flip-flops, computed a cycle ahead for each thing the head can be
 next (the same word, the row's next word, or the next queue entry's first word, seen through
-the read slice's look-ahead), so that no long path runs from the accumulator state through
-the handshake; a bank freed by the drain is seen one cycle later. After it the words pass
-a widening register, ``fanout_stages`` fan-out registers, the weight multipliers
-(``FPMul32``, ``mul_latency``) and the adders (``FPAdd32``, ``add_latency``) or the max
-selectors (one :class:`PoolLane` per lane) into their bank, at a fixed latency. Each lane is
+the read slice's look-ahead), with ``take`` the last select, so that no long path runs from
+the accumulator state through the handshake; a bank freed by the drain is seen one cycle
+later. The row queue's head is read through two slices holding the same entry: its control
+fields through a ``SkidBuffer`` (few enables), the whole entry through a ``PingPongBuffer``.
+After the issue stage the words pass a widening register, ``fanout_stages`` fan-out
+registers, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
+(``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
+their bank, at a fixed latency. Each lane is
 a self-contained slice: its multiplier, adder and max selector, its own accumulator memories
 (one block RAM per copy on ECP5) with their own registered addresses and write enable, and its
 own copy of every flag it reads; what all lanes need from the issue stage (the row's weight)
@@ -154,21 +160,30 @@ beat per cycle while the queue has room for everything in flight (a credit count
 (``sim.timing.embedding``) uses.
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
-grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds
-1 / 2 / 3: 99.8 / 100.6 / 101.4 MHz (the RTL before the lane slices: 85.4 and 99.4 on seeds
-1 and 2), 9,508 LUTs, 9,937 FFs, 4 DP16KD, 17 MULT18X18D. The critical paths are control,
-mostly routing: the arbiter's next grant (seed 1, 7 levels, 7.7 ns routing), the reducer's
-hazard flag from its word counter (seed 2, 9 levels, 7.4 ns), the grant to a slot head's
-register enable (seed 3, 2 levels, 8.9 ns); on seed 1 about 200 sink pins (flip-flop,
-block RAM and DSP inputs; nextpnr's detailed report) are over 8 ns, spread over the arbiter,
-the reducer's stall flags, the input slice, the slot heads' enables and the FP units' first
-stages: 125 MHz is not reached. At ``data_bytes=64, lanes=16`` synthesis gives 53,534 LUTs,
-57,126 FFs, 32 DP16KD and 129 MULT18X18D; the weight and the reciprocal reach the lanes
-through two levels of fan-out 4, the per-lane flags, addresses and write enables are one
-register from the shared context (16 loads), and the only nets of over 140 loads besides
-the clock and reset are the load and pointer flags of the two ``PingPongBuffer`` slices
-(512-526 loads, the response input and the output). Its place and route on this RTL was
-not completed (stopped in placement). The RTL before the lane slices reached
+grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds 1 / 2:
+98.1 / 94.1 MHz, 9,334 LUTs, 9,952 FFs, 4 DP16KD, 17 MULT18X18D. The RTL before the arbiter's
+candidates, the take-last stall flags, the head slices, the credit queues and the FP units'
+compare and exponent changes reached 99.8 / 100.6 / 101.4 MHz on seeds 1 / 2 / 3 (9,508 LUTs,
+9,937 FFs); with the first two and the slot heads' slices alone, 101.5 MHz on seed 1; with
+all but the arbiter's candidates, 85.2 MHz on seed 2 (the slot heads' read multiplexer then
+sits in front of the old grant logic). The paths those changes were for left the top of the
+list (the grant from its own flip-flops, 7 levels; the hazard and bank-wait flags through
+``take``; the slot heads' and the row head's register enables), but the clock did not rise:
+a path of 4-8 LUT levels spends 1-3 ns on each routing hop, and others of that depth take
+their place. On seed 1 the worst are the pre-decode register's enable (``p_ready``, to every
+bit of the item), the drain multipliers' first stage fed straight from the block RAMs'
+output registers (at 2 lanes only: from 8 lanes on, a fan-out register stands between), the
+grant's candidates and the hazard flag (9.3-9.5 ns each; 120 sink pins over 8 ns, 200
+before); on seed 2 the row head's ``valid`` through ``take`` and ``row_done`` into the grant
+(8 levels, 8.2 ns routing). 125 MHz is not reached. At ``data_bytes=64, lanes=16``
+synthesis gives 52,314 LUTs, 57,029 FFs, 32 DP16KD and 129 MULT18X18D; the weight and the
+reciprocal reach the lanes through two levels of fan-out 4, the per-lane flags, addresses
+and write enables are one register from the shared context (16 loads), and the only nets of
+over 140 loads besides the clock and reset are the load and pointer flags of the two
+``PingPongBuffer`` slices (512-526 loads, the response input and the output; each a
+flip-flop driving enables or multiplexer selects directly); the reset reaches 34,485 inputs,
+mostly the FP pipelines' registers. Its place and route on this RTL was not run (about
+2,000 CPU-s). The RTL before the lane slices reached
 69.8 MHz there (seed 1): 12.0 ns of routing in 14.3 ns, from a row's last-word flag to the
 lanes' weight registers (now the fan-out tree), with about 4,000 sink pins over 8 ns spread
 over the lanes' FP units and the accumulator's shared write data.
@@ -185,8 +200,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
-from .streams import (COLLISION_X_ATTR, MemPortSignature, MemRequest, MemResponseBeat,
-                      PingPongBuffer, SkidBuffer, check_int)
+from .streams import (COLLISION_X_ATTR, CreditFIFO, MemPortSignature, MemRequest,
+                      MemResponseBeat, PingPongBuffer, SkidBuffer, check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -679,28 +694,51 @@ class EmbeddingBagUnit(wiring.Component):
         sentry = self._slot_entry_layout()
         binfo = self._bag_info_layout()
         slots = []
+        # The slot and bag queues are ``CreditFIFO``s (``SyncFIFOBuffered``'s cycles, with a
+        # write enable that is the writer's alone): the parse writes a slot only with room
+        # (``room_ok``) and the bag queue only with ``bag_room``, so the queues' own full
+        # compares need not sit in front of their write pointers and levels.
         for k in range(K):
-            q = fifo.SyncFIFOBuffered(width=sentry.size, depth=self.slot_depth)
+            q = CreditFIFO(width=sentry.size, depth=self.slot_depth)
             m.submodules[f"slot_q{k}"] = q
             slots.append(q)
         m.submodules.info_q = info_q = fifo.SyncFIFOBuffered(width=rinfo.size,
                                                              depth=self.info_depth)
-        m.submodules.bag_q = bag_q = fifo.SyncFIFOBuffered(width=binfo.size,
-                                                           depth=self.bag_queue_depth)
+        m.submodules.bag_q = bag_q = CreditFIFO(width=binfo.size, depth=self.bag_queue_depth)
         info_w = data.View(rinfo, info_q.w_data)
         bag_w = data.View(binfo, bag_q.w_data)
 
         # Each queue is read through a register slice: what decides to take an entry (the
         # arbiter, the hazard check, the drain) does not reach into the queue's pointers.
-        def read_slice(q, name, peek=False):
-            sk = SkidBuffer(unsigned(q.width), peek=peek)
+        def read_slice(q, name, peek=False, pingpong=False):
+            sk = (PingPongBuffer if pingpong else SkidBuffer)(unsigned(q.width), peek=peek)
             m.submodules[name] = sk
             m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
                          q.r_en.eq(sk.i.ready)]
             return sk
-        head_sks = [read_slice(q, f"slot_h{k}", peek=True) for k, q in enumerate(slots)]
+        # (the slots' heads are two-entry queues read through a multiplexer: the arbiter's
+        # grant, at the end of its logic, then steers three flip-flops per slot instead of
+        # the enable of every bit of the head's entry)
+        head_sks = [read_slice(q, f"slot_h{k}", peek=True, pingpong=True)
+                    for k, q in enumerate(slots)]
         heads = [sk.o for sk in head_sks]
-        info_sk = read_slice(info_q, "info_h", peek=True)
+        # The row queue's head, in two slices that see the same handshakes and hold the same
+        # entry on every cycle: its control fields (what ``take`` and the issue's stall flags
+        # read) through a SkidBuffer with peek, whose register enables are few; the whole
+        # entry (the weight and the rest the lanes' stage-1 register copies) through a
+        # PingPongBuffer, on which ``take`` steers three flip-flops instead of the enable of
+        # every bit of the entry.
+        ctl_layout = data.StructLayout({
+            "has_row": unsigned(1), "first": unsigned(1), "bank": unsigned(self.bank_width),
+            "last_word": unsigned(self.word_width), "elem_type": unsigned(2)})
+        m.submodules.info_h = info_sk = SkidBuffer(ctl_layout, peek=True)
+        m.submodules.info_hd = info_pp = PingPongBuffer(unsigned(info_q.width))
+        q_head = data.View(rinfo, info_q.r_data)
+        m.d.comb += [info_sk.i.valid.eq(info_q.r_rdy), info_pp.i.valid.eq(info_q.r_rdy),
+                     info_pp.i.payload.eq(info_q.r_data), info_q.r_en.eq(info_sk.i.ready),
+                     info_pp.o.ready.eq(info_sk.o.ready)]
+        for f in ("has_row", "first", "bank", "last_word", "elem_type"):
+            m.d.comb += getattr(info_sk.i.payload, f).eq(getattr(q_head, f))
         info_h = info_sk.o
         bag_sk = read_slice(bag_q, "bag_h", peek=True)
         # ``bag_room``: the bag queue's ``w_rdy`` on this cycle, as a flip-flop computed a
@@ -809,7 +847,16 @@ class EmbeddingBagUnit(wiring.Component):
         # for the slot of the item parsed on this cycle, chosen a cycle ahead (see below), so
         # that the parse's stall is a function of flip-flops a LUT or two deep.
         room_ok = Signal()
-        lvl_ok = Cat(*[q.w_level <= self.slot_depth - 4 for q in slots])
+        # ``lvl_ok[k]``: slot ``k``'s level is at most ``slot_depth - 4``, a flip-flop kept
+        # like ``room`` (the compares of the level with its three neighbouring thresholds,
+        # chosen by whether the slot gains or loses an entry), so that ``room_ok``'s next
+        # value is a multiplexer of flip-flops
+        lvl_ok = Signal(K, init=(1 << K) - 1)
+        for k, q in enumerate(slots):
+            w, r = q.w_en, q.r_rdy & q.r_en
+            lim = self.slot_depth - 4
+            m.d.sync += lvl_ok[k].eq(Mux(w & ~r, q.level <= lim - 1,
+                                         Mux(r & ~w, q.level <= lim + 1, q.level <= lim)))
         # Flags kept as flip-flops so that the parse's stall decision is a few LUTs deep.
         no_rows = Signal()           # the current bag has no contributing row yet
         last_next = Signal()         # the next item is the bag's last (remaining == 1)
@@ -872,16 +919,7 @@ class EmbeddingBagUnit(wiring.Component):
                         m.d.comb += inc["indices_padding"].eq(1)
                     with m.If(early):
                         m.d.comb += inc["protocol_errors"].eq(1)
-                    m.d.sync += [
-                        pe1.valid.eq(need_entry), pe1.slot.eq(slot),
-                        pe1.info.has_row.eq(contributes), pe1.info.end.eq(last),
-                        pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
-                        pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
-                        pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
-                        pe1.info.last_word.eq(cur.last_word), pe1.info.tail.eq(cur.tail),
-                        pe1.info.bank.eq(bank),
-                        pe1.stride.eq(cur.stride), pe1.base.eq(cur.base),
-                    ]
+                    m.d.sync += pe1.valid.eq(need_entry)
                     with m.If(last):
                         final_count = Mux(contributes, count_inc, count)
                         m.d.comb += [
@@ -898,6 +936,19 @@ class EmbeddingBagUnit(wiring.Component):
                         m.next = "HEADER"
                     with m.Else():
                         m.d.sync += [remaining.eq(remaining - 1), last_next.eq(remaining == 2)]
+                # ``pe1``'s fields load on every cycle (what this item's entry would be): only
+                # its ``valid`` waits for the parse's decision, so that decision enables one
+                # flip-flop instead of every bit of the entry
+                m.d.sync += [
+                    pe1.slot.eq(slot),
+                    pe1.info.has_row.eq(contributes), pe1.info.end.eq(last),
+                    pe1.info.first.eq(no_rows), pe1.info.weighted.eq(c_weighted),
+                    pe1.info.weight.eq(idx.weight), pe1.info.elem_type.eq(cur.elem_type),
+                    pe1.info.is_max.eq(cur.pooling == POOLING_CODES["max"]),
+                    pe1.info.last_word.eq(cur.last_word), pe1.info.tail.eq(cur.tail),
+                    pe1.info.bank.eq(bank),
+                    pe1.stride.eq(cur.stride), pe1.base.eq(cur.base),
+                ]
 
         # The bag entry is written by an empty bag's header (HEADER) or a bag's last item
         # (ITEMS: the last index, or a header closing the bag early), as the FSM says; the
@@ -955,16 +1006,21 @@ class EmbeddingBagUnit(wiring.Component):
         # ``room``: fewer than ``outstanding`` rows in flight, as a flip-flop (next state);
         # the compares are made on the count alone, the handshakes only select among them
         room = Signal(init=1)
-        up, down = row_issued & ~row_done, row_done & ~row_issued
+
+        def pick(v_up, v_down, v_same):
+            # the next value for one more row in flight, one fewer, or as many: the issue
+            # picks first, the reducer's ``row_done`` (later in the cycle) last
+            return Mux(row_done, Mux(row_issued, v_same, v_down),
+                       Mux(row_issued, v_up, v_same))
         # the counter's next value: both neighbours computed from the flip-flops, the
         # handshakes only pick one
         out_up = Signal.like(outstanding)
         out_down = Signal.like(outstanding)
         m.d.comb += [out_up.eq(outstanding + 1), out_down.eq(outstanding - 1)]
         m.d.sync += [
-            outstanding.eq(Mux(up, out_up, Mux(down, out_down, outstanding))),
-            room.eq(Mux(up, outstanding < self.outstanding - 1,
-                        Mux(down, 1, outstanding < self.outstanding))),
+            outstanding.eq(pick(out_up, out_down, outstanding)),
+            room.eq(pick(outstanding < self.outstanding - 1, 1,
+                         outstanding < self.outstanding)),
         ]
         # ``outstanding >= t`` for the pacing thresholds the next grant compares with, kept
         # as flip-flops the same way (so the grant's next state does not wait for a compare)
@@ -972,8 +1028,8 @@ class EmbeddingBagUnit(wiring.Component):
         at_least = {}
         for t in (pr - 1, pr, pr + 1):
             at_least[t] = Signal(name=f"outstanding_ge{t}", init=int(t <= 0))
-            m.d.sync += at_least[t].eq(Mux(up, outstanding >= t - 1,
-                                           Mux(down, outstanding >= t + 1, outstanding >= t)))
+            m.d.sync += at_least[t].eq(pick(outstanding >= t - 1, outstanding >= t + 1,
+                                            outstanding >= t))
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests.
         m.submodules.info_in = info_in = SkidBuffer(rinfo)
@@ -1023,24 +1079,35 @@ class EmbeddingBagUnit(wiring.Component):
             for k in range(K):
                 ahead = Const(0, 1)
                 for r in range(K):
+                    if isinstance(first_slot, int) and r != first_slot:
+                        continue
                     before = [(r + off) % K for off in range((k - r) % K)]
                     if before:
-                        ahead = ahead | ((first_slot == r)
-                                         & Cat(*[ready[j] for j in before]).any())
+                        hit = Cat(*[ready[j] for j in before]).any()
+                        ahead = ahead | (hit if isinstance(first_slot, int)
+                                         else (first_slot == r) & hit)
                 g.append(ready[k] & ~ahead)
             return Cat(*g)
 
-        def grant_after(went: bool, done: bool):
-            issued = (grant & has_row_bits).any() if went else Const(0, 1)
+        # The next grant is computed for each slot ``j`` whose head could go on this cycle
+        # (``went=j``) and for no head going (``went=None``), each for both values of
+        # ``row_done``: with the slot that goes a constant, what the next grant depends on
+        # (the heads as they will be, the round robin's first slot, the slot served last) is
+        # a function of flip-flops alone, and this cycle's one-hot grant, the slots' room
+        # (``can_go``) and ``row_done`` select among the candidates at the end (an AND-OR two
+        # LUTs deep). So the grant's own flip-flops start no long path.
+        def grant_after(went, done: bool):
+            issued = has_row_bits[went] if went is not None else Const(0, 1)
             if done:
                 pace_n = Mux(issued, at_least[pr], at_least[pr + 1])
             else:
                 pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
-            served = grant if went else rr_prev
-            st = Mux((grant & first_bits).any(), start.rotate_left(1), start) if went else start
+            served = Const(1 << went, K) if went is not None else rr_prev
+            st = (Mux(first_bits[went], start.rotate_left(1), start) if went is not None
+                  else start)
             ready = []
             for k, (h, hv, pv, sk) in enumerate(zip(heads, hviews, pviews, head_sks)):
-                adv = (grant[k] | ~h.valid) if went else ~h.valid
+                adv = Const(1, 1) if went == k else ~h.valid
                 nv = Mux(adv, sk.peek_valid, h.valid)
                 nfirst = Mux(adv, pv.info.first, hv.info.first)
                 nrow = Mux(adv, pv.info.has_row, hv.info.has_row)
@@ -1048,18 +1115,29 @@ class EmbeddingBagUnit(wiring.Component):
                 if K > 1:
                     r = r & (~nfirst | st[k]) & ~(pace_n & served[k] & nrow)
                 ready.append(r)
-            return round_robin(rr_after if went else rr, ready)
+            return round_robin((went + 1) % K if went is not None else rr, ready)
 
+        def by_done(went):
+            return Mux(row_done, grant_after(went, True), grant_after(went, False))
+
+        stay = Signal(K)             # the next grant when no head goes
+        m.d.comb += stay.eq(by_done(None))
         grant_next = Signal(K)
-        m.d.comb += grant_next.eq(Mux(go, Mux(row_done, grant_after(True, True),
-                                                  grant_after(True, False)),
-                                      Mux(row_done, grant_after(False, True),
-                                          grant_after(False, False))))
+        nxt = Mux(grant.any(), 0, stay)
+        for j in range(K):
+            # slot ``j``'s candidate: chosen among flip-flop-only terms by ``can_go[j]``
+            # (also flip-flops) first, then by ``row_done``, then gated by ``grant[j]``
+            cand = Mux(row_done,
+                       Mux(can_go[j], grant_after(j, True), grant_after(None, True)),
+                       Mux(can_go[j], grant_after(j, False), grant_after(None, False)))
+            nxt = nxt | Mux(grant[j], cand, 0)
+        m.d.comb += grant_next.eq(nxt)
         m.d.sync += [grant.eq(grant_next), rr.eq(rr_next), rr_prev.eq(rr_prev_next),
                      start.eq(start_next)]
 
         # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
-        head = data.View(rinfo, info_h.payload)
+        head = data.View(rinfo, info_pp.o.payload)
+        hc = info_h.payload          # the head's control fields (flip-flops)
         rs = resp_in.o
         wpb = self.words_per_beat
         al = self.add_latency
@@ -1067,9 +1145,9 @@ class EmbeddingBagUnit(wiring.Component):
         chunk = Signal(range(2 * wpb))
         word = Signal(self.word_width + 1)
         word_inc = Signal(self.word_width + 1, init=1)     # word + 1, kept as a flip-flop
-        is16 = head.elem_type != ELEM_TYPE_CODES["fp32"]
+        is16 = hc.elem_type != ELEM_TYPE_CODES["fp32"]
         addr_w = self.word_width + self.bank_width
-        head_addr = Cat(word[:self.word_width], head.bank)
+        head_addr = Cat(word[:self.word_width], hc.bank)
         # The words issued in the last ``add_latency`` cycles are still in the adder when this
         # one reads its sum: a word of the same accumulator address must wait (the
         # read-add-write distance, ``add_latency + 1``). Only the issue stage looks;
@@ -1087,7 +1165,7 @@ class EmbeddingBagUnit(wiring.Component):
         hazard = Signal()
         bank_wait = Signal()
         last_word = Signal()
-        peek = data.View(rinfo, info_sk.peek_payload)
+        peek = info_sk.peek_payload
 
         def window_hit(addr):
             hit = Const(0, 1)
@@ -1096,16 +1174,14 @@ class EmbeddingBagUnit(wiring.Component):
             return hit
 
         take = Signal()
-        advance = Signal()           # the head loads the next entry (or is empty)
-        m.d.comb += advance.eq(~info_h.valid | (take & (~head.has_row | last_word)))
-        claim_bank = head.has_row & head.first & (word == 0)
+        claim_bank = hc.has_row & hc.first & (word == 0)
         # same word, no take
-        stay_hazard = head.has_row & ~head.first & window_hit(head_addr)
-        stay_wait = claim_bank & bank_busy.bit_select(head.bank, 1)
+        stay_hazard = hc.has_row & ~hc.first & window_hit(head_addr)
+        stay_wait = claim_bank & bank_busy.bit_select(hc.bank, 1)
         # the row's next word, after a take inside the row
-        next_addr = Cat(word_inc[:self.word_width], head.bank)
-        step_hazard = ~head.first & window_hit(next_addr)
-        step_last = word_inc == head.last_word
+        next_addr = Cat(word_inc[:self.word_width], hc.bank)
+        step_hazard = ~hc.first & window_hit(next_addr)
+        step_last = word_inc == hc.last_word
         # word 0 of the next entry: the read slice's skid register's entry if it holds one,
         # else the queue's head. The hazard is computed for both and chosen at the end, so
         # that the slice's ``skid_valid`` (which also enables the slice's registers) selects
@@ -1120,43 +1196,53 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += [in_skid.has_row.eq(queue_head.has_row),
                          in_skid.first.eq(queue_head.first), in_skid.bank.eq(queue_head.bank)]
 
-        def hazard_of(entry):
+        def hazard_of(entry, taken: bool):
             addr = Cat(Const(0, self.word_width), entry.bank)
-            return entry.has_row & ~entry.first & (
-                window_hit(addr) | (take & head.has_row & (head_addr == addr)))
-        peek_hazard = Mux(skid_full, hazard_of(in_skid), hazard_of(queue_head))
+            hit = window_hit(addr)
+            if taken:
+                hit = hit | (hc.has_row & (head_addr == addr))
+            return entry.has_row & ~entry.first & hit
+
+        def peek_hazard(taken: bool):
+            return Mux(skid_full, hazard_of(in_skid, taken), hazard_of(queue_head, taken))
         peek_wait = peek.has_row & peek.first & bank_busy.bit_select(peek.bank, 1)
         peek_last = peek.last_word == 0
+        # ``take`` is the last select: the head advances (loads the next entry) with a take
+        # when its entry ends (``fin``), without one when it is empty
+        fin = ~hc.has_row | last_word
         m.d.sync += [
-            hazard.eq(Mux(advance, peek_hazard, Mux(take, step_hazard, stay_hazard))),
-            bank_wait.eq(Mux(advance, peek_wait, Mux(take, 0, stay_wait))),
-            last_word.eq(Mux(advance, peek_last, Mux(take, step_last, last_word))),
+            hazard.eq(Mux(take, Mux(fin, peek_hazard(True), step_hazard),
+                          Mux(info_h.valid, stay_hazard, peek_hazard(False)))),
+            bank_wait.eq(Mux(take, Mux(fin, peek_wait, 0),
+                             Mux(info_h.valid, stay_wait, peek_wait))),
+            last_word.eq(Mux(take, Mux(fin, peek_last, step_last),
+                             Mux(info_h.valid, last_word, peek_last))),
         ]
         beat_done = last_word | (chunk == Mux(is16, 2 * wpb - 1, wpb - 1))
         # A bag's first word claims its bank (banks go round in bag order): it waits while
         # the bag that held the bank before is still being drained.
         with m.If(take & claim_bank):
             for b in range(nb):
-                with m.If(head.bank == b):
+                with m.If(hc.bank == b):
                     m.d.sync += bank_busy[b].eq(1)
         with m.If(info_h.valid & bank_wait):
             m.d.comb += inc["stall_bank"].eq(1)
         m.d.comb += [
-            take.eq(info_h.valid & (~head.has_row | rs.valid) & ~hazard & ~bank_wait),
-            rs.ready.eq(take & head.has_row & beat_done),
-            info_h.ready.eq(take & (~head.has_row | last_word)),
-            row_done.eq(take & head.has_row & last_word),
+            take.eq(info_h.valid & (~hc.has_row | rs.valid) & ~hazard & ~bank_wait),
+            rs.ready.eq(take & hc.has_row & beat_done),
+            info_h.ready.eq(take & (~hc.has_row | last_word)),
+            row_done.eq(take & hc.has_row & last_word),
         ]
-        m.d.sync += [recent[0].valid.eq(take & head.has_row), recent[0].addr.eq(head_addr)]
+        m.d.sync += [recent[0].valid.eq(take & hc.has_row), recent[0].addr.eq(head_addr)]
         for k in range(1, al):
             m.d.sync += recent[k].eq(recent[k - 1])
-        with m.If(take & head.has_row):
+        with m.If(take & hc.has_row):
             m.d.sync += [word.eq(Mux(last_word, 0, word_inc)),
                          word_inc.eq(Mux(last_word, 1, word_inc + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
         with m.If(info_h.valid & hazard):
             m.d.comb += inc["stall_hazard"].eq(1)
-        with m.Elif(info_h.valid & head.has_row & ~rs.valid):
+        with m.Elif(info_h.valid & hc.has_row & ~rs.valid):
             m.d.comb += inc["stall_memory"].eq(1)
 
         beat = rs.payload.data
@@ -1171,12 +1257,12 @@ class EmbeddingBagUnit(wiring.Component):
                 cv = FP16ToFP32(latency=0)
                 m.submodules[f"fp16_{i}"] = cv
                 m.d.comb += cv.a.eq(h)
-                choice = Mux(head.elem_type == ELEM_TYPE_CODES["fp16"], cv.o, choice)
+                choice = Mux(hc.elem_type == ELEM_TYPE_CODES["fp16"], cv.o, choice)
             if "bf16" in self.elem_types:
                 cv = BF16ToFP32(latency=0)
                 m.submodules[f"bf16_{i}"] = cv
                 m.d.comb += cv.a.eq(h)
-                choice = Mux(head.elem_type == ELEM_TYPE_CODES["bf16"], cv.o, choice)
+                choice = Mux(hc.elem_type == ELEM_TYPE_CODES["bf16"], cv.o, choice)
             conv_lanes.append(choice)
         m.d.comb += widened.eq(Cat(*conv_lanes))
 
@@ -1210,10 +1296,10 @@ class EmbeddingBagUnit(wiring.Component):
         s1_x = Signal(32 * lanes, reset_less=True)
         s1_w = Signal(32, reset_less=True, name="s1_w")
         m.d.sync += [
-            s1_ctx.valid.eq(take), s1_ctx.has_row.eq(head.has_row),
-            s1_ctx.end.eq(head.end & (~head.has_row | last_word)),
-            s1_ctx.first.eq(head.first),
-            s1_ctx.addr.eq(Cat(Mux(head.has_row, word[:self.word_width], 0), head.bank)),
+            s1_ctx.valid.eq(take), s1_ctx.has_row.eq(hc.has_row),
+            s1_ctx.end.eq(head.end & (~hc.has_row | last_word)),
+            s1_ctx.first.eq(hc.first),
+            s1_ctx.addr.eq(Cat(Mux(hc.has_row, word[:self.word_width], 0), hc.bank)),
             s1_x.eq(widened), s1_w.eq(head.weight),
         ]
         for i in range(lanes):
@@ -1222,7 +1308,7 @@ class EmbeddingBagUnit(wiring.Component):
             lane_used = (~last_word | (head.tail == 0) | (head.tail > i)) if i else Const(1, 1)
             m.d.sync += [s1_ctx.used[i].eq(lane_used),
                          s1_ctx.wgate[i].eq(head.weighted & ~head.is_max & lane_used),
-                         s1_ctx.firstl[i].eq(head.first | ~lane_used),
+                         s1_ctx.firstl[i].eq(hc.first | ~lane_used),
                          s1_ctx.maxl[i].eq(head.is_max & lane_used)]
 
         # Fan-out stages: the context (central) and the words (per lane, distinct bits)

@@ -241,12 +241,19 @@ def _round_steps(m: Module, pipe: "_Pipeline", k: int, *, exp: Value, mant: Valu
     hi = Signal(signed(len(exp) + 1), name="round_hi")
     m.d.comb += hi.eq(exp - 1 + mant[23])
     inf = Cat(Const(_FP32_INF, 31), sign)
-    ovf_now = hi >= _EXP_MAX
+    # ``hi >= 255`` and ``hi == 254`` as compares of ``exp`` with constants, beside the
+    # sum (not after its carry chain): ``hi = exp - 1 + mant[23]``, so ``hi >= 255`` is
+    # ``exp >= 256``, or ``exp == 255`` with the hidden bit; ``hi == 254`` is ``exp == 255``
+    # without it, or ``exp == 254`` with it.
+    w = len(exp)
+    exp_ge_256 = ~exp[w - 1] & exp[8:w - 1].any() if w > 9 else Const(0, 1)
+    ovf_now = exp_ge_256 | ((exp[:w] == _EXP_MAX) & mant[23])
+    hi_is_254 = Mux(mant[23], exp[:w] == _EXP_MAX - 1, exp[:w] == _EXP_MAX)
     s = pipe.boundary(
         k,
         lo=mant[:23], hi=hi[:9], sign=sign,
         round_up=guard & (sticky | mant[0]),
-        ovf_if_round=(hi == _EXP_MAX - 1) & mant[:23].all(),
+        ovf_if_round=hi_is_254 & mant[:23].all(),
         use_fixed=use_fixed | ovf_now,
         fixed=Mux(use_fixed, fixed, inf),
     )
@@ -424,8 +431,8 @@ class FPMul32(_Binary32):
     24-bit significands has its leading one at bit 47 or 46 and the result needs at most a
     one-bit normalisation; only results below the normal range take the separate right-shift
     path. (1) classify each operand's fields, count the leading zeros of subnormal
-    significands; (2) normalise the significands, add the exponents, resolve the special
-    results; (3) four 12x12-bit partial
+    significands; (2) normalise the significands, sum the exponents and the leading zeros,
+    resolve the special results; (3) the product's exponent and four 12x12-bit partial
     products (each fits one 18x18 DSP block, and the step's register is the DSP's output
     register); (4) add the two middle partial products; (5) the 48-bit product; (6) one-bit
     normalisation and the right shift of a result below the subnormal exponent; (7) and (8) that
@@ -458,8 +465,10 @@ class FPMul32(_Binary32):
             a_ezero=ea == 0, b_ezero=eb == 0,
             a_fzero=fa == 0, b_fzero=fb == 0,
             sign=sa ^ sb, ma=ma, mb=mb, xa=xa, xb=xb,
-            lza=count_leading_zeros(m, ma, "lza")[:5],
-            lzb=count_leading_zeros(m, mb, "lzb")[:5],
+            # (a normal significand has no leading zero; a subnormal's are one more than its
+            # fraction's: the exponent's zero test only gates the count at the end)
+            lza=Mux(ea == 0, count_leading_zeros(m, Cat(fa, Const(0, 1)), "lza")[:5], 0),
+            lzb=Mux(eb == 0, count_leading_zeros(m, Cat(fb, Const(0, 1)), "lzb")[:5], 0),
         )
         a_nan, b_nan = s1.a_emax & ~s1.a_fzero, s1.b_emax & ~s1.b_fzero
         a_inf, b_inf = s1.a_emax & s1.a_fzero, s1.b_emax & s1.b_fzero
@@ -471,18 +480,20 @@ class FPMul32(_Binary32):
 
         # Step 2: normalised significands; exponent of the product with its leading one at
         # bit 47 (value = P / 2**47 * 2**(E - 127)).
-        exp0 = Signal(signed(12), name="exp0")
-        m.d.comb += exp0.eq(s1.xa + s1.xb - 126 - s1.lza - s1.lzb)
+        # (the exponent's two sums here, their difference in step 3: one carry chain each)
         # (no reset on the partial products' registers, which are the DSP blocks' output
         # registers on an FPGA, nor on the significands', which can be their input
         # registers: `host.bench.timing.absorb_dsp_registers`)
-        s2 = pipe.boundary(2, exp0=exp0, sign=s1.sign, special=special, special_o=special_o)
+        s2 = pipe.boundary(2, x_sum=s1.xa + s1.xb, lz_sum=s1.lza + s1.lzb, sign=s1.sign,
+                           special=special, special_o=special_o)
         s2n = pipe.boundary(2, reset_less=True, na=(s1.ma << s1.lza)[:24],
                             nb=(s1.mb << s1.lzb)[:24])
 
         # Step 3: partial products, 12 x 12 bits each.
         a_lo, a_hi, b_lo, b_hi = s2n.na[:12], s2n.na[12:], s2n.nb[:12], s2n.nb[12:]
-        s3 = pipe.boundary(3, exp0=s2.exp0, sign=s2.sign, special=s2.special,
+        exp0 = Signal(signed(12), name="exp0")
+        m.d.comb += exp0.eq(s2.x_sum - 126 - s2.lz_sum)
+        s3 = pipe.boundary(3, exp0=exp0, sign=s2.sign, special=s2.special,
                            special_o=s2.special_o)
         s3p = pipe.boundary(3, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
                             hl=a_hi * b_lo, hh=a_hi * b_hi)
@@ -493,10 +504,14 @@ class FPMul32(_Binary32):
         # Step 5: the product (its leading one at bit 47 or 46); beside it, the result's
         # exponent and right shift for either position of the leading one.
         def underflow(exp):
+            # ``1 - exp``, and its two compares made on ``exp`` itself (beside the
+            # subtraction, not after it): ``1 - exp > 0`` is ``exp <= 0``, ``> 56`` is
+            # ``exp < -55``
+            exp = Value.cast(exp)
             under = Signal(signed(13), name="under")
             m.d.comb += under.eq(1 - exp)
-            return (Mux(under > 0, Mux(under > 56, 56, under), 0)[:6],
-                    Mux(under > 0, 1, exp))
+            below = exp[len(exp) - 1] | (exp == 0)
+            return (Mux(below, Mux(exp < -55, 56, under[:6]), 0)[:6], Mux(below, 1, exp))
         right_hi, exp_hi = underflow(s4.exp0)
         right_lo, exp_lo = underflow(s4.exp0 - 1)
         s5 = pipe.boundary(5, product=(s4.outer + (s4.mid << 12))[:48], right_hi=right_hi,

@@ -43,7 +43,7 @@ forward and ``ready`` backward, at full throughput and one cycle of latency.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -222,7 +222,7 @@ class SkidBuffer(wiring.Component):
 class PingPongBuffer(wiring.Component):
     """A two-entry register queue on a ``lib.stream`` of ``shape``, read through a multiplexer.
 
-    Ports and cycle behaviour are those of :class:`SkidBuffer` (without ``peek``): ``i.ready``
+    Ports and cycle behaviour are those of :class:`SkidBuffer` (``peek`` included): ``i.ready``
     and ``o.valid`` come from flip-flops, one transfer per cycle, one cycle of latency, order
     kept; on every cycle it accepts, holds and presents exactly what a ``SkidBuffer`` given the
     same inputs would. The difference is where the consumer's ``o.ready`` goes: here only to
@@ -240,9 +240,13 @@ class PingPongBuffer(wiring.Component):
     ahead from the pointers' and flags' next values.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, peek: bool = False):
         self.shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+        self.peek = bool(peek)
+        ports = {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))}
+        if self.peek:
+            ports.update(peek_valid=Out(1), peek_payload=Out(shape))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -260,19 +264,38 @@ class PingPongBuffer(wiring.Component):
             push.eq(self.i.valid & ~full),
             pop.eq(nonempty & self.o.ready),
         ]
-        # next values: the pointers, and the occupancy (0, 1 or 2 items) as its two compares
+        # next values: the pointers, and the occupancy (0, 1 or 2 items) as its two compares;
+        # each computed for both values of the consumer's ``o.ready`` (usually the end of its
+        # stall logic), which selects at the end
         wp_n, full_n, nonempty_n = Signal(), Signal(), Signal()
+
+        def occupancy(ready: bool):
+            pop_r = nonempty if ready else Const(0, 1)
+            return (Mux(push & ~pop_r, nonempty, Mux(pop_r & ~push, 0, full)),
+                    Mux(push & ~pop_r, 1, Mux(pop_r & ~push, full, nonempty)))
+        (full_1, nonempty_1), (full_0, nonempty_0) = occupancy(True), occupancy(False)
         m.d.comb += [
             wp_n.eq(wp ^ push),
-            full_n.eq(Mux(push & ~pop, nonempty, Mux(pop & ~push, 0, full))),
-            nonempty_n.eq(Mux(push & ~pop, 1, Mux(pop & ~push, full, nonempty))),
+            full_n.eq(Mux(self.o.ready, full_1, full_0)),
+            nonempty_n.eq(Mux(self.o.ready, nonempty_1, nonempty_0)),
         ]
         m.d.sync += [wp.eq(wp_n), rp.eq(rp ^ pop), full.eq(full_n), nonempty.eq(nonempty_n)]
+        if self.peek:
+            # the item behind the head (``SkidBuffer``'s ``peek``): the other entry while both
+            # hold one (then ``wp == rp``), else the input
+            m.d.comb += [
+                self.peek_valid.eq(full | self.i.valid),
+                self.peek_payload.eq(Mux(full, Mux(rp, Value.cast(entries[0]),
+                                                   Value.cast(entries[1])),
+                                         Value.cast(self.i.payload))),
+            ]
         # ``load[k]``: entry ``k`` is free on this cycle (see the class docstring); with both
         # entries free, the one ``wp`` names takes the item and the other's copy is unused
         load = [Signal(name=f"load{k}", init=1) for k in range(2)]
         for k in range(2):
-            m.d.sync += load[k].eq(Mux(wp_n == k, ~full_n, ~nonempty_n))
+            m.d.sync += load[k].eq(Mux(self.o.ready,
+                                       Mux(wp_n == k, ~full_1, ~nonempty_1),
+                                       Mux(wp_n == k, ~full_0, ~nonempty_0)))
             with m.If(load[k]):
                 m.d.sync += entries[k].eq(self.i.payload)
         return m
@@ -356,7 +379,10 @@ class CreditFIFO(_QueueComponent):
         produce = Signal(range(inner))
         consume = Signal(range(inner))
         inner_level = Signal(range(inner + 1))
-        inner_r_rdy = inner_level != 0
+        # ``inner_level != 0`` kept as a flip-flop (next value from the level's compares,
+        # chosen by the write and the read), so that the read's enable, which reaches every
+        # bit of the read register, is one LUT from flip-flops
+        inner_r_rdy = Signal()
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
 
         def step(p):
@@ -377,6 +403,8 @@ class CreditFIFO(_QueueComponent):
             m.d.sync += inner_level.eq(inner_level + 1)
         with m.If(do_inner_read & ~self.w_en):
             m.d.sync += inner_level.eq(inner_level - 1)
+        m.d.sync += inner_r_rdy.eq(Mux(self.w_en, 1, Mux(do_inner_read, inner_level != 1,
+                                                         inner_level != 0)))
         with m.If(do_inner_read):
             m.d.sync += self.r_rdy.eq(1)
         with m.Elif(self.r_en):

@@ -89,11 +89,11 @@ def test_peek_shows_what_the_output_holds_after_it_advances():
 
 
 class _Pair(Elaboratable):
-    """A SkidBuffer and a PingPongBuffer side by side, fed the same inputs."""
+    """A SkidBuffer and a PingPongBuffer (both with ``peek``) side by side, fed the same inputs."""
 
     def __init__(self):
-        self.skid = SkidBuffer(16)
-        self.pp = PingPongBuffer(16)
+        self.skid = SkidBuffer(16, peek=True)
+        self.pp = PingPongBuffer(16, peek=True)
 
     def elaborate(self, platform):
         m = Module()
@@ -114,7 +114,7 @@ def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle():
     the buffer whose wide enables come from the side that is early."""
     rng = np.random.default_rng(11)
     pair = _Pair()
-    checked = {"n": 0, "moved": 0}
+    checked = {"n": 0, "moved": 0, "peeked": 0}
 
     async def bench(ctx):
         nxt = 0
@@ -131,6 +131,11 @@ def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle():
             if ctx.get(a.o.valid):
                 assert ctx.get(b.o.payload) == ctx.get(a.o.payload)
                 checked["moved"] += ready
+            # (``peek``: the entry behind the output, the same in both)
+            assert ctx.get(b.peek_valid) == ctx.get(a.peek_valid)
+            if ctx.get(a.peek_valid):
+                assert ctx.get(b.peek_payload) == ctx.get(a.peek_payload)
+                checked["peeked"] += 1
             if offer and ctx.get(a.i.ready):
                 nxt = (nxt + 1) & 0xFFFF
             checked["n"] += 1
@@ -140,7 +145,7 @@ def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle():
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert checked["n"] == 3000 and checked["moved"] > 1000
+    assert checked["n"] == 3000 and checked["moved"] > 1000 and checked["peeked"] > 1000
 
 
 def _queues_side_by_side(ref, dut, rng, *, cycles: int, p_write: float, p_read: float,
