@@ -255,6 +255,17 @@ def one_hot_index(onehot, width: int):
     return Cat(*bits)
 
 
+def _argmin_tree(items):
+    """The (value, index) pair of the smallest value among ``items`` as a log-depth tree of
+    compares (the earlier item wins a tie), for a replacement policy's victim by rank."""
+    if len(items) == 1:
+        return items[0]
+    half = len(items) // 2
+    (va, ia), (vb, ib) = _argmin_tree(items[:half]), _argmin_tree(items[half:])
+    take_b = vb < va
+    return Mux(take_b, vb, va), Mux(take_b, ib, ia)
+
+
 def _replacement_policy(component, policy: str) -> str:
     """``policy``, checked: ``lru`` or ``lfu`` (a refused design is not an unused one)."""
     if policy not in ("lru", "lfu"):
@@ -344,14 +355,7 @@ class WayChoose(wiring.Component):
                          policy_way.eq(one_hot_index(old_oh, WB)),
                          self.victim_oh.eq(Mux(self.inv_vec.any(), inv_oh, old_oh))]
         else:
-            def argmin(items):
-                if len(items) == 1:
-                    return items[0]
-                half = len(items) // 2
-                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
-                take_b = vb < va
-                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
-            _, best = argmin([(word[w].repl, Const(w, WB)) for w in range(W)])
+            _, best = _argmin_tree([(word[w].repl, Const(w, WB)) for w in range(W)])
             m.d.comb += [policy_way.eq(best),
                          self.victim_oh.eq(Mux(self.inv_vec.any(), inv_oh,
                                                (Const(1, W) << best)[:W]))]
@@ -1023,14 +1027,7 @@ class CacheController(wiring.Component):
         if self.policy == "lru":
             m.d.comb += policy_oh.eq(c_old)
         else:
-            def argmin(items):
-                if len(items) == 1:
-                    return items[0]
-                half = len(items) // 2
-                (va, ia), (vb, ib) = argmin(items[:half]), argmin(items[half:])
-                take_b = vb < va
-                return Mux(take_b, vb, va), Mux(take_b, ib, ia)
-            _, best = argmin([(pre_word[w].repl, Const(w, WB)) for w in range(W)])
+            _, best = _argmin_tree([(pre_word[w].repl, Const(w, WB)) for w in range(W)])
             m.d.comb += policy_oh.eq((Const(1, W) << best)[:W])
         m.d.comb += [ch_hit.eq(c_hit.any()),
                      ch_victim_oh.eq(Mux(c_anyinv, c_invf, policy_oh)),

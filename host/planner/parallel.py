@@ -133,6 +133,19 @@ def map_forked(fn: Callable[[int], Any], n: int, workers: int = 1, weights: Sequ
                 pass
 
 
+def _reap(pid: int, kill: bool) -> None:
+    """Wait for a forked copy to end, killing it first where it may not be listening."""
+    if kill:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
 class ForkedServer:
     """A forked copy of this process that answers ``fn(*request)`` for requests sent one at a
     time (:meth:`ask`, then :meth:`answer`), so that a step's work can be split between two
@@ -223,15 +236,7 @@ class ForkedServer:
                 f.close()
             except OSError:
                 pass
-        if self._waiting:  # mid-request: it is not listening for the stop
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.waitpid(pid, 0)
-        except OSError:
-            pass
+        _reap(pid, kill=self._waiting)  # mid-request: it is not listening for the stop
 
     def __enter__(self) -> "ForkedServer":
         return self
@@ -305,11 +310,4 @@ class Lockstep:
                 pass
         pid, self._pid = self._pid, None
         if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+            _reap(pid, kill=True)

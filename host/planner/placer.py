@@ -191,6 +191,16 @@ class _MadePlan(TablePlan):
 
 
 @jit(cache=True, nogil=True)
+def _hbm_keep(v, r, ratio, reserve):  # pragma: no cover  (compiled)
+    """The HBM rank ``r`` keeps for caches of host memory it may still take (``ratio`` times
+    what is left of ``reserve``; ``np.maximum(0.0, x)`` is ``0.0 if 0.0 >= x else x``)."""
+    if ratio:
+        x = reserve - v[25, r]
+        return ratio * (0.0 if 0.0 >= x else x)
+    return 0.0
+
+
+@jit(cache=True, nogil=True)
 def _tier_codes(v, at, need, cache, cap_hbm, cap_dram, cap_ssd, ratio, reserve, code):  # pragma: no cover  (compiled)
     """Each shard's tier for :meth:`Placer.make` into ``code`` (0 HBM, 1 DRAM, 2 SSD), shard by
     shard with :meth:`Placer._tier_codes_np`'s arithmetic: in HBM if its bytes ``need`` fit
@@ -207,11 +217,7 @@ def _tier_codes(v, at, need, cache, cap_hbm, cap_dram, cap_ssd, ratio, reserve, 
     for k in range(at.shape[0]):
         r = at[k]
         hbm_free = cap_hbm - v[24, r]
-        if ratio:
-            x = reserve - v[25, r]
-            keep = ratio * (0.0 if 0.0 >= x else x)
-        else:
-            keep = 0.0
+        keep = _hbm_keep(v, r, ratio, reserve)
         if need[k] <= hbm_free - keep:
             code[k] = 0
             continue
@@ -233,11 +239,7 @@ def _all_in_hbm(v, at, need, cap_hbm, ratio, reserve):  # pragma: no cover  (com
     for k in range(at.shape[0]):
         r = at[k]
         hbm_free = cap_hbm - v[24, r]
-        if ratio:
-            x = reserve - v[25, r]
-            keep = ratio * (0.0 if 0.0 >= x else x)
-        else:
-            keep = 0.0
+        keep = _hbm_keep(v, r, ratio, reserve)
         if not need[k] <= hbm_free - keep:
             return False
     return True
