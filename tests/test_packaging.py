@@ -18,10 +18,17 @@ def _packages_on_disk() -> set[str]:
     return found
 
 
-def test_every_package_folder_is_listed_in_pyproject():
+def _data_folders(package_data: dict[str, list[str]]) -> set[str]:
+    """Folders that package-data ships from below a package, as dotted names."""
+    return {f"{pkg}.{'.'.join(pattern.split('/')[:-1])}"
+            for pkg, patterns in package_data.items() for pattern in patterns if "/" in pattern}
+
+
+def test_every_package_and_data_folder_is_listed_in_pyproject():
+    """Data-only folders are listed too: setuptools ships a folder reliably only as a package."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     listed = set(config["tool"]["setuptools"]["packages"])
-    assert listed == _packages_on_disk()
+    assert listed == _packages_on_disk() | _data_folders(config["tool"]["setuptools"]["package-data"])
     assert config["tool"]["setuptools"]["package-dir"] == {"neonic": "."}
 
 
