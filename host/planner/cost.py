@@ -346,6 +346,22 @@ class PlanCost:
 
 
 @jit(cache=True, nogil=True)
+def _collective_rank_s(v, c, r, scale, alpha, bw):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Rank ``r``'s seconds in AlltoAll ``c`` (``rank_times_s``): per link class (intra-, then
+    inter-node) the busier direction's bytes times the collective's wire factor, ``alpha +
+    bytes / bw`` where it sends or receives anything; the slower class."""
+    best = 0.0
+    for k in range(2):
+        sent = v[4 + 4 * c + k, r] * scale[c]
+        recv = v[6 + 4 * c + k, r] * scale[c]
+        busiest = sent if sent >= recv else recv
+        t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
+        if k == 0 or t > best:
+            best = t
+    return best
+
+
+@jit(cache=True, nogil=True)
 def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """:meth:`CostModel.totals_np` rank by rank with the same arithmetic (``np.maximum(a, b)``
     is ``a if a >= b else b``; each collective's time added in order, as numpy sums the rows
@@ -363,14 +379,7 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (com
         emb = (a if a >= half else half) + (b if b >= half else half)
         comm = 0.0
         for c in range(5):
-            best = 0.0
-            for k in range(2):
-                sent = v[4 + 4 * c + k, r] * scale[c]
-                recv = v[6 + 4 * c + k, r] * scale[c]
-                busiest = sent if sent >= recv else recv
-                t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
-                if k == 0 or t > best:
-                    best = t
+            best = _collective_rank_s(v, c, r, scale, alpha, bw)
             comm = best if c == 0 else comm + best
         out[r] = emb + comm + dp_s
     return out
@@ -428,14 +437,7 @@ def _phase_maxima(vecs, scale, alpha, bw, fo, bo, fwd, bwd, comm):  # pragma: no
         for c in range(5):
             worst = -np.inf
             for r in range(n):
-                best = 0.0
-                for k in range(2):
-                    sent = v[4 + 4 * c + k, r] * scale[c]
-                    recv = v[6 + 4 * c + k, r] * scale[c]
-                    busiest = sent if sent >= recv else recv
-                    tk = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
-                    if k == 0 or tk > best:
-                        best = tk
+                best = _collective_rank_s(v, c, r, scale, alpha, bw)
                 worst = best if best > worst else worst
             total += worst
         comm[t] = total
