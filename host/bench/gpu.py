@@ -26,6 +26,10 @@ Figures (each a median over repetitions, timed with CUDA events after warm-up):
 * ``pcie.h2d_gbytes_per_s`` / ``d2h`` / ``bidir``: pinned host memory copies of 1 GiB.
 * ``cta_copy.<n>``: GB/s of a persistent Triton copy kernel of ``n`` CTAs (how much one
   collective channel, one CTA, can move through HBM), where Triton is installed.
+* ``dense.w<width>.b<batch>.*``: Model-A's whole dense part (bottom MLP, concatenation, top MLP)
+  forward, and forward + backward eager and as one CUDA graph, with the profiler's split into
+  GEMM and other kernels, at the preset's first top width 971 and its aligned neighbour 976;
+  ``dense.adam_*``: the dense optimizer over the same parameters (``compare_dense``).
 * ``concurrent.*``: two kernels on two streams started together, each one's end (ms from the
   common start) beside its time alone: a GEMM beside an SM copy kernel at equal and at high
   priority, a GEMM beside a persistent 16-CTA copy (NCCL-like), two HBM-bound copies of 66 CTAs
@@ -127,6 +131,105 @@ def measure_gemm_sweep(torch, timer: _Timer, quick: bool) -> dict[str, float]:
     if quick:
         shapes = shapes[::3]
     return _time_gemms(torch, timer, [("fp16", m, n, k) for m, n, k in shapes])
+
+
+#: Model-A's dense part (host/workloads/presets/model-a.toml): the bottom MLP's widths from its
+#: 1024 inputs, and the top MLP's after the concatenation (W1 first, 11 layers of 3696, then 1).
+MODEL_A_BOTTOM = (MODEL_A_WIDTH,) * 7
+MODEL_A_TOP_TAIL = (MODEL_A_WIDTH,) * 11 + (1,)
+MODEL_A_DENSE_IN = 1024
+#: GEMM kernels by name in the profiler's trace: cuBLAS's Hopper kernels (nvjet), CUTLASS ones
+#: (its SM75 fallback for unaligned rows among them) and the older xmma/ampere families.
+GEMM_KERNEL_NAMES = ("gemm", "cutlass", "nvjet", "xmma", "sm90_", "ampere_")
+
+
+def _kernel_split(torch, fn: Callable[[], Any], calls: int = 5) -> tuple[float, float]:
+    """ms per call of GEMM kernels and of every other kernel (elementwise, reductions, copies),
+    from the PyTorch profiler's device times: what the GPU executes, without the gaps between
+    launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    gemm = other = 0.0
+    for event in prof.key_averages():
+        if event.device_type.name != "CUDA":
+            continue
+        ms = event.self_device_time_total / calls / 1e3
+        if any(k in event.key.lower() for k in GEMM_KERNEL_NAMES):
+            gemm += ms
+        else:
+            other += ms
+    return gemm, other
+
+
+def measure_dense(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    """Model-A's whole dense part on one GPU, FP16, as PyTorch trains it: the bottom MLP, the
+    concatenation with 93,000 pooled embedding features, the top MLP (``nn.Linear`` layers with
+    bias, ReLU between them); forward, and forward + backward (``torch.autograd.grad`` of the
+    output's sum: every weight, bias and the embeddings' gradients, no accumulation), launched
+    eagerly and replayed as one CUDA graph (the GPU's time without the CPU's launch gaps), with
+    the profiler's split into GEMM and other kernels; at the preset's first top width
+    (``dense.w971``) and its 16-byte-aligned neighbour (``dense.w976``); and the dense optimizer
+    (``torch.optim.Adam``, FP32, fused and foreach) over the same parameters. Checks
+    ``host.iteration.dense_costs``, which sums per-layer GEMM costs (``compare``)."""
+    out: dict[str, float] = {}
+    dev, half = "cuda", torch.float16
+    cat = 93000 + MODEL_A_WIDTH                               # sum of Model-A's embedding dims + D
+
+    def mlp(widths, fan_in):
+        layers: list[Any] = []
+        for w in widths:
+            layers += [torch.nn.Linear(fan_in, w), torch.nn.ReLU()]
+            fan_in = w
+        return torch.nn.Sequential(*layers[:-1])
+
+    numels: list[int] = []
+    for w1 in (MODEL_A_W1, 976):
+        bottom = mlp(MODEL_A_BOTTOM, MODEL_A_DENSE_IN).to(dev, half)
+        top = mlp((w1,) + MODEL_A_TOP_TAIL, cat).to(dev, half)
+        weights = list(bottom.parameters()) + list(top.parameters())
+        numels = [p.numel() for p in weights] if w1 == MODEL_A_W1 else numels
+        for batch in ((512,) if quick or w1 != MODEL_A_W1 else (512, 2048)):
+            x = torch.randn(batch, MODEL_A_DENSE_IN, device=dev, dtype=half)
+            emb = torch.randn(batch, 93000, device=dev, dtype=half, requires_grad=True)
+            grads_of = weights + [emb]
+
+            def forward():
+                with torch.no_grad():
+                    return top(torch.cat([bottom(x), emb], 1))
+
+            def step():
+                return torch.autograd.grad(top(torch.cat([bottom(x), emb], 1)).sum(), grads_of)
+
+            key = f"dense.w{w1}.b{batch}"
+            out[f"{key}.forward_ms"] = timer(forward, reps=5)
+            out[f"{key}.forward_backward_ms"] = timer(step, reps=5)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            out[f"{key}.forward_backward_graph_ms"] = timer(graph.replay, reps=5)
+            gemm, other = _kernel_split(torch, step)
+            out[f"{key}.gemm_kernels_ms"], out[f"{key}.other_kernels_ms"] = gemm, other
+            del graph, x, emb
+        del bottom, top, weights
+    # the optimizer over FP32 copies of the same tensors (one per weight and bias)
+    master = [torch.zeros(n, device=dev, dtype=torch.float32, requires_grad=True) for n in numels]
+    for p in master:
+        p.grad = torch.randn_like(p)
+    for kind in ("fused", "foreach"):
+        opt = torch.optim.Adam(master, lr=1e-3, **{kind: True})
+        out[f"dense.adam_{kind}_fp32_ms"] = timer(opt.step, reps=3)
+    out["dense.params"] = float(sum(numels))
+    return out
 
 
 def measure_copies(torch, timer: _Timer, quick: bool) -> dict[str, float]:
@@ -423,7 +526,7 @@ def measure_concurrent(torch, timer: _Timer, quick: bool) -> dict[str, float]:
 SECTIONS: dict[str, Callable] = {"gemm": measure_gemm, "gemm_sweep": measure_gemm_sweep,
                                  "copies": measure_copies,
                                  "embedding": measure_embedding, "cta_copy": measure_cta_copy,
-                                 "concurrent": measure_concurrent}
+                                 "concurrent": measure_concurrent, "dense": measure_dense}
 
 
 def measure(quick: bool = False, progress: Callable[[str], None] = print,
@@ -505,11 +608,49 @@ def compare(measured: dict[str, Any], preset: str) -> dict[str, Any]:
             continue
         name = ".".join(parts[:-1])
         out[name] = {"measured_ms": value, "model_ms": model_ms, "measured_over_model": value / model_ms}
+    out.update(compare_dense(measured, preset))
     if "hbm_copy_gbytes_per_s" in measured:
         model = spec.hbm_gbytes_per_s * spec.efficiency.hbm_stream
         out["hbm_copy"] = {"measured_gbytes_per_s": measured["hbm_copy_gbytes_per_s"],
                            "model_gbytes_per_s": model,
                            "measured_over_model": measured["hbm_copy_gbytes_per_s"] / model}
+    return out
+
+
+def compare_dense(measured: dict[str, Any], preset: str) -> dict[str, Any]:
+    """Model-A's dense part as ``host.iteration.dense_costs`` prices it for the preset, beside
+    ``measure_dense``'s figures: per measured width and batch, the forward + backward the model
+    predicts against the CUDA graph's time (the GPU's, no launch gaps) and against the GEMM
+    kernels' time alone (the model prices GEMMs only), and the dense optimizer step against
+    the fused Adam's."""
+    from dataclasses import replace
+
+    from neonic.host.iteration import dense_costs
+    from neonic.host.workloads import preset as workload_preset
+    from neonic.sim.gpu import gpu_preset
+
+    spec = gpu_preset(preset)
+    base = workload_preset("model-a")
+    out: dict[str, Any] = {}
+    for key in measured:
+        parts = key.split(".")
+        if parts[0] != "dense" or len(parts) != 4 or parts[-1] != "forward_backward_graph_ms":
+            continue
+        width, batch = int(parts[1][1:]), int(parts[2][1:])
+        top = (width,) + tuple(base.dense.top_mlp[1:])
+        workload = replace(base, batch_per_gpu=batch, dense=replace(base.dense, top_mlp=top))
+        d = dense_costs(spec, workload, "fp16")
+        model_ms = sum(c.time_s for c in (d.bot_fwd, d.inter_fwd, d.top_fwd, d.top_bwd, d.inter_bwd, d.bot_bwd)) * 1e3
+        graph = measured[key]
+        gemm = measured[f"dense.{parts[1]}.{parts[2]}.gemm_kernels_ms"]
+        out[f"dense.{parts[1]}.{parts[2]}"] = {
+            "measured_ms": graph, "model_ms": model_ms, "measured_over_model": graph / model_ms,
+            "gemm_kernels_ms": gemm, "gemm_kernels_over_model": gemm / model_ms,
+            "other_kernels_ms": measured[f"dense.{parts[1]}.{parts[2]}.other_kernels_ms"]}
+        if "dense.adam_fused_fp32_ms" in measured and "dense.adam" not in out:
+            adam = measured["dense.adam_fused_fp32_ms"]
+            out["dense.adam"] = {"measured_ms": adam, "model_ms": d.dense_opt.time_s * 1e3,
+                                 "measured_over_model": adam / (d.dense_opt.time_s * 1e3)}
     return out
 
 
