@@ -70,14 +70,16 @@ class DenseCosts:
         return self.dense_opt.scaled(params / max(1, self.params))
 
 
-def dense_costs(system: "SystemSpec | GPUSpec", workload: WorkloadSpec, dtype: str = "fp16") -> DenseCosts:
+def dense_costs(system: "SystemSpec | GPUSpec", workload: WorkloadSpec, dtype: str = "fp16",
+                elementwise: bool = True) -> DenseCosts:
     """MLP, interaction and optimizer-step costs on one GPU for one local batch (``system``: a
     system, or its GPU model), summed from the per-layer costs of ``host.workloads.dense``
-    (kept in ``layers``: the gradient buckets split the backward at layer boundaries)."""
+    (kept in ``layers``: the gradient buckets split the backward at layer boundaries);
+    ``elementwise=False``: the GEMMs alone (``host.workloads.dense.layer_costs``)."""
     from neonic.host.workloads.dense import interaction_width, layer_costs
 
     gpu = getattr(system, "gpu_spec", system)
-    layers = layer_costs(gpu, workload, dtype)
+    layers = layer_costs(gpu, workload, dtype, elementwise)
 
     def total(part: str, attr: str) -> KernelCost:
         cost = KernelCost()

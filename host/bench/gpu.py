@@ -617,6 +617,11 @@ def compare(measured: dict[str, Any], preset: str) -> dict[str, Any]:
     return out
 
 
+def _dense_ms(d) -> float:
+    """Forward + backward of a ``host.iteration.DenseCosts`` in ms (no optimizer step)."""
+    return sum(c.time_s for c in (d.bot_fwd, d.inter_fwd, d.top_fwd, d.top_bwd, d.inter_bwd, d.bot_bwd)) * 1e3
+
+
 def compare_dense(measured: dict[str, Any], preset: str) -> dict[str, Any]:
     """Model-A's dense part as ``host.iteration.dense_costs`` prices it for the preset, beside
     ``measure_dense``'s figures: per measured width and batch, the forward + backward the model
@@ -640,13 +645,18 @@ def compare_dense(measured: dict[str, Any], preset: str) -> dict[str, Any]:
         top = (width,) + tuple(base.dense.top_mlp[1:])
         workload = replace(base, batch_per_gpu=batch, dense=replace(base.dense, top_mlp=top))
         d = dense_costs(spec, workload, "fp16")
-        model_ms = sum(c.time_s for c in (d.bot_fwd, d.inter_fwd, d.top_fwd, d.top_bwd, d.inter_bwd, d.bot_bwd)) * 1e3
+        model_ms = _dense_ms(d)
+        # the GEMM-only figure: no elementwise kernels, and without the concatenation's copy
+        cat_ms = sum(lc.forward.time_s + lc.backward.time_s for lc in d.layers if lc.layer.kind == "cat") * 1e3
+        gemm_model_ms = _dense_ms(dense_costs(spec, workload, "fp16", elementwise=False)) - cat_ms
         graph = measured[key]
         gemm = measured[f"dense.{parts[1]}.{parts[2]}.gemm_kernels_ms"]
         out[f"dense.{parts[1]}.{parts[2]}"] = {
             "measured_ms": graph, "model_ms": model_ms, "measured_over_model": graph / model_ms,
-            "gemm_kernels_ms": gemm, "gemm_kernels_over_model": gemm / model_ms,
-            "other_kernels_ms": measured[f"dense.{parts[1]}.{parts[2]}.other_kernels_ms"]}
+            "gemm_kernels_ms": gemm, "gemm_model_ms": gemm_model_ms,
+            "gemm_kernels_over_model": gemm / gemm_model_ms,
+            "other_kernels_ms": measured[f"dense.{parts[1]}.{parts[2]}.other_kernels_ms"],
+            "other_model_ms": model_ms - gemm_model_ms}
         if "dense.adam_fused_fp32_ms" in measured and "dense.adam" not in out:
             adam = measured["dense.adam_fused_fp32_ms"]
             out["dense.adam"] = {"measured_ms": adam, "model_ms": d.dense_opt.time_s * 1e3,

@@ -153,12 +153,38 @@ class LayerCost:
         return self.layer.params
 
 
-def layer_costs(gpu, workload: "WorkloadSpec", dtype: str = "fp16") -> list[LayerCost]:
+#: Bytes that the elementwise kernels around an MLP layer move, in units of the layer's output
+#: (batch x fan_out elements): the activation forward reads its input and writes its output
+#: (2); its gradient reads the output's gradient and the saved activation and writes the
+#: input's gradient (3); the bias gradient, a column sum over the batch, reads the output's
+#: gradient once (1). SOURCES for which kernels run: the DLRM reference implementation
+#: (facebookresearch/dlrm, ``create_mlp``: every MLP layer is an ``nn.Linear`` with a bias,
+#: followed by an activation, ReLU or the top's final sigmoid), and PyTorch's kernels as its
+#: profiler lists them (``neonic bench gpu``'s dense section on an H200 and an H100,
+#: sim/data/nvidia-h*.json ``dense.*``): the bias add is fused into cuBLAS's GEMM epilogue, and
+#: the activation, its gradient and the bias gradient are one kernel each.
+ACTIVATION_FWD_PASSES, ACTIVATION_BWD_PASSES, BIAS_GRAD_PASSES = 2, 3, 1
+
+
+def _stream(gpu, nbytes: float):
+    """One memory-bound elementwise or reduction kernel over ``nbytes``: HBM at the streaming
+    efficiency, plus the per-kernel launch cost (``sim.gpu.GPUEfficiency``)."""
+    from neonic.sim.gpu import KernelCost
+
+    eff = gpu.efficiency
+    return KernelCost(hbm_bytes=nbytes, memory_s=nbytes / (gpu.hbm_bytes_per_s * eff.hbm_stream),
+                      overhead_s=eff.launch_overhead_s)
+
+
+def layer_costs(gpu, workload: "WorkloadSpec", dtype: str = "fp16", elementwise: bool = True) -> list[LayerCost]:
     """Per-layer ``sim.gpu.KernelCost`` of the dense part (forward order) on ``gpu`` for one
     local batch in GEMM datatype ``dtype``. Linear layers: one GEMM forward, a weight-gradient
     GEMM and a data-gradient GEMM backward (none for the first bottom layer: nothing consumes
     the gradient of the dense input); the dot: ``sim.gpu.interaction_cost``; the concatenation:
-    a streaming copy forward and backward; cross layers: two low-rank GEMMs each way."""
+    a streaming copy forward and backward; cross layers: two low-rank GEMMs each way.
+    ``elementwise``: the MLP layers (bottom and top) also pay their activation, its gradient and
+    their bias gradient, one streaming kernel each (:data:`ACTIVATION_FWD_PASSES`); ``False``
+    prices their GEMMs alone (to set beside a GEMM-only measurement)."""
     from neonic.sim.gpu import DTYPE_BYTES, KernelCost, gemm_cost, interaction_cost, mlp_cost
 
     b = workload.batch_per_gpu
@@ -170,6 +196,10 @@ def layer_costs(gpu, workload: "WorkloadSpec", dtype: str = "fp16") -> list[Laye
             bwd = gemm_cost(gpu, layer.fan_in, layer.fan_out, b, dtype).scaled(layer.count)
             if not (first and layer.part == "bottom"):
                 bwd = bwd + gemm_cost(gpu, b, layer.fan_in, layer.fan_out, dtype).scaled(layer.count)
+            if elementwise and layer.part in ("bottom", "top"):
+                out_bytes = float(b) * layer.fan_out * DTYPE_BYTES[dtype] * layer.count
+                fwd = fwd + _stream(gpu, ACTIVATION_FWD_PASSES * out_bytes)
+                bwd = bwd + _stream(gpu, ACTIVATION_BWD_PASSES * out_bytes) + _stream(gpu, BIAS_GRAD_PASSES * out_bytes)
         elif layer.kind == "dot":
             fwd = interaction_cost(gpu, b, layer.features, layer.fan_in, dtype)
             bwd = interaction_cost(gpu, b, layer.features, layer.fan_in, dtype, backward=True)

@@ -138,18 +138,19 @@ def test_an_aligned_concatenation_layer_is_where_the_model_puts_it():
 @pytest.mark.parametrize("device,preset", [("nvidia-h200", "h200-141gb"), ("nvidia-h100", "h100-sxm-80gb")])
 def test_model_a_dense_part_beside_the_measurement(device, preset):
     """Model-A's whole dense part (forward + backward, one CUDA graph) measured on the GPU,
-    beside ``host.iteration.dense_costs``: at the 16-byte-aligned first top width (976) the
-    GEMM kernels take what the per-layer GEMM model predicts (within 15%), and the other
-    kernels (bias-gradient reductions, the concatenation, ReLU masks), which the model does
-    not price, add 15-30%. At the preset's derived width 971 (odd, so its FP16 rows are not
+    beside ``host.iteration.dense_costs``, at batch 512: with the first top layer padded to
+    976 wide, the GEMM kernels take what the per-layer GEMM model predicts (within 25%), the
+    other kernels (activations, their gradients, bias gradients; priced as streaming kernels
+    from the data sheet's bandwidth and the launch cost, nothing fitted) within 25%, and the
+    whole part within 20%. At the preset's derived width 971 (odd, so its FP16 rows are not
     16-byte aligned) cuBLAS falls back to an SM75 kernel for the 96,696-wide layer and the
-    GEMMs take over twice the model's time: the model does not price alignment."""
+    GEMMs take over twice the model's time: the model prices the padded layer."""
     m = bench_gpu.recorded(device)
     c = bench_gpu.compare(m, preset)
     aligned = c["dense.w976.b512"]
-    assert aligned["gemm_kernels_over_model"] == pytest.approx(1.0, abs=0.15)
-    assert 0.15 < aligned["other_kernels_ms"] / aligned["measured_ms"] < 0.3
-    assert 1.1 < aligned["measured_over_model"] < 1.5
+    assert aligned["gemm_kernels_over_model"] == pytest.approx(1.0, abs=0.25)
+    assert aligned["other_model_ms"] == pytest.approx(aligned["other_kernels_ms"], rel=0.25)
+    assert aligned["measured_over_model"] == pytest.approx(1.0, abs=0.2)
     for batch in (512, 2048):
         assert c[f"dense.w971.b{batch}"]["gemm_kernels_over_model"] > 2.0
     # the fused Adam step is within 30% of the model's one-pass streaming estimate
