@@ -92,7 +92,7 @@ def zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float) ->
 
 
 _HEAD = 1 << 16     # ranks drawn from the exact discrete law
-_GUIDE = 1 << 12    # buckets of the head search's guide table
+_GUIDE = 1 << 14    # buckets of the head search's guide table
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,15 +124,18 @@ def _head_cdf(head: int, alpha: float, memo: dict | None = None) -> _HeadCDF:
 
 @jit(cache=True, nogil=True)
 def _head_search(cdf, thresholds, guide, u, head_mass, out):  # pragma: no cover (compiled)
-    """``out[i] = np.searchsorted(cdf, u[i], "right")`` for every ``u[i] < head_mass`` (others
-    untouched). The guide bucket ``j`` with ``thresholds[j] <= u[i] < thresholds[j + 1]``
-    (guessed from ``u[i]``, then corrected by comparisons, so rounding cannot mislead it) bounds
-    the answer to ``[guide[j], guide[j + 1]]``: a binary search there gives numpy's index."""
+    """``out[i] = np.searchsorted(cdf, u[i], "right")`` for every ``u[i] < head_mass``; returns
+    the positions of the others (the tail's, in order). The guide bucket ``j`` with
+    ``thresholds[j] <= u[i] < thresholds[j + 1]`` (guessed from ``u[i]``, then corrected by
+    comparisons, so rounding cannot mislead it) bounds the answer to ``[guide[j], guide[j + 1]]``:
+    a binary search there gives numpy's index."""
     g = guide.size - 1
     step = thresholds[1] - thresholds[0] if g > 1 else head_mass
+    tails = 0
     for i in range(u.size):
         x = u[i]
         if not x < head_mass:
+            tails += 1
             continue
         j = int(x / step) if step > 0 else 0
         if j > g - 1:
@@ -150,13 +153,34 @@ def _head_search(cdf, thresholds, guide, u, head_mass, out):  # pragma: no cover
             else:
                 lo = mid + 1
         out[i] = lo
+    pos = np.empty(tails, dtype=np.int64)
+    k = 0
+    for i in range(u.size):
+        if not u[i] < head_mass:
+            pos[k] = i
+            k += 1
+    return pos
+
+
+@jit(cache=True, nogil=True)
+def _place_and_clip(ranks, pos, values, top):  # pragma: no cover (compiled)
+    """``ranks[pos] = values``, then ``np.clip(ranks, 0, top)`` in place."""
+    for k in range(pos.size):
+        ranks[pos[k]] = values[k]
+    for i in range(ranks.size):
+        r = ranks[i]
+        if r < 0:
+            ranks[i] = 0
+        elif r > top:
+            ranks[i] = top
 
 
 def _zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float, law: _HeadCDF,
                 compiled: bool | None = None) -> np.ndarray:
     """:func:`zipf_ranks` with its head law given (checked arguments). ``compiled``: the head
-    search in :func:`_head_search` (default: where numba is enabled) or numpy's searchsorted;
-    the same ranks either way."""
+    search and the clip in :func:`_head_search` and :func:`_place_and_clip` (default: where
+    numba is enabled), else numpy's searchsorted and masks; the tail's ranks are numpy's
+    arithmetic either way (the same values, in the same order), so the ranks are the same."""
     cdf = law.cdf
     head = cdf.size
     head_mass = cdf[-1]
@@ -166,21 +190,26 @@ def _zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float, l
             return np.log(x)
         return x ** (1.0 - alpha) / (1.0 - alpha)
 
+    def tail_ranks(ut):
+        v = ut - head_mass + tail_integral(lo)
+        x = np.exp(v) if abs(alpha - 1.0) < 1e-12 else (v * (1.0 - alpha)) ** (1.0 / (1.0 - alpha))
+        return np.rint(x).astype(np.int64) - 1
+
     lo, hi = head + 0.5, num_rows + 0.5
     tail_mass = float(tail_integral(hi) - tail_integral(lo)) if num_rows > head else 0.0
     u = rng.random(n) * (head_mass + tail_mass)
     ranks = np.empty(n, dtype=np.int64)
     if HAVE_NUMBA if compiled is None else compiled:
-        _head_search(cdf, law.thresholds, law.guide, u, head_mass, ranks)
-        in_tail = None if tail_mass <= 0.0 else ~(u < head_mass)
-    else:
-        in_head = u < head_mass
-        ranks[in_head] = np.searchsorted(cdf, u[in_head], side="right")
-        in_tail = ~in_head
+        pos = _head_search(cdf, law.thresholds, law.guide, u, head_mass, ranks)
+        if tail_mass <= 0.0:
+            pos = pos[:0]
+        _place_and_clip(ranks, pos, tail_ranks(u[pos]), num_rows - 1)
+        return ranks
+    in_head = u < head_mass
+    ranks[in_head] = np.searchsorted(cdf, u[in_head], side="right")
     if tail_mass > 0.0:
-        v = u[in_tail] - head_mass + tail_integral(lo)
-        x = np.exp(v) if abs(alpha - 1.0) < 1e-12 else (v * (1.0 - alpha)) ** (1.0 / (1.0 - alpha))
-        ranks[in_tail] = np.rint(x).astype(np.int64) - 1
+        in_tail = ~in_head
+        ranks[in_tail] = tail_ranks(u[in_tail])
     return np.clip(ranks, 0, num_rows - 1, out=ranks)
 
 

@@ -107,11 +107,13 @@ def test_head_search_lands_on_searchsorted_at_the_cdf_steps_and_guide_thresholds
 
     law = _head_cdf(1 << 16, 1.15)
     edges = np.concatenate([law.cdf[:4096], law.cdf[-4096:], law.thresholds[:-1]])
-    u = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf), [0.0]])
-    u = u[u < law.cdf[-1]]
+    u = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf), [0.0, law.cdf[-1], 7.0]])
     out = np.full(u.size, -1, dtype=np.int64)
-    _head_search(law.cdf, law.thresholds, law.guide, u, law.cdf[-1], out)
-    assert np.array_equal(out, np.searchsorted(law.cdf, u, side="right"))
+    tail = _head_search(law.cdf, law.thresholds, law.guide, u, law.cdf[-1], out)
+    head = u < law.cdf[-1]
+    assert np.array_equal(tail, np.flatnonzero(~head)) and tail.size >= 3   # the tail's positions
+    assert np.array_equal(out[head], np.searchsorted(law.cdf, u[head], side="right"))
+    assert (out[~head] == -1).all()
 
 
 def test_a_zipf_table_draws_on_first_read_and_reads_the_same_arrays_in_any_order():
