@@ -22,6 +22,13 @@ at most ``max_bags`` bags, spread evenly over the requesting ranks; ``scale`` is
 real bags each drawn bag stands for. Figures measured on the sample (shares of lookups per
 row shard, cache hit rates) are ratios and carry over; counts are multiplied by ``scale``.
 
+A Zipf table is drawn when a consumer first reads its arrays (``lengths`` alone costs only
+its Poisson draw): the planner prices Zipf tables from their rows and ``alpha``, so a
+4096-GPU plan does not hold the ~1.2e8 lookups of a batch nobody reads. Whenever it is
+drawn, a table gives the same arrays. The draw's inner loops (the head's inverse-CDF search,
+the Feistel permutation) are compiled (``sim.compiled``) and give numpy's values bit for bit;
+the tail's floating-point arithmetic stays numpy's.
+
 :func:`zipf_ranks` and :func:`permute_rows` are the only Zipf generator in neonic
 (``host.traces`` re-exports them; ``zipf_rows`` composes them).
 """
