@@ -387,7 +387,8 @@ class TableLookups:
         if draw is None or attr not in ("lengths", "indices", "requester"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
         if attr == "requester":
-            value = requesters_of(draw.bags, draw.world, draw.batch_per_gpu)
+            value = draw.requester if draw.requester is not None else requesters_of(draw.bags, draw.world,
+                                                                                   draw.batch_per_gpu)
         elif attr == "lengths":
             value = draw.lengths()
         else:
@@ -487,6 +488,7 @@ class _ZipfDraw:
     alpha: float
     bags: int
     law: _HeadCDF | None = field(default=None, compare=False, repr=False)  # shared by a batch's tables
+    requester: np.ndarray | None = field(default=None, compare=False, repr=False)  # shared, read-only
 
     def _rng(self) -> np.random.Generator:
         return np.random.default_rng([self.seed, 0x100C, self.index])
@@ -521,7 +523,8 @@ def zipf_table_lookups(name: str, num_rows: int, pooling: float, *, index: int, 
                        _laws: dict | None = None) -> TableLookups:
     """Table ``index``'s Zipf lookups for one iteration (see the module doc): the whole batch
     of ``world * batch_per_gpu`` bags, or ``max_bags`` of them spread over the ranks; drawn
-    on first read (:class:`TableLookups`). ``_laws``: head laws shared by a batch's tables."""
+    on first read (:class:`TableLookups`). ``_laws``: what a batch's tables share (head laws,
+    requester arrays)."""
     world = _check_int("world", world, 1)
     batch_per_gpu = _check_int("batch_per_gpu", batch_per_gpu, 1)
     total = world * batch_per_gpu
@@ -531,9 +534,17 @@ def zipf_table_lookups(name: str, num_rows: int, pooling: float, *, index: int, 
     pooling = _check_float(f"{name}.pooling", pooling, 0.0)
     num_rows = _check_int(f"{name}.num_rows", num_rows, 1)
     alpha = _check_float("alpha", alpha, 0.0)
-    law = _head_cdf(min(num_rows, _HEAD), alpha, _laws) if _laws is not None else None
+    law = requester = None
+    if _laws is not None:
+        # the batch's tables share one head law per (head, alpha) and one requester array per
+        # bag count (read-only: a sampled batch gives every table the same bags)
+        law = _head_cdf(min(num_rows, _HEAD), alpha, _laws)
+        requester = _laws.get(("requester", bags, world))
+        if requester is None:
+            requester = _laws[("requester", bags, world)] = requesters_of(bags, world, batch_per_gpu)
+            requester.setflags(write=False)
     return TableLookups._deferred(_ZipfDraw(name, num_rows, pooling, index, world, batch_per_gpu, seed, alpha,
-                                            bags, law))
+                                            bags, law, requester))
 
 
 def draw_lookups(tables: Sequence[object], *, world: int, batch_per_gpu: int, seed: int, alpha: float,

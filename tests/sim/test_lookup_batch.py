@@ -152,3 +152,6 @@ def test_the_tables_of_one_draw_share_a_head_law_per_alpha_and_head_size():
                      alpha=1.1)
     law = {n: b[n].__dict__["_draw"].law for n in "xyz"}
     assert law["x"] is law["y"] and law["z"] is not law["x"] and law["z"].cdf.size == 100
+    # one read-only requester array for every table of the same bags
+    assert b["x"].requester is b["z"].requester and not b["x"].requester.flags.writeable
+    assert b["x"].requester.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
