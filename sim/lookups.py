@@ -100,6 +100,15 @@ def zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float) ->
 
 _HEAD = 1 << 16     # ranks drawn from the exact discrete law
 _GUIDE = 1 << 14    # buckets of the head search's guide table
+#: draws of fewer lookups stay in numpy (the same values): loading the compiled kernels costs
+#: about 0.2 CPU-s per process (1 s to compile on a fresh cache), more than numpy spends on the
+#: whole batch of a small scenario (measured 2026-11-26: 16,384 lookups, ranks and permutation,
+#: 1.8-2.0 ms in numpy, 0.6 ms compiled)
+_COMPILED_MIN = 1 << 14
+
+
+def _use_compiled(compiled: bool | None, n: int) -> bool:
+    return (HAVE_NUMBA and n >= _COMPILED_MIN) if compiled is None else compiled
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,8 +195,9 @@ def _zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float, l
                 compiled: bool | None = None) -> np.ndarray:
     """:func:`zipf_ranks` with its head law given (checked arguments). ``compiled``: the head
     search and the clip in :func:`_head_search` and :func:`_place_and_clip` (default: where
-    numba is enabled), else numpy's searchsorted and masks; the tail's ranks are numpy's
-    arithmetic either way (the same values, in the same order), so the ranks are the same."""
+    numba is enabled and ``n >= _COMPILED_MIN``), else numpy's searchsorted and masks; the
+    tail's ranks are numpy's arithmetic either way (the same values, in the same order), so
+    the ranks are the same."""
     cdf = law.cdf
     head = cdf.size
     head_mass = cdf[-1]
@@ -206,7 +216,7 @@ def _zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float, l
     tail_mass = float(tail_integral(hi) - tail_integral(lo)) if num_rows > head else 0.0
     u = rng.random(n) * (head_mass + tail_mass)
     ranks = np.empty(n, dtype=np.int64)
-    if HAVE_NUMBA if compiled is None else compiled:
+    if _use_compiled(compiled, n):
         pos = _head_search(cdf, law.thresholds, law.guide, u, head_mass, ranks)
         if tail_mass <= 0.0:
             pos = pos[:0]
@@ -260,12 +270,13 @@ def permute_rows(x, num_rows: int, key) -> np.ndarray:
 
 def _permute(x: np.ndarray, num_rows: int, keys: np.ndarray, compiled: bool | None = None) -> np.ndarray:
     """:func:`permute_rows` of checked arguments (``x`` int64 in range, 4 uint64 keys):
-    compiled (:func:`_permute_kernel`, default where numba is enabled) or in numpy rounds over
+    compiled (:func:`_permute_kernel`, default where numba is enabled and there are at least
+    ``_COMPILED_MIN`` values) or in numpy rounds over
     the whole array; the same values either way."""
     if num_rows == 1:
         return np.zeros_like(x)
     bits = max(2, (num_rows - 1).bit_length())
-    if HAVE_NUMBA if compiled is None else compiled:
+    if _use_compiled(compiled, x.size):
         out = np.empty_like(x)
         _permute_kernel(x, keys, bits, num_rows, out)
         return out
@@ -376,7 +387,8 @@ class TableLookups:
     def _deferred(cls, draw: "_ZipfDraw") -> "TableLookups":
         """A Zipf table whose arrays ``draw`` makes on first read (see the class doc)."""
         self = object.__new__(cls)
-        for k, v in (("name", draw.name), ("num_rows", draw.num_rows), ("scale", draw.world * draw.batch_per_gpu / draw.bags),
+        scale = draw.world * draw.batch_per_gpu / draw.bags
+        for k, v in (("name", draw.name), ("num_rows", draw.num_rows), ("scale", scale),
                      ("source", f"zipf(alpha={draw.alpha:g})"), ("alpha", float(draw.alpha)), ("_draw", draw)):
             object.__setattr__(self, k, v)
         return self

@@ -85,6 +85,9 @@ def test_the_draw_is_the_one_recorded_before_the_compiled_kernels_and_deferred_t
     assert (_digest(b), b.lookups) == ("77b0bf0a6c5b9836", 17146)
     b = draw_lookups([T("a", 10_000_000, 20), T("b", 5000, 3.5)], world=2, batch_per_gpu=300, seed=0, alpha=1.0)
     assert (_digest(b, ("lengths", "indices")), b.lookups) == ("f2c8dd9edaea3b18", 14059)
+    # tables big enough for the compiled kernels (numba enabled)
+    b = draw_lookups([T("a", 10_000_000, 40), T("b", 65_536, 30)], world=64, batch_per_gpu=32, seed=5, alpha=1.05)
+    assert (_digest(b, ("lengths", "indices")), b.lookups) == ("c541154a097a9615", 143448)
 
 
 @pytest.mark.parametrize("num_rows", [1, 2, 3, 100, 65_535, 65_536, 65_537, 10_000_019, 2_000_000_000])
