@@ -27,7 +27,9 @@ mean pooling times the sampled bags, over the table's rows (``host.traces.fit_ge
 
 :func:`build_lookups` returns the :class:`~sim.lookups.LookupBatch` every consumer of the run
 uses (``sim.lookups``): planner and runtime (shares of lookups per row shard), the SmartNIC
-caches, the HBM software cache of host-memory tiers, and the RTL backend.
+caches, the HBM software cache of host-memory tiers, and the RTL backend. Its Zipf tables are
+drawn when first read (``sim.lookups``): a run whose consumers price them from ``alpha`` and
+rows alone (a plan on GPUs, its HBM caches) never draws them.
 """
 
 from __future__ import annotations

@@ -22,17 +22,27 @@ at most ``max_bags`` bags, spread evenly over the requesting ranks; ``scale`` is
 real bags each drawn bag stands for. Figures measured on the sample (shares of lookups per
 row shard, cache hit rates) are ratios and carry over; counts are multiplied by ``scale``.
 
+A Zipf table is drawn when a consumer first reads its arrays (``lengths`` alone costs only
+its Poisson draw): the planner prices Zipf tables from their rows and ``alpha``, so a
+4096-GPU plan does not hold the ~1.2e8 lookups of a batch nobody reads. Whenever it is
+drawn, a table gives the same arrays. The draw's inner loops (the head's inverse-CDF search,
+the Feistel permutation) are compiled (``sim.compiled``) and give numpy's values bit for bit;
+the tail's floating-point arithmetic stays numpy's.
+
 :func:`zipf_ranks` and :func:`permute_rows` are the only Zipf generator in neonic
 (``host.traces`` re-exports them; ``zipf_rows`` composes them).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from neonic.sim.compiled import HAVE_NUMBA, jit
 
 __all__ = [
     "ZIPF_ALPHA",
@@ -85,8 +95,111 @@ def zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float) ->
     n = _check_int("n", n, 0)
     num_rows = _check_int("num_rows", num_rows, 1)
     alpha = _check_float("alpha", alpha, 0.0)
-    head = min(num_rows, 1 << 16)
+    return _zipf_ranks(rng, n, num_rows, alpha, _head_cdf(min(num_rows, _HEAD), alpha))
+
+
+_HEAD = 1 << 16     # ranks drawn from the exact discrete law
+_GUIDE = 1 << 14    # buckets of the head search's guide table
+#: draws of fewer lookups stay in numpy (the same values): loading the compiled kernels costs
+#: about 0.2 CPU-s per process (1 s to compile on a fresh cache), more than numpy spends on the
+#: whole batch of a small scenario (measured 2026-11-26: 16,384 lookups, ranks and permutation,
+#: 1.8-2.0 ms in numpy, 0.6 ms compiled)
+_COMPILED_MIN = 1 << 14
+
+
+def _use_compiled(compiled: bool | None, n: int) -> bool:
+    return (HAVE_NUMBA and n >= _COMPILED_MIN) if compiled is None else compiled
+
+
+@dataclass(frozen=True, eq=False)
+class _HeadCDF:
+    """The discrete law's cumulative weights over the first ``head`` ranks, and a guide table
+    for :func:`_head_search`: ``guide[j]`` ranks have cumulative weight ``<= thresholds[j]``
+    (``np.searchsorted(cdf, thresholds, "right")``; the last threshold is infinite)."""
+
+    cdf: np.ndarray
+    thresholds: np.ndarray
+    guide: np.ndarray
+
+
+def _head_cdf(head: int, alpha: float, memo: dict | None = None) -> _HeadCDF:
+    """The head law of ``alpha`` over ``head`` ranks (tables of one draw share it: ``memo``)."""
+    key = (head, alpha)
+    if memo is not None and key in memo:
+        return memo[key]
     cdf = np.cumsum(np.arange(1, head + 1, dtype=np.float64) ** -alpha)
+    thresholds = np.append(np.arange(_GUIDE, dtype=np.float64) * (cdf[-1] / _GUIDE), np.inf)
+    guide = np.searchsorted(cdf, thresholds, side="right").astype(np.int64)
+    for a in (cdf, thresholds, guide):
+        a.setflags(write=False)
+    law = _HeadCDF(cdf, thresholds, guide)
+    if memo is not None:
+        memo[key] = law
+    return law
+
+
+@jit(cache=True, nogil=True)
+def _head_search(cdf, thresholds, guide, u, head_mass, out):  # pragma: no cover (compiled)
+    """``out[i] = np.searchsorted(cdf, u[i], "right")`` for every ``u[i] < head_mass``; returns
+    the positions of the others (the tail's, in order). The guide bucket ``j`` with
+    ``thresholds[j] <= u[i] < thresholds[j + 1]`` (guessed from ``u[i]``, then corrected by
+    comparisons, so rounding cannot mislead it) bounds the answer to ``[guide[j], guide[j + 1]]``:
+    a binary search there gives numpy's index."""
+    g = guide.size - 1
+    step = thresholds[1] - thresholds[0] if g > 1 else head_mass
+    tails = 0
+    for i in range(u.size):
+        x = u[i]
+        if not x < head_mass:
+            tails += 1
+            continue
+        j = int(x / step) if step > 0 else 0
+        if j > g - 1:
+            j = g - 1
+        while j > 0 and thresholds[j] > x:
+            j -= 1
+        while j < g - 1 and thresholds[j + 1] <= x:
+            j += 1
+        lo = guide[j]
+        hi = guide[j + 1]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if cdf[mid] > x:
+                hi = mid
+            else:
+                lo = mid + 1
+        out[i] = lo
+    pos = np.empty(tails, dtype=np.int64)
+    k = 0
+    for i in range(u.size):
+        if not u[i] < head_mass:
+            pos[k] = i
+            k += 1
+    return pos
+
+
+@jit(cache=True, nogil=True)
+def _place_and_clip(ranks, pos, values, top):  # pragma: no cover (compiled)
+    """``ranks[pos] = values``, then ``np.clip(ranks, 0, top)`` in place."""
+    for k in range(pos.size):
+        ranks[pos[k]] = values[k]
+    for i in range(ranks.size):
+        r = ranks[i]
+        if r < 0:
+            ranks[i] = 0
+        elif r > top:
+            ranks[i] = top
+
+
+def _zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float, law: _HeadCDF,
+                compiled: bool | None = None) -> np.ndarray:
+    """:func:`zipf_ranks` with its head law given (checked arguments). ``compiled``: the head
+    search and the clip in :func:`_head_search` and :func:`_place_and_clip` (default: where
+    numba is enabled and ``n >= _COMPILED_MIN``), else numpy's searchsorted and masks; the
+    tail's ranks are numpy's arithmetic either way (the same values, in the same order), so
+    the ranks are the same."""
+    cdf = law.cdf
+    head = cdf.size
     head_mass = cdf[-1]
 
     def tail_integral(x):
@@ -94,17 +207,27 @@ def zipf_ranks(rng: np.random.Generator, n: int, num_rows: int, alpha: float) ->
             return np.log(x)
         return x ** (1.0 - alpha) / (1.0 - alpha)
 
+    def tail_ranks(ut):
+        v = ut - head_mass + tail_integral(lo)
+        x = np.exp(v) if abs(alpha - 1.0) < 1e-12 else (v * (1.0 - alpha)) ** (1.0 / (1.0 - alpha))
+        return np.rint(x).astype(np.int64) - 1
+
     lo, hi = head + 0.5, num_rows + 0.5
     tail_mass = float(tail_integral(hi) - tail_integral(lo)) if num_rows > head else 0.0
     u = rng.random(n) * (head_mass + tail_mass)
     ranks = np.empty(n, dtype=np.int64)
+    if _use_compiled(compiled, n):
+        pos = _head_search(cdf, law.thresholds, law.guide, u, head_mass, ranks)
+        if tail_mass <= 0.0:
+            pos = pos[:0]
+        _place_and_clip(ranks, pos, tail_ranks(u[pos]), num_rows - 1)
+        return ranks
     in_head = u < head_mass
     ranks[in_head] = np.searchsorted(cdf, u[in_head], side="right")
     if tail_mass > 0.0:
-        v = u[~in_head] - head_mass + tail_integral(lo)
-        x = np.exp(v) if abs(alpha - 1.0) < 1e-12 else (v * (1.0 - alpha)) ** (1.0 / (1.0 - alpha))
-        ranks[~in_head] = np.rint(x).astype(np.int64) - 1
-    return np.clip(ranks, 0, num_rows - 1)
+        in_tail = ~in_head
+        ranks[in_tail] = tail_ranks(u[in_tail])
+    return np.clip(ranks, 0, num_rows - 1, out=ranks)
 
 
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9))
@@ -142,15 +265,61 @@ def permute_rows(x, num_rows: int, key) -> np.ndarray:
     keys = np.asarray(key, dtype=np.uint64)
     if keys.shape != (_ROUNDS,):
         raise ValueError(f"key: expected {_ROUNDS} uint64 round keys, got shape {keys.shape}")
+    return _permute(x, num_rows, keys)
+
+
+def _permute(x: np.ndarray, num_rows: int, keys: np.ndarray, compiled: bool | None = None) -> np.ndarray:
+    """:func:`permute_rows` of checked arguments (``x`` int64 in range, 4 uint64 keys):
+    compiled (:func:`_permute_kernel`, default where numba is enabled and there are at least
+    ``_COMPILED_MIN`` values) or in numpy rounds over
+    the whole array; the same values either way."""
     if num_rows == 1:
         return np.zeros_like(x)
     bits = max(2, (num_rows - 1).bit_length())
+    if _use_compiled(compiled, x.size):
+        out = np.empty_like(x)
+        _permute_kernel(x, keys, bits, num_rows, out)
+        return out
     out = _feistel(x.astype(np.uint64), keys, bits)
     todo = np.flatnonzero(out >= num_rows)
     while todo.size:
         out[todo] = _feistel(out[todo], keys, bits)
         todo = todo[out[todo] >= num_rows]
     return out.astype(np.int64)
+
+
+@jit(cache=True, nogil=True)
+def _permute_kernel(x, keys, bits, num_rows, out):  # pragma: no cover (compiled)
+    """:func:`_feistel`'s rounds on one value at a time, walked until it lands in
+    ``[0, num_rows)`` (the same cycle walk as the array version: each value its own count)."""
+    m0 = np.uint64(0x9E3779B97F4A7C15)
+    m1 = np.uint64(0xBF58476D1CE4E5B9)
+    s31 = np.uint64(31)
+    s29 = np.uint64(29)
+    one = np.uint64(1)
+    lo0 = bits // 2
+    hi0 = bits - lo0
+    # the two halves' widths alternate: even rounds (hi0, lo0), odd rounds (lo0, hi0)
+    sh_lo = (np.uint64(lo0), np.uint64(hi0))
+    sh_hi = (np.uint64(hi0), np.uint64(lo0))
+    mask_lo = ((one << np.uint64(lo0)) - one, (one << np.uint64(hi0)) - one)
+    mask_hi = ((one << np.uint64(hi0)) - one, (one << np.uint64(lo0)) - one)
+    limit = np.uint64(num_rows)
+    for i in range(x.size):
+        v = np.uint64(x[i])
+        while True:
+            for r in range(4):
+                p = r & 1
+                right = v & mask_lo[p]
+                left = v >> sh_lo[p]
+                f = (right + keys[r]) * m0
+                f ^= f >> s31
+                f *= m1
+                f ^= f >> s29
+                v = (right << sh_hi[p]) | (left ^ (f & mask_hi[p]))
+            if v < limit:
+                break
+        out[i] = np.int64(v)
 
 
 def zipf_rows(rng: np.random.Generator, n: int, num_rows: int, alpha: float, key=None) -> np.ndarray:
@@ -177,6 +346,11 @@ class TableLookups:
     that owns bag ``b``'s sample; ``scale``: real bags per drawn bag (1.0: the whole batch);
     ``source``: where the lookups come from (``zipf(alpha=...)``, ``trace:PATH``,
     ``locality:PATH#BLOCK``), recorded in the run's results.
+
+    A Zipf table (:func:`zipf_table_lookups`) is drawn when its arrays are first read: its
+    law, source and scale are known before, and most consumers need no more (the planner
+    prices a Zipf table from its rows and its ``alpha``), so a 4096-GPU run need not hold
+    ~1e8 lookups it never reads. The arrays, once read, are those the draw always gives.
     """
 
     name: str
@@ -208,7 +382,46 @@ class TableLookups:
         object.__setattr__(self, "lengths", lengths)
         object.__setattr__(self, "indices", indices)
         object.__setattr__(self, "requester", requester)
-        object.__setattr__(self, "_sorted", np.sort(indices))
+
+    @classmethod
+    def _deferred(cls, draw: "_ZipfDraw") -> "TableLookups":
+        """A Zipf table whose arrays ``draw`` makes on first read (see the class doc)."""
+        self = object.__new__(cls)
+        scale = draw.world * draw.batch_per_gpu / draw.bags
+        for k, v in (("name", draw.name), ("num_rows", draw.num_rows), ("scale", scale),
+                     ("source", f"zipf(alpha={draw.alpha:g})"), ("alpha", float(draw.alpha)), ("_draw", draw)):
+            object.__setattr__(self, k, v)
+        return self
+
+    def __getattr__(self, attr: str):
+        # only reached for attributes not set: a deferred Zipf table's arrays before first read
+        draw = self.__dict__.get("_draw")
+        if draw is None or attr not in ("lengths", "indices", "requester"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+        if attr == "requester":
+            value = draw.requester if draw.requester is not None else requesters_of(draw.bags, draw.world,
+                                                                                   draw.batch_per_gpu)
+        elif attr == "lengths":
+            value = draw.lengths()
+        else:
+            lengths, value = draw.lookups()
+            self.__dict__.setdefault("lengths", lengths)
+        object.__setattr__(self, attr, value)
+        return value
+
+    def __fingerprint__(self):
+        """What identifies the lookups (``host.planner.cache``): a deferred Zipf table's draw
+        (its arrays follow from it: read or not, the same key), else the arrays themselves."""
+        draw = self.__dict__.get("_draw")
+        if draw is not None:
+            return ("zipf", draw)
+        return (self.name, self.num_rows, self.lengths, self.indices, self.requester, self.scale, self.source,
+                self.alpha)
+
+    @functools.cached_property
+    def _sorted(self) -> np.ndarray:
+        """The indices sorted (for :meth:`row_share`; made on first use)."""
+        return np.sort(self.indices)
 
     @property
     def bags(self) -> int:
@@ -216,7 +429,8 @@ class TableLookups:
 
     @property
     def mean_pooling(self) -> float:
-        return float(self.indices.size / self.lengths.size) if self.lengths.size else 0.0
+        n = self.lengths.size
+        return float(int(self.lengths.sum()) / n) if n else 0.0
 
     def bag_of(self) -> np.ndarray:
         """The bag of every index."""
@@ -267,25 +481,82 @@ class LookupBatch:
 
     @property
     def lookups(self) -> int:
-        return sum(t.indices.size for t in self.tables.values())
+        """Lookups drawn over all tables (``sum(lengths)``: a deferred table's rows stay undrawn)."""
+        return sum(int(t.lengths.sum()) for t in self.tables.values())
+
+
+@dataclass(frozen=True)
+class _ZipfDraw:
+    """How table ``index`` draws its Zipf lookups (see the module doc): ``bags`` bags of
+    Poisson(``pooling``) lengths, then their rows, from the generator of ``(seed, index)``."""
+
+    name: str
+    num_rows: int
+    pooling: float
+    index: int
+    world: int
+    batch_per_gpu: int
+    seed: int
+    alpha: float
+    bags: int
+    law: _HeadCDF | None = field(default=None, compare=False, repr=False)  # shared by a batch's tables
+    requester: np.ndarray | None = field(default=None, compare=False, repr=False)  # shared, read-only
+
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, 0x100C, self.index])
+
+    def _lengths(self, rng: np.random.Generator) -> np.ndarray:
+        if self.pooling > 0:
+            return rng.poisson(self.pooling, self.bags).astype(np.int64)
+        return np.zeros(self.bags, np.int64)
+
+    def lengths(self) -> np.ndarray:
+        """The bags' lengths alone (the generator's draws before the rows)."""
+        rng = self._rng()
+        rng.integers(0, 2**63, _ROUNDS, dtype=np.uint64)
+        return self._lengths(rng)
+
+    def lookups(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(lengths, indices)``: the permutation key, the lengths, then the rows."""
+        rng = self._rng()
+        key = rng.integers(0, 2**63, _ROUNDS, dtype=np.uint64)
+        lengths = self._lengths(rng)
+        law = self.law if self.law is not None else _head_cdf(min(self.num_rows, _HEAD), self.alpha)
+        ranks = _zipf_ranks(rng, int(lengths.sum()), self.num_rows, self.alpha, law)
+        return lengths, _permute(ranks, self.num_rows, key)
+
+    def __fingerprint__(self):
+        return (self.name, self.num_rows, self.pooling, self.index, self.world, self.batch_per_gpu, self.seed,
+                self.alpha, self.bags)
 
 
 def zipf_table_lookups(name: str, num_rows: int, pooling: float, *, index: int, world: int,
-                       batch_per_gpu: int, seed: int, alpha: float, max_bags: int | None = None
-                       ) -> TableLookups:
+                       batch_per_gpu: int, seed: int, alpha: float, max_bags: int | None = None,
+                       _laws: dict | None = None) -> TableLookups:
     """Table ``index``'s Zipf lookups for one iteration (see the module doc): the whole batch
-    of ``world * batch_per_gpu`` bags, or ``max_bags`` of them spread over the ranks."""
+    of ``world * batch_per_gpu`` bags, or ``max_bags`` of them spread over the ranks; drawn
+    on first read (:class:`TableLookups`). ``_laws``: what a batch's tables share (head laws,
+    requester arrays)."""
     world = _check_int("world", world, 1)
     batch_per_gpu = _check_int("batch_per_gpu", batch_per_gpu, 1)
     total = world * batch_per_gpu
     bags = total if max_bags is None else max(1, min(total, _check_int("max_bags", max_bags, 1)))
-    rng = np.random.default_rng([_check_int("seed", seed, 0), 0x100C, _check_int("index", index, 0)])
-    key = rng.integers(0, 2**63, _ROUNDS, dtype=np.uint64)
+    seed = _check_int("seed", seed, 0)
+    index = _check_int("index", index, 0)
     pooling = _check_float(f"{name}.pooling", pooling, 0.0)
-    lengths = rng.poisson(pooling, bags).astype(np.int64) if pooling > 0 else np.zeros(bags, np.int64)
-    indices = zipf_rows(rng, int(lengths.sum()), num_rows, alpha, key=key)
-    return TableLookups(name, int(num_rows), lengths, indices, requesters_of(bags, world, batch_per_gpu),
-                        scale=total / bags, source=f"zipf(alpha={alpha:g})", alpha=float(alpha))
+    num_rows = _check_int(f"{name}.num_rows", num_rows, 1)
+    alpha = _check_float("alpha", alpha, 0.0)
+    law = requester = None
+    if _laws is not None:
+        # the batch's tables share one head law per (head, alpha) and one requester array per
+        # bag count (read-only: a sampled batch gives every table the same bags)
+        law = _head_cdf(min(num_rows, _HEAD), alpha, _laws)
+        requester = _laws.get(("requester", bags, world))
+        if requester is None:
+            requester = _laws[("requester", bags, world)] = requesters_of(bags, world, batch_per_gpu)
+            requester.setflags(write=False)
+    return TableLookups._deferred(_ZipfDraw(name, num_rows, pooling, index, world, batch_per_gpu, seed, alpha,
+                                            bags, law, requester))
 
 
 def draw_lookups(tables: Sequence[object], *, world: int, batch_per_gpu: int, seed: int, alpha: float,
@@ -294,6 +565,7 @@ def draw_lookups(tables: Sequence[object], *, world: int, batch_per_gpu: int, se
     """One iteration's lookups of ``tables`` (objects with ``name``, ``rows``, ``pooling``):
     each table's ``given`` lookups (a trace, a locality fit) or its Zipf default."""
     given = dict(given or {})
+    laws: dict = {}
     out: dict[str, TableLookups] = {}
     for i, t in enumerate(tables):
         name = getattr(t, "name")
@@ -302,5 +574,5 @@ def draw_lookups(tables: Sequence[object], *, world: int, batch_per_gpu: int, se
         else:
             out[name] = zipf_table_lookups(name, int(getattr(t, "rows")), float(getattr(t, "pooling")), index=i,
                                            world=world, batch_per_gpu=batch_per_gpu, seed=seed, alpha=alpha,
-                                           max_bags=max_bags)
+                                           max_bags=max_bags, _laws=laws)
     return LookupBatch(world, batch_per_gpu, seed, out)

@@ -167,3 +167,23 @@ def test_locality_statistics_are_fitted_per_table_and_recorded():
         bad = scenario({"locality_stats": str(PUBLISHED_LOCALITY_STATS), "locality_block": "nope"},
                        tables=[{"name": "t0", "rows": 1_000_000, "dim": 128, "pooling": 8.0}], system="zionex")
         ClusterRun(scenario_from_dict(bad)).run()
+
+
+def test_a_gpu_run_prices_zipf_tables_without_drawing_them_and_a_nic_run_reads_the_same_draw():
+    # the planner and the GPU path price Zipf tables from rows and alpha: the batch stays
+    # undrawn (at 4096 GPUs that is ~1.2e8 lookups and ~2 GiB nobody reads); the SmartNIC's
+    # caches read the arrays, and get the draw a fresh batch gives
+    from neonic.host.lookups import LookupsSpec, build_lookups
+
+    gpu = ClusterRun(scenario_from_dict(scenario(system="zionex")))
+    gpu.run()
+    assert gpu.lookups.tables and not any("indices" in t.__dict__ or "lengths" in t.__dict__
+                                          for t in gpu.lookups.tables.values())
+    nic = ClusterRun(scenario_from_dict(scenario()))
+    nic.run()
+    sc = nic.scenario
+    fresh = build_lookups(sc.workload, LookupsSpec(), world=4, mode=sc.mode, seed=sc.seed,
+                          min_bags=sc.system.nic.trace_samples)
+    for name, t in nic.lookups.tables.items():
+        assert "indices" in t.__dict__      # read by the NIC's caches
+        assert np.array_equal(t.indices, fresh[name].indices) and np.array_equal(t.lengths, fresh[name].lengths)

@@ -63,3 +63,98 @@ def test_select_gives_a_row_shards_view_of_chosen_bags_and_row_share_counts_look
     assert batch.sources() == {"t": "zipf"} and batch.lookups == 6
     with pytest.raises(KeyError, match="no table 'u'"):
         batch["u"]
+
+
+# ------------------------------------------------------------- the fast draw is the same draw
+def _digest(batch, fields=("lengths", "indices", "requester")) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in batch.tables.values():
+        for f in fields:
+            h.update(np.ascontiguousarray(getattr(t, f)).tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_the_draw_is_the_one_recorded_before_the_compiled_kernels_and_deferred_tables():
+    # digests of the draw as it was made before this code (plain numpy, every table drawn at
+    # once; neonic a441d0e): tables across the exact head (65536 ranks) and the continuous tail,
+    # a one-row table, an empty one, a 2e9-row one; a sample and a whole batch; alpha 1
+    tables = [T("a", 10_000_000, 20), T("b", 70_000, 3.5), T("c", 1, 2), T("d", 300, 0), T("e", 2_000_000_000, 8)]
+    b = draw_lookups(tables, world=16, batch_per_gpu=64, seed=11, alpha=1.15, max_bags=512)
+    assert (_digest(b), b.lookups) == ("77b0bf0a6c5b9836", 17146)
+    b = draw_lookups([T("a", 10_000_000, 20), T("b", 5000, 3.5)], world=2, batch_per_gpu=300, seed=0, alpha=1.0)
+    assert (_digest(b, ("lengths", "indices")), b.lookups) == ("f2c8dd9edaea3b18", 14059)
+    # tables big enough for the compiled kernels (numba enabled)
+    b = draw_lookups([T("a", 10_000_000, 40), T("b", 65_536, 30)], world=64, batch_per_gpu=32, seed=5, alpha=1.05)
+    assert (_digest(b, ("lengths", "indices")), b.lookups) == ("c541154a097a9615", 143448)
+
+
+@pytest.mark.parametrize("num_rows", [1, 2, 3, 100, 65_535, 65_536, 65_537, 10_000_019, 2_000_000_000])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 1.15, 4.0])
+def test_compiled_head_search_and_permutation_give_numpys_values(num_rows, alpha):
+    from neonic.sim.lookups import _HEAD, _head_cdf, _permute, _zipf_ranks
+
+    law = _head_cdf(min(num_rows, _HEAD), alpha)
+    fast = _zipf_ranks(np.random.default_rng(5), 4_000, num_rows, alpha, law, compiled=True)
+    ref = _zipf_ranks(np.random.default_rng(5), 4_000, num_rows, alpha, law, compiled=False)
+    assert np.array_equal(fast, ref)
+    key = np.random.default_rng(num_rows).integers(0, 2**63, 4, dtype=np.uint64)
+    assert np.array_equal(_permute(ref, num_rows, key, compiled=True), _permute(ref, num_rows, key, compiled=False))
+
+
+def test_head_search_lands_on_searchsorted_at_the_cdf_steps_and_guide_thresholds():
+    # the values where an index changes: each cumulative weight, its neighbours, the guide's
+    # bucket edges (a guess from u / step that rounds the wrong way must still be corrected)
+    from neonic.sim.lookups import _head_cdf, _head_search
+
+    law = _head_cdf(1 << 16, 1.15)
+    edges = np.concatenate([law.cdf[:4096], law.cdf[-4096:], law.thresholds[:-1]])
+    u = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf), [0.0, law.cdf[-1], 7.0]])
+    out = np.full(u.size, -1, dtype=np.int64)
+    tail = _head_search(law.cdf, law.thresholds, law.guide, u, law.cdf[-1], out)
+    head = u < law.cdf[-1]
+    assert np.array_equal(tail, np.flatnonzero(~head)) and tail.size >= 3   # the tail's positions
+    assert np.array_equal(out[head], np.searchsorted(law.cdf, u[head], side="right"))
+    assert (out[~head] == -1).all()
+
+
+def test_a_zipf_table_draws_on_first_read_and_reads_the_same_arrays_in_any_order():
+    import pickle
+
+    from neonic.host.planner.cache import fingerprint
+
+    def make():
+        return zipf_table_lookups("t", 1_000_000, 12.0, index=3, world=8, batch_per_gpu=64, seed=2, alpha=1.15,
+                                  max_bags=200)
+    a, b, c = make(), make(), make()
+    # known without drawing: law, source, scale; the key of the planner's cache
+    assert "indices" not in a.__dict__ and a.source == "zipf(alpha=1.15)" and a.scale == pytest.approx(512 / 200)
+    key = fingerprint(a)
+    assert "indices" not in a.__dict__ and "lengths" not in a.__dict__
+    lengths_first = b.lengths.copy()        # lengths alone, then the rows
+    assert "indices" not in b.__dict__
+    indices = a.indices                     # rows (and lengths) at once
+    assert np.array_equal(a.lengths, lengths_first) and np.array_equal(b.indices, indices)
+    assert a.lengths.sum() == indices.size and a.bags == 200 and a.mean_pooling == indices.size / 200
+    assert np.array_equal(c.requester, np.arange(200) * 8 // 200) and "indices" not in c.__dict__
+    assert fingerprint(a) == key == fingerprint(c)  # read or not, the same key
+    d = pickle.loads(pickle.dumps(c))
+    assert np.array_equal(d.indices, indices)
+    e = zipf_table_lookups("t", 1_000_000, 12.0, index=4, world=8, batch_per_gpu=64, seed=2, alpha=1.15, max_bags=200)
+    assert fingerprint(e) != key
+    with pytest.raises(AttributeError, match="nope"):
+        a.nope
+    # a row shard's share of a drawn table's lookups, from its sorted rows
+    share = a.row_share([(0, 500_000), (500_000, 1_000_000)])
+    assert share.tolist() == [np.mean(indices < 500_000), np.mean(indices >= 500_000)]
+
+
+def test_the_tables_of_one_draw_share_a_head_law_per_alpha_and_head_size():
+    b = draw_lookups([T("x", 1 << 20, 2), T("y", 1 << 21, 2), T("z", 100, 2)], world=2, batch_per_gpu=4, seed=0,
+                     alpha=1.1)
+    law = {n: b[n].__dict__["_draw"].law for n in "xyz"}
+    assert law["x"] is law["y"] and law["z"] is not law["x"] and law["z"].cdf.size == 100
+    # one read-only requester array for every table of the same bags
+    assert b["x"].requester is b["z"].requester and not b["x"].requester.flags.writeable
+    assert b["x"].requester.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
