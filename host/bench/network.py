@@ -14,6 +14,14 @@ Figures (all measured when the command runs):
   collectives at 0.4-0.85 of their link-allowed rate, changing at every solve, and a re-solve
   requested every 2 us: ``Network.set_throttle``), whose throttled solves run over the classes;
   ``alltoall_1024_throttled_by_class`` counts them (a synthetic throttle: a speed case only).
+- ``alltoallv_1024_beside_wall_s``: model-a's case at 1024 GPUs: an AlltoAllv whose sizes are
+  one lognormal(0, 0.5) x 64 KiB figure per destination (a rank-1 matrix, as the planner's
+  Outer terms give; here by the destination's place in its node, so nodes are alike) beside an
+  intra-node AlltoAll of 1 MiB per pair, started together, under a throttle that caps one
+  node's 8 GPUs at 0.4-0.85 (changing with the simulated time, re-solved every 2 us): solved
+  over the two groups' joint classes (``sim.network.network``); ``*_joint_solves`` counts the
+  solves over them, and ``alltoallv_1024_beside_per_flow_cpu_s`` is the same run per flow
+  (``aggregate=False``), for comparison (a synthetic throttle: a speed case only).
 - ``alltoallv_4096_wall_s``: the skewed AlltoAllv (sizes as above) on 4096 GPUs, 16.8M flows of
   distinct sizes, so solved per flow (by link-disjoint part, the NIC part densely:
   ``sim.network.network``): measured only with ``--large`` (minutes and several GiB), else
@@ -131,6 +139,23 @@ def _throttled_alltoall(net: Network):
     return h
 
 
+def _beside_throttled(net: Network):
+    """The ``alltoallv_1024_beside`` case (module doc): a per-destination AlltoAllv beside an
+    intra-node AlltoAll, one node's GPUs capped by the simulated time."""
+    p = net.topology.num_gpus
+    gpn = net.topology.gpus_per_node
+    rng = np.random.default_rng(1)
+    node = np.arange(p) // gpn
+    per_dst = np.ceil(65536 * rng.lognormal(0.0, 0.5, gpn))[np.arange(p) % gpn]
+    capped = node == min(5, node[-1])
+    net.set_throttle(lambda tx, rx: np.where(capped, 0.4 + 0.15 * ((net.engine.now // 2_000_000) % 4), 1.0))
+    h = coll.alltoallv(net, None, np.tile(per_dst, (p, 1)))
+    coll.alltoallv(net, None, np.where(node[:, None] == node[None, :], 1 << 20, 0))
+    for k in range(1, 40):
+        net.engine.schedule(k * 2_000_000, net.request_recompute)
+    return h
+
+
 #: the warm-up's topology: leaf/spine (as at 1024 and 4096 GPUs), and enough GPUs (32 x 8) that
 #: an AlltoAllv's NIC flows (63,488) take the dense paths of the solver
 WARMUP_NODES = 32
@@ -148,6 +173,8 @@ def warm_up(nodes: int = WARMUP_NODES) -> None:
     for aggregate in (False, True):
         _timed(topo, lambda net: coll.alltoall(net, None, 65536), aggregate=aggregate)
     _timed(topo, _throttled_alltoall)
+    for aggregate in (False, True):
+        _timed(topo, _beside_throttled, aggregate=aggregate)
 
 
 def run(ctx: BenchContext) -> dict:
@@ -192,7 +219,7 @@ def run(ctx: BenchContext) -> dict:
 
     if ctx.quick:
         out.update(alltoallv_1024_wall_s=None, allreduce_1024_wall_s=None, alltoall_1024_wall_s=None,
-                   alltoall_4096_wall_s=None, alltoallv_4096_wall_s=None)
+                   alltoallv_1024_beside_wall_s=None, alltoall_4096_wall_s=None, alltoallv_4096_wall_s=None)
         return out
     big = zionex_family(128)
     sizes = skewed_sizes(big.num_gpus, ctx.seed)
@@ -218,6 +245,14 @@ def run(ctx: BenchContext) -> dict:
                alltoall_1024_throttled_solves=net.solves)
     ctx.progress(f"uniform alltoall 1024 GPUs, throttled: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, "
                  f"{net.cpu_s:.2f} s CPU ({net.throttled_by_class} of {net.solves} throttled solves by class)")
+    wall, sim, net = _timed(big, _beside_throttled)
+    _, sim_f, per_flow = _timed(big, _beside_throttled, aggregate=False)
+    out.update(alltoallv_1024_beside_wall_s=wall, alltoallv_1024_beside_cpu_s=net.cpu_s,
+               alltoallv_1024_beside_sim_s=sim, alltoallv_1024_beside_joint_solves=net.joint_solves,
+               alltoallv_1024_beside_solves=net.solves, alltoallv_1024_beside_per_flow_cpu_s=per_flow.cpu_s)
+    ctx.progress(f"alltoallv 1024 GPUs beside an intra-node group, one node throttled: simulated {sim * 1e3:.3f} ms "
+                 f"in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU ({net.joint_solves} of {net.solves} solves over joint "
+                 f"classes; per flow {per_flow.cpu_s:.2f} s CPU, simulated {sim_f * 1e3:.3f} ms)")
     out["alltoall_1024_peak_rss_gib"] = _peak_rss_gib()
     huge = zionex_family(512)
     ctx.progress("uniform alltoall 4096 GPUs (16,773,120 flows) ...")

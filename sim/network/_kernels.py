@@ -14,7 +14,8 @@ import numpy as np
 
 from .maxmin import HAVE_NUMBA, first_saturated_level
 
-__all__ = ["account", "components", "drain", "mark_cls", "void_cls", "finish_cls", "retire", "step", "step_one", "step_range", "traffic"]
+__all__ = ["account", "components", "drain", "mark_cls", "void_cls", "finish_cls", "retire", "step", "step_one", "step_parts",
+           "step_range", "traffic"]
 
 
 def _credit_np(alive, rem, rate_new, rate_old, span):
@@ -523,6 +524,53 @@ if HAVE_NUMBA:
             t_max = np.nan
         return t_min, t_max, _due_nb(cand, n, pred, t_min, now, coalesce, youngest)
 
-    components, drain, step_range = _components_nb, _drain_nb, _step_range_nb
+    @njit(cache=True, nogil=True)
+    def _step_parts_nb(alive, rem, rate, recomputes, t_ref, t, running, span, now, pred, coalesce, youngest, links,
+                       level, order, los, his):  # pragma: no cover
+        """:func:`step_range` for several parts in one call (a lone group's small link-disjoint
+        parts: a call each cost more than their work): part ``i`` is flows ``los[i]:his[i]``,
+        stepped with the windows ``Network._predict_parts`` gives it -- while ``running``, the
+        lengths between consecutive ``recomputes`` (int ps, ascending) from its ``t_ref[i]`` to
+        ``t``, then ``now - max(t, t_ref[i])``, at ``span``; else one zero window and no credit
+        -- so each part gets the same bits as in a call of its own. Returns per part its earliest
+        and latest predicted end, and its candidates concatenated with their counts per part."""
+        n = los.shape[0]
+        tmin = np.empty(n)
+        tmax = np.empty(n)
+        counts = np.zeros(n, dtype=np.int64)
+        total = 0
+        for i in range(n):
+            total += his[i] - los[i]
+        buf = np.empty(total, dtype=np.int64)
+        pos = 0
+        fnow = float(now)
+        for i in range(n):
+            if running:
+                tr = t_ref[i]
+                last = float(now - max(t, tr))
+                if t > tr:  # Network._windows(tr, t): bisect_left of both, then the differences
+                    a = np.searchsorted(recomputes, tr)
+                    b = np.searchsorted(recomputes, t)
+                    dts = np.empty(b - a + 1)
+                    for k in range(b - a):
+                        dts[k] = float(recomputes[a + k + 1]) - float(recomputes[a + k])
+                    dts[b - a] = last
+                else:
+                    dts = np.full(1, last)
+                sp = span
+            else:
+                dts = np.zeros(1)
+                sp = 0.0
+            r = _step_range_nb(alive, rem, rate, dts, sp, fnow, pred, coalesce, youngest, links, level, order,
+                               los[i], his[i])
+            tmin[i] = r[0]
+            tmax[i] = r[1]
+            c = r[2]
+            buf[pos:pos + c.shape[0]] = c
+            counts[i] = c.shape[0]
+            pos += c.shape[0]
+        return tmin, tmax, buf[:pos], counts
+
+    components, drain, step_range, step_parts = _components_nb, _drain_nb, _step_range_nb, _step_parts_nb
 else:  # pragma: no cover
-    components, drain, step_range = _components_np, _drain_np, _step_range_np
+    components, drain, step_range, step_parts = _components_np, _drain_np, _step_range_np, None

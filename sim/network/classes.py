@@ -131,7 +131,10 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
     endpoints): every flow also crosses its source's virtual transmit link and its
     destination's virtual receive link (the throttled solve's GPU caps), which are partitioned
     with the links (transmit and receive links apart from each other and from the real links);
-    the result's ``vlinks`` names their classes, whose capacities it leaves infinite.
+    the result's ``vlinks`` names their classes, whose capacities it leaves infinite. Two more
+    elements, per endpoint an int colour >= 0 of its transmit and of its receive link, start
+    those links apart by colour (which GPUs a throttle caps, so that GPUs capped and GPUs left
+    unlimited never share a class).
     """
     if ends is not None:
         return _with_ends(links_fh, flow_color, capacity, wire, ends, max_fraction, max_rounds)
@@ -206,9 +209,11 @@ def equitable_classes(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np
 def _with_ends(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np.ndarray, wire: np.ndarray,
                ends: tuple[np.ndarray, np.ndarray, int], max_fraction: float, max_rounds: int) -> FlowClasses:
     """:func:`equitable_classes` with two virtual hops per flow: links ``0 .. L-2`` stay, the
-    endpoints' transmit links follow, then their receive links, then the pad (coloured by the
-    capacities -2 and -3, which no real link has, so each kind is a class set of its own)."""
-    src, dst, E = ends
+    endpoints' transmit links follow, then their receive links, then the pad (coloured by
+    negative capacities, which no real link has, so each kind, and each endpoint colour of
+    ``ends``, is a class set of its own)."""
+    src, dst, E = ends[:3]
+    tx_colour, rx_colour = (ends[3], ends[4]) if len(ends) > 3 else (np.zeros(E, dtype=np.int64),) * 2
     L = capacity.shape[0]
     pad = L - 1
     new_pad = L - 1 + 2 * E
@@ -217,7 +222,9 @@ def _with_ends(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np.ndarra
     ext[:, :-2] = np.where(links_fh == pad, new_pad, links_fh)
     ext[:, -2] = pad + np.asarray(src)
     ext[:, -1] = pad + E + np.asarray(dst)
-    cap = np.concatenate([capacity[:-1], np.full(E, -2.0), np.full(E, -3.0), capacity[-1:]])
+    # transmit colours -2, -4, ..., receive colours -3, -5, ...: no real link's (>= 0, inf -> -1)
+    cap = np.concatenate([capacity[:-1], -2.0 - 2.0 * np.asarray(tx_colour, dtype=np.float64),
+                          -3.0 - 2.0 * np.asarray(rx_colour, dtype=np.float64), capacity[-1:]])
     wr = np.concatenate([wire[:-1], np.zeros(2 * E, dtype=bool), wire[-1:]])
     cl = equitable_classes(ext, flow_color, cap, wr, max_fraction=max_fraction, max_rounds=max_rounds)
     if cl.identity:

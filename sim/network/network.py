@@ -64,6 +64,22 @@ problem, so the quotient's rates are the per-flow rates (within rounding: the pe
 one class, sums of equal rates, may differ in their last bits and are taken at their minimum).
 Where GPUs of one class are capped differently, or the refinement finds too little symmetry,
 the throttled solve is per flow and splits the classes whose flows get different rates.
+
+Joint classes of several groups (throttled solves of ``joint_min_flows`` flows or more, with
+``aggregate``): large groups that start together (model-a's million-flow AlltoAllv beside an
+intra-node group at 1024 GPUs) are never partitioned at their start, and each solve of them was
+per flow. At their first throttled solve that caps some GPUs, their flows are partitioned
+together, with every GPU's virtual links, those of capped and unlimited GPUs apart
+(``equitable_classes(..., ends=...)`` with endpoint colours); a class never spans two groups,
+and is kept only where its flows' state agrees (so no flow's bytes, rates or arrival change
+when it moves over). Each group then holds its part as its classes, and while the groups run
+together (or one of them alone) every solve, throttled or not, runs over their quotient, one
+problem over all their classes; each virtual link class takes one capacity as in the lone
+group's case (within ``endpoint_cap_rel``), else that solve is per flow and splits the classes.
+The rates are the per-flow solve's within rounding (1e-11 relative at a million flows); collective
+times and link bytes agree within 1e-6 (tested; a tie broken the other way can move a
+recompute). A group takes part in at most ``joint_max_tries`` tries, and a failed try is not
+repeated for the same partitions and cap pattern.
 """
 
 from __future__ import annotations
@@ -78,8 +94,8 @@ import numpy as np
 from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
-from .classes import FlowClasses, equitable_classes, identity_classes
-from .maxmin import LinkEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
+from .classes import FlowClasses, _by_class, _dense, equitable_classes, identity_classes
+from .maxmin import HAVE_NUMBA, LinkEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
 from .topology import Route, Topology
 
 __all__ = ["Network", "FlowGroup"]
@@ -99,7 +115,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
-        "_dense", "_dindex", "_span", "_ends", "_vends",
+        "_dense", "_dindex", "_span", "_ends", "_vends", "_jtries",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -120,6 +136,7 @@ class FlowGroup:
         self._span: tuple | None = None  # (spans, links, whether its flows cross them)
         self._ends: tuple | None = None  # (links, its flows' int32 sources, destinations): throttled solves
         self._vends: tuple | None = None  # (classes, their throttled index or None: none found): throttled solves
+        self._jtries = 0  # joint partitions it took part in, found or not (Network._throttled_joint)
 
     @property
     def size(self) -> int:
@@ -240,6 +257,15 @@ class Network:
         self.splits = 0  # classes refined because other traffic broke their symmetry
         self.throttled_by_class = 0  # throttled solves of an aggregated group over its classes
         self.throttled_per_flow = 0  # ... and those solved per flow (GPU caps differ within a class)
+        # joint classes of several groups (_throttled_joint): tried for throttled solves of at
+        # least this many flows in all; each group takes part in at most joint_max_tries tries
+        self.joint_min_flows = 1 << 16
+        self.joint_max_tries = 3
+        self.joint_partitions = 0  # joint partitions installed
+        self.joint_solves = 0  # solves of several groups over their joint classes (throttled or not)
+        self._joint_lc: np.ndarray | None = None  # the latest joint partition's link classes (its token)
+        self._joint_index: tuple | None = None  # (the groups' classes, their quotient's arrays and index)
+        self._joint_fail: tuple | None = None  # (groups' classes, cap pattern) whose caps differed in a class
         L = topology.num_links
         self.link_bytes = np.zeros(L)
         self.link_wire_bytes = np.zeros(L)
@@ -857,6 +883,8 @@ class Network:
                 g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
             self.solved_classes += g._remaining
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
+        elif self._joint_ok(groups):
+            self._solve_joint(groups, None)
         else:
             self._solve_shared(previous)
 
@@ -1064,6 +1092,10 @@ class Network:
                 self.throttled_by_class += 1
                 return
             self.throttled_per_flow += 1
+        elif len(groups) > 1 and self.aggregate:
+            if self._throttled_joint(groups, cap_tx, cap_rx, previous):
+                self.throttled_by_class += 1
+                return
         masks = self._live_flows(groups)
         capacity = np.concatenate([topo.capacity, cap_tx, cap_rx])
         dense = self._throttle_dense(flows, groups) if self.components else None
@@ -1159,6 +1191,26 @@ class Network:
                 previous[id(g)] = old_rate[rep_old]
             self._flow_set += 1
             cl = new
+        capacity = self._class_caps(cl, cap_tx, cap_rx)
+        if capacity is None:
+            return False
+        if g._vends is None or g._vends[0] is not cl or g._vends[1] is None:
+            g._vends = (cl, LinkEntries(cl.q_links, g._factor, self._finite_vlinks(cl), cl.q_weight))
+        index = g._vends[1]
+        index.update_alive(g._alive)
+        level, order = link_levels(index, cl.lclass_wire, capacity)
+        g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
+        self.solved_classes += g._remaining
+        self.solved_flows += int(g._mult[g._alive].sum())
+        return True
+
+    def _class_caps(self, cl: FlowClasses, cap_tx: np.ndarray, cap_rx: np.ndarray) -> np.ndarray | None:
+        """The capacity of every link class of ``cl`` (classes with ``vlinks``) under the
+        endpoints' virtual link capacities ``cap_tx``, ``cap_rx`` (inf: unlimited): a virtual
+        link class takes the smallest of its links' (they agree within ``endpoint_cap_rel``:
+        sums of equal class rates may differ in rounding). None where two links of one class
+        differ by more (GPUs of one class capped differently): the partition is not equitable
+        for that problem."""
         capacity = cl.lclass_capacity.copy()
         for cap, of in zip((cap_tx, cap_rx), cl.vlinks):
             lo = np.full(capacity.size, np.inf)
@@ -1166,20 +1218,166 @@ class Network:
             np.minimum.at(lo, of, cap)
             np.maximum.at(hi, of, cap)
             if np.any(hi > lo * (1.0 + self.endpoint_cap_rel)):  # (inf > inf is False: unlimited agree)
-                return False
+                return None
             used = np.isfinite(lo)
             capacity[used] = lo[used]
-        if g._vends is None or g._vends[0] is not cl or g._vends[1] is None:
-            finite = cl.lclass_capacity.copy()  # the index takes every virtual link class as finite
-            finite[cl.vlinks[0]] = 1.0
-            finite[cl.vlinks[1]] = 1.0
-            g._vends = (cl, LinkEntries(cl.q_links, g._factor, finite, cl.q_weight))
-        index = g._vends[1]
-        index.update_alive(g._alive)
-        level, order = link_levels(index, cl.lclass_wire, capacity)
-        g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
-        self.solved_classes += g._remaining
-        self.solved_flows += int(g._mult[g._alive].sum())
+        return capacity
+
+    @staticmethod
+    def _finite_vlinks(cl: FlowClasses) -> np.ndarray:
+        """``cl``'s link class capacities with every virtual link class taken as finite: an index
+        built on them has entries on every virtual link; one left unlimited in a solve is never
+        processed and only collects load nobody reads (the same rates)."""
+        finite = cl.lclass_capacity.copy()
+        finite[cl.vlinks[0]] = 1.0
+        finite[cl.vlinks[1]] = 1.0
+        return finite
+
+    # ------------------------------------------------------------ joint classes of groups
+    def _joint_ok(self, groups: list[FlowGroup]) -> bool:
+        """Whether every group of ``groups`` holds classes of the latest joint partition
+        (:meth:`_joint_partition`): whole classes of one equitable partition of their flows
+        together, so that their quotient is the problem of these groups together."""
+        lc = self._joint_lc
+        return lc is not None and all(not g._cls.identity and g._cls.link_class is lc for g in groups)
+
+    def _solve_joint(self, groups: list[FlowGroup], capacity: np.ndarray | None) -> None:
+        """Rates of several groups over their joint classes (:meth:`_joint_ok`): one quotient
+        problem over all their classes (their link classes are shared), its index kept while
+        the groups' partitions stay the same. ``capacity``: per link class (the throttled
+        problem, :meth:`_class_caps`); None: the links alone (virtual link classes unlimited)."""
+        key = [g._cls for g in groups]
+        j = self._joint_index
+        if j is None or len(j[0]) != len(key) or any(a is not b for a, b in zip(j[0], key)):
+            q_links = np.ascontiguousarray(np.concatenate([c.q_links for c in key]))
+            weight = np.concatenate([c.q_weight for c in key])
+            factor = np.concatenate([g._factor for g in groups])
+            j = self._joint_index = (key, q_links, LinkEntries(q_links, factor, self._finite_vlinks(key[0]), weight))
+        _, q_links, index = j
+        alive = np.concatenate([g._alive for g in groups])
+        index.update_alive(alive)
+        cl = key[0]
+        level, order = link_levels(index, cl.lclass_wire, cl.lclass_capacity if capacity is None else capacity)
+        rates = rates_from_levels(q_links, alive, level, order)
+        pos = 0
+        for g in groups:
+            n = g._alive.size
+            g._rate = rates[pos:pos + n]
+            pos += n
+            self.solved_flows += int(g._mult[g._alive].sum())
+        self.solved_classes += int(alive.sum())
+        self.joint_solves += 1
+
+    def _throttled_joint(self, groups: list[FlowGroup], cap_tx: np.ndarray, cap_rx: np.ndarray,
+                         previous: dict[int, np.ndarray]) -> bool:
+        """The throttled solve of several groups over joint classes: a partition of their flows
+        together (:meth:`_joint_partition`, found at the first throttled solve that needs it and
+        kept while the groups run together; the unthrottled solves use it too), whose virtual
+        link classes must each have one capacity (:meth:`_class_caps`). Returns False, solving
+        nothing, where that fails (the per-flow solve runs then, and splits classes whose flows
+        get different rates): too few flows to pay for a partition (``joint_min_flows``), a group
+        that has taken part in ``joint_max_tries`` attempts, too little symmetry, or GPUs of
+        one class capped differently (an attempt that failed is not repeated for the same
+        partitions and cap pattern)."""
+        pattern = (np.isfinite(cap_tx).tobytes(), np.isfinite(cap_rx).tobytes())
+        if not self._joint_ok(groups):
+            if sum(g._links.shape[0] for g in groups) < self.joint_min_flows:
+                return False
+            if any(g._jtries >= self.joint_max_tries for g in groups):
+                return False
+            key = [g._cls for g in groups]
+            f = self._joint_fail
+            if f is not None and f[1] == pattern and len(f[0]) == len(key) and all(a is b for a, b in zip(f[0], key)):
+                return False  # tried for these partitions and this cap pattern
+            for g in groups:
+                g._jtries += 1
+            if not self._joint_partition(groups, cap_tx, cap_rx, previous):
+                self._joint_fail = (key, pattern)
+                return False
+        capacity = self._class_caps(groups[0]._cls, cap_tx, cap_rx)
+        if capacity is None:
+            return False
+        self._solve_joint(groups, capacity)
+        return True
+
+    def _joint_partition(self, groups: list[FlowGroup], cap_tx: np.ndarray, cap_rx: np.ndarray,
+                         previous: dict[int, np.ndarray]) -> bool:
+        """Partition the flows of ``groups`` together, with the endpoints' virtual links
+        (``equitable_classes(..., ends=...)``, the links of capped and of unlimited GPUs apart),
+        and install each group's part as its classes, its state moving over. Flows start
+        coloured by group and class (a per-flow group: by size, and whether live), so no class
+        spans two groups; a class is installed only where all its flows have the same state
+        (bytes left, size, factor, the rate of the last window, live), else the flows are
+        coloured by their state too and partitioned again. Returns False, installing nothing,
+        where the partition finds too little symmetry or a virtual link class would need two
+        capacities (:meth:`_class_caps`). At a million flows this costs about a quarter of a
+        CPU second, a few of the per-flow throttled solves it replaces."""
+        topo = self.topology
+        E = topo.num_endpoints
+        sizes = [g._links.shape[0] for g in groups]
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        colour, off = [], 0
+        checks = []  # (group, its per-flow state) where flows start coloured by size, not class
+        for i, g in enumerate(groups):
+            if g._cls.identity:
+                loc = _dense(g._nbf)[0] * 2 + g._alive
+                prev = previous.get(id(g))
+                checks.append((i, [g._rem, g._factorf] + ([prev] if prev is not None else [])))
+            else:  # a class's flows share their state already
+                loc = g._cls.cls
+            colour.append(loc + off)
+            off += int(loc.max()) + 1
+        colour = np.concatenate(colour)
+        links = np.ascontiguousarray(np.concatenate([g._links for g in groups]))
+        src = np.concatenate([g.src[g._orig] for g in groups])
+        dst = np.concatenate([g.dst[g._orig] for g in groups])
+        ends = (src, dst, E, np.isfinite(cap_tx).astype(np.int64), np.isfinite(cap_rx).astype(np.int64))
+        for attempt in range(2):
+            cl = equitable_classes(links, colour, topo.capacity, topo.wire, ends=ends)
+            if cl.identity or self._class_caps(cl, cap_tx, cap_rx) is None:
+                return False
+            rep = cl.members[cl.starts[:-1]]  # a flow of each class
+            agree = True
+            for i, state in checks:
+                r = rep[cl.cls[bounds[i]:bounds[i + 1]]] - bounds[i]  # each flow's class's flow
+                agree = all(np.array_equal(a, a[r]) for a in state)
+                if not agree:
+                    break
+            if agree:
+                break
+            if attempt:  # pragma: no cover - the state is in the colours: every class agrees
+                return False
+            cols = [colour]
+            for i, state in checks:
+                for k, a in enumerate(state):
+                    while len(cols) <= k + 1:
+                        cols.append(np.zeros(colour.size, dtype=np.int64))
+                    cols[k + 1][bounds[i]:bounds[i + 1]] = a.view(np.int64)
+            colour = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].ravel()
+        group_of = np.searchsorted(bounds, rep, side="right") - 1  # each class's group
+        for i, g in enumerate(groups):
+            ids = np.flatnonzero(group_of == i)  # its classes, in order
+            local = np.full(cl.n_classes, -1, dtype=np.int64)
+            local[ids] = np.arange(ids.size)
+            c = local[cl.cls[bounds[i]:bounds[i + 1]]]
+            members = _by_class(c, ids.size) if HAVE_NUMBA else np.argsort(c, kind="stable")
+            starts = np.zeros(ids.size + 1, dtype=np.int64)
+            np.cumsum(np.bincount(c, minlength=ids.size), out=starts[1:])
+            new = FlowClasses(cls=c, members=members, starts=starts, q_links=np.ascontiguousarray(cl.q_links[ids]),
+                              q_weight=np.ascontiguousarray(cl.q_weight[ids]), lclass_capacity=cl.lclass_capacity,
+                              lclass_wire=cl.lclass_wire, identity=False, vlinks=cl.vlinks, link_class=cl.link_class)
+            old = g._cls
+            o = old.cls[members[starts[:-1]]]
+            self._set_classes(g, new, old)
+            g._remaining = int(g._alive.sum())
+            if id(g) in previous:
+                previous[id(g)] = previous[id(g)][o]
+            g._findex = g._dindex = g._span = g._vends = None
+            g._dense = None
+            g._comp = False
+        self._joint_lc = cl.link_class
+        self._flow_set += 1
+        self.joint_partitions += 1
         return True
 
     #: groups of at most this many flows, one class per flow, are summed together by
@@ -1355,12 +1553,31 @@ class Network:
     def _predict_parts(self, g: FlowGroup, now: int, previous: dict[int, np.ndarray], span: float,
                        youngest: float) -> tuple[float, float]:
         """:meth:`_predict`'s pass for a lone group by parts: the re-solved parts drain from
-        their ``t_ref``, get the credit, and predict; the others keep their predictions."""
+        their ``t_ref``, get the credit, and predict; the others keep their predictions. Parts
+        under ``step_split_flows`` flows are stepped together in one compiled call
+        (``K.step_parts``: an AlltoAllv's 128 per-node NVLink parts cost a call each before)."""
         c = g._comp
         running = id(g) in previous
         t = self._recomputes[-2] if running else now
         none = np.zeros(1)
-        for i in np.flatnonzero(c.dirty):
+        dirty = np.flatnonzero(c.dirty)
+        if K.step_parts is not None:  # the small parts in one compiled call (the same bits each)
+            small = dirty[c.starts[dirty + 1] - c.starts[dirty] < self.step_split_flows]
+            dirty = dirty[c.starts[dirty + 1] - c.starts[dirty] >= self.step_split_flows]
+            if small.size:
+                r = self._recomputes
+                if running:  # the recompute times from the earliest t_ref on (bisect_left: the same windows)
+                    r = r[bisect.bisect_left(r, int(c.t_ref[small].min())):]
+                tmin, tmax, cand, counts = K.step_parts(
+                    g._alive, g._rem, g._rate, np.asarray(r if running else r[-1:], dtype=np.int64), c.t_ref[small],
+                    int(t), running, span if running else 0.0, int(now), g._pred, self.coalesce_rel, youngest, g._links,
+                    c.level, c.order, c.starts[small], c.starts[small + 1])
+                c.tmin[small] = tmin
+                c.tlast[small] = tmax
+                for i, part in zip(small.tolist(), np.split(cand, np.cumsum(counts)[:-1])):
+                    c.cand[i] = part
+                c.t_ref[small] = now
+        for i in dirty:
             lo, hi = int(c.starts[i]), int(c.starts[i + 1])
             if running:  # the windows it sat out, then the last one, drained in the step's pass
                 t_ref = int(c.t_ref[i])

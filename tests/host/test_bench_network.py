@@ -26,3 +26,26 @@ def test_long_runs_report_solves_flows_and_an_estimate():
     assert all("solves" in x and "ms simulated" in x and "flows in flight" in x for x in lines)
     assert "no estimate yet" in lines[0] and any("s left" in x for x in lines)
     assert sim > 0 and net.cpu_s > 0
+
+
+def test_beside_case_runs_over_joint_classes_and_agrees_per_flow():
+    """The ``alltoallv_1024_beside`` case (a per-destination AlltoAllv beside an intra-node
+    group, one node throttled) at 128 GPUs, where its flows are too few for the default
+    ``joint_min_flows``: with the threshold lowered, its solves run over joint classes, with the
+    per-flow run's collective time within 1e-6; at the default, none does."""
+    from neonic.host.bench.network import _beside_throttled
+    from neonic.sim.engine import Engine
+    from neonic.sim.network import Network
+
+    topo = zionex_family(16)
+    runs = {}
+    for aggregate, jmin in ((True, 0), (False, 0), (True, None)):
+        net = Network(Engine(), topo, aggregate=aggregate)
+        if jmin is not None:
+            net.joint_min_flows = jmin
+        h = _beside_throttled(net)
+        net.engine.run()
+        runs[aggregate, jmin] = (net, h)
+    (joint, hj), (flow, hf), (default, hd) = runs[True, 0], runs[False, 0], runs[True, None]
+    assert joint.joint_solves > 0 and joint.solved_classes * 8 < joint.solved_flows
+    assert abs(hj.time_ps / hf.time_ps - 1) < 1e-6 and flow.joint_solves == 0 and default.joint_solves == 0

@@ -226,6 +226,115 @@ def test_equitable_partition_with_endpoints_properties():
         assert pairs.shape[0] == np.unique(a).size == np.unique(b).size  # the same grouping
 
 
+def _big_beside_small(net, lone: bool = False):
+    """Model-a's case at 1024 GPUs, scaled down: an AlltoAllv whose sizes depend on the
+    destination's place in its node (symmetric across nodes) beside an intra-node AlltoAll of
+    every 8 GPUs, both large and started together (so neither was partitioned at its start).
+    ``lone``: and a short message from GPU 0 to GPU 9, which slows some of their flows of one
+    size and not others while it runs."""
+    p = net.topology.num_gpus
+    col = np.array([3, 1, 4, 1, 5, 2, 6, 5])[np.arange(p) % 8] * 50_000
+    group = np.arange(p) // 8
+    intra = np.where(group[:, None] == group[None, :], 300_000, 0)
+    out = [coll.alltoallv(net, None, np.tile(col, (p, 1))), coll.alltoallv(net, None, intra)]
+    if lone:
+        net.start_flow(0, 9, 2_000)
+    return out
+
+
+def _third_eight_capped(net, phase_ps, from_ps=0):
+    """GPUs 16..23 capped, the rest unlimited (the throttle of a node whose SMs are busy), from
+    ``from_ps`` on: at 0.5, or (``phase_ps``) at 0.4-0.85 changing with the simulated time. A
+    function of the state, not of the number of calls: a run with one solve more or less sees
+    the same caps."""
+    capped = (np.arange(net.topology.num_gpus) // 8) == 2
+
+    def throttle(tx, rx):
+        if net.engine.now < from_ps:
+            return None
+        return np.where(capped, 0.4 + 0.15 * ((net.engine.now // phase_ps) % 4) if phase_ps else 0.5, 1.0)
+    return throttle
+
+
+def _run_joint(topo, throttle, *, aggregate, joint_min_flows=0, rescale_ps=0, lone=False):
+    eng = Engine()
+    net = Network(eng, topo, aggregate=aggregate)
+    net.joint_min_flows = joint_min_flows  # the small case takes the joint path too
+    net.set_throttle(throttle(net))
+    handles = _big_beside_small(net, lone)
+    for t in range(1, 40 if rescale_ps else 0):
+        eng.schedule(t * rescale_ps, net.request_recompute)
+    eng.run()
+    return net, handles
+
+
+@pytest.mark.parametrize("preset", ["zionex", "dgx-h100", "gh200", "mi300a"])
+def test_big_and_small_groups_throttled_over_joint_classes_agree(preset):
+    """Two large groups started together under a throttle that caps one node's GPUs: the
+    throttled (and later unthrottled) solves run over one partition of both groups' flows
+    together, with the capped GPUs' virtual links apart, and every collective's time and link
+    bytes agree with the per-flow solve within 1e-6."""
+    # capped from the start (the groups' first solve finds the joint classes), or from later on
+    # (they have run per flow: their bytes left and last rates move over to the classes), after
+    # a lone message made flows of one size differ (they are then kept apart by their state)
+    for phase_ps, from_ps, lone in ((0, 0, False), (300_000, 0, False), (300_000, 450_000, False),
+                                    (300_000, 450_000, True)):
+        def throttle(net):
+            return _third_eight_capped(net, phase_ps, from_ps)
+        net_a, ha = _run_joint(_topology(preset, 64), throttle, aggregate=True, rescale_ps=phase_ps, lone=lone)
+        net_f, hf = _run_joint(_topology(preset, 64), throttle, aggregate=False, rescale_ps=phase_ps, lone=lone)
+        for a, f in zip(ha, hf, strict=True):
+            assert a.time_ps == pytest.approx(f.time_ps, rel=1e-6)
+        np.testing.assert_allclose(net_a.link_bytes, net_f.link_bytes, rtol=1e-6)
+        np.testing.assert_allclose(net_a.link_wire_bytes, net_f.link_wire_bytes, rtol=1e-6)
+        assert net_a.joint_partitions == 1 and net_a.joint_solves > 10 and net_a.splits == 0
+        assert net_a.throttled_by_class > 0
+        if not lone:  # (with it, a few partitions fail before one agrees: less of the run aggregated)
+            assert net_a.solved_classes * 4 < net_a.solved_flows
+        assert net_f.joint_partitions == 0 and net_f.solved_classes == net_f.solved_flows
+
+
+def test_joint_classes_fall_back_per_flow_and_pay_only_at_scale():
+    """Caps that differ between GPUs of one class (every GPU capped by its own traffic) leave
+    the joint partition unused (per flow, the same results); below ``joint_min_flows`` flows
+    no joint partition is looked for."""
+    def by_traffic(net):
+        return lambda tx, rx: np.where(tx > 0, 0.45 + 0.5 * (tx / max(tx.max(), 1e-300)) ** 2, 1.0)
+
+    def spread(net):  # GPU i at its own scale: no two GPUs capped alike
+        return lambda tx, rx: 0.3 + 0.6 * np.arange(tx.size) / tx.size
+
+    for throttle in (by_traffic, spread):
+        net_a, ha = _run_joint(_topology("zionex", 64), throttle, aggregate=True)
+        net_f, hf = _run_joint(_topology("zionex", 64), throttle, aggregate=False)
+        for a, f in zip(ha, hf, strict=True):
+            assert a.time_ps == pytest.approx(f.time_ps, rel=1e-6)
+        np.testing.assert_allclose(net_a.link_bytes, net_f.link_bytes, rtol=1e-6)
+    assert net_a.joint_partitions == 0 and net_a.throttled_by_class == 0  # (spread: none agree)
+    net, _ = _run_joint(_topology("zionex", 64), lambda net: _third_eight_capped(net, 0), aggregate=True,
+                        joint_min_flows=Network(Engine(), _topology("zionex", 64)).joint_min_flows)
+    assert net.joint_partitions == 0 and net.solved_classes == net.solved_flows
+
+
+def test_endpoint_colours_keep_capped_gpus_apart():
+    """``ends`` with per-endpoint colours: the virtual links of differently coloured endpoints
+    never share a class (a uniform AlltoAll, where without colours every GPU is alike)."""
+    topo = _topology("zionex", 64)
+    p = topo.num_gpus
+    E = topo.num_endpoints
+    src, dst = np.nonzero(~np.eye(p, dtype=bool))
+    nb = np.full(src.size, 1000.0)
+    links = np.ascontiguousarray(topo.route(src, dst, nb).links.T)
+    plain = equitable_classes(links, nb, topo.capacity, topo.wire, ends=(src, dst, E))
+    assert np.unique(plain.vlinks[0][:p]).size == 1  # every GPU's transmit link alike
+    tx = np.zeros(E, dtype=np.int64)
+    tx[16:24] = 1
+    cl = equitable_classes(links, nb, topo.capacity, topo.wire, ends=(src, dst, E, tx, np.zeros(E, dtype=np.int64)))
+    assert not set(cl.vlinks[0][16:24]) & set(cl.vlinks[0][np.flatnonzero(tx[:p] == 0)])
+    assert np.all(np.isinf(cl.lclass_capacity[cl.vlinks[0]]))
+    assert cl.n_classes > plain.n_classes  # flows from and to the capped GPUs form classes of their own
+
+
 def _partition_fields(cl):
     out = [cl.identity, cl.cls, cl.members, cl.starts, cl.q_links, cl.q_weight, cl.lclass_capacity,
            cl.lclass_wire, cl.link_class]

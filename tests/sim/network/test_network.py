@@ -418,6 +418,56 @@ def test_a_large_part_stepped_in_two_threads_changes_no_bit():
         np.testing.assert_array_equal(x, y)
 
 
+def test_small_parts_stepped_in_one_call_change_no_bit(monkeypatch):
+    """A lone group's parts under ``step_split_flows`` flows are stepped together in one compiled
+    call (``_kernels.step_parts``), each with the windows it sat out: every flow's arrival, the
+    link bytes and the solves are those of a call per part; and the kernel gives each part
+    ``step_range``'s rates, bytes, predictions and candidates for the same windows."""
+    from neonic.sim.network import _kernels as K
+
+    if K.step_parts is None:
+        pytest.skip("numba not installed: a call per part")
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=9)
+    out = []
+    for batched in (True, False):
+        monkeypatch.setattr(K, "step_parts", K._step_parts_nb if batched else None)
+        eng = Engine()
+        net = Network(eng, topo)
+        net.dense_min_flows = 16
+        g = net.start_flows(src, dst, sizes)
+        eng.run()
+        out.append((g.finish_ps, net.link_bytes, net.link_wire_bytes, net.solves))
+    for x, y in zip(*out):
+        np.testing.assert_array_equal(x, y)
+    rng = np.random.default_rng(3)
+    F, L = 600, 30
+    links = rng.integers(0, L, size=(F, 2)).astype(np.int32)
+    level, order = rng.uniform(0.1, 2.0, L), rng.permutation(L).astype(np.int64)
+    recomputes = np.array([0, 100, 250, 400, 1000, 1300], dtype=np.int64)
+    los, his = np.array([0, 100, 350]), np.array([100, 350, 600])
+    t_ref = np.array([0, 250, 1000])
+    state = [rng.random(F) < 0.9, rng.uniform(0, 1e5, F), rng.uniform(0.1, 2.0, F), np.zeros(F)]
+    for running in (True, False):
+        a = [x.copy() for x in state]
+        b = [x.copy() for x in state]
+        tmin, tmax, cand, counts = K._step_parts_nb(a[0], a[1], a[2], recomputes, t_ref, 1000, running, 7.0, 1300, a[3],
+                                                    0.02, 900.0, links, level, order, los, his)
+        parts = np.split(cand, np.cumsum(counts)[:-1])
+        for i in range(3):
+            if running:
+                w = recomputes[(recomputes >= t_ref[i]) & (recomputes <= 1000)].astype(float)
+                dts = np.append(np.diff(w), float(1300 - max(1000, t_ref[i])))
+            else:
+                dts = np.zeros(1)
+            r = K.step_range(b[0], b[1], b[2], dts, 7.0 if running else 0.0, 1300.0, b[3], 0.02, 900.0, links, level,
+                             order, los[i], his[i])
+            assert (r[0], r[1]) == (tmin[i], tmax[i])
+            np.testing.assert_array_equal(r[2], parts[i])
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_node_of_names_each_endpoints_node_for_gpus_and_hosts_alike():
     """GPU ``e`` is on node ``e // gpus_per_node``, host ``num_gpus + n`` on node ``n``: for a
     large array of GPU ids (a shift), a mixed one, int32 ids and one id."""
