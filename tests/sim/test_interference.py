@@ -325,3 +325,41 @@ def test_a_persistent_gemm_keeps_its_sms_from_a_high_priority_kernel():
         ends[grid] = log["copy"]
     assert ends["persistent"] >= ps_from_s(gemm.time_s)
     assert ends["tiles"] < ps_from_s(0.1 * gemm.time_s)
+
+
+def test_the_kept_scheduling_order_is_the_sorted_one_whatever_comes_and_goes():
+    """GPUDevice keeps its kernels in scheduling order (higher priority first, then launch order)
+    as they launch and end, instead of sorting at every change: at every step of a random mix
+    of priorities, grids, collectives and traffic it is exactly ``sorted(kernels, key=_order_key)``."""
+    from neonic.sim.interference import _order_key
+
+    rng = np.random.default_rng(7)
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC, comm_priority=1, sm_partition_comm=0.2, interference=0.1)
+    handles = []
+    checked = [0]
+
+    def check() -> None:
+        assert gpu._order == sorted(gpu._ks, key=_order_key)
+        assert {id(k) for k in gpu._order} == {id(k) for k in gpu._ks}
+        checked[0] += 1
+
+    def step() -> None:
+        action = rng.integers(4)
+        if action == 0 or not handles:
+            handles.append(gpu.comm_begin(float(rng.choice([25.0, 300.0])), float(rng.choice([0.0, 0.5]))))
+        elif action == 1:
+            gpu.comm_end(handles.pop(int(rng.integers(len(handles)))))
+        elif action == 2:
+            gpu.set_traffic(float(rng.uniform(0, 4e11)), float(rng.uniform(0, 4e11)))
+        gpu.launch(gemm_cost(SPEC, 1024 * int(rng.integers(1, 5)), 2048, 4096), lambda s, e: check(),
+                   priority=int(rng.integers(-1, 3)), ctas=int(rng.choice([16, 200, 1000])))
+        check()
+
+    for i in range(60):
+        eng.schedule(ps_from_s(i * 20e-6), step)
+    eng.run()
+    while handles:
+        gpu.comm_end(handles.pop(0))
+        check()
+    assert checked[0] > 100 and not gpu._ks
