@@ -259,7 +259,7 @@ class GPUDevice:
         self._transfers: list[_Transfer] = []
         self._seq = 0
         self._last = engine.now
-        self._event: EventHandle | None = None
+        self._timer = engine.timer(self._on_event)  # the next kernel event (a wave's end or a kernel's)
         self._tx = 0.0
         self._rx = 0.0
         self._comm_rate = 1.0
@@ -645,9 +645,6 @@ class GPUDevice:
             self.counters.append(row)
 
     def _schedule(self) -> None:
-        if self._event is not None:
-            self._event.cancel()
-            self._event = None
         best: int | None = None
         now = self.engine.now
         ceil = math.ceil
@@ -665,10 +662,11 @@ class GPUDevice:
             if best is None or t < best:
                 best = t
         if best is not None:
-            self._event = self.engine.schedule(best, self._on_event)
+            self._timer.set(best)
+        else:
+            self._timer.clear()
 
     def _on_event(self) -> None:
-        self._event = None
         self._advance()
         now = self.engine.now
         finished = []  # in launch (seq) order, as _ks is
