@@ -256,6 +256,9 @@ class GPUDevice:
         self.collectives = 0
         self._ks: list[_Kernel] = []  # in launch order (seq): the order of every sum over kernels
         self._order: list[_Kernel] = []  # the same kernels in scheduling order (_order_key)
+        # the kernels' targets depend only on which kernels run, in what order, and which drain:
+        # _set_targets runs again only after one of those changed
+        self._targets_stale = False
         self._transfers: list[_Transfer] = []
         self._seq = 0
         self._last = engine.now
@@ -375,6 +378,7 @@ class GPUDevice:
         """Add the newest kernel (the largest seq) to ``_ks`` and, by :func:`_order_key`, to
         ``_order``: after every kernel of its priority or higher (what sorting would give)."""
         self._ks.append(k)
+        self._targets_stale = True
         order = self._order
         i = len(order)
         while i and order[i - 1].priority < k.priority:
@@ -442,7 +446,9 @@ class GPUDevice:
         if not ks:
             return
         order = self._order  # sorted(ks, key=_order_key), kept as kernels come and go
-        self._set_targets(order)
+        if self._targets_stale:
+            self._set_targets(order)
+            self._targets_stale = False
         held_sum = 0
         for k in ks:
             held_sum += k.held
@@ -513,6 +519,7 @@ class GPUDevice:
                 self._board[0, self._slot] = self._ncomm
         self._ks.remove(k)
         self._order.remove(k)
+        self._targets_stale = True
         for t in list(self._transfers):
             if t.donor is k:
                 t.event.cancel()
@@ -678,6 +685,7 @@ class GPUDevice:
                 finished.append(k)
             elif not k.draining and k.waves > 1 and k.remaining <= k.tau + 0.5:
                 k.draining = True  # last wave: nothing left to dispatch
+                self._targets_stale = True
                 k.drain_rate = rate if rate > 1e-6 else 1e-6  # max(rate, 1e-6)
         for k in finished:
             self._remove(k)

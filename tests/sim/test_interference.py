@@ -327,10 +327,12 @@ def test_a_persistent_gemm_keeps_its_sms_from_a_high_priority_kernel():
     assert ends["tiles"] < ps_from_s(0.1 * gemm.time_s)
 
 
-def test_the_kept_scheduling_order_is_the_sorted_one_whatever_comes_and_goes():
+def test_the_kept_scheduling_order_and_targets_are_the_recomputed_ones_whatever_comes_and_goes():
     """GPUDevice keeps its kernels in scheduling order (higher priority first, then launch order)
-    as they launch and end, instead of sorting at every change: at every step of a random mix
-    of priorities, grids, collectives and traffic it is exactly ``sorted(kernels, key=_order_key)``."""
+    as they launch and end, instead of sorting at every change, and their SM targets until a
+    kernel comes, goes or drains: at every step of a random mix of priorities, grids,
+    collectives and traffic the order is exactly ``sorted(kernels, key=_order_key)`` and the
+    targets are what ``_set_targets`` computes afresh."""
     from neonic.sim.interference import _order_key
 
     rng = np.random.default_rng(7)
@@ -342,6 +344,9 @@ def test_the_kept_scheduling_order_is_the_sorted_one_whatever_comes_and_goes():
     def check() -> None:
         assert gpu._order == sorted(gpu._ks, key=_order_key)
         assert {id(k) for k in gpu._order} == {id(k) for k in gpu._ks}
+        kept = [k.target for k in gpu._order]
+        gpu._set_targets(gpu._order)
+        assert [k.target for k in gpu._order] == kept
         checked[0] += 1
 
     def step() -> None:
@@ -358,6 +363,8 @@ def test_the_kept_scheduling_order_is_the_sorted_one_whatever_comes_and_goes():
 
     for i in range(60):
         eng.schedule(ps_from_s(i * 20e-6), step)
+    for i in range(1000):  # and between the steps, as waves end and grids drain
+        eng.schedule(ps_from_s(i * 2e-6) + 1, check)
     eng.run()
     while handles:
         gpu.comm_end(handles.pop(0))
