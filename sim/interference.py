@@ -758,14 +758,49 @@ def _water_level(clients: list[tuple[float, float, object]], capacity: float, us
     return math.inf
 
 
-def couple(net, gpus: Sequence[GPUDevice]) -> None:
-    """Let ``gpus`` (indexed by network rank) limit the flows they feed in ``net``."""
+def couple(net, gpus: Sequence[GPUDevice], batched: bool = True) -> None:
+    """Let ``gpus`` (indexed by network rank) limit the flows they feed in ``net``.
+
+    After every solve the network reports each GPU's traffic; the GPUs whose traffic changed
+    take it in index order. ``batched``: first decide for all of them at once (numpy, the same
+    arithmetic as :meth:`GPUDevice.set_traffic`) which ones the new traffic leaves every rate
+    alone (HBM still not binding, the collectives still fed); those only advance their clocks
+    and note the collectives' new HBM demand, the others re-plan their rates as
+    ``set_traffic`` does. False: ``set_traffic`` on each (the reference the batched path is
+    tested against)."""
     gpus = list(gpus)
     if len(gpus) > net.topology.num_gpus:
         raise ValueError(f"gpus: expected at most {net.topology.num_gpus} GPUs for this topology, got {len(gpus)}")
     n = len(gpus)
     last = np.zeros((2, n))
     board = np.zeros((2, n))  # per GPU: running collectives, their fraction (kept by the GPUs)
+    # per GPU, what the batched decision needs (fixed at construction)
+    channel_bps = np.array([g.channel_bps for g in gpus])
+    hbm_bps = np.array([g.hbm_bps for g in gpus])
+    room = np.array([1.0 - g.interference for g in gpus])  # HBM left while several clients run
+    on_dma = np.array([g.on_dma for g in gpus], dtype=bool)
+
+    def fast_traffic(idx: np.ndarray, t: np.ndarray, r: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GPUDevice._fast_traffic for the GPUs ``idx[cand]`` at once: (fast?, their HBM demand)
+        over ``idx`` (False / 0 outside ``cand``)."""
+        fast = np.zeros(idx.size, dtype=bool)
+        hbm = np.zeros(idx.size)
+        pos = np.flatnonzero(cand)
+        if not pos.size:
+            return fast, hbm
+        sel = idx[pos]
+        plan = np.array([gpus[i]._plan for i in sel.tolist()], dtype=np.float64).reshape(-1, 5)
+        free, use, busy, held, rf = plan.T
+        tx, rx = t[pos], r[pos]
+        need = np.where(rx > tx, rx, tx)  # max(tx, rx)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ok = (free != 0) & (need > 0) & ~(held * channel_bps[sel] / need < 1.0)
+        h = (tx + rx * (1 + 3 * rf)) / hbm_bps[sel]  # comm_hbm_bytes(tx, rx, rf) / hbm_bps
+        capacity = np.where(busy + (h > 0) > 1, room[sel], 1.0)
+        ok &= ~(use + h > capacity + 1e-12)
+        fast[pos] = ok
+        hbm[pos] = h
+        return fast, hbm
 
     def throttle(tx: np.ndarray, rx: np.ndarray) -> np.ndarray | None:
         t = tx[:n] * 1e12  # bytes/ps -> bytes/s
@@ -777,12 +812,29 @@ def couple(net, gpus: Sequence[GPUDevice]) -> None:
         if idx.size:
             last[0, idx] = t[idx]
             last[1, idx] = r[idx]
-            for i, ti, ri, ci in zip(idx.tolist(), t[idx].tolist(), r[idx].tolist(), comm[idx].tolist()):
+            ti, ri, ci = t[idx], r[idx], comm[idx]
+            if batched:
+                tc = np.where(ti > 0.0, ti, 0.0)  # max(0.0, tx), as set_traffic takes it
+                rc = np.where(ri > 0.0, ri, 0.0)
+                fast, hbm = fast_traffic(idx, tc, rc, ci & ~on_dma[idx])
+                rows = zip(idx.tolist(), ti.tolist(), ri.tolist(), ci.tolist(), fast.tolist(), hbm.tolist(),
+                           tc.tolist(), rc.tolist())
+            else:
+                rows = zip(idx.tolist(), ti.tolist(), ri.tolist(), ci.tolist(), [False] * idx.size)
+            for i, ti_, ri_, ci_, fast_, *rest in rows:
                 g = gpus[i]
-                if ci:
-                    g.set_traffic(ti, ri)
-                else:  # traffic costs nothing on a GPU without a collective kernel: remember it
-                    g._tx, g._rx = ti, ri
+                if not ci_:  # traffic costs nothing on a GPU without a collective kernel: remember it
+                    g._tx, g._rx = ti_, ri_
+                elif fast_:  # set_traffic's fast path, decided above (board[1]: below)
+                    g._advance()
+                    g._comm_hbm, g._tx, g._rx = rest
+                    g._comm_rate = 1.0
+                    if g.record:
+                        g._record()
+                else:
+                    g.set_traffic(ti_, ri_)
+            if batched:
+                board[1, idx[fast]] = 1.0
         scale = np.ones(tx.size)
         scale[:n] = np.where(comm, board[1], 1.0)
         return scale if np.any(scale < 1.0) else None

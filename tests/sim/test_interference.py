@@ -370,3 +370,64 @@ def test_the_kept_scheduling_order_and_targets_are_the_recomputed_ones_whatever_
         gpu.comm_end(handles.pop(0))
         check()
     assert checked[0] > 100 and not gpu._ks
+
+
+def _coupled_mix(batched: bool, seed: int, dma: bool = False) -> tuple:
+    """Two ZionEX nodes: GEMMs, memory-bound kernels and AlltoAlls/AllGathers started at random
+    times on random GPUs, coupled to the network (``couple(..., batched)``). Returns every
+    kernel's and collective's end, each GPU's counters and utilization, and how often
+    ``set_traffic`` ran."""
+    rng = np.random.default_rng(seed)
+    topo = Topology.from_preset("zionex", nodes=2)
+    eng = Engine()
+    net = Network(eng, topo)
+    gpus = [GPUDevice(eng, SPEC, name=f"g{r}", comm_priority=int(rng.integers(2)), interference=0.1,
+                      collectives_on_dma=dma and r % 3 == 0, record=r % 2 == 0) for r in range(topo.num_gpus)]
+    calls = [0]
+    for g in gpus:  # count the per-GPU traffic calls (the batched path makes fewer)
+        g.set_traffic = (lambda f: lambda tx, rx: (calls.__setitem__(0, calls[0] + 1), f(tx, rx))[1])(g.set_traffic)
+    couple(net, gpus, batched=batched)
+    links = collective_links(topo, range(topo.num_gpus))
+    ends: list[tuple[str, int]] = []
+    world = list(range(topo.num_gpus))
+
+    def kernel(r: int, k: int) -> None:
+        cost = _memory_kernel(float(rng.uniform(50e-6, 400e-6))) if k % 2 else \
+            gemm_cost(SPEC, 1024 * int(rng.integers(1, 6)), 4096, 4096)
+        gpus[r].launch(cost, lambda s, e, k=k: ends.append((f"k{k}", e)), ctas=int(rng.choice([64, 500, 2000])))
+
+    def collective(c: int) -> None:
+        rf = REDUCE_FRACTION["all_gather"] if c % 2 else 0.0
+        # a quarter of the GPUs launch too few channels for their links (the channels bind)
+        hs = [g.comm_begin(float(links[r]) * (0.25 if r % 4 == 1 else 1.0), rf) for r, g in enumerate(gpus)]
+
+        def done(_h):
+            for g, h in zip(gpus, hs):
+                g.comm_end(h)
+            ends.append((f"c{c}", eng.now))
+
+        if c % 2:
+            coll.all_gather(net, world, int(rng.integers(8, 64)) << 20, on_done=done)
+        else:
+            m = rng.integers(1, 8, size=(len(world), len(world))) << 20
+            coll.alltoallv(net, world, m, on_done=done)
+
+    for k in range(80):
+        eng.schedule(ps_from_s(float(rng.uniform(0, 3e-3))), kernel, int(rng.integers(len(gpus))), k)
+    for c in range(6):
+        eng.schedule(ps_from_s(c * 0.5e-3), collective, c)
+    eng.run()
+    span = eng.now
+    return (ends, [g.counters for g in gpus], [g.utilization(span) for g in gpus]), calls[0]
+
+
+@pytest.mark.parametrize("seed,dma", [(1, False), (2, False), (3, True)])
+def test_the_batched_traffic_update_is_the_per_gpu_one(seed, dma):
+    """couple()'s batched decision of which GPUs' new traffic changes no rate gives exactly
+    what set_traffic on every GPU gives: the same ends, counters and utilization, bit for bit,
+    with fewer per-GPU calls (the GPUs it finds unaffected skip them)."""
+    batched, calls_batched = _coupled_mix(True, seed, dma)
+    each, calls_each = _coupled_mix(False, seed, dma)
+    assert batched == each
+    assert len(each[0]) == 80 + 6
+    assert calls_batched < calls_each
