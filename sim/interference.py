@@ -77,7 +77,7 @@ API
     ``gpu.launch(cost, on_done, priority=0, ctas=None) -> isolated ps``;
     ``h = gpu.comm_begin(link_gbytes_per_s, reduce_fraction=0.0)``; ``gpu.comm_end(h)``;
     ``gpu.set_traffic(tx_bytes_per_s, rx_bytes_per_s)`` (what the network reports);
-    ``couple(net, gpus)`` installs the network throttle; ``gpu.utilization(elapsed_ps)``;
+    ``couple(net, gpus, batched=True)`` installs the network throttle; ``gpu.utilization(elapsed_ps)``;
     ``gpu.counters`` (time series of SM and HBM shares by side when ``record``);
     ``gemm_ctas(spec, m, n)``; ``collective_links(topo, ranks)`` (link GB/s per rank);
     ``REDUCE_FRACTION`` per collective kind.
@@ -453,12 +453,13 @@ class GPUDevice:
         for k in ks:
             held_sum += k.held
         free = self.sms - held_sum
-        for k in order:  # free SMs go at once, in scheduling order
-            need = k.target - k.held - k.incoming
-            if need > _EPS and free > _EPS:
-                g = free if free < need else need  # min(need, free)
-                k.held += g
-                free -= g
+        if free > _EPS:  # (free SMs only shrink below: with none, nothing is given)
+            for k in order:  # free SMs go at once, in scheduling order
+                need = k.target - k.held - k.incoming
+                if need > _EPS and free > _EPS:
+                    g = free if free < need else need  # min(need, free)
+                    k.held += g
+                    free -= g
         donors = []
         over_any = False  # no donor over its target: nothing below would move an SM
         for k in reversed(order):
