@@ -337,8 +337,9 @@ class GPUDevice:
         """The network's send/receive rates at this GPU (links alone); returns the collectives'
         achievable fraction of them (1 when the GPU does not limit them)."""
         self._advance()
-        self._tx = max(0.0, float(tx_bytes_per_s))
-        self._rx = max(0.0, float(rx_bytes_per_s))
+        tx, rx = float(tx_bytes_per_s), float(rx_bytes_per_s)
+        self._tx = tx if tx > 0.0 else 0.0  # max(0.0, tx)
+        self._rx = rx if rx > 0.0 else 0.0
         if self._fast_traffic():
             if self.record:
                 self._record()
