@@ -16,6 +16,8 @@ Ordering
 API (stable; other models code against it)
     ``eng = Engine()``; ``eng.now`` (ps); ``eng.schedule(time_ps, fn, *args) -> EventHandle``;
     ``eng.after(delay_ps, fn, *args) -> EventHandle``; ``handle.cancel()``;
+    ``timer = eng.timer(fn, *args)``; ``timer.set(time_ps)``; ``timer.clear()`` (a callback whose
+    time is set again and again, e.g. a GPU's next kernel event: see :class:`Timer`);
     ``eng.run(until_ps=None) -> int`` (the time at which it stopped);
     ``eng.step() -> bool``; ``eng.peek() -> int | None``; ``eng.pending``;
     ``eng.events_processed``.
@@ -37,6 +39,7 @@ __all__ = [
     "PS_PER_NS",
     "Engine",
     "EventHandle",
+    "Timer",
     "ps_from_s",
     "ps_from_ns",
     "s_from_ps",
@@ -118,6 +121,89 @@ class EventHandle:
         return True
 
 
+class Timer:
+    """One callback whose time is set again and again (a GPU's next kernel event changes with
+    every change on the GPU). ``set(t)`` means exactly ``cancel()`` of the previous event and
+    ``schedule(t, ...)``: the callback runs once, at ``t``, in the order of a fresh insertion
+    sequence taken at this ``set``. ``clear()`` drops it. Cheaper than cancel-and-schedule: a
+    heap entry is pushed only when the time moves earlier; while it moves later, the entry
+    already queued stands for it (its key, time then sequence, is never after the timer's), and
+    when that entry reaches the top of the queue early the engine queues it again under the
+    timer's own time and sequence, so every other event runs before or after it just as with
+    cancel-and-schedule."""
+
+    __slots__ = ("engine", "callback", "args", "time", "seq", "_entry")
+
+    def __init__(self, engine: "Engine", callback: Callable[..., Any], args: tuple) -> None:
+        self.engine = engine
+        self.callback = callback
+        self.args = args
+        self.time: int | None = None  # when the callback runs (None: not set)
+        self.seq = -1  # its insertion sequence
+        self._entry: list | None = None  # the live heap entry that stands for it
+
+    def set(self, time_ps: int) -> None:
+        """Run the callback at ``time_ps`` (an int >= ``now``), in place of any earlier setting."""
+        eng = self.engine
+        if type(time_ps) is not int:
+            if not isinstance(time_ps, int):
+                raise ValueError(f"time_ps: expected an integer number of picoseconds, got {time_ps!r}")
+            time_ps = int(time_ps)
+        if time_ps < eng.now:
+            raise ValueError(f"time_ps: expected >= now ({eng.now}), got {time_ps}")
+        seq = eng._seq
+        eng._seq = seq + 1
+        self.time = time_ps
+        self.seq = seq
+        entry = self._entry
+        if entry is not None and entry[2] is not None:
+            if entry[0] <= time_ps:
+                return  # queued no later than the timer: it is queued again when it comes up
+            entry[2] = None  # queued after the new time: drop it
+            entry[3] = ()
+            eng._live -= 1
+        entry = [time_ps, seq, _TIMER, (self,), False]
+        eng._live += 1
+        heapq.heappush(eng._heap, entry)
+        self._entry = entry
+
+    def clear(self) -> None:
+        """Drop the callback's pending run (if any)."""
+        self.time = None
+        entry = self._entry
+        if entry is not None and entry[2] is not None:
+            entry[2] = None
+            entry[3] = ()
+            self.engine._live -= 1
+        self._entry = None
+
+
+def _run_timer(timer: Timer) -> None:
+    """A timer's entry ran at the timer's own time and sequence (the engine's loops queue an
+    early one again instead): the timer is no longer set; its callback runs."""
+    timer._entry = None
+    timer.time = None
+    timer.callback(*timer.args)
+
+
+_TIMER = _run_timer
+
+
+def _requeue(heap: list, entry: list) -> bool:
+    """``entry`` (at the top of ``heap``) is a timer's entry that came up before the timer's
+    own time and sequence: queue it again under them (True). False for any other entry."""
+    if entry[2] is not _TIMER:
+        return False
+    timer = entry[3][0]
+    if entry[1] == timer.seq:
+        return False
+    heapq.heappop(heap)
+    entry[0] = timer.time  # (popped: its key may change)
+    entry[1] = timer.seq
+    heapq.heappush(heap, entry)
+    return True
+
+
 class Engine:
     """A discrete-event engine with integer-picosecond time and deterministic tie-breaking."""
 
@@ -170,6 +256,12 @@ class Engine:
         heapq.heappush(self._heap, entry)
         return EventHandle(time_ps, entry, self)
 
+    def timer(self, callback: Callable[..., Any], *args: Any) -> Timer:
+        """A :class:`Timer` for ``callback(*args)``, not set."""
+        if not callable(callback):
+            raise ValueError(f"callback: expected a callable, got {callback!r}")
+        return Timer(self, callback, args)
+
     # ------------------------------------------------------------------------------ running
     @property
     def pending(self) -> int:
@@ -179,18 +271,23 @@ class Engine:
     def peek(self) -> int | None:
         """Time of the next live event, or None when nothing is pending."""
         heap = self._heap
-        while heap and heap[0][2] is None:
-            heapq.heappop(heap)
+        while heap and (heap[0][2] is None or _requeue(heap, heap[0])):
+            if heap[0][2] is None:
+                heapq.heappop(heap)
         return heap[0][0] if heap else None
 
     def step(self) -> bool:
         """Run the next live event. Returns False when nothing was pending."""
         heap = self._heap
         while heap:
-            entry = heapq.heappop(heap)
+            entry = heap[0]
             callback = entry[2]
             if callback is None:
+                heapq.heappop(heap)
                 continue
+            if callback is _TIMER and _requeue(heap, entry):
+                continue
+            heapq.heappop(heap)
             self.now = entry[0]
             args = entry[3]
             entry[2] = None
@@ -233,6 +330,8 @@ class Engine:
                     continue
                 if until_ps is not None and entry[0] > until_ps:
                     break
+                if callback is _TIMER and _requeue(heap, entry):
+                    continue
                 pop(heap)
                 self.now = entry[0]
                 args = entry[3]

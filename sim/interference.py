@@ -77,7 +77,7 @@ API
     ``gpu.launch(cost, on_done, priority=0, ctas=None) -> isolated ps``;
     ``h = gpu.comm_begin(link_gbytes_per_s, reduce_fraction=0.0)``; ``gpu.comm_end(h)``;
     ``gpu.set_traffic(tx_bytes_per_s, rx_bytes_per_s)`` (what the network reports);
-    ``couple(net, gpus)`` installs the network throttle; ``gpu.utilization(elapsed_ps)``;
+    ``couple(net, gpus, batched=True)`` installs the network throttle; ``gpu.utilization(elapsed_ps)``;
     ``gpu.counters`` (time series of SM and HBM shares by side when ``record``);
     ``gemm_ctas(spec, m, n)``; ``collective_links(topo, ranks)`` (link GB/s per rank);
     ``REDUCE_FRACTION`` per collective kind.
@@ -182,7 +182,7 @@ def collective_links(topology, ranks: Sequence[int]) -> np.ndarray:
     return out
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Kernel:
     kind: str  # "compute" | "comm"
     priority: int
@@ -214,7 +214,7 @@ def _order_key(k: _Kernel) -> tuple[int, int]:
 CommHandle = _Kernel
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Transfer:
     donor: _Kernel
     taker: _Kernel | None
@@ -254,11 +254,15 @@ class GPUDevice:
         self.counters: list[tuple[int, float, float, float, float]] = []  # t, sm/hbm compute, sm/hbm comm
         self.kernels = 0
         self.collectives = 0
-        self._ks: list[_Kernel] = []
+        self._ks: list[_Kernel] = []  # in launch order (seq): the order of every sum over kernels
+        self._order: list[_Kernel] = []  # the same kernels in scheduling order (_order_key)
+        # the kernels' targets depend only on which kernels run, in what order, and which drain:
+        # _set_targets runs again only after one of those changed
+        self._targets_stale = False
         self._transfers: list[_Transfer] = []
         self._seq = 0
         self._last = engine.now
-        self._event: EventHandle | None = None
+        self._timer = engine.timer(self._on_event)  # the next kernel event (a wave's end or a kernel's)
         self._tx = 0.0
         self._rx = 0.0
         self._comm_rate = 1.0
@@ -296,7 +300,7 @@ class GPUDevice:
                     d_hbm=cost.memory_s / total if total > 0 else 0.0, tau=duration / waves, waves=waves)
         self.kernels += 1
         self._advance()
-        self._ks.append(k)
+        self._add(k)
         self._update()
         return duration
 
@@ -318,7 +322,7 @@ class GPUDevice:
         if self._board is not None:
             self._board[0, self._slot] = self._ncomm
         self._advance()
-        self._ks.append(k)
+        self._add(k)
         self._update()
         return k
 
@@ -333,8 +337,9 @@ class GPUDevice:
         """The network's send/receive rates at this GPU (links alone); returns the collectives'
         achievable fraction of them (1 when the GPU does not limit them)."""
         self._advance()
-        self._tx = max(0.0, float(tx_bytes_per_s))
-        self._rx = max(0.0, float(rx_bytes_per_s))
+        tx, rx = float(tx_bytes_per_s), float(rx_bytes_per_s)
+        self._tx = tx if tx > 0.0 else 0.0  # max(0.0, tx)
+        self._rx = rx if rx > 0.0 else 0.0
         if self._fast_traffic():
             if self.record:
                 self._record()
@@ -370,6 +375,17 @@ class GPUDevice:
         self._seq += 1
         return self._seq
 
+    def _add(self, k: _Kernel) -> None:
+        """Add the newest kernel (the largest seq) to ``_ks`` and, by :func:`_order_key`, to
+        ``_order``: after every kernel of its priority or higher (what sorting would give)."""
+        self._ks.append(k)
+        self._targets_stale = True
+        order = self._order
+        i = len(order)
+        while i and order[i - 1].priority < k.priority:
+            i -= 1
+        order.insert(i, k)
+
     def _advance(self) -> None:
         now = self.engine.now
         dt = now - self._last
@@ -404,13 +420,23 @@ class GPUDevice:
                 cap_compute, cap_comm = (1 - self.partition) * sms, self.partition * sms
         avail = sms
         used_compute = used_comm = 0.0
-        for k in order:
-            want = 0.0 if k.draining else k.want
+        for k in order:  # t = max(0.0, min(want, avail, cap - used)), as comparisons (the same value)
+            t = 0.0 if k.draining else k.want
+            if avail < t:
+                t = avail
             if k.kind == "compute":
-                t = max(0.0, min(want, avail, cap_compute - used_compute))
+                x = cap_compute - used_compute
+                if x < t:
+                    t = x
+                if not t > 0.0:
+                    t = 0.0
                 used_compute += t
             else:
-                t = max(0.0, min(want, avail, cap_comm - used_comm))
+                x = cap_comm - used_comm
+                if x < t:
+                    t = x
+                if not t > 0.0:
+                    t = 0.0
                 used_comm += t
             k.target = t
             avail -= t
@@ -420,21 +446,29 @@ class GPUDevice:
         ks = self._ks
         if not ks:
             return
-        order = sorted(ks, key=_order_key) if len(ks) > 1 else ks
-        self._set_targets(order)
+        order = self._order  # sorted(ks, key=_order_key), kept as kernels come and go
+        if self._targets_stale:
+            self._set_targets(order)
+            self._targets_stale = False
         held_sum = 0
         for k in ks:
             held_sum += k.held
         free = self.sms - held_sum
-        for k in order:  # free SMs go at once, in scheduling order
-            need = k.target - k.held - k.incoming
-            if need > _EPS and free > _EPS:
-                g = min(need, free)
-                k.held += g
-                free -= g
-        donors = [k for k in reversed(order) if k.kind == "compute" and k.tau != math.inf
-                  and (k.waves > 1 or k.draining)]
-        if not donors:
+        if free > _EPS:  # (free SMs only shrink below: with none, nothing is given)
+            for k in order:  # free SMs go at once, in scheduling order
+                need = k.target - k.held - k.incoming
+                if need > _EPS and free > _EPS:
+                    g = free if free < need else need  # min(need, free)
+                    k.held += g
+                    free -= g
+        donors = []
+        over_any = False  # no donor over its target: nothing below would move an SM
+        for k in reversed(order):
+            if k.kind == "compute" and k.tau != math.inf and (k.waves > 1 or k.draining):
+                donors.append(k)
+                if k.held - k.outgoing - k.target > _EPS:
+                    over_any = True
+        if not over_any:
             return
         for k in order:  # the rest as the donors' CTAs retire
             need = k.target - k.held - k.incoming
@@ -486,6 +520,8 @@ class GPUDevice:
             if self._board is not None:
                 self._board[0, self._slot] = self._ncomm
         self._ks.remove(k)
+        self._order.remove(k)
+        self._targets_stale = True
         for t in list(self._transfers):
             if t.donor is k:
                 t.event.cancel()
@@ -498,26 +534,30 @@ class GPUDevice:
 
     def _comm_terms(self, held: float, rf: float) -> tuple[float, float]:
         """(fraction of the traffic the collectives can feed, their HBM demand at full speed)."""
-        need = max(self._tx, self._rx)
+        tx, rx = self._tx, self._rx
+        need = rx if rx > tx else tx  # max(tx, rx)
         if self.on_dma:
             ce = self.copy_engines * self.copy_engine_bps
             cap = min(1.0, ce / need) if ce > 0 else 0.0
-            if rf > 0 and self._rx > 0:
-                cap = min(cap, held * self.channel_bps / (rf * self._rx))
+            if rf > 0 and rx > 0:
+                cap = min(cap, held * self.channel_bps / (rf * rx))
         else:
-            cap = min(1.0, held * self.channel_bps / need)
+            x = held * self.channel_bps / need
+            cap = x if x < 1.0 else 1.0  # min(1.0, x)
         return cap, comm_hbm_bytes(self._tx, self._rx, rf) / self.hbm_bps
 
     def _rates(self) -> None:
         """Roofline rates of the compute kernels and the collectives' fraction (HBM filling)."""
-        clients: list[tuple[float, float, _Kernel | None]] = []  # (cap, hbm demand, kernel or None=comm)
         held = weight = rf = 0.0
         compute_use = 0  # sum(cap * demand) over the compute clients, in their order (as sum())
         compute_busy = 0
+        computes: list[_Kernel] = []
         for k in self._ks:
             if k.kind != "compute":
                 held += k.held
-                w = max(k.want, 1.0)
+                w = k.want
+                if 1.0 > w:  # max(k.want, 1.0)
+                    w = 1.0
                 weight += w
                 rf += k.reduce_fraction * w
                 continue
@@ -525,32 +565,41 @@ class GPUDevice:
                 cap = k.drain_rate
             elif k.held <= _EPS:
                 cap = 0.0
+            elif k.d_sm <= _EPS:
+                cap = 1.0
             else:
-                frac = k.held / k.want
-                cap = 1.0 if k.d_sm <= _EPS else min(1.0, frac / k.d_sm)
+                cap = k.held / k.want / k.d_sm  # min(1.0, frac / d_sm)
+                if not cap < 1.0:
+                    cap = 1.0
             d = k.d_hbm
-            clients.append((cap, d, k))
+            k.rate = cap  # each kernel's cap; below, the rate where HBM binds
+            computes.append(k)
             compute_use += cap * d
             if cap > 0 and d > 0:
                 compute_busy += 1
         rf = rf / weight if weight else 0.0
         self._comm_hbm = 0.0
         comm_cap = 1.0
-        moving = self._ncomm > 0 and max(self._tx, self._rx) > 0
+        moving = self._ncomm > 0 and (self._tx > 0 or self._rx > 0)  # max(tx, rx) > 0 (both >= 0)
         use = compute_use
         if moving:
             comm_cap, self._comm_hbm = self._comm_terms(held, rf)
-            clients.append((comm_cap, self._comm_hbm, None))
             use = compute_use + comm_cap * self._comm_hbm
         busy = compute_busy + (1 if moving and comm_cap > 0 and self._comm_hbm > 0 else 0)
         capacity = 1.0 - self.interference if busy > 1 else 1.0
-        level = _water_level(clients, capacity, use)
-        for cap, _, k in clients:
-            r = min(cap, level)
-            if k is None:
-                comm_cap = r
-            else:
-                k.rate = r
+        if use <= capacity + 1e-12:  # _water_level's first test: HBM does not bind, every rate is its cap
+            level = math.inf
+        else:  # (cap, hbm demand, kernel or None = the collectives), in the order of the sums above
+            clients: list[tuple[float, float, _Kernel | None]] = [(k.rate, k.d_hbm, k) for k in computes]
+            if moving:
+                clients.append((comm_cap, self._comm_hbm, None))
+            level = _water_level(clients, capacity, use)
+            for cap, _, k in clients:
+                r = level if level < cap else cap  # min(cap, level)
+                if k is None:
+                    comm_cap = r
+                else:
+                    k.rate = r
         self._comm_rate = comm_cap if moving else 1.0
         if self._board is not None:
             self._board[1, self._slot] = self._comm_rate
@@ -605,32 +654,41 @@ class GPUDevice:
             self.counters.append(row)
 
     def _schedule(self) -> None:
-        if self._event is not None:
-            self._event.cancel()
-            self._event = None
         best: int | None = None
         now = self.engine.now
-        for k in self._ks:
-            if k.kind != "compute" or k.rate <= 0:
+        ceil = math.ceil
+        for k in self._ks:  # builtin max/min as comparisons below (the same integers)
+            rate = k.rate
+            if k.kind != "compute" or rate <= 0:
                 continue
-            t = now + max(0, math.ceil(k.remaining / k.rate - 1e-6))
+            c = ceil(k.remaining / rate - 1e-6)
+            t = now + c if c > 0 else now
             if not k.draining and k.waves > 1 and k.remaining > k.tau:
-                t = min(t, now + max(1, math.ceil((k.remaining - k.tau) / k.rate)))
+                c = ceil((k.remaining - k.tau) / rate)
+                c = now + c if c > 1 else now + 1
+                if c < t:
+                    t = c
             if best is None or t < best:
                 best = t
         if best is not None:
-            self._event = self.engine.schedule(best, self._on_event)
+            self._timer.set(best)
+        else:
+            self._timer.clear()
 
     def _on_event(self) -> None:
-        self._event = None
         self._advance()
         now = self.engine.now
-        finished = [k for k in self._ks if k.kind == "compute" and k.rate > 0 and k.remaining <= max(0.5, k.rate * 1e-6)]
+        finished = []  # in launch (seq) order, as _ks is
         for k in self._ks:
-            if k.kind == "compute" and not k.draining and k.waves > 1 and k.remaining <= k.tau + 0.5 and k not in finished:
+            if k.kind != "compute":
+                continue
+            rate = k.rate
+            if rate > 0 and k.remaining <= (0.5 if not rate * 1e-6 > 0.5 else rate * 1e-6):  # max(0.5, rate * 1e-6)
+                finished.append(k)
+            elif not k.draining and k.waves > 1 and k.remaining <= k.tau + 0.5:
                 k.draining = True  # last wave: nothing left to dispatch
-                k.drain_rate = max(k.rate, 1e-6)
-        finished.sort(key=lambda k: k.seq)
+                self._targets_stale = True
+                k.drain_rate = rate if rate > 1e-6 else 1e-6  # max(rate, 1e-6)
         for k in finished:
             self._remove(k)
         self._update()
@@ -702,14 +760,49 @@ def _water_level(clients: list[tuple[float, float, object]], capacity: float, us
     return math.inf
 
 
-def couple(net, gpus: Sequence[GPUDevice]) -> None:
-    """Let ``gpus`` (indexed by network rank) limit the flows they feed in ``net``."""
+def couple(net, gpus: Sequence[GPUDevice], batched: bool = True) -> None:
+    """Let ``gpus`` (indexed by network rank) limit the flows they feed in ``net``.
+
+    After every solve the network reports each GPU's traffic; the GPUs whose traffic changed
+    take it in index order. ``batched``: first decide for all of them at once (numpy, the same
+    arithmetic as :meth:`GPUDevice.set_traffic`) which ones the new traffic leaves every rate
+    alone (HBM still not binding, the collectives still fed); those only advance their clocks
+    and note the collectives' new HBM demand, the others re-plan their rates as
+    ``set_traffic`` does. False: ``set_traffic`` on each (the reference the batched path is
+    tested against)."""
     gpus = list(gpus)
     if len(gpus) > net.topology.num_gpus:
         raise ValueError(f"gpus: expected at most {net.topology.num_gpus} GPUs for this topology, got {len(gpus)}")
     n = len(gpus)
     last = np.zeros((2, n))
     board = np.zeros((2, n))  # per GPU: running collectives, their fraction (kept by the GPUs)
+    # per GPU, what the batched decision needs (fixed at construction)
+    channel_bps = np.array([g.channel_bps for g in gpus])
+    hbm_bps = np.array([g.hbm_bps for g in gpus])
+    room = np.array([1.0 - g.interference for g in gpus])  # HBM left while several clients run
+    on_dma = np.array([g.on_dma for g in gpus], dtype=bool)
+
+    def fast_traffic(idx: np.ndarray, t: np.ndarray, r: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GPUDevice._fast_traffic for the GPUs ``idx[cand]`` at once: (fast?, their HBM demand)
+        over ``idx`` (False / 0 outside ``cand``)."""
+        fast = np.zeros(idx.size, dtype=bool)
+        hbm = np.zeros(idx.size)
+        pos = np.flatnonzero(cand)
+        if not pos.size:
+            return fast, hbm
+        sel = idx[pos]
+        plan = np.array([gpus[i]._plan for i in sel.tolist()], dtype=np.float64).reshape(-1, 5)
+        free, use, busy, held, rf = plan.T
+        tx, rx = t[pos], r[pos]
+        need = np.where(rx > tx, rx, tx)  # max(tx, rx)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ok = (free != 0) & (need > 0) & ~(held * channel_bps[sel] / need < 1.0)
+        h = (tx + rx * (1 + 3 * rf)) / hbm_bps[sel]  # comm_hbm_bytes(tx, rx, rf) / hbm_bps
+        capacity = np.where(busy + (h > 0) > 1, room[sel], 1.0)
+        ok &= ~(use + h > capacity + 1e-12)
+        fast[pos] = ok
+        hbm[pos] = h
+        return fast, hbm
 
     def throttle(tx: np.ndarray, rx: np.ndarray) -> np.ndarray | None:
         t = tx[:n] * 1e12  # bytes/ps -> bytes/s
@@ -721,12 +814,29 @@ def couple(net, gpus: Sequence[GPUDevice]) -> None:
         if idx.size:
             last[0, idx] = t[idx]
             last[1, idx] = r[idx]
-            for i, ti, ri, ci in zip(idx.tolist(), t[idx].tolist(), r[idx].tolist(), comm[idx].tolist()):
+            ti, ri, ci = t[idx], r[idx], comm[idx]
+            if batched:
+                tc = np.where(ti > 0.0, ti, 0.0)  # max(0.0, tx), as set_traffic takes it
+                rc = np.where(ri > 0.0, ri, 0.0)
+                fast, hbm = fast_traffic(idx, tc, rc, ci & ~on_dma[idx])
+                rows = zip(idx.tolist(), ti.tolist(), ri.tolist(), ci.tolist(), fast.tolist(), hbm.tolist(),
+                           tc.tolist(), rc.tolist())
+            else:
+                rows = zip(idx.tolist(), ti.tolist(), ri.tolist(), ci.tolist(), [False] * idx.size)
+            for i, ti_, ri_, ci_, fast_, *rest in rows:
                 g = gpus[i]
-                if ci:
-                    g.set_traffic(ti, ri)
-                else:  # traffic costs nothing on a GPU without a collective kernel: remember it
-                    g._tx, g._rx = ti, ri
+                if not ci_:  # traffic costs nothing on a GPU without a collective kernel: remember it
+                    g._tx, g._rx = ti_, ri_
+                elif fast_:  # set_traffic's fast path, decided above (board[1]: below)
+                    g._advance()
+                    g._comm_hbm, g._tx, g._rx = rest
+                    g._comm_rate = 1.0
+                    if g.record:
+                        g._record()
+                else:
+                    g.set_traffic(ti_, ri_)
+            if batched:
+                board[1, idx[fast]] = 1.0
         scale = np.ones(tx.size)
         scale[:n] = np.where(comm, board[1], 1.0)
         return scale if np.any(scale < 1.0) else None

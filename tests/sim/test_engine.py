@@ -206,3 +206,96 @@ def test_run_freezes_older_objects_for_the_collector_and_restores_the_state():
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def _timer_program(use_timer: bool, seed: int, drive: str = "run") -> tuple[list, int, int]:
+    """A random program of plain events and a few callbacks whose time is set again and again
+    (earlier, later, the same time, cleared), from outside and from inside callbacks: with
+    timers, or with cancel-and-schedule. Returns the log of (time, what ran), the events
+    processed and the pending count after a first stop."""
+    import random
+
+    rng = random.Random(seed)
+    eng = Engine()
+    log: list[tuple[int, str]] = []
+    n_timers = 3
+    handles: list = [None] * n_timers
+    timers = [eng.timer(lambda i=i: fire(i)) for i in range(n_timers)]
+
+    def fire(i: int) -> None:
+        log.append((eng.now, f"t{i}"))
+        if not use_timer:
+            handles[i] = None
+        if rng.random() < 0.5:
+            move(rng.randrange(n_timers))
+
+    def move(i: int) -> None:
+        t = eng.now + rng.choice([0, 0, 1, 2, 5, 10, 20])
+        if rng.random() < 0.15:
+            if use_timer:
+                timers[i].clear()
+            elif handles[i] is not None:
+                handles[i].cancel()
+                handles[i] = None
+            return
+        if use_timer:
+            timers[i].set(t)
+        else:
+            if handles[i] is not None:
+                handles[i].cancel()
+            handles[i] = eng.schedule(t, fire, i)
+
+    def plain(k: int) -> None:
+        log.append((eng.now, f"e{k}"))
+        for _ in range(rng.randrange(3)):
+            move(rng.randrange(n_timers))
+        if rng.random() < 0.6:
+            eng.after(rng.choice([0, 1, 3, 7]), plain, k + 1000)
+
+    for k in range(40):
+        eng.schedule(rng.randrange(60), plain, k)
+    for i in range(n_timers):
+        move(i)
+    if drive == "step":
+        while eng.step():
+            pass
+        pending = 0
+    else:
+        eng.run(until_ps=45)
+        pending = eng.pending
+        assert eng.peek() is None or eng.peek() >= 45
+        log.append((eng.now, "stop"))
+        eng.run()
+    return log, eng.events_processed, pending
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_timer_runs_exactly_when_cancel_and_schedule_would(seed):
+    """``timer.set(t)`` is ``cancel()`` of the previous event plus ``schedule(t, ...)``: the same
+    events run in the same order at the same times, with the same counts, whether the timers
+    move earlier, later or to the same time, are cleared, or the run stops and resumes."""
+    for drive in ("run", "step"):
+        with_timers = _timer_program(True, seed, drive)
+        plain = _timer_program(False, seed, drive)
+        assert with_timers == plain
+        assert sum(1 for _, what in plain[0] if what.startswith("t")) > 5
+
+
+def test_a_timer_set_in_the_past_is_refused_and_a_cleared_one_never_runs():
+    eng = Engine()
+    log = []
+    t = eng.timer(lambda: log.append(eng.now))
+    eng.schedule(10, lambda: None)
+    eng.run()
+    with pytest.raises(ValueError, match="time_ps"):
+        t.set(5)
+    t.set(20)
+    t.set(30)
+    t.clear()
+    assert eng.pending == 0
+    eng.run()
+    assert log == []
+    t.set(40)
+    t.set(35)
+    eng.run()
+    assert log == [35] and eng.pending == 0

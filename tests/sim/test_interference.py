@@ -325,3 +325,109 @@ def test_a_persistent_gemm_keeps_its_sms_from_a_high_priority_kernel():
         ends[grid] = log["copy"]
     assert ends["persistent"] >= ps_from_s(gemm.time_s)
     assert ends["tiles"] < ps_from_s(0.1 * gemm.time_s)
+
+
+def test_the_kept_scheduling_order_and_targets_are_the_recomputed_ones_whatever_comes_and_goes():
+    """GPUDevice keeps its kernels in scheduling order (higher priority first, then launch order)
+    as they launch and end, instead of sorting at every change, and their SM targets until a
+    kernel comes, goes or drains: at every step of a random mix of priorities, grids,
+    collectives and traffic the order is exactly ``sorted(kernels, key=_order_key)`` and the
+    targets are what ``_set_targets`` computes afresh."""
+    from neonic.sim.interference import _order_key
+
+    rng = np.random.default_rng(7)
+    eng = Engine()
+    gpu = GPUDevice(eng, SPEC, comm_priority=1, sm_partition_comm=0.2, interference=0.1)
+    handles = []
+    checked = [0]
+
+    def check() -> None:
+        assert gpu._order == sorted(gpu._ks, key=_order_key)
+        assert {id(k) for k in gpu._order} == {id(k) for k in gpu._ks}
+        kept = [k.target for k in gpu._order]
+        gpu._set_targets(gpu._order)
+        assert [k.target for k in gpu._order] == kept
+        checked[0] += 1
+
+    def step() -> None:
+        action = rng.integers(4)
+        if action == 0 or not handles:
+            handles.append(gpu.comm_begin(float(rng.choice([25.0, 300.0])), float(rng.choice([0.0, 0.5]))))
+        elif action == 1:
+            gpu.comm_end(handles.pop(int(rng.integers(len(handles)))))
+        elif action == 2:
+            gpu.set_traffic(float(rng.uniform(0, 4e11)), float(rng.uniform(0, 4e11)))
+        gpu.launch(gemm_cost(SPEC, 1024 * int(rng.integers(1, 5)), 2048, 4096), lambda s, e: check(),
+                   priority=int(rng.integers(-1, 3)), ctas=int(rng.choice([16, 200, 1000])))
+        check()
+
+    for i in range(60):
+        eng.schedule(ps_from_s(i * 20e-6), step)
+    for i in range(1000):  # and between the steps, as waves end and grids drain
+        eng.schedule(ps_from_s(i * 2e-6) + 1, check)
+    eng.run()
+    while handles:
+        gpu.comm_end(handles.pop(0))
+        check()
+    assert checked[0] > 100 and not gpu._ks
+
+
+def _coupled_mix(batched: bool, seed: int, dma: bool = False) -> tuple:
+    """Two ZionEX nodes: GEMMs, memory-bound kernels and AlltoAlls/AllGathers started at random
+    times on random GPUs, coupled to the network (``couple(..., batched)``). Returns every
+    kernel's and collective's end, each GPU's counters and utilization, and how often
+    ``set_traffic`` ran."""
+    rng = np.random.default_rng(seed)
+    topo = Topology.from_preset("zionex", nodes=2)
+    eng = Engine()
+    net = Network(eng, topo)
+    gpus = [GPUDevice(eng, SPEC, name=f"g{r}", comm_priority=int(rng.integers(2)), interference=0.1,
+                      collectives_on_dma=dma and r % 3 == 0, record=r % 2 == 0) for r in range(topo.num_gpus)]
+    calls = [0]
+    for g in gpus:  # count the per-GPU traffic calls (the batched path makes fewer)
+        g.set_traffic = (lambda f: lambda tx, rx: (calls.__setitem__(0, calls[0] + 1), f(tx, rx))[1])(g.set_traffic)
+    couple(net, gpus, batched=batched)
+    links = collective_links(topo, range(topo.num_gpus))
+    ends: list[tuple[str, int]] = []
+    world = list(range(topo.num_gpus))
+
+    def kernel(r: int, k: int) -> None:
+        cost = _memory_kernel(float(rng.uniform(50e-6, 400e-6))) if k % 2 else \
+            gemm_cost(SPEC, 1024 * int(rng.integers(1, 6)), 4096, 4096)
+        gpus[r].launch(cost, lambda s, e, k=k: ends.append((f"k{k}", e)), ctas=int(rng.choice([64, 500, 2000])))
+
+    def collective(c: int) -> None:
+        rf = REDUCE_FRACTION["all_gather"] if c % 2 else 0.0
+        # a quarter of the GPUs launch too few channels for their links (the channels bind)
+        hs = [g.comm_begin(float(links[r]) * (0.25 if r % 4 == 1 else 1.0), rf) for r, g in enumerate(gpus)]
+
+        def done(_h):
+            for g, h in zip(gpus, hs):
+                g.comm_end(h)
+            ends.append((f"c{c}", eng.now))
+
+        if c % 2:
+            coll.all_gather(net, world, int(rng.integers(8, 64)) << 20, on_done=done)
+        else:
+            m = rng.integers(1, 8, size=(len(world), len(world))) << 20
+            coll.alltoallv(net, world, m, on_done=done)
+
+    for k in range(80):
+        eng.schedule(ps_from_s(float(rng.uniform(0, 3e-3))), kernel, int(rng.integers(len(gpus))), k)
+    for c in range(6):
+        eng.schedule(ps_from_s(c * 0.5e-3), collective, c)
+    eng.run()
+    span = eng.now
+    return (ends, [g.counters for g in gpus], [g.utilization(span) for g in gpus]), calls[0]
+
+
+@pytest.mark.parametrize("seed,dma", [(1, False), (2, False), (3, True)])
+def test_the_batched_traffic_update_is_the_per_gpu_one(seed, dma):
+    """couple()'s batched decision of which GPUs' new traffic changes no rate gives exactly
+    what set_traffic on every GPU gives: the same ends, counters and utilization, bit for bit,
+    with fewer per-GPU calls (the GPUs it finds unaffected skip them)."""
+    batched, calls_batched = _coupled_mix(True, seed, dma)
+    each, calls_each = _coupled_mix(False, seed, dma)
+    assert batched == each
+    assert len(each[0]) == 80 + 6
+    assert calls_batched < calls_each
