@@ -627,6 +627,15 @@ class CacheController(wiring.Component):
         ECP5 DP16KD block RAM at its widest port): a larger tag store is split into slices by
         its set's high bits, each read on every lookup into a register of its own (the block
         RAM's output register), the slice chosen behind them.
+    lookahead : True (default): stage 3's update is forwarded into the word a request of its
+        set takes into stage 2, and a miss's victim is checked for a pending operation a
+        cycle ahead (from one-hot vectors of every queued operation's way); a request right
+        behind one of its set then waits ``compare_stages`` cycles. False (the NIC
+        organisation, where both are wide: a set word of 32 ways is 864 bits, and the check
+        33 holders x 32 ways): no forwarding, a request of a set ahead's set waits until that
+        one's update is written and reads the tag store again (``compare_stages + 2``
+        cycles right behind it), and a miss waits one cycle in stage 3 while its victim's
+        pending operations are compared (:attr:`same_set_gap`, :attr:`miss_bubbles`).
 
     Ports
     -----
@@ -647,8 +656,12 @@ class CacheController(wiring.Component):
                  ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
                  queue_depth: int | None = None, line_outstanding: int = 32,
                  lfu_bits: int = 8, counter_width: int = 32, compare_stages: int = 1,
-                 tag_slice_sets: int = 512, bank_ways: int | None = None):
+                 tag_slice_sets: int = 512, bank_ways: int | None = None,
+                 lookahead: bool = True):
         try:
+            if not isinstance(lookahead, bool):
+                raise ValueError(f"lookahead: expected True or False, got {lookahead!r}")
+            self.lookahead = lookahead
             self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
                             ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
                             counter_width)
@@ -735,6 +748,20 @@ class CacheController(wiring.Component):
         updates the state word and queues the operation): the tag read, its register, then
         ``compare_stages`` stages."""
         return 2 + self.compare_stages
+
+    @property
+    def same_set_gap(self) -> int:
+        """Cycles from the last lookup stage of a request to that of a request of the same
+        set right behind it: ``compare_stages + 1`` with ``lookahead`` (the update forwarded
+        in the cycle it is made), ``compare_stages + 3`` without (the update written, the
+        tag store read again after it, the word registered)."""
+        return self.compare_stages + (1 if self.lookahead else 3)
+
+    @property
+    def miss_bubbles(self) -> int:
+        """Cycles a miss waits in its last lookup stage beyond a hit (its victim's pending
+        operations compared there): 0 with ``lookahead``, else 1."""
+        return 0 if self.lookahead else 1
 
     @property
     def tag_slices(self) -> int:
@@ -967,13 +994,19 @@ class CacheController(wiring.Component):
         upd_now = Signal()
         req_set = Signal(set_w)
         hold = Signal()
+        LA = self.lookahead
+        # Without lookahead, a request of the set stage 3 holds waits in stage 1 until the
+        # update is written, and one cycle more (`just`: the last cycle's update was of stage
+        # 1's set), so that the word it takes is read after the write.
+        just = Signal()
         m.d.comb += [
             upd_now.eq(s3_fire & ~s3["err"]),
             req_set.eq(set_of(req_row)),
             s3_take.eq(pre["valid"] & (~s3["valid"] | s3_fire)),
             hold.eq((s2["valid"] & (s2["set"] == r["set"]))
                     | ((c["valid"] & (c["set"] == r["set"])) if CS == 2 else 0)
-                    | (s3["valid"] & ~s3_fire & (s3["set"] == r["set"]))),
+                    | ((s3["valid"] & ~s3_fire & (s3["set"] == r["set"])) if LA
+                       else ((s3["valid"] & (s3["set"] == r["set"])) | just))),
             s2_take.eq(r["valid"] & (~s2["valid"] | s2_leave) & ~hold),
             front.req.ready.eq((~r["valid"] | s2_take) & ~self.cmd.valid & ~cmd_active),
             accept.eq(front.req.valid & front.req.ready),
@@ -1077,6 +1110,8 @@ class CacheController(wiring.Component):
         stage_sets = {"into": (into_pre["set"], into_take, into_src),
                       "pre": (pre["set"], pre_take, into_pre["set"]),
                       "s3": (s3["set"], s3_take, pre["set"])}
+        if not LA:          # (only stage 3's victim is checked, in stage 3)
+            stage_sets = {"s3": stage_sets["s3"]}
         q_wr = [Signal(name=f"q{i}_wr") for i in range(Q)]     # entry i takes the push
         q_eq = [{} for _ in range(Q)]
         for key, (cur, take, src) in stage_sets.items():
@@ -1115,11 +1150,13 @@ class CacheController(wiring.Component):
             if W == 1:
                 return hit_set
             return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
-        pin_r, pin_2 = pinned_ways("into", into_pre["set"]), pinned_ways("pre", pre["set"])
-        pin_s2 = Signal(W)
-        m.d.sync += pin_s2.eq(Mux(pre_take,
-                                  Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
-                                  Mux(push, pin_2 | pushed_way(pre["set"]), pin_2)))
+        if LA:
+            pin_r = pinned_ways("into", into_pre["set"])
+            pin_2 = pinned_ways("pre", pre["set"])
+            pin_s2 = Signal(W)
+            m.d.sync += pin_s2.eq(Mux(pre_take,
+                                      Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
+                                      Mux(push, pin_2 | pushed_way(pre["set"]), pin_2)))
         # stage 3's victim is pinned when a holder's operation is of its set and way: one
         # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
         pin_s3 = Const(0, 1)
@@ -1130,16 +1167,16 @@ class CacheController(wiring.Component):
             pin_s3 = pin_s3 | same
         # both candidates are registered and chosen after the registers (`took`: stage 3 took
         # a request at the last edge), so stage 3's decision is not on their paths
+        # Without lookahead there is no entering candidate: a miss that entered stage 3 at
+        # the last edge counts as pinned for that cycle, while its own `pin_stay` is computed.
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         pin_enter_n, pin_stay_n = Signal(), Signal()     # their next values (way slices copy)
-        if W > 1:
-            m.d.comb += [pin_enter_n.eq((pin_s2 & ch_victim_oh).any()),
-                         pin_stay_n.eq(pin_s3)]
-        else:
-            m.d.comb += [pin_enter_n.eq(pin_s2[0]), pin_stay_n.eq(pin_s3)]
+        m.d.comb += pin_stay_n.eq(pin_s3)
+        if LA:
+            m.d.comb += pin_enter_n.eq((pin_s2 & ch_victim_oh).any() if W > 1 else pin_s2[0])
         m.d.sync += [pin_enter.eq(pin_enter_n), pin_stay.eq(pin_stay_n), took.eq(s3_take)]
         pinned = Signal()
-        m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
+        m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay) if LA else (took | pin_stay))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         free_oh = Signal(M)
@@ -1604,6 +1641,8 @@ class CacheController(wiring.Component):
                 eq_r[key] = Signal(name=f"eq_{key}_r")
                 m.d.comb += eq_r[key].eq(st["set"] == r["set"])
         eq3_req = eq_req["s3"]
+        if not LA:
+            m.d.sync += just.eq(upd_now & Mux(~r["valid"] | s2_take, eq3_req, eq_r["s3"]))
 
         def copy(name, w, *, reset_less=False, init=0):
             return Signal(name=f"w{w}_{name}", reset_less=reset_less, init=init,
@@ -1614,8 +1653,8 @@ class CacheController(wiring.Component):
         for w in range(W):
             g, j = divmod(w, G)
             k = {n: copy(n, w) for n in ("r_v", "s2_v", "s3_v", "s3_ok", "s3_res", "took",
-                                         "pin_enter", "pin_stay", "s3_miss", "s3_hit",
-                                         "cw_en", "cw_clear")}
+                                         "pin_stay", "s3_miss", "s3_hit", "cw_en", "cw_clear",
+                                         "pin_enter" if LA else "just")}
             k.update({n: copy(n, w, reset_less=True) for n in ("s3_err", "s3_write")})
             k.update({n: copy(n, w, reset_less=True, init=1) for n in ("e2r", "e3r")})
             if CS == 2:
@@ -1627,14 +1666,17 @@ class CacheController(wiring.Component):
                                                    "take2"))
             pre_v = k["c_v"] if CS == 2 else k["s2_v"]
             m.d.comb += [
-                fire.eq(k["s3_ok"] & ~(k["s3_miss"] & (Mux(k["took"], k["pin_enter"],
-                                                           k["pin_stay"]) | ~k["s3_res"]))),
+                fire.eq(k["s3_ok"] & ~(k["s3_miss"] & ((Mux(k["took"], k["pin_enter"],
+                                                            k["pin_stay"]) if LA
+                                                        else k["took"] | k["pin_stay"])
+                                                       | ~k["s3_res"]))),
                 upd.eq(fire & ~k["s3_err"]),
                 take3.eq(pre_v & (~k["s3_v"] | fire)),
                 leave2.eq((k["s2_v"] & (~k["c_v"] | take3)) if CS == 2 else take3),
                 hold_w.eq((k["s2_v"] & k["e2r"])
                           | ((k["c_v"] & k["ecr"]) if CS == 2 else 0)
-                          | (k["s3_v"] & ~fire & k["e3r"])),
+                          | ((k["s3_v"] & ~fire & k["e3r"]) if LA
+                             else (k["s3_v"] & k["e3r"]) | k["just"])),
                 take2.eq(k["r_v"] & (~k["s2_v"] | leave2) & ~hold_w),
             ]
             ready1 = ~k["r_v"] | take2          # stage 1 takes a request (or is empty)
@@ -1649,7 +1691,7 @@ class CacheController(wiring.Component):
                 k["took"].eq(take3),
                 k["s3_ok"].eq(Mux(fire, ok_f_c, ok_h_c) & (take3 | (k["s3_v"] & ~fire))),
                 k["s3_res"].eq(Mux(fire & k["s3_miss"], res_miss_c, res_other_c)),
-                k["pin_enter"].eq(pin_enter_n), k["pin_stay"].eq(pin_stay_n),
+                k["pin_stay"].eq(pin_stay_n),
                 k["s3_miss"].eq(Mux(take3, ~pre["err"] & ~ch_hit, k["s3_miss"])),
                 k["s3_hit"].eq(Mux(take3, ch_hit, k["s3_hit"])),
                 k["s3_err"].eq(Mux(take3, pre["err"], k["s3_err"])),
@@ -1659,6 +1701,10 @@ class CacheController(wiring.Component):
                 k["e3r"].eq(Mux(take3, Mux(ready1, eq_req["pre"], eq_r["pre"]),
                                 Mux(ready1, eq_req["s3"], eq_r["s3"]))),
             ]
+            if LA:
+                m.d.sync += k["pin_enter"].eq(pin_enter_n)
+            else:
+                m.d.sync += k["just"].eq(upd & Mux(ready1, eq3_req, k["e3r"]))
             if CS == 2:
                 m.d.sync += [
                     k["c_v"].eq(leave2 | (k["c_v"] & ~take3)),
@@ -1667,11 +1713,17 @@ class CacheController(wiring.Component):
                 ]
             if j == 0:
                 # the bank's memories: read on every lookup accepted (and while stage 1 is
-                # empty, when the data are not used), their words into the output registers
+                # empty, when the data are not used; without lookahead, every cycle, stage 1's
+                # set while it waits), their words into the output registers
                 for d, (rd, wr) in enumerate(tag_ports[g]):
-                    m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
-                                                in_slice(req_set))),
-                                 rd.en.eq(ready1)]
+                    if LA:
+                        m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                                    in_slice(req_set))),
+                                     rd.en.eq(ready1)]
+                    else:
+                        m.d.comb += rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                                   Mux(ready1, in_slice(req_set),
+                                                       in_slice(r["set"]))))
                     with m.If(take2 | walk_load):
                         m.d.sync += raw[g][d].eq(rd.data)
                 bank_upd = k["cw_en"] | upd
@@ -1684,28 +1736,34 @@ class CacheController(wiring.Component):
                 m.d.comb += way_raw[w].eq(Array(raw[g][d][j] for d in range(NS))[sl])
             else:
                 m.d.comb += way_raw[w].eq(raw[g][0][j])
-            # forwarding: the last cycle's new state of this way (`fw_last`), whether that
-            # update was of stage 1's set (`fw_hit`), the state stage 1 saw before (`fw_hold`)
             new = Signal(self.way_layout, name=f"w{w}_new")
-            fw_last = Signal(self.way_layout, name=f"w{w}_fw_last", reset_less=True)
-            fw_hold = Signal(self.way_layout, name=f"w{w}_fw_hold", reset_less=True)
-            fw_word = Signal(self.way_layout, name=f"w{w}_fw_word")
-            fw_hit, r_fwd, s2_fwd = (Signal(name=f"w{w}_{n}")
-                                     for n in ("fw_hit", "r_fwd", "s2_fwd"))
-            s2_fwd_word = Signal(self.way_layout, name=f"w{w}_s2_fwd_word", reset_less=True)
-            fwd_now = upd & k["e3r"]
-            m.d.comb += fw_word.eq(Mux(fw_hit, fw_last, fw_hold))
-            m.d.sync += [fw_last.eq(new), fw_hold.eq(fw_word)]
-            with m.If(accept_w):
-                m.d.sync += [r_fwd.eq(upd & eq3_req), fw_hit.eq(upd & eq3_req)]
-            with m.Else():
-                with m.If(fwd_now):
-                    m.d.sync += r_fwd.eq(1)
-                m.d.sync += fw_hit.eq(fwd_now)
-            with m.If(take2):
-                m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
-                             s2_fwd_word.eq(Mux(fwd_now, new, fw_word))]
-            m.d.comb += way_s2[w].eq(Mux(s2_fwd, s2_fwd_word, way_raw[w]))
+            if LA:
+                # forwarding: the last cycle's new state of this way (`fw_last`), whether
+                # that update was of stage 1's set (`fw_hit`), the state stage 1 saw before
+                # (`fw_hold`)
+                fw_last = Signal(self.way_layout, name=f"w{w}_fw_last", reset_less=True)
+                fw_hold = Signal(self.way_layout, name=f"w{w}_fw_hold", reset_less=True)
+                fw_word = Signal(self.way_layout, name=f"w{w}_fw_word")
+                fw_hit, r_fwd, s2_fwd = (Signal(name=f"w{w}_{n}")
+                                         for n in ("fw_hit", "r_fwd", "s2_fwd"))
+                s2_fwd_word = Signal(self.way_layout, name=f"w{w}_s2_fwd_word",
+                                     reset_less=True)
+                fwd_now = upd & k["e3r"]
+                m.d.comb += fw_word.eq(Mux(fw_hit, fw_last, fw_hold))
+                m.d.sync += [fw_last.eq(new), fw_hold.eq(fw_word)]
+                with m.If(accept_w):
+                    m.d.sync += [r_fwd.eq(upd & eq3_req), fw_hit.eq(upd & eq3_req)]
+                with m.Else():
+                    with m.If(fwd_now):
+                        m.d.sync += r_fwd.eq(1)
+                    m.d.sync += fw_hit.eq(fwd_now)
+                with m.If(take2):
+                    m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
+                                 s2_fwd_word.eq(Mux(fwd_now, new, fw_word))]
+                m.d.comb += way_s2[w].eq(Mux(s2_fwd, s2_fwd_word, way_raw[w]))
+            else:
+                # no forwarding: stage 1 took its word from a read after the last update
+                m.d.comb += way_s2[w].eq(way_raw[w])
             # stage 2: this way's flags (registered with two compare stages)
             hit_f, inv_f, old_f = WayMatch.way_flags(way_s2[w], s2["tag"], ways=W,
                                                       policy=self.policy)

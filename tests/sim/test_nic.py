@@ -281,8 +281,20 @@ def test_the_nic_cache_model_has_the_compare_stages_of_the_rtl_built_for_it():
     from neonic.sim.timing.cache import cache_cycles
     from neonic.sim.units.cache import nic_cache_params
 
+    from neonic.sim.timing.cache import NIC_LOOKAHEAD
+
     cfg = NICConfig()
-    assert nic_cache_params(cfg, row_bytes=256, backing_bytes=2**30)["compare_stages"] == NIC_COMPARE_STAGES == 2
+    params = nic_cache_params(cfg, row_bytes=256, backing_bytes=2**30)
+    assert params["compare_stages"] == NIC_COMPARE_STAGES == 2
+    assert params["lookahead"] is NIC_LOOKAHEAD is False
     one = cache_cycles(10, 0.0, 1, latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
                        queue_depth=cfg.cache_queue_depth, compare_stages=1)
     assert cache_lookup_time_s(cfg, 10) * cfg.clock_hz == pytest.approx(one + 1)
+    # without lookahead a miss holds the lookup a cycle longer, and a request of the set
+    # ahead waits two cycles more than with it
+    kw = dict(latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
+              queue_depth=cfg.cache_queue_depth, compare_stages=2)
+    assert (cache_cycles(100, 0.0, 1, same_set=0.5, **kw, lookahead=False)
+            == pytest.approx(cache_cycles(100, 0.0, 1, same_set=0.5, **kw) + 100))
+    assert (cache_lookup_time_s(cfg, 10, hit_rate=0.5, misses_elsewhere=True)
+            == pytest.approx(cache_lookup_time_s(cfg, 5) + 10 / cfg.clock_hz))
