@@ -167,7 +167,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
+from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, SkidBuffer, check_int
 
 __all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index",
            "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
@@ -636,6 +636,11 @@ class CacheController(wiring.Component):
         one's update is written and reads the tag store again (``compare_stages + 2``
         cycles right behind it), and a miss waits one cycle in stage 3 while its victim's
         pending operations are compared (:attr:`same_set_gap`, :attr:`miss_bubbles`).
+    line_slice : False (default): the ``lines`` port's requests leave the arbiter directly.
+        True (the NIC organisation): through a :class:`rtl.streams.SkidBuffer`, so that
+        ``lines.req.ready`` reaches no logic of the controller (the executor's hand-off, the
+        queue's and the lookup's bookkeeping start at registers); every line transfer starts
+        one cycle later (a hit's first beat too).
 
     Ports
     -----
@@ -657,11 +662,12 @@ class CacheController(wiring.Component):
                  queue_depth: int | None = None, line_outstanding: int = 32,
                  lfu_bits: int = 8, counter_width: int = 32, compare_stages: int = 1,
                  tag_slice_sets: int = 512, bank_ways: int | None = None,
-                 lookahead: bool = True):
+                 lookahead: bool = True, line_slice: bool = False):
         try:
-            if not isinstance(lookahead, bool):
-                raise ValueError(f"lookahead: expected True or False, got {lookahead!r}")
-            self.lookahead = lookahead
+            for name, flag in (("lookahead", lookahead), ("line_slice", line_slice)):
+                if not isinstance(flag, bool):
+                    raise ValueError(f"{name}: expected True or False, got {flag!r}")
+            self.lookahead, self.line_slice = lookahead, line_slice
             self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
                             ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
                             counter_width)
@@ -789,6 +795,16 @@ class CacheController(wiring.Component):
         mshr_bits = max(1, ceil_log2(M))
         off_bits = max(1, LB)
         front, back, lines = self.front, self.back, self.lines
+        # the line port's requests as the arbiter hands them on (`lreq`): the port itself, or
+        # the input of a skid buffer in front of it (`line_slice`)
+        if self.line_slice:
+            m.submodules.line_slice = lslice = SkidBuffer(lines.req.payload.shape())
+            lreq = lslice.i
+            m.d.comb += [lines.req.valid.eq(lslice.o.valid),
+                         lines.req.payload.eq(lslice.o.payload),
+                         lslice.o.ready.eq(lines.req.ready)]
+        else:
+            lreq = lines.req
 
         def set_of(row):
             if S == 0:
@@ -1329,11 +1345,11 @@ class CacheController(wiring.Component):
             with m.If(x.err):
                 m.d.comb += x_go.eq(route_room)
             with m.Else():
-                m.d.comb += [x_req.eq(1), lines.req.valid.eq(route_room),
-                             lines.req.payload.write.eq(x.write),
-                             lines.req.payload.addr.eq(line_addr(x.set, x.way, x.off)),
-                             lines.req.payload.beats.eq(x.beats),
-                             x_go.eq(route_room & lines.req.ready)]
+                m.d.comb += [x_req.eq(1), lreq.valid.eq(route_room),
+                             lreq.payload.write.eq(x.write),
+                             lreq.payload.addr.eq(line_addr(x.set, x.way, x.off)),
+                             lreq.payload.beats.eq(x.beats),
+                             x_go.eq(route_room & lreq.ready)]
             with m.If(x.write):
                 m.d.comb += [wr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
                              wr_in.last.eq(x.beats - 1), wroute.w_en.eq(x_go)]
@@ -1341,21 +1357,21 @@ class CacheController(wiring.Component):
                 m.d.comb += [rr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
                              rr_in.last.eq(x.beats - 1), rroute.w_en.eq(x_go)]
         with m.Elif(fill_req):
-            m.d.comb += [lines.req.valid.eq(1), lines.req.payload.write.eq(1),
-                         lines.req.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
+            m.d.comb += [lreq.valid.eq(1), lreq.payload.write.eq(1),
+                         lreq.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
                                                              Const(0, off_bits))),
-                         lines.req.payload.beats.eq(RBEATS),
+                         lreq.payload.beats.eq(RBEATS),
                          wr_in.route.eq(_Route.BACK), wr_in.last.eq(RBEATS - 1)]
-            with m.If(lines.req.ready):
+            with m.If(lreq.ready):
                 m.d.comb += wroute.w_en.eq(1)
                 m.d.sync += fill_open.eq(1)
         with m.Elif(wb_req):
-            m.d.comb += [lines.req.valid.eq(rroute.w_rdy),
-                         lines.req.payload.addr.eq(line_addr(job.set, job.way,
+            m.d.comb += [lreq.valid.eq(rroute.w_rdy),
+                         lreq.payload.addr.eq(line_addr(job.set, job.way,
                                                              Const(0, off_bits))),
-                         lines.req.payload.beats.eq(RBEATS),
+                         lreq.payload.beats.eq(RBEATS),
                          rr_in.route.eq(_Route.BACK), rr_in.last.eq(RBEATS - 1),
-                         wb_grant.eq(lines.req.ready & rroute.w_rdy),
+                         wb_grant.eq(lreq.ready & rroute.w_rdy),
                          rroute.w_en.eq(wb_grant)]
         # the executor's register takes the queue's head (or stage 3's operation, the queue
         # being empty) when it is empty or leaving

@@ -51,7 +51,8 @@ import numpy as np
 from neonic.sim.engine import Engine, cycles_to_ps
 from neonic.sim.reference.cache import CacheConfig, simulate_trace
 from neonic.sim.resources import ServerPool
-from neonic.sim.timing.cache import NIC_COMPARE_STAGES, NIC_LOOKAHEAD, cache_cycles, miss_bubbles
+from neonic.sim.timing.cache import (NIC_COMPARE_STAGES, NIC_LINE_SLICE, NIC_LOOKAHEAD, cache_cycles,
+                                     miss_bubbles)
 from neonic.sim.timing.embedding import BagShape, predict
 from neonic.sim.timing.packetizer import estimate_tx, payload_gbps
 
@@ -399,13 +400,14 @@ def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0
         hits = lookups * hit_rate
         cycles = (cache_cycles(hits, 0.0, beats, latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
                                queue_depth=cfg.cache_queue_depth, compare_stages=NIC_COMPARE_STAGES,
-                               lookahead=NIC_LOOKAHEAD)
+                               lookahead=NIC_LOOKAHEAD, line_slice=NIC_LINE_SLICE)
                   if hits > 0 else 0.0)
         probe = 1 + miss_bubbles(NIC_LOOKAHEAD)    # cycles a miss holds the last lookup stage
         return (cycles + probe * (lookups - hits)) / cfg.clock_hz
     cycles = cache_cycles(lookups, 1.0 - hit_rate, beats, latency=cfg.memory_latency_cycles,
                           mshrs=cfg.cache_mshrs, queue_depth=cfg.cache_queue_depth,
-                          compare_stages=NIC_COMPARE_STAGES, lookahead=NIC_LOOKAHEAD)
+                          compare_stages=NIC_COMPARE_STAGES, lookahead=NIC_LOOKAHEAD,
+                          line_slice=NIC_LINE_SLICE)
     return cycles / cfg.clock_hz
 
 

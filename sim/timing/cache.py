@@ -51,7 +51,7 @@ from neonic.rtl.cache import LineRAM
 from neonic.sim.reference.cache import ERROR, MISS, CacheConfig, CacheModel, Request, set_index
 
 __all__ = ["CacheTiming", "TimingResult", "Schedule", "cache_cycles", "same_set_gap", "miss_bubbles",
-           "LOOKUP_STAGES", "NIC_COMPARE_STAGES", "NIC_LOOKAHEAD"]
+           "LOOKUP_STAGES", "NIC_COMPARE_STAGES", "NIC_LOOKAHEAD", "NIC_LINE_SLICE"]
 
 #: Cycles from the edge accepting a request to its last lookup stage (tag read, word
 #: registered, compare; the update and the queueing happen in the stage itself), with one
@@ -106,8 +106,10 @@ class _LinePort:
     earliest cycle the port is free from their ready time (the fills' and write-backs' times
     are known before the later requests' operations, which fit around them)."""
 
-    def __init__(self, latency: int, serial: bool):
-        self.latency, self.serial = latency, serial
+    def __init__(self, latency: int, serial: bool, delay: int = 0):
+        # `delay`: cycles between the controller handing a request on and the port seeing it
+        # (the controller's ``line_slice``: one); every transfer's beats move that much later
+        self.latency, self.serial, self.delay = latency, serial, delay
         self.busy: list[tuple[float, float]] = []   # serial: processing intervals, sorted
         self.read_free = 0.0                        # pipelined: next read beat slot
         self.writes: list[tuple[float, float]] = []  # pipelined: (accept, last data beat)
@@ -131,9 +133,9 @@ class _LinePort:
         """(accept cycle, first beat cycle) of a read ready at ``ready``."""
         a = self.accept(ready, beats, background)
         if self.serial:
-            return a, a + self.latency
+            return a, a + self.latency + self.delay
         before = max((end for acc, end in self.writes if acc < a), default=-1.0)
-        first = max(a + self.latency, self.read_free, before + 1)
+        first = max(a + self.latency + self.delay, self.read_free, before + 1)
         self.read_free = first + beats
         return a, first
 
@@ -142,7 +144,10 @@ class _LinePort:
         """Cycle of the last data beat of a write ready at ``ready`` whose data can flow
         from ``data_from`` (default: the cycle after acceptance)."""
         a = self.accept(ready, beats, background)
-        start = max(a + 1, data_from if data_from is not None else a + 1)
+        # (the on-chip line RAM takes a write's data once it serves the request; a pipelined
+        # controller buffers write data as they come)
+        start = max(a + 1 + (self.delay if self.serial else 0),
+                    data_from if data_from is not None else 0)
         end = start + beats - 1
         if not self.serial:
             insort(self.writes, (a, end))
@@ -166,6 +171,11 @@ NIC_COMPARE_STAGES = 2
 #: model and the RTL built for it use this one figure.
 NIC_LOOKAHEAD = False
 
+#: Whether a SmartNIC's local cache passes its line requests through a register slice
+#: (``rtl.cache.CacheController``'s ``line_slice``): on, so that the line port's ready does not
+#: reach the controller's bookkeeping; the system model and the RTL built for it use this.
+NIC_LINE_SLICE = True
+
 
 @dataclass(frozen=True)
 class CacheTiming:
@@ -187,12 +197,16 @@ class CacheTiming:
     #: the controller's ``lookahead``: without it a request of the set ahead waits for that
     #: one's update to be written and read again, and a miss waits a cycle in stage 3
     lookahead: bool = True
+    #: the controller's ``line_slice``: its line requests pass a register slice (one cycle)
+    line_slice: bool = False
 
     def __post_init__(self):
         if self.compare_stages not in (1, 2):
             raise ValueError(f"compare_stages: expected 1 or 2, got {self.compare_stages!r}")
-        if not isinstance(self.lookahead, bool):
-            raise ValueError(f"lookahead: expected True or False, got {self.lookahead!r}")
+        for name in ("lookahead", "line_slice"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected True or False, "
+                                 f"got {getattr(self, name)!r}")
         for name in ("row_beats", "mshrs", "queue_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -205,7 +219,7 @@ class CacheTiming:
     @property
     def hit_latency(self) -> int:
         """Cycles from the edge accepting a hit (nothing ahead of it) to its first beat."""
-        return self.lookup_stages + 1 + round(self.line_latency)
+        return self.lookup_stages + 1 + round(self.line_latency) + int(self.line_slice)
 
     @property
     def lookup_stages(self) -> int:
@@ -231,7 +245,7 @@ class CacheTiming:
         model = CacheModel(config)
         rb = self.row_beats
         lat = round(self.latency)
-        port = _LinePort(round(self.line_latency), self.line_serial)
+        port = _LinePort(round(self.line_latency), self.line_serial, int(self.line_slice))
         fill_ready: dict[int, float] = {}   # request index of a miss -> fill usable cycle
         queued: deque[float] = deque()      # cycles the queued ops move to the executor
         mshr_free_at: deque[float] = deque()  # fill-usable cycles of misses in flight
@@ -348,7 +362,8 @@ def miss_bubbles(lookahead: bool) -> int:
 
 def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
                  mshrs: int = 16, queue_depth: int = 32, same_set: float = 0.0,
-                 compare_stages: int = 1, lookahead: bool = True) -> float:
+                 compare_stages: int = 1, lookahead: bool = True,
+                 line_slice: bool = False) -> float:
     """Cycles the cache controller (lines on chip) takes for ``requests`` whole-row reads of
     ``row_beats`` beats with misses spread evenly at ``miss_rate``: a closed form of
     :meth:`CacheTiming.run` for system-scale runs that have hit rates but no request traces
@@ -381,7 +396,8 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
         raise ValueError(f"same_set: expected a value in [0, 1], got {same_set!r}")
     if row_beats < 1:
         raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
-    hit_latency = CacheTiming(row_beats=row_beats, compare_stages=compare_stages).hit_latency
+    hit_latency = CacheTiming(row_beats=row_beats, compare_stages=compare_stages,
+                              line_slice=line_slice).hit_latency
     fill = latency + row_beats + 2          # from lookup (the last lookup stage)
     work = row_beats + miss_rate * (row_beats + 1)
     lookup = (1.0 + same_set * (same_set_gap(compare_stages, lookahead) - 1)

@@ -165,7 +165,8 @@ def test_the_nic_organisation_matches_shadow_and_reference(rng, policy, index, l
     results as one request at a time, with the reads that collide with a write poisoned in
     every slice."""
     dut = CacheController(**{**SMALL, "sets": 8}, policy=policy, index=index,
-                          compare_stages=2, tag_slice_sets=2, lookahead=lookahead)
+                          compare_stages=2, tag_slice_sets=2, lookahead=lookahead,
+                          line_slice=not lookahead)
     assert (dut.tag_slices, dut.lookup_stages) == (4, 4)
     check = _random_traffic_checked(dut, rng, rows=60)
     assert {f"tags{d}" for d in range(4)} <= set(check.collisions), check.summary()
@@ -181,7 +182,7 @@ def test_the_nic_organisation_in_banks_of_ways_matches_shadow_and_reference(rng,
     time, with the reads that collide with a write poisoned in every bank and slice."""
     dut = CacheController(**{**SMALL, "sets": 8, "ways": 8}, policy=policy, index=index,
                           compare_stages=2, tag_slice_sets=4, bank_ways=2,
-                          lookahead=lookahead)
+                          lookahead=lookahead, line_slice=not lookahead)
     assert (dut.tag_slices, dut.bank_ways) == (2, 2)
     check = _random_traffic_checked(dut, rng, rows=90)
     assert {f"tags{d}_b{g}" for d in range(2) for g in range(4)} <= set(check.collisions), \
@@ -195,7 +196,7 @@ def test_two_compare_stages_see_each_others_updates_in_one_set(rng, policy, look
     outcomes are those of one request at a time."""
     dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=2, mshrs=4,
                           queue_depth=8, policy=policy, compare_stages=2, tag_slice_sets=2,
-                          lookahead=lookahead)
+                          lookahead=lookahead, line_slice=not lookahead)
     rows = [0, 4, 8, 0, 4, 0, 8, 12, 8, 8, 4, 0, 12, 12, 0, 1, 0, 5, 4, 1]
     reqs = [Request(r * 4, 4, write=True, wdata=tuple((0x1000 * i + b, 0xF) for b in range(4)))
             if i % 3 == 1 else Request(r * 4, 4) for i, r in enumerate(rows)]
@@ -332,14 +333,17 @@ def test_back_to_back_hits_to_one_set_cost_one_bubble():
     assert dut.controller.same_set_gap == 2
 
 
-@pytest.mark.parametrize("compare_stages", [1, 2])
-def test_without_lookahead_a_request_of_one_set_reads_the_update_again(compare_stages):
+@pytest.mark.parametrize("compare_stages,line_slice", [(1, False), (2, True)])
+def test_without_lookahead_a_request_of_one_set_reads_the_update_again(compare_stages,
+                                                                       line_slice):
     """Without lookahead a request right behind one of its set waits until the update is
     written and the tag store read again: hits to one row offered every cycle are looked up
     once per ``compare_stages + 3`` cycles (``same_set_gap``); hits to 8 sets in turn
-    still one per cycle, with the same latency as with lookahead."""
+    still one per cycle, with the same latency as with lookahead (one cycle more with the
+    register slice on the line requests)."""
     kw = dict(data_bytes=4, addr_width=16, line_beats=4, sets=8, ways=4,
               compare_stages=compare_stages, tag_slice_sets=2)
+    kw["line_slice"] = line_slice
     dut = OnChipCache(**kw, lookahead=False)
     gap = dut.controller.same_set_gap
     assert gap == compare_stages + 3
@@ -347,7 +351,9 @@ def test_without_lookahead_a_request_of_one_set_reads_the_update_again(compare_s
                                                                                abs=0.01)
     figures = measure_hits(OnChipCache(**kw, lookahead=False), 200, rows=8)
     assert figures["hit_lookups_per_cycle"] == 1.0
-    assert figures["hit_latency_cycles"] == HIT_LATENCY + compare_stages - 1
+    assert figures["hit_latency_cycles"] == HIT_LATENCY + compare_stages - 1 + line_slice
+    assert figures["hit_latency_cycles"] == CacheTiming(
+        row_beats=4, compare_stages=compare_stages, line_slice=line_slice).hit_latency
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
@@ -378,7 +384,7 @@ def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
     (dict(line_outstanding=1), "line_outstanding"), (dict(queue_depth=1), "queue_depth"),
     (dict(compare_stages=3), "compare_stages"), (dict(tag_slice_sets=48), "tag_slice_sets"),
     (dict(bank_ways=3), "bank_ways"), (dict(bank_ways=0), "bank_ways"),
-    (dict(lookahead=0), "lookahead"),
+    (dict(lookahead=0), "lookahead"), (dict(line_slice=None), "line_slice"),
 ])
 def test_bad_parameters_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):
