@@ -1088,8 +1088,21 @@ class CacheController(wiring.Component):
         # the way holds that row's tag, valid, and stage 2's request hits it. At most one MSHR
         # fetches a row, so the sequence number is an OR of the matching one.
         mshr_match = Signal(M)
-        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == pre["row"])
-                                      for i in range(M)))
+        if CS == 2 and not LA:
+            # (without lookahead, with two compare stages: the rows compared in stage 2 and
+            # registered, `c_mmatch`, kept only while their MSHR stays valid; exact, as the
+            # MSHRs allocated meanwhile are of the sets ahead, which stage "c" never holds,
+            # and a freed MSHR's bit is cleared before it can be allocated again)
+            c_mmatch = Signal(M)
+            with m.If(s2_leave):
+                m.d.sync += c_mmatch.eq(Cat(mshr_valid[i] & (mshr_row[i] == s2["row"])
+                                            for i in range(M)))
+            with m.Else():
+                m.d.sync += c_mmatch.eq(c_mmatch & mshr_valid)
+            m.d.comb += mshr_match.eq(c_mmatch & mshr_valid)
+        else:
+            m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == pre["row"])
+                                          for i in range(M)))
         merge_seq = Signal(seq_bits)
         merge_terms = Const(0, seq_bits)
         for i in range(M):
@@ -1135,8 +1148,14 @@ class CacheController(wiring.Component):
                 flag = Signal(name=f"q{i}_eq_{key}", reset_less=True)
                 q_eq[i][key] = flag
                 entry = q_ops[i].set
-                m.d.sync += flag.eq(Mux(q_wr[i], Mux(take, s3["set"] == src, s3["set"] == cur),
-                                        Mux(take, entry == src, entry == cur)))
+                if LA:
+                    m.d.sync += flag.eq(Mux(q_wr[i], Mux(take, s3["set"] == src,
+                                                         s3["set"] == cur),
+                                            Mux(take, entry == src, entry == cur)))
+                else:
+                    # (an entry written with stage 3's operation is of a set stage 3 no longer
+                    # holds: it takes a request of another set, or empties)
+                    m.d.sync += flag.eq(~q_wr[i] & Mux(take, entry == src, entry == cur))
 
         def way_oh(op):
             return Const(1, W) << op.way[:max(1, ceil_log2(W))] if W > 1 else Const(1, 1)
