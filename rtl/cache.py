@@ -945,10 +945,21 @@ class CacheController(wiring.Component):
         m.submodules.rroute = rroute = SyncFIFOBuffered(width=route_layout.size,
                                                         depth=self.line_outstanding)
         # (so is the write routes' head: a fill's last beat is found from registers)
-        m.submodules.wroute = wroute = HeadFIFO(width=route_layout.size, depth=4)
+        m.submodules.wroute = wroute = HeadFIFO(width=route_layout.size,
+                                                depth=5 if self.line_slice else 4)
         rr_in, wr_in = Signal(route_layout), Signal(route_layout)
         m.d.comb += [rroute.w_data.eq(rr_in), wroute.w_data.eq(wr_in)]
         rr, wrt = route_layout(rroute.r_data), route_layout(wroute.r_data)
+        # Room in each route FIFO for this cycle's write (at most one per FIFO per cycle). With
+        # `line_slice`, registered and one entry short: a FIFO holding at most `depth - 2`
+        # entries at the last edge has room now, so the line port's arbitration starts at
+        # flip-flops (the write routes get a fifth entry to make up for it).
+        if self.line_slice:
+            rroom, wroom = Signal(), Signal()
+            m.d.sync += [rroom.eq(rroute.level <= rroute.depth - 2),
+                         wroom.eq(wroute.level <= wroute.depth - 2)]
+        else:
+            rroom, wroom = rroute.w_rdy, wroute.w_rdy
 
         # ---- command state ---------------------------------------------------------------
         cmd_active = Signal()   # the walker owns the tag store
@@ -1353,14 +1364,14 @@ class CacheController(wiring.Component):
             dep_ok.eq(~x_wait),
             head_wait.eq(q_gap_wait.bit_select(q_head, 1)
                          & ~(fill_done_now & q_seq_next.bit_select(q_head, 1))),
-            fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroute.w_rdy),
+            fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroom),
         ]
         x_ready = Signal()
         wb_grant = Signal()
         m.d.comb += x_ready.eq(x_valid & dep_ok)
         with m.If(x_ready):
             # a malformed operation needs no line request, only its route
-            route_room = Mux(x.write, wroute.w_rdy, rroute.w_rdy)
+            route_room = Mux(x.write, wroom, rroom)
             with m.If(x.err):
                 m.d.comb += x_go.eq(route_room)
             with m.Else():
@@ -1385,12 +1396,12 @@ class CacheController(wiring.Component):
                 m.d.comb += wroute.w_en.eq(1)
                 m.d.sync += fill_open.eq(1)
         with m.Elif(wb_req):
-            m.d.comb += [lreq.valid.eq(rroute.w_rdy),
+            m.d.comb += [lreq.valid.eq(rroom),
                          lreq.payload.addr.eq(line_addr(job.set, job.way,
                                                              Const(0, off_bits))),
                          lreq.payload.beats.eq(RBEATS),
                          rr_in.route.eq(_Route.BACK), rr_in.last.eq(RBEATS - 1),
-                         wb_grant.eq(lreq.ready & rroute.w_rdy),
+                         wb_grant.eq(lreq.ready & rroom),
                          rroute.w_en.eq(wb_grant)]
         # the executor's register takes the queue's head (or stage 3's operation, the queue
         # being empty) when it is empty or leaving
