@@ -167,7 +167,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, check_int
+from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, SkidBuffer, check_int
 
 __all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index",
            "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
@@ -627,6 +627,20 @@ class CacheController(wiring.Component):
         ECP5 DP16KD block RAM at its widest port): a larger tag store is split into slices by
         its set's high bits, each read on every lookup into a register of its own (the block
         RAM's output register), the slice chosen behind them.
+    lookahead : True (default): stage 3's update is forwarded into the word a request of its
+        set takes into stage 2, and a miss's victim is checked for a pending operation a
+        cycle ahead (from one-hot vectors of every queued operation's way); a request right
+        behind one of its set then waits ``compare_stages`` cycles. False (the NIC
+        organisation, where both are wide: a set word of 32 ways is 864 bits, and the check
+        33 holders x 32 ways): no forwarding, a request of a set ahead's set waits until that
+        one's update is written and reads the tag store again (``compare_stages + 2``
+        cycles right behind it), and a miss waits one cycle in stage 3 while its victim's
+        pending operations are compared (:attr:`same_set_gap`, :attr:`miss_bubbles`).
+    line_slice : False (default): the ``lines`` port's requests leave the arbiter directly.
+        True (the NIC organisation): through a :class:`rtl.streams.SkidBuffer`, so that
+        ``lines.req.ready`` reaches no logic of the controller (the executor's hand-off, the
+        queue's and the lookup's bookkeeping start at registers); every line transfer starts
+        one cycle later (a hit's first beat too).
 
     Ports
     -----
@@ -647,8 +661,13 @@ class CacheController(wiring.Component):
                  ways: int = 8, index: str = "modulo", policy: str = "lru", mshrs: int = 16,
                  queue_depth: int | None = None, line_outstanding: int = 32,
                  lfu_bits: int = 8, counter_width: int = 32, compare_stages: int = 1,
-                 tag_slice_sets: int = 512, bank_ways: int | None = None):
+                 tag_slice_sets: int = 512, bank_ways: int | None = None,
+                 lookahead: bool = True, line_slice: bool = False):
         try:
+            for name, flag in (("lookahead", lookahead), ("line_slice", line_slice)):
+                if not isinstance(flag, bool):
+                    raise ValueError(f"{name}: expected True or False, got {flag!r}")
+            self.lookahead, self.line_slice = lookahead, line_slice
             self._configure(data_bytes, addr_width, beats_width, line_beats, row_beats, sets,
                             ways, index, policy, mshrs, queue_depth, line_outstanding, lfu_bits,
                             counter_width)
@@ -737,6 +756,20 @@ class CacheController(wiring.Component):
         return 2 + self.compare_stages
 
     @property
+    def same_set_gap(self) -> int:
+        """Cycles from the last lookup stage of a request to that of a request of the same
+        set right behind it: ``compare_stages + 1`` with ``lookahead`` (the update forwarded
+        in the cycle it is made), ``compare_stages + 3`` without (the update written, the
+        tag store read again after it, the word registered)."""
+        return self.compare_stages + (1 if self.lookahead else 3)
+
+    @property
+    def miss_bubbles(self) -> int:
+        """Cycles a miss waits in its last lookup stage beyond a hit (its victim's pending
+        operations compared there): 0 with ``lookahead``, else 1."""
+        return 0 if self.lookahead else 1
+
+    @property
     def tag_slices(self) -> int:
         """Slices of the tag store (:attr:`sets` split by ``tag_slice_sets``)."""
         return max(1, self.sets // self.tag_slice_sets)
@@ -762,6 +795,16 @@ class CacheController(wiring.Component):
         mshr_bits = max(1, ceil_log2(M))
         off_bits = max(1, LB)
         front, back, lines = self.front, self.back, self.lines
+        # the line port's requests as the arbiter hands them on (`lreq`): the port itself, or
+        # the input of a skid buffer in front of it (`line_slice`)
+        if self.line_slice:
+            m.submodules.line_slice = lslice = SkidBuffer(lines.req.payload.shape())
+            lreq = lslice.i
+            m.d.comb += [lines.req.valid.eq(lslice.o.valid),
+                         lines.req.payload.eq(lslice.o.payload),
+                         lslice.o.ready.eq(lines.req.ready)]
+        else:
+            lreq = lines.req
 
         def set_of(row):
             if S == 0:
@@ -902,10 +945,21 @@ class CacheController(wiring.Component):
         m.submodules.rroute = rroute = SyncFIFOBuffered(width=route_layout.size,
                                                         depth=self.line_outstanding)
         # (so is the write routes' head: a fill's last beat is found from registers)
-        m.submodules.wroute = wroute = HeadFIFO(width=route_layout.size, depth=4)
+        m.submodules.wroute = wroute = HeadFIFO(width=route_layout.size,
+                                                depth=5 if self.line_slice else 4)
         rr_in, wr_in = Signal(route_layout), Signal(route_layout)
         m.d.comb += [rroute.w_data.eq(rr_in), wroute.w_data.eq(wr_in)]
         rr, wrt = route_layout(rroute.r_data), route_layout(wroute.r_data)
+        # Room in each route FIFO for this cycle's write (at most one per FIFO per cycle). With
+        # `line_slice`, registered and one entry short: a FIFO holding at most `depth - 2`
+        # entries at the last edge has room now, so the line port's arbitration starts at
+        # flip-flops (the write routes get a fifth entry to make up for it).
+        if self.line_slice:
+            rroom, wroom = Signal(), Signal()
+            m.d.sync += [rroom.eq(rroute.level <= rroute.depth - 2),
+                         wroom.eq(wroute.level <= wroute.depth - 2)]
+        else:
+            rroom, wroom = rroute.w_rdy, wroute.w_rdy
 
         # ---- command state ---------------------------------------------------------------
         cmd_active = Signal()   # the walker owns the tag store
@@ -967,13 +1021,19 @@ class CacheController(wiring.Component):
         upd_now = Signal()
         req_set = Signal(set_w)
         hold = Signal()
+        LA = self.lookahead
+        # Without lookahead, a request of the set stage 3 holds waits in stage 1 until the
+        # update is written, and one cycle more (`just`: the last cycle's update was of stage
+        # 1's set), so that the word it takes is read after the write.
+        just = Signal()
         m.d.comb += [
             upd_now.eq(s3_fire & ~s3["err"]),
             req_set.eq(set_of(req_row)),
             s3_take.eq(pre["valid"] & (~s3["valid"] | s3_fire)),
             hold.eq((s2["valid"] & (s2["set"] == r["set"]))
                     | ((c["valid"] & (c["set"] == r["set"])) if CS == 2 else 0)
-                    | (s3["valid"] & ~s3_fire & (s3["set"] == r["set"]))),
+                    | ((s3["valid"] & ~s3_fire & (s3["set"] == r["set"])) if LA
+                       else ((s3["valid"] & (s3["set"] == r["set"])) | just))),
             s2_take.eq(r["valid"] & (~s2["valid"] | s2_leave) & ~hold),
             front.req.ready.eq((~r["valid"] | s2_take) & ~self.cmd.valid & ~cmd_active),
             accept.eq(front.req.valid & front.req.ready),
@@ -1039,8 +1099,21 @@ class CacheController(wiring.Component):
         # the way holds that row's tag, valid, and stage 2's request hits it. At most one MSHR
         # fetches a row, so the sequence number is an OR of the matching one.
         mshr_match = Signal(M)
-        m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == pre["row"])
-                                      for i in range(M)))
+        if CS == 2 and not LA:
+            # (without lookahead, with two compare stages: the rows compared in stage 2 and
+            # registered, `c_mmatch`, kept only while their MSHR stays valid; exact, as the
+            # MSHRs allocated meanwhile are of the sets ahead, which stage "c" never holds,
+            # and a freed MSHR's bit is cleared before it can be allocated again)
+            c_mmatch = Signal(M)
+            with m.If(s2_leave):
+                m.d.sync += c_mmatch.eq(Cat(mshr_valid[i] & (mshr_row[i] == s2["row"])
+                                            for i in range(M)))
+            with m.Else():
+                m.d.sync += c_mmatch.eq(c_mmatch & mshr_valid)
+            m.d.comb += mshr_match.eq(c_mmatch & mshr_valid)
+        else:
+            m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == pre["row"])
+                                          for i in range(M)))
         merge_seq = Signal(seq_bits)
         merge_terms = Const(0, seq_bits)
         for i in range(M):
@@ -1077,6 +1150,8 @@ class CacheController(wiring.Component):
         stage_sets = {"into": (into_pre["set"], into_take, into_src),
                       "pre": (pre["set"], pre_take, into_pre["set"]),
                       "s3": (s3["set"], s3_take, pre["set"])}
+        if not LA:          # (only stage 3's victim is checked, in stage 3)
+            stage_sets = {"s3": stage_sets["s3"]}
         q_wr = [Signal(name=f"q{i}_wr") for i in range(Q)]     # entry i takes the push
         q_eq = [{} for _ in range(Q)]
         for key, (cur, take, src) in stage_sets.items():
@@ -1084,8 +1159,14 @@ class CacheController(wiring.Component):
                 flag = Signal(name=f"q{i}_eq_{key}", reset_less=True)
                 q_eq[i][key] = flag
                 entry = q_ops[i].set
-                m.d.sync += flag.eq(Mux(q_wr[i], Mux(take, s3["set"] == src, s3["set"] == cur),
-                                        Mux(take, entry == src, entry == cur)))
+                if LA:
+                    m.d.sync += flag.eq(Mux(q_wr[i], Mux(take, s3["set"] == src,
+                                                         s3["set"] == cur),
+                                            Mux(take, entry == src, entry == cur)))
+                else:
+                    # (an entry written with stage 3's operation is of a set stage 3 no longer
+                    # holds: it takes a request of another set, or empties)
+                    m.d.sync += flag.eq(~q_wr[i] & Mux(take, entry == src, entry == cur))
 
         def way_oh(op):
             return Const(1, W) << op.way[:max(1, ceil_log2(W))] if W > 1 else Const(1, 1)
@@ -1115,11 +1196,13 @@ class CacheController(wiring.Component):
             if W == 1:
                 return hit_set
             return Mux(hit_set, Const(1, W) << s3_sel[:max(1, ceil_log2(W))], 0)
-        pin_r, pin_2 = pinned_ways("into", into_pre["set"]), pinned_ways("pre", pre["set"])
-        pin_s2 = Signal(W)
-        m.d.sync += pin_s2.eq(Mux(pre_take,
-                                  Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
-                                  Mux(push, pin_2 | pushed_way(pre["set"]), pin_2)))
+        if LA:
+            pin_r = pinned_ways("into", into_pre["set"])
+            pin_2 = pinned_ways("pre", pre["set"])
+            pin_s2 = Signal(W)
+            m.d.sync += pin_s2.eq(Mux(pre_take,
+                                      Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
+                                      Mux(push, pin_2 | pushed_way(pre["set"]), pin_2)))
         # stage 3's victim is pinned when a holder's operation is of its set and way: one
         # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
         pin_s3 = Const(0, 1)
@@ -1130,16 +1213,16 @@ class CacheController(wiring.Component):
             pin_s3 = pin_s3 | same
         # both candidates are registered and chosen after the registers (`took`: stage 3 took
         # a request at the last edge), so stage 3's decision is not on their paths
+        # Without lookahead there is no entering candidate: a miss that entered stage 3 at
+        # the last edge counts as pinned for that cycle, while its own `pin_stay` is computed.
         pin_enter, pin_stay, took = Signal(), Signal(), Signal()
         pin_enter_n, pin_stay_n = Signal(), Signal()     # their next values (way slices copy)
-        if W > 1:
-            m.d.comb += [pin_enter_n.eq((pin_s2 & ch_victim_oh).any()),
-                         pin_stay_n.eq(pin_s3)]
-        else:
-            m.d.comb += [pin_enter_n.eq(pin_s2[0]), pin_stay_n.eq(pin_s3)]
+        m.d.comb += pin_stay_n.eq(pin_s3)
+        if LA:
+            m.d.comb += pin_enter_n.eq((pin_s2 & ch_victim_oh).any() if W > 1 else pin_s2[0])
         m.d.sync += [pin_enter.eq(pin_enter_n), pin_stay.eq(pin_stay_n), took.eq(s3_take)]
         pinned = Signal()
-        m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay))
+        m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay) if LA else (took | pin_stay))
         free_vec = ~mshr_valid
         free_mshr = Signal(mshr_bits)
         free_oh = Signal(M)
@@ -1281,22 +1364,22 @@ class CacheController(wiring.Component):
             dep_ok.eq(~x_wait),
             head_wait.eq(q_gap_wait.bit_select(q_head, 1)
                          & ~(fill_done_now & q_seq_next.bit_select(q_head, 1))),
-            fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroute.w_rdy),
+            fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroom),
         ]
         x_ready = Signal()
         wb_grant = Signal()
         m.d.comb += x_ready.eq(x_valid & dep_ok)
         with m.If(x_ready):
             # a malformed operation needs no line request, only its route
-            route_room = Mux(x.write, wroute.w_rdy, rroute.w_rdy)
+            route_room = Mux(x.write, wroom, rroom)
             with m.If(x.err):
                 m.d.comb += x_go.eq(route_room)
             with m.Else():
-                m.d.comb += [x_req.eq(1), lines.req.valid.eq(route_room),
-                             lines.req.payload.write.eq(x.write),
-                             lines.req.payload.addr.eq(line_addr(x.set, x.way, x.off)),
-                             lines.req.payload.beats.eq(x.beats),
-                             x_go.eq(route_room & lines.req.ready)]
+                m.d.comb += [x_req.eq(1), lreq.valid.eq(route_room),
+                             lreq.payload.write.eq(x.write),
+                             lreq.payload.addr.eq(line_addr(x.set, x.way, x.off)),
+                             lreq.payload.beats.eq(x.beats),
+                             x_go.eq(route_room & lreq.ready)]
             with m.If(x.write):
                 m.d.comb += [wr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
                              wr_in.last.eq(x.beats - 1), wroute.w_en.eq(x_go)]
@@ -1304,21 +1387,21 @@ class CacheController(wiring.Component):
                 m.d.comb += [rr_in.route.eq(Mux(x.err, _Route.NONE, _Route.FRONT)),
                              rr_in.last.eq(x.beats - 1), rroute.w_en.eq(x_go)]
         with m.Elif(fill_req):
-            m.d.comb += [lines.req.valid.eq(1), lines.req.payload.write.eq(1),
-                         lines.req.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
+            m.d.comb += [lreq.valid.eq(1), lreq.payload.write.eq(1),
+                         lreq.payload.addr.eq(line_addr(fill_head.set, fill_head.way,
                                                              Const(0, off_bits))),
-                         lines.req.payload.beats.eq(RBEATS),
+                         lreq.payload.beats.eq(RBEATS),
                          wr_in.route.eq(_Route.BACK), wr_in.last.eq(RBEATS - 1)]
-            with m.If(lines.req.ready):
+            with m.If(lreq.ready):
                 m.d.comb += wroute.w_en.eq(1)
                 m.d.sync += fill_open.eq(1)
         with m.Elif(wb_req):
-            m.d.comb += [lines.req.valid.eq(rroute.w_rdy),
-                         lines.req.payload.addr.eq(line_addr(job.set, job.way,
+            m.d.comb += [lreq.valid.eq(rroom),
+                         lreq.payload.addr.eq(line_addr(job.set, job.way,
                                                              Const(0, off_bits))),
-                         lines.req.payload.beats.eq(RBEATS),
+                         lreq.payload.beats.eq(RBEATS),
                          rr_in.route.eq(_Route.BACK), rr_in.last.eq(RBEATS - 1),
-                         wb_grant.eq(lines.req.ready & rroute.w_rdy),
+                         wb_grant.eq(lreq.ready & rroom),
                          rroute.w_en.eq(wb_grant)]
         # the executor's register takes the queue's head (or stage 3's operation, the queue
         # being empty) when it is empty or leaving
@@ -1604,6 +1687,8 @@ class CacheController(wiring.Component):
                 eq_r[key] = Signal(name=f"eq_{key}_r")
                 m.d.comb += eq_r[key].eq(st["set"] == r["set"])
         eq3_req = eq_req["s3"]
+        if not LA:
+            m.d.sync += just.eq(upd_now & Mux(~r["valid"] | s2_take, eq3_req, eq_r["s3"]))
 
         def copy(name, w, *, reset_less=False, init=0):
             return Signal(name=f"w{w}_{name}", reset_less=reset_less, init=init,
@@ -1614,8 +1699,8 @@ class CacheController(wiring.Component):
         for w in range(W):
             g, j = divmod(w, G)
             k = {n: copy(n, w) for n in ("r_v", "s2_v", "s3_v", "s3_ok", "s3_res", "took",
-                                         "pin_enter", "pin_stay", "s3_miss", "s3_hit",
-                                         "cw_en", "cw_clear")}
+                                         "pin_stay", "s3_miss", "s3_hit", "cw_en", "cw_clear",
+                                         "pin_enter" if LA else "just")}
             k.update({n: copy(n, w, reset_less=True) for n in ("s3_err", "s3_write")})
             k.update({n: copy(n, w, reset_less=True, init=1) for n in ("e2r", "e3r")})
             if CS == 2:
@@ -1627,14 +1712,17 @@ class CacheController(wiring.Component):
                                                    "take2"))
             pre_v = k["c_v"] if CS == 2 else k["s2_v"]
             m.d.comb += [
-                fire.eq(k["s3_ok"] & ~(k["s3_miss"] & (Mux(k["took"], k["pin_enter"],
-                                                           k["pin_stay"]) | ~k["s3_res"]))),
+                fire.eq(k["s3_ok"] & ~(k["s3_miss"] & ((Mux(k["took"], k["pin_enter"],
+                                                            k["pin_stay"]) if LA
+                                                        else k["took"] | k["pin_stay"])
+                                                       | ~k["s3_res"]))),
                 upd.eq(fire & ~k["s3_err"]),
                 take3.eq(pre_v & (~k["s3_v"] | fire)),
                 leave2.eq((k["s2_v"] & (~k["c_v"] | take3)) if CS == 2 else take3),
                 hold_w.eq((k["s2_v"] & k["e2r"])
                           | ((k["c_v"] & k["ecr"]) if CS == 2 else 0)
-                          | (k["s3_v"] & ~fire & k["e3r"])),
+                          | ((k["s3_v"] & ~fire & k["e3r"]) if LA
+                             else (k["s3_v"] & k["e3r"]) | k["just"])),
                 take2.eq(k["r_v"] & (~k["s2_v"] | leave2) & ~hold_w),
             ]
             ready1 = ~k["r_v"] | take2          # stage 1 takes a request (or is empty)
@@ -1649,7 +1737,7 @@ class CacheController(wiring.Component):
                 k["took"].eq(take3),
                 k["s3_ok"].eq(Mux(fire, ok_f_c, ok_h_c) & (take3 | (k["s3_v"] & ~fire))),
                 k["s3_res"].eq(Mux(fire & k["s3_miss"], res_miss_c, res_other_c)),
-                k["pin_enter"].eq(pin_enter_n), k["pin_stay"].eq(pin_stay_n),
+                k["pin_stay"].eq(pin_stay_n),
                 k["s3_miss"].eq(Mux(take3, ~pre["err"] & ~ch_hit, k["s3_miss"])),
                 k["s3_hit"].eq(Mux(take3, ch_hit, k["s3_hit"])),
                 k["s3_err"].eq(Mux(take3, pre["err"], k["s3_err"])),
@@ -1659,6 +1747,10 @@ class CacheController(wiring.Component):
                 k["e3r"].eq(Mux(take3, Mux(ready1, eq_req["pre"], eq_r["pre"]),
                                 Mux(ready1, eq_req["s3"], eq_r["s3"]))),
             ]
+            if LA:
+                m.d.sync += k["pin_enter"].eq(pin_enter_n)
+            else:
+                m.d.sync += k["just"].eq(upd & Mux(ready1, eq3_req, k["e3r"]))
             if CS == 2:
                 m.d.sync += [
                     k["c_v"].eq(leave2 | (k["c_v"] & ~take3)),
@@ -1667,11 +1759,17 @@ class CacheController(wiring.Component):
                 ]
             if j == 0:
                 # the bank's memories: read on every lookup accepted (and while stage 1 is
-                # empty, when the data are not used), their words into the output registers
+                # empty, when the data are not used; without lookahead, every cycle, stage 1's
+                # set while it waits), their words into the output registers
                 for d, (rd, wr) in enumerate(tag_ports[g]):
-                    m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
-                                                in_slice(req_set))),
-                                 rd.en.eq(ready1)]
+                    if LA:
+                        m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                                    in_slice(req_set))),
+                                     rd.en.eq(ready1)]
+                    else:
+                        m.d.comb += rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                                   Mux(ready1, in_slice(req_set),
+                                                       in_slice(r["set"]))))
                     with m.If(take2 | walk_load):
                         m.d.sync += raw[g][d].eq(rd.data)
                 bank_upd = k["cw_en"] | upd
@@ -1684,28 +1782,34 @@ class CacheController(wiring.Component):
                 m.d.comb += way_raw[w].eq(Array(raw[g][d][j] for d in range(NS))[sl])
             else:
                 m.d.comb += way_raw[w].eq(raw[g][0][j])
-            # forwarding: the last cycle's new state of this way (`fw_last`), whether that
-            # update was of stage 1's set (`fw_hit`), the state stage 1 saw before (`fw_hold`)
             new = Signal(self.way_layout, name=f"w{w}_new")
-            fw_last = Signal(self.way_layout, name=f"w{w}_fw_last", reset_less=True)
-            fw_hold = Signal(self.way_layout, name=f"w{w}_fw_hold", reset_less=True)
-            fw_word = Signal(self.way_layout, name=f"w{w}_fw_word")
-            fw_hit, r_fwd, s2_fwd = (Signal(name=f"w{w}_{n}")
-                                     for n in ("fw_hit", "r_fwd", "s2_fwd"))
-            s2_fwd_word = Signal(self.way_layout, name=f"w{w}_s2_fwd_word", reset_less=True)
-            fwd_now = upd & k["e3r"]
-            m.d.comb += fw_word.eq(Mux(fw_hit, fw_last, fw_hold))
-            m.d.sync += [fw_last.eq(new), fw_hold.eq(fw_word)]
-            with m.If(accept_w):
-                m.d.sync += [r_fwd.eq(upd & eq3_req), fw_hit.eq(upd & eq3_req)]
-            with m.Else():
-                with m.If(fwd_now):
-                    m.d.sync += r_fwd.eq(1)
-                m.d.sync += fw_hit.eq(fwd_now)
-            with m.If(take2):
-                m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
-                             s2_fwd_word.eq(Mux(fwd_now, new, fw_word))]
-            m.d.comb += way_s2[w].eq(Mux(s2_fwd, s2_fwd_word, way_raw[w]))
+            if LA:
+                # forwarding: the last cycle's new state of this way (`fw_last`), whether
+                # that update was of stage 1's set (`fw_hit`), the state stage 1 saw before
+                # (`fw_hold`)
+                fw_last = Signal(self.way_layout, name=f"w{w}_fw_last", reset_less=True)
+                fw_hold = Signal(self.way_layout, name=f"w{w}_fw_hold", reset_less=True)
+                fw_word = Signal(self.way_layout, name=f"w{w}_fw_word")
+                fw_hit, r_fwd, s2_fwd = (Signal(name=f"w{w}_{n}")
+                                         for n in ("fw_hit", "r_fwd", "s2_fwd"))
+                s2_fwd_word = Signal(self.way_layout, name=f"w{w}_s2_fwd_word",
+                                     reset_less=True)
+                fwd_now = upd & k["e3r"]
+                m.d.comb += fw_word.eq(Mux(fw_hit, fw_last, fw_hold))
+                m.d.sync += [fw_last.eq(new), fw_hold.eq(fw_word)]
+                with m.If(accept_w):
+                    m.d.sync += [r_fwd.eq(upd & eq3_req), fw_hit.eq(upd & eq3_req)]
+                with m.Else():
+                    with m.If(fwd_now):
+                        m.d.sync += r_fwd.eq(1)
+                    m.d.sync += fw_hit.eq(fwd_now)
+                with m.If(take2):
+                    m.d.sync += [s2_fwd.eq(r_fwd | fwd_now),
+                                 s2_fwd_word.eq(Mux(fwd_now, new, fw_word))]
+                m.d.comb += way_s2[w].eq(Mux(s2_fwd, s2_fwd_word, way_raw[w]))
+            else:
+                # no forwarding: stage 1 took its word from a read after the last update
+                m.d.comb += way_s2[w].eq(way_raw[w])
             # stage 2: this way's flags (registered with two compare stages)
             hit_f, inv_f, old_f = WayMatch.way_flags(way_s2[w], s2["tag"], ways=W,
                                                       policy=self.policy)

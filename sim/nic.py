@@ -51,7 +51,8 @@ import numpy as np
 from neonic.sim.engine import Engine, cycles_to_ps
 from neonic.sim.reference.cache import CacheConfig, simulate_trace
 from neonic.sim.resources import ServerPool
-from neonic.sim.timing.cache import NIC_COMPARE_STAGES, cache_cycles
+from neonic.sim.timing.cache import (NIC_COMPARE_STAGES, NIC_LINE_SLICE, NIC_LOOKAHEAD, cache_cycles,
+                                     miss_bubbles)
 from neonic.sim.timing.embedding import BagShape, predict
 from neonic.sim.timing.packetizer import estimate_tx, payload_gbps
 
@@ -385,8 +386,8 @@ def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0
 
     ``misses_elsewhere``: the misses are not served by the cache at all (the system's SmartNIC
     caches: a local-cache miss is gathered by the GPU from HBM, a remote-cache miss arrives
-    from its owner over the network), so a miss costs the cache one tag probe (one cycle of
-    its lookup pipeline) and no fill from NIC memory, no row delivery; only the hits stream
+    from its owner over the network), so a miss costs the cache one tag probe (the cycles it
+    holds the last stage of its lookup pipeline) and no fill from NIC memory, no row delivery; only the hits stream
     their rows out."""
     if lookups <= 0:
         return 0.0
@@ -398,12 +399,15 @@ def cache_lookup_time_s(cfg: NICConfig, lookups: float, *, hit_rate: float = 1.0
     if misses_elsewhere:
         hits = lookups * hit_rate
         cycles = (cache_cycles(hits, 0.0, beats, latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
-                               queue_depth=cfg.cache_queue_depth, compare_stages=NIC_COMPARE_STAGES)
+                               queue_depth=cfg.cache_queue_depth, compare_stages=NIC_COMPARE_STAGES,
+                               lookahead=NIC_LOOKAHEAD, line_slice=NIC_LINE_SLICE)
                   if hits > 0 else 0.0)
-        return (cycles + (lookups - hits)) / cfg.clock_hz
+        probe = 1 + miss_bubbles(NIC_LOOKAHEAD)    # cycles a miss holds the last lookup stage
+        return (cycles + probe * (lookups - hits)) / cfg.clock_hz
     cycles = cache_cycles(lookups, 1.0 - hit_rate, beats, latency=cfg.memory_latency_cycles,
                           mshrs=cfg.cache_mshrs, queue_depth=cfg.cache_queue_depth,
-                          compare_stages=NIC_COMPARE_STAGES)
+                          compare_stages=NIC_COMPARE_STAGES, lookahead=NIC_LOOKAHEAD,
+                          line_slice=NIC_LINE_SLICE)
     return cycles / cfg.clock_hz
 
 

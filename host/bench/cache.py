@@ -18,6 +18,12 @@ Figures:
   ahead of it waits a cycle: 0.5).
 * ``miss_throughput``: misses completed per cycle with 16 MSHRs at a backing latency of 200
   cycles (bound: 16 / (200 + a row's beats)), with the timing model's prediction beside it.
+* ``nic_organisation``: the same hit and miss figures for the organisation of the SmartNIC
+  preset's cache (``sim.units.cache.nic_cache_params``: two compare stages, no lookahead,
+  line requests through a register slice, a sliced tag store) at the small size above, lines on chip: ``hit_lookups_per_cycle`` on
+  hits to 8 rows in turn (distinct sets), ``hit_lookups_per_cycle_one_set`` (a request of
+  the set ahead waits for its update to be written and read again: 1 / ``same_set_gap``),
+  ``hit_latency_cycles``, ``miss_throughput`` with the timing model's beside it.
 * ``trace_fit_total_variation``: total variation distance between the fitted trace's reuse
   histograms and the statistics file's (``host.traces``); goal <= 0.05.
 """
@@ -32,7 +38,7 @@ from neonic.host.bench import BenchContext
 from neonic.sim.units.cache import config_of, measure_hits, measure_misses, rtl_outcomes
 from neonic.rtl.cache import OnChipCache
 from neonic.sim.reference.cache import CacheConfig, Request, simulate_trace
-from neonic.sim.timing.cache import CacheTiming
+from neonic.sim.timing.cache import NIC_COMPARE_STAGES, NIC_LINE_SLICE, NIC_LOOKAHEAD, CacheTiming
 
 SUMMARY = ("embedding-row cache: LRU/LFU hit rates on Zipf and fitted traces, RTL vs reference, "
            "hit rate/latency and miss throughput of the RTL")
@@ -135,4 +141,25 @@ def run(ctx: BenchContext) -> dict:
     figures["miss_throughput_bound"] = 16 / (200 + dut.row_beats)
     ctx.progress(f"all-miss stream, 16 MSHRs, latency 200: {miss['miss_throughput']:.4f} "
                  f"misses/cycle (model {figures['miss_throughput_model']:.4f})")
+
+    nic = dict(data_bytes=8, addr_width=20, line_beats=4, sets=16, ways=8, mshrs=16,
+               compare_stages=NIC_COMPARE_STAGES, lookahead=NIC_LOOKAHEAD,
+               line_slice=NIC_LINE_SLICE, tag_slice_sets=8)
+    org = measure_hits(OnChipCache(**nic), 200 if ctx.quick else 1000, rows=8)
+    org["hit_lookups_per_cycle_one_set"] = measure_hits(OnChipCache(**nic), 200,
+                                                        rows=1)["hit_lookups_per_cycle"]
+    dut = OnChipCache(**nic)
+    miss = measure_misses(dut, n_miss, latency=200)
+    model = CacheTiming(row_beats=dut.row_beats, mshrs=16, queue_depth=dut.queue_depth,
+                        latency=200, compare_stages=NIC_COMPARE_STAGES,
+                        lookahead=NIC_LOOKAHEAD, line_slice=NIC_LINE_SLICE).run([Request(r * 4, 4) for r in range(n_miss)],
+                                                     config_of(dut), line_beats=4)
+    org.update(miss_throughput=miss["miss_throughput"], miss_cycles=miss["miss_cycles"],
+               miss_throughput_model=n_miss / model.cycles,
+               same_set_gap=dut.controller.same_set_gap)
+    figures["nic_organisation"] = org
+    ctx.progress(f"NIC organisation: {org['hit_lookups_per_cycle']:.3f} lookups/cycle "
+                 f"({org['hit_lookups_per_cycle_one_set']:.3f} on one set), latency "
+                 f"{org['hit_latency_cycles']} cycles; misses {org['miss_throughput']:.4f}/cycle "
+                 f"(model {org['miss_throughput_model']:.4f})")
     return figures

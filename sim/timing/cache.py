@@ -6,10 +6,12 @@ than per cycle, using the outcomes of the reference model (``sim/reference/cache
 * lookup: one request per cycle; a request reaches the last lookup stage
   ``2 + compare_stages`` cycles after it is accepted (its set's state word is read from block
   RAM, registered, compared in one or two stages; the last stage updates the word and
-  queues the operation), and no earlier than ``compare_stages + 1`` cycles after the last
+  queues the operation), and no earlier than ``same_set_gap`` cycles after the last
   request of its set (it waits in stage 1 while one of its set is in a compare stage or
   has not left the last: with one compare stage, a request right behind one of its set
-  waits one cycle, with two, two cycles, and one cycle behind the one before), or later while the lookup
+  waits one cycle, with two, two cycles, and one cycle behind the one before; without the
+  controller's ``lookahead`` two cycles more, the update written and read again, and a miss
+  one cycle more in the last stage), or later while the lookup
   stalls: operation queue full (``queue_depth`` operations between lookup and their move to
   the executor's register), or, for a miss, no free MSHR, or its victim line still has an
   operation to issue;
@@ -48,7 +50,8 @@ from dataclasses import dataclass
 from neonic.rtl.cache import LineRAM
 from neonic.sim.reference.cache import ERROR, MISS, CacheConfig, CacheModel, Request, set_index
 
-__all__ = ["CacheTiming", "TimingResult", "Schedule", "cache_cycles", "LOOKUP_STAGES"]
+__all__ = ["CacheTiming", "TimingResult", "Schedule", "cache_cycles", "same_set_gap", "miss_bubbles",
+           "LOOKUP_STAGES", "NIC_COMPARE_STAGES", "NIC_LOOKAHEAD", "NIC_LINE_SLICE"]
 
 #: Cycles from the edge accepting a request to its last lookup stage (tag read, word
 #: registered, compare; the update and the queueing happen in the stage itself), with one
@@ -103,8 +106,10 @@ class _LinePort:
     earliest cycle the port is free from their ready time (the fills' and write-backs' times
     are known before the later requests' operations, which fit around them)."""
 
-    def __init__(self, latency: int, serial: bool):
-        self.latency, self.serial = latency, serial
+    def __init__(self, latency: int, serial: bool, delay: int = 0):
+        # `delay`: cycles between the controller handing a request on and the port seeing it
+        # (the controller's ``line_slice``: one); every transfer's beats move that much later
+        self.latency, self.serial, self.delay = latency, serial, delay
         self.busy: list[tuple[float, float]] = []   # serial: processing intervals, sorted
         self.read_free = 0.0                        # pipelined: next read beat slot
         self.writes: list[tuple[float, float]] = []  # pipelined: (accept, last data beat)
@@ -128,9 +133,9 @@ class _LinePort:
         """(accept cycle, first beat cycle) of a read ready at ``ready``."""
         a = self.accept(ready, beats, background)
         if self.serial:
-            return a, a + self.latency
+            return a, a + self.latency + self.delay
         before = max((end for acc, end in self.writes if acc < a), default=-1.0)
-        first = max(a + self.latency, self.read_free, before + 1)
+        first = max(a + self.latency + self.delay, self.read_free, before + 1)
         self.read_free = first + beats
         return a, first
 
@@ -139,7 +144,10 @@ class _LinePort:
         """Cycle of the last data beat of a write ready at ``ready`` whose data can flow
         from ``data_from`` (default: the cycle after acceptance)."""
         a = self.accept(ready, beats, background)
-        start = max(a + 1, data_from if data_from is not None else a + 1)
+        # (the on-chip line RAM takes a write's data once it serves the request; a pipelined
+        # controller buffers write data as they come)
+        start = max(a + 1 + (self.delay if self.serial else 0),
+                    data_from if data_from is not None else 0)
         end = start + beats - 1
         if not self.serial:
             insort(self.writes, (a, end))
@@ -156,6 +164,17 @@ class _LinePort:
 #: organisation for a tag store of thousands of sets, ``rtl.cache``): the system model's cache
 #: (``sim.nic.cache_lookup_time_s``) and the RTL built for it use this one figure.
 NIC_COMPARE_STAGES = 2
+
+#: Lookahead of a SmartNIC's local cache (``rtl.cache.CacheController``'s ``lookahead``): off
+#: in the organisation for 32 ways, where forwarding a set's 864-bit word and checking the
+#: victim against every queued operation a cycle ahead did not route on an ECP5; the system
+#: model and the RTL built for it use this one figure.
+NIC_LOOKAHEAD = False
+
+#: Whether a SmartNIC's local cache passes its line requests through a register slice
+#: (``rtl.cache.CacheController``'s ``line_slice``): on, so that the line port's ready does not
+#: reach the controller's bookkeeping; the system model and the RTL built for it use this.
+NIC_LINE_SLICE = True
 
 
 @dataclass(frozen=True)
@@ -175,10 +194,19 @@ class CacheTiming:
     line_serial: bool = True
     #: the controller's ``compare_stages`` (1 or 2)
     compare_stages: int = 1
+    #: the controller's ``lookahead``: without it a request of the set ahead waits for that
+    #: one's update to be written and read again, and a miss waits a cycle in stage 3
+    lookahead: bool = True
+    #: the controller's ``line_slice``: its line requests pass a register slice (one cycle)
+    line_slice: bool = False
 
     def __post_init__(self):
         if self.compare_stages not in (1, 2):
             raise ValueError(f"compare_stages: expected 1 or 2, got {self.compare_stages!r}")
+        for name in ("lookahead", "line_slice"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected True or False, "
+                                 f"got {getattr(self, name)!r}")
         for name in ("row_beats", "mshrs", "queue_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -191,12 +219,18 @@ class CacheTiming:
     @property
     def hit_latency(self) -> int:
         """Cycles from the edge accepting a hit (nothing ahead of it) to its first beat."""
-        return self.lookup_stages + 1 + round(self.line_latency)
+        return self.lookup_stages + 1 + round(self.line_latency) + int(self.line_slice)
 
     @property
     def lookup_stages(self) -> int:
         """Cycles from the edge accepting a request to its last lookup stage."""
         return LOOKUP_STAGES - 1 + self.compare_stages
+
+    @property
+    def same_set_gap(self) -> int:
+        """Cycles between the last lookup stages of two requests of one set
+        (``rtl.cache.CacheController.same_set_gap``)."""
+        return same_set_gap(self.compare_stages, self.lookahead)
 
     def schedule(self, requests: Sequence[Request], config: CacheConfig, *, line_beats: int,
                  offers: Sequence[float] | None = None) -> Schedule:
@@ -211,13 +245,13 @@ class CacheTiming:
         model = CacheModel(config)
         rb = self.row_beats
         lat = round(self.latency)
-        port = _LinePort(round(self.line_latency), self.line_serial)
+        port = _LinePort(round(self.line_latency), self.line_serial, int(self.line_slice))
         fill_ready: dict[int, float] = {}   # request index of a miss -> fill usable cycle
         queued: deque[float] = deque()      # cycles the queued ops move to the executor
         mshr_free_at: deque[float] = deque()  # fill-usable cycles of misses in flight
         lookup = 0.0                        # last lookup stage of the previous request
         last_of_set: dict[int, float] = {}  # set -> last lookup stage of its latest request
-        gap = self.compare_stages + 1       # cycles between two lookups of one set
+        gap = self.same_set_gap             # cycles between two lookups of one set
         seq_free = 0.0                      # back-port sequencer free from this cycle
         back_last = -1.0                    # last beat of the previous backing read
         x_free = 0.0                        # the executor's register can issue from here
@@ -233,6 +267,8 @@ class CacheTiming:
             t = max(lookup + 1, last_of_set.get(s, -gap) + gap,
                     (0.0 if offers is None else float(offers[i])) + self.lookup_stages)
             line = (s, out.way) if out.kind != ERROR else (-1, -1)
+            if out.kind == MISS:
+                t += miss_bubbles(self.lookahead)   # its victim's pending ops compared
             while True:
                 while queued and queued[0] < t:
                     queued.popleft()
@@ -311,9 +347,23 @@ class CacheTiming:
                             requests=len(requests), misses=s.misses, hits=s.hits)
 
 
+def same_set_gap(compare_stages: int, lookahead: bool) -> int:
+    """Cycles between the last lookup stages of a request and one of its set right behind it:
+    the update forwarded (``compare_stages + 1``), or written and read again
+    (``compare_stages + 3``); the controller's rule (``rtl.cache``)."""
+    return compare_stages + (1 if lookahead else 3)
+
+
+def miss_bubbles(lookahead: bool) -> int:
+    """Cycles a miss waits in the last lookup stage beyond a hit: none with lookahead, one
+    without (its victim's pending operations compared there); the controller's rule."""
+    return 0 if lookahead else 1
+
+
 def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: float,
                  mshrs: int = 16, queue_depth: int = 32, same_set: float = 0.0,
-                 compare_stages: int = 1) -> float:
+                 compare_stages: int = 1, lookahead: bool = True,
+                 line_slice: bool = False) -> float:
     """Cycles the cache controller (lines on chip) takes for ``requests`` whole-row reads of
     ``row_beats`` beats with misses spread evenly at ``miss_rate``: a closed form of
     :meth:`CacheTiming.run` for system-scale runs that have hit rates but no request traces
@@ -323,8 +373,9 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
     Per request, the larger of the MSHRs' rate and the slower of the lookup's and the line
     memory's plus the stalls of misses:
 
-    * lookup: one per cycle, plus ``compare_stages`` bubbles for a request of the same set as
-      the one before it (``same_set``: the fraction of such requests; a repeated row is one);
+    * lookup: one per cycle, plus ``same_set_gap - 1`` bubbles for a request of the same set
+      as the one before it (``same_set``: the fraction of such requests; a repeated row is
+      one), and without ``lookahead`` one per miss;
     * line memory: one transfer at a time, one beat per cycle: the read (``row_beats``) and,
       for a miss, the fill (``row_beats``, and a cycle for its write request);
     * stalls: misses whose fill
@@ -345,10 +396,13 @@ def cache_cycles(requests: float, miss_rate: float, row_beats: int, *, latency: 
         raise ValueError(f"same_set: expected a value in [0, 1], got {same_set!r}")
     if row_beats < 1:
         raise ValueError(f"row_beats: expected >= 1, got {row_beats!r}")
-    hit_latency = CacheTiming(row_beats=row_beats, compare_stages=compare_stages).hit_latency
+    hit_latency = CacheTiming(row_beats=row_beats, compare_stages=compare_stages,
+                              line_slice=line_slice).hit_latency
     fill = latency + row_beats + 2          # from lookup (the last lookup stage)
     work = row_beats + miss_rate * (row_beats + 1)
-    rate = max(work, 1.0 + same_set * compare_stages)
+    lookup = (1.0 + same_set * (same_set_gap(compare_stages, lookahead) - 1)
+              + miss_rate * miss_bubbles(lookahead))
+    rate = max(work, lookup)
     shortfall = max(0.0, fill - (queue_depth - 1) * rate)
     stall = shortfall * miss_rate / (1 + queue_depth * miss_rate)
     per_request = max(rate + stall, miss_rate * fill / mshrs)

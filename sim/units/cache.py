@@ -20,7 +20,7 @@ from neonic.sim.units import SimRequest
 from neonic.rtl.cache import CacheOp, CacheStats, LookupKind, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, Request, expected_results, random_requests
-from neonic.sim.timing.cache import NIC_COMPARE_STAGES
+from neonic.sim.timing.cache import NIC_COMPARE_STAGES, NIC_LINE_SLICE, NIC_LOOKAHEAD
 
 __all__ = ["build", "simulate", "default_workload", "measure_hits", "measure_misses",
            "rtl_outcomes", "nic_cache_params"]
@@ -56,8 +56,8 @@ def nic_cache_params(nic, *, row_bytes: int, backing_bytes: float) -> dict:
     two of beats, like the tables' row stride); as many sets (a power of two) as
     ``local_cache_bytes`` holds; a beat address wide enough for ``backing_bytes`` of backing
     tier; the lines in NIC memory, with ``line_outstanding`` covering its latency
-    (``memory_latency_cycles``) so that hits stream at one per cycle; two compare stages
-    (the organisation for a tag store of thousands of sets, see ``rtl.cache``)."""
+    (``memory_latency_cycles``) so that hits stream at one per cycle; two compare stages, no
+    lookahead and a register slice on the line requests (the organisation for a tag store of thousands of sets, see ``rtl.cache``)."""
     for name, value in (("row_bytes", row_bytes), ("backing_bytes", backing_bytes)):
         if not value > 0:
             raise ValueError(f"{name}: expected > 0, got {value!r}")
@@ -73,7 +73,8 @@ def nic_cache_params(nic, *, row_bytes: int, backing_bytes: float) -> dict:
                 row_beats=beats, sets=1 << (sets.bit_length() - 1), ways=nic.cache_ways,
                 mshrs=nic.cache_mshrs, queue_depth=nic.cache_queue_depth,
                 line_outstanding=min(256, 1 << ceil_log2(nic.memory_latency_cycles + 8)),
-                compare_stages=NIC_COMPARE_STAGES)
+                compare_stages=NIC_COMPARE_STAGES, lookahead=NIC_LOOKAHEAD,
+                line_slice=NIC_LINE_SLICE)
 
 
 def build(params: dict[str, str]) -> OnChipCache:

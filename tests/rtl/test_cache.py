@@ -157,38 +157,46 @@ def test_random_traffic_matches_shadow_and_reference(rng, policy, index, device)
     assert all(n > 10 for n in check.collisions.values()), check.summary()
 
 
-@pytest.mark.parametrize("policy,index", [("lru", "hash"), ("lfu", "modulo")])
-def test_the_nic_organisation_matches_shadow_and_reference(rng, policy, index):
+@pytest.mark.parametrize("policy,index,lookahead", [("lru", "hash", False),
+                                                    ("lfu", "modulo", True)])
+def test_the_nic_organisation_matches_shadow_and_reference(rng, policy, index, lookahead):
     """Two compare stages and a tag store in slices (here 4 slices of 2 sets, as the preset's
-    4,096 sets are 8 slices of 512): the same results as one request at a time, with the
-    reads that collide with a write poisoned in every slice."""
+    4,096 sets are 8 slices of 512), with and without lookahead (forwarding): the same
+    results as one request at a time, with the reads that collide with a write poisoned in
+    every slice."""
     dut = CacheController(**{**SMALL, "sets": 8}, policy=policy, index=index,
-                          compare_stages=2, tag_slice_sets=2)
+                          compare_stages=2, tag_slice_sets=2, lookahead=lookahead,
+                          line_slice=not lookahead)
     assert (dut.tag_slices, dut.lookup_stages) == (4, 4)
     check = _random_traffic_checked(dut, rng, rows=60)
     assert {f"tags{d}" for d in range(4)} <= set(check.collisions), check.summary()
 
 
-@pytest.mark.parametrize("policy,index", [("lru", "modulo"), ("lfu", "hash")])
-def test_the_nic_organisation_in_banks_of_ways_matches_shadow_and_reference(rng, policy, index):
+@pytest.mark.parametrize("policy,index,lookahead", [("lru", "modulo", False),
+                                                    ("lfu", "hash", True)])
+def test_the_nic_organisation_in_banks_of_ways_matches_shadow_and_reference(rng, policy, index,
+                                                                            lookahead):
     """The tag store in banks of ways (here 4 banks of 2 ways, each in 2 slices of 4 sets, as
     the preset's 32 ways are 8 banks of 4): every way slice takes the lookup's decisions from
     its own copies of the control registers, and the results are those of one request at a
     time, with the reads that collide with a write poisoned in every bank and slice."""
     dut = CacheController(**{**SMALL, "sets": 8, "ways": 8}, policy=policy, index=index,
-                          compare_stages=2, tag_slice_sets=4, bank_ways=2)
+                          compare_stages=2, tag_slice_sets=4, bank_ways=2,
+                          lookahead=lookahead, line_slice=not lookahead)
     assert (dut.tag_slices, dut.bank_ways) == (2, 2)
     check = _random_traffic_checked(dut, rng, rows=90)
     assert {f"tags{d}_b{g}" for d in range(2) for g in range(4)} <= set(check.collisions), \
         check.summary()
 
 
-@pytest.mark.parametrize("policy", ["lru", "lfu"])
-def test_two_compare_stages_see_each_others_updates_in_one_set(rng, policy):
+@pytest.mark.parametrize("policy,lookahead", [("lru", False), ("lfu", False), ("lru", True)])
+def test_two_compare_stages_see_each_others_updates_in_one_set(rng, policy, lookahead):
     """Requests of one set back to back through two compare stages: each must wait until the
-    update ahead of it is forwarded, and the outcomes are those of one request at a time."""
+    update ahead of it is forwarded (or, without lookahead, written and read again), and the
+    outcomes are those of one request at a time."""
     dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=2, mshrs=4,
-                          queue_depth=8, policy=policy, compare_stages=2, tag_slice_sets=2)
+                          queue_depth=8, policy=policy, compare_stages=2, tag_slice_sets=2,
+                          lookahead=lookahead, line_slice=not lookahead)
     rows = [0, 4, 8, 0, 4, 0, 8, 12, 8, 8, 4, 0, 12, 12, 0, 1, 0, 5, 4, 1]
     reqs = [Request(r * 4, 4, write=True, wdata=tuple((0x1000 * i + b, 0xF) for b in range(4)))
             if i % 3 == 1 else Request(r * 4, 4) for i, r in enumerate(rows)]
@@ -322,6 +330,30 @@ def test_back_to_back_hits_to_one_set_cost_one_bubble():
     dut = OnChipCache(data_bytes=4, addr_width=16, line_beats=4, sets=4, ways=4)
     figures = measure_hits(dut, 100, rows=1)
     assert figures["hit_lookups_per_cycle"] == pytest.approx(0.5, abs=0.01)
+    assert dut.controller.same_set_gap == 2
+
+
+@pytest.mark.parametrize("compare_stages,line_slice", [(1, False), (2, True)])
+def test_without_lookahead_a_request_of_one_set_reads_the_update_again(compare_stages,
+                                                                       line_slice):
+    """Without lookahead a request right behind one of its set waits until the update is
+    written and the tag store read again: hits to one row offered every cycle are looked up
+    once per ``compare_stages + 3`` cycles (``same_set_gap``); hits to 8 sets in turn
+    still one per cycle, with the same latency as with lookahead (one cycle more with the
+    register slice on the line requests)."""
+    kw = dict(data_bytes=4, addr_width=16, line_beats=4, sets=8, ways=4,
+              compare_stages=compare_stages, tag_slice_sets=2)
+    kw["line_slice"] = line_slice
+    dut = OnChipCache(**kw, lookahead=False)
+    gap = dut.controller.same_set_gap
+    assert gap == compare_stages + 3
+    assert measure_hits(dut, 60, rows=1)["hit_lookups_per_cycle"] == pytest.approx(1 / gap,
+                                                                               abs=0.01)
+    figures = measure_hits(OnChipCache(**kw, lookahead=False), 200, rows=8)
+    assert figures["hit_lookups_per_cycle"] == 1.0
+    assert figures["hit_latency_cycles"] == HIT_LATENCY + compare_stages - 1 + line_slice
+    assert figures["hit_latency_cycles"] == CacheTiming(
+        row_beats=4, compare_stages=compare_stages, line_slice=line_slice).hit_latency
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
@@ -352,6 +384,7 @@ def test_back_to_back_requests_to_one_set_see_each_others_updates(rng, policy):
     (dict(line_outstanding=1), "line_outstanding"), (dict(queue_depth=1), "queue_depth"),
     (dict(compare_stages=3), "compare_stages"), (dict(tag_slice_sets=48), "tag_slice_sets"),
     (dict(bank_ways=3), "bank_ways"), (dict(bank_ways=0), "bank_ways"),
+    (dict(lookahead=0), "lookahead"), (dict(line_slice=None), "line_slice"),
 ])
 def test_bad_parameters_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}:"):

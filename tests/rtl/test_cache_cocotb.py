@@ -36,6 +36,19 @@ def test_cache_bench_scoreboards_random_traffic(sim, seed):
         assert ep["counters"]["misses"] > 0 and ep["counters"]["hits"] > 0
 
 
+@pytest.mark.parametrize("sim", SIMS)
+def test_cache_bench_scoreboards_the_nic_organisation(sim, seed):
+    """The SmartNIC cache's organisation (two compare stages, no lookahead, line requests
+    through a register slice, tags in slices) on the bare controller, under random traffic:
+    the generated Verilog answers as the reference model does."""
+    unit = dict(UNIT, sets=8, compare_stages=2, tag_slice_sets=2, lookahead=False,
+                line_slice=True)
+    figures = run_bench(sim, seed, unit,
+                        {"episodes": 1, "count": 150, "rows": 40, "write_fraction": 0.3,
+                         "error_fraction": 0.03, "latency": [1, 40]}, device="port")
+    assert [e["requests"] for e in figures["episodes"]] == [150]
+
+
 @pytest.mark.soak
 @pytest.mark.skipif("verilator" not in available_simulators(), reason="needs Verilator")
 def test_cache_soak_a_million_requests_under_verilator(seed):

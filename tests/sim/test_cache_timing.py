@@ -9,7 +9,7 @@ import pytest
 from neonic.rtl.cache import CacheController, OnChipCache
 from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
 from neonic.sim.reference.cache import CacheConfig, random_requests
-from neonic.sim.timing.cache import CacheTiming
+from neonic.sim.timing.cache import CacheTiming, miss_bubbles
 
 
 def rtl_cycles(dut, requests, rng, rows, latency, extra=()):
@@ -34,18 +34,22 @@ def rtl_cycles(dut, requests, rng, rows, latency, extra=()):
                         max_cycles=400_000)
 
 
-@pytest.mark.parametrize("latency,zipf,write_fraction,mshrs", [
-    (4, 1.2, 0.0, 16), (40, 1.1, 0.2, 16), (200, 1.3, 0.1, 16), (30, 0.8, 0.3, 4),
+@pytest.mark.parametrize("latency,zipf,write_fraction,mshrs,slice_", [
+    (4, 1.2, 0.0, 16, False), (40, 1.1, 0.2, 16, False), (200, 1.3, 0.1, 16, False),
+    (30, 0.8, 0.3, 4, False), (40, 1.1, 0.2, 16, True),
 ])
-def test_timing_model_within_5_percent_of_rtl(rng, latency, zipf, write_fraction, mshrs):
+def test_timing_model_within_5_percent_of_rtl(rng, latency, zipf, write_fraction, mshrs,
+                                              slice_):
+    """Lines on chip; the last case with the register slice on the line requests."""
     kw = dict(data_bytes=4, addr_width=16, line_beats=4, row_beats=4, sets=8, ways=4,
-              mshrs=mshrs)
+              mshrs=mshrs, line_slice=slice_)
     dut = OnChipCache(**kw)
     reqs = random_requests(rng, 400, rows=200, line_beats=4, row_beats=4, data_bytes=4,
                            write_fraction=write_fraction, zipf=zipf, partial_fraction=0.5)
     measured = rtl_cycles(dut, reqs, rng, 200, latency)
     model = CacheTiming(row_beats=4, mshrs=mshrs, queue_depth=dut.queue_depth,
-                        latency=latency).run(reqs, CacheConfig(8, 4), line_beats=4)
+                        latency=latency, line_slice=slice_
+                        ).run(reqs, CacheConfig(8, 4), line_beats=4)
     assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)
 
 
@@ -97,13 +101,17 @@ def test_timing_model_with_lines_in_dram_within_5_percent_of_rtl(rng, latency, l
     assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)
 
 
-@pytest.mark.parametrize("zipf,same", [(1.1, False), (1.0, True)])
-def test_timing_model_of_two_compare_stages_within_5_percent_of_rtl(rng, zipf, same):
-    """The NIC organisation (two compare stages, a sliced tag store), its lines behind a
-    pipelined memory: hits and misses spread over sets, and (``same``) runs of one set, where
-    each request waits for the update two stages ahead of it."""
+@pytest.mark.parametrize("zipf,same,lookahead", [(1.1, False, False), (1.0, True, False),
+                                                  (1.0, True, True)])
+def test_timing_model_of_two_compare_stages_within_5_percent_of_rtl(rng, zipf, same,
+                                                                    lookahead):
+    """The NIC organisation (two compare stages, a sliced tag store, no lookahead and a
+    register slice on the line requests; and with lookahead, without the slice), its lines behind a pipelined memory: hits and misses spread over sets, and
+    (``same``) runs of one set, where each request waits for the update ahead of it
+    (forwarded, or written and read again)."""
     dut = CacheController(data_bytes=4, addr_width=16, line_beats=4, row_beats=4, sets=8,
-                          ways=4, mshrs=16, compare_stages=2, tag_slice_sets=2)
+                          ways=4, mshrs=16, compare_stages=2, tag_slice_sets=2,
+                          lookahead=lookahead, line_slice=not lookahead)
     reqs = random_requests(rng, 300, rows=200, line_beats=4, row_beats=4, data_bytes=4,
                            write_fraction=0.0, zipf=zipf, partial_fraction=0.5)
     if same:                        # one-beat hits on four rows of set 0, back to back
@@ -112,8 +120,12 @@ def test_timing_model_of_two_compare_stages_within_5_percent_of_rtl(rng, zipf, s
                            data_bytes=4, rng=rng, latency=(10, 10), max_outstanding=64)
     measured = rtl_cycles(dut, reqs, rng, 200, 30, extra=[lines.process])
     model = CacheTiming(row_beats=4, mshrs=16, queue_depth=dut.queue_depth, latency=30,
-                        line_latency=10, line_serial=False, compare_stages=2
+                        line_latency=10, line_serial=False, compare_stages=2,
+                        lookahead=lookahead, line_slice=not lookahead
                         ).run(reqs, CacheConfig(8, 4), line_beats=4)
+    assert CacheTiming(row_beats=4, compare_stages=2, lookahead=lookahead).same_set_gap \
+        == dut.same_set_gap
+    assert miss_bubbles(lookahead) == dut.miss_bubbles
     assert abs(model.cycles - measured) <= 0.05 * measured, (model, measured)
     one = CacheTiming(row_beats=4, mshrs=16, queue_depth=dut.queue_depth, latency=30,
                       line_latency=10, line_serial=False).run(reqs, CacheConfig(8, 4),
@@ -121,3 +133,5 @@ def test_timing_model_of_two_compare_stages_within_5_percent_of_rtl(rng, zipf, s
     assert model.lookup_cycles >= one.lookup_cycles
     with pytest.raises(ValueError, match="^compare_stages:"):
         CacheTiming(row_beats=4, compare_stages=3)
+    with pytest.raises(ValueError, match="^lookahead:"):
+        CacheTiming(row_beats=4, lookahead=None)

@@ -21,7 +21,7 @@ from neonic.sim.nic import (
     trace_stats,
 )
 from neonic.sim.reference.cache import CacheConfig, CacheModel, Request
-from neonic.sim.timing.cache import NIC_COMPARE_STAGES, CacheTiming
+from neonic.sim.timing.cache import NIC_COMPARE_STAGES, NIC_LINE_SLICE, CacheTiming
 from neonic.sim.timing.packetizer import estimate_tx
 
 
@@ -136,16 +136,21 @@ def test_static_hot_row_cache_is_profiled_order_free_and_beats_lru_on_zipf():
 
 
 def test_cache_misses_served_elsewhere_cost_one_tag_probe():
-    """A SmartNIC cache miss is served by the GPU (local) or the network (remote): one cycle
-    of the lookup pipeline, no fill, no row; hits stream their rows as usual."""
+    """A SmartNIC cache miss is served by the GPU (local) or the network (remote): the cycles
+    it holds the lookup pipeline's last stage (one, and one more without lookahead: the RTL's
+    ``miss_bubbles``), no fill, no row; hits stream their rows as usual."""
+    from neonic.sim.timing.cache import NIC_LOOKAHEAD, miss_bubbles
+
     cfg = NICConfig()
     rows = 4 * cfg.datapath_bytes
-    assert cache_lookup_time_s(cfg, 1000, hit_rate=0.0, row_bytes=rows, misses_elsewhere=True) == pytest.approx(1000 / cfg.clock_hz)
+    probe = 1 + miss_bubbles(NIC_LOOKAHEAD)
+    assert cache_lookup_time_s(cfg, 1000, hit_rate=0.0, row_bytes=rows, misses_elsewhere=True) == pytest.approx(probe * 1000 / cfg.clock_hz)
     all_hit = cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows)
     assert cache_lookup_time_s(cfg, 1000, hit_rate=1.0, row_bytes=rows, misses_elsewhere=True) == pytest.approx(all_hit)
     half = cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows, misses_elsewhere=True)
-    hit_latency = CacheTiming(row_beats=4, compare_stages=NIC_COMPARE_STAGES).hit_latency
-    assert half == pytest.approx((500 * 4 + hit_latency + 500) / cfg.clock_hz)
+    hit_latency = CacheTiming(row_beats=4, compare_stages=NIC_COMPARE_STAGES,
+                              line_slice=NIC_LINE_SLICE).hit_latency
+    assert half == pytest.approx((500 * 4 + hit_latency + probe * 500) / cfg.clock_hz)
     # the RTL cache filling its own misses from NIC memory takes longer
     assert cache_lookup_time_s(cfg, 1000, hit_rate=0.5, row_bytes=rows) > half
 
@@ -176,7 +181,8 @@ def test_packetizer_time_agrees_with_the_timing_model():
 
 def test_cache_lookup_pipeline_takes_one_lookup_per_cycle():
     cfg = NICConfig(clock_hz=100e6)
-    hit_latency = CacheTiming(row_beats=1, compare_stages=NIC_COMPARE_STAGES).hit_latency   # the first response's
+    hit_latency = CacheTiming(row_beats=1, compare_stages=NIC_COMPARE_STAGES,
+                              line_slice=NIC_LINE_SLICE).hit_latency   # the first response's
     assert cache_lookup_time_s(cfg, 1000) == pytest.approx((1000 + hit_latency) / 100e6)
     assert cache_lookup_time_s(cfg, 0) == 0.0
     # whole rows are delivered one beat per cycle; misses cost time
@@ -281,8 +287,22 @@ def test_the_nic_cache_model_has_the_compare_stages_of_the_rtl_built_for_it():
     from neonic.sim.timing.cache import cache_cycles
     from neonic.sim.units.cache import nic_cache_params
 
+    from neonic.sim.timing.cache import NIC_LOOKAHEAD
+
     cfg = NICConfig()
-    assert nic_cache_params(cfg, row_bytes=256, backing_bytes=2**30)["compare_stages"] == NIC_COMPARE_STAGES == 2
+    params = nic_cache_params(cfg, row_bytes=256, backing_bytes=2**30)
+    assert params["compare_stages"] == NIC_COMPARE_STAGES == 2
+    assert params["lookahead"] is NIC_LOOKAHEAD is False
+    assert params["line_slice"] is NIC_LINE_SLICE is True
     one = cache_cycles(10, 0.0, 1, latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
-                       queue_depth=cfg.cache_queue_depth, compare_stages=1)
+                       queue_depth=cfg.cache_queue_depth, compare_stages=1,
+                       line_slice=NIC_LINE_SLICE)
     assert cache_lookup_time_s(cfg, 10) * cfg.clock_hz == pytest.approx(one + 1)
+    # without lookahead a miss holds the lookup a cycle longer, and a request of the set
+    # ahead waits two cycles more than with it
+    kw = dict(latency=cfg.memory_latency_cycles, mshrs=cfg.cache_mshrs,
+              queue_depth=cfg.cache_queue_depth, compare_stages=2)
+    assert (cache_cycles(100, 0.0, 1, same_set=0.5, **kw, lookahead=False)
+            == pytest.approx(cache_cycles(100, 0.0, 1, same_set=0.5, **kw) + 100))
+    assert (cache_lookup_time_s(cfg, 10, hit_rate=0.5, misses_elsewhere=True)
+            == pytest.approx(cache_lookup_time_s(cfg, 5) + 10 / cfg.clock_hz))
