@@ -209,6 +209,75 @@ class Contribution:
     def unpacked(self) -> "Contribution":
         return self
 
+    def add_into(self, out: np.ndarray, sign: float = 1.0) -> None:
+        """``out += vec`` (``sign`` 1.0), else ``out -= vec``: what :meth:`State.add` does with
+        the figures."""
+        if sign == 1.0:
+            out += self.vec
+        else:
+            out -= self.vec
+
+
+@jit(cache=True, nogil=True)
+def _add_columns(v, cols, idx, sub):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``v += cols[:, idx]`` (``sub``: ``v -= cols[:, idx]``) element by element, without the
+    gathered array: the same sums (one addition per element)."""
+    rows, n = v.shape
+    for i in range(rows):
+        for r in range(n):
+            if sub:
+                v[i, r] = v[i, r] - cols[i, idx[r]]
+            else:
+                v[i, r] = v[i, r] + cols[i, idx[r]]
+
+
+def add_columns(out: np.ndarray, cols: np.ndarray, idx: np.ndarray, sign: float = 1.0) -> None:
+    """``out += cols[:, idx]`` (``sign`` 1.0), else ``out -= cols[:, idx]``: in one compiled
+    pass where ``out`` is a C-ordered float array (:func:`_add_columns`), else numpy's."""
+    if (out.dtype == np.float64 and out.flags.c_contiguous and out.flags.writeable and cols.dtype == np.float64
+            and out.shape[0] == cols.shape[0]):
+        _add_columns(out, cols, idx, sign != 1.0)
+    elif sign == 1.0:
+        out += cols[:, idx]
+    else:
+        out -= cols[:, idx]
+
+
+@jit(cache=True, nogil=True)
+def _pack_groups(vec, bits, w, first, index):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The grouping of ``PackedContribution.pack_np``: each column's fingerprint (``(w[:, None]
+    * vec).sum(axis=0)``: numpy adds the rows of a C-ordered array one after the other, from
+    the first), its columns ordered by it (a stable sort, as ``np.unique``'s mergesort; equal
+    fingerprints, -0.0 and 0.0 among them, one group), each group's first column into
+    ``first`` and each column's group into ``index``; then every column checked bit for bit
+    (``bits``: ``vec`` viewed as integers) against its group's first. Returns the groups, or 0
+    where the check fails or a fingerprint is NaN (numpy's path then decides)."""
+    rows, n = vec.shape
+    fp = np.empty(n)
+    for r in range(n):
+        fp[r] = w[0] * vec[0, r]
+    for i in range(1, rows):
+        for r in range(n):
+            fp[r] = fp[r] + w[i] * vec[i, r]
+    for r in range(n):
+        if fp[r] != fp[r]:
+            return 0
+    perm = np.argsort(fp, kind="mergesort")
+    k = -1
+    for j in range(n):
+        p = perm[j]
+        if j == 0 or fp[p] != fp[perm[j - 1]]:
+            k += 1
+            first[k] = p
+        index[p] = k
+    for r in range(n):
+        f = first[index[r]]
+        if f != r:
+            for i in range(rows):
+                if bits[i, r] != bits[i, f]:
+                    return 0
+    return k + 1
+
 
 class PackedContribution:
     """A :class:`Contribution` kept by its distinct columns: ``cols[:, index]`` is its ``vec``,
@@ -233,7 +302,21 @@ class PackedContribution:
         """``c`` packed, exactly: columns grouped by a fingerprint (a weighted sum of their
         figures, each column's computed alike), the result checked byte for byte against
         ``c`` (so -0.0 and 0.0 stay apart), and where two different columns share a
-        fingerprint, grouped by their bytes instead (slower: a sort of whole columns)."""
+        fingerprint, grouped by their bytes instead (slower: a sort of whole columns). In one
+        compiled pass (:func:`_pack_groups`) where the figures are a C-ordered float array:
+        :meth:`pack_np`'s columns and index, bit for bit."""
+        vec = c.vec
+        if vec.dtype == np.float64 and vec.ndim == 2 and vec.flags.c_contiguous and vec.shape[0] == cls._WEIGHTS.size:
+            first = np.empty(vec.shape[1], dtype=np.intp)
+            index = np.empty(vec.shape[1], dtype=np.intp)
+            k = _pack_groups(vec, vec.view(np.int64), cls._WEIGHTS, first, index)
+            if k > 0:
+                return cls(vec[:, first[:k]], index, c.dp_bytes)
+        return cls.pack_np(c)
+
+    @classmethod
+    def pack_np(cls, c: Contribution) -> "PackedContribution":
+        """:meth:`pack` with numpy's array operations (the specification of the compiled pass)."""
         vec = c.vec
         fp = (cls._WEIGHTS[:, None] * vec).sum(axis=0)
         _, first, index = np.unique(fp, return_index=True, return_inverse=True)
@@ -265,6 +348,10 @@ class PackedContribution:
     def unpacked(self) -> Contribution:
         return Contribution(self.vec, self.dp_bytes)
 
+    def add_into(self, out: np.ndarray, sign: float = 1.0) -> None:
+        """``out += vec`` (``sign`` 1.0), else ``out -= vec``, without building ``vec``."""
+        add_columns(out, self.cols, self.index, sign)
+
 
 class State(Contribution):
     """The sum of the contributions of every placed table."""
@@ -276,10 +363,7 @@ class State(Contribution):
         return cls(np.zeros((_ROWS, world)))
 
     def add(self, c: Contribution, sign: float = 1.0) -> None:
-        if sign == 1.0:
-            self.vec += c.vec
-        else:
-            self.vec -= c.vec
+        c.add_into(self.vec, sign)
         self.dp_bytes += sign * c.dp_bytes
 
     def plus(self, adds: list[Contribution], subs: list[Contribution]) -> "State":
@@ -287,10 +371,10 @@ class State(Contribution):
         vec = self.vec.copy()
         dp = self.dp_bytes
         for c in subs:
-            vec -= c.vec
+            c.add_into(vec, -1.0)
             dp -= c.dp_bytes
         for c in adds:
-            vec += c.vec
+            c.add_into(vec)
             dp += c.dp_bytes
         return State(vec, dp)
 
@@ -383,6 +467,33 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (com
             comm = best if c == 0 else comm + best
         out[r] = emb + comm + dp_s
     return out
+
+
+@jit(cache=True, nogil=True)
+def _balance_totals(B, cols, idx, alpha, bw, fobo, ar, out):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The search's tie-breaking totals (``host.planner.search._totals_batch``) of the state
+    ``B + cols[:, idx]`` into ``out``, rank by rank without the state: its kernel rows summed,
+    plus ``fobo`` where the rank has kernels, plus each AlltoAll's time (``rank_times_s``
+    unscaled, added in order from the first), plus ``ar``, in numpy's order of operations:
+    the same figures."""
+    n = B.shape[1]
+    for r in range(n):
+        j = idx[r]
+        x = (B[0, r] + cols[0, j]) + (B[1, r] + cols[1, j])
+        x = x + (B[2, r] + cols[2, j])
+        x = x + (fobo if B[3, r] + cols[3, j] > 0.5 else 0.0)
+        comm = 0.0
+        for c in range(5):
+            best = 0.0
+            for k in range(2):
+                sent = B[4 + 4 * c + k, r] + cols[4 + 4 * c + k, j]
+                recv = B[6 + 4 * c + k, r] + cols[6 + 4 * c + k, j]
+                busiest = sent if sent >= recv else recv
+                t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
+                if k == 0 or t > best:
+                    best = t
+            comm = best if c == 0 else comm + best
+        out[r] = (x + comm) + ar
 
 
 #: The row of a contribution a shard's host bytes go to, by its tier (-1: none, in HBM).
@@ -638,6 +749,16 @@ class CostModel:
             return self.totals_np(state)
         return _rank_totals(v, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead,
                             self._dp_allreduce_s(state.dp_bytes))
+
+    def balance_totals_plus(self, B: np.ndarray, cols: np.ndarray, idx: np.ndarray, dp_bytes: float,
+                            out: np.ndarray) -> None:
+        """The search's tie-breaking per-rank totals (``host.planner.search._totals_batch``) of
+        the state ``B + cols[:, idx]`` (a state's figures plus a packed contribution's columns)
+        into ``out``, without building the state: one compiled pass (:func:`_balance_totals`),
+        the same figures."""
+        alpha, bw = self._alpha_bw()
+        ar = float(np.array([self._allreduce_s(dp_bytes)])[0])
+        _balance_totals(B, cols, idx, alpha, bw, self._fwd_overhead + self._bwd_overhead, ar, out)
 
     def totals_np(self, state: State) -> np.ndarray:
         """:meth:`totals` with numpy's array operations (the specification of the loop)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, PackedContribution, State
+from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, PackedContribution, State, add_columns
 from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
@@ -130,6 +130,11 @@ class _Relabeled(Contribution):
     def vec(self) -> np.ndarray:  # type: ignore[override]
         base = self.base
         return base.vec if self.inv is None else base.cols[:, base.index[self.inv]]
+
+    def add_into(self, out: np.ndarray, sign: float = 1.0) -> None:
+        """``out += vec`` (``sign`` 1.0), else ``out -= vec``, without building ``vec``."""
+        base = self.base
+        add_columns(out, base.cols, base.index if self.inv is None else base.index[self.inv], sign)
 
 
 class _MadePlan(TablePlan):
@@ -618,12 +623,15 @@ class Placer:
         its = its[idx]
         cost, B = self.cost, self.state.vec
         # the lowest (objective, balance) score, the first on a tie, as NeoPlanner._best picks it
-        from neonic.host.planner.search import _totals_batch
-
+        # (the tied candidates' totals as ``search._totals_batch`` gives them, each from the
+        # state and its columns: no state built per candidate)
         vec = lambda i: B + specs[i][1].cols[:, specs[i][2]]  # noqa: E731  (a candidate's state)
         low = min(float(x) for x in its)
         tied = [j for j in range(len(idx)) if float(its[j]) == low]
-        totals = _totals_batch(cost, np.stack([vec(idx[j]) for j in tied]), [dps[idx[j]] for j in tied])
+        totals = np.empty((len(tied), B.shape[1]))
+        for row, j in enumerate(tied):
+            i = int(idx[j])
+            cost.balance_totals_plus(B, specs[i][1].cols, specs[i][2], dps[i], totals[row])
         best = None
         for t, j in zip(totals, tied):
             score = (float(its[j]), float(np.dot(t, t)))

@@ -229,6 +229,80 @@ def test_packed_contributions_are_their_columns_bit_for_bit():
     assert packed.columns(sel).tobytes() == c.columns(sel).tobytes()
 
 
+def test_compiled_packing_groups_columns_as_numpy_does():
+    # the compiled pass (fingerprints, stable sort, byte check) gives numpy's columns and index,
+    # bit for bit: repeated columns, -0.0 beside 0.0, columns a last bit apart, and columns
+    # whose fingerprints collide (numpy's path then groups them by their bytes)
+    from neonic.host.planner.cost import Contribution, PackedContribution
+
+    rng = np.random.default_rng(3)
+    rows = PackedContribution._WEIGHTS.size
+    for trial in range(60):
+        n, k = int(rng.integers(2, 600)), int(rng.integers(1, 30))
+        base = rng.standard_normal((rows, k)) * 10.0 ** rng.integers(-12, 12, size=(rows, 1))
+        base[rng.random(base.shape) < 0.3] = -0.0 if trial % 3 == 0 else 0.0
+        vec = np.ascontiguousarray(base[:, rng.integers(0, k, n)])
+        if trial % 4 == 1:
+            vec[3, 0] = np.nextafter(vec[3, 0], np.inf)
+        if trial % 4 == 2:   # two different columns, one fingerprint (w0 w1 = w1 w0)
+            w = PackedContribution._WEIGHTS
+            vec[:, :2] = 0.0
+            vec[0, 0], vec[1, 1] = w[1], w[0]
+        got, want = PackedContribution.pack(Contribution(vec, 2.0)), PackedContribution.pack_np(Contribution(vec, 2.0))
+        assert got.cols.tobytes() == want.cols.tobytes() and got.cols.shape == want.cols.shape, trial
+        assert got.index.tobytes() == want.index.tobytes() and got.index.dtype == want.index.dtype, trial
+        assert got.vec.tobytes() == vec.tobytes()
+
+
+def test_states_add_packed_and_relabeled_contributions_as_their_figures():
+    # a packed (or relabeled) contribution is added to a state's figures column by column,
+    # without building them: the same sums as adding its figures
+    from neonic.host.planner.cost import Contribution, PackedContribution, State
+    from neonic.host.planner.placer import _Relabeled
+
+    rng = np.random.default_rng(1)
+    rows = Contribution.zeros(1).vec.shape[0]
+    for _ in range(20):
+        n, k = int(rng.integers(2, 300)), int(rng.integers(1, 8))
+        vec = rng.standard_normal((rows, k))[:, rng.integers(0, k, n)] * 10.0 ** rng.integers(-9, 9, size=(rows, 1))
+        packed = PackedContribution.pack(Contribution(vec, 1.5))
+        for c in (packed, _Relabeled(packed, rng.permutation(n).astype(np.int32)), _Relabeled(packed, None)):
+            start = rng.standard_normal((rows, n)) * 1e3
+            st, want = State(start.copy(), 2.0), start.copy()
+            st.add(c)
+            want += c.vec
+            assert st.vec.tobytes() == want.tobytes() and st.dp_bytes == 3.5
+            st.add(c, -1.0)
+            want -= c.vec
+            assert st.vec.tobytes() == want.tobytes() and st.dp_bytes == 2.0
+            got = State(start.copy(), 0.0).plus([c], [c, c])
+            want = start - c.vec - c.vec + c.vec
+            assert got.vec.tobytes() == want.tobytes() and got.dp_bytes == -1.5
+
+
+def test_tie_breaking_totals_of_a_state_and_columns_are_the_searchs():
+    # the greedy's tie-break (per-rank totals of the state plus a packed contribution's
+    # columns) computed without the state: the figures search._totals_batch gives the state
+    from neonic.host.planner.search import _totals_batch
+
+    s = _system(nodes=2, g=4)
+    cost = CostModel(_skewed(6), s)
+    rng = np.random.default_rng(0)
+    n = s.world_size
+    for _ in range(40):
+        B = np.abs(rng.standard_normal((30, n))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        B[rng.random(B.shape) < 0.3] = 0.0
+        B[3] = rng.integers(0, 3, n)
+        cols = np.abs(rng.standard_normal((30, 3))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        cols[rng.random(cols.shape) < 0.3] = 0.0
+        cols[3] = rng.integers(0, 2, 3)
+        idx = rng.integers(0, 3, n)
+        dp = float(rng.choice([0.0, 1e6, 3.3e7]))
+        out = np.empty(n)
+        cost.balance_totals_plus(B, cols, idx, dp, out)
+        assert out.tobytes() == _totals_batch(cost, (B + cols[:, idx])[None], [dp])[0].tobytes()
+
+
 class _PackingPlacer(Placer):
     """A placer whose caches cannot hold one contribution per table: it keeps them packed."""
     CACHE_BYTES = 1
