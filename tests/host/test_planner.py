@@ -362,6 +362,44 @@ def test_the_objective_is_the_fixed_point_of_the_sharing_models(monkeypatch):
         assert tight == pytest.approx(figure, rel=1e-9), name
 
 
+def test_hbm_sharing_priced_in_pieces_gives_the_same_figures(monkeypatch):
+    """The kernel/collective HBM losses priced a few pairs at a time (``HBM_CHUNK``: thousands
+    of ranks) give every plan of a batch the figure they give all at once, bit for bit: each
+    kernel's losses summed in the order of its pairs across the pieces."""
+    from neonic.host.iteration import ScheduleTemplate
+    from neonic.host.planner import PLANNER_NAMES, make_plan
+
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(12)
+    cost = CostModel(w, s)
+    states = []
+    for name in PLANNER_NAMES:
+        try:
+            plan = make_plan(w, s, name, cost=cost)
+        except ValueError:
+            continue
+        p = Placer(w, s, cost)
+        for tp in plan:
+            p.place(tp)
+        states.append(p.state)
+    vecs, dps = np.stack([st.vec for st in states]), [st.dp_bytes for st in states]
+    calls = []
+    rows = ScheduleTemplate._hbm_rows
+
+    def counted(self, *args):
+        calls.append(args[2].size)
+        return rows(self, *args)
+
+    monkeypatch.setattr(ScheduleTemplate, "_hbm_rows", counted)
+    whole = cost.iteration_s_batch(vecs, dps)
+    assert max(calls) > 1
+    calls.clear()
+    monkeypatch.setattr(ScheduleTemplate, "HBM_CHUNK", 1)   # one pair a piece
+    pieces = cost.iteration_s_batch(vecs, dps)
+    assert max(calls) == 1
+    assert pieces.tobytes() == whole.tobytes()
+
+
 def _same_work(a, b) -> bool:
     """Two CompactWorks with the same figures, bit for bit."""
     if (a.table, a.dp_allreduce_bytes, a.shapes) != (b.table, b.dp_allreduce_bytes, b.shapes):
