@@ -270,12 +270,10 @@ def _pack_groups(vec, bits, w, first, index):  # pragma: no cover  (compiled; NE
             k += 1
             first[k] = p
         index[p] = k
-    for r in range(n):
-        f = first[index[r]]
-        if f != r:
-            for i in range(rows):
-                if bits[i, r] != bits[i, f]:
-                    return 0
+    for i in range(rows):   # (row by row: the figures in memory order)
+        for r in range(n):
+            if bits[i, r] != bits[i, first[index[r]]]:
+                return 0
     return k + 1
 
 

@@ -532,10 +532,14 @@ class Placer:
         for i, (members, n) in enumerate(groups):
             node_map[n] = i
             fill[n] = len(members) % g
-        rest = [n for n in range(nodes) if n not in by_node]
+        rest = np.ones(nodes, dtype=bool)            # the nodes holding no shard, in order
+        rest[list(by_node)] = False
         node_map[rest] = np.arange(len(groups), nodes)
-        r = np.arange(self.world)
-        inv = node_map[r // g] * g + fill[r // g]
+        if nodes * g == self.world:   # (each node's figure for each of its ranks)
+            inv = np.repeat(node_map * g + fill, g)
+        else:
+            r = np.arange(self.world)
+            inv = node_map[r // g] * g + fill[r // g]
         for i, (members, _) in enumerate(groups):
             for j, (_, rank) in enumerate(members):
                 inv[rank] = i * g + j
@@ -554,7 +558,7 @@ class Placer:
         if tp.sharding == ST.DATA_PARALLEL:
             # (the same test as shard by shard, on the arrays: a plan over every rank)
             if (ranks.size == self.world and (arr == arr[:, :1]).all() and (code == code[0]).all()
-                    and np.unique(ranks).size == self.world):
+                    and _distinct(ranks)):
                 return ("dp", ("__dp__", tp.table, TIERS[int(code[0])], tuple(int(x) for x in arr[:, 0])))
             return ("own",)
         if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
@@ -570,7 +574,7 @@ class Placer:
                 at0 = _MadePlan.new(tp.table, tp.sharding, (list(range(m)), arr, code), None)
                 key = ("__node__", tp.table, tp.sharding, arr.tobytes(), code.tobytes())
                 return ("node", key, at0, first)
-        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and np.unique(ranks).size == ranks.size:
+        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and _distinct(ranks):
             # (two column pieces on one rank add up on it: such a plan is costed as it is)
             key, inv = self._column_class(tp)
             return ("cw", key, inv)
@@ -766,6 +770,17 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _distinct(ranks: np.ndarray) -> bool:
+    """Whether ``ranks`` holds no rank twice (``np.unique(ranks).size == ranks.size``, without
+    its sort where the ranks are few, or ascending one by one as a plan over every rank has
+    them)."""
+    if ranks.size <= 64:
+        return len(set(ranks.tolist())) == ranks.size
+    if ranks.size and (np.diff(ranks) == 1).all():
+        return True
+    return bool(np.unique(ranks).size == ranks.size)
 
 
 def _relabelings(world: int, g: int) -> np.ndarray:
