@@ -552,6 +552,52 @@ def _phase_maxima(vecs, scale, alpha, bw, fo, bo, fwd, bwd, comm):  # pragma: no
         comm[t] = total
 
 
+@jit(cache=True, nogil=True)
+def _proxy_plus(minus, cols, idx, caps, scale, alpha, bw, fo, bo, out):  # pragma: no cover  (compiled)
+    """:func:`_phase_maxima` of the state ``minus + cols[:, idx]`` (a state's figures less a
+    table's, plus a packed contribution's columns), without building it (each figure the one
+    addition numpy's would make), and whether it fits the memory caps ``caps`` (HBM, DRAM,
+    SSD, each with its tolerance added: ``x <= cap`` on every rank). ``out``: fits (1.0 or
+    0.0), the forward's and backward's slowest rank, the AlltoAlls' slowest ranks summed."""
+    n = minus.shape[1]
+    fits = 1.0
+    for row in range(24, 27):
+        for r in range(n):
+            if not minus[row, r] + cols[row, idx[r]] <= caps[row - 24]:
+                fits = 0.0
+    f = -np.inf
+    b = -np.inf
+    for r in range(n):
+        j = idx[r]
+        half = (minus[2, r] + cols[2, j]) / 2
+        busy = 1.0 if minus[3, r] + cols[3, j] > 0.5 else 0.0
+        a = (minus[0, r] + cols[0, j]) + busy * fo
+        a = a if a >= half else half
+        f = a if a > f else f
+        a = (minus[1, r] + cols[1, j]) + busy * bo
+        a = a if a >= half else half
+        b = a if a > b else b
+    total = 0.0
+    for c in range(5):
+        worst = -np.inf
+        for r in range(n):
+            j = idx[r]
+            best = 0.0
+            for k in range(2):
+                sent = (minus[4 + 4 * c + k, r] + cols[4 + 4 * c + k, j]) * scale[c]
+                recv = (minus[6 + 4 * c + k, r] + cols[6 + 4 * c + k, j]) * scale[c]
+                busiest = sent if sent >= recv else recv
+                t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
+                if k == 0 or t > best:
+                    best = t
+            worst = best if best > worst else worst
+        total += worst
+    out[0] = fits
+    out[1] = f
+    out[2] = b
+    out[3] = total
+
+
 class CostModel:
     """Costs plans (and table contributions) for one workload on one system."""
 
@@ -998,6 +1044,19 @@ class CostModel:
         _phase_maxima(vecs, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead, fwd, bwd, comm)
         dps = np.broadcast_to(np.asarray(dps, float), (T,))
         return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
+
+    def barrier_sum_plus(self, minus: np.ndarray, cols: np.ndarray, idx: np.ndarray, dp_bytes: float,
+                         caps: np.ndarray) -> float | None:
+        """:meth:`barrier_sum_batch` of the one state ``minus + cols[:, idx]`` (a state less a
+        table's figures, plus a packed contribution's columns), without building it: the same
+        figure (one compiled pass, :func:`_proxy_plus`); None where it does not fit ``caps``
+        (HBM, DRAM, SSD bytes, tolerance included)."""
+        alpha, bw = self._alpha_bw()
+        out = np.empty(4)
+        _proxy_plus(minus, cols, idx, caps, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead, out)
+        if out[0] == 0.0:
+            return None
+        return float(out[1] + out[2] + out[3] + self._allreduce_total_s(float(dp_bytes)))
 
     def barrier_sum_batch_np(self, vecs: np.ndarray, dps) -> np.ndarray:
         """:meth:`barrier_sum_batch` with numpy's array operations (the specification)."""

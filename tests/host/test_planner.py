@@ -280,6 +280,61 @@ def test_states_add_packed_and_relabeled_contributions_as_their_figures():
             assert got.vec.tobytes() == want.tobytes() and got.dp_bytes == -1.5
 
 
+def test_the_proxy_of_a_state_and_columns_is_the_batchs():
+    # the balancing search's proxy of the state less a table plus a packed plan's columns,
+    # computed without the state: barrier_sum_batch's figure of the state, and the same fit test
+    s = _system(nodes=2, g=4)
+    cost = CostModel(_skewed(6), s)
+    rng = np.random.default_rng(2)
+    n = s.world_size
+    caps = np.array([4e9, 1e12, 1e12])
+    fitted = 0
+    for _ in range(60):
+        B = np.abs(rng.standard_normal((30, n))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        B[rng.random(B.shape) < 0.3] = 0.0
+        B[3] = rng.integers(0, 3, n)
+        B[24] = rng.random(n) * 3e9
+        cols = np.abs(rng.standard_normal((30, 3))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        cols[rng.random(cols.shape) < 0.3] = 0.0
+        cols[3] = rng.integers(0, 2, 3)
+        cols[24] = rng.random(3) * 1.5e9
+        idx = rng.integers(0, 3, n)
+        dp = float(rng.choice([0.0, 1e6, 3.3e7]))
+        state = B + cols[:, idx]
+        fits = bool((state[24] <= caps[0]).all() and (state[25] <= caps[1]).all() and (state[26] <= caps[2]).all())
+        got = cost.barrier_sum_plus(B, cols, idx, dp, caps)
+        if not fits:
+            assert got is None
+            continue
+        fitted += 1
+        assert got == float(cost.barrier_sum_batch(state[None], [dp])[0])
+    assert 10 < fitted < 60
+
+
+def test_the_search_over_packed_contributions_makes_the_plan_of_the_unpacked_one(monkeypatch):
+    # a search whose caches keep contributions packed (1024 ranks and up) takes the fast paths
+    # (the greedy by node, the balancing proxy from the state and the plans' columns, states
+    # added column by column): the plan of the search over whole figures
+    import neonic.host.planner.cost as cost_module
+
+    class Packing(NeoPlanner):
+        CACHE_BYTES = 1
+
+    calls = [0]
+    plus = cost_module.CostModel.barrier_sum_plus
+
+    def counted(self, *args):
+        calls[0] += 1
+        return plus(self, *args)
+
+    monkeypatch.setattr(cost_module.CostModel, "barrier_sum_plus", counted)
+    s, w = _system(nodes=4, g=4, dram=50), skewed_workload(24, 1)
+    packed = Packing(w, s, workers=1)
+    assert packed._pack
+    assert packed.run() == NeoPlanner(w, s, workers=1).run()
+    assert calls[0] > 100
+
+
 def test_tie_breaking_totals_of_a_state_and_columns_are_the_searchs():
     # the greedy's tie-break (per-rank totals of the state plus a packed contribution's
     # columns) computed without the state: the figures search._totals_batch gives the state
