@@ -54,9 +54,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from neonic.host.planner.cost import CostModel, State
+from neonic.host.planner.cost import CostModel, PackedContribution, State
 from neonic.host.planner.parallel import ForkedServer, Lockstep, available_workers, map_forked
-from neonic.host.planner.placer import Placer, _Placed, check_fits
+from neonic.host.planner.placer import Placer, _Placed, _Relabeled, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
@@ -1297,9 +1297,6 @@ class NeoPlanner(Placer):
 def _packed_columns(c) -> tuple[np.ndarray, np.ndarray] | None:
     """A contribution kept packed as its columns and each rank's column (``vec`` is
     ``cols[:, idx]``), None for one held as its figures."""
-    from neonic.host.planner.cost import PackedContribution
-    from neonic.host.planner.placer import _Relabeled
-
     if isinstance(c, _Relabeled):
         base = c.base
         return base.cols, (base.index if c.inv is None else base.index[c.inv])
