@@ -1026,12 +1026,23 @@ class ScheduleTemplate:
             sel = rows[wide[row_k] == flag]
             if sel.size == 0:
                 continue
-            # in pieces of at most HBM_CHUNK elements per array (thousands of ranks), in order
             W = N if flag else 1
+            # the kernels' spans and losses, each kernel's once for all its pieces: ``(K, T, W)``
+            kern = np.unique(kidx[sel])                           # the kernels, in order
+            ks0 = np.empty((kern.size, T, W))
+            ke0 = np.empty((kern.size, T, W))
+            extra = np.zeros((kern.size, T, W))
+            for n, ki in enumerate(kern.tolist()):
+                ks0[n], ke0[n] = spans[order[ki]]
+            # the pairs in pieces of at most HBM_CHUNK elements per array (thousands of ranks),
+            # in order: each kernel's losses summed in the order of its pairs, piece after piece
             step = max(1, self.HBM_CHUNK // (T * W))
             for n, at in enumerate(range(0, sel.size, step)):
                 part = sel[at:at + step]
-                self._hbm_rows((flag, n), W, part, meet[part], prep, spans, S, E, own, kown, rates, xr, xc, got)
+                self._hbm_rows((flag, n), W, part, meet[part], prep, (kern, ks0, ke0, extra), S, E, own, kown,
+                               rates, xc, got)
+            for n, ki in enumerate(kern.tolist()):
+                xr[order[ki]] = extra[n]
         rates["__got__"] = (got, wide, N)
         return xr, xc, got
 
@@ -1040,12 +1051,13 @@ class ScheduleTemplate:
     HBM_CHUNK = 1 << 20
 
     def _hbm_rows(self, tag: tuple, W: int, rows: np.ndarray, meet: np.ndarray, prep: tuple,
-                  spans: dict, S: np.ndarray, E: np.ndarray, own: np.ndarray | None,
-                  kown: dict | None, rates: dict, xr: dict, xc: np.ndarray, got: dict) -> None:
+                  kernels: tuple, S: np.ndarray, E: np.ndarray, own: np.ndarray | None,
+                  kown: dict | None, rates: dict, xc: np.ndarray, got: dict) -> None:
         """:meth:`_hbm_extra` for the (kernel, collective) pairs ``rows`` (flat indices, in
         order; ``meet``: the candidates each meets, ``(rows, T)``) of kernels ``W`` ranks wide,
         all at once (:func:`_hbm_meetings`, rank by rank over every (pair, candidate) that
-        meets): each kernel's losses are added to ``xr`` in the order of its pairs, the
+        meets): each kernel's losses are added to its row of ``kernels`` = (the kernels, their
+        starts, ends and losses so far, ``(K, T, W)``) in the order of its pairs, the
         collectives' taken into ``xc`` (a maximum), each pair's put in ``got`` (``(T, W)``, 0
         for the candidates it does not meet). ``tag``: which call of the pass (what is kept
         from the last pass is kept per tag)."""
@@ -1054,17 +1066,9 @@ class ScheduleTemplate:
         R = rows.size
         row_k = kidx[rows]
         row_c = flat_c[rows]
-        kern = np.unique(row_k)                                   # the kernels, in order
+        kern, ks0, ke0, extra = kernels
         kpos = np.searchsorted(kern, row_k)
         names = [order[k] for k in row_k.tolist()]
-        ks0 = np.empty((kern.size, T, W))
-        ke0 = np.empty((kern.size, T, W))
-        extra = np.zeros((kern.size, T, W))
-        for n, ki in enumerate(kern.tolist()):
-            ks0[n], ke0[n] = spans[order[ki]]
-            so_far = xr.get(order[ki], 0.0)       # (a kernel's sum so far, from an earlier call)
-            if not np.isscalar(so_far):
-                extra[n] = so_far
         # each pair's loss of rate k and k / (1 - k), the kernel's and the collective's (0 where
         # the collective loses nothing), ``(T, W)``: the same every pass, so each pair's is
         # made once an evaluation, in a bank of them (its row: ``bank[0][pair]``)
@@ -1126,8 +1130,6 @@ class ScheduleTemplate:
                       own is not None, wide_bank[1], wide_bank[2], wide_bank[3], wide_bank[4],
                       one[1], one[2], one[3], one[4], brow[mr], src, mrow[mr],
                       flat_any[rows][mr], extra, full, xc)
-        for n, ki in enumerate(kern.tolist()):
-            xr[order[ki]] = extra[n]
         for r, (i, c) in enumerate(zip(names, row_c.tolist())):
             got[i, c] = full[r]
         rates[("__mine__", tag)] = (rows, got, full)

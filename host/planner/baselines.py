@@ -41,12 +41,13 @@ def _weight_greedy(name: str, weight: Callable[[TableSpec, WorkloadSpec], float]
         for table in sorted(workload.tables, key=lambda t: (not too_big(t), -weight(t, workload))):
             w = weight(table, workload)
             size = p.shard_bytes(table, table.rows, table.dim)
-            order = [int(r) for r in np.argsort(load, kind="stable")]
+            by_load = np.argsort(load, kind="stable")
+            order = by_load.tolist()
             tp = None
             if size <= p.caps[0]:
                 # the first rank in load order whose free HBM holds the whole table (where
                 # make() would choose the "hbm" tier), found at once instead of rank by rank
-                room = (p.caps[0] - p.state.hbm)[order] >= size
+                room = (p.caps[0] - p.state.hbm)[by_load] >= size
                 if room.any():
                     tp = p.make(table, ST.TABLE_WISE, [order[int(room.argmax())]])
             m = max(2, math.ceil(size / p.caps[0]))
@@ -95,7 +96,7 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
             raise p.fits_nowhere(table)
         choices.append((best[0], table, best[1], best[2]))
     for est, table, kind, m in sorted(choices, key=lambda c: -c[0]):
-        order = [int(r) for r in np.argsort(load, kind="stable")]
+        order = np.argsort(load, kind="stable").tolist()
         tp = None
         if kind in (ST.ROW_WISE, ST.DATA_PARALLEL):
             tp = p.make(table, kind, list(range(world)))

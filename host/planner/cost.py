@@ -209,6 +209,73 @@ class Contribution:
     def unpacked(self) -> "Contribution":
         return self
 
+    def add_into(self, out: np.ndarray, sign: float = 1.0) -> None:
+        """``out += vec`` (``sign`` 1.0), else ``out -= vec``: what :meth:`State.add` does with
+        the figures."""
+        if sign == 1.0:
+            out += self.vec
+        else:
+            out -= self.vec
+
+
+@jit(cache=True, nogil=True)
+def _add_columns(v, cols, idx, sub):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``v += cols[:, idx]`` (``sub``: ``v -= cols[:, idx]``) element by element, without the
+    gathered array: the same sums (one addition per element)."""
+    rows, n = v.shape
+    for i in range(rows):
+        for r in range(n):
+            if sub:
+                v[i, r] = v[i, r] - cols[i, idx[r]]
+            else:
+                v[i, r] = v[i, r] + cols[i, idx[r]]
+
+
+def add_columns(out: np.ndarray, cols: np.ndarray, idx: np.ndarray, sign: float = 1.0) -> None:
+    """``out += cols[:, idx]`` (``sign`` 1.0), else ``out -= cols[:, idx]``: in one compiled
+    pass where ``out`` is a C-ordered float array (:func:`_add_columns`), else numpy's."""
+    if (out.dtype == np.float64 and out.flags.c_contiguous and out.flags.writeable and cols.dtype == np.float64
+            and out.shape[0] == cols.shape[0]):
+        _add_columns(out, cols, idx, sign != 1.0)
+    elif sign == 1.0:
+        out += cols[:, idx]
+    else:
+        out -= cols[:, idx]
+
+
+@jit(cache=True, nogil=True)
+def _pack_groups(vec, bits, w, first, index):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The grouping of ``PackedContribution.pack_np``: each column's fingerprint (``(w[:, None]
+    * vec).sum(axis=0)``: numpy adds the rows of a C-ordered array one after the other, from
+    the first), its columns ordered by it (a stable sort, as ``np.unique``'s mergesort; equal
+    fingerprints, -0.0 and 0.0 among them, one group), each group's first column into
+    ``first`` and each column's group into ``index``; then every column checked bit for bit
+    (``bits``: ``vec`` viewed as integers) against its group's first. Returns the groups, or 0
+    where the check fails or a fingerprint is NaN (numpy's path then decides)."""
+    rows, n = vec.shape
+    fp = np.empty(n)
+    for r in range(n):
+        fp[r] = w[0] * vec[0, r]
+    for i in range(1, rows):
+        for r in range(n):
+            fp[r] = fp[r] + w[i] * vec[i, r]
+    for r in range(n):
+        if fp[r] != fp[r]:
+            return 0
+    perm = np.argsort(fp, kind="mergesort")
+    k = -1
+    for j in range(n):
+        p = perm[j]
+        if j == 0 or fp[p] != fp[perm[j - 1]]:
+            k += 1
+            first[k] = p
+        index[p] = k
+    for i in range(rows):   # (row by row: the figures in memory order)
+        for r in range(n):
+            if bits[i, r] != bits[i, first[index[r]]]:
+                return 0
+    return k + 1
+
 
 class PackedContribution:
     """A :class:`Contribution` kept by its distinct columns: ``cols[:, index]`` is its ``vec``,
@@ -233,7 +300,21 @@ class PackedContribution:
         """``c`` packed, exactly: columns grouped by a fingerprint (a weighted sum of their
         figures, each column's computed alike), the result checked byte for byte against
         ``c`` (so -0.0 and 0.0 stay apart), and where two different columns share a
-        fingerprint, grouped by their bytes instead (slower: a sort of whole columns)."""
+        fingerprint, grouped by their bytes instead (slower: a sort of whole columns). In one
+        compiled pass (:func:`_pack_groups`) where the figures are a C-ordered float array:
+        :meth:`pack_np`'s columns and index, bit for bit."""
+        vec = c.vec
+        if vec.dtype == np.float64 and vec.ndim == 2 and vec.flags.c_contiguous and vec.shape[0] == cls._WEIGHTS.size:
+            first = np.empty(vec.shape[1], dtype=np.intp)
+            index = np.empty(vec.shape[1], dtype=np.intp)
+            k = _pack_groups(vec, vec.view(np.int64), cls._WEIGHTS, first, index)
+            if k > 0:
+                return cls(vec[:, first[:k]], index, c.dp_bytes)
+        return cls.pack_np(c)
+
+    @classmethod
+    def pack_np(cls, c: Contribution) -> "PackedContribution":
+        """:meth:`pack` with numpy's array operations (the specification of the compiled pass)."""
         vec = c.vec
         fp = (cls._WEIGHTS[:, None] * vec).sum(axis=0)
         _, first, index = np.unique(fp, return_index=True, return_inverse=True)
@@ -265,6 +346,10 @@ class PackedContribution:
     def unpacked(self) -> Contribution:
         return Contribution(self.vec, self.dp_bytes)
 
+    def add_into(self, out: np.ndarray, sign: float = 1.0) -> None:
+        """``out += vec`` (``sign`` 1.0), else ``out -= vec``, without building ``vec``."""
+        add_columns(out, self.cols, self.index, sign)
+
 
 class State(Contribution):
     """The sum of the contributions of every placed table."""
@@ -276,10 +361,7 @@ class State(Contribution):
         return cls(np.zeros((_ROWS, world)))
 
     def add(self, c: Contribution, sign: float = 1.0) -> None:
-        if sign == 1.0:
-            self.vec += c.vec
-        else:
-            self.vec -= c.vec
+        c.add_into(self.vec, sign)
         self.dp_bytes += sign * c.dp_bytes
 
     def plus(self, adds: list[Contribution], subs: list[Contribution]) -> "State":
@@ -287,10 +369,10 @@ class State(Contribution):
         vec = self.vec.copy()
         dp = self.dp_bytes
         for c in subs:
-            vec -= c.vec
+            c.add_into(vec, -1.0)
             dp -= c.dp_bytes
         for c in adds:
-            vec += c.vec
+            c.add_into(vec)
             dp += c.dp_bytes
         return State(vec, dp)
 
@@ -385,6 +467,33 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (com
     return out
 
 
+@jit(cache=True, nogil=True)
+def _balance_totals(B, cols, idx, alpha, bw, fobo, ar, out):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The search's tie-breaking totals (``host.planner.search._totals_batch``) of the state
+    ``B + cols[:, idx]`` into ``out``, rank by rank without the state: its kernel rows summed,
+    plus ``fobo`` where the rank has kernels, plus each AlltoAll's time (``rank_times_s``
+    unscaled, added in order from the first), plus ``ar``, in numpy's order of operations:
+    the same figures."""
+    n = B.shape[1]
+    for r in range(n):
+        j = idx[r]
+        x = (B[0, r] + cols[0, j]) + (B[1, r] + cols[1, j])
+        x = x + (B[2, r] + cols[2, j])
+        x = x + (fobo if B[3, r] + cols[3, j] > 0.5 else 0.0)
+        comm = 0.0
+        for c in range(5):
+            best = 0.0
+            for k in range(2):
+                sent = B[4 + 4 * c + k, r] + cols[4 + 4 * c + k, j]
+                recv = B[6 + 4 * c + k, r] + cols[6 + 4 * c + k, j]
+                busiest = sent if sent >= recv else recv
+                t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
+                if k == 0 or t > best:
+                    best = t
+            comm = best if c == 0 else comm + best
+        out[r] = (x + comm) + ar
+
+
 #: The row of a contribution a shard's host bytes go to, by its tier (-1: none, in HBM).
 _HOST_ROW = {"hbm": -1, "dram": 25, "ssd": 26}
 
@@ -441,6 +550,52 @@ def _phase_maxima(vecs, scale, alpha, bw, fo, bo, fwd, bwd, comm):  # pragma: no
                 worst = best if best > worst else worst
             total += worst
         comm[t] = total
+
+
+@jit(cache=True, nogil=True)
+def _proxy_plus(minus, cols, idx, caps, scale, alpha, bw, fo, bo, out):  # pragma: no cover  (compiled)
+    """:func:`_phase_maxima` of the state ``minus + cols[:, idx]`` (a state's figures less a
+    table's, plus a packed contribution's columns), without building it (each figure the one
+    addition numpy's would make), and whether it fits the memory caps ``caps`` (HBM, DRAM,
+    SSD, each with its tolerance added: ``x <= cap`` on every rank). ``out``: fits (1.0 or
+    0.0), the forward's and backward's slowest rank, the AlltoAlls' slowest ranks summed."""
+    n = minus.shape[1]
+    fits = 1.0
+    for row in range(24, 27):
+        for r in range(n):
+            if not minus[row, r] + cols[row, idx[r]] <= caps[row - 24]:
+                fits = 0.0
+    f = -np.inf
+    b = -np.inf
+    for r in range(n):
+        j = idx[r]
+        half = (minus[2, r] + cols[2, j]) / 2
+        busy = 1.0 if minus[3, r] + cols[3, j] > 0.5 else 0.0
+        a = (minus[0, r] + cols[0, j]) + busy * fo
+        a = a if a >= half else half
+        f = a if a > f else f
+        a = (minus[1, r] + cols[1, j]) + busy * bo
+        a = a if a >= half else half
+        b = a if a > b else b
+    total = 0.0
+    for c in range(5):
+        worst = -np.inf
+        for r in range(n):
+            j = idx[r]
+            best = 0.0
+            for k in range(2):
+                sent = (minus[4 + 4 * c + k, r] + cols[4 + 4 * c + k, j]) * scale[c]
+                recv = (minus[6 + 4 * c + k, r] + cols[6 + 4 * c + k, j]) * scale[c]
+                busiest = sent if sent >= recv else recv
+                t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
+                if k == 0 or t > best:
+                    best = t
+            worst = best if best > worst else worst
+        total += worst
+    out[0] = fits
+    out[1] = f
+    out[2] = b
+    out[3] = total
 
 
 class CostModel:
@@ -638,6 +793,16 @@ class CostModel:
             return self.totals_np(state)
         return _rank_totals(v, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead,
                             self._dp_allreduce_s(state.dp_bytes))
+
+    def balance_totals_plus(self, B: np.ndarray, cols: np.ndarray, idx: np.ndarray, dp_bytes: float,
+                            out: np.ndarray) -> None:
+        """The search's tie-breaking per-rank totals (``host.planner.search._totals_batch``) of
+        the state ``B + cols[:, idx]`` (a state's figures plus a packed contribution's columns)
+        into ``out``, without building the state: one compiled pass (:func:`_balance_totals`),
+        the same figures."""
+        alpha, bw = self._alpha_bw()
+        ar = float(np.array([self._allreduce_s(dp_bytes)])[0])
+        _balance_totals(B, cols, idx, alpha, bw, self._fwd_overhead + self._bwd_overhead, ar, out)
 
     def totals_np(self, state: State) -> np.ndarray:
         """:meth:`totals` with numpy's array operations (the specification of the loop)."""
@@ -879,6 +1044,19 @@ class CostModel:
         _phase_maxima(vecs, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead, fwd, bwd, comm)
         dps = np.broadcast_to(np.asarray(dps, float), (T,))
         return fwd + bwd + comm + np.array([self._allreduce_total_s(float(d)) for d in dps])
+
+    def barrier_sum_plus(self, minus: np.ndarray, cols: np.ndarray, idx: np.ndarray, dp_bytes: float,
+                         caps: np.ndarray) -> float | None:
+        """:meth:`barrier_sum_batch` of the one state ``minus + cols[:, idx]`` (a state less a
+        table's figures, plus a packed contribution's columns), without building it: the same
+        figure (one compiled pass, :func:`_proxy_plus`); None where it does not fit ``caps``
+        (HBM, DRAM, SSD bytes, tolerance included)."""
+        alpha, bw = self._alpha_bw()
+        out = np.empty(4)
+        _proxy_plus(minus, cols, idx, caps, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead, out)
+        if out[0] == 0.0:
+            return None
+        return float(out[1] + out[2] + out[3] + self._allreduce_total_s(float(dp_bytes)))
 
     def barrier_sum_batch_np(self, vecs: np.ndarray, dps) -> np.ndarray:
         """:meth:`barrier_sum_batch` with numpy's array operations (the specification)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, PackedContribution, State
+from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, PackedContribution, State, add_columns
 from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
@@ -130,6 +130,11 @@ class _Relabeled(Contribution):
     def vec(self) -> np.ndarray:  # type: ignore[override]
         base = self.base
         return base.vec if self.inv is None else base.cols[:, base.index[self.inv]]
+
+    def add_into(self, out: np.ndarray, sign: float = 1.0) -> None:
+        """``out += vec`` (``sign`` 1.0), else ``out -= vec``, without building ``vec``."""
+        base = self.base
+        add_columns(out, base.cols, base.index if self.inv is None else base.index[self.inv], sign)
 
 
 class _MadePlan(TablePlan):
@@ -527,10 +532,14 @@ class Placer:
         for i, (members, n) in enumerate(groups):
             node_map[n] = i
             fill[n] = len(members) % g
-        rest = [n for n in range(nodes) if n not in by_node]
+        rest = np.ones(nodes, dtype=bool)            # the nodes holding no shard, in order
+        rest[list(by_node)] = False
         node_map[rest] = np.arange(len(groups), nodes)
-        r = np.arange(self.world)
-        inv = node_map[r // g] * g + fill[r // g]
+        if nodes * g == self.world:   # (each node's figure for each of its ranks)
+            inv = np.repeat(node_map * g + fill, g)
+        else:
+            r = np.arange(self.world)
+            inv = node_map[r // g] * g + fill[r // g]
         for i, (members, _) in enumerate(groups):
             for j, (_, rank) in enumerate(members):
                 inv[rank] = i * g + j
@@ -549,7 +558,7 @@ class Placer:
         if tp.sharding == ST.DATA_PARALLEL:
             # (the same test as shard by shard, on the arrays: a plan over every rank)
             if (ranks.size == self.world and (arr == arr[:, :1]).all() and (code == code[0]).all()
-                    and np.unique(ranks).size == self.world):
+                    and _distinct(ranks)):
                 return ("dp", ("__dp__", tp.table, TIERS[int(code[0])], tuple(int(x) for x in arr[:, 0])))
             return ("own",)
         if tp.sharding in (ST.TABLE_ROW_WISE, ST.TABLE_COLUMN_WISE):
@@ -565,7 +574,7 @@ class Placer:
                 at0 = _MadePlan.new(tp.table, tp.sharding, (list(range(m)), arr, code), None)
                 key = ("__node__", tp.table, tp.sharding, arr.tobytes(), code.tobytes())
                 return ("node", key, at0, first)
-        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and np.unique(ranks).size == ranks.size:
+        if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and _distinct(ranks):
             # (two column pieces on one rank add up on it: such a plan is costed as it is)
             key, inv = self._column_class(tp)
             return ("cw", key, inv)
@@ -618,12 +627,15 @@ class Placer:
         its = its[idx]
         cost, B = self.cost, self.state.vec
         # the lowest (objective, balance) score, the first on a tie, as NeoPlanner._best picks it
-        from neonic.host.planner.search import _totals_batch
-
+        # (the tied candidates' totals as ``search._totals_batch`` gives them, each from the
+        # state and its columns: no state built per candidate)
         vec = lambda i: B + specs[i][1].cols[:, specs[i][2]]  # noqa: E731  (a candidate's state)
         low = min(float(x) for x in its)
         tied = [j for j in range(len(idx)) if float(its[j]) == low]
-        totals = _totals_batch(cost, np.stack([vec(idx[j]) for j in tied]), [dps[idx[j]] for j in tied])
+        totals = np.empty((len(tied), B.shape[1]))
+        for row, j in enumerate(tied):
+            i = int(idx[j])
+            cost.balance_totals_plus(B, specs[i][1].cols, specs[i][2], dps[i], totals[row])
         best = None
         for t, j in zip(totals, tied):
             score = (float(its[j]), float(np.dot(t, t)))
@@ -758,6 +770,17 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _distinct(ranks: np.ndarray) -> bool:
+    """Whether ``ranks`` holds no rank twice (``np.unique(ranks).size == ranks.size``, without
+    its sort where the ranks are few, or ascending one by one as a plan over every rank has
+    them)."""
+    if ranks.size <= 64:
+        return len(set(ranks.tolist())) == ranks.size
+    if ranks.size and (np.diff(ranks) == 1).all():
+        return True
+    return bool(np.unique(ranks).size == ranks.size)
 
 
 def _relabelings(world: int, g: int) -> np.ndarray:

@@ -54,9 +54,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from neonic.host.planner.cost import CostModel, State
+from neonic.host.planner.cost import CostModel, PackedContribution, State
 from neonic.host.planner.parallel import ForkedServer, Lockstep, available_workers, map_forked
-from neonic.host.planner.placer import Placer, _Placed, check_fits
+from neonic.host.planner.placer import Placer, _Placed, _Relabeled, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
@@ -917,45 +917,68 @@ class NeoPlanner(Placer):
 
         weights: dict = {}   # the tables' weights by phase, kept between steps (:meth:`_balance_trials`)
         versions: dict[tuple[int, int], int] = {}   # by unit: moved on when a table leaves or joins it
+        caps = self.caps + 1e-6   # (each cap with the tolerance of the fit test)
+
         def best_of(trials: list, part: range, news: list) -> tuple[float, int] | None:
             """The lowest proxy of the candidates ``part`` of ``trials`` that fit and its index
-            (the first on a tie), None if none fits; their contributions in ``news``."""
-            vecs = np.empty((len(part),) + self.state.vec.shape)
-            dps: list[float] = []
+            (the first on a tie), None if none fits; their contributions in ``news``. A
+            candidate that moves one table to a plan kept packed is priced from the state less
+            the table and the plan's columns (:meth:`CostModel.barrier_sum_plus`), the others
+            on a stack of their states (:meth:`CostModel.barrier_sum_batch`): each candidate's
+            figure is its own either way."""
+            q_all = np.full(len(part), np.nan)
+            ok_all = np.zeros(len(part), dtype=bool)
+            stacked: list[tuple[int, list, list, np.ndarray, float]] = []
             # the state less each moved table, once per table (the same bits as the state copied
             # and the table subtracted: every candidate subtracts its first table first)
             less: dict[str, np.ndarray] = {}
             for k, i in enumerate(part):
                 changes = trials[i]
                 new = news[i] = [(tp, contribution(tp)) for _, tp in changes]
-                v = vecs[k]
                 first = changes[0][0]
                 minus = less.get(first)
                 if minus is None:
                     minus = less[first] = self.state.vec - vec_of(self.placed[first].contrib)
                 dp = self.state.dp_bytes - self.placed[first].contrib.dp_bytes
                 if len(changes) == 1:
-                    np.add(minus, vec_of(new[0][1]), out=v)
-                    dp += new[0][1].dp_bytes
-                else:
-                    v[...] = minus
-                    for n, _ in changes[1:]:
-                        c = self.placed[n].contrib
-                        v -= vec_of(c)
-                        dp -= c.dp_bytes
-                    for _, c in new:
-                        v += vec_of(c)
-                        dp += c.dp_bytes
-                dps.append(dp)
-            eps = 1e-6
-            ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
-                  & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
-            idx = np.nonzero(ok)[0]
+                    cols = _packed_columns(new[0][1])
+                    if cols is not None:
+                        q = self.cost.barrier_sum_plus(minus, cols[0], cols[1], dp + new[0][1].dp_bytes, caps)
+                        if q is not None:
+                            ok_all[k], q_all[k] = True, q
+                        continue
+                stacked.append((k, changes, new, minus, dp))
+            if stacked:
+                vecs = np.empty((len(stacked),) + self.state.vec.shape)
+                dps: list[float] = []
+                for v, (k, changes, new, minus, dp) in zip(vecs, stacked):
+                    if len(changes) == 1:
+                        np.add(minus, vec_of(new[0][1]), out=v)
+                        dp += new[0][1].dp_bytes
+                    else:
+                        v[...] = minus
+                        for n, _ in changes[1:]:
+                            c = self.placed[n].contrib
+                            v -= vec_of(c)
+                            dp -= c.dp_bytes
+                        for _, c in new:
+                            v += vec_of(c)
+                            dp += c.dp_bytes
+                    dps.append(dp)
+                eps = 1e-6
+                ok = ((vecs[:, 24] <= self.caps[0] + eps).all(axis=1) & (vecs[:, 25] <= self.caps[1] + eps).all(axis=1)
+                      & (vecs[:, 26] <= self.caps[2] + eps).all(axis=1))
+                idx = np.nonzero(ok)[0]
+                if idx.size:
+                    # (the stack itself where every candidate fits: the same figures, no copy of it;
+                    # each candidate's figure is its own, whatever else is in the stack)
+                    q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[k] for k in idx])
+                    at = np.array([stacked[k][0] for k in idx.tolist()], dtype=np.intp)
+                    ok_all[at], q_all[at] = True, q
+            idx = np.nonzero(ok_all)[0]
             if not idx.size:
                 return None
-            # (the stack itself where every candidate fits: the same figures, no copy of it; each
-            # candidate's figure is its own, whatever else is in the stack)
-            q = self.cost.barrier_sum_batch(vecs if idx.size == len(vecs) else vecs[idx], [dps[k] for k in idx])
+            q = q_all[idx]
             j = int(np.argmin(q))   # the first on a tie
             return float(q[j]), part[int(idx[j])]
 
@@ -1269,6 +1292,17 @@ class NeoPlanner(Placer):
                  + (f", {kicks} kicks kept" if kicks else "")
                  + (f", class moves: {'; '.join(self.moves)}" if self.moves else "") + (", exact search" if exact else ""),)
         return self.plan("neo", notes)
+
+
+def _packed_columns(c) -> tuple[np.ndarray, np.ndarray] | None:
+    """A contribution kept packed as its columns and each rank's column (``vec`` is
+    ``cols[:, idx]``), None for one held as its figures."""
+    if isinstance(c, _Relabeled):
+        base = c.base
+        return base.cols, (base.index if c.inv is None else base.index[c.inv])
+    if isinstance(c, PackedContribution):
+        return c.cols, c.index
+    return None
 
 
 def _totals_batch(cost: CostModel, vecs: np.ndarray, dps: list[float]) -> np.ndarray:

@@ -229,6 +229,135 @@ def test_packed_contributions_are_their_columns_bit_for_bit():
     assert packed.columns(sel).tobytes() == c.columns(sel).tobytes()
 
 
+def test_compiled_packing_groups_columns_as_numpy_does():
+    # the compiled pass (fingerprints, stable sort, byte check) gives numpy's columns and index,
+    # bit for bit: repeated columns, -0.0 beside 0.0, columns a last bit apart, and columns
+    # whose fingerprints collide (numpy's path then groups them by their bytes)
+    from neonic.host.planner.cost import Contribution, PackedContribution
+
+    rng = np.random.default_rng(3)
+    rows = PackedContribution._WEIGHTS.size
+    for trial in range(60):
+        n, k = int(rng.integers(2, 600)), int(rng.integers(1, 30))
+        base = rng.standard_normal((rows, k)) * 10.0 ** rng.integers(-12, 12, size=(rows, 1))
+        base[rng.random(base.shape) < 0.3] = -0.0 if trial % 3 == 0 else 0.0
+        vec = np.ascontiguousarray(base[:, rng.integers(0, k, n)])
+        if trial % 4 == 1:
+            vec[3, 0] = np.nextafter(vec[3, 0], np.inf)
+        if trial % 4 == 2:   # two different columns, one fingerprint (w0 w1 = w1 w0)
+            w = PackedContribution._WEIGHTS
+            vec[:, :2] = 0.0
+            vec[0, 0], vec[1, 1] = w[1], w[0]
+        got, want = PackedContribution.pack(Contribution(vec, 2.0)), PackedContribution.pack_np(Contribution(vec, 2.0))
+        assert got.cols.tobytes() == want.cols.tobytes() and got.cols.shape == want.cols.shape, trial
+        assert got.index.tobytes() == want.index.tobytes() and got.index.dtype == want.index.dtype, trial
+        assert got.vec.tobytes() == vec.tobytes()
+
+
+def test_states_add_packed_and_relabeled_contributions_as_their_figures():
+    # a packed (or relabeled) contribution is added to a state's figures column by column,
+    # without building them: the same sums as adding its figures
+    from neonic.host.planner.cost import Contribution, PackedContribution, State
+    from neonic.host.planner.placer import _Relabeled
+
+    rng = np.random.default_rng(1)
+    rows = Contribution.zeros(1).vec.shape[0]
+    for _ in range(20):
+        n, k = int(rng.integers(2, 300)), int(rng.integers(1, 8))
+        vec = rng.standard_normal((rows, k))[:, rng.integers(0, k, n)] * 10.0 ** rng.integers(-9, 9, size=(rows, 1))
+        packed = PackedContribution.pack(Contribution(vec, 1.5))
+        for c in (packed, _Relabeled(packed, rng.permutation(n).astype(np.int32)), _Relabeled(packed, None)):
+            start = rng.standard_normal((rows, n)) * 1e3
+            st, want = State(start.copy(), 2.0), start.copy()
+            st.add(c)
+            want += c.vec
+            assert st.vec.tobytes() == want.tobytes() and st.dp_bytes == 3.5
+            st.add(c, -1.0)
+            want -= c.vec
+            assert st.vec.tobytes() == want.tobytes() and st.dp_bytes == 2.0
+            got = State(start.copy(), 0.0).plus([c], [c, c])
+            want = start - c.vec - c.vec + c.vec
+            assert got.vec.tobytes() == want.tobytes() and got.dp_bytes == -1.5
+
+
+def test_the_proxy_of_a_state_and_columns_is_the_batchs():
+    # the balancing search's proxy of the state less a table plus a packed plan's columns,
+    # computed without the state: barrier_sum_batch's figure of the state, and the same fit test
+    s = _system(nodes=2, g=4)
+    cost = CostModel(_skewed(6), s)
+    rng = np.random.default_rng(2)
+    n = s.world_size
+    caps = np.array([4e9, 1e12, 1e12])
+    fitted = 0
+    for _ in range(60):
+        B = np.abs(rng.standard_normal((30, n))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        B[rng.random(B.shape) < 0.3] = 0.0
+        B[3] = rng.integers(0, 3, n)
+        B[24] = rng.random(n) * 3e9
+        cols = np.abs(rng.standard_normal((30, 3))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        cols[rng.random(cols.shape) < 0.3] = 0.0
+        cols[3] = rng.integers(0, 2, 3)
+        cols[24] = rng.random(3) * 1.5e9
+        idx = rng.integers(0, 3, n)
+        dp = float(rng.choice([0.0, 1e6, 3.3e7]))
+        state = B + cols[:, idx]
+        fits = bool((state[24] <= caps[0]).all() and (state[25] <= caps[1]).all() and (state[26] <= caps[2]).all())
+        got = cost.barrier_sum_plus(B, cols, idx, dp, caps)
+        if not fits:
+            assert got is None
+            continue
+        fitted += 1
+        assert got == float(cost.barrier_sum_batch(state[None], [dp])[0])
+    assert 10 < fitted < 60
+
+
+def test_the_search_over_packed_contributions_makes_the_plan_of_the_unpacked_one(monkeypatch):
+    # a search whose caches keep contributions packed (1024 ranks and up) takes the fast paths
+    # (the greedy by node, the balancing proxy from the state and the plans' columns, states
+    # added column by column): the plan of the search over whole figures
+    import neonic.host.planner.cost as cost_module
+
+    class Packing(NeoPlanner):
+        CACHE_BYTES = 1
+
+    calls = [0]
+    plus = cost_module.CostModel.barrier_sum_plus
+
+    def counted(self, *args):
+        calls[0] += 1
+        return plus(self, *args)
+
+    monkeypatch.setattr(cost_module.CostModel, "barrier_sum_plus", counted)
+    s, w = _system(nodes=4, g=4, dram=50), skewed_workload(24, 1)
+    packed = Packing(w, s, workers=1)
+    assert packed._pack
+    assert packed.run() == NeoPlanner(w, s, workers=1).run()
+    assert calls[0] > 100
+
+
+def test_tie_breaking_totals_of_a_state_and_columns_are_the_searchs():
+    # the greedy's tie-break (per-rank totals of the state plus a packed contribution's
+    # columns) computed without the state: the figures search._totals_batch gives the state
+    from neonic.host.planner.search import _totals_batch
+
+    s = _system(nodes=2, g=4)
+    cost = CostModel(_skewed(6), s)
+    rng = np.random.default_rng(0)
+    n = s.world_size
+    for _ in range(40):
+        B = np.abs(rng.standard_normal((30, n))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        B[rng.random(B.shape) < 0.3] = 0.0
+        B[3] = rng.integers(0, 3, n)
+        cols = np.abs(rng.standard_normal((30, 3))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        cols[rng.random(cols.shape) < 0.3] = 0.0
+        cols[3] = rng.integers(0, 2, 3)
+        idx = rng.integers(0, 3, n)
+        dp = float(rng.choice([0.0, 1e6, 3.3e7]))
+        out = np.empty(n)
+        cost.balance_totals_plus(B, cols, idx, dp, out)
+        assert out.tobytes() == _totals_batch(cost, (B + cols[:, idx])[None], [dp])[0].tobytes()
+
+
 class _PackingPlacer(Placer):
     """A placer whose caches cannot hold one contribution per table: it keeps them packed."""
     CACHE_BYTES = 1
@@ -286,6 +415,44 @@ def test_the_objective_is_the_fixed_point_of_the_sharing_models(monkeypatch):
     for name, figure in figures.items():
         tight = cost.evaluate(make_plan(w, s, name, cost=cost)).iteration_s
         assert tight == pytest.approx(figure, rel=1e-9), name
+
+
+def test_hbm_sharing_priced_in_pieces_gives_the_same_figures(monkeypatch):
+    """The kernel/collective HBM losses priced a few pairs at a time (``HBM_CHUNK``: thousands
+    of ranks) give every plan of a batch the figure they give all at once, bit for bit: each
+    kernel's losses summed in the order of its pairs across the pieces."""
+    from neonic.host.iteration import ScheduleTemplate
+    from neonic.host.planner import PLANNER_NAMES, make_plan
+
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(12)
+    cost = CostModel(w, s)
+    states = []
+    for name in PLANNER_NAMES:
+        try:
+            plan = make_plan(w, s, name, cost=cost)
+        except ValueError:
+            continue
+        p = Placer(w, s, cost)
+        for tp in plan:
+            p.place(tp)
+        states.append(p.state)
+    vecs, dps = np.stack([st.vec for st in states]), [st.dp_bytes for st in states]
+    calls = []
+    rows = ScheduleTemplate._hbm_rows
+
+    def counted(self, *args):
+        calls.append(args[2].size)
+        return rows(self, *args)
+
+    monkeypatch.setattr(ScheduleTemplate, "_hbm_rows", counted)
+    whole = cost.iteration_s_batch(vecs, dps)
+    assert max(calls) > 1
+    calls.clear()
+    monkeypatch.setattr(ScheduleTemplate, "HBM_CHUNK", 1)   # one pair a piece
+    pieces = cost.iteration_s_batch(vecs, dps)
+    assert max(calls) == 1
+    assert pieces.tobytes() == whole.tobytes()
 
 
 def _same_work(a, b) -> bool:
