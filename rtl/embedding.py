@@ -93,7 +93,9 @@ reaches the memory or cache in front of it. Inside, each stage stalls only itsel
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
 the stages that may wait hold queues or credits sized for what is in flight.
 
-Pre-decode (one register stage behind the input skid buffer): a header reads its table's
+Pre-decode (one register stage behind the input skid buffer, a ``PingPongBuffer`` of the item
+and what was decoded from it, so that the parse's take steers its pointers, not the enable of
+every bit of the item): a header reads its table's
 descriptor, an index is compared with the bag's padding index and row count, so that the
 parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
 chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
@@ -109,9 +111,10 @@ header cycle and its zero beats at the drain; it takes no bank and no reducer sl
 
 Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
 held in flip-flops, computed a cycle ahead from the slot heads' look-ahead: one candidate per
-slot that may go on this cycle, with that slot a constant, and one for no slot going, each for
-both outcomes of the reducer's row completion, all from flip-flops; the current grant, the
-slots' room and the row completion only select among them at the end; on its cycle only the
+slot that may go on this cycle, with that slot a constant, and one for no slot going, all from
+flip-flops; the current grant and the slots' room only select among them at the end, and the
+pacing counts the rows in flight as of the cycle before, so the reducer's row completion does
+not reach the grant; on its cycle only the
 downstream room decides whether the granted head goes; each slot's head is a
 ``PingPongBuffer``, so the grant steers its pointers, not its entries' enables), into the
 read requests and the reducer's row queue (at most ``outstanding`` rows requested and not
@@ -154,7 +157,9 @@ cycles apart. Rows of ``W`` words of ``interleave`` bags cost
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
 them by ``1/count`` for MEAN (another ``FPMul32`` per lane, the reciprocal copied to the lanes
-through a register tree like the weight's) and writes them into the output queue, one
+through a register tree like the weight's, of at least two levels, so that the read data pass
+a register with no logic before it between the block RAMs' output registers and the
+multipliers) and writes them into the output queue, one
 beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
@@ -303,8 +308,8 @@ class UnitTiming:
     ``input_latency``: cycles from an item offered on ``bags`` to its parse (the input skid
     buffer and the pre-decode stage); ``bank_free_latency``: cycles from the drain's read of
     a bag's last word to the first take that may claim the freed bank; ``pace_rows``: rows
-    in flight from which the arbiter does not serve a row of the slot it served last
-    (0: never).
+    in flight (on the cycle before) from which the arbiter does not serve a row of the slot
+    it served last (0: never).
     """
 
     data_bytes: int
@@ -495,6 +500,11 @@ class EmbeddingBagUnit(wiring.Component):
         #: register levels between the issue stage's registers and the multipliers' inputs:
         #: a fan-out tree of degree 4 from one register to ``lanes`` copies (at least one)
         self.fanout_stages = max(1, (exact_log2(self.lanes) + 1) // 2)
+        #: register levels between the drain's read-data register (the block RAMs' output
+        #: register) and its multipliers: the reciprocal's fan-out tree like the weight's, and
+        #: at least two, so that a register with no logic before it stands between the block
+        #: RAM's output register and the multiplier's first stage at every lane count
+        self.drain_fanout_stages = max(2, self.fanout_stages)
         self.info_depth = self.outstanding + 2
         self.interleave = check_int("interleave", interleave, minimum=1, maximum=8,
                                     power_of_two=True)
@@ -506,7 +516,7 @@ class EmbeddingBagUnit(wiring.Component):
         self.banks = 2 * self.interleave
         self.bank_width = max(1, exact_log2(self.banks))
         #: output queue: room for every beat the free-running drain pipeline holds
-        self.out_depth = self.drain_mul_latency + self.fanout_stages + 5
+        self.out_depth = self.drain_mul_latency + self.drain_fanout_stages + 5
 
         self.desc_layout = DescriptorLayout(table_width=self.table_width,
                                             addr_width=self.addr_width,
@@ -537,8 +547,9 @@ class EmbeddingBagUnit(wiring.Component):
             # take -> stage 1 -> fan-out stages -> mul_latency registers -> the adder's input
             reduce_latency=1 + self.fanout_stages + self.mul_latency,
             # drain read -> read register -> data register -> the reciprocal's further
-            # fan-out levels (``fanout_stages - 1``) -> multiplier -> output queue (2 cycles)
-            drain_latency=self.drain_mul_latency + self.fanout_stages + 3,
+            # fan-out levels (``drain_fanout_stages - 1``) -> multiplier -> output queue
+            # (2 cycles)
+            drain_latency=self.drain_mul_latency + self.drain_fanout_stages + 3,
             # issues of one accumulator word: the adder's latency, then the write-back
             hazard_distance=self.add_latency + 1,
             bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth,
@@ -766,31 +777,48 @@ class EmbeddingBagUnit(wiring.Component):
         # ---- pre-decode: one register stage between the input skid buffer and the parse ----
         # A header reads its table's descriptor here; an index is compared here with the
         # padding index and the row count of the bag's descriptor (that of the last header to
-        # pass this stage), so that the parse's decisions start from flip-flops.
+        # pass this stage), so that the parse's decisions start from flip-flops. The stage is
+        # a ``PingPongBuffer`` of the item and what was decoded from it: the parse's take
+        # (``parse_take``, the end of its stall logic) reaches only the buffer's pointer and
+        # flags, not the enable of every bit of the item, and the input skid buffer's
+        # ``ready`` is the buffer's registered ``ready``. Same latency (one cycle) and
+        # throughput as a register with ``ready = ~valid | take``; it holds one item more.
+        pd_layout = data.StructLayout({
+            "item": self.item_layout,
+            "desc": sdesc,           # a header's descriptor
+            "desc_ok": unsigned(1),  # ... valid, on a table that exists
+            "pad": unsigned(1),      # an index equal to the bag's padding index
+            "oob": unsigned(1),      # an index >= the bag's row count
+            "len0": unsigned(1),     # a header of an empty bag
+            "len1": unsigned(1),     # a header of a one-item bag
+        })
+        m.submodules.pre = pre = PingPongBuffer(pd_layout)
         parse_take = Signal()        # the parse consumes the pre-decoded item
-        p_valid = Signal()
-        p_item = Signal(self.item_layout)
-        p_desc = Signal(sdesc)       # a header's descriptor
-        p_desc_ok = Signal()         # ... valid, on a table that exists
-        p_pad = Signal()             # an index equal to the bag's padding index
-        p_oob = Signal()             # an index >= the bag's row count
-        p_len0 = Signal()            # a header of an empty bag
-        p_len1 = Signal()            # a header of a one-item bag
         cur_p = Signal(sdesc)        # the descriptor of the last header through this stage
         in_item = bags_in.o.payload
         in_hdr = in_item.body.bag
         in_idx = in_item.body.item
-        p_ready = ~p_valid | parse_take
-        m.d.comb += [bags_in.o.ready.eq(p_ready), desc_rd.addr.eq(in_hdr.table)]
-        with m.If(p_ready):
-            m.d.sync += [p_valid.eq(bags_in.o.valid), p_item.eq(in_item),
-                         p_desc.eq(desc_rd.data),
-                         p_desc_ok.eq(desc_rd.data.valid & (in_hdr.table < self.tables)),
-                         p_pad.eq(cur_p.pad_valid & (in_idx.index == cur_p.pad_index)),
-                         p_oob.eq(in_idx.index >= cur_p.rows),
-                         p_len0.eq(in_hdr.length == 0), p_len1.eq(in_hdr.length == 1)]
-            with m.If(bags_in.o.valid & in_item.header):
-                m.d.sync += cur_p.eq(desc_rd.data)
+        pd = pre.i.payload
+        m.d.comb += [
+            desc_rd.addr.eq(in_hdr.table),
+            pre.i.valid.eq(bags_in.o.valid), bags_in.o.ready.eq(pre.i.ready),
+            pd.item.eq(in_item), pd.desc.eq(desc_rd.data),
+            pd.desc_ok.eq(desc_rd.data.valid & (in_hdr.table < self.tables)),
+            pd.pad.eq(cur_p.pad_valid & (in_idx.index == cur_p.pad_index)),
+            pd.oob.eq(in_idx.index >= cur_p.rows),
+            pd.len0.eq(in_hdr.length == 0), pd.len1.eq(in_hdr.length == 1),
+            pre.o.ready.eq(parse_take),
+        ]
+        with m.If(bags_in.o.valid & pre.i.ready & in_item.header):
+            m.d.sync += cur_p.eq(desc_rd.data)
+        p_valid = pre.o.valid
+        p_item = pre.o.payload.item
+        p_desc = pre.o.payload.desc
+        p_desc_ok = pre.o.payload.desc_ok
+        p_pad = pre.o.payload.pad
+        p_oob = pre.o.payload.oob
+        p_len0 = pre.o.payload.len0
+        p_len1 = pre.o.payload.len1
 
         # ---- parse: one input item per cycle, row entries into the bag's slot queue -------
         item = p_item
@@ -1023,10 +1051,13 @@ class EmbeddingBagUnit(wiring.Component):
                          outstanding < self.outstanding)),
         ]
         # ``outstanding >= t`` for the pacing thresholds the next grant compares with, kept
-        # as flip-flops the same way (so the grant's next state does not wait for a compare)
+        # as flip-flops the same way (so the grant's next state does not wait for a compare).
+        # Pacing counts the rows in flight as of the cycle before (a row the reducer finishes
+        # on this cycle still counts for the next cycle's grant): so the grant does not wait
+        # for ``row_done``, which comes at the end of the reducer's stall logic.
         pr = self.pace_rows
         at_least = {}
-        for t in (pr - 1, pr, pr + 1):
+        for t in (pr - 1, pr):
             at_least[t] = Signal(name=f"outstanding_ge{t}", init=int(t <= 0))
             m.d.sync += at_least[t].eq(pick(outstanding >= t - 1, outstanding >= t + 1,
                                             outstanding >= t))
@@ -1068,8 +1099,7 @@ class EmbeddingBagUnit(wiring.Component):
             rr_after = rr_after | Mux(grant[k], (k + 1) % K, 0)
         m.d.comb += rr_next.eq(Mux(go, rr_after, rr))
         # The next grant, computed for both outcomes of this cycle's grant (it goes, or it
-        # does not) and of the reducer's ``row_done`` from flip-flops; the two handshakes
-        # pick one at the end. Per outcome, a slot's head may be granted on the next cycle when it
+        # does not) from flip-flops; the handshake picks one at the end. Per outcome, a slot's head may be granted on the next cycle when it
         # will hold an entry (the same one, or the next, seen through the read slice's
         # look-ahead when the head goes or is empty), a bag's first row only in bag order,
         # a row of the slot served last not while paced; then the round robin: slot ``k``
@@ -1090,18 +1120,15 @@ class EmbeddingBagUnit(wiring.Component):
             return Cat(*g)
 
         # The next grant is computed for each slot ``j`` whose head could go on this cycle
-        # (``went=j``) and for no head going (``went=None``), each for both values of
-        # ``row_done``: with the slot that goes a constant, what the next grant depends on
-        # (the heads as they will be, the round robin's first slot, the slot served last) is
-        # a function of flip-flops alone, and this cycle's one-hot grant, the slots' room
-        # (``can_go``) and ``row_done`` select among the candidates at the end (an AND-OR two
-        # LUTs deep). So the grant's own flip-flops start no long path.
-        def grant_after(went, done: bool):
+        # (``went=j``) and for no head going (``went=None``): with the slot that goes a
+        # constant, what the next grant depends on (the heads as they will be, the round
+        # robin's first slot, the slot served last, the rows in flight) is a function of
+        # flip-flops alone, and this cycle's one-hot grant and the slots' room (``can_go``)
+        # select among the candidates at the end (an AND-OR two LUTs deep). So the grant's
+        # own flip-flops start no long path, and the reducer's handshake reaches none.
+        def grant_after(went):
             issued = has_row_bits[went] if went is not None else Const(0, 1)
-            if done:
-                pace_n = Mux(issued, at_least[pr], at_least[pr + 1])
-            else:
-                pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
+            pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
             served = Const(1 << went, K) if went is not None else rr_prev
             st = (Mux(first_bits[went], start.rotate_left(1), start) if went is not None
                   else start)
@@ -1117,19 +1144,14 @@ class EmbeddingBagUnit(wiring.Component):
                 ready.append(r)
             return round_robin((went + 1) % K if went is not None else rr, ready)
 
-        def by_done(went):
-            return Mux(row_done, grant_after(went, True), grant_after(went, False))
-
         stay = Signal(K)             # the next grant when no head goes
-        m.d.comb += stay.eq(by_done(None))
+        m.d.comb += stay.eq(grant_after(None))
         grant_next = Signal(K)
         nxt = Mux(grant.any(), 0, stay)
         for j in range(K):
             # slot ``j``'s candidate: chosen among flip-flop-only terms by ``can_go[j]``
-            # (also flip-flops) first, then by ``row_done``, then gated by ``grant[j]``
-            cand = Mux(row_done,
-                       Mux(can_go[j], grant_after(j, True), grant_after(None, True)),
-                       Mux(can_go[j], grant_after(j, False), grant_after(None, False)))
+            # (also flip-flops), then gated by ``grant[j]``
+            cand = Mux(can_go[j], grant_after(j), stay)
             nxt = nxt | Mux(grant[j], cand, 0)
         m.d.comb += grant_next.eq(nxt)
         m.d.sync += [grant.eq(grant_next), rr.eq(rr_next), rr_prev.eq(rr_prev_next),
@@ -1563,8 +1585,9 @@ class EmbeddingBagUnit(wiring.Component):
         dctx_pipe, dx_pipe = [dctx], [d_data]
         masks = [dctx0, dctx]        # the context each tree level gates with
         recips, span = [recip_rd.data], lanes
-        for j in range(1, P + 1):
-            nspan = 1 if j == P else max(1, lanes >> (2 * j))
+        PD = self.drain_fanout_stages
+        for j in range(1, PD + 1):
+            nspan = 1 if j == PD else max(1, lanes >> (2 * j))
             copies = []
             for g in range(lanes // nspan):
                 r = Signal(32, name=f"d_recip{j}_{g}", reset_less=True)
@@ -1572,7 +1595,7 @@ class EmbeddingBagUnit(wiring.Component):
                                      _FP32_ONE))
                 copies.append(r)
             recips, span = copies, nspan
-            if j < P:
+            if j < PD:
                 c = Signal(dctx_layout, name=f"drain_fan_ctx{j}")
                 x = Signal(32 * lanes, name=f"drain_fan_x{j}", reset_less=True)
                 m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
