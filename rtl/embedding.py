@@ -55,7 +55,9 @@ Interface
     offered) - and ``indices_dropped``, ``indices_padding``, ``desc_rejected``,
     ``protocol_errors``. A counter adds an event one cycle after it happens (from a
     registered flag), and ``busy`` (a bag in the unit or at its input) stays high while an
-    event waits to be counted, so counters read once ``busy`` is low are complete.
+    event waits to be counted, so counters read once ``busy`` is low are complete. ``busy``
+    is registered (high on the cycle after one with a bag in the unit or an event waiting to
+    be counted) or'ed with ``bags.valid``: it falls one cycle after the unit goes idle.
 
 Numbers and reduction order
 ===========================
@@ -730,9 +732,22 @@ class EmbeddingBagUnit(wiring.Component):
         # (the slots' heads are two-entry queues read through a multiplexer: the arbiter's
         # grant, at the end of its logic, then steers three flip-flops per slot instead of
         # the enable of every bit of the head's entry)
-        head_sks = [read_slice(q, f"slot_h{k}", peek=True, pingpong=True)
-                    for k, q in enumerate(slots)]
+        head_sks = [read_slice(q, f"slot_h{k}", pingpong=True) for k, q in enumerate(slots)]
         heads = [sk.o for sk in head_sks]
+        # Beside each slot's head, its control fields (what the arbiter's next grant reads)
+        # through a ``SkidBuffer`` with peek that sees the same handshakes and holds the same
+        # entry on every cycle (as the row queue's head below): the grant's candidates then
+        # start from these flip-flops, not from the head's read multiplexer, whose pointer
+        # also selects every bit of the entry (a net of about 70 loads).
+        slot_ctl = data.StructLayout({"has_row": unsigned(1), "first": unsigned(1)})
+        ctl_sks = []
+        for k, (q, sk) in enumerate(zip(slots, head_sks)):
+            c = SkidBuffer(slot_ctl, peek=True)
+            m.submodules[f"slot_c{k}"] = c
+            qv = data.View(sentry, q.r_data)
+            m.d.comb += [c.i.valid.eq(q.r_rdy), c.i.payload.has_row.eq(qv.info.has_row),
+                         c.i.payload.first.eq(qv.info.first), c.o.ready.eq(sk.o.ready)]
+            ctl_sks.append(c)
         # The row queue's head, in two slices that see the same handshakes and hold the same
         # entry on every cycle: its control fields (what ``take`` and the issue's stall flags
         # read) through a SkidBuffer with peek, whose register enables are few; the whole
@@ -1014,8 +1029,8 @@ class EmbeddingBagUnit(wiring.Component):
         # every bag holding the bank a starting bag needs has all its rows ahead of it (no
         # deadlock; needs ``banks > interleave``).
         start = Signal(K, init=1)
-        hviews = [data.View(sentry, h.payload) for h in heads]
-        pviews = [data.View(sentry, sk.peek_payload) for sk in head_sks]
+        hviews = [c.o.payload for c in ctl_sks]
+        pviews = [c.peek_payload for c in ctl_sks]
         # Pacing: a row of the slot served last (``rr_prev``) waits while ``pace_rows`` rows
         # or more are in flight, so that another bag's row, when one comes, goes between two
         # rows of one bag: back to back, two rows of a bag cost the adder's read-add-write
@@ -1067,9 +1082,9 @@ class EmbeddingBagUnit(wiring.Component):
         m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
                      info_in.o.ready.eq(info_q.w_rdy)]
         # Per slot: whether its head could go if granted (flip-flops only), then the grant.
-        has_row_bits = Cat(*[hv.info.has_row for hv in hviews])
-        first_bits = Cat(*[hv.info.first for hv in hviews])
-        can_go = Cat(*[info_in.i.ready & (~hv.info.has_row | (req_out.i.ready & room))
+        has_row_bits = Cat(*[hv.has_row for hv in hviews])
+        first_bits = Cat(*[hv.first for hv in hviews])
+        can_go = Cat(*[info_in.i.ready & (~hv.has_row | (req_out.i.ready & room))
                        for hv in hviews])
         go_k = Signal(K)
         m.d.comb += go_k.eq(grant & can_go)
@@ -1133,11 +1148,11 @@ class EmbeddingBagUnit(wiring.Component):
             st = (Mux(first_bits[went], start.rotate_left(1), start) if went is not None
                   else start)
             ready = []
-            for k, (h, hv, pv, sk) in enumerate(zip(heads, hviews, pviews, head_sks)):
-                adv = Const(1, 1) if went == k else ~h.valid
-                nv = Mux(adv, sk.peek_valid, h.valid)
-                nfirst = Mux(adv, pv.info.first, hv.info.first)
-                nrow = Mux(adv, pv.info.has_row, hv.info.has_row)
+            for k, (hv, pv, c) in enumerate(zip(hviews, pviews, ctl_sks)):
+                adv = Const(1, 1) if went == k else ~c.o.valid
+                nv = Mux(adv, c.peek_valid, c.o.valid)
+                nfirst = Mux(adv, pv.first, hv.first)
+                nrow = Mux(adv, pv.has_row, hv.has_row)
                 r = nv
                 if K > 1:
                     r = r & (~nfirst | st[k]) & ~(pace_n & served[k] & nrow)
@@ -1218,11 +1233,25 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += [in_skid.has_row.eq(queue_head.has_row),
                          in_skid.first.eq(queue_head.first), in_skid.bank.eq(queue_head.bank)]
 
+        # ``w0_busy[b]``: word 0 of bank ``b`` is in the window (``recent[:al-1]``), a
+        # flip-flop per bank kept a cycle ahead (the window's next contents are this cycle's
+        # take and ``recent[:al-2]``), so that the hazard of the next entry's first word is
+        # one bit chosen by its bank instead of ``al - 1`` address compares
+        w0_busy = Signal(nb)
+        head_w0 = Signal()
+        m.d.comb += head_w0.eq(word[:self.word_width] == 0)
+        if al > 1:
+            for b in range(nb):
+                w0_addr = Cat(Const(0, self.word_width), Const(b, self.bank_width))
+                nxt = take & hc.has_row & head_w0 & (hc.bank == b)
+                for r in recent[:al - 2]:
+                    nxt = nxt | (r.valid & (r.addr == w0_addr))
+                m.d.sync += w0_busy[b].eq(nxt)
+
         def hazard_of(entry, taken: bool):
-            addr = Cat(Const(0, self.word_width), entry.bank)
-            hit = window_hit(addr)
+            hit = w0_busy.bit_select(entry.bank, 1)
             if taken:
-                hit = hit | (hc.has_row & (head_addr == addr))
+                hit = hit | (hc.has_row & head_w0 & (hc.bank == entry.bank))
             return entry.has_row & ~entry.first & hit
 
         def peek_hazard(taken: bool):
@@ -1659,9 +1688,14 @@ class EmbeddingBagUnit(wiring.Component):
             in_flight = in_flight | c.valid
         busy = Signal()
         m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)
-        # (and while an event waits to be counted: ``inc_busy_cycles_q`` is ``busy`` one
-        # cycle late)
-        m.d.comb += self.busy.eq(busy | Cat(*inc_q.values()).any())
+        # The output: ``busy`` (or an event waiting to be counted: ``inc_busy_cycles_q`` is
+        # ``busy`` one cycle late) registered, so that the wide OR over the unit ends at a
+        # flip-flop, or a bag offered at the input. Low on a cycle, it says that the unit was
+        # idle with every event counted on the cycle before, and nothing arrived since: the
+        # counters are complete.
+        busy_q = Signal(name="busy_q")
+        m.d.sync += busy_q.eq(busy | Cat(*inc_q.values()).any())
+        m.d.comb += self.busy.eq(busy_q | self.bags.valid)
         with m.If(busy):
             m.d.comb += inc["busy_cycles"].eq(1)
             with m.If(~self.bags.valid):
