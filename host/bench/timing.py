@@ -38,13 +38,8 @@ unit's inputs from one shift register fed by one serial pin, and captures all of
 into a register that is loaded on a ``load`` pin and shifted out on one serial pin. Every
 unit input therefore comes from a flip-flop and every output goes to one, no port is constant
 (nothing is optimised away), and the shell adds at most one LUT level (the load/shift mux)
-outside the unit. The ``load`` pin reaches the capture muxes through a register and, for a
-unit of more than :data:`SHELL_LOAD_FANOUT` output bits, one register copy per group of that
-many bits (kept apart in synthesis, ``KEEP_COPY_ATTR``): from the pin itself, a net of
-hundreds of loads spanning the unit was the gather's second-worst path (10.3 ns on the
-2-lane gather, seed 2), a cost of the shell, not of the unit. The shell's flip-flops are
-counted in ``ffs`` (``shell_ffs`` says how many), its LUTs are the capture muxes (about one
-per output bit).
+outside the unit. The shell's flip-flops are counted in ``ffs`` (``shell_ffs`` says how many),
+its LUTs are the capture muxes (about one per output bit).
 
 What the numbers stand for: a low-cost 28 nm FPGA at its slowest grade, open-source place and
 route (no physical optimisation, no retiming, the best of three placement seeds). An AMD UltraScale+ part
@@ -107,7 +102,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 from neonic.host.bench import BenchContext
@@ -144,11 +139,8 @@ FALLBACK_ROUTER: str | None = "router2"
 #: The placement seeds tried for every unit; the figures are the best seed's.
 PNR_SEEDS = (1, 2, 3)
 #: Bumped whenever the flow (shell, scripts, figures) changes, to invalidate cached results.
-#: 4: the DSP blocks' output registers (``absorb_dsp_registers``); 5: the shell's ``load``
-#: through registers (:class:`IOShell`).
-FLOW_VERSION = 5
-#: Capture bits driven by one register copy of the shell's ``load`` (see :class:`IOShell`).
-SHELL_LOAD_FANOUT = 64
+#: 4: the DSP blocks' output registers (``absorb_dsp_registers``).
+FLOW_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -300,9 +292,7 @@ class IOShell(Elaboratable):
     """Registers every port of ``dut`` behind two shift registers (see the module docstring).
 
     Pins: ``sin`` (serial in, shifts the input chain every cycle), ``load`` (capture all
-    outputs, two cycles later: ``load`` is registered, then copied into one register per
-    :data:`SHELL_LOAD_FANOUT` capture bits; otherwise shift the capture register), ``sout``
-    (serial out).
+    outputs; otherwise shift the capture register), ``sout`` (serial out).
     """
 
     def __init__(self, dut: wiring.Component):
@@ -316,10 +306,6 @@ class IOShell(Elaboratable):
             (self.inputs if member.flow == wiring.In else self.outputs).append(value)
         self.in_bits = sum(len(Value.cast(v)) for v in self.inputs)
         self.out_bits = sum(len(Value.cast(v)) for v in self.outputs)
-        #: the copies of the registered ``load``, one per group of capture bits
-        self.load_copies = -(-max(1, self.out_bits) // SHELL_LOAD_FANOUT)
-        #: flip-flops of the shell: the input chain, the capture register, ``load``'s
-        self.ffs = self.in_bits + max(1, self.out_bits) + 1 + self.load_copies
 
     def elaborate(self, platform):
         m = Module()
@@ -333,16 +319,11 @@ class IOShell(Elaboratable):
                 m.d.comb += v.eq(chain[pos:pos + w])
                 pos += w
         capture = Signal(max(1, self.out_bits))
-        load_q = Signal(name="load_q")
-        copies = [Signal(name=f"load_c{g}", attrs={KEEP_COPY_ATTR: "1"})
-                  for g in range(self.load_copies)]
-        m.d.sync += [load_q.eq(self.load), *[c.eq(load_q) for c in copies]]
         if self.out_bits:
-            outs = Cat(*[Value.cast(v) for v in self.outputs])
-            m.d.sync += capture.eq(Cat(*[
-                Mux(copies[i // SHELL_LOAD_FANOUT], outs[i],
-                    capture[i + 1] if i + 1 < self.out_bits else 0)
-                for i in range(self.out_bits)]))
+            with m.If(self.load):
+                m.d.sync += capture.eq(Cat(*[Value.cast(v) for v in self.outputs]))
+            with m.Else():
+                m.d.sync += capture.eq(capture >> 1)
         m.d.comb += self.sout.eq(capture[0])
         return m
 
@@ -942,7 +923,7 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         "pnr_cpu_limit_s": pnr_cpu_limit,
         "luts": cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0),
         "lut4": cells.get("LUT4", 0), "ccu2c": cells.get("CCU2C", 0),
-        "ffs": cells.get("TRELLIS_FF", 0), "shell_ffs": shell.ffs,
+        "ffs": cells.get("TRELLIS_FF", 0), "shell_ffs": shell.in_bits + max(1, shell.out_bits),
         "brams": cells.get("DP16KD", 0), "dsps": cells.get("MULT18X18D", 0),
         "bram_output_regs": cells.get("bram_output_regs", 0),
         "dsp_regs": cells.get("dsp_regs", 0),

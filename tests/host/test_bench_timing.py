@@ -25,28 +25,6 @@ def test_shell_registers_every_port_behind_three_pins():
     assert sorted(wires) == ["\\clk", "\\load", "\\rst", "\\sin", "\\sout"]
 
 
-def test_shell_load_reaches_the_capture_bits_through_kept_register_copies():
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    class Wide(wiring.Component):
-        def __init__(self):
-            super().__init__({"a": In(8), "y": Out(2 * timing.SHELL_LOAD_FANOUT + 1)})
-
-        def elaborate(self, platform):
-            from amaranth.hdl import Module
-            m = Module()
-            m.d.sync += self.y.eq(self.a.replicate(len(self.y) // 8 + 1))
-            return m
-
-    shell = timing.IOShell(Wide())
-    assert shell.load_copies == 3
-    assert shell.ffs == 8 + (2 * timing.SHELL_LOAD_FANOUT + 1) + 1 + 3
-    text = rtlil.convert(shell, name="top", ports=[shell.sin, shell.load, shell.sout])
-    kept = [line for line in text.splitlines() if timing.KEEP_COPY_ATTR in line]
-    assert len(kept) == 3
-
-
 def test_cache_key_follows_the_rtl_a_unit_imports():
     fp_add = next(s for s in timing.UNITS if s.name == "fp_add")
     gather = next(s for s in timing.UNITS if s.name == "gather")
@@ -104,7 +82,7 @@ def _fake_flow(monkeypatch, outcomes):
     """Synthesis and place and route replaced: ``outcomes`` maps a seed (router1) or a
     ``(router, seed)`` to its Fmax (or to None: that run did not finish)."""
     class Shell:
-        in_bits, out_bits, ffs = 3, 2, 7
+        in_bits, out_bits = 3, 2
 
     def synth(spec, work, timeout, progress):
         return Shell(), {"LUT4": 10, "CCU2C": 1, "TRELLIS_FF": 5, "DP16KD": 2}, True
@@ -129,7 +107,7 @@ def test_the_best_seed_gives_the_figures_and_every_seed_is_recorded(tmp_path, mo
     assert r["critical_path"] == {"seed": 3} and r["slices_used"] == 3
     assert [a["seed"] for a in r["pnr_attempts"]] == [1, 2, 3]
     assert r["pnr_attempts"][1]["error"] == "did not finish"
-    assert (r["luts"], r["ffs"], r["brams"], r["shell_ffs"]) == (12, 5, 2, 7)
+    assert (r["luts"], r["ffs"], r["brams"], r["shell_ffs"]) == (12, 5, 2, 5)
     again = timing.measure_unit(spec, build_root=tmp_path, seeds=(1, 2, 3), router="router1")
     assert again["cached"] and again["fmax_mhz"] == 118.2
 
@@ -490,7 +468,7 @@ def test_a_unit_measured_below_its_presets_size_reports_the_presets_synthesis(tm
     seen = []
 
     class Shell:
-        in_bits, out_bits, ffs = 3, 2, 7
+        in_bits, out_bits = 3, 2
 
     def synth(spec, work, timeout, progress):
         seen.append(spec.params)
