@@ -86,9 +86,9 @@ round to nearest even (``rtl.fp``), element by element in index order:
 Microarchitecture and timing
 ============================
 
-Every stream that enters or leaves the unit passes a register slice (``bags`` and ``mem.req``
-a :class:`rtl.streams.SkidBuffer`, ``mem.resp`` a :class:`rtl.streams.PingPongBuffer`, which
-behaves the same, cycle for cycle), and ``pooled`` comes from a queue (a LUT-RAM queue read
+Every stream that enters or leaves the unit passes a register slice (``bags`` a
+:class:`rtl.streams.SkidBuffer`, ``mem.req`` and ``mem.resp`` a
+:class:`rtl.streams.PingPongBuffer`, which behaves the same, cycle for cycle), and ``pooled`` comes from a queue (a LUT-RAM queue read
 into a ``PingPongBuffer``, so ``pooled.ready`` enables no beat-wide register): no combinational path
 crosses the unit's boundary, so a stall inside it (the accumulator hazard, a full queue) never
 reaches the memory or cache in front of it. Inside, each stage stalls only itself: the
@@ -443,7 +443,7 @@ class EmbeddingBagUnit(wiring.Component):
         at the full FP depths) in bags, or the parse waits and the interleave runs dry.
     add_latency, mul_latency : pipeline registers of the FP32 adders (1..``FPAdd32.STEPS``)
         and multipliers (3..``FPMul32.STEPS``: the accumulator is read during the last three
-        multiplier stages); default their full depths (9 and 10), the depths at which they
+        multiplier stages); default their full depths (9 and 11), the depths at which they
         close timing (``neonic bench timing``).
     interleave : bags whose rows are interleaved (a power of two, 1..8; default 4): rows of
         ``W`` words cost ``max(W, (add_latency + 1) / interleave)`` cycles.
@@ -689,8 +689,11 @@ class EmbeddingBagUnit(wiring.Component):
         # reducer's take, at the end of its stall logic, then enables three flip-flops
         # instead of every bit of the beat)
         m.submodules.resp_in = resp_in = PingPongBuffer(MemResponseBeat(self.data_bytes))
-        m.submodules.req_out = req_out = SkidBuffer(MemRequest(self.addr_width,
-                                                               self.beats_width))
+        # (the requests' slice too: the arbiter's selected entry then reaches the slice's
+        # entries without the skid buffer's input-or-skid multiplexer in front of its output
+        # register; ``mem.req.payload`` is a 2:1 multiplexer of the slice's flip-flops)
+        m.submodules.req_out = req_out = PingPongBuffer(MemRequest(self.addr_width,
+                                                                   self.beats_width))
         wiring.connect(m, wiring.flipped(self.bags), bags_in.i)
         wiring.connect(m, wiring.flipped(self.mem.resp), resp_in.i)
         wiring.connect(m, req_out.o, wiring.flipped(self.mem.req))
@@ -766,7 +769,7 @@ class EmbeddingBagUnit(wiring.Component):
         for f in ("has_row", "first", "bank", "last_word", "elem_type"):
             m.d.comb += getattr(info_sk.i.payload, f).eq(getattr(q_head, f))
         info_h = info_sk.o
-        bag_sk = read_slice(bag_q, "bag_h", peek=True)
+        bag_sk = read_slice(bag_q, "bag_h", peek=True, pingpong=True)
         # ``bag_room``: the bag queue's ``w_rdy`` on this cycle, as a flip-flop computed a
         # cycle ahead, so that the parse's stall does not wait for the queue's level compare.
         # ``SyncFIFOBuffered`` is a FIFO of ``depth - 1`` entries (``level - r_rdy``) ahead of
@@ -1077,8 +1080,8 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += at_least[t].eq(pick(outstanding >= t - 1, outstanding >= t + 1,
                                             outstanding >= t))
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
-        # flip-flop), as it writes the requests.
-        m.submodules.info_in = info_in = SkidBuffer(rinfo)
+        # flip-flop), as it writes the requests (a ``PingPongBuffer``, for the same reason).
+        m.submodules.info_in = info_in = PingPongBuffer(rinfo)
         m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
                      info_in.o.ready.eq(info_q.w_rdy)]
         # Per slot: whether its head could go if granted (flip-flops only), then the grant.
