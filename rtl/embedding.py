@@ -168,32 +168,25 @@ beat per cycle while the queue has room for everything in flight (a credit count
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
 grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds 1 / 2:
-98.1 / 94.1 MHz, 9,334 LUTs, 9,952 FFs, 4 DP16KD, 17 MULT18X18D. The RTL before the arbiter's
-candidates, the take-last stall flags, the head slices, the credit queues and the FP units'
-compare and exponent changes reached 99.8 / 100.6 / 101.4 MHz on seeds 1 / 2 / 3 (9,508 LUTs,
-9,937 FFs); with the first two and the slot heads' slices alone, 101.5 MHz on seed 1; with
-all but the arbiter's candidates, 85.2 MHz on seed 2 (the slot heads' read multiplexer then
-sits in front of the old grant logic). The paths those changes were for left the top of the
-list (the grant from its own flip-flops, 7 levels; the hazard and bank-wait flags through
-``take``; the slot heads' and the row head's register enables), but the clock did not rise:
-a path of 4-8 LUT levels spends 1-3 ns on each routing hop, and others of that depth take
-their place. On seed 1 the worst are the pre-decode register's enable (``p_ready``, to every
-bit of the item), the drain multipliers' first stage fed straight from the block RAMs'
-output registers (at 2 lanes only: from 8 lanes on, a fan-out register stands between), the
-grant's candidates and the hazard flag (9.3-9.5 ns each; 120 sink pins over 8 ns, 200
-before); on seed 2 the row head's ``valid`` through ``take`` and ``row_done`` into the grant
-(8 levels, 8.2 ns routing). 125 MHz is not reached. At ``data_bytes=64, lanes=16``
-synthesis gives 52,314 LUTs, 57,029 FFs, 32 DP16KD and 129 MULT18X18D; the weight and the
-reciprocal reach the lanes through two levels of fan-out 4, the per-lane flags, addresses
-and write enables are one register from the shared context (16 loads), and the only nets of
-over 140 loads besides the clock and reset are the load and pointer flags of the two
-``PingPongBuffer`` slices (512-526 loads, the response input and the output; each a
-flip-flop driving enables or multiplexer selects directly); the reset reaches 34,485 inputs,
-mostly the FP pipelines' registers. Its place and route on this RTL was not run (about
-2,000 CPU-s). The RTL before the lane slices reached
-69.8 MHz there (seed 1): 12.0 ns of routing in 14.3 ns, from a row's last-word flag to the
-lanes' weight registers (now the fan-out tree), with about 4,000 sink pins over 8 ns spread
-over the lanes' FP units and the accumulator's shared write data.
+103.1 / 100.9 MHz, 9,565 LUTs, 10,679 FFs, 4 DP16KD, 17 MULT18X18D (the RTL before the
+pre-decode slice, the drain's second register level, the pacing without ``row_done``, the
+slot heads' control slices, the hazard's per-bank flag, the registered ``busy``, the 11-step
+multiplier and the request, row-queue and bag slices as ``PingPongBuffer``s: 98.1 / 94.1 MHz;
+with the first three alone, 99.0 / 104.2; the first seven, 105.2 on seed 1). 125 MHz is not
+reached. Sink pins over 8 ns on seed 1: 56 (120 before). The worst paths are 4-10 LUT levels
+with 7-8 ns of routing each: the hazard flag (from the row head's control fields, 4.7 ns of
+routing to its first LUT), the grant (from a slot queue's ``r_rdy`` through its control
+slice's look-ahead and the round robin), the arbiter's selected entry into the request
+slice's entries (an AND-OR over the slot heads), the rows-in-flight flag ``room``, the slot
+queues' read registers, the drain multiplier's sticky bits (9.1-9.9 ns each). At
+``data_bytes=64, lanes=16`` synthesis gives 53,422 LUTs, 60,656 FFs, 32 DP16KD and 129
+MULT18X18D (this RTL; its place and route, about 2,000 CPU-s, was not run). There the weight
+and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane flags,
+addresses and write enables are one register from the shared context; on the RTL of session
+11 the only nets of over 140 loads besides the clock and reset were the load and pointer
+flags of the two ``PingPongBuffer`` slices of the response input and the output (512-526
+loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The RTL
+before the lane slices reached 69.8 MHz there (seed 1).
 """
 
 from __future__ import annotations
