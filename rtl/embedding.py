@@ -55,7 +55,9 @@ Interface
     offered) - and ``indices_dropped``, ``indices_padding``, ``desc_rejected``,
     ``protocol_errors``. A counter adds an event one cycle after it happens (from a
     registered flag), and ``busy`` (a bag in the unit or at its input) stays high while an
-    event waits to be counted, so counters read once ``busy`` is low are complete.
+    event waits to be counted, so counters read once ``busy`` is low are complete. ``busy``
+    is registered (high on the cycle after one with a bag in the unit or an event waiting to
+    be counted) or'ed with ``bags.valid``: it falls one cycle after the unit goes idle.
 
 Numbers and reduction order
 ===========================
@@ -84,16 +86,18 @@ round to nearest even (``rtl.fp``), element by element in index order:
 Microarchitecture and timing
 ============================
 
-Every stream that enters or leaves the unit passes a register slice (``bags`` and ``mem.req``
-a :class:`rtl.streams.SkidBuffer`, ``mem.resp`` a :class:`rtl.streams.PingPongBuffer`, which
-behaves the same, cycle for cycle), and ``pooled`` comes from a queue (a LUT-RAM queue read
+Every stream that enters or leaves the unit passes a register slice (``bags`` a
+:class:`rtl.streams.SkidBuffer`, ``mem.req`` and ``mem.resp`` a
+:class:`rtl.streams.PingPongBuffer`, which behaves the same, cycle for cycle), and ``pooled`` comes from a queue (a LUT-RAM queue read
 into a ``PingPongBuffer``, so ``pooled.ready`` enables no beat-wide register): no combinational path
 crosses the unit's boundary, so a stall inside it (the accumulator hazard, a full queue) never
 reaches the memory or cache in front of it. Inside, each stage stalls only itself: the
 datapath after the reducer's issue stage and the drain's pipeline run free (no enable), and
 the stages that may wait hold queues or credits sized for what is in flight.
 
-Pre-decode (one register stage behind the input skid buffer): a header reads its table's
+Pre-decode (one register stage behind the input skid buffer, a ``PingPongBuffer`` of the item
+and what was decoded from it, so that the parse's take steers its pointers, not the enable of
+every bit of the item): a header reads its table's
 descriptor, an index is compared with the bag's padding index and row count, so that the
 parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
 chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
@@ -109,9 +113,10 @@ header cycle and its zero beats at the drain; it takes no bank and no reducer sl
 
 Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
 held in flip-flops, computed a cycle ahead from the slot heads' look-ahead: one candidate per
-slot that may go on this cycle, with that slot a constant, and one for no slot going, each for
-both outcomes of the reducer's row completion, all from flip-flops; the current grant, the
-slots' room and the row completion only select among them at the end; on its cycle only the
+slot that may go on this cycle, with that slot a constant, and one for no slot going, all from
+flip-flops; the current grant and the slots' room only select among them at the end, and the
+pacing counts the rows in flight as of the cycle before, so the reducer's row completion does
+not reach the grant; on its cycle only the
 downstream room decides whether the granted head goes; each slot's head is a
 ``PingPongBuffer``, so the grant steers its pointers, not its entries' enables), into the
 read requests and the reducer's row queue (at most ``outstanding`` rows requested and not
@@ -154,39 +159,34 @@ cycles apart. Rows of ``W`` words of ``interleave`` bags cost
 
 Drain: in bag order, once a bag's last word has been written back, reads its words, multiplies
 them by ``1/count`` for MEAN (another ``FPMul32`` per lane, the reciprocal copied to the lanes
-through a register tree like the weight's) and writes them into the output queue, one
+through a register tree like the weight's, of at least two levels, so that the read data pass
+a register with no logic before it between the block RAMs' output registers and the
+multipliers) and writes them into the output queue, one
 beat per cycle while the queue has room for everything in flight (a credit counter).
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
 grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds 1 / 2:
-98.1 / 94.1 MHz, 9,334 LUTs, 9,952 FFs, 4 DP16KD, 17 MULT18X18D. The RTL before the arbiter's
-candidates, the take-last stall flags, the head slices, the credit queues and the FP units'
-compare and exponent changes reached 99.8 / 100.6 / 101.4 MHz on seeds 1 / 2 / 3 (9,508 LUTs,
-9,937 FFs); with the first two and the slot heads' slices alone, 101.5 MHz on seed 1; with
-all but the arbiter's candidates, 85.2 MHz on seed 2 (the slot heads' read multiplexer then
-sits in front of the old grant logic). The paths those changes were for left the top of the
-list (the grant from its own flip-flops, 7 levels; the hazard and bank-wait flags through
-``take``; the slot heads' and the row head's register enables), but the clock did not rise:
-a path of 4-8 LUT levels spends 1-3 ns on each routing hop, and others of that depth take
-their place. On seed 1 the worst are the pre-decode register's enable (``p_ready``, to every
-bit of the item), the drain multipliers' first stage fed straight from the block RAMs'
-output registers (at 2 lanes only: from 8 lanes on, a fan-out register stands between), the
-grant's candidates and the hazard flag (9.3-9.5 ns each; 120 sink pins over 8 ns, 200
-before); on seed 2 the row head's ``valid`` through ``take`` and ``row_done`` into the grant
-(8 levels, 8.2 ns routing). 125 MHz is not reached. At ``data_bytes=64, lanes=16``
-synthesis gives 52,314 LUTs, 57,029 FFs, 32 DP16KD and 129 MULT18X18D; the weight and the
-reciprocal reach the lanes through two levels of fan-out 4, the per-lane flags, addresses
-and write enables are one register from the shared context (16 loads), and the only nets of
-over 140 loads besides the clock and reset are the load and pointer flags of the two
-``PingPongBuffer`` slices (512-526 loads, the response input and the output; each a
-flip-flop driving enables or multiplexer selects directly); the reset reaches 34,485 inputs,
-mostly the FP pipelines' registers. Its place and route on this RTL was not run (about
-2,000 CPU-s). The RTL before the lane slices reached
-69.8 MHz there (seed 1): 12.0 ns of routing in 14.3 ns, from a row's last-word flag to the
-lanes' weight registers (now the fan-out tree), with about 4,000 sink pins over 8 ns spread
-over the lanes' FP units and the accumulator's shared write data.
+103.1 / 100.9 MHz, 9,565 LUTs, 10,679 FFs, 4 DP16KD, 17 MULT18X18D (the RTL before the
+pre-decode slice, the drain's second register level, the pacing without ``row_done``, the
+slot heads' control slices, the hazard's per-bank flag, the registered ``busy``, the 11-step
+multiplier and the request, row-queue and bag slices as ``PingPongBuffer``s: 98.1 / 94.1 MHz;
+with the first three alone, 99.0 / 104.2; the first seven, 105.2 on seed 1). 125 MHz is not
+reached. Sink pins over 8 ns on seed 1: 56 (120 before). The worst paths are 4-10 LUT levels
+with 7-8 ns of routing each: the hazard flag (from the row head's control fields, 4.7 ns of
+routing to its first LUT), the grant (from a slot queue's ``r_rdy`` through its control
+slice's look-ahead and the round robin), the arbiter's selected entry into the request
+slice's entries (an AND-OR over the slot heads), the rows-in-flight flag ``room``, the slot
+queues' read registers, the drain multiplier's sticky bits (9.1-9.9 ns each). At
+``data_bytes=64, lanes=16`` synthesis gives 53,422 LUTs, 60,656 FFs, 32 DP16KD and 129
+MULT18X18D (this RTL; its place and route, about 2,000 CPU-s, was not run). There the weight
+and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane flags,
+addresses and write enables are one register from the shared context; on the RTL of session
+11 the only nets of over 140 loads besides the clock and reset were the load and pointer
+flags of the two ``PingPongBuffer`` slices of the response input and the output (512-526
+loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The RTL
+before the lane slices reached 69.8 MHz there (seed 1).
 """
 
 from __future__ import annotations
@@ -303,8 +303,8 @@ class UnitTiming:
     ``input_latency``: cycles from an item offered on ``bags`` to its parse (the input skid
     buffer and the pre-decode stage); ``bank_free_latency``: cycles from the drain's read of
     a bag's last word to the first take that may claim the freed bank; ``pace_rows``: rows
-    in flight from which the arbiter does not serve a row of the slot it served last
-    (0: never).
+    in flight (on the cycle before) from which the arbiter does not serve a row of the slot
+    it served last (0: never).
     """
 
     data_bytes: int
@@ -436,7 +436,7 @@ class EmbeddingBagUnit(wiring.Component):
         at the full FP depths) in bags, or the parse waits and the interleave runs dry.
     add_latency, mul_latency : pipeline registers of the FP32 adders (1..``FPAdd32.STEPS``)
         and multipliers (3..``FPMul32.STEPS``: the accumulator is read during the last three
-        multiplier stages); default their full depths (9 and 10), the depths at which they
+        multiplier stages); default their full depths (9 and 11), the depths at which they
         close timing (``neonic bench timing``).
     interleave : bags whose rows are interleaved (a power of two, 1..8; default 4): rows of
         ``W`` words cost ``max(W, (add_latency + 1) / interleave)`` cycles.
@@ -495,6 +495,11 @@ class EmbeddingBagUnit(wiring.Component):
         #: register levels between the issue stage's registers and the multipliers' inputs:
         #: a fan-out tree of degree 4 from one register to ``lanes`` copies (at least one)
         self.fanout_stages = max(1, (exact_log2(self.lanes) + 1) // 2)
+        #: register levels between the drain's read-data register (the block RAMs' output
+        #: register) and its multipliers: the reciprocal's fan-out tree like the weight's, and
+        #: at least two, so that a register with no logic before it stands between the block
+        #: RAM's output register and the multiplier's first stage at every lane count
+        self.drain_fanout_stages = max(2, self.fanout_stages)
         self.info_depth = self.outstanding + 2
         self.interleave = check_int("interleave", interleave, minimum=1, maximum=8,
                                     power_of_two=True)
@@ -506,7 +511,7 @@ class EmbeddingBagUnit(wiring.Component):
         self.banks = 2 * self.interleave
         self.bank_width = max(1, exact_log2(self.banks))
         #: output queue: room for every beat the free-running drain pipeline holds
-        self.out_depth = self.drain_mul_latency + self.fanout_stages + 5
+        self.out_depth = self.drain_mul_latency + self.drain_fanout_stages + 5
 
         self.desc_layout = DescriptorLayout(table_width=self.table_width,
                                             addr_width=self.addr_width,
@@ -537,8 +542,9 @@ class EmbeddingBagUnit(wiring.Component):
             # take -> stage 1 -> fan-out stages -> mul_latency registers -> the adder's input
             reduce_latency=1 + self.fanout_stages + self.mul_latency,
             # drain read -> read register -> data register -> the reciprocal's further
-            # fan-out levels (``fanout_stages - 1``) -> multiplier -> output queue (2 cycles)
-            drain_latency=self.drain_mul_latency + self.fanout_stages + 3,
+            # fan-out levels (``drain_fanout_stages - 1``) -> multiplier -> output queue
+            # (2 cycles)
+            drain_latency=self.drain_mul_latency + self.drain_fanout_stages + 3,
             # issues of one accumulator word: the adder's latency, then the write-back
             hazard_distance=self.add_latency + 1,
             bag_queue_depth=self.bag_queue_depth, info_depth=self.info_depth,
@@ -676,8 +682,11 @@ class EmbeddingBagUnit(wiring.Component):
         # reducer's take, at the end of its stall logic, then enables three flip-flops
         # instead of every bit of the beat)
         m.submodules.resp_in = resp_in = PingPongBuffer(MemResponseBeat(self.data_bytes))
-        m.submodules.req_out = req_out = SkidBuffer(MemRequest(self.addr_width,
-                                                               self.beats_width))
+        # (the requests' slice too: the arbiter's selected entry then reaches the slice's
+        # entries without the skid buffer's input-or-skid multiplexer in front of its output
+        # register; ``mem.req.payload`` is a 2:1 multiplexer of the slice's flip-flops)
+        m.submodules.req_out = req_out = PingPongBuffer(MemRequest(self.addr_width,
+                                                                   self.beats_width))
         wiring.connect(m, wiring.flipped(self.bags), bags_in.i)
         wiring.connect(m, wiring.flipped(self.mem.resp), resp_in.i)
         wiring.connect(m, req_out.o, wiring.flipped(self.mem.req))
@@ -719,9 +728,22 @@ class EmbeddingBagUnit(wiring.Component):
         # (the slots' heads are two-entry queues read through a multiplexer: the arbiter's
         # grant, at the end of its logic, then steers three flip-flops per slot instead of
         # the enable of every bit of the head's entry)
-        head_sks = [read_slice(q, f"slot_h{k}", peek=True, pingpong=True)
-                    for k, q in enumerate(slots)]
+        head_sks = [read_slice(q, f"slot_h{k}", pingpong=True) for k, q in enumerate(slots)]
         heads = [sk.o for sk in head_sks]
+        # Beside each slot's head, its control fields (what the arbiter's next grant reads)
+        # through a ``SkidBuffer`` with peek that sees the same handshakes and holds the same
+        # entry on every cycle (as the row queue's head below): the grant's candidates then
+        # start from these flip-flops, not from the head's read multiplexer, whose pointer
+        # also selects every bit of the entry (a net of about 70 loads).
+        slot_ctl = data.StructLayout({"has_row": unsigned(1), "first": unsigned(1)})
+        ctl_sks = []
+        for k, (q, sk) in enumerate(zip(slots, head_sks)):
+            c = SkidBuffer(slot_ctl, peek=True)
+            m.submodules[f"slot_c{k}"] = c
+            qv = data.View(sentry, q.r_data)
+            m.d.comb += [c.i.valid.eq(q.r_rdy), c.i.payload.has_row.eq(qv.info.has_row),
+                         c.i.payload.first.eq(qv.info.first), c.o.ready.eq(sk.o.ready)]
+            ctl_sks.append(c)
         # The row queue's head, in two slices that see the same handshakes and hold the same
         # entry on every cycle: its control fields (what ``take`` and the issue's stall flags
         # read) through a SkidBuffer with peek, whose register enables are few; the whole
@@ -740,7 +762,7 @@ class EmbeddingBagUnit(wiring.Component):
         for f in ("has_row", "first", "bank", "last_word", "elem_type"):
             m.d.comb += getattr(info_sk.i.payload, f).eq(getattr(q_head, f))
         info_h = info_sk.o
-        bag_sk = read_slice(bag_q, "bag_h", peek=True)
+        bag_sk = read_slice(bag_q, "bag_h", peek=True, pingpong=True)
         # ``bag_room``: the bag queue's ``w_rdy`` on this cycle, as a flip-flop computed a
         # cycle ahead, so that the parse's stall does not wait for the queue's level compare.
         # ``SyncFIFOBuffered`` is a FIFO of ``depth - 1`` entries (``level - r_rdy``) ahead of
@@ -766,31 +788,48 @@ class EmbeddingBagUnit(wiring.Component):
         # ---- pre-decode: one register stage between the input skid buffer and the parse ----
         # A header reads its table's descriptor here; an index is compared here with the
         # padding index and the row count of the bag's descriptor (that of the last header to
-        # pass this stage), so that the parse's decisions start from flip-flops.
+        # pass this stage), so that the parse's decisions start from flip-flops. The stage is
+        # a ``PingPongBuffer`` of the item and what was decoded from it: the parse's take
+        # (``parse_take``, the end of its stall logic) reaches only the buffer's pointer and
+        # flags, not the enable of every bit of the item, and the input skid buffer's
+        # ``ready`` is the buffer's registered ``ready``. Same latency (one cycle) and
+        # throughput as a register with ``ready = ~valid | take``; it holds one item more.
+        pd_layout = data.StructLayout({
+            "item": self.item_layout,
+            "desc": sdesc,           # a header's descriptor
+            "desc_ok": unsigned(1),  # ... valid, on a table that exists
+            "pad": unsigned(1),      # an index equal to the bag's padding index
+            "oob": unsigned(1),      # an index >= the bag's row count
+            "len0": unsigned(1),     # a header of an empty bag
+            "len1": unsigned(1),     # a header of a one-item bag
+        })
+        m.submodules.pre = pre = PingPongBuffer(pd_layout)
         parse_take = Signal()        # the parse consumes the pre-decoded item
-        p_valid = Signal()
-        p_item = Signal(self.item_layout)
-        p_desc = Signal(sdesc)       # a header's descriptor
-        p_desc_ok = Signal()         # ... valid, on a table that exists
-        p_pad = Signal()             # an index equal to the bag's padding index
-        p_oob = Signal()             # an index >= the bag's row count
-        p_len0 = Signal()            # a header of an empty bag
-        p_len1 = Signal()            # a header of a one-item bag
         cur_p = Signal(sdesc)        # the descriptor of the last header through this stage
         in_item = bags_in.o.payload
         in_hdr = in_item.body.bag
         in_idx = in_item.body.item
-        p_ready = ~p_valid | parse_take
-        m.d.comb += [bags_in.o.ready.eq(p_ready), desc_rd.addr.eq(in_hdr.table)]
-        with m.If(p_ready):
-            m.d.sync += [p_valid.eq(bags_in.o.valid), p_item.eq(in_item),
-                         p_desc.eq(desc_rd.data),
-                         p_desc_ok.eq(desc_rd.data.valid & (in_hdr.table < self.tables)),
-                         p_pad.eq(cur_p.pad_valid & (in_idx.index == cur_p.pad_index)),
-                         p_oob.eq(in_idx.index >= cur_p.rows),
-                         p_len0.eq(in_hdr.length == 0), p_len1.eq(in_hdr.length == 1)]
-            with m.If(bags_in.o.valid & in_item.header):
-                m.d.sync += cur_p.eq(desc_rd.data)
+        pd = pre.i.payload
+        m.d.comb += [
+            desc_rd.addr.eq(in_hdr.table),
+            pre.i.valid.eq(bags_in.o.valid), bags_in.o.ready.eq(pre.i.ready),
+            pd.item.eq(in_item), pd.desc.eq(desc_rd.data),
+            pd.desc_ok.eq(desc_rd.data.valid & (in_hdr.table < self.tables)),
+            pd.pad.eq(cur_p.pad_valid & (in_idx.index == cur_p.pad_index)),
+            pd.oob.eq(in_idx.index >= cur_p.rows),
+            pd.len0.eq(in_hdr.length == 0), pd.len1.eq(in_hdr.length == 1),
+            pre.o.ready.eq(parse_take),
+        ]
+        with m.If(bags_in.o.valid & pre.i.ready & in_item.header):
+            m.d.sync += cur_p.eq(desc_rd.data)
+        p_valid = pre.o.valid
+        p_item = pre.o.payload.item
+        p_desc = pre.o.payload.desc
+        p_desc_ok = pre.o.payload.desc_ok
+        p_pad = pre.o.payload.pad
+        p_oob = pre.o.payload.oob
+        p_len0 = pre.o.payload.len0
+        p_len1 = pre.o.payload.len1
 
         # ---- parse: one input item per cycle, row entries into the bag's slot queue -------
         item = p_item
@@ -986,8 +1025,8 @@ class EmbeddingBagUnit(wiring.Component):
         # every bag holding the bank a starting bag needs has all its rows ahead of it (no
         # deadlock; needs ``banks > interleave``).
         start = Signal(K, init=1)
-        hviews = [data.View(sentry, h.payload) for h in heads]
-        pviews = [data.View(sentry, sk.peek_payload) for sk in head_sks]
+        hviews = [c.o.payload for c in ctl_sks]
+        pviews = [c.peek_payload for c in ctl_sks]
         # Pacing: a row of the slot served last (``rr_prev``) waits while ``pace_rows`` rows
         # or more are in flight, so that another bag's row, when one comes, goes between two
         # rows of one bag: back to back, two rows of a bag cost the adder's read-add-write
@@ -1023,22 +1062,25 @@ class EmbeddingBagUnit(wiring.Component):
                          outstanding < self.outstanding)),
         ]
         # ``outstanding >= t`` for the pacing thresholds the next grant compares with, kept
-        # as flip-flops the same way (so the grant's next state does not wait for a compare)
+        # as flip-flops the same way (so the grant's next state does not wait for a compare).
+        # Pacing counts the rows in flight as of the cycle before (a row the reducer finishes
+        # on this cycle still counts for the next cycle's grant): so the grant does not wait
+        # for ``row_done``, which comes at the end of the reducer's stall logic.
         pr = self.pace_rows
         at_least = {}
-        for t in (pr - 1, pr, pr + 1):
+        for t in (pr - 1, pr):
             at_least[t] = Signal(name=f"outstanding_ge{t}", init=int(t <= 0))
             m.d.sync += at_least[t].eq(pick(outstanding >= t - 1, outstanding >= t + 1,
                                             outstanding >= t))
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
-        # flip-flop), as it writes the requests.
-        m.submodules.info_in = info_in = SkidBuffer(rinfo)
+        # flip-flop), as it writes the requests (a ``PingPongBuffer``, for the same reason).
+        m.submodules.info_in = info_in = PingPongBuffer(rinfo)
         m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
                      info_in.o.ready.eq(info_q.w_rdy)]
         # Per slot: whether its head could go if granted (flip-flops only), then the grant.
-        has_row_bits = Cat(*[hv.info.has_row for hv in hviews])
-        first_bits = Cat(*[hv.info.first for hv in hviews])
-        can_go = Cat(*[info_in.i.ready & (~hv.info.has_row | (req_out.i.ready & room))
+        has_row_bits = Cat(*[hv.has_row for hv in hviews])
+        first_bits = Cat(*[hv.first for hv in hviews])
+        can_go = Cat(*[info_in.i.ready & (~hv.has_row | (req_out.i.ready & room))
                        for hv in hviews])
         go_k = Signal(K)
         m.d.comb += go_k.eq(grant & can_go)
@@ -1068,8 +1110,7 @@ class EmbeddingBagUnit(wiring.Component):
             rr_after = rr_after | Mux(grant[k], (k + 1) % K, 0)
         m.d.comb += rr_next.eq(Mux(go, rr_after, rr))
         # The next grant, computed for both outcomes of this cycle's grant (it goes, or it
-        # does not) and of the reducer's ``row_done`` from flip-flops; the two handshakes
-        # pick one at the end. Per outcome, a slot's head may be granted on the next cycle when it
+        # does not) from flip-flops; the handshake picks one at the end. Per outcome, a slot's head may be granted on the next cycle when it
         # will hold an entry (the same one, or the next, seen through the read slice's
         # look-ahead when the head goes or is empty), a bag's first row only in bag order,
         # a row of the slot served last not while paced; then the round robin: slot ``k``
@@ -1090,46 +1131,38 @@ class EmbeddingBagUnit(wiring.Component):
             return Cat(*g)
 
         # The next grant is computed for each slot ``j`` whose head could go on this cycle
-        # (``went=j``) and for no head going (``went=None``), each for both values of
-        # ``row_done``: with the slot that goes a constant, what the next grant depends on
-        # (the heads as they will be, the round robin's first slot, the slot served last) is
-        # a function of flip-flops alone, and this cycle's one-hot grant, the slots' room
-        # (``can_go``) and ``row_done`` select among the candidates at the end (an AND-OR two
-        # LUTs deep). So the grant's own flip-flops start no long path.
-        def grant_after(went, done: bool):
+        # (``went=j``) and for no head going (``went=None``): with the slot that goes a
+        # constant, what the next grant depends on (the heads as they will be, the round
+        # robin's first slot, the slot served last, the rows in flight) is a function of
+        # flip-flops alone, and this cycle's one-hot grant and the slots' room (``can_go``)
+        # select among the candidates at the end (an AND-OR two LUTs deep). So the grant's
+        # own flip-flops start no long path, and the reducer's handshake reaches none.
+        def grant_after(went):
             issued = has_row_bits[went] if went is not None else Const(0, 1)
-            if done:
-                pace_n = Mux(issued, at_least[pr], at_least[pr + 1])
-            else:
-                pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
+            pace_n = Mux(issued, at_least[pr - 1], at_least[pr])
             served = Const(1 << went, K) if went is not None else rr_prev
             st = (Mux(first_bits[went], start.rotate_left(1), start) if went is not None
                   else start)
             ready = []
-            for k, (h, hv, pv, sk) in enumerate(zip(heads, hviews, pviews, head_sks)):
-                adv = Const(1, 1) if went == k else ~h.valid
-                nv = Mux(adv, sk.peek_valid, h.valid)
-                nfirst = Mux(adv, pv.info.first, hv.info.first)
-                nrow = Mux(adv, pv.info.has_row, hv.info.has_row)
+            for k, (hv, pv, c) in enumerate(zip(hviews, pviews, ctl_sks)):
+                adv = Const(1, 1) if went == k else ~c.o.valid
+                nv = Mux(adv, c.peek_valid, c.o.valid)
+                nfirst = Mux(adv, pv.first, hv.first)
+                nrow = Mux(adv, pv.has_row, hv.has_row)
                 r = nv
                 if K > 1:
                     r = r & (~nfirst | st[k]) & ~(pace_n & served[k] & nrow)
                 ready.append(r)
             return round_robin((went + 1) % K if went is not None else rr, ready)
 
-        def by_done(went):
-            return Mux(row_done, grant_after(went, True), grant_after(went, False))
-
         stay = Signal(K)             # the next grant when no head goes
-        m.d.comb += stay.eq(by_done(None))
+        m.d.comb += stay.eq(grant_after(None))
         grant_next = Signal(K)
         nxt = Mux(grant.any(), 0, stay)
         for j in range(K):
             # slot ``j``'s candidate: chosen among flip-flop-only terms by ``can_go[j]``
-            # (also flip-flops) first, then by ``row_done``, then gated by ``grant[j]``
-            cand = Mux(row_done,
-                       Mux(can_go[j], grant_after(j, True), grant_after(None, True)),
-                       Mux(can_go[j], grant_after(j, False), grant_after(None, False)))
+            # (also flip-flops), then gated by ``grant[j]``
+            cand = Mux(can_go[j], grant_after(j), stay)
             nxt = nxt | Mux(grant[j], cand, 0)
         m.d.comb += grant_next.eq(nxt)
         m.d.sync += [grant.eq(grant_next), rr.eq(rr_next), rr_prev.eq(rr_prev_next),
@@ -1196,11 +1229,25 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += [in_skid.has_row.eq(queue_head.has_row),
                          in_skid.first.eq(queue_head.first), in_skid.bank.eq(queue_head.bank)]
 
+        # ``w0_busy[b]``: word 0 of bank ``b`` is in the window (``recent[:al-1]``), a
+        # flip-flop per bank kept a cycle ahead (the window's next contents are this cycle's
+        # take and ``recent[:al-2]``), so that the hazard of the next entry's first word is
+        # one bit chosen by its bank instead of ``al - 1`` address compares
+        w0_busy = Signal(nb)
+        head_w0 = Signal()
+        m.d.comb += head_w0.eq(word[:self.word_width] == 0)
+        if al > 1:
+            for b in range(nb):
+                w0_addr = Cat(Const(0, self.word_width), Const(b, self.bank_width))
+                nxt = take & hc.has_row & head_w0 & (hc.bank == b)
+                for r in recent[:al - 2]:
+                    nxt = nxt | (r.valid & (r.addr == w0_addr))
+                m.d.sync += w0_busy[b].eq(nxt)
+
         def hazard_of(entry, taken: bool):
-            addr = Cat(Const(0, self.word_width), entry.bank)
-            hit = window_hit(addr)
+            hit = w0_busy.bit_select(entry.bank, 1)
             if taken:
-                hit = hit | (hc.has_row & (head_addr == addr))
+                hit = hit | (hc.has_row & head_w0 & (hc.bank == entry.bank))
             return entry.has_row & ~entry.first & hit
 
         def peek_hazard(taken: bool):
@@ -1563,8 +1610,9 @@ class EmbeddingBagUnit(wiring.Component):
         dctx_pipe, dx_pipe = [dctx], [d_data]
         masks = [dctx0, dctx]        # the context each tree level gates with
         recips, span = [recip_rd.data], lanes
-        for j in range(1, P + 1):
-            nspan = 1 if j == P else max(1, lanes >> (2 * j))
+        PD = self.drain_fanout_stages
+        for j in range(1, PD + 1):
+            nspan = 1 if j == PD else max(1, lanes >> (2 * j))
             copies = []
             for g in range(lanes // nspan):
                 r = Signal(32, name=f"d_recip{j}_{g}", reset_less=True)
@@ -1572,7 +1620,7 @@ class EmbeddingBagUnit(wiring.Component):
                                      _FP32_ONE))
                 copies.append(r)
             recips, span = copies, nspan
-            if j < P:
+            if j < PD:
                 c = Signal(dctx_layout, name=f"drain_fan_ctx{j}")
                 x = Signal(32 * lanes, name=f"drain_fan_x{j}", reset_less=True)
                 m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
@@ -1636,9 +1684,14 @@ class EmbeddingBagUnit(wiring.Component):
             in_flight = in_flight | c.valid
         busy = Signal()
         m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)
-        # (and while an event waits to be counted: ``inc_busy_cycles_q`` is ``busy`` one
-        # cycle late)
-        m.d.comb += self.busy.eq(busy | Cat(*inc_q.values()).any())
+        # The output: ``busy`` (or an event waiting to be counted: ``inc_busy_cycles_q`` is
+        # ``busy`` one cycle late) registered, so that the wide OR over the unit ends at a
+        # flip-flop, or a bag offered at the input. Low on a cycle, it says that the unit was
+        # idle with every event counted on the cycle before, and nothing arrived since: the
+        # counters are complete.
+        busy_q = Signal(name="busy_q")
+        m.d.sync += busy_q.eq(busy | Cat(*inc_q.values()).any())
+        m.d.comb += self.busy.eq(busy_q | self.bags.valid)
         with m.If(busy):
             m.d.comb += inc["busy_cycles"].eq(1)
             with m.If(~self.bags.valid):

@@ -424,28 +424,28 @@ class FPSub32(FPAdd32):
 class FPMul32(_Binary32):
     """binary32 multiplication ``o = a * b``, pipelined.
 
-    Ports and conventions as :class:`FPAdd32`; ``latency`` 0..10, default 10.
+    Ports and conventions as :class:`FPAdd32`; ``latency`` 0..11, default 11.
 
-    Ten internal steps. A subnormal operand is normalised on its way in (its significand
+    Eleven internal steps. A subnormal operand is normalised on its way in (its significand
     shifted to a leading one and its exponent lowered), so that the product of two normalised
     24-bit significands has its leading one at bit 47 or 46 and the result needs at most a
     one-bit normalisation; only results below the normal range take the separate right-shift
     path. (1) classify each operand's fields, count the leading zeros of subnormal
-    significands; (2) normalise the significands, sum the exponents and the leading zeros,
-    resolve the special results; (3) the product's exponent and four 12x12-bit partial
-    products (each fits one 18x18 DSP block, and the step's register is the DSP's output
-    register); (4) add the two middle partial products; (5) the 48-bit product; (6) one-bit
-    normalisation and the right shift of a result below the subnormal exponent; (7) and (8) that
-    right shift with sticky bits, by multiples of 8 bits and then 0..7 bits; (9) decide the
-    rounding and the overflow; (10) round to nearest even, pack, and select the special
-    result where there is one.
+    significands; (2) and (3) normalise the significands (shifted left by multiples of 8 bits,
+    then by 0..7 bits), sum the exponents and the leading zeros, resolve the special results;
+    (4) the product's exponent and four 12x12-bit partial products (each fits one 18x18 DSP
+    block, and the step's register is the DSP's output register); (5) add the two middle
+    partial products; (6) the 48-bit product; (7) one-bit normalisation and the right shift of
+    a result below the subnormal exponent; (8) and (9) that right shift with sticky bits, by
+    multiples of 8 bits and then 0..7 bits; (10) decide the rounding and the overflow; (11)
+    round to nearest even, pack, and select the special result where there is one.
 
     Results: RNE with subnormal inputs and outputs; the sign of a zero or infinite result is the
     XOR of the operands' signs; ``0 * inf`` and any NaN operand give ``0x7FC00000``; overflow
     gives a signed infinity; underflow rounds to a subnormal or a signed zero.
     """
 
-    STEPS = 10
+    STEPS = 11
 
     def __init__(self, *, latency: int = 10):
         super().__init__(latency, self.STEPS)
@@ -478,30 +478,37 @@ class FPMul32(_Binary32):
         special_o = Mux(nan, FP32_QNAN,
                         Cat(Mux(a_inf | b_inf, Const(_FP32_INF, 31), Const(0, 31)), s1.sign))
 
-        # Step 2: normalised significands; exponent of the product with its leading one at
+        # Steps 2 and 3: normalised significands (shifted by multiples of 8 bits, then by 0..7
+        # bits: one shift of 0..23 bits with its 5-bit amount fanned out to every bit was the
+        # longest step in the gather unit); exponent of the product with its leading one at
         # bit 47 (value = P / 2**47 * 2**(E - 127)).
-        # (the exponent's two sums here, their difference in step 3: one carry chain each)
+        # (the exponent's two sums in step 2, their difference in step 4: one carry chain each)
         # (no reset on the partial products' registers, which are the DSP blocks' output
         # registers on an FPGA, nor on the significands', which can be their input
         # registers: `host.bench.timing.absorb_dsp_registers`)
         s2 = pipe.boundary(2, x_sum=s1.xa + s1.xb, lz_sum=s1.lza + s1.lzb, sign=s1.sign,
                            special=special, special_o=special_o)
-        s2n = pipe.boundary(2, reset_less=True, na=(s1.ma << s1.lza)[:24],
-                            nb=(s1.mb << s1.lzb)[:24])
+        s2n = pipe.boundary(2, reset_less=True, na=(s1.ma << (s1.lza[3:5] * 8))[:24],
+                            nb=(s1.mb << (s1.lzb[3:5] * 8))[:24],
+                            fa=s1.lza[:3], fb=s1.lzb[:3])
+        s3 = pipe.boundary(3, x_sum=s2.x_sum, lz_sum=s2.lz_sum, sign=s2.sign,
+                           special=s2.special, special_o=s2.special_o)
+        s3n = pipe.boundary(3, reset_less=True, na=(s2n.na << s2n.fa)[:24],
+                            nb=(s2n.nb << s2n.fb)[:24])
 
-        # Step 3: partial products, 12 x 12 bits each.
-        a_lo, a_hi, b_lo, b_hi = s2n.na[:12], s2n.na[12:], s2n.nb[:12], s2n.nb[12:]
+        # Step 4: partial products, 12 x 12 bits each.
+        a_lo, a_hi, b_lo, b_hi = s3n.na[:12], s3n.na[12:], s3n.nb[:12], s3n.nb[12:]
         exp0 = Signal(signed(12), name="exp0")
-        m.d.comb += exp0.eq(s2.x_sum - 126 - s2.lz_sum)
-        s3 = pipe.boundary(3, exp0=exp0, sign=s2.sign, special=s2.special,
-                           special_o=s2.special_o)
-        s3p = pipe.boundary(3, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
-                            hl=a_hi * b_lo, hh=a_hi * b_hi)
-        # Step 4: the middle terms.
-        s4 = pipe.boundary(4, outer=Cat(s3p.ll[:24], s3p.hh[:24]), mid=(s3p.lh + s3p.hl)[:25],
-                           exp0=s3.exp0, sign=s3.sign, special=s3.special,
+        m.d.comb += exp0.eq(s3.x_sum - 126 - s3.lz_sum)
+        s4 = pipe.boundary(4, exp0=exp0, sign=s3.sign, special=s3.special,
                            special_o=s3.special_o)
-        # Step 5: the product (its leading one at bit 47 or 46); beside it, the result's
+        s4p = pipe.boundary(4, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
+                            hl=a_hi * b_lo, hh=a_hi * b_hi)
+        # Step 5: the middle terms.
+        s5m = pipe.boundary(5, outer=Cat(s4p.ll[:24], s4p.hh[:24]), mid=(s4p.lh + s4p.hl)[:25],
+                            exp0=s4.exp0, sign=s4.sign, special=s4.special,
+                            special_o=s4.special_o)
+        # Step 6: the product (its leading one at bit 47 or 46); beside it, the result's
         # exponent and right shift for either position of the leading one.
         def underflow(exp):
             # ``1 - exp``, and its two compares made on ``exp`` itself (beside the
@@ -512,44 +519,44 @@ class FPMul32(_Binary32):
             m.d.comb += under.eq(1 - exp)
             below = exp[len(exp) - 1] | (exp == 0)
             return (Mux(below, Mux(exp < -55, 56, under[:6]), 0)[:6], Mux(below, 1, exp))
-        right_hi, exp_hi = underflow(s4.exp0)
-        right_lo, exp_lo = underflow(s4.exp0 - 1)
-        s5 = pipe.boundary(5, product=(s4.outer + (s4.mid << 12))[:48], right_hi=right_hi,
+        right_hi, exp_hi = underflow(s5m.exp0)
+        right_lo, exp_lo = underflow(s5m.exp0 - 1)
+        s6 = pipe.boundary(6, product=(s5m.outer + (s5m.mid << 12))[:48], right_hi=right_hi,
                            exp_hi=exp_hi, right_lo=right_lo, exp_lo=exp_lo,
-                           sign=s4.sign, special=s4.special, special_o=s4.special_o)
+                           sign=s5m.sign, special=s5m.special, special_o=s5m.special_o)
 
-        # Step 6: one-bit normalisation; pick the exponent and right shift.
-        top = s5.product[47]
-        s6 = pipe.boundary(6, prod=Mux(top, s5.product, Cat(Const(0, 1), s5.product[:47])),
-                           right=Mux(top, s5.right_hi, s5.right_lo),
-                           exp=Mux(top, s5.exp_hi, s5.exp_lo),
-                           sign=s5.sign, special=s5.special, special_o=s5.special_o)
+        # Step 7: one-bit normalisation; pick the exponent and right shift.
+        top = s6.product[47]
+        s7 = pipe.boundary(7, prod=Mux(top, s6.product, Cat(Const(0, 1), s6.product[:47])),
+                           right=Mux(top, s6.right_hi, s6.right_lo),
+                           exp=Mux(top, s6.exp_hi, s6.exp_lo),
+                           sign=s6.sign, special=s6.special, special_o=s6.special_o)
 
-        # Steps 7 and 8: the right shift with sticky bits.
+        # Steps 8 and 9: the right shift with sticky bits.
         coarse = Signal(48, name="rs_coarse")
         lost = Signal(name="rs_coarse_lost")
-        with m.Switch(s6.right[3:6]):
+        with m.Switch(s7.right[3:6]):
             for k in range(8):
                 with m.Case(k):
-                    m.d.comb += [coarse.eq(s6.prod >> (8 * k)),
-                                 lost.eq(s6.prod[:8 * k].any() if k else 0)]
-        s7 = pipe.boundary(7, prod=coarse, sticky=lost, fine=s6.right[:3], exp=s6.exp,
-                           sign=s6.sign, special=s6.special, special_o=s6.special_o)
+                    m.d.comb += [coarse.eq(s7.prod >> (8 * k)),
+                                 lost.eq(s7.prod[:8 * k].any() if k else 0)]
+        s8 = pipe.boundary(8, prod=coarse, sticky=lost, fine=s7.right[:3], exp=s7.exp,
+                           sign=s7.sign, special=s7.special, special_o=s7.special_o)
         fine = Signal(48, name="rs_fine")
         fine_lost = Signal(name="rs_fine_lost")
-        with m.Switch(s7.fine):
+        with m.Switch(s8.fine):
             for k in range(8):
                 with m.Case(k):
-                    m.d.comb += [fine.eq(s7.prod >> k),
-                                 fine_lost.eq(s7.prod[:k].any() if k else 0)]
-        s8 = pipe.boundary(8, mant=fine[24:48], guard=fine[23],
-                           sticky=fine[:23].any() | fine_lost | s7.sticky, exp=s7.exp,
-                           sign=s7.sign, special=s7.special, special_o=s7.special_o)
+                    m.d.comb += [fine.eq(s8.prod >> k),
+                                 fine_lost.eq(s8.prod[:k].any() if k else 0)]
+        s9 = pipe.boundary(9, mant=fine[24:48], guard=fine[23],
+                           sticky=fine[:23].any() | fine_lost | s8.sticky, exp=s8.exp,
+                           sign=s8.sign, special=s8.special, special_o=s8.special_o)
 
-        # Steps 9 and 10: round, pack, select.
-        o = _round_steps(m, pipe, 9, exp=s8.exp, mant=s8.mant, guard=s8.guard,
-                         sticky=s8.sticky, sign=s8.sign, fixed=s8.special_o,
-                         use_fixed=s8.special)
+        # Steps 10 and 11: round, pack, select.
+        o = _round_steps(m, pipe, 10, exp=s9.exp, mant=s9.mant, guard=s9.guard,
+                         sticky=s9.sticky, sign=s9.sign, fixed=s9.special_o,
+                         use_fixed=s9.special)
         m.d.comb += self.o.eq(o)
         return m
 

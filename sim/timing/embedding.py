@@ -11,7 +11,7 @@ event (a few microseconds per cycle of the batch), following the unit's structur
 * Arbiter: one entry per cycle, round robin over the slots whose head is readable
   (``parse_to_issue`` cycles after its parse), bags' first rows in bag order; a row waits
   while ``outstanding`` rows are in flight or the row queue is full, and a row of the slot
-  served last while ``pace_rows`` rows are in flight.
+  served last while ``pace_rows`` rows were in flight on the cycle before.
 * Memory: a row's read reaches the memory one cycle after its issue and its first beat comes
   back ``latency`` cycles later (plus the response skid buffer), and not before the previous
   row has been consumed (responses are in order), then one beat per cycle.
@@ -185,9 +185,11 @@ def predict(t: UnitTiming, shapes: Sequence[BagShape], *,
     while j < len(items) or issued < total_entries:
         # -- arbiter: one entry per cycle, round robin over the slots with a readable head
         pick = -1
-        # pacing: the slot served last gives no row while pace_rows rows or more are in flight
+        # pacing: the slot served last gives no row while pace_rows rows or more were in
+        # flight on the cycle before (a row whose last word is taken on the cycle before
+        # still counts: the unit's grant is computed a cycle ahead, without that handshake)
         paced = -1
-        if t.pace_rows and len(issue) - bisect_left(take_end_rows, cycle) >= t.pace_rows:
+        if t.pace_rows and len(issue) - bisect_left(take_end_rows, cycle - 1) >= t.pace_rows:
             paced = (rr - 1) % K
         for off in range(K):
             s = (rr + off) % K

@@ -32,7 +32,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "data_bytes": 64, "lanes": 16, "max_dim": 256, "tables": 8, "outstanding": 32,
     "max_bag_length": 1023, "elem_types": ("fp32", "fp16", "bf16"), "addr_width": 32,
     "beats_width": 8, "index_width": 32, "tag_width": 16, "bag_queue_depth": 32,
-    "add_latency": 9, "mul_latency": 10, "interleave": 4, "slot_depth": 32,
+    "add_latency": 9, "mul_latency": 11, "interleave": 4, "slot_depth": 32,
 }
 _INT_PARAMS = {k for k, v in DEFAULT_PARAMS.items() if isinstance(v, int)}
 

@@ -32,7 +32,7 @@ from neonic.sim.reference import embedding as ref
     (dict(data_bytes=48), "data_bytes"),
     (dict(add_latency=0), "add_latency"),
     (dict(add_latency=10), "add_latency"),
-    (dict(mul_latency=11), "mul_latency"),
+    (dict(mul_latency=12), "mul_latency"),
     (dict(mul_latency=2), "mul_latency"),     # the accumulator is read 3 stages ahead
     (dict(interleave=3), "interleave"),
     (dict(interleave=16), "interleave"),
@@ -62,7 +62,7 @@ CONFIGS = {
     # the FP units at their full pipeline depths (the timing-closure configuration)
     "lanes2_full_fp_pipelines": dict(data_bytes=8, lanes=2, max_dim=12, tables=2,
                                      outstanding=4, max_bag_length=7, add_latency=9,
-                                     mul_latency=10),
+                                     mul_latency=11),
     # no interleaving: one bag accumulates at a time (the read-add-write hazard shows)
     "lanes2_no_interleave": dict(data_bytes=8, lanes=2, max_dim=8, tables=2, outstanding=4,
                                  max_bag_length=7, interleave=1, slot_depth=4),
