@@ -417,22 +417,30 @@ def test_the_objective_is_the_fixed_point_of_the_sharing_models(monkeypatch):
         assert tight == pytest.approx(figure, rel=1e-9), name
 
 
+def _every_planners_plan(w, s, cost) -> list:
+    """The plan of every planner that can place ``w`` on ``s`` (the others are skipped)."""
+    from neonic.host.planner import PLANNER_NAMES, make_plan
+
+    plans = []
+    for name in PLANNER_NAMES:
+        try:
+            plans.append(make_plan(w, s, name, cost=cost))
+        except ValueError:
+            continue
+    return plans
+
+
 def test_hbm_sharing_priced_in_pieces_gives_the_same_figures(monkeypatch):
     """The kernel/collective HBM losses priced a few pairs at a time (``HBM_CHUNK``: thousands
     of ranks) give every plan of a batch the figure they give all at once, bit for bit: each
     kernel's losses summed in the order of its pairs across the pieces."""
     from neonic.host.iteration import ScheduleTemplate
-    from neonic.host.planner import PLANNER_NAMES, make_plan
 
     s = _system(nodes=2, g=4, dram=50)
     w = _skewed(12)
     cost = CostModel(w, s)
     states = []
-    for name in PLANNER_NAMES:
-        try:
-            plan = make_plan(w, s, name, cost=cost)
-        except ValueError:
-            continue
+    for plan in _every_planners_plan(w, s, cost):
         p = Placer(w, s, cost)
         for tp in plan:
             p.place(tp)
@@ -608,7 +616,6 @@ def test_the_greedys_proxy_by_node_gives_the_stacked_evaluations_choice(monkeypa
 def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
     # candidates of one batch converge at different fixed-point passes (some at the first);
     # each keeps the figure of its own pass, so the search need not score any of them again
-    from neonic.host.planner import PLANNER_NAMES, make_plan
     from neonic.host.planner.cost import State
 
     s = _system(nodes=2, g=4, dram=50)
@@ -616,11 +623,7 @@ def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
     cost = CostModel(w, s)
     p = Placer(w, s, cost)
     states = []
-    for name in PLANNER_NAMES:
-        try:
-            plan = make_plan(w, s, name, cost=cost)
-        except ValueError:
-            continue
+    for plan in _every_planners_plan(w, s, cost):
         st = State.empty(s.world_size)
         for tp in plan:
             st.add(p.contribution(tp))
