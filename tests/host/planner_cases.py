@@ -28,3 +28,16 @@ def skewed_workload(n: int = 40, seed: int = 3, batch: int = 256):
             rng.integers(10_000, 2_000_000, n), rng.choice([16, 32, 64, 128], n),
             rng.lognormal(2.5, 1.0, n).round(1) + 1))],
     })
+
+
+def every_planners_plan(w, s, cost) -> list:
+    """The plan of every planner that can place ``w`` on ``s`` (the others are skipped)."""
+    from neonic.host.planner import PLANNER_NAMES, make_plan
+
+    plans = []
+    for name in PLANNER_NAMES:
+        try:
+            plans.append(make_plan(w, s, name, cost=cost))
+        except ValueError:
+            continue
+    return plans

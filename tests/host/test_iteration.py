@@ -512,9 +512,9 @@ def test_a_kernel_is_priced_beside_only_the_collectives_it_can_run_beside(monkey
     op graph, directly or through other ops): such a collective starts after the kernel ends on
     every rank, or ends before it starts on any, so they never meet. Pricing every pair of
     neighbouring iterations instead gives every plan the same figure, bit for bit."""
-    from planner_cases import skewed_workload, small_system
+    from planner_cases import every_planners_plan, skewed_workload, small_system
 
-    from neonic.host.planner import PLANNER_NAMES, CostModel, make_plan
+    from neonic.host.planner import CostModel
 
     s = small_system(nodes=2, g=4, dram=50)
     w = skewed_workload(12)
@@ -528,12 +528,7 @@ def test_a_kernel_is_priced_beside_only_the_collectives_it_can_run_beside(monkey
     for c, j in slots.items():
         ordered = (before[j] >> kernel) & 1 or (before[kernel] >> j) & 1
         assert bool(ordered) == (c not in near)
-    plans = []
-    for name in PLANNER_NAMES:
-        try:
-            plans.append(make_plan(w, s, name, cost=cost))
-        except ValueError:
-            continue
+    plans = every_planners_plan(w, s, cost)
     pruned = [cost.evaluate(p).iteration_s for p in plans]
     monkeypatch.setattr(ScheduleTemplate, "_concurrent_colls", lambda self, i: frozenset(range(len(self._coll_slot))))
     every = [CostModel(w, s).evaluate(p).iteration_s for p in plans]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner_cases import skewed_workload, small_system
+from planner_cases import every_planners_plan, skewed_workload, small_system
 
 from neonic.host.planner import (
     BASELINES,
@@ -417,19 +417,6 @@ def test_the_objective_is_the_fixed_point_of_the_sharing_models(monkeypatch):
         assert tight == pytest.approx(figure, rel=1e-9), name
 
 
-def _every_planners_plan(w, s, cost) -> list:
-    """The plan of every planner that can place ``w`` on ``s`` (the others are skipped)."""
-    from neonic.host.planner import PLANNER_NAMES, make_plan
-
-    plans = []
-    for name in PLANNER_NAMES:
-        try:
-            plans.append(make_plan(w, s, name, cost=cost))
-        except ValueError:
-            continue
-    return plans
-
-
 def test_hbm_sharing_priced_in_pieces_gives_the_same_figures(monkeypatch):
     """The kernel/collective HBM losses priced a few pairs at a time (``HBM_CHUNK``: thousands
     of ranks) give every plan of a batch the figure they give all at once, bit for bit: each
@@ -440,7 +427,7 @@ def test_hbm_sharing_priced_in_pieces_gives_the_same_figures(monkeypatch):
     w = _skewed(12)
     cost = CostModel(w, s)
     states = []
-    for plan in _every_planners_plan(w, s, cost):
+    for plan in every_planners_plan(w, s, cost):
         p = Placer(w, s, cost)
         for tp in plan:
             p.place(tp)
@@ -623,7 +610,7 @@ def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
     cost = CostModel(w, s)
     p = Placer(w, s, cost)
     states = []
-    for plan in _every_planners_plan(w, s, cost):
+    for plan in every_planners_plan(w, s, cost):
         st = State.empty(s.world_size)
         for tp in plan:
             st.add(p.contribution(tp))

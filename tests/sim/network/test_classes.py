@@ -75,14 +75,20 @@ def test_uniform_alltoall_aggregates_without_changing_results(preset, gpus):
             assert net_a.solved_classes * 8 < net_a.solved_flows  # the solver saw classes, not flows
 
 
+def _column_structured_with_random_rows(rng, p: int) -> np.ndarray:
+    """AlltoAllv sizes: a column-structured part (each destination one size: aggregates) with
+    random sizes on an eighth of the rows (which do not)."""
+    sizes = np.tile(rng.integers(1, 8, p) * 50_000, (p, 1))
+    rows = rng.choice(p, max(1, p // 8), replace=False)
+    sizes[rows] = rng.integers(1_000, 400_000, (rows.size, p))
+    return sizes
+
+
 @pytest.mark.parametrize("preset,gpus", CASES)
 def test_uneven_alltoallv_falls_back_and_agrees(preset, gpus):
     rng = np.random.default_rng(gpus)
     p = _topology(preset, gpus).num_gpus
-    # a column-structured part (aggregates) plus a random part on some rows (does not)
-    sizes = np.tile(rng.integers(1, 8, p) * 50_000, (p, 1))
-    rows = rng.choice(p, max(1, p // 8), replace=False)
-    sizes[rows] = rng.integers(1_000, 400_000, (rows.size, p))
+    sizes = _column_structured_with_random_rows(rng, p)
     _same(lambda: _topology(preset, gpus), lambda net: [coll.alltoallv(net, None, sizes)])
 
 
@@ -167,9 +173,7 @@ def test_throttled_alltoall_is_solved_over_classes_and_agrees(preset, gpus):
 def test_throttled_uneven_alltoallv_and_slowed_link_agree(preset, gpus):
     rng = np.random.default_rng(gpus)
     p = _topology(preset, gpus).num_gpus
-    sizes = np.tile(rng.integers(1, 8, p) * 50_000, (p, 1))
-    rows = rng.choice(p, max(1, p // 8), replace=False)
-    sizes[rows] = rng.integers(1_000, 400_000, (rows.size, p))
+    sizes = _column_structured_with_random_rows(rng, p)
     _same(lambda: _topology(preset, gpus), lambda net: [coll.alltoallv(net, None, sizes)], throttle=_scales_by_traffic)
     slow = _topology(preset, gpus).num_links // 2
     net_a, _ = _same(lambda: _topology(preset, gpus), lambda net: [coll.alltoall(net, None, 200_000)], slow=slow,
