@@ -797,7 +797,7 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True) -> None:
         need = np.where(rx > tx, rx, tx)  # max(tx, rx)
         with np.errstate(divide="ignore", invalid="ignore"):
             ok = (free != 0) & (need > 0) & ~(held * channel_bps[sel] / need < 1.0)
-        h = (tx + rx * (1 + 3 * rf)) / hbm_bps[sel]  # comm_hbm_bytes(tx, rx, rf) / hbm_bps
+        h = comm_hbm_bytes(tx, rx, rf) / hbm_bps[sel]
         capacity = np.where(busy + (h > 0) > 1, room[sel], 1.0)
         ok &= ~(use + h > capacity + 1e-12)
         fast[pos] = ok

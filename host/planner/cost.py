@@ -428,19 +428,40 @@ class PlanCost:
 
 
 @jit(cache=True, nogil=True)
-def _collective_rank_s(v, c, r, scale, alpha, bw):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
-    """Rank ``r``'s seconds in AlltoAll ``c`` (``rank_times_s``): per link class (intra-, then
-    inter-node) the busier direction's bytes times the collective's wire factor, ``alpha +
-    bytes / bw`` where it sends or receives anything; the slower class."""
+def _classes_s(sent0, recv0, sent1, recv1, alpha, bw):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """One rank's seconds in one AlltoAll (``rank_times_s``) from its bytes sent and received
+    per link class (0 intra-, 1 inter-node): per class the busier direction, ``alpha + bytes /
+    bw`` where it sends or receives anything; the slower class."""
     best = 0.0
     for k in range(2):
-        sent = v[4 + 4 * c + k, r] * scale[c]
-        recv = v[6 + 4 * c + k, r] * scale[c]
+        sent = sent0 if k == 0 else sent1
+        recv = recv0 if k == 0 else recv1
         busiest = sent if sent >= recv else recv
         t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
         if k == 0 or t > best:
             best = t
     return best
+
+
+@jit(cache=True, nogil=True)
+def _collective_rank_s(v, c, r, scale, alpha, bw):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Rank ``r``'s seconds in AlltoAll ``c`` of a state's figures ``v`` (:func:`_classes_s` of
+    its bytes times the collective's wire factor ``scale[c]``)."""
+    s = scale[c]
+    return _classes_s(v[4 + 4 * c, r] * s, v[6 + 4 * c, r] * s, v[5 + 4 * c, r] * s, v[7 + 4 * c, r] * s,
+                      alpha, bw)
+
+
+@jit(cache=True, nogil=True)
+def _rank_phases(fwd_s, bwd_s, host_s, kernels, fo, bo):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """One rank's forward and backward embedding seconds from its figures (kernel seconds each
+    way, host-tier miss seconds, kernel count): the launch overheads ``fo``/``bo`` where it has
+    kernels, at least half the host-tier seconds each way (they overlap the kernels)."""
+    half = host_s / 2
+    busy = 1.0 if kernels > 0.5 else 0.0
+    a = fwd_s + busy * fo
+    b = bwd_s + busy * bo
+    return (a if a >= half else half), (b if b >= half else half)
 
 
 @jit(cache=True, nogil=True)
@@ -454,11 +475,8 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (com
     n = v.shape[1]
     out = np.empty(n)
     for r in range(n):
-        busy = 1.0 if v[3, r] > 0.5 else 0.0
-        half = v[2, r] / 2
-        a = v[0, r] + busy * fwd
-        b = v[1, r] + busy * bwd
-        emb = (a if a >= half else half) + (b if b >= half else half)
+        a, b = _rank_phases(v[0, r], v[1, r], v[2, r], v[3, r], fwd, bwd)
+        emb = a + b
         comm = 0.0
         for c in range(5):
             best = _collective_rank_s(v, c, r, scale, alpha, bw)
@@ -482,14 +500,9 @@ def _balance_totals(B, cols, idx, alpha, bw, fobo, ar, out):  # pragma: no cover
         x = x + (fobo if B[3, r] + cols[3, j] > 0.5 else 0.0)
         comm = 0.0
         for c in range(5):
-            best = 0.0
-            for k in range(2):
-                sent = B[4 + 4 * c + k, r] + cols[4 + 4 * c + k, j]
-                recv = B[6 + 4 * c + k, r] + cols[6 + 4 * c + k, j]
-                busiest = sent if sent >= recv else recv
-                t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
-                if k == 0 or t > best:
-                    best = t
+            q = 4 + 4 * c
+            best = _classes_s(B[q, r] + cols[q, j], B[q + 2, r] + cols[q + 2, j],
+                              B[q + 1, r] + cols[q + 1, j], B[q + 3, r] + cols[q + 3, j], alpha, bw)
             comm = best if c == 0 else comm + best
         out[r] = (x + comm) + ar
 
@@ -532,14 +545,9 @@ def _phase_maxima(vecs, scale, alpha, bw, fo, bo, fwd, bwd, comm):  # pragma: no
         f = -np.inf
         b = -np.inf
         for r in range(n):
-            half = v[2, r] / 2
-            busy = 1.0 if v[3, r] > 0.5 else 0.0
-            a = v[0, r] + busy * fo
-            a = a if a >= half else half
+            a, a2 = _rank_phases(v[0, r], v[1, r], v[2, r], v[3, r], fo, bo)
             f = a if a > f else f
-            a = v[1, r] + busy * bo
-            a = a if a >= half else half
-            b = a if a > b else b
+            b = a2 if a2 > b else b
         fwd[t] = f
         bwd[t] = b
         total = 0.0
@@ -569,27 +577,19 @@ def _proxy_plus(minus, cols, idx, caps, scale, alpha, bw, fo, bo, out):  # pragm
     b = -np.inf
     for r in range(n):
         j = idx[r]
-        half = (minus[2, r] + cols[2, j]) / 2
-        busy = 1.0 if minus[3, r] + cols[3, j] > 0.5 else 0.0
-        a = (minus[0, r] + cols[0, j]) + busy * fo
-        a = a if a >= half else half
+        a, a2 = _rank_phases(minus[0, r] + cols[0, j], minus[1, r] + cols[1, j], minus[2, r] + cols[2, j],
+                             minus[3, r] + cols[3, j], fo, bo)
         f = a if a > f else f
-        a = (minus[1, r] + cols[1, j]) + busy * bo
-        a = a if a >= half else half
-        b = a if a > b else b
+        b = a2 if a2 > b else b
     total = 0.0
     for c in range(5):
         worst = -np.inf
+        q, s = 4 + 4 * c, scale[c]
         for r in range(n):
             j = idx[r]
-            best = 0.0
-            for k in range(2):
-                sent = (minus[4 + 4 * c + k, r] + cols[4 + 4 * c + k, j]) * scale[c]
-                recv = (minus[6 + 4 * c + k, r] + cols[6 + 4 * c + k, j]) * scale[c]
-                busiest = sent if sent >= recv else recv
-                t = alpha[k] + busiest / bw[k] if busiest > 0 else 0.0
-                if k == 0 or t > best:
-                    best = t
+            best = _classes_s((minus[q, r] + cols[q, j]) * s, (minus[q + 2, r] + cols[q + 2, j]) * s,
+                              (minus[q + 1, r] + cols[q + 1, j]) * s, (minus[q + 3, r] + cols[q + 3, j]) * s,
+                              alpha, bw)
             worst = best if best > worst else worst
         total += worst
     out[0] = fits
