@@ -32,7 +32,7 @@ import numpy as np
 
 from neonic.host.systems import SystemSpec
 from neonic.host.workloads import WorkloadSpec
-from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost
+from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost, stream_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 from neonic.sim.memory_tiers import host_transfer_s
 from neonic.sim.compiled import jit
@@ -94,8 +94,7 @@ def dense_costs(system: "SystemSpec | GPUSpec", workload: WorkloadSpec, dtype: s
     # and both moments (Kingma & Ba 2015; torch.optim.Adam), 4 reads + 3 writes of FP32 per
     # parameter. PyTorch's unfused (foreach) step makes several passes and costs more.
     step_bytes = params * 4 * (4 + 3)
-    step = KernelCost(hbm_bytes=step_bytes, memory_s=step_bytes / (gpu.hbm_bytes_per_s * gpu.efficiency.hbm_stream),
-                      overhead_s=gpu.efficiency.launch_overhead_s)
+    step = stream_cost(gpu, step_bytes)
     return DenseCosts(
         bot_fwd=total("bottom", "forward"),
         inter_fwd=total("interaction", "forward"),

@@ -52,6 +52,7 @@ __all__ = [
     "GEMM_TILES",
     "mlp_cost",
     "interaction_cost",
+    "stream_cost",
     "embedding_forward_cost",
     "embedding_backward_cost",
     "embedding_unfused_forward_cost",
@@ -503,6 +504,15 @@ def mlp_cost(spec: GPUSpec, batch: int, widths: Sequence[int], dtype: str = "fp1
             if layer > 0:
                 total = total + gemm_cost(spec, batch, fan_in, fan_out, dtype)  # data gradient
     return total
+
+
+def stream_cost(spec: GPUSpec, nbytes: float) -> KernelCost:
+    """One memory-bound kernel that streams ``nbytes`` through HBM (a copy, an elementwise
+    operation, a reduction, an optimizer pass): HBM at ``efficiency.hbm_stream``, plus one
+    launch (``efficiency.launch_overhead_s``)."""
+    eff = spec.efficiency
+    return KernelCost(hbm_bytes=nbytes, memory_s=nbytes / (spec.hbm_bytes_per_s * eff.hbm_stream),
+                      overhead_s=eff.launch_overhead_s)
 
 
 def interaction_cost(spec: GPUSpec, batch: int, num_features: int, dim: int, dtype: str = "fp16", backward: bool = False) -> KernelCost:

@@ -166,16 +166,6 @@ class LayerCost:
 ACTIVATION_FWD_PASSES, ACTIVATION_BWD_PASSES, BIAS_GRAD_PASSES = 2, 3, 1
 
 
-def _stream(gpu, nbytes: float):
-    """One memory-bound elementwise or reduction kernel over ``nbytes``: HBM at the streaming
-    efficiency, plus the per-kernel launch cost (``sim.gpu.GPUEfficiency``)."""
-    from neonic.sim.gpu import KernelCost
-
-    eff = gpu.efficiency
-    return KernelCost(hbm_bytes=nbytes, memory_s=nbytes / (gpu.hbm_bytes_per_s * eff.hbm_stream),
-                      overhead_s=eff.launch_overhead_s)
-
-
 def layer_costs(gpu, workload: "WorkloadSpec", dtype: str = "fp16", elementwise: bool = True) -> list[LayerCost]:
     """Per-layer ``sim.gpu.KernelCost`` of the dense part (forward order) on ``gpu`` for one
     local batch in GEMM datatype ``dtype``. Linear layers: one GEMM forward, a weight-gradient
@@ -183,9 +173,9 @@ def layer_costs(gpu, workload: "WorkloadSpec", dtype: str = "fp16", elementwise:
     the gradient of the dense input); the dot: ``sim.gpu.interaction_cost``; the concatenation:
     a streaming copy forward and backward; cross layers: two low-rank GEMMs each way.
     ``elementwise``: the MLP layers (bottom and top) also pay their activation, its gradient and
-    their bias gradient, one streaming kernel each (:data:`ACTIVATION_FWD_PASSES`); ``False``
+    their bias gradient, one streaming kernel each (:data:`ACTIVATION_FWD_PASSES`, ``sim.gpu.stream_cost``); ``False``
     prices their GEMMs alone (to set beside a GEMM-only measurement)."""
-    from neonic.sim.gpu import DTYPE_BYTES, KernelCost, gemm_cost, interaction_cost, mlp_cost
+    from neonic.sim.gpu import DTYPE_BYTES, gemm_cost, interaction_cost, mlp_cost, stream_cost
 
     b = workload.batch_per_gpu
     out: list[LayerCost] = []
@@ -198,17 +188,14 @@ def layer_costs(gpu, workload: "WorkloadSpec", dtype: str = "fp16", elementwise:
                 bwd = bwd + gemm_cost(gpu, b, layer.fan_in, layer.fan_out, dtype).scaled(layer.count)
             if elementwise and layer.part in ("bottom", "top"):
                 out_bytes = float(b) * layer.fan_out * DTYPE_BYTES[dtype] * layer.count
-                fwd = fwd + _stream(gpu, ACTIVATION_FWD_PASSES * out_bytes)
-                bwd = bwd + _stream(gpu, ACTIVATION_BWD_PASSES * out_bytes) + _stream(gpu, BIAS_GRAD_PASSES * out_bytes)
+                fwd = fwd + stream_cost(gpu, ACTIVATION_FWD_PASSES * out_bytes)
+                bwd = bwd + stream_cost(gpu, ACTIVATION_BWD_PASSES * out_bytes) + stream_cost(gpu, BIAS_GRAD_PASSES * out_bytes)
         elif layer.kind == "dot":
             fwd = interaction_cost(gpu, b, layer.features, layer.fan_in, dtype)
             bwd = interaction_cost(gpu, b, layer.features, layer.fan_in, dtype, backward=True)
         elif layer.kind == "cat":
             nbytes = 2.0 * b * layer.fan_out * DTYPE_BYTES[dtype]  # read the pieces, write the whole
-            eff = gpu.efficiency
-            fwd = KernelCost(hbm_bytes=nbytes, memory_s=nbytes / (gpu.hbm_bytes_per_s * eff.hbm_stream),
-                             overhead_s=eff.launch_overhead_s)
-            bwd = fwd
+            fwd = bwd = stream_cost(gpu, nbytes)
         else:  # cross
             fwd = mlp_cost(gpu, b, [layer.fan_in, layer.fan_out, layer.fan_in], dtype)
             bwd = mlp_cost(gpu, b, [layer.fan_in, layer.fan_out, layer.fan_in], dtype, backward=True)
