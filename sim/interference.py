@@ -77,7 +77,8 @@ API
     ``gpu.launch(cost, on_done, priority=0, ctas=None) -> isolated ps``;
     ``h = gpu.comm_begin(link_gbytes_per_s, reduce_fraction=0.0)``; ``gpu.comm_end(h)``;
     ``gpu.set_traffic(tx_bytes_per_s, rx_bytes_per_s)`` (what the network reports);
-    ``couple(net, gpus, batched=True)`` installs the network throttle; ``gpu.utilization(elapsed_ps)``;
+    ``couple(net, gpus, batched=True, shared=True)`` installs the network throttle (and lets GPUs
+    in the same state share their re-plans); ``gpu.utilization(elapsed_ps)``;
     ``gpu.counters`` (time series of SM and HBM shares by side when ``record``);
     ``gemm_ctas(spec, m, n)``; ``collective_links(topo, ranks)`` (link GB/s per rank);
     ``REDUCE_FRACTION`` per collective kind.
@@ -276,6 +277,13 @@ class GPUDevice:
         self._board: np.ndarray | None = None
         self._slot = 0
         self._plan: tuple[bool, float, float, float, float] = (True, 0.0, 0, 0.0, 0.0)
+        # shared transitions (set by couple(), see _Memo): the memo and this GPU's state token
+        # (None: this GPU computes every transition itself)
+        self._memo: _Memo | None = None
+        self._tok: int | None = None
+        # what, besides its state, a GPU's transitions depend on (GPUs share them only if equal)
+        self._cls = (self.sms, self.partition, self.on_dma, self.interference, self.comm, self.channel_bps,
+                     self.copy_engines, self.copy_engine_bps, self.hbm_bps, self.comm_priority)
 
     # ---------------------------------------------------------------------------- public API
     def launch(self, cost: KernelCost, on_done: Done | None = None, priority: int = 0, ctas: int | None = None) -> int:
@@ -301,6 +309,8 @@ class GPUDevice:
         self.kernels += 1
         self._advance()
         self._add(k)
+        if self._tok is not None:
+            self._retoken(("L", k.remaining, k.d_sm, k.d_hbm, k.want, k.waves, k.priority))
         self._update()
         return duration
 
@@ -323,6 +333,8 @@ class GPUDevice:
             self._board[0, self._slot] = self._ncomm
         self._advance()
         self._add(k)
+        if self._tok is not None:
+            self._retoken(("B", k.want, k.priority, k.reduce_fraction))
         self._update()
         return k
 
@@ -330,7 +342,10 @@ class GPUDevice:
         if not handle.alive:
             return
         self._advance()
+        i = self._ks.index(handle) if self._tok is not None else -1
         self._remove(handle)
+        if self._tok is not None:
+            self._retoken(("E", i))
         self._update()
 
     def set_traffic(self, tx_bytes_per_s: float, rx_bytes_per_s: float) -> float:
@@ -340,6 +355,10 @@ class GPUDevice:
         tx, rx = float(tx_bytes_per_s), float(rx_bytes_per_s)
         self._tx = tx if tx > 0.0 else 0.0  # max(0.0, tx)
         self._rx = rx if rx > 0.0 else 0.0
+        if self._tok is not None:
+            self._retoken(("T", self._tx, self._rx))
+            self._shared(False)
+            return self._comm_rate
         if self._fast_traffic():
             if self.record:
                 self._record()
@@ -505,12 +524,18 @@ class GPUDevice:
 
     def _on_transfer(self, t: _Transfer) -> None:
         self._advance()
-        self._transfers.remove(t)
+        if self._tok is not None:
+            i = self._transfers.index(t)
+            del self._transfers[i]
+        else:
+            self._transfers.remove(t)
         t.donor.held = max(0.0, t.donor.held - t.n)
         t.donor.outgoing -= t.n
         if t.taker is not None and t.taker.alive:
             t.taker.incoming -= t.n
             t.taker.held += t.n
+        if self._tok is not None:
+            self._retoken(("X", i))
         self._update()
 
     def _remove(self, k: _Kernel) -> None:
@@ -633,6 +658,9 @@ class GPUDevice:
 
     def _update(self) -> None:
         """Re-plan SMs, rates and the next event after any change (the engine is at ``now``)."""
+        if self._tok is not None:
+            self._shared(True)
+            return
         before = self._comm_rate
         self._rebalance()
         self._rates()
@@ -640,6 +668,84 @@ class GPUDevice:
         if self.record:
             self._record()
         if self._net is not None and abs(self._comm_rate - before) > 1e-9:
+            self._net.request_recompute()
+
+    def _retoken(self, key: tuple) -> None:
+        """This GPU's state changed by ``key`` (a launch, a collective's begin or end, a transfer
+        step, kernel events, new traffic): its token becomes the one every GPU of its token gets
+        for the same change at this picosecond; an empty GPU's token is its state's own."""
+        memo = self._memo
+        if not self._ks:
+            self._tok = memo.canon(self)
+            return
+        now = self.engine.now
+        trans = memo.trans if memo.now == now else memo.reset(now)
+        k = (self._tok, key)
+        tok = trans.get(k)
+        if tok is None:
+            tok = trans[k] = memo.fresh()
+        self._tok = tok
+
+    def _shared(self, update: bool) -> None:
+        """:meth:`_update` (``update``) or the rest of :meth:`set_traffic` for a GPU with a
+        token: the first GPU of its token at this picosecond computes it and leaves what it
+        changed (SMs, rates, new hand-overs, its timer, whether the network must re-solve);
+        the others of that token apply the same (see :class:`_Memo`)."""
+        memo = self._memo
+        now = self.engine.now
+        trans = memo.trans if memo.now == now else memo.reset(now)
+        key = (self._tok, update)
+        hit = trans.get(key)
+        ks = self._ks
+        if hit is None:
+            ntr = len(self._transfers)
+            sched: int | None = None
+            recompute = False
+            if update:
+                before = self._comm_rate
+                self._rebalance()
+                self._rates()
+                self._schedule()
+                sched = self._timer.time
+                if sched is None:
+                    sched = -1
+                recompute = self._net is not None and abs(self._comm_rate - before) > 1e-9
+            elif not self._fast_traffic():
+                self._rates()
+                self._schedule()
+                sched = self._timer.time
+                if sched is None:
+                    sched = -1
+            transfers = tuple((ks.index(t.donor), -1 if t.taker is None else ks.index(t.taker), t.n,
+                               t.event.time - now) for t in self._transfers[ntr:])
+            tok = memo.canon(self) if not ks else memo.fresh()
+            trans[key] = (tok, tuple((k.held, k.incoming, k.outgoing, k.rate, k.target) for k in ks),
+                          self._targets_stale, self._comm_rate, self._comm_hbm, self._plan, transfers, sched, recompute)
+            self._tok = tok
+            if recompute:
+                self._net.request_recompute()
+            return
+        memo.hits += 1
+        tok, kvals, self._targets_stale, rate, self._comm_hbm, self._plan, transfers, sched, recompute = hit
+        for k, v in zip(ks, kvals):
+            k.held, k.incoming, k.outgoing, k.rate, k.target = v
+        self._comm_rate = rate
+        if self._board is not None:
+            self._board[1, self._slot] = rate
+        if transfers:
+            after = self.engine.after
+            on_transfer = self._on_transfer
+            for di, ti, n, delay in transfers:
+                t = _Transfer(ks[di], None if ti < 0 else ks[ti], n)
+                t.event = after(delay, on_transfer, t)
+                self._transfers.append(t)
+        if sched is not None:
+            if sched < 0:
+                self._timer.clear()
+            else:
+                self._timer.set(sched)
+        self._tok = tok
+        if recompute:
             self._net.request_recompute()
 
     def _record(self) -> None:
@@ -691,6 +797,8 @@ class GPUDevice:
                 k.drain_rate = rate if rate > 1e-6 else 1e-6  # max(rate, 1e-6)
         for k in finished:
             self._remove(k)
+        if self._tok is not None:
+            self._retoken(("V",))
         self._update()
         for k in finished:
             if k.on_done is not None:
@@ -760,7 +868,51 @@ def _water_level(clients: list[tuple[float, float, object]], capacity: float, us
     return math.inf
 
 
-def couple(net, gpus: Sequence[GPUDevice], batched: bool = True) -> None:
+class _Memo:
+    """Transitions shared by GPUs whose state is the same (ranks with identical work and
+    timing: at 1024 GPUs most updates of a GPU's SMs and rates happen at a picosecond where
+    dozens of GPUs make the same one).
+
+    A GPU's state (its kernels' SMs, rates, work left, the SM hand-overs in flight, its timer,
+    the traffic it was told and what it derived) is named by a token: GPUs with equal tokens
+    have equal states. Every change of a state maps ``(token, change)`` to the new token, the
+    same one for every GPU making that change at that picosecond (``trans``, kept for the
+    current picosecond only); an empty GPU's token is that of its state's value (``canon``:
+    GPUs whose work diverged meet again once idle). The SM and rate re-plan after a change
+    (``GPUDevice._update``, and the rate part of ``set_traffic``) is computed by the first GPU
+    of a token and applied by the others: the same values, the same hand-over events and timer
+    settings in the same order on each GPU's own objects, so every GPU runs exactly the events
+    it would have run on its own (the engine's order is unchanged)."""
+
+    __slots__ = ("now", "trans", "canon_of", "_next", "hits")
+
+    def __init__(self) -> None:
+        self.hits = 0  # re-plans applied from another GPU's (a count, for tests and profiles)
+        self.now = -1
+        self.trans: dict = {}
+        self.canon_of: dict = {}
+        self._next = 0
+
+    def reset(self, now: int) -> dict:
+        self.now = now
+        self.trans = {}
+        return self.trans
+
+    def fresh(self) -> int:
+        self._next += 1
+        return self._next
+
+    def canon(self, g: GPUDevice) -> int:
+        """The token of an empty GPU's state (no kernels, no hand-overs, no timer: all that is
+        left is the traffic it was told and what it derived from it)."""
+        key = (g._cls, g._tx, g._rx, g._comm_rate, g._comm_hbm, g._plan, g._targets_stale)
+        tok = self.canon_of.get(key)
+        if tok is None:
+            tok = self.canon_of[key] = self.fresh()
+        return tok
+
+
+def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = True) -> None:
     """Let ``gpus`` (indexed by network rank) limit the flows they feed in ``net``.
 
     After every solve the network reports each GPU's traffic; the GPUs whose traffic changed
@@ -769,7 +921,10 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True) -> None:
     alone (HBM still not binding, the collectives still fed); those only advance their clocks
     and note the collectives' new HBM demand, the others re-plan their rates as
     ``set_traffic`` does. False: ``set_traffic`` on each (the reference the batched path is
-    tested against)."""
+    tested against). ``shared``: GPUs whose state is the same share their re-plans (see
+    :class:`_Memo`; the same results, computed once per state and picosecond); False: every
+    GPU computes its own (the reference the shared path is tested against). GPUs that record
+    counters always compute their own."""
     gpus = list(gpus)
     if len(gpus) > net.topology.num_gpus:
         raise ValueError(f"gpus: expected at most {net.topology.num_gpus} GPUs for this topology, got {len(gpus)}")
@@ -827,10 +982,14 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True) -> None:
                 g = gpus[i]
                 if not ci_:  # traffic costs nothing on a GPU without a collective kernel: remember it
                     g._tx, g._rx = ti_, ri_
+                    if g._tok is not None:
+                        g._retoken(("N", ti_, ri_))
                 elif fast_:  # set_traffic's fast path, decided above (board[1]: below)
                     g._advance()
                     g._comm_hbm, g._tx, g._rx = rest
                     g._comm_rate = 1.0
+                    if g._tok is not None:
+                        g._retoken(("F", *rest))
                     if g.record:
                         g._record()
                 else:
@@ -841,8 +1000,12 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True) -> None:
         scale[:n] = np.where(comm, board[1], 1.0)
         return scale if np.any(scale < 1.0) else None
 
+    memo = _Memo()
     for i, g in enumerate(gpus):
         g._net = net
         g._board, g._slot = board, i
         board[0, i], board[1, i] = g._ncomm, g._comm_rate
+        if shared and not g.record and not g._ks and not g._transfers and g._timer.time is None:
+            g._memo = memo  # (a recorded GPU keeps its counters: it computes every transition)
+            g._tok = memo.canon(g)
     net.set_throttle(throttle)

@@ -431,3 +431,74 @@ def test_the_batched_traffic_update_is_the_per_gpu_one(seed, dma):
     assert batched == each
     assert len(each[0]) == 80 + 6
     assert calls_batched < calls_each
+
+
+def _lockstep_mix(shared: bool, seed: int, dma: bool = False) -> tuple:
+    """Two ZionEX nodes whose GPUs mostly run the same work at the same times (two groups of
+    eight with their own kernels, AlltoAlls of equal and of uneven sizes, AllGathers), with a
+    few kernels on single GPUs that set them apart for a while; coupled to the network with
+    ``couple(..., shared=shared)``. Returns every kernel's and collective's end in the order
+    they ended, each GPU's counters and utilization, the engine's event count, and how many
+    re-plans the GPUs shared."""
+    rng = np.random.default_rng(seed)
+    topo = Topology.from_preset("zionex", nodes=2)
+    eng = Engine()
+    net = Network(eng, topo)
+    n = topo.num_gpus
+    gpus = [GPUDevice(eng, SPEC, name=f"g{r}", comm_priority=1, interference=0.1, sm_partition_comm=0.1 * (r >= 12),
+                      collectives_on_dma=dma and r % 3 == 0, record=r == 5) for r in range(n)]
+    couple(net, gpus, shared=shared)
+    links = collective_links(topo, range(n))
+    ends: list[tuple[str, int, int]] = []
+    world = list(range(n))
+
+    def kernel(ranks: list[int], k: int, cost, ctas: int) -> None:
+        for r in ranks:
+            gpus[r].launch(cost, lambda s, e, k=k, r=r: ends.append((f"k{k}", r, e)), ctas=ctas)
+
+    def collective(c: int) -> None:
+        rf = REDUCE_FRACTION["all_gather"] if c % 3 == 2 else 0.0
+        hs = [g.comm_begin(float(links[r]), rf) for r, g in enumerate(gpus)]
+
+        def done(_h):
+            for g, h in zip(gpus, hs):
+                g.comm_end(h)
+            ends.append((f"c{c}", -1, eng.now))
+
+        if c % 3 == 2:
+            coll.all_gather(net, world, 16 << 20, on_done=done)
+        else:  # equal sizes, then uneven ones
+            m = np.full((n, n), 4 << 20) if c != 3 else rng.integers(1, 8, size=(n, n)) << 20
+            coll.alltoallv(net, world, m, on_done=done)
+
+    t = 0.0
+    for k in range(40):
+        t += float(rng.uniform(50e-6, 200e-6))
+        cost = _memory_kernel(float(rng.uniform(50e-6, 300e-6))) if k % 3 == 1 else \
+            gemm_cost(SPEC, 1024 * int(rng.integers(1, 4)), 4096, 4096)
+        group = [list(range(8)), list(range(8, n)), world][k % 3]
+        if k % 7 == 3:  # one GPU alone
+            group = [int(rng.integers(n))]
+        eng.schedule(ps_from_s(t), kernel, group, k, cost, int(rng.choice([108, 500, 2000])))
+    for c in range(6):
+        eng.schedule(ps_from_s(c * 0.7e-3), collective, c)
+    eng.run()
+    span = eng.now
+    memo = next((g._memo for g in gpus if g._memo is not None), None)
+    return (ends, [g.counters for g in gpus], [g.utilization(span) for g in gpus], eng.events_processed,
+            memo.hits if memo is not None else 0)
+
+
+@pytest.mark.parametrize("seed,dma", [(1, False), (2, True)])
+def test_gpus_in_the_same_state_share_their_replans_with_the_same_results(seed, dma):
+    """GPUs whose state is the same compute each SM and rate re-plan once per picosecond and
+    share it (couple(shared=True)): every kernel and collective ends at the same picosecond and
+    in the same order, counters, utilization and the engine's event count are the same, bit
+    for bit, as when every GPU computes its own; here a re-plan was shared for one event in
+    ten or more."""
+    *same, hits = _lockstep_mix(True, seed, dma)
+    *alone, no_hits = _lockstep_mix(False, seed, dma)
+    assert same == alone
+    assert no_hits == 0 and hits > same[3] // 10  # (same[3]: the engine's event count)
+    assert len(same[0]) == sum(len([list(range(8)), list(range(8, 16)), list(range(16))][k % 3]) if k % 7 != 3 else 1
+                               for k in range(40)) + 6
