@@ -92,6 +92,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from neonic.sim.compiled import jit
 from neonic.sim.engine import Engine, EventHandle, ps_from_s
 from neonic.sim.gpu import GPUSpec, KernelCost, gemm_ctas  # noqa: F401  (gemm_ctas: re-exported)
 
@@ -310,7 +311,7 @@ class GPUDevice:
         self._advance()
         self._add(k)
         if self._tok is not None:
-            self._retoken(("L", k.remaining, k.d_sm, k.d_hbm, k.want, k.waves, k.priority))
+            self._retoken((self._tok, "L", k.remaining, k.d_sm, k.d_hbm, k.want, k.waves, k.priority))
         self._update()
         return duration
 
@@ -334,7 +335,7 @@ class GPUDevice:
         self._advance()
         self._add(k)
         if self._tok is not None:
-            self._retoken(("B", k.want, k.priority, k.reduce_fraction))
+            self._retoken((self._tok, "B", k.want, k.priority, k.reduce_fraction))
         self._update()
         return k
 
@@ -345,7 +346,7 @@ class GPUDevice:
         i = self._ks.index(handle) if self._tok is not None else -1
         self._remove(handle)
         if self._tok is not None:
-            self._retoken(("E", i))
+            self._retoken((self._tok, "E", i))
         self._update()
 
     def set_traffic(self, tx_bytes_per_s: float, rx_bytes_per_s: float) -> float:
@@ -356,7 +357,7 @@ class GPUDevice:
         self._tx = tx if tx > 0.0 else 0.0  # max(0.0, tx)
         self._rx = rx if rx > 0.0 else 0.0
         if self._tok is not None:
-            self._retoken(("T", self._tx, self._rx))
+            self._retoken((self._tok, "T", self._tx, self._rx))
             self._shared(False)
             return self._comm_rate
         if self._fast_traffic():
@@ -535,7 +536,7 @@ class GPUDevice:
             t.taker.incoming -= t.n
             t.taker.held += t.n
         if self._tok is not None:
-            self._retoken(("X", i))
+            self._retoken((self._tok, "X", i))
         self._update()
 
     def _remove(self, k: _Kernel) -> None:
@@ -671,7 +672,7 @@ class GPUDevice:
             self._net.request_recompute()
 
     def _retoken(self, key: tuple) -> None:
-        """This GPU's state changed by ``key`` (a launch, a collective's begin or end, a transfer
+        """This GPU's state changed by ``key`` (its token, then what changed: a launch, a collective's begin or end, a transfer
         step, kernel events, new traffic): its token becomes the one every GPU of its token gets
         for the same change at this picosecond; an empty GPU's token is its state's own."""
         memo = self._memo
@@ -680,10 +681,9 @@ class GPUDevice:
             return
         now = self.engine.now
         trans = memo.trans if memo.now == now else memo.reset(now)
-        k = (self._tok, key)
-        tok = trans.get(k)
+        tok = trans.get(key)
         if tok is None:
-            tok = trans[k] = memo.fresh()
+            tok = trans[key] = memo.fresh()
         self._tok = tok
 
     def _shared(self, update: bool) -> None:
@@ -694,7 +694,7 @@ class GPUDevice:
         memo = self._memo
         now = self.engine.now
         trans = memo.trans if memo.now == now else memo.reset(now)
-        key = (self._tok, update)
+        key = self._tok if update else -self._tok  # (tokens are ints >= 1; _retoken's keys tuples)
         hit = trans.get(key)
         ks = self._ks
         if hit is None:
@@ -798,7 +798,7 @@ class GPUDevice:
         for k in finished:
             self._remove(k)
         if self._tok is not None:
-            self._retoken(("V",))
+            self._retoken((self._tok, "V",))
         self._update()
         for k in finished:
             if k.on_done is not None:
@@ -866,6 +866,51 @@ def _water_level(clients: list[tuple[float, float, object]], capacity: float, us
         used += cap * d
         rest -= d
     return math.inf
+
+
+@jit(cache=True, nogil=True)
+def _changed_traffic(tx, rx, last, retune):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The GPUs (``last.shape[1]`` of them, the first endpoints of ``tx``/``rx``) whose send or
+    receive rate (bytes/ps, here in bytes/s) moved by more than ``retune`` of the larger of
+    the new rate and ``last`` (the one they last took, row 0 send, row 1 receive; updated for
+    them): their indices, new send and receive rates. The element-wise arithmetic of
+    ``abs(t - last) > retune * maximum(t, last)``."""
+    n = last.shape[1]
+    idx = np.empty(n, np.int64)
+    ts = np.empty(n)
+    rs = np.empty(n)
+    m = 0
+    for i in range(n):
+        t = tx[i] * 1e12
+        r = rx[i] * 1e12
+        a = last[0, i]
+        b = last[1, i]
+        ma = t if t > a else a  # (NaN: the comparison below is False either way)
+        mb = r if r > b else b
+        if abs(t - a) > retune * ma or abs(r - b) > retune * mb:
+            idx[m] = i
+            ts[m] = t
+            rs[m] = r
+            last[0, i] = t
+            last[1, i] = r
+            m += 1
+    return idx[:m], ts[:m], rs[:m]
+
+
+@jit(cache=True, nogil=True)
+def _comm_scale(board, size):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Per network endpoint (``size``): the fraction of its link-allowed rate its flows get,
+    ``board[1]`` for a GPU running collectives (``board[0] > 0``), else 1; and whether any is
+    below 1."""
+    scale = np.ones(size)
+    low = False
+    for i in range(board.shape[1]):
+        if board[0, i] > 0:
+            f = board[1, i]
+            scale[i] = f
+            if f < 1.0:
+                low = True
+    return scale, low
 
 
 class _Memo:
@@ -960,16 +1005,9 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
         return fast, hbm
 
     def throttle(tx: np.ndarray, rx: np.ndarray) -> np.ndarray | None:
-        t = tx[:n] * 1e12  # bytes/ps -> bytes/s
-        r = rx[:n] * 1e12
-        comm = board[0] > 0
-        changed = (np.abs(t - last[0]) > _RETUNE * np.maximum(t, last[0])) | \
-                  (np.abs(r - last[1]) > _RETUNE * np.maximum(r, last[1]))
-        idx = np.flatnonzero(changed)
+        idx, ti, ri = _changed_traffic(tx, rx, last, _RETUNE)  # (bytes/s; ``last`` updated)
         if idx.size:
-            last[0, idx] = t[idx]
-            last[1, idx] = r[idx]
-            ti, ri, ci = t[idx], r[idx], comm[idx]
+            ci = board[0, idx] > 0
             if batched:
                 tc = np.where(ti > 0.0, ti, 0.0)  # max(0.0, tx), as set_traffic takes it
                 rc = np.where(ri > 0.0, ri, 0.0)
@@ -983,22 +1021,21 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
                 if not ci_:  # traffic costs nothing on a GPU without a collective kernel: remember it
                     g._tx, g._rx = ti_, ri_
                     if g._tok is not None:
-                        g._retoken(("N", ti_, ri_))
+                        g._retoken((g._tok, "N", ti_, ri_))
                 elif fast_:  # set_traffic's fast path, decided above (board[1]: below)
                     g._advance()
                     g._comm_hbm, g._tx, g._rx = rest
                     g._comm_rate = 1.0
                     if g._tok is not None:
-                        g._retoken(("F", *rest))
+                        g._retoken((g._tok, "F", *rest))
                     if g.record:
                         g._record()
                 else:
                     g.set_traffic(ti_, ri_)
             if batched:
                 board[1, idx[fast]] = 1.0
-        scale = np.ones(tx.size)
-        scale[:n] = np.where(comm, board[1], 1.0)
-        return scale if np.any(scale < 1.0) else None
+        scale, low = _comm_scale(board, tx.size)
+        return scale if low else None
 
     memo = _Memo()
     for i, g in enumerate(gpus):
