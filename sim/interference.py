@@ -386,6 +386,8 @@ class GPUDevice:
     def utilization(self, elapsed_ps: int) -> dict[str, float]:
         """Average share of SMs held and of achievable HBM bandwidth used over ``elapsed_ps``."""
         self._advance()
+        if self._tok is not None:  # the kernels' work left moved to now: a change of state
+            self._retoken((self._tok, "A"))
         if elapsed_ps <= 0:
             return {"sm": 0.0, "hbm": 0.0}
         return {"sm": self._sm_busy / (self.sms * elapsed_ps), "hbm": self._hbm_busy / elapsed_ps}

@@ -502,3 +502,36 @@ def test_gpus_in_the_same_state_share_their_replans_with_the_same_results(seed, 
     assert no_hits == 0 and hits > same[3] // 10  # (same[3]: the engine's event count)
     assert len(same[0]) == sum(len([list(range(8)), list(range(8, 16)), list(range(16))][k % 3]) if k % 7 != 3 else 1
                                for k in range(40)) + 6
+
+
+def test_a_gpu_asked_for_its_utilization_mid_run_shares_nothing_it_should_not():
+    """utilization() moves a GPU's clock (its kernels' work left) to now: a GPU asked mid-run
+    leaves the token of the GPUs in its state before (their work left is the same only up to
+    rounding once the clocks moved apart), and every GPU ends as it would alone."""
+    def run(shared: bool) -> tuple:
+        topo = Topology.from_preset("zionex", nodes=1)
+        eng = Engine()
+        net = Network(eng, topo)
+        gpus = [GPUDevice(eng, SPEC, name=f"g{r}", interference=0.1) for r in range(2)]
+        couple(net, gpus, shared=shared)
+        ends: list = []
+        toks: list = []
+        for r, g in enumerate(gpus):  # two memory-bound kernels: HBM binds, rates below 1
+            g.launch(_memory_kernel(300e-6), lambda s, e, r=r: ends.append((r, e)))
+            g.launch(_memory_kernel(170e-6), lambda s, e, r=r: ends.append((r, e)))
+
+        def ask() -> None:
+            toks.append(gpus[0]._tok == gpus[1]._tok)
+            gpus[0].utilization(eng.now)
+            toks.append(gpus[0]._tok == gpus[1]._tok)
+
+        eng.schedule(ps_from_s(123.456789e-6), ask)
+        eng.schedule(ps_from_s(200e-6), lambda: [g.launch(_memory_kernel(80e-6), lambda s, e, r=r: ends.append((r, e)))
+                                                 for r, g in enumerate(gpus)])
+        eng.run()
+        return ends + [g.utilization(eng.now) for g in gpus], toks
+
+    same, toks = run(True)
+    alone, _ = run(False)
+    assert same == alone
+    assert toks == [True, False]
