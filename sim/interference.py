@@ -112,6 +112,7 @@ __all__ = [
 
 Done = Callable[[int, int], None]
 _EPS = 1e-9
+_copysign = math.copysign
 #: A GPU re-plans its rates when the network changes its traffic by more than this fraction (the
 #: network itself coalesces rate changes within 2% of a flow's age; see sim.network.network).
 _RETUNE = 0.01
@@ -952,7 +953,9 @@ class _Memo:
     def canon(self, g: GPUDevice) -> int:
         """The token of an empty GPU's state (no kernels, no hand-overs, no timer: all that is
         left is the traffic it was told and what it derived from it)."""
-        key = (g._cls, g._tx, g._rx, g._comm_rate, g._comm_hbm, g._plan, g._targets_stale)
+        tx, rx, hbm = g._tx, g._rx, g._comm_hbm
+        key = (g._cls, tx, rx, g._comm_rate, hbm, g._plan, g._targets_stale,
+               _copysign(1.0, tx), _copysign(1.0, rx), _copysign(1.0, hbm))  # (-0.0 == 0.0: the signs too)
         tok = self.canon_of.get(key)
         if tok is None:
             tok = self.canon_of[key] = self.fresh()
@@ -1023,7 +1026,7 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
                 if not ci_:  # traffic costs nothing on a GPU without a collective kernel: remember it
                     g._tx, g._rx = ti_, ri_
                     if g._tok is not None:
-                        g._retoken((g._tok, "N", ti_, ri_))
+                        g._retoken((g._tok, "N", ti_, ri_, _copysign(1.0, ti_), _copysign(1.0, ri_)))
                 elif fast_:  # set_traffic's fast path, decided above (board[1]: below)
                     g._advance()
                     g._comm_hbm, g._tx, g._rx = rest
