@@ -675,9 +675,10 @@ class GPUDevice:
             self._net.request_recompute()
 
     def _retoken(self, key: tuple) -> None:
-        """This GPU's state changed by ``key`` (its token, then what changed: a launch, a collective's begin or end, a transfer
-        step, kernel events, new traffic): its token becomes the one every GPU of its token gets
-        for the same change at this picosecond; an empty GPU's token is its state's own."""
+        """This GPU's state changed by ``key`` (its token, then what changed: a launch, a
+        collective's begin or end, a hand-over step, kernel events, new traffic, a clock moved
+        to now): its token becomes the one every GPU of its token gets for the same change at
+        this picosecond; an empty GPU's token is its state's own."""
         memo = self._memo
         if not self._ks:
             self._tok = memo.canon(self)
