@@ -233,7 +233,7 @@ class ClusterRun:
         t_plan = time.perf_counter()
         plan, psys = self._plan(topo)
         t_built = time.perf_counter()
-        self.progress("deriving one iteration's work", 0.2)
+        self.progress(f"deriving one iteration's work (planned in {t_built - t_plan:.1f} s)", 0.2)
         work = derive_iteration(plan, sc.workload, psys)
         world = work.world_size
         self.plan, self.work, self.topology = plan, work, topo
@@ -254,7 +254,8 @@ class ClusterRun:
             "allreduce", nbytes=int(math.ceil(n * wire)), estimate_s=psys.comm.allreduce_time_s(n * wire, world)))
         graph = build_iteration_graph(spec, world, payloads, emb_stream, buckets)
         self.graph = graph
-        self.progress(f"simulating {total_its} iterations on {world} GPUs", 0.35)
+        self.progress(f"simulating {total_its} iterations on {world} GPUs ({len(graph.ops):,} ops; work, payloads "
+                      f"and graph built in {time.perf_counter() - t_built:.1f} s)", 0.35)
         engine, backend, resources_ = self._build_resources(topo, world)
         clock = EngineProgress(graph)
 
@@ -286,12 +287,12 @@ class ClusterRun:
         # work, payloads, SmartNIC traces, graph), the engine (all iterations), metrics
         self.wall = {"setup_s": t_plan - t0, "planning_s": t_built - t_plan, "build_s": t_engine - t_built,
                      "engine_s": t_end - t_engine}
-        self.progress("collecting metrics", 0.92)
+        self.progress(f"collecting metrics (the engine ran {t_end - t_engine:.1f} s)", 0.92)
         result = collect_metrics(sc, graph, engine, end_ps, resources_, dense, plan, topo.gpus_per_node, self.nic_stats,
                                  self.nic_metrics, time.perf_counter() - t0, work=work, psys=psys,
                                  tier_miss_bytes=self.tier_miss_bytes, lookups=self.lookups)
         result.metrics["wall_breakdown_s"] = {**self.wall, "collect_s": time.perf_counter() - t_end}
-        self.progress("done", 1.0)
+        self.progress(f"done in {time.perf_counter() - t0:.1f} s", 1.0)
         return result
 
     def _nic_effects(self, work, psys) -> NICEffects | None:

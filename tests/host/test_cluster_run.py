@@ -184,6 +184,11 @@ def test_a_run_reports_its_progress_with_a_time_estimate():
     engine = [m for m, _ in messages if m.startswith("simulated ")]
     assert engine and all(" s left" in m or "no estimate" in m for m in engine)
     assert any("iterations ended" in m and "rough" not in m for m in engine[len(engine) // 2:])
+    # the stages say how long the ones before took: planning, building, the engine, the run
+    import re
+
+    for pattern in (r"planned in \d+\.\d s", r"built in \d+\.\d s", r"the engine ran \d+\.\d s", r"^done in \d+\.\d s$"):
+        assert sum(bool(re.search(pattern, m)) for m, _ in messages) == 1, pattern
 
 
 def test_the_gpus_batched_traffic_update_runs_the_same_ops_as_the_per_gpu_one(monkeypatch):
