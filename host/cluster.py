@@ -25,14 +25,17 @@ Planning: ``[planner] name`` picks the planner (``host.planner.make_plan``); Neo
 at convergence or after ``max_steps`` steps, so a run is deterministic for its seed;
 ``time_budget_s`` (off by default) adds a wall-clock bound (the plan's notes in the metrics
 say how many steps ran). ``metrics["wall_breakdown_s"]`` says where the
-simulation's own wall time went (planning, building, engine).
+simulation's own wall time went (planning, building, engine), ``metrics["wall_stages_s"]``
+stage by stage with this process's CPU seconds (:class:`StageClock`; the last progress
+message lists them).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from neonic.host.iteration import (WIRE_BYTES, Collective, Copy, CPUJob, IterationSpec, NICJob, build_iteration_graph,
                                    dense_costs, iteration_buckets, iteration_payloads)
@@ -121,6 +124,37 @@ class EngineProgress:
         return f"{its}, about {left:.0f} s left"
 
 
+class StageClock:
+    """Wall and CPU seconds of a run's stages, in the order they first ran (a run's
+    ``metrics["wall_stages_s"]``): where a large run's time goes, stage by stage. The CPU
+    seconds are this process's: the planner's forked workers (``host.planner.parallel``) are
+    not in them."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 cpu: Callable[[], float] = time.process_time) -> None:
+        self._clock = clock
+        self._cpu = cpu
+        self._spent: dict[str, list[float]] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        """Time the block as stage ``name`` (a stage timed twice adds up)."""
+        wall, cpu = self._clock(), self._cpu()
+        try:
+            yield
+        finally:
+            spent = self._spent.setdefault(name, [0.0, 0.0])
+            spent[0] += self._clock() - wall
+            spent[1] += self._cpu() - cpu
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        return {name: {"wall_s": w, "cpu_s": c} for name, (w, c) in self._spent.items()}
+
+    def describe(self) -> str:
+        """``stage wall/CPU s, ...`` in order."""
+        return ", ".join(f"{name} {w:.1f}/{c:.1f}" for name, (w, c) in self._spent.items()) + " s wall/CPU"
+
+
 class ClusterRun:
     """Plan, build and execute one scenario. ``progress(message, fraction)`` reports along.
 
@@ -141,6 +175,7 @@ class ClusterRun:
         self.progress = progress or (lambda message, fraction: None)
         self.nic_backend = nic_backend
         self.given_plan = plan
+        self.stages = StageClock()
 
     # -------------------------------------------------------------------------- preparation
     def _topology(self):
@@ -194,13 +229,21 @@ class ClusterRun:
     def _plan(self, topo):
         """The plan the run executes: the one given (``plan=``), the scenario's plan file
         (``[planner] plan``), or the named planner's."""
+        self.progress("the lookup batch and the planner's view of the cluster", 0.05)
+        with self.stages("planner_system"):
+            psys = self.make_planner_system(topo)
+        with self.stages("planning"):
+            plan = self._planned(psys)
+        self.planner_system = psys
+        return plan, psys
+
+    def _planned(self, psys) -> Any:
+        """:meth:`_plan`'s plan for the planner's system ``psys``."""
         from neonic.host.planner.api import make_plan
         from neonic.host.planner.cache import active_plan_cache
         from neonic.host.planner.plan_io import load_plan, plan_from_dict, plan_to_dict
 
         sc = self.scenario
-        self.progress("the lookup batch and the planner's view of the cluster", 0.05)
-        psys = self.make_planner_system(topo)
         if self.given_plan is not None:
             # checked like a file: the same errors for a plan made elsewhere
             plan = plan_from_dict(plan_to_dict(self.given_plan), sc.workload, psys, source="plan")
@@ -219,27 +262,31 @@ class ClusterRun:
             cache = active_plan_cache()
             plan = make() if cache is None else cache.plan(sc.workload, psys, sc.planner, sc.planner_max_steps,
                                                             sc.planner_budget_s, make)
-        self.planner_system = psys
-        return plan, psys
+        return plan
 
     def run(self) -> RunResult:
         from neonic.host.planner.work import derive_iteration
 
         t0 = time.perf_counter()
         sc = self.scenario
+        self.stages = stages = StageClock()
         self.progress("topology", 0.02)
-        topo = self._topology()
+        with stages("topology"):
+            topo = self._topology()
         self.progress("planning the sharding", 0.05)
         t_plan = time.perf_counter()
         plan, psys = self._plan(topo)
         t_built = time.perf_counter()
-        self.progress("deriving one iteration's work", 0.2)
-        work = derive_iteration(plan, sc.workload, psys)
+        self.progress(f"deriving one iteration's work (planned in {t_built - t_plan:.1f} s)", 0.2)
+        with stages("work"):
+            work = derive_iteration(plan, sc.workload, psys)
         world = work.world_size
         self.plan, self.work, self.topology = plan, work, topo
-        dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
-        nic = self._nic_effects(work, psys)
-        payloads = iteration_payloads(sc, work, dense, psys, nic)
+        with stages("nic_effects"):
+            dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
+            nic = self._nic_effects(work, psys)
+        with stages("payloads"):
+            payloads = iteration_payloads(sc, work, dense, psys, nic)
         self.tier_miss_bytes = payloads.pop("tier_miss_bytes")
         total_its = sc.warmup + sc.iterations
         emb_stream = {"gpu": "compute", "cpu": "cpu", "nic": "nic"}[sc.system.embeddings]
@@ -250,13 +297,16 @@ class ClusterRun:
         wire = WIRE_BYTES[spec.allreduce_dtype(psys.comm_dtype)]  # wire bytes per gradient element
         # PyTorch DDP's gradient buckets (host.gradients): the AllReduce overlaps the backward;
         # the planner's template builds the same graph (host.iteration.build_iteration_graph)
-        buckets = iteration_buckets(spec, dense, work.dp_allreduce_bytes, lambda n: Collective(
-            "allreduce", nbytes=int(math.ceil(n * wire)), estimate_s=psys.comm.allreduce_time_s(n * wire, world)))
-        graph = build_iteration_graph(spec, world, payloads, emb_stream, buckets)
+        with stages("graph"):
+            buckets = iteration_buckets(spec, dense, work.dp_allreduce_bytes, lambda n: Collective(
+                "allreduce", nbytes=int(math.ceil(n * wire)), estimate_s=psys.comm.allreduce_time_s(n * wire, world)))
+            graph = build_iteration_graph(spec, world, payloads, emb_stream, buckets)
         self.graph = graph
-        self.progress(f"simulating {total_its} iterations on {world} GPUs", 0.35)
-        engine, backend, resources_ = self._build_resources(topo, world)
-        clock = EngineProgress(graph)
+        self.progress(f"simulating {total_its} iterations on {world} GPUs ({len(graph.ops):,} ops; work, payloads "
+                      f"and graph built in {time.perf_counter() - t_built:.1f} s)", 0.35)
+        with stages("resources"):
+            engine, backend, resources_ = self._build_resources(topo, world)
+            clock = EngineProgress(graph)
 
         def report(message: str) -> None:
             self.progress(f"{message}; {clock.describe()}", 0.35 + 0.55 * clock.done / max(1, clock.n_ops))
@@ -279,19 +329,23 @@ class ClusterRun:
 
         resources_["net"].on_solve = on_solve
         runner = ScheduleRunner(engine, graph, backend, on_op_done)
-        t_engine = clock.start()
-        end_ps = runner.run()
+        with stages("engine"):
+            t_engine = clock.start()
+            end_ps = runner.run()
         t_end = time.perf_counter()
         # where the wall time went: the planner, everything else before the engine (topology,
         # work, payloads, SmartNIC traces, graph), the engine (all iterations), metrics
         self.wall = {"setup_s": t_plan - t0, "planning_s": t_built - t_plan, "build_s": t_engine - t_built,
                      "engine_s": t_end - t_engine}
-        self.progress("collecting metrics", 0.92)
-        result = collect_metrics(sc, graph, engine, end_ps, resources_, dense, plan, topo.gpus_per_node, self.nic_stats,
-                                 self.nic_metrics, time.perf_counter() - t0, work=work, psys=psys,
-                                 tier_miss_bytes=self.tier_miss_bytes, lookups=self.lookups)
+        self.progress(f"collecting metrics (the engine ran {t_end - t_engine:.1f} s)", 0.92)
+        with stages("metrics"):
+            result = collect_metrics(sc, graph, engine, end_ps, resources_, dense, plan, topo.gpus_per_node,
+                                     self.nic_stats, self.nic_metrics, time.perf_counter() - t0, work=work, psys=psys,
+                                     tier_miss_bytes=self.tier_miss_bytes, lookups=self.lookups)
         result.metrics["wall_breakdown_s"] = {**self.wall, "collect_s": time.perf_counter() - t_end}
-        self.progress("done", 1.0)
+        # stage by stage, wall and this process's CPU seconds (the planner's workers aside)
+        result.metrics["wall_stages_s"] = stages.as_dict()
+        self.progress(f"done in {time.perf_counter() - t0:.1f} s ({stages.describe()})", 1.0)
         return result
 
     def _nic_effects(self, work, psys) -> NICEffects | None:

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -79,7 +79,8 @@ def nic_config(spec) -> "NICConfig":
 class NICEffects:
     """What the SmartNICs change in one iteration (per rank unless said otherwise).
 
-    ``matrices``: the AlltoAllv matrices after the NICs (same keys as the plan's);
+    ``matrices``: the AlltoAllv matrices after the NICs (same keys as the plan's; those the
+    NICs leave unchanged are the plan's arrays themselves: read only);
     ``gpu_lookups[r][i]``: forward lookups left to the GPU for rank r's i-th shard kernel;
     ``fwd_units[r]`` / ``bwd_units[r]``: NIC unit durations (ps) in the embedding forward /
     backward; ``fwd_pcie_bytes`` / ``bwd_pcie_bytes``: PCIe bytes between a GPU and its NIC
@@ -111,10 +112,11 @@ class NICEffects:
 
         world = matrix.shape[0]
         node = np.arange(world) // gpus_per_node
+        memo: dict = {}    # the timing model's cycles per message size, shared by the ranks
         out = []
         for r in range(world):
             msgs = matrix[r][node != node[r]]
-            out.append(ps_from_s(packetizer_time_s(self.cfg, msgs[msgs > 0])))
+            out.append(ps_from_s(packetizer_time_s(self.cfg, msgs[msgs > 0], memo=memo)))
         return tuple(out)
 
 
@@ -161,13 +163,20 @@ class _State:
 
 @dataclass
 class _Move:
-    """One candidate offload: per-rank resource deltas plus what to apply if it is kept."""
+    """One candidate offload: per-rank resource deltas plus what to apply if it is kept.
+
+    ``delta``: the deltas, or a function that builds them when asked (a move that touches one
+    rank keeps a few scalars instead of eight per-rank arrays: thousands of shards on
+    thousands of ranks would otherwise hold gigabytes)."""
 
     label: str
-    delta: dict[str, np.ndarray]
+    delta: dict[str, np.ndarray] | Callable[[], dict[str, np.ndarray]]
     apply: Any
     gain: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+
+    def deltas(self) -> dict[str, np.ndarray]:
+        return self.delta() if callable(self.delta) else self.delta
 
 
 def nic_limit(cfg: Any, shapes: list[tuple[int, int, float, float]]) -> str:
@@ -218,7 +227,9 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
     node = np.arange(world) // gpn
     inter = node[:, None] != node[None, :]
     off_frac = (world - gpn) / world       # share of a shard's requesters on other nodes
-    m = {k: v.copy() for k, v in work.matrices.items()}
+    # the NICs change the pooled and index AlltoAllvs (copied when they do); the other matrices
+    # are the plan's own arrays (read only: five world x world copies are 670 MB at 4096 GPUs)
+    m = dict(work.matrices)
     owned: list[list[tuple[str, Any, Any]]] = [[] for _ in range(world)]
     for t in wl.tables:
         for shard, k in zip(plan.tables[t.name].shards, work.tables[t.name].kernels):
@@ -295,7 +306,24 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
     fwd_pcie = np.zeros(world)
     bwd_pcie = np.zeros(world)
     gpu_pool = np.zeros(world)
+    # the shapes each NIC gathers: its node's remote-cache hits (the same for every rank of a
+    # node), then its own local-cache hits (rank_rows joins them)
+    nodes = int(node[-1]) + 1
+    remote_rows: list[list[tuple[int, int, float, float]]] = [[] for _ in range(nodes)]
     nic_rows: list[list[tuple[int, int, float, float]]] = [[] for _ in range(world)]
+
+    def rank_rows(r: int) -> list[tuple[int, int, float, float]]:
+        return remote_rows[node[r]] + nic_rows[r]
+
+    others: dict[int, np.ndarray] = {}
+
+    def others_of(r: int) -> np.ndarray:
+        """The ranks on other nodes than rank r's."""
+        n = int(node[r])
+        if n not in others:
+            others[n] = np.flatnonzero(node != n)
+        return others[n]
+
     probes = np.zeros(world)                   # cache lookups (tag probes) per rank's NIC
     probe_hits = np.zeros(world)
     probe_bytes = np.zeros(world)
@@ -327,6 +355,11 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                 segs.append(Segment(t.name, lengths, rows, t.rows, t.row_bytes))
             st = trace_stats(segs, cfg.remote_cache_bytes, cfg.cache_ways, warm=False, reorder=cfg.reorder)
             h_of = {n: s.hit_rate for n, s in st.segments.items()}
+        # each table's shards (rank, index in its list), in rank order
+        by_table: dict[str, list[tuple[int, int]]] = {}
+        for r in range(world):
+            for i, (name, _, _) in enumerate(owned[r]):
+                by_table.setdefault(name, []).append((r, i))
         moves: list[_Move] = []
         for t in remote:
             h = h_of.get(t.name, 0.0)
@@ -334,67 +367,68 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                 continue
             d = {key: np.zeros(world) for key in _RES}
             plan_: list[tuple] = []
-            for r in range(world):
-                for i, (name, shard, k) in enumerate(owned[r]):
-                    if name != t.name or reach_off[r][i] <= 0:
-                        continue
-                    l_off = reach_off[r][i]
-                    per_bag = k.lookups / max(1, k.pooled_rows)
-                    pooled_off = k.pooled_rows * off_frac * shard.cols * comm_b
-                    saved = l_off * h                       # lookups that never reach the owner
-                    d["gf"][r] += gpu_delta(r, i, saved)
-                    miss_saved = 0.0
-                    if inference and host_cached(k):
-                        miss_saved = l_off * max(0.0, h - psys.tier_hit_rate(tables[name])) * k.row_bytes
-                        d["pf"][r] -= miss_saved / link
-                    if inference:
-                        net = -pooled_off * _bag_all(per_bag, h)
-                        idx = saved * index_b
-                        d["recv"][r] -= idx
-                        d["sent"] -= spread(r, idx)
-                    else:
-                        net = l_off * (1 - h) * k.row_bytes - pooled_off
-                    d["sent"][r] += net
-                    d["recv"] += spread(r, net)
-                    # each requester on another node: its share of the shard's lookups
-                    per_req = k.lookups / world
-                    rows_nic = per_req * (h if inference else 1.0)
-                    bags_req = k.pooled_rows / world
-                    req_plan = []
-                    for q in np.nonzero(node != node[r])[0]:
-                        q = int(q)
-                        if cfg.pool_on_nic:
-                            shape = (shard.cols, k.row_bytes // max(1, shard.cols), bags_req * (_bag_any(per_bag, h) if inference else 1.0),
-                                     rows_nic / max(1e-12, bags_req * (_bag_any(per_bag, h) if inference else 1.0)))
-                            d["nf"][q] += nic_s([shape]) + cache_lookup_time_s(cfg, per_req, hit_rate=h, row_bytes=k.row_bytes,
-                                                                               misses_elsewhere=True)
-                        else:
-                            shape = None
-                            d["pf"][q] += rows_nic * k.row_bytes / link
-                            d["nf"][q] += cache_lookup_time_s(cfg, per_req, hit_rate=h, row_bytes=k.row_bytes,
-                                                              misses_elsewhere=True)
-                        req_plan.append((q, shape, per_req, h, k.row_bytes, rows_nic))
-                    plan_.append((r, i, saved, miss_saved, net, idx if inference else 0.0, req_plan))
+            for r, i in by_table.get(t.name, ()):
+                if reach_off[r][i] <= 0:
+                    continue
+                name, shard, k = owned[r][i]
+                oth = others_of(r)                      # the requesters on other nodes
+                l_off = reach_off[r][i]
+                per_bag = k.lookups / max(1, k.pooled_rows)
+                pooled_off = k.pooled_rows * off_frac * shard.cols * comm_b
+                saved = l_off * h                       # lookups that never reach the owner
+                d["gf"][r] += gpu_delta(r, i, saved)
+                miss_saved = 0.0
+                if inference and host_cached(k):
+                    miss_saved = l_off * max(0.0, h - psys.tier_hit_rate(tables[name])) * k.row_bytes
+                    d["pf"][r] -= miss_saved / link
+                if inference:
+                    net = -pooled_off * _bag_all(per_bag, h)
+                    idx = saved * index_b
+                    d["recv"][r] -= idx
+                    d["sent"][oth] -= idx / oth.size   # spread evenly over them
+                else:
+                    net = l_off * (1 - h) * k.row_bytes - pooled_off
+                d["sent"][r] += net
+                d["recv"][oth] += net / oth.size
+                # each requester on another node: its share of the shard's lookups (the same
+                # figures for all of them)
+                per_req = k.lookups / world
+                rows_nic = per_req * (h if inference else 1.0)
+                bags_req = k.pooled_rows / world
+                if cfg.pool_on_nic:
+                    shape = (shard.cols, k.row_bytes // max(1, shard.cols), bags_req * (_bag_any(per_bag, h) if inference else 1.0),
+                             rows_nic / max(1e-12, bags_req * (_bag_any(per_bag, h) if inference else 1.0)))
+                    d["nf"][oth] += nic_s([shape]) + cache_lookup_time_s(cfg, per_req, hit_rate=h, row_bytes=k.row_bytes,
+                                                                         misses_elsewhere=True)
+                else:
+                    shape = None
+                    d["pf"][oth] += rows_nic * k.row_bytes / link
+                    d["nf"][oth] += cache_lookup_time_s(cfg, per_req, hit_rate=h, row_bytes=k.row_bytes,
+                                                        misses_elsewhere=True)
+                plan_.append((r, i, saved, miss_saved, net, idx if inference else 0.0,
+                              (oth, shape, per_req, h, k.row_bytes, rows_nic)))
 
             def apply(plan_=plan_):
-                for r, i, saved, miss_saved, net, idx, req_plan in plan_:
+                for r, i, saved, miss_saved, net, idx, (oth, shape, per_req, h, rb, rows_nic) in plan_:
                     gl[r][i] -= saved
                     reach_off[r][i] -= saved
                     tier_fwd[r] -= miss_saved
                     pooled_delta[r] += net
                     input_saved[r] += idx
-                    for q, shape, per_req, h, rb, rows_nic in req_plan:
-                        probes[q] += per_req
-                        probe_hits[q] += per_req * h
-                        probe_bytes[q] += per_req * rb
-                        if shape is not None:
-                            nic_rows[q].append(shape)
-                        else:
-                            fwd_pcie[q] += rows_nic * rb
-                            gpu_pool[q] += rows_nic * rb
+                    probes[oth] += per_req
+                    probe_hits[oth] += per_req * h
+                    probe_bytes[oth] += per_req * rb
+                    if shape is not None:
+                        for n in range(nodes):
+                            if n != node[r]:
+                                remote_rows[n].append(shape)
+                    else:
+                        fwd_pcie[oth] += rows_nic * rb
+                        gpu_pool[oth] += rows_nic * rb
 
-            moves.append(_Move(t.name, d, apply, details={"hit_rate": h, "nic_limit": nic_limit(
-                cfg, [rq[1] for p_ in plan_ for rq in p_[6] if rq[1] is not None])}))
+            # the shapes its requesters' NICs gather, one per requester (what bounds them)
+            shapes = [s for p_ in plan_ if p_[6][1] is not None for s in [p_[6][1]] * p_[6][0].size]
+            moves.append(_Move(t.name, d, apply, details={"hit_rate": h, "nic_limit": nic_limit(cfg, shapes)}))
         kept, refused = _keep(state, moves)
         figures["remote_cache_refused_by"] = refused
         hit_rates["nic_remote"] = (float(np.average([mv.details["hit_rate"] for mv in moves])) if moves else 0.0)
@@ -425,7 +459,6 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                 if h <= 0:
                     continue
                 per_bag = k.lookups / max(1, k.pooled_rows)
-                d = {key: np.zeros(world) for key in _RES}
                 if host_cached(k):
                     # on the PCIe path, behind the HBM cache: the GPU's misses of every requester's
                     # lookups reach the NIC; the NIC returns partial pools (one vector per bag
@@ -444,30 +477,41 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                     bags = k.pooled_rows * looked / k.lookups if k.lookups else 0.0
                     miss = to_gpu = 0.0
                 bags_hit = bags * _bag_any(per_bag, h)
-                d["gf"][r] += gpu_delta(r, i, n)
+                gf = gpu_delta(r, i, n)
                 probe = cache_lookup_time_s(cfg, looked, hit_rate=min(1.0, n / looked) if looked else 0.0,
                                             row_bytes=k.row_bytes, misses_elsewhere=True)
                 shape = (shard.cols, k.row_bytes // max(1, shard.cols), bags_hit, n / bags_hit if bags_hit else 0.0)
-                d["nf"][r] += probe + nic_s([shape])
-                d["pf"][r] += (to_gpu - miss) / link
+                nf = probe + nic_s([shape])
+                pf = (to_gpu - miss) / link
                 limit = nic_limit(cfg, [shape])
-                upd = grads = 0.0
+                upd = grads = pb = 0.0
                 if not inference:
                     if host_cached(k):
                         # the NIC owns these rows: their gradients cross PCIe instead of the
                         # write-backs of the rows, and the NIC applies the update
                         grads = n * shard.cols * 4
                         upd = update_time_s(cfg, n, k.row_bytes, k.state_bytes_per_row)
-                        d["pb"][r] += (grads - miss) / link
+                        pb = (grads - miss) / link
                     else:
                         grads = n * k.row_bytes   # write-through of the GPU's updated rows
-                        d["pb"][r] += grads / link
-                    d["nb"][r] += upd
+                        pb = grads / link
                 raw = 0.0
                 if not cfg.pool_on_nic:
                     raw = n_off * k.row_bytes   # the hit rows themselves go to the remote requesters
-                    d["sent"][r] += raw
-                    d["recv"] += spread(r, raw)
+
+                def delta(r=r, gf=gf, nf=nf, pf=pf, pb=pb, upd=upd, raw=raw) -> dict[str, np.ndarray]:
+                    """The move's deltas: rank r's, and the requesters' receipt of raw rows."""
+                    d = {key: np.zeros(world) for key in _RES}
+                    d["gf"][r] += gf
+                    d["nf"][r] += nf
+                    d["pf"][r] += pf
+                    if not inference:
+                        d["pb"][r] += pb
+                        d["nb"][r] += upd
+                    if not cfg.pool_on_nic:
+                        d["sent"][r] += raw
+                        d["recv"] += spread(r, raw)
+                    return d
 
                 def apply(r=r, i=i, n=n, looked=looked, rb=k.row_bytes, shape=shape, miss=miss, grads=grads,
                           upd=upd, raw=raw, to_gpu=to_gpu, rows_to_gpu=0.0 if cfg.pool_on_nic else miss):
@@ -487,7 +531,7 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                         pooled_delta[r] += raw
                         gpu_pool[:] += spread(r, raw)
 
-                moves.append(_Move(f"r{r}:{name}#{i}", d, apply, details={"hit_rate": n / looked if looked else 0.0, "lookups": looked,
+                moves.append(_Move(f"r{r}:{name}#{i}", delta, apply, details={"hit_rate": n / looked if looked else 0.0, "lookups": looked,
                                                                 "nic_limit": limit}))
         kept, refused = _keep(state, moves)
         figures["local_cache_refused_by"] = refused
@@ -498,12 +542,14 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
         figures["local_cache_shards_on_nic"] = len(kept)
     # ---- the kept moves applied to the iteration
     if pooled_delta.any():
+        m["pooled"] = m["pooled"].copy()
         row = (work.matrices["pooled"] * inter)
         for r in np.nonzero(pooled_delta)[0]:
             tot = row[r].sum()
             if tot > 0:
                 m["pooled"][r] = np.maximum(0.0, m["pooled"][r] + row[r] / tot * pooled_delta[r])
     if input_saved.any():
+        m["input"] = m["input"].copy()
         col = (work.matrices["input"] * inter)
         for r in np.nonzero(input_saved)[0]:
             tot = col[:, r].sum()
@@ -512,8 +558,15 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
                                             m["input"][:, r])
     units: list[tuple[tuple[str, int], ...]] = []
     bwd_units: list[tuple[tuple[str, int], ...]] = []
+    node_g: dict[int, float] = {}      # a node's ranks without local-cache hits gather the same rows
     for r in range(world):
-        g = nic_s(nic_rows[r]) if nic_rows[r] else 0.0
+        if nic_rows[r]:
+            g = nic_s(rank_rows(r))
+        else:
+            n_ = int(node[r])
+            if n_ not in node_g:
+                node_g[n_] = nic_s(remote_rows[n_]) if remote_rows[n_] else 0.0
+            g = node_g[n_]
         n = probes[r]
         c = (cache_lookup_time_s(cfg, n, hit_rate=min(1.0, probe_hits[r] / n), row_bytes=probe_bytes[r] / n,
                                  misses_elsewhere=True) if n > 0 else 0.0)
@@ -528,7 +581,7 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
         figures["adjacent_reuse_reordered"] = adjacent_reuse(tl.lengths, tl.indices, cfg.reuse_window, reorder=True)
     figures["split_objective_ms"] = {"before": base_obj[0] * 1e3, "after": state.objective()[0] * 1e3}
     figures["bottleneck_before"] = figures_bottleneck_before
-    figures["bottleneck_after"] = state.bottleneck(nic_limit(cfg, [s for rows in nic_rows for s in rows]))
+    figures["bottleneck_after"] = state.bottleneck(nic_limit(cfg, [s for r in range(world) for s in rank_rows(r)]))
     figures["host_tier_shards"] = int(sum(1 for ks in owned for _, _, k in ks if k.tier != "hbm"))
     figures["pcie_fwd_bytes_per_rank"] = float(fwd_pcie.mean())
     figures["pcie_bwd_bytes_per_rank"] = float(bwd_pcie.mean())
@@ -545,19 +598,20 @@ def _keep(state: _State, moves: list[_Move]) -> tuple[list[_Move], str | None]:
     resource that refused the best of them (the one its move lengthened most)."""
     base = state.objective()[1]
     for mv in moves:
-        new = {k: state.v[k] + mv.delta[k] if k in mv.delta else state.v[k] for k in _RES}
+        delta = mv.deltas()
+        new = {k: state.v[k] + delta[k] if k in delta else state.v[k] for k in _RES}
         mv.gain = base - state.objective(new)[1]
     kept = []
     refused: _Move | None = None
     for mv in sorted(moves, key=lambda x: -x.gain):
-        if mv.gain > 0 and state.try_move(mv.delta):
+        if mv.gain > 0 and state.try_move(mv.deltas()):
             mv.apply()
             kept.append(mv)
         elif refused is None:
             refused = mv
     if refused is None:
         return kept, None
-    d = refused.delta
+    d = refused.deltas()
     grew = {"GPU": float((d["gf"] + d["gb"]).max()), "PCIe": float((d["pf"] + d["pb"]).max()),
             refused.details.get("nic_limit", "NIC"): float((d["nf"] + d["nb"]).max()),
             "network": float(np.maximum(d["sent"], d["recv"]).max()) / state.net_bw}

@@ -445,26 +445,36 @@ def framing_gbps(cfg: NICConfig) -> float:
     return cfg.packetizers * payload_gbps(cfg.datapath_bytes, cfg.pmtu, cfg.clock_hz)
 
 
-def packetizer_time_s(cfg: NICConfig, message_bytes: Sequence[float]) -> float:
+def packetizer_time_s(cfg: NICConfig, message_bytes: Sequence[float], memo: dict | None = None) -> float:
     """Seconds for the NIC's packetizers to frame one RDMA WRITE message per entry (bytes, FP32
     payload); each packetizer frames its messages back to back, and the messages go to the
     least loaded of ``cfg.packetizers`` instances, longest first. Long messages are sums of
     identical MIDDLE frames, so they are priced from the timing model on a short message plus
     the MIDDLE frames' cycles. An SoC NIC (``kernels = "cores"``) frames in its hardware NIC
-    at line rate, like a plain RDMA NIC: 0 here (the network's time is the collective's)."""
+    at line rate, like a plain RDMA NIC: 0 here (the network's time is the collective's).
+    ``memo`` (a dict the caller keeps) reuses the timing model's cycles of message sizes
+    already priced (an AlltoAllv's ranks send messages of few distinct sizes)."""
     if cfg.kernels == "cores":
         return 0.0
     pm = cfg.pmtu
+    memo = {} if memo is None else memo
+
+    def tx_cycles(n: int) -> int:
+        key = (n, cfg.datapath_bytes, pm)
+        if key not in memo:
+            memo[key] = estimate_tx([n], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles
+        return memo[key]
+
     cycles: list[int] = []
-    base3 = estimate_tx([3 * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles
-    base2 = estimate_tx([2 * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles
+    base3 = tx_cycles(3 * pm)
+    base2 = tx_cycles(2 * pm)
     per_middle = base3 - base2
     for n in message_bytes:
         n = 4 * int(math.ceil(n / 4))  # whole FP32 elements
         if n <= 0:
             continue
         extra = max(0, (n - 1) // pm - 2)
-        cycles.append(estimate_tx([n - extra * pm], data_bytes=cfg.datapath_bytes, pmtu=pm).cycles + extra * per_middle)
+        cycles.append(tx_cycles(n - extra * pm) + extra * per_middle)
     if cfg.packetizers == 1 or len(cycles) <= 1:
         return sum(cycles) / cfg.clock_hz
     load = [0] * cfg.packetizers

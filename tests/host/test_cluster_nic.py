@@ -179,6 +179,12 @@ def test_remote_cache_in_inference_serves_hot_remote_rows_on_the_requesters_nic(
     assert pooled.result.metrics["nic"]["remote_cache_tables_on_nic"] > 0
     assert 0 < pooled.result.metrics["cache_hit_rates"]["nic_remote"] < 1
     assert pooled.nic_effects.matrices["input"][inter].sum() < base.nic_effects.matrices["input"][inter].sum()
+    # the plan's own matrices are left as they were (the NICs' changes are on copies)
+    from neonic.host.planner.work import derive_iteration
+
+    again = derive_iteration(pooled.plan, pooled.scenario.workload, pooled.planner_system).matrices
+    assert all(np.array_equal(again[k], pooled.work.matrices[k]) for k in again)
+    assert not np.array_equal(pooled.nic_effects.matrices["input"], pooled.work.matrices["input"])
     assert sum(map(sum, pooled.nic_effects.gpu_lookups)) < sum(map(sum, base.nic_effects.gpu_lookups))
     assert rows.result.metrics["nic"]["remote_cache_tables_on_nic"] == 0
 

@@ -126,6 +126,31 @@ def test_wall_time_is_split_into_planning_and_engine(pipelined):
     assert split["planning_s"] > 0 and split["engine_s"] > 0
     assert sum(v for k, v in split.items() if k != "collect_s") <= pipelined.metrics["wall_s"] + 1e-6
     assert pipelined.metrics["plan_notes"]  # how the planner's search ended
+    # stage by stage, in the order they ran, wall and CPU seconds
+    stages = pipelined.metrics["wall_stages_s"]
+    assert list(stages) == ["topology", "planner_system", "planning", "work", "nic_effects", "payloads", "graph",
+                            "resources", "engine", "metrics"]
+    assert all(t["wall_s"] >= 0 and t["cpu_s"] >= 0 for t in stages.values())
+    assert stages["planner_system"]["wall_s"] + stages["planning"]["wall_s"] <= split["planning_s"] + 1e-6
+    assert stages["engine"]["wall_s"] == pytest.approx(split["engine_s"], abs=1e-3)
+    assert sum(t["wall_s"] for t in stages.values()) <= pipelined.metrics["wall_s"] + split["collect_s"] + 1e-6
+
+
+def test_stage_clock_adds_up_a_stage_timed_twice_and_keeps_the_order():
+    from neonic.host.cluster import StageClock
+
+    now = {"wall": 0.0, "cpu": 0.0}
+    stages = StageClock(clock=lambda: now["wall"], cpu=lambda: now["cpu"])
+    for name, wall, cpu in (("b", 2.0, 1.0), ("a", 0.5, 0.5), ("b", 1.0, 0.25)):
+        with stages(name):
+            now["wall"] += wall
+            now["cpu"] += cpu
+    with pytest.raises(RuntimeError), stages("c"):   # a stage that fails still counts
+        now["wall"] += 4.0
+        raise RuntimeError
+    assert stages.as_dict() == {"b": {"wall_s": 3.0, "cpu_s": 1.25}, "a": {"wall_s": 0.5, "cpu_s": 0.5},
+                                "c": {"wall_s": 4.0, "cpu_s": 0.0}}
+    assert stages.describe() == "b 3.0/1.2, a 0.5/0.5, c 4.0/0.0 s wall/CPU"
 
 
 @pytest.mark.parametrize("name", ["size-greedy", "force:row-wise"])
@@ -184,6 +209,11 @@ def test_a_run_reports_its_progress_with_a_time_estimate():
     engine = [m for m, _ in messages if m.startswith("simulated ")]
     assert engine and all(" s left" in m or "no estimate" in m for m in engine)
     assert any("iterations ended" in m and "rough" not in m for m in engine[len(engine) // 2:])
+    # the stages say how long the ones before took: planning, building, the engine, the run
+    import re
+
+    for pattern in (r"planned in \d+\.\d s", r"built in \d+\.\d s", r"the engine ran \d+\.\d s", r"^done in \d+\.\d s \(topology .* s wall/CPU\)$"):
+        assert sum(bool(re.search(pattern, m)) for m, _ in messages) == 1, pattern
 
 
 def test_the_gpus_batched_traffic_update_runs_the_same_ops_as_the_per_gpu_one(monkeypatch):
