@@ -270,7 +270,8 @@ class Network:
         self.link_bytes = np.zeros(L)
         self.link_wire_bytes = np.zeros(L)
         self.solves = 0
-        self.compact_min_flows = 4096  # groups larger than this drop finished flows at 50% done
+        self.compact_min_flows = 4096  # groups larger than this drop finished flows ...
+        self.compact_at = 0.5  # ... once fewer than this fraction of their classes are left
         self.flows_started = 0
         self._groups: list[FlowGroup] = []  # groups with flows in the solver
         self._pending: list[FlowGroup] = []
@@ -485,7 +486,7 @@ class Network:
                     g._event.cancel()
                     g._event = None
                     K.void_cls(g._alive, cl.members, cl.starts, g._orig, g.finish_ps)
-                if g._remaining < 0.5 * g._alive.size and g._alive.size > self.compact_min_flows:
+                if g._remaining < self.compact_at * g._alive.size and g._alive.size > self.compact_min_flows:
                     self._compact(g)
                     self._flow_set += 1
                 survivors.append(g)

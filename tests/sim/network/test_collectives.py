@@ -376,3 +376,34 @@ def test_nic_flows_per_gpu_alltoall_matches_its_phases(nodes, gpn):
 def test_bad_connection_counts_name_the_field(field):
     with pytest.raises(ValueError, match=field):
         coll.NicConnections(**{field: 0})
+
+
+@pytest.mark.parametrize("preset", ["zionex", "zion", "dgx-h100", "gh200", "mi300a"])
+@pytest.mark.parametrize("leaf_spine", [None, 1.0, 2.0])
+def test_compiled_routes_equal_the_array_routes(preset, leaf_spine, monkeypatch):
+    """Large batches between GPUs are routed by one compiled pass (``Topology._route_gpus``):
+    the same links, accounted links, latencies and factors as the array operations, on every
+    preset (NVSwitch and point-to-point fabrics, NICs on GPUs or hosts, RDMA and TCP), with a
+    leaf/spine fabric non-blocking (spine links accounted) and oversubscribed (spine hops)."""
+    from neonic.sim.network import load_preset
+
+    d = load_preset(preset).to_dict()
+    d["cluster"]["nodes"] = 8
+    if leaf_spine is not None:
+        d["inter_node"] = {"topology": "leaf_spine", "switch_latency_ns": 700, "nodes_per_leaf": 2,
+                           "oversubscription": leaf_spine}
+    topo = Topology.from_config(d)
+    p = topo.num_gpus
+    rng = np.random.default_rng(p)
+    src = np.repeat(np.arange(p), p)
+    dst = np.tile(np.arange(p), p)  # every pair, self-messages included
+    nb = rng.integers(0, 1 << 20, src.size)
+    monkeypatch.setattr(Topology, "compiled_route_min", 1 << 40)
+    want = topo.route(src, dst, nb)
+    monkeypatch.setattr(Topology, "compiled_route_min", 1)
+    got = topo.route(src, dst, nb)
+    for field in ("links", "acct", "latency_ps", "factor"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    host = topo.route(np.array([topo.host_endpoint(0), 1]), np.array([0, topo.host_endpoint(0)]))
+    assert host.links[0].tolist() == [topo._base["pcie_down"] + 0, topo._base["pcie_up"] + 1]  # (array path)
