@@ -329,8 +329,10 @@ def split_connections(phase: Phase, route: Route) -> tuple[np.ndarray, np.ndarra
 def _conns(topology: Topology, src: np.ndarray, dst: np.ndarray, per_nic: int) -> np.ndarray | None:
     """``per_nic`` connections for the messages that cross nodes, one for the others (None:
     one each)."""
+    if per_nic == 1:  # (before the node test: 16.8M messages at 4096 GPUs)
+        return None
     off = topology.node_of(src) != topology.node_of(dst)
-    if per_nic == 1 or not off.any():
+    if not off.any():
         return None
     return np.where(off, per_nic, 1).astype(np.int64)
 
@@ -490,11 +492,14 @@ def _tree_phases(topology: Topology, ranks: np.ndarray, nbytes: int, chunks: int
 def _alltoallv_phases(topology: Topology, ranks: np.ndarray, sizes: np.ndarray, algorithm: str) -> list[Phase]:
     p = ranks.size
     if algorithm == "direct":
-        i, j = np.nonzero(sizes)
-        keep = i != j
-        i, j = i[keep], j[keep]
-        return [Phase(ranks[i], ranks[j], sizes[i, j].astype(np.int64), [], "direct",
-                      conns=_conns(topology, ranks[i], ranks[j], NCCL_CONNECTIONS.p2p))]
+        nonzero = sizes != 0  # (the diagonal left out before, not after: 16.8M pairs at 4096 GPUs)
+        np.fill_diagonal(nonzero, False)
+        i, j = np.nonzero(nonzero)
+        del nonzero
+        nb = sizes[i, j].astype(np.int64)
+        if not np.array_equal(ranks, np.arange(p)):
+            i, j = ranks[i], ranks[j]
+        return [Phase(i, j, nb, [], "direct", conns=_conns(topology, i, j, NCCL_CONNECTIONS.p2p))]
     if algorithm != "hierarchical":
         raise ValueError(f"algorithm: expected 'direct' or 'hierarchical', got {algorithm!r}")
     groups = _node_groups(topology, ranks, "hierarchical alltoallv")  # (M nodes, k) positions

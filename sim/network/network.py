@@ -357,13 +357,21 @@ class Network:
         # messages that need no bandwidth (empty, or to self) arrive after their latency alone
         moving = (nb > 0) & (route.links[0] != self.topology.pad_link)
         g.finish_ps[~moving] = now + route.latency_ps[~moving]
-        idx = np.flatnonzero(moving)
+        if moving.all():  # (no gathers: an AlltoAllv's 16.8M flows at 4096 GPUs)
+            idx = np.arange(src.size)
+            g._links = np.ascontiguousarray(route.links.T)  # (F, H), flow-major
+            g._acct = np.ascontiguousarray(route.acct.T)  # (F, A) bytes only, never binding
+            g._factorf = route.factor.copy()
+            g._lat = route.latency_ps.copy()
+            g._nbf = nb
+        else:
+            idx = np.flatnonzero(moving)
+            g._links = np.ascontiguousarray(route.links[:, idx].T)
+            g._acct = np.ascontiguousarray(route.acct[:, idx].T)
+            g._factorf = route.factor[idx]
+            g._lat = route.latency_ps[idx]
+            g._nbf = nb[idx]
         g._orig = idx
-        g._links = np.ascontiguousarray(route.links[:, idx].T)  # (F, H), flow-major
-        g._acct = np.ascontiguousarray(route.acct[:, idx].T)  # (F, A) bytes only, never binding
-        g._factorf = route.factor[idx]
-        g._lat = route.latency_ps[idx]
-        g._nbf = nb[idx]
         topo = self.topology
         # its classes are found at its first solve, when it is known what runs beside it
         g._agg = self.aggregate and idx.size >= self.aggregate_min_flows
@@ -388,6 +396,17 @@ class Network:
     @staticmethod
     def _set_classes(g: FlowGroup, cl: FlowClasses, old: FlowClasses | None) -> None:
         """Install a partition; with ``old`` the class state moves over (new classes refine old)."""
+        if old is None and cl.identity:  # each flow its own class: the flows' arrays, copied
+            g._nb = g._nbf.copy()
+            g._factor = g._factorf.copy()
+            g._rem = g._nb.copy()
+            g._rate = np.zeros(g._nb.size)
+            g._pred = np.full(g._nb.size, np.inf)
+            g._alive = np.ones(g._nb.size, dtype=bool)
+            g._mult = np.ones(g._nb.size)
+            g._cls = cl
+            g._index = None
+            return
         rep = cl.members[cl.starts[:-1]]  # one member flow of each class
         if old is None:
             g._nb = g._nbf[rep]

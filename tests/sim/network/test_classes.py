@@ -393,3 +393,20 @@ def test_compiled_refinement_gives_the_numpy_refinements_classes(preset, monkeyp
     slow = topo.capacity.copy()
     slow[topo.num_links // 2] *= 0.37
     assert not both(links, np.full(src.size, 1000.0), slow, topo.wire).identity
+
+
+def test_dense_ids_of_many_keys_are_numpys():
+    """Many keys with few distinct values are ranked through a hash table (compiled): the same
+    ids as np.unique's, for float sizes (-0.0 and 0.0 one value) and int64 keys beyond a
+    presence table's range; with many distinct values np.unique itself."""
+    from neonic.sim.network.classes import _HASHED_MIN, _dense
+
+    rng = np.random.default_rng(3)
+    n = _HASHED_MIN + 12345
+    floats = rng.choice(np.array([0.0, -0.0, 3.5, 1e300, 65536.0, 7.25, 2.0**-30]), n)
+    ints = rng.choice(np.array([-5, 1 << 40, 3, 0, -(1 << 50), 17], dtype=np.int64), n)
+    many = rng.permutation(n).astype(np.float64) * 1.5
+    for key in (floats, ints, many, floats[:1000]):
+        ids, count = _dense(key)
+        uniq, inv = np.unique(key, return_inverse=True)
+        assert count == uniq.size and ids.dtype == np.int64 and np.array_equal(ids, inv.ravel())
