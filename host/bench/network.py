@@ -50,6 +50,7 @@ includes numba's compiling or cache loading.
 
 from __future__ import annotations
 
+import gc
 import resource
 import sys
 import time
@@ -127,6 +128,7 @@ def _heartbeat(ctx: BenchContext | None, label: str, t0: float, every_s: float =
 
 def _timed(topo: Topology, start, *, aggregate: bool = True, ctx: BenchContext | None = None,
            label: str = "", heartbeat_s: float = 30.0) -> tuple[float, float, Network]:
+    gc.collect()  # earlier runs' flow groups (cycles through their handles) leave before this one starts
     t0 = time.perf_counter()
     c0 = time.process_time()
     eng = Engine()
@@ -278,12 +280,14 @@ def run(ctx: BenchContext) -> dict:
                  f"classes; per flow {per_flow.cpu_s:.2f} s CPU, simulated {sim_f * 1e3:.3f} ms)")
     out["alltoall_1024_peak_rss_gib"] = _peak_rss_gib()
     huge = zionex_family(512)
+    net = per_flow = None  # (the 1024-GPU runs' networks leave before the 4096-GPU runs)
     ctx.progress("uniform alltoall 4096 GPUs (16,773,120 flows) ...")
     wall, sim, net = _timed(huge, lambda net: coll.alltoall(net, None, 65536), ctx=ctx, label="alltoall 4096")
     out.update(alltoall_4096_wall_s=wall, alltoall_4096_cpu_s=net.cpu_s, alltoall_4096_sim_s=sim,
                alltoall_4096_classes=net.solved_classes / max(net.solves, 1), alltoall_4096_peak_rss_gib=_peak_rss_gib())
     ctx.progress(f"uniform alltoall 4096 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU, "
                  f"peak RSS {out['alltoall_4096_peak_rss_gib']:.2f} GiB")
+    net = None
     sizes = per_node_sizes(huge.num_gpus, huge.gpus_per_node, ctx.seed)
     ctx.progress("alltoallv 4096 GPUs, sizes per destination node (16,773,120 flows) ...")
     wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="alltoallv 4096")
@@ -300,6 +304,7 @@ def run(ctx: BenchContext) -> dict:
         out["alltoallv_4096_skewed_skipped"] = ("skewed sizes are all distinct, so the solve is per flow (16.8M flows, "
                                                 "hundreds of solves, several GiB): run with --large")
         return out
+    net = None
     sizes = skewed_sizes(huge.num_gpus, ctx.seed)
     ctx.progress("skewed alltoallv 4096 GPUs (16,773,120 flows, per flow) ...")
     wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="alltoallv 4096 skewed")

@@ -572,8 +572,12 @@ def _distinct_kernel(bits, limit):  # pragma: no cover - compiled
     uniq = np.empty(256, dtype=np.int64)
     nu = 0
     slot = np.empty(n, dtype=np.int64)
+    last = 0
     for i in range(n):
         v = bits[i]
+        if nu and uniq[last] == v:  # runs of one value (an AlltoAllv's sizes per destination node)
+            slot[i] = last
+            continue
         k = _mix(v) & (size - 1)
         while True:
             r = table[k]
@@ -585,6 +589,7 @@ def _distinct_kernel(bits, limit):  # pragma: no cover - compiled
                 uniq[nu] = v
                 table[k] = nu
                 slot[i] = nu
+                last = nu
                 nu += 1
                 if nu > limit:
                     return False, uniq[:0], slot[:0]
@@ -599,6 +604,7 @@ def _distinct_kernel(bits, limit):  # pragma: no cover - compiled
                 break
             if uniq[r] == v:
                 slot[i] = r
+                last = r
                 break
             k = (k + 1) & (size - 1)
     return True, uniq[:nu], slot
