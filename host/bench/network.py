@@ -69,7 +69,8 @@ from neonic.sim.network import (
     estimate_reduce_scatter_time_s,
     load_preset,
 )
-from neonic.sim.network.classes import _dense
+from neonic.sim.network import _kernels as K
+from neonic.sim.network.classes import _dense, _unique_counts
 from neonic.sim.network.maxmin import HAVE_NUMBA
 
 SUMMARY = "flow-level network: AlltoAllv/AllReduce simulation wall time at 128 and 1024 GPUs, closed-form error"
@@ -193,6 +194,11 @@ def warm_up(nodes: int = WARMUP_NODES) -> None:
     n = topo.num_gpus
     topo.route(np.arange(1 << 17) % n, (np.arange(1 << 17) + 1) % n, np.full(1 << 17, 4096))
     _dense(np.repeat(per_node[0].astype(np.float64), (1 << 17) // n + 1))
+    _unique_counts(np.arange(1 << 17, dtype=np.int64) % 7)
+    # the throttled solve's traffic sums by endpoint sequence (groups of 65,536 flows and more)
+    z = np.zeros(2, dtype=np.int64)
+    K.sequence_reps(np.arange(2, dtype=np.int64), np.arange(3, dtype=np.int64), z)
+    K.traffic_firsts(z[:1], z, z.astype(np.int32), np.ones(2, dtype=bool), np.ones(2), np.zeros(2))
     _timed(topo, lambda net: coll.allreduce(net, None, 1 << 20))
     for aggregate in (False, True):
         _timed(topo, lambda net: coll.alltoall(net, None, 65536), aggregate=aggregate)

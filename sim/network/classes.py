@@ -96,6 +96,19 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
 _HASHED_MIN = 1 << 16  # keys from this many on are ranked through a hash table when few are distinct
 
 
+def _unique_counts(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_counts=True)`` of int64 keys; many keys with at most a quarter
+    distinct through a hash table (the distinct values sorted, not all keys: an AlltoAllv's
+    16.8M (endpoint, class) keys at 4096 GPUs, 2M distinct, cost 1.3 s to sort)."""
+    if HAVE_NUMBA and key.size >= _HASHED_MIN and key.ndim == 1 and key.dtype == np.int64:
+        ok, uniq, slot = _distinct_kernel(np.ascontiguousarray(key), key.size // 4)
+        if ok:
+            count = np.bincount(slot, minlength=uniq.size)
+            order = np.argsort(uniq, kind="stable")
+            return uniq[order], count[order]
+    return np.unique(key, return_counts=True)
+
+
 def _dense_hashed(key: np.ndarray) -> tuple[np.ndarray, int] | None:
     """:func:`_dense` of many int64 or finite float64 keys with few distinct values (an
     AlltoAllv's 16.8M sizes at 4096 GPUs, a few hundred distinct: np.unique's sort of them cost
