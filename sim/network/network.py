@@ -63,7 +63,11 @@ capacity (the GPUs of a class capped alike) that partition is equitable for the 
 problem, so the quotient's rates are the per-flow rates (within rounding: the per-GPU caps of
 one class, sums of equal rates, may differ in their last bits and are taken at their minimum).
 Where GPUs of one class are capped differently, or the refinement finds too little symmetry,
-the throttled solve is per flow and splits the classes whose flows get different rates.
+the throttled solve is per flow and splits the classes whose flows get different rates. The
+GPUs' sums of the unthrottled rates (the throttle's input) add each GPU's flows' rates in flow
+order; for a large aggregated group they are added once per set of GPUs whose flows have the
+same classes in the same order (the GPUs of a node, in an AlltoAllv sized by destination node),
+the others taking that sum: the same additions, bit for bit (``_class_traffic``).
 
 Joint classes of several groups (throttled solves of ``joint_min_flows`` flows or more, with
 ``aggregate``): large groups that start together (model-a's million-flow AlltoAllv beside an

@@ -309,6 +309,14 @@ class Topology:
     #: (without numba, always: the pass runs as Python)
     compiled_route_min = 1 << 16 if HAVE_NUMBA else 1 << 62
 
+    def _loads(self, route: Route, nb: np.ndarray, wire: bool) -> np.ndarray:
+        """:meth:`link_loads` (``wire``) or :meth:`payload_loads` of a large batch in one compiled
+        pass per hop: each hop's sums message by message in order (np.bincount's), added to the
+        total hop by hop, as those methods add them (the same bits)."""
+        rows = np.concatenate([route.links, route.acct]) if route.acct.size else route.links
+        return _loads_kernel(np.ascontiguousarray(rows), np.ascontiguousarray(route.factor), np.ascontiguousarray(nb),
+                             self.wire, wire, self.num_links + 1)
+
     def _factors(self, F: int, nbytes: np.ndarray | None) -> np.ndarray:
         if nbytes is None:
             return np.full(F, self._asymptotic_factor())
@@ -342,6 +350,8 @@ class Topology:
     def link_loads(self, route: Route, nbytes: np.ndarray) -> np.ndarray:
         """Bytes each link carries for the routed messages (wire bytes on wire links), length L+1."""
         nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
+        if nb.size >= self.compiled_route_min:
+            return self._loads(route, nb, True)
         out = np.zeros(self.num_links + 1)
         for lk in list(route.links) + list(route.acct):
             w = np.where(self.wire[lk], route.factor, 1.0) * nb
@@ -351,6 +361,8 @@ class Topology:
     def payload_loads(self, route: Route, nbytes: np.ndarray) -> np.ndarray:
         """Payload bytes each link carries for the routed messages, length L+1."""
         nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
+        if nb.size >= self.compiled_route_min:
+            return self._loads(route, nb, False)
         out = np.zeros(self.num_links + 1)
         for lk in list(route.links) + list(route.acct):
             out += np.bincount(lk, nb, minlength=self.num_links + 1)
@@ -426,3 +438,20 @@ def _route_gpus_kernel(src, dst, ll, G, pad, switch_fabric, b_gpu_tx, b_gpu_rx, 
             links[h, f] = b_pcie_down + d
             lat += ll[b_pcie_down + d]
         latency[f] = lat + switches * inter_switch_ps + overhead_ps
+
+
+@jit(cache=True, nogil=True)
+def _loads_kernel(rows, factor, nb, wire_link, wire, n):  # pragma: no cover - compiled
+    """Per-link sums of ``nb`` (times ``factor`` on wire links where ``wire``) over each row of
+    ``rows`` (a hop's links), a row at a time into a zeroed array added to the total."""
+    out = np.zeros(n)
+    hop = np.empty(n)
+    for h in range(rows.shape[0]):
+        hop[:] = 0.0
+        for f in range(rows.shape[1]):
+            k = rows[h, f]
+            w = factor[f] if (wire and wire_link[k]) else 1.0
+            hop[k] += w * nb[f]
+        for k in range(n):
+            out[k] += hop[k]
+    return out

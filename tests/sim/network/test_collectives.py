@@ -381,8 +381,9 @@ def test_bad_connection_counts_name_the_field(field):
 @pytest.mark.parametrize("preset", ["zionex", "zion", "dgx-h100", "gh200", "mi300a"])
 @pytest.mark.parametrize("leaf_spine", [None, 1.0, 2.0])
 def test_compiled_routes_equal_the_array_routes(preset, leaf_spine, monkeypatch):
-    """Large batches between GPUs are routed by one compiled pass (``Topology._route_gpus``):
-    the same links, accounted links, latencies and factors as the array operations, on every
+    """Large batches between GPUs are routed by one compiled pass (``Topology._route_gpus``),
+    and their per-link loads summed by one (``Topology._loads``):
+    the same links, accounted links, latencies, factors and loads as the array operations, on every
     preset (NVSwitch and point-to-point fabrics, NICs on GPUs or hosts, RDMA and TCP), with a
     leaf/spine fabric non-blocking (spine links accounted) and oversubscribed (spine hops)."""
     from neonic.sim.network import load_preset
@@ -400,10 +401,13 @@ def test_compiled_routes_equal_the_array_routes(preset, leaf_spine, monkeypatch)
     nb = rng.integers(0, 1 << 20, src.size)
     monkeypatch.setattr(Topology, "compiled_route_min", 1 << 40)
     want = topo.route(src, dst, nb)
+    loads = topo.link_loads(want, nb), topo.payload_loads(want, nb)
     monkeypatch.setattr(Topology, "compiled_route_min", 1)
     got = topo.route(src, dst, nb)
     for field in ("links", "acct", "latency_ps", "factor"):
         a, b = getattr(got, field), getattr(want, field)
         assert a.dtype == b.dtype and np.array_equal(a, b), field
+    # the per-link loads of a large batch: the same sums, hop by hop (bit for bit)
+    assert np.array_equal(topo.link_loads(got, nb), loads[0]) and np.array_equal(topo.payload_loads(got, nb), loads[1])
     host = topo.route(np.array([topo.host_endpoint(0), 1]), np.array([0, topo.host_endpoint(0)]))
     assert host.links[0].tolist() == [topo._base["pcie_down"] + 0, topo._base["pcie_up"] + 1]  # (array path)
