@@ -381,8 +381,12 @@ class Network:
         topo = self.topology
         # its classes are found at its first solve, when it is known what runs beside it
         g._agg = self.aggregate and idx.size >= self.aggregate_min_flows
-        self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire), None)
-        g._remaining = g._alive.size
+        if g._agg:  # its state is set at its first solve (_classes_at_start): by class, or per flow
+            g._cls = None
+            g._remaining = idx.size
+        else:
+            self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire), None)
+            g._remaining = g._alive.size
         if idx.size == 0:
             self._schedule_done(g)
         else:
@@ -550,14 +554,18 @@ class Network:
         be split at once; finding them costs seconds at a million flows. A cost decision only:
         the per-flow and the class solve give the same rates."""
         g._agg = False
-        for h in groups:
-            if h is not g and int(h._mult[h._alive].sum()) >= self.aggregate_min_flows:
-                return
         topo = self.topology
-        cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
-        if not cl.identity:  # nothing has moved yet: the classes start from the flows' sizes
-            self._set_classes(g, cl, None)
-            g._remaining = g._alive.size
+        cl = None
+        for h in groups:
+            flows = h._links.shape[0] if h._cls is None else int(h._mult[h._alive].sum())  # (None: not set yet)
+            if h is not g and flows >= self.aggregate_min_flows:
+                break
+        else:
+            cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
+        if cl is None or cl.identity:  # one class per flow
+            cl = identity_classes(g._links, topo.capacity, topo.wire)
+        self._set_classes(g, cl, None)  # nothing has moved yet: the classes start from the flows' sizes
+        g._remaining = g._alive.size
 
     def _find_components(self, g: FlowGroup, now: int) -> None:
         """Before a lone per-flow group's first solve: its link-disjoint parts (e.g. an
