@@ -28,7 +28,8 @@ Figures (all measured when the command runs):
   nodes), here 64 KiB x a lognormal(0, 0.5) per destination node: 16.8M flows of uneven sizes
   in about 262k flow classes (one per pair of nodes), so it is solved over its classes
   (``sim.network.classes``); ``*_classes`` is the classes per solve. Measured by default
-  (about 20 s CPU on this kind of machine, under the ~30 s a default run may take per figure).
+  (about 11-12 s CPU and 2.6 GiB on the 2-core machine of session 13, under the ~30 s a default
+  run may take per figure).
 - ``alltoallv_4096_skewed_wall_s``: the skewed AlltoAllv (sizes as at 128 and 1024 GPUs) on 4096
   GPUs, 16.8M flows of distinct sizes, so solved per flow (by link-disjoint part, the NIC part
   densely: ``sim.network.network``): measured only with ``--large`` (minutes and several GiB),

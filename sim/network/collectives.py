@@ -499,7 +499,7 @@ def _alltoallv_phases(topology: Topology, ranks: np.ndarray, sizes: np.ndarray, 
         np.fill_diagonal(nonzero, False)
         i, j = np.nonzero(nonzero)
         del nonzero
-        nb = sizes[i, j].astype(np.int64)
+        nb = sizes[i, j].astype(np.int64, copy=False)
         if not np.array_equal(ranks, np.arange(p)):
             i, j = ranks[i], ranks[j]
         return [Phase(i, j, nb, [], "direct", conns=_conns(topology, i, j, NCCL_CONNECTIONS.p2p))]
