@@ -273,6 +273,15 @@ def _with_ends(links_fh: np.ndarray, flow_color: np.ndarray, capacity: np.ndarra
     return cl
 
 
+# _STABLE_LINKS: why a round whose links keep their partition ends the refinement, from the
+# second round on, without the flows' pass: the flows' colours of the round before already
+# separate flows by the sorted colours of their hops under the links' partition of that round;
+# the new link colours are a renaming of it, so the flows' pass would give every flow the row
+# (its colour, the same hop colours renamed), ranked in its colour's order: the same ids. The
+# result is the one the full round gives (the flows' ids unchanged, the links' new ids), a
+# flows' pass sooner (16.8M flows at 4096 GPUs).
+
+
 def _refine_np(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl: int, pad: int, limit: int,
                max_rounds: int) -> tuple[np.ndarray, int, np.ndarray, int] | None:
     """Colour refinement in rounds (numpy): per round the links take (old colour, sorted multiset
@@ -286,7 +295,7 @@ def _refine_np(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl
     real = flat_links != pad  # the pad's hops are no entries
     ent_link = flat_links[real]
     ent_flow = np.repeat(np.arange(F, dtype=np.int64), H)[real]
-    for _ in range(max_rounds):
+    for rnd in range(max_rounds):
         # links: (old colour, sorted multiset of flow colours crossing it)
         key = ent_link * nf + fc[ent_flow]
         uk, cnt = _count_pairs(key, nf)
@@ -308,6 +317,8 @@ def _refine_np(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl
         else:
             n_idle = 0
         n_new_l = len(sig) + n_idle
+        if rnd and n_new_l == nl:  # the links kept their partition: so do the flows (_STABLE_LINKS)
+            return fc, nf, new_lc, n_new_l
         # flows: (old colour, sorted link colours of its hops)
         hop_colors = np.sort(new_lc[links_fh], axis=1)
         new_fc, n_new_f = _row_ids([fc] + [hop_colors[:, h] for h in range(H)], [nf] + [n_new_l] * H)
@@ -377,7 +388,7 @@ def _refine_kernel(links_fh, fc, nf, lc, nl, used, seg_starts, seg_flows, limit,
     rep_rows = np.empty((1024, H + 1), dtype=np.int64)
     rep_hash = np.empty(1024, dtype=np.int64)
     hop = np.empty(H, dtype=np.int64)
-    for _ in range(max_rounds):
+    for rnd in range(max_rounds):
         tally = np.zeros(nf, dtype=np.int64)
         # links: (old colour, sorted multiset of the colours of the flows crossing it)
         table = np.full(t_links, -1, dtype=np.int64)
@@ -436,6 +447,8 @@ def _refine_kernel(links_fh, fc, nf, lc, nl, used, seg_starts, seg_flows, limit,
             if not is_used[l]:
                 new_lc[l] = n_sig + present[lc[l]]
         n_new_l = n_sig + n_idle
+        if rnd > 0 and n_new_l == nl:  # the links kept their partition: so do the flows (_STABLE_LINKS)
+            return 1, fc, nf, new_lc, n_new_l
         # flows: (old colour, sorted colours of its hops), ids in lexicographic order; the table
         # holds the distinct rows only (few where there is symmetry) and doubles as they come
         t_rows = 1024
