@@ -22,11 +22,19 @@ Figures (all measured when the command runs):
   over the two groups' joint classes (``sim.network.network``); ``*_joint_solves`` counts the
   solves over them, and ``alltoallv_1024_beside_per_flow_cpu_s`` is the same run per flow
   (``aggregate=False``), for comparison (a synthetic throttle: a speed case only).
-- ``alltoallv_4096_wall_s``: the skewed AlltoAllv (sizes as above) on 4096 GPUs, 16.8M flows of
-  distinct sizes, so solved per flow (by link-disjoint part, the NIC part densely:
-  ``sim.network.network``): measured only with ``--large`` (minutes and several GiB), else
-  null, with the reason in ``alltoallv_4096_skipped``. Runs this long print a progress line
-  every 30 s with a rough estimate of the time left.
+- ``alltoallv_4096_wall_s``: model-a's input AlltoAllv on 4096 GPUs (512 nodes): every source
+  sends a destination the same size, and the GPUs of a node receive alike (the planner's
+  matrices for ``model-a-1024`` at 512 nodes have this form: 565 distinct sizes, 508 distinct
+  nodes), here 64 KiB x a lognormal(0, 0.5) per destination node: 16.8M flows of uneven sizes
+  in about 262k flow classes (one per pair of nodes), so it is solved over its classes
+  (``sim.network.classes``); ``*_classes`` is the classes per solve. Measured by default
+  (about 11-12 s CPU and 2.6 GiB on the 2-core machine of session 13, under the ~30 s a default
+  run may take per figure).
+- ``alltoallv_4096_skewed_wall_s``: the skewed AlltoAllv (sizes as at 128 and 1024 GPUs) on 4096
+  GPUs, 16.8M flows of distinct sizes, so solved per flow (by link-disjoint part, the NIC part
+  densely: ``sim.network.network``): measured only with ``--large`` (minutes and several GiB),
+  else null, with the reason in ``alltoallv_4096_skewed_skipped``. Runs this long print a
+  progress line every 30 s with a rough estimate of the time left.
 - ``*_peak_rss_gib``: the process's peak resident memory after that run (it only grows).
 - ``*_cpu_s``: the same runs' CPU seconds (the wall time they would take on an idle core; the
   shared 2-core machine inflates wall times when busy).
@@ -43,6 +51,7 @@ includes numba's compiling or cache loading.
 
 from __future__ import annotations
 
+import gc
 import resource
 import sys
 import time
@@ -61,6 +70,8 @@ from neonic.sim.network import (
     estimate_reduce_scatter_time_s,
     load_preset,
 )
+from neonic.sim.network import _kernels as K
+from neonic.sim.network.classes import _dense, _unique_counts
 from neonic.sim.network.maxmin import HAVE_NUMBA
 
 SUMMARY = "flow-level network: AlltoAllv/AllReduce simulation wall time at 128 and 1024 GPUs, closed-form error"
@@ -81,6 +92,14 @@ def skewed_sizes(p: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     load = rng.lognormal(0.0, 0.5, (p, 1))
     return (65536 * load * rng.uniform(0.25, 1.75, (p, p))).astype(np.int64)
+
+
+def per_node_sizes(p: int, gpus_per_node: int, seed: int) -> np.ndarray:
+    """AlltoAllv sizes of model-a's input AlltoAllv's form (module doc): ``sizes[i, j]`` is one
+    figure per destination node, 64 KiB x lognormal(0, 0.5), whole bytes."""
+    rng = np.random.default_rng(seed)
+    per_node = np.ceil(65536 * rng.lognormal(0.0, 0.5, p // gpus_per_node)).astype(np.int64)
+    return np.tile(np.repeat(per_node, gpus_per_node), (p, 1))
 
 
 def _peak_rss_gib() -> float:
@@ -111,6 +130,7 @@ def _heartbeat(ctx: BenchContext | None, label: str, t0: float, every_s: float =
 
 def _timed(topo: Topology, start, *, aggregate: bool = True, ctx: BenchContext | None = None,
            label: str = "", heartbeat_s: float = 30.0) -> tuple[float, float, Network]:
+    gc.collect()  # earlier runs' flow groups (cycles through their handles) leave before this one starts
     t0 = time.perf_counter()
     c0 = time.process_time()
     eng = Engine()
@@ -169,6 +189,17 @@ def warm_up(nodes: int = WARMUP_NODES) -> None:
     topo = zionex_family(nodes)
     sizes = skewed_sizes(topo.num_gpus, 0)
     _timed(topo, lambda net: coll.alltoallv(net, None, sizes))
+    per_node = per_node_sizes(topo.num_gpus, topo.gpus_per_node, 0)
+    _timed(topo, lambda net: coll.alltoallv(net, None, per_node))
+    # the kernels of batches larger than the warm-up's: routing, and ranking many sizes
+    n = topo.num_gpus
+    topo.route(np.arange(1 << 17) % n, (np.arange(1 << 17) + 1) % n, np.full(1 << 17, 4096))
+    _dense(np.repeat(per_node[0].astype(np.float64), (1 << 17) // n + 1))
+    _unique_counts(np.arange(1 << 17, dtype=np.int64) % 7)
+    # the throttled solve's traffic sums by endpoint sequence (groups of 65,536 flows and more)
+    z = np.zeros(2, dtype=np.int64)
+    K.sequence_reps(np.arange(2, dtype=np.int64), np.arange(3, dtype=np.int64), z)
+    K.traffic_firsts(z[:1], z, z.astype(np.int32), np.ones(2, dtype=bool), np.ones(2), np.zeros(2))
     _timed(topo, lambda net: coll.allreduce(net, None, 1 << 20))
     for aggregate in (False, True):
         _timed(topo, lambda net: coll.alltoall(net, None, 65536), aggregate=aggregate)
@@ -219,7 +250,8 @@ def run(ctx: BenchContext) -> dict:
 
     if ctx.quick:
         out.update(alltoallv_1024_wall_s=None, allreduce_1024_wall_s=None, alltoall_1024_wall_s=None,
-                   alltoallv_1024_beside_wall_s=None, alltoall_4096_wall_s=None, alltoallv_4096_wall_s=None)
+                   alltoallv_1024_beside_wall_s=None, alltoall_4096_wall_s=None, alltoallv_4096_wall_s=None,
+                   alltoallv_4096_skewed_wall_s=None)
         return out
     big = zionex_family(128)
     sizes = skewed_sizes(big.num_gpus, ctx.seed)
@@ -255,22 +287,37 @@ def run(ctx: BenchContext) -> dict:
                  f"classes; per flow {per_flow.cpu_s:.2f} s CPU, simulated {sim_f * 1e3:.3f} ms)")
     out["alltoall_1024_peak_rss_gib"] = _peak_rss_gib()
     huge = zionex_family(512)
+    net = per_flow = None  # (the 1024-GPU runs' networks leave before the 4096-GPU runs)
     ctx.progress("uniform alltoall 4096 GPUs (16,773,120 flows) ...")
     wall, sim, net = _timed(huge, lambda net: coll.alltoall(net, None, 65536), ctx=ctx, label="alltoall 4096")
     out.update(alltoall_4096_wall_s=wall, alltoall_4096_cpu_s=net.cpu_s, alltoall_4096_sim_s=sim,
                alltoall_4096_classes=net.solved_classes / max(net.solves, 1), alltoall_4096_peak_rss_gib=_peak_rss_gib())
     ctx.progress(f"uniform alltoall 4096 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU, "
                  f"peak RSS {out['alltoall_4096_peak_rss_gib']:.2f} GiB")
+    net = None
+    sizes = per_node_sizes(huge.num_gpus, huge.gpus_per_node, ctx.seed)
+    ctx.progress("alltoallv 4096 GPUs, sizes per destination node (16,773,120 flows) ...")
+    wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="alltoallv 4096")
+    del sizes
+    out.update(alltoallv_4096_wall_s=wall, alltoallv_4096_cpu_s=net.cpu_s, alltoallv_4096_sim_s=sim,
+               alltoallv_4096_solves=net.solves, alltoallv_4096_classes=net.solved_classes / max(net.solves, 1),
+               alltoallv_4096_peak_rss_gib=_peak_rss_gib())
+    ctx.progress(f"alltoallv 4096 GPUs by node: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU "
+                 f"({net.solves} solves, {out['alltoallv_4096_classes']:,.0f} classes per solve), peak RSS "
+                 f"{out['alltoallv_4096_peak_rss_gib']:.2f} GiB")
+    del net
     if not ctx.large:
-        out["alltoallv_4096_wall_s"] = None
-        out["alltoallv_4096_skipped"] = ("skewed sizes are all distinct, so the solve is per flow (16.8M flows, "
-                                         "hundreds of solves, several GiB): run with --large")
+        out["alltoallv_4096_skewed_wall_s"] = None
+        out["alltoallv_4096_skewed_skipped"] = ("skewed sizes are all distinct, so the solve is per flow (16.8M flows, "
+                                                "hundreds of solves, several GiB): run with --large")
         return out
+    net = None
     sizes = skewed_sizes(huge.num_gpus, ctx.seed)
     ctx.progress("skewed alltoallv 4096 GPUs (16,773,120 flows, per flow) ...")
-    wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="alltoallv 4096")
-    out.update(alltoallv_4096_wall_s=wall, alltoallv_4096_cpu_s=net.cpu_s, alltoallv_4096_sim_s=sim,
-               alltoallv_4096_solves=net.solves, alltoallv_4096_peak_rss_gib=_peak_rss_gib())
+    wall, sim, net = _timed(huge, lambda net: coll.alltoallv(net, None, sizes), ctx=ctx, label="alltoallv 4096 skewed")
+    out.update(alltoallv_4096_skewed_wall_s=wall, alltoallv_4096_skewed_cpu_s=net.cpu_s,
+               alltoallv_4096_skewed_sim_s=sim, alltoallv_4096_skewed_solves=net.solves,
+               alltoallv_4096_skewed_peak_rss_gib=_peak_rss_gib())
     ctx.progress(f"skewed alltoallv 4096 GPUs: simulated {sim * 1e3:.3f} ms in {wall:.2f} s wall, {net.cpu_s:.2f} s CPU "
-                 f"({net.solves} solves), peak RSS {out['alltoallv_4096_peak_rss_gib']:.2f} GiB")
+                 f"({net.solves} solves), peak RSS {out['alltoallv_4096_skewed_peak_rss_gib']:.2f} GiB")
     return out

@@ -72,6 +72,58 @@ def _traffic_np(src, dst, cls, identity, alive, rate, tx, rx):
     np.add.at(rx, dst[live], r)
 
 
+def _sequence_reps_py(order, starts, cls):
+    """Per endpoint ``e`` the first endpoint whose flows ``order[starts[e]:starts[e + 1]]`` (in
+    flow order) have the same classes ``cls`` in the same order (itself where none before): a
+    hash of each sequence finds the candidates in an open-addressing table, and an element by
+    element comparison decides, so a collision never joins two endpoints."""
+    E = starts.shape[0] - 1
+    size = 16
+    while size < 2 * E + 2:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    hashes = np.zeros(E, dtype=np.int64)
+    rep = np.empty(E, dtype=np.int64)
+    mask = (1 << 62) - 1
+    for e in range(E):
+        lo = starts[e]
+        hi = starts[e + 1]
+        h = hi - lo
+        for k in range(lo, hi):
+            h = ((h * 1000003) ^ (cls[order[k]] + 1)) & mask
+        hashes[e] = h
+        slot = h & (size - 1)
+        while True:
+            r = table[slot]
+            if r == -1:
+                table[slot] = e
+                rep[e] = e
+                break
+            if hashes[r] == h and starts[r + 1] - starts[r] == hi - lo:
+                same = True
+                off = starts[r] - lo
+                for k in range(lo, hi):
+                    if cls[order[k]] != cls[order[k + off]]:
+                        same = False
+                        break
+                if same:
+                    rep[e] = r
+                    break
+            slot = (slot + 1) & (size - 1)
+    return rep
+
+
+def _traffic_firsts_np(firsts, bounds, seq, alive, rate, acc):
+    """Add to ``acc[e]``, for endpoint ``e = firsts[i]``, the class rates (0 where not finite)
+    of its flows' classes ``seq[bounds[i]:bounds[i + 1]]`` (in flow order) one by one, skipping
+    dead classes (``_traffic_np``'s sums)."""
+    for i, e in enumerate(firsts):
+        c = seq[bounds[i]:bounds[i + 1]]
+        r = rate[c][alive[c]]
+        r = np.where(np.isfinite(r), r, 0.0)
+        np.add.at(acc, np.full(r.size, e), r)
+
+
 if HAVE_NUMBA:
     from numba import njit
 
@@ -86,6 +138,20 @@ if HAVE_NUMBA:
                 tx[src[f]] += r
                 rx[dst[f]] += r
 
+
+    _sequence_reps_nb = njit(cache=True, nogil=True)(_sequence_reps_py)
+
+    @njit(cache=True, nogil=True)
+    def _traffic_firsts_nb(firsts, bounds, seq, alive, rate, acc):  # pragma: no cover
+        for i in range(firsts.shape[0]):
+            e = firsts[i]
+            for k in range(bounds[i], bounds[i + 1]):
+                c = seq[k]
+                if alive[c]:
+                    r = rate[c]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    acc[e] += r
 
     @njit(cache=True, nogil=True)
     def _account_nb(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nbytes_f, link_bytes, link_wire):  # pragma: no cover
@@ -139,9 +205,11 @@ if HAVE_NUMBA:
 
     account, mark_cls, void_cls, finish_cls = _account_nb, _mark_cls_nb, _void_cls_nb, _finish_cls_nb
     traffic = _traffic_nb
+    sequence_reps, traffic_firsts = _sequence_reps_nb, _traffic_firsts_nb
 else:  # pragma: no cover
     account, mark_cls, void_cls, finish_cls = _account_np, _mark_cls_np, _void_cls_np, _finish_cls_np
     traffic = _traffic_np
+    sequence_reps, traffic_firsts = _sequence_reps_py, _traffic_firsts_np
 
 
 # ------------------------------------------------ retire candidates, fused advance + predict

@@ -63,7 +63,11 @@ capacity (the GPUs of a class capped alike) that partition is equitable for the 
 problem, so the quotient's rates are the per-flow rates (within rounding: the per-GPU caps of
 one class, sums of equal rates, may differ in their last bits and are taken at their minimum).
 Where GPUs of one class are capped differently, or the refinement finds too little symmetry,
-the throttled solve is per flow and splits the classes whose flows get different rates.
+the throttled solve is per flow and splits the classes whose flows get different rates. The
+GPUs' sums of the unthrottled rates (the throttle's input) add each GPU's flows' rates in flow
+order; for a large aggregated group they are added once per set of GPUs whose flows have the
+same classes in the same order (the GPUs of a node, in an AlltoAllv sized by destination node),
+the others taking that sum: the same additions, bit for bit (``_class_traffic``).
 
 Joint classes of several groups (throttled solves of ``joint_min_flows`` flows or more, with
 ``aggregate``): large groups that start together (model-a's million-flow AlltoAllv beside an
@@ -94,7 +98,7 @@ import numpy as np
 from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
-from .classes import FlowClasses, _by_class, _dense, equitable_classes, identity_classes
+from .classes import FlowClasses, _by_class, _dense, _unique_counts, equitable_classes, identity_classes
 from .maxmin import HAVE_NUMBA, LinkEntries, _fill_dense, link_levels, maxmin_rates_fm, maxmin_rates_parts, rates_from_levels
 from .topology import Route, Topology
 
@@ -115,7 +119,7 @@ class FlowGroup:
         "src", "dst", "nbytes", "tag", "start_ps", "finish_ps", "end_ps", "on_done",
         "_links", "_factor", "_lat", "_rem", "_rate", "_pred", "_alive", "_orig", "_index", "_nb",
         "_event", "_remaining", "_acct", "_cls", "_mult", "_nbf", "_factorf", "_findex", "_cand", "_agg", "_comp",
-        "_dense", "_dindex", "_span", "_ends", "_vends", "_jtries",
+        "_dense", "_dindex", "_span", "_ends", "_vends", "_jtries", "_trep",
     )
 
     def __init__(self, src, dst, nbytes, tag, start_ps, on_done) -> None:
@@ -137,6 +141,7 @@ class FlowGroup:
         self._ends: tuple | None = None  # (links, its flows' int32 sources, destinations): throttled solves
         self._vends: tuple | None = None  # (classes, their throttled index or None: none found): throttled solves
         self._jtries = 0  # joint partitions it took part in, found or not (Network._throttled_joint)
+        self._trep: tuple | None = None  # (classes, endpoints arrays, per side its plan): _class_traffic
 
     @property
     def size(self) -> int:
@@ -257,6 +262,7 @@ class Network:
         self.splits = 0  # classes refined because other traffic broke their symmetry
         self.throttled_by_class = 0  # throttled solves of an aggregated group over its classes
         self.throttled_per_flow = 0  # ... and those solved per flow (GPU caps differ within a class)
+        self.traffic_by_sequence = 0  # groups' GPU traffic sums taken by endpoint sequence (_class_traffic)
         # joint classes of several groups (_throttled_joint): tried for throttled solves of at
         # least this many flows in all; each group takes part in at most joint_max_tries tries
         self.joint_min_flows = 1 << 16
@@ -270,7 +276,8 @@ class Network:
         self.link_bytes = np.zeros(L)
         self.link_wire_bytes = np.zeros(L)
         self.solves = 0
-        self.compact_min_flows = 4096  # groups larger than this drop finished flows at 50% done
+        self.compact_min_flows = 4096  # groups larger than this drop finished flows ...
+        self.compact_at = 0.5  # ... once fewer than this fraction of their classes are left
         self.flows_started = 0
         self._groups: list[FlowGroup] = []  # groups with flows in the solver
         self._pending: list[FlowGroup] = []
@@ -356,18 +363,30 @@ class Network:
         # messages that need no bandwidth (empty, or to self) arrive after their latency alone
         moving = (nb > 0) & (route.links[0] != self.topology.pad_link)
         g.finish_ps[~moving] = now + route.latency_ps[~moving]
-        idx = np.flatnonzero(moving)
+        if moving.all():  # (no gathers: an AlltoAllv's 16.8M flows at 4096 GPUs)
+            idx = np.arange(src.size)
+            g._links = np.ascontiguousarray(route.links.T)  # (F, H), flow-major
+            g._acct = np.ascontiguousarray(route.acct.T)  # (F, A) bytes only, never binding
+            g._factorf = route.factor.copy()
+            g._lat = route.latency_ps.copy()
+            g._nbf = nb
+        else:
+            idx = np.flatnonzero(moving)
+            g._links = np.ascontiguousarray(route.links[:, idx].T)
+            g._acct = np.ascontiguousarray(route.acct[:, idx].T)
+            g._factorf = route.factor[idx]
+            g._lat = route.latency_ps[idx]
+            g._nbf = nb[idx]
         g._orig = idx
-        g._links = np.ascontiguousarray(route.links[:, idx].T)  # (F, H), flow-major
-        g._acct = np.ascontiguousarray(route.acct[:, idx].T)  # (F, A) bytes only, never binding
-        g._factorf = route.factor[idx]
-        g._lat = route.latency_ps[idx]
-        g._nbf = nb[idx]
         topo = self.topology
         # its classes are found at its first solve, when it is known what runs beside it
         g._agg = self.aggregate and idx.size >= self.aggregate_min_flows
-        self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire), None)
-        g._remaining = g._alive.size
+        if g._agg:  # its state is set at its first solve (_classes_at_start): by class, or per flow
+            g._cls = None
+            g._remaining = idx.size
+        else:
+            self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire), None)
+            g._remaining = g._alive.size
         if idx.size == 0:
             self._schedule_done(g)
         else:
@@ -387,6 +406,17 @@ class Network:
     @staticmethod
     def _set_classes(g: FlowGroup, cl: FlowClasses, old: FlowClasses | None) -> None:
         """Install a partition; with ``old`` the class state moves over (new classes refine old)."""
+        if old is None and cl.identity:  # each flow its own class: the flows' arrays, copied
+            g._nb = g._nbf.copy()
+            g._factor = g._factorf.copy()
+            g._rem = g._nb.copy()
+            g._rate = np.zeros(g._nb.size)
+            g._pred = np.full(g._nb.size, np.inf)
+            g._alive = np.ones(g._nb.size, dtype=bool)
+            g._mult = np.ones(g._nb.size)
+            g._cls = cl
+            g._index = None
+            return
         rep = cl.members[cl.starts[:-1]]  # one member flow of each class
         if old is None:
             g._nb = g._nbf[rep]
@@ -485,7 +515,7 @@ class Network:
                     g._event.cancel()
                     g._event = None
                     K.void_cls(g._alive, cl.members, cl.starts, g._orig, g.finish_ps)
-                if g._remaining < 0.5 * g._alive.size and g._alive.size > self.compact_min_flows:
+                if g._remaining < self.compact_at * g._alive.size and g._alive.size > self.compact_min_flows:
                     self._compact(g)
                     self._flow_set += 1
                 survivors.append(g)
@@ -524,14 +554,18 @@ class Network:
         be split at once; finding them costs seconds at a million flows. A cost decision only:
         the per-flow and the class solve give the same rates."""
         g._agg = False
-        for h in groups:
-            if h is not g and int(h._mult[h._alive].sum()) >= self.aggregate_min_flows:
-                return
         topo = self.topology
-        cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
-        if not cl.identity:  # nothing has moved yet: the classes start from the flows' sizes
-            self._set_classes(g, cl, None)
-            g._remaining = g._alive.size
+        cl = None
+        for h in groups:
+            flows = h._links.shape[0] if h._cls is None else int(h._mult[h._alive].sum())  # (None: not set yet)
+            if h is not g and flows >= self.aggregate_min_flows:
+                break
+        else:
+            cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
+        if cl is None or cl.identity:  # one class per flow
+            cl = identity_classes(g._links, topo.capacity, topo.wire)
+        self._set_classes(g, cl, None)  # nothing has moved yet: the classes start from the flows' sizes
+        g._remaining = g._alive.size
 
     def _find_components(self, g: FlowGroup, now: int) -> None:
         """Before a lone per-flow group's first solve: its link-disjoint parts (e.g. an
@@ -808,7 +842,8 @@ class Network:
         failed = g._vends is not None and g._vends[0] is cl and g._vends[1] is None
         new_id = np.cumsum(a) - 1
         c = new_id[cl.cls[keep]]
-        order = np.argsort(c, kind="stable").astype(np.int64)
+        # the flows by class, stably (a counting pass where compiled: 16.8M flows at 4096 GPUs)
+        order = _by_class(c, g._alive.size) if HAVE_NUMBA else np.argsort(c, kind="stable").astype(np.int64)
         starts = np.zeros(g._alive.size + 1, dtype=np.int64)
         np.cumsum(np.bincount(c, minlength=g._alive.size), out=starts[1:])
         g._cls = FlowClasses(cls=c, members=order, starts=starts, q_links=np.ascontiguousarray(cl.q_links[a]),
@@ -1131,7 +1166,7 @@ class Network:
         cols, weights, per_end = [], [], []
         base = K1
         for ends in (g.src[g._orig], g.dst[g._orig]):
-            uk, cnt = np.unique(ends.astype(np.int64) * C + cl.cls, return_counts=True)
+            uk, cnt = _unique_counts(ends.astype(np.int64) * C + cl.cls)
             ep, c = uk // C, uk % C  # per endpoint (ascending), its classes and their flows
             bounds = np.searchsorted(ep, np.arange(E + 1))
             pairs = np.stack([c, cnt], axis=1)
@@ -1413,9 +1448,52 @@ class Network:
                 off += n
                 continue
             flush()
-            K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
+            if g._cls.identity or n < self.class_traffic_min_flows or not self._class_traffic(g, s, d, tx, rx):
+                K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
             off += n
         flush()
+
+    #: aggregated groups of at least this many flows sum their traffic by endpoint sequence
+    #: (:meth:`_class_traffic`); fewer, or without numba: flow by flow
+    class_traffic_min_flows = 1 << 16 if HAVE_NUMBA else 1 << 62
+
+    def _class_traffic(self, g: FlowGroup, s: np.ndarray, d: np.ndarray, tx: np.ndarray, rx: np.ndarray) -> bool:
+        """``K.traffic`` of an aggregated group, bit for bit, at a fraction of the cost: each
+        endpoint's sum adds its flows' class rates in flow order, so endpoints whose flows, in
+        flow order, are of the same classes (the GPUs of one node in an AlltoAllv whose sizes go
+        by destination node: a class per pair of nodes) and whose sums start equal end equal;
+        one endpoint of each such set (its first) is summed flow by flow and the others take its
+        sum. The sets are found once per partition (a hash of each endpoint's class sequence,
+        then an element-by-element comparison). Returns False, adding nothing, where two
+        endpoints of a set start from different sums (other groups' traffic came first): the
+        caller sums flow by flow."""
+        cl = g._cls
+        t = g._trep
+        if t is None or t[0] is not cl or t[1] is not s or t[2] is not d:
+            E = tx.size
+            plans = []
+            for ends in (s, d):
+                order = _by_class(ends.astype(np.int64), E)
+                starts = np.zeros(E + 1, dtype=np.int64)
+                np.cumsum(np.bincount(ends, minlength=E), out=starts[1:])
+                rep = K.sequence_reps(order, starts, cl.cls)
+                first = np.flatnonzero(rep == np.arange(E))
+                # the first endpoints' flows' classes, endpoint by endpoint in flow order (read in turn)
+                count = starts[first + 1] - starts[first]
+                bounds = np.zeros(first.size + 1, dtype=np.int64)
+                np.cumsum(count, out=bounds[1:])
+                at = np.repeat(starts[first] - bounds[:-1], count) + np.arange(bounds[-1])
+                seq = cl.cls[order[at]]
+                plans.append((rep, first, bounds, seq.astype(np.int32) if cl.n_classes < 2**31 else seq))
+            t = g._trep = (cl, s, d, plans)
+        for acc, (rep, first, bounds, seq) in zip((tx, rx), t[3]):
+            if not np.array_equal(acc, acc[rep]):
+                return False
+        for acc, (rep, first, bounds, seq) in zip((tx, rx), t[3]):
+            K.traffic_firsts(first, bounds, seq, g._alive, g._rate, acc)
+            acc[:] = acc[rep]
+        self.traffic_by_sequence += 1
+        return True
 
     def _throttle_flows(self, groups: list[FlowGroup]) -> dict[str, Any]:
         """Sources and destinations of every flow of ``groups`` (live or not), kept while the

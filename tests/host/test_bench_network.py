@@ -49,3 +49,20 @@ def test_beside_case_runs_over_joint_classes_and_agrees_per_flow():
     (joint, hj), (flow, hf), (default, hd) = runs[True, 0], runs[False, 0], runs[True, None]
     assert joint.joint_solves > 0 and joint.solved_classes * 8 < joint.solved_flows
     assert abs(hj.time_ps / hf.time_ps - 1) < 1e-6 and flow.joint_solves == 0 and default.joint_solves == 0
+
+
+def test_per_node_case_aggregates_and_agrees_per_flow():
+    """The ``alltoallv_4096`` case's sizes (one figure per destination node) at 256 GPUs: uneven
+    sizes, still solved over classes (about one per pair of nodes, far fewer than the flows),
+    with the per-flow run's collective time and link bytes within 1e-6."""
+    from neonic.host.bench.network import per_node_sizes
+
+    topo = zionex_family(32)
+    sizes = per_node_sizes(topo.num_gpus, topo.gpus_per_node, 3)
+    assert np.unique(sizes).size > 16 and np.all(sizes[:, :8] == sizes[0, 0])
+    _, sim_a, agg = _timed(topo, lambda net: coll.alltoallv(net, None, sizes))
+    _, sim_f, flow = _timed(topo, lambda net: coll.alltoallv(net, None, sizes), aggregate=False)
+    assert agg.solved_classes * 20 < agg.solved_flows
+    assert abs(sim_a / sim_f - 1) < 1e-6
+    np.testing.assert_allclose(agg.link_bytes, flow.link_bytes, rtol=1e-6)
+    np.testing.assert_allclose(agg.link_wire_bytes, flow.link_wire_bytes, rtol=1e-6)

@@ -393,3 +393,67 @@ def test_compiled_refinement_gives_the_numpy_refinements_classes(preset, monkeyp
     slow = topo.capacity.copy()
     slow[topo.num_links // 2] *= 0.37
     assert not both(links, np.full(src.size, 1000.0), slow, topo.wire).identity
+
+
+def test_dense_ids_of_many_keys_are_numpys():
+    """Many keys with few distinct values are ranked through a hash table (compiled): the same
+    ids as np.unique's, for float sizes (-0.0 and 0.0 one value) and int64 keys beyond a
+    presence table's range; with many distinct values np.unique itself."""
+    from neonic.sim.network.classes import _HASHED_MIN, _dense
+
+    rng = np.random.default_rng(3)
+    n = _HASHED_MIN + 12345
+    floats = rng.choice(np.array([0.0, -0.0, 3.5, 1e300, 65536.0, 7.25, 2.0**-30]), n)
+    ints = rng.choice(np.array([-5, 1 << 40, 3, 0, -(1 << 50), 17], dtype=np.int64), n)
+    many = rng.permutation(n).astype(np.float64) * 1.5
+    for key in (floats, ints, many, floats[:1000]):
+        ids, count = _dense(key)
+        uniq, inv = np.unique(key, return_inverse=True)
+        assert count == uniq.size and ids.dtype == np.int64 and np.array_equal(ids, inv.ravel())
+
+
+def test_unique_counts_of_many_keys_are_numpys():
+    """Many int64 keys with few distinct values are counted through a hash table: np.unique's
+    sorted values and counts (and np.unique itself where most are distinct)."""
+    from neonic.sim.network.classes import _HASHED_MIN, _unique_counts
+
+    rng = np.random.default_rng(5)
+    n = _HASHED_MIN + 777
+    for key in (rng.integers(-(1 << 40), 1 << 40, 300)[rng.integers(0, 300, n)], rng.permutation(n) - 5,
+                np.arange(10, dtype=np.int64)):
+        got, want = _unique_counts(key), np.unique(key, return_counts=True)
+        assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got, want))
+
+
+def test_traffic_sums_by_endpoint_sequence_change_no_bit():
+    """The throttled solve's GPU traffic sums of an aggregated group, taken once per set of
+    endpoints whose flows have the same classes in flow order (``Network._class_traffic``),
+    give the flow-by-flow sums bit for bit: the same collective times and link bytes, exactly,
+    for a lone AlltoAllv with sizes by destination node (some nodes capped) and for the bench's
+    AlltoAllv beside an intra-node group (joint classes; where another group's traffic comes
+    first the sums are taken flow by flow)."""
+    from neonic.host.bench.network import _beside_throttled, per_node_sizes, zionex_family
+
+    topo = zionex_family(8)
+    sizes = per_node_sizes(topo.num_gpus, topo.gpus_per_node, 1)
+
+    def lone(net):
+        net.set_throttle(lambda tx, rx: np.where(np.arange(tx.size) // 8 % 3 == 0,
+                                                 0.4 + 0.15 * ((net.engine.now // 2_000_000) % 4), 1.0))
+        for k in range(1, 20):
+            net.engine.schedule(k * 2_000_000, net.request_recompute)
+        return coll.alltoallv(net, None, sizes)
+
+    for start in (lone, _beside_throttled):
+        runs = []
+        for by_sequence in (False, True):
+            net = Network(Engine(), topo)
+            net.joint_min_flows = 0
+            net.class_traffic_min_flows = 0 if by_sequence else 1 << 62
+            h = start(net)
+            net.engine.run()
+            runs.append((net, h))
+        (a, ha), (b, hb) = runs
+        assert b.traffic_by_sequence > 0 and a.traffic_by_sequence == 0
+        assert ha.time_ps == hb.time_ps and b.throttled_by_class > 0
+        assert np.array_equal(a.link_bytes, b.link_bytes) and np.array_equal(a.link_wire_bytes, b.link_wire_bytes)

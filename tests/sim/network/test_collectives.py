@@ -334,7 +334,80 @@ def test_nic_flows_per_gpu_counts_queue_pairs(topo):
     assert coll.nic_flows_per_gpu(topo, "allreduce", "ring") == c.ring
 
 
+def _nic_flows_built(topology, algorithm, ranks):
+    """The AlltoAll count from its built phases (the definition the closed form must match)."""
+    r = np.arange(topology.num_gpus) if ranks is None else np.asarray(ranks)
+    sizes = np.ones((r.size, r.size), dtype=np.int64)
+    np.fill_diagonal(sizes, 0)
+    _, phases = coll.build_phases(topology, "alltoallv", r, sizes=sizes, algorithm=algorithm)
+    most = 0
+    for ph in phases:
+        off = topology.node_of(ph.src) != topology.node_of(ph.dst)
+        if off.any():
+            conns = np.ones(ph.src.size, dtype=np.int64) if ph.conns is None else np.asarray(ph.conns)
+            most = max(most, int(np.bincount(ph.src[off], weights=conns[off]).max()))
+    return most
+
+
+@pytest.mark.parametrize("nodes,gpn", [(1, 4), (2, 4), (3, 4), (5, 2), (9, 4), (11, 8), (4, 1)])
+def test_nic_flows_per_gpu_alltoall_matches_its_phases(nodes, gpn):
+    """The AlltoAll count is a closed form (its build was 16.8M messages at 4096 GPUs): the same
+    as counting the built phases' connections, for both algorithms, all ranks and subsets (a
+    node's ranks left out, uneven rank counts per node for the direct algorithm)."""
+    t = small_topology(nodes, gpn)
+    p = t.num_gpus
+    subsets = [None, np.arange(0, p, gpn), np.arange(p)[np.arange(p) % gpn != 0] if gpn > 1 else None,
+               np.arange(min(gpn + 1, p))]
+    for ranks in subsets:
+        for algorithm in ("direct", "hierarchical"):
+            try:
+                want = _nic_flows_built(t, algorithm, ranks)
+            except ValueError as error:  # uneven nodes: the same error from both
+                with pytest.raises(ValueError, match=str(error)[:20]):
+                    coll.nic_flows_per_gpu(t, "alltoallv", algorithm, ranks)
+                continue
+            assert coll.nic_flows_per_gpu(t, "alltoallv", algorithm, ranks) == want
+            assert coll.nic_flows_per_gpu(t, "alltoall", algorithm, ranks) == want
+    with pytest.raises(ValueError, match="algorithm"):
+        coll.nic_flows_per_gpu(t, "alltoallv", "ring")
+
+
 @pytest.mark.parametrize("field", ["ring_channels_per_nic", "p2p_channels_per_net_peer", "qps_per_connection"])
 def test_bad_connection_counts_name_the_field(field):
     with pytest.raises(ValueError, match=field):
         coll.NicConnections(**{field: 0})
+
+
+@pytest.mark.parametrize("preset", ["zionex", "zion", "dgx-h100", "gh200", "mi300a"])
+@pytest.mark.parametrize("leaf_spine", [None, 1.0, 2.0])
+def test_compiled_routes_equal_the_array_routes(preset, leaf_spine, monkeypatch):
+    """Large batches between GPUs are routed by one compiled pass (``Topology._route_gpus``),
+    and their per-link loads summed by one (``Topology._loads``):
+    the same links, accounted links, latencies, factors and loads as the array operations, on every
+    preset (NVSwitch and point-to-point fabrics, NICs on GPUs or hosts, RDMA and TCP), with a
+    leaf/spine fabric non-blocking (spine links accounted) and oversubscribed (spine hops)."""
+    from neonic.sim.network import load_preset
+
+    d = load_preset(preset).to_dict()
+    d["cluster"]["nodes"] = 8
+    if leaf_spine is not None:
+        d["inter_node"] = {"topology": "leaf_spine", "switch_latency_ns": 700, "nodes_per_leaf": 2,
+                           "oversubscription": leaf_spine}
+    topo = Topology.from_config(d)
+    p = topo.num_gpus
+    rng = np.random.default_rng(p)
+    src = np.repeat(np.arange(p), p)
+    dst = np.tile(np.arange(p), p)  # every pair, self-messages included
+    nb = rng.integers(0, 1 << 20, src.size)
+    monkeypatch.setattr(Topology, "compiled_route_min", 1 << 40)
+    want = topo.route(src, dst, nb)
+    loads = topo.link_loads(want, nb), topo.payload_loads(want, nb)
+    monkeypatch.setattr(Topology, "compiled_route_min", 1)
+    got = topo.route(src, dst, nb)
+    for field in ("links", "acct", "latency_ps", "factor"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    # the per-link loads of a large batch: the same sums, hop by hop (bit for bit)
+    assert np.array_equal(topo.link_loads(got, nb), loads[0]) and np.array_equal(topo.payload_loads(got, nb), loads[1])
+    host = topo.route(np.array([topo.host_endpoint(0), 1]), np.array([0, topo.host_endpoint(0)]))
+    assert host.links[0].tolist() == [topo._base["pcie_down"] + 0, topo._base["pcie_up"] + 1]  # (array path)
