@@ -146,7 +146,8 @@ class _MadePlan(TablePlan):
 
     @classmethod
     def new(cls, table: str, kind: ST, recipe: tuple, made: tuple) -> "_MadePlan":
-        """The plan of ``table`` split ``kind``: ``recipe`` = (ranks, the pieces
+        """The plan of ``table`` split ``kind``: ``recipe`` = (ranks (a list, or an int64
+        array: :meth:`shard_arrays` then gives it as it is), the pieces
         ``(row_start, row_end, col_start, col_end)`` in shard order as a ``(4, m)`` int64
         array, each shard's tier index in ``TIERS`` as an int8 array); ``made``: what
         :meth:`Placer.make` keys it by (the table, type and ranks, and the tiers)."""
@@ -168,7 +169,8 @@ class _MadePlan(TablePlan):
 
     @property
     def ranks(self) -> tuple[int, ...]:
-        return tuple(int(r) for r in self.__dict__["_recipe"][0])
+        ranks = self.__dict__["_recipe"][0]
+        return tuple(ranks.tolist() if isinstance(ranks, np.ndarray) else (int(r) for r in ranks))
 
     @property
     def shard_count(self) -> int:
@@ -393,7 +395,7 @@ class Placer:
             # its shards are built when first read (a plan over every rank is a shard per rank):
             # what determines it (its pieces follow from the table, the type and the count)
             # keys the caches by plan, far smaller than its shards
-            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, tiers))
+            tp = _MadePlan.new(table.name, kind, (at, arr, code), (key, tiers))
             self._tiered_plans.put((key, tiers), tp, _SHARD_BYTES * len(ranks))
         if fits == 1:
             self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
@@ -414,12 +416,13 @@ class Placer:
             return None
         return np.where(in_hbm, 0, np.where(in_dram, 1, 2)).astype(np.int8)
 
-    def _keep(self, cache: "BytesLRU", key: Any, c: Contribution, extra: float = 0.0) -> "Contribution | PackedContribution":
-        """Remember ``c`` in ``cache`` (packed where :attr:`_pack`); returns what is kept."""
+    def _keep(self, cache: "BytesLRU", key: Any, tp: TablePlan, extra: float = 0.0) -> "Contribution | PackedContribution":
+        """Remember the contribution of ``tp`` in ``cache`` (packed where :attr:`_pack`, built
+        so: :meth:`CostModel.packed_contribution`); returns what is kept."""
         if self._pack:
-            p = PackedContribution.pack(c)
+            p = self.cost.packed_contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
             return cache.put(key, p, p.nbytes + extra)
-        return cache.put(key, c, _nbytes(self.world) + extra)
+        return cache.put(key, self._contribution(tp), _nbytes(self.world) + extra)
 
     def tw_base(self, table: str, tier: str) -> "Contribution | PackedContribution":
         """The contribution of ``table`` placed table-wise on rank 0 in ``tier`` (remembered;
@@ -429,7 +432,7 @@ class Placer:
         if base is None:
             t = self.tables[table]
             at0 = TablePlan(table, ST.TABLE_WISE, (Shard(0, 0, t.rows, 0, t.dim, tier),))
-            base = self._keep(self._tw, key, self._contribution(at0))
+            base = self._keep(self._tw, key, at0)
         return base
 
     @staticmethod
@@ -457,7 +460,12 @@ class Placer:
         base, inv = self._contribution_base(tp)
         if not isinstance(base, PackedContribution):
             return base.unpacked() if inv is None else base.relabeled(inv)
-        idx = np.unique(base.index if inv is None else base.index[inv])
+        if inv is None or inv.base is self._inv:
+            # every column is some rank's, and a relabeling that keeps the node structure
+            # permutes the ranks: all of them (np.unique's figures, without its sort)
+            idx = np.arange(base.cols.shape[1])
+        else:
+            idx = np.unique(base.index[inv])
         if idx.size == 1:
             # two columns, as any world has: numpy then reduces the rows of a column as it
             # does for the whole state (one column would take another summation path)
@@ -483,14 +491,14 @@ class Placer:
                 if base is None:
                     _, table, tier, piece = key
                     one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
-                    base = self._keep(self._tw, key, self._contribution(one))
+                    base = self._keep(self._tw, key, one)
                 return base, self._everywhere
             if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
                 _, key, at0, first = how
                 base = self._node_cache.get(key)
                 if base is None:
-                    base = self._keep(self._node_cache, key, self._contribution(at0), _SHARD_BYTES * tp.shard_count)
+                    base = self._keep(self._node_cache, key, at0, _SHARD_BYTES * tp.shard_count)
                 return base, self._inv[first]
             if how[0] == "cw":
                 # a column-wise plan's class plan, relabeled
@@ -501,12 +509,12 @@ class Placer:
                     at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
                         Shard(i * self.g + j, 0, rows, 0, cols, tier)
                         for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
-                    base = self._keep(self._tw, key, self._contribution(at0))
+                    base = self._keep(self._tw, key, at0)
                 return base, inv
         pkey, size = self._plan_key(tp)
         c = self._cache.get(pkey)
         if c is None:
-            c = self._keep(self._cache, pkey, self._contribution(tp), size)
+            c = self._keep(self._cache, pkey, tp, size)
         return c, None
 
     def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
