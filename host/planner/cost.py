@@ -354,34 +354,49 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
                 cols[q + 1, j] = 0.0 + (ai * (sb[c] - bi) - send_intra)
                 cols[q + 2, j] = 0.0 + recv_intra
                 cols[q + 3, j] = 0.0 + (bi * (sa[c] - ai) - recv_intra)
-            elif kind[c] == 2:
-                for k in range(n):
-                    a, b = psrc[c, k], pdst[c, k]
-                    if a == b or (a != i and b != i):
-                        continue
-                    x = pnb[c, k]
-                    same = node_of[a] == node_of[b]
-                    if a == i:
-                        if same:
-                            cols[q, j] += x
-                        else:
-                            cols[q + 1, j] += x
-                    if b == i:
-                        if same:
-                            cols[q + 2, j] += x
-                        else:
-                            cols[q + 3, j] += x
         if kind[pooled] == 1:
             cols[27, j] = 0.0 + A[pooled, i] * mx
-        elif kind[pooled] == 2:
-            sent = False
-            for k in range(n):
-                if psrc[pooled, k] == i:
-                    sent = True
-                    if pdst[pooled, k] != i:
-                        r, x = cols[28, j], pnb[pooled, k]
-                        cols[28, j] = r if r >= x else x
-            if sent:
+    # the transfer terms, in one pass each: every transfer added to its sender's and its
+    # receiver's column where they are a class's first rank, in order (the sums of
+    # _pairs_rows), the pooled one's largest message per sender and its senders' groups
+    # (_pairs_pattern)
+    rep_of = np.full(n, -1, dtype=np.int64)
+    for j in range(nclass):
+        rep_of[reps[j]] = j
+    for c in range(ncoll):
+        if kind[c] != 2:
+            continue
+        q = 4 + 4 * c
+        for k in range(n):
+            a, b = psrc[c, k], pdst[c, k]
+            if a == b:
+                continue
+            ja, jb = rep_of[a], rep_of[b]
+            if ja < 0 and jb < 0:
+                continue
+            x = pnb[c, k]
+            same = node_of[a] == node_of[b]
+            if ja >= 0:
+                if same:
+                    cols[q, ja] += x
+                else:
+                    cols[q + 1, ja] += x
+            if jb >= 0:
+                if same:
+                    cols[q + 2, jb] += x
+                else:
+                    cols[q + 3, jb] += x
+    if kind[pooled] == 2:
+        sent = np.zeros(nclass, dtype=np.bool_)
+        for k in range(n):
+            ja = rep_of[psrc[pooled, k]]
+            if ja >= 0:
+                sent[ja] = True
+                if pdst[pooled, k] != psrc[pooled, k]:
+                    r, x = cols[28, ja], pnb[pooled, k]
+                    cols[28, ja] = r if r >= x else x
+        for j in range(nclass):
+            if sent[j]:
                 cols[29, j] = 0.0 + (g / senders - 1.0)
     # grouped and ordered as _pack_groups: by fingerprint, each group's columns the same bits
     fp = np.empty(nclass)
