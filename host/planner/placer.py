@@ -254,6 +254,36 @@ def _all_in_hbm(v, at, need, cap_hbm, ratio, reserve):  # pragma: no cover  (com
 
 
 @jit(cache=True, nogil=True)
+def _node_maxima(B, g, fo, bo, node_max, fwd_node, bwd_node):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Per node of the state ``B``: each row's largest figure (``B.reshape(rows, nodes,
+    g).max(axis=2)``), and its ranks' slowest forward and backward embedding kernels
+    (``np.maximum(B[0] + busy * fo, B[2] / 2)``, the backward's alike, maxed over the node),
+    with numpy's arithmetic (``np.maximum(a, b)``: ``a if a >= b else b``)."""
+    rows = B.shape[0]
+    for k in range(node_max.shape[1]):
+        lo = k * g
+        for i in range(rows):
+            m = B[i, lo]
+            for r in range(lo + 1, lo + g):
+                x = B[i, r]
+                m = m if m >= x else x
+            node_max[i, k] = m
+        f = -np.inf
+        b = -np.inf
+        for r in range(lo, lo + g):
+            busy = B[3, r] > 0.5
+            h = B[2, r] / 2
+            a = B[0, r] + (fo if busy else 0.0)
+            a = a if a >= h else h
+            f = a if (r == lo or a > f) else f
+            a = B[1, r] + (bo if busy else 0.0)
+            a = a if a >= h else h
+            b = a if (r == lo or a > b) else b
+        fwd_node[k] = f
+        bwd_node[k] = b
+
+
+@jit(cache=True, nogil=True)
 def _by_nodes(B, node_max, fwd_node, bwd_node, cols, col, g, caps, scale, alpha, bw, fo, bo, acc, seen, out):  # pragma: no cover
     """:meth:`Placer.barrier_by_nodes` of one candidate (a packed contribution's columns
     ``cols``, each rank's column ``col``, added to the state ``B``), in one compiled pass with
@@ -753,10 +783,9 @@ class Placer:
         B, g = state.vec, self.g
         nodes = self.world // g
         fo, bo = cost._fwd_overhead, cost._bwd_overhead
-        node_max = B.reshape(B.shape[0], nodes, g).max(axis=2)     # per node, each row's largest
-        busy, host = B[_KERN] > 0.5, B[2] / 2
-        fwd_node = np.maximum(B[0] + busy * fo, host).reshape(nodes, g).max(axis=1)
-        bwd_node = np.maximum(B[1] + busy * bo, host).reshape(nodes, g).max(axis=1)
+        # per node, each row's largest figure and its ranks' slowest forward and backward
+        node_max, fwd_node, bwd_node = np.empty((B.shape[0], nodes)), np.empty(nodes), np.empty(nodes)
+        _node_maxima(B, g, fo, bo, node_max, fwd_node, bwd_node)
         eps = 1e-6
         cap = (self.caps[0] + eps, self.caps[1] + eps, self.caps[2] + eps)
         caps = np.array(cap)
