@@ -64,7 +64,7 @@ from neonic.host.planner.work import (COLLECTIVES, CompactWork, IterationWork, O
                                       derive_iteration, matrix_aggregates)
 from neonic.host.workloads.spec import WorkloadSpec
 from neonic.sim.network.collectives import NCCL_CONNECTIONS
-from neonic.sim.compiled import jit
+from neonic.sim.compiled import jit, pairwise_sum
 from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 
 #: The iteration's AlltoAll(v) ops (the plan's matrices).
@@ -156,6 +156,281 @@ def _pairs_pattern(src, dst, nbytes, g, rail, sub):  # pragma: no cover  (compil
     for i in range(n):
         if seen[i]:
             sub[i] += extra
+
+
+# ------------------------------------------------------------------ contributions built packed
+@jit(cache=True, nogil=True)
+def _dedupe_rows(bits):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The distinct rows of ``bits`` (``(M, L)`` integers: figures' bit patterns), numbered in
+    order of first appearance: each row's number, each number's first row, and how many, in
+    one pass through a hash table (rows compared in full where their hashes meet)."""
+    m, width = bits.shape
+    size = 2
+    while size < 2 * m:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    of = np.empty(m, dtype=np.int64)
+    first = np.empty(m, dtype=np.int64)
+    k = 0
+    for i in range(m):
+        h = 3430008
+        for j in range(width):
+            h = ((h ^ int(bits[i, j])) * 1000003) & 0x7FFFFFFFFFFFFFFF
+        at = h & (size - 1)
+        while True:
+            t = table[at]
+            if t < 0:
+                table[at] = k
+                first[k] = i
+                of[i] = k
+                k += 1
+                break
+            r = first[t]
+            same = True
+            for j in range(width):
+                if bits[r, j] != bits[i, j]:
+                    same = False
+                    break
+            if same:
+                of[i] = t
+                break
+            at = (at + 1) & (size - 1)
+    return of, first[:k].copy(), k
+
+
+@jit(cache=True, nogil=True)
+def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, pnb, pooled, mx, w):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """A table's contribution packed (:meth:`CostModel.packed_contribution`): ``(k, cols,
+    index)`` with ``cols[:, index]`` the figures :meth:`CostModel.contribution` builds and
+    ``cols``, ``index`` what :meth:`PackedContribution.pack` makes of them, bit for bit;
+    ``k`` -1 where this does not apply (the caller then builds and packs the figures);
+    ``cols`` transposed (``(k, 30)``, C-ordered).
+
+    Each rank's figures are a function of its key (its node's class: the node's sums of each
+    outer term; its shard's kernel shape, -1 for none; its shard's place where transfers name
+    it; each outer term's factors on it; for a rank without a shard, whether each transfer's
+    partner is on its node): they are computed
+    once per distinct key, for its first rank, with the arithmetic of the dense path
+    (:func:`_add_shards` into zeros, :func:`host.planner.work._outer_rows` with its node's
+    and the cluster's pairwise sums, :func:`host.planner.work._pairs_rows` transfer by
+    transfer, :func:`pooled_pattern`); ranks of one key therefore have the same bits. The
+    columns are then grouped and ordered as :func:`_pack_groups` groups them (by their
+    fingerprint ``w``; one group per fingerprint, where its columns are the same bits, else
+    -1), so the result is the packed dense figures.
+
+    ``kind[c]``: AlltoAll ``c``'s one term, 0 none, 1 an outer product (``A[c]``, ``B[c]``),
+    2 transfers (``psrc[c]``, ``pdst[c]``, ``pnb[c]``; one per rank, one side every rank in
+    order, the other side ranks holding a shard, every transfer the same bytes).
+    ``figures``: each kernel shape's forward, backward and host-transfer seconds, HBM bytes,
+    host bytes and the row they go to (-1: none). ``pooled``: the pooled AlltoAll's index;
+    ``mx``: its outer term's largest ``dst``."""
+    n = node_of.shape[0]
+    ncoll = kind.shape[0]
+    if g <= 0 or n % g != 0:
+        return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+    nodes = n // g
+    slot = np.full(n, -1, dtype=np.int64)
+    for k in range(ranks.shape[0]):
+        r = ranks[k]
+        if r < 0 or r >= n or slot[r] >= 0:
+            return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+        slot[r] = k
+    for i in range(n):
+        if node_of[i] < 0 or node_of[i] >= nodes:
+            return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+    has_pairs = False
+    pside = np.zeros(ncoll, dtype=np.int64)   # (which side of each transfer term is every rank)
+    for c in range(ncoll):
+        if kind[c] == 2:
+            has_pairs = True
+            pside[c] = 0
+            for k in range(n):
+                if psrc[c, k] != k:
+                    pside[c] = 1
+                    break
+            nb0 = pnb[c, 0]
+            for k in range(n):
+                own = psrc[c, k] if pside[c] == 0 else pdst[c, k]
+                other = pdst[c, k] if pside[c] == 0 else psrc[c, k]
+                if own != k or other < 0 or other >= n or slot[other] < 0 or pnb[c, k] != nb0:
+                    return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+    # each node's sums and the cluster's, of each outer term (as _outer_rows takes them)
+    na = np.zeros((ncoll, nodes))
+    nb = np.zeros((ncoll, nodes))
+    sa = np.zeros(ncoll)
+    sb = np.zeros(ncoll)
+    nouter = 0
+    for c in range(ncoll):
+        if kind[c] == 1:
+            nouter += 1
+            for k in range(nodes):
+                na[c, k] = pairwise_sum(A[c], k * g, g)
+                nb[c, k] = pairwise_sum(B[c], k * g, g)
+            sa[c] = pairwise_sum(A[c], 0, n)
+            sb[c] = pairwise_sum(B[c], 0, n)
+    nkey = np.zeros((nodes, 2 * ncoll))
+    for k in range(nodes):
+        for c in range(ncoll):
+            nkey[k, 2 * c] = na[c, k]
+            nkey[k, 2 * c + 1] = nb[c, k]
+    node_class, _, _ = _dedupe_rows(nkey.view(np.int64))
+    # each rank's class: a rank holding a shard by its key (its node's class, its shard's
+    # kernel shape, its shard's place where there are transfers, each outer term's factors on
+    # it), a rank holding none by its node's class and, per transfer term, whether its
+    # partner is on its node (a code in base 3)
+    m = ranks.shape[0]
+    width = 3 + 2 * ncoll
+    key = np.zeros((m, width))
+    for s in range(m):
+        i = ranks[s]
+        key[s, 0] = node_class[node_of[i]]
+        key[s, 1] = shape_of[s]
+        key[s, 2] = s if has_pairs else -1.0
+        for c in range(ncoll):
+            if kind[c] == 1:
+                key[s, 3 + 2 * c] = A[c, i]
+                key[s, 4 + 2 * c] = B[c, i]
+    shard_class, shard_reps, nshard = _dedupe_rows(key.view(np.int64))
+    codes = 1
+    for c in range(ncoll):
+        if kind[c] == 2:
+            codes *= 3
+    nnode = 0
+    for k in range(nodes):
+        nnode = max(nnode, node_class[k] + 1)
+    lookup = np.full(nnode * codes, -1, dtype=np.int64)
+    cls = np.empty(n, dtype=np.int64)
+    reps_all = np.empty(n, dtype=np.int64)
+    for j in range(nshard):
+        reps_all[j] = ranks[shard_reps[j]]
+    nclass = nshard
+    for i in range(n):
+        s = slot[i]
+        if s >= 0:
+            cls[i] = shard_class[s]
+            continue
+        code = 0
+        for c in range(ncoll):
+            if kind[c] == 2:
+                other = pdst[c, i] if pside[c] == 0 else psrc[c, i]
+                code = code * 3 + (1 if node_of[other] == node_of[i] else 2)
+        at = node_class[node_of[i]] * codes + code
+        if lookup[at] < 0:
+            lookup[at] = nclass
+            reps_all[nclass] = i
+            nclass += 1
+        cls[i] = lookup[at]
+    reps = reps_all[:nclass]
+    # the pooled AlltoAll's senders (pooled_pattern of explicit transfers)
+    senders = 0
+    if kind[pooled] == 2:
+        seen = np.zeros(n, dtype=np.bool_)
+        for k in range(n):
+            s = psrc[pooled, k]
+            if not seen[s]:
+                seen[s] = True
+                senders += 1
+    cols = np.zeros((30, nclass))
+    for j in range(nclass):
+        i = reps[j]
+        s = slot[i]
+        if s >= 0:
+            h = shape_of[s]
+            cols[0, j] = 0.0 + figures[h, 0]
+            cols[1, j] = 0.0 + figures[h, 1]
+            cols[2, j] = 0.0 + figures[h, 2]
+            cols[3, j] = 0.0 + 1.0
+            cols[24, j] = 0.0 + figures[h, 3]
+            if figures[h, 5] >= 0:
+                cols[int(figures[h, 5]), j] = 0.0 + figures[h, 4]
+        for c in range(ncoll):
+            q = 4 + 4 * c
+            if kind[c] == 1:
+                ai, bi = A[c, i], B[c, i]
+                k = node_of[i]
+                send_intra = ai * (nb[c, k] - bi)
+                recv_intra = bi * (na[c, k] - ai)
+                cols[q, j] = 0.0 + send_intra
+                cols[q + 1, j] = 0.0 + (ai * (sb[c] - bi) - send_intra)
+                cols[q + 2, j] = 0.0 + recv_intra
+                cols[q + 3, j] = 0.0 + (bi * (sa[c] - ai) - recv_intra)
+        if kind[pooled] == 1:
+            cols[27, j] = 0.0 + A[pooled, i] * mx
+    # the transfer terms, in one pass each: every transfer added to its sender's and its
+    # receiver's column where they are a class's first rank, in order (the sums of
+    # _pairs_rows), the pooled one's largest message per sender and its senders' groups
+    # (_pairs_pattern)
+    rep_of = np.full(n, -1, dtype=np.int64)
+    for j in range(nclass):
+        rep_of[reps[j]] = j
+    for c in range(ncoll):
+        if kind[c] != 2:
+            continue
+        q = 4 + 4 * c
+        for k in range(n):
+            a, b = psrc[c, k], pdst[c, k]
+            if a == b:
+                continue
+            ja, jb = rep_of[a], rep_of[b]
+            if ja < 0 and jb < 0:
+                continue
+            x = pnb[c, k]
+            same = node_of[a] == node_of[b]
+            if ja >= 0:
+                if same:
+                    cols[q, ja] += x
+                else:
+                    cols[q + 1, ja] += x
+            if jb >= 0:
+                if same:
+                    cols[q + 2, jb] += x
+                else:
+                    cols[q + 3, jb] += x
+    if kind[pooled] == 2:
+        sent = np.zeros(nclass, dtype=np.bool_)
+        for k in range(n):
+            ja = rep_of[psrc[pooled, k]]
+            if ja >= 0:
+                sent[ja] = True
+                if pdst[pooled, k] != psrc[pooled, k]:
+                    r, x = cols[28, ja], pnb[pooled, k]
+                    cols[28, ja] = r if r >= x else x
+        for j in range(nclass):
+            if sent[j]:
+                cols[29, j] = 0.0 + (g / senders - 1.0)
+    # grouped and ordered as _pack_groups: by fingerprint, each group's columns the same bits
+    fp = np.empty(nclass)
+    for j in range(nclass):
+        f = w[0] * cols[0, j]
+        for r in range(1, 30):
+            f = f + w[r] * cols[r, j]
+        if f != f:
+            return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+        fp[j] = f
+    order = np.argsort(fp, kind="mergesort")
+    bits = cols.view(np.int64)
+    group = np.empty(nclass, dtype=np.int64)
+    firsts = np.empty(nclass, dtype=np.int64)
+    ng = -1
+    for t in range(nclass):
+        j = order[t]
+        if t == 0 or fp[j] != fp[order[t - 1]]:
+            ng += 1
+            firsts[ng] = j
+        else:
+            for r in range(30):
+                if bits[r, j] != bits[r, firsts[ng]]:
+                    return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+        group[j] = ng
+    ng += 1
+    out = np.empty((ng, 30))    # (transposed by the caller: the layout numpy's ``vec[:, first]`` has)
+    for t in range(ng):
+        for r in range(30):
+            out[t, r] = cols[r, firsts[t]]
+    index = np.empty(n, dtype=np.intp)
+    for i in range(n):
+        index[i] = group[cls[i]]
+    return ng, out, index
 
 
 def pooled_pattern_np(tw: TableWork, world: int, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -754,6 +1029,61 @@ class CostModel:
         pooled_pattern(tw, self.world, self.system.gpus_per_node, out=(v[_DENSE], v[_RAIL], v[_SUB]))
         c.dp_bytes = tw.dp_allreduce_bytes
         return c
+
+    def packed_contribution(self, tw: CompactWork) -> PackedContribution:
+        """``PackedContribution.pack(self.contribution(tw))``, bit for bit, without the
+        ``30 x world`` figures: each distinct rank column computed once (a table's figures take
+        a few values over the ranks: :func:`_packed_build`), where the table's terms are those
+        :func:`host.planner.work.compact_work` makes (one per AlltoAll, over distinct ranks);
+        else built and packed."""
+        got = self._packed_direct(tw) if isinstance(tw, CompactWork) else None
+        return got if got is not None else PackedContribution.pack(self.contribution(tw))
+
+    def _packed_direct(self, tw: CompactWork) -> PackedContribution | None:
+        """:meth:`packed_contribution` through :func:`_packed_build`, None where it does not apply."""
+        n, ncoll = self.world, len(COLLECTIVES)
+        scratch = self.__dict__.get("_scratch")
+        if scratch is None:
+            # the terms' rows, reused (only the rows of the terms present are read)
+            scratch = self._scratch = (np.zeros((ncoll, n)), np.zeros((ncoll, n)), np.zeros((ncoll, n), dtype=np.int64),
+                                       np.zeros((ncoll, n), dtype=np.int64), np.zeros((ncoll, n)),
+                                       np.ascontiguousarray(self.node_of, dtype=np.int64))
+        A, B, psrc, pdst, pnb, node_of = scratch
+        kind = np.zeros(ncoll, dtype=np.int64)
+        mx = 0.0
+        traffic = tw.traffic
+        for c, name in enumerate(COLLECTIVES):
+            terms = traffic.get(name)
+            if not terms:
+                continue
+            if len(terms) > 1:
+                return None
+            term = terms[0]
+            if len(term.src) != n or len(term.dst) != n:
+                return None
+            try:
+                if type(term) is Outer:
+                    A[c] = term.src
+                    B[c] = term.dst
+                    kind[c] = 1
+                    if name == "pooled":
+                        mx = float(np.max(term.dst))
+                else:
+                    psrc[c] = term.src
+                    pdst[c] = term.dst
+                    pnb[c] = term.nbytes
+                    kind[c] = 2
+            except ValueError:   # (bytes per transfer of another shape)
+                return None
+        shapes = tw.shapes
+        figures = np.array([(*self.kernel_times(k), k.hbm_bytes, k.host_bytes, _HOST_ROW[k.tier]) for k in shapes],
+                           dtype=np.float64).reshape(-1, 6)
+        k, cols, index = _packed_build(self.system.gpus_per_node, node_of, np.ascontiguousarray(tw.ranks, dtype=np.int64),
+                                       np.ascontiguousarray(tw.shape_of, dtype=np.int64), figures, kind, A, B, psrc,
+                                       pdst, pnb, COLLECTIVES.index("pooled"), mx, PackedContribution._WEIGHTS)
+        if k < 0:
+            return None
+        return PackedContribution(cols.T, index, tw.dp_allreduce_bytes)
 
     def _allreduce_s(self, nbytes: float) -> float:
         key = round(nbytes, 3)

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from neonic.host.planner.cost import _AGG, _KERN, Contribution, CostModel, PackedContribution, State, add_columns
+from neonic.host.planner.cost import (_AGG, _KERN, Contribution, CostModel, PackedContribution, State, _classes_s,
+                                      add_columns)
 from neonic.host.planner.plan import TIERS, Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import GIB, PlannerSystem
 from neonic.host.planner.work import compact_work
@@ -146,7 +147,8 @@ class _MadePlan(TablePlan):
 
     @classmethod
     def new(cls, table: str, kind: ST, recipe: tuple, made: tuple) -> "_MadePlan":
-        """The plan of ``table`` split ``kind``: ``recipe`` = (ranks, the pieces
+        """The plan of ``table`` split ``kind``: ``recipe`` = (ranks (a list, or an int64
+        array: :meth:`shard_arrays` then gives it as it is), the pieces
         ``(row_start, row_end, col_start, col_end)`` in shard order as a ``(4, m)`` int64
         array, each shard's tier index in ``TIERS`` as an int8 array); ``made``: what
         :meth:`Placer.make` keys it by (the table, type and ranks, and the tiers)."""
@@ -168,7 +170,8 @@ class _MadePlan(TablePlan):
 
     @property
     def ranks(self) -> tuple[int, ...]:
-        return tuple(int(r) for r in self.__dict__["_recipe"][0])
+        ranks = self.__dict__["_recipe"][0]
+        return tuple(ranks.tolist() if isinstance(ranks, np.ndarray) else (int(r) for r in ranks))
 
     @property
     def shard_count(self) -> int:
@@ -248,6 +251,126 @@ def _all_in_hbm(v, at, need, cap_hbm, ratio, reserve):  # pragma: no cover  (com
         if not need[k] <= hbm_free - keep:
             return False
     return True
+
+
+@jit(cache=True, nogil=True)
+def _node_maxima(B, g, fo, bo, node_max, fwd_node, bwd_node):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Per node of the state ``B``: each row's largest figure (``B.reshape(rows, nodes,
+    g).max(axis=2)``), and its ranks' slowest forward and backward embedding kernels
+    (``np.maximum(B[0] + busy * fo, B[2] / 2)``, the backward's alike, maxed over the node),
+    with numpy's arithmetic (``np.maximum(a, b)``: ``a if a >= b else b``)."""
+    rows = B.shape[0]
+    for k in range(node_max.shape[1]):
+        lo = k * g
+        for i in range(rows):
+            m = B[i, lo]
+            for r in range(lo + 1, lo + g):
+                x = B[i, r]
+                m = m if m >= x else x
+            node_max[i, k] = m
+        f = -np.inf
+        b = -np.inf
+        for r in range(lo, lo + g):
+            busy = B[3, r] > 0.5
+            h = B[2, r] / 2
+            a = B[0, r] + (fo if busy else 0.0)
+            a = a if a >= h else h
+            f = a if (r == lo or a > f) else f
+            a = B[1, r] + (bo if busy else 0.0)
+            a = a if a >= h else h
+            b = a if (r == lo or a > b) else b
+        fwd_node[k] = f
+        bwd_node[k] = b
+
+
+@jit(cache=True, nogil=True)
+def _by_nodes(B, node_max, fwd_node, bwd_node, cols, col, g, caps, scale, alpha, bw, fo, bo, acc, seen, out):  # pragma: no cover
+    """:meth:`Placer.barrier_by_nodes` of one candidate (a packed contribution's columns
+    ``cols``, each rank's column ``col``, added to the state ``B``), in one compiled pass with
+    its arithmetic (each figure one addition; maxima taken as ``np.maximum`` takes them,
+    ``a if a >= b else b``; a class's AlltoAll times as :func:`host.planner.cost._classes_s`
+    gives ``rank_times_s``): a node whose ranks all take one column that adds a kernel (or
+    nothing to the kernels) joins that column's class (its largest figures per row, ``acc``,
+    with ``seen``), any other node is priced rank by rank. ``caps``: the memory caps, the
+    tolerance added. ``out``: fits (1.0 or 0.0), the forward's and backward's slowest, each
+    AlltoAll's slowest (5)."""
+    nodes = col.shape[0] // g
+    rows = B.shape[0]
+    K = cols.shape[1]
+    for q in range(K):
+        seen[q] = False
+    fits = True
+    fwd = -np.inf
+    bwd = -np.inf
+    comm = np.full(5, -np.inf)
+    for k in range(nodes):
+        q = col[k * g]
+        whole = True
+        for j in range(1, g):
+            if col[k * g + j] != q:
+                whole = False
+                break
+        if whole:
+            c3 = cols[3, q]
+            kern = c3 > 0.5
+            if kern or not (cols[0, q] != 0.0 or cols[1, q] != 0.0 or cols[2, q] != 0.0 or c3 != 0.0):
+                if not seen[q]:
+                    seen[q] = True
+                    for i in range(rows):
+                        acc[i, q] = node_max[i, k]
+                else:
+                    for i in range(rows):
+                        a, b = acc[i, q], node_max[i, k]
+                        acc[i, q] = a if a >= b else b
+                if not kern:   # nothing added to the kernels: the state's own figures
+                    a = fwd_node[k]
+                    fwd = a if a > fwd else fwd
+                    a = bwd_node[k]
+                    bwd = a if a > bwd else bwd
+                continue
+        for r in range(k * g, k * g + g):   # rank by rank
+            j = col[r]
+            if not (B[24, r] + cols[24, j] <= caps[0] and B[25, r] + cols[25, j] <= caps[1]
+                    and B[26, r] + cols[26, j] <= caps[2]):
+                fits = False
+            x3 = B[3, r] + cols[3, j]
+            x2 = (B[2, r] + cols[2, j]) / 2
+            a = (B[0, r] + cols[0, j]) + (fo if x3 > 0.5 else 0.0)
+            a = a if a >= x2 else x2
+            fwd = a if a > fwd else fwd
+            a = (B[1, r] + cols[1, j]) + (bo if x3 > 0.5 else 0.0)
+            a = a if a >= x2 else x2
+            bwd = a if a > bwd else bwd
+            for c in range(5):
+                q4, s = 4 + 4 * c, scale[c]
+                t = _classes_s((B[q4, r] + cols[q4, j]) * s, (B[q4 + 2, r] + cols[q4 + 2, j]) * s,
+                               (B[q4 + 1, r] + cols[q4 + 1, j]) * s, (B[q4 + 3, r] + cols[q4 + 3, j]) * s, alpha, bw)
+                comm[c] = comm[c] if comm[c] >= t else t
+    for q in range(K):
+        if not seen[q]:
+            continue
+        x = np.empty(rows)
+        for i in range(rows):
+            x[i] = acc[i, q] + cols[i, q]
+        if not (x[24] <= caps[0] and x[25] <= caps[1] and x[26] <= caps[2]):
+            fits = False
+        if cols[3, q] > 0.5:   # a kernel on every rank of the class: the overheads apply
+            h = x[2] / 2
+            a = x[0] + fo
+            a = a if a >= h else h
+            fwd = a if a > fwd else fwd
+            a = x[1] + bo
+            a = a if a >= h else h
+            bwd = a if a > bwd else bwd
+        for c in range(5):
+            q4, s = 4 + 4 * c, scale[c]
+            t = _classes_s(x[q4] * s, x[q4 + 2] * s, x[q4 + 1] * s, x[q4 + 3] * s, alpha, bw)
+            comm[c] = comm[c] if comm[c] >= t else t
+    out[0] = 1.0 if fits else 0.0
+    out[1] = fwd
+    out[2] = bwd
+    for c in range(5):
+        out[3 + c] = comm[c]
 
 
 class Placer:
@@ -393,7 +516,7 @@ class Placer:
             # its shards are built when first read (a plan over every rank is a shard per rank):
             # what determines it (its pieces follow from the table, the type and the count)
             # keys the caches by plan, far smaller than its shards
-            tp = _MadePlan.new(table.name, kind, (ranks, arr, code), (key, tiers))
+            tp = _MadePlan.new(table.name, kind, (at, arr, code), (key, tiers))
             self._tiered_plans.put((key, tiers), tp, _SHARD_BYTES * len(ranks))
         if fits == 1:
             self._hbm_plans.put(key, (tp, need, at), _SHARD_BYTES * len(ranks) + need.nbytes + at.nbytes)
@@ -414,12 +537,13 @@ class Placer:
             return None
         return np.where(in_hbm, 0, np.where(in_dram, 1, 2)).astype(np.int8)
 
-    def _keep(self, cache: "BytesLRU", key: Any, c: Contribution, extra: float = 0.0) -> "Contribution | PackedContribution":
-        """Remember ``c`` in ``cache`` (packed where :attr:`_pack`); returns what is kept."""
+    def _keep(self, cache: "BytesLRU", key: Any, tp: TablePlan, extra: float = 0.0) -> "Contribution | PackedContribution":
+        """Remember the contribution of ``tp`` in ``cache`` (packed where :attr:`_pack`, built
+        so: :meth:`CostModel.packed_contribution`); returns what is kept."""
         if self._pack:
-            p = PackedContribution.pack(c)
+            p = self.cost.packed_contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
             return cache.put(key, p, p.nbytes + extra)
-        return cache.put(key, c, _nbytes(self.world) + extra)
+        return cache.put(key, self._contribution(tp), _nbytes(self.world) + extra)
 
     def tw_base(self, table: str, tier: str) -> "Contribution | PackedContribution":
         """The contribution of ``table`` placed table-wise on rank 0 in ``tier`` (remembered;
@@ -429,7 +553,7 @@ class Placer:
         if base is None:
             t = self.tables[table]
             at0 = TablePlan(table, ST.TABLE_WISE, (Shard(0, 0, t.rows, 0, t.dim, tier),))
-            base = self._keep(self._tw, key, self._contribution(at0))
+            base = self._keep(self._tw, key, at0)
         return base
 
     @staticmethod
@@ -457,7 +581,12 @@ class Placer:
         base, inv = self._contribution_base(tp)
         if not isinstance(base, PackedContribution):
             return base.unpacked() if inv is None else base.relabeled(inv)
-        idx = np.unique(base.index if inv is None else base.index[inv])
+        if inv is None or inv.base is self._inv:
+            # every column is some rank's, and a relabeling that keeps the node structure
+            # permutes the ranks: all of them (np.unique's figures, without its sort)
+            idx = np.arange(base.cols.shape[1])
+        else:
+            idx = np.unique(base.index[inv])
         if idx.size == 1:
             # two columns, as any world has: numpy then reduces the rows of a column as it
             # does for the whole state (one column would take another summation path)
@@ -483,14 +612,14 @@ class Placer:
                 if base is None:
                     _, table, tier, piece = key
                     one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
-                    base = self._keep(self._tw, key, self._contribution(one))
+                    base = self._keep(self._tw, key, one)
                 return base, self._everywhere
             if how[0] == "node":
                 # on a node's first ranks: node 0's contribution, relabeled
                 _, key, at0, first = how
                 base = self._node_cache.get(key)
                 if base is None:
-                    base = self._keep(self._node_cache, key, self._contribution(at0), _SHARD_BYTES * tp.shard_count)
+                    base = self._keep(self._node_cache, key, at0, _SHARD_BYTES * tp.shard_count)
                 return base, self._inv[first]
             if how[0] == "cw":
                 # a column-wise plan's class plan, relabeled
@@ -501,12 +630,12 @@ class Placer:
                     at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
                         Shard(i * self.g + j, 0, rows, 0, cols, tier)
                         for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
-                    base = self._keep(self._tw, key, self._contribution(at0))
+                    base = self._keep(self._tw, key, at0)
                 return base, inv
         pkey, size = self._plan_key(tp)
         c = self._cache.get(pkey)
         if c is None:
-            c = self._keep(self._cache, pkey, self._contribution(tp), size)
+            c = self._keep(self._cache, pkey, tp, size)
         return c, None
 
     def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
@@ -653,53 +782,27 @@ class Placer:
         cost, state = self.cost, self.state
         B, g = state.vec, self.g
         nodes = self.world // g
-        fo, bo, scale = cost._fwd_overhead, cost._bwd_overhead, cost._agg_scale[:, None, None]
-        node_max = B.reshape(B.shape[0], nodes, g).max(axis=2)     # per node, each row's largest
-        busy, host = B[_KERN] > 0.5, B[2] / 2
-        fwd_node = np.maximum(B[0] + busy * fo, host).reshape(nodes, g).max(axis=1)
-        bwd_node = np.maximum(B[1] + busy * bo, host).reshape(nodes, g).max(axis=1)
+        fo, bo = cost._fwd_overhead, cost._bwd_overhead
+        # per node, each row's largest figure and its ranks' slowest forward and backward
+        node_max, fwd_node, bwd_node = np.empty((B.shape[0], nodes)), np.empty(nodes), np.empty(nodes)
+        _node_maxima(B, g, fo, bo, node_max, fwd_node, bwd_node)
         eps = 1e-6
         cap = (self.caps[0] + eps, self.caps[1] + eps, self.caps[2] + eps)
-        rank_times = self.system.comm.rank_times_s
+        caps = np.array(cap)
+        alpha, bw = cost._alpha_bw()
+        scale = cost._agg_scale
         ok = np.zeros(len(cands), dtype=bool)
         figures = []
         dps = []
+        out = np.empty(8)
+        width = max(base.cols.shape[1] for base, _ in cands)
+        acc = np.empty((B.shape[0], width))
+        seen = np.empty(width, dtype=np.bool_)
         for j, (base, col) in enumerate(cands):
             dps.append(state.dp_bytes + base.dp_bytes)
-            by_node = col.reshape(nodes, g)
-            whole = (by_node == by_node[:, :1]).all(axis=1)
-            fwd = bwd = -np.inf
-            comm = np.full(len(scale), -np.inf)
-            fits = True
-            apart = [np.nonzero(~whole)[0]]         # nodes priced rank by rank
-            on = np.nonzero(whole)[0]
-            of = by_node[on, 0]
-            for q in np.unique(of).tolist():
-                sel = on[of == q]
-                c = base.cols[:, q]
-                if not (c[_KERN] > 0.5 or not c[:_KERN + 1].any()):
-                    apart.append(sel)
-                    continue
-                X = node_max[:, sel].max(axis=1) + c   # the class's largest figures, the column added
-                fits = fits and X[24] <= cap[0] and X[25] <= cap[1] and X[26] <= cap[2]
-                if c[_KERN] > 0.5:   # a kernel on every rank of the class: the overheads apply
-                    fwd = max(fwd, np.maximum(X[0] + fo, X[2] / 2))
-                    bwd = max(bwd, np.maximum(X[1] + bo, X[2] / 2))
-                else:                # nothing added to the kernels: the state's own figures
-                    fwd = max(fwd, fwd_node[sel].max())
-                    bwd = max(bwd, bwd_node[sel].max())
-                comm = np.maximum(comm, rank_times(X[_AGG].reshape(len(scale), 4, 1) * scale)[:, 0])
-            rest = np.concatenate(apart)
-            if rest.size:
-                ranks = (rest[:, None] * g + np.arange(g)).reshape(-1)
-                X = B[:, ranks] + base.cols[:, col[ranks]]
-                fits = fits and bool((X[24] <= cap[0]).all() and (X[25] <= cap[1]).all() and (X[26] <= cap[2]).all())
-                busy_r, host_r = X[_KERN] > 0.5, X[2] / 2
-                fwd = max(fwd, np.maximum(X[0] + busy_r * fo, host_r).max())
-                bwd = max(bwd, np.maximum(X[1] + busy_r * bo, host_r).max())
-                comm = np.maximum(comm, rank_times(X[_AGG].reshape(len(scale), 4, -1) * scale).max(axis=1))
-            ok[j] = fits
-            figures.append((fwd, bwd, comm))
+            _by_nodes(B, node_max, fwd_node, bwd_node, base.cols, col, g, caps, scale, alpha, bw, fo, bo, acc, seen, out)
+            ok[j] = out[0] == 1.0
+            figures.append((out[1], out[2], out[3:].copy()))
         idx = np.nonzero(ok)[0]
         its = np.full(len(cands), np.nan)
         if idx.size:

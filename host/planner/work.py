@@ -315,6 +315,37 @@ def _add_scalar_at(row, idx, val):  # pragma: no cover  (compiled; NEONIC_NO_NUM
         row[i] += val
 
 
+#: Up to this many kernel shapes a table's shards are grouped in one compiled pass
+#: (:func:`_shape_groups`), beyond it by sorting them.
+_MANY_SHAPES = 64
+
+
+@jit(cache=True, nogil=True)
+def _shape_groups(rows, cols, tiers, lookups, limit):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The kernel shapes of :func:`compact_work`'s shards (equal rows, columns, tier and
+    lookups, compared with ``==`` as a dict's keys are), numbered in order of first appearance:
+    how many, each one's first shard and each shard's shape; 0 shapes where there are more
+    than ``limit`` (the caller then sorts them)."""
+    n = rows.shape[0]
+    first = np.empty(limit, dtype=np.intp)
+    of = np.empty(n, dtype=np.intp)
+    k = 0
+    for i in range(n):
+        j = 0
+        while j < k:
+            f = first[j]
+            if rows[f] == rows[i] and cols[f] == cols[i] and tiers[f] == tiers[i] and lookups[f] == lookups[i]:
+                break
+            j += 1
+        if j == k:
+            if k == limit:
+                return 0, first, of
+            first[k] = i
+            k += 1
+        of[i] = j
+    return k, first, of
+
+
 @dataclass(frozen=True)
 class CompactWork:
     """:class:`TableWork` without a kernel object per shard: the shards' ranks, and per shard
@@ -399,6 +430,10 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
         elif ((rows == rows[0]).all() and (cols == cols[0]).all() and (tiers == tiers[0]).all()
               and (lookups == lookups[0]).all()):
             first, shape_of = np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
+        elif (found := _shape_groups(_i64(rows), _i64(cols), _i64(tiers), np.ascontiguousarray(lookups, dtype=np.float64),
+                                     _MANY_SHAPES))[0] > 0:
+            # (the few shapes found shard by shard, in one compiled pass)
+            first, shape_of = found[1][:found[0]].copy(), found[2]
         else:
             # shards sorted by their key (stable: a group's first is its first shard), a group
             # starting wherever a field changes (== on the figures, as a dict's keys compare)

@@ -383,6 +383,46 @@ def test_packed_caches_give_the_contributions_of_the_unpacked_ones():
                 assert got.vec.tobytes() == want.vec.tobytes() and got.dp_bytes == want.dp_bytes, (t.name, kind)
 
 
+def test_contributions_built_packed_are_the_packed_figures():
+    # a contribution built packed (each distinct rank column once) is the packing of the
+    # figures built in full, bit for bit (columns, their order and layout, the index), for
+    # every sharding type and tier, shards split unevenly, node-bound groups on and off a
+    # node's aligned ranks; where it does not apply (two shards on a rank) it packs the figures
+    from neonic.host.planner.cost import PackedContribution
+    from neonic.host.planner.work import compact_work
+
+    s = _system(nodes=4, g=8, dram=50)
+    w = _skewed(8)
+    cost = CostModel(w, s)
+    p = Placer(w, s, cost)
+    rng = np.random.default_rng(5)
+    direct = 0
+    for t in w.tables:
+        plans = []
+        for kind, ranks in ((ST.TABLE_WISE, [13]), (ST.DATA_PARALLEL, []), (ST.TABLE_ROW_WISE, list(range(8, 16))),
+                            (ST.TABLE_ROW_WISE, [12, 13]), (ST.TABLE_ROW_WISE, [3, 9, 30]), (ST.TABLE_COLUMN_WISE, [6, 7]),
+                            (ST.ROW_WISE, list(range(32))), (ST.ROW_WISE, [0, 3, 6, 17]), (ST.COLUMN_WISE, [1, 9, 25]),
+                            (ST.ROW_WISE, sorted(rng.choice(32, 20, replace=False).tolist()))):
+            tp = p.make(t, kind, ranks)
+            assert tp is not None, (t.name, kind)
+            plans.append(tp)
+            plans.append(TablePlan(tp.table, tp.sharding, tuple(
+                Shard(sh.rank, sh.row_start, sh.row_end, sh.col_start, sh.col_end, ("hbm", "dram")[i % 2])
+                for i, sh in enumerate(tp.shards))))
+        half = t.rows // 3
+        plans.append(TablePlan(t.name, ST.ROW_WISE, (Shard(4, 0, half, 0, t.dim), Shard(4, half, t.rows, 0, t.dim))))
+        for tp in plans:
+            cw = compact_work(t, tp, w, s)
+            want = PackedContribution.pack(cost.contribution(cw))
+            got = cost.packed_contribution(cw)
+            direct += cost._packed_direct(cw) is not None
+            assert got.cols.tobytes() == want.cols.tobytes() and got.cols.shape == want.cols.shape, (t.name, tp.sharding)
+            assert got.cols.strides == want.cols.strides, (t.name, tp.sharding)
+            assert got.index.tobytes() == want.index.tobytes() and got.index.dtype == want.index.dtype
+            assert got.dp_bytes == want.dp_bytes
+    assert direct == len(w.tables) * 20   # every plan over distinct ranks built packed
+
+
 def test_the_objective_is_the_fixed_point_of_the_sharing_models(monkeypatch):
     """Every plan's figure is the template's fixed point (network, HBM and SM sharing): reached
     before the pass bound, and a tolerance 1000 times tighter moves it by less than 1e-9 of
