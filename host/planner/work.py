@@ -136,6 +136,8 @@ def _sum_terms(world: int, terms: list[Term], chunk: int = 512) -> np.ndarray:
     terms (``src`` rows stacked against ``dst`` rows), the pairs scattered at once; the
     diagonal (a rank to itself) is zero."""
     m = np.zeros((world, world))
+    if not terms:
+        return m  # (its diagonal already zero: left untouched, its pages not mapped)
     outers = [t for t in terms if isinstance(t, Outer)]
     if not _add_disjoint_outers(m, outers):
         for i in range(0, len(outers), chunk):
