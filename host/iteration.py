@@ -166,11 +166,16 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     spec = IterationSpec.from_scenario(sc)
     scale = spec.backward_scale(psys.comm_dtype)
     pooled = m["pooled"]
-    grad = m["grad"] * scale if scale != 1.0 else m["grad"]
-    ag = m["ag"] * scale if scale != 1.0 else m["ag"]
+    # (scaled copies are this function's own, rounded up in place by coll_a2a; an all-zero
+    # matrix, the all-gather without table-row-wise tables, makes no collective: not copied)
+    scaled = scale != 1.0
+    grad = m["grad"] * scale if scaled else m["grad"]
+    ag = m["ag"] * scale if scaled and m["ag"].any() else m["ag"]
 
-    def coll_a2a(matrix: np.ndarray) -> Collective:
-        matrix = np.ceil(matrix)  # whole bytes; a fraction of a byte still needs one
+    def coll_a2a(matrix: np.ndarray, owned: bool = False) -> Collective:
+        # whole bytes; a fraction of a byte still needs one (in place when the matrix is a copy
+        # of our own: at 4096 ranks each is 128 MiB)
+        matrix = np.ceil(matrix, out=matrix) if owned else np.ceil(matrix)
         nic_ps = nic.packetizer_ps(matrix, gpn) if nic is not None else None
         return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix), nic_ps=nic_ps)
 
@@ -196,8 +201,8 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
         payloads.update({
             "top_bwd": dense.top_bwd,
             "inter_bwd": dense.inter_bwd,
-            "grad_a2a": coll_a2a(grad),
-            "grad_ag": coll_a2a(ag) if ag.any() else None,
+            "grad_a2a": coll_a2a(grad, owned=scaled),
+            "grad_ag": coll_a2a(ag, owned=scaled) if ag.any() else None,
             "bot_bwd": dense.bot_bwd,
             "allreduce": Collective("allreduce", nbytes=ar_bytes, estimate_s=comm.allreduce_time_s(ar_bytes, world)),
             "dense_opt": dense.dense_opt,

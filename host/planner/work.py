@@ -136,12 +136,15 @@ def _sum_terms(world: int, terms: list[Term], chunk: int = 512) -> np.ndarray:
     terms (``src`` rows stacked against ``dst`` rows), the pairs scattered at once; the
     diagonal (a rank to itself) is zero."""
     m = np.zeros((world, world))
+    if not terms:
+        return m  # (its diagonal already zero: left untouched, its pages not mapped)
     outers = [t for t in terms if isinstance(t, Outer)]
-    for i in range(0, len(outers), chunk):
-        part = outers[i:i + chunk]
-        src = np.stack([t.src for t in part]).astype(float, copy=False)
-        dst = np.stack([t.dst for t in part]).astype(float, copy=False)
-        m += src.T @ dst
+    if not _add_disjoint_outers(m, outers):
+        for i in range(0, len(outers), chunk):
+            part = outers[i:i + chunk]
+            src = np.stack([t.src for t in part]).astype(float, copy=False)
+            dst = np.stack([t.dst for t in part]).astype(float, copy=False)
+            m += src.T @ dst
     pairs = [t for t in terms if not isinstance(t, Outer)]
     if pairs:
         src = np.concatenate([t.src for t in pairs])
@@ -151,6 +154,52 @@ def _sum_terms(world: int, terms: list[Term], chunk: int = 512) -> np.ndarray:
         np.add.at(m, (src[keep], dst[keep]), nb[keep])
     np.fill_diagonal(m, 0.0)
     return m
+
+
+def _add_disjoint_outers(m: np.ndarray, outers: list[Outer]) -> bool:
+    """Add the outer products to the zero matrix ``m`` without a matrix product where no entry
+    has two nonzero products: every rank's row (or every rank's column) nonzero in at most one
+    term, as a table-wise plan's terms at 1024 and 4096 ranks are (a table per rank at most).
+    An entry is then its one product (or zero), and so is the matrix product's, whatever order
+    and fused multiply-adds the BLAS uses: a sum of one product and exact zeros is that
+    product. False (``m`` untouched) where the terms overlap or a figure is not finite."""
+    if not outers:
+        return True
+    src = np.stack([t.src for t in outers]).astype(float, copy=False)
+    dst = np.stack([t.dst for t in outers]).astype(float, copy=False)
+    if not (np.isfinite(src).all() and np.isfinite(dst).all()):
+        return False
+    src_nz, dst_nz = src != 0, dst != 0
+    row_terms, col_terms = src_nz.sum(axis=0), dst_nz.sum(axis=0)
+    if row_terms.max() <= 1:
+        # row i is src[k, i] * dst[k] of its one term k (zero where it has none)
+        owner = np.where(row_terms == 1, src_nz.argmax(axis=0), -1)
+        _add_row_owned(m, owner, src, dst)
+        return True
+    if col_terms.max() <= 1:
+        # column j is src[k] * dst[k, j] of its one term k: row i is src[owner, i] * dst of
+        # the owners (a column without a term: a product with zero, added to zero)
+        owner = dst_nz.argmax(axis=0)
+        dv = dst[owner, np.arange(dst.shape[1])]
+        _add_col_owned(m, owner, np.ascontiguousarray(src.T), dv)
+        return True
+    return False
+
+
+@jit(cache=True, nogil=True)
+def _add_row_owned(m, owner, src, dst):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``m[i] += src[owner[i], i] * dst[owner[i]]`` for each row with an owner (>= 0)."""
+    for i in range(m.shape[0]):
+        k = owner[i]
+        if k >= 0:
+            m[i] += src[k, i] * dst[k]
+
+
+@jit(cache=True, nogil=True)
+def _add_col_owned(m, owner, src_t, dv):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``m[i] += src_t[i][owner] * dv`` for each row (``src_t``: the terms' sources, rank by term)."""
+    for i in range(m.shape[0]):
+        m[i] += src_t[i][owner] * dv
 
 
 def _term_aggregates(out: np.ndarray, term: Term, node_of: np.ndarray, g: int) -> None:
@@ -248,7 +297,42 @@ def _scatter_add(row: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
 
 
 def matrix_aggregates(sizes: np.ndarray, gpus_per_node: int) -> np.ndarray:
-    """(4, N) sent/received intra/inter-node bytes per rank of a full size matrix."""
+    """(4, N) sent/received intra/inter-node bytes per rank of a full size matrix (its diagonal,
+    a rank to itself, not counted): one compiled pass over the matrix (:func:`_matrix_rows`),
+    without the masked copies of the (N, N) matrix that numpy's formula makes (at 4096 ranks,
+    128 MiB each), with the figures of :func:`_matrix_aggregates_np`, bit for bit."""
+    sizes = np.ascontiguousarray(sizes, dtype=np.float64)
+    if sizes.ndim != 2 or sizes.shape[0] != sizes.shape[1]:
+        raise ValueError(f"sizes: expected a square (N, N) matrix, got shape {sizes.shape}")
+    out = np.zeros((4, sizes.shape[0]))
+    _matrix_rows(sizes, int(gpus_per_node), out)
+    return out
+
+
+@jit(cache=True, nogil=True)
+def _matrix_rows(sizes, g, out):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`_matrix_aggregates_np` row by row: each row split into its intra-node part
+    (``v * 1.0`` on the rank's node, ``v * 0.0`` elsewhere, as the masked product makes it) and
+    its inter-node part, each row's sum numpy's pairwise sum (:func:`pairwise_sum`), the
+    columns' sums the rows added in order (numpy's sum over axis 0)."""
+    n = sizes.shape[0]
+    for i in range(n):
+        row = sizes[i].copy()
+        row[i] = 0.0
+        lo = (i // g) * g
+        hi = min(lo + g, n)
+        intra = row * 0.0
+        intra[lo:hi] = row[lo:hi] * 1.0
+        inter = row * 1.0
+        inter[lo:hi] = row[lo:hi] * 0.0
+        out[0, i] = pairwise_sum(intra, 0, n)
+        out[1, i] = pairwise_sum(inter, 0, n)
+        out[2] += intra
+        out[3] += inter
+
+
+def _matrix_aggregates_np(sizes: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """:func:`matrix_aggregates` with numpy's masked sums (the specification of the loop)."""
     sizes = np.asarray(sizes, dtype=float).copy()
     np.fill_diagonal(sizes, 0.0)
     world = sizes.shape[0]

@@ -1,0 +1,93 @@
+"""The iteration's AlltoAllv matrices and their per-rank aggregates without the dense formulas:
+the sum of outer products where each entry has one term (:func:`_sum_terms`), and
+:func:`matrix_aggregates` in one compiled pass, bit for bit the matrix product's and numpy's."""
+
+import numpy as np
+import pytest
+
+from neonic.host.planner import work as W
+
+
+def _matmul_sum(world, terms):
+    """The dense specification: the outer products as matrix products, the pairs scattered."""
+    m = np.zeros((world, world))
+    outers = [t for t in terms if isinstance(t, W.Outer)]
+    if outers:
+        src = np.stack([t.src for t in outers]).astype(float)
+        dst = np.stack([t.dst for t in outers]).astype(float)
+        m += src.T @ dst
+    for t in terms:
+        if isinstance(t, W.Pairs):
+            keep = t.src != t.dst
+            np.add.at(m, (t.src[keep], t.dst[keep]), np.broadcast_to(t.nbytes, t.src.shape)[keep])
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+def _onehot(world, rank, value):
+    v = np.zeros(world)
+    v[rank] = value
+    return v
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint64)
+
+
+@pytest.mark.parametrize("orient", ["cols", "rows"])
+def test_one_term_per_rank_matches_the_matrix_product(orient):
+    # a table per rank at most (what table-wise plans give at scale), uneven fractional sizes
+    rng = np.random.default_rng(7)
+    world = 96
+    ranks = rng.permutation(world)[:70]
+    terms = []
+    for r in ranks:
+        c = float(rng.uniform(1, 1e6)) / 3.0
+        v = float(rng.uniform(1, 1e4)) / 7.0
+        dense, sparse = np.ones(world) * c, _onehot(world, r, v)
+        terms.append(W.Outer(dense, sparse) if orient == "cols" else W.Outer(sparse, dense))
+    terms.append(W.Pairs(np.arange(world), (np.arange(world) + 3) % world, np.full(world, 1.5)))
+    got = W._sum_terms(world, terms)
+    assert np.array_equal(_bits(got), _bits(_matmul_sum(world, terms)))
+    assert np.count_nonzero(got) > world  # the terms were not all dropped
+
+
+def test_overlapping_terms_fall_back_to_the_matrix_product():
+    rng = np.random.default_rng(3)
+    world = 32
+    terms = [W.Outer(rng.uniform(0, 5, world), rng.uniform(0, 5, world)) for _ in range(5)]
+    m = np.zeros((world, world))
+    assert not W._add_disjoint_outers(m, terms)
+    assert not m.any()
+    assert np.allclose(W._sum_terms(world, terms), _matmul_sum(world, terms))
+
+
+def test_a_figure_not_finite_falls_back():
+    world = 8
+    t = W.Outer(np.full(world, np.inf), _onehot(world, 2, 1.0))
+    assert not W._add_disjoint_outers(np.zeros((world, world)), [t])
+
+
+def _aggregates_np(sizes, g):  # (kept apart from work._matrix_aggregates_np on purpose)
+    """The dense specification of :func:`matrix_aggregates` (numpy's masked sums)."""
+    sizes = np.asarray(sizes, dtype=float).copy()
+    np.fill_diagonal(sizes, 0.0)
+    node_of = np.arange(sizes.shape[0]) // g
+    same = node_of[:, None] == node_of[None, :]
+    return np.stack([(sizes * same).sum(axis=1), (sizes * ~same).sum(axis=1),
+                     (sizes * same).sum(axis=0), (sizes * ~same).sum(axis=0)])
+
+
+@pytest.mark.parametrize("world,g", [(4, 2), (16, 8), (40, 8), (136, 8), (300, 4), (520, 8)])
+def test_matrix_aggregates_bit_for_bit(world, g):
+    rng = np.random.default_rng(world)
+    sizes = rng.uniform(0, 1e7, (world, world)) / 3.0
+    sizes[rng.uniform(size=sizes.shape) < 0.3] = 0.0
+    got = W.matrix_aggregates(sizes, g)
+    assert got.shape == (4, world)
+    assert np.array_equal(_bits(got), _bits(_aggregates_np(sizes, g)))
+    # integer input is taken as floats, the input left as it was
+    ints = rng.integers(0, 1000, (world, world))
+    before = ints.copy()
+    assert np.array_equal(_bits(W.matrix_aggregates(ints, g)), _bits(_aggregates_np(ints, g)))
+    assert np.array_equal(ints, before)
