@@ -60,7 +60,7 @@ set) is a block RAM with one read and one write port. The lines are not in the c
 it reads and writes them through its ``lines`` port (the same memory-port contract as
 ``front`` and ``back``, :class:`rtl.streams.MemPortSignature`), so a cache of tens of MiB
 keeps its lines in the card's DRAM/HBM and only its tags on chip (a 64 MiB cache of 512 B
-rows, 32 ways, is 4,096 sets of 32 state words). Line ``(set, way)`` occupies beat addresses
+rows, 8 ways, is 16,384 sets of 8 state words). Line ``(set, way)`` occupies beat addresses
 ``((set << ceil(log2(ways))) | way) << log2(line_beats)`` onwards of that port. The small
 configuration (the RTL SmartNIC top, fast tests) is :class:`OnChipCache`: the controller with
 a :class:`LineRAM` (one block RAM) answering its ``lines`` port.
@@ -92,10 +92,12 @@ presets):
   bits of a 32-way set word behind ~1,000-load enables did not route on an ECP5; one copy now
   drives one way's 27 bits). The FPGA flow keeps the copies (:data:`KEEP_COPY_ATTR`).
 
-Sizes, for the record: the smartnic preset's 64 MiB of 512 B rows in 32 ways is 4,096 sets
-of 32 way states of 27 bits (20-bit tag from the preset's 1,472 GiB of host DRAM per node,
-valid, dirty, a 5-bit LRU rank): 3,538,944 bits, exactly 192 DP16KD of 18 Kibit whatever
-their shape (4K x 4 would need 216), 92% of an LFE5U-85F's 208.
+Sizes, for the record: the smartnic preset's 64 MiB of 512 B rows in 8 ways is 16,384 sets
+of 8 way states of 23 bits (18-bit tag from the preset's 1,472 GiB of host DRAM per node,
+valid, dirty, a 3-bit LRU rank): 3,014,656 bits, at least 164 DP16KD of 18 Kibit (192 as
+banks of 4 ways, whose 92-bit words take three 512 x 36 blocks per slice), 79-92% of an
+LFE5U-85F's 208. (At the 32 ways it had before: 4,096 sets of 27-bit states, 3,538,944 bits,
+192 DP16KD whatever their shape.)
 
 Timing
 ======
@@ -167,7 +169,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .streams import COLLISION_X_ATTR, HeadFIFO, MemPortSignature, SkidBuffer, check_int
+from .streams import (COLLISION_X_ATTR, CreditFIFO, HeadFIFO, MemPortSignature, SkidBuffer,
+                      check_int)
 
 __all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index",
            "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
@@ -792,7 +795,6 @@ class CacheController(wiring.Component):
         WA = ceil_log2(W)             # way bits of a line address (0 for one way)
         seq_bits = ceil_log2(Q + 2 * M) + 1
         set_w = max(1, S)
-        mshr_bits = max(1, ceil_log2(M))
         off_bits = max(1, LB)
         front, back, lines = self.front, self.back, self.lines
         # the line port's requests as the arbiter hands them on (`lreq`): the port itself, or
@@ -898,17 +900,32 @@ class CacheController(wiring.Component):
         miss_seq = Signal(seq_bits)   # sequence number of the next primary miss
         fills_done = Signal(seq_bits)  # fills completed (fills complete in miss order)
 
-        # ---- the operation queue (in-order delivery), registers so it can be searched ------
+        # ---- the operation queue (in-order delivery) ----------------------------------------
+        # The operations wait in a LUT RAM (`opmem`, written at `q_tail`), and the one at the
+        # head is also held in a register (`head`, loaded from the RAM's entry behind it, read
+        # at a registered address, or from the operation entering an empty queue), so the
+        # executor's register takes its next operation from flip-flops (a `Q`-to-1
+        # multiplexer of register entries selected by the head pointer was the routed
+        # critical path: 65.2 MHz at 8 ways x 1,024 sets). The fields the pin checks search
+        # (set, way, whether it is an error) are kept besides in one register per entry, with
+        # a valid bit each; the entries are enabled and freed by one-hot copies of the tail
+        # and head pointers (no decoder behind the queue's handshakes).
         op_layout = data.StructLayout({
             "write": 1, "err": 1, "dep": 1, "seq": unsigned(seq_bits), "set": unsigned(set_w),
             "way": unsigned(WB), "off": unsigned(off_bits), "beats": unsigned(self.beats_width),
         })
-        q_raw = [Signal(op_layout.size, name=f"q{i}", reset_less=True) for i in range(Q)]
-        q_ops = [op_layout(s) for s in q_raw]
+        key_layout = data.StructLayout({"err": 1, "set": unsigned(set_w), "way": unsigned(WB)})
+        q_raw = [Signal(key_layout.size, name=f"q{i}", reset_less=True) for i in range(Q)]
+        q_ops = [key_layout(s) for s in q_raw]
+        m.submodules.opmem = opmem = Memory(shape=op_layout.size, depth=Q, init=[])
+        op_wr, op_rd = opmem.write_port(), opmem.read_port(domain="comb")
         q_valid = Signal(Q)
-        q_head = Signal(range(Q))
-        q_tail = Signal(range(Q))
+        q_tail = Signal(range(Q))           # the RAM's write address
+        q_behind = Signal(range(Q), init=1 % Q)   # the entry behind the head (RAM read address)
+        q_tail_oh = Signal(Q, init=1)
+        q_head_oh = Signal(Q, init=1)
         q_count = Signal(range(Q + 1))
+        q_two = Signal()                    # `q_count >= 2`, a register
         push = Signal()
         push_op = Signal(op_layout)
         pop = Signal()
@@ -919,7 +936,7 @@ class CacheController(wiring.Component):
         # ---- back-port jobs (one per miss or flushed line) and fills in flight -----------------
         job_layout = data.StructLayout({
             "wb": 1, "rd": 1, "wb_row": unsigned(RB), "rd_row": unsigned(RB),
-            "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits),
+            "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(M),
         })
         m.submodules.jobs = jobs = SyncFIFO(width=job_layout.size, depth=M)
         wj_valid = Signal()     # the FLUSH walker's write-back job waits for the job FIFO
@@ -929,8 +946,9 @@ class CacheController(wiring.Component):
         walk_job = Signal(job_layout, reset_less=True)
         m.d.comb += jobs.w_data.eq(job_in)
         job = job_layout(jobs.r_data)
+        # (`mshr` one-hot in jobs and fills: a completing fill frees its MSHR with no decoder)
         fill_layout = data.StructLayout({
-            "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(mshr_bits)})
+            "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(M)})
         m.submodules.fills = fills = (HeadFIFO(width=fill_layout.size, depth=M) if M > 1
                                       else SyncFIFO(width=fill_layout.size, depth=M))
         fill_head = fill_layout(fills.r_data)
@@ -942,8 +960,11 @@ class CacheController(wiring.Component):
         route_layout = data.StructLayout({"route": _Route, "last": unsigned(self.beats_width)})
         # (the read routes' head is a register: the route of the next response beat steers
         # `lines.resp.ready`, with no LUT RAM read on that path)
-        m.submodules.rroute = rroute = SyncFIFOBuffered(width=route_layout.size,
-                                                        depth=self.line_outstanding)
+        # (with `line_slice`, a `CreditFIFO`: the same cycles, and its writes are never
+        # gated by its own level compare, the room being checked a cycle ahead, below)
+        rroute_cls = CreditFIFO if self.line_slice else SyncFIFOBuffered
+        m.submodules.rroute = rroute = rroute_cls(width=route_layout.size,
+                                                  depth=self.line_outstanding)
         # (so is the write routes' head: a fill's last beat is found from registers)
         m.submodules.wroute = wroute = HeadFIFO(width=route_layout.size,
                                                 depth=5 if self.line_slice else 4)
@@ -965,6 +986,7 @@ class CacheController(wiring.Component):
         cmd_active = Signal()   # the walker owns the tag store
         walk_set = Signal(range(self.sets + 1))
         walk_way = Signal(WB)
+        walk_dirty = Signal(W)  # the walked set's ways still to look at that need a write-back
         walk_read = Signal()    # the walker reads a set (its stage-2 set register takes it)
         walk_load = Signal()    # the walker's set word lands in the output registers
         walk_wb = Signal()      # a write-back job pushed by the walker this cycle
@@ -1026,14 +1048,19 @@ class CacheController(wiring.Component):
         # update is written, and one cycle more (`just`: the last cycle's update was of stage
         # 1's set), so that the word it takes is read after the write.
         just = Signal()
+        # Stage 1's set compared with the sets of stages 2, "c" and 3, as registers (`e2r`,
+        # `ecr`, `e3r`: next values for each way the stages may move, chosen last; exact
+        # while the stage ahead holds a request, which is when they are used), as each way
+        # slice keeps its own copies: the stall is not behind three set compares.
+        e2r, ecr, e3r = (Signal(name=n, reset_less=True, init=1) for n in ("e2r", "ecr", "e3r"))
         m.d.comb += [
             upd_now.eq(s3_fire & ~s3["err"]),
             req_set.eq(set_of(req_row)),
             s3_take.eq(pre["valid"] & (~s3["valid"] | s3_fire)),
-            hold.eq((s2["valid"] & (s2["set"] == r["set"]))
-                    | ((c["valid"] & (c["set"] == r["set"])) if CS == 2 else 0)
-                    | ((s3["valid"] & ~s3_fire & (s3["set"] == r["set"])) if LA
-                       else ((s3["valid"] & (s3["set"] == r["set"])) | just))),
+            hold.eq((s2["valid"] & e2r)
+                    | ((c["valid"] & ecr) if CS == 2 else 0)
+                    | ((s3["valid"] & ~s3_fire & e3r) if LA
+                       else ((s3["valid"] & e3r) | just))),
             s2_take.eq(r["valid"] & (~s2["valid"] | s2_leave) & ~hold),
             front.req.ready.eq((~r["valid"] | s2_take) & ~self.cmd.valid & ~cmd_active),
             accept.eq(front.req.valid & front.req.ready),
@@ -1104,13 +1131,17 @@ class CacheController(wiring.Component):
             # registered, `c_mmatch`, kept only while their MSHR stays valid; exact, as the
             # MSHRs allocated meanwhile are of the sets ahead, which stage "c" never holds,
             # and a freed MSHR's bit is cleared before it can be allocated again)
-            c_mmatch = Signal(M)
-            with m.If(s2_leave):
-                m.d.sync += c_mmatch.eq(Cat(mshr_valid[i] & (mshr_row[i] == s2["row"])
-                                            for i in range(M)))
-            with m.Else():
-                m.d.sync += c_mmatch.eq(c_mmatch & mshr_valid)
-            m.d.comb += mshr_match.eq(c_mmatch & mshr_valid)
+            # The compare is registered every cycle (`s2_mmatch`, no enable), and the choice
+            # between it and the kept matches (`c_kept`) is made behind the registers, by
+            # whether stage 2's request moved on at the last edge: the row compare and the
+            # stall that moves stage 2 are not on one path.
+            s2_mmatch, c_kept = Signal(M), Signal(M)
+            c_took = Signal()
+            m.d.sync += [s2_mmatch.eq(Cat(mshr_valid[i] & (mshr_row[i] == s2["row"])
+                                          for i in range(M))),
+                         c_took.eq(s2_leave),
+                         c_kept.eq(mshr_match)]
+            m.d.comb += mshr_match.eq(Mux(c_took, s2_mmatch, c_kept) & mshr_valid)
         else:
             m.d.comb += mshr_match.eq(Cat(mshr_valid[i] & (mshr_row[i] == pre["row"])
                                           for i in range(M)))
@@ -1152,7 +1183,11 @@ class CacheController(wiring.Component):
                       "s3": (s3["set"], s3_take, pre["set"])}
         if not LA:          # (only stage 3's victim is checked, in stage 3)
             stage_sets = {"s3": stage_sets["s3"]}
-        q_wr = [Signal(name=f"q{i}_wr") for i in range(Q)]     # entry i takes the push
+        # entry i takes stage 3's operation's set, way and flags (`q_wr`): when it is the tail
+        # and an operation is pushed, whether it enters the queue or bypasses it (an entry
+        # that is not valid may hold anything: a bypass finds the queue empty), so these
+        # registers do not wait for the executor's handshake; `q_valid` does
+        q_wr = [Signal(name=f"q{i}_wr") for i in range(Q)]
         q_eq = [{} for _ in range(Q)]
         for key, (cur, take, src) in stage_sets.items():
             for i in range(Q):
@@ -1223,11 +1258,19 @@ class CacheController(wiring.Component):
         m.d.sync += [pin_enter.eq(pin_enter_n), pin_stay.eq(pin_stay_n), took.eq(s3_take)]
         pinned = Signal()
         m.d.comb += pinned.eq(Mux(took, pin_enter, pin_stay) if LA else (took | pin_stay))
-        free_vec = ~mshr_valid
-        free_mshr = Signal(mshr_bits)
+        # The MSHR a miss takes (`free_oh`, one-hot) from registers: the lowest free one at
+        # the last edge (`mshr_cand`), or, when a miss took one in the last cycle, the lowest
+        # free one besides that (`mshr_cand2`). An MSHR freed in the last cycle is not a
+        # candidate yet, as it does not count for `s3_res` either (which is registered from
+        # the same `mshr_valid`), so a miss that has its resources always finds one here.
         free_oh = Signal(M)
-        m.d.comb += [free_oh.eq(lowest_one(free_vec)),
-                     free_mshr.eq(one_hot_index(free_oh, mshr_bits))]
+        mshr_cand = Signal(M, init=1)
+        mshr_cand2 = Signal(M, init=(2 if M > 1 else 0))
+        mshr_took = Signal()
+        m.d.comb += free_oh.eq(Mux(mshr_took, mshr_cand2, mshr_cand))
+        m.d.sync += [mshr_cand.eq(lowest_one(~mshr_valid)),
+                     mshr_cand2.eq(lowest_one(~mshr_valid & ~free_oh)),
+                     mshr_took.eq(s3_fire & s3_miss)]
         is_miss = s3_miss       # (== ~s3.err & ~s3_hit, registered with them)
         # Stage 3 fires when its request's resources are there: an error needs a queue entry
         # (none if it has no beats), a hit a queue entry, a miss a queue entry, a free MSHR,
@@ -1286,14 +1329,13 @@ class CacheController(wiring.Component):
             job_in.rd_row.eq(Mux(cmd_active, walk_job.rd_row, s3["row"])),
             job_in.set.eq(Mux(cmd_active, walk_job.set, s3["set"])),
             job_in.way.eq(Mux(cmd_active, walk_job.way, s3_victim)),
-            job_in.mshr.eq(Mux(cmd_active, walk_job.mshr, free_mshr)),
+            job_in.mshr.eq(Mux(cmd_active, walk_job.mshr, free_oh)),
         ]
         with m.If(s3_fire & is_miss):
             # (each MSHR's enable is its bit of the one-hot `free_oh`, no decoder)
             for i in range(M):
                 with m.If(free_oh[i]):
-                    m.d.sync += [mshr_valid[i].eq(1), mshr_row[i].eq(s3["row"]),
-                                 mshr_seq[i].eq(miss_seq)]
+                    m.d.sync += [mshr_row[i].eq(s3["row"]), mshr_seq[i].eq(miss_seq)]
             m.d.sync += miss_seq.eq(miss_seq + 1)
             m.d.comb += jobs.w_en.eq(1)
 
@@ -1321,23 +1363,43 @@ class CacheController(wiring.Component):
         # ==== operation queue bookkeeping =================================================
         # Stage 3's operation goes straight to the executor's register when the queue is empty
         # and the register free or leaving (`bypass`), otherwise to the queue (`enq`).
-        head = Signal(op_layout)
+        head = Signal(op_layout, reset_less=True)
         q_any = Signal()
         x_free = Signal()       # the executor's register takes an operation this cycle
         bypass, enq = Signal(), Signal()
-        m.d.comb += [q_wr[i].eq(enq & (q_tail == i)) for i in range(Q)]
-        m.d.comb += [head.eq(Array(q_raw)[q_head]), q_any.eq(q_count != 0),
-                     bypass.eq(push & ~q_any & x_free), enq.eq(push & ~bypass)]
+        m.d.comb += [q_wr[i].eq(push & q_tail_oh[i]) for i in range(Q)]
+        # (`q_any` is `q_count != 0` kept as a flip-flop)
+        m.d.comb += [bypass.eq(push & ~q_any & x_free), enq.eq(push & ~bypass),
+                     op_wr.addr.eq(q_tail), op_wr.data.eq(push_op), op_wr.en.eq(enq),
+                     op_rd.addr.eq(q_behind)]
+
+        def step(ptr):
+            return Mux(ptr == Q - 1, 0, ptr + 1) if Q & (Q - 1) else (ptr + 1)[:len(ptr)]
+
+        def rotate(oh):
+            return Cat(oh[-1], oh[:-1])
+        # the head register: the entry behind it when the head leaves (it is in the RAM when
+        # two or more are queued, else it is the one entering now), the entering one when the
+        # queue is empty
+        with m.If(pop | ~q_any):
+            m.d.sync += head.eq(Mux(q_two, op_rd.data, push_op))
+        for i in range(Q):
+            with m.If(q_wr[i]):
+                m.d.sync += q_raw[i].eq(Cat(push_op.err, push_op.set, push_op.way))
+            with m.If(enq & q_tail_oh[i]):
+                m.d.sync += q_valid[i].eq(1)
+            with m.Elif(pop & q_head_oh[i]):
+                m.d.sync += q_valid[i].eq(0)
         with m.If(enq):
-            m.d.sync += [Array(q_raw)[q_tail].eq(push_op),
-                         q_valid.bit_select(q_tail, 1).eq(1),
-                         q_tail.eq(Mux(q_tail == Q - 1, 0, q_tail + 1))]
+            m.d.sync += [q_tail.eq(step(q_tail)), q_tail_oh.eq(rotate(q_tail_oh))]
         with m.If(pop):
-            m.d.sync += [q_valid.bit_select(q_head, 1).eq(0),
-                         q_head.eq(Mux(q_head == Q - 1, 0, q_head + 1))]
-        q_next = Signal.like(q_count)
-        m.d.comb += q_next.eq(q_count + enq - pop)
-        m.d.sync += q_count.eq(q_next)
+            m.d.sync += [q_behind.eq(step(q_behind)), q_head_oh.eq(rotate(q_head_oh))]
+        m.d.sync += q_count.eq(q_count + enq - pop)
+        # the count's flags after this cycle, from compares of the registered count
+        with m.If(enq & ~pop):
+            m.d.sync += [q_any.eq(1), q_two.eq(q_count >= 1)]
+        with m.Elif(pop & ~enq):
+            m.d.sync += [q_any.eq(q_count >= 2), q_two.eq(q_count >= 3)]
 
         # ==== the line port: one request per cycle, the executor's first (the in-order ======
         # ==== stream), then fills, then write-backs; each request's route is queued ========
@@ -1352,18 +1414,11 @@ class CacheController(wiring.Component):
         dep_ok = Signal()
         fill_done_now = Signal()
         head_wait = Signal()
-        # (the head's wait is each entry's, selected by `q_head`: the compares run on the
-        # entries' registers beside the selection, not behind it)
-        q_gap_wait = Signal(Q)
-        q_seq_next = Signal(Q)
-        for i in range(Q):
-            m.d.comb += [q_gap_wait[i].eq(q_ops[i].dep & ((q_ops[i].seq - fills_done)[:seq_bits]
-                                                          < M)),
-                         q_seq_next[i].eq(q_ops[i].seq == fills_done)]
+        # (the head's wait from the head register's fields)
         m.d.comb += [
             dep_ok.eq(~x_wait),
-            head_wait.eq(q_gap_wait.bit_select(q_head, 1)
-                         & ~(fill_done_now & q_seq_next.bit_select(q_head, 1))),
+            head_wait.eq(head.dep & ((head.seq - fills_done)[:seq_bits] < M)
+                         & ~(fill_done_now & (head.seq == fills_done))),
             fill_req.eq(fills.r_rdy & ~fill_open & back.resp.valid & wroom),
         ]
         x_ready = Signal()
@@ -1490,8 +1545,14 @@ class CacheController(wiring.Component):
         m.d.comb += fill_done_now.eq(w_step & w_last & (wrt.route == _Route.BACK))
         with m.If(fill_done_now):
             m.d.comb += fills.r_en.eq(1)
-            m.d.sync += [fill_open.eq(0), fills_done.eq(fills_done + 1),
-                         mshr_valid.bit_select(fill_head.mshr, 1).eq(0)]
+            m.d.sync += [fill_open.eq(0), fills_done.eq(fills_done + 1)]
+        # an MSHR is taken by a miss firing (its bit of `free_oh`) and freed by its fill's
+        # completion (its bit of the fill's one-hot `mshr`); never both in one cycle
+        for i in range(M):
+            with m.If(s3_fire & is_miss & free_oh[i]):
+                m.d.sync += mshr_valid[i].eq(1)
+            with m.Elif(fill_done_now & fill_head.mshr[i]):
+                m.d.sync += mshr_valid[i].eq(0)
         m.d.comb += [
             inc["errors"].eq((s3_fire & s3["err"]) + wlast_err),
             error_now.eq((s3_fire & s3["err"]) | wlast_err),
@@ -1572,9 +1633,19 @@ class CacheController(wiring.Component):
         # back request is issued, before the fill that frees the MSHR; the walker's jobs are
         # all gone before a command completes), and it is `mshrs` deep, so a free MSHR
         # means room. Next cycle's miss needs a free MSHR besides the one a miss firing now
-        # takes: two free now (`at_least_two`, a tree of depth log2(mshrs)).
-        res_miss = at_least_two(~mshr_valid)
-        res_other = ~mshr_valid.all()
+        # takes: two free now. Both flags are registers (`free_ge2`, `free_ge1`: the count of
+        # free MSHRs, kept beside `mshr_valid`, is at least 2 or 1), set from compares of
+        # the registered count and this cycle's taking and freeing (no tree over the MSHRs'
+        # valid bits in front of the stall's registers and their copies).
+        mshr_free = Signal(range(M + 1), init=M)
+        free_ge1, free_ge2 = Signal(init=1), Signal(init=int(M >= 2))
+        taken, freed = s3_fire & is_miss, fill_done_now
+        m.d.sync += mshr_free.eq(mshr_free + freed - taken)
+        with m.If(freed & ~taken):
+            m.d.sync += [free_ge1.eq(1), free_ge2.eq(mshr_free >= 1)]
+        with m.Elif(taken & ~freed):
+            m.d.sync += [free_ge1.eq(mshr_free >= 2), free_ge2.eq(mshr_free >= 3)]
+        res_miss, res_other = free_ge2, free_ge1
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
         s3_valid_next = s3_take | (s3["valid"] & ~s3_fire)
@@ -1588,7 +1659,7 @@ class CacheController(wiring.Component):
 
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
-        drained = (~r["valid"] & ~s2["valid"] & ~pre["valid"] & ~s3["valid"] & (q_count == 0)
+        drained = (~r["valid"] & ~s2["valid"] & ~pre["valid"] & ~s3["valid"] & ~q_any
                    & ~x_valid
                    & ~mshr_valid.any() & seq_idle & ~fills.r_rdy & lines_quiet)
         m.d.comb += self.idle.eq(drained & ~cmd_active)
@@ -1629,15 +1700,18 @@ class CacheController(wiring.Component):
                 m.d.comb += walk_load.eq(1)
                 m.next = "PREP"
             with m.State("PREP"):
-                m.d.sync += walk_way.eq(0)
+                m.d.sync += [walk_way.eq(0),
+                             walk_dirty.eq(Cat(v.valid & v.dirty for v in way_raw))]
                 m.next = "SCAN"
             with m.State("SCAN"):
                 # one way per cycle: the way looked at is chosen from the output registers
-                # (which hold the set until the next one is read)
+                # (which hold the set until the next one is read); whether it needs a
+                # write-back is the low bit of `walk_dirty`, shifted as the walk steps
                 head = self.way_layout(Array(v.as_value() for v in way_raw)[walk_way])
                 need_wb = Signal()
-                m.d.comb += need_wb.eq(head.valid & head.dirty)
+                m.d.comb += need_wb.eq(walk_dirty[0])
                 with m.If(~need_wb | ~wj_valid | jobs.w_rdy):
+                    m.d.sync += walk_dirty.eq(walk_dirty >> 1)
                     with m.If(need_wb):
                         m.d.sync += [
                             wj_valid.eq(1),
@@ -1687,6 +1761,15 @@ class CacheController(wiring.Component):
                 eq_r[key] = Signal(name=f"eq_{key}_r")
                 m.d.comb += eq_r[key].eq(st["set"] == r["set"])
         eq3_req = eq_req["s3"]
+        ready1_c = ~r["valid"] | s2_take
+        m.d.sync += [
+            e2r.eq(Mux(s2_take, eq_req["r"], Mux(ready1_c, eq_req["s2"], eq_r["s2"]))),
+            e3r.eq(Mux(s3_take, Mux(ready1_c, eq_req["pre"], eq_r["pre"]),
+                       Mux(ready1_c, eq_req["s3"], eq_r["s3"]))),
+        ]
+        if CS == 2:
+            m.d.sync += ecr.eq(Mux(s2_leave, Mux(ready1_c, eq_req["s2"], eq_r["s2"]),
+                                   Mux(ready1_c, eq_req["pre"], eq_r["pre"])))
         if not LA:
             m.d.sync += just.eq(upd_now & Mux(~r["valid"] | s2_take, eq3_req, eq_r["s3"]))
 
@@ -1727,6 +1810,28 @@ class CacheController(wiring.Component):
             ]
             ready1 = ~k["r_v"] | take2          # stage 1 takes a request (or is empty)
             accept_w = front.req.valid & ready1 & ~self.cmd.valid & ~cmd_active
+            # The stages' sets, copied into the slice by the central registers' rules, and
+            # compared here with the request's set (`leq`): the compare of the port's set,
+            # the deepest input of the set-equality flags, then reaches only the slice's
+            # own flags (one shared compare, its result routed to every slice, was the
+            # routed critical path: 116.0 MHz at 8 ways x 1,024 sets).
+            lset = {n: Signal(set_w, name=f"w{w}_{n}_set", reset_less=True,
+                              attrs={KEEP_COPY_ATTR: "1"})
+                    for n in (("r", "s2", "c", "s3") if CS == 2 else ("r", "s2", "s3"))}
+            lpre = lset["c"] if CS == 2 else lset["s2"]
+            with m.If(ready1):
+                m.d.sync += lset["r"].eq(req_set)
+            with m.If(take2):
+                m.d.sync += lset["s2"].eq(lset["r"])
+            if CS == 2:
+                with m.If(leave2):
+                    m.d.sync += lset["c"].eq(lset["s2"])
+            with m.If(take3):
+                m.d.sync += lset["s3"].eq(lpre)
+            leq = {}
+            for n, v in (("r", lset["r"]), ("s2", lset["s2"]), ("pre", lpre), ("s3", lset["s3"])):
+                leq[n] = Signal(name=f"w{w}_eq_{n}_req")
+                m.d.comb += leq[n].eq(v == req_set)
             # The copies' next values: the central registers' rules, with the slice's own
             # moves and stall as the selects (what is shared reaches the slices from
             # registers and ports through shallow logic, not behind the stall).
@@ -1743,19 +1848,19 @@ class CacheController(wiring.Component):
                 k["s3_err"].eq(Mux(take3, pre["err"], k["s3_err"])),
                 k["s3_write"].eq(Mux(take3, pre["write"], k["s3_write"])),
                 k["cw_en"].eq(cw_en_n), k["cw_clear"].eq(cw_clear_n),
-                k["e2r"].eq(Mux(take2, eq_req["r"], Mux(ready1, eq_req["s2"], eq_r["s2"]))),
-                k["e3r"].eq(Mux(take3, Mux(ready1, eq_req["pre"], eq_r["pre"]),
-                                Mux(ready1, eq_req["s3"], eq_r["s3"]))),
+                k["e2r"].eq(Mux(take2, leq["r"], Mux(ready1, leq["s2"], eq_r["s2"]))),
+                k["e3r"].eq(Mux(take3, Mux(ready1, leq["pre"], eq_r["pre"]),
+                                Mux(ready1, leq["s3"], eq_r["s3"]))),
             ]
             if LA:
                 m.d.sync += k["pin_enter"].eq(pin_enter_n)
             else:
-                m.d.sync += k["just"].eq(upd & Mux(ready1, eq3_req, k["e3r"]))
+                m.d.sync += k["just"].eq(upd & Mux(ready1, leq["s3"], k["e3r"]))
             if CS == 2:
                 m.d.sync += [
                     k["c_v"].eq(leave2 | (k["c_v"] & ~take3)),
-                    k["ecr"].eq(Mux(leave2, Mux(ready1, eq_req["s2"], eq_r["s2"]),
-                                    Mux(ready1, eq_req["pre"], eq_r["pre"]))),
+                    k["ecr"].eq(Mux(leave2, Mux(ready1, leq["s2"], eq_r["s2"]),
+                                    Mux(ready1, leq["pre"], eq_r["pre"]))),
                 ]
             if j == 0:
                 # the bank's memories: read on every lookup accepted (and while stage 1 is

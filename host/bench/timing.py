@@ -65,9 +65,10 @@ about 2,000 CPU-s with ``router2``). The packetizer and depacketizer run at a 16
 names what was measured and ``flow_of.<unit>`` how. Their critical paths are control paths
 whose depth does not grow with the width (widths add fan-out and routing, so the preset's
 width would be somewhat slower); ``--quick`` measures only the FP units. ``cache_nic`` is the
-smartnic preset's cache organisation placed at a quarter of its sets
+smartnic preset's cache organisation placed at 1,024 of its 16,384 sets
 (:data:`NIC_CACHE_PLACED_SETS`, with the reasons); the preset's size is synthesised beside
-it and reported as ``preset_synth`` (its tag store alone is 192 of the part's 208 DP16KD).
+it and reported as ``preset_synth`` (its tag store alone needs at least 164 of the part's 208
+DP16KD).
 
 Memories: ``brams`` counts DP16KD block RAMs (18 kbit each), ``lutram_cells`` the distributed
 RAM cells (TRELLIS_DPR16X4) yosys chose for memories too shallow for a block RAM (the FIFOs of
@@ -192,13 +193,15 @@ def _cache_nic(params):
     return CacheController(**params)
 
 
-#: Sets of the ``cache_nic`` unit as placed and routed: a quarter of the smartnic preset's
-#: 4,096. A decision, on measurements: the preset's tag store is 3,538,944 bits (4,096 sets
-#: of 32 ways of a 20-bit tag, valid, dirty and a 5-bit LRU rank), 192 DP16KD whatever their
-#: shape, 92% of the LFE5U-85F's 208, and that design did not route (session 9: router1 seed
-#: 1 still ~30,000 arcs to route after 690 s). 1,024 sets keep every path of the organisation
-#: (two slices, so the slice choice behind the block RAMs' output registers is in) in 48
-#: DP16KD; the preset's size is synthesised beside it (``preset_synth``).
+#: Sets of the ``cache_nic`` unit as placed and routed: 1,024 of the smartnic preset's 16,384
+#: (8 ways; 4 MiB of its 64 MiB). A decision, on measurements: the preset's tag store is
+#: 3,014,656 bits (16,384 sets of 8 ways of an 18-bit tag, valid, dirty and a 3-bit LRU
+#: rank), at least 164 DP16KD (192 in banks of 4 ways), 79-92% of the LFE5U-85F's 208; at the
+#: 32 ways the preset had before (4,096 sets, 192 DP16KD) that design did not route (session
+#: 9: router1 seed 1 still ~30,000 arcs to route after 690 s). 1,024 sets keep every path of
+#: the organisation but the width of the slice choice (two slices, so the choice behind the
+#: block RAMs' output registers is in, 2-to-1 where the preset's 32 slices choose 32-to-1)
+#: in 12 DP16KD; the preset's size is synthesised beside it (``preset_synth``).
 NIC_CACHE_PLACED_SETS = 1024
 
 #: ASSUMPTION: the largest row the SmartNIC's cache holds is 512 B (a 128-dimension FP32
@@ -209,7 +212,7 @@ NIC_CACHE_ROW_BYTES = 512
 
 def nic_cache_params(preset: str = "smartnic") -> dict:
     """The controller's parameters for the local cache of a SmartNIC system preset
-    (``sim.units.cache.nic_cache_params``): 64 MiB, 32 ways of 512 B lines on ``smartnic``."""
+    (``sim.units.cache.nic_cache_params``): 64 MiB, 8 ways of 512 B lines on ``smartnic``."""
     from neonic.host.nic_effects import nic_config
     from neonic.host.systems import preset_dict, system_from_dict
     from neonic.sim.units.cache import nic_cache_params as params
@@ -263,16 +266,15 @@ UNITS: tuple[UnitSpec, ...] = (
     UnitSpec("cache_nic", {**nic_cache_params(), "sets": NIC_CACHE_PLACED_SETS}, _cache_nic,
              "cache", preset_params=nic_cache_params(),
              note="the smartnic preset's local cache organisation (64 B beats, 512 B lines "
-                  "in NIC memory behind the lines port, not in the shell; 32 ways, 16 MSHRs, "
+                  "in NIC memory behind the lines port, not in the shell; 8 ways, 16 MSHRs, "
                   "two compare stages, tags in block RAM in slices of 512 sets and banks "
                   "of 4 ways, the state words in way slices with their own control "
                   "copies, no lookahead (no forwarding: a request of the set ahead reads "
-                  "the tag store again), the line requests through a register slice) placed at "
-                  "1,024 sets (16 MiB); the preset's 4,096 sets (64 MiB) are synthesised only "
-                  "(preset_synth: their tags alone take 192 of the part's 208 DP16KD); one "
-                  "seed, router2 (router1 had 77,000 of 94,000 arcs left after 530 s of "
-                  "routing at 1,024 sets)",
-             seeds=(1,), router="router2", pnr_cpu_limit_s=3000, fallback=None),
+                  "the tag store again), the operation queue in LUT RAM with its head in a "
+                  "register, the line requests through a register slice) placed at "
+                  "1,024 sets (4 MiB); the preset's 16,384 sets (64 MiB) are synthesised only "
+                  "(preset_synth: their tags alone need at least 164 of the part's 208 "
+                  "DP16KD)"),
     UnitSpec("packetizer", dict(data_bytes=16, pmtu=256, num_dest=16), _packetizer,
              "packetizer",
              note="16 B datapath (preset: 64 B), PMTU 256, no quantization"),

@@ -491,6 +491,6 @@ def test_a_unit_measured_below_its_presets_size_reports_the_presets_synthesis(tm
 def test_cache_nic_is_the_presets_organisation_placed_at_fewer_sets_and_synthesised_at_its():
     spec = next(s for s in timing.UNITS if s.name == "cache_nic")
     preset = timing.nic_cache_params()
-    assert spec.preset_params == preset and preset["sets"] == 4096
+    assert spec.preset_params == preset and preset["sets"] == 16384 and preset["ways"] == 8
     assert spec.params == {**preset, "sets": timing.NIC_CACHE_PLACED_SETS}
     assert preset["compare_stages"] == 2
