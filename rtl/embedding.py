@@ -97,14 +97,16 @@ the stages that may wait hold queues or credits sized for what is in flight.
 
 Pre-decode (one register stage behind the input skid buffer, a ``PingPongBuffer`` of the item
 and what was decoded from it, so that the parse's take steers its pointers, not the enable of
-every bit of the item): a header reads its table's
+every bit of the item, beside a ``SkidBuffer`` of the flags the parse decides with, so that its
+decisions do not wait for the buffer's read multiplexer): a header reads its table's
 descriptor, an index is compared with the bag's padding index and row count, so that the
 parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
 chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
 each index costs one cycle and, if it contributes, queues a row entry (with its read request,
-``base + index * stride``, computed in two register stages: the product of the parse's item
-and its bag's stride runs free into a register with no reset or enable, the DSP block's
-output register on an FPGA, and the next stage adds the base) in its bag's *slot*. A bag's first
+``base + index * stride``, computed in two register stages: the parse's index and its bag's
+stride go into the first, the product of those flip-flops runs free into a register with no
+reset or enable, the DSP block's output register on an FPGA, beside the second, and the
+queue's write data add the base) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
 order, waiting if that bank is still draining); the bag's slot is ``bank % interleave``. A
 bag's last item queues its bag entry for the drain, and an end-only entry in its slot when
@@ -134,8 +136,9 @@ stage takes a word only if no word of the same accumulator address was issued in
 a bank still draining) are flip-flops, computed a cycle ahead for each thing the head can be
 next (the same word, the row's next word, or the next queue entry's first word, seen through
 the read slice's look-ahead), with ``take`` the last select, so that no long path runs from
-the accumulator state through the handshake; a bank freed by the drain is seen one cycle
-later. The row queue's head is read through two slices holding the same entry: its control
+the accumulator state through the handshake (their compares read the stall logic's own copy
+of the head's bank, not the flip-flops the rest of the issue stage reads); a bank freed by the
+drain is seen one cycle later. The row queue's head is read through two slices holding the same entry: its control
 fields through a ``SkidBuffer`` (few enables), the whole entry through a ``PingPongBuffer``.
 After the issue stage the words pass a widening register, ``fanout_stages`` fan-out
 registers, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
@@ -822,14 +825,29 @@ class EmbeddingBagUnit(wiring.Component):
         ]
         with m.If(bags_in.o.valid & pre.i.ready & in_item.header):
             m.d.sync += cur_p.eq(desc_rd.data)
+        # Beside it, the flags the parse decides with, through a ``SkidBuffer`` that sees the
+        # same handshakes and holds the same item on every cycle (as the slot heads' control
+        # slices): the parse's stall and the bag queue's write enable then start from these
+        # flip-flops, not from the buffer's read multiplexer, whose pointer also selects every
+        # bit of the item (a net of about 90 loads, the first hop of the critical path).
+        pc_layout = data.StructLayout({
+            "header": unsigned(1), "desc_ok": unsigned(1), "pad": unsigned(1),
+            "oob": unsigned(1), "len0": unsigned(1), "len1": unsigned(1)})
+        m.submodules.pre_c = pre_c = SkidBuffer(pc_layout)
+        for f in ("desc_ok", "pad", "oob", "len0", "len1"):
+            m.d.comb += getattr(pre_c.i.payload, f).eq(getattr(pd, f))
+        m.d.comb += [pre_c.i.payload.header.eq(in_item.header),
+                     pre_c.i.valid.eq(bags_in.o.valid), pre_c.o.ready.eq(parse_take)]
+        pcf = pre_c.o.payload
         p_valid = pre.o.valid
         p_item = pre.o.payload.item
         p_desc = pre.o.payload.desc
-        p_desc_ok = pre.o.payload.desc_ok
-        p_pad = pre.o.payload.pad
-        p_oob = pre.o.payload.oob
-        p_len0 = pre.o.payload.len0
-        p_len1 = pre.o.payload.len1
+        p_desc_ok = pcf.desc_ok
+        p_pad = pcf.pad
+        p_oob = pcf.oob
+        p_len0 = pcf.len0
+        p_len1 = pcf.len1
+        p_header = pcf.header
 
         # ---- parse: one input item per cycle, row entries into the bag's slot queue -------
         item = p_item
@@ -848,14 +866,18 @@ class EmbeddingBagUnit(wiring.Component):
         count_inc = Signal(self.length_width + 1, init=1)   # count + 1, as a flip-flop
 
         # Two register stages between the parse and the slot queues, where the row address
-        # ``base + index * stride`` is computed. The product runs free: ``p_off`` is, on every
-        # cycle, the product of the item the parse looked at on the cycle before and its bag's
-        # stride (``cur``), so when that item went into ``pe1`` it is ``pe1``'s offset. It is
-        # a register without reset or enable straight after the multiplier (on an FPGA, the
-        # DSP block's output register: ``host.bench.timing.absorb_dsp_registers``), so no
-        # fabric routing lies between the multiplier and its register; ``pe2`` adds the base.
-        # An index wider than a DSP block's 18-bit operand is multiplied in 18-bit pieces,
-        # each into its own register, and ``pe2`` adds the pieces with the base.
+        # ``base + index * stride`` is computed. ``pe1`` holds the parsed item's entry, its
+        # index (``pe1_index``, loaded on every cycle: the pre-decode buffer's read
+        # multiplexer reaches only this register) and its bag's stride. The product runs
+        # free from ``pe1``: ``p_off`` is, on every cycle, the product of what ``pe1`` held
+        # on the cycle before, so it is ``pe2``'s offset. It is a register without reset or
+        # enable straight after the multiplier (on an FPGA, the DSP block's output register:
+        # ``host.bench.timing.absorb_dsp_registers``), whose inputs are flip-flops, so
+        # neither the buffer's multiplexer nor fabric routing after the multiplier lies in
+        # its path; the slot queues' write data add the base (a carry chain from ``pe2``'s
+        # and the product's flip-flops into the queues' memories). An index wider than a
+        # DSP block's 18-bit operand is multiplied in 18-bit pieces, each into its own
+        # register, and the write data add the pieces with the base.
         pe_layout = data.StructLayout({
             "valid": unsigned(1), "slot": unsigned(max(1, exact_log2(K))),
             "info": rinfo, "stride": unsigned(self.beats_width),
@@ -863,15 +885,18 @@ class EmbeddingBagUnit(wiring.Component):
         })
         pe1 = Signal(pe_layout)
         pe2 = Signal(pe_layout)
+        pe1_index = Signal(self.index_width, reset_less=True)
         pe2_addr = Signal(self.addr_width)
         pe2_wen = Signal(K)          # pe2's slot write enables, decoded a stage ahead
-        off_sum = pe1.base
+        m.d.sync += pe1_index.eq(p_item.body.item.index)
+        off_sum = pe2.base
         for lo in range(0, self.index_width, 18):
-            piece = p_item.body.item.index[lo:lo + 18]
+            piece = pe1_index[lo:lo + 18]
             p_off = Signal(len(piece) + self.beats_width, name=f"p_off{lo}", reset_less=True)
-            m.d.sync += p_off.eq(piece * cur.stride)
+            m.d.sync += p_off.eq(piece * pe1.stride)
             off_sum = off_sum + (p_off << lo)
-        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_addr.eq(off_sum[:self.addr_width]),
+        m.d.comb += pe2_addr.eq(off_sum[:self.addr_width])
+        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1),
                      pe2_wen.eq(Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)]))]
         for k, q in enumerate(slots):
             wr = data.View(sentry, q.w_data)
@@ -902,7 +927,7 @@ class EmbeddingBagUnit(wiring.Component):
 
         with m.FSM(name="front") as front_fsm:
             with m.State("HEADER"):
-                with m.If(p_valid & ~item.header):
+                with m.If(p_valid & ~p_header):
                     # An index item outside a bag: drop it.
                     m.d.comb += parse_take.eq(1)
                     m.d.comb += inc["protocol_errors"].eq(1)
@@ -930,7 +955,7 @@ class EmbeddingBagUnit(wiring.Component):
                         m.d.comb += inc["bags_in"].eq(1)
                         m.next = "ITEMS"
             with m.State("ITEMS"):
-                early = item.header     # a header inside a bag closes it (protocol error)
+                early = p_header     # a header inside a bag closes it (protocol error)
                 is_pad = p_pad
                 oob = p_oob
                 contributes = ~early & ~c_error & ~is_pad & ~oob
@@ -994,8 +1019,8 @@ class EmbeddingBagUnit(wiring.Component):
         # write enable stated on its own, from flip-flops (``bag_room`` for the queue).
         m.d.comb += bag_q.w_en.eq(bq_write)
         m.d.comb += bq_write.eq(p_valid & bag_room & Mux(
-            front_fsm.ongoing("ITEMS"), room_ok & (item.header | last_next),
-            item.header & p_len0))
+            front_fsm.ongoing("ITEMS"), room_ok & (p_header | last_next),
+            p_header & p_len0))
 
         # The slot of the next cycle's index item: ``next_bank``'s while the bag has no bank
         # (a header now, or no contributing row yet: an item claiming the bank now makes
@@ -1180,7 +1205,6 @@ class EmbeddingBagUnit(wiring.Component):
         word_inc = Signal(self.word_width + 1, init=1)     # word + 1, kept as a flip-flop
         is16 = hc.elem_type != ELEM_TYPE_CODES["fp32"]
         addr_w = self.word_width + self.bank_width
-        head_addr = Cat(word[:self.word_width], hc.bank)
         # The words issued in the last ``add_latency`` cycles are still in the adder when this
         # one reads its sum: a word of the same accumulator address must wait (the
         # read-add-write distance, ``add_latency + 1``). Only the issue stage looks;
@@ -1199,6 +1223,20 @@ class EmbeddingBagUnit(wiring.Component):
         bank_wait = Signal()
         last_word = Signal()
         peek = info_sk.peek_payload
+        # The stall flags' own copy of the head's bank and of ``has_row & ~first``, loaded as
+        # the head's slice loads its output register (``rtl.streams.SkidBuffer``: from
+        # ``peek`` whenever the output is empty or taken), so that the window's address
+        # compares and the bank flags do not share the head's bank flip-flops with the rest
+        # of the issue stage (their net spanned the stage: 4.7 ns of routing to the hazard's
+        # first LUT, its critical path). The copy's bank is zero in an entry without a row,
+        # which every use of it ignores (each is gated by ``has_row``), so it is not the same
+        # function as the head's and synthesis keeps both.
+        hz_bank = Signal(self.bank_width, name="hz_bank")
+        hz_later = Signal(name="hz_later")       # has_row & ~first: a row after the bag's first
+        with m.If(~info_h.valid | info_h.ready):
+            m.d.sync += [hz_bank.eq(Mux(peek.has_row, peek.bank, 0)),
+                         hz_later.eq(peek.has_row & ~peek.first)]
+        head_addr = Cat(word[:self.word_width], hz_bank)
 
         def window_hit(addr):
             hit = Const(0, 1)
@@ -1209,11 +1247,11 @@ class EmbeddingBagUnit(wiring.Component):
         take = Signal()
         claim_bank = hc.has_row & hc.first & (word == 0)
         # same word, no take
-        stay_hazard = hc.has_row & ~hc.first & window_hit(head_addr)
-        stay_wait = claim_bank & bank_busy.bit_select(hc.bank, 1)
+        stay_hazard = hz_later & window_hit(head_addr)
+        stay_wait = claim_bank & bank_busy.bit_select(hz_bank, 1)
         # the row's next word, after a take inside the row
-        next_addr = Cat(word_inc[:self.word_width], hc.bank)
-        step_hazard = ~hc.first & window_hit(next_addr)
+        next_addr = Cat(word_inc[:self.word_width], hz_bank)
+        step_hazard = hz_later & window_hit(next_addr)
         step_last = word_inc == hc.last_word
         # word 0 of the next entry: the read slice's skid register's entry if it holds one,
         # else the queue's head. The hazard is computed for both and chosen at the end, so
@@ -1239,7 +1277,7 @@ class EmbeddingBagUnit(wiring.Component):
         if al > 1:
             for b in range(nb):
                 w0_addr = Cat(Const(0, self.word_width), Const(b, self.bank_width))
-                nxt = take & hc.has_row & head_w0 & (hc.bank == b)
+                nxt = take & hc.has_row & head_w0 & (hz_bank == b)
                 for r in recent[:al - 2]:
                     nxt = nxt | (r.valid & (r.addr == w0_addr))
                 m.d.sync += w0_busy[b].eq(nxt)
@@ -1247,7 +1285,7 @@ class EmbeddingBagUnit(wiring.Component):
         def hazard_of(entry, taken: bool):
             hit = w0_busy.bit_select(entry.bank, 1)
             if taken:
-                hit = hit | (hc.has_row & head_w0 & (hc.bank == entry.bank))
+                hit = hit | (hc.has_row & head_w0 & (hz_bank == entry.bank))
             return entry.has_row & ~entry.first & hit
 
         def peek_hazard(taken: bool):

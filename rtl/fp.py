@@ -447,7 +447,7 @@ class FPMul32(_Binary32):
 
     STEPS = 11
 
-    def __init__(self, *, latency: int = 10):
+    def __init__(self, *, latency: int = STEPS):
         super().__init__(latency, self.STEPS)
 
     def elaborate(self, platform):
