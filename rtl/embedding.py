@@ -141,8 +141,9 @@ next (the same word, the row's next word, or the next queue entry's first word, 
 the read slice's look-ahead), with ``take`` the last select, so that no long path runs from
 the accumulator state through the handshake (their compares read the stall logic's own copy
 of the head's bank, not the flip-flops the rest of the issue stage reads); a bank freed by the
-drain is seen one cycle later. The row queue's head is read through two slices holding the same entry: its control
-fields through a ``SkidBuffer`` (few enables), the whole entry through a ``PingPongBuffer``.
+drain is seen one cycle later. The row queue's head is read through two slices holding the
+same entry: its control fields through a ``SkidBuffer`` (few enables), the whole entry
+through a ``PingPongBuffer``.
 After the issue stage the words pass a widening register, ``fanout_stages`` fan-out
 registers, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
 (``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
@@ -1607,6 +1608,7 @@ class EmbeddingBagUnit(wiring.Component):
         odepth = self.out_depth
         credit = Signal(range(odepth + 1))     # beats read and not yet taken from `pooled`
         credit_ok = Signal(init=1)             # credit != odepth, as a flip-flop
+        credit_nz = Signal()                   # credit != 0, as a flip-flop (for ``busy``)
         # whether the head bag's words are all written back (or it has none): a flip-flop,
         # computed a cycle ahead like ``d_last`` (with this cycle's write-back; the bank the
         # drain frees is never the next bag's, whose bank is the next one claimed)
@@ -1729,6 +1731,7 @@ class EmbeddingBagUnit(wiring.Component):
             credit.eq(credit + issue - taken),
             credit_ok.eq(Mux(issue & ~taken, credit != odepth - 1,
                              Mux(taken & ~issue, 1, credit != odepth))),
+            credit_nz.eq(Mux(issue & ~taken, 1, Mux(taken & ~issue, credit != 1, credit != 0))),
         ]
         with m.If(taken & pooled.payload.last):
             m.d.comb += inc["bags_out"].eq(1)
@@ -1736,14 +1739,18 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.comb += inc["stall_output"].eq(1)
 
         # ---- busy and input starvation --------------------------------------------------
+        # (the reducer's pipeline after the issue is a shift register: whether any of its
+        # stages but the first holds a word is whether any but the last held one on the
+        # cycle before, kept as a flip-flop; with the credit's ``!= 0`` as a flip-flop, the
+        # OR over the unit has about half the terms, from flip-flops spread over the unit)
+        red_chain = [*ctx_pipe, *inflight]
+        chain_rest = Signal(name="chain_rest_any")   # any of red_chain[1:] holds a word
+        m.d.sync += chain_rest.eq(Cat(*[c.valid for c in red_chain[:-1]]).any())
         in_flight = (bags_in.o.valid | p_valid | req_out.o.valid | resp_in.o.valid | pe1.valid
                      | pe2.valid | info_in.o.valid | info_q.r_rdy | info_h.valid | bag_q.r_rdy
-                     | bag_h.valid
-                     | (credit != 0))
+                     | bag_h.valid | credit_nz | red_chain[0].valid | chain_rest)
         for q, h in zip(slots, heads):
             in_flight = in_flight | q.r_rdy | h.valid
-        for c in [*ctx_pipe, *inflight]:
-            in_flight = in_flight | c.valid
         busy = Signal()
         m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)
         # The output: ``busy`` (or an event waiting to be counted: ``inc_busy_cycles_q`` is
