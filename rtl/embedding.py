@@ -174,26 +174,31 @@ beat per cycle while the queue has room for everything in flight (a credit count
 (``sim.timing.embedding``) uses.
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
-grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds 1 / 2:
-103.1 / 100.9 MHz, 9,565 LUTs, 10,679 FFs, 4 DP16KD, 17 MULT18X18D (the RTL before the
-pre-decode slice, the drain's second register level, the pacing without ``row_done``, the
-slot heads' control slices, the hazard's per-bank flag, the registered ``busy``, the 11-step
-multiplier and the request, row-queue and bag slices as ``PingPongBuffer``s: 98.1 / 94.1 MHz;
-with the first three alone, 99.0 / 104.2; the first seven, 105.2 on seed 1). 125 MHz is not
-reached. Sink pins over 8 ns on seed 1: 56 (120 before). The worst paths are 4-10 LUT levels
-with 7-8 ns of routing each: the hazard flag (from the row head's control fields, 4.7 ns of
-routing to its first LUT), the grant (from a slot queue's ``r_rdy`` through its control
-slice's look-ahead and the round robin), the arbiter's selected entry into the request
-slice's entries (an AND-OR over the slot heads), the rows-in-flight flag ``room``, the slot
-queues' read registers, the drain multiplier's sticky bits (9.1-9.9 ns each). At
-``data_bytes=64, lanes=16`` synthesis gives 53,422 LUTs, 60,656 FFs, 32 DP16KD and 129
-MULT18X18D (this RTL; its place and route, about 2,000 CPU-s, was not run). There the weight
-and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane flags,
-addresses and write enables are one register from the shared context; on the RTL of session
-11 the only nets of over 140 loads besides the clock and reset were the load and pointer
-flags of the two ``PingPongBuffer`` slices of the response input and the output (512-526
-loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The RTL
-before the lane slices reached 69.8 MHz there (seed 1).
+grade 6, ``router2``). At the ``bench timing`` table set with 2 lanes and 8 B beats, placement
+seed 1: 111.7 MHz, 9,734 LUTs, 10,919 FFs, 4 DP16KD, 17 MULT18X18D (session 13; 103.1 MHz
+before, on the same seed). The changes, in order, with what each was on the critical path:
+the row address's multiply reads ``pe1``'s flip-flops (it had come behind the pre-decode
+buffer's read multiplexer) and the hazard logic its own copy of the head's bank (4.7 ns of
+routing to the hazard's first LUT): 103.7 MHz; the parse's flags through their own slice (the
+buffer's read pointer, 90 loads, into the bag queue's level): 101.2 (placement varies by a
+few percent between netlists); the grant's candidates from a control queue of their own (the
+slot queue's ``r_rdy``, 3.4 ns to the control slice), the granted entry selected by copies of
+the grant, the multiplier's underflow compares a step earlier: 108.5; ``busy``'s OR with half
+its terms (9.2 ns from ``pe1.valid``): 111.7. 125 MHz is not reached. Nineteen paths are over
+8 ns on that run (a static listing from nextpnr's SDF): the hazard flag from the window's
+addresses (8.95 ns: 7 LUTs, 6.5 ns of routing), the slot heads' read pointers into the row
+slice's entries (8.7: 2 LUTs, 7.7 of routing; the pointer selects every bit of the head), the
+bank-wait flag, the max selector's compare (a 32-bit carry chain), the row queue's level, the
+multipliers' leading-zero count, the drain's reciprocal read, the row address's add into the
+slot queues (8.0-8.4 each); most are 2-7 LUTs with 1-1.5 ns of routing per hop. At
+``data_bytes=64, lanes=16`` synthesis of session 12's RTL gave 53,422 LUTs, 60,656 FFs, 32
+DP16KD and 129 MULT18X18D (its place and route, about 2,000 CPU-s, was not run). There the
+weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
+flags, addresses and write enables are one register from the shared context; on the RTL of
+session 11 the only nets of over 140 loads besides the clock and reset were the load and
+pointer flags of the two ``PingPongBuffer`` slices of the response input and the output
+(512-526 loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The
+RTL before the lane slices reached 69.8 MHz there (seed 1).
 """
 
 from __future__ import annotations

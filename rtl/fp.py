@@ -435,7 +435,8 @@ class FPMul32(_Binary32):
     then by 0..7 bits), sum the exponents and the leading zeros, resolve the special results;
     (4) the product's exponent and four 12x12-bit partial products (each fits one 18x18 DSP
     block, and the step's register is the DSP's output register); (5) add the two middle
-    partial products; (6) the 48-bit product; (7) one-bit normalisation and the right shift of
+    partial products and compare the exponent for both positions of the product's leading
+    one; (6) the 48-bit product; (7) one-bit normalisation and the right shift of
     a result below the subnormal exponent; (8) and (9) that right shift with sticky bits, by
     multiples of 8 bits and then 0..7 bits; (10) decide the rounding and the overflow; (11)
     round to nearest even, pack, and select the special result where there is one.
