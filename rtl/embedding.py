@@ -176,22 +176,22 @@ beat per cycle while the queue has room for everything in flight (a credit count
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
 grade 6, ``router2``). At the ``bench timing`` table set with 2 lanes and 8 B beats, placement
 seeds 1 / 2: 111.7 / 112.5 MHz, 9,734 LUTs, 10,919 FFs, 4 DP16KD, 17 MULT18X18D (session 13;
-103.1 / 100.9 MHz before). On seed 1: The changes, in order, with what each was on the critical path:
-the row address's multiply reads ``pe1``'s flip-flops (it had come behind the pre-decode
+103.1 / 100.9 MHz before). On seed 1, the changes, in order, with what each was on the critical
+path: the row address's multiply reads ``pe1``'s flip-flops (it had come behind the pre-decode
 buffer's read multiplexer) and the hazard logic its own copy of the head's bank (4.7 ns of
 routing to the hazard's first LUT): 103.7 MHz; the parse's flags through their own slice (the
-buffer's read pointer, 90 loads, into the bag queue's level): 101.2 (placement varies by a
-few percent between netlists); the grant's candidates from a control queue of their own (the
-slot queue's ``r_rdy``, 3.4 ns to the control slice), the granted entry selected by copies of
-the grant, the multiplier's underflow compares a step earlier: 108.5; ``busy``'s OR with half
-its terms (9.2 ns from ``pe1.valid``): 111.7. 125 MHz is not reached. Nineteen paths are over
-8 ns on seed 1 (a static listing from nextpnr's SDF; 35 on seed 2, whose worst are the
-adders' first and fifth steps, 8.8-8.9 ns, and the drain's reciprocal read): the hazard flag from the window's
-addresses (8.95 ns: 7 LUTs, 6.5 ns of routing), the slot heads' read pointers into the row
-slice's entries (8.7: 2 LUTs, 7.7 of routing; the pointer selects every bit of the head), the
-bank-wait flag, the max selector's compare (a 32-bit carry chain), the row queue's level, the
-multipliers' leading-zero count, the drain's reciprocal read, the row address's add into the
-slot queues (8.0-8.4 each); most are 2-7 LUTs with 1-1.5 ns of routing per hop. At
+buffer's read pointer, 90 loads, into the bag queue's level): 101.2 (placement varies by a few
+percent between netlists); the grant's candidates from a control queue of their own (the slot
+queue's ``r_rdy``, 3.4 ns to the control slice), the granted entry selected by copies of the
+grant, the multiplier's underflow compares a step earlier: 108.5; ``busy``'s OR with half its
+terms (9.2 ns from ``pe1.valid``): 111.7. 125 MHz is not reached. Nineteen paths are over 8 ns
+on seed 1 (a static listing from nextpnr's SDF; 35 on seed 2, whose worst are the adders' first
+and fifth steps, 8.8-8.9 ns, and the drain's reciprocal read): the hazard flag from the
+window's addresses (8.95 ns: 7 LUTs, 6.5 ns of routing), the slot heads' read pointers into the
+row slice's entries (8.7: 2 LUTs, 7.7 of routing; the pointer selects every bit of the head),
+the bank-wait flag, the max selector's compare (a 32-bit carry chain), the row queue's level,
+the multipliers' leading-zero count, the drain's reciprocal read, the row address's add into
+the slot queues (8.0-8.4 each); most are 2-7 LUTs with 1-1.5 ns of routing per hop. At
 ``data_bytes=64, lanes=16`` synthesis of session 12's RTL gave 53,422 LUTs, 60,656 FFs, 32
 DP16KD and 129 MULT18X18D (its place and route, about 2,000 CPU-s, was not run). There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
