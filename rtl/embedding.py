@@ -97,14 +97,16 @@ the stages that may wait hold queues or credits sized for what is in flight.
 
 Pre-decode (one register stage behind the input skid buffer, a ``PingPongBuffer`` of the item
 and what was decoded from it, so that the parse's take steers its pointers, not the enable of
-every bit of the item): a header reads its table's
+every bit of the item, beside a ``SkidBuffer`` of the flags the parse decides with, so that its
+decisions do not wait for the buffer's read multiplexer): a header reads its table's
 descriptor, an index is compared with the bag's padding index and row count, so that the
 parse decides from flip-flops (the room of the item's slot and of the bag queue are flags
 chosen a cycle ahead). Parse (one input item per cycle): a header costs one cycle;
 each index costs one cycle and, if it contributes, queues a row entry (with its read request,
-``base + index * stride``, computed in two register stages: the product of the parse's item
-and its bag's stride runs free into a register with no reset or enable, the DSP block's
-output register on an FPGA, and the next stage adds the base) in its bag's *slot*. A bag's first
+``base + index * stride``, computed in two register stages: the parse's index and its bag's
+stride go into the first, the product of those flip-flops runs free into a register with no
+reset or enable, the DSP block's output register on an FPGA, beside the second, and the
+queue's write data add the base) in its bag's *slot*. A bag's first
 contributing row claims the next accumulator bank (``2 * interleave`` banks, claimed in bag
 order, waiting if that bank is still draining); the bag's slot is ``bank % interleave``. A
 bag's last item queues its bag entry for the drain, and an end-only entry in its slot when
@@ -118,7 +120,10 @@ flip-flops; the current grant and the slots' room only select among them at the 
 pacing counts the rows in flight as of the cycle before, so the reducer's row completion does
 not reach the grant; on its cycle only the
 downstream room decides whether the granted head goes; each slot's head is a
-``PingPongBuffer``, so the grant steers its pointers, not its entries' enables), into the
+``PingPongBuffer``, so the grant steers its pointers, not its entries' enables, and the
+candidates read the head's control fields from a slice and a small queue of their own beside
+the slot's, so that they share no flip-flop with the wide entries; two more copies of the
+grant select the granted entry for the request and the row queue), into the
 read requests and the reducer's row queue (at most ``outstanding`` rows requested and not
 fully consumed). Rows of up to ``interleave`` bags alternate, so consecutive rows of one bag
 are separated by the other bags' rows: this hides the adder's read-add-write distance without
@@ -134,9 +139,11 @@ stage takes a word only if no word of the same accumulator address was issued in
 a bank still draining) are flip-flops, computed a cycle ahead for each thing the head can be
 next (the same word, the row's next word, or the next queue entry's first word, seen through
 the read slice's look-ahead), with ``take`` the last select, so that no long path runs from
-the accumulator state through the handshake; a bank freed by the drain is seen one cycle
-later. The row queue's head is read through two slices holding the same entry: its control
-fields through a ``SkidBuffer`` (few enables), the whole entry through a ``PingPongBuffer``.
+the accumulator state through the handshake (their compares read the stall logic's own copy
+of the head's bank, not the flip-flops the rest of the issue stage reads); a bank freed by the
+drain is seen one cycle later. The row queue's head is read through two slices holding the
+same entry: its control fields through a ``SkidBuffer`` (few enables), the whole entry
+through a ``PingPongBuffer``.
 After the issue stage the words pass a widening register, ``fanout_stages`` fan-out
 registers, the weight multipliers (``FPMul32``, ``mul_latency``) and the adders
 (``FPAdd32``, ``add_latency``) or the max selectors (one :class:`PoolLane` per lane) into
@@ -167,26 +174,32 @@ beat per cycle while the queue has room for everything in flight (a credit count
 (``sim.timing.embedding``) uses.
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
-grade 6, ``router2``). At the ``bench timing`` size (2 lanes, 8 B beats), placement seeds 1 / 2:
-103.1 / 100.9 MHz, 9,565 LUTs, 10,679 FFs, 4 DP16KD, 17 MULT18X18D (the RTL before the
-pre-decode slice, the drain's second register level, the pacing without ``row_done``, the
-slot heads' control slices, the hazard's per-bank flag, the registered ``busy``, the 11-step
-multiplier and the request, row-queue and bag slices as ``PingPongBuffer``s: 98.1 / 94.1 MHz;
-with the first three alone, 99.0 / 104.2; the first seven, 105.2 on seed 1). 125 MHz is not
-reached. Sink pins over 8 ns on seed 1: 56 (120 before). The worst paths are 4-10 LUT levels
-with 7-8 ns of routing each: the hazard flag (from the row head's control fields, 4.7 ns of
-routing to its first LUT), the grant (from a slot queue's ``r_rdy`` through its control
-slice's look-ahead and the round robin), the arbiter's selected entry into the request
-slice's entries (an AND-OR over the slot heads), the rows-in-flight flag ``room``, the slot
-queues' read registers, the drain multiplier's sticky bits (9.1-9.9 ns each). At
-``data_bytes=64, lanes=16`` synthesis gives 53,422 LUTs, 60,656 FFs, 32 DP16KD and 129
-MULT18X18D (this RTL; its place and route, about 2,000 CPU-s, was not run). There the weight
-and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane flags,
-addresses and write enables are one register from the shared context; on the RTL of session
-11 the only nets of over 140 loads besides the clock and reset were the load and pointer
-flags of the two ``PingPongBuffer`` slices of the response input and the output (512-526
-loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The RTL
-before the lane slices reached 69.8 MHz there (seed 1).
+grade 6, ``router2``). At the ``bench timing`` table set with 2 lanes and 8 B beats, placement
+seeds 1 / 2: 111.7 / 112.5 MHz, 9,734 LUTs, 10,919 FFs, 4 DP16KD, 17 MULT18X18D (session 13;
+103.1 / 100.9 MHz before). On seed 1, the changes, in order, with what each was on the critical
+path: the row address's multiply reads ``pe1``'s flip-flops (it had come behind the pre-decode
+buffer's read multiplexer) and the hazard logic its own copy of the head's bank (4.7 ns of
+routing to the hazard's first LUT): 103.7 MHz; the parse's flags through their own slice (the
+buffer's read pointer, 90 loads, into the bag queue's level): 101.2 (placement varies by a few
+percent between netlists); the grant's candidates from a control queue of their own (the slot
+queue's ``r_rdy``, 3.4 ns to the control slice), the granted entry selected by copies of the
+grant, the multiplier's underflow compares a step earlier: 108.5; ``busy``'s OR with half its
+terms (9.2 ns from ``pe1.valid``): 111.7. 125 MHz is not reached. Nineteen paths are over 8 ns
+on seed 1 (a static listing from nextpnr's SDF; 35 on seed 2, whose worst are the adders' first
+and fifth steps, 8.8-8.9 ns, and the drain's reciprocal read): the hazard flag from the
+window's addresses (8.95 ns: 7 LUTs, 6.5 ns of routing), the slot heads' read pointers into the
+row slice's entries (8.7: 2 LUTs, 7.7 of routing; the pointer selects every bit of the head),
+the bank-wait flag, the max selector's compare (a 32-bit carry chain), the row queue's level,
+the multipliers' leading-zero count, the drain's reciprocal read, the row address's add into
+the slot queues (8.0-8.4 each); most are 2-7 LUTs with 1-1.5 ns of routing per hop. At
+``data_bytes=64, lanes=16`` synthesis of session 12's RTL gave 53,422 LUTs, 60,656 FFs, 32
+DP16KD and 129 MULT18X18D (its place and route, about 2,000 CPU-s, was not run). There the
+weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
+flags, addresses and write enables are one register from the shared context; on the RTL of
+session 11 the only nets of over 140 loads besides the clock and reset were the load and
+pointer flags of the two ``PingPongBuffer`` slices of the response input and the output
+(512-526 loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The
+RTL before the lane slices reached 69.8 MHz there (seed 1).
 """
 
 from __future__ import annotations
@@ -199,6 +212,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
+from .cache import KEEP_COPY_ATTR
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
 from .streams import (COLLISION_X_ATTR, CreditFIFO, MemPortSignature, MemRequest,
                       MemResponseBeat, PingPongBuffer, SkidBuffer, check_int)
@@ -735,14 +749,22 @@ class EmbeddingBagUnit(wiring.Component):
         # entry on every cycle (as the row queue's head below): the grant's candidates then
         # start from these flip-flops, not from the head's read multiplexer, whose pointer
         # also selects every bit of the entry (a net of about 70 loads).
+        # The control fields come from their own queue beside the slot's (``ctl_qs``: the
+        # same writes, read with the same handshakes, so it holds the same entries on every
+        # cycle), so that the control slice's input valid is a flip-flop of its own: the
+        # slot queue's ``r_rdy`` also steers the head's wide entries, and its net's first
+        # hop to the control slice was 3.4 ns of routing on the grant's critical path.
         slot_ctl = data.StructLayout({"has_row": unsigned(1), "first": unsigned(1)})
         ctl_sks = []
+        ctl_qs = []
         for k, (q, sk) in enumerate(zip(slots, head_sks)):
+            cq = CreditFIFO(width=slot_ctl.size, depth=self.slot_depth)
+            m.submodules[f"slot_cq{k}"] = cq
+            ctl_qs.append(cq)
             c = SkidBuffer(slot_ctl, peek=True)
             m.submodules[f"slot_c{k}"] = c
-            qv = data.View(sentry, q.r_data)
-            m.d.comb += [c.i.valid.eq(q.r_rdy), c.i.payload.has_row.eq(qv.info.has_row),
-                         c.i.payload.first.eq(qv.info.first), c.o.ready.eq(sk.o.ready)]
+            m.d.comb += [c.i.valid.eq(cq.r_rdy), c.i.payload.eq(cq.r_data),
+                         cq.r_en.eq(c.i.ready), c.o.ready.eq(sk.o.ready)]
             ctl_sks.append(c)
         # The row queue's head, in two slices that see the same handshakes and hold the same
         # entry on every cycle: its control fields (what ``take`` and the issue's stall flags
@@ -822,14 +844,29 @@ class EmbeddingBagUnit(wiring.Component):
         ]
         with m.If(bags_in.o.valid & pre.i.ready & in_item.header):
             m.d.sync += cur_p.eq(desc_rd.data)
+        # Beside it, the flags the parse decides with, through a ``SkidBuffer`` that sees the
+        # same handshakes and holds the same item on every cycle (as the slot heads' control
+        # slices): the parse's stall and the bag queue's write enable then start from these
+        # flip-flops, not from the buffer's read multiplexer, whose pointer also selects every
+        # bit of the item (a net of about 90 loads, the first hop of the critical path).
+        pc_layout = data.StructLayout({
+            "header": unsigned(1), "desc_ok": unsigned(1), "pad": unsigned(1),
+            "oob": unsigned(1), "len0": unsigned(1), "len1": unsigned(1)})
+        m.submodules.pre_c = pre_c = SkidBuffer(pc_layout)
+        for f in ("desc_ok", "pad", "oob", "len0", "len1"):
+            m.d.comb += getattr(pre_c.i.payload, f).eq(getattr(pd, f))
+        m.d.comb += [pre_c.i.payload.header.eq(in_item.header),
+                     pre_c.i.valid.eq(bags_in.o.valid), pre_c.o.ready.eq(parse_take)]
+        pcf = pre_c.o.payload
         p_valid = pre.o.valid
         p_item = pre.o.payload.item
         p_desc = pre.o.payload.desc
-        p_desc_ok = pre.o.payload.desc_ok
-        p_pad = pre.o.payload.pad
-        p_oob = pre.o.payload.oob
-        p_len0 = pre.o.payload.len0
-        p_len1 = pre.o.payload.len1
+        p_desc_ok = pcf.desc_ok
+        p_pad = pcf.pad
+        p_oob = pcf.oob
+        p_len0 = pcf.len0
+        p_len1 = pcf.len1
+        p_header = pcf.header
 
         # ---- parse: one input item per cycle, row entries into the bag's slot queue -------
         item = p_item
@@ -848,14 +885,18 @@ class EmbeddingBagUnit(wiring.Component):
         count_inc = Signal(self.length_width + 1, init=1)   # count + 1, as a flip-flop
 
         # Two register stages between the parse and the slot queues, where the row address
-        # ``base + index * stride`` is computed. The product runs free: ``p_off`` is, on every
-        # cycle, the product of the item the parse looked at on the cycle before and its bag's
-        # stride (``cur``), so when that item went into ``pe1`` it is ``pe1``'s offset. It is
-        # a register without reset or enable straight after the multiplier (on an FPGA, the
-        # DSP block's output register: ``host.bench.timing.absorb_dsp_registers``), so no
-        # fabric routing lies between the multiplier and its register; ``pe2`` adds the base.
-        # An index wider than a DSP block's 18-bit operand is multiplied in 18-bit pieces,
-        # each into its own register, and ``pe2`` adds the pieces with the base.
+        # ``base + index * stride`` is computed. ``pe1`` holds the parsed item's entry, its
+        # index (``pe1_index``, loaded on every cycle: the pre-decode buffer's read
+        # multiplexer reaches only this register) and its bag's stride. The product runs
+        # free from ``pe1``: ``p_off`` is, on every cycle, the product of what ``pe1`` held
+        # on the cycle before, so it is ``pe2``'s offset. It is a register without reset or
+        # enable straight after the multiplier (on an FPGA, the DSP block's output register:
+        # ``host.bench.timing.absorb_dsp_registers``), whose inputs are flip-flops, so
+        # neither the buffer's multiplexer nor fabric routing after the multiplier lies in
+        # its path; the slot queues' write data add the base (a carry chain from ``pe2``'s
+        # and the product's flip-flops into the queues' memories). An index wider than a
+        # DSP block's 18-bit operand is multiplied in 18-bit pieces, each into its own
+        # register, and the write data add the pieces with the base.
         pe_layout = data.StructLayout({
             "valid": unsigned(1), "slot": unsigned(max(1, exact_log2(K))),
             "info": rinfo, "stride": unsigned(self.beats_width),
@@ -863,19 +904,25 @@ class EmbeddingBagUnit(wiring.Component):
         })
         pe1 = Signal(pe_layout)
         pe2 = Signal(pe_layout)
+        pe1_index = Signal(self.index_width, reset_less=True)
         pe2_addr = Signal(self.addr_width)
         pe2_wen = Signal(K)          # pe2's slot write enables, decoded a stage ahead
-        off_sum = pe1.base
+        m.d.sync += pe1_index.eq(p_item.body.item.index)
+        off_sum = pe2.base
         for lo in range(0, self.index_width, 18):
-            piece = p_item.body.item.index[lo:lo + 18]
+            piece = pe1_index[lo:lo + 18]
             p_off = Signal(len(piece) + self.beats_width, name=f"p_off{lo}", reset_less=True)
-            m.d.sync += p_off.eq(piece * cur.stride)
+            m.d.sync += p_off.eq(piece * pe1.stride)
             off_sum = off_sum + (p_off << lo)
-        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_addr.eq(off_sum[:self.addr_width]),
+        m.d.comb += pe2_addr.eq(off_sum[:self.addr_width])
+        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1),
                      pe2_wen.eq(Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)]))]
-        for k, q in enumerate(slots):
+        for k, (q, cq) in enumerate(zip(slots, ctl_qs)):
             wr = data.View(sentry, q.w_data)
+            cw = data.View(slot_ctl, cq.w_data)
             m.d.comb += [
+                cq.w_en.eq(pe2_wen[k]),
+                cw.has_row.eq(pe2.info.has_row), cw.first.eq(pe2.info.first),
                 q.w_en.eq(pe2_wen[k]),
                 wr.info.eq(pe2.info),
                 wr.addr.eq(pe2_addr),
@@ -902,7 +949,7 @@ class EmbeddingBagUnit(wiring.Component):
 
         with m.FSM(name="front") as front_fsm:
             with m.State("HEADER"):
-                with m.If(p_valid & ~item.header):
+                with m.If(p_valid & ~p_header):
                     # An index item outside a bag: drop it.
                     m.d.comb += parse_take.eq(1)
                     m.d.comb += inc["protocol_errors"].eq(1)
@@ -930,7 +977,7 @@ class EmbeddingBagUnit(wiring.Component):
                         m.d.comb += inc["bags_in"].eq(1)
                         m.next = "ITEMS"
             with m.State("ITEMS"):
-                early = item.header     # a header inside a bag closes it (protocol error)
+                early = p_header     # a header inside a bag closes it (protocol error)
                 is_pad = p_pad
                 oob = p_oob
                 contributes = ~early & ~c_error & ~is_pad & ~oob
@@ -994,8 +1041,8 @@ class EmbeddingBagUnit(wiring.Component):
         # write enable stated on its own, from flip-flops (``bag_room`` for the queue).
         m.d.comb += bag_q.w_en.eq(bq_write)
         m.d.comb += bq_write.eq(p_valid & bag_room & Mux(
-            front_fsm.ongoing("ITEMS"), room_ok & (item.header | last_next),
-            item.header & p_len0))
+            front_fsm.ongoing("ITEMS"), room_ok & (p_header | last_next),
+            p_header & p_len0))
 
         # The slot of the next cycle's index item: ``next_bank``'s while the bag has no bank
         # (a header now, or no contributing row yet: an item claiming the bank now makes
@@ -1035,10 +1082,19 @@ class EmbeddingBagUnit(wiring.Component):
         # flight the memory is kept busy first.
         rr_prev = Signal(K, init=1 << (K - 1))   # one-hot: the slot served last
         grant = Signal(K)                        # one-hot (or zero): this cycle's grant
-        sel_bits = Const(0, sentry.size)
+        # Two copies of the grant select the granted head's entry, one for the request's
+        # fields and one for the row's: a grant flip-flop's net reached every bit of both
+        # slices' entries and the arbiter's own logic (8.0-8.5 ns of routing over two LUTs).
+        # Marked as deliberate copies (``rtl.cache.KEEP_COPY_ATTR``): synthesis keeps them.
+        grant_req = Signal(K, name="grant_req", attrs={KEEP_COPY_ATTR: "1"})
+        grant_info = Signal(K, name="grant_info", attrs={KEEP_COPY_ATTR: "1"})
+        sel_req = Const(0, sentry.size)
+        sel_info = Const(0, sentry.size)
         for k in range(K):
-            sel_bits = sel_bits | Mux(grant[k], heads[k].payload, 0)
-        sel = data.View(sentry, sel_bits)
+            sel_req = sel_req | Mux(grant_req[k], heads[k].payload, 0)
+            sel_info = sel_info | Mux(grant_info[k], heads[k].payload, 0)
+        sel = data.View(sentry, sel_req)
+        seli = data.View(sentry, sel_info)
         outstanding = Signal(range(self.outstanding + 1))
         row_done = Signal()          # the reducer finished consuming a row
         row_issued = Signal()
@@ -1093,7 +1149,7 @@ class EmbeddingBagUnit(wiring.Component):
             req_out.i.payload.write.eq(0),
             row_issued.eq(req_out.i.valid),
             info_in.i.valid.eq(go),
-            info_in.i.payload.eq(sel.info),
+            info_in.i.payload.eq(seli.info),
         ]
         for k, h in enumerate(heads):
             m.d.comb += h.ready.eq(go_k[k])
@@ -1165,8 +1221,8 @@ class EmbeddingBagUnit(wiring.Component):
             cand = Mux(can_go[j], grant_after(j), stay)
             nxt = nxt | Mux(grant[j], cand, 0)
         m.d.comb += grant_next.eq(nxt)
-        m.d.sync += [grant.eq(grant_next), rr.eq(rr_next), rr_prev.eq(rr_prev_next),
-                     start.eq(start_next)]
+        m.d.sync += [grant.eq(grant_next), grant_req.eq(grant_next), grant_info.eq(grant_next),
+                     rr.eq(rr_next), rr_prev.eq(rr_prev_next), start.eq(start_next)]
 
         # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
         head = data.View(rinfo, info_pp.o.payload)
@@ -1180,7 +1236,6 @@ class EmbeddingBagUnit(wiring.Component):
         word_inc = Signal(self.word_width + 1, init=1)     # word + 1, kept as a flip-flop
         is16 = hc.elem_type != ELEM_TYPE_CODES["fp32"]
         addr_w = self.word_width + self.bank_width
-        head_addr = Cat(word[:self.word_width], hc.bank)
         # The words issued in the last ``add_latency`` cycles are still in the adder when this
         # one reads its sum: a word of the same accumulator address must wait (the
         # read-add-write distance, ``add_latency + 1``). Only the issue stage looks;
@@ -1199,6 +1254,20 @@ class EmbeddingBagUnit(wiring.Component):
         bank_wait = Signal()
         last_word = Signal()
         peek = info_sk.peek_payload
+        # The stall flags' own copy of the head's bank and of ``has_row & ~first``, loaded as
+        # the head's slice loads its output register (``rtl.streams.SkidBuffer``: from
+        # ``peek`` whenever the output is empty or taken), so that the window's address
+        # compares and the bank flags do not share the head's bank flip-flops with the rest
+        # of the issue stage (their net spanned the stage: 4.7 ns of routing to the hazard's
+        # first LUT, its critical path). The copy's bank is zero in an entry without a row,
+        # which every use of it ignores (each is gated by ``has_row``), so it is not the same
+        # function as the head's and synthesis keeps both.
+        hz_bank = Signal(self.bank_width, name="hz_bank")
+        hz_later = Signal(name="hz_later")       # has_row & ~first: a row after the bag's first
+        with m.If(~info_h.valid | info_h.ready):
+            m.d.sync += [hz_bank.eq(Mux(peek.has_row, peek.bank, 0)),
+                         hz_later.eq(peek.has_row & ~peek.first)]
+        head_addr = Cat(word[:self.word_width], hz_bank)
 
         def window_hit(addr):
             hit = Const(0, 1)
@@ -1209,11 +1278,11 @@ class EmbeddingBagUnit(wiring.Component):
         take = Signal()
         claim_bank = hc.has_row & hc.first & (word == 0)
         # same word, no take
-        stay_hazard = hc.has_row & ~hc.first & window_hit(head_addr)
-        stay_wait = claim_bank & bank_busy.bit_select(hc.bank, 1)
+        stay_hazard = hz_later & window_hit(head_addr)
+        stay_wait = claim_bank & bank_busy.bit_select(hz_bank, 1)
         # the row's next word, after a take inside the row
-        next_addr = Cat(word_inc[:self.word_width], hc.bank)
-        step_hazard = ~hc.first & window_hit(next_addr)
+        next_addr = Cat(word_inc[:self.word_width], hz_bank)
+        step_hazard = hz_later & window_hit(next_addr)
         step_last = word_inc == hc.last_word
         # word 0 of the next entry: the read slice's skid register's entry if it holds one,
         # else the queue's head. The hazard is computed for both and chosen at the end, so
@@ -1239,7 +1308,7 @@ class EmbeddingBagUnit(wiring.Component):
         if al > 1:
             for b in range(nb):
                 w0_addr = Cat(Const(0, self.word_width), Const(b, self.bank_width))
-                nxt = take & hc.has_row & head_w0 & (hc.bank == b)
+                nxt = take & hc.has_row & head_w0 & (hz_bank == b)
                 for r in recent[:al - 2]:
                     nxt = nxt | (r.valid & (r.addr == w0_addr))
                 m.d.sync += w0_busy[b].eq(nxt)
@@ -1247,7 +1316,7 @@ class EmbeddingBagUnit(wiring.Component):
         def hazard_of(entry, taken: bool):
             hit = w0_busy.bit_select(entry.bank, 1)
             if taken:
-                hit = hit | (hc.has_row & head_w0 & (hc.bank == entry.bank))
+                hit = hit | (hc.has_row & head_w0 & (hz_bank == entry.bank))
             return entry.has_row & ~entry.first & hit
 
         def peek_hazard(taken: bool):
@@ -1545,6 +1614,7 @@ class EmbeddingBagUnit(wiring.Component):
         odepth = self.out_depth
         credit = Signal(range(odepth + 1))     # beats read and not yet taken from `pooled`
         credit_ok = Signal(init=1)             # credit != odepth, as a flip-flop
+        credit_nz = Signal()                   # credit != 0, as a flip-flop (for ``busy``)
         # whether the head bag's words are all written back (or it has none): a flip-flop,
         # computed a cycle ahead like ``d_last`` (with this cycle's write-back; the bank the
         # drain frees is never the next bag's, whose bank is the next one claimed)
@@ -1667,6 +1737,7 @@ class EmbeddingBagUnit(wiring.Component):
             credit.eq(credit + issue - taken),
             credit_ok.eq(Mux(issue & ~taken, credit != odepth - 1,
                              Mux(taken & ~issue, 1, credit != odepth))),
+            credit_nz.eq(Mux(issue & ~taken, 1, Mux(taken & ~issue, credit != 1, credit != 0))),
         ]
         with m.If(taken & pooled.payload.last):
             m.d.comb += inc["bags_out"].eq(1)
@@ -1674,14 +1745,18 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.comb += inc["stall_output"].eq(1)
 
         # ---- busy and input starvation --------------------------------------------------
+        # (the reducer's pipeline after the issue is a shift register: whether any of its
+        # stages but the first holds a word is whether any but the last held one on the
+        # cycle before, kept as a flip-flop; with the credit's ``!= 0`` as a flip-flop, the
+        # OR over the unit has about half the terms, from flip-flops spread over the unit)
+        red_chain = [*ctx_pipe, *inflight]
+        chain_rest = Signal(name="chain_rest_any")   # any of red_chain[1:] holds a word
+        m.d.sync += chain_rest.eq(Cat(*[c.valid for c in red_chain[:-1]]).any())
         in_flight = (bags_in.o.valid | p_valid | req_out.o.valid | resp_in.o.valid | pe1.valid
                      | pe2.valid | info_in.o.valid | info_q.r_rdy | info_h.valid | bag_q.r_rdy
-                     | bag_h.valid
-                     | (credit != 0))
+                     | bag_h.valid | credit_nz | red_chain[0].valid | chain_rest)
         for q, h in zip(slots, heads):
             in_flight = in_flight | q.r_rdy | h.valid
-        for c in [*ctx_pipe, *inflight]:
-            in_flight = in_flight | c.valid
         busy = Signal()
         m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)
         # The output: ``busy`` (or an event waiting to be counted: ``inc_busy_cycles_q`` is

@@ -435,7 +435,8 @@ class FPMul32(_Binary32):
     then by 0..7 bits), sum the exponents and the leading zeros, resolve the special results;
     (4) the product's exponent and four 12x12-bit partial products (each fits one 18x18 DSP
     block, and the step's register is the DSP's output register); (5) add the two middle
-    partial products; (6) the 48-bit product; (7) one-bit normalisation and the right shift of
+    partial products and compare the exponent for both positions of the product's leading
+    one; (6) the 48-bit product; (7) one-bit normalisation and the right shift of
     a result below the subnormal exponent; (8) and (9) that right shift with sticky bits, by
     multiples of 8 bits and then 0..7 bits; (10) decide the rounding and the overflow; (11)
     round to nearest even, pack, and select the special result where there is one.
@@ -447,7 +448,7 @@ class FPMul32(_Binary32):
 
     STEPS = 11
 
-    def __init__(self, *, latency: int = 10):
+    def __init__(self, *, latency: int = STEPS):
         super().__init__(latency, self.STEPS)
 
     def elaborate(self, platform):
@@ -504,23 +505,25 @@ class FPMul32(_Binary32):
                            special_o=s3.special_o)
         s4p = pipe.boundary(4, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
                             hl=a_hi * b_lo, hh=a_hi * b_hi)
-        # Step 5: the middle terms.
+        # Step 5: the middle terms; beside them, what the result's exponent and right shift
+        # need for either position of the product's leading one (``exp0`` and ``exp0 - 1``):
+        # ``1 - exp`` and its two compares, made on ``exp0`` itself, so that step 6 only
+        # selects (``1 - exp > 0`` is ``exp <= 0``, ``> 56`` is ``exp < -55``).
+        u_hi = Signal(signed(13), name="u_hi")
+        u_lo = Signal(signed(13), name="u_lo")
+        m.d.comb += [u_hi.eq(1 - s4.exp0), u_lo.eq(2 - s4.exp0)]
         s5m = pipe.boundary(5, outer=Cat(s4p.ll[:24], s4p.hh[:24]), mid=(s4p.lh + s4p.hl)[:25],
-                            exp0=s4.exp0, sign=s4.sign, special=s4.special,
-                            special_o=s4.special_o)
+                            exp0=s4.exp0, exp0m1=s4.exp0 - 1,
+                            under_hi=u_hi[:6], under_lo=u_lo[:6],
+                            below_hi=s4.exp0 <= 0, below_lo=s4.exp0 <= 1,
+                            deep_hi=s4.exp0 < -55, deep_lo=s4.exp0 < -54,
+                            sign=s4.sign, special=s4.special, special_o=s4.special_o)
         # Step 6: the product (its leading one at bit 47 or 46); beside it, the result's
         # exponent and right shift for either position of the leading one.
-        def underflow(exp):
-            # ``1 - exp``, and its two compares made on ``exp`` itself (beside the
-            # subtraction, not after it): ``1 - exp > 0`` is ``exp <= 0``, ``> 56`` is
-            # ``exp < -55``
-            exp = Value.cast(exp)
-            under = Signal(signed(13), name="under")
-            m.d.comb += under.eq(1 - exp)
-            below = exp[len(exp) - 1] | (exp == 0)
-            return (Mux(below, Mux(exp < -55, 56, under[:6]), 0)[:6], Mux(below, 1, exp))
-        right_hi, exp_hi = underflow(s5m.exp0)
-        right_lo, exp_lo = underflow(s5m.exp0 - 1)
+        right_hi = Mux(s5m.below_hi, Mux(s5m.deep_hi, 56, s5m.under_hi), 0)[:6]
+        exp_hi = Mux(s5m.below_hi, 1, s5m.exp0)
+        right_lo = Mux(s5m.below_lo, Mux(s5m.deep_lo, 56, s5m.under_lo), 0)[:6]
+        exp_lo = Mux(s5m.below_lo, 1, s5m.exp0m1)
         s6 = pipe.boundary(6, product=(s5m.outer + (s5m.mid << 12))[:48], right_hi=right_hi,
                            exp_hi=exp_hi, right_lo=right_lo, exp_lo=exp_lo,
                            sign=s5m.sign, special=s5m.special, special_o=s5m.special_o)
@@ -542,15 +545,18 @@ class FPMul32(_Binary32):
                                  lost.eq(s7.prod[:8 * k].any() if k else 0)]
         s8 = pipe.boundary(8, prod=coarse, sticky=lost, fine=s7.right[:3], exp=s7.exp,
                            sign=s7.sign, special=s7.special, special_o=s7.special_o)
+        # (the sticky bit of a shift by ``k`` is the OR of the product's low ``23 + k`` bits:
+        # its low 23 bits, which every shift loses, OR-ed beside the shift, and bits
+        # ``23 .. 22 + k`` chosen by ``k``, so that no OR tree follows the shift's multiplexer)
         fine = Signal(48, name="rs_fine")
         fine_lost = Signal(name="rs_fine_lost")
         with m.Switch(s8.fine):
             for k in range(8):
                 with m.Case(k):
                     m.d.comb += [fine.eq(s8.prod >> k),
-                                 fine_lost.eq(s8.prod[:k].any() if k else 0)]
+                                 fine_lost.eq(s8.prod[23:23 + k].any() if k else 0)]
         s9 = pipe.boundary(9, mant=fine[24:48], guard=fine[23],
-                           sticky=fine[:23].any() | fine_lost | s8.sticky, exp=s8.exp,
+                           sticky=s8.prod[:23].any() | fine_lost | s8.sticky, exp=s8.exp,
                            sign=s8.sign, special=s8.special, special_o=s8.special_o)
 
         # Steps 10 and 11: round, pack, select.
