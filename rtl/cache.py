@@ -169,20 +169,14 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .streams import (COLLISION_X_ATTR, CreditFIFO, HeadFIFO, MemPortSignature, SkidBuffer,
+from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, HeadFIFO, MemPortSignature, SkidBuffer,
                       check_int)
 
-__all__ = ["KEEP_COPY_ATTR", "lowest_one", "at_least_two", "one_hot_index",
+__all__ = ["lowest_one", "at_least_two", "one_hot_index",
            "CacheOp", "LookupKind", "CacheStats", "WayMatch", "WayChoose", "WaySelect",
            "StateUpdate", "CacheController",
            "LineRAM", "OnChipCache"]
 
-
-#: Attribute of a signal that is a deliberate copy of another register (the same next value,
-#: loaded into a flip-flop of its own so that its loads are split among the copies). Synthesis
-#: merges flip-flops with equal inputs; the FPGA flow (``host.bench.timing``) marks the
-#: flip-flops driving such signals ``keep``, as a designer's replicated registers are.
-KEEP_COPY_ATTR = "neonic_keep_copy"
 
 
 class CacheOp(enum.Enum, shape=1):

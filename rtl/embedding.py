@@ -212,9 +212,8 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
-from .cache import KEEP_COPY_ATTR
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
-from .streams import (COLLISION_X_ATTR, CreditFIFO, MemPortSignature, MemRequest,
+from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, MemPortSignature, MemRequest,
                       MemResponseBeat, PingPongBuffer, SkidBuffer, check_int)
 
 __all__ = [
@@ -1085,7 +1084,7 @@ class EmbeddingBagUnit(wiring.Component):
         # Two copies of the grant select the granted head's entry, one for the request's
         # fields and one for the row's: a grant flip-flop's net reached every bit of both
         # slices' entries and the arbiter's own logic (8.0-8.5 ns of routing over two LUTs).
-        # Marked as deliberate copies (``rtl.cache.KEEP_COPY_ATTR``): synthesis keeps them.
+        # Marked as deliberate copies (``rtl.streams.KEEP_COPY_ATTR``): synthesis keeps them.
         grant_req = Signal(K, name="grant_req", attrs={KEEP_COPY_ATTR: "1"})
         grant_info = Signal(K, name="grant_info", attrs={KEEP_COPY_ATTR: "1"})
         sel_req = Const(0, sentry.size)

