@@ -1124,7 +1124,20 @@ class ScheduleTemplate:
                     mrow[r] = src.shape[0] + n
                 src = np.concatenate([src, extra_src])
         mr, mt = np.nonzero(meet)                                 # the (pair, candidate)s, pair by pair
-        full = np.zeros((R, T, W))
+        # each pair's loss this pass (0 where it does not meet), in one of two buffers per tag
+        # taken in turn: the last pass's (``src``, ``kown``) stays readable while this one is
+        # written; the pass before's is no longer referenced. Reusing them spares allocating
+        # and first touching (page faults) an array of up to :data:`HBM_CHUNK` each call.
+        bufs = rates.get(("__full__", tag))
+        if bufs is None:
+            bufs = rates[("__full__", tag)] = [None, None, 0]
+        turn = bufs[2]
+        bufs[2] = 1 - turn
+        buf = bufs[turn]
+        if buf is None or buf.shape[0] < R or buf.shape[1:] != (T, W):
+            buf = bufs[turn] = np.zeros((R, T, W))
+        full = buf[:R]
+        full.fill(0.0)
         _hbm_meetings(ks0, ke0, kpos[mr], mr, mt, row_c[mr], S, E, np.zeros((1, 1)) if own is None else own,
                       own is not None, wide_bank[1], wide_bank[2], wide_bank[3], wide_bank[4],
                       one[1], one[2], one[3], one[4], brow[mr], src, mrow[mr],
