@@ -1091,31 +1091,55 @@ class ScheduleTemplate:
         # (rates that are the same on every rank in a bank one column wide: row -1 - b there)
         banks = rates.get("__bank__")
         if banks is None:
-            banks = rates["__bank__"] = ({}, {1: [0] + [np.zeros((16, T, 1)) for _ in range(4)]})
-        at, held = banks
+            banks = rates["__bank__"] = ({}, {1: [0] + [np.zeros((16, T, 1)) for _ in range(4)]}, {})
+        at, held, same = banks
         if W not in held:
             held[W] = [0] + [np.zeros((16, T, W)) for _ in range(4)]
+        # pairs whose losses are the same arrays (their kernels' and collectives' keys are the
+        # same: ``_hbm_pairs`` prices each pair of keys once) share a row of the bank; each
+        # bank grown once a call at most, by half at least (growing a bank of thousands of
+        # ranks row by row copied it over and over)
+        fresh: list[tuple[int, tuple, Any, Any, bool, int]] = []
+        twins: list[tuple[int, tuple]] = []
+        need: dict[int, int] = {}
         for g, ki, i in zip(rows.tolist(), row_k.tolist(), names):
             if g in at:
                 continue
             h = g - int(first[ki])
             _, k_loss, c_loss, c_any = pairs[i]
             width = W if wide_rate[g] > 1 else 1
+            side = bool(c_any[h])
+            key = (id(k_loss[h]), id(c_loss[h]) if side else -1, width)
+            if key in same:
+                twins.append((g, key))
+                continue
+            # (the arrays kept with their row: their ids stay theirs while it is used)
+            same[key] = (-1, k_loss[h], c_loss[h])
+            fresh.append((g, key, k_loss[h], c_loss[h], side, width))
+            need[width] = need.get(width, 0) + 1
+        for width, count in need.items():
             bank = held[width]
             n = bank[0]
-            if n == bank[1].shape[0]:   # (room for a quarter more)
+            if n + count > bank[1].shape[0]:
+                size = max(n + count, n + n // 2, 16)
                 for j in range(1, 5):
-                    grown = np.zeros((n + max(16, n // 4), T, width))
+                    grown = np.zeros((size, T, width))
                     grown[:n] = bank[j][:n]
                     bank[j] = grown
+        for g, key, k_arr, c_arr, side, width in fresh:
+            bank = held[width]
+            n = bank[0]
             bank[0] = n + 1
             at[g] = n if width > 1 else -1 - n
+            same[key] = (at[g], k_arr, c_arr)
             with np.errstate(divide="ignore", invalid="ignore"):
-                k = np.asarray(k_loss[h], float)
+                k = np.asarray(k_arr, float)
                 bank[1][n], bank[2][n] = k, k / np.maximum(1.0 - k, 1e-12)
-                if c_any[h]:
-                    c = np.asarray(c_loss[h], float)
+                if side:
+                    c = np.asarray(c_arr, float)
                     bank[3][n], bank[4][n] = c, c / np.maximum(1.0 - c, 1e-12)
+        for g, key in twins:
+            at[g] = same[key][0]
         brow = np.array([at[g] for g in rows.tolist()], dtype=np.int64)
         one = held[1]
         wide_bank = held[W] if W > 1 else one
