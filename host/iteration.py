@@ -1049,8 +1049,7 @@ class ScheduleTemplate:
             buf = bufs[turn]
             if buf is None or buf.shape[0] < sel.size or buf.shape[1:] != (T, W):
                 buf = bufs[turn] = np.zeros((sel.size, T, W))
-            full = buf[:sel.size]
-            full.fill(0.0)
+            full = buf[:sel.size]   # (each piece zeroes what its pairs do not meet: the rest it writes)
             last = rates.get(("__mine__", flag))
             for n, at in enumerate(range(0, sel.size, step)):
                 part = sel[at:at + step]
@@ -1165,6 +1164,8 @@ class ScheduleTemplate:
                     src2[n] = m
                     mrow[r] = -2 - n
         mr, mt = np.nonzero(meet)                                 # the (pair, candidate)s, pair by pair
+        # (0 for the candidates a pair does not meet; the loop writes every rank of the others)
+        full[~meet] = 0.0
         _hbm_meetings(ks0, ke0, kpos[mr], mr, mt, row_c[mr], S, E, np.zeros((1, 1)) if own is None else own,
                       own is not None, wide_bank[1], wide_bank[2], wide_bank[3], wide_bank[4],
                       one[1], one[2], one[3], one[4], brow[mr], src, src2, mrow[mr],
