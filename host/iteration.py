@@ -534,13 +534,13 @@ def _narrow(a: np.ndarray) -> np.ndarray:
 
 @jit(cache=True, nogil=True)
 def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, kk1, rk1, cl1, rc1, brow,
-                  mine, mrow, side, extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+                  mine, mine2, mrow, side, extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
     """The HBM losses of ``ScheduleTemplate._hbm_extra`` for every meeting (pair, candidate)
     ``m``: its kernel's row ``kp[m]`` of ``ks0``/``ke0``, its pair ``mr[m]``, candidate
     ``mt[m]``, collective ``cm[m]``; its rates row ``brow[m]`` of ``kk``, ``rk``, ``cl``,
     ``rc`` (where negative, row ``-1 - brow[m]`` of ``kk1``, ``rk1``, ``cl1``, ``rc1``: rates
     the same on every rank); what it added last pass row ``mrow[m]`` of ``mine`` (none where
-    -1). Rank by rank with numpy's arithmetic, element by element (``np.maximum(a, b)`` is
+    -1; where below -1, row ``-2 - mrow[m]`` of ``mine2``). Rank by rank with numpy's arithmetic, element by element (``np.maximum(a, b)`` is
     ``a if a >= b else b``): the same figures. The kernel's loss is added to ``extra`` in the
     order of ``m`` (a kernel's pairs in order: its sum in that order) and put in ``full``; the
     collective's slowest rank's loss is taken into ``xc``."""
@@ -558,7 +558,7 @@ def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, 
             s0 = ks0[k, t, w]
             e0 = ke0[k, t, w]
             at = s0 if s0 >= sc else sc
-            work = e0 - (mine[q, t, w] if q >= 0 else 0.0) - at
+            work = e0 - (mine[q, t, w] if q >= 0 else (mine2[-2 - q, t, w] if q < -1 else 0.0)) - at
             work = work if work >= 0.0 else 0.0
             left = ec - at
             left = left if left >= 0.0 else 0.0
@@ -1041,10 +1041,26 @@ class ScheduleTemplate:
             # the pairs in pieces of at most HBM_CHUNK elements per array (thousands of ranks),
             # in order: each kernel's losses summed in the order of its pairs, piece after piece
             step = max(1, self.HBM_CHUNK // (T * W))
+            # each pair's loss this pass (0 where it does not meet), ``(sel, T, W)``, in one of
+            # two buffers per width taken in turn: the last pass's (what each pair added then,
+            # also in ``kown``) stays readable while this one is written, and the pass before's
+            # is no longer referenced (reusing them spares allocating and first touching one
+            # each pass)
+            bufs = rates.get(("__full__", flag))
+            if bufs is None:
+                bufs = rates[("__full__", flag)] = [None, None, 0]
+            turn = bufs[2]
+            bufs[2] = 1 - turn
+            buf = bufs[turn]
+            if buf is None or buf.shape[0] < sel.size or buf.shape[1:] != (T, W):
+                buf = bufs[turn] = np.zeros((sel.size, T, W))
+            full = buf[:sel.size]   # (each piece zeroes what its pairs do not meet: the rest it writes)
+            last = rates.get(("__mine__", flag))
             for n, at in enumerate(range(0, sel.size, step)):
                 part = sel[at:at + step]
-                self._hbm_rows((flag, n), W, part, meet[part], prep, (kern, ks0, ke0, extra), S, E, own, kown,
-                               rates, xc, got)
+                self._hbm_rows((flag, n), W, part, meet[part], prep, (kern, ks0, ke0, extra, full[at:at + step], last),
+                               S, E, own, kown, rates, xc, got)
+            rates[("__mine__", flag)] = (sel, got, full)
             for n, ki in enumerate(kern.tolist()):
                 xr[order[ki]] = extra[n]
         rates["__got__"] = (got, wide, N)
@@ -1070,7 +1086,7 @@ class ScheduleTemplate:
         R = rows.size
         row_k = kidx[rows]
         row_c = flat_c[rows]
-        kern, ks0, ke0, extra = kernels
+        kern, ks0, ke0, extra, full, last = kernels
         kpos = np.searchsorted(kern, row_k)
         names = [order[k] for k in row_k.tolist()]
         # each pair's loss of rate k and k / (1 - k), the kernel's and the collective's (0 where
@@ -1079,64 +1095,88 @@ class ScheduleTemplate:
         # (rates that are the same on every rank in a bank one column wide: row -1 - b there)
         banks = rates.get("__bank__")
         if banks is None:
-            banks = rates["__bank__"] = ({}, {1: [0] + [np.zeros((16, T, 1)) for _ in range(4)]})
-        at, held = banks
+            banks = rates["__bank__"] = ({}, {1: [0] + [np.zeros((16, T, 1)) for _ in range(4)]}, {})
+        at, held, same = banks
         if W not in held:
             held[W] = [0] + [np.zeros((16, T, W)) for _ in range(4)]
+        # pairs whose losses are the same arrays (their kernels' and collectives' keys are the
+        # same: ``_hbm_pairs`` prices each pair of keys once) share a row of the bank; each
+        # bank grown once a call at most, by half at least (growing a bank of thousands of
+        # ranks row by row copied it over and over)
+        fresh: list[tuple[int, tuple, Any, Any, bool, int]] = []
+        twins: list[tuple[int, tuple]] = []
+        need: dict[int, int] = {}
         for g, ki, i in zip(rows.tolist(), row_k.tolist(), names):
             if g in at:
                 continue
             h = g - int(first[ki])
             _, k_loss, c_loss, c_any = pairs[i]
             width = W if wide_rate[g] > 1 else 1
+            side = bool(c_any[h])
+            key = (id(k_loss[h]), id(c_loss[h]) if side else -1, width)
+            if key in same:
+                twins.append((g, key))
+                continue
+            # (the arrays kept with their row: their ids stay theirs while it is used)
+            same[key] = (-1, k_loss[h], c_loss[h])
+            fresh.append((g, key, k_loss[h], c_loss[h], side, width))
+            need[width] = need.get(width, 0) + 1
+        for width, count in need.items():
             bank = held[width]
             n = bank[0]
-            if n == bank[1].shape[0]:   # (room for a quarter more)
+            if n + count > bank[1].shape[0]:
+                size = max(n + count, n + n // 2, 16)
                 for j in range(1, 5):
-                    grown = np.zeros((n + max(16, n // 4), T, width))
+                    grown = np.zeros((size, T, width))
                     grown[:n] = bank[j][:n]
                     bank[j] = grown
+        for g, key, k_arr, c_arr, side, width in fresh:
+            bank = held[width]
+            n = bank[0]
             bank[0] = n + 1
             at[g] = n if width > 1 else -1 - n
+            same[key] = (at[g], k_arr, c_arr)
             with np.errstate(divide="ignore", invalid="ignore"):
-                k = np.asarray(k_loss[h], float)
+                k = np.asarray(k_arr, float)
                 bank[1][n], bank[2][n] = k, k / np.maximum(1.0 - k, 1e-12)
-                if c_any[h]:
-                    c = np.asarray(c_loss[h], float)
+                if side:
+                    c = np.asarray(c_arr, float)
                     bank[3][n], bank[4][n] = c, c / np.maximum(1.0 - c, 1e-12)
+        for g, key in twins:
+            at[g] = same[key][0]
         brow = np.array([at[g] for g in rows.tolist()], dtype=np.int64)
         one = held[1]
         wide_bank = held[W] if W > 1 else one
         # what each pair added to its kernel last pass (none: 0): the last pass's own where it
-        # met there (its row of the last pass's ``full``), else from ``kown`` as given
-        last = rates.get(("__mine__", tag))
+        # met there in a piece as wide (its row of that pass's losses, ``last``), else from
+        # ``kown`` as given (copied into ``src2``: rows -2 - n)
         mrow = np.full(R, -1, dtype=np.int64)
         src = np.zeros((0, T, W))
-        if kown is not None and last is not None and last[1] is kown:
+        src2 = src
+        if kown is not None and last is not None and last[1] is kown and last[2].shape[1:] == (T, W):
             src = last[2]
             where = np.searchsorted(last[0], rows)
             hit = where < last[0].size
             hit[hit] = last[0][where[hit]] == rows[hit]
             mrow[hit] = where[hit]
         if kown:
-            # (a pair that met in another call of the last pass, or kown as the caller gives it)
+            # (a pair that met in a piece of the other width last pass, or kown as the caller gives it)
             more = [(r, m) for r in np.flatnonzero(mrow < 0).tolist()
                     if (m := kown.get((names[r], int(row_c[r])))) is not None]
             if more:
-                extra_src = np.zeros((len(more), T, W))
+                src2 = np.zeros((len(more), T, W))
                 for n, (r, m) in enumerate(more):
-                    extra_src[n] = m
-                    mrow[r] = src.shape[0] + n
-                src = np.concatenate([src, extra_src])
+                    src2[n] = m
+                    mrow[r] = -2 - n
         mr, mt = np.nonzero(meet)                                 # the (pair, candidate)s, pair by pair
-        full = np.zeros((R, T, W))
+        # (0 for the candidates a pair does not meet; the loop writes every rank of the others)
+        full[~meet] = 0.0
         _hbm_meetings(ks0, ke0, kpos[mr], mr, mt, row_c[mr], S, E, np.zeros((1, 1)) if own is None else own,
                       own is not None, wide_bank[1], wide_bank[2], wide_bank[3], wide_bank[4],
-                      one[1], one[2], one[3], one[4], brow[mr], src, mrow[mr],
+                      one[1], one[2], one[3], one[4], brow[mr], src, src2, mrow[mr],
                       flat_any[rows][mr], extra, full, xc)
         for r, (i, c) in enumerate(zip(names, row_c.tolist())):
             got[i, c] = full[r]
-        rates[("__mine__", tag)] = (rows, got, full)
 
     def iteration_s(self, rank_s: dict[str, np.ndarray], coll_s: dict[str, np.ndarray],
                     share_network: bool = True, hbm: dict[str, np.ndarray] | None = None,

@@ -555,7 +555,8 @@ def test_the_compiled_hbm_loop_gives_python_s_figures_bit_for_bit():
     kk1, rk1, cl1, rc1 = (rng.uniform(0, 0.6, (B, T, 1)) for _ in range(4))
     args = (ks0, ke0, rng.integers(0, K, M), rng.integers(0, R, M), rng.integers(0, T, M), rng.integers(0, C, M),
             S, E, own, True, kk, rk, cl, rc, kk1, rk1, cl1, rc1, rng.integers(-B, B, M),
-            rng.uniform(0, 1e-4, (2, T, W)), rng.integers(-1, 2, M), rng.uniform(size=M) < 0.6)
+            rng.uniform(0, 1e-4, (2, T, W)), rng.uniform(0, 1e-4, (2, T, W)), rng.integers(-3, 2, M),
+            rng.uniform(size=M) < 0.6)
     outs = []
     for fn in (_hbm_meetings, _hbm_meetings.py_func):
         extra, full, xc = np.zeros((K, T, W)), np.zeros((R, T, W)), rng.uniform(0, 1e-5, (C, T))
