@@ -656,6 +656,12 @@ def nic_flows_per_gpu(topology: Topology, kind: str, algorithm: str, ranks=None)
     if kind in ("alltoallv", "alltoall"):
         return _alltoall_nic_flows(topology, r, algorithm)
     _, phases = build_phases(topology, kind, r, nbytes=1 << 20, algorithm=algorithm)
+    return busiest_nic_flows(topology, phases)
+
+
+def busiest_nic_flows(topology: Topology, phases) -> int:
+    """The most off-node connections one GPU opens in any of ``phases`` (built phases: what
+    :func:`nic_flows_per_gpu` counts for a collective other than an AlltoAll(v))."""
     most = 0
     for ph in phases:
         off = topology.node_of(ph.src) != topology.node_of(ph.dst)

@@ -340,13 +340,7 @@ def _nic_flows_built(topology, algorithm, ranks):
     sizes = np.ones((r.size, r.size), dtype=np.int64)
     np.fill_diagonal(sizes, 0)
     _, phases = coll.build_phases(topology, "alltoallv", r, sizes=sizes, algorithm=algorithm)
-    most = 0
-    for ph in phases:
-        off = topology.node_of(ph.src) != topology.node_of(ph.dst)
-        if off.any():
-            conns = np.ones(ph.src.size, dtype=np.int64) if ph.conns is None else np.asarray(ph.conns)
-            most = max(most, int(np.bincount(ph.src[off], weights=conns[off]).max()))
-    return most
+    return coll.busiest_nic_flows(topology, phases)
 
 
 @pytest.mark.parametrize("nodes,gpn", [(1, 4), (2, 4), (3, 4), (5, 2), (9, 4), (11, 8), (4, 1)])
