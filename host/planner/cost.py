@@ -398,35 +398,17 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
         for j in range(nclass):
             if sent[j]:
                 cols[29, j] = 0.0 + (g / senders - 1.0)
-    # grouped and ordered as _pack_groups: by fingerprint, each group's columns the same bits
-    fp = np.empty(nclass)
-    for j in range(nclass):
-        f = w[0] * cols[0, j]
-        for r in range(1, 30):
-            f = f + w[r] * cols[r, j]
-        if f != f:
-            return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
-        fp[j] = f
-    order = np.argsort(fp, kind="mergesort")
-    bits = cols.view(np.int64)
-    group = np.empty(nclass, dtype=np.int64)
-    firsts = np.empty(nclass, dtype=np.int64)
-    ng = -1
-    for t in range(nclass):
-        j = order[t]
-        if t == 0 or fp[j] != fp[order[t - 1]]:
-            ng += 1
-            firsts[ng] = j
-        else:
-            for r in range(30):
-                if bits[r, j] != bits[r, firsts[ng]]:
-                    return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
-        group[j] = ng
-    ng += 1
+    # grouped and ordered as PackedContribution.pack groups: by fingerprint, each group's
+    # columns the same bits (the one grouping, _pack_groups)
+    first = np.empty(nclass, dtype=np.intp)
+    group = np.empty(nclass, dtype=np.intp)
+    ng = _pack_groups(cols, cols.view(np.int64), w, first, group) if nclass > 0 else 0
+    if ng == 0 and nclass > 0:
+        return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
     out = np.empty((ng, 30))    # (transposed by the caller: the layout numpy's ``vec[:, first]`` has)
     for t in range(ng):
         for r in range(30):
-            out[t, r] = cols[r, firsts[t]]
+            out[t, r] = cols[r, first[t]]
     index = np.empty(n, dtype=np.intp)
     for i in range(n):
         index[i] = group[cls[i]]
