@@ -12,10 +12,12 @@ import math
 
 import numpy as np
 
+from neonic.sim.compiled import jit
+
 from .maxmin import HAVE_NUMBA, first_saturated_level
 
-__all__ = ["account", "components", "drain", "mark_cls", "void_cls", "finish_cls", "retire", "step", "step_one", "step_parts",
-           "step_range", "traffic"]
+__all__ = ["account", "components", "drain", "lazy_begin", "lazy_bound", "lazy_end", "lazy_materialize", "mark_cls",
+           "void_cls", "finish_cls", "retire", "step", "step_one", "step_parts", "step_runs", "step_range", "traffic"]
 
 
 def _credit_np(alive, rem, rate_new, rate_old, span):
@@ -642,3 +644,225 @@ if HAVE_NUMBA:
     components, drain, step_range, step_parts = _components_nb, _drain_nb, _step_range_nb, _step_parts_nb
 else:  # pragma: no cover
     components, drain, step_range, step_parts = _components_np, _drain_np, _step_range_np, None
+
+
+# ------------------------------------------------------- a dense part's rows drained lazily
+# A dense part (an AlltoAllv's NIC flows, one NIC per GPU) whose flows are stored row by row
+# (each source NIC's flows contiguous) steps a row *lazily* while every live flow of it is
+# limited by the row's own link (that link saturates before every column link the row's flows
+# cross): those flows share one rate, so the row keeps one sum ``D`` of the bytes each of them
+# has drained since it went lazy (its windows at the old rate, then the credit), and each flow
+# its bytes left at that moment (``key``); a flow's bytes left are ``max(key - D, 0)``. Its flows
+# are kept sorted by ``key``, so the row's earliest and latest predicted ends are those of its
+# first and last live flow, and its candidates a prefix. A step then costs the row O(1) plus
+# its candidates, not O(flows). The sum ``D`` rounds differently from draining each flow window
+# by window: the bytes left agree to the last bits, not bit for bit (module doc of network).
+
+
+@jit(cache=True, nogil=True)
+def lazy_bound(t, now, coalesce, youngest):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The candidates' bound for an earliest end ``t`` (``_bound_nb``'s formula)."""
+    if not np.isfinite(t):
+        return np.inf
+    return max(np.ceil(t + coalesce * max(t - youngest, 0.0)), now + 1.0)
+
+
+@jit(cache=True, nogil=True)
+def lazy_materialize(alive, rem, rate, rlo, rhi, on, D, L, head, perm, key, lo):  # pragma: no cover
+    """Every lazy row's live flows get their bytes left (``max(key - D, 0)``: as of the part's
+    last step) and their rate in the group's arrays; the rows are no longer lazy."""
+    for r in range(rlo.shape[0]):
+        if on[r]:
+            d = D[r]
+            x = L[r]
+            for k in range(head[r], rhi[r] - lo):
+                f = perm[k]
+                if alive[f]:
+                    v = key[f - lo] - d
+                    rem[f] = v if v > 0.0 else 0.0
+                    rate[f] = x
+            on[r] = False
+
+
+@jit(cache=True, nogil=True)
+def lazy_begin(alive, rem, rate, dts, span, now, level, order, A, W, colsort, ocs, rlo, rhi, on, D, L, head, perm,
+               key, lo, mode):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """First pass of a lazy dense part's step (after its levels are solved): per row, whether its
+    live flows are all limited by its own link now (``mode`` 3 or 1: a finite positive level,
+    and no live flow in a column whose link saturated first: ``colsort`` orders the columns by
+    their links' saturation order ``ocs``), else ``mode`` 2 (stepped flow by flow; 0: no flows).
+    A lazy row that still is steps lazily (``mode`` 1: ``D`` takes its windows at the old rate
+    ``L`` and the credit, ``L`` the new level) and gives its first and last live flow's
+    predicted ends; a lazy row that no longer is is written back to the flows' arrays first.
+    Returns the earliest and latest predicted ends of the lazily stepped rows."""
+    big = np.iinfo(np.int64).max
+    t_min = np.inf
+    t_max = -np.inf
+    nB = colsort.shape[0]
+    for r in range(rlo.shape[0]):
+        if rlo[r] == rhi[r]:
+            mode[r] = 0
+            continue
+        a = A[r]
+        o = order[a]
+        lv = level[a]
+        pure = o < big and lv > 0.0 and lv < np.inf
+        if pure:
+            for s in range(nB):
+                if ocs[s] >= o:
+                    break
+                if W[r, colsort[s]] > 0.0:
+                    pure = False
+                    break
+        if not (on[r] and pure):
+            mode[r] = 3 if pure else 2
+            if on[r]:  # back to per flow: its flows' bytes left and (old) rate
+                d = D[r]
+                x = L[r]
+                for k in range(head[r], rhi[r] - lo):
+                    f = perm[k]
+                    if alive[f]:
+                        v = key[f - lo] - d
+                        rem[f] = v if v > 0.0 else 0.0
+                        rate[f] = x
+                on[r] = False
+            continue
+        mode[r] = 1
+        old = L[r]
+        d = D[r]
+        for w in range(dts.shape[0]):  # the windows at the old rate, as each flow's drain
+            dt = dts[w]
+            if dt != 0:
+                d = d + old * dt
+        if span > 0.0:  # the credit of a rate rise
+            dd = lv - old
+            if dd > 0.0:
+                d = d + dd * span
+        D[r] = d
+        L[r] = lv
+        k = head[r]
+        e = rhi[r] - lo
+        while k < e and not alive[perm[k]]:
+            k += 1
+        head[r] = k
+        if k < e:
+            v = key[perm[k] - lo] - d
+            p = now + (v if v > 0.0 else 0.0) / lv
+            t_min = p if p < t_min else t_min
+            m = e - 1
+            while not alive[perm[m]]:
+                m -= 1
+            v = key[perm[m] - lo] - d
+            p = now + (v if v > 0.0 else 0.0) / lv
+            t_max = p if p > t_max else t_max
+    return t_min, t_max
+
+
+@jit(cache=True, nogil=True)
+def lazy_end(alive, rem, rate, pred, now, bound, mode, level, A, rlo, rhi, on, D, L, head, perm, key, lo,
+             make_lazy):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Last pass of a lazy dense part's step, after its per-flow rows were stepped and the
+    candidates' ``bound`` is known: a row stepped flow by flow whose flows are all limited by
+    its link (``mode`` 3) goes lazy (with ``make_lazy``): its live flows sorted by bytes left,
+    which become their keys, ``D`` 0 and ``L`` their common rate; a lazily stepped row (``mode``
+    1) writes its flows' bytes left, rate and predicted end from its first live flow on while
+    the prediction is within ``bound``, and those flows are its candidates (returned)."""
+    cand = np.empty(perm.shape[0], dtype=np.int64)
+    n = 0
+    for r in range(rlo.shape[0]):
+        md = mode[r]
+        if md == 3 and make_lazy:
+            s = rlo[r] - lo
+            e = rhi[r] - lo
+            nd = 0
+            for f in range(rlo[r], rhi[r]):  # finished flows first, then the live ones by key
+                if not alive[f]:
+                    perm[s + nd] = f
+                    nd += 1
+            ids = np.empty(e - s - nd, dtype=np.int64)
+            vals = np.empty(e - s - nd)
+            j = 0
+            for f in range(rlo[r], rhi[r]):
+                if alive[f]:
+                    ids[j] = f
+                    vals[j] = rem[f]
+                    key[f - lo] = rem[f]
+                    j += 1
+            srt = np.argsort(vals, kind="mergesort")
+            for j in range(srt.shape[0]):
+                perm[s + nd + j] = ids[srt[j]]
+            head[r] = s + nd
+            D[r] = 0.0
+            L[r] = level[A[r]]
+            on[r] = True
+        elif md == 1:
+            d = D[r]
+            x = L[r]
+            for k in range(head[r], rhi[r] - lo):
+                f = perm[k]
+                if not alive[f]:
+                    continue
+                v = key[f - lo] - d
+                v = v if v > 0.0 else 0.0
+                p = now + v / x
+                if p > bound:
+                    break
+                rem[f] = v
+                rate[f] = x
+                pred[f] = p
+                cand[n] = f
+                n += 1
+    return cand[:n].copy()
+
+
+def _step_runs_np(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order, run_lo, run_hi):
+    """:func:`step_range` over the flow ranges ``run_lo[i]:run_hi[i]`` in turn (each with the same
+    windows): the earliest and latest ends over all (NaN if any is), and the candidates of all,
+    kept where within the bound of the earliest end."""
+    t_min, t_max, nan = math.inf, -math.inf, False
+    cands = []
+    for lo, hi in zip(run_lo.tolist(), run_hi.tolist()):
+        a, b, c = step_range(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order, lo, hi)
+        t_min = min(t_min, a)
+        if b != b:
+            nan = True
+        elif b > t_max:
+            t_max = b
+        cands.append(c)
+    cand = np.concatenate(cands) if cands else np.empty(0, dtype=np.int64)
+    bound = lazy_bound(t_min, now, coalesce, youngest)
+    return t_min, (math.nan if nan else t_max), cand[pred[cand] <= bound]
+
+
+if HAVE_NUMBA:
+
+    @njit(cache=True, nogil=True)
+    def _step_runs_nb(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order, run_lo,
+                      run_hi):  # pragma: no cover
+        total = 0
+        for i in range(run_lo.shape[0]):
+            total += run_hi[i] - run_lo[i]
+        buf = np.empty(total, dtype=np.int64)
+        pos = 0
+        t_min = np.inf
+        t_max = -np.inf
+        nan = False
+        for i in range(run_lo.shape[0]):
+            r = _step_range_nb(alive, rem, rate, dts, span, now, pred, coalesce, youngest, links, level, order,
+                               run_lo[i], run_hi[i])
+            if r[0] < t_min:
+                t_min = r[0]
+            if r[1] != r[1]:
+                nan = True
+            elif r[1] > t_max:
+                t_max = r[1]
+            c = r[2]
+            buf[pos:pos + c.shape[0]] = c
+            pos += c.shape[0]
+        if nan:
+            t_max = np.nan
+        return t_min, t_max, _due_nb(buf, pos, pred, t_min, now, coalesce, youngest)
+
+    step_runs = _step_runs_nb
+else:  # pragma: no cover
+    step_runs = _step_runs_np
