@@ -148,6 +148,18 @@ class NICJob:
     kind: str = "nic"          # what the bytes are (metrics): nic | tier_miss
 
 
+def _whole_bytes(matrix: np.ndarray, rows: int = 256) -> bool:
+    """Whether every entry of ``matrix`` is a whole number (``np.ceil`` would not change it),
+    checked block by block (no matrix-sized temporary)."""
+    if np.issubdtype(matrix.dtype, np.integer):
+        return True
+    for i in range(0, matrix.shape[0], rows):
+        block = matrix[i:i + rows]
+        if not np.array_equal(np.ceil(block), block):
+            return False
+    return True
+
+
 def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICEffects | None" = None) -> dict[str, Any]:
     """Every op's payload for one iteration, by phase: a value shared by all ranks, or a list
     with one entry per rank (kernel costs, collectives with their matrices, copies, CPU and
@@ -174,8 +186,13 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
 
     def coll_a2a(matrix: np.ndarray, owned: bool = False) -> Collective:
         # whole bytes; a fraction of a byte still needs one (in place when the matrix is a copy
-        # of our own: at 4096 ranks each is 128 MiB)
-        matrix = np.ceil(matrix, out=matrix) if owned else np.ceil(matrix)
+        # of our own; a matrix already in whole bytes is shared, not copied: at 4096 ranks each
+        # is 128 MiB, and the payload's readers -- the network, the estimate, the packetizer --
+        # never write it)
+        if owned:
+            matrix = np.ceil(matrix, out=matrix)
+        elif not _whole_bytes(matrix):
+            matrix = np.ceil(matrix)
         nic_ps = nic.packetizer_ps(matrix, gpn) if nic is not None else None
         return Collective("alltoallv", matrix=matrix, estimate_s=comm.alltoallv_time_s(matrix), nic_ps=nic_ps)
 

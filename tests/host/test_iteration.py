@@ -566,3 +566,17 @@ def test_the_compiled_hbm_loop_gives_python_s_figures_bit_for_bit():
     for a, b in zip(*outs):
         assert a.tobytes() == b.tobytes()
     assert outs[0][0].any() and (outs[0][2] > 1e-6).any()
+
+
+def test_whole_byte_matrices_are_recognised_block_by_block():
+    """An AlltoAllv payload's matrix already in whole bytes is shared, not copied by ``np.ceil``
+    (``iteration_payloads``): ``_whole_bytes`` says whether ceil would change any entry, in any
+    block of rows, and integer matrices are whole."""
+    from neonic.host.iteration import _whole_bytes
+
+    m = np.ceil(np.random.default_rng(3).lognormal(10.0, 1.0, (600, 40)))
+    assert _whole_bytes(m) and _whole_bytes(m.astype(np.int64)) and _whole_bytes(np.zeros((0, 0)))
+    m[517, 3] += 0.25  # in the third block of 256 rows
+    assert not _whole_bytes(m)
+    m[517, 3] = -0.0
+    assert _whole_bytes(m)
