@@ -433,15 +433,19 @@ def test_the_batched_traffic_update_is_the_per_gpu_one(seed, dma):
     assert calls_batched < calls_each
 
 
-def _lockstep_mix(shared: bool, seed: int, dma: bool = False) -> tuple:
+def _lockstep_mix(shared: bool, seed: int, dma: bool = False, slow: bool = False) -> tuple:
     """Two ZionEX nodes whose GPUs mostly run the same work at the same times (two groups of
     eight with their own kernels, AlltoAlls of equal and of uneven sizes, AllGathers), with a
     few kernels on single GPUs that set them apart for a while; coupled to the network with
-    ``couple(..., shared=shared)``. Returns every kernel's and collective's end in the order
-    they ended, each GPU's counters and utilization, the engine's event count, and how many
-    re-plans the GPUs shared."""
+    ``couple(..., shared=shared)``. ``slow``: one NIC's receive link of the second node at
+    0.37 of its capacity (GPUs of a group get different traffic once an AlltoAll's flows reach
+    it). Returns every kernel's and collective's end in the order they ended, each GPU's
+    counters and utilization, the engine's event count, and how many re-plans the GPUs shared."""
     rng = np.random.default_rng(seed)
     topo = Topology.from_preset("zionex", nodes=2)
+    if slow:
+        topo.capacity = topo.capacity.copy()
+        topo.capacity[topo._base["nic_rx"] + 11] *= 0.37
     eng = Engine()
     net = Network(eng, topo)
     n = topo.num_gpus
@@ -502,6 +506,21 @@ def test_gpus_in_the_same_state_share_their_replans_with_the_same_results(seed, 
     assert no_hits == 0 and hits > same[3] // 10  # (same[3]: the engine's event count)
     assert len(same[0]) == sum(len([list(range(8)), list(range(8, 16)), list(range(16))][k % 3]) if k % 7 != 3 else 1
                                for k in range(40)) + 6
+
+
+def test_a_slowed_link_splits_the_gpus_that_shared_their_state_with_the_same_results():
+    """One slowed NIC link: the GPUs whose flows cross it are fed differently from the rest of
+    their group mid-collective, so GPUs that shared a state stop sharing it (and meet again
+    once idle): every end, counter, utilization and the event count are still those of every
+    GPU computing its own; the collectives end at other times than unslowed, and fewer re-plans are
+    shared."""
+    *same, hits = _lockstep_mix(True, 4, slow=True)
+    *alone, _ = _lockstep_mix(False, 4, slow=True)
+    assert same == alone
+    assert hits > same[3] // 10
+    *even, even_hits = _lockstep_mix(True, 4)
+    assert [e for e in even[0] if e[0].startswith("c")] != [e for e in same[0] if e[0].startswith("c")]
+    assert hits < even_hits  # the split GPUs re-plan on their own for a while
 
 
 def test_a_gpu_asked_for_its_utilization_mid_run_shares_nothing_it_should_not():
