@@ -32,7 +32,10 @@ message lists them).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
+import sys
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -276,6 +279,7 @@ class ClusterRun:
         self.progress("planning the sharding", 0.05)
         t_plan = time.perf_counter()
         plan, psys = self._plan(topo)
+        release_heap()  # the planner's temporaries (gigabytes at 4096 GPUs) are freed by now
         t_built = time.perf_counter()
         self.progress(f"deriving one iteration's work (planned in {t_built - t_plan:.1f} s)", 0.2)
         with stages("work"):
@@ -329,6 +333,7 @@ class ClusterRun:
 
         resources_["net"].on_solve = on_solve
         runner = ScheduleRunner(engine, graph, backend, on_op_done)
+        release_heap()  # the work's and the payloads' temporaries
         with stages("engine"):
             t_engine = clock.start()
             end_ps = runner.run()
@@ -397,6 +402,8 @@ class ClusterRun:
             keep = set(sample_ranks(world))
             nics = [NIC(engine, cfg, name=f"nic{r}", record=r in keep) for r in range(world)]
 
+        trim_due = [False]  # a large collective ended (_let_go): trim the heap before the next starts
+
         def all_of(parts: int, done: Callable[[int, int], None]) -> Callable[[int, int], None]:
             """A completion that fires ``done(start, end)`` once ``parts`` pieces have ended."""
             start = engine.now
@@ -419,6 +426,9 @@ class ClusterRun:
             elif isinstance(payload, CPUJob):
                 sockets[payload.node].submit(ps_from_s(payload.seconds), done)
             elif isinstance(payload, Collective):
+                if trim_due[0]:  # a large collective's arrays were freed since it ended
+                    trim_due[0] = False
+                    release_heap()
                 # the collective's kernel runs on every rank from its start until the network
                 # delivers its last byte: channels (SMs) or copy engines, HBM by the bytes it moves
                 rf = REDUCE_FRACTION["alltoallv" if payload.kind == "alltoallv" else "allreduce"]
@@ -433,7 +443,8 @@ class ClusterRun:
                     for r, d in busy:
                         nics[r].run({"packetizer": d}, finish, label=f"{op.phase}[{op.iteration}]")
 
-                def net_done(_handle: Any) -> None:
+                def net_done(coll_handle: Any) -> None:
+                    trim_due[0] |= _let_go(coll_handle)  # (before the ops it frees start)
                     for g, handle in held:
                         g.comm_end(handle)
                     finish(start, engine.now)
@@ -460,6 +471,54 @@ class ClusterRun:
         return engine, backend, {"gpus": gpus, "host_link": host_link, "sockets": sockets, "net": net, "nics": nics}
 
     # ------------------------------------------------------------------------------ metrics
+
+
+def _let_go(handle: Any) -> bool:
+    """Drop a finished collective's flow groups (``CollectiveHandle.groups``) once the run has
+    taken its end: nothing here reads them again. Each group names its handle (``tag``,
+    ``on_done``) and the handle its groups, a reference cycle that only the cyclic collector
+    breaks, so without this an AlltoAllv's per-flow arrays (its 16.8M flows at 4096 GPUs) stay
+    resident until a full collection happens to run, possibly beside the next AlltoAllv's
+    solve. Returns whether it was a large collective (``_RELEASE_MIN_FLOWS`` flows or more),
+    whose freed pages the C heap should give back (:func:`release_heap`) once they are free."""
+    groups = getattr(handle, "groups", None)
+    if not isinstance(groups, list):
+        return False
+    large = sum(g.size for g in groups if g is not None) >= _RELEASE_MIN_FLOWS
+    groups[:] = [None] * len(groups)
+    return large
+
+
+#: a finished collective of at least this many flows gives the C heap's free pages back
+_RELEASE_MIN_FLOWS = 1 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None elsewhere: other C libraries, other systems)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def release_heap() -> bool:
+    """Give the C heap's free pages back to the system (glibc: ``malloc_trim(0)``); True where
+    it could be asked. Numpy's arrays of a few MiB come from the heap (glibc raises its mmap
+    threshold as mmapped arrays are freed), and the pages of those freed stay resident, on top
+    of every later peak: at 4096 GPUs (measured 2026-11-26) 0.15 GiB after planning, 1.13 GiB
+    after the work, payloads and graph (2.99 -> 1.86 GiB), 0.4-0.8 GiB after each large
+    AlltoAllv. Results do not change: only where free memory sits."""
+    fn = _malloc_trim()
+    if fn is None:
+        return False
+    fn(0)
+    return True
 
 
 def _memory_tiers(system, topo):

@@ -604,6 +604,8 @@ class Network:
                     self._compact(g)
                     self._flow_set += 1
                 survivors.append(g)
+        if len(survivors) < len(self._groups):
+            self._forget([g for g in self._groups if not g._remaining])
         old = survivors
         if self._pending:
             self._flow_set += 1
@@ -631,6 +633,23 @@ class Network:
         if self.coalesce_rel and freed > 0.0:
             span = max(now - freed_t / freed, 0.0)
         self._predict(now, previous, span)
+
+    def _forget(self, gone: list[FlowGroup]) -> None:
+        """Drop the solve caches that name a group which has left the solver (``gone``): their
+        keys ask for that very group (or its classes), so they can never match again, and until
+        the next solve of their kind replaced them they would keep its arrays and, through its
+        callback, its collective's (an AlltoAllv's at 4096 GPUs: gigabytes, beside the next
+        one's solve). A cache that cannot match is rebuilt either way: the same results."""
+        ids = {id(g) for g in gone}
+        classes = {id(g._cls) for g in gone}
+        for name in ("_tcache", "_rcache"):
+            c = getattr(self, name)
+            if c is not None and any(id(h) in ids for h, _ in c["key"]):
+                setattr(self, name, None)
+        if self._joint_index is not None and any(id(k) in classes for k in self._joint_index[0]):
+            self._joint_index = None
+        if self._joint_fail is not None and any(id(k) in classes for k in self._joint_fail[0]):
+            self._joint_fail = None
 
     def _classes_at_start(self, g: FlowGroup, groups: list[FlowGroup]) -> None:
         """Before a new group's first solve: its flow classes, unless another large group

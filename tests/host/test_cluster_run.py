@@ -233,3 +233,65 @@ def test_the_gpus_batched_traffic_update_runs_the_same_ops_as_the_per_gpu_one(mo
     batched = ops_and_metrics()
     monkeypatch.setattr(cluster, "couple", functools.partial(couple, batched=False))
     assert ops_and_metrics() == batched
+
+
+def test_finished_collectives_are_let_go_and_the_heap_trimmed_without_changing_the_run(monkeypatch):
+    """A finished collective's flow groups are dropped when the run has its end (they and
+    their handle form a reference cycle: without this only the cyclic collector frees their
+    arrays), and the C heap is trimmed before the next collective starts after a large one
+    (here every one counts as large), after planning and before the engine. The run is the
+    same, op for op, as one that does neither."""
+    import gc
+    import weakref
+
+    import neonic.host.cluster as cluster
+    from neonic.sim.network import collectives as coll
+
+    def run() -> tuple:
+        handles: list = []
+        real = coll.alltoallv
+
+        def alltoallv(*args, **kwargs):
+            h = real(*args, **kwargs)
+            handles.append(weakref.ref(h))
+            return h
+
+        with monkeypatch.context() as m:
+            m.setattr(coll, "alltoallv", alltoallv)
+            r = ClusterRun(scenario_from_dict(tiny()))
+            result = r.run()
+        return [(op.id, op.start, op.end) for op in r.graph.ops], result.metrics["iteration_time_s"], handles
+
+    trims = []
+    real_release = cluster.release_heap
+    monkeypatch.setattr(cluster, "release_heap", lambda: trims.append(1) or real_release())
+    monkeypatch.setattr(cluster, "_RELEASE_MIN_FLOWS", 1)
+    was = gc.isenabled()
+    gc.disable()  # the handles must go by reference counting alone
+    try:
+        ops, iteration, handles = run()
+        # all gone but the last, whose groups the network's caches name until its next solve
+        assert len(handles) > 2 and sum(h() is not None for h in handles) <= 1
+        assert 2 < len(trims) <= 2 + len(handles)  # after planning, before the engine, between collectives
+        monkeypatch.setattr(cluster, "release_heap", lambda: False)
+        monkeypatch.setattr(cluster, "_let_go", lambda handle: False)
+        kept_ops, kept_iteration, kept = run()
+        assert all(h() is not None for h in kept)  # without it, the cycles keep every one
+    finally:
+        if was:
+            gc.enable()
+    assert (kept_ops, kept_iteration) == (ops, iteration)
+
+
+def test_release_heap_asks_glibc_only(monkeypatch):
+    """``release_heap`` calls glibc's ``malloc_trim`` where there is one and says so; on other
+    systems it does nothing and returns False."""
+    import ctypes.util
+    import sys
+
+    import neonic.host.cluster as cluster
+
+    glibc = sys.platform.startswith("linux") and (ctypes.util.find_library("c") or "").startswith("libc.so")
+    assert cluster.release_heap() is bool(glibc)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert cluster._malloc_trim.__wrapped__() is None

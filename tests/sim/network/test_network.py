@@ -277,6 +277,45 @@ def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
         np.testing.assert_array_equal(x, y)
 
 
+class _KeepsCaches(Network):
+    """A network that keeps its solve caches after the groups they name have left the solver."""
+
+    def _forget(self, gone):
+        pass
+
+
+def _names(net: Network, groups) -> bool:
+    """Whether a solve cache of ``net`` still names one of ``groups`` (or their classes)."""
+    named = [h for c in (net._tcache, net._rcache) if c is not None for h, _ in c["key"]]
+    classes = [k for j in (net._joint_index, net._joint_fail) if j is not None for k in j[0]]
+    return any(h is g for h in named for g in groups) or any(k is g._cls for k in classes for g in groups)
+
+
+def test_caches_let_go_of_groups_that_left_the_solver_without_changing_anything():
+    """A group whose flows have all finished is no longer named by the shared and throttled
+    solves' caches (they could never match again, and would keep its arrays and, through its
+    callback, its collective's until the next solve of their kind); the times and bytes are
+    those of a network that keeps them."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
+    out = []
+    for cls in (Network, _KeepsCaches):
+        eng = Engine()
+        net = cls(eng, topo)
+        throttle, calls = _changing_caps()
+        net.set_throttle(throttle)
+        a = net.start_flows(src, dst, sizes)
+        eng.run(until_ps=20_000_000)
+        b = net.start_flows(dst[::3], src[::3], sizes[::3] // 2)  # a second group mid-way
+        eng.run()
+        assert a.done and b.done
+        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), calls[0], _names(net, [a, b])))
+    assert out[0][3] > 10 and out[0][3] == out[1][3]
+    assert not out[0][4] and out[1][4]
+    for x, y in zip(out[0][:3], out[1][:3]):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_numpy_fallback_gives_the_same_picoseconds():
     """Without numba (NEONIC_NO_NUMBA=1) the numpy implementation yields identical results (also
     every flow's arrival where a dense part's rows are stepped lazily: the kernels run as Python)."""
