@@ -476,6 +476,7 @@ class NeoPlanner(Placer):
             totals = self.totals()
             current = self.score(self.state)
             trials = self._trials(totals)
+            self._say(f"refinement: step {steps + 1}, {len(trials)} candidates")
             best = self._best(trials)
             if best is None or not improves(best[0], current):
                 break
@@ -628,6 +629,7 @@ class NeoPlanner(Placer):
         def start(i: int) -> tuple[str, np.ndarray, float, Plan | None] | None:
             other = makers[i][1]()
             st = None if other is None else self._adopt(other)
+            self._say(f"start plan {makers[i][0]} {'made' if st is not None else 'does not fit'}")
             if st is None:
                 return None
             # a small plan comes along (else the winner is made again: a row-wise plan over 1024
@@ -1216,6 +1218,7 @@ class NeoPlanner(Placer):
                 return self.state.vec.copy(), self.state.dp_bytes
             finally:
                 self.state, self.placed = saved_state.copy(), dict(saved_placed)
+                self._say(f"class move {tasks[i][1]} -> {tasks[i][3].value} tried")
 
         # a move's cost grows with its tables; new column-wise placements are priced afresh
         cost = {ST.COLUMN_WISE: 3.0, ST.TABLE_COLUMN_WISE: 1.5}
