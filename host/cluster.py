@@ -259,7 +259,8 @@ class ClusterRun:
 
             def make() -> Any:
                 return make_plan(sc.workload, psys, sc.planner, max_steps=sc.planner_max_steps,
-                                 time_budget_s=sc.planner_budget_s)
+                                 time_budget_s=sc.planner_budget_s,
+                                 progress=lambda m: self.progress(f"planning the sharding ({sc.planner}): {m}", 0.1))
 
             # runs that share their planning inputs plan once (``neonic validate``, ``sweep``)
             cache = active_plan_cache()

@@ -19,6 +19,8 @@ and the plan's notes say how many did.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from neonic.host.planner.baselines import BASELINES, plan_baseline
 from neonic.host.planner.cost import CostModel
 from neonic.host.planner.forced import FORCED_NAMES, forced_fallbacks, plan_forced
@@ -43,12 +45,14 @@ def check_planner_name(name: object, field: str = "planner") -> str:
 
 def make_plan(workload: WorkloadSpec, system: PlannerSystem, planner: str = "neo", *,
               max_steps: int | None = DEFAULT_MAX_STEPS, time_budget_s: float | None = None,
-              cost: CostModel | None = None) -> Plan:
+              cost: CostModel | None = None, progress: Callable[[str], None] | None = None) -> Plan:
     """The plan of the named ``planner`` (one of :data:`PLANNER_NAMES`; see the module doc).
-    ``max_steps`` and ``time_budget_s`` apply to ``neo`` only."""
+    ``max_steps``, ``time_budget_s`` and ``progress`` (told where the search is, a line at
+    each phase and step) apply to ``neo`` only."""
     check_planner_name(planner)
     if planner == "neo":
-        return plan_neo(workload, system, time_budget_s=time_budget_s, max_steps=max_steps, cost=cost)
+        return plan_neo(workload, system, time_budget_s=time_budget_s, max_steps=max_steps, cost=cost,
+                        progress=progress)
     if planner in BASELINES:
         return plan_baseline(planner, workload, system, cost)
     return plan_forced(ShardingType(planner.removeprefix("force:").replace("-", "_")), workload, system, cost)

@@ -163,8 +163,15 @@ class NeoPlanner(Placer):
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
                  max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24, slow_ranks: int = 4,
                  kicks: int = 0, workers: int | None = None, descents: int = DEFAULT_DESCENTS,
-                 balance_steps: int = DEFAULT_BALANCE_STEPS) -> None:
+                 balance_steps: int = DEFAULT_BALANCE_STEPS, progress: Callable[[str], None] | None = None) -> None:
         super().__init__(workload, system, cost)
+        if progress is not None and not callable(progress):
+            raise ValueError(f"progress: expected a callable taking a message, or None, got {progress!r}")
+        #: told where the search is (:meth:`_say`): a line at each phase and step, this
+        #: process's only (a forked copy's would come from a process the caller does not know)
+        self.progress = progress
+        self._progress_pid = os.getpid()
+        self._t_start = time.perf_counter()
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers: expected an integer >= 1 or None (the CPUs available, up to 2), got {workers!r}")
         #: processes that compute the start plans and each step's class moves (this one and
@@ -212,6 +219,14 @@ class NeoPlanner(Placer):
         self._server: ForkedServer | None = None   # the copy that evaluates half of each batch (:meth:`_batch`)
 
     # ------------------------------------------------------------------ helpers
+    def _say(self, message: str) -> None:
+        """Pass ``message`` and the wall time since the search began to :attr:`progress`
+        (nothing in a forked copy, nor without a callback). A planning of thousands of ranks
+        takes minutes under load, and a caller that reports at intervals (the bench, the
+        cluster run) needs lines to pass on; the plan does not depend on them."""
+        if self.progress is not None and os.getpid() == self._progress_pid:
+            self.progress(f"{message} ({time.perf_counter() - self._t_start:.0f} s)")
+
     def _try(self, changes: list[tuple[str, TablePlan | None]]) -> tuple[tuple[float, float], State, list] | None:
         """Score the state after replacing each named table's plan; None if it does not fit."""
         if any(tp is None for _, tp in changes):
@@ -250,7 +265,9 @@ class NeoPlanner(Placer):
                 raise self.fits_nowhere(table)
             self._apply(best)
         share = sum(costs.values()) / self.world  # a rank's fair share of table-wise work
-        for table in rest:
+        for k, table in enumerate(rest):
+            if k % 200 == 0:
+                self._say(f"greedy start: {len(big) + k} of {len(big) + len(rest)} tables placed")
             # the lightest ranks whose HBM holds the table (the lightest ones, if none does)
             size = self.shard_bytes(table, table.rows, table.dim)
             cands = self._light_for(size, self.candidates, set(), self.totals()) or self._lightest(self.candidates)
@@ -459,12 +476,14 @@ class NeoPlanner(Placer):
             totals = self.totals()
             current = self.score(self.state)
             trials = self._trials(totals)
+            self._say(f"refinement: step {steps + 1}, {len(trials)} candidates")
             best = self._best(trials)
             if best is None or not improves(best[0], current):
                 break
             self._apply(best)
             self._index()
             steps += 1
+            self._say(f"refinement step {steps}: {best[0][0] * 1e3:.3f} ms predicted")
         return steps
 
     def _slow_ranks(self, totals: np.ndarray) -> list[int]:
@@ -610,6 +629,7 @@ class NeoPlanner(Placer):
         def start(i: int) -> tuple[str, np.ndarray, float, Plan | None] | None:
             other = makers[i][1]()
             st = None if other is None else self._adopt(other)
+            self._say(f"start plan {makers[i][0]} {'made' if st is not None else 'does not fit'}")
             if st is None:
                 return None
             # a small plan comes along (else the winner is made again: a row-wise plan over 1024
@@ -620,8 +640,10 @@ class NeoPlanner(Placer):
         # the per-rank totals' compiled loop loaded here before the workers fork (0.15-0.2 CPU-s
         # from numba's cache, which each process would pay for itself; the greedy start needs it)
         self.totals()
+        self._say(f"start plans: the greedy placement and {len(makers)} baselines' and forced types' plans")
         made = map_forked(lambda k: [start(i) for i in groups[k]], len(groups), self.workers,
                           [sum(makers[i][2] for i in g) for g in groups], alongside=before)
+        self._say("start plans made; pricing them in full")
         found: list = [None] * len(makers)
         for g, got in zip(groups, made):
             for i, f in zip(g, got):
@@ -633,7 +655,7 @@ class NeoPlanner(Placer):
         for (_, make, _), f in zip(makers, found):
             if f is not None:
                 cands.append((f[0], State(f[1], f[2]), make, f[3]))
-        i, _ = self._first_best([c[1] for c in cands])
+        i, won = self._first_best([c[1] for c in cands])
         # the starts in the order of their scores (the first on a tie; each scored in the batch
         # above, remembered), distinct states only: the ones the search descends from
         order = sorted(range(len(cands)), key=lambda j: (self.score(cands[j][1]), j))
@@ -648,6 +670,7 @@ class NeoPlanner(Placer):
                 seen.add(key)
                 self._ranked_starts.append(cands[j])
         self._adopt_start(cands[i])
+        self._say(f"start {cands[i][0]}: {won[0] * 1e3:.3f} ms predicted")
         return cands[i][0]
 
     def _adopt_start(self, cand) -> None:
@@ -993,6 +1016,7 @@ class NeoPlanner(Placer):
             for step in range(self.balance_steps):
                 if not units:
                     break
+                self._say(f"balancing: step {step + 1}, proxy {proxy * 1e3:.3f} ms")
                 trials = [t for t in self._balance_trials(units, *_BALANCE_NEIGHBOURHOOD, weights=weights,
                                                           versions=versions)
                           if all(tp is not None for _, tp in t)]
@@ -1050,6 +1074,7 @@ class NeoPlanner(Placer):
             return False
         # the states passed through, priced in full: the last, and about every eighth of the way
         picks = sorted({len(trail) - 1, *(len(trail) * k // 8 for k in range(1, 8))})
+        self._say(f"balancing: {len(trail)} steps taken, {len(picks)} of their states priced in full")
         best = self._first_best([trail[i][0] for i in picks])
         if best is None or not improves(best[1], current):
             return False
@@ -1103,6 +1128,7 @@ class NeoPlanner(Placer):
                 self.state, self.placed, self.moves = saved[0].copy(), dict(saved[1]), list(saved[2])
 
         found: dict[int, tuple | None] = {}
+        self._say(f"regrouping {len(names)} table-row-wise tables over {' and '.join(map(str, sizes))} ranks of a node")
         if self.workers >= 2 and len(sizes) == 2:
             # the quarter by a forked copy (its figures only), the half here meanwhile
             def half() -> None:
@@ -1192,9 +1218,11 @@ class NeoPlanner(Placer):
                 return self.state.vec.copy(), self.state.dp_bytes
             finally:
                 self.state, self.placed = saved_state.copy(), dict(saved_placed)
+                self._say(f"class move {tasks[i][1]} -> {tasks[i][3].value} tried")
 
         # a move's cost grows with its tables; new column-wise placements are priced afresh
         cost = {ST.COLUMN_WISE: 3.0, ST.TABLE_COLUMN_WISE: 1.5}
+        self._say(f"class moves: {len(tasks)} retypings of {len(self._classes())} classes of tables")
         found = map_forked(move, len(tasks), self.workers, [len(t[2]) * cost.get(t[3], 1.0) for t in tasks])
         # each move's state (not its contributions: a class of 900 tables' took 0.2 GB per move
         # at 1024 ranks), in the order of the moves
@@ -1245,7 +1273,7 @@ class NeoPlanner(Placer):
                 self._server = None
 
     def _run(self) -> Plan:
-        t0 = time.perf_counter()
+        t0 = self._t_start = time.perf_counter()
         deadline = None if self.time_budget_s is None else t0 + self.time_budget_s
         start = self._best_start(before=self.greedy)
         greedy_cost = self.score(self._greedy_state)[0]  # (scored among the starts: remembered)
@@ -1315,8 +1343,11 @@ def _totals_batch(cost: CostModel, vecs: np.ndarray, dps: list[float]) -> np.nda
 
 
 def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float | None = None,
-             max_steps: int | None = DEFAULT_MAX_STEPS, cost: CostModel | None = None) -> Plan:
+             max_steps: int | None = DEFAULT_MAX_STEPS, cost: CostModel | None = None,
+             progress: Callable[[str], None] | None = None) -> Plan:
     """Neo's plan for ``workload`` on ``system`` (see :class:`NeoPlanner`). The refinement
     stops at convergence or after ``max_steps`` steps: the plan is reproducible. The
-    wall-clock ``time_budget_s`` is an opt-in safety (None: off)."""
-    return NeoPlanner(workload, system, cost, time_budget_s=time_budget_s, max_steps=max_steps).run()
+    wall-clock ``time_budget_s`` is an opt-in safety (None: off). ``progress``: told where the
+    search is, a line at each phase and step (:meth:`NeoPlanner._say`)."""
+    return NeoPlanner(workload, system, cost, time_budget_s=time_budget_s, max_steps=max_steps,
+                      progress=progress).run()

@@ -209,6 +209,8 @@ def test_a_run_reports_its_progress_with_a_time_estimate():
     engine = [m for m, _ in messages if m.startswith("simulated ")]
     assert engine and all(" s left" in m or "no estimate" in m for m in engine)
     assert any("iterations ended" in m and "rough" not in m for m in engine[len(engine) // 2:])
+    # the planner's search says where it is, phase by phase (``make_plan``'s ``progress``)
+    assert any(m.startswith("planning the sharding (neo): start plans: ") for m, _ in messages)
     # the stages say how long the ones before took: planning, building, the engine, the run
     import re
 

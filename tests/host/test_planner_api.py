@@ -209,6 +209,33 @@ def test_descending_from_the_second_best_start_finds_what_the_best_start_misses(
         NeoPlanner(w, s, descents=0)
 
 
+
+def test_the_search_tells_its_progress_from_this_process_and_the_plan_does_not_change():
+    """``progress`` hears a line at each phase and step (the starts, each start plan made here,
+    balancing, refinement, each class move tried here), each with the wall time so far, all
+    from this process (the forked copies that make or price part of the work say nothing);
+    the plan is the one made without it."""
+    s, w = _system(nodes=2, g=4), _workload(20, seed=9)
+    cm = CostModel(w, s)
+    heard: list[tuple[int, str]] = []
+    plan = make_plan(w, s, cost=cm, progress=lambda m: heard.append((os.getpid(), m)))
+    assert plan == make_plan(w, s, cost=cm)
+    assert {pid for pid, _ in heard} == {os.getpid()}
+    # one process: every line of the search
+    lines: list[str] = []
+    assert NeoPlanner(w, s, cm, workers=1, progress=lines.append).run() == plan
+    assert lines[0].startswith("start plans: the greedy placement and ")
+    assert any(m.startswith("greedy start: 0 of 20 tables placed") for m in lines)
+    assert any(m.startswith("start plan torchrec-greedy made") for m in lines)
+    assert any(m.startswith("start ") and " ms predicted" in m for m in lines)
+    assert any(m.startswith("balancing: step 1,") for m in lines)
+    assert any(m.startswith("refinement: step 1, ") for m in lines)
+    assert any(m.startswith("class moves: ") for m in lines) and any(m.startswith("class move all ") for m in lines)
+    assert all(m.endswith(" s)") for m in lines)
+    with pytest.raises(ValueError, match="progress"):
+        NeoPlanner(w, s, progress="loud")
+
+
 def _adopted(w, s, cm, plan, **kw):
     """A search whose state is ``plan`` (its tables placed as the plan has them)."""
     p = NeoPlanner(w, s, cm, workers=1, **kw)
