@@ -140,7 +140,9 @@ a bank still draining) are flip-flops, computed a cycle ahead for each thing the
 next (the same word, the row's next word, or the next queue entry's first word, seen through
 the read slice's look-ahead), with ``take`` the last select, so that no long path runs from
 the accumulator state through the handshake (their compares read the stall logic's own copy
-of the head's bank, not the flip-flops the rest of the issue stage reads); a bank freed by the
+of the head's bank, not the flip-flops the rest of the issue stage reads); the compares of the
+window's addresses with the head's word and its next word are flip-flops as well, kept a cycle
+ahead as the window shifts, and so are the window's word-0 flags per bank; a bank freed by the
 drain is seen one cycle later. The row queue's head is read through two slices holding the
 same entry: its control fields through a ``SkidBuffer`` (few enables), the whole entry
 through a ``PingPongBuffer``.
@@ -175,23 +177,26 @@ beat per cycle while the queue has room for everything in flight (a credit count
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
 grade 6, ``router2``). At the ``bench timing`` table set with 2 lanes and 8 B beats, placement
-seeds 1 / 2: 111.7 / 112.5 MHz, 9,734 LUTs, 10,919 FFs, 4 DP16KD, 17 MULT18X18D (session 13;
-103.1 / 100.9 MHz before). On seed 1, the changes, in order, with what each was on the critical
-path: the row address's multiply reads ``pe1``'s flip-flops (it had come behind the pre-decode
-buffer's read multiplexer) and the hazard logic its own copy of the head's bank (4.7 ns of
-routing to the hazard's first LUT): 103.7 MHz; the parse's flags through their own slice (the
-buffer's read pointer, 90 loads, into the bag queue's level): 101.2 (placement varies by a few
-percent between netlists); the grant's candidates from a control queue of their own (the slot
-queue's ``r_rdy``, 3.4 ns to the control slice), the granted entry selected by copies of the
-grant, the multiplier's underflow compares a step earlier: 108.5; ``busy``'s OR with half its
-terms (9.2 ns from ``pe1.valid``): 111.7. 125 MHz is not reached. Nineteen paths are over 8 ns
-on seed 1 (a static listing from nextpnr's SDF; 35 on seed 2, whose worst are the adders' first
-and fifth steps, 8.8-8.9 ns, and the drain's reciprocal read): the hazard flag from the
-window's addresses (8.95 ns: 7 LUTs, 6.5 ns of routing), the slot heads' read pointers into the
-row slice's entries (8.7: 2 LUTs, 7.7 of routing; the pointer selects every bit of the head),
-the bank-wait flag, the max selector's compare (a 32-bit carry chain), the row queue's level,
-the multipliers' leading-zero count, the drain's reciprocal read, the row address's add into
-the slot queues (8.0-8.4 each); most are 2-7 LUTs with 1-1.5 ns of routing per hop. At
+seeds 1 / 2: 113.4 / 118.1 MHz, 9,866 LUTs, 11,081 FFs, 4 DP16KD, 17 MULT18X18D (session 14;
+111.7 / 112.5 MHz in session 13, 103.1 / 100.9 before). Session 14's changes, first for paths
+of session 13's seed-1 run (a static listing from nextpnr's SDF: 18 endpoints over 8 ns): the
+window's compares as flip-flops (the hazard flag, 8.95 ns), the slot heads' read pointers in
+copies of one per 16 bits of the entry (8.7), the bank-wait flag's bank select for the skid
+entry and the queue head apart (8.4), the max selector's compare in 16-bit halves (8.3), the
+row queue's ``w_rdy`` a flip-flop (8.2), the multipliers' leading-zero count gated a step
+later (8.2), the row address's base added per slot queue (8.1); then for paths of the runs in
+between: the grant in copies of one per 16 bits of the entry, the window's word-0 flags per
+bank shifted with it, the bag queue's write data independent of the parse's decision and its
+memory written whenever it has room, and the skid flag in copies for the issue stage's flags.
+Seed 1 after the first four: 115.5; after the next three: 107.0 (its worst the reducer's
+``row_done`` into the row counters, 9.3 ns, and the bag queue's write data, 8.9); with all:
+113.4. Placement moves these figures by several percent between netlists. 125 MHz is not
+reached. Over 8 ns now: 7 endpoints on seed 1 (``stall_input``'s event flag from the request
+slice's valid, 8.8 ns: 6 cells, 6.9 of routing; the adder's fifth step from the exponent into
+the normalising cap, 8.2; the drain's reciprocal read, 8.1), 24 on seed 2 (the adder's first
+step, the exponent difference, from the weight multiplier's output, 8.5; its sixth step, 8.3;
+the drain multiplier's special-result flags, 8.2; the bank claim, the grant, the row address
+into the slot queues, 8.0-8.1); most are 5-13 cells with 5.5-6.9 ns of routing. At
 ``data_bytes=64, lanes=16`` synthesis of session 12's RTL gave 53,422 LUTs, 60,656 FFs, 32
 DP16KD and 129 MULT18X18D (its place and route, about 2,000 CPU-s, was not run). There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
@@ -207,12 +212,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
-from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_terms
+from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_halves
 from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, MemPortSignature, MemRequest,
                       MemResponseBeat, PingPongBuffer, SkidBuffer, check_int)
 
@@ -356,8 +361,9 @@ class PoolLane(wiring.Component):
     (:class:`rtl.fp.FPMax32` with ``nan="compare"``), delayed by the same ``latency`` so both
     results line up; at ``latency >= 2`` the compare (into a one-bit choice) and the
     selection are in separate stages, and at ``latency >= 3`` the compare itself takes two:
-    its ordered-key carry chain and its NaN/zero terms (:func:`rtl.fp.fp32_greater_terms`)
-    are registered apart and combined with ``first`` into the choice on the next cycle.
+    its ordered-key carry chains (two halves, :func:`rtl.fp.fp32_greater_halves`) and its
+    NaN/zero terms are registered apart and combined with ``first`` into the choice on the
+    next cycle.
     Free running: one operation per cycle, no enable.
 
     ``direct_add=True`` (what the gather unit uses) takes the adder's operands straight from
@@ -396,14 +402,20 @@ class PoolLane(wiring.Component):
         if self.latency >= 3:
             # Three stages: the compare's terms (both operands registered beside them), the
             # choice, then the selection; the rest of the latency is a delay line.
-            ordered, comparable = fp32_greater_terms(self.v, old)
-            t_ord = Signal(name="max_ordered")
+            # (the ordered keys compared in 16-bit halves, combined in the choice: the 32-bit
+            # carry chain from the operands' registers was 8.3 ns on the ECP5 flow)
+            gt_hi, ge_hi, gt_lo, comparable = fp32_greater_halves(self.v, old)
+            t_gt_hi = Signal(name="max_gt_hi")
+            t_ge_hi = Signal(name="max_ge_hi")
+            t_gt_lo = Signal(name="max_gt_lo")
             t_cmp = Signal(name="max_comparable")
             t_first = Signal(name="max_first")
             v_1 = Signal(32, name="max_v1")
             old_1 = Signal(32, name="max_old1")
-            m.d.sync += [t_ord.eq(ordered), t_cmp.eq(comparable), t_first.eq(self.first),
+            m.d.sync += [t_gt_hi.eq(gt_hi), t_ge_hi.eq(ge_hi), t_gt_lo.eq(gt_lo),
+                         t_cmp.eq(comparable), t_first.eq(self.first),
                          v_1.eq(self.v), old_1.eq(old)]
+            t_ord = t_gt_hi | (t_ge_hi & t_gt_lo)
             take_v = Signal(name="max_take_v")
             v_r = Signal(32, name="max_v")
             old_r = Signal(32, name="max_old")
@@ -724,16 +736,26 @@ class EmbeddingBagUnit(wiring.Component):
             q = CreditFIFO(width=sentry.size, depth=self.slot_depth)
             m.submodules[f"slot_q{k}"] = q
             slots.append(q)
-        m.submodules.info_q = info_q = fifo.SyncFIFOBuffered(width=rinfo.size,
-                                                             depth=self.info_depth)
-        m.submodules.bag_q = bag_q = CreditFIFO(width=binfo.size, depth=self.bag_queue_depth)
+        # (the row queue written through ``info_in`` while ``w_rdy``, a flip-flop: the
+        # level's compare in front of the write enable was an 8.2 ns loop)
+        m.submodules.info_q = info_q = CreditFIFO(width=rinfo.size, depth=self.info_depth,
+                                                  registered_w_rdy=True)
+        # (the bag queue's memory written on every cycle it has room, ``registered_w_rdy``:
+        # its write enable from the parse's stall logic reached every LUT-RAM cell, 8.5 ns)
+        m.submodules.bag_q = bag_q = CreditFIFO(width=binfo.size, depth=self.bag_queue_depth,
+                                                registered_w_rdy=True)
         info_w = data.View(rinfo, info_q.w_data)
         bag_w = data.View(binfo, bag_q.w_data)
 
         # Each queue is read through a register slice: what decides to take an entry (the
         # arbiter, the hazard check, the drain) does not reach into the queue's pointers.
         def read_slice(q, name, peek=False, pingpong=False):
-            sk = (PingPongBuffer if pingpong else SkidBuffer)(unsigned(q.width), peek=peek)
+            # (a PingPongBuffer's read pointer in copies of one per 16 bits of the entry: one
+            # slot head's pointer reached every bit of the granted entry's two slices,
+            # 7.7 ns of routing over two LUTs, the second critical path)
+            sk = (PingPongBuffer(unsigned(q.width), peek=peek,
+                                 read_copies=max(1, q.width // 16)) if pingpong
+                  else SkidBuffer(unsigned(q.width), peek=peek))
             m.submodules[name] = sk
             m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
                          q.r_en.eq(sk.i.ready)]
@@ -892,10 +914,10 @@ class EmbeddingBagUnit(wiring.Component):
         # enable straight after the multiplier (on an FPGA, the DSP block's output register:
         # ``host.bench.timing.absorb_dsp_registers``), whose inputs are flip-flops, so
         # neither the buffer's multiplexer nor fabric routing after the multiplier lies in
-        # its path; the slot queues' write data add the base (a carry chain from ``pe2``'s
-        # and the product's flip-flops into the queues' memories). An index wider than a
-        # DSP block's 18-bit operand is multiplied in 18-bit pieces, each into its own
-        # register, and the write data add the pieces with the base.
+        # its path; the slot queues' write data add the base (a carry chain from the base's
+        # flip-flops, one copy per queue, and the product's into the queues' memories). An
+        # index wider than a DSP block's 18-bit operand is multiplied in 18-bit pieces, each
+        # into its own register, and the write data add the pieces with the base.
         pe_layout = data.StructLayout({
             "valid": unsigned(1), "slot": unsigned(max(1, exact_log2(K))),
             "info": rinfo, "stride": unsigned(self.beats_width),
@@ -904,16 +926,25 @@ class EmbeddingBagUnit(wiring.Component):
         pe1 = Signal(pe_layout)
         pe2 = Signal(pe_layout)
         pe1_index = Signal(self.index_width, reset_less=True)
-        pe2_addr = Signal(self.addr_width)
         pe2_wen = Signal(K)          # pe2's slot write enables, decoded a stage ahead
         m.d.sync += pe1_index.eq(p_item.body.item.index)
-        off_sum = pe2.base
+        off = 0
         for lo in range(0, self.index_width, 18):
             piece = pe1_index[lo:lo + 18]
             p_off = Signal(len(piece) + self.beats_width, name=f"p_off{lo}", reset_less=True)
             m.d.sync += p_off.eq(piece * pe1.stride)
-            off_sum = off_sum + (p_off << lo)
-        m.d.comb += pe2_addr.eq(off_sum[:self.addr_width])
+            off = off + (p_off << lo)
+        # Each slot queue adds the base on its own (its own copy of ``pe2``'s base, kept by
+        # the FPGA flow, so that the adders are not merged): one sum reaching the write data
+        # of every slot queue's memory was 8.1 ns (the multiplier's output register, the
+        # carry chain, then the queues' memories spread over the fabric).
+        pe2_addrs = []
+        for k in range(K):
+            base_k = Signal(self.addr_width, name=f"pe2_base{k}", attrs={KEEP_COPY_ATTR: "1"})
+            m.d.sync += base_k.eq(pe1.base)
+            addr_k = Signal(self.addr_width, name=f"pe2_addr{k}")
+            m.d.comb += addr_k.eq((base_k + off)[:self.addr_width])
+            pe2_addrs.append(addr_k)
         m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1),
                      pe2_wen.eq(Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)]))]
         for k, (q, cq) in enumerate(zip(slots, ctl_qs)):
@@ -924,7 +955,7 @@ class EmbeddingBagUnit(wiring.Component):
                 cw.has_row.eq(pe2.info.has_row), cw.first.eq(pe2.info.first),
                 q.w_en.eq(pe2_wen[k]),
                 wr.info.eq(pe2.info),
-                wr.addr.eq(pe2_addr),
+                wr.addr.eq(pe2_addrs[k]),
                 wr.beats.eq(pe2.info.has_row * pe2.stride),
             ]
         # A slot has room when the entries in pe1 and pe2 and one more still fit, from the
@@ -948,6 +979,15 @@ class EmbeddingBagUnit(wiring.Component):
 
         with m.FSM(name="front") as front_fsm:
             with m.State("HEADER"):
+                # (the bag entry's fields as an empty bag's, whether or not it is written:
+                # the write enable is ``bq_write`` alone, so the write data do not wait for
+                # the parse's decision; an 8.5 ns path from the pre-decode buffer's valid)
+                m.d.comb += [
+                    bag_w.tag.eq(hdr.tag), bag_w.count.eq(0),
+                    bag_w.last_word.eq(Mux(hdr_valid_desc, p_desc.last_word, 0)),
+                    bag_w.tail.eq(p_desc.tail),
+                    bag_w.error.eq(~hdr_valid_desc),
+                ]
                 with m.If(p_valid & ~p_header):
                     # An index item outside a bag: drop it.
                     m.d.comb += parse_take.eq(1)
@@ -956,12 +996,6 @@ class EmbeddingBagUnit(wiring.Component):
                     # Empty bag: one cycle and its (zero) bag entry; no reducer slot, no bank.
                     m.d.comb += parse_take.eq(bag_room)
                     with m.If(p_valid & bag_room):
-                        m.d.comb += [
-                            bag_w.tag.eq(hdr.tag), bag_w.count.eq(0),
-                            bag_w.last_word.eq(Mux(hdr_valid_desc, p_desc.last_word, 0)),
-                            bag_w.tail.eq(p_desc.tail),
-                            bag_w.error.eq(~hdr_valid_desc),
-                        ]
                         m.d.comb += inc["bags_in"].eq(1)
                 with m.Else():
                     m.d.comb += parse_take.eq(1)
@@ -1006,21 +1040,23 @@ class EmbeddingBagUnit(wiring.Component):
                         m.d.comb += inc["protocol_errors"].eq(1)
                     m.d.sync += pe1.valid.eq(need_entry)
                     with m.If(last):
-                        final_count = Mux(contributes, count_inc, count)
-                        m.d.comb += [
-                            bag_w.tag.eq(c_tag),
-                            bag_w.last_word.eq(Mux(c_error, 0, cur.last_word)),
-                            bag_w.tail.eq(cur.tail),
-                            bag_w.mean.eq(cur.pooling == POOLING_CODES["mean"]),
-                            bag_w.count.eq(Mux(c_error, 0, final_count)),
-                            bag_w.has_rows.eq(~no_rows | contributes),
-                            bag_w.error.eq(c_error | early),
-                            bag_w.dropped.eq(c_dropped | (~early & ~c_error & oob & ~is_pad)),
-                            bag_w.bank.eq(bank),
-                        ]
                         m.next = "HEADER"
                     with m.Else():
                         m.d.sync += [remaining.eq(remaining - 1), last_next.eq(remaining == 2)]
+                # the bag entry's fields as the bag's last item would write them (written only
+                # on ``bq_write``, see HEADER)
+                final_count = Mux(contributes, count_inc, count)
+                m.d.comb += [
+                    bag_w.tag.eq(c_tag),
+                    bag_w.last_word.eq(Mux(c_error, 0, cur.last_word)),
+                    bag_w.tail.eq(cur.tail),
+                    bag_w.mean.eq(cur.pooling == POOLING_CODES["mean"]),
+                    bag_w.count.eq(Mux(c_error, 0, final_count)),
+                    bag_w.has_rows.eq(~no_rows | contributes),
+                    bag_w.error.eq(c_error | early),
+                    bag_w.dropped.eq(c_dropped | (~early & ~c_error & oob & ~is_pad)),
+                    bag_w.bank.eq(bank),
+                ]
                 # ``pe1``'s fields load on every cycle (what this item's entry would be): only
                 # its ``valid`` waits for the parse's decision, so that decision enables one
                 # flip-flop instead of every bit of the entry
@@ -1081,19 +1117,35 @@ class EmbeddingBagUnit(wiring.Component):
         # flight the memory is kept busy first.
         rr_prev = Signal(K, init=1 << (K - 1))   # one-hot: the slot served last
         grant = Signal(K)                        # one-hot (or zero): this cycle's grant
-        # Two copies of the grant select the granted head's entry, one for the request's
-        # fields and one for the row's: a grant flip-flop's net reached every bit of both
-        # slices' entries and the arbiter's own logic (8.0-8.5 ns of routing over two LUTs).
-        # Marked as deliberate copies (``rtl.streams.KEEP_COPY_ATTR``): synthesis keeps them.
-        grant_req = Signal(K, name="grant_req", attrs={KEEP_COPY_ATTR: "1"})
-        grant_info = Signal(K, name="grant_info", attrs={KEEP_COPY_ATTR: "1"})
-        sel_req = Const(0, sentry.size)
-        sel_info = Const(0, sentry.size)
-        for k in range(K):
-            sel_req = sel_req | Mux(grant_req[k], heads[k].payload, 0)
-            sel_info = sel_info | Mux(grant_info[k], heads[k].payload, 0)
-        sel = data.View(sentry, sel_req)
-        seli = data.View(sentry, sel_info)
+        # Copies of the grant select the granted head's entry, for the request's fields and
+        # for the row's: a grant flip-flop's net reached every bit of both slices' entries
+        # and the arbiter's own logic (8.0-8.5 ns of routing over two LUTs). Marked as
+        # deliberate copies (``rtl.streams.KEEP_COPY_ATTR``): synthesis keeps them.
+        # Each copy selects at most 16 bits of the entry (one copy still reached 24-46 bits
+        # of the entry and was 8.4 ns of which 7.5 routing).
+        grant_copies = []
+
+        def granted(lo, hi, name):
+            # bits ``lo .. hi - 1`` of the granted head's entry, each share of at most 16
+            # bits selected by a copy of the grant of its own
+            n = max(1, -(-(hi - lo) // 16))
+            bounds = [lo + (hi - lo) * j // n for j in range(n + 1)]
+            parts = []
+            for j, (a, b) in enumerate(zip(bounds, bounds[1:])):
+                g = Signal(K, name=f"{name}{j}", attrs={KEEP_COPY_ATTR: "1"})
+                grant_copies.append(g)
+                part = Const(0, b - a)
+                for k in range(K):
+                    part = part | Mux(g[k], Value.cast(heads[k].payload)[a:b], 0)
+                parts.append(part)
+            return Cat(*parts)
+        f_info, f_addr, f_beats = sentry["info"], sentry["addr"], sentry["beats"]
+        assert f_info.offset == 0 and f_addr.offset == f_info.width \
+            and f_beats.offset == f_addr.offset + f_addr.width == sentry.size - f_beats.width
+        sel = data.View(sentry, Cat(Const(0, f_info.width),
+                                    granted(f_addr.offset, sentry.size, "grant_req")))
+        seli = data.View(sentry, Cat(granted(0, f_info.width, "grant_info"),
+                                     Const(0, sentry.size - f_info.width)))
         outstanding = Signal(range(self.outstanding + 1))
         row_done = Signal()          # the reducer finished consuming a row
         row_issued = Signal()
@@ -1130,7 +1182,8 @@ class EmbeddingBagUnit(wiring.Component):
         # The arbiter writes the row queue through a register slice too (its ``ready`` is a
         # flip-flop), as it writes the requests (a ``PingPongBuffer``, for the same reason).
         m.submodules.info_in = info_in = PingPongBuffer(rinfo)
-        m.d.comb += [info_q.w_en.eq(info_in.o.valid), info_q.w_data.eq(info_in.o.payload),
+        m.d.comb += [info_q.w_en.eq(info_in.o.valid & info_q.w_rdy),
+                     info_q.w_data.eq(info_in.o.payload),
                      info_in.o.ready.eq(info_q.w_rdy)]
         # Per slot: whether its head could go if granted (flip-flops only), then the grant.
         has_row_bits = Cat(*[hv.has_row for hv in hviews])
@@ -1220,7 +1273,7 @@ class EmbeddingBagUnit(wiring.Component):
             cand = Mux(can_go[j], grant_after(j), stay)
             nxt = nxt | Mux(grant[j], cand, 0)
         m.d.comb += grant_next.eq(nxt)
-        m.d.sync += [grant.eq(grant_next), grant_req.eq(grant_next), grant_info.eq(grant_next),
+        m.d.sync += [grant.eq(grant_next), *[g.eq(grant_next) for g in grant_copies],
                      rr.eq(rr_next), rr_prev.eq(rr_prev_next), start.eq(start_next)]
 
         # ---- reducer issue: one word per cycle into a pipeline that never stalls ----------
@@ -1268,20 +1321,28 @@ class EmbeddingBagUnit(wiring.Component):
                          hz_later.eq(peek.has_row & ~peek.first)]
         head_addr = Cat(word[:self.word_width], hz_bank)
 
-        def window_hit(addr):
-            hit = Const(0, 1)
-            for r in recent[:al - 1]:
-                hit = hit | (r.valid & (r.addr == addr))
-            return hit
-
         take = Signal()
         claim_bank = hc.has_row & hc.first & (word == 0)
-        # same word, no take
-        stay_hazard = hz_later & window_hit(head_addr)
+        # The window's compares are flip-flops too, kept a cycle ahead (the hazard flag
+        # from the window's addresses was the critical path: 8.95 ns, 7 LUTs): ``hit_stay[k]``
+        # is ``recent[k]`` (valid) holding the head's word (``head_addr``), ``hit_step[k]``
+        # holding the row's next word (``next_addr``), for the window ``recent[:al-1]``. As
+        # the window shifts, each flag takes its neighbour's (the head stays: ``hit_stay``;
+        # the head steps to its next word: ``hit_step``, whose next value compares the
+        # window with the word after that, ``word_inc2``); when the head loads a new entry,
+        # its words 0 and 1 (a new head's ``word`` and ``word_inc``: a row is taken to its
+        # last word before the head advances) are compared with the window and the entry's
+        # bank, for the skid register's entry and the queue's head apart (``skid_full``
+        # chooses at the end, as for ``peek_hazard``). For a head without a row, or a bag's
+        # first row, the flags are not used (``hz_later``), so their bank is not gated.
+        hit_stay = Signal(max(1, al - 1), name="hit_stay")
+        hit_step = Signal(max(1, al - 1), name="hit_step")
+        stay_hazard = hz_later & hit_stay[:al - 1].any() if al > 1 else Const(0, 1)
         stay_wait = claim_bank & bank_busy.bit_select(hz_bank, 1)
         # the row's next word, after a take inside the row
         next_addr = Cat(word_inc[:self.word_width], hz_bank)
-        step_hazard = hz_later & window_hit(next_addr)
+        word_inc2 = Signal(self.word_width + 1, init=2)    # word + 2, kept as a flip-flop
+        step_hazard = hz_later & hit_step[:al - 1].any() if al > 1 else Const(0, 1)
         step_last = word_inc == hc.last_word
         # word 0 of the next entry: the read slice's skid register's entry if it holds one,
         # else the queue's head. The hazard is computed for both and chosen at the end, so
@@ -1290,6 +1351,15 @@ class EmbeddingBagUnit(wiring.Component):
         # from the queue's head on every cycle the skid register is empty, as the skid
         # register does (``rtl.streams.SkidBuffer``), so it holds the same entry.
         skid_full = ~info_sk.i.ready                 # the slice's skid register holds one
+        # (two copies of that flag, kept by the FPGA flow, updated as the slice updates its
+        # own (``rtl.streams.SkidBuffer``): one for the window flags' loads below, one for
+        # the stall flags, so that the slice's flip-flop does not carry their 40 loads)
+        skid_copies = []
+        for name in ("hz_skid_hits", "hz_skid_flags"):
+            c = Signal(name=name, attrs={KEEP_COPY_ATTR: "1"})
+            m.d.sync += c.eq(info_h.valid & ~info_h.ready & (c | info_q.r_rdy))
+            skid_copies.append(c)
+        skid_hits, skid_flags = skid_copies
         queue_head = data.View(rinfo, info_q.r_data)
         in_skid = Signal(data.StructLayout({"has_row": unsigned(1), "first": unsigned(1),
                                             "bank": unsigned(self.bank_width)}))
@@ -1304,13 +1374,54 @@ class EmbeddingBagUnit(wiring.Component):
         w0_busy = Signal(nb)
         head_w0 = Signal()
         m.d.comb += head_w0.eq(word[:self.word_width] == 0)
+        # (the window's entries that are word 0 of a bank are kept as one-hot flags beside
+        # ``recent``, shifting with it, so that ``w0_busy``'s next value is an OR of
+        # flip-flops: its address compares were 8.7 ns)
         if al > 1:
-            for b in range(nb):
-                w0_addr = Cat(Const(0, self.word_width), Const(b, self.bank_width))
-                nxt = take & hc.has_row & head_w0 & (hz_bank == b)
-                for r in recent[:al - 2]:
-                    nxt = nxt | (r.valid & (r.addr == w0_addr))
-                m.d.sync += w0_busy[b].eq(nxt)
+            w0_oh = [Signal(nb, name=f"recent_w0_{k}") for k in range(al - 2)]
+            head_w0_oh = Signal(nb)
+            m.d.comb += head_w0_oh.eq(Mux(take & hc.has_row & head_w0,
+                                          Const(1, nb) << hz_bank, 0))
+            for k in range(al - 2):
+                m.d.sync += w0_oh[k].eq(head_w0_oh if k == 0 else w0_oh[k - 1])
+            nxt = head_w0_oh
+            for oh in w0_oh:
+                nxt = nxt | oh
+            m.d.sync += w0_busy.eq(nxt)
+
+        fin = ~hc.has_row | last_word        # a take now ends the head's entry
+        if al > 1:
+            ww = self.word_width
+
+            def holds(r, word_value, bank):
+                return r.valid & (r.addr[:ww] == word_value) & (r.addr[ww:] == bank)
+
+            def new_head(word_value, k, entry):
+                # window entry ``k`` (next cycle's numbering) holds word ``word_value`` of
+                # ``entry``'s bank: ``recent[k-1]``, or for ``k == 0`` this cycle's take
+                if k == 0:
+                    return (hc.has_row & (word[:ww] == word_value)
+                            & (hz_bank == entry.bank))
+                return holds(recent[k - 1], word_value, entry.bank)
+
+            stay_n, step_n = [], []
+            for k in range(al - 1):
+                load0 = Mux(skid_hits, new_head(0, k, in_skid), new_head(0, k, queue_head))
+                load1 = Mux(skid_hits, new_head(1, k, in_skid), new_head(1, k, queue_head))
+                if k == 0:
+                    # the word taken now enters the window: it is the head's word (the
+                    # next one differs from it) unless the head loads a new entry
+                    inrow_stay = word[:ww] == word_inc[:ww]
+                    inrow_step = word[:ww] == word_inc2[:ww]
+                    stay_n.append(Mux(take, Mux(fin, load0, inrow_stay), 0))
+                    step_n.append(Mux(take, Mux(fin, load1, inrow_step), 0))
+                else:
+                    two_ahead = holds(recent[k - 1], word_inc2[:ww], hz_bank)
+                    stay_n.append(Mux(take, Mux(fin, load0, hit_step[k - 1]),
+                                      Mux(info_h.valid, hit_stay[k - 1], load0)))
+                    step_n.append(Mux(take, Mux(fin, load1, two_ahead),
+                                      Mux(info_h.valid, hit_step[k - 1], load1)))
+            m.d.sync += [hit_stay.eq(Cat(*stay_n)), hit_step.eq(Cat(*step_n))]
 
         def hazard_of(entry, taken: bool):
             hit = w0_busy.bit_select(entry.bank, 1)
@@ -1319,12 +1430,16 @@ class EmbeddingBagUnit(wiring.Component):
             return entry.has_row & ~entry.first & hit
 
         def peek_hazard(taken: bool):
-            return Mux(skid_full, hazard_of(in_skid, taken), hazard_of(queue_head, taken))
-        peek_wait = peek.has_row & peek.first & bank_busy.bit_select(peek.bank, 1)
+            return Mux(skid_flags, hazard_of(in_skid, taken), hazard_of(queue_head, taken))
+        # (for the skid register's entry and the queue's head apart, chosen at the end: the
+        # slice's ``peek`` multiplexer in front of the bank's select was the bank-wait
+        # flag's critical path, 8.4 ns)
+        def wait_of(entry):
+            return entry.has_row & entry.first & bank_busy.bit_select(entry.bank, 1)
+        peek_wait = Mux(skid_flags, wait_of(in_skid), wait_of(queue_head))
         peek_last = peek.last_word == 0
         # ``take`` is the last select: the head advances (loads the next entry) with a take
         # when its entry ends (``fin``), without one when it is empty
-        fin = ~hc.has_row | last_word
         m.d.sync += [
             hazard.eq(Mux(take, Mux(fin, peek_hazard(True), step_hazard),
                           Mux(info_h.valid, stay_hazard, peek_hazard(False)))),
@@ -1353,7 +1468,8 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.sync += recent[k].eq(recent[k - 1])
         with m.If(take & hc.has_row):
             m.d.sync += [word.eq(Mux(last_word, 0, word_inc)),
-                         word_inc.eq(Mux(last_word, 1, word_inc + 1)),
+                         word_inc.eq(Mux(last_word, 1, word_inc2)),
+                         word_inc2.eq(Mux(last_word, 2, word_inc2 + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
         with m.If(info_h.valid & hazard):
             m.d.comb += inc["stall_hazard"].eq(1)

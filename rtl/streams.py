@@ -43,7 +43,7 @@ forward and ``ready`` backward, at full throughput and one cycle of latency.
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -245,11 +245,16 @@ class PingPongBuffer(wiring.Component):
     one while it is empty) and keeps it from the cycle the item is accepted, so its write
     enable does not wait for the producer's ``valid``: it is a flip-flop, computed a cycle
     ahead from the pointers' and flags' next values.
+
+    ``read_copies``: the read pointer as that many flip-flops (kept apart by the FPGA flow,
+    :data:`KEEP_COPY_ATTR`), each selecting an equal share of the payload's bits, so that no
+    one pointer's net reaches every bit of a wide entry (the same values on every cycle).
     """
 
-    def __init__(self, shape, *, peek: bool = False):
+    def __init__(self, shape, *, peek: bool = False, read_copies: int = 1):
         self.shape = shape
         self.peek = bool(peek)
+        self.read_copies = check_int("read_copies", read_copies, minimum=1)
         ports = {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))}
         if self.peek:
             ports.update(peek_valid=Out(1), peek_payload=Out(shape))
@@ -264,13 +269,27 @@ class PingPongBuffer(wiring.Component):
         nonempty = Signal()          # at least one does
         push = Signal()
         pop = Signal()
+        # the read pointer's copies and the payload bits each selects
+        width = Value.cast(entries[0]).shape().width
+        n = min(self.read_copies, max(1, width))
+        bounds = [width * j // n for j in range(n + 1)]
+        rps = [rp] + [Signal(name=f"rp_copy{j}", attrs={KEEP_COPY_ATTR: "1"})
+                      for j in range(1, n)]
+
+        def pick(first, second):
+            # ``second`` where the pointer (copy) is set, ``first`` elsewhere
+            a, b = Value.cast(first), Value.cast(second)
+            return Cat(*[Mux(r, b[lo:hi], a[lo:hi])
+                         for r, lo, hi in zip(rps, bounds, bounds[1:])])
         m.d.comb += [
             self.i.ready.eq(~full),
             self.o.valid.eq(nonempty),
-            self.o.payload.eq(Mux(rp, Value.cast(entries[1]), Value.cast(entries[0]))),
+            self.o.payload.eq(pick(entries[0], entries[1])),
             push.eq(self.i.valid & ~full),
             pop.eq(nonempty & self.o.ready),
         ]
+        for r in rps[1:]:
+            m.d.sync += r.eq(r ^ pop)
         # next values: the pointers, and the occupancy (0, 1 or 2 items) as its two compares;
         # each computed for both values of the consumer's ``o.ready`` (usually the end of its
         # stall logic), which selects at the end
@@ -292,8 +311,7 @@ class PingPongBuffer(wiring.Component):
             # hold one (then ``wp == rp``), else the input
             m.d.comb += [
                 self.peek_valid.eq(full | self.i.valid),
-                self.peek_payload.eq(Mux(full, Mux(rp, Value.cast(entries[0]),
-                                                   Value.cast(entries[1])),
+                self.peek_payload.eq(Mux(full, pick(entries[1], entries[0]),
                                          Value.cast(self.i.payload))),
             ]
         # ``load[k]``: entry ``k`` is free on this cycle (see the class docstring); with both
@@ -375,7 +393,21 @@ class CreditFIFO(_QueueComponent):
     unregistered, feed the drain's logic, and that netlist's first place and route had not
     finished routing after 520 CPU-s (stopped; not measured further). Unmarked, a shallow queue
     stays in LUT RAM with its read register beside the logic, as before.
+
+    ``registered_w_rdy``: ``w_rdy`` from a flip-flop (its next value from the level's
+    compares, chosen by the write and the read), the same on every cycle, so that a writer
+    whose enable waits for ``w_rdy`` does not put the level's compare in the loop from the
+    level through the write enable back into the level (the gather's row queue: 8.2 ns).
+    With it, the memory is written on every cycle the queue has room (at the write pointer,
+    an entry no read will see until ``w_en`` steps the pointer past it), so that its write
+    enable, which reaches every memory cell, is that flip-flop and not the writer's ``w_en``
+    (the end of the writer's stall logic); ``w_en`` then steps the pointer and the level
+    only, and a write while ``w_rdy`` is low is lost instead of overwriting an entry.
     """
+
+    def __init__(self, *, width: int, depth: int, registered_w_rdy: bool = False):
+        self.registered_w_rdy = bool(registered_w_rdy)
+        super().__init__(width=width, depth=depth)
 
     def elaborate(self, platform):
         m = Module()
@@ -395,9 +427,16 @@ class CreditFIFO(_QueueComponent):
         def step(p):
             return Mux(p == inner - 1, 0, p + 1) if inner & (inner - 1) else (p + 1)[:len(p)]
 
+        if self.registered_w_rdy:
+            w_rdy = Signal(init=1, name="w_rdy_r")
+            m.d.sync += w_rdy.eq(Mux(self.w_en & ~do_inner_read, inner_level != inner - 1,
+                                     Mux(do_inner_read & ~self.w_en, 1, inner_level != inner)))
+        else:
+            w_rdy = inner_level != inner
         m.d.comb += [
-            self.w_rdy.eq(inner_level != inner),
-            w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(self.w_en),
+            self.w_rdy.eq(w_rdy),
+            w_port.addr.eq(produce), w_port.data.eq(self.w_data),
+            w_port.en.eq(w_rdy if self.registered_w_rdy else self.w_en),
             r_port.addr.eq(consume), r_port.en.eq(do_inner_read),
             self.r_data.eq(r_port.data),
             self.level.eq(inner_level + self.r_rdy),

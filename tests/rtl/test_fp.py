@@ -425,6 +425,37 @@ def test_max_ties_and_nan_rules():
     assert list(got["sel_b"]) == [0, 1, 0, 0, 0, 0]
 
 
+def test_greater_in_halves_is_the_ieee_compare(rng):
+    """``fp32_greater_halves``'s terms combine into ``fp32_greater``: ``gt_hi | (ge_hi &
+    gt_lo)`` and ``comparable``, on operands whose upper halves are often equal."""
+    n = 3000
+    a = fp32_operands(rng, n)
+    b = np.where(rng.random(n) < 0.4, (a & 0xFFFF0000) | (fp32_operands(rng, n) & 0xFFFF),
+                 fp32_operands(rng, n)).astype(np.uint32)
+    b = np.where(rng.random(n) < 0.05, a, b).astype(np.uint32)
+    m = Module()
+    sa, sb = Signal(32), Signal(32)
+    want, got = Signal(), Signal()
+    gt_hi, ge_hi, gt_lo, comparable = fp.fp32_greater_halves(sa, sb)
+    m.d.comb += [want.eq(fp.fp32_greater(sa, sb)),
+                 got.eq(comparable & (gt_hi | (ge_hi & gt_lo)))]
+    seen = {"n": 0, "true": 0}
+
+    async def bench(ctx):
+        for x, y in zip(a.tolist(), b.tolist()):
+            ctx.set(sa, x)
+            ctx.set(sb, y)
+            assert ctx.get(got) == ctx.get(want), (hex(x), hex(y))
+            seen["n"] += 1
+            seen["true"] += ctx.get(want)
+
+    from amaranth.sim import Simulator
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["n"] == n and 0 < seen["true"] < n
+
+
 # --------------------------------------------------------------------------- integers
 
 @pytest.mark.parametrize("width,signed", [(8, False), (8, True), (16, True), (32, True)])
