@@ -1112,8 +1112,18 @@ class CacheController(wiring.Component):
             m.d.comb += policy_oh.eq((Const(1, W) << best)[:W])
         m.d.comb += [ch_hit.eq(c_hit.any()),
                      ch_victim_oh.eq(Mux(c_anyinv, c_invf, policy_oh)),
-                     ch_hit_way.eq(one_hot_index(c_hit, WB)),
-                     ch_victim.eq(one_hot_index(ch_victim_oh, WB))]
+                     ch_hit_way.eq(one_hot_index(c_hit, WB))]
+        s2_old = Signal(W)          # stage 2's LRU flags (from the way slices)
+        if CS == 2 and self.policy == "lru":
+            # the victim's index registered with stage "c"'s flags, from the same stage-2
+            # flags (equal to the index of `ch_victim_oh`), so that it starts at a register
+            # (the victim pin's terms compare it with every queued operation's way)
+            c_victim = Signal(WB)
+            with m.If(s2_leave):
+                m.d.sync += c_victim.eq(one_hot_index(Mux(s2_inv.any(), s2_invf, s2_old), WB))
+            m.d.comb += ch_victim.eq(c_victim)
+        else:
+            m.d.comb += ch_victim.eq(one_hot_index(ch_victim_oh, WB))
         # An MSHR matches when it fetches stage 2's row: compared with the registered row, not
         # through the state word. The two agree: while an MSHR is valid its way is pinned (the
         # miss's operation waits in the queue or the executor until the fill completes), so
@@ -1232,14 +1242,46 @@ class CacheController(wiring.Component):
             m.d.sync += pin_s2.eq(Mux(pre_take,
                                       Mux(push, pin_r | pushed_way(into_pre["set"]), pin_r),
                                       Mux(push, pin_2 | pushed_way(pre["set"]), pin_2)))
-        # stage 3's victim is pinned when a holder's operation is of its set and way: one
-        # compare of both per holder, ORed (no one-hot of ways selected by the victim after)
-        pin_s3 = Const(0, 1)
-        for i, (held, op) in enumerate(holders):
-            same = held & (q_eq[i]["s3"] if i < Q else (op.set == s3["set"]))
-            if W > 1:
-                same = same & (op.way[:max(1, ceil_log2(W))] == s3_victim)
-            pin_s3 = pin_s3 | same
+        # stage 3's victim is pinned when a holder's operation is of its set and way
+        x_go = Signal()         # the executor's operation leaves (driven below)
+        if LA:
+            # one compare of both per holder, ORed (no one-hot of ways selected by the
+            # victim after)
+            pin_s3 = Const(0, 1)
+            for i, (held, op) in enumerate(holders):
+                same = held & (q_eq[i]["s3"] if i < Q else (op.set == s3["set"]))
+                if W > 1:
+                    same = same & (op.way[:max(1, ceil_log2(W))] == s3_victim)
+                pin_s3 = pin_s3 | same
+        else:
+            # Without lookahead, each holder's term is a register of its own (`pin_c<i>`),
+            # computed a cycle ahead, so the OR over the holders into the way slices'
+            # `pin_stay` starts at flip-flops (that OR behind the holders' set and way
+            # compares was the routed critical path: 116.8 MHz at 8 ways x 1,024 sets).
+            # A term is of the holder's operation now, against stage 3's set and victim after
+            # the edge: those of the stage before it when it takes a request (the entry's set
+            # compared with that stage's, as for `q_eq[i]["s3"]`'s next value, and the
+            # registered `ch_victim`), else its own (`q_eq[i]["s3"]`, `s3_victim`), chosen
+            # last by `s3_take`. Exact for the holders after the edge: an operation leaving
+            # the queue enters the executor's register (still held, and its entry's term says
+            # so), the one leaving the executor drops its term (`x_go`), and the operation
+            # stage 3 pushes at the edge is of a set stage 3 no longer holds after it (it
+            # takes a request of another set, stage 2 never holding stage 3's, or empties),
+            # which no term has to count.
+            def same_way(op, victim):
+                return op.way[:max(1, ceil_log2(W))] == victim if W > 1 else Const(1, 1)
+            pin_s3 = Const(0, 1)
+            for i, (held, op) in enumerate(holders):
+                if i < Q:
+                    eq_pre, eq_s3, stays = q_ops[i].set == pre["set"], q_eq[i]["s3"], held
+                else:
+                    eq_pre, eq_s3 = op.set == pre["set"], op.set == s3["set"]
+                    stays = held & ~x_go
+                eq_n = Mux(s3_take, eq_pre & same_way(op, ch_victim),
+                           eq_s3 & same_way(op, s3_victim))
+                term = Signal(name=f"pin_c{i}")
+                m.d.sync += term.eq(stays & eq_n)
+                pin_s3 = pin_s3 | term
         # both candidates are registered and chosen after the registers (`took`: stage 3 took
         # a request at the last edge), so stage 3's decision is not on their paths
         # Without lookahead there is no entering candidate: a miss that entered stage 3 at
@@ -1401,7 +1443,6 @@ class CacheController(wiring.Component):
         fill_open = Signal()    # the fill at the head of `fills` has its write request out
         wb_req = Signal()       # the back sequencer wants a victim's line read
         x_req = Signal()        # the executor's operation needs the line port
-        x_go = Signal()         # the executor's operation leaves
         # `x_wait`: the executor's operation waits for its fill (a register: the fill
         # completing in the cycle the operation is loaded, or later, clears it)
         x_wait = Signal()
@@ -1912,7 +1953,7 @@ class CacheController(wiring.Component):
             # stage 2: this way's flags (registered with two compare stages)
             hit_f, inv_f, old_f = WayMatch.way_flags(way_s2[w], s2["tag"], ways=W,
                                                       policy=self.policy)
-            m.d.comb += s2_inv[w].eq(inv_f)
+            m.d.comb += [s2_inv[w].eq(inv_f), s2_old[w].eq(old_f)]
             if CS == 2:
                 with m.If(leave2):
                     m.d.sync += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
