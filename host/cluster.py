@@ -338,7 +338,7 @@ class ClusterRun:
         with stages("engine"):
             t_engine = clock.start()
             end_ps = runner.run()
-        t_end = time.perf_counter()
+            t_end = time.perf_counter()
         # where the wall time went: the planner, everything else before the engine (topology,
         # work, payloads, SmartNIC traces, graph), the engine (all iterations), metrics
         self.wall = {"setup_s": t_plan - t0, "planning_s": t_built - t_plan, "build_s": t_engine - t_built,

@@ -132,7 +132,9 @@ def test_wall_time_is_split_into_planning_and_engine(pipelined):
                             "resources", "engine", "metrics"]
     assert all(t["wall_s"] >= 0 and t["cpu_s"] >= 0 for t in stages.values())
     assert stages["planner_system"]["wall_s"] + stages["planning"]["wall_s"] <= split["planning_s"] + 1e-6
-    assert stages["engine"]["wall_s"] == pytest.approx(split["engine_s"], abs=1e-3)
+    # the engine stage holds the engine's split (timed inside it); a loaded machine may add a
+    # preemption between the two clocks, never take one away
+    assert split["engine_s"] <= stages["engine"]["wall_s"] < split["engine_s"] + 0.05
     assert sum(t["wall_s"] for t in stages.values()) <= pipelined.metrics["wall_s"] + split["collect_s"] + 1e-6
 
 
