@@ -668,20 +668,27 @@ def lazy_bound(t, now, coalesce, youngest):  # pragma: no cover  (compiled; NEON
 
 
 @jit(cache=True, nogil=True)
+def _write_back(r, alive, rem, rate, rhi, on, D, L, head, perm, key, lo):  # pragma: no cover
+    """Lazy row ``r``'s live flows get their bytes left (``max(key - D, 0)``: as of the part's
+    last step) and their rate ``L`` in the group's arrays; the row is no longer lazy."""
+    d = D[r]
+    x = L[r]
+    for k in range(head[r], rhi[r] - lo):
+        f = perm[k]
+        if alive[f]:
+            v = key[f - lo] - d
+            rem[f] = v if v > 0.0 else 0.0
+            rate[f] = x
+    on[r] = False
+
+
+@jit(cache=True, nogil=True)
 def lazy_materialize(alive, rem, rate, rlo, rhi, on, D, L, head, perm, key, lo):  # pragma: no cover
     """Every lazy row's live flows get their bytes left (``max(key - D, 0)``: as of the part's
     last step) and their rate in the group's arrays; the rows are no longer lazy."""
     for r in range(rlo.shape[0]):
         if on[r]:
-            d = D[r]
-            x = L[r]
-            for k in range(head[r], rhi[r] - lo):
-                f = perm[k]
-                if alive[f]:
-                    v = key[f - lo] - d
-                    rem[f] = v if v > 0.0 else 0.0
-                    rate[f] = x
-            on[r] = False
+            _write_back(r, alive, rem, rate, rhi, on, D, L, head, perm, key, lo)
 
 
 @jit(cache=True, nogil=True)
@@ -717,15 +724,7 @@ def lazy_begin(alive, rem, rate, dts, span, now, level, order, A, W, colsort, oc
         if not (on[r] and pure):
             mode[r] = 3 if pure else 2
             if on[r]:  # back to per flow: its flows' bytes left and (old) rate
-                d = D[r]
-                x = L[r]
-                for k in range(head[r], rhi[r] - lo):
-                    f = perm[k]
-                    if alive[f]:
-                        v = key[f - lo] - d
-                        rem[f] = v if v > 0.0 else 0.0
-                        rate[f] = x
-                on[r] = False
+                _write_back(r, alive, rem, rate, rhi, on, D, L, head, perm, key, lo)
             continue
         mode[r] = 1
         old = L[r]

@@ -1707,35 +1707,10 @@ class Network:
     @staticmethod
     def _step_halves(args: tuple, lo: int, hi: int) -> tuple[float, float, np.ndarray]:
         """``K.step_range(*args, lo, hi)`` as two calls on the halves of ``lo:hi``, the second in
-        a thread of its own: each flow's arithmetic is its own, so the arrays get the same bits;
-        the earliest end is the smaller, the latest the larger (NaN if either is: the step's
-        rule), and the candidates are both halves' (each a superset, as the step's own) kept
-        where their prediction is within the bound of the earliest end, in flow order, as the
-        step's final filter keeps them."""
+        a thread of its own (:meth:`_in_two`): each flow's arithmetic is its own, so the arrays
+        get the same bits, and the merge is the step's own rule."""
         mid = (lo + hi) // 2
-        box: list = []
-
-        def second() -> None:
-            try:
-                box.append(K.step_range(*args, mid, hi))
-            except BaseException as e:  # raised again in the caller's thread
-                box.append(e)
-
-        th = threading.Thread(target=second, name="neonic-step-half")
-        th.start()
-        try:
-            a = K.step_range(*args, lo, mid)
-        finally:
-            th.join()
-        b = box[0]
-        if isinstance(b, BaseException):
-            raise b
-        t_min = min(a[0], b[0])
-        t_max = math.nan if (a[1] != a[1] or b[1] != b[1]) else max(a[1], b[1])
-        now, pred, coalesce, youngest = args[5], args[6], args[7], args[8]
-        bound = K._bound_nb(t_min, now, coalesce, youngest)
-        cand = np.concatenate([a[2], b[2]])
-        return t_min, t_max, cand[pred[cand] <= bound]
+        return Network._in_two(lambda a, b: K.step_range(*args, a, b), (lo, mid), (mid, hi), args)
 
     #: a dense part whose flows are stored row by row (an AlltoAllv's NIC flows) steps its rows
     #: lazily where every live flow of a row is limited by the row's link (``_kernels.lazy_begin``);
