@@ -254,24 +254,31 @@ def _changing_caps():
     return throttle, calls
 
 
+def _two_groups_under_changing_caps(cls: type) -> tuple:
+    """A network of class ``cls`` on 16 GPUs whose GPU caps change at every solve, running an
+    all-pairs group and, started mid-way, a second overlapping group to the end: the network,
+    both groups, and how many solves the throttle saw."""
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
+    eng = Engine()
+    net = cls(eng, topo)
+    throttle, calls = _changing_caps()
+    net.set_throttle(throttle)
+    a = net.start_flows(src, dst, sizes)
+    eng.run(until_ps=20_000_000)
+    b = net.start_flows(dst[::3], src[::3], sizes[::3] // 2)  # a second group mid-way
+    eng.run()
+    return net, a, b, calls[0]
+
+
 def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
     """The solve of several groups and the throttled (GPU-capped) solve keep their link indexes
     while the groups stay the same; with flows finishing, groups overlapping and the caps
     changing every solve, the times and bytes equal those of problems built afresh per solve."""
-    topo = small_topology(nodes=4, gpus=4)
-    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
     out = []
     for cls in (Network, _FreshIndexes):
-        eng = Engine()
-        net = cls(eng, topo)
-        throttle, calls = _changing_caps()
-
-        net.set_throttle(throttle)
-        a = net.start_flows(src, dst, sizes)
-        eng.run(until_ps=20_000_000)
-        b = net.start_flows(dst[::3], src[::3], sizes[::3] // 2)  # a second group mid-way
-        eng.run()
-        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), calls[0]))
+        net, a, b, solves = _two_groups_under_changing_caps(cls)
+        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), solves))
     assert out[0][3] > 10
     for x, y in zip(out[0][:3], out[1][:3]):
         np.testing.assert_array_equal(x, y)
@@ -296,20 +303,11 @@ def test_caches_let_go_of_groups_that_left_the_solver_without_changing_anything(
     solves' caches (they could never match again, and would keep its arrays and, through its
     callback, its collective's until the next solve of their kind); the times and bytes are
     those of a network that keeps them."""
-    topo = small_topology(nodes=4, gpus=4)
-    src, dst, sizes = _all_pairs(topo.num_gpus, seed=5)
     out = []
     for cls in (Network, _KeepsCaches):
-        eng = Engine()
-        net = cls(eng, topo)
-        throttle, calls = _changing_caps()
-        net.set_throttle(throttle)
-        a = net.start_flows(src, dst, sizes)
-        eng.run(until_ps=20_000_000)
-        b = net.start_flows(dst[::3], src[::3], sizes[::3] // 2)  # a second group mid-way
-        eng.run()
+        net, a, b, solves = _two_groups_under_changing_caps(cls)
         assert a.done and b.done
-        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), calls[0], _names(net, [a, b])))
+        out.append((a.finish_ps, b.finish_ps, net.link_bytes.copy(), solves, _names(net, [a, b])))
     assert out[0][3] > 10 and out[0][3] == out[1][3]
     assert not out[0][4] and out[1][4]
     for x, y in zip(out[0][:3], out[1][:3]):
