@@ -284,6 +284,79 @@ def test_reusing_the_shared_and_throttled_solves_indexes_changes_nothing():
         np.testing.assert_array_equal(x, y)
 
 
+class _NoDisjoint(Network):
+    """A network whose throttled per-flow solve always runs the general filling."""
+
+    def _disjoint_rates(self, flows, capacity, alive):
+        return None
+
+
+def _ring_under_caps(cls: type, throttle, *, sizes_seed: int = 3) -> tuple:
+    """One message per GPU to the next (a ring step: every GPU sends and receives one, each on
+    links of its own), sizes uneven, under ``throttle``; then an all-pairs group beside a second
+    ring. Returns the network and the three groups."""
+    topo = small_topology(nodes=4, gpus=4)
+    R = topo.num_gpus
+    src = np.arange(R)
+    dst = (src + 1) % R
+    sizes = np.random.default_rng(sizes_seed).integers(1 << 16, 1 << 20, R)
+    eng = Engine()
+    net = cls(eng, topo)
+    net.set_throttle(throttle)
+    ring = net.start_flows(src, dst, sizes)
+    eng.run()
+    a_src, a_dst, a_sizes = _all_pairs(R, seed=5)
+    pairs = net.start_flows(a_src, a_dst, a_sizes)
+    ring2 = net.start_flows(dst, src, sizes[::-1])
+    eng.run()
+    return net, ring, pairs, ring2
+
+
+def test_throttled_solve_of_link_disjoint_flows_gives_the_fillings_bits():
+    """The throttled per-flow solve of link-disjoint flows (each GPU's one message on links of
+    its own) takes each flow's least share instead of running the filling: every arrival and
+    link byte is the filling's, to the bit, under caps that change at every solve; flows that
+    share links (an all-pairs group) still run the filling."""
+    out = []
+    for cls in (Network, _NoDisjoint):
+        throttle, calls = _changing_caps()
+        net, ring, pairs, ring2 = _ring_under_caps(cls, throttle)
+        out.append((ring.finish_ps, pairs.finish_ps, ring2.finish_ps, net.link_bytes.copy(), calls[0],
+                    net.throttled_disjoint))
+    assert out[0][4] == out[1][4] > 10
+    assert out[0][5] > 5 and out[1][5] == 0  # the ring alone: the least shares
+    for x, y in zip(out[0][:4], out[1][:4]):
+        np.testing.assert_array_equal(x, y)
+    assert np.all(out[0][0] > 0) and np.all(out[0][2] > 0)
+
+
+def test_link_disjoint_flows_whose_shares_nearly_tie_run_the_filling():
+    """Two distinct shares within the filling's tie threshold (1e-12 relative) freeze in one
+    round at the lesser: the least-share shortcut declines and the filling gives the rates."""
+
+    calls = [0]
+
+    def nearly_tied(tx, rx):  # GPUs 0 and 1 capped at scales 1e-13 apart (their sends are equal)
+        calls[0] += 1
+        return np.where(np.arange(tx.size) == 0, 0.5, np.where(np.arange(tx.size) == 1, 0.5 * (1 + 1e-13), 1.0))
+
+    out = []
+    for cls in (Network, _NoDisjoint):
+        calls[0] = 0
+        topo = small_topology(nodes=4, gpus=4)
+        src = np.arange(topo.num_gpus)
+        eng = Engine()
+        net = cls(eng, topo)
+        net.set_throttle(nearly_tied)
+        g = net.start_flows(src, (src + 1) % src.size, np.full(src.size, 1 << 20))
+        eng.run()
+        out.append((g.finish_ps, net.link_bytes.copy(), net.throttled_disjoint, calls[0]))
+    # while both flows run, their shares tie: the solves decline the shortcut
+    assert 0 <= out[0][2] < out[0][3] == out[1][3]
+    for x, y in zip(out[0][:2], out[1][:2]):
+        np.testing.assert_array_equal(x, y)
+
+
 class _KeepsCaches(Network):
     """A network that keeps its solve caches after the groups they name have left the solver."""
 
