@@ -365,6 +365,7 @@ class Network:
         self.compact_min_flows = 4096  # groups larger than this drop finished flows ...
         self.compact_at = 0.5  # ... once fewer than this fraction of their classes are left
         self.flows_started = 0
+        self._routes: dict[tuple[int, int], Route] = {}  # single messages' routes (_route)
         self._groups: list[FlowGroup] = []  # groups with flows in the solver
         self._pending: list[FlowGroup] = []
         self._t_last = engine.now
@@ -443,7 +444,7 @@ class Network:
             raise ValueError(f"on_done: expected a callable or None, got {on_done!r}")
         now = self.engine.now
         if route is None or route.factor.shape != nb.shape:
-            route = self.topology.route(src, dst, nb)
+            route = self._route(src, dst, nb)
         g = FlowGroup(src, dst, nb, tag, now, on_done)
         self.flows_started += src.size
         # messages that need no bandwidth (empty, or to self) arrive after their latency alone
@@ -479,6 +480,28 @@ class Network:
             self._pending.append(g)
             self._request_recompute(now)
         return g
+
+    #: single messages' routes kept per (source, destination) pair, at most this many (0: none)
+    route_cache_max = 1 << 14
+
+    def _route(self, src: np.ndarray, dst: np.ndarray, nb: np.ndarray) -> Route:
+        """``topology.route(src, dst, nb)``; a single message's links, accounted links and
+        latency are kept per (source, destination) pair, its framing factor (which depends on
+        its size) taken afresh. A rank's copies to and from host memory (a thousand single
+        messages per step at 1024 GPUs) repeat their pairs every step, and routing one cost
+        about as much as the rest of its start. The arrays are those the topology gave (never
+        written: a group copies what it changes)."""
+        topo = self.topology
+        if src.size != 1 or not self.route_cache_max:
+            return topo.route(src, dst, nb)
+        key = (int(src[0]), int(dst[0]))
+        r = self._routes.get(key)
+        if r is None:
+            r = topo.route(src, dst, nb)
+            if len(self._routes) < self.route_cache_max:
+                self._routes[key] = r
+            return r
+        return Route(links=r.links, latency_ps=r.latency_ps, factor=topo._factors(1, nb), acct=r.acct)
 
     def link_class_bytes(self, *, wire: bool = False) -> dict[str, float]:
         """Bytes delivered per link class (payload, or on-the-wire with ``wire=True``)."""
