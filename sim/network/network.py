@@ -1289,7 +1289,7 @@ class Network:
         """The throttled per-flow solve's rates (``maxmin_rates_fm``'s, bit for bit) where its
         flows are link-disjoint: no link that can saturate (a finite topology link, a GPU's
         virtual link) holds two (flow, hop) entries (a hierarchical AllReduce's ring step at
-        1024 GPUs: each GPU sends one message on a link of its own; 5,810 of the 6,867
+        1024 GPUs: each GPU sends one message on a link of its own; 5,776 of the 6,867
         throttled solves of model-a-1024's two iterations). None where that does not hold, or
         where two distinct shares tie: the general filling runs then.
 
