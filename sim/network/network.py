@@ -1313,13 +1313,13 @@ class Network:
         if d is False:
             return None
         lt, wt = d
-        m = capacity[lt[0]] / wt[0]  # the share of each flow's first link (inf: unlimited)
-        for h in range(1, lt.shape[0]):
-            np.minimum(m, capacity[lt[h]] / wt[h], out=m)
+        share = capacity[lt]  # each entry's link's share (inf: unlimited), hop by hop
+        share /= wt
+        m = share.min(axis=0)
         s = m[alive]
         s.sort()
         lo, hi = s[:-1], s[1:]
-        if np.any((hi > lo) & (hi <= lo * (1.0 + _REL_TOL))):  # a tie between distinct shares
+        if ((hi > lo) & (hi <= lo * (1.0 + _REL_TOL))).any():  # a tie between distinct shares
             return None
         return np.where(alive, m, 0.0)
 
