@@ -268,38 +268,42 @@ class NeoPlanner(Placer):
         for k, table in enumerate(rest):
             if k % 200 == 0:
                 self._say(f"greedy start: {len(big) + k} of {len(big) + len(rest)} tables placed")
-            # the lightest ranks whose HBM holds the table (the lightest ones, if none does)
+            # the ranks by total time (a stable sort, once per table: the state is the same for
+            # every candidate) and each one's free HBM
+            order = np.argsort(self.totals(), kind="stable")
+            free = (self.caps[0] - self.state.hbm)[order]
+            # the lightest ranks whose HBM holds the table (the lightest ones, if none does):
+            # :meth:`_light_for` and :meth:`_lightest`, from the one sort
             size = self.shard_bytes(table, table.rows, table.dim)
-            cands = self._light_for(size, self.candidates, set(), self.totals()) or self._lightest(self.candidates)
+            cands = order[free >= size][: self.candidates].tolist() or order[: self.candidates].tolist()
             trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in cands]
             if costs[table.name] > 0.6 * share:  # heavy: splitting it is a candidate from the start
-                totals = self.totals()
-                size = self.shard_bytes(table, table.rows, table.dim)
                 for m in (2, 4, 8):
-                    light = self._light_for(size / m, m, set(), totals)
+                    light = order[free >= size / m][:m].tolist()
                     if len(light) == m and m <= table.dim // 4:
                         trials.append([(table.name, self.make(table, ST.COLUMN_WISE, sorted(light)))])
                     if len(light) == m:
                         trials.append([(table.name, self.make(table, ST.ROW_WISE, sorted(light)))])
-            best = self._best(trials, proxy=True)
+            best = self._best(trials, proxy=True, state=False)
             if best is None:  # the lightest ranks are full: any rank with room, then splitting
-                trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in self._lightest(self.world)]
-                best = (self._best(trials, proxy=True)
-                        or self._best([[(table.name, tp)] for tp in self.split_options(table)], proxy=True))
+                trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in order.tolist()]
+                best = (self._best(trials, proxy=True, state=False)
+                        or self._best([[(table.name, tp)] for tp in self.split_options(table)], proxy=True, state=False))
             if best is None:
                 raise self.fits_nowhere(table)
             self._apply(best)
 
-    def _best(self, trials: list[list[tuple[str, TablePlan | None]]], proxy: bool = False):
+    def _best(self, trials: list[list[tuple[str, TablePlan | None]]], proxy: bool = False, state: bool = True):
         """The trial with the lowest score that fits (the first on a tie), as :meth:`_try`
         returns it, or None. The trials are scored together: one stack of candidate states,
         costed with array operations (element by element the arithmetic of :meth:`_try`).
         Single table-wise moves, most of the trials, are built straight from the table's
         rank-0 contribution relabeled (no per-trial contribution object). The greedy's proxy is
         taken by node where the contributions are packed (:meth:`Placer.best_by_nodes`: the
-        same result without the stack)."""
+        same result without the stack; ``state`` False: there without the candidate's state,
+        None in its place, for a caller that applies the move and reads the state it makes)."""
         if proxy:
-            by_nodes = self.best_by_nodes(trials)
+            by_nodes = self.best_by_nodes(trials, state)
             if by_nodes is not NotImplemented:
                 return by_nodes
         entries: list[tuple] = []
