@@ -131,6 +131,14 @@ _CONFIRM_REL = 1e-6
 #: start). The plans are the same wherever they are made.
 _STARTS_TOGETHER = {"force:row_wise": "torchrec-greedy", "force:data_parallel": "torchrec-greedy"}
 
+#: Start plans made in this process, after the greedy placement (:meth:`NeoPlanner._best_start`),
+#: not by whichever process is free: the search adopts the winning start from the
+#: contributions this process holds, and a forked worker's are lost with it. Forced
+#: table-row-wise wins model-a at 1024 and 4096 GPUs, and its 1000 contributions relabeled
+#: from node 0 cost 0.35-0.4 CPU-s to make again at 4096 GPUs (0.46 against 0.10 to adopt)
+#: where a worker made it. The plans are the same wherever they are made.
+_STARTS_HERE = frozenset({"force:table_row_wise"})
+
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
@@ -607,8 +615,13 @@ class NeoPlanner(Placer):
                     return None
             return make
 
-        weight = {"torchrec-greedy": 6.0, ST.ROW_WISE: 1.0, ST.COLUMN_WISE: 1.0, ST.TABLE_COLUMN_WISE: 1.0,
-                  ST.DATA_PARALLEL: 0.5, ST.TABLE_ROW_WISE: 0.5}
+        # measured on model-a at 1024 and 4096 GPUs (CPU-s, forced column-wise = 1): TorchRec's
+        # greedy 5.5-6.5, forced table-row-wise 0.9-1.0, table-column-wise 0.8, row-wise after
+        # TorchRec's greedy 0.4-0.7, data-parallel after it 0.05-0.15, table-wise 0.35, the
+        # three weight-greedy baselines 0.2-0.4 each (forced table-row-wise is made here after the
+        # greedy placement: :data:`_STARTS_HERE`)
+        weight = {"torchrec-greedy": 6.0, ST.ROW_WISE: 0.5, ST.COLUMN_WISE: 1.0, ST.TABLE_ROW_WISE: 1.0,
+                  ST.TABLE_COLUMN_WISE: 0.8, ST.DATA_PARALLEL: 0.1, ST.TABLE_WISE: 0.35}
         return ([(name, maker(plan_baseline, name), weight.get(name, 0.25)) for name in BASELINES]
                 + [(f"force:{kind.value}", maker(plan_forced, kind), weight.get(kind, 0.25)) for kind in ShardingType])
 
@@ -622,7 +635,10 @@ class NeoPlanner(Placer):
         # (:data:`_STARTS_TOGETHER`) made after it, from the same caches
         groups: list[list[int]] = []
         first: dict[str, int] = {}
+        here = [i for i, (name, _, _) in enumerate(makers) if name in _STARTS_HERE]
         for i, (name, _, _) in enumerate(makers):
+            if i in here:
+                continue
             lead = _STARTS_TOGETHER.get(name)
             if lead in first:
                 groups[first[lead]].append(i)
@@ -645,10 +661,20 @@ class NeoPlanner(Placer):
         # from numba's cache, which each process would pay for itself; the greedy start needs it)
         self.totals()
         self._say(f"start plans: the greedy placement and {len(makers)} baselines' and forced types' plans")
+        made_here: dict[int, tuple | None] = {}
+
+        def alongside() -> None:  # this process's own: the greedy placement, then :data:`_STARTS_HERE`
+            if before is not None:
+                before()
+            for i in here:
+                made_here[i] = start(i)
+
         made = map_forked(lambda k: [start(i) for i in groups[k]], len(groups), self.workers,
-                          [sum(makers[i][2] for i in g) for g in groups], alongside=before)
+                          [sum(makers[i][2] for i in g) for g in groups], alongside=alongside)
         self._say("start plans made; pricing them in full")
         found: list = [None] * len(makers)
+        for i, f in made_here.items():
+            found[i] = f
         for g, got in zip(groups, made):
             for i, f in zip(g, got):
                 found[i] = f
