@@ -41,15 +41,15 @@ def _weight_greedy(name: str, weight: Callable[[TableSpec, WorkloadSpec], float]
         for table in sorted(workload.tables, key=lambda t: (not too_big(t), -weight(t, workload))):
             w = weight(table, workload)
             size = p.shard_bytes(table, table.rows, table.dim)
-            by_load = np.argsort(load, kind="stable")
-            order = by_load.tolist()
             tp = None
             if size <= p.caps[0]:
-                # the first rank in load order whose free HBM holds the whole table (where
-                # make() would choose the "hbm" tier), found at once instead of rank by rank
-                room = (p.caps[0] - p.state.hbm)[by_load] >= size
+                # the first rank in load order (a stable sort of the loads) whose free HBM holds
+                # the whole table (where make() would choose the "hbm" tier): the least loaded
+                # with room, the lowest on a tie (the loads are finite), found without the sort
+                room = (p.caps[0] - p.state.hbm) >= size
                 if room.any():
-                    tp = p.make(table, ST.TABLE_WISE, [order[int(room.argmax())]])
+                    tp = p.make(table, ST.TABLE_WISE, [int(np.argmin(np.where(room, load, np.inf)))])
+            order = None if tp is not None else np.argsort(load, kind="stable").tolist()
             m = max(2, math.ceil(size / p.caps[0]))
             while tp is None and m < p.world:
                 tp = p.make(table, ST.ROW_WISE, sorted(order[:m]))
@@ -96,7 +96,9 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
             raise p.fits_nowhere(table)
         choices.append((best[0], table, best[1], best[2]))
     for est, table, kind, m in sorted(choices, key=lambda c: -c[0]):
-        order = np.argsort(load, kind="stable").tolist()
+        # the ranks in load order (a stable sort), made where a choice reads them: the
+        # table-row-wise and data-parallel choices, most of them, do not
+        order: list[int] | None = None
         tp = None
         if kind in (ST.ROW_WISE, ST.DATA_PARALLEL):
             tp = p.make(table, kind, list(range(world)))
@@ -107,10 +109,17 @@ def _torchrec(workload: WorkloadSpec, system: PlannerSystem, cost: CostModel | N
                 if tp is not None:
                     break
         elif kind == ST.COLUMN_WISE:
+            order = np.argsort(load, kind="stable").tolist()
             tp = p.make(table, kind, sorted(order[:m]))
         else:
-            tp = next((x for x in (p.make(table, kind, [r]) for r in order) if x is not None), None)
+            # the first rank in load order on which it fits: the least loaded (the lowest on a
+            # tie, as the sort has it first), else the others in order
+            tp = p.make(table, kind, [int(np.argmin(load))])
+            if tp is None:
+                order = np.argsort(load, kind="stable").tolist()
+                tp = next((x for x in (p.make(table, kind, [r]) for r in order[1:]) if x is not None), None)
         if tp is None:
+            order = order or np.argsort(load, kind="stable").tolist()
             tp = p.make(table, ST.ROW_WISE, list(range(world)))
         if tp is None:  # row-wise needs room on every rank: the whole table on one with room
             tp = next((x for x in (p.make(table, ST.TABLE_WISE, [r]) for r in order) if x is not None), None)

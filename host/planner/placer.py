@@ -74,6 +74,9 @@ class BytesLRU:
         return len(self._d)
 
 
+#: What :meth:`Placer.make` keys a plan over every rank in order by, in place of the ranks.
+_EVERY = "every rank"
+
 #: Bytes one shard of a remembered table plan takes in memory (a frozen dataclass instance with
 #: slots and its integers: 184 bytes measured with ``tracemalloc`` on CPython 3.11).
 _SHARD_BYTES = 200
@@ -413,6 +416,10 @@ class Placer:
             self._inv = self._tw_cache["__inv__"] = _relabelings(self.world, self.g)
         lru = lambda name: self._tw_cache.setdefault(name, BytesLRU(self.CACHE_BYTES))  # noqa: E731
         self._everywhere = np.zeros(self.world, dtype=np.int64)  # every rank takes rank 0's figures
+        # every rank in order, as :meth:`make` is given them and as its plans hold them (one
+        # array shared by those plans, as a remembered plan is shared: never written to)
+        self._every_list = list(range(self.world))
+        self._every_at = np.arange(self.world, dtype=np.int64)
         self._tw: BytesLRU = lru("__tw__")
         self._cache: BytesLRU = lru("__plans__")
         self._node_cache: BytesLRU = lru("__nodes__")
@@ -466,8 +473,8 @@ class Placer:
             need = np.array([shapes[d][0] for d in dims])
             cache = np.array([shapes[d][1] for d in dims])
         else:
-            rows, ri = np.unique(arr[1] - arr[0], return_inverse=True)
-            cols, ci = np.unique(arr[3] - arr[2], return_inverse=True)
+            rows, ri = _two_values(arr[1] - arr[0])
+            cols, ci = _two_values(arr[3] - arr[2])
             need = np.array([[self.shard_bytes(table, r, c) for c in cols.tolist()] for r in rows.tolist()])[ri, ci]
             cache = np.array([[float(math.ceil(r * lf) * c * table.elem_bytes) for c in cols.tolist()]
                               for r in rows.tolist()])[ri, ci]
@@ -482,7 +489,16 @@ class Placer:
         state = state or self.state
         if kind == ST.DATA_PARALLEL:
             ranks = range(self.world)
-        key = (table.name, kind, tuple(ranks))
+        # every rank in order (row-wise or data-parallel over the cluster: 4096 ranks at 512
+        # nodes) keyed by one mark, however they are given (the key stands for the shards:
+        # :meth:`_MadePlan.__eq__`), not a tuple of every rank built and hashed per call
+        if type(ranks) is range:
+            every = ranks == range(self.world)
+        else:
+            if type(ranks) is not list:
+                ranks = list(ranks)
+            every = ranks == self._every_list
+        key = (table.name, kind, _EVERY if every else tuple(ranks))
         vec = state.vec
         hit = self._hbm_plans.get(key)
         if hit is not None:
@@ -490,8 +506,8 @@ class Placer:
             tp, need, at = hit
             if _all_in_hbm(vec, at, need, self.caps[0], self._cache_ratio, self._cache_reserve):
                 return tp
-        ranks = list(ranks)
-        if len(set(ranks)) != len(ranks):
+        ranks = self._every_list if every else list(ranks)
+        if not every and len(set(ranks)) != len(ranks):
             return None
         if kind in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE):
             if len(ranks) > table.dim:
@@ -499,7 +515,7 @@ class Placer:
         elif kind in (ST.ROW_WISE, ST.TABLE_ROW_WISE):
             if len(ranks) > table.rows:
                 return None
-        at = np.asarray(ranks, dtype=np.int64)
+        at = self._every_at if every else np.asarray(ranks, dtype=np.int64)
         arr, need, cache = self._geometry(table, kind, len(ranks))
         # each shard's tier (0 HBM, 1 DRAM, 2 SSD): the key of the plan made
         code = np.empty(at.size, dtype=np.int8)
@@ -586,7 +602,10 @@ class Placer:
             # permutes the ranks: all of them (np.unique's figures, without its sort)
             idx = np.arange(base.cols.shape[1])
         else:
-            idx = np.unique(base.index[inv])
+            # the columns some rank takes, ascending (np.unique's, without its sort)
+            seen = np.zeros(base.cols.shape[1], dtype=bool)
+            seen[base.index[inv]] = True
+            idx = np.flatnonzero(seen)
         if idx.size == 1:
             # two columns, as any world has: numpy then reduces the rows of a column as it
             # does for the whole state (one column would take another summation path)
@@ -713,7 +732,7 @@ class Placer:
         return self.cost.contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
 
     # ------------------------------------------------------------------ the greedy's proxy, by node
-    def best_by_nodes(self, trials: list[list[tuple[str, TablePlan | None]]]) -> Any:
+    def best_by_nodes(self, trials: list[list[tuple[str, TablePlan | None]]], state: bool = True) -> Any:
         """The greedy's choice among ``trials`` by the barrier-sum proxy: exactly what the search's
         array evaluation (``NeoPlanner._best(trials, proxy=True)``: a stack of candidate states,
         ``CostModel.barrier_sum_batch``) returns, without a ``29 x world`` array per candidate:
@@ -731,7 +750,9 @@ class Placer:
         (launch overheads where a rank has kernels) is nondecreasing in each row where the
         column adds a kernel, and the state's own where it adds nothing there; any other class
         (the nodes whose ranks differ) is priced rank by rank. The figures are then combined as
-        ``barrier_sum_batch`` combines them, and ties are broken as the search breaks them."""
+        ``barrier_sum_batch`` combines them, and ties are broken as the search breaks them.
+        ``state`` False: None in place of the chosen candidate's state (a ``29 x world`` array
+        the greedy, which places the table and reads the state that makes, does not need)."""
         if not self._pack:
             return NotImplemented
         specs = []
@@ -761,10 +782,29 @@ class Placer:
         vec = lambda i: B + specs[i][1].cols[:, specs[i][2]]  # noqa: E731  (a candidate's state)
         low = min(float(x) for x in its)
         tied = [j for j in range(len(idx)) if float(its[j]) == low]
+        # A rank's total depends on its own figures and column only, and the candidates of one
+        # contribution (a table-wise table on each of the lightest ranks, its rank-0 figures
+        # relabeled) give most ranks the same column: a candidate's totals are the first such
+        # candidate's, taken again only on the ranks whose column differs (those of two nodes):
+        # the same figures, rank by rank.
         totals = np.empty((len(tied), B.shape[1]))
+        first: dict[tuple[int, float], tuple[int, np.ndarray]] = {}
         for row, j in enumerate(tied):
             i = int(idx[j])
-            cost.balance_totals_plus(B, specs[i][1].cols, specs[i][2], dps[i], totals[row])
+            base, col = specs[i][1], specs[i][2]
+            ref = first.get((id(base), dps[i]))
+            if ref is not None:
+                diff = np.flatnonzero(col != ref[1])
+                if 2 * diff.size <= col.size:
+                    totals[row] = totals[ref[0]]
+                    if diff.size:
+                        sub = np.empty(diff.size)
+                        cost.balance_totals_plus(np.ascontiguousarray(B[:, diff]), base.cols,
+                                                 np.ascontiguousarray(col[diff]), dps[i], sub)
+                        totals[row, diff] = sub
+                    continue
+            cost.balance_totals_plus(B, base.cols, col, dps[i], totals[row])
+            first.setdefault((id(base), dps[i]), (row, col))
         best = None
         for t, j in zip(totals, tied):
             score = (float(its[j]), float(np.dot(t, t)))
@@ -772,7 +812,7 @@ class Placer:
                 best = (score, int(idx[j]))
         i = best[1]
         tp = specs[i][0]
-        return best[0], State(vec(i), dps[i]), [(tp, self.contribution(tp))]
+        return best[0], State(vec(i), dps[i]) if state else None, [(tp, self.contribution(tp))]
 
     def barrier_by_nodes(self, cands: "list[tuple[PackedContribution, np.ndarray]]") -> tuple[np.ndarray, np.ndarray, list[float]]:
         """For each candidate (a packed contribution and each rank's column of it, added to the
@@ -873,6 +913,19 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _two_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` (the distinct values ascending, each element's
+    index among them), without the sort where ``x`` takes at most two values (an even split's
+    piece sizes: :func:`_split`)."""
+    lo, hi = x.min(), x.max()
+    high = x == hi
+    if lo == hi:
+        return x[:1].copy(), np.zeros(x.size, dtype=np.intp)
+    if (high | (x == lo)).all():
+        return np.array([lo, hi], dtype=x.dtype), high.astype(np.intp)
+    return np.unique(x, return_inverse=True)
 
 
 def _distinct(ranks: np.ndarray) -> bool:

@@ -131,6 +131,14 @@ _CONFIRM_REL = 1e-6
 #: start). The plans are the same wherever they are made.
 _STARTS_TOGETHER = {"force:row_wise": "torchrec-greedy", "force:data_parallel": "torchrec-greedy"}
 
+#: Start plans made in this process, after the greedy placement (:meth:`NeoPlanner._best_start`),
+#: not by whichever process is free: the search adopts the winning start from the
+#: contributions this process holds, and a forked worker's are lost with it. Forced
+#: table-row-wise wins model-a at 1024 and 4096 GPUs, and its 1000 contributions relabeled
+#: from node 0 cost 0.35-0.4 CPU-s to make again at 4096 GPUs (0.46 against 0.10 to adopt)
+#: where a worker made it. The plans are the same wherever they are made.
+_STARTS_HERE = frozenset({"force:table_row_wise"})
+
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
@@ -268,38 +276,42 @@ class NeoPlanner(Placer):
         for k, table in enumerate(rest):
             if k % 200 == 0:
                 self._say(f"greedy start: {len(big) + k} of {len(big) + len(rest)} tables placed")
-            # the lightest ranks whose HBM holds the table (the lightest ones, if none does)
+            # the ranks by total time (a stable sort, once per table: the state is the same for
+            # every candidate) and each one's free HBM
+            order = np.argsort(self.totals(), kind="stable")
+            free = (self.caps[0] - self.state.hbm)[order]
+            # the lightest ranks whose HBM holds the table (the lightest ones, if none does):
+            # :meth:`_light_for` and :meth:`_lightest`, from the one sort
             size = self.shard_bytes(table, table.rows, table.dim)
-            cands = self._light_for(size, self.candidates, set(), self.totals()) or self._lightest(self.candidates)
+            cands = order[free >= size][: self.candidates].tolist() or order[: self.candidates].tolist()
             trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in cands]
             if costs[table.name] > 0.6 * share:  # heavy: splitting it is a candidate from the start
-                totals = self.totals()
-                size = self.shard_bytes(table, table.rows, table.dim)
                 for m in (2, 4, 8):
-                    light = self._light_for(size / m, m, set(), totals)
+                    light = order[free >= size / m][:m].tolist()
                     if len(light) == m and m <= table.dim // 4:
                         trials.append([(table.name, self.make(table, ST.COLUMN_WISE, sorted(light)))])
                     if len(light) == m:
                         trials.append([(table.name, self.make(table, ST.ROW_WISE, sorted(light)))])
-            best = self._best(trials, proxy=True)
+            best = self._best(trials, proxy=True, state=False)
             if best is None:  # the lightest ranks are full: any rank with room, then splitting
-                trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in self._lightest(self.world)]
-                best = (self._best(trials, proxy=True)
-                        or self._best([[(table.name, tp)] for tp in self.split_options(table)], proxy=True))
+                trials = [[(table.name, self.make(table, ST.TABLE_WISE, [r]))] for r in order.tolist()]
+                best = (self._best(trials, proxy=True, state=False)
+                        or self._best([[(table.name, tp)] for tp in self.split_options(table)], proxy=True, state=False))
             if best is None:
                 raise self.fits_nowhere(table)
             self._apply(best)
 
-    def _best(self, trials: list[list[tuple[str, TablePlan | None]]], proxy: bool = False):
+    def _best(self, trials: list[list[tuple[str, TablePlan | None]]], proxy: bool = False, state: bool = True):
         """The trial with the lowest score that fits (the first on a tie), as :meth:`_try`
         returns it, or None. The trials are scored together: one stack of candidate states,
         costed with array operations (element by element the arithmetic of :meth:`_try`).
         Single table-wise moves, most of the trials, are built straight from the table's
         rank-0 contribution relabeled (no per-trial contribution object). The greedy's proxy is
         taken by node where the contributions are packed (:meth:`Placer.best_by_nodes`: the
-        same result without the stack)."""
+        same result without the stack; ``state`` False: there without the candidate's state,
+        None in its place, for a caller that applies the move and reads the state it makes)."""
         if proxy:
-            by_nodes = self.best_by_nodes(trials)
+            by_nodes = self.best_by_nodes(trials, state)
             if by_nodes is not NotImplemented:
                 return by_nodes
         entries: list[tuple] = []
@@ -603,8 +615,13 @@ class NeoPlanner(Placer):
                     return None
             return make
 
-        weight = {"torchrec-greedy": 6.0, ST.ROW_WISE: 1.0, ST.COLUMN_WISE: 1.0, ST.TABLE_COLUMN_WISE: 1.0,
-                  ST.DATA_PARALLEL: 0.5, ST.TABLE_ROW_WISE: 0.5}
+        # measured on model-a at 1024 and 4096 GPUs (CPU-s, forced column-wise = 1): TorchRec's
+        # greedy 5.5-6.5, forced table-row-wise 0.9-1.0, table-column-wise 0.8, row-wise after
+        # TorchRec's greedy 0.4-0.7, data-parallel after it 0.05-0.15, table-wise 0.35, the
+        # three weight-greedy baselines 0.2-0.4 each (forced table-row-wise is made here after the
+        # greedy placement: :data:`_STARTS_HERE`)
+        weight = {"torchrec-greedy": 6.0, ST.ROW_WISE: 0.5, ST.COLUMN_WISE: 1.0, ST.TABLE_ROW_WISE: 1.0,
+                  ST.TABLE_COLUMN_WISE: 0.8, ST.DATA_PARALLEL: 0.1, ST.TABLE_WISE: 0.35}
         return ([(name, maker(plan_baseline, name), weight.get(name, 0.25)) for name in BASELINES]
                 + [(f"force:{kind.value}", maker(plan_forced, kind), weight.get(kind, 0.25)) for kind in ShardingType])
 
@@ -618,7 +635,10 @@ class NeoPlanner(Placer):
         # (:data:`_STARTS_TOGETHER`) made after it, from the same caches
         groups: list[list[int]] = []
         first: dict[str, int] = {}
+        here = [i for i, (name, _, _) in enumerate(makers) if name in _STARTS_HERE]
         for i, (name, _, _) in enumerate(makers):
+            if i in here:
+                continue
             lead = _STARTS_TOGETHER.get(name)
             if lead in first:
                 groups[first[lead]].append(i)
@@ -641,10 +661,20 @@ class NeoPlanner(Placer):
         # from numba's cache, which each process would pay for itself; the greedy start needs it)
         self.totals()
         self._say(f"start plans: the greedy placement and {len(makers)} baselines' and forced types' plans")
+        made_here: dict[int, tuple | None] = {}
+
+        def alongside() -> None:  # this process's own: the greedy placement, then :data:`_STARTS_HERE`
+            if before is not None:
+                before()
+            for i in here:
+                made_here[i] = start(i)
+
         made = map_forked(lambda k: [start(i) for i in groups[k]], len(groups), self.workers,
-                          [sum(makers[i][2] for i in g) for g in groups], alongside=before)
+                          [sum(makers[i][2] for i in g) for g in groups], alongside=alongside)
         self._say("start plans made; pricing them in full")
         found: list = [None] * len(makers)
+        for i, f in made_here.items():
+            found[i] = f
         for g, got in zip(groups, made):
             for i, f in zip(g, got):
                 found[i] = f

@@ -592,7 +592,7 @@ def test_the_greedys_proxy_by_node_gives_the_stacked_evaluations_choice(monkeypa
     rng = np.random.default_rng(5)
     p = Packing(w, s, workers=1)
     assert p._pack
-    stacked = lambda self, trials: NotImplemented  # noqa: E731
+    stacked = lambda self, trials, state=True: NotImplemented  # noqa: E731
     compared = 0
     for _ in range(6):
         p.state, p.placed = type(p.state).empty(p.world), {}
@@ -638,6 +638,60 @@ def test_the_greedys_proxy_by_node_gives_the_stacked_evaluations_choice(monkeypa
     b.greedy()
     assert a.state.vec.tobytes() == b.state.vec.tobytes()
     assert {n: x.tp for n, x in a.placed.items()} == {n: x.tp for n, x in b.placed.items()}
+
+
+def test_tied_candidates_of_one_table_break_the_tie_as_the_stacked_evaluation_does(monkeypatch):
+    # the greedy's candidates of one table on every rank mostly tie on the barrier-sum proxy;
+    # best_by_nodes takes each one's tie-breaking totals from the first's, again only on the
+    # ranks whose column differs: the score (both parts) and choice of the stacked evaluation
+    class Packing(NeoPlanner):
+        CACHE_BYTES = 1
+
+    s = _system(nodes=4, g=4, dram=50)
+    w = _skewed(24)
+    rng = np.random.default_rng(11)
+    p = Packing(w, s, workers=1)
+    stacked = lambda self, trials, state=True: NotImplemented  # noqa: E731
+    for filled in (0, 3, 8):
+        p.state, p.placed = type(p.state).empty(p.world), {}
+        for t in w.tables[:filled]:
+            tp = p.make(t, ST.TABLE_WISE, [int(rng.integers(p.world))])
+            if tp is not None:
+                p.place(tp)
+        for t in w.tables[filled:filled + 4]:
+            trials = [[(t.name, p.make(t, ST.TABLE_WISE, [r]))] for r in range(p.world)]
+            got = p.best_by_nodes(trials)
+            lean = p.best_by_nodes(trials, state=False)
+            with monkeypatch.context() as m:
+                m.setattr(Placer, "best_by_nodes", stacked)
+                want = p._best(trials, proxy=True)
+            assert got[0] == want[0] and got[2][0][0] == want[2][0][0]
+            assert got[1].vec.tobytes() == want[1].vec.tobytes()
+            assert lean[0] == got[0] and lean[1] is None and lean[2][0][0] == got[2][0][0]
+
+
+def test_two_values_is_numpys_unique_with_its_inverse():
+    from neonic.host.planner.placer import _split, _two_values
+
+    b = _split(1000003, 4096)
+    for x in (np.array([3, 3, 3]), np.array([5, 4, 5, 4, 4]), np.array([1, 2, 3, 1]), np.array([7]), b[1:] - b[:-1]):
+        got, want = _two_values(x), np.unique(x, return_inverse=True)
+        for a, c in zip(got, want):
+            assert a.dtype == c.dtype and a.shape == c.shape and (a == c).all()
+
+
+def test_a_plan_over_every_rank_is_the_same_however_the_ranks_are_given():
+    s = _system(nodes=2, g=4, dram=50)
+    w = _skewed(6)
+    p = Placer(w, s)
+    t = w.tables[0]
+    a = p.make(t, ST.ROW_WISE, list(range(p.world)))
+    assert p.make(t, ST.ROW_WISE, range(p.world)) is a
+    assert p.make(t, ST.ROW_WISE, tuple(range(p.world))) == a
+    assert a.ranks == tuple(range(p.world))
+    assert p.make(t, ST.ROW_WISE, [0, 0] + list(range(2, p.world))) is None
+    d = p.make(t, ST.DATA_PARALLEL, [])
+    assert d.ranks == tuple(range(p.world)) and p.make(t, ST.DATA_PARALLEL, [3]) is d
 
 
 def test_a_batch_gives_every_candidate_the_figure_it_gets_alone():
