@@ -855,6 +855,50 @@ def _proxy_plus(minus, cols, idx, caps, scale, alpha, bw, fo, bo, out):  # pragm
     out[3] = total
 
 
+@jit(cache=True, nogil=True)
+def _swap_at(minus, oc, oi, c1, i1, c2, i2, row, r):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """One figure of the state ``minus - oc[:, oi] + c1[:, i1] + c2[:, i2]``, in that order (what
+    the search's stack of swap candidates holds, element by element)."""
+    return ((minus[row, r] - oc[row, oi[r]]) + c1[row, i1[r]]) + c2[row, i2[r]]
+
+
+@jit(cache=True, nogil=True)
+def _proxy_swap(minus, oc, oi, c1, i1, c2, i2, caps, scale, alpha, bw, fo, bo, out):  # pragma: no cover  (compiled)
+    """:func:`_proxy_plus` of the state ``minus`` less one table's packed columns ``oc[:, oi]``
+    plus two others' ``c1[:, i1]`` and ``c2[:, i2]`` (a swap of two tables: the state less
+    both, each placed on the other's unit), each figure the additions numpy's would make in
+    that order (:func:`_swap_at`), without building the state: the same ``out``."""
+    n = minus.shape[1]
+    fits = 1.0
+    for row in range(24, 27):
+        for r in range(n):
+            if not _swap_at(minus, oc, oi, c1, i1, c2, i2, row, r) <= caps[row - 24]:
+                fits = 0.0
+    f = -np.inf
+    b = -np.inf
+    for r in range(n):
+        a, a2 = _rank_phases(_swap_at(minus, oc, oi, c1, i1, c2, i2, 0, r), _swap_at(minus, oc, oi, c1, i1, c2, i2, 1, r),
+                             _swap_at(minus, oc, oi, c1, i1, c2, i2, 2, r), _swap_at(minus, oc, oi, c1, i1, c2, i2, 3, r),
+                             fo, bo)
+        f = a if a > f else f
+        b = a2 if a2 > b else b
+    total = 0.0
+    for c in range(5):
+        worst = -np.inf
+        q, s = 4 + 4 * c, scale[c]
+        for r in range(n):
+            best = _classes_s(_swap_at(minus, oc, oi, c1, i1, c2, i2, q, r) * s,
+                              _swap_at(minus, oc, oi, c1, i1, c2, i2, q + 2, r) * s,
+                              _swap_at(minus, oc, oi, c1, i1, c2, i2, q + 1, r) * s,
+                              _swap_at(minus, oc, oi, c1, i1, c2, i2, q + 3, r) * s, alpha, bw)
+            worst = best if best > worst else worst
+        total += worst
+    out[0] = fits
+    out[1] = f
+    out[2] = b
+    out[3] = total
+
+
 class CostModel:
     """Costs plans (and table contributions) for one workload on one system."""
 
@@ -1366,6 +1410,22 @@ class CostModel:
         alpha, bw = self._alpha_bw()
         out = np.empty(4)
         _proxy_plus(minus, cols, idx, caps, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead, out)
+        if out[0] == 0.0:
+            return None
+        return float(out[1] + out[2] + out[3] + self._allreduce_total_s(float(dp_bytes)))
+
+    def barrier_sum_swap(self, minus: np.ndarray, other: tuple[np.ndarray, np.ndarray],
+                         first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray],
+                         dp_bytes: float, caps: np.ndarray) -> float | None:
+        """:meth:`barrier_sum_batch` of the one state ``minus`` less the packed columns
+        ``other`` (``(cols, each rank's column)``) plus ``first`` and ``second``, added in that
+        order (a swap: the state less both tables, each on the other's unit), without building
+        it: the same figure (one compiled pass, :func:`_proxy_swap`); None where it does not fit
+        ``caps`` (HBM, DRAM, SSD bytes, tolerance included)."""
+        alpha, bw = self._alpha_bw()
+        out = np.empty(4)
+        _proxy_swap(minus, other[0], other[1], first[0], first[1], second[0], second[1], caps, self._agg_scale,
+                    alpha, bw, self._fwd_overhead, self._bwd_overhead, out)
         if out[0] == 0.0:
             return None
         return float(out[1] + out[2] + out[3] + self._allreduce_total_s(float(dp_bytes)))
