@@ -1143,9 +1143,9 @@ class NeoPlanner(Placer):
         a change of the whole class at once, which no move of one table lowers (a table over
         half the ranks doubles their share of it). The attempts are made in turn, the quarter
         only where the half lowered the objective, each one's balancing shared with a forked
-        copy where two processes are free to it (:meth:`balance` in ``lockstep``): at 1024 ranks
-        the half does not pay, and the quarter, once made beside it by a second process, was
-        thrown away (its balancing taken alone cost this process the serial time of the half's).
+        copy where two processes are free to it (:meth:`balance` in ``lockstep``): on model-a at
+        1024 and 4096 ranks the half does not pay, and the quarter, once made beside it by a
+        second process, was thrown away (while this process balanced the half alone).
         True if the plan changed."""
         from neonic.host.planner.forced import place_forced
 
