@@ -311,6 +311,45 @@ def test_the_proxy_of_a_state_and_columns_is_the_batchs():
     assert 10 < fitted < 60
 
 
+def test_the_proxy_of_a_swap_from_packed_columns_is_the_batchs():
+    # a balancing swap priced without its state: the state less one table's packed columns plus
+    # two others', added in the order the search's stack adds them, gives barrier_sum_batch's
+    # figure of that state and the same fit test
+    s = _system(nodes=2, g=4)
+    cost = CostModel(_skewed(6), s)
+    rng = np.random.default_rng(5)
+    n = s.world_size
+    caps = np.array([4e9, 1e12, 1e12])
+
+    def packed(k: int) -> tuple[np.ndarray, np.ndarray]:
+        cols = np.abs(rng.standard_normal((30, k))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        cols[rng.random(cols.shape) < 0.3] = 0.0
+        cols[3] = rng.integers(0, 2, k)
+        cols[24] = rng.random(k) * 1.5e9
+        return np.asfortranarray(cols), rng.integers(0, k, n)
+
+    fitted = 0
+    for _ in range(60):
+        B = np.abs(rng.standard_normal((30, n))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+        B[rng.random(B.shape) < 0.3] = 0.0
+        B[3] = rng.integers(0, 3, n)
+        B[24] = rng.random(n) * 3e9
+        other, first, second = packed(2), packed(3), packed(1)
+        dp = float(rng.choice([0.0, 1e6, 3.3e7]))
+        state = B.copy()
+        state -= other[0][:, other[1]]
+        state += first[0][:, first[1]]
+        state += second[0][:, second[1]]
+        fits = bool((state[24] <= caps[0]).all() and (state[25] <= caps[1]).all() and (state[26] <= caps[2]).all())
+        got = cost.barrier_sum_swap(B, other, first, second, dp, caps)
+        if not fits:
+            assert got is None
+            continue
+        fitted += 1
+        assert got == float(cost.barrier_sum_batch(state[None], [dp])[0])
+    assert 10 < fitted < 60
+
+
 def test_the_search_over_packed_contributions_makes_the_plan_of_the_unpacked_one(monkeypatch):
     # a search whose caches keep contributions packed (1024 ranks and up) takes the fast paths
     # (the greedy by node, the balancing proxy from the state and the plans' columns, states
@@ -327,12 +366,20 @@ def test_the_search_over_packed_contributions_makes_the_plan_of_the_unpacked_one
         calls[0] += 1
         return plus(self, *args)
 
+    swap = cost_module.CostModel.barrier_sum_swap
+    swaps = [0]
+
+    def counted_swap(self, *args):
+        swaps[0] += 1
+        return swap(self, *args)
+
     monkeypatch.setattr(cost_module.CostModel, "barrier_sum_plus", counted)
+    monkeypatch.setattr(cost_module.CostModel, "barrier_sum_swap", counted_swap)
     s, w = _system(nodes=4, g=4, dram=50), skewed_workload(24, 1)
     packed = Packing(w, s, workers=1)
     assert packed._pack
     assert packed.run() == NeoPlanner(w, s, workers=1).run()
-    assert calls[0] > 100
+    assert calls[0] > 100 and swaps[0] > 0
 
 
 def test_tie_breaking_totals_of_a_state_and_columns_are_the_searchs():

@@ -277,6 +277,31 @@ def test_balancing_moves_whole_tables_off_the_crowded_node_and_never_raises_the_
         NeoPlanner(w, s, balance_steps=-1)
 
 
+def test_balancing_prices_the_state_it_starts_from_beside_the_states_it_passed_through(monkeypatch):
+    """A balancing search from a state never scored (as a regrouping's is) prices it in the
+    batch of the states it passed through, not in a call of its own: one full evaluation in
+    all, and the state's score the one it has alone."""
+    from neonic.host.planner import Plan
+    from neonic.host.planner.plan import Shard, TablePlan
+
+    s, w = _system(nodes=4, g=4), _workload(24, seed=5)
+    cm = CostModel(w, s)
+    stacked = Plan(s.world_size, 4, {t.name: TablePlan(t.name, ShardingType.TABLE_ROW_WISE, tuple(
+        Shard(r, r * t.rows // 4, (r + 1) * t.rows // 4, 0, t.dim) for r in range(4))) for t in w.tables})
+    p = _adopted(w, s, cm, stacked)
+    start = p.state.copy()
+    calls = []
+    batch = CostModel.iteration_s_batch
+    monkeypatch.setattr(CostModel, "iteration_s_batch",
+                        lambda self, vecs, dps, contention=True, run=False:
+                        calls.append(len(vecs)) or batch(self, vecs, dps, contention, run))
+    assert p.balance()
+    assert len(calls) == 1
+    assert p._score_key(start.vec, start.dp_bytes) in p._scores
+    monkeypatch.setattr(CostModel, "iteration_s_batch", batch)
+    assert p.score(start) == _adopted(w, s, cm, stacked).score(start)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_balancing_in_lockstep_with_a_forked_copy_makes_the_serial_moves(monkeypatch):
     """With two processes (``lockstep``) a forked copy follows the balancing search and prices
@@ -326,13 +351,10 @@ def test_regrouping_splits_table_row_wise_tables_over_half_a_node_where_that_low
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
-def test_regrouping_with_two_processes_keeps_what_one_process_keeps(monkeypatch):
-    """With two processes the quarter-node attempt is made by a forked copy while this process
-    makes the half; the choice is the serial one, whether the half is kept (2 x 8, 24 tables)
-    or the quarter (16 tables: made again here, from the copy's figures), bit for bit."""
-    import neonic.host.planner.parallel as parallel
-
-    monkeypatch.setattr(parallel, "_MAIN_TAKES", False)   # the copy makes the quarter
+def test_regrouping_with_two_processes_keeps_what_one_process_keeps():
+    """With two processes each attempt's balancing is shared with a forked copy (lockstep);
+    the choice is the serial one, whether the half is kept (2 x 8, 24 tables) or the quarter
+    (16 tables), bit for bit."""
     for seed, n, batch, kept in ((2, 24, 2048, 4), (1, 16, 1024, 2)):
         s, w = _system(nodes=2, g=8), _workload(n, seed=seed, batch=batch)
         cm = CostModel(w, s)
