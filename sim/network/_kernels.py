@@ -145,15 +145,60 @@ if HAVE_NUMBA:
 
     @njit(cache=True, nogil=True)
     def _traffic_firsts_nb(firsts, bounds, seq, alive, rate, acc):  # pragma: no cover
-        for i in range(firsts.shape[0]):
-            e = firsts[i]
+        # four endpoints at a time (``firsts`` are distinct), each summed in a register in its
+        # own order: the same additions as one endpoint after another, without each addition
+        # waiting on the one before (a third of the time at 4096 GPUs)
+        n = firsts.shape[0]
+        i = 0
+        while i + 4 <= n:
+            a0, a1, a2, a3, a4 = bounds[i], bounds[i + 1], bounds[i + 2], bounds[i + 3], bounds[i + 4]
+            s0, s1, s2, s3 = acc[firsts[i]], acc[firsts[i + 1]], acc[firsts[i + 2]], acc[firsts[i + 3]]
+            m = min(min(a1 - a0, a2 - a1), min(a3 - a2, a4 - a3))
+            for k in range(m):
+                c0, c1, c2, c3 = seq[a0 + k], seq[a1 + k], seq[a2 + k], seq[a3 + k]
+                if alive[c0]:
+                    r = rate[c0]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s0 += r
+                if alive[c1]:
+                    r = rate[c1]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s1 += r
+                if alive[c2]:
+                    r = rate[c2]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s2 += r
+                if alive[c3]:
+                    r = rate[c3]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s3 += r
+            acc[firsts[i]], acc[firsts[i + 1]], acc[firsts[i + 2]], acc[firsts[i + 3]] = s0, s1, s2, s3
+            for j in range(4):  # each one's flows past the common length
+                s = acc[firsts[i + j]]
+                for k in range(bounds[i + j] + m, bounds[i + j + 1]):
+                    c = seq[k]
+                    if alive[c]:
+                        r = rate[c]
+                        if not np.isfinite(r):
+                            r = 0.0
+                        s += r
+                acc[firsts[i + j]] = s
+            i += 4
+        while i < n:
+            s = acc[firsts[i]]
             for k in range(bounds[i], bounds[i + 1]):
                 c = seq[k]
                 if alive[c]:
                     r = rate[c]
                     if not np.isfinite(r):
                         r = 0.0
-                    acc[e] += r
+                    s += r
+            acc[firsts[i]] = s
+            i += 1
 
     @njit(cache=True, nogil=True)
     def _account_nb(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nbytes_f, link_bytes, link_wire):  # pragma: no cover
