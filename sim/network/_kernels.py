@@ -910,3 +910,54 @@ if HAVE_NUMBA:
     step_runs = _step_runs_nb
 else:  # pragma: no cover
     step_runs = _step_runs_np
+
+
+@jit(cache=True, nogil=True)
+def two_finite(links, finite, n_links):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Per flow (row of ``links``) its first and its last link of finite capacity, and which
+    links are some flow's first (``in_a``) and some flow's last (``in_b``); ``ok`` False (the
+    rest unset) where a flow crosses other than exactly two finite links. One pass, where the
+    numpy form takes a dozen over a million-flow part (``Network._bipartite``)."""
+    F, H = links.shape
+    a = np.empty(F, dtype=links.dtype)
+    b = np.empty(F, dtype=links.dtype)
+    in_a = np.zeros(n_links, dtype=np.bool_)
+    in_b = np.zeros(n_links, dtype=np.bool_)
+    for f in range(F):
+        n = 0
+        for h in range(H):
+            k = links[f, h]
+            if finite[k]:
+                if n == 0:
+                    a[f] = k
+                b[f] = k
+                n += 1
+        if n != 2:
+            return False, a, b, in_a, in_b
+        in_a[a[f]] = True
+        in_b[b[f]] = True
+    return True, a, b, in_a, in_b
+
+
+@jit(cache=True, nogil=True)
+def dense_cells(a, b, slot, live, factorf, framed, W):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Each flow's cell ``(slot[a], slot[b])`` in a dense matrix (int32), whether the flows are
+    in strictly increasing (row, column) order, and, when they are (one flow per cell), ``W``
+    (rows x columns, zeros) holding each live flow's weight: its factor where ``framed``, else
+    1 (``Network._bipartite``)."""
+    F = a.shape[0]
+    ia = np.empty(F, dtype=np.int32)
+    jb = np.empty(F, dtype=np.int32)
+    inc = True
+    for f in range(F):
+        i = slot[a[f]]
+        j = slot[b[f]]
+        ia[f] = i
+        jb[f] = j
+        if f and not (i > ia[f - 1] or (i == ia[f - 1] and j > jb[f - 1])):
+            inc = False
+    if inc:
+        for f in range(F):
+            if live[f]:
+                W[ia[f], jb[f]] = factorf[f] if framed else 1.0
+    return ia, jb, inc
