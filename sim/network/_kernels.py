@@ -145,15 +145,60 @@ if HAVE_NUMBA:
 
     @njit(cache=True, nogil=True)
     def _traffic_firsts_nb(firsts, bounds, seq, alive, rate, acc):  # pragma: no cover
-        for i in range(firsts.shape[0]):
-            e = firsts[i]
+        # four endpoints at a time (``firsts`` are distinct), each summed in a register in its
+        # own order: the same additions as one endpoint after another, without each addition
+        # waiting on the one before (a third of the time at 4096 GPUs)
+        n = firsts.shape[0]
+        i = 0
+        while i + 4 <= n:
+            a0, a1, a2, a3, a4 = bounds[i], bounds[i + 1], bounds[i + 2], bounds[i + 3], bounds[i + 4]
+            s0, s1, s2, s3 = acc[firsts[i]], acc[firsts[i + 1]], acc[firsts[i + 2]], acc[firsts[i + 3]]
+            m = min(min(a1 - a0, a2 - a1), min(a3 - a2, a4 - a3))
+            for k in range(m):
+                c0, c1, c2, c3 = seq[a0 + k], seq[a1 + k], seq[a2 + k], seq[a3 + k]
+                if alive[c0]:
+                    r = rate[c0]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s0 += r
+                if alive[c1]:
+                    r = rate[c1]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s1 += r
+                if alive[c2]:
+                    r = rate[c2]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s2 += r
+                if alive[c3]:
+                    r = rate[c3]
+                    if not np.isfinite(r):
+                        r = 0.0
+                    s3 += r
+            acc[firsts[i]], acc[firsts[i + 1]], acc[firsts[i + 2]], acc[firsts[i + 3]] = s0, s1, s2, s3
+            for j in range(4):  # each one's flows past the common length
+                s = acc[firsts[i + j]]
+                for k in range(bounds[i + j] + m, bounds[i + j + 1]):
+                    c = seq[k]
+                    if alive[c]:
+                        r = rate[c]
+                        if not np.isfinite(r):
+                            r = 0.0
+                        s += r
+                acc[firsts[i + j]] = s
+            i += 4
+        while i < n:
+            s = acc[firsts[i]]
             for k in range(bounds[i], bounds[i + 1]):
                 c = seq[k]
                 if alive[c]:
                     r = rate[c]
                     if not np.isfinite(r):
                         r = 0.0
-                    acc[e] += r
+                    s += r
+            acc[firsts[i]] = s
+            i += 1
 
     @njit(cache=True, nogil=True)
     def _account_nb(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nbytes_f, link_bytes, link_wire):  # pragma: no cover
@@ -865,3 +910,54 @@ if HAVE_NUMBA:
     step_runs = _step_runs_nb
 else:  # pragma: no cover
     step_runs = _step_runs_np
+
+
+@jit(cache=True, nogil=True)
+def two_finite(links, finite, n_links):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Per flow (row of ``links``) its first and its last link of finite capacity, and which
+    links are some flow's first (``in_a``) and some flow's last (``in_b``); ``ok`` False (the
+    rest unset) where a flow crosses other than exactly two finite links. One pass, where the
+    numpy form takes a dozen over a million-flow part (``Network._bipartite``)."""
+    F, H = links.shape
+    a = np.empty(F, dtype=links.dtype)
+    b = np.empty(F, dtype=links.dtype)
+    in_a = np.zeros(n_links, dtype=np.bool_)
+    in_b = np.zeros(n_links, dtype=np.bool_)
+    for f in range(F):
+        n = 0
+        for h in range(H):
+            k = links[f, h]
+            if finite[k]:
+                if n == 0:
+                    a[f] = k
+                b[f] = k
+                n += 1
+        if n != 2:
+            return False, a, b, in_a, in_b
+        in_a[a[f]] = True
+        in_b[b[f]] = True
+    return True, a, b, in_a, in_b
+
+
+@jit(cache=True, nogil=True)
+def dense_cells(a, b, slot, live, factorf, framed, W):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Each flow's cell ``(slot[a], slot[b])`` in a dense matrix (int32), whether the flows are
+    in strictly increasing (row, column) order, and, when they are (one flow per cell), ``W``
+    (rows x columns, zeros) holding each live flow's weight: its factor where ``framed``, else
+    1 (``Network._bipartite``)."""
+    F = a.shape[0]
+    ia = np.empty(F, dtype=np.int32)
+    jb = np.empty(F, dtype=np.int32)
+    inc = True
+    for f in range(F):
+        i = slot[a[f]]
+        j = slot[b[f]]
+        ia[f] = i
+        jb[f] = j
+        if f and not (i > ia[f - 1] or (i == ia[f - 1] and j > jb[f - 1])):
+            inc = False
+    if inc:
+        for f in range(F):
+            if live[f]:
+                W[ia[f], jb[f]] = factorf[f] if framed else 1.0
+    return ia, jb, inc

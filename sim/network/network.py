@@ -799,24 +799,29 @@ class Network:
         weights, A, B, each flow's row, each flow's column) or None."""
         topo = self.topology
         finite = np.isfinite(topo.capacity)
-        # (a million-flow part: int32 and per-hop temporaries, no (flows x hops) int64 arrays)
-        n_fin = np.zeros(links.shape[0], dtype=np.uint8)
-        for h in range(links.shape[1]):
-            n_fin += finite[links[:, h]]
-        if np.any(n_fin != 2):
-            return None
-        del n_fin
-        if links.shape[1] == 2:
-            a, b = links[:, 0], links[:, 1]
-        else:
-            fin = finite[links]
-            rows = np.arange(links.shape[0])
-            a = links[rows, np.argmax(fin, axis=1)]
-            b = links[rows, fin.shape[1] - 1 - np.argmax(fin[:, ::-1], axis=1)]
-            del fin, rows
         L = topo.capacity.size
-        in_a = np.bincount(a, minlength=L) > 0
-        in_b = np.bincount(b, minlength=L) > 0
+        if HAVE_NUMBA:  # each flow's two finite links in one compiled pass (16.8M flows at 4096 GPUs)
+            ok, a, b, in_a, in_b = K.two_finite(links, finite, L)
+            if not ok:
+                return None
+        else:
+            # (a million-flow part: int32 and per-hop temporaries, no (flows x hops) int64 arrays)
+            n_fin = np.zeros(links.shape[0], dtype=np.uint8)
+            for h in range(links.shape[1]):
+                n_fin += finite[links[:, h]]
+            if np.any(n_fin != 2):
+                return None
+            del n_fin
+            if links.shape[1] == 2:
+                a, b = links[:, 0], links[:, 1]
+            else:
+                fin = finite[links]
+                rows = np.arange(links.shape[0])
+                a = links[rows, np.argmax(fin, axis=1)]
+                b = links[rows, fin.shape[1] - 1 - np.argmax(fin[:, ::-1], axis=1)]
+                del fin, rows
+            in_a = np.bincount(a, minlength=L) > 0
+            in_b = np.bincount(b, minlength=L) > 0
         if np.any(in_a & in_b):
             return None
         A, B = np.flatnonzero(in_a), np.flatnonzero(in_b)
@@ -827,13 +832,19 @@ class Network:
             return None
         slot = np.full(L, -1, dtype=np.int32)
         slot[A] = np.arange(A.size, dtype=np.int32)
-        ia = slot[a]
-        slot[B] = np.arange(B.size, dtype=np.int32)
-        jb = slot[b]
+        slot[B] = np.arange(B.size, dtype=np.int32)  # (A and B are disjoint)
+        W = np.zeros((1, A.size, B.size))
+        if HAVE_NUMBA:  # the cells, their order, and (in order) the weights in one compiled pass
+            ia, jb, ordered = K.dense_cells(a, b, slot, live, factorf, framed, W[0])
+        else:
+            ia, jb = slot[a], slot[b]
+            ordered = bool(np.all((ia[1:] > ia[:-1]) | ((ia[1:] == ia[:-1]) & (jb[1:] > jb[:-1]))))
         del slot
+        if ordered and HAVE_NUMBA:
+            return W, A, B, ia, jb
         # flows in increasing (A, B) order (an AlltoAllv's, source-major) are one per pair and
         # every link's flows go to increasing partners; otherwise check both directly
-        if not np.all((ia[1:] > ia[:-1]) | ((ia[1:] == ia[:-1]) & (jb[1:] > jb[:-1]))):
+        if not ordered:
             key = ia.astype(np.int64) * B.size + jb
             if np.bincount(key, minlength=A.size * B.size).max() > 1:  # one flow per pair
                 return None
@@ -843,7 +854,6 @@ class Network:
                 xs, ys = x[o], y[o]
                 if np.any((xs[1:] == xs[:-1]) & (ys[1:] <= ys[:-1])):
                     return None
-        W = np.zeros((1, A.size, B.size))
         W[0, ia[live], jb[live]] = factorf[live] if framed else 1.0
         return W, A, B, ia, jb
 

@@ -457,3 +457,30 @@ def test_traffic_sums_by_endpoint_sequence_change_no_bit():
         assert b.traffic_by_sequence > 0 and a.traffic_by_sequence == 0
         assert ha.time_ps == hb.time_ps and b.throttled_by_class > 0
         assert np.array_equal(a.link_bytes, b.link_bytes) and np.array_equal(a.link_wire_bytes, b.link_wire_bytes)
+
+
+def test_traffic_firsts_adds_each_endpoint_in_flow_order():
+    """``_kernels.traffic_firsts`` (the endpoints summed four at a time where compiled) gives
+    each endpoint the sum its flows' class rates make added one by one in flow order, bit for
+    bit: endpoints whose sequences differ in length, dead classes and non-finite rates (which
+    add 0) included."""
+    from neonic.sim.network import _kernels as K
+
+    rng = np.random.default_rng(11)
+    C, E = 50, 40
+    alive = rng.random(C) < 0.8
+    rate = rng.random(C) * 10.0 ** rng.integers(-12, 3, C)
+    rate[[3, 17]] = np.inf, np.nan
+    firsts = rng.permutation(E)[:23]  # distinct endpoints, not a multiple of four
+    counts = rng.integers(0, 60, firsts.size)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    seq = rng.integers(0, C, bounds[-1]).astype(np.int32)
+    start = rng.random(E)
+    got = start.copy()
+    K.traffic_firsts(firsts, bounds, seq, alive, rate, got)
+    want = start.copy()
+    for i, e in enumerate(firsts):
+        for c in seq[bounds[i]:bounds[i + 1]]:
+            if alive[c]:
+                want[e] += rate[c] if np.isfinite(rate[c]) else 0.0
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
