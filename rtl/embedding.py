@@ -177,26 +177,32 @@ beat per cycle while the queue has room for everything in flight (a credit count
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
 grade 6, ``router2``). At the ``bench timing`` table set with 2 lanes and 8 B beats, placement
-seeds 1 / 2: 113.4 / 118.1 MHz, 9,866 LUTs, 11,081 FFs, 4 DP16KD, 17 MULT18X18D (session 14;
-111.7 / 112.5 MHz in session 13, 103.1 / 100.9 before). Session 14's changes, first for paths
-of session 13's seed-1 run (a static listing from nextpnr's SDF: 18 endpoints over 8 ns): the
-window's compares as flip-flops (the hazard flag, 8.95 ns), the slot heads' read pointers in
-copies of one per 16 bits of the entry (8.7), the bank-wait flag's bank select for the skid
-entry and the queue head apart (8.4), the max selector's compare in 16-bit halves (8.3), the
-row queue's ``w_rdy`` a flip-flop (8.2), the multipliers' leading-zero count gated a step
-later (8.2), the row address's base added per slot queue (8.1); then for paths of the runs in
-between: the grant in copies of one per 16 bits of the entry, the window's word-0 flags per
-bank shifted with it, the bag queue's write data independent of the parse's decision and its
-memory written whenever it has room, and the skid flag in copies for the issue stage's flags.
-Seed 1 after the first four: 115.5; after the next three: 107.0 (its worst the reducer's
-``row_done`` into the row counters, 9.3 ns, and the bag queue's write data, 8.9); with all:
-113.4. Placement moves these figures by several percent between netlists. 125 MHz is not
-reached. Over 8 ns now: 7 endpoints on seed 1 (``stall_input``'s event flag from the request
-slice's valid, 8.8 ns: 6 cells, 6.9 of routing; the adder's fifth step from the exponent into
-the normalising cap, 8.2; the drain's reciprocal read, 8.1), 24 on seed 2 (the adder's first
-step, the exponent difference, from the weight multiplier's output, 8.5; its sixth step, 8.3;
-the drain multiplier's special-result flags, 8.2; the bank claim, the grant, the row address
-into the slot queues, 8.0-8.1); most are 5-13 cells with 5.5-6.9 ns of routing. At
+seeds 1 / 2: 121.0 / 122.1 MHz, 9,820 LUTs, 11,115 FFs, 4 DP16KD, 17 MULT18X18D (session 15;
+113.4 / 118.1 MHz in session 14, 111.7 / 112.5 in session 13, 103.1 / 100.9 before). Session
+14 took, path by path from a static listing of nextpnr's SDF, the window's compares, the
+slot heads' read pointers and the grant (in copies of one per 16 bits of the entry), the
+bank-wait flag, the max selector's compare (16-bit halves), the row queue's ``w_rdy``, the
+multipliers' leading-zero gate, the row address's base (per slot queue), the bag queue's
+write data and the issue flags' skid flag off the critical paths. Session 15's changes, for
+the paths over 8 ns of session 14's two runs (7 endpoints on seed 1, 24 on seed 2): ``busy``
+and its two event flags from four registered ORs of the unit's parts (``stall_input``'s flag
+from the request slice's valid, 8.8 ns: 6 cells, 6.9 of routing); the adders' normalising
+limit formed in their third step (their fifth step from the exponent, 8.2); the
+reciprocal's ROM address a flip-flop computed a cycle ahead (the drain's read from the head's
+multiplexer, 8.1); the effective exponent's zero test on its bit 0 only (the adders' first
+step, the exponent difference, 8.5); each operand's class registered a step before the
+special result, in the adders and the multipliers (8.2); ``word == 0`` a flip-flop (the bank
+claim, 8.1); the hazard and bank-wait flags copied for the window's flags (``take``'s loads);
+the control queues' write enable a copy of the slot queues' (7.8). Without the adders'
+class flags and the enable's copy: seed 1 110.7 MHz (its worst a slot queue's read pointer into its head's input register,
+9.0 ns of which 8.0 routing, then the grant, 8.6). Placement moves these figures by several
+percent between netlists. 125 MHz is not reached. Over 8 ns now: 9 endpoints on seed 1 (the
+weight multiplier's leading-zero count of a subnormal's fraction, 8.3 ns, ending at the
+count registers' synchronous set/reset, behind the fraction's zero test; the grant from a
+slot's control slice, 8.1; the drain multipliers' leading-zero counts, 8.1; the window's
+``hit_step`` from the response slice's valid, 8.0), 7 on seed 2 (the grant from a slot's
+control slice, 8.2: 10 cells, 5.8 of routing; the adder's seventh step, the normalising
+shift, 8.1; the pre-decode's skid flag from the input item, 8.1). At
 ``data_bytes=64, lanes=16`` synthesis of session 12's RTL gave 53,422 LUTs, 60,656 FFs, 32
 DP16KD and 129 MULT18X18D (its place and route, about 2,000 CPU-s, was not run). There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
@@ -661,7 +667,9 @@ class EmbeddingBagUnit(wiring.Component):
         inc = {name: Signal(name=f"inc_{name}") for name in COUNTER_NAMES}
         inc_q = {name: Signal(name=f"inc_{name}_q") for name in COUNTER_NAMES}
         for name, sig in cnt.items():
-            m.d.sync += inc_q[name].eq(inc[name])
+            if name not in ("busy_cycles", "stall_input"):
+                # (those two: from ``busy``'s parts, registered apart; see the end)
+                m.d.sync += inc_q[name].eq(inc[name])
             with m.If(inc_q[name]):
                 m.d.sync += sig.eq(sig + 1)
             m.d.comb += getattr(self.counters, name).eq(sig)
@@ -945,13 +953,16 @@ class EmbeddingBagUnit(wiring.Component):
             addr_k = Signal(self.addr_width, name=f"pe2_addr{k}")
             m.d.comb += addr_k.eq((base_k + off)[:self.addr_width])
             pe2_addrs.append(addr_k)
-        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1),
-                     pe2_wen.eq(Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)]))]
+        # (and a copy for the control queues, kept by the FPGA flow: one enable reaching both
+        # queues' memories was 7.8 ns, 6.7 of it routing)
+        pe2_cwen = Signal(K, name="pe2_cwen", attrs={KEEP_COPY_ATTR: "1"})
+        wen_next = Cat(*[pe1.valid & (pe1.slot == k) for k in range(K)])
+        m.d.sync += [pe1.valid.eq(0), pe2.eq(pe1), pe2_wen.eq(wen_next), pe2_cwen.eq(wen_next)]
         for k, (q, cq) in enumerate(zip(slots, ctl_qs)):
             wr = data.View(sentry, q.w_data)
             cw = data.View(slot_ctl, cq.w_data)
             m.d.comb += [
-                cq.w_en.eq(pe2_wen[k]),
+                cq.w_en.eq(pe2_cwen[k]),
                 cw.has_row.eq(pe2.info.has_row), cw.first.eq(pe2.info.first),
                 q.w_en.eq(pe2_wen[k]),
                 wr.info.eq(pe2.info),
@@ -1322,7 +1333,16 @@ class EmbeddingBagUnit(wiring.Component):
         head_addr = Cat(word[:self.word_width], hz_bank)
 
         take = Signal()
-        claim_bank = hc.has_row & hc.first & (word == 0)
+        # ``take_w``: the same handshake from copies of the stall flags (kept by the FPGA
+        # flow), for the window's own flags below, so that ``take``'s net (the row counters'
+        # ``row_done``, the skid buffers, the stage-1 register) does not also carry their
+        # loads
+        take_w = Signal()
+        # ``word == 0`` as a flip-flop (``word`` is reset to 0 and goes to 0 exactly after a
+        # take of a row's last word): the bank claim's compare was in front of the busy flags
+        # (8.1 ns)
+        word_is0 = Signal(init=1, name="word_is0")
+        claim_bank = hc.has_row & hc.first & word_is0
         # The window's compares are flip-flops too, kept a cycle ahead (the hazard flag
         # from the window's addresses was the critical path: 8.95 ns, 7 LUTs): ``hit_stay[k]``
         # is ``recent[k]`` (valid) holding the head's word (``head_addr``), ``hit_step[k]``
@@ -1373,14 +1393,14 @@ class EmbeddingBagUnit(wiring.Component):
         # one bit chosen by its bank instead of ``al - 1`` address compares
         w0_busy = Signal(nb)
         head_w0 = Signal()
-        m.d.comb += head_w0.eq(word[:self.word_width] == 0)
+        m.d.comb += head_w0.eq(word_is0)       # (``word`` never exceeds the row's last word)
         # (the window's entries that are word 0 of a bank are kept as one-hot flags beside
         # ``recent``, shifting with it, so that ``w0_busy``'s next value is an OR of
         # flip-flops: its address compares were 8.7 ns)
         if al > 1:
             w0_oh = [Signal(nb, name=f"recent_w0_{k}") for k in range(al - 2)]
             head_w0_oh = Signal(nb)
-            m.d.comb += head_w0_oh.eq(Mux(take & hc.has_row & head_w0,
+            m.d.comb += head_w0_oh.eq(Mux(take_w & hc.has_row & head_w0,
                                           Const(1, nb) << hz_bank, 0))
             for k in range(al - 2):
                 m.d.sync += w0_oh[k].eq(head_w0_oh if k == 0 else w0_oh[k - 1])
@@ -1413,13 +1433,13 @@ class EmbeddingBagUnit(wiring.Component):
                     # next one differs from it) unless the head loads a new entry
                     inrow_stay = word[:ww] == word_inc[:ww]
                     inrow_step = word[:ww] == word_inc2[:ww]
-                    stay_n.append(Mux(take, Mux(fin, load0, inrow_stay), 0))
-                    step_n.append(Mux(take, Mux(fin, load1, inrow_step), 0))
+                    stay_n.append(Mux(take_w, Mux(fin, load0, inrow_stay), 0))
+                    step_n.append(Mux(take_w, Mux(fin, load1, inrow_step), 0))
                 else:
                     two_ahead = holds(recent[k - 1], word_inc2[:ww], hz_bank)
-                    stay_n.append(Mux(take, Mux(fin, load0, hit_step[k - 1]),
+                    stay_n.append(Mux(take_w, Mux(fin, load0, hit_step[k - 1]),
                                       Mux(info_h.valid, hit_stay[k - 1], load0)))
-                    step_n.append(Mux(take, Mux(fin, load1, two_ahead),
+                    step_n.append(Mux(take_w, Mux(fin, load1, two_ahead),
                                       Mux(info_h.valid, hit_step[k - 1], load1)))
             m.d.sync += [hit_stay.eq(Cat(*stay_n)), hit_step.eq(Cat(*step_n))]
 
@@ -1440,11 +1460,15 @@ class EmbeddingBagUnit(wiring.Component):
         peek_last = peek.last_word == 0
         # ``take`` is the last select: the head advances (loads the next entry) with a take
         # when its entry ends (``fin``), without one when it is empty
+        hazard_w = Signal(name="hazard_w", attrs={KEEP_COPY_ATTR: "1"})
+        bank_wait_w = Signal(name="bank_wait_w", attrs={KEEP_COPY_ATTR: "1"})
+        hazard_next = Mux(take, Mux(fin, peek_hazard(True), step_hazard),
+                          Mux(info_h.valid, stay_hazard, peek_hazard(False)))
+        bank_wait_next = Mux(take, Mux(fin, peek_wait, 0),
+                             Mux(info_h.valid, stay_wait, peek_wait))
         m.d.sync += [
-            hazard.eq(Mux(take, Mux(fin, peek_hazard(True), step_hazard),
-                          Mux(info_h.valid, stay_hazard, peek_hazard(False)))),
-            bank_wait.eq(Mux(take, Mux(fin, peek_wait, 0),
-                             Mux(info_h.valid, stay_wait, peek_wait))),
+            hazard.eq(hazard_next), hazard_w.eq(hazard_next),
+            bank_wait.eq(bank_wait_next), bank_wait_w.eq(bank_wait_next),
             last_word.eq(Mux(take, Mux(fin, peek_last, step_last),
                              Mux(info_h.valid, last_word, peek_last))),
         ]
@@ -1459,6 +1483,7 @@ class EmbeddingBagUnit(wiring.Component):
             m.d.comb += inc["stall_bank"].eq(1)
         m.d.comb += [
             take.eq(info_h.valid & (~hc.has_row | rs.valid) & ~hazard & ~bank_wait),
+            take_w.eq(info_h.valid & (~hc.has_row | rs.valid) & ~hazard_w & ~bank_wait_w),
             rs.ready.eq(take & hc.has_row & beat_done),
             info_h.ready.eq(take & (~hc.has_row | last_word)),
             row_done.eq(take & hc.has_row & last_word),
@@ -1467,7 +1492,7 @@ class EmbeddingBagUnit(wiring.Component):
         for k in range(1, al):
             m.d.sync += recent[k].eq(recent[k - 1])
         with m.If(take & hc.has_row):
-            m.d.sync += [word.eq(Mux(last_word, 0, word_inc)),
+            m.d.sync += [word.eq(Mux(last_word, 0, word_inc)), word_is0.eq(last_word),
                          word_inc.eq(Mux(last_word, 1, word_inc2)),
                          word_inc2.eq(Mux(last_word, 2, word_inc2 + 1)),
                          chunk.eq(Mux(beat_done, 0, chunk + 1))]
@@ -1764,7 +1789,11 @@ class EmbeddingBagUnit(wiring.Component):
         recips = [0] + [int(v) for v in (np.float32(1) / n).view(np.uint32)]
         m.submodules.recip = recip = memory.Memory(shape=32, depth=len(recips), init=recips)
         recip_rd = recip.read_port()
-        m.d.comb += recip_rd.addr.eq(bhead.count)
+        # its address: the head bag's count as a flip-flop, computed a cycle ahead like
+        # ``d_last`` (the read from the head's read multiplexer was 8.1 ns, 6.4 of routing)
+        recip_addr = Signal.like(bhead.count, name="recip_addr")
+        m.d.sync += recip_addr.eq(Mux(d_advance, bpeek.count, bhead.count))
+        m.d.comb += recip_rd.addr.eq(recip_addr)
 
         dctx_layout = data.StructLayout({
             "valid": unsigned(1), "first": unsigned(1), "last": unsigned(1),
@@ -1867,23 +1896,41 @@ class EmbeddingBagUnit(wiring.Component):
         red_chain = [*ctx_pipe, *inflight]
         chain_rest = Signal(name="chain_rest_any")   # any of red_chain[1:] holds a word
         m.d.sync += chain_rest.eq(Cat(*[c.valid for c in red_chain[:-1]]).any())
-        in_flight = (bags_in.o.valid | p_valid | req_out.o.valid | resp_in.o.valid | pe1.valid
-                     | pe2.valid | info_in.o.valid | info_q.r_rdy | info_h.valid | bag_q.r_rdy
-                     | bag_h.valid | credit_nz | red_chain[0].valid | chain_rest)
-        for q, h in zip(slots, heads):
-            in_flight = in_flight | q.r_rdy | h.valid
-        busy = Signal()
-        m.d.comb += busy.eq(self.bags.valid | front_fsm.ongoing("ITEMS") | in_flight)
-        # The output: ``busy`` (or an event waiting to be counted: ``inc_busy_cycles_q`` is
-        # ``busy`` one cycle late) registered, so that the wide OR over the unit ends at a
-        # flip-flop, or a bag offered at the input. Low on a cycle, it says that the unit was
-        # idle with every event counted on the cycle before, and nothing arrived since: the
-        # counters are complete.
-        busy_q = Signal(name="busy_q")
-        m.d.sync += busy_q.eq(busy | Cat(*inc_q.values()).any())
-        m.d.comb += self.busy.eq(busy_q | self.bags.valid)
-        with m.If(busy):
-            m.d.comb += inc["busy_cycles"].eq(1)
-            with m.If(~self.bags.valid):
-                m.d.comb += inc["stall_input"].eq(1)
+        # The terms in groups of the parts of the unit they come from (the front, the slots
+        # and the requests, the reducer, the drain), each group's OR registered on its own:
+        # ``busy`` one cycle late, and the two event flags that count it, are ORs of those
+        # few flip-flops, not one wide OR over the unit (``stall_input``'s flag from the
+        # request slice's valid was the critical path: 8.8 ns, 6.9 of it routing).
+        groups = [
+            [front_fsm.ongoing("ITEMS"), bags_in.o.valid, p_valid, pe1.valid, pe2.valid],
+            [req_out.o.valid, *[q.r_rdy for q in slots], *[h.valid for h in heads]],
+            [resp_in.o.valid, info_in.o.valid, info_q.r_rdy, info_h.valid,
+             red_chain[0].valid, chain_rest],
+            [bag_q.r_rdy, bag_h.valid, credit_nz],
+        ]
+        # (``busy``, a bag in the unit or at its input, is ``bags.valid`` or any group's OR)
+        # per group: its OR one cycle late; and whether the input offered a bag
+        group_q = [Signal(name=f"busy_part{k}_q") for k in range(len(groups))]
+        in_q = Signal(name="busy_in_q")
+        for g, q in zip(groups, group_q):
+            m.d.sync += q.eq(Cat(*g).any())
+        m.d.sync += in_q.eq(self.bags.valid)
+        busy_late = Cat(in_q, *group_q).any()              # ``busy`` one cycle late
+        # The counters of ``busy_cycles`` and ``stall_input`` add these (``inc_q`` is the
+        # same flag one cycle late for every other counter); ``stall_input`` is ``busy``
+        # without a bag offered, so its flag is the groups' OR where none was.
+        busy_inc = Signal(name="inc_busy_cycles_q2")
+        starve_inc = Signal(name="inc_stall_input_q2")
+        m.d.comb += [busy_inc.eq(busy_late), starve_inc.eq(~in_q & Cat(*group_q).any()),
+                     inc_q["busy_cycles"].eq(busy_inc), inc_q["stall_input"].eq(starve_inc)]
+        # The output: ``busy`` (or an event waiting to be counted) one cycle late, or a bag
+        # offered at the input. Low on a cycle, it says that the unit was idle with every
+        # event counted on the cycle before, and nothing arrived since: the counters are
+        # complete. (the other events' flags, one cycle late, in one register)
+        others_q = Signal(name="busy_events_q")
+        others = [n for n in COUNTER_NAMES if n not in ("busy_cycles", "stall_input")]
+        m.d.sync += others_q.eq(Cat(*[inc_q[n] for n in others]).any())
+        busy_late_q = Signal(name="busy_late_q")           # ... two cycles late
+        m.d.sync += busy_late_q.eq(busy_late)
+        m.d.comb += self.busy.eq(busy_late | busy_late_q | others_q | self.bags.valid)
         return m
