@@ -96,7 +96,10 @@ def rtl_outcomes(dut: OnChipCache, requests: list[Request], rng: np.random.Gener
     ``memory``: the backing memory's initial bytes (else random from ``rng``)."""
     if memory is None:
         memory = rng.integers(0, 256, rows * dut.line_beats * dut.data_bytes, dtype=np.uint8)
-    mem = AmaranthMemory(dut.back, memory.copy(), data_bytes=dut.data_bytes, rng=rng,
+    # One generator per process, spawned from ``rng``: the simulator's order of a cycle's
+    # processes varies from run to run, and a shared generator would make the run vary too.
+    mem_rng, req_rng, wdata_rng, resp_rng = rng.spawn(4)
+    mem = AmaranthMemory(dut.back, memory.copy(), data_bytes=dut.data_bytes, rng=mem_rng,
                          latency=latency, resp_stall=stall, accept_stall=stall)
     n_read = sum(r.beats for r in requests if not r.write)
     kinds: list[str] = []
@@ -106,16 +109,16 @@ def rtl_outcomes(dut: OnChipCache, requests: list[Request], rng: np.random.Gener
     async def requester(ctx):
         await stream_send(ctx, dut.front.req, [{"addr": r.addr, "beats": r.beats,
                                                 "write": int(r.write)} for r in requests],
-                          rng=rng, idle=idle)
+                          rng=req_rng, idle=idle)
 
     async def writer(ctx):
         await stream_send(ctx, dut.front.wdata,
                           [{"data": d, "mask": m, "last": int(i == len(r.wdata) - 1)}
                            for r in requests if r.write for i, (d, m) in enumerate(r.wdata)],
-                          rng=rng, idle=idle)
+                          rng=wdata_rng, idle=idle)
 
     async def reader(ctx):
-        beats = await stream_recv(ctx, dut.front.resp, n_read, rng=rng,
+        beats = await stream_recv(ctx, dut.front.resp, n_read, rng=resp_rng,
                                   backpressure=backpressure)
         got.extend(int(b.data) for b in beats)
         while len(kinds) < sum(r.beats > 0 for r in requests):
