@@ -627,19 +627,30 @@ def test_an_options_figures_alone_from_its_distinct_columns_are_the_whole_states
             assert _alone(p, p.make(w.tables[0], ST.TABLE_WISE, [5])).vec.shape[1] == 3   # its rank, its node, the rest
 
 
+class _PackingNeo(NeoPlanner):
+    CACHE_BYTES = 1  # (every contribution packed)
+
+
+def _packing_greedy_case(seed: int):
+    """The greedy's by-node tests' case: a small skewed workload on 4 x 4 GPUs, a seeded
+    generator, and a Neo planner that packs every contribution (system, workload, rng, planner)."""
+    s = _system(nodes=4, g=4, dram=50)
+    w = _skewed(24)
+    return s, w, np.random.default_rng(seed), _PackingNeo(w, s, workers=1)
+
+
+def _declined(self, trials, state=True):
+    """``Placer.best_by_nodes`` declining, so that the stacked evaluation decides."""
+    return NotImplemented
+
+
 def test_the_greedys_proxy_by_node_gives_the_stacked_evaluations_choice(monkeypatch):
     # the greedy's barrier-sum choice taken by node (Placer.best_by_nodes) is the choice of
     # the stacked evaluation (CostModel.barrier_sum_batch over whole candidate states), score,
     # state and plan alike, on states half filled at random and trials of every kind
-    class Packing(NeoPlanner):
-        CACHE_BYTES = 1
-
-    s = _system(nodes=4, g=4, dram=50)
-    w = _skewed(24)
-    rng = np.random.default_rng(5)
-    p = Packing(w, s, workers=1)
+    s, w, rng, p = _packing_greedy_case(seed=5)
     assert p._pack
-    stacked = lambda self, trials, state=True: NotImplemented  # noqa: E731
+    stacked = _declined
     compared = 0
     for _ in range(6):
         p.state, p.placed = type(p.state).empty(p.world), {}
@@ -678,10 +689,10 @@ def test_the_greedys_proxy_by_node_gives_the_stacked_evaluations_choice(monkeypa
                 compared += 1
     assert compared > 50
     # and a whole greedy start: the same placements and state
-    a = Packing(w, s, workers=1)
+    a = _PackingNeo(w, s, workers=1)
     a.greedy()
     monkeypatch.setattr(Placer, "best_by_nodes", stacked)
-    b = Packing(w, s, workers=1)
+    b = _PackingNeo(w, s, workers=1)
     b.greedy()
     assert a.state.vec.tobytes() == b.state.vec.tobytes()
     assert {n: x.tp for n, x in a.placed.items()} == {n: x.tp for n, x in b.placed.items()}
@@ -691,14 +702,8 @@ def test_tied_candidates_of_one_table_break_the_tie_as_the_stacked_evaluation_do
     # the greedy's candidates of one table on every rank mostly tie on the barrier-sum proxy;
     # best_by_nodes takes each one's tie-breaking totals from the first's, again only on the
     # ranks whose column differs: the score (both parts) and choice of the stacked evaluation
-    class Packing(NeoPlanner):
-        CACHE_BYTES = 1
-
-    s = _system(nodes=4, g=4, dram=50)
-    w = _skewed(24)
-    rng = np.random.default_rng(11)
-    p = Packing(w, s, workers=1)
-    stacked = lambda self, trials, state=True: NotImplemented  # noqa: E731
+    s, w, rng, p = _packing_greedy_case(seed=11)
+    stacked = _declined
     for filled in (0, 3, 8):
         p.state, p.placed = type(p.state).empty(p.world), {}
         for t in w.tables[:filled]:
