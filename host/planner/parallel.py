@@ -1,7 +1,7 @@
 """Independent pieces of the search computed by two processes, merged in a fixed order.
 
-The search's start plans, the class moves of a step and the regrouping's attempts over half
-and a quarter of a node (:mod:`host.planner.search`) are independent of one another: each is a deterministic function of the state the search is in.
+The search's start plans and the class moves of a step (:mod:`host.planner.search`) are
+independent of one another: each is a deterministic function of the state the search is in.
 :func:`map_forked` computes such a list of tasks with ``workers`` processes (this one and
 forked copies of it, which see its state and caches as they are at the fork) and returns the
 results in task order, whichever process computed each. The plan therefore depends neither on
@@ -9,7 +9,8 @@ the machine's load nor on the scheduling of the processes, nor on how the tasks 
 (a test plans with one process and with two). A worker that fails (no ``fork`` on the
 platform, out of memory, ...) costs time, not the result: its tasks are computed here instead.
 
-A balancing search's steps depend each on the last, so there a forked copy follows this
+A balancing search's steps (also those after each of the regrouping's attempts, which are
+made in turn) depend each on the last, so there a forked copy follows this
 process step by step instead (:class:`Lockstep`): both make the same candidates, each prices
 half of them, and both apply the move this process picks from the two halves' best.
 
