@@ -280,6 +280,17 @@ def test_states_add_packed_and_relabeled_contributions_as_their_figures():
             assert got.vec.tobytes() == want.tobytes() and got.dp_bytes == -1.5
 
 
+def _random_figures(rng: np.random.Generator, k: int, row3_below: int, hbm_max: float) -> np.ndarray:
+    """``k`` random columns of a state's 30 figures for the proxy tests: magnitudes from 1e-6 to
+    1e8 by row, 30% zeros, row 3 small integers (below ``row3_below``) and row 24 (HBM bytes)
+    up to ``hbm_max``."""
+    x = np.abs(rng.standard_normal((30, k))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
+    x[rng.random(x.shape) < 0.3] = 0.0
+    x[3] = rng.integers(0, row3_below, k)
+    x[24] = rng.random(k) * hbm_max
+    return x
+
+
 def test_the_proxy_of_a_state_and_columns_is_the_batchs():
     # the balancing search's proxy of the state less a table plus a packed plan's columns,
     # computed without the state: barrier_sum_batch's figure of the state, and the same fit test
@@ -290,14 +301,8 @@ def test_the_proxy_of_a_state_and_columns_is_the_batchs():
     caps = np.array([4e9, 1e12, 1e12])
     fitted = 0
     for _ in range(60):
-        B = np.abs(rng.standard_normal((30, n))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
-        B[rng.random(B.shape) < 0.3] = 0.0
-        B[3] = rng.integers(0, 3, n)
-        B[24] = rng.random(n) * 3e9
-        cols = np.abs(rng.standard_normal((30, 3))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
-        cols[rng.random(cols.shape) < 0.3] = 0.0
-        cols[3] = rng.integers(0, 2, 3)
-        cols[24] = rng.random(3) * 1.5e9
+        B = _random_figures(rng, n, 3, 3e9)
+        cols = _random_figures(rng, 3, 2, 1.5e9)
         idx = rng.integers(0, 3, n)
         dp = float(rng.choice([0.0, 1e6, 3.3e7]))
         state = B + cols[:, idx]
@@ -322,18 +327,11 @@ def test_the_proxy_of_a_swap_from_packed_columns_is_the_batchs():
     caps = np.array([4e9, 1e12, 1e12])
 
     def packed(k: int) -> tuple[np.ndarray, np.ndarray]:
-        cols = np.abs(rng.standard_normal((30, k))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
-        cols[rng.random(cols.shape) < 0.3] = 0.0
-        cols[3] = rng.integers(0, 2, k)
-        cols[24] = rng.random(k) * 1.5e9
-        return np.asfortranarray(cols), rng.integers(0, k, n)
+        return np.asfortranarray(_random_figures(rng, k, 2, 1.5e9)), rng.integers(0, k, n)
 
     fitted = 0
     for _ in range(60):
-        B = np.abs(rng.standard_normal((30, n))) * 10.0 ** rng.integers(-6, 9, size=(30, 1))
-        B[rng.random(B.shape) < 0.3] = 0.0
-        B[3] = rng.integers(0, 3, n)
-        B[24] = rng.random(n) * 3e9
+        B = _random_figures(rng, n, 3, 3e9)
         other, first, second = packed(2), packed(3), packed(1)
         dp = float(rng.choice([0.0, 1e6, 3.3e7]))
         state = B.copy()
