@@ -291,6 +291,17 @@ def _random_figures(rng: np.random.Generator, k: int, row3_below: int, hbm_max: 
     return x
 
 
+def _proxy_is_the_batchs(cost: CostModel, got: float | None, state: np.ndarray, dp: float, caps: np.ndarray) -> bool:
+    """Asserts that a proxy computed without its state (``got``) is None where ``state`` breaks
+    a memory cap (HBM, DRAM, SSD rows), else ``barrier_sum_batch``'s figure of it; True if it fits."""
+    fits = bool((state[24] <= caps[0]).all() and (state[25] <= caps[1]).all() and (state[26] <= caps[2]).all())
+    if not fits:
+        assert got is None
+        return False
+    assert got == float(cost.barrier_sum_batch(state[None], [dp])[0])
+    return True
+
+
 def test_the_proxy_of_a_state_and_columns_is_the_batchs():
     # the balancing search's proxy of the state less a table plus a packed plan's columns,
     # computed without the state: barrier_sum_batch's figure of the state, and the same fit test
@@ -306,13 +317,7 @@ def test_the_proxy_of_a_state_and_columns_is_the_batchs():
         idx = rng.integers(0, 3, n)
         dp = float(rng.choice([0.0, 1e6, 3.3e7]))
         state = B + cols[:, idx]
-        fits = bool((state[24] <= caps[0]).all() and (state[25] <= caps[1]).all() and (state[26] <= caps[2]).all())
-        got = cost.barrier_sum_plus(B, cols, idx, dp, caps)
-        if not fits:
-            assert got is None
-            continue
-        fitted += 1
-        assert got == float(cost.barrier_sum_batch(state[None], [dp])[0])
+        fitted += _proxy_is_the_batchs(cost, cost.barrier_sum_plus(B, cols, idx, dp, caps), state, dp, caps)
     assert 10 < fitted < 60
 
 
@@ -338,13 +343,7 @@ def test_the_proxy_of_a_swap_from_packed_columns_is_the_batchs():
         state -= other[0][:, other[1]]
         state += first[0][:, first[1]]
         state += second[0][:, second[1]]
-        fits = bool((state[24] <= caps[0]).all() and (state[25] <= caps[1]).all() and (state[26] <= caps[2]).all())
-        got = cost.barrier_sum_swap(B, other, first, second, dp, caps)
-        if not fits:
-            assert got is None
-            continue
-        fitted += 1
-        assert got == float(cost.barrier_sum_batch(state[None], [dp])[0])
+        fitted += _proxy_is_the_batchs(cost, cost.barrier_sum_swap(B, other, first, second, dp, caps), state, dp, caps)
     assert 10 < fitted < 60
 
 
