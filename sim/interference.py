@@ -86,6 +86,7 @@ API
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -113,6 +114,7 @@ __all__ = [
 Done = Callable[[int, int], None]
 _EPS = 1e-9
 _copysign = math.copysign
+_chain = itertools.chain.from_iterable
 #: A GPU re-plans its rates when the network changes its traffic by more than this fraction (the
 #: network itself coalesces rate changes within 2% of a flow's age; see sim.network.network).
 _RETUNE = 0.01
@@ -529,8 +531,22 @@ class GPUDevice:
     def _on_transfer(self, t: _Transfer) -> None:
         self._advance()
         if self._tok is not None:
-            i = self._transfers.index(t)
-            del self._transfers[i]
+            transfers = self._transfers
+            i = transfers.index(t)
+            del transfers[i]
+            # a GPU whose token made this step at this picosecond before: the step's token and
+            # that token's re-plan are both known, and applying the re-plan sets every kernel's
+            # SMs (the donor's and taker's included) as the steps below and _update would
+            memo = self._memo
+            now = self.engine.now
+            trans = memo.trans if memo.now == now else memo.reset(now)
+            tok = trans.get((self._tok, "X", i))
+            if tok is not None:
+                hit = trans.get(tok)
+                if hit is not None:
+                    self._tok = tok
+                    self._apply(hit)
+                    return
         else:
             self._transfers.remove(t)
         t.donor.held = max(0.0, t.donor.held - t.n)
@@ -729,7 +745,13 @@ class GPUDevice:
             if recompute:
                 self._net.request_recompute()
             return
-        memo.hits += 1
+        self._apply(hit)
+
+    def _apply(self, hit: tuple) -> None:
+        """Apply a re-plan another GPU of the same token computed at this picosecond (``hit``:
+        what :meth:`_shared` left): the values, hand-overs, timer and re-solve request."""
+        self._memo.hits += 1
+        ks = self._ks
         tok, kvals, self._targets_stale, rate, self._comm_hbm, self._plan, transfers, sched, recompute = hit
         for k, v in zip(ks, kvals):
             k.held, k.incoming, k.outgoing, k.rate, k.target = v
@@ -997,7 +1019,7 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
         if not pos.size:
             return fast, hbm
         sel = idx[pos]
-        plan = np.array([gpus[i]._plan for i in sel.tolist()], dtype=np.float64).reshape(-1, 5)
+        plan = np.fromiter(_chain([gpus[i]._plan for i in sel.tolist()]), np.float64, 5 * sel.size).reshape(-1, 5)
         free, use, busy, held, rf = plan.T
         tx, rx = t[pos], r[pos]
         need = np.where(rx > tx, rx, tx)  # max(tx, rx)
@@ -1021,8 +1043,10 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
                 rows = zip(idx.tolist(), ti.tolist(), ri.tolist(), ci.tolist(), fast.tolist(), hbm.tolist(),
                            tc.tolist(), rc.tolist())
             else:
-                rows = zip(idx.tolist(), ti.tolist(), ri.tolist(), ci.tolist(), [False] * idx.size)
-            for i, ti_, ri_, ci_, fast_, *rest in rows:
+                none = [0.0] * idx.size
+                rows = zip(idx.tolist(), ti.tolist(), ri.tolist(), ci.tolist(), [False] * idx.size, none, none, none)
+            trans = None  # the memo's transitions at this picosecond (looked up once: now stays)
+            for i, ti_, ri_, ci_, fast_, hbm_, tc_, rc_ in rows:
                 g = gpus[i]
                 if not ci_:  # traffic costs nothing on a GPU without a collective kernel: remember it
                     g._tx, g._rx = ti_, ri_
@@ -1030,10 +1054,23 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
                         g._retoken((g._tok, "N", ti_, ri_, _copysign(1.0, ti_), _copysign(1.0, ri_)))
                 elif fast_:  # set_traffic's fast path, decided above (board[1]: below)
                     g._advance()
-                    g._comm_hbm, g._tx, g._rx = rest
+                    g._comm_hbm = hbm_
+                    g._tx = tc_
+                    g._rx = rc_
                     g._comm_rate = 1.0
-                    if g._tok is not None:
-                        g._retoken((g._tok, "F", *rest))
+                    tok = g._tok
+                    if tok is not None:
+                        if g._memo is memo:  # _retoken inlined (the GPU runs a collective: _ks is not empty)
+                            if trans is None:
+                                now = g.engine.now
+                                trans = memo.trans if memo.now == now else memo.reset(now)
+                            key = (tok, "F", hbm_, tc_, rc_)
+                            tok = trans.get(key)
+                            if tok is None:
+                                tok = trans[key] = memo.fresh()
+                            g._tok = tok
+                        else:
+                            g._retoken((tok, "F", hbm_, tc_, rc_))
                     if g.record:
                         g._record()
                 else:
