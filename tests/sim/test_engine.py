@@ -180,15 +180,19 @@ def test_throughput_is_at_least_1e5_events_per_second():
 
 
 def test_run_freezes_older_objects_for_the_collector_and_restores_the_state():
-    """During a run the objects made before it are frozen (the collector skips them); after it
-    (also after a callback raised) nothing is left frozen, and a caller's own freeze is kept."""
+    """During a run the objects made before it are frozen (the collector skips them) and the
+    youngest generation is collected less often; after it (also after a callback raised) nothing
+    is left frozen, the thresholds are the caller's again, and a caller's own freeze is kept."""
     import gc
 
     seen = []
+    before = gc.get_threshold()
     eng = Engine()
-    eng.schedule(5, lambda: seen.append(gc.get_freeze_count()))
+    eng.schedule(5, lambda: seen.append((gc.get_freeze_count(), gc.get_threshold())))
     eng.run()
-    assert seen[0] > 0 and gc.get_freeze_count() == 0
+    assert seen[0][0] > 0 and gc.get_freeze_count() == 0
+    # the youngest generation is collected less often during the run; the thresholds come back
+    assert seen[0][1][0] >= 20_000 and seen[0][1][1:] == before[1:] and gc.get_threshold() == before
 
     def boom():
         raise KeyError("x")
@@ -196,7 +200,7 @@ def test_run_freezes_older_objects_for_the_collector_and_restores_the_state():
     eng.schedule(6, boom)
     with pytest.raises(KeyError):
         eng.run()
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
 
     gc.freeze()  # someone else's freeze: the run leaves it as it is
     try:
