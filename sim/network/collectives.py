@@ -77,6 +77,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from neonic.sim.compiled import HAVE_NUMBA, jit
+
 from .network import FlowGroup, Network
 from .transport import wire_bytes
 from .topology import Route, Topology
@@ -492,14 +494,51 @@ def _tree_phases(topology: Topology, ranks: np.ndarray, nbytes: int, chunks: int
 
 
 # ------------------------------------------------------------------------ phase builders
+def _whole(sz: np.ndarray) -> bool:
+    """Whether every element is a whole number (``np.mod(sz, 1) == 0`` everywhere: finite and
+    integral). For floats, whether no ``x - floor(x)`` is nonzero (NaN for inf and NaN): the
+    same answer without np.mod's division (a 4096-GPU AlltoAllv's 16.8M sizes: 0.25 s)."""
+    if sz.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):  # (inf - inf)
+            return not np.any(sz - np.floor(sz))
+    return bool(np.all(np.mod(sz, 1) == 0))
+
+
+@jit(cache=True, nogil=True)
+def _off_diagonal(sizes):  # pragma: no cover - compiled (run as Python by NEONIC_NO_NUMBA)
+    """``np.nonzero`` of ``sizes`` with its diagonal left out (row-major order, as np.nonzero),
+    and the sizes there: two passes over the matrix, no boolean matrix or fancy gather."""
+    p, q = sizes.shape
+    n = 0
+    for a in range(p):
+        for b in range(q):
+            if a != b and sizes[a, b] != 0:
+                n += 1
+    i = np.empty(n, dtype=np.int64)
+    j = np.empty(n, dtype=np.int64)
+    nb = np.empty(n, dtype=np.int64)
+    k = 0
+    for a in range(p):
+        for b in range(q):
+            if a != b and sizes[a, b] != 0:
+                i[k] = a
+                j[k] = b
+                nb[k] = sizes[a, b]
+                k += 1
+    return i, j, nb
+
+
 def _alltoallv_phases(topology: Topology, ranks: np.ndarray, sizes: np.ndarray, algorithm: str) -> list[Phase]:
     p = ranks.size
     if algorithm == "direct":
-        nonzero = sizes != 0  # (the diagonal left out before, not after: 16.8M pairs at 4096 GPUs)
-        np.fill_diagonal(nonzero, False)
-        i, j = np.nonzero(nonzero)
-        del nonzero
-        nb = sizes[i, j].astype(np.int64, copy=False)
+        if HAVE_NUMBA:  # (a 4096-GPU AlltoAllv: 16.8M pairs, one compiled pass)
+            i, j, nb = _off_diagonal(np.ascontiguousarray(sizes, dtype=np.int64))
+        else:
+            nonzero = sizes != 0  # (the diagonal left out before, not after: 16.8M pairs at 4096 GPUs)
+            np.fill_diagonal(nonzero, False)
+            i, j = np.nonzero(nonzero)
+            del nonzero
+            nb = sizes[i, j].astype(np.int64, copy=False)
         if not np.array_equal(ranks, np.arange(p)):
             i, j = ranks[i], ranks[j]
         return [Phase(i, j, nb, [], "direct", conns=_conns(topology, i, j, NCCL_CONNECTIONS.p2p))]
@@ -583,7 +622,7 @@ def build_phases(topology: Topology, kind: str, ranks=None, *, sizes=None, nbyte
         sz = np.asarray(sizes)
         if sz.shape != (r.size, r.size):
             raise ValueError(f"sizes: expected a ({r.size}, {r.size}) matrix of bytes, got shape {sz.shape}")
-        if not np.issubdtype(sz.dtype, np.integer) and not np.all(np.mod(sz, 1) == 0):
+        if not np.issubdtype(sz.dtype, np.integer) and not _whole(sz):
             raise ValueError("sizes: expected whole numbers of bytes")
         if sz.size and sz.min() < 0:
             raise ValueError("sizes: expected sizes >= 0")

@@ -427,7 +427,9 @@ class Network:
     ) -> FlowGroup:
         """Messages ``src[i] -> dst[i]`` of ``nbytes[i]`` bytes, all starting now; one callback.
 
-        ``route``: optionally ``topology.route(src, dst, nbytes)`` computed by the caller.
+        ``route``: optionally ``topology.route(src, dst, nbytes)`` computed by the caller. The
+        group keeps the route's arrays where it takes every message (no copies: 16.8M messages
+        at 4096 GPUs); the network never writes them, and the caller must not either.
         """
         src = np.asarray(src, dtype=np.int64).ravel()
         dst = np.asarray(dst, dtype=np.int64).ravel()
@@ -454,8 +456,8 @@ class Network:
             idx = np.arange(src.size)
             g._links = np.ascontiguousarray(route.links.T)  # (F, H), flow-major
             g._acct = np.ascontiguousarray(route.acct.T)  # (F, A) bytes only, never binding
-            g._factorf = route.factor.copy()
-            g._lat = route.latency_ps.copy()
+            g._factorf = route.factor
+            g._lat = route.latency_ps
             g._nbf = nb
         else:
             idx = np.flatnonzero(moving)

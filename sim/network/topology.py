@@ -226,12 +226,18 @@ class Topology:
         if F and (dst.min() < 0 or dst.max() >= ne):
             raise ValueError(f"dst: endpoint ids must be in 0..{ne - 1}")
         H = self.max_hops
-        links = np.full((H, F), self.pad_link, dtype=np.int32)
-        acct = np.full((2 if self.spine_redundant else 0, F), self.pad_link, dtype=np.int32)
+        A = 2 if self.spine_redundant else 0
         latency = np.zeros(F, dtype=np.int64)
         if F >= self.compiled_route_min and src.max() < R and dst.max() < R:
+            # stored flow-major ((F, H), the (H, F) arrays are their transposed views): the
+            # network keeps each flow's hops together (FlowGroup._links), so a large batch (an
+            # AlltoAllv's 16.8M messages at 4096 GPUs) is not transposed again there
+            links = np.full((F, H), self.pad_link, dtype=np.int32).T
+            acct = np.full((F, A), self.pad_link, dtype=np.int32).T
             self._route_gpus(src, dst, links, acct, latency)
             return Route(links=links, latency_ps=latency, factor=self._factors(F, nbytes), acct=acct)
+        links = np.full((H, F), self.pad_link, dtype=np.int32)
+        acct = np.full((A, F), self.pad_link, dtype=np.int32)
         sg, dg = src < R, dst < R
         sn, dn = self.node_of(src), self.node_of(dst)
         b = self._base
@@ -311,10 +317,11 @@ class Topology:
 
     def _loads(self, route: Route, nb: np.ndarray, wire: bool) -> np.ndarray:
         """:meth:`link_loads` (``wire``) or :meth:`payload_loads` of a large batch in one compiled
-        pass per hop: each hop's sums message by message in order (np.bincount's), added to the
-        total hop by hop, as those methods add them (the same bits)."""
-        rows = np.concatenate([route.links, route.acct]) if route.acct.size else route.links
-        return _loads_kernel(np.ascontiguousarray(rows), np.ascontiguousarray(route.factor), np.ascontiguousarray(nb),
+        pass: each hop's sums message by message in order (np.bincount's), added to the total
+        hop by hop (the route's hops, then its accounted links), as those methods add them (the
+        same bits). The routes' arrays are read in their own layout (flow-major from
+        :meth:`route`'s compiled pass: no copy)."""
+        return _loads_kernel(route.links, route.acct, np.ascontiguousarray(route.factor), np.ascontiguousarray(nb),
                              self.wire, wire, self.num_links + 1)
 
     def _factors(self, F: int, nbytes: np.ndarray | None) -> np.ndarray:
@@ -441,17 +448,25 @@ def _route_gpus_kernel(src, dst, ll, G, pad, switch_fabric, b_gpu_tx, b_gpu_rx, 
 
 
 @jit(cache=True, nogil=True)
-def _loads_kernel(rows, factor, nb, wire_link, wire, n):  # pragma: no cover - compiled
+def _loads_kernel(links, acct, factor, nb, wire_link, wire, n):  # pragma: no cover - compiled
     """Per-link sums of ``nb`` (times ``factor`` on wire links where ``wire``) over each row of
-    ``rows`` (a hop's links), a row at a time into a zeroed array added to the total."""
+    ``links`` then of ``acct`` (a hop's links), each row's into a zeroed array of its own
+    (message by message in order), those added to the total row by row. One pass over the
+    messages, reading each one's hops together."""
+    H = links.shape[0]
+    A = acct.shape[0]
+    hop = np.zeros((H + A, n))
+    for f in range(links.shape[1]):
+        x = nb[f]
+        wf = factor[f] * x
+        for h in range(H):
+            k = links[h, f]
+            hop[h, k] += wf if (wire and wire_link[k]) else 1.0 * x
+        for a in range(A):
+            k = acct[a, f]
+            hop[H + a, k] += wf if (wire and wire_link[k]) else 1.0 * x
     out = np.zeros(n)
-    hop = np.empty(n)
-    for h in range(rows.shape[0]):
-        hop[:] = 0.0
-        for f in range(rows.shape[1]):
-            k = rows[h, f]
-            w = factor[f] if (wire and wire_link[k]) else 1.0
-            hop[k] += w * nb[f]
+    for h in range(H + A):
         for k in range(n):
-            out[k] += hop[k]
+            out[k] += hop[h, k]
     return out

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from neonic.sim.compiled import HAVE_NUMBA
+
+from .classes import _distinct_kernel
+
 __all__ = [
     "ROCE_PACKET_OVERHEAD",
     "ROCE_RETH",
@@ -62,9 +66,23 @@ def wire_bytes(nbytes: np.ndarray | int, protocol: str, mtu: int) -> np.ndarray:
     raise ValueError(f"protocol: expected 'rdma' or 'tcp', got {protocol!r}")
 
 
+#: arrays of at least this many sizes are framed once per distinct size, then gathered (an
+#: AlltoAllv's 16.8M messages at 4096 GPUs have 566 sizes; the per-message arithmetic cost
+#: 1.3 s CPU): elementwise, the same values; more than an eighth distinct: message by message
+DISTINCT_MIN = 1 << 16
+
+
 def framing_factor(nbytes: np.ndarray, protocol: str, mtu: int) -> np.ndarray:
     """Wire bytes per payload byte (>= 1); 1 for empty messages."""
     n = np.asarray(nbytes, dtype=np.float64)
+    if HAVE_NUMBA and n.ndim == 1 and n.size >= DISTINCT_MIN:
+        ok, uniq, slot = _distinct_kernel(np.ascontiguousarray(n).view(np.int64), n.size // 8)
+        if ok:  # (distinct bit patterns: each value is computed from itself)
+            return _framing(uniq.view(np.float64), protocol, mtu)[slot]
+    return _framing(n, protocol, mtu)
+
+
+def _framing(n: np.ndarray, protocol: str, mtu: int) -> np.ndarray:
     wb = wire_bytes(n, protocol, mtu)
     with np.errstate(divide="ignore", invalid="ignore"):
         f = wb / n

@@ -405,3 +405,26 @@ def test_compiled_routes_equal_the_array_routes(preset, leaf_spine, monkeypatch)
     assert np.array_equal(topo.link_loads(got, nb), loads[0]) and np.array_equal(topo.payload_loads(got, nb), loads[1])
     host = topo.route(np.array([topo.host_endpoint(0), 1]), np.array([0, topo.host_endpoint(0)]))
     assert host.links[0].tolist() == [topo._base["pcie_down"] + 0, topo._base["pcie_up"] + 1]  # (array path)
+
+
+def test_alltoallv_pairs_and_whole_number_check_match_numpy():
+    """The direct AlltoAllv's pairs (``_off_diagonal``: np.nonzero off the diagonal, in its
+    order, with the sizes there) and the whole-number check of float sizes (``_whole``: what
+    ``np.mod(sizes, 1) == 0`` everywhere says, for inf, NaN, -0.0 and fractions too)."""
+    from neonic.sim.network.collectives import _off_diagonal, _whole
+
+    rng = np.random.default_rng(7)
+    for p in (1, 5, 33):
+        s = rng.integers(0, 3, (p, p)) * rng.integers(1, 1 << 40, (p, p))
+        nz = s != 0
+        np.fill_diagonal(nz, False)
+        i, j = np.nonzero(nz)
+        got = _off_diagonal(np.ascontiguousarray(s, dtype=np.int64))
+        assert [a.dtype for a in got] == [np.dtype(np.int64)] * 3
+        assert np.array_equal(got[0], i) and np.array_equal(got[1], j) and np.array_equal(got[2], s[i, j])
+    for bad in (np.inf, -np.inf, np.nan, 0.5, -2.25, 1e-300):
+        m = np.array([[0.0, 3.0], [bad, -0.0]])
+        with np.errstate(invalid="ignore"):
+            assert _whole(m) is False and not np.all(np.mod(m, 1) == 0)
+    for good in (np.array([[0.0, -0.0], [2.0**60, 7.0]]), np.zeros((0, 0)), np.array([[1.0]], dtype=np.float32)):
+        assert _whole(good) is True and np.all(np.mod(good, 1) == 0)

@@ -36,3 +36,21 @@ def test_roce_padding_is_the_payload_rounded_up_to_4_bytes_for_every_size():
     packets = np.ceil(sizes / 4096)
     expect = np.where(sizes > 0, sizes + np.mod(-sizes, 4) + packets * 82 + 16, 0.0)
     np.testing.assert_array_equal(rdma_wire_bytes(sizes, 4096), expect)
+
+
+def test_framing_factor_of_a_large_batch_is_that_of_each_message(monkeypatch):
+    """A large batch is framed once per distinct size and gathered: every message gets the
+    factor it gets on its own, bit for bit (empty, sub-byte, negative zero, MTU edges, both
+    protocols); a batch of mostly distinct sizes is framed message by message, the same."""
+    from neonic.sim.network import transport
+
+    rng = np.random.default_rng(19)
+    few = np.array([0.0, -0.0, 0.25, 1.0, 3.0, 4095.0, 4096.0, 4097.0, 2565.0, 21817.0, 1e9, 7.5])
+    batches = [few[rng.integers(0, few.size, 5000)], rng.integers(1, 1 << 30, 5000).astype(np.float64)]
+    monkeypatch.setattr(transport, "HAVE_NUMBA", True)  # (the kernel runs as Python under NEONIC_NO_NUMBA)
+    monkeypatch.setattr(transport, "DISTINCT_MIN", 64)
+    for nb in batches:
+        for protocol, mtu in (("rdma", 4096), ("rdma", 1024), ("tcp", 1500)):
+            want = np.array([transport._framing(nb[i:i + 1], protocol, mtu)[0] for i in range(nb.size)])
+            got = transport.framing_factor(nb, protocol, mtu)
+            assert got.dtype == np.float64 and np.array_equal(got.view(np.int64), want.view(np.int64))
