@@ -568,7 +568,7 @@ class Placer:
         base = self._tw.get(key)
         if base is None:
             t = self.tables[table]
-            at0 = TablePlan(table, ST.TABLE_WISE, (Shard(0, 0, t.rows, 0, t.dim, tier),))
+            at0 = _plan_of(table, ST.TABLE_WISE, [(0, 0, t.rows, 0, t.dim, tier)])
             base = self._keep(self._tw, key, at0)
         return base
 
@@ -630,7 +630,7 @@ class Placer:
                 base = self._tw.get(key)
                 if base is None:
                     _, table, tier, piece = key
-                    one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
+                    one = _plan_of(table, ST.DATA_PARALLEL, [(0, *piece, tier)])
                     base = self._keep(self._tw, key, one)
                 return base, self._everywhere
             if how[0] == "node":
@@ -646,9 +646,9 @@ class Placer:
                 base = self._tw.get(key)
                 if base is None:
                     _, table, nodes = key
-                    at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
-                        Shard(i * self.g + j, 0, rows, 0, cols, tier)
-                        for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
+                    at0 = _plan_of(table, ST.COLUMN_WISE, [(i * self.g + j, 0, rows, 0, cols, tier)
+                                                            for i, shapes in enumerate(nodes)
+                                                            for j, (rows, cols, tier) in enumerate(shapes)])
                     base = self._keep(self._tw, key, at0)
                 return base, inv
         pkey, size = self._plan_key(tp)
@@ -913,6 +913,18 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _plan_of(table: str, kind: ST, shards: list[tuple[int, int, int, int, int, str]]) -> _MadePlan:
+    """The plan of ``table`` split ``kind`` into ``shards`` (``(rank, row_start, row_end,
+    col_start, col_end, tier)`` each, valid: a piece of a plan already made), built from its
+    arrays, as :meth:`Placer._contribution_base` keys its caches' contributions by it (its
+    shard arrays are those of the plan with these shards spelled out; no shard objects, checked
+    and then read back into arrays, for the thousands it builds a search)."""
+    ranks = [s[0] for s in shards]
+    arr = np.array([s[1:5] for s in shards], dtype=np.int64).T
+    code = np.array([TIERS.index(s[5]) for s in shards], dtype=np.int8)
+    return _MadePlan.new(table, kind, (ranks, arr, code), None)
 
 
 def _two_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
