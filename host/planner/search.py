@@ -659,6 +659,8 @@ class NeoPlanner(Placer):
         # the per-rank totals' compiled loop loaded here before the workers fork (0.15-0.2 CPU-s
         # from numba's cache, which each process would pay for itself; the greedy start needs it)
         self.totals()
+        if self.workers >= 2:
+            self._shared_starts()
         self._say(f"start plans: the greedy placement and {len(makers)} baselines' and forced types' plans")
         made_here: dict[int, tuple | None] = {}
 
@@ -701,6 +703,22 @@ class NeoPlanner(Placer):
         self._adopt_start(cands[i])
         self._say(f"start {cands[i][0]}: {won[0] * 1e3:.3f} ms predicted")
         return cands[i][0]
+
+    def _shared_starts(self) -> None:
+        """Make, before the start plans' workers fork, the contributions that this process and
+        TorchRec's greedy (made by a worker) both price: every table table-wise on rank 0 in
+        HBM (the greedy placement's costs, TorchRec's table-wise option, the table-wise
+        baselines) and table-row-wise over node 0 as the empty state places it (TorchRec's
+        option, and forced table-row-wise here: :data:`_STARTS_HERE`). This process makes
+        them anyway; made before the fork, the worker finds them made (each process made
+        its own before: model-a at 1024 GPUs, 0.4-0.7 of the worker's CPU-s). The caches
+        only save recomputing: the plans are the same."""
+        node0 = list(range(self.g))
+        for t in self.workload.tables:
+            self.tw_base(t.name, "hbm")
+            tp = self.make(t, ST.TABLE_ROW_WISE, node0)
+            if tp is not None:
+                self._contribution_base(tp)
 
     def _adopt_start(self, cand) -> None:
         """Make ``cand`` (an entry of ``_ranked_starts``) the search's state and placements."""
