@@ -657,6 +657,21 @@ class Placer:
             c = self._keep(self._cache, pkey, tp, size)
         return c, None
 
+    def node_base(self, table: TableSpec, kind: ST, m: int) -> None:
+        """Make (where not kept) the contribution that a plan of ``table`` split ``kind``
+        (table-row-wise or table-column-wise) over an aligned group of ``m`` ranks of a node,
+        every shard in HBM, is relabeled from (:meth:`_relabeling`'s ``"node"``: the plan on
+        ranks ``0 .. m - 1``), so that a search can make it while another process is busy;
+        nothing where a shard could not be in HBM."""
+        arr, need, _ = self._geometry(table, kind, m)
+        if not (need <= self.caps[0]).all():
+            return
+        code = np.zeros(m, dtype=np.int8)
+        key = _node_key(table.name, kind, arr, code)
+        if self._node_cache.get(key) is None:
+            at0 = _MadePlan.new(table.name, kind, (list(range(m)), np.array(arr, dtype=np.int64), code), None)
+            self._keep(self._node_cache, key, at0, _SHARD_BYTES * m)
+
     def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
         """The class of a column-wise (or table-column-wise) plan under relabelings that keep
         the node structure, and the relabeling: its contribution is that of the class's plan
@@ -720,7 +735,7 @@ class Placer:
                 arr = np.array(arr, dtype=np.int64)
                 code = np.array(code, dtype=np.int8)
                 at0 = _MadePlan.new(tp.table, tp.sharding, (list(range(m)), arr, code), None)
-                key = ("__node__", tp.table, tp.sharding, arr.tobytes(), code.tobytes())
+                key = _node_key(tp.table, tp.sharding, arr, code)
                 return ("node", key, at0, first)
         if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and _distinct(ranks):
             # (two column pieces on one rank add up on it: such a plan is costed as it is)
@@ -913,6 +928,13 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _node_key(table: str, kind: ST, arr: np.ndarray, code: np.ndarray) -> tuple:
+    """The cache key of the contribution of ``table`` split ``kind`` over ranks ``0 .. m - 1``
+    into the pieces ``arr`` (``(4, m)`` int64) in the tiers ``code`` (int8)."""
+    return ("__node__", table, kind, np.ascontiguousarray(arr, dtype=np.int64).tobytes(),
+            np.ascontiguousarray(code, dtype=np.int8).tobytes())
 
 
 def _plan_of(table: str, kind: ST, shards: list[tuple[int, int, int, int, int, str]]) -> _MadePlan:

@@ -308,3 +308,26 @@ def test_plans_built_from_their_arrays_are_the_plans_with_their_shards():
         assert ours.expand().kernels == table_work(table, spelled, workload, system).kernels
         want = cost.contribution(compact_work(table, spelled, workload, system))
         assert np.array_equal(cost.contribution(ours).vec, want.vec)
+
+
+def test_a_node_bound_plans_base_made_ahead_is_the_one_its_plans_are_relabeled_from():
+    """Placer.node_base makes the contribution that a table-row-wise plan over an aligned group
+    of a node's ranks, in HBM, is relabeled from: such a plan then finds it made (the same
+    object), and its contribution is the plan's own, element for element."""
+    workload = workload_from_dict({
+        "name": "w", "batch_per_gpu": 64, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": "t0", "rows": 5003, "dim": 36, "pooling": 2.5}],
+    })
+    system = PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=AlphaBetaComm(
+        nodes=2, gpus_per_node=4, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9, alpha_inter_s=5e-6,
+        bw_inter_bytes_per_s=25e9), memory=MemoryTiers())
+    table = workload.tables[0]
+    placer = Placer(workload, system)
+    placer.node_base(table, ShardingType.TABLE_ROW_WISE, 2)
+    assert len(placer._node_cache) == 1
+    made = next(iter(placer._node_cache._d.values()))[0]
+    for ranks in ([2, 3], [4, 5], [0, 1]):
+        tp = placer.make(table, ShardingType.TABLE_ROW_WISE, ranks)
+        base, _ = placer._contribution_base(tp)
+        assert base is made and len(placer._node_cache) == 1
+        assert np.array_equal(placer.contribution(tp).vec, placer._contribution(tp).vec)
