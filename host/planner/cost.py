@@ -61,7 +61,7 @@ from neonic.host.iteration import (WIRE_BYTES, ScheduleTemplate, allreduce_bytes
 from neonic.host.planner.plan import Plan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.planner.work import (COLLECTIVES, CompactWork, IterationWork, Outer, ShardKernel, TableWork,
-                                      derive_iteration, matrix_aggregates)
+                                      derive_iteration, matrix_aggregates, node_sums)
 from neonic.host.workloads.spec import WorkloadSpec
 from neonic.sim.network.collectives import NCCL_CONNECTIONS
 from neonic.sim.compiled import jit, pairwise_sum
@@ -263,9 +263,8 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
     for c in range(ncoll):
         if kind[c] == 1:
             nouter += 1
-            for k in range(nodes):
-                na[c, k] = pairwise_sum(A[c], k * g, g)
-                nb[c, k] = pairwise_sum(B[c], k * g, g)
+            node_sums(A[c], g, na[c])
+            node_sums(B[c], g, nb[c])
             sa[c] = pairwise_sum(A[c], 0, n)
             sb[c] = pairwise_sum(B[c], 0, n)
     nkey = np.zeros((nodes, 2 * ncoll))

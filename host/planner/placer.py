@@ -568,7 +568,7 @@ class Placer:
         base = self._tw.get(key)
         if base is None:
             t = self.tables[table]
-            at0 = TablePlan(table, ST.TABLE_WISE, (Shard(0, 0, t.rows, 0, t.dim, tier),))
+            at0 = _plan_of(table, ST.TABLE_WISE, [(0, 0, t.rows, 0, t.dim, tier)])
             base = self._keep(self._tw, key, at0)
         return base
 
@@ -630,7 +630,7 @@ class Placer:
                 base = self._tw.get(key)
                 if base is None:
                     _, table, tier, piece = key
-                    one = TablePlan(table, ST.DATA_PARALLEL, (Shard(0, *piece, tier),))
+                    one = _plan_of(table, ST.DATA_PARALLEL, [(0, *piece, tier)])
                     base = self._keep(self._tw, key, one)
                 return base, self._everywhere
             if how[0] == "node":
@@ -646,9 +646,9 @@ class Placer:
                 base = self._tw.get(key)
                 if base is None:
                     _, table, nodes = key
-                    at0 = TablePlan(table, ST.COLUMN_WISE, tuple(
-                        Shard(i * self.g + j, 0, rows, 0, cols, tier)
-                        for i, shapes in enumerate(nodes) for j, (rows, cols, tier) in enumerate(shapes)))
+                    at0 = _plan_of(table, ST.COLUMN_WISE, [(i * self.g + j, 0, rows, 0, cols, tier)
+                                                            for i, shapes in enumerate(nodes)
+                                                            for j, (rows, cols, tier) in enumerate(shapes)])
                     base = self._keep(self._tw, key, at0)
                 return base, inv
         pkey, size = self._plan_key(tp)
@@ -656,6 +656,21 @@ class Placer:
         if c is None:
             c = self._keep(self._cache, pkey, tp, size)
         return c, None
+
+    def node_base(self, table: TableSpec, kind: ST, m: int) -> None:
+        """Make (where not kept) the contribution that a plan of ``table`` split ``kind``
+        (table-row-wise or table-column-wise) over an aligned group of ``m`` ranks of a node,
+        every shard in HBM, is relabeled from (:meth:`_relabeling`'s ``"node"``: the plan on
+        ranks ``0 .. m - 1``), so that a search can make it while another process is busy;
+        nothing where a shard could not be in HBM."""
+        arr, need, _ = self._geometry(table, kind, m)
+        if not (need <= self.caps[0]).all():
+            return
+        code = np.zeros(m, dtype=np.int8)
+        key = _node_key(table.name, kind, arr, code)
+        if self._node_cache.get(key) is None:
+            at0 = _MadePlan.new(table.name, kind, (list(range(m)), np.array(arr, dtype=np.int64), code), None)
+            self._keep(self._node_cache, key, at0, _SHARD_BYTES * m)
 
     def _column_class(self, tp: TablePlan) -> tuple[tuple, np.ndarray]:
         """The class of a column-wise (or table-column-wise) plan under relabelings that keep
@@ -720,7 +735,7 @@ class Placer:
                 arr = np.array(arr, dtype=np.int64)
                 code = np.array(code, dtype=np.int8)
                 at0 = _MadePlan.new(tp.table, tp.sharding, (list(range(m)), arr, code), None)
-                key = ("__node__", tp.table, tp.sharding, arr.tobytes(), code.tobytes())
+                key = _node_key(tp.table, tp.sharding, arr, code)
                 return ("node", key, at0, first)
         if tp.sharding in (ST.COLUMN_WISE, ST.TABLE_COLUMN_WISE) and _distinct(ranks):
             # (two column pieces on one rank add up on it: such a plan is costed as it is)
@@ -913,6 +928,25 @@ class Placer:
                 if tp is not None:
                     out.append(tp)
         return out
+
+
+def _node_key(table: str, kind: ST, arr: np.ndarray, code: np.ndarray) -> tuple:
+    """The cache key of the contribution of ``table`` split ``kind`` over ranks ``0 .. m - 1``
+    into the pieces ``arr`` (``(4, m)`` int64) in the tiers ``code`` (int8)."""
+    return ("__node__", table, kind, np.ascontiguousarray(arr, dtype=np.int64).tobytes(),
+            np.ascontiguousarray(code, dtype=np.int8).tobytes())
+
+
+def _plan_of(table: str, kind: ST, shards: list[tuple[int, int, int, int, int, str]]) -> _MadePlan:
+    """The plan of ``table`` split ``kind`` into ``shards`` (``(rank, row_start, row_end,
+    col_start, col_end, tier)`` each, valid: a piece of a plan already made), built from its
+    arrays, as :meth:`Placer._contribution_base` keys its caches' contributions by it (its
+    shard arrays are those of the plan with these shards spelled out; no shard objects, checked
+    and then read back into arrays, for the thousands it builds a search)."""
+    ranks = [s[0] for s in shards]
+    arr = np.array([s[1:5] for s in shards], dtype=np.int64).T
+    code = np.array([TIERS.index(s[5]) for s in shards], dtype=np.int8)
+    return _MadePlan.new(table, kind, (ranks, arr, code), None)
 
 
 def _two_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -659,6 +659,8 @@ class NeoPlanner(Placer):
         # the per-rank totals' compiled loop loaded here before the workers fork (0.15-0.2 CPU-s
         # from numba's cache, which each process would pay for itself; the greedy start needs it)
         self.totals()
+        if self.workers >= 2:
+            self._shared_starts()
         self._say(f"start plans: the greedy placement and {len(makers)} baselines' and forced types' plans")
         made_here: dict[int, tuple | None] = {}
 
@@ -701,6 +703,26 @@ class NeoPlanner(Placer):
         self._adopt_start(cands[i])
         self._say(f"start {cands[i][0]}: {won[0] * 1e3:.3f} ms predicted")
         return cands[i][0]
+
+    def _shared_starts(self) -> None:
+        """Make, before the start plans' workers fork, the contributions that this process and
+        TorchRec's greedy (made by a worker) both price: every table table-wise on rank 0 in
+        HBM (the greedy placement's costs, TorchRec's table-wise option, the table-wise
+        baselines) and table-row-wise over node 0 as the empty state places it (TorchRec's
+        option, and forced table-row-wise here: :data:`_STARTS_HERE`). This process makes
+        them anyway; made before the fork, the worker finds them made, and the compiled
+        kernels that build them loaded (each process built and loaded its own before). On
+        model-a at 1024 GPUs the start phase's critical path (this before the fork, then the
+        slower process) fell from 2.97-3.27 to 2.75-2.82 CPU-s, both processes' work from 5.65
+        to 4.93; at 4096 their work fell (12.9-13.7 to 11.2-13.1) but the path did not clearly
+        (6.59-7.01 against 6.05-7.17: what is made here before the fork is 0.8 CPU-s there).
+        The caches only save recomputing: the plans are the same."""
+        node0 = list(range(self.g))
+        for t in self.workload.tables:
+            self.tw_base(t.name, "hbm")
+            tp = self.make(t, ST.TABLE_ROW_WISE, node0)
+            if tp is not None:
+                self._contribution_base(tp)
 
     def _adopt_start(self, cand) -> None:
         """Make ``cand`` (an entry of ``_ranked_starts``) the search's state and placements."""
@@ -1179,12 +1201,11 @@ class NeoPlanner(Placer):
         True if the plan changed."""
         from neonic.host.planner.forced import place_forced
 
-        names = [n for n in self.placed if self.placed[n].tp.sharding == ST.TABLE_ROW_WISE and self._unit_of(n)]
-        if not names or self.g < 4:
+        names, sizes = self._regroup_class()
+        if not names or not sizes:
             return False
         current = self.score(self.state)
         saved = (self.state.copy(), dict(self.placed), list(self.moves))
-        sizes = [x for x in (self.g // 2, self.g // 4) if x >= 2 and self.g % x == 0]
 
         def attempt(i: int) -> tuple | None:
             """The class over ``sizes[i]`` ranks, balanced, from the saved state: its score,
@@ -1218,6 +1239,15 @@ class NeoPlanner(Placer):
         self.state, self.placed = state, placed
         self.moves.append(f"table_row_wise over {sizes[i]} ranks of a node" + "".join(f", {m}" for m in moves))
         return True
+
+    def _regroup_class(self) -> tuple[list[str], list[int]]:
+        """The tables :meth:`regroup` re-splits (table-row-wise, each on one node or an aligned
+        group of its ranks) and the group sizes it tries, in turn (half, then a quarter, of a
+        node's ranks; at least 2)."""
+        if self.g < 4:
+            return [], []
+        names = [n for n in self.placed if self.placed[n].tp.sharding == ST.TABLE_ROW_WISE and self._unit_of(n)]
+        return names, [x for x in (self.g // 2, self.g // 4) if x >= 2 and self.g % x == 0]
 
     # ------------------------------------------------------------------ class moves
     def _classes(self) -> list[tuple[str, list[str]]]:
@@ -1292,7 +1322,17 @@ class NeoPlanner(Placer):
         # one table-wise move, it was taken last: 4.6 s for the slower process, 3.8 now)
         cost = {ST.COLUMN_WISE: 3.0, ST.TABLE_COLUMN_WISE: 1.5, ST.DATA_PARALLEL: 3.0}
         self._say(f"class moves: {len(tasks)} retypings of {len(classes)} classes of tables")
-        found = map_forked(move, len(tasks), self.workers, [len(t[2]) * cost.get(t[3], 1.0) for t in tasks])
+        def alongside() -> None:
+            # the regrouping's first attempt's contributions (its tables over half a node, in
+            # HBM), made while the workers make the moves: the regrouping comes next, once
+            # per descent, where no move pays (model-a at 1024 and 4096 GPUs), and made then
+            # they took this process alone (1000 tables; the caches keep them otherwise)
+            names, sizes = self._regroup_class()
+            for n in names:
+                self.node_base(self.tables[n], ST.TABLE_ROW_WISE, sizes[0])
+
+        found = map_forked(move, len(tasks), self.workers, [len(t[2]) * cost.get(t[3], 1.0) for t in tasks],
+                           alongside=alongside if self.workers >= 2 and not self._regrouped else None)
         # each move's state (not its contributions: a class of 900 tables' took 0.2 GB per move
         # at 1024 ranks), in the order of the moves
         moves = [(State(f[0], f[1]), i) for i, f in enumerate(found) if f is not None]

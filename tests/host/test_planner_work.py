@@ -276,3 +276,58 @@ def test_barrier_sums_compiled_equal_the_array_formula_bit_for_bit():
             vecs[:, 4:24] = rng.uniform(0, 1e7, (T, 20, cost.world)) * (rng.uniform(size=(T, 20, cost.world)) < 0.6)
             dps = rng.choice([0.0, 1e8], T)
             assert cost.barrier_sum_batch(vecs, dps).tobytes() == cost.barrier_sum_batch_np(vecs, dps).tobytes()
+
+
+def test_plans_built_from_their_arrays_are_the_plans_with_their_shards():
+    """The plans the placer keys its cached contributions by (rank-0 table-wise, a replica,
+    a column-wise class plan), built from arrays: the same shards, shard arrays and work."""
+    from neonic.host.planner import CostModel
+    from neonic.host.planner.placer import _plan_of
+    from neonic.host.planner.work import compact_work, table_work
+    from neonic.host.planner.plan import Shard, TablePlan
+
+    workload = workload_from_dict({
+        "name": "w", "batch_per_gpu": 64, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": "t0", "rows": 5003, "dim": 36, "pooling": 2.5}],
+    })
+    system = PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=AlphaBetaComm(
+        nodes=2, gpus_per_node=4, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9, alpha_inter_s=5e-6,
+        bw_inter_bytes_per_s=25e9), memory=MemoryTiers(dram_gib_per_node=64, ssd_gib_per_node=256))
+    table = workload.tables[0]
+    cost = CostModel(workload, system)
+    for kind, shards in ((ShardingType.TABLE_WISE, [(0, 0, 5003, 0, 36, "hbm")]),
+                         (ShardingType.DATA_PARALLEL, [(0, 0, 5003, 0, 36, "dram")]),
+                         (ShardingType.COLUMN_WISE, [(0, 0, 5003, 0, 12, "hbm"), (1, 0, 5003, 0, 12, "ssd"),
+                                                     (4, 0, 5003, 0, 12, "hbm")])):
+        made = _plan_of("t0", kind, shards)
+        spelled = TablePlan("t0", kind, tuple(Shard(*s) for s in shards))
+        assert made == spelled and made.shards == spelled.shards
+        for a, b in zip(made.shard_arrays(), spelled.shard_arrays()):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        ours = compact_work(table, made, workload, system)
+        assert ours.expand().kernels == table_work(table, spelled, workload, system).kernels
+        want = cost.contribution(compact_work(table, spelled, workload, system))
+        assert np.array_equal(cost.contribution(ours).vec, want.vec)
+
+
+def test_a_node_bound_plans_base_made_ahead_is_the_one_its_plans_are_relabeled_from():
+    """Placer.node_base makes the contribution that a table-row-wise plan over an aligned group
+    of a node's ranks, in HBM, is relabeled from: such a plan then finds it made (the same
+    object), and its contribution is the plan's own, element for element."""
+    workload = workload_from_dict({
+        "name": "w", "batch_per_gpu": 64, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": "t0", "rows": 5003, "dim": 36, "pooling": 2.5}],
+    })
+    system = PlannerSystem(gpu=gpu_preset("a100-40gb"), comm=AlphaBetaComm(
+        nodes=2, gpus_per_node=4, alpha_intra_s=1e-6, bw_intra_bytes_per_s=300e9, alpha_inter_s=5e-6,
+        bw_inter_bytes_per_s=25e9), memory=MemoryTiers())
+    table = workload.tables[0]
+    placer = Placer(workload, system)
+    placer.node_base(table, ShardingType.TABLE_ROW_WISE, 2)
+    assert len(placer._node_cache) == 1
+    made = next(iter(placer._node_cache._d.values()))[0]
+    for ranks in ([2, 3], [4, 5], [0, 1]):
+        tp = placer.make(table, ShardingType.TABLE_ROW_WISE, ranks)
+        base, _ = placer._contribution_base(tp)
+        assert base is made and len(placer._node_cache) == 1
+        assert np.array_equal(placer.contribution(tp).vec, placer._contribution(tp).vec)

@@ -91,3 +91,17 @@ def test_matrix_aggregates_bit_for_bit(world, g):
     before = ints.copy()
     assert np.array_equal(_bits(W.matrix_aggregates(ints, g)), _bits(_aggregates_np(ints, g)))
     assert np.array_equal(ints, before)
+
+
+@pytest.mark.parametrize("g", [1, 3, 8, 16, 128, 200])
+def test_node_sums_are_numpys_sums_of_each_node(g):
+    # each node's figures summed as numpy sums them (the inlined block below 129 terms, the
+    # pairwise recursion above), signed zeros and magnitudes that round differently by order
+    rng = np.random.default_rng(g)
+    nodes = 5
+    a = rng.standard_normal(nodes * g) * 10.0 ** rng.integers(-8, 9, nodes * g)
+    a[::7] = -0.0
+    out = np.full(nodes, np.nan)
+    W.node_sums(a, g, out)
+    want = np.array([a[k * g:(k + 1) * g].sum() for k in range(nodes)])
+    assert _bits(out).tolist() == _bits(want).tolist()
