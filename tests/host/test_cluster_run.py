@@ -299,3 +299,41 @@ def test_release_heap_asks_glibc_only(monkeypatch):
     assert cluster.release_heap() is bool(glibc)
     monkeypatch.setattr(sys, "platform", "darwin")
     assert cluster._malloc_trim.__wrapped__() is None
+
+
+def test_ranks_with_the_same_shards_share_one_embedding_payload_their_own_costs_give():
+    """A rank's fused embedding kernels depend on its shards' figures, not on its rank: ranks
+    whose shards are the same get one payload object, equal to what their own shards give
+    (host-tier shards included: the misses' transfers beside the kernel)."""
+    from dataclasses import replace
+
+    from neonic.host.iteration import NICJob, dense_costs, fused_embedding_costs, iteration_payloads
+    from neonic.host.planner.work import derive_iteration
+
+    sc = scenario_from_dict(tiny())
+    run = ClusterRun(sc)
+    plan, psys = run._plan(run._topology())
+    work = derive_iteration(plan, sc.workload, psys)
+    dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
+    pcie, ssd = sc.system.host_link_gbytes_per_s * 1e9, psys.memory.ssd_gbytes_per_s * 1e9
+    busy = [r for r in range(work.world_size) if work.kernels[r]]
+    # every rank takes rank busy[0]'s shards; the odd ranks' first shard lives in host memory
+    host = replace(work.kernels[busy[0]][0], tier="dram", miss_bytes=1e6)
+    same = replace(work, kernels=[[replace(k, rank=r) for k in ([host] if r % 2 else []) + work.kernels[busy[0]]]
+                                  for r in range(work.world_size)])
+    for w in (work, same):
+        p = iteration_payloads(sc, w, dense, psys)
+        for r in range(w.world_size):
+            f, b = fused_embedding_costs(sc.system.gpu_spec, w.kernels[r], pcie, ssd, host_in_kernel=False)
+            fwd, bwd = p["emb_fwd"][r], p["emb_bwd"][r]
+            miss = sum(k.miss_bytes for k in w.kernels[r])
+            if miss:
+                assert fwd == NICJob((), f, miss / 2, to_gpu=True, kind="tier_miss")
+                assert bwd == NICJob((), b, miss / 2, to_gpu=False, kind="tier_miss")
+            else:
+                assert (fwd, bwd) == (f, b)
+            assert p["tier_miss_bytes"][r] == miss
+    p = iteration_payloads(sc, same, dense, psys)
+    for r in range(2, same.world_size):
+        assert p["emb_fwd"][r] is p["emb_fwd"][r % 2] and p["emb_bwd"][r] is p["emb_bwd"][r % 2]
+    assert p["emb_fwd"][0] is not p["emb_fwd"][1]
