@@ -301,6 +301,45 @@ def test_release_heap_asks_glibc_only(monkeypatch):
     assert cluster._malloc_trim.__wrapped__() is None
 
 
+def test_the_build_runs_without_the_cyclic_collector_and_gives_it_back(monkeypatch):
+    """The work, the payloads, the op graph and the resources are built with the cyclic
+    collector paused (they make no garbage cycles; its passes over them are wasted); the
+    SmartNIC effects and the engine run with it, and it is back on after the build, also when
+    the build fails."""
+    import gc
+
+    import neonic.host.cluster as cluster
+
+    seen: dict[str, bool] = {}
+
+    def spy(name, real):
+        def wrapped(*args, **kwargs):
+            seen[name] = gc.isenabled()
+            return real(*args, **kwargs)
+        monkeypatch.setattr(cluster, name, wrapped)
+
+    spy("iteration_payloads", cluster.iteration_payloads)
+    spy("build_iteration_graph", cluster.build_iteration_graph)
+    spy("dense_costs", cluster.dense_costs)
+    spy("ScheduleRunner", cluster.ScheduleRunner)
+    import neonic.host.planner.work as work_module
+    monkeypatch.setattr(work_module, "derive_iteration", lambda *a, real=work_module.derive_iteration: (
+        seen.__setitem__("derive_iteration", gc.isenabled()), real(*a))[1])
+    assert gc.isenabled()
+    ClusterRun(scenario_from_dict(tiny())).run()
+    assert seen == {"derive_iteration": False, "dense_costs": True, "iteration_payloads": False,
+                    "build_iteration_graph": False, "ScheduleRunner": True}
+    assert gc.isenabled()
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no graph")
+
+    monkeypatch.setattr(cluster, "build_iteration_graph", fails)
+    with pytest.raises(RuntimeError, match="no graph"):
+        ClusterRun(scenario_from_dict(tiny())).run()
+    assert gc.isenabled()
+
+
 def test_ranks_with_the_same_shards_share_one_embedding_payload_their_own_costs_give():
     """A rank's fused embedding kernels depend on its shards' figures, not on its rank: ranks
     whose shards are the same get one payload object, equal to what their own shards give
