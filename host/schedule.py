@@ -94,9 +94,10 @@ class OpLinks(dict):
         return repr(list(self))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Op:
-    """One op of the graph. A collective op spans ``ranks``; every other op has one rank."""
+    """One op of the graph. A collective op spans ``ranks``; every other op has one rank.
+    (Slotted: a run at 4096 GPUs has some 300k of them.)"""
 
     id: int
     phase: str
