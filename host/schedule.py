@@ -294,14 +294,6 @@ def build_graph(
     return graph
 
 
-def _first(graph: OpGraph, it: int, r: int, *phases: str) -> Op | None:
-    for p in phases:
-        op = graph.get(p, it, r)
-        if op is not None:
-            return op
-    return None
-
-
 def _link(op: Op, dep: Op) -> None:
     """``op.depends_on(dep)`` for the graph's builders (``dep`` is not ``op``)."""
     deps = op.deps
