@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import math
 import sys
 import time
@@ -269,6 +270,7 @@ class ClusterRun:
         return plan
 
     def run(self) -> RunResult:
+        from neonic.host.planner.search import collector_paused
         from neonic.host.planner.work import derive_iteration
 
         t0 = time.perf_counter()
@@ -280,38 +282,50 @@ class ClusterRun:
         self.progress("planning the sharding", 0.05)
         t_plan = time.perf_counter()
         plan, psys = self._plan(topo)
-        release_heap()  # the planner's temporaries (gigabytes at 4096 GPUs) are freed by now
         t_built = time.perf_counter()
+        with stages("planner_garbage"):
+            # the planner's reference cycles (its made plans and packed contributions: 281k
+            # objects, about 0.1 GiB, at 1024 GPUs) are collected here, once: the build runs
+            # with the collector paused and the engine freezes what exists when it starts
+            if gc.isenabled():
+                gc.collect()
+            release_heap()  # the planner's temporaries (gigabytes at 4096 GPUs) are freed by now
         self.progress(f"deriving one iteration's work (planned in {t_built - t_plan:.1f} s)", 0.2)
-        with stages("work"):
+        # the work, the payloads, the op graph and the resources make hundreds of thousands of
+        # objects that live through the engine (more at 4096 GPUs) and no garbage cycles; the
+        # cyclic collector's passes over them found nothing and cost a quarter of building at
+        # 1024 GPUs (gc.callbacks), so it sits out (collector_paused); the SmartNIC backend's
+        # effects (an RTL co-simulation can make cycles) run with it
+        with collector_paused(), stages("work"):
             work = derive_iteration(plan, sc.workload, psys)
         world = work.world_size
         self.plan, self.work, self.topology = plan, work, topo
         with stages("nic_effects"):
             dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
             nic = self._nic_effects(work, psys)
-        with stages("payloads"):
-            payloads = iteration_payloads(sc, work, dense, psys, nic)
-        self.tier_miss_bytes = payloads.pop("tier_miss_bytes")
-        total_its = sc.warmup + sc.iterations
-        emb_stream = {"gpu": "compute", "cpu": "cpu", "nic": "nic"}[sc.system.embeddings]
-        if sc.system.embeddings == "nic":
-            emb_stream = "compute"  # the NIC works inside the op; the remaining kernel is the GPU's
-        self.progress("building the op graph", 0.3)
-        spec = IterationSpec.from_scenario(sc)
-        wire = WIRE_BYTES[spec.allreduce_dtype(psys.comm_dtype)]  # wire bytes per gradient element
-        # PyTorch DDP's gradient buckets (host.gradients): the AllReduce overlaps the backward;
-        # the planner's template builds the same graph (host.iteration.build_iteration_graph)
-        with stages("graph"):
-            buckets = iteration_buckets(spec, dense, work.dp_allreduce_bytes, lambda n: Collective(
-                "allreduce", nbytes=int(math.ceil(n * wire)), estimate_s=psys.comm.allreduce_time_s(n * wire, world)))
-            graph = build_iteration_graph(spec, world, payloads, emb_stream, buckets)
-        self.graph = graph
-        self.progress(f"simulating {total_its} iterations on {world} GPUs ({len(graph.ops):,} ops; work, payloads "
-                      f"and graph built in {time.perf_counter() - t_built:.1f} s)", 0.35)
-        with stages("resources"):
-            engine, backend, resources_ = self._build_resources(topo, world)
-            clock = EngineProgress(graph)
+        with collector_paused():
+            with stages("payloads"):
+                payloads = iteration_payloads(sc, work, dense, psys, nic)
+            self.tier_miss_bytes = payloads.pop("tier_miss_bytes")
+            total_its = sc.warmup + sc.iterations
+            emb_stream = {"gpu": "compute", "cpu": "cpu", "nic": "nic"}[sc.system.embeddings]
+            if sc.system.embeddings == "nic":
+                emb_stream = "compute"  # the NIC works inside the op; the remaining kernel is the GPU's
+            self.progress("building the op graph", 0.3)
+            spec = IterationSpec.from_scenario(sc)
+            wire = WIRE_BYTES[spec.allreduce_dtype(psys.comm_dtype)]  # wire bytes per gradient element
+            # PyTorch DDP's gradient buckets (host.gradients): the AllReduce overlaps the backward;
+            # the planner's template builds the same graph (host.iteration.build_iteration_graph)
+            with stages("graph"):
+                buckets = iteration_buckets(spec, dense, work.dp_allreduce_bytes, lambda n: Collective(
+                    "allreduce", nbytes=int(math.ceil(n * wire)), estimate_s=psys.comm.allreduce_time_s(n * wire, world)))
+                graph = build_iteration_graph(spec, world, payloads, emb_stream, buckets)
+            self.graph = graph
+            self.progress(f"simulating {total_its} iterations on {world} GPUs ({len(graph.ops):,} ops; work, payloads "
+                          f"and graph built in {time.perf_counter() - t_built:.1f} s)", 0.35)
+            with stages("resources"):
+                engine, backend, resources_ = self._build_resources(topo, world)
+                clock = EngineProgress(graph)
 
         def report(message: str) -> None:
             self.progress(f"{message}; {clock.describe()}", 0.35 + 0.55 * clock.done / max(1, clock.n_ops))

@@ -231,6 +231,9 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     pcie = sys_.host_link_gbytes_per_s * 1e9
     ssd = psys.memory.ssd_gbytes_per_s * 1e9
     cpu = CPU_PRESETS[sys_.host.cpu]
+    # ranks with the same shards (their figures, not their rank) and the same lookups left to
+    # the GPU share their payloads: a pure function of those, computed once
+    same: dict[tuple, tuple[Any, Any, float]] = {}
     for r in range(world):
         ks = work.kernels[r]
         if sys_.embeddings == "cpu":
@@ -240,15 +243,20 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
             bwd.append(CPUJob(r // gpn, b_s))
             continue
         gl = None if nic is None else [int(round(x)) for x in nic.gpu_lookups[r]]
-        f, g = fused_embedding_costs(gpu, ks, pcie, ssd, gl, host_in_kernel=False)
-        miss = float(sum(k.miss_bytes for k in ks))
-        tier_miss[r] = miss
-        # host-tier shards: the HBM cache's misses fetch rows from host memory during the
-        # forward and write updated rows back during the backward, as flows on the GPU-host
-        # link alongside the fused kernel (ASSUMPTION: transfers overlap the kernel; the op
-        # ends when both have; the planner's view is the same: host.planner.cost)
-        fwd.append(NICJob((), f, miss / 2, to_gpu=True, kind="tier_miss") if miss > 0 else f)
-        bwd.append(NICJob((), g, miss / 2, to_gpu=False, kind="tier_miss") if miss > 0 else g)
+        key = (tuple(_shard_key(k) for k in ks), None if gl is None else tuple(gl))
+        jobs = same.get(key)
+        if jobs is None:
+            f, g = fused_embedding_costs(gpu, ks, pcie, ssd, gl, host_in_kernel=False)
+            miss = float(sum(k.miss_bytes for k in ks))
+            # host-tier shards: the HBM cache's misses fetch rows from host memory during the
+            # forward and write updated rows back during the backward, as flows on the GPU-host
+            # link alongside the fused kernel (ASSUMPTION: transfers overlap the kernel; the op
+            # ends when both have; the planner's view is the same: host.planner.cost)
+            jobs = same[key] = (NICJob((), f, miss / 2, to_gpu=True, kind="tier_miss") if miss > 0 else f,
+                                NICJob((), g, miss / 2, to_gpu=False, kind="tier_miss") if miss > 0 else g, miss)
+        fwd.append(jobs[0])
+        bwd.append(jobs[1])
+        tier_miss[r] = jobs[2]
     if nic is not None:
         def gpu_of(job):
             return job.gpu if isinstance(job, NICJob) else job
@@ -273,6 +281,12 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
     if sc.mode == "training":
         payloads["emb_bwd"] = bwd
     return payloads
+
+
+def _shard_key(k) -> tuple:
+    """What a shard's kernels and host transfers depend on (a ``ShardKernel``'s figures but its rank)."""
+    return (k.lookups, k.pooled_rows, k.row_bytes, k.out_row_bytes, k.unique_rows, k.state_bytes_per_row, k.tier,
+            k.miss_bytes)
 
 
 def allreduce_bytes(dense: DenseCosts, dp_table_bytes: float, comm_dtype: str) -> int:
@@ -327,12 +341,18 @@ def shard_kernel_s(gpu: GPUSpec, k, pcie_bytes_per_s: float, ssd_bytes_per_s: fl
     PCIe (or at the SSD's bandwidth). ``lookups``: forward lookups left to the GPU (SmartNIC
     caches serve the rest; default all of them). The one home of these figures: the planner's
     contributions and the simulator's payloads both come from here."""
+    fwd, bwd = _shard_costs(gpu, k, lookups)
+    host = host_transfer_s(k.miss_bytes, k.tier, pcie_bytes_per_s, ssd_bytes_per_s)
+    return fwd.time_s - fwd.overhead_s, bwd.time_s - bwd.overhead_s, host
+
+
+def _shard_costs(gpu: GPUSpec, k, lookups: int | None = None) -> tuple[KernelCost, KernelCost]:
+    """One shard's forward and backward kernels (:func:`shard_kernel_s`'s)."""
     fl = k.lookups if lookups is None else lookups
     fwd = embedding_forward_cost(gpu, fl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
     bwd = embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.out_row_bytes,
                                   k.state_bytes_per_row)
-    host = host_transfer_s(k.miss_bytes, k.tier, pcie_bytes_per_s, ssd_bytes_per_s)
-    return fwd.time_s - fwd.overhead_s, bwd.time_s - bwd.overhead_s, host
+    return fwd, bwd
 
 
 def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_bytes_per_s: float,
@@ -346,15 +366,10 @@ def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_by
     fwd_s = bwd_s = host_s = 0.0
     bflops = bhbm = bcomp = bmem = 0.0
     for i, k in enumerate(kernels):
-        f_s, b_s, h_s = shard_kernel_s(gpu, k, pcie_bytes_per_s, ssd_bytes_per_s,
-                                       None if gpu_lookups is None else gpu_lookups[i])
-        fwd_s += f_s
-        bwd_s += b_s
-        host_s += h_s
-        fl = k.lookups if gpu_lookups is None else gpu_lookups[i]
-        f = embedding_forward_cost(gpu, fl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
-        b = embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.out_row_bytes,
-                                    k.state_bytes_per_row)
+        f, b = _shard_costs(gpu, k, None if gpu_lookups is None else gpu_lookups[i])
+        fwd_s += f.time_s - f.overhead_s
+        bwd_s += b.time_s - b.overhead_s
+        host_s += host_transfer_s(k.miss_bytes, k.tier, pcie_bytes_per_s, ssd_bytes_per_s)
         flops += f.flops
         hbm += f.hbm_bytes
         comp += f.compute_s

@@ -94,9 +94,10 @@ class OpLinks(dict):
         return repr(list(self))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Op:
-    """One op of the graph. A collective op spans ``ranks``; every other op has one rank."""
+    """One op of the graph. A collective op spans ``ranks``; every other op has one rank.
+    (Slotted: a run at 4096 GPUs has some 300k of them.)"""
 
     id: int
     phase: str
@@ -195,6 +196,9 @@ def build_graph(
     if callable(payloads):
         get_payload: PayloadFn = payloads
         present = set(phases) if phases is not None else set(order)
+
+        def rank_payloads(phase: str, iteration: int) -> Callable[[int], Any]:
+            return lambda rank: get_payload(phase, iteration, rank)
     else:
         table = dict(payloads)
         for phase in table:
@@ -208,6 +212,14 @@ def build_graph(
                     raise ValueError(f"payloads.{phase}: expected {num_ranks} per-rank payloads, got {len(value)}")
                 return value[rank]
             return value
+
+        def rank_payloads(phase: str, iteration: int) -> Callable[[int], Any]:
+            value = table.get(phase)
+            if isinstance(value, (list, tuple)):
+                if len(value) != num_ranks:
+                    raise ValueError(f"payloads.{phase}: expected {num_ranks} per-rank payloads, got {len(value)}")
+                return value.__getitem__
+            return lambda rank: value
 
         present = set(phases) if phases is not None else {p for p in order if table.get(p) is not None}
     for phase in present:
@@ -231,26 +243,44 @@ def build_graph(
         return "compute"
 
     graph = OpGraph(num_ranks=num_ranks, iterations=iterations, mode=mode, pipelined=pipelined)
-    all_ranks = tuple(range(num_ranks))
-    last_on_stream: dict[tuple[int, str], Op] = {}
+    all_ranks = range(num_ranks)
+    every = tuple(all_ranks)
+    ops, index = graph.ops, graph._index
+    # per stream, each rank's last op on it
+    last_on_stream: dict[str, list[Op | None]] = {}
+    # per batch, each phase's op on each rank (a collective: the same op on every rank)
+    batches: list[dict[str, list[Op]]] = []
 
     def add_batch(it: int, phases: Iterable[str], payload_it: int) -> None:
         """Batch ``it``'s ops of ``phases`` (payloads of batch ``payload_it``), each after the
         last op of its stream, then their data dependencies."""
+        made: dict[str, list[Op]] = {}
         for phase in phases:
             stream = stream_of(phase)
+            last = last_on_stream.setdefault(stream, [None] * num_ranks)
             if phase in COLLECTIVE_PHASES:
-                created = [graph.add(phase, it, all_ranks, stream, get_payload(phase, payload_it, -1))]
-            else:
-                created = [graph.add(phase, it, (r,), stream, get_payload(phase, payload_it, r)) for r in all_ranks]
-            for op in created:
-                for r in op.ranks:
-                    prev = last_on_stream.get((r, stream))
+                op = graph.add(phase, it, every, stream, get_payload(phase, payload_it, -1))
+                for r in all_ranks:
+                    prev = last[r]
                     if prev is not None:
-                        op.depends_on(prev)
-                    last_on_stream[(r, stream)] = op
-        for r in all_ranks:
-            _wire_rank(graph, it, r, mode, pipelined)
+                        _link(op, prev)
+                    last[r] = op
+                made[phase] = [op] * num_ranks
+                continue
+            per_rank = rank_payloads(phase, payload_it)
+            row = []
+            for r in all_ranks:
+                op = Op(len(ops), phase, it, (r,), stream, per_rank(r))
+                ops.append(op)
+                index[(phase, it, r)] = op
+                prev = last[r]
+                if prev is not None:
+                    _link(op, prev)
+                last[r] = op
+                row.append(op)
+            made[phase] = row
+        batches.append(made)
+        _wire_batch(made, batches[it - 1] if it > 0 else None, num_ranks, mode, pipelined)
 
     for it in range(iterations):
         add_batch(it, active, it)
@@ -264,69 +294,80 @@ def build_graph(
     return graph
 
 
-def _first(graph: OpGraph, it: int, r: int, *phases: str) -> Op | None:
+def _link(op: Op, dep: Op) -> None:
+    """``op.depends_on(dep)`` for the graph's builders (``dep`` is not ``op``)."""
+    deps = op.deps
+    if dep not in deps:
+        deps[dep] = None
+        dep.dependents[op] = None
+
+
+#: A batch's data dependencies, in the order they are wired: (phase, the phases it reads).
+_DATA_DEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("input_a2a", ("h2d",)),
+    ("emb_fwd", ("input_a2a",)),
+    ("pooled_rs", ("emb_fwd",)),
+    ("pooled_a2a", ("emb_fwd", "pooled_rs")),
+    ("pooled_h2d", ("pooled_a2a",)),
+    ("bot_fwd", ("h2d",)),
+    ("inter_fwd", ("bot_fwd", "pooled_a2a", "pooled_h2d")),
+    ("top_fwd", ("inter_fwd",)),
+    ("top_bwd", ("top_fwd",)),
+    ("inter_bwd", ("top_bwd",)),
+    ("grad_d2h", ("inter_bwd",)),
+    ("grad_a2a", ("inter_bwd", "grad_d2h")),
+    ("bot_bwd", ("inter_bwd",)),
+    ("allreduce", ("bot_bwd", "top_bwd")),
+    ("grad_ag", ("grad_a2a",)),
+    ("emb_bwd", ("grad_a2a", "grad_ag", "emb_fwd")),
+    ("dense_opt", ("allreduce",)),
+)
+
+
+def _first_of(batch: Mapping[str, list[Op]], *phases: str) -> list[Op] | None:
     for p in phases:
-        op = graph.get(p, it, r)
-        if op is not None:
-            return op
+        if p in batch:
+            return batch[p]
     return None
 
 
-def _wire_rank(graph: OpGraph, it: int, r: int, mode: str, pipelined: bool) -> None:
-    g = lambda phase, i=it: graph.get(phase, i, r)  # noqa: E731
-
-    def need(op_phase: str, *inputs: str, i: int = it) -> None:
-        op = g(op_phase)
-        if op is None:
-            return
-        for name in inputs:
-            dep = g(name, i)
-            if dep is not None and dep is not op:
-                op.depends_on(dep)
-
-    need("input_a2a", "h2d")
-    need("emb_fwd", "input_a2a")
-    need("pooled_rs", "emb_fwd")
-    need("pooled_a2a", "emb_fwd", "pooled_rs")
-    need("pooled_h2d", "pooled_a2a")
-    need("bot_fwd", "h2d")
-    need("inter_fwd", "bot_fwd", "pooled_a2a", "pooled_h2d")
-    need("top_fwd", "inter_fwd")
-    need("top_bwd", "top_fwd")
-    need("inter_bwd", "top_bwd")
-    need("grad_d2h", "inter_bwd")
-    need("grad_a2a", "inter_bwd", "grad_d2h")
-    need("bot_bwd", "inter_bwd")
-    need("allreduce", "bot_bwd", "top_bwd")
-    need("grad_ag", "grad_a2a")
-    need("emb_bwd", "grad_a2a", "grad_ag", "emb_fwd")
-    need("dense_opt", "allreduce")
-    if it == 0:
-        return
-    # across iterations
-    prev = it - 1
-    input_a2a = g("input_a2a")
-    if input_a2a is not None and pipelined:
-        # prefetch depth one: batch i's indices land once batch i-1's lookup consumed its own
-        consumed = g("emb_fwd", prev)
-        if consumed is not None:
-            input_a2a.depends_on(consumed)
-    if mode == "training":
-        # synchronous training: batch i reads the tables and weights batch i-1 updated
-        emb_fwd = g("emb_fwd")
-        updated = g("emb_bwd", prev)
-        if emb_fwd is not None and updated is not None:
-            emb_fwd.depends_on(updated)
-        bot = g("bot_fwd")
-        step = _first(graph, prev, r, "dense_opt", "allreduce", "bot_bwd")
-        if bot is not None and step is not None:
-            bot.depends_on(step)
-    h2d = g("h2d")
-    if h2d is not None and pipelined:
-        # one batch of staging buffers ahead
-        ahead = _first(graph, prev, r, "input_a2a", "emb_fwd")
-        if ahead is not None:
-            h2d.depends_on(ahead)
+def _wire_batch(cur: Mapping[str, list[Op]], prev: Mapping[str, list[Op]] | None, num_ranks: int, mode: str,
+                pipelined: bool) -> None:
+    """A batch's dependencies, rank by rank: its data dependencies (:data:`_DATA_DEPS`), then
+    those on the batch before (``prev``; None for the first). ``cur`` and ``prev`` give each
+    phase's op on each rank. Rank by rank, so that a collective's deps and dependents are in
+    rank order."""
+    rules = []
+    for phase, inputs in _DATA_DEPS:
+        if phase in cur:
+            reads = [cur[name] for name in inputs if name in cur]
+            if reads:
+                rules.append((cur[phase], reads))
+    later: list[tuple[list[Op], list[Op]]] = []  # (ops, each one's dependency), one per rank
+    if prev is not None:
+        if "input_a2a" in cur and pipelined and "emb_fwd" in prev:
+            # prefetch depth one: batch i's indices land once batch i-1's lookup consumed its own
+            later.append((cur["input_a2a"], prev["emb_fwd"]))
+        if mode == "training":
+            # synchronous training: batch i reads the tables and weights batch i-1 updated
+            if "emb_fwd" in cur and "emb_bwd" in prev:
+                later.append((cur["emb_fwd"], prev["emb_bwd"]))
+            step = _first_of(prev, "dense_opt", "allreduce", "bot_bwd")
+            if "bot_fwd" in cur and step is not None:
+                later.append((cur["bot_fwd"], step))
+        ahead = _first_of(prev, "input_a2a", "emb_fwd")
+        if "h2d" in cur and pipelined and ahead is not None:
+            # one batch of staging buffers ahead
+            later.append((cur["h2d"], ahead))
+    for r in range(num_ranks):
+        for ops, reads in rules:
+            op = ops[r]
+            for row in reads:
+                dep = row[r]
+                if dep is not op:
+                    _link(op, dep)
+        for ops, deps in later:
+            _link(ops[r], deps[r])
 
 
 def _is_compute(op: Op) -> bool:
@@ -538,20 +579,26 @@ OPT_STREAM = "opt"
 def _split_op(graph: OpGraph, op: Op, payloads: Sequence[Any]) -> list[Op]:
     """Split ``op`` into ``len(payloads)`` ops run one after the other on its stream: the
     first keeps its deps, the last takes over its dependents."""
-    pieces = [op]
     op.payload = payloads[0]
+    if len(payloads) == 1:
+        return [op]
+    children = list(op.dependents)
+    ops, phase, it, ranks, stream = graph.ops, op.phase, op.iteration, op.ranks, op.stream
+    pieces = [op]
     for payload in payloads[1:]:
-        new = graph.add(op.phase, op.iteration, op.ranks, op.stream, payload)
-        new.depends_on(pieces[-1])
+        new = Op(len(ops), phase, it, ranks, stream, payload)
+        ops.append(new)
+        _link(new, pieces[-1])
         pieces.append(new)
-    if len(pieces) > 1:
-        last = pieces[-1]
-        for child in [c for c in op.dependents if c not in pieces]:
-            child.deps.remove(op)
-            op.dependents.remove(child)
-            child.depends_on(last)
-        for r in op.ranks:
-            graph._index[(op.phase, op.iteration, r)] = last
+    last = pieces[-1]
+    dependents = op.dependents
+    for child in children:
+        del child.deps[op]
+        del dependents[child]
+        _link(child, last)
+    index = graph._index
+    for r in ranks:
+        index[(phase, it, r)] = last
     return pieces
 
 
@@ -582,25 +629,32 @@ def bucket_gradients(graph: OpGraph, spec: GradientBuckets) -> OpGraph:
         raise ValueError("bucket_gradients: expected a pipelined training graph")
     world = tuple(range(graph.num_ranks))
     removed: set[int] = set()
+    get = graph._index.get
+    ops = graph.ops
+    # the backward's pieces, phase by phase: (phase, their payloads, the bucket each closes)
+    by_phase: dict[str, list[tuple[Any, int | None]]] = {}
+    for phase, payload, closes in spec.segments:
+        by_phase.setdefault(phase, []).append((payload, closes))
+    splits = [(phase, [p for p, _ in pieces], [c for _, c in pieces]) for phase, pieces in by_phase.items()]
+    # the parts each next-batch forward op reads, and the buckets holding them
+    reads = [(phase, [k for k, bparts in enumerate(spec.parts) if bparts & parts])
+             for phase, parts in (("bot_fwd", {"bottom"}), ("inter_fwd", {"interaction"}), ("top_fwd", {"top"}),
+                                  ("emb_fwd", {"tables"}))]
     for it in range(graph.iterations):
-        ar_old = graph.get("allreduce", it, 0)
-        opt_old = [graph.get("dense_opt", it, r) for r in world]
+        ar_old = get(("allreduce", it, 0))
+        opt_old = [get(("dense_opt", it, r)) for r in world]
         bucket_ops: list[Op] = []
         closers: dict[int, list[Op]] = {}
         for r in world:
-            by_phase: dict[str, list[tuple[Any, int | None]]] = {}
-            for phase, payload, closes in spec.segments:
-                by_phase.setdefault(phase, []).append((payload, closes))
-            for phase, pieces in by_phase.items():
-                op = graph.get(phase, it, r)
+            for phase, payloads, closes in splits:
+                op = get((phase, it, r))
                 if op is None:
                     raise ValueError(f"bucket_gradients: the graph has no {phase} op")
-                ops = _split_op(graph, op, [p for p, _ in pieces])
-                for piece, (_, closes) in zip(ops, pieces):
-                    if closes is not None:
-                        closers.setdefault(closes, []).append(piece)
+                for piece, k in zip(_split_op(graph, op, payloads), closes):
+                    if k is not None:
+                        closers.setdefault(k, []).append(piece)
             if spec.tables_bucket is not None:
-                emb = graph.get("emb_bwd", it, r)
+                emb = get(("emb_bwd", it, r))
                 if emb is None:
                     raise ValueError("bucket_gradients: data-parallel tables need an emb_bwd op")
                 closers.setdefault(spec.tables_bucket, []).append(emb)
@@ -608,33 +662,38 @@ def bucket_gradients(graph: OpGraph, spec: GradientBuckets) -> OpGraph:
         for k, payload in enumerate(spec.buckets):
             op = graph.add("allreduce", it, world, GRAD_STREAM, payload)
             for producer in closers[k]:
-                op.depends_on(producer)
+                _link(op, producer)
             if bucket_ops:
-                op.depends_on(bucket_ops[-1])
+                _link(op, bucket_ops[-1])
             elif it > 0:
-                prev_last = graph.get("allreduce", it - 1, 0)
+                prev_last = get(("allreduce", it - 1, 0))
                 if prev_last is not None:
-                    op.depends_on(prev_last)
+                    _link(op, prev_last)
             bucket_ops.append(op)
         # the dense optimizer
-        step_ops: dict[int, list[Op]] = {r: [] for r in world}
+        step_ops: list[list[Op]] = []
         for r in world:
-            prev_step = None if it == 0 else graph.get("dense_opt", it - 1, r)
+            prev_step = None if it == 0 else get(("dense_opt", it - 1, r))
+            steps: list[Op] = []
             if spec.optimizer == "per_bucket":
                 for k, bop in enumerate(bucket_ops):
-                    s = graph.add("dense_opt", it, (r,), OPT_STREAM, spec.opt_payloads[k])
-                    s.depends_on(bop)
-                    if step_ops[r]:
-                        s.depends_on(step_ops[r][-1])
+                    s = Op(len(ops), "dense_opt", it, (r,), OPT_STREAM, spec.opt_payloads[k])
+                    ops.append(s)
+                    _link(s, bop)
+                    if steps:
+                        _link(s, steps[-1])
                     elif prev_step is not None:
-                        s.depends_on(prev_step)
-                    step_ops[r].append(s)
+                        _link(s, prev_step)
+                    steps.append(s)
             else:
-                s = graph.add("dense_opt", it, (r,), OPT_STREAM, spec.opt_payloads[0])
-                s.depends_on(bucket_ops[-1])
+                s = Op(len(ops), "dense_opt", it, (r,), OPT_STREAM, spec.opt_payloads[0])
+                ops.append(s)
+                _link(s, bucket_ops[-1])
                 if prev_step is not None:
-                    s.depends_on(prev_step)
-                step_ops[r] = [s] * len(bucket_ops)
+                    _link(s, prev_step)
+                steps = [s] * len(bucket_ops)
+            graph._index[("dense_opt", it, r)] = s
+            step_ops.append(steps)
         # retire the single AllReduce and the old optimizer op; the next iteration's forward
         # waits for exactly the steps of the parameters it reads
         for old in [ar_old, *opt_old]:
@@ -644,24 +703,23 @@ def bucket_gradients(graph: OpGraph, spec: GradientBuckets) -> OpGraph:
             removed.add(old.id)
         if it + 1 < graph.iterations:
             for r in world:
-                for phase, parts in (("bot_fwd", {"bottom"}), ("inter_fwd", {"interaction"}), ("top_fwd", {"top"}),
-                                     ("emb_fwd", {"tables"})):
-                    nxt = graph.get(phase, it + 1, r)
+                steps = step_ops[r]
+                for phase, buckets in reads:
+                    nxt = get((phase, it + 1, r))
                     if nxt is None:
                         continue
-                    for k, bparts in enumerate(spec.parts):
-                        if bparts & parts:
-                            nxt.depends_on(step_ops[r][k])
+                    for k in buckets:
+                        _link(nxt, steps[k])
                 # the compute stream's program order: the next batch's first compute op came
                 # after the old optimizer step; it now follows the embedding backward
-                emb_bwd = graph.get("emb_bwd", it, r)
-                first = _first(graph, it + 1, r, "emb_fwd", "bot_fwd")
+                emb_bwd = get(("emb_bwd", it, r))
+                first = get(("emb_fwd", it + 1, r)) or get(("bot_fwd", it + 1, r))
                 if emb_bwd is not None and first is not None and emb_bwd.stream == first.stream:
-                    first.depends_on(emb_bwd)
+                    _link(first, emb_bwd)
                 if spec.next_batch == "after_step" and first is not None:
                     # PyTorch's loop on one compute stream: the next batch is issued after the
                     # step, which follows DDP's wait for every bucket (host.gradients)
-                    first.depends_on(step_ops[r][-1])
+                    _link(first, steps[-1])
     graph.ops = [op for op in graph.ops if op.id not in removed]
     for i, op in enumerate(graph.ops):
         op.id = i

@@ -128,8 +128,8 @@ def test_wall_time_is_split_into_planning_and_engine(pipelined):
     assert pipelined.metrics["plan_notes"]  # how the planner's search ended
     # stage by stage, in the order they ran, wall and CPU seconds
     stages = pipelined.metrics["wall_stages_s"]
-    assert list(stages) == ["topology", "planner_system", "planning", "work", "nic_effects", "payloads", "graph",
-                            "resources", "engine", "metrics"]
+    assert list(stages) == ["topology", "planner_system", "planning", "planner_garbage", "work", "nic_effects",
+                            "payloads", "graph", "resources", "engine", "metrics"]
     assert all(t["wall_s"] >= 0 and t["cpu_s"] >= 0 for t in stages.values())
     assert stages["planner_system"]["wall_s"] + stages["planning"]["wall_s"] <= split["planning_s"] + 1e-6
     # the engine stage holds the engine's split (timed inside it); a loaded machine may add a
@@ -299,3 +299,101 @@ def test_release_heap_asks_glibc_only(monkeypatch):
     assert cluster.release_heap() is bool(glibc)
     monkeypatch.setattr(sys, "platform", "darwin")
     assert cluster._malloc_trim.__wrapped__() is None
+
+
+def test_the_build_runs_without_the_cyclic_collector_and_gives_it_back(monkeypatch):
+    """The work, the payloads, the op graph and the resources are built with the cyclic
+    collector paused (they make no garbage cycles; its passes over them are wasted), after the
+    planner's garbage cycles have been collected; the SmartNIC effects and the engine run with
+    it, and it is back on after the build, also when the build fails."""
+    import gc
+    import weakref
+
+    import neonic.host.cluster as cluster
+
+    seen: dict[str, bool] = {}
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    planner_garbage: list = []
+    real_planned = cluster.ClusterRun._planned
+
+    def planned(self, psys):
+        plan = real_planned(self, psys)
+        planner_garbage.append(weakref.ref(Cycle()))  # a cycle the planner left behind
+        return plan
+
+    monkeypatch.setattr(cluster.ClusterRun, "_planned", planned)
+    thresholds = gc.get_threshold()
+
+    def spy(name, real):
+        def wrapped(*args, **kwargs):
+            seen[name] = gc.isenabled()
+            return real(*args, **kwargs)
+        monkeypatch.setattr(cluster, name, wrapped)
+
+    spy("iteration_payloads", cluster.iteration_payloads)
+    spy("build_iteration_graph", cluster.build_iteration_graph)
+    spy("dense_costs", cluster.dense_costs)
+    spy("ScheduleRunner", cluster.ScheduleRunner)
+    import neonic.host.planner.work as work_module
+    monkeypatch.setattr(work_module, "derive_iteration", lambda *a, real=work_module.derive_iteration: (
+        seen.__setitem__("derive_iteration", gc.isenabled()),
+        seen.__setitem__("planner_garbage_left", planner_garbage[-1]() is not None), real(*a))[2])
+    assert gc.isenabled()
+    gc.set_threshold(0)  # enabled, but only a collection the run asks for finds the cycle
+    try:
+        ClusterRun(scenario_from_dict(tiny())).run()
+    finally:
+        gc.set_threshold(*thresholds)
+    assert seen == {"derive_iteration": False, "planner_garbage_left": False, "dense_costs": True,
+                    "iteration_payloads": False, "build_iteration_graph": False, "ScheduleRunner": True}
+    assert gc.isenabled()
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no graph")
+
+    monkeypatch.setattr(cluster, "build_iteration_graph", fails)
+    with pytest.raises(RuntimeError, match="no graph"):
+        ClusterRun(scenario_from_dict(tiny())).run()
+    assert gc.isenabled()
+
+
+def test_ranks_with_the_same_shards_share_one_embedding_payload_their_own_costs_give():
+    """A rank's fused embedding kernels depend on its shards' figures, not on its rank: ranks
+    whose shards are the same get one payload object, equal to what their own shards give
+    (host-tier shards included: the misses' transfers beside the kernel)."""
+    from dataclasses import replace
+
+    from neonic.host.iteration import NICJob, dense_costs, fused_embedding_costs, iteration_payloads
+    from neonic.host.planner.work import derive_iteration
+
+    sc = scenario_from_dict(tiny())
+    run = ClusterRun(sc)
+    plan, psys = run._plan(run._topology())
+    work = derive_iteration(plan, sc.workload, psys)
+    dense = dense_costs(sc.system, sc.workload, sc.dense_dtype)
+    pcie, ssd = sc.system.host_link_gbytes_per_s * 1e9, psys.memory.ssd_gbytes_per_s * 1e9
+    busy = [r for r in range(work.world_size) if work.kernels[r]]
+    # every rank takes rank busy[0]'s shards; the odd ranks' first shard lives in host memory
+    host = replace(work.kernels[busy[0]][0], tier="dram", miss_bytes=1e6)
+    same = replace(work, kernels=[[replace(k, rank=r) for k in ([host] if r % 2 else []) + work.kernels[busy[0]]]
+                                  for r in range(work.world_size)])
+    for w in (work, same):
+        p = iteration_payloads(sc, w, dense, psys)
+        for r in range(w.world_size):
+            f, b = fused_embedding_costs(sc.system.gpu_spec, w.kernels[r], pcie, ssd, host_in_kernel=False)
+            fwd, bwd = p["emb_fwd"][r], p["emb_bwd"][r]
+            miss = sum(k.miss_bytes for k in w.kernels[r])
+            if miss:
+                assert fwd == NICJob((), f, miss / 2, to_gpu=True, kind="tier_miss")
+                assert bwd == NICJob((), b, miss / 2, to_gpu=False, kind="tier_miss")
+            else:
+                assert (fwd, bwd) == (f, b)
+            assert p["tier_miss_bytes"][r] == miss
+    p = iteration_payloads(sc, same, dense, psys)
+    for r in range(2, same.world_size):
+        assert p["emb_fwd"][r] is p["emb_fwd"][r % 2] and p["emb_bwd"][r] is p["emb_bwd"][r % 2]
+    assert p["emb_fwd"][0] is not p["emb_fwd"][1]

@@ -220,3 +220,22 @@ def test_graph_building_is_linear_in_ranks():
     large, graph = build(4096)
     assert len(graph.get("pooled_a2a", 0, 0).deps) == 4096 + 1  # every rank's emb_fwd and the node's pooled_rs
     assert large < 24 * max(small, 1e-3)
+
+
+def test_a_collectives_deps_and_dependents_come_rank_by_rank():
+    # the engine launches an ended op's dependents in this order: the builder wires a batch's
+    # ranks one after the other, so a batch's per-rank ops on each side of a collective are in
+    # rank order (each rank's Zion copy beside the interaction that reads the same pools)
+    payloads = {p: d for p, d in DURATIONS.items()}
+    payloads.update(pooled_h2d=10, grad_d2h=10)
+    graph = build_graph(4, 2, payloads, emb_stream="cpu")
+    for op in graph.ops:
+        if op.phase not in COLLECTIVE_PHASES:
+            continue
+        for links in (op.deps, op.dependents):
+            for it in range(3):
+                ranks = [o.rank for o in links if o.phase not in COLLECTIVE_PHASES and o.iteration == it]
+                assert ranks == sorted(ranks), (op, links)
+    pooled = graph.get("pooled_a2a", 0, 0)
+    assert [(o.phase, o.rank) for o in pooled.dependents if o.phase not in COLLECTIVE_PHASES] == [
+        (p, r) for r in range(4) for p in ("pooled_h2d", "inter_fwd")]
