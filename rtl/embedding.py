@@ -210,8 +210,13 @@ adders' normalising shift in two (its first 16 bits in step 6 beside the count, 
 step 7); ``take_w``'s own copy of the response slice's valid (``hit_step``); the slot queues'
 memories in shares of about 16 bits of the entry, each read at its own copy of the read
 pointer (``rtl.streams.CreditFIFO``'s ``read_copies``). The grant is left as it was. At
-``data_bytes=64, lanes=16`` synthesis of session 12's RTL gave 53,422 LUTs, 60,656 FFs, 32
-DP16KD and 129 MULT18X18D (its place and route, about 2,000 CPU-s, was not run). There the
+``data_bytes=64, lanes=16`` synthesis of session 15's RTL (before session 16's changes) gave
+52,974 LUTs (42,990 LUT4 and 4,992 carry cells; 63% of the LFE5U-85F's 83,640 LUT4), 62,086
+FFs (74%; 4,116 more moved into the block RAMs' and DSP blocks' output registers), 32
+DP16KD and 129 MULT18X18D (83% of 156), in 705 s of wall time (session 12's RTL: 53,422
+LUTs, 60,656 FFs). Its place and route (``router2``, seed 1) was started in session 16 and
+had not finished within the session (still in nextpnr's analytical placer after about 1,000
+CPU-s; session 15's was stopped at 1,105 CPU-s in the same phase). There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
 flags, addresses and write enables are one register from the shared context; on the RTL of
 session 11 the only nets of over 140 loads besides the clock and reset were the load and
