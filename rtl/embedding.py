@@ -213,10 +213,11 @@ pointer (``rtl.streams.CreditFIFO``'s ``read_copies``). The grant is left as it 
 ``data_bytes=64, lanes=16`` synthesis of session 15's RTL (before session 16's changes) gave
 52,974 LUTs (42,990 LUT4 and 4,992 carry cells; 63% of the LFE5U-85F's 83,640 LUT4), 62,086
 FFs (74%; 4,116 more moved into the block RAMs' and DSP blocks' output registers), 32
-DP16KD and 129 MULT18X18D (83% of 156), in 705 s of wall time (session 12's RTL: 53,422
+DP16KD and 129 MULT18X18D (82% of 156), in 705 s of wall time (session 12's RTL: 53,422
 LUTs, 60,656 FFs). Its place and route (``router2``, seed 1) was started in session 16 and
-had not finished within the session (still in nextpnr's analytical placer after about 1,000
-CPU-s; session 15's was stopped at 1,105 CPU-s in the same phase). There the
+had not finished within the session (nextpnr's analytical placer had not finished its first
+iteration after 1,500 CPU-s; session 15's run was stopped at 1,105 CPU-s in the same phase).
+There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
 flags, addresses and write enables are one register from the shared context; on the RTL of
 session 11 the only nets of over 140 loads besides the clock and reset were the load and
