@@ -202,9 +202,22 @@ count registers' synchronous set/reset, behind the fraction's zero test; the gra
 slot's control slice, 8.1; the drain multipliers' leading-zero counts, 8.1; the window's
 ``hit_step`` from the response slice's valid, 8.0), 7 on seed 2 (the grant from a slot's
 control slice, 8.2: 10 cells, 5.8 of routing; the adder's seventh step, the normalising
-shift, 8.1; the pre-decode's skid flag from the input item, 8.1). At
-``data_bytes=64, lanes=16`` synthesis of session 12's RTL gave 53,422 LUTs, 60,656 FFs, 32
-DP16KD and 129 MULT18X18D (its place and route, about 2,000 CPU-s, was not run). There the
+shift, 8.1; the pre-decode's skid flag from the input item, 8.1). Session 16 cut four of
+these, cycle for cycle the same (not yet placed and routed at 2 lanes): the multipliers'
+leading-zero count in two halves (each byte's count and zero test in step 1, their
+combination in step 2, the counts' sum in step 3: ``rtl.fp.leading_zero_chunks``); the
+adders' normalising shift in two (its first 16 bits in step 6 beside the count, 0..15 bits in
+step 7); ``take_w``'s own copy of the response slice's valid (``hit_step``); the slot queues'
+memories in shares of about 16 bits of the entry, each read at its own copy of the read
+pointer (``rtl.streams.CreditFIFO``'s ``read_copies``). The grant is left as it was. At
+``data_bytes=64, lanes=16`` synthesis of session 15's RTL (before session 16's changes) gave
+52,974 LUTs (42,990 LUT4 and 4,992 carry cells; 63% of the LFE5U-85F's 83,640 LUT4), 62,086
+FFs (74%; 4,116 more moved into the block RAMs' and DSP blocks' output registers), 32
+DP16KD and 129 MULT18X18D (82% of 156), in 705 s of wall time (session 12's RTL: 53,422
+LUTs, 60,656 FFs). Its place and route (``router2``, seed 1) was started in session 16 and
+had not finished within the session (nextpnr's analytical placer had not finished its first
+iteration after 1,500 CPU-s; session 15's run was stopped at 1,105 CPU-s in the same phase).
+There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
 flags, addresses and write enables are one register from the shared context; on the RTL of
 session 11 the only nets of over 140 loads besides the clock and reset were the load and
@@ -740,8 +753,13 @@ class EmbeddingBagUnit(wiring.Component):
         # write enable that is the writer's alone): the parse writes a slot only with room
         # (``room_ok``) and the bag queue only with ``bag_room``, so the queues' own full
         # compares need not sit in front of their write pointers and levels.
+        # (each slot queue's memory in shares of at most about 16 bits of the entry, each read at
+        # its own copy of the read pointer: one pointer's net reached every cell of the
+        # queue's LUT RAM, a slot queue's read pointer into its head's input register was
+        # 9.0 ns, 8.0 of it routing, on one placement of session 15)
         for k in range(K):
-            q = CreditFIFO(width=sentry.size, depth=self.slot_depth)
+            q = CreditFIFO(width=sentry.size, depth=self.slot_depth,
+                           read_copies=max(1, sentry.size // 16))
             m.submodules[f"slot_q{k}"] = q
             slots.append(q)
         # (the row queue written through ``info_in`` while ``w_rdy``, a flip-flop: the
@@ -1481,9 +1499,19 @@ class EmbeddingBagUnit(wiring.Component):
                     m.d.sync += bank_busy[b].eq(1)
         with m.If(info_h.valid & bank_wait):
             m.d.comb += inc["stall_bank"].eq(1)
+        # ``take_w`` reads its own copy of the response slice's valid (kept by the FPGA flow),
+        # which follows the slice's occupancy as ``rtl.streams.PingPongBuffer`` does (filled
+        # by an accepted beat, emptied by a taken one when it held one beat, ``~i.ready`` then
+        # says whether it held two): the slice's flip-flop also reaches ``take`` and its
+        # loads, and the window flag ``hit_step`` from it was 8.0 ns (6.2 of routing)
+        rs_valid_w = Signal(name="rs_valid_w", attrs={KEEP_COPY_ATTR: "1"})
+        rs_push = resp_in.i.valid & resp_in.i.ready
+        rs_pop = rs.valid & rs.ready
+        m.d.sync += rs_valid_w.eq(Mux(rs_push & ~rs_pop, 1,
+                                      Mux(rs_pop & ~rs_push, ~resp_in.i.ready, rs_valid_w)))
         m.d.comb += [
             take.eq(info_h.valid & (~hc.has_row | rs.valid) & ~hazard & ~bank_wait),
-            take_w.eq(info_h.valid & (~hc.has_row | rs.valid) & ~hazard_w & ~bank_wait_w),
+            take_w.eq(info_h.valid & (~hc.has_row | rs_valid_w) & ~hazard_w & ~bank_wait_w),
             rs.ready.eq(take & hc.has_row & beat_done),
             info_h.ready.eq(take & (~hc.has_row | last_word)),
             row_done.eq(take & hc.has_row & last_word),

@@ -403,20 +403,36 @@ class CreditFIFO(_QueueComponent):
     enable, which reaches every memory cell, is that flip-flop and not the writer's ``w_en``
     (the end of the writer's stall logic); ``w_en`` then steps the pointer and the level
     only, and a write while ``w_rdy`` is low is lost instead of overwriting an entry.
+
+    ``read_copies``: the memory in that many memories of an equal share of the entry's bits,
+    each read at its own copy of the read pointer (kept apart by the FPGA flow,
+    :data:`KEEP_COPY_ATTR`; the same values on every cycle), so that no one pointer's net
+    reaches the read address of every memory cell of a wide entry.
     """
 
-    def __init__(self, *, width: int, depth: int, registered_w_rdy: bool = False):
+    def __init__(self, *, width: int, depth: int, registered_w_rdy: bool = False,
+                 read_copies: int = 1):
         self.registered_w_rdy = bool(registered_w_rdy)
+        self.read_copies = check_int("read_copies", read_copies, minimum=1)
         super().__init__(width=width, depth=depth)
 
     def elaborate(self, platform):
         m = Module()
         inner = self.depth - 1
-        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[])
-        w_port = storage.write_port()
-        r_port = storage.read_port(domain="sync")
+        n = min(self.read_copies, self.width)
+        bounds = [self.width * j // n for j in range(n + 1)]
+        ports = []
+        for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            storage = Memory(shape=hi - lo, depth=inner, init=[])
+            m.submodules["storage" if n == 1 else f"storage{j}"] = storage
+            w_port = storage.write_port()            # (the names the ports take)
+            r_port = storage.read_port(domain="sync")
+            ports.append((lo, hi, w_port, r_port))
         produce = Signal(range(inner))
         consume = Signal(range(inner))
+        # the read pointer's copies (``read_copies``), one per memory
+        consumes = [consume] + [Signal(range(inner), name=f"consume_copy{j}",
+                                       attrs={KEEP_COPY_ATTR: "1"}) for j in range(1, n)]
         inner_level = Signal(range(inner + 1))
         # ``inner_level != 0`` kept as a flip-flop (next value from the level's compares,
         # chosen by the write and the read), so that the read's enable, which reaches every
@@ -433,18 +449,21 @@ class CreditFIFO(_QueueComponent):
                                      Mux(do_inner_read & ~self.w_en, 1, inner_level != inner)))
         else:
             w_rdy = inner_level != inner
-        m.d.comb += [
-            self.w_rdy.eq(w_rdy),
-            w_port.addr.eq(produce), w_port.data.eq(self.w_data),
-            w_port.en.eq(w_rdy if self.registered_w_rdy else self.w_en),
-            r_port.addr.eq(consume), r_port.en.eq(do_inner_read),
-            self.r_data.eq(r_port.data),
-            self.level.eq(inner_level + self.r_rdy),
-        ]
+        m.d.comb += self.w_rdy.eq(w_rdy)
+        for (lo, hi, w_port, r_port), c in zip(ports, consumes):
+            whole = n == 1
+            m.d.comb += [
+                w_port.addr.eq(produce),
+                w_port.data.eq(self.w_data if whole else self.w_data[lo:hi]),
+                w_port.en.eq(w_rdy if self.registered_w_rdy else self.w_en),
+                r_port.addr.eq(c), r_port.en.eq(do_inner_read),
+                (self.r_data if whole else self.r_data[lo:hi]).eq(r_port.data),
+            ]
+        m.d.comb += self.level.eq(inner_level + self.r_rdy)
         with m.If(self.w_en):
             m.d.sync += produce.eq(step(produce))
         with m.If(do_inner_read):
-            m.d.sync += consume.eq(step(consume))
+            m.d.sync += [c.eq(step(c)) for c in consumes]
         with m.If(self.w_en & ~do_inner_read):
             m.d.sync += inner_level.eq(inner_level + 1)
         with m.If(do_inner_read & ~self.w_en):

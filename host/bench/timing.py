@@ -60,7 +60,9 @@ Parameters: the FP units are measured as they are instantiated everywhere (defau
 The gather runs at the SmartNIC preset's datapath and lanes (read from the preset,
 :func:`nic_gather_params`) with a small table set; its size sets its flow (one seed, router2,
 4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather, and a 16-lane seed took
-about 2,000 CPU-s with ``router2``). The packetizer and depacketizer run at a 16 B datapath
+about 2,000 CPU-s with ``router2`` on an earlier RTL; on session 15's RTL, whose 129
+MULT18X18D are 82% of the part's, seed 1 was still in the analytical placer's first iteration
+after 1,500 CPU-s). The packetizer and depacketizer run at a 16 B datapath
 (preset: 64 B), because the flow's run time grows with area; ``params.<unit>`` in the result
 names what was measured and ``flow_of.<unit>`` how. Their critical paths are control paths
 whose depth does not grow with the width (widths add fan-out and routing, so the preset's
@@ -285,7 +287,9 @@ UNITS: tuple[UnitSpec, ...] = (
                   "table set (2 tables up to 16 FP32 elements, 8 rows in flight): the lanes' "
                   "FP pipelines and the control are the preset's; one seed, router2 (router1 "
                   "did not converge on the 2-lane gather; 16 lanes took 1,955 CPU-s with "
-                  "router2)",
+                  "router2 on an earlier RTL; on session 15's, 52,974 LUTs, 62,086 FFs and "
+                  "129 of the part's 156 MULT18X18D, seed 1 had not finished the analytical "
+                  "placer's first iteration after 1,500 CPU-s)",
              seeds=(1,), router="router2", pnr_cpu_limit_s=4000, fallback=None),
 )
 

@@ -456,6 +456,34 @@ def test_greater_in_halves_is_the_ieee_compare(rng):
     assert seen["n"] == n and 0 < seen["true"] < n
 
 
+@pytest.mark.parametrize("width", [5, 8, 24, 27])
+def test_leading_zeros_in_two_halves_is_the_count(rng, width):
+    """``leading_zero_chunks`` then ``leading_zeros_from_chunks`` give ``count_leading_zeros``
+    (``width`` for zero) on zero and on every position of the leading one, lower bits random."""
+    top = np.arange(width)
+    values = [0] + [(1 << int(k)) | int(rng.integers(0, 1 << int(k))) if k else 1 for k in top]
+    values += [int(v) for v in rng.integers(0, 1 << width, 64)]
+    m = Module()
+    v = Signal(width)
+    want, got = Signal(range(width + 1)), Signal(range(width + 1))
+    chunks = fp.leading_zero_chunks(m, v, "t")
+    m.d.comb += [want.eq(fp.count_leading_zeros(m, v)),
+                 got.eq(fp.leading_zeros_from_chunks(chunks, width))]
+    seen = []
+
+    async def bench(ctx):
+        for x in values:
+            ctx.set(v, x)
+            assert ctx.get(got) == ctx.get(want) == (width - x.bit_length()), hex(x)
+            seen.append(ctx.get(got))
+
+    from amaranth.sim import Simulator
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(seen) == len(values) and set(range(width + 1)) <= set(seen)
+
+
 # --------------------------------------------------------------------------- integers
 
 @pytest.mark.parametrize("width,signed", [(8, False), (8, True), (16, True), (32, True)])

@@ -151,9 +151,12 @@ def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle(read_copies):
     assert checked["n"] == 3000 and checked["moved"] > 1000 and checked["peeked"] > 1000
 
 
-def test_ping_pong_buffer_refuses_no_read_pointer():
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_ping_pong_buffer_and_credit_fifo_refuse_no_read_pointer():
     with pytest.raises(ValueError, match="read_copies"):
         PingPongBuffer(16, read_copies=0)
+    with pytest.raises(ValueError, match="read_copies"):
+        CreditFIFO(width=8, depth=4, read_copies=0)
 
 
 def _queues_side_by_side(ref, dut, rng, *, cycles: int, p_write: float, p_read: float,
@@ -206,20 +209,22 @@ def test_head_fifo_matches_syncfifo_cycle_for_cycle(rng):
         assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
 
 
-@pytest.mark.parametrize("registered_w_rdy", [False, True])
+@pytest.mark.parametrize("registered_w_rdy, read_copies", [(False, 1), (True, 1), (True, 3)])
 def test_credit_fifo_matches_syncfifobuffered_when_the_writer_keeps_its_contract(
-        rng, registered_w_rdy):
+        rng, registered_w_rdy, read_copies):
     """The payload queue without a full check in its write path (``CreditFIFO``) behaves as
     amaranth's ``SyncFIFOBuffered`` of the same depth on every cycle (``r_rdy``, ``r_data``
     when ready, ``w_rdy``, ``level``) under random writes and reads, as long as nothing is
     written while ``w_rdy`` is low; the queues run full often (writes 70%, reads 40%). With
-    ``w_rdy`` from a flip-flop it is the same."""
+    ``w_rdy`` from a flip-flop it is the same, and so with the memory in three shares of the
+    entry read at three copies of the read pointer."""
     from amaranth.lib.fifo import SyncFIFOBuffered
 
     for depth in (2, 3, 5, 8):
         mismatches, full = _queues_side_by_side(
             SyncFIFOBuffered(width=8, depth=depth),
-            CreditFIFO(width=8, depth=depth, registered_w_rdy=registered_w_rdy), rng,
+            CreditFIFO(width=8, depth=depth, registered_w_rdy=registered_w_rdy,
+                       read_copies=read_copies), rng,
             cycles=800, p_write=0.7, p_read=0.4, keep_contract=True)
         assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
         assert full > 20
