@@ -1672,14 +1672,19 @@ class CacheController(wiring.Component):
         # free MSHRs, kept beside `mshr_valid`, is at least 2 or 1), set from compares of
         # the registered count and this cycle's taking and freeing (no tree over the MSHRs'
         # valid bits in front of the stall's registers and their copies).
+        # (`free_all`, every MSHR free, is `~mshr_valid.any()` kept as a flip-flop the same
+        # way, for the command walker's drain check)
         mshr_free = Signal(range(M + 1), init=M)
         free_ge1, free_ge2 = Signal(init=1), Signal(init=int(M >= 2))
+        free_all = Signal(init=1)
         taken, freed = s3_fire & is_miss, fill_done_now
         m.d.sync += mshr_free.eq(mshr_free + freed - taken)
         with m.If(freed & ~taken):
-            m.d.sync += [free_ge1.eq(1), free_ge2.eq(mshr_free >= 1)]
+            m.d.sync += [free_ge1.eq(1), free_ge2.eq(mshr_free >= 1),
+                         free_all.eq(mshr_free == M - 1)]
         with m.Elif(taken & ~freed):
-            m.d.sync += [free_ge1.eq(mshr_free >= 2), free_ge2.eq(mshr_free >= 3)]
+            m.d.sync += [free_ge1.eq(mshr_free >= 2), free_ge2.eq(mshr_free >= 3),
+                         free_all.eq(0)]
         res_miss, res_other = free_ge2, free_ge1
         # (the queue entry, by error or not, and a miss's MSHR and job room, apart: stage 2's
         # hit, the end of its compare, is not on these registers' paths)
@@ -1695,8 +1700,7 @@ class CacheController(wiring.Component):
         # ==== commands: drain, then walk the sets ==============================================
         lines_quiet = (rroute.level == 0) & ~wroute.r_rdy
         drained = (~r["valid"] & ~s2["valid"] & ~pre["valid"] & ~s3["valid"] & ~q_any
-                   & ~x_valid
-                   & ~mshr_valid.any() & seq_idle & ~fills.r_rdy & lines_quiet)
+                   & ~x_valid & free_all & seq_idle & ~fills.r_rdy & lines_quiet)
         m.d.comb += self.idle.eq(drained & ~cmd_active)
         # `cmd.ready` comes from a register: a combinational output of an FSM state that only
         # changes once would never be evaluated by Icarus before its first change.
@@ -1709,8 +1713,11 @@ class CacheController(wiring.Component):
             m.d.sync += wj_valid.eq(0)
         with m.FSM(name="command"):
             with m.State("IDLE"):
+                # (`walk_set` is already 0: reset as the last command ended, so the drain
+                # check, an AND of every unit's idle flag, enables one flip-flop and the
+                # state, not the walked set's register)
                 with m.If(self.cmd.valid & drained):
-                    m.d.sync += [cmd_active.eq(1), walk_set.eq(0)]
+                    m.d.sync += cmd_active.eq(1)
                     with m.If(self.cmd.payload == CacheOp.FLUSH):
                         m.next = "READ_SET"
                     with m.Else():
@@ -1769,7 +1776,7 @@ class CacheController(wiring.Component):
                     m.d.sync += cmd_ready.eq(1)
                     m.next = "DONE"
             with m.State("DONE"):
-                m.d.sync += [cmd_active.eq(0), cmd_ready.eq(0)]
+                m.d.sync += [cmd_active.eq(0), cmd_ready.eq(0), walk_set.eq(0)]
                 m.next = "IDLE"
 
         # ==== way slices ========================================================================
@@ -1897,22 +1904,29 @@ class CacheController(wiring.Component):
                     k["ecr"].eq(Mux(leave2, Mux(ready1, leq["s2"], eq_r["s2"]),
                                     Mux(ready1, leq["pre"], eq_r["pre"]))),
                 ]
-            if j == 0:
-                # the bank's memories: read on every lookup accepted (and while stage 1 is
-                # empty, when the data are not used; without lookahead, every cycle, stage 1's
-                # set while it waits), their words into the output registers
-                for d, (rd, wr) in enumerate(tag_ports[g]):
-                    if LA:
-                        m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
-                                                    in_slice(req_set))),
-                                     rd.en.eq(ready1)]
-                    else:
-                        m.d.comb += rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
-                                                   Mux(ready1, in_slice(req_set),
-                                                       in_slice(r["set"]))))
-                    with m.If(take2 | walk_load):
-                        m.d.sync += raw[g][d].eq(rd.data)
-                bank_upd = k["cw_en"] | upd
+            # the bank's memories: read on every lookup accepted (and while stage 1 is
+            # empty, when the data are not used; without lookahead, every cycle, stage 1's
+            # set while it waits), their words into the output registers. Each memory's
+            # address, enables and output registers' enable come from its own way slice's
+            # copies (slice ``d`` of the bank for memory ``d``; the memories of a bank are
+            # its tag slices): one slice steering every memory of its bank put that net,
+            # the end of the slice's stall, across the block RAMs (8.57 ns on router1,
+            # seed 2, into the address of the bank's other memory).
+            for d, (rd, wr) in enumerate(tag_ports[g]):
+                if d % G != j:
+                    continue
+                if LA:
+                    m.d.comb += [rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                                in_slice(req_set))),
+                                 rd.en.eq(ready1)]
+                else:
+                    m.d.comb += rd.addr.eq(Mux(cmd_active, in_slice(walk_set),
+                                               Mux(ready1, in_slice(req_set),
+                                                   in_slice(r["set"]))))
+                with m.If(take2 | walk_load):
+                    m.d.sync += raw[g][d].eq(rd.data)
+                m.d.comb += [wr.addr.eq(in_slice(wr_set)),
+                             wr.en.eq((k["cw_en"] | upd) & (slice_of(wr_set) == d))]
             # the slice of the output registers holding this way's word: the slice bits of
             # stage 2's set (or of the walked set), copied
             if NS > 1:
@@ -1984,9 +1998,6 @@ class CacheController(wiring.Component):
             wdata = Mux(k["cw_en"], Mux(k["cw_clear"], init_word[w].as_value(), clean), new)
             for d, (rd, wr) in enumerate(tag_ports[g]):
                 m.d.comb += wr.data[j].eq(wdata)
-                if j == 0:
-                    m.d.comb += [wr.addr.eq(in_slice(wr_set)),
-                                 wr.en.eq(bank_upd & (slice_of(wr_set) == d))]
         return m
 
 
