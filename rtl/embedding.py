@@ -209,7 +209,14 @@ combination in step 2, the counts' sum in step 3: ``rtl.fp.leading_zero_chunks``
 adders' normalising shift in two (its first 16 bits in step 6 beside the count, 0..15 bits in
 step 7); ``take_w``'s own copy of the response slice's valid (``hit_step``); the slot queues'
 memories in shares of about 16 bits of the entry, each read at its own copy of the read
-pointer (``rtl.streams.CreditFIFO``'s ``read_copies``). The grant is left as it was. At
+pointer (``rtl.streams.CreditFIFO``'s ``read_copies``). The grant is left as it was.
+Placed and routed after them (``router2``, 10,060 LUTs, 11,248 FFs, 4 DP16KD, 17 MULT18X18D):
+123.2 MHz on seed 1 (its worst the ``outstanding`` counter's flags from the info queue's valid
+through the hazard and ``has_row``, 8.1 ns, 6.3 of routing; then the pre-decode queue's read
+pointer ``pre.rp`` into ``pe1``, 8.0, 7.2 of routing; the adder's sixth step, 7.9), 116.8 on seed 2 (the grant
+from a slot's head through ``room`` and the skids' flags, 8.6 ns, 9 cells; the ``outstanding``
+counter's enable from the grant, 8.4): within the run-to-run spread of 121.0 / 122.1 before,
+and 125 MHz is still not reached. At
 ``data_bytes=64, lanes=16`` synthesis of session 15's RTL (before session 16's changes) gave
 52,974 LUTs (42,990 LUT4 and 4,992 carry cells; 63% of the LFE5U-85F's 83,640 LUT4), 62,086
 FFs (74%; 4,116 more moved into the block RAMs' and DSP blocks' output registers), 32
