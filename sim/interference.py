@@ -537,9 +537,7 @@ class GPUDevice:
             # a GPU whose token made this step at this picosecond before: the step's token and
             # that token's re-plan are both known, and applying the re-plan sets every kernel's
             # SMs (the donor's and taker's included) as the steps below and _update would
-            memo = self._memo
-            now = self.engine.now
-            trans = memo.trans if memo.now == now else memo.reset(now)
+            trans = self._memo.at(self.engine.now)
             tok = trans.get((self._tok, "X", i))
             if tok is not None:
                 hit = trans.get(tok)
@@ -699,8 +697,7 @@ class GPUDevice:
         if not self._ks:
             self._tok = memo.canon(self)
             return
-        now = self.engine.now
-        trans = memo.trans if memo.now == now else memo.reset(now)
+        trans = memo.at(self.engine.now)
         tok = trans.get(key)
         if tok is None:
             tok = trans[key] = memo.fresh()
@@ -713,7 +710,7 @@ class GPUDevice:
         the others of that token apply the same (see :class:`_Memo`)."""
         memo = self._memo
         now = self.engine.now
-        trans = memo.trans if memo.now == now else memo.reset(now)
+        trans = memo.at(now)
         key = self._tok if update else -self._tok  # (tokens are ints >= 1; _retoken's keys tuples)
         hit = trans.get(key)
         ks = self._ks
@@ -964,9 +961,11 @@ class _Memo:
         self.canon_of: dict = {}
         self._next = 0
 
-    def reset(self, now: int) -> dict:
-        self.now = now
-        self.trans = {}
+    def at(self, now: int) -> dict:
+        """The transitions of picosecond ``now`` (those of an earlier one are dropped)."""
+        if self.now != now:
+            self.now = now
+            self.trans = {}
         return self.trans
 
     def fresh(self) -> int:
@@ -1062,8 +1061,7 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
                     if tok is not None:
                         if g._memo is memo:  # _retoken inlined (the GPU runs a collective: _ks is not empty)
                             if trans is None:
-                                now = g.engine.now
-                                trans = memo.trans if memo.now == now else memo.reset(now)
+                                trans = memo.at(g.engine.now)
                             key = (tok, "F", hbm_, tc_, rc_)
                             tok = trans.get(key)
                             if tok is None:
