@@ -284,9 +284,9 @@ def iteration_payloads(sc: "Scenario", work, dense: DenseCosts, psys, nic: "NICE
 
 
 def _shard_key(k) -> tuple:
-    """What a shard's kernels and host transfers depend on (a ``ShardKernel``'s figures but its rank)."""
-    return (k.lookups, k.pooled_rows, k.row_bytes, k.out_row_bytes, k.unique_rows, k.state_bytes_per_row, k.tier,
-            k.miss_bytes)
+    """A ``ShardKernel``'s figures but its rank: every figure its kernels and host transfers may
+    depend on (all of them, so that a figure the costs read later cannot be left out)."""
+    return tuple(v for name, v in vars(k).items() if name != "rank")
 
 
 def allreduce_bytes(dense: DenseCosts, dp_table_bytes: float, comm_dtype: str) -> int:
