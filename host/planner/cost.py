@@ -52,7 +52,7 @@ batch of candidate states is evaluated at once (:meth:`CostModel.iteration_s_bat
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -916,6 +916,15 @@ def _proxy_swap(minus, oc, oi, c1, i1, c2, i2, caps, scale, alpha, bw, fo, bo, o
     out[3] = total
 
 
+def _shard_times(gpu, pcie: float, ssd: float, lookups: int, pooled_rows: int, row_bytes: int,
+                 out_row_bytes: int, unique_rows: int, state_bytes: int, tier: str,
+                 miss_bytes: float) -> tuple[float, float, float]:
+    """(forward, backward, host transfer) seconds of one shard of these figures on ``gpu`` (host
+    link ``pcie``, SSD ``ssd`` bytes/s), without launch overheads (:meth:`CostModel.kernel_times`)."""
+    k = ShardKernel(0, lookups, pooled_rows, row_bytes, out_row_bytes, unique_rows, state_bytes, tier, miss_bytes, 0.0, 0.0)
+    return shard_kernel_s(gpu, k, pcie, ssd)
+
+
 class CostModel:
     """Costs plans (and table contributions) for one workload on one system."""
 
@@ -927,7 +936,6 @@ class CostModel:
         eff = system.gpu.efficiency
         self._fwd_overhead = eff.launch_overhead_s
         self._bwd_overhead = 2 * eff.launch_overhead_s
-        self._kernel_cache = lru_cache(maxsize=65536)(self._kernel_times_uncached)
         self._allreduce_cache: dict[float, float] = {}
         #: :meth:`_allreduce_total_s` by its exact ``dp_bytes`` (the balancing search asks it for
         #: every candidate of every step, a few distinct figures among hundreds)
@@ -937,6 +945,10 @@ class CostModel:
         # the one GPU-host link figure of the run (the scenario's [host]; else the system's host link)
         self._pcie = spec.pcie_gbytes_per_s * 1e9 if spec.pcie_gbytes_per_s else system.host_link_bytes_per_s
         self._ssd = system.memory.ssd_gbytes_per_s * 1e9
+        # one shard's kernel seconds by its figures (:meth:`kernel_times`), over the figures this
+        # model fixes, not a bound method: a cache of ``self``'s own method would make the model
+        # a reference cycle, left (with what it holds) to the cyclic collector once dropped
+        self._kernel_cache = lru_cache(maxsize=65536)(partial(_shard_times, system.gpu, self._pcie, self._ssd))
         self.dense = dense_costs(system.gpu, workload, spec.dense_dtype)
         ar_dtype = spec.allreduce_dtype(system.comm_dtype)
         self._ar_wire = WIRE_BYTES[ar_dtype]
@@ -1021,11 +1033,6 @@ class CostModel:
         return float(comm_hbm_bytes(moved, moved, REDUCE_FRACTION["allreduce"])) / seconds / self._hbm_bps
 
     # ----------------------------------------------------------------- the GPU model (one call site)
-    def _kernel_times_uncached(self, lookups: int, pooled_rows: int, row_bytes: int, out_row_bytes: int,
-                               unique_rows: int, state_bytes: int, tier: str, miss_bytes: float) -> tuple[float, float, float]:
-        k = ShardKernel(0, lookups, pooled_rows, row_bytes, out_row_bytes, unique_rows, state_bytes, tier, miss_bytes, 0.0, 0.0)
-        return shard_kernel_s(self.system.gpu, k, self._pcie, self._ssd)
-
     def kernel_times(self, k: ShardKernel) -> tuple[float, float, float]:
         """(forward, backward, host transfer) seconds of one shard, without launch overheads."""
         return self._kernel_cache(k.lookups, k.pooled_rows, k.row_bytes, k.out_row_bytes, k.unique_rows,

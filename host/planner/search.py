@@ -606,10 +606,15 @@ class NeoPlanner(Placer):
         from neonic.host.planner.baselines import BASELINES, plan_baseline
         from neonic.host.planner.forced import plan_forced
 
+        # the makers hold what they read, not ``self``: kept in :attr:`_ranked_starts`, a maker
+        # holding the planner would make it a reference cycle, its caches (some 280k objects
+        # on model-a at 1024 GPUs) left to the cyclic collector once the search is dropped
+        workload, system, cost, tw_cache = self.workload, self.system, self.cost, self._tw_cache
+
         def maker(f, *args):
             def make() -> Plan | None:
                 try:
-                    return f(*args, self.workload, self.system, self.cost, tw_cache=self._tw_cache)
+                    return f(*args, workload, system, cost, tw_cache=tw_cache)
                 except ValueError:
                     return None
             return make
