@@ -134,26 +134,97 @@ def _add_term(m: np.ndarray, term: Term) -> None:
 def _sum_terms(world: int, terms: list[Term], chunk: int = 512) -> np.ndarray:
     """The (N, N) sum of many terms: the outer products as one matrix product per ``chunk``
     terms (``src`` rows stacked against ``dst`` rows), the pairs scattered at once; the
-    diagonal (a rank to itself) is zero."""
+    diagonal (a rank to itself) is zero. Where the matrix product's entries do not depend on
+    its order of summation (:func:`_add_disjoint_outers`, :func:`_add_whole_outers`) they are
+    added without it, and the pairs in ``np.add.at``'s order by a compiled loop
+    (:func:`_add_pairs`): the same figures, bit for bit."""
     m = np.zeros((world, world))
     if not terms:
         return m  # (its diagonal already zero: left untouched, its pages not mapped)
     outers = [t for t in terms if isinstance(t, Outer)]
-    if not _add_disjoint_outers(m, outers):
-        for i in range(0, len(outers), chunk):
-            part = outers[i:i + chunk]
-            src = np.stack([t.src for t in part]).astype(float, copy=False)
-            dst = np.stack([t.dst for t in part]).astype(float, copy=False)
-            m += src.T @ dst
+    if outers:
+        src = np.stack([t.src for t in outers]).astype(float, copy=False)
+        dst = np.stack([t.dst for t in outers]).astype(float, copy=False)
+        if not (_disjoint(m, src, dst) or _add_whole_outers(m, src, dst)):
+            for i in range(0, len(outers), chunk):
+                m += src[i:i + chunk].T @ dst[i:i + chunk]
     pairs = [t for t in terms if not isinstance(t, Outer)]
     if pairs:
         src = np.concatenate([t.src for t in pairs])
         dst = np.concatenate([t.dst for t in pairs])
         nb = np.concatenate([np.broadcast_to(t.nbytes, t.src.shape) for t in pairs])
-        keep = src != dst
-        np.add.at(m, (src[keep], dst[keep]), nb[keep])
+        _add_pairs(m, _i64(src), _i64(dst), _f64(nb))
     np.fill_diagonal(m, 0.0)
     return m
+
+
+@jit(cache=True, nogil=True)
+def _add_pairs(m, src, dst, nbytes):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``np.add.at(m, (src, dst), nbytes)`` of the transfers with ``src != dst``: each added
+    in order, as ``add.at`` adds them (a rank out of range refused, not wrapped)."""
+    n0, n1 = m.shape
+    for k in range(src.shape[0]):
+        s, d = src[k], dst[k]
+        if s == d:
+            continue
+        if s < 0 or s >= n0 or d < 0 or d >= n1:
+            raise IndexError("rank out of range")
+        m[s, d] += nbytes[k]
+
+
+#: :func:`_add_whole_outers` sums exactly while no sum of the products can exceed this (every
+#: whole number up to 2**53 is a double; half of it leaves room for the bound's own rounding)
+_EXACT_LIMIT = 2.0 ** 52
+
+
+def _add_whole_outers(m: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Add the outer products ``src[k] x dst[k]`` to the zero matrix ``m`` term by term, over
+    each term's nonzero figures only, where every figure is a whole number and no entry's sum
+    of products, taken in absolute value, can exceed :data:`_EXACT_LIMIT` (table-row-wise
+    plans' reduce-scatter and all-gather: 1.0 per shard against whole bytes per owner). Then
+    every product and every partial sum is a whole number a double holds exactly, so the sum
+    is exact in any order, with or without fused multiply-adds: the matrix product's entries,
+    bit for bit (an exact zero is +0.0 in both: ``m`` starts at +0.0 and round-to-nearest
+    gives +0.0 to a sum that cancels). Skipping zero figures also skips terms that add only
+    zeros. False (``m`` untouched) where a figure is not whole, or not finite, or the bound is
+    exceeded, or the terms are dense enough that the matrix product is the cheaper."""
+    if not (np.isfinite(src).all() and np.isfinite(dst).all()):
+        return False
+    if not (np.array_equal(np.floor(src), src) and np.array_equal(np.floor(dst), dst)):
+        return False
+    if float((np.abs(src).max(axis=1) * np.abs(dst).max(axis=1)).sum()) > _EXACT_LIMIT:
+        return False
+    src_nz, dst_nz = np.count_nonzero(src, axis=1), np.count_nonzero(dst, axis=1)
+    if int(src_nz @ dst_nz) * 16 > src.shape[0] * src.shape[1] * dst.shape[1]:
+        return False  # (more than a sixteenth of the dense product's multiply-adds)
+    _add_sparse_outers(m, src, dst)
+    return True
+
+
+@jit(cache=True, nogil=True)
+def _add_sparse_outers(m, src, dst):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``m[i, j] += src[k, i] * dst[k, j]`` for each term ``k`` and each ``i``, ``j`` where
+    both figures are nonzero, term by term."""
+    n_src, n_dst = src.shape[1], dst.shape[1]
+    rows = np.empty(n_src, dtype=np.intp)
+    cols = np.empty(n_dst, dtype=np.intp)
+    for k in range(src.shape[0]):
+        nr = 0
+        for i in range(n_src):
+            if src[k, i] != 0.0:
+                rows[nr] = i
+                nr += 1
+        nc = 0
+        for j in range(n_dst):
+            if dst[k, j] != 0.0:
+                cols[nc] = j
+                nc += 1
+        for a in range(nr):
+            i = rows[a]
+            s = src[k, i]
+            for b in range(nc):
+                j = cols[b]
+                m[i, j] += s * dst[k, j]
 
 
 def _add_disjoint_outers(m: np.ndarray, outers: list[Outer]) -> bool:
@@ -167,6 +238,11 @@ def _add_disjoint_outers(m: np.ndarray, outers: list[Outer]) -> bool:
         return True
     src = np.stack([t.src for t in outers]).astype(float, copy=False)
     dst = np.stack([t.dst for t in outers]).astype(float, copy=False)
+    return _disjoint(m, src, dst)
+
+
+def _disjoint(m: np.ndarray, src: np.ndarray, dst: np.ndarray) -> bool:
+    """:func:`_add_disjoint_outers` of the terms stacked (``src[k]``, ``dst[k]``: term ``k``)."""
     if not (np.isfinite(src).all() and np.isfinite(dst).all()):
         return False
     src_nz, dst_nz = src != 0, dst != 0

@@ -105,3 +105,62 @@ def test_node_sums_are_numpys_sums_of_each_node(g):
     W.node_sums(a, g, out)
     want = np.array([a[k * g:(k + 1) * g].sum() for k in range(nodes)])
     assert _bits(out).tolist() == _bits(want).tolist()
+
+
+def test_whole_number_terms_are_summed_exactly_as_the_matrix_product():
+    # table-row-wise reduce-scatter's shape: 1.0 per shard of a node against whole bytes per
+    # owner, terms overlapping in every entry of a node; negative figures and a cancelling pair
+    # too (the sum is exact in any order, so it must equal the product bit for bit)
+    rng = np.random.default_rng(11)
+    world, g = 64, 8
+    terms = []
+    for k in range(300):
+        node = int(rng.integers(0, world // g))
+        src = np.zeros(world)
+        src[node * g:(node + 1) * g] = 1.0
+        dst = np.zeros(world)
+        dst[node * g:(node + 1) * g] = rng.integers(-5, 5, g) * float(rng.integers(1, 1 << 30))
+        terms.append(W.Outer(src, dst))
+    terms.append(W.Outer(_onehot(world, 3, 2.0), _onehot(world, 45, 7.0)))
+    terms.append(W.Outer(_onehot(world, 3, -2.0), _onehot(world, 45, 7.0)))  # cancels: +0.0
+    src = np.stack([t.src for t in terms])
+    dst = np.stack([t.dst for t in terms])
+    m = np.zeros((world, world))
+    assert W._add_whole_outers(m, src, dst)
+    want = _matmul_sum(world, terms)
+    got = W._sum_terms(world, terms)
+    assert np.array_equal(_bits(got), _bits(want))
+    assert _bits(got)[3, 45] == 0  # +0.0, not -0.0 (node blocks: 3 and 45 on different nodes)
+    assert np.count_nonzero(got) > world
+
+
+@pytest.mark.parametrize("case", ["fraction", "too large", "not finite", "dense"])
+def test_terms_that_could_round_are_left_to_the_matrix_product(case):
+    world = 16
+    src = np.ones((3, world))
+    dst = np.zeros((3, world))
+    dst[:, 2] = 5.0
+    if case == "fraction":
+        dst[1, 2] = 0.5
+    elif case == "too large":
+        dst[1, 2] = 2.0 ** 53
+    elif case == "not finite":
+        dst[1, 2] = np.inf
+    else:
+        dst[:] = 3.0  # every product nonzero: the product is cheaper
+    m = np.zeros((world, world))
+    assert not W._add_whole_outers(m, src, dst)
+    assert not m.any()
+
+
+def test_pairs_are_added_in_add_ats_order():
+    # repeated entries with figures whose sum depends on the order; transfers to oneself dropped
+    rng = np.random.default_rng(5)
+    world = 12
+    terms = [W.Pairs(rng.integers(0, world, 400), rng.integers(0, world, 400),
+                     rng.standard_normal(400) * 10.0 ** rng.integers(-6, 7, 400)) for _ in range(3)]
+    terms.append(W.Pairs(np.arange(world), np.arange(world)[::-1].copy(), np.float64(1.0 / 3.0)))
+    got = W._sum_terms(world, terms)
+    assert np.array_equal(_bits(got), _bits(_matmul_sum(world, terms)))
+    with pytest.raises(IndexError):
+        W._sum_terms(world, [W.Pairs(np.array([0, -1]), np.array([1, 2]), np.ones(2))])
