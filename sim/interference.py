@@ -314,8 +314,9 @@ class GPUDevice:
         self._advance()
         self._add(k)
         if self._tok is not None:
-            self._retoken((self._tok, "L", k.remaining, k.d_sm, k.d_hbm, k.want, k.waves, k.priority))
-        self._update()
+            self._replan((self._tok, "L", k.remaining, k.d_sm, k.d_hbm, k.want, k.waves, k.priority))
+        else:
+            self._update()
         return duration
 
     def comm_begin(self, link_gbytes_per_s: float, reduce_fraction: float = 0.0) -> CommHandle:
@@ -338,8 +339,9 @@ class GPUDevice:
         self._advance()
         self._add(k)
         if self._tok is not None:
-            self._retoken((self._tok, "B", k.want, k.priority, k.reduce_fraction))
-        self._update()
+            self._replan((self._tok, "B", k.want, k.priority, k.reduce_fraction))
+        else:
+            self._update()
         return k
 
     def comm_end(self, handle: CommHandle) -> None:
@@ -349,8 +351,9 @@ class GPUDevice:
         i = self._ks.index(handle) if self._tok is not None else -1
         self._remove(handle)
         if self._tok is not None:
-            self._retoken((self._tok, "E", i))
-        self._update()
+            self._replan((self._tok, "E", i))
+        else:
+            self._update()
 
     def set_traffic(self, tx_bytes_per_s: float, rx_bytes_per_s: float) -> float:
         """The network's send/receive rates at this GPU (links alone); returns the collectives'
@@ -525,7 +528,7 @@ class GPUDevice:
             if taker is not None:
                 taker.incoming += t.n
             delay = (j + 0.5) * span / steps
-            t.event = self.engine.after(max(0, int(math.ceil(delay))), self._on_transfer, t)
+            t.event = self.engine.after_bundled(max(0, int(math.ceil(delay))), self._on_transfer, t)
             self._transfers.append(t)
 
     def _on_transfer(self, t: _Transfer) -> None:
@@ -553,8 +556,9 @@ class GPUDevice:
             t.taker.incoming -= t.n
             t.taker.held += t.n
         if self._tok is not None:
-            self._retoken((self._tok, "X", i))
-        self._update()
+            self._replan((self._tok, "X", i))
+        else:
+            self._update()
 
     def _remove(self, k: _Kernel) -> None:
         k.alive = False
@@ -703,6 +707,26 @@ class GPUDevice:
             tok = trans[key] = memo.fresh()
         self._tok = tok
 
+    def _replan(self, key: tuple) -> None:
+        """:meth:`_retoken` by ``key`` then :meth:`_update`, for a GPU with a token (the pair
+        every change but new traffic makes): this picosecond's transitions looked up once, and a
+        re-plan another GPU of the new token already computed applied at once."""
+        memo = self._memo
+        now = self.engine.now
+        trans = memo.trans if memo.now == now else memo.at(now)
+        if not self._ks:
+            tok = memo.canon(self)
+        else:
+            tok = trans.get(key)
+            if tok is None:
+                tok = trans[key] = memo.fresh()
+        self._tok = tok
+        hit = trans.get(tok)  # (_shared's key for an update: the token itself)
+        if hit is None:
+            self._shared(True)
+        else:
+            self._apply(hit)
+
     def _shared(self, update: bool) -> None:
         """:meth:`_update` (``update``) or the rest of :meth:`set_traffic` for a GPU with a
         token: the first GPU of its token at this picosecond computes it and leaves what it
@@ -756,7 +780,7 @@ class GPUDevice:
         if self._board is not None:
             self._board[1, self._slot] = rate
         if transfers:
-            after = self.engine.after
+            after = self.engine.after_bundled
             on_transfer = self._on_transfer
             for di, ti, n, delay in transfers:
                 t = _Transfer(ks[di], None if ti < 0 else ks[ti], n)
@@ -821,8 +845,9 @@ class GPUDevice:
         for k in finished:
             self._remove(k)
         if self._tok is not None:
-            self._retoken((self._tok, "V",))
-        self._update()
+            self._replan((self._tok, "V"))
+        else:
+            self._update()
         for k in finished:
             if k.on_done is not None:
                 k.on_done(k.start, now)

@@ -508,6 +508,15 @@ def test_gpus_in_the_same_state_share_their_replans_with_the_same_results(seed, 
                                for k in range(40)) + 6
 
 
+def test_hand_over_steps_bundled_in_the_engine_run_as_their_own_events_would(monkeypatch):
+    """The GPUs queue their SM hand-over steps with Engine.after_bundled (the steps many GPUs
+    make alike share a heap entry): every end, counter, utilization, the event count and the
+    shared re-plans are those of plain Engine.after, bit for bit."""
+    bundled = _lockstep_mix(True, 5)
+    monkeypatch.setattr(Engine, "after_bundled", Engine.after)
+    assert _lockstep_mix(True, 5) == bundled
+
+
 def test_a_slowed_link_splits_the_gpus_that_shared_their_state_with_the_same_results():
     """One slowed NIC link: the GPUs whose flows cross it are fed differently from the rest of
     their group mid-collective, so GPUs that shared a state stop sharing it (and meet again
