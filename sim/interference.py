@@ -101,6 +101,8 @@ __all__ = [
     "CommEngineSpec",
     "GPUDevice",
     "CommHandle",
+    "comm_begin_all",
+    "comm_end_all",
     "couple",
     "gemm_ctas",
     "collective_links",
@@ -326,12 +328,20 @@ class GPUDevice:
             raise ValueError(f"link_gbytes_per_s: expected a number >= 0, got {link_gbytes_per_s!r}")
         if not (isinstance(reduce_fraction, (int, float)) and 0 <= reduce_fraction <= 1):
             raise ValueError(f"reduce_fraction: expected a number in [0, 1], got {reduce_fraction!r}")
+        return self._begin(self._comm_want(link_gbytes_per_s, reduce_fraction), float(reduce_fraction))
+
+    def _comm_want(self, link_gbytes_per_s: float, reduce_fraction: float) -> float:
+        """The SMs a collective's kernel occupies here: its channels (at least one on SMs)."""
         rate = link_gbytes_per_s * (reduce_fraction if self.on_dma else 1.0)
         channels = comm_channels(rate, self.comm)
         if not self.on_dma:
             channels = max(1, channels)
-        k = _Kernel("comm", self.comm_priority, self._next_seq(), float(min(channels, self.sms)), self.engine.now,
-                    reduce_fraction=float(reduce_fraction))
+        return float(min(channels, self.sms))
+
+    def _begin(self, want: float, reduce_fraction: float) -> CommHandle:
+        """:meth:`comm_begin` once its figures are checked and its SMs known."""
+        self._seq += 1
+        k = _Kernel("comm", self.comm_priority, self._seq, want, self.engine.now, reduce_fraction=reduce_fraction)
         self.collectives += 1
         self._ncomm += 1
         if self._board is not None:
@@ -851,6 +861,39 @@ class GPUDevice:
         for k in finished:
             if k.on_done is not None:
                 k.on_done(k.start, now)
+
+
+def comm_begin_all(gpus: Sequence[GPUDevice], links: Sequence[float], reduce_fraction: float = 0.0) -> list[CommHandle]:
+    """A collective's kernel starts on each of ``gpus`` (``links[i]``: the GB/s of the links it
+    drives from ``gpus[i]``): exactly ``[g.comm_begin(l, reduce_fraction) for g, l in zip(gpus,
+    links)]``, the same effects in the same order (each GPU's re-plan, hand-overs, timer and
+    re-solve request in turn), with the checks made and the channels counted once per distinct
+    link figure (a collective's ranks drive a handful of distinct ones)."""
+    if len(links) != len(gpus):
+        raise ValueError(f"links: expected one figure per GPU ({len(gpus)}), got {len(links)}")
+    if not (isinstance(reduce_fraction, (int, float)) and 0 <= reduce_fraction <= 1):
+        raise ValueError(f"reduce_fraction: expected a number in [0, 1], got {reduce_fraction!r}")
+    rf = float(reduce_fraction)
+    wants: dict = {}  # (link, comm spec, on_dma, SMs) -> SMs the kernel occupies
+    out = []
+    for g, link in zip(gpus, links):
+        key = (link, id(g.comm), g.on_dma, g.sms)  # (the specs live as long as their GPUs)
+        want = wants.get(key)
+        if want is None:
+            if not (isinstance(link, (int, float)) and link >= 0):
+                raise ValueError(f"links: expected numbers >= 0, got {link!r}")
+            want = wants[key] = g._comm_want(link, rf)
+        out.append(g._begin(want, rf))
+    return out
+
+
+def comm_end_all(gpus: Sequence[GPUDevice], handles: Sequence[CommHandle]) -> None:
+    """A collective's kernel ends on each of ``gpus``: exactly ``g.comm_end(h)`` for each pair in
+    order (the counterpart of :func:`comm_begin_all`)."""
+    if len(handles) != len(gpus):
+        raise ValueError(f"handles: expected one per GPU ({len(gpus)}), got {len(handles)}")
+    for g, h in zip(gpus, handles):
+        g.comm_end(h)
 
 
 def comm_channels(link_gbytes_per_s: float, comm: CommEngineSpec | None = None) -> int:
