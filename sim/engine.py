@@ -168,7 +168,7 @@ class Timer:
             eng._live -= 1
         entry = [time_ps, seq, _TIMER, (self,), False]
         eng._live += 1
-        heapq.heappush(eng._heap, entry)
+        eng._join(entry)  # (many GPUs set their timers for the same picosecond: a bundle's member)
         self._entry = entry
 
     def clear(self) -> None:
@@ -226,6 +226,15 @@ def _run_bundle(bundle: _Bundle) -> None:  # pragma: no cover  (a marker: the lo
 
 
 _BUNDLE = _run_bundle
+
+
+def _restand(heap: list, member: list) -> None:
+    """A timer's entry, a member of a bundle, came up before the timer's own time and sequence
+    (the timer was set later since): it leaves the bundle and is queued under them."""
+    timer = member[3][0]
+    member[0] = timer.time
+    member[1] = timer.seq
+    heapq.heappush(heap, member)
 
 
 class Engine:
@@ -301,6 +310,13 @@ class Engine:
         member = [time_ps, self._seq, callback, args, False]
         self._seq += 1
         self._live += 1
+        self._join(member)
+        return EventHandle(time_ps, member, self)
+
+    def _join(self, member: list) -> None:
+        """Queue ``member`` (an entry with the newest sequence) in the bundle of its picosecond
+        not yet run, opening one if there is none."""
+        time_ps = member[0]
         entry = self._open.get(time_ps)
         if entry is None:
             entry = [time_ps, member[1], _BUNDLE, (_Bundle(member),), False]
@@ -308,7 +324,6 @@ class Engine:
             heapq.heappush(self._heap, entry)
         else:
             entry[3][0].members.append(member)
-        return EventHandle(time_ps, member, self)
 
     def _bundle(self, entry: list, one: bool) -> None:
         """Run the bundle ``entry`` (at the top of the heap): its members in order while no other
@@ -333,6 +348,9 @@ class Engine:
             if (one and ran) or (heap and (heap[0][0] < time_ps or (heap[0][0] == time_ps and heap[0][1] < m[1]))):
                 break  # something else comes first: queue the rest again under this member's key
             i += 1
+            if callback is _TIMER and m[1] != m[3][0].seq:
+                _restand(heap, m)
+                continue
             ran = True
             self.now = time_ps
             args = m[3]
@@ -347,6 +365,33 @@ class Engine:
                 self._requeue_bundle(entry, bundle, i)
                 raise
         self._requeue_bundle(entry, bundle, i)
+
+    def _ready(self, entry: list) -> bool:
+        """Whether the bundle ``entry`` (at the top of the heap) runs a member at its time next
+        (True), or else (False) moved on past its cancelled members and its timers' entries
+        set later since (each queued under its timer's key) and was queued again or dropped."""
+        bundle = entry[3][0]
+        members = bundle.members
+        i = bundle.pos
+        n = len(members)
+        m = members[i]
+        if m[2] is not None and (m[2] is not _TIMER or m[1] == m[3][0].seq):
+            return True
+        heap = self._heap
+        heapq.heappop(heap)
+        while i < n:
+            m = members[i]
+            if m[2] is None:
+                i += 1
+            elif m[2] is _TIMER and m[1] != m[3][0].seq:
+                i += 1
+                _restand(heap, m)
+            else:
+                break
+        self._requeue_bundle(entry, bundle, i)
+        if entry[2] is None and self._open.get(entry[0]) is entry:
+            del self._open[entry[0]]
+        return False
 
     def _requeue_bundle(self, entry: list, bundle: _Bundle, i: int) -> None:
         """Queue ``bundle`` again from member ``i`` on (its first live one's key), or drop it."""
@@ -383,14 +428,8 @@ class Engine:
             if callback is None:
                 heapq.heappop(heap)
             elif callback is _BUNDLE:
-                bundle = entry[3][0]
-                if any(m[2] is not None for m in bundle.members[bundle.pos:]):
+                if self._ready(entry):
                     break
-                heapq.heappop(heap)  # every member left was cancelled
-                if self._open.get(entry[0]) is entry:
-                    del self._open[entry[0]]
-                entry[2] = None
-                entry[3] = ()
             elif not _requeue(heap, entry):
                 break
         return heap[0][0] if heap else None
