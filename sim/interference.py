@@ -76,6 +76,8 @@ API
     collectives_on_dma=False, interference=0.0, comm=CommEngineSpec(), record=False)``;
     ``gpu.launch(cost, on_done, priority=0, ctas=None) -> isolated ps``;
     ``h = gpu.comm_begin(link_gbytes_per_s, reduce_fraction=0.0)``; ``gpu.comm_end(h)``;
+    ``hs = comm_begin_all(gpus, links, reduce_fraction)``; ``comm_end_all(gpus, hs)`` (a collective's
+    ranks at once: exactly the calls on each GPU in turn);
     ``gpu.set_traffic(tx_bytes_per_s, rx_bytes_per_s)`` (what the network reports);
     ``couple(net, gpus, batched=True, shared=True)`` installs the network throttle (and lets GPUs
     in the same state share their re-plans); ``gpu.utilization(elapsed_ps)``;
