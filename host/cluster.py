@@ -50,7 +50,7 @@ from neonic.host.scenario import (SCENARIO_PRESETS, Scenario, default_scenario, 
 from neonic.host.schedule import Op, ScheduleRunner
 from neonic.sim.engine import Engine, ps_from_s
 from neonic.sim.gpu import KernelCost
-from neonic.sim.interference import REDUCE_FRACTION, collective_links, couple
+from neonic.sim.interference import REDUCE_FRACTION, collective_links, comm_begin_all, comm_end_all, couple
 from neonic.sim.resources import CPU_PRESETS, GPUDevice, ServerPool
 
 __all__ = [
@@ -449,7 +449,8 @@ class ClusterRun:
                 # the collective's kernel runs on every rank from its start until the network
                 # delivers its last byte: channels (SMs) or copy engines, HBM by the bytes it moves
                 rf = REDUCE_FRACTION["alltoallv" if payload.kind == "alltoallv" else "allreduce"]
-                held = [(gpus[r], gpus[r].comm_begin(float(comm_links[r]), rf)) for r in op.ranks]
+                on = [gpus[r] for r in op.ranks]
+                held = comm_begin_all(on, [float(comm_links[r]) for r in op.ranks], rf)
 
                 finish = done
                 if payload.nic_ps is not None and nics:
@@ -462,8 +463,7 @@ class ClusterRun:
 
                 def net_done(coll_handle: Any) -> None:
                     trim_due[0] |= _let_go(coll_handle)  # (before the ops it frees start)
-                    for g, handle in held:
-                        g.comm_end(handle)
+                    comm_end_all(on, held)
                     finish(start, engine.now)
 
                 if payload.kind == "alltoallv":

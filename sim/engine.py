@@ -18,6 +18,8 @@ API (stable; other models code against it)
     ``eng.after(delay_ps, fn, *args) -> EventHandle``; ``handle.cancel()``;
     ``timer = eng.timer(fn, *args)``; ``timer.set(time_ps)``; ``timer.clear()`` (a callback whose
     time is set again and again, e.g. a GPU's next kernel event: see :class:`Timer`);
+    ``eng.after_bundled(delay_ps, fn, *args) -> EventHandle`` (exactly ``after``, cheaper for
+    the many events that fall on the same picosecond: see :meth:`Engine.after_bundled`);
     ``eng.run(until_ps=None) -> int`` (the time at which it stopped);
     ``eng.step() -> bool``; ``eng.peek() -> int | None``; ``eng.pending``;
     ``eng.events_processed``.
@@ -166,7 +168,7 @@ class Timer:
             eng._live -= 1
         entry = [time_ps, seq, _TIMER, (self,), False]
         eng._live += 1
-        heapq.heappush(eng._heap, entry)
+        eng._join(entry)  # (many GPUs set their timers for the same picosecond: a bundle's member)
         self._entry = entry
 
     def clear(self) -> None:
@@ -206,10 +208,39 @@ def _requeue(heap: list, entry: list) -> bool:
     return True
 
 
+class _Bundle:
+    """Events of one picosecond scheduled by :meth:`Engine.after_bundled`, queued as one heap
+    entry. Each member keeps the insertion sequence it was given (members: entries of the
+    plain form, in sequence order); the bundle's entry is keyed by its next member's time and
+    sequence, so the heap orders it exactly as that member's own entry (keys are unique)."""
+
+    __slots__ = ("members", "pos")
+
+    def __init__(self, first: list) -> None:
+        self.members = [first]
+        self.pos = 0  # the next member to run
+
+
+def _run_bundle(bundle: _Bundle) -> None:  # pragma: no cover  (a marker: the loops run bundles)
+    raise AssertionError("a bundle's entry runs through Engine._bundle")
+
+
+_BUNDLE = _run_bundle
+
+
+def _restand(heap: list, member: list) -> None:
+    """A timer's entry, a member of a bundle, came up before the timer's own time and sequence
+    (the timer was set later since): it leaves the bundle and is queued under them."""
+    timer = member[3][0]
+    member[0] = timer.time
+    member[1] = timer.seq
+    heapq.heappush(heap, member)
+
+
 class Engine:
     """A discrete-event engine with integer-picosecond time and deterministic tie-breaking."""
 
-    __slots__ = ("now", "events_processed", "_heap", "_seq", "_live", "_running")
+    __slots__ = ("now", "events_processed", "_heap", "_seq", "_live", "_running", "_open")
 
     def __init__(self, start_ps: int = 0) -> None:
         if not isinstance(start_ps, int) or start_ps < 0:
@@ -221,6 +252,7 @@ class Engine:
         self._seq = 0
         self._live = 0
         self._running = False
+        self._open: dict[int, list] = {}  # time -> the entry of the bundle events at that time join
 
     # ----------------------------------------------------------------------------- scheduling
     def schedule(self, time_ps: int, callback: Callable[..., Any], *args: Any) -> EventHandle:
@@ -258,6 +290,123 @@ class Engine:
         heapq.heappush(self._heap, entry)
         return EventHandle(time_ps, entry, self)
 
+    def after_bundled(self, delay_ps: int, callback: Callable[..., Any], *args: Any) -> EventHandle:
+        """Exactly :meth:`after` (the same insertion sequence, the same order against every other
+        event, the same handle), for events many of which fall on the same picosecond (a GPU's
+        SM hand-over steps, made alike by many GPUs at once): the event joins the bundle of its
+        picosecond not yet run, one heap entry for all of them. A bundle runs its members in
+        sequence order and gives way (queued again under its next member's key) whenever
+        another entry's key comes first, so every event runs exactly where its own entry would
+        have; what it saves is a heap push and pop per member."""
+        if type(delay_ps) is not int:
+            if not isinstance(delay_ps, int):
+                raise ValueError(f"delay_ps: expected an integer >= 0, got {delay_ps!r}")
+            delay_ps = int(delay_ps)
+        if delay_ps < 0:
+            raise ValueError(f"delay_ps: expected an integer >= 0, got {delay_ps!r}")
+        if not callable(callback):
+            raise ValueError(f"callback: expected a callable, got {callback!r}")
+        time_ps = self.now + delay_ps
+        member = [time_ps, self._seq, callback, args, False]
+        self._seq += 1
+        self._live += 1
+        self._join(member)
+        return EventHandle(time_ps, member, self)
+
+    def _join(self, member: list) -> None:
+        """Queue ``member`` (an entry with the newest sequence) in the bundle of its picosecond
+        not yet run, opening one if there is none."""
+        time_ps = member[0]
+        entry = self._open.get(time_ps)
+        if entry is None:
+            entry = [time_ps, member[1], _BUNDLE, (_Bundle(member),), False]
+            self._open[time_ps] = entry
+            heapq.heappush(self._heap, entry)
+        else:
+            entry[3][0].members.append(member)
+
+    def _bundle(self, entry: list, one: bool) -> None:
+        """Run the bundle ``entry`` (at the top of the heap): its members in order while no other
+        entry's key comes before the next one's (``one``: a single member, as :meth:`step`);
+        then queue it again under its next live member's key, or drop it."""
+        heap = self._heap
+        heapq.heappop(heap)
+        time_ps = entry[0]
+        if self._open.get(time_ps) is entry:
+            del self._open[time_ps]  # (later events of this picosecond open a new bundle)
+        bundle = entry[3][0]
+        members = bundle.members
+        i = bundle.pos
+        n = len(members)
+        ran = False
+        while i < n:
+            m = members[i]
+            callback = m[2]
+            if callback is None:  # cancelled
+                i += 1
+                continue
+            if (one and ran) or (heap and (heap[0][0] < time_ps or (heap[0][0] == time_ps and heap[0][1] < m[1]))):
+                break  # something else comes first: queue the rest again under this member's key
+            i += 1
+            if callback is _TIMER and m[1] != m[3][0].seq:
+                _restand(heap, m)
+                continue
+            ran = True
+            self.now = time_ps
+            args = m[3]
+            m[2] = None
+            m[3] = ()
+            m[4] = True
+            self._live -= 1
+            self.events_processed += 1
+            try:
+                callback(*args)
+            except BaseException:
+                self._requeue_bundle(entry, bundle, i)
+                raise
+        self._requeue_bundle(entry, bundle, i)
+
+    def _ready(self, entry: list) -> bool:
+        """Whether the bundle ``entry`` (at the top of the heap) runs a member at its time next
+        (True), or else (False) moved on past its cancelled members and its timers' entries
+        set later since (each queued under its timer's key) and was queued again or dropped."""
+        bundle = entry[3][0]
+        members = bundle.members
+        i = bundle.pos
+        n = len(members)
+        m = members[i]
+        if m[2] is not None and (m[2] is not _TIMER or m[1] == m[3][0].seq):
+            return True
+        heap = self._heap
+        heapq.heappop(heap)
+        while i < n:
+            m = members[i]
+            if m[2] is None:
+                i += 1
+            elif m[2] is _TIMER and m[1] != m[3][0].seq:
+                i += 1
+                _restand(heap, m)
+            else:
+                break
+        self._requeue_bundle(entry, bundle, i)
+        if entry[2] is None and self._open.get(entry[0]) is entry:
+            del self._open[entry[0]]
+        return False
+
+    def _requeue_bundle(self, entry: list, bundle: _Bundle, i: int) -> None:
+        """Queue ``bundle`` again from member ``i`` on (its first live one's key), or drop it."""
+        members = bundle.members
+        n = len(members)
+        while i < n and members[i][2] is None:
+            i += 1
+        bundle.pos = i
+        if i < n:
+            entry[1] = members[i][1]
+            heapq.heappush(self._heap, entry)
+        else:
+            entry[2] = None
+            entry[3] = ()
+
     def timer(self, callback: Callable[..., Any], *args: Any) -> Timer:
         """A :class:`Timer` for ``callback(*args)``, not set."""
         if not callable(callback):
@@ -273,9 +422,16 @@ class Engine:
     def peek(self) -> int | None:
         """Time of the next live event, or None when nothing is pending."""
         heap = self._heap
-        while heap and (heap[0][2] is None or _requeue(heap, heap[0])):
-            if heap[0][2] is None:
+        while heap:
+            entry = heap[0]
+            callback = entry[2]
+            if callback is None:
                 heapq.heappop(heap)
+            elif callback is _BUNDLE:
+                if self._ready(entry):
+                    break
+            elif not _requeue(heap, entry):
+                break
         return heap[0][0] if heap else None
 
     def step(self) -> bool:
@@ -289,6 +445,12 @@ class Engine:
                 continue
             if callback is _TIMER and _requeue(heap, entry):
                 continue
+            if callback is _BUNDLE:
+                before = self.events_processed
+                self._bundle(entry, True)
+                if self.events_processed == before:
+                    continue  # every member left was cancelled
+                return True
             heapq.heappop(heap)
             self.now = entry[0]
             args = entry[3]
@@ -339,6 +501,9 @@ class Engine:
                 if until_ps is not None and entry[0] > until_ps:
                     break
                 if callback is _TIMER and _requeue(heap, entry):
+                    continue
+                if callback is _BUNDLE:
+                    self._bundle(entry, False)
                     continue
                 pop(heap)
                 self.now = entry[0]

@@ -76,6 +76,8 @@ API
     collectives_on_dma=False, interference=0.0, comm=CommEngineSpec(), record=False)``;
     ``gpu.launch(cost, on_done, priority=0, ctas=None) -> isolated ps``;
     ``h = gpu.comm_begin(link_gbytes_per_s, reduce_fraction=0.0)``; ``gpu.comm_end(h)``;
+    ``hs = comm_begin_all(gpus, links, reduce_fraction)``; ``comm_end_all(gpus, hs)`` (a collective's
+    ranks at once: exactly the calls on each GPU in turn);
     ``gpu.set_traffic(tx_bytes_per_s, rx_bytes_per_s)`` (what the network reports);
     ``couple(net, gpus, batched=True, shared=True)`` installs the network throttle (and lets GPUs
     in the same state share their re-plans); ``gpu.utilization(elapsed_ps)``;
@@ -101,6 +103,8 @@ __all__ = [
     "CommEngineSpec",
     "GPUDevice",
     "CommHandle",
+    "comm_begin_all",
+    "comm_end_all",
     "couple",
     "gemm_ctas",
     "collective_links",
@@ -314,8 +318,9 @@ class GPUDevice:
         self._advance()
         self._add(k)
         if self._tok is not None:
-            self._retoken((self._tok, "L", k.remaining, k.d_sm, k.d_hbm, k.want, k.waves, k.priority))
-        self._update()
+            self._replan((self._tok, "L", k.remaining, k.d_sm, k.d_hbm, k.want, k.waves, k.priority))
+        else:
+            self._update()
         return duration
 
     def comm_begin(self, link_gbytes_per_s: float, reduce_fraction: float = 0.0) -> CommHandle:
@@ -325,12 +330,20 @@ class GPUDevice:
             raise ValueError(f"link_gbytes_per_s: expected a number >= 0, got {link_gbytes_per_s!r}")
         if not (isinstance(reduce_fraction, (int, float)) and 0 <= reduce_fraction <= 1):
             raise ValueError(f"reduce_fraction: expected a number in [0, 1], got {reduce_fraction!r}")
+        return self._begin(self._comm_want(link_gbytes_per_s, reduce_fraction), float(reduce_fraction))
+
+    def _comm_want(self, link_gbytes_per_s: float, reduce_fraction: float) -> float:
+        """The SMs a collective's kernel occupies here: its channels (at least one on SMs)."""
         rate = link_gbytes_per_s * (reduce_fraction if self.on_dma else 1.0)
         channels = comm_channels(rate, self.comm)
         if not self.on_dma:
             channels = max(1, channels)
-        k = _Kernel("comm", self.comm_priority, self._next_seq(), float(min(channels, self.sms)), self.engine.now,
-                    reduce_fraction=float(reduce_fraction))
+        return float(min(channels, self.sms))
+
+    def _begin(self, want: float, reduce_fraction: float) -> CommHandle:
+        """:meth:`comm_begin` once its figures are checked and its SMs known."""
+        self._seq += 1
+        k = _Kernel("comm", self.comm_priority, self._seq, want, self.engine.now, reduce_fraction=reduce_fraction)
         self.collectives += 1
         self._ncomm += 1
         if self._board is not None:
@@ -338,8 +351,9 @@ class GPUDevice:
         self._advance()
         self._add(k)
         if self._tok is not None:
-            self._retoken((self._tok, "B", k.want, k.priority, k.reduce_fraction))
-        self._update()
+            self._replan((self._tok, "B", k.want, k.priority, k.reduce_fraction))
+        else:
+            self._update()
         return k
 
     def comm_end(self, handle: CommHandle) -> None:
@@ -349,8 +363,9 @@ class GPUDevice:
         i = self._ks.index(handle) if self._tok is not None else -1
         self._remove(handle)
         if self._tok is not None:
-            self._retoken((self._tok, "E", i))
-        self._update()
+            self._replan((self._tok, "E", i))
+        else:
+            self._update()
 
     def set_traffic(self, tx_bytes_per_s: float, rx_bytes_per_s: float) -> float:
         """The network's send/receive rates at this GPU (links alone); returns the collectives'
@@ -525,7 +540,7 @@ class GPUDevice:
             if taker is not None:
                 taker.incoming += t.n
             delay = (j + 0.5) * span / steps
-            t.event = self.engine.after(max(0, int(math.ceil(delay))), self._on_transfer, t)
+            t.event = self.engine.after_bundled(max(0, int(math.ceil(delay))), self._on_transfer, t)
             self._transfers.append(t)
 
     def _on_transfer(self, t: _Transfer) -> None:
@@ -553,8 +568,9 @@ class GPUDevice:
             t.taker.incoming -= t.n
             t.taker.held += t.n
         if self._tok is not None:
-            self._retoken((self._tok, "X", i))
-        self._update()
+            self._replan((self._tok, "X", i))
+        else:
+            self._update()
 
     def _remove(self, k: _Kernel) -> None:
         k.alive = False
@@ -703,6 +719,26 @@ class GPUDevice:
             tok = trans[key] = memo.fresh()
         self._tok = tok
 
+    def _replan(self, key: tuple) -> None:
+        """:meth:`_retoken` by ``key`` then :meth:`_update`, for a GPU with a token (the pair
+        every change but new traffic makes): this picosecond's transitions looked up once, and a
+        re-plan another GPU of the new token already computed applied at once."""
+        memo = self._memo
+        now = self.engine.now
+        trans = memo.trans if memo.now == now else memo.at(now)
+        if not self._ks:
+            tok = memo.canon(self)
+        else:
+            tok = trans.get(key)
+            if tok is None:
+                tok = trans[key] = memo.fresh()
+        self._tok = tok
+        hit = trans.get(tok)  # (_shared's key for an update: the token itself)
+        if hit is None:
+            self._shared(True)
+        else:
+            self._apply(hit)
+
     def _shared(self, update: bool) -> None:
         """:meth:`_update` (``update``) or the rest of :meth:`set_traffic` for a GPU with a
         token: the first GPU of its token at this picosecond computes it and leaves what it
@@ -756,7 +792,7 @@ class GPUDevice:
         if self._board is not None:
             self._board[1, self._slot] = rate
         if transfers:
-            after = self.engine.after
+            after = self.engine.after_bundled
             on_transfer = self._on_transfer
             for di, ti, n, delay in transfers:
                 t = _Transfer(ks[di], None if ti < 0 else ks[ti], n)
@@ -821,11 +857,45 @@ class GPUDevice:
         for k in finished:
             self._remove(k)
         if self._tok is not None:
-            self._retoken((self._tok, "V",))
-        self._update()
+            self._replan((self._tok, "V"))
+        else:
+            self._update()
         for k in finished:
             if k.on_done is not None:
                 k.on_done(k.start, now)
+
+
+def comm_begin_all(gpus: Sequence[GPUDevice], links: Sequence[float], reduce_fraction: float = 0.0) -> list[CommHandle]:
+    """A collective's kernel starts on each of ``gpus`` (``links[i]``: the GB/s of the links it
+    drives from ``gpus[i]``): exactly ``[g.comm_begin(l, reduce_fraction) for g, l in zip(gpus,
+    links)]``, the same effects in the same order (each GPU's re-plan, hand-overs, timer and
+    re-solve request in turn), with the checks made and the channels counted once per distinct
+    link figure (a collective's ranks drive a handful of distinct ones)."""
+    if len(links) != len(gpus):
+        raise ValueError(f"links: expected one figure per GPU ({len(gpus)}), got {len(links)}")
+    if not (isinstance(reduce_fraction, (int, float)) and 0 <= reduce_fraction <= 1):
+        raise ValueError(f"reduce_fraction: expected a number in [0, 1], got {reduce_fraction!r}")
+    rf = float(reduce_fraction)
+    wants: dict = {}  # (link, comm spec, on_dma, SMs) -> SMs the kernel occupies
+    out = []
+    for g, link in zip(gpus, links):
+        key = (link, id(g.comm), g.on_dma, g.sms)  # (the specs live as long as their GPUs)
+        want = wants.get(key)
+        if want is None:
+            if not (isinstance(link, (int, float)) and link >= 0):
+                raise ValueError(f"links: expected numbers >= 0, got {link!r}")
+            want = wants[key] = g._comm_want(link, rf)
+        out.append(g._begin(want, rf))
+    return out
+
+
+def comm_end_all(gpus: Sequence[GPUDevice], handles: Sequence[CommHandle]) -> None:
+    """A collective's kernel ends on each of ``gpus``: exactly ``g.comm_end(h)`` for each pair in
+    order (the counterpart of :func:`comm_begin_all`)."""
+    if len(handles) != len(gpus):
+        raise ValueError(f"handles: expected one per GPU ({len(gpus)}), got {len(handles)}")
+    for g, h in zip(gpus, handles):
+        g.comm_end(h)
 
 
 def comm_channels(link_gbytes_per_s: float, comm: CommEngineSpec | None = None) -> int:

@@ -303,3 +303,100 @@ def test_a_timer_set_in_the_past_is_refused_and_a_cleared_one_never_runs():
     t.set(35)
     eng.run()
     assert log == [35] and eng.pending == 0
+
+
+def _bundle_program(bundled: bool, seed: int, drive: str) -> tuple[list, int, int, list]:
+    """A random program where many events fall on the same picoseconds: a few tens of sources
+    that each schedule steps at a handful of delays (with ``after_bundled`` or with ``after``),
+    mixed with plain events and timers at the same times, some steps cancelled (also the
+    first of a bundle and whole bundles), events scheduled for now from inside callbacks, and
+    a stop at ``until_ps`` and resume (``drive="run"``) or one ``step`` at a time. Returns the
+    log of (time, what ran), the events processed, the pending count at the stop and what
+    ``peek`` said along the way."""
+    import random
+
+    rng = random.Random(seed)
+    eng = Engine()
+    log: list[tuple[int, str]] = []
+    peeks: list = []
+    handles: list = []
+    later = eng.after_bundled if bundled else eng.after
+    timers = [eng.timer(lambda i=i: log.append((eng.now, f"t{i}"))) for i in range(3)]
+
+    def step(src: int, j: int) -> None:
+        log.append((eng.now, f"s{src}.{j}"))
+        r = rng.random()
+        if r < 0.25:
+            handles.append(later(rng.choice([0, 0, 2, 5]), step, src, j + 10))
+        elif r < 0.35:
+            eng.after(0, plain, 1000 + src)
+        elif r < 0.45:
+            timers[src % 3].set(eng.now + rng.choice([0, 2, 5]))
+        if handles and rng.random() < 0.3:
+            handles[rng.randrange(len(handles))].cancel()
+
+    def plain(k: int) -> None:
+        log.append((eng.now, f"e{k}"))
+        if rng.random() < 0.5:
+            for src in range(rng.randrange(1, 8)):
+                handles.append(later(rng.choice([1, 3, 5, 5]), step, src, 0))
+
+    def source(src: int) -> None:
+        for j in range(4):
+            handles.append(later((j + 1) * 2, step, src, j))
+
+    for src in range(30):
+        eng.schedule(rng.randrange(5), source, src)
+    for k in range(20):
+        eng.schedule(rng.randrange(20), plain, k)
+    for h in handles[::7]:
+        h.cancel()
+    if drive == "step":
+        while eng.step():
+            if rng.random() < 0.1:
+                peeks.append(eng.peek())
+        pending = 0
+    else:
+        eng.run(until_ps=9)
+        pending = eng.pending
+        peeks.append(eng.peek())
+        log.append((eng.now, "stop"))
+        eng.run()
+    return log, eng.events_processed, pending, peeks
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bundled_events_run_exactly_where_their_own_entries_would(seed):
+    """``after_bundled`` is ``after``: the same events run in the same order at the same times
+    with the same counts, against plain events, timers, cancellations (also of every member
+    of a bundle), events scheduled from inside a bundle's members, a stop and resume, and
+    ``step``; here dozens of events share a picosecond."""
+    for drive in ("run", "step"):
+        bundled = _bundle_program(True, seed, drive)
+        plain = _bundle_program(False, seed, drive)
+        assert bundled == plain
+        times = [t for t, what in plain[0] if what.startswith("s")]
+        assert len(times) > 100 and max(times.count(t) for t in set(times)) > 10
+
+
+def test_a_bundled_event_that_raises_leaves_the_rest_of_its_bundle_queued():
+    """A member of a bundle raising stops the run like any callback; the members after it
+    still run, in order, when the run resumes."""
+    eng = Engine()
+    log = []
+
+    def member(k: int) -> None:
+        log.append(k)
+        if k == 1:
+            raise KeyError(k)
+
+    handles = [eng.after_bundled(5, member, k) for k in range(4)]
+    handles[2].cancel()
+    with pytest.raises(KeyError):
+        eng.run()
+    assert log == [0, 1] and eng.pending == 1 and eng.peek() == 5
+    eng.run()
+    assert log == [0, 1, 3] and eng.events_processed == 3
+    assert handles[3].done and handles[2].cancelled and not handles[2].done
+    with pytest.raises(ValueError, match="delay_ps"):
+        eng.after_bundled(-1, member, 0)

@@ -9,8 +9,8 @@ import pytest
 
 from neonic.sim.engine import Engine, ps_from_s
 from neonic.sim.gpu import KernelCost, gemm_cost, gpu_preset
-from neonic.sim.interference import (REDUCE_FRACTION, CommEngineSpec, GPUDevice, collective_links, couple,
-                                     gemm_ctas)
+from neonic.sim.interference import (REDUCE_FRACTION, CommEngineSpec, GPUDevice, collective_links, comm_begin_all,
+                                     comm_end_all, couple, gemm_ctas)
 from neonic.sim.network import collectives as coll
 from neonic.sim.network.network import Network
 from neonic.sim.network.topology import Topology
@@ -433,14 +433,15 @@ def test_the_batched_traffic_update_is_the_per_gpu_one(seed, dma):
     assert calls_batched < calls_each
 
 
-def _lockstep_mix(shared: bool, seed: int, dma: bool = False, slow: bool = False) -> tuple:
+def _lockstep_mix(shared: bool, seed: int, dma: bool = False, slow: bool = False, begin_all: bool = False) -> tuple:
     """Two ZionEX nodes whose GPUs mostly run the same work at the same times (two groups of
     eight with their own kernels, AlltoAlls of equal and of uneven sizes, AllGathers), with a
     few kernels on single GPUs that set them apart for a while; coupled to the network with
     ``couple(..., shared=shared)``. ``slow``: one NIC's receive link of the second node at
     0.37 of its capacity (GPUs of a group get different traffic once an AlltoAll's flows reach
     it). Returns every kernel's and collective's end in the order they ended, each GPU's
-    counters and utilization, the engine's event count, and how many re-plans the GPUs shared."""
+    counters and utilization, the engine's event count, and how many re-plans the GPUs shared.
+    ``begin_all``: the collectives begin and end with comm_begin_all / comm_end_all."""
     rng = np.random.default_rng(seed)
     topo = Topology.from_preset("zionex", nodes=2)
     if slow:
@@ -462,9 +463,15 @@ def _lockstep_mix(shared: bool, seed: int, dma: bool = False, slow: bool = False
 
     def collective(c: int) -> None:
         rf = REDUCE_FRACTION["all_gather"] if c % 3 == 2 else 0.0
-        hs = [g.comm_begin(float(links[r]), rf) for r, g in enumerate(gpus)]
+        if begin_all:
+            hs = comm_begin_all(gpus, [float(x) for x in links], rf)
+        else:
+            hs = [g.comm_begin(float(links[r]), rf) for r, g in enumerate(gpus)]
 
         def done(_h):
+            if begin_all:
+                comm_end_all(gpus, hs)
+                return ends.append((f"c{c}", -1, eng.now))
             for g, h in zip(gpus, hs):
                 g.comm_end(h)
             ends.append((f"c{c}", -1, eng.now))
@@ -506,6 +513,41 @@ def test_gpus_in_the_same_state_share_their_replans_with_the_same_results(seed, 
     assert no_hits == 0 and hits > same[3] // 10  # (same[3]: the engine's event count)
     assert len(same[0]) == sum(len([list(range(8)), list(range(8, 16)), list(range(16))][k % 3]) if k % 7 != 3 else 1
                                for k in range(40)) + 6
+
+
+@pytest.mark.parametrize("shared,dma", [(True, False), (True, True), (False, False)])
+def test_a_collective_begun_and_ended_on_all_its_gpus_at_once_is_each_gpu_in_turn(shared, dma):
+    """comm_begin_all / comm_end_all are comm_begin / comm_end on each GPU in order: every end,
+    counter, utilization, the event count and the shared re-plans are the same, bit for bit
+    (GPUs on copy engines among them: their channels differ from the others')."""
+    assert _lockstep_mix(shared, 3, dma, begin_all=True) == _lockstep_mix(shared, 3, dma)
+
+
+def test_hand_over_steps_bundled_in_the_engine_run_as_their_own_events_would(monkeypatch):
+    """The GPUs queue their SM hand-over steps with Engine.after_bundled (the steps many GPUs
+    make alike share a heap entry): every end, counter, utilization, the event count and the
+    shared re-plans are those of plain Engine.after, bit for bit."""
+    bundled = _lockstep_mix(True, 5)
+    monkeypatch.setattr(Engine, "after_bundled", Engine.after)
+    assert _lockstep_mix(True, 5) == bundled
+
+
+def test_comm_begin_all_checks_its_figures():
+    eng = Engine()
+    gpus = [GPUDevice(eng, SPEC, name=f"g{r}") for r in range(2)]
+    with pytest.raises(ValueError, match="links"):
+        comm_begin_all(gpus, [100.0], 0.0)
+    with pytest.raises(ValueError, match="reduce_fraction"):
+        comm_begin_all(gpus, [100.0, 100.0], 1.5)
+    with pytest.raises(ValueError, match="handles"):
+        comm_end_all(gpus, [])
+    hs = comm_begin_all(gpus, [100.0, 300.0], 0.5)
+    assert [h.want for h in hs] == [8.0, 24.0] and all(g.active == 1 for g in gpus)
+    comm_end_all(gpus, hs)
+    assert all(g.active == 0 for g in gpus)
+    with pytest.raises(ValueError, match="links"):  # (as the loop: the GPUs before it began)
+        comm_begin_all(gpus, [100.0, -1.0], 0.0)
+    assert [g.active for g in gpus] == [1, 0]
 
 
 def test_a_slowed_link_splits_the_gpus_that_shared_their_state_with_the_same_results():
