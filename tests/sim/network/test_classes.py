@@ -350,6 +350,22 @@ def _assert_same_classes(a, b):
         assert (x is None and y is None) or np.array_equal(x, y)
 
 
+def test_the_rows_ranking_is_numpys_stable_lexicographic_order():
+    """``_lexsort_rows`` (counting sorts for narrow columns, merge sorts for wide ones, constant
+    columns skipped) orders the first ``n`` rows as ``np.lexsort`` does, ties by row index."""
+    from neonic.sim.network.classes import _lexsort_rows
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        n, H = int(rng.integers(0, 2000)), int(rng.integers(1, 8))
+        top = int(rng.choice([1, 3, 40, 10**6, 2**40]))
+        rows = rng.integers(0, top, (n + int(rng.integers(0, 4)), H)).astype(np.int64)
+        if H > 2:
+            rows[:, 1] = 7  # a column of one value
+        expect = np.lexsort(rows[:n].T[::-1]) if n else np.zeros(0, dtype=np.int64)
+        np.testing.assert_array_equal(_lexsort_rows(rows, n), expect)
+
+
 @pytest.mark.parametrize("preset", ["zionex", "dgx-h100"])
 def test_compiled_refinement_gives_the_numpy_refinements_classes(preset, monkeypatch):
     """The compiled colour refinement returns exactly the numpy rounds' partition, ids and
