@@ -116,14 +116,24 @@ def _dense_hashed(key: np.ndarray) -> tuple[np.ndarray, int] | None:
     0.0 so that equal values share one), sorted, and each key's rank looked up: np.unique's
     ids. None where more than ``size // 8`` values are distinct (a sort is as good then)."""
     flt = key.dtype == np.float64
-    bits = (key + 0.0).view(np.int64) if flt else np.ascontiguousarray(key)
-    ok, uniq, slot = _distinct_kernel(bits, key.size // 8)
+    # floats by bit pattern, -0.0 read as 0.0 in the kernel (what ``key + 0.0`` gives, without
+    # a copy of the keys)
+    ok, uniq, slot = _distinct_kernel(np.ascontiguousarray(key).view(np.int64), key.size // 8, flt)
     if not ok:
         return None
     values = uniq.view(np.float64) if flt else uniq
     rank = np.empty(uniq.size, dtype=np.int64)
     rank[np.argsort(values, kind="stable")] = np.arange(uniq.size, dtype=np.int64)
-    return rank[slot], int(uniq.size)
+    return _ranked(slot, rank), int(uniq.size)
+
+
+@jit(cache=True, nogil=True)
+def _ranked(slot, rank):  # pragma: no cover - compiled
+    """``rank[slot]``, written over ``slot`` (a fresh array of the caller's): no second array of
+    the keys' size."""
+    for i in range(slot.shape[0]):
+        slot[i] = rank[slot[i]]
+    return slot
 
 
 def _count_pairs(key: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
@@ -365,6 +375,7 @@ def _refine_np(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl
 # entries and the flows; signatures are found in an open-addressing table by a hash and then
 # compared element by element, so a hash collision never merges two classes.
 _MASK = (1 << 63) - 1
+_NEG_ZERO = -(1 << 63)  # the int64 view of -0.0's bits
 _MUL = 1099511628211  # FNV-1 64-bit prime: a multiplier that spreads the bits; any odd one is exact
 
 
@@ -687,10 +698,11 @@ def _by_class(fc, nf):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
-def _distinct_kernel(bits, limit):  # pragma: no cover - compiled
+def _distinct_kernel(bits, limit, signed_zero=False):  # pragma: no cover - compiled
     """The distinct values of ``bits`` in order of first appearance and, per element, the index
     of its value among them (open addressing, exact comparison); (False, ...) once more than
-    ``limit`` are distinct."""
+    ``limit`` are distinct. ``signed_zero``: the bits are float64's, and -0.0's pattern is
+    read as 0.0's (one value, as ``x + 0.0`` makes them)."""
     n = bits.shape[0]
     size = 1024
     table = np.full(size, -1, dtype=np.int64)
@@ -700,6 +712,8 @@ def _distinct_kernel(bits, limit):  # pragma: no cover - compiled
     last = 0
     for i in range(n):
         v = bits[i]
+        if signed_zero and v == _NEG_ZERO:
+            v = 0
         if nu and uniq[last] == v:  # runs of one value (an AlltoAllv's sizes per destination node)
             slot[i] = last
             continue
