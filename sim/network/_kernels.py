@@ -961,3 +961,78 @@ def dense_cells(a, b, slot, live, factorf, framed, W):  # pragma: no cover  (com
             if live[f]:
                 W[ia[f], jb[f]] = factorf[f] if framed else 1.0
     return ia, jb, inc
+
+
+@jit(cache=True, nogil=True)
+def part_two_finite(links, cflow, part, n_part, finite, n_links, factorf, alive):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`two_finite` of the flows of component ``part`` (``cflow[f] == part``, ``n_part``
+    of them), in flow order, without gathering their rows first; also their factors and live
+    flags and their indices (``Network._shared_dense``: 16.8M flows at 4096 GPUs)."""
+    F, H = links.shape
+    a = np.empty(n_part, dtype=links.dtype)
+    b = np.empty(n_part, dtype=links.dtype)
+    fac = np.empty(n_part, dtype=factorf.dtype)
+    live = np.empty(n_part, dtype=np.bool_)
+    idx = np.empty(n_part, dtype=np.int64)
+    in_a = np.zeros(n_links, dtype=np.bool_)
+    in_b = np.zeros(n_links, dtype=np.bool_)
+    i = 0
+    for f in range(F):
+        if cflow[f] != part:
+            continue
+        n = 0
+        for h in range(H):
+            k = links[f, h]
+            if finite[k]:
+                if n == 0:
+                    a[i] = k
+                b[i] = k
+                n += 1
+        if n != 2:
+            return False, a, b, in_a, in_b, fac, live, idx
+        in_a[a[i]] = True
+        in_b[b[i]] = True
+        fac[i] = factorf[f]
+        live[i] = alive[f]
+        idx[i] = f
+        i += 1
+    return True, a, b, in_a, in_b, fac, live, idx
+
+
+@jit(cache=True, nogil=True)
+def rest_in_span(links, cflow, part, inspan):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Whether a flow outside component ``part`` crosses a link of ``inspan``."""
+    F, H = links.shape
+    for f in range(F):
+        if cflow[f] != part:
+            for h in range(H):
+                if inspan[links[f, h]]:
+                    return True
+    return False
+
+
+@jit(cache=True, nogil=True)
+def cells_of(F, idx, ia, jb):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """(F, 2) int32 cells: ``(ia[i], jb[i])`` for flow ``idx[i]``, -1 for the other flows."""
+    cell = np.full((F, 2), -1, dtype=np.int32)
+    for i in range(idx.shape[0]):
+        cell[idx[i], 0] = ia[i]
+        cell[idx[i], 1] = jb[i]
+    return cell
+
+
+@jit(cache=True, nogil=True)
+def transposed(W):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``np.ascontiguousarray(W.transpose(0, 2, 1))`` of a (1, n, m) matrix, copied in 64 x 64
+    tiles (a 4096 x 4096 matrix: numpy's element-wise copy misses the cache at every store)."""
+    S, n, m = W.shape
+    out = np.empty((S, m, n), dtype=W.dtype)
+    for s in range(S):
+        for i0 in range(0, n, 64):
+            i1 = min(i0 + 64, n)
+            for j0 in range(0, m, 64):
+                j1 = min(j0 + 64, m)
+                for j in range(j0, j1):
+                    for i in range(i0, i1):
+                        out[s, j, i] = W[s, i, j]
+    return out

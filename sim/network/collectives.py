@@ -497,11 +497,26 @@ def _tree_phases(topology: Topology, ranks: np.ndarray, nbytes: int, chunks: int
 def _whole(sz: np.ndarray) -> bool:
     """Whether every element is a whole number (``np.mod(sz, 1) == 0`` everywhere: finite and
     integral). For floats, whether no ``x - floor(x)`` is nonzero (NaN for inf and NaN): the
-    same answer without np.mod's division (a 4096-GPU AlltoAllv's 16.8M sizes: 0.25 s)."""
+    same answer without np.mod's division (a 4096-GPU AlltoAllv's 16.8M sizes: 0.25 s); for
+    float64 with numba in one compiled pass that stops at the first fraction (no two 134 MB
+    temporaries per AlltoAllv at 4096 GPUs: 0.3 s -> 0.02 s where they are freshly allocated)."""
     if sz.dtype.kind == "f":
+        if HAVE_NUMBA and sz.dtype == np.float64:
+            return bool(_whole_f64(np.ascontiguousarray(sz).ravel()))
         with np.errstate(invalid="ignore"):  # (inf - inf)
             return not np.any(sz - np.floor(sz))
     return bool(np.all(np.mod(sz, 1) == 0))
+
+
+@jit(cache=True, nogil=True)
+def _whole_f64(a):  # pragma: no cover - compiled (run as Python by NEONIC_NO_NUMBA)
+    """:func:`_whole` of a flat float64 array: False at the first ``x - floor(x)`` that is not
+    0 (a fraction; NaN for inf and NaN, which compares unequal to 0)."""
+    for i in range(a.shape[0]):
+        x = a[i]
+        if x - np.floor(x) != 0.0:
+            return False
+    return True
 
 
 @jit(cache=True, nogil=True)

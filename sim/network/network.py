@@ -293,7 +293,7 @@ class _SharedDense:
 
     def __init__(self, W: np.ndarray, a0: int, b0: int, cell: np.ndarray) -> None:
         self.W = W
-        self.WT = np.ascontiguousarray(W.transpose(0, 2, 1))
+        self.WT = K.transposed(W) if HAVE_NUMBA else np.ascontiguousarray(W.transpose(0, 2, 1))
         self.a0 = a0
         self.b0 = b0
         self.cell = cell
@@ -791,18 +791,21 @@ class Network:
         comp.dense[i] = (W2, np.ascontiguousarray(W2.T), A[r], B[k])
         comp.live[i] = (rows[r].copy(), cols[k].copy())
 
-    def _bipartite(self, links: np.ndarray, factorf: np.ndarray, live: np.ndarray):
+    def _bipartite(self, links: np.ndarray | None, factorf: np.ndarray, live: np.ndarray, found: tuple | None = None):
         """The dense form of a part (its flows' ``links``, factors, live flags) when it is
         bipartite (every flow crosses exactly two finite links, a first one from a set A and a
         second from a set B disjoint from A, both framed alike), has at most one flow per pair,
         fills at least a quarter of the A x B pairs, and every link's flows, in flow order, go
         to increasing partners (its load is then summed in the sparse solve's order): an
         AlltoAllv's NIC flows with one NIC per GPU. Returns (W (1, |A|, |B|) of the live flows'
-        weights, A, B, each flow's row, each flow's column) or None."""
+        weights, A, B, each flow's row, each flow's column) or None. ``found``: ``K.two_finite``'s
+        (a, b, in_a, in_b) of the flows, found already (``links`` is not read then)."""
         topo = self.topology
         finite = np.isfinite(topo.capacity)
         L = topo.capacity.size
-        if HAVE_NUMBA:  # each flow's two finite links in one compiled pass (16.8M flows at 4096 GPUs)
+        if found is not None:
+            a, b, in_a, in_b = found
+        elif HAVE_NUMBA:  # each flow's two finite links in one compiled pass (16.8M flows at 4096 GPUs)
             ok, a, b, in_a, in_b = K.two_finite(links, finite, L)
             if not ok:
                 return None
@@ -875,10 +878,15 @@ class Network:
         part = int(np.argmax(counts))
         if counts[part] < self.dense_min_flows:
             return False
-        inpart = cflow == part
-        idx = np.flatnonzero(inpart)
-        del cflow
-        f = self._bipartite(g._links[idx], g._factorf[idx], g._alive[idx])
+        if HAVE_NUMBA:  # the part's two finite links, factors and live flags in one pass, no row copies
+            ok, a, b, in_a, in_b, fac, live, idx = K.part_two_finite(g._links, cflow, part, int(counts[part]), finite,
+                                                                     finite.size, g._factorf, g._alive)
+            f = self._bipartite(None, fac, live, (a, b, in_a, in_b)) if ok else None
+            del a, b, fac, live
+        else:
+            inpart = cflow == part
+            idx = np.flatnonzero(inpart)
+            f = self._bipartite(g._links[idx], g._factorf[idx], g._alive[idx])
         if f is None:
             return False
         W, A, B, ia, jb = f
@@ -890,19 +898,28 @@ class Network:
         inspan = np.zeros(topo.capacity.size, dtype=bool)
         inspan[a0:a0 + nA] = True
         inspan[b0:b0 + nB] = True
-        rest = ~inpart
-        for h in range(g._links.shape[1]):  # the group's other flows stay off both blocks
-            if inspan[g._links[rest, h]].any():
+        # the group's other flows stay off both blocks
+        if HAVE_NUMBA:
+            if K.rest_in_span(g._links, cflow, part, inspan):
                 return False
+        else:
+            rest = ~inpart
+            for h in range(g._links.shape[1]):
+                if inspan[g._links[rest, h]].any():
+                    return False
+        del cflow
         if nA != A.size or nB != B.size:  # the part's matrix within the blocks' (zero elsewhere)
             Wf = np.zeros((1, nA, nB))
             Wf[0][np.ix_(A - a0, B - b0)] = W[0]
             W = Wf
             ia = (A - a0)[ia].astype(np.int32)
             jb = (B - b0)[jb].astype(np.int32)
-        cell = np.full((g._alive.size, 2), -1, dtype=np.int32)
-        cell[idx, 0] = ia
-        cell[idx, 1] = jb
+        if HAVE_NUMBA:
+            cell = K.cells_of(g._alive.size, idx, ia, jb)
+        else:
+            cell = np.full((g._alive.size, 2), -1, dtype=np.int32)
+            cell[idx, 0] = ia
+            cell[idx, 1] = jb
         return _SharedDense(W, a0, b0, cell)
 
     def _windows(self, t0: int, t1: int) -> np.ndarray:

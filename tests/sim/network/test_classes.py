@@ -350,6 +350,92 @@ def _assert_same_classes(a, b):
         assert (x is None and y is None) or np.array_equal(x, y)
 
 
+def _full_rounds(links, fc, lc, pad, max_rounds):
+    """Colour refinement written plainly, every round whole (links then flows) until a round
+    after the first leaves the links' partition as it was, or both counts stay: the rounds that
+    ``_refine_np`` and the compiled kernel shorten (``_STABLE_FLOWS``). Returns (fc, nf, lc,
+    nl) or None (out of rounds), and whether the links' pass after a round whose flows kept
+    their partition (but not the links) ended it: the pass the shortcut saves."""
+    F, H = links.shape
+    nl, nf = len(set(lc.tolist())), len(set(fc.tolist()))
+    kept = False
+    for rnd in range(max_rounds):
+        on = [[] for _ in range(lc.size)]
+        for f in range(F):
+            for k in links[f]:
+                if k != pad:
+                    on[k].append(int(fc[f]))
+        sig, new_lc = {}, np.empty(lc.size, dtype=np.int64)
+        for k in range(lc.size):
+            if on[k]:
+                new_lc[k] = sig.setdefault((int(lc[k]), tuple(sorted(on[k]))), len(sig))
+        idle = sorted({int(lc[k]) for k in range(lc.size) if not on[k]})
+        for k in range(lc.size):
+            if not on[k]:
+                new_lc[k] = len(sig) + idle.index(int(lc[k]))
+        n_new_l = len(sig) + len(idle)
+        if rnd and n_new_l == nl:
+            return (fc, nf, new_lc, n_new_l), kept
+        rows = [(int(fc[f]),) + tuple(sorted(new_lc[links[f]].tolist())) for f in range(F)]
+        rank = {r: i for i, r in enumerate(sorted(set(rows)))}
+        new_fc = np.array([rank[r] for r in rows], dtype=np.int64)
+        stable = len(rank) == nf and n_new_l == nl
+        kept = len(rank) == nf and n_new_l != nl
+        fc, nf, lc, nl = new_fc, len(rank), new_lc, n_new_l
+        if stable:
+            return (fc, nf, lc, nl), False
+    return None, False
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_refinement_that_stops_when_the_flows_keep_their_partition_gives_the_full_rounds(compiled):
+    """Ending the refinement at a round whose flows keep their partition (``_STABLE_FLOWS``)
+    returns the classes and ids of the full rounds (a links' pass more, which ends it then), in
+    numpy and in the compiled kernel (plain Python under NEONIC_NO_NUMBA); the full rounds run
+    out of ``max_rounds`` where the shortcut would come after the last."""
+    from neonic.sim.network import classes
+
+    refine = classes._refine_compiled if compiled else classes._refine_np
+    rng = np.random.default_rng(23)
+    shortened = 0
+    for trial in range(150):
+        n_links, F, H = int(rng.integers(2, 16)), int(rng.integers(1, 40)), int(rng.integers(1, 4))
+        pad = n_links
+        links = rng.integers(0, n_links, (F, H))
+        links[rng.random((F, H)) < 0.2] = pad
+        fc0 = rng.integers(0, 3, F)
+        fc0 = np.unique(fc0, return_inverse=True)[1].astype(np.int64)
+        lc0 = np.append(rng.integers(0, 2, n_links), 2)
+        lc0 = np.unique(lc0, return_inverse=True)[1].astype(np.int64)
+        nf0, nl0 = int(fc0.max()) + 1, int(lc0.max()) + 1
+        for rounds in (1, 2, 32):
+            expect, saved = _full_rounds(links, fc0, lc0, pad, rounds)
+            shortened += saved
+            got = refine(links, fc0, nf0, lc0, nl0, pad, F, rounds)
+            assert (got is None) == (expect is None), (trial, rounds)
+            if got is not None:
+                assert got[1] == expect[1] and got[3] == expect[3]
+                np.testing.assert_array_equal(got[0], expect[0])
+                np.testing.assert_array_equal(got[2], expect[2])
+    assert shortened > 20  # the shortcut's case (41 of the 450 here)
+
+
+def test_the_rows_ranking_is_numpys_stable_lexicographic_order():
+    """``_lexsort_rows`` (counting sorts for narrow columns, merge sorts for wide ones, constant
+    columns skipped) orders the first ``n`` rows as ``np.lexsort`` does, ties by row index."""
+    from neonic.sim.network.classes import _lexsort_rows
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        n, H = int(rng.integers(0, 2000)), int(rng.integers(1, 8))
+        top = int(rng.choice([1, 3, 40, 10**6, 2**40]))
+        rows = rng.integers(0, top, (n + int(rng.integers(0, 4)), H)).astype(np.int64)
+        if H > 2:
+            rows[:, 1] = 7  # a column of one value
+        expect = np.lexsort(rows[:n].T[::-1]) if n else np.zeros(0, dtype=np.int64)
+        np.testing.assert_array_equal(_lexsort_rows(rows, n), expect)
+
+
 @pytest.mark.parametrize("preset", ["zionex", "dgx-h100"])
 def test_compiled_refinement_gives_the_numpy_refinements_classes(preset, monkeypatch):
     """The compiled colour refinement returns exactly the numpy rounds' partition, ids and

@@ -410,7 +410,8 @@ def test_compiled_routes_equal_the_array_routes(preset, leaf_spine, monkeypatch)
 def test_alltoallv_pairs_and_whole_number_check_match_numpy():
     """The direct AlltoAllv's pairs (``_off_diagonal``: np.nonzero off the diagonal, in its
     order, with the sizes there) and the whole-number check of float sizes (``_whole``: what
-    ``np.mod(sizes, 1) == 0`` everywhere says, for inf, NaN, -0.0 and fractions too)."""
+    ``np.mod(sizes, 1) == 0`` everywhere says, for inf, NaN, -0.0 and fractions too, and for
+    views that are not contiguous)."""
     from neonic.sim.network.collectives import _off_diagonal, _whole
 
     rng = np.random.default_rng(7)
@@ -428,3 +429,6 @@ def test_alltoallv_pairs_and_whole_number_check_match_numpy():
             assert _whole(m) is False and not np.all(np.mod(m, 1) == 0)
     for good in (np.array([[0.0, -0.0], [2.0**60, 7.0]]), np.zeros((0, 0)), np.array([[1.0]], dtype=np.float32)):
         assert _whole(good) is True and np.all(np.mod(good, 1) == 0)
+    frac = np.arange(12.0).reshape(3, 4)
+    frac[2, 1] = 0.5
+    assert _whole(frac.T) is False and _whole(frac[:2].T) is True  # views: transposed, sliced

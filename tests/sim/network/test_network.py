@@ -721,6 +721,55 @@ def test_components_kernel_finds_the_link_disjoint_parts():
     assert K._components_np(links, finite).tolist() == expect
 
 
+def test_the_dense_part_kernels_give_the_gathered_rows_results():
+    """``_shared_dense``'s one-pass kernels equal the forms they replace: ``part_two_finite``
+    is ``two_finite`` of the part's gathered rows (with their factors, live flags and indices,
+    and the same refusal where a flow crosses other than two finite links), ``rest_in_span``
+    whether another flow touches the span, ``cells_of`` the scattered cells, ``transposed`` the
+    transposed copy (odd sizes, more than one tile)."""
+    from neonic.sim.network import _kernels as K
+
+    rng = np.random.default_rng(3)
+    L = 50
+    finite = np.ones(L, dtype=bool)
+    finite[[7, 20, 33, 49]] = False
+    for _ in range(50):
+        F = int(rng.integers(1, 400))
+        links = rng.integers(0, L, size=(F, 3)).astype(np.int32)
+        links[:, 1] = rng.choice([7, 20, 33, 49], F)  # the middle hop infinite
+        if rng.random() < 0.3:
+            links[rng.integers(0, F), 1] = 5  # a flow of three finite links
+        cflow = rng.integers(0, 3, F)
+        part = int(rng.integers(0, 3))
+        factor = rng.uniform(1.0, 1.1, F)
+        alive = rng.random(F) < 0.7
+        idx = np.flatnonzero(cflow == part)
+        ok, a, b, in_a, in_b, fac, live, got_idx = K.part_two_finite(links, cflow, part, idx.size, finite, L, factor,
+                                                                     alive)
+        ok2, a2, b2, in_a2, in_b2 = K.two_finite(links[idx], finite, L)
+        assert bool(ok) == bool(ok2)
+        if ok:
+            for x, y in ((a, a2), (b, b2), (in_a, in_a2), (in_b, in_b2), (fac, factor[idx]), (live, alive[idx]),
+                         (got_idx, idx)):
+                np.testing.assert_array_equal(x, y)
+        span = np.zeros(L, dtype=bool)
+        span[rng.integers(0, L, 3)] = True
+        assert bool(K.rest_in_span(links, cflow, part, span)) == bool(span[links[cflow != part]].any())
+        ia = rng.integers(0, 9, idx.size).astype(np.int32)
+        jb = rng.integers(0, 9, idx.size).astype(np.int32)
+        cell = np.full((F, 2), -1, dtype=np.int32)
+        cell[idx, 0] = ia
+        cell[idx, 1] = jb
+        got = K.cells_of(F, idx, ia, jb)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, cell)
+    for n, m in ((1, 1), (3, 130), (129, 65), (64, 64)):
+        W = rng.random((1, n, m))
+        WT = K.transposed(W)
+        assert WT.flags.c_contiguous
+        np.testing.assert_array_equal(WT, W.transpose(0, 2, 1))
+
+
 def test_the_compiled_part_step_equals_its_numpy_twin_bit_for_bit():
     """``_kernels.step_range`` (a lone group's part: drain the windows it sat out and the last
     one at the old rates, credit, new rates from the link levels, predictions, candidates) is
