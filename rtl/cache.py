@@ -943,7 +943,10 @@ class CacheController(wiring.Component):
         # (`mshr` one-hot in jobs and fills: a completing fill frees its MSHR with no decoder)
         fill_layout = data.StructLayout({
             "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(M)})
-        m.submodules.fills = fills = (HeadFIFO(width=fill_layout.size, depth=M) if M > 1
+        # (its memory written on every cycle it has room, `write_on_room`: the sequencer's
+        # decision steps its pointer, and does not reach the write enable of every cell)
+        m.submodules.fills = fills = (HeadFIFO(width=fill_layout.size, depth=M,
+                                               write_on_room=True) if M > 1
                                       else SyncFIFO(width=fill_layout.size, depth=M))
         fill_head = fill_layout(fills.r_data)
         seq_idle = Signal()
@@ -1430,7 +1433,14 @@ class CacheController(wiring.Component):
             m.d.sync += [q_tail.eq(step(q_tail)), q_tail_oh.eq(rotate(q_tail_oh))]
         with m.If(pop):
             m.d.sync += [q_behind.eq(step(q_behind)), q_head_oh.eq(rotate(q_head_oh))]
-        m.d.sync += q_count.eq(q_count + enq - pop)
+        # (the count's next values from the registered count, chosen last by the handshakes:
+        # no carry chain behind stage 3's decision)
+        q_inc, q_dec = Signal.like(q_count), Signal.like(q_count)
+        m.d.comb += [q_inc.eq(q_count + 1), q_dec.eq(q_count - 1)]
+        with m.If(enq & ~pop):
+            m.d.sync += q_count.eq(q_inc)
+        with m.Elif(pop & ~enq):
+            m.d.sync += q_count.eq(q_dec)
         # the count's flags after this cycle, from compares of the registered count
         with m.If(enq & ~pop):
             m.d.sync += [q_any.eq(1), q_two.eq(q_count >= 1)]
@@ -1595,10 +1605,20 @@ class CacheController(wiring.Component):
 
         # ==== back-port sequencer: write-back of the victim, then the fill request ============
         m.d.comb += fills.w_data.eq(Cat(job.set, job.way, job.mshr))
+        # `jobs_any`: the job FIFO's `r_rdy` (`level != 0`) kept as a flip-flop, set from
+        # compares of the registered level and this cycle's write and read, so that the
+        # sequencer's decision (the fill queue's write, the job FIFO's read) starts at it
+        jobs_any = Signal()
+        jobs_wr = Signal()
+        m.d.comb += jobs_wr.eq(jobs.w_en & jobs.w_rdy)
+        with m.If(jobs_wr & ~jobs.r_en):
+            m.d.sync += jobs_any.eq(1)
+        with m.Elif(jobs.r_en & ~jobs_wr):
+            m.d.sync += jobs_any.eq(jobs.level >= 2)
         with m.FSM(name="back"):
             with m.State("IDLE"):
-                m.d.comb += seq_idle.eq(~jobs.r_rdy)
-                with m.If(jobs.r_rdy):
+                m.d.comb += seq_idle.eq(~jobs_any)
+                with m.If(jobs_any):
                     with m.If(job.wb):
                         m.next = "WB_REQ"
                     with m.Else():
