@@ -943,7 +943,10 @@ class CacheController(wiring.Component):
         # (`mshr` one-hot in jobs and fills: a completing fill frees its MSHR with no decoder)
         fill_layout = data.StructLayout({
             "set": unsigned(set_w), "way": unsigned(WB), "mshr": unsigned(M)})
-        m.submodules.fills = fills = (HeadFIFO(width=fill_layout.size, depth=M) if M > 1
+        # (its memory written on every cycle it has room, `write_on_room`: the sequencer's
+        # decision steps its pointer, and does not reach the write enable of every cell)
+        m.submodules.fills = fills = (HeadFIFO(width=fill_layout.size, depth=M,
+                                               write_on_room=True) if M > 1
                                       else SyncFIFO(width=fill_layout.size, depth=M))
         fill_head = fill_layout(fills.r_data)
         seq_idle = Signal()
@@ -1092,15 +1095,34 @@ class CacheController(wiring.Component):
         s2_inv = Signal(W)          # stage 2's invalid flags (from the way slices)
         s2_invf = Signal(W)
         m.d.comb += s2_invf.eq(lowest_one(s2_inv))
+        # With two compare stages, the lowest invalid way is found in two halves: each bank
+        # of ways' own lowest invalid way (`s2_loc`, from that bank's invalid flags only) and
+        # whether the bank has one (`c_bany`) are registered, and stage "c" combines them
+        # (`c_invf`: a bank's lowest one unless a bank below has one; `c_anyinv`: any bank
+        # has one): the same flags, with no path from one bank's tag memories into the
+        # flags of another bank's ways (the tag store's output through the lowest-one
+        # prefix into `c_invf` was the routed critical path: 8.76 ns on router1, seed 2).
+        s2_loc = Signal(W)
+        m.d.comb += s2_loc.eq(Cat(*[lowest_one(s2_inv[g * G:(g + 1) * G]) for g in range(NG)]))
+        c_loc = Signal(W)           # `s2_loc` registered (in the way slices)
+        c_bany = Signal(NG)
         if CS == 1:
             m.d.comb += [s2_leave.eq(s3_take), c_anyinv.eq(s2_inv.any())]
         else:
             m.d.comb += s2_leave.eq(s2["valid"] & (~c["valid"] | s3_take))
             with m.If(s2_leave):
                 m.d.sync += [c[k].eq(s2[k]) for k in s2]
-                m.d.sync += c_anyinv.eq(s2_inv.any())
+                m.d.sync += c_bany.eq(Cat(*[s2_inv[g * G:(g + 1) * G].any()
+                                            for g in range(NG)]))
             with m.Elif(s3_take):
                 m.d.sync += c["valid"].eq(0)
+            m.d.comb += [
+                c_anyinv.eq(c_bany.any()),
+                c_invf.eq(Cat(*[c_loc[g * G:(g + 1) * G] if g == 0
+                                else c_loc[g * G:(g + 1) * G]
+                                & ~Mux(c_bany[:g].any(), (1 << G) - 1, 0)
+                                for g in range(NG)])),
+            ]
         ch_hit = Signal()
         ch_hit_way, ch_victim = Signal(WB), Signal(WB)
         ch_victim_oh = Signal(W)
@@ -1430,7 +1452,14 @@ class CacheController(wiring.Component):
             m.d.sync += [q_tail.eq(step(q_tail)), q_tail_oh.eq(rotate(q_tail_oh))]
         with m.If(pop):
             m.d.sync += [q_behind.eq(step(q_behind)), q_head_oh.eq(rotate(q_head_oh))]
-        m.d.sync += q_count.eq(q_count + enq - pop)
+        # (the count's next values from the registered count, chosen last by the handshakes:
+        # no carry chain behind stage 3's decision)
+        q_inc, q_dec = Signal.like(q_count), Signal.like(q_count)
+        m.d.comb += [q_inc.eq(q_count + 1), q_dec.eq(q_count - 1)]
+        with m.If(enq & ~pop):
+            m.d.sync += q_count.eq(q_inc)
+        with m.Elif(pop & ~enq):
+            m.d.sync += q_count.eq(q_dec)
         # the count's flags after this cycle, from compares of the registered count
         with m.If(enq & ~pop):
             m.d.sync += [q_any.eq(1), q_two.eq(q_count >= 1)]
@@ -1595,10 +1624,20 @@ class CacheController(wiring.Component):
 
         # ==== back-port sequencer: write-back of the victim, then the fill request ============
         m.d.comb += fills.w_data.eq(Cat(job.set, job.way, job.mshr))
+        # `jobs_any`: the job FIFO's `r_rdy` (`level != 0`) kept as a flip-flop, set from
+        # compares of the registered level and this cycle's write and read, so that the
+        # sequencer's decision (the fill queue's write, the job FIFO's read) starts at it
+        jobs_any = Signal()
+        jobs_wr = Signal()
+        m.d.comb += jobs_wr.eq(jobs.w_en & jobs.w_rdy)
+        with m.If(jobs_wr & ~jobs.r_en):
+            m.d.sync += jobs_any.eq(1)
+        with m.Elif(jobs.r_en & ~jobs_wr):
+            m.d.sync += jobs_any.eq(jobs.level >= 2)
         with m.FSM(name="back"):
             with m.State("IDLE"):
-                m.d.comb += seq_idle.eq(~jobs.r_rdy)
-                with m.If(jobs.r_rdy):
+                m.d.comb += seq_idle.eq(~jobs_any)
+                with m.If(jobs_any):
                     with m.If(job.wb):
                         m.next = "WB_REQ"
                     with m.Else():
@@ -1971,7 +2010,7 @@ class CacheController(wiring.Component):
             if CS == 2:
                 with m.If(leave2):
                     m.d.sync += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
-                                 c_invf[w].eq(s2_invf[w]), c_old[w].eq(old_f)]
+                                 c_loc[w].eq(s2_loc[w]), c_old[w].eq(old_f)]
             else:
                 m.d.comb += [way_pre[w].eq(way_s2[w]), c_hit[w].eq(hit_f),
                              c_invf[w].eq(s2_invf[w]), c_old[w].eq(old_f)]

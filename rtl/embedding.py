@@ -216,7 +216,14 @@ through the hazard and ``has_row``, 8.1 ns, 6.3 of routing; then the pre-decode 
 pointer ``pre.rp`` into ``pe1``, 8.0, 7.2 of routing; the adder's sixth step, 7.9), 116.8 on seed 2 (the grant
 from a slot's head through ``room`` and the skids' flags, 8.6 ns, 9 cells; the ``outstanding``
 counter's enable from the grant, 8.4): within the run-to-run spread of 121.0 / 122.1 before,
-and 125 MHz is still not reached. At
+and 125 MHz is still not reached. Session 17 cut the two seed-1 leaders, cycle for cycle the
+same (g15's 15 episodes, cycles and all 14 counters identical): the row counters' ``row_done``
+from three flip-flops of its own (``rd_row``, ``rd_clear``, ``rd_rs``) and the pre-decode
+buffer's read pointer in copies of one per 16 bits. Placed and routed (``router2``, 10,018
+LUTs, 11,257 FFs): 104.5 MHz on seed 1, 119.2 on seed 2; neither cut path is among those over
+7.8 ns on either seed, and the grant leads both (from a slot head's ``first`` or ``has_row``
+through the round robin into the grant's copies: 9.6 ns, 10 cells, on seed 1; 8.4, 8 cells,
+on seed 2), so the grant's next state is what stands between this unit and 125 MHz. At
 ``data_bytes=64, lanes=16`` synthesis of session 15's RTL (before session 16's changes) gave
 52,974 LUTs (42,990 LUT4 and 4,992 carry cells; 63% of the LFE5U-85F's 83,640 LUT4), 62,086
 FFs (74%; 4,116 more moved into the block RAMs' and DSP blocks' output registers), 32
@@ -879,7 +886,10 @@ class EmbeddingBagUnit(wiring.Component):
             "len0": unsigned(1),     # a header of an empty bag
             "len1": unsigned(1),     # a header of a one-item bag
         })
-        m.submodules.pre = pre = PingPongBuffer(pd_layout)
+        # (its read pointer in copies of one per 16 bits of the entry, as the slot heads':
+        # one pointer into every bit of the item into ``pe1`` was 8.0 ns, 7.2 of routing)
+        m.submodules.pre = pre = PingPongBuffer(pd_layout,
+                                                read_copies=max(1, pd_layout.size // 16))
         parse_take = Signal()        # the parse consumes the pre-decoded item
         cur_p = Signal(sdesc)        # the descriptor of the last header through this stage
         in_item = bags_in.o.payload
@@ -1491,11 +1501,12 @@ class EmbeddingBagUnit(wiring.Component):
                           Mux(info_h.valid, stay_hazard, peek_hazard(False)))
         bank_wait_next = Mux(take, Mux(fin, peek_wait, 0),
                              Mux(info_h.valid, stay_wait, peek_wait))
+        last_word_next = Mux(take, Mux(fin, peek_last, step_last),
+                             Mux(info_h.valid, last_word, peek_last))
         m.d.sync += [
             hazard.eq(hazard_next), hazard_w.eq(hazard_next),
             bank_wait.eq(bank_wait_next), bank_wait_w.eq(bank_wait_next),
-            last_word.eq(Mux(take, Mux(fin, peek_last, step_last),
-                             Mux(info_h.valid, last_word, peek_last))),
+            last_word.eq(last_word_next),
         ]
         beat_done = last_word | (chunk == Mux(is16, 2 * wpb - 1, wpb - 1))
         # A bag's first word claims its bank (banks go round in bag order): it waits while
@@ -1516,12 +1527,32 @@ class EmbeddingBagUnit(wiring.Component):
         rs_pop = rs.valid & rs.ready
         m.d.sync += rs_valid_w.eq(Mux(rs_push & ~rs_pop, 1,
                                       Mux(rs_pop & ~rs_push, ~resp_in.i.ready, rs_valid_w)))
+        # ``row_done`` (``take & has_row & last_word``, which with a row is ``info_h.valid &
+        # rs.valid & has_row & last_word & ~hazard & ~bank_wait``) from three flip-flops of
+        # its own, kept by the FPGA flow: ``rd_row`` (the head holds a row at its last word
+        # on the next cycle: the skid slice's valid and ``has_row`` as the slice loads them,
+        # and ``last_word``'s next value), ``rd_clear`` (no hazard or bank wait: their next
+        # values) and ``rd_rs`` (the response slice's valid, as ``rs_valid_w``), so that the
+        # row counters' next state (``outstanding``, ``room``, the pacing flags) starts at
+        # them and not at the head's valid, whose net spans the issue stage (the counters'
+        # flags from it through the hazard and ``has_row`` were 8.1 ns, 6.3 of routing)
+        rd_row = Signal(name="rd_row", attrs={KEEP_COPY_ATTR: "1"})
+        rd_clear = Signal(name="rd_clear", attrs={KEEP_COPY_ATTR: "1"})
+        rd_rs = Signal(name="rd_rs", attrs={KEEP_COPY_ATTR: "1"})
+        h_load = ~info_h.valid | info_h.ready
+        m.d.sync += [
+            rd_row.eq(Mux(h_load, info_sk.peek_valid & peek.has_row, info_h.valid & hc.has_row)
+                      & last_word_next),
+            rd_clear.eq(~hazard_next & ~bank_wait_next),
+            rd_rs.eq(Mux(rs_push & ~rs_pop, 1,
+                         Mux(rs_pop & ~rs_push, ~resp_in.i.ready, rd_rs))),
+        ]
         m.d.comb += [
             take.eq(info_h.valid & (~hc.has_row | rs.valid) & ~hazard & ~bank_wait),
             take_w.eq(info_h.valid & (~hc.has_row | rs_valid_w) & ~hazard_w & ~bank_wait_w),
             rs.ready.eq(take & hc.has_row & beat_done),
             info_h.ready.eq(take & (~hc.has_row | last_word)),
-            row_done.eq(take & hc.has_row & last_word),
+            row_done.eq(rd_row & rd_clear & rd_rs),
         ]
         m.d.sync += [recent[0].valid.eq(take & hc.has_row), recent[0].addr.eq(head_addr)]
         for k in range(1, al):

@@ -195,18 +195,22 @@ def _queues_side_by_side(ref, dut, rng, *, cycles: int, p_write: float, p_read: 
     return seen["mismatch"], seen["full"]
 
 
-def test_head_fifo_matches_syncfifo_cycle_for_cycle(rng):
+@pytest.mark.parametrize("write_on_room", [False, True])
+def test_head_fifo_matches_syncfifo_cycle_for_cycle(rng, write_on_room):
     """The registered-head FIFO (the cache's route and fill queues) behaves as amaranth's
     ``SyncFIFO`` of the same depth, every cycle (``r_rdy``, ``r_data`` when ready, ``w_rdy``,
-    ``level``), under random writes and reads: the change moves the head into a register, not
-    the cycles."""
+    ``level``), under random writes and reads, writes while full included: the change moves
+    the head into a register, not the cycles. So with its memory written on every cycle it
+    has room (``write_on_room``)."""
     from amaranth.lib.fifo import SyncFIFO
 
-    for depth in (2, 4):
-        mismatches, _ = _queues_side_by_side(
-            SyncFIFO(width=8, depth=depth), HeadFIFO(width=8, depth=depth), rng,
-            cycles=600, p_write=0.6, p_read=0.5, keep_contract=False)
+    for depth in (2, 4, 5):
+        mismatches, full = _queues_side_by_side(
+            SyncFIFO(width=8, depth=depth),
+            HeadFIFO(width=8, depth=depth, write_on_room=write_on_room), rng,
+            cycles=600, p_write=0.65, p_read=0.45, keep_contract=False)
         assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
+        assert full > 20
 
 
 @pytest.mark.parametrize("registered_w_rdy, read_copies", [(False, 1), (True, 1), (True, 3)])
