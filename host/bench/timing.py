@@ -60,9 +60,12 @@ Parameters: the FP units are measured as they are instantiated everywhere (defau
 The gather runs at the SmartNIC preset's datapath and lanes (read from the preset,
 :func:`nic_gather_params`) with a small table set; its size sets its flow (one seed, router2,
 4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather, and a 16-lane seed took
-about 2,000 CPU-s with ``router2`` on an earlier RTL; on session 15's RTL, whose 129
-MULT18X18D are 82% of the part's, seed 1 was still in the analytical placer's first iteration
-after 1,500 CPU-s). The packetizer and depacketizer run at a 16 B datapath
+about 2,000 CPU-s with ``router2`` on an earlier RTL) and its flip-flops on set/reset nets of
+fewer than 64 get that set/reset as a LUT (``lsr_min_ffs``, :func:`unmap_small_lsr_sets`):
+without it, on session 15's RTL (74% of the part's flip-flops on 901 set/reset nets),
+nextpnr's legaliser ping-ponged the flip-flops of the small nets between logic tiles and
+the analytical placer's first iteration never ended (1,500 CPU-s); the 129 MULT18X18D (82%
+of the part's) were not the cause. The packetizer and depacketizer run at a 16 B datapath
 (preset: 64 B), because the flow's run time grows with area; ``params.<unit>`` in the result
 names what was measured and ``flow_of.<unit>`` how. Their critical paths are control paths
 whose depth does not grow with the width (widths add fan-out and routing, so the preset's
@@ -87,7 +90,10 @@ A third step does the same for the DSP blocks: ``absorb_dsp_registers`` moves th
 after a MULT18X18D into its output register (yosys instantiates every DSP with its registers
 off; the pass can take the input registers too, which the flow does not, see the comment in
 ``_synthesize``); ``dsp_regs`` counts the fabric flip-flops it removed, which ``ffs`` no
-longer counts.
+longer counts. A unit may ask for a fourth (``UnitSpec.lsr_min_ffs``, the gather only):
+``unmap_small_lsr_sets`` gives the flip-flops of small set/reset nets their set/reset as a
+LUT before the data input, so that nextpnr's legaliser can fill logic tiles (one set/reset
+net per tile); ``lsr_luts`` counts those LUTs, which ``luts`` includes.
 """
 
 from __future__ import annotations
@@ -167,6 +173,9 @@ class UnitSpec:
     #: (``params``): that size is synthesised too, and its cells reported beside the
     #: measured ones (``preset_synth``), so what the preset's size needs is on record
     preset_params: dict | None = None
+    #: flip-flops whose synchronous set/reset net drives fewer than this many flip-flops get
+    #: it as a LUT instead (:func:`unmap_small_lsr_sets`); 0: none (the default)
+    lsr_min_ffs: int = 0
 
 
 def _fp_add(params):
@@ -287,10 +296,15 @@ UNITS: tuple[UnitSpec, ...] = (
                   "table set (2 tables up to 16 FP32 elements, 8 rows in flight): the lanes' "
                   "FP pipelines and the control are the preset's; one seed, router2 (router1 "
                   "did not converge on the 2-lane gather; 16 lanes took 1,955 CPU-s with "
-                  "router2 on an earlier RTL; on session 15's, 52,974 LUTs, 62,086 FFs and "
-                  "129 of the part's 156 MULT18X18D, seed 1 had not finished the analytical "
-                  "placer's first iteration after 1,500 CPU-s)",
-             seeds=(1,), router="router2", pnr_cpu_limit_s=4000, fallback=None),
+                  "router2 on an earlier RTL); the flip-flops of set/reset nets of fewer than "
+                  "64 take that set/reset as a LUT (lsr_luts), without which nextpnr's "
+                  "legaliser never finished the first placement iteration on session 15's "
+                  "RTL (74% of the part's flip-flops on 901 set/reset nets)",
+             seeds=(1,), router="router2", pnr_cpu_limit_s=4000, fallback=None,
+             # (small set/reset nets as LUTs: without, nextpnr's legaliser never finished the
+             # first placement iteration, see `unmap_small_lsr_sets`; with 8 as the limit it
+             # still had not after 164 CPU-s, with 64 three iterations took 270 s of wall)
+             lsr_min_ffs=64),
 )
 
 
@@ -397,7 +411,10 @@ def _cache_key(spec: UnitSpec, *, seeds: tuple[int, ...] | None = None,
                                           sorted(spec.preset_params.items())}),
                        "part": PART, "package": PACKAGE, "speed": SPEED, "target": TARGET_MHZ,
                        "seeds": list(seeds), "router": router, "pnr_cpu_s": cpu_limit,
-                       "flow": FLOW_VERSION, "tools": _tool_versions()}, sort_keys=True)
+                       "flow": FLOW_VERSION, "tools": _tool_versions(),
+                       # (only when used, so that the other units' keys stay as they were)
+                       **({"lsr_min_ffs": spec.lsr_min_ffs} if spec.lsr_min_ffs else {})},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -480,15 +497,17 @@ def _synthesize(spec: UnitSpec, work: Path, timeout: float,
     # critical path became that route on two of three runs, 90.7-96.6 MHz against 94.7
     # with the outputs only on the same seed; see `absorb_dsp_registers`)
     in_dsps = absorb_dsp_registers(netlist, inputs=False)
-    if absorbed or in_dsps:
+    lsr_luts = unmap_small_lsr_sets(netlist, spec.lsr_min_ffs)
+    if absorbed or in_dsps or lsr_luts:
         (work / "top.json").write_text(json.dumps(netlist))
     cells = _yosys_cells(json.loads((work / "stat.json").read_text()))
     cells["TRELLIS_FF"] = cells.get("TRELLIS_FF", 0) - absorbed - in_dsps
     # (the LUTs that synchronous clears of flip-flops taken into DSPs became)
     cells["LUT4"] = cells.get("LUT4", 0) + sum(
         name.endswith(_DSP_CLEAR_SUFFIX) for module in (netlist.get("modules") or {}).values()
-        for name in (module.get("cells") or {}))
+        for name in (module.get("cells") or {})) + lsr_luts
     cells["bram_output_regs"] = absorbed
+    cells["lsr_luts"] = lsr_luts
     cells["dsp_regs"] = in_dsps
     return shell, cells, flatten
 
@@ -795,6 +814,115 @@ def absorb_dsp_registers(netlist: dict, *, inputs: bool = True) -> int:
     return removed
 
 
+def _lut_force(inverted: bool, value: int, enable: str | None = None) -> str:
+    """``LUT4`` truth table, most significant bit first (``Z = INIT[{D, C, B, A}]``), of a
+    flip-flop's next state with its set/reset ``B`` (active low when ``inverted``) forcing
+    ``value``: ``B ? value : A`` without ``enable`` (C and D tied low), and
+    ``B ? value : (C ? A : D)`` with ``enable`` ``"CE"`` (``~C`` for ``"INV"``), D being the
+    flip-flop's own output."""
+    def z(i):
+        a, b, c, d = i & 1, (i >> 1) & 1, (i >> 2) & 1, (i >> 3) & 1
+        if b ^ inverted:
+            return value
+        if enable is None:
+            return a
+        return a if c ^ (enable == "INV") else d
+    return "".join(str(z(i)) for i in reversed(range(16)))
+
+
+def unmap_small_lsr_sets(netlist: dict, min_ffs: int) -> int:
+    """Turn the synchronous set/reset of flip-flops whose ``LSR`` net drives fewer than
+    ``min_ffs`` flip-flops into a LUT in front of their data input, in place in yosys's JSON
+    ``netlist``; returns how many flip-flops changed (one ``LUT4`` added for each).
+
+    Why: an ECP5 logic tile's eight flip-flops share one ``LSR`` net (nextpnr-ecp5 0.11's
+    ``slices_compatible``: one clock and one LSR net per tile, one CE net per slice), and
+    nextpnr has no control-set awareness for ECP5 in its legaliser (HeAP's and the static
+    placer's strict legaliser picks random nearby locations and rips up what is there).
+    yosys maps every "force to a constant" term of a register's input logic to the
+    flip-flop's synchronous set/reset, so a netlist gets hundreds of LSR nets of a few
+    flip-flops each (session 15's 16-lane gather: 901 LSR nets, 600 of them with fewer than
+    8 flip-flops, 898 with fewer than 64; 8,323 flip-flops on those). Each such flip-flop fits
+    only a tile holding no flip-flop of another LSR net; at 74% flip-flop use the
+    legaliser ping-pongs them: a lone flip-flop takes an empty tile, a flip-flop of the
+    common reset evicts it, it evicts another, and so on. Measured with ``--debug-placer``
+    on that netlist: the first placement iteration did not end (1,105 CPU-s in session 15);
+    in 152 CPU-s its legaliser made 293k placement attempts for 55k distinct cells (of
+    80,177), over half of them (153k) on the 507 flip-flops of nets of fewer than 8, one of
+    them 16,260 times; the DSPs were not the cause (201 attempts for the 129 MULT18X18D).
+    With the nets of fewer than 8 as LUTs it still spun (304k attempts in 164 CPU-s, on the
+    flip-flops of nets of 8 to 48 and of the two big nets); with those of fewer than 64 as
+    LUTs (8,323 flip-flops, +8,323 LUT4) the first three iterations took 114, 82 and 74 s
+    of wall time and the analytical placer finished after 21 (under 790 CPU-s from the
+    start). Vendor flows do the same remapping (control-set reduction, e.g. Vivado's
+    ``-control_set_opt_threshold``).
+
+    Changed: flip-flops with a synchronous LSR (``SRMODE`` ``"LSR_OVER_CE"``, the default)
+    on a net of fewer than ``min_ffs`` flip-flops. Without an enable in use (a constant-one
+    ``CE``), ``Q <= LSR ? REGSET : D`` is exactly ``Q <= LUT(D, LSR)``; with one,
+    ``Q <= LSR ? REGSET : (CE ? D : Q)`` (the set/reset wins over the enable) is exactly
+    ``Q <= LUT(D, LSR, CE, Q)`` with the enable then constant. Their ``LSR`` is tied low
+    (``LSRMUX`` ``"LSR"``), their ``REGSET`` kept (their initial value). ``min_ffs`` <= 1
+    changes nothing."""
+    changed = 0
+    for module in (netlist.get("modules") or {}).values():
+        cells = module.get("cells") or {}
+        users: dict = {}
+        for name, cell in cells.items():
+            if cell.get("type") == "TRELLIS_FF":
+                lsr = cell.get("connections", {}).get("LSR", ["0"])
+                if len(lsr) == 1 and isinstance(lsr[0], int):
+                    users.setdefault(lsr[0], []).append(name)
+        small = [names for names in users.values() if len(names) < min_ffs]
+        if not small:
+            continue
+        next_net = max([b for c in cells.values() for bits in c.get("connections", {}).values()
+                        for b in bits if isinstance(b, int)]
+                       + [b for port in (module.get("ports") or {}).values()
+                          for b in port.get("bits", []) if isinstance(b, int)]
+                       + [b for n in (module.get("netnames") or {}).values()
+                          for b in n.get("bits", []) if isinstance(b, int)] + [1])
+        for names in small:
+            for ff_name in names:
+                ff = cells[ff_name]
+                par, con = ff.setdefault("parameters", {}), ff["connections"]
+                cemux = str(par.get("CEMUX", "CE")).strip()
+                lsrmux = str(par.get("LSRMUX", "LSR")).strip()
+                constant_ce = cemux == "1" or (cemux == "CE" and con.get("CE") == ["1"])
+                if (str(par.get("SRMODE", "LSR_OVER_CE")).strip() != "LSR_OVER_CE"
+                        or lsrmux not in ("LSR", "INV") or len(con.get("DI", [])) != 1
+                        or not (constant_ce or (cemux in ("CE", "INV")
+                                                and len(con.get("CE", [])) == 1))
+                        or len(con.get("Q", [])) != 1):
+                    continue
+                value = 1 if str(par.get("REGSET", "RESET")).strip() == "SET" else 0
+                enable = None if constant_ce else cemux
+                next_net += 1
+                cells[ff_name + _LSR_LUT_SUFFIX] = {
+                    "type": "LUT4",
+                    "parameters": {"INIT": _lut_force(lsrmux == "INV", value, enable)},
+                    "attributes": {},
+                    "port_directions": {"A": "input", "B": "input", "C": "input",
+                                        "D": "input", "Z": "output"},
+                    "connections": {"A": list(con["DI"]), "B": list(con["LSR"]),
+                                    "C": ["0"] if enable is None else list(con["CE"]),
+                                    "D": ["0"] if enable is None else list(con["Q"]),
+                                    "Z": [next_net]}}
+                con["DI"], con["LSR"] = [next_net], ["0"]
+                par["LSRMUX"] = "LSR"
+                if enable is not None:
+                    # no enable, in yosys's form for a string parameter ("1" and a space)
+                    par["CEMUX"] = "1 "
+                    con.pop("CE")
+                    ff.get("port_directions", {}).pop("CE", None)
+                changed += 1
+    return changed
+
+
+#: Suffix of the LUT a small set/reset net's flip-flop gets (``unmap_small_lsr_sets``).
+_LSR_LUT_SUFFIX = "$lsr_force"
+
+
 def _place_and_route(work: Path, seed: int, router: str, timeout: float,
                      cpu_limit: float = PNR_CPU_LIMIT_S) -> dict:
     """One nextpnr run of ``work/top.json`` with ``seed`` and ``router``: its achieved Fmax,
@@ -933,6 +1061,7 @@ def measure_unit(spec: UnitSpec, *, build_root: Path | None = None,
         "brams": cells.get("DP16KD", 0), "dsps": cells.get("MULT18X18D", 0),
         "bram_output_regs": cells.get("bram_output_regs", 0),
         "dsp_regs": cells.get("dsp_regs", 0),
+        "lsr_luts": cells.get("lsr_luts", 0),
         "lutram_cells": cells.get("TRELLIS_DPR16X4", 0),
         "slices_used": best.get("slices_used"),
         "critical_path": best.get("critical_path"),
@@ -1112,9 +1241,11 @@ def run(ctx: BenchContext) -> dict:
                  "fallback_router": FALLBACK_ROUTER,
                  "flow_of": {s.name: {"seeds": list(s.seeds), "router": s.router,
                                       "pnr_cpu_limit_s": s.pnr_cpu_limit_s,
-                                      "fallback_router": s.fallback} for s in specs},
+                                      "fallback_router": s.fallback,
+                                      "lsr_min_ffs": s.lsr_min_ffs} for s in specs},
                  "target_mhz": TARGET_MHZ, "fmax_mhz": {}, "luts": {}, "ffs": {}, "brams": {},
-                 "bram_output_regs": {}, "dsp_regs": {}, "lutram_cells": {}, "dsps": {},
+                 "bram_output_regs": {}, "dsp_regs": {}, "lsr_luts": {}, "lutram_cells": {},
+                 "dsps": {},
                  "params": {},
                  "critical_path": {},
                  "seed": {}, "router_of": {}, "pnr_attempts": {}, "pnr_reused": {}, "errors": {},
@@ -1128,7 +1259,7 @@ def run(ctx: BenchContext) -> dict:
             ctx.progress(f"[{spec.name}] FAILED: {out['errors'][spec.name]}")
             continue
         for k in ("fmax_mhz", "luts", "ffs", "brams", "bram_output_regs", "dsp_regs",
-                  "lutram_cells", "dsps", "params",
+                  "lsr_luts", "lutram_cells", "dsps", "params",
                   "critical_path", "seed", "pnr_attempts", "pnr_reused", "cached"):
             out[k][spec.name] = r.get(k)
         out["router_of"][spec.name] = r.get("router", spec.router)

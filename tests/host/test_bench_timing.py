@@ -494,3 +494,77 @@ def test_cache_nic_is_the_presets_organisation_placed_at_fewer_sets_and_synthesi
     assert spec.preset_params == preset and preset["sets"] == 16384 and preset["ways"] == 8
     assert spec.params == {**preset, "sets": timing.NIC_CACHE_PLACED_SETS}
     assert preset["compare_stages"] == 2
+
+
+def _lsr_netlist():
+    """Flip-flops (D net 100 + i, Q net 200 + i, clock net 3) on set/reset nets: ``lone`` alone
+    on net 5; ``set_inv`` alone on net 6, set to one while net 6 is low; ``wide0..7`` on net
+    7 (eight); ``with_ce`` alone on net 8 with an enable; ``async`` alone on net 9,
+    asynchronous; ``plain`` without set/reset."""
+    def ff(i, lsr, *, regset="RESET", lsrmux="LSR", cemux="1", ce="1", srmode="LSR_OVER_CE"):
+        return {"type": "TRELLIS_FF",
+                "parameters": {"CEMUX": cemux, "CLKMUX": "CLK", "LSRMUX": lsrmux,
+                               "REGSET": regset, "SRMODE": srmode},
+                "port_directions": {"CE": "input", "CLK": "input", "DI": "input",
+                                    "LSR": "input", "Q": "output"},
+                "connections": {"CE": [ce], "CLK": [3], "DI": [100 + i], "LSR": [lsr],
+                                "Q": [200 + i]}}
+    cells = {"lone": ff(0, 5), "set_inv": ff(1, 6, regset="SET", lsrmux="INV"),
+             "with_ce": ff(2, 8, cemux="CE", ce=11), "async": ff(3, 9, srmode="ASYNC"),
+             "plain": ff(4, "0")}
+    cells.update({f"wide{i}": ff(10 + i, 7) for i in range(8)})
+    return {"modules": {"top": {"ports": {}, "cells": cells}}}
+
+
+def test_flip_flops_of_a_small_set_reset_net_get_it_as_a_lut_with_the_same_next_state():
+    net = _lsr_netlist()
+    before = json.loads(json.dumps(net))
+    assert timing.unmap_small_lsr_sets(net, 8) == 3                  # lone, set_inv, with_ce
+    cells, old_cells = net["modules"]["top"]["cells"], before["modules"]["top"]["cells"]
+    for name in ("lone", "set_inv", "with_ce"):
+        ff, lut, old = cells[name], cells[name + "$lsr_force"], old_cells[name]
+        oc, op = old["connections"], old["parameters"]
+        enabled = op["CEMUX"] == "CE"
+        assert lut["connections"]["A"] == oc["DI"] and lut["connections"]["B"] == oc["LSR"]
+        assert lut["connections"]["C"] == (oc["CE"] if enabled else ["0"])
+        assert lut["connections"]["D"] == (oc["Q"] if enabled else ["0"])
+        assert ff["connections"]["DI"] == lut["connections"]["Z"]
+        assert ff["connections"]["LSR"] == ["0"] and ff["parameters"]["LSRMUX"] == "LSR"
+        assert ff["parameters"]["CEMUX"].strip() == "1"
+        assert ff["connections"].get("CE") == (None if enabled else oc["CE"])
+        assert ff["parameters"]["REGSET"] == op["REGSET"]             # its initial value
+        regset, inverted = int(op["REGSET"] == "SET"), op["LSRMUX"] == "INV"
+        init = lut["parameters"]["INIT"]
+        for i in range(16):
+            d, lsr, ce, q = i & 1, (i >> 1) & 1, (i >> 2) & 1, (i >> 3) & 1
+            if not enabled and (ce or q):
+                continue                                               # C, D tied low
+            # the flip-flop before: the set/reset value while LSR is active (over the
+            # enable), else D where enabled, else Q
+            expected = regset if (lsr ^ inverted) else (d if (ce or not enabled) else q)
+            assert int(init[15 - i]) == expected, (name, d, lsr, ce, q)
+    # a net of eight, an asynchronous set/reset, none: as they were
+    for name in ["async", "plain"] + [f"wide{i}" for i in range(8)]:
+        assert cells[name] == old_cells[name]
+    new_nets = [cells[n + "$lsr_force"]["connections"]["Z"][0]
+                for n in ("lone", "set_inv", "with_ce")]
+    assert len(set(new_nets)) == 3 and min(new_nets) > 217             # fresh nets
+
+
+def test_small_set_reset_nets_are_left_alone_unless_asked():
+    net = _lsr_netlist()
+    before = json.loads(json.dumps(net))
+    assert timing.unmap_small_lsr_sets(net, 0) == 0
+    assert timing.unmap_small_lsr_sets(net, 1) == 0
+    assert net == before
+    assert timing.unmap_small_lsr_sets(net, 9) == 11                  # the eight of net 7 too
+
+
+def test_the_gather_gets_its_small_set_reset_nets_as_luts_and_its_key_says_so():
+    from dataclasses import replace
+
+    gather = next(s for s in timing.UNITS if s.name == "gather")
+    assert gather.lsr_min_ffs == 64
+    assert timing._cache_key(gather) != timing._cache_key(replace(gather, lsr_min_ffs=0))
+    # the other units keep the keys they had (the setting enters a key only when used)
+    assert all(s.lsr_min_ffs == 0 for s in timing.UNITS if s.name != "gather")
