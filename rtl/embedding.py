@@ -231,7 +231,11 @@ DP16KD and 129 MULT18X18D (82% of 156), in 705 s of wall time (session 12's RTL:
 LUTs, 60,656 FFs). Its place and route (``router2``, seed 1) was started in session 16 and
 had not finished within the session (nextpnr's analytical placer had not finished its first
 iteration after 1,500 CPU-s; session 15's run was stopped at 1,105 CPU-s in the same phase).
-There the
+Session 17 found why (one set/reset net per ECP5 logic tile, 898 small set/reset nets that
+nextpnr's legaliser moved between tiles without end; ``host/bench/timing.py``'s
+``unmap_small_lsr_sets``): with those set/resets as LUTs the placement finishes (under 790
+CPU-s), nextpnr's estimate before routing is 66.0 MHz, and ``router2`` was stopped unfinished
+at 1,749 CPU-s; no routed 16-lane figure yet (README). There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
 flags, addresses and write enables are one register from the shared context; on the RTL of
 session 11 the only nets of over 140 loads besides the clock and reset were the load and
