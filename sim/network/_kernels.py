@@ -913,25 +913,33 @@ else:  # pragma: no cover
 
 
 @jit(cache=True, nogil=True)
+def _finite_ends(links, f, finite, a, b, i):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Flow ``f``'s count of finite links; its first and last of them written to ``a[i]`` and
+    ``b[i]`` (left as they were where it has none)."""
+    n = 0
+    for h in range(links.shape[1]):
+        k = links[f, h]
+        if finite[k]:
+            if n == 0:
+                a[i] = k
+            b[i] = k
+            n += 1
+    return n
+
+
+@jit(cache=True, nogil=True)
 def two_finite(links, finite, n_links):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """Per flow (row of ``links``) its first and its last link of finite capacity, and which
     links are some flow's first (``in_a``) and some flow's last (``in_b``); ``ok`` False (the
     rest unset) where a flow crosses other than exactly two finite links. One pass, where the
     numpy form takes a dozen over a million-flow part (``Network._bipartite``)."""
-    F, H = links.shape
+    F = links.shape[0]
     a = np.empty(F, dtype=links.dtype)
     b = np.empty(F, dtype=links.dtype)
     in_a = np.zeros(n_links, dtype=np.bool_)
     in_b = np.zeros(n_links, dtype=np.bool_)
     for f in range(F):
-        n = 0
-        for h in range(H):
-            k = links[f, h]
-            if finite[k]:
-                if n == 0:
-                    a[f] = k
-                b[f] = k
-                n += 1
+        n = _finite_ends(links, f, finite, a, b, f)
         if n != 2:
             return False, a, b, in_a, in_b
         in_a[a[f]] = True
@@ -968,7 +976,7 @@ def part_two_finite(links, cflow, part, n_part, finite, n_links, factorf, alive)
     """:func:`two_finite` of the flows of component ``part`` (``cflow[f] == part``, ``n_part``
     of them), in flow order, without gathering their rows first; also their factors and live
     flags and their indices (``Network._shared_dense``: 16.8M flows at 4096 GPUs)."""
-    F, H = links.shape
+    F = links.shape[0]
     a = np.empty(n_part, dtype=links.dtype)
     b = np.empty(n_part, dtype=links.dtype)
     fac = np.empty(n_part, dtype=factorf.dtype)
@@ -980,14 +988,7 @@ def part_two_finite(links, cflow, part, n_part, finite, n_links, factorf, alive)
     for f in range(F):
         if cflow[f] != part:
             continue
-        n = 0
-        for h in range(H):
-            k = links[f, h]
-            if finite[k]:
-                if n == 0:
-                    a[i] = k
-                b[i] = k
-                n += 1
+        n = _finite_ends(links, f, finite, a, b, i)
         if n != 2:
             return False, a, b, in_a, in_b, fac, live, idx
         in_a[a[i]] = True

@@ -511,6 +511,15 @@ def _link_round(fc, lc, nl, used, is_used, seg_starts, seg_flows, sv, tally, t_l
 
 
 @jit(cache=True, nogil=True)
+def _row_is(rep_rows, r, hop, H):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """Whether row ``r`` of ``rep_rows`` holds the hops ``hop[:H]`` after its head."""
+    for h in range(H):
+        if rep_rows[r, h + 1] != hop[h]:
+            return False
+    return True
+
+
+@jit(cache=True, nogil=True)
 def _flow_round(links_fh, fc, nf, new_lc, limit, prov, rep_rows, rep_hash):  # pragma: no cover
     """One round's flows (:func:`_refine_np`): per flow (old colour, sorted colours of its
     hops), the distinct rows in order of first appearance in ``rep_rows`` and each flow's in
@@ -535,15 +544,9 @@ def _flow_round(links_fh, fc, nf, new_lc, limit, prov, rep_rows, rep_hash):  # p
             hop[j + 1] = x
         own = fc[f]
         r = latest[own]
-        if r >= 0:
-            same = True
-            for h in range(H):
-                if rep_rows[r, h + 1] != hop[h]:
-                    same = False
-                    break
-            if same:
-                prov[f] = r
-                continue
+        if r >= 0 and _row_is(rep_rows, r, hop, H):
+            prov[f] = r
+            continue
         hh = _hash_seq(own, hop, 0, H)
         k = hh & mask
         while True:
@@ -573,14 +576,8 @@ def _flow_round(links_fh, fc, nf, new_lc, limit, prov, rep_rows, rep_hash):  # p
                             kq = (kq + 1) & mask
                         table[kq] = q
                 break
-            if rep_hash[r] == hh and rep_rows[r, 0] == own:
-                same = True
-                for h in range(H):
-                    if rep_rows[r, h + 1] != hop[h]:
-                        same = False
-                        break
-                if same:
-                    break
+            if rep_hash[r] == hh and rep_rows[r, 0] == own and _row_is(rep_rows, r, hop, H):
+                break
             k = (k + 1) & mask
         prov[f] = r
         latest[own] = r
