@@ -403,36 +403,53 @@ def _retire(n_pick, picked, pos, psh, bdirty):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
+def _col_sums(M, load, count, base):  # pragma: no cover - compiled
+    """``load[base + j]`` += the sum of column ``j`` of ``M`` in row order, and ``count[base +
+    j]`` += its positive entries: with ``load`` at 0.0 the same additions in the same order as
+    summing row ``j`` of ``M.T`` from 0.0, but every column's running sum is independent, so the
+    pass over the rows vectorises (a row's own sum is one chain of dependent additions)."""
+    R, C = M.shape
+    ld = load[base:base + C]
+    ct = count[base:base + C]
+    for r in range(R):
+        row = M[r]
+        for j in range(C):
+            w = row[j]
+            ld[j] += w
+            ct[j] += w > 0.0
+
+
+@jit(cache=True, nogil=True)
 def _dense_loads(Wa, WTa, Wb, WTb, load, count, a0, b0, nA, nB, joint):  # pragma: no cover - compiled
     """Add the loads of the dense flow sets ``Wa`` then ``Wb`` (each (K, nA, nB)) onto links
     ``a0 + r`` and ``b0 + c``, each set's flows in column order, as :func:`_add_loads` sums an
     entry set's flows in flow order: per set a running sum from 0.0, then added (``joint``:
-    one running sum over both sets, as one entry set holding both)."""
+    one running sum over both sets, as one entry set holding both). A link's row of one matrix
+    is the column of the other, summed by :func:`_col_sums` (the same additions in the same
+    order, vectorised across links)."""
     Ka = Wa.shape[0]
     Kb = Wb.shape[0]
+    acc = np.zeros(max(nA, nB))
+    cnt = np.zeros(max(nA, nB), dtype=np.int64)
     for side in range(2):
         n = nA if side == 0 else nB
-        m = nB if side == 0 else nA
         base = a0 if side == 0 else b0
+        acc[:] = 0.0
+        cnt[:] = 0
+        for k in range(Ka + Kb):
+            if k == Ka and not joint:
+                for r in range(n):
+                    load[base + r] += acc[r]
+                    count[base + r] += cnt[r]
+                acc[:] = 0.0
+                cnt[:] = 0
+            if side == 0:  # the A links' rows: columns of the transposes
+                _col_sums(WTa[k] if k < Ka else WTb[k - Ka], acc, cnt, 0)
+            else:
+                _col_sums(Wa[k] if k < Ka else Wb[k - Ka], acc, cnt, 0)
         for r in range(n):
-            ld = 0.0
-            c = 0
-            for k in range(Ka + Kb):
-                if k == Ka and not joint:
-                    load[base + r] += ld
-                    count[base + r] += c
-                    ld = 0.0
-                    c = 0
-                if side == 0:
-                    row = Wa[k, r] if k < Ka else Wb[k - Ka, r]
-                else:
-                    row = WTa[k, r] if k < Ka else WTb[k - Ka, r]
-                for j in range(m):
-                    w = row[j]
-                    ld += w
-                    c += w > 0.0
-            load[base + r] += ld
-            count[base + r] += c
+            load[base + r] += acc[r]
+            count[base + r] += cnt[r]
 
 
 @jit(cache=True, nogil=True, inline="always")
@@ -608,49 +625,6 @@ def _fill_levels(sa, oa, ca, ma, has_w, aa, sb, ob, cb, ab, wire, capacity, dWa,
 
 
 @jit(cache=True, nogil=True)
-def _row_sums(M, load, count, base):  # pragma: no cover - compiled
-    """``load[base + r]`` = the sum of row ``r`` of ``M`` in column order (from 0.0), and
-    ``count`` its positive entries; four rows at a time (independent sums, each in order)."""
-    R, C = M.shape
-    r = 0
-    while r + 4 <= R:
-        l0 = l1 = l2 = l3 = 0.0
-        c0 = c1 = c2 = c3 = 0
-        for j in range(C):
-            w0 = M[r, j]
-            w1 = M[r + 1, j]
-            w2 = M[r + 2, j]
-            w3 = M[r + 3, j]
-            l0 += w0
-            l1 += w1
-            l2 += w2
-            l3 += w3
-            c0 += w0 > 0.0
-            c1 += w1 > 0.0
-            c2 += w2 > 0.0
-            c3 += w3 > 0.0
-        load[base + r] = l0
-        load[base + r + 1] = l1
-        load[base + r + 2] = l2
-        load[base + r + 3] = l3
-        count[base + r] = c0
-        count[base + r + 1] = c1
-        count[base + r + 2] = c2
-        count[base + r + 3] = c3
-        r += 4
-    while r < R:
-        ld = 0.0
-        c = 0
-        for j in range(C):
-            w = M[r, j]
-            ld += w
-            c += w > 0.0
-        load[base + r] = ld
-        count[base + r] = c
-        r += 1
-
-
-@jit(cache=True, nogil=True)
 def _side_ranges(plink, n, nA, plo, phi):  # pragma: no cover - compiled
     """The first and last position of side A's (local id < nA) and side B's links in the dense
     share array (a side with no live link: an empty range)."""
@@ -727,8 +701,8 @@ def _fill_dense(W, WT, la, lb, capacity):  # pragma: no cover - compiled
     for u in range(N):
         cap[u] = capacity[lid[u]]
     cap[N] = np.inf
-    _row_sums(W, load, count, 0)
-    _row_sums(WT, load, count, nA)
+    _col_sums(WT, load, count, 0)  # the rows of W (A links' loads) as the columns of WT, and
+    _col_sums(W, load, count, nA)  # the columns of W: each link's flows in column order
     srt = np.argsort(lid)
     pos, psh, plink, n = _share_array(srt, count, cap, load)
     level = np.full(N, np.inf)

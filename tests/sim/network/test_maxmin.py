@@ -212,3 +212,37 @@ def test_dense_sets_inside_the_sparse_filling_give_its_levels_and_order(virtual)
     np.testing.assert_array_equal(lv, level)
     np.testing.assert_array_equal(od, order)
     assert np.isfinite(level[a0:b0 + nB]).sum() >= 2 and np.isfinite(level[s0:]).sum() >= 1
+
+
+def _sequential_sum(x: np.ndarray) -> float:
+    """Left to right from 0.0 (a cumulative sum is sequential)."""
+    return float(np.cumsum(np.concatenate([[0.0], x]))[-1])
+
+
+@pytest.mark.parametrize("joint", [False, True])
+def test_dense_loads_sum_each_links_flows_in_order(joint):
+    """``_dense_loads``: each link's load is its flows' weights added left to right from 0.0, a
+    row link's in column order (per matrix set, then added; ``joint``: one running sum over both
+    sets), a column link's in row order; its count the positive weights. Weights spread over
+    many magnitudes, so another order gives other bits."""
+    from neonic.sim.network.maxmin import _dense_loads
+
+    rng = np.random.default_rng(5)
+    nA, nB, a0, b0 = 13, 11, 2, 20
+    sets = []
+    for k in (2, 1):
+        W = rng.random((k, nA, nB)) * 10.0 ** rng.integers(-8, 9, (k, nA, nB))
+        W[rng.random(W.shape) < 0.2] = 0.0
+        sets.append((W, np.ascontiguousarray(W.transpose(0, 2, 1))))
+    (Wa, WTa), (Wb, WTb) = sets
+    load = np.zeros(40)
+    count = np.zeros(40, dtype=np.int64)
+    _dense_loads(Wa, WTa, Wb, WTb, load, count, a0, b0, nA, nB, joint)
+    for side, (n, base) in enumerate(((nA, a0), (nB, b0))):
+        for r in range(n):
+            parts = [(M[:, r, :] if side == 0 else M[:, :, r]).ravel() for M in (Wa, Wb)]
+            want = (_sequential_sum(np.concatenate(parts)) if joint
+                    else 0.0 + _sequential_sum(parts[0]) + _sequential_sum(parts[1]))
+            assert load[base + r] == want
+            assert count[base + r] == sum(int((p > 0).sum()) for p in parts)
+    assert not load[:a0].any() and not load[a0 + nA:b0].any() and not load[b0 + nB:].any()
