@@ -201,25 +201,50 @@ if HAVE_NUMBA:
             i += 1
 
     @njit(cache=True, nogil=True)
-    def _account_nb(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nbytes_f, link_bytes, link_wire):  # pragma: no cover
-        H = links_fh.shape[1]
-        A = acct_fh.shape[1]
-        L = link_bytes.shape[0]
+    def _done_flows_nb(done_cls, members, starts):  # pragma: no cover
+        """The member flows of the classes ``done_cls``, class by class, in one array."""
+        n = 0
+        for i in range(done_cls.shape[0]):
+            c = done_cls[i]
+            n += starts[c + 1] - starts[c]
+        fl = np.empty(n, dtype=np.int64)
+        j = 0
         for i in range(done_cls.shape[0]):
             c = done_cls[i]
             for e in range(starts[c], starts[c + 1]):
-                f = members[e]
-                nb = nbytes_f[f]
-                for h in range(H):
-                    k = links_fh[f, h]
-                    if k < L:
-                        link_bytes[k] += nb
-                        link_wire[k] += nb * factor_f[f] if wire[k] else nb
-                for h in range(A):
-                    k = acct_fh[f, h]
-                    if k < L:
-                        link_bytes[k] += nb
-                        link_wire[k] += nb * factor_f[f] if wire[k] else nb
+                fl[j] = members[e]
+                j += 1
+        return fl
+
+    @njit(cache=True, nogil=True)
+    def _account_nb(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nbytes_f, link_bytes, link_wire):  # pragma: no cover
+        # The finished flows lie scattered over a million-flow group: their sizes, factors and
+        # links are gathered first in a loop of independent loads (many cache misses in flight,
+        # about twice as fast), then added onto the links flow by flow, hop by hop, in the order
+        # of one loop over them (the same additions, the same bits).
+        H = links_fh.shape[1]
+        A = acct_fh.shape[1]
+        L = link_bytes.shape[0]
+        fl = _done_flows_nb(done_cls, members, starts)
+        n = fl.shape[0]
+        nb = np.empty(n)
+        fac = np.empty(n)
+        lk = np.empty((n, H + A), dtype=links_fh.dtype)
+        for j in range(n):
+            f = fl[j]
+            nb[j] = nbytes_f[f]
+            fac[j] = factor_f[f]
+            for h in range(H):
+                lk[j, h] = links_fh[f, h]
+            for h in range(A):
+                lk[j, H + h] = acct_fh[f, h]
+        for j in range(n):
+            b = nb[j]
+            for h in range(H + A):
+                k = lk[j, h]
+                if k < L:
+                    link_bytes[k] += b
+                    link_wire[k] += b * fac[j] if wire[k] else b
 
     @njit(cache=True, nogil=True)
     def _mark_cls_nb(alive, pred, horizon, members, starts, lat, orig, finish_ps):  # pragma: no cover

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from neonic.sim.network import _kernels as K
+from neonic.sim.network.maxmin import HAVE_NUMBA
 
 
 def _values(rng: np.random.Generator, kind: int, n: int) -> np.ndarray:
@@ -41,3 +42,44 @@ def test_stable_argsort_is_the_mergesort(kind):
 def test_stable_argsort_ties_keep_index_order():
     v = np.array([3.0, 1.0, 3.0, 0.0, 1.0, 0.0, 2.5e9, 3.0])
     assert K.stable_argsort(v).tolist() == [3, 5, 1, 4, 0, 2, 7, 6]
+
+
+def _account_loop(done_cls, members, starts, links_fh, acct_fh, factor_f, wire, nbytes_f, link_bytes, link_wire):
+    """The accounting's definition: class by class, flow by flow, its links then its accounted
+    links, each one addition (padding: link id L)."""
+    L = link_bytes.size
+    for c in done_cls:
+        for f in members[starts[c]:starts[c + 1]]:
+            for k in list(links_fh[f]) + list(acct_fh[f]):
+                if k < L:
+                    link_bytes[k] += nbytes_f[f]
+                    link_wire[k] += nbytes_f[f] * factor_f[f] if wire[k] else nbytes_f[f]
+
+
+def test_account_adds_each_flows_bytes_in_flow_and_hop_order():
+    """``account`` (finished classes' member flows onto their links and accounted links) gives
+    the bits of one addition per flow and hop in class, flow and hop order, for classes of
+    several flows, padded hops, framed and unframed links, and sizes over many magnitudes (so
+    that another order would give other bits)."""
+    rng = np.random.default_rng(3)
+    F, L, C = 3000, 40, 1200
+    cls = rng.integers(0, C, F)
+    members = np.argsort(cls, kind="stable").astype(np.int64)
+    starts = np.zeros(C + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cls, minlength=C), out=starts[1:])
+    links = rng.integers(0, L + 1, (F, 3)).astype(np.int32)  # id L: padding
+    acct = rng.integers(0, L + 1, (F, 2)).astype(np.int32)
+    factor = 1.0 + rng.random(F) / 7
+    wire = np.append(rng.random(L) < 0.5, False)  # (and the padding link's flag)
+    nbytes = np.floor(10.0 ** rng.uniform(0, 9, F))
+    done = np.sort(rng.choice(C, 700, replace=False)).astype(np.int64)
+    got = np.full(L, 0.1), np.full(L, 0.3)
+    want = np.full(L, 0.1), np.full(L, 0.3)
+    K.account(done, members, starts, links, acct, factor, wire, nbytes, *got)
+    _account_loop(done, members, starts, links, acct, factor, wire, nbytes, *want)
+    for g, w in zip(got, want):
+        if HAVE_NUMBA:  # (the numpy twin sums hop by hop: the same values within rounding)
+            assert g.tobytes() == w.tobytes()
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    K.account(done[:0], members, starts, links, acct, factor, wire, nbytes, *got)  # nothing finished
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
