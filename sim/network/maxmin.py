@@ -420,6 +420,79 @@ def _col_sums(M, load, count, base):  # pragma: no cover - compiled
 
 
 @jit(cache=True, nogil=True)
+def _row_col_sums(W, load, count, nA):  # pragma: no cover - compiled
+    """In one pass over ``W`` (nA x nB; ``load`` and ``count`` at 0 from ``nA`` on): ``load[r]``
+    = the sum of row ``r`` in column order from 0.0 and ``load[nA + j]`` += column ``j``'s in
+    row order; ``count`` their positive entries. Eight rows at a time: eight independent row
+    sums, and each column's running sum takes the eight rows' terms in row order, so every sum
+    has the additions of its own loop in its own order (the same bits), and ``W.T`` is not read."""
+    R, C = W.shape
+    ld = load[nA:nA + C]
+    ct = count[nA:nA + C]
+    r = 0
+    while r + 8 <= R:
+        l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = 0.0
+        c0 = c1 = c2 = c3 = c4 = c5 = c6 = c7 = 0
+        for j in range(C):
+            w0 = W[r, j]
+            w1 = W[r + 1, j]
+            w2 = W[r + 2, j]
+            w3 = W[r + 3, j]
+            w4 = W[r + 4, j]
+            w5 = W[r + 5, j]
+            w6 = W[r + 6, j]
+            w7 = W[r + 7, j]
+            l0 += w0
+            l1 += w1
+            l2 += w2
+            l3 += w3
+            l4 += w4
+            l5 += w5
+            l6 += w6
+            l7 += w7
+            c0 += w0 > 0.0
+            c1 += w1 > 0.0
+            c2 += w2 > 0.0
+            c3 += w3 > 0.0
+            c4 += w4 > 0.0
+            c5 += w5 > 0.0
+            c6 += w6 > 0.0
+            c7 += w7 > 0.0
+            ld[j] = (((((((ld[j] + w0) + w1) + w2) + w3) + w4) + w5) + w6) + w7
+            ct[j] += (int(w0 > 0.0) + int(w1 > 0.0) + int(w2 > 0.0) + int(w3 > 0.0) + int(w4 > 0.0)
+                      + int(w5 > 0.0) + int(w6 > 0.0) + int(w7 > 0.0))  # (ints: numpy's bools add as "or")
+        load[r] = l0
+        load[r + 1] = l1
+        load[r + 2] = l2
+        load[r + 3] = l3
+        load[r + 4] = l4
+        load[r + 5] = l5
+        load[r + 6] = l6
+        load[r + 7] = l7
+        count[r] = c0
+        count[r + 1] = c1
+        count[r + 2] = c2
+        count[r + 3] = c3
+        count[r + 4] = c4
+        count[r + 5] = c5
+        count[r + 6] = c6
+        count[r + 7] = c7
+        r += 8
+    while r < R:
+        lr = 0.0
+        cr = 0
+        for j in range(C):
+            w = W[r, j]
+            lr += w
+            cr += w > 0.0
+            ld[j] += w
+            ct[j] += w > 0.0
+        load[r] = lr
+        count[r] = cr
+        r += 1
+
+
+@jit(cache=True, nogil=True)
 def _dense_loads(Wa, WTa, Wb, WTb, load, count, a0, b0, nA, nB, joint):  # pragma: no cover - compiled
     """Add the loads of the dense flow sets ``Wa`` then ``Wb`` (each (K, nA, nB)) onto links
     ``a0 + r`` and ``b0 + c``, each set's flows in column order, as :func:`_add_loads` sums an
@@ -701,8 +774,7 @@ def _fill_dense(W, WT, la, lb, capacity):  # pragma: no cover - compiled
     for u in range(N):
         cap[u] = capacity[lid[u]]
     cap[N] = np.inf
-    _col_sums(WT, load, count, 0)  # the rows of W (A links' loads) as the columns of WT, and
-    _col_sums(W, load, count, nA)  # the columns of W: each link's flows in column order
+    _row_col_sums(W, load, count, nA)  # each link's flows in partner order
     srt = np.argsort(lid)
     pos, psh, plink, n = _share_array(srt, count, cap, load)
     level = np.full(N, np.inf)

@@ -246,3 +246,23 @@ def test_dense_loads_sum_each_links_flows_in_order(joint):
             assert load[base + r] == want
             assert count[base + r] == sum(int((p > 0).sum()) for p in parts)
     assert not load[:a0].any() and not load[a0 + nA:b0].any() and not load[b0 + nB:].any()
+
+
+@pytest.mark.parametrize("rows", [1, 8, 21])
+def test_row_col_sums_add_each_row_and_column_in_order(rows):
+    """``_row_col_sums`` (``_fill_dense``'s loads, one pass over W): row ``r``'s sum left to
+    right from 0.0, column ``j``'s top to bottom, and their positive entries, for row counts
+    below, at and past its blocks of eight; weights over many magnitudes."""
+    from neonic.sim.network.maxmin import _row_col_sums
+
+    rng = np.random.default_rng(rows)
+    W = rng.random((rows, 13)) * 10.0 ** rng.integers(-8, 9, (rows, 13))
+    W[rng.random(W.shape) < 0.2] = 0.0
+    load = np.zeros(rows + 13 + 1)
+    count = np.zeros(rows + 13 + 1, dtype=np.int64)
+    _row_col_sums(W, load, count, rows)
+    for r in range(rows):
+        assert load[r] == _sequential_sum(W[r]) and count[r] == (W[r] > 0).sum()
+    for j in range(13):
+        assert load[rows + j] == _sequential_sum(W[:, j]) and count[rows + j] == (W[:, j] > 0).sum()
+    assert load[-1] == 0.0 and count[-1] == 0
