@@ -261,12 +261,25 @@ if HAVE_NUMBA:
 
     @njit(cache=True, nogil=True)
     def _finish_cls_nb(done_cls, pred, members, starts, lat, orig, finish_ps):  # pragma: no cover
+        # as _account_nb: the scattered flows' arrival times first (independent loads), then
+        # written in the same order
+        fl = _done_flows_nb(done_cls, members, starts)
+        n = fl.shape[0]
+        t = np.empty(n, dtype=np.int64)
+        j = 0
         for i in range(done_cls.shape[0]):
             c = done_cls[i]
-            t = np.int64(np.ceil(pred[c]))
+            tc = np.int64(np.ceil(pred[c]))
             for e in range(starts[c], starts[c + 1]):
-                f = members[e]
-                finish_ps[orig[f]] = t + lat[f]
+                t[j] = tc
+                j += 1
+        o = np.empty(n, dtype=np.int64)
+        for j in range(n):
+            f = fl[j]
+            o[j] = orig[f]
+            t[j] += lat[f]
+        for j in range(n):
+            finish_ps[o[j]] = t[j]
 
     @njit(cache=True, nogil=True)
     def _void_cls_nb(alive, members, starts, orig, finish_ps):  # pragma: no cover

@@ -83,3 +83,26 @@ def test_account_adds_each_flows_bytes_in_flow_and_hop_order():
         np.testing.assert_allclose(g, w, rtol=1e-12)
     K.account(done[:0], members, starts, links, acct, factor, wire, nbytes, *got)  # nothing finished
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+
+
+def test_finish_cls_gives_each_member_its_class_end_plus_its_latency():
+    """``finish_cls``: every member flow of a finished class arrives at the class's predicted
+    end rounded up to a picosecond plus the flow's own route latency (at its original index);
+    the other flows keep their times."""
+    rng = np.random.default_rng(4)
+    F, C = 2000, 700
+    cls = rng.integers(0, C, F)
+    members = np.argsort(cls, kind="stable").astype(np.int64)
+    starts = np.zeros(C + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cls, minlength=C), out=starts[1:])
+    pred = rng.uniform(1e6, 1e9, C)
+    lat = rng.integers(0, 10**6, F)
+    orig = rng.permutation(F)
+    done = np.sort(rng.choice(C, 300, replace=False)).astype(np.int64)
+    got = np.full(F, -7, dtype=np.int64)
+    K.finish_cls(done, pred, members, starts, lat, orig, got)
+    want = np.full(F, -7, dtype=np.int64)
+    for c in done:
+        for f in members[starts[c]:starts[c + 1]]:
+            want[orig[f]] = int(np.ceil(pred[c])) + lat[f]
+    np.testing.assert_array_equal(got, want)
