@@ -17,7 +17,8 @@ from neonic.sim.compiled import jit
 from .maxmin import HAVE_NUMBA, first_saturated_level
 
 __all__ = ["account", "components", "drain", "lazy_begin", "lazy_bound", "lazy_end", "lazy_materialize", "mark_cls",
-           "void_cls", "finish_cls", "retire", "step", "step_one", "step_parts", "step_runs", "step_range", "traffic"]
+           "void_cls", "finish_cls", "retire", "stable_argsort", "step", "step_one", "step_parts", "step_runs", "step_range",
+           "traffic"]
 
 
 def _credit_np(alive, rem, rate_new, rate_old, span):
