@@ -116,7 +116,9 @@ header cycle and its zero beats at the drain; it takes no bank and no reducer sl
 Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
 held in flip-flops, computed a cycle ahead from the slot heads' look-ahead: one candidate per
 slot that may go on this cycle, with that slot a constant, and one for no slot going, all from
-flip-flops; the current grant and the slots' room only select among them at the end, and the
+flip-flops (each slot's head as it will be on the next cycle, for either outcome, is itself a
+set of flip-flops kept a cycle ahead); the current grant and the slots' room only select among
+them at the end, and the
 pacing counts the rows in flight as of the cycle before, so the reducer's row completion does
 not reach the grant; on its cycle only the
 downstream room decides whether the granted head goes; each slot's head is a
@@ -850,7 +852,7 @@ class EmbeddingBagUnit(wiring.Component):
         ctl_sks = []
         ctl_qs = []
         for k, (q, sk) in enumerate(zip(slots, head_sks)):
-            cq = CreditFIFO(width=slot_ctl.size, depth=self.slot_depth)
+            cq = CreditFIFO(width=slot_ctl.size, depth=self.slot_depth, read_ahead=True)
             m.submodules[f"slot_cq{k}"] = cq
             ctl_qs.append(cq)
             c = SkidBuffer(slot_ctl, peek=True)
@@ -1187,7 +1189,6 @@ class EmbeddingBagUnit(wiring.Component):
         # deadlock; needs ``banks > interleave``).
         start = Signal(K, init=1)
         hviews = [c.o.payload for c in ctl_sks]
-        pviews = [c.peek_payload for c in ctl_sks]
         # Pacing: a row of the slot served last (``rr_prev``) waits while ``pace_rows`` rows
         # or more are in flight, so that another bag's row, when one comes, goes between two
         # rows of one bag: back to back, two rows of a bag cost the adder's read-add-write
@@ -1284,6 +1285,33 @@ class EmbeddingBagUnit(wiring.Component):
         ]
         for k, h in enumerate(heads):
             m.d.comb += h.ready.eq(go_k[k])
+        # Each slot's head as it will be on the next cycle, kept as flip-flops a cycle ahead
+        # (``look[k]``), for both outcomes of this cycle: ``stay_*`` if the slot's head does not
+        # go (the same entry, or the one behind it when the head is empty) and ``adv_*`` if
+        # it goes (the entry behind it). Their next values follow the control slice's and its
+        # queue's next state (``CreditFIFO``'s ``read_ahead``) for either value of the head's
+        # load (``~o.valid | go``), which selects at the end. Until session 17 the next grant
+        # read them through the slice's look-ahead multiplexer (``peek``) and the head's
+        # valid, one more LUT level on the grant's critical path.
+        look = []
+        for k, (c, cq, hv) in enumerate(zip(ctl_sks, ctl_qs, hviews)):
+            names = ("stay_v", "stay_first", "stay_row", "adv_v", "adv_first", "adv_row")
+            regs = [Signal(name=f"look{k}_{n}") for n in names]
+            pv, pp = c.peek_valid, c.peek_payload
+            qv, qp = cq.r_rdy_next, data.View(slot_ctl, cq.r_data_next)
+
+            def after(hv_, hf, hr, nv_, nf, nr):
+                # (head, the entry behind it) on the next cycle -> the six flags
+                return [hv_ | nv_, Mux(hv_, hf, nf), Mux(hv_, hr, nr), nv_, nf, nr]
+            # the head loads: it takes the peeked entry, the skid register empties, and the
+            # entry behind it is the queue's next head
+            loaded = after(pv, pp.first, pp.has_row, qv, qp.first, qp.has_row)
+            # it holds: the skid register takes the peeked entry if there is one
+            held = after(c.o.valid, hv.first, hv.has_row, pv | qv,
+                         Mux(pv, pp.first, qp.first), Mux(pv, pp.has_row, qp.has_row))
+            load = ~c.o.valid | go_k[k]
+            m.d.sync += [r.eq(Mux(load, a, b)) for r, a, b in zip(regs, loaded, held)]
+            look.append(dict(zip(names, regs)))
         # The arbiter's next state.
         rr_prev_next = Signal(K)
         start_next = Signal(K)
@@ -1331,11 +1359,10 @@ class EmbeddingBagUnit(wiring.Component):
             st = (Mux(first_bits[went], start.rotate_left(1), start) if went is not None
                   else start)
             ready = []
-            for k, (hv, pv, c) in enumerate(zip(hviews, pviews, ctl_sks)):
-                adv = Const(1, 1) if went == k else ~c.o.valid
-                nv = Mux(adv, c.peek_valid, c.o.valid)
-                nfirst = Mux(adv, pv.first, hv.first)
-                nrow = Mux(adv, pv.has_row, hv.has_row)
+            for k, lk in enumerate(look):
+                # the head on the next cycle: the entry behind it if it goes, else as it stays
+                w = "adv" if went == k else "stay"
+                nv, nfirst, nrow = lk[f"{w}_v"], lk[f"{w}_first"], lk[f"{w}_row"]
                 r = nv
                 if K > 1:
                     r = r & (~nfirst | st[k]) & ~(pace_n & served[k] & nrow)
@@ -1903,7 +1930,7 @@ class EmbeddingBagUnit(wiring.Component):
             "scalel": unsigned(lanes),
         })
         dctx0 = _context_register(dctx_layout, "dctx0")  # registered with the read
-        dctx = _context_register(dctx_layout, "dctx")    # and once more, with the read data's register
+        dctx = _context_register(dctx_layout, "dctx")    # and with the read data's register
         lane_mask = Cat(*[(~d_last | (bhead.tail == 0) | (i < bhead.tail)) for i in range(lanes)])
         m.d.sync += [
             dctx0.valid.eq(issue), dctx0.first.eq(dword == 0), dctx0.last.eq(d_last),
