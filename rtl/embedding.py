@@ -247,7 +247,12 @@ Session 17 found why (one set/reset net per ECP5 logic tile, 898 small set/reset
 nextpnr's legaliser moved between tiles without end; ``host/bench/timing.py``'s
 ``unmap_small_lsr_sets``): with those set/resets as LUTs the placement finishes (under 790
 CPU-s), nextpnr's estimate before routing is 66.0 MHz, and ``router2`` was stopped unfinished
-at 1,749 CPU-s; no routed 16-lane figure yet (README). There the
+at 1,749 CPU-s; no routed 16-lane figure yet (README). Session 18 took the reset off the
+data registers (see Reset above): at 16 lanes the reset reaches 3,722 flip-flops (35,889 on
+session 15's netlist), two set/reset nets are left after the flow's LUT step (17), and the
+LUTs stay where they were (61,368 with the set/resets as LUTs, 61,051 before: yosys gives the
+freed set/reset inputs to the data's "force to a constant" terms, which the flow turns back
+into LUTs); 61,430 FFs, 32 DP16KD, 129 MULT18X18D; not placed. There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
 flags, addresses and write enables are one register from the shared context; on the RTL of
 session 11 the only nets of over 140 loads besides the clock and reset were the load and
