@@ -235,7 +235,23 @@ buffer's read pointer in copies of one per 16 bits. Placed and routed (``router2
 LUTs, 11,257 FFs): 104.5 MHz on seed 1, 119.2 on seed 2; neither cut path is among those over
 7.8 ns on either seed, and the grant leads both (from a slot head's ``first`` or ``has_row``
 through the round robin into the grant's copies: 9.6 ns, 10 cells, on seed 1; 8.4, 8 cells,
-on seed 2), so the grant's next state is what stands between this unit and 125 MHz. At
+on seed 2), so the grant's next state is what stands between this unit and 125 MHz. Session
+18 kept each slot head's next state, for either outcome of the cycle, in flip-flops a cycle
+ahead (``rtl.streams.CreditFIFO``'s ``read_ahead``), so the grant's candidates no longer start
+behind the control slice's look-ahead multiplexer, cycle for cycle the same (the flags equal
+the expressions they replace on every simulated cycle; g15's 15 episodes identical), beside
+the data registers' reset (see Reset above). With the gather's flow as it is since session
+17 (set/reset nets of fewer than 64 flip-flops as LUTs: 1,158 at 2 lanes), ``router2``:
+124.4 MHz on seed 1, 114.8 on seed 2 (11,146 LUTs of which 1,158 set/resets, 11,113 FFs, 4
+DP16KD, 17 MULT18X18D). No grant path is over 7.8 ns on either seed (7.7 ns on seed 2, from
+``outstanding_ge4``). What leads: on seed 1 the adder's sixth step (``p5_total`` through the
+normalising shift into ``p6_low``, 8.0 ns, through a set/reset-as-LUT where yosys used the
+freed reset input for a "force to zero" term), the output queue's level into its LUT-RAM
+write (8.0), a slot head's read pointer into the request slice (7.8); on seed 2 the output
+queue's read pointer into the output slice's entries (8.7 ns, 4 cells, 7.7 of routing). A
+first try, the slots' eligibility in flip-flops and the round robin after them, was no
+faster (102.1 MHz on seed 1: the loop from the eligibility through the round robin, the go
+and back into the eligibility's copies, 9.8 ns). At
 ``data_bytes=64, lanes=16`` synthesis of session 15's RTL (before session 16's changes) gave
 52,974 LUTs (42,990 LUT4 and 4,992 carry cells; 63% of the LFE5U-85F's 83,640 LUT4), 62,086
 FFs (74%; 4,116 more moved into the block RAMs' and DSP blocks' output registers), 32
