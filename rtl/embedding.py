@@ -116,7 +116,9 @@ header cycle and its zero beats at the drain; it takes no bank and no reducer sl
 Arbiter: one entry per cycle, round robin over the slots with an entry (a one-hot grant
 held in flip-flops, computed a cycle ahead from the slot heads' look-ahead: one candidate per
 slot that may go on this cycle, with that slot a constant, and one for no slot going, all from
-flip-flops; the current grant and the slots' room only select among them at the end, and the
+flip-flops (each slot's head as it will be on the next cycle, for either outcome, is itself a
+set of flip-flops kept a cycle ahead); the current grant and the slots' room only select among
+them at the end, and the
 pacing counts the rows in flight as of the cycle before, so the reducer's row completion does
 not reach the grant; on its cycle only the
 downstream room decides whether the granted head goes; each slot's head is a
@@ -175,6 +177,16 @@ beat per cycle while the queue has room for everything in flight (a credit count
 :attr:`EmbeddingBagUnit.timing` gives the pipeline figures the timing model
 (``sim.timing.embedding``) uses.
 
+Reset: only valid and control state has a reset (the stages' valid flags, the queues' pointers
+and levels, the arbiter, the banks, the counters). The data registers have none: the FP
+pipelines (``reset_less``), the max selectors' registers, the entries of every
+``PingPongBuffer`` slice, and every field of the pipeline contexts but ``valid``. Each is read
+only where a flag with a reset says it holds data (or its value changes nothing that is
+output), and in use each holds stale data whenever it is not valid, so a reset that leaves
+them as they were changes nothing (a test resets the unit between batches of bags and
+compares with a fresh unit, cycle for cycle). ``pooled.payload`` and ``mem.req.payload`` may
+then differ after a reset while their ``valid`` is low, where they are not defined.
+
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
 grade 6, ``router2``). At the ``bench timing`` table set with 2 lanes and 8 B beats, placement
 seeds 1 / 2: 121.0 / 122.1 MHz, 9,820 LUTs, 11,115 FFs, 4 DP16KD, 17 MULT18X18D (session 15;
@@ -223,7 +235,23 @@ buffer's read pointer in copies of one per 16 bits. Placed and routed (``router2
 LUTs, 11,257 FFs): 104.5 MHz on seed 1, 119.2 on seed 2; neither cut path is among those over
 7.8 ns on either seed, and the grant leads both (from a slot head's ``first`` or ``has_row``
 through the round robin into the grant's copies: 9.6 ns, 10 cells, on seed 1; 8.4, 8 cells,
-on seed 2), so the grant's next state is what stands between this unit and 125 MHz. At
+on seed 2), so the grant's next state is what stands between this unit and 125 MHz. Session
+18 kept each slot head's next state, for either outcome of the cycle, in flip-flops a cycle
+ahead (``rtl.streams.CreditFIFO``'s ``read_ahead``), so the grant's candidates no longer start
+behind the control slice's look-ahead multiplexer, cycle for cycle the same (the flags equal
+the expressions they replace on every simulated cycle; g15's 15 episodes identical), beside
+the data registers' reset (see Reset above). With the gather's flow as it is since session
+17 (set/reset nets of fewer than 64 flip-flops as LUTs: 1,158 at 2 lanes), ``router2``:
+124.4 MHz on seed 1, 114.8 on seed 2 (11,146 LUTs of which 1,158 set/resets, 11,113 FFs, 4
+DP16KD, 17 MULT18X18D). No grant path is over 7.8 ns on either seed (7.7 ns on seed 2, from
+``outstanding_ge4``). What leads: on seed 1 the adder's sixth step (``p5_total`` through the
+normalising shift into ``p6_low``, 8.0 ns, through a set/reset-as-LUT where yosys used the
+freed reset input for a "force to zero" term), the output queue's level into its LUT-RAM
+write (8.0), a slot head's read pointer into the request slice (7.8); on seed 2 the output
+queue's read pointer into the output slice's entries (8.7 ns, 4 cells, 7.7 of routing). A
+first try, the slots' eligibility in flip-flops and the round robin after them, was no
+faster (102.1 MHz on seed 1: the loop from the eligibility through the round robin, the go
+and back into the eligibility's copies, 9.8 ns). At
 ``data_bytes=64, lanes=16`` synthesis of session 15's RTL (before session 16's changes) gave
 52,974 LUTs (42,990 LUT4 and 4,992 carry cells; 63% of the LFE5U-85F's 83,640 LUT4), 62,086
 FFs (74%; 4,116 more moved into the block RAMs' and DSP blocks' output registers), 32
@@ -235,7 +263,12 @@ Session 17 found why (one set/reset net per ECP5 logic tile, 898 small set/reset
 nextpnr's legaliser moved between tiles without end; ``host/bench/timing.py``'s
 ``unmap_small_lsr_sets``): with those set/resets as LUTs the placement finishes (under 790
 CPU-s), nextpnr's estimate before routing is 66.0 MHz, and ``router2`` was stopped unfinished
-at 1,749 CPU-s; no routed 16-lane figure yet (README). There the
+at 1,749 CPU-s; no routed 16-lane figure yet (README). Session 18 took the reset off the
+data registers (see Reset above): at 16 lanes the reset reaches 3,722 flip-flops (35,889 on
+session 15's netlist), two set/reset nets are left after the flow's LUT step (17), and the
+LUTs stay where they were (61,368 with the set/resets as LUTs, 61,051 before: yosys gives the
+freed set/reset inputs to the data's "force to a constant" terms, which the flow turns back
+into LUTs); 61,430 FFs, 32 DP16KD, 129 MULT18X18D; not placed. There the
 weight and the reciprocal reach the lanes through two levels of fan-out 4 and the per-lane
 flags, addresses and write enables are one register from the shared context; on the RTL of
 session 11 the only nets of over 140 loads besides the clock and reset were the load and
@@ -270,6 +303,19 @@ POOLING_CODES = {"sum": 0, "mean": 1, "max": 2}
 """Pooling-mode codes of a table descriptor."""
 
 _FP32_ONE = 0x3F800000
+
+
+def _context_register(layout: data.StructLayout, name: str) -> data.View:
+    """A pipeline stage's context register of ``layout``: its ``valid`` field (at bit 0) a
+    flip-flop with reset, every other field one register without reset. The other fields
+    are read only where ``valid`` is set (or their value changes nothing that is output),
+    and in use they hold whatever the stage held last whenever it is not valid, so a reset
+    that leaves them as they were changes nothing; without it they do not carry the reset
+    net (at 16 lanes several thousand flip-flops of the pipeline's contexts)."""
+    assert layout["valid"].offset == 0 and layout["valid"].width == 1
+    valid = Signal(name=f"{name}_valid")
+    rest = Signal(layout.size - 1, name=f"{name}_data", reset_less=True)
+    return data.View(layout, Cat(valid, rest))
 
 
 class DescriptorLayout(data.StructLayout):
@@ -427,7 +473,9 @@ class PoolLane(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.add = add = FPAdd32(latency=self.latency)
+        # (no register here has a reset: each holds data that is used only ``latency``
+        # cycles after its operands, when the caller's own valid flags say so)
+        m.submodules.add = add = FPAdd32(latency=self.latency, reset_less=True)
         m.submodules.max = mx = FPMax32(latency=0, nan="compare")
         if self.direct_add:
             m.d.comb += [add.a.eq(self.old), add.b.eq(self.v_add)]
@@ -442,29 +490,29 @@ class PoolLane(wiring.Component):
             # (the ordered keys compared in 16-bit halves, combined in the choice: the 32-bit
             # carry chain from the operands' registers was 8.3 ns on the ECP5 flow)
             gt_hi, ge_hi, gt_lo, comparable = fp32_greater_halves(self.v, old)
-            t_gt_hi = Signal(name="max_gt_hi")
-            t_ge_hi = Signal(name="max_ge_hi")
-            t_gt_lo = Signal(name="max_gt_lo")
-            t_cmp = Signal(name="max_comparable")
-            t_first = Signal(name="max_first")
-            v_1 = Signal(32, name="max_v1")
-            old_1 = Signal(32, name="max_old1")
+            t_gt_hi = Signal(name="max_gt_hi", reset_less=True)
+            t_ge_hi = Signal(name="max_ge_hi", reset_less=True)
+            t_gt_lo = Signal(name="max_gt_lo", reset_less=True)
+            t_cmp = Signal(name="max_comparable", reset_less=True)
+            t_first = Signal(name="max_first", reset_less=True)
+            v_1 = Signal(32, name="max_v1", reset_less=True)
+            old_1 = Signal(32, name="max_old1", reset_less=True)
             m.d.sync += [t_gt_hi.eq(gt_hi), t_ge_hi.eq(ge_hi), t_gt_lo.eq(gt_lo),
                          t_cmp.eq(comparable), t_first.eq(self.first),
                          v_1.eq(self.v), old_1.eq(old)]
             t_ord = t_gt_hi | (t_ge_hi & t_gt_lo)
-            take_v = Signal(name="max_take_v")
-            v_r = Signal(32, name="max_v")
-            old_r = Signal(32, name="max_old")
+            take_v = Signal(name="max_take_v", reset_less=True)
+            v_r = Signal(32, name="max_v", reset_less=True)
+            old_r = Signal(32, name="max_old", reset_less=True)
             m.d.sync += [take_v.eq(t_first | (t_cmp & t_ord)), v_r.eq(v_1), old_r.eq(old_1)]
             sel = Mux(take_v, v_r, old_r)
             stages = self.latency - 2
         elif self.latency == 2:
             # Two stages: the compare into a flag (with both operands registered beside it),
             # then the selection; the rest of the latency is a delay line.
-            take_v = Signal(name="max_take_v")
-            v_r = Signal(32, name="max_v")
-            old_r = Signal(32, name="max_old")
+            take_v = Signal(name="max_take_v", reset_less=True)
+            v_r = Signal(32, name="max_v", reset_less=True)
+            old_r = Signal(32, name="max_old", reset_less=True)
             m.d.sync += [take_v.eq(self.first | mx.sel_b), v_r.eq(self.v), old_r.eq(old)]
             sel = Mux(take_v, v_r, old_r)
             stages = self.latency - 1
@@ -472,7 +520,7 @@ class PoolLane(wiring.Component):
             sel = Mux(self.first, self.v, mx.o)
             stages = self.latency
         for k in range(stages):
-            r = Signal(32, name=f"max_d{k}")
+            r = Signal(32, name=f"max_d{k}", reset_less=True)
             m.d.sync += r.eq(sel)
             sel = r
         m.d.comb += self.result.eq(Mux(self.is_max, sel, add.o))
@@ -745,12 +793,14 @@ class EmbeddingBagUnit(wiring.Component):
         # (the responses' slice is a two-entry queue read through a multiplexer: the
         # reducer's take, at the end of its stall logic, then enables three flip-flops
         # instead of every bit of the beat)
-        m.submodules.resp_in = resp_in = PingPongBuffer(MemResponseBeat(self.data_bytes))
+        m.submodules.resp_in = resp_in = PingPongBuffer(MemResponseBeat(self.data_bytes),
+                                                               reset_less=True)
         # (the requests' slice too: the arbiter's selected entry then reaches the slice's
         # entries without the skid buffer's input-or-skid multiplexer in front of its output
         # register; ``mem.req.payload`` is a 2:1 multiplexer of the slice's flip-flops)
         m.submodules.req_out = req_out = PingPongBuffer(MemRequest(self.addr_width,
-                                                                   self.beats_width))
+                                                                   self.beats_width),
+                                                        reset_less=True)
         wiring.connect(m, wiring.flipped(self.bags), bags_in.i)
         wiring.connect(m, wiring.flipped(self.mem.resp), resp_in.i)
         wiring.connect(m, req_out.o, wiring.flipped(self.mem.req))
@@ -798,7 +848,7 @@ class EmbeddingBagUnit(wiring.Component):
             # slot head's pointer reached every bit of the granted entry's two slices,
             # 7.7 ns of routing over two LUTs, the second critical path)
             sk = (PingPongBuffer(unsigned(q.width), peek=peek,
-                                 read_copies=max(1, q.width // 16)) if pingpong
+                                 read_copies=max(1, q.width // 16), reset_less=True) if pingpong
                   else SkidBuffer(unsigned(q.width), peek=peek))
             m.submodules[name] = sk
             m.d.comb += [sk.i.valid.eq(q.r_rdy), sk.i.payload.eq(q.r_data),
@@ -823,7 +873,7 @@ class EmbeddingBagUnit(wiring.Component):
         ctl_sks = []
         ctl_qs = []
         for k, (q, sk) in enumerate(zip(slots, head_sks)):
-            cq = CreditFIFO(width=slot_ctl.size, depth=self.slot_depth)
+            cq = CreditFIFO(width=slot_ctl.size, depth=self.slot_depth, read_ahead=True)
             m.submodules[f"slot_cq{k}"] = cq
             ctl_qs.append(cq)
             c = SkidBuffer(slot_ctl, peek=True)
@@ -841,7 +891,8 @@ class EmbeddingBagUnit(wiring.Component):
             "has_row": unsigned(1), "first": unsigned(1), "bank": unsigned(self.bank_width),
             "last_word": unsigned(self.word_width), "elem_type": unsigned(2)})
         m.submodules.info_h = info_sk = SkidBuffer(ctl_layout, peek=True)
-        m.submodules.info_hd = info_pp = PingPongBuffer(unsigned(info_q.width))
+        m.submodules.info_hd = info_pp = PingPongBuffer(unsigned(info_q.width),
+                                                             reset_less=True)
         q_head = data.View(rinfo, info_q.r_data)
         m.d.comb += [info_sk.i.valid.eq(info_q.r_rdy), info_pp.i.valid.eq(info_q.r_rdy),
                      info_pp.i.payload.eq(info_q.r_data), info_q.r_en.eq(info_sk.i.ready),
@@ -893,7 +944,8 @@ class EmbeddingBagUnit(wiring.Component):
         # (its read pointer in copies of one per 16 bits of the entry, as the slot heads':
         # one pointer into every bit of the item into ``pe1`` was 8.0 ns, 7.2 of routing)
         m.submodules.pre = pre = PingPongBuffer(pd_layout,
-                                                read_copies=max(1, pd_layout.size // 16))
+                                                read_copies=max(1, pd_layout.size // 16),
+                                                reset_less=True)
         parse_take = Signal()        # the parse consumes the pre-decoded item
         cur_p = Signal(sdesc)        # the descriptor of the last header through this stage
         in_item = bags_in.o.payload
@@ -1158,7 +1210,6 @@ class EmbeddingBagUnit(wiring.Component):
         # deadlock; needs ``banks > interleave``).
         start = Signal(K, init=1)
         hviews = [c.o.payload for c in ctl_sks]
-        pviews = [c.peek_payload for c in ctl_sks]
         # Pacing: a row of the slot served last (``rr_prev``) waits while ``pace_rows`` rows
         # or more are in flight, so that another bag's row, when one comes, goes between two
         # rows of one bag: back to back, two rows of a bag cost the adder's read-add-write
@@ -1255,6 +1306,33 @@ class EmbeddingBagUnit(wiring.Component):
         ]
         for k, h in enumerate(heads):
             m.d.comb += h.ready.eq(go_k[k])
+        # Each slot's head as it will be on the next cycle, kept as flip-flops a cycle ahead
+        # (``look[k]``), for both outcomes of this cycle: ``stay_*`` if the slot's head does not
+        # go (the same entry, or the one behind it when the head is empty) and ``adv_*`` if
+        # it goes (the entry behind it). Their next values follow the control slice's and its
+        # queue's next state (``CreditFIFO``'s ``read_ahead``) for either value of the head's
+        # load (``~o.valid | go``), which selects at the end. Until session 17 the next grant
+        # read them through the slice's look-ahead multiplexer (``peek``) and the head's
+        # valid, one more LUT level on the grant's critical path.
+        look = []
+        for k, (c, cq, hv) in enumerate(zip(ctl_sks, ctl_qs, hviews)):
+            names = ("stay_v", "stay_first", "stay_row", "adv_v", "adv_first", "adv_row")
+            regs = [Signal(name=f"look{k}_{n}") for n in names]
+            pv, pp = c.peek_valid, c.peek_payload
+            qv, qp = cq.r_rdy_next, data.View(slot_ctl, cq.r_data_next)
+
+            def after(hv_, hf, hr, nv_, nf, nr):
+                # (head, the entry behind it) on the next cycle -> the six flags
+                return [hv_ | nv_, Mux(hv_, hf, nf), Mux(hv_, hr, nr), nv_, nf, nr]
+            # the head loads: it takes the peeked entry, the skid register empties, and the
+            # entry behind it is the queue's next head
+            loaded = after(pv, pp.first, pp.has_row, qv, qp.first, qp.has_row)
+            # it holds: the skid register takes the peeked entry if there is one
+            held = after(c.o.valid, hv.first, hv.has_row, pv | qv,
+                         Mux(pv, pp.first, qp.first), Mux(pv, pp.has_row, qp.has_row))
+            load = ~c.o.valid | go_k[k]
+            m.d.sync += [r.eq(Mux(load, a, b)) for r, a, b in zip(regs, loaded, held)]
+            look.append(dict(zip(names, regs)))
         # The arbiter's next state.
         rr_prev_next = Signal(K)
         start_next = Signal(K)
@@ -1302,11 +1380,10 @@ class EmbeddingBagUnit(wiring.Component):
             st = (Mux(first_bits[went], start.rotate_left(1), start) if went is not None
                   else start)
             ready = []
-            for k, (hv, pv, c) in enumerate(zip(hviews, pviews, ctl_sks)):
-                adv = Const(1, 1) if went == k else ~c.o.valid
-                nv = Mux(adv, c.peek_valid, c.o.valid)
-                nfirst = Mux(adv, pv.first, hv.first)
-                nrow = Mux(adv, pv.has_row, hv.has_row)
+            for k, lk in enumerate(look):
+                # the head on the next cycle: the entry behind it if it goes, else as it stays
+                w = "adv" if went == k else "stay"
+                nv, nfirst, nrow = lk[f"{w}_v"], lk[f"{w}_first"], lk[f"{w}_row"]
                 r = nv
                 if K > 1:
                     r = r & (~nfirst | st[k]) & ~(pace_n & served[k] & nrow)
@@ -1618,7 +1695,7 @@ class EmbeddingBagUnit(wiring.Component):
             # per lane: the result is the max selector's (MAX pooling, lane used)
             "maxl": unsigned(lanes),
         })
-        s1_ctx = Signal(ctx_layout)
+        s1_ctx = _context_register(ctx_layout, "s1_ctx")
         s1_x = Signal(32 * lanes, reset_less=True)
         s1_w = Signal(32, reset_less=True, name="s1_w")
         m.d.sync += [
@@ -1645,7 +1722,7 @@ class EmbeddingBagUnit(wiring.Component):
         weights = [s1_w]             # the copies of the current level
         span = lanes                 # lanes served by each copy of the current level
         for j in range(1, P + 1):
-            c = Signal(ctx_layout, name=f"fan_ctx{j}")
+            c = _context_register(ctx_layout, f"fan_ctx{j}")
             x = Signal(32 * lanes, name=f"fan_x{j}", reset_less=True)
             m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
             nspan = 1 if j == P else max(1, lanes >> (2 * j))
@@ -1662,7 +1739,7 @@ class EmbeddingBagUnit(wiring.Component):
         mul_x = x_pipe[-1]
         # Multiplier stage: context and unweighted values delayed alongside.
         for k in range(ml):
-            c = Signal(ctx_layout, name=f"mul_ctx{k}")
+            c = _context_register(ctx_layout, f"mul_ctx{k}")
             x = Signal(32 * lanes, name=f"mul_x{k}", reset_less=True)
             m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
             ctx_pipe.append(c)
@@ -1671,7 +1748,7 @@ class EmbeddingBagUnit(wiring.Component):
         ai_x = x_pipe[-1]
         ai_v = []
         for i in range(lanes):
-            mul = FPMul32(latency=ml)
+            mul = FPMul32(latency=ml, reset_less=True)
             m.submodules[f"wmul_{i}"] = mul
             m.d.comb += [mul.a.eq(mul_x[32 * i:32 * (i + 1)]), mul.b.eq(weights[i])]
             ai_v.append(mul.o)
@@ -1712,10 +1789,10 @@ class EmbeddingBagUnit(wiring.Component):
         depth = nb << self.word_width
         inflight = []                # words in the adder, youngest first
         for k in range(al):
-            inflight.append(Signal(data.StructLayout({
+            inflight.append(_context_register(data.StructLayout({
                 "valid": unsigned(1), "has_row": unsigned(1), "end": unsigned(1),
                 "addr": unsigned(addr_w), "used": unsigned(lanes), "maxl": unsigned(lanes)}),
-                name=f"add_ctx{k}"))
+                f"add_ctx{k}"))
         m.d.sync += [
             inflight[0].valid.eq(ai.valid), inflight[0].has_row.eq(ai.has_row),
             inflight[0].end.eq(ai.end), inflight[0].addr.eq(ai.addr),
@@ -1873,8 +1950,8 @@ class EmbeddingBagUnit(wiring.Component):
             # own flag
             "scalel": unsigned(lanes),
         })
-        dctx0 = Signal(dctx_layout)  # registered with the read
-        dctx = Signal(dctx_layout)   # and once more, with the read data's register
+        dctx0 = _context_register(dctx_layout, "dctx0")  # registered with the read
+        dctx = _context_register(dctx_layout, "dctx")    # and with the read data's register
         lane_mask = Cat(*[(~d_last | (bhead.tail == 0) | (i < bhead.tail)) for i in range(lanes)])
         m.d.sync += [
             dctx0.valid.eq(issue), dctx0.first.eq(dword == 0), dctx0.last.eq(d_last),
@@ -1905,7 +1982,7 @@ class EmbeddingBagUnit(wiring.Component):
                 copies.append(r)
             recips, span = copies, nspan
             if j < PD:
-                c = Signal(dctx_layout, name=f"drain_fan_ctx{j}")
+                c = _context_register(dctx_layout, f"drain_fan_ctx{j}")
                 x = Signal(32 * lanes, name=f"drain_fan_x{j}", reset_less=True)
                 m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
                 dctx_pipe.append(c)
@@ -1913,7 +1990,7 @@ class EmbeddingBagUnit(wiring.Component):
                 masks.append(c)
         dmul_x = dx_pipe[-1]
         for k in range(dl):
-            c = Signal(dctx_layout, name=f"drain_ctx{k}")
+            c = _context_register(dctx_layout, f"drain_ctx{k}")
             x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
             m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
             dctx_pipe.append(c)
@@ -1921,7 +1998,7 @@ class EmbeddingBagUnit(wiring.Component):
         dend, dxend = dctx_pipe[-1], dx_pipe[-1]
         out_lanes = []
         for i in range(lanes):
-            mul = FPMul32(latency=dl)
+            mul = FPMul32(latency=dl, reset_less=True)
             m.submodules[f"dmul_{i}"] = mul
             m.d.comb += [mul.a.eq(dmul_x[32 * i:32 * (i + 1)]), mul.b.eq(recips[i])]
             v = Mux(dend.scalel[i], mul.o, dxend[32 * i:32 * (i + 1)])
@@ -1934,7 +2011,7 @@ class EmbeddingBagUnit(wiring.Component):
         # ``ready`` and its level). Same cycles as a ``SyncFIFOBuffered``: a beat written on
         # one cycle is on ``pooled`` two cycles later; the credit bounds what it holds.
         m.submodules.out_q = out_q = fifo.SyncFIFO(width=pl.size, depth=odepth - 1)
-        m.submodules.out_b = out_b = PingPongBuffer(unsigned(pl.size))
+        m.submodules.out_b = out_b = PingPongBuffer(unsigned(pl.size), reset_less=True)
         out_w = data.View(pl, out_q.w_data)
         m.d.comb += [
             out_q.w_en.eq(dend.valid),

@@ -20,6 +20,13 @@ Latency
     combinational. The last register always sits at the output, so ``o`` is driven straight
     from a flip-flop whenever ``latency >= 1``; further registers are spread evenly over the
     internal steps.
+Reset
+    The pipeline registers take the domain's reset (to zero) unless the component is built
+    with ``reset_less=True`` (:class:`FPAdd32`, :class:`FPMul32`), as a caller whose own valid
+    flags ignore the results until its operands have passed (the gather unit) builds them:
+    then no register has a reset, which takes the reset net off every flip-flop of the
+    pipeline (28,053 of the 16-lane gather's) and leaves its set/reset input to the data
+    logic. The results are the same on every cycle after the operands of that cycle.
 Rounding
     Round to nearest, ties to even (RNE), the IEEE default, everywhere. Subnormal operands are
     honoured and subnormal results are produced (no flush to zero); results that round beyond
@@ -107,9 +114,11 @@ class _Pipeline:
     spread, always including the output. Every register loads only when ``en`` is high.
     """
 
-    def __init__(self, m: Module, en: Value, steps: int, latency: int):
+    def __init__(self, m: Module, en: Value, steps: int, latency: int,
+                 reset_less: bool = False):
         self._m = m
         self._en = en
+        self._reset_less = reset_less
         self.cuts = {(i * steps + latency // 2) // latency for i in range(1, latency + 1)} \
             if latency else set()
         assert len(self.cuts) == latency
@@ -119,7 +128,9 @@ class _Pipeline:
         ``reset_less``: registers without reset, for those that the FPGA flow moves into a
         DSP block (``host.bench.timing.absorb_dsp_registers`` takes only registers without a
         reset in use); their contents after a reset are the pipeline's, whose results are
-        ignored until the operands of that cycle arrive, as with the others."""
+        ignored until the operands of that cycle arrive, as with the others. A pipeline
+        built with ``reset_less`` (the component's) has no reset on any register."""
+        reset_less = reset_less or self._reset_less
         regs = {}
         for name, v in values.items():
             v = Value.cast(v)
@@ -311,12 +322,13 @@ def _round_steps(m: Module, pipe: "_Pipeline", k: int, *, exp: Value, mant: Valu
 class _Binary32(wiring.Component):
     """Shared signature of the two-operand pipelined binary32 components."""
 
-    def __init__(self, latency: int, steps: int):
+    def __init__(self, latency: int, steps: int, reset_less: bool = False):
         try:
             self.latency = _check_latency(latency, steps)
         except ValueError as error:
             raise _refuse(self, error) from None
         self._steps = steps
+        self.reset_less = bool(reset_less)
         super().__init__({
             "a": In(32),
             "b": In(32),
@@ -351,13 +363,13 @@ class FPAdd32(_Binary32):
 
     STEPS = 9
 
-    def __init__(self, *, latency: int = 9, negate_b: bool = False):
+    def __init__(self, *, latency: int = 9, negate_b: bool = False, reset_less: bool = False):
         self.negate_b = bool(negate_b)
-        super().__init__(latency, self.STEPS)
+        super().__init__(latency, self.STEPS, reset_less)
 
     def elaborate(self, platform):
         m = Module()
-        pipe = _Pipeline(m, self.en, self.STEPS, self.latency)
+        pipe = _Pipeline(m, self.en, self.STEPS, self.latency, self.reset_less)
 
         # Step 1: classify, special results, magnitude compare.
         b = Cat(self.b[:31], self.b[31] ^ self.negate_b)
@@ -505,12 +517,12 @@ class FPMul32(_Binary32):
 
     STEPS = 11
 
-    def __init__(self, *, latency: int = STEPS):
-        super().__init__(latency, self.STEPS)
+    def __init__(self, *, latency: int = STEPS, reset_less: bool = False):
+        super().__init__(latency, self.STEPS, reset_less)
 
     def elaborate(self, platform):
         m = Module()
-        pipe = _Pipeline(m, self.en, self.STEPS, self.latency)
+        pipe = _Pipeline(m, self.en, self.STEPS, self.latency, self.reset_less)
 
         sa, ea, fa, ma, xa = _fp32_fields(self.a)
         sb, eb, fb, mb, xb = _fp32_fields(self.b)

@@ -249,12 +249,21 @@ class PingPongBuffer(wiring.Component):
     ``read_copies``: the read pointer as that many flip-flops (kept apart by the FPGA flow,
     :data:`KEEP_COPY_ATTR`), each selecting an equal share of the payload's bits, so that no
     one pointer's net reaches every bit of a wide entry (the same values on every cycle).
+
+    ``reset_less``: the two entries' registers without reset (the pointers and occupancy
+    flags keep theirs). An entry is read only while the occupancy says it holds an item, and
+    in use an entry holds an item already taken whenever it is free, so a reset that leaves
+    one as it was changes nothing the consumer sees; without the reset net, a wide payload's
+    flip-flops have their set/reset input free (the gather's slices at 64 B: over a thousand
+    flip-flops each). The default keeps the reset, and the same netlist as before.
     """
 
-    def __init__(self, shape, *, peek: bool = False, read_copies: int = 1):
+    def __init__(self, shape, *, peek: bool = False, read_copies: int = 1,
+                 reset_less: bool = False):
         self.shape = shape
         self.peek = bool(peek)
         self.read_copies = check_int("read_copies", read_copies, minimum=1)
+        self.reset_less = bool(reset_less)
         ports = {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))}
         if self.peek:
             ports.update(peek_valid=Out(1), peek_payload=Out(shape))
@@ -262,7 +271,8 @@ class PingPongBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        entries = [Signal(self.shape, name=f"entry{k}") for k in range(2)]
+        entries = [Signal(self.shape, name=f"entry{k}", reset_less=self.reset_less)
+                   for k in range(2)]
         wp = Signal()                # the entry the next accepted item goes to
         rp = Signal()                # the entry ``o`` presents
         full = Signal()              # both entries hold an item
@@ -330,13 +340,14 @@ class _QueueComponent(wiring.Component):
     """The interface subset of :class:`amaranth.lib.fifo.SyncFIFO` that the queues below
     share: ``width``-bit entries, ``depth`` entries (at least 2), write, read and level."""
 
-    def __init__(self, *, width: int, depth: int):
+    def __init__(self, *, width: int, depth: int, extra: dict | None = None):
         self.width = check_int("width", width, minimum=1)
         self.depth = check_int("depth", depth, minimum=2)
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
             "level": Out(range(depth + 1)),
+            **(extra or {}),
         })
 
 
@@ -463,13 +474,24 @@ class CreditFIFO(_QueueComponent):
     each read at its own copy of the read pointer (kept apart by the FPGA flow,
     :data:`KEEP_COPY_ATTR`; the same values on every cycle), so that no one pointer's net
     reaches the read address of every memory cell of a wide entry.
+
+    ``read_ahead``: two more outputs, ``r_rdy_next`` and ``r_data_next``, what ``r_rdy`` and
+    ``r_data`` will be on the next cycle (given this cycle's ``r_en``; a write on this cycle
+    never reaches them by then), so that a reader can keep a flag of its own a cycle ahead.
+    The memory is then read asynchronously (LUT RAM) into a register of its own, with the
+    same contents on every cycle as the synchronous read port's.
     """
 
     def __init__(self, *, width: int, depth: int, registered_w_rdy: bool = False,
-                 read_copies: int = 1):
+                 read_copies: int = 1, read_ahead: bool = False):
         self.registered_w_rdy = bool(registered_w_rdy)
         self.read_copies = check_int("read_copies", read_copies, minimum=1)
-        super().__init__(width=width, depth=depth)
+        self.read_ahead = bool(read_ahead)
+        if self.read_ahead and self.read_copies != 1:
+            raise ValueError("read_ahead: expected read_copies=1 with it")
+        super().__init__(width=width, depth=depth,
+                         extra={"r_rdy_next": Out(1), "r_data_next": Out(width)}
+                         if self.read_ahead else None)
 
     def elaborate(self, platform):
         m = Module()
@@ -481,7 +503,7 @@ class CreditFIFO(_QueueComponent):
             storage = Memory(shape=hi - lo, depth=inner, init=[])
             m.submodules["storage" if n == 1 else f"storage{j}"] = storage
             w_port = storage.write_port()            # (the names the ports take)
-            r_port = storage.read_port(domain="sync")
+            r_port = storage.read_port(domain="comb" if self.read_ahead else "sync")
             ports.append((lo, hi, w_port, r_port))
         produce = Signal(range(inner))
         consume = Signal(range(inner))
@@ -511,9 +533,18 @@ class CreditFIFO(_QueueComponent):
                 w_port.addr.eq(produce),
                 w_port.data.eq(self.w_data if whole else self.w_data[lo:hi]),
                 w_port.en.eq(w_rdy if self.registered_w_rdy else self.w_en),
-                r_port.addr.eq(c), r_port.en.eq(do_inner_read),
-                (self.r_data if whole else self.r_data[lo:hi]).eq(r_port.data),
+                r_port.addr.eq(c),
             ]
+            if self.read_ahead:
+                # the read register, loaded as the synchronous port's data register is
+                r_reg = Signal(self.width, name="r_data_reg", reset_less=True)
+                with m.If(do_inner_read):
+                    m.d.sync += r_reg.eq(r_port.data)
+                m.d.comb += [self.r_data.eq(r_reg),
+                             self.r_data_next.eq(Mux(do_inner_read, r_port.data, r_reg))]
+            else:
+                m.d.comb += [r_port.en.eq(do_inner_read),
+                             (self.r_data if whole else self.r_data[lo:hi]).eq(r_port.data)]
         m.d.comb += self.level.eq(inner_level + self.r_rdy)
         with m.If(self.w_en):
             m.d.sync += produce.eq(step(produce))
@@ -529,4 +560,6 @@ class CreditFIFO(_QueueComponent):
             m.d.sync += self.r_rdy.eq(1)
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
+        if self.read_ahead:
+            m.d.comb += self.r_rdy_next.eq(Mux(do_inner_read, 1, Mux(self.r_en, 0, self.r_rdy)))
         return m

@@ -105,6 +105,67 @@ def test_random_workloads_are_bit_exact_under_random_stalls(config, rng):
         _check_counters(unit, wl, res.counters)
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_a_reset_keeps_the_data_registers_and_the_next_bags_stay_bit_exact(rng):
+    """Only valid and control state has a reset (the FP pipelines, the slices' entries and
+    the pipeline contexts' fields have none): after a reset of a unit whose data registers
+    hold the last bags' values, the next bags are still bit-exact, and as fast as the same
+    bags on a fresh unit."""
+    from amaranth.hdl import ClockDomain, Elaboratable, Module
+
+    from neonic.sim.harness import AmaranthMemory, run_amaranth, stream_recv, stream_send
+    from neonic.sim.units.embedding import (Scoreboard, combined_placement, decode_beat,
+                                            episode_stimulus)
+
+    class WithReset(Elaboratable):
+        def __init__(self, unit):
+            self.unit, self.cd = unit, ClockDomain("sync")
+
+        def elaborate(self, platform):
+            m = Module()
+            m.domains.sync = self.cd
+            m.submodules.unit = self.unit
+            return m
+
+    wl_rng = np.random.default_rng(11)
+    config = CONFIGS["lanes4_all_types"]
+    before, after = (random_workload(wl_rng, EmbeddingBagUnit(**config), num_bags=10,
+                                     max_len=6, stress=False) for _ in range(2))
+
+    def run(workloads):
+        # the workloads one after the other, the unit reset between them; the busy cycles
+        # and the beats of each
+        unit = EmbeddingBagUnit(**config)
+        contents, placements = combined_placement(unit, workloads)
+        mem = AmaranthMemory(unit.mem, contents, data_bytes=unit.data_bytes, rng=rng,
+                             latency=(8, 8), max_outstanding=64)
+        stimuli = [episode_stimulus(unit, wl, p) for wl, p in zip(workloads, placements)]
+        top, cycles = WithReset(unit), []
+
+        async def bench(ctx):
+            for k, (descs, items, expected) in enumerate(stimuli):
+                if k:
+                    ctx.set(top.cd.rst, 1)
+                    await ctx.tick()
+                    await ctx.tick()
+                    ctx.set(top.cd.rst, 0)
+                await stream_send(ctx, unit.desc, descs)
+                start = ctx.get(unit.counters.busy_cycles)
+                await stream_send(ctx, unit.bags, items)
+                got = await stream_recv(ctx, unit.pooled, len(expected))
+                while ctx.get(unit.busy):
+                    await ctx.tick()
+                cycles.append(ctx.get(unit.counters.busy_cycles) - start)
+                Scoreboard(expected, [decode_beat(unit, p) for p in got]).check()
+
+        run_amaranth(top, [bench], processes=[mem.process], max_cycles=20_000)
+        return cycles
+
+    fresh = run([after])
+    reset = run([before, after])
+    assert len(reset) == 2 and reset[1] == fresh[0] > 0
+
+
 def test_interleaved_bags_hide_the_adder_and_stay_bit_exact(rng):
     """Short rows (one word each) of consecutive bags: with one bag at a time each row waits
     ``add_latency + 1`` cycles for the previous row's sum; interleaving four bags' rows shares

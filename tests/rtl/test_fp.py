@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from amaranth.back import verilog
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import ClockDomain, Module, Signal
 
 from neonic.rtl import fp
 from amaranth.lib import wiring
@@ -291,6 +291,43 @@ def test_mul_specials():
 
 
 # --------------------------------------------------------------------------- conversions
+
+@pytest.mark.parametrize("cls", [fp.FPAdd32, fp.FPMul32])
+def test_reset_less_pipeline_is_bit_exact_and_keeps_its_contents_through_a_reset(rng, cls):
+    """``reset_less=True`` (what the gather unit builds): the same results, and a reset while
+    an operation is in flight leaves it in the pipeline (with the default reset, it is lost)."""
+    add = cls is fp.FPAdd32
+    a, b = (add_operands if add else mul_operands)(rng, 400)
+    want = ref.fp32_add(a, b) if add else ref.fp32_mul(a, b)
+    got = drive_pipeline(cls(reset_less=True), {"a": a, "b": b}, ("o",), rng)["o"]
+    assert_bits_equal(got, want, {"a": a, "b": b}, f"{cls.__name__}(reset_less=True)")
+
+    x, y = (0x3FC00000, 0x40100000)                       # 1.5 and 2.25
+    expect = int(ref.fp32_add(np.array([x]), np.array([y]))[0] if add
+                 else ref.fp32_mul(np.array([x]), np.array([y]))[0])
+    out = {}
+    for reset_less in (False, True):
+        dut = cls(reset_less=reset_less)
+        m = Module()
+        m.domains.sync = cd = ClockDomain("sync")
+        m.submodules.dut = dut
+
+        async def bench(ctx, dut=dut, cd=cd, reset_less=reset_less):
+            ctx.set(dut.a, x)
+            ctx.set(dut.b, y)
+            await ctx.tick()                               # the operands are in
+            ctx.set(dut.a, 0)
+            ctx.set(dut.b, 0)
+            ctx.set(cd.rst, 1)
+            await ctx.tick()                               # a reset while in flight
+            ctx.set(cd.rst, 0)
+            for _ in range(dut.latency - 2):
+                await ctx.tick()
+            out[reset_less] = ctx.get(dut.o)
+
+        run_amaranth(m, [bench], max_cycles=64)
+    assert out[True] == expect and out[False] == 0
+
 
 def _half_operands(rng, n, ebits) -> np.ndarray:
     mbits = 15 - ebits

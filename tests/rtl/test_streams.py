@@ -92,9 +92,9 @@ def test_peek_shows_what_the_output_holds_after_it_advances():
 class _Pair(Elaboratable):
     """A SkidBuffer and a PingPongBuffer (both with ``peek``) side by side, fed the same inputs."""
 
-    def __init__(self, read_copies: int = 1):
+    def __init__(self, read_copies: int = 1, reset_less: bool = False):
         self.skid = SkidBuffer(16, peek=True)
-        self.pp = PingPongBuffer(16, peek=True, read_copies=read_copies)
+        self.pp = PingPongBuffer(16, peek=True, read_copies=read_copies, reset_less=reset_less)
 
     def elaborate(self, platform):
         m = Module()
@@ -103,8 +103,8 @@ class _Pair(Elaboratable):
         return m
 
 
-@pytest.mark.parametrize("read_copies", [1, 3])
-def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle(read_copies):
+@pytest.mark.parametrize("read_copies, reset_less", [(1, False), (3, False), (1, True)])
+def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle(read_copies, reset_less):
     """Same cycles, different timing, so both classes stay: on a 512-bit beat (ECP5-85F
     speed grade 6, ``bench timing``'s flow, seeds 1/2/3), a consumer whose ``ready`` ends a
     32-bit compare reaches 137.2/115.0/124.9 MHz behind a SkidBuffer (the compare drives the
@@ -114,9 +114,10 @@ def test_ping_pong_buffer_matches_the_skid_buffer_cycle_for_cycle(read_copies):
     entries' write enables (the PingPongBuffer measured then; its write enables are now
     flip-flops, not remeasured in this harness). LUTs and FFs within 5 of each other. Use
     the buffer whose wide enables come from the side that is early. With its read pointer in
-    copies (each selecting a share of the payload's bits) it is the same, cycle for cycle."""
+    copies (each selecting a share of the payload's bits) it is the same, cycle for cycle, and
+    so with its entries without reset (``reset_less``)."""
     rng = np.random.default_rng(11)
-    pair = _Pair(read_copies)
+    pair = _Pair(read_copies, reset_less)
     checked = {"n": 0, "moved": 0, "peeked": 0}
 
     async def bench(ctx):
@@ -213,25 +214,63 @@ def test_head_fifo_matches_syncfifo_cycle_for_cycle(rng, write_on_room):
         assert full > 20
 
 
-@pytest.mark.parametrize("registered_w_rdy, read_copies", [(False, 1), (True, 1), (True, 3)])
+@pytest.mark.parametrize("registered_w_rdy, read_copies, read_ahead",
+                         [(False, 1, False), (True, 1, False), (True, 3, False), (False, 1, True)])
 def test_credit_fifo_matches_syncfifobuffered_when_the_writer_keeps_its_contract(
-        rng, registered_w_rdy, read_copies):
+        rng, registered_w_rdy, read_copies, read_ahead):
     """The payload queue without a full check in its write path (``CreditFIFO``) behaves as
     amaranth's ``SyncFIFOBuffered`` of the same depth on every cycle (``r_rdy``, ``r_data``
     when ready, ``w_rdy``, ``level``) under random writes and reads, as long as nothing is
     written while ``w_rdy`` is low; the queues run full often (writes 70%, reads 40%). With
     ``w_rdy`` from a flip-flop it is the same, and so with the memory in three shares of the
-    entry read at three copies of the read pointer."""
+    entry read at three copies of the read pointer, and so with the memory read
+    asynchronously into a register of its own (``read_ahead``)."""
     from amaranth.lib.fifo import SyncFIFOBuffered
 
     for depth in (2, 3, 5, 8):
         mismatches, full = _queues_side_by_side(
             SyncFIFOBuffered(width=8, depth=depth),
             CreditFIFO(width=8, depth=depth, registered_w_rdy=registered_w_rdy,
-                       read_copies=read_copies), rng,
+                       read_copies=read_copies, read_ahead=read_ahead), rng,
             cycles=800, p_write=0.7, p_read=0.4, keep_contract=True)
         assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
         assert full > 20
+
+
+def test_credit_fifo_read_ahead_shows_the_next_cycles_head(rng):
+    """``read_ahead``: ``r_rdy_next`` is ``r_rdy`` of the next cycle, and ``r_data_next``
+    its ``r_data`` where that is ready, under random writes and reads (with and without a
+    write on the same cycle); ``read_copies`` cannot go with it."""
+    for depth in (2, 3, 6):
+        dut = CreditFIFO(width=8, depth=depth, read_ahead=True)
+        draws = rng.random((700, 2))
+        data_in = rng.integers(0, 256, 700)
+        seen = {"checked": 0, "bad": []}
+
+        async def bench(ctx, dut=dut, draws=draws, data_in=data_in, seen=seen):
+            predicted = None
+            for cyc in range(len(draws)):
+                now = (ctx.get(dut.r_rdy), ctx.get(dut.r_data))
+                if predicted is not None:
+                    rdy, dat = predicted
+                    if now[0] != rdy or (rdy and now[1] != dat):
+                        seen["bad"].append((cyc, predicted, now))
+                    seen["checked"] += rdy
+                w_en = int(draws[cyc, 0] < 0.6) & ctx.get(dut.w_rdy)
+                ctx.set(dut.w_en, w_en)
+                ctx.set(dut.w_data, int(data_in[cyc]))
+                ctx.set(dut.r_en, int(draws[cyc, 1] < 0.5))
+                predicted = (ctx.get(dut.r_rdy_next), ctx.get(dut.r_data_next))
+                await ctx.tick()
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-6)
+        sim.add_testbench(bench)
+        sim.run()
+        assert not seen["bad"], f"depth {depth}: first differences {seen['bad'][:3]}"
+        assert seen["checked"] > 200
+    with pytest.raises(ValueError, match="read_ahead"):
+        CreditFIFO(width=8, depth=4, read_ahead=True, read_copies=2)
 
 
 def test_credit_fifo_write_enable_does_not_depend_on_the_level():
