@@ -90,6 +90,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -119,6 +120,7 @@ Done = Callable[[int, int], None]
 _EPS = 1e-9
 _copysign = math.copysign
 _chain = itertools.chain.from_iterable
+_plan_of = operator.attrgetter("_plan")
 #: A GPU re-plans its rates when the network changes its traffic by more than this fraction (the
 #: network itself coalesces rate changes within 2% of a flow's age; see sim.network.network).
 _RETUNE = 0.01
@@ -792,17 +794,20 @@ class GPUDevice:
         if self._board is not None:
             self._board[1, self._slot] = rate
         if transfers:
-            after = self.engine.after_bundled
+            eng = self.engine
+            bundled = eng._bundled  # (after_bundled without its checks: the delays were made by _transfer)
+            now = eng.now
             on_transfer = self._on_transfer
+            own = self._transfers
             for di, ti, n, delay in transfers:
                 t = _Transfer(ks[di], None if ti < 0 else ks[ti], n)
-                t.event = after(delay, on_transfer, t)
-                self._transfers.append(t)
+                t.event = bundled(now + delay, on_transfer, (t,))
+                own.append(t)
         if sched is not None:
             if sched < 0:
                 self._timer.clear()
             else:
-                self._timer.set(sched)
+                self._timer._set(sched)  # (Timer.set without its checks: made by _schedule at now or later)
         self._tok = tok
         if recompute:
             self._net.request_recompute()
@@ -836,7 +841,7 @@ class GPUDevice:
             if best is None or t < best:
                 best = t
         if best is not None:
-            self._timer.set(best)
+            self._timer._set(best)  # (an int >= now: Timer.set without its checks)
         else:
             self._timer.clear()
 
@@ -1088,7 +1093,7 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
         if not pos.size:
             return fast, hbm
         sel = idx[pos]
-        plan = np.fromiter(_chain([gpus[i]._plan for i in sel.tolist()]), np.float64, 5 * sel.size).reshape(-1, 5)
+        plan = np.fromiter(_chain(map(_plan_of, map(gpus.__getitem__, sel.tolist()))), np.float64, 5 * sel.size).reshape(-1, 5)
         free, use, busy, held, rf = plan.T
         tx, rx = t[pos], r[pos]
         need = np.where(rx > tx, rx, tx)  # max(tx, rx)
