@@ -159,7 +159,7 @@ class Timer:
 
     def _set(self, time_ps: int) -> None:
         """:meth:`set` for a caller that knows ``time_ps`` is an int >= ``now`` (a GPU's own
-        re-plans: the checks are most of the cost of the engine's most frequent call)."""
+        re-plans: the checks are about a third of its cost)."""
         eng = self.engine
         seq = eng._seq
         eng._seq = seq + 1

@@ -90,7 +90,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -120,7 +119,6 @@ Done = Callable[[int, int], None]
 _EPS = 1e-9
 _copysign = math.copysign
 _chain = itertools.chain.from_iterable
-_plan_of = operator.attrgetter("_plan")
 #: A GPU re-plans its rates when the network changes its traffic by more than this fraction (the
 #: network itself coalesces rate changes within 2% of a flow's age; see sim.network.network).
 _RETUNE = 0.01
@@ -554,7 +552,9 @@ class GPUDevice:
             # a GPU whose token made this step at this picosecond before: the step's token and
             # that token's re-plan are both known, and applying the re-plan sets every kernel's
             # SMs (the donor's and taker's included) as the steps below and _update would
-            trans = self._memo.at(self.engine.now)
+            memo = self._memo
+            now = self.engine.now
+            trans = memo.trans if memo.now == now else memo.at(now)
             tok = trans.get((self._tok, "X", i))
             if tok is not None:
                 hit = trans.get(tok)
@@ -771,8 +771,9 @@ class GPUDevice:
                 sched = self._timer.time
                 if sched is None:
                     sched = -1
-            transfers = tuple((ks.index(t.donor), -1 if t.taker is None else ks.index(t.taker), t.n,
-                               t.event.time - now) for t in self._transfers[ntr:])
+            transfers = () if len(self._transfers) == ntr else tuple(
+                (ks.index(t.donor), -1 if t.taker is None else ks.index(t.taker), t.n, t.event.time - now)
+                for t in self._transfers[ntr:])
             tok = memo.canon(self) if not ks else memo.fresh()
             trans[key] = (tok, tuple((k.held, k.incoming, k.outgoing, k.rate, k.target) for k in ks),
                           self._targets_stale, self._comm_rate, self._comm_hbm, self._plan, transfers, sched, recompute)
@@ -1093,7 +1094,7 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
         if not pos.size:
             return fast, hbm
         sel = idx[pos]
-        plan = np.fromiter(_chain(map(_plan_of, map(gpus.__getitem__, sel.tolist()))), np.float64, 5 * sel.size).reshape(-1, 5)
+        plan = np.fromiter(_chain([gpus[i]._plan for i in sel.tolist()]), np.float64, 5 * sel.size).reshape(-1, 5)
         free, use, busy, held, rf = plan.T
         tx, rx = t[pos], r[pos]
         need = np.where(rx > tx, rx, tx)  # max(tx, rx)
