@@ -526,7 +526,7 @@ def test_a_collective_begun_and_ended_on_all_its_gpus_at_once_is_each_gpu_in_tur
 def test_hand_over_steps_bundled_in_the_engine_run_as_their_own_events_would(monkeypatch):
     """The GPUs queue their SM hand-over steps with Engine.after_bundled (the steps many GPUs
     make alike share a heap entry): every end, counter, utilization, the event count and the
-    shared re-plans are those of plain Engine.after, bit for bit."""
+    shared re-plans are those of each step queued as a plain event, bit for bit."""
     bundled = _lockstep_mix(True, 5)
     monkeypatch.setattr(Engine, "_bundled", _plain_steps)
     assert _lockstep_mix(True, 5) == bundled
