@@ -155,6 +155,12 @@ class Timer:
             time_ps = int(time_ps)
         if time_ps < eng.now:
             raise ValueError(f"time_ps: expected >= now ({eng.now}), got {time_ps}")
+        self._set(time_ps)
+
+    def _set(self, time_ps: int) -> None:
+        """:meth:`set` for a caller that knows ``time_ps`` is an int >= ``now`` (a GPU's own
+        re-plans: the checks are about a third of its cost)."""
+        eng = self.engine
         seq = eng._seq
         eng._seq = seq + 1
         self.time = time_ps
@@ -306,7 +312,11 @@ class Engine:
             raise ValueError(f"delay_ps: expected an integer >= 0, got {delay_ps!r}")
         if not callable(callback):
             raise ValueError(f"callback: expected a callable, got {callback!r}")
-        time_ps = self.now + delay_ps
+        return self._bundled(self.now + delay_ps, callback, args)
+
+    def _bundled(self, time_ps: int, callback: Callable[..., Any], args: tuple) -> EventHandle:
+        """:meth:`after_bundled` at ``time_ps`` for a caller that knows it is an int >= ``now``
+        and ``callback`` callable (a GPU's copies of another GPU's hand-over steps)."""
         member = [time_ps, self._seq, callback, args, False]
         self._seq += 1
         self._live += 1

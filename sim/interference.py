@@ -552,7 +552,9 @@ class GPUDevice:
             # a GPU whose token made this step at this picosecond before: the step's token and
             # that token's re-plan are both known, and applying the re-plan sets every kernel's
             # SMs (the donor's and taker's included) as the steps below and _update would
-            trans = self._memo.at(self.engine.now)
+            memo = self._memo
+            now = self.engine.now
+            trans = memo.trans if memo.now == now else memo.at(now)
             tok = trans.get((self._tok, "X", i))
             if tok is not None:
                 hit = trans.get(tok)
@@ -769,8 +771,9 @@ class GPUDevice:
                 sched = self._timer.time
                 if sched is None:
                     sched = -1
-            transfers = tuple((ks.index(t.donor), -1 if t.taker is None else ks.index(t.taker), t.n,
-                               t.event.time - now) for t in self._transfers[ntr:])
+            transfers = () if len(self._transfers) == ntr else tuple(
+                (ks.index(t.donor), -1 if t.taker is None else ks.index(t.taker), t.n, t.event.time - now)
+                for t in self._transfers[ntr:])
             tok = memo.canon(self) if not ks else memo.fresh()
             trans[key] = (tok, tuple((k.held, k.incoming, k.outgoing, k.rate, k.target) for k in ks),
                           self._targets_stale, self._comm_rate, self._comm_hbm, self._plan, transfers, sched, recompute)
@@ -792,17 +795,20 @@ class GPUDevice:
         if self._board is not None:
             self._board[1, self._slot] = rate
         if transfers:
-            after = self.engine.after_bundled
+            eng = self.engine
+            bundled = eng._bundled  # (after_bundled without its checks: the delays were made by _transfer)
+            now = eng.now
             on_transfer = self._on_transfer
+            own = self._transfers
             for di, ti, n, delay in transfers:
                 t = _Transfer(ks[di], None if ti < 0 else ks[ti], n)
-                t.event = after(delay, on_transfer, t)
-                self._transfers.append(t)
+                t.event = bundled(now + delay, on_transfer, (t,))
+                own.append(t)
         if sched is not None:
             if sched < 0:
                 self._timer.clear()
             else:
-                self._timer.set(sched)
+                self._timer._set(sched)  # (Timer.set without its checks: made by _schedule at now or later)
         self._tok = tok
         if recompute:
             self._net.request_recompute()
@@ -836,7 +842,7 @@ class GPUDevice:
             if best is None or t < best:
                 best = t
         if best is not None:
-            self._timer.set(best)
+            self._timer._set(best)  # (an int >= now: Timer.set without its checks)
         else:
             self._timer.clear()
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from neonic.sim.engine import Engine, ps_from_s
+from neonic.sim.engine import Engine, Timer, ps_from_s
 from neonic.sim.gpu import KernelCost, gemm_cost, gpu_preset
 from neonic.sim.interference import (REDUCE_FRACTION, CommEngineSpec, GPUDevice, collective_links, comm_begin_all,
                                      comm_end_all, couple, gemm_ctas)
@@ -526,10 +526,102 @@ def test_a_collective_begun_and_ended_on_all_its_gpus_at_once_is_each_gpu_in_tur
 def test_hand_over_steps_bundled_in_the_engine_run_as_their_own_events_would(monkeypatch):
     """The GPUs queue their SM hand-over steps with Engine.after_bundled (the steps many GPUs
     make alike share a heap entry): every end, counter, utilization, the event count and the
-    shared re-plans are those of plain Engine.after, bit for bit."""
+    shared re-plans are those of each step queued as a plain event, bit for bit."""
     bundled = _lockstep_mix(True, 5)
-    monkeypatch.setattr(Engine, "after_bundled", Engine.after)
+    monkeypatch.setattr(Engine, "_bundled", _plain_steps)
     assert _lockstep_mix(True, 5) == bundled
+
+
+def _plain_steps(eng: Engine, time_ps: int, fn, args: tuple):
+    """In place of ``Engine._bundled`` (behind ``after_bundled`` and a GPU's copied steps):
+    each step queued as a plain event of its own."""
+    return Engine.schedule(eng, time_ps, fn, *args)
+
+
+def _traced(monkeypatch, run, quantum: int = 1, plain: bool = False) -> tuple[list, object]:
+    """``run()`` with every event the engine runs logged, in the order it runs: its time and
+    what it is (the callback and, for a GPU's events, the GPU and its kernels' SMs, rates and
+    work left after it ran). Each GPU hand-over step (``Engine._bundled``, behind
+    ``after_bundled``) and kernel timer (``Timer._set``, behind ``set``) is paired with a probe,
+    a plain event queued for the same picosecond just after it (the next insertion sequence)
+    that only logs itself: a step or timer run out of its place among the events of its
+    picosecond (a bundle that runs on past an entry that comes first, a timer or step given
+    another sequence) shows as a probe logged before or after where it belongs, even where no
+    end or counter moves. ``quantum``: steps and timers fall on multiples of it (their times
+    rounded up): events of many GPUs, and a GPU's own steps and timer, then share
+    picoseconds, so that every tie's order counts. ``plain``: every step queued as an event of
+    its own (:func:`_plain_steps`)."""
+    log: list = []
+    schedule = Engine.schedule
+    queue_step = (lambda eng, t, fn, args: schedule(eng, t, fn, *args)) if plain else Engine._bundled
+
+    def wrap(eng: Engine, fn):
+        owner = getattr(fn, "__self__", None)
+        lab = (getattr(fn, "__qualname__", repr(fn)), getattr(owner, "name", None))
+
+        def traced(*args):
+            fn(*args)
+            state = None
+            if isinstance(owner, GPUDevice):
+                state = (tuple((k.held, k.rate, k.remaining) for k in owner._ks), owner._comm_rate)
+            log.append((eng.now, lab, state))
+        return traced, lab
+
+    def probe(eng: Engine, time_ps: int, lab: tuple) -> None:
+        schedule(eng, time_ps, lambda: log.append((eng.now, ("probe",) + lab, None)))
+
+    def up(time_ps: int) -> int:
+        return -(-time_ps // quantum) * quantum
+
+    for name in ("schedule", "after"):
+        monkeypatch.setattr(Engine, name, (lambda f: lambda self, t, fn, *a: f(self, t, wrap(self, fn)[0], *a))(
+            getattr(Engine, name)))
+
+    def step(self, time_ps, fn, args):
+        traced, lab = wrap(self, fn)
+        time_ps = up(time_ps)
+        handle = queue_step(self, time_ps, traced, args)
+        probe(self, time_ps, lab)
+        return handle
+    monkeypatch.setattr(Engine, "_bundled", step)
+    timer, timer_set = Engine.timer, Timer._set
+    monkeypatch.setattr(Engine, "timer", lambda self, fn, *a: timer(self, wrap(self, fn)[0], *a))
+
+    def set_probed(self, time_ps):
+        time_ps = up(time_ps)
+        timer_set(self, time_ps)
+        probe(self.engine, time_ps, ("timer",))
+    monkeypatch.setattr(Timer, "_set", set_probed)
+    result = run()
+    monkeypatch.undo()
+    return log, result
+
+
+@pytest.mark.parametrize("seed,dma,slow,quantum", [(1, False, False, 1), (2, True, False, 1), (4, False, True, 1),
+                                                   (1, False, False, 20_000), (4, False, True, 50_000),
+                                                   (2, True, False, 1_000_000), (3, False, False, 200_000)])
+def test_gpu_events_run_in_the_same_order_shared_bundled_or_each_on_its_own(monkeypatch, seed, dma, slow, quantum):
+    """The strict order check of the GPU-level shortcuts: with re-plans shared between GPUs
+    in the same state and hand-over steps bundled, every event the engine runs (each GPU's
+    hand-over steps and kernel events, the network's, the schedule's) runs in the same order
+    and leaves its GPU in the same state as with every GPU computing its own re-plans and
+    every step queued as a plain event; not only the ends and counters agree. Also
+    with steps and timers on a coarse grid of picoseconds (``quantum``), where most of them
+    tie with others. (Checked: a bundle that runs on past a plain entry of its picosecond with
+    an earlier sequence, one that never steps aside, and a copied re-plan that sets its timer
+    before it queues its steps each fail here, the last on the coarse grid only.)"""
+    fast_log, fast = _traced(monkeypatch, lambda: _lockstep_mix(True, seed, dma, slow=slow), quantum)
+    plain_log, plain = _traced(monkeypatch, lambda: _lockstep_mix(False, seed, dma, slow=slow), quantum, plain=True)
+    assert fast[:4] == plain[:4]
+    assert len(fast_log) == fast[3] and len(fast_log) > 1000
+    assert sum(1 for _, lab, _ in fast_log if lab[0] == "GPUDevice._on_transfer") > 100
+    gpus_at: dict = {}  # picosecond -> GPUs with a step or kernel event then
+    for t, lab, state in fast_log:
+        if state is not None:
+            gpus_at.setdefault(t, set()).add(lab[1])
+    shared_ps = sum(1 for names in gpus_at.values() if len(names) > 1)
+    assert shared_ps > 100
+    assert fast_log == plain_log
 
 
 def test_comm_begin_all_checks_its_figures():
