@@ -158,11 +158,19 @@ def _row_ids(cols: list[np.ndarray], radices: list[int]) -> tuple[np.ndarray, in
     return _dense(key)
 
 
-def identity_classes(links_fh: np.ndarray, capacity: np.ndarray, wire: np.ndarray) -> FlowClasses:
-    """One class per flow: the quotient is the per-flow problem itself (link classes = links)."""
+def identity_classes(links_fh: np.ndarray, capacity: np.ndarray, wire: np.ndarray, *,
+                     iota: np.ndarray | None = None) -> FlowClasses:
+    """One class per flow: the quotient is the per-flow problem itself (link classes = links).
+
+    ``cls``, ``members`` and ``starts`` are views of one int64 ``0, 1, 2, ...`` array (nobody
+    writes them); ``iota``: such an array of at least ``F + 1`` entries to take them from (a
+    network shares one among its groups: two fewer 134 MB arrays to fill per 16.8M-flow
+    group at 4096 GPUs), else a fresh one."""
     F = links_fh.shape[0]
-    ar = np.arange(F, dtype=np.int64)
-    return FlowClasses(cls=ar, members=ar, starts=np.arange(F + 1, dtype=np.int64),
+    if iota is None or iota.shape[0] < F + 1:
+        iota = np.arange(F + 1, dtype=np.int64)
+    ar = iota[:F]
+    return FlowClasses(cls=ar, members=ar, starts=iota[:F + 1],
                        q_links=links_fh, q_weight=None, lclass_capacity=capacity,
                        lclass_wire=wire, identity=True)
 
