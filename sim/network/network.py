@@ -593,7 +593,7 @@ class Network:
             g._cls = cl
             g._index = None
             return
-        rep = cl.members[cl.starts[:-1]]  # one member flow of each class
+        rep = None if cl.identity else cl.members[cl.starts[:-1]]  # one member flow of each class
         if old is None:
             g._nb = g._nbf[rep]
             g._factor = g._factorf[rep]
@@ -602,10 +602,10 @@ class Network:
             g._pred = np.full(rep.size, np.inf)
             g._alive = np.ones(rep.size, dtype=bool)
         else:
-            o = old.cls[rep]
+            o = old.cls if rep is None else old.cls[rep]  # (one class per flow: flow f is class f)
             g._nb, g._factor, g._rem = g._nb[o], g._factor[o], g._rem[o]
             g._rate, g._pred, g._alive = g._rate[o], g._pred[o], g._alive[o]
-        g._mult = np.diff(cl.starts).astype(np.float64)
+        g._mult = self._ones(cl.cls.size) if rep is None else np.diff(cl.starts).astype(np.float64)
         g._cls = cl
         g._index = None
 
@@ -1337,10 +1337,10 @@ class Network:
             flow_rate[m] = fr
             new = identity_classes(g._links, topo.capacity, topo.wire, iota=self._iota(g._links.shape[0] + 1))
             old_rate = previous.get(id(g))
-            rep_old = cl.cls[new.members[new.starts[:-1]]]
+            rep_old = cl.cls  # (the new classes are the flows)
             self._set_classes(g, new, cl)
             g._remaining = int(g._alive.sum())
-            g._rate = flow_rate[new.members[new.starts[:-1]]].clip(min=0.0)
+            g._rate = flow_rate.clip(min=0.0)
             if old_rate is not None:
                 previous[id(g)] = old_rate[rep_old]
 
@@ -1644,18 +1644,19 @@ class Network:
         E = topo.num_endpoints
         sizes = [g._links.shape[0] for g in groups]
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        colour, off = [], 0
+        colour, off = np.empty(int(bounds[-1]), dtype=np.int64), 0
         checks = []  # (group, its per-flow state) where flows start coloured by size, not class
         for i, g in enumerate(groups):
+            part = colour[bounds[i]:bounds[i + 1]]  # (written in place: no flow-sized temporaries)
             if g._cls.identity:
-                loc = _dense(g._nbf)[0] * 2 + g._alive
+                np.multiply(_dense(g._nbf)[0], 2, out=part)
+                part += g._alive
                 prev = previous.get(id(g))
                 checks.append((i, [g._rem, g._factorf] + ([prev] if prev is not None else [])))
             else:  # a class's flows share their state already
-                loc = g._cls.cls
-            colour.append(loc + off)
-            off += int(loc.max()) + 1
-        colour = np.concatenate(colour)
+                part[:] = g._cls.cls
+            part += off
+            off = int(part.max()) + 1
         links = np.ascontiguousarray(np.concatenate([g._links for g in groups]))
         ends32 = [self._ends32(g) for g in groups]  # (int32: the same endpoint ids)
         src = np.concatenate([s for s, _ in ends32])
