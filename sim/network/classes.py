@@ -639,12 +639,14 @@ def _refine_kernel(links_fh, fc, nf, lc, nl, used, seg_starts, seg_flows, limit,
 
 def _refine_compiled(links_fh: np.ndarray, fc: np.ndarray, nf: int, lc: np.ndarray, nl: int, pad: int, limit: int,
                      max_rounds: int) -> tuple[np.ndarray, int, np.ndarray, int] | None:
-    """:func:`_refine_np`'s rounds and ids, compiled (the entries grouped by link once)."""
+    """:func:`_refine_np`'s rounds and ids, compiled (the entries grouped by link once). ``fc``
+    is read, never written (int64 colours are taken as they are: no 134 MB copy at 4096 GPUs),
+    and may come back as the result where the first round changes nothing."""
     links_fh = np.ascontiguousarray(links_fh)
     if links_fh.shape[0] >= 2**31:
         return _refine_np(links_fh, fc, nf, lc, nl, pad, limit, max_rounds)
     used, seg_starts, seg_flows = _by_link(links_fh, int(pad), lc.shape[0])
-    status, fc, nf, lc, nl = _refine_kernel(links_fh, fc.astype(np.int64), int(nf),
+    status, fc, nf, lc, nl = _refine_kernel(links_fh, fc.astype(np.int64, copy=False), int(nf),
                                             lc.astype(np.int64), int(nl), used, seg_starts, seg_flows, int(limit),
                                             int(max_rounds))
     return (fc, int(nf), lc, int(nl)) if status else None
