@@ -109,6 +109,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from neonic.sim.compiled import jit
 from neonic.sim.engine import Engine, EventHandle
 
 from . import _kernels as K
@@ -120,6 +121,30 @@ __all__ = ["Network", "FlowGroup"]
 
 
 _NO_CLS = np.zeros(0, dtype=np.int64)  # the class array of a one-class-per-flow call (unread)
+
+
+@jit(cache=True, nogil=True)
+def _traffic_runs(src, dst, cls, identity, alive, rate, tx, rx):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``_kernels.traffic``, bit for bit: each live flow's rate (its class's; 0 where not
+    finite) added to ``tx[src]`` and ``rx[dst]``, flow by flow in order. A run of flows from
+    one source (an AlltoAllv's, stored source-major) adds into a register and stores once: the
+    same additions in the same order, without each waiting on the store of the one before
+    (about half the time of the per-flow loop on a million-flow AlltoAllv)."""
+    F = src.shape[0]
+    f = 0
+    while f < F:
+        s = src[f]
+        acc = tx[s]
+        while f < F and src[f] == s:
+            c = f if identity else cls[f]
+            if alive[c]:
+                r = rate[c]
+                if not np.isfinite(r):
+                    r = 0.0
+                acc += r
+                rx[dst[f]] += r
+            f += 1
+        tx[s] = acc
 
 
 class FlowGroup:
@@ -386,6 +411,10 @@ class Network:
         self._sums: tuple | None = None  # (version, tx, rx): the GPUs' sums of those rates
         # called with the network after every solve (progress reports on long runs; None: off)
         self.on_solve: Callable[["Network"], Any] | None = None
+        # 0, 1, 2, ... and 1.0, 1.0, ...: the groups' one-class-per-flow arrays are views of
+        # these (_iota, _ones), never written, grown to the largest group
+        self._iota_buf = np.arange(1, dtype=np.int64)
+        self._ones_buf = np.ones(0)
 
     # ------------------------------------------------------------- GPU-side feed (issue 16)
     def set_throttle(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None) -> None:
@@ -450,10 +479,13 @@ class Network:
         g = FlowGroup(src, dst, nb, tag, now, on_done)
         self.flows_started += src.size
         # messages that need no bandwidth (empty, or to self) arrive after their latency alone
-        moving = (nb > 0) & (route.links[0] != self.topology.pad_link)
-        g.finish_ps[~moving] = now + route.latency_ps[~moving]
-        if moving.all():  # (no gathers: an AlltoAllv's 16.8M flows at 4096 GPUs)
-            idx = np.arange(src.size)
+        moving = nb > 0
+        moving &= route.links[0] != self.topology.pad_link
+        every = bool(moving.all())
+        if not every:
+            g.finish_ps[~moving] = now + route.latency_ps[~moving]
+        if every:  # (no gathers: an AlltoAllv's 16.8M flows at 4096 GPUs)
+            idx = self._iota(src.size)[:src.size]  # (a view: never written)
             g._links = np.ascontiguousarray(route.links.T)  # (F, H), flow-major
             g._acct = np.ascontiguousarray(route.acct.T)  # (F, A) bytes only, never binding
             g._factorf = route.factor
@@ -474,7 +506,8 @@ class Network:
             g._cls = None
             g._remaining = idx.size
         else:
-            self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire), None)
+            self._set_classes(g, identity_classes(g._links, topo.capacity, topo.wire, iota=self._iota(src.size + 1)),
+                              None)
             g._remaining = g._alive.size
         if idx.size == 0:
             self._schedule_done(g)
@@ -514,21 +547,56 @@ class Network:
         return sum(int(g._mult[g._alive].sum()) for g in self._groups) + sum(g._links.shape[0] for g in self._pending)
 
     # ---------------------------------------------------------------------------- internals
-    @staticmethod
-    def _set_classes(g: FlowGroup, cl: FlowClasses, old: FlowClasses | None) -> None:
+    def _iota(self, n: int) -> np.ndarray:
+        """An int64 array ``0, 1, 2, ...`` of at least ``n`` entries, shared by the groups: their
+        one-class-per-flow ids and flow indices are views of it (:func:`identity_classes`), and
+        nobody writes them."""
+        if self._iota_buf.shape[0] < n:
+            self._iota_buf = np.arange(n, dtype=np.int64)
+        return self._iota_buf
+
+    def _flow_ends(self, g: FlowGroup) -> tuple[np.ndarray, np.ndarray]:
+        """Each flow's source and destination endpoint (``g.src[g._orig]``, ``g.dst[g._orig]``;
+        not to be written): the group's own arrays while its flows are all its messages in
+        their order (``_orig`` the shared ``0, 1, ...``), else gathered."""
+        o = g._orig
+        if o.base is self._iota_buf and o.size == g.src.size:
+            return g.src, g.dst
+        return g.src[o], g.dst[o]
+
+    def _ends32(self, g: FlowGroup) -> tuple[np.ndarray, np.ndarray]:
+        """Each flow's source and destination endpoint as int32 (the per-solve traffic sums read
+        them for every flow), kept by the group while its arrays stay the same (and carried
+        over a compaction, :meth:`_compact`)."""
+        e = g._ends
+        if e is None or e[0] is not g._links:
+            src, dst = self._flow_ends(g)
+            e = g._ends = (g._links, src.astype(np.int32), dst.astype(np.int32))
+        return e[1], e[2]
+
+    def _ones(self, n: int) -> np.ndarray:
+        """``n`` ones (float64), a view of one shared array (a group's multiplicities, one flow
+        per class; never written)."""
+        if self._ones_buf.shape[0] < n:
+            self._ones_buf = np.ones(n)
+        return self._ones_buf[:n]
+
+    def _set_classes(self, g: FlowGroup, cl: FlowClasses, old: FlowClasses | None) -> None:
         """Install a partition; with ``old`` the class state moves over (new classes refine old)."""
-        if old is None and cl.identity:  # each flow its own class: the flows' arrays, copied
-            g._nb = g._nbf.copy()
-            g._factor = g._factorf.copy()
+        if old is None and cl.identity:  # each flow its own class: the flows' arrays
+            # (sizes and factors shared with the per-flow arrays, multiplicities a view of ones:
+            # none is ever written in place, and a change replaces the array)
+            g._nb = g._nbf
+            g._factor = g._factorf
             g._rem = g._nb.copy()
             g._rate = np.zeros(g._nb.size)
             g._pred = np.full(g._nb.size, np.inf)
             g._alive = np.ones(g._nb.size, dtype=bool)
-            g._mult = np.ones(g._nb.size)
+            g._mult = self._ones(g._nb.size)
             g._cls = cl
             g._index = None
             return
-        rep = cl.members[cl.starts[:-1]]  # one member flow of each class
+        rep = None if cl.identity else cl.members[cl.starts[:-1]]  # one member flow of each class
         if old is None:
             g._nb = g._nbf[rep]
             g._factor = g._factorf[rep]
@@ -537,10 +605,10 @@ class Network:
             g._pred = np.full(rep.size, np.inf)
             g._alive = np.ones(rep.size, dtype=bool)
         else:
-            o = old.cls[rep]
+            o = old.cls if rep is None else old.cls[rep]  # (one class per flow: flow f is class f)
             g._nb, g._factor, g._rem = g._nb[o], g._factor[o], g._rem[o]
             g._rate, g._pred, g._alive = g._rate[o], g._pred[o], g._alive[o]
-        g._mult = np.diff(cl.starts).astype(np.float64)
+        g._mult = self._ones(cl.cls.size) if rep is None else np.diff(cl.starts).astype(np.float64)
         g._cls = cl
         g._index = None
 
@@ -693,7 +761,7 @@ class Network:
         else:
             cl = equitable_classes(g._links, g._nbf, topo.capacity, topo.wire)
         if cl is None or cl.identity:  # one class per flow
-            cl = identity_classes(g._links, topo.capacity, topo.wire)
+            cl = identity_classes(g._links, topo.capacity, topo.wire, iota=self._iota(g._links.shape[0] + 1))
         self._set_classes(g, cl, None)  # nothing has moved yet: the classes start from the flows' sizes
         g._remaining = g._alive.size
 
@@ -719,7 +787,7 @@ class Network:
                      "_alive", "_mult"):
             setattr(g, name, np.ascontiguousarray(getattr(g, name)[order]))
         cflow = cflow[order]
-        g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
+        g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire, iota=self._iota(g._links.shape[0] + 1))
         g._index = None
         g._findex = None
         g._dense, g._dindex, g._span = None, None, None
@@ -969,16 +1037,21 @@ class Network:
             g._findex = None
         g._comp = False
 
-    @staticmethod
-    def _compact(g: FlowGroup) -> None:
+    def _compact(self, g: FlowGroup) -> None:
         """Drop finished classes (and their flows) from a group's arrays (the index is rebuilt)."""
         if g._comp:  # the lazy rows' flows written back (the flows move)
             g._comp.materialize(g)
         a = g._alive
         cl = g._cls
-        keep = a[cl.cls]  # flows of live classes
+        keep = a if cl.identity else a[cl.cls]  # flows of live classes
         g._orig = g._orig[keep]
+        e_old = g._ends
+        e = None
+        if e_old is not None and e_old[0] is g._links:  # its flows' int32 ends, without gathering them anew
+            e = (e_old[1][keep], e_old[2][keep])
         g._links = np.ascontiguousarray(g._links[keep])
+        if e is not None:
+            g._ends = (g._links,) + e
         g._acct = np.ascontiguousarray(g._acct[keep])
         g._factorf = g._factorf[keep]
         g._nbf = g._nbf[keep]
@@ -999,7 +1072,7 @@ class Network:
             c.dirty[:] = True
             c.cand = [np.empty(0, dtype=np.int64)] * c.dirty.size
         if cl.identity:
-            g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire)
+            g._cls = identity_classes(g._links, cl.lclass_capacity, cl.lclass_wire, iota=self._iota(g._links.shape[0] + 1))
             return
         failed = g._vends is not None and g._vends[0] is cl and g._vends[1] is None
         new_id = np.cumsum(a) - 1
@@ -1013,6 +1086,25 @@ class Network:
                              lclass_wire=cl.lclass_wire, identity=False, vlinks=cl.vlinks,
                              link_class=cl.link_class)
         g._vends = (g._cls, None) if failed else None
+        t = g._trep
+        if t is not None and t[0] is cl and e is not None and t[1] is e_old[1] and t[2] is e_old[2]:
+            g._trep = (g._cls, g._ends[1], g._ends[2], [self._compact_plan(p, a, new_id) for p in t[3]])
+        else:
+            g._trep = None
+
+    @staticmethod
+    def _compact_plan(plan: tuple, alive: np.ndarray, new_id: np.ndarray) -> tuple:
+        """A :meth:`_class_traffic` plan carried over a compaction (classes ``alive`` kept, class
+        ``c`` renamed ``new_id[c]``): each first endpoint's sequence keeps its live classes, in
+        order, renamed. Two endpoints with the same sequence before have the same after, so the
+        sets stay sound (perhaps finer than a new search would find: the sums are the same
+        additions either way), and a first's sum adds the same rates in the same order (the
+        dead classes it skips were skipped before)."""
+        rep, first, bounds, seq = plan
+        live = alive[seq]
+        pos = np.zeros(seq.size + 1, dtype=np.int64)
+        np.cumsum(live, out=pos[1:])
+        return rep, first, pos[bounds], new_id[seq[live]].astype(seq.dtype)
 
     def _solve(self, now: int, previous: dict[int, np.ndarray]) -> None:
         groups = self._groups
@@ -1246,12 +1338,12 @@ class Network:
             self._flow_set += 1
             flow_rate = np.full(cl.cls.size, -1.0)
             flow_rate[m] = fr
-            new = identity_classes(g._links, topo.capacity, topo.wire)
+            new = identity_classes(g._links, topo.capacity, topo.wire, iota=self._iota(g._links.shape[0] + 1))
             old_rate = previous.get(id(g))
-            rep_old = cl.cls[new.members[new.starts[:-1]]]
+            rep_old = cl.cls  # (the new classes are the flows)
             self._set_classes(g, new, cl)
             g._remaining = int(g._alive.sum())
-            g._rate = flow_rate[new.members[new.starts[:-1]]].clip(min=0.0)
+            g._rate = flow_rate.clip(min=0.0)
             if old_rate is not None:
                 previous[id(g)] = old_rate[rep_old]
 
@@ -1369,7 +1461,7 @@ class Network:
         K1 = cl.lclass_capacity.size  # the link classes and the pad; the virtual classes follow
         cols, weights, per_end = [], [], []
         base = K1
-        for ends in (g.src[g._orig], g.dst[g._orig]):
+        for ends in self._flow_ends(g):
             uk, cnt = _unique_counts(ends.astype(np.int64) * C + cl.cls)
             ep, c = uk // C, uk % C  # per endpoint (ascending), its classes and their flows
             bounds = np.searchsorted(ep, np.arange(E + 1))
@@ -1418,7 +1510,7 @@ class Network:
             new = self._with_endpoints(g)
             if new is None:
                 new = equitable_classes(g._links, cl.cls, topo.capacity, topo.wire,
-                                        ends=(g.src[g._orig], g.dst[g._orig], topo.num_endpoints))
+                                        ends=(*self._flow_ends(g), topo.num_endpoints))
             if new.identity:
                 g._vends = (cl, None)
                 return False
@@ -1555,21 +1647,24 @@ class Network:
         E = topo.num_endpoints
         sizes = [g._links.shape[0] for g in groups]
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        colour, off = [], 0
+        colour, off = np.empty(int(bounds[-1]), dtype=np.int64), 0
         checks = []  # (group, its per-flow state) where flows start coloured by size, not class
         for i, g in enumerate(groups):
+            part = colour[bounds[i]:bounds[i + 1]]  # (written in place: no flow-sized temporaries)
             if g._cls.identity:
-                loc = _dense(g._nbf)[0] * 2 + g._alive
+                np.multiply(_dense(g._nbf)[0], 2, out=part)
+                part += g._alive
                 prev = previous.get(id(g))
                 checks.append((i, [g._rem, g._factorf] + ([prev] if prev is not None else [])))
             else:  # a class's flows share their state already
-                loc = g._cls.cls
-            colour.append(loc + off)
-            off += int(loc.max()) + 1
-        colour = np.concatenate(colour)
+                part[:] = g._cls.cls
+            part += off
+            off = int(part.max()) + 1
         links = np.ascontiguousarray(np.concatenate([g._links for g in groups]))
-        src = np.concatenate([g.src[g._orig] for g in groups])
-        dst = np.concatenate([g.dst[g._orig] for g in groups])
+        ends32 = [self._ends32(g) for g in groups]  # (int32: the same endpoint ids)
+        src = np.concatenate([s for s, _ in ends32])
+        dst = np.concatenate([d for _, d in ends32])
+        del ends32
         ends = (src, dst, E, np.isfinite(cap_tx).astype(np.int64), np.isfinite(cap_rx).astype(np.int64))
         for attempt in range(2):
             cl = equitable_classes(links, colour, topo.capacity, topo.wire, ends=ends)
@@ -1629,32 +1724,27 @@ class Network:
         compiled call over their flows in the same order: the same sums, without a call per
         group (a thousand per solve at 1024 GPUs)."""
         small = self.small_group_flows
-        off = 0
-        run: list[FlowGroup] = []
-        run_lo = 0
+        run: list[tuple[FlowGroup, np.ndarray, np.ndarray]] = []
 
         def flush() -> None:
             if len(run) == 1:
-                g = run[0]
-                K.traffic(flows["src"][run_lo:off], flows["dst"][run_lo:off], g._cls.cls, True, g._alive, g._rate,
-                          tx, rx)
+                g, s, d = run[0]
+                K.traffic(s, d, g._cls.cls, True, g._alive, g._rate, tx, rx)
             elif run:
-                K.traffic(flows["src"][run_lo:off], flows["dst"][run_lo:off], _NO_CLS, True,
-                          np.concatenate([g._alive for g in run]), np.concatenate([g._rate for g in run]), tx, rx)
+                K.traffic(np.concatenate([s for _, s, _ in run]), np.concatenate([d for _, _, d in run]), _NO_CLS,
+                          True, np.concatenate([g._alive for g, _, _ in run]),
+                          np.concatenate([g._rate for g, _, _ in run]), tx, rx)
             run.clear()
 
         for g, (s, d) in zip(groups, flows["parts"]):
             n = s.size
             if g._cls.identity and n <= small:
-                if not run:
-                    run_lo = off
-                run.append(g)
-                off += n
+                run.append((g, s, d))
                 continue
             flush()
             if g._cls.identity or n < self.class_traffic_min_flows or not self._class_traffic(g, s, d, tx, rx):
-                K.traffic(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate, tx, rx)
-            off += n
+                (_traffic_runs if HAVE_NUMBA else K.traffic)(s, d, g._cls.cls, g._cls.identity, g._alive, g._rate,
+                                                             tx, rx)
         flush()
 
     #: aggregated groups of at least this many flows sum their traffic by endpoint sequence
@@ -1668,7 +1758,8 @@ class Network:
         by destination node: a class per pair of nodes) and whose sums start equal end equal;
         one endpoint of each such set (its first) is summed flow by flow and the others take its
         sum. The sets are found once per partition (a hash of each endpoint's class sequence,
-        then an element-by-element comparison). Returns False, adding nothing, where two
+        then an element-by-element comparison) and carried over its compactions
+        (:meth:`_compact_plan`). Returns False, adding nothing, where two
         endpoints of a set start from different sums (other groups' traffic came first): the
         caller sums flow by flow."""
         cl = g._cls
@@ -1700,8 +1791,9 @@ class Network:
         return True
 
     def _throttle_flows(self, groups: list[FlowGroup]) -> dict[str, Any]:
-        """Sources and destinations of every flow of ``groups`` (live or not), kept while the
-        groups and their arrays stay the same (later solves differ only in the live flows)."""
+        """Sources and destinations of every flow of ``groups`` (live or not), per group
+        (``parts``), kept while the groups and their arrays stay the same (later solves differ
+        only in the live flows)."""
         key = [(g, g._links) for g in groups]
         c = self._tcache
         if c is not None and len(c["key"]) == len(key) and all(
@@ -1710,14 +1802,10 @@ class Network:
         # int32 (endpoint ids): the per-solve traffic sums read them for every flow. Each
         # group keeps its own while its arrays stay the same (lone messages come and go at
         # every solve at 1024 GPUs: the set changes, the groups in it mostly do not)
-        parts = []
-        for g in groups:
-            e = g._ends
-            if e is None or e[0] is not g._links:
-                e = g._ends = (g._links, g.src[g._orig].astype(np.int32), g.dst[g._orig].astype(np.int32))
-            parts.append(e[1:])
-        self._tcache = {"key": key, "parts": parts, "src": np.concatenate([s for s, _ in parts]),
-                        "dst": np.concatenate([d for _, d in parts])}
+        parts = [self._ends32(g) for g in groups]
+        # (their concatenation only where a per-flow throttled solve needs it, _throttle_index:
+        # two copies of an AlltoAllv's 16.8M ends at every change of the set, at 4096 GPUs)
+        self._tcache = {"key": key, "parts": parts}
         return self._tcache
 
     def _throttle_dense(self, flows: dict[str, Any], groups: list[FlowGroup]) -> tuple | None:
@@ -1781,9 +1869,11 @@ class Network:
         endpoints = topo.num_endpoints
         base = topo.capacity.size
         dt = groups[0]._links.dtype
+        src = np.concatenate([s for s, _ in flows["parts"]])
+        dst = np.concatenate([d for _, d in flows["parts"]])
         links = np.ascontiguousarray(np.concatenate([np.concatenate([g._links for g in groups], axis=0),
-                                                     (base + flows["src"])[:, None].astype(dt),
-                                                     (base + endpoints + flows["dst"])[:, None].astype(dt)], axis=1))
+                                                     (base + src)[:, None].astype(dt),
+                                                     (base + endpoints + dst)[:, None].astype(dt)], axis=1))
         factor = np.concatenate([g._factorf for g in groups])
         finite = np.concatenate([topo.capacity, np.ones(2 * endpoints)])
         skip = None

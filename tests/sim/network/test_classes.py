@@ -545,6 +545,51 @@ def test_traffic_sums_by_endpoint_sequence_change_no_bit():
         assert np.array_equal(a.link_bytes, b.link_bytes) and np.array_equal(a.link_wire_bytes, b.link_wire_bytes)
 
 
+def test_traffic_plans_carried_over_compactions_change_no_bit():
+    """A group compacted while its traffic is summed by endpoint sequence keeps its plan
+    (``Network._compact_plan``: each first endpoint's live classes, renamed): the same
+    collective times and link bytes, exactly, as summing flow by flow, and as a network that
+    finds its plans afresh after every compaction."""
+    from neonic.host.bench.network import per_node_sizes, zionex_family
+
+    topo = zionex_family(8)
+    sizes = per_node_sizes(topo.num_gpus, topo.gpus_per_node, 1)
+
+    class Fresh(Network):
+        carried = 0
+
+        def _compact_plan(self, plan, alive, new_id):
+            Fresh.carried += 1
+            return Network._compact_plan(plan, alive, new_id)
+
+        def _class_traffic(self, g, s, d, tx, rx):
+            if type(self).__name__ == "Refound":
+                g._trep = None
+            return super()._class_traffic(g, s, d, tx, rx)
+
+    class Refound(Fresh):
+        pass
+
+    runs = []
+    for cls, by_sequence in ((Network, False), (Fresh, True), (Refound, True)):
+        net = cls(Engine(), topo)
+        net.class_traffic_min_flows = 0 if by_sequence else 1 << 62
+        net.compact_min_flows = 0
+        net.set_throttle(lambda tx, rx: np.where(np.arange(tx.size) // 8 % 3 == 0,
+                                                 0.4 + 0.15 * ((net.engine.now // 2_000_000) % 4), 1.0))
+        for k in range(1, 20):
+            net.engine.schedule(k * 2_000_000, net.request_recompute)
+        h = coll.alltoallv(net, None, sizes)
+        net.engine.run()
+        runs.append((net, h))
+    assert Fresh.carried > 0
+    (a, ha), (b, hb), (c, hc) = runs
+    assert b.traffic_by_sequence > 0 and a.traffic_by_sequence == 0
+    assert ha.time_ps == hb.time_ps == hc.time_ps
+    for x in (b, c):
+        assert np.array_equal(a.link_bytes, x.link_bytes) and np.array_equal(a.link_wire_bytes, x.link_wire_bytes)
+
+
 def test_traffic_firsts_adds_each_endpoint_in_flow_order():
     """``_kernels.traffic_firsts`` (the endpoints summed four at a time where compiled) gives
     each endpoint the sum its flows' class rates make added one by one in flow order, bit for

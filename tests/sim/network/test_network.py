@@ -953,3 +953,61 @@ def test_the_one_class_step_equals_the_compiled_step_to_the_bit():
         np.testing.assert_array_equal(got[2], want[2])
         for x, y in zip(a, b):
             assert x.tobytes() == y.tobytes()
+
+
+def test_the_source_run_traffic_sum_equals_the_per_flow_kernel_to_the_bit():
+    """``network._traffic_runs`` (a run of flows from one source added in a register) gives
+    ``_kernels.traffic``'s sums bit for bit: one class per flow and classes, dead classes and
+    non-finite rates (which add 0), sources in runs and scattered, starting sums not zero."""
+    from neonic.sim.network import _kernels as K
+    from neonic.sim.network.network import _traffic_runs
+
+    rng = np.random.default_rng(21)
+    for identity in (True, False):
+        for F, sort in ((0, True), (1, True), (7, False), (3000, True), (3000, False)):
+            src = rng.integers(0, 25, F).astype(np.int32)
+            if sort:
+                src.sort()
+            dst = rng.integers(0, 25, F).astype(np.int32)
+            C = F if identity else 40
+            cls = np.arange(F) if identity else rng.integers(0, C, F)
+            alive = rng.random(max(C, 1)) < 0.7
+            rate = rng.random(max(C, 1)) * 10.0 ** rng.integers(-12, 3, max(C, 1))
+            rate[rng.random(max(C, 1)) < 0.1] = np.inf
+            tx, rx = rng.random(25), rng.random(25)
+            want = tx.copy(), rx.copy()
+            K.traffic(src, dst, cls, identity, alive, rate, *want)
+            got = tx.copy(), rx.copy()
+            _traffic_runs(src, dst, cls, identity, alive, rate, *got)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_one_class_per_flow_groups_share_their_counting_arrays_and_change_nothing():
+    """Groups of one class per flow take their ids, flow indices and multiplicities as views of
+    the network's shared ``0, 1, ...`` and ones (never written), and their sizes and factors
+    as the per-flow arrays themselves: a run with the network's shared arrays poisoned after
+    it gives the same arrivals as one with fresh copies everywhere."""
+    from neonic.sim.network.classes import identity_classes
+
+    cl = identity_classes(np.zeros((5, 2), dtype=np.int32), np.ones(3), np.zeros(3, dtype=bool),
+                          iota=np.arange(9, dtype=np.int64))
+    assert np.array_equal(cl.cls, np.arange(5)) and np.array_equal(cl.starts, np.arange(6))
+    assert cl.members is cl.cls and cl.starts.base is not None
+    cl = identity_classes(np.zeros((5, 2), dtype=np.int32), np.ones(3), np.zeros(3, dtype=bool),
+                          iota=np.arange(3, dtype=np.int64))  # too short: a fresh one
+    assert np.array_equal(cl.starts, np.arange(6))
+    topo = small_topology(nodes=4, gpus=4)
+    src, dst, sizes = _all_pairs(topo.num_gpus, seed=9)
+    out = []
+    for aggregate in (False, True):
+        eng = Engine()
+        net = Network(eng, topo, aggregate=aggregate)
+        net.compact_min_flows = 8
+        g = net.start_flows(src, dst, sizes)
+        h = net.start_flows(dst[::2], src[::2], sizes[::2] // 3)
+        eng.run()
+        iota, ones = net._iota_buf.copy(), net._ones_buf.copy()
+        assert np.array_equal(iota, np.arange(iota.size)) and np.all(ones == 1.0)
+        out.append((g.finish_ps.copy(), h.finish_ps.copy(), net.link_bytes.copy()))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a, b)
