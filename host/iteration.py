@@ -1423,7 +1423,10 @@ class ScheduleTemplate:
                         it_end[it] = np.maximum(it_end[it], t1)
                 else:
                     d = flat.get(phase)
-                    end = start if d is None else start + d + xr.get(i, 0.0)
+                    x = xr.get(i)
+                    # (an op the sharing models leave as it is: ``start + d``, which adding 0.0
+                    # leaves as it is too, no end being -0.0: every start is +0.0 or an end)
+                    end = start if d is None else (start + d if x is None else start + d + x)
                     if i in pairs or i in kops:
                         # the sharing models take every rank's span: ``(T, N)``, or ``(T, 1)``
                         # where every rank's is the same (the dense ops' after a barrier: the
