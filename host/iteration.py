@@ -597,11 +597,13 @@ def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, 
     order of ``m`` (a kernel's pairs in order: its sum in that order) and put in ``full``; the
     collective's slowest rank's loss is taken into ``xc``.
 
-    Each meeting's rows are picked once (views of one rank per element) and its ranks run in
-    branch-free loops (the rates one figure or one per rank, the collective's side in a loop
-    of its own), which the compiler vectorises: the same operations on each element, in the
-    same order, as one loop over the ranks that picks the rows element by element
-    (``tests/host/test_iteration.py`` keeps that loop as the specification)."""
+    Each meeting's rows are picked once (views over its ranks) and its ranks run in loops
+    that no longer choose a row per element (the rates one figure or one per rank, the
+    collective's side in a loop of its own): the same operations on each element, in the same
+    order, as one loop over the ranks that picks the rows element by element
+    (``tests/host/test_iteration.py`` keeps that loop as the specification). The loops stay
+    mostly scalar in the compiled code; at thousands of ranks the pass is bound by reading and
+    writing its rows (about 56 bytes per meeting and rank)."""
     M = kp.shape[0]
     W = ks0.shape[2]
     none = np.zeros(W)
