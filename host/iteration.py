@@ -560,10 +560,28 @@ def _moved_per_candidate(T: int, per_collective: list[tuple[np.ndarray, np.ndarr
 def _narrow(a: np.ndarray) -> np.ndarray:
     """``a`` (``(T, N)``: one figure per candidate and rank) as ``(T, 1)`` where every rank's
     figure is the same (the same numbers, broadcast: a kernel priced against it then runs on
-    one column instead of N)."""
-    if a.ndim == 2 and a.shape[1] > 1 and (a == a[:, :1]).all():
-        return np.ascontiguousarray(a[:, :1])
+    one column instead of N). Figures compared with ``==`` (``(a == a[:, :1]).all()``), float64
+    ones in one compiled pass that stops at the first rank that differs (:func:`_same_columns`:
+    the schedule asks it of every kernel's span in every pass, mostly of spans that differ
+    from the second rank on)."""
+    if a.ndim == 2 and a.shape[1] > 1:
+        same = _same_columns(a) if a.dtype == np.float64 else bool((a == a[:, :1]).all())
+        if same:
+            return np.ascontiguousarray(a[:, :1])
     return a
+
+
+@jit(cache=True, nogil=True)
+def _same_columns(a):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``(a == a[:, :1]).all()`` for a 2-D array, row by row, stopping at the first figure that
+    is not ``==`` its row's first (a NaN is not, itself included)."""
+    T, N = a.shape
+    for t in range(T):
+        f = a[t, 0]
+        for w in range(N):
+            if not a[t, w] == f:
+                return False
+    return True
 
 
 @jit(cache=True, nogil=True)
@@ -577,9 +595,18 @@ def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, 
     -1; where below -1, row ``-2 - mrow[m]`` of ``mine2``). Rank by rank with numpy's arithmetic, element by element (``np.maximum(a, b)`` is
     ``a if a >= b else b``): the same figures. The kernel's loss is added to ``extra`` in the
     order of ``m`` (a kernel's pairs in order: its sum in that order) and put in ``full``; the
-    collective's slowest rank's loss is taken into ``xc``."""
+    collective's slowest rank's loss is taken into ``xc``.
+
+    Each meeting's rows are picked once (views over its ranks) and its ranks run in loops
+    that no longer choose a row per element (the rates one figure or one per rank, the
+    collective's side in a loop of its own): the same operations on each element, in the same
+    order, as one loop over the ranks that picks the rows element by element
+    (``tests/host/test_iteration.py`` keeps that loop as the specification). The loops stay
+    mostly scalar in the compiled code; at thousands of ranks the pass is bound by reading and
+    writing its rows (about 56 bytes per meeting and rank)."""
     M = kp.shape[0]
     W = ks0.shape[2]
+    none = np.zeros(W)
     for m in range(M):
         k, t, c, r, b, q = kp[m], mt[m], cm[m], mr[m], brow[m], mrow[m]
         one = b < 0
@@ -587,33 +614,78 @@ def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, 
             b = -1 - b
         sc, ec = S[c, t], E[c, t]
         ecm = ec - own[c, t] if has_own else ec - 0.0
-        lmax = -np.inf
-        for w in range(W):
-            s0 = ks0[k, t, w]
-            e0 = ke0[k, t, w]
-            at = s0 if s0 >= sc else sc
-            work = e0 - (mine[q, t, w] if q >= 0 else (mine2[-2 - q, t, w] if q < -1 else 0.0)) - at
-            work = work if work >= 0.0 else 0.0
-            left = ec - at
-            left = left if left >= 0.0 else 0.0
-            pa = work * (rk1[b, t, 0] if one else rk[b, t, w])
-            pb = left * (kk1[b, t, 0] if one else kk[b, t, w])
-            ov = pa if pa <= pb else pb
-            extra[k, t, w] += ov
-            full[r, t, w] = ov
-            if side[m]:
+        s0 = ks0[k, t]
+        e0 = ke0[k, t]
+        if q >= 0:
+            got = mine[q, t]
+        elif q < -1:
+            got = mine2[-2 - q, t]
+        else:
+            got = none
+        add = extra[k, t]
+        put = full[r, t]
+        if one:
+            rk0, kk0 = rk1[b, t, 0], kk1[b, t, 0]
+            for w in range(W):
+                at = s0[w] if s0[w] >= sc else sc
+                work = e0[w] - got[w] - at
+                work = work if work >= 0.0 else 0.0
+                left = ec - at
+                left = left if left >= 0.0 else 0.0
+                pa = work * rk0
+                pb = left * kk0
+                ov = pa if pa <= pb else pb
+                add[w] += ov
+                put[w] = ov
+        else:
+            rkw, kkw = rk[b, t], kk[b, t]
+            for w in range(W):
+                at = s0[w] if s0[w] >= sc else sc
+                work = e0[w] - got[w] - at
+                work = work if work >= 0.0 else 0.0
+                left = ec - at
+                left = left if left >= 0.0 else 0.0
+                pa = work * rkw[w]
+                pb = left * kkw[w]
+                ov = pa if pa <= pb else pb
+                add[w] += ov
+                put[w] = ov
+        if side[m]:
+            if one:
+                rcw, clw = rc1[b, t], cl1[b, t]
+                step = 0
+            else:
+                rcw, clw = rc[b, t], cl[b, t]
+                step = 1
+            lmax = -np.inf
+            for w in range(W):
+                at = s0[w] if s0[w] >= sc else sc
                 x = ecm - at
                 x = x if x >= 0.0 else 0.0
-                y = e0 - at
+                y = e0[w] - at
                 y = y if y >= 0.0 else 0.0
-                pa = x * (rc1[b, t, 0] if one else rc[b, t, w])
-                pb = y * (cl1[b, t, 0] if one else cl[b, t, w])
+                pa = x * rcw[w * step]
+                pb = y * clw[w * step]
                 lost = pa if pa <= pb else pb
                 if lost > lmax or w == 0:
                     lmax = lost
-        if side[m]:
             cur = xc[c, t]
             xc[c, t] = cur if cur >= lmax else lmax
+
+
+@jit(cache=True, nogil=True)
+def _clear_rows(full, meet, dirty):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``full[~meet] = 0.0`` for ``full`` ``(R, T, W)`` and ``meet`` ``(R, T)``, writing only
+    the rows ``dirty`` marks (those that may hold figures other than 0; the others are 0
+    already); then marks the rows that meet (which the caller writes) and no others."""
+    R, T, W = full.shape
+    for r in range(R):
+        for t in range(T):
+            if dirty[r, t] and not meet[r, t]:
+                row = full[r, t]
+                for w in range(W):
+                    row[w] = 0.0
+            dirty[r, t] = meet[r, t]
 
 
 class ScheduleTemplate:
@@ -1079,20 +1151,26 @@ class ScheduleTemplate:
             # two buffers per width taken in turn: the last pass's (what each pair added then,
             # also in ``kown``) stays readable while this one is written, and the pass before's
             # is no longer referenced (reusing them spares allocating and first touching one
-            # each pass)
+            # each pass). With each buffer, which of its rows may hold a figure other than 0
+            # (``(rows, T)``): only those are zeroed where a pair does not meet, so that a new
+            # buffer's rows stay as allocated, zero, and untouched (writing zeros there first
+            # touched its pages: 1 CPU-s of the planner's full evaluations at 4096 ranks)
             bufs = rates.get(("__full__", flag))
             if bufs is None:
-                bufs = rates[("__full__", flag)] = [None, None, 0]
+                bufs = rates[("__full__", flag)] = [None, None, 0, None, None]
             turn = bufs[2]
             bufs[2] = 1 - turn
             buf = bufs[turn]
             if buf is None or buf.shape[0] < sel.size or buf.shape[1:] != (T, W):
                 buf = bufs[turn] = np.zeros((sel.size, T, W))
+                bufs[3 + turn] = np.zeros((sel.size, T), dtype=np.bool_)
             full = buf[:sel.size]   # (each piece zeroes what its pairs do not meet: the rest it writes)
+            dirty = bufs[3 + turn]
             last = rates.get(("__mine__", flag))
             for n, at in enumerate(range(0, sel.size, step)):
                 part = sel[at:at + step]
-                self._hbm_rows((flag, n), W, part, meet[part], prep, (kern, ks0, ke0, extra, full[at:at + step], last),
+                self._hbm_rows((flag, n), W, part, meet[part], prep,
+                               (kern, ks0, ke0, extra, full[at:at + step], last, dirty[at:at + step]),
                                S, E, own, kown, rates, xc, got)
             rates[("__mine__", flag)] = (sel, got, full)
             for n, ki in enumerate(kern.tolist()):
@@ -1111,7 +1189,9 @@ class ScheduleTemplate:
         order; ``meet``: the candidates each meets, ``(rows, T)``) of kernels ``W`` ranks wide,
         all at once (:func:`_hbm_meetings`, rank by rank over every (pair, candidate) that
         meets): each kernel's losses are added to its row of ``kernels`` = (the kernels, their
-        starts, ends and losses so far, ``(K, T, W)``) in the order of its pairs, the
+        starts, ends and losses so far, ``(K, T, W)``; then the pairs' losses ``full``, what
+        they added last pass, and which rows of ``full`` may hold figures other than 0,
+        ``(rows, T)``, kept up to date here) in the order of its pairs, the
         collectives' taken into ``xc`` (a maximum), each pair's put in ``got`` (``(T, W)``, 0
         for the candidates it does not meet). ``tag``: which call of the pass (what is kept
         from the last pass is kept per tag)."""
@@ -1120,7 +1200,7 @@ class ScheduleTemplate:
         R = rows.size
         row_k = kidx[rows]
         row_c = flat_c[rows]
-        kern, ks0, ke0, extra, full, last = kernels
+        kern, ks0, ke0, extra, full, last, dirty = kernels
         kpos = np.searchsorted(kern, row_k)
         names = [order[k] for k in row_k.tolist()]
         # each pair's loss of rate k and k / (1 - k), the kernel's and the collective's (0 where
@@ -1203,8 +1283,9 @@ class ScheduleTemplate:
                     src2[n] = m
                     mrow[r] = -2 - n
         mr, mt = np.nonzero(meet)                                 # the (pair, candidate)s, pair by pair
-        # (0 for the candidates a pair does not meet; the loop writes every rank of the others)
-        full[~meet] = 0.0
+        # (0 for the candidates a pair does not meet; the loop writes every rank of the others:
+        # ``full[~meet] = 0.0``, rows already 0 left untouched)
+        _clear_rows(full, meet, dirty)
         _hbm_meetings(ks0, ke0, kpos[mr], mr, mt, row_c[mr], S, E, np.zeros((1, 1)) if own is None else own,
                       own is not None, wide_bank[1], wide_bank[2], wide_bank[3], wide_bank[4],
                       one[1], one[2], one[3], one[4], brow[mr], src, src2, mrow[mr],
@@ -1344,7 +1425,10 @@ class ScheduleTemplate:
                         it_end[it] = np.maximum(it_end[it], t1)
                 else:
                     d = flat.get(phase)
-                    end = start if d is None else start + d + xr.get(i, 0.0)
+                    x = xr.get(i)
+                    # (an op the sharing models leave as it is: ``start + d``, which adding 0.0
+                    # leaves as it is too, no end being -0.0: every start is +0.0 or an end)
+                    end = start if d is None else (start + d if x is None else start + d + x)
                     if i in pairs or i in kops:
                         # the sharing models take every rank's span: ``(T, N)``, or ``(T, 1)``
                         # where every rank's is the same (the dense ops' after a barrier: the

@@ -535,14 +535,53 @@ def test_a_kernel_is_priced_beside_only_the_collectives_it_can_run_beside(monkey
     assert len(plans) >= 8 and pruned == every
 
 
-def test_the_compiled_hbm_loop_gives_python_s_figures_bit_for_bit():
+def _hbm_meetings_spec(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, kk1, rk1, cl1, rc1, brow,
+                       mine, mine2, mrow, side, extra, full, xc):
+    """What ``host.iteration._hbm_meetings`` computes, written as one loop over the ranks of
+    each meeting that picks every row element by element (the kernel picks them once a
+    meeting and splits the loop): the specification it is checked against."""
+    for m in range(kp.shape[0]):
+        k, t, c, r, b, q = kp[m], mt[m], cm[m], mr[m], brow[m], mrow[m]
+        one = b < 0
+        if one:
+            b = -1 - b
+        sc, ec = S[c, t], E[c, t]
+        ecm = ec - own[c, t] if has_own else ec - 0.0
+        lmax = -np.inf
+        for w in range(ks0.shape[2]):
+            s0, e0 = ks0[k, t, w], ke0[k, t, w]
+            at = s0 if s0 >= sc else sc
+            work = e0 - (mine[q, t, w] if q >= 0 else (mine2[-2 - q, t, w] if q < -1 else 0.0)) - at
+            work = work if work >= 0.0 else 0.0
+            left = ec - at
+            left = left if left >= 0.0 else 0.0
+            pa = work * (rk1[b, t, 0] if one else rk[b, t, w])
+            pb = left * (kk1[b, t, 0] if one else kk[b, t, w])
+            ov = pa if pa <= pb else pb
+            extra[k, t, w] += ov
+            full[r, t, w] = ov
+            if side[m]:
+                x = ecm - at
+                x = x if x >= 0.0 else 0.0
+                y = e0 - at
+                y = y if y >= 0.0 else 0.0
+                pa = x * (rc1[b, t, 0] if one else rc[b, t, w])
+                pb = y * (cl1[b, t, 0] if one else cl[b, t, w])
+                lost = pa if pa <= pb else pb
+                if lost > lmax or w == 0:
+                    lmax = lost
+        if side[m]:
+            xc[c, t] = xc[c, t] if xc[c, t] >= lmax else lmax
+
+
+@pytest.mark.parametrize("has_own", [True, False])
+def test_the_compiled_hbm_loop_gives_python_s_figures_bit_for_bit(has_own):
     """host.iteration._hbm_meetings compiled (numba) and run as plain Python (what
-    NEONIC_NO_NUMBA runs) give the same losses, sums and maxima, bit for bit."""
+    NEONIC_NO_NUMBA runs) give the figures of its specification (one loop over the ranks,
+    rows picked element by element: the losses, sums and maxima), bit for bit."""
     from neonic.host.iteration import _hbm_meetings
     from neonic.sim.compiled import HAVE_NUMBA
 
-    if not HAVE_NUMBA:
-        pytest.skip("numba disabled: only the plain-Python loop runs")
     rng = np.random.default_rng(7)
     K, T, W, C, R, B = 3, 4, 5, 6, 7, 5
     M = 20
@@ -554,18 +593,47 @@ def test_the_compiled_hbm_loop_gives_python_s_figures_bit_for_bit():
     kk, rk, cl, rc = (rng.uniform(0, 0.6, (B, T, W)) for _ in range(4))
     kk1, rk1, cl1, rc1 = (rng.uniform(0, 0.6, (B, T, 1)) for _ in range(4))
     args = (ks0, ke0, rng.integers(0, K, M), rng.integers(0, R, M), rng.integers(0, T, M), rng.integers(0, C, M),
-            S, E, own, True, kk, rk, cl, rc, kk1, rk1, cl1, rc1, rng.integers(-B, B, M),
+            S, E, own, has_own, kk, rk, cl, rc, kk1, rk1, cl1, rc1, rng.integers(-B, B, M),
             rng.uniform(0, 1e-4, (2, T, W)), rng.uniform(0, 1e-4, (2, T, W)), rng.integers(-3, 2, M),
             rng.uniform(size=M) < 0.6)
     outs = []
-    for fn in (_hbm_meetings, _hbm_meetings.py_func):
+    kernels = (_hbm_meetings, _hbm_meetings.py_func) if HAVE_NUMBA else (_hbm_meetings,)
+    for fn in (_hbm_meetings_spec, *kernels):
         extra, full, xc = np.zeros((K, T, W)), np.zeros((R, T, W)), rng.uniform(0, 1e-5, (C, T))
         xc[:] = 1e-6
         fn(*args, extra, full, xc)
         outs.append((extra, full, xc))
-    for a, b in zip(*outs):
-        assert a.tobytes() == b.tobytes()
+    for got in outs[1:]:
+        for a, b in zip(outs[0], got):
+            assert a.tobytes() == b.tobytes()
     assert outs[0][0].any() and (outs[0][2] > 1e-6).any()
+
+
+def test_narrow_spans_are_those_whose_ranks_compare_equal():
+    """host.iteration._narrow keeps one column exactly where numpy's ``(a == a[:, :1]).all()``
+    holds (the compiled pass and its Python run alike): -0.0 equals 0.0, a NaN equals nothing,
+    itself included, and a difference on the last rank of the last row counts."""
+    from neonic.host.iteration import _narrow, _same_columns
+
+    rng = np.random.default_rng(3)
+    flat = np.repeat(rng.uniform(size=(4, 1)), 9, axis=1)
+    cases = [flat, flat[:, :1], rng.uniform(size=(4, 9)), np.zeros((2, 5)), flat.T.copy()[:3]]
+    last = flat.copy()
+    last[-1, -1] = np.nextafter(last[-1, -1], 2.0)
+    signed = flat.copy()
+    signed[1] = 0.0
+    signed[1, 4] = -0.0
+    nan = flat.copy()
+    nan[2] = np.nan
+    cases += [last, signed, nan, flat[:, ::2], np.broadcast_to(flat[:, :1], (4, 7)), flat.astype(np.float32)]
+    for a in cases:
+        want = a.shape[1] > 1 and bool((a == a[:, :1]).all())
+        got = _narrow(a)
+        assert (got.shape == (a.shape[0], 1)) == (want or a.shape[1] == 1)
+        assert np.array_equal(got, a[:, :1] if want else a, equal_nan=True)
+        for fn in (_same_columns, getattr(_same_columns, "py_func", _same_columns)):
+            if a.dtype == np.float64:
+                assert fn(a) == bool((a == a[:, :1]).all())
 
 
 def test_whole_byte_matrices_are_recognised_block_by_block():
@@ -580,3 +648,23 @@ def test_whole_byte_matrices_are_recognised_block_by_block():
     assert not _whole_bytes(m)
     m[517, 3] = -0.0
     assert _whole_bytes(m)
+
+
+def test_clearing_a_pass_s_loss_rows_zeroes_only_the_marked_rows_that_do_not_meet():
+    """host.iteration._clear_rows (compiled and as Python): ``full[~meet] = 0.0`` on the rows
+    marked as possibly non-zero, the others left as they are (a new buffer's zeros, untouched),
+    and afterwards exactly the rows that meet are marked (the caller writes those)."""
+    from neonic.host.iteration import _clear_rows
+
+    rng = np.random.default_rng(11)
+    R, T, W = 6, 3, 5
+    full0 = rng.uniform(size=(R, T, W))
+    meet = rng.uniform(size=(R, T)) < 0.5
+    dirty0 = rng.uniform(size=(R, T)) < 0.5
+    for fn in {_clear_rows, getattr(_clear_rows, "py_func", _clear_rows)}:
+        full, dirty = full0.copy(), dirty0.copy()
+        fn(full, meet, dirty)
+        gone = dirty0 & ~meet
+        assert (full[gone] == 0.0).all() and np.array_equal(full[~gone], full0[~gone])
+        assert np.array_equal(dirty, meet)
+    assert (dirty0 & ~meet).any() and (~dirty0 & ~meet).any()
