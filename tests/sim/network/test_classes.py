@@ -615,3 +615,47 @@ def test_traffic_firsts_adds_each_endpoint_in_flow_order():
             if alive[c]:
                 want[e] += rate[c] if np.isfinite(rate[c]) else 0.0
     assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
+def test_a_repeated_joint_partition_is_found_again_with_the_same_results():
+    """A training iteration repeats its AlltoAllv beside the same collective: the second joint
+    partition of a run, from the same inputs, is taken from the first (``joint_memo_hits``),
+    with the same collective times and link bytes, bit for bit, as a network that refines
+    again; the reused partition is a new token (its groups are not the first pair's)."""
+    def two_rounds(forget: bool):
+        eng = Engine()
+        net = Network(eng, _topology("zionex", 64), aggregate=True)
+        net.joint_min_flows = 0
+        net.set_throttle(_third_eight_capped(net, 0))
+        first = _big_beside_small(net)
+        eng.run()
+        token = net._joint_lc
+        if forget:
+            net._joint_memo = None
+        second = _big_beside_small(net)
+        eng.run()
+        return net, [h.time_ps for h in first + second], token
+
+    net_m, times_m, token = two_rounds(forget=False)
+    net_r, times_r, _ = two_rounds(forget=True)
+    assert net_m.joint_partitions == net_r.joint_partitions == 2
+    assert net_m.joint_memo_hits == 1 and net_r.joint_memo_hits == 0
+    assert net_m._joint_lc is not token and np.array_equal(net_m._joint_lc, token)
+    assert times_m == times_r
+    np.testing.assert_array_equal(net_m.link_bytes, net_r.link_bytes)
+    np.testing.assert_array_equal(net_m.link_wire_bytes, net_r.link_wire_bytes)
+
+
+def test_a_joint_partition_of_other_inputs_is_refined_afresh():
+    """The memo of the latest joint refinement answers only the same inputs: a slower link
+    (other capacities) refines again."""
+    eng = Engine()
+    net = Network(eng, _topology("zionex", 64), aggregate=True)
+    net.joint_min_flows = 0
+    net.set_throttle(_third_eight_capped(net, 0))
+    _big_beside_small(net)
+    eng.run()
+    net.topology.capacity[0] *= 0.5
+    _big_beside_small(net)
+    eng.run()
+    assert net.joint_partitions == 2 and net.joint_memo_hits == 0
