@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-__all__ = ["HAVE_NUMBA", "jit", "pairwise_sum"]
+__all__ = ["HAVE_NUMBA", "jit", "pairwise_block", "pairwise_sum"]
 
 try:
     if os.environ.get("NEONIC_NO_NUMBA"):
@@ -32,7 +32,7 @@ def jit(*args, **kwargs):
 
 
 @jit(cache=True, nogil=True)
-def _pairwise_block(a, lo, n):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+def pairwise_block(a, lo, n):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """numpy's pairwise summation of ``a[lo:lo + n]`` for ``n <= 128`` (``pairwise_sum`` in
     numpy's ``loops_utils.h``): under 8 terms one by one, else eight interleaved partial sums
     combined as a tree, then the terms left over one by one."""
@@ -68,7 +68,7 @@ def _pairwise(a, lo, n):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python
     first a multiple of 8 terms) summed apart and added, recursively; evaluated with an
     explicit stack (numba's cache does not keep recursive functions)."""
     if n <= 128:
-        return _pairwise_block(a, lo, n)
+        return pairwise_block(a, lo, n)
     los = np.empty(64, dtype=np.int64)
     ns = np.empty(64, dtype=np.int64)
     stage = np.empty(64, dtype=np.int64)
@@ -81,7 +81,7 @@ def _pairwise(a, lo, n):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python
         t = sp - 1
         m = ns[t]
         if m <= 128:
-            vals[vp] = _pairwise_block(a, los[t], m)
+            vals[vp] = pairwise_block(a, los[t], m)
             vp += 1
             sp -= 1
             continue

@@ -38,7 +38,7 @@ import numpy as np
 from neonic.host.planner.plan import TIERS, Plan, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
-from neonic.sim.compiled import _pairwise_block, jit, pairwise_sum
+from neonic.sim.compiled import jit, pairwise_block, pairwise_sum
 from neonic.sim.memory_tiers import miss_bytes as tier_miss_bytes
 
 __all__ = [
@@ -302,7 +302,7 @@ def _i64(a) -> np.ndarray:
 #: numpy's pairwise sum of at most 128 terms (:func:`sim.compiled.pairwise_sum` is ``0.0 +`` it
 #: there), inlined into the kernels that sum each node's figures: a call per node took about
 #: 90 ns, 50 us of the 100-200 us a contribution packed at 1024 ranks cost.
-_block_sum = jit(cache=True, nogil=True, inline="always")(getattr(_pairwise_block, "py_func", _pairwise_block))
+_block_sum = jit(cache=True, nogil=True, inline="always")(getattr(pairwise_block, "py_func", pairwise_block))
 
 
 @jit(cache=True, nogil=True, inline="always")
