@@ -51,6 +51,7 @@ batch of candidate states is evaluated at once (:meth:`CostModel.iteration_s_bat
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 
@@ -477,9 +478,29 @@ class Contribution:
 @jit(cache=True, nogil=True)
 def _add_columns(v, cols, idx, sub):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """``v += cols[:, idx]`` (``sub``: ``v -= cols[:, idx]``) element by element, without the
-    gathered array: the same sums (one addition per element)."""
+    gathered array: the same sums (one addition per element). A row of ``cols`` whose columns
+    all hold one figure (``==`` and, for zeros, the same sign: the same bits but for NaN, which
+    takes the gather) adds that figure to every rank without the gather: the same additions.
+    Model-a's packed contributions have 13 such rows of 30 (the collectives a table does not
+    use, its host tiers, ...; 8 of a table-row-wise one's), mostly zeros."""
     rows, n = v.shape
+    k = cols.shape[1]
     for i in range(rows):
+        same = k > 0
+        c = cols[i, 0] if k > 0 else 0.0
+        for j in range(1, k):
+            x = cols[i, j]
+            if not (x == c and (x != 0.0 or math.copysign(1.0, x) == math.copysign(1.0, c))):
+                same = False
+                break
+        if same:
+            if sub:
+                for r in range(n):
+                    v[i, r] = v[i, r] - c
+            else:
+                for r in range(n):
+                    v[i, r] = v[i, r] + c
+            continue
         for r in range(n):
             if sub:
                 v[i, r] = v[i, r] - cols[i, idx[r]]
