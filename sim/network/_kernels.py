@@ -145,7 +145,7 @@ if HAVE_NUMBA:
     _sequence_reps_nb = njit(cache=True, nogil=True)(_sequence_reps_py)
 
     @njit(cache=True, nogil=True)
-    def _traffic_firsts_nb(firsts, bounds, seq, alive, rate, acc):  # pragma: no cover
+    def _traffic_firsts_each_nb(firsts, bounds, seq, alive, rate, acc):  # pragma: no cover
         # four endpoints at a time (``firsts`` are distinct), each summed in a register in its
         # own order: the same additions as one endpoint after another, without each addition
         # waiting on the one before (a third of the time at 4096 GPUs)
@@ -198,6 +198,60 @@ if HAVE_NUMBA:
                     if not np.isfinite(r):
                         r = 0.0
                     s += r
+            acc[firsts[i]] = s
+            i += 1
+
+    @njit(cache=True, nogil=True)
+    def _traffic_firsts_nb(firsts, bounds, seq, alive, rate, acc):  # pragma: no cover
+        # Each class's term first (its rate where alive and finite, else 0.0: one pass over the
+        # classes), then eight endpoints at a time, each summed in a register in its own order,
+        # without a branch: adding the 0.0 of a dead class where the loop above skips it gives
+        # the same bits (x + 0.0 == x for every x but -0.0, and a sum that does not start at -0.0
+        # never becomes -0.0), so where a start is -0.0, or the classes outnumber the terms (the
+        # pass over them would cost more than it saves), the loop above runs instead. About twice
+        # as fast at 4096 GPUs (512 endpoints x 4095 flows a side).
+        n = firsts.shape[0]
+        C = alive.shape[0]
+        plain = C > seq.shape[0]
+        for i in range(n):
+            x = acc[firsts[i]]
+            if x == 0.0 and math.copysign(1.0, x) < 0.0:
+                plain = True
+        if plain:
+            _traffic_firsts_each_nb(firsts, bounds, seq, alive, rate, acc)
+            return
+        term = np.empty(C)
+        for c in range(C):
+            r = rate[c]
+            term[c] = r if (alive[c] and np.isfinite(r)) else 0.0
+        i = 0
+        while i + 8 <= n:
+            a0, a1, a2, a3 = bounds[i], bounds[i + 1], bounds[i + 2], bounds[i + 3]
+            a4, a5, a6, a7, a8 = bounds[i + 4], bounds[i + 5], bounds[i + 6], bounds[i + 7], bounds[i + 8]
+            m = min(min(min(a1 - a0, a2 - a1), min(a3 - a2, a4 - a3)), min(min(a5 - a4, a6 - a5), min(a7 - a6, a8 - a7)))
+            s0, s1, s2, s3 = acc[firsts[i]], acc[firsts[i + 1]], acc[firsts[i + 2]], acc[firsts[i + 3]]
+            s4, s5, s6, s7 = acc[firsts[i + 4]], acc[firsts[i + 5]], acc[firsts[i + 6]], acc[firsts[i + 7]]
+            for k in range(m):
+                s0 += term[seq[a0 + k]]
+                s1 += term[seq[a1 + k]]
+                s2 += term[seq[a2 + k]]
+                s3 += term[seq[a3 + k]]
+                s4 += term[seq[a4 + k]]
+                s5 += term[seq[a5 + k]]
+                s6 += term[seq[a6 + k]]
+                s7 += term[seq[a7 + k]]
+            acc[firsts[i]], acc[firsts[i + 1]], acc[firsts[i + 2]], acc[firsts[i + 3]] = s0, s1, s2, s3
+            acc[firsts[i + 4]], acc[firsts[i + 5]], acc[firsts[i + 6]], acc[firsts[i + 7]] = s4, s5, s6, s7
+            for j in range(8):  # each one's flows past the common length
+                s = acc[firsts[i + j]]
+                for k in range(bounds[i + j] + m, bounds[i + j + 1]):
+                    s += term[seq[k]]
+                acc[firsts[i + j]] = s
+            i += 8
+        while i < n:
+            s = acc[firsts[i]]
+            for k in range(bounds[i], bounds[i + 1]):
+                s += term[seq[k]]
             acc[firsts[i]] = s
             i += 1
 

@@ -280,8 +280,9 @@ class CollectiveHandle:
                 route = topo.resized(known, p.nbytes)
         if p.src.size:
             route = phase_route(topo, p, route)
-            self.link_bytes += topo.payload_loads(route, p.nbytes)[:L]
-            self.link_wire_bytes += topo.link_loads(route, p.nbytes)[:L]
+            pay, wire = topo.both_loads(route, p.nbytes)
+            self.link_bytes += pay[:L]
+            self.link_wire_bytes += wire[:L]
             src, dst, nbytes, route = split_connections(p, route)
         else:
             src, dst, nbytes = p.src, p.dst, p.nbytes

@@ -336,7 +336,7 @@ class Topology:
         by message in one compiled pass (``links``, ``acct``: filled with the pad link; ``latency``
         zeros), by the same rules (integer sums: the same values)."""
         b = self._base
-        _route_gpus_kernel(src, dst, self.link_latency_ps, self.gpus_per_node, self.pad_link,
+        _route_gpus_kernel(src, dst, self.link_latency_ps, self.num_gpus, self.gpus_per_node, self.pad_link,
                            self.config.intra_node.fabric == "switch", b.get("gpu_tx", -1), b.get("gpu_rx", -1),
                            b.get("p2p", -1), self.via_host, self.tcp, b["pcie_up"], b["pcie_down"], b.get("host_mem", -1),
                            b["nic_tx"], b["nic_rx"], self.leaf_spine, self.spine_redundant, b.get("leaf_up", -1),
@@ -365,6 +365,17 @@ class Topology:
             out += np.bincount(lk, w, minlength=self.num_links + 1)
         return out
 
+    def both_loads(self, route: Route, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`payload_loads`, :meth:`link_loads`) of the same messages: for a large batch one
+        compiled pass computes both (each sum's additions those of its own method, in its order:
+        the same bits) and reads integer sizes as they are (each converted to float64 as it is
+        read), so a 16.8M-message AlltoAllv at 4096 GPUs is not read twice nor its sizes copied."""
+        nb = np.asarray(nbytes)
+        if nb.size >= self.compiled_route_min and nb.shape == route.factor.shape and nb.dtype.kind in "iuf":
+            return _both_loads_kernel(route.links, route.acct, np.ascontiguousarray(route.factor),
+                                      np.ascontiguousarray(nb), self.wire, self.num_links + 1)
+        return self.payload_loads(route, nbytes), self.link_loads(route, nbytes)
+
     def payload_loads(self, route: Route, nbytes: np.ndarray) -> np.ndarray:
         """Payload bytes each link carries for the routed messages, length L+1."""
         nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), route.factor.shape)
@@ -377,18 +388,33 @@ class Topology:
 
 
 @jit(cache=True, nogil=True)
-def _route_gpus_kernel(src, dst, ll, G, pad, switch_fabric, b_gpu_tx, b_gpu_rx, b_p2p, via_host, tcp, b_pcie_up,
+def _route_gpus_kernel(src, dst, ll, R, G, pad, switch_fabric, b_gpu_tx, b_gpu_rx, b_p2p, via_host, tcp, b_pcie_up,
                        b_pcie_down, b_host_mem, b_nic_tx, b_nic_rx, leaf_spine, spine_redundant, b_leaf_up,
                        b_leaf_down, nic_per_node, gpus_per_nic, nodes_per_leaf, intra_switch_ps, inter_switch_ps,
                        overhead_ps, links, acct, latency):  # pragma: no cover - compiled
-    """:meth:`Topology.route` for GPU endpoints, message by message (``Topology._route_gpus``)."""
+    """:meth:`Topology.route` for GPU endpoints (``0 .. R - 1``), message by message
+    (``Topology._route_gpus``). Each GPU's node, leaf, local index and NIC links are taken from
+    tables built first (one pass over the GPUs): the same integers as dividing per message,
+    without its six integer divisions (about 3/4 of the pass at 4096 GPUs' 16.8M messages)."""
+    node = np.empty(R, dtype=np.int64)
+    local = np.empty(R, dtype=np.int64)
+    leaf = np.empty(R, dtype=np.int64)
+    ntx = np.empty(R, dtype=np.int64)
+    nrx = np.empty(R, dtype=np.int64)
+    for g in range(R):
+        n = g // G
+        node[g] = n
+        local[g] = g % G
+        leaf[g] = n // nodes_per_leaf if leaf_spine else 0
+        ntx[g] = b_nic_tx + n * nic_per_node + (g % G) // gpus_per_nic
+        nrx[g] = b_nic_rx + n * nic_per_node + (g % G) // gpus_per_nic
     for f in range(src.shape[0]):
         s = src[f]
         d = dst[f]
         if s == d:
             continue
-        sn = s // G
-        dn = d // G
+        sn = node[s]
+        dn = node[d]
         if sn == dn:
             if switch_fabric:
                 l0 = b_gpu_tx + s
@@ -397,7 +423,7 @@ def _route_gpus_kernel(src, dst, ll, G, pad, switch_fabric, b_gpu_tx, b_gpu_rx, 
                 links[1, f] = l1
                 latency[f] = ll[l0] + ll[l1] + intra_switch_ps
             else:
-                l0 = b_p2p + s * G + d % G
+                l0 = b_p2p + s * G + local[d]
                 links[0, f] = l0
                 latency[f] = ll[l0]
             continue
@@ -411,14 +437,14 @@ def _route_gpus_kernel(src, dst, ll, G, pad, switch_fabric, b_gpu_tx, b_gpu_rx, 
                 links[h, f] = b_host_mem + sn
                 lat += ll[b_host_mem + sn]
                 h += 1
-        k = b_nic_tx + sn * nic_per_node + (s % G) // gpus_per_nic
+        k = ntx[s]
         links[h, f] = k
         lat += ll[k]
         h += 1
         switches = 1
         if leaf_spine:
-            sl = sn // nodes_per_leaf
-            dl = dn // nodes_per_leaf
+            sl = leaf[s]
+            dl = leaf[d]
             up = pad
             down = pad
             if sl != dl:
@@ -433,7 +459,7 @@ def _route_gpus_kernel(src, dst, ll, G, pad, switch_fabric, b_gpu_tx, b_gpu_rx, 
                 links[h + 1, f] = down
                 lat += ll[up] + ll[down]
                 h += 2
-        k = b_nic_rx + dn * nic_per_node + (d % G) // gpus_per_nic
+        k = nrx[d]
         links[h, f] = k
         lat += ll[k]
         h += 1
@@ -470,3 +496,33 @@ def _loads_kernel(links, acct, factor, nb, wire_link, wire, n):  # pragma: no co
         for k in range(n):
             out[k] += hop[h, k]
     return out
+
+
+@jit(cache=True, nogil=True)
+def _both_loads_kernel(links, acct, factor, nb, wire_link, n):  # pragma: no cover - compiled
+    """:func:`_loads_kernel`'s payload sums and its wire sums in one pass over the messages
+    (each with its own per-hop arrays and additions, in the same order: the same bits as two
+    calls); ``nb`` of any numeric type, each size taken as float64 (as ``np.asarray(nb,
+    dtype=np.float64)`` converts it)."""
+    H = links.shape[0]
+    A = acct.shape[0]
+    pay = np.zeros((H + A, n))
+    wir = np.zeros((H + A, n))
+    for f in range(links.shape[1]):
+        x = np.float64(nb[f])
+        wf = factor[f] * x
+        for h in range(H):
+            k = links[h, f]
+            pay[h, k] += 1.0 * x
+            wir[h, k] += wf if wire_link[k] else 1.0 * x
+        for a in range(A):
+            k = acct[a, f]
+            pay[H + a, k] += 1.0 * x
+            wir[H + a, k] += wf if wire_link[k] else 1.0 * x
+    out_p = np.zeros(n)
+    out_w = np.zeros(n)
+    for h in range(H + A):
+        for k in range(n):
+            out_p[k] += pay[h, k]
+            out_w[k] += wir[h, k]
+    return out_p, out_w

@@ -403,6 +403,10 @@ def test_compiled_routes_equal_the_array_routes(preset, leaf_spine, monkeypatch)
         assert a.dtype == b.dtype and np.array_equal(a, b), field
     # the per-link loads of a large batch: the same sums, hop by hop (bit for bit)
     assert np.array_equal(topo.link_loads(got, nb), loads[0]) and np.array_equal(topo.payload_loads(got, nb), loads[1])
+    # both in one pass (the sizes read as integers, or as floats): the same two sums, bit for bit
+    for sizes in (nb, nb.astype(np.float64)):
+        pay, wire = topo.both_loads(got, sizes)
+        assert np.array_equal(pay, loads[1]) and np.array_equal(wire, loads[0])
     host = topo.route(np.array([topo.host_endpoint(0), 1]), np.array([0, topo.host_endpoint(0)]))
     assert host.links[0].tolist() == [topo._base["pcie_down"] + 0, topo._base["pcie_up"] + 1]  # (array path)
 

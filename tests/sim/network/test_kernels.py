@@ -106,3 +106,44 @@ def test_finish_cls_gives_each_member_its_class_end_plus_its_latency():
         for f in members[starts[c]:starts[c + 1]]:
             want[orig[f]] = int(np.ceil(pred[c])) + lat[f]
     np.testing.assert_array_equal(got, want)
+
+
+def _traffic_reference(firsts, bounds, seq, alive, rate, acc):
+    """Each endpoint's class rates added one by one in flow order, dead classes skipped and
+    non-finite rates as 0 (``_kernels._traffic_np``'s sums)."""
+    for i, e in enumerate(firsts):
+        for c in seq[bounds[i]:bounds[i + 1]]:
+            if alive[c]:
+                acc[e] += rate[c] if np.isfinite(rate[c]) else 0.0
+
+
+@pytest.mark.parametrize("case", ["terms", "more_classes", "negative_zero"])
+def test_traffic_firsts_branch_free_sums_are_the_skipping_sums(case):
+    """``traffic_firsts`` (compiled: eight endpoints at a time, every class's term read from a
+    table where a dead class adds 0.0) gives each endpoint the bits of adding its live classes'
+    rates one by one, skipping the dead: endpoint counts not a multiple of eight, sequences of
+    unequal and zero lengths, rates from 1e-12 to 1e2, infinities and NaN, more classes than
+    terms (the plain loop), and a start of -0.0 (where adding 0.0 would give +0.0)."""
+    rng = np.random.default_rng(["terms", "more_classes", "negative_zero"].index(case))
+    E = 70
+    C = 5000 if case == "more_classes" else 60
+    for trial in range(20):
+        alive = rng.random(C) < 0.7
+        rate = rng.random(C) * 10.0 ** rng.integers(-12, 3, C)
+        rate[rng.integers(0, C, 3)] = np.inf
+        rate[rng.integers(0, C, 2)] = np.nan
+        firsts = rng.permutation(E)[: int(rng.integers(1, E))]
+        counts = rng.integers(0, 80, firsts.size)
+        counts[rng.random(firsts.size) < 0.1] = 0
+        bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        seq = rng.integers(0, C, bounds[-1]).astype(np.int32)
+        start = rng.random(E) * (rng.random(E) < 0.7)
+        if case == "negative_zero":  # an endpoint whose classes are all dead: its sum stays -0.0
+            j = int(rng.integers(0, firsts.size))
+            start[firsts[j]] = -0.0
+            alive[seq[bounds[j]:bounds[j + 1]]] = False
+        got = start.copy()
+        K.traffic_firsts(firsts, bounds, seq, alive, rate, got)
+        want = start.copy()
+        _traffic_reference(firsts, bounds, seq, alive, rate, want)
+        assert np.array_equal(got.view(np.int64), want.view(np.int64)), trial
