@@ -232,7 +232,17 @@ class _Transfer:
 
 
 class GPUDevice:
-    """One GPU on the engine (see the module doc for the model)."""
+    """One GPU on the engine (see the module doc for the model).
+
+    Its fields are slots: at thousands of GPUs the network's traffic updates, re-plans and
+    hand-over steps each touch a few fields of hundreds of GPUs in turn, and fields stored in
+    the object itself (no per-instance dict to probe) are quicker to reach."""
+
+    __slots__ = ("engine", "spec", "name", "comm_priority", "partition", "on_dma", "interference", "comm", "sms",
+                 "channel_bps", "copy_engines", "copy_engine_bps", "hbm_bps", "record", "counters", "kernels",
+                 "collectives", "_ks", "_order", "_targets_stale", "_transfers", "_seq", "_last", "_timer", "_tx",
+                 "_rx", "_comm_rate", "_comm_hbm", "_sm_busy", "_hbm_busy", "_net", "_ncomm", "_board", "_slot",
+                 "_plan", "_memo", "_tok", "_cls")
 
     def __init__(self, engine: Engine, spec: GPUSpec, name: str = "gpu", *, comm_priority: int = 0,
                  sm_partition_comm: float = 0.0, collectives_on_dma: bool = False, interference: float = 0.0,

@@ -381,11 +381,17 @@ def _coupled_mix(batched: bool, seed: int, dma: bool = False) -> tuple:
     topo = Topology.from_preset("zionex", nodes=2)
     eng = Engine()
     net = Network(eng, topo)
-    gpus = [GPUDevice(eng, SPEC, name=f"g{r}", comm_priority=int(rng.integers(2)), interference=0.1,
-                      collectives_on_dma=dma and r % 3 == 0, record=r % 2 == 0) for r in range(topo.num_gpus)]
     calls = [0]
-    for g in gpus:  # count the per-GPU traffic calls (the batched path makes fewer)
-        g.set_traffic = (lambda f: lambda tx, rx: (calls.__setitem__(0, calls[0] + 1), f(tx, rx))[1])(g.set_traffic)
+
+    class Counted(GPUDevice):  # counts the per-GPU traffic calls (the batched path makes fewer)
+        __slots__ = ()
+
+        def set_traffic(self, tx_bytes_per_s: float, rx_bytes_per_s: float) -> float:
+            calls[0] += 1
+            return super().set_traffic(tx_bytes_per_s, rx_bytes_per_s)
+
+    gpus = [Counted(eng, SPEC, name=f"g{r}", comm_priority=int(rng.integers(2)), interference=0.1,
+                    collectives_on_dma=dma and r % 3 == 0, record=r % 2 == 0) for r in range(topo.num_gpus)]
     couple(net, gpus, batched=batched)
     links = collective_links(topo, range(topo.num_gpus))
     ends: list[tuple[str, int]] = []
