@@ -384,9 +384,11 @@ class Network:
         self._joint_lc: np.ndarray | None = None  # the latest joint partition's link classes (its token)
         self._joint_index: tuple | None = None  # (the groups' classes, their quotient's arrays and index)
         self._joint_fail: tuple | None = None  # (groups' classes, cap pattern) whose caps differed in a class
-        # the latest joint refinement (_joint_classes): (its inputs' digest, its classes); the
-        # same AlltoAllv beside the same collective in the next iteration finds it again
-        self._joint_memo: tuple[bytes, FlowClasses] | None = None
+        # the latest joint refinements (_joint_classes), by their inputs' digest, oldest first
+        # (None: too little symmetry); the same collectives side by side in the next iteration
+        # find them again
+        self._joint_memo: dict[bytes, FlowClasses | None] = {}
+        self.joint_memo_entries = 4
         self.joint_memo_hits = 0  # joint refinements taken from _joint_memo
         L = topology.num_links
         self.link_bytes = np.zeros(L)
@@ -1722,14 +1724,18 @@ class Network:
 
     def _joint_classes(self, links: np.ndarray, colour: np.ndarray, ends: tuple) -> FlowClasses:
         """``equitable_classes(links, colour, capacity, wire, ends=ends)`` over the topology's
-        links, taken from the latest call where every input is the same: a training iteration
-        repeats its AlltoAllv beside the same collective, so the second joint partition of a
-        run (3.5-4 CPU-s at 4096 GPUs) would refine the same colours again. The inputs are
-        compared by a SHA-256 digest of their dtypes, shapes and bytes (0.2-0.3 s for the
-        16.8M flows at 4096 GPUs, where keeping them to compare would hold about 0.5 GB);
-        the refinement is a function of them alone. A reused result gets its own
-        ``link_class`` array: that array is the token by which :meth:`_joint_ok` tells a
-        partition's groups apart from an earlier one's."""
+        links, taken from one of the latest ``joint_memo_entries`` calls where every input is
+        the same: a training iteration repeats its collectives side by side, so the joint
+        partitions of a run's second iteration (at 4096 GPUs the input AlltoAllv beside an
+        intra-node one, 3.5-4 CPU-s) would refine the same colours again, and another pair
+        partitioned between the two must not push the first out. The inputs are compared by a SHA-256 digest of their dtypes,
+        shapes and bytes (0.2-0.3 s for the 16.8M flows at 4096 GPUs, where keeping them to
+        compare would hold about 0.5 GB); the refinement is a function of them alone. A result with too little
+        symmetry is kept as None (no arrays) and given again as one class per flow (its
+        caller reads only that). A reused result is a new :class:`FlowClasses` over the same
+        arrays (never written: a change replaces an array) with its own ``link_class`` array:
+        that array is the token by which :meth:`_joint_ok` tells a partition's groups apart
+        from an earlier one's."""
         topo = self.topology
         h = hashlib.sha256()
         for a in (links, colour, topo.capacity, topo.wire, *ends):
@@ -1738,14 +1744,17 @@ class Network:
             h.update(a.view(np.uint8).ravel() if a.ndim else a.tobytes())
         key = h.digest()
         memo = self._joint_memo
-        if memo is not None and memo[0] == key:
+        if key in memo:
             self.joint_memo_hits += 1
-            cl = memo[1]
-            if cl.link_class is None:
-                return cl
-            return dataclasses.replace(cl, link_class=cl.link_class.copy())
+            cl = memo.pop(key)
+            memo[key] = cl  # (the latest used last)
+            if cl is None:
+                return identity_classes(links, topo.capacity, topo.wire, iota=self._iota(links.shape[0] + 1))
+            return dataclasses.replace(cl, link_class=None if cl.link_class is None else cl.link_class.copy())
         cl = equitable_classes(links, colour, topo.capacity, topo.wire, ends=ends)
-        self._joint_memo = (key, cl)
+        memo[key] = None if cl.identity else cl
+        while len(memo) > self.joint_memo_entries:
+            del memo[next(iter(memo))]
         return cl
 
     #: groups of at most this many flows, one class per flow, are summed together by

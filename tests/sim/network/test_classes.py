@@ -631,7 +631,7 @@ def test_a_repeated_joint_partition_is_found_again_with_the_same_results():
         eng.run()
         token = net._joint_lc
         if forget:
-            net._joint_memo = None
+            net._joint_memo.clear()
         second = _big_beside_small(net)
         eng.run()
         return net, [h.time_ps for h in first + second], token
@@ -659,3 +659,38 @@ def test_a_joint_partition_of_other_inputs_is_refined_afresh():
     _big_beside_small(net)
     eng.run()
     assert net.joint_partitions == 2 and net.joint_memo_hits == 0
+
+
+def test_joint_partitions_of_several_pairs_are_found_again():
+    """The joint memo keeps the latest ``joint_memo_entries`` refinements: another pair
+    partitioned between two runs of the same pair does not push the first out, and the results
+    are those of a network that refines again, bit for bit; with one entry it does."""
+    def other_pair(net):  # an AlltoAllv with sizes by source beside the intra-node AlltoAll
+        p = net.topology.num_gpus
+        group = np.arange(p) // 8
+        rows = np.array([2, 7, 1, 8, 2, 8, 1, 8])[np.arange(p) % 8] * 40_000
+        return [coll.alltoallv(net, None, np.tile(rows[:, None], (1, p))),
+                coll.alltoallv(net, None, np.where(group[:, None] == group[None, :], 200_000, 0))]
+
+    def rounds(entries: int, forget: bool):
+        eng = Engine()
+        net = Network(eng, _topology("zionex", 64), aggregate=True)
+        net.joint_min_flows = 0
+        net.joint_memo_entries = entries
+        net.set_throttle(_third_eight_capped(net, 0))
+        times = []
+        for start in (_big_beside_small, other_pair, _big_beside_small):
+            if forget:
+                net._joint_memo.clear()
+            times += [h.time_ps for h in start(net)]
+            eng.run()
+        return net, times
+
+    net_m, times_m = rounds(4, forget=False)
+    net_r, times_r = rounds(4, forget=True)
+    net_1, times_1 = rounds(1, forget=False)
+    assert net_m.joint_partitions == net_r.joint_partitions == 3
+    assert net_m.joint_memo_hits == 1 and net_r.joint_memo_hits == 0 and net_1.joint_memo_hits == 0
+    assert times_m == times_r == times_1
+    np.testing.assert_array_equal(net_m.link_bytes, net_r.link_bytes)
+    np.testing.assert_array_equal(net_m.link_wire_bytes, net_r.link_wire_bytes)
