@@ -22,11 +22,11 @@ Flow classes (``aggregate``, default on): at its first solve a group's flows are
 classes that max-min fair sharing must treat identically (same size, and the same number of
 links of each kind of link, :mod:`sim.network.classes`); a group alone in the network is solved
 over its classes (cost grows with the classes, not the flows) and all per-flow state lives per
-class. With other groups in flight the solve is per flow, and a group one of whose classes got
-different rates goes on per flow (its state moves over), so results never depend on the
-aggregation. A group that starts beside another large group is not partitioned at all: that
-group would split its classes at once. ``aggregate=False`` keeps one class per flow (the
-reference).
+class. With other groups in flight the solve is per flow (or over joint classes, below), and a
+group one of whose classes got different rates goes on per flow (its state moves over), so
+results never depend on the aggregation. A group that starts beside another large group is not
+partitioned at all: that group would split its classes at once. ``aggregate=False`` keeps one
+class per flow (the reference).
 
 Link-disjoint parts (``components``, default on): a lone per-flow group (no other group, no
 throttle) is split at its first solve into the parts of its flow-link graph that share no
@@ -83,7 +83,7 @@ order; for a large aggregated group they are added once per set of GPUs whose fl
 same classes in the same order (the GPUs of a node, in an AlltoAllv sized by destination node),
 the others taking that sum: the same additions, bit for bit (``_class_traffic``).
 
-Joint classes of several groups (throttled solves of ``joint_min_flows`` flows or more, with
+Joint classes of several groups (solves of ``joint_min_flows`` flows or more, with
 ``aggregate``): large groups that start together (model-a's million-flow AlltoAllv beside an
 intra-node group at 1024 GPUs) are never partitioned at their start, and each solve of them was
 per flow. At their first throttled solve that caps some GPUs, their flows are partitioned
@@ -98,6 +98,18 @@ The rates are the per-flow solve's within rounding (1e-11 relative at a million 
 times and link bytes agree within 1e-6 (tested; a tie broken the other way can move a
 recompute). A group takes part in at most ``joint_max_tries`` tries, and a failed try is not
 repeated for the same partitions and cap pattern.
+The links' solve partitions them too (``_shared_joint``, at most ``shared_joint_max_groups``
+groups): at the second solve of the same groups together, where the first was per flow and
+left them as they were (no throttled solve partitioned them, no class split), with the GPUs'
+virtual links coloured by the latest throttled solve's cap pattern; a later throttled solve
+whose caps differ within one of its virtual link classes partitions them again with its own.
+At 4096 GPUs this takes two pairs of model-a's collectives (5.56M flows: 631,280 classes; 2.1M
+flows: 262,146) and the pairs they leave, 250 per-flow solves a run, onto joint classes; the
+run's collective times move by at most 1 ps (4.4e-12 relative), its iteration not at all
+(session 19). The network's solve functions took 58.3 -> 48.8 CPU-s per run in a pair on a
+quiet machine (62.3 -> 61.3 in one under heavy load): the per-flow solves lose about 10 s,
+the partitions cost 4.8-6.3 s (one of them a try with too little symmetry, 1.1-1.3 s). The latest ``joint_memo_entries`` joint refinements are kept by a digest of
+their inputs: the next iteration's same pairs take them again.
 """
 
 from __future__ import annotations
@@ -380,13 +392,26 @@ class Network:
         self.joint_min_flows = 1 << 16
         self.joint_max_tries = 3
         self.joint_partitions = 0  # joint partitions installed
+        self.shared_partitions = 0  # ... of them by the links' solve (_shared_joint)
+        # the links' solve of at most this many groups, of at least this many flows in all,
+        # may partition them (_shared_joint). Below it their per-flow solves are cheap (the
+        # 1024-GPU run's pairs of 0.25-1.2M flows: 3-20 ms a solve), and a partition that finds
+        # too little symmetry costs 0.1-0.3 s (all of them there: 20-40% of the flows would be
+        # classes); at 4096 GPUs pairs of 2.1M and 5.6M flows find 12.5% and 11%
+        self.shared_joint_max_groups = 4
+        self.shared_joint_min_flows = 1 << 21
+        self._shared_seen: list | None = None  # the classes of the groups of the latest per-flow shared solve
+        self._caps_seen: tuple[np.ndarray, np.ndarray] | None = None  # the latest throttled solve's finite caps
+        self._joint_shared = False  # whether the latest joint partition was made by _shared_joint
         self.joint_solves = 0  # solves of several groups over their joint classes (throttled or not)
         self._joint_lc: np.ndarray | None = None  # the latest joint partition's link classes (its token)
         self._joint_index: tuple | None = None  # (the groups' classes, their quotient's arrays and index)
         self._joint_fail: tuple | None = None  # (groups' classes, cap pattern) whose caps differed in a class
-        # the latest joint refinement (_joint_classes): (its inputs' digest, its classes); the
-        # same AlltoAllv beside the same collective in the next iteration finds it again
-        self._joint_memo: tuple[bytes, FlowClasses] | None = None
+        # the latest joint refinements (_joint_classes), by their inputs' digest, oldest first
+        # (None: too little symmetry); the same collectives side by side in the next iteration
+        # find them again
+        self._joint_memo: dict[bytes, FlowClasses | None] = {}
+        self.joint_memo_entries = 4
         self.joint_memo_hits = 0  # joint refinements taken from _joint_memo
         L = topology.num_links
         self.link_bytes = np.zeros(L)
@@ -750,6 +775,8 @@ class Network:
             self._joint_index = None
         if self._joint_fail is not None and any(id(k) in classes for k in self._joint_fail[0]):
             self._joint_fail = None
+        if self._shared_seen is not None and any(id(k) in classes for k in self._shared_seen):
+            self._shared_seen = None
 
     def _classes_at_start(self, g: FlowGroup, groups: list[FlowGroup]) -> None:
         """Before a new group's first solve: its flow classes, unless another large group
@@ -1178,10 +1205,53 @@ class Network:
                 g._rate = rates_from_levels(cl.q_links, g._alive, level, order)
             self.solved_classes += g._remaining
             self.solved_flows += int(g._mult[g._alive].sum()) if not cl.identity else g._remaining
-        elif self._joint_ok(groups):
+        elif self._joint_ok(groups) or self._shared_joint(groups, previous):
             self._solve_joint(groups, None)
         else:
             self._solve_shared(previous)
+
+    def _shared_joint(self, groups: list[FlowGroup], previous: dict[int, np.ndarray]) -> bool:
+        """Partition several groups' flows together (:meth:`_joint_partition`) for the solve of
+        the links alone, where the groups' previous solve was per flow and left them as they
+        were (no throttled solve partitioned them, no class split): groups that run together
+        for many solves (at 4096 GPUs pairs of 5.6M and 2.1M flows, 250 per-flow solves a run)
+        are then solved over their quotient. Their first solve stays per flow, so that a
+        throttled solve that caps GPUs partitions them with its caps (as before). The GPUs'
+        virtual links are coloured by the latest throttled solve's cap pattern (all unlimited
+        where none capped). Returns False, partitioning nothing, without ``aggregate``, below
+        ``joint_min_flows`` or ``shared_joint_min_flows`` flows, above
+        ``shared_joint_max_groups`` groups, for a group that has taken part in
+        ``joint_max_tries`` tries, and where the partition fails (too little symmetry; not
+        repeated for the same partitions and pattern)."""
+        key = [g._cls for g in groups]
+        seen = self._shared_seen
+        self._shared_seen = key
+        if not self.aggregate or len(groups) > self.shared_joint_max_groups:
+            return False
+        if seen is None or len(seen) != len(key) or any(a is not b for a, b in zip(seen, key)):
+            return False  # their first solve together (or they changed since)
+        if sum(g._links.shape[0] for g in groups) < max(self.joint_min_flows, self.shared_joint_min_flows):
+            return False
+        if any(g._jtries >= self.joint_max_tries for g in groups):
+            return False
+        E = self.topology.num_endpoints
+        if self._caps_seen is None:
+            cap_tx = cap_rx = np.full(E, np.inf)
+        else:  # (only which are finite matters to the partition)
+            cap_tx, cap_rx = (np.where(m, 1.0, np.inf) for m in self._caps_seen)
+        pattern = (np.isfinite(cap_tx).tobytes(), np.isfinite(cap_rx).tobytes())
+        f = self._joint_fail
+        if f is not None and f[1] == pattern and len(f[0]) == len(key) and all(a is b for a, b in zip(f[0], key)):
+            return False
+        for g in groups:
+            g._jtries += 1
+        if not self._joint_partition(groups, cap_tx, cap_rx, previous):
+            self._joint_fail = (key, pattern)
+            return False
+        self._shared_seen = None
+        self._joint_shared = True
+        self.shared_partitions += 1
+        return True
 
     @staticmethod
     def _live_flows(groups: list[FlowGroup]) -> list[np.ndarray]:
@@ -1369,6 +1439,7 @@ class Network:
             tx, rx = tx[:R], rx[:R]
             self._sums = (self._flow_set, tx.copy(), rx.copy()) if same else None
         scale = self._throttle(tx, rx)
+        self._caps_seen = None
         if scale is None:
             return
         # a stalled GPU (no SMs yet) keeps a trickle so that no rate is 0 (predictions divide by it)
@@ -1382,6 +1453,7 @@ class Network:
         cap_rx = np.full(endpoints, np.inf)
         cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
         cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
+        self._caps_seen = (np.isfinite(cap_tx), np.isfinite(cap_rx))
         if len(groups) == 1 and not groups[0]._cls.identity:
             if self._throttled_classes(groups[0], cap_tx, cap_rx, previous):
                 self.throttled_by_class += 1
@@ -1615,22 +1687,31 @@ class Network:
         get different rates): too few flows to pay for a partition (``joint_min_flows``), a group
         that has taken part in ``joint_max_tries`` attempts, too little symmetry, or GPUs of
         one class capped differently (an attempt that failed is not repeated for the same
-        partitions and cap pattern)."""
+        partitions and cap pattern). A partition the links' solve made (:meth:`_shared_joint`,
+        for the latest caps it had seen) whose virtual link classes need two capacities under
+        these caps is partitioned again with them (its classes refined)."""
         pattern = (np.isfinite(cap_tx).tobytes(), np.isfinite(cap_rx).tobytes())
-        if not self._joint_ok(groups):
-            if sum(g._links.shape[0] for g in groups) < self.joint_min_flows:
+        if self._joint_ok(groups):
+            capacity = self._class_caps(groups[0]._cls, cap_tx, cap_rx)
+            if capacity is not None:
+                self._solve_joint(groups, capacity)
+                return True
+            if not self._joint_shared:
                 return False
-            if any(g._jtries >= self.joint_max_tries for g in groups):
-                return False
-            key = [g._cls for g in groups]
-            f = self._joint_fail
-            if f is not None and f[1] == pattern and len(f[0]) == len(key) and all(a is b for a, b in zip(f[0], key)):
-                return False  # tried for these partitions and this cap pattern
-            for g in groups:
-                g._jtries += 1
-            if not self._joint_partition(groups, cap_tx, cap_rx, previous):
-                self._joint_fail = (key, pattern)
-                return False
+            # the links' solve partitioned them for other caps (_shared_joint): again for these
+        if sum(g._links.shape[0] for g in groups) < self.joint_min_flows:
+            return False
+        if any(g._jtries >= self.joint_max_tries for g in groups):
+            return False
+        key = [g._cls for g in groups]
+        f = self._joint_fail
+        if f is not None and f[1] == pattern and len(f[0]) == len(key) and all(a is b for a, b in zip(f[0], key)):
+            return False  # tried for these partitions and this cap pattern
+        for g in groups:
+            g._jtries += 1
+        if not self._joint_partition(groups, cap_tx, cap_rx, previous):
+            self._joint_fail = (key, pattern)
+            return False
         capacity = self._class_caps(groups[0]._cls, cap_tx, cap_rx)
         if capacity is None:
             return False
@@ -1716,20 +1797,26 @@ class Network:
             g._dense = None
             g._comp = False
         self._joint_lc = cl.link_class
+        self._joint_shared = False
         self._flow_set += 1
         self.joint_partitions += 1
         return True
 
     def _joint_classes(self, links: np.ndarray, colour: np.ndarray, ends: tuple) -> FlowClasses:
         """``equitable_classes(links, colour, capacity, wire, ends=ends)`` over the topology's
-        links, taken from the latest call where every input is the same: a training iteration
-        repeats its AlltoAllv beside the same collective, so the second joint partition of a
-        run (3.5-4 CPU-s at 4096 GPUs) would refine the same colours again. The inputs are
-        compared by a SHA-256 digest of their dtypes, shapes and bytes (0.2-0.3 s for the
-        16.8M flows at 4096 GPUs, where keeping them to compare would hold about 0.5 GB);
-        the refinement is a function of them alone. A reused result gets its own
-        ``link_class`` array: that array is the token by which :meth:`_joint_ok` tells a
-        partition's groups apart from an earlier one's."""
+        links, taken from one of the latest ``joint_memo_entries`` calls where every input is
+        the same: a training iteration repeats its collectives side by side, so the joint
+        partitions of a run's second iteration (at 4096 GPUs: the input AlltoAllv beside an
+        intra-node one, 3.5-4 CPU-s; two pairs of about 5.6M and 2.1M flows, and one pair
+        that has too little symmetry, about 4.5 CPU-s together) would refine the same colours
+        again. The inputs are compared by a SHA-256 digest of their dtypes, shapes and bytes
+        (0.2-0.3 s for the 16.8M flows at 4096 GPUs, where keeping them to compare would hold
+        about 0.5 GB); the refinement is a function of them alone. A result with too little
+        symmetry is kept as None (no arrays) and given again as one class per flow (its
+        caller reads only that). A reused result is a new :class:`FlowClasses` over the same
+        arrays (never written: a change replaces an array) with its own ``link_class`` array:
+        that array is the token by which :meth:`_joint_ok` tells a partition's groups apart
+        from an earlier one's."""
         topo = self.topology
         h = hashlib.sha256()
         for a in (links, colour, topo.capacity, topo.wire, *ends):
@@ -1738,14 +1825,17 @@ class Network:
             h.update(a.view(np.uint8).ravel() if a.ndim else a.tobytes())
         key = h.digest()
         memo = self._joint_memo
-        if memo is not None and memo[0] == key:
+        if key in memo:
             self.joint_memo_hits += 1
-            cl = memo[1]
-            if cl.link_class is None:
-                return cl
-            return dataclasses.replace(cl, link_class=cl.link_class.copy())
+            cl = memo.pop(key)
+            memo[key] = cl  # (the latest used last)
+            if cl is None:
+                return identity_classes(links, topo.capacity, topo.wire, iota=self._iota(links.shape[0] + 1))
+            return dataclasses.replace(cl, link_class=None if cl.link_class is None else cl.link_class.copy())
         cl = equitable_classes(links, colour, topo.capacity, topo.wire, ends=ends)
-        self._joint_memo = (key, cl)
+        memo[key] = None if cl.identity else cl
+        while len(memo) > self.joint_memo_entries:
+            del memo[next(iter(memo))]
         return cl
 
     #: groups of at most this many flows, one class per flow, are summed together by
