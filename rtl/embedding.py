@@ -283,13 +283,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_halves
-from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, MemPortSignature, MemRequest,
-                      MemResponseBeat, PingPongBuffer, SkidBuffer, check_int)
+from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, CreditLUTFIFO,
+                      MemPortSignature, MemRequest, MemResponseBeat, PingPongBuffer, SkidBuffer,
+                      check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -1860,8 +1861,11 @@ class EmbeddingBagUnit(wiring.Component):
             acc_raw = Signal(32, name=f"acc_raw{i}", reset_less=True)
             wb_d1 = Signal(32, name=f"wb_d1_{i}", reset_less=True)   # the write-back 1 cycle ago
             wb_d2 = Signal(32, name=f"wb_d2_{i}", reset_less=True)   # ... and two cycles ago
-            acc_old = Signal(32, name=f"acc_old{i}")     # the adder's operand
-            acc_max = Signal(32, name=f"acc_max{i}")     # the max selector's operand
+            # (no reset on the two operand registers: a lane's adder and max selector use
+            # them only on a cycle whose word the issue stage sent, which loaded them the
+            # cycle before; after a reset, their values are those of the unit's pipelines)
+            acc_old = Signal(32, name=f"acc_old{i}", reset_less=True)   # the adder's operand
+            acc_max = Signal(32, name=f"acc_max{i}", reset_less=True)   # the max selector's
             # this cycle's write-back, the one of one and two cycles ago, is the operand's word
             hit0, hit1, hit2 = (Signal(name=f"hit0_{i}"), Signal(name=f"hit1_{i}"),
                                 Signal(name=f"hit2_{i}"))
@@ -2010,7 +2014,11 @@ class EmbeddingBagUnit(wiring.Component):
         # flip-flops (a ``SyncFIFOBuffered``'s output register loads on the consumer's
         # ``ready`` and its level). Same cycles as a ``SyncFIFOBuffered``: a beat written on
         # one cycle is on ``pooled`` two cycles later; the credit bounds what it holds.
-        m.submodules.out_q = out_q = fifo.SyncFIFO(width=pl.size, depth=odepth - 1)
+        # The queue is a :class:`rtl.streams.CreditLUTFIFO` (``SyncFIFO``'s cycles): the credit
+        # keeps the drain from writing it full, so its write enable is the drain's valid
+        # alone, and it is read in shares of 16 bits, each at its own copy of the read pointer.
+        m.submodules.out_q = out_q = CreditLUTFIFO(width=pl.size, depth=odepth - 1,
+                                                   read_copies=max(1, pl.size // 16))
         m.submodules.out_b = out_b = PingPongBuffer(unsigned(pl.size), reset_less=True)
         out_w = data.View(pl, out_q.w_data)
         m.d.comb += [
