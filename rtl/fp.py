@@ -446,8 +446,10 @@ class FPAdd32(_Binary32):
             for k in range(27):
                 with m.Case(k):
                     m.d.comb += cap.eq(1 << (26 - k))
+        extra5 = {"cap_hi": s4.limit <= 15} if self.reset_less else {}
         s5 = pipe.boundary(5, total=total, cap=cap, exp=s4.exp, sign=s4.sign,
-                           special=s4.special, special_o=s4.special_o, zero_sign=s4.zero_sign)
+                           special=s4.special, special_o=s4.special_o, zero_sign=s4.zero_sign,
+                           **extra5)
 
         # Step 6: leading zeros of the sum, capped: the normalising shift (to a hidden bit at
         # position 26, or to the subnormal exponent); beside the count, the shift's first 16
@@ -456,8 +458,19 @@ class FPAdd32(_Binary32):
         # carry out (bit 27) the low 27 bits pass unshifted, for the right shift by one.
         capped = s5.total[:27] | s5.cap
         lz = count_leading_zeros(m, capped)
-        by16 = _wire(m, (capped[11:27] == 0) & ~s5.total[27], "norm_by16")
-        s6 = pipe.boundary(6, low=Mux(by16, s5.total[:27] << 16, s5.total[:27])[:27],
+        if self.reset_less:
+            # (without a reset the registers' set/reset input is free, and synthesis put
+            # ``by16`` there to zero the low 16 bits, a LUT more on the step's longest path
+            # once the FPGA flow gives a small set/reset net back as LUTs (8.04 ns in the
+            # gather); a rotation by 16 moves ``total[11:27]`` there instead, which are zero
+            # wherever ``by16`` is set: the same value, a 2:1 choice of two bits per bit.
+            # ``cap_hi``, the cap among the top 16 bits, is a flip-flop made in step 5.)
+            by16 = _wire(m, (s5.total[11:28] == 0) & ~s5.cap_hi, "norm_by16")
+            low = Mux(by16, Cat(s5.total[11:27], s5.total[:11]), s5.total[:27])
+        else:
+            by16 = _wire(m, (capped[11:27] == 0) & ~s5.total[27], "norm_by16")
+            low = Mux(by16, s5.total[:27] << 16, s5.total[:27])[:27]
+        s6 = pipe.boundary(6, low=low,
                            carry=s5.total[27], shift=lz[:5],
                            exp=s5.exp, sign=s5.sign, is_zero=s5.total == 0,
                            special=s5.special, special_o=s5.special_o, zero_sign=s5.zero_sign)
