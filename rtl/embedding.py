@@ -1749,7 +1749,8 @@ class EmbeddingBagUnit(wiring.Component):
         ai_x = x_pipe[-1]
         ai_v = []
         for i in range(lanes):
-            mul = FPMul32(latency=ml, reset_less=True)
+            mul = FPMul32(latency=ml, reset_less=True, three_dsps=True,
+                         narrow_shift=True)
             m.submodules[f"wmul_{i}"] = mul
             m.d.comb += [mul.a.eq(mul_x[32 * i:32 * (i + 1)]), mul.b.eq(weights[i])]
             ai_v.append(mul.o)
@@ -2002,7 +2003,8 @@ class EmbeddingBagUnit(wiring.Component):
         dend, dxend = dctx_pipe[-1], dx_pipe[-1]
         out_lanes = []
         for i in range(lanes):
-            mul = FPMul32(latency=dl, reset_less=True)
+            mul = FPMul32(latency=dl, reset_less=True, three_dsps=True,
+                         narrow_shift=True)
             m.submodules[f"dmul_{i}"] = mul
             m.d.comb += [mul.a.eq(dmul_x[32 * i:32 * (i + 1)]), mul.b.eq(recips[i])]
             v = Mux(dend.scalel[i], mul.o, dxend[32 * i:32 * (i + 1)])

@@ -287,6 +287,23 @@ def test_mul_every_latency(rng, latency):
     assert_bits_equal(got, ref.fp32_mul(a, b), {"a": a, "b": b}, f"FPMul32(latency={latency})")
 
 
+@pytest.mark.parametrize("latency, three_dsps, narrow_shift",
+                         [(3, True, False), (11, True, False), (11, False, True), (3, True, True),
+                          (11, True, True)])
+def test_mul_compact_builds_match_numpy(rng, latency, three_dsps, narrow_shift):
+    """``three_dsps`` (three DSP products and the high parts' 6x6 product in LUTs) and
+    ``narrow_shift`` (the right shift on the product's upper 25 bits and one sticky bit), the
+    gather's multipliers, give the same bits as the reference, subnormal results and specials
+    included, through a stalled pipeline."""
+    a, b = mul_operands(rng, 3000)
+    want = ref.fp32_mul(a, b)
+    dut = fp.FPMul32(latency=latency, reset_less=True, three_dsps=three_dsps,
+                     narrow_shift=narrow_shift)
+    got = drive_pipeline(dut, {"a": a, "b": b}, ("o",), rng)["o"]
+    assert_bits_equal(got, want, {"a": a, "b": b},
+                      f"FPMul32(three_dsps={three_dsps}, narrow_shift={narrow_shift})")
+
+
 def test_mul_specials():
     z, nz, inf, ninf, one = 0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x3F800000
     min_sub, half = 0x00000001, 0x3F000000
