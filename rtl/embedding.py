@@ -288,7 +288,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_halves
-from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, CreditLUTFIFO,
+from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, CreditLUTFIFO, DelayLine,
                       MemPortSignature, MemRequest, MemResponseBeat, PingPongBuffer, SkidBuffer,
                       check_int)
 
@@ -552,6 +552,10 @@ class EmbeddingBagUnit(wiring.Component):
     interleave : bags whose rows are interleaved (a power of two, 1..8; default 4): rows of
         ``W`` words cost ``max(W, (add_latency + 1) / interleave)`` cycles.
     slot_depth : row entries each interleave slot holds (how far the parse runs ahead).
+    delay_memory : the values that wait beside the weight and drain multipliers (``32 x
+        lanes`` bits for ``mul_latency`` cycles each) in LUT RAM (:class:`rtl.streams.
+        DelayLine`, one share per lane) instead of registers; the same cycles and results.
+        Off by default (``neonic bench timing`` places and routes the default).
     """
 
     def __init__(self, *, data_bytes: int = 64, lanes: int = 16, max_dim: int = 256,
@@ -560,7 +564,8 @@ class EmbeddingBagUnit(wiring.Component):
                  addr_width: int = 32, beats_width: int = 8, index_width: int = 32,
                  tag_width: int = 16, bag_queue_depth: int = 32,
                  add_latency: int = FPAdd32.STEPS, mul_latency: int = FPMul32.STEPS,
-                 interleave: int = 4, slot_depth: int = 32):
+                 interleave: int = 4, slot_depth: int = 32, delay_memory: bool = False):
+        self.delay_memory = bool(delay_memory)
         self.data_bytes = check_int("data_bytes", data_bytes, minimum=4, maximum=256,
                                     power_of_two=True)
         self.lanes = check_int("lanes", lanes, minimum=1, maximum=data_bytes // 4,
@@ -731,6 +736,14 @@ class EmbeddingBagUnit(wiring.Component):
         })
 
     # -- elaboration ---------------------------------------------------------------------
+
+    def _delayed(self, m: Module, name: str, value: Value, latency: int) -> Value:
+        """``value`` ``latency`` cycles later, through a :class:`rtl.streams.DelayLine` with
+        one share per lane (``delay_memory``)."""
+        m.submodules[name] = line = DelayLine(width=len(value), latency=latency,
+                                              copies=self.lanes)
+        m.d.comb += line.i.eq(value)
+        return line.o
 
     def elaborate(self, platform):
         m = Module()
@@ -1741,12 +1754,14 @@ class EmbeddingBagUnit(wiring.Component):
         # Multiplier stage: context and unweighted values delayed alongside.
         for k in range(ml):
             c = _context_register(ctx_layout, f"mul_ctx{k}")
-            x = Signal(32 * lanes, name=f"mul_x{k}", reset_less=True)
-            m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
+            m.d.sync += c.eq(ctx_pipe[-1])
             ctx_pipe.append(c)
-            x_pipe.append(x)
+            if not self.delay_memory:
+                x = Signal(32 * lanes, name=f"mul_x{k}", reset_less=True)
+                m.d.sync += x.eq(x_pipe[-1])
+                x_pipe.append(x)
         ai = ctx_pipe[-1]            # the add-in stage
-        ai_x = x_pipe[-1]
+        ai_x = self._delayed(m, "mul_xd", mul_x, ml) if self.delay_memory else x_pipe[-1]
         ai_v = []
         for i in range(lanes):
             mul = FPMul32(latency=ml, reset_less=True, three_dsps=True,
@@ -1996,11 +2011,14 @@ class EmbeddingBagUnit(wiring.Component):
         dmul_x = dx_pipe[-1]
         for k in range(dl):
             c = _context_register(dctx_layout, f"drain_ctx{k}")
-            x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
-            m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
+            m.d.sync += c.eq(dctx_pipe[-1])
             dctx_pipe.append(c)
-            dx_pipe.append(x)
-        dend, dxend = dctx_pipe[-1], dx_pipe[-1]
+            if not self.delay_memory:
+                x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
+                m.d.sync += x.eq(dx_pipe[-1])
+                dx_pipe.append(x)
+        dend = dctx_pipe[-1]
+        dxend = self._delayed(m, "drain_xd", dmul_x, dl) if self.delay_memory else dx_pipe[-1]
         out_lanes = []
         for i in range(lanes):
             mul = FPMul32(latency=dl, reset_less=True, three_dsps=True,

@@ -59,6 +59,7 @@ __all__ = [
     "HeadFIFO",
     "CreditFIFO",
     "CreditLUTFIFO",
+    "DelayLine",
     "check_int",
     "COLLISION_X_ATTR",
     "KEEP_COPY_ATTR",
@@ -504,6 +505,45 @@ class CreditLUTFIFO(_QueueComponent):
             self.level.eq(self.level + self.w_en - do_read),
             self.r_rdy.eq(Mux(self.w_en, 1, Mux(do_read, self.level != 1, self.level != 0))),
         ]
+        return m
+
+
+class DelayLine(wiring.Component):
+    """``o`` is ``i`` of ``latency`` cycles before (2..16), every cycle (no enable), kept in
+    LUT RAM instead of ``latency`` registers of ``width`` bits: a 16-entry memory written on
+    every cycle at a free-running pointer and read asynchronously ``latency - 1`` entries
+    behind it into an output register. On ECP5 a 16 x 4-bit LUT RAM cell (with its output
+    bits' registers) holds what 16 x 4 flip-flops would; the gather's values that wait beside
+    its multipliers are ``32 x lanes`` bits for 11 cycles (over 5,000 flip-flops each at 16
+    lanes). ``copies``: the memory in that many memories of an equal share of the bits, each
+    with its own pointers (kept apart by the FPGA flow, :data:`KEEP_COPY_ATTR`), so that no
+    one pointer's net reaches every memory cell. After a reset ``o`` shows stale values for
+    ``latency`` cycles (a caller's valid, delayed in registers, says which to use)."""
+
+    def __init__(self, *, width: int, latency: int, copies: int = 1):
+        self.width = check_int("width", width, minimum=1)
+        self.latency = check_int("latency", latency, minimum=2, maximum=16)
+        self.copies = check_int("copies", copies, minimum=1)
+        super().__init__({"i": In(width), "o": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = min(self.copies, self.width)
+        bounds = [self.width * j // n for j in range(n + 1)]
+        out = Signal(self.width, name="o_reg", reset_less=True)
+        for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            attrs = {KEEP_COPY_ATTR: "1"} if j else {}
+            wp = Signal(4, name=f"wp{j}", attrs=attrs)
+            rp = Signal(4, name=f"rp{j}", init=(1 - self.latency) % 16, attrs=attrs)
+            mem = Memory(shape=hi - lo, depth=16, init=[],
+                         attrs={"ram_style": "distributed"})
+            m.submodules[f"mem{j}"] = mem
+            w_port = mem.write_port()
+            r_port = mem.read_port(domain="comb")
+            m.d.comb += [w_port.addr.eq(wp), w_port.data.eq(self.i[lo:hi]), w_port.en.eq(1),
+                         r_port.addr.eq(rp)]
+            m.d.sync += [wp.eq(wp + 1), rp.eq(rp + 1), out[lo:hi].eq(r_port.data)]
+        m.d.comb += self.o.eq(out)
         return m
 
 
