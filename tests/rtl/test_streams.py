@@ -8,7 +8,8 @@ from amaranth.sim import Simulator
 
 from amaranth.hdl import Elaboratable, Module
 
-from neonic.rtl.streams import CreditFIFO, CreditLUTFIFO, DelayLine, HeadFIFO, PingPongBuffer, SkidBuffer
+from neonic.rtl.streams import (CreditFIFO, CreditLUTFIFO, DelayLine, HeadFIFO, PingPongBuffer,
+                                 SkidBuffer)
 
 
 def _run(p_valid: float, p_ready: float, n: int, seed: int):
