@@ -554,8 +554,8 @@ class EmbeddingBagUnit(wiring.Component):
     slot_depth : row entries each interleave slot holds (how far the parse runs ahead).
     delay_memory : the values that wait beside the weight and drain multipliers (``32 x
         lanes`` bits for ``mul_latency`` cycles each) in LUT RAM (:class:`rtl.streams.
-        DelayLine`, one share per lane) instead of registers; the same cycles and results.
-        Off by default (``neonic bench timing`` places and routes the default).
+        DelayLine`, one share per lane) instead of registers (default); the same cycles
+        and results.
     """
 
     def __init__(self, *, data_bytes: int = 64, lanes: int = 16, max_dim: int = 256,
@@ -564,7 +564,7 @@ class EmbeddingBagUnit(wiring.Component):
                  addr_width: int = 32, beats_width: int = 8, index_width: int = 32,
                  tag_width: int = 16, bag_queue_depth: int = 32,
                  add_latency: int = FPAdd32.STEPS, mul_latency: int = FPMul32.STEPS,
-                 interleave: int = 4, slot_depth: int = 32, delay_memory: bool = False):
+                 interleave: int = 4, slot_depth: int = 32, delay_memory: bool = True):
         self.delay_memory = bool(delay_memory)
         self.data_bytes = check_int("data_bytes", data_bytes, minimum=4, maximum=256,
                                     power_of_two=True)
