@@ -276,6 +276,33 @@ session 11 the only nets of over 140 loads besides the clock and reset were the 
 pointer flags of the two ``PingPongBuffer`` slices of the response input and the output
 (512-526 loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The
 RTL before the lane slices reached 69.8 MHz there (seed 1).
+Session 19 (2 lanes, ``router2``, the gather's flow, seeds 1 / 2 / 3): the three paths that led
+were cut, cycle for cycle the same (g15's 15 episodes identical) and bit-exact: the output queue
+is a :class:`rtl.streams.CreditLUTFIFO` (``SyncFIFO``'s cycles; its write enable the drain's
+valid alone, the credit keeping it from being written full; read in 16-bit shares at copies of
+the read pointer); the adders without reset make their normalising shift's 16-bit part as a
+rotation (no "force to zero" for synthesis to put on the free set/reset input, which the flow
+gives back as a LUT) with the cap's part among the top 16 bits a flip-flop; and
+``acc_old``/``acc_max`` lost their reset. With the multipliers' ``three_dsps`` and
+``narrow_shift`` (:class:`rtl.fp.FPMul32`; same latency and results): 123.2 / 127.5 / 121.1 MHz
+(10,915 LUTs, 11,027 FFs, 4 DP16KD, 13 MULT18X18D); none of the three old paths is over 7.4 ns.
+What led then: the reciprocal ROM's address into its data (8.1 ns, 6.7 of routing; now read in
+four 8-bit shares at copies of the address), a drain multiplier's DSP product (7.8, its input
+registers not taken into the DSP), the grant from the request slice's ``full`` (8.3, 10 cells).
+With the ROM's shares and the output queue's write pointer in copies too (this RTL): 115.1 /
+124.2 / 125.6 MHz (10,979 LUTs, 11,054 FFs; seed 3's worst a slot queue's write enable into its
+LUT RAM, 7.96 ns; seed 1's the weight multiplier's 6x6 LUT product from the significand's
+register by the DSP blocks, 8.7, 6.8 of routing; seed 2's an adder's third step, 8.05). With the
+values beside the multipliers in LUT RAM as well (``delay_memory``; 9,946 FFs, 283
+TRELLIS_DPR16X4): 120.3 / 111.8 MHz on seeds 1 / 2 (the grant and a slot head's load enable
+lead, 7-7.8 ns of routing); 114.4 / 118.4 before the write pointer's copies. Placement moves
+these figures by 5-10% between netlists that differ in a few paths; the grant's next state (7-10
+cells from ``start``, ``room`` or a slice's ``full``) is in the worst few on most runs. At
+``data_bytes=64, lanes=16`` synthesis with ``delay_memory``, before the write pointer's copies
+(260 CPU-s): 59,985 LUTs (7,778 set/resets as LUTs), 51,942 FFs, 747 TRELLIS_DPR16X4, 32 DP16KD,
+97 MULT18X18D (g18's: 61,368 LUTs, 61,430 FFs, 473 TRELLIS_DPR16X4, 129 MULT18X18D; the
+``three_dsps`` 6x6 product costs about 84 LUTs a multiplier, ``narrow_shift`` saves about 145
+LUTs and 44 FFs a multiplier, the delay lines about 8,800 FFs at 16 lanes); not placed.
 """
 
 from __future__ import annotations
