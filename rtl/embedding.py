@@ -179,12 +179,13 @@ beat per cycle while the queue has room for everything in flight (a credit count
 
 Reset: only valid and control state has a reset (the stages' valid flags, the queues' pointers
 and levels, the arbiter, the banks, the counters). The data registers have none: the FP
-pipelines (``reset_less``), the max selectors' registers, the entries of every
-``PingPongBuffer`` slice, and every field of the pipeline contexts but ``valid``. Each is read
-only where a flag with a reset says it holds data (or its value changes nothing that is
-output), and in use each holds stale data whenever it is not valid, so a reset that leaves
-them as they were changes nothing (a test resets the unit between batches of bags and
-compares with a fresh unit, cycle for cycle). ``pooled.payload`` and ``mem.req.payload`` may
+pipelines (``reset_less``), the max selectors' registers and the adders' and max selectors'
+operand registers (``acc_old``, ``acc_max``), the entries of every ``PingPongBuffer`` slice, the
+delay lines' memories (``delay_memory``), and every field of the pipeline contexts but
+``valid``. Each is read only where a flag with a reset says it holds data (or its value changes
+nothing that is output), and in use each holds stale data whenever it is not valid, so a reset
+that leaves them as they were changes nothing (a test resets the unit between batches of bags
+and compares with a fresh unit, cycle for cycle). ``pooled.payload`` and ``mem.req.payload`` may
 then differ after a reset while their ``valid`` is low, where they are not defined.
 
 Clock, measured (``host.bench.timing``'s synthesis and nextpnr settings, ECP5 LFE5U-85F speed
@@ -275,6 +276,33 @@ session 11 the only nets of over 140 loads besides the clock and reset were the 
 pointer flags of the two ``PingPongBuffer`` slices of the response input and the output
 (512-526 loads), and the reset reached 34,485 inputs, mostly the FP pipelines' registers. The
 RTL before the lane slices reached 69.8 MHz there (seed 1).
+Session 19 (2 lanes, ``router2``, the gather's flow, seeds 1 / 2 / 3): the three paths that led
+were cut, cycle for cycle the same (g15's 15 episodes identical) and bit-exact: the output queue
+is a :class:`rtl.streams.CreditLUTFIFO` (``SyncFIFO``'s cycles; its write enable the drain's
+valid alone, the credit keeping it from being written full; read in 16-bit shares at copies of
+the read pointer); the adders without reset make their normalising shift's 16-bit part as a
+rotation (no "force to zero" for synthesis to put on the free set/reset input, which the flow
+gives back as a LUT) with the cap's part among the top 16 bits a flip-flop; and
+``acc_old``/``acc_max`` lost their reset. With the multipliers' ``three_dsps`` and
+``narrow_shift`` (:class:`rtl.fp.FPMul32`; same latency and results): 123.2 / 127.5 / 121.1 MHz
+(10,915 LUTs, 11,027 FFs, 4 DP16KD, 13 MULT18X18D); none of the three old paths is over 7.4 ns.
+What led then: the reciprocal ROM's address into its data (8.1 ns, 6.7 of routing; now read in
+four 8-bit shares at copies of the address), a drain multiplier's DSP product (7.8, its input
+registers not taken into the DSP), the grant from the request slice's ``full`` (8.3, 10 cells).
+With the ROM's shares and the output queue's write pointer in copies too (this RTL): 115.1 /
+124.2 / 125.6 MHz (10,979 LUTs, 11,054 FFs; seed 3's worst a slot queue's write enable into its
+LUT RAM, 7.96 ns; seed 1's the weight multiplier's 6x6 LUT product from the significand's
+register by the DSP blocks, 8.7, 6.8 of routing; seed 2's an adder's third step, 8.05). With the
+values beside the multipliers in LUT RAM as well (``delay_memory``; 9,946 FFs, 283
+TRELLIS_DPR16X4): 120.3 / 111.8 MHz on seeds 1 / 2 (the grant and a slot head's load enable
+lead, 7-7.8 ns of routing); 114.4 / 118.4 before the write pointer's copies. Placement moves
+these figures by 5-10% between netlists that differ in a few paths; the grant's next state (7-10
+cells from ``start``, ``room`` or a slice's ``full``) is in the worst few on most runs. At
+``data_bytes=64, lanes=16`` synthesis with ``delay_memory``, before the write pointer's copies
+(260 CPU-s): 59,985 LUTs (7,778 set/resets as LUTs), 51,942 FFs, 747 TRELLIS_DPR16X4, 32 DP16KD,
+97 MULT18X18D (g18's: 61,368 LUTs, 61,430 FFs, 473 TRELLIS_DPR16X4, 129 MULT18X18D; the
+``three_dsps`` 6x6 product costs about 84 LUTs a multiplier, ``narrow_shift`` saves about 145
+LUTs and 44 FFs a multiplier, the delay lines about 8,800 FFs at 16 lanes); not placed.
 """
 
 from __future__ import annotations
@@ -283,13 +311,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from .fp import BF16ToFP32, FP16ToFP32, FPAdd32, FPMax32, FPMul32, fp32_greater_halves
-from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, MemPortSignature, MemRequest,
-                      MemResponseBeat, PingPongBuffer, SkidBuffer, check_int)
+from .streams import (COLLISION_X_ATTR, KEEP_COPY_ATTR, CreditFIFO, CreditLUTFIFO, DelayLine,
+                      MemPortSignature, MemRequest, MemResponseBeat, PingPongBuffer, SkidBuffer,
+                      check_int)
 
 __all__ = [
     "ELEM_TYPE_CODES", "POOLING_CODES",
@@ -551,6 +580,12 @@ class EmbeddingBagUnit(wiring.Component):
     interleave : bags whose rows are interleaved (a power of two, 1..8; default 4): rows of
         ``W`` words cost ``max(W, (add_latency + 1) / interleave)`` cycles.
     slot_depth : row entries each interleave slot holds (how far the parse runs ahead).
+    delay_memory : the values that wait beside the weight and drain multipliers (``32 x
+        lanes`` bits for ``mul_latency`` cycles each) in LUT RAM (:class:`rtl.streams.
+        DelayLine`, one share per lane) instead of registers; the same cycles and results.
+        Off by default: at 2 lanes it saves about 1,100 flip-flops and placed and routed
+        slower (111.8-120.3 MHz on four runs, against 115.1-127.5 without); at 16 lanes it
+        saves about 8,800 (synthesis; not placed).
     """
 
     def __init__(self, *, data_bytes: int = 64, lanes: int = 16, max_dim: int = 256,
@@ -559,7 +594,8 @@ class EmbeddingBagUnit(wiring.Component):
                  addr_width: int = 32, beats_width: int = 8, index_width: int = 32,
                  tag_width: int = 16, bag_queue_depth: int = 32,
                  add_latency: int = FPAdd32.STEPS, mul_latency: int = FPMul32.STEPS,
-                 interleave: int = 4, slot_depth: int = 32):
+                 interleave: int = 4, slot_depth: int = 32, delay_memory: bool = False):
+        self.delay_memory = bool(delay_memory)
         self.data_bytes = check_int("data_bytes", data_bytes, minimum=4, maximum=256,
                                     power_of_two=True)
         self.lanes = check_int("lanes", lanes, minimum=1, maximum=data_bytes // 4,
@@ -730,6 +766,14 @@ class EmbeddingBagUnit(wiring.Component):
         })
 
     # -- elaboration ---------------------------------------------------------------------
+
+    def _delayed(self, m: Module, name: str, value: Value, latency: int) -> Value:
+        """``value`` ``latency`` cycles later, through a :class:`rtl.streams.DelayLine` with
+        one share per lane (``delay_memory``)."""
+        m.submodules[name] = line = DelayLine(width=len(value), latency=latency,
+                                              copies=self.lanes)
+        m.d.comb += line.i.eq(value)
+        return line.o
 
     def elaborate(self, platform):
         m = Module()
@@ -1740,15 +1784,18 @@ class EmbeddingBagUnit(wiring.Component):
         # Multiplier stage: context and unweighted values delayed alongside.
         for k in range(ml):
             c = _context_register(ctx_layout, f"mul_ctx{k}")
-            x = Signal(32 * lanes, name=f"mul_x{k}", reset_less=True)
-            m.d.sync += [c.eq(ctx_pipe[-1]), x.eq(x_pipe[-1])]
+            m.d.sync += c.eq(ctx_pipe[-1])
             ctx_pipe.append(c)
-            x_pipe.append(x)
+            if not self.delay_memory:
+                x = Signal(32 * lanes, name=f"mul_x{k}", reset_less=True)
+                m.d.sync += x.eq(x_pipe[-1])
+                x_pipe.append(x)
         ai = ctx_pipe[-1]            # the add-in stage
-        ai_x = x_pipe[-1]
+        ai_x = self._delayed(m, "mul_xd", mul_x, ml) if self.delay_memory else x_pipe[-1]
         ai_v = []
         for i in range(lanes):
-            mul = FPMul32(latency=ml, reset_less=True)
+            mul = FPMul32(latency=ml, reset_less=True, three_dsps=True,
+                         narrow_shift=True)
             m.submodules[f"wmul_{i}"] = mul
             m.d.comb += [mul.a.eq(mul_x[32 * i:32 * (i + 1)]), mul.b.eq(weights[i])]
             ai_v.append(mul.o)
@@ -1860,8 +1907,11 @@ class EmbeddingBagUnit(wiring.Component):
             acc_raw = Signal(32, name=f"acc_raw{i}", reset_less=True)
             wb_d1 = Signal(32, name=f"wb_d1_{i}", reset_less=True)   # the write-back 1 cycle ago
             wb_d2 = Signal(32, name=f"wb_d2_{i}", reset_less=True)   # ... and two cycles ago
-            acc_old = Signal(32, name=f"acc_old{i}")     # the adder's operand
-            acc_max = Signal(32, name=f"acc_max{i}")     # the max selector's operand
+            # (no reset on the two operand registers: a lane's adder and max selector use
+            # them only on a cycle whose word the issue stage sent, which loaded them the
+            # cycle before; after a reset, their values are those of the unit's pipelines)
+            acc_old = Signal(32, name=f"acc_old{i}", reset_less=True)   # the adder's operand
+            acc_max = Signal(32, name=f"acc_max{i}", reset_less=True)   # the max selector's
             # this cycle's write-back, the one of one and two cycles ago, is the operand's word
             hit0, hit1, hit2 = (Signal(name=f"hit0_{i}"), Signal(name=f"hit1_{i}"),
                                 Signal(name=f"hit2_{i}"))
@@ -1934,13 +1984,22 @@ class EmbeddingBagUnit(wiring.Component):
         # MEAN reciprocals: RNE(1/n) for n = 1 .. 2**length_width - 1.
         n = np.arange(1, 2 ** self.length_width, dtype=np.float32)
         recips = [0] + [int(v) for v in (np.float32(1) / n).view(np.uint32)]
-        m.submodules.recip = recip = memory.Memory(shape=32, depth=len(recips), init=recips)
-        recip_rd = recip.read_port()
         # its address: the head bag's count as a flip-flop, computed a cycle ahead like
-        # ``d_last`` (the read from the head's read multiplexer was 8.1 ns, 6.4 of routing)
-        recip_addr = Signal.like(bhead.count, name="recip_addr")
-        m.d.sync += recip_addr.eq(Mux(d_advance, bpeek.count, bhead.count))
-        m.d.comb += recip_rd.addr.eq(recip_addr)
+        # ``d_last`` (the read from the head's read multiplexer was 8.1 ns, 6.4 of routing).
+        # The ROM in four 8-bit shares, each read at its own copy of the address (kept apart
+        # by the FPGA flow, ``KEEP_COPY_ATTR``): one address reaching every LUT of the
+        # 32-bit ROM was the 2-lane gather's worst path, 8.1 ns, 6.7 of it routing.
+        recip_data = []
+        for j in range(4):
+            rom = memory.Memory(shape=8, depth=len(recips),
+                                init=[(r >> (8 * j)) & 0xFF for r in recips])
+            m.submodules[f"recip{j}"] = rom
+            rd = rom.read_port()
+            a = Signal.like(bhead.count, name="recip_addr" if j == 0 else f"recip_addr_copy{j}",
+                            attrs={KEEP_COPY_ATTR: "1"} if j else {})
+            m.d.sync += a.eq(Mux(d_advance, bpeek.count, bhead.count))
+            m.d.comb += rd.addr.eq(a)
+            recip_data.append(rd.data)
 
         dctx_layout = data.StructLayout({
             "valid": unsigned(1), "first": unsigned(1), "last": unsigned(1),
@@ -1970,7 +2029,7 @@ class EmbeddingBagUnit(wiring.Component):
         m.d.sync += d_data.eq(Cat(*[r.data for r in acc_drs]))
         dctx_pipe, dx_pipe = [dctx], [d_data]
         masks = [dctx0, dctx]        # the context each tree level gates with
-        recips, span = [recip_rd.data], lanes
+        recips, span = [Cat(*recip_data)], lanes
         PD = self.drain_fanout_stages
         for j in range(1, PD + 1):
             nspan = 1 if j == PD else max(1, lanes >> (2 * j))
@@ -1991,14 +2050,18 @@ class EmbeddingBagUnit(wiring.Component):
         dmul_x = dx_pipe[-1]
         for k in range(dl):
             c = _context_register(dctx_layout, f"drain_ctx{k}")
-            x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
-            m.d.sync += [c.eq(dctx_pipe[-1]), x.eq(dx_pipe[-1])]
+            m.d.sync += c.eq(dctx_pipe[-1])
             dctx_pipe.append(c)
-            dx_pipe.append(x)
-        dend, dxend = dctx_pipe[-1], dx_pipe[-1]
+            if not self.delay_memory:
+                x = Signal(32 * lanes, name=f"drain_x{k}", reset_less=True)
+                m.d.sync += x.eq(dx_pipe[-1])
+                dx_pipe.append(x)
+        dend = dctx_pipe[-1]
+        dxend = self._delayed(m, "drain_xd", dmul_x, dl) if self.delay_memory else dx_pipe[-1]
         out_lanes = []
         for i in range(lanes):
-            mul = FPMul32(latency=dl, reset_less=True)
+            mul = FPMul32(latency=dl, reset_less=True, three_dsps=True,
+                         narrow_shift=True)
             m.submodules[f"dmul_{i}"] = mul
             m.d.comb += [mul.a.eq(dmul_x[32 * i:32 * (i + 1)]), mul.b.eq(recips[i])]
             v = Mux(dend.scalel[i], mul.o, dxend[32 * i:32 * (i + 1)])
@@ -2010,7 +2073,11 @@ class EmbeddingBagUnit(wiring.Component):
         # flip-flops (a ``SyncFIFOBuffered``'s output register loads on the consumer's
         # ``ready`` and its level). Same cycles as a ``SyncFIFOBuffered``: a beat written on
         # one cycle is on ``pooled`` two cycles later; the credit bounds what it holds.
-        m.submodules.out_q = out_q = fifo.SyncFIFO(width=pl.size, depth=odepth - 1)
+        # The queue is a :class:`rtl.streams.CreditLUTFIFO` (``SyncFIFO``'s cycles): the credit
+        # keeps the drain from writing it full, so its write enable is the drain's valid
+        # alone, and it is read in shares of 16 bits, each at its own copy of the read pointer.
+        m.submodules.out_q = out_q = CreditLUTFIFO(width=pl.size, depth=odepth - 1,
+                                                   read_copies=max(1, pl.size // 16))
         m.submodules.out_b = out_b = PingPongBuffer(unsigned(pl.size), reset_less=True)
         out_w = data.View(pl, out_q.w_data)
         m.d.comb += [

@@ -446,8 +446,10 @@ class FPAdd32(_Binary32):
             for k in range(27):
                 with m.Case(k):
                     m.d.comb += cap.eq(1 << (26 - k))
+        extra5 = {"cap_hi": s4.limit <= 15} if self.reset_less else {}
         s5 = pipe.boundary(5, total=total, cap=cap, exp=s4.exp, sign=s4.sign,
-                           special=s4.special, special_o=s4.special_o, zero_sign=s4.zero_sign)
+                           special=s4.special, special_o=s4.special_o, zero_sign=s4.zero_sign,
+                           **extra5)
 
         # Step 6: leading zeros of the sum, capped: the normalising shift (to a hidden bit at
         # position 26, or to the subnormal exponent); beside the count, the shift's first 16
@@ -456,8 +458,19 @@ class FPAdd32(_Binary32):
         # carry out (bit 27) the low 27 bits pass unshifted, for the right shift by one.
         capped = s5.total[:27] | s5.cap
         lz = count_leading_zeros(m, capped)
-        by16 = _wire(m, (capped[11:27] == 0) & ~s5.total[27], "norm_by16")
-        s6 = pipe.boundary(6, low=Mux(by16, s5.total[:27] << 16, s5.total[:27])[:27],
+        if self.reset_less:
+            # (without a reset the registers' set/reset input is free, and synthesis put
+            # ``by16`` there to zero the low 16 bits, a LUT more on the step's longest path
+            # once the FPGA flow gives a small set/reset net back as LUTs (8.04 ns in the
+            # gather); a rotation by 16 moves ``total[11:27]`` there instead, which are zero
+            # wherever ``by16`` is set: the same value, a 2:1 choice of two bits per bit.
+            # ``cap_hi``, the cap among the top 16 bits, is a flip-flop made in step 5.)
+            by16 = _wire(m, (s5.total[11:28] == 0) & ~s5.cap_hi, "norm_by16")
+            low = Mux(by16, Cat(s5.total[11:27], s5.total[:11]), s5.total[:27])
+        else:
+            by16 = _wire(m, (capped[11:27] == 0) & ~s5.total[27], "norm_by16")
+            low = Mux(by16, s5.total[:27] << 16, s5.total[:27])[:27]
+        s6 = pipe.boundary(6, low=low,
                            carry=s5.total[27], shift=lz[:5],
                            exp=s5.exp, sign=s5.sign, is_zero=s5.total == 0,
                            special=s5.special, special_o=s5.special_o, zero_sign=s5.zero_sign)
@@ -510,6 +523,14 @@ class FPMul32(_Binary32):
     multiples of 8 bits and then 0..7 bits; (10) decide the rounding and the overflow; (11)
     round to nearest even, pack, and select the special result where there is one.
 
+    ``three_dsps``: the partial products of step 4 as 18x18, 18x6 and 6x18 bits (three 18x18
+    DSP blocks) and the 6x6-bit product of the high parts in LUTs (two sums of three rows in
+    step 4, added in step 5), instead of four 12x12 DSP products: the same results, 25% fewer
+    DSP blocks (the gather's 16 lanes have two multipliers each; the ECP5-85F has 156).
+    ``narrow_shift``: the product's low 23 bits (below the guard bit of every right shift)
+    ORed into one sticky bit in step 7, so that the right shift of steps 8 and 9 and its
+    registers are 26 bits wide instead of 48: the same results, fewer LUTs and flip-flops.
+
     Results: RNE with subnormal inputs and outputs; the sign of a zero or infinite result is the
     XOR of the operands' signs; ``0 * inf`` and any NaN operand give ``0x7FC00000``; overflow
     gives a signed infinity; underflow rounds to a subnormal or a signed zero.
@@ -517,7 +538,10 @@ class FPMul32(_Binary32):
 
     STEPS = 11
 
-    def __init__(self, *, latency: int = STEPS, reset_less: bool = False):
+    def __init__(self, *, latency: int = STEPS, reset_less: bool = False,
+                 three_dsps: bool = False, narrow_shift: bool = False):
+        self.three_dsps = bool(three_dsps)
+        self.narrow_shift = bool(narrow_shift)
         super().__init__(latency, self.STEPS, reset_less)
 
     def elaborate(self, platform):
@@ -580,14 +604,28 @@ class FPMul32(_Binary32):
         s3n = pipe.boundary(3, reset_less=True, na=(s2n.na << s2n.fa)[:24],
                             nb=(s2n.nb << s2n.fb)[:24])
 
-        # Step 4: partial products, 12 x 12 bits each.
-        a_lo, a_hi, b_lo, b_hi = s3n.na[:12], s3n.na[12:], s3n.nb[:12], s3n.nb[12:]
+        # Step 4: partial products, 12 x 12 bits each (``three_dsps``: 18 x 18, 18 x 6 and
+        # 6 x 18 bits in three DSP blocks, and the 6 x 6 bits of the high halves in LUTs).
+        split = 18 if self.three_dsps else 12
+        a_lo, a_hi, b_lo, b_hi = (s3n.na[:split], s3n.na[split:], s3n.nb[:split],
+                                  s3n.nb[split:])
         exp0 = Signal(signed(12), name="exp0")
         m.d.comb += exp0.eq(s3.x_sum - 126 - s3.lz_sum)
         s4 = pipe.boundary(4, exp0=exp0, sign=s3.sign, special=s3.special,
                            special_o=s3.special_o)
-        s4p = pipe.boundary(4, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
-                            hl=a_hi * b_lo, hh=a_hi * b_hi)
+        if self.three_dsps:
+            # (the 6 x 6 product as two sums of three shifted rows each, added in step 5:
+            # written as ANDs and sums, not a product, which synthesis would give a DSP)
+            rows = [Mux(b_hi[i], a_hi, 0) for i in range(6)]
+            s4p = pipe.boundary(4, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
+                                hl=a_hi * b_lo)
+            s4h = pipe.boundary(4, hh0=(rows[0] + (rows[1] << 1) + (rows[2] << 2))[:9],
+                                hh1=(rows[3] + (rows[4] << 1) + (rows[5] << 2))[:9])
+            hh = (s4h.hh0 + (s4h.hh1 << 3))[:12]
+        else:
+            s4p = pipe.boundary(4, reset_less=True, ll=a_lo * b_lo, lh=a_lo * b_hi,
+                                hl=a_hi * b_lo, hh=a_hi * b_hi)
+            hh = s4p.hh
         # Step 5: the middle terms; beside them, what the result's exponent and right shift
         # need for either position of the product's leading one (``exp0`` and ``exp0 - 1``):
         # ``1 - exp`` and its two compares, made on ``exp0`` itself, so that step 6 only
@@ -595,7 +633,8 @@ class FPMul32(_Binary32):
         u_hi = Signal(signed(13), name="u_hi")
         u_lo = Signal(signed(13), name="u_lo")
         m.d.comb += [u_hi.eq(1 - s4.exp0), u_lo.eq(2 - s4.exp0)]
-        s5m = pipe.boundary(5, outer=Cat(s4p.ll[:24], s4p.hh[:24]), mid=(s4p.lh + s4p.hl)[:25],
+        s5m = pipe.boundary(5, outer=Cat(s4p.ll[:2 * split], hh[:48 - 2 * split]),
+                            mid=(s4p.lh + s4p.hl)[:25],
                             exp0=s4.exp0, exp0m1=s4.exp0 - 1,
                             under_hi=u_hi[:6], under_lo=u_lo[:6],
                             below_hi=s4.exp0 <= 0, below_lo=s4.exp0 <= 1,
@@ -607,18 +646,28 @@ class FPMul32(_Binary32):
         exp_hi = Mux(s5m.below_hi, 1, s5m.exp0)
         right_lo = Mux(s5m.below_lo, Mux(s5m.deep_lo, 56, s5m.under_lo), 0)[:6]
         exp_lo = Mux(s5m.below_lo, 1, s5m.exp0m1)
-        s6 = pipe.boundary(6, product=(s5m.outer + (s5m.mid << 12))[:48], right_hi=right_hi,
+        s6 = pipe.boundary(6, product=(s5m.outer + (s5m.mid << split))[:48], right_hi=right_hi,
                            exp_hi=exp_hi, right_lo=right_lo, exp_lo=exp_lo,
                            sign=s5m.sign, special=s5m.special, special_o=s5m.special_o)
 
         # Step 7: one-bit normalisation; pick the exponent and right shift.
         top = s6.product[47]
-        s7 = pipe.boundary(7, prod=Mux(top, s6.product, Cat(Const(0, 1), s6.product[:47])),
+        normed = Mux(top, s6.product, Cat(Const(0, 1), s6.product[:47]))
+        if self.narrow_shift:
+            # (``narrow_shift``: the low 23 bits, below the guard bit of every shift, only
+            # ever reach the sticky bit: their OR in one bit below the upper 25, so that the
+            # right shift of steps 8 and 9 moves 26 bits, not 48)
+            normed = Cat(Mux(top, s6.product[:23].any(), s6.product[:22].any()), normed[23:])
+        s7 = pipe.boundary(7, prod=normed,
                            right=Mux(top, s6.right_hi, s6.right_lo),
                            exp=Mux(top, s6.exp_hi, s6.exp_lo),
                            sign=s6.sign, special=s6.special, special_o=s6.special_o)
 
         # Steps 8 and 9: the right shift with sticky bits.
+        if self.narrow_shift:
+            o = self._narrow_right_shift(m, pipe, s7)
+            m.d.comb += self.o.eq(o)
+            return m
         coarse = Signal(48, name="rs_coarse")
         lost = Signal(name="rs_coarse_lost")
         with m.Switch(s7.right[3:6]):
@@ -648,6 +697,34 @@ class FPMul32(_Binary32):
                          use_fixed=s9.special)
         m.d.comb += self.o.eq(o)
         return m
+
+    def _narrow_right_shift(self, m: Module, pipe: _Pipeline, s7: _Stage) -> Value:
+        """Steps 8 to 11 with ``narrow_shift``: ``s7.prod`` is the product's upper 25 bits
+        above the OR of its low 23 (bit 0). Shifted right by ``r``, its bits 2.. are the
+        significand, bit 1 the guard bit, and bit 0 with every bit shifted out the sticky bit:
+        the same three values as the 48-bit shift gives."""
+        coarse = Signal(26, name="rs_coarse")
+        lost = Signal(name="rs_coarse_lost")
+        with m.Switch(s7.right[3:6]):
+            for k in range(8):
+                with m.Case(k):
+                    m.d.comb += [coarse.eq(s7.prod >> (8 * k)),
+                                 lost.eq(s7.prod[:8 * k].any() if k else 0)]
+        s8 = pipe.boundary(8, prod=coarse, sticky=lost, fine=s7.right[:3], exp=s7.exp,
+                           sign=s7.sign, special=s7.special, special_o=s7.special_o)
+        fine = Signal(26, name="rs_fine")
+        fine_sticky = Signal(name="rs_fine_sticky")
+        with m.Switch(s8.fine):
+            for k in range(8):
+                with m.Case(k):
+                    m.d.comb += [fine.eq(s8.prod >> k),
+                                 fine_sticky.eq(s8.prod[:k + 1].any())]
+        s9 = pipe.boundary(9, mant=fine[2:26], guard=fine[1], sticky=fine_sticky | s8.sticky,
+                           exp=s8.exp, sign=s8.sign, special=s8.special,
+                           special_o=s8.special_o)
+        return _round_steps(m, pipe, 10, exp=s9.exp, mant=s9.mant, guard=s9.guard,
+                            sticky=s9.sticky, sign=s9.sign, fixed=s9.special_o,
+                            use_fixed=s9.special)
 
 
 def _order_key(x: Value) -> Value:

@@ -58,6 +58,8 @@ __all__ = [
     "PingPongBuffer",
     "HeadFIFO",
     "CreditFIFO",
+    "CreditLUTFIFO",
+    "DelayLine",
     "check_int",
     "COLLISION_X_ATTR",
     "KEEP_COPY_ATTR",
@@ -433,6 +435,118 @@ class _RoomWrittenFIFO(_QueueComponent):
         with m.If(do_read):
             m.d.sync += consume.eq(step(consume))
         m.d.sync += self.level.eq(self.level + do_write - do_read)
+        return m
+
+
+class CreditLUTFIFO(_QueueComponent):
+    """A first-word-fall-through queue in LUT RAM for a writer that keeps count of its room
+    (credits): the interface subset and cycles of :class:`amaranth.lib.fifo.SyncFIFO` of the
+    same ``depth`` (``r_data`` read combinationally at the read pointer; an entry written at
+    one edge can be read from the next cycle on; ``r_rdy``, ``w_rdy`` and ``level`` identical
+    on every cycle) as long as the writer keeps the contract: no ``w_en`` on a cycle where
+    ``w_rdy`` is low (a write then overwrites an unread entry).
+
+    As in :class:`CreditFIFO`, the memory's write enable and the write pointer's step are
+    ``w_en`` alone, not ``w_en`` gated by the level's compare, a net that reaches every
+    memory cell (the gather's output queue: its level, the compare, then 6.4 ns of routing
+    into the LUT RAM's write enable, 8.03 ns); ``r_rdy`` is a flip-flop (its next value from
+    the level's compares, chosen by the write and the read) instead of a compare of the
+    level. ``read_copies``: the memory in that many memories of an equal share of the
+    entry's bits, each read and written at its own copies of the read and write pointers
+    (kept apart by the FPGA flow, :data:`KEEP_COPY_ATTR`; the same values on every cycle), so
+    that no one pointer's net reaches the address of every memory cell of a wide entry (the
+    gather's output queue: its read pointer through the LUT RAM into the output slice,
+    8.71 ns, 7.7 of it routing; then, with copies of the read pointer only, its write
+    pointer into the LUT RAM, 8.47 ns, 7.3 of routing).
+    """
+
+    def __init__(self, *, width: int, depth: int, read_copies: int = 1):
+        self.read_copies = check_int("read_copies", read_copies, minimum=1)
+        self.width = check_int("width", width, minimum=1)
+        self.depth = check_int("depth", depth, minimum=1)
+        wiring.Component.__init__(self, {
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = min(self.read_copies, self.width)
+        bounds = [self.width * j // n for j in range(n + 1)]
+        produce = Signal(range(self.depth))
+        consume = Signal(range(self.depth))
+        consumes = [consume] + [Signal(range(self.depth), name=f"consume_copy{j}",
+                                       attrs={KEEP_COPY_ATTR: "1"}) for j in range(1, n)]
+        produces = [produce] + [Signal(range(self.depth), name=f"produce_copy{j}",
+                                       attrs={KEEP_COPY_ATTR: "1"}) for j in range(1, n)]
+        do_read = Signal()
+
+        def step(p):
+            if self.depth == 1:
+                return Const(0, len(p))
+            if self.depth & (self.depth - 1):
+                return Mux(p == self.depth - 1, 0, p + 1)
+            return (p + 1)[:len(p)]
+        for j, ((lo, hi), c, p) in enumerate(zip(zip(bounds, bounds[1:]), consumes, produces)):
+            storage = Memory(shape=hi - lo, depth=self.depth, init=[])
+            m.submodules["storage" if n == 1 else f"storage{j}"] = storage
+            w_port = storage.write_port()
+            r_port = storage.read_port(domain="comb")
+            m.d.comb += [
+                w_port.addr.eq(p), w_port.data.eq(self.w_data[lo:hi]),
+                w_port.en.eq(self.w_en),
+                r_port.addr.eq(c), self.r_data[lo:hi].eq(r_port.data),
+            ]
+        m.d.comb += [self.w_rdy.eq(self.level != self.depth),
+                     do_read.eq(self.r_en & self.r_rdy)]
+        with m.If(self.w_en):
+            m.d.sync += [p.eq(step(p)) for p in produces]
+        with m.If(do_read):
+            m.d.sync += [c.eq(step(c)) for c in consumes]
+        m.d.sync += [
+            self.level.eq(self.level + self.w_en - do_read),
+            self.r_rdy.eq(Mux(self.w_en, 1, Mux(do_read, self.level != 1, self.level != 0))),
+        ]
+        return m
+
+
+class DelayLine(wiring.Component):
+    """``o`` is ``i`` of ``latency`` cycles before (2..16), every cycle (no enable), kept in
+    LUT RAM instead of ``latency`` registers of ``width`` bits: a 16-entry memory written on
+    every cycle at a free-running pointer and read asynchronously ``latency - 1`` entries
+    behind it into an output register. On ECP5 a 16 x 4-bit LUT RAM cell (with its output
+    bits' registers) holds what 16 x 4 flip-flops would; the gather's values that wait beside
+    its multipliers are ``32 x lanes`` bits for 11 cycles (over 5,000 flip-flops each at 16
+    lanes). ``copies``: the memory in that many memories of an equal share of the bits, each
+    with its own pointers (kept apart by the FPGA flow, :data:`KEEP_COPY_ATTR`), so that no
+    one pointer's net reaches every memory cell. After a reset ``o`` shows stale values for
+    ``latency`` cycles (a caller's valid, delayed in registers, says which to use)."""
+
+    def __init__(self, *, width: int, latency: int, copies: int = 1):
+        self.width = check_int("width", width, minimum=1)
+        self.latency = check_int("latency", latency, minimum=2, maximum=16)
+        self.copies = check_int("copies", copies, minimum=1)
+        super().__init__({"i": In(width), "o": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = min(self.copies, self.width)
+        bounds = [self.width * j // n for j in range(n + 1)]
+        out = Signal(self.width, name="o_reg", reset_less=True)
+        for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            attrs = {KEEP_COPY_ATTR: "1"} if j else {}
+            wp = Signal(4, name=f"wp{j}", attrs=attrs)
+            rp = Signal(4, name=f"rp{j}", init=(1 - self.latency) % 16, attrs=attrs)
+            mem = Memory(shape=hi - lo, depth=16, init=[],
+                         attrs={"ram_style": "distributed"})
+            m.submodules[f"mem{j}"] = mem
+            w_port = mem.write_port()
+            r_port = mem.read_port(domain="comb")
+            m.d.comb += [w_port.addr.eq(wp), w_port.data.eq(self.i[lo:hi]), w_port.en.eq(1),
+                         r_port.addr.eq(rp)]
+            m.d.sync += [wp.eq(wp + 1), rp.eq(rp + 1), out[lo:hi].eq(r_port.data)]
+        m.d.comb += self.o.eq(out)
         return m
 
 

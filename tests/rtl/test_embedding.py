@@ -105,6 +105,21 @@ def test_random_workloads_are_bit_exact_under_random_stalls(config, rng):
         _check_counters(unit, wl, res.counters)
 
 
+@pytest.mark.parametrize("config", ["lanes2_full_fp_pipelines", "lanes8_fanout_tree"])
+def test_delay_memory_keeps_the_cycles_and_the_bits(config, seed=11):
+    """``delay_memory`` (the values beside the multipliers in LUT RAM): bit-exact (the
+    episodes' scoreboards) and cycle for cycle the unit with registers: the same cycles and
+    counters on the same random workloads, stalls and latencies."""
+    figures = []
+    for delay_memory in (False, True):
+        unit = EmbeddingBagUnit(**CONFIGS[config], delay_memory=delay_memory)
+        rng = np.random.default_rng(seed)
+        workloads = [random_workload(rng, unit, num_bags=12, max_len=7) for _ in range(2)]
+        results = run_amaranth_episodes(unit, workloads, rng=np.random.default_rng(seed + 1))
+        figures.append([(r.cycles, r.counters) for r in results])
+    assert figures[0] == figures[1]
+
+
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_a_reset_keeps_the_data_registers_and_the_next_bags_stay_bit_exact(rng):
     """Only valid and control state has a reset (the FP pipelines, the slices' entries and

@@ -8,7 +8,8 @@ from amaranth.sim import Simulator
 
 from amaranth.hdl import Elaboratable, Module
 
-from neonic.rtl.streams import CreditFIFO, HeadFIFO, PingPongBuffer, SkidBuffer
+from neonic.rtl.streams import (CreditFIFO, CreditLUTFIFO, DelayLine, HeadFIFO, PingPongBuffer,
+                                 SkidBuffer)
 
 
 def _run(p_valid: float, p_ready: float, n: int, seed: int):
@@ -235,6 +236,59 @@ def test_credit_fifo_matches_syncfifobuffered_when_the_writer_keeps_its_contract
             cycles=800, p_write=0.7, p_read=0.4, keep_contract=True)
         assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
         assert full > 20
+
+
+@pytest.mark.parametrize("read_copies", [1, 3])
+def test_credit_lut_fifo_matches_syncfifo_when_the_writer_keeps_its_contract(rng, read_copies):
+    """The LUT-RAM queue without a full check in its write path (``CreditLUTFIFO``, the
+    gather's output queue) behaves as amaranth's ``SyncFIFO`` of the same depth on every
+    cycle (``r_rdy``, ``r_data`` when ready, ``w_rdy``, ``level``) under random writes and
+    reads, as long as nothing is written while ``w_rdy`` is low; the queues run full often
+    (writes 70%, reads 40%). So with the memory in three shares of the entry read at three
+    copies of the read pointer. Broken contract: a write while full overwrites the oldest
+    entry (``SyncFIFO`` drops it), so the two then differ."""
+    from amaranth.lib.fifo import SyncFIFO
+
+    for depth in (1, 2, 3, 5, 8):
+        mismatches, full = _queues_side_by_side(
+            SyncFIFO(width=8, depth=depth),
+            CreditLUTFIFO(width=8, depth=depth, read_copies=read_copies), rng,
+            cycles=800, p_write=0.7, p_read=0.4, keep_contract=True)
+        assert not mismatches, f"depth {depth}: first differences {mismatches[:3]}"
+        assert full > 20
+    mismatches, _ = _queues_side_by_side(
+        SyncFIFO(width=8, depth=3), CreditLUTFIFO(width=8, depth=3), rng,
+        cycles=300, p_write=0.7, p_read=0.4, keep_contract=False)
+    assert mismatches
+    with pytest.raises(ValueError, match="read_copies"):
+        CreditLUTFIFO(width=8, depth=4, read_copies=0)
+
+
+@pytest.mark.parametrize("copies", [1, 3])
+def test_delay_line_is_the_input_latency_cycles_before(rng, copies):
+    """``DelayLine``: on every cycle from ``latency`` on, ``o`` is ``i`` of ``latency`` cycles
+    before, for every latency it takes (2..16), with one memory or three shares; 1 and 17
+    are refused."""
+    for latency in (2, 3, 11, 16):
+        dut = DelayLine(width=12, latency=latency, copies=copies)
+        data_in = rng.integers(0, 1 << 12, 80)
+        bad = []
+
+        async def bench(ctx, dut=dut, data_in=data_in, bad=bad, latency=latency):
+            for cyc, v in enumerate(data_in):
+                ctx.set(dut.i, int(v))
+                if cyc >= latency and ctx.get(dut.o) != data_in[cyc - latency]:
+                    bad.append(cyc)
+                await ctx.tick()
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-6)
+        sim.add_testbench(bench)
+        sim.run()
+        assert not bad, f"latency {latency}: wrong on cycles {bad[:5]}"
+    for latency in (1, 17):
+        with pytest.raises(ValueError, match="latency"):
+            DelayLine(width=8, latency=latency)
 
 
 def test_credit_fifo_read_ahead_shows_the_next_cycles_head(rng):
