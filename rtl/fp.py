@@ -255,6 +255,20 @@ def _shift_right_sticky(m: Module, x: Value, amount: Value, max_shift: int,
     return wide[max_shift:max_shift + width], wide[:max_shift].any()
 
 
+def _coarse_right_shift(m: Module, s7, width: int) -> tuple[Signal, Signal]:
+    """The multiplier's first right-shift step: ``s7.prod`` (``width`` bits) shifted right by
+    eight times ``s7.right[3:6]``, and whether a shifted-out bit was one (the fine shift by
+    ``s7.right[:3]`` follows a pipeline register later)."""
+    coarse = Signal(width, name="rs_coarse")
+    lost = Signal(name="rs_coarse_lost")
+    with m.Switch(s7.right[3:6]):
+        for k in range(8):
+            with m.Case(k):
+                m.d.comb += [coarse.eq(s7.prod >> (8 * k)),
+                             lost.eq(s7.prod[:8 * k].any() if k else 0)]
+    return coarse, lost
+
+
 def _round_pack(m: Module, exp: Value, mant: Value, guard: Value, sticky: Value, mbits: int,
                 exp_max: int) -> tuple[Value, Value]:
     """Round a significand to nearest even and pack it with its exponent.
@@ -668,13 +682,7 @@ class FPMul32(_Binary32):
             o = self._narrow_right_shift(m, pipe, s7)
             m.d.comb += self.o.eq(o)
             return m
-        coarse = Signal(48, name="rs_coarse")
-        lost = Signal(name="rs_coarse_lost")
-        with m.Switch(s7.right[3:6]):
-            for k in range(8):
-                with m.Case(k):
-                    m.d.comb += [coarse.eq(s7.prod >> (8 * k)),
-                                 lost.eq(s7.prod[:8 * k].any() if k else 0)]
+        coarse, lost = _coarse_right_shift(m, s7, 48)
         s8 = pipe.boundary(8, prod=coarse, sticky=lost, fine=s7.right[:3], exp=s7.exp,
                            sign=s7.sign, special=s7.special, special_o=s7.special_o)
         # (the sticky bit of a shift by ``k`` is the OR of the product's low ``23 + k`` bits:
@@ -703,13 +711,7 @@ class FPMul32(_Binary32):
         above the OR of its low 23 (bit 0). Shifted right by ``r``, its bits 2.. are the
         significand, bit 1 the guard bit, and bit 0 with every bit shifted out the sticky bit:
         the same three values as the 48-bit shift gives."""
-        coarse = Signal(26, name="rs_coarse")
-        lost = Signal(name="rs_coarse_lost")
-        with m.Switch(s7.right[3:6]):
-            for k in range(8):
-                with m.Case(k):
-                    m.d.comb += [coarse.eq(s7.prod >> (8 * k)),
-                                 lost.eq(s7.prod[:8 * k].any() if k else 0)]
+        coarse, lost = _coarse_right_shift(m, s7, 26)
         s8 = pipe.boundary(8, prod=coarse, sticky=lost, fine=s7.right[:3], exp=s7.exp,
                            sign=s7.sign, special=s7.special, special_o=s7.special_o)
         fine = Signal(26, name="rs_fine")

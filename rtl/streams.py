@@ -340,11 +340,12 @@ class PingPongBuffer(wiring.Component):
 
 class _QueueComponent(wiring.Component):
     """The interface subset of :class:`amaranth.lib.fifo.SyncFIFO` that the queues below
-    share: ``width``-bit entries, ``depth`` entries (at least 2), write, read and level."""
+    share: ``width``-bit entries, ``depth`` entries (at least ``min_depth``), write, read and
+    level."""
 
-    def __init__(self, *, width: int, depth: int, extra: dict | None = None):
+    def __init__(self, *, width: int, depth: int, extra: dict | None = None, min_depth: int = 2):
         self.width = check_int("width", width, minimum=1)
-        self.depth = check_int("depth", depth, minimum=2)
+        self.depth = check_int("depth", depth, minimum=min_depth)
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
@@ -405,13 +406,7 @@ class _RoomWrittenFIFO(_QueueComponent):
     ``w_en`` (with room) steps the write pointer and the level."""
 
     def __init__(self, *, width: int, depth: int):
-        self.width = check_int("width", width, minimum=1)
-        self.depth = check_int("depth", depth, minimum=1)
-        wiring.Component.__init__(self, {
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
-            "level": Out(range(depth + 1)),
-        })
+        super().__init__(width=width, depth=depth, min_depth=1)
 
     def elaborate(self, platform):
         m = Module()
@@ -462,13 +457,7 @@ class CreditLUTFIFO(_QueueComponent):
 
     def __init__(self, *, width: int, depth: int, read_copies: int = 1):
         self.read_copies = check_int("read_copies", read_copies, minimum=1)
-        self.width = check_int("width", width, minimum=1)
-        self.depth = check_int("depth", depth, minimum=1)
-        wiring.Component.__init__(self, {
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
-            "level": Out(range(depth + 1)),
-        })
+        super().__init__(width=width, depth=depth, min_depth=1)
 
     def elaborate(self, platform):
         m = Module()
