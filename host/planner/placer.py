@@ -557,7 +557,7 @@ class Placer:
         """Remember the contribution of ``tp`` in ``cache`` (packed where :attr:`_pack`, built
         so: :meth:`CostModel.packed_contribution`); returns what is kept."""
         if self._pack:
-            p = self.cost.packed_contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
+            p = self.cost.packed_plan(self.tables[tp.table], tp, self.workload, self.system)
             return cache.put(key, p, p.nbytes + extra)
         return cache.put(key, self._contribution(tp), _nbytes(self.world) + extra)
 
