@@ -555,9 +555,10 @@ class Placer:
 
     def _keep(self, cache: "BytesLRU", key: Any, tp: TablePlan, extra: float = 0.0) -> "Contribution | PackedContribution":
         """Remember the contribution of ``tp`` in ``cache`` (packed where :attr:`_pack`, built
-        so: :meth:`CostModel.packed_contribution`); returns what is kept."""
+        so: :meth:`CostModel.packed_plan`, the same as ``packed_contribution`` of
+        :func:`compact_work`); returns what is kept."""
         if self._pack:
-            p = self.cost.packed_contribution(compact_work(self.tables[tp.table], tp, self.workload, self.system))
+            p = self.cost.packed_plan(self.tables[tp.table], tp, self.workload, self.system)
             return cache.put(key, p, p.nbytes + extra)
         return cache.put(key, self._contribution(tp), _nbytes(self.world) + extra)
 

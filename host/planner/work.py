@@ -576,94 +576,26 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
     b = workload.batch_per_gpu
     pool = system.pooling_of(table)
     eb, ob = table.elem_bytes, system.comm_bytes
-    state = workload.optimizer.state_bytes_per_row(table.dim)
     ones = np.ones(world)
     idx_per_owner = b * pool * system.index_bytes  # indices one owner sends for the whole table
     len_per_owner = b * system.length_bytes
-    mem = system.memory
 
-    shapes: list[ShardKernel] = []
     ranks, pieces, tiers = tp.shard_arrays()
     n = ranks.size
     rows, cols = pieces[1] - pieces[0], pieces[3] - pieces[2]
+    shapes: tuple[ShardKernel, ...] = ()
 
     def kernels(lookups: np.ndarray, bags: int) -> np.ndarray:
-        """Each shard's kernel shape (its rows, columns, tier and lookups; the bags are the
-        table's): the index of the shape in ``shapes``, numbered in order of first appearance,
-        each shape's kernel built once, on the rank of its first shard."""
-        if n <= _FEW_SHARDS:
-            # few shards: keyed one by one (array operations cost more than they save)
-            index: dict[tuple, int] = {}
-            firsts: list[int] = []
-            of: list[int] = []
-            for i, key in enumerate(zip(rows.tolist(), cols.tolist(), tiers.tolist(), lookups.tolist())):
-                j = index.get(key)
-                if j is None:
-                    j = index[key] = len(firsts)
-                    firsts.append(i)
-                of.append(j)
-            first, shape_of = np.array(firsts, dtype=np.intp), np.array(of, dtype=np.intp)
-        elif ((rows == rows[0]).all() and (cols == cols[0]).all() and (tiers == tiers[0]).all()
-              and (lookups == lookups[0]).all()):
-            first, shape_of = np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
-        elif (found := _shape_groups(_i64(rows), _i64(cols), _i64(tiers), np.ascontiguousarray(lookups, dtype=np.float64),
-                                     _MANY_SHAPES))[0] > 0:
-            # (the few shapes found shard by shard, in one compiled pass)
-            first, shape_of = found[1][:found[0]].copy(), found[2]
-        else:
-            # shards sorted by their key (stable: a group's first is its first shard), a group
-            # starting wherever a field changes (== on the figures, as a dict's keys compare)
-            keys = (rows, cols, tiers, lookups)
-            order = np.lexsort(keys[::-1])
-            starts = np.zeros(n, dtype=bool)
-            starts[0] = True
-            for k in keys:
-                ks = k[order]
-                starts[1:] |= ks[1:] != ks[:-1]
-            inverse = np.empty(n, dtype=np.intp)
-            inverse[order] = np.cumsum(starts) - 1
-            first = order[starts]
-            appear = np.argsort(first, kind="stable")     # the shapes in order of first appearance
-            number = np.empty(appear.size, dtype=np.intp)
-            number[appear] = np.arange(appear.size)
-            first, shape_of = first[appear], number[inverse]
-        for f in first.tolist():
-            shapes.append(_kernel(int(ranks[f]), int(rows[f]), int(cols[f]), TIERS[int(tiers[f])], float(lookups[f]), bags))
+        nonlocal shapes
+        shape_of, shapes = _shard_shapes(table, workload, system, ranks, rows, cols, tiers, lookups, bags)
         return shape_of
-
-    def _kernel(rank: int, shard_rows: int, shard_cols: int, tier: str, lookups: float, bags: int) -> ShardKernel:
-        weights = shard_rows * shard_cols * eb + shard_rows * _state_for(shard_cols)
-        row_bytes = shard_cols * eb
-        lookups_i = int(round(lookups))
-        if tier == "hbm":
-            hbm, host, miss = float(weights), 0.0, 0.0
-        elif not mem.cached:
-            # shared HBM: the "host" rows are in the same HBM, read in place (no cache, no copy)
-            hbm, host, miss = 0.0, float(weights), 0.0
-        else:
-            hbm = float(math.ceil(shard_rows * mem.cache_load_factor) * row_bytes)
-            host = float(weights)
-            miss = tier_miss_bytes(lookups, row_bytes, system.tier_hit_rate(table))
-        # (its fields set at once: a frozen dataclass's constructor sets them one by one)
-        out = _new_kernel(ShardKernel)
-        out.__dict__.update(
-            rank=rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
-            out_row_bytes=shard_cols * 4, unique_rows=_unique_rows(shard_rows, lookups_i),
-            state_bytes_per_row=_state_for(shard_cols), tier=tier, miss_bytes=miss,
-            hbm_bytes=hbm, host_bytes=host,
-        )
-        return out
-
-    def _state_for(cols: int) -> int:
-        # row-wise state is per row of every shard; element-wise state follows the columns
-        return state if workload.optimizer.kind != "adagrad" else 4 * cols
 
     kind = tp.sharding
     traffic: dict[str, tuple[Term, ...]] = {}
     global_bags = b * world
 
     def work(shape_of: np.ndarray, dp: float = 0.0) -> CompactWork:
-        return CompactWork(table.name, ranks, shape_of, tuple(shapes), traffic, dp_allreduce_bytes=dp)
+        return CompactWork(table.name, ranks, shape_of, shapes, traffic, dp_allreduce_bytes=dp)
 
     if kind == ShardingType.DATA_PARALLEL:
         shape_of = kernels(np.full(n, b * pool), b)
@@ -702,6 +634,216 @@ def compact_work(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system
     traffic["pooled"] = (Pairs(forward_rank, owners, nbytes),)
     traffic["grad"] = (Pairs(owners, forward_rank, nbytes),)
     return work(shape_of)
+
+
+def _shard_shapes(table: TableSpec, workload: WorkloadSpec, system: PlannerSystem, ranks: np.ndarray,
+                  rows: np.ndarray, cols: np.ndarray, tiers: np.ndarray, lookups: np.ndarray,
+                  bags: int) -> tuple[np.ndarray, tuple[ShardKernel, ...]]:
+    """Each shard's kernel shape (its rows, columns, tier and lookups; the bags are the
+    table's): the index of the shape in the shapes returned, numbered in order of first
+    appearance, each shape's kernel built once, on the rank of its first shard
+    (:func:`compact_work`'s and :func:`compact_rows`'s)."""
+    n = ranks.size
+    eb = table.elem_bytes
+    state = workload.optimizer.state_bytes_per_row(table.dim)
+    elementwise = workload.optimizer.kind == "adagrad"
+    mem = system.memory
+    if n <= _FEW_SHARDS:
+        # few shards: keyed one by one (array operations cost more than they save)
+        index: dict[tuple, int] = {}
+        firsts: list[int] = []
+        of: list[int] = []
+        for i, key in enumerate(zip(rows.tolist(), cols.tolist(), tiers.tolist(), lookups.tolist())):
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(firsts)
+                firsts.append(i)
+            of.append(j)
+        first, shape_of = np.array(firsts, dtype=np.intp), np.array(of, dtype=np.intp)
+    elif ((rows == rows[0]).all() and (cols == cols[0]).all() and (tiers == tiers[0]).all()
+          and (lookups == lookups[0]).all()):
+        first, shape_of = np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
+    elif (found := _shape_groups(_i64(rows), _i64(cols), _i64(tiers), np.ascontiguousarray(lookups, dtype=np.float64),
+                                 _MANY_SHAPES))[0] > 0:
+        # (the few shapes found shard by shard, in one compiled pass)
+        first, shape_of = found[1][:found[0]].copy(), found[2]
+    else:
+        # shards sorted by their key (stable: a group's first is its first shard), a group
+        # starting wherever a field changes (== on the figures, as a dict's keys compare)
+        keys = (rows, cols, tiers, lookups)
+        order = np.lexsort(keys[::-1])
+        starts = np.zeros(n, dtype=bool)
+        starts[0] = True
+        for k in keys:
+            ks = k[order]
+            starts[1:] |= ks[1:] != ks[:-1]
+        inverse = np.empty(n, dtype=np.intp)
+        inverse[order] = np.cumsum(starts) - 1
+        first = order[starts]
+        appear = np.argsort(first, kind="stable")     # the shapes in order of first appearance
+        number = np.empty(appear.size, dtype=np.intp)
+        number[appear] = np.arange(appear.size)
+        first, shape_of = first[appear], number[inverse]
+    shapes = []
+    for f in first.tolist():
+        rank, shard_rows, shard_cols = int(ranks[f]), int(rows[f]), int(cols[f])
+        tier, lookups_f = TIERS[int(tiers[f])], float(lookups[f])
+        # row-wise state is per row of every shard; element-wise state follows the columns
+        state_for = state if not elementwise else 4 * shard_cols
+        weights = shard_rows * shard_cols * eb + shard_rows * state_for
+        row_bytes = shard_cols * eb
+        lookups_i = int(round(lookups_f))
+        if tier == "hbm":
+            hbm, host, miss = float(weights), 0.0, 0.0
+        elif not mem.cached:
+            # shared HBM: the "host" rows are in the same HBM, read in place (no cache, no copy)
+            hbm, host, miss = 0.0, float(weights), 0.0
+        else:
+            hbm = float(math.ceil(shard_rows * mem.cache_load_factor) * row_bytes)
+            host = float(weights)
+            miss = tier_miss_bytes(lookups_f, row_bytes, system.tier_hit_rate(table))
+        # (its fields set at once: a frozen dataclass's constructor sets them one by one)
+        out = _new_kernel(ShardKernel)
+        out.__dict__.update(
+            rank=rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
+            out_row_bytes=shard_cols * 4, unique_rows=_unique_rows(shard_rows, lookups_i),
+            state_bytes_per_row=state_for, tier=tier, miss_bytes=miss,
+            hbm_bytes=hbm, host_bytes=host,
+        )
+        shapes.append(out)
+    return shape_of, tuple(shapes)
+
+
+#: :func:`compact_rows`'s families of term layouts (the sharding types' traffic in :func:`compact_work`)
+_ROWS_FAMILY = {ShardingType.DATA_PARALLEL: 0, ShardingType.TABLE_WISE: 1, ShardingType.COLUMN_WISE: 1,
+                ShardingType.TABLE_COLUMN_WISE: 1, ShardingType.ROW_WISE: 2, ShardingType.TABLE_ROW_WISE: 3}
+
+
+def compact_rows(table: TableSpec, tp: TablePlan, workload: WorkloadSpec, system: PlannerSystem,
+                 A: np.ndarray, B: np.ndarray, psrc: np.ndarray, pdst: np.ndarray, pnb: np.ndarray,
+                 kind: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[ShardKernel, ...], float, float] | None:
+    """:func:`compact_work`'s figures written as rows, without its term objects and per-term
+    arrays (the search builds about 10,000 contributions at 1024 GPUs; the objects cost about
+    as much as the figures): for each of :data:`COLLECTIVES` ``c``, ``kind[c]`` 0 (no term),
+    1 (one :class:`Outer` term, its ``src`` in ``A[c]`` and ``dst`` in ``B[c]``) or 2 (one
+    :class:`Pairs` term in ``psrc[c]``, ``pdst[c]``, ``pnb[c]``), every row ``world`` long,
+    the same bits as the term's arrays; returns the shards' ranks, each shard's shape, the
+    shapes (:class:`CompactWork`'s), the pooled term's largest ``dst`` (0.0 where it is not an
+    outer product) and the data-parallel AllReduce bytes; None where a rank is out of range
+    (:func:`compact_work` says why). Rows of collectives without a term are left as they are."""
+    family = _ROWS_FAMILY.get(tp.sharding)
+    if family is None:
+        raise ValueError(f"sharding: unknown type {tp.sharding!r}")
+    world = system.world_size
+    b = workload.batch_per_gpu
+    pool = system.pooling_of(table)
+    ob = system.comm_bytes
+    ranks, pieces, tiers = tp.shard_arrays()
+    n = ranks.size
+    rows, cols = pieces[1] - pieces[0], pieces[3] - pieces[2]
+    global_bags = b * world
+    if family == 0:
+        shape_of, shapes = _shard_shapes(table, workload, system, ranks, rows, cols, tiers, np.full(n, b * pool), b)
+        kind[:] = 0
+        return ranks, shape_of, shapes, 0.0, float(table.rows * table.dim * table.elem_bytes)
+    idx_per_owner = b * pool * system.index_bytes
+    len_per_owner = b * system.length_bytes
+    if family == 1:
+        shape_of, shapes = _shard_shapes(table, workload, system, ranks, rows, cols, tiers,
+                                         np.full(n, global_bags * pool), global_bags)
+        vals = np.asarray(cols * b * ob, dtype=np.float64)
+        # (``ones * x``: each element ``1.0 * x``, which is ``x`` as a double)
+        scalar = float(np.float64(1.0) * (idx_per_owner + len_per_owner))
+        partial = 1.0
+    else:
+        frac = system.row_shares_of(table, pieces[0], pieces[1])
+        shape_of, shapes = _shard_shapes(table, workload, system, ranks, rows, cols, tiers,
+                                         global_bags * pool * frac, global_bags)
+        vals = np.asarray(idx_per_owner * frac + len_per_owner, dtype=np.float64)
+        scalar = 1.0
+        partial = float(np.float64(1.0) * (table.dim * b * ob))
+    if vals.shape != ranks.shape:
+        vals = np.broadcast_to(vals, ranks.shape)
+    mx = _term_rows(family, _i64(ranks), np.ascontiguousarray(vals), scalar, partial, A, B, psrc, pdst, pnb, kind)
+    if mx < 0:
+        return None
+    return ranks, shape_of, shapes, mx, 0.0
+
+
+@jit(cache=True, nogil=True)
+def _term_rows(family, ranks, vals, scalar, partial, A, B, psrc, pdst, pnb, kind):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`compact_rows`'s rows (``family``: 1 table-wise / column-wise / table-column-wise,
+    2 row-wise, 3 table-row-wise): each :func:`_onehot` as it adds (zeros, then each shard's
+    value added at its rank in order), each ``ones * x`` as ``x``, each ``counts * partial``
+    element by element. Returns the pooled term's largest ``dst``, -1.0 where a rank is out of
+    range (nothing else then holds)."""
+    n = A.shape[1]
+    m = ranks.shape[0]
+    if m == 0:
+        return -1.0
+    for k in range(m):
+        if ranks[k] < 0 or ranks[k] >= n:
+            return -1.0
+    for c in range(kind.shape[0]):
+        kind[c] = 0
+    kind[0] = 1
+    kind[1] = 1
+    kind[2] = 1
+    if family == 1:
+        # input: indices from every owner to each shard; pooled: each shard's columns back
+        for i in range(n):
+            A[0, i] = scalar
+            B[0, i] = 0.0
+            A[1, i] = 0.0
+            B[1, i] = 1.0
+        for k in range(m):
+            B[0, ranks[k]] += 1.0
+            A[1, ranks[k]] += vals[k]
+        for i in range(n):
+            A[2, i] = B[1, i]
+            B[2, i] = A[1, i]
+        return 1.0
+    # row-wise families: input from every owner to each row shard
+    for i in range(n):
+        A[0, i] = 1.0
+        B[0, i] = 0.0
+    for k in range(m):
+        B[0, ranks[k]] += vals[k]
+    if family == 2:
+        for i in range(n):
+            A[1, i] = 0.0
+            B[1, i] = partial
+        for k in range(m):
+            A[1, ranks[k]] += 1.0
+        for i in range(n):
+            A[2, i] = B[1, i]
+            B[2, i] = A[1, i]
+        return partial
+    # table-row-wise: owner j's pools finished by shard j mod m (reduce-scatter, then pairs)
+    kind[1] = 2
+    kind[2] = 2
+    kind[3] = 1
+    kind[4] = 1
+    for i in range(n):
+        A[3, i] = 0.0
+        B[3, i] = 0.0
+    for k in range(m):
+        A[3, ranks[k]] += 1.0
+    for i in range(n):
+        B[3, ranks[i % m]] += 1.0
+    for i in range(n):
+        B[3, i] = B[3, i] * partial
+        f = ranks[i % m]
+        psrc[1, i] = f
+        pdst[1, i] = i
+        pnb[1, i] = partial
+        psrc[2, i] = i
+        pdst[2, i] = f
+        pnb[2, i] = partial
+    for i in range(n):
+        A[4, i] = B[3, i]
+        B[4, i] = A[3, i]
+    return 0.0
 
 
 @dataclass

@@ -464,7 +464,71 @@ def test_contributions_built_packed_are_the_packed_figures():
             assert got.cols.strides == want.cols.strides, (t.name, tp.sharding)
             assert got.index.tobytes() == want.index.tobytes() and got.index.dtype == want.index.dtype
             assert got.dp_bytes == want.dp_bytes
+            # straight from the plan's arrays (the terms as rows, no CompactWork): the same
+            for got in (cost.packed_plan(t, tp, w, s), p.contribution(tp).base if p._pack else None):
+                if got is None:
+                    continue
+                assert got.cols.tobytes() == want.cols.tobytes() and got.cols.shape == want.cols.shape
+                assert got.cols.strides == want.cols.strides, (t.name, tp.sharding)
+                assert got.index.tobytes() == want.index.tobytes() and got.index.dtype == want.index.dtype
+                assert got.dp_bytes == want.dp_bytes
     assert direct == len(w.tables) * 20   # every plan over distinct ranks built packed
+
+
+def test_the_terms_as_rows_are_compact_works_terms():
+    # compact_rows writes each collective's one term as compact_work makes it, bit for bit, for
+    # every sharding type (host tiers, uneven row shares, a node-bound group off a node's
+    # first ranks, a column-wise plan with two pieces on one rank), and leaves the rows of the
+    # collectives without a term as they were; a rank out of range is refused the same way
+    from neonic.host.planner.work import COLLECTIVES, Outer, compact_rows, compact_work
+
+    s = _system(nodes=4, g=8, dram=50)
+    w = _skewed(4)
+    p = Placer(w, s, CostModel(w, s))
+    n = s.world_size
+    for t in w.tables:
+        plans = [p.make(t, kind, ranks) for kind, ranks in (
+            (ST.TABLE_WISE, [13]), (ST.DATA_PARALLEL, []), (ST.TABLE_ROW_WISE, list(range(8, 16))),
+            (ST.TABLE_ROW_WISE, [3, 9, 30]), (ST.TABLE_COLUMN_WISE, [6, 7]), (ST.ROW_WISE, [0, 3, 6, 17]),
+            (ST.COLUMN_WISE, [1, 9, 25]))]
+        plans.append(TablePlan(t.name, ST.ROW_WISE, (Shard(4, 0, t.rows // 3, 0, t.dim, "dram"),
+                                                     Shard(9, t.rows // 3, t.rows, 0, t.dim))))
+        plans.append(TablePlan(t.name, ST.COLUMN_WISE, (Shard(5, 0, t.rows, 0, t.dim // 2),
+                                                        Shard(5, 0, t.rows, t.dim // 2, t.dim, "dram"))))
+        for tp in plans:
+            cw = compact_work(t, tp, w, s)
+            rows = [np.full((len(COLLECTIVES), n), 7.5), np.full((len(COLLECTIVES), n), 7.5),
+                    np.full((len(COLLECTIVES), n), 7, dtype=np.int64), np.full((len(COLLECTIVES), n), 7, dtype=np.int64),
+                    np.full((len(COLLECTIVES), n), 7.5)]
+            kind = np.full(len(COLLECTIVES), 9, dtype=np.int64)
+            ranks, shape_of, shapes, mx, dp = compact_rows(t, tp, w, s, *rows, kind)
+            assert ranks.tobytes() == cw.ranks.tobytes() and shape_of.tolist() == cw.shape_of.tolist()
+            assert shapes == cw.shapes and dp == cw.dp_allreduce_bytes
+            for c, name in enumerate(COLLECTIVES):
+                terms = cw.traffic.get(name, ())
+                assert len(terms) <= 1
+                assert kind[c] == (0 if not terms else 1 if type(terms[0]) is Outer else 2), (tp.sharding, name)
+                if not terms:
+                    assert (rows[0][c] == 7.5).all() and (rows[2][c] == 7).all()
+                elif type(terms[0]) is Outer:
+                    assert kind[c] == 1
+                    assert rows[0][c].tobytes() == np.asarray(terms[0].src, dtype=float).tobytes(), (tp.sharding, name)
+                    assert rows[1][c].tobytes() == np.asarray(terms[0].dst, dtype=float).tobytes(), (tp.sharding, name)
+                    if name == "pooled":
+                        assert mx == float(np.max(terms[0].dst))
+                else:
+                    assert kind[c] == 2
+                    assert rows[2][c].tolist() == terms[0].src.tolist() and rows[3][c].tolist() == terms[0].dst.tolist()
+                    assert rows[4][c].tobytes() == np.broadcast_to(terms[0].nbytes, (n,)).tobytes()
+                    if name == "pooled":
+                        assert mx == 0.0
+    bad = TablePlan(w.tables[0].name, ST.COLUMN_WISE, (Shard(n, 0, w.tables[0].rows, 0, w.tables[0].dim),))
+    rows = [np.zeros((len(COLLECTIVES), n)) for _ in range(5)]
+    assert compact_rows(w.tables[0], bad, w, s, *rows, np.zeros(len(COLLECTIVES), dtype=np.int64)) is None
+    with pytest.raises(IndexError):
+        compact_work(w.tables[0], bad, w, s)
+    with pytest.raises(IndexError):
+        CostModel(w, s).packed_plan(w.tables[0], bad, w, s)
 
 
 def test_the_objective_is_the_fixed_point_of_the_sharing_models(monkeypatch):
