@@ -960,6 +960,11 @@ class _CompiledSchedule:
         self.startn = np.zeros((len(spans), T))
         self.spool = np.empty((int(sw.sum()), T, N))
         self.swidth = np.ones(len(spans), dtype=np.int64)
+        # each pass's stretches, one row per op in ``xops`` at most
+        self.op_x = np.full(n, -1, dtype=np.int64)
+        self.xwi = np.full(len(xops), -1, dtype=np.int64)
+        self.Xn = np.zeros((len(xops), T))
+        self.Xw = np.empty((len(xops), T, N))
         self.ok = True
 
     def run(self, xr: dict[int, Any], base: np.ndarray, extra: np.ndarray, xc: np.ndarray, S: np.ndarray,
@@ -969,31 +974,34 @@ class _CompiledSchedule:
         iteration's end; None where an ``xr`` is not one the pass takes (the numpy loop then
         runs). The spans are views of buffers the next pass writes."""
         T, N = self.T, self.N
-        n = self.op_d.size
-        op_x = np.full(n, -1, dtype=np.int64)
-        xwi: list[int] = []
-        narrow: list[np.ndarray] = []
-        wide: list[np.ndarray] = []
+        op_x = self.op_x
+        op_x.fill(-1)
+        xwi, Xn, Xw = self.xwi, self.Xn, self.Xw
+        q = k = 0
         for i, v in xr.items():
             if i not in self.xops:
                 return None
-            r = _as_rows(v, T, N)
-            if r is None:
-                return None
-            op_x[i] = len(xwi)
-            if r.shape[1] > 1:
-                xwi.append(len(wide))
-                wide.append(r)
-                narrow.append(np.zeros(T))
+            if type(v) is float:                  # (what a kernel that meets nothing is stretched by)
+                Xn[q] = v
+                xwi[q] = -1
             else:
-                xwi.append(-1)
-                narrow.append(r[:, 0])
-        Xn = np.array(narrow, dtype=float).reshape(len(xwi), T)
-        Xw = np.stack(wide) if wide else np.zeros((0, T, N))
+                r = v if (type(v) is np.ndarray and v.ndim == 2 and v.shape[0] == T) else _as_rows(v, T, N)
+                if r is None or r.shape[1] not in (1, N):
+                    return None
+                if r.shape[1] > 1:
+                    Xw[k] = r
+                    xwi[q] = k
+                    k += 1
+                else:
+                    Xn[q] = r[:, 0]
+                    xwi[q] = -1
+            op_x[i] = q
+            q += 1
+        Xn, Xw, xwi = Xn[:q], Xw[:k], xwi[:q]
         coll, slot, its, iterations, ptr, idx = self.ops
         it_end = np.zeros((iterations, T))
         _schedule_pass(coll, slot, its, iterations, ptr, idx, self.op_d, self.dwi, self.Dn, self.Dw, op_x,
-                       np.array(xwi, dtype=np.int64), Xn, Xw, base, extra, xc, self.need, self.pool_of,
+                       xwi, Xn, Xw, base, extra, xc, self.need, self.pool_of,
                        self.op_span, self.sp_of, self.endn, self.pool, self.width, self.emax, self.tmp,
                        self.startn, self.spool, self.swidth, S, E, it_end)
         spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
