@@ -784,6 +784,78 @@ def _schedule_pass(coll, slot, its, iterations, dep_ptr, dep_idx, op_d, dwi, Dn,
                     it_end[it, t] = _mx(it_end[it, t], m)
 
 
+@jit(cache=True, nogil=True, inline="always")
+def _mn(a, b):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``np.minimum(a, b)`` of two floats: ``a`` where ``a <= b`` or ``a`` is NaN, else ``b``."""
+    return a if (a <= b or a != a) else b
+
+
+@jit(cache=True, nogil=True, error_model="numpy")
+def _shared_steps(S, base, weight, a, row_first, pb, same, widest, out_t, out_v,
+                  out_k):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``ScheduleTemplate._shared_extra``'s steps, lane after lane (a lane: row ``n``'s
+    collective ``a[n]`` in candidate ``t``, its partners ``pb[row_first[n]:row_first[n + 1]]``
+    in the order they start, ties in their own order, as ``np.lexsort`` orders them), each
+    figure by numpy's operations (IEEE division: ``error_model`` numpy), the steps that can
+    change anything only (the same partners as the numpy loop's ``useful``). Each step that
+    moves anything gives two delays (flat index into ``(C, T)``, seconds, place in the
+    summing order), written from the start of ``out_t``/``out_v``/``out_k``; returns how many."""
+    T = S.shape[1]
+    A = a.size
+    got = 0
+    inf = np.inf
+    idx = np.empty(max(widest, 1), dtype=np.int64)
+    for t in range(T):
+        for n in range(A):
+            lo, m = row_first[n], row_first[n + 1] - row_first[n]
+            c = a[n]
+            wa = weight[c, t]
+            if not (base[c, t] > 0 and wa > 0):
+                continue
+            for j in range(m):                   # the partners in the order they start (stable)
+                v = S[pb[lo + j], t]
+                h = j
+                while h > 0 and S[pb[idx[h - 1]], t] > v:
+                    idx[h] = idx[h - 1]
+                    h -= 1
+                idx[h] = lo + j
+            sa = S[c, t]
+            ck = sa
+            lf = base[c, t]
+            for j in range(m):
+                q = idx[j]
+                bt = pb[q]
+                wb = weight[bt, t]
+                sb = S[bt, t]
+                eb = sb + base[bt, t]
+                if not (same[q] and wb > 0 and eb > sa):
+                    continue
+                alone = _mx(sb - ck, 0.0)
+                lf = lf - _mn(lf, alone)
+                ck = _mx(ck, sb)
+                fa = wa / (wa + wb)                   # a's share while both run
+                fb = 1.0 - fa
+                left_b = _mx(eb - ck, 0.0)
+                x = lf / fa if fa > 0 else inf
+                y = left_b / fb if fb > 0 else inf
+                span = _mn(x, y)
+                span = _mx(span, 0.0) if (span - span) == 0.0 else 0.0
+                if span > 0:
+                    order = (j * 2) * A + n           # the step's place: the collective first
+                    out_t[got] = c * T + t
+                    out_v[got] = span * fb
+                    out_k[got] = order
+                    out_t[got + 1] = bt * T + t
+                    out_v[got + 1] = span * fa
+                    out_k[got + 1] = order + A
+                    got += 2
+                lf = lf - span * fa
+                ck = ck + span
+                if not lf > 0:
+                    break
+    return got
+
+
 @jit(cache=True, nogil=True)
 def _hbm_meetings(ks0, ke0, kp, mr, mt, cm, S, E, own, has_own, kk, rk, cl, rc, kk1, rk1, cl1, rc1, brow,
                   mine, mine2, mrow, side, extra, full, xc):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
@@ -1280,6 +1352,16 @@ class ScheduleTemplate:
         A = a.size
         pr, pb = self._pair_row, self._pair_b
         weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
+        if _COMPILED_PASS:
+            # the same steps, lane by lane (:func:`_shared_steps`), summed in the same order
+            size = 2 * T * pr.size
+            out_t, out_v, out_k = np.empty(size, dtype=np.int64), np.empty(size), np.empty(size, dtype=np.int64)
+            widest = int(np.diff(self._row_first).max())
+            got = _shared_steps(S, base, weight, a, self._row_first, pb, self._pair_same, widest, out_t, out_v, out_k)
+            if got:
+                order = np.argsort(out_k[:got], kind="stable")
+                np.add.at(extra.reshape(-1), out_t[:got][order], out_v[:got][order])
+            return extra
         # per candidate: the pairs row by row, each row's partners in the order they start
         perm = np.lexsort((S[pb].T, np.broadcast_to(pr, (T, pr.size))))           # (T, NP)
         rows = pr                                                                  # row at each place

@@ -801,3 +801,25 @@ def test_a_compiled_schedule_pass_is_the_numpy_pass(seed):
         if read:
             assert np.asarray(emax1[i]).tobytes() == np.asarray(emax2[i]).tobytes()
     assert shapes == {(T, 1), (T, N)} and it2.any()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_network_sharing_walks_its_lanes_compiled_or_in_numpy_to_the_same_bits(monkeypatch, compiled):
+    """ScheduleTemplate._shared_extra's lanes walked one by one in a compiled loop
+    (``_walk_lanes``; plain Python under NEONIC_NO_NUMBA) or all at once in numpy: the stepwise
+    model's delays (:func:`_shared_extra_stepwise`), bit for bit, with ties in the starts,
+    collectives without work and flows that differ, some zero."""
+    from neonic.host import iteration
+
+    monkeypatch.setattr(iteration, "_COMPILED_PASS", compiled)
+    spec = IterationSpec(warmup=1, iterations=2, allreduce="hierarchical", ar_intra_time=0.3, ar_intra_bytes=0.4)
+    t = ScheduleTemplate(spec)
+    for seed, T, grid in ((0, 3, 4), (1, 5, 50), (2, 2, 2)):
+        rng = np.random.default_rng(seed)
+        C = len(t._coll_slot)
+        S = rng.integers(0, grid, (C, T)) * 1e-3
+        base = rng.uniform(0, 2e-3, (C, T)) * (rng.uniform(size=(C, T)) > 0.2)
+        weight = rng.integers(0, 4, (C, T)).astype(float)
+        ref = _shared_extra_stepwise(t, S, base, weight)
+        assert ref.any()
+        assert t._shared_extra(S, base, weight).tobytes() == ref.tobytes()
