@@ -1440,25 +1440,18 @@ class ScheduleTemplate:
         losses (``H`` arrays), and which collectives lose anything ``(H,)``."""
         from neonic.sim.interference import kernel_comm_hbm_rate, kernel_sm_rate
 
-        key = [op[0] for op in self.ops]
-        cslot_key = self._coll_tag
         share = self.spec.comm_sm_share
-        colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
-        near: dict[int, list[int]] = {}   # an iteration -> the collectives of it and its neighbours
-        # each pair of keys met, with the first (kernel, collective) that meets it: its demands
-        # are every such pair's (the demands follow the keys)
-        first: dict[tuple[str, str], tuple[int, int]] = {}
-        met: list[tuple[int, list[tuple[int, tuple[str, str]]]]] = []
-        for i in sorted(set(kern) | set(ksm)):
-            it = self.ops[i][1]
-            if it not in near:
-                near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
-            conc = self._concurrent_colls(i)
-            row = [(c, (key[i], cslot_key[c])) for c in near[it] if c in conc]
-            for c, pair in row:
-                if pair not in first:
-                    first[pair] = (i, c)
-            met.append((i, row))
+        kernels = tuple(sorted(set(kern) | set(ksm)))
+        colls = None if share > 0 else tuple(cdem)
+        # which (kernel, collective) pairs can meet depends on which ops have demands only: the
+        # same for every evaluation with the same ones (kept, a few of them)
+        memo = self.__dict__.setdefault("_met_memo", {})
+        made = memo.get((kernels, colls))
+        if made is None:
+            made = self._meetings(kernels, range(len(self._coll_slot)) if colls is None else colls)
+            if len(memo) < 8:
+                memo[(kernels, colls)] = made
+        first, met = made
         # the losses, each kernel key's against all its collectives' demands of one shape at once
         # (elementwise: the same figures as pair by pair): the kernel's and the collective's,
         # and whether the collective loses anything; None where the kernel loses nothing
@@ -1491,6 +1484,29 @@ class ScheduleTemplate:
             out[i] = (np.array([c for c, _ in found], dtype=np.int64), [k[0] for _, k in found],
                       [k[1] for _, k in found], np.array([k[2] for _, k in found]))
         return out
+
+    def _meetings(self, kernels: tuple[int, ...], colls: Any) -> tuple[dict, list]:
+        """:meth:`_hbm_pairs`'s (kernel, collective) pairs: for each kernel op in ``kernels``,
+        the collectives of ``colls`` of its own and the neighbouring iterations that can run
+        beside it (:meth:`_concurrent_colls`), each with its pair of keys; and each pair of keys,
+        with the first (kernel, collective) that meets it: its demands are every such pair's
+        (the demands follow the keys)."""
+        key = [op[0] for op in self.ops]
+        cslot_key = self._coll_tag
+        near: dict[int, list[int]] = {}   # an iteration -> the collectives of it and its neighbours
+        first: dict[tuple[str, str], tuple[int, int]] = {}
+        met: list[tuple[int, list[tuple[int, tuple[str, str]]]]] = []
+        for i in kernels:
+            it = self.ops[i][1]
+            if it not in near:
+                near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
+            conc = self._concurrent_colls(i)
+            row = [(c, (key[i], cslot_key[c])) for c in near[it] if c in conc]
+            for c, pair in row:
+                if pair not in first:
+                    first[pair] = (i, c)
+            met.append((i, row))
+        return first, met
 
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
                    pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]],
