@@ -628,6 +628,17 @@ def _row_max(r):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Pyth
 
 
 @jit(cache=True, nogil=True, inline="always")
+def _row_min(r):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``r.min()`` of a row of floats (NaN where one is), in order (a minimum is exact)."""
+    m = r[0]
+    for w in range(1, r.shape[0]):
+        x = m
+        y = r[w]
+        m = x if (x <= y or x != x) else y
+    return m
+
+
+@jit(cache=True, nogil=True, inline="always")
 def _all_same(a):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
     """``(a == a[:, :1]).all()`` of a 2-D array (a NaN is not ``==``, itself included): 32
     figures at a time, stopping at the first block with one that differs."""
@@ -647,7 +658,7 @@ def _all_same(a):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Pyt
 @jit(cache=True, nogil=True)
 def _schedule_pass(coll, slot, its, iterations, dep_ptr, dep_idx, op_d, dwi, Dn, Dw, op_x, xwi, Xn, Xw,
                    base, extra, xc, need, pool_of, op_span, sp_of, endn, pool, width, emax, tmp,
-                   startn, spool, swidth, S, E, it_end):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+                   startn, spool, swidth, smin, S, E, it_end):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
     """One pass of ``ScheduleTemplate.iteration_s``'s list schedule over every op in order,
     with numpy's figures (the numpy loop there is the specification): each op's end is one
     figure per candidate (``width`` 1: ``endn[i]``) or one per candidate and rank (``width``
@@ -659,7 +670,8 @@ def _schedule_pass(coll, slot, its, iterations, dep_ptr, dep_idx, op_d, dwi, Dn,
     row: what reads it sees the same numbers, and a span's shape is ``_narrow``'s, which
     narrows such a row too). A collective starts at its dependencies' latest end (their row
     maxima, ``emax``) and ends after ``base + extra + xc``. An op with a span (``op_span[i] >=
-    0``) keeps its start (``startn``/``spool``, narrowed as ``_narrow`` does). ``emax[i]``:
+    0``) keeps its start (``startn``/``spool``, narrowed as ``_narrow`` does) and its row
+    minima (``smin[i]``). ``emax[i]``:
     the row maxima of op ``i``'s end where ``need[i]``; ``it_end``: each iteration's latest
     end, from 0. Row by row, in loops the compiler vectorises."""
     n = coll.shape[0]
@@ -718,6 +730,8 @@ def _schedule_pass(coll, slot, its, iterations, dep_ptr, dep_idx, op_d, dwi, Dn,
                             r[w] = x if (x >= y or x != x) else y
         k = op_span[i]
         if k >= 0:
+            for t in range(T):
+                smin[i, t] = _row_min(tmp[t, :sw])
             if sw > 1 and not _all_same(tmp):
                 if sp_of[k] < 0:
                     raise ValueError("_schedule_pass: a wide start without a row of the pool")
@@ -1032,6 +1046,7 @@ class _CompiledSchedule:
         self.startn = np.zeros((len(spans), T))
         self.spool = np.empty((int(sw.sum()), T, N))
         self.swidth = np.ones(len(spans), dtype=np.int64)
+        self.smin = np.zeros((n, T))
         # each pass's stretches, one row per op in ``xops`` at most
         self.op_x = np.full(n, -1, dtype=np.int64)
         self.xwi = np.full(len(xops), -1, dtype=np.int64)
@@ -1075,7 +1090,7 @@ class _CompiledSchedule:
         _schedule_pass(coll, slot, its, iterations, ptr, idx, self.op_d, self.dwi, self.Dn, self.Dw, op_x,
                        xwi, Xn, Xw, base, extra, xc, self.need, self.pool_of,
                        self.op_span, self.sp_of, self.endn, self.pool, self.width, self.emax, self.tmp,
-                       self.startn, self.spool, self.swidth, S, E, it_end)
+                       self.startn, self.spool, self.swidth, self.smin, S, E, it_end)
         spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for k, i in enumerate(self.span_ops):
             start = self.spool[self.sp_of[k]] if self.swidth[k] > 1 else self.startn[k].reshape(T, 1)
@@ -1511,7 +1526,7 @@ class ScheduleTemplate:
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
                    pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]],
                    own: np.ndarray | None = None, kown: dict[tuple[int, int], np.ndarray] | None = None,
-                   rates: dict | None = None, ends_max: list | None = None
+                   rates: dict | None = None, ends_max: Any = None, starts_min: np.ndarray | None = None
                    ) -> tuple[dict[int, np.ndarray], np.ndarray, dict[tuple[int, int], np.ndarray]]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
@@ -1530,7 +1545,8 @@ class ScheduleTemplate:
         :meth:`_allreduce_phases`). Only the (collective, candidate) pairs whose spans meet on some
         rank are priced (the others add an overlap of 0): the same sums, in the same order.
         ``ends_max``: each op's latest end over the ranks, where :meth:`iteration_s` has it
-        (``ends_max[i]``, ``(T,)``: the same figures as ``spans[i][1].max(axis=-1)``).
+        (``ends_max[i]``, ``(T,)``: the same figures as ``spans[i][1].max(axis=-1)``), and
+        their earliest starts (``starts_min``, ``(ops, T)``: ``spans[i][0].min(axis=-1)``).
         Left out: a high-priority collective launched while a kernel holds every SM gets its
         channels only as the kernel's CTAs retire (``sim.interference``; measured on model-a,
         a gradient bucket launched during the embedding backward: 0.06 ms of its 1.39)."""
@@ -1556,7 +1572,7 @@ class ScheduleTemplate:
         _, order, flat_c, kidx, first, _, wide_rate = prep
         # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
         # them; the others add nothing (an overlap of 0)
-        lo = np.stack([spans[i][0].min(axis=-1) for i in order])          # (K, T)
+        lo = np.stack([spans[i][0].min(axis=-1) for i in order]) if starts_min is None else starts_min[order]
         hi = np.stack([spans[i][1].max(axis=-1) if ends_max is None else ends_max[i] for i in order])
         meet = (E[flat_c] > lo[kidx]) & (S[flat_c] < hi[kidx])           # (P, T)
         rows = np.flatnonzero(meet.any(axis=1))
@@ -1866,14 +1882,16 @@ class ScheduleTemplate:
             fast = fast if fast.ok else None
         for p in range(passes):
             got = fast.run(xr, base, extra, xc, S, E) if fast is not None else None
+            smin = None
             if got is not None:
                 spans, emax, it_end = got
+                smin = fast.smin
             else:
                 spans, emax, it_end = self._numpy_pass(flat, xr, base, extra, xc, S, E, pairs, kops)
             if passes == 1:
                 break
             new = self._shared_extra(S, base, weight) if sharing else extra
-            new_xr, new_xc, new_kh = self._hbm_extra(spans, S, E, pairs, xc, kh, rates, emax) if pairs else ({}, xc, {})
+            new_xr, new_xc, new_kh = self._hbm_extra(spans, S, E, pairs, xc, kh, rates, emax, smin) if pairs else ({}, xc, {})
             if kpairs:
                 new_xr = dict(new_xr)
                 kext, new_kx = self._kernel_extra(spans, kern, kpairs, kx)

@@ -759,7 +759,8 @@ def test_a_compiled_schedule_pass_is_the_numpy_pass(seed):
     numpy (``ScheduleTemplate._numpy_pass``, its specification), from the same seconds and
     stretches of every shape (per rank, one figure per candidate, a figure, ranks that are
     all the same): the same starts and ends of the collectives, the same iteration ends, the
-    same spans (values and ``_narrow``'s shapes) and latest ends where read, bit for bit."""
+    same spans (values and ``_narrow``'s shapes, and their starts' earliest) and latest ends
+    where read, bit for bit."""
     from neonic.host.iteration import _CompiledSchedule
 
     spec = IterationSpec(warmup=1, iterations=2, ar_intra_time=0.3, ar_intra_bytes=0.4)
@@ -796,6 +797,7 @@ def test_a_compiled_schedule_pass_is_the_numpy_pass(seed):
         assert s1.shape == s2.shape and e1.shape == e2.shape
         assert np.ascontiguousarray(s1).tobytes() == np.ascontiguousarray(s2).tobytes()
         assert np.ascontiguousarray(e1).tobytes() == np.ascontiguousarray(e2).tobytes()
+        assert fast.smin[i].tobytes() == s2.min(axis=-1).tobytes()
         shapes.add(e2.shape)
     for i, read in enumerate(need):
         if read:
