@@ -35,7 +35,7 @@ from neonic.host.workloads import WorkloadSpec
 from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost, stream_cost
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 from neonic.sim.memory_tiers import host_transfer_s
-from neonic.sim.compiled import jit
+from neonic.sim.compiled import HAVE_NUMBA, jit
 
 if TYPE_CHECKING:
     from neonic.host.nic_effects import NICEffects
@@ -557,6 +557,16 @@ def _moved_per_candidate(T: int, per_collective: list[tuple[np.ndarray, np.ndarr
     return out
 
 
+def _as_rows(a: Any, T: int, N: int) -> np.ndarray | None:
+    """``a`` (a figure, ``(N,)``, ``(T, N)``, ``(T, 1)``, ``(1, N)``...) broadcast as numpy
+    adds it to a ``(T, 1)`` or ``(T, N)`` schedule: ``(T, 1)`` or ``(T, N)`` (a view), or None
+    for a shape :func:`_schedule_pass` does not take (the numpy loop then runs)."""
+    a = np.asarray(a, float)
+    if a.ndim > 2 or (a.ndim >= 1 and a.shape[-1] not in (1, N)) or (a.ndim == 2 and a.shape[0] not in (1, T)):
+        return None
+    return np.broadcast_to(a, (T, a.shape[-1] if a.ndim else 1))
+
+
 def _narrow(a: np.ndarray) -> np.ndarray:
     """``a`` (``(T, N)``: one figure per candidate and rank) as ``(T, 1)`` where every rank's
     figure is the same (the same numbers, broadcast: a kernel priced against it then runs on
@@ -582,6 +592,282 @@ def _same_columns(a):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as
             if not a[t, w] == f:
                 return False
     return True
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _mx(a, b):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``np.maximum(a, b)`` of two floats: ``a`` where ``a >= b`` or ``a`` is NaN, else ``b``."""
+    return a if (a >= b or a != a) else b
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _row_max(r):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``r.max()`` of a row of floats (NaN where one is): the maximum in eight lanes, then of
+    the lanes (a maximum is exact in any order)."""
+    n = r.shape[0]
+    if n < 16:
+        m = r[0]
+        for w in range(1, n):
+            m = _mx(m, r[w])
+        return m
+    m0, m1, m2, m3, m4, m5, m6, m7 = r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]
+    top = n - n % 8
+    for w in range(8, top, 8):
+        m0 = _mx(m0, r[w])
+        m1 = _mx(m1, r[w + 1])
+        m2 = _mx(m2, r[w + 2])
+        m3 = _mx(m3, r[w + 3])
+        m4 = _mx(m4, r[w + 4])
+        m5 = _mx(m5, r[w + 5])
+        m6 = _mx(m6, r[w + 6])
+        m7 = _mx(m7, r[w + 7])
+    m = _mx(_mx(_mx(m0, m1), _mx(m2, m3)), _mx(_mx(m4, m5), _mx(m6, m7)))
+    for w in range(top, n):
+        m = _mx(m, r[w])
+    return m
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _row_min(r):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``r.min()`` of a row of floats (NaN where one is), in order (a minimum is exact)."""
+    m = r[0]
+    for w in range(1, r.shape[0]):
+        x = m
+        y = r[w]
+        m = x if (x <= y or x != x) else y
+    return m
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _all_same(a):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``(a == a[:, :1]).all()`` of a 2-D array (a NaN is not ``==``, itself included): 32
+    figures at a time, stopping at the first block with one that differs."""
+    T, W = a.shape
+    for t in range(T):
+        r = a[t]
+        f = r[0]
+        for lo in range(0, W, 32):
+            ok = True
+            for w in range(lo, min(lo + 32, W)):
+                ok &= r[w] == f
+            if not ok:
+                return False
+    return True
+
+
+@jit(cache=True, nogil=True)
+def _schedule_pass(coll, slot, its, iterations, dep_ptr, dep_idx, op_d, dwi, Dn, Dw, op_x, xwi, Xn, Xw,
+                   base, extra, xc, need, pool_of, op_span, sp_of, endn, pool, width, emax, tmp,
+                   startn, spool, swidth, smin, S, E, it_end):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """One pass of ``ScheduleTemplate.iteration_s``'s list schedule over every op in order,
+    with numpy's figures (the numpy loop there is the specification): each op's end is one
+    figure per candidate (``width`` 1: ``endn[i]``) or one per candidate and rank (``width``
+    N: ``pool[pool_of[i]]``). A start is the element-wise maximum of its dependencies' ends
+    (in order; 0 without any), wide where one of them is; an op's end is ``start + d``
+    (``+ x``), where ``d`` is row ``op_d[i]`` of ``Dn`` (``dwi`` < 0) or ``Dw`` (``-1``: none,
+    the end is the start) and ``x`` row ``op_x[i]`` of ``Xn`` or ``Xw``; an end wide but the
+    same on every rank (``==``) is kept as one figure (the same figures as numpy's broadcast
+    row: what reads it sees the same numbers, and a span's shape is ``_narrow``'s, which
+    narrows such a row too). A collective starts at its dependencies' latest end (their row
+    maxima, ``emax``) and ends after ``base + extra + xc``. An op with a span (``op_span[i] >=
+    0``) keeps its start (``startn``/``spool``, narrowed as ``_narrow`` does) and its row
+    minima (``smin[i]``). ``emax[i]``:
+    the row maxima of op ``i``'s end where ``need[i]``; ``it_end``: each iteration's latest
+    end, from 0. Row by row, in loops the compiler vectorises."""
+    n = coll.shape[0]
+    T = endn.shape[1]
+    N = tmp.shape[1]
+    for i in range(n):
+        a, b = dep_ptr[i], dep_ptr[i + 1]
+        it = its[i]
+        if coll[i]:
+            c = slot[i]
+            for t in range(T):
+                v = 0.0
+                if b > a:
+                    v = emax[dep_idx[a], t]
+                    for j in range(a + 1, b):
+                        v = _mx(v, emax[dep_idx[j], t])
+                t1 = v + base[c, t] + extra[c, t] + xc[c, t]
+                S[c, t] = v
+                E[c, t] = t1
+                endn[i, t] = t1
+                emax[i, t] = t1
+                if it < iterations:
+                    it_end[it, t] = _mx(it_end[it, t], t1)
+            width[i] = 1
+            continue
+        # the start, ``sw`` columns wide, in ``tmp``
+        sw = 1
+        for j in range(a, b):
+            if width[dep_idx[j]] > 1:
+                sw = N
+        for t in range(T):
+            r = tmp[t, :sw]
+            if b == a:
+                r[0] = 0.0
+                continue
+            for j in range(a, b):
+                dj = dep_idx[j]
+                if width[dj] > 1:
+                    src = pool[pool_of[dj], t]
+                    if j == a:
+                        for w in range(sw):
+                            r[w] = src[w]
+                    else:
+                        for w in range(sw):
+                            x = r[w]
+                            y = src[w]
+                            r[w] = x if (x >= y or x != x) else y
+                else:
+                    y = endn[dj, t]
+                    if j == a:
+                        for w in range(sw):
+                            r[w] = y
+                    else:
+                        for w in range(sw):
+                            x = r[w]
+                            r[w] = x if (x >= y or x != x) else y
+        k = op_span[i]
+        if k >= 0:
+            for t in range(T):
+                smin[i, t] = _row_min(tmp[t, :sw])
+            if sw > 1 and not _all_same(tmp):
+                if sp_of[k] < 0:
+                    raise ValueError("_schedule_pass: a wide start without a row of the pool")
+                swidth[k] = N
+                spool[sp_of[k]] = tmp
+            else:
+                swidth[k] = 1
+                for t in range(T):
+                    startn[k, t] = tmp[t, 0]
+        # the end, ``ew`` columns wide: the start, + d, + x (in that order)
+        p = op_d[i]
+        q = op_x[i] if p >= 0 else -1
+        ew = sw
+        if p >= 0 and dwi[p] >= 0:
+            ew = N
+        if q >= 0 and xwi[q] >= 0:
+            ew = N
+        if ew > 1:
+            if pool_of[i] < 0:
+                raise ValueError("_schedule_pass: a wide end without a row of the pool")
+            dst = pool[pool_of[i]]
+        else:
+            dst = tmp
+        for t in range(T):
+            r = dst[t, :ew]
+            if ew > 1:
+                if sw > 1:
+                    src = tmp[t]
+                    for w in range(ew):
+                        r[w] = src[w]
+                else:
+                    y = tmp[t, 0]
+                    for w in range(ew):
+                        r[w] = y
+            if p >= 0:
+                if dwi[p] >= 0:
+                    src = Dw[dwi[p], t]
+                    for w in range(ew):
+                        r[w] += src[w]
+                else:
+                    y = Dn[p, t]
+                    for w in range(ew):
+                        r[w] += y
+                if q >= 0:
+                    if xwi[q] >= 0:
+                        src = Xw[xwi[q], t]
+                        for w in range(ew):
+                            r[w] += src[w]
+                    else:
+                        y = Xn[q, t]
+                        for w in range(ew):
+                            r[w] += y
+        if ew > 1 and _all_same(dst):
+            ew = 1
+        width[i] = ew
+        if ew == 1:
+            for t in range(T):
+                endn[i, t] = dst[t, 0]
+        if need[i]:
+            for t in range(T):
+                m = endn[i, t] if ew == 1 else _row_max(dst[t])
+                emax[i, t] = m
+                if it < iterations:
+                    it_end[it, t] = _mx(it_end[it, t], m)
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _mn(a, b):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``np.minimum(a, b)`` of two floats: ``a`` where ``a <= b`` or ``a`` is NaN, else ``b``."""
+    return a if (a <= b or a != a) else b
+
+
+@jit(cache=True, nogil=True, error_model="numpy")
+def _shared_steps(S, base, weight, a, row_first, pb, same, widest, out_t, out_v,
+                  out_k):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA runs it as Python)
+    """``ScheduleTemplate._shared_extra``'s steps, lane after lane (a lane: row ``n``'s
+    collective ``a[n]`` in candidate ``t``, its partners ``pb[row_first[n]:row_first[n + 1]]``
+    in the order they start, ties in their own order, as ``np.lexsort`` orders them), each
+    figure by numpy's operations (IEEE division: ``error_model`` numpy), the steps that can
+    change anything only (the same partners as the numpy loop's ``useful``). Each step that
+    moves anything gives two delays (flat index into ``(C, T)``, seconds, place in the
+    summing order), written from the start of ``out_t``/``out_v``/``out_k``; returns how many."""
+    T = S.shape[1]
+    A = a.size
+    got = 0
+    inf = np.inf
+    idx = np.empty(max(widest, 1), dtype=np.int64)
+    for t in range(T):
+        for n in range(A):
+            lo, m = row_first[n], row_first[n + 1] - row_first[n]
+            c = a[n]
+            wa = weight[c, t]
+            if not (base[c, t] > 0 and wa > 0):
+                continue
+            for j in range(m):                   # the partners in the order they start (stable)
+                v = S[pb[lo + j], t]
+                h = j
+                while h > 0 and S[pb[idx[h - 1]], t] > v:
+                    idx[h] = idx[h - 1]
+                    h -= 1
+                idx[h] = lo + j
+            sa = S[c, t]
+            ck = sa
+            lf = base[c, t]
+            for j in range(m):
+                q = idx[j]
+                bt = pb[q]
+                wb = weight[bt, t]
+                sb = S[bt, t]
+                eb = sb + base[bt, t]
+                if not (same[q] and wb > 0 and eb > sa):
+                    continue
+                alone = _mx(sb - ck, 0.0)
+                lf = lf - _mn(lf, alone)
+                ck = _mx(ck, sb)
+                fa = wa / (wa + wb)                   # a's share while both run
+                fb = 1.0 - fa
+                left_b = _mx(eb - ck, 0.0)
+                x = lf / fa if fa > 0 else inf
+                y = left_b / fb if fb > 0 else inf
+                span = _mn(x, y)
+                span = _mx(span, 0.0) if (span - span) == 0.0 else 0.0
+                if span > 0:
+                    order = (j * 2) * A + n           # the step's place: the collective first
+                    out_t[got] = c * T + t
+                    out_v[got] = span * fb
+                    out_k[got] = order
+                    out_t[got + 1] = bt * T + t
+                    out_v[got + 1] = span * fa
+                    out_k[got + 1] = order + A
+                    got += 2
+                lf = lf - span * fa
+                ck = ck + span
+                if not lf > 0:
+                    break
+    return got
 
 
 @jit(cache=True, nogil=True)
@@ -686,6 +972,131 @@ def _clear_rows(full, meet, dirty):  # pragma: no cover  (compiled; NEONIC_NO_NU
                 for w in range(W):
                     row[w] = 0.0
             dirty[r, t] = meet[r, t]
+
+
+#: Whether :meth:`ScheduleTemplate.iteration_s` runs its passes compiled (:func:`_schedule_pass`;
+#: without numba, its numpy loop: the same figures).
+_COMPILED_PASS = HAVE_NUMBA
+
+
+class _CompiledSchedule:
+    """What :func:`_schedule_pass` takes for one evaluation of :meth:`ScheduleTemplate.iteration_s`
+    (the ops, each op's seconds, which ops can end with one figure per rank, the buffers), and
+    its passes (:meth:`run`). ``flat``: each key's seconds; ``xops``: the ops the sharing
+    models may stretch (``xr``'s keys), also those whose spans they read; ``need``: per op,
+    whether its row maxima are read."""
+
+    def __init__(self, tpl: "ScheduleTemplate", flat: dict[str, np.ndarray], T: int, N: int,
+                 xops: set[int], need: list[bool]) -> None:
+        self.ok = False
+        coll, slot, its, ptr, idx = tpl._pass_arrays()
+        n = len(tpl.ops)
+        op_d = np.full(n, -1, dtype=np.int64)
+        index: dict[str, int] = {}
+        narrow: list[np.ndarray] = []
+        wide: list[np.ndarray] = []
+        dwi: list[int] = []
+        maybe = np.zeros(n, dtype=np.bool_)      # whether an op's end can be one figure per rank
+        span_wide: dict[int, bool] = {}
+        for i, (phase, _, collective, deps) in enumerate(tpl.ops):
+            if collective:
+                continue
+            m = any(maybe[d] for d in deps)
+            if i in xops:
+                span_wide[i] = m
+            v = flat.get(phase)
+            if v is None:
+                maybe[i] = m
+                continue
+            k = index.get(phase)
+            if k is None:
+                r = _as_rows(v, T, N)
+                if r is None:
+                    return
+                k = index[phase] = len(dwi)
+                if r.shape[1] > 1:
+                    dwi.append(len(wide))
+                    wide.append(r)
+                    narrow.append(np.zeros(T))
+                else:
+                    dwi.append(-1)
+                    narrow.append(r[:, 0])
+            op_d[i] = k
+            maybe[i] = m or dwi[k] >= 0 or i in xops
+        self.ops = (coll, slot, its, tpl.iterations, ptr, idx)
+        self.op_d = op_d
+        self.dwi = np.array(dwi, dtype=np.int64)
+        self.Dn = np.array(narrow, dtype=float).reshape(len(dwi), T)
+        self.Dw = np.stack(wide) if wide else np.zeros((0, T, N))
+        self.need = np.array(need, dtype=np.bool_)
+        self.pool_of = np.where(maybe, np.cumsum(maybe) - 1, -1).astype(np.int64)
+        spans = sorted(span_wide)
+        self.span_ops = spans
+        self.op_span = np.full(n, -1, dtype=np.int64)
+        self.op_span[spans] = np.arange(len(spans))
+        sw = np.array([span_wide[i] for i in spans], dtype=np.bool_)
+        self.sp_of = np.where(sw, np.cumsum(sw) - 1, -1).astype(np.int64)
+        self.xops = xops
+        self.T, self.N = T, N
+        self.endn = np.zeros((n, T))
+        self.pool = np.empty((int(maybe.sum()), T, N))
+        self.width = np.ones(n, dtype=np.int64)
+        self.emax = np.zeros((n, T))
+        self.tmp = np.empty((T, N))
+        self.startn = np.zeros((len(spans), T))
+        self.spool = np.empty((int(sw.sum()), T, N))
+        self.swidth = np.ones(len(spans), dtype=np.int64)
+        self.smin = np.zeros((n, T))
+        # each pass's stretches, one row per op in ``xops`` at most
+        self.op_x = np.full(n, -1, dtype=np.int64)
+        self.xwi = np.full(len(xops), -1, dtype=np.int64)
+        self.Xn = np.zeros((len(xops), T))
+        self.Xw = np.empty((len(xops), T, N))
+        self.ok = True
+
+    def run(self, xr: dict[int, Any], base: np.ndarray, extra: np.ndarray, xc: np.ndarray, S: np.ndarray,
+            E: np.ndarray) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray] | None:
+        """One pass (``xr``: each op's stretch), writing ``S`` and ``E``: the ops' spans
+        (``_narrow``'s shapes), each op's row maxima (``(n, T)``, rows where read) and each
+        iteration's end; None where an ``xr`` is not one the pass takes (the numpy loop then
+        runs). The spans are views of buffers the next pass writes."""
+        T, N = self.T, self.N
+        op_x = self.op_x
+        op_x.fill(-1)
+        xwi, Xn, Xw = self.xwi, self.Xn, self.Xw
+        q = k = 0
+        for i, v in xr.items():
+            if i not in self.xops:
+                return None
+            if type(v) is float:                  # (what a kernel that meets nothing is stretched by)
+                Xn[q] = v
+                xwi[q] = -1
+            else:
+                r = v if (type(v) is np.ndarray and v.ndim == 2 and v.shape[0] == T) else _as_rows(v, T, N)
+                if r is None or r.shape[1] not in (1, N):
+                    return None
+                if r.shape[1] > 1:
+                    Xw[k] = r
+                    xwi[q] = k
+                    k += 1
+                else:
+                    Xn[q] = r[:, 0]
+                    xwi[q] = -1
+            op_x[i] = q
+            q += 1
+        Xn, Xw, xwi = Xn[:q], Xw[:k], xwi[:q]
+        coll, slot, its, iterations, ptr, idx = self.ops
+        it_end = np.zeros((iterations, T))
+        _schedule_pass(coll, slot, its, iterations, ptr, idx, self.op_d, self.dwi, self.Dn, self.Dw, op_x,
+                       xwi, Xn, Xw, base, extra, xc, self.need, self.pool_of,
+                       self.op_span, self.sp_of, self.endn, self.pool, self.width, self.emax, self.tmp,
+                       self.startn, self.spool, self.swidth, self.smin, S, E, it_end)
+        spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for k, i in enumerate(self.span_ops):
+            start = self.spool[self.sp_of[k]] if self.swidth[k] > 1 else self.startn[k].reshape(T, 1)
+            end = self.pool[self.pool_of[i]] if self.width[i] > 1 else self.endn[i].reshape(T, 1)
+            spans[i] = (start, end)
+        return spans, self.emax, it_end
 
 
 class ScheduleTemplate:
@@ -821,6 +1232,36 @@ class ScheduleTemplate:
             self.__dict__["_before_sets"] = got
         return got
 
+    def _pass_arrays(self) -> tuple[np.ndarray, ...]:
+        """The ops as :func:`_schedule_pass` takes them (made once): whether each is a
+        collective, its collective slot (-1: none), its iteration, its dependencies (each op's
+        from ``ptr[i]`` to ``ptr[i + 1]`` of ``idx``)."""
+        got = self.__dict__.get("_pass_ops")
+        if got is None:
+            n = len(self.ops)
+            ptr = np.zeros(n + 1, dtype=np.int64)
+            ptr[1:] = np.cumsum([len(op[3]) for op in self.ops])
+            got = self.__dict__["_pass_ops"] = (
+                np.array([op[2] for op in self.ops], dtype=np.bool_),
+                np.array([self._coll_slot.get(i, -1) for i in range(n)], dtype=np.int64),
+                np.array([op[1] for op in self.ops], dtype=np.int64), ptr,
+                np.array([d for op in self.ops for d in op[3]], dtype=np.int64))
+        return got
+
+    def _needs_max(self) -> list[bool]:
+        """Per op, whether :meth:`iteration_s` reads its latest end over the ranks: a
+        collective that follows it starts there (a barrier), and an iteration ends at its ops'
+        latest (made once)."""
+        got = self.__dict__.get("_need_max")
+        if got is None:
+            got = [it < self.iterations for _, it, _, _ in self.ops]
+            for _, _, collective, deps in self.ops:
+                if collective:
+                    for d in deps:
+                        got[d] = True
+            self.__dict__["_need_max"] = got
+        return got
+
     def _concurrent_colls(self, i: int) -> frozenset[int]:
         """The collectives (slots) that op ``i`` can run beside: neither follows the other. (A
         collective that follows a kernel starts after the kernel ends on every rank, and one it
@@ -926,6 +1367,16 @@ class ScheduleTemplate:
         A = a.size
         pr, pb = self._pair_row, self._pair_b
         weight = np.broadcast_to(np.asarray(weight, float).reshape(len(weight), -1), S.shape)
+        if _COMPILED_PASS:
+            # the same steps, lane by lane (:func:`_shared_steps`), summed in the same order
+            size = 2 * T * pr.size
+            out_t, out_v, out_k = np.empty(size, dtype=np.int64), np.empty(size), np.empty(size, dtype=np.int64)
+            widest = int(np.diff(self._row_first).max())
+            got = _shared_steps(S, base, weight, a, self._row_first, pb, self._pair_same, widest, out_t, out_v, out_k)
+            if got:
+                order = np.argsort(out_k[:got], kind="stable")
+                np.add.at(extra.reshape(-1), out_t[:got][order], out_v[:got][order])
+            return extra
         # per candidate: the pairs row by row, each row's partners in the order they start
         perm = np.lexsort((S[pb].T, np.broadcast_to(pr, (T, pr.size))))           # (T, NP)
         rows = pr                                                                  # row at each place
@@ -1004,25 +1455,18 @@ class ScheduleTemplate:
         losses (``H`` arrays), and which collectives lose anything ``(H,)``."""
         from neonic.sim.interference import kernel_comm_hbm_rate, kernel_sm_rate
 
-        key = [op[0] for op in self.ops]
-        cslot_key = self._coll_tag
         share = self.spec.comm_sm_share
-        colls = range(len(self._coll_slot)) if share > 0 else list(cdem)
-        near: dict[int, list[int]] = {}   # an iteration -> the collectives of it and its neighbours
-        # each pair of keys met, with the first (kernel, collective) that meets it: its demands
-        # are every such pair's (the demands follow the keys)
-        first: dict[tuple[str, str], tuple[int, int]] = {}
-        met: list[tuple[int, list[tuple[int, tuple[str, str]]]]] = []
-        for i in sorted(set(kern) | set(ksm)):
-            it = self.ops[i][1]
-            if it not in near:
-                near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
-            conc = self._concurrent_colls(i)
-            row = [(c, (key[i], cslot_key[c])) for c in near[it] if c in conc]
-            for c, pair in row:
-                if pair not in first:
-                    first[pair] = (i, c)
-            met.append((i, row))
+        kernels = tuple(sorted(set(kern) | set(ksm)))
+        colls = None if share > 0 else tuple(cdem)
+        # which (kernel, collective) pairs can meet depends on which ops have demands only: the
+        # same for every evaluation with the same ones (kept, a few of them)
+        memo = self.__dict__.setdefault("_met_memo", {})
+        made = memo.get((kernels, colls))
+        if made is None:
+            made = self._meetings(kernels, range(len(self._coll_slot)) if colls is None else colls)
+            if len(memo) < 8:
+                memo[(kernels, colls)] = made
+        first, met = made
         # the losses, each kernel key's against all its collectives' demands of one shape at once
         # (elementwise: the same figures as pair by pair): the kernel's and the collective's,
         # and whether the collective loses anything; None where the kernel loses nothing
@@ -1056,10 +1500,34 @@ class ScheduleTemplate:
                       [k[1] for _, k in found], np.array([k[2] for _, k in found]))
         return out
 
+    def _meetings(self, kernels: tuple[int, ...], colls: Any) -> tuple[dict, list]:
+        """:meth:`_hbm_pairs`'s (kernel, collective) pairs: for each kernel op in ``kernels``,
+        the collectives of ``colls`` of its own and the neighbouring iterations that can run
+        beside it (:meth:`_concurrent_colls`), each with its pair of keys; and each pair of keys,
+        with the first (kernel, collective) that meets it: its demands are every such pair's
+        (the demands follow the keys)."""
+        key = [op[0] for op in self.ops]
+        cslot_key = self._coll_tag
+        near: dict[int, list[int]] = {}   # an iteration -> the collectives of it and its neighbours
+        first: dict[tuple[str, str], tuple[int, int]] = {}
+        met: list[tuple[int, list[tuple[int, tuple[str, str]]]]] = []
+        for i in kernels:
+            it = self.ops[i][1]
+            if it not in near:
+                near[it] = [c for c in colls if abs(self._coll_it[c] - it) <= 1]
+            conc = self._concurrent_colls(i)
+            row = [(c, (key[i], cslot_key[c])) for c in near[it] if c in conc]
+            for c, pair in row:
+                if pair not in first:
+                    first[pair] = (i, c)
+            met.append((i, row))
+        return first, met
+
     def _hbm_extra(self, spans: dict[int, tuple[np.ndarray, np.ndarray]], S: np.ndarray, E: np.ndarray,
                    pairs: dict[int, tuple[np.ndarray, list, list, np.ndarray]],
                    own: np.ndarray | None = None, kown: dict[tuple[int, int], np.ndarray] | None = None,
-                   rates: dict | None = None) -> tuple[dict[int, np.ndarray], np.ndarray, dict[tuple[int, int], np.ndarray]]:
+                   rates: dict | None = None, ends_max: Any = None, starts_min: np.ndarray | None = None
+                   ) -> tuple[dict[int, np.ndarray], np.ndarray, dict[tuple[int, int], np.ndarray]]:
         """How much later each kernel and each collective end when they share a GPU's HBM: while
         a kernel (``spans[i]``: its start and end, ``(T, N)``) overlaps a collective (``S``/``E``,
         ``(C, T)``) on a rank, both run at the common rate their demands leave them
@@ -1076,6 +1544,9 @@ class ScheduleTemplate:
         average over its phases; a hierarchical AllReduce's phases each have their own,
         :meth:`_allreduce_phases`). Only the (collective, candidate) pairs whose spans meet on some
         rank are priced (the others add an overlap of 0): the same sums, in the same order.
+        ``ends_max``: each op's latest end over the ranks, where :meth:`iteration_s` has it
+        (``ends_max[i]``, ``(T,)``: the same figures as ``spans[i][1].max(axis=-1)``), and
+        their earliest starts (``starts_min``, ``(ops, T)``: ``spans[i][0].min(axis=-1)``).
         Left out: a high-priority collective launched while a kernel holds every SM gets its
         channels only as the kernel's CTAs retire (``sim.interference``; measured on model-a,
         a gradient bucket launched during the embedding backward: 0.06 ms of its 1.39)."""
@@ -1101,8 +1572,8 @@ class ScheduleTemplate:
         _, order, flat_c, kidx, first, _, wide_rate = prep
         # the (collective, candidate) pairs whose spans meet on some rank: a few percent of
         # them; the others add nothing (an overlap of 0)
-        lo = np.stack([spans[i][0].min(axis=-1) for i in order])          # (K, T)
-        hi = np.stack([spans[i][1].max(axis=-1) for i in order])
+        lo = np.stack([spans[i][0].min(axis=-1) for i in order]) if starts_min is None else starts_min[order]
+        hi = np.stack([spans[i][1].max(axis=-1) if ends_max is None else ends_max[i] for i in order])
         meet = (E[flat_c] > lo[kidx]) & (S[flat_c] < hi[kidx])           # (P, T)
         rows = np.flatnonzero(meet.any(axis=1))
         for i in order:
@@ -1341,7 +1812,6 @@ class ScheduleTemplate:
             shape = (1, 1)
         T = max([shape[0]] + [np.asarray(v).reshape(-1).shape[0] for v in coll_s.values()])
         N = shape[1]
-        zero = np.zeros((T, 1))
         C = len(self._coll_slot)
         base = np.zeros((C, T))
         for i, (phase, _, collective, _) in enumerate(self.ops):
@@ -1403,45 +1873,25 @@ class ScheduleTemplate:
         S = np.zeros((C, T))
         E = np.zeros((C, T))
         settled: tuple[np.ndarray, np.ndarray] | None = None   # (figure, whether kept) per candidate
+        # each pass compiled (:func:`_schedule_pass`), or in numpy (:meth:`_numpy_pass`: the
+        # same figures; without numba, and for shapes the compiled pass does not take)
+        fast = None
+        if _COMPILED_PASS:
+            fast = _CompiledSchedule(self, flat, T, N, set(pairs) | kops,
+                                     [m or i in pairs for i, m in enumerate(self._needs_max())])
+            fast = fast if fast.ok else None
         for p in range(passes):
-            ends: list[np.ndarray] = []
-            spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-            it_end = np.zeros((self.iterations, T))
-            for i, (phase, it, collective, deps) in enumerate(self.ops):
-                if deps:
-                    start = ends[deps[0]]
-                    for d in deps[1:]:
-                        start = np.maximum(start, ends[d])
-                else:
-                    start = zero
-                if collective:
-                    c = self._coll_slot[i]
-                    t0 = start.max(axis=1) if start.ndim == 2 else start
-                    t1 = t0 + base[c] + extra[c] + xc[c]
-                    S[c] = t0
-                    E[c] = t1
-                    end = t1[:, None]
-                    if it < self.iterations:
-                        it_end[it] = np.maximum(it_end[it], t1)
-                else:
-                    d = flat.get(phase)
-                    x = xr.get(i)
-                    # (an op the sharing models leave as it is: ``start + d``, which adding 0.0
-                    # leaves as it is too, no end being -0.0: every start is +0.0 or an end)
-                    end = start if d is None else (start + d if x is None else start + d + x)
-                    if i in pairs or i in kops:
-                        # the sharing models take every rank's span: ``(T, N)``, or ``(T, 1)``
-                        # where every rank's is the same (the dense ops' after a barrier: the
-                        # same numbers, priced on one column)
-                        start, end = _narrow(start), _narrow(end)
-                        spans[i] = (start, end)
-                    if it < self.iterations:
-                        it_end[it] = np.maximum(it_end[it], end.max(axis=1) if end.ndim == 2 else end)
-                ends.append(end)
+            got = fast.run(xr, base, extra, xc, S, E) if fast is not None else None
+            smin = None
+            if got is not None:
+                spans, emax, it_end = got
+                smin = fast.smin
+            else:
+                spans, emax, it_end = self._numpy_pass(flat, xr, base, extra, xc, S, E, pairs, kops)
             if passes == 1:
                 break
             new = self._shared_extra(S, base, weight) if sharing else extra
-            new_xr, new_xc, new_kh = self._hbm_extra(spans, S, E, pairs, xc, kh, rates) if pairs else ({}, xc, {})
+            new_xr, new_xc, new_kh = self._hbm_extra(spans, S, E, pairs, xc, kh, rates, emax, smin) if pairs else ({}, xc, {})
             if kpairs:
                 new_xr = dict(new_xr)
                 kext, new_kx = self._kernel_extra(spans, kern, kpairs, kx)
@@ -1468,6 +1918,68 @@ class ScheduleTemplate:
                 kx = new_kx
         out = self._measured(it_end)
         return out if settled is None else np.where(settled[1], settled[0], out)
+
+    def _numpy_pass(self, flat: dict[str, np.ndarray], xr: dict[int, Any], base: np.ndarray, extra: np.ndarray,
+                    xc: np.ndarray, S: np.ndarray, E: np.ndarray, pairs: dict, kops: set[int]
+                    ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], list, np.ndarray]:
+        """One pass of :meth:`iteration_s`'s list schedule in numpy (the specification of
+        :func:`_schedule_pass`): every op in order, a per-rank op from when its dependencies
+        have ended (``flat[key]``: its seconds; ``xr[i]``: what the sharing models stretch it
+        by), a collective from its dependencies' latest end (a barrier) for ``base + extra +
+        xc``, written into ``S`` and ``E``. Returns the spans of the ops in ``pairs`` and
+        ``kops`` (``_narrow``'s shapes), each op's latest end over the ranks (``(T,)``, where
+        read: a collective that follows it, the iteration's end, ``pairs``) and each iteration's
+        end."""
+        T = S.shape[1]
+        zero = np.zeros((T, 1))
+        none_yet = np.zeros(T)
+        need_max = self._needs_max()
+        ends: list[np.ndarray] = []
+        emax = []
+        spans = {}
+        it_end = np.zeros((self.iterations, T))
+        for i, (phase, it, collective, deps) in enumerate(self.ops):
+            if collective:
+                if deps:
+                    t0 = emax[deps[0]]
+                    for d in deps[1:]:
+                        t0 = np.maximum(t0, emax[d])
+                else:
+                    t0 = none_yet
+                c = self._coll_slot[i]
+                t1 = t0 + base[c] + extra[c] + xc[c]
+                S[c] = t0
+                E[c] = t1
+                ends.append(t1[:, None])
+                emax.append(t1)
+                if it < self.iterations:
+                    it_end[it] = np.maximum(it_end[it], t1)
+                continue
+            if deps:
+                start = ends[deps[0]]
+                for d in deps[1:]:
+                    start = np.maximum(start, ends[d])
+            else:
+                start = zero
+            d = flat.get(phase)
+            x = xr.get(i)
+            # (an op the sharing models leave as it is: ``start + d``, which adding 0.0
+            # leaves as it is too, no end being -0.0: every start is +0.0 or an end)
+            end = start if d is None else (start + d if x is None else start + d + x)
+            if i in pairs or i in kops:
+                # the sharing models take every rank's span: ``(T, N)``, or ``(T, 1)``
+                # where every rank's is the same (the dense ops' after a barrier: the
+                # same numbers, priced on one column)
+                start, end = _narrow(start), _narrow(end)
+                spans[i] = (start, end)
+            top = None
+            if need_max[i] or i in pairs:
+                top = end if end.ndim != 2 else end[:, 0] if end.shape[1] == 1 else end.max(axis=1)
+                if it < self.iterations:
+                    it_end[it] = np.maximum(it_end[it], top)
+            ends.append(end)
+            emax.append(top)
+        return spans, emax, it_end
 
     def _measured(self, it_end: np.ndarray) -> np.ndarray:
         """Seconds per measured iteration from each iteration's end ``(iterations, T)``."""

@@ -668,3 +668,160 @@ def test_clearing_a_pass_s_loss_rows_zeroes_only_the_marked_rows_that_do_not_mee
         assert (full[gone] == 0.0).all() and np.array_equal(full[~gone], full0[~gone])
         assert np.array_equal(dirty, meet)
     assert (dirty0 & ~meet).any() and (~dirty0 & ~meet).any()
+
+
+def _both_passes(monkeypatch, fn):
+    """``fn()`` with :meth:`ScheduleTemplate.iteration_s`'s passes compiled
+    (``_schedule_pass``) and as the numpy loop, and how many passes ran compiled."""
+    from neonic.host import iteration
+
+    runs = []
+    real = iteration._CompiledSchedule.run
+
+    def counted(self, *args):
+        got = real(self, *args)
+        runs.append(got is not None)
+        return got
+
+    monkeypatch.setattr(iteration._CompiledSchedule, "run", counted)
+    monkeypatch.setattr(iteration, "_COMPILED_PASS", True)
+    fast = fn()
+    monkeypatch.setattr(iteration, "_COMPILED_PASS", False)
+    slow = fn()
+    return fast, slow, runs
+
+
+@pytest.mark.parametrize("share_network, contended", [(True, True), (False, True), (False, False)])
+def test_the_compiled_schedule_pass_gives_the_numpy_loop_s_figures_bit_for_bit(monkeypatch, share_network, contended):
+    """ScheduleTemplate.iteration_s's passes compiled (``_schedule_pass``: the ops' ends one
+    figure per candidate, or one per rank where they differ) give the numpy loop's figures,
+    bit for bit, over a batch of candidates with per-rank seconds of every shape the template
+    takes ((T, N), (N,), a broadcast row, a figure), collectives, HBM and SM demands (the
+    sharing models' stretches, wide and narrow, fed back pass after pass). The compiled pass
+    runs as plain Python under NEONIC_NO_NUMBA."""
+    spec = IterationSpec(warmup=1, iterations=2, comm_sm_share=0.25, ar_intra_time=0.3, ar_intra_bytes=0.4,
+                         ar_intra_flows=3.0, local_flows=3.0)
+    t = ScheduleTemplate(spec)
+    rng = np.random.default_rng(11)
+    T, N = 4, 6
+    rank, coll, hbm, sm = {}, {}, {}, {}
+    shapes = [(T, N), (N,), "row", ()]
+    for n, key in enumerate(k for k in t.keys if k not in COLLECTIVE_PHASES):
+        shape = shapes[n % len(shapes)]
+        if shape == "row":
+            rank[key] = np.broadcast_to(rng.uniform(1e-4, 2e-3, (T, 1)), (T, N))
+        else:
+            rank[key] = rng.uniform(1e-4, 2e-3, shape)
+        hbm[key] = rng.uniform(0.2, 0.9, (T, N)) if key.startswith("emb") else 0.5
+        sm[key] = 0.6
+    for key in t.keys:
+        if key in COLLECTIVE_PHASES:
+            coll[key] = rng.uniform(5e-4, 3e-3, T)
+            hbm[key] = rng.uniform(0.1, 0.4, (T, N))
+    flows = {"input_a2a": rng.uniform(1, 8, T), "pooled_a2a": 4.0, "grad_a2a": 4.0}
+
+    def run():
+        return t.iteration_s(rank, coll, share_network=share_network, hbm=hbm if contended else None,
+                             flows=flows, sm=sm if contended else None)
+
+    fast, slow, runs = _both_passes(monkeypatch, run)
+    assert fast.tobytes() == slow.tobytes()
+    assert runs and all(runs) and (len(runs) > 2) == contended
+
+
+def test_the_compiled_schedule_pass_prices_every_planners_plan_as_the_numpy_loop(monkeypatch):
+    """Every planner's plan of a small cluster (gradient buckets, host-tier tables, the
+    AllReduce's phases, SMs held by the collectives), priced by
+    the planner's cost model with the schedule's passes compiled and as the numpy loop: the
+    same seconds, bit for bit."""
+    from planner_cases import every_planners_plan, skewed_workload, small_system
+
+    from neonic.host.planner import CostModel
+
+    spec = IterationSpec(comm_sm_share=0.25, ar_intra_time=0.3, ar_intra_bytes=0.4, ar_intra_flows=3.0,
+                         local_flows=3.0)
+    s = small_system(nodes=2, g=4, dram=50, iteration=spec)
+    w = skewed_workload(12)
+    plans = every_planners_plan(w, s, CostModel(w, s))
+
+    def run():
+        cost = CostModel(w, s)
+        return np.array([cost.evaluate(p).iteration_s for p in plans])
+
+    fast, slow, runs = _both_passes(monkeypatch, run)
+    assert len(plans) >= 8 and fast.tobytes() == slow.tobytes()
+    assert runs and all(runs)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_compiled_schedule_pass_is_the_numpy_pass(seed):
+    """One pass of the schedule compiled (``_CompiledSchedule.run``, ``_schedule_pass``) and in
+    numpy (``ScheduleTemplate._numpy_pass``, its specification), from the same seconds and
+    stretches of every shape (per rank, one figure per candidate, a figure, ranks that are
+    all the same): the same starts and ends of the collectives, the same iteration ends, the
+    same spans (values and ``_narrow``'s shapes, and their starts' earliest) and latest ends
+    where read, bit for bit."""
+    from neonic.host.iteration import _CompiledSchedule
+
+    spec = IterationSpec(warmup=1, iterations=2, ar_intra_time=0.3, ar_intra_bytes=0.4)
+    t = ScheduleTemplate(spec)
+    rng = np.random.default_rng(seed)
+    T, N, C = 3, 5, len(t._coll_slot)
+    kernels = [i for i, op in enumerate(t.ops) if not op[2]]
+    flat = {}
+    for n, key in enumerate(k for k in t.keys if k not in COLLECTIVE_PHASES):
+        flat[key] = [rng.uniform(1e-4, 2e-3, (T, N)), rng.uniform(1e-4, 2e-3, (T, 1)),
+                     rng.uniform(1e-4, 2e-3, (N,)), np.float64(1e-3)][(n + seed) % 4]
+    flat.pop(t.keys[0 if t.keys[0] not in COLLECTIVE_PHASES else 1])        # a key without seconds
+    stretched = [i for n, i in enumerate(kernels) if n % 3 != 2]
+    pairs = {i: None for i in stretched[::2]}
+    kops = set(stretched[1::2])
+    xr = {}
+    for n, i in enumerate(stretched):
+        xr[i] = [0.0, rng.uniform(0, 1e-4, (T, N)), rng.uniform(0, 1e-4, (T, 1)),
+                 np.full((T, N), 2e-5)][(n + seed) % 4]
+    base = rng.uniform(1e-4, 3e-3, (C, T))
+    extra = rng.uniform(0, 1e-4, (C, T))
+    xc = rng.uniform(0, 1e-4, (C, T))
+    need = [m or i in pairs for i, m in enumerate(t._needs_max())]
+    fast = _CompiledSchedule(t, flat, T, N, set(pairs) | kops, need)
+    assert fast.ok
+    S1, E1, S2, E2 = (np.zeros((C, T)) for _ in range(4))
+    spans1, emax1, it1 = fast.run(xr, base, extra, xc, S1, E1)
+    spans2, emax2, it2 = t._numpy_pass(flat, xr, base, extra, xc, S2, E2, pairs, kops)
+    assert S1.tobytes() == S2.tobytes() and E1.tobytes() == E2.tobytes() and it1.tobytes() == it2.tobytes()
+    assert spans1.keys() == spans2.keys() == set(pairs) | kops
+    shapes = set()
+    for i, (s2, e2) in spans2.items():
+        s1, e1 = spans1[i]
+        assert s1.shape == s2.shape and e1.shape == e2.shape
+        assert np.ascontiguousarray(s1).tobytes() == np.ascontiguousarray(s2).tobytes()
+        assert np.ascontiguousarray(e1).tobytes() == np.ascontiguousarray(e2).tobytes()
+        assert fast.smin[i].tobytes() == s2.min(axis=-1).tobytes()
+        shapes.add(e2.shape)
+    for i, read in enumerate(need):
+        if read:
+            assert np.asarray(emax1[i]).tobytes() == np.asarray(emax2[i]).tobytes()
+    assert shapes == {(T, 1), (T, N)} and it2.any()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_network_sharing_walks_its_lanes_compiled_or_in_numpy_to_the_same_bits(monkeypatch, compiled):
+    """ScheduleTemplate._shared_extra's lanes walked one by one in a compiled loop
+    (``_walk_lanes``; plain Python under NEONIC_NO_NUMBA) or all at once in numpy: the stepwise
+    model's delays (:func:`_shared_extra_stepwise`), bit for bit, with ties in the starts,
+    collectives without work and flows that differ, some zero."""
+    from neonic.host import iteration
+
+    monkeypatch.setattr(iteration, "_COMPILED_PASS", compiled)
+    spec = IterationSpec(warmup=1, iterations=2, allreduce="hierarchical", ar_intra_time=0.3, ar_intra_bytes=0.4)
+    t = ScheduleTemplate(spec)
+    for seed, T, grid in ((0, 3, 4), (1, 5, 50), (2, 2, 2)):
+        rng = np.random.default_rng(seed)
+        C = len(t._coll_slot)
+        S = rng.integers(0, grid, (C, T)) * 1e-3
+        base = rng.uniform(0, 2e-3, (C, T)) * (rng.uniform(size=(C, T)) > 0.2)
+        weight = rng.integers(0, 4, (C, T)).astype(float)
+        ref = _shared_extra_stepwise(t, S, base, weight)
+        assert ref.any()
+        assert t._shared_extra(S, base, weight).tobytes() == ref.tobytes()
