@@ -396,8 +396,16 @@ class Network:
         # the links' solve of at most this many groups, of at least this many flows in all,
         # may partition them (_shared_joint). Below it their per-flow solves are cheap (the
         # 1024-GPU run's pairs of 0.25-1.2M flows: 3-20 ms a solve), and a partition that finds
-        # too little symmetry costs 0.1-0.3 s (all of them there: 20-40% of the flows would be
-        # classes); at 4096 GPUs pairs of 2.1M and 5.6M flows find 12.5% and 11%
+        # too little symmetry costs 0.1-0.3 s; at 4096 GPUs pairs of 2.1M and 5.6M flows find
+        # 12.5% and 11%. Measured at 1024 (session 20, this threshold at 1M, joint_max_tries
+        # unlimited and the refinement's max_fraction at 0.6 so that it is not refused): the
+        # 1.05M-flow AlltoAllv beside the 130k-flow group (87 sizes) partitions into 490,624
+        # classes of 1.18M flows (41%; 41% with the links alone, without the GPUs' virtual
+        # links: the two collectives' mix on shared links breaks the symmetry), 1.1-1.3 CPU-s;
+        # the pair's later solves over them (520k+130k flows: 203,250 + 81,280 classes) take
+        # 9.7 ms against 11 ms per flow (dense parts), and the 130k group's solves beside a
+        # thousand lone messages get slower: the network's solves and predictions took 1.2 CPU-s
+        # more per run, the same rates bit for bit. So 1024's pairs stay per flow.
         self.shared_joint_max_groups = 4
         self.shared_joint_min_flows = 1 << 21
         self._shared_seen: list | None = None  # the classes of the groups of the latest per-flow shared solve
