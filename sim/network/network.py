@@ -1451,16 +1451,19 @@ class Network:
         if scale is None:
             return
         # a stalled GPU (no SMs yet) keeps a trickle so that no rate is 0 (predictions divide by it)
-        scale = np.clip(np.asarray(scale, dtype=np.float64), 1e-9, 1.0)
+        # (np.clip's own bits as two ufunc calls: its Python wrapper costs more than the work
+        # on a thousand scales, once per throttled solve)
+        scale = np.minimum(np.maximum(np.asarray(scale, dtype=np.float64), 1e-9), 1.0)
         if scale.shape != (R,):
             raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
-        if np.all(scale >= 1.0):
+        if (scale >= 1.0).all():
             return
+        below = scale < 1.0
         endpoints = topo.num_endpoints
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
-        cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
-        cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
+        cap_tx[:R] = np.where(below & (tx > 0), scale * tx, np.inf)
+        cap_rx[:R] = np.where(below & (rx > 0), scale * rx, np.inf)
         self._caps_seen = (np.isfinite(cap_tx), np.isfinite(cap_rx))
         if len(groups) == 1 and not groups[0]._cls.identity:
             if self._throttled_classes(groups[0], cap_tx, cap_rx, previous):
@@ -1520,6 +1523,9 @@ class Network:
         if d is False:
             return None
         lt, wt = d
+        if lt.shape[0]:  # shares, their least per flow, the tie check: one compiled pass
+            tie, rates = K.disjoint_shares(lt, wt, capacity, alive, _REL_TOL)
+            return None if tie else rates
         share = capacity[lt]  # each entry's link's share (inf: unlimited), hop by hop
         share /= wt
         m = share.min(axis=0)
