@@ -2188,27 +2188,32 @@ class Network:
         youngest = float(max(g.start_ps for g in groups))
         levels, self._levels = self._levels, None
         no = np.zeros(1, dtype=np.int64)
+        # (loop invariants bound once: a shared solve at 1024 GPUs steps a thousand lone groups)
+        lone = len(groups) == 1
+        dt, fnow, coalesce, step_one, get = self._dt, float(now), self.coalesce_rel, K.step_one, previous.get
         for g in groups:
-            if g_comp_mode(g, self._throttle) and len(groups) == 1:
+            if lone and g_comp_mode(g, self._throttle):
                 t, t_last = self._predict_parts(g, now, previous, span, youngest)
                 last.append(t_last)
                 t_min = min(t_min, t)
                 continue
             # the groups that were running drain their past window at their old rates, get the
             # credit, and predict; new groups only predict
-            old = previous.get(id(g))
+            old = get(id(g))
             if levels is None and g._alive.size == 1:  # a lone message: no compiled call
-                t, t_last, g._cand = K.step_one(g._alive, g._rem, g._rate if old is None else old,
-                                                self._dt if old is not None else 0.0,
-                                                span if old is not None else 0.0, float(now), g._rate, g._pred,
-                                                self.coalesce_rel, youngest)
+                if old is None:
+                    t, t_last, g._cand = step_one(g._alive, g._rem, g._rate, 0.0, 0.0, fnow, g._rate, g._pred,
+                                                  coalesce, youngest)
+                else:
+                    t, t_last, g._cand = step_one(g._alive, g._rem, old, dt, span, fnow, g._rate, g._pred,
+                                                  coalesce, youngest)
                 last.append(t_last)
                 if t < t_min:
                     t_min = t
                 continue
             t, t_last, g._cand = K.step(g._alive, g._rem, g._rate if old is None else old,
-                                        self._dt if old is not None else 0.0, span if old is not None else 0.0,
-                                        float(now), g._rate, g._pred, self.coalesce_rel, youngest,
+                                        dt if old is not None else 0.0, span if old is not None else 0.0,
+                                        fnow, g._rate, g._pred, coalesce, youngest,
                                         levels is not None, g._cls.q_links if levels else g._links,
                                         levels[0] if levels else g._pred, levels[1] if levels else no)
             last.append(t_last)
