@@ -396,8 +396,16 @@ class Network:
         # the links' solve of at most this many groups, of at least this many flows in all,
         # may partition them (_shared_joint). Below it their per-flow solves are cheap (the
         # 1024-GPU run's pairs of 0.25-1.2M flows: 3-20 ms a solve), and a partition that finds
-        # too little symmetry costs 0.1-0.3 s (all of them there: 20-40% of the flows would be
-        # classes); at 4096 GPUs pairs of 2.1M and 5.6M flows find 12.5% and 11%
+        # too little symmetry costs 0.1-0.3 s; at 4096 GPUs pairs of 2.1M and 5.6M flows find
+        # 12.5% and 11%. Measured at 1024 (session 20, this threshold at 1M, joint_max_tries
+        # unlimited and the refinement's max_fraction at 0.6 so that it is not refused): the
+        # 1.05M-flow AlltoAllv beside the 130k-flow group (87 sizes) partitions into 490,624
+        # classes of 1.18M flows (41%; 41% with the links alone, without the GPUs' virtual
+        # links: the two collectives' mix on shared links breaks the symmetry), 1.1-1.3 CPU-s;
+        # the pair's later solves over them (520k+130k flows: 203,250 + 81,280 classes) take
+        # 9.7 ms against 11 ms per flow (dense parts), and the 130k group's solves beside a
+        # thousand lone messages get slower: the network's solves and predictions took 1.2 CPU-s
+        # more per run, the same rates bit for bit. So 1024's pairs stay per flow.
         self.shared_joint_max_groups = 4
         self.shared_joint_min_flows = 1 << 21
         self._shared_seen: list | None = None  # the classes of the groups of the latest per-flow shared solve
@@ -1443,16 +1451,19 @@ class Network:
         if scale is None:
             return
         # a stalled GPU (no SMs yet) keeps a trickle so that no rate is 0 (predictions divide by it)
-        scale = np.clip(np.asarray(scale, dtype=np.float64), 1e-9, 1.0)
+        # (np.clip's own bits as two ufunc calls: its Python wrapper costs more than the work
+        # on a thousand scales, once per throttled solve)
+        scale = np.minimum(np.maximum(np.asarray(scale, dtype=np.float64), 1e-9), 1.0)
         if scale.shape != (R,):
             raise ValueError(f"throttle: expected {R} scales, got shape {scale.shape}")
-        if np.all(scale >= 1.0):
+        if (scale >= 1.0).all():
             return
+        below = scale < 1.0
         endpoints = topo.num_endpoints
         cap_tx = np.full(endpoints, np.inf)
         cap_rx = np.full(endpoints, np.inf)
-        cap_tx[:R] = np.where((scale < 1.0) & (tx > 0), scale * tx, np.inf)
-        cap_rx[:R] = np.where((scale < 1.0) & (rx > 0), scale * rx, np.inf)
+        cap_tx[:R] = np.where(below & (tx > 0), scale * tx, np.inf)
+        cap_rx[:R] = np.where(below & (rx > 0), scale * rx, np.inf)
         self._caps_seen = (np.isfinite(cap_tx), np.isfinite(cap_rx))
         if len(groups) == 1 and not groups[0]._cls.identity:
             if self._throttled_classes(groups[0], cap_tx, cap_rx, previous):
@@ -1512,6 +1523,9 @@ class Network:
         if d is False:
             return None
         lt, wt = d
+        if lt.shape[0]:  # shares, their least per flow, the tie check: one compiled pass
+            tie, rates = K.disjoint_shares(lt, wt, capacity, alive, _REL_TOL)
+            return None if tie else rates
         share = capacity[lt]  # each entry's link's share (inf: unlimited), hop by hop
         share /= wt
         m = share.min(axis=0)
@@ -2174,27 +2188,32 @@ class Network:
         youngest = float(max(g.start_ps for g in groups))
         levels, self._levels = self._levels, None
         no = np.zeros(1, dtype=np.int64)
+        # (loop invariants bound once: a shared solve at 1024 GPUs steps a thousand lone groups)
+        lone = len(groups) == 1
+        dt, fnow, coalesce, step_one, get = self._dt, float(now), self.coalesce_rel, K.step_one, previous.get
         for g in groups:
-            if g_comp_mode(g, self._throttle) and len(groups) == 1:
+            if lone and g_comp_mode(g, self._throttle):
                 t, t_last = self._predict_parts(g, now, previous, span, youngest)
                 last.append(t_last)
                 t_min = min(t_min, t)
                 continue
             # the groups that were running drain their past window at their old rates, get the
             # credit, and predict; new groups only predict
-            old = previous.get(id(g))
+            old = get(id(g))
             if levels is None and g._alive.size == 1:  # a lone message: no compiled call
-                t, t_last, g._cand = K.step_one(g._alive, g._rem, g._rate if old is None else old,
-                                                self._dt if old is not None else 0.0,
-                                                span if old is not None else 0.0, float(now), g._rate, g._pred,
-                                                self.coalesce_rel, youngest)
+                if old is None:
+                    t, t_last, g._cand = step_one(g._alive, g._rem, g._rate, 0.0, 0.0, fnow, g._rate, g._pred,
+                                                  coalesce, youngest)
+                else:
+                    t, t_last, g._cand = step_one(g._alive, g._rem, old, dt, span, fnow, g._rate, g._pred,
+                                                  coalesce, youngest)
                 last.append(t_last)
                 if t < t_min:
                     t_min = t
                 continue
             t, t_last, g._cand = K.step(g._alive, g._rem, g._rate if old is None else old,
-                                        self._dt if old is not None else 0.0, span if old is not None else 0.0,
-                                        float(now), g._rate, g._pred, self.coalesce_rel, youngest,
+                                        dt if old is not None else 0.0, span if old is not None else 0.0,
+                                        fnow, g._rate, g._pred, coalesce, youngest,
                                         levels is not None, g._cls.q_links if levels else g._links,
                                         levels[0] if levels else g._pred, levels[1] if levels else no)
             last.append(t_last)

@@ -147,3 +147,46 @@ def test_traffic_firsts_branch_free_sums_are_the_skipping_sums(case):
         want = start.copy()
         _traffic_reference(firsts, bounds, seq, alive, rate, want)
         assert np.array_equal(got.view(np.int64), want.view(np.int64)), trial
+
+
+def _disjoint_numpy(lt, wt, capacity, alive, tol):
+    """``Network._disjoint_rates``'s numpy form: (tie, least shares of the live flows, 0 else)."""
+    share = capacity[lt] / wt
+    m = share.min(axis=0)
+    s = np.sort(m[alive])
+    lo, hi = s[:-1], s[1:]
+    return bool(((hi > lo) & (hi <= lo * (1.0 + tol))).any()), np.where(alive, m, 0.0)
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_disjoint_shares_are_the_numpy_least_shares_and_tie_check(case):
+    """Each flow's least share over its hops (unlimited links, zero capacities, framed weights,
+    dead flows, NaN capacities) and the tie check between distinct sorted shares: the same bits
+    and the same answer as the numpy form, with and without near ties, whether the shares take
+    a few values (the distinct ones sorted alone), just over the kernel's table of them, or a
+    thousand."""
+    rng = np.random.default_rng(case)
+    H, F, L = 1 + case % 3, 1024, 5000
+    values = (5, 5, 33, 0)[case % 4]
+    if values:  # a few distinct capacities (a ring step's shares take four or five values)
+        capacity = rng.choice(np.append(rng.random(values - 2) * 1e11, [np.inf, 0.0]), L)
+        wt = np.ones((H, F)) if values == 33 else np.where(rng.random((H, F)) < 0.5, 1.05, 1.0)  # (33: one over)
+    else:
+        capacity = rng.random(L) * 1e11
+        capacity[rng.random(L) < 0.3] = np.inf
+        capacity[rng.random(L) < 0.01] = 0.0
+        wt = np.where(rng.random((H, F)) < 0.5, 1.0 + rng.random((H, F)) * 0.1, 1.0)
+    if case in (5, 6):
+        capacity[rng.random(L) < 0.01] = np.nan
+    lt = rng.integers(0, L, (H, F))
+    alive = rng.random(F) < 0.8
+    tie_case = case in (1, 4)
+    if tie_case:  # one share just above another: a tie the check must see
+        capacity[lt[:, 0]] = 1e10
+        lt[:, 1] = lt[:, 0]
+        wt[:, 1] = wt[:, 0] * (1.0 - 1e-13)
+        alive[:2] = True
+    tie, rates = K.disjoint_shares(lt, wt, capacity, alive, 1e-12)
+    want_tie, want = _disjoint_numpy(lt, wt, capacity, alive, 1e-12)
+    assert tie == want_tie == tie_case
+    np.testing.assert_array_equal(rates.view(np.int64), want.view(np.int64))
