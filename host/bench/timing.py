@@ -59,8 +59,9 @@ finishes is reported with its error, the others still run).
 Parameters: the FP units are measured as they are instantiated everywhere (default latency).
 The gather runs at the SmartNIC preset's datapath and lanes (read from the preset,
 :func:`nic_gather_params`) with a small table set; its size sets its flow (one seed, router2,
-4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather, and a 16-lane seed took
-about 2,000 CPU-s with ``router2`` on an earlier RTL) and its flip-flops on set/reset nets of
+4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather; no 16-lane route has
+finished yet: in session 20 placement alone took most of that limit and ``router2`` stopped
+converging, see ``docs/timing.md``) and its flip-flops on set/reset nets of
 fewer than 64 get that set/reset as a LUT (``lsr_min_ffs``, :func:`unmap_small_lsr_sets`):
 without it, on session 15's RTL (74% of the part's flip-flops on 901 set/reset nets),
 nextpnr's legaliser ping-ponged the flip-flops of the small nets between logic tiles and
@@ -295,8 +296,8 @@ UNITS: tuple[UnitSpec, ...] = (
              note="the smartnic preset's datapath and lanes (64 B, 16 lanes) with a small "
                   "table set (2 tables up to 16 FP32 elements, 8 rows in flight): the lanes' "
                   "FP pipelines and the control are the preset's; one seed, router2 (router1 "
-                  "did not converge on the 2-lane gather; 16 lanes took 1,955 CPU-s with "
-                  "router2 on an earlier RTL); the flip-flops of set/reset nets of fewer than "
+                  "did not converge on the 2-lane gather; no 16-lane route has finished: "
+                  "see docs/timing.md); the flip-flops of set/reset nets of fewer than "
                   "64 take that set/reset as a LUT (lsr_luts), without which nextpnr's "
                   "legaliser never finished the first placement iteration on session 15's "
                   "RTL (74% of the part's flip-flops on 901 set/reset nets)",
