@@ -60,8 +60,8 @@ Parameters: the FP units are measured as they are instantiated everywhere (defau
 The gather runs at the SmartNIC preset's datapath and lanes (read from the preset,
 :func:`nic_gather_params`) with a small table set; its size sets its flow (one seed, router2,
 4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather; no 16-lane route has
-finished yet: in session 20 placement alone took most of that limit and ``router2`` stopped
-converging, see ``docs/timing.md``) and its flip-flops on set/reset nets of
+finished yet: in session 20 placement and sixteen routing iterations used about that limit and
+``router2`` had stopped converging, see ``docs/timing.md``) and its flip-flops on set/reset nets of
 fewer than 64 get that set/reset as a LUT (``lsr_min_ffs``, :func:`unmap_small_lsr_sets`):
 without it, on session 15's RTL (74% of the part's flip-flops on 901 set/reset nets),
 nextpnr's legaliser ping-ponged the flip-flops of the small nets between logic tiles and
