@@ -23,6 +23,11 @@ Figures (each a median over repetitions, timed with CUDA events after warm-up):
 * ``row_update.<dtype>.d<dim>``: ``index_add_`` of one gradient row into each of 1M distinct
   sorted rows (the read-modify-write of an embedding backward after its sort and
   de-duplication): GB/s counting the row read, the gradient read and the row written.
+* ``tbe.*``: a table-batched embedding (TBE) like FBGEMM's, written here in Triton (FBGEMM is
+  not installable on the lent machines): the fused forward and the fused backward + row-wise
+  AdaGrad at Model-A's pooling over 4 GiB of tables, FP32 and FP16, dims 32..256 and Model-A's
+  dim mix, checked against torch first (``tbe.check.*``), beside torch's ``embedding_bag`` and
+  ``sort`` (``measure_tbe``; ``compare_tbe`` gives the efficiencies they imply).
 * ``pcie.h2d_gbytes_per_s`` / ``d2h`` / ``bidir``: pinned host memory copies of 1 GiB.
 * ``cta_copy.<n>``: GB/s of a persistent Triton copy kernel of ``n`` CTAs (how much one
   collective channel, one CTA, can move through HBM), where Triton is installed.
@@ -45,7 +50,7 @@ import time
 from typing import Any, Callable
 
 SUMMARY = ("GPU figures measured with PyTorch on this machine's CUDA device: GEMM, embedding bag, "
-           "row updates, HBM and PCIe copies, per-CTA copy rate, concurrent kernels")
+           "Triton TBE kernels, row updates, HBM and PCIe copies, per-CTA copy rate, concurrent kernels")
 
 #: Model-A's dense widths (host/workloads/presets/model-a.toml): the uniform layer width, the
 #: width after the concatenation and the concatenation's width (93,000 + 3,696).
@@ -300,6 +305,332 @@ def measure_embedding(torch, timer: _Timer, quick: bool) -> dict[str, float]:
     return out
 
 
+#: Model-A's table dims (``host/workloads/presets/model-a.toml``, as ``host/workloads/synth.py``
+#: synthesizes its 1000 tables): the dims at 32 evenly spaced quantiles, mean 93.9 (the
+#: preset's 93); the mixed-dim TBE case uses one table of each.
+MODEL_A_DIM_QUANTILES = (12, 20, 24, 28, 28, 32, 36, 36, 40, 44, 48, 52, 56, 60, 64, 68, 68, 76, 80,
+                         84, 92, 96, 104, 112, 124, 136, 148, 164, 188, 220, 280, 384)
+TBE_TABLE_BYTES = 4 << 30   # tables of each case: 4 GiB, far beyond the H100's 50 MB L2
+TBE_BAGS = 1 << 16          # bags per launch (tables x bags each), as ``measure_embedding``'s
+TBE_L_BLOCK = 16            # lookups of one bag gathered at once (Model-A's pooling 15 fits)
+TBE_ADAGRAD = (0.01, 1e-8)  # learning rate and epsilon of the checked and timed updates
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _tbe_kernels():
+    """Triton kernels of a table-batched embedding (TBE) like FBGEMM's, written for this
+    benchmark (not FBGEMM's code): ``forward`` sums each bag's rows in registers, one program
+    per (bag, table) of a launch over many tables; ``backward`` is the fused backward with
+    row-wise AdaGrad, one program per block of unique rows after the sort. Raises ImportError
+    where Triton is missing."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["t0"])
+    def tbe_forward(weights, table_offsets, dims, out_cols, indices, offsets, out, out_stride, B, t0,
+                    L_BLOCK: tl.constexpr, D_BLOCK: tl.constexpr):
+        b = tl.program_id(0)
+        t = t0 + tl.program_id(1)
+        start = tl.load(offsets + t * B + b)
+        end = tl.load(offsets + t * B + b + 1)
+        d = tl.multiple_of(tl.load(dims + t), 4)               # dims are multiples of 4 (16-byte
+        woff = tl.multiple_of(tl.load(table_offsets + t), 4)   # FP32 rows): vector loads
+        cols = tl.arange(0, D_BLOCK)
+        cmask = cols < d
+        acc = tl.zeros([D_BLOCK], dtype=tl.float32)
+        l0 = start
+        # while loops, not ranges: Triton's interpreter (the CPU tests) under NumPy 2.4 cannot
+        # take a loaded value as a range's bound
+        while l0 < end:
+            r = l0 + tl.arange(0, L_BLOCK)
+            m = r < end
+            idx = tl.load(indices + r, mask=m, other=0).to(tl.int64)
+            v = tl.load(weights + woff + idx[:, None] * d + cols[None, :], mask=m[:, None] & cmask[None, :], other=0.0)
+            acc += tl.sum(v.to(tl.float32), axis=0)
+            l0 += L_BLOCK
+        dst = out + b.to(tl.int64) * out_stride + tl.multiple_of(tl.load(out_cols + t), 4) + cols
+        tl.store(dst, acc.to(out.dtype.element_ty), mask=cmask)
+
+    @triton.jit(do_not_specialize=["u0", "u1"])
+    def tbe_backward_adagrad(weights, momentum, table_offsets, row_bases, dims, out_cols, grad, grad_stride,
+                             uniq_rows, seg, sorted_bags, u0, u1, B, lr, eps,
+                             U_BLOCK: tl.constexpr, D_BLOCK: tl.constexpr):
+        u = u0 + tl.program_id(0) * U_BLOCK + tl.arange(0, U_BLOCK)
+        um = u < u1
+        s = tl.load(seg + u, mask=um, other=0)
+        e = tl.load(seg + u + 1, mask=um, other=0)
+        row = tl.load(uniq_rows + u, mask=um, other=0)
+        bag = tl.load(sorted_bags + s, mask=um, other=0)
+        t = bag // B
+        d = tl.multiple_of(tl.load(dims + t, mask=um, other=0), 4)
+        col0 = tl.multiple_of(tl.load(out_cols + t, mask=um, other=0).to(tl.int64), 4)
+        woff = tl.multiple_of(tl.load(table_offsets + t, mask=um, other=0)
+                              + (row - tl.load(row_bases + t, mask=um, other=0)) * d, 4)
+        cols = tl.arange(0, D_BLOCK)
+        mask = um[:, None] & (cols[None, :] < d[:, None])
+        # the segment of each unique row: its first lookup's gradient row, then the rest
+        g = tl.load(grad + (bag % B).to(tl.int64)[:, None] * grad_stride + col0[:, None] + cols[None, :],
+                    mask=mask, other=0.0).to(tl.float32)
+        longest = tl.max(e - s, axis=0)
+        k = tl.full([], 1, tl.int32)
+        while k < longest:
+            mk = um & (s + k < e)
+            bk = tl.load(sorted_bags + s + k, mask=mk, other=0)
+            g += tl.load(grad + (bk % B).to(tl.int64)[:, None] * grad_stride + col0[:, None] + cols[None, :],
+                         mask=mask & mk[:, None], other=0.0).to(tl.float32)
+            k += 1
+        # row-wise AdaGrad: one FP32 state per row, the mean of the squared gradient
+        mom = tl.load(momentum + row, mask=um, other=0.0) + tl.sum(g * g, axis=1) / tl.maximum(d, 1).to(tl.float32)
+        tl.store(momentum + row, mom, mask=um)
+        ptr = weights + woff[:, None] + cols[None, :]
+        w = tl.load(ptr, mask=mask, other=0.0).to(tl.float32)
+        w -= (lr / (tl.sqrt(mom) + eps))[:, None] * g
+        tl.store(ptr, w.to(weights.dtype.element_ty), mask=mask)
+
+    return tbe_forward, tbe_backward_adagrad
+
+
+class _TBE:
+    """One TBE case: ``dims`` (tables sorted by dim) of ``rows`` rows each in one flat weight
+    buffer of ``dtype``, row-wise AdaGrad state (FP32 per row), ``bags`` bags per table of
+    ``lengths`` lookups (table-major offsets, as FBGEMM's: bag ``t * bags + b``), uniformly
+    random int32 indices; the pooled output (and its gradient) is ``[bags, sum(dims)]`` of the
+    tables' dtype. Tables are launched in buckets of one power-of-two tile width (one launch
+    for uniform dims; a table's tile is its dim rounded up to a power of two)."""
+
+    def __init__(self, torch, device: str, dtype, dims: list[int], rows: int, bags: int, lengths, generator,
+                 kernels=None) -> None:
+        self.torch, self.device, self.dtype = torch, device, dtype
+        self.dims, self.rows, self.bags = list(dims), int(rows), int(bags)
+        if self.dims != sorted(self.dims) or any(d <= 0 or d % 4 for d in self.dims):
+            raise ValueError(f"tbe: dims: expected positive multiples of 4 (as FBGEMM's), sorted (one tile "
+                             f"width a contiguous run of tables), got {self.dims}")
+        T, dev, i64 = len(self.dims), device, torch.int64
+        d = torch.tensor(self.dims, dtype=i64)
+        self.dims_t = d.to(torch.int32).to(dev)
+        self.table_offsets = (torch.cumsum(d * rows, 0) - d * rows).to(dev)
+        self.row_bases = (torch.arange(T, dtype=i64) * rows).to(dev)
+        self.out_cols = (torch.cumsum(d, 0) - d).to(dev)
+        self.total_d = int(d.sum())
+        self.weights = torch.empty(int((d * rows).sum()), device=dev, dtype=dtype)
+        self.weights.uniform_(-0.5, 0.5, generator=generator)
+        self.momentum = torch.zeros(T * rows, device=dev, dtype=torch.float32)
+        lengths = lengths.to(dev)
+        self.offsets = torch.zeros(T * bags + 1, device=dev, dtype=i64)
+        self.offsets[1:] = torch.cumsum(lengths, 0)
+        self.lookups = int(self.offsets[-1])
+        self.indices = torch.randint(0, rows, (self.lookups,), device=dev, generator=generator, dtype=i64)
+        self.bag_of = torch.repeat_interleave(torch.arange(T * bags, device=dev, dtype=i64), lengths)
+        self.keys = self.indices + self.row_bases[self.bag_of // bags]       # global row ids
+        self.indices = self.indices.to(torch.int32)
+        self.offsets = self.offsets.to(torch.int32)
+        self.bag_of = self.bag_of.to(torch.int32)
+        self.out = torch.empty(bags, self.total_d, device=dev, dtype=dtype)
+        self.grad = torch.empty(bags, self.total_d, device=dev, dtype=dtype).uniform_(-1, 1, generator=generator)
+        self.buckets: list[tuple[int, int, int]] = []          # (first table, end, tile width)
+        for t, dim in enumerate(self.dims):
+            if self.buckets and self.buckets[-1][2] == _pow2(dim):
+                self.buckets[-1] = (self.buckets[-1][0], t + 1, _pow2(dim))
+            else:
+                self.buckets.append((t, t + 1, _pow2(dim)))
+        self.kernels = _tbe_kernels() if kernels is None else kernels
+        self.sorted = None
+
+    def forward(self):
+        fwd = self.kernels[0]
+        for t0, t1, width in self.buckets:
+            warps = max(1, min(8, TBE_L_BLOCK * width // 256))
+            fwd[(self.bags, t1 - t0)](self.weights, self.table_offsets, self.dims_t, self.out_cols, self.indices,
+                                      self.offsets, self.out, self.total_d, self.bags, t0,
+                                      L_BLOCK=TBE_L_BLOCK, D_BLOCK=width, num_warps=warps)
+        return self.out
+
+    def sort(self):
+        """The backward's sort (torch): lookups by global row, their bags, the unique rows and
+        their segments (``seg[u]..seg[u+1]``), and where each bucket's unique rows start."""
+        torch = self.torch
+        keys, perm = torch.sort(self.keys)
+        bags = self.bag_of[perm]
+        uniq, counts = torch.unique_consecutive(keys, return_counts=True)
+        seg = torch.zeros(uniq.numel() + 1, device=self.device, dtype=torch.int32)
+        seg[1:] = torch.cumsum(counts, 0)
+        firsts = self.row_bases[[t0 for t0, _, _ in self.buckets]]
+        starts = torch.searchsorted(uniq, firsts).tolist() + [uniq.numel()]
+        self.sorted = (uniq, seg, bags, starts)
+        return self.sorted
+
+    def backward(self):
+        uniq, seg, bags, starts = self.sorted
+        bwd = self.kernels[1]
+        lr, eps = TBE_ADAGRAD
+        for (t0, t1, width), u0, u1 in zip(self.buckets, starts, starts[1:]):
+            if u1 <= u0:
+                continue
+            block = max(1, min(64, 2048 // width))
+            bwd[(-(-(u1 - u0) // block),)](self.weights, self.momentum, self.table_offsets, self.row_bases,
+                                           self.dims_t, self.out_cols, self.grad, self.total_d, uniq, seg, bags,
+                                           u0, u1, self.bags, lr, eps, U_BLOCK=block, D_BLOCK=width, num_warps=4)
+
+    def reference(self):
+        """torch's results for this case: the pooled output (``embedding_bag``, mode sum, per
+        table) and the weights and state after one row-wise AdaGrad step on ``grad``."""
+        torch = self.torch
+        F = torch.nn.functional
+        lr, eps = TBE_ADAGRAD
+        outs, weights, moms = [], self.weights.clone().float(), self.momentum.clone()
+        B, rows = self.bags, self.rows
+        for t, dim in enumerate(self.dims):
+            w0 = int(self.table_offsets[t])
+            table = weights[w0: w0 + rows * dim].view(rows, dim)
+            lo, hi = int(self.offsets[t * B]), int(self.offsets[(t + 1) * B])
+            idx = self.indices[lo:hi].long()
+            offs = self.offsets[t * B:(t + 1) * B].long() - lo
+            outs.append(F.embedding_bag(idx, table, offs, mode="sum"))
+            col = int(self.out_cols[t])
+            per_lookup = self.grad[:, col: col + dim].float()[self.bag_of[lo:hi].long() - t * B]
+            g = torch.zeros(rows, dim, dtype=torch.float32, device=self.device).index_add_(0, idx, per_lookup)
+            touched = torch.unique(idx)
+            m = moms[t * rows: (t + 1) * rows]
+            m[touched] += (g[touched] ** 2).mean(1)
+            table[touched] -= lr * g[touched] / (m[touched].sqrt() + eps)[:, None]
+        return torch.cat(outs, 1), weights, moms
+
+    def unique_per_table(self) -> list[int]:
+        """Unique rows of each table in the last :meth:`sort`."""
+        uniq = self.sorted[0]
+        bounds = self.torch.searchsorted(uniq, self.torch.cat([self.row_bases, self.row_bases[-1:] + self.rows]))
+        return [int(b - a) for a, b in zip(bounds.tolist(), bounds.tolist()[1:])]
+
+    def lookups_per_table(self) -> list[int]:
+        off = self.offsets[:: self.bags].tolist()
+        return [b - a for a, b in zip(off, off[1:])]
+
+    def forward_bytes(self) -> tuple[float, float]:
+        """``sim.gpu.embedding_forward_cost``'s bytes, (gathered, streamed): every row read
+        rounded up to 32-byte sectors; 4-byte indices and the pooled output written (the
+        offsets, 4 bytes a bag, are not counted, as the model does not)."""
+        size = self.weights.element_size()
+        gather = sum(n * _sectors(dim * size) for n, dim in zip(self.lookups_per_table(), self.dims))
+        return float(gather), float(4 * self.lookups + self.bags * self.total_d * size)
+
+    def backward_bytes(self) -> tuple[float, float]:
+        """``sim.gpu.embedding_backward_cost``'s bytes of the fused kernel, (row traffic,
+        streamed): each unique row's weights and FP32 state read and written, each rounded up to
+        32-byte sectors; one gradient row read per lookup (the sort's bytes are its own figure)."""
+        size = self.weights.element_size()
+        rows = sum(u * 2 * (_sectors(dim * size) + _sectors(4)) for u, dim in zip(self.unique_per_table(), self.dims))
+        grads = sum(n * dim * size for n, dim in zip(self.lookups_per_table(), self.dims))
+        return float(rows), float(grads)
+
+
+def tbe_check(torch, device: str = "cuda", seed: int = 5) -> dict[str, float]:
+    """The TBE kernels against torch on small cases with many duplicate rows, empty bags and
+    bags longer than one tile (FP32 and FP16 tables of dims 4..92 in five tile widths): the
+    largest absolute difference of the pooled output, and of the weights and AdaGrad state after
+    one fused backward step, from :meth:`_TBE.reference`; ``tbe.check.<dtype>.ok`` is 1 when
+    each is within rounding (relative 1e-5 for FP32, 2e-3 for FP16 results)."""
+    out: dict[str, float] = {}
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    kernels = _tbe_kernels()
+    for name, dtype, tol in (("fp32", torch.float32, 1e-5), ("fp16", torch.float16, 2e-3)):
+        dims, bags = [4, 12, 20, 64, 92], 24
+        lengths = torch.randint(0, 2 * TBE_L_BLOCK, (len(dims) * bags,), device=device, generator=g)
+        case = _TBE(torch, device, dtype, dims, 40, bags, lengths, g, kernels)
+        ref_out, ref_w, ref_m = case.reference()
+        pooled = case.forward().float()
+        case.sort()
+        case.backward()
+        errors = {"forward": ((pooled - ref_out).abs().max(), ref_out.abs().max()),
+                  "weights": ((case.weights.float() - ref_w).abs().max(), ref_w.abs().max()),
+                  "momentum": ((case.momentum - ref_m).abs().max(), ref_m.abs().max())}
+        ok = True
+        for what, (err, scale) in errors.items():
+            out[f"tbe.check.{name}.{what}_max_abs_error"] = float(err)
+            ok = ok and float(err) <= tol * max(1.0, float(scale))
+        out[f"tbe.check.{name}.ok"] = 1.0 if ok else 0.0
+    return out
+
+
+def measure_tbe(torch, timer: _Timer, quick: bool) -> dict[str, float]:
+    """A TBE-like fused forward and fused backward + row-wise AdaGrad, Triton kernels written
+    here (:func:`_tbe_kernels`; FBGEMM itself is not installable on the lent machines): what
+    this access pattern achieves on this GPU, between torch's unfused kernels
+    (``embedding_bag``, ``row_update``) and the data sheet. Checked against torch first
+    (``tbe.check.*``). Each case: 4 GiB of tables (``TBE_TABLE_BYTES``), 65,536 bags of
+    Model-A's pooling 15 over 8 tables of one dim (``d<dim>``) or 32 tables of Model-A's dim
+    mix (``model_a``, :data:`MODEL_A_DIM_QUANTILES`), uniformly random indices. Figures per
+    ``<dtype>.<case>``: ``tbe.forward`` ms and GB/s at the forward model's bytes (with its
+    gathered and streamed bytes); ``tbe.embedding_bag``: torch's kernel on the same lookups
+    (uniform dims); ``tbe.sort``: ``torch.sort`` of the lookups' int64 row keys with their
+    permutation, and ``tbe.sort_unique``: the whole preparation (sort, bags permuted, unique
+    rows and segments; it waits on the host twice); ``tbe.backward_adagrad``: the fused kernel
+    after the sort, ms and GB/s at the backward model's bytes without the sort's (row traffic
+    and gradient reads), with its lookups and unique rows per table."""
+    try:
+        _tbe_kernels()
+    except ImportError:
+        return {"tbe.available": 0.0, "tbe.skipped": "Triton is not installed (pip install triton)"}
+    cases = [("fp32", d) for d in (32, 64, 92, 128, 256)] + [("fp16", d) for d in (64, 92, 128, 256)]
+    cases += [("fp32", "model_a"), ("fp16", "model_a")]
+    if quick:
+        cases = [("fp32", 92), ("fp16", 128), ("fp32", "model_a")]
+    out: dict[str, Any] = {"tbe.available": 1.0}
+    out.update(tbe_check(torch, "cuda"))
+    out.update(tbe_figures(torch, timer, "cuda", cases, TBE_TABLE_BYTES // (4 if quick else 1), TBE_BAGS))
+    return out
+
+
+def tbe_figures(torch, timer: Callable[..., float], device: str, cases: list[tuple[str, Any]],
+                table_bytes: int, bags_per_launch: int, seed: int = 2) -> dict[str, Any]:
+    """:func:`measure_tbe`'s timed figures for ``cases`` of ``(dtype, dim or "model_a")``, each
+    with about ``table_bytes`` of tables and ``bags_per_launch`` bags of Model-A's pooling."""
+    out: dict[str, Any] = {}
+    F = torch.nn.functional
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    dts = {"fp32": torch.float32, "fp16": torch.float16}
+    kernels = _tbe_kernels()
+    for dtype, dim in cases:
+        dims = list(MODEL_A_DIM_QUANTILES) if dim == "model_a" else [dim] * 8
+        name = f"{dtype}.{dim if dim == 'model_a' else f'd{dim}'}"
+        rows = table_bytes // (DTYPE_BYTES[dtype] * sum(dims))
+        bags = bags_per_launch // len(dims)
+        lengths = torch.full((len(dims) * bags,), POOLING, device=device, dtype=torch.int64)
+        case = _TBE(torch, device, dts[dtype], dims, rows, bags, lengths, g, kernels)
+        gather, stream = case.forward_bytes()
+        ms = timer(case.forward)
+        out[f"tbe.forward.{name}.ms"] = ms
+        out[f"tbe.forward.{name}.gbytes_per_s"] = (gather + stream) / (ms * 1e-3) / 1e9
+        out[f"tbe.forward.{name}.gather_bytes"], out[f"tbe.forward.{name}.stream_bytes"] = gather, stream
+        out[f"tbe.{name}.tables"], out[f"tbe.{name}.bags"] = float(len(dims)), float(bags)
+        out[f"tbe.{name}.rows"], out[f"tbe.{name}.lookups"] = float(rows), float(case.lookups)
+        if dim != "model_a":
+            table = case.weights.view(-1, dim)
+            keys32, offs = case.keys.to(torch.int32), case.offsets[:-1]
+            ms = timer(lambda: F.embedding_bag(keys32, table, offs, mode="sum"))
+            out[f"tbe.embedding_bag.{name}.ms"] = ms
+            out[f"tbe.embedding_bag.{name}.gbytes_per_s"] = (gather + stream) / (ms * 1e-3) / 1e9
+            del table, keys32, offs
+        out[f"tbe.sort.{name}.ms"] = timer(lambda: torch.sort(case.keys), reps=5)
+        out[f"tbe.sort_unique.{name}.ms"] = timer(case.sort, reps=3, warmup=1, rounds=3)
+        case.sort()
+        row_bytes, grad_bytes = case.backward_bytes()
+        ms = timer(case.backward)
+        out[f"tbe.backward_adagrad.{name}.ms"] = ms
+        out[f"tbe.backward_adagrad.{name}.gbytes_per_s"] = (row_bytes + grad_bytes) / (ms * 1e-3) / 1e9
+        out[f"tbe.backward_adagrad.{name}.row_bytes"] = row_bytes
+        out[f"tbe.backward_adagrad.{name}.grad_bytes"] = grad_bytes
+        out[f"tbe.backward_adagrad.{name}.unique_rows_per_table"] = case.unique_per_table()
+        del case
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
 def _triton_copy():
     """A persistent copy kernel: ``grid`` CTAs stride over the buffer (as a collective's
     channels do), or None where Triton is missing."""
@@ -525,7 +856,7 @@ def measure_concurrent(torch, timer: _Timer, quick: bool) -> dict[str, float]:
 
 SECTIONS: dict[str, Callable] = {"gemm": measure_gemm, "gemm_sweep": measure_gemm_sweep,
                                  "copies": measure_copies,
-                                 "embedding": measure_embedding, "cta_copy": measure_cta_copy,
+                                 "embedding": measure_embedding, "tbe": measure_tbe, "cta_copy": measure_cta_copy,
                                  "concurrent": measure_concurrent, "dense": measure_dense}
 
 
@@ -609,11 +940,61 @@ def compare(measured: dict[str, Any], preset: str) -> dict[str, Any]:
         name = ".".join(parts[:-1])
         out[name] = {"measured_ms": value, "model_ms": model_ms, "measured_over_model": value / model_ms}
     out.update(compare_dense(measured, preset))
+    out.update(compare_tbe(measured, preset))
     if "hbm_copy_gbytes_per_s" in measured:
         model = spec.hbm_gbytes_per_s * spec.efficiency.hbm_stream
         out["hbm_copy"] = {"measured_gbytes_per_s": measured["hbm_copy_gbytes_per_s"],
                            "model_gbytes_per_s": model,
                            "measured_over_model": measured["hbm_copy_gbytes_per_s"] / model}
+    return out
+
+
+def compare_tbe(measured: dict[str, Any], preset: str) -> dict[str, Any]:
+    """``measure_tbe``'s Triton TBE kernels beside ``sim.gpu``'s fused embedding costs: per case,
+    the measured and modelled ms (the forward; the backward as ``torch.sort`` + the fused
+    kernel), the fraction of the data sheet's HBM bandwidth the kernel reached at the model's
+    bytes, and the efficiency that would make the model's time the measured one with every
+    other parameter as it is (``implied_embedding_random`` from the forward's gathered bytes,
+    ``implied_embedding_backward`` from the fused kernel's row traffic, and the sort's
+    ``implied_sort_bytes_per_key`` at streaming efficiency)."""
+    from neonic.sim.gpu import embedding_backward_cost, embedding_forward_cost, gpu_preset
+
+    spec = gpu_preset(preset)
+    eff, peak = spec.efficiency, spec.hbm_bytes_per_s
+    launch = eff.launch_overhead_s
+    out: dict[str, Any] = {}
+    for key in measured:
+        parts = key.split(".")
+        if parts[:2] != ["tbe", "forward"] or parts[-1] != "ms":
+            continue
+        dtype, case = parts[2], parts[3]
+        name = f"{dtype}.{case}"
+        if f"tbe.backward_adagrad.{name}.ms" not in measured:
+            continue
+        tables, bags = int(measured[f"tbe.{name}.tables"]), int(measured[f"tbe.{name}.bags"])
+        dims = list(MODEL_A_DIM_QUANTILES) if case == "model_a" else [int(case[1:])] * tables
+        size = DTYPE_BYTES[dtype]
+        lookups = [int(measured[f"tbe.{name}.lookups"]) // tables] * tables
+        uniques = measured[f"tbe.backward_adagrad.{name}.unique_rows_per_table"]
+        fwd_model = launch + sum(embedding_forward_cost(spec, n, d * size, bags, d * size).time_s - launch
+                                 for n, d in zip(lookups, dims))
+        bwd_model = 2 * launch + sum(embedding_backward_cost(spec, n, u, d * size, d * size).time_s - 2 * launch
+                                     for n, u, d in zip(lookups, uniques, dims))
+        fwd_s = measured[key] * 1e-3
+        sort_s = measured[f"tbe.sort.{name}.ms"] * 1e-3
+        bwd_s = measured[f"tbe.backward_adagrad.{name}.ms"] * 1e-3
+        gather, stream = (measured[f"tbe.forward.{name}.{k}_bytes"] for k in ("gather", "stream"))
+        rows, grads = (measured[f"tbe.backward_adagrad.{name}.{k}_bytes"] for k in ("row", "grad"))
+        out[f"tbe.forward.{name}"] = {
+            "measured_ms": fwd_s * 1e3, "model_ms": fwd_model * 1e3, "measured_over_model": fwd_s / fwd_model,
+            "fraction_of_hbm": (gather + stream) / fwd_s / peak,
+            "implied_embedding_random": gather / peak / (fwd_s - launch - stream / (peak * eff.hbm_stream))}
+        out[f"tbe.backward_adagrad.{name}"] = {
+            "measured_ms": (sort_s + bwd_s) * 1e3, "model_ms": bwd_model * 1e3,
+            "measured_over_model": (sort_s + bwd_s) / bwd_model,
+            "fraction_of_hbm": (rows + grads) / bwd_s / peak,
+            "implied_embedding_backward": rows / peak / (bwd_s - launch - grads / (peak * eff.hbm_stream)),
+            "implied_sort_bytes_per_key": (sort_s - launch) * peak * eff.hbm_stream / sum(lookups)}
     return out
 
 

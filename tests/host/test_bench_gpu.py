@@ -155,3 +155,104 @@ def test_model_a_dense_part_beside_the_measurement(device, preset):
         assert c[f"dense.w971.b{batch}"]["gemm_kernels_over_model"] > 2.0
     # the fused Adam step is within 30% of the model's one-pass streaming estimate
     assert c["dense.adam"]["measured_over_model"] == pytest.approx(1.0, abs=0.3)
+
+
+def test_the_tbe_section_says_when_triton_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    out = bench_gpu.measure_tbe(None, None, quick=True)
+    assert out["tbe.available"] == 0.0 and "Triton is not installed" in out["tbe.skipped"]
+    assert "tbe" in bench_gpu.SECTIONS
+
+
+def _tbe_measured(preset, scale_fwd=1.0, scale_bwd=1.0):
+    """A ``measure_tbe`` result whose times are the model's own for ``preset`` (times scale):
+    one uniform and one Model-A mix case, every row unique, the sort at its modelled bytes."""
+    from neonic.sim.gpu import gpu_preset
+
+    spec = gpu_preset(preset)
+    eff, peak, launch = spec.efficiency, spec.hbm_bytes_per_s, spec.efficiency.launch_overhead_s
+    m = {}
+    for dtype, case, dims in (("fp32", "d92", [92] * 8), ("fp16", "model_a", list(bench_gpu.MODEL_A_DIM_QUANTILES))):
+        size, bags = bench_gpu.DTYPE_BYTES[dtype], 65536 // len(dims)
+        n = bags * bench_gpu.POOLING
+        name = f"{dtype}.{case}"
+        gather = sum(n * -(-d * size // 32) * 32 for d in dims)
+        stream = 4 * n * len(dims) + bags * sum(dims) * size
+        rows = sum(n * 2 * (-(-d * size // 32) * 32 + 32) for d in dims)
+        grads = sum(n * d * size for d in dims)
+        m.update({f"tbe.{name}.tables": float(len(dims)), f"tbe.{name}.bags": float(bags),
+                  f"tbe.{name}.lookups": float(n * len(dims)),
+                  f"tbe.forward.{name}.gather_bytes": float(gather), f"tbe.forward.{name}.stream_bytes": float(stream),
+                  f"tbe.forward.{name}.ms": scale_fwd * 1e3 * (launch + gather / (peak * eff.embedding_random)
+                                                               + stream / (peak * eff.hbm_stream)),
+                  f"tbe.sort.{name}.ms": 1e3 * (launch + n * len(dims) * eff.sort_bytes_per_key / (peak * eff.hbm_stream)),
+                  f"tbe.backward_adagrad.{name}.row_bytes": float(rows),
+                  f"tbe.backward_adagrad.{name}.grad_bytes": float(grads),
+                  f"tbe.backward_adagrad.{name}.unique_rows_per_table": [n] * len(dims),
+                  f"tbe.backward_adagrad.{name}.ms": scale_bwd * 1e3 * (launch + rows / (peak * eff.embedding_backward)
+                                                                        + grads / (peak * eff.hbm_stream))})
+    return m
+
+
+def test_tbe_figures_beside_the_model_give_the_efficiencies_they_imply():
+    """A measurement that took exactly the model's time implies the preset's own efficiencies;
+    one whose kernels took twice as long implies about half of them (less the streamed part)."""
+    from neonic.sim.gpu import gpu_preset
+
+    eff = gpu_preset("h100-sxm-80gb").efficiency
+    c = bench_gpu.compare(_tbe_measured("h100-sxm-80gb"), "h100-sxm-80gb")
+    for name in ("fp32.d92", "fp16.model_a"):
+        fwd, bwd = c[f"tbe.forward.{name}"], c[f"tbe.backward_adagrad.{name}"]
+        assert fwd["measured_over_model"] == pytest.approx(1.0, rel=1e-9)
+        assert fwd["implied_embedding_random"] == pytest.approx(eff.embedding_random, rel=1e-9)
+        assert bwd["measured_over_model"] == pytest.approx(1.0, rel=1e-9)
+        assert bwd["implied_embedding_backward"] == pytest.approx(eff.embedding_backward, rel=1e-9)
+        assert bwd["implied_sort_bytes_per_key"] == pytest.approx(eff.sort_bytes_per_key, rel=1e-9)
+        assert 0 < fwd["fraction_of_hbm"] < eff.embedding_random + 0.1
+    slow = bench_gpu.compare(_tbe_measured("h100-sxm-80gb", 2.0, 2.0), "h100-sxm-80gb")
+    assert slow["tbe.forward.fp32.d92"]["implied_embedding_random"] < 0.5 * eff.embedding_random
+    assert slow["tbe.backward_adagrad.fp32.d92"]["implied_embedding_backward"] < 0.5 * eff.embedding_backward
+
+
+def _torch_and_triton():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    return torch
+
+
+def test_tbe_kernels_match_torch_under_the_triton_interpreter(monkeypatch):
+    """The Triton TBE kernels run on the CPU (Triton's interpreter) against torch: the pooled
+    sums of bags with duplicates, empty bags and bags longer than a tile, and the fused
+    backward's weights and row-wise AdaGrad state; then the timed path at a tiny size, whose
+    byte counts are the model's. Needs torch and triton (CI has neither: skipped there)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")            # before triton's import reads it
+    torch = _torch_and_triton()
+    check = bench_gpu.tbe_check(torch, "cpu")
+    for dtype, tol in (("fp32", 1e-5), ("fp16", 2e-2)):
+        assert check[f"tbe.check.{dtype}.ok"] == 1.0, check
+        for what in ("forward", "weights", "momentum"):
+            assert check[f"tbe.check.{dtype}.{what}_max_abs_error"] < tol
+    calls = []
+
+    def timer(fn, **_):
+        calls.append(fn())
+        return 1.0
+    fig = bench_gpu.tbe_figures(torch, timer, "cpu", [("fp32", 12), ("fp16", "model_a")], 1 << 18, 256)
+    n = 256 // 8 * 15
+    assert fig["tbe.fp32.d12.lookups"] == 8 * n and fig["tbe.fp32.d12.rows"] == (1 << 18) // (4 * 12 * 8)
+    assert fig["tbe.forward.fp32.d12.gather_bytes"] == 8 * n * 64               # 48-byte rows: 2 sectors
+    assert fig["tbe.forward.fp32.d12.stream_bytes"] == 8 * n * 4 + 256 // 8 * 96 * 4
+    uniq = fig["tbe.backward_adagrad.fp32.d12.unique_rows_per_table"]
+    assert len(uniq) == 8 and all(0 < u <= n for u in uniq)
+    assert fig["tbe.backward_adagrad.fp32.d12.row_bytes"] == sum(uniq) * 2 * (64 + 32)
+    assert fig["tbe.backward_adagrad.fp16.model_a.grad_bytes"] == 256 // 32 * 15 * sum(bench_gpu.MODEL_A_DIM_QUANTILES) * 2
+    assert fig["tbe.embedding_bag.fp32.d12.ms"] == 1.0 and "tbe.embedding_bag.fp16.model_a.ms" not in fig
+
+
+def test_tbe_cases_need_sorted_dims_in_multiples_of_four():
+    torch = _torch_and_triton()
+    lengths = torch.full((2 * 4,), 3)
+    for dims in ([8, 4], [6, 8]):
+        with pytest.raises(ValueError, match="dims"):
+            bench_gpu._TBE(torch, "cpu", torch.float32, dims, 10, 4, lengths, torch.Generator())
