@@ -274,10 +274,16 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         # persistent_gemm: a high-priority copy kernel behind a 16384^3 BF16 GEMM ended with it
         # (12.46 and 12.40 ms; 0.72 ms alone), behind an FP32 GEMM at 3.38 ms. Not fitted to any
         # result of neonic. PyTorch's embedding_bag reached 1,350 GB/s (0.40 of HBM) at FP32,
-        # D=92, and index_add_'s row updates 1,600 GB/s: lower bounds for FBGEMM's fused kernels;
-        # the embedding fractions keep their A100 ASSUMPTIONs.
+        # D=92, and index_add_'s row updates 1,600 GB/s: lower bounds for FBGEMM's fused kernels.
+        # MEASURED (sim/data/nvidia-h100.json, tbe.*, session 21, one run; compare_tbe):
+        # embedding_random and embedding_backward are what a table-batched Triton forward and a
+        # fused backward + row-wise AdaGrad (kernels like FBGEMM's, written for `neonic bench gpu
+        # --sections=tbe`; FBGEMM's own could not be carried to the lent machine) imply at the
+        # model's bytes for Model-A's dim mix (32 tables at its dim quantiles, FP32, pooling 15,
+        # uniformly random rows over 4 GiB): forward 0.191 ms, backward kernel 0.496 ms.
         persistent_gemm=True,
-        efficiency=GPUEfficiency(gemm=0.800, hbm_stream=0.903),
+        efficiency=GPUEfficiency(gemm=0.800, hbm_stream=0.903, embedding_random=0.635,
+                                 embedding_backward=0.634),
     ),
     # GH200's Hopper GPU: the H100's SMs and tensor peaks (NVIDIA GH200 Grace Hopper Superchip data
     # sheet / H100 data sheet: FP16/BF16 dense 990 TFLOP/s, FP8 1,979), with 96 GB of HBM3 at
@@ -304,9 +310,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     # CUDA 13.0, 2026-11-26): 132 SMs; 143,771 MiB of HBM (nvidia-smi); efficiency.gemm is the
     # measured 8192^3 BF16 product, 800.4 of 989.5 TFLOP/s (MAMF's H100 SXM figure is 0.803);
     # efficiency.hbm_stream the measured device-to-device copy, 4,272 of 4,800 GB/s. Not fitted
-    # to any result of neonic. The embedding fractions keep their A100 ASSUMPTIONs: PyTorch's own
-    # embedding_bag reached 1,477 GB/s (0.31 of HBM) at FP32, D=92, and index_add_'s row
-    # updates 1,718 GB/s (0.36), lower bounds for FBGEMM's fused kernels, which were not measured.
+    # to any result of neonic. PyTorch's own embedding_bag reached 1,477 GB/s (0.31 of HBM) at
+    # FP32, D=92, and index_add_'s row updates 1,718 GB/s (0.36), lower bounds for FBGEMM's fused
+    # kernels. MEASURED (sim/data/nvidia-h200.json, tbe.*, session 21, one run; compare_tbe):
+    # embedding_random and embedding_backward as for the H100 above (Triton TBE-like kernels at
+    # Model-A's dim mix, FP32): forward 0.141 ms, backward kernel 0.436 ms.
     "h200-141gb": GPUSpec(
         name="h200-141gb",
         peak_tflops={"fp16": 989.5, "bf16": 989.5, "tf32": 494.5, "fp32": 67.0, "fp8": 1979.0},
@@ -316,7 +324,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         nvlink_gbytes_per_s=450.0,
         pcie_gbytes_per_s=64.0,
         persistent_gemm=True,
-        efficiency=GPUEfficiency(gemm=0.809, hbm_stream=0.890),
+        efficiency=GPUEfficiency(gemm=0.809, hbm_stream=0.890, embedding_random=0.605,
+                                 embedding_backward=0.473),
     ),
     # AMD Instinct MI300A (AMD data sheet): 228 CDNA 3 compute units, FP16/BF16 dense matrix
     # 980.6 TFLOP/s, FP8 1,961.2, TF32 490.3, FP32 122.6; 128 GB of HBM3 at 5.3 TB/s shared with

@@ -320,6 +320,19 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def _tbe_warps(l_block: int, width: int) -> int:
+    """The forward's default warps for a tile of ``l_block`` lookups by ``width`` columns:
+    about 8 elements a thread, 1 to 8 warps."""
+    return max(1, min(8, l_block * width // 256))
+
+
+#: Launch configurations the timed TBE cases try, each case reporting its fastest (a tuned
+#: kernel, as FBGEMM's are tuned per shape) and every one's time: the forward's (lookups per
+#: step, warps; None = :func:`_tbe_warps`) and the backward's warps.
+TBE_FORWARD_CONFIGS = ((16, None), (8, 1), (8, 2), (8, 4), (16, 1), (16, 2), (16, 4), (16, 8), (32, 4), (32, 8))
+TBE_BACKWARD_WARPS = (4, 1, 2, 8)
+
+
 def _tbe_kernels():
     """Triton kernels of a table-batched embedding (TBE) like FBGEMM's, written for this
     benchmark (not FBGEMM's code): ``forward`` sums each bag's rows in registers, one program
@@ -438,14 +451,18 @@ class _TBE:
                 self.buckets.append((t, t + 1, _pow2(dim)))
         self.kernels = _tbe_kernels() if kernels is None else kernels
         self.sorted = None
+        #: launch configurations: the forward's (lookups per step, warps) and the backward's
+        #: warps; None takes :func:`_tbe_warps`' default for each tile width
+        self.forward_config: tuple[int, int | None] = (TBE_L_BLOCK, None)
+        self.backward_warps: int | None = 4
 
     def forward(self):
         fwd = self.kernels[0]
+        l_block, warps = self.forward_config
         for t0, t1, width in self.buckets:
-            warps = max(1, min(8, TBE_L_BLOCK * width // 256))
             fwd[(self.bags, t1 - t0)](self.weights, self.table_offsets, self.dims_t, self.out_cols, self.indices,
-                                      self.offsets, self.out, self.total_d, self.bags, t0,
-                                      L_BLOCK=TBE_L_BLOCK, D_BLOCK=width, num_warps=warps)
+                                      self.offsets, self.out, self.total_d, self.bags, t0, L_BLOCK=l_block,
+                                      D_BLOCK=width, num_warps=warps or _tbe_warps(l_block, width))
         return self.out
 
     def sort(self):
@@ -472,7 +489,8 @@ class _TBE:
             block = max(1, min(64, 2048 // width))
             bwd[(-(-(u1 - u0) // block),)](self.weights, self.momentum, self.table_offsets, self.row_bases,
                                            self.dims_t, self.out_cols, self.grad, self.total_d, uniq, seg, bags,
-                                           u0, u1, self.bags, lr, eps, U_BLOCK=block, D_BLOCK=width, num_warps=4)
+                                           u0, u1, self.bags, lr, eps, U_BLOCK=block, D_BLOCK=width,
+                                           num_warps=self.backward_warps or 4)
 
     def reference(self):
         """torch's results for this case: the pooled output (``embedding_bag``, mode sum, per
@@ -584,10 +602,28 @@ def measure_tbe(torch, timer: _Timer, quick: bool) -> dict[str, float]:
     return out
 
 
+def _fastest(timer: Callable[..., float], case, attr: str, fn: Callable[[], Any], configs, out: dict,
+             key: str) -> tuple[float, Any]:
+    """Time ``fn`` with ``case.<attr>`` set to each of ``configs``; record every config's ms
+    (``<key>.configs``: ``[config, ms]`` pairs) and the fastest one (``<key>.config``), and
+    return (its ms, it)."""
+    timed = []
+    for config in configs:
+        setattr(case, attr, config)
+        timed.append((timer(fn), config))
+    ms, best = min(timed, key=lambda item: item[0])
+    out[f"{key}.configs"] = [[list(c) if isinstance(c, tuple) else c, t] for t, c in timed]
+    out[f"{key}.config"] = list(best) if isinstance(best, tuple) else best
+    return ms, best
+
+
 def tbe_figures(torch, timer: Callable[..., float], device: str, cases: list[tuple[str, Any]],
-                table_bytes: int, bags_per_launch: int, seed: int = 2) -> dict[str, Any]:
+                table_bytes: int, bags_per_launch: int, seed: int = 2,
+                forward_configs=TBE_FORWARD_CONFIGS, backward_warps=TBE_BACKWARD_WARPS) -> dict[str, Any]:
     """:func:`measure_tbe`'s timed figures for ``cases`` of ``(dtype, dim or "model_a")``, each
-    with about ``table_bytes`` of tables and ``bags_per_launch`` bags of Model-A's pooling."""
+    with about ``table_bytes`` of tables and ``bags_per_launch`` bags of Model-A's pooling; each
+    kernel's figure is its fastest launch configuration of ``forward_configs`` /
+    ``backward_warps`` (every configuration's time recorded beside it)."""
     out: dict[str, Any] = {}
     F = torch.nn.functional
     g = torch.Generator(device=device)
@@ -602,7 +638,8 @@ def tbe_figures(torch, timer: Callable[..., float], device: str, cases: list[tup
         lengths = torch.full((len(dims) * bags,), POOLING, device=device, dtype=torch.int64)
         case = _TBE(torch, device, dts[dtype], dims, rows, bags, lengths, g, kernels)
         gather, stream = case.forward_bytes()
-        ms = timer(case.forward)
+        ms, case.forward_config = _fastest(timer, case, "forward_config", case.forward, forward_configs,
+                                           out, f"tbe.forward.{name}")
         out[f"tbe.forward.{name}.ms"] = ms
         out[f"tbe.forward.{name}.gbytes_per_s"] = (gather + stream) / (ms * 1e-3) / 1e9
         out[f"tbe.forward.{name}.gather_bytes"], out[f"tbe.forward.{name}.stream_bytes"] = gather, stream
@@ -619,7 +656,8 @@ def tbe_figures(torch, timer: Callable[..., float], device: str, cases: list[tup
         out[f"tbe.sort_unique.{name}.ms"] = timer(case.sort, reps=3, warmup=1, rounds=3)
         case.sort()
         row_bytes, grad_bytes = case.backward_bytes()
-        ms = timer(case.backward)
+        ms, case.backward_warps = _fastest(timer, case, "backward_warps", case.backward, backward_warps,
+                                           out, f"tbe.backward_adagrad.{name}")
         out[f"tbe.backward_adagrad.{name}.ms"] = ms
         out[f"tbe.backward_adagrad.{name}.gbytes_per_s"] = (row_bytes + grad_bytes) / (ms * 1e-3) / 1e9
         out[f"tbe.backward_adagrad.{name}.row_bytes"] = row_bytes

@@ -238,7 +238,11 @@ def test_tbe_kernels_match_torch_under_the_triton_interpreter(monkeypatch):
     def timer(fn, **_):
         calls.append(fn())
         return 1.0
-    fig = bench_gpu.tbe_figures(torch, timer, "cpu", [("fp32", 12), ("fp16", "model_a")], 1 << 18, 256)
+    fig = bench_gpu.tbe_figures(torch, timer, "cpu", [("fp32", 12), ("fp16", "model_a")], 1 << 18, 256,
+                                forward_configs=((16, None), (8, 2)), backward_warps=(4, 2))
+    assert fig["tbe.forward.fp32.d12.configs"] == [[[16, None], 1.0], [[8, 2], 1.0]]
+    assert fig["tbe.forward.fp32.d12.config"] == [16, None]           # the first of equals
+    assert fig["tbe.backward_adagrad.fp16.model_a.configs"] == [[4, 1.0], [2, 1.0]]
     n = 256 // 8 * 15
     assert fig["tbe.fp32.d12.lookups"] == 8 * n and fig["tbe.fp32.d12.rows"] == (1 << 18) // (4 * 12 * 8)
     assert fig["tbe.forward.fp32.d12.gather_bytes"] == 8 * n * 64               # 48-byte rows: 2 sectors
@@ -256,3 +260,26 @@ def test_tbe_cases_need_sorted_dims_in_multiples_of_four():
     for dims in ([8, 4], [6, 8]):
         with pytest.raises(ValueError, match="dims"):
             bench_gpu._TBE(torch, "cpu", torch.float32, dims, 10, 4, lengths, torch.Generator())
+
+
+@pytest.mark.parametrize("preset, record", [("h100-sxm-80gb", "nvidia-h100.json"), ("h200-141gb", "nvidia-h200.json")])
+def test_hopper_embedding_fractions_are_the_recorded_tbe_kernels_at_model_a(preset, record):
+    """The Hopper presets' embedding_random / embedding_backward are the efficiencies that make
+    the model's fused forward and backward kernel take the times the recorded Triton TBE kernels
+    took at Model-A's dim mix in FP32 (sim/data/<record>, tbe.*), whose checks against torch
+    passed; every case's kernels beat torch's unfused embedding_bag where both ran."""
+    import json
+    from pathlib import Path
+
+    import neonic.sim
+    from neonic.sim.gpu import gpu_preset
+
+    m = json.loads((Path(neonic.sim.__file__).parent / "data" / record).read_text())
+    assert m["tbe.check.fp32.ok"] == m["tbe.check.fp16.ok"] == 1.0
+    c = bench_gpu.compare_tbe(m, preset)
+    eff = gpu_preset(preset).efficiency
+    assert eff.embedding_random == pytest.approx(c["tbe.forward.fp32.model_a"]["implied_embedding_random"], abs=5e-4)
+    assert eff.embedding_backward == pytest.approx(
+        c["tbe.backward_adagrad.fp32.model_a"]["implied_embedding_backward"], abs=5e-4)
+    cases = [k[len("tbe.embedding_bag."):-len(".ms")] for k in m if k.startswith("tbe.embedding_bag.") and k.endswith(".ms")]
+    assert len(cases) == 9 and all(m[f"tbe.forward.{c}.ms"] < m[f"tbe.embedding_bag.{c}.ms"] for c in cases)
