@@ -190,3 +190,93 @@ def test_disjoint_shares_are_the_numpy_least_shares_and_tie_check(case):
     want_tie, want = _disjoint_numpy(lt, wt, capacity, alive, 1e-12)
     assert tie == want_tie == tie_case
     np.testing.assert_array_equal(rates.view(np.int64), want.view(np.int64))
+
+
+def _branchy_step(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest):
+    """The compiled ``step``'s one-class-at-a-time loop without link levels, in plain Python
+    (IEEE doubles either way): drain, credit, predict each live class; the earliest end (NaN
+    ignored), the latest (NaN if any), and the candidates within the final bound."""
+    def bound_of(t):
+        if not np.isfinite(t):
+            return np.inf
+        return max(np.ceil(t + coalesce * max(t - youngest, 0.0)), now + 1.0)
+
+    t_min, t_max, cand = np.inf, -np.inf, []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for c in range(alive.size):
+            if not alive[c]:
+                pred[c] = np.inf
+                continue
+            r, old, new = rem[c], rate_old[c], rate[c]
+            if dt != 0:
+                r = max(r - old * dt, 0.0) if r - old * dt > 0.0 else 0.0
+            if span > 0.0 and new - old > 0.0:
+                r = r - (new - old) * span
+                r = r if r > 0.0 else 0.0
+            rem[c] = r
+            p = now + r / new
+            pred[c] = p
+            if p < t_min:
+                t_min = p
+            if p > t_max or p != p:
+                t_max = p
+            cand.append(c)
+    b = bound_of(t_min)
+    return t_min, t_max, np.array([c for c in cand if pred[c] <= b], dtype=np.int64)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_branch_free_step_with_given_rates_is_the_branchy_step(case):
+    """``_step_given`` (``step`` without link levels from ``STEP_GIVEN_MIN`` classes on: block
+    by block, dead classes computed and discarded by a select) gives the one-class-at-a-time
+    loop's bytes left, predictions, earliest and latest ends and candidates bit for bit: runs
+    of dead classes and scattered ones, drains with and without credit, rate rises and falls,
+    classes drained to 0, a tight and a loose coalescing bound, class counts not a multiple of
+    the block, NaN and infinite rates (case 4); a live class's rate of 0 or -0.0 raises the
+    loop's ZeroDivisionError (case 5)."""
+    rng = np.random.default_rng(100 + case)
+    C = (1000, 1537, 5000, 2048, 4096, 4500)[case]
+    for trial in range(6):
+        if trial % 2:
+            alive = np.repeat(rng.random(C // 10 + 1) < 0.5, 10)[:C]  # runs, as an AlltoAllv's
+        else:
+            alive = rng.random(C) < (0.2, 0.55, 0.95)[trial % 3]
+        old = rng.uniform(1e-4, 0.1, C)
+        rate = old * rng.choice([0.5, 1.0, 1.7], C)
+        rem = rng.uniform(0, 1e7, C) * (rng.random(C) < 0.9)
+        if case == 4:
+            rate[rng.integers(0, C, 3)] = np.nan
+            rate[rng.integers(0, C, 3)] = np.inf
+        rate[~alive] = 0.0
+        if case == 5:  # a live class's rate of 0 (or -0.0): the loop's division raises
+            rate[int(np.flatnonzero(alive)[trial])] = (0.0, -0.0)[trial % 2]
+        dt = float(rng.choice([0.0, rng.uniform(0, 1e8)]))
+        span = float(rng.choice([0.0, rng.uniform(0, 1e6)]))
+        now = float(rng.integers(0, 10 ** int(rng.choice([3, 12]))))
+        youngest = now - float(rng.integers(0, 10**9))
+        coalesce = float(rng.choice([0.0, 0.02, 5.0]))
+        if trial >= 4:  # ends falling class by class: earlier blocks' candidates leave the final bound
+            rem, rate, old, dt, span, coalesce = np.sort(rem)[::-1].copy(), np.where(alive, 0.01, 0.0), np.full(C, 0.01), 0.0, 0.0, 0.02
+            if case == 5:
+                rate[int(np.flatnonzero(alive)[trial])] = (0.0, -0.0)[trial % 2]
+        a = [rem.copy(), np.full(C, -5.0)]
+        b = [rem.copy(), np.full(C, -5.0)]
+        no = np.zeros(1, dtype=np.int64)
+        if case == 5:
+            with pytest.raises(ZeroDivisionError):
+                K._step_given(alive, a[0], old, dt, span, now, rate, a[1], coalesce, youngest)
+            if HAVE_NUMBA:
+                with pytest.raises(ZeroDivisionError):
+                    K.step(alive, b[0], old, dt, span, now, rate, b[1], coalesce, youngest, False, no[None, :], b[1], no)
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            got = K._step_given(alive, a[0], old, dt, span, now, rate, a[1], coalesce, youngest)
+        want = _branchy_step(alive, b[0], old, dt, span, now, rate, b[1], coalesce, youngest)
+        assert repr(tuple(float(x) for x in got[:2])) == repr(tuple(float(x) for x in want[:2])), trial
+        np.testing.assert_array_equal(got[2], want[2])
+        for x, y in zip(a, b):
+            assert x.tobytes() == y.tobytes(), trial
+        if HAVE_NUMBA:  # the compiled step (from STEP_GIVEN_MIN classes on, _step_given)
+            c = [rem.copy(), np.full(C, -5.0)]
+            K.step(alive, c[0], old, dt, span, now, rate, c[1], coalesce, youngest, False, no[None, :], c[1], no)
+            assert c[0].tobytes() == b[0].tobytes() and c[1].tobytes() == b[1].tobytes()

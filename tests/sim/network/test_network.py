@@ -982,6 +982,37 @@ def test_the_source_run_traffic_sum_equals_the_per_flow_kernel_to_the_bit():
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
+
+def test_the_compiled_throttle_caps_are_the_numpy_caps_to_the_bit():
+    """``network._throttle_caps_nb`` (the throttled solve's GPU caps in one pass; plain Python
+    under NEONIC_NO_NUMBA) gives ``_throttle_caps_np``'s caps, finite masks and "any below 1"
+    bit for bit: scales clipped to [1e-9, 1] (0, -0.0, negatives, 1e-9 itself, exactly 1,
+    above 1, NaN kept), send and receive sums that are 0, negative, tiny, huge, infinite or
+    NaN, more endpoints than GPUs, every scale at or above 1 (nothing capped), and every one
+    at or above 1 but a NaN (capped: NaN is not >= 1)."""
+    from neonic.sim.network.network import _throttle_caps_nb, _throttle_caps_np
+
+    rng = np.random.default_rng(19)
+    for trial in range(60):
+        R = int(rng.integers(1, 300))
+        endpoints = R + int(rng.integers(0, 40))
+        scale = rng.choice([0.0, -0.0, -0.5, 1e-9, 1e-12, 1.0, 1.0 + 1e-16, 3.0, np.nan, 0.3, 0.999999],
+                           R) * (1.0 if trial % 2 else rng.random(R))
+        if trial % 7 == 0:
+            scale = 1.0 + rng.random(R)  # nothing below 1
+        if trial % 7 == 3:  # nothing below 1 but a NaN: capped (the numpy form's all() is False)
+            scale = 1.0 + rng.random(R)
+            scale[int(rng.integers(0, R))] = np.nan
+        sums = [rng.choice([0.0, -0.0, -1.0, 1e-300, 1e12, np.inf, np.nan, 7.5], R) * rng.random(R) for _ in range(2)]
+        got = _throttle_caps_nb(scale, sums[0], sums[1], endpoints)
+        want = _throttle_caps_np(scale, sums[0], sums[1], endpoints)
+        for g, w in zip(got[:4], want[:4]):
+            assert g.dtype == w.dtype and g.shape == w.shape == (endpoints,)
+            assert g.tobytes() == w.tobytes(), trial
+        assert bool(got[4]) is bool(want[4])
+        assert bool(want[4]) is (trial % 7 != 0)
+
+
 def test_one_class_per_flow_groups_share_their_counting_arrays_and_change_nothing():
     """Groups of one class per flow take their ids, flow indices and multiplicities as views of
     the network's shared ``0, 1, ...`` and ones (never written), and their sizes and factors
