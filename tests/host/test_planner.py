@@ -229,6 +229,27 @@ def test_packed_contributions_are_their_columns_bit_for_bit():
     assert packed.columns(sel).tobytes() == c.columns(sel).tobytes()
 
 
+def test_packed_contributions_keep_a_two_byte_index_where_it_holds_their_columns():
+    # a packed contribution's index takes 2 bytes a rank (the search keeps thousands of them,
+    # each on heap pages a forked worker shares), from every path that packs, with the same
+    # figures; where its columns are more than 2 bytes can number, the index stays as given
+    from neonic.host.planner.cost import Contribution, PackedContribution, State
+
+    rng = np.random.default_rng(2)
+    rows = Contribution.zeros(1).vec.shape[0]
+    vec = np.ascontiguousarray(rng.standard_normal((rows, 5))[:, rng.integers(0, 5, 300)])
+    c = Contribution(vec, 1.0)
+    for packed in (PackedContribution.pack(c), PackedContribution.pack_np(c)):
+        assert packed.index.dtype == np.uint16 and packed.nbytes == packed.cols.nbytes + 2 * 300
+        assert packed.vec.tobytes() == vec.tobytes()
+        st = State(np.zeros((rows, 300)), 0.0)
+        st.add(packed)
+        assert st.vec.tobytes() == (np.zeros((rows, 300)) + vec).tobytes()
+    many = 70_000   # columns past 65,536: each rank its own
+    wide = PackedContribution(np.arange(2.0 * many).reshape(2, many), np.arange(many)[::-1].copy(), 0.0)
+    assert wide.index.dtype == np.intp and wide.vec[0, 0] == many - 1 and wide.vec[1, 0] == 2 * many - 1
+
+
 def test_compiled_packing_groups_columns_as_numpy_does():
     # the compiled pass (fingerprints, stable sort, byte check) gives numpy's columns and index,
     # bit for bit: repeated columns, -0.0 beside 0.0, columns a last bit apart, and columns
