@@ -242,10 +242,11 @@ def nic_cache_params(preset: str = "smartnic") -> dict:
 #: fill 81% of the LFE5U-85F's logic cells, and in session 20 they placed (nextpnr's estimate
 #: after placement 75.1 MHz) but did not route (router2 went from 85,849 overused wires to
 #: about 10,000 by its sixteenth iteration and was stopped at 3,983 CPU-s; docs/timing.md), so
-#: a 16-lane run gives no Fmax in any CPU limit tried. A slice of lanes keeps every path of the
-#: unit's control and of one lane's FP pipelines (the lanes are copies side by side; the
-#: control and the shared registers fan out to 4 lanes instead of 16), as ``cache_nic`` is
-#: placed at 1,024 of its sets; the preset's 16 lanes are synthesised beside it
+#: a 16-lane run gives no Fmax in any CPU limit tried. A slice of lanes keeps every kind of
+#: path of the unit (its control, and each lane's FP pipelines, which are copies side by side),
+#: as ``cache_nic`` is placed at 1,024 of its sets; what it does not show is the fan-out of the
+#: control to 16 lanes and the routing of a part 81% full (and a row of the small table set is
+#: 4 beats of 16 B, not one of 64 B). The preset's 16 lanes are synthesised beside it
 #: (``preset_synth.gather``). 16 B is the datapath the packetizer and depacketizer are placed
 #: at too.
 NIC_GATHER_PLACED_BYTES = 16
