@@ -334,8 +334,10 @@ UNITS: tuple[UnitSpec, ...] = (
              # (small set/reset nets as LUTs: without, nextpnr's legaliser never finished the
              # first placement iteration at 16 lanes, see `unmap_small_lsr_sets`; with 8 as
              # the limit it still had not after 164 CPU-s, with 64 three iterations took
-             # 270 s of wall. Kept at the slice: the 2-lane figures of session 19 were
-             # measured with it)
+             # 270 s of wall. Kept at the slice, though there it is not needed: without it
+             # the 4-lane slice placed and routed at 108.5 / 119.2 / 107.9 MHz against
+             # 107.3 / 119.5 / 120.7 with it, 2,023 LUTs fewer (docs/timing.md, session 21);
+             # the preset's 16 lanes, synthesised with the same flow, need it)
              lsr_min_ffs=64),
 )
 
