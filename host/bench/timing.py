@@ -57,13 +57,17 @@ nextpnr): the units run one at a time, each step under a limit (a unit none of w
 finishes is reported with its error, the others still run).
 
 Parameters: the FP units are measured as they are instantiated everywhere (default latency).
-The gather runs at the SmartNIC preset's datapath and lanes (read from the preset,
-:func:`nic_gather_params`) with a small table set; its size sets its flow (one seed, router2,
-4,000 CPU-s: ``router1`` did not converge even on the 2-lane gather; no 16-lane route has
-finished yet: in session 20 placement and sixteen routing iterations used about that limit and
-``router2`` had stopped converging, see ``docs/timing.md``) and its flip-flops on set/reset nets of
-fewer than 64 get that set/reset as a LUT (``lsr_min_ffs``, :func:`unmap_small_lsr_sets`):
-without it, on session 15's RTL (74% of the part's flip-flops on 901 set/reset nets),
+The gather is placed and routed as a slice of the SmartNIC preset's: 16 B of its 64 B datapath,
+4 of its 16 FP32 lanes (:data:`NIC_GATHER_PLACED_BYTES`, :func:`nic_gather_params`), with the
+preset's control and a small table set, and the preset's 16 lanes are synthesised beside it
+(``preset_synth.gather``, resources only). The preset's 16 lanes fill 81% of the part's logic
+cells and did not route: in session 20 they placed (nextpnr's estimate after placement
+75.1 MHz) and ``router2`` did not converge (stopped at 3,983 CPU-s in all, ``docs/timing.md``),
+so ``fmax_mhz.gather`` is the slice's, not the preset's. The slice runs seeds 1-3 with
+``router2`` (``router1`` did not converge on the 2-lane gather; no fallback) within the flow's
+CPU limit, and its flip-flops on set/reset nets of fewer than 64 get that set/reset as a LUT
+(``lsr_min_ffs``, :func:`unmap_small_lsr_sets`): without it, on session 15's 16-lane RTL (74%
+of the part's flip-flops on 901 set/reset nets),
 nextpnr's legaliser ping-ponged the flip-flops of the small nets between logic tiles and
 the analytical placer's first iteration never ended (1,500 CPU-s); the 129 MULT18X18D (82%
 of the part's) were not the cause. The packetizer and depacketizer run at a 16 B datapath
@@ -233,18 +237,39 @@ def nic_cache_params(preset: str = "smartnic") -> dict:
                   backing_bytes=system.host.dram_gib_per_node * 2**30)
 
 
-def nic_gather_params(preset: str = "smartnic") -> dict:
+#: Datapath of the ``gather`` unit as placed and routed: 16 B (4 FP32 lanes) of the smartnic
+#: preset's 64 B (16 lanes). A decision (session 21), on measurements: the preset's 16 lanes
+#: fill 81% of the LFE5U-85F's logic cells, and in session 20 they placed (nextpnr's estimate
+#: after placement 75.1 MHz) but did not route (router2 went from 85,849 overused wires to
+#: about 10,000 by its sixteenth iteration and was stopped at 3,983 CPU-s; docs/timing.md), so
+#: a 16-lane run gives no Fmax in any CPU limit tried. A slice of lanes keeps every kind of
+#: path of the unit (its control, and each lane's FP pipelines, which are copies side by side),
+#: as ``cache_nic`` is placed at 1,024 of its sets; what it does not show is the fan-out of the
+#: control to 16 lanes and the routing of a part 81% full (and a row of the small table set is
+#: 4 beats of 16 B, not one of 64 B). The preset's 16 lanes are synthesised beside it
+#: (``preset_synth.gather``). 16 B is the datapath the packetizer and depacketizer are placed
+#: at too.
+NIC_GATHER_PLACED_BYTES = 16
+
+
+def nic_gather_params(preset: str = "smartnic", data_bytes: int | None = None) -> dict:
     """The gather unit as ``bench timing`` measures it at a SmartNIC system preset: the
-    preset's datapath (``nic.datapath_bytes``) and lanes (``nic.lanes``, at most one FP32 per
-    4 bytes of datapath, as ``sim.nic`` builds the unit), with the small table set of
-    :data:`GATHER_SMALL` (fewer and narrower tables, FP32 only: the control's widths, not the
-    lanes' datapath, which the flow's run time is spent on)."""
+    preset's datapath (``nic.datapath_bytes``), or ``data_bytes`` of it (a slice of lanes:
+    at most the preset's datapath, a multiple of 4 bytes), and its lanes (``nic.lanes``, at
+    most one FP32 per 4 bytes of datapath, as ``sim.nic`` builds the unit), with the small
+    table set of :data:`GATHER_SMALL` (fewer and narrower tables, FP32 only: the control's
+    widths, not the lanes' datapath, which the flow's run time is spent on)."""
     from neonic.host.nic_effects import nic_config
     from neonic.host.systems import preset_dict, system_from_dict
 
     nic = nic_config(system_from_dict(preset_dict(preset)).nic)
-    return dict(data_bytes=nic.datapath_bytes, lanes=min(nic.lanes, nic.datapath_bytes // 4),
-                **GATHER_SMALL)
+    if data_bytes is None:
+        data_bytes = nic.datapath_bytes
+    if (isinstance(data_bytes, bool) or not isinstance(data_bytes, int) or data_bytes < 4
+            or data_bytes % 4 or data_bytes > nic.datapath_bytes):
+        raise ValueError(f"data_bytes: expected a multiple of 4 from 4 to the {preset!r} "
+                         f"preset's datapath ({nic.datapath_bytes} B), got {data_bytes!r}")
+    return dict(data_bytes=data_bytes, lanes=min(nic.lanes, data_bytes // 4), **GATHER_SMALL)
 
 
 #: The gather's parameters other than its datapath and lanes in ``bench timing``: 2 tables of
@@ -292,19 +317,27 @@ UNITS: tuple[UnitSpec, ...] = (
     UnitSpec("depacketizer", dict(data_bytes=16, pmtu=256, num_qps=16, addr_width=20),
              _depacketizer, "depacketizer",
              note="16 B datapath (preset: 64 B), PMTU 256, FP32 only"),
-    UnitSpec("gather", nic_gather_params(), _gather, "embedding",
-             note="the smartnic preset's datapath and lanes (64 B, 16 lanes) with a small "
-                  "table set (2 tables up to 16 FP32 elements, 8 rows in flight): the lanes' "
-                  "FP pipelines and the control are the preset's; one seed, router2 (router1 "
-                  "did not converge on the 2-lane gather; no 16-lane route has finished: "
-                  "see docs/timing.md); the flip-flops of set/reset nets of fewer than "
-                  "64 take that set/reset as a LUT (lsr_luts), without which nextpnr's "
+    UnitSpec("gather", nic_gather_params(data_bytes=NIC_GATHER_PLACED_BYTES), _gather,
+             "embedding", preset_params=nic_gather_params(),
+             note="a slice of the smartnic preset's gather: 16 B of its 64 B datapath (4 of "
+                  "its 16 FP32 lanes) with the preset's control and a small table set (2 "
+                  "tables up to 16 FP32 elements, 8 rows in flight); the preset's 16 lanes "
+                  "are synthesised only (preset_synth): they fill 81% of the part's logic "
+                  "cells and did not route (session 20: estimate after placement 75.1 MHz, "
+                  "router2 not converging at 3,983 CPU-s; docs/timing.md), so the Fmax is "
+                  "the slice's, not the preset's. Seeds 1-3 with router2 (router1 did not "
+                  "converge on the 2-lane gather); the flip-flops of set/reset nets of fewer "
+                  "than 64 take that set/reset as a LUT (lsr_luts), without which nextpnr's "
                   "legaliser never finished the first placement iteration on session 15's "
-                  "RTL (74% of the part's flip-flops on 901 set/reset nets)",
-             seeds=(1,), router="router2", pnr_cpu_limit_s=4000, fallback=None,
+                  "16-lane RTL (74% of the part's flip-flops on 901 set/reset nets)",
+             router="router2", fallback=None,
              # (small set/reset nets as LUTs: without, nextpnr's legaliser never finished the
-             # first placement iteration, see `unmap_small_lsr_sets`; with 8 as the limit it
-             # still had not after 164 CPU-s, with 64 three iterations took 270 s of wall)
+             # first placement iteration at 16 lanes, see `unmap_small_lsr_sets`; with 8 as
+             # the limit it still had not after 164 CPU-s, with 64 three iterations took
+             # 270 s of wall. Kept at the slice, though there it is not needed: without it
+             # the 4-lane slice placed and routed at 108.5 / 119.2 / 107.9 MHz against
+             # 107.3 / 119.5 / 120.7 with it, 2,023 LUTs fewer (docs/timing.md, session 21);
+             # the preset's 16 lanes, synthesised with the same flow, need it)
              lsr_min_ffs=64),
 )
 

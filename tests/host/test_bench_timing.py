@@ -392,9 +392,9 @@ def test_the_gather_marks_its_two_accumulator_copies_collision_undefined():
     from neonic.rtl.streams import COLLISION_X_ATTR
 
     spec = next(s for s in timing.UNITS if s.name == "gather")
-    unit = spec.build(dict(spec.params))
-    text = rtlil.convert(unit)
-    assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2 * dict(spec.params)["lanes"] == 32
+    for params, lanes in ((spec.params, 4), (spec.preset_params, 16)):   # the slice, the preset
+        text = rtlil.convert(spec.build(dict(params)))
+        assert text.count(f"attribute \\{COLLISION_X_ATTR} ") == 2 * params["lanes"] == 2 * lanes
 
 
 def test_the_dsp_pass_can_take_the_output_registers_only():
@@ -430,15 +430,67 @@ def test_a_netlist_from_another_checkout_has_the_same_place_and_route_key(tmp_pa
     assert timing._netlist_key(tmp_path / "bad") is None
 
 
-def test_the_gather_is_measured_at_the_smartnic_presets_datapath_and_lanes():
+def test_the_gather_is_placed_as_a_slice_of_the_presets_lanes_and_synthesised_at_them():
     from neonic.host.nic_effects import nic_config
     from neonic.host.systems import preset_dict, system_from_dict
 
     nic = nic_config(system_from_dict(preset_dict("smartnic")).nic)
     gather = next(s for s in timing.UNITS if s.name == "gather")
-    assert (gather.params["data_bytes"], gather.params["lanes"]) == (nic.datapath_bytes,
-                                                                      nic.lanes) == (64, 16)
-    assert timing.nic_gather_params()["lanes"] == 16
+    # placed and routed: 16 B of the preset's datapath, 4 FP32 lanes (the preset's 16 did not
+    # route on the part, session 20)
+    assert timing.NIC_GATHER_PLACED_BYTES == 16
+    assert (gather.params["data_bytes"], gather.params["lanes"]) == (16, 4)
+    assert gather.params == timing.nic_gather_params(data_bytes=timing.NIC_GATHER_PLACED_BYTES)
+    # synthesised beside it: the preset's datapath and lanes
+    assert gather.preset_params == timing.nic_gather_params()
+    assert (gather.preset_params["data_bytes"], gather.preset_params["lanes"]) == (
+        nic.datapath_bytes, nic.lanes) == (64, 16)
+    # the slice differs from the preset in its datapath and lanes only
+    assert {k for k in gather.params if gather.params[k] != gather.preset_params[k]} == {
+        "data_bytes", "lanes"}
+    assert timing.nic_gather_params(data_bytes=8)["lanes"] == 2
+    for bad in (0, 6, 128, 16.0, True):
+        with pytest.raises(ValueError, match=r"^data_bytes: expected a multiple of 4"):
+            timing.nic_gather_params(data_bytes=bad)
+
+
+def test_the_gather_slice_runs_three_seeds_with_router2_within_the_flows_limit():
+    gather = next(s for s in timing.UNITS if s.name == "gather")
+    assert (gather.seeds, gather.router, gather.fallback) == ((1, 2, 3), "router2", None)
+    assert gather.pnr_cpu_limit_s == timing.PNR_CPU_LIMIT_S == 1500
+    assert "not the preset's" in gather.note and "81%" in gather.note
+
+
+def test_bench_timing_reports_the_gathers_preset_synthesis_beside_its_slice(tmp_path,
+                                                                         monkeypatch):
+    from neonic.host.bench import BenchContext
+
+    gather = next(s for s in timing.UNITS if s.name == "gather")
+    monkeypatch.setattr(timing, "UNITS", (gather,))
+    monkeypatch.setenv("NEONIC_BUILD_DIR", str(tmp_path))
+    _fake_flow(monkeypatch, {("router2", 1): 110.0, ("router2", 2): 121.5,
+                             ("router2", 3): None})
+    seen = []
+
+    class Shell:
+        in_bits, out_bits = 3, 2
+
+    def synth(spec, work, timeout, progress):
+        seen.append((spec.params["data_bytes"], spec.params["lanes"]))
+        lanes = spec.params["lanes"]
+        return Shell(), {"LUT4": 1000 * lanes, "TRELLIS_FF": 900 * lanes, "DP16KD": 32,
+                         "MULT18X18D": 6 * lanes}, True
+
+    monkeypatch.setattr(timing, "_synthesize", synth)
+    out = timing.run(BenchContext(stream=sys.stderr))
+    assert seen == [(16, 4), (64, 16)]                 # the slice placed, the preset's synthesised
+    assert out["params"]["gather"]["lanes"] == 4 and out["fmax_mhz"]["gather"] == 121.5
+    assert (out["seed"]["gather"], out["router_of"]["gather"]) == (2, "router2")
+    assert out["flow_of"]["gather"]["seeds"] == [1, 2, 3]
+    preset = out["preset_synth"]["gather"]
+    assert (preset["params"]["data_bytes"], preset["params"]["lanes"]) == (64, 16)
+    assert (preset["luts"], preset["ffs"], preset["dsps"]) == (16000, 14400, 96)
+    assert json.loads(json.dumps(out))["preset_synth"]["gather"] == preset
 
 
 def test_a_units_own_flow_settings_make_its_key_and_its_runs(tmp_path, monkeypatch):
