@@ -49,7 +49,8 @@ physical optimisation; an ASIC flow in a 7-16 nm process would reach 1 GHz class
 the same pipelines. These figures are an existence proof of the pipelines' depth, not the
 clock of a product.
 
-Results are cached under the build directory (``$NEONIC_BUILD_DIR`` or ``<repo>/build``) in
+Results are cached under the build directory (``$NEONIC_BUILD_DIR``, else the per-user cache's
+``build``: :func:`sim.harness.verilog.resolve_build_root`) in
 ``timing/<unit>-<key>.json``; the key hashes the source of every ``rtl/*.py`` module, the
 unit's parameters and the flow's settings and tool versions, so a rerun without RTL changes
 reads the cache and is instant. Synthesis is CPU-heavy (WebAssembly builds of yosys and
