@@ -400,6 +400,41 @@ _STEP_BLOCK = 512  # flows per block of the branch-free steps (a few KiB of each
 STEP_GIVEN_MIN = 4096
 
 
+@jit(cache=True, nogil=True, inline="always")
+def _rise_credit_sel(r, old, new, span):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """``_left_nb``'s credit of a rate rise as a select (branch-free): ``r`` less what a rise
+    from ``old`` to ``new`` over the last ``span`` already carried, never below 0."""
+    if span > 0.0:
+        d = new - old
+        r2 = r - d * span
+        r2 = r2 if r2 > 0.0 else 0.0
+        r = r2 if d > 0.0 else r
+    return r
+
+
+@jit(cache=True, nogil=True, inline="always")
+def _block_ends(b0, b1, bmin, bmax, bnan, alive, pred, cand, n, t_min, t_max, nan, bound, now, coalesce,
+                youngest):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """The branch-free steps' end of a block ``b0:b1``: its earliest, latest and NaN
+    predictions (``bmin``, ``bmax``, ``bnan``) into the step's (``_note_nb``: the bound from the
+    earliest end so far, as ``_bound_nb``), then the block's live classes within that bound
+    appended to ``cand``; returns the updated ``(n, t_min, t_max, nan, bound)``."""
+    if bmin < t_min:
+        t_min = bmin
+        if np.isfinite(t_min):
+            bound = max(np.ceil(t_min + coalesce * max(t_min - youngest, 0.0)), now + 1.0)
+        else:
+            bound = np.inf
+    if bmax > t_max:
+        t_max = bmax
+    nan = nan | bnan
+    for c in range(b0, b1):
+        if alive[c] and pred[c] <= bound:
+            cand[n] = c
+            n += 1
+    return n, t_min, t_max, nan, bound
+
+
 @jit(cache=True, nogil=True, error_model="numpy")
 def _step_given(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, youngest):  # pragma: no cover
     """:func:`step` with the new rates given (``has_levels`` False), bit for bit, branch-free
@@ -436,11 +471,7 @@ def _step_given(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, young
             if dt != 0:  # _left_nb, its credit a select
                 r = r - old * dt
                 r = r if r > 0.0 else 0.0
-            if span > 0.0:
-                d = new - old
-                r2 = r - d * span
-                r2 = r2 if r2 > 0.0 else 0.0
-                r = r2 if d > 0.0 else r
+            r = _rise_credit_sel(r, old, new, span)
             r = r if a else r0
             rem[c] = r
             p = now + r / (new if a and not z else 1.0)  # (a dead class's rate is 0: never divided by)
@@ -449,19 +480,8 @@ def _step_given(alive, rem, rate_old, dt, span, now, rate, pred, coalesce, young
             bmin = p if p < bmin else bmin
             bmax = p if (p > bmax and a) else bmax
             bnan = bnan | (p != p)
-        if bmin < t_min:  # _bound_nb
-            t_min = bmin
-            if np.isfinite(t_min):
-                bound = max(np.ceil(t_min + coalesce * max(t_min - youngest, 0.0)), now + 1.0)
-            else:
-                bound = np.inf
-        if bmax > t_max:
-            t_max = bmax
-        nan = nan | bnan
-        for c in range(b0, b1):
-            if alive[c] and pred[c] <= bound:
-                cand[n] = c
-                n += 1
+        n, t_min, t_max, nan, bound = _block_ends(b0, b1, bmin, bmax, bnan, alive, pred, cand, n, t_min, t_max, nan,
+                                                  bound, now, coalesce, youngest)
     if zero:  # (the loop's division by a live class's rate of 0 raises: so does this)
         raise ZeroDivisionError("division by zero")
     if nan:  # _note_nb: a NaN prediction is the latest end
@@ -785,11 +805,7 @@ if HAVE_NUMBA:
                     if dt != 0:
                         r = r - old * dt
                         r = r if r > 0.0 else 0.0
-                if span > 0.0:
-                    d = new - old
-                    r2 = r - d * span
-                    r2 = r2 if r2 > 0.0 else 0.0
-                    r = r2 if d > 0.0 else r
+                r = _rise_credit_sel(r, old, new, span)
                 r = r if a else r0
                 rem[c] = r
                 p = now + r / new
@@ -798,16 +814,8 @@ if HAVE_NUMBA:
                 bmin = p if p < bmin else bmin
                 bmax = p if (p > bmax and a) else bmax
                 bnan = bnan | (p != p)
-            if bmin < t_min:
-                t_min = bmin
-                bound = _bound_nb(t_min, now, coalesce, youngest)
-            if bmax > t_max:
-                t_max = bmax
-            nan = nan | bnan
-            for c in range(b0, b1):
-                if alive[c] and pred[c] <= bound:
-                    cand[n] = c
-                    n += 1
+            n, t_min, t_max, nan, bound = _block_ends(b0, b1, bmin, bmax, bnan, alive, pred, cand, n, t_min, t_max,
+                                                      nan, bound, now, coalesce, youngest)
         if nan:  # _note_nb: a NaN prediction is the latest end
             t_max = np.nan
         return t_min, t_max, _due_nb(cand, n, pred, t_min, now, coalesce, youngest)
