@@ -283,3 +283,19 @@ def test_hopper_embedding_fractions_are_the_recorded_tbe_kernels_at_model_a(pres
         c["tbe.backward_adagrad.fp32.model_a"]["implied_embedding_backward"], abs=5e-4)
     cases = [k[len("tbe.embedding_bag."):-len(".ms")] for k in m if k.startswith("tbe.embedding_bag.") and k.endswith(".ms")]
     assert len(cases) == 9 and all(m[f"tbe.forward.{c}.ms"] < m[f"tbe.embedding_bag.{c}.ms"] for c in cases)
+
+
+def test_model_a_dim_quantiles_are_the_model_a_presets():
+    """The TBE section's Model-A dim mix (a constant: the bench file runs without neonic) is the
+    model-a preset's synthesized table dims at 32 evenly spaced quantiles (the middle of each
+    32nd), so a change of the preset's dims shows here."""
+    from pathlib import Path
+
+    import numpy as np
+
+    import neonic.host.workloads as workloads
+    from neonic.host.workloads import load_workload
+
+    dims = np.sort([t.dim for t in load_workload(Path(workloads.__file__).parent / "presets" / "model-a.toml").tables])
+    picks = dims[((np.arange(32) + 0.5) * len(dims) / 32).astype(int)]
+    assert tuple(int(d) for d in picks) == bench_gpu.MODEL_A_DIM_QUANTILES
