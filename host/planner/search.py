@@ -122,6 +122,23 @@ _KEEP_SHARDS = 16
 #: which a batch figure can differ from the state's own.
 _CONFIRM_REL = 1e-6
 
+#: A batch of states to price in full (:meth:`NeoPlanner._first_best`) is first ranked by the
+#: schedule without contention (one pass, about a hundredth of the full price): a state whose
+#: figure there is above this multiple of the lowest figure priced in full is not priced: it
+#: cannot be the best. (The states within this multiple of the lowest figure without
+#: contention are priced first: the lowest full figure is at least that, so they would be
+#: priced anyway; the others after them, only those that the best of the first allows.) The
+#: contention (network and HBM sharing, the collectives' SMs) only stretches ops, so the full
+#: figure is at least the contention-free one: on every state these batches held on model-a,
+#: -i and -f at 128 and 1024 GPUs it was 1.0027 to 1.88 times it. (Not a proof: the figure is
+#: a window of iterations, ``host.iteration.ScheduleTemplate._measured``, whose first end
+#: contention also moves; hence the factor 2: contention would have to halve a window for a
+#: state left out to be the best.) What it saves on model-a at 1024 GPUs: 6 of the 10 start
+#: plans and 5 of the 11 class moves (the row-wise and data-parallel ones, 2.3 to 127 times
+#: the best figure without contention) are not priced, about 0.17 and 0.11 CPU-s less per
+#: process in the starts' and the class moves' pricing.
+_PRUNE_FACTOR = 2.0
+
 
 #: Start plans made after another, in the same process (:meth:`NeoPlanner._best_start`): the
 #: forced row-wise and data-parallel plans price every table over every rank, as TorchRec's
@@ -170,8 +187,15 @@ class NeoPlanner(Placer):
                  time_budget_s: float | None = None, candidates: int = 4, exact_limit: int = 4096,
                  max_steps: int | None = DEFAULT_MAX_STEPS, screen: int = 24, slow_ranks: int = 4,
                  kicks: int = 0, workers: int | None = None, descents: int = DEFAULT_DESCENTS,
-                 balance_steps: int = DEFAULT_BALANCE_STEPS, progress: Callable[[str], None] | None = None) -> None:
+                 balance_steps: int = DEFAULT_BALANCE_STEPS, progress: Callable[[str], None] | None = None,
+                 prune: bool = True) -> None:
         super().__init__(workload, system, cost)
+        if not isinstance(prune, bool):
+            raise ValueError(f"prune: expected True or False, got {prune!r}")
+        #: whether a batch of states priced in full skips those that cannot be the best by the
+        #: schedule without contention (:meth:`_first_best`, :data:`_PRUNE_FACTOR`): a speed
+        #: setting (tests compare the plans both ways)
+        self.prune = prune
         if progress is not None and not callable(progress):
             raise ValueError(f"progress: expected a callable taking a message, or None, got {progress!r}")
         #: told where the search is (:meth:`_say`): a line at each phase and step, this
@@ -691,20 +715,25 @@ class NeoPlanner(Placer):
         for (_, make, _), f in zip(makers, found):
             if f is not None:
                 cands.append((f[0], State(f[1], f[2]), make, f[3]))
-        i, won = self._first_best([c[1] for c in cands])
-        # the starts in the order of their scores (the first on a tie; each scored in the batch
-        # above, remembered), distinct states only: the ones the search descends from
-        order = sorted(range(len(cands)), key=lambda j: (self.score(cands[j][1]), j))
-        if order[0] != i:
-            order.remove(i)
-            order.insert(0, i)
-        seen: set[tuple[bytes, float]] = set()
-        self._ranked_starts = []
-        for j in order:
-            key = self._score_key(cands[j][1].vec, cands[j][1].dp_bytes)
-            if key not in seen:
-                seen.add(key)
-                self._ranked_starts.append(cands[j])
+        # (one descent: only the best start is read, the others need not be priced; the
+        # greedy state is, for the search's statistics)
+        i, won = self._first_best([c[1] for c in cands], prune=self.descents == 1, first=(0,))
+        if self.descents == 1:
+            self._ranked_starts = [cands[i]]
+        else:
+            # the starts in the order of their scores (the first on a tie; each scored in the
+            # batch above, remembered), distinct states only: the ones the search descends from
+            order = sorted(range(len(cands)), key=lambda j: (self.score(cands[j][1]), j))
+            if order[0] != i:
+                order.remove(i)
+                order.insert(0, i)
+            seen: set[tuple[bytes, float]] = set()
+            self._ranked_starts = []
+            for j in order:
+                key = self._score_key(cands[j][1].vec, cands[j][1].dp_bytes)
+                if key not in seen:
+                    seen.add(key)
+                    self._ranked_starts.append(cands[j])
         self._adopt_start(cands[i])
         self._say(f"start {cands[i][0]}: {won[0] * 1e3:.3f} ms predicted")
         return cands[i][0]
@@ -793,7 +822,8 @@ class NeoPlanner(Placer):
         return np.concatenate([self.cost.iteration_s_batch(vecs[i:i + n], dps[i:i + n], contention=False)
                                for i in range(0, len(vecs), n)])
 
-    def _first_best(self, states: list[State], also: list[State] = ()) -> tuple[int, tuple[float, float]] | None:
+    def _first_best(self, states: list[State], also: list[State] = (), prune: bool = True,
+                    first: tuple[int, ...] = ()) -> tuple[int, tuple[float, float]] | None:
         """The index and :meth:`score` of the state with the lowest score, the first on a tie:
         the one that scoring each state alone, in turn, keeps. All are evaluated in one
         batch (:meth:`CostModel.iteration_s_batch`, much cheaper than one call per state),
@@ -803,16 +833,33 @@ class NeoPlanner(Placer):
         then compared by their whole score (the balance tie-breaker too). ``also``: states
         the caller scores next (not candidates), priced in the same batch where their score
         is not yet known (the same figures as alone, for a share of the batch's passes
-        instead of a call of their own)."""
+        instead of a call of their own). ``prune`` (and :attr:`prune`): the states that
+        cannot be the best by the schedule without contention are not priced, nor remembered
+        (:data:`_PRUNE_FACTOR`; the states of ``first``, by index, always are): the same
+        best, for a caller that needs no other state's score. (At most two batches: the
+        second holds the states the first's best leaves in, rarely any.)"""
         if not states:
             return None
         vecs, dps = np.stack([s.vec for s in states]), [s.dp_bytes for s in states]
         keep = np.arange(len(states))
+        quick = None
         if len(states) > self.screen:  # as in a refinement step: the lowest without contention
             quick = self._quick(vecs, dps)
             keep = np.sort(np.argsort(quick, kind="stable")[: self.screen])
         extra = [s for s in also if self._score_key(s.vec, s.dp_bytes) not in self._scores]
         its = np.full(len(states), np.inf)
+        # where ``prune``, the states that the schedule without contention does not rule out
+        # whatever the best (and ``first``) priced first, then those of the others that the
+        # best of them does not rule out (:data:`_PRUNE_FACTOR`); else all at once
+        later = keep[:0]
+        if prune and self.prune and keep.size > 2:
+            if quick is None:
+                quick = np.full(len(states), np.inf)
+                quick[keep] = self._quick(vecs[keep], [dps[i] for i in keep])
+            lo = float(quick[keep].min())
+            sure = quick[keep] <= lo * _PRUNE_FACTOR
+            sure[[k for k, i in enumerate(keep.tolist()) if i in first]] = True
+            keep, later = keep[sure], keep[~sure]
         if extra:
             got = self._batch(np.concatenate([vecs[keep], np.stack([s.vec for s in extra])]),
                               [dps[i] for i in keep] + [s.dp_bytes for s in extra])
@@ -821,6 +868,11 @@ class NeoPlanner(Placer):
                 self._remember(s.vec, s.dp_bytes, x)
         else:
             its[keep] = self._batch(vecs[keep], [dps[i] for i in keep])
+        if later.size:
+            later = later[quick[later] <= float(its[keep].min()) * _PRUNE_FACTOR]
+            if later.size:
+                its[later] = self._batch(vecs[later], [dps[i] for i in later])
+                keep = np.sort(np.concatenate([keep, later]))
         near = float(its.min()) * (1 + _CONFIRM_REL)
         for i in keep:
             self._remember(states[i].vec, states[i].dp_bytes, its[i])
