@@ -70,6 +70,11 @@ class BytesLRU:
     def __contains__(self, key: Any) -> bool:
         return key in self._d
 
+    def entries(self) -> list[tuple[Any, Any, float]]:
+        """Every ``(key, value, nbytes)`` held, least recently used first (what :meth:`put`
+        takes: to hand them to another process's cache)."""
+        return [(k, v, n) for k, (v, n) in self._d.items()]
+
     def __len__(self) -> int:
         return len(self._d)
 

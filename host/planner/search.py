@@ -55,7 +55,7 @@ import numpy as np
 
 from neonic.host.planner.cost import Contribution, CostModel, PackedContribution, State
 from neonic.host.planner.parallel import ForkedServer, Lockstep, available_workers, map_forked
-from neonic.host.planner.placer import Placer, _Placed, _Relabeled, check_fits
+from neonic.host.planner.placer import _EVERY, Placer, _Placed, _Relabeled, check_fits
 from neonic.host.planner.plan import Plan, Shard, ShardingType, TablePlan
 from neonic.host.planner.system import PlannerSystem
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
@@ -699,15 +699,26 @@ class NeoPlanner(Placer):
             for i in here:
                 made_here[i] = start(i)
 
-        made = map_forked(lambda k: [start(i) for i in groups[k]], len(groups), self.workers,
-                          [sum(makers[i][2] for i in g) for g in groups], alongside=alongside)
+        def group(k: int) -> tuple[list, list]:
+            """The starts of group ``k``, and (made by a forked worker) the contributions of
+            row-wise plans over every rank it made (:meth:`_everywhere_rows`)."""
+            here = os.getpid() == self._progress_pid or not self._pack
+            before = None if here else {key for key, _, _ in self._cache.entries()}
+            got = [start(i) for i in groups[k]]
+            return got, ([] if before is None else self._everywhere_rows(before))
+
+        made = map_forked(group, len(groups), self.workers, [sum(makers[i][2] for i in g) for g in groups],
+                          alongside=alongside)
         self._say("start plans made; pricing them in full")
         found: list = [None] * len(makers)
         for i, f in made_here.items():
             found[i] = f
-        for g, got in zip(groups, made):
+        for g, (got, rows) in zip(groups, made):
             for i, f in zip(g, got):
                 found[i] = f
+            for key, value, nbytes in rows:
+                if key not in self._cache:
+                    self._cache.put(key, value, nbytes)
         self._greedy_state = self.state
         self._greedy_placed = dict(self.placed)
         cands: list[tuple[str, State, Callable[[], Plan | None] | None, Plan | None]] = [
@@ -737,6 +748,26 @@ class NeoPlanner(Placer):
         self._adopt_start(cands[i])
         self._say(f"start {cands[i][0]}: {won[0] * 1e3:.3f} ms predicted")
         return cands[i][0]
+
+    def _everywhere_rows(self, before: set) -> list[tuple]:
+        """The entries of the plans' contribution cache that are not in ``before`` and hold a
+        row-wise plan over every rank in order (:meth:`Placer.make`'s key): what TorchRec's
+        greedy start prices for every table (its row-wise option) and the class move of the
+        table-row-wise tables to row-wise makes again. A forked worker's are lost with it, so
+        the worker that makes them sends them back where they are kept packed (4 MB for
+        model-a's 1000 tables at 1024 GPUs, 0.03 CPU-s to collect; unpacked, at 128 GPUs, 31
+        MB, and cheaper to make: not sent), and this process keeps them: on model-a at 1024
+        GPUs the class move made those 1000 again, about 0.3 CPU-s. A contribution is the same
+        figures whichever process made it (the cache's key is what the plan is made from, its
+        tiers included), so the plan does not change."""
+        out = []
+        for key, value, nbytes in self._cache.entries():
+            # (a made plan's key: ((table, type, ranks), tiers))
+            made = key[0] if isinstance(key, tuple) and len(key) == 2 else None
+            if (isinstance(made, tuple) and len(made) == 3 and made[1] is ST.ROW_WISE and made[2] == _EVERY
+                    and key not in before):
+                out.append((key, value, nbytes))
+        return out
 
     def _shared_starts(self) -> None:
         """Make, before the start plans' workers fork, the contributions that this process and

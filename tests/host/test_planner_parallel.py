@@ -131,3 +131,33 @@ def test_a_threaded_process_plans_in_one_process():
     finally:
         stop.set()
         t.join()
+
+
+@needs_fork
+def test_the_row_wise_contributions_a_start_worker_made_come_back(monkeypatch):
+    """The contributions of row-wise plans over every rank that a forked worker made for the
+    start plans (TorchRec's greedy prices every table so) are kept by this process: the same
+    figures as made here, and the same plan."""
+    import neonic.host.planner.parallel as parallel
+    from neonic.host.planner.placer import Placer
+    from neonic.host.planner.plan import ShardingType
+
+    monkeypatch.setattr(Placer, "CACHE_BYTES", 100_000)   # contributions kept packed, as at 1024 GPUs
+    monkeypatch.setattr(parallel, "_MAIN_TAKES", False)   # every start plan made by the worker
+    s, w = _system(), _workload()
+    ref = NeoPlanner(w, s, workers=1)
+    assert ref._pack
+    plan = ref.run()
+    p = NeoPlanner(w, s, workers=2)
+    p._best_start(before=p.greedy)
+    kept = [(key, value) for key, value, _ in p._cache.entries()
+            if key[0][1] is ShardingType.ROW_WISE and key[0][2] == "every rank"]
+    assert len(kept) >= len(w.tables) // 2
+    fresh = NeoPlanner(w, s, workers=1)
+    for key, value in kept:
+        tp = fresh.make(fresh.tables[key[0][0]], ShardingType.ROW_WISE, list(range(s.world_size)))
+        assert tp.__dict__["_made"] == key
+        made = fresh.cost.packed_plan(fresh.tables[key[0][0]], tp, w, s)
+        assert np.array_equal(made.cols, value.cols) and np.array_equal(made.index, value.index)
+        assert made.dp_bytes == value.dp_bytes
+    assert NeoPlanner(w, s, workers=2).run() == plan
