@@ -21,7 +21,10 @@
    (:meth:`NeoPlanner.regroup`). The search descends so from
    each of the ``descents`` best starts (:data:`DEFAULT_DESCENTS`; the starts: the greedy
    placement and every baseline's and forced type's plan, ranked by the objective), the steps
-   shared, and keeps the lowest local optimum (the first on a tie).
+   shared, and keeps the lowest local optimum (the first on a tie). Where a batch of states
+   is priced in full to keep the best (the starts, a step's class moves, a balancing search's
+   states), those whose schedule without contention is above twice the best full figure
+   are not priced (:data:`_PRUNE_FACTOR`): contention only lengthens an iteration.
    Optionally (``kicks``), from that local optimum: a perturbation (the best move of a step
    applied although it does not lower the objective, its tables kept from moving back) and a
    new descent whose steps look at the ``slow_ranks`` slowest ranks (the slowest overall and
