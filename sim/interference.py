@@ -241,8 +241,8 @@ class GPUDevice:
     __slots__ = ("engine", "spec", "name", "comm_priority", "partition", "on_dma", "interference", "comm", "sms",
                  "channel_bps", "copy_engines", "copy_engine_bps", "hbm_bps", "record", "counters", "kernels",
                  "collectives", "_ks", "_order", "_targets_stale", "_transfers", "_seq", "_last", "_timer", "_tx",
-                 "_rx", "_comm_rate", "_comm_hbm", "_sm_busy", "_hbm_busy", "_net", "_ncomm", "_board", "_slot",
-                 "_plan", "_memo", "_tok", "_cls")
+                 "_rx", "_comm_rate", "_comm_hbm", "_sm_busy", "_hbm_busy", "_net", "_ncomm", "_board", "_brate",
+                 "_slot", "_plan", "_memo", "_tok", "_cls")
 
     def __init__(self, engine: Engine, spec: GPUSpec, name: str = "gpu", *, comm_priority: int = 0,
                  sm_partition_comm: float = 0.0, collectives_on_dma: bool = False, interference: float = 0.0,
@@ -290,9 +290,12 @@ class GPUDevice:
         self._hbm_busy = 0.0
         self._net = None
         self._ncomm = 0
-        # set by couple(): a (2, n) array the network's throttle reads without visiting every
-        # GPU: row 0 this GPU's running collectives, row 1 its collectives' fraction (_comm_rate)
-        self._board: np.ndarray | None = None
+        # set by couple(): the rows of a (2, n) array the network's throttle reads without
+        # visiting every GPU, as memoryviews (a store is a third of a numpy item store's cost, and
+        # every re-plan makes one): _board row 0, this GPU's running collectives; _brate row 1,
+        # its collectives' fraction (_comm_rate); both at index _slot
+        self._board: memoryview | None = None
+        self._brate: memoryview | None = None
         self._slot = 0
         self._plan: tuple[bool, float, float, float, float] = (True, 0.0, 0, 0.0, 0.0)
         # shared transitions (set by couple(), see _Memo): the memo and this GPU's state token
@@ -357,7 +360,7 @@ class GPUDevice:
         self.collectives += 1
         self._ncomm += 1
         if self._board is not None:
-            self._board[0, self._slot] = self._ncomm
+            self._board[self._slot] = self._ncomm
         self._advance()
         self._add(k)
         if self._tok is not None:
@@ -544,13 +547,16 @@ class GPUDevice:
         speed = donor.drain_rate if donor.draining else max(donor.rate, 1e-6)
         span = n * (donor.tau / max(speed, 1e-6)) / max(donor.held, _EPS)
         steps = _STEPS if n > _STEPS * _EPS else 1
+        eng = self.engine
+        bundled = eng._bundled  # (after_bundled without its checks: the delays below are ints >= 0)
+        now = eng.now
         for j in range(steps):
             t = _Transfer(donor, taker, n / steps)
             donor.outgoing += t.n
             if taker is not None:
                 taker.incoming += t.n
             delay = (j + 0.5) * span / steps
-            t.event = self.engine.after_bundled(max(0, int(math.ceil(delay))), self._on_transfer, t)
+            t.event = bundled(now + max(0, int(math.ceil(delay))), self._on_transfer, (t,))
             self._transfers.append(t)
 
     def _on_transfer(self, t: _Transfer) -> None:
@@ -568,8 +574,7 @@ class GPUDevice:
             tok = trans.get((self._tok, "X", i))
             if tok is not None:
                 hit = trans.get(tok)
-                if hit is not None:
-                    self._tok = tok
+                if hit is not None:  # (_apply sets the token: the re-plan's, after this step's)
                     self._apply(hit)
                     return
         else:
@@ -589,7 +594,7 @@ class GPUDevice:
         if k.kind == "comm":
             self._ncomm -= 1
             if self._board is not None:
-                self._board[0, self._slot] = self._ncomm
+                self._board[self._slot] = self._ncomm
         self._ks.remove(k)
         self._order.remove(k)
         self._targets_stale = True
@@ -672,8 +677,8 @@ class GPUDevice:
                 else:
                     k.rate = r
         self._comm_rate = comm_cap if moving else 1.0
-        if self._board is not None:
-            self._board[1, self._slot] = self._comm_rate
+        if self._brate is not None:
+            self._brate[self._slot] = self._comm_rate
         # what set_traffic needs to skip a re-plan while HBM does not bind
         self._plan = (math.isinf(level), compute_use, compute_busy, held, rf)
 
@@ -698,8 +703,8 @@ class GPUDevice:
             return False
         self._comm_hbm = hbm
         self._comm_rate = 1.0
-        if self._board is not None:
-            self._board[1, self._slot] = 1.0
+        if self._brate is not None:
+            self._brate[self._slot] = 1.0
         return True
 
     def _update(self) -> None:
@@ -758,7 +763,7 @@ class GPUDevice:
         the others of that token apply the same (see :class:`_Memo`)."""
         memo = self._memo
         now = self.engine.now
-        trans = memo.at(now)
+        trans = memo.trans if memo.now == now else memo.at(now)
         key = self._tok if update else -self._tok  # (tokens are ints >= 1; _retoken's keys tuples)
         hit = trans.get(key)
         ks = self._ks
@@ -785,7 +790,7 @@ class GPUDevice:
                 (ks.index(t.donor), -1 if t.taker is None else ks.index(t.taker), t.n, t.event.time - now)
                 for t in self._transfers[ntr:])
             tok = memo.canon(self) if not ks else memo.fresh()
-            trans[key] = (tok, tuple((k.held, k.incoming, k.outgoing, k.rate, k.target) for k in ks),
+            trans[key] = (tok, tuple([(k.held, k.incoming, k.outgoing, k.rate, k.target) for k in ks]),
                           self._targets_stale, self._comm_rate, self._comm_hbm, self._plan, transfers, sched, recompute)
             self._tok = tok
             if recompute:
@@ -802,8 +807,8 @@ class GPUDevice:
         for k, v in zip(ks, kvals):
             k.held, k.incoming, k.outgoing, k.rate, k.target = v
         self._comm_rate = rate
-        if self._board is not None:
-            self._board[1, self._slot] = rate
+        if self._brate is not None:
+            self._brate[self._slot] = rate
         if transfers:
             eng = self.engine
             bundled = eng._bundled  # (after_bundled without its checks: the delays were made by _transfer)
@@ -1165,9 +1170,10 @@ def couple(net, gpus: Sequence[GPUDevice], batched: bool = True, shared: bool = 
         return scale if low else None
 
     memo = _Memo()
+    counts, rates = memoryview(board[0]), memoryview(board[1])  # (the GPUs' stores: see GPUDevice)
     for i, g in enumerate(gpus):
         g._net = net
-        g._board, g._slot = board, i
+        g._board, g._brate, g._slot = counts, rates, i
         board[0, i], board[1, i] = g._ncomm, g._comm_rate
         if shared and not g.record and not g._ks and not g._transfers and g._timer.time is None:
             g._memo = memo  # (a recorded GPU keeps its counters: it computes every transition)

@@ -439,6 +439,42 @@ def test_the_batched_traffic_update_is_the_per_gpu_one(seed, dma):
     assert calls_batched < calls_each
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_throttle_reads_each_gpus_collectives_and_fraction_as_the_gpu_has_them(monkeypatch, shared):
+    """The board the network's throttle reads (per GPU: its running collectives and their
+    fraction of the link-allowed rate, kept by the GPUs themselves at every change, each
+    through its own view of the board's rows) holds what every GPU has at every throttle call,
+    through kernels, hand-overs, shared re-plans and traffic updates (the batched and
+    per-GPU paths in the tests above read the same board: this pins the board itself)."""
+    import neonic.sim.interference as interference
+
+    gpus_of: list = []
+    checked = [0, 0]
+    real_couple = couple
+
+    def recorded(net, gpus, *a, **kw):
+        gpus_of.append(list(gpus))
+        return real_couple(net, gpus, *a, **kw)
+
+    real = interference._comm_scale
+
+    def comm_scale(board, size):
+        gpus = gpus_of[-1]
+        assert board.shape == (2, len(gpus))
+        for i, g in enumerate(gpus):
+            assert board[0, i] == g._ncomm
+            assert board[1, i] == g._comm_rate
+            checked[1] += g._ncomm > 0 and g._comm_rate < 1.0
+        checked[0] += 1
+        return real(board, size)
+
+    monkeypatch.setitem(globals(), "couple", recorded)
+    monkeypatch.setattr(interference, "_comm_scale", comm_scale)
+    _lockstep_mix(shared, 1, slow=True)
+    _coupled_mix(True, 2)
+    assert checked[0] > 100 and checked[1] > 0  # (some throttled: fractions below 1 seen)
+
+
 def _lockstep_mix(shared: bool, seed: int, dma: bool = False, slow: bool = False, begin_all: bool = False) -> tuple:
     """Two ZionEX nodes whose GPUs mostly run the same work at the same times (two groups of
     eight with their own kernels, AlltoAlls of equal and of uneven sizes, AllGathers), with a
