@@ -160,15 +160,15 @@ class GPUEfficiency:
     """Fraction of HBM bandwidth reached by a GPU radix sort of key-value pairs at its
     mechanism's bytes (the keys read once for the digit histograms, then every key and value
     read and written per pass of 8 key bits). Bytes: :func:`radix_sort_bytes`; bits a pass:
-    :data:`RADIX_SORT_BITS`. MEASURED (sim/data/nvidia-h100.json, ``cub_sort.*``, session 21): CUB's
-    ``DeviceRadixSort::SortPairs`` as FBGEMM's backward calls it (64-bit keys, 32-bit values,
+    :data:`RADIX_SORT_BITS`. MEASURED (sim/data/nvidia-h100.json, ``cub_sort.*``, session 21):
+    CUB's ``DeviceRadixSort::SortPairs`` as FBGEMM's backward calls it (64-bit keys, 32-bit values,
     16-64 key bits, 2^18-2^26 keys) on one H100 SXM; this, ``radix_sort_fixed_s`` and
     ``radix_sort_pass_s`` are the least-squares fit (relative errors) of that record,
     ``host.bench.gpu.fit_radix_sort``, within 7.5% of each of its 40 points (a test ties the
     three to the record); the same mechanism with 64-bit values is within 8% of the record's
     ``cub_sort.u64_i64.*`` and 10% of its ``torch.sort`` (``sort_scaling.sort.i64.*``,
-    ``host.bench.gpu.compare_sort``). Other presets: ASSUMPTION, the same fraction of their own HBM bandwidth (the
-    same CUB onesweep sort on every NVIDIA GPU since Volta). Not fitted by the calibration."""
+    ``host.bench.gpu.compare_sort``). Other presets: ASSUMPTION, the same fraction of their own
+    HBM bandwidth (the same CUB sort; unmeasured there). Not fitted by the calibration."""
 
     radix_sort_fixed_s: float = 7.30e-6
     """Fixed time of one radix sort (its histogram and scan kernels, besides the passes).
@@ -617,16 +617,17 @@ def embedding_forward_cost(spec: GPUSpec, lookups: int, row_bytes: float, pooled
 
 #: Key bits a radix sort pass orders (its digit width). SOURCE: CUB's onesweep radix sort, which
 #: ``DeviceRadixSort::SortPairs`` runs, sorts 8 bits a pass on these key types; MEASURED on an H100
-#: (sim/data/nvidia-h100.json, ``cub_sort.*``): the time steps at 8-bit boundaries (16 bits: 2
-#: steps' time, 20 and 24 bits the same, 28 and 32 the same, 64 bits 8).
+#: (sim/data/nvidia-h100.json, ``cub_sort.*``): the time steps at 8-bit boundaries (20 and 24
+#: bits take the same time, as do 28 and 32; each step of 8 bits adds the same time a key).
 RADIX_SORT_BITS = 8
 
 
 def hash_size_bits(total_rows: int) -> int:
     """The key bits FBGEMM's table-batched backward sorts: ``total_hash_size_bits`` of a TBE
     whose tables have ``total_rows`` rows in all, ``int(log2(total_rows) + 1)`` (0 for no
-    rows; FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``, split_table_batched_embeddings_ops_training.py):
-    the bit length of the largest linearized index ``hash_size_cumsum[t] + row``."""
+    rows; FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``, in
+    split_table_batched_embeddings_ops_training.py): the bit length of the number of rows, which
+    bounds every linearized index ``hash_size_cumsum[t] + row``."""
     _count("total_rows", total_rows, 0)
     return int(total_rows).bit_length()
 
@@ -665,10 +666,10 @@ def radix_sort_cost(spec: GPUSpec, keys: int, key_bits: int, key_bytes: int = 8,
 
 
 def embedding_sort_cost(spec: GPUSpec, keys: int, total_rows: int) -> KernelCost:
-    """The sort that opens FBGEMM's table-batched backward on one GPU (``transpose_embedding_input``:
-    the ``keys`` linearized indices of all the TBE's tables, 64-bit, with their 32-bit positions,
-    sorted over :func:`hash_size_bits` of the tables' ``total_rows``): one sort per fused
-    backward, whatever its number of tables."""
+    """The sort that opens FBGEMM's table-batched backward on one GPU
+    (``transpose_embedding_input``: the ``keys`` linearized indices of all the TBE's tables,
+    64-bit, with their 32-bit positions, sorted over :func:`hash_size_bits` of the tables'
+    ``total_rows``): one sort per fused backward, whatever its number of tables."""
     return radix_sort_cost(spec, keys, hash_size_bits(total_rows), 8, 4)
 
 
