@@ -829,11 +829,14 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s, sp):  # pragma: no cover  
     these a plan)."""
     n = v.shape[1]
     out = np.empty(n)
+    srt = np.empty(n)
+    for r in range(n):      # (the sorts in a pass of their own: the next loop stays branch-free)
+        srt[r] = _sort_s(v[30, r], v[31, r], sp)
     for r in range(n):
         half = v[2, r] / 2
         busy = 1.0 if v[3, r] > 0.5 else 0.0
         a = v[0, r] + busy * fwd
-        b = (v[1, r] + busy * bwd) + _sort_s(v[30, r], v[31, r], sp)
+        b = (v[1, r] + busy * bwd) + srt[r]
         out[r] = (a if a >= half else half) + (b if b >= half else half)
     comm = np.empty(n)
     a0, a1, b0, b1 = alpha[0], alpha[1], bw[0], bw[1]
