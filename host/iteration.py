@@ -32,7 +32,8 @@ import numpy as np
 
 from neonic.host.systems import SystemSpec
 from neonic.host.workloads import WorkloadSpec
-from neonic.sim.gpu import GPUSpec, KernelCost, embedding_backward_cost, embedding_forward_cost, stream_cost
+from neonic.sim.gpu import (GPUSpec, KernelCost, embedding_forward_cost, embedding_sort_cost, embedding_update_cost,
+                            stream_cost)
 from neonic.sim.resources import CPU_PRESETS, cpu_embedding_backward_s, cpu_embedding_forward_s
 from neonic.sim.memory_tiers import host_transfer_s
 from neonic.sim.compiled import HAVE_NUMBA, jit
@@ -341,29 +342,44 @@ def shard_kernel_s(gpu: GPUSpec, k, pcie_bytes_per_s: float, ssd_bytes_per_s: fl
     """One shard's (forward, backward, host transfer) seconds, launch overheads excluded: the
     GPU model's embedding kernels (``sim.gpu``) and the cache misses of a DRAM/SSD shard over
     PCIe (or at the SSD's bandwidth). ``lookups``: forward lookups left to the GPU (SmartNIC
-    caches serve the rest; default all of them). The one home of these figures: the planner's
-    contributions and the simulator's payloads both come from here."""
+    caches serve the rest; default all of them). The backward is the shard's share of the
+    fused update; the sort before it is its rank's, one over all its shards
+    (:func:`rank_sort_cost`), not additive over shards. The one home of these figures: the
+    planner's contributions and the simulator's payloads both come from here."""
     fwd, bwd = _shard_costs(gpu, k, lookups)
     host = host_transfer_s(k.miss_bytes, k.tier, pcie_bytes_per_s, ssd_bytes_per_s)
     return fwd.time_s - fwd.overhead_s, bwd.time_s - bwd.overhead_s, host
 
 
 def _shard_costs(gpu: GPUSpec, k, lookups: int | None = None) -> tuple[KernelCost, KernelCost]:
-    """One shard's forward and backward kernels (:func:`shard_kernel_s`'s)."""
+    """One shard's forward kernel and its share of the backward's fused update (:func:`shard_kernel_s`'s)."""
     fl = k.lookups if lookups is None else lookups
     fwd = embedding_forward_cost(gpu, fl, k.row_bytes, k.pooled_rows, k.out_row_bytes)
-    bwd = embedding_backward_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.out_row_bytes,
-                                  k.state_bytes_per_row)
+    bwd = embedding_update_cost(gpu, k.lookups, min(k.unique_rows, k.lookups), k.row_bytes, k.out_row_bytes,
+                                k.state_bytes_per_row)
     return fwd, bwd
+
+
+def rank_sort_cost(gpu: GPUSpec, kernels) -> KernelCost:
+    """The sort of a rank's fused backward: FBGEMM sorts the linearized indices of all the
+    rank's tables at once (``sim.gpu.embedding_sort_cost``), every backward lookup of its
+    shards over the bits of its shards' rows summed (the TBE's ``total_hash_size_bits``).
+    ASSUMPTION: all of a rank's shards, data-parallel ones included, are one TBE (Neo's one
+    fused kernel per rank)."""
+    keys = rows = 0
+    for k in kernels:
+        keys += k.lookups
+        rows += k.rows
+    return embedding_sort_cost(gpu, keys, rows)
 
 
 def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_bytes_per_s: float,
                           gpu_lookups: list[int] | None = None, host_in_kernel: bool = True) -> tuple[KernelCost, KernelCost]:
-    """A rank's shards run as one fused forward launch and one fused backward (+ optimizer)
-    launch: the shards' kernel times add (:func:`shard_kernel_s`), the launch overhead counts
-    once per direction (twice for the backward: gradient sort + update), and the host
-    transfers of cache misses split evenly between the two (fetch forward, write-back
-    backward)."""
+    """A rank's shards run as one fused forward launch and one fused backward (+ optimizer):
+    the shards' kernel times add (:func:`shard_kernel_s`), the forward's launch overhead
+    counts once, the backward is the rank's one sort (:func:`rank_sort_cost`, its own fixed
+    times) and one fused update launch, and the host transfers of cache misses split evenly
+    between the two (fetch forward, write-back backward)."""
     flops = hbm = comp = mem = 0.0
     fwd_s = bwd_s = host_s = 0.0
     bflops = bhbm = bcomp = bmem = 0.0
@@ -380,15 +396,16 @@ def fused_embedding_costs(gpu: GPUSpec, kernels, pcie_bytes_per_s: float, ssd_by
         bhbm += b.hbm_bytes
         bcomp += b.compute_s
         bmem += b.memory_s
+    sort = rank_sort_cost(gpu, kernels)
     launch = gpu.efficiency.launch_overhead_s
     busy = 1.0 if len(kernels) else 0.0
     if not host_in_kernel:  # the caller moves the misses itself (flows on the GPU-host link)
         host_s = 0.0
     f_over = busy * launch + host_s / 2
-    b_over = busy * 2 * launch + host_s / 2
+    b_over = busy * launch + host_s / 2
     return (KernelCost(flops=flops, hbm_bytes=hbm, compute_s=comp, memory_s=mem, overhead_s=f_over, _time_s=fwd_s + f_over),
-            KernelCost(flops=bflops, hbm_bytes=bhbm, compute_s=bcomp, memory_s=bmem, overhead_s=b_over,
-                       _time_s=bwd_s + b_over))
+            KernelCost(flops=bflops, hbm_bytes=bhbm + sort.hbm_bytes, compute_s=bcomp, memory_s=bmem + sort.memory_s,
+                       overhead_s=b_over + sort.overhead_s, _time_s=(bwd_s + b_over) + sort.time_s))
 
 
 # ------------------------------------------------------------------ the schedule, evaluated fast

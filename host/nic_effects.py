@@ -204,7 +204,7 @@ def _bag_all(p: float, h: float) -> float:
 def nic_effects(sc, plan, work, psys) -> NICEffects:
     """The SmartNIC mechanisms applied to one iteration's work, split between NIC and GPU by
     cost (see the module doc)."""
-    from neonic.host.iteration import shard_kernel_s
+    from neonic.host.iteration import rank_sort_cost, shard_kernel_s
     from neonic.host.planner.plan import ShardingType
     from neonic.sim.engine import ps_from_s
     from neonic.sim.memory_tiers import cache_hit_rate
@@ -271,6 +271,9 @@ def nic_effects(sc, plan, work, psys) -> NICEffects:
             v["pf"][r] += k.miss_bytes / 2 / link
             if not inference:
                 v["pb"][r] += k.miss_bytes / 2 / link
+        if not inference and owned[r]:
+            # the rank's one sort before its fused update (over all its shards)
+            v["gb"][r] += rank_sort_cost(gpu, [k for _, _, k in owned[r]]).time_s
     v["sent"] = (m["pooled"] * inter).sum(axis=1) + (m["input"] * inter).sum(axis=1)
     v["recv"] = (m["pooled"] * inter).sum(axis=0) + (m["input"] * inter).sum(axis=0)
     if inference:

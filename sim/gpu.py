@@ -22,7 +22,10 @@ API (stable; the planner and the schedule code against it)
     ``interaction_cost(spec, batch, num_features, dim, dtype)`` -> KernelCost (pairwise dots).
     ``embedding_forward_cost(spec, lookups, row_bytes, pooled_rows, out_row_bytes)``.
     ``embedding_backward_cost(spec, lookups, unique_rows, row_bytes, grad_row_bytes,
-    optimizer_state_bytes_per_row)`` (sort + fused row-wise AdaGrad);
+    optimizer_state_bytes_per_row, total_rows=...)`` (one table's sort + fused row-wise AdaGrad);
+    ``embedding_update_cost`` (the fused update alone) and ``embedding_sort_cost(spec, keys,
+    total_rows)`` (the one sort of a GPU's fused backward, FBGEMM's); ``radix_sort_cost(spec,
+    keys, key_bits, key_bytes, value_bytes)`` (a CUB radix sort by its passes);
     ``embedding_unfused_forward_cost`` / ``embedding_unfused_backward_cost`` (one table, no
     fusion: the baseline that Neo's fused kernels are measured against).
     ``fits_in_hbm(spec, nbytes)`` / ``hbm_capacity_bytes(spec)`` (usable capacity).
@@ -55,6 +58,13 @@ __all__ = [
     "stream_cost",
     "embedding_forward_cost",
     "embedding_backward_cost",
+    "embedding_update_cost",
+    "embedding_sort_cost",
+    "radix_sort_cost",
+    "radix_sort_bytes",
+    "radix_sort_passes",
+    "hash_size_bits",
+    "RADIX_SORT_BITS",
     "embedding_unfused_forward_cost",
     "embedding_unfused_backward_cost",
     "UNFUSED_BACKWARD_KERNELS",
@@ -146,9 +156,27 @@ class GPUEfficiency:
     kernel's start on a V100 (framework dispatch included). 4 us: ASSUMPTION within that range
     for a kernel issued ahead by a framework that keeps the GPU's queue full."""
 
-    sort_bytes_per_key: float = 16.0
-    """HBM bytes moved per gradient key by the backward's sort (radix sort of (row, position)
-    pairs, ~2 passes of 8-byte key-value reads and writes). ASSUMPTION (no public figure)."""
+    radix_sort: float = 0.651
+    """Fraction of HBM bandwidth reached by a GPU radix sort of key-value pairs at its
+    mechanism's bytes (the keys read once for the digit histograms, then every key and value
+    read and written per pass of 8 key bits). Bytes: :func:`radix_sort_bytes`; bits a pass:
+    :data:`RADIX_SORT_BITS`. MEASURED (sim/data/nvidia-h100.json, ``cub_sort.*``, session 21):
+    CUB's ``DeviceRadixSort::SortPairs`` as FBGEMM's backward calls it (64-bit keys, 32-bit values,
+    16-64 key bits, 2^18-2^26 keys) on one H100 SXM; this, ``radix_sort_fixed_s`` and
+    ``radix_sort_pass_s`` are the least-squares fit (relative errors) of that record,
+    ``host.bench.gpu.fit_radix_sort``, within 7.5% of each of its 40 points (a test ties the
+    three to the record); the same mechanism with 64-bit values is within 8% of the record's
+    ``cub_sort.u64_i64.*`` and 10% of its ``torch.sort`` (``sort_scaling.sort.i64.*``,
+    ``host.bench.gpu.compare_sort``). Other presets: ASSUMPTION, the same fraction of their own
+    HBM bandwidth (the same CUB sort; unmeasured there). Not fitted by the calibration."""
+
+    radix_sort_fixed_s: float = 7.30e-6
+    """Fixed time of one radix sort (its histogram and scan kernels, besides the passes).
+    MEASURED on an H100 (see ``radix_sort``); other presets: ASSUMPTION, the same."""
+
+    radix_sort_pass_s: float = 11.4e-6
+    """Fixed time of each pass of a radix sort (one kernel per pass, its ramp and tail).
+    MEASURED on an H100 (see ``radix_sort``); other presets: ASSUMPTION, the same."""
 
     def __post_init__(self) -> None:
         _fraction("efficiency.gemm", self.gemm)
@@ -158,7 +186,11 @@ class GPUEfficiency:
         _count("efficiency.sector_bytes", self.sector_bytes, 1)
         if not isinstance(self.launch_overhead_s, (int, float)) or self.launch_overhead_s < 0:
             raise ValueError(f"efficiency.launch_overhead_s: expected a number >= 0, got {self.launch_overhead_s!r}")
-        _positive("efficiency.sort_bytes_per_key", self.sort_bytes_per_key)
+        _fraction("efficiency.radix_sort", self.radix_sort)
+        for name in ("radix_sort_fixed_s", "radix_sort_pass_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"efficiency.{name}: expected a finite number >= 0 (seconds), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -281,6 +313,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         # --sections=tbe`; FBGEMM's own could not be carried to the lent machine) imply at the
         # model's bytes for Model-A's dim mix (32 tables at its dim quantiles, FP32, pooling 15,
         # uniformly random rows over 4 GiB): forward 0.191 ms, backward kernel 0.496 ms.
+        # radix_sort, radix_sort_fixed_s, radix_sort_pass_s: MEASURED on this H100 (cub_sort.*,
+        # session 21; host.bench.gpu.fit_radix_sort), the GPUEfficiency defaults.
         persistent_gemm=True,
         efficiency=GPUEfficiency(gemm=0.800, hbm_stream=0.903, embedding_random=0.635,
                                  embedding_backward=0.634),
@@ -581,7 +615,65 @@ def embedding_forward_cost(spec: GPUSpec, lookups: int, row_bytes: float, pooled
     )
 
 
-def embedding_backward_cost(
+#: Key bits a radix sort pass orders (its digit width). SOURCE: CUB's onesweep radix sort, which
+#: ``DeviceRadixSort::SortPairs`` runs, sorts 8 bits a pass on these key types; MEASURED on an H100
+#: (sim/data/nvidia-h100.json, ``cub_sort.*``): the time steps at 8-bit boundaries (20 and 24
+#: bits take the same time, as do 28 and 32; each step of 8 bits adds the same time a key).
+RADIX_SORT_BITS = 8
+
+
+def hash_size_bits(total_rows: int) -> int:
+    """The key bits FBGEMM's table-batched backward sorts: ``total_hash_size_bits`` of a TBE
+    whose tables have ``total_rows`` rows in all, ``int(log2(total_rows) + 1)`` (0 for no
+    rows; FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen``, in
+    split_table_batched_embeddings_ops_training.py): the bit length of the number of rows, which
+    bounds every linearized index ``hash_size_cumsum[t] + row``."""
+    _count("total_rows", total_rows, 0)
+    return int(total_rows).bit_length()
+
+
+def radix_sort_passes(key_bits: int) -> int:
+    """Passes of a radix sort over ``key_bits`` bits: one per :data:`RADIX_SORT_BITS`."""
+    _count("key_bits", key_bits, 0)
+    return -(-int(key_bits) // RADIX_SORT_BITS)
+
+
+def radix_sort_bytes(keys: float, passes: int, key_bytes: int, value_bytes: int) -> float:
+    """HBM bytes a radix sort of ``keys`` key-value pairs moves in ``passes`` passes, by its
+    mechanism: the keys read once for the digit histograms, then each pass reads and writes every
+    key and value (``keys * (key_bytes + passes * 2 * (key_bytes + value_bytes))``)."""
+    if passes <= 0:
+        return 0.0
+    return float(keys) * (key_bytes + passes * 2.0 * (key_bytes + value_bytes))
+
+
+def radix_sort_cost(spec: GPUSpec, keys: int, key_bits: int, key_bytes: int = 8, value_bytes: int = 4) -> KernelCost:
+    """A GPU radix sort of ``keys`` pairs (``key_bytes`` keys, ``value_bytes`` values) over the
+    low ``key_bits`` bits of the keys (CUB's ``DeviceRadixSort::SortPairs`` with ``end_bit``):
+    :func:`radix_sort_passes` passes, :func:`radix_sort_bytes` at ``efficiency.radix_sort`` of
+    HBM, plus ``radix_sort_fixed_s`` and ``radix_sort_pass_s`` per pass (its kernels' fixed
+    times, launches included: the ``overhead_s``). No keys or no bits: nothing to sort."""
+    _count("keys", keys, 0)
+    passes = radix_sort_passes(key_bits)
+    for name, value in (("key_bytes", key_bytes), ("value_bytes", value_bytes)):
+        _count(name, value, 1)
+    if keys == 0 or passes == 0:
+        return ZERO_COST
+    eff = spec.efficiency
+    nbytes = radix_sort_bytes(keys, passes, key_bytes, value_bytes)
+    return KernelCost(hbm_bytes=nbytes, memory_s=nbytes / (spec.hbm_bytes_per_s * eff.radix_sort),
+                      overhead_s=eff.radix_sort_fixed_s + passes * eff.radix_sort_pass_s)
+
+
+def embedding_sort_cost(spec: GPUSpec, keys: int, total_rows: int) -> KernelCost:
+    """The sort that opens FBGEMM's table-batched backward on one GPU
+    (``transpose_embedding_input``: the ``keys`` linearized indices of all the TBE's tables,
+    64-bit, with their 32-bit positions, sorted over :func:`hash_size_bits` of the tables'
+    ``total_rows``): one sort per fused backward, whatever its number of tables."""
+    return radix_sort_cost(spec, keys, hash_size_bits(total_rows), 8, 4)
+
+
+def embedding_update_cost(
     spec: GPUSpec,
     lookups: int,
     unique_rows: int,
@@ -589,15 +681,13 @@ def embedding_backward_cost(
     grad_row_bytes: float,
     optimizer_state_bytes_per_row: float = 4.0,
 ) -> KernelCost:
-    """The embedding backward fused with a row-wise sparse optimizer (Neo / FBGEMM).
-
-    Gradients are sorted by row (``efficiency.sort_bytes_per_key`` HBM bytes per lookup), the
-    per-lookup gradients (``grad_row_bytes``, one per lookup, read once) are aggregated on chip,
-    and each of the ``unique_rows`` touched rows is updated exactly once: its weights are read
-    and written (``row_bytes`` each way) and its optimizer state read and written (row-wise
-    AdaGrad: one FP32 per row, ``optimizer_state_bytes_per_row``). Row traffic runs at
-    ``efficiency.embedding_backward``; the sort and gradient reads at streaming efficiency.
-    """
+    """One table's share of the fused backward + row-wise sparse optimizer kernel that follows
+    the sort (Neo / FBGEMM): the per-lookup gradients (``grad_row_bytes``, one per lookup, read
+    once) are aggregated on chip, and each of the ``unique_rows`` touched rows is updated exactly
+    once: its weights are read and written (``row_bytes`` each way) and its optimizer state read
+    and written (row-wise AdaGrad: one FP32 per row, ``optimizer_state_bytes_per_row``). Row
+    traffic runs at ``efficiency.embedding_backward``, the gradient reads at streaming
+    efficiency; one launch."""
     _count("lookups", lookups, 0)
     _count("unique_rows", unique_rows, 0)
     if unique_rows > lookups:
@@ -607,7 +697,7 @@ def embedding_backward_cost(
     if lookups == 0:
         return ZERO_COST
     eff = spec.efficiency
-    stream_bytes = lookups * (eff.sort_bytes_per_key + grad_row_bytes)
+    stream_bytes = lookups * float(grad_row_bytes)
     row_traffic = unique_rows * 2.0 * (_sectors(spec, row_bytes) + _sectors(spec, optimizer_state_bytes_per_row))
     flops = 4.0 * unique_rows * row_bytes / 2.0 + lookups * grad_row_bytes / 2.0
     return KernelCost(
@@ -616,8 +706,28 @@ def embedding_backward_cost(
         compute_s=flops / (spec.peak_flops("fp32") * eff.gemm),
         memory_s=stream_bytes / (spec.hbm_bytes_per_s * eff.hbm_stream)
         + row_traffic / (spec.hbm_bytes_per_s * eff.embedding_backward),
-        overhead_s=2 * eff.launch_overhead_s,  # sort + fused update
+        overhead_s=eff.launch_overhead_s,
     )
+
+
+def embedding_backward_cost(
+    spec: GPUSpec,
+    lookups: int,
+    unique_rows: int,
+    row_bytes: float,
+    grad_row_bytes: float,
+    optimizer_state_bytes_per_row: float = 4.0,
+    *,
+    total_rows: int,
+) -> KernelCost:
+    """The embedding backward fused with a row-wise sparse optimizer of one table of
+    ``total_rows`` rows in a TBE of its own: the sort of its ``lookups`` keys
+    (:func:`embedding_sort_cost`) then the fused update (:func:`embedding_update_cost`). A GPU
+    holding several tables sorts once over all of them (``host.iteration.fused_embedding_costs``)."""
+    update = embedding_update_cost(spec, lookups, unique_rows, row_bytes, grad_row_bytes, optimizer_state_bytes_per_row)
+    if lookups == 0:
+        return update
+    return embedding_sort_cost(spec, lookups, total_rows) + update
 
 
 def hbm_capacity_bytes(spec: GPUSpec) -> int:
@@ -676,8 +786,10 @@ def embedding_unfused_backward_cost(
 
     1. bag backward: each lookup's gradient row is materialised (its bag's pooled gradient read,
        the row written: ``2 g`` per lookup) and the indices copied (8 B per lookup, int64);
-    2. coalesce: the indices sorted (``sort_bytes_per_key`` per lookup), duplicates found
-       (an index read per lookup) and summed (every gradient row read once more, ``u`` written);
+    2. coalesce: the indices sorted (``torch.sort``'s radix sort, :func:`radix_sort_cost`, of
+       64-bit keys over all 64 bits with 64-bit positions: MEASURED on an H100 within 11% of
+       ``sort_scaling.sort.i64.*``, 2^18-2^26 keys), duplicates found (an index read per lookup)
+       and summed (every gradient row read once more, ``u`` written);
     3. step: square (``u g`` read and written), state add (``u g`` read, ``u s`` read and
        written), mask (``u s`` read and written), square root and eps (``u s`` read and written
        twice), divide (``u g + u s`` read, ``u g`` written): all streaming;
@@ -685,7 +797,8 @@ def embedding_unfused_backward_cost(
        same scattered row traffic as the fused kernel, at ``embedding_backward``); the state
        updates of step 3 touch the state rows at the same scattered efficiency.
 
-    Streams run at ``hbm_stream``; one launch per kernel of :data:`UNFUSED_BACKWARD_KERNELS`."""
+    Streams run at ``hbm_stream``; one launch per kernel of :data:`UNFUSED_BACKWARD_KERNELS` but
+    the sort, whose kernels' fixed times are its own."""
     _count("lookups", lookups, 0)
     _count("unique_rows", unique_rows, 0)
     if unique_rows > lookups:
@@ -697,16 +810,17 @@ def embedding_unfused_backward_cost(
     eff = spec.efficiency
     g, s, u = float(grad_row_bytes), float(optimizer_state_bytes_per_row), float(unique_rows)
     materialise = lookups * (2.0 * g + 8.0 + 8.0)                              # rows; indices read and written
-    coalesce = lookups * (eff.sort_bytes_per_key + 8.0 + g) + u * g            # sort, unique, reduce
+    coalesce = lookups * (8.0 + g) + u * g                                      # unique, reduce
+    sort = radix_sort_cost(spec, lookups, 64, 8, 8)
     step_stream = 2 * u * g + u * g + 2 * u * s + 4 * u * s + (u * g + u * s + u * g) + u * g
     stream_bytes = materialise + coalesce + step_stream
     row_traffic = u * 2.0 * _sectors(spec, row_bytes) + u * 2.0 * _sectors(spec, s)   # weights; state add
     flops = 4.0 * u * row_bytes / 2.0 + lookups * g / 2.0
-    return KernelCost(
+    return sort + KernelCost(
         flops=flops,
         hbm_bytes=stream_bytes + row_traffic,
         compute_s=flops / (spec.peak_flops("fp32") * eff.gemm),
         memory_s=stream_bytes / (spec.hbm_bytes_per_s * eff.hbm_stream)
         + row_traffic / (spec.hbm_bytes_per_s * eff.embedding_backward),
-        overhead_s=len(UNFUSED_BACKWARD_KERNELS) * eff.launch_overhead_s,
+        overhead_s=(len(UNFUSED_BACKWARD_KERNELS) - 1) * eff.launch_overhead_s,
     )

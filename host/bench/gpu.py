@@ -27,7 +27,8 @@ Figures (each a median over repetitions, timed with CUDA events after warm-up):
   not installable on the lent machines): the fused forward and the fused backward + row-wise
   AdaGrad at Model-A's pooling over 4 GiB of tables, FP32 and FP16, dims 32..256 and Model-A's
   dim mix, checked against torch first (``tbe.check.*``), beside torch's ``embedding_bag`` and
-  ``sort`` (``measure_tbe``; ``compare_tbe`` gives the efficiencies they imply).
+  ``sort`` (``measure_tbe``; ``compare_tbe`` gives the efficiencies they imply; ``compare_sort``
+  the sorts beside ``sim.gpu.radix_sort_cost`` and ``fit_radix_sort`` its parameters).
 * ``pcie.h2d_gbytes_per_s`` / ``d2h`` / ``bidir``: pinned host memory copies of 1 GiB.
 * ``cta_copy.<n>``: GB/s of a persistent Triton copy kernel of ``n`` CTAs (how much one
   collective channel, one CTA, can move through HBM), where Triton is installed.
@@ -979,6 +980,7 @@ def compare(measured: dict[str, Any], preset: str) -> dict[str, Any]:
         out[name] = {"measured_ms": value, "model_ms": model_ms, "measured_over_model": value / model_ms}
     out.update(compare_dense(measured, preset))
     out.update(compare_tbe(measured, preset))
+    out.update(compare_sort(measured, preset))
     if "hbm_copy_gbytes_per_s" in measured:
         model = spec.hbm_gbytes_per_s * spec.efficiency.hbm_stream
         out["hbm_copy"] = {"measured_gbytes_per_s": measured["hbm_copy_gbytes_per_s"],
@@ -989,13 +991,15 @@ def compare(measured: dict[str, Any], preset: str) -> dict[str, Any]:
 
 def compare_tbe(measured: dict[str, Any], preset: str) -> dict[str, Any]:
     """``measure_tbe``'s Triton TBE kernels beside ``sim.gpu``'s fused embedding costs: per case,
-    the measured and modelled ms (the forward; the backward as ``torch.sort`` + the fused
-    kernel), the fraction of the data sheet's HBM bandwidth the kernel reached at the model's
-    bytes, and the efficiency that would make the model's time the measured one with every
-    other parameter as it is (``implied_embedding_random`` from the forward's gathered bytes,
-    ``implied_embedding_backward`` from the fused kernel's row traffic, and the sort's
-    ``implied_sort_bytes_per_key`` at streaming efficiency)."""
-    from neonic.sim.gpu import embedding_backward_cost, embedding_forward_cost, gpu_preset
+    the measured and modelled ms (the forward; the backward as the section runs it, ``torch.sort``
+    of the case's keys -- priced as ``sim.gpu.radix_sort_cost`` over all 64 bits of 64-bit keys
+    and positions -- then the fused kernel, ``embedding_update_cost`` per table in one launch),
+    the fraction of the data sheet's HBM bandwidth the kernel reached at the model's bytes, and
+    the efficiency that would make the model's time the measured one with every other
+    parameter as it is (``implied_embedding_random`` from the forward's gathered bytes,
+    ``implied_embedding_backward`` from the fused kernel's row traffic); the sort's measured /
+    model as ``sort_measured_over_model``."""
+    from neonic.sim.gpu import embedding_forward_cost, embedding_update_cost, gpu_preset, radix_sort_cost
 
     spec = gpu_preset(preset)
     eff, peak = spec.efficiency, spec.hbm_bytes_per_s
@@ -1016,8 +1020,9 @@ def compare_tbe(measured: dict[str, Any], preset: str) -> dict[str, Any]:
         uniques = measured[f"tbe.backward_adagrad.{name}.unique_rows_per_table"]
         fwd_model = launch + sum(embedding_forward_cost(spec, n, d * size, bags, d * size).time_s - launch
                                  for n, d in zip(lookups, dims))
-        bwd_model = 2 * launch + sum(embedding_backward_cost(spec, n, u, d * size, d * size).time_s - 2 * launch
-                                     for n, u, d in zip(lookups, uniques, dims))
+        sort_model = radix_sort_cost(spec, sum(lookups), 64, 8, 8).time_s
+        bwd_model = sort_model + launch + sum(embedding_update_cost(spec, n, u, d * size, d * size).time_s - launch
+                                              for n, u, d in zip(lookups, uniques, dims))
         fwd_s = measured[key] * 1e-3
         sort_s = measured[f"tbe.sort.{name}.ms"] * 1e-3
         bwd_s = measured[f"tbe.backward_adagrad.{name}.ms"] * 1e-3
@@ -1032,7 +1037,68 @@ def compare_tbe(measured: dict[str, Any], preset: str) -> dict[str, Any]:
             "measured_over_model": (sort_s + bwd_s) / bwd_model,
             "fraction_of_hbm": (rows + grads) / bwd_s / peak,
             "implied_embedding_backward": rows / peak / (bwd_s - launch - grads / (peak * eff.hbm_stream)),
-            "implied_sort_bytes_per_key": (sort_s - launch) * peak * eff.hbm_stream / sum(lookups)}
+            "sort_measured_over_model": sort_s / sort_model}
+    return out
+
+
+def _cub_sort_points(measured: dict[str, Any]) -> list[tuple[int, int, int, float]]:
+    """The record's ``cub_sort.*`` times: (key bits, value bytes, keys, seconds) per point (64-bit
+    keys throughout: ``u64_i32`` has 32-bit values, ``u64_i64`` 64-bit ones)."""
+    points = []
+    for key, value in measured.items():
+        parts = key.split(".")
+        if parts[0] != "cub_sort" or parts[-1] != "ms" or len(parts) != 5:
+            continue
+        values = {"u64_i32": 4, "u64_i64": 8}.get(parts[1])
+        if values is None or not parts[2].startswith("bits"):
+            continue
+        points.append((int(parts[2][4:]), values, int(parts[3]), float(value) * 1e-3))
+    return sorted(points)
+
+
+def fit_radix_sort(measured: dict[str, Any], hbm_gbytes_per_s: float) -> dict[str, float]:
+    """``sim.gpu``'s radix-sort parameters that fit a record's CUB ``SortPairs`` times best (the
+    derivation of ``GPUEfficiency.radix_sort``, ``radix_sort_fixed_s``, ``radix_sort_pass_s``):
+    time = fixed + passes x pass + mechanism bytes (``sim.gpu.radix_sort_bytes``) / (HBM x
+    fraction), least squares on relative errors over every point with 32-bit values (FBGEMM's
+    sort; the 64-bit-value points are left to check the mechanism's bytes on). Returns the three
+    and the largest relative error of the fit."""
+    import numpy as np
+
+    from neonic.sim.gpu import radix_sort_bytes, radix_sort_passes
+
+    points = [p for p in _cub_sort_points(measured) if p[1] == 4]
+    if len(points) < 3:
+        raise ValueError("measured: expected cub_sort.u64_i32.bits*.*.ms points (at least 3)")
+    hbm = hbm_gbytes_per_s * 1e9
+    x = np.array([[1.0, radix_sort_passes(b), radix_sort_bytes(n, radix_sort_passes(b), 8, v) / hbm]
+                  for b, v, n, _ in points])
+    t = np.array([p[3] for p in points])
+    coef = np.linalg.lstsq(x / t[:, None], np.ones(len(t)), rcond=None)[0]
+    err = np.abs(x @ coef / t - 1.0)
+    return {"radix_sort": float(1.0 / coef[2]), "radix_sort_fixed_s": float(coef[0]),
+            "radix_sort_pass_s": float(coef[1]), "max_relative_error": float(err.max())}
+
+
+def compare_sort(measured: dict[str, Any], preset: str) -> dict[str, Any]:
+    """The record's sorts beside ``sim.gpu.radix_sort_cost`` for the preset: each CUB
+    ``SortPairs`` point (``cub_sort.*``: 64-bit keys over their low bits, FBGEMM's) and each
+    ``torch.sort`` of 64-bit keys (``sort_scaling.sort.i64.*``: all 64 bits, 64-bit positions),
+    measured and model ms and measured / model (the parameters themselves: :func:`fit_radix_sort`)."""
+    from neonic.sim.gpu import gpu_preset, radix_sort_cost
+
+    spec = gpu_preset(preset)
+    out: dict[str, Any] = {}
+    for bits, values, n, t in _cub_sort_points(measured):
+        model = radix_sort_cost(spec, n, bits, 8, values).time_s
+        out[f"cub_sort.u64_i{8 * values}.bits{bits}.{n}"] = {"measured_ms": t * 1e3, "model_ms": model * 1e3,
+                                                             "measured_over_model": t / model}
+    for key, value in measured.items():
+        parts = key.split(".")
+        if parts[:3] == ["sort_scaling", "sort", "i64"] and parts[-1] == "ms":
+            model = radix_sort_cost(spec, int(parts[3]), 64, 8, 8).time_s
+            out[f"sort_scaling.sort.i64.{parts[3]}"] = {"measured_ms": value, "model_ms": model * 1e3,
+                                                        "measured_over_model": value * 1e-3 / model}
     return out
 
 

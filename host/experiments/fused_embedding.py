@@ -7,10 +7,12 @@ cluster (Neo's planner, Neo's post-optimization table precision) and costs, for 
 shards, one iteration's embedding work both ways with ``sim.gpu``'s kernel models:
 
 fused     ``embedding_forward_cost`` summed over the GPU's shards with one launch;
-          ``embedding_backward_cost`` (sort + fused row-wise AdaGrad) with two launches;
+          one sort of all the GPU's keys over the bits of its shards' rows, FBGEMM's
+          (``host.iteration.rank_sort_cost``), then ``embedding_update_cost`` (fused row-wise
+          AdaGrad) summed over the shards with one launch;
 unfused   one ``embedding_unfused_forward_cost`` per shard (a launch each) and one
           ``embedding_unfused_backward_cost`` per shard (gradients materialised in HBM,
-          coalesced, then a separate optimizer pass; four launches each).
+          coalesced by ``torch.sort`` over all 64 bits, then a separate optimizer pass).
 
 The speedup is the slowest GPU's unfused time over its fused time (the GPU that bounds the
 iteration), with the mean over GPUs and the forward/backward split beside it. It is a
@@ -75,8 +77,9 @@ def shard_work(config: dict[str, Any]):
 
 def rank_times(gpu, kernels) -> dict[str, float]:
     """Fused and unfused forward/backward seconds of one GPU's shard kernels."""
-    from neonic.sim.gpu import (KernelCost, embedding_backward_cost, embedding_forward_cost,
-                                embedding_unfused_backward_cost, embedding_unfused_forward_cost)
+    from neonic.host.iteration import rank_sort_cost
+    from neonic.sim.gpu import (KernelCost, embedding_forward_cost, embedding_unfused_backward_cost,
+                                embedding_unfused_forward_cost, embedding_update_cost, radix_sort_cost)
 
     launch = gpu.efficiency.launch_overhead_s
     f = b = KernelCost()
@@ -84,7 +87,7 @@ def rank_times(gpu, kernels) -> dict[str, float]:
     for k in kernels:
         unique = min(k.unique_rows, k.lookups)
         f = f + embedding_forward_cost(gpu, k.lookups, k.row_bytes, k.pooled_rows, k.out_row_bytes)
-        b = b + embedding_backward_cost(gpu, k.lookups, unique, k.row_bytes, k.row_bytes, k.state_bytes_per_row)
+        b = b + embedding_update_cost(gpu, k.lookups, unique, k.row_bytes, k.row_bytes, k.state_bytes_per_row)
         uf += embedding_unfused_forward_cost(gpu, k.lookups, k.row_bytes, k.pooled_rows, k.out_row_bytes).time_s
         ub += embedding_unfused_backward_cost(gpu, k.lookups, unique, k.row_bytes, k.row_bytes, k.state_bytes_per_row).time_s
 
@@ -93,9 +96,13 @@ def rank_times(gpu, kernels) -> dict[str, float]:
 
     from neonic.sim.gpu import UNFUSED_BACKWARD_KERNELS
 
-    unfused_launches = len(kernels) * (1 + len(UNFUSED_BACKWARD_KERNELS))
-    return {"shards": len(kernels), "fused_fwd_s": fused(f, 1), "fused_bwd_s": fused(b, 2), "unfused_fwd_s": uf,
-            "unfused_bwd_s": ub, "unfused_launch_s": unfused_launches * launch,
+    # per shard: the forward's launch and the backward's but its sort's, whose kernels' fixed
+    # times (torch.sort over all 64 bits) count instead
+    unfused_launches = len(kernels) * len(UNFUSED_BACKWARD_KERNELS)
+    sort_fixed = sum(radix_sort_cost(gpu, k.lookups, 64, 8, 8).overhead_s for k in kernels)
+    fused_bwd = fused(b, 1) + rank_sort_cost(gpu, kernels).time_s if kernels else 0.0
+    return {"shards": len(kernels), "fused_fwd_s": fused(f, 1), "fused_bwd_s": fused_bwd, "unfused_fwd_s": uf,
+            "unfused_bwd_s": ub, "unfused_launch_s": unfused_launches * launch + sort_fixed,
             "lookups": int(sum(k.lookups for k in kernels))}
 
 
@@ -122,7 +129,7 @@ def run(config: dict[str, Any], progress: Callable[[str], None]) -> ExperimentRe
         "unfused_ms_slowest_gpu": slow_u["unfused_ms"],
         "shards_per_gpu_mean": float(np.mean([row["shards"] for row in rows])),
         "lookups_per_shard_mean": float(sum(row["lookups"] for row in busy) / max(1, sum(row["shards"] for row in busy))),
-        # how much of the slowest GPU's unfused time its launches are: the launch-bound regime
+        # how much of the slowest GPU's unfused time its launches (and its sorts' fixed times) are: the launch-bound regime
         # (many tables, few lookups each) is where fusion gains most
         "unfused_launch_share_slowest_gpu": slow_u["unfused_launch_s"] / (slow_u["unfused_ms"] * 1e-3),
         "tables": len(workload.tables),

@@ -8,7 +8,14 @@ from the same functions the simulator's payloads use:
 * per rank: the fused embedding forward / backward (``host.iteration.shard_kernel_s``: the GPU
   model's kernels, one launch per direction; the cache misses of host-tier shards priced by
   ``sim.memory_tiers.host_transfer_s``, half fetched during the forward and half written back
-  during the backward, overlapping the kernel),
+  during the backward, overlapping the kernel); the backward opens with the rank's one sort
+  (``host.iteration.rank_sort_cost``), whose passes step with the bits of the rank's rows
+  summed: a state holds each rank's sort keys and rows (additive) and the sort is priced from
+  them (:func:`_sort_parts_np`), never per table. The objective
+  (:meth:`CostModel.iteration_s_batch`), the per-rank totals the search balances with, a
+  plan's evaluation and its reported columns price it; the barrier-sum proxy
+  (:meth:`CostModel.barrier_sum_batch` and its kin, which the placer takes node by node)
+  leaves it out;
   the dense MLP, interaction and optimizer kernels (``host.iteration.dense_costs``), the input
   copy over PCIe;
 * per collective (one time for all ranks): the AlltoAllvs (input indices, pooled embeddings,
@@ -66,6 +73,7 @@ from neonic.host.planner.work import (COLLECTIVES, CompactWork, IterationWork, O
 from neonic.host.workloads.spec import TableSpec, WorkloadSpec
 from neonic.sim.network.collectives import NCCL_CONNECTIONS
 from neonic.sim.compiled import jit, pairwise_sum
+from neonic.sim.gpu import RADIX_SORT_BITS
 from neonic.sim.interference import REDUCE_FRACTION, comm_hbm_bytes
 
 #: The iteration's AlltoAll(v) ops (the plan's matrices).
@@ -106,7 +114,11 @@ _COMP, _KERN, _AGG, _HBM, _HOST = slice(0, 3), 3, slice(4, 24), 24, slice(25, 27
 # other rank, the bytes it sends to each owner its table-row-wise shards finish (its rail), and
 # its table-row-wise shards' sum of ``g / m - 1`` (0: every one over a whole node).
 _DENSE, _RAIL, _SUB = 27, 28, 29
-_ROWS = 30
+# The rank's fused backward sort (``host.iteration.rank_sort_cost``): its keys (the backward's
+# lookups) and its shards' rows, summed here; the sort's passes are a step function of the rows'
+# sum, so its seconds are priced from these sums (:func:`_sort_parts_np`), never added per shard.
+_KEYS, _TROWS = 30, 31
+_ROWS = 32
 
 
 def pooled_pattern(tw: TableWork, world: int, gpus_per_node: int,
@@ -205,7 +217,7 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
     index)`` with ``cols[:, index]`` the figures :meth:`CostModel.contribution` builds and
     ``cols``, ``index`` what :meth:`PackedContribution.pack` makes of them, bit for bit;
     ``k`` -1 where this does not apply (the caller then builds and packs the figures);
-    ``cols`` transposed (``(k, 30)``, C-ordered).
+    ``cols`` transposed (``(k, _ROWS)``, C-ordered).
 
     Each rank's figures are a function of its key (its node's class: the node's sums of each
     outer term; its shard's kernel shape, -1 for none; its shard's place where transfers name
@@ -223,22 +235,22 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
     2 transfers (``psrc[c]``, ``pdst[c]``, ``pnb[c]``; one per rank, one side every rank in
     order, the other side ranks holding a shard, every transfer the same bytes).
     ``figures``: each kernel shape's forward, backward and host-transfer seconds, HBM bytes,
-    host bytes and the row they go to (-1: none). ``pooled``: the pooled AlltoAll's index;
+    host bytes and the row they go to (-1: none), its sort's keys and rows. ``pooled``: the pooled AlltoAll's index;
     ``mx``: its outer term's largest ``dst``."""
     n = node_of.shape[0]
     ncoll = kind.shape[0]
     if g <= 0 or n % g != 0:
-        return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+        return -1, np.empty((0, _ROWS)), np.empty(0, dtype=np.intp)
     nodes = n // g
     slot = np.full(n, -1, dtype=np.int64)
     for k in range(ranks.shape[0]):
         r = ranks[k]
         if r < 0 or r >= n or slot[r] >= 0:
-            return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+            return -1, np.empty((0, _ROWS)), np.empty(0, dtype=np.intp)
         slot[r] = k
     for i in range(n):
         if node_of[i] < 0 or node_of[i] >= nodes:
-            return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+            return -1, np.empty((0, _ROWS)), np.empty(0, dtype=np.intp)
     has_pairs = False
     pside = np.zeros(ncoll, dtype=np.int64)   # (which side of each transfer term is every rank)
     for c in range(ncoll):
@@ -254,7 +266,7 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
                 own = psrc[c, k] if pside[c] == 0 else pdst[c, k]
                 other = pdst[c, k] if pside[c] == 0 else psrc[c, k]
                 if own != k or other < 0 or other >= n or slot[other] < 0 or pnb[c, k] != nb0:
-                    return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
+                    return -1, np.empty((0, _ROWS)), np.empty(0, dtype=np.intp)
     # each node's sums and the cluster's, of each outer term (as _outer_rows takes them)
     na = np.zeros((ncoll, nodes))
     nb = np.zeros((ncoll, nodes))
@@ -330,7 +342,7 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
             if not seen[s]:
                 seen[s] = True
                 senders += 1
-    cols = np.zeros((30, nclass))
+    cols = np.zeros((_ROWS, nclass))
     for j in range(nclass):
         i = reps[j]
         s = slot[i]
@@ -343,6 +355,8 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
             cols[24, j] = 0.0 + figures[h, 3]
             if figures[h, 5] >= 0:
                 cols[int(figures[h, 5]), j] = 0.0 + figures[h, 4]
+            cols[30, j] = 0.0 + figures[h, 6]
+            cols[31, j] = 0.0 + figures[h, 7]
         for c in range(ncoll):
             q = 4 + 4 * c
             if kind[c] == 1:
@@ -404,10 +418,10 @@ def _packed_build(g, node_of, ranks, shape_of, figures, kind, A, B, psrc, pdst, 
     group = np.empty(nclass, dtype=np.intp)
     ng = _pack_groups(cols, cols.view(np.int64), w, first, group) if nclass > 0 else 0
     if ng == 0 and nclass > 0:
-        return -1, np.empty((0, 30)), np.empty(0, dtype=np.intp)
-    out = np.empty((ng, 30))    # (transposed by the caller: the layout numpy's ``vec[:, first]`` has)
+        return -1, np.empty((0, _ROWS)), np.empty(0, dtype=np.intp)
+    out = np.empty((ng, _ROWS))    # (transposed by the caller: the layout numpy's ``vec[:, first]`` has)
     for t in range(ng):
-        for r in range(30):
+        for r in range(_ROWS):
             out[t, r] = cols[r, first[t]]
     index = np.empty(n, dtype=np.intp)
     for i in range(n):
@@ -723,6 +737,45 @@ class PlanCost:
         return out
 
 
+def _sort_params(gpu) -> np.ndarray:
+    """The figures :func:`_sort_parts_np` prices a rank's sort with, from ``gpu``'s efficiencies (those
+    of ``sim.gpu.embedding_sort_cost``): key and value bytes, the radix sort's achieved HBM
+    bytes per second, its fixed seconds per sort and per pass, and its bits per pass."""
+    eff = gpu.efficiency
+    return np.array([8.0, 4.0, gpu.hbm_bytes_per_s * eff.radix_sort, eff.radix_sort_fixed_s, eff.radix_sort_pass_s,
+                     float(RADIX_SORT_BITS)])
+
+
+def _sort_parts_np(keys: np.ndarray, rows: np.ndarray, sp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(memory, fixed) seconds of each rank's fused-backward sort of ``keys`` keys over the bits
+    of ``rows`` rows, element by element (``sim.gpu.embedding_sort_cost``'s arithmetic,
+    operation for operation: the same bits; ``sp``: :func:`_sort_params`); (0, 0) without keys
+    or rows. The bit length of a whole number of rows is ``frexp``'s exponent."""
+    keys = np.asarray(keys, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.float64)
+    on = (keys > 0.0) & (rows >= 1.0)
+    bits = np.frexp(np.where(on, rows, 1.0))[1].astype(np.int64)
+    radix = int(sp[5])
+    passes = (bits + radix - 1) // radix
+    kb = sp[0]
+    nbytes = keys * (kb + passes * 2.0 * (kb + sp[1]))
+    return np.where(on, nbytes / sp[2], 0.0), np.where(on, sp[3] + passes * sp[4], 0.0)
+
+
+@jit(cache=True, nogil=True)
+def _sort_s(keys, rows, sp):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+    """:func:`_sort_parts_np` of one rank, its two parts added (``KernelCost.time_s``'s sum):
+    the same operations, the same bits."""
+    if not (keys > 0.0 and rows >= 1.0):
+        return 0.0
+    bits = math.frexp(rows)[1]
+    radix = int(sp[5])
+    passes = (bits + radix - 1) // radix
+    kb = sp[0]
+    nbytes = keys * (kb + passes * 2.0 * (kb + sp[1]))
+    return nbytes / sp[2] + (sp[3] + passes * sp[4])
+
+
 @jit(cache=True, nogil=True)
 def _classes_s(sent0, recv0, sent1, recv1, alpha, bw):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """One rank's seconds in one AlltoAll (``rank_times_s``) from its bytes sent and received
@@ -752,7 +805,9 @@ def _collective_rank_s(v, c, r, scale, alpha, bw):  # pragma: no cover  (compile
 def _rank_phases(fwd_s, bwd_s, host_s, kernels, fo, bo):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """One rank's forward and backward embedding seconds from its figures (kernel seconds each
     way, host-tier miss seconds, kernel count): the launch overheads ``fo``/``bo`` where it has
-    kernels, at least half the host-tier seconds each way (they overlap the kernels)."""
+    kernels, at least half the host-tier seconds each way (they overlap the kernels). The
+    barrier-sum proxies' figure: without the backward's sort (:func:`_sort_parts_np`), which the
+    objective prices."""
     half = host_s / 2
     busy = 1.0 if kernels > 0.5 else 0.0
     a = fwd_s + busy * fo
@@ -761,24 +816,27 @@ def _rank_phases(fwd_s, bwd_s, host_s, kernels, fo, bo):  # pragma: no cover  (c
 
 
 @jit(cache=True, nogil=True)
-def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s, sp):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """:meth:`CostModel.totals_np` rank by rank with the same arithmetic (``np.maximum(a, b)``
     is ``a if a >= b else b``; each collective's time added in order, as numpy sums the rows
     of ``(5, N)`` over its first axis): the same figures, bit for bit. ``v``: a state's
     ``(29, N)`` figures; ``scale``: each collective's wire factor; ``alpha``, ``bw``: the
     intra- and inter-node terms of ``PlannerSystem.comm``; ``dp_s``: the data-parallel
-    AllReduce's seconds. In passes over the ranks (the embedding kernels, then each AlltoAll
+    AllReduce's seconds; ``sp``: the backward sort's figures (:func:`_sort_params`). In passes over the ranks (the embedding kernels, then each AlltoAll
     added in turn, :func:`_classes_s` written out), each rank's operations the same and in the
     same order: branch-free loops over contiguous rows, which the compiler vectorizes (4x
     faster than rank by rank at 1024 and 4096 ranks; the search asks for some 10-20k of
     these a plan)."""
     n = v.shape[1]
     out = np.empty(n)
+    srt = np.empty(n)
+    for r in range(n):      # (the sorts in a pass of their own: the next loop stays branch-free)
+        srt[r] = _sort_s(v[30, r], v[31, r], sp)
     for r in range(n):
         half = v[2, r] / 2
         busy = 1.0 if v[3, r] > 0.5 else 0.0
         a = v[0, r] + busy * fwd
-        b = v[1, r] + busy * bwd
+        b = (v[1, r] + busy * bwd) + srt[r]
         out[r] = (a if a >= half else half) + (b if b >= half else half)
     comm = np.empty(n)
     a0, a1, b0, b1 = alpha[0], alpha[1], bw[0], bw[1]
@@ -800,10 +858,11 @@ def _rank_totals(v, scale, alpha, bw, fwd, bwd, dp_s):  # pragma: no cover  (com
 
 
 @jit(cache=True, nogil=True)
-def _balance_totals(B, cols, idx, alpha, bw, fobo, ar, out):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+def _balance_totals(B, cols, idx, alpha, bw, fobo, ar, sp, out):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """The search's tie-breaking totals (``host.planner.search._totals_batch``) of the state
     ``B + cols[:, idx]`` into ``out``, rank by rank without the state: its kernel rows summed,
-    plus ``fobo`` where the rank has kernels, plus each AlltoAll's time (``rank_times_s``
+    plus ``fobo`` where the rank has kernels, plus its backward sort (``sp``:
+    :func:`_sort_params`), plus each AlltoAll's time (``rank_times_s``
     unscaled, added in order from the first; :func:`_classes_s` written out), plus ``ar``, in
     numpy's order of operations: the same figures. In passes over the ranks (the kernels, then
     each AlltoAll added in turn), as :func:`_rank_totals`: each rank's operations the same and
@@ -814,7 +873,8 @@ def _balance_totals(B, cols, idx, alpha, bw, fobo, ar, out):  # pragma: no cover
         j = idx[r]
         x = (B[0, r] + cols[0, j]) + (B[1, r] + cols[1, j])
         x = x + (B[2, r] + cols[2, j])
-        out[r] = x + (fobo if B[3, r] + cols[3, j] > 0.5 else 0.0)
+        x = x + (fobo if B[3, r] + cols[3, j] > 0.5 else 0.0)
+        out[r] = x + _sort_s(B[30, r] + cols[30, j], B[31, r] + cols[31, j], sp)
     comm = np.empty(n)
     a0, a1, b0, b1 = alpha[0], alpha[1], bw[0], bw[1]
     for c in range(5):
@@ -839,10 +899,11 @@ _POOLED = COLLECTIVES.index("pooled")
 
 
 @jit(cache=True, nogil=True)
-def _add_shards(v, ranks, shape_of, times, hbm, host, host_row):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
+def _add_shards(v, ranks, shape_of, times, hbm, host, host_row, sort):  # pragma: no cover  (compiled; NEONIC_NO_NUMBA: Python)
     """Add each shard's kernel figures (those of its shape: ``times[shape]`` = (forward,
-    backward, host transfer) seconds, HBM bytes, host bytes into row ``host_row[shape]``) and
-    one kernel to its rank's column of ``v``, shard by shard in order (``np.add.at``'s sums)."""
+    backward, host transfer) seconds, HBM bytes, host bytes into row ``host_row[shape]``, its
+    sort's keys and rows ``sort[shape]``) and one kernel to its rank's column of ``v``, shard
+    by shard in order (``np.add.at``'s sums)."""
     n = v.shape[1]
     for k in range(ranks.shape[0]):
         r, s = ranks[k], shape_of[k]
@@ -855,6 +916,8 @@ def _add_shards(v, ranks, shape_of, times, hbm, host, host_row):  # pragma: no c
         v[24, r] += hbm[s]
         if host_row[s] >= 0:
             v[host_row[s], r] += host[s]
+        v[30, r] += sort[s, 0]
+        v[31, r] += sort[s, 1]
 
 
 @jit(cache=True, nogil=True)
@@ -974,7 +1037,7 @@ def _shard_times(gpu, pcie: float, ssd: float, lookups: int, pooled_rows: int, r
                  miss_bytes: float) -> tuple[float, float, float]:
     """(forward, backward, host transfer) seconds of one shard of these figures on ``gpu`` (host
     link ``pcie``, SSD ``ssd`` bytes/s), without launch overheads (:meth:`CostModel.kernel_times`)."""
-    k = ShardKernel(0, lookups, pooled_rows, row_bytes, out_row_bytes, unique_rows, state_bytes, tier, miss_bytes, 0.0, 0.0)
+    k = ShardKernel(0, lookups, pooled_rows, row_bytes, out_row_bytes, unique_rows, state_bytes, tier, miss_bytes, 0.0, 0.0, 0)
     return shard_kernel_s(gpu, k, pcie, ssd)
 
 
@@ -988,7 +1051,9 @@ class CostModel:
         self.node_of = system.node_of()
         eff = system.gpu.efficiency
         self._fwd_overhead = eff.launch_overhead_s
-        self._bwd_overhead = 2 * eff.launch_overhead_s
+        # the fused update's launch; the rank's sort before it is priced from its keys and rows
+        self._bwd_overhead = eff.launch_overhead_s
+        self._sort = _sort_params(system.gpu)
         self._allreduce_cache: dict[float, float] = {}
         #: :meth:`_allreduce_total_s` by its exact ``dp_bytes`` (the balancing search asks it for
         #: every candidate of every step, a few distinct figures among hundreds)
@@ -1091,6 +1156,12 @@ class CostModel:
         return self._kernel_cache(k.lookups, k.pooled_rows, k.row_bytes, k.out_row_bytes, k.unique_rows,
                                   k.state_bytes_per_row, k.tier, k.miss_bytes)
 
+    def _sort_s_np(self, vecs: np.ndarray) -> np.ndarray:
+        """Seconds of each rank's fused-backward sort (``host.iteration.rank_sort_cost``) from a
+        state's (or a stack of states') summed keys and rows (:func:`_sort_parts_np`)."""
+        m, f = _sort_parts_np(vecs[..., _KEYS, :], vecs[..., _TROWS, :], self._sort)
+        return m + f
+
     # ----------------------------------------------------------------- contributions and states
     def contribution(self, tw: TableWork | CompactWork) -> Contribution:
         """A table's additive contribution (through its kernels and traffic terms); from a
@@ -1104,8 +1175,9 @@ class CostModel:
             hbm = np.array([k.hbm_bytes for k in shapes], dtype=np.float64)
             host = np.array([k.host_bytes for k in shapes], dtype=np.float64)
             host_row = np.array([_HOST_ROW[k.tier] for k in shapes], dtype=np.int64)
+            sort = np.array([(k.lookups, k.rows) for k in shapes], dtype=np.float64).reshape(-1, 2)
             _add_shards(v, np.ascontiguousarray(ranks, dtype=np.int64), np.ascontiguousarray(tw.shape_of, dtype=np.int64),
-                        shape_times, hbm, host, host_row)
+                        shape_times, hbm, host, host_row, sort)
         else:
             ks = tw.kernels
             if len(ks) > 1:
@@ -1117,6 +1189,8 @@ class CostModel:
                     np.add.at(v[row], ranks, times[:, row])
                 np.add.at(v[_KERN], ranks, 1.0)
                 np.add.at(v[_HBM], ranks, np.fromiter((k.hbm_bytes for k in ks), dtype=float, count=len(ks)))
+                np.add.at(v[_KEYS], ranks, np.fromiter((k.lookups for k in ks), dtype=float, count=len(ks)))
+                np.add.at(v[_TROWS], ranks, np.fromiter((k.rows for k in ks), dtype=float, count=len(ks)))
                 for tier, row in (("dram", 25), ("ssd", 26)):
                     on = [i for i, k in enumerate(ks) if k.tier == tier]
                     if on:
@@ -1125,6 +1199,8 @@ class CostModel:
                 v[0:3, k.rank] += self.kernel_times(k)
                 v[_KERN, k.rank] += 1
                 v[_HBM, k.rank] += k.hbm_bytes
+                v[_KEYS, k.rank] += k.lookups
+                v[_TROWS, k.rank] += k.rows
                 if k.tier != "hbm":
                     v[25 if k.tier == "dram" else 26, k.rank] += k.host_bytes
         # (added in place to the zero rows: the same sums as into new zero arrays)
@@ -1190,8 +1266,8 @@ class CostModel:
         """:func:`_packed_build` of the terms in the scratch rows (``kind``: which, as
         :func:`host.planner.work.compact_rows` says), None where it does not apply."""
         A, B, psrc, pdst, pnb, node_of = self._packed_scratch()
-        figures = np.array([(*self.kernel_times(k), k.hbm_bytes, k.host_bytes, _HOST_ROW[k.tier]) for k in shapes],
-                           dtype=np.float64).reshape(-1, 6)
+        figures = np.array([(*self.kernel_times(k), k.hbm_bytes, k.host_bytes, _HOST_ROW[k.tier], k.lookups, k.rows)
+                            for k in shapes], dtype=np.float64).reshape(-1, 8)
         k, cols, index = _packed_build(self.system.gpus_per_node, node_of, np.ascontiguousarray(ranks, dtype=np.int64),
                                        np.ascontiguousarray(shape_of, dtype=np.int64), figures, kind, A, B, psrc,
                                        pdst, pnb, _POOLED, mx, PackedContribution._WEIGHTS)
@@ -1237,7 +1313,7 @@ class CostModel:
         comm = self.system.comm.rank_times_s(state.agg * self._agg_scale[:, None, None])
         cols = {
             "fwd_compute": state.comp[0] + busy * self._fwd_overhead,
-            "bwd_compute": state.comp[1] + busy * self._bwd_overhead,
+            "bwd_compute": (state.comp[1] + busy * self._bwd_overhead) + self._sort_s_np(state.vec),
             "host_transfer": state.comp[2].copy(),
         }
         for name, c in zip(("input_a2a", "pooled_a2a", "grad_a2a", "pooled_rs", "grad_ag"), comm):
@@ -1254,7 +1330,7 @@ class CostModel:
         if v.dtype != np.float64 or not v.flags.c_contiguous:
             return self.totals_np(state)
         return _rank_totals(v, self._agg_scale, alpha, bw, self._fwd_overhead, self._bwd_overhead,
-                            self._dp_allreduce_s(state.dp_bytes))
+                            self._dp_allreduce_s(state.dp_bytes), self._sort)
 
     def balance_totals_plus(self, B: np.ndarray, cols: np.ndarray, idx: np.ndarray, dp_bytes: float,
                             out: np.ndarray) -> None:
@@ -1264,7 +1340,7 @@ class CostModel:
         the same figures."""
         alpha, bw = self._alpha_bw()
         ar = float(np.array([self._allreduce_s(dp_bytes)])[0])
-        _balance_totals(B, cols, idx, alpha, bw, self._fwd_overhead + self._bwd_overhead, ar, out)
+        _balance_totals(B, cols, idx, alpha, bw, self._fwd_overhead + self._bwd_overhead, ar, self._sort, out)
 
     def totals_np(self, state: State) -> np.ndarray:
         """:meth:`totals` with numpy's array operations (the specification of the loop)."""
@@ -1274,7 +1350,7 @@ class CostModel:
         busy = v[_KERN] > 0.5
         # the embedding ops as phase_times prices them (host-tier misses overlap the kernels)
         emb = (np.maximum(v[0] + busy * self._fwd_overhead, v[2] / 2)
-               + np.maximum(v[1] + busy * self._bwd_overhead, v[2] / 2))
+               + np.maximum((v[1] + busy * self._bwd_overhead) + self._sort_s_np(v), v[2] / 2))
         return emb + comm + self._dp_allreduce_s(state.dp_bytes)
 
     # ----------------------------------------------------------------- the iteration
@@ -1289,7 +1365,7 @@ class CostModel:
         # host-tier misses: fetched during the forward, written back during the backward, over
         # the GPU-host link alongside the fused kernel (the simulator's flows: host.iteration)
         rank["emb_fwd"] = np.maximum(vecs[:, 0] + busy * self._fwd_overhead, host / 2)
-        rank["emb_bwd"] = np.maximum(vecs[:, 1] + busy * self._bwd_overhead, host / 2)
+        rank["emb_bwd"] = np.maximum((vecs[:, 1] + busy * self._bwd_overhead) + self._sort_s_np(vecs), host / 2)
         agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
         comm = self.system.comm.rank_times_s(agg).max(axis=2)  # (T, 5): each collective's slowest rank
         coll = {"input_a2a": comm[:, 0], "pooled_a2a": comm[:, 1], "grad_a2a": comm[:, 2],
@@ -1321,9 +1397,12 @@ class CostModel:
         T = vecs.shape[0]
         out: dict[str, np.ndarray] = dict(self._fixed_hbm)
         with np.errstate(divide="ignore", invalid="ignore"):
-            for key, row, over in (("emb_fwd", 0, self._fwd_overhead), ("emb_bwd", 1, self._bwd_overhead)):
-                k = vecs[:, row]
-                out[key] = np.where(k > 0, k / (k + over), 0.0)
+            k = vecs[:, 0]
+            out["emb_fwd"] = np.where(k > 0, k / (k + self._fwd_overhead), 0.0)
+            # the backward: the update's kernel time and the sort's memory time over its whole time
+            m, f = _sort_parts_np(vecs[:, _KEYS], vecs[:, _TROWS], self._sort)
+            k = vecs[:, 1] + m
+            out["emb_bwd"] = np.where(k > 0, k / (k + (self._bwd_overhead + f)), 0.0)
             agg = vecs[:, _AGG].reshape(T, len(COLLECTIVES), 4, -1) * self._agg_scale[None, :, None, None]
             for c, name in enumerate(("input_a2a", "pooled_a2a", "grad_a2a", "pooled_rs", "grad_ag")):
                 sent = agg[:, c, 0] + agg[:, c, 1]
@@ -1494,7 +1573,8 @@ class CostModel:
     def barrier_sum_batch(self, vecs: np.ndarray, dps) -> np.ndarray:
         """Sum over the plan-dependent phases of each phase's slowest rank, for ``T`` states:
         the iteration as if nothing overlapped (a cheap proxy the greedy start uses; the search
-        itself minimises :meth:`iteration_s`). Each phase's slowest rank in one compiled loop
+        itself minimises :meth:`iteration_s`; the proxy leaves out each rank's backward sort,
+        whose step in the rows would break the placer's node-wise maxima). Each phase's slowest rank in one compiled loop
         (:func:`_phase_maxima`), combined as :meth:`barrier_sum_batch_np` combines them: the
         same figures, bit for bit."""
         vecs = np.asarray(vecs)
@@ -1598,6 +1678,8 @@ class CostModel:
             for k in ks:
                 v[0:3, r] += self.kernel_times(k)
                 v[_KERN, r] += 1
+                v[_KEYS, r] += k.lookups
+                v[_TROWS, r] += k.rows
         for c, name in enumerate(COLLECTIVES):
             v[4 + 4 * c: 8 + 4 * c] = matrix_aggregates(work.matrices[name], self.system.gpus_per_node)
         st.dp_bytes = work.dp_allreduce_bytes

@@ -1539,7 +1539,8 @@ def _totals_batch(cost: CostModel, vecs: np.ndarray, dps: list[float]) -> np.nda
     comm = cost.system.comm.rank_times_s(vecs[:, 4:24].reshape(len(vecs), 5, 4, -1)).sum(axis=1)
     busy = vecs[:, 3] > 0.5
     ar = np.array([cost._allreduce_s(d) for d in dps])[:, None]
-    return (vecs[:, 0] + vecs[:, 1] + vecs[:, 2] + busy * (cost._fwd_overhead + cost._bwd_overhead) + comm + ar)
+    return (vecs[:, 0] + vecs[:, 1] + vecs[:, 2] + busy * (cost._fwd_overhead + cost._bwd_overhead)
+            + cost._sort_s_np(vecs) + comm + ar)
 
 
 def plan_neo(workload: WorkloadSpec, system: PlannerSystem, time_budget_s: float | None = None,

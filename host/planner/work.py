@@ -77,6 +77,7 @@ class ShardKernel:
     miss_bytes: float         # bytes moved to/from DRAM/SSD through the cache (fwd fetch + bwd write-back)
     hbm_bytes: float          # HBM the shard occupies (weights + state, or its cache)
     host_bytes: float         # DRAM/SSD the shard occupies
+    rows: int                 # the shard's rows (its rank's fused backward sorts over all its shards' rows)
 
 
 @dataclass(frozen=True)
@@ -708,7 +709,7 @@ def _shard_shapes(table: TableSpec, workload: WorkloadSpec, system: PlannerSyste
             rank=rank, lookups=lookups_i, pooled_rows=bags, row_bytes=row_bytes,
             out_row_bytes=shard_cols * 4, unique_rows=_unique_rows(shard_rows, lookups_i),
             state_bytes_per_row=state_for, tier=tier, miss_bytes=miss,
-            hbm_bytes=hbm, host_bytes=host,
+            hbm_bytes=hbm, host_bytes=host, rows=shard_rows,
         )
         shapes.append(out)
     return shape_of, tuple(shapes)

@@ -167,8 +167,8 @@ def test_the_tbe_section_says_when_triton_is_missing(monkeypatch):
 
 def _tbe_measured(preset, scale_fwd=1.0, scale_bwd=1.0):
     """A ``measure_tbe`` result whose times are the model's own for ``preset`` (times scale):
-    one uniform and one Model-A mix case, every row unique, the sort at its modelled bytes."""
-    from neonic.sim.gpu import gpu_preset
+    one uniform and one Model-A mix case, every row unique, the sort at its modelled time."""
+    from neonic.sim.gpu import gpu_preset, radix_sort_cost
 
     spec = gpu_preset(preset)
     eff, peak, launch = spec.efficiency, spec.hbm_bytes_per_s, spec.efficiency.launch_overhead_s
@@ -186,7 +186,7 @@ def _tbe_measured(preset, scale_fwd=1.0, scale_bwd=1.0):
                   f"tbe.forward.{name}.gather_bytes": float(gather), f"tbe.forward.{name}.stream_bytes": float(stream),
                   f"tbe.forward.{name}.ms": scale_fwd * 1e3 * (launch + gather / (peak * eff.embedding_random)
                                                                + stream / (peak * eff.hbm_stream)),
-                  f"tbe.sort.{name}.ms": 1e3 * (launch + n * len(dims) * eff.sort_bytes_per_key / (peak * eff.hbm_stream)),
+                  f"tbe.sort.{name}.ms": 1e3 * radix_sort_cost(spec, n * len(dims), 64, 8, 8).time_s,
                   f"tbe.backward_adagrad.{name}.row_bytes": float(rows),
                   f"tbe.backward_adagrad.{name}.grad_bytes": float(grads),
                   f"tbe.backward_adagrad.{name}.unique_rows_per_table": [n] * len(dims),
@@ -208,7 +208,7 @@ def test_tbe_figures_beside_the_model_give_the_efficiencies_they_imply():
         assert fwd["implied_embedding_random"] == pytest.approx(eff.embedding_random, rel=1e-9)
         assert bwd["measured_over_model"] == pytest.approx(1.0, rel=1e-9)
         assert bwd["implied_embedding_backward"] == pytest.approx(eff.embedding_backward, rel=1e-9)
-        assert bwd["implied_sort_bytes_per_key"] == pytest.approx(eff.sort_bytes_per_key, rel=1e-9)
+        assert bwd["sort_measured_over_model"] == pytest.approx(1.0, rel=1e-9)
         assert 0 < fwd["fraction_of_hbm"] < eff.embedding_random + 0.1
     slow = bench_gpu.compare(_tbe_measured("h100-sxm-80gb", 2.0, 2.0), "h100-sxm-80gb")
     assert slow["tbe.forward.fp32.d92"]["implied_embedding_random"] < 0.5 * eff.embedding_random
@@ -299,3 +299,32 @@ def test_model_a_dim_quantiles_are_the_model_a_presets():
     dims = np.sort([t.dim for t in load_workload(Path(workloads.__file__).parent / "presets" / "model-a.toml").tables])
     picks = dims[((np.arange(32) + 0.5) * len(dims) / 32).astype(int)]
     assert tuple(int(d) for d in picks) == bench_gpu.MODEL_A_DIM_QUANTILES
+
+
+def test_radix_sort_parameters_are_the_fit_of_the_h100_cub_record():
+    """The presets' radix-sort parameters (``sim.gpu.GPUEfficiency.radix_sort*``) are the fit of
+    the H100 record's CUB ``SortPairs`` times, FBGEMM's sort, to three figures; the fit and the
+    mechanism it prices stay close to every point, FBGEMM's and torch.sort's alike."""
+    from neonic.sim.gpu import GPUEfficiency, gpu_preset
+
+    m = bench_gpu.recorded("nvidia-h100")
+    fit = bench_gpu.fit_radix_sort(m, gpu_preset("h100-sxm-80gb").hbm_gbytes_per_s)
+    for preset in ("h100-sxm-80gb", "a100-40gb", "h200-141gb"):
+        eff = gpu_preset(preset).efficiency
+        for name in ("radix_sort", "radix_sort_fixed_s", "radix_sort_pass_s"):
+            assert getattr(eff, name) == pytest.approx(fit[name], rel=5e-3), (preset, name)
+    assert GPUEfficiency().radix_sort == gpu_preset("h100-sxm-80gb").efficiency.radix_sort
+    assert fit["max_relative_error"] < 0.08
+    c = bench_gpu.compare_sort(m, "h100-sxm-80gb")
+    cub = {k: v for k, v in c.items() if k.startswith("cub_sort.")}
+    torch_sort = {k: v for k, v in c.items() if k.startswith("sort_scaling.")}
+    assert len(cub) == 45 and len(torch_sort) == 5
+    for name, row in {**cub, **torch_sort}.items():
+        assert 0.89 < row["measured_over_model"] < 1.09, name
+    # a record whose sorts took twice as long fits half the bandwidth and twice the fixed times
+    slow = {k: (2 * v if k.startswith("cub_sort.") and k.endswith(".ms") else v) for k, v in m.items()}
+    twice = bench_gpu.fit_radix_sort(slow, 3350.0)
+    assert twice["radix_sort"] == pytest.approx(fit["radix_sort"] / 2, rel=1e-6)
+    assert twice["radix_sort_pass_s"] == pytest.approx(2 * fit["radix_sort_pass_s"], rel=1e-6)
+    with pytest.raises(ValueError, match="cub_sort"):
+        bench_gpu.fit_radix_sort({}, 3350.0)

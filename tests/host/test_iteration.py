@@ -825,3 +825,68 @@ def test_network_sharing_walks_its_lanes_compiled_or_in_numpy_to_the_same_bits(m
         ref = _shared_extra_stepwise(t, S, base, weight)
         assert ref.any()
         assert t._shared_extra(S, base, weight).tobytes() == ref.tobytes()
+
+
+def test_a_ranks_fused_backward_sorts_once_over_all_its_shards_rows():
+    """FBGEMM's backward sorts the linearized indices of all the rank's tables in one radix
+    sort over the bits of their rows summed (``total_hash_size_bits``): two shards of 40,000
+    rows each (16 bits apiece) make one sort of 17 bits, 3 passes, with one set of fixed
+    times; not two sorts of 2 passes."""
+    from neonic.host.iteration import fused_embedding_costs, rank_sort_cost
+    from neonic.host.planner.work import ShardKernel
+    from neonic.sim.gpu import embedding_sort_cost, embedding_update_cost, gpu_preset
+
+    gpu = gpu_preset("a100-40gb")
+    eff = gpu.efficiency
+
+    def shard(rows, lookups):
+        return ShardKernel(0, lookups, 4096, 512, 512, min(rows, lookups), 4, "hbm", 0.0, 0.0, 0.0, rows)
+
+    ks = [shard(40_000, 300_000), shard(40_000, 200_000)]
+    _, bwd = fused_embedding_costs(gpu, ks, 32e9, 2e9)
+    sort = rank_sort_cost(gpu, ks)
+    assert sort.time_s == embedding_sort_cost(gpu, 500_000, 80_000).time_s
+    assert sort.overhead_s == pytest.approx(eff.radix_sort_fixed_s + 3 * eff.radix_sort_pass_s, rel=1e-15)
+    updates = [embedding_update_cost(gpu, k.lookups, k.unique_rows, 512, 512, 4) for k in ks]
+    expected = sum(u.time_s - u.overhead_s for u in updates) + eff.launch_overhead_s + sort.time_s
+    assert bwd.time_s == pytest.approx(expected, rel=1e-12)
+    assert bwd.overhead_s == pytest.approx(eff.launch_overhead_s + sort.overhead_s, rel=1e-12)
+    per_shard = sum(embedding_sort_cost(gpu, k.lookups, k.rows).time_s for k in ks)
+    assert abs(bwd.time_s - (expected - sort.time_s + per_shard)) > 1e-6   # a sort per shard would differ
+    # the sort's bytes count in the backward's HBM traffic (its memory time, not its fixed times)
+    assert bwd.hbm_bytes == pytest.approx(sum(u.hbm_bytes for u in updates) + sort.hbm_bytes, rel=1e-12)
+    assert fused_embedding_costs(gpu, [], 32e9, 2e9)[1].time_s == 0.0
+
+
+def test_the_planner_prices_each_ranks_backward_as_the_simulator_does():
+    """The planner's state holds each rank's sort keys and rows and prices the sort after the
+    sum (a step function of the rows: not additive over tables); its per-rank backward equals
+    the simulator's payload (``fused_embedding_costs``) on every rank of every planner's plan,
+    and the contributions the search adds give the same state as the derived iteration."""
+    from planner_cases import every_planners_plan, skewed_workload, small_system
+
+    from neonic.host.iteration import fused_embedding_costs
+    from neonic.host.planner import CostModel, derive_iteration
+    from neonic.host.planner.search import Placer
+
+    system = small_system(nodes=2, g=4)
+    workload = skewed_workload(12)
+    cost = CostModel(workload, system)
+    checked = 0
+    for name, plan in enumerate(every_planners_plan(workload, system, cost)):
+        work = derive_iteration(plan, workload, system)
+        st = cost.state_of(work)
+        placer = Placer(workload, system, cost)
+        for tp in plan:
+            placer.place(tp)
+        assert np.array_equal(placer.state.vec[30:32], st.vec[30:32])
+        assert np.allclose(placer.state.vec[1], st.vec[1], rtol=1e-12, atol=0)
+        bwd = cost.columns(st)["bwd_compute"]
+        phase = cost.phase_times(st.vec[None], [st.dp_bytes])[0]["emb_bwd"][0]
+        for r, ks in enumerate(work.kernels):
+            sim = fused_embedding_costs(system.gpu, ks, 32e9, 2e9, host_in_kernel=False)[1].time_s
+            assert bwd[r] == pytest.approx(sim, rel=1e-12), (name, r)
+            assert phase[r] == pytest.approx(sim, rel=1e-12), (name, r)
+            assert st.vec[30, r] == sum(k.lookups for k in ks) and st.vec[31, r] == sum(k.rows for k in ks)
+            checked += bool(ks)
+    assert checked > 8

@@ -193,10 +193,10 @@ def test_the_plan_does_not_depend_on_how_many_iterations_the_run_measures():
 
 def test_descending_from_the_second_best_start_finds_what_the_best_start_misses():
     """The best start's local optimum is not the best one the objective can reach: on this
-    skewed workload the greedy start descends to 0.310 ms while the forced table-row-wise start
-    descends to 0.293 (6% lower). Descending from each of the two best starts keeps the lower,
+    skewed workload the greedy start descends to 0.458 ms while the forced table-row-wise start
+    descends to 0.421 (8% lower). Descending from each of the two best starts keeps the lower,
     deterministically, within the planner's step bound."""
-    s, w = _system(nodes=2, g=4), _workload(20, seed=9)
+    s, w = _system(nodes=2, g=4), _workload(24, seed=9)
     cm = CostModel(w, s)
     one = NeoPlanner(w, s, cm, descents=1, workers=1)
     one_plan = one.run()

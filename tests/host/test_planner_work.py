@@ -170,7 +170,8 @@ def test_column_wise_contributions_are_their_class_plans_relabeled(rng):
 
 def test_rank_totals_compiled_equal_the_array_formula_bit_for_bit():
     """CostModel.totals (compiled loops over the ranks) gives CostModel.totals_np's figures
-    (numpy's array operations), bit for bit, on random states: kernels on some ranks only,
+    (numpy's array operations), bit for bit, on random states: kernels (and their backward
+    sort's keys and rows) on some ranks only,
     empty and full AlltoAll terms, host-tier misses above and below the kernels' time, with
     and without data-parallel bytes; on the system's ranks and on wider states whose ranks do
     not fill the compiler's vectors evenly (a rank's total depends on its own column only)."""
@@ -189,6 +190,10 @@ def test_rank_totals_compiled_equal_the_array_formula_bit_for_bit():
         v[2] *= rng.choice([0.0, 1.0, 4.0], size=n)
         v[3] = rng.integers(0, 3, n)
         v[4:24] = rng.uniform(0, 1e7, (20, n)) * (rng.uniform(size=(20, n)) < 0.6)
+        # the backward sort's keys and rows (whole numbers, on both sides of 8-bit steps): the
+        # totals leave the sort out (a proxy), whatever they hold
+        v[30] = rng.integers(0, 5_000_000, n) * (v[3] > 0.5)
+        v[31] = (2.0 ** rng.choice([8, 16, 24, 32], n) + rng.integers(-2, 2, n)) * (v[3] > 0.5)
         st.dp_bytes = float(rng.choice([0.0, 1e8]))
         assert cost.totals(st).tobytes() == cost.totals_np(st).tobytes()
 

@@ -118,12 +118,12 @@ def test_embedding_forward_scales_with_lookups_and_rounds_rows_to_sectors():
 
 def test_embedding_backward_touches_each_unique_row_once():
     gpu = gpu_preset("a100-40gb")
-    few = embedding_backward_cost(gpu, 100_000, 1_000, 256, 256)
-    many = embedding_backward_cost(gpu, 100_000, 100_000, 256, 256)
+    few = embedding_backward_cost(gpu, 100_000, 1_000, 256, 256, total_rows=1 << 20)
+    many = embedding_backward_cost(gpu, 100_000, 100_000, 256, 256, total_rows=1 << 20)
     assert many.hbm_bytes - few.hbm_bytes == pytest.approx(99_000 * 2 * (256 + 32))
     assert many.time_s > few.time_s
     with pytest.raises(ValueError, match="unique_rows"):
-        embedding_backward_cost(gpu, 10, 11, 256, 256)
+        embedding_backward_cost(gpu, 10, 11, 256, 256, total_rows=100)
 
 
 def test_interaction_backward_doubles_forward():
@@ -192,3 +192,50 @@ def test_hopper_gemms_are_persistent_grids_and_ampere_gemms_are_tile_grids():
     with pytest.raises(ValueError, match="gpu.persistent_gemm"):
         GPUSpec(name="x", peak_tflops={"fp16": 1.0}, hbm_gbytes_per_s=1.0, hbm_gib=1.0, num_sms=1,
                 persistent_gemm=1)
+
+
+def test_the_backward_sort_takes_one_pass_per_8_key_bits_of_the_tbes_rows():
+    """FBGEMM sorts its linearized indices over ``total_hash_size_bits`` = int(log2(rows) + 1) of
+    the TBE's rows; CUB's radix sort takes one pass per 8 of those bits, and a pass costs its
+    fixed time plus every key and value read and written (the H100 record: the time steps at
+    16/17, 24/25 and 32/33 bits, and is flat within a step)."""
+    from neonic.sim.gpu import (RADIX_SORT_BITS, embedding_sort_cost, hash_size_bits, radix_sort_bytes,
+                                radix_sort_cost, radix_sort_passes)
+
+    assert RADIX_SORT_BITS == 8
+    assert [hash_size_bits(r) for r in (0, 1, 2, 255, 256, 65535, 65536, 2**24 - 1, 2**24)] == [0, 1, 2, 8, 9, 16, 17, 24, 25]
+    assert [radix_sort_passes(b) for b in (0, 1, 8, 9, 16, 17, 24, 25, 64)] == [0, 1, 1, 2, 2, 3, 3, 4, 8]
+    gpu = gpu_preset("a100-40gb")
+    eff = gpu.efficiency
+    keys = 1 << 20
+    t = {rows: embedding_sort_cost(gpu, keys, rows) for rows in (2**16 - 1, 2**16, 2**24 - 1, 2**24, 2**32)}
+    assert t[2**16].time_s > t[2**16 - 1].time_s                       # 16 -> 17 bits: a third pass
+    assert embedding_sort_cost(gpu, keys, 2**17).time_s == t[2**16].time_s   # same pass count, same time
+    assert t[2**24 - 1].time_s == t[2**16].time_s
+    assert t[2**24].time_s > t[2**24 - 1].time_s
+    for rows, passes in ((2**16 - 1, 2), (2**16, 3), (2**24, 4), (2**32, 5)):
+        c = t[rows]
+        # the mechanism: 8-byte keys read once for the histograms, then 8 + 4 bytes read and written a pass
+        assert c.hbm_bytes == radix_sort_bytes(keys, passes, 8, 4) == keys * (8 + passes * 24)
+        assert c.memory_s == pytest.approx(c.hbm_bytes / (gpu.hbm_bytes_per_s * eff.radix_sort), rel=1e-15)
+        assert c.overhead_s == pytest.approx(eff.radix_sort_fixed_s + passes * eff.radix_sort_pass_s, rel=1e-15)
+    # torch.sort (the unfused path): 64-bit keys and positions over all 64 bits, 8 passes
+    assert radix_sort_cost(gpu, keys, 64, 8, 8).hbm_bytes == keys * (8 + 8 * 32)
+    assert embedding_sort_cost(gpu, 0, 2**20).time_s == 0 and embedding_sort_cost(gpu, 10, 0).time_s == 0
+    # about 1M keys of 20-32 bits: 78-103 us on the H100 (cub_sort.*), not the 5 us of 16 B a key
+    h100 = gpu_preset("h100-sxm-80gb")
+    assert 70e-6 < embedding_sort_cost(h100, 2**20, 2**20).time_s < 90e-6
+    assert 90e-6 < embedding_sort_cost(h100, 2**20, 2**31).time_s < 115e-6
+    with pytest.raises(ValueError, match="total_rows"):
+        embedding_sort_cost(gpu, 10, -1)
+    with pytest.raises(ValueError, match="key_bits"):
+        radix_sort_cost(gpu, 10, -1)
+
+
+@pytest.mark.parametrize("field, value", [("radix_sort", 0.0), ("radix_sort", 1.5), ("radix_sort_fixed_s", -1e-6),
+                                          ("radix_sort_pass_s", float("nan")), ("radix_sort_pass_s", True)])
+def test_bad_radix_sort_efficiencies_are_refused_by_name(field, value):
+    from neonic.sim.gpu import GPUEfficiency
+
+    with pytest.raises(ValueError, match=f"efficiency.{field}"):
+        GPUEfficiency(**{field: value})
