@@ -44,7 +44,10 @@ source to settle them are the dense part's datatype (``dense.dtype``: Neo does n
 its MLPs ran in FP16 or TF32), the achieved bandwidth of the fused embedding kernels and the
 interference of NCCL kernels with computation (``system.streams``).
 
-GPU preset: no GPU was available to this project run, so nothing is measured on hardware.
+GPU preset: Model-A runs on the A100 preset, as Neo's ZionEX did, and no A100 was lent to this
+project: its embedding fractions stay ASSUMPTIONs. The Hopper presets' fractions and the
+backward's radix sort are measured on H100/H200 machines (``sim/data/``, ``neonic bench gpu``);
+the A100 takes the sort's figures as an ASSUMPTION (``sim.gpu.GPUEfficiency.radix_sort``).
 """
 
 from __future__ import annotations
