@@ -30,6 +30,19 @@ def skewed_workload(n: int = 40, seed: int = 3, batch: int = 256):
     })
 
 
+def heavy_workload(n: int = 30, seed: int = 3):
+    """``n`` tables drawn from ``seed`` of which the first 3 are 20x larger, with widths 64-256 and
+    heavier lookups: their row-wise and data-parallel plans are far slower than the table-wise
+    ones, and Neo's search applies class moves to them."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(10_000, 2_000_000, n)
+    rows[:3] *= 20
+    return workload_from_dict({
+        "name": "w", "batch_per_gpu": 1024, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
+        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in enumerate(zip(
+            rows, rng.choice([64, 128, 256], n), rng.lognormal(3, 1.0, n).round(1) + 1))],
+    })
+
 def every_planners_plan(w, s, cost) -> list:
     """The plan of every planner that can place ``w`` on ``s`` (the others are skipped)."""
     from neonic.host.planner import PLANNER_NAMES, make_plan

@@ -6,25 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner_cases import skewed_workload, small_system
+from planner_cases import heavy_workload, skewed_workload, small_system
 
 from neonic.host.planner import NeoPlanner
 from neonic.host.planner.forced import plan_forced
 from neonic.host.planner.plan import ShardingType
-from neonic.host.workloads import workload_from_dict
-
-
-def _heavy_workload(n: int = 30, seed: int = 3):
-    # a few tables 20x larger and heavier lookups: row-wise and data-parallel plans of every
-    # table are far slower than the table-wise ones, and the search applies class moves
-    rng = np.random.default_rng(seed)
-    rows = rng.integers(10_000, 2_000_000, n)
-    rows[:3] *= 20
-    return workload_from_dict({
-        "name": "w", "batch_per_gpu": 1024, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
-        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in enumerate(zip(
-            rows, rng.choice([64, 128, 256], n), rng.lognormal(3, 1.0, n).round(1) + 1))],
-    })
 
 
 def _priced(planner: NeoPlanner) -> list[int]:
@@ -54,7 +40,7 @@ def _forced_states(planner: NeoPlanner) -> list:
 
 @pytest.mark.parametrize("order", ["as made", "reversed"])
 def test_the_best_of_a_batch_is_the_same_with_the_hopeless_states_unpriced(order):
-    s, w = small_system(), _heavy_workload()
+    s, w = small_system(), heavy_workload()
     pruned, full = NeoPlanner(w, s, workers=1), NeoPlanner(w, s, workers=1, prune=False)
     states = _forced_states(full)
     if order == "reversed":
@@ -128,7 +114,7 @@ def test_the_states_near_the_best_are_priced_after_the_plausible_ones(reverse):
             assert p._scores[key][0] == f
 
 
-@pytest.mark.parametrize("workload", [_heavy_workload, skewed_workload])
+@pytest.mark.parametrize("workload", [heavy_workload, skewed_workload])
 def test_the_plan_is_the_same_with_and_without_pruning(workload):
     s, w = small_system(), workload()
     ref = NeoPlanner(w, s, workers=1, prune=False)
@@ -141,7 +127,7 @@ def test_the_plan_is_the_same_with_and_without_pruning(workload):
     assert fast.stats["greedy_cost_s"] == ref.stats["greedy_cost_s"]
     assert fast.stats["refine_steps"] == ref.stats["refine_steps"]
     assert fast._ranked_starts[0][0] == ref._ranked_starts[0][0] and len(fast._ranked_starts) == 1
-    if workload is _heavy_workload:
+    if workload is heavy_workload:
         assert sum(sizes) < sum(ref_sizes)  # fewer states priced in full
 
 

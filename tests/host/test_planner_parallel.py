@@ -7,11 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from planner_cases import skewed_workload, small_system
+from planner_cases import heavy_workload, skewed_workload, small_system
 
 from neonic.host.planner import NeoPlanner
 from neonic.host.planner.parallel import ForkedServer, available_workers, map_forked
-from neonic.host.workloads import workload_from_dict
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 
@@ -50,23 +49,11 @@ def test_alongside_runs_here_while_the_workers_compute():
 _system, _workload = small_system, skewed_workload
 
 
-def _with_class_moves(n=30, seed=3):
-    # a few tables 20x larger and heavier lookups: the search applies two class moves here
-    rng = np.random.default_rng(seed)
-    rows = rng.integers(10_000, 2_000_000, n)
-    rows[:3] *= 20
-    return workload_from_dict({
-        "name": "w", "batch_per_gpu": 1024, "dense": {"bottom_mlp": [4, 8], "top_mlp": [1]},
-        "tables": [{"name": f"t{i}", "rows": int(r), "dim": int(d), "pooling": float(p)} for i, (r, d, p) in enumerate(zip(
-            rows, rng.choice([64, 128, 256], n), rng.lognormal(3, 1.0, n).round(1) + 1))],
-    })
-
-
 @needs_fork
 def test_the_plan_is_the_same_with_one_process_or_two(monkeypatch):
     import neonic.host.planner.parallel as parallel
 
-    s, w = _system(), _with_class_moves()
+    s, w = _system(), heavy_workload()
     one = NeoPlanner(w, s, workers=1)
     plan = one.run()
     assert len(one.moves) == 2  # class moves were applied
@@ -112,7 +99,7 @@ def test_a_forked_server_answers_from_its_copy_and_stops_when_closed():
 def test_the_plan_is_the_same_when_the_batch_copy_fails(monkeypatch):
     """A refinement step's batch is split with a forked copy (NeoPlanner._batch); where the
     copy's call fails, the step computes the half itself: the same plan."""
-    s, w = _system(), _with_class_moves()
+    s, w = _system(), heavy_workload()
     plan = NeoPlanner(w, s, workers=1).run()
     init = ForkedServer.__init__
     monkeypatch.setattr(ForkedServer, "__init__", lambda self, fn: init(self, lambda *a: 1 / 0))
